@@ -1,0 +1,69 @@
+"""traceinsight: why the GPU sits idle, from PyTorch, TensorFlow and Nsight Systems traces.
+
+Python API::
+
+    import traceinsight
+    tl = traceinsight.load("trace.json.gz")          # -> Timeline (one pandas DataFrame + metadata)
+    analysis = traceinsight.analyze(tl)              # -> Analysis (summary metrics + findings)
+    for f in analysis.findings:
+        print(f.code, f.title, f.impact_ns)
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Iterable
+
+from .engine import Analysis, Config, discover, instantiate, run
+from .errors import TraceInsightError, TraceReadError, UnknownFormatError
+from .ingest import load
+from .rule_api import Context, Finding, Fix, Location, Option, Rule, Severity
+from .timeline import Timeline, TraceMeta
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Analysis",
+    "Config",
+    "Context",
+    "Finding",
+    "Fix",
+    "Location",
+    "Option",
+    "Rule",
+    "Severity",
+    "Timeline",
+    "TraceMeta",
+    "TraceInsightError",
+    "TraceReadError",
+    "UnknownFormatError",
+    "analyze",
+    "load",
+]
+
+
+def analyze(
+    trace: "str | os.PathLike | Timeline",
+    *,
+    select: Iterable[str] = (),
+    ignore: Iterable[str] = (),
+    options: dict[str, dict[str, Any]] | None = None,
+    rules: Iterable[str | os.PathLike] = (),
+    extra_rules: Iterable[type[Rule]] = (),
+    config: Config | None = None,
+) -> Analysis:
+    """Load (if given a path) and analyse a trace with the built-in, installed and given rules.
+
+    ``select`` / ``ignore`` take rule codes or prefixes; ``options`` maps a code to option overrides;
+    ``rules`` are local .py files or folders; ``extra_rules`` are Rule classes defined in the caller's code.
+    """
+    timeline = trace if isinstance(trace, Timeline) else load(trace)
+    cfg = config or Config()
+    cfg.select = list(select) or cfg.select
+    cfg.ignore = list(ignore) or cfg.ignore
+    for code, opts in (options or {}).items():
+        cfg.options.setdefault(code.upper(), {}).update(opts)
+    ruleset = discover([*cfg.rule_paths, *rules])
+    for cls in extra_rules:
+        ruleset.add(cls, "analyze(extra_rules=...)")
+    return run(timeline, instantiate(ruleset, cfg), extra_warnings=ruleset.warnings)

@@ -1,0 +1,32 @@
+"""Errors a user can act on, each with its own process exit code (see README "Exit codes")."""
+
+from __future__ import annotations
+
+#: Exit codes of the ``traceinsight`` command.
+EXIT_OK = 0
+EXIT_FINDINGS = 1  # --fail-on threshold reached
+EXIT_USAGE = 2  # bad command line, unknown rule code, bad option value
+EXIT_UNREADABLE = 3  # the trace could not be read (empty, corrupt, truncated beyond repair, unknown format)
+EXIT_RULE_ERROR = 4  # a custom rule file could not be loaded when --strict-rules asks for it
+
+
+class TraceInsightError(Exception):
+    """Base class: the message is one line meant for the user."""
+
+    exit_code = EXIT_USAGE
+
+
+class TraceReadError(TraceInsightError):
+    """The trace cannot be read at all."""
+
+    exit_code = EXIT_UNREADABLE
+
+
+class UnknownFormatError(TraceReadError):
+    """The content is none of the supported formats."""
+
+
+class ConfigError(TraceInsightError):
+    """A rule selection, option or config file is wrong."""
+
+    exit_code = EXIT_USAGE

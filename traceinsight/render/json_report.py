@@ -1,0 +1,39 @@
+"""The JSON report: a versioned document (see docs/json-report.md) with the summary metrics and the findings."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from .. import __version__
+from ..engine import Analysis
+
+SCHEMA_VERSION = 1
+
+
+def to_dict(analysis: Analysis, max_evidence_rows: int | None = 50) -> dict[str, Any]:
+    meta = analysis.timeline.meta
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "traceinsight_version": __version__,
+        "trace": {
+            "path": meta.path,
+            "format": meta.source_format,
+            "tool": meta.tool,
+            "tool_version": meta.tool_version,
+            "ranks": list(meta.ranks),
+            "world_size": meta.world_size,
+            "start_unix_ns": meta.start_unix_ns,
+            "devices": [vars(d) for d in meta.devices],
+            "warnings": list(meta.warnings),
+        },
+        "summary": analysis.summary.to_dict(),
+        "findings": [f.to_dict(max_evidence_rows) for f in analysis.findings],
+        "rules_run": list(analysis.rules_run),
+        "warnings": list(analysis.warnings),
+    }
+
+
+def render(analysis: Analysis, **_: Any) -> str:
+    return msgspec.json.format(msgspec.json.encode(to_dict(analysis)), indent=2).decode()

@@ -1,0 +1,294 @@
+"""The public API for rules: the built-in rules in ``traceinsight.rules`` use exactly this, nothing private.
+
+A rule is a class::
+
+    from traceinsight.rule_api import Rule, Option, Severity, Fix
+
+    class SlowCopies(Rule):
+        code = "ACME001"
+        name = "slow-copies"
+        severity = Severity.WARNING
+        summary = "Host-to-device copies slower than 5 GB/s."
+        why = "Copies at pageable-memory speed hold the GPU back."
+        fix_pytorch = Fix("Pin the source tensor.", "x = x.pin_memory()")
+        fix_tensorflow = Fix("Let tf.data prefetch to the GPU.", "ds = ds.apply(tf.data.experimental.prefetch_to_device('/gpu:0'))")
+        min_gbps = Option(5.0, "Copies below this bandwidth are reported.")
+
+        def check(self, ctx):
+            ...
+            yield ctx.finding(title=..., message=..., impact_ns=..., evidence=df)
+
+Rules receive a ``Context``: the timeline, the shared derived views (computed once, cached) and their
+resolved options. They return or yield ``Finding`` objects.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import textwrap
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar, Iterable
+
+import pandas as pd
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .timeline import Timeline
+    from .views import Views
+
+
+class Severity(str, enum.Enum):
+    INFO = "info"
+    WARNING = "warning"
+    ERROR = "error"
+
+    @property
+    def rank(self) -> int:
+        return {"info": 1, "warning": 2, "error": 3}[self.value]
+
+    @classmethod
+    def parse(cls, value: "str | Severity") -> "Severity":
+        try:
+            return cls(str(getattr(value, "value", value)).lower())
+        except ValueError:
+            raise ValueError(f"unknown severity {value!r}; use info, warning or error") from None
+
+
+@dataclass(frozen=True)
+class Fix:
+    """How to fix a finding in one framework: a sentence or two, and a code snippet."""
+
+    text: str
+    code: str = ""
+
+
+@dataclass
+class Option:
+    """A typed rule option with a default; the type is the default's type."""
+
+    default: Any
+    help: str = ""
+    name: str = ""  # filled in by Rule.__init_subclass__
+
+    def convert(self, value: Any) -> Any:
+        kind = type(self.default)
+        if isinstance(value, kind) and not (kind is int and isinstance(value, bool)):
+            return value
+        try:
+            if kind is bool:
+                if isinstance(value, str):
+                    low = value.strip().lower()
+                    if low in ("1", "true", "yes", "on"):
+                        return True
+                    if low in ("0", "false", "no", "off"):
+                        return False
+                    raise ValueError(value)
+                return bool(value)
+            if kind is int and isinstance(value, float) and value.is_integer():
+                return int(value)
+            return kind(value)
+        except (TypeError, ValueError):
+            raise ValueError(f"option {self.name!r} expects {kind.__name__}, got {value!r}") from None
+
+
+@dataclass
+class Location:
+    """Where a finding happens; None fields mean 'all'."""
+
+    rank: int | None = None
+    device: int | None = None
+    stream: int | None = None
+    start_ns: int | None = None
+    end_ns: int | None = None
+
+
+@dataclass
+class Finding:
+    """One diagnosis, with the numbers that back it and what to do about it."""
+
+    code: str
+    title: str
+    severity: Severity
+    message: str
+    impact_ns: int = 0  # estimated time that fixing this would save
+    impact_pct_span: float = 0.0  # impact as % of the analysed span
+    impact_pct_step: float | None = None  # impact per step as % of the mean step, when steps exist
+    evidence: pd.DataFrame = field(default_factory=pd.DataFrame)  # a small table: when, where, what
+    fixes: dict[str, Fix] = field(default_factory=dict)  # "pytorch" / "tensorflow" -> Fix
+    location: Location = field(default_factory=Location)
+    metrics: dict[str, Any] = field(default_factory=dict)  # rule-specific numbers for JSON consumers
+    rule_name: str = ""
+    key: str = ""  # what makes this finding distinct within its rule (device, kernel name, ...)
+
+    @property
+    def fingerprint(self) -> str:
+        """Stable across runs of the same problem: the rule, the key and the place, not the numbers."""
+        loc = self.location
+        basis = f"{self.code}|{self.key}|{loc.rank}|{loc.device}|{loc.stream}"
+        return hashlib.sha1(basis.encode()).hexdigest()[:16]
+
+    def to_dict(self, max_evidence_rows: int | None = 50) -> dict[str, Any]:
+        ev = self.evidence if max_evidence_rows is None else self.evidence.head(max_evidence_rows)
+        return {
+            "code": self.code,
+            "rule": self.rule_name,
+            "title": self.title,
+            "severity": self.severity.value,
+            "message": self.message,
+            "impact_ns": int(self.impact_ns),
+            "impact_pct_span": round(float(self.impact_pct_span), 3),
+            "impact_pct_step": None if self.impact_pct_step is None else round(float(self.impact_pct_step), 3),
+            "location": {k: (None if v is None else int(v)) for k, v in vars(self.location).items()},
+            "fingerprint": self.fingerprint,
+            "metrics": _jsonable(self.metrics),
+            "evidence": {
+                "columns": [str(c) for c in ev.columns],
+                "rows": [[_jsonable(v) for v in row] for row in ev.itertuples(index=False, name=None)],
+                "total_rows": int(len(self.evidence)),
+            },
+            "fixes": {fw: {"text": fx.text, "code": fx.code} for fw, fx in self.fixes.items()},
+        }
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if hasattr(value, "item") and not isinstance(value, (str, bytes)):
+        try:
+            value = value.item()
+        except (ValueError, AttributeError):
+            pass
+    if isinstance(value, float) and value != value:  # NaN
+        return None
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if value is pd.NA or value is pd.NaT:
+        return None
+    return str(value)
+
+
+class Rule:
+    """Base class of every rule. Subclasses set the class attributes below and implement ``check``."""
+
+    code: ClassVar[str] = ""  # stable, e.g. "TI001"; never reused for another meaning
+    name: ClassVar[str] = ""  # kebab-case, e.g. "gpu-idle-gaps"
+    severity: ClassVar[Severity] = Severity.WARNING
+    summary: ClassVar[str] = ""  # one line
+    why: ClassVar[str] = ""  # why it matters (Markdown)
+    definition: ClassVar[str] = ""  # exactly what is measured and the default thresholds (Markdown)
+    fix_pytorch: ClassVar[Fix] = Fix("")
+    fix_tensorflow: ClassVar[Fix] = Fix("")
+    options: ClassVar[dict[str, Option]] = {}
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        opts: dict[str, Option] = {}
+        for base in reversed(cls.__mro__[1:]):
+            opts.update(getattr(base, "options", {}) or {})
+        for attr, value in list(vars(cls).items()):
+            if isinstance(value, Option):
+                value.name = attr
+                opts[attr] = value
+        cls.options = opts
+
+    def __init__(self, **overrides: Any) -> None:
+        unknown = set(overrides) - set(self.options)
+        if unknown:
+            raise ValueError(f"{self.code}: unknown option(s) {', '.join(sorted(unknown))}; known: {', '.join(self.options) or 'none'}")
+        self.values: dict[str, Any] = {k: o.default for k, o in self.options.items()}
+        for k, v in overrides.items():
+            self.values[k] = self.options[k].convert(v)
+        for k, v in self.values.items():
+            setattr(self, k, v)
+
+    def check(self, ctx: "Context") -> Iterable[Finding]:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    @classmethod
+    def fixes(cls) -> dict[str, Fix]:
+        out = {}
+        if cls.fix_pytorch.text:
+            out["pytorch"] = cls.fix_pytorch
+        if cls.fix_tensorflow.text:
+            out["tensorflow"] = cls.fix_tensorflow
+        return out
+
+    @classmethod
+    def docs(cls) -> str:
+        """The rule's documentation page, generated from the rule itself (``traceinsight rule CODE``)."""
+        lines = [f"# {cls.code} {cls.name}", "", f"Default severity: **{cls.severity.value}**", "", cls.summary, ""]
+        if cls.why:
+            lines += ["## Why it matters", "", textwrap.dedent(cls.why).strip(), ""]
+        if cls.definition:
+            lines += ["## What is measured", "", textwrap.dedent(cls.definition).strip(), ""]
+        if cls.options:
+            lines += ["## Options", "", "| option | default | meaning |", "|---|---|---|"]
+            lines += [f"| `{k}` | `{o.default!r}` | {o.help} |" for k, o in cls.options.items()]
+            lines.append("")
+        for label, fx in (("PyTorch", cls.fix_pytorch), ("TensorFlow", cls.fix_tensorflow)):
+            if fx.text:
+                lines += [f"## Fix in {label}", "", textwrap.dedent(fx.text).strip(), ""]
+                if fx.code:
+                    lines += ["```python", textwrap.dedent(fx.code).strip(), "```", ""]
+        return "\n".join(lines)
+
+
+class Context:
+    """What a rule sees: the timeline, the shared views, and its resolved options."""
+
+    def __init__(self, timeline: "Timeline", views: "Views", rule: Rule) -> None:
+        self.timeline = timeline
+        self.events = timeline.events
+        self.meta = timeline.meta
+        self.views = views
+        self.rule = rule
+        self.options = dict(rule.values)
+
+    def finding(
+        self,
+        *,
+        title: str,
+        message: str,
+        impact_ns: int = 0,
+        evidence: pd.DataFrame | None = None,
+        location: Location | None = None,
+        severity: Severity | None = None,
+        metrics: dict[str, Any] | None = None,
+        key: str = "",
+        fixes: dict[str, Fix] | None = None,
+    ) -> Finding:
+        """A Finding filled with this rule's code, severity and fixes, and impact percentages derived here."""
+        span = self.views.span_ns
+        step = self.views.mean_step_ns
+        n_steps = self.views.step_count
+        impact_ns = int(max(impact_ns, 0))
+        return Finding(
+            code=self.rule.code,
+            rule_name=self.rule.name,
+            title=title,
+            severity=severity or self.rule.severity,
+            message=message,
+            impact_ns=impact_ns,
+            impact_pct_span=100.0 * impact_ns / span if span else 0.0,
+            impact_pct_step=(100.0 * impact_ns / n_steps / step) if step and n_steps else None,
+            evidence=evidence if evidence is not None else pd.DataFrame(),
+            fixes=fixes if fixes is not None else type(self.rule).fixes(),
+            location=location or Location(),
+            metrics=metrics or {},
+            key=key,
+        )
+
+
+def fmt_ns(ns: float) -> str:
+    """Human time: 950 ns, 12.3 µs, 4.56 ms, 1.23 s."""
+    ns = float(ns)
+    a = abs(ns)
+    if a < 1e3:
+        return f"{ns:.0f} ns"
+    if a < 1e6:
+        return f"{ns / 1e3:.1f} µs"
+    if a < 1e9:
+        return f"{ns / 1e6:.2f} ms"
+    return f"{ns / 1e9:.2f} s"

@@ -1,0 +1,253 @@
+"""The one timeline every parser fills and every rule reads.
+
+Parsers differ in everything (JSON vs SQLite vs protobuf, µs vs ns vs ps, absolute vs relative clocks), so the
+contract between ingestion and analysis is this module alone: a pandas DataFrame with the columns of
+``COLUMNS`` plus a ``TraceMeta``. ``docs/timeline.md`` is the human-readable version of the same contract;
+``tests/test_timeline_schema.py`` keeps the two in step.
+
+Conventions (they hold for every source format):
+
+* times are int64 nanoseconds on one clock, 0 = the earliest event of the whole timeline (all ranks);
+* ``device`` and ``stream`` are -1 on host rows; GPU rows carry the device index and the stream id;
+* ``pid`` of a GPU row is the host process that launched it, so ``(rank, pid, correlation)`` links a
+  runtime/driver call to the GPU activity it created (correlation ids repeat across processes in Nsight Systems);
+* ``step`` is the profiler step (``ProfilerStep#N``, TF step markers) containing the row's start, -1 outside;
+  GPU rows inherit the step of their launch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+#: The kinds of rows; order matters only for display.
+KINDS: tuple[str, ...] = (
+    "kernel",  # a GPU kernel
+    "memcpy",  # a GPU copy (any direction)
+    "memset",  # a GPU memset
+    "gpu_sync",  # a GPU-side synchronization record (kineto cuda_sync, CUPTI synchronization activity)
+    "runtime",  # a CUDA/HIP runtime or driver API call on a host thread
+    "cpu_op",  # a framework operator on the host (aten::*, TF op)
+    "python",  # a Python function frame (with_stack traces)
+    "annotation",  # a user range on the host (record_function, NVTX, TraceMe)
+    "gpu_annotation",  # a user range projected on a GPU stream
+    "step",  # a training/inference step marker (ProfilerStep#N, TF step)
+    "other",  # anything kept for completeness (CUPTI overhead, counters ranges, ...)
+)
+
+#: Kinds that occupy the GPU (count as "busy").
+GPU_ACTIVITY_KINDS: tuple[str, ...] = ("kernel", "memcpy", "memset")
+
+COPY_KINDS: tuple[str, ...] = ("HtoD", "DtoH", "DtoD", "HtoH", "PtoP", "other")
+
+#: Required columns and their dtypes. Optional per-source columns are listed in ``OPTIONAL_COLUMNS``.
+COLUMNS: dict[str, str] = {
+    "kind": "category",
+    "name": "category",
+    "raw_name": "category",
+    "start_ns": "int64",
+    "dur_ns": "int64",
+    "rank": "int32",
+    "pid": "int64",
+    "tid": "int64",
+    "device": "int32",
+    "stream": "int64",
+    "correlation": "int64",
+    "bytes": "int64",
+    "copy_kind": "category",
+    "pageable": "bool",
+    "step": "int32",
+}
+
+#: Columns a source fills when it has the data; absent otherwise (rules must check ``in events``).
+OPTIONAL_COLUMNS: dict[str, str] = {
+    "category": "category",  # the source's own category string (kineto cat, nsys table, XPlane line)
+    "grid": "category",  # "x,y,z"
+    "block": "category",  # "x,y,z"
+    "registers": "float64",  # registers per thread
+    "shared_mem": "float64",  # static + dynamic shared memory per block, bytes
+    "occupancy": "float64",  # estimated achieved occupancy, percent
+    "input_shapes": "category",  # framework op input shapes, as the source prints them
+    "stack": "category",  # Python/host call stack, innermost last, " <- " separated
+    "external_id": "int64",  # framework op id linking ops to launches (kineto External id)
+    "thread_name": "category",
+    "cbid": "int64",
+}
+
+
+@dataclass
+class DeviceInfo:
+    """One GPU as the source describes it; missing fields are None."""
+
+    index: int
+    rank: int = 0
+    name: str | None = None
+    sm_count: int | None = None
+    memory_bytes: int | None = None
+    compute_capability: str | None = None
+    vendor: str | None = None
+
+
+@dataclass
+class TraceMeta:
+    """Everything about a trace that is not an event."""
+
+    source_format: str  # "pytorch", "nsys", "tensorflow-xplane", "tensorflow-json"
+    path: str = ""
+    tool: str = ""  # e.g. "PyTorch Profiler (kineto)", "Nsight Systems 2024.6.1"
+    tool_version: str | None = None
+    devices: list[DeviceInfo] = field(default_factory=list)
+    ranks: list[int] = field(default_factory=lambda: [0])
+    world_size: int | None = None
+    start_unix_ns: int | None = None  # absolute time of start_ns == 0, when the source says
+    warnings: list[str] = field(default_factory=list)  # trace-quality notes shown to the user
+    extra: dict[str, Any] = field(default_factory=dict)  # source-specific facts worth showing
+
+    def warn(self, message: str) -> None:
+        if message not in self.warnings:
+            self.warnings.append(message)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class Timeline:
+    """A parsed trace: ``events`` (the schema above) plus ``meta``."""
+
+    events: pd.DataFrame
+    meta: TraceMeta
+
+    @property
+    def span_ns(self) -> int:
+        ev = self.events
+        if ev.empty:
+            return 0
+        return int((ev["start_ns"] + ev["dur_ns"]).max() - ev["start_ns"].min())
+
+    def of_kind(self, *kinds: str) -> pd.DataFrame:
+        ev = self.events
+        return ev[ev["kind"].isin(kinds)]
+
+    def __repr__(self) -> str:
+        counts = self.events["kind"].value_counts()
+        parts = ", ".join(f"{k}={int(counts[k])}" for k in KINDS if counts.get(k, 0))
+        return f"Timeline({self.meta.source_format}, {len(self.events)} events: {parts}; span {self.span_ns / 1e6:.2f} ms)"
+
+
+def empty_events() -> pd.DataFrame:
+    return build_events({"kind": [], "name": [], "start_ns": [], "dur_ns": []})
+
+
+def build_events(columns: dict[str, Any], optional: dict[str, Any] | None = None) -> pd.DataFrame:
+    """Assemble a schema-true events frame from column arrays; missing required columns get their defaults.
+
+    Parsers call this once with whole columns (never per event). ``start_ns`` may be on any clock: callers
+    normalise with ``rebase`` after all ranks are in.
+    """
+    n = len(columns["start_ns"])
+    defaults: dict[str, Any] = {
+        "rank": 0,
+        "pid": 0,
+        "tid": 0,
+        "device": -1,
+        "stream": -1,
+        "correlation": -1,
+        "bytes": 0,
+        "pageable": False,
+        "step": -1,
+    }
+    data: dict[str, Any] = {}
+    for col, dtype in COLUMNS.items():
+        if col in columns and columns[col] is not None:
+            values = columns[col]
+        elif col == "raw_name":
+            values = columns["name"]
+        elif col == "copy_kind":
+            values = pd.Categorical([None] * n, categories=list(COPY_KINDS)) if n else []
+        else:
+            values = np.full(n, defaults[col])
+        data[col] = _as_dtype(values, dtype, col)
+    for col, values in (optional or {}).items():
+        data[col] = _as_dtype(values, OPTIONAL_COLUMNS.get(col, "object"), col)
+    df = pd.DataFrame(data)
+    df["kind"] = df["kind"].cat.set_categories(list(KINDS))
+    if "copy_kind" in df:
+        extra = [c for c in df["copy_kind"].cat.categories if c not in COPY_KINDS]
+        df["copy_kind"] = df["copy_kind"].cat.set_categories(list(COPY_KINDS) + extra)
+    return df
+
+
+def _as_dtype(values: Any, dtype: str, col: str) -> Any:
+    if dtype == "category":
+        if isinstance(values, pd.Categorical) or isinstance(getattr(values, "dtype", None), pd.CategoricalDtype):
+            return values
+        return pd.Categorical(values)
+    arr = np.asarray(values)
+    if dtype == "bool":
+        return arr.astype(bool) if arr.size else np.zeros(0, dtype=bool)
+    if arr.dtype.kind == "f" and dtype.startswith("int"):
+        arr = np.nan_to_num(arr, nan=-1 if col in ("correlation", "device", "stream", "step") else 0)
+    return arr.astype(dtype) if arr.size else np.zeros(0, dtype=dtype)
+
+
+def rebase(events: pd.DataFrame) -> int:
+    """Shift ``start_ns`` so the earliest event is at 0 (in place); returns the offset that was subtracted."""
+    if events.empty:
+        return 0
+    origin = int(events["start_ns"].min())
+    if origin:
+        events["start_ns"] -= origin
+    return origin
+
+
+def assign_steps(events: pd.DataFrame) -> None:
+    """Fill ``step`` from the ``step`` rows (in place), then let GPU rows inherit their launch's step.
+
+    Vectorized: for each rank, a searchsorted of every row's start into the sorted step starts, then a check
+    that the row starts before that step's end.
+    """
+    steps = events[events["kind"] == "step"]
+    out = np.full(len(events), -1, dtype=np.int32)
+    if not steps.empty:
+        numbers = _step_numbers(steps["name"].astype(str).to_numpy())
+        for rank, srows in steps.groupby("rank", observed=True, sort=False):
+            order = np.argsort(srows["start_ns"].to_numpy(), kind="stable")
+            s_start = srows["start_ns"].to_numpy()[order]
+            s_end = s_start + srows["dur_ns"].to_numpy()[order]
+            s_num = numbers[steps.index.get_indexer(srows.index)][order]
+            mask = (events["rank"] == rank).to_numpy()
+            starts = events["start_ns"].to_numpy()[mask]
+            pos = np.searchsorted(s_start, starts, side="right") - 1
+            valid = pos >= 0
+            inside = np.zeros(len(starts), dtype=bool)
+            inside[valid] = starts[valid] < s_end[pos[valid]]
+            vals = np.full(len(starts), -1, dtype=np.int32)
+            vals[inside] = s_num[pos[inside]]
+            out[mask] = vals
+    events["step"] = out
+    inherit_from_launch(events, "step")
+
+
+def _step_numbers(names: np.ndarray) -> np.ndarray:
+    nums = pd.Series(names).str.extract(r"(\d+)\s*$", expand=False)
+    fallback = pd.Series(np.arange(len(names)))
+    return pd.to_numeric(nums, errors="coerce").fillna(fallback).astype(np.int32).to_numpy()
+
+
+def inherit_from_launch(events: pd.DataFrame, column: str) -> None:
+    """Copy ``column`` from each runtime call to the GPU rows it launched (matched on rank, pid, correlation)."""
+    gpu = events["device"].to_numpy() >= 0
+    corr = events["correlation"].to_numpy()
+    host = (~gpu) & (corr >= 0) & (events["kind"] == "runtime").to_numpy()
+    if not gpu.any() or not host.any():
+        return
+    key_cols = ["rank", "pid", "correlation"]
+    src = events.loc[host, key_cols + [column]].drop_duplicates(key_cols)
+    dst = events.loc[gpu & (corr >= 0), key_cols].reset_index()
+    merged = dst.merge(src, on=key_cols, how="inner")
+    if not merged.empty:
+        events.loc[merged["index"].to_numpy(), column] = merged[column].to_numpy()

@@ -1,0 +1,194 @@
+"""Derived views of a timeline that several rules (and the summary) need: computed once, on first use, cached.
+
+All are plain DataFrames built with vectorized numpy/pandas; none walks events in Python.
+"""
+
+from __future__ import annotations
+
+from functools import cached_property
+
+import numpy as np
+import pandas as pd
+
+from .timeline import GPU_ACTIVITY_KINDS, Timeline
+
+
+def merge_intervals(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Union of [start, end) intervals, sorted; touching intervals merge."""
+    if len(starts) == 0:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    order = np.argsort(starts, kind="stable")
+    s = np.asarray(starts, dtype=np.int64)[order]
+    e = np.asarray(ends, dtype=np.int64)[order]
+    run_end = np.maximum.accumulate(e)
+    new = np.empty(len(s), dtype=bool)
+    new[0] = True
+    new[1:] = s[1:] > run_end[:-1]
+    idx = np.flatnonzero(new)
+    out_s = s[idx]
+    out_e = np.maximum.reduceat(e, idx)
+    return out_s, out_e
+
+
+def overlap_ns(starts: np.ndarray, ends: np.ndarray, w_start: int, w_end: int) -> int:
+    """Total length of the (already merged, sorted) intervals inside [w_start, w_end)."""
+    s = np.clip(starts, w_start, w_end)
+    e = np.clip(ends, w_start, w_end)
+    return int(np.sum(e - s))
+
+
+class Views:
+    """Shared, cached views of one timeline."""
+
+    def __init__(self, timeline: Timeline) -> None:
+        self.timeline = timeline
+        self.events = timeline.events
+
+    # --- time frame -------------------------------------------------------------------------------------
+    @cached_property
+    def span_ns(self) -> int:
+        return self.timeline.span_ns
+
+    # --- GPU activity -------------------------------------------------------------------------------------
+    @cached_property
+    def gpu_activity(self) -> pd.DataFrame:
+        """Kernels, copies and memsets on a device (what makes a GPU busy)."""
+        ev = self.events
+        mask = ev["kind"].isin(GPU_ACTIVITY_KINDS).to_numpy() & (ev["device"].to_numpy() >= 0)
+        return ev[mask]
+
+    @cached_property
+    def kernels(self) -> pd.DataFrame:
+        ev = self.gpu_activity
+        return ev[ev["kind"] == "kernel"]
+
+    @cached_property
+    def busy(self) -> pd.DataFrame:
+        """Per (rank, device): the union of GPU activity over all streams, as merged intervals."""
+        parts = []
+        act = self.gpu_activity
+        for (rank, device), g in act.groupby(["rank", "device"], observed=True, sort=True):
+            s = g["start_ns"].to_numpy()
+            e = s + np.maximum(g["dur_ns"].to_numpy(), 0)
+            ms, me = merge_intervals(s, e)
+            parts.append(pd.DataFrame({"rank": rank, "device": device, "start_ns": ms, "end_ns": me}))
+        if not parts:
+            return pd.DataFrame({c: pd.Series(dtype="int64") for c in ("rank", "device", "start_ns", "end_ns")})
+        return pd.concat(parts, ignore_index=True)
+
+    @cached_property
+    def gaps(self) -> pd.DataFrame:
+        """Per (rank, device): idle gaps between busy intervals, inside the device's active window."""
+        b = self.busy
+        if b.empty:
+            return pd.DataFrame({c: pd.Series(dtype="int64") for c in ("rank", "device", "start_ns", "end_ns", "dur_ns")})
+        same = (b["rank"].to_numpy()[1:] == b["rank"].to_numpy()[:-1]) & (b["device"].to_numpy()[1:] == b["device"].to_numpy()[:-1])
+        g_start = b["end_ns"].to_numpy()[:-1][same]
+        g_end = b["start_ns"].to_numpy()[1:][same]
+        out = pd.DataFrame(
+            {
+                "rank": b["rank"].to_numpy()[1:][same],
+                "device": b["device"].to_numpy()[1:][same],
+                "start_ns": g_start,
+                "end_ns": g_end,
+                "dur_ns": g_end - g_start,
+            }
+        )
+        return out[out["dur_ns"] > 0].reset_index(drop=True)
+
+    @cached_property
+    def utilization(self) -> pd.DataFrame:
+        """Per (rank, device): active window (first to last GPU activity), busy and idle time, busy %."""
+        b = self.busy
+        if b.empty:
+            return pd.DataFrame(
+                {c: pd.Series(dtype="float64") for c in ("rank", "device", "window_start_ns", "window_end_ns", "window_ns", "busy_ns", "idle_ns", "busy_pct")}
+            )
+        b = b.assign(len_ns=b["end_ns"] - b["start_ns"])
+        agg = b.groupby(["rank", "device"], sort=True).agg(
+            window_start_ns=("start_ns", "min"), window_end_ns=("end_ns", "max"), busy_ns=("len_ns", "sum")
+        )
+        agg["window_ns"] = agg["window_end_ns"] - agg["window_start_ns"]
+        agg["idle_ns"] = agg["window_ns"] - agg["busy_ns"]
+        agg["busy_pct"] = np.where(agg["window_ns"] > 0, 100.0 * agg["busy_ns"] / agg["window_ns"].clip(lower=1), 0.0)
+        return agg.reset_index()
+
+    # --- host <-> GPU links ---------------------------------------------------------------------------
+    @cached_property
+    def launches(self) -> pd.DataFrame:
+        """Each runtime/driver call joined to the GPU activity it created, on (rank, pid, correlation).
+
+        Columns: ``launch_idx`` / ``gpu_idx`` (row labels in ``events``), the call's name/start/dur/tid, the GPU
+        row's kind/name/start/dur/device/stream, and ``launch_delay_ns`` = GPU start - end of the call (>= 0).
+        """
+        ev = self.events
+        corr = ev["correlation"].to_numpy()
+        dev = ev["device"].to_numpy()
+        kind = ev["kind"].to_numpy()
+        host = (kind == "runtime") & (corr >= 0)
+        gpu = np.isin(kind, GPU_ACTIVITY_KINDS) & (dev >= 0) & (corr >= 0)
+        keys = ["rank", "pid", "correlation"]
+        h = ev.loc[host, keys + ["name", "start_ns", "dur_ns", "tid"]].reset_index(names="launch_idx")
+        h = h.drop_duplicates(keys)
+        g = ev.loc[gpu, keys + ["kind", "name", "start_ns", "dur_ns", "device", "stream"]].reset_index(names="gpu_idx")
+        m = h.merge(g, on=keys, suffixes=("_launch", "_gpu"))
+        m = m.rename(
+            columns={
+                "name_launch": "launch_name",
+                "start_ns_launch": "launch_start_ns",
+                "dur_ns_launch": "launch_dur_ns",
+                "name_gpu": "gpu_name",
+                "start_ns_gpu": "gpu_start_ns",
+                "dur_ns_gpu": "gpu_dur_ns",
+            }
+        )
+        m["launch_delay_ns"] = (m["gpu_start_ns"] - (m["launch_start_ns"] + m["launch_dur_ns"])).clip(lower=0)
+        return m
+
+    # --- steps ---------------------------------------------------------------------------------------
+    @cached_property
+    def steps(self) -> pd.DataFrame:
+        """One row per step marker: rank, step number, name, start/end/dur."""
+        ev = self.events
+        s = ev[ev["kind"] == "step"]
+        out = pd.DataFrame(
+            {
+                "rank": s["rank"].to_numpy(),
+                "name": s["name"].astype(str).to_numpy(),
+                "start_ns": s["start_ns"].to_numpy(),
+                "dur_ns": s["dur_ns"].to_numpy(),
+            }
+        )
+        out["end_ns"] = out["start_ns"] + out["dur_ns"]
+        nums = pd.to_numeric(out["name"].str.extract(r"(\d+)\s*$", expand=False), errors="coerce")
+        out["step"] = nums.fillna(-1).astype(int)
+        return out.sort_values(["rank", "start_ns"]).reset_index(drop=True)
+
+    @cached_property
+    def step_count(self) -> int:
+        s = self.steps
+        if s.empty:
+            return 0
+        return int(s.groupby("rank").size().max())
+
+    @cached_property
+    def mean_step_ns(self) -> float | None:
+        s = self.steps
+        if s.empty:
+            return None
+        return float(s["dur_ns"].mean())
+
+    # --- host activity -------------------------------------------------------------------------------
+    def host_rows_overlapping(self, rank: int, start_ns: int, end_ns: int, kinds: tuple[str, ...] | None = None) -> pd.DataFrame:
+        """Host rows of ``rank`` that overlap [start_ns, end_ns) (for explaining what the host did in a gap)."""
+        ev = self.host_events
+        m = (ev["rank"].to_numpy() == rank) & (ev["start_ns"].to_numpy() < end_ns) & ((ev["start_ns"] + ev["dur_ns"]).to_numpy() > start_ns)
+        out = ev[m]
+        if kinds is not None:
+            out = out[out["kind"].isin(kinds)]
+        return out
+
+    @cached_property
+    def host_events(self) -> pd.DataFrame:
+        ev = self.events
+        return ev[ev["device"].to_numpy() < 0]
