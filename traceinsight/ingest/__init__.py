@@ -19,8 +19,8 @@ from ..timeline import Timeline
 PARSERS: dict[str, str] = {
     "nsys": "nsys",
     "tensorflow-xplane": "xplane",
+    "pytorch": "pytorch",  # before the logdir reader: a folder of kineto rank files is not a TensorBoard logdir
     "tensorflow-logdir": "tf_logdir",
-    "pytorch": "pytorch",
     "tensorflow-json": "tf_json",
 }
 
@@ -30,7 +30,7 @@ SUPPORTED = (
     "Nsight Systems (nsys export --type sqlite .sqlite; .nsys-rep when nsys is installed)"
 )
 
-HEAD_BYTES = 4096
+HEAD_BYTES = 65536
 
 ProgressFn = Callable[[str], None]
 
