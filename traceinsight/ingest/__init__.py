@@ -9,6 +9,7 @@ from __future__ import annotations
 import gzip
 import importlib
 import os
+import zlib
 from pathlib import Path
 from typing import Callable
 
@@ -43,7 +44,7 @@ def read_head(path: Path, n: int = HEAD_BYTES) -> bytes:
         try:
             with gzip.open(path, "rb") as gz:
                 return gz.read(n)
-        except (OSError, EOFError) as exc:
+        except (OSError, EOFError, zlib.error) as exc:
             raise TraceReadError(f"{path}: corrupt gzip file ({exc})") from None
     return raw
 
@@ -88,6 +89,7 @@ def load(path: str | os.PathLike, *, format: str | None = None, progress: Progre
         raise
     except MemoryError:
         raise TraceReadError(f"{path}: out of memory while reading the trace") from None
-    except (OSError, EOFError, ValueError, KeyError, TypeError, IndexError, UnicodeError) as exc:
-        # Parsers validate what they read; anything that still escapes is reported, not dumped as a traceback.
+    except Exception as exc:  # noqa: BLE001
+        # Parsers validate what they read; whatever still escapes on hostile input is reported in one line,
+        # never as a traceback (the input is what is wrong, so it is an unreadable-trace error).
         raise TraceReadError(f"{path}: cannot read {fmt} trace: {type(exc).__name__}: {exc}") from None

@@ -188,13 +188,16 @@ def _decode(data: bytes, path: Path, warnings: list[str]) -> _Trace:
         return _decode_any(data)
     except msgspec.ValidationError as exc:
         raise TraceReadError(f"{path}: not a PyTorch profiler trace ({exc})") from None
-    except msgspec.DecodeError as exc:
+    except (msgspec.DecodeError, UnicodeDecodeError) as exc:
         msg = str(exc)
-    if "invalid utf-8" in msg.lower() or "utf-8" in msg.lower():
+        bad_utf8 = isinstance(exc, UnicodeDecodeError) or "utf-8" in msg.lower()
+    if bad_utf8:
         fixed = data.decode("utf-8", errors="replace").encode("utf-8")
         warnings.append(f"{path.name}: the file has bytes that are not UTF-8; they were replaced by U+FFFD in names")
         try:
             return _decode_any(fixed)
+        except msgspec.ValidationError as exc:
+            raise TraceReadError(f"{path}: not a PyTorch profiler trace ({exc})") from None
         except msgspec.DecodeError:
             data = fixed
     recovered = _recover_truncated(data)
@@ -227,14 +230,22 @@ def _recover_truncated(data: bytes) -> tuple[_Trace, int] | None:
     for _ in range(200):
         cut = data.rfind(b"}", lo, end)
         if cut < 0:
-            return None
+            break
         candidate = data[: cut + 1] + (b"]" if bare else b"]}")
         try:
             trace = _decode_any(candidate)
             return trace, len(trace.traceEvents)
         except (msgspec.DecodeError, msgspec.ValidationError):
             end = cut
-    return None
+    # Cut before the first event: keep the header, with an empty event list.
+    bracket = data.find(b"[", lo)
+    if bracket < 0:
+        return None
+    try:
+        trace = _decode_any(data[: bracket + 1] + (b"]" if bare else b"]}"))
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None
+    return trace, 0
 
 
 def read(path: Path, progress=None, **_: Any) -> Timeline:

@@ -1,0 +1,114 @@
+"""TensorFlow profiler Chrome-trace export (``<host>.trace.json.gz``, TF 2.0-2.x and xprof's trace_viewer tool).
+
+It is the same XSpace flattened: one pid per plane (named by a ``process_name`` metadata event), one tid per line
+(``thread_name``), ``ts``/``dur`` in microseconds, stats as string ``args``. So it is decoded into the same line
+batches as ``xplane`` and classified by the same code; only the container differs.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import TraceReadError
+from ..timeline import Timeline, TraceMeta
+from .xplane import EVENT_STATS, LineBatch, _device_info, finish, frame_from_lines, host_only_warning, plane_kind
+
+#: Keys only PyTorch's kineto writes; their presence means the file is not ours.
+KINETO_MARKERS = (b'"schemaVersion"', b'"deviceProperties"', b'"distributedInfo"', b'"cat": "kernel"',
+                  b'"cat":"kernel"', b'"cat": "cpu_op"', b'"cat":"cpu_op"')
+PLANE_MARKERS = (b'"/host:CPU"', b'"/device:GPU:', b'"/device:TPU:', b'"/device:CPU:')
+
+
+def sniff(path: Path, head: bytes) -> bool:
+    if path.is_dir() or not head:
+        return False
+    if any(k in head for k in KINETO_MARKERS):
+        return False
+    return b'"displayTimeUnit"' in head and (any(k in head for k in PLANE_MARKERS) or b'"process_name"' in head
+                                             and b'"traceEvents"' in head and path.name.endswith(".trace.json.gz"))
+
+
+def _load_json(path: Path) -> dict:
+    try:
+        raw = path.read_bytes()
+        if raw[:2] == b"\x1f\x8b":
+            raw = gzip.decompress(raw)
+        doc = json.loads(raw)
+    except (OSError, EOFError, gzip.BadGzipFile) as exc:
+        raise TraceReadError(f"{path}: corrupt or truncated gzip ({exc})") from None
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise TraceReadError(f"{path}: not valid JSON (truncated?): {str(exc).splitlines()[0]}") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
+        raise TraceReadError(f"{path}: no traceEvents list; not a TensorFlow trace export")
+    return doc
+
+
+def read_columns(path: Path):
+    doc = _load_json(path)
+    events = doc["traceEvents"]
+    planes: dict[Any, str] = {}
+    lines: dict[tuple, str] = {}
+    for e in events:
+        if isinstance(e, dict) and e.get("ph") == "M":
+            args = e.get("args") or {}
+            if e.get("name") == "process_name":
+                planes[e.get("pid")] = str(args.get("name", ""))
+            elif e.get("name") == "thread_name":
+                lines[(e.get("pid"), e.get("tid"))] = str(args.get("name", ""))
+    complete = [e for e in events if isinstance(e, dict) and e.get("ph") == "X"]
+    meta = TraceMeta(source_format="tensorflow-json", path=str(path), tool="TensorFlow profiler (trace.json)")
+    # group by line; events are appended per line in file order
+    groups: dict[tuple, list] = {}
+    for e in complete:
+        groups.setdefault((e.get("pid"), e.get("tid")), []).append(e)
+    name_table: list[str] = []
+    name_index: dict[str, int] = {}
+    batches: list[LineBatch] = []
+    devices = {}
+    for (pid, tid), evs in groups.items():
+        kind, device = plane_kind(planes.get(pid, ""))
+        if kind == "skip":
+            continue
+        if kind == "gpu" and device not in devices:
+            devices[device] = _device_info(device, {})
+        codes = []
+        for e in evs:
+            nm = str(e.get("name", ""))
+            c = name_index.get(nm)
+            if c is None:
+                c = name_index[nm] = len(name_table)
+                name_table.append(nm)
+            codes.append(c)
+        ts = np.array([e.get("ts", 0) for e in evs], dtype=np.float64)
+        du = np.array([e.get("dur", 0) for e in evs], dtype=np.float64)
+        stats: dict[str, list] = {}
+        for key in EVENT_STATS:
+            col = [(e.get("args") or {}).get(key) for e in evs]
+            if any(v is not None for v in col):
+                stats[key] = col
+        try:
+            tid_int = int(tid)
+        except (TypeError, ValueError):
+            tid_int = -1
+        batches.append(LineBatch(kind, device, lines.get((pid, tid), str(tid)), tid_int, codes,
+                                 np.rint(ts * 1000.0).astype(np.int64), np.rint(du * 1000.0).astype(np.int64), stats))
+    if not batches:
+        raise TraceReadError(f"{path}: no events on /host or /device planes; not a TensorFlow trace export")
+    meta.devices = [devices[k] for k in sorted(devices)]
+    columns, optional = frame_from_lines(batches, name_table, meta)
+    warning = host_only_warning(meta.devices, np.asarray(columns["kind"], dtype=object))
+    if warning:
+        meta.warn(warning)
+    return columns, optional, meta, False
+
+
+def read(path: Path, progress=None, **options) -> Timeline:
+    if progress:
+        progress(f"reading {path.name}")
+    columns, optional, meta, absolute = read_columns(path)
+    return finish(columns, optional, meta, absolute=absolute)

@@ -1,0 +1,116 @@
+"""A TensorBoard logdir: find the profile run, pick its per-host files, load them as ranks.
+
+Users point at whatever folder they have (the logdir root, ``train/``, ``plugins/profile`` or one run folder), so
+the search walks down to ``plugins/profile/<run>/``. Run folder names are timestamps (``YYYY_MM_DD_HH_MM_SS``) and
+sort chronologically, which is why "newest" is the lexicographic maximum.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from ..errors import TraceReadError
+from ..timeline import Timeline, TraceMeta, assign_steps, rebase
+from . import tf_json, xplane
+
+XPLANE_SUFFIX = ".xplane.pb"
+JSON_SUFFIX = ".trace.json.gz"
+
+
+def _has_profile_files(d: Path) -> bool:
+    try:
+        return any(p.name.endswith((XPLANE_SUFFIX, JSON_SUFFIX)) for p in d.iterdir() if p.is_file())
+    except OSError:
+        return False
+
+
+def find_runs(root: Path) -> list[Path]:
+    """Run folders under ``root`` (or ``root`` itself when it is one), oldest first."""
+    if _has_profile_files(root):
+        return [root]
+    runs = [p.parent for p in root.rglob(f"*{XPLANE_SUFFIX}")] + [p.parent for p in root.rglob(f"*{JSON_SUFFIX}")]
+    uniq = sorted(set(runs), key=lambda p: (p.name, str(p)))
+    return uniq
+
+
+def sniff(path: Path, head: bytes) -> bool:
+    if not path.is_dir():
+        return False
+    if _has_profile_files(path):
+        return True
+    for sub in ("plugins/profile", "train/plugins/profile", "profile"):
+        d = path / sub
+        if d.is_dir() and any(_has_profile_files(r) for r in d.iterdir() if r.is_dir()):
+            return True
+    # deeper layouts (logs/fit/<time>/train/plugins/profile/<run>)
+    return any(True for _ in path.glob(f"**/plugins/profile/*/*{XPLANE_SUFFIX}")) or any(
+        True for _ in path.glob(f"**/plugins/profile/*/*{JSON_SUFFIX}"))
+
+
+def read(path: Path, progress=None, run: str | None = None, **options) -> Timeline:
+    runs = find_runs(path)
+    if not runs:
+        raise TraceReadError(f"{path}: no plugins/profile/<run>/ with *.xplane.pb or *.trace.json.gz under this folder")
+    warnings: list[str] = []
+    if run is not None:
+        chosen = [r for r in runs if r.name == run or str(r).endswith(run)]
+        if not chosen:
+            names = ", ".join(sorted({r.name for r in runs}))
+            raise TraceReadError(f"{path}: no profile run named {run!r}; runs: {names}")
+        chosen_run = chosen[-1]
+    else:
+        chosen_run = runs[-1]
+        if len(runs) > 1:
+            warnings.append(f"{len(runs)} runs found, read newest {chosen_run.name}; use --run to pick another")
+    files = sorted(p for p in chosen_run.iterdir() if p.name.endswith(XPLANE_SUFFIX))
+    reader = xplane
+    if not files:
+        files = sorted(p for p in chosen_run.iterdir() if p.name.endswith(JSON_SUFFIX))
+        reader = tf_json
+    frames = []
+    metas: list[TraceMeta] = []
+    absolute = True
+    from ..timeline import build_events
+
+    for rank, f in enumerate(files):
+        if progress:
+            progress(f"reading {f.name} (rank {rank})")
+        columns, optional, meta, abs_ = reader.read_columns(f)
+        ev = build_events(columns, optional)
+        ev["rank"] = pd.array([rank] * len(ev), dtype="int32") if len(ev) else ev["rank"]
+        frames.append(ev)
+        metas.append(meta)
+        absolute = absolute and abs_
+    if len(files) > 1 and not absolute:
+        warnings.append("hosts have no common clock (no Task Environment plane): ranks are aligned at their own start")
+        for ev in frames:
+            rebase(ev)
+    events = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
+    for col in ("kind", "name", "raw_name", "copy_kind", "category", "thread_name", "grid", "block"):
+        if col in events and not isinstance(events[col].dtype, pd.CategoricalDtype):
+            events[col] = events[col].astype("category")
+    origin = rebase(events)
+    assign_steps(events)
+    meta = metas[0]
+    meta.source_format = "tensorflow-logdir" if reader is xplane else "tensorflow-json"
+    meta.path = str(path)
+    meta.ranks = list(range(len(files)))
+    meta.world_size = len(files) if len(files) > 1 else None
+    meta.start_unix_ns = origin if absolute else None
+    meta.devices = [d for m_rank, m in enumerate(metas) for d in _with_rank(m.devices, m_rank)]
+    meta.extra["run"] = chosen_run.name
+    meta.extra["hosts"] = [f.name[: -len(XPLANE_SUFFIX if reader is xplane else JSON_SUFFIX)] for f in files]
+    for m in metas[1:]:
+        for w in m.warnings:
+            meta.warn(w)
+    for w in warnings:
+        meta.warn(w)
+    return Timeline(events, meta)
+
+
+def _with_rank(devices, rank):
+    for d in devices:
+        d.rank = rank
+        yield d
