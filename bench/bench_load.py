@@ -1,0 +1,143 @@
+"""Load-time and peak-memory benchmark for PyTorch Profiler traces.
+
+Each measurement runs in a fresh Python process (so peak RSS is that of one load, imports included) and is
+repeated; the table reports the median time and the max peak RSS. Compared:
+
+* ``traceinsight``: ``traceinsight.load(path)`` (the full timeline, steps assigned, names demangled);
+* ``stdlib json``: ``json.loads`` of the decompressed file, nothing else: a floor for any json-module loader;
+* ``HTA``: ``hta.trace_analysis.TraceAnalysis(trace_files={0: path})``, when an interpreter with HTA is given
+  (``--hta-python``; ``pip install holistictraceanalysis`` in a separate venv).
+
+The synthetic trace (``--synthetic N``) replicates the events of the 54 MB DDP V100 trace N times, shifted in
+time (and in correlation / external ids), so its content is realistic and its size scales exactly.
+
+    python bench/bench_load.py --hta-python /tmp/hta-venv/bin/python --synthetic 10
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+CORPUS = Path(os.environ.get("TRACEINSIGHT_SHARED", REPO.parent / "shared")) / "traces" / "pytorch"
+DDP = "hta_ddp_v100_rank1of2.json.gz"
+
+_PROBE = r"""
+import json, resource, sys, time
+kind, path = sys.argv[1], sys.argv[2]
+t0 = time.perf_counter()
+if kind == "traceinsight":
+    import traceinsight
+    t0 = time.perf_counter()
+    tl = traceinsight.load(path)
+    n = len(tl.events)
+elif kind == "json":
+    import gzip
+    t0 = time.perf_counter()
+    opener = gzip.open if path.endswith(".gz") else open
+    with opener(path, "rb") as fh:
+        doc = json.loads(fh.read())
+    n = len(doc["traceEvents"])
+elif kind == "hta":
+    import logging
+    logging.disable(logging.CRITICAL)
+    from hta.trace_analysis import TraceAnalysis
+    t0 = time.perf_counter()
+    ta = TraceAnalysis(trace_files={0: path}, trace_dir="/")
+    n = len(ta.t.get_trace(0))
+dt = time.perf_counter() - t0
+print(json.dumps({"seconds": dt, "rows": n, "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+"""
+
+
+def measure(python: str, kind: str, path: Path, repeat: int) -> dict | None:
+    runs = []
+    for _ in range(repeat):
+        proc = subprocess.run([python, "-c", _PROBE, kind, str(path)], capture_output=True, text=True)
+        if proc.returncode != 0:
+            print(f"  {kind} failed on {path.name}: {proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else proc.returncode}", file=sys.stderr)
+            return None
+        runs.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+    return {
+        "seconds": statistics.median(r["seconds"] for r in runs),
+        "peak_rss_mb": max(r["peak_rss_mb"] for r in runs),
+        "rows": runs[0]["rows"],
+    }
+
+
+def make_synthetic(src: Path, copies: int, out: Path) -> Path:
+    """Write ``copies`` time-shifted replicas of ``src``'s events as one kineto trace (plain JSON)."""
+    with gzip.open(src, "rb") as fh:
+        doc = json.loads(fh.read())
+    events = doc["traceEvents"]
+    timed = [e for e in events if "ts" in e and isinstance(e["ts"], (int, float))]
+    lo = min(e["ts"] for e in timed)
+    hi = max(e["ts"] + e.get("dur", 0) for e in timed)
+    shift = (hi - lo) + 1000
+    with open(out, "w") as fh:
+        head = {k: v for k, v in doc.items() if k != "traceEvents"}
+        fh.write(json.dumps(head)[:-1] + ', "traceEvents": [\n')
+        first = True
+        for c in range(copies):
+            for e in events:
+                e2 = dict(e)
+                if "ts" in e2 and isinstance(e2["ts"], (int, float)):
+                    e2["ts"] = e2["ts"] + c * shift
+                if c and isinstance(e2.get("args"), dict):
+                    a = dict(e2["args"])
+                    for key in ("correlation", "External id"):
+                        if isinstance(a.get(key), int):
+                            a[key] = a[key] + c * 10_000_000
+                    e2["args"] = a
+                if c and e2.get("ph") in ("s", "f") and isinstance(e2.get("id"), int):
+                    e2["id"] = e2["id"] + c * 10_000_000
+                fh.write(("" if first else ",\n") + json.dumps(e2))
+                first = False
+        fh.write("\n]}\n")
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--hta-python", help="an interpreter that can import hta (HolisticTraceAnalysis)")
+    ap.add_argument("--synthetic", type=int, default=0, help="also build and load an N-times replica of the DDP trace")
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--files", nargs="*", default=None, help="corpus file names (default: the DDP trace and a few others)")
+    args = ap.parse_args()
+
+    files = [CORPUS / f for f in (args.files or [DDP, "tracelens_h100_owlv2_inference.json.gz", "kineto_resnet50_nw0_v100.pt.trace.json.gz"])]
+    rows = []
+    tmp = Path(tempfile.mkdtemp(prefix="ti-bench-"))
+    targets = [(f, args.repeat) for f in files if f.exists()]
+    if args.synthetic:
+        synth = make_synthetic(CORPUS / DDP, args.synthetic, tmp / f"ddp_x{args.synthetic}.json")
+        targets.append((synth, 1))
+    for path, repeat in targets:
+        size_mb = path.stat().st_size / 1e6
+        json_mb = size_mb if not path.name.endswith(".gz") else len(gzip.decompress(path.read_bytes())) / 1e6
+        ti = measure(sys.executable, "traceinsight", path, repeat)
+        js = measure(sys.executable, "json", path, repeat)
+        hta = measure(args.hta_python, "hta", path, repeat) if args.hta_python else None
+        rows.append((path.name, json_mb, ti, js, hta))
+
+    print(f"\n{'trace':46s} {'JSON MB':>8s} {'events':>9s} | {'traceinsight s':>14s} {'RSS MB':>7s} | {'json s':>7s} {'RSS MB':>7s} | {'HTA s':>7s} {'RSS MB':>7s} | {'speed-up':>8s} {'RSS ratio':>9s} | {'µs/row':>6s}")
+    for name, mb, ti, js, hta in rows:
+        def cell(r):
+            return (f"{r['seconds']:7.2f} {r['peak_rss_mb']:7.0f}") if r else f"{'-':>7s} {'-':>7s}"
+        speed = f"{hta['seconds'] / ti['seconds']:7.1f}x" if (hta and ti) else f"{'-':>8s}"
+        ratio = f"{ti['peak_rss_mb'] / hta['peak_rss_mb']:9.2f}" if (hta and ti) else f"{'-':>9s}"
+        per = f"{1e6 * ti['seconds'] / max(ti['rows'], 1):6.2f}" if ti else "-"
+        print(f"{name[:46]:46s} {mb:8.1f} {ti['rows'] if ti else 0:9,d} | {ti['seconds'] if ti else 0:14.2f} {ti['peak_rss_mb'] if ti else 0:7.0f} | {cell(js)} | {cell(hta)} | {speed} {ratio} | {per}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

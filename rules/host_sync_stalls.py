@@ -1,0 +1,213 @@
+"""TI002: the host thread blocked waiting for the GPU, and drained the GPU's queue while it waited."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from traceinsight.rule_api import Fix, Location, Option, Rule, Severity, fmt_ns
+
+from ._common import SYNC_CALL, SYNC_OP, innermost_enclosing, innermost_frame, lookup, name_mask, short_name
+
+
+def find_stalls(events: pd.DataFrame, launches: pd.DataFrame) -> pd.DataFrame:
+    """All blocking host calls (any length): explicit syncs, blocking copies/memsets, and async copies into
+    pageable memory (which the driver turns into synchronous ones). ``gpu_sync`` rows stand in for the host call
+    only on ranks whose trace has no blocking runtime rows (they record the same wait from the GPU side).
+    """
+    host = events[(events["device"].to_numpy() < 0) & (events["kind"] == "runtime").to_numpy()]
+    calls = host[name_mask(host["name"], SYNC_CALL)].assign(reason="synchronizing call")
+    parts = [calls]
+    if not launches.empty and "pageable" in events:
+        gpu_idx = launches["gpu_idx"].to_numpy()
+        ck = events["copy_kind"].reindex(gpu_idx).astype(object).to_numpy()
+        pg = events["pageable"].reindex(gpu_idx).to_numpy(dtype=bool)
+        pageable_dtoh = launches[(ck == "DtoH") & pg & ~np.isin(launches["launch_idx"].to_numpy(), calls.index.to_numpy())]
+        if not pageable_dtoh.empty:
+            parts.append(events.loc[pageable_dtoh["launch_idx"].unique()].assign(reason="copy to pageable host memory"))
+    gs = events[(events["kind"] == "gpu_sync").to_numpy()]
+    if not gs.empty:
+        covered = set(pd.concat(parts)["rank"].unique()) if sum(len(p) for p in parts) else set()
+        gs = gs[~gs["rank"].isin(covered)]
+        if not gs.empty:
+            parts.append(gs.assign(reason="GPU-side sync record"))
+    out = pd.concat([p for p in parts if not p.empty]) if any(not p.empty for p in parts) else calls
+    return out.sort_values("start_ns", kind="stable")
+
+
+class HostSyncStalls(Rule):
+    code = "TI002"
+    name = "host-sync-stalls"
+    severity = Severity.WARNING
+    summary = "The host blocks on the GPU (explicit syncs, .item(), .cpu(), blocking copies) and the GPU runs dry meanwhile."
+    why = """
+    PyTorch and TensorFlow launch GPU work asynchronously: the host queues kernels and runs ahead. A
+    synchronization makes the host wait until the queue is empty; when it resumes, the GPU has nothing to do until
+    the host has launched new work. One `loss.item()` per step turns the pipeline into lock-step execution and
+    leaves the GPU idle for the whole host-side time of the next step's first operators.
+    """
+    definition = """
+    A *stall* is a host call that blocks until GPU work finishes: `cudaDeviceSynchronize`, `cudaStreamSynchronize`,
+    `cudaEventSynchronize` (and `cu*`/`hip*` equivalents), synchronous `cudaMemcpy*` / `cudaMemset*` (no `Async`),
+    and `cudaMemcpyAsync` into pageable host memory (device-to-host), which the driver executes synchronously.
+    GPU-side `cuda_sync` records are used only when a trace has no such host calls. Calls shorter than
+    `min_stall_us` (default **50 µs**) are ignored: a sync on an already idle stream returns in a few µs and costs
+    nothing. Like Nsight Systems, every remaining stall is reported (one finding per rank); the finding is a
+    warning when the blocked time or the GPU idle it causes reaches `min_blocked_pct` (default **1 %**) of the
+    rank's GPU active window (first to last GPU activity), and info below that.
+
+    Each stall is attributed to its innermost enclosing framework op on the same thread (`aten::item`,
+    `aten::_local_scalar_dense`, `aten::nonzero`, `aten::to`/`aten::copy_` for `.cpu()`, ...) and, when the trace has
+    stacks, to the innermost Python frame. The *GPU idle caused* is the idle gap of the rank's GPU that begins
+    while the call is blocked (the queue drained under it), up to when the GPU gets work again. The impact is that
+    GPU idle.
+
+    Peers: Nsight Systems' `cuda_api_sync` lists every `cudaDeviceSynchronize`/`cudaStreamSynchronize` with no
+    duration threshold, `cuda_memcpy_sync` every blocking copy except small H2D ones, `cuda_memcpy_async` every
+    pageable async copy; HTA flags runtime calls over 50 µs as outliers (`runtime_cutoff=50`), which is the
+    threshold used here.
+    """
+    fix_pytorch = Fix(
+        "Keep values on the GPU inside the step: accumulate losses/metrics as tensors and read them once per "
+        "logging interval; replace data-dependent shapes (`nonzero`, boolean masks) with fixed-shape ops "
+        "(`torch.where`); copy results to pinned memory with `non_blocking=True`. "
+        "`torch.cuda.set_sync_debug_mode('warn')` reports every implicit sync.",
+        """
+        torch.cuda.set_sync_debug_mode("warn")        # find the hidden syncs
+        total = torch.zeros((), device="cuda")
+        for step, (x, y) in enumerate(loader):
+            loss = criterion(model(x), y)
+            loss.backward(); opt.step(); opt.zero_grad(set_to_none=True)
+            total += loss.detach()                    # was: total += loss.item()
+            if step % 100 == 0:
+                print(total.item() / 100)             # one sync per 100 steps
+                total.zero_()
+        out_host = torch.empty(out.shape, dtype=out.dtype, pin_memory=True)
+        out_host.copy_(out, non_blocking=True)        # was: out.cpu()
+        """,
+    )
+    fix_tensorflow = Fix(
+        "Avoid `.numpy()`, `float(tensor)` and Python control flow on tensor values inside the training loop; keep "
+        "the step in a `tf.function`, let Keras aggregate metrics on the device, and raise `steps_per_execution` "
+        "so the host syncs once per several steps.",
+        """
+        model.compile(optimizer="adam", loss=loss_fn, metrics=["accuracy"], steps_per_execution=32)
+
+        @tf.function
+        def train_step(x, y):
+            ...
+            train_loss.update_state(loss)            # not print(loss.numpy())
+        """,
+    )
+
+    min_stall_us = Option(50.0, "Blocking calls shorter than this (µs) are ignored (HTA's runtime outlier cutoff).")
+    min_blocked_pct = Option(1.0, "Warning (else info) when blocked host time or the GPU idle it causes reaches this % of the GPU active window.")
+    top_n = Option(10, "Evidence rows: the call sites that block longest.")
+
+    def check(self, ctx):
+        ev = ctx.events
+        v = ctx.views
+        stalls = find_stalls(ev, v.launches)
+        stalls = stalls[stalls["dur_ns"] >= int(self.min_stall_us * 1e3)]
+        if stalls.empty:
+            return
+        span = max(v.span_ns, 1)
+        stalls = stalls.copy()
+        stalls["end_ns"] = stalls["start_ns"] + stalls["dur_ns"]
+        # framework op and Python frame around each call
+        host = v.host_events
+        ops = host[host["kind"].isin(("cpu_op",)).to_numpy()]
+        enc = innermost_enclosing(stalls, ops)
+        names = ev["name"].astype(object)
+        stalls["op"] = lookup(names, enc)
+        sync_ops = host[name_mask(host["name"], SYNC_OP)]
+        enc_sync = innermost_enclosing(stalls, sync_ops)
+        stalls["sync_op"] = lookup(names, enc_sync)
+        if "stack" in ev:
+            stk = ev["stack"].astype(object)
+            own = stalls["stack"].astype(object).to_numpy()
+            from_op = lookup(stk, enc)
+            stalls["frame"] = [innermost_frame(a if a is not None and a == a else b) for a, b in zip(own, from_op)]
+        else:
+            py = host[(host["kind"] == "python").to_numpy()]
+            enc_py = innermost_enclosing(stalls, py)
+            stalls["frame"] = lookup(names, enc_py)
+        stalls["site"] = stalls["sync_op"].where(stalls["sync_op"].notna(), stalls["op"])
+        stalls["gpu_idle_ns"] = self._idle_after(v.gaps, stalls)
+
+        for rank, s in stalls.groupby("rank", sort=True):
+            blocked = int(s["dur_ns"].sum())
+            idle = int(s["gpu_idle_ns"].sum())
+            util = v.utilization
+            win = util.loc[util["rank"] == rank, "window_ns"]
+            base = int(win.max()) if len(win) and win.max() > 0 else span
+            share = 100.0 * max(blocked, idle) / base
+            severity = self.severity if share >= self.min_blocked_pct else Severity.INFO
+            key_cols = ["name", "site", "frame", "reason"]
+            grp = (
+                s.assign(name=s["name"].astype(str), site=s["site"].fillna("(none)"), frame=s["frame"].fillna("(no stack)"))
+                .groupby(key_cols, sort=False)
+                .agg(calls=("dur_ns", "size"), blocked_ns=("dur_ns", "sum"), max_ns=("dur_ns", "max"), gpu_idle_ns=("gpu_idle_ns", "sum"), first_ns=("start_ns", "min"))
+                .reset_index()
+                .sort_values("blocked_ns", ascending=False)
+            )
+            top = grp.head(int(self.top_n))
+            evidence = pd.DataFrame(
+                {
+                    "call": top["name"].map(short_name),
+                    "framework_op": top["site"],
+                    "python_frame": top["frame"].map(lambda f: short_name(f, 70)),
+                    "kind": top["reason"],
+                    "calls": top["calls"],
+                    "blocked_ms": (top["blocked_ns"] / 1e6).round(3),
+                    "max_us": (top["max_ns"] / 1e3).round(1),
+                    "gpu_idle_after_ms": (top["gpu_idle_ns"] / 1e6).round(3),
+                    "first_at_ms": (top["first_ns"] / 1e6).round(3),
+                }
+            )
+            lead = top.iloc[0]
+            where = f"rank {rank}: " if len(ctx.meta.ranks) > 1 else ""
+            site = lead["site"] if lead["site"] != "(none)" else lead["name"]
+            yield ctx.finding(
+                title=f"{where}host blocked on the GPU {len(s)} times for {fmt_ns(blocked)}, mostly in {short_name(site, 50)}",
+                message=(
+                    f"{where}{len(s)} blocking calls of {self.min_stall_us:g} µs or more held the host for {fmt_ns(blocked)} "
+                    f"({100.0 * blocked / base:.1f} % of the GPU's active window); the GPU then sat idle for {fmt_ns(idle)} until new work arrived. "
+                    f"The top site is {short_name(lead['name'], 40)} "
+                    f"{'outside any framework op' if lead['site'] == '(none)' else 'under ' + short_name(site, 50)} "
+                    f"({int(lead['calls'])} calls, {fmt_ns(lead['blocked_ns'])})."
+                ),
+                impact_ns=idle,
+                severity=severity,
+                evidence=evidence,
+                location=Location(rank=int(rank)),
+                metrics={
+                    "stalls": int(len(s)),
+                    "blocked_ns": blocked,
+                    "blocked_pct": round(100.0 * blocked / base, 3),
+                    "gpu_idle_ns": idle,
+                    "by_call": {str(k): int(n) for k, n in s.groupby(s["name"].astype(str))["dur_ns"].sum().items()},
+                    "by_site": {str(k): int(n) for k, n in s.groupby(s["site"].fillna("(none)"))["dur_ns"].sum().items()},
+                    "gpu_sync_rows": int((ev["kind"] == "gpu_sync").sum()),
+                },
+                key=f"rank{rank}",
+            )
+
+    @staticmethod
+    def _idle_after(gaps: pd.DataFrame, stalls: pd.DataFrame) -> np.ndarray:
+        """Idle of the rank's GPUs in gaps that begin while the call blocks (the queue drained under it).
+
+        Matched with one merge_asof per rank: the latest gap starting at or before the call's end, kept when it
+        starts after the call did. A gap is charged once even if two calls overlap it.
+        """
+        out = np.zeros(len(stalls), np.int64)
+        if gaps.empty:
+            return out
+        q = pd.DataFrame({"rank": stalls["rank"].to_numpy().astype(np.int64), "t": stalls["end_ns"].to_numpy(), "s": stalls["start_ns"].to_numpy(), "pos": np.arange(len(stalls))})
+        g = gaps.assign(rank=gaps["rank"].astype(np.int64), gid=np.arange(len(gaps)))[["rank", "start_ns", "dur_ns", "gid"]]
+        m = pd.merge_asof(q.sort_values("t"), g.sort_values("start_ns"), left_on="t", right_on="start_ns", by="rank", direction="backward")
+        ok = m["start_ns"].notna().to_numpy() & (m["start_ns"].to_numpy(dtype=float) >= m["s"].to_numpy())
+        m = m[ok]
+        m = m.drop_duplicates("gid")
+        out[m["pos"].to_numpy()] = m["dur_ns"].to_numpy(dtype=np.int64)
+        return out

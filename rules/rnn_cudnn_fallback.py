@@ -1,0 +1,231 @@
+"""TI004: a recurrent layer runs timestep by timestep in small kernels instead of one cuDNN call."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from traceinsight.rule_api import Fix, Location, Option, Rule, Severity, fmt_ns
+
+from ._common import Coverage, name_mask
+
+CUDNN_KERNEL = re.compile(r"RNN_blockPersist|persistRNN|elemWiseRNNcell|LSTM_elementWise|GRU_elementWise|RNN_elementWise|GENERIC_elementWise|cudnn::rnn|miopen.*rnn", re.I)
+CUDNN_OP = re.compile(r"aten::_cudnn_rnn|aten::miopen_rnn|CudnnRNN|CudnnRnnBackward")
+CELL_KERNEL = re.compile(r"lstm_cell_forward|gru_cell_forward|lstm_cell_backward|gru_cell_backward")
+CELL_OP = re.compile(r"^aten::(_thnn_fused_lstm_cell|_thnn_fused_gru_cell|lstm_cell|gru_cell|rnn_tanh_cell|rnn_relu_cell)$|^ThnnFused(Lstm|Gru)CellBackward")
+#: aten::lstm/gru run as a whole layer; fallback when neither cuDNN nor oneDNN executes it underneath.
+LAYER_OP = re.compile(r"^aten::(lstm|gru|rnn_tanh|rnn_relu)$")
+LAYER_BACKEND = re.compile(r"^aten::(_cudnn_rnn|miopen_rnn|mkldnn_rnn_layer)")
+#: TensorFlow generic RNN: ops of a while-loop body under an RNN layer scope (Keras 3) or standard_lstm (Keras 2).
+TF_WHILE = re.compile(r"(^|/)while(_\d+)?/body/.*(lstm|gru|rnn)|(lstm|gru|rnn)[^/]*/while(_\d+)?/body/|^while(_\d+)?/body/_\d+/while/(MatMul|BiasAdd|Sigmoid|Tanh|Relu|Mul|AddV2|Split)(_\d+)?(:|$)", re.I)
+TF_TIMESTEP = re.compile(r"/(MatMul)(_1)?(:|$)")
+
+
+@dataclass
+class RnnDetection:
+    """What a timeline says about recurrent layers (PyTorch ops/kernels, TF op names)."""
+
+    cudnn_kernels: int = 0
+    cudnn_ops: int = 0
+    cell_ops: int = 0  # one per timestep per layer (forward) for PyTorch cells
+    cell_kernels: int = 0
+    fallback_layer_ops: int = 0  # aten::lstm/gru with no cuDNN/oneDNN underneath
+    tf_loop_ops: int = 0
+    tf_timesteps: int = 0
+    fallback_names: dict[str, int] = field(default_factory=dict)
+    fallback_rows: pd.Index = field(default_factory=lambda: pd.Index([]))  # host rows marking the recurrent region
+
+    @property
+    def cudnn(self) -> bool:
+        return self.cudnn_kernels > 0 or self.cudnn_ops > 0
+
+    @property
+    def timesteps(self) -> int:
+        return max(self.cell_ops, self.cell_kernels, self.tf_timesteps)
+
+    @property
+    def fallback(self) -> bool:
+        return self.cell_ops > 0 or self.cell_kernels > 0 or self.fallback_layer_ops > 0 or self.tf_loop_ops > 0
+
+
+def detect_rnn(events: pd.DataFrame) -> RnnDetection:
+    """Finds cuDNN and generic (per-timestep) recurrent execution by name; used by the rule and by tests."""
+    det = RnnDetection()
+    if events.empty:
+        return det
+    names = events["name"]
+    kind = events["kind"].astype(object).to_numpy()
+    is_kernel = kind == "kernel"
+    is_host = events["device"].to_numpy() < 0
+    det.cudnn_kernels = int((name_mask(names, CUDNN_KERNEL) & is_kernel).sum())
+    det.cudnn_ops = int((name_mask(names, CUDNN_OP) & is_host).sum())
+    cell_op = name_mask(names, CELL_OP) & is_host
+    # only the outermost cell op counts a timestep (aten::lstm_cell contains aten::_thnn_fused_lstm_cell on CUDA)
+    outer = cell_op & name_mask(names, re.compile(r"^aten::(lstm_cell|gru_cell|rnn_tanh_cell|rnn_relu_cell)$"))
+    inner = cell_op & ~outer
+    det.cell_ops = int(outer.sum()) if outer.any() else int((inner & name_mask(names, re.compile(r"^aten::_thnn"))).sum())
+    det.cell_kernels = int((name_mask(names, CELL_KERNEL) & is_kernel & name_mask(names, re.compile("forward"))).sum())
+    layer = name_mask(names, LAYER_OP) & is_host
+    if layer.any():
+        backend = events[name_mask(names, LAYER_BACKEND) & is_host]
+        lay = events[layer]
+        has_backend = np.zeros(len(lay), bool)
+        if not backend.empty:
+            from ._common import innermost_enclosing
+
+            enc = innermost_enclosing(backend, lay)
+            has_backend = lay.index.isin([e for e in pd.unique(enc[pd.notna(enc)])])
+        det.fallback_layer_ops = int((~has_backend).sum())
+        layer_fb = lay.index[~has_backend]
+    else:
+        layer_fb = pd.Index([])
+    tf = name_mask(names, TF_WHILE) & is_host
+    det.tf_loop_ops = int(tf.sum())
+    if tf.any():
+        det.tf_timesteps = int((tf & name_mask(names, TF_TIMESTEP)).sum())
+        # LSTM/GRU bodies run two MatMuls per step (input and recurrent); count steps, not GEMMs
+        det.tf_timesteps = max(det.tf_timesteps // 2, 1)
+    fb = cell_op | tf | events.index.isin(layer_fb)
+    det.fallback_rows = events.index[fb]
+    if fb.any():
+        det.fallback_names = {str(k): int(v) for k, v in events.loc[fb, "name"].astype(str).value_counts().head(8).items()}
+    return det
+
+
+class RnnCudnnFallback(Rule):
+    code = "TI004"
+    name = "rnn-cudnn-fallback"
+    severity = Severity.WARNING
+    summary = "A recurrent layer (LSTM/GRU) runs as a per-timestep loop of small kernels instead of the fused cuDNN kernel."
+    why = """
+    cuDNN runs a whole LSTM/GRU layer over the sequence in a handful of (often persistent) kernels. The generic
+    path launches 2 GEMMs and a few elementwise kernels per timestep, strictly in sequence, each a few µs long:
+    the GPU waits for the host between every one of them, and recurrent layers get 3-10x slower. Keras falls back
+    silently when a layer argument is outside cuDNN's support; PyTorch falls back for `nn.LSTMCell` loops and when
+    cuDNN is disabled or the dtype unsupported.
+    """
+    definition = """
+    cuDNN is *recognised* when a kernel name contains `RNN_blockPersist`, `persistRNN`, `elemWiseRNNcell`,
+    `LSTM_elementWise`, `GRU_elementWise` (mangled `_Z...` names included) or an op is `aten::_cudnn_rnn` /
+    `CudnnRNN*`. The *fallback* is recognised by PyTorch cell ops (`aten::lstm_cell`, `aten::gru_cell`,
+    `aten::_thnn_fused_lstm_cell`, `aten::_thnn_fused_gru_cell`), their kernels (`lstm_cell_forward`,
+    `gru_cell_forward`), `aten::lstm`/`aten::gru` ops with no cuDNN/oneDNN op inside, or TensorFlow ops of a
+    `while/body` loop under an LSTM/GRU/RNN scope (Keras 3) or Keras 2's `standard_lstm` body
+    (`while/body/.../MatMul`, `BiasAdd`, `Sigmoid`, `Tanh`).
+
+    A finding is made when the trace has GPU activity, no cuDNN RNN is recognised, and at least `min_timesteps`
+    (default **4**) timesteps of fallback execution are seen. The *recurrent region* is, per host thread and step,
+    the time from the first to the last fallback op; the impact is the GPU idle time inside that region (what a
+    single cuDNN call, which keeps the GPU busy, would remove). There is no peer rule: TensorBoard's kernel stats
+    only mark `CudnnRNN` ops as Tensor-Core eligible; this rule follows the research in `tf_and_rnn.md` §3.4.
+    """
+    fix_pytorch = Fix(
+        "Run the layer over the whole sequence with `nn.LSTM`/`nn.GRU` (not an `nn.LSTMCell` Python loop), keep "
+        "`torch.backends.cudnn.enabled = True`, use float32/float16 inputs on the GPU (bf16 lacks persistent "
+        "kernels), call `flatten_parameters()` after moving or wrapping the module, pack variable-length batches, "
+        "and keep recurrent modules out of `torch.compile` (it unrolls them into tiny GEMMs). At very small batch "
+        "sizes the CPU can beat the GPU for such layers; measure before moving them.",
+        """
+        # bad: one cell launch chain per timestep
+        cell = nn.LSTMCell(256, 512).cuda()
+        for t in range(x.size(0)):
+            h, c = cell(x[t], (h, c))
+
+        # good: one cuDNN call for the whole sequence
+        lstm = nn.LSTM(256, 512, batch_first=False).cuda()
+        lstm.flatten_parameters()
+        packed = nn.utils.rnn.pack_padded_sequence(x, lengths, enforce_sorted=False)
+        out, (h, c) = lstm(packed)
+        """,
+    )
+    fix_tensorflow = Fix(
+        "Keras uses the cuDNN kernel only with activation='tanh', recurrent_activation='sigmoid', "
+        "recurrent_dropout=0, unroll=False, use_bias=True, (GRU) reset_after=True, and no mask or a right-padded "
+        "mask, when running eagerly-built on a GPU. Keras 3 falls back silently: pass use_cudnn=True so it raises "
+        "instead. At small batch sizes the CPU can be faster than the GPU for these layers.",
+        """
+        layer = tf.keras.layers.LSTM(
+            512, activation="tanh", recurrent_activation="sigmoid",
+            recurrent_dropout=0.0, unroll=False, use_bias=True,
+            use_cudnn=True,            # Keras 3: fail loudly instead of falling back
+        )
+        gru = tf.keras.layers.GRU(512, reset_after=True)
+        """,
+    )
+
+    min_timesteps = Option(4, "Fallback execution must cover at least this many timesteps to be reported.")
+
+    def check(self, ctx):
+        v = ctx.views
+        if v.gpu_activity.empty:
+            return
+        det = detect_rnn(ctx.events)
+        if det.cudnn or not det.fallback or det.timesteps < self.min_timesteps:
+            return
+        ev = ctx.events
+        rows = ev.loc[det.fallback_rows, ["rank", "pid", "tid", "step", "start_ns", "dur_ns"]]
+        rows = rows.assign(end_ns=rows["start_ns"] + rows["dur_ns"])
+        regions = rows.groupby(["rank", "pid", "tid", "step"]).agg(start_ns=("start_ns", "min"), end_ns=("end_ns", "max"), ops=("dur_ns", "size")).reset_index()
+        regions["dur_ns"] = regions["end_ns"] - regions["start_ns"]
+        # GPU work launched inside the region and GPU busy time inside it
+        ln = v.launches
+        busy = v.busy
+        kernels_in = np.zeros(len(regions), np.int64)
+        busy_in = np.zeros(len(regions), np.int64)
+        for rank in regions["rank"].unique():
+            m = (regions["rank"] == rank).to_numpy()
+            b = busy[busy["rank"] == rank]
+            cov = Coverage(b["start_ns"].to_numpy(), b["end_ns"].to_numpy())
+            busy_in[m] = cov.overlap(regions["start_ns"].to_numpy()[m], regions["end_ns"].to_numpy()[m])
+            if not ln.empty:
+                ls = np.sort(ln.loc[(ln["rank"] == rank) & (ln["kind"] == "kernel"), "launch_start_ns"].to_numpy())
+                kernels_in[m] = np.searchsorted(ls, regions["end_ns"].to_numpy()[m]) - np.searchsorted(ls, regions["start_ns"].to_numpy()[m])
+        regions["kernels"] = kernels_in
+        regions["gpu_busy_ns"] = busy_in
+        region_ns = int(regions["dur_ns"].sum())
+        idle_ns = int((regions["dur_ns"] - regions["gpu_busy_ns"]).clip(lower=0).sum())
+        n_kernels = int(regions["kernels"].sum())
+        steps = det.timesteps
+        per_step = n_kernels / steps if steps else 0.0
+        busy_pct = 100.0 * int(regions["gpu_busy_ns"].sum()) / max(region_ns, 1)
+        top = regions.nlargest(10, "dur_ns")
+        evidence = pd.DataFrame(
+            {
+                "step": top["step"].to_numpy(),
+                "thread": top["tid"].to_numpy(),
+                "start_ms": (top["start_ns"] / 1e6).round(3).to_numpy(),
+                "region_ms": (top["dur_ns"] / 1e6).round(3).to_numpy(),
+                "fallback_ops": top["ops"].to_numpy(),
+                "kernels": top["kernels"].to_numpy(),
+                "gpu_busy_pct": (100.0 * top["gpu_busy_ns"] / top["dur_ns"].clip(lower=1)).round(1).to_numpy(),
+            }
+        )
+        names = ", ".join(f"{n} ×{c}" for n, c in list(det.fallback_names.items())[:4])
+        ranks = sorted(int(r) for r in regions["rank"].unique())
+        yield ctx.finding(
+            title=f"RNN runs per timestep without cuDNN: {steps} timesteps, {per_step:.1f} kernels each",
+            message=(
+                f"No cuDNN RNN kernel or op was found, but {steps} timesteps of a generic recurrent loop were ({names}). "
+                f"The recurrent region lasts {fmt_ns(region_ns)}; it launched {n_kernels} kernels "
+                f"(~{per_step:.1f} per timestep) and kept the GPU busy only {busy_pct:.0f} % of that time, "
+                f"so {fmt_ns(idle_ns)} of GPU idle is spent between the per-timestep kernels."
+            ),
+            impact_ns=idle_ns,
+            evidence=evidence,
+            location=Location(rank=ranks[0] if len(ranks) == 1 else None),
+            metrics={
+                "cudnn_recognised": False,
+                "timesteps": steps,
+                "kernels_per_timestep": round(per_step, 2),
+                "recurrent_region_ns": region_ns,
+                "gpu_busy_pct_in_region": round(busy_pct, 2),
+                "fallback_ops": det.fallback_names,
+                "cell_ops": det.cell_ops,
+                "cell_kernels": det.cell_kernels,
+                "tf_loop_ops": det.tf_loop_ops,
+            },
+            key="rnn-fallback",
+        )

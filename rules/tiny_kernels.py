@@ -1,0 +1,162 @@
+"""TI003: most kernels are so short that launching them costs more than running them."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from traceinsight.rule_api import Fix, Location, Option, Rule, Severity, fmt_ns
+
+from ._common import innermost_enclosing, lookup, short_name
+
+
+class TinyKernels(Rule):
+    code = "TI003"
+    name = "tiny-kernels"
+    severity = Severity.WARNING
+    summary = "Many kernels are shorter than their own launch; the GPU waits on the host between them (launch-bound)."
+    why = """
+    Launching a kernel costs the host 5-20 µs (framework dispatch + CUDA launch). A kernel that runs for 3 µs
+    finishes before the next launch arrives, so the GPU alternates between a little work and waiting. Such
+    workloads do not get faster on a faster GPU; they need fewer, larger kernels.
+    """
+    definition = """
+    A kernel is *launch-bound* when it runs shorter than `max_kernel_us` (default **10 µs**, TraceLens'
+    `short_kernel_threshold_us`) or shorter than the host call that launched it (HTA's "short GPU kernel":
+    GPU duration < CPU launch duration). A finding is made per (rank, device) when launch-bound kernels are at least
+    `min_share_pct` (default **50 %**) of all kernels and the idle time before them is at least `min_idle_pct`
+    (default **2 %**) of the device's active window; without the second condition a GPU whose queue is full
+    (many small kernels back to back, no idle) would be flagged although launching is not its bottleneck.
+
+    Impact: the device-idle gaps (all streams merged) that end at a launch-bound kernel and are shorter than
+    `max_gap_us` (default 100 µs, TI001's lower bound, so TI001 and TI003 never count the same gap). Fusing these
+    kernels (torch.compile, XLA) or replaying them as a CUDA graph removes these gaps; the kernels' own run time
+    stays, so this is a lower bound on launch overhead, not on total savings.
+    """
+    fix_pytorch = Fix(
+        "Give each launch more work: larger batches; fuse elementwise chains with `torch.compile`; replay the step "
+        "as a CUDA graph (`mode=\"reduce-overhead\"` or `torch.cuda.graphs`) when shapes are static; use the "
+        "foreach/fused optimizer implementations instead of one kernel per parameter.",
+        """
+        model = torch.compile(model, mode="reduce-overhead")      # fusion + CUDA graphs
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=True)
+
+        # or capture a static step by hand
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            static_out = model(static_in)
+        static_in.copy_(batch); g.replay()
+        """,
+    )
+    fix_tensorflow = Fix(
+        "Compile the step with XLA so elementwise ops fuse into few kernels, increase the batch, and run several "
+        "steps per `tf.function` call.",
+        """
+        @tf.function(jit_compile=True)
+        def train_step(x, y): ...
+
+        model.compile(optimizer="adam", loss=loss_fn, jit_compile=True, steps_per_execution=32)
+        """,
+    )
+
+    max_kernel_us = Option(10.0, "Kernels shorter than this (µs) count as tiny (TraceLens short-kernel threshold).")
+    min_share_pct = Option(50.0, "Report when at least this % of a device's kernels are launch-bound.")
+    min_idle_pct = Option(2.0, "...and the idle gaps before them are at least this % of the device's active window.")
+    max_gap_us = Option(100.0, "Only gaps shorter than this (µs) count as launch overhead; longer ones are TI001's.")
+    top_n = Option(10, "Evidence rows: the launch-bound kernels with the most occurrences.")
+
+    def check(self, ctx):
+        v = ctx.views
+        k = v.kernels
+        if k.empty:
+            return
+        k = k[["rank", "device", "stream", "name", "start_ns", "dur_ns", "pid", "correlation"]].copy()
+        # the launch of each kernel (duration and row) from the shared launches view
+        ln = v.launches
+        if not ln.empty:
+            lk = ln[ln["kind"] == "kernel"].drop_duplicates("gpu_idx").set_index("gpu_idx")
+            k["launch_dur_ns"] = lk["launch_dur_ns"].reindex(k.index).to_numpy()
+            k["launch_idx"] = lk["launch_idx"].reindex(k.index).to_numpy()
+        else:
+            k["launch_dur_ns"] = np.nan
+            k["launch_idx"] = np.nan
+        tiny = k["dur_ns"].to_numpy() < self.max_kernel_us * 1e3
+        shorter = k["dur_ns"].to_numpy() < np.nan_to_num(k["launch_dur_ns"].to_numpy(dtype=float), nan=-1.0)
+        k["bound"] = tiny | shorter
+        k["tiny"] = tiny
+
+        gaps = v.gaps
+        gaps = gaps[gaps["dur_ns"] < self.max_gap_us * 1e3]
+        bound_starts = k.loc[k["bound"], ["rank", "device", "start_ns"]].drop_duplicates()
+        g = gaps.merge(bound_starts, left_on=["rank", "device", "end_ns"], right_on=["rank", "device", "start_ns"], suffixes=("", "_k"))
+        idle_by_dev = g.groupby(["rank", "device"])["dur_ns"].agg(idle_ns="sum", n_gaps="size")
+
+        util = v.utilization.set_index(["rank", "device"])
+        stats = k.groupby(["rank", "device"]).agg(
+            kernels=("bound", "size"), bound=("bound", "sum"), tiny=("tiny", "sum"), kernel_ns=("dur_ns", "sum")
+        )
+        stats["bound_ns"] = k[k["bound"]].groupby(["rank", "device"])["dur_ns"].sum()
+        stats = stats.join(idle_by_dev).join(util[["window_ns"]]).fillna(0)
+        stats["share_pct"] = 100.0 * stats["bound"] / stats["kernels"].clip(lower=1)
+        stats["idle_pct"] = 100.0 * stats["idle_ns"] / stats["window_ns"].clip(lower=1)
+        hit = stats[(stats["share_pct"] >= self.min_share_pct) & (stats["idle_pct"] >= self.min_idle_pct)]
+        if hit.empty:
+            return
+        for (rank, device), row in hit.iterrows():
+            kb = k[(k["rank"] == rank) & (k["device"] == device) & k["bound"]]
+            evidence = self._offenders(ctx, kb)
+            multi = len(ctx.meta.ranks) > 1 or len(stats) > 1
+            where = f"rank {rank} GPU {device}" if multi else f"GPU {device}"
+            idle = int(row["idle_ns"])
+            top = evidence.iloc[0]
+            yield ctx.finding(
+                title=f"{where}: {row['share_pct']:.0f} % of kernels are launch-bound (< {self.max_kernel_us:g} µs or shorter than their launch)",
+                message=(
+                    f"{int(row['bound'])} of {int(row['kernels'])} kernels on {where} ({row['share_pct']:.0f} %) ran shorter than "
+                    f"{self.max_kernel_us:g} µs or than their own launch call; together they are "
+                    f"{100.0 * row['bound_ns'] / max(row['kernel_ns'], 1):.1f} % of kernel time. The GPU idled "
+                    f"{fmt_ns(idle)} ({row['idle_pct']:.1f} % of its active window) in {int(row['n_gaps'])} short gaps before them. "
+                    f"Most frequent: {top['kernel']} ({int(top['count'])}×, mean {top['mean_us']} µs), launched from {top['launched_by']}."
+                ),
+                impact_ns=idle,
+                evidence=evidence,
+                location=Location(rank=int(rank), device=int(device)),
+                metrics={
+                    "kernels": int(row["kernels"]),
+                    "launch_bound_kernels": int(row["bound"]),
+                    "tiny_kernels": int(row["tiny"]),
+                    "launch_bound_share_pct": round(float(row["share_pct"]), 3),
+                    "launch_bound_time_share_pct": round(100.0 * float(row["bound_ns"]) / max(float(row["kernel_ns"]), 1.0), 3),
+                    "idle_before_ns": idle,
+                    "idle_pct": round(float(row["idle_pct"]), 3),
+                },
+                key=f"rank{rank}-gpu{device}",
+            )
+
+    def _offenders(self, ctx, kb: pd.DataFrame) -> pd.DataFrame:
+        """Top kernels by count, each with the framework op that launched it most often."""
+        ev = ctx.events
+        names = ev["name"].astype(object)
+        launched_by = np.full(len(kb), None, dtype=object)
+        li = kb["launch_idx"].to_numpy(dtype=float)
+        has = ~np.isnan(li)
+        if has.any():
+            launch_rows = ev.loc[li[has].astype(np.int64)]
+            ops = ctx.views.host_events
+            ops = ops[(ops["kind"] == "cpu_op").to_numpy()]
+            launched_by[has] = lookup(names, innermost_enclosing(launch_rows, ops))
+        kb = kb.assign(launched_by=pd.Series(launched_by, index=kb.index).fillna("(unknown)"), name=kb["name"].astype(str))
+        agg = kb.groupby("name").agg(count=("dur_ns", "size"), mean_ns=("dur_ns", "mean"), total_ns=("dur_ns", "sum"), launch_ns=("launch_dur_ns", "mean"))
+        agg = agg.sort_values("count", ascending=False).head(int(self.top_n))
+        op = kb[kb["name"].isin(agg.index)].groupby(["name", "launched_by"]).size().reset_index(name="n")
+        op = op.sort_values("n", ascending=False).drop_duplicates("name").set_index("name")["launched_by"]
+        return pd.DataFrame(
+            {
+                "kernel": [short_name(n) for n in agg.index],
+                "count": agg["count"].to_numpy(),
+                "mean_us": (agg["mean_ns"] / 1e3).round(2).to_numpy(),
+                "total_us": (agg["total_ns"] / 1e3).round(1).to_numpy(),
+                "mean_launch_us": (agg["launch_ns"] / 1e3).round(2).to_numpy(),
+                "launched_by": op.reindex(agg.index).to_numpy(),
+            }
+        )

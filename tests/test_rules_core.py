@@ -1,0 +1,247 @@
+"""TI001-TI004 on planted kineto traces (exact expectations) and on the real corpus (direction and ratios)."""
+
+from __future__ import annotations
+
+import pytest
+
+import traceinsight
+from tests.conftest import corpus_file
+from tests.helpers.kineto_writer import KinetoTrace
+
+
+def _one(path, code, **options):
+    a = traceinsight.analyze(path, select=[code], options={code: options} if options else None)
+    return [f for f in a.findings if f.code == code]
+
+
+def _busy_steps(t: KinetoTrace, steps: int, step_us: float, busy_us: float, *, first=0.0, kernel_us=50.0):
+    """Steps whose first ``busy_us`` are back-to-back 50 µs kernels launched well ahead (a healthy GPU)."""
+    for s in range(steps):
+        t0 = first + s * step_us
+        t.step(s, t0, step_us)
+        n = int(busy_us // kernel_us)
+        for i in range(n):
+            t.kernel("volta_sgemm_128x64_nn", t0 + 10 + i * kernel_us, kernel_us, launch_us=t0 + i * 0.5)
+
+
+# --- TI001 -----------------------------------------------------------------------------------------------
+def test_ti001_data_loading_gaps(tmp_path):
+    t = KinetoTrace()
+    for s in range(5):  # 1 ms compute, then 2 ms in the DataLoader with the GPU idle
+        t0 = s * 3000.0
+        t.step(s, t0, 3000.0)
+        for i in range(20):
+            t.kernel("volta_sgemm_128x64_nn", t0 + 10 + i * 50, 50.0, launch_us=t0 + i * 0.5)
+        t.annotation("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", t0 + 1015.0, 1980.0)
+    (f,) = _one(t.write(tmp_path / "t.json"), "TI001")
+    # 4 gaps between steps: from the last kernel end (t0+1010) to the next step's first kernel (t0+3010) = 2000 µs
+    assert f.impact_ns == pytest.approx(4 * 2_000_000, rel=0.01)
+    assert f.metrics["top_cause"] == "data loading" and f.metrics["cause_pct"]["data loading"] == 100.0
+    assert len(f.evidence) == 4 and set(f.evidence["cause"]) == {"data loading"}
+    assert "enumerate(DataLoader)" in f.evidence["host_activity"].iloc[0]
+    assert f.evidence["duration_us"].iloc[0] == pytest.approx(2000.0, abs=1)
+
+
+def test_ti001_causes_sync_host_and_k2k(tmp_path):
+    t = KinetoTrace()
+    t.step(0, 0.0, 10_000.0)
+    t.kernel("k_a", 10.0, 1000.0, launch_us=0.0)
+    # gap 1 (1010 -> 2510): a cudaStreamSynchronize waiting for k_a, then the host builds the next launch
+    t.runtime("cudaStreamSynchronize", 900.0, 115.0)
+    op = t.cpu_op("aten::linear", 1100.0, 1410.0)
+    t.kernel("k_b", 2510.0, 1000.0, launch_us=2500.0, op=op)
+    # gap 2 (3510 -> 4510): launched long before, the GPU waited on something else (kernel-to-kernel delay)
+    t.kernel("k_c", 4510.0, 1000.0, launch_us=2600.0)
+    # gap 3 (5510 -> 7010): host busy in Python-side ops before launching
+    t.cpu_op("aten::index", 5520.0, 1470.0)
+    t.kernel("k_d", 7010.0, 1000.0, launch_us=7000.0)
+    (f,) = _one(t.write(tmp_path / "t.json"), "TI001")
+    ev = f.evidence.sort_values("start_ms")
+    assert list(ev["cause"].str.split(" ").str[0]) == ["host", "kernel-to-kernel", "host"]
+    assert ev["cause"].iloc[0] == "host synchronization"
+    assert ev["cause"].iloc[2].startswith("host busy in CPU ops")
+    assert f.impact_ns == pytest.approx(1_500_000 + 1_000_000 + 1_500_000, rel=0.001)
+
+
+def test_ti001_negative_busy_gpu(tmp_path):
+    t = KinetoTrace()
+    _busy_steps(t, 4, 1000.0, 990.0)
+    assert _one(t.write(tmp_path / "t.json"), "TI001") == []
+
+
+def test_ti001_real_dataloader_nw0_vs_nw4():
+    (f0,) = _one(corpus_file("pytorch/kineto_resnet50_nw0_v100.pt.trace.json.gz"), "TI001")
+    f4 = _one(corpus_file("pytorch/kineto_resnet50_nw4_v100.pt.trace.json.gz"), "TI001")
+    assert f0.metrics["top_cause"] == "data loading" and f0.metrics["cause_pct"]["data loading"] > 70
+    assert f0.metrics["idle_pct"] == pytest.approx(39.4, abs=1.0)  # HTA temporal breakdown: 39.4 %
+    dl0 = f0.metrics["cause_ns"]["data loading"]
+    dl4 = sum(f.metrics["cause_ns"].get("data loading", 0) for f in f4)
+    assert dl0 > 20 * max(dl4, 1)
+    assert all(f.impact_ns < f0.impact_ns / 2 for f in f4)
+
+
+# --- TI002 -----------------------------------------------------------------------------------------------
+def _item_step(t: KinetoTrace, t0: float, wait_us: float):
+    """loss.item(): aten::item -> _local_scalar_dense -> DtoH copy + cudaStreamSynchronize waiting for a long kernel."""
+    t.kernel("volta_sgemm_128x64_nn", t0 + 10, wait_us, launch_us=t0)
+    item = t.cpu_op("aten::item", t0 + 20, wait_us + 40)
+    t.cpu_op("aten::_local_scalar_dense", t0 + 22, wait_us + 36)
+    t.memcpy("DtoH", t0 + 10 + wait_us, 2.0, 4, launch_us=t0 + 25, launch_dur_us=5.0, pageable=False)
+    t.runtime("cudaStreamSynchronize", t0 + 32, wait_us - 18)
+    # after the sync the host needs 300 µs of Python before the next launch: GPU idle
+    t.kernel("volta_sgemm_128x64_nn", t0 + wait_us + 360, 100.0, launch_us=t0 + wait_us + 350)
+    return item
+
+
+def test_ti002_item_sync_stalls(tmp_path):
+    t = KinetoTrace()
+    for s in range(3):
+        t.step(s, s * 2000.0, 2000.0)
+        _item_step(t, s * 2000.0, 1000.0)
+    t.runtime("cudaDeviceSynchronize", 6500.0, 30.0)  # shorter than min_stall_us: ignored
+    (f,) = _one(t.write(tmp_path / "t.json"), "TI002")
+    assert f.metrics["stalls"] == 3
+    assert f.metrics["blocked_ns"] == pytest.approx(3 * 982_000, rel=0.001)
+    assert f.evidence["framework_op"].iloc[0] == "aten::_local_scalar_dense"  # innermost op of loss.item()
+    assert f.evidence["call"].iloc[0] == "cudaStreamSynchronize"
+    # GPU idle from the copy's end (t0+1012) to the next kernel (t0+1360): 348 µs per step
+    assert f.impact_ns == pytest.approx(3 * 348_000, rel=0.01)
+    assert f.severity.value == "warning"
+
+
+def test_ti002_pageable_copy_and_sync_memcpy(tmp_path):
+    t = KinetoTrace()
+    t.step(0, 0.0, 5000.0)
+    t.kernel("k", 10.0, 500.0, launch_us=0.0)
+    t.cpu_op("aten::to", 20.0, 800.0)
+    t.memcpy("DtoH", 510.0, 200.0, 1 << 20, pageable=True, launch_us=30.0, launch_dur_us=690.0)
+    t.memcpy("DtoH", 1500.0, 300.0, 1 << 20, sync=True, launch_us=1400.0)
+    t.kernel("k", 3000.0, 500.0, launch_us=2990.0)
+    (f,) = _one(t.write(tmp_path / "t.json"), "TI002")
+    kinds = dict(zip(f.evidence["call"], f.evidence["kind"]))
+    assert kinds == {"cudaMemcpyAsync": "copy to pageable host memory", "cudaMemcpy": "synchronizing call"}
+    assert f.metrics["blocked_ns"] == pytest.approx(690_000 + 401_000, rel=0.001)
+
+
+def test_ti002_negative_async_pipeline(tmp_path):
+    t = KinetoTrace()
+    _busy_steps(t, 4, 1000.0, 990.0)
+    t.runtime("cudaStreamSynchronize", 3995.0, 10.0)  # a sync on an idle stream: a few µs, no stall
+    assert _one(t.write(tmp_path / "t.json"), "TI002") == []
+
+
+def test_ti002_real_alexnet_cudasync():
+    (f,) = _one(corpus_file("pytorch/hta_alexnet_a100_cudasync.json.gz"), "TI002")
+    assert f.metrics["stalls"] >= 7
+    assert set(f.metrics["by_call"]) == {"cudaStreamSynchronize", "cudaDeviceSynchronize"}
+    assert f.metrics["by_site"].get("aten::copy_", 0) > 0
+    assert f.metrics["gpu_sync_rows"] > 0
+
+
+# --- TI003 -----------------------------------------------------------------------------------------------
+def test_ti003_launch_bound(tmp_path):
+    t = KinetoTrace()
+    t.step(0, 0.0, 2000.0)
+    for i in range(100):  # 3 µs kernels launched every 15 µs: GPU idle 12 µs before each
+        op = t.cpu_op("aten::add_", i * 15.0, 14.0)
+        t.kernel("vectorized_elementwise_kernel<AddFunctor>", i * 15.0 + 10, 3.0, launch_us=i * 15.0 + 2, launch_dur_us=6.0, op=op)
+    (f,) = _one(t.write(tmp_path / "t.json"), "TI003")
+    assert f.metrics["launch_bound_kernels"] == 100 and f.metrics["launch_bound_share_pct"] == 100.0
+    assert f.impact_ns == pytest.approx(99 * 12_000, rel=0.01)
+    assert f.evidence["launched_by"].iloc[0] == "aten::add_" and f.evidence["count"].iloc[0] == 100
+
+
+def test_ti003_negative_small_but_queued(tmp_path):
+    t = KinetoTrace()
+    t.step(0, 0.0, 2000.0)
+    for i in range(100):  # tiny kernels but the queue is full: back to back, no idle
+        t.kernel("tiny", 100.0 + i * 5.0, 5.0, launch_us=i * 0.9, launch_dur_us=0.8)
+    assert _one(t.write(tmp_path / "t.json"), "TI003") == []
+
+
+def test_ti003_negative_big_kernels(tmp_path):
+    t = KinetoTrace()
+    _busy_steps(t, 2, 2000.0, 1500.0)
+    assert _one(t.write(tmp_path / "t.json"), "TI003") == []
+
+
+# --- TI004 -----------------------------------------------------------------------------------------------
+def _lstm_cell_loop(t: KinetoTrace, t0: float, steps: int):
+    for s in range(steps):
+        c0 = t0 + s * 60.0
+        cell = t.cpu_op("aten::lstm_cell", c0, 55.0)
+        t.cpu_op("aten::mm", c0 + 2, 10.0)
+        t.kernel("ampere_sgemm_32x32_sliced1x4_nn", c0 + 9, 4.0, launch_us=c0 + 4)
+        t.cpu_op("aten::mm", c0 + 14, 10.0)
+        t.kernel("ampere_sgemm_32x32_sliced1x4_nn", c0 + 21, 4.0, launch_us=c0 + 16)
+        t.cpu_op("aten::_thnn_fused_lstm_cell", c0 + 26, 20.0)
+        t.kernel("void at::native::(anonymous namespace)::lstm_cell_forward<float, float, int, 1>", c0 + 35, 3.0, launch_us=c0 + 30)
+    return cell
+
+
+def test_ti004_lstm_cell_fallback(tmp_path):
+    t = KinetoTrace()
+    t.step(0, 0.0, 2000.0)
+    _lstm_cell_loop(t, 10.0, 20)
+    (f,) = _one(t.write(tmp_path / "t.json"), "TI004")
+    assert f.metrics["cudnn_recognised"] is False and f.metrics["timesteps"] == 20
+    assert f.metrics["kernels_per_timestep"] == pytest.approx(3.0)
+    assert f.metrics["recurrent_region_ns"] == pytest.approx(19 * 60_000 + 55_000, rel=0.001)
+    assert f.impact_ns == pytest.approx(f.metrics["recurrent_region_ns"] - 20 * 11_000, rel=0.01)
+    assert "nn.LSTM" in f.fixes["pytorch"].text and "recurrent_dropout" in f.fixes["tensorflow"].text
+
+
+def test_ti004_negative_cudnn(tmp_path):
+    t = KinetoTrace()
+    t.step(0, 0.0, 2000.0)
+    t.cpu_op("aten::lstm", 10.0, 500.0)
+    t.cpu_op("aten::_cudnn_rnn", 20.0, 480.0)
+    t.kernel("_Z24RNN_blockPersist_fp_LSTMIfffLi128EEv17cudnnRNNStride_t", 60.0, 400.0, launch_us=30.0)
+    t.kernel("_Z18persistRNN_addBiasIffEv14cudnnRNNMode_t", 40.0, 5.0, launch_us=25.0)
+    assert _one(t.write(tmp_path / "t.json"), "TI004") == []
+
+
+def test_ti004_real_gru_cudnn_recognised():
+    from traceinsight.rules.rnn_cudnn_fallback import detect_rnn
+
+    p = corpus_file("pytorch/hdai_gru_cudnn_rtx5070ti_laptop.json.gz")
+    det = detect_rnn(traceinsight.load(p).events)
+    assert det.cudnn and det.cudnn_kernels > 0 and det.cudnn_ops > 0 and not det.fallback
+    assert _one(p, "TI004") == []
+
+
+@pytest.mark.slow
+def test_ti004_torch_cpu_lstm_vs_lstmcell(tmp_path):
+    torch = pytest.importorskip("torch")
+    from torch.profiler import ProfilerActivity, profile
+
+    from traceinsight.rules.rnn_cudnn_fallback import detect_rnn
+
+    T, x = 12, torch.randn(12, 4, 16)
+    lstm, cell = torch.nn.LSTM(16, 32), torch.nn.LSTMCell(16, 32)
+    with torch.no_grad():
+        with profile(activities=[ProfilerActivity.CPU]) as p1:
+            lstm(x)
+        p1.export_chrome_trace(str(tmp_path / "lstm.json"))
+        with profile(activities=[ProfilerActivity.CPU]) as p2:
+            h = c = torch.zeros(4, 32)
+            for i in range(T):
+                h, c = cell(x[i], (h, c))
+        p2.export_chrome_trace(str(tmp_path / "cell.json"))
+    d_lstm = detect_rnn(traceinsight.load(tmp_path / "lstm.json").events)
+    d_cell = detect_rnn(traceinsight.load(tmp_path / "cell.json").events)
+    assert d_cell.fallback and d_cell.cell_ops == T and d_cell.timesteps == T
+    assert not d_lstm.fallback and d_lstm.cell_ops == 0
+    # CPU-only traces are not a cuDNN question: the rule itself stays silent
+    assert _one(tmp_path / "cell.json", "TI004") == []
+
+
+# --- docs ----------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("code", ["TI001", "TI002", "TI003", "TI004"])
+def test_rule_docs_have_definition_and_fixes(code):
+    rs = traceinsight.discover()
+    cls = rs.rules[code]
+    doc = cls.docs()
+    for section in ("## Why it matters", "## What is measured", "## Options", "## Fix in PyTorch", "## Fix in TensorFlow", "```python"):
+        assert section in doc, (code, section)
+    assert all(o.help for o in cls.options.values())
