@@ -10,6 +10,8 @@ import pandas as pd
 
 from traceinsight.rule_api import Fix, Location, Option, Rule, Severity, fmt_ns
 
+from traceinsight.tf_signals import recurrent_loop_signature
+
 from ._common import Coverage, name_mask
 
 CUDNN_KERNEL = re.compile(r"RNN_blockPersist|persistRNN|elemWiseRNNcell|LSTM_elementWise|GRU_elementWise|RNN_elementWise|GENERIC_elementWise|cudnn::rnn|miopen.*rnn", re.I)
@@ -121,6 +123,12 @@ class RnnCudnnFallback(Rule):
     the time from the first to the last fallback op; the impact is the GPU idle time inside that region (what a
     single cuDNN call, which keeps the GPU busy, would remove). There is no peer rule: TensorBoard's kernel stats
     only mark `CudnnRNN` ops as Tensor-Core eligible; this rule follows the research in `tf_and_rnn.md` §3.4.
+
+    **Host-only TensorFlow traces** (recorded without a GPU) have every Keras RNN in the generic loop, so the rule
+    instead reads each forward loop body: 3 sigmoid + 2 activation ops per timestep make an LSTM, 2 + 1 a GRU;
+    `Relu` instead of `Tanh` means `activation="relu"`; more than 2 MatMuls per LSTM timestep means
+    `recurrent_dropout > 0`; recurrent MatMuls inside a GRU body mean `reset_after=False`. Layers that would not get
+    cuDNN on a GPU give a warning; layers that would get it give an info finding saying so.
     """
     fix_pytorch = Fix(
         "Run the layer over the whole sequence with `nn.LSTM`/`nn.GRU` (not an `nn.LSTMCell` Python loop), keep "
@@ -161,6 +169,9 @@ class RnnCudnnFallback(Rule):
     def check(self, ctx):
         v = ctx.views
         if v.gpu_activity.empty:
+            # A host-only TensorFlow trace (recorded on the CPU): every Keras RNN runs the generic loop there, so
+            # the question becomes whether the layer *would* get cuDNN on a GPU, read from its loop body's ops.
+            yield from self._host_only_keras(ctx)
             return
         det = detect_rnn(ctx.events)
         if det.cudnn or not det.fallback or det.timesteps < self.min_timesteps:
@@ -229,3 +240,77 @@ class RnnCudnnFallback(Rule):
             },
             key="rnn-fallback",
         )
+
+    def _host_only_keras(self, ctx):
+        sig = recurrent_loop_signature(ctx.timeline)
+        if sig.empty:
+            return
+        fw = sig[(sig["direction"] == "forward") & (sig["iterations"] >= self.min_timesteps)]
+        if fw.empty:
+            return
+        verdicts = [_keras_eligibility(r) for r in fw.itertuples(index=False)]
+        evidence = pd.DataFrame(
+            {
+                "layer": [r.layer or "(unnamed)" for r in fw.itertuples(index=False)],
+                "cell": [cell for cell, _ in verdicts],
+                "timesteps": fw["iterations"].to_numpy(),
+                "matmul_per_timestep": fw["matmul_per_iteration"].round(1).to_numpy(),
+                "tanh": fw["tanh"].to_numpy(),
+                "relu": fw["relu"].to_numpy(),
+                "cudnn_eligible": [not reasons for _, reasons in verdicts],
+                "why_not": ["; ".join(reasons) or "-" for _, reasons in verdicts],
+            }
+        )
+        blocked = evidence[~evidence["cudnn_eligible"]]
+        if blocked.empty:
+            yield ctx.finding(
+                title="Keras RNN ran as a while loop on the CPU; its arguments are cuDNN-eligible",
+                message=(
+                    f"This is a host-only trace: {len(evidence)} recurrent layer(s) ran the generic per-timestep "
+                    "loop, as every Keras RNN does without a GPU. Their loop bodies show the cuDNN-compatible "
+                    "configuration (tanh activation, sigmoid gates, no recurrent dropout), so on a GPU they would use "
+                    "the fused cuDNN kernel. Nothing to change for cuDNN; at small batch sizes the CPU may even be faster."
+                ),
+                severity=Severity.INFO,
+                evidence=evidence,
+                metrics={"host_only": True, "layers": int(len(evidence)), "ineligible_layers": 0},
+                key="keras-host-only-eligible",
+            )
+            return
+        reasons = sorted({r for _, rs in verdicts for r in rs})
+        yield ctx.finding(
+            title=f"Keras RNN will not use cuDNN on a GPU: {'; '.join(reasons)}",
+            message=(
+                f"This is a host-only trace, but the loop bodies of {len(blocked)} of {len(evidence)} recurrent "
+                f"layer(s) show arguments outside cuDNN's support ({'; '.join(reasons)}). On a GPU those layers "
+                "would run the same per-timestep loop of small kernels instead of one fused cuDNN call, typically "
+                "3-10x slower, and Keras 3 does not warn about it."
+            ),
+            evidence=evidence,
+            metrics={"host_only": True, "layers": int(len(evidence)), "ineligible_layers": int(len(blocked)), "reasons": reasons},
+            key="keras-host-only-ineligible",
+        )
+
+
+def _keras_eligibility(row) -> tuple[str, list[str]]:
+    """(cell type, reasons it cannot use cuDNN) from one forward loop region's op counts per timestep.
+
+    LSTM bodies run 3 sigmoid gates and 2 activations per step, GRU bodies 2 and 1; the activation op's type is
+    the activation itself. Recurrent dropout multiplies the recurrent MatMuls (masks applied per gate); a GRU with
+    reset_after=False computes its candidate with a separate recurrent MatMul (measured on the Keras 2 and 3
+    recordings in the shared corpus: 0 vs 2 MatMuls per step in the loop body).
+    """
+    n = max(int(row.iterations), 1)
+    sig = row.sigmoid / n
+    mm = float(row.matmul_per_iteration) if row.matmul_per_iteration == row.matmul_per_iteration else 0.0
+    cell = "LSTM" if sig >= 2.5 else ("GRU" if sig >= 1.5 else "RNN")
+    reasons = []
+    if row.relu and not row.tanh:
+        reasons.append("activation is relu, not tanh")
+    if cell == "LSTM" and mm > 2.0 + 1e-9:
+        reasons.append("recurrent_dropout > 0")
+    if cell == "GRU" and mm >= 2.0:
+        reasons.append("reset_after=False")
+    if cell == "RNN":
+        reasons.append("SimpleRNN has no cuDNN kernel")
+    return cell, reasons
