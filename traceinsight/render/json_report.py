@@ -8,6 +8,7 @@ import msgspec
 
 from .. import __version__
 from ..engine import Analysis
+from ..verdict import details, headline
 
 SCHEMA_VERSION = 1
 
@@ -28,6 +29,8 @@ def to_dict(analysis: Analysis, max_evidence_rows: int | None = 50) -> dict[str,
             "devices": [vars(d) for d in meta.devices],
             "warnings": list(meta.warnings),
         },
+        "verdict": details(analysis),
+        "kpis": headline(analysis),
         "summary": analysis.summary.to_dict(),
         "findings": [f.to_dict(max_evidence_rows) for f in analysis.findings],
         "rules_run": list(analysis.rules_run),
@@ -35,5 +38,5 @@ def to_dict(analysis: Analysis, max_evidence_rows: int | None = 50) -> dict[str,
     }
 
 
-def render(analysis: Analysis, **_: Any) -> str:
-    return msgspec.json.format(msgspec.json.encode(to_dict(analysis)), indent=2).decode()
+def render(analysis: Analysis, max_evidence_rows: int | None = 50, **_: Any) -> str:
+    return msgspec.json.format(msgspec.json.encode(to_dict(analysis, max_evidence_rows)), indent=2).decode()

@@ -11,6 +11,7 @@ from rich.table import Table
 
 from ..engine import Analysis
 from ..rule_api import fmt_ns
+from ..verdict import details
 
 _SEV_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
 
@@ -22,6 +23,8 @@ def render(analysis: Analysis, width: int = 110, **_: Any) -> str:
     meta = tl.meta
     con.print(f"[bold]{escape(meta.path or '(timeline)')}[/]  {escape(meta.tool or meta.source_format)}"
               + (f" {escape(str(meta.tool_version))}" if meta.tool_version else ""))
+    v = details(analysis)
+    con.print(f"[bold]Verdict: {escape(v['headline'])}.[/] {escape(v['sentence'])}")
     busy = s.gpu_busy_pct
     con.print(f"span {fmt_ns(s.span_ns)}, {len(tl.events):,} events, {s.kernel_count:,} kernels ({fmt_ns(s.kernel_time_ns)} kernel time)"
               + (f", GPU busy {busy:.1f}%" if busy is not None else ", no GPU activity"))

@@ -1,0 +1,84 @@
+"""``--fail-on`` is what CI gates on: exit 1 exactly when a finding at or above the threshold exists."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from traceinsight.cli import app
+
+from .helpers.kineto_writer import KinetoTrace
+
+RULES = '''
+from traceinsight.rule_api import Rule, Severity
+
+class Planted(Rule):
+    code = "ZZ001"
+    name = "planted"
+    severity = Severity.WARNING
+    summary = "Always one warning."
+
+    def check(self, ctx):
+        yield ctx.finding(title="planted warning", message="for exit-code tests", impact_ns=1000)
+'''
+
+
+@pytest.fixture(scope="module")
+def trace(tmp_path_factory):
+    d = tmp_path_factory.mktemp("cli")
+    t = KinetoTrace(device_name="NVIDIA A100-SXM4-80GB", sm_count=108)
+    t.step(1, 0, 1000)
+    t.cpu_op("aten::mm", 10, 100)
+    t.kernel("volta_sgemm_128x64_nn", 50, 400)
+    t.kernel("volta_sgemm_128x64_nn", 600, 300)
+    (d / "planted.py").write_text(RULES)
+    return t.write(d / "trace.json"), d / "planted.py"
+
+
+def _run(args):
+    return CliRunner().invoke(app, ["analyze", *map(str, args)])
+
+
+@pytest.mark.parametrize(
+    ("fail_on", "code"),
+    [("never", 0), ("info", 1), ("warning", 1), ("error", 0)],
+)
+def test_fail_on_threshold(trace, fail_on, code):
+    path, rules = trace
+    r = _run([path, "--rules", rules, "--select", "ZZ001", "--format", "json", "--fail-on", fail_on])
+    assert r.exit_code == code, r.output
+    assert json.loads(r.stdout)["findings"][0]["severity"] == "warning"  # the report is written either way
+
+
+def test_fail_on_with_severity_override(trace):
+    path, rules = trace
+    r = _run([path, "--rules", rules, "--select", "ZZ001", "--set", "ZZ001.severity=error", "--fail-on", "error", "--format", "md"])
+    assert r.exit_code == 1, r.output
+    assert "planted warning" in r.stdout
+
+
+def test_no_findings_never_fails(trace):
+    path, rules = trace
+    for level in ("info", "warning", "error"):
+        r = _run([path, "--rules", rules, "--select", "NOTHING", "--fail-on", level])
+        assert r.exit_code == 0, r.output
+
+
+def test_default_is_never(trace):
+    path, rules = trace
+    assert _run([path, "--rules", rules, "--select", "ZZ001"]).exit_code == 0
+
+
+def test_html_output_and_fail_on(trace, tmp_path):
+    path, rules = trace
+    out = tmp_path / "report.html"
+    r = _run([path, "--rules", rules, "--select", "ZZ001", "-o", out, "--fail-on", "warning"])
+    assert r.exit_code == 1
+    assert out.read_text(encoding="utf-8").startswith("<!DOCTYPE html>")
+
+
+def test_bad_fail_on_value_is_usage_error(trace):
+    path, _ = trace
+    assert _run([path, "--fail-on", "sometimes"]).exit_code == 2

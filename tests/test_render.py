@@ -1,0 +1,198 @@
+"""Reports: every format renders, stays within its size promise, escapes trace strings, and agrees on numbers."""
+
+from __future__ import annotations
+
+import html as htmllib
+import json
+import re
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+import traceinsight
+from traceinsight.render import render
+from traceinsight.render.markdown import MAX_CHARS, esc
+from traceinsight.rule_api import Fix, Rule, Severity, fmt_ns
+from traceinsight.verdict import LABELS, verdict
+
+from .conftest import CORPUS
+from .test_render_synth import HOSTILE, synthetic_analysis, synthetic_timeline
+
+HTML_LIMIT = 2 * 1024 * 1024
+
+
+def _corpus_traces() -> list[Path]:
+    d = CORPUS / "pytorch"
+    if not d.is_dir():
+        return []
+    return sorted(d.glob("*.json.gz")) + [p for p in [d / "param_dlrm_v100_8ranks"] if p.is_dir()]
+
+
+def _size(p: Path) -> int:
+    return sum(f.stat().st_size for f in p.iterdir()) if p.is_dir() else p.stat().st_size
+
+
+def _kpis(html: str) -> dict[str, str]:
+    return dict(re.findall(r'data-kpi="([a-z_]+)" data-value="([^"]*)"', html))
+
+
+def _finding_impacts_html(html: str) -> list[tuple[str, int]]:
+    return [(c, int(v)) for c, v in re.findall(r'<article class="finding [a-z]+" id="f\d+" data-code="([^"]*)" data-fingerprint="[0-9a-f]+" data-impact-ns="(\d+)"', html)]
+
+
+def assert_formats_agree(analysis) -> None:
+    """HTML data attributes, JSON fields and Markdown text carry the same span, busy % and impacts."""
+    h = render(analysis, "html")
+    j = json.loads(render(analysis, "json"))
+    md = render(analysis, "md", html_name="report.html")
+    k = _kpis(h)
+    assert int(k["span_ns"]) == j["summary"]["span_ns"] == j["kpis"]["span_ns"]
+    assert fmt_ns(j["kpis"]["span_ns"]) in md
+    busy = j["kpis"]["gpu_busy_pct"]
+    if busy is None:
+        assert k["gpu_busy_pct"] == ""
+    else:
+        assert float(k["gpu_busy_pct"]) == busy
+        assert abs(busy - j["summary"]["gpu_busy_pct"]) < 0.051
+        assert f"**GPU busy** {busy:.1f}%" in md
+    assert int(k["est_savings_ns"]) == j["kpis"]["est_savings_ns"]
+    assert int(k["findings"]) == len(j["findings"]) == len(analysis.findings)
+    assert _finding_impacts_html(h) == [(htmllib.escape(f["code"]), f["impact_ns"]) for f in j["findings"]]
+    rows = re.findall(r"^\| (\d+) \| `[^`]*` \| [^|]+ \| .* \| ([^|]+) \| [\d.]+% \|$", md, flags=re.M)
+    for n, shown in rows:
+        assert shown.strip() == fmt_ns(j["findings"][int(n) - 1]["impact_ns"])
+    assert j["verdict"]["label"] in LABELS.values()
+    assert f"**Verdict: {j['verdict']['headline']}.**" in md
+    assert f"<strong>{htmllib.escape(j['verdict']['label'] if j['verdict']['category'] != 'no_gpu' else j['verdict']['headline'])}</strong>" in h
+
+
+def test_synthetic_formats_agree():
+    a = synthetic_analysis()
+    assert a.findings
+    assert_formats_agree(a)
+    label, sentence = verdict(a)
+    assert label == "host syncs" and sentence
+
+
+def test_html_is_self_contained():
+    h = render(synthetic_analysis(), "html")
+    assert "Content-Security-Policy" in h and "default-src 'none'" in h
+    assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", h, flags=re.I)
+    assert "@import" not in h and "url(" not in h
+    assert h.count("<svg") >= 2
+    # both fixes are in the page without JS (tabs only hide one of them once the script runs)
+    assert "Fix in PyTorch" in h and "Fix in TensorFlow" in h and 'class="nojs"' in h
+
+
+def test_hostile_names_are_inert():
+    a = synthetic_analysis(hostile=True)
+    h = render(a, "html")
+    assert "<script>alert" not in h
+    assert "<img src=x" not in h and "onerror=alert(1)>" not in h
+    assert "<b id=injected>" not in h and "</textarea></svg></style>" not in h
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in h  # shown as text, not dropped
+    assert "\u202e" not in h and "\x00" not in h and "\x1b" not in h
+    assert h.count("<script>") == 1  # ours
+    assert "A" * 5000 not in h  # long names are cut (tooltips keep up to 1,500 chars)
+    md = render(a, "md")
+    assert "<script>" not in md and "<img" not in md and "<b id" not in md
+    assert "\u202e" not in md and "\x00" not in md
+    for line in md.splitlines():
+        if line.startswith("| ") and not line.startswith("|---"):
+            cells = re.split(r"(?<!\\)\|", line)
+            assert len(cells) in (8, 10) or line.startswith("| rank") or len(cells) > 2
+    j = json.loads(render(a, "json"))  # JSON keeps raw strings; it is data, not markup
+    assert any(HOSTILE[0] in json.dumps(f) for f in j["findings"]) or j["findings"]
+    render(a, "text")
+
+
+def test_markdown_escape():
+    assert esc("a|b") == "a\\|b"
+    assert "<" not in esc("<script>") and "`" not in esc("`x`").replace("\\`", "")
+    assert "\n" not in esc("a\nb")
+    assert "@" not in esc("@team")
+
+
+class _Many(Rule):
+    code = "XT050"
+    name = "many-things"
+    severity = Severity.WARNING
+    summary = "Lots of findings with big evidence."
+    fix_pytorch = Fix("Do the thing " * 20, "x = 1\n" * 30)
+    fix_tensorflow = Fix("Do the TF thing.", "```\nnested fence\n```")
+
+    def check(self, ctx):
+        ev = pd.DataFrame({"name": ["k" * 300] * 200, "start_ns": range(200), "dur_ns": range(200)})
+        for i in range(400):
+            yield ctx.finding(title=f"thing {i} " + "|" * 50, message="m" * 1500, impact_ns=1_000_000 - i, evidence=ev, key=str(i))
+
+
+def test_markdown_budget_and_truncation_note():
+    a = traceinsight.analyze(synthetic_timeline(), select=["XT050"], extra_rules=[_Many])
+    md = render(a, "md", html_name="traceinsight.html")
+    assert len(md) <= MAX_CHARS
+    m = re.search(r"\*\*(\d+) more findings — see the HTML report\.\*\*", md)
+    assert m and int(m.group(1)) > 0
+    assert "traceinsight.html" in md
+    assert "````python" in md  # fence longer than the backticks inside the fix
+    h = render(a, "html")
+    assert len(h.encode()) <= HTML_LIMIT
+    assert_formats_agree(a)
+
+
+def test_no_gpu_and_no_findings():
+    from traceinsight.timeline import TraceMeta, Timeline, build_events
+
+    ev = build_events({"kind": ["cpu_op"], "name": ["aten::add"], "start_ns": [0], "dur_ns": [1000]})
+    a = traceinsight.analyze(Timeline(ev, TraceMeta(source_format="pytorch")), select=["NONE"])
+    assert verdict(a)[0] == "no GPU activity"
+    for fmt in ("html", "md", "json", "text"):
+        assert render(a, fmt)
+    assert_formats_agree(a)
+
+
+# --- the real-trace corpus --------------------------------------------------------------------------------
+
+_ANALYSES: dict[Path, object] = {}
+
+
+def _analysis(p: Path):
+    if p not in _ANALYSES:
+        try:
+            _ANALYSES[p] = traceinsight.analyze(p)
+        except traceinsight.UnknownFormatError as exc:  # parser not installed in this checkout
+            pytest.skip(f"cannot read {p.name}: {exc}")
+    return _ANALYSES[p]
+
+
+def test_largest_corpus_trace_fits(corpus):
+    traces = _corpus_traces()
+    if not traces:
+        pytest.skip("no PyTorch traces in the corpus")
+    biggest = max(traces, key=_size)
+    a = _analysis(biggest)
+    h = render(a, "html")
+    md = render(a, "md", html_name="report.html")
+    assert len(h.encode()) <= HTML_LIMIT, f"{biggest.name}: HTML {len(h.encode())} bytes"
+    assert len(md) <= MAX_CHARS
+    assert_formats_agree(a)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("rel", [p.name for p in _corpus_traces()] or ["(none)"])
+def test_corpus_renders(corpus, rel):
+    p = corpus / "pytorch" / rel
+    if not p.exists():
+        pytest.skip(f"{p} not in the corpus")
+    a = _analysis(p)
+    h = render(a, "html")
+    assert h.startswith("<!DOCTYPE html>") and h.rstrip().endswith("</html>")
+    assert len(h.encode()) <= HTML_LIMIT
+    assert h.count("<rect") < 20_000  # aggregated, not one node per event
+    md = render(a, "md", html_name="report.html")
+    assert len(md) <= MAX_CHARS
+    j = json.loads(render(a, "json"))
+    assert j["schema_version"] == 1
+    assert render(a, "text")
+    assert_formats_agree(a)

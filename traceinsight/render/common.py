@@ -1,0 +1,78 @@
+"""Helpers every document renderer shares: making untrusted trace strings displayable, and formatting cells.
+
+Kernel and op names come straight from the trace file, so they can hold anything: markup, control characters,
+bidi overrides that visually reorder the text around them, megabyte-long template names. Renderers escape for
+their own syntax; this module removes what no syntax can show safely and bounds the length.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+from ..rule_api import fmt_ns
+
+# C0/C1 controls (tab and newline included: they break table cells) and the Unicode bidi controls
+_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069\ufeff]")
+
+
+def clean(value: Any, limit: int = 200) -> str:
+    """A single-line, length-bounded, visibly-escaped version of an untrusted string."""
+    s = "" if value is None else str(value)
+    if len(s) > limit * 4:  # avoid regex work on megabyte strings we will cut anyway
+        s = s[: limit * 4]
+    s = _UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}" if ord(m.group()) > 0xFF else f"\\x{ord(m.group()):02x}", s)
+    if len(s) > limit:
+        s = s[: limit - 1] + "…"
+    return s
+
+
+_UNIT_NS = {"_ns": 1, "_us": 1e3, "_ms": 1e6, "_s": 1e9}
+
+
+def time_scale(col: str) -> float | None:
+    """Nanoseconds per unit of a time column named like ``start_ns`` / ``duration_us`` / ``gap_ms``, else None."""
+    c = str(col).lower()
+    for suffix, scale in _UNIT_NS.items():
+        if c.endswith(suffix):
+            return scale
+    return None
+
+
+def time_column(columns, *stems: str) -> tuple[str, float] | None:
+    """The first column named ``<stem>_<unit>`` (e.g. start_ns, start_ms) with its ns-per-unit scale."""
+    for stem in stems:
+        for col in columns:
+            c = str(col).lower()
+            if c.startswith(stem + "_") and time_scale(c) and c[len(stem) + 1 :] in ("ns", "us", "ms", "s"):
+                return col, float(time_scale(c))  # type: ignore[arg-type]
+    return None
+
+
+def is_time_column(col: str) -> bool:
+    return time_scale(col) is not None
+
+
+def format_cell(col: str, value: Any, limit: int = 160) -> tuple[str, Any]:
+    """(display text, sort key) for one evidence cell; times in *_ns columns are shown humanly."""
+    if hasattr(value, "item") and not isinstance(value, (str, bytes)):
+        try:
+            value = value.item()
+        except (ValueError, AttributeError):
+            pass
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "", ""
+    if isinstance(value, bool):
+        return ("yes" if value else "no"), int(value)
+    if isinstance(value, (int, float)):
+        scale = time_scale(col)
+        if scale is not None:
+            return fmt_ns(value * scale), value
+        if str(col).lower().endswith(("pct", "_percent", "%")):
+            return f"{value:.1f}%", value
+        if isinstance(value, float):
+            return (f"{value:,.3g}" if abs(value) < 1000 else f"{value:,.0f}"), value
+        return f"{value:,}" if abs(value) >= 10000 else str(value), value
+    text = clean(value, limit)
+    return text, text.lower()

@@ -1,0 +1,402 @@
+"""The HTML report: one self-contained file (inline CSS, inline SVG, a little JS) that works offline.
+
+It has to open from a CI artifact, an e-mail attachment or a sandboxed viewer, so nothing is loaded from
+anywhere (a CSP meta tag forbids it), everything reads with JavaScript off, and the timeline is aggregated
+to pixel columns in Python: a trace with millions of kernels still gives a few thousand SVG nodes.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+from importlib import resources
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from jinja2 import Environment, PackageLoader, select_autoescape
+from markupsafe import Markup
+
+from .. import __version__
+from ..engine import Analysis
+from ..rule_api import Finding, fmt_ns
+from ..verdict import details, headline
+from ..views import merge_intervals
+from .common import clean, format_cell, time_column
+
+#: Width of the drawing area of timelines, in SVG user units (the SVG scales to the page).
+PLOT_W = 1000
+GUTTER = 170
+LANE_H = 18
+#: Caps that keep the file small and the browser fast whatever the trace size.
+MAX_STREAM_LANES_PER_DEVICE = 8
+MAX_DEVICES_DRAWN = 16
+MAX_GAPS_DRAWN = 300
+MAX_MARKERS_PER_FINDING = 80
+MAX_FINDING_ROWS = 10
+MAX_EVIDENCE_ROWS = 25
+MAX_FINDINGS_DETAILED = 60
+LEVELS = 4  # coverage is drawn in this many opacity steps; equal neighbours merge into one rect
+
+
+@lru_cache(maxsize=1)
+def _env() -> Environment:
+    env = Environment(
+        loader=PackageLoader("traceinsight.render", "templates"),
+        autoescape=select_autoescape(default=True, default_for_string=True),
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters["ns"] = fmt_ns
+    env.filters["clean"] = clean
+    return env
+
+
+def _asset(name: str) -> Markup:
+    text = resources.files("traceinsight.render").joinpath("templates", name).read_text(encoding="utf-8")
+    # our own files; the guard only protects against a future edit closing the element early
+    assert "</style" not in text.lower() and "</script" not in text.lower()
+    return Markup(text)
+
+
+def render(analysis: Analysis, html_name: str | None = None, title: str | None = None, **_: Any) -> str:
+    return _env().get_template("report.html.j2").render(**context(analysis, title=title))
+
+
+# --- data for the template -------------------------------------------------------------------------------
+
+
+def context(analysis: Analysis, title: str | None = None) -> dict[str, Any]:
+    s = analysis.summary
+    meta = analysis.timeline.meta
+    head = headline(analysis)
+    verdict = details(analysis)
+    findings = [_finding(i + 1, f, detailed=i < MAX_FINDINGS_DETAILED) for i, f in enumerate(analysis.findings)]
+    tl = _timeline_block(analysis)
+    devices = [
+        {
+            **d,
+            "label": f"rank {d['rank']} · GPU {d['device']}" if len(meta.ranks) > 1 or any(x["rank"] for x in s.devices) else f"GPU {d['device']}",
+            "name": clean(d.get("name") or "", 80),
+        }
+        for d in s.devices
+    ]
+    kernels = [
+        {
+            "name": clean(r.name, 240),
+            "full": clean(r.name, 1500),
+            "count": int(r.count),
+            "total_ns": int(r.total_ns),
+            "mean_ns": float(r.mean_ns),
+            "max_ns": int(r.max_ns),
+            "pct": float(r.pct_kernel_time),
+        }
+        for r in s.top_kernels.itertuples(index=False)
+    ]
+    dev_meta = [
+        {
+            "rank": d.rank,
+            "index": d.index,
+            "name": clean(d.name or "", 80),
+            "sm_count": d.sm_count,
+            "memory": f"{d.memory_bytes / 2**30:.0f} GiB" if d.memory_bytes else "",
+            "cc": clean(d.compute_capability or "", 16),
+            "vendor": clean(d.vendor or "", 32),
+        }
+        for d in meta.devices
+    ]
+    return {
+        "title": clean(title or meta.path.rsplit("/", 1)[-1] or "trace", 120),
+        "version": __version__,
+        "css": _asset("report.css"),
+        "js": _asset("report.js"),
+        "head": head,
+        "verdict": verdict,
+        "busy_pct": head["gpu_busy_pct"],
+        "findings": findings,
+        "devices": devices,
+        "kernels": kernels,
+        "kernel_count": s.kernel_count,
+        "kernel_time_ns": s.kernel_time_ns,
+        "steps": s.steps,
+        "event_counts": {k: v for k, v in s.event_counts.items() if v},
+        "event_total": int(sum(s.event_counts.values())),
+        "meta": {
+            "path": clean(meta.path, 300),
+            "format": clean(meta.source_format, 40),
+            "tool": clean(meta.tool, 120),
+            "tool_version": clean(meta.tool_version or "", 60),
+            "ranks": ", ".join(str(r) for r in meta.ranks[:32]) + (" …" if len(meta.ranks) > 32 else ""),
+            "world_size": meta.world_size,
+            "devices": dev_meta,
+            "extra": [(clean(k, 60), clean(v, 200)) for k, v in list(meta.extra.items())[:20] if not isinstance(v, (dict, list))],
+        },
+        "warnings": [clean(w, 600) for w in [*meta.warnings, *analysis.warnings]],
+        "rules_run": ", ".join(analysis.rules_run),
+        "timeline": tl,
+    }
+
+
+def _finding(n: int, f: Finding, detailed: bool) -> dict[str, Any]:
+    ev = f.evidence if isinstance(f.evidence, pd.DataFrame) else pd.DataFrame()
+    cols = [str(c) for c in ev.columns][:12]
+    rows = []
+    if detailed and not ev.empty:
+        for row in ev.head(MAX_EVIDENCE_ROWS)[ev.columns[:12]].itertuples(index=False, name=None):
+            rows.append([format_cell(c, v) for c, v in zip(cols, row)])
+    loc = f.location
+    where = []
+    if loc.rank is not None:
+        where.append(f"rank {loc.rank}")
+    if loc.device is not None:
+        where.append(f"GPU {loc.device}")
+    if loc.stream is not None:
+        where.append(f"stream {loc.stream}")
+    if loc.start_ns is not None:
+        where.append(f"{fmt_ns(loc.start_ns)} – {fmt_ns(loc.end_ns if loc.end_ns is not None else loc.start_ns)}")
+    fixes = []
+    for fw, label in (("pytorch", "PyTorch"), ("tensorflow", "TensorFlow")):
+        fx = f.fixes.get(fw)
+        if fx and fx.text.strip():
+            fixes.append({"id": fw, "label": label, "text": fx.text.strip(), "code": fx.code.strip()})
+    for fw, fx in f.fixes.items():
+        if fw not in ("pytorch", "tensorflow") and fx.text.strip():
+            fixes.append({"id": clean(fw, 30), "label": clean(fw, 30), "text": fx.text.strip(), "code": fx.code.strip()})
+    metrics = []
+    for k, v in list(f.metrics.items())[:12]:
+        if isinstance(v, (dict, list, tuple)):
+            continue
+        metrics.append((clean(k, 60), format_cell(str(k), v)[0]))
+    return {
+        "n": n,
+        "code": clean(f.code, 20),
+        "rule": clean(f.rule_name, 60),
+        "title": clean(f.title, 300),
+        "severity": f.severity.value,
+        "message": clean(f.message, 4000),
+        "impact_ns": int(f.impact_ns),
+        "pct_span": float(f.impact_pct_span),
+        "pct_step": None if f.impact_pct_step is None else float(f.impact_pct_step),
+        "fingerprint": f.fingerprint,
+        "where": " · ".join(where),
+        "cols": [clean(c, 40) for c in cols],
+        "rows": rows,
+        "total_rows": int(len(ev)),
+        "fixes": fixes,
+        "metrics": metrics,
+        "detailed": detailed,
+    }
+
+
+# --- the timeline picture ---------------------------------------------------------------------------------
+
+
+def _classify(kind: np.ndarray, names: np.ndarray) -> np.ndarray:
+    cls = np.where(kind == "kernel", "k", np.where(kind == "memcpy", "c", "s")).astype(object)
+    comm = np.char.find(np.char.lower(names.astype(str)), "nccl") >= 0 if len(names) else np.zeros(0, bool)
+    cls[(kind == "kernel") & comm] = "n"
+    return cls
+
+
+def _coverage_rects(starts: np.ndarray, ends: np.ndarray, w0: int, w1: int, width: int = PLOT_W) -> list[tuple[float, float, int]]:
+    """Busy fraction per pixel column of [w0, w1), as (x, w, level) runs; level 1..LEVELS, 0 is not drawn."""
+    if len(starts) == 0 or w1 <= w0:
+        return []
+    s = np.clip(starts, w0, w1)
+    e = np.clip(ends, w0, w1)
+    keep = e > s
+    if not keep.any():
+        return []
+    ms, me = merge_intervals(s[keep], e[keep])
+    cum = np.concatenate([[0], np.cumsum(me - ms)])
+    edges = np.linspace(w0, w1, width + 1)
+
+    def covered(t: np.ndarray) -> np.ndarray:
+        i = np.searchsorted(ms, t, side="right") - 1
+        inside = np.where(i >= 0, np.clip(t - ms[np.maximum(i, 0)], 0, (me - ms)[np.maximum(i, 0)]), 0)
+        return np.where(i >= 0, cum[np.maximum(i, 0)] + inside, 0)
+
+    frac = np.diff(covered(edges)) / ((w1 - w0) / width)
+    level = np.where(frac > 0, np.ceil(np.clip(frac, 0, 1) * LEVELS), 0).astype(int)
+    out = []
+    change = np.flatnonzero(np.diff(level)) + 1
+    bounds = np.concatenate([[0], change, [width]])
+    for a, b in zip(bounds[:-1], bounds[1:]):
+        if level[a]:
+            out.append((float(a), float(b - a), int(level[a])))
+    return out
+
+
+def _x(t: float, w0: int, w1: int) -> float:
+    return round(GUTTER + PLOT_W * (t - w0) / max(w1 - w0, 1), 2)
+
+
+def _pick_window(analysis: Analysis, views_busy: pd.DataFrame) -> tuple[int, int, str]:
+    """One median-length step where steps exist (typical, not the warm-up outlier), else the busiest tenth."""
+    ev = analysis.timeline.events
+    span = analysis.timeline.span_ns
+    steps = ev[ev["kind"] == "step"]
+    if not steps.empty:
+        r0 = steps["rank"].min()
+        st = steps[steps["rank"] == r0].sort_values("start_ns")
+        d = st["dur_ns"].to_numpy()
+        i = int(np.argsort(d, kind="stable")[len(d) // 2])
+        row = st.iloc[i]
+        return int(row["start_ns"]), int(row["start_ns"] + max(row["dur_ns"], 1)), f"{clean(row['name'], 60)} (median-length step)"
+    gpu_n = int(ev["kind"].isin(("kernel", "memcpy", "memset")).sum())
+    if span <= 0 or gpu_n <= 3000 or views_busy.empty:
+        return 0, max(span, 1), "whole trace"
+    bins = 200
+    width = span / bins
+    busy = np.zeros(bins)
+    for r in _coverage_rects(views_busy["start_ns"].to_numpy(), views_busy["end_ns"].to_numpy(), 0, span, bins):
+        busy[int(r[0]) : int(r[0] + r[1])] += r[2]
+    win = bins // 10
+    sums = np.convolve(busy, np.ones(win), mode="valid")
+    a = int(np.argmax(sums))
+    return int(a * width), int((a + win) * width), "busiest tenth of the trace"
+
+
+def _ticks(w0: int, w1: int, n: int = 8) -> list[dict[str, Any]]:
+    span = max(w1 - w0, 1)
+    raw = span / n
+    mag = 10 ** math.floor(math.log10(raw))
+    step = next(m * mag for m in (1, 2, 5, 10) if m * mag >= raw)
+    first = math.ceil(w0 / step) * step
+    out = []
+    t = first
+    while t <= w1 and len(out) < 20:
+        out.append({"x": _x(t, w0, w1), "label": fmt_ns(t)})
+        t += step
+    return out
+
+
+def _timeline_block(analysis: Analysis) -> dict[str, Any] | None:
+    from ..views import Views
+
+    tl = analysis.timeline
+    views = Views(tl)
+    act = views.gpu_activity
+    if act.empty:
+        return None
+    w0, w1, what = _pick_window(analysis, views.busy)
+    lanes: list[dict[str, Any]] = []
+    overview: list[dict[str, Any]] = []
+    span = max(tl.span_ns, 1)
+    gaps = views.gaps
+    min_gap = max((w1 - w0) / PLOT_W, 1)
+    devices = list(act.groupby(["rank", "device"], observed=True, sort=True).groups.keys())[:MAX_DEVICES_DRAWN]
+    many_ranks = len({r for r, _ in devices}) > 1
+    for rank, device in devices:
+        dlabel = f"r{rank} GPU {device}" if many_ranks else f"GPU {device}"
+        b = views.busy[(views.busy["rank"] == rank) & (views.busy["device"] == device)]
+        overview.append({"label": dlabel, "rects": _coverage_rects(b["start_ns"].to_numpy(), b["end_ns"].to_numpy(), 0, span)})
+        g = gaps[(gaps["rank"] == rank) & (gaps["device"] == device) & (gaps["end_ns"] > w0) & (gaps["start_ns"] < w1) & (gaps["dur_ns"] >= min_gap)]
+        g = g.nlargest(MAX_GAPS_DRAWN, "dur_ns")
+        gap_rects = [
+            {"x": _x(max(s, w0), w0, w1), "w": max(_x(min(e, w1), w0, w1) - _x(max(s, w0), w0, w1), 0.8), "title": f"idle {fmt_ns(e - s)} at {fmt_ns(s)}"}
+            for s, e in zip(g["start_ns"].to_numpy(), g["end_ns"].to_numpy())
+        ]
+        lanes.append(
+            {
+                "label": f"{dlabel} all streams",
+                "kind": "device",
+                "rects": [(GUTTER + x, w, lv, "k") for x, w, lv in _coverage_rects(b["start_ns"].to_numpy(), b["end_ns"].to_numpy(), w0, w1)],
+                "gaps": gap_rects,
+            }
+        )
+        a = act[(act["rank"] == rank) & (act["device"] == device)]
+        a = a[(a["start_ns"] < w1) & ((a["start_ns"] + a["dur_ns"]) > w0)]
+        if a.empty:
+            continue
+        by_stream = a.groupby("stream", observed=True)["dur_ns"].sum().sort_values(ascending=False)
+        shown = list(by_stream.index[:MAX_STREAM_LANES_PER_DEVICE])
+        for stream in sorted(shown):
+            sa = a[a["stream"] == stream]
+            cls = _classify(sa["kind"].astype(str).to_numpy(), sa["name"].astype(str).to_numpy())
+            st = sa["start_ns"].to_numpy()
+            en = st + np.maximum(sa["dur_ns"].to_numpy(), 0)
+            rects = []
+            for c in ("k", "n", "c", "s"):
+                m = cls == c
+                if m.any():
+                    rects += [(GUTTER + x, w, lv, c) for x, w, lv in _coverage_rects(st[m], en[m], w0, w1)]
+            lanes.append({"label": f"stream {stream}", "kind": "stream", "rects": rects, "gaps": []})
+        if len(by_stream) > len(shown):
+            lanes.append({"label": f"+{len(by_stream) - len(shown)} more streams", "kind": "note", "rects": [], "gaps": []})
+    # host: synchronising runtime calls are what usually explains a red gap, so they get their own lane
+    ev = tl.events
+    rt = ev[(ev["kind"] == "runtime") & (ev["start_ns"] < w1) & ((ev["start_ns"] + ev["dur_ns"]) > w0)]
+    if not rt.empty:
+        sync = rt["name"].astype(str).str.contains("ynchronize|cudaMemcpy(?!Async)|StreamWaitEvent|EventSynchronize", regex=True).to_numpy()
+        for rank, rr in rt.groupby("rank", observed=True):
+            m = sync[rt["rank"].to_numpy() == rank]
+            st = rr["start_ns"].to_numpy()
+            en = st + rr["dur_ns"].to_numpy()
+            rects = [(GUTTER + x, w, lv, "h") for x, w, lv in _coverage_rects(st[~m], en[~m], w0, w1)]
+            rects += [(GUTTER + x, w, lv, "y") for x, w, lv in _coverage_rects(st[m], en[m], w0, w1)]
+            lanes.append({"label": f"r{rank} host CUDA API" if many_ranks else "host CUDA API", "kind": "host", "rects": rects, "gaps": []})
+            if len(lanes) > 60:
+                break
+    # finding markers: their location as a band over the lanes, evidence rows as ticks in the finding's own row
+    marks = []
+    for n, f in enumerate(analysis.findings[:MAX_FINDING_ROWS], start=1):
+        ticks = []
+        evd = f.evidence if isinstance(f.evidence, pd.DataFrame) else pd.DataFrame()
+        sc = time_column(evd.columns, "start", "begin", "gap_start", "first_at", "at", "t")
+        has_time = sc is not None
+        if sc is not None:
+            st = pd.to_numeric(evd[sc[0]], errors="coerce").to_numpy(dtype=float) * sc[1]
+            ec = time_column(evd.columns, "end", "stop")
+            dc = time_column(evd.columns, "dur", "duration", "gap", "len", "length")
+            if ec is not None:
+                en = pd.to_numeric(evd[ec[0]], errors="coerce").to_numpy(dtype=float) * ec[1]
+            elif dc is not None:
+                en = st + pd.to_numeric(evd[dc[0]], errors="coerce").fillna(0).to_numpy(dtype=float) * dc[1]
+            else:
+                en = st
+            ok = np.isfinite(st) & np.isfinite(en) & (en >= w0) & (st <= w1)
+            for s_, e_ in list(zip(st[ok], en[ok]))[:MAX_MARKERS_PER_FINDING]:
+                x0 = _x(max(s_, w0), w0, w1)
+                ticks.append({"x": x0, "w": max(_x(min(e_, w1), w0, w1) - x0, 1.5), "title": f"{fmt_ns(s_)} – {fmt_ns(e_)}"})
+        band = None
+        loc = f.location
+        if loc.start_ns is not None:
+            ls, le = loc.start_ns, loc.end_ns if loc.end_ns is not None else loc.start_ns
+            if le >= w0 and ls <= w1 and (le - ls) < 0.9 * (w1 - w0):
+                x0 = _x(max(ls, w0), w0, w1)
+                band = {"x": x0, "w": max(_x(min(le, w1), w0, w1) - x0, 1.5)}
+        ov = None
+        if loc.start_ns is not None:
+            le = loc.end_ns if loc.end_ns is not None else loc.start_ns
+            ov = {"x": GUTTER + PLOT_W * loc.start_ns / span, "w": max(PLOT_W * (le - loc.start_ns) / span, 1.5)}
+        marks.append({"n": n, "code": clean(f.code, 12), "severity": f.severity.value, "title": clean(f.title, 120), "ticks": ticks, "band": band, "overview": ov, "timed": has_time or loc.start_ns is not None})
+    y = 24
+    for lane in lanes:
+        lane["y"] = y
+        y += LANE_H + (6 if lane["kind"] == "device" else 2)
+    lanes_end = y
+    for m in marks:
+        m["y"] = y
+        y += 14
+    height = y + 6
+    return {
+        "w0": w0,
+        "w1": w1,
+        "what": what,
+        "window": f"{fmt_ns(w0)} – {fmt_ns(w1)} ({fmt_ns(w1 - w0)})",
+        "width": GUTTER + PLOT_W + 10,
+        "height": height,
+        "lanes_end": lanes_end,
+        "lanes": lanes,
+        "marks": marks,
+        "ticks": _ticks(w0, w1),
+        "gutter": GUTTER,
+        "plot_w": PLOT_W,
+        "lane_h": LANE_H,
+        "overview": overview,
+        "ov_window": {"x": GUTTER + PLOT_W * w0 / span, "w": max(PLOT_W * (w1 - w0) / span, 2)},
+        "ov_height": 16 + len(overview) * 14 + 22,
+        "ov_ticks": _ticks(0, span, 6),
+        "span": span,
+    }

@@ -1,0 +1,141 @@
+"""Markdown for a pull-request comment or a GitHub job summary.
+
+GitHub rejects comment bodies over 65,536 characters and strips images, so this report is text only and
+always fits in MAX_CHARS: the verdict and numbers first, then the findings table, then per-finding details
+while they fit, ending with how many findings were left to the HTML report. Trace strings are untrusted:
+everything from the trace is escaped so it cannot break the table, open a code span or inject HTML.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from ..engine import Analysis
+from ..rule_api import fmt_ns
+from ..verdict import details, headline
+from .common import clean, format_cell
+
+MAX_CHARS = 60_000
+MAX_TABLE_ROWS = 40
+MAX_EVIDENCE_FINDINGS = 5
+MAX_EVIDENCE_ROWS = 8
+_SEV_ICON = {"error": "🔴", "warning": "🟠", "info": "🔵"}
+_MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+!|~>-])")
+
+
+def esc(value: Any, limit: int = 200) -> str:
+    """Untrusted text made inert in Markdown (also inside table cells)."""
+    s = clean(value, limit)
+    s = s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    s = _MD_SPECIAL.sub(r"\\\1", s)
+    # a leading "1." would start a list in some positions; '@' would mention people in a PR comment
+    return s.replace("@", "&#64;")
+
+
+def _fence(code: str, lang: str = "python") -> str:
+    longest = max((len(m) for m in re.findall(r"`+", code)), default=0)
+    f = "`" * max(3, longest + 1)
+    return f"{f}{lang}\n{code.rstrip()}\n{f}"
+
+
+def kpi_line(analysis: Analysis) -> str:
+    h = headline(analysis)
+    sev = h["findings_by_severity"]
+    busy = "n/a" if h["gpu_busy_pct"] is None else f"{h['gpu_busy_pct']:.1f}%"
+    parts = [
+        f"**Span** {fmt_ns(h['span_ns'])}",
+        f"**GPU busy** {busy}",
+        f"**Findings** {h['findings']} ({sev['error']} error, {sev['warning']} warning, {sev['info']} info)",
+        f"**Est. savings** up to {fmt_ns(h['est_savings_ns'])} (largest {fmt_ns(h['largest_saving_ns'])})",
+    ]
+    if h["mean_step_ns"]:
+        parts.append(f"**Mean step** {fmt_ns(h['mean_step_ns'])} × {h['steps']}")
+    return " · ".join(parts)
+
+
+def _finding_block(n: int, f, with_evidence: bool) -> str:
+    out = [f"#### {n}. `{esc(f.code, 20)}` {esc(f.title, 300)}", ""]
+    pct = f"{f.impact_pct_span:.1f}% of span" + (f", {f.impact_pct_step:.1f}% of a step" if f.impact_pct_step is not None else "")
+    out += [f"{_SEV_ICON.get(f.severity.value, '')} **{f.severity.value}** · est. **{fmt_ns(f.impact_ns)}** saved ({pct})", ""]
+    out += [esc(f.message, 2000), ""]
+    ev = f.evidence
+    if with_evidence and ev is not None and not ev.empty:
+        cols = [str(c) for c in ev.columns][:8]
+        rows = ev.head(MAX_EVIDENCE_ROWS)[ev.columns[:8]]
+        out += [f"<details><summary>Evidence ({len(rows)} of {len(ev)} rows)</summary>", ""]
+        out += ["| " + " | ".join(esc(c, 40) for c in cols) + " |", "|" + "---|" * len(cols)]
+        for row in rows.itertuples(index=False, name=None):
+            out.append("| " + " | ".join(esc(format_cell(c, v, 120)[0], 120) for c, v in zip(cols, row)) + " |")
+        out += ["", "</details>", ""]
+    for fw, label in (("pytorch", "PyTorch"), ("tensorflow", "TensorFlow")):
+        fx = f.fixes.get(fw)
+        if fx and fx.text.strip():
+            out += [f"**Fix in {label}:** {fx.text.strip()}", ""]
+            if fx.code.strip():
+                out += [_fence(fx.code.strip()), ""]
+    return "\n".join(out) + "\n"
+
+
+def render(analysis: Analysis, html_name: str | None = None, max_chars: int = MAX_CHARS, **_: Any) -> str:
+    meta = analysis.timeline.meta
+    v = details(analysis)
+    name = meta.path.rsplit("/", 1)[-1] if meta.path else "trace"
+    head = [
+        f"## traceinsight: {esc(name, 120)}",
+        "",
+        f"**Verdict: {v['headline']}.** {esc(v['sentence'], 600)}",
+        "",
+        kpi_line(analysis),
+        "",
+    ]
+    pointer = (
+        f"📄 Full report with timeline, evidence and top kernels: the HTML artifact **{esc(html_name, 120)}**."
+        if html_name
+        else "📄 Run `traceinsight analyze TRACE -o report.html` for the full report with timeline and evidence."
+    )
+    warnings = [*meta.warnings, *analysis.warnings]
+    tail = [""]
+    if warnings:
+        tail += ["<details><summary>Trace-quality warnings (" + str(len(warnings)) + ")</summary>", ""]
+        tail += [f"- {esc(w, 300)}" for w in warnings[:20]]
+        if len(warnings) > 20:
+            tail.append(f"- … and {len(warnings) - 20} more")
+        tail += ["", "</details>", ""]
+    tail += [pointer, ""]
+    tail_text = "\n".join(tail)
+
+    findings = analysis.findings
+    body: list[str] = []
+    if findings:
+        body += ["### Findings", "", "| # | code | severity | title | est. time saved | % of span |", "|---:|---|---|---|---:|---:|"]
+        for n, f in enumerate(findings[:MAX_TABLE_ROWS], start=1):
+            body.append(
+                f"| {n} | `{esc(f.code, 20)}` | {_SEV_ICON.get(f.severity.value, '')} {f.severity.value} | {esc(f.title, 160)} | {fmt_ns(f.impact_ns)} | {f.impact_pct_span:.1f}% |"
+            )
+        body += [""]
+    else:
+        body += [f"No findings from {len(analysis.rules_run)} rule(s).", ""]
+    text = "\n".join(head + body)
+    budget = max_chars - len(tail_text) - 200  # room for the "more findings" line
+    shown = 0
+    if findings:
+        text += "### Details\n\n"
+        for n, f in enumerate(findings, start=1):
+            block = _finding_block(n, f, with_evidence=n <= MAX_EVIDENCE_FINDINGS)
+            if len(text) + len(block) > budget and n > MAX_EVIDENCE_FINDINGS:
+                break
+            if len(text) + len(block) > budget:
+                block = _finding_block(n, f, with_evidence=False)
+                if len(text) + len(block) > budget:
+                    break
+            text += block
+            shown += 1
+    more = len(findings) - shown
+    if more > 0:
+        text += f"\n**{more} more finding{'s' if more != 1 else ''} — see the HTML report.**\n"
+    text += tail_text
+    if len(text) > max_chars:  # only reachable with absurd max_chars; never exceed the promise
+        cut = "\n\n… (truncated — see the HTML report)\n"
+        text = text[: max_chars - len(cut)] + cut
+    return text
