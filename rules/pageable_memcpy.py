@@ -1,0 +1,146 @@
+"""TI006: host<->device copies from pageable memory, which are slow and silently synchronous."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from traceinsight.rule_api import Context, Fix, Option, Rule, Severity, fmt_ns
+
+from ._patterns_extra import name_mask
+
+_ASYNC_API = r"Memcpy.*Async|MemcpyAsync|cuMemcpy.*Async"
+
+
+class PageableMemcpy(Rule):
+    code = "TI006"
+    name = "pageable-memcpy"
+    severity = Severity.WARNING
+    summary = "Host-device copies use pageable (not page-locked) host memory."
+    why = """
+    The GPU's copy engines can only DMA from page-locked memory. A copy from pageable memory is staged by the
+    driver through a pinned bounce buffer in chunks, which roughly halves bandwidth, and — the bigger cost —
+    makes ``cudaMemcpyAsync`` behave synchronously: the host thread blocks until the copy is done, so it cannot
+    queue the next kernels and the copy cannot overlap compute (Nsight Systems' ``cuda_memcpy_async`` rule:
+    "This leads to low GPU utilization").
+    """
+    definition = """
+    Rows of kind ``memcpy`` whose ``pageable`` column is True (kineto: ``Pageable`` in the copy name; Nsight
+    Systems: ``srcKind`` or ``dstKind`` = 0, the same test ``nsys analyze cuda_memcpy_async`` applies).
+
+    **Pinned reference bandwidth** per direction: the achieved bandwidth (total bytes / total time) of the
+    same trace's pinned copies of that direction that are at least ``ref_min_bytes`` (1 MiB, below which copies
+    are latency-bound); when the trace has none, ``pinned_gbps`` = **12 GB/s** (sustained pinned PCIe 3.0 x16;
+    conservative for newer links, so the impact is an underestimate there).
+
+    **Impact** = Σ max(0, duration − (``latency_us`` + bytes / reference bandwidth)) over pageable copies:
+    the copy time a pinned buffer would have saved. Async API calls that were forced synchronous are counted in
+    the metrics (``async_calls``) because the host stall they cause is on top of this.
+
+    Reported when the pageable copies take at least ``min_total_us`` = **100 µs** in total. Nsight Systems
+    reports every such copy; a floor keeps one-off 4-byte scalar reads from becoming findings.
+    Severity **info** when the impact is below 1 % of the trace span, else **warning**.
+    """
+    fix_pytorch = Fix(
+        "Allocate host tensors in page-locked memory and copy them asynchronously: `pin_memory=True` in the "
+        "DataLoader (its pin-memory thread does it for every batch), `tensor.pin_memory()` for tensors you "
+        "build yourself (pin once, reuse the buffer), and `non_blocking=True` on `.to()`/`.cuda()`. For "
+        "device-to-host results, copy into a pinned buffer instead of calling `.cpu()`.",
+        """
+        loader = DataLoader(ds, batch_size=256, num_workers=8, pin_memory=True)
+        for x, y in loader:
+            x = x.to("cuda", non_blocking=True)
+
+        staging = torch.empty(shape, dtype=torch.float32, pin_memory=True)  # reuse every step
+        staging.copy_(cpu_batch); gpu_batch = staging.to("cuda", non_blocking=True)
+
+        host_out = torch.empty(out.shape, dtype=out.dtype, pin_memory=True)
+        host_out.copy_(out, non_blocking=True); torch.cuda.current_stream().synchronize()
+        """,
+    )
+    fix_tensorflow = Fix(
+        "Let TensorFlow stage input batches for you: end the tf.data pipeline with prefetching to the GPU so the "
+        "runtime copies from its own pinned buffers ahead of the step, instead of feeding NumPy arrays per step.",
+        """
+        ds = ds.batch(256).prefetch(tf.data.AUTOTUNE)
+        ds = ds.apply(tf.data.experimental.prefetch_to_device("/gpu:0"))
+        # or with a strategy: strategy.experimental_distribute_dataset(ds) (prefetches to each device)
+        """,
+    )
+
+    min_total_us = Option(100.0, "Report when pageable copies take at least this long in total (µs).")
+    pinned_gbps = Option(12.0, "Pinned bandwidth assumed when the trace has no large pinned copy of that direction (GB/s).")
+    ref_min_bytes = Option(1 << 20, "Pinned copies at least this large (bytes) set the reference bandwidth.")
+    latency_us = Option(2.0, "Fixed per-copy cost a pinned copy would still pay (µs).")
+
+    def check(self, ctx: Context):
+        ev = ctx.views.gpu_activity
+        copies = ev[(ev["kind"] == "memcpy").to_numpy()]
+        if copies.empty:
+            return
+        pageable = copies["pageable"].to_numpy(dtype=bool)
+        pg = copies[pageable]
+        total = int(pg["dur_ns"].sum()) if len(pg) else 0
+        if total < ctx.options["min_total_us"] * 1e3 or pg.empty:
+            return
+
+        # Reference bandwidth (bytes per ns == GB/s) per direction from large pinned copies in the same trace.
+        pinned = copies[~pageable]
+        pinned = pinned[(pinned["bytes"] >= ctx.options["ref_min_bytes"]).to_numpy() & (pinned["dur_ns"] > 0).to_numpy()]
+        ref = pinned.groupby("copy_kind", observed=True).agg(b=("bytes", "sum"), t=("dur_ns", "sum"))
+        ref_gbps = (ref["b"] / ref["t"]).to_dict() if not ref.empty else {}
+        direction = pg["copy_kind"].astype(str).fillna("other").to_numpy()
+        bw = np.array([ref_gbps.get(d, ctx.options["pinned_gbps"]) for d in np.unique(direction)])
+        bw_of = dict(zip(np.unique(direction), bw))
+        row_bw = pd.Series(direction).map(bw_of).to_numpy(dtype=float)
+        nbytes = pg["bytes"].to_numpy(dtype=float)
+        dur = pg["dur_ns"].to_numpy(dtype=np.int64)
+        expected = ctx.options["latency_us"] * 1e3 + nbytes / np.maximum(row_bw, 1e-9)
+        excess = np.maximum(dur - expected, 0.0)
+        impact = int(excess.sum())
+
+        # Which pageable copies were issued through an async API (and therefore blocked the host anyway).
+        launches = ctx.views.launches
+        async_calls = 0
+        if not launches.empty:
+            la = launches[launches["gpu_idx"].isin(pg.index)]
+            async_calls = int(name_mask(la["launch_name"].astype("category"), _ASYNC_API, case=False).sum())
+
+        t = pd.DataFrame({"direction": direction, "bytes": nbytes, "dur_ns": dur, "excess_ns": excess, "ref_gbps": row_bw})
+        evidence = t.groupby("direction", sort=True).agg(
+            count=("bytes", "size"), total_mb=("bytes", "sum"), time_ns=("dur_ns", "sum"), excess_ns=("excess_ns", "sum"), pinned_gbps=("ref_gbps", "first")
+        ).reset_index()
+        evidence["achieved_gbps"] = (evidence["total_mb"] / evidence["time_ns"].clip(lower=1)).round(3)
+        evidence["total_mb"] = (evidence["total_mb"] / 1e6).round(3)
+        evidence["time_ms"] = (evidence["time_ns"] / 1e6).round(3)
+        evidence["excess_ms"] = (evidence["excess_ns"] / 1e6).round(3)
+        evidence["pinned_gbps"] = evidence["pinned_gbps"].round(2)
+        evidence = evidence[["direction", "count", "total_mb", "time_ms", "achieved_gbps", "pinned_gbps", "excess_ms"]]
+
+        achieved = float(nbytes.sum() / max(total, 1))
+        span = ctx.views.span_ns
+        sev = Severity.WARNING if span and impact >= 0.01 * span else Severity.INFO
+        ref_note = ", ".join(f"{d} {g:.1f} GB/s" + ("" if d in ref_gbps else " (assumed)") for d, g in bw_of.items())
+        yield ctx.finding(
+            title=f"{len(pg)} copies from pageable host memory ({fmt_ns(total)})",
+            message=(
+                f"{len(pg)} host-device copies moved {nbytes.sum() / 1e6:.1f} MB from/to pageable memory in {fmt_ns(total)} "
+                f"({achieved:.2f} GB/s achieved; pinned reference {ref_note}). Pinned buffers would save about "
+                f"{fmt_ns(impact)}" + (f"; {async_calls} of them were async calls forced to run synchronously." if async_calls else ".")
+            ),
+            impact_ns=impact,
+            evidence=evidence,
+            severity=sev,
+            metrics={
+                "count": int(len(pg)),
+                "bytes": int(nbytes.sum()),
+                "time_ns": total,
+                "achieved_gbps": round(achieved, 4),
+                "pinned_reference_gbps": {d: round(float(g), 4) for d, g in bw_of.items()},
+                "reference_measured": {d: d in ref_gbps for d in bw_of},
+                "excess_ns": impact,
+                "async_calls": async_calls,
+                "pageable_share_of_copy_time_pct": round(100.0 * total / max(int(copies["dur_ns"].sum()), 1), 3),
+            },
+            key="pageable",
+        )

@@ -1,0 +1,139 @@
+"""TI008: kernels launch fewer blocks than the GPU has SMs, so part of the chip idles while they run."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from traceinsight.rule_api import Context, Fix, Location, Option, Rule, Severity, fmt_ns
+
+from ._patterns_extra import COLLECTIVE, grid_blocks, name_mask
+
+
+class SmallGrids(Rule):
+    code = "TI008"
+    name = "small-grids"
+    severity = Severity.WARNING
+    summary = "Much of the kernel time is in launches with fewer thread blocks than the GPU has SMs (batch too small)."
+    why = """
+    A block runs on one streaming multiprocessor. A kernel with fewer blocks than the device has SMs leaves the
+    rest of the SMs empty for its whole duration (unless another stream fills them), so the GPU looks "busy" in
+    a timeline while most of it does nothing. When this is most of the kernel time, the work per launch is too
+    small: usually the batch (or sequence/tile) size, sometimes a model made of many narrow layers.
+    """
+    definition = """
+    For each kernel with a ``grid`` (x,y,z; kineto and Nsight Systems record it), **blocks** = x·y·z; the
+    device's SM count comes from ``meta.devices`` (kineto ``numSms``, nsys ``TARGET_INFO_GPU``). Collective kernels (NCCL/RCCL, ``multimem``/``all_reduce``…) are
+    left out (they use few blocks by design). A launch is **under-filled** when blocks < SMs x ``min_waves``
+    (``min_waves`` = 1).
+
+    **Share** = under-filled kernel time / kernel time with grid info, per (rank, device). Reported when share
+    >= ``min_share_pct`` = **30 %** and the under-filled time is >= ``min_time_us`` = **500 µs**. tb_plugin shows
+    the same signal as "Est. SM Efficiency" = Σ min(blocks/SMs, 1)·dur / step time without a threshold; 30 %
+    means "a third of the GPU time runs on part of the chip".
+
+    **Impact** = Σ dur x (1 - blocks/SMs) over under-filled launches: the SM-time left empty (the time saved if
+    the same work filled the device). An upper bound: concurrent streams may already fill some of those SMs.
+    Skipped silently when the trace has no grid column or no SM count.
+    """
+    fix_pytorch = Fix(
+        "Give each kernel more parallel work: raise the batch size (scale the learning rate, or use gradient "
+        "accumulation only if memory is the limit — accumulation keeps the small per-kernel batch), fuse small "
+        "ops with `torch.compile`, and for inference with fixed shapes replay the step as a CUDA graph so launch "
+        "overhead does not dominate either.",
+        """
+        loader = DataLoader(ds, batch_size=512, ...)          # was 32: kernels had < 1 block per SM
+        model = torch.compile(model, mode="max-autotune")    # fuses narrow ops, picks better tile sizes
+        # inference with static shapes:
+        model = torch.compile(model, mode="reduce-overhead")  # CUDA graphs
+        """,
+    )
+    fix_tensorflow = Fix(
+        "Raise the global batch size (scale the learning rate), let XLA fuse the small ops, and keep per-replica "
+        "batches large when using tf.distribute.",
+        """
+        ds = ds.batch(512, drop_remainder=True).prefetch(tf.data.AUTOTUNE)   # was 32
+        model.compile(optimizer=opt, loss=loss, jit_compile=True)            # XLA fusion
+        """,
+    )
+
+    min_share_pct = Option(30.0, "Report when under-filled launches take at least this % of kernel time.")
+    min_time_us = Option(500.0, "...and at least this much time in total (µs).")
+    min_waves = Option(1.0, "A launch is under-filled below SMs x this many blocks.")
+
+    def check(self, ctx: Context):
+        k = ctx.views.kernels
+        if k.empty or "grid" not in k.columns:
+            return
+        sms = {(int(d.rank), int(d.index)): int(d.sm_count) for d in ctx.meta.devices if d.sm_count}
+        if not sms:
+            return
+        k = k[~name_mask(k["name"], COLLECTIVE)]
+        blocks = grid_blocks(k["grid"])
+        has = ~np.isnan(blocks)
+        if not has.any():
+            return
+        k = k[has]
+        blocks = blocks[has]
+        uniform = len(set(sms.values())) == 1
+        fallback = next(iter(sms.values())) if uniform else np.nan
+        sm = _map_sms(k, sms, fallback)
+        known = ~np.isnan(sm)
+        if not known.any():
+            return
+        k, blocks, sm = k[known], blocks[known], sm[known]
+        dur = k["dur_ns"].to_numpy().astype(float)
+        under = blocks < sm * float(ctx.options["min_waves"])
+        lost = np.where(under, dur * (1.0 - np.minimum(blocks / sm, 1.0)), 0.0)
+        t = pd.DataFrame({"rank": k["rank"].to_numpy(), "device": k["device"].to_numpy(), "dur": dur, "under": np.where(under, dur, 0.0), "lost": lost, "sms": sm})
+        per = t.groupby(["rank", "device"], sort=True).agg(kernel_ns=("dur", "sum"), under_ns=("under", "sum"), lost_ns=("lost", "sum"), sms=("sms", "first")).reset_index()
+        per["share_pct"] = 100.0 * per["under_ns"] / per["kernel_ns"].clip(lower=1)
+        hit = per[(per["share_pct"] >= ctx.options["min_share_pct"]) & (per["under_ns"] >= ctx.options["min_time_us"] * 1e3)]
+        if hit.empty:
+            return
+        keys = hit["rank"].to_numpy().astype(np.int64) * 1_000_003 + hit["device"].to_numpy().astype(np.int64)
+        kkey = k["rank"].to_numpy().astype(np.int64) * 1_000_003 + k["device"].to_numpy().astype(np.int64)
+        m = np.isin(kkey, keys) & under
+        top = pd.DataFrame({"name": k["name"].astype(str).to_numpy()[m], "blocks": blocks[m], "dur": dur[m]})
+        ev = top.groupby("name").agg(count=("dur", "size"), total_ms=("dur", "sum"), median_blocks=("blocks", "median")).reset_index()
+        ev = ev.sort_values("total_ms", ascending=False).head(20).reset_index(drop=True)
+        ev["total_ms"] = (ev["total_ms"] / 1e6).round(3)
+        impact = int(hit["lost_ns"].sum())
+        under_ns = float(hit["under_ns"].sum())
+        kern_ns = float(hit["kernel_ns"].sum())
+        share = 100.0 * under_ns / max(kern_ns, 1.0)
+        sm_txt = "/".join(str(int(x)) for x in sorted(hit["sms"].unique()))
+        where = (
+            f"rank {int(hit['rank'].iloc[0])} device {int(hit['device'].iloc[0])}" if len(hit) == 1 else f"{len(hit)} of {len(per)} GPUs"
+        )
+        yield ctx.finding(
+            title=f"{share:.0f}% of kernel time in launches smaller than the GPU ({sm_txt} SMs)",
+            message=(
+                f"On {where}, {fmt_ns(under_ns)} of {fmt_ns(kern_ns)} kernel time ({share:.1f}%) is in launches with fewer "
+                f"blocks than the GPU has SMs ({sm_txt}); about {fmt_ns(impact)} of SM time stayed empty "
+                f"(top: `{ev['name'].iloc[0][:120]}`, median {ev['median_blocks'].iloc[0]:g} blocks). "
+                f"The work per launch (often the batch size) is too small for this GPU."
+            ),
+            impact_ns=impact,
+            evidence=ev,
+            location=Location(rank=int(hit["rank"].iloc[0]), device=int(hit["device"].iloc[0])) if len(hit) == 1 else Location(),
+            metrics={
+                "share_pct": round(share, 3),
+                "underfilled_ns": int(under_ns),
+                "kernel_ns_with_grid": int(kern_ns),
+                "empty_sm_time_ns": impact,
+                "sm_count": sorted(int(x) for x in hit["sms"].unique()),
+                "devices": int(len(hit)),
+                "per_device_share_pct": {f"{int(r)}:{int(d)}": round(float(v), 3) for r, d, v in zip(hit["rank"], hit["device"], hit["share_pct"])},
+                "est_sm_efficiency_pct": round(100.0 * (1.0 - float(hit["lost_ns"].sum()) / max(kern_ns, 1.0)), 3),
+            },
+            key="small-grids",
+        )
+
+
+def _map_sms(k: pd.DataFrame, sms: dict, fallback: float) -> np.ndarray:
+    """SM count per kernel row via a merge (the vectorized path for real traces)."""
+    table = pd.DataFrame([(r, d, s) for (r, d), s in sms.items()], columns=["rank", "device", "_sms"])
+    left = pd.DataFrame({"rank": k["rank"].to_numpy().astype(int), "device": k["device"].to_numpy().astype(int)})
+    out = left.merge(table, on=["rank", "device"], how="left")["_sms"].to_numpy(dtype=float)
+    return np.where(np.isnan(out), fallback, out)

@@ -1,0 +1,155 @@
+"""TI007: matrix math runs on FP32 CUDA cores on a GPU that has tensor cores."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from traceinsight.rule_api import Context, Fix, Location, Option, Rule, Severity, fmt_ns
+
+from ._patterns_extra import FP64, GEMM_CONV, NCCL, NOT_GEMM, NON_NVIDIA, NOT_TENSOR_CORE, PRE_VOLTA, TENSOR_CORE, TENSOR_CORE_GPU, matches, name_mask
+
+
+def _has_tensor_cores(name: str | None, cc: str | None, vendor: str | None) -> bool | None:
+    """True/False when known; None when neither compute capability nor a recognisable name says."""
+    if matches(vendor, NON_NVIDIA) or matches(name, NON_NVIDIA):
+        return False  # AMD/Intel matrix cores exist but their kernel names follow other conventions
+    if cc:
+        m = re.match(r"\s*(\d+)", str(cc))
+        if m:
+            return int(m.group(1)) >= 7
+    if matches(name, PRE_VOLTA):
+        return False
+    if matches(name, TENSOR_CORE_GPU):
+        return True
+    return None
+
+
+class NoTensorCores(Rule):
+    code = "TI007"
+    name = "no-tensor-cores"
+    severity = Severity.WARNING
+    summary = "GEMM/convolution kernels run in FP32 on CUDA cores although the GPU has tensor cores."
+    why = """
+    From Volta on, matrix multiplies and convolutions are 8-16x faster on tensor cores (FP16/BF16, and TF32
+    on Ampere and later) than on the FP32 CUDA cores. Kernels named ``sgemm``, ``volta_sgemm_*``,
+    ``ampere_sgemm_*``, ``cutlass_*_simt_*`` or ``implicit_convolve_sgemm`` are the CUDA-core path: the model is
+    running its heaviest math in plain FP32, usually because mixed precision / TF32 is off.
+    """
+    definition = """
+    Considered devices: compute capability >= 7 from the trace (``meta.devices``); when absent, decided from
+    the device name (V100, T4, RTX, A-, H-, B-, L-series …; pre-Volta K/M/P names and AMD/Intel are skipped).
+
+    **GEMM/conv kernels**: names matching cuBLAS/cuDNN/CUTLASS/xmma/nvjet patterns (``gemm``, ``gemv``,
+    ``conv``, ``cutlass``, ``xmma``, ``scudnn``, ``wgrad``, ``dgrad``, ``winograd`` …), excluding NCCL and FP64
+    (``dgemm``; AMP does not apply). **Tensor-core kernels** among them: names containing a tb_plugin
+    ``TC_Allowlist`` / xprof kernel-stats substring (``h884 s884 h1688 s1688 c1688 hmma i8816 16816 i16832
+    xmma``) or a newer one (``tensorop wgmma gmma nvjet sm80_ sm90_ tf32 bf16``), unless the name also says CUDA
+    cores (``simt sgemm gemv scudnn cgemm wgrad_alg0 …``; e.g. ``cutlass_80_simt_sgemm`` is FP32 SIMT).
+
+    **Share** = non-tensor-core GEMM/conv time / all GEMM/conv time on the considered devices. Reported when
+    share >= ``min_share_pct`` = **50 %** and that time is >= ``min_kernel_pct`` = **5 %** of all kernel time.
+    tb_plugin only speaks when *no* kernel uses tensor cores (share = 100 %); 50 % also catches models where
+    only some layers were converted. xprof's matching check fires when < 10 % of device compute is 16-bit.
+
+    **Impact** = non-tensor-core GEMM/conv time x (1 - 1/``speedup``) with ``speedup`` = **2**: a deliberately
+    low end-to-end factor (tensor-core peak is 8-16x FP32, but memory-bound parts and casts do not speed up).
+    """
+    fix_pytorch = Fix(
+        "Run the forward/backward under automatic mixed precision (bf16 on Ampere+, fp16 with a GradScaler on "
+        "Volta/Turing), and allow TF32 for the FP32 matmuls/convolutions that remain (PyTorch leaves TF32 off for "
+        "matmul by default). Keep GEMM dimensions multiples of 8 so cuBLAS can pick tensor-core kernels.",
+        """
+        torch.set_float32_matmul_precision("high")          # TF32 for FP32 matmuls (Ampere+)
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+
+        scaler = torch.amp.GradScaler("cuda")                 # needed for fp16, not for bf16
+        with torch.autocast(device_type="cuda", dtype=torch.bfloat16):
+            loss = loss_fn(model(x), y)
+        scaler.scale(loss).backward(); scaler.step(opt); scaler.update()
+        """,
+    )
+    fix_tensorflow = Fix(
+        "Turn on the Keras mixed-precision policy (keep the final layer/softmax in float32); TF32 is on by "
+        "default on Ampere+ unless it was disabled. Prefer layer sizes that are multiples of 8.",
+        """
+        import tensorflow as tf
+        tf.keras.mixed_precision.set_global_policy("mixed_float16")   # or "mixed_bfloat16"
+        tf.config.experimental.enable_tensor_float_32_execution(True)  # default True; check it was not turned off
+        outputs = tf.keras.layers.Activation("linear", dtype="float32")(logits)
+        """,
+    )
+
+    min_share_pct = Option(50.0, "Report when this % of GEMM/conv time is on CUDA cores.")
+    min_kernel_pct = Option(5.0, "...and that time is at least this % of all kernel time.")
+    speedup = Option(2.0, "Assumed end-to-end speed-up of those kernels on tensor cores (for the impact).")
+
+    def check(self, ctx: Context):
+        k = ctx.views.kernels
+        if k.empty:
+            return
+        devs = ctx.meta.devices
+        eligible = {(int(d.rank), int(d.index)): _has_tensor_cores(d.name, d.compute_capability, d.vendor) for d in devs}
+        if not any(v for v in eligible.values()):
+            return
+        ud = k[["rank", "device"]].drop_duplicates()
+        known = [eligible.get((int(r), int(d))) for r, d in ud.itertuples(index=False)]
+        if all(v is None for v in known) and set(eligible.values()) == {True}:
+            known = [True] * len(known)  # device indices differ from meta, but every listed GPU has tensor cores
+        ok_pairs = {(int(r), int(d)) for (r, d), v in zip(ud.itertuples(index=False), known) if v is True}
+        if not ok_pairs:
+            return
+        key = k["rank"].to_numpy().astype(np.int64) * 1_000_003 + k["device"].to_numpy().astype(np.int64)
+        k = k[np.isin(key, [r * 1_000_003 + d for r, d in ok_pairs])]
+        if k.empty:
+            return
+        names = k["name"]
+        gemm = name_mask(names, GEMM_CONV) & ~name_mask(names, FP64) & ~name_mask(names, NCCL) & ~name_mask(names, NOT_GEMM)
+        if not gemm.any():
+            return
+        tc = gemm & name_mask(names, TENSOR_CORE) & ~name_mask(names, NOT_TENSOR_CORE)
+        dur = k["dur_ns"].to_numpy()
+        gemm_ns = int(dur[gemm].sum())
+        non_tc = gemm & ~tc
+        non_tc_ns = int(dur[non_tc].sum())
+        kernel_ns = int(dur.sum())
+        share = 100.0 * non_tc_ns / gemm_ns if gemm_ns else 0.0
+        kshare = 100.0 * non_tc_ns / kernel_ns if kernel_ns else 0.0
+        if share < ctx.options["min_share_pct"] or kshare < ctx.options["min_kernel_pct"]:
+            return
+        impact = int(non_tc_ns * (1.0 - 1.0 / max(float(ctx.options["speedup"]), 1.0)))
+
+        rows = k[non_tc]
+        ev = rows.groupby("name", observed=True)["dur_ns"].agg(["count", "sum"]).reset_index()
+        ev = ev.sort_values("sum", ascending=False).head(20)
+        ev["total_ms"] = (ev["sum"] / 1e6).round(3)
+        ev["pct_of_gemm_time"] = (100.0 * ev["sum"] / max(gemm_ns, 1)).round(2)
+        evidence = ev[["name", "count", "total_ms", "pct_of_gemm_time"]].reset_index(drop=True)
+
+        dev_names = sorted({str(d.name) for d in devs if (int(d.rank), int(d.index)) in ok_pairs and d.name})
+        ranks = sorted({r for r, _ in ok_pairs})
+        yield ctx.finding(
+            title=f"{share:.0f}% of GEMM/conv time runs without tensor cores",
+            message=(
+                f"On {', '.join(dev_names) or 'a tensor-core GPU'}, {fmt_ns(non_tc_ns)} of {fmt_ns(gemm_ns)} GEMM/convolution "
+                f"kernel time ({share:.1f}%; {kshare:.1f}% of all kernel time) is in FP32 CUDA-core kernels such as "
+                f"`{evidence['name'].iloc[0]}`. Mixed precision or TF32 would move it to tensor cores (est. {fmt_ns(impact)} saved "
+                f"at a {float(ctx.options['speedup']):g}x speed-up)."
+            ),
+            impact_ns=impact,
+            evidence=evidence,
+            location=Location(rank=ranks[0] if len(ranks) == 1 else None),
+            metrics={
+                "non_tc_share_pct": round(share, 3),
+                "non_tc_share_of_kernel_time_pct": round(kshare, 3),
+                "gemm_time_ns": gemm_ns,
+                "non_tc_gemm_time_ns": non_tc_ns,
+                "tc_gemm_time_ns": gemm_ns - non_tc_ns,
+                "kernel_time_ns": kernel_ns,
+                "gemm_kernels": int(gemm.sum()),
+                "non_tc_kernels": int(non_tc.sum()),
+            },
+            key="tensor-cores",
+        )
