@@ -60,8 +60,11 @@ def _main(
 @app.command()
 def analyze(
     path: Annotated[Path, typer.Argument(help="Trace file or folder: .json/.json.gz, .sqlite/.nsys-rep, .xplane.pb, a TensorBoard logdir.")],
-    fmt: Annotated[Optional[Format], typer.Option("--format", "-f", help="Output format; default from -o's extension, else text.")] = None,
-    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write the report here instead of stdout.")] = None,
+    fmt: Annotated[
+        Optional[str],
+        typer.Option("--format", "-f", help="text, json, md or html; several comma-separated (e.g. html,md,json) write one file each into -o DIR. Default: from -o's extension, else text."),
+    ] = None,
+    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write the report here instead of stdout (a folder when several formats are asked for).")] = None,
     select: Annotated[Optional[list[str]], typer.Option("--select", help="Only these rule codes or prefixes (repeatable, or comma-separated).")] = None,
     ignore: Annotated[Optional[list[str]], typer.Option("--ignore", help="Skip these rule codes or prefixes.")] = None,
     set_: Annotated[Optional[list[str]], typer.Option("--set", help="Rule option, CODE.option=value (repeatable).")] = None,
@@ -75,7 +78,7 @@ def analyze(
     """Read a trace, run the rules, and report findings with their cost and fixes."""
     from .ingest import load
 
-    out_format = fmt or (_SUFFIX_FORMAT.get(output.suffix.lower()) if output else None) or Format.text
+    formats = _parse_formats(fmt, output)
     try:
         cfg = Config.from_pyproject(config)
         cfg.select = _split(select) or cfg.select
@@ -92,17 +95,49 @@ def analyze(
         return
     from .render import render
 
-    text = render(analysis, out_format.value, html_name=(output.with_suffix(".html").name if output else None))
-    if output:
+    if len(formats) > 1:
+        assert output is not None
+        output.mkdir(parents=True, exist_ok=True)
+        html_name = f"{REPORT_STEM}.html" if Format.html in formats else None
+        for f in formats:
+            target = output / f"{REPORT_STEM}.{_FORMAT_SUFFIX[f]}"
+            target.write_text(render(analysis, f.value, html_name=html_name), encoding="utf-8")
+            typer.echo(f"wrote {target}", err=True)
+    elif output:
+        text = render(analysis, formats[0].value, html_name=output.with_suffix(".html").name)
         output.parent.mkdir(parents=True, exist_ok=True)
         output.write_text(text, encoding="utf-8")
         typer.echo(f"wrote {output} ({len(analysis.findings)} findings)", err=True)
     else:
+        text = render(analysis, formats[0].value, html_name=None)
         sys.stdout.write(text if text.endswith("\n") else text + "\n")
     if fail_on != FailOn.never:
         threshold = Severity.parse(fail_on.value).rank
         if any(f.severity.rank >= threshold for f in analysis.findings):
             raise typer.Exit(EXIT_FINDINGS)
+
+
+REPORT_STEM = "traceinsight-report"
+_FORMAT_SUFFIX = {Format.text: "txt", Format.json: "json", Format.md: "md", Format.html: "html"}
+
+
+def _parse_formats(fmt: Optional[str], output: Optional[Path]) -> list[Format]:
+    """The formats asked for; several need an output folder. Bad values are usage errors (exit 2)."""
+    if not fmt:
+        return [(_SUFFIX_FORMAT.get(output.suffix.lower()) if output else None) or Format.text]
+    out: list[Format] = []
+    for part in _split([fmt]):
+        try:
+            f = Format(part.lower())
+        except ValueError:
+            raise typer.BadParameter(f"{part!r} is not one of text, json, md, html", param_hint="--format") from None
+        if f not in out:
+            out.append(f)
+    if len(out) > 1 and output is None:
+        raise typer.BadParameter("several formats need -o DIR (a folder to write one file per format)", param_hint="--format")
+    if len(out) > 1 and output is not None and output.exists() and not output.is_dir():
+        raise typer.BadParameter(f"{output} is a file; several formats need a folder", param_hint="--output")
+    return out
 
 
 def _split(values: Optional[list[str]]) -> list[str]:

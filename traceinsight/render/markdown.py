@@ -77,6 +77,11 @@ def _finding_block(n: int, f, with_evidence: bool) -> str:
     return "\n".join(out) + "\n"
 
 
+def _code_span(text: str) -> str:
+    """A file name as inline code: backticks and line breaks cannot close or break the span."""
+    return "".join(ch for ch in str(text)[:120] if ch not in "`\r\n")
+
+
 def render(analysis: Analysis, html_name: str | None = None, max_chars: int = MAX_CHARS, **_: Any) -> str:
     meta = analysis.timeline.meta
     v = details(analysis)
@@ -90,7 +95,7 @@ def render(analysis: Analysis, html_name: str | None = None, max_chars: int = MA
         "",
     ]
     pointer = (
-        f"📄 Full report with timeline, evidence and top kernels: the HTML artifact **{esc(html_name, 120)}**."
+        f"📄 Full report with timeline, evidence and top kernels: the HTML artifact `{_code_span(html_name)}`."
         if html_name
         else "📄 Run `traceinsight analyze TRACE -o report.html` for the full report with timeline and evidence."
     )

@@ -1,0 +1,102 @@
+"""Rule selection and options from pyproject.toml and the command line; broken plugins; multi-format output."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+import traceinsight
+from traceinsight.engine import Config, discover, instantiate
+from traceinsight.errors import ConfigError
+from traceinsight.cli import app
+
+from .helpers.kineto_writer import KinetoTrace
+
+runner = CliRunner()
+
+
+def _gappy_trace(tmp_path):
+    """Two kernels with a 400 µs idle gap between them, on one GPU."""
+    t = KinetoTrace()
+    t.step(1, 0.0, 1000.0)
+    t.kernel("gemm_a", 100.0, 200.0)
+    t.kernel("gemm_b", 700.0, 200.0)
+    return t.write(tmp_path / "gap.json")
+
+
+def _codes(result):
+    assert result.exit_code == 0, result.output
+    return [f["code"] for f in json.loads(result.stdout)["findings"]]
+
+
+def test_pyproject_options_select_and_severity(tmp_path):
+    trace = _gappy_trace(tmp_path)
+    (tmp_path / "pyproject.toml").write_text(
+        '[tool.traceinsight]\nselect = ["TI001"]\n\n[tool.traceinsight.rule.TI001]\nmin_gap_us = 500\nseverity = "error"\n'
+    )
+    # The 400 µs gap is below the configured 500 µs: no finding.
+    res = runner.invoke(app, ["analyze", str(trace), "-f", "json", "--config", str(tmp_path / "pyproject.toml")])
+    assert _codes(res) == []
+    # --set overrides the file; the file's severity override stays.
+    res = runner.invoke(app, ["analyze", str(trace), "-f", "json", "--config", str(tmp_path / "pyproject.toml"), "--set", "TI001.min_gap_us=100"])
+    report = json.loads(res.stdout)
+    assert [f["code"] for f in report["findings"]] == ["TI001"]
+    assert report["findings"][0]["severity"] == "error"
+    assert report["findings"][0]["impact_ns"] == 400_000
+    assert report["rules_run"] == ["TI001"]
+
+
+def test_select_and_ignore_prefixes():
+    rs = discover()
+    cfg = Config(select=["TI00"], ignore=["TI003", "TI004"])
+    codes = [r.code for r in instantiate(rs, cfg)]
+    assert "TI001" in codes and "TI003" not in codes and "TI004" not in codes and "TI010" not in codes
+
+
+def test_bad_option_values_are_usage_errors():
+    rs = discover()
+    with pytest.raises(ConfigError, match="expects float"):
+        instantiate(rs, Config(options={"TI001": {"min_gap_us": "lots"}}))
+    with pytest.raises(ConfigError, match="unknown option"):
+        instantiate(rs, Config(options={"TI001": {"no_such_option": 1}}))
+    with pytest.raises(ConfigError, match="CODE.option=value"):
+        Config().set_option("TI001-min_gap_us=3")
+
+
+def test_broken_plugin_is_a_warning_not_a_crash(tmp_path):
+    trace = _gappy_trace(tmp_path)
+    bad = tmp_path / "broken_rule.py"
+    bad.write_text("import does_not_exist_anywhere\n")
+    res = runner.invoke(app, ["analyze", str(trace), "-f", "json", "--rules", str(bad)])
+    assert res.exit_code == 0
+    warnings = json.loads(res.stdout)["warnings"]
+    assert any("broken_rule.py" in w and "ModuleNotFoundError" in w for w in warnings)
+
+
+def test_crashing_rule_is_reported_and_others_still_run(tmp_path):
+    from traceinsight.rule_api import Rule
+
+    class Crashes(Rule):
+        code = "XX001"
+        name = "crashes"
+
+        def check(self, ctx):
+            raise RuntimeError("boom")
+
+    a = traceinsight.analyze(_gappy_trace(tmp_path), extra_rules=[Crashes], select=["XX001", "TI001"])
+    assert [f.code for f in a.findings] == ["TI001"]
+    assert any("XX001 failed" in w and "boom" in w for w in a.warnings)
+
+
+def test_several_formats_into_a_folder(tmp_path):
+    trace = _gappy_trace(tmp_path)
+    out = tmp_path / "ti"
+    res = runner.invoke(app, ["analyze", str(trace), "-f", "html,md,json", "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    assert sorted(p.name for p in out.iterdir()) == ["traceinsight-report.html", "traceinsight-report.json", "traceinsight-report.md"]
+    assert "traceinsight-report.html" in (out / "traceinsight-report.md").read_text()
+    assert json.loads((out / "traceinsight-report.json").read_text())["findings"][0]["code"] == "TI001"
+    res = runner.invoke(app, ["analyze", str(trace), "-f", "html,md"])
+    assert res.exit_code == 2
