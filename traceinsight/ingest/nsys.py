@@ -556,11 +556,20 @@ def _fix_sync_devices(parts: list[_Part]) -> None:
     dev = np.concatenate([p.ints["device"] for p in gpu])
     key = (pid << 32) | (stream & 0xFFFFFFFF)
     keys, first = np.unique(key, return_index=True)
+    # Fallback for streams with no GPU work in the file: a process that used a single device.
+    pairs = np.unique(np.stack([pid, dev], axis=1), axis=0)
+    pids, n_dev = np.unique(pairs[:, 0], return_counts=True)
+    single = pids[n_dev == 1]
+    single_dev = pairs[np.isin(pairs[:, 0], single), 1]
     for p in syncs:
         k = (p.ints["pid"] << 32) | (p.ints["stream"] & 0xFFFFFFFF)
         pos = np.clip(np.searchsorted(keys, k), 0, len(keys) - 1)
         hit = (keys[pos] == k) & (p.ints["stream"] >= 0)
-        p.ints["device"] = np.where(hit, dev[first[pos]], p.ints["device"])
+        fallback = p.ints["device"]
+        if len(single):
+            spos = np.clip(np.searchsorted(single, p.ints["pid"]), 0, len(single) - 1)
+            fallback = np.where(single[spos] == p.ints["pid"], single_dev[spos], fallback)
+        p.ints["device"] = np.where(hit, dev[first[pos]], fallback)
 
 
 # --- metadata ---------------------------------------------------------------------------------------------
