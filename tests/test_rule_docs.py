@@ -1,0 +1,150 @@
+"""The per-rule docs in docs/rules/ are generated from the rules and must be current; every built-in rule must carry
+what a good rule needs (a stable code and name, a one-sentence summary, why, definition, fixes with code, option help).
+
+When a test here fails because docs are stale, run ``python docs/gen_rule_docs.py`` and commit the result.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import textwrap
+from pathlib import Path
+
+import pytest
+
+import traceinsight
+from traceinsight.rule_api import Fix, Severity
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = ROOT / "docs" / "rules"
+
+#: Frozen on purpose: codes are stable identifiers users put in configs (``select``, ``ignore``, ``--set``) and
+#: baselines. Renaming a rule or reusing a code must be a deliberate change to this table, never an accident.
+FROZEN = {
+    "TI001": "gpu-idle-gaps",
+    "TI002": "host-sync-stalls",
+    "TI003": "tiny-kernels",
+    "TI004": "rnn-cudnn-fallback",
+    "TI005": "input-pipeline-bound",
+    "TI006": "pageable-memcpy",
+    "TI007": "no-tensor-cores",
+    "TI008": "small-grids",
+    "TI009": "rank-imbalance",
+    "TI010": "low-gpu-utilization",
+}
+
+
+def _gen():
+    spec = importlib.util.spec_from_file_location("gen_rule_docs", ROOT / "docs" / "gen_rule_docs.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+GEN = _gen()
+RULES = GEN.builtin_rules()
+
+
+# --- generated docs are current ----------------------------------------------------------------------------
+def test_committed_docs_are_current():
+    problems = GEN.stale(DOCS)
+    assert problems == [], "docs/rules/ is stale; run: python docs/gen_rule_docs.py\n" + "\n".join(problems)
+
+
+def test_every_rule_has_a_page_and_an_index_row():
+    pages = GEN.render()
+    assert set(pages) == {f"{c}.md" for c in FROZEN} | {"README.md"}
+    index = pages["README.md"]
+    for code, cls in RULES.items():
+        assert f"| [{code}]({code}.md) | `{cls.name}` | {cls.severity.value} |" in index
+        assert pages[f"{code}.md"].endswith(cls.docs().rstrip("\n") + "\n")  # the same text `traceinsight rule` prints
+
+
+def test_stale_detection(tmp_path):
+    """The staleness check itself: a changed page, a missing page and an orphaned page are all reported."""
+    pages = GEN.render()
+    for name, text in pages.items():
+        (tmp_path / name).write_text(text, encoding="utf-8")
+    assert GEN.stale(tmp_path, pages) == []
+    (tmp_path / "TI001.md").write_text(pages["TI001.md"].replace("gpu-idle-gaps", "gpu-idle"), encoding="utf-8")
+    (tmp_path / "TI002.md").unlink()
+    (tmp_path / "TI999.md").write_text("old", encoding="utf-8")
+    assert GEN.stale(tmp_path, pages) == ["TI001.md: out of date", "TI002.md: missing", "TI999.md: no such rule any more"]
+
+
+def test_main_check_and_write(tmp_path):
+    assert GEN.main(["--check", "--out", str(tmp_path)]) == 1
+    assert GEN.main(["--out", str(tmp_path)]) == 0
+    assert GEN.main(["--check", "--out", str(tmp_path)]) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(GEN.render())
+
+
+def test_cli_prints_the_same_page():
+    from typer.testing import CliRunner
+
+    from traceinsight.cli import app
+
+    res = CliRunner().invoke(app, ["rule", "TI006"])
+    assert res.exit_code == 0, res.output
+    assert res.output.rstrip("\n") == RULES["TI006"].docs().rstrip("\n")
+
+
+# --- codes and names are stable and unique -----------------------------------------------------------------
+def test_codes_and_names_frozen():
+    assert {code: cls.name for code, cls in RULES.items()} == FROZEN
+
+
+def test_codes_and_names_unique_and_no_discovery_warnings():
+    rs = traceinsight.discover()
+    assert not [w for w in rs.warnings if "already taken" in w or "could not load" in w], rs.warnings
+    names = [cls.name for cls in RULES.values()]
+    assert len(names) == len(set(names))
+    assert len({cls for cls in RULES.values()}) == len(RULES)  # one class per code
+
+
+# --- what every built-in rule must have --------------------------------------------------------------------
+@pytest.mark.parametrize("code", sorted(FROZEN))
+def test_rule_metadata(code):
+    cls = RULES[code]
+    assert re.fullmatch(r"TI\d{3}", cls.code) and cls.code == code
+    assert re.fullmatch(r"[a-z][a-z0-9]*(-[a-z0-9]+)+", cls.name), f"{code}: name {cls.name!r} is not kebab-case"
+    assert isinstance(cls.severity, Severity)
+    summary = cls.summary
+    assert summary and "\n" not in summary and summary == summary.strip(), f"{code}: summary must be one line"
+    assert summary[0].isupper() and summary.endswith("."), f"{code}: summary must be a sentence: {summary!r}"
+    assert len(summary) <= 120, f"{code}: summary is {len(summary)} chars; keep it to one short line"
+    assert len(textwrap.dedent(cls.why).strip()) >= 80, f"{code}: 'why' is missing or too thin"
+    assert len(textwrap.dedent(cls.definition).strip()) >= 80, f"{code}: 'definition' is missing or too thin"
+
+
+@pytest.mark.parametrize("code", sorted(FROZEN))
+def test_rule_fixes_have_code(code):
+    cls = RULES[code]
+    for fw, fx in (("pytorch", cls.fix_pytorch), ("tensorflow", cls.fix_tensorflow)):
+        assert isinstance(fx, Fix)
+        assert fx.text.strip(), f"{code}: no {fw} fix text"
+        assert fx.code.strip(), f"{code}: the {fw} fix has no code snippet"
+    assert set(cls.fixes()) == {"pytorch", "tensorflow"}
+
+
+@pytest.mark.parametrize("code", sorted(FROZEN))
+def test_rule_options_documented(code):
+    cls = RULES[code]
+    for name, opt in cls.options.items():
+        assert opt.name == name
+        assert opt.help.strip(), f"{code}: option {name!r} has no help text"
+        assert re.fullmatch(r"[a-z][a-z0-9_]*", name), f"{code}: option {name!r} is not snake_case"
+        cls(**{name: opt.default})  # the default converts through its own type
+
+
+@pytest.mark.parametrize("code", sorted(FROZEN))
+def test_rule_page_sections(code):
+    doc = RULES[code].docs()
+    assert doc.startswith(f"# {code} {FROZEN[code]}\n")
+    sections = ["## Why it matters", "## What is measured", "## Fix in PyTorch", "## Fix in TensorFlow"]
+    if RULES[code].options:
+        sections.insert(2, "## Options")
+    positions = [doc.index(s) for s in sections]
+    assert positions == sorted(positions)
+    assert doc.count("```python") == 2
