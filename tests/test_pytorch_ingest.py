@@ -197,3 +197,37 @@ def test_events_are_int64_ns_and_sorted_columns_are_consistent(corpus):
     assert (ev["dur_ns"] >= 0).all()
     syncs = ev[ev["kind"] == "gpu_sync"]["name"].astype(str).tolist()
     assert sorted(syncs) == ["Context Sync", "Event Sync", "Event Sync", "Stream Sync"]
+
+
+@pytest.mark.slow
+def test_trace_recorded_here_with_torch_profiler_on_cpu(tmp_path):
+    torch = pytest.importorskip("torch")
+    from torch.profiler import ProfilerActivity, profile, record_function, schedule
+
+    model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 8))
+    x = torch.randn(16, 32)
+    path = tmp_path / "cpu.pt.trace.json"
+    expected: dict[str, int] = {}
+
+    def ready(p):
+        p.export_chrome_trace(str(path))
+        # The profiler's own counts of what it recorded (3 active steps, 2 Linear layers each).
+        expected.update({e.key: e.count for e in p.key_averages() if e.key in ("aten::addmm", "aten::relu")})
+
+    with profile(activities=[ProfilerActivity.CPU], schedule=schedule(wait=0, warmup=1, active=3), record_shapes=True, on_trace_ready=ready) as prof:
+        for _ in range(4):
+            with record_function("my_forward"):
+                model(x).sum().backward()
+            prof.step()
+    tl = traceinsight.load(path)
+    ev = tl.events
+    ops = ev[ev["kind"] == "cpu_op"]["name"].astype(str)
+    assert expected == {"aten::addmm": 6, "aten::relu": 3}
+    assert expected and {k: int((ops == k).sum()) for k in expected} == expected
+    steps = ev[ev["kind"] == "step"]["name"].astype(str).tolist()
+    assert len(steps) == 3 and all(s.startswith("ProfilerStep#") for s in steps)
+    assert (ev[ev["kind"] == "annotation"]["name"].astype(str) == "my_forward").sum() == 3
+    assert (ev.loc[ev["kind"] == "cpu_op", "step"] >= 0).all()
+    shapes = set(ev.loc[ev["name"] == "aten::addmm", "input_shapes"].astype(str))
+    assert shapes == {"[[64], [16, 32], [32, 64], [], []]", "[[8], [16, 64], [64, 8], [], []]"}
+    assert tl.meta.devices == [] and any("no GPU kernels" in w for w in tl.meta.warnings)
