@@ -3,7 +3,10 @@
 The file is written by the test writer (real nsys 2026.1 table layout), so the parser does the same work as
 on a real capture: 1M kernel rows, optionally with their 1M cudaLaunchKernel runtime rows.
 
-    python bench/bench_nsys.py [--kernels 1000000] [--repeat 3]
+    python bench/bench_nsys.py [--kernels 1000000] [--repeat 3] [--threads N]
+
+``--threads`` caps the reader's parallel scan (default: every CPU this process may use); ``--threads 1``
+shows the single-core time.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import traceinsight  # noqa: E402
+from traceinsight.ingest import nsys_sql  # noqa: E402
 from tests.helpers.nsys_writer import NsysTrace  # noqa: E402
 
 
@@ -39,7 +43,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--kernels", type=int, default=1_000_000)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=0, help="cap on reader threads (0: all CPUs)")
     args = ap.parse_args()
+    if args.threads:
+        nsys_sql.MAX_THREADS = args.threads
+    print(f"reader threads: {min(nsys_sql._cpus(), nsys_sql.MAX_THREADS)}")
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for with_runtime in (False, True):

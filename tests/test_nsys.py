@@ -433,3 +433,50 @@ def test_bulk_kernels_match_single_calls(tmp_path):
     ta, tb = traceinsight.load(a.write(tmp_path / "a.sqlite")), traceinsight.load(b.write(tmp_path / "b.sqlite"))
     cols = ["kind", "name", "raw_name", "start_ns", "dur_ns", "device", "stream", "correlation", "grid", "block"]
     assert ta.events[cols].astype(str).values.tolist() == tb.events[cols].astype(str).values.tolist()
+
+
+# --- columnar reads (nsys_sql) ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", CORPUS_FILES)
+def test_parallel_ranges_match_one_scan(name, monkeypatch):
+    """Many tiny rowid ranges on 4 threads give exactly the frame of one single-threaded scan."""
+    from traceinsight.ingest import nsys_sql
+
+    monkeypatch.setattr(nsys_sql, "_cpus", lambda: 1)
+    monkeypatch.setattr(nsys_sql, "MIN_RANGE", 1 << 40)
+    one = traceinsight.load(nsys(name)).events
+    monkeypatch.setattr(nsys_sql, "_cpus", lambda: 4)
+    monkeypatch.setattr(nsys_sql, "MIN_RANGE", 1)
+    monkeypatch.setattr(nsys_sql, "MAX_RANGE", 7)
+    many = traceinsight.load(nsys(name)).events
+    assert many.equals(one)
+
+
+def test_read_int_columns_exact_nulls_and_no_rowid(tmp_path, monkeypatch):
+    from traceinsight.ingest import nsys_sql
+
+    p = tmp_path / "ints.sqlite"
+    values = [2**63 - 1, -(2**63), -1, 0, 1, None, 2**53 + 1, 123456789012345678]
+    with sqlite3.connect(p) as conn:
+        conn.execute("CREATE TABLE t (v INTEGER, w INTEGER)")
+        conn.execute("CREATE TABLE nr (k INTEGER PRIMARY KEY, v INTEGER) WITHOUT ROWID")
+        conn.executemany("INSERT INTO t VALUES (?, ?)", [(v, i) for i, v in enumerate(values)])
+        conn.executemany("INSERT INTO nr VALUES (?, ?)", [(i, v) for i, v in enumerate(values)])
+        conn.execute("DELETE FROM t WHERE w = 3")  # a gap in the rowids
+        conn.execute("CREATE TABLE empty (v INTEGER)")
+    conn.close()
+    monkeypatch.setattr(nsys_sql, "_cpus", lambda: 3)
+    monkeypatch.setattr(nsys_sql, "MIN_RANGE", 1)
+    monkeypatch.setattr(nsys_sql, "MAX_RANGE", 2)
+    expect = [v if v is not None else -5 for i, v in enumerate(values) if i != 3]
+    c = sqlite3.connect(f"file:{p}?mode=ro&immutable=1", uri=True)
+    v, w = nsys_sql.read_int_columns(c, "t", ["ifnull(v, -5)", "w"])
+    assert v.dtype == np.int64 and v.tolist() == expect and w.tolist() == [0, 1, 2, 4, 5, 6, 7]
+    (odd,) = nsys_sql.read_int_columns(c, "t", ["ifnull(v, -5)"], "w % 2 = 1")
+    assert odd.tolist() == [expect[i] for i, x in enumerate([0, 1, 2, 4, 5, 6, 7]) if x % 2]
+    (nr,) = nsys_sql.read_int_columns(c, "nr", ["ifnull(v, -5)"])
+    assert nr.tolist() == [v if v is not None else -5 for v in values]
+    (e,) = nsys_sql.read_int_columns(c, "empty", ["v"])
+    assert e.dtype == np.int64 and len(e) == 0
+    c.close()

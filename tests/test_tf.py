@@ -151,11 +151,25 @@ def test_logdir_newest_run_and_warning(tmp_path):
         shutil.copy(src, d / "instance-ecbm.xplane.pb")
     tl = traceinsight.load(tmp_path)
     assert tl.meta.extra["run"] == "2022_11_04_21_26_12"
+    # source_format names the files read (docs/timeline.md); the logdir and run folder are in extra
+    assert tl.meta.source_format == "tensorflow-xplane"
+    assert tl.meta.extra["logdir"] == str(tmp_path)
+    assert tl.meta.extra["run_dir"] == str(tmp_path / "train" / "plugins" / "profile" / "2022_11_04_21_26_12")
     assert any(w.startswith("3 runs found, read newest 2022_11_04_21_26_12") for w in tl.meta.warnings)
     old = traceinsight.load(tmp_path, run="2021_01_01_00_00_00")
     assert old.meta.extra["run"] == "2021_01_01_00_00_00"
     with pytest.raises(TraceReadError, match="no profile run named"):
         traceinsight.load(tmp_path, run="nope")
+
+
+def test_logdir_of_trace_json_reports_json_format(tmp_path):
+    d = tmp_path / "plugins" / "profile" / "2022_11_04_21_26_12"
+    d.mkdir(parents=True)
+    shutil.copy(corpus_file(E4040_JSON), d / "instance-ecbm.trace.json.gz")
+    tl = traceinsight.load(tmp_path)
+    assert tl.meta.source_format == "tensorflow-json"
+    assert tl.meta.extra["run"] == "2022_11_04_21_26_12" and tl.meta.extra["hosts"] == ["instance-ecbm"]
+    assert (tl.events["kind"] == "kernel").sum() == 116
 
 
 def test_logdir_multi_host_ranks(tmp_path):

@@ -46,7 +46,8 @@ def _record(tmp_path, **lstm):
 ])
 def test_recorded_lstm_variants(tmp_path, variant, lstm):
     tl = _record(tmp_path, **lstm)
-    assert tl.meta.source_format == "tensorflow-logdir"
+    assert tl.meta.source_format == "tensorflow-xplane"  # the files' format; the logdir is in extra
+    assert tl.meta.extra["logdir"] == str(tmp_path / "logs") and tl.meta.extra["run"]
     sig = recurrent_loop_signature(tl)
     fwd = sig[sig["direction"] == "forward"]
     has_gpu = bool(tf.config.list_physical_devices("GPU"))

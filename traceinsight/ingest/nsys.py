@@ -1,8 +1,9 @@
 """Nsight Systems: ``nsys export --type sqlite`` files (every schema from 2022.1 to 2026.x) and ``.nsys-rep``.
 
 The SQLite export has one table per record kind, created only when it has rows, with columns added over
-the years, so every table and column is probed before use. Each table is read in a single scan with small
-columns packed into 63-bit words (see ``nsys_sql``); names are resolved once per distinct id, never per row.
+the years, so every table and column is probed before use. Each table is read columnar, with small columns
+packed into 63-bit words and rowid ranges scanned in parallel (see ``nsys_sql``); names are resolved once per
+distinct id, never per row.
 The file is opened read-only and immutable: the reader must not leave a journal or touch the user's file.
 ``.nsys-rep`` is NVIDIA's closed binary format; only ``nsys export`` reads it.
 """
@@ -26,7 +27,7 @@ import pandas as pd
 from ..errors import TraceReadError
 from ..timeline import COPY_KINDS, KINDS, DeviceInfo, Timeline, TraceMeta, assign_steps, build_events, rebase
 from . import nsys_schema as S
-from .nsys_sql import Field, fetch, fetch_text, string_table, table_columns
+from .nsys_sql import MMAP_BYTES, Field, fetch, fetch_text, string_table, table_columns
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 REP_MAGIC = b"NVIDIA Tegra Profiler Report"
@@ -122,6 +123,10 @@ def _connect(path: Path) -> sqlite3.Connection:
         raise TraceReadError(f"{path}: cannot open as SQLite ({exc})") from None
     # Captured environments and old exports hold non-UTF-8 bytes; a name with a replacement char beats a crash.
     conn.text_factory = lambda b: b.decode("utf-8", "replace")
+    try:
+        conn.execute(f"PRAGMA mmap_size = {MMAP_BYTES}")  # read-only page access in place; writes nothing
+    except sqlite3.Error:
+        pass
     return conn
 
 

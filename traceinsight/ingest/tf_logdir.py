@@ -94,8 +94,11 @@ def read(path: Path, progress=None, run: str | None = None, **options) -> Timeli
     origin = rebase(events)
     assign_steps(events)
     meta = metas[0]
-    meta.source_format = "tensorflow-logdir" if reader is xplane else "tensorflow-json"
+    # the format of the files read (docs/timeline.md); where they came from goes in extra
+    meta.source_format = "tensorflow-xplane" if reader is xplane else "tensorflow-json"
     meta.path = str(path)
+    meta.extra["logdir"] = str(path)
+    meta.extra["run_dir"] = str(chosen_run)
     meta.ranks = list(range(len(files)))
     meta.world_size = len(files) if len(files) > 1 else None
     meta.start_unix_ns = origin if absolute else None

@@ -87,7 +87,8 @@ def _load_space(path: Path):
     if not data:
         raise TraceReadError(f"{path}: the file is empty")
     try:
-        space = messages()["XSpace"].FromString(data)
+        # events stay undecoded byte strings here; decode_space decodes them column-wise
+        space = messages(raw_events=True)["XSpace"].FromString(data)
     except DecodeError as exc:
         raise TraceReadError(f"{path}: not a valid XSpace protobuf (truncated or corrupt: {exc})") from None
     except RecursionError:
@@ -112,54 +113,106 @@ def _plane_stats(plane, refs: dict[int, str]) -> dict[str, Any]:
     return {refs.get(s.metadata_id, ""): _stat_value(s, refs) for s in plane.stats}
 
 
-def _decode_line(line, kind: str, device: int, md_ids: np.ndarray, md_offset: int, refs: dict[int, str],
-                 wanted: dict[int, str], scan_all: bool, probe_ids: np.ndarray) -> LineBatch:
-    events = line.events
-    n = len(events)
-    raw = np.array([(e.metadata_id, e.offset_ps, e.duration_ps) for e in events], dtype=np.int64).reshape(n, 3)
-    mids = raw[:, 0]
-    pos = np.searchsorted(md_ids, mids)
-    pos = np.minimum(pos, max(len(md_ids) - 1, 0))
-    codes = np.where(md_ids[pos] == mids, pos + md_offset, -1) if len(md_ids) else np.full(n, -1)
-    stats: dict[str, list] = {}
-    if wanted:
-        if scan_all:
-            todo = range(n)
-        else:
-            # Stats are costly to walk in Python; events of one name carry the same stat keys, so probe the first
-            # and last event of each name and walk only the names that carry a stat we use.
-            cand = np.isin(mids, probe_ids)
-            if not cand.any():
-                return LineBatch(kind, device, line.name or line.display_name, line.id, codes,
-                                 (line.timestamp_ns * 1000 + raw[:, 1]) // 1000, (raw[:, 2] + 500) // 1000, stats)
-            cidx = np.flatnonzero(cand)
-            uniq, first = np.unique(mids[cidx], return_index=True)
-            _, last_rev = np.unique(mids[cidx][::-1], return_index=True)
-            first = cidx[first]
-            last = cidx[len(cidx) - 1 - last_rev]
-            hit = [m for m, a, b in zip(uniq.tolist(), first.tolist(), last.tolist())
-                   if any(s.metadata_id in wanted for s in events[a].stats)
-                   or any(s.metadata_id in wanted for s in events[b].stats)]
-            todo = np.flatnonzero(np.isin(mids, hit)).tolist() if hit else []
-        for i in todo:
-            for s in events[i].stats:
-                key = wanted.get(s.metadata_id)
-                if key is not None:
-                    col = stats.get(key)
-                    if col is None:
-                        col = stats[key] = [None] * n
-                    col[i] = _stat_value(s, refs)
-    start = (line.timestamp_ns * 1000 + raw[:, 1]) // 1000
-    dur = (raw[:, 2] + 500) // 1000
-    return LineBatch(kind, device, line.name or line.display_name, line.id, codes, start, dur, stats)
+# XEvent fields: metadata_id=1, offset_ps=2 | num_occurrences=5 (oneof), duration_ps=3, stats=4
+# XStat fields: metadata_id=1, value oneof: double=2, uint64=3, int64=4, str=5, bytes=6, ref=7
+_STAT_VALUE_FIELDS = (2, 3, 4, 5, 6, 7)
+
+
+def _member(values: np.ndarray, ids) -> np.ndarray:
+    """``np.isin(values, ids)`` through a lookup table (metadata ids are small, dense integers)."""
+    ids = np.fromiter(ids, dtype=np.int64)
+    top = int(ids.max()) if len(ids) else -1
+    if top < 0 or top > 1 << 22 or ids.min() < 0:
+        return np.isin(values, ids)
+    lut = np.zeros(top + 2, dtype=bool)
+    lut[ids] = True
+    return lut[np.clip(values, -1, top + 1)]
+
+
+def _decode_stats(data: bytes, buf: np.ndarray, ev: np.ndarray, s: np.ndarray, e: np.ndarray,
+                  ev_plane: np.ndarray, plane_wanted: list[dict[int, str]], plane_refs: list[dict[int, str]],
+                  n_events: int) -> dict[str, np.ndarray]:
+    """Event stats we use, as object columns over all events (None where absent); last stat of a key wins."""
+    from .proto.wire import decode_fields, leading_varint_in
+
+    keys = sorted({k for w in plane_wanted for k in w.values()})
+    # serializers write XStat.metadata_id first: match its bytes against the ids we use, decode only those stats
+    plane = ev_plane[ev]
+    keep = leading_varint_in(buf, s, e, plane, [set(w) for w in plane_wanted])
+    ev, s, e = ev[keep], s[keep], e[keep]
+    # event order, and file order within an event, so the last stat of a key wins below
+    order = np.argsort(ev, kind="stable")
+    ev, s, e = ev[order], s[order], e[order]
+    values, seen, spans, _ = decode_fields(buf, s, e, varint_fields=(1, 3, 4, 7), bytes_fields=(5, 6),
+                                           fixed64_fields=(2,))
+    mid = values[1].view(np.int64)
+    plane = ev_plane[ev]
+    key_code = np.full(len(mid), -1, dtype=np.int64)
+    for p in np.unique(plane).tolist():
+        wanted = plane_wanted[p]
+        if not wanted:
+            continue
+        in_plane = plane == p
+        ids = np.array(sorted(wanted), dtype=np.int64)
+        codes = np.array([keys.index(wanted[i]) for i in ids.tolist()], dtype=np.int64)
+        pos = np.minimum(np.searchsorted(ids, mid), len(ids) - 1)
+        hit = in_plane & (ids[pos] == mid)
+        key_code[hit] = codes[pos[hit]]
+    use = np.flatnonzero(key_code >= 0)
+    out: dict[str, np.ndarray] = {}
+    if not len(use):
+        return out
+    # the oneof member set last wins
+    order = np.stack([seen[f][use] for f in _STAT_VALUE_FIELDS])
+    which = np.where(order.max(axis=0) >= 0, np.array(_STAT_VALUE_FIELDS)[order.argmax(axis=0)], 0)
+    vals = np.full(len(use), None, dtype=object)
+    for f in (2, 3, 4):
+        m = which == f
+        if m.any():
+            raw = values[f][use[m]]
+            vals[m] = (raw.view(np.float64) if f == 2 else raw.view(np.int64) if f == 4 else raw).astype(object)
+    m = which == 7
+    if m.any():
+        refs_ids = values[7][use[m]].tolist()
+        planes = plane[use[m]].tolist()
+        vals[m] = np.array([plane_refs[p].get(r) for p, r in zip(planes, refs_ids)] + [None], dtype=object)[:-1]
+    for f in (5, 6):
+        m = which == f
+        if m.any():
+            a, b = spans[f][0][use[m]].tolist(), spans[f][1][use[m]].tolist()
+            items = [data[x:y] for x, y in zip(a, b)]
+            if f == 5:
+                items = [x.decode("utf-8", "replace") for x in items]
+            vals[m] = np.array(items + [None], dtype=object)[:-1]
+    ev_use, kc = ev[use], key_code[use]
+    for k, key in enumerate(keys):
+        m = kc == k
+        if m.any():
+            col = np.full(n_events, None, dtype=object)
+            # stats are in event order; keep the last one per event
+            idx, v = ev_use[m], vals[m]
+            last = np.r_[idx[1:] != idx[:-1], True]
+            col[idx[last]] = v[last]
+            out[key] = col
+    return out
 
 
 def decode_space(space) -> tuple[list[LineBatch], list[str], list[DeviceInfo], dict[str, Any], list[str]]:
-    """Lines (as batches), the name table, devices, task-environment facts and the XSpace's own warnings."""
-    batches: list[LineBatch] = []
+    """Lines (as batches), the name table, devices, task-environment facts and the XSpace's own warnings.
+
+    ``space`` comes from the raw-events schema: every line's events are byte strings, decoded here for all lines
+    at once (``proto/wire.py``).
+    """
+    from .proto.wire import _PAD, WireError, decode_events
+
     name_table: list[str] = []
     devices: list[DeviceInfo] = []
     env: dict[str, Any] = {}
+    chunks: list[bytes] = []
+    lines: list[tuple] = []  # (plane idx, kind, device, name, tid, timestamp_ns, n, read stats)
+    plane_md: list[tuple[np.ndarray, int]] = []
+    plane_wanted: list[dict[int, str]] = []
+    plane_refs: list[dict[int, str]] = []
     for plane in space.planes:
         refs = {k: v.name for k, v in plane.stat_metadata.items()}
         if plane.name == "Task Environment":
@@ -172,21 +225,67 @@ def decode_space(space) -> tuple[list[LineBatch], list[str], list[DeviceInfo], d
             devices.append(_device_info(device, _plane_stats(plane, refs)))
         md = sorted((k, v.name) for k, v in plane.event_metadata.items())
         md_ids = np.array([k for k, _ in md], dtype=np.int64)
-        md_offset = len(name_table)
-        md_names = [v for _, v in md]
-        name_table.extend(md_names)
-        # events that can carry a launch correlation or a step number: not TF ops, not allocator records
-        probe_ids = md_ids[[not (_TF_OP_MATCH(x) or x in _NO_STATS_NAMES) for x in md_names]] if len(md) else md_ids
-        wanted = {k: v for k, v in refs.items() if v in EVENT_STATS}
+        plane_md.append((md_ids, len(name_table)))
+        name_table.extend(v for _, v in md)
+        plane_wanted.append({k: v for k, v in refs.items() if v in EVENT_STATS})
+        plane_refs.append(refs)
+        p_idx = len(plane_md) - 1
         for line in plane.lines:
             lname = line.name or line.display_name
-            if not len(line.events) or lname in SKIPPED_LINES:
+            events = line.events
+            if not len(events) or lname in SKIPPED_LINES:
                 continue
             derived = lname in DERIVED_OP_LINES or lname == STEPS_LINE
-            line_wanted = {} if (kind == "gpu" and derived) else wanted
-            scan_all = kind == "gpu" and not derived
-            batches.append(_decode_line(line, kind, device, md_ids, md_offset, refs, line_wanted, scan_all, probe_ids))
+            evs = list(events)
+            chunks.extend(evs)
+            lines.append((p_idx, kind, device, lname, line.id, line.timestamp_ns, len(evs),
+                          not (kind == "gpu" and derived)))
     messages = [f"profiler error: {e}" for e in space.errors] + [f"profiler warning: {w}" for w in space.warnings]
+    if not lines:
+        return [], name_table, devices, env, messages
+
+    lens = np.fromiter(map(len, chunks), dtype=np.int64, count=len(chunks))
+    chunks.append(bytes(_PAD))  # zero padding: a varint read running off the end stops inside it
+    data = b"".join(chunks)
+    del chunks
+    ends = np.cumsum(lens)
+    starts = ends - lens
+    buf = np.frombuffer(data, dtype=np.uint8)
+    sizes = np.array([ln[6] for ln in lines], dtype=np.int64)
+    bounds = np.r_[0, np.cumsum(sizes)]
+    try:
+        mids, offset, dur_ps, (st_ev, st_s, st_e) = decode_events(buf, starts, ends)
+        line_plane = np.array([ln[0] for ln in lines], dtype=np.int64)
+        ev_plane = np.repeat(line_plane, sizes)
+        read_stats = np.repeat(np.array([ln[7] for ln in lines], dtype=bool), sizes)
+        keep = read_stats[st_ev] if len(st_ev) else np.zeros(0, dtype=bool)
+        stats = _decode_stats(data, buf, st_ev[keep], st_s[keep], st_e[keep], ev_plane, plane_wanted, plane_refs,
+                              len(mids)) if keep.any() and any(plane_wanted) else {}
+    except WireError as exc:
+        raise TraceReadError(f"not a valid XSpace protobuf (corrupt event: {exc})") from None
+
+    # names: event metadata ids -> rows of the name table, per plane
+    codes = np.full(len(mids), -1, dtype=np.int64)
+    for p, (md_ids, md_offset) in enumerate(plane_md):
+        if not len(md_ids):
+            continue
+        lo = bounds[np.searchsorted(line_plane, p, side="left")]
+        hi = bounds[np.searchsorted(line_plane, p, side="right")]
+        if hi <= lo:
+            continue
+        m = mids[lo:hi]
+        pos = np.minimum(np.searchsorted(md_ids, m), len(md_ids) - 1)
+        codes[lo:hi] = np.where(md_ids[pos] == m, pos + md_offset, -1)
+    ts = np.repeat(np.array([ln[5] for ln in lines], dtype=np.int64), sizes)
+    start = ts + offset // 1000  # == (ts * 1000 + offset) // 1000 without the int64 overflow
+    dur = (dur_ps + 500) // 1000
+    # which lines carry each stat (a line without it gets no column, as a per-line decoder would leave it)
+    line_has = {key: np.add.reduceat(np.not_equal(col, None), bounds[:-1]) > 0 for key, col in stats.items()}
+    batches = []
+    for i, (_, kind, device, lname, tid, _, _, _) in enumerate(lines):
+        lo, hi = bounds[i], bounds[i + 1]
+        bstats = {key: col[lo:hi] for key, col in stats.items() if line_has[key][i]}
+        batches.append(LineBatch(kind, device, lname, tid, codes[lo:hi], start[lo:hi], dur[lo:hi], bstats))
     return batches, name_table, devices, env, messages
 
 

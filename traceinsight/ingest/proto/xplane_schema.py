@@ -13,6 +13,7 @@ from functools import lru_cache
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
 _PACKAGE = "traceinsight.xplane"
+_RAW_PACKAGE = "traceinsight.xplane_raw"
 
 _F = descriptor_pb2.FieldDescriptorProto
 _INT64, _UINT64, _DOUBLE, _STRING, _BYTES, _MSG = (
@@ -79,37 +80,48 @@ _ONEOFS = {"XEvent": ["data"], "XStat": ["value"]}
 _MAPS = {"XPlane": [("EventMetadataEntry", "XEventMetadata"), ("StatMetadataEntry", "XStatMetadata")]}
 
 
-def _add_fields(msg: descriptor_pb2.DescriptorProto, fields: list[tuple]) -> None:
+def _add_fields(msg: descriptor_pb2.DescriptorProto, fields: list[tuple], package: str = _PACKAGE) -> None:
     for name, number, ftype, label, type_name, oneof in fields:
         f = msg.field.add(name=name, number=number, type=ftype, label=label)
         if type_name:
-            f.type_name = f".{_PACKAGE}.{type_name}"
+            f.type_name = f".{package}.{type_name}"
         if oneof is not None:
             f.oneof_index = oneof
         if ftype == _INT64 and label == _REP:
             f.options.packed = True
 
 
-def file_descriptor() -> descriptor_pb2.FileDescriptorProto:
-    fdp = descriptor_pb2.FileDescriptorProto(name="traceinsight/xplane.proto", package=_PACKAGE, syntax="proto3")
+def file_descriptor(raw_events: bool = False) -> descriptor_pb2.FileDescriptorProto:
+    """The schema; ``raw_events`` declares ``XLine.events`` as ``repeated bytes`` (same wire type, field 4).
+
+    The raw variant lets the reader take each line's events as undecoded byte strings straight from upb and decode
+    the few fields it needs for all events at once (``proto/wire.py``) instead of building a message per event.
+    """
+    package = _RAW_PACKAGE if raw_events else _PACKAGE
+    fdp = descriptor_pb2.FileDescriptorProto(name=f"{package.replace('.', '/')}.proto", package=package,
+                                             syntax="proto3")
     for name, fields in _SCHEMA.items():
         msg = fdp.message_type.add(name=name)
         for oneof in _ONEOFS.get(name, []):
             msg.oneof_decl.add(name=oneof)
-        _add_fields(msg, fields)
+        if raw_events and name == "XLine":
+            fields = [("events", 4, _BYTES, _REP, None, None) if f[0] == "events" else f for f in fields]
+        _add_fields(msg, fields, package)
         for entry, value_type in _MAPS.get(name, []):
             e = msg.nested_type.add(name=entry)
             e.options.map_entry = True
-            _add_fields(e, [("key", 1, _INT64, _OPT, None, None), ("value", 2, _MSG, _OPT, value_type, None)])
+            _add_fields(e, [("key", 1, _INT64, _OPT, None, None), ("value", 2, _MSG, _OPT, value_type, None)],
+                        package)
     return fdp
 
 
 @lru_cache(maxsize=None)
-def messages() -> dict[str, type]:
-    """Message classes by name, built once per process in a private pool."""
+def messages(raw_events: bool = False) -> dict[str, type]:
+    """Message classes by name, built once per process in a private pool (see ``file_descriptor``)."""
+    package = _RAW_PACKAGE if raw_events else _PACKAGE
     pool = descriptor_pool.DescriptorPool()
-    pool.Add(file_descriptor())
-    return {name: message_factory.GetMessageClass(pool.FindMessageTypeByName(f"{_PACKAGE}.{name}")) for name in _SCHEMA}
+    pool.Add(file_descriptor(raw_events))
+    return {name: message_factory.GetMessageClass(pool.FindMessageTypeByName(f"{package}.{name}")) for name in _SCHEMA}
 
 
 def XSpace():  # noqa: N802 - mirrors the message name

@@ -1,0 +1,264 @@
+"""Column-at-a-time protobuf wire decoding for the XEvent/XStat fields the reader uses.
+
+upb hands us every line's events as undecoded byte strings (``messages(raw_events=True)``); they are joined into
+one buffer and all events are decoded together: each round reads the next field of every event that still has
+bytes left, so the number of numpy passes is the number of fields in the longest event, not the number of events.
+Stats (XEvent field 4) come out as byte ranges and are decoded the same way.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+_PAD = 16  # zero bytes after the buffer: a varint read that runs off the end stops there and is caught below
+
+
+class WireError(ValueError):
+    """The bytes are not a well-formed message of the expected shape."""
+
+
+def as_buffer(data: bytes) -> np.ndarray:
+    buf = np.zeros(len(data) + _PAD, dtype=np.uint8)
+    buf[: len(data)] = np.frombuffer(data, dtype=np.uint8)
+    return buf
+
+
+def _varints(buf: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Decode one varint at each position: (values as uint64, position after each)."""
+    b = buf[pos]
+    end = pos + 1
+    if b.max(initial=0) < 0x80:  # all one byte: the common case for keys, lengths and small ids
+        return b.astype(np.uint64), end
+    value = (b & 0x7F).astype(np.uint64)
+    more = np.flatnonzero(b >= 0x80)
+    cur = pos[more] + 1
+    shift = 7
+    while len(more):
+        if shift > 63:
+            raise WireError("varint longer than 10 bytes")
+        b = buf[cur]
+        value[more] |= (b & 0x7F).astype(np.uint64) << np.uint64(shift)
+        cur += 1
+        go_on = b >= 0x80
+        done = ~go_on
+        end[more[done]] = cur[done]
+        more, cur = more[go_on], cur[go_on]
+        shift += 7
+    return value, end
+
+
+def decode_fields(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, varint_fields: tuple[int, ...],
+                  bytes_fields: tuple[int, ...] = (), fixed64_fields: tuple[int, ...] = (),
+                  repeated_bytes: int | None = None):
+    """Decode the messages ``buf[starts[i]:ends[i]]`` field by field, all messages at once.
+
+    Returns ``(values, seen, spans, repeated)``, each per message: ``values[f]`` the uint64 of a varint or fixed64
+    field (0 when absent; the last occurrence wins, as in protobuf); ``seen[f]`` the round in which field ``f`` was
+    last read (-1 = absent), which resolves oneofs (the member read last is the one set); ``spans[f]`` the
+    ``(start, end)`` of a length-delimited field; ``repeated`` = ``(message index, start, end)`` of every occurrence
+    of the ``repeated_bytes`` field, in round order: the k-th occurrences of all messages come before the (k+1)-th,
+    so a stable sort on the message index puts them in message and then file order. Unknown fields are skipped.
+    """
+    n = len(starts)
+    values = {f: np.zeros(n, dtype=np.uint64) for f in varint_fields + fixed64_fields}
+    seen = {f: np.full(n, -1, dtype=np.int32) for f in varint_fields + bytes_fields + fixed64_fields}
+    spans = {f: (np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)) for f in bytes_fields}
+    rep_idx, rep_s, rep_e = [], [], []
+    pos = starts.astype(np.int64, copy=True)
+    ends = np.asarray(ends, dtype=np.int64)
+    active = np.flatnonzero(pos < ends)
+    limit = len(buf) - _PAD
+    rnd = 0
+    while len(active):
+        p = pos[active]
+        key = buf[p].astype(np.int64)
+        if (key >= 0x80).any():
+            k, p = _varints(buf, p)
+            key = k.astype(np.int64)
+        else:
+            p = p + 1
+        wt = key & 7
+        field = key >> 3
+        nxt = np.empty_like(p)
+        bad = (field == 0) | (wt == 3) | (wt == 4) | (wt > 5)
+        if bad.any():
+            raise WireError("invalid field key (corrupt data, groups are not supported)")
+        sel = np.flatnonzero(wt == 0)
+        if len(sel):
+            v, after = _varints(buf, p[sel])
+            nxt[sel] = after
+            fs = field[sel]
+            for f in varint_fields:
+                m = fs == f
+                if m.any():
+                    idx = active[sel[m]]
+                    values[f][idx] = v[m]
+                    seen[f][idx] = rnd
+        sel = np.flatnonzero(wt == 2)
+        if len(sel):
+            ln, after = _varints(buf, p[sel])
+            stop = after + ln.astype(np.int64)
+            nxt[sel] = stop
+            fs = field[sel]
+            for f in bytes_fields:
+                m = fs == f
+                if m.any():
+                    idx = active[sel[m]]
+                    spans[f][0][idx] = after[m]
+                    spans[f][1][idx] = stop[m]
+                    seen[f][idx] = rnd
+            if repeated_bytes is not None:
+                m = fs == repeated_bytes
+                if m.all():
+                    rep_idx.append(active[sel])
+                    rep_s.append(after)
+                    rep_e.append(stop)
+                elif m.any():
+                    rep_idx.append(active[sel[m]])
+                    rep_s.append(after[m])
+                    rep_e.append(stop[m])
+        for w, width in ((1, 8), (5, 4)):
+            sel = np.flatnonzero(wt == w)
+            if len(sel):
+                q = p[sel]
+                nxt[sel] = q + width
+                if w == 1:
+                    fs = field[sel]
+                    for f in fixed64_fields:
+                        m = fs == f
+                        if m.any():
+                            raw = np.ascontiguousarray(buf[q[m][:, None] + np.arange(8)])
+                            idx = active[sel[m]]
+                            values[f][idx] = raw.view("<u8").ravel()
+                            seen[f][idx] = rnd
+        e = ends[active]
+        if (nxt > e).any() or (nxt > limit).any():
+            raise WireError("a field runs past the end of its message")
+        pos[active] = nxt
+        active = active[nxt < e]
+        rnd += 1
+    if rep_idx:
+        repeated = (np.concatenate(rep_idx), np.concatenate(rep_s), np.concatenate(rep_e))
+    else:
+        empty = np.zeros(0, dtype=np.int64)
+        repeated = (empty, empty, empty)
+    return values, seen, spans, repeated
+
+
+def leading_varint(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, field: int) -> np.ndarray | None:
+    """The value of ``field`` when every message starts with it (how protobuf serializers order field 1), else None."""
+    if not len(starts):
+        return np.zeros(0, dtype=np.uint64)
+    if (buf[starts] != (field << 3)).any() or (starts >= ends).any():
+        return None
+    v, after = _varints(buf, starts + 1)
+    if (after > ends).any():
+        raise WireError("a field runs past the end of its message")
+    return v
+
+
+def _opt_varint(buf, pos, ends, rows, tag):
+    """Where the next key of message ``rows`` is ``tag`` (a one-byte varint key): read it. Returns (hit mask, value)."""
+    p = pos[rows]
+    hit = (p < ends[rows]) & (buf[p] == tag)
+    sel = rows[hit]
+    v, after = _varints(buf, pos[sel] + 1)
+    pos[sel] = after
+    return sel, v
+
+
+def decode_events(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray):
+    """XEvent columns: (metadata_id, offset_ps, duration_ps) as int64, and (event, start, end) of every stat.
+
+    Fast path for the layout every protobuf serializer writes (fields in number order: 1, 2, 3, 4*, 5); events laid
+    out any other way (unknown fields, reordered or repeated fields) are decoded by ``decode_fields``. Stats come
+    in round order (see ``decode_fields``).
+    """
+    n = len(starts)
+    ends = np.asarray(ends, dtype=np.int64)
+    pos = starts.astype(np.int64, copy=True)
+    rows = np.arange(n)
+    mid = np.zeros(n, dtype=np.uint64)
+    off = np.zeros(n, dtype=np.uint64)
+    dur = np.zeros(n, dtype=np.uint64)
+    for tag, out in ((0x08, mid), (0x10, off), (0x18, dur)):
+        sel, v = _opt_varint(buf, pos, ends, rows, tag)
+        out[sel] = v
+    rep_idx, rep_s, rep_e = [], [], []
+    active = rows[pos < ends]
+    while len(active):
+        p = pos[active]
+        st = active[buf[p] == 0x22]
+        if not len(st):
+            break
+        ln, after = _varints(buf, pos[st] + 1)
+        stop = after + ln.astype(np.int64)
+        rep_idx.append(st)
+        rep_s.append(after)
+        rep_e.append(stop)
+        pos[st] = stop
+        active = st[stop < ends[st]]
+    sel, _ = _opt_varint(buf, pos, ends, rows[pos < ends], 0x28)
+    off[sel] = 0  # num_occurrences shares a oneof with offset_ps and comes later: it is the member set
+    limit = len(buf) - _PAD
+    irregular = np.flatnonzero((pos != ends) | (pos > limit))
+    if len(irregular):
+        # anything else: decode those events in full, the general way
+        if rep_idx:
+            keep = [~np.isin(i, irregular) for i in rep_idx]
+            rep_idx = [i[k] for i, k in zip(rep_idx, keep)]
+            rep_s = [s[k] for s, k in zip(rep_s, keep)]
+            rep_e = [e[k] for e, k in zip(rep_e, keep)]
+        values, seen, _, (ri, rs, re_) = decode_fields(buf, starts[irregular], ends[irregular], (1, 2, 3, 5),
+                                                       repeated_bytes=4)
+        mid[irregular] = values[1]
+        off[irregular] = np.where(seen[5] > seen[2], 0, values[2])
+        dur[irregular] = values[3]
+        rep_idx.append(irregular[ri])
+        rep_s.append(rs)
+        rep_e.append(re_)
+    if rep_idx:
+        stats = (np.concatenate(rep_idx), np.concatenate(rep_s), np.concatenate(rep_e))
+    else:
+        empty = np.zeros(0, dtype=np.int64)
+        stats = (empty, empty, empty)
+    return mid.view(np.int64), off.view(np.int64), dur.view(np.int64), stats
+
+
+def leading_varint_in(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, group: np.ndarray,
+                      wanted: list[set[int]]) -> np.ndarray:
+    """Which messages start with field 1 (varint) holding one of ``wanted[group[i]]``: a byte-pattern lookup.
+
+    Ids below 2**14 encode in at most two bytes, so the two bytes after the key index a 64 KiB table per group.
+    Messages not starting with key 0x08, or groups with larger ids, are answered by decoding the varint.
+    """
+    out = np.zeros(len(starts), dtype=bool)
+    if not len(starts):
+        return out
+    small = [g for g, ids in enumerate(wanted) if ids and max(ids) < 1 << 14 and min(ids) >= 0]
+    lut = np.zeros((len(wanted), 1 << 16), dtype=bool)
+    lo = np.arange(1 << 16) & 0xFF
+    hi = np.arange(1 << 16) >> 8
+    for g in small:
+        for i in wanted[g]:
+            if i < 0x80:
+                lut[g, lo == i] = True
+            else:
+                lut[g, (lo == ((i & 0x7F) | 0x80)) & (hi == (i >> 7))] = True
+    is_small = np.zeros(len(wanted), dtype=bool)
+    is_small[small] = True
+    lead = (buf[starts] == 0x08) & (ends - starts >= 2)
+    fast = lead & is_small[group]
+    f = np.flatnonzero(fast)
+    pair = buf[starts[f] + 1].astype(np.intp) | (buf[starts[f] + 2].astype(np.intp) << 8)
+    out[f] = lut[group[f], pair]
+    slow = np.flatnonzero(~fast)
+    if len(slow):
+        # field 1 wherever it is (last occurrence wins), as a full decode would see it
+        values, _, _, _ = decode_fields(buf, starts[slow], ends[slow], (1,))
+        ids = values[1].view(np.int64)
+        g = group[slow]
+        for grp in np.unique(g).tolist():
+            m = g == grp
+            out[slow[m]] = np.isin(ids[m], np.fromiter(wanted[grp], dtype=np.int64))
+    return out
