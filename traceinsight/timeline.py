@@ -188,10 +188,10 @@ def _as_dtype(values: Any, dtype: str, col: str) -> Any:
         return pd.Categorical(values)
     arr = np.asarray(values)
     if dtype == "bool":
-        return arr.astype(bool) if arr.size else np.zeros(0, dtype=bool)
+        return arr.astype(bool, copy=False) if arr.size else np.zeros(0, dtype=bool)
     if arr.dtype.kind == "f" and dtype.startswith("int"):
         arr = np.nan_to_num(arr, nan=-1 if col in ("correlation", "device", "stream", "step") else 0)
-    return arr.astype(dtype) if arr.size else np.zeros(0, dtype=dtype)
+    return arr.astype(dtype, copy=False) if arr.size else np.zeros(0, dtype=dtype)
 
 
 def rebase(events: pd.DataFrame) -> int:

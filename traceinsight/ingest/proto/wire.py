@@ -17,12 +17,6 @@ class WireError(ValueError):
     """The bytes are not a well-formed message of the expected shape."""
 
 
-def as_buffer(data: bytes) -> np.ndarray:
-    buf = np.zeros(len(data) + _PAD, dtype=np.uint8)
-    buf[: len(data)] = np.frombuffer(data, dtype=np.uint8)
-    return buf
-
-
 def _varints(buf: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Decode one varint at each position: (values as uint64, position after each)."""
     b = buf[pos]
@@ -143,18 +137,6 @@ def decode_fields(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, varint_
         empty = np.zeros(0, dtype=np.int64)
         repeated = (empty, empty, empty)
     return values, seen, spans, repeated
-
-
-def leading_varint(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, field: int) -> np.ndarray | None:
-    """The value of ``field`` when every message starts with it (how protobuf serializers order field 1), else None."""
-    if not len(starts):
-        return np.zeros(0, dtype=np.uint64)
-    if (buf[starts] != (field << 3)).any() or (starts >= ends).any():
-        return None
-    v, after = _varints(buf, starts + 1)
-    if (after > ends).any():
-        raise WireError("a field runs past the end of its message")
-    return v
 
 
 def _opt_varint(buf, pos, ends, rows, tag):
