@@ -1,7 +1,8 @@
-"""Helpers shared by the built-in rules: name patterns and interval queries that several rules ask the same way.
+"""Helpers shared by the built-in rules: name patterns and the queries several rules ask the same way.
 
-Kept out of ``views`` because they are heuristics (which names mean "data loading", "a sync"), not facts about
-the trace; every helper is vectorized so rules stay linear in the number of events.
+Kept out of ``views`` because they are heuristics (which names mean "data loading", "a sync", "a tensor-core
+kernel"), not facts about the trace; generic interval and name matching lives in ``traceinsight.views``.
+Every helper is vectorized so rules stay linear in the number of events.
 """
 
 from __future__ import annotations
@@ -10,6 +11,8 @@ import re
 
 import numpy as np
 import pandas as pd
+
+from traceinsight.views import Coverage, name_mask  # noqa: F401  (re-exported for the rules)
 
 # --- name patterns ---------------------------------------------------------------------------------------
 #: Host ranges that mean "waiting for input": PyTorch DataLoader iteration, tf.data / TF iterator ops.
@@ -28,18 +31,6 @@ SYNC_CALL = re.compile(
 SYNC_OP = re.compile(r"^aten::(item|_local_scalar_dense|nonzero|is_nonzero|tolist|equal|masked_select|unique|_unique2)$|\.tolist|\.item\(|\.cpu\(")
 
 
-def name_mask(names: pd.Series, pattern: re.Pattern[str]) -> np.ndarray:
-    """Boolean mask of rows whose name matches; matched once per distinct name (names are categorical)."""
-    if len(names) == 0:
-        return np.zeros(0, dtype=bool)
-    if isinstance(names.dtype, pd.CategoricalDtype):
-        cats = names.cat.categories
-        hit = np.fromiter((bool(pattern.search(str(c))) for c in cats), dtype=bool, count=len(cats))
-        codes = names.cat.codes.to_numpy()
-        return np.where(codes >= 0, hit[np.clip(codes, 0, None)] if len(cats) else False, False)
-    return names.astype(str).str.contains(pattern, regex=True).to_numpy()
-
-
 def short_name(name: str, width: int = 80) -> str:
     """Kernel names can be kilobytes of templates; evidence tables need the head of them."""
     name = str(name)
@@ -47,29 +38,6 @@ def short_name(name: str, width: int = 80) -> str:
 
 
 # --- interval queries ---------------------------------------------------------------------------------------
-class Coverage:
-    """The union of some intervals, answering "how much of [a, b) is covered" for many windows at once."""
-
-    def __init__(self, starts: np.ndarray, ends: np.ndarray) -> None:
-        from traceinsight.views import merge_intervals
-
-        self.s, self.e = merge_intervals(np.asarray(starts, np.int64), np.asarray(ends, np.int64))
-        self.cum = np.cumsum(self.e - self.s)
-
-    def before(self, t: np.ndarray) -> np.ndarray:
-        t = np.asarray(t, np.int64)
-        if len(self.s) == 0:
-            return np.zeros(len(t), np.int64)
-        i = np.searchsorted(self.s, t, side="right")
-        prev = np.clip(i - 1, 0, None)
-        full = np.where(i > 0, self.cum[prev], 0)
-        over = np.where(i > 0, np.maximum(self.e[prev] - t, 0), 0)
-        return full - over
-
-    def overlap(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-        return self.before(b) - self.before(a)
-
-
 def overlap_by_rank(rows: pd.DataFrame, windows: pd.DataFrame) -> np.ndarray:
     """For each window (rank, start_ns, end_ns): the time covered by ``rows`` of the same rank."""
     out = np.zeros(len(windows), np.int64)
@@ -161,3 +129,65 @@ def lookup(series: pd.Series, labels: np.ndarray) -> np.ndarray:
     if valid.any():
         out[valid] = series.reindex(labels[valid].astype(np.int64)).astype(object).to_numpy()
     return out
+
+# --- input pipeline (TI005) ------------------------------------------------------------------------------
+#: Host ranges during which the training loop waits for its next batch. PyTorch's profiler wraps every
+#: ``next(iter(loader))`` in ``enumerate(DataLoader)#<Iter>.__next__`` (tb_plugin event_parser.py uses the same
+#: prefix, plus ``enumerate(DataPipe)#``); TF's consumer side is ``IteratorGetNext`` (xprof HOST_WAIT_INPUT).
+DATA_WAIT_PRIMARY = r"^enumerate\((?:DataLoader|DataPipe)\)#|DataLoader.*__next__|IteratorGetNext"
+#: tf.data's own ``Iterator::...`` TraceMe ranges; only waits when seen on a consumer thread (see TI005).
+DATA_WAIT_TFDATA = r"^Iterator::"
+
+# --- GEMM / convolution kernels (TI007) ----------------------------------------------------------------
+#: Kernels doing matrix-multiply or convolution work (cuBLAS, cuBLASLt, cuDNN, CUTLASS, xmma, Hopper nvjet).
+GEMM_CONV = (
+    r"gemm|gemv|conv(?!ert)|cutlass::Kernel|cutlass::gemm|cutlass_|cutlass3x|xmma|nvjet|wgmma|hmma|scudnn|hcudnn|"
+    r"wgrad|dgrad|winograd|implicit_|cublas|magma|matmul|^bmm_|\bsm[89]\d_|h884|s884|h1688|s1688|i8816|16816|16832"
+)
+#: Library namespaces whose names contain "gemm" but whose kernels are not GEMMs (FBGEMM's sparse/permute ops).
+NOT_GEMM = r"fbgemm_gpu::"
+#: Tensor-core kernel names: tb_plugin tensor_core.py TC_Allowlist and xprof kernel_stats_utils.cc, extended with
+#: CUTLASS ``tensorop``, Hopper ``wgmma``/``gmma``/``nvjet``, cuBLASLt ``sm80_``/``sm90_`` and explicit tf32/bf16/f16 tags.
+TENSOR_CORE = (
+    r"h884|s884|h1688|s1688|c1688|hmma|i8816|16816|i16832|xmma|tensorop|wgmma|gmma|nvjet|\bsm[89]\d_|"
+    r"tf32|bf16|bfloat16|f16f16|_fp16|_f16_|imma|e4m3|e5m2|e2m1|fp8|conv1x1|conv2d_c1_k1|dgrad_1x1_stride_2x2|first_layer_wgrad_kernel"
+)
+#: Names that mean CUDA cores even when a TC substring also matches (e.g. ``cutlass_80_simt_sgemm``).
+NOT_TENSOR_CORE = r"simt|sgemm|gemv|scudnn|cgemm|wgrad_alg0|dgrad_engine|gemmSN|gemmk1"
+#: FP64 math is not helped by AMP or TF32; left out of the share entirely.
+FP64 = r"dgemm|zgemm|\bd_?gemm|double"
+
+# --- collectives (TI008, TI009) ------------------------------------------------------------------------
+NCCL = r"nccl|rccl"
+#: Collective kernels, NCCL or not (symmetric-memory all-reduce, custom all-to-all): few blocks and peer waits by design.
+COLLECTIVE = r"nccl|rccl|multimem|all_?reduce|all_?gather|reduce_?scatter|all_?to_?all|cross_device_reduce"
+
+#: NVIDIA GPUs before Volta (compute capability < 7): no tensor cores.
+PRE_VOLTA = r"\b(?:[KMP]\d{1,3}\b|GP100|GP10\d|GTX\s*(?:9|10)\d\d|TITAN\s*X|Tesla\s*[KMP]|Quadro\s*[KMP]\d)"
+#: NVIDIA GPUs with tensor cores, by marketing name (used only when compute capability is absent).
+TENSOR_CORE_GPU = (
+    r"V100|TITAN\s*V|T4\b|RTX|A\d{2,4}\b|A100|A800|H100|H200|H800|GH200|B100|B200|GB200|GB300|B300|L4\b|L40|"
+    r"Quadro\s*(?:RTX|GV100)|GV100|Jetson\s*(?:AGX\s*)?(?:Xavier|Orin)"
+)
+NON_NVIDIA = r"AMD|Radeon|Instinct|\bMI\d{3}|Intel|Gaudi|TPU"
+
+
+def matches(text: str | None, pattern: str) -> bool:
+    return bool(text) and re.search(pattern, str(text), flags=re.IGNORECASE) is not None
+
+
+def grid_blocks(grid: pd.Series) -> np.ndarray:
+    """Blocks per launch from the ``grid`` column ("x,y,z"); NaN where the source gave none."""
+    if len(grid) == 0:
+        return np.zeros(0, dtype=float)
+    if isinstance(grid.dtype, pd.CategoricalDtype):
+        cats = pd.Series(grid.cat.categories.astype(str))
+        parts = cats.str.extract(r"^\s*\[?\s*(\d+)\s*[, x]\s*(\d+)\s*[, x]\s*(\d+)")
+        prod = parts.astype(float).prod(axis=1, min_count=3).to_numpy()
+        codes = grid.cat.codes.to_numpy()
+        out = np.full(len(grid), np.nan)
+        ok = codes >= 0
+        out[ok] = prod[codes[ok]]
+        return out
+    parts = grid.astype(str).str.extract(r"^\s*\[?\s*(\d+)\s*[, x]\s*(\d+)\s*[, x]\s*(\d+)")
+    return parts.astype(float).prod(axis=1, min_count=3).to_numpy()

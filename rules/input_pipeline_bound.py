@@ -7,7 +7,9 @@ import pandas as pd
 
 from traceinsight.rule_api import Context, Fix, Location, Option, Rule, Severity, fmt_ns
 
-from ._patterns_extra import DATA_WAIT_PRIMARY, DATA_WAIT_TFDATA, covered_ns, merge_grouped, name_mask
+from traceinsight.views import Coverage, merge_grouped, name_mask
+
+from ._common import DATA_WAIT_PRIMARY, DATA_WAIT_TFDATA
 
 #: Host kinds that carry data-loading ranges; Python frames are left out because with_stack traces repeat the
 #: same wait as nested frames on the same thread, and the op/annotation already covers it.
@@ -112,7 +114,7 @@ class InputPipelineBound(Rule):
                 st = steps[steps["rank"] == rank]
                 if st.empty:
                     continue
-                cov = covered_ns(st["start_ns"].to_numpy(), st["end_ns"].to_numpy(), w["start_ns"].to_numpy(), w["end_ns"].to_numpy())
+                cov = Coverage(w["start_ns"].to_numpy(), w["end_ns"].to_numpy()).overlap(st["start_ns"].to_numpy(), st["end_ns"].to_numpy())
                 per_step.append(pd.DataFrame({"rank": rank, "step": st["step"].to_numpy(), "step_ms": st["dur_ns"].to_numpy() / 1e6, "data_wait_ms": cov / 1e6}))
                 wait_in_steps += int(cov.sum())
             step_total = int(steps[steps["rank"].isin(ranks)]["dur_ns"].sum())
@@ -139,7 +141,7 @@ class InputPipelineBound(Rule):
             if g_rank.empty:
                 continue
             per_dev = [
-                int(covered_ns(w["start_ns"].to_numpy(), w["end_ns"].to_numpy(), g["start_ns"].to_numpy(), g["end_ns"].to_numpy()).sum())
+                int(Coverage(g["start_ns"].to_numpy(), g["end_ns"].to_numpy()).overlap(w["start_ns"].to_numpy(), w["end_ns"].to_numpy()).sum())
                 for _, g in g_rank.groupby("device", sort=True)
             ]
             impact += min(per_dev)

@@ -7,7 +7,7 @@ import pandas as pd
 
 from traceinsight.rule_api import Context, Fix, Option, Rule, Severity, fmt_ns
 
-from ._patterns_extra import name_mask
+from ._common import name_mask
 
 _ASYNC_API = r"Memcpy.*Async|MemcpyAsync|cuMemcpy.*Async"
 

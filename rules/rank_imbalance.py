@@ -7,7 +7,9 @@ import pandas as pd
 
 from traceinsight.rule_api import Context, Fix, Option, Rule, Severity, fmt_ns
 
-from ._patterns_extra import COLLECTIVE, merge_grouped, name_mask
+from traceinsight.views import merge_grouped, name_mask
+
+from ._common import COLLECTIVE
 
 _K = 1_000_003  # packs (rank, device) into one integer group key
 

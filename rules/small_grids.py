@@ -7,7 +7,7 @@ import pandas as pd
 
 from traceinsight.rule_api import Context, Fix, Location, Option, Rule, Severity, fmt_ns
 
-from ._patterns_extra import COLLECTIVE, grid_blocks, name_mask
+from ._common import COLLECTIVE, grid_blocks, name_mask
 
 
 class SmallGrids(Rule):

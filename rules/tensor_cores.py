@@ -8,7 +8,7 @@ import numpy as np
 
 from traceinsight.rule_api import Context, Fix, Location, Option, Rule, Severity, fmt_ns
 
-from ._patterns_extra import FP64, GEMM_CONV, NCCL, NOT_GEMM, NON_NVIDIA, NOT_TENSOR_CORE, PRE_VOLTA, TENSOR_CORE, TENSOR_CORE_GPU, matches, name_mask
+from ._common import FP64, GEMM_CONV, NCCL, NOT_GEMM, NON_NVIDIA, NOT_TENSOR_CORE, PRE_VOLTA, TENSOR_CORE, TENSOR_CORE_GPU, matches, name_mask
 
 
 def _has_tensor_cores(name: str | None, cc: str | None, vendor: str | None) -> bool | None:

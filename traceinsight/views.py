@@ -5,6 +5,7 @@ All are plain DataFrames built with vectorized numpy/pandas; none walks events i
 
 from __future__ import annotations
 
+import re
 from functools import cached_property
 
 import numpy as np
@@ -28,6 +29,72 @@ def merge_intervals(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, n
     out_s = s[idx]
     out_e = np.maximum.reduceat(e, idx)
     return out_s, out_e
+
+
+def merge_grouped(groups: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> pd.DataFrame:
+    """``merge_intervals`` within each group (e.g. per rank): columns group, start_ns, end_ns, sorted.
+
+    One lexsort and a grouped running max: nested or overlapping ranges (an op inside an op, two threads
+    waiting at once) count once.
+    """
+    if len(starts) == 0:
+        return pd.DataFrame({"group": np.zeros(0, np.int64), "start_ns": np.zeros(0, np.int64), "end_ns": np.zeros(0, np.int64)})
+    g = np.asarray(groups, dtype=np.int64)
+    s = np.asarray(starts, dtype=np.int64)
+    e = np.maximum(np.asarray(ends, dtype=np.int64), s)
+    order = np.lexsort((s, g))
+    g, s, e = g[order], s[order], e[order]
+    run_end = pd.Series(e).groupby(g).cummax().to_numpy()
+    new = np.ones(len(s), dtype=bool)
+    new[1:] = (g[1:] != g[:-1]) | (s[1:] > run_end[:-1])
+    idx = np.flatnonzero(new)
+    return pd.DataFrame({"group": g[idx], "start_ns": s[idx], "end_ns": np.maximum.reduceat(e, idx)})
+
+
+class Coverage:
+    """The union of some intervals, answering "how much of [a, b) is covered" for many windows at once.
+
+    Built on the cumulative covered length C(t): each query costs two searchsorted calls whatever the sizes.
+    """
+
+    def __init__(self, starts: np.ndarray, ends: np.ndarray) -> None:
+        self.s, self.e = merge_intervals(np.asarray(starts, np.int64), np.asarray(ends, np.int64))
+        self.cum = np.cumsum(self.e - self.s)
+
+    def before(self, t: np.ndarray) -> np.ndarray:
+        """Covered time before each t."""
+        t = np.asarray(t, np.int64)
+        if len(self.s) == 0:
+            return np.zeros(len(t), np.int64)
+        i = np.searchsorted(self.s, t, side="right")
+        prev = np.clip(i - 1, 0, None)
+        full = np.where(i > 0, self.cum[prev], 0)
+        over = np.where(i > 0, np.maximum(self.e[prev] - t, 0), 0)
+        return full - over
+
+    def overlap(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """Covered time inside each [a_i, b_i) (0 for empty or reversed windows)."""
+        a = np.asarray(a, np.int64)
+        return np.maximum(self.before(np.maximum(np.asarray(b, np.int64), a)) - self.before(a), 0)
+
+
+def name_mask(names: pd.Series, pattern: "str | re.Pattern[str]", case: bool = False) -> np.ndarray:
+    """Rows whose name matches ``pattern`` (searched anywhere), evaluated once per distinct name.
+
+    A string pattern is case-insensitive unless ``case``; a compiled pattern keeps its own flags.
+    """
+    rx = pattern if isinstance(pattern, re.Pattern) else re.compile(pattern, 0 if case else re.IGNORECASE)
+    if len(names) == 0:
+        return np.zeros(0, dtype=bool)
+    if isinstance(names.dtype, pd.CategoricalDtype):
+        cats = names.cat.categories
+        hit = np.fromiter((rx.search(str(c)) is not None for c in cats), dtype=bool, count=len(cats))
+        codes = names.cat.codes.to_numpy()
+        out = np.zeros(len(names), dtype=bool)
+        ok = codes >= 0
+        out[ok] = hit[codes[ok]]
+        return out
+    return np.fromiter((rx.search(str(n)) is not None for n in names), dtype=bool, count=len(names))
 
 
 def overlap_ns(starts: np.ndarray, ends: np.ndarray, w_start: int, w_end: int) -> int:
