@@ -55,36 +55,30 @@ def discover(extra_paths: Iterable[str | Path] = ()) -> RuleSet:
     """All rules: entry points first (built-ins and installed plugins), then local files/folders."""
     rs = RuleSet()
     for ep in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
-        try:
-            loaded = ep.load()
-        except Exception as exc:  # a broken plugin must not break the run
-            rs.warnings.append(f"could not load rule plugin {ep.name} ({ep.value}): {type(exc).__name__}: {exc}")
-            continue
-        found = _rules_in(loaded)
-        if not found:
-            rs.warnings.append(f"rule plugin {ep.name} ({ep.value}) defines no Rule subclass")
-        for cls in found:
-            rs.add(cls, f"entry point {ep.name}")
+        _register(rs, ep.load, f"rule plugin {ep.name} ({ep.value})", f"entry point {ep.name}")
     for p in extra_paths:
         path = Path(p)
-        files = sorted(path.glob("*.py")) if path.is_dir() else [path]
         if not path.exists():
             rs.warnings.append(f"--rules {path}: no such file or folder")
             continue
-        for f in files:
-            if f.name.startswith("_"):
-                continue
-            try:
-                mod = _import_file(f)
-            except Exception as exc:
-                rs.warnings.append(f"could not load rules from {f}: {type(exc).__name__}: {exc}")
-                continue
-            found = _rules_in(mod)
-            if not found:
-                rs.warnings.append(f"{f} defines no Rule subclass")
-            for cls in found:
-                rs.add(cls, str(f))
+        for f in sorted(path.glob("*.py")) if path.is_dir() else [path]:
+            if not f.name.startswith("_"):
+                _register(rs, lambda f=f: _import_file(f), f"rules file {f}", str(f))
     return rs
+
+
+def _register(rs: RuleSet, load, what: str, origin: str) -> None:
+    """Load one plugin and add its rules; any failure becomes a warning, never a crash."""
+    try:
+        loaded = load()
+    except Exception as exc:  # a broken plugin must not break the run
+        rs.warnings.append(f"could not load {what}: {type(exc).__name__}: {exc}")
+        return
+    found = _rules_in(loaded)
+    if not found:
+        rs.warnings.append(f"{what} defines no Rule subclass")
+    for cls in found:
+        rs.add(cls, origin)
 
 
 def _import_file(path: Path):

@@ -97,13 +97,6 @@ def name_mask(names: pd.Series, pattern: "str | re.Pattern[str]", case: bool = F
     return np.fromiter((rx.search(str(n)) is not None for n in names), dtype=bool, count=len(names))
 
 
-def overlap_ns(starts: np.ndarray, ends: np.ndarray, w_start: int, w_end: int) -> int:
-    """Total length of the (already merged, sorted) intervals inside [w_start, w_end)."""
-    s = np.clip(starts, w_start, w_end)
-    e = np.clip(ends, w_start, w_end)
-    return int(np.sum(e - s))
-
-
 class Views:
     """Shared, cached views of one timeline."""
 
@@ -215,7 +208,10 @@ class Views:
     # --- steps ---------------------------------------------------------------------------------------
     @cached_property
     def steps(self) -> pd.DataFrame:
-        """One row per step marker: rank, step number, name, start/end/dur."""
+        """One row per step marker: rank, step number, name, start/end/dur.
+
+        The number is the marker's own ``step`` value, which ``timeline.assign_steps`` derived from its name.
+        """
         ev = self.events
         s = ev[ev["kind"] == "step"]
         out = pd.DataFrame(
@@ -224,11 +220,10 @@ class Views:
                 "name": s["name"].astype(str).to_numpy(),
                 "start_ns": s["start_ns"].to_numpy(),
                 "dur_ns": s["dur_ns"].to_numpy(),
+                "step": s["step"].to_numpy(),
             }
         )
         out["end_ns"] = out["start_ns"] + out["dur_ns"]
-        nums = pd.to_numeric(out["name"].str.extract(r"(\d+)\s*$", expand=False), errors="coerce")
-        out["step"] = nums.fillna(-1).astype(int)
         return out.sort_values(["rank", "start_ns"]).reset_index(drop=True)
 
     @cached_property
