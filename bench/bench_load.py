@@ -31,7 +31,7 @@ CORPUS = Path(os.environ.get("TRACEINSIGHT_SHARED", REPO.parent / "shared")) / "
 DDP = "hta_ddp_v100_rank1of2.json.gz"
 
 _PROBE = r"""
-import json, resource, sys, time
+import json, sys, time
 kind, path = sys.argv[1], sys.argv[2]
 t0 = time.perf_counter()
 if kind == "traceinsight":
@@ -54,18 +54,32 @@ elif kind == "hta":
     ta = TraceAnalysis(trace_files={0: path}, trace_dir="/")
     n = len(ta.t.get_trace(0))
 dt = time.perf_counter() - t0
-print(json.dumps({"seconds": dt, "rows": n, "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+# VmHWM, not ru_maxrss: Linux carries ru_maxrss across exec, so a child would report the parent's peak
+with open("/proc/self/status") as fh:
+    hwm = next(int(line.split()[1]) for line in fh if line.startswith("VmHWM:"))
+print(json.dumps({"seconds": dt, "rows": n, "peak_rss_mb": hwm / 1024}))
 """
 
 
-def measure(python: str, kind: str, path: Path, repeat: int) -> dict | None:
+def _child_env(cache: Path) -> dict[str, str]:
+    """Children write bytecode to a private cache, as an installed package has .pyc files (pip compiles them);
+    a shell with PYTHONDONTWRITEBYTECODE would otherwise make every run recompile our modules but not HTA's."""
+    env = dict(os.environ)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    env["PYTHONPYCACHEPREFIX"] = str(cache)
+    return env
+
+
+def measure(python: str, kind: str, path: Path, repeat: int, cache: Path) -> dict | None:
     runs = []
-    for _ in range(repeat):
-        proc = subprocess.run([python, "-c", _PROBE, kind, str(path)], capture_output=True, text=True)
+    env = _child_env(cache)
+    for i in range(repeat + 1):  # the first run only warms the bytecode cache and the page cache
+        proc = subprocess.run([python, "-c", _PROBE, kind, str(path)], capture_output=True, text=True, env=env)
         if proc.returncode != 0:
             print(f"  {kind} failed on {path.name}: {proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else proc.returncode}", file=sys.stderr)
             return None
-        runs.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+        if i:
+            runs.append(json.loads(proc.stdout.strip().splitlines()[-1]))
     return {
         "seconds": statistics.median(r["seconds"] for r in runs),
         "peak_rss_mb": max(r["peak_rss_mb"] for r in runs),
@@ -123,19 +137,20 @@ def main() -> int:
     for path, repeat in targets:
         size_mb = path.stat().st_size / 1e6
         json_mb = size_mb if not path.name.endswith(".gz") else len(gzip.decompress(path.read_bytes())) / 1e6
-        ti = measure(sys.executable, "traceinsight", path, repeat)
-        js = measure(sys.executable, "json", path, repeat)
-        hta = measure(args.hta_python, "hta", path, repeat) if args.hta_python else None
+        cache = tmp / "pycache"
+        ti = measure(sys.executable, "traceinsight", path, repeat, cache)
+        js = measure(sys.executable, "json", path, repeat, cache)
+        hta = measure(args.hta_python, "hta", path, repeat, cache) if args.hta_python else None
         rows.append((path.name, json_mb, ti, js, hta))
 
     print(f"\n{'trace':46s} {'JSON MB':>8s} {'events':>9s} | {'traceinsight s':>14s} {'RSS MB':>7s} | {'json s':>7s} {'RSS MB':>7s} | {'HTA s':>7s} {'RSS MB':>7s} | {'speed-up':>8s} {'RSS ratio':>9s} | {'µs/row':>6s}")
     for name, mb, ti, js, hta in rows:
         def cell(r):
-            return (f"{r['seconds']:7.2f} {r['peak_rss_mb']:7.0f}") if r else f"{'-':>7s} {'-':>7s}"
+            return (f"{r['seconds']:7.3f} {r['peak_rss_mb']:7.0f}") if r else f"{'-':>7s} {'-':>7s}"
         speed = f"{hta['seconds'] / ti['seconds']:7.1f}x" if (hta and ti) else f"{'-':>8s}"
         ratio = f"{ti['peak_rss_mb'] / hta['peak_rss_mb']:9.2f}" if (hta and ti) else f"{'-':>9s}"
         per = f"{1e6 * ti['seconds'] / max(ti['rows'], 1):6.2f}" if ti else "-"
-        print(f"{name[:46]:46s} {mb:8.1f} {ti['rows'] if ti else 0:9,d} | {ti['seconds'] if ti else 0:14.2f} {ti['peak_rss_mb'] if ti else 0:7.0f} | {cell(js)} | {cell(hta)} | {speed} {ratio} | {per}")
+        print(f"{name[:46]:46s} {mb:8.1f} {ti['rows'] if ti else 0:9,d} | {ti['seconds'] if ti else 0:14.3f} {ti['peak_rss_mb'] if ti else 0:7.0f} | {cell(js)} | {cell(hta)} | {speed} {ratio} | {per}")
     return 0
 
 

@@ -39,7 +39,28 @@ __all__ = [
     "UnknownFormatError",
     "analyze",
     "load",
+    "native_status",
 ]
+
+#: The optional C accelerators (built at install time where a compiler exists) and what each speeds up.
+_NATIVE = {
+    "traceinsight.ingest._kineto_scan": "PyTorch Profiler JSON",
+    "traceinsight.ingest.proto._wire_scan": "TensorFlow XPlane",
+}
+
+
+def native_status() -> dict[str, bool]:
+    """Which formats load through a native accelerator here (False: the pure-Python path, same results, slower)."""
+    import importlib
+
+    out = {}
+    for module, fmt in _NATIVE.items():
+        try:
+            importlib.import_module(module)
+            out[fmt] = True
+        except ImportError:
+            out[fmt] = False
+    return out
 
 
 def analyze(

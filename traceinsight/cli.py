@@ -46,7 +46,11 @@ def _fail(exc: TraceInsightError) -> None:
 
 def _version(value: bool) -> None:
     if value:
+        from . import native_status
+
         typer.echo(f"traceinsight {__version__}")
+        for fmt, native in native_status().items():
+            typer.echo(f"  {fmt}: {'native reader' if native else 'pure-Python reader (no C compiler at install time)'}")
         raise typer.Exit(0)
 
 

@@ -1,15 +1,17 @@
 """PyTorch Profiler (kineto) Chrome-trace JSON: ``.json``, ``.json.gz`` and folders of per-rank files.
 
-Speed comes from decoding with msgspec into typed structs that name only the fields we use (everything else in
-the file is skipped by the decoder, not materialised), then building each column once. Schema variants handled:
-2021 categories (``Kernel``/``Runtime``/``Operator``, string tids like ``"stream 7"``), 2022+ names, epoch-µs
-integer timestamps vs ``baseTimeNanoseconds`` + relative floats, ns-resolution floats, AMD ROCm, files without
-metadata events, CUPTI range-profiler traces without kernels, and files cut short by a killed job.
+Decoding (``kineto_columns``) gives the event fields as columns, from the native scanner where it is built and
+the msgspec decoder otherwise; this module turns them into the timeline. Schema variants handled: 2021
+categories (``Kernel``/``Runtime``/``Operator``, string tids like ``"stream 7"``), 2022+ names, epoch-µs integer
+timestamps vs ``baseTimeNanoseconds`` + relative floats, ns-resolution floats, AMD ROCm, files without metadata
+events, CUPTI range-profiler traces without kernels, and files cut short by a killed job.
 """
 
 from __future__ import annotations
 
+import copy
 import gc
+import mmap
 import os
 import re
 import zlib
@@ -17,80 +19,19 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
-import msgspec
 import numpy as np
 import pandas as pd
 
 from ..demangle import demangled_categories
 from ..errors import TraceReadError
-from ..timeline import DeviceInfo, Timeline, TraceMeta, assign_steps, build_events, rebase
+from ..timeline import COPY_KINDS, KINDS, DeviceInfo, Timeline, TraceMeta, assign_steps, build_events, rebase
+from .kineto_columns import Declined, EventColumns, native_available, scan_columns, struct_columns
+from .kineto_decode import Trace, bad_utf8_warning, decode, decode_header, truncation_warning
 
-# --- decoding schema: only what we read --------------------------------------------------------------------
-
-
-class _Args(msgspec.Struct, gc=False):
-    correlation: Any = None
-    external_id: Any = msgspec.field(default=None, name="External id")
-    external_id_legacy: Any = msgspec.field(default=None, name="external id")
-    device: Any = None
-    stream: Any = None
-    nbytes: Any = msgspec.field(default=None, name="bytes")
-    grid: Any = None
-    block: Any = None
-    registers: Any = msgspec.field(default=None, name="registers per thread")
-    shared_mem: Any = msgspec.field(default=None, name="shared memory")
-    occupancy: Any = msgspec.field(default=None, name="est. achieved occupancy %")
-    input_dims: msgspec.Raw = msgspec.field(default=msgspec.Raw(b""), name="Input Dims")
-    cbid: Any = None
-    name: Any = None  # metadata events: process/thread name
-    labels: Any = None
-
-
-class _Event(msgspec.Struct, gc=False):
-    ph: str = ""
-    cat: str = ""
-    name: str = ""
-    pid: Any = 0
-    tid: Any = 0
-    ts: float | None = None
-    dur: float | None = None
-    args: _Args | None = None
-
-
-class _LooseEvent(msgspec.Struct, gc=False):
-    """Fallback for files whose timestamps are strings or other oddities (decoded slower, coerced later)."""
-
-    ph: Any = ""
-    cat: Any = ""
-    name: Any = ""
-    pid: Any = 0
-    tid: Any = 0
-    ts: Any = None
-    dur: Any = None
-    args: _Args | None = None
-
-
-class _Trace(msgspec.Struct):
-    traceEvents: list[_Event] = []
-    deviceProperties: list[dict[str, Any]] = []
-    distributedInfo: dict[str, Any] | None = None
-    baseTimeNanoseconds: Any = None
-    schemaVersion: Any = None
-    displayTimeUnit: Any = None
-    cupti_version: Any = None
-    cuda_runtime_version: Any = None
-    cuda_driver_version: Any = None
-    roctracer_version: Any = None
-    hip_runtime_version: Any = None
-    trace_id: Any = None
-
-
-class _LooseTrace(_Trace):
-    traceEvents: list[_LooseEvent] = []
-
-
-_DECODERS = (msgspec.json.Decoder(_Trace), msgspec.json.Decoder(_LooseTrace))
-_LIST_DECODERS = (msgspec.json.Decoder(list[_Event]), msgspec.json.Decoder(list[_LooseEvent]))
+try:  # ISA-L inflates about twice as fast as zlib; same format, same results
+    from isal import isal_zlib as _zlib
+except ImportError:  # pragma: no cover
+    _zlib = zlib
 
 # --- category -> kind ---------------------------------------------------------------------------------------
 
@@ -118,6 +59,19 @@ _CAT_KIND = {
     "gpu_user_annotation": "gpu_annotation",
 }
 _GPU_KINDS = ("kernel", "memcpy", "memset", "gpu_sync", "gpu_annotation")
+_OTHER, _ANNOTATION, _CPU_OP, _STEP = (KINDS.index(k) for k in ("other", "annotation", "cpu_op", "step"))
+
+
+def _kind_tester(kind: np.ndarray):
+    """``kind_is("memcpy", "memset")``: a row mask from KINDS codes, through a lookup table."""
+
+    def kind_is(*names: str) -> np.ndarray:
+        lut = np.zeros(len(KINDS), dtype=bool)
+        lut[[KINDS.index(k) for k in names]] = True
+        return lut[kind]
+
+    return kind_is
+
 _STEP_RE = re.compile(r"^ProfilerStep#\d+$")
 _MAX_DUR_NS = 7 * 24 * 3600 * 10**9  # longer is a corrupted CUPTI record (HTA drops these too)
 
@@ -165,87 +119,75 @@ def _rank_files(folder: Path) -> list[Path]:
 # --- reading ---------------------------------------------------------------------------------------------
 
 
-def _read_bytes(path: Path, warnings: list[str]) -> bytes:
-    raw = path.read_bytes()
-    if not raw:
-        raise TraceReadError(f"{path}: the file is empty")
-    if raw[:2] != b"\x1f\x8b":
-        return raw
-    d = zlib.decompressobj(16 + zlib.MAX_WBITS)
-    try:
-        data = d.decompress(raw)
-    except zlib.error as exc:
-        raise TraceReadError(f"{path}: corrupt gzip data ({exc})") from None
-    if not d.eof:
+def _read_bytes(path: Path, warnings: list[str]) -> bytes | mmap.mmap:
+    """The JSON text: a plain file is mapped, not copied (when the native scanner will read it), a gzip inflated."""
+    with open(path, "rb") as fh:
+        magic = fh.read(2)
+        if not magic:
+            raise TraceReadError(f"{path}: the file is empty")
+        if magic != b"\x1f\x8b":
+            if native_available():
+                try:
+                    mapped = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+                except (OSError, ValueError):
+                    pass
+                else:
+                    if hasattr(mapped, "madvise"):
+                        mapped.madvise(mmap.MADV_SEQUENTIAL)
+                    return mapped
+            fh.seek(0)
+            return fh.read()
+        fh.seek(0)
+        raw = fh.read()
+    data = _gunzip_whole(raw)
+    if data is not None:
+        return data
+    data, complete = _gunzip_stream(raw, path)
+    if not complete:
         warnings.append(f"{path.name}: the gzip stream is cut short; reading what was written before the cut")
     if not data:
         raise TraceReadError(f"{path}: the gzip file holds no data")
     return data
 
 
-def _decode(data: bytes, path: Path, warnings: list[str]) -> _Trace:
-    try:
-        return _decode_any(data)
-    except msgspec.ValidationError as exc:
-        raise TraceReadError(f"{path}: not a PyTorch profiler trace ({exc})") from None
-    except (msgspec.DecodeError, UnicodeDecodeError) as exc:
-        msg = str(exc)
-        bad_utf8 = isinstance(exc, UnicodeDecodeError) or "utf-8" in msg.lower()
-    if bad_utf8:
-        fixed = data.decode("utf-8", errors="replace").encode("utf-8")
-        warnings.append(f"{path.name}: the file has bytes that are not UTF-8; they were replaced by U+FFFD in names")
-        try:
-            return _decode_any(fixed)
-        except msgspec.ValidationError as exc:
-            raise TraceReadError(f"{path}: not a PyTorch profiler trace ({exc})") from None
-        except msgspec.DecodeError:
-            data = fixed
-    recovered = _recover_truncated(data)
-    if recovered is None:
-        raise TraceReadError(f"{path}: not valid JSON ({msg})") from None
-    trace, kept = recovered
-    warnings.append(
-        f"{path.name}: the JSON is truncated (the profiler was probably killed while writing); "
-        f"{kept:,} events before the cut were recovered, the rest of the trace is lost"
-    )
-    return trace
+def _gunzip_whole(raw: bytes) -> bytes | None:
+    """A complete single-member gzip decompressed into a buffer of its final size (the size the trailer states).
 
-
-def _decode_any(data: bytes) -> _Trace:
-    bare = data.lstrip().startswith(b"[")  # the bare-array Chrome trace form
-    try:
-        return _Trace(traceEvents=_LIST_DECODERS[0].decode(data)) if bare else _DECODERS[0].decode(data)
-    except msgspec.ValidationError:
-        return _Trace(traceEvents=_LIST_DECODERS[1].decode(data)) if bare else _DECODERS[1].decode(data)
-
-
-def _recover_truncated(data: bytes) -> tuple[_Trace, int] | None:
-    """Cut after the last complete event and close the JSON; kineto writes one event object per block."""
-    start = data.find(b'"traceEvents"')
-    bare = data.lstrip().startswith(b"[")
-    if start < 0 and not bare:
+    Allocating the result once keeps peak memory at one copy of the JSON (a growing buffer peaks at two). The
+    result is only trusted when its length and CRC match the trailer, which a truncated or multi-member file
+    fails; those take the streaming path."""
+    if len(raw) < 18:
         return None
-    lo = (start if start >= 0 else 0) + 1
-    end = len(data)
-    for _ in range(200):
-        cut = data.rfind(b"}", lo, end)
-        if cut < 0:
+    isize = int.from_bytes(raw[-4:], "little")
+    if isize == 0:
+        return None
+    try:
+        data = _zlib.decompress(raw, 31, isize)
+    except (zlib.error, _zlib.error, MemoryError, OverflowError, ValueError):
+        return None
+    if len(data) & 0xFFFFFFFF != isize or _zlib.crc32(data) != int.from_bytes(raw[-8:-4], "little"):
+        return None
+    return data
+
+
+def _gunzip_stream(raw: bytes, path: Path) -> tuple[bytes, bool]:
+    """Every member of a gzip file, and whether the last one was complete (a killed job leaves a cut stream)."""
+    parts = []
+    rest = raw
+    while rest:
+        d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        try:
+            parts.append(d.decompress(rest))
+        except zlib.error as exc:
+            if parts:  # trailing garbage after complete members
+                break
+            raise TraceReadError(f"{path}: corrupt gzip data ({exc})") from None
+        if not d.eof:
+            return b"".join(parts), False
+        rest = d.unused_data
+        if rest[:2] != b"\x1f\x8b":
             break
-        candidate = data[: cut + 1] + (b"]" if bare else b"]}")
-        try:
-            trace = _decode_any(candidate)
-            return trace, len(trace.traceEvents)
-        except (msgspec.DecodeError, msgspec.ValidationError):
-            end = cut
-    # Cut before the first event: keep the header, with an empty event list.
-    bracket = data.find(b"[", lo)
-    if bracket < 0:
-        return None
-    try:
-        trace = _decode_any(data[: bracket + 1] + (b"]" if bare else b"]}"))
-    except (msgspec.DecodeError, msgspec.ValidationError):
-        return None
-    return trace, 0
+    return b"".join(parts) if len(parts) > 1 else parts[0], True
 
 
 def read(path: Path, progress=None, **_: Any) -> Timeline:
@@ -340,113 +282,95 @@ def _read_file_nogc(path: Path, progress=None) -> tuple[pd.DataFrame, TraceMeta]
     data = _read_bytes(path, warnings)
     if progress:
         progress("parsing JSON")
-    trace = _decode(data, path, warnings)
+    try:
+        cols, header = _columns(data, path, warnings)
+    finally:
+        if isinstance(data, mmap.mmap):
+            data.close()
     del data
     if progress:
         progress("building the timeline")
-    events, origin_ns = _build(trace, path, warnings)
-    meta = _meta(trace, path, events)
+    events, origin_ns = _build(cols, header, path, warnings)
+    meta = _meta(header, path, events)
     meta.extra["absolute_origin_ns"] = origin_ns
     for w in warnings:
         meta.warn(w)
     return events, meta
 
 
-def _num(values: list[Any], fill: float = np.nan) -> np.ndarray:
-    """Numbers from a list that may hold None, ints, floats or numeric strings."""
-    try:
-        arr = np.array(values, dtype=np.float64)
-    except (TypeError, ValueError):
-        arr = pd.to_numeric(pd.Series(values, dtype=object), errors="coerce").to_numpy(dtype=np.float64)
-    if fill == fill:  # not NaN
-        arr = np.where(np.isnan(arr), fill, arr)
-    return arr
+def _columns(data: bytes | mmap.mmap, path: Path, warnings: list[str]) -> tuple[EventColumns, Trace]:
+    """The event columns and the header, from the native scanner when it takes the document."""
+    if native_available():
+        try:
+            cols, where = scan_columns(data)
+        except Declined:
+            pass
+        else:
+            header = decode_header(data, where["span"], where["truncated"])
+            if header is not None:
+                if cols.bad_utf8:
+                    warnings.append(bad_utf8_warning(path))
+                if where["truncated"]:
+                    warnings.append(truncation_warning(path, cols.n_events))
+                return cols, header
+    trace = decode(bytes(data) if isinstance(data, mmap.mmap) else data, path, warnings)
+    cols = struct_columns(trace.traceEvents)
+    trace.traceEvents = []
+    return cols, trace
 
 
-def _ids(values: list[Any]) -> np.ndarray:
-    """pid/tid as int64: ints stay; strings like "stream 7" give their number; other strings get negative ids."""
-    try:
-        return np.array(values, dtype=np.int64)
-    except (TypeError, ValueError, OverflowError):
-        pass
-    s = pd.Series(values, dtype=object)
-    num = pd.to_numeric(s, errors="coerce")
-    missing = num.isna().to_numpy()
-    if missing.any():
-        strs = s[missing].astype(str)
-        digits = pd.to_numeric(strs.str.extract(r"(\d+)\s*$", expand=False), errors="coerce")
-        codes, _ = pd.factorize(strs)
-        num[missing] = np.where(digits.isna(), -(codes + 2), digits)
-    return num.to_numpy(dtype=np.float64).astype(np.int64)
+def _compact(c: pd.Categorical, keep: np.ndarray | None = None) -> pd.Categorical:
+    """``c`` without unused categories (and with rows outside ``keep`` made missing); order is kept."""
+    codes = c.codes
+    if keep is not None:
+        codes = np.where(keep, codes, -1)
+    used = np.bincount(codes[codes >= 0], minlength=len(c.categories)) > 0
+    if used.all() and keep is None:
+        return c
+    remap = np.append(np.cumsum(used) - 1, -1)  # code -1 maps through the appended slot
+    return pd.Categorical.from_codes(remap[codes], categories=c.categories[used], validate=False)
 
 
-def _dims_many(values: list[Any]) -> list[str | None]:
-    """[x, y, z] lists as "x,y,z" strings, formatted once per distinct value."""
-    cache: dict[tuple, str] = {}
-    out: list[str | None] = []
-    for v in values:
-        if not isinstance(v, list):
-            out.append(None)
-            continue
-        key = tuple(v)
-        s = cache.get(key)
-        if s is None:
-            s = cache[key] = ",".join(str(int(x)) if isinstance(x, (int, float)) else str(x) for x in v)
-        out.append(s)
+def _rows(cols: EventColumns, keep: np.ndarray) -> EventColumns:
+    """The same columns for the rows in ``keep`` only."""
+    out = copy.copy(cols)
+    out.has_ts = cols.has_ts[keep]
+    for attr in ("cat", "name", "pid", "tid", "grid", "block", "input_dims"):
+        setattr(out, attr, getattr(cols, attr)[keep])
+    out.floats = {k: v[keep] for k, v in cols.floats.items()}
     return out
 
 
-def _build(trace: _Trace, path: Path, warnings: list[str]) -> tuple[pd.DataFrame, int]:
-    evs = [e for e in trace.traceEvents if e.ph == "X" and e.ts is not None]
-    if not evs and trace.traceEvents:
+def _build(cols: EventColumns, header: Trace, path: Path, warnings: list[str]) -> tuple[pd.DataFrame, int]:
+    if not cols.has_ts.all():  # complete events without a timestamp are not on the timeline
+        cols = _rows(cols, cols.has_ts)
+    n = len(cols.pid)
+    if not n and cols.n_events:
         warnings.append(f"{path.name}: the trace has events but none with a duration (ph 'X')")
-    thread_names = {(str(e.pid), str(e.tid)): e.args.name for e in trace.traceEvents if e.ph == "M" and e.name == "thread_name" and e.args is not None and e.args.name}
-
-    # Plain list comprehensions: measured faster than one attrgetter/zip pass over the structs.
-    noarg = _Args()
-    cats = [e.cat for e in evs]
-    names = [e.name for e in evs]
-    pids = [e.pid for e in evs]
-    tids = [e.tid for e in evs]
-    tss = [e.ts for e in evs]
-    durs = [e.dur for e in evs]
-    args = [e.args or noarg for e in evs]
-    a_corr = [a.correlation for a in args]
-    a_ext = [a.external_id for a in args]
-    a_ext_legacy = [a.external_id_legacy for a in args] if trace.schemaVersion is None else [None] * len(args)
-    cat = pd.Categorical(cats)
-    name_raw = pd.Categorical(names)
-    ts_us = _num(tss)
-    dur_us = _num(durs, fill=0.0)
+    f = cols.floats
+    cat = _compact(cols.cat)
+    name_raw = _compact(cols.name)
 
     # kind from category (case-insensitive: the 2021 schema capitalises), ProfilerStep annotations become steps.
-    cat_lower = [str(c).lower() for c in cat.categories]
-    cat_kind = np.array([_CAT_KIND.get(c, "other") for c in cat_lower] + ["other"], dtype=object)
-    kind = cat_kind[cat.codes]
-    is_step_name = np.array([bool(_STEP_RE.match(str(n))) for n in name_raw.categories] + [False])[name_raw.codes]
-    kind = np.where(is_step_name & np.isin(kind, ["annotation", "cpu_op"]), "step", kind)
-
-    gpu = np.isin(kind, _GPU_KINDS)
-    pid = _ids(pids)
-    tid = _ids(tids)
-    # Device-side args exist only on GPU rows: read them there (a small share of the events).
-    gpu_idx = np.flatnonzero(gpu)
-    gpu_args = [args[i] for i in gpu_idx]
-    dev_arg = np.full(len(evs), np.nan)
-    stream_arg = np.full(len(evs), np.nan)
-    dev_arg[gpu_idx] = _num([a.device for a in gpu_args])
-    stream_arg[gpu_idx] = _num([a.stream for a in gpu_args])
-    device = np.where(gpu, np.where(np.isnan(dev_arg), pid, dev_arg), -1).astype(np.int64)
-    stream = np.where(gpu, np.where(np.isnan(stream_arg), tid, stream_arg), -1).astype(np.int64)
-    correlation = _num(a_corr, fill=-1).astype(np.int64)
-
-    ext = _num(a_ext)
-    ext_legacy = _num(a_ext_legacy)
-    external_id = np.where(np.isnan(ext), ext_legacy, ext)
-    external_id = np.where(np.isnan(external_id), -1, external_id).astype(np.int64)
+    # Worked on integer codes into KINDS: one lookup per category, never a string per row.
+    kind_of_cat = np.array([KINDS.index(_CAT_KIND.get(str(c).lower(), "other")) for c in cat.categories] + [_OTHER], dtype=np.int8)
+    kind = kind_of_cat[cat.codes]
+    is_step_name = np.array([bool(_STEP_RE.match(str(s))) for s in name_raw.categories] + [False])[name_raw.codes]
+    kind[is_step_name & ((kind == _ANNOTATION) | (kind == _CPU_OP))] = _STEP
+    kind_is = _kind_tester(kind)
+    gpu = kind_is(*_GPU_KINDS)
+    pid = cols.pid
+    tid = cols.tid
+    device = np.where(gpu, np.where(np.isnan(f["device"]), pid, f["device"]), -1).astype(np.int64)
+    stream = np.where(gpu, np.where(np.isnan(f["stream"]), tid, f["stream"]), -1).astype(np.int64)
+    correlation = np.where(np.isnan(f["correlation"]), -1, f["correlation"]).astype(np.int64)
+    ext = f["external_id"]
+    if header.schemaVersion is None:  # the 2021 schema spells it "external id"
+        ext = np.where(np.isnan(ext), f["external_id_legacy"], ext)
+    external_id = np.where(np.isnan(ext), -1, ext).astype(np.int64)
 
     # A GPU row's pid becomes the host process that launched it (so rank/pid/correlation links hold).
-    host_runtime = (kind == "runtime") & (correlation >= 0)
+    host_runtime = kind_is("runtime") & (correlation >= 0)
     host_pid_of_corr = pd.Series(pid[host_runtime], index=correlation[host_runtime])
     host_pid_of_corr = host_pid_of_corr[~host_pid_of_corr.index.duplicated()]
     if gpu.any():
@@ -457,63 +381,53 @@ def _build(trace: _Trace, path: Path, warnings: list[str]) -> tuple[pd.DataFrame
         pid[gpu] = mapped.fillna(main_pid).to_numpy(dtype=np.int64)
 
     # Times: relative to this file's first event, in ns, exact for the durations.
+    ts_us = f["ts"]
     finite = np.isfinite(ts_us)
     if not finite.all():
         warnings.append(f"{path.name}: {int((~finite).sum()):,} events had no usable timestamp and were dropped")
     origin_us = float(np.min(ts_us[finite])) if finite.any() else 0.0
     start_ns = np.rint((np.where(finite, ts_us, origin_us) - origin_us) * 1000.0).astype(np.int64)
+    dur_us = np.where(np.isnan(f["dur"]), 0.0, f["dur"])
     dur_ns = np.rint(np.clip(dur_us, 0, None) * 1000.0).astype(np.int64)
     bad_dur = dur_ns > _MAX_DUR_NS
     if bad_dur.any():
         warnings.append(f"{path.name}: {int(bad_dur.sum()):,} events with impossible durations (> 7 days, a known CUPTI fault) were dropped")
-    base = trace.baseTimeNanoseconds
+    base = header.baseTimeNanoseconds
     base_ns = int(base) if isinstance(base, (int, float)) and not isinstance(base, bool) else 0
     origin_ns = int(round(origin_us * 1000.0)) + base_ns
 
     # Copies: direction and pageable host memory from the name ("Memcpy DtoH (Device -> Pageable)").
-    copy_kind = np.full(len(evs), None, dtype=object)
-    pageable = np.zeros(len(evs), dtype=bool)
-    is_copy = kind == "memcpy"
+    copy_kind = np.full(n, -1, dtype=np.int8)
+    pageable = np.zeros(n, dtype=bool)
+    is_copy = kind_is("memcpy")
     if is_copy.any():
-        cats = [str(c) for c in name_raw.categories]
-        dir_of = np.array([_copy_dir(c) for c in cats] + [None], dtype=object)
-        pg_of = np.array(["pageable" in c.lower() for c in cats] + [False])
+        names = [str(c) for c in name_raw.categories]
+        dir_of = np.array([COPY_KINDS.index(d) if d else -1 for d in map(_copy_dir, names)] + [-1], dtype=np.int8)
+        pg_of = np.array(["pageable" in c.lower() for c in names] + [False])
         copy_kind[is_copy] = dir_of[name_raw.codes[is_copy]]
         pageable[is_copy] = pg_of[name_raw.codes[is_copy]]
-    nbytes = np.zeros(len(evs), dtype=np.int64)
-    nbytes[gpu_idx] = _num([a.nbytes for a in gpu_args], fill=0).astype(np.int64)
+    nbytes = np.where(np.isnan(f["bytes"]), 0, f["bytes"]).astype(np.int64)
 
-    name = demangled_categories(name_raw)
     optional: dict[str, Any] = {"category": cat, "external_id": external_id}
-    is_kernel = np.flatnonzero(kind == "kernel")
-    if len(is_kernel):
-        kargs = [args[i] for i in is_kernel]
-        for col, attr in (("grid", "grid"), ("block", "block")):
-            vals = np.full(len(evs), None, dtype=object)
-            vals[is_kernel] = _dims_many([getattr(a, attr) for a in kargs])
-            optional[col] = pd.Categorical(vals)
-        for col, attr in (("registers", "registers"), ("shared_mem", "shared_mem"), ("occupancy", "occupancy")):
-            vals = np.full(len(evs), np.nan)
-            vals[is_kernel] = _num([getattr(a, attr) for a in kargs])
-            optional[col] = vals
-    op_idx = np.flatnonzero(kind == "cpu_op")
-    dims = [bytes(args[i].input_dims) for i in op_idx]
-    if any(dims):
-        shapes = np.full(len(evs), None, dtype=object)
-        shapes[op_idx] = [d.decode("utf-8", "replace") if d else None for d in dims]
-        optional["input_shapes"] = pd.Categorical(shapes)
-    if thread_names:
-        tn = pd.DataFrame(
-            [(int(_ids([p])[0]), int(_ids([t])[0]), n) for (p, t), n in thread_names.items()], columns=["pid", "tid", "thread_name"]
-        ).drop_duplicates(["pid", "tid"])
+    is_kernel = kind_is("kernel")
+    if is_kernel.any():
+        optional["grid"] = _compact(cols.grid, is_kernel)
+        optional["block"] = _compact(cols.block, is_kernel)
+        for col in ("registers", "shared_mem", "occupancy"):
+            optional[col] = np.where(is_kernel, f[col], np.nan)
+    shapes = _compact(cols.input_dims, kind_is("cpu_op"))
+    if len(shapes.categories):
+        optional["input_shapes"] = shapes
+    tn = cols.thread_names
+    if len(tn):
         looked = pd.DataFrame({"pid": pid, "tid": tid}).merge(tn, on=["pid", "tid"], how="left")
         optional["thread_name"] = pd.Categorical(looked["thread_name"].to_numpy())
 
     keep = finite & ~bad_dur
     frame = build_events(
         {
-            "kind": pd.Categorical(kind),
-            "name": name,
+            "kind": pd.Categorical.from_codes(kind, categories=list(KINDS), validate=False),
+            "name": demangled_categories(name_raw),
             "raw_name": name_raw,
             "start_ns": start_ns,
             "dur_ns": dur_ns,
@@ -522,8 +436,8 @@ def _build(trace: _Trace, path: Path, warnings: list[str]) -> tuple[pd.DataFrame
             "device": device,
             "stream": stream,
             "correlation": correlation,
-            "bytes": np.where(np.isin(kind, ("memcpy", "memset")), nbytes, 0),
-            "copy_kind": pd.Categorical(copy_kind),
+            "bytes": np.where(kind_is("memcpy", "memset"), nbytes, 0),
+            "copy_kind": pd.Categorical.from_codes(copy_kind, categories=list(COPY_KINDS), validate=False),
             "pageable": pageable,
         },
         optional,
@@ -544,7 +458,7 @@ def _copy_dir(name: str) -> str | None:
     return None
 
 
-def _meta(trace: _Trace, path: Path, events: pd.DataFrame) -> TraceMeta:
+def _meta(trace: Trace, path: Path, events: pd.DataFrame) -> TraceMeta:
     dist = trace.distributedInfo or {}
     amd = trace.roctracer_version is not None or trace.hip_runtime_version is not None
     meta = TraceMeta(

@@ -1,0 +1,222 @@
+"""The native kineto scanner against the general (msgspec) decoder: same timeline, whatever the input.
+
+The scanner only speeds loading up; it must never change an answer. So every test here loads the same file
+twice, once through each decoder (TRACEINSIGHT_PURE_PYTHON switches the native one off), and compares the
+whole events frame, the warnings and the devices. Inputs: every corpus file, planted edge cases (escapes,
+string ids, odd numbers, non-UTF-8 bytes, the bare-array form), documents the scanner declines, and a file cut
+at every few bytes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import traceinsight
+from traceinsight.errors import TraceReadError
+from traceinsight.ingest import kineto_columns
+from traceinsight.ingest.kineto_columns import FORCE_PURE, Declined, scan_columns
+
+from .conftest import corpus_file
+from .helpers.kineto_writer import KinetoTrace
+
+CORPUS_NAMES = [
+    "hdai_gru_cudnn_rtx5070ti_laptop.json.gz",
+    "hta_a100_rank0of16_5streams.json.gz",
+    "hta_alexnet_a100_cudasync.json.gz",
+    "hta_amd_mi250_minitoy_train.json.gz",
+    "hta_cupti_range_profiler_a100.json.gz",
+    "hta_ddp_v100_rank1of2.json.gz",
+    "hta_event_sync_a100.json.gz",
+    "hta_event_sync_multistream_a100.json.gz",
+    "hta_gpu_user_annotation_gp100.json.gz",
+    "hta_nccl_data_a100_rank0of2.json.gz",
+    "hta_ns_resolution_v100_rank0.pt.trace.json.gz",
+    "hta_sampled_128rank_job_rank0.json.gz",
+    "hta_triton_example_a100.json.gz",
+    "kineto_resnet50_nw0_v100.pt.trace.json.gz",
+    "kineto_resnet50_nw4_v100.pt.trace.json.gz",
+    "param_linear_rtx2080ti.json.gz",
+    "tracelens_b200_eager_rank0of8.json.gz",
+    "tracelens_h100_owlv2_inference.json.gz",
+    "tracelens_h100_qwen1.5-0.5b_inference.json.gz",
+    "tracelens_mi300x_resnet_act_ckpt_rank0of8.json.gz",
+    "param_dlrm_v100_8ranks",
+]
+
+
+@pytest.fixture(autouse=True)
+def native_built():
+    if kineto_columns._kineto_scan is None:
+        if os.environ.get("CI"):
+            pytest.fail("the native kineto scanner was not built (is a C compiler installed?)")
+        pytest.skip("the native kineto scanner is not built here (no C compiler at install time)")
+
+
+def _load(path, pure: bool, monkeypatch):
+    with monkeypatch.context() as m:
+        if pure:
+            m.setenv(FORCE_PURE, "1")
+        else:
+            m.delenv(FORCE_PURE, raising=False)
+        try:
+            return traceinsight.load(path, format="pytorch")
+        except TraceReadError as exc:
+            return str(exc)
+
+
+def assert_same(path, monkeypatch):
+    """Both decoders give the same timeline (or the same one-line error); returns the native result."""
+    fast = _load(path, False, monkeypatch)
+    slow = _load(path, True, monkeypatch)
+    if isinstance(fast, str) or isinstance(slow, str):
+        assert fast == slow
+        return fast
+    pd.testing.assert_frame_equal(fast.events, slow.events)
+    assert fast.meta.warnings == slow.meta.warnings
+    assert [vars(d) for d in fast.meta.devices] == [vars(d) for d in slow.meta.devices]
+    assert (fast.meta.world_size, fast.meta.ranks, fast.meta.start_unix_ns) == (slow.meta.world_size, slow.meta.ranks, slow.meta.start_unix_ns)
+    return fast
+
+
+def _json_bytes(path) -> bytes:
+    import gzip
+
+    raw = path.read_bytes()
+    return gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw
+
+
+@pytest.mark.parametrize("name", CORPUS_NAMES)
+def test_corpus_same_timeline_and_scanned_natively(name, monkeypatch):
+    path = corpus_file(f"pytorch/{name}")
+    tl = assert_same(path, monkeypatch)
+    assert not isinstance(tl, str) and len(tl.events) > 0
+    # the fast path really ran: the scanner takes every real kineto file
+    files = sorted(path.iterdir()) if path.is_dir() else [path]
+    for f in files[:2]:
+        cols, where = scan_columns(_json_bytes(f))
+        assert not where["truncated"]
+        assert cols.n_events > len(cols.pid) > 0
+
+
+def _small_trace() -> KinetoTrace:
+    t = KinetoTrace()
+    t.step(1, 0, 400)
+    op = t.cpu_op("aten::mm", 10, 50, args={"Input Dims": [[64, 128], [128, 256]]})
+    t.kernel("ampere_sgemm_128x64_nn", 70, 30, launch_us=20, op=op)
+    t.memcpy("HtoD", 110, 12, nbytes=1 << 20, pageable=True, launch_us=100)
+    t.runtime("cudaStreamSynchronize", 130, 40)
+    return t
+
+
+def test_edge_case_strings_ids_and_numbers(tmp_path, monkeypatch):
+    doc = _small_trace().to_dict()
+    ev = doc["traceEvents"]
+    x = dict(next(e for e in ev if e.get("cat") == "cpu_op"))
+    odd = [
+        dict(x, name='quote " backslash \\ tab \t newline \n', ts=x["ts"] + 1),
+        dict(x, name="caf\u00e9 \U0001f600 \u2028", ts=x["ts"] + 2),
+        dict(x, name="exponent", ts=float(x["ts"]) + 3.25, dur=1.5e1),
+        dict(x, name="seventeen digits", ts=x["ts"] + 0.12345678901234567, dur=12.000000000000002),
+        dict(x, name="string ids", pid="Spans", tid="stream 7"),
+        dict(x, name="numeric string tid", tid="12"),
+        dict(x, name="null fields", dur=None, args=None),
+        dict(x, name="big correlation", args={"correlation": 2**60, "External id": -3}),
+        dict(x, name="no ts"),
+    ]
+    del odd[-1]["ts"]
+    doc["traceEvents"] = ev + odd
+    path = tmp_path / "odd.json"
+    path.write_text(json.dumps(doc, ensure_ascii=True, indent=1))
+    tl = assert_same(path, monkeypatch)
+    names = set(tl.events["name"].astype(str))
+    assert 'quote " backslash \\ tab \t newline \n' in names
+    assert "caf\u00e9 \U0001f600 \u2028" in names
+    assert "no ts" not in names  # a complete event without a timestamp is not on the timeline
+    row = tl.events[tl.events["name"] == "string ids"].iloc[0]
+    assert row["tid"] == 7 and row["pid"] < 0
+    assert (tl.events.loc[tl.events["name"] == "numeric string tid", "tid"] == 12).all()
+    # the same document with raw UTF-8 instead of \u escapes
+    path2 = tmp_path / "odd_utf8.json"
+    path2.write_text(json.dumps(doc, ensure_ascii=False), encoding="utf-8")
+    assert_same(path2, monkeypatch)
+
+
+def test_non_utf8_bytes_are_replaced_with_a_warning(tmp_path, monkeypatch):
+    data = json.dumps(_small_trace().to_dict()).encode().replace(b'"aten::mm"', b'"aten::mm\xff\xfe"')
+    path = tmp_path / "latin.json"
+    path.write_bytes(data)
+    tl = assert_same(path, monkeypatch)
+    assert "aten::mm\ufffd\ufffd" in set(tl.events["name"].astype(str))
+    assert any("not UTF-8" in w for w in tl.meta.warnings)
+
+
+def test_bare_array_form(tmp_path, monkeypatch):
+    events = _small_trace().to_dict()["traceEvents"]
+    path = tmp_path / "bare.json"
+    path.write_text(json.dumps(events))
+    tl = assert_same(path, monkeypatch)
+    assert (tl.events["kind"] == "kernel").sum() == 1
+
+
+@pytest.mark.parametrize(
+    "mutate",
+    [
+        lambda e: dict(e, ts=str(e["ts"])),  # timestamps written as strings
+        lambda e: dict(e, pid=1.5),  # a float pid
+        lambda e: dict(e, args=[1, 2]),  # args that is not an object
+        lambda e: dict(e, args={"device": True}),  # a numeric arg that is a boolean
+    ],
+    ids=["string-ts", "float-pid", "list-args", "bool-device"],
+)
+def test_documents_the_scanner_declines_take_the_general_path(tmp_path, monkeypatch, mutate):
+    doc = _small_trace().to_dict()
+    i = next(i for i, e in enumerate(doc["traceEvents"]) if e.get("cat") == "kernel")
+    doc["traceEvents"][i] = mutate(doc["traceEvents"][i])
+    data = json.dumps(doc).encode()
+    with pytest.raises(Declined):
+        scan_columns(data)
+    path = tmp_path / "declined.json"
+    path.write_bytes(data)
+    assert_same(path, monkeypatch)
+
+
+def test_cut_anywhere_same_recovery(tmp_path, monkeypatch):
+    data = json.dumps(_small_trace().to_dict(), indent=1).encode()
+    start = data.index(b'"traceEvents"') - 40
+    cuts = list(range(max(start, 1), len(data), 23)) + [len(data) - 1, len(data) - 2]
+    recovered = []
+    for cut in cuts:
+        path = tmp_path / f"cut{cut}.json"
+        path.write_bytes(data[:cut])
+        tl = assert_same(path, monkeypatch)
+        if not isinstance(tl, str):
+            recovered.append(len(tl.events))
+            assert any("truncated" in w for w in tl.meta.warnings)
+    assert recovered == sorted(recovered) and recovered[-1] == 8  # more kept the later the cut; all at the end
+
+
+def test_deep_nesting_is_skipped_without_recursion():
+    doc = _small_trace().to_dict()
+    blob = json.dumps(doc)
+    deep = "[" * 200_000 + "]" * 200_000
+    blob = blob.replace('"args": {"Op count": 0}', '"args": {"Op count": 0, "deep": ' + deep + "}")
+    cols, where = scan_columns(blob.encode())
+    assert not where["truncated"] and len(cols.pid) == 8
+
+
+def test_scanner_entry_point_directly():
+    scan = kineto_columns._kineto_scan.scan
+    assert scan(b"")["fallback"]
+    assert scan(b"   42 ")["fallback"]
+    assert scan(b'{"a": 1}')["fallback"] == "the document has no traceEvents"
+    res = scan(bytearray(b'{"traceEvents": [{"ph": "X", "ts": 1.5, "dur": 2, "name": "k", "pid": 1, "tid": 2}'))
+    assert res["truncated"] and res["events"] == 1
+    assert np.frombuffer(res["complete"]["f64"]["ts"]).tolist() == [1.5]
+    assert res["strings"]["name"] == [b"k"]
+    with pytest.raises(TypeError):
+        scan("not bytes")

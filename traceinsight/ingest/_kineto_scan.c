@@ -1,0 +1,827 @@
+/*
+ * One pass over a PyTorch Profiler (kineto) Chrome-trace JSON document that returns the fields traceinsight
+ * reads as flat columns, without a Python object per event.
+ *
+ * Why native: a kineto trace is 10^5..10^7 small JSON objects. Any decoder that builds an object per event and
+ * then gathers fields into columns spends most of its time allocating and walking those objects; scanning the
+ * bytes once and writing numbers straight into arrays is an order of magnitude cheaper.
+ *
+ * Scope is deliberately narrow. Only the well-formed common case is handled here: when the document holds anything
+ * this scanner does not model (a timestamp written as a string, a float pid, a non-object event, ...), scan()
+ * returns {"fallback": reason} and the caller uses the general msgspec decoder, which also produces the error
+ * messages for invalid JSON. A file cut short inside the event array is handled here: the complete events before
+ * the cut are returned with "truncated": True.
+ *
+ * Safety: every read is bounds-checked against the end of the buffer; nesting is skipped with a counter, never
+ * by recursion; string and number tokens are never copied unboundedly.
+ *
+ * Strings are interned per column: the result holds, per table, the distinct raw (still JSON-escaped) byte strings
+ * in order of first appearance, and each row holds int32 codes (-1 = absent). Unescaping happens in Python, once
+ * per distinct string.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+/* ------------------------------------------------------------------------------------------------------------ */
+/* Column: a malloc'd array exposed through the buffer protocol, so numpy.frombuffer wraps it without a copy.    */
+
+typedef struct {
+    PyObject_HEAD
+    char *data;
+    Py_ssize_t nbytes;
+} ColumnObject;
+
+static void column_dealloc(ColumnObject *self) {
+    free(self->data);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int column_getbuffer(ColumnObject *self, Py_buffer *view, int flags) {
+    return PyBuffer_FillInfo(view, (PyObject *)self, self->data ? self->data : (char *)"", self->nbytes, 0, flags);
+}
+
+static PyBufferProcs column_as_buffer = {(getbufferproc)column_getbuffer, NULL};
+
+static PyTypeObject ColumnType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "traceinsight.ingest._kineto_scan.Column",
+    .tp_basicsize = sizeof(ColumnObject),
+    .tp_dealloc = (destructor)column_dealloc,
+    .tp_as_buffer = &column_as_buffer,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "A column of fixed-size values; wrap with numpy.frombuffer.",
+};
+
+/* ------------------------------------------------------------------------------------------------------------ */
+/* Intern tables: open addressing over (pointer, length) spans of the input buffer.                              */
+
+typedef struct {
+    const char *p;
+    Py_ssize_t len;
+    uint64_t hash;
+    int32_t code; /* -1 = empty slot */
+} Slot;
+
+typedef struct {
+    Slot *slots;
+    size_t mask;
+    int32_t count;
+    Slot *order; /* code -> span */
+    size_t order_cap;
+} Intern;
+
+static int intern_init(Intern *t) {
+    t->mask = 255;
+    t->count = 0;
+    t->slots = malloc(sizeof(Slot) * (t->mask + 1));
+    t->order_cap = 64;
+    t->order = malloc(sizeof(Slot) * t->order_cap);
+    if (!t->slots || !t->order) return -1;
+    for (size_t i = 0; i <= t->mask; i++) t->slots[i].code = -1;
+    return 0;
+}
+
+static void intern_free(Intern *t) {
+    free(t->slots);
+    free(t->order);
+    t->slots = NULL;
+    t->order = NULL;
+}
+
+/* Eight bytes per step (kernel names run to hundreds of characters); a multiply-xorshift mix per word. */
+static uint64_t hash_bytes(const char *p, Py_ssize_t n) {
+    uint64_t h = 0x9E3779B97F4A7C15ULL ^ (uint64_t)n;
+    while (n >= 8) {
+        uint64_t w;
+        memcpy(&w, p, 8);
+        h = (h ^ w) * 0xff51afd7ed558ccdULL;
+        h ^= h >> 32;
+        p += 8;
+        n -= 8;
+    }
+    if (n > 0) {
+        uint64_t w = 0;
+        memcpy(&w, p, (size_t)n);
+        h = (h ^ w) * 0xc4ceb9fe1a85ec53ULL;
+    }
+    h ^= h >> 29;
+    h *= 0xbf58476d1ce4e5b9ULL;
+    return h ^ (h >> 32);
+}
+
+static int intern_grow(Intern *t) {
+    size_t new_mask = t->mask * 2 + 1;
+    Slot *ns = malloc(sizeof(Slot) * (new_mask + 1));
+    if (!ns) return -1;
+    for (size_t i = 0; i <= new_mask; i++) ns[i].code = -1;
+    for (size_t i = 0; i <= t->mask; i++) {
+        if (t->slots[i].code < 0) continue;
+        size_t j = t->slots[i].hash & new_mask;
+        while (ns[j].code >= 0) j = (j + 1) & new_mask;
+        ns[j] = t->slots[i];
+    }
+    free(t->slots);
+    t->slots = ns;
+    t->mask = new_mask;
+    return 0;
+}
+
+/* Code of the span, adding it when new; -1 on memory error. */
+static int32_t intern(Intern *t, const char *p, Py_ssize_t len) {
+    uint64_t h = hash_bytes(p, len);
+    size_t j = h & t->mask;
+    while (t->slots[j].code >= 0) {
+        Slot *s = &t->slots[j];
+        if (s->hash == h && s->len == len && memcmp(s->p, p, (size_t)len) == 0) return s->code;
+        j = (j + 1) & t->mask;
+    }
+    if (t->count == INT32_MAX - 1) return -1;
+    if ((size_t)t->count >= t->order_cap) {
+        size_t cap = t->order_cap * 2;
+        Slot *o = realloc(t->order, sizeof(Slot) * cap);
+        if (!o) return -1;
+        t->order = o;
+        t->order_cap = cap;
+    }
+    Slot s = {p, len, h, t->count};
+    t->slots[j] = s;
+    t->order[t->count] = s;
+    t->count++;
+    if ((size_t)t->count * 2 > t->mask) {
+        if (intern_grow(t) < 0) return -1;
+    }
+    return s.code;
+}
+
+static PyObject *intern_list(Intern *t) {
+    PyObject *out = PyList_New(t->count);
+    if (!out) return NULL;
+    for (int32_t i = 0; i < t->count; i++) {
+        PyObject *b = PyBytes_FromStringAndSize(t->order[i].p, t->order[i].len);
+        if (!b) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyList_SET_ITEM(out, i, b);
+    }
+    return out;
+}
+
+/* ------------------------------------------------------------------------------------------------------------ */
+/* Row storage: one growable array per column, all with the same capacity.                                        */
+
+enum { I_PH, I_CAT, I_NAME, I_PID_STR, I_TID_STR, I_GRID, I_BLOCK, I_DIMS, I_ARGNAME, N_I32 };
+static const char *I32_NAMES[N_I32] = {"ph", "cat", "name", "pid_str", "tid_str", "grid", "block", "input_dims", "arg_name"};
+
+enum { L_PID, L_TID, N_I64 };
+static const char *I64_NAMES[N_I64] = {"pid", "tid"};
+
+enum { F_TS, F_DUR, F_CORR, F_EXT, F_EXT_LEGACY, F_DEVICE, F_STREAM, F_BYTES, F_REGS, F_SHMEM, F_OCC, N_F64 };
+static const char *F64_NAMES[N_F64] = {"ts", "dur", "correlation", "external_id", "external_id_legacy", "device",
+                                       "stream", "bytes", "registers", "shared_mem", "occupancy"};
+
+enum { T_PH, T_CAT, T_NAME, T_IDS, T_DIM3, T_DIMS, T_ARGNAME, N_TABLES };
+static const char *TABLE_NAMES[N_TABLES] = {"ph", "cat", "name", "ids", "dim3", "input_dims", "arg_name"};
+
+typedef struct {
+    int32_t *i32[N_I32];
+    int64_t *i64[N_I64];
+    double *f64[N_F64];
+    size_t n, cap;
+} Rows;
+
+static int rows_reserve(Rows *r, size_t want) {
+    if (want <= r->cap) return 0;
+    size_t cap = r->cap ? r->cap : 4096;
+    while (cap < want) cap *= 2;
+    for (int k = 0; k < N_I32; k++) {
+        int32_t *p = realloc(r->i32[k], cap * sizeof(int32_t));
+        if (!p) return -1;
+        r->i32[k] = p;
+    }
+    for (int k = 0; k < N_I64; k++) {
+        int64_t *p = realloc(r->i64[k], cap * sizeof(int64_t));
+        if (!p) return -1;
+        r->i64[k] = p;
+    }
+    for (int k = 0; k < N_F64; k++) {
+        double *p = realloc(r->f64[k], cap * sizeof(double));
+        if (!p) return -1;
+        r->f64[k] = p;
+    }
+    r->cap = cap;
+    return 0;
+}
+
+static void rows_free(Rows *r) {
+    for (int k = 0; k < N_I32; k++) free(r->i32[k]);
+    for (int k = 0; k < N_I64; k++) free(r->i64[k]);
+    for (int k = 0; k < N_F64; k++) free(r->f64[k]);
+    memset(r, 0, sizeof(*r));
+}
+
+/* ------------------------------------------------------------------------------------------------------------ */
+/* Scanner                                                                                                        */
+
+enum { OK = 0, TRUNC = -2, FALLBACK = -1, NOMEM = -3 };
+
+typedef struct {
+    const char *base, *p, *end;
+    const char *why; /* reason for FALLBACK */
+    Intern tables[N_TABLES];
+    Rows rows; /* complete events (ph "X") */
+    Rows meta; /* metadata events (ph "M"): process and thread names */
+    size_t events;
+} Scan;
+
+#define AT_END(s) ((s)->p >= (s)->end)
+#define FAIL(s, reason) ((s)->why = (reason), FALLBACK)
+
+static inline void skip_ws(Scan *s) {
+    while (s->p < s->end) {
+        char c = *s->p;
+        if (c != ' ' && c != '\n' && c != '\r' && c != '\t') return;
+        s->p++;
+    }
+}
+
+/* At an opening quote: the raw content span (escapes kept); p ends after the closing quote. */
+static int scan_string(Scan *s, const char **out, Py_ssize_t *len) {
+    const char *start = s->p + 1;
+    const char *q = start;
+    for (;;) {
+        const char *hit = memchr(q, '"', (size_t)(s->end - q));
+        if (!hit) return TRUNC;
+        const char *b = hit;
+        while (b > start && b[-1] == '\\') b--;
+        if (((hit - b) & 1) == 0) {
+            *out = start;
+            *len = hit - start;
+            s->p = hit + 1;
+            return OK;
+        }
+        q = hit + 1;
+    }
+}
+
+static const double POW10[23] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,  1e8,  1e9,  1e10, 1e11,
+                                 1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
+
+static inline int is_digit(char c) { return c >= '0' && c <= '9'; }
+
+/* A JSON number. *is_int is set for a plain integer that fits int64 (its value in *iv).
+   Doubles are correctly rounded: exact mantissa / exact power of ten when both fit (Clinger's fast path),
+   otherwise CPython's own correctly rounded, locale-independent parser. */
+static int scan_number(Scan *s, double *d, int64_t *iv, int *is_int) {
+    const char *q = s->p, *end = s->end;
+    int neg = 0;
+    if (q < end && *q == '-') {
+        neg = 1;
+        q++;
+    }
+    uint64_t mant = 0;
+    int ndig = 0, nfrac = 0, exp_or_dot = 0, big = 0;
+    const char *digits = q;
+    while (q < end && is_digit(*q)) {
+        if (ndig < 19) mant = mant * 10 + (uint64_t)(*q - '0'); else big = 1;
+        ndig++;
+        q++;
+    }
+    if (q == digits) return q >= end ? TRUNC : FAIL(s, "a value that is not valid JSON");
+    if (q < end && *q == '.') {
+        exp_or_dot = 1;
+        q++;
+        const char *f = q;
+        while (q < end && is_digit(*q)) {
+            if (ndig < 19) {
+                mant = mant * 10 + (uint64_t)(*q - '0');
+                nfrac++;
+            } else {
+                big = 1;
+            }
+            ndig++;
+            q++;
+        }
+        if (q == f) return q >= end ? TRUNC : FAIL(s, "a value that is not valid JSON");
+    }
+    int has_exp = 0;
+    if (q < end && (*q == 'e' || *q == 'E')) {
+        has_exp = 1;
+        q++;
+        if (q < end && (*q == '+' || *q == '-')) q++;
+        const char *e = q;
+        while (q < end && is_digit(*q)) q++;
+        if (q == e) return q >= end ? TRUNC : FAIL(s, "a value that is not valid JSON");
+    }
+    if (q >= end) return TRUNC; /* the number may go on past the cut */
+    *is_int = 0;
+    if (!exp_or_dot && !has_exp && !big && ndig <= 18) {
+        *iv = neg ? -(int64_t)mant : (int64_t)mant;
+        *d = (double)*iv;
+        *is_int = 1;
+    } else if (!has_exp && !big && mant <= (1ULL << 53) && nfrac <= 22) {
+        double v = (double)mant / POW10[nfrac];
+        *d = neg ? -v : v;
+    } else {
+        char buf[80];
+        size_t n = (size_t)(q - s->p);
+        if (n >= sizeof(buf)) return FAIL(s, "a number longer than 79 characters");
+        memcpy(buf, s->p, n);
+        buf[n] = '\0';
+        char *stop = NULL;
+        double v = PyOS_string_to_double(buf, &stop, NULL);
+        if (v == -1.0 && PyErr_Occurred()) {
+            PyErr_Clear();
+            return FAIL(s, "a number out of range");
+        }
+        if (stop != buf + n) return FAIL(s, "a value that is not valid JSON");
+        *d = v;
+    }
+    s->p = q;
+    return OK;
+}
+
+static int scan_literal(Scan *s, const char *word, size_t n) {
+    if ((size_t)(s->end - s->p) < n) return memcmp(s->p, word, (size_t)(s->end - s->p)) == 0 ? TRUNC : FAIL(s, "a value that is not valid JSON");
+    if (memcmp(s->p, word, n) != 0) return FAIL(s, "a value that is not valid JSON");
+    s->p += n;
+    return OK;
+}
+
+/* Skips one value of any type. Containers are skipped by counting brackets outside strings. */
+static int skip_value(Scan *s) {
+    if (AT_END(s)) return TRUNC;
+    char c = *s->p;
+    if (c == '"') {
+        const char *str;
+        Py_ssize_t n;
+        return scan_string(s, &str, &n);
+    }
+    if (c == '{' || c == '[') {
+        size_t depth = 0;
+        while (s->p < s->end) {
+            c = *s->p;
+            if (c == '"') {
+                const char *str;
+                Py_ssize_t n;
+                int rc = scan_string(s, &str, &n);
+                if (rc) return rc;
+                continue;
+            }
+            if (c == '{' || c == '[') {
+                depth++;
+            } else if (c == '}' || c == ']') {
+                depth--;
+                if (depth == 0) {
+                    s->p++;
+                    return OK;
+                }
+            }
+            s->p++;
+        }
+        return TRUNC;
+    }
+    if (c == 't') return scan_literal(s, "true", 4);
+    if (c == 'f') return scan_literal(s, "false", 5);
+    if (c == 'n') return scan_literal(s, "null", 4);
+    double d;
+    int64_t iv;
+    int is_int;
+    return scan_number(s, &d, &iv, &is_int);
+}
+
+/* After a member value: ',' (more) returns 1, the closing char returns 0. */
+static int after_member(Scan *s, char close) {
+    skip_ws(s);
+    if (AT_END(s)) return TRUNC;
+    if (*s->p == ',') {
+        s->p++;
+        return 1;
+    }
+    if (*s->p == close) {
+        s->p++;
+        return 0;
+    }
+    return FAIL(s, "a value that is not valid JSON");
+}
+
+/* At a key: its raw span, then past the colon to the value. */
+static int scan_key(Scan *s, const char **key, Py_ssize_t *klen) {
+    skip_ws(s);
+    if (AT_END(s)) return TRUNC;
+    if (*s->p != '"') return FAIL(s, "a value that is not valid JSON");
+    int rc = scan_string(s, key, klen);
+    if (rc) return rc;
+    skip_ws(s);
+    if (AT_END(s)) return TRUNC;
+    if (*s->p != ':') return FAIL(s, "a value that is not valid JSON");
+    s->p++;
+    skip_ws(s);
+    return AT_END(s) ? TRUNC : OK;
+}
+
+#define KEY_IS(k, n, lit) ((n) == (Py_ssize_t)(sizeof(lit) - 1) && memcmp((k), (lit), sizeof(lit) - 1) == 0)
+
+/* A string holding a number, as profilers write some args ("bytes": "1024"): that number; any other string
+   ("0x0", "auto") counts as absent. Same rule as the general decoder's, so both agree. */
+static double number_in_string(const char *str, Py_ssize_t n) {
+    char buf[72];
+    if (n <= 0 || n > 64) return NAN;
+    memcpy(buf, str, (size_t)n);
+    buf[n] = ' '; /* a delimiter, so the number is not taken for one cut short */
+    Scan sub;
+    memset(&sub, 0, sizeof(sub));
+    sub.base = sub.p = buf;
+    sub.end = buf + n + 1;
+    double d;
+    int64_t iv;
+    int is_int;
+    if (scan_number(&sub, &d, &iv, &is_int) != OK || sub.p != buf + n) return NAN;
+    return d;
+}
+
+/* A number or null into a double column; a string through number_in_string when ``strings_ok``; anything else
+   is left to the general decoder. */
+static int scan_float_field(Scan *s, double *out, int strings_ok) {
+    char c = *s->p;
+    if (c == 'n') {
+        *out = NAN;
+        return scan_literal(s, "null", 4);
+    }
+    if (c == '-' || is_digit(c)) {
+        int64_t iv;
+        int is_int;
+        return scan_number(s, out, &iv, &is_int);
+    }
+    if (c == '"' && strings_ok) {
+        const char *str;
+        Py_ssize_t n;
+        int rc = scan_string(s, &str, &n);
+        if (rc) return rc;
+        *out = number_in_string(str, n);
+        return OK;
+    }
+    return FAIL(s, "a timestamp or duration that is not a number");
+}
+
+static int scan_str_field(Scan *s, Intern *t, int32_t *out, int *first_char) {
+    if (*s->p != '"') return FAIL(s, "a name, phase or category that is not a string");
+    const char *str;
+    Py_ssize_t n;
+    int rc = scan_string(s, &str, &n);
+    if (rc) return rc;
+    if (first_char) *first_char = n == 1 ? (unsigned char)str[0] : 0;
+    int32_t code = intern(t, str, n);
+    if (code < 0) return NOMEM;
+    *out = code;
+    return OK;
+}
+
+/* pid / tid: an integer, or a string such as "stream 7" or "Spans" (interned). */
+static int scan_id_field(Scan *s, int64_t *num, int32_t *str_code) {
+    if (*s->p == '"') {
+        *num = 0;
+        return scan_str_field(s, &s->tables[T_IDS], str_code, NULL);
+    }
+    double d;
+    int is_int = 0;
+    int rc = scan_number(s, &d, num, &is_int);
+    if (rc) return rc;
+    if (!is_int) return FAIL(s, "a pid or tid that is not an integer");
+    *str_code = -1;
+    return OK;
+}
+
+/* The raw span of any value, interned. */
+static int scan_raw_field(Scan *s, Intern *t, int32_t *out) {
+    const char *start = s->p;
+    int rc = skip_value(s);
+    if (rc) return rc;
+    int32_t code = intern(t, start, s->p - start);
+    if (code < 0) return NOMEM;
+    *out = code;
+    return OK;
+}
+
+static int scan_args(Scan *s, size_t row) {
+    Rows *r = &s->rows;
+    s->p++; /* '{' */
+    skip_ws(s);
+    if (AT_END(s)) return TRUNC;
+    if (*s->p == '}') {
+        s->p++;
+        return OK;
+    }
+    for (;;) {
+        const char *k;
+        Py_ssize_t n;
+        int rc = scan_key(s, &k, &n);
+        if (rc) return rc;
+        double *f = NULL;
+        if (KEY_IS(k, n, "correlation")) f = &r->f64[F_CORR][row];
+        else if (KEY_IS(k, n, "External id")) f = &r->f64[F_EXT][row];
+        else if (KEY_IS(k, n, "external id")) f = &r->f64[F_EXT_LEGACY][row];
+        else if (KEY_IS(k, n, "device")) f = &r->f64[F_DEVICE][row];
+        else if (KEY_IS(k, n, "stream")) f = &r->f64[F_STREAM][row];
+        else if (KEY_IS(k, n, "bytes")) f = &r->f64[F_BYTES][row];
+        else if (KEY_IS(k, n, "registers per thread")) f = &r->f64[F_REGS][row];
+        else if (KEY_IS(k, n, "shared memory")) f = &r->f64[F_SHMEM][row];
+        else if (KEY_IS(k, n, "est. achieved occupancy %")) f = &r->f64[F_OCC][row];
+        if (f) {
+            rc = scan_float_field(s, f, 1);
+        } else if (KEY_IS(k, n, "grid") || KEY_IS(k, n, "block")) {
+            int32_t *dst = &r->i32[k[0] == 'g' ? I_GRID : I_BLOCK][row];
+            if (*s->p == '[') {
+                rc = scan_raw_field(s, &s->tables[T_DIM3], dst);
+            } else {
+                *dst = -1;
+                rc = skip_value(s);
+            }
+        } else if (KEY_IS(k, n, "Input Dims")) {
+            rc = scan_raw_field(s, &s->tables[T_DIMS], &r->i32[I_DIMS][row]);
+        } else if (KEY_IS(k, n, "name")) {
+            if (*s->p == '"') {
+                rc = scan_str_field(s, &s->tables[T_ARGNAME], &r->i32[I_ARGNAME][row], NULL);
+            } else {
+                r->i32[I_ARGNAME][row] = -1;
+                rc = skip_value(s);
+            }
+        } else {
+            rc = skip_value(s);
+        }
+        if (rc) return rc;
+        rc = after_member(s, '}');
+        if (rc <= 0) return rc;
+    }
+}
+
+static int copy_row(Rows *dst, const Rows *src, size_t row) {
+    if (rows_reserve(dst, dst->n + 1) < 0) return -1;
+    size_t d = dst->n++;
+    for (int k = 0; k < N_I32; k++) dst->i32[k][d] = src->i32[k][row];
+    for (int k = 0; k < N_I64; k++) dst->i64[k][d] = src->i64[k][row];
+    for (int k = 0; k < N_F64; k++) dst->f64[k][d] = src->f64[k][row];
+    return 0;
+}
+
+static void row_defaults(Rows *r, size_t row) {
+    for (int k = 0; k < N_I32; k++) r->i32[k][row] = -1;
+    r->i64[L_PID][row] = 0;
+    r->i64[L_TID][row] = 0;
+    for (int k = 0; k < N_F64; k++) r->f64[k][row] = NAN;
+}
+
+/* One event object. Complete events (ph "X") stay in rows, metadata events ("M") are copied to meta; others are
+   only counted. */
+static int scan_event(Scan *s) {
+    Rows *r = &s->rows;
+    if (*s->p != '{') return FAIL(s, "an element of traceEvents that is not an object");
+    if (rows_reserve(r, r->n + 1) < 0) return NOMEM;
+    size_t row = r->n;
+    row_defaults(r, row);
+    int ph = 0;
+    s->p++;
+    skip_ws(s);
+    if (AT_END(s)) return TRUNC;
+    if (*s->p == '}') {
+        s->p++;
+        s->events++;
+        return OK;
+    }
+    for (;;) {
+        const char *k;
+        Py_ssize_t n;
+        int rc = scan_key(s, &k, &n);
+        if (rc) return rc;
+        if (KEY_IS(k, n, "ph")) rc = scan_str_field(s, &s->tables[T_PH], &r->i32[I_PH][row], &ph);
+        else if (KEY_IS(k, n, "cat")) rc = scan_str_field(s, &s->tables[T_CAT], &r->i32[I_CAT][row], NULL);
+        else if (KEY_IS(k, n, "name")) rc = scan_str_field(s, &s->tables[T_NAME], &r->i32[I_NAME][row], NULL);
+        else if (KEY_IS(k, n, "pid")) rc = scan_id_field(s, &r->i64[L_PID][row], &r->i32[I_PID_STR][row]);
+        else if (KEY_IS(k, n, "tid")) rc = scan_id_field(s, &r->i64[L_TID][row], &r->i32[I_TID_STR][row]);
+        else if (KEY_IS(k, n, "ts")) rc = scan_float_field(s, &r->f64[F_TS][row], 0);
+        else if (KEY_IS(k, n, "dur")) rc = scan_float_field(s, &r->f64[F_DUR][row], 0);
+        else if (KEY_IS(k, n, "args")) {
+            if (*s->p == '{') rc = scan_args(s, row);
+            else if (*s->p == 'n') rc = scan_literal(s, "null", 4);
+            else rc = FAIL(s, "an args field that is not an object");
+        } else {
+            rc = skip_value(s);
+        }
+        if (rc) return rc;
+        rc = after_member(s, '}');
+        if (rc < 0) return rc;
+        if (rc == 0) break;
+    }
+    s->events++;
+    if (ph == 'X') {
+        r->n++;
+    } else if (ph == 'M') {
+        if (copy_row(&s->meta, r, row) < 0) return NOMEM;
+    }
+    return OK;
+}
+
+/* The event array; on a cut, the events completed before it stay and TRUNC is returned. */
+static int scan_events(Scan *s, const char **last_complete) {
+    s->p++; /* '[' */
+    skip_ws(s);
+    if (AT_END(s)) return TRUNC;
+    if (*s->p == ']') {
+        s->p++;
+        return OK;
+    }
+    for (;;) {
+        skip_ws(s);
+        if (AT_END(s)) return TRUNC;
+        int rc = scan_event(s);
+        if (rc) return rc;
+        *last_complete = s->p;
+        rc = after_member(s, ']');
+        if (rc <= 0) return rc;
+    }
+}
+
+/* ------------------------------------------------------------------------------------------------------------ */
+/* Python entry point                                                                                             */
+
+static PyObject *column_from(void *data, size_t nbytes) {
+    ColumnObject *col = PyObject_New(ColumnObject, &ColumnType);
+    if (!col) {
+        free(data);
+        return NULL;
+    }
+    /* give back the unused capacity (shrinking keeps the block in place or moves it by remapping pages) */
+    void *shrunk = nbytes ? realloc(data, nbytes) : NULL;
+    if (nbytes && shrunk) data = shrunk;
+    if (!nbytes) {
+        free(data);
+        data = NULL;
+    }
+    col->data = data;
+    col->nbytes = (Py_ssize_t)nbytes;
+    return (PyObject *)col;
+}
+
+static int put_columns(PyObject *out, const char *key, const char **names, int count, void **arrays, size_t itemsize, size_t n) {
+    PyObject *d = PyDict_New();
+    if (!d) return -1;
+    for (int k = 0; k < count; k++) {
+        PyObject *col = column_from(arrays[k], n * itemsize);
+        arrays[k] = NULL;
+        if (!col || PyDict_SetItemString(d, names[k], col) < 0) {
+            Py_XDECREF(col);
+            Py_DECREF(d);
+            return -1;
+        }
+        Py_DECREF(col);
+    }
+    int rc = PyDict_SetItemString(out, key, d);
+    Py_DECREF(d);
+    return rc;
+}
+
+static PyObject *fallback_result(const char *why) {
+    return Py_BuildValue("{s:s}", "fallback", why);
+}
+
+static PyObject *rows_dict(Rows *r) {
+    PyObject *d = PyDict_New();
+    if (!d) return NULL;
+    if (put_columns(d, "i32", I32_NAMES, N_I32, (void **)r->i32, sizeof(int32_t), r->n) < 0 ||
+        put_columns(d, "i64", I64_NAMES, N_I64, (void **)r->i64, sizeof(int64_t), r->n) < 0 ||
+        put_columns(d, "f64", F64_NAMES, N_F64, (void **)r->f64, sizeof(double), r->n) < 0) {
+        Py_DECREF(d);
+        return NULL;
+    }
+    return d;
+}
+
+static PyObject *build_result(Scan *s, Py_ssize_t span_start, Py_ssize_t span_end, int truncated) {
+    PyObject *out = Py_BuildValue("{s:O,s:n,s:O,s:(nn)}", "fallback", Py_None, "events", (Py_ssize_t)s->events,
+                                  "truncated", truncated ? Py_True : Py_False, "span", span_start, span_end);
+    if (!out) return NULL;
+    const char *keys[2] = {"complete", "metadata"};
+    Rows *groups[2] = {&s->rows, &s->meta};
+    for (int g = 0; g < 2; g++) {
+        PyObject *d = rows_dict(groups[g]);
+        if (!d || PyDict_SetItemString(out, keys[g], d) < 0) {
+            Py_XDECREF(d);
+            Py_DECREF(out);
+            return NULL;
+        }
+        Py_DECREF(d);
+    }
+    PyObject *tables = PyDict_New();
+    if (!tables || PyDict_SetItemString(out, "strings", tables) < 0) {
+        Py_XDECREF(tables);
+        Py_DECREF(out);
+        return NULL;
+    }
+    Py_DECREF(tables);
+    for (int t = 0; t < N_TABLES; t++) {
+        PyObject *lst = intern_list(&s->tables[t]);
+        if (!lst || PyDict_SetItemString(tables, TABLE_NAMES[t], lst) < 0) {
+            Py_XDECREF(lst);
+            Py_DECREF(out);
+            return NULL;
+        }
+        Py_DECREF(lst);
+    }
+    return out;
+}
+
+/* Runs over the top level: a bare event array, or an object whose "traceEvents" member is the array. */
+static PyObject *run(Scan *s) {
+    skip_ws(s);
+    if (AT_END(s)) return fallback_result("the document is empty");
+    const char *last = NULL;
+    if (*s->p == '[') {
+        const char *open = s->p;
+        last = open + 1;
+        int rc = scan_events(s, &last);
+        if (rc == NOMEM) return PyErr_NoMemory();
+        if (rc == FALLBACK) return fallback_result(s->why);
+        int cut = rc == TRUNC;
+        return build_result(s, open - s->base, (cut ? last : s->p) - s->base, cut);
+    }
+    if (*s->p != '{') return fallback_result("the document is not a JSON object or array");
+    s->p++;
+    skip_ws(s);
+    if (AT_END(s)) return fallback_result("the document is cut short before its events");
+    if (*s->p == '}') return fallback_result("the document has no traceEvents");
+    Py_ssize_t span_start = -1, span_end = -1;
+    int truncated = 0;
+    for (;;) {
+        const char *k;
+        Py_ssize_t n;
+        int rc = scan_key(s, &k, &n);
+        if (rc == OK && KEY_IS(k, n, "traceEvents")) {
+            if (span_start >= 0) return fallback_result("traceEvents appears twice");
+            if (*s->p != '[') return fallback_result("traceEvents is not an array");
+            span_start = s->p - s->base;
+            last = s->p + 1;
+            rc = scan_events(s, &last);
+            if (rc == TRUNC) {
+                span_end = last - s->base;
+                truncated = 1;
+                break;
+            }
+            span_end = s->p - s->base;
+        } else if (rc == OK) {
+            rc = skip_value(s);
+        }
+        if (rc == OK) rc = after_member(s, '}');
+        if (rc == 0) break;
+        if (rc == 1) continue;
+        if (rc == NOMEM) return PyErr_NoMemory();
+        if (rc == FALLBACK) return fallback_result(s->why);
+        /* cut short outside the event array: every event is there, only trailing header keys may be lost */
+        if (span_start < 0) return fallback_result("the document is cut short before its events");
+        truncated = 1;
+        break;
+    }
+    if (span_start < 0) return fallback_result("the document has no traceEvents");
+    return build_result(s, span_start, span_end, truncated);
+}
+
+static PyObject *scan(PyObject *module, PyObject *arg) {
+    Py_buffer view;
+    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0) return NULL;
+    Scan s;
+    memset(&s, 0, sizeof(s));
+    s.base = s.p = view.buf;
+    s.end = s.base + view.len;
+    PyObject *out = NULL;
+    int t;
+    for (t = 0; t < N_TABLES; t++) {
+        if (intern_init(&s.tables[t]) < 0) break;
+    }
+    if (t < N_TABLES) PyErr_NoMemory();
+    else out = run(&s);
+    for (t = 0; t < N_TABLES; t++) intern_free(&s.tables[t]);
+    rows_free(&s.rows);
+    rows_free(&s.meta);
+    PyBuffer_Release(&view);
+    return out;
+}
+
+static PyMethodDef methods[] = {
+    {"scan", scan, METH_O,
+     "scan(data) -> dict: the kineto events of a JSON document as columns, or {'fallback': reason}."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef moduledef = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "_kineto_scan",
+    .m_size = -1,
+    .m_methods = methods,
+};
+
+PyMODINIT_FUNC PyInit__kineto_scan(void) {
+    if (PyType_Ready(&ColumnType) < 0) return NULL;
+    return PyModule_Create(&moduledef);
+}

@@ -1,0 +1,279 @@
+"""The kineto event fields traceinsight reads, as columns, from one of two decoders.
+
+``scan_columns`` uses the native scanner (``_kineto_scan``, a C extension built at install time where a compiler
+exists): one pass over the bytes, no Python object per event. ``struct_columns`` takes events decoded by msgspec
+(the general path: any valid JSON, string timestamps, odd types). Both give the same ``EventColumns``, and
+``tests/test_kineto_native.py`` checks that they agree on every corpus file, so the timeline never depends on
+which one ran.
+
+Rows are the complete (``ph: "X"``) events; metadata (``ph: "M"``) events give the thread names; other phases
+(flows, instants, counters) are only counted. String columns are categoricals with sorted categories, as ``pd.Categorical(values)`` makes.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+import numpy as np
+import pandas as pd
+
+try:  # built from _kineto_scan.c when a C compiler was available at install time
+    from . import _kineto_scan
+except ImportError:  # pragma: no cover - exercised on machines without a compiler
+    _kineto_scan = None
+
+#: Set TRACEINSIGHT_PURE_PYTHON=1 to use the msgspec path even where the native scanner is built.
+FORCE_PURE = "TRACEINSIGHT_PURE_PYTHON"
+
+_FLOAT_FIELDS = ("ts", "dur", "correlation", "external_id", "external_id_legacy", "device", "stream", "bytes",
+                 "registers", "shared_mem", "occupancy")
+
+
+@dataclass
+class EventColumns:
+    """The complete (``ph: "X"``) events, one row each, plus the thread names from the metadata events."""
+
+    n_events: int  # events in the file, any phase
+    has_ts: np.ndarray  # rows whose timestamp is present (rows without one are not events on the timeline)
+    cat: pd.Categorical
+    name: pd.Categorical
+    pid: np.ndarray
+    tid: np.ndarray
+    floats: dict[str, np.ndarray]  # _FLOAT_FIELDS, NaN where absent
+    grid: pd.Categorical  # "x,y,z"
+    block: pd.Categorical
+    input_dims: pd.Categorical  # the raw JSON text of args["Input Dims"]
+    thread_names: pd.DataFrame  # pid, tid, thread_name (the last ``thread_name`` metadata event of a thread)
+    bad_utf8: bool = False
+
+
+def native_available() -> bool:
+    return _kineto_scan is not None and not os.environ.get(FORCE_PURE)
+
+
+# --- shared helpers -------------------------------------------------------------------------------------------
+
+
+def _categorical(codes: np.ndarray, uniques: list[str], missing: str | None = None) -> pd.Categorical:
+    """Codes into a list of strings (-1 = absent) as a categorical with sorted, distinct categories.
+
+    ``missing`` stands in for absent values (the struct decoder's default for absent strings is "")."""
+    codes = np.asarray(codes)
+    if missing is not None and (codes < 0).any():
+        uniques = list(uniques) + [missing]
+        codes = np.where(codes < 0, len(uniques) - 1, codes)
+    if not uniques:
+        return pd.Categorical.from_codes(np.full(len(codes), -1, dtype=np.int8), categories=pd.Index([], dtype="str"))
+    cats, inverse = np.unique(np.array(uniques, dtype=object), return_inverse=True)
+    inverse = np.append(inverse.astype(np.int32), -1)  # code -1 maps through the appended slot
+    return pd.Categorical.from_codes(inverse[codes], categories=pd.Index(list(cats)), validate=False)
+
+
+def _id_lut(strings: list[str], used: np.ndarray) -> np.ndarray:
+    """The int64 id of each string pid/tid: numeric strings and "stream 7"-style strings give their number; any
+    other string ("Spans", "GPU 0 Stream") a negative id, distinct per string, numbered in sorted order of the
+    strings the rows use (so both decoders, which see strings in different orders, agree)."""
+    lut = np.zeros(len(strings), dtype=np.int64)
+    others = []
+    for i, s in enumerate(strings):
+        t = s.strip()
+        try:
+            lut[i] = int(float(t))
+            continue
+        except (ValueError, OverflowError):
+            pass
+        m = re.search(r"(\d+)$", t)
+        if m:
+            lut[i] = int(m.group(1))
+        elif used[i]:
+            others.append((s, i))
+    for k, (_, i) in enumerate(sorted(others)):
+        lut[i] = -(k + 2)
+    return lut
+
+
+def _resolve_ids(pairs: list[tuple[np.ndarray, np.ndarray]], strings: list[str]) -> list[np.ndarray]:
+    """Each (numbers, string codes) id column as int64, string ids replaced through ``_id_lut``."""
+    if not strings:
+        return [nums.astype(np.int64, copy=False) for nums, _ in pairs]
+    used = np.zeros(len(strings) + 1, dtype=bool)
+    for _, codes in pairs:
+        used[codes] = True
+    lut = np.append(_id_lut(strings, used[:-1]), 0)  # code -1 maps through the appended slot
+    return [np.where(codes >= 0, lut[codes], nums).astype(np.int64) for nums, codes in pairs]
+
+
+def _thread_names(pid: np.ndarray, tid: np.ndarray, is_thread_name: np.ndarray, names: list[str | None]) -> pd.DataFrame:
+    keep = is_thread_name & np.array([bool(n) for n in names], dtype=bool)
+    frame = pd.DataFrame({"pid": pid[keep], "tid": tid[keep], "thread_name": pd.Series(np.array(names, dtype=object)[keep], dtype=object)})
+    return frame.drop_duplicates(["pid", "tid"], keep="last").reset_index(drop=True)
+
+
+def format_dims(v: Any) -> str | None:
+    """A kernel's grid/block list ``[x, y, z]`` as ``"x,y,z"``."""
+    if not isinstance(v, list):
+        return None
+    return ",".join(str(int(x)) if isinstance(x, (int, float)) and not isinstance(x, bool) else str(x) for x in v)
+
+
+# --- native path ----------------------------------------------------------------------------------------------
+
+
+class Declined(Exception):
+    """The native scanner does not model something in this document; the general decoder takes over."""
+
+
+def scan_columns(data: bytes) -> tuple[EventColumns, dict[str, Any]]:
+    """Columns from the native scanner, plus where the event array lies (``span``) and whether the file is cut."""
+    res = _kineto_scan.scan(data)
+    if res["fallback"]:
+        raise Declined(res["fallback"])
+    strings = res["strings"]
+    bad = False
+
+    def texts(raw: list[bytes], json_string: bool = True) -> list[str]:
+        nonlocal bad
+        out = []
+        for b in raw:
+            if json_string and b"\\" in b:
+                try:
+                    out.append(msgspec.json.decode(b'"' + b + b'"'))
+                    continue
+                except msgspec.DecodeError:
+                    pass
+            try:
+                out.append(b.decode("utf-8"))
+            except UnicodeDecodeError:
+                bad = True
+                out.append(b.decode("utf-8", "replace"))
+        return out
+
+    def arrays(group: dict) -> tuple[dict, dict, dict]:
+        return ({k: np.frombuffer(v, dtype=np.int32) for k, v in group["i32"].items()},
+                {k: np.frombuffer(v, dtype=np.int64) for k, v in group["i64"].items()},
+                {k: np.frombuffer(v, dtype=np.float64) for k, v in group["f64"].items()})
+
+    i32, i64, floats = arrays(res["complete"])
+    m32, m64, _ = arrays(res["metadata"])
+    pid, tid, mpid, mtid = _resolve_ids(
+        [(i64["pid"], i32["pid_str"]), (i64["tid"], i32["tid_str"]), (m64["pid"], m32["pid_str"]), (m64["tid"], m32["tid_str"])],
+        texts(strings["ids"]),
+    )
+    names = texts(strings["name"])
+    arg_names = texts(strings["arg_name"]) + [None]  # code -1 maps to the appended None
+    thread_names = _thread_names(
+        mpid, mtid, m32["name"] == (names.index("thread_name") if "thread_name" in names else -2),
+        [arg_names[c] for c in m32["arg_name"].tolist()],
+    )
+    dim3 = [format_dims(msgspec.json.decode(b)) if b else None for b in strings["dim3"]]
+    dim3_codes = {d: i for i, d in enumerate(dict.fromkeys(d for d in dim3 if d is not None))}
+    dim3_map = np.array([dim3_codes[d] if d is not None else -1 for d in dim3] + [-1], dtype=np.int32)
+    dim3_uniques = list(dim3_codes)
+    cols = EventColumns(
+        n_events=res["events"],
+        has_ts=~np.isnan(floats["ts"]),
+        cat=_categorical(i32["cat"], texts(strings["cat"]), missing=""),
+        name=_categorical(i32["name"], names, missing=""),
+        pid=pid,
+        tid=tid,
+        floats=floats,
+        grid=_categorical(dim3_map[i32["grid"]], dim3_uniques),
+        block=_categorical(dim3_map[i32["block"]], dim3_uniques),
+        input_dims=_categorical(i32["input_dims"], texts(strings["input_dims"], json_string=False)),
+        thread_names=thread_names,
+    )
+    cols.bad_utf8 = bad
+    return cols, {"span": res["span"], "truncated": res["truncated"]}
+
+
+# --- general path ---------------------------------------------------------------------------------------------
+
+
+_NUMBER_TEXT = re.compile(r"-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?")
+
+
+def _as_float(v: Any) -> float:
+    if isinstance(v, (int, float)):
+        return float(v)
+    if isinstance(v, str) and _NUMBER_TEXT.fullmatch(v):  # "bytes": "1024"; "0x0" or "auto" count as absent
+        return float(v)
+    return np.nan
+
+
+def _num(values: list[Any]) -> np.ndarray:
+    """Numbers from a list that may hold None, numbers or strings (the native scanner applies the same rule)."""
+    if not any(isinstance(v, str) for v in values):
+        try:
+            return np.array(values, dtype=np.float64)
+        except (TypeError, ValueError):
+            pass
+    return np.array([_as_float(v) for v in values], dtype=np.float64)
+
+
+def _factorized(values: list[Any]) -> tuple[np.ndarray, list]:
+    codes, uniques = pd.factorize(pd.Series(values, dtype=object), use_na_sentinel=True)
+    return codes.astype(np.int32), list(uniques)
+
+
+def _ids_of(values: list[Any], strings: dict[str, int]) -> tuple[np.ndarray, np.ndarray]:
+    """Integer ids and, for string ids, codes into ``strings`` (shared by pid and tid, first appearance first)."""
+    try:
+        return np.array(values, dtype=np.int64), np.full(len(values), -1, dtype=np.int32)
+    except (TypeError, ValueError, OverflowError):
+        pass
+    nums = np.zeros(len(values), dtype=np.int64)
+    codes = np.full(len(values), -1, dtype=np.int32)
+    for i, v in enumerate(values):
+        if isinstance(v, str):
+            codes[i] = strings.setdefault(v, len(strings))
+        elif isinstance(v, (int, float)) and not isinstance(v, bool) and v == v:
+            nums[i] = int(v)
+    return nums, codes
+
+
+def struct_columns(events: list[Any]) -> EventColumns:
+    """Columns from msgspec-decoded events (``Event`` / ``LooseEvent`` structs)."""
+    from .kineto_decode import Args
+
+    evs = [e for e in events if e.ph == "X"]
+    meta = [e for e in events if e.ph == "M"]
+    strings: dict[str, int] = {}
+    id_cols = [_ids_of([e.pid for e in evs], strings), _ids_of([e.tid for e in evs], strings),
+               _ids_of([e.pid for e in meta], strings), _ids_of([e.tid for e in meta], strings)]
+    pid, tid, mpid, mtid = _resolve_ids(id_cols, list(strings))
+    noarg = Args()
+    args = [e.args or noarg for e in evs]
+    floats = {
+        "ts": _num([e.ts for e in evs]),
+        "dur": _num([e.dur for e in evs]),
+        "correlation": _num([a.correlation for a in args]),
+        "external_id": _num([a.external_id for a in args]),
+        "external_id_legacy": _num([a.external_id_legacy for a in args]),
+        "device": _num([a.device for a in args]),
+        "stream": _num([a.stream for a in args]),
+        "bytes": _num([a.nbytes for a in args]),
+        "registers": _num([a.registers for a in args]),
+        "shared_mem": _num([a.shared_mem for a in args]),
+        "occupancy": _num([a.occupancy for a in args]),
+    }
+    cats = [e.cat if isinstance(e.cat, str) else ("" if e.cat is None else str(e.cat)) for e in evs]
+    names = [e.name if isinstance(e.name, str) else ("" if e.name is None else str(e.name)) for e in evs]
+    dims = [bytes(a.input_dims).decode("utf-8", "replace") or None for a in args]
+    margs = [e.args.name if e.args is not None and isinstance(e.args.name, str) else None for e in meta]
+    return EventColumns(
+        n_events=len(events),
+        has_ts=np.array([e.ts is not None for e in evs], dtype=bool),
+        cat=_categorical(*_factorized(cats)),
+        name=_categorical(*_factorized(names)),
+        pid=pid,
+        tid=tid,
+        floats=floats,
+        grid=_categorical(*_factorized([format_dims(a.grid) for a in args])),
+        block=_categorical(*_factorized([format_dims(a.block) for a in args])),
+        input_dims=_categorical(*_factorized(dims)),
+        thread_names=_thread_names(mpid, mtid, np.array([e.name == "thread_name" for e in meta], dtype=bool), margs),
+    )
