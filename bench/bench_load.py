@@ -11,7 +11,7 @@ repeated; the table reports the median time and the max peak RSS. Compared:
 The synthetic trace (``--synthetic N``) replicates the events of the 54 MB DDP V100 trace N times, shifted in
 time (and in correlation / external ids), so its content is realistic and its size scales exactly.
 
-    python bench/bench_load.py --hta-python /tmp/hta-venv/bin/python --synthetic 10
+    python bench/bench_load.py --hta-python /tmp/hta-venv/bin/python --synthetic 10 --gzip
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import argparse
 import gzip
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -123,6 +124,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--hta-python", help="an interpreter that can import hta (HolisticTraceAnalysis)")
     ap.add_argument("--synthetic", type=int, default=0, help="also build and load an N-times replica of the DDP trace")
+    ap.add_argument("--gzip", action="store_true", help="also load the replica gzipped, like the small trace it scales")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--files", nargs="*", default=None, help="corpus file names (default: the DDP trace and a few others)")
     args = ap.parse_args()
@@ -134,6 +136,11 @@ def main() -> int:
     if args.synthetic:
         synth = make_synthetic(CORPUS / DDP, args.synthetic, tmp / f"ddp_x{args.synthetic}.json")
         targets.append((synth, 1))
+        if args.gzip:
+            gz = synth.with_name(synth.name + ".gz")
+            with open(synth, "rb") as src_fh, gzip.open(gz, "wb", compresslevel=6) as dst:
+                shutil.copyfileobj(src_fh, dst, 1 << 24)
+            targets.append((gz, 1))
     for path, repeat in targets:
         size_mb = path.stat().st_size / 1e6
         json_mb = size_mb if not path.name.endswith(".gz") else len(gzip.decompress(path.read_bytes())) / 1e6

@@ -220,3 +220,27 @@ def test_scanner_entry_point_directly():
     assert res["strings"]["name"] == [b"k"]
     with pytest.raises(TypeError):
         scan("not bytes")
+
+
+def test_gzip_members_and_inflaters_agree(tmp_path, monkeypatch):
+    """A multi-member gzip (concatenated writes) loads whole; ISA-L and stdlib zlib give the same bytes."""
+    import gzip
+    import zlib
+
+    from traceinsight.ingest import pytorch
+
+    data = json.dumps(_small_trace().to_dict()).encode()
+    plain = tmp_path / "t.json"
+    plain.write_bytes(data)
+    one = tmp_path / "one.json.gz"
+    one.write_bytes(gzip.compress(data))
+    two = tmp_path / "two.json.gz"
+    half = len(data) // 2
+    two.write_bytes(gzip.compress(data[:half]) + gzip.compress(data[half:]))
+    expected = traceinsight.load(plain).events
+    for path in (one, two):
+        pd.testing.assert_frame_equal(traceinsight.load(path).events, expected)
+    assert pytorch._gunzip_whole(two.read_bytes()) is None  # the trailer describes only the last member
+    monkeypatch.setattr(pytorch, "_zlib", zlib)
+    assert pytorch._gunzip_whole(one.read_bytes()) == data
+    pd.testing.assert_frame_equal(traceinsight.load(one).events, expected)
