@@ -11,7 +11,8 @@ as an installed package has ``.pyc`` files even where this shell sets ``PYTHONDO
 The synthetic file replicates the real capture's lines (same planes, metadata and stats; shifted line ids and
 times) so it exercises the same decoding path. Only lines are replicated, so the replica count is worked out from
 the serialized size of the lines, not of the whole file (metadata is ~40% of the demo file).
-Usage: python bench/bench_xplane.py [--reps 5] [--big-reps 3] [--target-mb 100]
+Loads use the C walker (``proto/_wire_scan.c``) where it is built; ``--numpy`` times the pure-Python fallback.
+Usage: python bench/bench_xplane.py [--reps 5] [--big-reps 3] [--target-mb 100] [--numpy]
 """
 
 from __future__ import annotations
@@ -36,7 +37,9 @@ import traceinsight
 t1 = time.perf_counter()
 tl = traceinsight.load(sys.argv[1])
 t2 = time.perf_counter()
-print(json.dumps({"import_s": t1 - t0, "load_s": t2 - t1, "events": len(tl.events)}))
+from traceinsight.ingest import xplane
+native = xplane.native_scanner() is not None
+print(json.dumps({"import_s": t1 - t0, "load_s": t2 - t1, "events": len(tl.events), "native": native}))
 """
 
 
@@ -86,15 +89,18 @@ def main() -> None:
     ap.add_argument("--big-reps", type=int, default=3, help="fresh processes for the synthetic file")
     ap.add_argument("--target-mb", type=float, default=100)
     ap.add_argument("--no-bytecode-cache", action="store_true", help="keep this shell's bytecode settings")
+    ap.add_argument("--numpy", action="store_true", help="force the numpy decoder (TRACEINSIGHT_PURE_PYTHON=1)")
     args = ap.parse_args()
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join([str(REPO)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+        if args.numpy:
+            env["TRACEINSIGHT_PURE_PYTHON"] = "1"
         if not args.no_bytecode_cache:
             env.pop("PYTHONDONTWRITEBYTECODE", None)
             env["PYTHONPYCACHEPREFIX"] = str(Path(tmp) / "pycache")
-        fresh_runs(DEMO, 1, env)  # warm the OS page cache and the bytecode cache; not counted
+        native = fresh_runs(DEMO, 1, env)[0]["native"]  # warms the OS page cache and the bytecode cache; not counted
         big = Path(tmp) / "synthetic.xplane.pb"
         size, copies = synthesize(DEMO, big, int(args.target_mb * 1_000_000))
         for label, path, reps, target in (("corpus GPU-multi-worker", DEMO, args.reps, 0.050),
@@ -105,6 +111,7 @@ def main() -> None:
             n = runs[0]["events"]
             rows.append((label, path.stat().st_size, n, "first load", load, target))
             rows.append((label, path.stat().st_size, n, "+ import", total, None))
+    print("decoder:", "C walker (proto/_wire_scan.c)" if native else "upb + numpy (proto/wire.py)")
     print(f"{'file':30} {'MB':>7} {'events':>9} {'measure':>11} {'median s':>9} {'target s':>9} {'ok':>4}")
     for name, size, n, what, t, target in rows:
         tgt = f"{target:9.3f}" if target is not None else f"{'':9}"

@@ -240,6 +240,8 @@ def test_data_loading_on_two_gpus_agrees(tmp_path):
     assert {c for c, _, _ in kf} >= {"TI001", "TI005", "TI010"}
     (t5,) = [f for f in na.findings if f.code == "TI005"]
     assert t5.metrics["share_pct"] == pytest.approx(30.0)
-    busy = lambda a: {d["device"]: d["busy_pct"] for d in a.summary.devices}
+    def busy(a):
+        return {d["device"]: d["busy_pct"] for d in a.summary.devices}
+
     assert busy(ka) == pytest.approx(busy(na), abs=0.1)
     assert busy(na) == pytest.approx({0: 100 * 24 / 36, 1: 100 * 16 / 34}, abs=0.01)

@@ -169,7 +169,9 @@ def test_ti002_fix_keeps_the_work_and_removes_the_idle(tmp_path):
     assert f.metrics["stalls"] == 4 and f.evidence["call"].iloc[0] == "cudaStreamSynchronize"
     # GPU idle per step: copy ends t0+1012, next GEMM starts t0+1410 -> 398 µs x 3 steps followed by work
     assert f.impact_ns == pytest.approx(3 * 398_000, rel=0.01)
-    gemm_ns = lambda a: int(a.timeline.events.query("kind == 'kernel' and name == @GEMM")["dur_ns"].sum())
+    def gemm_ns(a):
+        return int(a.timeline.events.query("kind == 'kernel' and name == @GEMM")["dur_ns"].sum())
+
     assert gemm_ns(bad) == gemm_ns(good) == 4_000_000
     assert "TI001" in _codes(bad) and "TI001" not in _codes(good)
 

@@ -4,6 +4,9 @@ upb hands us every line's events as undecoded byte strings (``messages(raw_event
 one buffer and all events are decoded together: each round reads the next field of every event that still has
 bytes left, so the number of numpy passes is the number of fields in the longest event, not the number of events.
 Stats (XEvent field 4) come out as byte ranges and are decoded the same way.
+
+This is the fallback for installs without the C walker (``_wire_scan.c``), which reads the same fields in one
+sequential pass; both feed ``xplane.decode_space`` the same columns.
 """
 
 from __future__ import annotations

@@ -4,6 +4,8 @@ Why not the TensorFlow-generated module: importing it drags in all of TensorFlow
 no build step and no generated-code/runtime version coupling. A ``FileDescriptorProto`` built here plus
 ``message_factory.GetMessageClass`` gives the same fast (upb) parser with ``protobuf`` as the only dependency.
 The package name is deliberately private so it never clashes with TensorFlow's own registration in one process.
+Where the C walker (``_wire_scan.c``) is built the reader does not need these classes (it walks the wire format
+itself); they serve the pure-Python path and tools that write xplanes.
 """
 
 from __future__ import annotations
