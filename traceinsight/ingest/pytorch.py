@@ -120,7 +120,10 @@ def _rank_files(folder: Path) -> list[Path]:
 
 
 def _read_bytes(path: Path, warnings: list[str]) -> bytes | mmap.mmap:
-    """The JSON text: a plain file is mapped, not copied (when the native scanner will read it), a gzip inflated."""
+    """The JSON text: a plain file is mapped, not copied (when the native scanner will read it), a gzip inflated.
+
+    A mapping faults if the file is truncated while it is read (a profiler rewriting the same path mid-load);
+    kineto writes a trace once and only appends, so the copy this saves is worth that narrow window."""
     with open(path, "rb") as fh:
         magic = fh.read(2)
         if not magic:
