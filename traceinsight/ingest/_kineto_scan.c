@@ -506,15 +506,22 @@ static int scan_raw_field(Scan *s, Intern *t, int32_t *out) {
     return OK;
 }
 
-static int scan_args(Scan *s, size_t row) {
-    Rows *r = &s->rows;
-    s->p++; /* '{' */
+/* Past an opening bracket: 1 when the container closes at once, 0 when members follow, TRUNC at the end. */
+static int open_container(Scan *s, char close) {
+    s->p++;
     skip_ws(s);
     if (AT_END(s)) return TRUNC;
-    if (*s->p == '}') {
+    if (*s->p == close) {
         s->p++;
-        return OK;
+        return 1;
     }
+    return 0;
+}
+
+static int scan_args(Scan *s, size_t row) {
+    Rows *r = &s->rows;
+    int rc0 = open_container(s, '}');
+    if (rc0) return rc0 < 0 ? rc0 : OK;
     for (;;) {
         const char *k;
         Py_ssize_t n;
@@ -583,11 +590,9 @@ static int scan_event(Scan *s) {
     size_t row = r->n;
     row_defaults(r, row);
     int ph = 0;
-    s->p++;
-    skip_ws(s);
-    if (AT_END(s)) return TRUNC;
-    if (*s->p == '}') {
-        s->p++;
+    int rc0 = open_container(s, '}');
+    if (rc0 < 0) return rc0;
+    if (rc0) {
         s->events++;
         return OK;
     }
@@ -626,13 +631,8 @@ static int scan_event(Scan *s) {
 
 /* The event array; on a cut, the events completed before it stay and TRUNC is returned. */
 static int scan_events(Scan *s, const char **last_complete) {
-    s->p++; /* '[' */
-    skip_ws(s);
-    if (AT_END(s)) return TRUNC;
-    if (*s->p == ']') {
-        s->p++;
-        return OK;
-    }
+    int rc0 = open_container(s, ']');
+    if (rc0) return rc0 < 0 ? rc0 : OK;
     for (;;) {
         skip_ws(s);
         if (AT_END(s)) return TRUNC;
