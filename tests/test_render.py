@@ -196,3 +196,31 @@ def test_corpus_renders(corpus, rel):
     assert j["schema_version"] == 1
     assert render(a, "text")
     assert_formats_agree(a)
+
+
+def test_finding_closeup_shows_its_largest_instance():
+    """Each timed finding gets a close-up window around its longest evidence interval, with that device's lanes."""
+    a = traceinsight.analyze(synthetic_timeline(n_steps=4), select=["TI001", "TI006"])
+    gaps = next(f for f in a.findings if f.code == "TI001")
+    h = render(a, "html")
+    art = re.search(r'<article class="finding [^"]*" id="f\d+" data-code="TI001".*?</article>', h, flags=re.S).group(0)
+    fig = re.search(r'<figure class="instance" data-w0="(\d+)" data-w1="(\d+)">(.*?)</figure>', art, flags=re.S)
+    assert fig, "TI001 has time-stamped evidence, so it gets a close-up"
+    w0, w1, body = int(fig.group(1)), int(fig.group(2)), fig.group(3)
+    ev = gaps.evidence
+    (start_col,) = [c for c in ev.columns if str(c).startswith("start_")]
+    (dur_col,) = [c for c in ev.columns if str(c).startswith("duration_") or str(c).startswith("dur_")]
+    scale = {"ns": 1, "us": 1e3, "ms": 1e6, "s": 1e9}
+    dur_ns = ev[dur_col].astype(float) * scale[str(dur_col).rsplit("_", 1)[1]]
+    i = int(dur_ns.to_numpy().argmax())
+    s = float(ev[start_col].iloc[i]) * scale[str(start_col).rsplit("_", 1)[1]]
+    e = s + float(dur_ns.iloc[i])
+    assert w0 < s and e < w1 and (w1 - w0) < 4 * (e - s) + 50_000  # a close-up, not the whole step
+    assert f"Largest instance: {fmt_ns(e - s)}" in body
+    assert 'class="gap"' in body and "GPU 0 all streams" in body and "host CUDA API" in body
+    # a finding without time-stamped evidence gets no close-up
+    for other in re.findall(r'<article class="finding [^"]*" id="f\d+" data-code="(TI00[^1])".*?</article>', h, flags=re.S):
+        block = re.search(rf'data-code="{other}".*?</article>', h, flags=re.S).group(0)
+        f = next(x for x in a.findings if x.code == other)
+        has_time = any(str(c).startswith(("start_", "at_", "first_at_")) for c in f.evidence.columns)
+        assert ('class="instance"' in block) == has_time

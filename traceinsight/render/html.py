@@ -36,6 +36,7 @@ MAX_MARKERS_PER_FINDING = 80
 MAX_FINDING_ROWS = 10
 MAX_EVIDENCE_ROWS = 25
 MAX_FINDINGS_DETAILED = 60
+MAX_INSTANCE_VIEWS = 10  # findings that get a close-up of their largest instance
 LEVELS = 4  # coverage is drawn in this many opacity steps; equal neighbours merge into one rect
 
 
@@ -71,8 +72,13 @@ def context(analysis: Analysis, title: str | None = None) -> dict[str, Any]:
     meta = analysis.timeline.meta
     head = headline(analysis)
     verdict = details(analysis)
+    from ..views import Views
+
+    views = Views(analysis.timeline)
     findings = [_finding(i + 1, f, detailed=i < MAX_FINDINGS_DETAILED) for i, f in enumerate(analysis.findings)]
-    tl = _timeline_block(analysis)
+    for fd, f in zip(findings[:MAX_INSTANCE_VIEWS], analysis.findings):
+        fd["instance"] = _instance(analysis.timeline, views, f)
+    tl = _timeline_block(analysis, views)
     devices = [
         {
             **d,
@@ -134,6 +140,9 @@ def context(analysis: Analysis, title: str | None = None) -> dict[str, Any]:
         "warnings": [clean(w, 600) for w in [*meta.warnings, *analysis.warnings]],
         "rules_run": ", ".join(analysis.rules_run),
         "timeline": tl,
+        "gutter": GUTTER,
+        "plot_w": PLOT_W,
+        "lane_h": LANE_H,
     }
 
 
@@ -271,26 +280,17 @@ def _ticks(w0: int, w1: int, n: int = 8) -> list[dict[str, Any]]:
     return out
 
 
-def _timeline_block(analysis: Analysis) -> dict[str, Any] | None:
-    from ..views import Views
-
-    tl = analysis.timeline
-    views = Views(tl)
+def _window_lanes(tl, views, w0: int, w1: int, devices: list[tuple[int, int]], many_ranks: bool,
+                  max_streams: int = MAX_STREAM_LANES_PER_DEVICE) -> list[dict[str, Any]]:
+    """The lanes of [w0, w1): per device its busy coverage with idle gaps, then its busiest streams; then the host
+    CUDA API of each rank shown (synchronising calls apart, as they usually explain a gap)."""
     act = views.gpu_activity
-    if act.empty:
-        return None
-    w0, w1, what = _pick_window(analysis, views.busy)
-    lanes: list[dict[str, Any]] = []
-    overview: list[dict[str, Any]] = []
-    span = max(tl.span_ns, 1)
     gaps = views.gaps
     min_gap = max((w1 - w0) / PLOT_W, 1)
-    devices = list(act.groupby(["rank", "device"], observed=True, sort=True).groups.keys())[:MAX_DEVICES_DRAWN]
-    many_ranks = len({r for r, _ in devices}) > 1
+    lanes: list[dict[str, Any]] = []
     for rank, device in devices:
         dlabel = f"r{rank} GPU {device}" if many_ranks else f"GPU {device}"
         b = views.busy[(views.busy["rank"] == rank) & (views.busy["device"] == device)]
-        overview.append({"label": dlabel, "rects": _coverage_rects(b["start_ns"].to_numpy(), b["end_ns"].to_numpy(), 0, span)})
         g = gaps[(gaps["rank"] == rank) & (gaps["device"] == device) & (gaps["end_ns"] > w0) & (gaps["start_ns"] < w1) & (gaps["dur_ns"] >= min_gap)]
         g = g.nlargest(MAX_GAPS_DRAWN, "dur_ns")
         gap_rects = [
@@ -310,7 +310,7 @@ def _timeline_block(analysis: Analysis) -> dict[str, Any] | None:
         if a.empty:
             continue
         by_stream = a.groupby("stream", observed=True)["dur_ns"].sum().sort_values(ascending=False)
-        shown = list(by_stream.index[:MAX_STREAM_LANES_PER_DEVICE])
+        shown = list(by_stream.index[:max_streams])
         for stream in sorted(shown):
             sa = a[a["stream"] == stream]
             cls = _classify(sa["kind"].astype(str).to_numpy(), sa["name"].astype(str).to_numpy())
@@ -324,9 +324,9 @@ def _timeline_block(analysis: Analysis) -> dict[str, Any] | None:
             lanes.append({"label": f"stream {stream}", "kind": "stream", "rects": rects, "gaps": []})
         if len(by_stream) > len(shown):
             lanes.append({"label": f"+{len(by_stream) - len(shown)} more streams", "kind": "note", "rects": [], "gaps": []})
-    # host: synchronising runtime calls are what usually explains a red gap, so they get their own lane
     ev = tl.events
-    rt = ev[(ev["kind"] == "runtime") & (ev["start_ns"] < w1) & ((ev["start_ns"] + ev["dur_ns"]) > w0)]
+    ranks = {r for r, _ in devices}
+    rt = ev[(ev["kind"] == "runtime") & (ev["start_ns"] < w1) & ((ev["start_ns"] + ev["dur_ns"]) > w0) & ev["rank"].isin(ranks)]
     if not rt.empty:
         sync = rt["name"].astype(str).str.contains("ynchronize|cudaMemcpy(?!Async)|StreamWaitEvent|EventSynchronize", regex=True).to_numpy()
         for rank, rr in rt.groupby("rank", observed=True):
@@ -338,23 +338,105 @@ def _timeline_block(analysis: Analysis) -> dict[str, Any] | None:
             lanes.append({"label": f"r{rank} host CUDA API" if many_ranks else "host CUDA API", "kind": "host", "rects": rects, "gaps": []})
             if len(lanes) > 60:
                 break
+    return lanes
+
+
+def _layout(lanes: list[dict[str, Any]], y: int = 24) -> int:
+    """Gives each lane its y; returns the y below the last one."""
+    for lane in lanes:
+        lane["y"] = y
+        y += LANE_H + (6 if lane["kind"] == "device" else 2)
+    return y
+
+
+def _evidence_intervals(evd: pd.DataFrame) -> tuple[np.ndarray, np.ndarray] | None:
+    """(start_ns, end_ns) of each evidence row, from its time columns (start_*, plus end_* or dur_*)."""
+    sc = time_column(evd.columns, "start", "begin", "gap_start", "first_at", "at", "t")
+    if sc is None:
+        return None
+    st = pd.to_numeric(evd[sc[0]], errors="coerce").to_numpy(dtype=float) * sc[1]
+    ec = time_column(evd.columns, "end", "stop")
+    dc = time_column(evd.columns, "dur", "duration", "gap", "len", "length")
+    if ec is not None:
+        en = pd.to_numeric(evd[ec[0]], errors="coerce").to_numpy(dtype=float) * ec[1]
+    elif dc is not None:
+        en = st + pd.to_numeric(evd[dc[0]], errors="coerce").fillna(0).to_numpy(dtype=float) * dc[1]
+    else:
+        en = st
+    return st, en
+
+
+def _instance(tl, views, f: Finding) -> dict[str, Any] | None:
+    """A close-up of the finding's largest time-stamped instance (the longest evidence interval), on the lanes of
+    its device: what a reader would otherwise look for by zooming the main timeline."""
+    evd = f.evidence if isinstance(f.evidence, pd.DataFrame) else pd.DataFrame()
+    iv = _evidence_intervals(evd) if not evd.empty else None
+    if iv is None:
+        return None
+    st, en = iv
+    ok = np.isfinite(st) & np.isfinite(en) & (en >= st)
+    if not ok.any():
+        return None
+    idx = np.flatnonzero(ok)
+    i = int(idx[np.argmax((en - st)[idx])])
+    s, e = float(st[i]), float(en[i])
+    span = max(tl.span_ns, 1)
+    pad = max(0.6 * (e - s), 20_000.0)
+    w0, w1 = int(max(0.0, s - pad)), int(min(float(span), e + pad))
+    if w1 <= w0:
+        return None
+    act = views.gpu_activity
+    if act.empty:
+        return None
+    loc = f.location
+    devs = act[["rank", "device"]].drop_duplicates()
+    if loc.rank is not None:
+        devs = devs[devs["rank"] == loc.rank]
+    if loc.device is not None:
+        devs = devs[devs["device"] == loc.device]
+    devices = [tuple(int(v) for v in r) for r in devs.sort_values(["rank", "device"]).itertuples(index=False, name=None)][:2]
+    if not devices:
+        return None
+    lanes = _window_lanes(tl, views, w0, w1, devices, len({r for r, _ in devices}) > 1 or loc.rank not in (None, 0), max_streams=3)
+    lanes_end = _layout(lanes)
+    x0 = _x(max(s, w0), w0, w1)
+    return {
+        "title": f"Largest instance: {fmt_ns(e - s)} at {fmt_ns(s)}" if e > s else f"First instance: at {fmt_ns(s)}",
+        "w0": w0,
+        "w1": w1,
+        "lanes": lanes,
+        "lanes_end": lanes_end,
+        "height": lanes_end + 4,
+        "width": GUTTER + PLOT_W + 10,
+        "ticks": _ticks(w0, w1),
+        "band": {"x": x0, "w": max(_x(min(e, w1), w0, w1) - x0, 1.5)},
+    }
+
+
+def _timeline_block(analysis: Analysis, views) -> dict[str, Any] | None:
+    tl = analysis.timeline
+    act = views.gpu_activity
+    if act.empty:
+        return None
+    w0, w1, what = _pick_window(analysis, views.busy)
+    span = max(tl.span_ns, 1)
+    devices = list(act.groupby(["rank", "device"], observed=True, sort=True).groups.keys())[:MAX_DEVICES_DRAWN]
+    many_ranks = len({r for r, _ in devices}) > 1
+    overview = []
+    for rank, device in devices:
+        b = views.busy[(views.busy["rank"] == rank) & (views.busy["device"] == device)]
+        dlabel = f"r{rank} GPU {device}" if many_ranks else f"GPU {device}"
+        overview.append({"label": dlabel, "rects": _coverage_rects(b["start_ns"].to_numpy(), b["end_ns"].to_numpy(), 0, span)})
+    lanes = _window_lanes(tl, views, w0, w1, devices, many_ranks)
     # finding markers: their location as a band over the lanes, evidence rows as ticks in the finding's own row
     marks = []
     for n, f in enumerate(analysis.findings[:MAX_FINDING_ROWS], start=1):
         ticks = []
         evd = f.evidence if isinstance(f.evidence, pd.DataFrame) else pd.DataFrame()
-        sc = time_column(evd.columns, "start", "begin", "gap_start", "first_at", "at", "t")
-        has_time = sc is not None
-        if sc is not None:
-            st = pd.to_numeric(evd[sc[0]], errors="coerce").to_numpy(dtype=float) * sc[1]
-            ec = time_column(evd.columns, "end", "stop")
-            dc = time_column(evd.columns, "dur", "duration", "gap", "len", "length")
-            if ec is not None:
-                en = pd.to_numeric(evd[ec[0]], errors="coerce").to_numpy(dtype=float) * ec[1]
-            elif dc is not None:
-                en = st + pd.to_numeric(evd[dc[0]], errors="coerce").fillna(0).to_numpy(dtype=float) * dc[1]
-            else:
-                en = st
+        iv = _evidence_intervals(evd) if not evd.empty else None
+        has_time = iv is not None
+        if iv is not None:
+            st, en = iv
             ok = np.isfinite(st) & np.isfinite(en) & (en >= w0) & (st <= w1)
             for s_, e_ in list(zip(st[ok], en[ok]))[:MAX_MARKERS_PER_FINDING]:
                 x0 = _x(max(s_, w0), w0, w1)
@@ -371,11 +453,7 @@ def _timeline_block(analysis: Analysis) -> dict[str, Any] | None:
             le = loc.end_ns if loc.end_ns is not None else loc.start_ns
             ov = {"x": GUTTER + PLOT_W * loc.start_ns / span, "w": max(PLOT_W * (le - loc.start_ns) / span, 1.5)}
         marks.append({"n": n, "code": clean(f.code, 12), "severity": f.severity.value, "title": clean(f.title, 120), "ticks": ticks, "band": band, "overview": ov, "timed": has_time or loc.start_ns is not None})
-    y = 24
-    for lane in lanes:
-        lane["y"] = y
-        y += LANE_H + (6 if lane["kind"] == "device" else 2)
-    lanes_end = y
+    y = lanes_end = _layout(lanes)
     for m in marks:
         m["y"] = y
         y += 14
