@@ -16,7 +16,7 @@ import pytest
 
 import traceinsight
 from traceinsight.errors import TraceReadError
-from traceinsight.ingest import xplane
+from traceinsight.ingest import xplane, xplane_space
 
 from .conftest import CORPUS, corpus_file
 
@@ -37,7 +37,7 @@ native = pytest.mark.skipif(not _built(), reason="the _wire_scan extension is no
 
 def _load(path, use_native: bool, monkeypatch):
     monkeypatch.delenv(xplane.FORCE_PURE, raising=False)
-    monkeypatch.setattr(xplane, "USE_NATIVE", use_native)
+    monkeypatch.setattr(xplane_space, "USE_NATIVE", use_native)
     assert (xplane.native_scanner() is not None) == use_native
     return traceinsight.load(path)
 

@@ -16,7 +16,7 @@ import numpy as np
 
 from ..errors import TraceReadError
 from ..timeline import Timeline, TraceMeta
-from .xplane import EVENT_STATS, LineBatch, _device_info, finish, frame_from_lines, host_only_warning, plane_kind
+from .xplane_lines import EVENT_STATS, LineBatch, device_info, finish, frame_from_lines, host_only_warning, plane_kind
 
 #: Keys only PyTorch's kineto writes; their presence means the file is not ours.
 KINETO_MARKERS = (b'"schemaVersion"', b'"deviceProperties"', b'"distributedInfo"', b'"cat": "kernel"',
@@ -75,7 +75,7 @@ def read_columns(path: Path):
         if kind == "skip":
             continue
         if kind == "gpu" and device not in devices:
-            devices[device] = _device_info(device, {})
+            devices[device] = device_info(device, {})
         codes = []
         for e in evs:
             nm = str(e.get("name", ""))

@@ -6,7 +6,7 @@ bytes left, so the number of numpy passes is the number of fields in the longest
 Stats (XEvent field 4) come out as byte ranges and are decoded the same way.
 
 This is the fallback for installs without the C walker (``_wire_scan.c``), which reads the same fields in one
-sequential pass; both feed ``xplane.decode_space`` the same columns.
+sequential pass; both feed ``xplane_space.decode_space`` the same columns.
 """
 
 from __future__ import annotations
