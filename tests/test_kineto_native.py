@@ -244,3 +244,40 @@ def test_gzip_members_and_inflaters_agree(tmp_path, monkeypatch):
     monkeypatch.setattr(pytorch, "_zlib", zlib)
     assert pytorch._gunzip_whole(one.read_bytes()) == data
     pd.testing.assert_frame_equal(traceinsight.load(one).events, expected)
+
+
+@pytest.mark.parametrize("pure", [False, True], ids=["native", "general"])
+def test_mutated_documents_give_a_timeline_or_a_clear_error(tmp_path, monkeypatch, pure):
+    """Random byte edits (seeded): the reader itself (not load()'s catch-all) returns or raises TraceReadError."""
+    import random
+
+    from traceinsight.ingest import pytorch
+
+    if pure:
+        monkeypatch.setenv(FORCE_PURE, "1")
+    base = json.dumps(_small_trace().to_dict(), indent=1).encode()
+    rng = random.Random(7)
+    alphabet = b'{}[]",:\\ 0123456789.eE-+ntfu\x00\xff'
+    outcomes = {"timeline": 0, "error": 0}
+    for i in range(150):
+        b = bytearray(base)
+        for _ in range(rng.randint(1, 6)):
+            pos = rng.randrange(len(b))
+            op = rng.random()
+            if op < 0.5:
+                b[pos] = rng.choice(alphabet)
+            elif op < 0.75:
+                del b[pos : pos + rng.randint(1, 20)]
+            else:
+                b[pos:pos] = bytes(rng.choice(alphabet) for _ in range(rng.randint(1, 5)))
+        path = tmp_path / f"m{i}.json"
+        path.write_bytes(bytes(b))
+        try:
+            tl = pytorch.read(path)
+        except TraceReadError as exc:
+            assert "\n" not in str(exc)
+            outcomes["error"] += 1
+        else:
+            assert list(tl.events.columns[:5]) == ["kind", "name", "raw_name", "start_ns", "dur_ns"]
+            outcomes["timeline"] += 1
+    assert outcomes["timeline"] > 0 and outcomes["error"] > 0
