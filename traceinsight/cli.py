@@ -78,6 +78,11 @@ def analyze(
     trace_format: Annotated[Optional[str], typer.Option("--trace-format", help="Force the parser: pytorch, nsys, tensorflow-xplane, tensorflow-logdir, tensorflow-json.")] = None,
     run_name: Annotated[Optional[str], typer.Option("--run", help="TensorBoard logdir: the profile run to read (default: newest).")] = None,
     progress: Annotated[bool, typer.Option("--progress/--no-progress", help="Show progress on stderr while reading.")] = True,
+    baseline: Annotated[
+        Optional[Path],
+        typer.Option("--baseline", help="An earlier JSON report (e.g. of main): mark findings new / worse / unchanged, and let --fail-on act only on new and worse ones."),
+    ] = None,
+    worse_by: Annotated[float, typer.Option("--worse-by", help="With --baseline: a finding is worse when its share of the span grew by this many percent (and by 1 point or more).")] = 25.0,
 ) -> None:
     """Read a trace, run the rules, and report findings with their cost and fixes."""
     from .ingest import load
@@ -94,6 +99,10 @@ def analyze(
         options = {"run": run_name} if run_name else {}
         timeline = _load_with_progress(load, path, trace_format, options, progress)
         analysis = run(timeline, selected, extra_warnings=ruleset.warnings)
+        if baseline is not None:
+            from .baseline import compare, load_report
+
+            analysis.baseline = compare(analysis.findings, load_report(baseline), source=str(baseline), worse_pct=worse_by)
     except TraceInsightError as exc:
         _fail(exc)
         return
@@ -117,7 +126,8 @@ def analyze(
         sys.stdout.write(text if text.endswith("\n") else text + "\n")
     if fail_on != FailOn.never:
         threshold = Severity.parse(fail_on.value).rank
-        if any(f.severity.rank >= threshold for f in analysis.findings):
+        gated = analysis.baseline.gating(analysis.findings) if analysis.baseline else analysis.findings
+        if any(f.severity.rank >= threshold for f in gated):
             raise typer.Exit(EXIT_FINDINGS)
 
 

@@ -186,6 +186,7 @@ class Analysis:
     warnings: list[str]
     rules_run: list[str]
     timings: dict[str, float] = field(default_factory=dict)
+    baseline: Any = None  # a baseline.Comparison when the run was compared with an earlier report
 
     def worst_severity(self) -> Severity | None:
         if not self.findings:

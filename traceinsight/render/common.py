@@ -76,3 +76,21 @@ def format_cell(col: str, value: Any, limit: int = 160) -> tuple[str, Any]:
         return f"{value:,}" if abs(value) >= 10000 else str(value), value
     text = clean(value, limit)
     return text, text.lower()
+
+
+def baseline_tag(analysis: Any, f: Any) -> str:
+    """"new", "worse (was 3.1% of span)" or "" for a finding, when the run was compared with a baseline report."""
+    cmp = getattr(analysis, "baseline", None)
+    if cmp is None:
+        return ""
+    status = cmp.of(f)
+    if status == "new":
+        return "new"
+    if status == "worse":
+        return f"worse (was {cmp.before_pct.get(f.fingerprint, 0.0):.1f}% of span)"
+    return ""
+
+
+def baseline_sentence(analysis: Any) -> str | None:
+    cmp = getattr(analysis, "baseline", None)
+    return None if cmp is None else cmp.sentence()

@@ -22,7 +22,7 @@ from ..engine import Analysis
 from ..rule_api import Finding, fmt_ns
 from ..verdict import details, headline
 from ..views import merge_intervals
-from .common import clean, format_cell, time_column
+from .common import baseline_sentence, baseline_tag, clean, format_cell, time_column
 
 #: Width of the drawing area of timelines, in SVG user units (the SVG scales to the page).
 PLOT_W = 1000
@@ -78,6 +78,8 @@ def context(analysis: Analysis, title: str | None = None) -> dict[str, Any]:
     findings = [_finding(i + 1, f, detailed=i < MAX_FINDINGS_DETAILED) for i, f in enumerate(analysis.findings)]
     for fd, f in zip(findings[:MAX_INSTANCE_VIEWS], analysis.findings):
         fd["instance"] = _instance(analysis.timeline, views, f)
+    for fd, f in zip(findings, analysis.findings):
+        fd["baseline"] = clean(baseline_tag(analysis, f), 60)
     tl = _timeline_block(analysis, views)
     devices = [
         {
@@ -140,6 +142,8 @@ def context(analysis: Analysis, title: str | None = None) -> dict[str, Any]:
         "warnings": [clean(w, 600) for w in [*meta.warnings, *analysis.warnings]],
         "rules_run": ", ".join(analysis.rules_run),
         "timeline": tl,
+        "baseline": clean(baseline_sentence(analysis) or "", 300),
+        "baseline_fixed": [(clean(x["code"], 20), clean(x["title"], 200)) for x in (analysis.baseline.fixed[:20] if analysis.baseline else [])],
         "gutter": GUTTER,
         "plot_w": PLOT_W,
         "lane_h": LANE_H,

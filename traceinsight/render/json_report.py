@@ -32,10 +32,18 @@ def to_dict(analysis: Analysis, max_evidence_rows: int | None = 50) -> dict[str,
         "verdict": details(analysis),
         "kpis": headline(analysis),
         "summary": analysis.summary.to_dict(),
-        "findings": [f.to_dict(max_evidence_rows) for f in analysis.findings],
+        "findings": [_finding(analysis, f, max_evidence_rows) for f in analysis.findings],
+        "baseline": analysis.baseline.to_dict() if analysis.baseline is not None else None,
         "rules_run": list(analysis.rules_run),
         "warnings": list(analysis.warnings),
     }
+
+
+def _finding(analysis: Analysis, f, max_evidence_rows: int | None) -> dict[str, Any]:
+    d = f.to_dict(max_evidence_rows)
+    if analysis.baseline is not None:
+        d["baseline_status"] = analysis.baseline.of(f)
+    return d
 
 
 def render(analysis: Analysis, max_evidence_rows: int | None = 50, **_: Any) -> str:

@@ -14,7 +14,7 @@ from typing import Any
 from ..engine import Analysis
 from ..rule_api import fmt_ns
 from ..verdict import details, headline
-from .common import clean, format_cell
+from .common import baseline_sentence, baseline_tag, clean, format_cell
 
 MAX_CHARS = 60_000
 MAX_TABLE_ROWS = 40
@@ -77,6 +77,11 @@ def _finding_block(n: int, f, with_evidence: bool) -> str:
     return "\n".join(out) + "\n"
 
 
+def _tagged(analysis: Analysis, f) -> str:
+    tag = baseline_tag(analysis, f)
+    return f"**{esc(tag, 60)}** · " if tag else ""
+
+
 def _code_span(text: str) -> str:
     """A file name as inline code: backticks and line breaks cannot close or break the span."""
     return "".join(ch for ch in str(text)[:120] if ch not in "`\r\n")
@@ -94,6 +99,9 @@ def render(analysis: Analysis, html_name: str | None = None, max_chars: int = MA
         kpi_line(analysis),
         "",
     ]
+    sentence = baseline_sentence(analysis)
+    if sentence:
+        head += [f"**Baseline:** {esc(sentence, 300)}.", ""]
     pointer = (
         f"📄 Full report with timeline, evidence and top kernels: the HTML artifact `{_code_span(html_name)}`."
         if html_name
@@ -116,7 +124,7 @@ def render(analysis: Analysis, html_name: str | None = None, max_chars: int = MA
         body += ["### Findings", "", "| # | code | severity | title | est. time saved | % of span |", "|---:|---|---|---|---:|---:|"]
         for n, f in enumerate(findings[:MAX_TABLE_ROWS], start=1):
             body.append(
-                f"| {n} | `{esc(f.code, 20)}` | {_SEV_ICON.get(f.severity.value, '')} {f.severity.value} | {esc(f.title, 160)} | {fmt_ns(f.impact_ns)} | {f.impact_pct_span:.1f}% |"
+                f"| {n} | `{esc(f.code, 20)}` | {_SEV_ICON.get(f.severity.value, '')} {f.severity.value} | {_tagged(analysis, f)}{esc(f.title, 160)} | {fmt_ns(f.impact_ns)} | {f.impact_pct_span:.1f}% |"
             )
         body += [""]
     else:

@@ -12,6 +12,7 @@ from rich.table import Table
 from ..engine import Analysis
 from ..rule_api import fmt_ns
 from ..verdict import details
+from .common import baseline_sentence, baseline_tag
 
 _SEV_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
 
@@ -52,12 +53,19 @@ def render(analysis: Analysis, width: int = 110, **_: Any) -> str:
         for f in analysis.findings:
             style = _SEV_STYLE.get(f.severity.value, "")
             impact = f" - est. {fmt_ns(f.impact_ns)} ({f.impact_pct_span:.1f}% of span)" if f.impact_ns else ""
-            con.print(f"\n[{style}]{f.code} {f.severity.value.upper()}[/] [bold]{escape(f.title)}[/]{impact}")
+            tag = baseline_tag(analysis, f)
+            tag = f"[bold]{escape('[' + (tag.upper() if tag == 'new' else tag) + ']')}[/] " if tag else ""
+            con.print(f"\n[{style}]{f.code} {f.severity.value.upper()}[/] {tag}[bold]{escape(f.title)}[/]{impact}")
             con.print(f"  {escape(f.message)}")
             for fw, fx in f.fixes.items():
                 con.print(f"  fix ({fw}): {escape(fx.text.strip().splitlines()[0] if fx.text.strip() else '')}")
     else:
         con.print(f"No findings from {len(analysis.rules_run)} rule(s).")
+    sentence = baseline_sentence(analysis)
+    if sentence:
+        con.print(f"\n[bold]{escape(sentence[0].upper() + sentence[1:])}.[/]")
+        for fx in analysis.baseline.fixed[:10]:
+            con.print(f"  fixed: {escape(fx['code'])} {escape(fx['title'])}")
     for w in [*meta.warnings, *analysis.warnings]:
         con.print(f"[yellow]warning:[/] {escape(w)}")
     return buf.getvalue()
