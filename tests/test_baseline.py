@@ -99,8 +99,8 @@ def test_gate_fails_only_on_new_or_worse(traces):
 
 def test_reports_carry_the_comparison(traces):
     _, pr, report = traces
-    a = traceinsight.analyze(pr)
-    a.baseline = compare(a.findings, load_report(report), source=str(report))
+    a = traceinsight.analyze(pr, baseline=report)
+    assert [f.code for f in a.baseline.gating(a.findings)] == ["TI001", "TI006"]
     doc = json.loads(render(a, "json"))
     assert doc["baseline"]["counts"] == {"new": 1, "worse": 1, "same": len(a.findings) - 2, "fixed": 0}
     assert {f["code"]: f["baseline_status"] for f in doc["findings"]}["TI006"] == "new"

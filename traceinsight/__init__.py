@@ -72,11 +72,13 @@ def analyze(
     rules: Iterable[str | os.PathLike] = (),
     extra_rules: Iterable[type[Rule]] = (),
     config: Config | None = None,
+    baseline: "str | os.PathLike | None" = None,
 ) -> Analysis:
     """Load (if given a path) and analyse a trace with the built-in, installed and given rules.
 
     ``select`` / ``ignore`` take rule codes or prefixes; ``options`` maps a code to option overrides;
     ``rules`` are local .py files or folders; ``extra_rules`` are Rule classes defined in the caller's code.
+    ``baseline`` is an earlier JSON report: ``analysis.baseline`` then tells which findings are new or worse.
     """
     timeline = trace if isinstance(trace, Timeline) else load(trace)
     cfg = config or Config()
@@ -87,4 +89,9 @@ def analyze(
     ruleset = discover([*cfg.rule_paths, *rules])
     for cls in extra_rules:
         ruleset.add(cls, "analyze(extra_rules=...)")
-    return run(timeline, instantiate(ruleset, cfg), extra_warnings=ruleset.warnings)
+    analysis = run(timeline, instantiate(ruleset, cfg), extra_warnings=ruleset.warnings)
+    if baseline is not None:
+        from .baseline import compare, load_report
+
+        analysis.baseline = compare(analysis.findings, load_report(baseline), source=str(baseline))
+    return analysis
