@@ -59,13 +59,18 @@ def native_available() -> bool:
 
 
 def _categorical(codes: np.ndarray, uniques: list[str], missing: str | None = None) -> pd.Categorical:
-    """Codes into a list of strings (-1 = absent) as a categorical with sorted, distinct categories.
+    """Codes into a list of strings (-1 = absent) as a categorical whose categories are the distinct strings the
+    rows use, sorted (as ``pd.Categorical(values)`` makes them).
 
     ``missing`` stands in for absent values (the struct decoder's default for absent strings is "")."""
     codes = np.asarray(codes)
     if missing is not None and (codes < 0).any():
         uniques = list(uniques) + [missing]
         codes = np.where(codes < 0, len(uniques) - 1, codes)
+    used = np.bincount(codes[codes >= 0], minlength=len(uniques)) > 0
+    if not used.all():  # strings only other rows use (flow and metadata names): not categories of these rows
+        codes = np.append(np.cumsum(used) - 1, -1)[codes]
+        uniques = [u for u, k in zip(uniques, used.tolist()) if k]
     if not uniques:
         return pd.Categorical.from_codes(np.full(len(codes), -1, dtype=np.int8), categories=pd.Index([], dtype="str"))
     cats, inverse = np.unique(np.array(uniques, dtype=object), return_inverse=True)

@@ -267,8 +267,8 @@ def _finish(frames: list[pd.DataFrame], meta: TraceMeta) -> Timeline:
 
 
 def _read_file(path: Path, progress=None) -> tuple[pd.DataFrame, TraceMeta]:
-    # Decoding and column building allocate millions of short-lived objects that hold no cycles; the cyclic
-    # collector would rescan them again and again (measured: ~2x slower), so it is paused for this function.
+    # The msgspec path allocates millions of short-lived objects that hold no cycles; the cyclic collector would
+    # rescan them again and again (measured: ~2x slower), so it is paused for this function.
     gc_was_on = gc.isenabled()
     gc.disable()
     try:
@@ -335,11 +335,12 @@ def _compact(c: pd.Categorical, keep: np.ndarray | None = None) -> pd.Categorica
 
 
 def _rows(cols: EventColumns, keep: np.ndarray) -> EventColumns:
-    """The same columns for the rows in ``keep`` only."""
+    """The same columns for the rows in ``keep`` only (grid, block and dims are compacted where they are used)."""
     out = copy.copy(cols)
     out.has_ts = cols.has_ts[keep]
-    for attr in ("cat", "name", "pid", "tid", "grid", "block", "input_dims"):
+    for attr in ("pid", "tid", "grid", "block", "input_dims"):
         setattr(out, attr, getattr(cols, attr)[keep])
+    out.cat, out.name = _compact(cols.cat[keep]), _compact(cols.name[keep])  # categories stay those the rows use
     out.floats = {k: v[keep] for k, v in cols.floats.items()}
     return out
 
@@ -351,8 +352,7 @@ def _build(cols: EventColumns, header: Trace, path: Path, warnings: list[str]) -
     if not n and cols.n_events:
         warnings.append(f"{path.name}: the trace has events but none with a duration (ph 'X')")
     f = cols.floats
-    cat = _compact(cols.cat)
-    name_raw = _compact(cols.name)
+    cat, name_raw = cols.cat, cols.name
 
     # kind from category (case-insensitive: the 2021 schema capitalises), ProfilerStep annotations become steps.
     # Worked on integer codes into KINDS: one lookup per category, never a string per row.
