@@ -54,6 +54,26 @@ def overlap_by_rank(rows: pd.DataFrame, windows: pd.DataFrame) -> np.ndarray:
     return out
 
 
+def next_launch_ns(views, gaps: pd.DataFrame) -> np.ndarray:
+    """For each gap: when the host launched the GPU work that ended it (NaN where no launch is linked)."""
+    out = np.full(len(gaps), np.nan)
+    ln = views.launches
+    if gaps.empty or ln.empty:
+        return out
+    first = ln.groupby(["rank", "device", "gpu_start_ns"], sort=False)["launch_start_ns"].min()
+    idx = pd.MultiIndex.from_arrays([gaps["rank"].to_numpy(), gaps["device"].to_numpy(), gaps["end_ns"].to_numpy()])
+    return first.reindex(idx).to_numpy(dtype=float)
+
+
+def host_starved_gaps(views, gaps: pd.DataFrame) -> pd.DataFrame:
+    """The gaps the host could have prevented: the work that ended them was launched after the gap began (or is
+    not linked to a launch). When it was already queued, the GPU waited on a GPU-side dependency (another stream,
+    an event, a peer), and a blocked host did not cause that idle."""
+    nl = next_launch_ns(views, gaps)
+    keep = np.isnan(nl) | (nl >= gaps["start_ns"].to_numpy(dtype=float))
+    return gaps[keep]
+
+
 def _rightmost_at_least(values: np.ndarray, hi: np.ndarray, q: np.ndarray) -> np.ndarray:
     """For each query: the largest i < hi with values[i] >= q, or -1 (binary lifting over a sparse max table)."""
     n = len(values)

@@ -86,8 +86,10 @@ class GpuIdleGaps(Rule):
     definition = """
     Per (rank, device), GPU activity (kernels, copies, memsets on all streams) is merged into busy intervals; the
     *window* runs from the first to the last activity. A gap is a hole between busy intervals, and a *long gap* one
-    of at least `min_gap_us` (default **100 µs**). A finding is made when long gaps add up to at least
-    `min_idle_pct` (default **10 %**) of the window. The impact is the summed duration of the long gaps.
+    of at least `min_gap_us` (default **100 µs**). The impact is the summed duration of the long gaps, and it is
+    graded like every finding on the common scale (share of the device's window: error >= 20 %, warning >= 5 %,
+    info >= 1 %), so idle that is large in total is reported even when it sits in a few gaps. `min_idle_pct`
+    (default **1 %**, the scale's floor) is the smallest share reported at all.
 
     Thresholds against peers: HTA's idle-time breakdown calls a same-stream gap under 30 µs "kernel wait"
     (`consecutive_kernel_delay=30`) and its critical-path analysis treats up to 1.5 ms as a plausible kernel-kernel
@@ -134,7 +136,7 @@ class GpuIdleGaps(Rule):
     )
 
     min_gap_us = Option(100.0, "Gaps shorter than this (µs) are normal launch/dependency latency and are ignored.")
-    min_idle_pct = Option(10.0, "Report a device when its long gaps add up to at least this % of its active window.")
+    min_idle_pct = Option(1.0, "Report a device when its long gaps add up to at least this % of its active window.")
     top_n = Option(10, "Evidence rows: the largest gaps shown.")
 
     def check(self, ctx):

@@ -61,6 +61,8 @@ class SmallGrids(Rule):
     min_time_us = Option(500.0, "...and at least this much time in total (µs).")
     min_waves = Option(1.0, "A launch is under-filled below SMs x this many blocks.")
 
+    max_severity = Option("info", "Highest severity on the common scale: modelled headroom (empty SM time, an upper bound), not time the GPU lost; the compute verdict names it. Set to warning to gate on it.")
+
     def check(self, ctx: Context):
         k = ctx.views.kernels
         if k.empty or "grid" not in k.columns:

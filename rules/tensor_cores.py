@@ -86,6 +86,8 @@ class NoTensorCores(Rule):
     min_kernel_pct = Option(5.0, "...and that time is at least this % of all kernel time.")
     speedup = Option(2.0, "Assumed end-to-end speed-up of those kernels on tensor cores (for the impact).")
 
+    max_severity = Option("info", "Highest severity on the common scale: modelled headroom (an assumed speed-up), not time the GPU lost; the compute verdict names it. Set to warning to gate on it.")
+
     def check(self, ctx: Context):
         k = ctx.views.kernels
         if k.empty:
