@@ -161,7 +161,7 @@ DATA_WAIT_TFDATA = r"^Iterator::"
 # --- GEMM / convolution kernels (TI007) ----------------------------------------------------------------
 #: Kernels doing matrix-multiply or convolution work (cuBLAS, cuBLASLt, cuDNN, CUTLASS, xmma, Hopper nvjet).
 GEMM_CONV = (
-    r"gemm|gemv|conv(?!ert)|cutlass::Kernel|cutlass::gemm|cutlass_|cutlass3x|xmma|nvjet|wgmma|hmma|scudnn|hcudnn|"
+    r"gemm|gemv|conv(?!ert|ersion)|cutlass::Kernel|cutlass::gemm|cutlass_|cutlass3x|xmma|nvjet|wgmma|hmma|scudnn|hcudnn|"
     r"wgrad|dgrad|winograd|implicit_|cublas|magma|matmul|^bmm_|\bsm[89]\d_|h884|s884|h1688|s1688|i8816|16816|16832"
 )
 #: Library namespaces whose names contain "gemm" but whose kernels are not GEMMs (FBGEMM's sparse/permute ops).
@@ -190,6 +190,9 @@ TENSOR_CORE_GPU = (
     r"Quadro\s*(?:RTX|GV100)|GV100|Jetson\s*(?:AGX\s*)?(?:Xavier|Orin)"
 )
 NON_NVIDIA = r"AMD|Radeon|Instinct|\bMI\d{3}|Intel|Gaudi|TPU"
+#: Kernel names that exist only for Volta or newer NVIDIA architectures (cuBLAS/cuDNN/CUTLASS arch tags): a
+#: trace without device properties that runs them ran on a GPU with tensor cores.
+VOLTA_PLUS_KERNEL = r"\b(volta|turing|ampere|hopper|blackwell)_|\bsm_?(7[05]|8\d|9\d|1[0-2]\d)_|cutlass_(7[05]|8\d|9\d)_|xmma|nvjet"
 
 
 def matches(text: str | None, pattern: str) -> bool:
@@ -211,3 +214,65 @@ def grid_blocks(grid: pd.Series) -> np.ndarray:
         return out
     parts = grid.astype(str).str.extract(r"^\s*\[?\s*(\d+)\s*[, x]\s*(\d+)\s*[, x]\s*(\d+)")
     return parts.astype(float).prod(axis=1, min_count=3).to_numpy()
+
+
+# --- warm-up (TI013, and TI001 leaves these gaps out) -------------------------------------------------------
+#: Host calls and ranges that do one-off start-up work: context/module loading, allocator growth, library
+#: handles, cuDNN/cuBLAS autotuning, JIT compilation (XLA, nvFuser, Triton, TorchInductor).
+INIT_CALL = re.compile(
+    r"^(cuda|hip)(Malloc|GetDeviceProperties|DeviceGetStreamPriorityRange|FuncGetAttributes|StreamCreate|SetDevice|Free)\b"
+    r"|^cu(Init|ModuleLoad|LibraryLoad|GetProcAddress|DevicePrimaryCtxRetain|CtxCreate|MemAlloc)"
+    r"|cudnn(Create|Find|GetConvolution.*Algorithm)|cublas(Lt)?Create|autotun|[Cc]ompile|nvrtc|jit|KernelExecutor::compile"
+)
+
+
+def warmup_gaps(views, *, min_share_pct: float = 5.0, dominant_pct: float = 50.0) -> pd.DataFrame:
+    """Idle gaps at the start of each device's window that hold one-off start-up work (see TI013).
+
+    Columns: rank, device, start_ns, end_ns, dur_ns, window_ns, init_calls. Cached on the views object so TI001
+    and TI013 agree on the same gaps.
+    """
+    key = (float(min_share_pct), float(dominant_pct))
+    cache = views.__dict__.setdefault("_warmup_gaps_cache", {})
+    if key in cache:
+        return cache[key]
+    cols = ["rank", "device", "start_ns", "end_ns", "dur_ns", "window_ns", "init_calls"]
+    gaps = views.gaps
+    util = views.utilization
+    if gaps.empty or util.empty:
+        cache[key] = pd.DataFrame({c: [] for c in cols})
+        return cache[key]
+    g = gaps.merge(util[["rank", "device", "window_ns"]], on=["rank", "device"])
+    g = g[g["dur_ns"].to_numpy() >= min_share_pct / 100.0 * g["window_ns"].to_numpy()]
+    if g.empty:
+        cache[key] = pd.DataFrame({c: [] for c in cols})
+        return cache[key]
+    # the head of each device's run: before the rank's second step, else before a tenth of its GPU operations
+    act = views.gpu_activity
+    head_end = {}
+    steps = views.steps
+    for (rank, device), a in act.groupby(["rank", "device"], observed=True, sort=False):
+        st = steps[steps["rank"] == rank]["start_ns"].sort_values().to_numpy() if not steps.empty else np.zeros(0)
+        starts = np.sort(a["start_ns"].to_numpy())
+        if len(st) >= 2:
+            head_end[(int(rank), int(device))] = int(st[1])
+        else:
+            head_end[(int(rank), int(device))] = int(starts[min(len(starts) - 1, max(len(starts) // 10, 1))])
+    he = np.array([head_end.get((int(r), int(d)), -1) for r, d in zip(g["rank"], g["device"])], dtype=np.int64)
+    g = g[g["end_ns"].to_numpy() <= he]
+    if g.empty:
+        cache[key] = pd.DataFrame({c: [] for c in cols})
+        return cache[key]
+    host = views.host_events
+    host = host[host["kind"].isin(("runtime", "cpu_op", "annotation", "python", "other")).to_numpy()]
+    init = host[name_mask(host["name"], INIT_CALL)]
+    calls = []
+    for row in g.itertuples(index=False):
+        m = (init["rank"].to_numpy() == row.rank) & (init["start_ns"].to_numpy() < row.end_ns) & ((init["start_ns"] + init["dur_ns"]).to_numpy() > row.start_ns)
+        names = init.loc[m, "name"].astype(str).value_counts()
+        calls.append(", ".join(f"{short_name(n, 40)} ×{c}" for n, c in names.head(3).items()))
+    g = g.assign(init_calls=calls)
+    keep = (g["init_calls"] != "").to_numpy() | (g["dur_ns"].to_numpy() >= dominant_pct / 100.0 * g["window_ns"].to_numpy())
+    out = g[keep][cols].reset_index(drop=True)
+    cache[key] = out
+    return out

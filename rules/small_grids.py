@@ -34,6 +34,8 @@ class SmallGrids(Rule):
 
     **Impact** = Σ dur x (1 - blocks/SMs) over under-filled launches: the SM-time left empty (the time saved if
     the same work filled the device). An upper bound: concurrent streams may already fill some of those SMs.
+    Graded on the common scale, but at most ``max_severity`` = **info** by default: modelled headroom, not time
+    the GPU lost.
     Skipped silently when the trace has no grid column or no SM count.
     """
     fix_pytorch = Fix(

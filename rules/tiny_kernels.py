@@ -113,6 +113,7 @@ class TinyKernels(Rule):
             where = f"rank {rank} GPU {device}" if multi else f"GPU {device}"
             idle = int(row["idle_ns"])
             top = evidence.iloc[0]
+            gd = g[(g["rank"] == rank) & (g["device"] == device)]
             yield ctx.finding(
                 title=f"{where}: {row['share_pct']:.0f} % of kernels are launch-bound (< {self.max_kernel_us:g} µs or shorter than their launch)",
                 message=(
@@ -124,6 +125,7 @@ class TinyKernels(Rule):
                 ),
                 impact_ns=idle,
                 evidence=evidence,
+                instances=gd[["start_ns", "end_ns", "rank", "device"]].assign(label="wait before a launch-bound kernel"),
                 location=Location(rank=int(rank), device=int(device)),
                 metrics={
                     "kernels": int(row["kernels"]),

@@ -16,7 +16,8 @@ share          severity
 The share is taken of the GPU active window the finding is about: the window of its (rank, device) when it
 names one, the longest window of its rank when it names only a rank, and the summed windows of all devices when
 it names none (findings that add up over devices). A trace without GPU activity has no window: its findings keep
-the severity their rule gave (there is no cost to grade).
+the severity their rule gave (there is no cost to grade). While a trace-quality finding withholds judgement
+(``metrics["withholds_judgement"]``: too little GPU work), performance findings stay at info.
 
 What is not graded: ``trace_quality`` findings (they describe the recording, not the run) and rules that declare
 ``graded = False``. A rule may cap its findings with ``max_severity`` (e.g. modelled headroom rather than time
@@ -89,10 +90,13 @@ def grade(
     Each graded finding gets ``metrics["impact_share_pct"]``, the number it was graded on.
     """
     forced = {c.upper() for c in overridden}
+    findings = list(findings)
+    # a trace-quality finding may withhold judgement (too little GPU work): performance findings stay at info
+    withheld = any(_category(f, rules) in UNGRADED_CATEGORIES and f.metrics.get("withholds_judgement") for f in findings)
     out = []
     for f in findings:
         rule = rules.get(f.code)
-        if getattr(f, "category", "") in UNGRADED_CATEGORIES or not getattr(rule, "graded", True):
+        if _category(f, rules) in UNGRADED_CATEGORIES or not getattr(rule, "graded", True):
             out.append(f)
             continue
         share = share_pct(f, views)
@@ -115,5 +119,12 @@ def grade(
                 if sev.rank > cap.rank:
                     sev = cap
             f.severity = sev
+        if withheld and f.code not in forced:
+            f.severity = Severity.INFO
         out.append(f)
     return out
+
+
+def _category(finding: Finding, rules: dict[str, object]) -> str:
+    """The finding's category, from its rule when the finding does not carry one."""
+    return str(getattr(finding, "category", "") or getattr(rules.get(finding.code), "category", "") or "")
