@@ -69,6 +69,7 @@ def closing_syncs(stalls: pd.DataFrame, steps: pd.DataFrame, launches: pd.DataFr
 
 class HostSyncStalls(Rule):
     code = "TI002"
+    category = "host_sync"
     name = "host-sync-stalls"
     severity = Severity.WARNING
     summary = "The host blocks on the GPU (explicit syncs, .item(), .cpu(), blocking copies) and the GPU runs dry meanwhile."
@@ -227,6 +228,7 @@ class HostSyncStalls(Rule):
                 ),
                 impact_ns=idle,
                 evidence=evidence,
+                instances=pd.DataFrame({"start_ns": s["start_ns"], "end_ns": s["end_ns"], "rank": s["rank"], "label": s["name"].astype(str)}),
                 location=Location(rank=int(rank)),
                 metrics={
                     "stalls": int(len(s)),

@@ -14,6 +14,7 @@ from ._common import SYNC_CALL, innermost_enclosing, lookup, name_mask, short_na
 
 class TinyKernels(Rule):
     code = "TI003"
+    category = "launch_overhead"
     name = "tiny-kernels"
     severity = Severity.WARNING
     summary = "Many kernels are shorter than their own launch; the GPU waits on the host between them (launch-bound)."
