@@ -226,6 +226,10 @@ INIT_CALL = re.compile(
 )
 
 
+#: A device needs at least this many GPU operations before a dominant first gap can be told from its steady state.
+MIN_STEADY_OPS = 20
+
+
 def warmup_gaps(views, *, min_share_pct: float = 5.0, dominant_pct: float = 50.0) -> pd.DataFrame:
     """Idle gaps at the start of each device's window that hold one-off start-up work (see TI013).
 
@@ -250,10 +254,12 @@ def warmup_gaps(views, *, min_share_pct: float = 5.0, dominant_pct: float = 50.0
     # the head of each device's run: before the rank's second step, else before a tenth of its GPU operations
     act = views.gpu_activity
     head_end = {}
+    n_ops = {}
     steps = views.steps
     for (rank, device), a in act.groupby(["rank", "device"], observed=True, sort=False):
         st = steps[steps["rank"] == rank]["start_ns"].sort_values().to_numpy() if not steps.empty else np.zeros(0)
         starts = np.sort(a["start_ns"].to_numpy())
+        n_ops[(int(rank), int(device))] = len(starts)
         if len(st) >= 2:
             head_end[(int(rank), int(device))] = int(st[1])
         else:
@@ -272,7 +278,10 @@ def warmup_gaps(views, *, min_share_pct: float = 5.0, dominant_pct: float = 50.0
         names = init.loc[m, "name"].astype(str).value_counts()
         calls.append(", ".join(f"{short_name(n, 40)} ×{c}" for n, c in names.head(3).items()))
     g = g.assign(init_calls=calls)
-    keep = (g["init_calls"] != "").to_numpy() | (g["dur_ns"].to_numpy() >= dominant_pct / 100.0 * g["window_ns"].to_numpy())
+    # without start-up calls, only a gap that dominates a device with enough work to have a steady state
+    ops = np.array([n_ops.get((int(r), int(d)), 0) for r, d in zip(g["rank"], g["device"])])
+    dominant = (g["dur_ns"].to_numpy() >= dominant_pct / 100.0 * g["window_ns"].to_numpy()) & (ops >= MIN_STEADY_OPS)
+    keep = (g["init_calls"] != "").to_numpy() | dominant
     out = g[keep][cols].reset_index(drop=True)
     cache[key] = out
     return out

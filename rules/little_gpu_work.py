@@ -26,10 +26,11 @@ class LittleGpuWork(Rule):
     happen to give. Performance findings on it are kept at info and the verdict says the trace cannot be judged.
     """
     definition = """
-    Reported when all devices together ran fewer than `min_gpu_ops` (default **20**) kernels, copies and memsets,
-    or were busy less than `min_busy_us` (default **100 µs**) in total: too few operations to form a pattern (a
-    busy % over two kernels says nothing), so the trace holds start-up, a single test or a capture rather than a
-    workload in steady state. Also reported (whatever the amounts) when graph capture is seen: the host recorded at least `capture_ratio` (default **5**) times more
+    Reported when all devices together were busy less than `min_busy_us` (default **100 µs**) in total, or ran
+    fewer than `min_gpu_ops` (default **20**) kernels, copies and memsets adding up to less than `few_ops_busy_us`
+    (default **1000 µs**): too little to form a pattern (a busy % over two kernels says nothing; a few long
+    operations still show where the time goes), so the trace holds start-up, a single test or a capture rather
+    than a workload in steady state. Also reported (whatever the amounts) when graph capture is seen: the host recorded at least `capture_ratio` (default **5**) times more
     kernel launches than kernels ran (and at least 20), or called `cudaStreamBeginCapture` /
     `cudaGraphInstantiate`. This is a trace-quality finding: never a performance verdict, not graded by cost;
     while it stands, performance findings are capped at info.
@@ -55,6 +56,7 @@ class LittleGpuWork(Rule):
 
     min_gpu_ops = Option(20, "Report when all devices together ran fewer kernels, copies and memsets than this.")
     min_busy_us = Option(100.0, "Report when all devices together were busy less than this (µs).")
+    few_ops_busy_us = Option(1000.0, "...or ran fewer than min_gpu_ops operations adding up to less than this (µs).")
     capture_ratio = Option(5.0, "Report graph capture when recorded launches exceed executed kernels this many times.")
 
     def check(self, ctx: Context):
@@ -70,7 +72,7 @@ class LittleGpuWork(Rule):
         captures = int(name_mask(rt["name"], CAPTURE_CALL, case=True).sum()) if len(rt) else 0
         capture = captures > 0 or (launches >= 20 and launches >= self.capture_ratio * max(kernels, 1))
         ops = int(len(v.gpu_activity))
-        little = busy < self.min_busy_us * 1e3 or ops < self.min_gpu_ops
+        little = busy < self.min_busy_us * 1e3 or (ops < self.min_gpu_ops and busy < self.few_ops_busy_us * 1e3)
         if not (little or capture):
             return
         why = []

@@ -19,8 +19,8 @@ it names none (findings that add up over devices). A trace without GPU activity 
 the severity their rule gave (there is no cost to grade). While a trace-quality finding withholds judgement
 (``metrics["withholds_judgement"]``: too little GPU work), performance findings stay at info.
 
-What is not graded: ``trace_quality`` findings (they describe the recording, not the run) and rules that declare
-``graded = False``. A rule may cap its findings with ``max_severity`` (e.g. modelled headroom rather than time
+What is not graded: ``trace_quality`` findings (they describe the recording, not the run), rules that declare
+``graded = False``, and plugin findings without a cost estimate (impact 0; built-in rules always estimate one). A rule may cap its findings with ``max_severity`` (e.g. modelled headroom rather than time
 lost), and a user's ``severity`` override in the configuration beats the scale.
 """
 
@@ -96,7 +96,7 @@ def grade(
     out = []
     for f in findings:
         rule = rules.get(f.code)
-        if _category(f, rules) in UNGRADED_CATEGORIES or not getattr(rule, "graded", True):
+        if _category(f, rules) in UNGRADED_CATEGORIES or not _graded(rule, f):
             out.append(f)
             continue
         share = share_pct(f, views)
@@ -123,6 +123,14 @@ def grade(
             f.severity = Severity.INFO
         out.append(f)
     return out
+
+
+def _graded(rule: object, finding: Finding) -> bool:
+    """Built-in rules are always graded; a plugin is graded when it estimates a cost (impact > 0) unless it says."""
+    declared = getattr(rule, "graded", None)
+    if declared is not None:
+        return bool(declared)
+    return int(finding.impact_ns) > 0 or type(rule).__module__.startswith("traceinsight.rules")
 
 
 def _category(finding: Finding, rules: dict[str, object]) -> str:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .rule_api import DEFAULT_CATEGORY, Finding, fmt_ns
+from .rule_api import DEFAULT_CATEGORY, Finding, Severity, fmt_ns
 
 if TYPE_CHECKING:  # pragma: no cover
     from .engine import Analysis
@@ -50,7 +50,7 @@ def headline(analysis: "Analysis") -> dict[str, Any]:
     counts = {"error": 0, "warning": 0, "info": 0}
     for f in analysis.findings:
         counts[f.severity.value] = counts.get(f.severity.value, 0) + 1
-    total = sum(int(f.impact_ns) for f in analysis.findings)
+    total = sum(int(f.impact_ns) for f in analysis.findings if not f.metrics.get("explained_by"))  # a cause already claims its symptoms
     largest = max((int(f.impact_ns) for f in analysis.findings), default=0)
     busy = s.gpu_busy_pct
     return {
@@ -73,9 +73,15 @@ def details(analysis: "Analysis") -> dict[str, Any]:
     busy = s.gpu_busy_pct
     by_cat: dict[str, int] = {}
     top: dict[str, Finding] = {}
+    withheld = None
     for f in analysis.findings:
         c = category(f)
         if c in NOT_A_BOUND:
+            if f.metrics.get("withholds_judgement") and withheld is None:
+                withheld = f
+            continue
+        # a symptom another finding explains nests under its cause; below warning a finding is not a bound
+        if f.metrics.get("explained_by") or f.severity.rank < Severity.WARNING.rank:
             continue
         by_cat[c] = by_cat.get(c, 0) + int(f.impact_ns)
         if c not in top or f.impact_ns > top[c].impact_ns:
@@ -85,6 +91,8 @@ def details(analysis: "Analysis") -> dict[str, Any]:
     cat = None
     if busy is None:
         cat = "no_gpu"
+    elif withheld is not None:
+        cat = "trace_quality"
     elif lead:
         cat = max(lead, key=lambda c: (lead[c], c != "gpu_idle"))
         if 100.0 * lead[cat] / span < MIN_PCT_SPAN:
@@ -95,6 +103,9 @@ def details(analysis: "Analysis") -> dict[str, Any]:
                 best = max(specific, key=lambda c: specific[c])
                 if specific[best] * 3 >= lead["gpu_idle"]:
                     cat = best
+    if cat is not None and cat not in ("compute", "trace_quality", "no_gpu") and busy is not None and busy >= COMPUTE_BUSY_PCT:
+        if top[cat].severity.rank < Severity.ERROR.rank:
+            cat = None  # a busy GPU with a moderate idle finding is bound by its kernels, not by the idle
     if cat is None:
         cat = "compute" if busy is not None and busy >= COMPUTE_BUSY_PCT else "gpu_idle"
 
@@ -102,6 +113,8 @@ def details(analysis: "Analysis") -> dict[str, Any]:
     f = top.get(cat)
     if cat == "no_gpu":
         sentence = "The trace has no GPU kernels or copies, so there is nothing on the GPU to explain."
+    elif cat == "trace_quality":
+        sentence = f"{withheld.title}. The busy % and gaps of so little work say nothing about a workload; profile a few steady steps."
     elif cat == "compute":
         if f is not None and f.impact_ns and 100.0 * f.impact_ns / span >= MIN_PCT_SPAN:
             sentence = f"{idle_txt[0].upper()}{idle_txt[1:]}; the biggest lever is the kernels themselves ({f.title}, est. {fmt_ns(f.impact_ns)})."
@@ -114,7 +127,7 @@ def details(analysis: "Analysis") -> dict[str, Any]:
     return {
         "category": cat,
         "label": LABELS[cat],
-        "headline": "No GPU activity" if cat == "no_gpu" else f"Bound by {LABELS[cat]}",
+        "headline": "No GPU activity" if cat == "no_gpu" else ("Too little GPU work to judge" if cat == "trace_quality" else f"Bound by {LABELS[cat]}"),
         "sentence": sentence,
         "impact_ns_by_category": {c: int(v) for c, v in sorted(by_cat.items(), key=lambda kv: -kv[1])},
     }

@@ -1,0 +1,62 @@
+"""The labelled accuracy table (tests/accuracy_table.toml): every corpus trace with what an expert reads in it.
+
+Each row fixes the GPU busy % (within 0.5 point), the verdict category and the codes that must and must not be
+reported at warning or above; the table's ``why`` lines give the reason for each. Skips cleanly without the corpus.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+import pytest
+
+import traceinsight
+from tests.conftest import corpus_file
+from traceinsight.verdict import details
+
+TABLE = tomllib.loads((Path(__file__).parent / "accuracy_table.toml").read_text(encoding="utf-8"))["trace"]
+#: Verdict categories that name a performance bound ("not_judged" rows must get none of them).
+PERFORMANCE = {"gpu_idle", "host_sync", "launch_overhead", "input_pipeline", "copy", "compute", "communication"}
+
+
+def test_table_is_well_formed():
+    paths = [row["path"] for row in TABLE]
+    assert len(paths) == len(set(paths)), "a trace is labelled twice"
+    for row in TABLE:
+        why = row.get("why", {})
+        assert "verdict" in why, f"{row['path']}: the verdict needs a reason"
+        for code in row.get("present", []) + row.get("absent", []):
+            assert code in why, f"{row['path']}: {code} needs a one-line reason"
+        assert not set(row.get("present", [])) & set(row.get("absent", [])), row["path"]
+
+
+@pytest.mark.parametrize("row", TABLE, ids=[r["path"].split("/")[-1] or r["path"] for r in TABLE])
+def test_accuracy(row):
+    a = traceinsight.analyze(corpus_file(row["path"]))
+    busy = a.summary.gpu_busy_pct
+    if "busy_pct" in row:
+        assert busy is not None and busy == pytest.approx(row["busy_pct"], abs=0.5), f"busy {busy}"
+    else:
+        assert busy is None
+    loud = {f.code for f in a.findings if f.severity.rank >= traceinsight.Severity.WARNING.rank}
+    missing = set(row.get("present", [])) - loud
+    false_alarms = set(row.get("absent", [])) & loud
+    assert not missing, f"expected at warning or above: {sorted(missing)}; got {sorted(loud)}"
+    assert not false_alarms, f"false alarms: {sorted(false_alarms)} ({'; '.join(row['why'][c] for c in sorted(false_alarms))})"
+    cat = details(a)["category"]
+    if row["verdict"] == "not_judged":
+        assert cat not in PERFORMANCE, f"verdict {cat!r} on a trace too thin to judge"
+    else:
+        assert cat == row["verdict"], f"verdict {cat!r}, expected {row['verdict']!r}: {row['why']['verdict']}"
+
+
+def test_savings_never_exceed_the_window():
+    """Explained symptoms are not counted again: the headline saving stays within the span on every row."""
+    from traceinsight.verdict import headline
+
+    for row in TABLE:
+        p = corpus_file(row["path"])
+        a = traceinsight.analyze(p)
+        h = headline(a)
+        assert h["est_savings_ns"] <= max(h["span_ns"], 0) or h["span_ns"] == 0, row["path"]
