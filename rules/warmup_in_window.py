@@ -15,7 +15,7 @@ class WarmupInWindow(Rule):
     name = "warm-up-in-window"
     category = "trace_quality"
     severity = Severity.WARNING
-    summary = "The profiled window starts with one-off warm-up (lazy init, cuDNN autotuning, JIT compile): kept out of steady-state figures."
+    summary = "The window starts with one-off warm-up (lazy init, cuDNN autotune, JIT compile), kept out of steady-state figures."
     why = """
     The first iteration of a program pays one-off costs: CUDA context and module loading, memory-pool growth,
     cuDNN/cuBLAS autotuning (`torch.backends.cudnn.benchmark`), XLA/nvFuser/Triton compilation. Inside a
