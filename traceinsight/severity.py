@@ -87,7 +87,6 @@ def grade(
 
     ``rules`` maps a code to its rule instance (for ``graded`` / ``max_severity``); ``overridden`` are codes
     whose severity the user set, which keep that severity (they are still dropped when below the floor).
-    Each graded finding gets ``metrics["impact_share_pct"]``, the number it was graded on.
     """
     forced = {c.upper() for c in overridden}
     findings = list(findings)
@@ -103,7 +102,6 @@ def grade(
         if share is None:
             out.append(f)
             continue
-        f.metrics.setdefault("impact_share_pct", round(share, 3))
         if share < min_impact_pct:
             continue
         if f.code in forced:
