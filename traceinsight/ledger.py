@@ -439,29 +439,30 @@ def _clip_slices(sl: pd.DataFrame, ws: np.ndarray, we: np.ndarray) -> pd.DataFra
 
 
 def _device_slices(
-    acts: pd.DataFrame,
-    launch_end: pd.Series | None,
+    s: np.ndarray,
+    e: np.ndarray,
+    cls: np.ndarray,
+    launch_end: tuple[np.ndarray, np.ndarray] | None,
     host: dict[str, tuple[np.ndarray, np.ndarray]],
     host_traced: bool,
     steps: tuple[np.ndarray, np.ndarray, np.ndarray],
-) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Slices and gaps of one (rank, device): the labelling by precedence described in the module docstring."""
-    s = acts["start_ns"].to_numpy(np.int64)
-    e = s + np.maximum(acts["dur_ns"].to_numpy(np.int64), 0)
-    cls = acts["_cls"].to_numpy()
+) -> dict[str, np.ndarray]:
+    """Slices and gaps of one (rank, device) as arrays: the labelling by precedence of the module docstring."""
     w0, w1 = int(s.min()), int(e.max())
     union = _merged(s, e)
     gs, ge = union[1][:-1], union[0][1:]
     # the call that enqueued the next work: the earliest-returning launch among activities starting at the gap end
+    nl = np.full(len(gs), np.nan)
     if launch_end is not None and len(gs):
-        nl = launch_end.reindex(ge).to_numpy(dtype=float)
-    else:
-        nl = np.full(len(gs), np.nan)
+        ks, kv = launch_end
+        i = np.searchsorted(ks, ge)
+        hit = (i < len(ks)) & (ks[np.minimum(i, len(ks) - 1)] == ge)
+        nl[hit] = kv[i[hit]]
     linked = ~np.isnan(nl)
     queued = linked & (nl <= gs)
     late = linked & ~queued
-    sync = _inside(*host["sync"], gs) if len(gs) else np.zeros(0, bool)
-    short = (ge - gs) < LAUNCH_GAP_NS
+    sync = _inside(*host["sync"], gs) & ~queued
+    short = late & ((ge - gs) < LAUNCH_GAP_NS)
 
     # precedence list of (bucket, merged interval set)
     sets: list[tuple[str, tuple[np.ndarray, np.ndarray]]] = [
@@ -471,21 +472,20 @@ def _device_slices(
         ("idle_warmup", host["warmup"]),
         ("idle_gpu_dependency", (gs[queued], ge[queued])),
         ("idle_data_wait", host["data_wait"]),
-        ("idle_host_sync", (gs[sync & ~queued], ge[sync & ~queued])),
-        ("idle_launch_bound", (gs[late & short], ge[late & short])),
+        ("idle_host_sync", (gs[sync], ge[sync])),
+        ("idle_launch_bound", (gs[short], ge[short])),
         ("idle_other", (gs[~linked], ge[~linked])),
         ("idle_host_busy", host["host_busy"]),
     ]
     default = "idle_untraced" if host_traced else "idle_other"
-    st_s, st_e = steps[0], steps[1]
-    pts = [np.array([w0, w1], np.int64)]
+    st_s, st_e, st_n = steps
+    pts = [np.array([w0, w1], np.int64), st_s, st_e]
     for _, (a, b) in sets:
         pts += [a, b]
-    pts += [st_s, st_e]
     p = np.unique(np.concatenate(pts))
     p = p[(p >= w0) & (p <= w1)]
     left, right = p[:-1], p[1:]
-    label = np.full(len(left), _CODE[default], dtype=np.int8)
+    label = np.full(len(left), _CODE[default], dtype=np.int64)
     todo = np.ones(len(left), dtype=bool)
     for name, (a, b) in sets:
         if not todo.any():
@@ -502,48 +502,36 @@ def _device_slices(
         i = np.searchsorted(st_s, left, side="right") - 1
         ok = i >= 0
         ok[ok] = st_e[i[ok]] > left[ok]
-        step_no[ok] = steps[2][i[ok]]
+        step_no[ok] = st_n[i[ok]]
     # merge neighbours with equal (bucket, step)
     change = np.ones(len(left), dtype=bool)
     change[1:] = (label[1:] != label[:-1]) | (step_no[1:] != step_no[:-1])
     idx = np.flatnonzero(change)
-    out = pd.DataFrame(
-        {
-            "step": step_no[idx],
-            "start_ns": left[idx],
-            "end_ns": np.append(left[idx[1:]], right[-1]) if len(idx) else _EMPTY,
-            "bucket": pd.Categorical.from_codes(label[idx], categories=list(BUCKETS)),
-        }
-    )
-    # per-gap totals by idle bucket
-    gaps = pd.DataFrame({"start_ns": gs, "end_ns": ge, "dur_ns": ge - gs, "next_launch_end_ns": nl})
+    out_s = left[idx]
+    out_e = np.append(out_s[1:], right[-1])
+    out_l = label[idx]
+    # per-gap ns of each idle bucket
+    n_busy = len(BUSY_BUCKETS)
+    per_gap = np.zeros((len(gs), len(IDLE_BUCKETS)), np.int64)
     if len(gs):
-        idle = out[~out["bucket"].isin(BUSY_BUCKETS).to_numpy()]
-        gid = np.searchsorted(gs, idle["start_ns"].to_numpy(), side="right") - 1
-        ns = (idle["end_ns"] - idle["start_ns"]).to_numpy()
-        tab = pd.DataFrame({"gid": gid, "bucket": idle["bucket"].astype(str).to_numpy(), "ns": ns}).pivot_table(index="gid", columns="bucket", values="ns", aggfunc="sum", fill_value=0)
-        tab = tab.reindex(index=np.arange(len(gs)), columns=list(IDLE_BUCKETS), fill_value=0).fillna(0).astype(np.int64)
-        for b in IDLE_BUCKETS:
-            gaps[b] = tab[b].to_numpy()
-        gaps["cause"] = tab.to_numpy().argmax(axis=1)
-        gaps["cause"] = np.asarray(IDLE_BUCKETS, dtype=object)[gaps["cause"].to_numpy()]
-    else:
-        for b in IDLE_BUCKETS:
-            gaps[b] = _EMPTY
-        gaps["cause"] = pd.Series(dtype="object")
-    return out, gaps
+        idle = out_l >= n_busy
+        gid = np.searchsorted(gs, out_s[idle], side="right") - 1
+        np.add.at(per_gap, (gid, out_l[idle] - n_busy), (out_e - out_s)[idle])
+    return {"step": step_no[idx], "start": out_s, "end": out_e, "label": out_l, "gs": gs, "ge": ge, "nl": nl, "per_gap": per_gap}
 
 
 def build_ledger(views: "Views") -> Ledger:
     """The ledger of a timeline (see the module docstring); ``views.ledger`` caches it."""
     act = views.gpu_activity
-    cols_sl = ["rank", "device", "step", "start_ns", "end_ns", "bucket"]
     if act.empty:
         return _empty_ledger()
     is_kernel = (act["kind"] == "kernel").to_numpy()
     coll = is_kernel & name_mask(act["name"], COLLECTIVE)
-    cls = np.where(coll, 1, np.where(is_kernel, 0, 2)).astype(np.int8)
-    act = pd.DataFrame({"rank": act["rank"].to_numpy(), "device": act["device"].to_numpy(), "start_ns": act["start_ns"].to_numpy(), "dur_ns": act["dur_ns"].to_numpy(), "_cls": cls})
+    a_cls = np.where(coll, 1, np.where(is_kernel, 0, 2)).astype(np.int8)
+    a_rank = act["rank"].to_numpy(np.int64)
+    a_dev = act["device"].to_numpy(np.int64)
+    a_s = act["start_ns"].to_numpy(np.int64)
+    a_e = a_s + np.maximum(act["dur_ns"].to_numpy(np.int64), 0)
 
     host = views.host_events
     waits = data_wait_rows(host)
@@ -551,78 +539,119 @@ def build_ledger(views: "Views") -> Ledger:
     warm = warmup_regions(views, blocking)
     busy_host = host[host["kind"].isin(_HOST_BUSY_KINDS).to_numpy()]
     ln = views.launches
+    launch_end: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
     if not ln.empty:
-        ln = ln.assign(_end=ln["launch_start_ns"] + ln["launch_dur_ns"])
-        fl = ln.groupby(["rank", "device", "gpu_start_ns"], sort=True)["_end"].min().reset_index()
-        first_launch = {(int(r), int(d)): g.set_index("gpu_start_ns")["_end"] for (r, d), g in fl.groupby(["rank", "device"], sort=False)}
-    else:
-        first_launch = {}
+        lr = ln["rank"].to_numpy(np.int64)
+        ld = ln["device"].to_numpy(np.int64)
+        lg = ln["gpu_start_ns"].to_numpy(np.int64)
+        lend = (ln["launch_start_ns"] + ln["launch_dur_ns"]).to_numpy(np.int64)
+        order = np.lexsort((lend, lg, ld, lr))
+        lr, ld, lg, lend = lr[order], ld[order], lg[order], lend[order]
+        first = np.ones(len(lg), dtype=bool)  # earliest-returning launch per (rank, device, gpu start)
+        first[1:] = (lr[1:] != lr[:-1]) | (ld[1:] != ld[:-1]) | (lg[1:] != lg[:-1])
+        lr, ld, lg, lend = lr[first], ld[first], lg[first], lend[first]
+        bounds = np.flatnonzero(np.r_[True, (lr[1:] != lr[:-1]) | (ld[1:] != ld[:-1]), True])
+        for a, b in zip(bounds[:-1], bounds[1:]):
+            launch_end[(int(lr[a]), int(ld[a]))] = (lg[a:b], lend[a:b].astype(float))
     st = views.steps
 
-    def by_rank(df: pd.DataFrame, rank: int, start: str = "start_ns", end: str | None = None) -> tuple[np.ndarray, np.ndarray]:
+    def by_rank(df: pd.DataFrame, rank: int, end: str | None = None) -> tuple[np.ndarray, np.ndarray]:
         if df.empty:
             return _EMPTY, _EMPTY
         g = df[df["rank"].to_numpy() == rank]
-        s = g[start].to_numpy(np.int64)
+        s = g["start_ns"].to_numpy(np.int64)
         e = g[end].to_numpy(np.int64) if end else s + g["dur_ns"].to_numpy(np.int64)
         return _merged(s, e)
 
     host_ranks = set(host["rank"].unique().tolist()) if not host.empty else set()
-    slices, gaps, windows = [], [], []
-    for rank, rank_acts in act.groupby("rank", sort=True):
-        rank = int(rank)
-        facts = {
-            "data_wait": by_rank(waits, rank),
-            "sync": by_rank(blocking, rank, end="end_ns"),
-            "warmup": by_rank(warm, rank, end="end_ns"),
-            "host_busy": by_rank(busy_host, rank),
-        }
-        srk = st[st["rank"].to_numpy() == rank] if not st.empty else st
-        steps = (srk["start_ns"].to_numpy(np.int64), srk["end_ns"].to_numpy(np.int64), srk["step"].to_numpy(np.int64)) if not st.empty else (_EMPTY, _EMPTY, _EMPTY)
-        for device, dev_acts in rank_acts.groupby("device", sort=True):
-            device = int(device)
-            le = first_launch.get((rank, device))
-            if int((dev_acts["start_ns"] + dev_acts["dur_ns"]).max()) <= int(dev_acts["start_ns"].min()):
-                continue  # only zero-length rows: no window to account for
-            sl, gp = _device_slices(dev_acts, le, facts, rank in host_ranks, steps)
-            sl.insert(0, "device", device)
-            sl.insert(0, "rank", rank)
-            gp.insert(0, "device", device)
-            gp.insert(0, "rank", rank)
-            slices.append(sl)
-            gaps.append(gp)
-            windows.append({"rank": rank, "device": device, "start_ns": int(sl["start_ns"].iloc[0]), "end_ns": int(sl["end_ns"].iloc[-1])})
-    if not slices:
+    parts: list[dict[str, np.ndarray]] = []
+    keys: list[tuple[int, int]] = []
+    order = np.lexsort((a_dev, a_rank))
+    a_rank, a_dev, a_s, a_e, a_cls = a_rank[order], a_dev[order], a_s[order], a_e[order], a_cls[order]
+    bounds = np.flatnonzero(np.r_[True, (a_rank[1:] != a_rank[:-1]) | (a_dev[1:] != a_dev[:-1]), True])
+    facts: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    steps = (_EMPTY, _EMPTY, _EMPTY)
+    current_rank = None
+    for a, b in zip(bounds[:-1], bounds[1:]):
+        rank, device = int(a_rank[a]), int(a_dev[a])
+        s, e, c = a_s[a:b], a_e[a:b], a_cls[a:b]
+        if int(e.max()) <= int(s.min()):
+            continue  # only zero-length rows: no window to account for
+        if rank != current_rank:
+            current_rank = rank
+            facts = {
+                "data_wait": by_rank(waits, rank),
+                "sync": by_rank(blocking, rank, end="end_ns"),
+                "warmup": by_rank(warm, rank, end="end_ns"),
+                "host_busy": by_rank(busy_host, rank),
+            }
+            srk = st[st["rank"].to_numpy() == rank] if not st.empty else st
+            steps = (srk["start_ns"].to_numpy(np.int64), srk["end_ns"].to_numpy(np.int64), srk["step"].to_numpy(np.int64)) if not srk.empty else (_EMPTY, _EMPTY, _EMPTY)
+        parts.append(_device_slices(s, e, c, launch_end.get((rank, device)), facts, rank in host_ranks, steps))
+        keys.append((rank, device))
+    if not parts:
         return _empty_ledger()
-    sl = pd.concat(slices, ignore_index=True)[cols_sl]
-    sl["bucket"] = pd.Categorical(sl["bucket"].astype(str), categories=list(BUCKETS))
-    win = pd.DataFrame(windows)
-    win["window_ns"] = win["end_ns"] - win["start_ns"]
-    return Ledger(slices=sl, by_device=_by_device(sl, win), by_step=_by_step(sl), windows=win, gaps=pd.concat(gaps, ignore_index=True), warmup=warm)
-
-
-def _by_device(sl: pd.DataFrame, win: pd.DataFrame) -> pd.DataFrame:
-    ns = (sl["end_ns"] - sl["start_ns"]).to_numpy()
-    t = pd.DataFrame({"rank": sl["rank"].to_numpy(), "device": sl["device"].to_numpy(), "bucket": sl["bucket"].astype(str).to_numpy(), "ns": ns})
-    t = t.groupby(["rank", "device", "bucket"], sort=False)["ns"].sum()
-    full = pd.MultiIndex.from_product([win["rank"].unique(), win["device"].unique(), list(BUCKETS)], names=["rank", "device", "bucket"])
-    keys = set(zip(win["rank"], win["device"]))
-    full = full[[(r, d) in keys for r, d, _ in full]]
-    out = t.reindex(full, fill_value=0).reset_index()
-    out = out.merge(win[["rank", "device", "window_ns"]], on=["rank", "device"])
-    out["pct"] = np.where(out["window_ns"] > 0, 100.0 * out["ns"] / out["window_ns"].clip(lower=1), 0.0)
-    return out[["rank", "device", "bucket", "ns", "pct"]].astype({"ns": "int64"})
-
-
-def _by_step(sl: pd.DataFrame) -> pd.DataFrame:
-    ns = (sl["end_ns"] - sl["start_ns"]).to_numpy()
-    t = pd.DataFrame({"rank": sl["rank"].to_numpy(), "device": sl["device"].to_numpy(), "step": sl["step"].to_numpy(), "bucket": sl["bucket"].astype(str).to_numpy(), "ns": ns})
-    t = t.groupby(["rank", "device", "step", "bucket"], sort=True)["ns"].sum().unstack("bucket", fill_value=0)
-    t = t.reindex(columns=list(BUCKETS), fill_value=0)
-    tot = t.sum(axis=1)
-    out = t.stack().rename("ns").reset_index()
-    out["pct"] = 100.0 * out["ns"].to_numpy() / np.maximum(tot.reindex(pd.MultiIndex.from_frame(out[["rank", "device", "step"]])).to_numpy(), 1)
-    return out[["rank", "device", "step", "bucket", "ns", "pct"]].astype({"ns": "int64"})
+    n_sl = np.array([len(p["start"]) for p in parts])
+    n_gp = np.array([len(p["gs"]) for p in parts])
+    k_rank = np.array([k[0] for k in keys], np.int64)
+    k_dev = np.array([k[1] for k in keys], np.int64)
+    dev_idx = np.repeat(np.arange(len(keys)), n_sl)
+    label = np.concatenate([p["label"] for p in parts])
+    start = np.concatenate([p["start"] for p in parts])
+    end = np.concatenate([p["end"] for p in parts])
+    step = np.concatenate([p["step"] for p in parts])
+    slices = pd.DataFrame(
+        {
+            "rank": k_rank[dev_idx],
+            "device": k_dev[dev_idx],
+            "step": step,
+            "start_ns": start,
+            "end_ns": end,
+            "bucket": pd.Categorical.from_codes(label, categories=list(BUCKETS)),
+        }
+    )
+    w_start = np.array([p["start"][0] for p in parts], np.int64)
+    w_end = np.array([p["end"][-1] for p in parts], np.int64)
+    windows = pd.DataFrame({"rank": k_rank, "device": k_dev, "start_ns": w_start, "end_ns": w_end, "window_ns": w_end - w_start})
+    ns = end - start
+    # per device: one row per (device, bucket), zeros included
+    mat = np.zeros((len(keys), len(BUCKETS)), np.int64)
+    np.add.at(mat, (dev_idx, label), ns)
+    nb = len(BUCKETS)
+    by_device = pd.DataFrame(
+        {
+            "rank": np.repeat(k_rank, nb),
+            "device": np.repeat(k_dev, nb),
+            "bucket": np.tile(np.array(BUCKETS, dtype=object), len(keys)),
+            "ns": mat.ravel(),
+            "pct": (100.0 * mat / np.maximum(windows["window_ns"].to_numpy(), 1)[:, None]).ravel(),
+        }
+    )
+    # per (device, step): the same, with the step's part of the window as the base of pct
+    key = np.stack([dev_idx, step])
+    uniq, inv = np.unique(key, axis=1, return_inverse=True)
+    inv = np.asarray(inv).ravel()
+    smat = np.zeros((uniq.shape[1], nb), np.int64)
+    np.add.at(smat, (inv, label), ns)
+    by_step = pd.DataFrame(
+        {
+            "rank": np.repeat(k_rank[uniq[0]], nb),
+            "device": np.repeat(k_dev[uniq[0]], nb),
+            "step": np.repeat(uniq[1], nb),
+            "bucket": np.tile(np.array(BUCKETS, dtype=object), uniq.shape[1]),
+            "ns": smat.ravel(),
+            "pct": (100.0 * smat / np.maximum(smat.sum(axis=1), 1)[:, None]).ravel(),
+        }
+    )
+    gap_idx = np.repeat(np.arange(len(keys)), n_gp)
+    per_gap = np.concatenate([p["per_gap"] for p in parts]) if n_gp.sum() else np.zeros((0, len(IDLE_BUCKETS)), np.int64)
+    gs = np.concatenate([p["gs"] for p in parts])
+    ge = np.concatenate([p["ge"] for p in parts])
+    gaps = pd.DataFrame({"rank": k_rank[gap_idx], "device": k_dev[gap_idx], "start_ns": gs, "end_ns": ge, "dur_ns": ge - gs, "next_launch_end_ns": np.concatenate([p["nl"] for p in parts])})
+    for j, b in enumerate(IDLE_BUCKETS):
+        gaps[b] = per_gap[:, j]
+    gaps["cause"] = np.asarray(IDLE_BUCKETS, dtype=object)[per_gap.argmax(axis=1)] if len(gs) else np.zeros(0, dtype=object)
+    return Ledger(slices=slices, by_device=by_device, by_step=by_step, windows=windows, gaps=gaps, warmup=warm)
 
 
 def _empty_ledger() -> Ledger:
@@ -634,6 +663,6 @@ def _empty_ledger() -> Ledger:
         by_device=frame({"rank": "int64", "device": "int64", "bucket": "object", "ns": "int64", "pct": "float64"}),
         by_step=frame({"rank": "int64", "device": "int64", "step": "int64", "bucket": "object", "ns": "int64", "pct": "float64"}),
         windows=frame({"rank": "int64", "device": "int64", "start_ns": "int64", "end_ns": "int64", "window_ns": "int64"}),
-        gaps=frame({"rank": "int64", "device": "int64", "start_ns": "int64", "end_ns": "int64", "dur_ns": "int64", "cause": "object"}),
+        gaps=frame({"rank": "int64", "device": "int64", "start_ns": "int64", "end_ns": "int64", "dur_ns": "int64", "next_launch_end_ns": "float64", "cause": "object"}),
         warmup=frame({"rank": "int64", "start_ns": "int64", "end_ns": "int64", "reason": "object"}),
     )
