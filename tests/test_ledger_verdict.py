@@ -117,8 +117,11 @@ def test_warmup_is_left_out_of_the_steady_state(tmp_path):
 
 
 # --- savings -----------------------------------------------------------------------------------------------
+_CATEGORY = {"TI001": "gpu_idle", "TI005": "input_pipeline", "TI007": "compute", "TI010": "gpu_idle"}
+
+
 def _finding(code: str, impact: int, **loc) -> Finding:
-    return Finding(code=code, title=code, severity=Severity.WARNING, message="", impact_ns=impact, location=Location(**loc))
+    return Finding(code=code, title=code, severity=Severity.WARNING, message="", impact_ns=impact, location=Location(**loc), category=_CATEGORY[code])
 
 
 def test_overlapping_findings_do_not_add_up(tmp_path):

@@ -22,7 +22,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from .ledger import AVOIDABLE_BUCKETS, BUCKETS, BUSY_BUCKETS, IDLE_BUCKETS, Ledger
-from .rule_api import Finding, fmt_ns
+from .rule_api import CATEGORIES, DEFAULT_CATEGORY, Finding, fmt_ns
 
 if TYPE_CHECKING:  # pragma: no cover
     from .engine import Analysis
@@ -39,6 +39,7 @@ LABELS: dict[str, str] = {
     "copy": "copies",
     "communication": "communication",
     "compute": "compute",
+    "trace_quality": "trace quality",
     "warmup": "warm-up",
     "too_little": "too little GPU work",
     "no_gpu": "no GPU activity",
@@ -59,7 +60,8 @@ BUCKET_CATEGORY: dict[str, str] = {
     "compute": "compute",
 }
 
-#: What findings of each rule category may claim from the ledger (their saving comes out of these buckets).
+#: What findings of each rule category (``rule_api.CATEGORIES``) may claim from the ledger: their saving comes
+#: out of these buckets. Trace-quality findings describe the recording, not the run, and claim nothing.
 CLAIMS: dict[str, tuple[str, ...]] = {
     "gpu_idle": AVOIDABLE_BUCKETS,
     "host_sync": ("idle_host_sync",),
@@ -70,26 +72,7 @@ CLAIMS: dict[str, tuple[str, ...]] = {
     "communication": ("communication",),
     "trace_quality": (),
 }
-
-# Built-in codes are mapped exactly; anything else (plugins, future rules) by its ``category`` or words in its title.
-_CODE_CATEGORY = {
-    "TI001": "gpu_idle",
-    "TI002": "host_sync",
-    "TI003": "launch_overhead",
-    "TI004": "compute",
-    "TI005": "input_pipeline",
-    "TI006": "input_pipeline",
-    "TI007": "compute",
-    "TI008": "compute",
-    "TI009": "gpu_idle",
-    "TI010": "gpu_idle",
-}
-_KEYWORDS = (
-    ("host_sync", ("sync",)),
-    ("input_pipeline", ("dataloader", "data-loader", "data loader", "input", "pipeline", "pageable", "prefetch", "htod", "h2d", "copy", "memcpy")),
-    ("launch_overhead", ("launch", "tiny", "small kernel", "short kernel", "overhead", "cpu-bound", "host-bound")),
-    ("gpu_idle", ("idle", "gap", "bubble", "starv")),
-)
+assert set(CLAIMS) == set(CATEGORIES), "every rule category needs its ledger claim"
 
 #: An idle cause (or exposed communication) names the bound when it costs at least this share of the
 #: steady-state window: at 5 % a single removable cause is a lever worth a change of code (the "warning" level
@@ -109,17 +92,8 @@ MIN_GPU_WORK_ITEMS = 10
 
 
 def category(finding: Finding) -> str:
-    """The bottleneck category of one finding: the rule's own when it declares one, else by code or words."""
-    own = getattr(finding, "category", None)
-    if isinstance(own, str) and own in CLAIMS:
-        return own
-    if finding.code in _CODE_CATEGORY:
-        return _CODE_CATEGORY[finding.code]
-    text = f"{finding.rule_name} {finding.title}".lower()
-    for cat, words in _KEYWORDS:
-        if any(w in text for w in words):
-            return cat
-    return "compute"
+    """The bottleneck category of one finding: the one its rule declares (``Rule.category``)."""
+    return finding.category if finding.category in CLAIMS else DEFAULT_CATEGORY
 
 
 def ledger_of(analysis: "Analysis") -> Ledger:
