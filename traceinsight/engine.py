@@ -245,4 +245,5 @@ def run(
         rules_run=[r.code for r in rules],
         timings=timings,
         views=views,
+        ledger=views.ledger,
     )
