@@ -209,7 +209,7 @@ INIT_CALL = re.compile(
 
 
 #: A device needs at least this many GPU operations before a dominant first gap can be told from its steady state.
-MIN_STEADY_OPS = 20
+MIN_STEADY_OPS = 10
 
 
 def warmup_gaps(views, *, min_share_pct: float = 5.0, dominant_pct: float = 50.0) -> pd.DataFrame:

@@ -27,7 +27,7 @@ class LittleGpuWork(Rule):
     """
     definition = """
     Reported when all devices together were busy less than `min_busy_us` (default **100 µs**) in total, or ran
-    fewer than `min_gpu_ops` (default **20**) kernels, copies and memsets adding up to less than `few_ops_busy_us`
+    fewer than `min_gpu_ops` (default **10**, the ledger verdict's limit too) kernels, copies and memsets adding up to less than `few_ops_busy_us`
     (default **1000 µs**): too little to form a pattern (a busy % over two kernels says nothing; a few long
     operations still show where the time goes), so the trace holds start-up, a single test or a capture rather
     than a workload in steady state. Also reported (whatever the amounts) when graph capture is seen: the host recorded at least `capture_ratio` (default **5**) times more
@@ -54,7 +54,7 @@ class LittleGpuWork(Rule):
         """,
     )
 
-    min_gpu_ops = Option(20, "Report when all devices together ran fewer kernels, copies and memsets than this.")
+    min_gpu_ops = Option(10, "Report when all devices together ran fewer kernels, copies and memsets than this.")
     min_busy_us = Option(100.0, "Report when all devices together were busy less than this (µs).")
     few_ops_busy_us = Option(1000.0, "...or ran fewer than min_gpu_ops operations adding up to less than this (µs).")
     capture_ratio = Option(5.0, "Report graph capture when recorded launches exceed executed kernels this many times.")

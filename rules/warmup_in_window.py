@@ -26,7 +26,7 @@ class WarmupInWindow(Rule):
     A *warm-up gap* is an idle gap of a device that (a) ends before the rank's second step begins (or, without step
     markers, before a tenth of the device's GPU operations have run), and (b) either holds host start-up calls
     (`cudaMalloc`, `cuModuleLoad*`, `cuLibraryLoad*`, `cudaGetDeviceProperties`, `cuGetProcAddress`,
-    `cudnnFind*`/autotune, `cublasCreate`, compile/JIT ranges …) or, on a device that ran at least 20 GPU
+    `cudnnFind*`/autotune, `cublasCreate`, compile/JIT ranges …) or, on a device that ran at least 10 GPU
     operations (enough for a steady state to compare with), is at least `dominant_pct` (default **50 %**) of the
     device's window by itself; it must also be at least `min_share_pct` (default **5 %**) of that window.
     Warm-up gaps are reported here and left out of TI001's idle (the steady-state figures); the finding's
