@@ -267,3 +267,78 @@ def warmup_gaps(views, *, min_share_pct: float = 5.0, dominant_pct: float = 50.0
     out = g[keep][cols].reset_index(drop=True)
     cache[key] = out
     return out
+
+
+# --- inference requests (TI001, TI002) ------------------------------------------------------------------------
+#: Host ops that exist only when a backward pass runs: their absence makes a rank an inference run.
+TRAINING_OP = r"backward|Backward|autograd::engine|Optimizer\.step|optimizer\.step|apply_gradients|ResourceApply|gradient_tape|SGD|Adam"
+
+
+def is_inference(events: pd.DataFrame, rank: int) -> bool:
+    """No backward pass or optimizer step on the rank's host: it runs inference (or a benchmark of one)."""
+    host = events[(events["device"].to_numpy() < 0) & (events["rank"].to_numpy() == rank)]
+    if host.empty:
+        return False
+    return not bool(name_mask(host["name"], TRAINING_OP, case=True).any())
+
+
+def closing_syncs(stalls: pd.DataFrame, steps: pd.DataFrame, launches: pd.DataFrame) -> np.ndarray:
+    """Stalls that close their step: no GPU work is launched by the rank after the call and before the step ends.
+
+    In an inference loop such a sync hands the request's result to the caller (or ends a latency measurement);
+    it is the request's completion, not a stall the step could avoid.
+    """
+    out = np.zeros(len(stalls), dtype=bool)
+    if stalls.empty or steps.empty:
+        return out
+    st = steps[["rank", "start_ns", "end_ns"]].sort_values("start_ns")
+    q = pd.DataFrame({"rank": stalls["rank"].to_numpy().astype(np.int64), "t": stalls["end_ns"].to_numpy(), "pos": np.arange(len(stalls))})
+    m = pd.merge_asof(q.sort_values("t"), st.assign(rank=st["rank"].astype(np.int64)), left_on="t", right_on="start_ns", by="rank", direction="backward")
+    m = m[m["end_ns"].notna().to_numpy() & (m["t"].to_numpy() <= m["end_ns"].to_numpy(dtype=float))]
+    if m.empty:
+        return out
+    if launches.empty:
+        out[m["pos"].to_numpy()] = True
+        return out
+    closing = np.ones(len(m), dtype=bool)
+    for rank, g in m.groupby("rank", sort=False):
+        ls = np.sort(launches.loc[launches["rank"].to_numpy() == rank, "launch_start_ns"].to_numpy())
+        after = np.searchsorted(ls, g["end_ns"].to_numpy(dtype=np.int64)) - np.searchsorted(ls, g["t"].to_numpy(), side="right")
+        closing[np.flatnonzero((m["rank"] == rank).to_numpy())] = after == 0
+    out[m["pos"].to_numpy()[closing]] = True
+    return out
+
+
+def request_boundary_gaps(views, gaps: pd.DataFrame) -> np.ndarray:
+    """Gaps that begin inside a sync closing an inference step: the idle between two requests of an inference
+    loop (each request's sync hands its result back), which lengthens no request."""
+    out = np.zeros(len(gaps), dtype=bool)
+    if gaps.empty or views.steps.empty:
+        return out
+    ev = views.events
+    host = views.host_events
+    rt = host[(host["kind"] == "runtime").to_numpy()]
+    calls = rt[name_mask(rt["name"], SYNC_CALL)]
+    if calls.empty:
+        return out
+    calls = calls.assign(end_ns=calls["start_ns"] + calls["dur_ns"])
+    inference = {int(r): is_inference(ev, int(r)) for r in calls["rank"].unique()}
+    calls = calls[calls["rank"].map(inference).to_numpy(dtype=bool)]
+    if calls.empty:
+        return out
+    calls = calls[closing_syncs(calls, views.steps, views.launches)]
+    g_rank = gaps["rank"].to_numpy()
+    g_start = gaps["start_ns"].to_numpy(dtype=np.int64)
+    for rank, c in calls.groupby("rank", sort=False):
+        m = g_rank == rank
+        if not m.any():
+            continue
+        cs = c["start_ns"].to_numpy(dtype=np.int64)
+        order = np.argsort(cs)
+        cs = cs[order]
+        ce = c["end_ns"].to_numpy(dtype=np.int64)[order]
+        run_end = np.maximum.accumulate(ce)
+        gs = g_start[m]
+        j = np.searchsorted(cs, gs, side="right") - 1
+        out[np.flatnonzero(m)] = (j >= 0) & (gs <= run_end[np.clip(j, 0, None)])
+    return out

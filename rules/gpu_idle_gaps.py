@@ -7,7 +7,7 @@ import pandas as pd
 
 from traceinsight.rule_api import Fix, Location, Option, Rule, Severity, fmt_ns
 
-from ._common import DATA_LOADING, OPTIMIZER, SYNC_CALL, SYNC_OP, name_mask, overlap_by_rank, short_name, warmup_gaps
+from ._common import DATA_LOADING, OPTIMIZER, SYNC_CALL, SYNC_OP, name_mask, overlap_by_rank, request_boundary_gaps, short_name, warmup_gaps
 
 CAUSE_DATA = "data loading"
 CAUSE_OPT = "optimizer step"
@@ -92,7 +92,9 @@ class GpuIdleGaps(Rule):
     of at least `min_gap_us` (default **100 µs**). The impact is the summed duration of the long gaps, and it is
     graded like every finding on the common scale (share of the device's window: error >= 20 %, warning >= 5 %,
     info >= 1 %), so idle that is large in total is reported even when it sits in a few gaps. Warm-up gaps at the
-    start of the window (TI013) are left out: they are one-off start-up, not steady-state idle. `min_idle_pct`
+    start of the window (TI013) are left out: they are one-off start-up, not steady-state idle. So are, in an
+    inference run, gaps that begin inside the sync closing a step (TI002: the request's result): the idle
+    between two requests lengthens no request (``metrics["between_requests_ns"]``). `min_idle_pct`
     (default **1 %**, the scale's floor) is the smallest share reported at all.
 
     Thresholds against peers: HTA's idle-time breakdown calls a same-stream gap under 30 µs "kernel wait"
@@ -154,6 +156,9 @@ class GpuIdleGaps(Rule):
         if not warm.empty:  # one-off start-up (TI013) is not steady-state idle
             wk = warm.set_index(["rank", "device", "start_ns"]).index
             gaps = gaps[~gaps.set_index(["rank", "device", "start_ns"]).index.isin(wk)]
+        between = request_boundary_gaps(v, gaps)  # idle between inference requests lengthens no request
+        between_ns = gaps[between].groupby(["rank", "device"])["dur_ns"].sum().to_dict() if between.any() else {}
+        gaps = gaps[~between]
         long = gaps[gaps["dur_ns"] >= min_gap]
         if long.empty:
             return
@@ -198,6 +203,7 @@ class GpuIdleGaps(Rule):
                     "cause_pct": shares,
                     "top_cause": top_cause,
                     "idle_by_category": _by_category(by_cause),
+                    "between_requests_ns": int(between_ns.get((rank, device), 0)),
                 },
                 key=f"rank{rank}-gpu{device}",
             )

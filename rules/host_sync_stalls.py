@@ -7,7 +7,7 @@ import pandas as pd
 
 from traceinsight.rule_api import Fix, Location, Option, Rule, Severity, fmt_ns
 
-from ._common import SYNC_CALL, host_starved_gaps, SYNC_OP, innermost_enclosing, innermost_frame, lookup, name_mask, short_name
+from ._common import SYNC_CALL, closing_syncs, host_starved_gaps, is_inference, SYNC_OP, innermost_enclosing, innermost_frame, lookup, name_mask, short_name
 
 
 def find_stalls(events: pd.DataFrame, launches: pd.DataFrame) -> pd.DataFrame:
@@ -26,45 +26,6 @@ def find_stalls(events: pd.DataFrame, launches: pd.DataFrame) -> pd.DataFrame:
             parts.append(gs.assign(reason="GPU-side sync record"))
     out = pd.concat([p for p in parts if not p.empty]) if any(not p.empty for p in parts) else calls
     return out.sort_values("start_ns", kind="stable")
-
-
-#: Host ops that exist only when a backward pass runs: their absence makes a rank an inference run.
-TRAINING_OP = r"backward|Backward|autograd::engine|Optimizer\.step|optimizer\.step|apply_gradients|ResourceApply|gradient_tape|SGD|Adam"
-
-
-def is_inference(events: pd.DataFrame, rank: int) -> bool:
-    """No backward pass or optimizer step on the rank's host: it runs inference (or a benchmark of one)."""
-    host = events[(events["device"].to_numpy() < 0) & (events["rank"].to_numpy() == rank)]
-    if host.empty:
-        return False
-    return not bool(name_mask(host["name"], TRAINING_OP, case=True).any())
-
-
-def closing_syncs(stalls: pd.DataFrame, steps: pd.DataFrame, launches: pd.DataFrame) -> np.ndarray:
-    """Stalls that close their step: no GPU work is launched by the rank after the call and before the step ends.
-
-    In an inference loop such a sync hands the request's result to the caller (or ends a latency measurement);
-    it is the request's completion, not a stall the step could avoid.
-    """
-    out = np.zeros(len(stalls), dtype=bool)
-    if stalls.empty or steps.empty:
-        return out
-    st = steps[["rank", "start_ns", "end_ns"]].sort_values("start_ns")
-    q = pd.DataFrame({"rank": stalls["rank"].to_numpy().astype(np.int64), "t": stalls["end_ns"].to_numpy(), "pos": np.arange(len(stalls))})
-    m = pd.merge_asof(q.sort_values("t"), st.assign(rank=st["rank"].astype(np.int64)), left_on="t", right_on="start_ns", by="rank", direction="backward")
-    m = m[m["end_ns"].notna().to_numpy() & (m["t"].to_numpy() <= m["end_ns"].to_numpy(dtype=float))]
-    if m.empty:
-        return out
-    if launches.empty:
-        out[m["pos"].to_numpy()] = True
-        return out
-    closing = np.ones(len(m), dtype=bool)
-    for rank, g in m.groupby("rank", sort=False):
-        ls = np.sort(launches.loc[launches["rank"].to_numpy() == rank, "launch_start_ns"].to_numpy())
-        after = np.searchsorted(ls, g["end_ns"].to_numpy(dtype=np.int64)) - np.searchsorted(ls, g["t"].to_numpy(), side="right")
-        closing[np.flatnonzero((m["rank"] == rank).to_numpy())] = after == 0
-    out[m["pos"].to_numpy()[closing]] = True
-    return out
 
 
 class HostSyncStalls(Rule):
