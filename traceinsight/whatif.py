@@ -50,6 +50,13 @@ HANDOFF_MIN_GAP_NS = 20_000
 STREAM_DEP_MAX_NS = 10_000
 #: A step longer than this multiple of the median of the later steps, at the start of the run, is warm-up.
 WARMUP_FACTOR = 1.5
+#: Host time between two calls up to this long (ns) is per-op launch overhead, which a CUDA graph removes.
+LAUNCH_GAP_MAX_NS = 200_000
+#: Typical delays when the trace shows too few (< MIN_SAMPLES) tasks bound by that edge: kernel-to-kernel delay of
+#: queued work and launch-call start to kernel start (a few µs on current NVIDIA and AMD GPUs).
+DEFAULT_QUEUE_NS = 2_000
+DEFAULT_LAUNCH_NS = 6_000
+MIN_SAMPLES = 20
 #: Most steps replayed per rank (the middle of the run when there are more); bounds the Python loop.
 MAX_STEPS = 24
 
@@ -80,6 +87,7 @@ class Graph:
     steps: pd.DataFrame  # step, name, start_node, end_node, orig start/end, dur_ns (marker), in order
     window: np.ndarray  # node ids replayed, in event order (node id; negative -1-id for a blocking end event)
     defaults: dict = field(default_factory=dict)  # typical latencies: launch, queue (kernel-to-kernel)
+    seq: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # position in thread / stream order
 
     def copy(self) -> "Graph":
         g = Graph(**{k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in vars(self).items()})
@@ -184,7 +192,9 @@ def build_graph(views: Views, rank: int, max_steps: int = MAX_STEPS) -> Graph | 
 
     # program / stream order (GPU rows: group by device+stream; host rows: pid+tid)
     gkey_a = np.where(is_gpu, dev, pid)
-    prev, _ = _prev_in_group([is_gpu.astype(np.int64), gkey_a, tid], start, end)
+    prev, order = _prev_in_group([is_gpu.astype(np.int64), gkey_a, tid], start, end)
+    seq = np.empty(n, np.int64)
+    seq[order] = np.arange(n)  # program / stream position: breaks ties between tasks that start together
     has_prev = prev >= 0
     prev_end = np.where(has_prev, end[np.clip(prev, 0, None)], 0)
     prev_gap = np.where(has_prev, start - prev_end, 0)
@@ -217,8 +227,8 @@ def build_graph(views: Views, rank: int, max_steps: int = MAX_STEPS) -> Graph | 
     # typical latencies, from tasks where that edge bound the start
     q_bind = is_gpu & has_prev & (~has_launch | (prev_end >= launch_end))
     l_bind = is_gpu & has_launch & (~has_prev | (launch_end > prev_end))
-    d_queue = int(np.median(np.clip(prev_gap[q_bind], 0, None))) if q_bind.any() else 0
-    d_launch = int(np.median(np.clip(launch_gap[l_bind], 0, None))) if l_bind.any() else 0
+    d_queue = int(np.median(np.clip(prev_gap[q_bind], 0, None))) if q_bind.sum() >= MIN_SAMPLES else DEFAULT_QUEUE_NS
+    d_launch = int(np.median(np.clip(launch_gap[l_bind], 0, None))) if l_bind.sum() >= MIN_SAMPLES else DEFAULT_LAUNCH_NS
 
     # hand-off between host threads of one process; producer stream for GPU tasks
     cross = np.full(n, -1, np.int64)
@@ -295,7 +305,7 @@ def build_graph(views: Views, rank: int, max_steps: int = MAX_STEPS) -> Graph | 
     g = Graph(rank=rank, ntype=ntype, start=start, end=end, dur=end - start, prev=prev, prev_lat=prev_lat, cross=cross,
               cross_lat=cross_lat, launch=launch, launch_lat=launch_lat, own=own, waits=waits, wait_on=wait_on,
               is_launch=is_launch, gemm=gemm, steps=steps, window=np.zeros(0, np.int64),
-              defaults={"launch": d_launch, "queue": d_queue})
+              defaults={"launch": d_launch, "queue": d_queue}, seq=seq)
     g.window = _window(g, steps)
     return g
 
@@ -321,8 +331,9 @@ def _window(g: Graph, steps: pd.DataFrame) -> np.ndarray:
     """Replay events in a topological order: (time, phase) with blocking calls ending in a second event."""
     n = len(g.start)
     is_gpu = g.ntype == GPU
-    if steps.empty:
-        ws, we = int(g.start.min()), int(g.end.max())
+    if steps.empty:  # no markers: the GPU's active window, from the first task's launch
+        ws = int(min(g.start[is_gpu].min(), g.start[g.launch[is_gpu & (g.launch >= 0)]].min(initial=np.iinfo(np.int64).max)))
+        we = int(g.end[is_gpu].max())
     else:
         ws, we = int(steps["t0"].min()), int(steps["t1"].max())
     host_in = ~is_gpu & (g.start >= ws) & (g.start <= we)
@@ -337,7 +348,7 @@ def _window(g: Graph, steps: pd.DataFrame) -> np.ndarray:
     keys_t = np.r_[t, g.end[b]]
     keys_p = np.r_[phase, np.zeros(len(b), np.int64)]
     ev = np.r_[ids, -1 - b]
-    order = np.lexsort((keys_p, keys_t))
+    order = np.lexsort((np.r_[g.seq[ids], g.seq[b]], keys_p, keys_t))
     return ev[order]
 
 
@@ -392,9 +403,10 @@ def step_times(g: Graph, ns: np.ndarray, ne: np.ndarray) -> np.ndarray:
     of its GPU work.
     """
     st = g.steps
-    if st.empty:
+    if st.empty:  # one pseudo-step: first launch (or GPU task) to the end of the last GPU task
         ids = g.window[g.window >= 0]
-        return np.array([int(ne[ids].max() - ns[ids].min())]) if len(ids) else np.zeros(0, np.int64)
+        gi = ids[g.ntype[ids] == GPU]
+        return np.array([int(ne[gi].max() - ns[ids].min())]) if len(gi) else np.zeros(0, np.int64)
     t0 = g.start[st["start_node"].to_numpy()]
     gl = np.flatnonzero((g.ntype == GPU) & (g.launch >= 0))
     lt = g.start[g.launch[gl]]
@@ -435,15 +447,18 @@ def remove_host_sync(g: Graph, windows=None) -> None:
 def launch_bound_to_graphs(g: Graph, windows=None) -> None:
     """CUDA-graph model: the launches of a step are replayed without host work between them.
 
-    Host calls other than data waits, blocking calls and step markers cost nothing and follow each other without
-    gaps; every GPU task can start a typical launch latency after the (now immediate) launch, and queued tasks
+    Host calls other than data waits, blocking calls and step markers cost nothing, and the host time between
+    them (the framework's per-op overhead) goes when it is shorter than ``LAUNCH_GAP_MAX_NS``; longer host
+    stretches are taken to be real host work (Python logic, CPU ops) that a graph would not remove; every GPU task can start a typical launch latency after the (now immediate) launch, and queued tasks
     follow each other at the trace's typical kernel-to-kernel delay. Blocking calls still end where the GPU does.
     """
     m = _in(g, windows)
     h = m & (g.ntype == HOST)
     g.dur[h] = 0
-    g.prev_lat[h] = np.minimum(g.prev_lat[h], 0)
-    g.cross_lat[h] = np.minimum(g.cross_lat[h], 0)
+    short = h & (g.prev_lat <= LAUNCH_GAP_MAX_NS)
+    g.prev_lat[short] = np.minimum(g.prev_lat[short], 0)
+    short = h & (g.cross_lat <= LAUNCH_GAP_MAX_NS)
+    g.cross_lat[short] = np.minimum(g.cross_lat[short], 0)
     gp = m & (g.ntype == GPU)
     g.launch_lat[gp] = np.minimum(g.launch_lat[gp], g.defaults["launch"])
     g.prev_lat[gp] = np.minimum(g.prev_lat[gp], g.defaults["queue"])
@@ -495,7 +510,7 @@ ASSUMPTIONS = {
     "none": "the unmodified graph replayed",
     "remove_data_wait": "data-wait ranges take no time; host work, launches and GPU work keep their measured durations; the GPU may now be the bound",
     "remove_host_sync": "the host no longer waits at synchronizing calls (copies still run); everything else as measured",
-    "launch_bound_to_graphs": "CUDA-graph model: no host time between launches, typical launch latency, kernels back to back at the trace's kernel-to-kernel delay; syncs and data waits stay",
+    "launch_bound_to_graphs": "CUDA-graph model: no per-op host overhead (gaps under 200 us) between launches, typical launch latency, kernels back to back at the trace's kernel-to-kernel delay; syncs and data waits stay",
     "rnn_to_cudnn": "the RNN region keeps only its GEMM kernels, launched back to back (a conservative cuDNN equivalent)",
     "remove_warmup": "warm-up steps (leading steps over 1.5x the later median) are left out",
     "all": "data waits, host syncs and host launch overhead all removed, warm-up steps left out",
