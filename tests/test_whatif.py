@@ -195,3 +195,33 @@ def test_real_replay_exact_and_fast(rel):
     assert r["replay_error_pct"] == 0.0
     assert r["step_ns"] <= r["baseline_step_ns"]
     assert cost < 3.0
+
+
+def test_rnn_region_to_cudnn(tmp_path):
+    """A per-timestep loop (a GEMM and four elementwise kernels per step, launch-bound) inside a region: the
+    cuDNN-equivalent keeps the GEMM time only; outside the region nothing changes."""
+    tr = KinetoTrace(tid=77)
+    t, gpu_free = 10.0, 0.0
+    for n in range(4):
+        s0 = t
+        for k in range(50 * 5):
+            t += 25.0
+            ks = max(t + LAUNCH_LAT, gpu_free + QUEUE_GAP)
+            gemm = k % 5 == 0
+            tr.kernel("volta_sgemm_32x32_nn" if gemm else "at::native::vectorized_elementwise_kernel", ks, 8.0 if gemm else 3.0, launch_us=t, launch_dur_us=4.0)
+            gpu_free = ks + (8.0 if gemm else 3.0)
+            t += 4.0
+        end = max(t + 3.0, gpu_free + 4.0)
+        tr.runtime("cudaDeviceSynchronize", t, end - t)
+        t = end + 500.0  # host work outside the RNN (loss, logging)
+        tr.step(n, s0, t - s0)
+        t += 10.0
+    v = views_of(tr.write(tmp_path / "rnn.json"))
+    ev = v.events
+    syncs = ev[ev["name"].astype(str) == "cudaDeviceSynchronize"]["start_ns"].to_numpy()
+    windows = list(zip(v.steps["start_ns"].to_numpy(), syncs))  # the RNN region: step start to its sync (TI004's instances)
+    r = whatif.predict_step_ns(v, "rnn_to_cudnn", windows=windows)
+    gemm_ns = 50 * 8_000
+    # the region shrinks to about its GEMM time (+ queue delays); the 500 µs of host work after it stays
+    assert r["baseline_step_ns"] > 7_000_000
+    assert 500_000 + gemm_ns <= r["step_ns"] <= 500_000 + gemm_ns + 50 * 5 * (QUEUE_GAP * 1000) + 200_000, r

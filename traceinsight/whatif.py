@@ -454,7 +454,7 @@ def launch_bound_to_graphs(g: Graph, windows=None) -> None:
     """
     m = _in(g, windows)
     h = m & (g.ntype == HOST)
-    g.dur[h] = 0
+    g.dur[h & (g.is_launch | (g.dur <= LAUNCH_GAP_MAX_NS))] = 0  # a long cudaMalloc or module load stays
     short = h & (g.prev_lat <= LAUNCH_GAP_MAX_NS)
     g.prev_lat[short] = np.minimum(g.prev_lat[short], 0)
     short = h & (g.cross_lat <= LAUNCH_GAP_MAX_NS)
@@ -491,6 +491,17 @@ def warmup_mask(durs: np.ndarray) -> np.ndarray:
     return out
 
 
+def typical_gpu_latencies(g: Graph, windows=None) -> None:
+    """Validation, not a cause: every GPU task waits only the trace's typical launch / kernel-to-kernel delay
+    after its predecessors. Any step time lost is GPU idle that no edge of the graph explains."""
+    m = _in(g, windows) & (g.ntype == GPU)
+    d_q, d_l = g.defaults["queue"], g.defaults["launch"]
+    ln = np.clip(g.launch, 0, None)
+    g.prev_lat[m] = np.minimum(g.prev_lat[m], d_q)
+    g.cross_lat[m] = np.minimum(g.cross_lat[m], d_q)
+    g.launch_lat[m] = np.minimum(g.launch_lat[m], d_l + (g.end[ln] - g.start[ln])[m])
+
+
 def _all(g: Graph, windows=None) -> None:
     for f in (remove_warmup, remove_data_wait, remove_host_sync, launch_bound_to_graphs):
         f(g, windows)
@@ -502,6 +513,7 @@ TRANSFORMS: dict[str, Callable[..., None]] = {
     "remove_host_sync": remove_host_sync,
     "launch_bound_to_graphs": launch_bound_to_graphs,
     "rnn_to_cudnn": rnn_to_cudnn,
+    "typical_gpu_latencies": typical_gpu_latencies,
     "remove_warmup": remove_warmup,
     "all": _all,
 }
@@ -512,6 +524,7 @@ ASSUMPTIONS = {
     "remove_host_sync": "the host no longer waits at synchronizing calls (copies still run); everything else as measured",
     "launch_bound_to_graphs": "CUDA-graph model: no per-op host overhead (gaps under 200 us) between launches, typical launch latency, kernels back to back at the trace's kernel-to-kernel delay; syncs and data waits stay",
     "rnn_to_cudnn": "the RNN region keeps only its GEMM kernels, launched back to back (a conservative cuDNN equivalent)",
+    "typical_gpu_latencies": "validation: every GPU task waits only the typical launch / kernel-to-kernel delay after its predecessors",
     "remove_warmup": "warm-up steps (leading steps over 1.5x the later median) are left out",
     "all": "data waits, host syncs and host launch overhead all removed, warm-up steps left out",
 }
