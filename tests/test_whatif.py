@@ -225,3 +225,10 @@ def test_rnn_region_to_cudnn(tmp_path):
     # the region shrinks to about its GEMM time (+ queue delays); the 500 µs of host work after it stays
     assert r["baseline_step_ns"] > 7_000_000
     assert 500_000 + gemm_ns <= r["step_ns"] <= 500_000 + gemm_ns + 50 * 5 * (QUEUE_GAP * 1000) + 200_000, r
+
+
+def test_format_what_if():
+    assert whatif.format_what_if({"step_ns": 139_000_000, "baseline_step_ns": 174_800_000}) == "step 174.8 → 139.0 ms (−20 %)"
+    assert whatif.format_what_if({"step_ns": 900_000, "baseline_step_ns": 1_200_000}) == "step 1.20 → 0.90 ms (−25 %)"
+    assert whatif.format_what_if({"step_ns": None, "baseline_step_ns": 5}) == ""
+    assert whatif.format_what_if(None) == ""
