@@ -60,6 +60,10 @@ MIN_SAMPLES = 20
 #: Most steps replayed per rank (the middle of the run when there are more); bounds the Python loop.
 MAX_STEPS = 24
 
+#: Calls that record a CUDA/HIP event, and calls that make a stream wait for one.
+EVENT_RECORD = r"^(cuda|hip)EventRecord|^cuEventRecord"
+STREAM_WAIT = r"^(cuda|hip)StreamWaitEvent|^cuStreamWaitEvent"
+
 # node types
 HOST, DATA_WAIT, BLOCKING, MARKER, GPU = 0, 1, 2, 3, 4
 
@@ -248,8 +252,12 @@ def build_graph(views: Views, rank: int, max_steps: int = MAX_STEPS) -> Graph | 
                 explained = np.maximum(prev_end[ids], np.where(has_launch[ids], launch_end[ids], 0))
                 okc &= (cend > explained) & (start[ids] - cend <= STREAM_DEP_MAX_NS) & (start[ids] - explained > STREAM_DEP_MAX_NS)
             cross[ids[okc]] = c[okc]
+    inferred = cross >= 0
+    _recorded_event_waits(views, nodes, nh, lbl, launch, cross, start, end, prev_end, launch_end, has_launch)
     has_cross = cross >= 0
     cross_gap = np.where(has_cross, start - end[np.clip(cross, 0, None)], 0)
+    explained = np.maximum(np.where(has_prev, prev_end, 0), np.where(has_launch, launch_end, 0))
+    x_bind = has_cross & (inferred | (end[np.clip(cross, 0, None)] > explained))
 
     # latencies: the binding edge keeps its gap, the others the typical one (never more than they had)
     prev_lat = prev_gap.copy()
@@ -257,6 +265,9 @@ def build_graph(views: Views, rank: int, max_steps: int = MAX_STEPS) -> Graph | 
     cross_lat = cross_gap.copy()
     host_x = ~is_gpu & has_cross
     prev_lat[host_x] = np.minimum(prev_gap[host_x], 0)  # the thread waited for the hand-off, not for work
+    x_nb = is_gpu & has_cross & ~x_bind
+    cross_lat[x_nb] = np.minimum(cross_gap[x_nb], d_queue)
+    has_cross = has_cross & (x_bind | ~is_gpu)  # below: a non-binding event wait leaves prev/launch as they were
     g_x = is_gpu & has_cross
     prev_lat[g_x] = np.minimum(prev_gap[g_x], d_queue)
     launch_lat[g_x] = np.minimum(launch_gap[g_x], d_launch + (launch_end - launch_start)[g_x])
@@ -308,6 +319,72 @@ def build_graph(views: Views, rank: int, max_steps: int = MAX_STEPS) -> Graph | 
               defaults={"launch": d_launch, "queue": d_queue}, seq=seq)
     g.window = _window(g, steps)
     return g
+
+
+def _recorded_event_waits(views, nodes, nh, lbl, launch, cross, start, end, prev_end, launch_end, has_launch) -> None:
+    """GPU-side edges from ``cudaEventRecord`` / ``cudaStreamWaitEvent`` calls, where the trace has them.
+
+    Traces do not say which stream an event was recorded on or which event a wait names; the usual reading is
+    used: a record marks the last GPU task its thread launched before it, and a wait makes the next GPU task its
+    thread launches depend on the latest record of the process. Edges within one stream are left to stream order.
+    Fills ``cross`` in place where no inferred edge is set, or where the recorded producer ends later.
+    """
+    hl = lbl[:nh]
+    ok = np.flatnonzero(hl >= 0)
+    if len(ok) == 0:
+        return
+    nm = views.events["name"].reindex(hl[ok])
+    rec = ok[name_mask(nm, EVENT_RECORD, case=True)]
+    wt = ok[name_mask(nm, STREAM_WAIT, case=True)]
+    if len(rec) == 0 or len(wt) == 0:
+        return
+    pid = nodes["pid"].to_numpy(np.int64)
+    tid = nodes["tid"].to_numpy(np.int64)  # GPU rows: the stream
+    gl = np.flatnonzero(has_launch)
+    lh = launch[gl]
+    tkey = pid[lh] * 1_000_003 + tid[lh]  # the launching thread
+    o = np.lexsort((start[lh], tkey))
+    gl, tkey, lstart = gl[o], tkey[o], start[lh][o]
+
+    def launches_before(q: np.ndarray) -> np.ndarray:
+        """For each host call: how many launches of its thread (in thread order) started before or with it."""
+        qk = pid[q] * 1_000_003 + tid[q]
+        keys = np.r_[tkey, qk]
+        ts = np.r_[lstart, start[q]]
+        isq = np.r_[np.zeros(len(gl), bool), np.ones(len(q), bool)]
+        order = np.lexsort((isq, ts, keys))
+        cum = np.cumsum(~isq[order])
+        out = np.empty(len(q), np.int64)
+        out[order[isq[order]] - len(gl)] = cum[isq[order]]
+        return out  # index of the next launch in the sorted arrays; minus one: the last before
+
+    i = launches_before(rec) - 1
+    same = (i >= 0) & (tkey[np.clip(i, 0, None)] == pid[rec] * 1_000_003 + tid[rec])
+    rec_task = np.where(same, gl[np.clip(i, 0, None)], -1)
+    i = launches_before(wt)
+    same = (i < len(gl)) & (tkey[np.clip(i, 0, len(gl) - 1)] == pid[wt] * 1_000_003 + tid[wt])
+    wait_task = np.where(same, gl[np.clip(i, 0, len(gl) - 1)], -1)
+    # the latest record of the same process before each wait
+    ro = np.lexsort((start[rec], pid[rec]))
+    rec, rec_task = rec[ro], rec_task[ro]
+    rkey = pid[rec]
+    prod = np.full(len(wt), -1, np.int64)
+    for p_ in np.unique(pid[wt]):
+        lo, hi = np.searchsorted(rkey, p_, "left"), np.searchsorted(rkey, p_, "right")
+        if hi == lo:
+            continue
+        w = np.flatnonzero(pid[wt] == p_)
+        j = np.searchsorted(start[rec[lo:hi]], start[wt[w]], side="right") - 1
+        prod[w] = np.where(j >= 0, rec_task[lo:hi][np.clip(j, 0, None)], -1)
+    cons = wait_task
+    m = (prod >= 0) & (cons >= 0)
+    prod, cons = prod[m], cons[m]
+    # a different stream, and a producer that had ended when the consumer started (else it was not waited for)
+    m = (tid[prod] != tid[cons]) & (end[prod] <= start[cons])
+    prod, cons = prod[m], cons[m]
+    cur = cross[cons]
+    take = (cur < 0) | (end[prod] > end[np.clip(cur, 0, None)])
+    cross[cons[take]] = prod[take]
 
 
 def _steps(nodes: pd.DataFrame, nh: int, max_steps: int) -> pd.DataFrame:
