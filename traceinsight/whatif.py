@@ -113,6 +113,11 @@ def _prev_in_group(keys: list[np.ndarray], start: np.ndarray, end: np.ndarray) -
     return prev, order
 
 
+def _key(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """One int64 per (a, b) pair, e.g. (pid, tid): ids fit in 32 bits on every source (negative ids included)."""
+    return (np.asarray(a, np.int64) << 32) | (np.asarray(b, np.int64) & 0xFFFFFFFF)
+
+
 def _latest_end_before(end_sorted_ids: np.ndarray, ends_sorted: np.ndarray, t: np.ndarray) -> np.ndarray:
     """For each t: the id of the node with the latest end <= t among ``end_sorted_ids`` (-1 if none)."""
     i = np.searchsorted(ends_sorted, t, side="right") - 1
@@ -130,7 +135,7 @@ def _host_nodes(views: Views, rank: int) -> pd.DataFrame:
     frames = []
     # data waits: merged per thread, the runtime calls inside them dropped
     dwm = np.isin(kind, ("cpu_op", "annotation", "python", "other")) & name_mask(ev["name"], DATA_WAIT_PRIMARY, case=True)
-    thread_key = pid * 1_000_003 + tid
+    thread_key = _key(pid, tid)
     if dwm.any():
         m = merge_grouped(thread_key[dwm], s[dwm], e[dwm])
         first = pd.DataFrame({"k": thread_key[dwm], "pid": pid[dwm], "tid": tid[dwm]}).drop_duplicates("k").set_index("k")
@@ -142,7 +147,7 @@ def _host_nodes(views: Views, rank: int) -> pd.DataFrame:
     rt = kind == "runtime"
     if dwm.any():
         inside = np.zeros(len(s), bool)
-        for (k, g) in dw.assign(k=dw["pid"] * 1_000_003 + dw["tid"]).groupby("k"):
+        for (k, g) in dw.assign(k=_key(dw["pid"], dw["tid"])).groupby("k"):
             sel = rt & (thread_key == k)
             gs, ge = g["start"].to_numpy(), g["end"].to_numpy()
             i = np.searchsorted(gs, s[sel], side="right") - 1
@@ -283,7 +288,7 @@ def build_graph(views: Views, rank: int, max_steps: int = MAX_STEPS) -> Graph | 
     b_ids = np.flatnonzero(wait_on)
     if len(b_ids):
         gids = np.flatnonzero(is_gpu & has_launch)
-        skey = pid[gids] * 0 + dev[gids] * 1_000_003 + tid[gids]
+        skey = _key(dev[gids], tid[gids])
         per_b: list[list[int]] = [[] for _ in b_ids]
         wmax = np.full(len(b_ids), np.iinfo(np.int64).min)
         for sk in np.unique(skey):
@@ -342,13 +347,13 @@ def _recorded_event_waits(views, nodes, nh, lbl, launch, cross, start, end, prev
     tid = nodes["tid"].to_numpy(np.int64)  # GPU rows: the stream
     gl = np.flatnonzero(has_launch)
     lh = launch[gl]
-    tkey = pid[lh] * 1_000_003 + tid[lh]  # the launching thread
+    tkey = _key(pid[lh], tid[lh])  # the launching thread
     o = np.lexsort((start[lh], tkey))
     gl, tkey, lstart = gl[o], tkey[o], start[lh][o]
 
     def launches_before(q: np.ndarray) -> np.ndarray:
         """For each host call: how many launches of its thread (in thread order) started before or with it."""
-        qk = pid[q] * 1_000_003 + tid[q]
+        qk = _key(pid[q], tid[q])
         keys = np.r_[tkey, qk]
         ts = np.r_[lstart, start[q]]
         isq = np.r_[np.zeros(len(gl), bool), np.ones(len(q), bool)]
@@ -359,10 +364,10 @@ def _recorded_event_waits(views, nodes, nh, lbl, launch, cross, start, end, prev
         return out  # index of the next launch in the sorted arrays; minus one: the last before
 
     i = launches_before(rec) - 1
-    same = (i >= 0) & (tkey[np.clip(i, 0, None)] == pid[rec] * 1_000_003 + tid[rec])
+    same = (i >= 0) & (tkey[np.clip(i, 0, None)] == _key(pid[rec], tid[rec]))
     rec_task = np.where(same, gl[np.clip(i, 0, None)], -1)
     i = launches_before(wt)
-    same = (i < len(gl)) & (tkey[np.clip(i, 0, len(gl) - 1)] == pid[wt] * 1_000_003 + tid[wt])
+    same = (i < len(gl)) & (tkey[np.clip(i, 0, len(gl) - 1)] == _key(pid[wt], tid[wt]))
     wait_task = np.where(same, gl[np.clip(i, 0, len(gl) - 1)], -1)
     # the latest record of the same process before each wait
     ro = np.lexsort((start[rec], pid[rec]))
