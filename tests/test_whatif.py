@@ -152,6 +152,13 @@ def test_all_is_never_worse_than_each(tmp_path):
         assert al <= whatif.predict_step_ns(v, name)["step_ns"] * 1.001
     # the GPU's own work per step (40 x 400 µs + the copy) bounds every prediction from below
     assert al >= 16_000_000
+    # the causes found, combined (what kpis.what_if_all_step_ns uses)
+    both = whatif.predict_step_ns(v, [("remove_host_sync", sync_windows(v)), "remove_data_wait"])
+    assert both["transform"] == "remove_host_sync+remove_data_wait"
+    assert both["step_ns"] <= whatif.predict_step_ns(v, "remove_data_wait")["step_ns"]
+    assert both["step_ns"] < whatif.predict_step_ns(v, "remove_host_sync", windows=sync_windows(v))["step_ns"]
+    with pytest.raises(ValueError, match="unknown what-if transform"):
+        whatif.predict_step_ns(v, "faster_gpu")
 
 
 def test_no_gpu_work(tmp_path):

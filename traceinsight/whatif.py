@@ -12,9 +12,9 @@ The model (docs/whatif.md has the long form):
 * **Edges.** Program order on a thread and stream order on a stream; launch call -> its GPU task through
   (rank, pid, correlation); GPU -> host for blocking calls (a synchronize or a blocking copy cannot return before
   the GPU work it waits for has ended); a hand-off between host threads of one process (a thread that sat idle
-  until another thread's call ended resumes after it, e.g. PyTorch's autograd thread); a GPU-side dependency
-  between streams, inferred where a task started right after another stream's task ended and nothing on its own
-  stream or launch explains the wait (event waits are not recorded with their streams in most traces).
+  until another thread's call ended resumes after it, e.g. PyTorch's autograd thread); GPU-side dependencies
+  between streams, from recorded ``cudaEventRecord`` / ``cudaStreamWaitEvent`` calls, and inferred where a task
+  started right after another stream's task ended and nothing on its own stream or launch explains the wait.
 * **Latencies.** Every edge keeps the time the trace shows between the predecessor and the task (host work
   between calls, launch latency, kernel-to-kernel delay) for the predecessor that bound the task; an edge that
   did not bind gets the trace's typical latency of its type (never more than it had). Replaying the unmodified
@@ -652,15 +652,33 @@ def graphs(views: Views) -> list[Graph]:
     return cached
 
 
-def predict_step_ns(views: Views, transform: "str | Callable[..., None]" = "all", windows=None) -> dict:
+def _resolve(transform, windows) -> tuple[Callable[..., None], str, str]:
+    """(function, name, assumptions) of a transform given by name, function, or list of them (applied in order)."""
+    if isinstance(transform, (list, tuple)):
+        parts = [_resolve(*(t if isinstance(t, tuple) else (t, windows))) + ((t[1] if isinstance(t, tuple) else windows),) for t in transform]
+
+        def combined(g: Graph, _windows=None) -> None:
+            for fn, _, _, w in parts:
+                fn(g, w)
+
+        return combined, "+".join(p[1] for p in parts), "; ".join(p[2] for p in parts)
+    if isinstance(transform, str):
+        if transform not in TRANSFORMS:
+            raise ValueError(f"unknown what-if transform {transform!r}; known: {', '.join(TRANSFORMS)}")
+        return TRANSFORMS[transform], transform, ASSUMPTIONS[transform]
+    return transform, getattr(transform, "__name__", "custom"), (transform.__doc__ or "").strip().split("\n")[0]
+
+
+def predict_step_ns(views: Views, transform="all", windows=None) -> dict:
     """Median step time with ``transform`` applied, next to the unmodified replay and the measured steps.
 
-    ``transform``: a name in ``TRANSFORMS`` or a function editing a ``Graph`` in place. ``windows``: optional
-    (start_ns, end_ns) ranges (e.g. a finding's instances) the edit is limited to.
+    ``transform``: a name in ``TRANSFORMS``, a function editing a ``Graph`` in place, or a list of names,
+    functions and ``(name, windows)`` pairs applied together (e.g. the transforms of the causes found, for
+    ``kpis.what_if_all_step_ns``). ``windows``: optional (start_ns, end_ns) ranges (e.g. a finding's instances)
+    the edit is limited to.
     """
     t0 = time.perf_counter()
-    fn = TRANSFORMS[transform] if isinstance(transform, str) else transform
-    name = transform if isinstance(transform, str) else getattr(transform, "__name__", "custom")
+    fn, name, words = _resolve(transform, windows)
     measured, base, pred = [], [], []
     for g in graphs(views):
         if "base" not in g.defaults:  # the unmodified replay, once per graph
@@ -686,7 +704,6 @@ def predict_step_ns(views: Views, transform: "str | Callable[..., None]" = "all"
     med_m, med_b, med_p = (float(np.median(x)) if len(x) else None for x in (m, b, p))
     err = None if not med_m else round(100.0 * (med_b - med_m) / med_m, 3)
     no_steps = all(gr.steps.empty for gr in graphs(views))
-    words = ASSUMPTIONS.get(name, fn.__doc__ or name)
     if no_steps:
         words += "; no step markers: the whole traced window is one step"
     return {
