@@ -239,3 +239,45 @@ def test_format_what_if():
     assert whatif.format_what_if({"step_ns": 900_000, "baseline_step_ns": 1_200_000}) == "step 1.20 → 0.90 ms (−25 %)"
     assert whatif.format_what_if({"step_ns": None, "baseline_step_ns": 5}) == ""
     assert whatif.format_what_if(None) == ""
+
+
+def _assert_topological(g: whatif.Graph) -> None:
+    """Every predecessor a replayed task reads is itself replayed earlier (or lies outside the replayed window)."""
+    n = len(g.start)
+    pos_start = np.full(n, -1)
+    pos_end = np.full(n, -1)  # where a node's end becomes known
+    w = g.window
+    starts = w >= 0
+    pos_start[w[starts]] = np.flatnonzero(starts)
+    pos_end[w[starts]] = np.flatnonzero(starts)
+    blocking = g.ntype == whatif.BLOCKING
+    pos_end[blocking] = -1
+    ends = ~starts
+    pos_end[-1 - w[ends]] = np.flatnonzero(ends)
+    ids = w[starts]
+    here = pos_start[ids]
+    for pred, ref in ((g.prev, pos_end), (g.cross, pos_end), (g.launch, pos_start)):
+        p = pred[ids]
+        has = p >= 0
+        seen = ref[p[has]]
+        bad = (seen >= 0) & (seen >= here[has])
+        assert not bad.any(), f"{int(bad.sum())} tasks read a predecessor replayed after them"
+    for b in -1 - w[ends]:
+        for t in g.waits[b]:
+            assert pos_end[t] < pos_end[b] or pos_end[t] == -1
+
+
+def test_replay_order_is_topological(tmp_path):
+    v = views_of(plant(tmp_path / "a.json", data_us=5_000.0, sync_at=20, work_after_sync_us=1_000.0))
+    for g in whatif.graphs(v):
+        _assert_topological(g)
+
+
+@pytest.mark.parametrize(
+    "rel",
+    ["pytorch/kineto_resnet50_nw0_v100.pt.trace.json.gz", "pytorch/hta_nccl_data_a100_rank0of2.json.gz",
+     "pytorch/tracelens_h100_owlv2_inference.json.gz", "nsys/nsys2026.2_fastvideo-train_2xH100_300ms-slice.sqlite"],
+)
+def test_real_replay_order_is_topological(rel):
+    for g in whatif.graphs(views_of(corpus_file(rel))):
+        _assert_topological(g)
