@@ -281,3 +281,12 @@ def test_replay_order_is_topological(tmp_path):
 def test_real_replay_order_is_topological(rel):
     for g in whatif.graphs(views_of(corpus_file(rel))):
         _assert_topological(g)
+
+
+def test_long_runs_replay_the_middle_steps(tmp_path, monkeypatch):
+    """The replay loop is bounded: only the middle MAX_STEPS steps of a rank are replayed."""
+    monkeypatch.setattr(whatif, "MAX_STEPS", 4)
+    v = views_of(plant(tmp_path / "a.json", steps=9, kernels=5))
+    g = whatif.build_graph(v, 0, max_steps=whatif.MAX_STEPS)
+    assert g.steps["step"].tolist() == [2, 3, 4, 5]
+    assert len(g.window) < len(g.start) / 2
