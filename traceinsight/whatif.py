@@ -40,7 +40,7 @@ import pandas as pd
 
 from .rules._common import DATA_WAIT_PRIMARY, GEMM_CONV, SYNC_CALL
 from .timeline import GPU_ACTIVITY_KINDS
-from .views import Views, merge_grouped, name_mask
+from .views import Views, merge_grouped, merge_intervals, name_mask
 
 #: A host thread idle this long (ns) before resuming right after another thread's call is taken to have waited
 #: for that thread (a hand-off), rather than to have been busy with untraced work.
@@ -506,11 +506,21 @@ def step_times(g: Graph, ns: np.ndarray, ne: np.ndarray) -> np.ndarray:
 
 # --- transforms ------------------------------------------------------------------------------------------
 def _in(g: Graph, windows: Iterable[tuple[int, int]] | None) -> np.ndarray:
+    """Tasks a windowed edit applies to: those starting in a window, and GPU tasks launched in one."""
     if windows is None:
         return np.ones(len(g.start), bool)
-    m = np.zeros(len(g.start), bool)
-    for a, b in windows:
-        m |= (g.start >= a) & (g.start < b)
+    w = np.asarray(list(windows), np.int64).reshape(-1, 2)
+    if len(w) == 0:
+        return np.zeros(len(g.start), bool)
+    cov_s, cov_e = merge_intervals(w[:, 0], w[:, 1])
+
+    def inside(t: np.ndarray) -> np.ndarray:
+        i = np.searchsorted(cov_s, t, side="right") - 1
+        return (i >= 0) & (t < cov_e[np.clip(i, 0, None)])
+
+    m = inside(g.start)
+    gl = (g.ntype == GPU) & (g.launch >= 0)
+    m[gl] |= inside(g.start[g.launch[gl]])
     return m
 
 
