@@ -290,3 +290,19 @@ def test_long_runs_replay_the_middle_steps(tmp_path, monkeypatch):
     g = whatif.build_graph(v, 0, max_steps=whatif.MAX_STEPS)
     assert g.steps["step"].tolist() == [2, 3, 4, 5]
     assert len(g.window) < len(g.start) / 2
+
+
+def test_what_if_for_findings(tmp_path):
+    """The per-rule entry point calib uses: causes get a prediction, symptoms and instance-less windowed causes none."""
+    v = views_of(plant(tmp_path / "a.json", data_us=30_000.0, sync_at=20, work_after_sync_us=3_000.0))
+    d = whatif.what_if_for(v, "TI005")
+    assert d["transform"] == "remove_data_wait" and d["step_ns"] < d["baseline_step_ns"]
+    assert whatif.what_if_for(v, "TI001") is None
+    assert whatif.what_if_for(v, "TI007") is None
+    assert whatif.what_if_for(v, "TI002") is None  # no instances: nothing to edit
+    ev = v.events
+    s = ev[ev["name"].astype(str) == "cudaStreamSynchronize"]
+    inst = s.assign(end_ns=s["start_ns"] + s["dur_ns"] + 1)[["start_ns", "end_ns"]]
+    d2 = whatif.what_if_for(v, "TI002", inst)
+    assert d2["step_ns"] == whatif.predict_step_ns(v, "remove_host_sync", windows=sync_windows(v))["step_ns"]
+    assert d2["step_ns"] < d2["baseline_step_ns"]

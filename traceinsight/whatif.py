@@ -31,7 +31,6 @@ Transforms are small edits of the graph's arrays (``TRANSFORMS``); ``predict_ste
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
@@ -687,7 +686,6 @@ def predict_step_ns(views: Views, transform="all", windows=None) -> dict:
     ``kpis.what_if_all_step_ns``). ``windows``: optional (start_ns, end_ns) ranges (e.g. a finding's instances)
     the edit is limited to.
     """
-    t0 = time.perf_counter()
     fn, name, words = _resolve(transform, windows)
     measured, base, pred = [], [], []
     for g in graphs(views):
@@ -709,7 +707,7 @@ def predict_step_ns(views: Views, transform="all", windows=None) -> dict:
         pred.append(p)
     if not base:
         return {"step_ns": None, "baseline_step_ns": None, "measured_step_ns": None, "steps_used": 0,
-                "transform": name, "assumptions": "no GPU work to replay", "replay_error_pct": None, "cost_s": 0.0}
+                "transform": name, "assumptions": "no GPU work to replay", "replay_error_pct": None}
     m, b, p = (np.concatenate(x) for x in (measured, base, pred))
     med_m, med_b, med_p = (float(np.median(x)) if len(x) else None for x in (m, b, p))
     err = None if not med_m else round(100.0 * (med_b - med_m) / med_m, 3)
@@ -724,5 +722,37 @@ def predict_step_ns(views: Views, transform="all", windows=None) -> dict:
         "transform": name,
         "assumptions": words,
         "replay_error_pct": err,
-        "cost_s": round(time.perf_counter() - t0, 4),
     }
+
+
+def windows_of(instances) -> list[tuple[int, int]] | None:
+    """(start_ns, end_ns) pairs from a finding's instances (a list of ``Instance`` or a DataFrame); None if none."""
+    if instances is None:
+        return None
+    if isinstance(instances, pd.DataFrame):
+        if instances.empty:
+            return None
+        return list(zip(instances["start_ns"].astype(np.int64), instances["end_ns"].astype(np.int64)))
+    out = [(int(i.start_ns), int(i.end_ns)) for i in instances]
+    return out or None
+
+
+#: Causes whose edit is limited to the finding's own instances (the syncs that stalled, the RNN region); the
+#: others act on every task of their kind.
+WINDOWED = {"remove_host_sync", "rnn_to_cudnn"}
+
+
+def what_if_for(views: Views, code: str, instances=None) -> dict | None:
+    """``Finding.what_if`` for a root-cause finding of rule ``code`` (None for symptoms and rules without a model).
+
+    TI002 and TI004 pass their instances (stalling syncs, RNN regions) so that only those are edited; without
+    instances there is nothing to edit and no prediction.
+    """
+    name = TRANSFORM_FOR_RULE.get(code)
+    if name is None:
+        return None
+    windows = windows_of(instances) if name in WINDOWED else None
+    if name in WINDOWED and windows is None:
+        return None
+    r = predict_step_ns(views, name, windows=windows)
+    return r if r["step_ns"] is not None else None
