@@ -25,8 +25,9 @@ QUEUE_GAP = 2.0  # µs between two queued GPU tasks
 
 
 def plant(path, *, steps=6, data_us=0.0, sync_at=None, work_after_sync_us=0.0, kernels=40, kernel_us=400.0,
-          launch_gap_us=30.0, tail_us=2000.0, warmup_us=0.0):
-    """Write a trace of a training loop: [data wait] -> blocking pageable H2D copy -> kernels [-> sync -> host work]."""
+          launch_gap_us=30.0, tail_us=2000.0, warmup_us=0.0, backward=0):
+    """Write a trace of a training loop: [data wait] -> blocking pageable H2D copy -> kernels [-> sync -> host work]
+    [-> ``backward`` kernels launched by a second thread while the main thread waits, as PyTorch's autograd does]."""
     tr = KinetoTrace(tid=77)
     t, gpu_free = 10.0, 0.0
 
@@ -54,6 +55,15 @@ def plant(path, *, steps=6, data_us=0.0, sync_at=None, work_after_sync_us=0.0, k
                 end = max(t + 3.0, gpu_free + 4.0)
                 tr.runtime("cudaStreamSynchronize", t, end - t)
                 t = end + work_after_sync_us
+        if backward:
+            t += 50.0  # main thread hands off to the autograd thread and blocks (untraced)
+            for k in range(backward):
+                t += launch_gap_us
+                ks = gpu_start(t)
+                tr.kernel(f"volta_sgemm_128x64_nt_{k % 3}", ks, kernel_us, launch_us=t, launch_dur_us=4.0, tid=78)
+                gpu_free = ks + kernel_us
+                t += 4.0
+            t += 60.0  # the main thread wakes up
         t += tail_us
         tr.step(n, s0, t - s0)
         t += 10.0
@@ -101,6 +111,17 @@ def test_data_wait_pair(tmp_path):
     assert not within(naive, truth, 25.0)  # subtraction alone would be far off: the replay is needed
     assert within(r["step_ns"], truth, 5.0), (r, truth)
     assert r["baseline_step_ns"] > 1.8 * r["step_ns"]
+
+
+def test_data_wait_pair_with_autograd_thread(tmp_path):
+    """The backward pass runs on a second host thread: the hand-off edge must carry the saving across threads."""
+    before = views_of(plant(tmp_path / "before.json", data_us=30_000.0, kernels=20, backward=20))
+    after = views_of(plant(tmp_path / "after.json", kernels=20, backward=20))
+    truth = measured_median(after)
+    r = whatif.predict_step_ns(before, "remove_data_wait")
+    assert within(r["step_ns"], truth, 5.0), (r, truth)
+    g = whatif.graphs(before)[0]
+    assert ((g.ntype != whatif.GPU) & (g.cross >= 0)).sum() >= 2 * 6  # a hand-off each way per step
 
 
 def test_data_wait_negative(tmp_path):

@@ -118,8 +118,11 @@ def _key(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 def _latest_end_before(end_sorted_ids: np.ndarray, ends_sorted: np.ndarray, t: np.ndarray) -> np.ndarray:
-    """For each t: the id of the node with the latest end <= t among ``end_sorted_ids`` (-1 if none)."""
-    i = np.searchsorted(ends_sorted, t, side="right") - 1
+    """For each t: the id of the node with the latest end < t among ``end_sorted_ids`` (-1 if none).
+
+    Strictly before: a zero-length node (a step marker) must not find itself.
+    """
+    i = np.searchsorted(ends_sorted, t, side="left") - 1
     return np.where(i >= 0, end_sorted_ids[np.clip(i, 0, None)], -1)
 
 
@@ -251,7 +254,8 @@ def build_graph(views: Views, rank: int, max_steps: int = MAX_STEPS) -> Graph | 
             okc = (c >= 0) & (tid[np.clip(c, 0, None)] != tid[ids])
             cend = end[np.clip(c, 0, None)]
             if not on_gpu:
-                okc &= (prev_gap[ids] > HANDOFF_MIN_GAP_NS) & (cend > prev_end[ids]) & has_prev[ids]
+                # a thread's first task in the trace may also have been handed work by another thread
+                okc &= ~has_prev[ids] | ((prev_gap[ids] > HANDOFF_MIN_GAP_NS) & (cend > prev_end[ids]))
             else:
                 explained = np.maximum(prev_end[ids], np.where(has_launch[ids], launch_end[ids], 0))
                 okc &= (cend > explained) & (start[ids] - cend <= STREAM_DEP_MAX_NS) & (start[ids] - explained > STREAM_DEP_MAX_NS)
