@@ -23,8 +23,9 @@ The model (docs/whatif.md has the long form):
   starts at the latest of (predecessor end or launch start) + latency; a blocking call ends at the latest of its
   own cost and the end of the GPU work it waits for plus its return latency. Tasks before the replayed steps stay
   where they were. The only Python loop is this one, over the tasks of the replayed steps.
-* **Step time.** The replayed start of the next step's marker minus the replayed start of this one (the period
-  a training loop sees); for the last step, the later of its marker end and the end of the GPU work it launched.
+* **Step time.** A step's boundary is the later of its marker's start and the end of the GPU work the step
+  before launched; step time is the distance between boundaries (the period a training loop sees), so a host
+  that runs ahead cannot make a step shorter than its GPU work.
 
 Transforms are small edits of the graph's arrays (``TRANSFORMS``); ``predict_step_ns`` replays with one applied.
 """
@@ -38,7 +39,6 @@ import numpy as np
 import pandas as pd
 
 from .rules._common import DATA_WAIT_PRIMARY, GEMM_CONV, SYNC_CALL
-from .timeline import GPU_ACTIVITY_KINDS
 from .views import Views, merge_grouped, merge_intervals, name_mask
 
 #: A host thread idle this long (ns) before resuming right after another thread's call is taken to have waited
@@ -232,7 +232,9 @@ def build_graph(views: Views, rank: int, max_steps: int = MAX_STEPS) -> Graph | 
     # a launch call whose own GPU work ended before it returned blocked on it (pageable or blocking copy)
     own_done = has_launch & (end <= launch_end) & (nodes["lbl"].to_numpy() >= 0)
     blk = ntype.copy()
-    blk[launch[own_done & np.isin(views.events["kind"].astype(str).reindex(lbl).to_numpy(), ("memcpy", "memset"))]] = BLOCKING
+    copy_like = np.zeros(n, bool)
+    copy_like[nh:] = np.isin(act["kind"].astype(str).to_numpy(), ("memcpy", "memset"))
+    blk[launch[own_done & copy_like]] = BLOCKING
     ntype = blk
 
     # typical latencies, from tasks where that edge bound the start
@@ -261,7 +263,7 @@ def build_graph(views: Views, rank: int, max_steps: int = MAX_STEPS) -> Graph | 
                 okc &= (cend > explained) & (start[ids] - cend <= STREAM_DEP_MAX_NS) & (start[ids] - explained > STREAM_DEP_MAX_NS)
             cross[ids[okc]] = c[okc]
     inferred = cross >= 0
-    _recorded_event_waits(views, nodes, nh, lbl, launch, cross, start, end, prev_end, launch_end, has_launch)
+    _recorded_event_waits(views, nodes, nh, lbl, launch, cross, start, end, has_launch)
     has_cross = cross >= 0
     cross_gap = np.where(has_cross, start - end[np.clip(cross, 0, None)], 0)
     explained = np.maximum(np.where(has_prev, prev_end, 0), np.where(has_launch, launch_end, 0))
@@ -316,9 +318,8 @@ def build_graph(views: Views, rank: int, max_steps: int = MAX_STEPS) -> Graph | 
         own[b_ids] = np.clip(np.minimum(d, after), 0, None)
         wait_on[b_ids] = [len(w) > 0 for w in (waits[b] for b in b_ids)]
 
-    act_kind_names = act["name"]
     gemm = np.zeros(n, bool)
-    gemm[nh:] = name_mask(act_kind_names, GEMM_CONV) & (act["kind"].astype(str).to_numpy() == "kernel")
+    gemm[nh:] = name_mask(act["name"], GEMM_CONV) & (act["kind"].astype(str).to_numpy() == "kernel")
 
     steps = _steps(nodes, nh, max_steps)
     g = Graph(rank=rank, ntype=ntype, start=start, end=end, dur=end - start, prev=prev, prev_lat=prev_lat, cross=cross,
@@ -329,7 +330,7 @@ def build_graph(views: Views, rank: int, max_steps: int = MAX_STEPS) -> Graph | 
     return g
 
 
-def _recorded_event_waits(views, nodes, nh, lbl, launch, cross, start, end, prev_end, launch_end, has_launch) -> None:
+def _recorded_event_waits(views, nodes, nh, lbl, launch, cross, start, end, has_launch) -> None:
     """GPU-side edges from ``cudaEventRecord`` / ``cudaStreamWaitEvent`` calls, where the trace has them.
 
     Traces do not say which stream an event was recorded on or which event a wait names; the usual reading is
@@ -414,7 +415,6 @@ def _steps(nodes: pd.DataFrame, nh: int, max_steps: int) -> pd.DataFrame:
 
 def _window(g: Graph, steps: pd.DataFrame) -> np.ndarray:
     """Replay events in a topological order: (time, phase) with blocking calls ending in a second event."""
-    n = len(g.start)
     is_gpu = g.ntype == GPU
     if steps.empty:  # no markers: the GPU's active window, from the first task's launch
         ws = int(min(g.start[is_gpu].min(), g.start[g.launch[is_gpu & (g.launch >= 0)]].min(initial=np.iinfo(np.int64).max)))
