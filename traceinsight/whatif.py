@@ -39,7 +39,7 @@ import numpy as np
 import pandas as pd
 
 from .rules._common import DATA_WAIT_PRIMARY, GEMM_CONV, SYNC_CALL
-from .views import Views, merge_grouped, merge_intervals, name_mask
+from .views import Coverage, Views, merge_grouped, merge_intervals, name_mask
 
 #: A host thread idle this long (ns) before resuming right after another thread's call is taken to have waited
 #: for that thread (a hand-off), rather than to have been busy with untraced work.
@@ -568,11 +568,31 @@ def rnn_to_cudnn(g: Graph, windows=None) -> None:
 
 
 def remove_warmup(g: Graph, windows=None) -> None:
-    """Warm-up steps (leading steps much longer than the rest) are left out of the steps used; see ``warmup_steps``."""
+    """Warm-up is left out: with ``windows`` (the warm-up ranges a trace-quality finding found, e.g. cuDNN autotune
+    inside the first convolution), the time inside them is cut (``cut_time``); without, leading steps much longer
+    than the rest (``warmup_mask``) are left out of the steps used."""
+    if windows is not None:
+        cut_time(g, windows)
+        return
     st = g.steps
     if len(st) >= 3:
         keep = ~warmup_mask((st["t1"] - st["t0"]).to_numpy())
         g.steps = st[keep].reset_index(drop=True)
+
+
+def cut_time(g: Graph, windows) -> None:
+    """The time inside ``windows`` never happened: every task's duration and every edge's latency lose the part of
+    them that lies inside a window (host and GPU alike), so work on either side closes up."""
+    w = np.asarray(list(windows), np.int64).reshape(-1, 2)
+    if len(w) == 0:
+        return
+    cov = Coverage(w[:, 0], w[:, 1])
+    g.dur = np.maximum(g.dur - cov.overlap(g.start, g.end), 0)
+    g.own = np.maximum(g.own - cov.overlap(g.end - g.own, g.end), 0)
+    for pred, lat, ref in ((g.prev, g.prev_lat, g.end), (g.cross, g.cross_lat, g.end), (g.launch, g.launch_lat, g.start)):
+        has = (pred >= 0) & (lat > 0)
+        a = ref[pred[has]]
+        lat[has] = np.maximum(lat[has] - cov.overlap(a, a + lat[has]), 0)
 
 
 def warmup_mask(durs: np.ndarray) -> np.ndarray:
