@@ -38,7 +38,8 @@ from typing import Callable, Iterable
 import numpy as np
 import pandas as pd
 
-from .rules._common import DATA_WAIT_PRIMARY, GEMM_CONV, SYNC_CALL
+from .patterns import DATA_WAIT_PRIMARY, SYNC_CALL
+from .rules._common import GEMM_CONV
 from .views import Coverage, Views, merge_grouped, merge_intervals, name_mask
 
 #: A host thread idle this long (ns) before resuming right after another thread's call is taken to have waited
