@@ -120,3 +120,17 @@ def order(findings: list[Finding]) -> list[Finding]:
         out.append(f)
         out.extend(by_fp[fp] for fp in f.explains if fp in by_fp and fp in explained)
     return out
+
+
+def attach_what_if(findings: list[Finding], views) -> None:
+    """Predicted step time with each root cause removed (``traceinsight.whatif``), on causes only: a symptom that
+    a cause explains gets none (its cause's prediction covers it), and trace-quality findings are not causes."""
+    from .whatif import what_if_for
+
+    for f in findings:
+        if f.what_if is not None or f.metrics.get("explained_by") or f.category == "trace_quality":
+            continue
+        try:
+            f.what_if = what_if_for(views, f.code, f.instances or None)
+        except Exception as exc:  # a model failure must not take the analysis down; say so on the finding
+            f.metrics["what_if_error"] = f"{type(exc).__name__}: {exc}"

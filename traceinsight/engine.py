@@ -19,7 +19,7 @@ from typing import Any, Iterable
 
 from .errors import ConfigError
 from .rule_api import Context, Finding, Rule, Severity
-from .causes import link as link_causes
+from .causes import attach_what_if, link as link_causes
 from .severity import DEFAULT_MIN_IMPACT_PCT, grade
 from .summary import Summary, summarize
 from .timeline import Timeline
@@ -237,6 +237,7 @@ def run(
     findings = grade(findings, views, {r.code: r for r in rules}, min_impact_pct=min_impact, overridden=severity_overrides)
     findings.sort(key=lambda f: (-f.impact_ns, -f.severity.rank, f.code))
     findings = link_causes(findings)
+    attach_what_if(findings, views)
     return Analysis(
         timeline=timeline,
         summary=summarize(timeline, views),
