@@ -59,3 +59,28 @@ def test_savings_never_exceed_the_window():
         a = traceinsight.analyze(p)
         h = headline(a)
         assert h["est_savings_ns"] <= max(h["span_ns"], 0) or h["span_ns"] == 0, row["path"]
+
+
+TF_RUN = "tf/e4040-t4-keras-cnn/train/plugins/profile/2022_11_04_21_26_12/instance-ecbm"
+TF_DEMO = "tf/tensorflow-profiler-demo/GPU-multi-worker/34.83.195.179_6003"
+
+
+@pytest.mark.parametrize(
+    "paths",
+    [
+        (f"{TF_RUN}.trace.json.gz", f"{TF_RUN}.xplane.pb", "tf/e4040-t4-keras-cnn/train"),
+        (f"{TF_DEMO}.trace.json.gz", f"{TF_DEMO}.xplane.pb"),
+    ],
+    ids=["e4040-json-xplane-logdir", "demo-json-xplane"],
+)
+def test_one_run_one_set_of_codes_in_every_format(paths):
+    """One phenomenon, one code: the trace.json.gz, the xplane and the logdir of one run report the same codes
+    (at every severity) with the same severities, and the same verdict."""
+    seen = []
+    for rel in paths:
+        a = traceinsight.analyze(corpus_file(rel))
+        seen.append((rel, sorted((f.code, f.severity.value, f.location.device) for f in a.findings), details(a)["category"]))
+    first = seen[0]
+    for other in seen[1:]:
+        assert other[1] == first[1], f"{other[0]} vs {first[0]}"
+        assert other[2] == first[2], f"{other[0]} vs {first[0]}"
