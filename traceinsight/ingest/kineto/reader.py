@@ -10,11 +10,12 @@ events, CUPTI range-profiler traces without kernels, and files cut short by a ki
 from __future__ import annotations
 
 import copy
+import dataclasses
 import gc
 import mmap
 import os
 import re
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -134,12 +135,7 @@ def _read_folder(folder: Path, progress, max_bytes: int | None) -> ReadResult:
         raise TraceReadError(f"{folder}: no PyTorch profiler trace files (.json / .json.gz) in this folder")
     if progress:
         progress(f"reading {len(files)} rank files")
-    workers = min(len(files), os.cpu_count() or 1)
-    if workers > 1:
-        with ProcessPoolExecutor(max_workers=workers) as pool:
-            results = list(pool.map(_read_file, files, [None] * len(files), [max_bytes] * len(files)))
-    else:
-        results = [_read_file(f, None, max_bytes) for f in files]
+    results = _read_files(files, max_bytes, RANK_POOL)
     metas = [m for _, m in results]
     ranks = [m.extra.get("distributed_rank") for m in metas]
     if any(r is None for r in ranks) or len(set(ranks)) != len(ranks):
@@ -167,6 +163,26 @@ def _read_folder(folder: Path, progress, max_bytes: int | None) -> ReadResult:
     for rows in parts:
         _kernel_warnings(rows, meta)
     return ReadResult(parts, meta, epoch=None)
+
+
+#: How the files of a rank folder are read in parallel: "threads", "processes" or "serial". Threads won (see
+#: bench/README.md): the native scanner releases the GIL, numpy does for most column work, and nothing is pickled.
+RANK_POOL = "threads"
+
+
+def _read_files(files: list[Path], max_bytes: int | None, pool: str) -> list[tuple[Rows, TraceMeta]]:
+    workers = min(len(files), os.cpu_count() or 1)
+    if workers <= 1 or pool == "serial":
+        return [_read_file(f, None, max_bytes) for f in files]
+    executor = ThreadPoolExecutor if pool == "threads" else ProcessPoolExecutor
+    gc_was_on = gc.isenabled()
+    gc.disable()  # once for all threads (each _read_file pausing and resuming it would race)
+    try:
+        with executor(max_workers=workers) as ex:
+            return list(ex.map(_read_file, files, [None] * len(files), [max_bytes] * len(files)))
+    finally:
+        if gc_was_on:
+            gc.enable()
 
 
 def _kernel_warnings(rows: Rows, meta: TraceMeta) -> None:
@@ -345,7 +361,7 @@ def _build(cols: EventColumns, header: Trace, path: Path, warnings: list[str]) -
     rows = Rows(
         {
             "kind": pd.Categorical.from_codes(kind, categories=list(KINDS), validate=False),
-            "name": demangled_categories(name_raw),
+            "name": demangled_categories(name_raw, warnings),
             "raw_name": name_raw,
             "start_ns": start_ns,
             "dur_ns": dur_ns,
@@ -413,13 +429,38 @@ def _meta(trace: Trace, path: Path, device: np.ndarray) -> TraceMeta:
             DeviceInfo(index=idx, name=name, sm_count=_int(p.get("numSms")), memory_bytes=_int(p.get("totalGlobalMem")), compute_capability=cc, vendor=vendor)
         )
     gpu_devs = sorted(set(np.unique(device[device >= 0]).tolist()))
+    described = {d.index: d for d in meta.devices}
+    stand_ins = _stand_ins([d for d in gpu_devs if d not in seen], described, set(gpu_devs))
+    if stand_ins:
+        meta.warn(
+            f"{path.name}: the GPU ids in events ({', '.join(map(str, sorted(stand_ins)))}) are not ids in deviceProperties "
+            f"({', '.join(map(str, sorted(described)))}), as on ROCm virtual functions; they take the description "
+            + ("every listed GPU shares" if len({_spec(d) for d in described.values()}) == 1 else "of the unused ids, in order"))
     for d in gpu_devs:
         if d not in seen:
-            meta.devices.append(DeviceInfo(index=int(d), vendor="AMD" if amd else None))
+            src = stand_ins.get(d)
+            meta.devices.append(dataclasses.replace(src, index=int(d)) if src else DeviceInfo(index=int(d), vendor="AMD" if amd else None))
     meta.devices.sort(key=lambda d: d.index)
     if not trace.deviceProperties and gpu_devs:
         meta.warn(f"{path.name}: no deviceProperties in the trace; GPU names and SM counts are unknown")
     return meta
+
+
+def _spec(d: DeviceInfo) -> tuple:
+    return (d.name, d.sm_count, d.memory_bytes, d.compute_capability, d.vendor)
+
+
+def _stand_ins(missing: list[int], described: dict[int, DeviceInfo], used: set[int]) -> dict[int, DeviceInfo]:
+    """For GPU ids the events use but deviceProperties does not list (ROCm reports a virtual function's or an
+    agent's id in events, the HIP ordinal in deviceProperties): the description to take. When every listed GPU is
+    the same model, that model, which is certain; otherwise the listed ids no event uses, matched in order."""
+    if not missing or not described:
+        return {}
+    if len({_spec(d) for d in described.values()}) == 1:
+        first = next(iter(described.values()))
+        return {m: first for m in missing}
+    spare = [described[k] for k in sorted(described) if k not in used]
+    return {m: d for m, d in zip(sorted(missing), spare)}
 
 
 def _int(v: Any) -> int | None:
