@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+import numpy as np
 
 from ...errors import TraceReadError
 
@@ -153,29 +154,106 @@ def _decode_any(data: bytes) -> Trace:
 
 
 def _recover_truncated(data: bytes) -> tuple[Trace, int] | None:
-    """Cut after the last complete event and close the JSON; kineto writes one event object per block."""
-    start = data.find(b'"traceEvents"')
+    """Cut after the last complete event and close the JSON: one structural pass over the bytes, one decode.
+
+    ``last_complete_event`` finds the end of the last event object that closed before the cut, so every complete
+    event is kept and the cost is linear in the file (the old way, re-decoding for each of the last ``}``, was
+    quadratic and gave up after 200 tries)."""
     bare = is_bare_array(data)
-    if start < 0 and not bare:
+    start = 0 if bare else data.find(b'"traceEvents"')
+    if start < 0:
         return None
-    lo = (start if start >= 0 else 0) + 1
-    end = len(data)
-    for _ in range(200):
-        cut = data.rfind(b"}", lo, end)
-        if cut < 0:
-            break
-        candidate = data[: cut + 1] + (b"]" if bare else b"]}")
-        try:
-            trace = _decode_any(candidate)
-            return trace, len(trace.traceEvents)
-        except (msgspec.DecodeError, msgspec.ValidationError):
-            end = cut
-    # Cut before the first event: keep the header, with an empty event list.
-    bracket = data.find(b"[", lo)
-    if bracket < 0:
+    closer = b"]" if bare else b"]}"
+    found = last_complete_event(data, start)
+    if found is None:
         return None
+    bracket, end = found
+    candidate = data[: end + 1] + closer if end >= 0 else data[: bracket + 1] + closer
     try:
-        trace = _decode_any(data[: bracket + 1] + (b"]" if bare else b"]}"))
+        trace = _decode_any(candidate)
     except (msgspec.DecodeError, msgspec.ValidationError):
         return None
-    return trace, 0
+    return trace, len(trace.traceEvents)
+
+
+#: Bytes scanned per numpy step by ``last_complete_event`` (bounded memory whatever the file size).
+_STEP = 1 << 26
+
+_QUOTE, _BACKSLASH = 34, 92
+_OPENERS, _CLOSERS = (123, 91), (125, 93)
+
+
+def last_complete_event(data: bytes, start: int) -> tuple[int, int] | None:
+    """(offset of the event array's ``[``, offset of the ``}`` closing its last complete element, or -1 when none
+    closed), for the array that follows ``start``; None when there is no array.
+
+    Vectorised, and over the few bytes that matter only: the positions of quotes, backslashes and brackets. A quote
+    is real after an even run of backslashes; a bracket lies outside strings when an even number of real quotes
+    precedes it; a running sum gives each bracket's depth, and an element of the array closes where a closing
+    bracket brings the depth back to that of the array's inside."""
+    buf = np.frombuffer(data, dtype=np.uint8)
+    n = len(buf)
+    in_string = False
+    carry = 0  # length of the backslash run that ends the previous step
+    depth = 0
+    array_depth = None
+    bracket = last_end = -1
+    for pos in range(0, n, _STEP):
+        chunk = buf[pos : pos + _STEP]
+        m = len(chunk)
+        qmask = chunk == _QUOTE
+        is_slash = chunk == _BACKSLASH
+        slashes = np.flatnonzero(is_slash) if is_slash.any() or carry else np.empty(0, dtype=np.int64)
+        run_start = np.empty(0, dtype=np.int64)
+        if len(slashes) or carry:
+            # quotes right after a backslash: real only after an even run of backslashes
+            cand = np.flatnonzero(qmask[1:] & is_slash[:-1]) + 1
+            runs = np.zeros(len(cand), dtype=np.int64)
+            if len(slashes):
+                first = np.ones(len(slashes), dtype=bool)
+                first[1:] = slashes[1:] != slashes[:-1] + 1
+                run_start = np.maximum.accumulate(np.where(first, slashes, -1))
+                k = np.searchsorted(slashes, cand - 1)
+                runs = cand - run_start[k] + np.where(run_start[k] == 0, carry, 0)
+            if carry and qmask[0]:
+                cand = np.append(0, cand)
+                runs = np.append(carry, runs)
+            qmask[cand[runs % 2 == 1]] = False
+        if m and is_slash[-1]:
+            rs = int(run_start[-1])
+            carry = m - rs + (carry if rs == 0 else 0)
+        else:
+            carry = 0
+        # parity of the real quotes up to each byte; a bracket is outside strings where it equals the state the
+        # step began in (brackets are never quotes, so the state before and after them is the same)
+        parity = np.bitwise_xor.accumulate(qmask.view(np.uint8))
+        br = np.flatnonzero(((chunk == 123) | (chunk == 91) | (chunk == 125) | (chunk == 93))
+                            & (parity == np.uint8(in_string)))
+        ch = chunk[br]
+        is_close = (ch == 125) | (ch == 93)
+        d = depth + np.cumsum(np.where(is_close, -1, 1))
+        begin = None
+        if array_depth is None:
+            opens = np.flatnonzero((br >= start - pos) & (ch == 91))
+            if len(opens):
+                i0 = int(opens[0])
+                bracket, array_depth, begin = pos + int(br[i0]), int(d[i0]), i0 + 1
+        else:
+            begin = 0
+        if begin is not None:
+            cl, dd, bb = is_close[begin:], d[begin:], br[begin:]
+            ends = np.flatnonzero(cl & (dd == array_depth))
+            done = np.flatnonzero(cl & (dd < array_depth))
+            if len(done):  # the array itself closed: the cut (or the damage) is after it
+                ends = ends[ends < done[0]]
+                if len(ends):
+                    last_end = pos + int(bb[ends[-1]])
+                return bracket, last_end
+            if len(ends):
+                last_end = pos + int(bb[ends[-1]])
+        if len(d):
+            depth = int(d[-1])
+        in_string = in_string != bool(parity[-1])
+    if array_depth is None:
+        return None
+    return bracket, last_end
