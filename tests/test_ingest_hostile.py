@@ -104,3 +104,165 @@ def test_recovery_when_the_native_scanner_declines(tmp_path, monkeypatch):
     fast, slow = _load_both(tmp_path / "c.json", monkeypatch)
     _same(fast, slow)
     assert len(fast.events) == sum(1 for e in ends if e < cut_at)
+
+
+# --- item 5: non-regular files refused up front; an inflated-size ceiling checked while inflating ----------------
+
+
+@pytest.mark.parametrize("kind", ["fifo", "dev_zero", "dev_null"])
+@pytest.mark.parametrize("fmt", [None, "pytorch", "tensorflow-xplane", "nsys", "tensorflow-json"])
+def test_non_regular_files_are_refused_before_reading(tmp_path, kind, fmt):
+    if kind == "fifo":
+        path = tmp_path / "pipe.json"
+        os.mkfifo(path)  # nobody writes: reading it would block forever
+        what = "FIFO"
+    else:
+        path = Path("/dev/zero" if kind == "dev_zero" else "/dev/null")
+        what = "character device"
+    t0 = time.perf_counter()
+    with pytest.raises(TraceReadError) as info:
+        traceinsight.load(path, format=fmt)
+    assert time.perf_counter() - t0 < 5
+    msg = str(info.value)
+    assert "\n" not in msg and what in msg and str(path) in msg
+
+
+def _bomb(path: Path, inflated: int) -> Path:
+    import zlib
+
+    c = zlib.compressobj(9, zlib.DEFLATED, 31)
+    block = b" " * (16 << 20)
+    parts = [c.compress(b'{"traceEvents": [')]
+    for _ in range(inflated // len(block)):
+        parts.append(c.compress(block))
+    parts += [c.compress(b"]}"), c.flush()]
+    path.write_bytes(b"".join(parts))
+    return path
+
+
+def test_gzip_bomb_stops_early_in_bounded_memory(tmp_path):
+    """A 2 GiB-inflating gzip (a few MB) ends with one line and exit 3 long before it is inflated, well under 1 GB."""
+    bomb = _bomb(tmp_path / "bomb.json.gz", 2 << 30)
+    assert bomb.stat().st_size < 4 << 20
+    code = ("import resource, sys, traceinsight.cli as c\n"
+            "try:\n    c.main()\nexcept SystemExit as e:\n    rc = e.code\n"
+            "print('RSS', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)\nsys.exit(rc)\n")
+    t0 = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-c", code, "analyze", str(bomb)], capture_output=True, text=True, timeout=120)
+    elapsed = time.perf_counter() - t0
+    err = [line for line in proc.stderr.splitlines() if not line.startswith("RSS")]
+    rss_kb = int(next(line for line in proc.stderr.splitlines() if line.startswith("RSS")).split()[1])
+    assert proc.returncode == 3, proc.stderr
+    assert len(err) == 1 and "gzip bomb" in err[0]
+    assert rss_kb < 1 << 20  # under 1 GiB
+    assert elapsed < 30
+
+
+def test_explicit_ceiling_is_checked_while_inflating(tmp_path):
+    import gzip
+
+    data, _ = _many_events(20_000)
+    gz = tmp_path / "t.json.gz"
+    gz.write_bytes(gzip.compress(data))
+    assert len(traceinsight.load(gz, max_bytes=len(data) + 1).events) == 20_000
+    with pytest.raises(TraceTooLargeError) as info:
+        traceinsight.load(gz, max_bytes=len(data) // 3)
+    assert "size ceiling" in str(info.value) and info.value.exit_code == 3
+    plain = tmp_path / "t.json"
+    plain.write_bytes(data)
+    with pytest.raises(TraceTooLargeError):
+        traceinsight.load(plain, max_bytes=1000)
+
+
+def test_default_ceiling_follows_available_memory(monkeypatch):
+    from traceinsight.ingest import byteio
+
+    monkeypatch.setattr(byteio, "_available_memory", lambda: 16 << 30)
+    assert byteio.default_max_bytes() == 8 << 30
+    monkeypatch.setattr(byteio, "_available_memory", lambda: 1 << 20)
+    assert byteio.default_max_bytes() == 1 << 30  # never below 1 GiB
+    monkeypatch.setattr(byteio, "_available_memory", lambda: None)
+    assert byteio.default_max_bytes() == 16 << 30
+
+
+# --- items 6, 9, 10: one bad field drops its event (counted), never wraps, and both paths agree -------------------
+
+
+def _doc_with(field: str, raw: str, where: str = "event") -> str:
+    """A small written trace whose first kernel's ``field`` (in the event, or in its args) is the raw JSON ``raw``."""
+    t = KinetoTrace()
+    t.step(1, 0, 1000)
+    t.kernel("gemm", 100, 50, launch_us=90)
+    t.kernel("relu", 300, 20, launch_us=280)
+    doc = t.to_dict()
+    ev = next(e for e in doc["traceEvents"] if e.get("cat") == "kernel")
+    (ev if where == "event" else ev["args"])[field] = "@@RAW@@"
+    return json.dumps(doc).replace('"@@RAW@@"', raw)
+
+
+DROPPED = [
+    ("pid", "9223372036854775808", "event"),  # 2^63
+    ("pid", "18446744073709551616", "event"),
+    ("tid", "-9223372036854775809", "event"),
+    ("ts", "1e400", "event"),
+    ("dur", "1e400", "event"),
+    ("dur", "1e300", "event"),
+    ("ts", "9.3e15", "event"),  # µs: 9.3e18 ns, past what a span may hold
+    ("dur", '"' + "1" * 70 + '"', "event"),  # a numeric string over 64 characters
+    ("correlation", "1e30", "args"),
+    ("device", "1e30", "args"),
+    ("bytes", "1e300", "args"),
+]
+
+
+@pytest.mark.parametrize("field,raw,where", DROPPED)
+def test_one_out_of_range_field_drops_its_event_only(tmp_path, monkeypatch, field, raw, where):
+    path = tmp_path / "t.json"
+    path.write_text(_doc_with(field, raw, where))
+    fast, slow = _load_both(path, monkeypatch)
+    _same(fast, slow)
+    kernels = fast.events[fast.events["kind"] == "kernel"]
+    assert kernels["name"].astype(str).tolist() == ["relu"]
+    assert any("1 events with a number out of range" in w for w in fast.meta.warnings)
+    ev = fast.events
+    assert (ev["dur_ns"] >= 0).all() and (ev["start_ns"] >= 0).all() and fast.span_ns == 1_000_000
+
+
+@pytest.mark.parametrize("field,raw,where", [("stream", "[1]", "args"), ("grid", "[1, 1, 1e400]", "args"),
+                                             ("device", "-5", "args")])
+def test_odd_but_harmless_fields_keep_the_event(tmp_path, monkeypatch, field, raw, where):
+    path = tmp_path / "t.json"
+    path.write_text(_doc_with(field, raw, where))
+    fast, slow = _load_both(path, monkeypatch)
+    _same(fast, slow)
+    assert (fast.events["kind"] == "kernel").sum() == 2
+
+
+def test_header_fields_out_of_range_are_ignored_with_a_warning(tmp_path, monkeypatch):
+    doc = json.loads(_doc_with("dur", "50"))
+    doc["baseTimeNanoseconds"] = 2**70
+    doc["distributedInfo"] = {"backend": "nccl", "rank": 1e30, "world_size": 2}
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(doc))
+    fast, slow = _load_both(path, monkeypatch)
+    _same(fast, slow)
+    assert (fast.events["kind"] == "kernel").sum() == 2 and fast.meta.start_unix_ns is None
+    assert any("baseTimeNanoseconds is not a usable time" in w for w in fast.meta.warnings)
+    assert any("distributedInfo.rank is not a rank number" in w for w in fast.meta.warnings)
+
+
+def test_invalid_utf8_in_a_header_field_same_on_both_paths(tmp_path, monkeypatch):
+    data = _doc_with("dur", "50").replace('"trace_id": "0123456789ABCDEF0123456789ABCDEF"', '"trace_id": "@@"').encode()
+    path = tmp_path / "t.json"
+    path.write_bytes(data.replace(b"@@", b"\xff\xfe"))
+    fast, slow = _load_both(path, monkeypatch)
+    _same(fast, slow)
+    assert (fast.events["kind"] == "kernel").sum() == 2
+    assert any("not UTF-8" in w for w in fast.meta.warnings)
+
+
+def test_invalid_json_inside_grid_is_the_same_one_line_error(tmp_path, monkeypatch):
+    path = tmp_path / "t.json"
+    path.write_text(_doc_with("grid", "[1, 1, tru]", "args"))
+    fast, slow = _load_both(path, monkeypatch)
+    assert isinstance(fast, str) and fast == slow and "not valid JSON" in fast

@@ -8,6 +8,7 @@ whenever it declines a document, and uses ``decode_header`` for the keys outside
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -89,12 +90,34 @@ def is_bare_array(data: bytes) -> bool:
     return data[i : i + 1] == b"["
 
 
-def decode(data: bytes, path: Path, warnings: list[str]) -> Trace:
+#: A JSON number token too large for a double (``1e400``), as a value (after ``:``, ``,`` or ``[``).
+_HUGE_NUMBER = re.compile(rb"(?<=[:\[,])(\s*)(-?)\d+(?:\.\d+)?[eE]\+?\d{3,}(?=\s*[,}\]])")
+
+
+def clamp_huge_numbers(data: bytes) -> bytes:
+    """The document with numbers beyond a double's range written as 1e300 (same sign): msgspec refuses them as a
+    whole-document error, while they are only one event's bad field (dropped as out of range later, as the native
+    scanner's infinity is)."""
+    def repl(m: re.Match) -> bytes:
+        token = m.group(0).strip()
+        try:
+            if abs(float(token)) != float("inf"):
+                return m.group(0)
+        except ValueError:
+            return m.group(0)
+        return m.group(1) + m.group(2) + b"1e300"
+
+    return _HUGE_NUMBER.sub(repl, bytes(data))
+
+
+def decode(data: bytes, path: Path, warnings: list[str], clamped: bool = False) -> Trace:
     """The whole document; a truncated one is cut after its last complete event (with a warning)."""
     try:
         return _decode_any(data)
     except msgspec.ValidationError as exc:
-        raise TraceReadError(f"{path}: not a PyTorch profiler trace ({exc})") from None
+        if clamped or "out of range" not in str(exc):
+            raise TraceReadError(f"{path}: not a PyTorch profiler trace ({exc})") from None
+        return decode(clamp_huge_numbers(data), path, warnings, clamped=True)
     except (msgspec.DecodeError, UnicodeDecodeError) as exc:
         msg = str(exc)
         bad_utf8 = isinstance(exc, UnicodeDecodeError) or "utf-8" in msg.lower()
@@ -120,16 +143,16 @@ def decode_header(data: bytes, span: tuple[int, int], truncated: bool) -> Trace 
     if is_bare_array(data):
         return Trace()
     start, end = span
-    head = memoryview(data)[:start]
-    tries = [] if truncated else [bytes(head) + b"[]" + bytes(memoryview(data)[end:])]
-    tries.append(bytes(head) + b"[]}")  # cut short: keys after the events are lost, those before are kept
-    for doc in tries:
+    head = bytes(data[:start])  # slices copy (an mmap too): no view may outlive the mapping, which is closed next
+    tries = [] if truncated else [head + b"[]" + bytes(data[end:])]
+    tries.append(head + b"[]}")  # cut short: keys after the events are lost, those before are kept
+    for doc in tries:  # a header the typed decoders refuse (bad UTF-8, huge numbers) goes to the general path
         try:
             return _DECODERS[0].decode(doc)
-        except (msgspec.DecodeError, msgspec.ValidationError):
+        except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError):
             try:
                 return _DECODERS[1].decode(doc)
-            except (msgspec.DecodeError, msgspec.ValidationError):
+            except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError):
                 continue
     return None
 
