@@ -266,3 +266,99 @@ def test_invalid_json_inside_grid_is_the_same_one_line_error(tmp_path, monkeypat
     path.write_text(_doc_with("grid", "[1, 1, tru]", "args"))
     fast, slow = _load_both(path, monkeypatch)
     assert isinstance(fast, str) and fast == slow and "not valid JSON" in fast
+
+
+# --- nsys: committed WAL content, out-of-range rows, TRACEINSIGHT_NSYS --------------------------------------------
+
+
+def _nsys(tmp_path, n: int = 2) -> Path:
+    from .helpers.nsys_writer import NsysTrace
+
+    t = NsysTrace()
+    for i in range(n):
+        t.kernel(f"k{i}", 10_000 + i * 1_000, 500)
+    return t.write(tmp_path / "t.sqlite")
+
+
+def test_nsys_reads_committed_rows_still_in_the_wal_and_writes_nothing(tmp_path):
+    import shutil
+    import sqlite3
+
+    path = _nsys(tmp_path)
+    before = traceinsight.load(path)
+    # a writer in WAL mode adds a kernel and keeps the connection open: the row is committed, but only in -wal
+    writer = sqlite3.connect(path)
+    writer.execute("PRAGMA journal_mode=WAL")
+    writer.execute("PRAGMA wal_autocheckpoint=0")
+    cols = [r[1] for r in writer.execute("PRAGMA table_info(CUPTI_ACTIVITY_KIND_KERNEL)")]
+    row = list(writer.execute("SELECT * FROM CUPTI_ACTIVITY_KIND_KERNEL LIMIT 1").fetchone())
+    row[cols.index("start")] += 50_000
+    row[cols.index("end")] += 50_000
+    writer.execute(f"INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES ({', '.join('?' * len(row))})", row)
+    writer.commit()
+    snap = tmp_path / "snap"
+    snap.mkdir()
+    for suffix in ("", "-wal"):  # what a user copies from a running job: the database and its log
+        shutil.copyfile(str(path) + suffix, str(snap / "t.sqlite") + suffix)
+    writer.close()
+    target = snap / "t.sqlite"
+    assert Path(str(target) + "-wal").stat().st_size > 0
+    listing = sorted(p.name for p in snap.iterdir())
+    stamps = {p.name: (p.stat().st_size, p.stat().st_mtime_ns) for p in snap.iterdir()}
+    tl = traceinsight.load(target)
+    assert (tl.events["kind"] == "kernel").sum() == (before.events["kind"] == "kernel").sum() + 1
+    assert sorted(p.name for p in snap.iterdir()) == listing  # no -shm, no journal next to the input
+    assert {p.name: (p.stat().st_size, p.stat().st_mtime_ns) for p in snap.iterdir()} == stamps
+
+
+def test_nsys_rows_that_end_before_they_start_or_overflow_are_dropped_and_counted(tmp_path):
+    import sqlite3
+
+    path = _nsys(tmp_path, n=4)
+    with sqlite3.connect(path) as c:
+        ids = [r[0] for r in c.execute("SELECT rowid FROM CUPTI_ACTIVITY_KIND_KERNEL ORDER BY start")]
+        c.execute('UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET "end" = start - 100 WHERE rowid = ?', (ids[0],))
+        c.execute('UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET start = -9223372036854775000, "end" = 9223372036854775000 '
+                  "WHERE rowid = ?", (ids[1],))
+    c.close()
+    tl = traceinsight.load(path)
+    kernels = tl.events[tl.events["kind"] == "kernel"]
+    assert kernels["name"].astype(str).tolist() == ["k2", "k3"]
+    assert (tl.events["dur_ns"] >= 0).all() and 0 < tl.span_ns < 10**9
+    assert any("2 events with a negative duration or a time out of range were dropped" in w for w in tl.meta.warnings)
+
+
+@pytest.mark.parametrize("name", ["sh", "python3", "nsys-evil"])
+def test_traceinsight_nsys_runs_nothing_but_nsys(tmp_path, monkeypatch, name):
+    marker = tmp_path / "ran"
+    tool = tmp_path / name
+    tool.write_text(f"#!/bin/sh\ntouch {marker}\n")
+    tool.chmod(0o755)
+    rep = tmp_path / "t.nsys-rep"
+    rep.write_bytes(b"NVIDIA Tegra Profiler Report" + bytes(64))
+    monkeypatch.setenv("TRACEINSIGHT_NSYS", str(tool))
+    with pytest.raises(TraceReadError) as info:
+        traceinsight.load(rep)
+    assert "TRACEINSIGHT_NSYS must name the nsys executable" in str(info.value)
+    assert not marker.exists()
+
+
+def test_traceinsight_nsys_named_nsys_is_used(tmp_path, monkeypatch):
+    tool = tmp_path / "bin" / "nsys"
+    tool.parent.mkdir()
+    tool.write_text("#!/bin/sh\necho 'export failed on purpose' >&2\nexit 7\n")
+    tool.chmod(0o755)
+    rep = tmp_path / "t.nsys-rep"
+    rep.write_bytes(b"NVIDIA Tegra Profiler Report" + bytes(64))
+    monkeypatch.setenv("TRACEINSIGHT_NSYS", str(tool))
+    with pytest.raises(TraceReadError) as info:
+        traceinsight.load(rep)
+    assert "nsys export failed: export failed on purpose" in str(info.value)
+
+
+def test_numpy_warnings_never_reach_stderr(tmp_path):
+    path = tmp_path / "t.json"
+    path.write_text(_doc_with("dur", "1e308"))
+    code = "import sys, traceinsight; traceinsight.load(sys.argv[1])"
+    proc = subprocess.run([sys.executable, "-W", "default", "-c", code, str(path)], capture_output=True, text=True)
+    assert proc.returncode == 0 and "RuntimeWarning" not in proc.stderr, proc.stderr
