@@ -466,6 +466,8 @@ static int scan_float_field(Scan *s, double *out, int strings_ok) {
         Py_ssize_t n;
         int rc = scan_string(s, &str, &n);
         if (rc) return rc;
+        /* a long string that may be a number: the general decoder reads it (same value, same range checks) */
+        if (n > 64 && (str[0] == '-' || is_digit(str[0]))) return FAIL(s, "a numeric string longer than 64 characters");
         *out = number_in_string(str, n);
         return OK;
     }
