@@ -362,3 +362,13 @@ def test_numpy_warnings_never_reach_stderr(tmp_path):
     code = "import sys, traceinsight; traceinsight.load(sys.argv[1])"
     proc = subprocess.run([sys.executable, "-W", "default", "-c", code, str(path)], capture_output=True, text=True)
     assert proc.returncode == 0 and "RuntimeWarning" not in proc.stderr, proc.stderr
+
+
+def test_a_document_damaged_in_the_middle_is_an_error_on_both_paths_not_a_cut(tmp_path, monkeypatch):
+    """Found by tests/fuzz: the native scanner took a missing ':' inside an event for a cut file and kept the
+    events before it, while the general decoder (rightly) refused the document."""
+    text = _doc_with("dur", "50").replace('"args": {"labels": "CPU"}', '"args": {"labels"m 7 "}', 1)
+    path = tmp_path / "t.json"
+    path.write_text(text)
+    fast, slow = _load_both(path, monkeypatch)
+    assert isinstance(fast, str) and fast == slow and "expected ':'" in fast

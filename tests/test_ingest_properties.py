@@ -229,7 +229,8 @@ def test_last_complete_event_matches_a_byte_by_byte_reading(data, start, step):
     old = decode._STEP
     decode._STEP = step
     try:
-        assert last_complete_event(data, start) == _reference_last_complete(data, start)
+        got = last_complete_event(data, start)
+        assert (got[:2] if got else got) == _reference_last_complete(data, start)
     finally:
         decode._STEP = old
 

@@ -138,6 +138,18 @@ def decode(data: bytes, path: Path, warnings: list[str], clamped: bool = False) 
     return trace
 
 
+def prefix_is_json(data: bytes, end: int) -> bool:
+    """Whether the document up to ``end`` (just after the last complete event the native scanner found), closed
+    there, is valid JSON: then the file was cut and the events before the cut stand. Otherwise it is damaged in
+    the middle, which is an error on both paths, not a cut. Decoded as Raw: a syntax check, no objects made."""
+    closer = b"]" if is_bare_array(data) else b"]}"
+    try:
+        msgspec.json.decode(bytes(data[:end]) + closer, type=msgspec.Raw)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return False
+    return True
+
+
 def decode_header(data: bytes, span: tuple[int, int], truncated: bool) -> Trace | None:
     """The document without its event array (``span``), for the metadata keys; None when it does not decode."""
     if is_bare_array(data):
@@ -190,7 +202,7 @@ def _recover_truncated(data: bytes) -> tuple[Trace, int] | None:
     found = last_complete_event(data, start)
     if found is None:
         return None
-    bracket, end = found
+    bracket, end, _ = found
     candidate = data[: end + 1] + closer if end >= 0 else data[: bracket + 1] + closer
     try:
         trace = _decode_any(candidate)
@@ -206,9 +218,9 @@ _QUOTE, _BACKSLASH = 34, 92
 _OPENERS, _CLOSERS = (123, 91), (125, 93)
 
 
-def last_complete_event(data: bytes, start: int) -> tuple[int, int] | None:
-    """(offset of the event array's ``[``, offset of the ``}`` closing its last complete element, or -1 when none
-    closed), for the array that follows ``start``; None when there is no array.
+def last_complete_event(data: bytes, start: int) -> tuple[int, int, bool] | None:
+    """(offset of the event array's ``[``, offset of the ``}`` closing its last complete element or -1 when none
+    closed, whether the array itself closes), for the array that follows ``start``; None when there is no array.
 
     Vectorised, and over the few bytes that matter only: the positions of quotes, backslashes and brackets. A quote
     is real after an even run of backslashes; a bracket lies outside strings when an even number of real quotes
@@ -271,7 +283,7 @@ def last_complete_event(data: bytes, start: int) -> tuple[int, int] | None:
                 ends = ends[ends < done[0]]
                 if len(ends):
                     last_end = pos + int(bb[ends[-1]])
-                return bracket, last_end
+                return bracket, last_end, True
             if len(ends):
                 last_end = pos + int(bb[ends[-1]])
         if len(d):
@@ -279,4 +291,4 @@ def last_complete_event(data: bytes, start: int) -> tuple[int, int] | None:
         in_string = in_string != bool(parity[-1])
     if array_depth is None:
         return None
-    return bracket, last_end
+    return bracket, last_end, False
