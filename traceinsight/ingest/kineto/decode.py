@@ -128,9 +128,9 @@ def decode(data: bytes, path: Path, warnings: list[str], clamped: bool = False) 
             return _decode_any(fixed)
         except msgspec.ValidationError as exc:
             raise TraceReadError(f"{path}: not a PyTorch profiler trace ({exc})") from None
-        except msgspec.DecodeError:
-            data = fixed
-    recovered = _recover_truncated(data)
+        except msgspec.DecodeError as exc:
+            data, msg = fixed, str(exc)
+    recovered = _recover_truncated(data) if _TRUNCATED in msg else None
     if recovered is None:
         raise TraceReadError(f"{path}: not valid JSON ({msg})") from None
     trace, kept = recovered
@@ -138,16 +138,20 @@ def decode(data: bytes, path: Path, warnings: list[str], clamped: bool = False) 
     return trace
 
 
-def prefix_is_json(data: bytes, end: int) -> bool:
-    """Whether the document up to ``end`` (just after the last complete event the native scanner found), closed
-    there, is valid JSON: then the file was cut and the events before the cut stand. Otherwise it is damaged in
-    the middle, which is an error on both paths, not a cut. Decoded as Raw: a syntax check, no objects made."""
-    closer = b"]" if is_bare_array(data) else b"]}"
+def is_cut_short(data: bytes) -> bool:
+    """Whether the document is valid JSON cut short (msgspec reports the end of the input), rather than damaged in
+    the middle, which is an error on both paths and not a cut however its events look. Decoded as Raw: a syntax
+    check that makes no objects."""
     try:
-        msgspec.json.decode(bytes(data[:end]) + closer, type=msgspec.Raw)
-    except (msgspec.DecodeError, msgspec.ValidationError):
+        msgspec.json.decode(data, type=msgspec.Raw)
+    except msgspec.DecodeError as exc:
+        return _TRUNCATED in str(exc)
+    except (msgspec.ValidationError, UnicodeDecodeError):
         return False
-    return True
+    return False
+
+
+_TRUNCATED = "truncated"
 
 
 def decode_header(data: bytes, span: tuple[int, int], truncated: bool) -> Trace | None:

@@ -28,7 +28,7 @@ from ...timeline import COPY_KINDS, KINDS, DeviceInfo, TraceMeta
 from ..byteio import read_bytes, read_head
 from ..parts import ReadResult, Rows
 from .columns import Declined, EventColumns, native_available, scan_columns, struct_columns
-from .decode import Trace, bad_utf8_warning, decode, decode_header, prefix_is_json, truncation_warning
+from .decode import Trace, bad_utf8_warning, decode, decode_header, is_cut_short, truncation_warning
 
 # --- category -> kind ---------------------------------------------------------------------------------------
 
@@ -242,7 +242,7 @@ def _columns(data: bytes | mmap.mmap, path: Path, warnings: list[str]) -> tuple[
         else:
             # the scanner calls a document cut where it stops parsing; one damaged in the middle is not, and the
             # general decoder then gives the error
-            cut_ok = not where["truncated"] or prefix_is_json(data, where["span"][1])
+            cut_ok = not where["truncated"] or is_cut_short(data)
             header = decode_header(data, where["span"], where["truncated"]) if cut_ok else None
             if header is not None:
                 if cols.bad_utf8:
