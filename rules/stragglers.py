@@ -19,7 +19,7 @@ _CAUSES = {
 
 class Stragglers(CrossRankRule):
     code = "TI020"
-    name = "stragglers"
+    name = "rank-stragglers"
     severity = Severity.WARNING
     category = "communication"
     lifecycle = "preview"

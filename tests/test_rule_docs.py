@@ -32,6 +32,8 @@ FROZEN = {
     "TI008": "small-grids",
     "TI009": "rank-imbalance",
     "TI010": "low-gpu-utilization",
+    "TI020": "rank-stragglers",
+    "TI021": "exposed-communication",
 }
 
 

@@ -115,6 +115,8 @@ COVERED_ELSEWHERE = {
     "TI008": "test_rules_extra.py: test_ti008_positive (32 blocks) / test_ti008_negative_full_grids (128 blocks)",
     "TI009": "test_rules_extra.py: test_ti009_positive (straggler) / test_ti009_negative_balanced",
     "TI010": "test_rules_extra.py: test_ti010_positive (1 ms every 5 ms) / test_ti010_negative_busy (back to back)",
+    "TI020": "test_job_rules.py: test_stragglers_positive_planted_delay / test_stragglers_negative_balanced",
+    "TI021": "test_job_rules.py: test_exposed_communication_positive / test_exposed_communication_negative_overlapped",
 }
 
 
