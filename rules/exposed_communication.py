@@ -106,10 +106,10 @@ class ExposedCommunication(CrossRankRule):
             f"({share[hit].max():.0f} % of the GPU window, {100.0 * transfer.loc[w.name] / max(float(w['busy_ns']), 1.0):.0f} % of GPU busy time) on rank {wr}, "
             f"where collectives are {kernel_share.loc[w.name]:.0f} % of GPU busy time and only {max(overlap.loc[w.name], 0):.0f} % of their time overlaps compute."
         )
-        if j.is_multi_rank and int(waiting[hit].sum()) > 0:
+        if j.is_multi_rank and int(waiting.sum()) > 0:
             msg += (
-                f" Another {fmt_ns(waiting.loc[w.name])} of its exposed collective time is waiting for later ranks (see TI020), "
-                "which is fixed on the late rank, not here."
+                f" Not counted: time collectives spent waiting for later ranks ({fmt_ns(float(waiting.median()))} per rank, median; "
+                f"{fmt_ns(waiting.loc[w.name])} on rank {wr}), which is fixed on the late rank (see TI020), not by hiding transfers."
             )
         msg += " Hide it behind backward (DDP buckets, FSDP prefetch) or communicate less often (gradient accumulation)."
         ev = pd.DataFrame(
