@@ -16,7 +16,6 @@ rank, and whether the straggler was named with its delay within 10 %. Files go t
 from __future__ import annotations
 
 import argparse
-import copy
 import gzip
 import json
 import os
