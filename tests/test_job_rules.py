@@ -164,3 +164,17 @@ def test_corpus_single_rank_has_no_straggler_or_imbalance():
     p = corpus_file("pytorch/hta_nccl_data_a100_rank0of2.json.gz")
     found = {f.code for f in traceinsight.analyze(p, select=["TI009", "TI020"]).findings}
     assert found == set()
+
+
+def test_corpus_sampled_pair_point_to_point_calls_are_not_matched(tmp_path):
+    """Ranks 0 and 1 of a 128-rank job exchange send/recv with other peers too: calls at the same stream position
+    that end up to 134 ms apart once aligned are not one collective, and are left out instead of faking waits."""
+    for r in (0, 1):
+        p = corpus_file(f"pytorch/hta_sampled_128rank_job_rank{r}.json.gz")
+        (tmp_path / p.name).write_bytes(p.read_bytes())
+    ja = analyze_job(str(tmp_path), workers=2)
+    assert ja.job.world_size == 128 and ja.job.rank_count == 2
+    assert any("6 of 10 collective calls" in w and "not one collective" in w for w in ja.warnings)
+    al = ja.job.alignment
+    assert al.collectives_used == 4 and al.residual_max_ns < 500_000
+    assert len(ja.job.instances) == 4

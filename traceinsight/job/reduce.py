@@ -71,9 +71,23 @@ def reduce_summaries(summaries: list[RankSummary], failures: list[str] | None = 
     coll["start_ns"] += coll["origin_ns"]
     coll["end_ns"] += coll["origin_ns"]
     coll = _match(coll, warnings)
+    origin = pd.Series({s.rank: s.origin_ns for s in summaries}, dtype=np.int64)
     alignment = align(ranks, coll.loc[coll["instance"] >= 0, ["rank", "instance", "end_ns"]])
-    offset = pd.Series(alignment.offsets_ns)
-    origin = pd.Series({s.rank: s.origin_ns for s in summaries})
+    bad = _inconsistent(coll, alignment)
+    if len(bad):
+        # Calls that do not end together once clocks agree were not one collective: leave them out and align again
+        # on the rest, so they bias neither the offsets nor the straggler analysis.
+        spread = bad.max()
+        n_total = int(coll.loc[coll["instance"] >= 0, "instance"].nunique())
+        coll.loc[coll["instance"].isin(bad.index), "instance"] = -1
+        warnings.append(
+            f"{len(bad)} of {n_total} collective calls matched by stream position do not end together on all ranks after clock "
+            f"alignment (by up to {spread / 1e6:.3f} ms, tolerance {END_TOLERANCE_NS / 1e6:.1f} ms): they are not one collective "
+            "(point-to-point send/recv with other peers, or traces of different windows) and are left out of the alignment and "
+            "the straggler analysis"
+        )
+        alignment = align(ranks, coll.loc[coll["instance"] >= 0, ["rank", "instance", "end_ns"]])
+    offset = pd.Series(alignment.offsets_ns, dtype=np.int64)
     shift = (origin - offset.reindex(origin.index).fillna(0).astype(np.int64)).astype(np.int64)  # rank time -> job time
     starts = np.array([s.window_start_ns for s in summaries], np.int64) + shift.reindex(ranks).to_numpy()
     zero = int(starts.min()) if len(starts) else 0
@@ -83,8 +97,8 @@ def reduce_summaries(summaries: list[RankSummary], failures: list[str] | None = 
     coll = coll.drop(columns="origin_ns")
     inst = _instances(coll)
     if len(inst):
-        last = coll["instance"].map(inst["last_start_ns"])
-        coll["wait_ns"] = np.where(coll["instance"] >= 0, (last - coll["start_ns"]).clip(lower=0), 0).astype(np.int64)
+        last = coll["instance"].map(inst.set_index("instance")["last_start_ns"])
+        coll["wait_ns"] = (last - coll["start_ns"]).clip(lower=0).fillna(0).astype(np.int64)
     else:
         coll["wait_ns"] = np.zeros(len(coll), np.int64)
 
@@ -161,6 +175,25 @@ def _match(coll: pd.DataFrame, warnings: list[str]) -> pd.DataFrame:
     inst[ok] = pd.factorize(codes[ok])[0]
     coll["instance"] = inst
     return coll
+
+
+#: After alignment, the kernels of one collective end within this of each other on every rank (they finish
+#: together once the last rank joins; what remains is clock jitter, µs to tens of µs). Calls that disagree by more
+#: were not one collective: point-to-point send/recv with other peers, or traces of different windows.
+END_TOLERANCE_NS = 500_000
+
+
+def _inconsistent(coll: pd.DataFrame, alignment: Alignment) -> pd.Series:
+    """End spread (ns) of the matched instances whose ends disagree by more than END_TOLERANCE_NS once aligned."""
+    m = coll["instance"].to_numpy() >= 0
+    if not m.any():
+        return pd.Series(dtype=np.int64)
+    sub = coll.loc[m, ["rank", "instance", "end_ns"]]
+    off = sub["rank"].map(pd.Series(alignment.offsets_ns, dtype=np.int64)).fillna(0).to_numpy(np.int64)
+    end = sub["end_ns"].to_numpy(np.int64) - off
+    g = pd.Series(end).groupby(sub["instance"].to_numpy())
+    spread = g.max() - g.min()
+    return spread[spread > END_TOLERANCE_NS]
 
 
 def _instances(coll: pd.DataFrame) -> pd.DataFrame:
