@@ -11,10 +11,10 @@ from traceinsight.rule_api_job import CrossRankRule, JobContext
 
 class RankImbalance(CrossRankRule):
     code = "TI009"
+    category = "gpu_idle"
     name = "rank-imbalance"
     severity = Severity.WARNING
     summary = "Ranks of a distributed job do unequal amounts of work; the fastest ones wait at collectives."
-    category = "communication"
     why = """
     In data-parallel training every collective (all-reduce, all-to-all) completes only when the slowest rank
     arrives, so the job runs at the speed of its straggler. The other ranks show the cost as long NCCL kernels

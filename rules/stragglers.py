@@ -42,7 +42,8 @@ class Stragglers(CrossRankRule):
     ``min_held_pct_step`` = **2 %** of step time (of its GPU window when the traces have no steps) and at least
     ``min_held_us`` = **50 µs** in total; severity **error** at ``error_pct_step`` = **20 %**. What the rank did
     longer is read from its own summary: per instance, its data-loading, host-sync, GPU-compute and GPU-idle time
-    since its previous collective minus the median of the other ranks; the largest excess is named.
+    since its previous collective minus the median of the other ranks; the largest excess is named, and beside it
+    the bucket of its time ledger (ns per step) that exceeds the median rank's the most.
 
     **Impact** = the rank's total held time: the wall time the job would save if that rank arrived with the
     second-latest one.
@@ -93,6 +94,7 @@ class Stragglers(CrossRankRule):
         if flagged.empty:
             return
         causes = _causes(coll, inst)
+        led = _ledger_excess(j.ledger)
         unit = "per step" if step_ns and n_steps else "over the trace"
         basis_word = "step time" if step_ns and n_steps else "the GPU window"
         for rank, row in flagged.iterrows():
@@ -106,6 +108,9 @@ class Stragglers(CrossRankRule):
             if cause is not None:
                 words, cat, excess = cause
                 cause_text = f" Before those collectives it {words}: {fmt_ns(excess / max(int(row['n_last']), 1))} more per collective than the median rank."
+            if rank in led:
+                bucket, extra = led[rank]
+                cause_text += f" Its own time ledger agrees: {fmt_ns(extra)} more per step in {bucket.replace('_', ' ')} than the median rank."
             msg = (
                 f"Rank {rank} makes the others wait {fmt_ns(held_unit)} {unit} ({p:.0f} % of {basis_word}): it was the last to arrive at "
                 f"{int(row['n_last'])} of {len(inst)} collectives, {fmt_ns(row['median_held_ns'])} after the next-latest rank (median; "
@@ -122,7 +127,16 @@ class Stragglers(CrossRankRule):
                     "start_ms": (mine["last_start_ns"] / 1e6).round(3).to_numpy(),
                 }
             )
+            late = pd.DataFrame(
+                {
+                    "start_ns": j.rank_ns(rank, mine["second_start_ns"].to_numpy(np.int64)),
+                    "end_ns": j.rank_ns(rank, mine["last_start_ns"].to_numpy(np.int64)),
+                    "rank": rank,
+                    "label": [f"{k} #{s}: the others waited" for k, s in zip(mine["kind"], mine["seq"])],
+                }
+            )
             yield job.finding(
+                instances=late,
                 title=f"Rank {rank} is a straggler: the others wait {fmt_ns(held_unit)} {unit} for it ({p:.0f} % of {basis_word})",
                 message=msg,
                 impact_ns=int(row["held_ns"]),
@@ -145,6 +159,23 @@ class Stragglers(CrossRankRule):
                 },
                 key=f"straggler-rank-{rank}",
             )
+
+
+#: Ledger buckets that make a rank late (its GPU not reaching the collective): idle causes and its own compute.
+_LATE_BUCKETS = ("compute", "copy", "idle_data_wait", "idle_host_sync", "idle_launch_bound", "idle_host_busy", "idle_untraced", "idle_gpu_dependency", "idle_other")
+
+
+def _ledger_excess(ledger: pd.DataFrame) -> dict[int, tuple[str, float]]:
+    """Per rank: the ledger bucket (ns per step) it exceeds the median rank by most, when it exceeds it at all."""
+    if ledger is None or ledger.empty:
+        return {}
+    wide = ledger.pivot_table(index="rank", columns="bucket", values="ns", aggfunc="sum", fill_value=0)
+    wide = wide[[b for b in _LATE_BUCKETS if b in wide.columns]]
+    if wide.empty or len(wide) < 2:
+        return {}
+    excess = wide - wide.median()
+    best = excess.idxmax(axis=1)
+    return {int(r): (str(b), float(excess.loc[r, b])) for r, b in best.items() if excess.loc[r, b] > 0}
 
 
 def _causes(coll: pd.DataFrame, inst: pd.DataFrame) -> dict[int, tuple[str, str, float]]:

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Iterable
 
 import pandas as pd
 
-from .rule_api import Context, Finding, Fix, Location, Rule, Severity
+from .rule_api import Context, Finding, Fix, Instance, Location, Rule, Severity, as_instances
 
 if TYPE_CHECKING:  # pragma: no cover
     from .job.reduce import Job
@@ -67,8 +67,14 @@ class JobContext:
         metrics: dict[str, Any] | None = None,
         key: str = "",
         fixes: dict[str, Fix] | None = None,
+        instances: "Iterable[Instance] | pd.DataFrame | None" = None,
+        explains: Iterable[str] = (),
+        what_if: dict[str, Any] | None = None,
     ) -> Finding:
-        """A Finding with this rule's code and fixes; percentages are of the job's typical rank window and step."""
+        """A Finding with this rule's code and fixes; percentages are of the job's typical rank window and step.
+
+        ``instances`` are on each rank's own clock (its trace's time frame): ``job.job.rank_ns`` converts.
+        """
         span = self.job.span_ns
         step = self.job.step_ns
         n_steps = self.job.step_count
@@ -87,6 +93,10 @@ class JobContext:
             location=location or Location(),
             metrics=metrics or {},
             key=key,
+            category=type(self.rule).category,
+            instances=as_instances(instances),
+            explains=list(explains),
+            what_if=what_if,
         )
 
 

@@ -73,7 +73,9 @@ def analyze_rank(url: str, settings: MapSettings) -> list[RankSummary] | RankFai
     by_rank = {s.rank: s for s in summaries}
     for f in analysis.findings:
         target = by_rank.get(f.location.rank) if f.location.rank is not None else None
-        (target or summaries[0]).findings.append(f.to_dict(max_evidence_rows=settings.max_evidence_rows))
+        d = f.to_dict(max_evidence_rows=settings.max_evidence_rows)
+        d["instances"] = d.get("instances", [])[: settings.max_evidence_rows]  # a summary, not every gap
+        (target or summaries[0]).findings.append(d)
     for s in summaries:
         s.rules_run = list(analysis.rules_run)
         s.warnings = list(dict.fromkeys([*s.warnings, *analysis.warnings]))

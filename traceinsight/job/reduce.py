@@ -21,12 +21,18 @@ class Job:
     summaries: list[RankSummary]
     ranks: pd.DataFrame  # one row per rank: rank, device, world_size, window/busy/compute/comm/exposed ns, wait_ns
     steps: pd.DataFrame  # rank + STEP_COLUMNS (+ dur_ns), aligned
+    ledger: pd.DataFrame  # rank, bucket, ns per step (mean over the rank's steps >= 0, else its whole window)
     collectives: pd.DataFrame  # rank, instance + COLL_COLUMNS, aligned; wait_ns = time this rank waited for the last
     instances: pd.DataFrame  # one row per matched collective instance (see ``_instances``)
     alignment: Alignment
     world_size: int | None
     warnings: list[str] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
+    shift_ns: dict[int, int] = field(default_factory=dict)  # rank -> ns added to its own trace times to get job time
+
+    def rank_ns(self, rank: int, job_ns):
+        """Job-clock time(s) back on ``rank``'s own trace clock (where its timeline and HTML close-ups live)."""
+        return job_ns - self.shift_ns.get(int(rank), 0)
 
     @property
     def rank_count(self) -> int:
@@ -136,12 +142,14 @@ def reduce_summaries(summaries: list[RankSummary], failures: list[str] | None = 
         summaries=summaries,
         ranks=per,
         steps=steps,
+        ledger=_ledger_per_step(summaries),
         collectives=coll,
         instances=inst,
         alignment=alignment,
         world_size=max(sizes) if sizes else (len(summaries) if len(summaries) > 1 else None),
         warnings=warnings,
         failures=list(failures or []),
+        shift_ns={int(r): int(v) for r, v in shift.items()},
     )
 
 
@@ -247,3 +255,19 @@ def _step_of(coll: pd.DataFrame, steps: pd.DataFrame) -> np.ndarray:
         ok = (i >= 0) & (c_start[m] < e[np.clip(i, 0, None)])
         out[m[ok]] = num[i[ok]]
     return out
+
+
+def _ledger_per_step(summaries: list[RankSummary]) -> pd.DataFrame:
+    """Each rank's ledger as ns per step (its steps >= 0; its whole window when it has none)."""
+    frames = []
+    for s in summaries:
+        led = s.ledger
+        if led is None or led.empty:
+            continue
+        inside = led[led["step"] >= 0]
+        n = inside["step"].nunique()
+        use, div = (inside, n) if n else (led, 1)
+        frames.append((use.groupby("bucket")["ns"].sum() / div).rename("ns").reset_index().assign(rank=s.rank))
+    if not frames:
+        return pd.DataFrame({"rank": pd.Series(dtype="int64"), "bucket": pd.Series(dtype=object), "ns": pd.Series(dtype="float64")})
+    return pd.concat(frames, ignore_index=True)[["rank", "bucket", "ns"]]

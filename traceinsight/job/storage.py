@@ -50,7 +50,7 @@ def _fs(url: str, storage_options: dict[str, Any] | None):
 
 
 def _local_rank_files(folder: Path) -> list[str]:
-    from ..ingest.pytorch import _rank_files
+    from ..ingest.kineto.reader import _rank_files
 
     return [str(p) for p in _rank_files(folder)]
 

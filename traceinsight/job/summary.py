@@ -50,6 +50,7 @@ class RankSummary:
     exposed_ns: int  # collective time with no compute beside it
     steps: pd.DataFrame  # STEP_COLUMNS; one row per step (step -1: the whole window when the trace has no steps)
     collectives: pd.DataFrame  # COLL_COLUMNS; one row per collective kernel, in start order
+    ledger: pd.DataFrame = field(default_factory=pd.DataFrame)  # step, bucket, ns: the rank's time ledger per step
     findings: list[dict[str, Any]] = field(default_factory=list)  # per-rank rules' findings (to_dict form)
     rules_run: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
@@ -164,5 +165,16 @@ def _summarize_rank(tl: Timeline, views: Views, rank: int, source: str) -> RankS
         exposed_ns=busy_total - comp_total,
         steps=steps,
         collectives=collectives,
+        ledger=_ledger(views, rank),
         warnings=list(meta.warnings),
     )
+
+
+def _ledger(views: Views, rank: int) -> pd.DataFrame:
+    """The rank's time ledger per step (``traceinsight.ledger``: every ns of its GPU window in one bucket)."""
+    try:
+        by_step = views.ledger.by_step
+    except Exception:  # noqa: BLE001 - a ledger failure must not lose the rank; the summary simply has none
+        return pd.DataFrame({"step": pd.Series(dtype="int64"), "bucket": pd.Series(dtype=object), "ns": pd.Series(dtype="int64")})
+    mine = by_step[by_step["rank"].to_numpy() == rank]
+    return mine.groupby(["step", "bucket"], as_index=False, sort=True)["ns"].sum().astype({"step": "int64", "ns": "int64"})
