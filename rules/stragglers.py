@@ -110,7 +110,7 @@ class Stragglers(CrossRankRule):
                 cause_text = f" Before those collectives it {words}: {fmt_ns(excess / max(int(row['n_last']), 1))} more per collective than the median rank."
             if rank in led:
                 bucket, extra = led[rank]
-                cause_text += f" Its own time ledger agrees: {fmt_ns(extra)} more per step in {bucket.replace('_', ' ')} than the median rank."
+                cause_text += f" Its time ledger: {fmt_ns(extra)} more per step in {bucket.replace('_', ' ')} than the median rank."
             msg = (
                 f"Rank {rank} makes the others wait {fmt_ns(held_unit)} {unit} ({p:.0f} % of {basis_word}): it was the last to arrive at "
                 f"{int(row['n_last'])} of {len(inst)} collectives, {fmt_ns(row['median_held_ns'])} after the next-latest rank (median; "

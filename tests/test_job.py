@@ -47,6 +47,7 @@ def test_local_cluster_report_equals_local_run_byte_for_byte(small_job, local_js
     assert render(ja, "json") == local_json
     rep = json.loads(local_json)
     assert rep["report"] == "job" and rep["summary"]["ranks"] == 4
+    assert sum(rep["ranks"][0]["ledger_ns_per_step"].values()) > 0
     assert [f["code"] for f in rep["findings"]][:1] == ["TI020"] and rep["findings"][0]["metrics"]["rank"] == 1
 
 
@@ -61,7 +62,11 @@ def test_summary_is_compact_and_carries_no_events(small_job):
     assert set(s.collectives["kind"]) == {"sendrecv", "allreduce"}
     assert {f["code"] for f in s.findings} >= {"TI002", "TI008"}
     assert not any(f["code"] in ("TI009", "TI020", "TI021") for f in s.findings)  # cross-rank rules run on the coordinator
-    size = s.steps.memory_usage(deep=True).sum() + s.collectives.memory_usage(deep=True).sum()
+    from traceinsight.ledger import BUCKETS
+
+    assert set(s.ledger["bucket"]) <= set(BUCKETS)
+    assert int(s.ledger["ns"].sum()) == s.window_ns  # the ledger tiles the rank's GPU window exactly
+    size = s.steps.memory_usage(deep=True).sum() + s.collectives.memory_usage(deep=True).sum() + s.ledger.memory_usage(deep=True).sum()
     assert size < 10_000
 
 
@@ -145,6 +150,7 @@ def test_cli_rank_folder_takes_the_job_path(small_job, tmp_path):
     assert res.exit_code == 0, res.output
     rep = json.loads((out / "traceinsight-report.json").read_text())
     assert rep["report"] == "job" and rep["summary"]["ranks"] == 4
+    assert sum(rep["ranks"][0]["ledger_ns_per_step"].values()) > 0
     assert "Rank 1 makes the others wait" in (out / "traceinsight-report.md").read_text()
     html = (out / "traceinsight-report.html").read_text()
     assert "<canvas id='hs'>" in html and "http" not in html.split("<script>")[1]

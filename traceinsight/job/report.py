@@ -93,6 +93,7 @@ def _headline(ja: JobAnalysis) -> dict[str, Any]:
 
 def to_dict(ja: JobAnalysis) -> dict[str, Any]:
     j = ja.job
+    led = {int(r): {str(b): int(round(v)) for b, v in zip(g["bucket"], g["ns"])} for r, g in j.ledger.groupby("rank", sort=True)}
     ranks = []
     for s in j.summaries:
         ranks.append(
@@ -109,6 +110,7 @@ def to_dict(ja: JobAnalysis) -> dict[str, Any]:
                 "collective_wait_ns": int(j.ranks.loc[j.ranks["rank"] == s.rank, "wait_ns"].iloc[0]),
                 "steps": int((s.steps["step"] >= 0).sum()),
                 "collectives": int(len(s.collectives)),
+                "ledger_ns_per_step": led.get(s.rank, {}),
                 "findings": [
                     {k: f[k] for k in ("code", "rule", "severity", "title", "impact_ns", "impact_pct_span", "fingerprint", "message")} for f in s.findings
                 ],
