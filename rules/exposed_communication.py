@@ -7,6 +7,7 @@ import pandas as pd
 
 from traceinsight.rule_api import Fix, Location, Option, Severity, fmt_ns
 from traceinsight.rule_api_job import CrossRankRule, JobContext
+from traceinsight.severity import level
 
 
 class ExposedCommunication(CrossRankRule):
@@ -34,8 +35,8 @@ class ExposedCommunication(CrossRankRule):
     hide. On one rank's trace the waiting cannot be told apart and the whole exposed time counts.
 
     A rank is reported when the remaining exposed time is at least ``min_exposed_pct`` = **5 %** of its GPU window
-    and at least ``min_exposed_us`` = **100 µs** (severity info); **warning** at ``warning_exposed_pct`` = **10 %**
-    (the bar tb_plugin uses for communication), **error** at ``error_exposed_pct`` = **30 %**. The message also gives
+    and at least ``min_exposed_us`` = **100 µs**; its severity comes from the one scale every rule uses
+    (`traceinsight.severity`: error >= 20 %, warning >= 5 %, info below) applied to that share. The message also gives
     the exposed time as a share of the GPU's busy time: on a GPU that is mostly idle for other reasons, a quarter
     of its work being unhidden communication is still worth fixing once the idle is gone. It runs on one rank's trace too: exposed communication is a property of each
     rank.
@@ -74,9 +75,7 @@ class ExposedCommunication(CrossRankRule):
     )
 
     min_exposed_pct = Option(5.0, "Report a rank whose exposed communication is at least this % of its GPU window (severity info).")
-    warning_exposed_pct = Option(10.0, "Severity becomes warning at this % of the window.")
     min_exposed_us = Option(100.0, "...and at least this much in total (µs).")
-    error_exposed_pct = Option(30.0, "Severity becomes error at this % of the window.")
 
     def check_job(self, job: JobContext):
         j = job.job
@@ -130,7 +129,7 @@ class ExposedCommunication(CrossRankRule):
             impact_ns=impact,
             evidence=ev,
             location=Location(rank=wr) if total == 1 else Location(),
-            severity=Severity.ERROR if top >= o["error_exposed_pct"] else (Severity.WARNING if top >= o["warning_exposed_pct"] else Severity.INFO),
+            severity=level(top),
             metrics={
                 "ranks_flagged": n,
                 "ranks_total": total,

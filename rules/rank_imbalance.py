@@ -5,8 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from traceinsight.rule_api import Fix, Option, Severity, fmt_ns
+from traceinsight.rule_api import Fix, Location, Option, Severity, fmt_ns
 from traceinsight.rule_api_job import CrossRankRule, JobContext
+from traceinsight.severity import level
 
 
 class RankImbalance(CrossRankRule):
@@ -32,8 +33,9 @@ class RankImbalance(CrossRankRule):
     threshold, and tb_plugin flags communication > 10 % of step time — the cost the stragglers impose).
     When step markers exist on several ranks, **step imbalance** = per step number (max − median) / median of
     step duration; it also triggers at the same threshold when the same rank is the slowest in at least half
-    of the steps (a consistent straggler rather than noise). Severity **error** above ``error_imbalance_pct`` =
-    **50 %**.
+    of the steps (a consistent straggler rather than noise). The finding points at the straggler (its rank and
+    device), and its severity comes from the one scale of `traceinsight.severity` applied to the time balancing
+    would give back as a share of that rank's GPU window.
 
     **Impact** = max − mean of compute busy: the critical-path time a perfectly balanced split of the same
     work would remove (every rank would finish at the mean).
@@ -65,7 +67,6 @@ class RankImbalance(CrossRankRule):
     )
 
     max_imbalance_pct = Option(10.0, "Report when (max - median) / median of per-rank compute busy exceeds this %.")
-    error_imbalance_pct = Option(50.0, "Severity becomes error above this imbalance %.")
 
     def check_job(self, job: JobContext):
         j = job.job
@@ -117,8 +118,8 @@ class RankImbalance(CrossRankRule):
                 "vs_median_pct": (100.0 * (util["compute_ns"] - med) / med).round(1),
             }
         ).sort_values("compute_busy_ms", ascending=False, kind="stable").reset_index(drop=True)
-        level = max(imb, step_imb if step_trigger else 0.0)
-        sev = Severity.ERROR if level > job.options["error_imbalance_pct"] else Severity.WARNING
+        # graded on the one scale, as the share of the straggler's own window that balancing would give back
+        sev = level(100.0 * impact / max(float(worst["window_ns"]), 1.0))
         least = util.iloc[int(np.argmin(busy))]
         waits_more = float(least["comm_ns"]) > float(worst["comm_ns"])
         msg = (
@@ -137,6 +138,7 @@ class RankImbalance(CrossRankRule):
             impact_ns=impact,
             evidence=evidence,
             severity=sev,
+            location=Location(rank=int(worst["rank"]), device=int(worst["device"])),
             metrics={
                 "busy_imbalance_pct": round(float(imb), 3),
                 "step_imbalance_pct": round(step_imb, 3),

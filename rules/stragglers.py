@@ -7,6 +7,7 @@ import pandas as pd
 
 from traceinsight.rule_api import Fix, Location, Option, Severity, fmt_ns
 from traceinsight.rule_api_job import CrossRankRule, JobContext
+from traceinsight.severity import level
 
 #: What the late rank did longer before the collectives it was last at: column of the summary -> words.
 _CAUSES = {
@@ -40,7 +41,7 @@ class Stragglers(CrossRankRule):
     Per rank, over the instances it was last at: total held time, the mean wait of the others, per step (median
     step count of the ranks) and as % of the median step. A finding per rank whose held time is at least
     ``min_held_pct_step`` = **2 %** of step time (of its GPU window when the traces have no steps) and at least
-    ``min_held_us`` = **50 µs** in total; severity **error** at ``error_pct_step`` = **20 %**. What the rank did
+    ``min_held_us`` = **50 µs** in total; severity from the one scale of `traceinsight.severity` on that share. What the rank did
     longer is read from its own summary: per instance, its data-loading, host-sync, GPU-compute and GPU-idle time
     since its previous collective minus the median of the other ranks; the largest excess is named, and beside it
     the bucket of its time ledger (ns per step) that exceeds the median rank's the most.
@@ -70,7 +71,6 @@ class Stragglers(CrossRankRule):
 
     min_held_pct_step = Option(2.0, "Report a rank whose held time per step is at least this % of the median step.")
     min_held_us = Option(50.0, "...and at least this much in total (µs).")
-    error_pct_step = Option(20.0, "Severity becomes error at this % of step time.")
     max_ranks = Option(10, "Report at most this many ranks (the worst ones); the rest are counted in the last finding's metrics.")
 
     def check_job(self, job: JobContext):
@@ -142,7 +142,7 @@ class Stragglers(CrossRankRule):
                 impact_ns=int(row["held_ns"]),
                 evidence=ev,
                 location=Location(rank=rank),
-                severity=Severity.ERROR if p >= o["error_pct_step"] else None,
+                severity=level(p),
                 metrics={
                     "rank": rank,
                     "collectives_last": int(row["n_last"]),
