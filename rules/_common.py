@@ -12,25 +12,14 @@ import re
 import numpy as np
 import pandas as pd
 
-from traceinsight.views import Coverage, name_mask  # noqa: F401  (re-exported for the rules)
+# sync and collective classification has one home, the views; re-exported for the rules
+from traceinsight.views import COLLECTIVE, NCCL, SYNC_CALL, SYNC_OP, Coverage, name_mask  # noqa: F401
 
 # --- name patterns ---------------------------------------------------------------------------------------
 #: Host ranges that mean "waiting for input": PyTorch DataLoader iteration, tf.data / TF iterator ops.
 DATA_LOADING = re.compile(r"enumerate\(DataLoader\)|DataLoader|IteratorGetNext|Iterator::|MultiDeviceIteratorGetNextFromShard|_next_data|dataloader\.py", re.I)
 #: Optimizer updates (PyTorch ``Optimizer.step#SGD.step``, fused/foreach kernels' host ops, Keras apply_gradients).
 OPTIMIZER = re.compile(r"Optimizer\.step|optimizer|zero_grad|ResourceApply|apply_gradients|_foreach_", re.I)
-#: Runtime/driver calls that block the calling host thread until GPU work finishes.
-SYNC_CALL = re.compile(
-    r"^(cuda|hip)(DeviceSynchronize|StreamSynchronize|EventSynchronize|ThreadSynchronize|CtxSynchronize)"
-    r"|^cu(Ctx|Stream|Event)Synchronize"
-    r"|^(cuda|hip)Memcpy(?!.*Async)(2D|3D|ToSymbol|FromSymbol|Peer|DtoH|HtoD|DtoD|WithStream)?(_v\d+|_ptds)?$"
-    r"|^cuMemcpy(DtoH|HtoD|DtoD|AtoH|HtoA)?(_v\d+)?$"
-    r"|^(cuda|hip)Memset(?!.*Async)(2D|3D|D8|D16|D32)?(_v\d+|_ptds)?$"
-)
-#: Framework ops that force a device-to-host synchronization by their nature.
-SYNC_OP = re.compile(r"^aten::(item|_local_scalar_dense|nonzero|is_nonzero|tolist|equal|masked_select|unique|_unique2)$|\.tolist|\.item\(|\.cpu\(")
-
-
 def short_name(name: str, width: int = 80) -> str:
     """Kernel names can be kilobytes of templates; evidence tables need the head of them."""
     name = str(name)
@@ -91,6 +80,7 @@ def innermost_enclosing(queries: pd.DataFrame, candidates: pd.DataFrame) -> np.n
     if queries.empty or candidates.empty:
         return out
     keys = ["rank", "pid", "tid"]
+    candidates = candidates[[*keys, "start_ns", "dur_ns"]]  # the groups below copy only what they use
     q_pos = np.arange(len(queries))
     qk = queries[keys].assign(_pos=q_pos, _s=queries["start_ns"].to_numpy(), _e=(queries["start_ns"] + queries["dur_ns"]).to_numpy())
     cgroups = {k: g for k, g in candidates.groupby(keys, observed=True, sort=False)}
@@ -156,11 +146,6 @@ TENSOR_CORE = (
 NOT_TENSOR_CORE = r"simt|sgemm|gemv|scudnn|cgemm|wgrad_alg0|dgrad_engine|gemmSN|gemmk1"
 #: FP64 math is not helped by AMP or TF32; left out of the share entirely.
 FP64 = r"dgemm|zgemm|\bd_?gemm|double"
-
-# --- collectives (TI008, TI009) ------------------------------------------------------------------------
-NCCL = r"nccl|rccl"
-#: Collective kernels, NCCL or not (symmetric-memory all-reduce, custom all-to-all): few blocks and peer waits by design.
-COLLECTIVE = r"nccl|rccl|multimem|all_?reduce|all_?gather|reduce_?scatter|all_?to_?all|cross_device_reduce"
 
 #: NVIDIA GPUs before Volta (compute capability < 7): no tensor cores.
 PRE_VOLTA = r"\b(?:[KMP]\d{1,3}\b|GP100|GP10\d|GTX\s*(?:9|10)\d\d|TITAN\s*X|Tesla\s*[KMP]|Quadro\s*[KMP]\d)"

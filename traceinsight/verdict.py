@@ -118,9 +118,3 @@ def details(analysis: "Analysis") -> dict[str, Any]:
         "sentence": sentence,
         "impact_ns_by_category": {c: int(v) for c, v in sorted(by_cat.items(), key=lambda kv: -kv[1])},
     }
-
-
-def verdict(analysis: "Analysis") -> tuple[str, str]:
-    """(label, sentence): what bounds this run, e.g. ("host syncs", "Bound by host syncs: ...")."""
-    d = details(analysis)
-    return d["label"], d["sentence"]

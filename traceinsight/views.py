@@ -97,6 +97,24 @@ def name_mask(names: pd.Series, pattern: "str | re.Pattern[str]", case: bool = F
     return np.fromiter((rx.search(str(n)) is not None for n in names), dtype=bool, count=len(names))
 
 
+# --- what names mean: the one home of sync and collective classification (rules, renderers, ledger) -------
+#: Runtime/driver calls that block the calling host thread until GPU work finishes (CUDA and HIP).
+SYNC_CALL = re.compile(
+    r"^(cuda|hip)(DeviceSynchronize|StreamSynchronize|EventSynchronize|ThreadSynchronize|CtxSynchronize)"
+    r"|^cu(Ctx|Stream|Event)Synchronize"
+    r"|^(cuda|hip)Memcpy(?!.*Async)(2D|3D|ToSymbol|FromSymbol|Peer|DtoH|HtoD|DtoD|WithStream)?(_v\d+|_ptds)?$"
+    r"|^cuMemcpy(DtoH|HtoD|DtoD|AtoH|HtoA)?(_v\d+)?$"
+    r"|^(cuda|hip)Memset(?!.*Async)(2D|3D|D8|D16|D32)?(_v\d+|_ptds)?$"
+)
+#: Framework ops that force a device-to-host synchronization by their nature.
+SYNC_OP = re.compile(r"^aten::(item|_local_scalar_dense|nonzero|is_nonzero|tolist|equal|masked_select|unique|_unique2)$|\.tolist|\.item\(|\.cpu\(")
+#: The collective libraries themselves: NVIDIA NCCL and AMD RCCL (case-insensitive).
+NCCL = r"nccl|rccl"
+#: Collective kernels, NCCL/RCCL or not (symmetric-memory all-reduce, custom all-to-all): few blocks and peer
+#: waits by design, and GPU time that is communication rather than compute.
+COLLECTIVE = r"nccl|rccl|multimem|all_?reduce|all_?gather|reduce_?scatter|all_?to_?all|cross_device_reduce"
+
+
 class Views:
     """Shared, cached views of one timeline."""
 
@@ -121,6 +139,24 @@ class Views:
     def kernels(self) -> pd.DataFrame:
         ev = self.gpu_activity
         return ev[ev["kind"] == "kernel"]
+
+    @cached_property
+    def is_collective(self) -> pd.Series:
+        """Per row of ``gpu_activity``: a collective-communication kernel (NCCL, RCCL, ...), aligned on its index."""
+        act = self.gpu_activity
+        return pd.Series(name_mask(act["name"], COLLECTIVE) & (act["kind"] == "kernel").to_numpy(), index=act.index)
+
+    @cached_property
+    def runtime_calls(self) -> pd.DataFrame:
+        """Host runtime/driver API calls (launches, copies, syncs)."""
+        host = self.host_events
+        return host[(host["kind"] == "runtime").to_numpy()]
+
+    @cached_property
+    def is_sync_call(self) -> pd.Series:
+        """Per row of ``runtime_calls``: a call that blocks until the GPU finishes (``SYNC_CALL``), aligned on its index."""
+        rt = self.runtime_calls
+        return pd.Series(name_mask(rt["name"], SYNC_CALL), index=rt.index)
 
     @cached_property
     def busy(self) -> pd.DataFrame:
@@ -242,13 +278,22 @@ class Views:
 
     # --- host activity -------------------------------------------------------------------------------
     def host_rows_overlapping(self, rank: int, start_ns: int, end_ns: int, kinds: tuple[str, ...] | None = None) -> pd.DataFrame:
-        """Host rows of ``rank`` that overlap [start_ns, end_ns) (for explaining what the host did in a gap)."""
-        ev = self.host_events
-        m = (ev["rank"].to_numpy() == rank) & (ev["start_ns"].to_numpy() < end_ns) & ((ev["start_ns"] + ev["dur_ns"]).to_numpy() > start_ns)
-        out = ev[m]
+        """Host rows of ``rank`` that overlap [start_ns, end_ns) (for explaining what the host did in a gap).
+
+        Called once per shown gap, so the mask is built on cached arrays and only the matching rows are taken.
+        """
+        rank_a, start_a, end_a = self._host_arrays
+        m = (rank_a == rank) & (start_a < end_ns) & (end_a > start_ns)
+        out = self.host_events.iloc[np.flatnonzero(m)]
         if kinds is not None:
-            out = out[out["kind"].isin(kinds)]
+            out = out[out["kind"].isin(kinds).to_numpy()]
         return out
+
+    @cached_property
+    def _host_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        ev = self.host_events
+        start = ev["start_ns"].to_numpy()
+        return ev["rank"].to_numpy(), start, start + ev["dur_ns"].to_numpy()
 
     @cached_property
     def host_events(self) -> pd.DataFrame:
