@@ -103,6 +103,8 @@ def main() -> int:
     ap.add_argument("--synthetic", type=int, default=10, help="size of the DDP replica (default 10x); 0: the corpus file itself")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--profile", action="store_true", help="also profile analysis + rendering in this process")
+    ap.add_argument("--trace", type=Path, help="use this trace instead of building the replica")
+    ap.add_argument("--skip-load", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
 
     tmp = Path(tempfile.mkdtemp(prefix="ti-e2e-"))
@@ -110,7 +112,10 @@ def main() -> int:
     if not src.exists():
         print(f"corpus file {src} not found", file=sys.stderr)
         return 2
-    path = make_synthetic(src, args.synthetic, tmp / f"ddp_x{args.synthetic}.json") if args.synthetic else src
+    if args.trace:
+        path = args.trace
+    else:
+        path = make_synthetic(src, args.synthetic, tmp / f"ddp_x{args.synthetic}.json") if args.synthetic else src
     cache = tmp / "pycache"
     results = {
         "load": measure(sys.executable, "load", path, tmp, args.repeat, cache),

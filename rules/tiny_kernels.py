@@ -142,8 +142,9 @@ class TinyKernels(Rule):
         li = kb["launch_idx"].to_numpy(dtype=float)
         has = ~np.isnan(li)
         if has.any():
-            launch_rows = ev.loc[li[has].astype(np.int64)]
-            ops = ctx.views.host_events
+            span_cols = ["rank", "pid", "tid", "start_ns", "dur_ns"]  # all innermost_enclosing reads
+            launch_rows = ev.loc[li[has].astype(np.int64), span_cols]
+            ops = ctx.views.host_events[[*span_cols, "kind"]]
             ops = ops[(ops["kind"] == "cpu_op").to_numpy()]
             launched_by[has] = lookup(names, innermost_enclosing(launch_rows, ops))
         kb = kb.assign(launched_by=pd.Series(launched_by, index=kb.index).fillna("(unknown)"), name=kb["name"].astype(str))
