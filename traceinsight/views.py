@@ -220,9 +220,9 @@ class Views:
         ev = self.events
         corr = ev["correlation"].to_numpy()
         dev = ev["device"].to_numpy()
-        kind = ev["kind"].to_numpy()
-        host_i = np.flatnonzero((kind == "runtime") & (corr >= 0))
-        gpu_i = np.flatnonzero(np.isin(kind, GPU_ACTIVITY_KINDS) & (dev >= 0) & (corr >= 0))
+        kind = ev["kind"]  # compared as a categorical (on its codes), never as 10^6 Python strings
+        host_i = np.flatnonzero((kind == "runtime").to_numpy() & (corr >= 0))
+        gpu_i = np.flatnonzero(kind.isin(GPU_ACTIVITY_KINDS).to_numpy() & (dev >= 0) & (corr >= 0))
         # one int64 key per (rank, pid, correlation), joined by sorting: a hash merge of 10^6 rows costs more
         codes = [pd.factorize(a)[0].astype(np.int64) for a in (ev["rank"].to_numpy(), ev["pid"].to_numpy(), corr)]
         key = np.zeros(len(ev), np.int64)
