@@ -12,14 +12,16 @@ import re
 import numpy as np
 import pandas as pd
 
-# sync and collective classification has one home, the views; re-exported for the rules
-from traceinsight.views import COLLECTIVE, NCCL, SYNC_CALL, SYNC_OP, Coverage, name_mask  # noqa: F401
+from traceinsight.patterns import COLLECTIVE, DATA_WAIT_PRIMARY, DATA_WAIT_TFDATA, SYNC_CALL, SYNC_OP  # noqa: F401  (one home, shared with the ledger)
+from traceinsight.views import Coverage, name_mask  # noqa: F401  (re-exported for the rules)
 
 # --- name patterns ---------------------------------------------------------------------------------------
 #: Host ranges that mean "waiting for input": PyTorch DataLoader iteration, tf.data / TF iterator ops.
 DATA_LOADING = re.compile(r"enumerate\(DataLoader\)|DataLoader|IteratorGetNext|Iterator::|MultiDeviceIteratorGetNextFromShard|_next_data|dataloader\.py", re.I)
 #: Optimizer updates (PyTorch ``Optimizer.step#SGD.step``, fused/foreach kernels' host ops, Keras apply_gradients).
 OPTIMIZER = re.compile(r"Optimizer\.step|optimizer|zero_grad|ResourceApply|apply_gradients|_foreach_", re.I)
+
+
 def short_name(name: str, width: int = 80) -> str:
     """Kernel names can be kilobytes of templates; evidence tables need the head of them."""
     name = str(name)
@@ -121,13 +123,6 @@ def lookup(series: pd.Series, labels: np.ndarray) -> np.ndarray:
     return out
 
 # --- input pipeline (TI005) ------------------------------------------------------------------------------
-#: Host ranges during which the training loop waits for its next batch. PyTorch's profiler wraps every
-#: ``next(iter(loader))`` in ``enumerate(DataLoader)#<Iter>.__next__`` (tb_plugin event_parser.py uses the same
-#: prefix, plus ``enumerate(DataPipe)#``); TF's consumer side is ``IteratorGetNext`` (xprof HOST_WAIT_INPUT).
-DATA_WAIT_PRIMARY = r"^enumerate\((?:DataLoader|DataPipe)\)#|DataLoader.*__next__|IteratorGetNext"
-#: tf.data's own ``Iterator::...`` TraceMe ranges; only waits when seen on a consumer thread (see TI005).
-DATA_WAIT_TFDATA = r"^Iterator::"
-
 # --- GEMM / convolution kernels (TI007) ----------------------------------------------------------------
 #: Kernels doing matrix-multiply or convolution work (cuBLAS, cuBLASLt, cuDNN, CUTLASS, xmma, Hopper nvjet).
 GEMM_CONV = (
@@ -146,6 +141,9 @@ TENSOR_CORE = (
 NOT_TENSOR_CORE = r"simt|sgemm|gemv|scudnn|cgemm|wgrad_alg0|dgrad_engine|gemmSN|gemmk1"
 #: FP64 math is not helped by AMP or TF32; left out of the share entirely.
 FP64 = r"dgemm|zgemm|\bd_?gemm|double"
+
+# --- collectives (TI008, TI009) ------------------------------------------------------------------------
+NCCL = r"nccl|rccl"
 
 #: NVIDIA GPUs before Volta (compute capability < 7): no tensor cores.
 PRE_VOLTA = r"\b(?:[KMP]\d{1,3}\b|GP100|GP10\d|GTX\s*(?:9|10)\d\d|TITAN\s*X|Tesla\s*[KMP]|Quadro\s*[KMP]\d)"

@@ -51,7 +51,7 @@ def test_wheel_contents(wheel):
     meta = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith("METADATA"))).decode()
     assert "Requires-Python: >=3.11" in meta
     # the C accelerators are compiled into the wheel where a compiler exists (CI has one)
-    assert any(n.startswith("traceinsight/ingest/_kineto_scan") and n.endswith((".so", ".pyd")) for n in names)
+    assert any(n.startswith("traceinsight/ingest/kineto/_kineto_scan") and n.endswith((".so", ".pyd")) for n in names)
 
 
 def test_wheel_installs_and_runs_in_fresh_venv(wheel, tmp_path):

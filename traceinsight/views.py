@@ -11,6 +11,7 @@ from functools import cached_property
 import numpy as np
 import pandas as pd
 
+from .patterns import COLLECTIVE, SYNC_CALL
 from .timeline import GPU_ACTIVITY_KINDS, Timeline
 
 
@@ -95,24 +96,6 @@ def name_mask(names: pd.Series, pattern: "str | re.Pattern[str]", case: bool = F
         out[ok] = hit[codes[ok]]
         return out
     return np.fromiter((rx.search(str(n)) is not None for n in names), dtype=bool, count=len(names))
-
-
-# --- what names mean: the one home of sync and collective classification (rules, renderers, ledger) -------
-#: Runtime/driver calls that block the calling host thread until GPU work finishes (CUDA and HIP).
-SYNC_CALL = re.compile(
-    r"^(cuda|hip)(DeviceSynchronize|StreamSynchronize|EventSynchronize|ThreadSynchronize|CtxSynchronize)"
-    r"|^cu(Ctx|Stream|Event)Synchronize"
-    r"|^(cuda|hip)Memcpy(?!.*Async)(2D|3D|ToSymbol|FromSymbol|Peer|DtoH|HtoD|DtoD|WithStream)?(_v\d+|_ptds)?$"
-    r"|^cuMemcpy(DtoH|HtoD|DtoD|AtoH|HtoA)?(_v\d+)?$"
-    r"|^(cuda|hip)Memset(?!.*Async)(2D|3D|D8|D16|D32)?(_v\d+|_ptds)?$"
-)
-#: Framework ops that force a device-to-host synchronization by their nature.
-SYNC_OP = re.compile(r"^aten::(item|_local_scalar_dense|nonzero|is_nonzero|tolist|equal|masked_select|unique|_unique2)$|\.tolist|\.item\(|\.cpu\(")
-#: The collective libraries themselves: NVIDIA NCCL and AMD RCCL (case-insensitive).
-NCCL = r"nccl|rccl"
-#: Collective kernels, NCCL/RCCL or not (symmetric-memory all-reduce, custom all-to-all): few blocks and peer
-#: waits by design, and GPU time that is communication rather than compute.
-COLLECTIVE = r"nccl|rccl|multimem|all_?reduce|all_?gather|reduce_?scatter|all_?to_?all|cross_device_reduce"
 
 
 class Views:
@@ -321,3 +304,11 @@ class Views:
     def host_events(self) -> pd.DataFrame:
         ev = self.events
         return ev[ev["device"].to_numpy() < 0]
+
+    # --- time ledger -------------------------------------------------------------------------------------
+    @cached_property
+    def ledger(self):
+        """Every ns of each device's window in one bucket (``traceinsight.ledger``), built once."""
+        from .ledger import build_ledger  # the ledger builds on these views
+
+        return build_ledger(self)
