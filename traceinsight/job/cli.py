@@ -10,7 +10,7 @@ from pathlib import Path
 
 import typer
 
-from ..engine import Config
+from ..config import Config
 from ..errors import EXIT_FINDINGS, TraceInsightError
 from ..rule_api import Severity
 from .storage import is_job_path

@@ -9,7 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..engine import Config, discover, instantiate, run
+from ..config import Config
+from ..engine import discover, instantiate, run
+from ..severity import DEFAULT_MIN_IMPACT_PCT
 from ..errors import TraceInsightError
 from ..rule_api_job import CrossRankRule
 from ..views import Views
@@ -29,13 +31,14 @@ class MapSettings:
     storage_options: dict[str, Any] = field(default_factory=dict)
     trace_format: str | None = None
     max_evidence_rows: int = 10
+    min_impact: float = DEFAULT_MIN_IMPACT_PCT
 
     @classmethod
     def from_config(cls, cfg: Config, **kw: Any) -> "MapSettings":
-        return cls(select=list(cfg.select), ignore=list(cfg.ignore), options=dict(cfg.options), severity=dict(cfg.severity), rule_paths=list(cfg.rule_paths), **kw)
+        return cls(select=list(cfg.select), ignore=list(cfg.ignore), options=dict(cfg.options), severity=dict(cfg.severity), rule_paths=list(cfg.rule_paths), min_impact=float(cfg.min_impact), **kw)
 
     def config(self) -> Config:
-        return Config(select=list(self.select), ignore=list(self.ignore), options=dict(self.options), severity=dict(self.severity), rule_paths=list(self.rule_paths))
+        return Config(select=list(self.select), ignore=list(self.ignore), options=dict(self.options), severity=dict(self.severity), rule_paths=list(self.rule_paths), min_impact=self.min_impact)
 
 
 @dataclass
@@ -63,7 +66,7 @@ def analyze_rank(url: str, settings: MapSettings) -> list[RankSummary] | RankFai
         local, _, warnings = per_rank_rules(settings)
         with local_copy(url, settings.storage_options) as path:
             timeline = load(path, format=settings.trace_format)
-        analysis = run(timeline, local, extra_warnings=warnings)
+        analysis = run(timeline, local, extra_warnings=warnings, min_impact=settings.min_impact, severity_overrides=settings.severity)
         views = getattr(analysis, "views", None) or Views(timeline)
         summaries = summarize_ranks(timeline, views, source=url)
     except TraceInsightError as exc:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..engine import Config
+from ..config import Config
 from ..errors import TraceReadError
 from ..rule_api import Finding
 from ..rule_api_job import JobContext
