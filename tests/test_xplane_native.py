@@ -18,9 +18,9 @@ import traceinsight
 from traceinsight.errors import TraceReadError
 from traceinsight.ingest import xplane, xplane_space
 
-from .conftest import CORPUS, corpus_file
+from .conftest import corpus_file, corpus_glob
 
-XPLANES = sorted(str(p.relative_to(CORPUS)) for p in CORPUS.glob("tf/**/*.xplane.pb")) if CORPUS.is_dir() else []
+XPLANES = corpus_glob("tf/**/*.xplane.pb")
 
 
 def _built() -> bool:
