@@ -68,6 +68,7 @@ def synthetic_timeline(hostile: bool = False, n_steps: int = 4) -> Timeline:
 
 class FakeIdleGaps(Rule):
     code = "XT001"
+    category = "gpu_idle"
     name = "gpu-idle-gaps"
     severity = Severity.WARNING
     summary = "GPU idle between kernels."
@@ -86,6 +87,7 @@ class FakeIdleGaps(Rule):
                 message=f"GPU {dev} sat idle {len(gg)} times for at least 1 ms.",
                 impact_ns=int(gg["dur_ns"].sum()),
                 evidence=ev,
+                instances=gg.assign(label="idle"),
                 location=Location(rank=0, device=int(dev), start_ns=int(gg["start_ns"].min()), end_ns=int(gg["end_ns"].max())),
                 key=f"dev{dev}",
             )
@@ -93,6 +95,7 @@ class FakeIdleGaps(Rule):
 
 class FakeSyncs(Rule):
     code = "XT002"
+    category = "host_sync"
     name = "host-sync-stalls"
     severity = Severity.ERROR
     summary = "Host synchronizations stall the GPU."
@@ -112,12 +115,14 @@ class FakeSyncs(Rule):
             message="Each step waits for the GPU on the host; " + (str(ops[0]) if len(ops) else ""),
             impact_ns=int(s["dur_ns"].sum() * 0.9),
             evidence=evidence,
+            instances=pd.DataFrame({"start_ns": s["start_ns"], "end_ns": s["start_ns"] + s["dur_ns"], "rank": s["rank"], "label": "sync"}),
             location=Location(rank=0, start_ns=int(s["start_ns"].min()), end_ns=int((s["start_ns"] + s["dur_ns"]).max())),
         )
 
 
 class FakeInfo(Rule):
     code = "XT003"
+    category = "launch_overhead"
     name = "tiny-kernels"
     severity = Severity.INFO
     summary = "Many tiny kernels."

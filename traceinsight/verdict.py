@@ -1,9 +1,9 @@
 """One line that says what bounds a run, shared by every report format so they never disagree.
 
 Rules measure overlapping things (an idle gap may *be* a host sync), so adding impacts up would overstate
-the story. Instead each finding is put in one bottleneck category, the category with the largest single
-impact leads, and a specific cause (syncs, launches, input) beats the generic "GPU idle" when it explains a
-good part of the idle time. With no finding worth mentioning, GPU busy % decides between "compute" and
+the story. Instead each finding belongs to the bottleneck category its rule declares (``Rule.category``), the
+category with the largest single impact leads, and a specific cause (syncs, launches, input, copies) beats the
+generic "GPU idle" when it explains a good part of the idle time. Trace-quality findings never lead. With no finding worth mentioning, GPU busy % decides between "compute" and
 unexplained idle time.
 """
 
@@ -11,40 +11,27 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .rule_api import Finding, fmt_ns
+from .rule_api import DEFAULT_CATEGORY, Finding, fmt_ns
 
 if TYPE_CHECKING:  # pragma: no cover
     from .engine import Analysis
 
-#: category -> short label used as the verdict headline.
+#: category -> short label used as the verdict headline: every rule category (rule_api.CATEGORIES) plus "no_gpu".
 LABELS: dict[str, str] = {
     "gpu_idle": "GPU idle",
     "host_sync": "host syncs",
     "launch_overhead": "launch overhead",
     "input_pipeline": "input pipeline",
+    "copy": "host-device copies",
     "compute": "compute",
+    "communication": "communication",
+    "trace_quality": "trace quality",
     "no_gpu": "no GPU activity",
 }
-
-# Built-in codes are mapped exactly; anything else (plugins, future rules) by words in its name/title.
-_CODE_CATEGORY = {
-    "TI001": "gpu_idle",
-    "TI002": "host_sync",
-    "TI003": "launch_overhead",
-    "TI004": "compute",
-    "TI005": "input_pipeline",
-    "TI006": "input_pipeline",
-    "TI007": "compute",
-    "TI008": "compute",
-    "TI009": "gpu_idle",
-    "TI010": "gpu_idle",
-}
-_KEYWORDS = (
-    ("host_sync", ("sync",)),
-    ("input_pipeline", ("dataloader", "data-loader", "data loader", "input", "pipeline", "pageable", "prefetch", "htod", "h2d", "copy", "memcpy")),
-    ("launch_overhead", ("launch", "tiny", "small kernel", "short kernel", "overhead", "cpu-bound", "host-bound")),
-    ("gpu_idle", ("idle", "gap", "bubble", "starv")),
-)
+#: Causes specific enough to beat the generic "GPU idle" when they explain a good part of it.
+SPECIFIC_IDLE_CAUSES = ("host_sync", "launch_overhead", "input_pipeline", "copy")
+#: Categories that describe the recording rather than the run: they never name the bound.
+NOT_A_BOUND = ("trace_quality",)
 
 #: A category must cost at least this share of the span to be named as the bound.
 MIN_PCT_SPAN = 2.0
@@ -53,14 +40,8 @@ COMPUTE_BUSY_PCT = 85.0
 
 
 def category(finding: Finding) -> str:
-    """The bottleneck category of one finding (see LABELS)."""
-    if finding.code in _CODE_CATEGORY:
-        return _CODE_CATEGORY[finding.code]
-    text = f"{finding.rule_name} {finding.title}".lower()
-    for cat, words in _KEYWORDS:
-        if any(w in text for w in words):
-            return cat
-    return "compute"
+    """The bottleneck category of one finding: the one its rule declares (``Rule.category``)."""
+    return finding.category if finding.category in LABELS else DEFAULT_CATEGORY
 
 
 def headline(analysis: "Analysis") -> dict[str, Any]:
@@ -94,6 +75,8 @@ def details(analysis: "Analysis") -> dict[str, Any]:
     top: dict[str, Finding] = {}
     for f in analysis.findings:
         c = category(f)
+        if c in NOT_A_BOUND:
+            continue
         by_cat[c] = by_cat.get(c, 0) + int(f.impact_ns)
         if c not in top or f.impact_ns > top[c].impact_ns:
             top[c] = f
@@ -107,7 +90,7 @@ def details(analysis: "Analysis") -> dict[str, Any]:
         if 100.0 * lead[cat] / span < MIN_PCT_SPAN:
             cat = None
         elif cat == "gpu_idle":
-            specific = {c: v for c, v in lead.items() if c in ("host_sync", "launch_overhead", "input_pipeline")}
+            specific = {c: v for c, v in lead.items() if c in SPECIFIC_IDLE_CAUSES}
             if specific:
                 best = max(specific, key=lambda c: specific[c])
                 if specific[best] * 3 >= lead["gpu_idle"]:
