@@ -6,7 +6,6 @@ from __future__ import annotations
 import gzip
 import json
 
-import pandas as pd
 import pytest
 
 import traceinsight
@@ -122,12 +121,31 @@ def test_instances_are_capped_to_the_longest(tmp_path):
     assert (meta["instances"], meta["instances_written"]) == (4, 2)
 
 
-def test_finding_without_times_spans_the_whole_trace(tmp_path):
+def test_finding_without_instances_spans_its_window_or_the_whole_trace(tmp_path):
     a = traceinsight.analyze(_gappy(tmp_path))
     f = a.findings[0]
-    f.evidence = pd.DataFrame({"kernel": ["x"], "count": [3]})  # no time columns
-    if hasattr(f, "instances"):
-        f.instances = []
+    f.instances = []
     inst = perfetto.instances_of(f, a.timeline.span_ns)
     assert inst[["start_ns", "end_ns"]].values.tolist() == [[0, a.timeline.span_ns]]
     assert inst["label"].tolist() == ["whole trace"]
+    f.location.start_ns, f.location.end_ns = 1_000, 5_000
+    assert perfetto.instances_of(f, a.timeline.span_ns)[["start_ns", "end_ns"]].values.tolist() == [[1_000, 5_000]]
+
+
+def test_slices_are_the_rules_instances(tmp_path):
+    """Labels, ranks and devices of Finding.instances travel to the slices (here TI006's pageable copies)."""
+    t = KinetoTrace()
+    t.step(0, 0.0, 10_000.0)
+    for i in range(4):
+        t.memcpy("HtoD", 100.0 + i * 2000, 1500.0, 8 << 20, pageable=True)
+    a = traceinsight.analyze(t.write(tmp_path / "t.json"))
+    (f,) = [f for f in a.findings if f.code == "TI006"]
+    assert len(f.instances) == 4
+    _, doc = _export(a, tmp_path)
+    n = a.findings.index(f) + 1
+    slices = sorted((e for e in doc["traceEvents"] if e["ph"] == "X" and e["pid"] == perfetto.FINDINGS_PID and e["tid"] == n),
+                    key=lambda e: e["ts"])
+    want = sorted(f.instances, key=lambda i: i.start_ns)
+    assert [(e["ts"], e["dur"]) for e in slices] == [(round(i.start_ns / 1e3, 3), round((i.end_ns - i.start_ns) / 1e3, 3)) for i in want]
+    for e, i in zip(slices, want):
+        assert e["args"].get("device") == i.device and e["args"].get("label", "") == (i.label or "")[:120]

@@ -12,7 +12,7 @@ without time-stamped instances is one slice over the whole trace: it applies to 
 
 Size is bounded: at most ``max_events_per_kind`` events of each kind (the earliest ones; the file's
 ``metadata.traceinsight.truncated`` says, per kind, how many were kept and up to when the kind is complete) and
-``max_instances`` slices per finding (the longest).
+``max_instances`` slices per finding (the longest of its ``instances``).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import pandas as pd
 from .. import __version__
 from ..engine import Analysis
 from ..rule_api import Finding
-from .common import clean, time_column
+from .common import clean
 
 #: Trace-event categories of the PyTorch Profiler for each timeline kind (what the kineto reader maps back).
 CATEGORY = {
@@ -177,39 +177,19 @@ def _process_names(ev: pd.DataFrame, *, multi_rank: bool) -> list[dict]:
 
 # --- findings -------------------------------------------------------------------------------------------------
 def instances_of(finding: Finding, span_ns: int) -> pd.DataFrame:
-    """start_ns, end_ns, rank, device, label of each instance of a finding.
+    """start_ns, end_ns, rank, device, label of each of a finding's instances (``Finding.instances``).
 
-    From ``Finding.instances`` when the rule gave them; else from the evidence table's time columns
-    (``start_*`` with ``end_*`` or ``dur_*``); else the finding's location window; else the whole trace.
+    A finding without instances is about a place, not a moment: one slice over its location's window when it
+    has one, else over the whole trace.
     """
-    inst = getattr(finding, "instances", None)
-    if inst is not None and len(inst):
-        if isinstance(inst, pd.DataFrame):
-            df = inst.copy()
-        else:
-            df = pd.DataFrame([{"start_ns": i.start_ns, "end_ns": i.end_ns, "rank": i.rank, "device": i.device, "label": i.label} for i in inst])
-        for col, default in (("rank", None), ("device", None), ("label", "")):
-            if col not in df:
-                df[col] = default
-        return df[["start_ns", "end_ns", "rank", "device", "label"]]
-    evd = finding.evidence if isinstance(finding.evidence, pd.DataFrame) else pd.DataFrame()
-    sc = time_column(evd.columns, "start", "begin", "gap_start", "first_at", "at") if not evd.empty else None
-    if sc is not None:
-        st = pd.to_numeric(evd[sc[0]], errors="coerce").to_numpy(dtype=float) * sc[1]
-        ec = time_column(evd.columns, "end", "stop")
-        dc = time_column(evd.columns, "dur", "duration", "gap", "len", "length")
-        if ec is not None:
-            en = pd.to_numeric(evd[ec[0]], errors="coerce").to_numpy(dtype=float) * ec[1]
-        elif dc is not None:
-            en = st + pd.to_numeric(evd[dc[0]], errors="coerce").fillna(0).to_numpy(dtype=float) * dc[1]
-        else:
-            en = st
-        ok = np.isfinite(st) & np.isfinite(en)
+    inst = finding.instances
+    if inst:
         return pd.DataFrame({
-            "start_ns": st[ok].astype(np.int64), "end_ns": np.maximum(en[ok], st[ok]).astype(np.int64),
-            "rank": evd["rank"].to_numpy()[ok] if "rank" in evd else None,
-            "device": evd["device"].to_numpy()[ok] if "device" in evd else None,
-            "label": "",
+            "start_ns": [int(i.start_ns) for i in inst],
+            "end_ns": [int(max(i.end_ns, i.start_ns)) for i in inst],
+            "rank": [i.rank for i in inst],
+            "device": [i.device for i in inst],
+            "label": [i.label or "" for i in inst],
         })  # fmt: skip
     loc = finding.location
     start = loc.start_ns if loc.start_ns is not None else 0
