@@ -149,3 +149,22 @@ def test_slices_are_the_rules_instances(tmp_path):
     assert [(e["ts"], e["dur"]) for e in slices] == [(round(i.start_ns / 1e3, 3), round((i.end_ns - i.start_ns) / 1e3, 3)) for i in want]
     for e, i in zip(slices, want):
         assert e["args"].get("device") == i.device and e["args"].get("label", "") == (i.label or "")[:120]
+
+
+def test_cli_writes_the_perfetto_file(tmp_path, repo):
+    from typer.testing import CliRunner
+
+    from traceinsight.cli import app
+
+    runner = CliRunner()
+    sample = str(repo / "sample_traces" / "vecadd_sync.sqlite")
+    out = tmp_path / "vecadd.perfetto.json.gz"
+    res = runner.invoke(app, ["analyze", sample, "--format", "perfetto", "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    back = traceinsight.load(out)
+    tracks = set(back.events.loc[back.events["pid"] == perfetto.FINDINGS_PID, "thread_name"].astype(str))
+    assert {t.split()[0] for t in tracks} == {"TI002", "TI006"}
+    res = runner.invoke(app, ["analyze", sample, "--format", "html,perfetto", "-o", str(tmp_path / "ti")])
+    assert res.exit_code == 0, res.output
+    assert gzip.decompress((tmp_path / "ti" / "traceinsight-report.perfetto.json.gz").read_bytes()).startswith(b'{"schemaVersion"')
+    assert runner.invoke(app, ["analyze", sample, "--format", "perfetto"]).exit_code == 2  # a binary file needs -o
