@@ -81,3 +81,19 @@ def test_reports_carry_the_dedented_snippets(analyses):
         for block in html_blocks + md_blocks:
             _assert_pasteable(block, "a rendered snippet")
     assert {"TI002", "TI004", "TI005", "TI006"} <= seen
+
+
+def test_inline_code_in_prose_is_escaped_then_marked_up():
+    from traceinsight.render.html import inline_code
+
+    assert str(inline_code("Use `x < y` and <b>`pin_memory=True`</b>")) == (
+        "Use <code>x &lt; y</code> and &lt;b&gt;<code>pin_memory=True</code>&lt;/b&gt;"
+    )
+    assert str(inline_code("a lone ` backtick")) == "a lone ` backtick"
+
+
+def test_html_fix_prose_shows_code_not_backticks(analyses):
+    page = render(analyses[-1], "html")  # vecadd: TI006's fix names `pin_memory=True`
+    fix_paras = re.findall(r"<h4>Fix in [^<]+</h4>\s*<p>(.*?)</p>", page, re.DOTALL)
+    assert fix_paras and not any("`" in p for p in fix_paras)
+    assert any("<code>pin_memory=True</code>" in p for p in fix_paras)
