@@ -43,8 +43,9 @@ def synthetic_timeline(hostile: bool = False, n_steps: int = 4) -> Timeline:
     for s in range(n_steps):
         t0 = s * 10_000_000
         add("step", f"ProfilerStep#{s}", t0, 10_000_000)
-        add("cpu_op", names[s % len(names)] if hostile else "aten::linear", t0 + 10_000, 6_000_000)
-        add("runtime", "cudaDeviceSynchronize", t0 + 6_000_000, 3_000_000)
+        add("cpu_op", names[s % len(names)] if hostile else "aten::linear", t0 + 10_000, 5_400_000)
+        # the host blocks while the last kernels still run, so the GPU drains under it: a sync stall
+        add("runtime", "cudaDeviceSynchronize", t0 + 5_500_000, 3_500_000)
         for dev in (0, 1):
             t = t0 + 100_000
             for i in range(60):
@@ -53,7 +54,9 @@ def synthetic_timeline(hostile: bool = False, n_steps: int = 4) -> Timeline:
                 add("runtime", "cudaLaunchKernel", t - 50_000, 5_000, corr=corr)
                 add("kernel", name, t, 80_000, device=dev, stream=7 + (i % 2), corr=corr)
                 t += 95_000
-            add("memcpy", "Memcpy HtoD (Pageable -> Device)", t0 + 9_200_000, 600_000, device=dev, stream=7)
+            corr += 1
+            add("runtime", "cudaMemcpyAsync", t0 + 9_050_000, 20_000, corr=corr)
+            add("memcpy", "Memcpy HtoD (Pageable -> Device)", t0 + 9_200_000, 600_000, device=dev, stream=7, corr=corr)
     ev = build_events(rows)
     meta = TraceMeta(
         source_format="pytorch",

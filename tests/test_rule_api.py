@@ -12,7 +12,7 @@ from tests.helpers.kineto_writer import KinetoTrace
 from traceinsight.engine import discover
 from traceinsight.render import render
 from traceinsight.rule_api import CATEGORIES, DEFAULT_CATEGORY, Instance, Rule, as_instances
-from traceinsight.verdict import details
+from traceinsight.verdict import claims, details
 
 
 def _gappy_trace(tmp_path):
@@ -117,11 +117,16 @@ def test_finding_carries_category_instances_explains_what_if_into_json(tmp_path)
     assert j["explains"] == ["abc"] and j["what_if"]["baseline_step_ns"] == 2
 
 
-def test_verdict_reads_the_category_from_the_finding(tmp_path):
+def test_verdict_reads_the_ledger_and_findings_claim_by_their_category(tmp_path):
     a = traceinsight.analyze(_gappy_trace(tmp_path), select=["ZZ"], extra_rules=[Marked])
-    assert details(a)["category"] == "host_sync"
-    a.findings[0].category = "trace_quality"  # describes the recording: never the bound
-    assert details(a)["category"] != "trace_quality"
+    assert details(a)["category"] == "too_little"  # three kernels, 0.3 ms of work: not judged
+    # the gaps end at kernels launched after the GPU ran dry, with nothing traced on the host meanwhile
+    assert a.ledger.totals()["idle_untraced"] > 0
+    assert claims(a)["total_ns"] == 0  # a host_sync finding claims only sync idle, and there is none
+    a.findings[0].category = "gpu_idle"
+    assert claims(a)["by_bucket"]["idle_untraced"] > 0
+    a.findings[0].category = "trace_quality"  # describes the recording: never the bound, claims nothing
+    assert details(a)["category"] != "trace_quality" and claims(a)["total_ns"] == 0
 
 
 def test_analysis_carries_the_engines_views(tmp_path):

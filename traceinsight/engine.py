@@ -228,4 +228,5 @@ def run(timeline: Timeline, rules: list[Rule], *, extra_warnings: Iterable[str] 
         rules_run=[r.code for r in rules],
         timings=timings,
         views=views,
+        ledger=views.ledger,
     )
