@@ -37,7 +37,7 @@ class WarmupInWindow(Rule):
         "Start the profiler after a few iterations: `schedule(wait=1, warmup=2, active=5)` skips the first steps, "
         "which pay for lazy init, cuDNN autotuning and compilation.",
         """
-        with torch.profiler.profile(schedule=torch.profiler.schedule(wait=1, warmup=2, active=5), ...) as prof:
+        with torch.profiler.profile(schedule=torch.profiler.schedule(wait=1, warmup=2, active=5)) as prof:
             for batch in loader:
                 train_step(batch); prof.step()
         """,

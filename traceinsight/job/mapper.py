@@ -11,6 +11,7 @@ from typing import Any
 
 from ..config import Config
 from ..engine import discover, instantiate, run
+from ..render.json_report import finding_dict
 from ..severity import DEFAULT_MIN_IMPACT_PCT
 from ..errors import TraceInsightError
 from ..rule_api_job import CrossRankRule
@@ -67,7 +68,7 @@ def analyze_rank(url: str, settings: MapSettings) -> list[RankSummary] | RankFai
         with local_copy(url, settings.storage_options) as path:
             timeline = load(path, format=settings.trace_format)
         analysis = run(timeline, local, extra_warnings=warnings, min_impact=settings.min_impact, severity_overrides=settings.severity)
-        views = getattr(analysis, "views", None) or Views(timeline)
+        views = analysis.views
         summaries = summarize_ranks(timeline, views, source=url)
     except TraceInsightError as exc:
         return RankFailure(url, str(exc))
@@ -76,7 +77,7 @@ def analyze_rank(url: str, settings: MapSettings) -> list[RankSummary] | RankFai
     by_rank = {s.rank: s for s in summaries}
     for f in analysis.findings:
         target = by_rank.get(f.location.rank) if f.location.rank is not None else None
-        d = f.to_dict(max_evidence_rows=settings.max_evidence_rows)
+        d = finding_dict(f, max_evidence_rows=settings.max_evidence_rows)
         d["instances"] = d.get("instances", [])[: settings.max_evidence_rows]  # a summary, not every gap
         (target or summaries[0]).findings.append(d)
     for s in summaries:

@@ -16,7 +16,8 @@ import numpy as np
 import pandas as pd
 
 from .. import __version__
-from ..rule_api import _jsonable, fmt_ns
+from ..render.json_report import _jsonable, finding_dict
+from ..rule_api import fmt_ns
 from .run import JobAnalysis
 
 #: Ranks listed one by one in Markdown/text below this job size; above it, percentiles and outliers.
@@ -123,7 +124,7 @@ def to_dict(ja: JobAnalysis) -> dict[str, Any]:
         "source": ja.source,
         "summary": _headline(ja),
         "clock_alignment": j.alignment.to_dict(),
-        "findings": [f.to_dict(max_evidence_rows=50) for f in ja.findings],
+        "findings": [finding_dict(f, max_evidence_rows=50) for f in ja.findings],
         "rank_findings_by_rule": _rank_rule_groups(ja),
         "ranks": ranks,
         "rules_run": ja.rules_run,
