@@ -168,6 +168,49 @@ def test_ti003_negative_small_but_queued(tmp_path):
     assert _one(t.write(tmp_path / "t.json"), "TI003") == []
 
 
+def _two_stream_periods(t: KinetoTrace, periods: int, late) -> None:
+    """Per 80 µs period: a 60 µs GEMM on stream 13 (queued well ahead), then two 3 µs kernels on stream 7 that
+    must wait for it (event recorded on 13, ``cudaStreamWaitEvent`` on 7). The GPU is idle 8 µs before the first
+    tiny kernel of every period. ``late(i)``: is that kernel launched by the host only after the GEMM ended (the
+    GPU waits on the host) or queued with the GEMM (the GPU waits on its own event)?"""
+    for i in range(periods):
+        t0 = i * 80.0
+        t.kernel("volta_sgemm_128x64_nn", t0 + 10.0, 60.0, launch_us=t0, launch_dur_us=2.0, stream=13)
+        t.runtime("cudaEventRecord", t0 + 2.2, 0.5)
+        t.runtime("cudaStreamWaitEvent", t0 + 2.8, 0.5)
+        b1 = t0 + 68.0 if late(i) else t0 + 3.5
+        t.kernel("vectorized_elementwise_kernel<AddFunctor>", t0 + 78.0, 3.0, launch_us=b1, launch_dur_us=4.0, stream=7)
+        t.kernel("vectorized_elementwise_kernel<MulFunctor>", t0 + 81.0, 3.0, launch_us=b1 + 5.0, launch_dur_us=4.0, stream=7)
+
+
+def test_ti003_counts_only_gaps_the_host_caused(tmp_path):
+    t = KinetoTrace()
+    t.step(0, 0.0, 50 * 80.0)
+    _two_stream_periods(t, 50, late=lambda i: i % 2 == 0)  # every other tiny kernel launched after the GPU ran dry
+    a = traceinsight.analyze(t.write(tmp_path / "t.json"), select=["TI003"])
+    (f,) = [f for f in a.findings if f.code == "TI003"]
+    # 25 gaps of 8 µs waited on the host; the 25 before already-queued kernels are GPU-side waits
+    assert f.impact_ns == pytest.approx(25 * 8_000, abs=100)
+    assert f.metrics["gpu_dependency_gaps"] == 25 and f.metrics["gpu_dependency_ns"] == pytest.approx(25 * 8_000, abs=100)
+    assert len(f.instances) == 25 and f.metrics["launch_bound_kernels"] == 100
+    assert f.evidence["kernel"].iloc[0].startswith("vectorized_elementwise_kernel<AddFunctor>")
+    assert f.evidence["idle_before_us"].iloc[0] == pytest.approx(200.0, abs=0.2)
+    # the ledger agrees: the same 200 µs are launch-bound, the queued gaps GPU-side dependency
+    tot = a.ledger.totals()
+    assert tot["idle_launch_bound"] == pytest.approx(25 * 8_000, abs=100)
+    assert tot["idle_gpu_dependency"] >= 25 * 8_000
+
+
+def test_ti003_negative_queued_behind_a_cross_stream_event(tmp_path):
+    t = KinetoTrace()
+    t.step(0, 0.0, 50 * 80.0)
+    _two_stream_periods(t, 50, late=lambda i: False)  # the host is always ahead: every gap is the event wait
+    a = traceinsight.analyze(t.write(tmp_path / "t.json"), select=["TI003"])
+    # 67 % of kernels are tiny and 10 % of the window idles before them, yet none of it waits on a launch
+    assert a.ledger.totals()["idle_gpu_dependency"] >= 50 * 8_000 and a.ledger.totals()["idle_launch_bound"] == 0
+    assert [f for f in a.findings if f.code == "TI003"] == []
+
+
 def test_ti003_negative_big_kernels(tmp_path):
     t = KinetoTrace()
     _busy_steps(t, 2, 2000.0, 1500.0)
