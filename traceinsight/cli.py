@@ -13,6 +13,7 @@ from . import __version__
 from .engine import Config, discover, instantiate, run
 from .errors import EXIT_FINDINGS, TraceInsightError
 from .rule_api import Severity
+from .sanitize import terminal, terminal_lines
 
 app = typer.Typer(
     add_completion=False,
@@ -40,7 +41,8 @@ _SUFFIX_FORMAT = {".html": Format.html, ".htm": Format.html, ".md": Format.md, "
 
 
 def _fail(exc: TraceInsightError) -> None:
-    typer.echo(f"traceinsight: error: {exc}", err=True)
+    if str(exc):  # messages quote file and trace names: one terminal-safe line
+        typer.echo(f"traceinsight: error: {terminal(exc)}", err=True)
     raise typer.Exit(exc.exit_code)
 
 
@@ -85,10 +87,14 @@ def analyze(
     worse_by: Annotated[float, typer.Option("--worse-by", help="With --baseline: a finding is worse when its share of the span grew by this many percent (and by 1 point or more).")] = 25.0,
 ) -> None:
     """Read a trace, run the rules, and report findings with their cost and fixes."""
+    from . import outputs
     from .ingest import load
 
     formats = _parse_formats(fmt, output)
+    inputs = [path, baseline, config, *(rules or [])]
     try:
+        targets = outputs.plan([f.value for f in formats], output)
+        outputs.refuse_inputs(targets, inputs)  # before reading: never overwrite what is analysed
         cfg = Config.from_pyproject(config)
         cfg.select = _split(select) or cfg.select
         cfg.ignore = _split(ignore) or cfg.ignore
@@ -103,36 +109,15 @@ def analyze(
             from .baseline import compare, load_report
 
             analysis.baseline = compare(analysis.findings, load_report(baseline), source=str(baseline), worse_pct=worse_by)
+        outputs.write_reports(analysis, targets, inputs, say=lambda line: typer.echo(line, err=True))
     except TraceInsightError as exc:
         _fail(exc)
         return
-    from .render import render
-
-    if len(formats) > 1:
-        assert output is not None
-        output.mkdir(parents=True, exist_ok=True)
-        html_name = f"{REPORT_STEM}.html" if Format.html in formats else None
-        for f in formats:
-            target = output / f"{REPORT_STEM}.{_FORMAT_SUFFIX[f]}"
-            target.write_text(render(analysis, f.value, html_name=html_name), encoding="utf-8")
-            typer.echo(f"wrote {target}", err=True)
-    elif output:
-        text = render(analysis, formats[0].value, html_name=output.with_suffix(".html").name)
-        output.parent.mkdir(parents=True, exist_ok=True)
-        output.write_text(text, encoding="utf-8")
-        typer.echo(f"wrote {output} ({len(analysis.findings)} findings)", err=True)
-    else:
-        text = render(analysis, formats[0].value, html_name=None)
-        sys.stdout.write(text if text.endswith("\n") else text + "\n")
     if fail_on != FailOn.never:
         threshold = Severity.parse(fail_on.value).rank
         gated = analysis.baseline.gating(analysis.findings) if analysis.baseline else analysis.findings
         if any(f.severity.rank >= threshold for f in gated):
             raise typer.Exit(EXIT_FINDINGS)
-
-
-REPORT_STEM = "traceinsight-report"
-_FORMAT_SUFFIX = {Format.text: "txt", Format.json: "json", Format.md: "md", Format.html: "html"}
 
 
 def _parse_formats(fmt: Optional[str], output: Optional[Path]) -> list[Format]:
@@ -164,9 +149,11 @@ def _load_with_progress(load, path: Path, trace_format: Optional[str], options: 
         return load(path, format=trace_format, **options)
     from rich.console import Console
 
+    from .sanitize import rich
+
     console = Console(stderr=True)
-    with console.status(f"reading {path.name} ...") as status:
-        return load(path, format=trace_format, progress=lambda msg: status.update(f"{path.name}: {msg}"), **options)
+    with console.status(f"reading {rich(path.name)} ...") as status:
+        return load(path, format=trace_format, progress=lambda msg: status.update(f"{rich(path.name)}: {rich(msg)}"), **options)
 
 
 @app.command("rules")
@@ -176,9 +163,9 @@ def list_rules(
     """List every available rule: code, name, default severity, summary."""
     rs = discover(rules or [])
     for w in rs.warnings:
-        typer.echo(f"warning: {w}", err=True)
+        typer.echo(f"warning: {terminal(w)}", err=True)
     for code, cls in sorted(rs.rules.items()):
-        typer.echo(f"{code:<8} {cls.name:<26} {cls.severity.value:<8} {cls.summary}")
+        typer.echo(terminal(f"{code:<8} {cls.name:<26} {cls.severity.value:<8} {cls.summary}"))
 
 
 @app.command("rule")
@@ -190,9 +177,9 @@ def show_rule(
     rs = discover(rules or [])
     cls = rs.rules.get(code.upper())
     if cls is None:
-        typer.echo(f"traceinsight: error: no rule {code}; see 'traceinsight rules'", err=True)
+        typer.echo(f"traceinsight: error: no rule {terminal(code)}; see 'traceinsight rules'", err=True)
         raise typer.Exit(2)
-    typer.echo(cls.docs())
+    typer.echo(terminal_lines(cls.docs()))
 
 
 def main() -> None:
