@@ -10,7 +10,7 @@ _FLAGS = ["-O2", "-std=c99", "-Wall", "-Wextra", "-Wno-unused-parameter"]
 
 setup(
     ext_modules=[
-        Extension("traceinsight.ingest._kineto_scan", ["traceinsight/ingest/_kineto_scan.c"], optional=True, extra_compile_args=_FLAGS),
-        Extension("traceinsight.ingest.proto._wire_scan", ["traceinsight/ingest/proto/_wire_scan.c"], optional=True, extra_compile_args=_FLAGS),
+        Extension("traceinsight.ingest.kineto._kineto_scan", ["traceinsight/ingest/kineto/_kineto_scan.c"], optional=True, extra_compile_args=_FLAGS),
+        Extension("traceinsight.ingest.xplane._wire_scan", ["traceinsight/ingest/xplane/_wire_scan.c"], optional=True, extra_compile_args=_FLAGS),
     ]
 )

@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import traceinsight  # noqa: E402
-from traceinsight.ingest import nsys_sql  # noqa: E402
+from traceinsight.ingest.nsys import sql as nsys_sql  # noqa: E402
 from tests.helpers.nsys_writer import NsysTrace  # noqa: E402
 
 

@@ -11,7 +11,7 @@ as an installed package has ``.pyc`` files even where this shell sets ``PYTHONDO
 The synthetic file replicates the real capture's lines (same planes, metadata and stats; shifted line ids and
 times) so it exercises the same decoding path. Only lines are replicated, so the replica count is worked out from
 the serialized size of the lines, not of the whole file (metadata is ~40% of the demo file).
-Loads use the C walker (``proto/_wire_scan.c``) where it is built; ``--numpy`` times the pure-Python fallback.
+Loads use the C walker (``ingest/xplane/_wire_scan.c``) where it is built; ``--numpy`` times the pure-Python fallback.
 Usage: python bench/bench_xplane.py [--reps 5] [--big-reps 3] [--target-mb 100] [--numpy]
 """
 
@@ -37,8 +37,8 @@ import traceinsight
 t1 = time.perf_counter()
 tl = traceinsight.load(sys.argv[1])
 t2 = time.perf_counter()
-from traceinsight.ingest import xplane
-native = xplane.native_scanner() is not None
+from traceinsight.ingest.xplane import space as xplane_space
+native = xplane_space.native_scanner() is not None
 print(json.dumps({"import_s": t1 - t0, "load_s": t2 - t1, "events": len(tl.events), "native": native}))
 """
 
@@ -53,7 +53,7 @@ def _varint_len(n: int) -> int:
 
 def synthesize(src: Path, dst: Path, target_bytes: int) -> tuple[int, int]:
     """Write a copy of ``src`` whose lines are replicated until the file is about ``target_bytes``."""
-    from traceinsight.ingest.proto.xplane_schema import messages
+    from traceinsight.ingest.xplane.schema import messages
 
     data = src.read_bytes()
     space = messages()["XSpace"].FromString(data)
@@ -111,7 +111,7 @@ def main() -> None:
             n = runs[0]["events"]
             rows.append((label, path.stat().st_size, n, "first load", load, target))
             rows.append((label, path.stat().st_size, n, "+ import", total, None))
-    print("decoder:", "C walker (proto/_wire_scan.c)" if native else "upb + numpy (proto/wire.py)")
+    print("decoder:", "C walker (xplane/_wire_scan.c)" if native else "upb + numpy (xplane/wire.py)")
     print(f"{'file':30} {'MB':>7} {'events':>9} {'measure':>11} {'median s':>9} {'target s':>9} {'ok':>4}")
     for name, size, n, what, t, target in rows:
         tgt = f"{target:9.3f}" if target is not None else f"{'':9}"

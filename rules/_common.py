@@ -12,6 +12,7 @@ import re
 import numpy as np
 import pandas as pd
 
+from traceinsight.patterns import COLLECTIVE, DATA_WAIT_PRIMARY, DATA_WAIT_TFDATA, SYNC_CALL, SYNC_OP  # noqa: F401  (one home, shared with the ledger)
 from traceinsight.views import Coverage, name_mask  # noqa: F401  (re-exported for the rules)
 
 # --- name patterns ---------------------------------------------------------------------------------------
@@ -19,16 +20,6 @@ from traceinsight.views import Coverage, name_mask  # noqa: F401  (re-exported f
 DATA_LOADING = re.compile(r"enumerate\(DataLoader\)|DataLoader|IteratorGetNext|Iterator::|MultiDeviceIteratorGetNextFromShard|_next_data|dataloader\.py", re.I)
 #: Optimizer updates (PyTorch ``Optimizer.step#SGD.step``, fused/foreach kernels' host ops, Keras apply_gradients).
 OPTIMIZER = re.compile(r"Optimizer\.step|optimizer|zero_grad|ResourceApply|apply_gradients|_foreach_", re.I)
-#: Runtime/driver calls that block the calling host thread until GPU work finishes.
-SYNC_CALL = re.compile(
-    r"^(cuda|hip)(DeviceSynchronize|StreamSynchronize|EventSynchronize|ThreadSynchronize|CtxSynchronize)"
-    r"|^cu(Ctx|Stream|Event)Synchronize"
-    r"|^(cuda|hip)Memcpy(?!.*Async)(2D|3D|ToSymbol|FromSymbol|Peer|DtoH|HtoD|DtoD|WithStream)?(_v\d+|_ptds)?$"
-    r"|^cuMemcpy(DtoH|HtoD|DtoD|AtoH|HtoA)?(_v\d+)?$"
-    r"|^(cuda|hip)Memset(?!.*Async)(2D|3D|D8|D16|D32)?(_v\d+|_ptds)?$"
-)
-#: Framework ops that force a device-to-host synchronization by their nature.
-SYNC_OP = re.compile(r"^aten::(item|_local_scalar_dense|nonzero|is_nonzero|tolist|equal|masked_select|unique|_unique2)$|\.tolist|\.item\(|\.cpu\(")
 
 
 def short_name(name: str, width: int = 80) -> str:
@@ -131,13 +122,6 @@ def lookup(series: pd.Series, labels: np.ndarray) -> np.ndarray:
     return out
 
 # --- input pipeline (TI005) ------------------------------------------------------------------------------
-#: Host ranges during which the training loop waits for its next batch. PyTorch's profiler wraps every
-#: ``next(iter(loader))`` in ``enumerate(DataLoader)#<Iter>.__next__`` (tb_plugin event_parser.py uses the same
-#: prefix, plus ``enumerate(DataPipe)#``); TF's consumer side is ``IteratorGetNext`` (xprof HOST_WAIT_INPUT).
-DATA_WAIT_PRIMARY = r"^enumerate\((?:DataLoader|DataPipe)\)#|DataLoader.*__next__|IteratorGetNext"
-#: tf.data's own ``Iterator::...`` TraceMe ranges; only waits when seen on a consumer thread (see TI005).
-DATA_WAIT_TFDATA = r"^Iterator::"
-
 # --- GEMM / convolution kernels (TI007) ----------------------------------------------------------------
 #: Kernels doing matrix-multiply or convolution work (cuBLAS, cuBLASLt, cuDNN, CUTLASS, xmma, Hopper nvjet).
 GEMM_CONV = (
@@ -159,8 +143,6 @@ FP64 = r"dgemm|zgemm|\bd_?gemm|double"
 
 # --- collectives (TI008, TI009) ------------------------------------------------------------------------
 NCCL = r"nccl|rccl"
-#: Collective kernels, NCCL or not (symmetric-memory all-reduce, custom all-to-all): few blocks and peer waits by design.
-COLLECTIVE = r"nccl|rccl|multimem|all_?reduce|all_?gather|reduce_?scatter|all_?to_?all|cross_device_reduce"
 
 #: NVIDIA GPUs before Volta (compute capability < 7): no tensor cores.
 PRE_VOLTA = r"\b(?:[KMP]\d{1,3}\b|GP100|GP10\d|GTX\s*(?:9|10)\d\d|TITAN\s*X|Tesla\s*[KMP]|Quadro\s*[KMP]\d)"

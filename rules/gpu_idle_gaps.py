@@ -74,6 +74,7 @@ def attribute_gaps(views, gaps: pd.DataFrame) -> pd.DataFrame:
 
 class GpuIdleGaps(Rule):
     code = "TI001"
+    category = "gpu_idle"
     name = "gpu-idle-gaps"
     severity = Severity.WARNING
     summary = "The GPU sits idle in long gaps between its work; each gap is traced to what the host was doing."
@@ -176,6 +177,7 @@ class GpuIdleGaps(Rule):
                 ),
                 impact_ns=total,
                 evidence=evidence,
+                instances=g[["start_ns", "end_ns", "rank", "device"]].assign(label=g["cause"]).sort_values("start_ns"),
                 location=Location(rank=rank, device=device),
                 metrics={
                     "idle_pct": round(100.0 - float(row.busy_pct), 3),

@@ -37,6 +37,7 @@ def find_stalls(events: pd.DataFrame, launches: pd.DataFrame) -> pd.DataFrame:
 
 class HostSyncStalls(Rule):
     code = "TI002"
+    category = "host_sync"
     name = "host-sync-stalls"
     severity = Severity.WARNING
     summary = "The host blocks on the GPU (explicit syncs, .item(), .cpu(), blocking copies) and the GPU runs dry meanwhile."
@@ -180,6 +181,7 @@ class HostSyncStalls(Rule):
                 impact_ns=idle,
                 severity=severity,
                 evidence=evidence,
+                instances=pd.DataFrame({"start_ns": s["start_ns"], "end_ns": s["end_ns"], "rank": s["rank"], "label": s["name"].astype(str)}),
                 location=Location(rank=int(rank)),
                 metrics={
                     "stalls": int(len(s)),

@@ -18,6 +18,7 @@ _WAIT_KINDS = ("cpu_op", "annotation", "other")
 
 class InputPipelineBound(Rule):
     code = "TI005"
+    category = "input_pipeline"
     name = "input-pipeline-bound"
     severity = Severity.WARNING
     summary = "A large share of each step is spent waiting for the next batch from the input pipeline."
@@ -170,6 +171,7 @@ class InputPipelineBound(Rule):
             message=msg,
             impact_ns=impact,
             evidence=evidence,
+            instances=wait_u.rename(columns={"group": "rank"}).assign(label="data wait"),
             severity=sev,
             location=Location(rank=int(ranks[0]) if len(ranks) == 1 else None),
             metrics={

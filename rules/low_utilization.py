@@ -9,6 +9,7 @@ from traceinsight.rule_api import Context, Fix, Location, Option, Rule, Severity
 
 class LowGpuUtilization(Rule):
     code = "TI010"
+    category = "gpu_idle"
     name = "low-gpu-utilization"
     severity = Severity.WARNING
     summary = "A GPU is busy less than half of its active window."

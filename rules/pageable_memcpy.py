@@ -14,6 +14,7 @@ _ASYNC_API = r"Memcpy.*Async|MemcpyAsync|cuMemcpy.*Async"
 
 class PageableMemcpy(Rule):
     code = "TI006"
+    category = "copy"
     name = "pageable-memcpy"
     severity = Severity.WARNING
     summary = "Host-device copies use pageable (not page-locked) host memory."
@@ -130,6 +131,9 @@ class PageableMemcpy(Rule):
             ),
             impact_ns=impact,
             evidence=evidence,
+            instances=pd.DataFrame(
+                {"start_ns": pg["start_ns"], "end_ns": pg["start_ns"] + pg["dur_ns"], "rank": pg["rank"], "device": pg["device"], "label": direction}
+            ),
             severity=sev,
             metrics={
                 "count": int(len(pg)),

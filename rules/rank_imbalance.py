@@ -16,6 +16,7 @@ _K = 1_000_003  # packs (rank, device) into one integer group key
 
 class RankImbalance(Rule):
     code = "TI009"
+    category = "gpu_idle"
     name = "rank-imbalance"
     severity = Severity.WARNING
     summary = "GPUs of a distributed job do unequal amounts of work; the fastest ones wait at collectives."

@@ -99,6 +99,7 @@ def detect_rnn(events: pd.DataFrame) -> RnnDetection:
 
 class RnnCudnnFallback(Rule):
     code = "TI004"
+    category = "compute"
     name = "rnn-cudnn-fallback"
     severity = Severity.WARNING
     summary = "A recurrent layer (LSTM/GRU) runs as a per-timestep loop of small kernels instead of the fused cuDNN kernel."
@@ -226,6 +227,7 @@ class RnnCudnnFallback(Rule):
             ),
             impact_ns=idle_ns,
             evidence=evidence,
+            instances=regions[["start_ns", "end_ns", "rank"]].assign(label="recurrent region").sort_values("start_ns"),
             location=Location(rank=ranks[0] if len(ranks) == 1 else None),
             metrics={
                 "cudnn_recognised": False,

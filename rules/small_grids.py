@@ -12,6 +12,7 @@ from ._common import COLLECTIVE, grid_blocks, name_mask
 
 class SmallGrids(Rule):
     code = "TI008"
+    category = "compute"
     name = "small-grids"
     severity = Severity.WARNING
     summary = "Much of the kernel time is in launches with fewer thread blocks than the GPU has SMs (batch too small)."

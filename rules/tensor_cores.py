@@ -28,6 +28,7 @@ def _has_tensor_cores(name: str | None, cc: str | None, vendor: str | None) -> b
 
 class NoTensorCores(Rule):
     code = "TI007"
+    category = "compute"
     name = "no-tensor-cores"
     severity = Severity.WARNING
     summary = "GEMM/convolution kernels run in FP32 on CUDA cores although the GPU has tensor cores."

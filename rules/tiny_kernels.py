@@ -12,6 +12,7 @@ from ._common import innermost_enclosing, lookup, short_name
 
 class TinyKernels(Rule):
     code = "TI003"
+    category = "launch_overhead"
     name = "tiny-kernels"
     severity = Severity.WARNING
     summary = "Many kernels are shorter than their own launch; the GPU waits on the host between them (launch-bound)."

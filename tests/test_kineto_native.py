@@ -18,8 +18,10 @@ import pytest
 
 import traceinsight
 from traceinsight.errors import TraceReadError
-from traceinsight.ingest import kineto_columns
-from traceinsight.ingest.kineto_columns import FORCE_PURE, Declined, scan_columns
+from traceinsight.ingest import native
+from traceinsight.ingest.kineto.columns import Declined, scan_columns
+
+FORCE_PURE = native.PURE_ENV
 
 from .conftest import corpus_file
 from .helpers.kineto_writer import KinetoTrace
@@ -51,7 +53,7 @@ CORPUS_NAMES = [
 
 @pytest.fixture(autouse=True)
 def native_built():
-    if kineto_columns._kineto_scan is None:
+    if native.built("pytorch") is None:
         if os.environ.get("CI"):
             pytest.fail("the native kineto scanner was not built (is a C compiler installed?)")
         pytest.skip("the native kineto scanner is not built here (no C compiler at install time)")
@@ -210,7 +212,7 @@ def test_deep_nesting_is_skipped_without_recursion():
 
 
 def test_scanner_entry_point_directly():
-    scan = kineto_columns._kineto_scan.scan
+    scan = native.built("pytorch").scan
     assert scan(b"")["fallback"]
     assert scan(b"   42 ")["fallback"]
     assert scan(b'{"a": 1}')["fallback"] == "the document has no traceEvents"
@@ -227,7 +229,7 @@ def test_gzip_members_and_inflaters_agree(tmp_path, monkeypatch):
     import gzip
     import zlib
 
-    from traceinsight.ingest import pytorch
+    from traceinsight.ingest import byteio
 
     data = json.dumps(_small_trace().to_dict()).encode()
     plain = tmp_path / "t.json"
@@ -240,9 +242,10 @@ def test_gzip_members_and_inflaters_agree(tmp_path, monkeypatch):
     expected = traceinsight.load(plain).events
     for path in (one, two):
         pd.testing.assert_frame_equal(traceinsight.load(path).events, expected)
-    assert pytorch._gunzip_whole(two.read_bytes()) is None  # the trailer describes only the last member
-    monkeypatch.setattr(pytorch, "_zlib", zlib)
-    assert pytorch._gunzip_whole(one.read_bytes()) == data
+    assert byteio.gunzip(two.read_bytes(), two, 1 << 30) == (data, True)
+    monkeypatch.setattr(byteio, "_zlib", zlib)
+    assert byteio.gunzip(one.read_bytes(), one, 1 << 30) == (data, True)
+    assert byteio.gunzip(two.read_bytes(), two, 1 << 30) == (data, True)
     pd.testing.assert_frame_equal(traceinsight.load(one).events, expected)
 
 
@@ -251,7 +254,7 @@ def test_mutated_documents_give_a_timeline_or_a_clear_error(tmp_path, monkeypatc
     """Random byte edits (seeded): the reader itself (not load()'s catch-all) returns or raises TraceReadError."""
     import random
 
-    from traceinsight.ingest import pytorch
+    from traceinsight.ingest import assemble, kineto
 
     if pure:
         monkeypatch.setenv(FORCE_PURE, "1")
@@ -273,7 +276,7 @@ def test_mutated_documents_give_a_timeline_or_a_clear_error(tmp_path, monkeypatc
         path = tmp_path / f"m{i}.json"
         path.write_bytes(bytes(b))
         try:
-            tl = pytorch.read(path)
+            tl = assemble(kineto.read(path))
         except TraceReadError as exc:
             assert "\n" not in str(exc)
             outcomes["error"] += 1

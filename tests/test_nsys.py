@@ -435,13 +435,13 @@ def test_bulk_kernels_match_single_calls(tmp_path):
     assert ta.events[cols].astype(str).values.tolist() == tb.events[cols].astype(str).values.tolist()
 
 
-# --- columnar reads (nsys_sql) ------------------------------------------------------------------------------
+# --- columnar reads (nsys.sql) ------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("name", CORPUS_FILES)
 def test_parallel_ranges_match_one_scan(name, monkeypatch):
     """Many tiny rowid ranges on 4 threads give exactly the frame of one single-threaded scan."""
-    from traceinsight.ingest import nsys_sql
+    from traceinsight.ingest.nsys import sql as nsys_sql
 
     monkeypatch.setattr(nsys_sql, "_cpus", lambda: 1)
     monkeypatch.setattr(nsys_sql, "MIN_RANGE", 1 << 40)
@@ -454,7 +454,7 @@ def test_parallel_ranges_match_one_scan(name, monkeypatch):
 
 
 def test_read_int_columns_exact_nulls_and_no_rowid(tmp_path, monkeypatch):
-    from traceinsight.ingest import nsys_sql
+    from traceinsight.ingest.nsys import sql as nsys_sql
 
     p = tmp_path / "ints.sqlite"
     values = [2**63 - 1, -(2**63), -1, 0, 1, None, 2**53 + 1, 123456789012345678]

@@ -46,7 +46,7 @@ def test_wheel_contents(wheel):
     assert "[traceinsight.rules]" in text and "TI001 = traceinsight.rules.gpu_idle_gaps:GpuIdleGaps" in text
     assert "traceinsight = traceinsight.cli:main" in text
     # the C accelerators are compiled into the wheel where a compiler exists (CI has one)
-    assert any(n.startswith("traceinsight/ingest/_kineto_scan") and n.endswith((".so", ".pyd")) for n in names)
+    assert any(n.startswith("traceinsight/ingest/kineto/_kineto_scan") and n.endswith((".so", ".pyd")) for n in names)
 
 
 def test_wheel_installs_and_runs_in_fresh_venv(wheel, tmp_path):

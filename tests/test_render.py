@@ -64,7 +64,7 @@ def assert_formats_agree(analysis) -> None:
         assert shown.strip() == fmt_ns(j["findings"][int(n) - 1]["impact_ns"])
     assert j["verdict"]["label"] in LABELS.values()
     assert f"**Verdict: {j['verdict']['headline']}.**" in md
-    assert f"<strong>{htmllib.escape(j['verdict']['label'] if j['verdict']['category'] != 'no_gpu' else j['verdict']['headline'])}</strong>" in h
+    assert f"<strong>{htmllib.escape(j['verdict']['label'] if j['verdict']['bound'] else j['verdict']['headline'])}</strong>" in h
 
 
 def test_synthetic_formats_agree():

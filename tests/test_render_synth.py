@@ -43,8 +43,9 @@ def synthetic_timeline(hostile: bool = False, n_steps: int = 4) -> Timeline:
     for s in range(n_steps):
         t0 = s * 10_000_000
         add("step", f"ProfilerStep#{s}", t0, 10_000_000)
-        add("cpu_op", names[s % len(names)] if hostile else "aten::linear", t0 + 10_000, 6_000_000)
-        add("runtime", "cudaDeviceSynchronize", t0 + 6_000_000, 3_000_000)
+        add("cpu_op", names[s % len(names)] if hostile else "aten::linear", t0 + 10_000, 5_400_000)
+        # the host blocks while the last kernels still run, so the GPU drains under it: a sync stall
+        add("runtime", "cudaDeviceSynchronize", t0 + 5_500_000, 3_500_000)
         for dev in (0, 1):
             t = t0 + 100_000
             for i in range(60):
@@ -53,7 +54,9 @@ def synthetic_timeline(hostile: bool = False, n_steps: int = 4) -> Timeline:
                 add("runtime", "cudaLaunchKernel", t - 50_000, 5_000, corr=corr)
                 add("kernel", name, t, 80_000, device=dev, stream=7 + (i % 2), corr=corr)
                 t += 95_000
-            add("memcpy", "Memcpy HtoD (Pageable -> Device)", t0 + 9_200_000, 600_000, device=dev, stream=7)
+            corr += 1
+            add("runtime", "cudaMemcpyAsync", t0 + 9_050_000, 20_000, corr=corr)
+            add("memcpy", "Memcpy HtoD (Pageable -> Device)", t0 + 9_200_000, 600_000, device=dev, stream=7, corr=corr)
     ev = build_events(rows)
     meta = TraceMeta(
         source_format="pytorch",
@@ -68,6 +71,7 @@ def synthetic_timeline(hostile: bool = False, n_steps: int = 4) -> Timeline:
 
 class FakeIdleGaps(Rule):
     code = "XT001"
+    category = "gpu_idle"
     name = "gpu-idle-gaps"
     severity = Severity.WARNING
     summary = "GPU idle between kernels."
@@ -86,6 +90,7 @@ class FakeIdleGaps(Rule):
                 message=f"GPU {dev} sat idle {len(gg)} times for at least 1 ms.",
                 impact_ns=int(gg["dur_ns"].sum()),
                 evidence=ev,
+                instances=gg.assign(label="idle"),
                 location=Location(rank=0, device=int(dev), start_ns=int(gg["start_ns"].min()), end_ns=int(gg["end_ns"].max())),
                 key=f"dev{dev}",
             )
@@ -93,6 +98,7 @@ class FakeIdleGaps(Rule):
 
 class FakeSyncs(Rule):
     code = "XT002"
+    category = "host_sync"
     name = "host-sync-stalls"
     severity = Severity.ERROR
     summary = "Host synchronizations stall the GPU."
@@ -112,12 +118,14 @@ class FakeSyncs(Rule):
             message="Each step waits for the GPU on the host; " + (str(ops[0]) if len(ops) else ""),
             impact_ns=int(s["dur_ns"].sum() * 0.9),
             evidence=evidence,
+            instances=pd.DataFrame({"start_ns": s["start_ns"], "end_ns": s["start_ns"] + s["dur_ns"], "rank": s["rank"], "label": "sync"}),
             location=Location(rank=0, start_ns=int(s["start_ns"].min()), end_ns=int((s["start_ns"] + s["dur_ns"]).max())),
         )
 
 
 class FakeInfo(Rule):
     code = "XT003"
+    category = "launch_overhead"
     name = "tiny-kernels"
     severity = Severity.INFO
     summary = "Many tiny kernels."

@@ -137,7 +137,8 @@ def test_detect():
 def test_tf_json_sniff_rejects_kineto():
     from pathlib import Path
 
-    from traceinsight.ingest import read_head, tf_json
+    from traceinsight.ingest import read_head
+    from traceinsight.ingest.tf import trace_json as tf_json
 
     for p in sorted((corpus_file("pytorch")).glob("*.json*"))[:3]:
         assert not tf_json.sniff(Path(p), read_head(Path(p)))
@@ -263,13 +264,13 @@ def test_garbage_xplane_and_cli_exit_code(tmp_path):
 
 
 def test_import_does_not_import_tensorflow():
-    code = "import sys, traceinsight, traceinsight.keras, traceinsight.tf_signals, traceinsight.ingest.xplane; print('tensorflow' in sys.modules)"
+    code = "import sys, traceinsight, traceinsight.keras, traceinsight.tf_signals, traceinsight.ingest.xplane.reader; print('tensorflow' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     assert out == "False"
 
 
 def test_schema_has_no_tensorflow_dependency():
-    from traceinsight.ingest.proto.xplane_schema import file_descriptor, messages
+    from traceinsight.ingest.xplane.schema import file_descriptor, messages
 
     fdp = file_descriptor()
     assert not fdp.dependency

@@ -1,4 +1,4 @@
-"""The C XSpace walker (proto/_wire_scan.c) against the upb + numpy path it speeds up, and on hostile bytes.
+"""The C XSpace walker (xplane/_wire_scan.c) against the upb + numpy path it speeds up, and on hostile bytes.
 
 Both paths must give the same timeline for every capture: the C walker is only a faster way to the same columns.
 """
@@ -16,7 +16,8 @@ import pytest
 
 import traceinsight
 from traceinsight.errors import TraceReadError
-from traceinsight.ingest import xplane, xplane_space
+from traceinsight.ingest import native as native_switch
+from traceinsight.ingest.xplane import space as xplane_space
 
 from .conftest import CORPUS, corpus_file
 
@@ -25,7 +26,7 @@ XPLANES = sorted(str(p.relative_to(CORPUS)) for p in CORPUS.glob("tf/**/*.xplane
 
 def _built() -> bool:
     try:
-        from traceinsight.ingest.proto import _wire_scan  # noqa: F401
+        from traceinsight.ingest.xplane import _wire_scan  # noqa: F401
     except ImportError:
         return False
     return True
@@ -36,9 +37,11 @@ native = pytest.mark.skipif(not _built(), reason="the _wire_scan extension is no
 
 
 def _load(path, use_native: bool, monkeypatch):
-    monkeypatch.delenv(xplane.FORCE_PURE, raising=False)
-    monkeypatch.setattr(xplane_space, "USE_NATIVE", use_native)
-    assert (xplane.native_scanner() is not None) == use_native
+    if use_native:
+        monkeypatch.delenv(native_switch.PURE_ENV, raising=False)
+    else:
+        monkeypatch.setenv(native_switch.PURE_ENV, "1")
+    assert (xplane_space.native_scanner() is not None) == use_native
     return traceinsight.load(path)
 
 
@@ -63,14 +66,14 @@ def test_native_load_needs_no_protobuf():
     path = corpus_file("tf/e4040-t4-keras-cnn/train/plugins/profile/2022_11_04_21_26_12/instance-ecbm.xplane.pb")
     code = ("import sys, traceinsight; traceinsight.load(sys.argv[1]); "
             "print(any(m.startswith('google.protobuf') for m in sys.modules))")
-    env = {k: v for k, v in os.environ.items() if k != xplane.FORCE_PURE}
+    env = {k: v for k, v in os.environ.items() if k != native_switch.PURE_ENV}
     out = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, check=True, env=env)
     assert out.stdout.strip() == "False"
 
 
 def test_pure_python_switch(monkeypatch):
-    monkeypatch.setenv(xplane.FORCE_PURE, "1")
-    assert xplane.native_scanner() is None
+    monkeypatch.setenv(native_switch.PURE_ENV, "1")
+    assert xplane_space.native_scanner() is None
 
 
 # -- a hand-written XSpace: layouts serializers do not write, but the format allows ---------------------------------
@@ -184,7 +187,7 @@ def test_truncated_corpus_file_native(tmp_path, monkeypatch, cut):
 
 @native
 def test_scan_events_checks_its_arguments():
-    from traceinsight.ingest.proto import _wire_scan as scan
+    from traceinsight.ingest.xplane import _wire_scan as scan
 
     span = struct.pack("<qq", 0, 2)
     with pytest.raises(ValueError):

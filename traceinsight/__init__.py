@@ -42,25 +42,15 @@ __all__ = [
     "native_status",
 ]
 
-#: The optional C accelerators (built at install time where a compiler exists) and what each speeds up.
-_NATIVE = {
-    "traceinsight.ingest._kineto_scan": "PyTorch Profiler JSON",
-    "traceinsight.ingest.proto._wire_scan": "TensorFlow XPlane",
-}
+#: The formats an optional C accelerator speeds up (built at install time where a compiler exists).
+_NATIVE = {"pytorch": "PyTorch Profiler JSON", "tensorflow-xplane": "TensorFlow XPlane"}
 
 
 def native_status() -> dict[str, bool]:
     """Which formats load through a native accelerator here (False: the pure-Python path, same results, slower)."""
-    import importlib
+    from .ingest import native
 
-    out = {}
-    for module, fmt in _NATIVE.items():
-        try:
-            importlib.import_module(module)
-            out[fmt] = True
-        except ImportError:
-            out[fmt] = False
-    return out
+    return {label: native.built(fmt) is not None for fmt, label in _NATIVE.items()}
 
 
 def analyze(

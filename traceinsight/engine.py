@@ -187,6 +187,12 @@ class Analysis:
     rules_run: list[str]
     timings: dict[str, float] = field(default_factory=dict)
     baseline: Any = None  # a baseline.Comparison when the run was compared with an earlier report
+    views: Views | None = None  # the rules' cached views; renderers read these instead of deriving their own
+    ledger: Any = None  # the time ledger (traceinsight.ledger) once it is built; None until then
+
+    def __post_init__(self) -> None:
+        if self.views is None:
+            self.views = Views(self.timeline)
 
     def worst_severity(self) -> Severity | None:
         if not self.findings:
@@ -221,4 +227,6 @@ def run(timeline: Timeline, rules: list[Rule], *, extra_warnings: Iterable[str] 
         warnings=warnings,
         rules_run=[r.code for r in rules],
         timings=timings,
+        views=views,
+        ledger=views.ledger,
     )

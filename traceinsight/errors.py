@@ -26,6 +26,10 @@ class UnknownFormatError(TraceReadError):
     """The content is none of the supported formats."""
 
 
+class TraceTooLargeError(TraceReadError):
+    """The trace (or what it inflates to) is over the size ceiling; reading stopped at the ceiling."""
+
+
 class ConfigError(TraceInsightError):
     """A rule selection, option or config file is wrong."""
 

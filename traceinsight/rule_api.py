@@ -8,6 +8,7 @@ A rule is a class::
         code = "ACME001"
         name = "slow-copies"
         severity = Severity.WARNING
+        category = "copy"          # the bound its findings belong to (CATEGORIES); default "compute"
         summary = "Host-to-device copies slower than 5 GB/s."
         why = "Copies at pageable-memory speed hold the GPU back."
         fix_pytorch = Fix("Pin the source tensor.", "x = x.pin_memory()")
@@ -16,7 +17,7 @@ A rule is a class::
 
         def check(self, ctx):
             ...
-            yield ctx.finding(title=..., message=..., impact_ns=..., evidence=df)
+            yield ctx.finding(title=..., message=..., impact_ns=..., evidence=df, instances=slow_copies_df)
 
 Rules receive a ``Context``: the timeline, the shared derived views (computed once, cached) and their
 resolved options. They return or yield ``Finding`` objects.
@@ -35,6 +36,25 @@ import pandas as pd
 if TYPE_CHECKING:  # pragma: no cover
     from .timeline import Timeline
     from .views import Views
+
+
+#: The bounds a finding can belong to. The verdict names the category whose largest finding costs most;
+#: "trace_quality" findings describe the recording, not the run, and never become the verdict.
+CATEGORIES: tuple[str, ...] = (
+    "gpu_idle",
+    "host_sync",
+    "launch_overhead",
+    "input_pipeline",
+    "copy",
+    "compute",
+    "communication",
+    "trace_quality",
+)
+#: A rule's maturity: "preview" rules are new and may change their thresholds or wording.
+LIFECYCLES: tuple[str, ...] = ("stable", "preview")
+#: The category of a rule that declares none: a finding about the work the GPU does rather than about what
+#: keeps it waiting, so an undeclared plugin can never be mistaken for an explanation of idle time.
+DEFAULT_CATEGORY = "compute"
 
 
 class Severity(str, enum.Enum):
@@ -102,6 +122,65 @@ class Location:
     end_ns: int | None = None
 
 
+@dataclass(frozen=True)
+class Instance:
+    """One time interval a finding is about (a gap, a stall, a copy, a region), in trace nanoseconds.
+
+    Renderers draw timeline markers and close-ups from these and nothing else, so a rule that wants its
+    evidence on the timeline passes ``instances=`` to ``ctx.finding``.
+    """
+
+    start_ns: int
+    end_ns: int
+    rank: int | None = None
+    device: int | None = None
+    label: str = ""
+
+    def __post_init__(self) -> None:
+        start, end = int(self.start_ns), int(self.end_ns)
+        if end < start:
+            raise ValueError(f"instance ends before it starts: {start} > {end}")
+        object.__setattr__(self, "start_ns", start)
+        object.__setattr__(self, "end_ns", end)
+        object.__setattr__(self, "rank", None if self.rank is None else int(self.rank))
+        object.__setattr__(self, "device", None if self.device is None else int(self.device))
+        object.__setattr__(self, "label", str(self.label))
+
+    @property
+    def dur_ns(self) -> int:
+        return self.end_ns - self.start_ns
+
+
+def as_instances(value: "Iterable[Instance] | pd.DataFrame | None") -> list[Instance]:
+    """Instances from a list of ``Instance`` or a DataFrame with start_ns, end_ns and optional rank, device, label.
+
+    Missing or negative rank/device values mean "unknown" (None); times keep full nanosecond precision.
+    """
+    if value is None:
+        return []
+    if not isinstance(value, pd.DataFrame):
+        out = list(value)
+        bad = [type(v).__name__ for v in out if not isinstance(v, Instance)]
+        if bad:
+            raise TypeError(f"instances must be Instance objects or a DataFrame, got {bad[0]}")
+        return out
+    missing = {"start_ns", "end_ns"} - set(value.columns)
+    if missing:
+        raise ValueError(f"instances DataFrame lacks column(s) {', '.join(sorted(missing))}")
+    n = len(value)
+    starts = value["start_ns"].to_numpy(dtype="int64").tolist()
+    ends = value["end_ns"].to_numpy(dtype="int64").tolist()
+
+    def ids(col: str) -> list[int | None]:
+        if col not in value:
+            return [None] * n
+        v = pd.to_numeric(value[col], errors="coerce").to_numpy(dtype=float)
+        return [None if x != x or x < 0 else int(x) for x in v.tolist()]
+
+    labels = value["label"].astype(str).tolist() if "label" in value else [""] * n
+    return [Instance(s, e, r, d, lb) for s, e, r, d, lb in zip(starts, ends, ids("rank"), ids("device"), labels)]
+
+
 @dataclass
 class Finding:
     """One diagnosis, with the numbers that back it and what to do about it."""
@@ -119,6 +198,10 @@ class Finding:
     metrics: dict[str, Any] = field(default_factory=dict)  # rule-specific numbers for JSON consumers
     rule_name: str = ""
     key: str = ""  # what makes this finding distinct within its rule (device, kernel name, ...)
+    category: str = DEFAULT_CATEGORY  # the bound it belongs to (CATEGORIES), from the rule
+    instances: list[Instance] = field(default_factory=list)  # the intervals it is about, full ns precision
+    explains: list[str] = field(default_factory=list)  # fingerprints of the symptom findings this cause explains
+    what_if: dict[str, Any] | None = None  # e.g. {"step_ns": ..., "baseline_step_ns": ..., "assumptions": "..."}
 
     @property
     def fingerprint(self) -> str:
@@ -132,6 +215,7 @@ class Finding:
         return {
             "code": self.code,
             "rule": self.rule_name,
+            "category": self.category,
             "title": self.title,
             "severity": self.severity.value,
             "message": self.message,
@@ -147,6 +231,11 @@ class Finding:
                 "total_rows": int(len(self.evidence)),
             },
             "fixes": {fw: {"text": fx.text, "code": fx.code} for fw, fx in self.fixes.items()},
+            "instances": [
+                {"start_ns": i.start_ns, "end_ns": i.end_ns, "rank": i.rank, "device": i.device, "label": i.label} for i in self.instances
+            ],
+            "explains": list(self.explains),
+            "what_if": None if self.what_if is None else _jsonable(self.what_if),
         }
 
 
@@ -175,6 +264,8 @@ class Rule:
     code: ClassVar[str] = ""  # stable, e.g. "TI001"; never reused for another meaning
     name: ClassVar[str] = ""  # kebab-case, e.g. "gpu-idle-gaps"
     severity: ClassVar[Severity] = Severity.WARNING
+    category: ClassVar[str] = DEFAULT_CATEGORY  # the bound its findings belong to, one of CATEGORIES
+    lifecycle: ClassVar[str] = "stable"  # "stable" or "preview"
     summary: ClassVar[str] = ""  # one line
     why: ClassVar[str] = ""  # why it matters (Markdown)
     definition: ClassVar[str] = ""  # exactly what is measured and the default thresholds (Markdown)
@@ -184,6 +275,10 @@ class Rule:
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
+        if cls.category not in CATEGORIES:
+            raise TypeError(f"rule {cls.__name__}: category {cls.category!r} is not one of {', '.join(CATEGORIES)}")
+        if cls.lifecycle not in LIFECYCLES:
+            raise TypeError(f"rule {cls.__name__}: lifecycle {cls.lifecycle!r} is not one of {', '.join(LIFECYCLES)}")
         opts: dict[str, Option] = {}
         for base in reversed(cls.__mro__[1:]):
             opts.update(getattr(base, "options", {}) or {})
@@ -258,6 +353,9 @@ class Context:
         metrics: dict[str, Any] | None = None,
         key: str = "",
         fixes: dict[str, Fix] | None = None,
+        instances: "Iterable[Instance] | pd.DataFrame | None" = None,
+        explains: Iterable[str] = (),
+        what_if: dict[str, Any] | None = None,
     ) -> Finding:
         """A Finding filled with this rule's code, severity and fixes, and impact percentages derived here."""
         span = self.views.span_ns
@@ -278,6 +376,10 @@ class Context:
             location=location or Location(),
             metrics=metrics or {},
             key=key,
+            category=type(self.rule).category,
+            instances=as_instances(instances),
+            explains=list(explains),
+            what_if=what_if,
         )
 
 

@@ -196,6 +196,25 @@ def _as_dtype(values: Any, dtype: str, col: str) -> Any:
     return arr.astype(dtype, copy=False) if arr.size else np.zeros(0, dtype=dtype)
 
 
+#: The largest |time| or duration a row may carry, in ns (about 146 years): every start, end and span computed from
+#: rows inside it fits in int64, so no analysis can wrap around into a negative span or an absurd percentage.
+TIME_LIMIT_NS = 1 << 62
+
+
+def validate(events: pd.DataFrame, meta: TraceMeta) -> pd.DataFrame:
+    """The rows an analysis can place: those with a negative duration, or a time or duration past
+    ``TIME_LIMIT_NS``, are dropped and counted in a warning (a reader that range-checks its input leaves none)."""
+    if events.empty:
+        return events
+    start = events["start_ns"].to_numpy()
+    dur = events["dur_ns"].to_numpy()
+    bad = (dur < 0) | (dur > TIME_LIMIT_NS) | (start > TIME_LIMIT_NS) | (start < -TIME_LIMIT_NS)
+    if not bad.any():
+        return events
+    meta.warn(f"{int(bad.sum()):,} events with a negative duration or a time out of range were dropped")
+    return events[~bad].reset_index(drop=True)
+
+
 def rebase(events: pd.DataFrame) -> int:
     """Shift ``start_ns`` so the earliest event is at 0 (in place); returns the offset that was subtracted."""
     if events.empty:

@@ -1,66 +1,172 @@
-"""One line that says what bounds a run, shared by every report format so they never disagree.
+"""What bounds a run, and what fixing the findings may save: read from the time ledger, shared by every format.
 
-Rules measure overlapping things (an idle gap may *be* a host sync), so adding impacts up would overstate
-the story. Instead each finding is put in one bottleneck category, the category with the largest single
-impact leads, and a specific cause (syncs, launches, input) beats the generic "GPU idle" when it explains a
-good part of the idle time. With no finding worth mentioning, GPU busy % decides between "compute" and
-unexplained idle time.
+Findings measure overlapping things (an idle gap may *be* a host sync, and sit inside a data wait), so adding
+their impacts up overstates the story, and the largest finding is not necessarily the largest cost. Both numbers
+come from the ledger (``traceinsight.ledger``) instead, where every nanosecond of each GPU's window sits in
+exactly one bucket:
+
+* **The verdict** names the largest cost. Warm-up is set aside first (it is not steady state). Then the largest
+  idle bucket, or exposed communication, names the bound when it costs at least ``MIN_BOUND_PCT`` of the
+  steady-state window; otherwise the GPU is effectively busy and the kind of busy time decides: copies when they
+  are at least ``COPY_BOUND_PCT`` of busy time, else compute. Too little GPU work (``MIN_GPU_WORK_NS`` and
+  ``MIN_GPU_WORK_ITEMS``) is said as such instead of being judged.
+* **Est. savings** is the avoidable idle findings *claim* from the ledger: each finding claims the buckets of its
+  category on its rank/device (and inside its instances, when it has them), at most its own impact. Findings
+  claiming the same bucket of the same device are taken to explain the same time, so the larger claim counts,
+  never the sum. Devices run in parallel, so the wall-clock saving is the largest per-device total. It is
+  therefore never more than the avoidable idle, and never more than a device's window.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .rule_api import Finding, fmt_ns
+from .ledger import AVOIDABLE_BUCKETS, BUCKETS, BUSY_BUCKETS, IDLE_BUCKETS, Ledger
+from .rule_api import CATEGORIES, DEFAULT_CATEGORY, Finding, fmt_ns
 
 if TYPE_CHECKING:  # pragma: no cover
     from .engine import Analysis
 
-#: category -> short label used as the verdict headline.
+#: verdict category -> short label used as the verdict headline.
 LABELS: dict[str, str] = {
-    "gpu_idle": "GPU idle",
+    "gpu_idle": "unattributed GPU idle",
     "host_sync": "host syncs",
     "launch_overhead": "launch overhead",
     "input_pipeline": "input pipeline",
+    "host_overhead": "host/Python overhead",
+    "host_untraced": "untraced host time",
+    "gpu_dependency": "GPU-side waits",
+    "copy": "copies",
+    "communication": "communication",
     "compute": "compute",
+    "trace_quality": "trace quality",
+    "warmup": "warm-up",
+    "too_little": "too little GPU work",
     "no_gpu": "no GPU activity",
 }
 
-# Built-in codes are mapped exactly; anything else (plugins, future rules) by words in its name/title.
-_CODE_CATEGORY = {
-    "TI001": "gpu_idle",
-    "TI002": "host_sync",
-    "TI003": "launch_overhead",
-    "TI004": "compute",
-    "TI005": "input_pipeline",
-    "TI006": "input_pipeline",
-    "TI007": "compute",
-    "TI008": "compute",
-    "TI009": "gpu_idle",
-    "TI010": "gpu_idle",
+#: The ledger bucket behind each verdict category a bucket can name.
+BUCKET_CATEGORY: dict[str, str] = {
+    "idle_data_wait": "input_pipeline",
+    "idle_host_sync": "host_sync",
+    "idle_launch_bound": "launch_overhead",
+    "idle_host_busy": "host_overhead",
+    "idle_untraced": "host_untraced",
+    "idle_gpu_dependency": "gpu_dependency",
+    "idle_warmup": "warmup",
+    "idle_other": "gpu_idle",
+    "communication": "communication",
+    "copy": "copy",
+    "compute": "compute",
 }
-_KEYWORDS = (
-    ("host_sync", ("sync",)),
-    ("input_pipeline", ("dataloader", "data-loader", "data loader", "input", "pipeline", "pageable", "prefetch", "htod", "h2d", "copy", "memcpy")),
-    ("launch_overhead", ("launch", "tiny", "small kernel", "short kernel", "overhead", "cpu-bound", "host-bound")),
-    ("gpu_idle", ("idle", "gap", "bubble", "starv")),
-)
 
-#: A category must cost at least this share of the span to be named as the bound.
-MIN_PCT_SPAN = 2.0
-#: GPU busy share above which, absent big findings, the run is called compute-bound.
-COMPUTE_BUSY_PCT = 85.0
+#: What findings of each rule category (``rule_api.CATEGORIES``) may claim from the ledger: their saving comes
+#: out of these buckets. Trace-quality findings describe the recording, not the run, and claim nothing.
+CLAIMS: dict[str, tuple[str, ...]] = {
+    "gpu_idle": AVOIDABLE_BUCKETS,
+    "host_sync": ("idle_host_sync",),
+    "launch_overhead": ("idle_launch_bound",),
+    "input_pipeline": ("idle_data_wait",),
+    "copy": ("copy",),
+    "compute": ("compute",),
+    "communication": ("communication",),
+    "trace_quality": (),
+}
+assert set(CLAIMS) == set(CATEGORIES), "every rule category needs its ledger claim"
+
+#: An idle cause (or exposed communication) names the bound when it costs at least this share of the
+#: steady-state window: at 5 % a single removable cause is a lever worth a change of code (the "warning" level
+#: of the severity scale); below it, what is left is the GPU's own work.
+MIN_BOUND_PCT = 5.0
+#: Copies are the bound when they are at least half of GPU busy time: then copies, not kernels, are the larger
+#: part of what the GPU does, and making kernels faster cannot save more than the smaller, non-copy half.
+COPY_BOUND_PCT = 50.0
+#: Below this much GPU work (kernels, copies, memsets, all devices) a profile says nothing about steady state: one
+#: real step is milliseconds of GPU time, while lazy init, launch latency and profiler overhead are of the same
+#: order as such a window (a graph capture, a cut profile, a trace of set-up only).
+MIN_GPU_WORK_NS = 1_000_000
+#: ...and fewer than this many kernels/copies/memsets. Both must hold: 95 short kernels spread over 65 ms with the
+#: host waiting for data between them is a clear pattern, and 3 copies of 2 ms are a real copy workload; a handful
+#: of kernels with under a millisecond of work is not.
+MIN_GPU_WORK_ITEMS = 10
 
 
 def category(finding: Finding) -> str:
-    """The bottleneck category of one finding (see LABELS)."""
-    if finding.code in _CODE_CATEGORY:
-        return _CODE_CATEGORY[finding.code]
-    text = f"{finding.rule_name} {finding.title}".lower()
-    for cat, words in _KEYWORDS:
-        if any(w in text for w in words):
-            return cat
-    return "compute"
+    """The bottleneck category of one finding: the one its rule declares (``Rule.category``)."""
+    return finding.category if finding.category in CLAIMS else DEFAULT_CATEGORY
+
+
+def ledger_of(analysis: "Analysis") -> Ledger:
+    """The analysis' ledger: the engine's when it filled one, else built from its views (and kept)."""
+    led = getattr(analysis, "ledger", None)
+    if led is not None:
+        return led
+    views = getattr(analysis, "views", None)
+    if views is None:
+        from .views import Views
+
+        views = Views(analysis.timeline)
+    led = views.ledger
+    try:
+        analysis.ledger = led  # type: ignore[attr-defined]
+    except AttributeError:  # pragma: no cover - a frozen or slotted Analysis
+        pass
+    return led
+
+
+def claim_buckets(finding: Finding) -> tuple[str, ...]:
+    """The ledger buckets a finding may claim: its own ``claims`` when it names some, else its category's."""
+    own = getattr(finding, "claims", None)
+    if own:
+        return tuple(b for b in own if b in BUCKETS)
+    return CLAIMS.get(category(finding), ())
+
+
+def finding_claims(ledger: Ledger, finding: Finding) -> dict[tuple[int, int, str], int]:
+    """What one finding claims: ns per (rank, device, bucket), in total at most its ``impact_ns``.
+
+    Without instances, the claim is the finding's buckets on its rank/device, scaled down evenly when the finding
+    says it saves less than they hold (e.g. a sync finding on a device that also idles in other syncs).
+    """
+    buckets = claim_buckets(finding)
+    impact = int(finding.impact_ns)
+    if not buckets or impact <= 0 or ledger.slices.empty:
+        return {}
+    loc = finding.location
+    instances = getattr(finding, "instances", None) or None
+    sl = ledger.claimed(buckets, rank=loc.rank, device=loc.device, within=instances)
+    if sl.empty:
+        return {}
+    ns = (sl["end_ns"] - sl["start_ns"]).groupby([sl["rank"], sl["device"], sl["bucket"].astype(str)], sort=True).sum()
+    total = int(ns.sum())
+    scale = min(1.0, impact / total) if total else 0.0
+    return {(int(r), int(d), str(b)): int(v * scale) for (r, d, b), v in ns.items() if v}
+
+
+def claims(analysis: "Analysis") -> dict[str, Any]:
+    """Every finding's claim, and their union: per (rank, device, bucket) the largest claim counts.
+
+    ``total_ns`` is the wall-clock saving from avoidable idle: devices run in parallel, so it is the largest
+    per-device total, not their sum (``gpu_ns`` is the sum, in GPU time). Busy-time claims (faster kernels,
+    copies, collectives) are listed in ``by_bucket`` but left out of the totals: their size rests on a speed-up
+    assumption, not on measured idle.
+    """
+    led = ledger_of(analysis)
+    best: dict[tuple[int, int, str], int] = {}
+    per_finding: dict[str, int] = {}
+    for f in analysis.findings:
+        c = finding_claims(led, f)
+        per_finding[f.fingerprint] = sum(v for (_, _, b), v in c.items() if b in AVOIDABLE_BUCKETS)
+        for k, v in c.items():
+            if v > best.get(k, 0):
+                best[k] = v
+    by_bucket: dict[str, int] = {}
+    per_device: dict[tuple[int, int], int] = {}
+    for (r, d, b), v in best.items():
+        by_bucket[b] = by_bucket.get(b, 0) + v
+        if b in AVOIDABLE_BUCKETS:
+            per_device[(r, d)] = per_device.get((r, d), 0) + v
+    return {"total_ns": max(per_device.values(), default=0), "gpu_ns": sum(per_device.values()), "by_bucket": by_bucket, "per_finding": per_finding}
 
 
 def headline(analysis: "Analysis") -> dict[str, Any]:
@@ -69,75 +175,149 @@ def headline(analysis: "Analysis") -> dict[str, Any]:
     counts = {"error": 0, "warning": 0, "info": 0}
     for f in analysis.findings:
         counts[f.severity.value] = counts.get(f.severity.value, 0) + 1
-    total = sum(int(f.impact_ns) for f in analysis.findings)
-    largest = max((int(f.impact_ns) for f in analysis.findings), default=0)
+    led = ledger_of(analysis)
+    cl = claims(analysis)
+    window = int(led.windows["window_ns"].max()) if len(led.windows) else 0
+    saved = min(int(cl["total_ns"]), window)
     busy = s.gpu_busy_pct
     return {
         "span_ns": int(s.span_ns),
         "gpu_busy_pct": None if busy is None else round(float(busy), 1),
         "findings": len(analysis.findings),
         "findings_by_severity": counts,
-        # findings overlap (a sync stall is also an idle gap), so the sum is an upper bound, capped at the span
-        "est_savings_ns": int(min(total, s.span_ns)) if s.span_ns else int(total),
-        "largest_saving_ns": largest,
+        # the union of the avoidable idle findings claim from the ledger, on the device that saves most: never
+        # the sum of overlapping findings, never more than that idle, never more than a device's window
+        "est_savings_ns": int(saved),
+        "est_savings_gpu_ns": int(cl["gpu_ns"]),
+        "largest_saving_ns": int(max(cl["per_finding"].values(), default=0)),
+        "avoidable_idle_ns": int(led.avoidable_ns),
         "steps": int(s.steps.get("count", 0)) if s.steps else 0,
         "mean_step_ns": float(s.steps["mean_ns"]) if s.steps else None,
     }
 
 
 def details(analysis: "Analysis") -> dict[str, Any]:
-    """The verdict with its reasoning: category, label, sentence, and the impact per category."""
-    s = analysis.summary
-    span = max(int(s.span_ns), 1)
-    busy = s.gpu_busy_pct
-    by_cat: dict[str, int] = {}
-    top: dict[str, Finding] = {}
+    """The verdict with its reasoning: category, label, headline, sentence, the ledger totals behind it."""
+    led = ledger_of(analysis)
+    totals = led.totals()
+    window = sum(totals.values())
+    busy = sum(totals[b] for b in BUSY_BUCKETS)
+    cl = claims(analysis)
+    impact_by_cat: dict[str, int] = {}
     for f in analysis.findings:
         c = category(f)
-        by_cat[c] = by_cat.get(c, 0) + int(f.impact_ns)
-        if c not in top or f.impact_ns > top[c].impact_ns:
-            top[c] = f
-    # the largest single finding per category, not the sum: sums double-count overlapping evidence
-    lead = {c: int(f.impact_ns) for c, f in top.items()}
-    cat = None
-    if busy is None:
-        cat = "no_gpu"
-    elif lead:
-        cat = max(lead, key=lambda c: (lead[c], c != "gpu_idle"))
-        if 100.0 * lead[cat] / span < MIN_PCT_SPAN:
-            cat = None
-        elif cat == "gpu_idle":
-            specific = {c: v for c, v in lead.items() if c in ("host_sync", "launch_overhead", "input_pipeline")}
-            if specific:
-                best = max(specific, key=lambda c: specific[c])
-                if specific[best] * 3 >= lead["gpu_idle"]:
-                    cat = best
-    if cat is None:
-        cat = "compute" if busy is not None and busy >= COMPUTE_BUSY_PCT else "gpu_idle"
+        impact_by_cat[c] = impact_by_cat.get(c, 0) + int(f.impact_ns)
+    base: dict[str, Any] = {
+        "ledger_ns": totals,
+        "window_ns": int(window),
+        "claimed_ns_by_bucket": cl["by_bucket"],
+        "impact_ns_by_category": {c: int(v) for c, v in sorted(impact_by_cat.items(), key=lambda kv: -kv[1])},
+    }
+    if window == 0:
+        return {**base, **_verdict("no_gpu", None, 0, 0, "The trace has no GPU kernels or copies, so there is nothing on the GPU to explain.")}
+    counts = analysis.summary.event_counts
+    n_work = sum(int(counts.get(k, 0)) for k in ("kernel", "memcpy", "memset"))
+    if busy < MIN_GPU_WORK_NS and n_work < MIN_GPU_WORK_ITEMS:
+        kernels = int(getattr(analysis.summary, "kernel_count", 0))
+        sentence = (
+            f"The GPU did only {fmt_ns(busy)} of work ({kernels} kernels) in a {fmt_ns(window)} window: too little to say "
+            "what bounds the run (a graph capture, a cut profile, or set-up only). Profile a few steady-state steps."
+        )
+        return {**base, **_verdict("too_little", None, busy, window, sentence)}
 
-    idle_txt = "" if busy is None else f"the GPU is busy {busy:.1f}% of its active window"
-    f = top.get(cat)
-    if cat == "no_gpu":
-        sentence = "The trace has no GPU kernels or copies, so there is nothing on the GPU to explain."
-    elif cat == "compute":
-        if f is not None and f.impact_ns and 100.0 * f.impact_ns / span >= MIN_PCT_SPAN:
-            sentence = f"{idle_txt[0].upper()}{idle_txt[1:]}; the biggest lever is the kernels themselves ({f.title}, est. {fmt_ns(f.impact_ns)})."
-        else:
-            sentence = f"{idle_txt[0].upper()}{idle_txt[1:]}; speed-ups now come from faster kernels (precision, fusion, batch size), not from feeding the GPU."
-    elif f is not None:
-        sentence = f"{idle_txt[0].upper()}{idle_txt[1:]}; the largest cause is {f.title} (est. {fmt_ns(f.impact_ns)}, {100.0 * f.impact_ns / span:.1f}% of the span)."
-    else:
-        sentence = f"{idle_txt[0].upper()}{idle_txt[1:]}, and no rule pinned down a cause larger than {MIN_PCT_SPAN:.0f}% of the span."
+    warm = totals["idle_warmup"]
+    steady = window - warm
+    n_dev = len(led.windows)
+    gpus = f"{n_dev} GPUs' windows, summed" if n_dev > 1 else "window"
+    busy_pct = 100.0 * busy / window
+    if steady < MIN_GPU_WORK_NS:
+        sentence = f"Almost all of the window is warm-up ({fmt_ns(warm)} of {fmt_ns(window)}): profile steady-state steps to judge the run."
+        return {**base, **_verdict("warmup", "idle_warmup", warm, window, sentence)}
+
+    # 1. the largest idle cause (or exposed communication) of the steady state, when it is a real lever
+    levers = {b: totals[b] for b in IDLE_BUCKETS if b != "idle_warmup"}
+    levers["communication"] = totals["communication"]
+    lead = max(levers, key=lambda b: (levers[b], b in AVOIDABLE_BUCKETS))
+    lead_pct = 100.0 * levers[lead] / steady
+    mix = _busy_mix(totals, busy)
+    prefix = (
+        f"{fmt_ns(warm)} of the window ({100.0 * warm / window:.0f} %) is warm-up and left out; in the steady state the GPU is busy "
+        f"{100.0 * busy / steady:.1f} % of the time ({mix})"
+    )
+    if warm < window / 100:  # under 1 %: not worth a word, though still left out of the shares
+        prefix = f"The GPU is busy {busy_pct:.1f} % of its active {gpus} ({mix})"
+    copy_share = 100.0 * totals["copy"] / busy if busy else 0.0
+    if lead_pct >= MIN_BOUND_PCT and not (copy_share >= COPY_BOUND_PCT and totals["copy"] >= levers[lead]):
+        who = _claimant(analysis, led, lead)
+        of = "steady state" if warm >= window / 100 else gpus
+        sentence = f"{prefix}; the largest cost is {_BUCKET_WORDS[lead]}: {fmt_ns(levers[lead])}, {lead_pct:.1f} % of the {of}{who}."
+        return {**base, **_verdict(BUCKET_CATEGORY[lead], lead, levers[lead], steady, sentence)}
+    # 2. the GPU is effectively busy: what kind of busy
+    if copy_share >= COPY_BOUND_PCT:
+        who = _claimant(analysis, led, "copy")
+        sentence = (
+            f"{prefix}; copies are {copy_share:.0f} % of GPU busy time ({fmt_ns(totals['copy'])}): the GPU mostly moves data, so "
+            f"fewer, larger, pinned or overlapped transfers save more than faster kernels{who}."
+        )
+        return {**base, **_verdict("copy", "copy", totals["copy"], steady, sentence)}
+    rest = f"; no other cost reaches {MIN_BOUND_PCT:.0f} % (the largest: {_BUCKET_WORDS[lead]}, {lead_pct:.1f} %)" if levers[lead] else ""
+    who = _claimant(analysis, led, "compute")
+    sentence = f"{prefix}{rest}; speed-ups now come from faster kernels (precision, fusion, batch size), not from feeding the GPU{who}."
+    return {**base, **_verdict("compute", "compute", totals["compute"], steady, sentence)}
+
+
+_BUCKET_WORDS = {
+    "idle_data_wait": "GPU idle while the host waits for input data",
+    "idle_host_sync": "GPU idle after the host blocked in a sync",
+    "idle_launch_bound": "GPU idle between kernels the host launches too slowly",
+    "idle_host_busy": "GPU idle while the host runs other framework/Python work",
+    "idle_untraced": "GPU idle while the host does something the trace does not show",
+    "idle_gpu_dependency": "GPU idle with work already queued (waiting on events or other streams)",
+    "idle_warmup": "warm-up",
+    "idle_other": "GPU idle with no launch in the trace to explain it",
+    "communication": "communication not overlapped with compute",
+    "copy": "copies",
+    "compute": "compute",
+}
+
+
+def _busy_mix(totals: dict[str, int], busy: int) -> str:
+    parts = [f"{100.0 * totals[b] / busy:.0f} % {name}" for b, name in (("compute", "compute"), ("copy", "copies"), ("communication", "exposed communication")) if busy and totals[b]]
+    return "of which " + ", ".join(parts) if parts else "no work"
+
+
+def _claimant(analysis: "Analysis", led: Ledger, bucket: str) -> str:
+    """"; TI00x accounts for N of it (title)": the finding that claims the most of ``bucket``, or the root cause
+    that explains it (a finding whose ``explains`` lists the claimant's fingerprint)."""
+    best, best_ns = None, 0
+    for f in analysis.findings:
+        ns = sum(v for (_, _, b), v in finding_claims(led, f).items() if b == bucket)
+        if ns > best_ns:
+            best, best_ns = f, ns
+    if best is None:
+        return ""
+    cause = next((f for f in analysis.findings if best.fingerprint in (getattr(f, "explains", None) or [])), None)
+    if cause is not None:
+        return f"; {cause.code} explains it ({cause.title}), through {best.code} ({fmt_ns(best_ns)})"
+    return f"; {best.code} accounts for {fmt_ns(best_ns)} of it ({best.title})"
+
+
+def _verdict(cat: str, bucket: str | None, ns: int, base_ns: int, sentence: str) -> dict[str, Any]:
+    bound = cat not in ("no_gpu", "too_little", "warmup")
+    headline = f"Bound by {LABELS[cat]}" if bound else {"no_gpu": "No GPU activity", "too_little": "Too little GPU work to judge", "warmup": "Mostly warm-up"}[cat]
     return {
         "category": cat,
         "label": LABELS[cat],
-        "headline": "No GPU activity" if cat == "no_gpu" else f"Bound by {LABELS[cat]}",
+        "headline": headline,
+        "bound": bound,
         "sentence": sentence,
-        "impact_ns_by_category": {c: int(v) for c, v in sorted(by_cat.items(), key=lambda kv: -kv[1])},
+        "bucket": bucket,
+        "bucket_ns": int(ns),
+        "bucket_pct": round(100.0 * ns / base_ns, 3) if base_ns else 0.0,
     }
 
 
 def verdict(analysis: "Analysis") -> tuple[str, str]:
-    """(label, sentence): what bounds this run, e.g. ("host syncs", "Bound by host syncs: ...")."""
+    """(label, sentence): what bounds this run, e.g. ("host syncs", "The GPU is busy ...")."""
     d = details(analysis)
     return d["label"], d["sentence"]

@@ -254,3 +254,11 @@ class Views:
     def host_events(self) -> pd.DataFrame:
         ev = self.events
         return ev[ev["device"].to_numpy() < 0]
+
+    # --- time ledger -------------------------------------------------------------------------------------
+    @cached_property
+    def ledger(self):
+        """Every ns of each device's window in one bucket (``traceinsight.ledger``), built once."""
+        from .ledger import build_ledger  # the ledger builds on these views
+
+        return build_ledger(self)

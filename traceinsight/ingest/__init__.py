@@ -1,28 +1,44 @@
-"""Reading traces: detect the format from the content, hand the file to its parser, return one Timeline.
+"""Reading traces: detect the format from the content, hand the file to its reader, finish one Timeline.
 
-Each parser module exposes ``sniff(path, head) -> bool`` (cheap: looks at the first bytes or the file layout)
-and ``read(path, **options) -> Timeline``. Parsers know nothing of rules.
+Each format is one subpackage (``kineto``, ``xplane``, ``tf``, ``nsys``) exposing ``sniff(path, head) -> bool``
+(cheap: the first bytes or the folder layout) and ``read(path, **options) -> ReadResult`` (columns and metadata).
+Building the frame, the common clock, step numbers and the checks on the result happen here, once for all of them.
+A new format is one new subpackage and one line in ``FORMATS``.
 """
 
 from __future__ import annotations
 
-import gzip
-import importlib
 import os
-import zlib
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable, NamedTuple
+
+import numpy as np
+import pandas as pd
 
 from ..errors import TraceReadError, UnknownFormatError
-from ..timeline import Timeline
+from ..timeline import Timeline, assign_steps, build_events, rebase, validate
+from . import kineto, nsys, tf, xplane
+from .byteio import HEAD_BYTES, check_input, read_head
+from .parts import ReadResult, Rows
 
-#: Format name -> parser module (inside this package), in the order they are tried.
-PARSERS: dict[str, str] = {
-    "nsys": "nsys",
-    "tensorflow-xplane": "xplane",
-    "pytorch": "pytorch",  # before the logdir reader: a folder of kineto rank files is not a TensorBoard logdir
-    "tensorflow-logdir": "tf_logdir",
-    "tensorflow-json": "tf_json",
+__all__ = ["FORMATS", "SUPPORTED", "HEAD_BYTES", "ReadResult", "Rows", "assemble", "detect", "load", "read_head"]
+
+ProgressFn = Callable[[str], None]
+
+
+class Format(NamedTuple):
+    sniff: Callable[[Path, bytes], bool]
+    read: Callable[..., ReadResult]
+
+
+#: Format name -> its reader, in the order detection tries them.
+FORMATS: dict[str, Format] = {
+    "nsys": Format(nsys.sniff, nsys.read),
+    "tensorflow-xplane": Format(xplane.sniff, xplane.read),
+    # before the logdir reader: a folder of kineto rank files is not a TensorBoard logdir
+    "pytorch": Format(kineto.sniff, kineto.read),
+    "tensorflow-logdir": Format(tf.sniff_logdir, tf.read_logdir),
+    "tensorflow-json": Format(tf.sniff_json, tf.read_json),
 }
 
 SUPPORTED = (
@@ -31,65 +47,83 @@ SUPPORTED = (
     "Nsight Systems (nsys export --type sqlite .sqlite; .nsys-rep when nsys is installed)"
 )
 
-HEAD_BYTES = 65536
-
-ProgressFn = Callable[[str], None]
-
-
-def read_head(path: Path, n: int = HEAD_BYTES) -> bytes:
-    """The first ``n`` bytes, transparently gunzipped; a broken gzip header gives a TraceReadError."""
-    with open(path, "rb") as fh:
-        raw = fh.read(n)
-    if raw[:2] == b"\x1f\x8b":
-        try:
-            with gzip.open(path, "rb") as gz:
-                return gz.read(n)
-        except (OSError, EOFError, zlib.error) as exc:
-            raise TraceReadError(f"{path}: corrupt gzip file ({exc})") from None
-    return raw
-
-
-def _parser(module: str):
-    return importlib.import_module(f"{__name__}.{module}")
-
 
 def detect(path: str | os.PathLike) -> str:
-    """The format name of ``path`` (a key of PARSERS), judged by content, not only by extension."""
+    """The format name of ``path`` (a key of FORMATS), judged by content, not only by extension."""
     p = Path(path)
-    if not p.exists():
-        raise TraceReadError(f"{p}: no such file or directory")
+    st = check_input(p)
     head = b""
     if p.is_file():
-        if p.stat().st_size == 0:
+        if st.st_size == 0:
             raise TraceReadError(f"{p}: the file is empty")
         head = read_head(p)
-    for fmt, module in PARSERS.items():
-        try:
-            mod = _parser(module)
-        except ImportError:
-            continue
-        if mod.sniff(p, head):
+    for fmt, reader in FORMATS.items():
+        if reader.sniff(p, head):
             return fmt
     raise UnknownFormatError(f"{p}: not a trace format traceinsight reads. Supported: {SUPPORTED}")
 
 
-def load(path: str | os.PathLike, *, format: str | None = None, progress: ProgressFn | None = None, **options) -> Timeline:
+def load(path: str | os.PathLike, *, format: str | None = None, progress: ProgressFn | None = None,
+         max_bytes: int | None = None, **options: Any) -> Timeline:
     """Read any supported trace into a Timeline.
 
-    ``format`` forces a parser (a key of PARSERS); otherwise it is detected from the content.
-    Parser-specific ``options`` (e.g. ``run=`` for TensorBoard logdirs) are passed through.
+    ``format`` forces a reader (a key of FORMATS); otherwise it is detected from the content. ``max_bytes`` caps
+    the size of a file or of what a gzip inflates to (default: half the available memory); past it reading stops
+    with a TraceTooLargeError. Reader-specific ``options`` (e.g. ``run=`` for TensorBoard logdirs) pass through.
     """
-    fmt = format or detect(path)
-    if fmt not in PARSERS:
-        raise UnknownFormatError(f"unknown format {fmt!r}; choose one of {', '.join(PARSERS)}")
-    mod = _parser(PARSERS[fmt])
+    p = Path(path)
+    check_input(p)
+    fmt = format or detect(p)
+    reader = FORMATS.get(fmt)
+    if reader is None:
+        raise UnknownFormatError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")
     try:
-        return mod.read(Path(path), progress=progress, **options)
+        with np.errstate(all="ignore"):  # hostile numbers give NaN/inf that the readers drop; never a stderr line
+            result = reader.read(p, progress=progress, max_bytes=max_bytes, **options)
+            if progress:
+                progress("building the timeline")
+            return assemble(result)
     except TraceReadError:
         raise
     except MemoryError:
         raise TraceReadError(f"{path}: out of memory while reading the trace") from None
+    except RecursionError:
+        raise TraceReadError(f"{path}: cannot read {fmt} trace: nesting too deep") from None
     except Exception as exc:  # noqa: BLE001
-        # Parsers validate what they read; whatever still escapes on hostile input is reported in one line,
+        # Readers validate what they read; whatever still escapes on hostile input is reported in one line,
         # never as a traceback (the input is what is wrong, so it is an unreadable-trace error).
         raise TraceReadError(f"{path}: cannot read {fmt} trace: {type(exc).__name__}: {exc}") from None
+
+
+#: String columns that must stay categoricals after parts with different categories are joined.
+_CATEGORY_COLUMNS = ("kind", "name", "raw_name", "copy_kind", "category", "grid", "block", "input_shapes",
+                     "thread_name", "stack")
+
+
+def assemble(result: ReadResult) -> Timeline:
+    """A reader's parts as one timeline: the frame, one clock starting at 0, step numbers, checked rows."""
+    meta = result.meta
+    frames = []
+    for part in result.parts:
+        ev = build_events(part.columns, part.optional)
+        if part.rank is not None:
+            ev["rank"] = np.full(len(ev), part.rank, dtype=np.int32)
+        if part.own_clock:
+            rebase(ev)
+        frames.append(ev)
+    if not frames:
+        frames = [build_events({"kind": [], "name": [], "start_ns": [], "dur_ns": []})]
+    events = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
+    if len(frames) > 1:
+        for col in _CATEGORY_COLUMNS:
+            if col in events and not isinstance(events[col].dtype, pd.CategoricalDtype):
+                events[col] = events[col].astype("category")
+    events = validate(events, meta)
+    origin = rebase(events)
+    if meta.start_unix_ns is None and (result.epoch or (result.epoch is None and origin > 10**18)):
+        meta.start_unix_ns = origin  # epoch ns after 2001: a real wall clock
+    if (events["kind"] == "step").any():
+        assign_steps(events)  # without step rows every row keeps step -1, which build_events set
+    if events.empty:
+        meta.warn("the trace holds no timed events")
+    return Timeline(events=events, meta=meta)

@@ -1,25 +1,21 @@
-"""TensorFlow / JAX profiler XSpace (``*.xplane.pb``) -> Timeline, without importing TensorFlow.
-
-``xplane_space`` decodes the file into line columns, ``xplane_lines`` turns lines into timeline kinds and columns
-(shared with the old JSON export, ``tf_json``); this module strings them together and adds the metadata.
-"""
+"""One XSpace file -> timeline columns and metadata: ``space`` decodes, ``lines`` classifies, this adds the facts
+about the capture (clock, devices, tool)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
-from ..timeline import Timeline, TraceMeta
-from .xplane_lines import finish, frame_from_table, host_only_warning
-from .xplane_space import FORCE_PURE, decode_space, load_space, native_scanner
+from ...timeline import TraceMeta
+from ..parts import ReadResult, Rows
+from .lines import frame_from_table, host_only_warning
+from .space import decode_space, load_space, native_scanner
 
-__all__ = ["FORCE_PURE", "read", "read_columns", "sniff"]
 
-
-def read_columns(path: Path) -> tuple[dict[str, Any], dict[str, Any], TraceMeta, bool]:
+def read_columns(path: Path, max_bytes: int | None = None) -> tuple[dict[str, Any], dict[str, Any], TraceMeta, bool]:
     """Decode one xplane.pb to timeline columns on its own clock; ``absolute`` = times are ns since the epoch."""
     scan = native_scanner()
-    space = load_space(path, scan)
+    space = load_space(path, scan, max_bytes)
     table, name_table, devices, env, messages = decode_space(space, scan, source=path)
     meta = TraceMeta(source_format="tensorflow-xplane", path=str(path), tool="TensorFlow/XLA profiler (XSpace)")
     meta.devices = sorted(devices, key=lambda d: d.index)
@@ -55,8 +51,8 @@ def sniff(path: Path, head: bytes) -> bool:
     return head[:1] == b"\x0a" and (b"/host:CPU" in head or b"/device:" in head or b"Task Environment" in head)
 
 
-def read(path: Path, progress=None, **options) -> Timeline:
+def read(path: Path, progress=None, max_bytes: int | None = None, **options) -> ReadResult:
     if progress:
         progress(f"decoding {path.name}")
-    columns, optional, meta, absolute = read_columns(path)
-    return finish(columns, optional, meta, absolute=absolute)
+    columns, optional, meta, absolute = read_columns(path, max_bytes)
+    return ReadResult([Rows(columns, optional)], meta, epoch=absolute)

@@ -2,8 +2,8 @@
 
 The SQLite export has one table per record kind, created only when it has rows, with columns added over
 the years, so every table and column is probed before use. Each table is read columnar, with small columns
-packed into 63-bit words and rowid ranges scanned in parallel (see ``nsys_sql``); names are resolved once per
-distinct id, never per row. The per-table readers live in ``nsys_tables``; this module detects the format,
+packed into 63-bit words and rowid ranges scanned in parallel (see ``sql``); names are resolved once per
+distinct id, never per row. The per-table readers live in ``tables``; this module detects the format,
 assembles their parts into the timeline and reads the metadata (devices, clock, processes).
 The file is opened read-only and immutable: the reader must not leave a journal or touch the user's file.
 ``.nsys-rep`` is NVIDIA's closed binary format; only ``nsys export`` reads it.
@@ -23,11 +23,12 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-from ..errors import TraceReadError
-from ..timeline import COPY_KINDS, KINDS, DeviceInfo, Timeline, TraceMeta, assign_steps, build_events, rebase
-from . import nsys_schema as S
-from .nsys_sql import MMAP_BYTES, string_table, table_columns
-from .nsys_tables import (Part, factorize, read_graphs, read_host_other, read_kernels, read_memcpy, read_memset,
+from ...errors import TraceReadError
+from ...timeline import COPY_KINDS, KINDS, DeviceInfo, TraceMeta
+from ..parts import ReadResult, Rows
+from . import schema as S
+from .sql import MMAP_BYTES, string_table, table_columns
+from .tables import (Part, factorize, read_graphs, read_host_other, read_kernels, read_memcpy, read_memset,
                           read_nvtx, read_runtime, read_syncs)
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -64,7 +65,7 @@ def sniff(path: Path, head: bytes) -> bool:
 # --- entry point ------------------------------------------------------------------------------------------
 
 
-def read(path: Path, progress: ProgressFn | None = None, **options) -> Timeline:
+def read(path: Path, progress: ProgressFn | None = None, max_bytes: int | None = None, **options) -> ReadResult:
     """Read an nsys export; a ``.nsys-rep`` is first converted with ``nsys export`` when nsys is installed."""
     path = Path(path)
     with open(path, "rb") as fh:
@@ -81,7 +82,7 @@ def export_command(path: Path, output: str = "trace.sqlite") -> str:
     return f"nsys export --type sqlite -o {shlex.quote(output)} {shlex.quote(str(path))}"
 
 
-def _read_report(path: Path, progress: ProgressFn | None) -> Timeline:
+def _read_report(path: Path, progress: ProgressFn | None) -> ReadResult:
     nsys = os.environ.get("TRACEINSIGHT_NSYS") or shutil.which("nsys")
     if not nsys:
         raise TraceReadError(
@@ -101,10 +102,10 @@ def _read_report(path: Path, progress: ProgressFn | None) -> Timeline:
             last = (proc.stderr or proc.stdout or "").strip().splitlines()
             reason = last[-1] if last else f"exit code {proc.returncode}"
             raise TraceReadError(f"{path}: nsys export failed: {reason}")
-        tl = _read_sqlite(out, progress)
-    tl.meta.path = str(path)
-    tl.meta.extra["converted_with"] = " ".join(cmd[:5])
-    return tl
+        result = _read_sqlite(out, progress)
+    result.meta.path = str(path)
+    result.meta.extra["converted_with"] = " ".join(cmd[:5])
+    return result
 
 
 def _connect(path: Path) -> sqlite3.Connection:
@@ -143,7 +144,7 @@ def _concat_cat(pairs: list[tuple[np.ndarray, np.ndarray] | None], sizes: list[i
     return pd.Categorical.from_codes(codes, categories=pd.Index(gcats, dtype=object))
 
 
-def _assemble(parts: list[Part], thread_names: dict[int, str]) -> pd.DataFrame:
+def _assemble(parts: list[Part], thread_names: dict[int, str]) -> Rows:
     sizes = [p.n for p in parts]
     total = sum(sizes)
 
@@ -185,7 +186,7 @@ def _assemble(parts: list[Part], thread_names: dict[int, str]) -> pd.DataFrame:
     }
     if thread_names and total:
         optional["thread_name"] = _thread_names(columns, thread_names)
-    return build_events(columns, optional)
+    return Rows(columns, optional)
 
 
 def _thread_names(columns: dict, names: dict[int, str]) -> pd.Categorical:
@@ -283,7 +284,7 @@ def _clock(conn, tables: dict[str, set[str]], origin: int) -> tuple[int | None, 
 # --- main reader ---------------------------------------------------------------------------------------------
 
 
-def _read_sqlite(path: Path, progress: ProgressFn | None) -> Timeline:
+def _read_sqlite(path: Path, progress: ProgressFn | None) -> ReadResult:
     conn = _connect(path)
     try:
         return _read_conn(conn, path, progress)
@@ -294,7 +295,7 @@ def _read_sqlite(path: Path, progress: ProgressFn | None) -> Timeline:
         conn.close()
 
 
-def _read_conn(conn: sqlite3.Connection, path: Path, progress: ProgressFn | None) -> Timeline:
+def _read_conn(conn: sqlite3.Connection, path: Path, progress: ProgressFn | None) -> ReadResult:
     tables = table_columns(conn)
     if not (set(tables) & set(S.MARKER_TABLES)) and not any(t.startswith("CUPTI_ACTIVITY_KIND_") for t in tables):
         raise TraceReadError(f"{path}: SQLite file without Nsight Systems tables (expected nsys export --type sqlite output)")
@@ -347,14 +348,13 @@ def _read_conn(conn: sqlite3.Connection, path: Path, progress: ProgressFn | None
             if 0 <= name_id < len(strings) and strings[name_id] is not None:
                 thread_names[key] = strings[name_id]
 
-    step("building timeline")
-    events = _assemble(parts, thread_names)
-    origin = rebase(events)
-    if (events["kind"] == "step").any():
-        assign_steps(events)  # without step rows every row keeps step -1, which build_events already set
+    step("arranging columns")
+    rows = _assemble(parts, thread_names)
+    start = rows.columns["start_ns"]
+    origin = int(start.min()) if len(start) else 0  # what load's rebase will subtract
 
     meta.start_unix_ns, meta.extra["clock"] = _clock(conn, tables, origin)
-    meta.devices = _devices(conn, tables, events["device"].to_numpy())
+    meta.devices = _devices(conn, tables, rows.columns["device"])
     meta.extra["processes"] = _processes(conn, tables)
     if "DERIVED_FROM" in meta_kv:
         meta.extra["derived_from"] = meta_kv["DERIVED_FROM"]
@@ -362,7 +362,7 @@ def _read_conn(conn: sqlite3.Connection, path: Path, progress: ProgressFn | None
             f"this export is a time-window slice of {meta_kv['DERIVED_FROM']}: GPU work near its edges may lack "
             "the API call that launched it"
         )
-    return Timeline(events=events, meta=meta)
+    return ReadResult([rows], meta)
 
 
 def _close_open_ranges(parts: list[Part], meta: TraceMeta) -> None:

@@ -13,7 +13,7 @@ from typing import Any
 
 import msgspec
 
-from ..errors import TraceReadError
+from ...errors import TraceReadError
 
 
 class Args(msgspec.Struct, gc=False):

@@ -12,7 +12,6 @@ Rows are the complete (``ph: "X"``) events; metadata (``ph: "M"``) events give t
 
 from __future__ import annotations
 
-import os
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -21,13 +20,7 @@ import msgspec
 import numpy as np
 import pandas as pd
 
-try:  # built from _kineto_scan.c when a C compiler was available at install time
-    from . import _kineto_scan
-except ImportError:  # pragma: no cover - exercised on machines without a compiler
-    _kineto_scan = None
-
-#: Set TRACEINSIGHT_PURE_PYTHON=1 to use the msgspec path even where the native scanner is built.
-FORCE_PURE = "TRACEINSIGHT_PURE_PYTHON"
+from .. import native
 
 _FLOAT_FIELDS = ("ts", "dur", "correlation", "external_id", "external_id_legacy", "device", "stream", "bytes",
                  "registers", "shared_mem", "occupancy")
@@ -52,7 +45,7 @@ class EventColumns:
 
 
 def native_available() -> bool:
-    return _kineto_scan is not None and not os.environ.get(FORCE_PURE)
+    return native.scanner("pytorch") is not None
 
 
 # --- shared helpers -------------------------------------------------------------------------------------------
@@ -134,7 +127,7 @@ class Declined(Exception):
 
 def scan_columns(data: bytes) -> tuple[EventColumns, dict[str, Any]]:
     """Columns from the native scanner, plus where the event array lies (``span``) and whether the file is cut."""
-    res = _kineto_scan.scan(data)
+    res = native.built("pytorch").scan(data)
     if res["fallback"]:
         raise Declined(res["fallback"])
     strings = res["strings"]
@@ -242,7 +235,7 @@ def _ids_of(values: list[Any], strings: dict[str, int]) -> tuple[np.ndarray, np.
 
 def struct_columns(events: list[Any]) -> EventColumns:
     """Columns from msgspec-decoded events (``Event`` / ``LooseEvent`` structs)."""
-    from .kineto_decode import Args
+    from .decode import Args
 
     evs = [e for e in events if e.ph == "X"]
     meta = [e for e in events if e.ph == "M"]

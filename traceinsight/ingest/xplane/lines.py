@@ -12,7 +12,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import pandas as pd
 
-from ..timeline import DeviceInfo, Timeline, TraceMeta, assign_steps, build_events, rebase
+from ...timeline import COPY_KINDS, KINDS, DeviceInfo, TraceMeta
 
 #: Derived per-device lines written by xprof post-processing; they repeat activity that the stream lines carry.
 DERIVED_OP_LINES = frozenset(
@@ -134,9 +134,7 @@ def _flags(table: list[str], pattern: str) -> np.ndarray:
     return np.fromiter((rx.search(x) is not None for x in table), dtype=bool, count=len(table))
 
 
-KINDS = ("other", "annotation", "cpu_op", "python", "runtime", "kernel", "memcpy", "memset", "gpu_annotation", "step")
 _K = {k: np.int8(i) for i, k in enumerate(KINDS)}
-COPY_KINDS = ("HtoD", "DtoH", "DtoD", "HtoH", "PtoP", "other")
 _COPY_CODE = {k: i for i, k in enumerate(COPY_KINDS)}
 _COPY_RX = re.compile(r"(H2D|D2H|D2D|P2P|HtoD|DtoH|DtoD|PtoP)")
 _LINE_COPY_RX = re.compile(r"Memcpy(H2D|D2H|D2D|P2P)")
@@ -422,16 +420,6 @@ def _kernel_details(raw: np.ndarray, mask: np.ndarray) -> dict[str, Any]:
         codes[mask] = distinct.codes[pos]
         out[col] = pd.Categorical.from_codes(codes, dtype=distinct.dtype)
     return out
-
-
-def finish(columns: dict[str, Any], optional: dict[str, Any], meta: TraceMeta, *, absolute: bool) -> Timeline:
-    """Build, rebase, assign steps: the last stage every TF reader shares."""
-    events = build_events(columns, optional)
-    origin = rebase(events)
-    if absolute:
-        meta.start_unix_ns = origin
-    assign_steps(events)
-    return Timeline(events, meta)
 
 
 def host_only_warning(devices: list[DeviceInfo], kinds: Any) -> str | None:

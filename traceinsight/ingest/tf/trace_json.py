@@ -7,16 +7,17 @@ batches as ``xplane`` and classified by the same code; only the container differ
 
 from __future__ import annotations
 
-import gzip
 import json
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from ..errors import TraceReadError
-from ..timeline import Timeline, TraceMeta
-from .xplane_lines import EVENT_STATS, LineBatch, device_info, finish, frame_from_lines, host_only_warning, plane_kind
+from ...errors import TraceReadError
+from ...timeline import TraceMeta
+from ..byteio import read_bytes
+from ..parts import ReadResult, Rows
+from ..xplane.lines import EVENT_STATS, LineBatch, device_info, frame_from_lines, host_only_warning, plane_kind
 
 #: Keys only PyTorch's kineto writes; their presence means the file is not ours.
 KINETO_MARKERS = (b'"schemaVersion"', b'"deviceProperties"', b'"distributedInfo"', b'"cat": "kernel"',
@@ -33,14 +34,13 @@ def sniff(path: Path, head: bytes) -> bool:
                                              and b'"traceEvents"' in head and path.name.endswith(".trace.json.gz"))
 
 
-def _load_json(path: Path) -> dict:
+def _load_json(path: Path, max_bytes: int | None = None) -> dict:
+    warnings: list[str] = []
+    raw = read_bytes(path, warnings, max_bytes=max_bytes)
+    if warnings:  # a cut gzip stream: the JSON in it is cut too, and json has no partial reading
+        raise TraceReadError(f"{path}: corrupt or truncated gzip (the stream is cut short)")
     try:
-        raw = path.read_bytes()
-        if raw[:2] == b"\x1f\x8b":
-            raw = gzip.decompress(raw)
         doc = json.loads(raw)
-    except (OSError, EOFError, gzip.BadGzipFile) as exc:
-        raise TraceReadError(f"{path}: corrupt or truncated gzip ({exc})") from None
     except (ValueError, UnicodeDecodeError) as exc:
         raise TraceReadError(f"{path}: not valid JSON (truncated?): {str(exc).splitlines()[0]}") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
@@ -48,8 +48,8 @@ def _load_json(path: Path) -> dict:
     return doc
 
 
-def read_columns(path: Path):
-    doc = _load_json(path)
+def read_columns(path: Path, max_bytes: int | None = None):
+    doc = _load_json(path, max_bytes)
     events = doc["traceEvents"]
     planes: dict[Any, str] = {}
     lines: dict[tuple, str] = {}
@@ -107,8 +107,8 @@ def read_columns(path: Path):
     return columns, optional, meta, False
 
 
-def read(path: Path, progress=None, **options) -> Timeline:
+def read(path: Path, progress=None, max_bytes: int | None = None, **options) -> ReadResult:
     if progress:
         progress(f"reading {path.name}")
-    columns, optional, meta, absolute = read_columns(path)
-    return finish(columns, optional, meta, absolute=absolute)
+    columns, optional, meta, absolute = read_columns(path, max_bytes)
+    return ReadResult([Rows(columns, optional)], meta, epoch=absolute)

@@ -1,28 +1,24 @@
 """XSpace (``*.xplane.pb``) decoding: planes, their metadata, and every line's events as whole columns.
 
-Decoding has to touch every event once. Where the C walker (``proto/_wire_scan.c``) is built it does that in one
+Decoding has to touch every event once. Where the C walker (``_wire_scan.c``) is built it does that in one
 pass over the file's bytes and hands back flat arrays (no protobuf runtime, no Python object per event). Without a
-compiler the same facts come from upb, with classes built from our own descriptor (``proto/xplane_schema.py``), and
-column-wise numpy decoding of the events' bytes (``proto/wire.py``).
+compiler the same facts come from upb, with classes built from our own descriptor (``schema.py``), and
+column-wise numpy decoding of the events' bytes (``wire.py``).
 """
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any, NamedTuple
 
 import numpy as np
 
-from ..errors import TraceReadError
-from ..timeline import DeviceInfo
-from .xplane_lines import DERIVED_OP_LINES, EVENT_STATS, SKIPPED_LINES, STEPS_LINE, LineTable, device_info, plane_kind
+from ...errors import TraceReadError
+from ...timeline import DeviceInfo
+from .. import native
+from ..byteio import read_bytes
+from .lines import DERIVED_OP_LINES, EVENT_STATS, SKIPPED_LINES, STEPS_LINE, LineTable, device_info, plane_kind
 
-#: Use the C wire walker (``proto/_wire_scan.c``) where it is built. Setting this to False, or the environment
-#: variable TRACEINSIGHT_PURE_PYTHON=1 (which switches off every native reader), forces the upb + numpy path
-#: (``proto/wire.py``); both give the same timeline (tests compare them).
-USE_NATIVE = True
-FORCE_PURE = "TRACEINSIGHT_PURE_PYTHON"
 
 #: A stat the reader keeps, as both decoders report it (the C walker writes these records itself): its event, the
 #: raw value (str/bytes: an index into a list of strings), the code of its key, and the oneof member set last
@@ -31,14 +27,10 @@ STAT_RECORD = np.dtype([("ev", "=i8"), ("val", "=u8"), ("key", "=i4"), ("which",
 
 
 def native_scanner():
-    """The C module, or None where it was not built (no compiler at install time) or is switched off."""
-    if not USE_NATIVE or os.environ.get(FORCE_PURE):
-        return None
-    try:
-        from .proto import _wire_scan
-    except ImportError:
-        return None
-    return _wire_scan if _wire_scan.STAT_RECORD_SIZE == STAT_RECORD.itemsize else None
+    """The C wire walker (``_wire_scan.c``), or None where it was not built or ``native`` switches it off; the
+    upb + numpy path (``wire.py``) gives the same timeline (tests compare them)."""
+    scan = native.scanner("tensorflow-xplane")
+    return scan if scan is not None and scan.STAT_RECORD_SIZE == STAT_RECORD.itemsize else None
 
 
 class _Plane(NamedTuple):
@@ -99,7 +91,7 @@ def _space_upb(path: Path, data: bytes) -> Space:
     """Decoded by upb with the raw-events schema: every line's events stay byte strings for the numpy decoder."""
     from google.protobuf.message import DecodeError
 
-    from .proto.xplane_schema import messages
+    from .schema import messages
 
     try:
         space = messages(raw_events=True)["XSpace"].FromString(data)
@@ -136,11 +128,11 @@ def _space_native(path: Path, data: bytes, scan) -> Space:
     return Space(planes, errors, warnings, hostnames, lines, data)
 
 
-def load_space(path: Path, scan=None) -> Space:
+def load_space(path: Path, scan=None, max_bytes: int | None = None) -> Space:
     """Read and decode the file's XSpace, with the C walker ``scan`` (``native_scanner()``) or upb."""
-    data = path.read_bytes()
-    if not data:
-        raise TraceReadError(f"{path}: the file is empty")
+    data = read_bytes(path, [], max_bytes=max_bytes)
+    if not isinstance(data, bytes):
+        data = bytes(data)
     return _space_native(path, data, scan) if scan is not None else _space_upb(path, data)
 
 
@@ -212,8 +204,8 @@ def _decode_native(scan, data: bytes, lines: list[_Line], planes: list[_Plane | 
 
 
 def _decode_numpy(lines: list[_Line], planes: list[_Plane | None], n: int):
-    """Events and kept stats decoded column-wise with numpy from each event's bytes (``proto/wire.py``)."""
-    from .proto.wire import _PAD, decode_events
+    """Events and kept stats decoded column-wise with numpy from each event's bytes (``wire.py``)."""
+    from .wire import _PAD, decode_events
 
     chunks: list[bytes] = []
     for ln in lines:
@@ -238,7 +230,7 @@ def _decode_numpy(lines: list[_Line], planes: list[_Plane | None], n: int):
 def _stat_records(data: bytes, buf: np.ndarray, ev: np.ndarray, s: np.ndarray, e: np.ndarray,
                   ev_plane: np.ndarray, planes: list[_Plane | None]) -> tuple[np.ndarray, list]:
     """The kept stats among ``buf[s:e]`` as STAT_RECORD rows in event and file order, plus their strings."""
-    from .proto.wire import decode_fields, leading_varint_in
+    from .wire import decode_fields, leading_varint_in
 
     wanted = [set(pl.key_ids.tolist()) if pl is not None else set() for pl in planes]
     # serializers write XStat.metadata_id first: match its bytes against the ids we use, decode only those stats

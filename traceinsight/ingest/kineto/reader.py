@@ -14,7 +14,6 @@ import gc
 import mmap
 import os
 import re
-import zlib
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -22,16 +21,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..demangle import demangled_categories
-from ..errors import TraceReadError
-from ..timeline import COPY_KINDS, KINDS, DeviceInfo, Timeline, TraceMeta, assign_steps, build_events, rebase
-from .kineto_columns import Declined, EventColumns, native_available, scan_columns, struct_columns
-from .kineto_decode import Trace, bad_utf8_warning, decode, decode_header, truncation_warning
-
-try:  # ISA-L inflates about twice as fast as zlib; same format, same results
-    from isal import isal_zlib as _zlib
-except ImportError:  # pragma: no cover
-    _zlib = zlib
+from ...demangle import demangled_categories
+from ...errors import TraceReadError
+from ...timeline import COPY_KINDS, KINDS, DeviceInfo, TraceMeta
+from ..byteio import read_bytes, read_head
+from ..parts import ReadResult, Rows
+from .columns import Declined, EventColumns, native_available, scan_columns, struct_columns
+from .decode import Trace, bad_utf8_warning, decode, decode_header, truncation_warning
 
 # --- category -> kind ---------------------------------------------------------------------------------------
 
@@ -103,8 +99,6 @@ def sniff(path: Path, head: bytes) -> bool:
 
 
 def _rank_files(folder: Path) -> list[Path]:
-    from . import read_head
-
     files = sorted(p for p in folder.iterdir() if p.is_file() and (p.name.endswith(".json") or p.name.endswith(".json.gz")))
     out = []
     for p in files:
@@ -119,95 +113,22 @@ def _rank_files(folder: Path) -> list[Path]:
 # --- reading ---------------------------------------------------------------------------------------------
 
 
-def _read_bytes(path: Path, warnings: list[str]) -> bytes | mmap.mmap:
-    """The JSON text: a plain file is mapped, not copied (when the native scanner will read it), a gzip inflated.
-
-    A mapping faults if the file is truncated while it is read (a profiler rewriting the same path mid-load);
-    kineto writes a trace once and only appends, so the copy this saves is worth that narrow window."""
-    with open(path, "rb") as fh:
-        magic = fh.read(2)
-        if not magic:
-            raise TraceReadError(f"{path}: the file is empty")
-        if magic != b"\x1f\x8b":
-            if native_available():
-                try:
-                    mapped = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
-                except (OSError, ValueError):
-                    pass
-                else:
-                    if hasattr(mapped, "madvise"):
-                        mapped.madvise(mmap.MADV_SEQUENTIAL)
-                    return mapped
-            fh.seek(0)
-            return fh.read()
-        fh.seek(0)
-        raw = fh.read()
-    data = _gunzip_whole(raw)
-    if data is not None:
-        return data
-    data, complete = _gunzip_stream(raw, path)
-    if not complete:
-        warnings.append(f"{path.name}: the gzip stream is cut short; reading what was written before the cut")
-    if not data:
-        raise TraceReadError(f"{path}: the gzip file holds no data")
-    return data
-
-
-def _gunzip_whole(raw: bytes) -> bytes | None:
-    """A complete single-member gzip decompressed into a buffer of its final size (the size the trailer states).
-
-    Allocating the result once keeps peak memory at one copy of the JSON (a growing buffer peaks at two). The
-    result is only trusted when its length and CRC match the trailer, which a truncated or multi-member file
-    fails; those take the streaming path."""
-    if len(raw) < 18:
-        return None
-    isize = int.from_bytes(raw[-4:], "little")
-    if isize == 0:
-        return None
-    try:
-        data = _zlib.decompress(raw, 31, isize)
-    except (zlib.error, _zlib.error, MemoryError, OverflowError, ValueError):
-        return None
-    if len(data) & 0xFFFFFFFF != isize or _zlib.crc32(data) != int.from_bytes(raw[-8:-4], "little"):
-        return None
-    return data
-
-
-def _gunzip_stream(raw: bytes, path: Path) -> tuple[bytes, bool]:
-    """Every member of a gzip file, and whether the last one was complete (a killed job leaves a cut stream)."""
-    parts = []
-    rest = raw
-    while rest:
-        d = zlib.decompressobj(16 + zlib.MAX_WBITS)
-        try:
-            parts.append(d.decompress(rest))
-        except zlib.error as exc:
-            if parts:  # trailing garbage after complete members
-                break
-            raise TraceReadError(f"{path}: corrupt gzip data ({exc})") from None
-        if not d.eof:
-            return b"".join(parts), False
-        rest = d.unused_data
-        if rest[:2] != b"\x1f\x8b":
-            break
-    return b"".join(parts) if len(parts) > 1 else parts[0], True
-
-
-def read(path: Path, progress=None, **_: Any) -> Timeline:
+def read(path: Path, progress=None, max_bytes: int | None = None, **_: Any) -> ReadResult:
     path = Path(path)
     if path.is_dir():
-        return _read_folder(path, progress)
-    events, meta = _read_file(path, progress)
+        return _read_folder(path, progress, max_bytes)
+    rows, meta = _read_file(path, progress, max_bytes)
     rank = meta.extra.get("distributed_rank")
     if rank is not None:
-        events["rank"] = np.int32(rank)
+        rows.rank = int(rank)
         meta.ranks = [int(rank)]
         for d in meta.devices:
             d.rank = int(rank)
-    return _finish([events], meta)
+    _kernel_warnings(rows, meta)
+    return ReadResult([rows], meta, epoch=None)
 
 
-def _read_folder(folder: Path, progress) -> Timeline:
+def _read_folder(folder: Path, progress, max_bytes: int | None) -> ReadResult:
     files = _rank_files(folder)
     if not files:
         raise TraceReadError(f"{folder}: no PyTorch profiler trace files (.json / .json.gz) in this folder")
@@ -216,9 +137,9 @@ def _read_folder(folder: Path, progress) -> Timeline:
     workers = min(len(files), os.cpu_count() or 1)
     if workers > 1:
         with ProcessPoolExecutor(max_workers=workers) as pool:
-            results = list(pool.map(_read_file, files))
+            results = list(pool.map(_read_file, files, [None] * len(files), [max_bytes] * len(files)))
     else:
-        results = [_read_file(f) for f in files]
+        results = [_read_file(f, None, max_bytes) for f in files]
     metas = [m for _, m in results]
     ranks = [m.extra.get("distributed_rank") for m in metas]
     if any(r is None for r in ranks) or len(set(ranks)) != len(ranks):
@@ -227,11 +148,11 @@ def _read_folder(folder: Path, progress) -> Timeline:
         warning = f"{folder.name}: {reason}; ranks were assigned in file-name order (0..{len(files) - 1})"
     else:
         warning = None
-    frames = []
+    parts = []
     meta = TraceMeta(source_format="pytorch", path=str(folder), tool=metas[0].tool, tool_version=metas[0].tool_version)
-    for (ev, m), rank in zip(results, ranks):
-        ev["rank"] = np.int32(rank)
-        frames.append(ev)
+    for (rows, m), rank in zip(results, ranks):
+        rows.rank = int(rank)
+        parts.append(rows)
         for d in m.devices:
             d.rank = int(rank)
             meta.devices.append(d)
@@ -243,46 +164,40 @@ def _read_folder(folder: Path, progress) -> Timeline:
     sizes = {m.world_size for m in metas if m.world_size}
     meta.world_size = max(sizes) if sizes else len(files)
     meta.extra["absolute_origin_ns"] = [m.extra.get("absolute_origin_ns") for m in metas]
-    return _finish(frames, meta)
+    for rows in parts:
+        _kernel_warnings(rows, meta)
+    return ReadResult(parts, meta, epoch=None)
 
 
-def _finish(frames: list[pd.DataFrame], meta: TraceMeta) -> Timeline:
-    events = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
-    if len(frames) > 1:
-        for col in ("kind", "name", "raw_name", "copy_kind", "category", "grid", "block", "input_shapes", "thread_name"):
-            if col in events and not isinstance(events[col].dtype, pd.CategoricalDtype):
-                events[col] = events[col].astype("category")
-    origin = rebase(events)
-    if meta.start_unix_ns is None and origin > 10**18:  # epoch ns after 2001: a real wall clock
-        meta.start_unix_ns = origin
-    assign_steps(events)
-    if events.empty:
-        meta.warn("the trace holds no timed events")
-    elif not (events["kind"] == "kernel").any():
-        if "cuda_profiler_range" in set(events.get("category", pd.Series(dtype=str)).astype(str).unique()):
-            meta.warn("no kernel events: this trace was recorded in CUPTI range-profiler mode (hardware counters only), so GPU timeline analyses have nothing to work on")
-        else:
-            meta.warn("no GPU kernels in this trace (CPU-only profile, or CUDA activities were not recorded)")
-    return Timeline(events=events, meta=meta)
+def _kernel_warnings(rows: Rows, meta: TraceMeta) -> None:
+    """Say why GPU analyses will be empty: a CPU-only profile, or a CUPTI range-profiler trace."""
+    kind = rows.columns["kind"]
+    if not len(kind) or (kind.codes == KINDS.index("kernel")).any():
+        return
+    category = rows.optional.get("category")
+    if category is not None and "cuda_profiler_range" in set(map(str, pd.Categorical(category).categories)):
+        meta.warn("no kernel events: this trace was recorded in CUPTI range-profiler mode (hardware counters only), so GPU timeline analyses have nothing to work on")
+    else:
+        meta.warn("no GPU kernels in this trace (CPU-only profile, or CUDA activities were not recorded)")
 
 
-def _read_file(path: Path, progress=None) -> tuple[pd.DataFrame, TraceMeta]:
+def _read_file(path: Path, progress=None, max_bytes: int | None = None) -> tuple[Rows, TraceMeta]:
     # The msgspec path allocates millions of short-lived objects that hold no cycles; the cyclic collector would
     # rescan them again and again (measured: ~2x slower), so it is paused for this function.
     gc_was_on = gc.isenabled()
     gc.disable()
     try:
-        return _read_file_nogc(path, progress)
+        return _read_file_nogc(path, progress, max_bytes)
     finally:
         if gc_was_on:
             gc.enable()
 
 
-def _read_file_nogc(path: Path, progress=None) -> tuple[pd.DataFrame, TraceMeta]:
+def _read_file_nogc(path: Path, progress=None, max_bytes: int | None = None) -> tuple[Rows, TraceMeta]:
     warnings: list[str] = []
     if progress:
         progress("decompressing")
-    data = _read_bytes(path, warnings)
+    data = read_bytes(path, warnings, max_bytes=max_bytes, mapped=native_available())
     if progress:
         progress("parsing JSON")
     try:
@@ -292,13 +207,13 @@ def _read_file_nogc(path: Path, progress=None) -> tuple[pd.DataFrame, TraceMeta]
             data.close()
     del data
     if progress:
-        progress("building the timeline")
-    events, origin_ns = _build(cols, header, path, warnings)
-    meta = _meta(header, path, events)
+        progress("arranging columns")
+    rows, origin_ns = _build(cols, header, path, warnings)
+    meta = _meta(header, path, rows.columns["device"])
     meta.extra["absolute_origin_ns"] = origin_ns
     for w in warnings:
         meta.warn(w)
-    return events, meta
+    return rows, meta
 
 
 def _columns(data: bytes | mmap.mmap, path: Path, warnings: list[str]) -> tuple[EventColumns, Trace]:
@@ -345,7 +260,7 @@ def _rows(cols: EventColumns, keep: np.ndarray) -> EventColumns:
     return out
 
 
-def _build(cols: EventColumns, header: Trace, path: Path, warnings: list[str]) -> tuple[pd.DataFrame, int]:
+def _build(cols: EventColumns, header: Trace, path: Path, warnings: list[str]) -> tuple[Rows, int]:
     if not cols.has_ts.all():  # complete events without a timestamp are not on the timeline
         cols = _rows(cols, cols.has_ts)
     n = len(cols.pid)
@@ -427,7 +342,7 @@ def _build(cols: EventColumns, header: Trace, path: Path, warnings: list[str]) -
         optional["thread_name"] = pd.Categorical(looked["thread_name"].to_numpy())
 
     keep = finite & ~bad_dur
-    frame = build_events(
+    rows = Rows(
         {
             "kind": pd.Categorical.from_codes(kind, categories=list(KINDS), validate=False),
             "name": demangled_categories(name_raw),
@@ -446,9 +361,14 @@ def _build(cols: EventColumns, header: Trace, path: Path, warnings: list[str]) -
         optional,
     )
     if not keep.all():
-        frame = frame[keep].reset_index(drop=True)
-    frame["start_ns"] += origin_ns  # absolute (or file-clock) ns; the caller rebases across ranks
-    return frame, origin_ns
+        rows.columns = _take(rows.columns, keep)
+        rows.optional = _take(rows.optional, keep)
+    rows.columns["start_ns"] = rows.columns["start_ns"] + origin_ns  # absolute (or file-clock) ns; load rebases
+    return rows, origin_ns
+
+
+def _take(columns: dict[str, Any], keep: np.ndarray) -> dict[str, Any]:
+    return {k: (v[keep] if v is not None else None) for k, v in columns.items()}
 
 
 def _copy_dir(name: str) -> str | None:
@@ -461,7 +381,7 @@ def _copy_dir(name: str) -> str | None:
     return None
 
 
-def _meta(trace: Trace, path: Path, events: pd.DataFrame) -> TraceMeta:
+def _meta(trace: Trace, path: Path, device: np.ndarray) -> TraceMeta:
     dist = trace.distributedInfo or {}
     amd = trace.roctracer_version is not None or trace.hip_runtime_version is not None
     meta = TraceMeta(
@@ -492,7 +412,7 @@ def _meta(trace: Trace, path: Path, events: pd.DataFrame) -> TraceMeta:
         meta.devices.append(
             DeviceInfo(index=idx, name=name, sm_count=_int(p.get("numSms")), memory_bytes=_int(p.get("totalGlobalMem")), compute_capability=cc, vendor=vendor)
         )
-    gpu_devs = sorted(set(events.loc[events["device"] >= 0, "device"].unique().tolist()))
+    gpu_devs = sorted(set(np.unique(device[device >= 0]).tolist()))
     for d in gpu_devs:
         if d not in seen:
             meta.devices.append(DeviceInfo(index=int(d), vendor="AMD" if amd else None))

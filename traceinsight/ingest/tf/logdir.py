@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pandas as pd
-
-from ..errors import TraceReadError
-from ..timeline import Timeline, TraceMeta, assign_steps, rebase
-from . import tf_json, xplane
+from ...errors import TraceReadError
+from ...timeline import TraceMeta
+from .. import xplane
+from ..parts import ReadResult, Rows
+from . import trace_json
 
 XPLANE_SUFFIX = ".xplane.pb"
 JSON_SUFFIX = ".trace.json.gz"
@@ -49,7 +49,7 @@ def sniff(path: Path, head: bytes) -> bool:
         True for _ in path.glob(f"**/plugins/profile/*/*{JSON_SUFFIX}"))
 
 
-def read(path: Path, progress=None, run: str | None = None, **options) -> Timeline:
+def read(path: Path, progress=None, run: str | None = None, max_bytes: int | None = None, **options) -> ReadResult:
     runs = find_runs(path)
     if not runs:
         raise TraceReadError(f"{path}: no plugins/profile/<run>/ with *.xplane.pb or *.trace.json.gz under this folder")
@@ -65,52 +65,43 @@ def read(path: Path, progress=None, run: str | None = None, **options) -> Timeli
         if len(runs) > 1:
             warnings.append(f"{len(runs)} runs found, read newest {chosen_run.name}; use --run to pick another")
     files = sorted(p for p in chosen_run.iterdir() if p.name.endswith(XPLANE_SUFFIX))
-    reader = xplane
+    is_xplane = bool(files)
+    read_columns = xplane.read_columns
     if not files:
         files = sorted(p for p in chosen_run.iterdir() if p.name.endswith(JSON_SUFFIX))
-        reader = tf_json
-    frames = []
+        read_columns = trace_json.read_columns
+    parts: list[Rows] = []
     metas: list[TraceMeta] = []
     absolute = True
-    from ..timeline import build_events
-
     for rank, f in enumerate(files):
         if progress:
             progress(f"reading {f.name} (rank {rank})")
-        columns, optional, meta, abs_ = reader.read_columns(f)
-        ev = build_events(columns, optional)
-        ev["rank"] = pd.array([rank] * len(ev), dtype="int32") if len(ev) else ev["rank"]
-        frames.append(ev)
+        columns, optional, meta, abs_ = read_columns(f, max_bytes)
+        parts.append(Rows(columns, optional, rank=rank))
         metas.append(meta)
         absolute = absolute and abs_
     if len(files) > 1 and not absolute:
         warnings.append("hosts have no common clock (no Task Environment plane): ranks are aligned at their own start")
-        for ev in frames:
-            rebase(ev)
-    events = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
-    for col in ("kind", "name", "raw_name", "copy_kind", "category", "thread_name", "grid", "block"):
-        if col in events and not isinstance(events[col].dtype, pd.CategoricalDtype):
-            events[col] = events[col].astype("category")
-    origin = rebase(events)
-    assign_steps(events)
+        for part in parts:
+            part.own_clock = True
     meta = metas[0]
     # the format of the files read (docs/timeline.md); where they came from goes in extra
-    meta.source_format = "tensorflow-xplane" if reader is xplane else "tensorflow-json"
+    meta.source_format = "tensorflow-xplane" if is_xplane else "tensorflow-json"
     meta.path = str(path)
     meta.extra["logdir"] = str(path)
     meta.extra["run_dir"] = str(chosen_run)
     meta.ranks = list(range(len(files)))
     meta.world_size = len(files) if len(files) > 1 else None
-    meta.start_unix_ns = origin if absolute else None
+    meta.start_unix_ns = None
     meta.devices = [d for m_rank, m in enumerate(metas) for d in _with_rank(m.devices, m_rank)]
     meta.extra["run"] = chosen_run.name
-    meta.extra["hosts"] = [f.name[: -len(XPLANE_SUFFIX if reader is xplane else JSON_SUFFIX)] for f in files]
+    meta.extra["hosts"] = [f.name[: -len(XPLANE_SUFFIX if is_xplane else JSON_SUFFIX)] for f in files]
     for m in metas[1:]:
         for w in m.warnings:
             meta.warn(w)
     for w in warnings:
         meta.warn(w)
-    return Timeline(events, meta)
+    return ReadResult(parts, meta, epoch=absolute)
 
 
 def _with_rank(devices, rank):

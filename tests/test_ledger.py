@@ -1,0 +1,189 @@
+"""The time ledger on planted traces: exact nanoseconds per bucket, written as real kineto files."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import traceinsight
+from traceinsight.ledger import AVOIDABLE_BUCKETS, BUCKETS, LAUNCH_GAP_NS, build_ledger
+from traceinsight.views import Views
+
+from .helpers.kineto_writer import KinetoTrace
+
+US = 1_000
+DATA = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
+
+
+def _ledger(tmp_path, trace: KinetoTrace, name: str = "t.json"):
+    tl = traceinsight.load(trace.write(tmp_path / name))
+    views = Views(tl)
+    return views, views.ledger
+
+
+def _totals(ledger) -> dict[str, int]:
+    return {b: n for b, n in ledger.totals().items() if n}
+
+
+def _sums_to_window(ledger) -> None:
+    per_dev = ledger.by_device.groupby(["rank", "device"])["ns"].sum()
+    for r in ledger.windows.itertuples(index=False):
+        assert per_dev[(r.rank, r.device)] == r.window_ns
+    sl = ledger.slices
+    assert (sl["end_ns"] > sl["start_ns"]).all()
+    for _, g in sl.groupby(["rank", "device"]):
+        assert (g["start_ns"].to_numpy()[1:] == g["end_ns"].to_numpy()[:-1]).all()  # contiguous, disjoint
+
+
+def test_data_wait_gap_then_host_busy_then_untraced(tmp_path):
+    t = KinetoTrace()
+    t.kernel("k_a", 0, 100)
+    t.annotation(DATA, 100, 300)
+    t.cpu_op("aten::add", 440, 20)
+    t.kernel("k_b", 500, 100, launch_us=450)
+    views, led = _ledger(tmp_path, t)
+    _sums_to_window(led)
+    assert _totals(led) == {"compute": 200 * US, "idle_data_wait": 300 * US, "idle_host_busy": 20 * US, "idle_untraced": 80 * US}
+    assert led.window_ns(0, 0) == 600 * US
+    gap = led.gaps.iloc[0]
+    assert gap["cause"] == "idle_data_wait" and gap["dur_ns"] == 400 * US
+    # a claim restricted to the data-wait bucket and to part of the gap
+    start = int(led.windows["start_ns"].iloc[0])
+    assert led.claim("idle_data_wait") == 300 * US
+    assert led.claim(["idle_data_wait", "idle_untraced"], within=[(start + 350 * US, start + 450 * US)]) == 50 * US + 40 * US
+    assert led.claim("idle_data_wait", rank=1) == 0
+
+
+def test_sync_gap_is_charged_to_the_sync_until_new_work_arrives(tmp_path):
+    t = KinetoTrace()
+    t.kernel("k_a", 0, 100)
+    t.runtime("cudaStreamSynchronize", 20, 85)  # blocked until 5 µs after the GPU ran dry
+    t.cpu_op("aten::add", 105, 45)
+    t.kernel("k_b", 200, 50, launch_us=190)
+    _, led = _ledger(tmp_path, t)
+    _sums_to_window(led)
+    assert _totals(led) == {"compute": 150 * US, "idle_host_sync": 100 * US}
+
+
+def test_sync_that_starts_after_the_gap_does_not_own_it(tmp_path):
+    t = KinetoTrace()
+    t.kernel("k_a", 0, 100)
+    t.cpu_op("aten::mul", 90, 150)
+    t.runtime("cudaStreamSynchronize", 240, 5)  # GPU long idle: returns at once, costs nothing
+    t.kernel("k_b", 300, 50, launch_us=280)
+    _, led = _ledger(tmp_path, t)
+    # host busy: the op until 240, the sync call, the launch call of k_b (280-284); nothing traced otherwise
+    assert _totals(led) == {"compute": 150 * US, "idle_host_busy": (140 + 5 + 4) * US, "idle_untraced": 51 * US}
+
+
+def test_launch_bound_stretch(tmp_path):
+    t = KinetoTrace()
+    for i in range(10):  # the host launches every 10 µs, the kernels run 2 µs: the queue runs dry each time
+        t.kernel("tiny", 10 * i + 6, 2, launch_us=10 * i, launch_dur_us=4)
+    _, led = _ledger(tmp_path, t)
+    _sums_to_window(led)
+    assert _totals(led) == {"compute": 20 * US, "idle_launch_bound": 72 * US}
+    assert 8 * US < LAUNCH_GAP_NS
+
+
+def test_copy_bound_and_copies_hidden_under_kernels(tmp_path):
+    t = KinetoTrace()
+    t.memcpy("HtoD", 0, 1000, 64 << 20, pageable=True, sync=True)
+    t.kernel("hidden_under_copy", 200, 100, stream=8)
+    t.kernel("k", 1000, 10)
+    t.memcpy("DtoH", 1010, 1000, 64 << 20, pageable=True, sync=True)
+    _, led = _ledger(tmp_path, t)
+    _sums_to_window(led)
+    assert _totals(led) == {"compute": 110 * US, "copy": 1900 * US}
+
+
+def test_streams_overlap_counts_busy_and_collectives_only_when_exposed(tmp_path):
+    t = KinetoTrace()
+    t.kernel("gemm_a", 0, 100, stream=7)
+    t.kernel("gemm_b", 50, 150, stream=8)
+    t.kernel("ncclDevKernel_AllReduce_Sum_f32_RING_LL", 150, 100, stream=9)  # 50 µs hidden, 50 µs exposed
+    t.kernel("gemm_c", 300, 100, stream=7, launch_us=295, launch_dur_us=4)  # launched late: short gap
+    t.kernel("gemm_d", 500, 100, stream=7, launch_us=100, launch_dur_us=4)  # queued long before: GPU-side wait
+    _, led = _ledger(tmp_path, t)
+    _sums_to_window(led)
+    assert _totals(led) == {"compute": 400 * US, "communication": 50 * US, "idle_launch_bound": 50 * US, "idle_gpu_dependency": 100 * US}
+
+
+def test_first_op_outlier_is_warmup_not_steady_state(tmp_path):
+    t = KinetoTrace()
+    t.kernel("k0", 0, 10)
+    t.cpu_op("aten::conv2d", 20, 20_000)  # autotune inside the first convolution: 20 ms
+    t.kernel("conv", 20_010, 100, launch_us=20_000)
+    for i in range(1, 4):
+        base = 20_200 + 300 * i
+        t.cpu_op("aten::conv2d", base, 50)
+        t.kernel("conv", base + 60, 100, launch_us=base + 40)
+    _, led = _ledger(tmp_path, t)
+    _sums_to_window(led)
+    tot = led.totals()
+    assert tot["idle_warmup"] == 19_990 * US  # the gap's part inside the first conv2d (20-20 020 µs, GPU busy from 20 010)
+    assert "first call of aten::conv2d" in set(led.warmup["reason"])
+    assert led.avoidable_ns < 1_000 * US
+
+
+def test_first_step_outlier_is_warmup(tmp_path):
+    t = KinetoTrace()
+    t.step(1, 0, 3000)
+    t.kernel("k", 100, 100)
+    t.kernel("k", 2900, 100, launch_us=2880)
+    for n in range(2, 6):
+        s = 3000 + (n - 2) * 1000
+        t.step(n, s, 1000)
+        t.kernel("k", s + 100, 800, launch_us=s + 80)
+    _, led = _ledger(tmp_path, t)
+    _sums_to_window(led)
+    st = led.by_step.pivot_table(index="step", columns="bucket", values="ns", aggfunc="sum")
+    assert st.loc[1, "idle_warmup"] == 2700 * US
+    assert st.loc[1, "compute"] == 200 * US
+    # steps 2..5: 100 µs between the previous kernel end and the next kernel start, launched after the GPU ran dry
+    for n in range(2, 6):
+        assert st.loc[n].sum() == (1000 if n < 5 else 900) * US
+    by_step_sum = led.by_step.groupby("bucket")["ns"].sum()
+    assert {b: int(by_step_sum[b]) for b in BUCKETS} == led.totals()
+
+
+def test_gpu_sync_records_stand_in_for_missing_host_syncs(tmp_path):
+    t = KinetoTrace()
+    t.kernel("k_a", 0, 100)
+    t.gpu_sync(20, 85)
+    t.kernel("k_b", 200, 50, launch_us=190)
+    _, led = _ledger(tmp_path, t)
+    assert _totals(led) == {"compute": 150 * US, "idle_host_sync": 100 * US}
+
+
+def test_no_gpu_activity_gives_an_empty_ledger(tmp_path):
+    t = KinetoTrace()
+    t.cpu_op("aten::add", 0, 100)
+    _, led = _ledger(tmp_path, t)
+    assert led.slices.empty and led.by_device.empty and led.window_ns() == 0
+    assert led.claim(list(AVOIDABLE_BUCKETS)) == 0
+    assert led.to_dict()["by_device"] == []
+
+
+def test_unknown_bucket_is_an_error(tmp_path):
+    t = KinetoTrace()
+    t.kernel("k", 0, 10)
+    _, led = _ledger(tmp_path, t)
+    with pytest.raises(ValueError, match="unknown ledger bucket"):
+        led.claim("idle")
+
+
+def test_json_form_has_device_and_step_tables(tmp_path):
+    t = KinetoTrace()
+    t.step(1, 0, 300)
+    t.kernel("k_a", 10, 100)
+    t.kernel("k_b", 200, 50, launch_us=150)
+    _, led = _ledger(tmp_path, t)
+    d = led.to_dict()
+    assert d["buckets"] == list(BUCKETS)
+    dev = d["by_device"][0]
+    assert dev["window_ns"] == 240 * US and sum(dev["ns"].values()) == 240 * US
+    assert abs(sum(dev["pct"].values()) - 100.0) < 0.01
+    assert [s["step"] for s in d["by_step"]] == [1]
+    assert d["by_step"][0]["window_ns"] == 240 * US

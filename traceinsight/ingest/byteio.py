@@ -1,0 +1,203 @@
+"""Getting a trace's bytes into memory: opening, mapping, inflating, and the limits that keep hostile input bounded.
+
+Every reader that takes a file's bytes takes them from here, so a FIFO, a device, a gzip bomb or a file that is
+too big is refused in one place and with one message, whatever the format. The ceiling is checked while a gzip
+stream is inflated, never after: a 10 MB file that inflates to 10 GiB stops at the ceiling, in memory and time.
+"""
+
+from __future__ import annotations
+
+import gzip
+import mmap
+import os
+import stat
+import zlib
+from pathlib import Path
+
+from ..errors import TraceReadError, TraceTooLargeError
+
+try:  # ISA-L inflates about twice as fast as zlib; same format, same results
+    from isal import isal_zlib as _zlib
+except ImportError:  # pragma: no cover
+    _zlib = zlib
+
+HEAD_BYTES = 65536
+GZIP_MAGIC = b"\x1f\x8b"
+
+#: Output inflated per call while streaming: large enough that the per-call cost vanishes, small enough that the
+#: overshoot past the ceiling stays negligible.
+_CHUNK = 64 << 20
+
+#: Gzip-bomb guard (see ``gunzip``): the inflated size past which the compression ratio is checked, and the ratio.
+BOMB_FLOOR = 256 << 20
+BOMB_RATIO = 200
+
+#: The ceiling is this share of the memory the machine has available, because a parsed trace costs a few times
+#: its raw size (columns, categories, the frame): a raw size above about half of free memory cannot end well.
+_MEMORY_SHARE = 0.5
+_FALLBACK_MAX = 16 << 30  # where available memory cannot be read
+
+
+def default_max_bytes() -> int:
+    """The default ceiling on a trace's (inflated) size: half the memory available now, at least 1 GiB."""
+    avail = _available_memory()
+    if avail is None:
+        return _FALLBACK_MAX
+    return max(1 << 30, int(avail * _MEMORY_SHARE))
+
+
+def _available_memory() -> int | None:
+    try:
+        with open("/proc/meminfo", "rb") as fh:
+            for line in fh:
+                if line.startswith(b"MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def resolve_max_bytes(max_bytes: int | None) -> int:
+    if max_bytes is None:
+        return default_max_bytes()
+    if max_bytes <= 0:
+        raise TraceReadError(f"max_bytes must be positive, not {max_bytes}")
+    return int(max_bytes)
+
+
+def check_input(path: Path) -> os.stat_result:
+    """The path exists and is a regular file or a folder; anything else (a FIFO, /dev/zero, a socket) is refused
+    before a byte is read, since reading it could block forever or never end."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        raise TraceReadError(f"{path}: no such file or directory") from None
+    except OSError as exc:
+        raise TraceReadError(f"{path}: cannot open ({exc.strerror or exc})") from None
+    mode = st.st_mode
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+        return st
+    what = ("a FIFO (named pipe)" if stat.S_ISFIFO(mode) else "a character device" if stat.S_ISCHR(mode)
+            else "a block device" if stat.S_ISBLK(mode) else "a socket" if stat.S_ISSOCK(mode) else "not a regular file")
+    raise TraceReadError(f"{path}: is {what}; traceinsight reads trace files and folders only")
+
+
+def _check_size(path: Path, size: int, max_bytes: int, what: str = "the file is") -> None:
+    if size > max_bytes:
+        raise TraceTooLargeError(
+            f"{path}: {what} over the size ceiling ({_mib(size)} > {_mib(max_bytes)}); raise it with --max-bytes "
+            "if this machine has the memory")
+
+
+def _mib(n: int) -> str:
+    return f"{n / (1 << 20):,.0f} MiB" if n >= 1 << 20 else f"{n:,} bytes"
+
+
+def read_head(path: Path, n: int = HEAD_BYTES) -> bytes:
+    """The first ``n`` bytes, transparently gunzipped; a broken gzip header gives a TraceReadError."""
+    with open(path, "rb") as fh:
+        raw = fh.read(n)
+    if raw[:2] == GZIP_MAGIC:
+        try:
+            with gzip.open(path, "rb") as gz:
+                return gz.read(n)
+        except (OSError, EOFError, zlib.error) as exc:
+            raise TraceReadError(f"{path}: corrupt gzip file ({exc})") from None
+    return raw
+
+
+def read_bytes(path: Path, warnings: list[str], *, max_bytes: int | None = None,
+               mapped: bool = False) -> bytes | mmap.mmap:
+    """The file's content, inflated when it is gzip, within ``max_bytes`` (None: the default ceiling).
+
+    ``mapped``: a plain file is mapped rather than copied (for a reader that scans bytes without keeping them). A
+    mapping faults if the file is truncated while it is read (a profiler rewriting the same path mid-load);
+    profilers write a trace once and only append, so the copy this saves is worth that narrow window. A gzip
+    stream cut short (a killed job) gives what was written before the cut, with a warning."""
+    limit = resolve_max_bytes(max_bytes)
+    path = Path(path)
+    st = check_input(path)
+    if stat.S_ISDIR(st.st_mode):
+        raise TraceReadError(f"{path}: is a folder, not a file")
+    with open(path, "rb") as fh:
+        magic = fh.read(2)
+        if not magic:
+            raise TraceReadError(f"{path}: the file is empty")
+        if magic != GZIP_MAGIC:
+            _check_size(path, st.st_size, limit)
+            if mapped:
+                try:
+                    view = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+                except (OSError, ValueError):
+                    pass
+                else:
+                    if hasattr(view, "madvise"):
+                        view.madvise(mmap.MADV_SEQUENTIAL)
+                    return view
+            fh.seek(0)
+            return fh.read()
+        _check_size(path, st.st_size, limit)
+        fh.seek(0)
+        raw = fh.read()
+    data, complete = gunzip(raw, path, limit, bomb_guard=max_bytes is None)
+    if not complete:
+        warnings.append(f"{path.name}: the gzip stream is cut short; reading what was written before the cut")
+    if not data:
+        raise TraceReadError(f"{path}: the gzip file holds no data")
+    return data
+
+
+def gunzip(raw: bytes, path: Path, max_bytes: int, *, bomb_guard: bool = True) -> tuple[bytes, bool]:
+    """Every member of a gzip file inflated, and whether the last member was complete.
+
+    Inflating runs in bounded steps and stops the moment the output passes ``max_bytes``. ``bomb_guard`` also
+    stops a stream that, past ``BOMB_FLOOR`` bytes, has inflated more than ``BOMB_RATIO`` times the input it has
+    consumed: profiler JSON compresses 10-30x, a gzip bomb about 1000x, so a bomb ends after a few hundred MB
+    whatever the ceiling. A file smaller than one step (most traces) is inflated by one call, with no copy."""
+    parts: list[bytes] = []
+    filled = 0
+    rest = memoryview(raw)
+    members = 0
+    consumed_before = 0  # input bytes of the members already complete
+    while len(rest):
+        d = _zlib.decompressobj(31)
+        pending = rest
+        try:
+            while True:
+                chunk = d.decompress(pending, min(_CHUNK, max_bytes + 1 - filled))
+                if chunk:
+                    parts.append(chunk)
+                    filled += len(chunk)
+                    if filled > max_bytes:
+                        raise TraceTooLargeError(
+                            f"{path}: inflates past the size ceiling ({_mib(max_bytes)}): stopped there (a gzip "
+                            "bomb, or a trace larger than this machine can analyse); raise it with --max-bytes")
+                    used = consumed_before + len(rest) - len(d.unconsumed_tail)
+                    if bomb_guard and filled > BOMB_FLOOR and filled > BOMB_RATIO * max(used, 1):
+                        raise TraceTooLargeError(
+                            f"{path}: inflates over {BOMB_RATIO}x its compressed size ({_mib(filled)} from "
+                            f"{_mib(used)}): stopped as a likely gzip bomb; pass --max-bytes to read it anyway")
+                if d.eof:
+                    break
+                pending = d.unconsumed_tail
+                if not pending and not chunk:
+                    break  # input used up before the member ended: cut short
+        except (zlib.error, _zlib.error) as exc:
+            if members:  # trailing garbage after complete members
+                break
+            raise TraceReadError(f"{path}: corrupt gzip data ({exc})") from None
+        members += 1
+        if not d.eof:
+            return _joined(parts), False
+        consumed_before += len(rest) - len(d.unused_data)
+        rest = memoryview(d.unused_data)
+        if bytes(rest[:2]) != GZIP_MAGIC:
+            break
+    return _joined(parts), True
+
+
+def _joined(parts: list[bytes]) -> bytes:
+    return parts[0] if len(parts) == 1 else b"".join(parts)

@@ -1,0 +1,668 @@
+"""The time ledger: every nanosecond of each GPU's active window in exactly one bucket.
+
+Rules measure overlapping things (an idle gap may *be* a host sync, and also sit inside a data wait), so their
+impacts cannot be added up. The ledger is the one account they all draw on: per (rank, device), the window from
+the device's first to its last GPU activity (the window of GPU busy %) is cut into slices, each slice gets one
+bucket, and the buckets of a device sum exactly to its window (per step: to the step's part of the window).
+Findings *claim* slices (``Ledger.claim``), so a saving can never exceed the idle it really causes, and the
+verdict reads the largest bucket instead of the largest finding.
+
+Buckets, and how a nanosecond t of device d on rank r is booked (first match wins):
+
+Busy (some stream of d runs; a GPU is idle only when no stream runs):
+
+1. ``compute``: a kernel that is not a collective runs at t.
+2. ``communication``: only collective kernels (NCCL/RCCL, ...) run at t. A collective overlapped by compute
+   costs no wall time, so only *exposed* communication lands here.
+3. ``copy``: only copies/memsets run at t. Copies hidden under kernels are free, so they count as what hides
+   them.
+
+Idle (no stream runs). A *gap* is a maximal idle stretch inside the window; the *next work* is the GPU activity
+that ends it, and its *launch* the host call that enqueued it (``views.launches``; the earliest call returning
+among the activities that start at the gap's end).
+
+4. ``idle_warmup``: t is inside a warm-up region of the rank's host (see ``warmup_regions``): one-time work
+   before steady state, which no steady-state change removes.
+5. ``idle_gpu_dependency``: the next work's launch call had returned by the time the gap began: the work was
+   queued, so the GPU waited on something of its own (an event, another stream, a copy engine), not on the host.
+6. ``idle_data_wait``: the host is inside a data-wait range at t (``enumerate(DataLoader)#...``,
+   ``IteratorGetNext``, tf.data ``Iterator::`` on a consumer thread).
+7. ``idle_host_sync``: the gap began while the host was blocked in a synchronizing call (explicit syncs,
+   blocking copies/memsets, async copies to pageable memory, ``aten::item``-like ops; GPU-side sync records
+   where the host side is missing). The queue drained under the blocked host, so the whole gap (beyond data
+   wait and warm-up) is the sync's cost, including the time to launch new work after it returns.
+8. ``idle_launch_bound``: a gap shorter than ``LAUNCH_GAP_NS`` (100 µs) whose next work was still being
+   launched when the GPU ran dry: the host issues work back to back but slower than the GPU runs it.
+9. ``idle_other`` (early): the next work has no launch in the trace (sliced trace, unlinked row), so nothing
+   says whether host or GPU held it back.
+10. ``idle_host_busy``: a longer host-caused gap and traced host work (framework ops, Python frames, runtime
+    calls) runs at t: the host was busy with something other than feeding the GPU.
+11. ``idle_untraced``: the same, but the host trace shows nothing at t (the rank has host events elsewhere).
+12. ``idle_other``: everything else (a rank with no host events at all).
+
+``AVOIDABLE_BUCKETS`` are the idle buckets a host-side change can remove; warm-up, GPU-side dependencies and
+unattributed idle are left out of savings.
+
+Steps: a step's window is its host step marker's range ``[start, end)`` clipped to the device window; slices are
+cut at step boundaries, and time outside every step is step ``-1``, so summing ``by_step`` over steps gives
+``by_device``.
+
+Everything is interval arithmetic on sorted numpy arrays (one loop over (rank, device) pairs, none over events).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import TYPE_CHECKING, Any, Iterable
+
+import numpy as np
+import pandas as pd
+
+from .patterns import COLLECTIVE, COPY_CALL, DATA_WAIT_PRIMARY, DATA_WAIT_TFDATA, SYNC_CALL, SYNC_OP
+from .views import Coverage, merge_intervals, name_mask
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .views import Views
+
+BUCKETS: tuple[str, ...] = (
+    "compute",
+    "communication",
+    "copy",
+    "idle_data_wait",
+    "idle_host_sync",
+    "idle_launch_bound",
+    "idle_host_busy",
+    "idle_untraced",
+    "idle_gpu_dependency",
+    "idle_warmup",
+    "idle_other",
+)
+BUSY_BUCKETS: tuple[str, ...] = ("compute", "communication", "copy")
+IDLE_BUCKETS: tuple[str, ...] = tuple(b for b in BUCKETS if b.startswith("idle_"))
+#: Idle a change on the host side removes (input pipeline, syncs, launch overhead, host work, untraced host time).
+AVOIDABLE_BUCKETS: tuple[str, ...] = ("idle_data_wait", "idle_host_sync", "idle_launch_bound", "idle_host_busy", "idle_untraced")
+
+#: Gaps shorter than this, with the host still launching, are launch overhead; longer ones mean the host did
+#: something else in between. 100 µs is far above launch latency (5-20 µs) and is TI001/TI003's boundary.
+LAUNCH_GAP_NS = 100_000
+#: A first occurrence must last at least this long to count as warm-up (below it, one-time costs are noise).
+WARMUP_MIN_NS = 1_000_000
+#: ...and be this many times the median of the op's later occurrences: autotuning, lazy module loading and JIT
+#: compilation make a first call orders of magnitude slower, far beyond the spread of steady-state calls.
+WARMUP_RATIO = 10.0
+#: With at least 3 steps, a first step this many times longer than the median of the others is warm-up.
+WARMUP_FIRST_STEP_RATIO = 2.0
+
+_CODE = {b: i for i, b in enumerate(BUCKETS)}
+_HOST_BUSY_KINDS = ("cpu_op", "python", "runtime")
+_DATA_WAIT_KINDS = ("cpu_op", "annotation", "other")
+_EMPTY = np.zeros(0, np.int64)
+
+
+# --- interval primitives (sorted, disjoint [start, end) arrays) --------------------------------------------
+def _inside(s: np.ndarray, e: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """For each t: is it inside one of the merged intervals (s, e)?"""
+    if len(s) == 0:
+        return np.zeros(len(t), dtype=bool)
+    i = np.searchsorted(s, t, side="right") - 1
+    ok = i >= 0
+    out = np.zeros(len(t), dtype=bool)
+    out[ok] = e[i[ok]] > t[ok]
+    return out
+
+
+def _merged(starts: Any, ends: Any) -> tuple[np.ndarray, np.ndarray]:
+    s = np.asarray(starts, np.int64)
+    e = np.maximum(np.asarray(ends, np.int64), s)
+    keep = e > s
+    return merge_intervals(s[keep], e[keep])
+
+
+def _intersect(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Intersection of two merged interval sets."""
+    if len(a[0]) == 0 or len(b[0]) == 0:
+        return _EMPTY, _EMPTY
+    pts = np.unique(np.concatenate([a[0], a[1], b[0], b[1]]))
+    left, right = pts[:-1], pts[1:]
+    keep = _inside(*a, left) & _inside(*b, left)
+    return _merged(left[keep], right[keep])
+
+
+def _measure(s: np.ndarray, e: np.ndarray) -> int:
+    return int((e - s).sum()) if len(s) else 0
+
+
+# --- host facts ------------------------------------------------------------------------------------------
+def data_wait_rows(host: pd.DataFrame) -> pd.DataFrame:
+    """Host ranges that mean "the loop waits for its next batch".
+
+    tf.data's ``Iterator::`` ranges run on producer threads too, where they overlap useful work; they count only
+    on a consumer thread (one that holds a primary wait or the step markers).
+    """
+    if host.empty:
+        return host
+    kind_ok = host["kind"].isin(_DATA_WAIT_KINDS).to_numpy()
+    primary = kind_ok & name_mask(host["name"], DATA_WAIT_PRIMARY, case=True)
+    waits = host[primary]
+    tfdata = kind_ok & name_mask(host["name"], DATA_WAIT_TFDATA, case=True) & ~primary
+    if tfdata.any():
+        steps = host[(host["kind"] == "step").to_numpy()]
+        consumers = pd.concat([waits[["rank", "tid"]], steps[["rank", "tid"]]]).drop_duplicates()
+        cand = host[tfdata]
+        hit = cand.merge(consumers.assign(_c=True), on=["rank", "tid"], how="left")["_c"].fillna(False).to_numpy(dtype=bool)
+        waits = pd.concat([waits, cand[hit]])
+    return waits
+
+
+def blocking_calls(views: "Views") -> pd.DataFrame:
+    """Host calls that block until the GPU catches up: rank, start_ns, end_ns, reason.
+
+    Synchronizing runtime calls and blocking copies/memsets, ops that sync by nature (``aten::item``, ...), and
+    async copies into pageable host memory (the driver runs them synchronously). GPU-side sync records stand in
+    only on ranks whose host trace shows no blocking call.
+    """
+    ev = views.events
+    host = views.host_events
+    cols = ["rank", "start_ns", "end_ns", "reason"]
+    parts = []
+    rt = host[(host["kind"] == "runtime").to_numpy()]
+    calls = rt[name_mask(rt["name"], SYNC_CALL)]
+    parts.append(pd.DataFrame({"rank": calls["rank"].to_numpy(), "start_ns": calls["start_ns"].to_numpy(), "end_ns": (calls["start_ns"] + calls["dur_ns"]).to_numpy(), "reason": "synchronizing call"}))
+    ops = host[(host["kind"] == "cpu_op").to_numpy()]
+    ops = ops[name_mask(ops["name"], SYNC_OP)]
+    parts.append(pd.DataFrame({"rank": ops["rank"].to_numpy(), "start_ns": ops["start_ns"].to_numpy(), "end_ns": (ops["start_ns"] + ops["dur_ns"]).to_numpy(), "reason": "synchronizing op"}))
+    ln = views.launches
+    if not ln.empty and "pageable" in ev:
+        idx = ln["gpu_idx"].to_numpy()
+        ck = ev["copy_kind"].reindex(idx).astype(object).to_numpy()
+        pg = ev["pageable"].reindex(idx).to_numpy(dtype=bool)
+        m = ln[(ck == "DtoH") & pg]
+        parts.append(
+            pd.DataFrame(
+                {"rank": m["rank"].to_numpy(), "start_ns": m["launch_start_ns"].to_numpy(), "end_ns": (m["launch_start_ns"] + m["launch_dur_ns"]).to_numpy(), "reason": "copy to pageable host memory"}
+            )
+        )
+    out = pd.concat([p for p in parts if not p.empty], ignore_index=True) if any(not p.empty for p in parts) else pd.DataFrame({c: pd.Series(dtype="int64") for c in cols})
+    gs = ev[(ev["kind"] == "gpu_sync").to_numpy()]
+    if not gs.empty:
+        gs = gs[~gs["rank"].isin(set(out["rank"].unique()))]
+        if not gs.empty:
+            extra = pd.DataFrame({"rank": gs["rank"].to_numpy(), "start_ns": gs["start_ns"].to_numpy(), "end_ns": (gs["start_ns"] + gs["dur_ns"]).to_numpy(), "reason": "GPU-side sync record"})
+            out = pd.concat([out, extra], ignore_index=True)
+    return out[cols].astype({"rank": "int64", "start_ns": "int64", "end_ns": "int64"})
+
+
+def warmup_regions(views: "Views", blocking: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Host time ranges (rank, start_ns, end_ns, reason) that belong to warm-up, not to steady state.
+
+    Two principles, both about repetition: steady state repeats itself, one-time work does not.
+
+    * A first call that is an outlier: the first occurrence of a framework op or runtime call (by name, per rank)
+      lasting at least ``WARMUP_MIN_NS`` and ``WARMUP_RATIO`` times the median of its later occurrences: cuDNN
+      autotuning inside the first convolution, lazy CUDA/library init inside the first call, JIT compilation.
+      Calls whose time is mostly waiting for the GPU (syncs, copies, ops spent mostly inside blocking or copy
+      calls) are left out: their length measures the queue ahead of them, not one-time work.
+    * A first step that is an outlier: with at least 3 steps on a rank, a first step ``WARMUP_FIRST_STEP_RATIO``
+      times the median of the others (allocator growth, autotuning and compilation land in step one).
+    """
+    cols = ["rank", "start_ns", "end_ns", "reason"]
+    host = views.host_events
+    parts = []
+    cand = host[host["kind"].isin(("cpu_op", "runtime")).to_numpy()]
+    if not cand.empty:
+        names = cand["name"]
+        skip = name_mask(names, SYNC_CALL) | name_mask(names, SYNC_OP) | name_mask(names, COPY_CALL) | name_mask(names, DATA_WAIT_PRIMARY, case=True)
+        cand = cand[~skip]
+    if not cand.empty:
+        c = pd.DataFrame(
+            {"rank": cand["rank"].to_numpy(), "name": cand["name"].astype(str).to_numpy(), "start_ns": cand["start_ns"].to_numpy(), "dur_ns": cand["dur_ns"].to_numpy()}
+        ).sort_values(["rank", "name", "start_ns"], kind="stable")
+        c["nth"] = c.groupby(["rank", "name"], sort=False).cumcount()
+        rest = c[c["nth"] > 0].groupby(["rank", "name"], sort=False)["dur_ns"].median().rename("median_rest")
+        first = c[c["nth"] == 0].join(rest, on=["rank", "name"])
+        ok = first["median_rest"].notna().to_numpy() & (first["dur_ns"].to_numpy() >= WARMUP_MIN_NS)
+        ok &= first["dur_ns"].to_numpy() >= WARMUP_RATIO * first["median_rest"].fillna(0).to_numpy()
+        first = first[ok]
+        if not first.empty:
+            s = first["start_ns"].to_numpy()
+            e = s + first["dur_ns"].to_numpy()
+            blk = blocking if blocking is not None else blocking_calls(views)
+            rt = host[(host["kind"] == "runtime").to_numpy()]
+            copies = rt[name_mask(rt["name"], COPY_CALL)]
+            blk = pd.concat([blk[["rank", "start_ns", "end_ns"]], pd.DataFrame({"rank": copies["rank"].to_numpy(), "start_ns": copies["start_ns"].to_numpy(), "end_ns": (copies["start_ns"] + copies["dur_ns"]).to_numpy()})])
+            blocked = np.zeros(len(first), np.int64)
+            fr = first["rank"].to_numpy()
+            for rank in np.unique(fr):
+                m = fr == rank
+                b = blk[blk["rank"].to_numpy() == rank]
+                blocked[m] = Coverage(b["start_ns"].to_numpy(), b["end_ns"].to_numpy()).overlap(s[m], e[m])
+            first = first[blocked * 2 < first["dur_ns"].to_numpy()]
+            parts.append(pd.DataFrame({"rank": first["rank"].to_numpy(), "start_ns": first["start_ns"].to_numpy(), "end_ns": (first["start_ns"] + first["dur_ns"]).to_numpy(), "reason": "first call of " + first["name"]}))
+    st = views.steps
+    if not st.empty:
+        for rank, g in st.groupby("rank", sort=True):
+            if len(g) < 3:
+                continue
+            d = g["dur_ns"].to_numpy()
+            if d[0] >= WARMUP_FIRST_STEP_RATIO * float(np.median(d[1:])) and d[0] >= WARMUP_MIN_NS:
+                parts.append(pd.DataFrame({"rank": [int(rank)], "start_ns": [int(g["start_ns"].iloc[0])], "end_ns": [int(g["end_ns"].iloc[0])], "reason": [f"first step ({g['name'].iloc[0]})"]}))
+    if not parts:
+        return pd.DataFrame({c: pd.Series(dtype="int64" if c != "reason" else "object") for c in cols})
+    return pd.concat(parts, ignore_index=True)[cols]
+
+
+# --- the ledger ------------------------------------------------------------------------------------------
+@dataclass
+class Ledger:
+    """Per (rank, device), the device's active window split into buckets (see the module docstring).
+
+    ``slices``: rank, device, step, start_ns, end_ns, bucket (contiguous, disjoint, covering each window).
+    ``by_device``: rank, device, bucket, ns, pct (of the window); every bucket listed, zeros included.
+    ``by_step``: rank, device, step, bucket, ns, pct (of the step's window on that device); step -1 = outside steps.
+    ``windows``: rank, device, start_ns, end_ns, window_ns.
+    ``gaps``: one row per idle gap: rank, device, start_ns, end_ns, dur_ns, next_launch_end_ns, the ns of each
+    idle bucket inside it, and ``cause`` (the bucket with the most ns).
+    ``warmup``: the warm-up regions used (rank, start_ns, end_ns, reason).
+    """
+
+    slices: pd.DataFrame
+    by_device: pd.DataFrame
+    by_step: pd.DataFrame
+    windows: pd.DataFrame
+    gaps: pd.DataFrame
+    warmup: pd.DataFrame = field(default_factory=pd.DataFrame)
+
+    # --- totals ------------------------------------------------------------------------------------------
+    def window_ns(self, rank: int | None = None, device: int | None = None) -> int:
+        """The window of one (rank, device), or the sum over the devices matching the filters."""
+        w = self.windows
+        m = np.ones(len(w), dtype=bool)
+        if rank is not None:
+            m &= w["rank"].to_numpy() == rank
+        if device is not None:
+            m &= w["device"].to_numpy() == device
+        return int(w.loc[m, "window_ns"].sum())
+
+    def totals(self, rank: int | None = None, device: int | None = None) -> dict[str, int]:
+        """ns per bucket (every bucket, in ``BUCKETS`` order), summed over the matching devices."""
+        d = self.by_device
+        m = np.ones(len(d), dtype=bool)
+        if rank is not None:
+            m &= d["rank"].to_numpy() == rank
+        if device is not None:
+            m &= d["device"].to_numpy() == device
+        s = d[m].groupby("bucket", sort=False)["ns"].sum()
+        return {b: int(s.get(b, 0)) for b in BUCKETS}
+
+    @cached_property
+    def busy_ns(self) -> int:
+        t = self.totals()
+        return sum(t[b] for b in BUSY_BUCKETS)
+
+    @cached_property
+    def avoidable_ns(self) -> int:
+        t = self.totals()
+        return sum(t[b] for b in AVOIDABLE_BUCKETS)
+
+    # --- claims ------------------------------------------------------------------------------------------
+    def claimed(
+        self,
+        buckets: str | Iterable[str],
+        rank: int | None = None,
+        device: int | None = None,
+        within: Any = None,
+    ) -> pd.DataFrame:
+        """The slices (rank, device, step, start_ns, end_ns, bucket) in ``buckets``, optionally limited to one
+        rank/device and clipped to the time ranges ``within``.
+
+        ``within`` is a DataFrame with start_ns and end_ns (and optionally rank/device, which then restrict each
+        range to its own rank/device), a list of objects with ``start_ns``/``end_ns`` (and optional ``rank``/
+        ``device``) such as ``rule_api.Instance``, or a list of (start_ns, end_ns) pairs.
+        """
+        want = {buckets} if isinstance(buckets, str) else set(buckets)
+        unknown = want - set(BUCKETS)
+        if unknown:
+            raise ValueError(f"unknown ledger bucket(s) {sorted(unknown)}; known: {', '.join(BUCKETS)}")
+        sl = self.slices
+        m = sl["bucket"].isin(want).to_numpy().copy()
+        if rank is not None:
+            m &= sl["rank"].to_numpy() == rank
+        if device is not None:
+            m &= sl["device"].to_numpy() == device
+        sl = sl[m]
+        if within is None or sl.empty:
+            return sl.reset_index(drop=True)
+        w = _within_frame(within)
+        if w.empty:
+            return sl.iloc[:0].reset_index(drop=True)
+        out = []
+        for (r, d), g in sl.groupby(["rank", "device"], sort=True):
+            ww = w
+            if "rank" in ww:
+                ww = ww[ww["rank"].isna().to_numpy() | (ww["rank"].to_numpy(dtype=float) == r)]
+            if "device" in ww:
+                ww = ww[ww["device"].isna().to_numpy() | (ww["device"].to_numpy(dtype=float) == d)]
+            if ww.empty:
+                continue
+            ws, we = _merged(ww["start_ns"].to_numpy(), ww["end_ns"].to_numpy())
+            out.append(_clip_slices(g, ws, we))
+        if not out:
+            return sl.iloc[:0].reset_index(drop=True)
+        return pd.concat(out, ignore_index=True)
+
+    def claim(self, buckets: str | Iterable[str], rank: int | None = None, device: int | None = None, within: Any = None) -> int:
+        """ns of ``buckets`` (on ``rank``/``device``, inside ``within``): what a finding may call its impact."""
+        c = self.claimed(buckets, rank=rank, device=device, within=within)
+        return int((c["end_ns"] - c["start_ns"]).sum()) if not c.empty else 0
+
+    # --- reports -----------------------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form: buckets, then per device and per step ns and % (steps outside markers are step -1)."""
+        by_device = []
+        for (r, d), g in self.by_device.groupby(["rank", "device"], sort=True):
+            win = self.window_ns(int(r), int(d))
+            by_device.append(
+                {
+                    "rank": int(r),
+                    "device": int(d),
+                    "window_ns": win,
+                    "ns": {str(b): int(n) for b, n in zip(g["bucket"], g["ns"])},
+                    "pct": {str(b): round(float(p), 3) for b, p in zip(g["bucket"], g["pct"])},
+                }
+            )
+        by_step = []
+        for (r, d, s), g in self.by_step.groupby(["rank", "device", "step"], sort=True):
+            by_step.append(
+                {
+                    "rank": int(r),
+                    "device": int(d),
+                    "step": int(s),
+                    "window_ns": int(g["ns"].sum()),
+                    "ns": {str(b): int(n) for b, n in zip(g["bucket"], g["ns"]) if n},
+                    "pct": {str(b): round(float(p), 3) for b, p in zip(g["bucket"], g["pct"]) if p},
+                }
+            )
+        t = self.totals()
+        total = sum(t.values())
+        return {
+            "buckets": list(BUCKETS),
+            "avoidable_buckets": list(AVOIDABLE_BUCKETS),
+            "total": {"window_ns": total, "ns": t, "pct": {b: round(100.0 * n / total, 3) if total else 0.0 for b, n in t.items()}},
+            "by_device": by_device,
+            "by_step": by_step,
+        }
+
+
+def _within_frame(within: Any) -> pd.DataFrame:
+    if isinstance(within, pd.DataFrame):
+        cols = [c for c in ("rank", "device") if c in within]
+        out = pd.DataFrame({"start_ns": within["start_ns"].to_numpy(np.int64), "end_ns": within["end_ns"].to_numpy(np.int64)})
+        for c in cols:
+            out[c] = within[c].to_numpy(dtype=float)
+        return out
+    rows = []
+    for item in within:
+        if isinstance(item, (tuple, list)):
+            rows.append({"start_ns": int(item[0]), "end_ns": int(item[1])})
+        else:
+            rows.append(
+                {
+                    "start_ns": int(item.start_ns),
+                    "end_ns": int(item.end_ns),
+                    "rank": np.nan if getattr(item, "rank", None) is None else float(item.rank),
+                    "device": np.nan if getattr(item, "device", None) is None else float(item.device),
+                }
+            )
+    return pd.DataFrame(rows, columns=["start_ns", "end_ns", "rank", "device"]) if rows else pd.DataFrame(columns=["start_ns", "end_ns"])
+
+
+def _clip_slices(sl: pd.DataFrame, ws: np.ndarray, we: np.ndarray) -> pd.DataFrame:
+    """Slices (disjoint, sorted) cut to the merged ranges (ws, we): each piece of each slice that lies inside."""
+    s = sl["start_ns"].to_numpy()
+    e = sl["end_ns"].to_numpy()
+    # every range that overlaps slice i lies between these two indices
+    lo = np.searchsorted(we, s, side="right")
+    hi = np.searchsorted(ws, e, side="left")
+    n = np.maximum(hi - lo, 0)
+    if n.sum() == 0:
+        return sl.iloc[:0]
+    rep = np.repeat(np.arange(len(sl)), n)
+    offs = np.arange(n.sum()) - np.repeat(np.cumsum(n) - n, n)
+    widx = np.repeat(lo, n) + offs
+    ps = np.maximum(s[rep], ws[widx])
+    pe = np.minimum(e[rep], we[widx])
+    out = sl.iloc[rep].copy()
+    out["start_ns"] = ps
+    out["end_ns"] = pe
+    return out[pe > ps]
+
+
+def _device_slices(
+    s: np.ndarray,
+    e: np.ndarray,
+    cls: np.ndarray,
+    launch_end: tuple[np.ndarray, np.ndarray] | None,
+    host: dict[str, tuple[np.ndarray, np.ndarray]],
+    host_traced: bool,
+    steps: tuple[np.ndarray, np.ndarray, np.ndarray],
+) -> dict[str, np.ndarray]:
+    """Slices and gaps of one (rank, device) as arrays: the labelling by precedence of the module docstring."""
+    w0, w1 = int(s.min()), int(e.max())
+    union = _merged(s, e)
+    gs, ge = union[1][:-1], union[0][1:]
+    # the call that enqueued the next work: the earliest-returning launch among activities starting at the gap end
+    nl = np.full(len(gs), np.nan)
+    if launch_end is not None and len(gs):
+        ks, kv = launch_end
+        i = np.searchsorted(ks, ge)
+        hit = (i < len(ks)) & (ks[np.minimum(i, len(ks) - 1)] == ge)
+        nl[hit] = kv[i[hit]]
+    linked = ~np.isnan(nl)
+    queued = linked & (nl <= gs)
+    late = linked & ~queued
+    sync = _inside(*host["sync"], gs) & ~queued
+    short = late & ((ge - gs) < LAUNCH_GAP_NS)
+
+    # precedence list of (bucket, merged interval set)
+    sets: list[tuple[str, tuple[np.ndarray, np.ndarray]]] = [
+        ("compute", _merged(s[cls == 0], e[cls == 0])),
+        ("communication", _merged(s[cls == 1], e[cls == 1])),
+        ("copy", _merged(s[cls == 2], e[cls == 2])),
+        ("idle_warmup", host["warmup"]),
+        ("idle_gpu_dependency", (gs[queued], ge[queued])),
+        ("idle_data_wait", host["data_wait"]),
+        ("idle_host_sync", (gs[sync], ge[sync])),
+        ("idle_launch_bound", (gs[short], ge[short])),
+        ("idle_other", (gs[~linked], ge[~linked])),
+        ("idle_host_busy", host["host_busy"]),
+    ]
+    default = "idle_untraced" if host_traced else "idle_other"
+    st_s, st_e, st_n = steps
+    pts = [np.array([w0, w1], np.int64), st_s, st_e]
+    for _, (a, b) in sets:
+        pts += [a, b]
+    p = np.unique(np.concatenate(pts))
+    p = p[(p >= w0) & (p <= w1)]
+    left, right = p[:-1], p[1:]
+    label = np.full(len(left), _CODE[default], dtype=np.int64)
+    todo = np.ones(len(left), dtype=bool)
+    for name, (a, b) in sets:
+        if not todo.any():
+            break
+        if len(a) == 0:
+            continue
+        hit = todo.copy()
+        hit[todo] = _inside(a, b, left[todo])
+        label[hit] = _CODE[name]
+        todo &= ~hit
+    # the step containing each segment (latest-starting marker that contains it), -1 outside
+    step_no = np.full(len(left), -1, dtype=np.int64)
+    if len(st_s):
+        i = np.searchsorted(st_s, left, side="right") - 1
+        ok = i >= 0
+        ok[ok] = st_e[i[ok]] > left[ok]
+        step_no[ok] = st_n[i[ok]]
+    # merge neighbours with equal (bucket, step)
+    change = np.ones(len(left), dtype=bool)
+    change[1:] = (label[1:] != label[:-1]) | (step_no[1:] != step_no[:-1])
+    idx = np.flatnonzero(change)
+    out_s = left[idx]
+    out_e = np.append(out_s[1:], right[-1])
+    out_l = label[idx]
+    # per-gap ns of each idle bucket
+    n_busy = len(BUSY_BUCKETS)
+    per_gap = np.zeros((len(gs), len(IDLE_BUCKETS)), np.int64)
+    if len(gs):
+        idle = out_l >= n_busy
+        gid = np.searchsorted(gs, out_s[idle], side="right") - 1
+        np.add.at(per_gap, (gid, out_l[idle] - n_busy), (out_e - out_s)[idle])
+    return {"step": step_no[idx], "start": out_s, "end": out_e, "label": out_l, "gs": gs, "ge": ge, "nl": nl, "per_gap": per_gap}
+
+
+def build_ledger(views: "Views") -> Ledger:
+    """The ledger of a timeline (see the module docstring); ``views.ledger`` caches it."""
+    act = views.gpu_activity
+    if act.empty:
+        return _empty_ledger()
+    is_kernel = (act["kind"] == "kernel").to_numpy()
+    coll = is_kernel & name_mask(act["name"], COLLECTIVE)
+    a_cls = np.where(coll, 1, np.where(is_kernel, 0, 2)).astype(np.int8)
+    a_rank = act["rank"].to_numpy(np.int64)
+    a_dev = act["device"].to_numpy(np.int64)
+    a_s = act["start_ns"].to_numpy(np.int64)
+    a_e = a_s + np.maximum(act["dur_ns"].to_numpy(np.int64), 0)
+
+    host = views.host_events
+    waits = data_wait_rows(host)
+    blocking = blocking_calls(views)
+    warm = warmup_regions(views, blocking)
+    busy_host = host[host["kind"].isin(_HOST_BUSY_KINDS).to_numpy()]
+    ln = views.launches
+    launch_end: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
+    if not ln.empty:
+        lr = ln["rank"].to_numpy(np.int64)
+        ld = ln["device"].to_numpy(np.int64)
+        lg = ln["gpu_start_ns"].to_numpy(np.int64)
+        lend = (ln["launch_start_ns"] + ln["launch_dur_ns"]).to_numpy(np.int64)
+        order = np.lexsort((lend, lg, ld, lr))
+        lr, ld, lg, lend = lr[order], ld[order], lg[order], lend[order]
+        first = np.ones(len(lg), dtype=bool)  # earliest-returning launch per (rank, device, gpu start)
+        first[1:] = (lr[1:] != lr[:-1]) | (ld[1:] != ld[:-1]) | (lg[1:] != lg[:-1])
+        lr, ld, lg, lend = lr[first], ld[first], lg[first], lend[first]
+        bounds = np.flatnonzero(np.r_[True, (lr[1:] != lr[:-1]) | (ld[1:] != ld[:-1]), True])
+        for a, b in zip(bounds[:-1], bounds[1:]):
+            launch_end[(int(lr[a]), int(ld[a]))] = (lg[a:b], lend[a:b].astype(float))
+    st = views.steps
+
+    def by_rank(df: pd.DataFrame, rank: int, end: str | None = None) -> tuple[np.ndarray, np.ndarray]:
+        if df.empty:
+            return _EMPTY, _EMPTY
+        g = df[df["rank"].to_numpy() == rank]
+        s = g["start_ns"].to_numpy(np.int64)
+        e = g[end].to_numpy(np.int64) if end else s + g["dur_ns"].to_numpy(np.int64)
+        return _merged(s, e)
+
+    host_ranks = set(host["rank"].unique().tolist()) if not host.empty else set()
+    parts: list[dict[str, np.ndarray]] = []
+    keys: list[tuple[int, int]] = []
+    order = np.lexsort((a_dev, a_rank))
+    a_rank, a_dev, a_s, a_e, a_cls = a_rank[order], a_dev[order], a_s[order], a_e[order], a_cls[order]
+    bounds = np.flatnonzero(np.r_[True, (a_rank[1:] != a_rank[:-1]) | (a_dev[1:] != a_dev[:-1]), True])
+    facts: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    steps = (_EMPTY, _EMPTY, _EMPTY)
+    current_rank = None
+    for a, b in zip(bounds[:-1], bounds[1:]):
+        rank, device = int(a_rank[a]), int(a_dev[a])
+        s, e, c = a_s[a:b], a_e[a:b], a_cls[a:b]
+        if int(e.max()) <= int(s.min()):
+            continue  # only zero-length rows: no window to account for
+        if rank != current_rank:
+            current_rank = rank
+            facts = {
+                "data_wait": by_rank(waits, rank),
+                "sync": by_rank(blocking, rank, end="end_ns"),
+                "warmup": by_rank(warm, rank, end="end_ns"),
+                "host_busy": by_rank(busy_host, rank),
+            }
+            srk = st[st["rank"].to_numpy() == rank] if not st.empty else st
+            steps = (srk["start_ns"].to_numpy(np.int64), srk["end_ns"].to_numpy(np.int64), srk["step"].to_numpy(np.int64)) if not srk.empty else (_EMPTY, _EMPTY, _EMPTY)
+        parts.append(_device_slices(s, e, c, launch_end.get((rank, device)), facts, rank in host_ranks, steps))
+        keys.append((rank, device))
+    if not parts:
+        return _empty_ledger()
+    n_sl = np.array([len(p["start"]) for p in parts])
+    n_gp = np.array([len(p["gs"]) for p in parts])
+    k_rank = np.array([k[0] for k in keys], np.int64)
+    k_dev = np.array([k[1] for k in keys], np.int64)
+    dev_idx = np.repeat(np.arange(len(keys)), n_sl)
+    label = np.concatenate([p["label"] for p in parts])
+    start = np.concatenate([p["start"] for p in parts])
+    end = np.concatenate([p["end"] for p in parts])
+    step = np.concatenate([p["step"] for p in parts])
+    slices = pd.DataFrame(
+        {
+            "rank": k_rank[dev_idx],
+            "device": k_dev[dev_idx],
+            "step": step,
+            "start_ns": start,
+            "end_ns": end,
+            "bucket": pd.Categorical.from_codes(label, categories=list(BUCKETS)),
+        }
+    )
+    w_start = np.array([p["start"][0] for p in parts], np.int64)
+    w_end = np.array([p["end"][-1] for p in parts], np.int64)
+    windows = pd.DataFrame({"rank": k_rank, "device": k_dev, "start_ns": w_start, "end_ns": w_end, "window_ns": w_end - w_start})
+    ns = end - start
+    # per device: one row per (device, bucket), zeros included
+    mat = np.zeros((len(keys), len(BUCKETS)), np.int64)
+    np.add.at(mat, (dev_idx, label), ns)
+    nb = len(BUCKETS)
+    by_device = pd.DataFrame(
+        {
+            "rank": np.repeat(k_rank, nb),
+            "device": np.repeat(k_dev, nb),
+            "bucket": np.tile(np.array(BUCKETS, dtype=object), len(keys)),
+            "ns": mat.ravel(),
+            "pct": (100.0 * mat / np.maximum(windows["window_ns"].to_numpy(), 1)[:, None]).ravel(),
+        }
+    )
+    # per (device, step): the same, with the step's part of the window as the base of pct
+    key = np.stack([dev_idx, step])
+    uniq, inv = np.unique(key, axis=1, return_inverse=True)
+    inv = np.asarray(inv).ravel()
+    smat = np.zeros((uniq.shape[1], nb), np.int64)
+    np.add.at(smat, (inv, label), ns)
+    by_step = pd.DataFrame(
+        {
+            "rank": np.repeat(k_rank[uniq[0]], nb),
+            "device": np.repeat(k_dev[uniq[0]], nb),
+            "step": np.repeat(uniq[1], nb),
+            "bucket": np.tile(np.array(BUCKETS, dtype=object), uniq.shape[1]),
+            "ns": smat.ravel(),
+            "pct": (100.0 * smat / np.maximum(smat.sum(axis=1), 1)[:, None]).ravel(),
+        }
+    )
+    gap_idx = np.repeat(np.arange(len(keys)), n_gp)
+    per_gap = np.concatenate([p["per_gap"] for p in parts]) if n_gp.sum() else np.zeros((0, len(IDLE_BUCKETS)), np.int64)
+    gs = np.concatenate([p["gs"] for p in parts])
+    ge = np.concatenate([p["ge"] for p in parts])
+    gaps = pd.DataFrame({"rank": k_rank[gap_idx], "device": k_dev[gap_idx], "start_ns": gs, "end_ns": ge, "dur_ns": ge - gs, "next_launch_end_ns": np.concatenate([p["nl"] for p in parts])})
+    for j, b in enumerate(IDLE_BUCKETS):
+        gaps[b] = per_gap[:, j]
+    gaps["cause"] = np.asarray(IDLE_BUCKETS, dtype=object)[per_gap.argmax(axis=1)] if len(gs) else np.zeros(0, dtype=object)
+    return Ledger(slices=slices, by_device=by_device, by_step=by_step, windows=windows, gaps=gaps, warmup=warm)
+
+
+def _empty_ledger() -> Ledger:
+    def frame(cols: dict[str, str]) -> pd.DataFrame:
+        return pd.DataFrame({c: pd.Series(dtype=t) for c, t in cols.items()})
+
+    return Ledger(
+        slices=frame({"rank": "int64", "device": "int64", "step": "int64", "start_ns": "int64", "end_ns": "int64", "bucket": "object"}),
+        by_device=frame({"rank": "int64", "device": "int64", "bucket": "object", "ns": "int64", "pct": "float64"}),
+        by_step=frame({"rank": "int64", "device": "int64", "step": "int64", "bucket": "object", "ns": "int64", "pct": "float64"}),
+        windows=frame({"rank": "int64", "device": "int64", "start_ns": "int64", "end_ns": "int64", "window_ns": "int64"}),
+        gaps=frame({"rank": "int64", "device": "int64", "start_ns": "int64", "end_ns": "int64", "dur_ns": "int64", "next_launch_end_ns": "float64", "cause": "object"}),
+        warmup=frame({"rank": "int64", "start_ns": "int64", "end_ns": "int64", "reason": "object"}),
+    )
