@@ -222,3 +222,15 @@ def test_write_file_keeps_permissions_and_replaces_atomically(tmp_path):
     assert p.read_text(encoding="utf-8") == "new \\udcff"
     assert (p.stat().st_mode & 0o777) == 0o640
     assert [q.name for q in tmp_path.iterdir()] == ["r.txt"]
+
+
+def test_several_formats_into_a_file_is_one_line(trace, tmp_path):
+    f = tmp_path / "file"
+    f.write_text("x")
+    _one_line_exit_2(_cli(trace, "-f", "json,md", "-o", f), "is a file")
+    assert f.read_text() == "x"
+
+
+def test_output_name_too_long_is_one_line(trace, tmp_path):
+    _one_line_exit_2(_cli(trace, "-o", tmp_path / ("r" * 300 + ".md")), "cannot write")
+    _one_line_exit_2(_cli(trace, "-f", "json,md", "-o", tmp_path / ("d" * 300)), "cannot write")

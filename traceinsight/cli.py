@@ -134,8 +134,6 @@ def _parse_formats(fmt: Optional[str], output: Optional[Path]) -> list[Format]:
             out.append(f)
     if len(out) > 1 and output is None:
         raise typer.BadParameter("several formats need -o DIR (a folder to write one file per format)", param_hint="--format")
-    if len(out) > 1 and output is not None and output.exists() and not output.is_dir():
-        raise typer.BadParameter(f"{output} is a file; several formats need a folder", param_hint="--output")
     return out
 
 
@@ -144,7 +142,10 @@ def _split(values: Optional[list[str]]) -> list[str]:
 
 
 def _load_with_progress(load, path: Path, trace_format: Optional[str], options: dict, progress: bool):
-    big = path.is_file() and path.stat().st_size > 8 * 1024 * 1024
+    try:
+        big = path.is_file() and path.stat().st_size > 8 * 1024 * 1024
+    except OSError:  # a name too long, a loop: the reader says what is wrong in one line
+        big = False
     if not (progress and big and sys.stderr.isatty()):
         return load(path, format=trace_format, **options)
     from rich.console import Console

@@ -51,10 +51,13 @@ def plan(formats: list[str], output: Path | None) -> list[Target]:
     """
     if output is None:
         return [Target(formats[0], None, None)]
+    st = _stat(output)  # not Path.is_dir(): it raises on a name too long for the file system
     if len(formats) > 1:
+        if st is not None and not stat.S_ISDIR(st.st_mode):
+            raise OutputError(f"-o {output} is a file; several formats need a folder to write one file per format")
         html = f"{REPORT_STEM}.html" if "html" in formats else None
         return [Target(f, output / f"{REPORT_STEM}.{SUFFIX[f]}", html) for f in formats]
-    if output.is_dir():
+    if st is not None and stat.S_ISDIR(st.st_mode):
         raise OutputError(f"-o {output} is a folder; give a file name (or ask for several formats with -f to fill a folder)")
     return [Target(formats[0], output, output.with_suffix(".html").name)]
 
