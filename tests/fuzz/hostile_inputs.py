@@ -953,7 +953,16 @@ def _(i, o):
 
 # --- 10. nsys WAL and the converter binary -----------------------------------------------------------------------
 
-@case("hostile_nsys_wal_pending", "nsys WAL", check=need_kernels(20))
+def _wal_read_or_warned(out: Path, doc: dict | None, text: str) -> str | None:
+    """The WAL holds a committed copy of every kernel: read it (40 kernels) or say it was not read."""
+    if doc is None:
+        return "no report"
+    warned = any("wal" in str(w).lower() for w in doc["trace"].get("warnings", []) + doc.get("warnings", []))
+    n = doc["summary"].get("kernel_count", 0)
+    return None if n >= 40 or warned else f"{n} kernels, committed WAL rows ignored without a warning"
+
+
+@case("hostile_nsys_wal_pending", "nsys WAL", check=_wal_read_or_warned)
 def _(i, o):
     p = nsys().write(i / "t.sqlite")
     src = sqlite3.connect(p)
