@@ -13,7 +13,6 @@ import sqlite3
 import zlib
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 import pytest
 

@@ -3,7 +3,6 @@ synthetic jobs made of real corpus ranks, and on the real multi-rank corpus."""
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 

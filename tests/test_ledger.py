@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import numpy as np
-import pandas as pd
 import pytest
 
 import traceinsight
-from traceinsight.ledger import AVOIDABLE_BUCKETS, BUCKETS, LAUNCH_GAP_NS, build_ledger
+from traceinsight.ledger import AVOIDABLE_BUCKETS, BUCKETS, LAUNCH_GAP_NS
 from traceinsight.views import Views
 
 from .helpers.kineto_writer import KinetoTrace

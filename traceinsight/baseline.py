@@ -10,6 +10,9 @@ and by at least ``worse_points`` percentage points (the second guard keeps noise
 from __future__ import annotations
 
 import json
+import math
+import os
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -54,15 +57,38 @@ class Comparison:
         }
 
 
-def load_report(path: str | Path) -> dict[str, Any]:
-    """A traceinsight JSON report (``analyze -f json``); anything else is a usage error with one line."""
+#: Largest baseline report read. A real report is well under a megabyte (evidence is capped per finding);
+#: anything this big is not one, and parsing it would take memory proportional to its size.
+MAX_REPORT_BYTES = 64 * 1024 * 1024
+
+
+def load_report(path: str | Path, max_bytes: int = MAX_REPORT_BYTES) -> dict[str, Any]:
+    """A traceinsight JSON report (``analyze -f json``); anything else is a usage error with one line.
+
+    Only a regular file is opened (``/dev/zero``, a pipe or a folder are refused before any read), and at most
+    ``max_bytes`` are read, so a hostile baseline cannot exhaust memory.
+    """
     p = Path(path)
     try:
-        doc = json.loads(p.read_text(encoding="utf-8"))
+        if not stat.S_ISREG(os.stat(p).st_mode):  # before open: opening a FIFO would block
+            raise ConfigError(f"baseline {p}: not a regular file")
+        with open(p, "rb") as fh:
+            st = os.fstat(fh.fileno())
+            if not stat.S_ISREG(st.st_mode):
+                raise ConfigError(f"baseline {p}: not a regular file")
+            if st.st_size > max_bytes:
+                raise ConfigError(f"baseline {p}: {st.st_size:,} bytes is too large for a traceinsight JSON report (limit {max_bytes:,})")
+            raw = fh.read(max_bytes + 1)
+        if len(raw) > max_bytes:  # grew while being read
+            raise ConfigError(f"baseline {p}: too large for a traceinsight JSON report (limit {max_bytes:,} bytes)")
+        doc = json.loads(raw.decode("utf-8"))
     except FileNotFoundError:
         raise ConfigError(f"baseline {p}: no such file") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ConfigError(f"baseline {p}: not a traceinsight JSON report ({type(exc).__name__}: {exc})") from None
+    except IsADirectoryError:
+        raise ConfigError(f"baseline {p}: not a regular file") from None
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError, MemoryError) as exc:
+        # ValueError covers JSONDecodeError and integers over Python's digit limit; RecursionError deep nesting
+        raise ConfigError(f"baseline {p}: not a traceinsight JSON report ({type(exc).__name__}: {str(exc)[:200]})") from None
     findings = doc.get("findings") if isinstance(doc, dict) else None
     if not isinstance(findings, list) or not all(isinstance(f, dict) and isinstance(f.get("fingerprint"), str) for f in findings):
         raise ConfigError(f"baseline {p}: not a traceinsight JSON report (write one with 'traceinsight analyze TRACE -f json -o FILE')")
@@ -100,6 +126,7 @@ def compare(findings: list[Finding], baseline: dict[str, Any], *, source: str = 
 
 def _pct(value: Any) -> float:
     try:
-        return float(value)
-    except (TypeError, ValueError):
+        out = float(value)
+    except (TypeError, ValueError, OverflowError):
         return 0.0
+    return out if math.isfinite(out) else 0.0

@@ -15,9 +15,10 @@ from . import __version__
 from .config import TRUST_ENV, Config, parse_assignments
 from .errors import EXIT_FINDINGS, TraceInsightError
 from .plugins import discover
-from .render.common import clean
 from .rule_api import Severity
 from .verdict import details
+from .outputs import REPORT_STEM, SUFFIX
+from .sanitize import rich, terminal, terminal_lines
 
 app = typer.Typer(
     add_completion=False,
@@ -46,7 +47,8 @@ _SUFFIX_FORMAT = {".html": Format.html, ".htm": Format.html, ".md": Format.md, "
 
 
 def _fail(exc: TraceInsightError) -> None:
-    typer.echo(f"traceinsight: error: {clean(exc, 2000)}", err=True)
+    if str(exc):  # messages quote file and trace names: one terminal-safe line
+        typer.echo(f"traceinsight: error: {terminal(exc)}", err=True)
     raise typer.Exit(exc.exit_code)
 
 
@@ -102,11 +104,14 @@ def analyze(
     ] = None,
 ) -> None:
     """Read a trace, run the rules, and report findings with their cost and fixes."""
-    from . import engine
+    from . import engine, outputs
     from .job.cli import analyze_job_cli, wants_job
 
     formats = _parse_formats(fmt, output)
+    inputs = [path, baseline, config, *(rules or [])]
     try:
+        targets = outputs.plan([f.value for f in formats], output)
+        outputs.refuse_inputs(targets, inputs)  # before reading: never overwrite what is analysed
         if baseline is None and wants_job(path, scheduler):  # whole job: map per rank, reduce across ranks
             cfg = Config.from_pyproject(config).with_overrides(
                 select=_split(select), ignore=_split(ignore), options=parse_assignments(set_ or []), min_impact=min_impact
@@ -126,28 +131,20 @@ def analyze(
             min_impact=min_impact,
         )
         analysis = _with_progress(engine.analyze, path, progress, kwargs)
+        width = _terminal_width()
+        outputs.write_reports(
+            analysis,
+            targets,
+            inputs,
+            render=lambda a, fmt, html_name=None: _render(a, fmt, html_name=html_name, width=width),
+            say=lambda line: typer.echo(line, err=True),
+        )
     except TraceInsightError as exc:
         _fail(exc)
         return
-    from .render import render
-
-    if output is None:
-        text = render(analysis, formats[0].value, width=_terminal_width())
-        sys.stdout.write(text if text.endswith("\n") else text + "\n")
-    else:
-        if len(formats) > 1:
-            output.mkdir(parents=True, exist_ok=True)
-            html_name = f"{REPORT_STEM}.html" if Format.html in formats else None
-            targets = [(f, output / f"{REPORT_STEM}.{_FORMAT_SUFFIX[f]}") for f in formats]
-        else:
-            html_name = output.with_suffix(".html").name
-            output.parent.mkdir(parents=True, exist_ok=True)
-            targets = [(formats[0], output)]
-        for f, target in targets:
-            _write_report(analysis, f, target, html_name)
-            typer.echo(f"wrote {target} ({len(analysis.findings)} findings)", err=True)
+    if output is not None:  # the report went to files: the verdict still reaches the terminal
         verdict = details(analysis)
-        typer.echo(clean(f"Verdict: {verdict['headline']}. {verdict['sentence']}", 2000), err=True)
+        typer.echo(terminal(f"Verdict: {verdict['headline']}. {verdict['sentence']}", 2000), err=True)
     if fail_on != FailOn.never:
         _gate(analysis, Severity.parse(fail_on.value))
 
@@ -161,27 +158,22 @@ def _gate(analysis, threshold: Severity) -> None:
     which = " new or worse" if analysis.baseline else ""
     typer.echo(f"traceinsight: --fail-on {threshold.value}: {len(tripped)}{which} finding(s) at or above {threshold.value}:", err=True)
     for f in tripped[:MAX_GATE_LINES]:
-        typer.echo(f"  {clean(f.code, 20)} {f.severity.value} {clean(f.title, 200)}", err=True)
+        typer.echo(f"  {terminal(f.code, 20)} {f.severity.value} {terminal(f.title, 200)}", err=True)
     if len(tripped) > MAX_GATE_LINES:
         typer.echo(f"  ... and {len(tripped) - MAX_GATE_LINES} more", err=True)
     raise typer.Exit(EXIT_FINDINGS)
 
 
 MAX_GATE_LINES = 20
-REPORT_STEM = "traceinsight-report"
-_FORMAT_SUFFIX = {Format.text: "txt", Format.json: "json", Format.md: "md", Format.html: "html", Format.perfetto: "perfetto.json.gz"}
+_FORMAT_SUFFIX = {f: SUFFIX[f.value] for f in Format}
 
 
-def _write_report(analysis, fmt: Format, target: Path, html_name: Optional[str]) -> None:
-    """One report file; the Perfetto trace is gzipped bytes, the others text."""
-    if fmt == Format.perfetto:
-        from .render import perfetto
-
-        perfetto.write(analysis, target)
-        return
+def _render(analysis, fmt: str, **kwargs) -> str:
     from .render import render
 
-    target.write_text(render(analysis, fmt.value, html_name=html_name), encoding="utf-8")
+    if fmt != "text":
+        kwargs.pop("width", None)
+    return render(analysis, fmt, **kwargs)
 
 
 def _parse_formats(fmt: Optional[str], output: Optional[Path]) -> list[Format]:
@@ -200,8 +192,6 @@ def _parse_formats(fmt: Optional[str], output: Optional[Path]) -> list[Format]:
         raise typer.BadParameter("perfetto writes a gzipped file: give -o FILE (e.g. trace.perfetto.json.gz)", param_hint="--format")
     if len(out) > 1 and output is None:
         raise typer.BadParameter("several formats need -o DIR (a folder to write one file per format)", param_hint="--format")
-    if len(out) > 1 and output is not None and output.exists() and not output.is_dir():
-        raise typer.BadParameter(f"{output} is a file; several formats need a folder", param_hint="--output")
     return out
 
 
@@ -216,14 +206,18 @@ def _terminal_width() -> int:
 
 def _with_progress(analyze, path: Path, progress: bool, kwargs: dict):
     """``analyze(path, **kwargs)``, with a spinner on stderr while a large file is read on a terminal."""
-    big = path.is_file() and path.stat().st_size > 8 * 1024 * 1024
+    try:
+        big = path.is_file() and path.stat().st_size > 8 * 1024 * 1024
+    except OSError:  # a name too long, a loop: the reader says what is wrong in one line
+        big = False
     if not (progress and big and sys.stderr.isatty()):
         return analyze(path, **kwargs)
     from rich.console import Console
 
+
     console = Console(stderr=True)
-    with console.status(f"reading {path.name} ...") as status:
-        return analyze(path, progress=lambda msg: status.update(f"{path.name}: {msg}"), **kwargs)
+    with console.status(f"reading {rich(path.name)} ...") as status:
+        return analyze(path, progress=lambda msg: status.update(f"{rich(path.name)}: {rich(msg)}"), **kwargs)
 
 
 @app.command("rules")
@@ -233,10 +227,10 @@ def list_rules(
     """List every available rule: code, name, default severity, category, lifecycle, summary."""
     rs = discover(rules or [])
     for w in rs.warnings:
-        typer.echo(f"warning: {clean(w, 2000)}", err=True)
+        typer.echo(f"warning: {terminal(w)}", err=True)
     for code, cls in sorted(rs.rules.items()):
         preview = " (preview)" if cls.lifecycle == "preview" else ""
-        typer.echo(clean(f"{code:<8} {cls.name:<26} {cls.severity.value:<8} {cls.category:<16} {cls.summary}{preview}", 2000))
+        typer.echo(terminal(f"{code:<8} {cls.name:<26} {cls.severity.value:<8} {cls.category:<16} {cls.summary}{preview}"))
 
 
 @app.command("rule")
@@ -250,9 +244,9 @@ def show_rule(
     if cls is None:
         close = difflib.get_close_matches(code.upper(), sorted(rs.rules), n=1, cutoff=0.5)
         hint = f"did you mean {close[0]}? " if close else ""
-        typer.echo(f"traceinsight: error: no rule {clean(code, 40)}; {hint}see 'traceinsight rules'", err=True)
+        typer.echo(f"traceinsight: error: no rule {terminal(code, 40)}; {hint}see 'traceinsight rules'", err=True)
         raise typer.Exit(2)
-    typer.echo(cls.docs())
+    typer.echo(terminal_lines(cls.docs()))
 
 
 def main() -> None:

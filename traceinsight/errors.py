@@ -33,3 +33,9 @@ class ConfigError(TraceInsightError):
     """A rule selection, option or config file is wrong."""
 
     exit_code = EXIT_USAGE
+
+
+class OutputError(TraceInsightError):
+    """A report cannot be written where it was asked for (an input file, a folder, a full or read-only disk)."""
+
+    exit_code = EXIT_USAGE

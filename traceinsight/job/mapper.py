@@ -15,7 +15,6 @@ from ..render.json_report import finding_dict
 from ..severity import DEFAULT_MIN_IMPACT_PCT
 from ..errors import TraceInsightError
 from ..rule_api_job import CrossRankRule
-from ..views import Views
 from .storage import local_copy
 from .summary import RankSummary, summarize_ranks
 

@@ -7,25 +7,16 @@ their own syntax; this module removes what no syntax can show safely and bounds 
 
 from __future__ import annotations
 
+from ..sanitize import terminal
+
 import math
-import re
 from typing import Any
 
 from ..rule_api import fmt_ns
 
-# C0/C1 controls (tab and newline included: they break table cells) and the Unicode bidi controls
-_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069\ufeff]")
-
-
 def clean(value: Any, limit: int = 200) -> str:
-    """A single-line, length-bounded, visibly-escaped version of an untrusted string."""
-    s = "" if value is None else str(value)
-    if len(s) > limit * 4:  # avoid regex work on megabyte strings we will cut anyway
-        s = s[: limit * 4]
-    s = _UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}" if ord(m.group()) > 0xFF else f"\\x{ord(m.group()):02x}", s)
-    if len(s) > limit:
-        s = s[: limit - 1] + "…"
-    return s
+    """A single-line, length-bounded, visibly-escaped version of an untrusted string (``sanitize.terminal``)."""
+    return terminal(value, limit)
 
 
 _UNIT_NS = {"_ns": 1, "_us": 1e3, "_ms": 1e6, "_s": 1e9}

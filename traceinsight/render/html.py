@@ -249,7 +249,8 @@ def _coverage_rects(starts: np.ndarray, ends: np.ndarray, w0: int, w1: int, widt
 
 
 def _x(t: float, w0: int, w1: int) -> float:
-    return round(GUTTER + PLOT_W * (t - w0) / max(w1 - w0, 1), 2)
+    # in float: numpy int64 times near the range limit would overflow (and warn) in PLOT_W * (t - w0)
+    return round(GUTTER + PLOT_W * (float(t) - float(w0)) / max(float(w1) - float(w0), 1.0), 2)
 
 
 def _pick_window(analysis: Analysis, views) -> tuple[int, int, str]:

@@ -10,6 +10,7 @@ import pandas as pd
 from .. import __version__
 from ..engine import Analysis
 from ..rule_api import Finding
+from ..sanitize import json_text
 from ..verdict import details, headline
 
 SCHEMA_VERSION = 1
@@ -103,4 +104,5 @@ def _jsonable(value: Any) -> Any:
 
 
 def render(analysis: Analysis, max_evidence_rows: int | None = 50, **_: Any) -> str:
-    return msgspec.json.format(msgspec.json.encode(to_dict(analysis, max_evidence_rows)), indent=2).decode()
+    # json_text: C1, bidi and zero-width characters from the trace written as \uXXXX escapes (same decoded value)
+    return json_text(msgspec.json.format(msgspec.json.encode(to_dict(analysis, max_evidence_rows)), indent=2).decode())

@@ -14,6 +14,7 @@ from typing import Any
 from ..engine import Analysis
 from ..rule_api import fmt_ns
 from ..verdict import details, headline
+from ..sanitize import markdown_text
 from ..whatif import format_what_if
 from .common import baseline_sentence, baseline_tag, clean, format_cell
 
@@ -27,7 +28,7 @@ _MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+!|~>-])")
 
 def esc(value: Any, limit: int = 200) -> str:
     """Untrusted text made inert in Markdown (also inside table cells)."""
-    s = clean(value, limit)
+    s = clean(markdown_text(value), limit)  # invisible characters dropped, controls escaped
     s = s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
     s = _MD_SPECIAL.sub(r"\\\1", s)
     # a leading "1." would start a list in some positions; '@' would mention people in a PR comment

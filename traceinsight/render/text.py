@@ -6,11 +6,11 @@ import io
 from typing import Any
 
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 
 from ..engine import Analysis
 from ..rule_api import fmt_ns
+from ..sanitize import rich as escape  # terminal-safe and markup-safe: every trace string goes through it
 from ..verdict import details
 from ..whatif import format_what_if
 from .common import baseline_sentence, baseline_tag
@@ -90,12 +90,12 @@ def render(analysis: Analysis, width: int = 110, **_: Any) -> str:
             impact = f" - est. {fmt_ns(f.impact_ns)} ({f.impact_pct_span:.1f}% of span)" if f.impact_ns else ""
             tag = baseline_tag(analysis, f)
             tag = f"[bold]{escape('[' + (tag.upper() if tag == 'new' else tag) + ']')}[/] " if tag else ""
-            con.print(f"\n[{style}]{f.code} {f.severity.value.upper()}[/] {tag}[bold]{escape(f.title)}[/]{impact}")
+            con.print(f"\n[{style}]{escape(f.code)} {f.severity.value.upper()}[/] {tag}[bold]{escape(f.title)}[/]{impact}")
             con.print(f"  {escape(f.message)}")
             if format_what_if(f.what_if):
                 con.print(f"  if fixed: {escape(format_what_if(f.what_if))}")
             for fw, fx in f.fixes.items():
-                con.print(f"  fix ({fw}): {escape(fx.text.strip().splitlines()[0] if fx.text.strip() else '')}")
+                con.print(f"  fix ({escape(fw)}): {escape(fx.text.strip().splitlines()[0] if fx.text.strip() else '')}")
     else:
         con.print(f"No findings from {len(analysis.rules_run)} rule(s).")
     sentence = baseline_sentence(analysis)
