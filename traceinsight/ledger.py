@@ -314,7 +314,12 @@ class Ledger:
         within: Any = None,
     ) -> pd.DataFrame:
         """The slices (rank, device, step, start_ns, end_ns, bucket) in ``buckets``, optionally limited to one
-        rank/device and clipped to the time ranges ``within``.
+        rank/device and to what the time ranges ``within`` (a finding's instances) point at.
+
+        Busy slices are clipped to the ranges. Idle slices are taken per gap: a range that touches a gap claims
+        that gap's slices in ``buckets`` whole, because the ledger already split each gap by cause and the cause
+        owns all of its part (a sync that drained the queue owns the idle until new work arrives, not only the
+        time it blocked; a stall during which the GPU stayed busy touches no gap and claims nothing).
 
         ``within`` is a DataFrame with start_ns and end_ns (and optionally rank/device, which then restrict each
         range to its own rank/device), a list of objects with ``start_ns``/``end_ns`` (and optional ``rank``/
@@ -337,6 +342,8 @@ class Ledger:
         if w.empty:
             return sl.iloc[:0].reset_index(drop=True)
         out = []
+        idle_mask = ~sl["bucket"].isin(BUSY_BUCKETS).to_numpy()
+        gaps = self.gaps
         for (r, d), g in sl.groupby(["rank", "device"], sort=True):
             ww = w
             if "rank" in ww:
@@ -345,11 +352,22 @@ class Ledger:
                 ww = ww[ww["device"].isna().to_numpy() | (ww["device"].to_numpy(dtype=float) == d)]
             if ww.empty:
                 continue
-            ws, we = _merged(ww["start_ns"].to_numpy(), ww["end_ns"].to_numpy())
-            out.append(_clip_slices(g, ws, we))
+            s0 = ww["start_ns"].to_numpy(np.int64)
+            ws, we = _merged(s0, np.maximum(ww["end_ns"].to_numpy(np.int64), s0 + 1))  # a point instance is 1 ns
+            idle = idle_mask[sl.index.get_indexer(g.index)]
+            if (~idle).any():
+                out.append(_clip_slices(g[~idle], ws, we))
+            if idle.any():
+                gi = g[idle]
+                gp = gaps[(gaps["rank"].to_numpy() == r) & (gaps["device"].to_numpy() == d)]
+                gs, ge = gp["start_ns"].to_numpy(np.int64), gp["end_ns"].to_numpy(np.int64)
+                i = np.searchsorted(we, gs, side="right")
+                touched = (i < len(ws)) & (ws[np.minimum(i, len(ws) - 1)] < ge)
+                gid = np.searchsorted(gs, gi["start_ns"].to_numpy(), side="right") - 1
+                out.append(gi[touched[gid]])
         if not out:
             return sl.iloc[:0].reset_index(drop=True)
-        return pd.concat(out, ignore_index=True)
+        return pd.concat(out).sort_values(["rank", "device", "start_ns"], kind="stable").reset_index(drop=True)
 
     def claim(self, buckets: str | Iterable[str], rank: int | None = None, device: int | None = None, within: Any = None) -> int:
         """ns of ``buckets`` (on ``rank``/``device``, inside ``within``): what a finding may call its impact."""
@@ -449,8 +467,11 @@ def _device_slices(
 ) -> dict[str, np.ndarray]:
     """Slices and gaps of one (rank, device) as arrays: the labelling by precedence of the module docstring."""
     w0, w1 = int(s.min()), int(e.max())
-    union = _merged(s, e)
-    gs, ge = union[1][:-1], union[0][1:]
+    # zero-length rows (instant copies, clipped kernels) still bound gaps, as in ``views.gaps``
+    us, ue = merge_intervals(s, e)
+    gs, ge = ue[:-1], us[1:]
+    keep = ge > gs
+    gs, ge = gs[keep], ge[keep]
     # the call that enqueued the next work: the earliest-returning launch among activities starting at the gap end
     nl = np.full(len(gs), np.nan)
     if launch_end is not None and len(gs):
