@@ -282,18 +282,24 @@ _BUCKET_WORDS = {
 
 
 def _busy_mix(totals: dict[str, int], busy: int) -> str:
-    parts = [f"{100.0 * totals[b] / busy:.0f} % {name}" for b, name in (("compute", "compute"), ("copy", "copies"), ("communication", "exposed communication")) if busy and totals[b]]
+    parts = [
+        f"{100.0 * totals[b] / busy:.0f} % {name}"
+        for b, name in (("compute", "compute"), ("copy", "copies"), ("communication", "exposed communication"))
+        if busy and totals[b] * 200 >= busy  # shares under 0.5 % are noise in a sentence
+    ]
     return "of which " + ", ".join(parts) if parts else "no work"
 
 
 def _claimant(analysis: "Analysis", led: Ledger, bucket: str) -> str:
     """"; TI00x accounts for N of it (title)": the finding that claims the most of ``bucket``, or the root cause
     that explains it (a finding whose ``explains`` lists the claimant's fingerprint)."""
-    best, best_ns = None, 0
+    best, best_key = None, (0, 0)
     for f in analysis.findings:
         ns = sum(v for (_, _, b), v in finding_claims(led, f).items() if b == bucket)
-        if ns > best_ns:
-            best, best_ns = f, ns
+        key = (ns, -len(claim_buckets(f)))  # on a tie the more specific finding (fewer buckets) names it
+        if ns > 0 and key > best_key:
+            best, best_key = f, key
+    best_ns = best_key[0]
     if best is None:
         return ""
     cause = next((f for f in analysis.findings if best.fingerprint in (getattr(f, "explains", None) or [])), None)

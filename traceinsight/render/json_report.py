@@ -8,7 +8,7 @@ import msgspec
 
 from .. import __version__
 from ..engine import Analysis
-from ..verdict import details, headline
+from ..verdict import details, headline, ledger_of
 
 SCHEMA_VERSION = 1
 
@@ -31,6 +31,7 @@ def to_dict(analysis: Analysis, max_evidence_rows: int | None = 50) -> dict[str,
         },
         "verdict": details(analysis),
         "kpis": headline(analysis),
+        "ledger": ledger_of(analysis).to_dict(),
         "summary": analysis.summary.to_dict(),
         "findings": [_finding(analysis, f, max_evidence_rows) for f in analysis.findings],
         "baseline": analysis.baseline.to_dict() if analysis.baseline is not None else None,

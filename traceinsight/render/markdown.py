@@ -13,8 +13,9 @@ from typing import Any
 
 from ..engine import Analysis
 from ..rule_api import fmt_ns
-from ..verdict import details, headline
+from ..verdict import details, headline, ledger_of
 from .common import baseline_sentence, baseline_tag, clean, format_cell
+from .ledger_view import markdown as ledger_markdown
 
 MAX_CHARS = 60_000
 MAX_TABLE_ROWS = 40
@@ -99,6 +100,9 @@ def render(analysis: Analysis, html_name: str | None = None, max_chars: int = MA
         kpi_line(analysis),
         "",
     ]
+    table = ledger_markdown(ledger_of(analysis))
+    if table:
+        head += [table]
     sentence = baseline_sentence(analysis)
     if sentence:
         head += [f"**Baseline:** {esc(sentence, 300)}.", ""]

@@ -11,8 +11,9 @@ from rich.table import Table
 
 from ..engine import Analysis
 from ..rule_api import fmt_ns
-from ..verdict import details
+from ..verdict import details, ledger_of
 from .common import baseline_sentence, baseline_tag
+from .ledger_view import table as ledger_table
 
 _SEV_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
 
@@ -36,6 +37,14 @@ def render(analysis: Analysis, width: int = 110, **_: Any) -> str:
         for d in s.devices:
             t.add_row(str(d["rank"]), str(d["device"]), escape(str(d["name"] or "")), fmt_ns(d["window_ns"]), fmt_ns(d["busy_ns"]),
                       fmt_ns(d["idle_ns"]), f"{d['busy_pct']:.1f}")
+        con.print(t)
+    cols, rows = ledger_table(ledger_of(analysis))
+    if rows:
+        t = Table(title="Where the GPU time went (% of each device's window)", title_justify="left")
+        for c in cols:
+            t.add_column(c, justify="left" if c == "device" else "right")
+        for r in rows:
+            t.add_row(*[escape(x) for x in r])
         con.print(t)
     if s.steps:
         st = s.steps
