@@ -21,6 +21,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from .ledger import AVOIDABLE_BUCKETS, BUCKETS, BUSY_BUCKETS, IDLE_BUCKETS, Ledger
 from .rule_api import CATEGORIES, DEFAULT_CATEGORY, Finding, fmt_ns
 
@@ -134,13 +136,24 @@ def finding_claims(ledger: Ledger, finding: Finding) -> dict[tuple[int, int, str
         return {}
     loc = finding.location
     instances = getattr(finding, "instances", None) or None
-    sl = ledger.claimed(buckets, rank=loc.rank, device=loc.device, within=instances)
-    if sl.empty:
-        return {}
-    ns = (sl["end_ns"] - sl["start_ns"]).groupby([sl["rank"], sl["device"], sl["bucket"].astype(str)], sort=True).sum()
-    total = int(ns.sum())
+    if instances is None:
+        # whole buckets on the finding's rank/device: read the per-device totals, no slices needed
+        rk, dv, bk, ns = ledger.device_arrays
+        m = np.isin(bk, list(buckets)) & (ns > 0)
+        if loc.rank is not None:
+            m &= rk == loc.rank
+        if loc.device is not None:
+            m &= dv == loc.device
+        items = list(zip(rk[m].tolist(), dv[m].tolist(), bk[m].tolist(), ns[m].tolist()))
+    else:
+        sl = ledger.claimed(buckets, rank=loc.rank, device=loc.device, within=instances)
+        if sl.empty:
+            return {}
+        ns = (sl["end_ns"] - sl["start_ns"]).groupby([sl["rank"], sl["device"], sl["bucket"].astype(str)], sort=True).sum()
+        items = [(r, d, b, v) for (r, d, b), v in ns.items() if v]
+    total = sum(int(v) for *_, v in items)
     scale = min(1.0, impact / total) if total else 0.0
-    return {(int(r), int(d), str(b)): int(v * scale) for (r, d, b), v in ns.items() if v}
+    return {(int(r), int(d), str(b)): int(v * scale) for r, d, b, v in items}
 
 
 def claims(analysis: "Analysis") -> dict[str, Any]:
@@ -152,11 +165,14 @@ def claims(analysis: "Analysis") -> dict[str, Any]:
     assumption, not on measured idle.
     """
     led = ledger_of(analysis)
+    # every report format asks, often more than once: keep the answer for this exact set of findings
+    state = tuple((id(f), int(f.impact_ns), f.category, f.location.rank, f.location.device, len(f.instances), tuple(f.explains)) for f in analysis.findings)
+    cache = led.__dict__.setdefault("_claims_cache", {})
+    if state in cache:
+        return cache[state]
+    each = [finding_claims(led, f) for f in analysis.findings]
     best: dict[tuple[int, int, str], int] = {}
-    per_finding: dict[str, int] = {}
-    for f in analysis.findings:
-        c = finding_claims(led, f)
-        per_finding[f.fingerprint] = sum(v for (_, _, b), v in c.items() if b in AVOIDABLE_BUCKETS)
+    for c in each:
         for k, v in c.items():
             if v > best.get(k, 0):
                 best[k] = v
@@ -166,7 +182,16 @@ def claims(analysis: "Analysis") -> dict[str, Any]:
         by_bucket[b] = by_bucket.get(b, 0) + v
         if b in AVOIDABLE_BUCKETS:
             per_device[(r, d)] = per_device.get((r, d), 0) + v
-    return {"total_ns": max(per_device.values(), default=0), "gpu_ns": sum(per_device.values()), "by_bucket": by_bucket, "per_finding": per_finding}
+    out = {
+        "total_ns": max(per_device.values(), default=0),
+        "gpu_ns": sum(per_device.values()),
+        "by_bucket": by_bucket,
+        "per_finding": [sum(v for (_, _, b), v in c.items() if b in AVOIDABLE_BUCKETS) for c in each],
+        "each": each,
+    }
+    cache.clear()
+    cache[state] = out
+    return out
 
 
 def headline(analysis: "Analysis") -> dict[str, Any]:
@@ -189,7 +214,7 @@ def headline(analysis: "Analysis") -> dict[str, Any]:
         # the sum of overlapping findings, never more than that idle, never more than a device's window
         "est_savings_ns": int(saved),
         "est_savings_gpu_ns": int(cl["gpu_ns"]),
-        "largest_saving_ns": int(max(cl["per_finding"].values(), default=0)),
+        "largest_saving_ns": int(max(cl["per_finding"], default=0)),
         "avoidable_idle_ns": int(led.avoidable_ns),
         "steps": int(s.steps.get("count", 0)) if s.steps else 0,
         "mean_step_ns": float(s.steps["mean_ns"]) if s.steps else None,
@@ -294,8 +319,8 @@ def _claimant(analysis: "Analysis", led: Ledger, bucket: str) -> str:
     """"; TI00x accounts for N of it (title)": the finding that claims the most of ``bucket``, or the root cause
     that explains it (a finding whose ``explains`` lists the claimant's fingerprint)."""
     best, best_key = None, (0, 0)
-    for f in analysis.findings:
-        ns = sum(v for (_, _, b), v in finding_claims(led, f).items() if b == bucket)
+    for f, c in zip(analysis.findings, claims(analysis)["each"]):
+        ns = sum(v for (_, _, b), v in c.items() if b == bucket)
         key = (ns, -len(claim_buckets(f)))  # on a tie the more specific finding (fewer buckets) names it
         if ns > 0 and key > best_key:
             best, best_key = f, key
