@@ -253,7 +253,8 @@ def details(analysis: "Analysis") -> dict[str, Any]:
     warm = totals["idle_warmup"]
     steady = window - warm
     n_dev = len(led.windows)
-    gpus = f"{n_dev} GPUs' windows, summed" if n_dev > 1 else "window"
+    subject = f"the {n_dev} GPUs are" if n_dev > 1 else "the GPU is"
+    windows = "their windows" if n_dev > 1 else "its window"
     busy_pct = 100.0 * busy / window
     if steady < MIN_GPU_WORK_NS:
         sentence = f"Almost all of the window is warm-up ({fmt_ns(warm)} of {fmt_ns(window)}): profile steady-state steps to judge the run."
@@ -266,16 +267,16 @@ def details(analysis: "Analysis") -> dict[str, Any]:
     lead_pct = 100.0 * levers[lead] / steady
     mix = _busy_mix(totals, busy)
     prefix = (
-        f"{fmt_ns(warm)} of the window ({100.0 * warm / window:.0f} %) is warm-up and left out; in the steady state the GPU is busy "
+        f"{fmt_ns(warm)} of {windows} ({100.0 * warm / window:.0f} %) is warm-up and left out; in the steady state {subject} busy "
         f"{100.0 * busy / steady:.1f} % of the time ({mix})"
     )
     if warm < window / 100:  # under 1 %: not worth a word, though still left out of the shares
-        prefix = f"The GPU is busy {busy_pct:.1f} % of its active {gpus} ({mix})"
+        prefix = f"{subject[0].upper()}{subject[1:]} busy {busy_pct:.1f} % of {windows} ({mix})"
     copy_share = 100.0 * totals["copy"] / busy if busy else 0.0
     if lead_pct >= MIN_BOUND_PCT and not (copy_share >= COPY_BOUND_PCT and totals["copy"] >= levers[lead]):
         who = _claimant(analysis, led, lead)
-        of = "steady state" if warm >= window / 100 else gpus
-        sentence = f"{prefix}; the largest cost is {_BUCKET_WORDS[lead]}: {fmt_ns(levers[lead])}, {lead_pct:.1f} % of the {of}{who}."
+        of = "the steady state" if warm >= window / 100 else windows
+        sentence = f"{prefix}; the largest cost is {_BUCKET_WORDS[lead]}: {fmt_ns(levers[lead])}, {lead_pct:.1f} % of {of}{who}."
         return {**base, **_verdict(BUCKET_CATEGORY[lead], lead, levers[lead], steady, sentence)}
     # 2. the GPU is effectively busy: what kind of busy
     if copy_share >= COPY_BOUND_PCT:
