@@ -14,6 +14,7 @@ from typing import Any
 from ..engine import Analysis
 from ..rule_api import fmt_ns
 from ..verdict import details, headline, ledger_of
+from ..whatif import format_what_if
 from .common import baseline_sentence, baseline_tag, clean, format_cell
 from .ledger_view import markdown as ledger_markdown
 
@@ -59,6 +60,8 @@ def _finding_block(n: int, f, with_evidence: bool) -> str:
     out = [f"#### {n}. `{esc(f.code, 20)}` {esc(f.title, 300)}", ""]
     pct = f"{f.impact_pct_span:.1f}% of span" + (f", {f.impact_pct_step:.1f}% of a step" if f.impact_pct_step is not None else "")
     out += [f"{_SEV_ICON.get(f.severity.value, '')} **{f.severity.value}** · est. **{fmt_ns(f.impact_ns)}** saved ({pct})", ""]
+    if format_what_if(f.what_if):
+        out += [f"**If fixed:** {format_what_if(f.what_if)} — {esc(f.what_if.get('assumptions', ''), 400)}", ""]
     out += [esc(f.message, 2000), ""]
     ev = f.evidence
     if with_evidence and ev is not None and not ev.empty:

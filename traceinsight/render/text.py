@@ -12,6 +12,7 @@ from rich.table import Table
 from ..engine import Analysis
 from ..rule_api import fmt_ns
 from ..verdict import details, ledger_of
+from ..whatif import format_what_if
 from .common import baseline_sentence, baseline_tag
 from .ledger_view import table as ledger_table
 
@@ -66,6 +67,8 @@ def render(analysis: Analysis, width: int = 110, **_: Any) -> str:
             tag = f"[bold]{escape('[' + (tag.upper() if tag == 'new' else tag) + ']')}[/] " if tag else ""
             con.print(f"\n[{style}]{f.code} {f.severity.value.upper()}[/] {tag}[bold]{escape(f.title)}[/]{impact}")
             con.print(f"  {escape(f.message)}")
+            if format_what_if(f.what_if):
+                con.print(f"  if fixed: {escape(format_what_if(f.what_if))}")
             for fw, fx in f.fixes.items():
                 con.print(f"  fix ({fw}): {escape(fx.text.strip().splitlines()[0] if fx.text.strip() else '')}")
     else:

@@ -1,0 +1,783 @@
+"""What-if step times: replay a step's dependency graph with one root cause taken out (Daydream-style).
+
+Why a replay and not a subtraction: removing 70 ms of data loading from a 176 ms step does not give 106 ms when
+the GPU was still busy with the previous step during those 70 ms; the next step's kernels then queue behind it.
+Only a model that knows which task waits for which can say how much of a removed cost the step really gets back.
+
+The model (docs/whatif.md has the long form):
+
+* **Nodes.** Host tasks per host thread in program order: runtime/driver calls, data-wait ranges (the calls
+  inside them belong to the wait) and zero-length step markers. GPU tasks per stream in stream order: kernels,
+  copies, memsets.
+* **Edges.** Program order on a thread and stream order on a stream; launch call -> its GPU task through
+  (rank, pid, correlation); GPU -> host for blocking calls (a synchronize or a blocking copy cannot return before
+  the GPU work it waits for has ended); a hand-off between host threads of one process (a thread that sat idle
+  until another thread's call ended resumes after it, e.g. PyTorch's autograd thread); GPU-side dependencies
+  between streams, from recorded ``cudaEventRecord`` / ``cudaStreamWaitEvent`` calls, and inferred where a task
+  started right after another stream's task ended and nothing on its own stream or launch explains the wait.
+* **Latencies.** Every edge keeps the time the trace shows between the predecessor and the task (host work
+  between calls, launch latency, kernel-to-kernel delay) for the predecessor that bound the task; an edge that
+  did not bind gets the trace's typical latency of its type (never more than it had). Replaying the unmodified
+  graph therefore reproduces the measured times; a difference means an edge contradicts the trace.
+* **Replay.** Events are processed in original time order, which is a topological order of the graph: a task
+  starts at the latest of (predecessor end or launch start) + latency; a blocking call ends at the latest of its
+  own cost and the end of the GPU work it waits for plus its return latency. Tasks before the replayed steps stay
+  where they were. The only Python loop is this one, over the tasks of the replayed steps.
+* **Step time.** A step's boundary is the later of its marker's start and the end of the GPU work the step
+  before launched; step time is the distance between boundaries (the period a training loop sees), so a host
+  that runs ahead cannot make a step shorter than its GPU work.
+
+Transforms are small edits of the graph's arrays (``TRANSFORMS``); ``predict_step_ns`` replays with one applied.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Iterable
+
+import numpy as np
+import pandas as pd
+
+from .patterns import DATA_WAIT_PRIMARY, SYNC_CALL
+from .rules._common import GEMM_CONV
+from .views import Coverage, Views, merge_grouped, merge_intervals, name_mask
+
+#: A host thread idle this long (ns) before resuming right after another thread's call is taken to have waited
+#: for that thread (a hand-off), rather than to have been busy with untraced work.
+HANDOFF_MIN_GAP_NS = 20_000
+#: A GPU task that starts within this many ns of another stream's task ending, with its own stream and launch
+#: explaining less of its wait, is taken to depend on that task (an event wait).
+STREAM_DEP_MAX_NS = 10_000
+#: A step longer than this multiple of the median of the later steps, at the start of the run, is warm-up.
+WARMUP_FACTOR = 1.5
+#: Host time between two calls up to this long (ns) is per-op launch overhead, which a CUDA graph removes.
+LAUNCH_GAP_MAX_NS = 200_000
+#: Typical delays when the trace shows too few (< MIN_SAMPLES) tasks bound by that edge: kernel-to-kernel delay of
+#: queued work and launch-call start to kernel start (a few µs on current NVIDIA and AMD GPUs).
+DEFAULT_QUEUE_NS = 2_000
+DEFAULT_LAUNCH_NS = 6_000
+MIN_SAMPLES = 20
+#: Most steps replayed per rank (the middle of the run when there are more); bounds the Python loop.
+MAX_STEPS = 24
+
+#: Calls that record a CUDA/HIP event, and calls that make a stream wait for one.
+EVENT_RECORD = r"^(cuda|hip)EventRecord|^cuEventRecord"
+STREAM_WAIT = r"^(cuda|hip)StreamWaitEvent|^cuStreamWaitEvent"
+
+# node types
+HOST, DATA_WAIT, BLOCKING, MARKER, GPU = 0, 1, 2, 3, 4
+
+
+@dataclass
+class Graph:
+    """One rank's dependency graph as flat arrays (index = node id). Transforms edit copies of these arrays."""
+
+    rank: int
+    ntype: np.ndarray  # HOST / DATA_WAIT / BLOCKING / MARKER / GPU
+    start: np.ndarray  # original start, ns
+    end: np.ndarray  # original end, ns
+    dur: np.ndarray  # replayed own duration (host calls, GPU tasks)
+    prev: np.ndarray  # thread / stream predecessor (-1: none); reference = its end
+    prev_lat: np.ndarray
+    cross: np.ndarray  # hand-off thread or producer stream (-1: none); reference = its end
+    cross_lat: np.ndarray
+    launch: np.ndarray  # GPU task's launch call (-1: none); reference = its start
+    launch_lat: np.ndarray
+    own: np.ndarray  # blocking call: its cost once the GPU work is done
+    waits: list  # blocking call: node ids of the GPU tasks it waits for (one per stream)
+    wait_on: np.ndarray  # bool: blocking edge active
+    is_launch: np.ndarray  # host node that launched GPU work
+    gemm: np.ndarray  # GPU node that is a GEMM/convolution kernel
+    steps: pd.DataFrame  # step, name, start_node, end_node, orig start/end, dur_ns (marker), in order
+    window: np.ndarray  # node ids replayed, in event order (node id; negative -1-id for a blocking end event)
+    defaults: dict = field(default_factory=dict)  # typical latencies: launch, queue (kernel-to-kernel)
+    seq: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # position in thread / stream order
+
+    def copy(self) -> "Graph":
+        g = Graph(**{k: (v.copy() if isinstance(v, (np.ndarray, dict)) else v) for k, v in vars(self).items()})
+        g.waits = self.waits
+        return g
+
+
+# --- building ---------------------------------------------------------------------------------------------
+def _prev_in_group(keys: list[np.ndarray], start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Predecessor in (keys..., start) order within each group, and the node ids sorted that way."""
+    order = np.lexsort((end, start, *keys[::-1]))
+    prev = np.full(len(start), -1, np.int64)
+    if len(order) > 1:
+        same = np.ones(len(order) - 1, bool)
+        for k in keys:
+            ks = k[order]
+            same &= ks[1:] == ks[:-1]
+        prev[order[1:][same]] = order[:-1][same]
+    return prev, order
+
+
+def _key(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """One int64 per (a, b) pair, e.g. (pid, tid): ids fit in 32 bits on every source (negative ids included)."""
+    return (np.asarray(a, np.int64) << 32) | (np.asarray(b, np.int64) & 0xFFFFFFFF)
+
+
+def _latest_end_before(end_sorted_ids: np.ndarray, ends_sorted: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """For each t: the id of the node with the latest end < t among ``end_sorted_ids`` (-1 if none).
+
+    Strictly before: a zero-length node (a step marker) must not find itself.
+    """
+    i = np.searchsorted(ends_sorted, t, side="left") - 1
+    return np.where(i >= 0, end_sorted_ids[np.clip(i, 0, None)], -1)
+
+
+def _host_nodes(views: Views, rank: int) -> pd.DataFrame:
+    ev = views.host_events
+    ev = ev[ev["rank"].to_numpy() == rank]
+    kind = ev["kind"].astype(str).to_numpy()
+    s = ev["start_ns"].to_numpy(np.int64)
+    e = s + np.maximum(ev["dur_ns"].to_numpy(np.int64), 0)
+    pid = ev["pid"].to_numpy(np.int64)
+    tid = ev["tid"].to_numpy(np.int64)
+    frames = []
+    # data waits: merged per thread, the runtime calls inside them dropped
+    dwm = np.isin(kind, ("cpu_op", "annotation", "python", "other")) & name_mask(ev["name"], DATA_WAIT_PRIMARY, case=True)
+    thread_key = _key(pid, tid)
+    if dwm.any():
+        m = merge_grouped(thread_key[dwm], s[dwm], e[dwm])
+        first = pd.DataFrame({"k": thread_key[dwm], "pid": pid[dwm], "tid": tid[dwm]}).drop_duplicates("k").set_index("k")
+        dw = pd.DataFrame(
+            {"lbl": -1, "pid": first.loc[m["group"], "pid"].to_numpy(), "tid": first.loc[m["group"], "tid"].to_numpy(),
+             "start": m["start_ns"].to_numpy(), "end": m["end_ns"].to_numpy(), "ntype": DATA_WAIT}
+        )
+        frames.append(dw)
+    rt = kind == "runtime"
+    if dwm.any():
+        inside = np.zeros(len(s), bool)
+        for (k, g) in dw.assign(k=_key(dw["pid"], dw["tid"])).groupby("k"):
+            sel = rt & (thread_key == k)
+            gs, ge = g["start"].to_numpy(), g["end"].to_numpy()
+            i = np.searchsorted(gs, s[sel], side="right") - 1
+            inside[np.flatnonzero(sel)] = (i >= 0) & (s[sel] < ge[np.clip(i, 0, None)])
+        rt &= ~inside
+    blocking = name_mask(ev["name"], SYNC_CALL, case=True)
+    frames.append(
+        pd.DataFrame({"lbl": ev.index.to_numpy()[rt], "pid": pid[rt], "tid": tid[rt], "start": s[rt], "end": e[rt],
+                      "ntype": np.where(blocking[rt], BLOCKING, HOST)})
+    )
+    st = kind == "step"
+    if st.any():
+        n = int(st.sum())
+        stn = ev["step"].to_numpy()[st]
+        frames.append(pd.DataFrame({"lbl": -1, "pid": np.r_[pid[st], pid[st]], "tid": np.r_[tid[st], tid[st]],
+                                    "start": np.r_[s[st], e[st]], "end": np.r_[s[st], e[st]], "ntype": MARKER,
+                                    "marker_step": np.r_[stn, stn], "marker_end": np.r_[np.zeros(n, bool), np.ones(n, bool)]}))
+    out = pd.concat(frames, ignore_index=True)
+    if "marker_step" not in out:
+        out["marker_step"] = -1
+        out["marker_end"] = False
+    out["marker_step"] = out["marker_step"].fillna(-1).astype(np.int64)
+    out["marker_end"] = out["marker_end"].fillna(False).astype(bool)
+    return out
+
+
+def build_graph(views: Views, rank: int, max_steps: int = MAX_STEPS) -> Graph | None:
+    """The dependency graph of ``rank`` (vectorized; no per-event Python). None when the rank has no GPU work."""
+    act = views.gpu_activity
+    act = act[act["rank"].to_numpy() == rank]
+    if act.empty:
+        return None
+    host = _host_nodes(views, rank)
+    nh = len(host)
+    gs = act["start_ns"].to_numpy(np.int64)
+    gpu = pd.DataFrame(
+        {"lbl": act.index.to_numpy(), "pid": act["pid"].to_numpy(np.int64), "tid": act["stream"].to_numpy(np.int64),
+         "device": act["device"].to_numpy(np.int64), "start": gs, "end": gs + np.maximum(act["dur_ns"].to_numpy(np.int64), 0),
+         "ntype": GPU}
+    )
+    nodes = pd.concat([host.assign(device=-1), gpu.assign(marker_step=-1, marker_end=False)], ignore_index=True)
+    n = len(nodes)
+    ntype = nodes["ntype"].to_numpy(np.int64)
+    start = nodes["start"].to_numpy(np.int64)
+    end = nodes["end"].to_numpy(np.int64)
+    pid = nodes["pid"].to_numpy(np.int64)
+    tid = nodes["tid"].to_numpy(np.int64)
+    dev = nodes["device"].to_numpy(np.int64)
+    is_gpu = ntype == GPU
+    lbl = nodes["lbl"].to_numpy(np.int64)
+
+    # program / stream order (GPU rows: group by device+stream; host rows: pid+tid)
+    gkey_a = np.where(is_gpu, dev, pid)
+    prev, order = _prev_in_group([is_gpu.astype(np.int64), gkey_a, tid], start, end)
+    seq = np.empty(n, np.int64)
+    seq[order] = np.arange(n)  # program / stream position: breaks ties between tasks that start together
+    has_prev = prev >= 0
+    prev_end = np.where(has_prev, end[np.clip(prev, 0, None)], 0)
+    prev_gap = np.where(has_prev, start - prev_end, 0)
+
+    # launch -> GPU task
+    launch = np.full(n, -1, np.int64)
+    ln = views.launches
+    if not ln.empty:
+        ln = ln[ln["rank"].to_numpy() == rank] if "rank" in ln else ln
+        host_pos = pd.Series(np.arange(nh), index=lbl[:nh])
+        host_pos = host_pos[host_pos.index >= 0]
+        gpu_pos = pd.Series(np.arange(nh, n), index=lbl[nh:])
+        lp = host_pos.reindex(ln["launch_idx"].to_numpy()).to_numpy()
+        gp = gpu_pos.reindex(ln["gpu_idx"].to_numpy()).to_numpy()
+        ok = ~np.isnan(lp) & ~np.isnan(gp)
+        launch[gp[ok].astype(np.int64)] = lp[ok].astype(np.int64)
+    has_launch = launch >= 0
+    is_launch = np.zeros(n, bool)
+    is_launch[launch[has_launch]] = True
+    launch_start = np.where(has_launch, start[np.clip(launch, 0, None)], 0)
+    launch_end = np.where(has_launch, end[np.clip(launch, 0, None)], 0)
+    launch_gap = np.where(has_launch, start - launch_start, 0)
+
+    # a launch call whose own GPU work ended before it returned blocked on it (pageable or blocking copy)
+    own_done = has_launch & (end <= launch_end) & (nodes["lbl"].to_numpy() >= 0)
+    blk = ntype.copy()
+    copy_like = np.zeros(n, bool)
+    copy_like[nh:] = np.isin(act["kind"].astype(str).to_numpy(), ("memcpy", "memset"))
+    blk[launch[own_done & copy_like]] = BLOCKING
+    ntype = blk
+
+    # typical latencies, from tasks where that edge bound the start
+    q_bind = is_gpu & has_prev & (~has_launch | (prev_end >= launch_end))
+    l_bind = is_gpu & has_launch & (~has_prev | (launch_end > prev_end))
+    d_queue = int(np.median(np.clip(prev_gap[q_bind], 0, None))) if q_bind.sum() >= MIN_SAMPLES else DEFAULT_QUEUE_NS
+    d_launch = int(np.median(np.clip(launch_gap[l_bind], 0, None))) if l_bind.sum() >= MIN_SAMPLES else DEFAULT_LAUNCH_NS
+
+    # hand-off between host threads of one process; producer stream for GPU tasks
+    cross = np.full(n, -1, np.int64)
+    for on_gpu, key in ((False, pid), (True, dev)):
+        idx = np.flatnonzero(is_gpu == on_gpu)
+        if len(idx) == 0:
+            continue
+        for k in np.unique(key[idx]):
+            ids = idx[key[idx] == k]
+            eo = ids[np.argsort(end[ids], kind="stable")]
+            c = _latest_end_before(eo, end[eo], start[ids])
+            okc = (c >= 0) & (tid[np.clip(c, 0, None)] != tid[ids])
+            cend = end[np.clip(c, 0, None)]
+            if not on_gpu:
+                # a thread's first task in the trace may also have been handed work by another thread
+                okc &= ~has_prev[ids] | ((prev_gap[ids] > HANDOFF_MIN_GAP_NS) & (cend > prev_end[ids]))
+            else:
+                explained = np.maximum(prev_end[ids], np.where(has_launch[ids], launch_end[ids], 0))
+                okc &= (cend > explained) & (start[ids] - cend <= STREAM_DEP_MAX_NS) & (start[ids] - explained > STREAM_DEP_MAX_NS)
+            cross[ids[okc]] = c[okc]
+    inferred = cross >= 0
+    _recorded_event_waits(views, nodes, nh, lbl, launch, cross, start, end, has_launch)
+    has_cross = cross >= 0
+    cross_gap = np.where(has_cross, start - end[np.clip(cross, 0, None)], 0)
+    explained = np.maximum(np.where(has_prev, prev_end, 0), np.where(has_launch, launch_end, 0))
+    x_bind = has_cross & (inferred | (end[np.clip(cross, 0, None)] > explained))
+
+    # latencies: the binding edge keeps its gap, the others the typical one (never more than they had)
+    prev_lat = prev_gap.copy()
+    launch_lat = launch_gap.copy()
+    cross_lat = cross_gap.copy()
+    host_x = ~is_gpu & has_cross
+    prev_lat[host_x] = np.minimum(prev_gap[host_x], 0)  # the thread waited for the hand-off, not for work
+    x_nb = is_gpu & has_cross & ~x_bind
+    cross_lat[x_nb] = np.minimum(cross_gap[x_nb], d_queue)
+    has_cross = has_cross & (x_bind | ~is_gpu)  # below: a non-binding event wait leaves prev/launch as they were
+    g_x = is_gpu & has_cross
+    prev_lat[g_x] = np.minimum(prev_gap[g_x], d_queue)
+    launch_lat[g_x] = np.minimum(launch_gap[g_x], d_launch + (launch_end - launch_start)[g_x])
+    q = is_gpu & ~has_cross & q_bind & has_launch
+    launch_lat[q] = np.minimum(launch_gap[q], d_launch + (launch_end - launch_start)[q])
+    lb = is_gpu & ~has_cross & l_bind & has_prev
+    prev_lat[lb] = np.minimum(prev_gap[lb], d_queue)
+
+    # blocking calls: the last GPU task per stream launched before the call and ended before it returned
+    waits: list = [()] * n
+    own = np.zeros(n, np.int64)
+    wait_on = ntype == BLOCKING
+    b_ids = np.flatnonzero(wait_on)
+    if len(b_ids):
+        gids = np.flatnonzero(is_gpu & has_launch)
+        skey = _key(dev[gids], tid[gids])
+        per_b: list[list[int]] = [[] for _ in b_ids]
+        wmax = np.full(len(b_ids), np.iinfo(np.int64).min)
+        for sk in np.unique(skey):
+            sg = gids[skey == sk]
+            sg = sg[np.lexsort((end[sg], start[sg]))]
+            ls = np.maximum.accumulate(launch_start[sg])
+            ec = np.maximum.accumulate(end[sg])
+            same_pid = pid[sg[0]]
+            i1 = np.searchsorted(ls, start[b_ids], side="right") - 1
+            i2 = np.searchsorted(ec, end[b_ids], side="right") - 1
+            i = np.minimum(i1, i2)
+            okw = (i >= 0) & (pid[b_ids] == same_pid)
+            for j in np.flatnonzero(okw):
+                t = int(sg[i[j]])
+                if start[t] < end[b_ids[j]]:
+                    per_b[j].append(t)
+                    wmax[j] = max(wmax[j], end[t])
+        for j, b in enumerate(b_ids):
+            waits[b] = tuple(per_b[j])
+        d = end[b_ids] - start[b_ids]
+        after = np.where(wmax > np.iinfo(np.int64).min, end[b_ids] - wmax, d)
+        own[b_ids] = np.clip(np.minimum(d, after), 0, None)
+        wait_on[b_ids] = [len(w) > 0 for w in (waits[b] for b in b_ids)]
+
+    gemm = np.zeros(n, bool)
+    gemm[nh:] = name_mask(act["name"], GEMM_CONV) & (act["kind"].astype(str).to_numpy() == "kernel")
+
+    steps = _steps(nodes, nh, max_steps)
+    g = Graph(rank=rank, ntype=ntype, start=start, end=end, dur=end - start, prev=prev, prev_lat=prev_lat, cross=cross,
+              cross_lat=cross_lat, launch=launch, launch_lat=launch_lat, own=own, waits=waits, wait_on=wait_on,
+              is_launch=is_launch, gemm=gemm, steps=steps, window=np.zeros(0, np.int64),
+              defaults={"launch": d_launch, "queue": d_queue}, seq=seq)
+    g.window = _window(g, steps)
+    return g
+
+
+def _recorded_event_waits(views, nodes, nh, lbl, launch, cross, start, end, has_launch) -> None:
+    """GPU-side edges from ``cudaEventRecord`` / ``cudaStreamWaitEvent`` calls, where the trace has them.
+
+    Traces do not say which stream an event was recorded on or which event a wait names; the usual reading is
+    used: a record marks the last GPU task its thread launched before it, and a wait makes the next GPU task its
+    thread launches depend on the latest record of the process. Edges within one stream are left to stream order.
+    Fills ``cross`` in place where no inferred edge is set, or where the recorded producer ends later.
+    """
+    hl = lbl[:nh]
+    ok = np.flatnonzero(hl >= 0)
+    if len(ok) == 0:
+        return
+    nm = views.events["name"].reindex(hl[ok])
+    rec = ok[name_mask(nm, EVENT_RECORD, case=True)]
+    wt = ok[name_mask(nm, STREAM_WAIT, case=True)]
+    if len(rec) == 0 or len(wt) == 0:
+        return
+    pid = nodes["pid"].to_numpy(np.int64)
+    tid = nodes["tid"].to_numpy(np.int64)  # GPU rows: the stream
+    gl = np.flatnonzero(has_launch)
+    lh = launch[gl]
+    tkey = _key(pid[lh], tid[lh])  # the launching thread
+    o = np.lexsort((start[lh], tkey))
+    gl, tkey, lstart = gl[o], tkey[o], start[lh][o]
+
+    def launches_before(q: np.ndarray) -> np.ndarray:
+        """For each host call: how many launches of its thread (in thread order) started before or with it."""
+        qk = _key(pid[q], tid[q])
+        keys = np.r_[tkey, qk]
+        ts = np.r_[lstart, start[q]]
+        isq = np.r_[np.zeros(len(gl), bool), np.ones(len(q), bool)]
+        order = np.lexsort((isq, ts, keys))
+        cum = np.cumsum(~isq[order])
+        out = np.empty(len(q), np.int64)
+        out[order[isq[order]] - len(gl)] = cum[isq[order]]
+        return out  # index of the next launch in the sorted arrays; minus one: the last before
+
+    i = launches_before(rec) - 1
+    same = (i >= 0) & (tkey[np.clip(i, 0, None)] == _key(pid[rec], tid[rec]))
+    rec_task = np.where(same, gl[np.clip(i, 0, None)], -1)
+    i = launches_before(wt)
+    same = (i < len(gl)) & (tkey[np.clip(i, 0, len(gl) - 1)] == _key(pid[wt], tid[wt]))
+    wait_task = np.where(same, gl[np.clip(i, 0, len(gl) - 1)], -1)
+    # the latest record of the same process before each wait
+    ro = np.lexsort((start[rec], pid[rec]))
+    rec, rec_task = rec[ro], rec_task[ro]
+    rkey = pid[rec]
+    prod = np.full(len(wt), -1, np.int64)
+    for p_ in np.unique(pid[wt]):
+        lo, hi = np.searchsorted(rkey, p_, "left"), np.searchsorted(rkey, p_, "right")
+        if hi == lo:
+            continue
+        w = np.flatnonzero(pid[wt] == p_)
+        j = np.searchsorted(start[rec[lo:hi]], start[wt[w]], side="right") - 1
+        prod[w] = np.where(j >= 0, rec_task[lo:hi][np.clip(j, 0, None)], -1)
+    cons = wait_task
+    m = (prod >= 0) & (cons >= 0)
+    prod, cons = prod[m], cons[m]
+    # a different stream, and a producer that had ended when the consumer started (else it was not waited for)
+    m = (tid[prod] != tid[cons]) & (end[prod] <= start[cons])
+    prod, cons = prod[m], cons[m]
+    cur = cross[cons]
+    take = (cur < 0) | (end[prod] > end[np.clip(cur, 0, None)])
+    cross[cons[take]] = prod[take]
+
+
+def _steps(nodes: pd.DataFrame, nh: int, max_steps: int) -> pd.DataFrame:
+    """Step markers (start/end node ids), the middle ``max_steps`` when there are more."""
+    h = nodes.iloc[:nh]
+    mk = h[h["ntype"].to_numpy() == MARKER]
+    if mk.empty:
+        return pd.DataFrame(columns=["step", "start_node", "end_node", "t0", "t1"])
+    a = mk[~mk["marker_end"].to_numpy()]
+    b = mk[mk["marker_end"].to_numpy()]
+    st = pd.DataFrame({"step": a["marker_step"].to_numpy(), "start_node": a.index.to_numpy(), "end_node": b.index.to_numpy(),
+                       "t0": a["start"].to_numpy(), "t1": b["start"].to_numpy()})
+    st = st.sort_values("t0").reset_index(drop=True)
+    if len(st) > max_steps:
+        lo = (len(st) - max_steps) // 2
+        st = st.iloc[lo: lo + max_steps].reset_index(drop=True)
+    return st
+
+
+def _window(g: Graph, steps: pd.DataFrame) -> np.ndarray:
+    """Replay events in a topological order: (time, phase) with blocking calls ending in a second event."""
+    is_gpu = g.ntype == GPU
+    if steps.empty:  # no markers: the GPU's active window, from the first task's launch
+        ws = int(min(g.start[is_gpu].min(), g.start[g.launch[is_gpu & (g.launch >= 0)]].min(initial=np.iinfo(np.int64).max)))
+        we = int(g.end[is_gpu].max())
+    else:
+        ws, we = int(steps["t0"].min()), int(steps["t1"].max())
+    host_in = ~is_gpu & (g.start >= ws) & (g.start <= we)
+    gpu_in = is_gpu & np.where(g.launch >= 0, host_in[np.clip(g.launch, 0, None)], (g.start >= ws) & (g.start <= we))
+    ids = np.flatnonzero(host_in | gpu_in)
+    # key: GPU tasks never before their launch; at equal times: blocking ends, then host starts, then GPU tasks
+    t = g.start[ids].copy()
+    gl = is_gpu[ids] & (g.launch[ids] >= 0)
+    t[gl] = np.maximum(t[gl], g.start[g.launch[ids][gl]])
+    phase = np.where(is_gpu[ids], 2, 1)
+    b = ids[g.ntype[ids] == BLOCKING]
+    keys_t = np.r_[t, g.end[b]]
+    keys_p = np.r_[phase, np.zeros(len(b), np.int64)]
+    ev = np.r_[ids, -1 - b]
+    order = np.lexsort((np.r_[g.seq[ids], g.seq[b]], keys_p, keys_t))
+    return ev[order]
+
+
+# --- replay ----------------------------------------------------------------------------------------------
+def replay(g: Graph) -> tuple[np.ndarray, np.ndarray]:
+    """New (start, end) of every node; nodes outside the window keep their original times."""
+    ns = g.start.tolist()
+    ne = g.end.tolist()
+    prev, plat = g.prev.tolist(), g.prev_lat.tolist()
+    cross, clat = g.cross.tolist(), g.cross_lat.tolist()
+    launch, llat = g.launch.tolist(), g.launch_lat.tolist()
+    dur, own = g.dur.tolist(), g.own.tolist()
+    blocking = (g.ntype == BLOCKING).tolist()
+    wait_on = g.wait_on.tolist()
+    waits = g.waits
+    for i in g.window.tolist():
+        if i < 0:  # a blocking call returns
+            i = -1 - i
+            e = ns[i] + own[i]
+            if wait_on[i]:
+                for w in waits[i]:
+                    if ne[w] + own[i] > e:
+                        e = ne[w] + own[i]
+            ne[i] = e
+            continue
+        t = None
+        p = prev[i]
+        if p >= 0:
+            t = ne[p] + plat[i]
+        c = cross[i]
+        if c >= 0:
+            x = ne[c] + clat[i]
+            t = x if t is None or x > t else t
+        la = launch[i]
+        if la >= 0:
+            x = ns[la] + llat[i]
+            t = x if t is None or x > t else t
+        if t is None:
+            t = ns[i]
+        ns[i] = t
+        if not blocking[i]:
+            ne[i] = t + dur[i]
+    return np.asarray(ns, np.int64), np.asarray(ne, np.int64)
+
+
+def step_times(g: Graph, ns: np.ndarray, ne: np.ndarray) -> np.ndarray:
+    """Per step: the time between its boundary and the next one's.
+
+    A step's boundary is the later of its marker's start and the end of the GPU work launched in the step before:
+    a step is over when both the host and the GPU have finished it, so a host that runs ahead (syncs removed)
+    cannot make a step shorter than its GPU work. The last step ends at the later of its marker end and the end
+    of its GPU work.
+    """
+    st = g.steps
+    if st.empty:  # one pseudo-step: first launch (or GPU task) to the end of the last GPU task
+        ids = g.window[g.window >= 0]
+        gi = ids[g.ntype[ids] == GPU]
+        return np.array([int(ne[gi].max() - ns[ids].min())]) if len(gi) else np.zeros(0, np.int64)
+    t0 = g.start[st["start_node"].to_numpy()]
+    gl = np.flatnonzero((g.ntype == GPU) & (g.launch >= 0))
+    lt = g.start[g.launch[gl]]
+    cuts = np.r_[t0, g.start[int(st["end_node"].iloc[-1])] + 1]
+    # GPU work launched before the first step, then in [t0_k, t0_k+1), the last step up to its marker end
+    which = np.searchsorted(cuts, lt, side="right") - 1  # -1: before the first step; len(st): after the last
+    gend = np.full(len(st) + 1, np.iinfo(np.int64).min)
+    sel = (which >= -1) & (which < len(st))
+    np.maximum.at(gend, which[sel] + 1, ne[gl][sel])
+    marker = ns[st["start_node"].to_numpy()]
+    bound = np.maximum.accumulate(np.maximum(marker, gend[:-1]))  # overlapping markers never give negative steps
+    last = max(int(ne[int(st["end_node"].iloc[-1])]), int(gend[-1]), int(bound[-1]))
+    return np.diff(np.r_[bound, last])
+
+
+# --- transforms ------------------------------------------------------------------------------------------
+def _in(g: Graph, windows: Iterable[tuple[int, int]] | None) -> np.ndarray:
+    """Tasks a windowed edit applies to: those starting in a window, and GPU tasks launched in one."""
+    if windows is None:
+        return np.ones(len(g.start), bool)
+    w = np.asarray(list(windows), np.int64).reshape(-1, 2)
+    if len(w) == 0:
+        return np.zeros(len(g.start), bool)
+    cov_s, cov_e = merge_intervals(w[:, 0], w[:, 1])
+
+    def inside(t: np.ndarray) -> np.ndarray:
+        i = np.searchsorted(cov_s, t, side="right") - 1
+        return (i >= 0) & (t < cov_e[np.clip(i, 0, None)])
+
+    m = inside(g.start)
+    gl = (g.ntype == GPU) & (g.launch >= 0)
+    m[gl] |= inside(g.start[g.launch[gl]])
+    return m
+
+
+def remove_data_wait(g: Graph, windows=None) -> None:
+    """Batches are ready when asked for: data-wait ranges take no time (the work after them keeps its own)."""
+    m = (g.ntype == DATA_WAIT) & _in(g, windows)
+    g.dur[m] = 0
+
+
+def remove_host_sync(g: Graph, windows=None) -> None:
+    """The host no longer waits for the GPU at synchronizing calls; the copies they issue still run on the GPU."""
+    m = (g.ntype == BLOCKING) & _in(g, windows)
+    g.wait_on[m] = False
+
+
+def launch_bound_to_graphs(g: Graph, windows=None) -> None:
+    """CUDA-graph model: the launches of a step are replayed without host work between them.
+
+    Host calls other than data waits, blocking calls and step markers cost nothing, and the host time between
+    them (the framework's per-op overhead) goes when it is shorter than ``LAUNCH_GAP_MAX_NS``; longer host
+    stretches are taken to be real host work (Python logic, CPU ops) that a graph would not remove; every GPU task can start a typical launch latency after the (now immediate) launch, and queued tasks
+    follow each other at the trace's typical kernel-to-kernel delay. Blocking calls still end where the GPU does.
+    """
+    m = _in(g, windows)
+    h = m & (g.ntype == HOST)
+    g.dur[h & (g.is_launch | (g.dur <= LAUNCH_GAP_MAX_NS))] = 0  # a long cudaMalloc or module load stays
+    short = h & (g.prev_lat <= LAUNCH_GAP_MAX_NS)
+    g.prev_lat[short] = np.minimum(g.prev_lat[short], 0)
+    short = h & (g.cross_lat <= LAUNCH_GAP_MAX_NS)
+    g.cross_lat[short] = np.minimum(g.cross_lat[short], 0)
+    gp = m & (g.ntype == GPU)
+    g.launch_lat[gp] = np.minimum(g.launch_lat[gp], g.defaults["launch"])
+    g.prev_lat[gp] = np.minimum(g.prev_lat[gp], g.defaults["queue"])
+
+
+def rnn_to_cudnn(g: Graph, windows=None) -> None:
+    """A per-timestep RNN loop becomes one fused call: inside ``windows`` only the GEMM kernels keep their time,
+    launched back to back as in ``launch_bound_to_graphs`` (conservative: cuDNN still does the GEMMs)."""
+    launch_bound_to_graphs(g, windows)
+    m = _in(g, windows) & (g.ntype == GPU) & ~g.gemm
+    g.dur[m] = 0
+
+
+def remove_warmup(g: Graph, windows=None) -> None:
+    """Warm-up is left out: with ``windows`` (the warm-up ranges a trace-quality finding found, e.g. cuDNN autotune
+    inside the first convolution), the time inside them is cut (``cut_time``); without, leading steps much longer
+    than the rest (``warmup_mask``) are left out of the steps used."""
+    if windows is not None:
+        cut_time(g, windows)
+        return
+    st = g.steps
+    if len(st) >= 3:
+        keep = ~warmup_mask((st["t1"] - st["t0"]).to_numpy())
+        g.steps = st[keep].reset_index(drop=True)
+
+
+def cut_time(g: Graph, windows) -> None:
+    """The time inside ``windows`` never happened: every task's duration and every edge's latency lose the part of
+    them that lies inside a window (host and GPU alike), so work on either side closes up."""
+    w = np.asarray(list(windows), np.int64).reshape(-1, 2)
+    if len(w) == 0:
+        return
+    cov = Coverage(w[:, 0], w[:, 1])
+    g.dur = np.maximum(g.dur - cov.overlap(g.start, g.end), 0)
+    g.own = np.maximum(g.own - cov.overlap(g.end - g.own, g.end), 0)
+    for pred, lat, ref in ((g.prev, g.prev_lat, g.end), (g.cross, g.cross_lat, g.end), (g.launch, g.launch_lat, g.start)):
+        has = (pred >= 0) & (lat > 0)
+        a = ref[pred[has]]
+        lat[has] = np.maximum(lat[has] - cov.overlap(a, a + lat[has]), 0)
+
+
+def warmup_mask(durs: np.ndarray) -> np.ndarray:
+    """Leading steps longer than ``WARMUP_FACTOR`` x the median of the steps after them."""
+    out = np.zeros(len(durs), bool)
+    for i in range(len(durs) - 2):
+        if durs[i] > WARMUP_FACTOR * np.median(durs[i + 1:]):
+            out[i] = True
+        else:
+            break
+    return out
+
+
+def typical_gpu_latencies(g: Graph, windows=None) -> None:
+    """Validation, not a cause: every GPU task waits only the trace's typical launch / kernel-to-kernel delay
+    after its predecessors. Any step time lost is GPU idle that no edge of the graph explains."""
+    m = _in(g, windows) & (g.ntype == GPU)
+    d_q, d_l = g.defaults["queue"], g.defaults["launch"]
+    ln = np.clip(g.launch, 0, None)
+    g.prev_lat[m] = np.minimum(g.prev_lat[m], d_q)
+    g.cross_lat[m] = np.minimum(g.cross_lat[m], d_q)
+    g.launch_lat[m] = np.minimum(g.launch_lat[m], d_l + (g.end[ln] - g.start[ln])[m])
+
+
+def _all(g: Graph, windows=None) -> None:
+    for f in (remove_warmup, remove_data_wait, remove_host_sync, launch_bound_to_graphs):
+        f(g, windows)
+
+
+TRANSFORMS: dict[str, Callable[..., None]] = {
+    "none": lambda g, windows=None: None,
+    "remove_data_wait": remove_data_wait,
+    "remove_host_sync": remove_host_sync,
+    "launch_bound_to_graphs": launch_bound_to_graphs,
+    "rnn_to_cudnn": rnn_to_cudnn,
+    "typical_gpu_latencies": typical_gpu_latencies,
+    "remove_warmup": remove_warmup,
+    "all": _all,
+}
+
+ASSUMPTIONS = {
+    "none": "the unmodified graph replayed",
+    "remove_data_wait": "data-wait ranges take no time; host work, launches and GPU work keep their measured durations; the GPU may now be the bound",
+    "remove_host_sync": "the host no longer waits at synchronizing calls (copies still run); everything else as measured",
+    "launch_bound_to_graphs": "CUDA-graph model: no per-op host overhead (gaps under 200 us) between launches, typical launch latency, kernels back to back at the trace's kernel-to-kernel delay; syncs and data waits stay",
+    "rnn_to_cudnn": "the RNN region keeps only its GEMM kernels, launched back to back (a conservative cuDNN equivalent)",
+    "typical_gpu_latencies": "validation: every GPU task waits only the typical launch / kernel-to-kernel delay after its predecessors",
+    "remove_warmup": "warm-up steps (leading steps over 1.5x the later median) are left out",
+    "all": "data waits, host syncs and host launch overhead all removed, warm-up steps left out",
+}
+
+
+#: The transform that takes each root cause out, by rule code (TI004's and TI002's want the finding's instances
+#: as ``windows``: the RNN region, the stalling syncs). Rules without an entry have no what-if.
+TRANSFORM_FOR_RULE = {
+    "TI001": None,  # a symptom: its gaps are explained by the causes below
+    "TI002": "remove_host_sync",
+    "TI003": "launch_bound_to_graphs",
+    "TI004": "rnn_to_cudnn",
+    "TI005": "remove_data_wait",
+}
+
+
+def format_what_if(what_if: dict | None) -> str:
+    """"step 176.3 -> 118.6 ms (-33 %)", the one-line form the reports show ("" when there is no prediction)."""
+    if not what_if or what_if.get("step_ns") is None or not what_if.get("baseline_step_ns"):
+        return ""
+    b, p = float(what_if["baseline_step_ns"]), float(what_if["step_ns"])
+    unit, div = ("s", 1e9) if b >= 1e10 else ("ms", 1e6) if b >= 1e6 else ("µs", 1e3)
+
+    def num(x: float) -> str:
+        v = x / div
+        return f"{v:.1f}" if v >= 10 else f"{v:.2f}"
+
+    pct = 100.0 * (p - b) / b
+    return f"step {num(b)} → {num(p)} {unit} ({'−' if pct < 0 else '+'}{abs(pct):.0f} %)"
+
+
+# --- API -------------------------------------------------------------------------------------------------
+_CACHE_ATTR = "_whatif_graphs"
+
+
+def graphs(views: Views) -> list[Graph]:
+    """The graphs of every rank with GPU work, built once per Views."""
+    cached = getattr(views, _CACHE_ATTR, None)
+    if cached is None:
+        ranks = sorted(int(r) for r in pd.unique(views.gpu_activity["rank"])) if not views.gpu_activity.empty else []
+        cached = [gr for gr in (build_graph(views, r) for r in ranks) if gr is not None]
+        setattr(views, _CACHE_ATTR, cached)
+    return cached
+
+
+def _resolve(transform, windows) -> tuple[Callable[..., None], str, str]:
+    """(function, name, assumptions) of a transform given by name, function, or list of them (applied in order)."""
+    if isinstance(transform, (list, tuple)):
+        parts = [_resolve(*(t if isinstance(t, tuple) else (t, windows))) + ((t[1] if isinstance(t, tuple) else windows),) for t in transform]
+
+        def combined(g: Graph, _windows=None) -> None:
+            for fn, _, _, w in parts:
+                fn(g, w)
+
+        return combined, "+".join(p[1] for p in parts), "; ".join(p[2] for p in parts)
+    if isinstance(transform, str):
+        if transform not in TRANSFORMS:
+            raise ValueError(f"unknown what-if transform {transform!r}; known: {', '.join(TRANSFORMS)}")
+        return TRANSFORMS[transform], transform, ASSUMPTIONS[transform]
+    return transform, getattr(transform, "__name__", "custom"), (transform.__doc__ or "").strip().split("\n")[0]
+
+
+def predict_step_ns(views: Views, transform="all", windows=None) -> dict:
+    """Median step time with ``transform`` applied, next to the unmodified replay and the measured steps.
+
+    ``transform``: a name in ``TRANSFORMS``, a function editing a ``Graph`` in place, or a list of names,
+    functions and ``(name, windows)`` pairs applied together (e.g. the transforms of the causes found, for
+    ``kpis.what_if_all_step_ns``). ``windows``: optional (start_ns, end_ns) ranges (e.g. a finding's instances)
+    the edit is limited to.
+    """
+    fn, name, words = _resolve(transform, windows)
+    measured, base, pred = [], [], []
+    for g in graphs(views):
+        if "base" not in g.defaults:  # the unmodified replay, once per graph
+            ns, ne = replay(g)
+            g.defaults["base"] = step_times(g, ns, ne)
+            g.defaults["measured"] = step_times(g, g.start, g.end)
+        b, m = g.defaults["base"], g.defaults["measured"]
+        t = g.copy()
+        fn(t, windows)
+        if len(t.steps) != len(g.steps):
+            t.window = _window(t, t.steps)
+            keep = g.steps["start_node"].isin(t.steps["start_node"]).to_numpy()
+            b, m = b[keep], m[keep]
+        ns2, ne2 = replay(t)
+        p = step_times(t, ns2, ne2)
+        measured.append(m)
+        base.append(b)
+        pred.append(p)
+    if not base:
+        return {"step_ns": None, "baseline_step_ns": None, "measured_step_ns": None, "steps_used": 0,
+                "transform": name, "assumptions": "no GPU work to replay", "replay_error_pct": None}
+    m, b, p = (np.concatenate(x) for x in (measured, base, pred))
+    med_m, med_b, med_p = (float(np.median(x)) if len(x) else None for x in (m, b, p))
+    err = None if not med_m else round(100.0 * (med_b - med_m) / med_m, 3)
+    no_steps = all(gr.steps.empty for gr in graphs(views))
+    if no_steps:
+        words += "; no step markers: the whole traced window is one step"
+    return {
+        "step_ns": None if med_p is None else int(round(med_p)),
+        "baseline_step_ns": None if med_b is None else int(round(med_b)),
+        "measured_step_ns": None if med_m is None else int(round(med_m)),
+        "steps_used": int(len(p)),
+        "transform": name,
+        "assumptions": words,
+        "replay_error_pct": err,
+    }
+
+
+def windows_of(instances) -> list[tuple[int, int]] | None:
+    """(start_ns, end_ns) pairs from a finding's instances (a list of ``Instance`` or a DataFrame); None if none."""
+    if instances is None:
+        return None
+    if isinstance(instances, pd.DataFrame):
+        if instances.empty:
+            return None
+        return list(zip(instances["start_ns"].astype(np.int64), instances["end_ns"].astype(np.int64)))
+    out = [(int(i.start_ns), int(i.end_ns)) for i in instances]
+    return out or None
+
+
+#: Causes whose edit is limited to the finding's own instances (the syncs that stalled, the RNN region); the
+#: others act on every task of their kind.
+WINDOWED = {"remove_host_sync", "rnn_to_cudnn"}
+
+
+def what_if_for(views: Views, code: str, instances=None) -> dict | None:
+    """``Finding.what_if`` for a root-cause finding of rule ``code`` (None for symptoms and rules without a model).
+
+    TI002 and TI004 pass their instances (stalling syncs, RNN regions) so that only those are edited; without
+    instances there is nothing to edit and no prediction.
+    """
+    name = TRANSFORM_FOR_RULE.get(code)
+    if name is None:
+        return None
+    windows = windows_of(instances) if name in WINDOWED else None
+    if name in WINDOWED and windows is None:
+        return None
+    r = predict_step_ns(views, name, windows=windows)
+    return r if r["step_ns"] is not None else None
