@@ -32,6 +32,10 @@ FROZEN = {
     "TI008": "small-grids",
     "TI009": "rank-imbalance",
     "TI010": "low-gpu-utilization",
+    "TI011": "no-gpu-activity",
+    "TI012": "too-little-gpu-work",
+    "TI013": "warm-up-in-window",
+    "TI014": "events-lost",
 }
 
 

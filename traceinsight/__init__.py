@@ -63,11 +63,13 @@ def analyze(
     extra_rules: Iterable[type[Rule]] = (),
     config: Config | None = None,
     baseline: "str | os.PathLike | None" = None,
+    min_impact: float | None = None,
 ) -> Analysis:
     """Load (if given a path) and analyse a trace with the built-in, installed and given rules.
 
     ``select`` / ``ignore`` take rule codes or prefixes; ``options`` maps a code to option overrides;
     ``rules`` are local .py files or folders; ``extra_rules`` are Rule classes defined in the caller's code.
+    ``min_impact`` (% of the GPU window, default 1) leaves out findings that cost less; 0 reports everything.
     ``baseline`` is an earlier JSON report: ``analysis.baseline`` then tells which findings are new or worse.
     """
     timeline = trace if isinstance(trace, Timeline) else load(trace)
@@ -79,7 +81,11 @@ def analyze(
     ruleset = discover([*cfg.rule_paths, *rules])
     for cls in extra_rules:
         ruleset.add(cls, "analyze(extra_rules=...)")
-    analysis = run(timeline, instantiate(ruleset, cfg), extra_warnings=ruleset.warnings)
+    if min_impact is not None:
+        cfg.min_impact = float(min_impact)
+    analysis = run(
+        timeline, instantiate(ruleset, cfg), extra_warnings=ruleset.warnings, min_impact=cfg.min_impact, severity_overrides=cfg.severity
+    )
     if baseline is not None:
         from .baseline import compare, load_report
 

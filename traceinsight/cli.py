@@ -74,6 +74,10 @@ def analyze(
     set_: Annotated[Optional[list[str]], typer.Option("--set", help="Rule option, CODE.option=value (repeatable).")] = None,
     rules: Annotated[Optional[list[Path]], typer.Option("--rules", help="Extra rules from a .py file or a folder of them.")] = None,
     config: Annotated[Optional[Path], typer.Option("--config", help="pyproject.toml with [tool.traceinsight]; default: the nearest one.")] = None,
+    min_impact: Annotated[
+        Optional[float],
+        typer.Option("--min-impact", help="Leave out findings costing less than this % of the GPU window (default 1; 0 shows everything).", min=0.0),
+    ] = None,
     fail_on: Annotated[FailOn, typer.Option("--fail-on", help="Exit 1 when a finding at or above this severity exists.")] = FailOn.never,
     trace_format: Annotated[Optional[str], typer.Option("--trace-format", help="Force the parser: pytorch, nsys, tensorflow-xplane, tensorflow-logdir, tensorflow-json.")] = None,
     run_name: Annotated[Optional[str], typer.Option("--run", help="TensorBoard logdir: the profile run to read (default: newest).")] = None,
@@ -92,13 +96,15 @@ def analyze(
         cfg = Config.from_pyproject(config)
         cfg.select = _split(select) or cfg.select
         cfg.ignore = _split(ignore) or cfg.ignore
+        if min_impact is not None:
+            cfg.min_impact = float(min_impact)
         for a in set_ or []:
             cfg.set_option(a)
         ruleset = discover([*cfg.rule_paths, *(rules or [])])
         selected = instantiate(ruleset, cfg)
         options = {"run": run_name} if run_name else {}
         timeline = _load_with_progress(load, path, trace_format, options, progress)
-        analysis = run(timeline, selected, extra_warnings=ruleset.warnings)
+        analysis = run(timeline, selected, extra_warnings=ruleset.warnings, min_impact=cfg.min_impact, severity_overrides=cfg.severity)
         if baseline is not None:
             from .baseline import compare, load_report
 

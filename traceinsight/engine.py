@@ -19,6 +19,8 @@ from typing import Any, Iterable
 
 from .errors import ConfigError
 from .rule_api import Context, Finding, Rule, Severity
+from .causes import attach_what_if, link as link_causes
+from .severity import DEFAULT_MIN_IMPACT_PCT, grade
 from .summary import Summary, summarize
 from .timeline import Timeline
 from .views import Views
@@ -101,6 +103,7 @@ class Config:
     options: dict[str, dict[str, Any]] = field(default_factory=dict)  # CODE -> {option: value}
     severity: dict[str, str] = field(default_factory=dict)  # CODE -> severity override
     rule_paths: list[str] = field(default_factory=list)
+    min_impact: float = DEFAULT_MIN_IMPACT_PCT  # % of the GPU window below which findings are not reported
 
     @classmethod
     def from_pyproject(cls, path: str | Path | None = None) -> "Config":
@@ -120,6 +123,11 @@ class Config:
         cfg.select = list(data.get("select", []))
         cfg.ignore = list(data.get("ignore", []))
         cfg.rule_paths = [str((p.parent / r).resolve()) for r in data.get("rules", [])]
+        if "min_impact" in data:
+            try:
+                cfg.min_impact = float(data["min_impact"])
+            except (TypeError, ValueError):
+                raise ConfigError(f"{p}: min_impact must be a number (% of the GPU window), got {data['min_impact']!r}") from None
         for code, opts in (data.get("rule") or data.get("rules_options") or {}).items():
             if not isinstance(opts, dict):
                 raise ConfigError(f"{p}: [tool.traceinsight.rule.{code}] must be a table")
@@ -200,7 +208,14 @@ class Analysis:
         return max((f.severity for f in self.findings), key=lambda s: s.rank)
 
 
-def run(timeline: Timeline, rules: list[Rule], *, extra_warnings: Iterable[str] = ()) -> Analysis:
+def run(
+    timeline: Timeline,
+    rules: list[Rule],
+    *,
+    extra_warnings: Iterable[str] = (),
+    min_impact: float = DEFAULT_MIN_IMPACT_PCT,
+    severity_overrides: Iterable[str] = (),
+) -> Analysis:
     views = Views(timeline)
     findings: list[Finding] = []
     warnings = list(extra_warnings)
@@ -219,7 +234,10 @@ def run(timeline: Timeline, rules: list[Rule], *, extra_warnings: Iterable[str] 
             if rule.severity != type(rule).severity and f.severity == type(rule).severity:
                 f.severity = rule.severity
         findings.extend(found)
+    findings = grade(findings, views, {r.code: r for r in rules}, min_impact_pct=min_impact, overridden=severity_overrides)
     findings.sort(key=lambda f: (-f.impact_ns, -f.severity.rank, f.code))
+    findings = link_causes(findings)
+    attach_what_if(findings, views)
     return Analysis(
         timeline=timeline,
         summary=summarize(timeline, views),
