@@ -276,6 +276,9 @@ def test_verdict_names_the_root_cause_and_its_what_if(tmp_path):
     cause.explains = [symptom.fingerprint]
     cause.what_if = {"step_ns": 600_000, "baseline_step_ns": 1_000_000, "assumptions": "no data wait"}
     a.findings = [symptom, cause]
-    s = details(a)["sentence"]
+    d = details(a)
+    s = d["sentence"]
+    assert d["headline"] == "Bound by input pipeline (root cause: XT900)"
+    assert d["claimed_by"] == symptom.fingerprint and d["root_cause"] == cause.fingerprint
     assert "XT900 explains it (loader runs in the main process), through TI005" in s
     assert "if fixed: step 1.00 → 0.60 ms (−40 %)" in s

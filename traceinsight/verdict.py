@@ -274,22 +274,22 @@ def details(analysis: "Analysis") -> dict[str, Any]:
         prefix = f"{subject[0].upper()}{subject[1:]} busy {busy_pct:.1f} % of {windows} ({mix})"
     copy_share = 100.0 * totals["copy"] / busy if busy else 0.0
     if lead_pct >= MIN_BOUND_PCT and not (copy_share >= COPY_BOUND_PCT and totals["copy"] >= levers[lead]):
-        who = _claimant(analysis, led, lead)
+        who, by, cause = _claimant(analysis, led, lead)
         of = "the steady state" if warm >= window / 100 else windows
         sentence = f"{prefix}; the largest cost is {_BUCKET_WORDS[lead]}: {fmt_ns(levers[lead])}, {lead_pct:.1f} % of {of}{who}."
-        return {**base, **_verdict(BUCKET_CATEGORY[lead], lead, levers[lead], steady, sentence)}
+        return {**base, **_verdict(BUCKET_CATEGORY[lead], lead, levers[lead], steady, sentence, by, cause)}
     # 2. the GPU is effectively busy: what kind of busy
     if copy_share >= COPY_BOUND_PCT:
-        who = _claimant(analysis, led, "copy")
+        who, by, cause = _claimant(analysis, led, "copy")
         sentence = (
             f"{prefix}; copies are {copy_share:.0f} % of GPU busy time ({fmt_ns(totals['copy'])}): the GPU mostly moves data, so "
             f"fewer, larger, pinned or overlapped transfers save more than faster kernels{who}."
         )
-        return {**base, **_verdict("copy", "copy", totals["copy"], steady, sentence)}
+        return {**base, **_verdict("copy", "copy", totals["copy"], steady, sentence, by, cause)}
     rest = f"; no other cost reaches {MIN_BOUND_PCT:.0f} % (the largest: {_BUCKET_WORDS[lead]}, {lead_pct:.1f} %)" if levers[lead] else ""
-    who = _claimant(analysis, led, "compute")
+    who, by, cause = _claimant(analysis, led, "compute")
     sentence = f"{prefix}{rest}; speed-ups now come from faster kernels (precision, fusion, batch size), not from feeding the GPU{who}."
-    return {**base, **_verdict("compute", "compute", totals["compute"], steady, sentence)}
+    return {**base, **_verdict("compute", "compute", totals["compute"], steady, sentence, by, cause)}
 
 
 _BUCKET_WORDS = {
@@ -316,9 +316,9 @@ def _busy_mix(totals: dict[str, int], busy: int) -> str:
     return "of which " + ", ".join(parts) if parts else "no work"
 
 
-def _claimant(analysis: "Analysis", led: Ledger, bucket: str) -> str:
-    """"; TI00x accounts for N of it (title)": the finding that claims the most of ``bucket``, or the root cause
-    that explains it (a finding whose ``explains`` lists the claimant's fingerprint)."""
+def _claimant(analysis: "Analysis", led: Ledger, bucket: str) -> tuple[str, Finding | None, Finding | None]:
+    """The finding that claims the most of ``bucket`` and the root cause that explains it (a finding whose
+    ``explains`` lists the claimant's fingerprint), with the words the sentence ends on."""
     best, best_key = None, (0, 0)
     for f, c in zip(analysis.findings, claims(analysis)["each"]):
         ns = sum(v for (_, _, b), v in c.items() if b == bucket)
@@ -327,11 +327,11 @@ def _claimant(analysis: "Analysis", led: Ledger, bucket: str) -> str:
             best, best_key = f, key
     best_ns = best_key[0]
     if best is None:
-        return ""
+        return "", None, None
     cause = next((f for f in analysis.findings if best.fingerprint in (getattr(f, "explains", None) or [])), None)
     if cause is not None:
-        return f"; {cause.code} explains it ({cause.title}), through {best.code} ({fmt_ns(best_ns)}){_if_fixed(cause)}"
-    return f"; {best.code} accounts for {fmt_ns(best_ns)} of it ({best.title}){_if_fixed(best)}"
+        return f"; {cause.code} explains it ({cause.title}), through {best.code} ({fmt_ns(best_ns)}){_if_fixed(cause)}", best, cause
+    return f"; {best.code} accounts for {fmt_ns(best_ns)} of it ({best.title}){_if_fixed(best)}", best, None
 
 
 def _if_fixed(f: Finding) -> str:
@@ -342,9 +342,13 @@ def _if_fixed(f: Finding) -> str:
     return f"; if fixed: {text}" if text else ""
 
 
-def _verdict(cat: str, bucket: str | None, ns: int, base_ns: int, sentence: str) -> dict[str, Any]:
+def _verdict(
+    cat: str, bucket: str | None, ns: int, base_ns: int, sentence: str, by: Finding | None = None, cause: Finding | None = None
+) -> dict[str, Any]:
     bound = cat not in ("no_gpu", "too_little", "warmup")
     headline = f"Bound by {LABELS[cat]}" if bound else {"no_gpu": "No GPU activity", "too_little": "Too little GPU work to judge", "warmup": "Mostly warm-up"}[cat]
+    if bound and cause is not None:
+        headline += f" (root cause: {cause.code})"  # the symptom's bucket names the bound, the cause leads the fix
     return {
         "category": cat,
         "label": LABELS[cat],
@@ -354,6 +358,8 @@ def _verdict(cat: str, bucket: str | None, ns: int, base_ns: int, sentence: str)
         "bucket": bucket,
         "bucket_ns": int(ns),
         "bucket_pct": round(100.0 * ns / base_ns, 3) if base_ns else 0.0,
+        "claimed_by": None if by is None else by.fingerprint,
+        "root_cause": None if cause is None else cause.fingerprint,
     }
 
 
