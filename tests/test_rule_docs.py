@@ -36,6 +36,8 @@ FROZEN = {
     "TI012": "too-little-gpu-work",
     "TI013": "warm-up-in-window",
     "TI014": "events-lost",
+    "TI020": "rank-stragglers",
+    "TI021": "exposed-communication",
 }
 
 

@@ -18,6 +18,7 @@ from .engine import Analysis, Config, discover, instantiate, run
 from .errors import TraceInsightError, TraceReadError, UnknownFormatError
 from .ingest import load
 from .rule_api import Context, Finding, Fix, Location, Option, Rule, Severity
+from .rule_api_job import CrossRankRule, JobContext
 from .timeline import Timeline, TraceMeta
 
 __version__ = "0.1.0"
@@ -26,8 +27,10 @@ __all__ = [
     "Analysis",
     "Config",
     "Context",
+    "CrossRankRule",
     "Finding",
     "Fix",
+    "JobContext",
     "Location",
     "Option",
     "Rule",

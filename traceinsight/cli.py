@@ -87,9 +87,14 @@ def analyze(
         typer.Option("--baseline", help="An earlier JSON report (e.g. of main): mark findings new / worse / unchanged, and let --fail-on act only on new and worse ones."),
     ] = None,
     worse_by: Annotated[float, typer.Option("--worse-by", help="With --baseline: a finding is worse when its share of the span grew by this many percent (and by 1 point or more).")] = 25.0,
+    scheduler: Annotated[
+        Optional[str],
+        typer.Option("--scheduler", help="Whole-job analysis: run the per-rank map on this Dask scheduler (tcp://host:8786; env TRACEINSIGHT_SCHEDULER). Object-store URLs, globs and folders of rank files take the job path even without it."),
+    ] = None,
 ) -> None:
     """Read a trace, run the rules, and report findings with their cost and fixes."""
     from .ingest import load
+    from .job.cli import analyze_job_cli, wants_job
 
     formats = _parse_formats(fmt, output)
     try:
@@ -100,6 +105,9 @@ def analyze(
             cfg.min_impact = float(min_impact)
         for a in set_ or []:
             cfg.set_option(a)
+        if baseline is None and wants_job(path, scheduler):  # whole job: map per rank, reduce across ranks
+            cfg.rule_paths = [*cfg.rule_paths, *(str(r) for r in rules or [])]
+            return analyze_job_cli(path, cfg, formats, output, scheduler=scheduler, trace_format=trace_format, fail_on=fail_on.value, report_stem=REPORT_STEM, suffixes=_FORMAT_SUFFIX)
         ruleset = discover([*cfg.rule_paths, *(rules or [])])
         selected = instantiate(ruleset, cfg)
         options = {"run": run_name} if run_name else {}
