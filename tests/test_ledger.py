@@ -49,7 +49,11 @@ def test_data_wait_gap_then_host_busy_then_untraced(tmp_path):
     # a claim restricted to the data-wait bucket and to part of the gap
     start = int(led.windows["start_ns"].iloc[0])
     assert led.claim("idle_data_wait") == 300 * US
-    assert led.claim(["idle_data_wait", "idle_untraced"], within=[(start + 350 * US, start + 450 * US)]) == 50 * US + 40 * US
+    # a range touching the gap claims the gap's slices of those buckets whole; busy slices are clipped
+    assert led.claim(["idle_data_wait", "idle_untraced"], within=[(start + 350 * US, start + 450 * US)]) == (300 + 80) * US
+    assert led.claim("idle_host_busy", within=[(start + 450 * US, start + 450 * US)]) == 20 * US  # a point instance
+    assert led.claim("compute", within=[(start + 50 * US, start + 150 * US)]) == 50 * US
+    assert led.claim("idle_data_wait", within=[(start + 510 * US, start + 600 * US)]) == 0  # touches no gap
     assert led.claim("idle_data_wait", rank=1) == 0
 
 

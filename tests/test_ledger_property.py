@@ -10,7 +10,7 @@ hypothesis = pytest.importorskip("hypothesis")
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from traceinsight.ledger import BUCKETS, BUSY_BUCKETS  # noqa: E402
+from traceinsight.ledger import BUCKETS, BUSY_BUCKETS, IDLE_BUCKETS  # noqa: E402
 from traceinsight.timeline import Timeline, TraceMeta, assign_steps, build_events  # noqa: E402
 from traceinsight.views import Views  # noqa: E402
 
@@ -97,6 +97,13 @@ def test_buckets_sum_to_the_window_per_device_and_per_step(gpu, host, steps):
         assert (g["start_ns"].to_numpy()[1:] == g["end_ns"].to_numpy()[:-1]).all()
         w = led.windows[(led.windows["rank"] == rk) & (led.windows["device"] == dv)].iloc[0]
         assert g["start_ns"].iloc[0] == w["start_ns"] and g["end_ns"].iloc[-1] == w["end_ns"]
+    # every idle slice lies in one of the gaps, whose per-bucket columns add up to the device's idle buckets
+    for r in led.windows.itertuples(index=False):
+        t = led.totals(int(r.rank), int(r.device))
+        gp = led.gaps[(led.gaps["rank"] == r.rank) & (led.gaps["device"] == r.device)]
+        assert int(gp["dur_ns"].sum()) == sum(t[b] for b in IDLE_BUCKETS)
+        for b in IDLE_BUCKETS:
+            assert int(gp[b].sum()) == t[b]
     # claims never exceed what they claim from
     for b in BUCKETS:
         assert led.claim(b) == led.totals()[b]

@@ -258,3 +258,25 @@ def test_corpus_first_convolution_autotune_is_warmup():
     assert t["idle_warmup"] > 0.8 * sum(t.values())
     assert any("conv" in r for r in led.warmup["reason"])
     assert "warm-up and left out" in details(a)["sentence"]
+
+
+def test_verdict_names_the_root_cause_and_its_what_if(tmp_path):
+    t = KinetoTrace()
+
+    def step(t, b):
+        t.annotation(DATA, b, 400)
+        t.kernel("gemm", b + 420, 560, launch_us=b + 405)
+
+    _steps_with(t, 6, step)
+    a = _analyze(tmp_path, t, select=["NONE"])
+    symptom = _finding("TI005", 10**9, rank=0)
+    cause = Finding(code="XT900", title="loader runs in the main process", severity=Severity.WARNING, message="", category="trace_quality")
+    cause.explains = [symptom.fingerprint]
+    cause.what_if = {"step_ns": 600_000, "baseline_step_ns": 1_000_000, "assumptions": "no data wait"}
+    a.findings = [symptom, cause]
+    d = details(a)
+    s = d["sentence"]
+    assert d["headline"] == "Bound by input pipeline (root cause: XT900)"
+    assert d["claimed_by"] == symptom.fingerprint and d["root_cause"] == cause.fingerprint
+    assert "XT900 explains it (loader runs in the main process), through TI005" in s
+    assert "if fixed: step 1.00 → 0.60 ms (−40 %)" in s

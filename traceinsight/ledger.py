@@ -134,25 +134,42 @@ def _measure(s: np.ndarray, e: np.ndarray) -> int:
 
 
 # --- host facts ------------------------------------------------------------------------------------------
-def data_wait_rows(host: pd.DataFrame) -> pd.DataFrame:
-    """Host ranges that mean "the loop waits for its next batch".
+def _ranges(host: pd.DataFrame, mask: np.ndarray, reason: str | np.ndarray | None = None) -> pd.DataFrame:
+    """rank, start_ns, end_ns (and reason) of the masked host rows, taking only those columns (a row take of a
+    wide frame costs far more than these three arrays)."""
+    s = host["start_ns"].to_numpy()[mask]
+    out = pd.DataFrame({"rank": host["rank"].to_numpy()[mask].astype(np.int64), "start_ns": s, "end_ns": s + host["dur_ns"].to_numpy()[mask]})
+    if reason is not None:
+        out["reason"] = reason
+    return out
+
+
+def data_wait_mask(host: pd.DataFrame) -> np.ndarray:
+    """Host rows that mean "the loop waits for its next batch".
 
     tf.data's ``Iterator::`` ranges run on producer threads too, where they overlap useful work; they count only
     on a consumer thread (one that holds a primary wait or the step markers).
     """
     if host.empty:
-        return host
+        return np.zeros(0, dtype=bool)
     kind_ok = host["kind"].isin(_DATA_WAIT_KINDS).to_numpy()
     primary = kind_ok & name_mask(host["name"], DATA_WAIT_PRIMARY, case=True)
-    waits = host[primary]
     tfdata = kind_ok & name_mask(host["name"], DATA_WAIT_TFDATA, case=True) & ~primary
     if tfdata.any():
-        steps = host[(host["kind"] == "step").to_numpy()]
-        consumers = pd.concat([waits[["rank", "tid"]], steps[["rank", "tid"]]]).drop_duplicates()
-        cand = host[tfdata]
-        hit = cand.merge(consumers.assign(_c=True), on=["rank", "tid"], how="left")["_c"].fillna(False).to_numpy(dtype=bool)
-        waits = pd.concat([waits, cand[hit]])
-    return waits
+        rank = host["rank"].to_numpy().astype(np.int64)
+        tid = host["tid"].to_numpy().astype(np.int64)
+        consumer = primary | (host["kind"] == "step").to_numpy()
+        keys = set(zip(rank[consumer].tolist(), tid[consumer].tolist()))
+        idx = np.flatnonzero(tfdata)
+        on_consumer = np.fromiter(((r, t) in keys for r, t in zip(rank[idx].tolist(), tid[idx].tolist())), dtype=bool, count=len(idx))
+        primary = primary.copy()
+        primary[idx[on_consumer]] = True
+    return primary
+
+
+def data_wait_rows(host: pd.DataFrame) -> pd.DataFrame:
+    """The data-wait host ranges (rank, start_ns, end_ns) of ``data_wait_mask``."""
+    return _ranges(host, data_wait_mask(host)) if not host.empty else _ranges(host, np.zeros(0, dtype=bool))
 
 
 def blocking_calls(views: "Views") -> pd.DataFrame:
@@ -165,31 +182,26 @@ def blocking_calls(views: "Views") -> pd.DataFrame:
     ev = views.events
     host = views.host_events
     cols = ["rank", "start_ns", "end_ns", "reason"]
-    parts = []
-    rt = host[(host["kind"] == "runtime").to_numpy()]
-    calls = rt[name_mask(rt["name"], SYNC_CALL)]
-    parts.append(pd.DataFrame({"rank": calls["rank"].to_numpy(), "start_ns": calls["start_ns"].to_numpy(), "end_ns": (calls["start_ns"] + calls["dur_ns"]).to_numpy(), "reason": "synchronizing call"}))
-    ops = host[(host["kind"] == "cpu_op").to_numpy()]
-    ops = ops[name_mask(ops["name"], SYNC_OP)]
-    parts.append(pd.DataFrame({"rank": ops["rank"].to_numpy(), "start_ns": ops["start_ns"].to_numpy(), "end_ns": (ops["start_ns"] + ops["dur_ns"]).to_numpy(), "reason": "synchronizing op"}))
+    kind = host["kind"]
+    parts = [
+        _ranges(host, (kind == "runtime").to_numpy() & name_mask(host["name"], SYNC_CALL), "synchronizing call"),
+        _ranges(host, (kind == "cpu_op").to_numpy() & name_mask(host["name"], SYNC_OP), "synchronizing op"),
+    ]
     ln = views.launches
     if not ln.empty and "pageable" in ev:
         idx = ln["gpu_idx"].to_numpy()
         ck = ev["copy_kind"].reindex(idx).astype(object).to_numpy()
         pg = ev["pageable"].reindex(idx).to_numpy(dtype=bool)
-        m = ln[(ck == "DtoH") & pg]
-        parts.append(
-            pd.DataFrame(
-                {"rank": m["rank"].to_numpy(), "start_ns": m["launch_start_ns"].to_numpy(), "end_ns": (m["launch_start_ns"] + m["launch_dur_ns"]).to_numpy(), "reason": "copy to pageable host memory"}
-            )
-        )
-    out = pd.concat([p for p in parts if not p.empty], ignore_index=True) if any(not p.empty for p in parts) else pd.DataFrame({c: pd.Series(dtype="int64") for c in cols})
-    gs = ev[(ev["kind"] == "gpu_sync").to_numpy()]
-    if not gs.empty:
-        gs = gs[~gs["rank"].isin(set(out["rank"].unique()))]
-        if not gs.empty:
-            extra = pd.DataFrame({"rank": gs["rank"].to_numpy(), "start_ns": gs["start_ns"].to_numpy(), "end_ns": (gs["start_ns"] + gs["dur_ns"]).to_numpy(), "reason": "GPU-side sync record"})
-            out = pd.concat([out, extra], ignore_index=True)
+        m = (ck == "DtoH") & pg
+        s = ln["launch_start_ns"].to_numpy()[m]
+        parts.append(pd.DataFrame({"rank": ln["rank"].to_numpy()[m].astype(np.int64), "start_ns": s, "end_ns": s + ln["launch_dur_ns"].to_numpy()[m], "reason": "copy to pageable host memory"}))
+    parts = [p for p in parts if not p.empty]
+    out = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame({c: pd.Series(dtype="int64" if c != "reason" else "object") for c in cols})
+    gs_mask = (ev["kind"] == "gpu_sync").to_numpy().copy()
+    if gs_mask.any():
+        gs_mask &= ~np.isin(ev["rank"].to_numpy(), out["rank"].unique())
+        if gs_mask.any():
+            out = pd.concat([out, _ranges(ev, gs_mask, "GPU-side sync record")], ignore_index=True)
     return out[cols].astype({"rank": "int64", "start_ns": "int64", "end_ns": "int64"})
 
 
@@ -209,44 +221,55 @@ def warmup_regions(views: "Views", blocking: pd.DataFrame | None = None) -> pd.D
     cols = ["rank", "start_ns", "end_ns", "reason"]
     host = views.host_events
     parts = []
-    cand = host[host["kind"].isin(("cpu_op", "runtime")).to_numpy()]
-    if not cand.empty:
-        names = cand["name"]
-        skip = name_mask(names, SYNC_CALL) | name_mask(names, SYNC_OP) | name_mask(names, COPY_CALL) | name_mask(names, DATA_WAIT_PRIMARY, case=True)
-        cand = cand[~skip]
-    if not cand.empty:
-        c = pd.DataFrame(
-            {"rank": cand["rank"].to_numpy(), "name": cand["name"].astype(str).to_numpy(), "start_ns": cand["start_ns"].to_numpy(), "dur_ns": cand["dur_ns"].to_numpy()}
-        ).sort_values(["rank", "name", "start_ns"], kind="stable")
-        c["nth"] = c.groupby(["rank", "name"], sort=False).cumcount()
-        rest = c[c["nth"] > 0].groupby(["rank", "name"], sort=False)["dur_ns"].median().rename("median_rest")
-        first = c[c["nth"] == 0].join(rest, on=["rank", "name"])
-        ok = first["median_rest"].notna().to_numpy() & (first["dur_ns"].to_numpy() >= WARMUP_MIN_NS)
-        ok &= first["dur_ns"].to_numpy() >= WARMUP_RATIO * first["median_rest"].fillna(0).to_numpy()
-        first = first[ok]
-        if not first.empty:
-            s = first["start_ns"].to_numpy()
-            e = s + first["dur_ns"].to_numpy()
-            blk = blocking if blocking is not None else blocking_calls(views)
-            rt = host[(host["kind"] == "runtime").to_numpy()]
-            copies = rt[name_mask(rt["name"], COPY_CALL)]
-            blk = pd.concat([blk[["rank", "start_ns", "end_ns"]], pd.DataFrame({"rank": copies["rank"].to_numpy(), "start_ns": copies["start_ns"].to_numpy(), "end_ns": (copies["start_ns"] + copies["dur_ns"]).to_numpy()})])
-            blocked = np.zeros(len(first), np.int64)
-            fr = first["rank"].to_numpy()
-            for rank in np.unique(fr):
-                m = fr == rank
-                b = blk[blk["rank"].to_numpy() == rank]
-                blocked[m] = Coverage(b["start_ns"].to_numpy(), b["end_ns"].to_numpy()).overlap(s[m], e[m])
-            first = first[blocked * 2 < first["dur_ns"].to_numpy()]
-            parts.append(pd.DataFrame({"rank": first["rank"].to_numpy(), "start_ns": first["start_ns"].to_numpy(), "end_ns": (first["start_ns"] + first["dur_ns"]).to_numpy(), "reason": "first call of " + first["name"]}))
+    if not host.empty:
+        names = host["name"]
+        is_rt = (host["kind"] == "runtime").to_numpy()
+        copy_call = is_rt & name_mask(names, COPY_CALL)
+        cand = (is_rt | (host["kind"] == "cpu_op").to_numpy()) & ~copy_call
+        cand &= ~(name_mask(names, SYNC_CALL) | name_mask(names, SYNC_OP) | name_mask(names, DATA_WAIT_PRIMARY, case=True))
+        idx = np.flatnonzero(cand)
+        if len(idx):
+            rank = host["rank"].to_numpy()[idx].astype(np.int64)
+            code = names.cat.codes.to_numpy()[idx].astype(np.int64) if isinstance(names.dtype, pd.CategoricalDtype) else pd.factorize(names.to_numpy()[idx])[0]
+            start = host["start_ns"].to_numpy()[idx]
+            dur = host["dur_ns"].to_numpy()[idx]
+            order = np.lexsort((start, code, rank))
+            rank, code, start, dur, idx = rank[order], code[order], start[order], dur[order], idx[order]
+            first = np.ones(len(idx), dtype=bool)
+            first[1:] = (rank[1:] != rank[:-1]) | (code[1:] != code[:-1])
+            group = np.cumsum(first) - 1
+            # only groups whose first call is long enough can be warm-up: the median of the rest is needed there only
+            long_first = first & (dur >= WARMUP_MIN_NS)
+            wanted = np.isin(group, group[long_first])
+            rest = wanted & ~first
+            if rest.any():
+                med = pd.Series(dur[rest]).groupby(group[rest]).median()
+                fi = np.flatnonzero(long_first)
+                m_rest = med.reindex(group[fi]).to_numpy()
+                ok = ~np.isnan(m_rest) & (dur[fi] >= WARMUP_RATIO * np.nan_to_num(m_rest))
+                fi = fi[ok]
+                if len(fi):
+                    s, e = start[fi], start[fi] + dur[fi]
+                    blk = blocking if blocking is not None else blocking_calls(views)
+                    blk = pd.concat([blk[["rank", "start_ns", "end_ns"]], _ranges(host, copy_call)], ignore_index=True)
+                    blocked = np.zeros(len(fi), np.int64)
+                    fr = rank[fi]
+                    for r in np.unique(fr):
+                        m = fr == r
+                        b = blk[blk["rank"].to_numpy() == r]
+                        blocked[m] = Coverage(b["start_ns"].to_numpy(), b["end_ns"].to_numpy()).overlap(s[m], e[m])
+                    keep = blocked * 2 < dur[fi]
+                    fi = fi[keep]
+                    reason = np.asarray(["first call of " + str(n) for n in names.to_numpy()[idx[fi]]], dtype=object)
+                    parts.append(pd.DataFrame({"rank": rank[fi], "start_ns": start[fi], "end_ns": start[fi] + dur[fi], "reason": reason}))
     st = views.steps
     if not st.empty:
-        for rank, g in st.groupby("rank", sort=True):
+        for r, g in st.groupby("rank", sort=True):
             if len(g) < 3:
                 continue
             d = g["dur_ns"].to_numpy()
             if d[0] >= WARMUP_FIRST_STEP_RATIO * float(np.median(d[1:])) and d[0] >= WARMUP_MIN_NS:
-                parts.append(pd.DataFrame({"rank": [int(rank)], "start_ns": [int(g["start_ns"].iloc[0])], "end_ns": [int(g["end_ns"].iloc[0])], "reason": [f"first step ({g['name'].iloc[0]})"]}))
+                parts.append(pd.DataFrame({"rank": [int(r)], "start_ns": [int(g["start_ns"].iloc[0])], "end_ns": [int(g["end_ns"].iloc[0])], "reason": [f"first step ({g['name'].iloc[0]})"]}))
     if not parts:
         return pd.DataFrame({c: pd.Series(dtype="int64" if c != "reason" else "object") for c in cols})
     return pd.concat(parts, ignore_index=True)[cols]
@@ -296,6 +319,12 @@ class Ledger:
         return {b: int(s.get(b, 0)) for b in BUCKETS}
 
     @cached_property
+    def device_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """``by_device`` as plain arrays (rank, device, bucket, ns), for callers that filter it many times."""
+        d = self.by_device
+        return (d["rank"].to_numpy(np.int64), d["device"].to_numpy(np.int64), d["bucket"].astype(str).to_numpy(object), d["ns"].to_numpy(np.int64))
+
+    @cached_property
     def busy_ns(self) -> int:
         t = self.totals()
         return sum(t[b] for b in BUSY_BUCKETS)
@@ -314,7 +343,12 @@ class Ledger:
         within: Any = None,
     ) -> pd.DataFrame:
         """The slices (rank, device, step, start_ns, end_ns, bucket) in ``buckets``, optionally limited to one
-        rank/device and clipped to the time ranges ``within``.
+        rank/device and to what the time ranges ``within`` (a finding's instances) point at.
+
+        Busy slices are clipped to the ranges. Idle slices are taken per gap: a range that touches a gap claims
+        that gap's slices in ``buckets`` whole, because the ledger already split each gap by cause and the cause
+        owns all of its part (a sync that drained the queue owns the idle until new work arrives, not only the
+        time it blocked; a stall during which the GPU stayed busy touches no gap and claims nothing).
 
         ``within`` is a DataFrame with start_ns and end_ns (and optionally rank/device, which then restrict each
         range to its own rank/device), a list of objects with ``start_ns``/``end_ns`` (and optional ``rank``/
@@ -337,6 +371,8 @@ class Ledger:
         if w.empty:
             return sl.iloc[:0].reset_index(drop=True)
         out = []
+        idle_mask = ~sl["bucket"].isin(BUSY_BUCKETS).to_numpy()
+        gaps = self.gaps
         for (r, d), g in sl.groupby(["rank", "device"], sort=True):
             ww = w
             if "rank" in ww:
@@ -345,11 +381,22 @@ class Ledger:
                 ww = ww[ww["device"].isna().to_numpy() | (ww["device"].to_numpy(dtype=float) == d)]
             if ww.empty:
                 continue
-            ws, we = _merged(ww["start_ns"].to_numpy(), ww["end_ns"].to_numpy())
-            out.append(_clip_slices(g, ws, we))
+            s0 = ww["start_ns"].to_numpy(np.int64)
+            ws, we = _merged(s0, np.maximum(ww["end_ns"].to_numpy(np.int64), s0 + 1))  # a point instance is 1 ns
+            idle = idle_mask[sl.index.get_indexer(g.index)]
+            if (~idle).any():
+                out.append(_clip_slices(g[~idle], ws, we))
+            if idle.any():
+                gi = g[idle]
+                gp = gaps[(gaps["rank"].to_numpy() == r) & (gaps["device"].to_numpy() == d)]
+                gs, ge = gp["start_ns"].to_numpy(np.int64), gp["end_ns"].to_numpy(np.int64)
+                i = np.searchsorted(we, gs, side="right")
+                touched = (i < len(ws)) & (ws[np.minimum(i, len(ws) - 1)] < ge)
+                gid = np.searchsorted(gs, gi["start_ns"].to_numpy(), side="right") - 1
+                out.append(gi[touched[gid]])
         if not out:
             return sl.iloc[:0].reset_index(drop=True)
-        return pd.concat(out, ignore_index=True)
+        return pd.concat(out).sort_values(["rank", "device", "start_ns"], kind="stable").reset_index(drop=True)
 
     def claim(self, buckets: str | Iterable[str], rank: int | None = None, device: int | None = None, within: Any = None) -> int:
         """ns of ``buckets`` (on ``rank``/``device``, inside ``within``): what a finding may call its impact."""
@@ -449,8 +496,11 @@ def _device_slices(
 ) -> dict[str, np.ndarray]:
     """Slices and gaps of one (rank, device) as arrays: the labelling by precedence of the module docstring."""
     w0, w1 = int(s.min()), int(e.max())
-    union = _merged(s, e)
-    gs, ge = union[1][:-1], union[0][1:]
+    # zero-length rows (instant copies, clipped kernels) still bound gaps, as in ``views.gaps``
+    us, ue = merge_intervals(s, e)
+    gs, ge = ue[:-1], us[1:]
+    keep = ge > gs
+    gs, ge = gs[keep], ge[keep]
     # the call that enqueued the next work: the earliest-returning launch among activities starting at the gap end
     nl = np.full(len(gs), np.nan)
     if launch_end is not None and len(gs):
@@ -537,7 +587,7 @@ def build_ledger(views: "Views") -> Ledger:
     waits = data_wait_rows(host)
     blocking = blocking_calls(views)
     warm = warmup_regions(views, blocking)
-    busy_host = host[host["kind"].isin(_HOST_BUSY_KINDS).to_numpy()]
+    busy_host = _ranges(host, host["kind"].isin(_HOST_BUSY_KINDS).to_numpy())
     ln = views.launches
     launch_end: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
     if not ln.empty:
@@ -555,13 +605,11 @@ def build_ledger(views: "Views") -> Ledger:
             launch_end[(int(lr[a]), int(ld[a]))] = (lg[a:b], lend[a:b].astype(float))
     st = views.steps
 
-    def by_rank(df: pd.DataFrame, rank: int, end: str | None = None) -> tuple[np.ndarray, np.ndarray]:
+    def by_rank(df: pd.DataFrame, rank: int) -> tuple[np.ndarray, np.ndarray]:
         if df.empty:
             return _EMPTY, _EMPTY
-        g = df[df["rank"].to_numpy() == rank]
-        s = g["start_ns"].to_numpy(np.int64)
-        e = g[end].to_numpy(np.int64) if end else s + g["dur_ns"].to_numpy(np.int64)
-        return _merged(s, e)
+        m = df["rank"].to_numpy() == rank
+        return _merged(df["start_ns"].to_numpy(np.int64)[m], df["end_ns"].to_numpy(np.int64)[m])
 
     host_ranks = set(host["rank"].unique().tolist()) if not host.empty else set()
     parts: list[dict[str, np.ndarray]] = []
@@ -581,8 +629,8 @@ def build_ledger(views: "Views") -> Ledger:
             current_rank = rank
             facts = {
                 "data_wait": by_rank(waits, rank),
-                "sync": by_rank(blocking, rank, end="end_ns"),
-                "warmup": by_rank(warm, rank, end="end_ns"),
+                "sync": by_rank(blocking, rank),
+                "warmup": by_rank(warm, rank),
                 "host_busy": by_rank(busy_host, rank),
             }
             srk = st[st["rank"].to_numpy() == rank] if not st.empty else st

@@ -21,6 +21,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from .ledger import AVOIDABLE_BUCKETS, BUCKETS, BUSY_BUCKETS, IDLE_BUCKETS, Ledger
 from .rule_api import CATEGORIES, DEFAULT_CATEGORY, Finding, fmt_ns
 
@@ -134,23 +136,24 @@ def finding_claims(ledger: Ledger, finding: Finding) -> dict[tuple[int, int, str
         return {}
     loc = finding.location
     instances = getattr(finding, "instances", None) or None
-    sl = ledger.claimed(buckets, rank=loc.rank, device=loc.device, within=instances)
-    if sl.empty:
-        return {}
-    ns = (sl["end_ns"] - sl["start_ns"]).groupby([sl["rank"], sl["device"], sl["bucket"].astype(str)], sort=True).sum()
-    total = int(ns.sum())
+    if instances is None:
+        # whole buckets on the finding's rank/device: read the per-device totals, no slices needed
+        rk, dv, bk, ns = ledger.device_arrays
+        m = np.isin(bk, list(buckets)) & (ns > 0)
+        if loc.rank is not None:
+            m &= rk == loc.rank
+        if loc.device is not None:
+            m &= dv == loc.device
+        items = list(zip(rk[m].tolist(), dv[m].tolist(), bk[m].tolist(), ns[m].tolist()))
+    else:
+        sl = ledger.claimed(buckets, rank=loc.rank, device=loc.device, within=instances)
+        if sl.empty:
+            return {}
+        ns = (sl["end_ns"] - sl["start_ns"]).groupby([sl["rank"], sl["device"], sl["bucket"].astype(str)], sort=True).sum()
+        items = [(r, d, b, v) for (r, d, b), v in ns.items() if v]
+    total = sum(int(v) for *_, v in items)
     scale = min(1.0, impact / total) if total else 0.0
-    return {(int(r), int(d), str(b)): int(v * scale) for (r, d, b), v in ns.items() if v}
-
-
-def _claims_of(analysis: "Analysis", led: Ledger, f: Finding) -> dict[tuple[int, int, str], int]:
-    """``finding_claims``, computed once per finding and analysis: every report asks for the verdict and the KPIs,
-    and each claim walks the ledger's slices (seconds on a 10^6-row trace when repeated for three reports)."""
-    cache = analysis.__dict__.setdefault("_claims_cache", {})
-    key = (id(led), id(f), f.impact_ns, f.category, id(f.instances), len(f.instances), f.location.rank, f.location.device)
-    if key not in cache:
-        cache[key] = finding_claims(led, f)
-    return cache[key]
+    return {(int(r), int(d), str(b)): int(v * scale) for r, d, b, v in items}
 
 
 def claims(analysis: "Analysis") -> dict[str, Any]:
@@ -162,11 +165,14 @@ def claims(analysis: "Analysis") -> dict[str, Any]:
     assumption, not on measured idle.
     """
     led = ledger_of(analysis)
+    # every report format asks, often more than once: keep the answer for this exact set of findings
+    state = tuple((id(f), int(f.impact_ns), f.category, f.location.rank, f.location.device, len(f.instances), tuple(f.explains)) for f in analysis.findings)
+    cache = led.__dict__.setdefault("_claims_cache", {})
+    if state in cache:
+        return cache[state]
+    each = [finding_claims(led, f) for f in analysis.findings]
     best: dict[tuple[int, int, str], int] = {}
-    per_finding: dict[str, int] = {}
-    for f in analysis.findings:
-        c = _claims_of(analysis, led, f)
-        per_finding[f.fingerprint] = sum(v for (_, _, b), v in c.items() if b in AVOIDABLE_BUCKETS)
+    for c in each:
         for k, v in c.items():
             if v > best.get(k, 0):
                 best[k] = v
@@ -176,7 +182,16 @@ def claims(analysis: "Analysis") -> dict[str, Any]:
         by_bucket[b] = by_bucket.get(b, 0) + v
         if b in AVOIDABLE_BUCKETS:
             per_device[(r, d)] = per_device.get((r, d), 0) + v
-    return {"total_ns": max(per_device.values(), default=0), "gpu_ns": sum(per_device.values()), "by_bucket": by_bucket, "per_finding": per_finding}
+    out = {
+        "total_ns": max(per_device.values(), default=0),
+        "gpu_ns": sum(per_device.values()),
+        "by_bucket": by_bucket,
+        "per_finding": [sum(v for (_, _, b), v in c.items() if b in AVOIDABLE_BUCKETS) for c in each],
+        "each": each,
+    }
+    cache.clear()
+    cache[state] = out
+    return out
 
 
 def headline(analysis: "Analysis") -> dict[str, Any]:
@@ -199,7 +214,7 @@ def headline(analysis: "Analysis") -> dict[str, Any]:
         # the sum of overlapping findings, never more than that idle, never more than a device's window
         "est_savings_ns": int(saved),
         "est_savings_gpu_ns": int(cl["gpu_ns"]),
-        "largest_saving_ns": int(max(cl["per_finding"].values(), default=0)),
+        "largest_saving_ns": int(max(cl["per_finding"], default=0)),
         "avoidable_idle_ns": int(led.avoidable_ns),
         "steps": int(s.steps.get("count", 0)) if s.steps else 0,
         "mean_step_ns": float(s.steps["mean_ns"]) if s.steps else None,
@@ -238,7 +253,8 @@ def details(analysis: "Analysis") -> dict[str, Any]:
     warm = totals["idle_warmup"]
     steady = window - warm
     n_dev = len(led.windows)
-    gpus = f"{n_dev} GPUs' windows, summed" if n_dev > 1 else "window"
+    subject = f"the {n_dev} GPUs are" if n_dev > 1 else "the GPU is"
+    windows = "their windows" if n_dev > 1 else "its window"
     busy_pct = 100.0 * busy / window
     if steady < MIN_GPU_WORK_NS:
         sentence = f"Almost all of the window is warm-up ({fmt_ns(warm)} of {fmt_ns(window)}): profile steady-state steps to judge the run."
@@ -251,29 +267,29 @@ def details(analysis: "Analysis") -> dict[str, Any]:
     lead_pct = 100.0 * levers[lead] / steady
     mix = _busy_mix(totals, busy)
     prefix = (
-        f"{fmt_ns(warm)} of the window ({100.0 * warm / window:.0f} %) is warm-up and left out; in the steady state the GPU is busy "
+        f"{fmt_ns(warm)} of {windows} ({100.0 * warm / window:.0f} %) is warm-up and left out; in the steady state {subject} busy "
         f"{100.0 * busy / steady:.1f} % of the time ({mix})"
     )
     if warm < window / 100:  # under 1 %: not worth a word, though still left out of the shares
-        prefix = f"The GPU is busy {busy_pct:.1f} % of its active {gpus} ({mix})"
+        prefix = f"{subject[0].upper()}{subject[1:]} busy {busy_pct:.1f} % of {windows} ({mix})"
     copy_share = 100.0 * totals["copy"] / busy if busy else 0.0
     if lead_pct >= MIN_BOUND_PCT and not (copy_share >= COPY_BOUND_PCT and totals["copy"] >= levers[lead]):
-        who = _claimant(analysis, led, lead)
-        of = "steady state" if warm >= window / 100 else gpus
-        sentence = f"{prefix}; the largest cost is {_BUCKET_WORDS[lead]}: {fmt_ns(levers[lead])}, {lead_pct:.1f} % of the {of}{who}."
-        return {**base, **_verdict(BUCKET_CATEGORY[lead], lead, levers[lead], steady, sentence)}
+        who, by, cause = _claimant(analysis, led, lead)
+        of = "the steady state" if warm >= window / 100 else windows
+        sentence = f"{prefix}; the largest cost is {_BUCKET_WORDS[lead]}: {fmt_ns(levers[lead])}, {lead_pct:.1f} % of {of}{who}."
+        return {**base, **_verdict(BUCKET_CATEGORY[lead], lead, levers[lead], steady, sentence, by, cause)}
     # 2. the GPU is effectively busy: what kind of busy
     if copy_share >= COPY_BOUND_PCT:
-        who = _claimant(analysis, led, "copy")
+        who, by, cause = _claimant(analysis, led, "copy")
         sentence = (
             f"{prefix}; copies are {copy_share:.0f} % of GPU busy time ({fmt_ns(totals['copy'])}): the GPU mostly moves data, so "
             f"fewer, larger, pinned or overlapped transfers save more than faster kernels{who}."
         )
-        return {**base, **_verdict("copy", "copy", totals["copy"], steady, sentence)}
+        return {**base, **_verdict("copy", "copy", totals["copy"], steady, sentence, by, cause)}
     rest = f"; no other cost reaches {MIN_BOUND_PCT:.0f} % (the largest: {_BUCKET_WORDS[lead]}, {lead_pct:.1f} %)" if levers[lead] else ""
-    who = _claimant(analysis, led, "compute")
+    who, by, cause = _claimant(analysis, led, "compute")
     sentence = f"{prefix}{rest}; speed-ups now come from faster kernels (precision, fusion, batch size), not from feeding the GPU{who}."
-    return {**base, **_verdict("compute", "compute", totals["compute"], steady, sentence)}
+    return {**base, **_verdict("compute", "compute", totals["compute"], steady, sentence, by, cause)}
 
 
 _BUCKET_WORDS = {
@@ -292,29 +308,47 @@ _BUCKET_WORDS = {
 
 
 def _busy_mix(totals: dict[str, int], busy: int) -> str:
-    parts = [f"{100.0 * totals[b] / busy:.0f} % {name}" for b, name in (("compute", "compute"), ("copy", "copies"), ("communication", "exposed communication")) if busy and totals[b]]
+    parts = [
+        f"{100.0 * totals[b] / busy:.0f} % {name}"
+        for b, name in (("compute", "compute"), ("copy", "copies"), ("communication", "exposed communication"))
+        if busy and totals[b] * 200 >= busy  # shares under 0.5 % are noise in a sentence
+    ]
     return "of which " + ", ".join(parts) if parts else "no work"
 
 
-def _claimant(analysis: "Analysis", led: Ledger, bucket: str) -> str:
-    """"; TI00x accounts for N of it (title)": the finding that claims the most of ``bucket``, or the root cause
-    that explains it (a finding whose ``explains`` lists the claimant's fingerprint)."""
-    best, best_ns = None, 0
-    for f in analysis.findings:
-        ns = sum(v for (_, _, b), v in _claims_of(analysis, led, f).items() if b == bucket)
-        if ns > best_ns:
-            best, best_ns = f, ns
+def _claimant(analysis: "Analysis", led: Ledger, bucket: str) -> tuple[str, Finding | None, Finding | None]:
+    """The finding that claims the most of ``bucket`` and the root cause that explains it (a finding whose
+    ``explains`` lists the claimant's fingerprint), with the words the sentence ends on."""
+    best, best_key = None, (0, 0)
+    for f, c in zip(analysis.findings, claims(analysis)["each"]):
+        ns = sum(v for (_, _, b), v in c.items() if b == bucket)
+        key = (ns, -len(claim_buckets(f)))  # on a tie the more specific finding (fewer buckets) names it
+        if ns > 0 and key > best_key:
+            best, best_key = f, key
+    best_ns = best_key[0]
     if best is None:
-        return ""
+        return "", None, None
     cause = next((f for f in analysis.findings if best.fingerprint in (getattr(f, "explains", None) or [])), None)
     if cause is not None:
-        return f"; {cause.code} explains it ({cause.title}), through {best.code} ({fmt_ns(best_ns)})"
-    return f"; {best.code} accounts for {fmt_ns(best_ns)} of it ({best.title})"
+        return f"; {cause.code} explains it ({cause.title}), through {best.code} ({fmt_ns(best_ns)}){_if_fixed(cause)}", best, cause
+    return f"; {best.code} accounts for {fmt_ns(best_ns)} of it ({best.title}){_if_fixed(best)}", best, None
 
 
-def _verdict(cat: str, bucket: str | None, ns: int, base_ns: int, sentence: str) -> dict[str, Any]:
+def _if_fixed(f: Finding) -> str:
+    """", if fixed: step 176.3 -> 118.6 ms (-33 %)" when the finding carries a what-if prediction."""
+    from .whatif import format_what_if  # the what-if model is optional for the verdict
+
+    text = format_what_if(getattr(f, "what_if", None))
+    return f"; if fixed: {text}" if text else ""
+
+
+def _verdict(
+    cat: str, bucket: str | None, ns: int, base_ns: int, sentence: str, by: Finding | None = None, cause: Finding | None = None
+) -> dict[str, Any]:
     bound = cat not in ("no_gpu", "too_little", "warmup")
     headline = f"Bound by {LABELS[cat]}" if bound else {"no_gpu": "No GPU activity", "too_little": "Too little GPU work to judge", "warmup": "Mostly warm-up"}[cat]
+    if bound and cause is not None:
+        headline += f" (root cause: {cause.code})"  # the symptom's bucket names the bound, the cause leads the fix
     return {
         "category": cat,
         "label": LABELS[cat],
@@ -324,4 +358,12 @@ def _verdict(cat: str, bucket: str | None, ns: int, base_ns: int, sentence: str)
         "bucket": bucket,
         "bucket_ns": int(ns),
         "bucket_pct": round(100.0 * ns / base_ns, 3) if base_ns else 0.0,
+        "claimed_by": None if by is None else by.fingerprint,
+        "root_cause": None if cause is None else cause.fingerprint,
     }
+
+
+def verdict(analysis: "Analysis") -> tuple[str, str]:
+    """(label, sentence): what bounds this run, e.g. ("host syncs", "The GPU is busy ...")."""
+    d = details(analysis)
+    return d["label"], d["sentence"]

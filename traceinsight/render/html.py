@@ -21,9 +21,10 @@ from markupsafe import Markup, escape
 from .. import __version__
 from ..engine import Analysis
 from ..rule_api import Finding, Instance, fmt_ns
-from ..verdict import details, headline
+from ..verdict import details, headline, ledger_of
 from ..views import merge_intervals
 from .common import baseline_sentence, baseline_tag, clean, format_cell
+from .ledger_view import bars as ledger_bars
 
 #: Width of the drawing area of timelines, in SVG user units (the SVG scales to the page).
 PLOT_W = 1000
@@ -128,6 +129,7 @@ def context(analysis: Analysis, title: str | None = None) -> dict[str, Any]:
         "js": _asset("report.js"),
         "head": head,
         "verdict": verdict,
+        "ledger": ledger_bars(ledger_of(analysis)),
         "busy_pct": head["gpu_busy_pct"],
         "findings": findings,
         "devices": devices,

@@ -11,7 +11,7 @@ from .. import __version__
 from ..engine import Analysis
 from ..rule_api import Finding
 from ..sanitize import json_text
-from ..verdict import details, headline
+from ..verdict import details, headline, ledger_of
 
 SCHEMA_VERSION = 1
 #: Instances kept per finding (the longest ones, in time order); ``total_instances`` says how many there were.
@@ -36,6 +36,7 @@ def to_dict(analysis: Analysis, max_evidence_rows: int | None = 50) -> dict[str,
         },
         "verdict": details(analysis),
         "kpis": headline(analysis),
+        "ledger": ledger_of(analysis).to_dict(),
         "summary": analysis.summary.to_dict(),
         "findings": [_finding(analysis, f, max_evidence_rows) for f in analysis.findings],
         "baseline": analysis.baseline.to_dict() if analysis.baseline is not None else None,

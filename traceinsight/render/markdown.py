@@ -13,10 +13,11 @@ from typing import Any
 
 from ..engine import Analysis
 from ..rule_api import fmt_ns
-from ..verdict import details, headline
+from ..verdict import details, headline, ledger_of
 from ..sanitize import markdown_text
 from ..whatif import format_what_if
 from .common import baseline_sentence, baseline_tag, clean, format_cell
+from .ledger_view import markdown as ledger_markdown
 
 MAX_CHARS = 60_000
 MAX_TABLE_ROWS = 40
@@ -103,6 +104,9 @@ def render(analysis: Analysis, html_name: str | None = None, max_chars: int = MA
         kpi_line(analysis),
         "",
     ]
+    table = ledger_markdown(ledger_of(analysis))
+    if table:
+        head += [table]
     sentence = baseline_sentence(analysis)
     if sentence:
         head += [f"**Baseline:** {esc(sentence, 300)}.", ""]

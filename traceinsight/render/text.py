@@ -11,9 +11,10 @@ from rich.table import Table
 from ..engine import Analysis
 from ..rule_api import fmt_ns
 from ..sanitize import rich as escape  # terminal-safe and markup-safe: every trace string goes through it
-from ..verdict import details
+from ..verdict import details, ledger_of
 from ..whatif import format_what_if
 from .common import baseline_sentence, baseline_tag
+from .ledger_view import table as ledger_table
 
 _SEV_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
 
@@ -73,6 +74,9 @@ def render(analysis: Analysis, width: int = 110, **_: Any) -> str:
             for d in s.devices
         ]
         _print(con, _table("GPU utilization (first to last GPU activity)", ["rank", "device", "name", "window", "busy", "idle", "busy %"], rows, text_col=2, width=width))
+    cols, rows = ledger_table(ledger_of(analysis))
+    if rows:
+        _print(con, _table("Where the GPU time went (% of each device's window)", cols, rows, text_col=0, width=width))
     if s.steps:
         st = s.steps
         con.print(f"steps: {st['count']}  mean {fmt_ns(st['mean_ns'])}  median {fmt_ns(st['median_ns'])}  max {fmt_ns(st['max_ns'])}")
