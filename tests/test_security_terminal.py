@@ -170,7 +170,8 @@ def test_rich_markup_in_names_is_inert(tmp_path):
     t.step(1, 0, 2000)
     for i in range(20):
         t.kernel("[bold red]boom[/][link=http://x]y[/link]\\", 50 + i * 90, 10)
-    r = CliRunner().invoke(app, ["analyze", str(t.write(tmp_path / "markup.json"))])
+    # a wide terminal, so the name is shown whole (tables shorten long names to the terminal's width)
+    r = CliRunner().invoke(app, ["analyze", str(t.write(tmp_path / "markup.json"))], env={"COLUMNS": "200"})
     assert r.exit_code == 0, r.output
     assert "[bold red]boom[/][link=http://x]y[/link]\\\\" in r.stdout
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
 import enum
 import shutil
 import sys
@@ -242,8 +241,10 @@ def show_rule(
     rs = discover(rules or [])
     cls = rs.rules.get(code.upper())
     if cls is None:
-        close = difflib.get_close_matches(code.upper(), sorted(rs.rules), n=1, cutoff=0.5)
-        hint = f"did you mean {close[0]}? " if close else ""
+        from .engine import closest_code
+
+        close = closest_code(code, rs.rules)
+        hint = f"did you mean {close}? " if close else ""
         typer.echo(f"traceinsight: error: no rule {terminal(code, 40)}; {hint}see 'traceinsight rules'", err=True)
         raise typer.Exit(2)
     typer.echo(terminal_lines(cls.docs()))

@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import difflib
+import re
 import os
 import time
 import traceback
@@ -53,6 +54,28 @@ class Analysis:
         return max((f.severity for f in self.findings), key=lambda s: s.rank)
 
 
+def closest_code(code: str, known: Iterable[str]) -> str | None:
+    """The known rule code a typo most likely meant: a code of the same shape (letters and number of digits) with
+    the nearest number first (TI015 -> TI014), else the most similar string (TI0022 -> TI002); None when nothing
+    is close."""
+    up = code.strip().upper()
+    known = sorted(known)
+    m = re.fullmatch(r"([A-Z]+)(\d+)", up)
+    if m:
+        same = [
+            (k, int(km.group(2)))
+            for k in known
+            if (km := re.fullmatch(r"([A-Z]+)(\d+)", k)) and km.group(1) == m.group(1) and len(km.group(2)) == len(m.group(2))
+        ]
+        if same:
+            want = int(m.group(2))
+            best = min(same, key=lambda kn: (abs(kn[1] - want), kn[1]))
+            if abs(best[1] - want) <= 2:
+                return best[0]
+    close = difflib.get_close_matches(up, known, n=1, cutoff=0.5)
+    return close[0] if close else None
+
+
 def _check_codes(known: Iterable[str], config: Config) -> None:
     """Every code or prefix the configuration names must match a rule: a typo must not pass a CI gate."""
     known = sorted(known)
@@ -62,8 +85,8 @@ def _check_codes(known: Iterable[str], config: Config) -> None:
         up = code.strip().upper()
         if not up or (up in known) or (prefix_ok and any(k.startswith(up) for k in known)):
             continue
-        close = difflib.get_close_matches(up, known, n=1, cutoff=0.5)
-        hint = f"did you mean {close[0]}?" if close else f"known: {', '.join(known)}"
+        close = closest_code(up, known)
+        hint = f"did you mean {close}?" if close else f"known: {', '.join(known)}"
         raise ConfigError(f"{where} {code}: no rule has this code; {hint} (see 'traceinsight rules')")
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import re
-import sys
 from pathlib import Path
 
 import typer
@@ -36,28 +35,28 @@ def wants_job(path: str | os.PathLike, scheduler: str | None) -> bool:
 
 def analyze_job_cli(path, cfg: Config, formats: list, output: Path | None, *, scheduler: str | None, trace_format: str | None, fail_on: str, report_stem: str, suffixes: dict) -> None:
     """Run the job analysis and write its report(s) like the single-trace path does; exit codes are the same."""
+    from ..outputs import write_file, write_stdout
+    from ..sanitize import terminal
     from .report import render
     from .run import analyze_job
 
     try:
         ja = analyze_job(raw_path(path), config=cfg, scheduler=scheduler, trace_format=trace_format)
     except TraceInsightError as exc:
-        typer.echo(f"traceinsight: error: {exc}", err=True)
+        typer.echo(f"traceinsight: error: {terminal(exc)}", err=True)
         raise typer.Exit(exc.exit_code)
     if len(formats) > 1:
         assert output is not None
-        output.mkdir(parents=True, exist_ok=True)
         for f in formats:
             target = output / f"{report_stem}.{suffixes[f]}"
-            target.write_text(render(ja, f.value), encoding="utf-8")
-            typer.echo(f"wrote {target}", err=True)
+            write_file(target, render(ja, f.value))
+            typer.echo(f"wrote {terminal(target)}", err=True)
     elif output:
-        output.parent.mkdir(parents=True, exist_ok=True)
-        output.write_text(render(ja, formats[0].value), encoding="utf-8")
-        typer.echo(f"wrote {output} ({len(ja.findings)} cross-rank findings, {ja.job.rank_count} ranks)", err=True)
+        write_file(output, render(ja, formats[0].value))
+        typer.echo(f"wrote {terminal(output)} ({len(ja.findings)} cross-rank findings, {ja.job.rank_count} ranks)", err=True)
     else:
         text = render(ja, formats[0].value)
-        sys.stdout.write(text if text.endswith("\n") else text + "\n")
+        write_stdout(text if text.endswith("\n") else text + "\n")
     if fail_on != "never":
         worst = ja.worst_severity()
         if worst is not None and worst.rank >= Severity.parse(fail_on).rank:

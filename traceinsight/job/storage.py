@@ -31,9 +31,17 @@ def is_remote(path: str) -> bool:
 def is_job_path(path: str | os.PathLike) -> bool:
     """True for inputs that are read rank by rank: object-store URLs, globs, and local folders of rank files."""
     p = str(path)
-    if is_remote(p) or p.startswith("file://") or _GLOB & set(p):
+    if is_remote(p) or p.startswith("file://"):
         return True
-    return Path(p).is_dir() and len(_local_rank_files(Path(p))) >= 2
+    local = Path(p)
+    try:
+        if local.is_file():  # an existing file is one trace, whatever characters its name holds ("[", "*")
+            return False
+        if local.is_dir():
+            return len(_local_rank_files(local)) >= 2
+    except OSError:  # a name too long for the file system: the reader says so in one line
+        return False
+    return bool(_GLOB & set(p))
 
 
 def _fs(url: str, storage_options: dict[str, Any] | None):

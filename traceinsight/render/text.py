@@ -6,11 +6,13 @@ import io
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape as markup_escape
 from rich.table import Table
 
 from ..engine import Analysis
 from ..rule_api import fmt_ns
 from ..sanitize import rich as escape  # terminal-safe and markup-safe: every trace string goes through it
+from ..sanitize import terminal
 from ..verdict import details, ledger_of
 from ..whatif import format_what_if
 from .common import baseline_sentence, baseline_tag
@@ -29,6 +31,7 @@ def _table(title: str, header: list[str], rows: list[list[str]], text_col: int, 
     Every other column is sized to its widest cell; the text column gets what is left (at least MIN_NAME_W, in
     which case the table runs wider than the terminal rather than hide digits) and longer names end in "…".
     """
+    rows = [[terminal(c) for c in r] for r in rows]  # sized by what the terminal shows (escapes included)
     widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(header)]
     chrome = 3 * len(header) + 1  # one space of padding each side and a rule between and around the columns
     room = max(width - chrome - sum(w for i, w in enumerate(widths) if i != text_col), MIN_NAME_W)
@@ -40,7 +43,7 @@ def _table(title: str, header: list[str], rows: list[list[str]], text_col: int, 
         else:
             t.add_column(h, justify="right", no_wrap=True, min_width=widths[i], width=widths[i])
     for r in rows:
-        t.add_row(*[escape(_shorten(c, name_w) if i == text_col else c) for i, c in enumerate(r)])
+        t.add_row(*[markup_escape(_shorten(c, name_w) if i == text_col else c) for i, c in enumerate(r)])
     return t
 
 
