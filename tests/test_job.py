@@ -60,7 +60,8 @@ def test_summary_is_compact_and_carries_no_events(small_job):
     assert s.event_count > 2000
     assert len(s.collectives) == 8 and len(s.steps) == 1
     assert set(s.collectives["kind"]) == {"sendrecv", "allreduce"}
-    assert {f["code"] for f in s.findings} >= {"TI002", "TI008"}
+    # per-rank rules ran on the worker (graded on the one scale: the sub-1 % syncs of this rank are not reported)
+    assert {f["code"] for f in s.findings} >= {"TI001", "TI003", "TI008"}
     assert not any(f["code"] in ("TI009", "TI020", "TI021") for f in s.findings)  # cross-rank rules run on the coordinator
     from traceinsight.ledger import BUCKETS
 
@@ -163,11 +164,12 @@ def test_reports_stay_small_at_1024_ranks():
     """1,024 rank summaries (from one real rank, each with its own jitter and one straggler) reduce in seconds and
     render within the budgets: HTML <= 2 MB, Markdown <= 60,000 characters."""
     import traceinsight
+    from traceinsight.render.json_report import finding_dict
 
     tl = traceinsight.load(corpus_file(DLRM0))
     local, cross, _ = per_rank_rules(MapSettings())
     base = summarize_ranks(tl)[0]
-    base.findings = [f.to_dict(max_evidence_rows=10) for f in traceinsight.engine.run(tl, local).findings]
+    base.findings = [finding_dict(f, max_evidence_rows=10) for f in traceinsight.engine.run(tl, local).findings]
     rng = np.random.default_rng(3)
     summaries = []
     for r in range(1024):

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config import Config
+from ..severity import DEFAULT_MIN_IMPACT_PCT
 from ..errors import TraceReadError
 from ..rule_api import Finding
 from ..rule_api_job import JobContext
@@ -112,7 +113,7 @@ def analyze_job(
         raise TraceReadError(f"{source}: no rank could be read" + (f" ({failures[0]})" if failures else ""))
     job = reduce_summaries(summaries, failures)
     _, cross, rule_warnings = per_rank_rules(settings)
-    findings, warnings = run_cross_rank(job, cross)
+    findings, warnings = run_cross_rank(job, cross, min_impact=settings.min_impact)
     warnings = [*rule_warnings, *(f"rank file left out: {f}" for f in failures), *job.warnings, *warnings]
     t_end = time.perf_counter()
     rules_run = sorted(set(summaries[0].rules_run) | {r.code for r in cross})
@@ -127,8 +128,12 @@ def analyze_job(
     )
 
 
-def run_cross_rank(job: Job, rules) -> tuple[list[Finding], list[str]]:
-    """Cross-rank rules over the job; a crashing rule becomes a warning, as in the per-rank engine."""
+def run_cross_rank(job: Job, rules, min_impact: float = DEFAULT_MIN_IMPACT_PCT) -> tuple[list[Finding], list[str]]:
+    """Cross-rank rules over the job; a crashing rule becomes a warning, as in the per-rank engine.
+
+    As on one timeline, a finding costing less than ``min_impact`` % of its window is left out: the window of the
+    rank it names (its largest device window), else the job's median rank window.
+    """
     findings: list[Finding] = []
     warnings: list[str] = []
     for rule in rules:
@@ -141,6 +146,13 @@ def run_cross_rank(job: Job, rules) -> tuple[list[Finding], list[str]]:
         for f in found:
             if rule.severity != type(rule).severity and f.severity == type(rule).severity:
                 f.severity = rule.severity
-        findings.extend(found)
+        findings.extend(f for f in found if not f.impact_ns or 100.0 * f.impact_ns / max(_window_of(job, f), 1) >= min_impact)
     findings.sort(key=lambda f: (-f.impact_ns, -f.severity.rank, f.code, f.key))
     return findings, warnings
+
+
+def _window_of(job: Job, f: Finding) -> int:
+    r = job.ranks
+    if f.location.rank is not None and (r["rank"] == f.location.rank).any():
+        return int(r.loc[r["rank"] == f.location.rank, "window_ns"].max())
+    return int(r["window_ns"].median()) if len(r) else 0
