@@ -82,6 +82,7 @@ def innermost_enclosing(queries: pd.DataFrame, candidates: pd.DataFrame) -> np.n
     if queries.empty or candidates.empty:
         return out
     keys = ["rank", "pid", "tid"]
+    candidates = candidates[[*keys, "start_ns", "dur_ns"]]  # the groups below copy only what they use
     q_pos = np.arange(len(queries))
     qk = queries[keys].assign(_pos=q_pos, _s=queries["start_ns"].to_numpy(), _e=(queries["start_ns"] + queries["dur_ns"]).to_numpy())
     cgroups = {k: g for k, g in candidates.groupby(keys, observed=True, sort=False)}

@@ -119,7 +119,7 @@ class HostSyncStalls(Rule):
         host = v.host_events
         ops = host[host["kind"].isin(("cpu_op",)).to_numpy()]
         enc = innermost_enclosing(stalls, ops)
-        names = ev["name"].astype(object)
+        names = ev["name"]  # lookup converts only the rows it returns
         stalls["op"] = lookup(names, enc)
         sync_ops = host[name_mask(host["name"], SYNC_OP)]
         enc_sync = innermost_enclosing(stalls, sync_ops)
@@ -160,10 +160,10 @@ class HostSyncStalls(Rule):
                     "python_frame": top["frame"].map(lambda f: short_name(f, 70)),
                     "kind": top["reason"],
                     "calls": top["calls"],
-                    "blocked_ms": (top["blocked_ns"] / 1e6).round(3),
-                    "max_us": (top["max_ns"] / 1e3).round(1),
-                    "gpu_idle_after_ms": (top["gpu_idle_ns"] / 1e6).round(3),
-                    "first_at_ms": (top["first_ns"] / 1e6).round(3),
+                    "blocked_ms": top["blocked_ns"] / 1e6,
+                    "max_us": top["max_ns"] / 1e3,
+                    "gpu_idle_after_ms": top["gpu_idle_ns"] / 1e6,
+                    "first_at_ms": top["first_ns"] / 1e6,
                 }
             )
             lead = top.iloc[0]

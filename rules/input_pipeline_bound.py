@@ -150,7 +150,6 @@ class InputPipelineBound(Rule):
         if per_step:
             evidence = pd.concat(per_step, ignore_index=True)
             evidence["share_pct"] = np.where(evidence["step_ms"] > 0, 100.0 * evidence["data_wait_ms"] / evidence["step_ms"].where(evidence["step_ms"] > 0, 1), 0.0).round(2)
-            evidence = evidence.round({"step_ms": 3, "data_wait_ms": 3})
         else:
             top = waits.assign(dur_ms=waits["dur_ns"] / 1e6).groupby(["rank", "name"], observed=True)["dur_ms"].agg(["count", "sum"]).reset_index()
             evidence = top.sort_values("sum", ascending=False).head(20).rename(columns={"sum": "total_ms"})

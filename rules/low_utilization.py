@@ -72,9 +72,9 @@ class LowGpuUtilization(Rule):
             {
                 "rank": low["rank"].astype(int),
                 "device": low["device"].astype(int),
-                "window_ms": (low["window_ns"] / 1e6).round(3),
-                "busy_ms": (low["busy_ns"] / 1e6).round(3),
-                "idle_ms": (low["idle_ns"] / 1e6).round(3),
+                "window_ms": low["window_ns"] / 1e6,
+                "busy_ms": low["busy_ns"] / 1e6,
+                "idle_ms": low["idle_ns"] / 1e6,
                 "busy_pct": low["busy_pct"].astype(float).round(2),
             }
         ).sort_values("busy_pct").reset_index(drop=True)

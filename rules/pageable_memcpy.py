@@ -113,8 +113,8 @@ class PageableMemcpy(Rule):
         ).reset_index()
         evidence["achieved_gbps"] = (evidence["total_mb"] / evidence["time_ns"].clip(lower=1)).round(3)
         evidence["total_mb"] = (evidence["total_mb"] / 1e6).round(3)
-        evidence["time_ms"] = (evidence["time_ns"] / 1e6).round(3)
-        evidence["excess_ms"] = (evidence["excess_ns"] / 1e6).round(3)
+        evidence["time_ms"] = evidence["time_ns"] / 1e6
+        evidence["excess_ms"] = evidence["excess_ns"] / 1e6
         evidence["pinned_gbps"] = evidence["pinned_gbps"].round(2)
         evidence = evidence[["direction", "count", "total_mb", "time_ms", "achieved_gbps", "pinned_gbps", "excess_ms"]]
 

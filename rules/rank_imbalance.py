@@ -128,9 +128,9 @@ class RankImbalance(Rule):
             {
                 "rank": util["rank"].astype(int),
                 "device": util["device"].astype(int),
-                "window_ms": (util["window_ns"] / 1e6).round(3),
-                "compute_busy_ms": (util["compute_busy_ns"] / 1e6).round(3),
-                "nccl_ms": (util["nccl_ns"] / 1e6).round(3),
+                "window_ms": util["window_ns"] / 1e6,
+                "compute_busy_ms": util["compute_busy_ns"] / 1e6,
+                "nccl_ms": util["nccl_ns"] / 1e6,
                 "busy_pct": util["busy_pct"].astype(float).round(2),
                 "vs_median_pct": (100.0 * (util["compute_busy_ns"] - med) / med).round(1),
             }

@@ -208,8 +208,8 @@ class RnnCudnnFallback(Rule):
             {
                 "step": top["step"].to_numpy(),
                 "thread": top["tid"].to_numpy(),
-                "start_ms": (top["start_ns"] / 1e6).round(3).to_numpy(),
-                "region_ms": (top["dur_ns"] / 1e6).round(3).to_numpy(),
+                "start_ms": top["start_ns"].to_numpy() / 1e6,
+                "region_ms": top["dur_ns"].to_numpy() / 1e6,
                 "fallback_ops": top["ops"].to_numpy(),
                 "kernels": top["kernels"].to_numpy(),
                 "gpu_busy_pct": (100.0 * top["gpu_busy_ns"] / top["dur_ns"].clip(lower=1)).round(1).to_numpy(),

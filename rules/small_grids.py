@@ -98,7 +98,7 @@ class SmallGrids(Rule):
         top = pd.DataFrame({"name": k["name"].astype(str).to_numpy()[m], "blocks": blocks[m], "dur": dur[m]})
         ev = top.groupby("name").agg(count=("dur", "size"), total_ms=("dur", "sum"), median_blocks=("blocks", "median")).reset_index()
         ev = ev.sort_values("total_ms", ascending=False).head(20).reset_index(drop=True)
-        ev["total_ms"] = (ev["total_ms"] / 1e6).round(3)
+        ev["total_ms"] = ev["total_ms"] / 1e6
         impact = int(hit["lost_ns"].sum())
         under_ns = float(hit["under_ns"].sum())
         kern_ns = float(hit["kernel_ns"].sum())

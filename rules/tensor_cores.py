@@ -125,7 +125,7 @@ class NoTensorCores(Rule):
         rows = k[non_tc]
         ev = rows.groupby("name", observed=True)["dur_ns"].agg(["count", "sum"]).reset_index()
         ev = ev.sort_values("sum", ascending=False).head(20)
-        ev["total_ms"] = (ev["sum"] / 1e6).round(3)
+        ev["total_ms"] = ev["sum"] / 1e6
         ev["pct_of_gemm_time"] = (100.0 * ev["sum"] / max(gemm_ns, 1)).round(2)
         evidence = ev[["name", "count", "total_ms", "pct_of_gemm_time"]].reset_index(drop=True)
 

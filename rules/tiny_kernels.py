@@ -117,7 +117,7 @@ class TinyKernels(Rule):
                     f"{self.max_kernel_us:g} µs or than their own launch call; together they are "
                     f"{100.0 * row['bound_ns'] / max(row['kernel_ns'], 1):.1f} % of kernel time. The GPU idled "
                     f"{fmt_ns(idle)} ({row['idle_pct']:.1f} % of its active window) in {int(row['n_gaps'])} short gaps before them. "
-                    f"Most frequent: {top['kernel']} ({int(top['count'])}×, mean {top['mean_us']} µs), launched from {top['launched_by']}."
+                    f"Most frequent: {top['kernel']} ({int(top['count'])}×, mean {fmt_ns(top['mean_us'] * 1e3)}), launched from {top['launched_by']}."
                 ),
                 impact_ns=idle,
                 evidence=evidence,
@@ -137,13 +137,14 @@ class TinyKernels(Rule):
     def _offenders(self, ctx, kb: pd.DataFrame) -> pd.DataFrame:
         """Top kernels by count, each with the framework op that launched it most often."""
         ev = ctx.events
-        names = ev["name"].astype(object)
+        names = ev["name"]  # lookup converts only the rows it returns
         launched_by = np.full(len(kb), None, dtype=object)
         li = kb["launch_idx"].to_numpy(dtype=float)
         has = ~np.isnan(li)
         if has.any():
-            launch_rows = ev.loc[li[has].astype(np.int64)]
-            ops = ctx.views.host_events
+            span_cols = ["rank", "pid", "tid", "start_ns", "dur_ns"]  # all innermost_enclosing reads
+            launch_rows = ev.loc[li[has].astype(np.int64), span_cols]
+            ops = ctx.views.host_events[[*span_cols, "kind"]]
             ops = ops[(ops["kind"] == "cpu_op").to_numpy()]
             launched_by[has] = lookup(names, innermost_enclosing(launch_rows, ops))
         kb = kb.assign(launched_by=pd.Series(launched_by, index=kb.index).fillna("(unknown)"), name=kb["name"].astype(str))
@@ -155,9 +156,9 @@ class TinyKernels(Rule):
             {
                 "kernel": [short_name(n) for n in agg.index],
                 "count": agg["count"].to_numpy(),
-                "mean_us": (agg["mean_ns"] / 1e3).round(2).to_numpy(),
-                "total_us": (agg["total_ns"] / 1e3).round(1).to_numpy(),
-                "mean_launch_us": (agg["launch_ns"] / 1e3).round(2).to_numpy(),
+                "mean_us": agg["mean_ns"].to_numpy() / 1e3,
+                "total_us": agg["total_ns"].to_numpy() / 1e3,
+                "mean_launch_us": agg["launch_ns"].to_numpy() / 1e3,
                 "launched_by": op.reindex(agg.index).to_numpy(),
             }
         )

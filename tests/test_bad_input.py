@@ -150,6 +150,6 @@ def test_usage_error_exit_code(tmp_path):
     good = _good_trace(tmp_path, n_kernels=3)
     result = runner.invoke(app, ["analyze", str(good), "--set", "TI999.x=1"])
     assert result.exit_code == 2
-    assert "unknown rule TI999" in result.stderr
+    assert "--set TI999: no rule has this code" in result.stderr
     result = runner.invoke(app, ["analyze", str(good), "--format", "pdf"])
     assert result.exit_code == 2

@@ -16,6 +16,7 @@ from traceinsight.baseline import NEW, SAME, WORSE, compare, load_report
 from traceinsight.cli import app
 from traceinsight.errors import ConfigError
 from traceinsight.render import render
+from traceinsight.render.json_report import finding_dict
 
 from .helpers.kineto_writer import KinetoTrace
 
@@ -65,7 +66,7 @@ def test_statuses_new_worse_same_and_fixed(traces):
     assert by_code["TI002"] == SAME and by_code["TI007"] == SAME
     assert cmp.counts() == {NEW: 1, WORSE: 1, SAME: len(a.findings) - 2, "fixed": 0}
     # the other way round, the pageable-copy finding is fixed and the idle gaps are not worse
-    back = compare(traceinsight.analyze(main).findings, {"findings": [f.to_dict() for f in a.findings]})
+    back = compare(traceinsight.analyze(main).findings, {"findings": [finding_dict(f) for f in a.findings]})
     assert [x["code"] for x in back.fixed] == ["TI006"]
     assert WORSE not in back.status.values()
 

@@ -62,7 +62,7 @@ def test_fail_on_with_severity_override(trace):
 def test_no_findings_never_fails(trace):
     path, rules = trace
     for level in ("info", "warning", "error"):
-        r = _run([path, "--rules", rules, "--select", "NOTHING", "--fail-on", level])
+        r = _run([path, "--rules", rules, "--select", "TI004", "--fail-on", level])  # no RNN here: no finding
         assert r.exit_code == 0, r.output
 
 
@@ -82,3 +82,52 @@ def test_html_output_and_fail_on(trace, tmp_path):
 def test_bad_fail_on_value_is_usage_error(trace):
     path, _ = trace
     assert _run([path, "--fail-on", "sometimes"]).exit_code == 2
+
+
+@pytest.mark.parametrize(
+    ("args", "hint"),
+    [
+        (["--select", "TI0011"], "--select TI0011: no rule has this code; did you mean TI001?"),
+        (["--select", "TI001,ZZ01X"], "--select ZZ01X: no rule has this code; did you mean ZZ001?"),
+        (["--ignore", "TI02"], "--ignore TI02: no rule has this code; did you mean TI002?"),
+        (["--set", "TI0011.min_gap_us=5"], "--set TI0011: no rule has this code; did you mean TI001?"),
+        (["--set", "TI011.severity=error"], "--set TI011: no rule has this code; did you mean TI010?"),
+        (["--set", "TI.min_gap_us=5"], "--set TI: no rule has this code;"),  # options need a whole code
+    ],
+)
+def test_unknown_codes_are_usage_errors_with_the_closest_code(trace, args, hint):
+    """A typo in the gate's rule selection must fail the gate, not pass it with zero rules run."""
+    path, rules = trace
+    r = _run([path, "--rules", rules, *args, "--fail-on", "warning"])
+    assert r.exit_code == 2, r.output
+    assert hint in r.stderr and r.stdout == ""
+
+
+def test_prefixes_that_match_rules_are_fine(trace):
+    path, rules = trace
+    assert _run([path, "--rules", rules, "--select", "TI00,ZZ", "--ignore", "TI01"]).exit_code == 0
+
+
+def test_fail_on_names_the_findings_that_tripped_it(trace):
+    path, rules = trace
+    r = _run([path, "--rules", rules, "--select", "ZZ001", "--fail-on", "warning", "--format", "json"])
+    assert r.exit_code == 1
+    assert r.stderr.splitlines()[-2:] == [
+        "traceinsight: --fail-on warning: 1 finding(s) at or above warning:",
+        "  ZZ001 warning planted warning",
+    ]
+    assert _run([path, "--rules", rules, "--select", "ZZ001", "--fail-on", "error"]).stderr == ""
+
+
+def test_every_run_that_writes_files_prints_the_verdict(trace, tmp_path):
+    import traceinsight
+    from traceinsight.verdict import details
+
+    path, rules = trace
+    v = details(traceinsight.analyze(path, rules=[rules], select=["ZZ001", "TI001"]))
+    for args in (["-o", tmp_path / "r.html"], ["-f", "html,md,json", "-o", tmp_path / "out"], ["-o", tmp_path / "r.md"]):
+        r = _run([path, "--rules", rules, "--select", "ZZ001,TI001", *args])
+        assert r.exit_code == 0, r.output
+        lines = r.stderr.splitlines()
+        assert lines[-1] == f"Verdict: {v['headline']}. {v['sentence']}", lines
+        assert all(line.startswith("wrote ") for line in lines[:-1]) and lines[:-1]

@@ -8,7 +8,9 @@ import pytest
 from typer.testing import CliRunner
 
 import traceinsight
-from traceinsight.engine import Config, discover, instantiate
+from traceinsight.config import Config, parse_assignments
+from traceinsight.engine import instantiate
+from traceinsight.plugins import discover
 from traceinsight.errors import ConfigError
 from traceinsight.cli import app
 
@@ -62,7 +64,7 @@ def test_bad_option_values_are_usage_errors():
     with pytest.raises(ConfigError, match="unknown option"):
         instantiate(rs, Config(options={"TI001": {"no_such_option": 1}}))
     with pytest.raises(ConfigError, match="CODE.option=value"):
-        Config().set_option("TI001-min_gap_us=3")
+        parse_assignments(["TI001-min_gap_us=3"])
 
 
 def test_broken_plugin_is_a_warning_not_a_crash(tmp_path):
@@ -100,3 +102,77 @@ def test_several_formats_into_a_folder(tmp_path):
     assert json.loads((out / "traceinsight-report.json").read_text())["findings"][0]["code"] == "TI001"
     res = runner.invoke(app, ["analyze", str(trace), "-f", "html,md"])
     assert res.exit_code == 2
+
+
+EVIL = """
+from pathlib import Path
+Path(__file__).with_name("ran.marker").write_text("the checkout's code ran")
+from traceinsight.rule_api import Rule
+
+class Evil(Rule):
+    code = "EV001"
+    def check(self, ctx):
+        return []
+"""
+
+
+def _untrusted_checkout(tmp_path):
+    (tmp_path / "evil.py").write_text(EVIL)
+    (tmp_path / "pyproject.toml").write_text('[tool.traceinsight]\nselect = ["TI001"]\nrules = ["evil.py"]\n')
+    return tmp_path / "ran.marker"
+
+
+def test_nearest_pyproject_never_runs_its_rule_files_implicitly(tmp_path, monkeypatch):
+    """A CI job analysing a pull request's trace in its checkout must not import the checkout's Python."""
+    marker = _untrusted_checkout(tmp_path)
+    trace = _gappy_trace(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("TRACEINSIGHT_TRUST_PYPROJECT", raising=False)
+    res = runner.invoke(app, ["analyze", str(trace), "-f", "json"])
+    assert res.exit_code == 0, res.output
+    assert not marker.exists()
+    report = json.loads(res.stdout)
+    assert report["rules_run"] == ["TI001"]  # plain options from the same file still apply
+    assert any("evil.py" in w and "NOT loaded" in w and "--config" in w for w in report["warnings"])
+
+
+def test_rule_files_load_from_an_explicit_config_or_with_the_opt_in(tmp_path, monkeypatch):
+    marker = _untrusted_checkout(tmp_path)
+    trace = _gappy_trace(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("TRACEINSIGHT_TRUST_PYPROJECT", raising=False)
+    res = runner.invoke(app, ["analyze", str(trace), "-f", "json", "--config", str(tmp_path / "pyproject.toml"), "--select", "TI001,EV"])
+    assert res.exit_code == 0, res.output
+    assert marker.exists() and "EV001" in json.loads(res.stdout)["rules_run"]
+    marker.unlink()
+    monkeypatch.setenv("TRACEINSIGHT_TRUST_PYPROJECT", "1")
+    res = runner.invoke(app, ["analyze", str(trace), "-f", "json", "--select", "TI001,EV"])
+    assert res.exit_code == 0, res.output
+    assert marker.exists()
+
+
+def test_missing_explicit_config_is_a_usage_error(tmp_path):
+    res = runner.invoke(app, ["analyze", str(_gappy_trace(tmp_path)), "--config", str(tmp_path / "nope.toml")])
+    assert res.exit_code == 2 and "no such file" in res.stderr
+
+
+def test_analyze_never_mutates_its_arguments(tmp_path):
+    cfg = Config(select=["TI"], options={"TI001": {"min_gap_us": 300}}, severity={"TI002": "error"})
+    before = repr(cfg)
+    options = {"TI001": {"min_gap_us": 100, "severity": "error"}}
+    select = ["TI001"]
+    a = traceinsight.analyze(_gappy_trace(tmp_path), select=select, options=options, config=cfg)
+    assert repr(cfg) == before
+    assert options == {"TI001": {"min_gap_us": 100, "severity": "error"}} and select == ["TI001"]
+    assert a.rules_run == ["TI001"] and a.findings[0].severity.value == "error"
+
+
+def test_cli_and_api_give_the_same_analysis(tmp_path):
+    """One orchestration path: the CLI's JSON equals the API's analysis rendered, for the same options."""
+    from traceinsight.render import render
+
+    trace = _gappy_trace(tmp_path)
+    res = runner.invoke(app, ["analyze", str(trace), "-f", "json", "--select", "TI001", "--set", "TI001.min_gap_us=200"])
+    api = json.loads(render(traceinsight.analyze(trace, select=["TI001"], options={"TI001": {"min_gap_us": "200"}}), "json"))
+    cli = json.loads(res.stdout)
+    assert cli["findings"] == api["findings"] and cli["rules_run"] == api["rules_run"] == ["TI001"]

@@ -14,7 +14,7 @@ import traceinsight
 from traceinsight.render import render
 from traceinsight.render.markdown import MAX_CHARS, esc
 from traceinsight.rule_api import Fix, Rule, Severity, fmt_ns
-from traceinsight.verdict import LABELS, verdict
+from traceinsight.verdict import LABELS, details
 
 from .conftest import CORPUS
 from .test_render_synth import HOSTILE, synthetic_analysis, synthetic_timeline
@@ -71,8 +71,8 @@ def test_synthetic_formats_agree():
     a = synthetic_analysis()
     assert a.findings
     assert_formats_agree(a)
-    label, sentence = verdict(a)
-    assert label == "host syncs" and sentence
+    v = details(a)
+    assert v["label"] == "host syncs" and v["sentence"]
 
 
 def test_html_is_self_contained():
@@ -145,8 +145,8 @@ def test_no_gpu_and_no_findings():
     from traceinsight.timeline import TraceMeta, Timeline, build_events
 
     ev = build_events({"kind": ["cpu_op"], "name": ["aten::add"], "start_ns": [0], "dur_ns": [1000]})
-    a = traceinsight.analyze(Timeline(ev, TraceMeta(source_format="pytorch")), select=["NONE"])
-    assert verdict(a)[0] == "no GPU activity"
+    a = traceinsight.analyze(Timeline(ev, TraceMeta(source_format="pytorch")), ignore=["TI"])
+    assert details(a)["label"] == "no GPU activity"
     for fmt in ("html", "md", "json", "text"):
         assert render(a, fmt)
     assert_formats_agree(a)

@@ -9,7 +9,7 @@ import pytest
 
 import traceinsight
 from tests.helpers.kineto_writer import KinetoTrace
-from traceinsight.engine import discover
+from traceinsight.plugins import discover
 from traceinsight.render import render
 from traceinsight.rule_api import CATEGORIES, DEFAULT_CATEGORY, Instance, Rule, as_instances
 from traceinsight.verdict import claims, details
@@ -140,3 +140,36 @@ def test_builtin_time_evidence_comes_as_instances(tmp_path):
     (f,) = a.findings
     assert sorted(i.dur_ns for i in f.instances) == [300_000, 500_000]
     assert all(i.rank == 0 and i.device is not None and i.label for i in f.instances)
+
+
+class EvidenceOnly(Rule):
+    """Time-stamped evidence columns but no instances: the renderer must not guess markers from them."""
+
+    code = "ZZ002"
+    name = "evidence-only"
+    category = "gpu_idle"
+    summary = "test rule"
+
+    def check(self, ctx):
+        g = ctx.views.gaps
+        yield ctx.finding(title="gaps", message="m", impact_ns=1, evidence=g.assign(start_ms=g["start_ns"] / 1e6), key="e")
+
+
+def test_html_markers_and_closeups_come_from_instances_only(tmp_path):
+    import re
+
+    from traceinsight.render import html
+
+    a = traceinsight.analyze(_gappy_trace(tmp_path), select=["ZZ"], extra_rules=[Marked, EvidenceOnly])
+    ctx = html.context(a)
+    by_code = {m["code"]: m for m in ctx["timeline"]["marks"]}
+    assert len(by_code["ZZ001"]["ticks"]) == 2 and by_code["ZZ001"]["ticks"][0]["title"].startswith("gap: ")
+    assert by_code["ZZ002"]["ticks"] == [] and not by_code["ZZ002"]["timed"]
+    closeups = {f["code"]: f.get("instance") for f in ctx["findings"]}
+    assert closeups["ZZ002"] is None
+    big = closeups["ZZ001"]
+    assert big["title"].startswith("Largest instance: 500.0 µs")
+    assert big["w0"] <= a.findings[0].instances[1].start_ns and big["w1"] >= a.findings[0].instances[1].end_ns
+    page = html.render(a)
+    assert len(re.findall(r'<rect class="tick [a-z]+"[^>]*><title>#\d ZZ001', page)) == 2
+    assert page.count('<figure class="instance"') == 1

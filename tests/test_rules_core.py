@@ -7,6 +7,7 @@ import pytest
 import traceinsight
 from tests.conftest import corpus_file
 from tests.helpers.kineto_writer import KinetoTrace
+from traceinsight.plugins import discover
 
 
 def _one(path, code, **options):
@@ -239,7 +240,7 @@ def test_ti004_torch_cpu_lstm_vs_lstmcell(tmp_path):
 # --- docs ----------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("code", ["TI001", "TI002", "TI003", "TI004"])
 def test_rule_docs_have_definition_and_fixes(code):
-    rs = traceinsight.discover()
+    rs = discover()
     cls = rs.rules[code]
     doc = cls.docs()
     for section in ("## Why it matters", "## What is measured", "## Options", "## Fix in PyTorch", "## Fix in TensorFlow", "```python"):

@@ -50,8 +50,7 @@ def test_sample_finding(sample, code, lo, hi):
     a = _analysis(sample)
     negate = code.startswith("!")
     code = code.lstrip("!")
-    if code not in a.rules_run:
-        pytest.skip(f"rule {code} is not installed yet (missing rule: {code}); warnings: {[w for w in a.warnings if code in w]}")
+    assert code in a.rules_run, f"rule {code} did not run (lost from the registry?); warnings: {[w for w in a.warnings if code in w]}"
     found = [f for f in a.findings if f.code == code]
     if negate:
         assert not [f for f in found if f.severity.value != "info"], f"{sample}: unexpected {code}: {[f.title for f in found]}"

@@ -12,10 +12,10 @@ import pytest
 import traceinsight
 from traceinsight.errors import EXIT_UNREADABLE, TraceReadError
 from traceinsight.ingest import detect
-from traceinsight.tf_signals import input_bound_share, recurrent_loop_signature
+from traceinsight.tf_signals import recurrent_loop_signature
 
 from .conftest import corpus_file
-from .helpers.xplane_wire import as_double, count_events, first
+from .helpers.xplane_wire import count_events
 
 E4040_RUN = "tf/e4040-t4-keras-cnn/train/plugins/profile/2022_11_04_21_26_12"
 E4040 = f"{E4040_RUN}/instance-ecbm.xplane.pb"
@@ -186,22 +186,6 @@ def test_logdir_multi_host_ranks(tmp_path):
     assert ((ev["kind"] == "kernel") & (ev["rank"] == 1)).sum() == 1330
     assert len(tl.meta.devices) == 16 and {d.rank for d in tl.meta.devices} == {0, 1}
     assert ev["start_ns"].min() == 0
-
-
-def test_input_bound_share_agrees_with_overview_page():
-    overview = corpus_file(f"{E4040_RUN}/instance-ecbm.overview_page.pb").read_bytes()
-    # OverviewPage.input_analysis = 2; InputPipelineAnalysisResult.input_percent = 11 (double)
-    xprof_pct = as_double(first(first(overview, 2), 11))
-    assert xprof_pct == pytest.approx(6.3555, abs=1e-3)
-    for rel in (E4040, E4040_JSON):
-        share = input_bound_share(traceinsight.load(corpus_file(rel)))
-        assert share is not None
-        # tolerance: 1.0 percentage point (ours: 7.02 %); xprof also drops input time that overlaps device compute
-        assert 100 * share == pytest.approx(xprof_pct, abs=1.0)
-
-
-def test_input_bound_share_none_without_steps():
-    assert input_bound_share(traceinsight.load(corpus_file(JAX))) is None
 
 
 @pytest.mark.parametrize(

@@ -11,23 +11,23 @@ Python API::
 
 from __future__ import annotations
 
-import os
-from typing import Any, Iterable
+__version__ = "0.1.0"  # the one home of the version: pyproject.toml reads it from here
 
-from .engine import Analysis, Config, discover, instantiate, run
+from .config import Config
+from .engine import Analysis, analyze
 from .errors import TraceInsightError, TraceReadError, UnknownFormatError
 from .ingest import load
-from .rule_api import Context, Finding, Fix, Location, Option, Rule, Severity
+from .rule_api import CATEGORIES, Context, Finding, Fix, Instance, Location, Option, Rule, Severity
 from .timeline import Timeline, TraceMeta
 
-__version__ = "0.1.0"
-
 __all__ = [
+    "CATEGORIES",
     "Analysis",
     "Config",
     "Context",
     "Finding",
     "Fix",
+    "Instance",
     "Location",
     "Option",
     "Rule",
@@ -51,37 +51,3 @@ def native_status() -> dict[str, bool]:
     from .ingest import native
 
     return {label: native.built(fmt) is not None for fmt, label in _NATIVE.items()}
-
-
-def analyze(
-    trace: "str | os.PathLike | Timeline",
-    *,
-    select: Iterable[str] = (),
-    ignore: Iterable[str] = (),
-    options: dict[str, dict[str, Any]] | None = None,
-    rules: Iterable[str | os.PathLike] = (),
-    extra_rules: Iterable[type[Rule]] = (),
-    config: Config | None = None,
-    baseline: "str | os.PathLike | None" = None,
-) -> Analysis:
-    """Load (if given a path) and analyse a trace with the built-in, installed and given rules.
-
-    ``select`` / ``ignore`` take rule codes or prefixes; ``options`` maps a code to option overrides;
-    ``rules`` are local .py files or folders; ``extra_rules`` are Rule classes defined in the caller's code.
-    ``baseline`` is an earlier JSON report: ``analysis.baseline`` then tells which findings are new or worse.
-    """
-    timeline = trace if isinstance(trace, Timeline) else load(trace)
-    cfg = config or Config()
-    cfg.select = list(select) or cfg.select
-    cfg.ignore = list(ignore) or cfg.ignore
-    for code, opts in (options or {}).items():
-        cfg.options.setdefault(code.upper(), {}).update(opts)
-    ruleset = discover([*cfg.rule_paths, *rules])
-    for cls in extra_rules:
-        ruleset.add(cls, "analyze(extra_rules=...)")
-    analysis = run(timeline, instantiate(ruleset, cfg), extra_warnings=ruleset.warnings)
-    if baseline is not None:
-        from .baseline import compare, load_report
-
-        analysis.baseline = compare(analysis.findings, load_report(baseline), source=str(baseline))
-    return analysis

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import difflib
 import enum
+import shutil
 import sys
 from pathlib import Path
 from typing import Annotated, Optional
@@ -10,9 +12,12 @@ from typing import Annotated, Optional
 import typer
 
 from . import __version__
-from .engine import Config, discover, instantiate, run
+from .config import TRUST_ENV, Config, parse_assignments
 from .errors import EXIT_FINDINGS, TraceInsightError
+from .plugins import discover
+from .render.common import clean
 from .rule_api import Severity
+from .verdict import details
 
 app = typer.Typer(
     add_completion=False,
@@ -40,7 +45,7 @@ _SUFFIX_FORMAT = {".html": Format.html, ".htm": Format.html, ".md": Format.md, "
 
 
 def _fail(exc: TraceInsightError) -> None:
-    typer.echo(f"traceinsight: error: {exc}", err=True)
+    typer.echo(f"traceinsight: error: {clean(exc, 2000)}", err=True)
     raise typer.Exit(exc.exit_code)
 
 
@@ -72,9 +77,12 @@ def analyze(
     select: Annotated[Optional[list[str]], typer.Option("--select", help="Only these rule codes or prefixes (repeatable, or comma-separated).")] = None,
     ignore: Annotated[Optional[list[str]], typer.Option("--ignore", help="Skip these rule codes or prefixes.")] = None,
     set_: Annotated[Optional[list[str]], typer.Option("--set", help="Rule option, CODE.option=value (repeatable).")] = None,
-    rules: Annotated[Optional[list[Path]], typer.Option("--rules", help="Extra rules from a .py file or a folder of them.")] = None,
-    config: Annotated[Optional[Path], typer.Option("--config", help="pyproject.toml with [tool.traceinsight]; default: the nearest one.")] = None,
-    fail_on: Annotated[FailOn, typer.Option("--fail-on", help="Exit 1 when a finding at or above this severity exists.")] = FailOn.never,
+    rules: Annotated[Optional[list[Path]], typer.Option("--rules", help="Extra rules from a .py file or a folder of them (runs their code).")] = None,
+    config: Annotated[
+        Optional[Path],
+        typer.Option("--config", help=f"pyproject.toml with [tool.traceinsight], rule files included. Default: the nearest one, options only (its rule files load only with {TRUST_ENV}=1)."),
+    ] = None,
+    fail_on: Annotated[FailOn, typer.Option("--fail-on", help="Exit 1 when a finding at or above this severity exists (listed on stderr).")] = FailOn.never,
     trace_format: Annotated[Optional[str], typer.Option("--trace-format", help="Force the parser: pytorch, nsys, tensorflow-xplane, tensorflow-logdir, tensorflow-json.")] = None,
     run_name: Annotated[Optional[str], typer.Option("--run", help="TensorBoard logdir: the profile run to read (default: newest).")] = None,
     progress: Annotated[bool, typer.Option("--progress/--no-progress", help="Show progress on stderr while reading.")] = True,
@@ -85,52 +93,64 @@ def analyze(
     worse_by: Annotated[float, typer.Option("--worse-by", help="With --baseline: a finding is worse when its share of the span grew by this many percent (and by 1 point or more).")] = 25.0,
 ) -> None:
     """Read a trace, run the rules, and report findings with their cost and fixes."""
-    from .ingest import load
+    from . import engine
 
     formats = _parse_formats(fmt, output)
     try:
-        cfg = Config.from_pyproject(config)
-        cfg.select = _split(select) or cfg.select
-        cfg.ignore = _split(ignore) or cfg.ignore
-        for a in set_ or []:
-            cfg.set_option(a)
-        ruleset = discover([*cfg.rule_paths, *(rules or [])])
-        selected = instantiate(ruleset, cfg)
-        options = {"run": run_name} if run_name else {}
-        timeline = _load_with_progress(load, path, trace_format, options, progress)
-        analysis = run(timeline, selected, extra_warnings=ruleset.warnings)
-        if baseline is not None:
-            from .baseline import compare, load_report
-
-            analysis.baseline = compare(analysis.findings, load_report(baseline), source=str(baseline), worse_pct=worse_by)
+        kwargs = dict(
+            select=_split(select),
+            ignore=_split(ignore),
+            options=parse_assignments(set_ or []),
+            rules=rules or [],
+            config=Config.from_pyproject(config),
+            baseline=baseline,
+            worse_by=worse_by,
+            trace_format=trace_format,
+            run_name=run_name,
+        )
+        analysis = _with_progress(engine.analyze, path, progress, kwargs)
     except TraceInsightError as exc:
         _fail(exc)
         return
     from .render import render
 
-    if len(formats) > 1:
-        assert output is not None
-        output.mkdir(parents=True, exist_ok=True)
-        html_name = f"{REPORT_STEM}.html" if Format.html in formats else None
-        for f in formats:
-            target = output / f"{REPORT_STEM}.{_FORMAT_SUFFIX[f]}"
-            target.write_text(render(analysis, f.value, html_name=html_name), encoding="utf-8")
-            typer.echo(f"wrote {target}", err=True)
-    elif output:
-        text = render(analysis, formats[0].value, html_name=output.with_suffix(".html").name)
-        output.parent.mkdir(parents=True, exist_ok=True)
-        output.write_text(text, encoding="utf-8")
-        typer.echo(f"wrote {output} ({len(analysis.findings)} findings)", err=True)
-    else:
-        text = render(analysis, formats[0].value, html_name=None)
+    if output is None:
+        text = render(analysis, formats[0].value, width=_terminal_width())
         sys.stdout.write(text if text.endswith("\n") else text + "\n")
+    else:
+        if len(formats) > 1:
+            output.mkdir(parents=True, exist_ok=True)
+            html_name = f"{REPORT_STEM}.html" if Format.html in formats else None
+            targets = [(f, output / f"{REPORT_STEM}.{_FORMAT_SUFFIX[f]}") for f in formats]
+        else:
+            html_name = output.with_suffix(".html").name
+            output.parent.mkdir(parents=True, exist_ok=True)
+            targets = [(formats[0], output)]
+        for f, target in targets:
+            target.write_text(render(analysis, f.value, html_name=html_name), encoding="utf-8")
+            typer.echo(f"wrote {target} ({len(analysis.findings)} findings)", err=True)
+        verdict = details(analysis)
+        typer.echo(clean(f"Verdict: {verdict['headline']}. {verdict['sentence']}", 2000), err=True)
     if fail_on != FailOn.never:
-        threshold = Severity.parse(fail_on.value).rank
-        gated = analysis.baseline.gating(analysis.findings) if analysis.baseline else analysis.findings
-        if any(f.severity.rank >= threshold for f in gated):
-            raise typer.Exit(EXIT_FINDINGS)
+        _gate(analysis, Severity.parse(fail_on.value))
 
 
+def _gate(analysis, threshold: Severity) -> None:
+    """Exit 1 when a (new or worse, with a baseline) finding reaches ``threshold``, naming each that did."""
+    gated = analysis.baseline.gating(analysis.findings) if analysis.baseline else analysis.findings
+    tripped = [f for f in gated if f.severity.rank >= threshold.rank]
+    if not tripped:
+        return
+    which = " new or worse" if analysis.baseline else ""
+    typer.echo(f"traceinsight: --fail-on {threshold.value}: {len(tripped)}{which} finding(s) at or above {threshold.value}:", err=True)
+    for f in tripped[:MAX_GATE_LINES]:
+        typer.echo(f"  {clean(f.code, 20)} {f.severity.value} {clean(f.title, 200)}", err=True)
+    if len(tripped) > MAX_GATE_LINES:
+        typer.echo(f"  ... and {len(tripped) - MAX_GATE_LINES} more", err=True)
+    raise typer.Exit(EXIT_FINDINGS)
+
+
+MAX_GATE_LINES = 20
 REPORT_STEM = "traceinsight-report"
 _FORMAT_SUFFIX = {Format.text: "txt", Format.json: "json", Format.md: "md", Format.html: "html"}
 
@@ -158,27 +178,34 @@ def _split(values: Optional[list[str]]) -> list[str]:
     return [v.strip() for item in values or [] for v in item.split(",") if v.strip()]
 
 
-def _load_with_progress(load, path: Path, trace_format: Optional[str], options: dict, progress: bool):
+def _terminal_width() -> int:
+    """Columns of the terminal (or $COLUMNS); 110 when neither says."""
+    return max(shutil.get_terminal_size((110, 24)).columns, 40)
+
+
+def _with_progress(analyze, path: Path, progress: bool, kwargs: dict):
+    """``analyze(path, **kwargs)``, with a spinner on stderr while a large file is read on a terminal."""
     big = path.is_file() and path.stat().st_size > 8 * 1024 * 1024
     if not (progress and big and sys.stderr.isatty()):
-        return load(path, format=trace_format, **options)
+        return analyze(path, **kwargs)
     from rich.console import Console
 
     console = Console(stderr=True)
     with console.status(f"reading {path.name} ...") as status:
-        return load(path, format=trace_format, progress=lambda msg: status.update(f"{path.name}: {msg}"), **options)
+        return analyze(path, progress=lambda msg: status.update(f"{path.name}: {msg}"), **kwargs)
 
 
 @app.command("rules")
 def list_rules(
     rules: Annotated[Optional[list[Path]], typer.Option("--rules", help="Also list rules from these files or folders.")] = None,
 ) -> None:
-    """List every available rule: code, name, default severity, summary."""
+    """List every available rule: code, name, default severity, category, lifecycle, summary."""
     rs = discover(rules or [])
     for w in rs.warnings:
-        typer.echo(f"warning: {w}", err=True)
+        typer.echo(f"warning: {clean(w, 2000)}", err=True)
     for code, cls in sorted(rs.rules.items()):
-        typer.echo(f"{code:<8} {cls.name:<26} {cls.severity.value:<8} {cls.summary}")
+        preview = " (preview)" if cls.lifecycle == "preview" else ""
+        typer.echo(clean(f"{code:<8} {cls.name:<26} {cls.severity.value:<8} {cls.category:<16} {cls.summary}{preview}", 2000))
 
 
 @app.command("rule")
@@ -190,7 +217,9 @@ def show_rule(
     rs = discover(rules or [])
     cls = rs.rules.get(code.upper())
     if cls is None:
-        typer.echo(f"traceinsight: error: no rule {code}; see 'traceinsight rules'", err=True)
+        close = difflib.get_close_matches(code.upper(), sorted(rs.rules), n=1, cutoff=0.5)
+        hint = f"did you mean {close[0]}? " if close else ""
+        typer.echo(f"traceinsight: error: no rule {clean(code, 40)}; {hint}see 'traceinsight rules'", err=True)
         raise typer.Exit(2)
     typer.echo(cls.docs())
 

@@ -7,7 +7,6 @@ EXIT_OK = 0
 EXIT_FINDINGS = 1  # --fail-on threshold reached
 EXIT_USAGE = 2  # bad command line, unknown rule code, bad option value
 EXIT_UNREADABLE = 3  # the trace could not be read (empty, corrupt, truncated beyond repair, unknown format)
-EXIT_RULE_ERROR = 4  # a custom rule file could not be loaded when --strict-rules asks for it
 
 
 class TraceInsightError(Exception):

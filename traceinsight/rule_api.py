@@ -210,53 +210,6 @@ class Finding:
         basis = f"{self.code}|{self.key}|{loc.rank}|{loc.device}|{loc.stream}"
         return hashlib.sha1(basis.encode()).hexdigest()[:16]
 
-    def to_dict(self, max_evidence_rows: int | None = 50) -> dict[str, Any]:
-        ev = self.evidence if max_evidence_rows is None else self.evidence.head(max_evidence_rows)
-        return {
-            "code": self.code,
-            "rule": self.rule_name,
-            "category": self.category,
-            "title": self.title,
-            "severity": self.severity.value,
-            "message": self.message,
-            "impact_ns": int(self.impact_ns),
-            "impact_pct_span": round(float(self.impact_pct_span), 3),
-            "impact_pct_step": None if self.impact_pct_step is None else round(float(self.impact_pct_step), 3),
-            "location": {k: (None if v is None else int(v)) for k, v in vars(self.location).items()},
-            "fingerprint": self.fingerprint,
-            "metrics": _jsonable(self.metrics),
-            "evidence": {
-                "columns": [str(c) for c in ev.columns],
-                "rows": [[_jsonable(v) for v in row] for row in ev.itertuples(index=False, name=None)],
-                "total_rows": int(len(self.evidence)),
-            },
-            "fixes": {fw: {"text": fx.text, "code": fx.code} for fw, fx in self.fixes.items()},
-            "instances": [
-                {"start_ns": i.start_ns, "end_ns": i.end_ns, "rank": i.rank, "device": i.device, "label": i.label} for i in self.instances
-            ],
-            "explains": list(self.explains),
-            "what_if": None if self.what_if is None else _jsonable(self.what_if),
-        }
-
-
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
-    if hasattr(value, "item") and not isinstance(value, (str, bytes)):
-        try:
-            value = value.item()
-        except (ValueError, AttributeError):
-            pass
-    if isinstance(value, float) and value != value:  # NaN
-        return None
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return value
-    if value is pd.NA or value is pd.NaT:
-        return None
-    return str(value)
-
 
 class Rule:
     """Base class of every rule. Subclasses set the class attributes below and implement ``check``."""
@@ -313,7 +266,8 @@ class Rule:
     @classmethod
     def docs(cls) -> str:
         """The rule's documentation page, generated from the rule itself (``traceinsight rule CODE``)."""
-        lines = [f"# {cls.code} {cls.name}", "", f"Default severity: **{cls.severity.value}**", "", cls.summary, ""]
+        state = "preview (thresholds and wording may still change)" if cls.lifecycle == "preview" else "stable"
+        lines = [f"# {cls.code} {cls.name}", "", f"Default severity: **{cls.severity.value}** · bound: **{cls.category}** · {state}", "", cls.summary, ""]
         if cls.why:
             lines += ["## Why it matters", "", textwrap.dedent(cls.why).strip(), ""]
         if cls.definition:

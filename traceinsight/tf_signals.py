@@ -12,60 +12,6 @@ import numpy as np
 import pandas as pd
 
 from .timeline import Timeline
-from .views import merge_intervals
-
-# Host events during which the training loop waits for the next batch (xprof's HOST_WAIT_INPUT): the
-# IteratorGetNext op and its DoCompute TraceMe. ``IteratorGetNext/_N:_Send`` are graph-partition sends, not waits.
-_WAIT_INPUT_RE = re.compile(r"^IteratorGetNext(?:AsOptional)?(?:Op::DoCompute|:IteratorGetNext(?:AsOptional)?)?$")
-# Host-side enqueue of host-to-device copies (xprof's HOST_TO_DEVICE), by runtime name.
-_H2D_RUNTIME_RE = re.compile(r"MemcpyH2D|MemcpyHtoD|cuMemcpyHtoD|HostToDevice")
-
-
-def _input_intervals(ev: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    names = ev["name"].astype(str)
-    host = ev["device"].to_numpy() < 0
-    kind = ev["kind"].astype(str).to_numpy()
-    wait = host & np.isin(kind, ["cpu_op", "annotation"]) & names.map(lambda s: bool(_WAIT_INPUT_RE.match(s))).to_numpy()
-    h2d_rt = host & (kind == "runtime") & names.str.contains(_H2D_RUNTIME_RE).to_numpy()
-    h2d_gpu = (kind == "memcpy") & (ev["copy_kind"].astype(str).to_numpy() == "HtoD")
-    mask = wait | h2d_rt | h2d_gpu
-    sel = ev[mask]
-    return sel["rank"].to_numpy(), sel["start_ns"].to_numpy(), (sel["start_ns"] + sel["dur_ns"]).to_numpy()
-
-
-def input_bound_share(timeline: Timeline) -> float | None:
-    """Fraction (0..1) of step time spent waiting for input; None without step markers or iterator events.
-
-    Input time is the union of host waits on the tf.data iterator (``IteratorGetNext*``) and host-to-device copies
-    (the runtime call on the host and the copy on the GPU). The batch is fetched *before* the step it feeds starts
-    its device work, so each step owns the host time since the previous step ended (the first step: since the
-    capture started). The denominator is the summed step durations, as in xprof's Overview page.
-    """
-    ev = timeline.events
-    steps = ev[ev["kind"] == "step"]
-    if steps.empty:
-        return None
-    ranks, s, e = _input_intervals(ev)
-    names = ev["name"].astype(str)
-    if not names.str.startswith(("IteratorGetNext", "Iterator::")).any():
-        return None
-    total_input = 0
-    total_step = 0
-    for rank, st in steps.groupby("rank", observed=True):
-        order = np.argsort(st["start_ns"].to_numpy())
-        s0 = st["start_ns"].to_numpy()[order]
-        s1 = s0 + st["dur_ns"].to_numpy()[order]
-        lo = np.concatenate([[ev["start_ns"][ev["rank"] == rank].min()], s1[:-1]])
-        lo = np.minimum(lo, s0)
-        m = ranks == rank
-        ms, me = merge_intervals(s[m], e[m])
-        for a, b in zip(lo, s1):
-            total_input += int(np.sum(np.clip(me, a, b) - np.clip(ms, a, b)))
-        total_step += int(np.sum(s1 - s0))
-    if total_step <= 0:
-        return None
-    return total_input / total_step
-
 
 # --------------------------------------------------------------------------------------------------------------------
 # Recurrent layers: cuDNN vs while-loop fallback

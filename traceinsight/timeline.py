@@ -138,10 +138,6 @@ class Timeline:
         return f"Timeline({self.meta.source_format}, {len(self.events)} events: {parts}; span {self.span_ns / 1e6:.2f} ms)"
 
 
-def empty_events() -> pd.DataFrame:
-    return build_events({"kind": [], "name": [], "start_ns": [], "dur_ns": []})
-
-
 def build_events(columns: dict[str, Any], optional: dict[str, Any] | None = None) -> pd.DataFrame:
     """Assemble a schema-true events frame from column arrays; missing required columns get their defaults.
 

@@ -315,9 +315,3 @@ def _verdict(cat: str, bucket: str | None, ns: int, base_ns: int, sentence: str)
         "bucket_ns": int(ns),
         "bucket_pct": round(100.0 * ns / base_ns, 3) if base_ns else 0.0,
     }
-
-
-def verdict(analysis: "Analysis") -> tuple[str, str]:
-    """(label, sentence): what bounds this run, e.g. ("host syncs", "The GPU is busy ...")."""
-    d = details(analysis)
-    return d["label"], d["sentence"]

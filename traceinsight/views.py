@@ -11,6 +11,7 @@ from functools import cached_property
 import numpy as np
 import pandas as pd
 
+from .patterns import COLLECTIVE, SYNC_CALL
 from .timeline import GPU_ACTIVITY_KINDS, Timeline
 
 
@@ -123,6 +124,24 @@ class Views:
         return ev[ev["kind"] == "kernel"]
 
     @cached_property
+    def is_collective(self) -> pd.Series:
+        """Per row of ``gpu_activity``: a collective-communication kernel (NCCL, RCCL, ...), aligned on its index."""
+        act = self.gpu_activity
+        return pd.Series(name_mask(act["name"], COLLECTIVE) & (act["kind"] == "kernel").to_numpy(), index=act.index)
+
+    @cached_property
+    def runtime_calls(self) -> pd.DataFrame:
+        """Host runtime/driver API calls (launches, copies, syncs)."""
+        host = self.host_events
+        return host[(host["kind"] == "runtime").to_numpy()]
+
+    @cached_property
+    def is_sync_call(self) -> pd.Series:
+        """Per row of ``runtime_calls``: a call that blocks until the GPU finishes (``SYNC_CALL``), aligned on its index."""
+        rt = self.runtime_calls
+        return pd.Series(name_mask(rt["name"], SYNC_CALL), index=rt.index)
+
+    @cached_property
     def busy(self) -> pd.DataFrame:
         """Per (rank, device): the union of GPU activity over all streams, as merged intervals."""
         parts = []
@@ -184,22 +203,44 @@ class Views:
         ev = self.events
         corr = ev["correlation"].to_numpy()
         dev = ev["device"].to_numpy()
-        kind = ev["kind"].to_numpy()
-        host = (kind == "runtime") & (corr >= 0)
-        gpu = np.isin(kind, GPU_ACTIVITY_KINDS) & (dev >= 0) & (corr >= 0)
-        keys = ["rank", "pid", "correlation"]
-        h = ev.loc[host, keys + ["name", "start_ns", "dur_ns", "tid"]].reset_index(names="launch_idx")
-        h = h.drop_duplicates(keys)
-        g = ev.loc[gpu, keys + ["kind", "name", "start_ns", "dur_ns", "device", "stream"]].reset_index(names="gpu_idx")
-        m = h.merge(g, on=keys, suffixes=("_launch", "_gpu"))
-        m = m.rename(
-            columns={
-                "name_launch": "launch_name",
-                "start_ns_launch": "launch_start_ns",
-                "dur_ns_launch": "launch_dur_ns",
-                "name_gpu": "gpu_name",
-                "start_ns_gpu": "gpu_start_ns",
-                "dur_ns_gpu": "gpu_dur_ns",
+        kind = ev["kind"]  # compared as a categorical (on its codes), never as 10^6 Python strings
+        host_i = np.flatnonzero((kind == "runtime").to_numpy() & (corr >= 0))
+        gpu_i = np.flatnonzero(kind.isin(GPU_ACTIVITY_KINDS).to_numpy() & (dev >= 0) & (corr >= 0))
+        # one int64 key per (rank, pid, correlation), joined by sorting: a hash merge of 10^6 rows costs more
+        codes = [pd.factorize(a)[0].astype(np.int64) for a in (ev["rank"].to_numpy(), ev["pid"].to_numpy(), corr)]
+        key = np.zeros(len(ev), np.int64)
+        for c in codes:  # mixed radix over the codes: unique, and far from int64's range whatever the raw values
+            key = key * (int(c.max()) + 1 if len(c) else 1) + c
+        hk = key[host_i]
+        order = np.argsort(hk, kind="stable")
+        hk_sorted = hk[order]
+        first = np.ones(len(hk_sorted), dtype=bool)  # the first runtime row of a key wins (as drop_duplicates did)
+        first[1:] = hk_sorted[1:] != hk_sorted[:-1]
+        hk_sorted, h_rows = hk_sorted[first], host_i[order[first]]
+        gk = key[gpu_i]
+        pos = np.clip(np.searchsorted(hk_sorted, gk), 0, max(len(hk_sorted) - 1, 0))
+        hit = (len(hk_sorted) > 0) & (hk_sorted[pos] == gk) if len(hk_sorted) else np.zeros(len(gk), dtype=bool)
+        li, gi = h_rows[pos[hit]], gpu_i[hit]
+        order = np.lexsort((gi, li))  # launch order, as the merge gave
+        li, gi = li[order], gi[order]
+        labels = ev.index.to_numpy()
+        m = pd.DataFrame(
+            {
+                "launch_idx": labels[li],
+                "rank": ev["rank"].to_numpy()[li],
+                "pid": ev["pid"].to_numpy()[li],
+                "correlation": corr[li],
+                "launch_name": ev["name"].take(li).reset_index(drop=True),
+                "launch_start_ns": ev["start_ns"].to_numpy()[li],
+                "launch_dur_ns": ev["dur_ns"].to_numpy()[li],
+                "tid": ev["tid"].to_numpy()[li],
+                "gpu_idx": labels[gi],
+                "kind": ev["kind"].take(gi).reset_index(drop=True),
+                "gpu_name": ev["name"].take(gi).reset_index(drop=True),
+                "gpu_start_ns": ev["start_ns"].to_numpy()[gi],
+                "gpu_dur_ns": ev["dur_ns"].to_numpy()[gi],
+                "device": dev[gi],
+                "stream": ev["stream"].to_numpy()[gi],
             }
         )
         m["launch_delay_ns"] = (m["gpu_start_ns"] - (m["launch_start_ns"] + m["launch_dur_ns"])).clip(lower=0)
@@ -242,13 +283,22 @@ class Views:
 
     # --- host activity -------------------------------------------------------------------------------
     def host_rows_overlapping(self, rank: int, start_ns: int, end_ns: int, kinds: tuple[str, ...] | None = None) -> pd.DataFrame:
-        """Host rows of ``rank`` that overlap [start_ns, end_ns) (for explaining what the host did in a gap)."""
-        ev = self.host_events
-        m = (ev["rank"].to_numpy() == rank) & (ev["start_ns"].to_numpy() < end_ns) & ((ev["start_ns"] + ev["dur_ns"]).to_numpy() > start_ns)
-        out = ev[m]
+        """Host rows of ``rank`` that overlap [start_ns, end_ns) (for explaining what the host did in a gap).
+
+        Called once per shown gap, so the mask is built on cached arrays and only the matching rows are taken.
+        """
+        rank_a, start_a, end_a = self._host_arrays
+        m = (rank_a == rank) & (start_a < end_ns) & (end_a > start_ns)
+        out = self.host_events.iloc[np.flatnonzero(m)]
         if kinds is not None:
-            out = out[out["kind"].isin(kinds)]
+            out = out[out["kind"].isin(kinds).to_numpy()]
         return out
+
+    @cached_property
+    def _host_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        ev = self.host_events
+        start = ev["start_ns"].to_numpy()
+        return ev["rank"].to_numpy(), start, start + ev["dur_ns"].to_numpy()
 
     @cached_property
     def host_events(self) -> pd.DataFrame:

@@ -40,20 +40,6 @@ def time_scale(col: str) -> float | None:
     return None
 
 
-def time_column(columns, *stems: str) -> tuple[str, float] | None:
-    """The first column named ``<stem>_<unit>`` (e.g. start_ns, start_ms) with its ns-per-unit scale."""
-    for stem in stems:
-        for col in columns:
-            c = str(col).lower()
-            if c.startswith(stem + "_") and time_scale(c) and c[len(stem) + 1 :] in ("ns", "us", "ms", "s"):
-                return col, float(time_scale(c))  # type: ignore[arg-type]
-    return None
-
-
-def is_time_column(col: str) -> bool:
-    return time_scale(col) is not None
-
-
 def format_cell(col: str, value: Any, limit: int = 160) -> tuple[str, Any]:
     """(display text, sort key) for one evidence cell; times in *_ns columns are shown humanly."""
     if hasattr(value, "item") and not isinstance(value, (str, bytes)):

@@ -19,10 +19,10 @@ from markupsafe import Markup
 
 from .. import __version__
 from ..engine import Analysis
-from ..rule_api import Finding, fmt_ns
+from ..rule_api import Finding, Instance, fmt_ns
 from ..verdict import details, headline
 from ..views import merge_intervals
-from .common import baseline_sentence, baseline_tag, clean, format_cell, time_column
+from .common import baseline_sentence, baseline_tag, clean, format_cell
 
 #: Width of the drawing area of timelines, in SVG user units (the SVG scales to the page).
 PLOT_W = 1000
@@ -60,7 +60,7 @@ def _asset(name: str) -> Markup:
     return Markup(text)
 
 
-def render(analysis: Analysis, html_name: str | None = None, title: str | None = None, **_: Any) -> str:
+def render(analysis: Analysis, title: str | None = None, **_: Any) -> str:
     return _env().get_template("report.html.j2").render(**context(analysis, title=title))
 
 
@@ -72,9 +72,7 @@ def context(analysis: Analysis, title: str | None = None) -> dict[str, Any]:
     meta = analysis.timeline.meta
     head = headline(analysis)
     verdict = details(analysis)
-    from ..views import Views
-
-    views = Views(analysis.timeline)
+    views = analysis.views
     findings = [_finding(i + 1, f, detailed=i < MAX_FINDINGS_DETAILED) for i, f in enumerate(analysis.findings)]
     for fd, f in zip(findings[:MAX_INSTANCE_VIEWS], analysis.findings):
         fd["instance"] = _instance(analysis.timeline, views, f)
@@ -204,10 +202,10 @@ def _finding(n: int, f: Finding, detailed: bool) -> dict[str, Any]:
 # --- the timeline picture ---------------------------------------------------------------------------------
 
 
-def _classify(kind: np.ndarray, names: np.ndarray) -> np.ndarray:
+def _classify(kind: np.ndarray, collective: np.ndarray) -> np.ndarray:
+    """Drawing class per GPU row: k kernel, n collective (the views' classification), c copy, s other."""
     cls = np.where(kind == "kernel", "k", np.where(kind == "memcpy", "c", "s")).astype(object)
-    comm = np.char.find(np.char.lower(names.astype(str)), "nccl") >= 0 if len(names) else np.zeros(0, bool)
-    cls[(kind == "kernel") & comm] = "n"
+    cls[collective] = "n"
     return cls
 
 
@@ -244,19 +242,18 @@ def _x(t: float, w0: int, w1: int) -> float:
     return round(GUTTER + PLOT_W * (t - w0) / max(w1 - w0, 1), 2)
 
 
-def _pick_window(analysis: Analysis, views_busy: pd.DataFrame) -> tuple[int, int, str]:
+def _pick_window(analysis: Analysis, views) -> tuple[int, int, str]:
     """One median-length step where steps exist (typical, not the warm-up outlier), else the busiest tenth."""
-    ev = analysis.timeline.events
     span = analysis.timeline.span_ns
-    steps = ev[ev["kind"] == "step"]
+    views_busy = views.busy
+    steps = views.steps
     if not steps.empty:
-        r0 = steps["rank"].min()
-        st = steps[steps["rank"] == r0].sort_values("start_ns")
+        st = steps[steps["rank"] == steps["rank"].min()]
         d = st["dur_ns"].to_numpy()
         i = int(np.argsort(d, kind="stable")[len(d) // 2])
         row = st.iloc[i]
         return int(row["start_ns"]), int(row["start_ns"] + max(row["dur_ns"], 1)), f"{clean(row['name'], 60)} (median-length step)"
-    gpu_n = int(ev["kind"].isin(("kernel", "memcpy", "memset")).sum())
+    gpu_n = len(views.gpu_activity)
     if span <= 0 or gpu_n <= 3000 or views_busy.empty:
         return 0, max(span, 1), "whole trace"
     bins = 200
@@ -284,11 +281,18 @@ def _ticks(w0: int, w1: int, n: int = 8) -> list[dict[str, Any]]:
     return out
 
 
-def _window_lanes(tl, views, w0: int, w1: int, devices: list[tuple[int, int]], many_ranks: bool,
+def _in_window(frame: pd.DataFrame, w0: int, w1: int) -> pd.DataFrame:
+    """The rows of ``frame`` overlapping [w0, w1): masked on the time arrays, then only those rows taken."""
+    st = frame["start_ns"].to_numpy()
+    m = (st < w1) & (st + frame["dur_ns"].to_numpy() > w0)
+    return frame.iloc[np.flatnonzero(m)]
+
+
+def _window_lanes(views, w0: int, w1: int, devices: list[tuple[int, int]], many_ranks: bool,
                   max_streams: int = MAX_STREAM_LANES_PER_DEVICE) -> list[dict[str, Any]]:
     """The lanes of [w0, w1): per device its busy coverage with idle gaps, then its busiest streams; then the host
     CUDA API of each rank shown (synchronising calls apart, as they usually explain a gap)."""
-    act = views.gpu_activity
+    act = _in_window(views.gpu_activity, w0, w1)
     gaps = views.gaps
     min_gap = max((w1 - w0) / PLOT_W, 1)
     lanes: list[dict[str, Any]] = []
@@ -309,15 +313,14 @@ def _window_lanes(tl, views, w0: int, w1: int, devices: list[tuple[int, int]], m
                 "gaps": gap_rects,
             }
         )
-        a = act[(act["rank"] == rank) & (act["device"] == device)]
-        a = a[(a["start_ns"] < w1) & ((a["start_ns"] + a["dur_ns"]) > w0)]
+        a = act[((act["rank"] == rank) & (act["device"] == device)).to_numpy()]
         if a.empty:
             continue
         by_stream = a.groupby("stream", observed=True)["dur_ns"].sum().sort_values(ascending=False)
         shown = list(by_stream.index[:max_streams])
         for stream in sorted(shown):
             sa = a[a["stream"] == stream]
-            cls = _classify(sa["kind"].astype(str).to_numpy(), sa["name"].astype(str).to_numpy())
+            cls = _classify(sa["kind"].astype(str).to_numpy(), views.is_collective.reindex(sa.index).to_numpy(dtype=bool))
             st = sa["start_ns"].to_numpy()
             en = st + np.maximum(sa["dur_ns"].to_numpy(), 0)
             rects = []
@@ -328,11 +331,11 @@ def _window_lanes(tl, views, w0: int, w1: int, devices: list[tuple[int, int]], m
             lanes.append({"label": f"stream {stream}", "kind": "stream", "rects": rects, "gaps": []})
         if len(by_stream) > len(shown):
             lanes.append({"label": f"+{len(by_stream) - len(shown)} more streams", "kind": "note", "rects": [], "gaps": []})
-    ev = tl.events
     ranks = {r for r, _ in devices}
-    rt = ev[(ev["kind"] == "runtime") & (ev["start_ns"] < w1) & ((ev["start_ns"] + ev["dur_ns"]) > w0) & ev["rank"].isin(ranks)]
+    rt = _in_window(views.runtime_calls, w0, w1)
+    rt = rt[rt["rank"].isin(ranks).to_numpy()]
     if not rt.empty:
-        sync = rt["name"].astype(str).str.contains("ynchronize|cudaMemcpy(?!Async)|StreamWaitEvent|EventSynchronize", regex=True).to_numpy()
+        sync = views.is_sync_call.reindex(rt.index).to_numpy(dtype=bool)
         for rank, rr in rt.groupby("rank", observed=True):
             m = sync[rt["rank"].to_numpy() == rank]
             st = rr["start_ns"].to_numpy()
@@ -353,37 +356,17 @@ def _layout(lanes: list[dict[str, Any]], y: int = 24) -> int:
     return y
 
 
-def _evidence_intervals(evd: pd.DataFrame) -> tuple[np.ndarray, np.ndarray] | None:
-    """(start_ns, end_ns) of each evidence row, from its time columns (start_*, plus end_* or dur_*)."""
-    sc = time_column(evd.columns, "start", "begin", "gap_start", "first_at", "at", "t")
-    if sc is None:
-        return None
-    st = pd.to_numeric(evd[sc[0]], errors="coerce").to_numpy(dtype=float) * sc[1]
-    ec = time_column(evd.columns, "end", "stop")
-    dc = time_column(evd.columns, "dur", "duration", "gap", "len", "length")
-    if ec is not None:
-        en = pd.to_numeric(evd[ec[0]], errors="coerce").to_numpy(dtype=float) * ec[1]
-    elif dc is not None:
-        en = st + pd.to_numeric(evd[dc[0]], errors="coerce").fillna(0).to_numpy(dtype=float) * dc[1]
-    else:
-        en = st
-    return st, en
+def _largest(instances: list[Instance]) -> Instance | None:
+    return max(instances, key=lambda i: (i.dur_ns, -i.start_ns), default=None)
 
 
 def _instance(tl, views, f: Finding) -> dict[str, Any] | None:
-    """A close-up of the finding's largest time-stamped instance (the longest evidence interval), on the lanes of
-    its device: what a reader would otherwise look for by zooming the main timeline."""
-    evd = f.evidence if isinstance(f.evidence, pd.DataFrame) else pd.DataFrame()
-    iv = _evidence_intervals(evd) if not evd.empty else None
-    if iv is None:
+    """A close-up of the finding's largest instance (``Finding.instances``), on the lanes of its device: what a
+    reader would otherwise look for by zooming the main timeline."""
+    inst = _largest(f.instances)
+    if inst is None:
         return None
-    st, en = iv
-    ok = np.isfinite(st) & np.isfinite(en) & (en >= st)
-    if not ok.any():
-        return None
-    idx = np.flatnonzero(ok)
-    i = int(idx[np.argmax((en - st)[idx])])
-    s, e = float(st[i]), float(en[i])
+    s, e = float(inst.start_ns), float(inst.end_ns)
     span = max(tl.span_ns, 1)
     pad = max(0.6 * (e - s), 20_000.0)
     w0, w1 = int(max(0.0, s - pad)), int(min(float(span), e + pad))
@@ -393,15 +376,17 @@ def _instance(tl, views, f: Finding) -> dict[str, Any] | None:
     if act.empty:
         return None
     loc = f.location
+    rank = inst.rank if inst.rank is not None else loc.rank
+    device = inst.device if inst.device is not None else loc.device
     devs = act[["rank", "device"]].drop_duplicates()
-    if loc.rank is not None:
-        devs = devs[devs["rank"] == loc.rank]
-    if loc.device is not None:
-        devs = devs[devs["device"] == loc.device]
+    if rank is not None:
+        devs = devs[devs["rank"] == rank]
+    if device is not None:
+        devs = devs[devs["device"] == device]
     devices = [tuple(int(v) for v in r) for r in devs.sort_values(["rank", "device"]).itertuples(index=False, name=None)][:2]
     if not devices:
         return None
-    lanes = _window_lanes(tl, views, w0, w1, devices, len({r for r, _ in devices}) > 1 or loc.rank not in (None, 0), max_streams=3)
+    lanes = _window_lanes(views, w0, w1, devices, len({r for r, _ in devices}) > 1 or rank not in (None, 0), max_streams=3)
     lanes_end = _layout(lanes)
     x0 = _x(max(s, w0), w0, w1)
     return {
@@ -422,7 +407,7 @@ def _timeline_block(analysis: Analysis, views) -> dict[str, Any] | None:
     act = views.gpu_activity
     if act.empty:
         return None
-    w0, w1, what = _pick_window(analysis, views.busy)
+    w0, w1, what = _pick_window(analysis, views)
     span = max(tl.span_ns, 1)
     devices = list(act.groupby(["rank", "device"], observed=True, sort=True).groups.keys())[:MAX_DEVICES_DRAWN]
     many_ranks = len({r for r, _ in devices}) > 1
@@ -431,20 +416,18 @@ def _timeline_block(analysis: Analysis, views) -> dict[str, Any] | None:
         b = views.busy[(views.busy["rank"] == rank) & (views.busy["device"] == device)]
         dlabel = f"r{rank} GPU {device}" if many_ranks else f"GPU {device}"
         overview.append({"label": dlabel, "rects": _coverage_rects(b["start_ns"].to_numpy(), b["end_ns"].to_numpy(), 0, span)})
-    lanes = _window_lanes(tl, views, w0, w1, devices, many_ranks)
-    # finding markers: their location as a band over the lanes, evidence rows as ticks in the finding's own row
+    lanes = _window_lanes(views, w0, w1, devices, many_ranks)
+    # finding markers: their location as a band over the lanes, their instances as ticks in the finding's own row
     marks = []
     for n, f in enumerate(analysis.findings[:MAX_FINDING_ROWS], start=1):
         ticks = []
-        evd = f.evidence if isinstance(f.evidence, pd.DataFrame) else pd.DataFrame()
-        iv = _evidence_intervals(evd) if not evd.empty else None
-        has_time = iv is not None
-        if iv is not None:
-            st, en = iv
-            ok = np.isfinite(st) & np.isfinite(en) & (en >= w0) & (st <= w1)
-            for s_, e_ in list(zip(st[ok], en[ok]))[:MAX_MARKERS_PER_FINDING]:
-                x0 = _x(max(s_, w0), w0, w1)
-                ticks.append({"x": x0, "w": max(_x(min(e_, w1), w0, w1) - x0, 1.5), "title": f"{fmt_ns(s_)} – {fmt_ns(e_)}"})
+        shown = [i for i in f.instances if i.end_ns >= w0 and i.start_ns <= w1]
+        shown = sorted(shown, key=lambda i: -i.dur_ns)[:MAX_MARKERS_PER_FINDING]
+        for i in sorted(shown, key=lambda i: i.start_ns):
+            x0 = _x(max(i.start_ns, w0), w0, w1)
+            label = f"{clean(i.label, 60)}: " if i.label else ""
+            ticks.append({"x": x0, "w": max(_x(min(i.end_ns, w1), w0, w1) - x0, 1.5), "title": f"{label}{fmt_ns(i.start_ns)} – {fmt_ns(i.end_ns)}"})
+        has_time = bool(f.instances)
         band = None
         loc = f.location
         if loc.start_ns is not None:

@@ -5,12 +5,16 @@ from __future__ import annotations
 from typing import Any
 
 import msgspec
+import pandas as pd
 
 from .. import __version__
 from ..engine import Analysis
+from ..rule_api import Finding
 from ..verdict import details, headline
 
 SCHEMA_VERSION = 1
+#: Instances kept per finding (the longest ones, in time order); ``total_instances`` says how many there were.
+MAX_INSTANCES = 1000
 
 
 def to_dict(analysis: Analysis, max_evidence_rows: int | None = 50) -> dict[str, Any]:
@@ -39,11 +43,63 @@ def to_dict(analysis: Analysis, max_evidence_rows: int | None = 50) -> dict[str,
     }
 
 
-def _finding(analysis: Analysis, f, max_evidence_rows: int | None) -> dict[str, Any]:
-    d = f.to_dict(max_evidence_rows)
+def _finding(analysis: Analysis, f: Finding, max_evidence_rows: int | None) -> dict[str, Any]:
+    d = finding_dict(f, max_evidence_rows)
     if analysis.baseline is not None:
         d["baseline_status"] = analysis.baseline.of(f)
     return d
+
+
+def finding_dict(f: Finding, max_evidence_rows: int | None = 50) -> dict[str, Any]:
+    """One finding as the JSON report holds it (docs/json-report.md); baseline comparison reads this shape."""
+    ev = f.evidence if max_evidence_rows is None else f.evidence.head(max_evidence_rows)
+    inst = f.instances
+    if len(inst) > MAX_INSTANCES:
+        inst = sorted(sorted(inst, key=lambda i: -i.dur_ns)[:MAX_INSTANCES], key=lambda i: i.start_ns)
+    return {
+        "code": f.code,
+        "rule": f.rule_name,
+        "category": f.category,
+        "title": f.title,
+        "severity": f.severity.value,
+        "message": f.message,
+        "impact_ns": int(f.impact_ns),
+        "impact_pct_span": round(float(f.impact_pct_span), 3),
+        "impact_pct_step": None if f.impact_pct_step is None else round(float(f.impact_pct_step), 3),
+        "location": {k: (None if v is None else int(v)) for k, v in vars(f.location).items()},
+        "fingerprint": f.fingerprint,
+        "metrics": _jsonable(f.metrics),
+        "evidence": {
+            "columns": [str(c) for c in ev.columns],
+            "rows": [[_jsonable(v) for v in row] for row in ev.itertuples(index=False, name=None)],
+            "total_rows": int(len(f.evidence)),
+        },
+        "fixes": {fw: {"text": fx.text, "code": fx.code} for fw, fx in f.fixes.items()},
+        "instances": [{"start_ns": i.start_ns, "end_ns": i.end_ns, "rank": i.rank, "device": i.device, "label": i.label} for i in inst],
+        "total_instances": len(f.instances),
+        "explains": list(f.explains),
+        "what_if": None if f.what_if is None else _jsonable(f.what_if),
+    }
+
+
+def _jsonable(value: Any) -> Any:
+    """Plain JSON values from numpy scalars, NaN, pandas NA and anything else (as its string)."""
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if hasattr(value, "item") and not isinstance(value, (str, bytes)):
+        try:
+            value = value.item()
+        except (ValueError, AttributeError):
+            pass
+    if isinstance(value, float) and value != value:  # NaN
+        return None
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if value is pd.NA or value is pd.NaT:
+        return None
+    return str(value)
 
 
 def render(analysis: Analysis, max_evidence_rows: int | None = 50, **_: Any) -> str:

@@ -18,9 +18,46 @@ from .common import baseline_sentence, baseline_tag
 _SEV_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
 
 
+#: Narrowest a name column is squeezed to before the table is allowed to run wider than the terminal.
+MIN_NAME_W = 12
+
+
+def _table(title: str, header: list[str], rows: list[list[str]], text_col: int, width: int) -> Table:
+    """A table that fits ``width`` by shortening the one text column; numbers are never cut or wrapped.
+
+    Every other column is sized to its widest cell; the text column gets what is left (at least MIN_NAME_W, in
+    which case the table runs wider than the terminal rather than hide digits) and longer names end in "…".
+    """
+    widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(header)]
+    chrome = 3 * len(header) + 1  # one space of padding each side and a rule between and around the columns
+    room = max(width - chrome - sum(w for i, w in enumerate(widths) if i != text_col), MIN_NAME_W)
+    name_w = min(widths[text_col], room)
+    t = Table(title=title, title_justify="left", width=chrome + name_w + sum(w for i, w in enumerate(widths) if i != text_col))
+    for i, h in enumerate(header):
+        if i == text_col:
+            t.add_column(h, justify="left", no_wrap=True, overflow="ellipsis", width=name_w)
+        else:
+            t.add_column(h, justify="right", no_wrap=True, min_width=widths[i], width=widths[i])
+    for r in rows:
+        t.add_row(*[escape(_shorten(c, name_w) if i == text_col else c) for i, c in enumerate(r)])
+    return t
+
+
+def _print(con: Console, table: Table) -> None:
+    """Print a table whole: on a terminal too narrow for its numbers it runs wider rather than cut them."""
+    if table.width is not None and table.width > con.width:
+        con = Console(file=con.file, width=table.width, force_terminal=False, color_system=None, highlight=False)
+    con.print(table)
+
+
+def _shorten(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
 def render(analysis: Analysis, width: int = 110, **_: Any) -> str:
+    """The terminal report, ``width`` columns wide (the CLI passes the terminal's width)."""
     buf = io.StringIO()
-    con = Console(file=buf, width=width, force_terminal=False, color_system=None, highlight=False)
+    con = Console(file=buf, width=max(width, 40), force_terminal=False, color_system=None, highlight=False, soft_wrap=False)
     tl, s = analysis.timeline, analysis.summary
     meta = tl.meta
     con.print(f"[bold]{escape(meta.path or '(timeline)')}[/]  {escape(meta.tool or meta.source_format)}"
@@ -31,23 +68,20 @@ def render(analysis: Analysis, width: int = 110, **_: Any) -> str:
     con.print(f"span {fmt_ns(s.span_ns)}, {len(tl.events):,} events, {s.kernel_count:,} kernels ({fmt_ns(s.kernel_time_ns)} kernel time)"
               + (f", GPU busy {busy:.1f}%" if busy is not None else ", no GPU activity"))
     if s.devices:
-        t = Table(title="GPU utilization (first to last GPU activity)", title_justify="left")
-        for c in ("rank", "device", "name", "window", "busy", "idle", "busy %"):
-            t.add_column(c, justify="right" if c not in ("name",) else "left")
-        for d in s.devices:
-            t.add_row(str(d["rank"]), str(d["device"]), escape(str(d["name"] or "")), fmt_ns(d["window_ns"]), fmt_ns(d["busy_ns"]),
-                      fmt_ns(d["idle_ns"]), f"{d['busy_pct']:.1f}")
-        con.print(t)
+        rows = [
+            [str(d["rank"]), str(d["device"]), str(d["name"] or ""), fmt_ns(d["window_ns"]), fmt_ns(d["busy_ns"]), fmt_ns(d["idle_ns"]), f"{d['busy_pct']:.1f}"]
+            for d in s.devices
+        ]
+        _print(con, _table("GPU utilization (first to last GPU activity)", ["rank", "device", "name", "window", "busy", "idle", "busy %"], rows, text_col=2, width=width))
     if s.steps:
         st = s.steps
         con.print(f"steps: {st['count']}  mean {fmt_ns(st['mean_ns'])}  median {fmt_ns(st['median_ns'])}  max {fmt_ns(st['max_ns'])}")
     if not s.top_kernels.empty:
-        t = Table(title="Top kernels by GPU time", title_justify="left")
-        for c in ("kernel", "count", "total", "mean", "% kernel time"):
-            t.add_column(c, justify="left" if c == "kernel" else "right", overflow="ellipsis", no_wrap=True, max_width=70 if c == "kernel" else None)
-        for r in s.top_kernels.head(10).itertuples(index=False):
-            t.add_row(escape(str(r.name)), f"{int(r.count):,}", fmt_ns(r.total_ns), fmt_ns(r.mean_ns), f"{r.pct_kernel_time:.1f}")
-        con.print(t)
+        rows = [
+            [str(r.name), f"{int(r.count):,}", fmt_ns(r.total_ns), fmt_ns(r.mean_ns), f"{r.pct_kernel_time:.1f}"]
+            for r in s.top_kernels.head(10).itertuples(index=False)
+        ]
+        _print(con, _table("Top kernels by GPU time", ["kernel", "count", "total", "mean", "% kernel time"], rows, text_col=0, width=width))
     con.print()
     if analysis.findings:
         con.print(f"[bold]{len(analysis.findings)} finding(s)[/], largest estimated saving first:")

@@ -1,0 +1,134 @@
+"""Which rules run and with which options: ``[tool.traceinsight]`` in a pyproject.toml, plus explicit settings.
+
+Rule files named in a pyproject.toml are Python that runs on import. A CI job that analyses a pull request's trace
+inside the pull request's checkout would otherwise run that pull request's code with the job's secrets, so rule
+paths are honoured only from a file named explicitly (``--config PATH``, ``Config.from_pyproject(PATH)``) or
+when the environment opts in with ``TRACEINSIGHT_TRUST_PYPROJECT=1``. The nearest pyproject.toml found on its
+own still gives the plain options (select, ignore, rule options and severities), which run nothing.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+from .errors import ConfigError
+
+#: Set to 1 to let the implicitly found pyproject.toml load its ``rules`` files (see docs/ci.md).
+TRUST_ENV = "TRACEINSIGHT_TRUST_PYPROJECT"
+
+
+@dataclass
+class Config:
+    """Which rules run and with which options. Treated as a value: ``with_overrides`` returns a new one."""
+
+    select: list[str] = field(default_factory=list)  # codes or prefixes; empty = all
+    ignore: list[str] = field(default_factory=list)
+    options: dict[str, dict[str, Any]] = field(default_factory=dict)  # CODE -> {option: value}
+    severity: dict[str, str] = field(default_factory=dict)  # CODE -> severity override
+    rule_paths: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)  # what reading the configuration left out, for the report
+
+    @classmethod
+    def from_pyproject(cls, path: str | Path | None = None, *, trust: bool | None = None) -> "Config":
+        """``[tool.traceinsight]`` of ``path``, or of the nearest pyproject.toml above the working directory.
+
+        Rule paths are kept when ``path`` is given, or ``trust`` (default: the ``TRACEINSIGHT_TRUST_PYPROJECT``
+        environment variable) allows it; otherwise they are dropped with a warning.
+        """
+        explicit = path is not None
+        p = Path(path) if explicit else find_pyproject()
+        cfg = cls()
+        if p is None:
+            return cfg
+        if not p.is_file():
+            if explicit:
+                raise ConfigError(f"--config {p}: no such file")
+            return cfg
+        try:
+            data = tomllib.loads(p.read_text(encoding="utf-8")).get("tool", {}).get("traceinsight", {})
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"{p}: invalid TOML: {exc}") from None
+        if not isinstance(data, dict):
+            raise ConfigError(f"{p}: [tool.traceinsight] must be a table")
+        cfg.select = _str_list(data.get("select", []), p, "select")
+        cfg.ignore = _str_list(data.get("ignore", []), p, "ignore")
+        rules = _str_list(data.get("rules", []), p, "rules")
+        if trust is None:
+            trust = os.environ.get(TRUST_ENV, "") == "1"
+        if rules and not (explicit or trust):
+            cfg.warnings.append(
+                f"{p} names rule files ({', '.join(rules)}) that were NOT loaded: rule files run code, so they are "
+                f"only loaded with --config {p} or {TRUST_ENV}=1"
+            )
+        else:
+            cfg.rule_paths = [str((p.parent / r).resolve()) for r in rules]
+        table = data.get("rule") or {}
+        if not isinstance(table, dict):
+            raise ConfigError(f"{p}: [tool.traceinsight.rule] must be a table")
+        for code, opts in table.items():
+            if not isinstance(opts, dict):
+                raise ConfigError(f"{p}: [tool.traceinsight.rule.{code}] must be a table")
+            cfg._apply(code, opts)
+        return cfg
+
+    def with_overrides(
+        self, *, select: Iterable[str] = (), ignore: Iterable[str] = (), options: dict[str, dict[str, Any]] | None = None
+    ) -> "Config":
+        """A copy with explicit settings on top: select / ignore replace the configured ones when given, options
+        (a ``"severity"`` key sets the severity) are merged per rule. ``self`` is left unchanged."""
+        cfg = copy.deepcopy(self)
+        cfg.select = list(select) or cfg.select
+        cfg.ignore = list(ignore) or cfg.ignore
+        for code, opts in (options or {}).items():
+            cfg._apply(code, opts)
+        return cfg
+
+    def _apply(self, code: str, opts: dict[str, Any]) -> None:
+        code = code.strip().upper()
+        opts = dict(opts)
+        if "severity" in opts:
+            self.severity[code] = str(opts.pop("severity"))
+        if opts:
+            self.options.setdefault(code, {}).update(opts)
+
+    def selected(self, code: str) -> bool:
+        if self.select and not any(code.startswith(s.upper()) for s in self.select):
+            return False
+        return not any(code.startswith(i.upper()) for i in self.ignore)
+
+
+def parse_assignments(assignments: Iterable[str]) -> dict[str, dict[str, str]]:
+    """``CODE.option=value`` strings (``--set``) as an options mapping; ``CODE.severity=...`` included."""
+    out: dict[str, dict[str, str]] = {}
+    for a in assignments:
+        try:
+            lhs, value = a.split("=", 1)
+            code, opt = lhs.strip().split(".", 1)
+        except ValueError:
+            raise ConfigError(f"--set {a!r}: expected CODE.option=value, e.g. TI001.min_gap_us=500") from None
+        if not code.strip() or not opt.strip():
+            raise ConfigError(f"--set {a!r}: expected CODE.option=value, e.g. TI001.min_gap_us=500")
+        out.setdefault(code.strip().upper(), {})[opt.strip()] = value.strip()
+    return out
+
+
+def find_pyproject() -> Path | None:
+    here = Path.cwd()
+    for d in (here, *here.parents):
+        p = d / "pyproject.toml"
+        if p.is_file():
+            return p
+    return None
+
+
+def _str_list(value: Any, p: Path, key: str) -> list[str]:
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ConfigError(f"{p}: [tool.traceinsight] {key} must be a list of strings")
+    return list(value)

@@ -1,0 +1,98 @@
+"""Finding rules: the built-ins, installed plugins, and local files.
+
+The built-in rules are every public module of ``traceinsight.rules`` (the top-level ``rules/`` folder): a new
+rule is one new file there, listed nowhere else. Third-party packages register rules in the
+``traceinsight.rules`` entry-point group; local ``.py`` files or folders come from ``--rules``. A rule that fails
+to import becomes a warning in the analysis; it never takes the run down.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import inspect
+import pkgutil
+import sys
+from dataclasses import dataclass, field
+from importlib.metadata import entry_points
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+from .rule_api import Rule
+
+ENTRY_POINT_GROUP = "traceinsight.rules"
+BUILTIN_PACKAGE = "traceinsight.rules"
+
+
+@dataclass
+class RuleSet:
+    rules: dict[str, type[Rule]] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+
+    def add(self, cls: type[Rule], origin: str) -> None:
+        if not cls.code:
+            self.warnings.append(f"rule {cls.__name__} from {origin} has no code; skipped")
+            return
+        if cls.code in self.rules and self.rules[cls.code] is not cls:
+            self.warnings.append(f"rule code {cls.code} from {origin} is already taken by {self.rules[cls.code].__module__}; skipped")
+            return
+        self.rules[cls.code] = cls
+
+
+def builtin_modules() -> list[str]:
+    """Module names of the built-in rules: the public modules of the rules package, sorted."""
+    pkg = importlib.import_module(BUILTIN_PACKAGE)
+    return sorted(f"{BUILTIN_PACKAGE}.{m.name}" for m in pkgutil.iter_modules(pkg.__path__) if not m.name.startswith("_"))
+
+
+def discover(extra_paths: Iterable[str | Path] = ()) -> RuleSet:
+    """All rules: built-ins, then installed plugins (entry points), then local files/folders."""
+    rs = RuleSet()
+    for mod in builtin_modules():
+        _register(rs, lambda mod=mod: importlib.import_module(mod), f"built-in rule module {mod}", mod)
+    for ep in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
+        _register(rs, ep.load, f"rule plugin {ep.name} ({ep.value})", f"entry point {ep.name}")
+    for p in extra_paths:
+        path = Path(p)
+        if not path.exists():
+            rs.warnings.append(f"--rules {path}: no such file or folder")
+            continue
+        for f in sorted(path.glob("*.py")) if path.is_dir() else [path]:
+            if not f.name.startswith("_"):
+                _register(rs, lambda f=f: _import_file(f), f"rules file {f}", str(f))
+    return rs
+
+
+def _rules_in(obj: Any) -> list[type[Rule]]:
+    if inspect.isclass(obj) and issubclass(obj, Rule) and obj is not Rule:
+        return [obj]
+    if inspect.ismodule(obj):
+        return [v for v in vars(obj).values() if inspect.isclass(v) and issubclass(v, Rule) and v is not Rule and v.__module__ == obj.__name__]
+    if isinstance(obj, (list, tuple)):
+        return [r for item in obj for r in _rules_in(item)]
+    return []
+
+
+def _register(rs: RuleSet, load: Callable[[], Any], what: str, origin: str) -> None:
+    """Load one plugin and add its rules; any failure becomes a warning, never a crash."""
+    try:
+        loaded = load()
+    except Exception as exc:  # a broken plugin must not break the run
+        rs.warnings.append(f"could not load {what}: {type(exc).__name__}: {exc}")
+        return
+    found = _rules_in(loaded)
+    if not found:
+        rs.warnings.append(f"{what} defines no Rule subclass")
+    for cls in found:
+        rs.add(cls, origin)
+
+
+def _import_file(path: Path):
+    name = f"traceinsight_local_rules_{abs(hash(str(path.resolve())))}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"not a Python file: {path}")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+    return mod
