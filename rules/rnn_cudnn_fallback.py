@@ -123,7 +123,7 @@ class RnnCudnnFallback(Rule):
     (default **4**) timesteps of fallback execution are seen. The *recurrent region* is, per host thread and step,
     the time from the first to the last fallback op; the impact is the GPU idle time inside that region (what a
     single cuDNN call, which keeps the GPU busy, would remove). There is no peer rule: TensorBoard's kernel stats
-    only mark `CudnnRNN` ops as Tensor-Core eligible; this rule follows the research in `tf_and_rnn.md` §3.4.
+    only mark `CudnnRNN` ops as Tensor-Core eligible, and say nothing of the layers that did not get cuDNN.
 
     **Host-only TensorFlow traces** (recorded without a GPU) have every Keras RNN in the generic loop, so the rule
     instead reads each forward loop body: 3 sigmoid + 2 activation ops per timestep make an LSTM, 2 + 1 a GRU;

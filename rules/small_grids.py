@@ -43,7 +43,7 @@ class SmallGrids(Rule):
         "ops with `torch.compile`, and for inference with fixed shapes replay the step as a CUDA graph so launch "
         "overhead does not dominate either.",
         """
-        loader = DataLoader(ds, batch_size=512, ...)          # was 32: kernels had < 1 block per SM
+        loader = DataLoader(ds, batch_size=512)               # was 32: kernels had < 1 block per SM
         model = torch.compile(model, mode="max-autotune")    # fuses narrow ops, picks better tile sizes
         # inference with static shapes:
         model = torch.compile(model, mode="reduce-overhead")  # CUDA graphs

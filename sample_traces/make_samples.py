@@ -16,8 +16,9 @@ No GPU was available where these samples were made, so each PyTorch sample is bu
 Two translations are made so the op tree is the one CUDA dispatch records: the oneDNN LSTM ops
 (``aten::mkldnn_rnn_layer``, ``MkldnnRnnLayerBackward0``) become their cuDNN twins (``aten::_cudnn_rnn``,
 ``CudnnRnnBackward0``). Everything planted is listed under the top-level ``traceinsight_sample`` key of each
-trace. The script is standalone (stdlib + torch; tensorflow only for the Keras sample) and does not import
-from the traceinsight package or its tests.
+trace. The script needs only the stdlib and torch (tensorflow for the Keras sample); it does not import the
+traceinsight package. The Nsight Systems sample is written with ``tests/helpers/nsys_writer.py``, so the nsys
+encoding (memory kinds, enums, ids) has one home shared with the tests.
 """
 
 from __future__ import annotations
@@ -28,7 +29,6 @@ import json
 import os
 import random
 import shutil
-import sqlite3
 import sys
 import tempfile
 import time
@@ -556,101 +556,47 @@ def sample_dataloader_gaps() -> dict:
 
 # --------------------------------------------------------------------------------------------------- nsys
 def sample_nsys(path: Path) -> str:
-    """A vecadd-style program that copies its result back with a synchronous pageable cudaMemcpy each iteration."""
-    helpers = HERE.parent / "tests" / "helpers" / "nsys_writer.py"
-    if path.exists():
-        path.unlink()
-    db = sqlite3.connect(path)
-    _write_minimal_nsys(db)
-    db.commit()
-    db.close()
-    return "own minimal writer" if not helpers.exists() else "own minimal writer (tests/helpers/nsys_writer.py not imported: samples stay standalone)"
+    """A plain CUDA C vecAdd that copies its inputs in and its result out with synchronous ``cudaMemcpy`` from
+    ``malloc``'d (pageable) host buffers, each iteration, as in the real RTX 3060 capture of such a program
+    (nsys2025.5_vecadd-syncmemcpy in the corpus: 4 MiB pageable copies at 6.2 GB/s HtoD and 7.2 GB/s DtoH).
 
+    Written with tests/helpers/nsys_writer.py, the one place that knows how Nsight Systems encodes a copy:
+    pageable host memory is ``srcKind`` (HtoD) or ``dstKind`` (DtoH) = 0 in ENUM_CUDA_MEM_KIND, pinned is 1.
+    """
+    sys.path.insert(0, str(HERE.parent))
+    from tests.helpers.nsys_writer import NsysTrace
 
-def _write_minimal_nsys(db: sqlite3.Connection) -> None:
-    """The tables and columns `nsys export --type sqlite` (2024.x) writes for CUDA runtime + GPU activity."""
     rng = random.Random(0)
-    c = db.cursor()
-    c.executescript(
-        """
-        CREATE TABLE StringIds (id INTEGER NOT NULL PRIMARY KEY, value TEXT NOT NULL);
-        CREATE TABLE META_DATA_EXPORT (name TEXT, value TEXT);
-        CREATE TABLE META_DATA_CAPTURE (name TEXT, value TEXT);
-        CREATE TABLE TARGET_INFO_SESSION_START_TIME (utcEpochNs INTEGER, utcTime TEXT, localTime TEXT);
-        CREATE TABLE TARGET_INFO_GPU (vendor TEXT, id INTEGER NOT NULL PRIMARY KEY, name TEXT, busLocation TEXT, isDiscrete INTEGER,
-            l2CacheSize INTEGER, totalMemory INTEGER, memoryBandwidth INTEGER, clockRate INTEGER, smCount INTEGER, pwGpuId INTEGER,
-            uuid TEXT, luid INTEGER, chipName TEXT, cuDevice INTEGER, ctxId INTEGER, ctxType TEXT, computeMajor INTEGER, computeMinor INTEGER,
-            maxIPC INTEGER, maxRegistersPerBlock INTEGER, maxShmemPerBlock INTEGER, maxThreadsPerBlock INTEGER, maxBlockDimX INTEGER,
-            maxBlockDimY INTEGER, maxBlockDimZ INTEGER, maxGridDimX INTEGER, maxGridDimY INTEGER, maxGridDimZ INTEGER, maxWarpsPerSm INTEGER,
-            maxBlocksPerSm INTEGER, maxRegistersPerSm INTEGER, maxShmemPerSm INTEGER, threadsPerWarp INTEGER, asyncEngines INTEGER);
-        CREATE TABLE ENUM_CUDA_MEMCPY_OPER (id INTEGER NOT NULL PRIMARY KEY, name TEXT NOT NULL, label TEXT);
-        CREATE TABLE ENUM_CUDA_MEM_KIND (id INTEGER NOT NULL PRIMARY KEY, name TEXT NOT NULL, label TEXT);
-        CREATE TABLE CUPTI_ACTIVITY_KIND_RUNTIME (start INTEGER NOT NULL, end INTEGER NOT NULL, eventClass INTEGER NOT NULL,
-            globalTid INTEGER, correlationId INTEGER, nameId INTEGER NOT NULL, returnValue INTEGER NOT NULL, callchainId INTEGER);
-        CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL (start INTEGER NOT NULL, end INTEGER NOT NULL, deviceId INTEGER NOT NULL,
-            contextId INTEGER NOT NULL, greenContextId INTEGER, streamId INTEGER NOT NULL, correlationId INTEGER, globalPid INTEGER,
-            demangledName INTEGER NOT NULL, shortName INTEGER NOT NULL, mangledName INTEGER, launchType INTEGER, cacheConfig INTEGER,
-            registersPerThread INTEGER NOT NULL, gridX INTEGER NOT NULL, gridY INTEGER NOT NULL, gridZ INTEGER NOT NULL,
-            blockX INTEGER NOT NULL, blockY INTEGER NOT NULL, blockZ INTEGER NOT NULL, staticSharedMemory INTEGER NOT NULL,
-            dynamicSharedMemory INTEGER NOT NULL, localMemoryPerThread INTEGER NOT NULL, localMemoryTotal INTEGER NOT NULL,
-            gridId INTEGER NOT NULL, sharedMemoryExecuted INTEGER, graphNodeId INTEGER, sharedMemoryLimitConfig INTEGER);
-        CREATE TABLE CUPTI_ACTIVITY_KIND_MEMCPY (start INTEGER NOT NULL, end INTEGER NOT NULL, deviceId INTEGER NOT NULL,
-            contextId INTEGER NOT NULL, greenContextId INTEGER, streamId INTEGER NOT NULL, correlationId INTEGER, globalPid INTEGER,
-            bytes INTEGER NOT NULL, copyKind INTEGER NOT NULL, deprecatedSrcId INTEGER, srcKind INTEGER, dstKind INTEGER,
-            srcDeviceId INTEGER, srcContextId INTEGER, dstDeviceId INTEGER, dstContextId INTEGER, migrationCause INTEGER, graphNodeId INTEGER, virtualAddress INTEGER);
-        CREATE TABLE ThreadNames (nameId INTEGER NOT NULL, priority INTEGER, globalTid INTEGER);
-        CREATE TABLE PROCESSES (globalPid INTEGER, pid INTEGER, name TEXT);
-        """
+    t = NsysTrace(
+        "NVIDIA GeForce RTX 3060", 28, memory_bytes=12_622_168_064, compute_capability=(8, 6),
+        pid=24601, tid=24601, version="2024.6.1.90",
     )
-    strings = ["cudaMalloc", "cudaMemcpy", "cudaLaunchKernel", "cudaFree", "vecAdd(float const*, float const*, float*, int)", "vecAdd", "vecadd", "_Z6vecAddPKfS0_Pfi"]
-    c.executemany("INSERT INTO StringIds VALUES (?, ?)", list(enumerate(strings)))
-    sid = {s: i for i, s in enumerate(strings)}
-    c.executemany("INSERT INTO META_DATA_EXPORT VALUES (?, ?)", [("EXPORT_SCHEMA_VERSION", "3.14.0"), ("EXPORT_PRODUCT_VERSION", "2024.6.1.90-246134700410v0")])
-    c.execute("INSERT INTO TARGET_INFO_SESSION_START_TIME VALUES (1730000000000000000, '2024-10-27T03:33:20Z', '')")
-    c.execute(
-        "INSERT INTO TARGET_INFO_GPU (vendor, id, name, busLocation, isDiscrete, totalMemory, smCount, cuDevice, ctxId, computeMajor, computeMinor, chipName, maxThreadsPerBlock, threadsPerWarp) VALUES "
-        "('NVIDIA', 0, 'NVIDIA GeForce RTX 3060', '0000:01:00.0', 1, 12622168064, 28, 0, 1, 8, 6, 'GA106', 1024, 32)"
-    )
-    c.executemany("INSERT INTO ENUM_CUDA_MEMCPY_OPER VALUES (?, ?, ?)", [(1, "CUDA_MEMCPY_KIND_HTOD", "Host-to-Device"), (2, "CUDA_MEMCPY_KIND_DTOH", "Device-to-Host"), (8, "CUDA_MEMCPY_KIND_DTOD", "Device-to-Device")])
-    c.executemany("INSERT INTO ENUM_CUDA_MEM_KIND VALUES (?, ?, ?)", [(0, "CUDA_MEMOPR_MEMORY_KIND_UNKNOWN", "Unknown"), (1, "CUDA_MEMOPR_MEMORY_KIND_PAGEABLE", "Pageable"), (2, "CUDA_MEMOPR_MEMORY_KIND_DEVICE", "Device"), (3, "CUDA_MEMOPR_MEMORY_KIND_PINNED", "Pinned")])
-    pid = 24601
-    gpid = pid * 0x1000000
-    gtid = gpid + pid
-    c.execute("INSERT INTO PROCESSES VALUES (?, ?, ?)", (gpid, pid, "vecadd"))
-    c.execute("INSERT INTO ThreadNames VALUES (?, 1, ?)", (sid["vecadd"], gtid))
-    t = 1_000_000_000  # ns since session start
-    corr = 100
-    rt, kern, cp = [], [], []
-    n = 1 << 22
+    t.thread_names[t.tid] = "vecadd"
+    n = 1 << 22  # floats per vector
     nbytes = 4 * n
-
-    def runtime(name, start, dur):
-        nonlocal corr
-        corr += 1
-        rt.append((start, start + dur, 1, gtid, corr, sid[name], 0, None))
-        return corr
-
-    rt.append((t, t + 180_000_000, 1, gtid, 1, sid["cudaMalloc"], 0, None))  # first call creates the context
-    t += 180_000_000 + 20_000
-    for it in range(12):
-        for _ in range(2):  # a and b, pageable, synchronous
-            dur_gpu = int(nbytes / 11.5e9 * 1e9)
-            k = runtime("cudaMemcpy", t, dur_gpu + 9_000)
-            cp.append((t + 6_000, t + 6_000 + dur_gpu, 0, 1, None, 7, k, gpid, nbytes, 1, None, 1, 2, 0, 1, 0, 1, None, None, None))
-            t += dur_gpu + 9_000 + rng.randint(2_000, 4_000)
-        k = runtime("cudaLaunchKernel", t, 5_000)
-        ks = t + 4_000
-        kd = 210_000 + rng.randint(0, 8_000)
-        kern.append((ks, ks + kd, 0, 1, None, 7, k, gpid, sid["vecAdd(float const*, float const*, float*, int)"], sid["vecAdd"], sid["_Z6vecAddPKfS0_Pfi"], 0, 0, 16, (n + 255) // 256, 1, 1, 256, 1, 1, 0, 0, 0, 0, it + 1, 0, None, 0))
-        t += 5_000 + 1_000
-        start_copy = ks + kd + 2_000
-        dur_gpu = int(nbytes / 12.5e9 * 1e9)
-        k = runtime("cudaMemcpy", t, start_copy + dur_gpu + 4_000 - t)  # blocks while the kernel runs, then copies
-        cp.append((start_copy, start_copy + dur_gpu, 0, 1, None, 7, k, gpid, nbytes, 2, None, 2, 1, 0, 1, 0, 1, None, None, None))
-        t = start_copy + dur_gpu + 4_000 + 600_000 + rng.randint(0, 40_000)  # host-side verification of the result
-    c.executemany("INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES (?, ?, ?, ?, ?, ?, ?, ?)", rt)
-    c.executemany("INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES (" + ",".join("?" * 28) + ")", kern)
-    c.executemany("INSERT INTO CUPTI_ACTIVITY_KIND_MEMCPY VALUES (" + ",".join("?" * 20) + ")", cp)
+    htod_gbps, dtoh_gbps = 6.2, 7.2  # pageable: staged through the driver's pinned bounce buffer
+    t.runtime("cudaMalloc", 0, 180_000_000)  # the first call creates the context
+    now = 180_020_000
+    for _ in range(12):
+        for _ in range(2):  # a and b: cudaMemcpy(d_x, h_x, bytes, cudaMemcpyHostToDevice) from malloc'd memory
+            dur = int(nbytes / htod_gbps)
+            t.memcpy("HtoD", now + 6_000, dur, nbytes, pageable=True, sync=True, launch_ns=now, launch_dur_ns=dur + 9_000)
+            now += dur + 9_000 + rng.randint(2_000, 4_000)
+        kernel_start = now + 4_000
+        kernel_dur = 210_000 + rng.randint(0, 8_000)
+        t.kernel(
+            "vecAdd", kernel_start, kernel_dur, launch_ns=now, launch_dur_ns=5_000,
+            grid=((n + 255) // 256, 1, 1), block=(256, 1, 1), registers=16,
+            demangled="vecAdd(const float *, const float *, float *, int)",
+        )
+        now += 6_000
+        copy_start = kernel_start + kernel_dur + 2_000
+        dur = int(nbytes / dtoh_gbps)
+        # cudaMemcpy DtoH waits for the kernel (same stream), then copies into pageable memory.
+        t.memcpy("DtoH", copy_start, dur, nbytes, pageable=True, sync=True, launch_ns=now, launch_dur_ns=copy_start + dur + 4_000 - now)
+        now = copy_start + dur + 4_000 + 600_000 + rng.randint(0, 40_000)  # host-side check of the result
+    t.write(path)
+    return "tests/helpers/nsys_writer.py"
 
 
 # --------------------------------------------------------------------------------------------------- keras
@@ -697,7 +643,7 @@ def main(argv: list[str]) -> int:
         print(f"{name:28s} {(HERE / name).stat().st_size / 1024:7.1f} KiB  {time.time() - t:5.1f} s", flush=True)
     if not only or "vecadd_sync.sqlite" in only:
         how = sample_nsys(HERE / "vecadd_sync.sqlite")
-        print(f"{'vecadd_sync.sqlite':28s} {(HERE / 'vecadd_sync.sqlite').stat().st_size / 1024:7.1f} KiB  ({how})")
+        print(f"{'vecadd_sync.sqlite':28s} {(HERE / 'vecadd_sync.sqlite').stat().st_size / 1024:7.1f} KiB  (written with {how})")
     if not only or "keras_lstm_fallback" in only:
         t = time.time()
         sample_keras(HERE / "keras_lstm_fallback")

@@ -1,8 +1,15 @@
-"""Shared fixtures: where the real-trace corpus lives, and the repository root."""
+"""Shared fixtures: where real traces live, the repository root, and one summary line per kind of skip.
+
+Real traces come from two places. ``../shared/traces`` (or ``$TRACEINSIGHT_SHARED/traces``) is the full corpus;
+``tests/data`` ships a small, permissively licensed subset of it with the same layout, so a fresh clone still
+tests every format (PyTorch JSON, Nsight Systems SQLite, TensorFlow XPlane and trace JSON) on real data.
+``corpus_file`` looks in the corpus first, then in the subset, and skips only when neither has the file.
+"""
 
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -10,6 +17,46 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("TRACEINSIGHT_SHARED", REPO.parent / "shared"))
 CORPUS = SHARED / "traces"
+DATA = REPO / "tests" / "data"
+
+#: The one reason every corpus-only test skips with; the summary hook below counts them on one line.
+NEEDS_CORPUS = f"need the real-trace corpus at {CORPUS} (see README.md, 'Running the tests')"
+
+#: Skip reasons of missing optional packages -> (package, how to get it without a CUDA build).
+_OPTIONAL = {
+    "torch": "torch (CPU build: pip install torch --index-url https://download.pytorch.org/whl/cpu)",
+    "tensorflow": "tensorflow (CPU build: pip install tensorflow-cpu)",
+    "keras": "tensorflow (CPU build: pip install tensorflow-cpu)",
+}
+
+
+def have_corpus() -> bool:
+    return CORPUS.is_dir()
+
+
+def trace_root() -> Path:
+    """The folder real traces are read from: the full corpus when present, else the shipped subset."""
+    return CORPUS if have_corpus() else DATA
+
+
+def corpus_glob(pattern: str) -> list[str]:
+    """Paths (relative to the trace root) matching ``pattern``, for parametrising over every real file at hand."""
+    root = trace_root()
+    return sorted(str(p.relative_to(root)) for p in root.glob(pattern))
+
+
+def skip_needs_corpus() -> None:
+    pytest.skip(NEEDS_CORPUS)
+
+
+def corpus_file(rel: str) -> Path:
+    """A real trace by its corpus-relative path: from the corpus, else from tests/data; skips when neither has it."""
+    for root in (CORPUS, DATA):
+        p = root / rel
+        if p.exists():
+            return p
+    skip_needs_corpus()
+    raise AssertionError("unreachable")  # pragma: no cover
 
 
 @pytest.fixture(scope="session")
@@ -19,15 +66,33 @@ def repo() -> Path:
 
 @pytest.fixture(scope="session")
 def corpus() -> Path:
-    """../shared/traces (the real GPU traces); tests that need it skip when it is absent."""
-    if not CORPUS.is_dir():
-        pytest.skip(f"real-trace corpus not found at {CORPUS} (set TRACEINSIGHT_SHARED to the folder holding traces/)")
+    """../shared/traces itself, for tests that walk the whole corpus; they skip when it is absent."""
+    if not have_corpus():
+        skip_needs_corpus()
     return CORPUS
 
 
-def corpus_file(rel: str) -> Path:
-    """A corpus file for parametrised tests; skips when the corpus is absent."""
-    p = CORPUS / rel
-    if not p.exists():
-        pytest.skip(f"corpus file {p} not found")
-    return p
+def _skip_group(reason: str) -> str | None:
+    """The summary line a skip reason belongs to, or None to leave it as pytest prints it."""
+    if reason == NEEDS_CORPUS or "real-trace corpus" in reason or " in the corpus" in reason:
+        return NEEDS_CORPUS
+    if reason.startswith("could not import "):  # pytest.importorskip: the module asked for, then the one missing
+        for module in re.findall(r"'([\w.]+)'", reason)[::-1]:
+            if module.split(".")[0] in _OPTIONAL:
+                return f"need {_OPTIONAL[module.split('.')[0]]}"
+    return None
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    """Fold skips that share a cause into one line of ``-ra``'s summary, whatever test or line raised them.
+
+    Runs before the short test summary is printed; the reports stay in the stats, so the counts are unchanged.
+    """
+    for report in terminalreporter.stats.get("skipped", []):
+        longrepr = getattr(report, "longrepr", None)
+        if not (isinstance(longrepr, tuple) and len(longrepr) == 3):
+            continue
+        group = _skip_group(str(longrepr[2]).removeprefix("Skipped: "))
+        if group is None:
+            continue
+        report.longrepr = (str(Path(__file__)), None, group)  # no line number: -ra folds them by reason alone

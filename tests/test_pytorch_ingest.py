@@ -19,10 +19,9 @@ import traceinsight
 from traceinsight.timeline import COLUMNS, KINDS
 from traceinsight.views import Views
 
-from .conftest import CORPUS
+from .conftest import corpus_file, corpus_glob
 
-PT = CORPUS / "pytorch"
-FILES = sorted(p.name for p in PT.glob("*.json.gz")) if PT.is_dir() else []
+FILES = [Path(p).name for p in corpus_glob("pytorch/*.json.gz")]
 
 _KIND = {
     "kernel": "kernel", "gpu_memcpy": "memcpy", "memcpy": "memcpy", "gpu_memset": "memset", "memset": "memset",
@@ -68,8 +67,8 @@ def _reference(path: Path) -> dict:
 
 
 @pytest.mark.parametrize("name", FILES)
-def test_corpus_file_matches_independent_reading(corpus, name):
-    path = corpus / "pytorch" / name
+def test_corpus_file_matches_independent_reading(name):
+    path = corpus_file(f"pytorch/{name}")
     tl = traceinsight.load(path)
     ref = _reference(path)
     got = tl.events["kind"].value_counts()
@@ -88,8 +87,8 @@ def test_corpus_file_matches_independent_reading(corpus, name):
     assert (host["device"] == -1).all() and (host["stream"] == -1).all()
 
 
-def test_legacy_2021_schema_string_streams(corpus):
-    tl = traceinsight.load(corpus / "pytorch" / "kineto_resnet50_nw0_v100.pt.trace.json.gz")
+def test_legacy_2021_schema_string_streams():
+    tl = traceinsight.load(corpus_file("pytorch/kineto_resnet50_nw0_v100.pt.trace.json.gz"))
     k = tl.events[tl.events["kind"] == "kernel"]
     assert len(k) == 8772
     assert set(k["stream"].unique()) == {7}  # "stream 7" in the file
@@ -102,8 +101,8 @@ def test_legacy_2021_schema_string_streams(corpus):
     assert (k["step"] >= 0).mean() > 0.9
 
 
-def test_memcpy_direction_and_pageable(corpus):
-    tl = traceinsight.load(corpus / "pytorch" / "kineto_resnet50_nw0_v100.pt.trace.json.gz")
+def test_memcpy_direction_and_pageable():
+    tl = traceinsight.load(corpus_file("pytorch/kineto_resnet50_nw0_v100.pt.trace.json.gz"))
     m = tl.events[tl.events["kind"] == "memcpy"]
     assert len(m) == 12
     assert set(m["copy_kind"].astype(str)) == {"HtoD"}
@@ -111,39 +110,39 @@ def test_memcpy_direction_and_pageable(corpus):
     assert (m["bytes"] > 0).all()
 
 
-def test_ns_resolution_floats_keep_sub_microsecond_durations(corpus):
-    tl = traceinsight.load(corpus / "pytorch" / "hta_ns_resolution_v100_rank0.pt.trace.json.gz")
+def test_ns_resolution_floats_keep_sub_microsecond_durations():
+    tl = traceinsight.load(corpus_file("pytorch/hta_ns_resolution_v100_rank0.pt.trace.json.gz"))
     k = tl.events[tl.events["kind"] == "kernel"]
     assert (k["dur_ns"] % 1000 != 0).mean() > 0.5  # ns precision survives (HTA rounds to µs)
     assert (k["dur_ns"] >= 0).all()
 
 
-def test_base_time_nanoseconds_gives_absolute_start(corpus):
-    tl = traceinsight.load(corpus / "pytorch" / "hta_nccl_data_a100_rank0of2.json.gz")
+def test_base_time_nanoseconds_gives_absolute_start():
+    tl = traceinsight.load(corpus_file("pytorch/hta_nccl_data_a100_rank0of2.json.gz"))
     assert tl.meta.start_unix_ns is not None
     # unix ns = ts * 1000 + baseTimeNanoseconds; the earliest event of this trace is in 2024.
     assert 1_704_067_200 * 10**9 <= tl.meta.start_unix_ns < 1_735_689_600 * 10**9
     assert tl.meta.world_size == 2 and tl.meta.ranks == [0]
 
 
-def test_amd_and_b200_without_metadata(corpus):
-    amd = traceinsight.load(corpus / "pytorch" / "tracelens_mi300x_resnet_act_ckpt_rank0of8.json.gz")
+def test_amd_and_b200_without_metadata():
+    amd = traceinsight.load(corpus_file("pytorch/tracelens_mi300x_resnet_act_ckpt_rank0of8.json.gz"))
     assert amd.meta.devices[0].vendor == "AMD" and "MI300X" in amd.meta.devices[0].name
     assert (amd.events["kind"] == "kernel").sum() == 2995
-    b200 = traceinsight.load(corpus / "pytorch" / "tracelens_b200_eager_rank0of8.json.gz")
+    b200 = traceinsight.load(corpus_file("pytorch/tracelens_b200_eager_rank0of8.json.gz"))
     assert (b200.events["kind"] == "kernel").sum() == 768
     assert (b200.events["kind"] == "python").sum() > 10_000
 
 
-def test_cupti_range_profiler_trace_loads_and_says_why_no_kernels(corpus):
-    tl = traceinsight.load(corpus / "pytorch" / "hta_cupti_range_profiler_a100.json.gz")
+def test_cupti_range_profiler_trace_loads_and_says_why_no_kernels():
+    tl = traceinsight.load(corpus_file("pytorch/hta_cupti_range_profiler_a100.json.gz"))
     assert (tl.events["kind"] == "kernel").sum() == 0
     assert any("range-profiler" in w for w in tl.meta.warnings)
     assert Views(tl).utilization.empty
 
 
-def test_mangled_kernel_names_are_demangled_and_raw_kept(corpus):
-    tl = traceinsight.load(corpus / "pytorch" / "hdai_gru_cudnn_rtx5070ti_laptop.json.gz")
+def test_mangled_kernel_names_are_demangled_and_raw_kept():
+    tl = traceinsight.load(corpus_file("pytorch/hdai_gru_cudnn_rtx5070ti_laptop.json.gz"))
     k = tl.events[tl.events["kind"] == "kernel"]
     raw = k["raw_name"].astype(str)
     shown = k["name"].astype(str)
@@ -156,8 +155,8 @@ def test_mangled_kernel_names_are_demangled_and_raw_kept(corpus):
         assert shown[mangled].str.contains("RNN_blockPersist").any()
 
 
-def test_rank_folder_reads_ranks_from_distributed_info(corpus):
-    tl = traceinsight.load(corpus / "pytorch" / "param_dlrm_v100_8ranks")
+def test_rank_folder_reads_ranks_from_distributed_info():
+    tl = traceinsight.load(corpus_file("pytorch/param_dlrm_v100_8ranks"))
     assert tl.meta.ranks == list(range(8))
     assert sorted(tl.events["rank"].unique().tolist()) == list(range(8))
     per_rank = tl.events[tl.events["kind"] == "kernel"].groupby("rank").size()
@@ -182,16 +181,16 @@ def test_rank_folder_without_rank_info_uses_file_order(tmp_path):
     assert any("file-name order" in w for w in tl.meta.warnings)
 
 
-def test_detection_is_by_content_not_extension(corpus, tmp_path):
+def test_detection_is_by_content_not_extension(tmp_path):
     odd = tmp_path / "trace.data"
-    odd.write_bytes(gzip.decompress((corpus / "pytorch" / "hta_event_sync_a100.json.gz").read_bytes()))
+    odd.write_bytes(gzip.decompress((corpus_file("pytorch/hta_event_sync_a100.json.gz")).read_bytes()))
     assert traceinsight.ingest.detect(odd) == "pytorch"
     tl = traceinsight.load(odd)
     assert (tl.events["kind"] == "kernel").sum() == 4
 
 
-def test_events_are_int64_ns_and_sorted_columns_are_consistent(corpus):
-    tl = traceinsight.load(corpus / "pytorch" / "hta_event_sync_a100.json.gz")
+def test_events_are_int64_ns_and_sorted_columns_are_consistent():
+    tl = traceinsight.load(corpus_file("pytorch/hta_event_sync_a100.json.gz"))
     ev = tl.events
     assert ev["start_ns"].dtype == np.int64 and ev["dur_ns"].dtype == np.int64
     assert (ev["dur_ns"] >= 0).all()

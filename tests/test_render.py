@@ -16,14 +16,14 @@ from traceinsight.render.markdown import MAX_CHARS, esc
 from traceinsight.rule_api import Fix, Rule, Severity, fmt_ns
 from traceinsight.verdict import LABELS, details
 
-from .conftest import CORPUS
+from .conftest import trace_root
 from .test_render_synth import HOSTILE, synthetic_analysis, synthetic_timeline
 
 HTML_LIMIT = 2 * 1024 * 1024
 
 
 def _corpus_traces() -> list[Path]:
-    d = CORPUS / "pytorch"
+    d = trace_root() / "pytorch"
     if not d.is_dir():
         return []
     return sorted(d.glob("*.json.gz")) + [p for p in [d / "param_dlrm_v100_8ranks"] if p.is_dir()]
@@ -166,7 +166,7 @@ def _analysis(p: Path):
     return _ANALYSES[p]
 
 
-def test_largest_corpus_trace_fits(corpus):
+def test_largest_corpus_trace_fits():
     traces = _corpus_traces()
     if not traces:
         pytest.skip("no PyTorch traces in the corpus")
@@ -181,8 +181,8 @@ def test_largest_corpus_trace_fits(corpus):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("rel", [p.name for p in _corpus_traces()] or ["(none)"])
-def test_corpus_renders(corpus, rel):
-    p = corpus / "pytorch" / rel
+def test_corpus_renders(rel):
+    p = trace_root() / "pytorch" / rel
     if not p.exists():
         pytest.skip(f"{p} not in the corpus")
     a = _analysis(p)

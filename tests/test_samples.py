@@ -25,6 +25,7 @@ EXPECTED = [
     ("dataloader_gaps.json.gz", "TI005", 40.0, 95.0),
     ("dataloader_gaps.json.gz", "TI001", 40.0, 95.0),
     ("vecadd_sync.sqlite", "TI002", 1.0, 20.0),
+    ("vecadd_sync.sqlite", "TI006", 5.0, 40.0),  # every copy from malloc'd (pageable) host memory
     ("keras_lstm_fallback", "TI004", None, None),  # host-only: judged from the loop body (recurrent_dropout)
 ]
 

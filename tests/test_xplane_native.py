@@ -19,9 +19,9 @@ from traceinsight.errors import TraceReadError
 from traceinsight.ingest import native as native_switch
 from traceinsight.ingest.xplane import space as xplane_space
 
-from .conftest import CORPUS, corpus_file
+from .conftest import corpus_file, corpus_glob
 
-XPLANES = sorted(str(p.relative_to(CORPUS)) for p in CORPUS.glob("tf/**/*.xplane.pb")) if CORPUS.is_dir() else []
+XPLANES = corpus_glob("tf/**/*.xplane.pb")
 
 
 def _built() -> bool:

@@ -32,6 +32,7 @@ class Format(str, enum.Enum):
     json = "json"
     md = "md"
     html = "html"
+    perfetto = "perfetto"  # the trace + findings as Chrome-trace JSON (gzip) for ui.perfetto.dev / chrome://tracing
 
 
 class FailOn(str, enum.Enum):
@@ -71,7 +72,7 @@ def analyze(
     path: Annotated[Path, typer.Argument(help="Trace file or folder: .json/.json.gz, .sqlite/.nsys-rep, .xplane.pb, a TensorBoard logdir.")],
     fmt: Annotated[
         Optional[str],
-        typer.Option("--format", "-f", help="text, json, md or html; several comma-separated (e.g. html,md,json) write one file each into -o DIR. Default: from -o's extension, else text."),
+        typer.Option("--format", "-f", help="text, json, md, html or perfetto (needs -o); several comma-separated (e.g. html,md,json) write one file each into -o DIR. Default: from -o's extension, else text."),
     ] = None,
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write the report here instead of stdout (a folder when several formats are asked for).")] = None,
     select: Annotated[Optional[list[str]], typer.Option("--select", help="Only these rule codes or prefixes (repeatable, or comma-separated).")] = None,
@@ -127,7 +128,7 @@ def analyze(
             output.parent.mkdir(parents=True, exist_ok=True)
             targets = [(formats[0], output)]
         for f, target in targets:
-            target.write_text(render(analysis, f.value, html_name=html_name), encoding="utf-8")
+            _write_report(analysis, f, target, html_name)
             typer.echo(f"wrote {target} ({len(analysis.findings)} findings)", err=True)
         verdict = details(analysis)
         typer.echo(clean(f"Verdict: {verdict['headline']}. {verdict['sentence']}", 2000), err=True)
@@ -152,7 +153,19 @@ def _gate(analysis, threshold: Severity) -> None:
 
 MAX_GATE_LINES = 20
 REPORT_STEM = "traceinsight-report"
-_FORMAT_SUFFIX = {Format.text: "txt", Format.json: "json", Format.md: "md", Format.html: "html"}
+_FORMAT_SUFFIX = {Format.text: "txt", Format.json: "json", Format.md: "md", Format.html: "html", Format.perfetto: "perfetto.json.gz"}
+
+
+def _write_report(analysis, fmt: Format, target: Path, html_name: Optional[str]) -> None:
+    """One report file; the Perfetto trace is gzipped bytes, the others text."""
+    if fmt == Format.perfetto:
+        from .render import perfetto
+
+        perfetto.write(analysis, target)
+        return
+    from .render import render
+
+    target.write_text(render(analysis, fmt.value, html_name=html_name), encoding="utf-8")
 
 
 def _parse_formats(fmt: Optional[str], output: Optional[Path]) -> list[Format]:
@@ -164,9 +177,11 @@ def _parse_formats(fmt: Optional[str], output: Optional[Path]) -> list[Format]:
         try:
             f = Format(part.lower())
         except ValueError:
-            raise typer.BadParameter(f"{part!r} is not one of text, json, md, html", param_hint="--format") from None
+            raise typer.BadParameter(f"{part!r} is not one of text, json, md, html, perfetto", param_hint="--format") from None
         if f not in out:
             out.append(f)
+    if Format.perfetto in out and output is None:
+        raise typer.BadParameter("perfetto writes a gzipped file: give -o FILE (e.g. trace.perfetto.json.gz)", param_hint="--format")
     if len(out) > 1 and output is None:
         raise typer.BadParameter("several formats need -o DIR (a folder to write one file per format)", param_hint="--format")
     if len(out) > 1 and output is not None and output.exists() and not output.is_dir():

@@ -81,6 +81,11 @@ class Fix:
     text: str
     code: str = ""
 
+    def __post_init__(self) -> None:
+        # Rules write snippets as indented triple-quoted strings; store them as they must be pasted: the common
+        # indent removed, no blank first or last line (every renderer shows ``code`` as is).
+        object.__setattr__(self, "code", textwrap.dedent(self.code).strip("\n").rstrip())
+
 
 @dataclass
 class Option:

@@ -8,6 +8,7 @@ to pixel columns in Python: a trace with millions of kernels still gives a few t
 from __future__ import annotations
 
 import math
+import re
 from functools import lru_cache
 from importlib import resources
 from typing import Any
@@ -15,7 +16,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 from jinja2 import Environment, PackageLoader, select_autoescape
-from markupsafe import Markup
+from markupsafe import Markup, escape
 
 from .. import __version__
 from ..engine import Analysis
@@ -50,7 +51,16 @@ def _env() -> Environment:
     )
     env.filters["ns"] = fmt_ns
     env.filters["clean"] = clean
+    env.filters["inline_code"] = inline_code
     return env
+
+
+_INLINE_CODE = re.compile(r"`([^`\n]+)`")
+
+
+def inline_code(text: Any) -> Markup:
+    """Prose with Markdown-style `code` spans as HTML: escaped first, so the only markup added is <code>."""
+    return Markup(_INLINE_CODE.sub(r"<code>\1</code>", str(escape("" if text is None else text))))
 
 
 def _asset(name: str) -> Markup:

@@ -2,7 +2,7 @@
 
 Exports before 2023 carry no ``ENUM_*`` tables and later ones only create the tables they need, so the
 reader never looks enums up in the file: these values were checked identical across the 2023.1..2026.2
-exports (research/nsys.md section 1.2).
+exports.
 """
 
 from __future__ import annotations

@@ -1,0 +1,99 @@
+"""Every fix snippet can be pasted: stored dedented, valid Python, and shown exactly so in HTML, Markdown and JSON."""
+
+from __future__ import annotations
+
+import ast
+import html
+import json
+import re
+
+import pytest
+
+import traceinsight
+from traceinsight.engine import discover
+from traceinsight.render import render
+from traceinsight.rule_api import Fix
+
+from .conftest import REPO
+
+#: Fix keys whose snippets are not Python (plain CUDA C advice); every other snippet must parse.
+NOT_PYTHON = {"cuda"}
+
+RULES = discover().rules
+
+
+def _assert_pasteable(code: str, where: str, python: bool = True) -> None:
+    lines = code.split("\n")
+    assert lines[0].strip(), f"{where}: blank first line"
+    assert lines[-1].strip(), f"{where}: blank last line"
+    assert not lines[0][:1].isspace(), f"{where}: first line indented"
+    if python:
+        try:
+            ast.parse(code)
+        except SyntaxError as exc:  # pragma: no cover - the message is the point
+            pytest.fail(f"{where}: does not parse ({exc}):\n{code}")
+
+
+def test_fix_dedents_what_rules_write():
+    fx = Fix("t", """
+        for x, y in loader:
+            x = x.to("cuda", non_blocking=True)
+        """)
+    assert fx.code == 'for x, y in loader:\n    x = x.to("cuda", non_blocking=True)'
+    assert Fix("t", "a = 1").code == "a = 1"
+    assert Fix("t").code == ""
+
+
+@pytest.mark.parametrize("code", sorted(RULES))
+def test_every_rule_snippet_parses(code):
+    fixes = RULES[code].fixes()
+    assert fixes, f"{code} has no fix"
+    for fw, fx in fixes.items():
+        if fx.code:
+            _assert_pasteable(fx.code, f"{code} fix {fw}", python=fw not in NOT_PYTHON)
+
+
+SAMPLES = ["lstm_fallback.json.gz", "sync_stalls.json.gz", "dataloader_gaps.json.gz", "vecadd_sync.sqlite"]
+
+
+@pytest.fixture(scope="module")
+def analyses():
+    return [traceinsight.analyze(REPO / "sample_traces" / s) for s in SAMPLES]
+
+
+def test_reports_carry_the_dedented_snippets(analyses):
+    seen = set()
+    for a in analyses:
+        doc = json.loads(render(a, "json"))
+        md = render(a, "md", html_name="report.html")
+        page = render(a, "html")
+        html_blocks = [html.unescape(b) for b in re.findall(r"<pre><code>(.*?)</code></pre>", page, re.DOTALL)]
+        md_blocks = re.findall(r"^```python\n(.*?)\n```$", md, re.DOTALL | re.MULTILINE)
+        for f, jf in zip(a.findings, doc["findings"]):
+            for fw, fx in f.fixes.items():
+                if not fx.code:
+                    continue
+                seen.add(f.code)
+                assert jf["fixes"][fw]["code"] == fx.code
+                assert fx.code in html_blocks, f"{f.code} {fw}: not verbatim in the HTML"
+                if fx.code in md:  # Markdown shows the top findings' fixes in full
+                    assert fx.code in md_blocks
+        for block in html_blocks + md_blocks:
+            _assert_pasteable(block, "a rendered snippet")
+    assert {"TI002", "TI004", "TI005", "TI006"} <= seen
+
+
+def test_inline_code_in_prose_is_escaped_then_marked_up():
+    from traceinsight.render.html import inline_code
+
+    assert str(inline_code("Use `x < y` and <b>`pin_memory=True`</b>")) == (
+        "Use <code>x &lt; y</code> and &lt;b&gt;<code>pin_memory=True</code>&lt;/b&gt;"
+    )
+    assert str(inline_code("a lone ` backtick")) == "a lone ` backtick"
+
+
+def test_html_fix_prose_shows_code_not_backticks(analyses):
+    page = render(analyses[-1], "html")  # vecadd: TI006's fix names `pin_memory=True`
+    fix_paras = re.findall(r"<h4>Fix in [^<]+</h4>\s*<p>(.*?)</p>", page, re.DOTALL)
+    assert fix_paras and not any("`" in p for p in fix_paras)
+    assert any("<code>pin_memory=True</code>" in p for p in fix_paras)
