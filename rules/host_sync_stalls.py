@@ -101,6 +101,21 @@ class HostSyncStalls(Rule):
         """,
     )
 
+    fix_cuda = Fix(
+        "Do not block the host inside the loop: drop `cudaDeviceSynchronize`/`cudaStreamSynchronize` between "
+        "launches (stream order already serialises them), order streams with `cudaEventRecord` + "
+        "`cudaStreamWaitEvent`, and read results back with `cudaMemcpyAsync` into pinned memory once per "
+        "iteration batch.",
+        """
+        for (int i = 0; i < iters; ++i) {
+            step<<<grid, block, 0, s>>>(d_x, d_y);      // was: followed by cudaDeviceSynchronize()
+        }
+        cudaMemcpyAsync(h_y, d_y, bytes, cudaMemcpyDeviceToHost, s);  // h_y from cudaMallocHost
+        cudaEventRecord(done, s);
+        cudaEventSynchronize(done);                    // one wait, after all the work is queued
+        """,
+    )
+
     min_stall_us = Option(50.0, "Blocking calls shorter than this (µs) are ignored (HTA's runtime outlier cutoff).")
     min_blocked_pct = Option(1.0, "Warning (else info) when blocked host time or the GPU idle it causes reaches this % of the GPU active window.")
     top_n = Option(10, "Evidence rows: the call sites that block longest.")

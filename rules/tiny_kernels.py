@@ -60,6 +60,20 @@ class TinyKernels(Rule):
         """,
     )
 
+    fix_cuda = Fix(
+        "Launch fewer, larger kernels: fuse consecutive elementwise kernels into one, process several items per "
+        "thread (grid-stride loops), and capture a repeated sequence of launches as a CUDA graph so it is "
+        "submitted with one `cudaGraphLaunch`.",
+        """
+        cudaGraph_t graph; cudaGraphExec_t exec;
+        cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal);
+        for (int k = 0; k < n_small; ++k) small_kernel<<<g, b, 0, s>>>(args[k]);
+        cudaStreamEndCapture(s, &graph);
+        cudaGraphInstantiate(&exec, graph, 0);
+        for (int it = 0; it < iters; ++it) cudaGraphLaunch(exec, s);   // one launch per iteration
+        """,
+    )
+
     max_kernel_us = Option(10.0, "Kernels shorter than this (µs) count as tiny (TraceLens short-kernel threshold).")
     min_share_pct = Option(50.0, "Report when at least this % of a device's kernels are launch-bound.")
     min_idle_pct = Option(2.0, "...and the idle gaps before them are at least this % of the device's active window.")

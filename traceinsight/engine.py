@@ -14,8 +14,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
+from . import advice
 from .config import Config
 from .errors import ConfigError
+from .framework import detect_framework
 from .plugins import RuleSet, discover
 from .rule_api import Context, Finding, Rule, Severity
 from .summary import Summary, summarize
@@ -40,6 +42,13 @@ class Analysis:
     baseline: Any = None  # a baseline.Comparison when the run was compared with an earlier report
     views: Views | None = None  # the rules' cached views; renderers read these instead of deriving their own
     ledger: Any = None  # the time ledger (traceinsight.ledger) once it is built; None until then
+    framework: str = "unknown"  # traceinsight.framework.detect_framework: whose advice leads
+
+    def _repr_html_(self) -> str:
+        """Jupyter shows an Analysis as a compact, script-free version of the HTML report."""
+        from .render.html import render_inline
+
+        return render_inline(self)
 
     def __post_init__(self) -> None:
         if self.views is None:
@@ -102,6 +111,8 @@ def run(timeline: Timeline, rules: list[Rule], *, extra_warnings: Iterable[str] 
                 f.severity = rule.severity
         findings.extend(found)
     findings.sort(key=lambda f: (-f.impact_ns, -f.severity.rank, f.code))
+    framework = detect_framework(timeline)
+    advice.apply(findings, framework, timeline.meta)
     return Analysis(
         timeline=timeline,
         summary=summarize(timeline, views),
@@ -111,6 +122,7 @@ def run(timeline: Timeline, rules: list[Rule], *, extra_warnings: Iterable[str] 
         timings=timings,
         views=views,
         ledger=views.ledger,
+        framework=framework,
     )
 
 

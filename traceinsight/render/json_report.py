@@ -25,6 +25,7 @@ def to_dict(analysis: Analysis, max_evidence_rows: int | None = 50) -> dict[str,
         "trace": {
             "path": meta.path,
             "format": meta.source_format,
+            "framework": analysis.framework,
             "tool": meta.tool,
             "tool_version": meta.tool_version,
             "ranks": list(meta.ranks),
