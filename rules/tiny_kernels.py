@@ -7,7 +7,7 @@ import pandas as pd
 
 from traceinsight.rule_api import Fix, Location, Option, Rule, Severity, fmt_ns
 
-from ._common import innermost_enclosing, lookup, short_name
+from ._common import innermost_enclosing, lookup, short_name, user_code_sentence, user_frames_at
 
 
 class TinyKernels(Rule):
@@ -124,6 +124,8 @@ class TinyKernels(Rule):
             where = f"rank {rank} GPU {device}" if multi else f"GPU {device}"
             idle = int(row["idle_ns"])
             top = evidence.iloc[0]
+            li = kb["launch_idx"].dropna().astype(np.int64).to_numpy()[:20_000]  # a sample is enough to name the line
+            code_at = user_code_sentence(user_frames_at(ctx.events.loc[li], ctx.events, v.host_events), ctx, "Most of them are launched from")
             yield ctx.finding(
                 title=f"{where}: {row['share_pct']:.0f} % of kernels are launch-bound (< {self.max_kernel_us:g} µs or shorter than their launch)",
                 message=(
@@ -131,7 +133,7 @@ class TinyKernels(Rule):
                     f"{self.max_kernel_us:g} µs or than their own launch call; together they are "
                     f"{100.0 * row['bound_ns'] / max(row['kernel_ns'], 1):.1f} % of kernel time. The GPU idled "
                     f"{fmt_ns(idle)} ({row['idle_pct']:.1f} % of its active window) in {int(row['n_gaps'])} short gaps before them. "
-                    f"Most frequent: {top['kernel']} ({int(top['count'])}×, mean {fmt_ns(top['mean_us'] * 1e3)}), launched from {top['launched_by']}."
+                    f"Most frequent: {top['kernel']} ({int(top['count'])}×, mean {fmt_ns(top['mean_us'] * 1e3)}), launched from {top['launched_by']}.{code_at}"
                 ),
                 impact_ns=idle,
                 evidence=evidence,

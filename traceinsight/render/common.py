@@ -40,6 +40,23 @@ def time_scale(col: str) -> float | None:
     return None
 
 
+_PCT = ("_pct", "_percent")
+
+
+def column_label(col: str) -> str:
+    """The header of an evidence column or metric: its name without the unit suffix, because :func:`format_cell`
+    writes the unit into every cell (``start_ms`` -> ``start``, shown as "751.0 µs", not "0.751" or a mislabelled
+    "751.0 µs" under START_MS); percentages keep a "%"."""
+    c = str(col)
+    low = c.lower()
+    if time_scale(c) is not None:
+        return c[: c.rfind("_")] or c
+    for suffix in _PCT:
+        if low.endswith(suffix):
+            return c[: -len(suffix)] + " %"
+    return c
+
+
 def format_cell(col: str, value: Any, limit: int = 160) -> tuple[str, Any]:
     """(display text, sort key) for one evidence cell; times in *_ns columns are shown humanly."""
     if hasattr(value, "item") and not isinstance(value, (str, bytes)):

@@ -18,12 +18,12 @@ import pandas as pd
 from jinja2 import Environment, PackageLoader, select_autoescape
 from markupsafe import Markup, escape
 
-from .. import __version__
+from .. import __version__, advice
 from ..engine import Analysis
 from ..rule_api import Finding, Instance, fmt_ns
 from ..verdict import details, headline
 from ..views import merge_intervals
-from .common import baseline_sentence, baseline_tag, clean, format_cell
+from .common import baseline_sentence, baseline_tag, clean, column_label, format_cell
 
 #: Width of the drawing area of timelines, in SVG user units (the SVG scales to the page).
 PLOT_W = 1000
@@ -122,6 +122,9 @@ def context(analysis: Analysis, title: str | None = None) -> dict[str, Any]:
         for d in meta.devices
     ]
     return {
+        "framework": analysis.framework,
+        "framework_label": advice.label(analysis.framework),
+        "generated": clean(meta.extra.get("generated") or "", 300),
         "title": clean(title or meta.path.rsplit("/", 1)[-1] or "trace", 120),
         "version": __version__,
         "css": _asset("report.css"),
@@ -175,19 +178,17 @@ def _finding(n: int, f: Finding, detailed: bool) -> dict[str, Any]:
         where.append(f"stream {loc.stream}")
     if loc.start_ns is not None:
         where.append(f"{fmt_ns(loc.start_ns)} – {fmt_ns(loc.end_ns if loc.end_ns is not None else loc.start_ns)}")
-    fixes = []
-    for fw, label in (("pytorch", "PyTorch"), ("tensorflow", "TensorFlow")):
-        fx = f.fixes.get(fw)
-        if fx and fx.text.strip():
-            fixes.append({"id": fw, "label": label, "text": fx.text.strip(), "code": fx.code.strip()})
-    for fw, fx in f.fixes.items():
-        if fw not in ("pytorch", "tensorflow") and fx.text.strip():
-            fixes.append({"id": clean(fw, 30), "label": clean(fw, 30), "text": fx.text.strip(), "code": fx.code.strip()})
+    # in the order traceinsight.advice chose: the trace's framework first, so its tab is the one that opens
+    fixes = [
+        {"id": clean(fw, 30), "label": clean(advice.label(fw), 30), "text": fx.text.strip(), "code": fx.code.strip()}
+        for fw, fx in f.fixes.items()
+        if fx.text.strip()
+    ]
     metrics = []
     for k, v in list(f.metrics.items())[:12]:
         if isinstance(v, (dict, list, tuple)):
             continue
-        metrics.append((clean(k, 60), format_cell(str(k), v)[0]))
+        metrics.append((clean(column_label(str(k)), 60), format_cell(str(k), v)[0]))
     return {
         "n": n,
         "code": clean(f.code, 20),
@@ -200,7 +201,7 @@ def _finding(n: int, f: Finding, detailed: bool) -> dict[str, Any]:
         "pct_step": None if f.impact_pct_step is None else float(f.impact_pct_step),
         "fingerprint": f.fingerprint,
         "where": " · ".join(where),
-        "cols": [clean(c, 40) for c in cols],
+        "cols": [clean(column_label(c), 40) for c in cols],
         "rows": rows,
         "total_rows": int(len(ev)),
         "fixes": fixes,
@@ -277,17 +278,26 @@ def _pick_window(analysis: Analysis, views) -> tuple[int, int, str]:
     return int(a * width), int((a + win) * width), "busiest tenth of the trace"
 
 
+_TICK_UNITS = ((1_000_000_000, "s"), (1_000_000, "ms"), (1_000, "µs"), (1, "ns"))
+
+
 def _ticks(w0: int, w1: int, n: int = 8) -> list[dict[str, Any]]:
+    """Axis ticks on a 1-2-5 grid, every label in one unit with just enough decimals to tell neighbours apart;
+    labels near the edges are anchored inwards so none is clipped."""
     span = max(w1 - w0, 1)
     raw = span / n
     mag = 10 ** math.floor(math.log10(raw))
     step = next(m * mag for m in (1, 2, 5, 10) if m * mag >= raw)
-    first = math.ceil(w0 / step) * step
+    scale, unit = next(((sc, u) for sc, u in _TICK_UNITS if max(abs(w0), abs(w1)) >= sc), (1, "ns"))
+    decimals = min(max(0, -math.floor(math.log10(step / scale) + 1e-9)), 6)
     out = []
-    t = first
-    while t <= w1 and len(out) < 20:
-        out.append({"x": _x(t, w0, w1), "label": fmt_ns(t)})
-        t += step
+    k = math.ceil(w0 / step)
+    while k * step <= w1 and len(out) < 20:
+        t = k * step
+        x = _x(t, w0, w1)
+        anchor = "end" if x > GUTTER + PLOT_W - 40 else ("start" if x < GUTTER + 20 else "middle")
+        out.append({"x": x, "label": f"{t / scale:,.{decimals}f} {unit}", "anchor": anchor})
+        k += 1
     return out
 
 
@@ -342,6 +352,8 @@ def _window_lanes(views, w0: int, w1: int, devices: list[tuple[int, int]], many_
         if len(by_stream) > len(shown):
             lanes.append({"label": f"+{len(by_stream) - len(shown)} more streams", "kind": "note", "rects": [], "gaps": []})
     ranks = {r for r, _ in devices}
+    for rank in sorted(ranks)[:4]:
+        lanes += _host_lanes(views, rank, w0, w1, f"r{rank} " if many_ranks else "")
     rt = _in_window(views.runtime_calls, w0, w1)
     rt = rt[rt["rank"].isin(ranks).to_numpy()]
     if not rt.empty:
@@ -355,6 +367,51 @@ def _window_lanes(views, w0: int, w1: int, devices: list[tuple[int, int]], many_
             lanes.append({"label": f"r{rank} host CUDA API" if many_ranks else "host CUDA API", "kind": "host", "rects": rects, "gaps": []})
             if len(lanes) > 60:
                 break
+    return lanes
+
+
+#: Host lanes: what the host was doing in the window, so "data loading" or "optimizer step" can be seen.
+HOST_LANES = (("annotation", "host ranges", "a"), ("cpu_op", "CPU ops", "o"), ("python", "Python", "p"))
+MIN_LABEL_PX = 28  # rows narrower than this are drawn but not named
+MAX_LABELS_PER_LANE = 40
+
+
+def _host_lanes(views, rank: int, w0: int, w1: int, prefix: str = "") -> list[dict[str, Any]]:
+    """Per kind of host row (user ranges, framework ops, Python frames) one lane of coverage, with the longest
+    rows named where they fit: the outermost ones first, as they say what the step was doing."""
+    rows = views.host_rows_overlapping(rank, w0, w1, kinds=tuple(k for k, _, _ in HOST_LANES))
+    lanes: list[dict[str, Any]] = []
+    if rows.empty:
+        return lanes
+    kind = rows["kind"].astype(str).to_numpy()
+    for k, label, cls in HOST_LANES:
+        m = kind == k
+        if not m.any():
+            continue
+        r = rows[m]
+        st = r["start_ns"].to_numpy()
+        en = st + np.maximum(r["dur_ns"].to_numpy(), 0)
+        rects = [(GUTTER + x, w, lv, cls) for x, w, lv in _coverage_rects(st, en, w0, w1)]
+        scale = PLOT_W / max(w1 - w0, 1)
+        x0 = GUTTER + (np.clip(st, w0, w1) - w0) * scale
+        x1 = GUTTER + (np.clip(en, w0, w1) - w0) * scale
+        boxes: list[dict[str, Any]] = []
+        wide = np.flatnonzero(x1 - x0 >= MIN_LABEL_PX)
+        names = r["name"].astype(str).to_numpy()
+        taken: list[tuple[float, float]] = []
+        for i in wide[np.argsort(-(x1 - x0)[wide], kind="stable")]:
+            if len(boxes) >= MAX_LABELS_PER_LANE:
+                break
+            if any(a < x1[i] and x0[i] < b for a, b in taken):
+                continue  # nested or overlapping a longer named row
+            taken.append((float(x0[i]), float(x1[i])))
+            w = float(x1[i] - x0[i])
+            name = clean(names[i], 120)
+            chars = int((w - 6) / 5.6)
+            text = name if len(name) <= chars else (name[: chars - 1] + "…" if chars >= 4 else "")
+            boxes.append({"x": round(float(x0[i]), 2), "w": round(w, 2), "text": text,
+                          "title": f"{name}: {fmt_ns(int(en[i] - st[i]))} at {fmt_ns(int(st[i]))}"})
+        lanes.append({"label": f"{prefix}{label}", "kind": "hostop", "rects": rects, "gaps": [], "boxes": boxes})
     return lanes
 
 
@@ -378,8 +435,8 @@ def _instance(tl, views, f: Finding) -> dict[str, Any] | None:
         return None
     s, e = float(inst.start_ns), float(inst.end_ns)
     span = max(tl.span_ns, 1)
-    pad = max(0.6 * (e - s), 20_000.0)
-    w0, w1 = int(max(0.0, s - pad)), int(min(float(span), e + pad))
+    pad = max(0.25 * (e - s), 5_000.0)  # the instance fills about two thirds of the close-up, whatever its length
+    w0, w1 = int(max(0.0, s - pad)), int(max(min(float(span), e + pad), e))
     if w1 <= w0:
         return None
     act = views.gpu_activity
@@ -400,7 +457,8 @@ def _instance(tl, views, f: Finding) -> dict[str, Any] | None:
     lanes_end = _layout(lanes)
     x0 = _x(max(s, w0), w0, w1)
     return {
-        "title": f"Largest instance: {fmt_ns(e - s)} at {fmt_ns(s)}" if e > s else f"First instance: at {fmt_ns(s)}",
+        "title": (f"Largest instance{': ' + clean(inst.label, 80) if inst.label else ''}: {fmt_ns(e - s)} at {fmt_ns(s)}"
+                  if e > s else f"First instance: at {fmt_ns(s)}"),
         "w0": w0,
         "w1": w1,
         "lanes": lanes,
