@@ -74,6 +74,62 @@ def render(analysis: Analysis, title: str | None = None, **_: Any) -> str:
     return _env().get_template("report.html.j2").render(**context(analysis, title=title))
 
 
+#: Ledger bucket colours in the notebook view (idle causes warm, busy time cool).
+_BUCKET_COLORS = {
+    "compute": "#4263eb", "communication": "#9c36b5", "copy": "#0c8599", "idle_data_wait": "#e8590c",
+    "idle_host_sync": "#f08c00", "idle_launch_bound": "#fab005", "idle_host_busy": "#66a80f", "idle_untraced": "#adb5bd",
+    "idle_gpu_dependency": "#845ef7", "idle_warmup": "#ced4da", "idle_other": "#fa5252",
+}
+MAX_INLINE_FINDINGS = 8
+
+
+def render_inline(analysis: Analysis) -> str:
+    """The compact report ``Analysis._repr_html_`` shows in Jupyter: verdict, key numbers, the time ledger per
+    device and the findings with their leading fix. Self-contained and script-free (notebooks strip scripts of
+    untrusted outputs), so it reads the same in JupyterLab, VS Code, GitHub's viewer and nbviewer."""
+    from ..verdict import _BUCKET_WORDS
+
+    meta = analysis.timeline.meta
+    head = headline(analysis)
+    findings = []
+    for i, f in enumerate(analysis.findings[:MAX_INLINE_FINDINGS]):
+        first = next(((fw, fx) for fw, fx in f.fixes.items() if fx.text.strip()), None)
+        findings.append({
+            "n": i + 1, "code": clean(f.code, 20), "severity": f.severity.value, "title": clean(f.title, 300),
+            "message": clean(f.message, 1500), "impact_ns": int(f.impact_ns),
+            "fix": None if first is None else {"label": advice.label(first[0]), "text": first[1].text.strip(), "code": first[1].code},
+        })
+    ledger = []
+    lg = analysis.ledger
+    if lg is not None and not lg.by_device.empty:
+        many = len(meta.ranks) > 1
+        for (rank, device), g in lg.by_device.groupby(["rank", "device"], sort=True):
+            total = max(int(g["ns"].sum()), 1)
+            parts = [{"bucket": b, "name": _BUCKET_WORDS.get(b, b), "ns": int(ns), "pct": 100.0 * ns / total, "color": _BUCKET_COLORS.get(b, "#868e96")}
+                     for b, ns in zip(g["bucket"], g["ns"]) if ns > 0]
+            ledger.append({"rank": int(rank), "device": int(device), "label": f"rank {rank} GPU {device}" if many else f"GPU {device}",
+                           "parts": parts, "top": sorted(parts, key=lambda p: -p["ns"])[:4]})
+            if len(ledger) >= MAX_DEVICES_DRAWN:
+                break
+    gpus = sorted({clean(d.name, 60) for d in meta.devices if d.name})
+    ctx = {
+        "title": clean(meta.path.rsplit("/", 1)[-1] or "trace", 120),
+        "meta_format": clean(meta.source_format, 40),
+        "framework": analysis.framework,
+        "framework_label": advice.label(analysis.framework),
+        "gpu": ", ".join(gpus[:3]),
+        "generated": clean(meta.extra.get("generated") or "", 300),
+        "verdict": details(analysis),
+        "head": head,
+        "busy_pct": head["gpu_busy_pct"],
+        "ledger": ledger,
+        "findings": findings,
+        "more": max(len(analysis.findings) - MAX_INLINE_FINDINGS, 0),
+        "rules_run": len(analysis.rules_run),
+    }
+    return _env().get_template("inline.html.j2").render(**ctx)
+
+
 # --- data for the template -------------------------------------------------------------------------------
 
 
