@@ -23,7 +23,7 @@ from ..engine import Analysis
 from ..rule_api import Finding, Instance, fmt_ns
 from ..verdict import details, headline
 from ..views import merge_intervals
-from .common import baseline_sentence, baseline_tag, clean, column_label, format_cell
+from .common import baseline_sentence, baseline_tag, clean, column_label, column_labels, format_cell
 
 #: Width of the drawing area of timelines, in SVG user units (the SVG scales to the page).
 PLOT_W = 1000
@@ -223,7 +223,7 @@ def _finding(n: int, f: Finding, detailed: bool) -> dict[str, Any]:
     rows = []
     if detailed and not ev.empty:
         for row in ev.head(MAX_EVIDENCE_ROWS)[ev.columns[:12]].itertuples(index=False, name=None):
-            rows.append([format_cell(c, v) for c, v in zip(cols, row)])
+            rows.append([(*format_cell(c, v), isinstance(v, (int, float, np.number)) and not isinstance(v, bool)) for c, v in zip(cols, row)])
     loc = f.location
     where = []
     if loc.rank is not None:
@@ -257,7 +257,7 @@ def _finding(n: int, f: Finding, detailed: bool) -> dict[str, Any]:
         "pct_step": None if f.impact_pct_step is None else float(f.impact_pct_step),
         "fingerprint": f.fingerprint,
         "where": " · ".join(where),
-        "cols": [clean(column_label(c), 40) for c in cols],
+        "cols": [clean(c, 40) for c in column_labels(cols)],
         "rows": rows,
         "total_rows": int(len(ev)),
         "fixes": fixes,
@@ -321,17 +321,24 @@ def _pick_window(analysis: Analysis, views) -> tuple[int, int, str]:
         row = st.iloc[i]
         return int(row["start_ns"]), int(row["start_ns"] + max(row["dur_ns"], 1)), f"{clean(row['name'], 60)} (median-length step)"
     gpu_n = len(views.gpu_activity)
-    if span <= 0 or gpu_n <= 3000 or views_busy.empty:
+    if span <= 0 or views_busy.empty:
         return 0, max(span, 1), "whole trace"
+    # the GPU's active extent: a program that computes for 5 ms of a 1 s capture must not be drawn 5 px wide
+    g0 = int(views_busy["start_ns"].min())
+    g1 = int(views_busy["end_ns"].max())
+    pad = max((g1 - g0) // 50, 1)
+    a0, a1 = max(0, g0 - pad), min(span, g1 + pad)
+    if gpu_n <= 3000:
+        return a0, max(a1, a0 + 1), "GPU active window" if (a1 - a0) < 0.9 * span else "whole trace"
     bins = 200
-    width = span / bins
+    width = (a1 - a0) / bins
     busy = np.zeros(bins)
-    for r in _coverage_rects(views_busy["start_ns"].to_numpy(), views_busy["end_ns"].to_numpy(), 0, span, bins):
+    for r in _coverage_rects(views_busy["start_ns"].to_numpy(), views_busy["end_ns"].to_numpy(), a0, a1, bins):
         busy[int(r[0]) : int(r[0] + r[1])] += r[2]
     win = bins // 10
     sums = np.convolve(busy, np.ones(win), mode="valid")
     a = int(np.argmax(sums))
-    return int(a * width), int((a + win) * width), "busiest tenth of the trace"
+    return int(a0 + a * width), int(a0 + (a + win) * width), "busiest tenth of the GPU active window"
 
 
 _TICK_UNITS = ((1_000_000_000, "s"), (1_000_000, "ms"), (1_000, "µs"), (1, "ns"))
