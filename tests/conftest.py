@@ -74,7 +74,7 @@ def corpus() -> Path:
 
 def _skip_group(reason: str) -> str | None:
     """The summary line a skip reason belongs to, or None to leave it as pytest prints it."""
-    if reason == NEEDS_CORPUS or "real-trace corpus" in reason or " in the corpus" in reason:
+    if reason == NEEDS_CORPUS or "real-trace corpus" in reason or " in the corpus" in reason or reason.startswith("corpus file "):
         return NEEDS_CORPUS
     if reason.startswith("could not import "):  # pytest.importorskip: the module asked for, then the one missing
         for module in re.findall(r"'([\w.]+)'", reason)[::-1]:

@@ -11,7 +11,7 @@ from traceinsight.ledger import AVOIDABLE_BUCKETS, BUSY_BUCKETS
 from traceinsight.rule_api import Finding, Location, Severity
 from traceinsight.verdict import COPY_BOUND_PCT, MIN_BOUND_PCT, claims, details, finding_claims, headline, ledger_of
 
-from .conftest import CORPUS, REPO
+from .conftest import REPO, corpus_file, trace_root
 from .helpers.kineto_writer import KinetoTrace
 
 US = 1_000
@@ -172,11 +172,11 @@ def test_claims_inside_instances(tmp_path):
 # --- the real corpus ---------------------------------------------------------------------------------------
 def _corpus_paths() -> list[Path]:
     out: list[Path] = []
-    if CORPUS.is_dir():
-        out += sorted((CORPUS / "pytorch").rglob("*.json.gz"))
-        out += sorted((CORPUS / "nsys").glob("*.sqlite"))
-        out += sorted((CORPUS / "tf").rglob("*.xplane.pb"))
-        out += sorted((CORPUS / "tf").rglob("*.trace.json.gz"))
+    root = trace_root()  # the corpus, else the shipped subset in tests/data
+    out += sorted((root / "pytorch").rglob("*.json.gz"))
+    out += sorted((root / "nsys").glob("*.sqlite"))
+    out += sorted((root / "tf").rglob("*.xplane.pb"))
+    out += sorted((root / "tf").rglob("*.trace.json.gz"))
     out += sorted((REPO / "sample_traces").glob("*.json.gz")) + sorted((REPO / "sample_traces").glob("*.sqlite"))
     return out
 
@@ -186,9 +186,7 @@ _CACHE: dict[str, object] = {}
 
 def _corpus_analysis(rel: str):
     if rel not in _CACHE:
-        p = CORPUS / rel
-        if not p.exists():
-            pytest.skip(f"corpus file {p} not found")
+        p = corpus_file(rel)
         _CACHE[rel] = traceinsight.analyze(str(p))
     return _CACHE[rel]
 
