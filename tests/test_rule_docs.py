@@ -155,4 +155,5 @@ def test_rule_page_sections(code):
         sections.insert(2, "## Options")
     positions = [doc.index(s) for s in sections]
     assert positions == sorted(positions)
-    assert doc.count("```python") == 2
+    assert doc.count("```python") == 2 + sum(1 for k in RULES[code].fix_variants if not k.startswith("cuda:"))
+    assert doc.count("```cuda") == bool(RULES[code].fix_cuda.text) + sum(1 for k in RULES[code].fix_variants if k.startswith("cuda:"))

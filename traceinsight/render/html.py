@@ -520,8 +520,8 @@ def _instance(tl, views, f: Finding) -> dict[str, Any] | None:
     lanes_end = _layout(lanes)
     x0 = _x(max(s, w0), w0, w1)
     return {
-        "title": (f"Largest instance{': ' + clean(inst.label, 80) if inst.label else ''}: {fmt_ns(e - s)} at {fmt_ns(s)}"
-                  if e > s else f"First instance: at {fmt_ns(s)}"),
+        "title": (f"Largest instance: {fmt_ns(e - s)} at {fmt_ns(s)}" if e > s else f"First instance: at {fmt_ns(s)}")
+        + (f" ({clean(inst.label, 80)})" if inst.label else ""),
         "w0": w0,
         "w1": w1,
         "lanes": lanes,
