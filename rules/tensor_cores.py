@@ -6,6 +6,7 @@ import re
 
 import numpy as np
 
+from traceinsight.advice import parse_cc
 from traceinsight.rule_api import Context, Fix, Location, Option, Rule, Severity, fmt_ns
 
 from ._common import FP64, GEMM_CONV, NCCL, NOT_GEMM, NON_NVIDIA, NOT_TENSOR_CORE, PRE_VOLTA, TENSOR_CORE, TENSOR_CORE_GPU, matches, name_mask
@@ -196,13 +197,16 @@ class NoTensorCores(Rule):
         evidence = ev[["name", "count", "total_ms", "pct_of_gemm_time"]].reset_index(drop=True)
 
         dev_names = sorted({str(d.name) for d in devs if (int(d.rank), int(d.index)) in ok_pairs and d.name})
+        # TF32 and bf16 exist from Ampere on; Volta/Turing tensor cores take fp16 (the fix is chosen the same way)
+        caps = [parse_cc(d.compute_capability) for d in devs if (int(d.rank), int(d.index)) in ok_pairs]
+        remedy = "Mixed precision in fp16 (with a grad scaler)" if caps and all(c is not None and c < (8, 0) for c in caps) else "Mixed precision or TF32"
         ranks = sorted({r for r, _ in ok_pairs})
         yield ctx.finding(
             title=f"{share:.0f}% of GEMM/conv time runs without tensor cores",
             message=(
                 f"On {', '.join(dev_names) or 'a tensor-core GPU'}, {fmt_ns(non_tc_ns)} of {fmt_ns(gemm_ns)} GEMM/convolution "
                 f"kernel time ({share:.1f}%; {kshare:.1f}% of all kernel time) is in FP32 CUDA-core kernels such as "
-                f"`{evidence['name'].iloc[0]}`. Mixed precision or TF32 would move it to tensor cores (est. {fmt_ns(impact)} saved "
+                f"`{evidence['name'].iloc[0]}`. {remedy} would move it to tensor cores (est. {fmt_ns(impact)} saved "
                 f"at a {float(ctx.options['speedup']):g}x speed-up)."
             ),
             impact_ns=impact,

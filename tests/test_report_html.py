@@ -221,6 +221,7 @@ def test_keras_t4_trace_opens_on_tensorflow_fp16_advice():
         assert _first_tab(page, f.code) == "tensorflow"
     (t7,) = [f for f in a.findings if f.code == "TI007"]
     assert "mixed_float16" in t7.fixes["tensorflow"].code and "bfloat16" not in t7.fixes["tensorflow"].code
+    assert "Mixed precision in fp16 (with a grad scaler)" in t7.message and "TF32" not in t7.message
     assert json.loads(render(a, "json"))["trace"]["framework"] == "tensorflow"
 
 
