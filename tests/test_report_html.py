@@ -155,6 +155,8 @@ def test_generated_samples_say_so(sync_sample, tmp_path):
     assert "planted" in sync_sample.timeline.meta.extra["generated"]
     page = render(sync_sample, "html")
     assert "data-generated" in page and "Generated trace:" in page
+    assert "> Generated trace: host side recorded" in render(sync_sample, "md")
+    assert "planted" in json.loads(render(sync_sample, "json"))["trace"]["generated"]
     nsys = _analysis(SAMPLES / "vecadd_sync.sqlite")
     assert "nsys_writer" in nsys.timeline.meta.extra["generated"]
     t = KinetoTrace()
@@ -163,6 +165,7 @@ def test_generated_samples_say_so(sync_sample, tmp_path):
     plain = _analysis(t.write(tmp_path / "t.json"))
     assert "generated" not in plain.timeline.meta.extra
     assert "data-generated" not in render(plain, "html")
+    assert json.loads(render(plain, "json"))["trace"]["generated"] is None
 
 
 def _first_tab(page: str, code: str) -> str:

@@ -102,6 +102,8 @@ def render(analysis: Analysis, html_name: str | None = None, max_chars: int = MA
         kpi_line(analysis),
         "",
     ]
+    if meta.extra.get("generated"):
+        head += [f"> Generated trace: {esc(meta.extra['generated'], 300)}. Its GPU activity was not measured.", ""]
     sentence = baseline_sentence(analysis)
     if sentence:
         head += [f"**Baseline:** {esc(sentence, 300)}.", ""]
