@@ -45,6 +45,26 @@ def overlap_by_rank(rows: pd.DataFrame, windows: pd.DataFrame) -> np.ndarray:
     return out
 
 
+def next_launch_ns(views, gaps: pd.DataFrame) -> np.ndarray:
+    """For each gap: when the host launched the GPU work that ended it (NaN where no launch is linked)."""
+    out = np.full(len(gaps), np.nan)
+    ln = views.launches
+    if gaps.empty or ln.empty:
+        return out
+    first = ln.groupby(["rank", "device", "gpu_start_ns"], sort=False)["launch_start_ns"].min()
+    idx = pd.MultiIndex.from_arrays([gaps["rank"].to_numpy(), gaps["device"].to_numpy(), gaps["end_ns"].to_numpy()])
+    return first.reindex(idx).to_numpy(dtype=float)
+
+
+def host_starved_gaps(views, gaps: pd.DataFrame) -> pd.DataFrame:
+    """The gaps the host could have prevented: the work that ended them was launched after the gap began (or is
+    not linked to a launch). When it was already queued, the GPU waited on a GPU-side dependency (another stream,
+    an event, a peer), and a blocked host did not cause that idle."""
+    nl = next_launch_ns(views, gaps)
+    keep = np.isnan(nl) | (nl >= gaps["start_ns"].to_numpy(dtype=float))
+    return gaps[keep]
+
+
 def _rightmost_at_least(values: np.ndarray, hi: np.ndarray, q: np.ndarray) -> np.ndarray:
     """For each query: the largest i < hi with values[i] >= q, or -1 (binary lifting over a sparse max table)."""
     n = len(values)
@@ -214,7 +234,7 @@ def lookup(series: pd.Series, labels: np.ndarray) -> np.ndarray:
 # --- GEMM / convolution kernels (TI007) ----------------------------------------------------------------
 #: Kernels doing matrix-multiply or convolution work (cuBLAS, cuBLASLt, cuDNN, CUTLASS, xmma, Hopper nvjet).
 GEMM_CONV = (
-    r"gemm|gemv|conv(?!ert)|cutlass::Kernel|cutlass::gemm|cutlass_|cutlass3x|xmma|nvjet|wgmma|hmma|scudnn|hcudnn|"
+    r"gemm|gemv|conv(?!ert|ersion)|cutlass::Kernel|cutlass::gemm|cutlass_|cutlass3x|xmma|nvjet|wgmma|hmma|scudnn|hcudnn|"
     r"wgrad|dgrad|winograd|implicit_|cublas|magma|matmul|^bmm_|\bsm[89]\d_|h884|s884|h1688|s1688|i8816|16816|16832"
 )
 #: Library namespaces whose names contain "gemm" but whose kernels are not GEMMs (FBGEMM's sparse/permute ops).
@@ -241,6 +261,9 @@ TENSOR_CORE_GPU = (
     r"Quadro\s*(?:RTX|GV100)|GV100|Jetson\s*(?:AGX\s*)?(?:Xavier|Orin)"
 )
 NON_NVIDIA = r"AMD|Radeon|Instinct|\bMI\d{3}|Intel|Gaudi|TPU"
+#: Kernel names that exist only for Volta or newer NVIDIA architectures (cuBLAS/cuDNN/CUTLASS arch tags): a
+#: trace without device properties that runs them ran on a GPU with tensor cores.
+VOLTA_PLUS_KERNEL = r"\b(volta|turing|ampere|hopper|blackwell)_|\bsm_?(7[05]|8\d|9\d|1[0-2]\d)_|cutlass_(7[05]|8\d|9\d)_|xmma|nvjet"
 
 
 def matches(text: str | None, pattern: str) -> bool:
@@ -262,3 +285,149 @@ def grid_blocks(grid: pd.Series) -> np.ndarray:
         return out
     parts = grid.astype(str).str.extract(r"^\s*\[?\s*(\d+)\s*[, x]\s*(\d+)\s*[, x]\s*(\d+)")
     return parts.astype(float).prod(axis=1, min_count=3).to_numpy()
+
+
+# --- warm-up (TI013, and TI001 leaves these gaps out) -------------------------------------------------------
+#: Host calls and ranges that do one-off start-up work: context/module loading, allocator growth, library
+#: handles, cuDNN/cuBLAS autotuning, JIT compilation (XLA, nvFuser, Triton, TorchInductor).
+INIT_CALL = re.compile(
+    r"^(cuda|hip)(Malloc|GetDeviceProperties|DeviceGetStreamPriorityRange|FuncGetAttributes|StreamCreate|SetDevice|Free)\b"
+    r"|^cu(Init|ModuleLoad|LibraryLoad|GetProcAddress|DevicePrimaryCtxRetain|CtxCreate|MemAlloc)"
+    r"|cudnn(Create|Find|GetConvolution.*Algorithm)|cublas(Lt)?Create|autotun|[Cc]ompile|nvrtc|jit|KernelExecutor::compile"
+)
+
+
+#: A device needs at least this many GPU operations before a dominant first gap can be told from its steady state.
+MIN_STEADY_OPS = 10
+
+
+def warmup_gaps(views, *, min_share_pct: float = 5.0, dominant_pct: float = 50.0) -> pd.DataFrame:
+    """Idle gaps at the start of each device's window that hold one-off start-up work (see TI013).
+
+    Columns: rank, device, start_ns, end_ns, dur_ns, window_ns, init_calls. Cached on the views object so TI001
+    and TI013 agree on the same gaps.
+    """
+    key = (float(min_share_pct), float(dominant_pct))
+    cache = views.__dict__.setdefault("_warmup_gaps_cache", {})
+    if key in cache:
+        return cache[key]
+    cols = ["rank", "device", "start_ns", "end_ns", "dur_ns", "window_ns", "init_calls"]
+    gaps = views.gaps
+    util = views.utilization
+    if gaps.empty or util.empty:
+        cache[key] = pd.DataFrame({c: [] for c in cols})
+        return cache[key]
+    g = gaps.merge(util[["rank", "device", "window_ns"]], on=["rank", "device"])
+    g = g[g["dur_ns"].to_numpy() >= min_share_pct / 100.0 * g["window_ns"].to_numpy()]
+    if g.empty:
+        cache[key] = pd.DataFrame({c: [] for c in cols})
+        return cache[key]
+    # the head of each device's run: before the rank's second step, else before a tenth of its GPU operations
+    act = views.gpu_activity
+    head_end = {}
+    n_ops = {}
+    steps = views.steps
+    for (rank, device), a in act.groupby(["rank", "device"], observed=True, sort=False):
+        st = steps[steps["rank"] == rank]["start_ns"].sort_values().to_numpy() if not steps.empty else np.zeros(0)
+        starts = np.sort(a["start_ns"].to_numpy())
+        n_ops[(int(rank), int(device))] = len(starts)
+        if len(st) >= 2:
+            head_end[(int(rank), int(device))] = int(st[1])
+        else:
+            head_end[(int(rank), int(device))] = int(starts[min(len(starts) - 1, max(len(starts) // 10, 1))])
+    he = np.array([head_end.get((int(r), int(d)), -1) for r, d in zip(g["rank"], g["device"])], dtype=np.int64)
+    g = g[g["end_ns"].to_numpy() <= he]
+    if g.empty:
+        cache[key] = pd.DataFrame({c: [] for c in cols})
+        return cache[key]
+    host = views.host_events
+    host = host[host["kind"].isin(("runtime", "cpu_op", "annotation", "python", "other")).to_numpy()]
+    init = host[name_mask(host["name"], INIT_CALL)]
+    calls = []
+    for row in g.itertuples(index=False):
+        m = (init["rank"].to_numpy() == row.rank) & (init["start_ns"].to_numpy() < row.end_ns) & ((init["start_ns"] + init["dur_ns"]).to_numpy() > row.start_ns)
+        names = init.loc[m, "name"].astype(str).value_counts()
+        calls.append(", ".join(f"{short_name(n, 40)} ×{c}" for n, c in names.head(3).items()))
+    g = g.assign(init_calls=calls)
+    # without start-up calls, only a gap that dominates a device with enough work to have a steady state
+    ops = np.array([n_ops.get((int(r), int(d)), 0) for r, d in zip(g["rank"], g["device"])])
+    dominant = (g["dur_ns"].to_numpy() >= dominant_pct / 100.0 * g["window_ns"].to_numpy()) & (ops >= MIN_STEADY_OPS)
+    keep = (g["init_calls"] != "").to_numpy() | dominant
+    out = g[keep][cols].reset_index(drop=True)
+    cache[key] = out
+    return out
+
+
+# --- inference requests (TI001, TI002) ------------------------------------------------------------------------
+#: Host ops that exist only when a backward pass runs: their absence makes a rank an inference run.
+TRAINING_OP = r"backward|Backward|autograd::engine|Optimizer\.step|optimizer\.step|apply_gradients|ResourceApply|gradient_tape|SGD|Adam"
+
+
+def is_inference(events: pd.DataFrame, rank: int) -> bool:
+    """No backward pass or optimizer step on the rank's host: it runs inference (or a benchmark of one)."""
+    host = events[(events["device"].to_numpy() < 0) & (events["rank"].to_numpy() == rank)]
+    if host.empty:
+        return False
+    return not bool(name_mask(host["name"], TRAINING_OP, case=True).any())
+
+
+def closing_syncs(stalls: pd.DataFrame, steps: pd.DataFrame, launches: pd.DataFrame) -> np.ndarray:
+    """Stalls that close their step: no GPU work is launched by the rank after the call and before the step ends.
+
+    In an inference loop such a sync hands the request's result to the caller (or ends a latency measurement);
+    it is the request's completion, not a stall the step could avoid.
+    """
+    out = np.zeros(len(stalls), dtype=bool)
+    if stalls.empty or steps.empty:
+        return out
+    st = steps[["rank", "start_ns", "end_ns"]].sort_values("start_ns")
+    q = pd.DataFrame({"rank": stalls["rank"].to_numpy().astype(np.int64), "t": stalls["end_ns"].to_numpy(), "pos": np.arange(len(stalls))})
+    m = pd.merge_asof(q.sort_values("t"), st.assign(rank=st["rank"].astype(np.int64)), left_on="t", right_on="start_ns", by="rank", direction="backward")
+    m = m[m["end_ns"].notna().to_numpy() & (m["t"].to_numpy() <= m["end_ns"].to_numpy(dtype=float))]
+    if m.empty:
+        return out
+    if launches.empty:
+        out[m["pos"].to_numpy()] = True
+        return out
+    closing = np.ones(len(m), dtype=bool)
+    for rank, g in m.groupby("rank", sort=False):
+        ls = np.sort(launches.loc[launches["rank"].to_numpy() == rank, "launch_start_ns"].to_numpy())
+        after = np.searchsorted(ls, g["end_ns"].to_numpy(dtype=np.int64)) - np.searchsorted(ls, g["t"].to_numpy(), side="right")
+        closing[np.flatnonzero((m["rank"] == rank).to_numpy())] = after == 0
+    out[m["pos"].to_numpy()[closing]] = True
+    return out
+
+
+def request_boundary_gaps(views, gaps: pd.DataFrame) -> np.ndarray:
+    """Gaps that begin inside a sync closing an inference step: the idle between two requests of an inference
+    loop (each request's sync hands its result back), which lengthens no request."""
+    out = np.zeros(len(gaps), dtype=bool)
+    if gaps.empty or views.steps.empty:
+        return out
+    ev = views.events
+    host = views.host_events
+    rt = host[(host["kind"] == "runtime").to_numpy()]
+    calls = rt[name_mask(rt["name"], SYNC_CALL)]
+    if calls.empty:
+        return out
+    calls = calls.assign(end_ns=calls["start_ns"] + calls["dur_ns"])
+    inference = {int(r): is_inference(ev, int(r)) for r in calls["rank"].unique()}
+    calls = calls[calls["rank"].map(inference).to_numpy(dtype=bool)]
+    if calls.empty:
+        return out
+    calls = calls[closing_syncs(calls, views.steps, views.launches)]
+    g_rank = gaps["rank"].to_numpy()
+    g_start = gaps["start_ns"].to_numpy(dtype=np.int64)
+    for rank, c in calls.groupby("rank", sort=False):
+        m = g_rank == rank
+        if not m.any():
+            continue
+        cs = c["start_ns"].to_numpy(dtype=np.int64)
+        order = np.argsort(cs)
+        cs = cs[order]
+        ce = c["end_ns"].to_numpy(dtype=np.int64)[order]
+        run_end = np.maximum.accumulate(ce)
+        gs = g_start[m]
+        j = np.searchsorted(cs, gs, side="right") - 1
+        out[np.flatnonzero(m)] = (j >= 0) & (gs <= run_end[np.clip(j, 0, None)])
+    return out

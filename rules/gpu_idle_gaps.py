@@ -7,7 +7,7 @@ import pandas as pd
 
 from traceinsight.rule_api import Fix, Location, Option, Rule, Severity, fmt_ns
 
-from ._common import DATA_LOADING, OPTIMIZER, SYNC_CALL, SYNC_OP, name_mask, overlap_by_rank, short_name
+from ._common import DATA_LOADING, OPTIMIZER, SYNC_CALL, SYNC_OP, name_mask, overlap_by_rank, request_boundary_gaps, short_name, warmup_gaps
 
 CAUSE_DATA = "data loading"
 CAUSE_OPT = "optimizer step"
@@ -17,6 +17,8 @@ CAUSE_UNTRACED = "untraced host time (launch queue empty)"
 CAUSE_K2K = "kernel-to-kernel delay (launched early; GPU-side dependency)"
 CAUSE_UNKNOWN = "unknown (no launch linked)"
 CAUSES = (CAUSE_DATA, CAUSE_OPT, CAUSE_SYNC, CAUSE_CPU, CAUSE_UNTRACED, CAUSE_K2K, CAUSE_UNKNOWN)
+#: The finding category (rule_api.CATEGORIES) of the rule that owns each gap cause, for root-cause linking.
+CAUSE_CATEGORY = {CAUSE_DATA: "input_pipeline", CAUSE_SYNC: "host_sync"}
 
 
 def attribute_gaps(views, gaps: pd.DataFrame) -> pd.DataFrame:
@@ -87,8 +89,13 @@ class GpuIdleGaps(Rule):
     definition = """
     Per (rank, device), GPU activity (kernels, copies, memsets on all streams) is merged into busy intervals; the
     *window* runs from the first to the last activity. A gap is a hole between busy intervals, and a *long gap* one
-    of at least `min_gap_us` (default **100 µs**). A finding is made when long gaps add up to at least
-    `min_idle_pct` (default **10 %**) of the window. The impact is the summed duration of the long gaps.
+    of at least `min_gap_us` (default **100 µs**). The impact is the summed duration of the long gaps, and it is
+    graded like every finding on the common scale (share of the device's window: error >= 20 %, warning >= 5 %,
+    info >= 1 %), so idle that is large in total is reported even when it sits in a few gaps. Warm-up gaps at the
+    start of the window (TI013) are left out: they are one-off start-up, not steady-state idle. So are, in an
+    inference run, gaps that begin inside the sync closing a step (TI002: the request's result): the idle
+    between two requests lengthens no request (``metrics["between_requests_ns"]``). `min_idle_pct`
+    (default **1 %**, the scale's floor) is the smallest share reported at all.
 
     Thresholds against peers: HTA's idle-time breakdown calls a same-stream gap under 30 µs "kernel wait"
     (`consecutive_kernel_delay=30`) and its critical-path analysis treats up to 1.5 ms as a plausible kernel-kernel
@@ -149,7 +156,7 @@ class GpuIdleGaps(Rule):
     )
 
     min_gap_us = Option(100.0, "Gaps shorter than this (µs) are normal launch/dependency latency and are ignored.")
-    min_idle_pct = Option(10.0, "Report a device when its long gaps add up to at least this % of its active window.")
+    min_idle_pct = Option(1.0, "Report a device when its long gaps add up to at least this % of its active window.")
     top_n = Option(10, "Evidence rows: the largest gaps shown.")
 
     def check(self, ctx):
@@ -159,6 +166,13 @@ class GpuIdleGaps(Rule):
             return
         min_gap = int(self.min_gap_us * 1e3)
         gaps = v.gaps
+        warm = warmup_gaps(v)
+        if not warm.empty:  # one-off start-up (TI013) is not steady-state idle
+            wk = warm.set_index(["rank", "device", "start_ns"]).index
+            gaps = gaps[~gaps.set_index(["rank", "device", "start_ns"]).index.isin(wk)]
+        between = request_boundary_gaps(v, gaps)  # idle between inference requests lengthens no request
+        between_ns = gaps[between].groupby(["rank", "device"])["dur_ns"].sum().to_dict() if between.any() else {}
+        gaps = gaps[~between]
         long = gaps[gaps["dur_ns"] >= min_gap]
         if long.empty:
             return
@@ -202,12 +216,14 @@ class GpuIdleGaps(Rule):
                     "cause_ns": {c: int(ns) for c, ns in by_cause.items()},
                     "cause_pct": shares,
                     "top_cause": top_cause,
+                    "idle_by_category": _by_category(by_cause),
+                    "between_requests_ns": int(between_ns.get((rank, device), 0)),
                 },
                 key=f"rank{rank}-gpu{device}",
             )
 
     @staticmethod
-    def _evidence(views, top: pd.DataFrame) -> pd.DataFrame:
+    def _evidence(views, top: pd.DataFrame) -> pd.DataFrame:  # noqa: D401
         rows = []
         for gap in top.itertuples(index=False):
             host = views.host_rows_overlapping(int(gap.rank), int(gap.start_ns), int(gap.end_ns), kinds=("cpu_op", "python", "annotation", "runtime"))
@@ -228,3 +244,13 @@ class GpuIdleGaps(Rule):
                 }
             )
         return pd.DataFrame(rows)
+
+
+def _by_category(by_cause: pd.Series) -> dict[str, int]:
+    """Idle ns per finding category whose rule owns the cause (data loading -> input_pipeline, ...)."""
+    out: dict[str, int] = {}
+    for cause, ns in by_cause.items():
+        cat = CAUSE_CATEGORY.get(str(cause))
+        if cat:
+            out[cat] = out.get(cat, 0) + int(ns)
+    return out

@@ -7,27 +7,20 @@ import pandas as pd
 
 from traceinsight.rule_api import Fix, Location, Option, Rule, Severity, fmt_ns
 
-from ._common import RECORD_STACKS, SYNC_CALL, SYNC_CALLS, SYNC_OP, has_python_frames, innermost_enclosing, lookup, name_mask, short_name, user_frames_at
+from ._common import RECORD_STACKS, SYNC_CALL, SYNC_CALLS, SYNC_OP, closing_syncs, has_python_frames, host_starved_gaps, innermost_enclosing, is_inference, lookup, name_mask, short_name, user_frames_at
 
 
 def find_stalls(events: pd.DataFrame, launches: pd.DataFrame) -> pd.DataFrame:
-    """All blocking host calls (any length): explicit syncs, blocking copies/memsets, and async copies into
-    pageable memory (which the driver turns into synchronous ones). ``gpu_sync`` rows stand in for the host call
-    only on ranks whose trace has no blocking runtime rows (they record the same wait from the GPU side).
+    """All blocking host calls (any length): explicit syncs and blocking copies/memsets. ``gpu_sync`` rows stand in
+    for the host call only on ranks whose trace has no blocking runtime rows (they record the same wait from the
+    GPU side). Async copies that pageable memory makes blocking are TI006's (judged there on the GPU's clock).
     """
     host = events[(events["device"].to_numpy() < 0) & (events["kind"] == "runtime").to_numpy()]
     calls = host[name_mask(host["name"], SYNC_CALL)].assign(reason="synchronizing call")
     parts = [calls]
-    if not launches.empty and "pageable" in events:
-        gpu_idx = launches["gpu_idx"].to_numpy()
-        ck = events["copy_kind"].reindex(gpu_idx).astype(object).to_numpy()
-        pg = events["pageable"].reindex(gpu_idx).to_numpy(dtype=bool)
-        pageable_dtoh = launches[(ck == "DtoH") & pg & ~np.isin(launches["launch_idx"].to_numpy(), calls.index.to_numpy())]
-        if not pageable_dtoh.empty:
-            parts.append(events.loc[pageable_dtoh["launch_idx"].unique()].assign(reason="copy to pageable host memory"))
     gs = events[(events["kind"] == "gpu_sync").to_numpy()]
     if not gs.empty:
-        covered = set(pd.concat(parts)["rank"].unique()) if sum(len(p) for p in parts) else set()
+        covered = set(calls["rank"].unique()) if len(calls) else set()
         gs = gs[~gs["rank"].isin(covered)]
         if not gs.empty:
             parts.append(gs.assign(reason="GPU-side sync record"))
@@ -49,13 +42,23 @@ class HostSyncStalls(Rule):
     """
     definition = """
     A *stall* is a host call that blocks until GPU work finishes: `cudaDeviceSynchronize`, `cudaStreamSynchronize`,
-    `cudaEventSynchronize` (and `cu*`/`hip*` equivalents), synchronous `cudaMemcpy*` / `cudaMemset*` (no `Async`),
-    and `cudaMemcpyAsync` into pageable host memory (device-to-host), which the driver executes synchronously.
-    GPU-side `cuda_sync` records are used only when a trace has no such host calls. Calls shorter than
-    `min_stall_us` (default **50 µs**) are ignored: a sync on an already idle stream returns in a few µs and costs
-    nothing. Like Nsight Systems, every remaining stall is reported (one finding per rank); the finding is a
-    warning when the blocked time or the GPU idle it causes reaches `min_blocked_pct` (default **1 %**) of the
-    rank's GPU active window (first to last GPU activity), and info below that.
+    `cudaEventSynchronize` (and `cu*`/`hip*` equivalents) and synchronous `cudaMemcpy*` / `cudaMemset*` (no
+    `Async`). (`cudaMemcpyAsync` made blocking by pageable memory is TI006's.) GPU-side `cuda_sync` records are
+    used only when a trace has no such host calls. Calls shorter than `min_stall_us` (default **50 µs**) are
+    ignored: a sync on an already idle stream returns in a few µs and costs nothing.
+
+    **The cost is the GPU's, not the host's.** While the host blocks, the GPU finishes what was queued; that
+    blocked time is not lost unless the GPU then runs dry. The impact is the GPU idle the stall causes: of the idle
+    gap of the rank's GPU that begins while the call is blocked, at most the call's own duration (without the
+    call the host would have queued the next work that much sooner; the rest of the gap is what the host did
+    next, which TI001 attributes). Only gaps the host could have prevented count: when the work that ends the
+    gap was already queued before the gap began, the GPU waited on a GPU-side dependency, not on the host. So a sync
+    after the last kernel or at the end of the profiled region (no later GPU work: no gap), or one that returns
+    while the GPU stays busy, costs nothing. In an inference run (no backward pass or optimizer step recorded on
+    the rank), a sync that closes its step (no GPU work launched after it within the step) hands the request's
+    result to the caller: it is the request's completion, not a stall, and is counted in
+    `metrics["closing_syncs"]` only. One finding per rank, graded on the common scale (impact as a share of the
+    rank's GPU active window).
 
     Each stall is attributed to its innermost enclosing framework op on the same thread (`aten::item`,
     `aten::_local_scalar_dense`, `aten::nonzero`, `aten::to`/`aten::copy_` for `.cpu()`, ...) and, when the trace has
@@ -117,12 +120,13 @@ class HostSyncStalls(Rule):
     )
 
     min_stall_us = Option(50.0, "Blocking calls shorter than this (µs) are ignored (HTA's runtime outlier cutoff).")
-    min_blocked_pct = Option(1.0, "Warning (else info) when blocked host time or the GPU idle it causes reaches this % of the GPU active window.")
     top_n = Option(10, "Evidence rows: the call sites that block longest.")
 
     def check(self, ctx):
         ev = ctx.events
         v = ctx.views
+        if v.gpu_activity.empty:
+            return  # the cost is GPU idle: nothing to measure without GPU activity (TI011 says so)
         stalls = find_stalls(ev, v.launches)
         stalls = stalls[stalls["dur_ns"] >= int(self.min_stall_us * 1e3)]
         if stalls.empty:
@@ -142,7 +146,11 @@ class HostSyncStalls(Rule):
         stalls["frame"] = user_frames_at(stalls, ev, host)  # the line of the user's code that blocked
         stacks = has_python_frames(ev)
         stalls["site"] = stalls["sync_op"].where(stalls["sync_op"].notna(), stalls["op"])
-        stalls["gpu_idle_ns"] = self._idle_after(v.gaps, stalls)
+        stalls["gpu_idle_ns"] = self._idle_after(host_starved_gaps(v, v.gaps), stalls)
+        closing = closing_syncs(stalls, v.steps, v.launches)
+        inference = {int(r): is_inference(ev, int(r)) for r in stalls["rank"].unique()}
+        stalls["closing"] = closing & stalls["rank"].map(inference).to_numpy(dtype=bool)
+        stalls.loc[stalls["closing"].to_numpy(), "gpu_idle_ns"] = 0
 
         for rank, s in stalls.groupby("rank", sort=True):
             blocked = int(s["dur_ns"].sum())
@@ -150,8 +158,7 @@ class HostSyncStalls(Rule):
             util = v.utilization
             win = util.loc[util["rank"] == rank, "window_ns"]
             base = int(win.max()) if len(win) and win.max() > 0 else span
-            share = 100.0 * max(blocked, idle) / base
-            severity = self.severity if share >= self.min_blocked_pct else Severity.INFO
+            n_closing = int(s["closing"].sum())
             key_cols = ["name", "site", "frame", "reason"]
             grp = (
                 s.assign(name=s["name"].astype(str), site=s["site"].fillna("(none)"), frame=s["frame"].fillna("(no user frame)" if stacks else "(no stack)"))
@@ -187,13 +194,14 @@ class HostSyncStalls(Rule):
                 title=f"{where}host blocked on the GPU {len(s)} times for {fmt_ns(blocked)}, mostly in {short_name(site, 50)}",
                 message=(
                     f"{where}{len(s)} blocking calls of {self.min_stall_us:g} µs or more held the host for {fmt_ns(blocked)} "
-                    f"({100.0 * blocked / base:.1f} % of the GPU's active window); the GPU then sat idle for {fmt_ns(idle)} until new work arrived. "
+                    f"({100.0 * blocked / base:.1f} % of the GPU's active window); the GPU ran dry under them and sat idle for {fmt_ns(idle)} until new work arrived. "
+                    + (f"{n_closing} of them close an inference step (the request's result) and cost nothing. " if n_closing else "")
+                    + 
                     f"The top site is {short_name(lead['name'], 40)} "
                     f"{'outside any framework op' if lead['site'] == '(none)' else 'under ' + short_name(site, 50)} "
                     f"({int(lead['calls'])} calls, {fmt_ns(lead['blocked_ns'])}).{said}"
                 ),
                 impact_ns=idle,
-                severity=severity,
                 evidence=evidence,
                 instances=pd.DataFrame({"start_ns": s["start_ns"], "end_ns": s["end_ns"], "rank": s["rank"], "label": s["name"].astype(str)}),
                 location=Location(rank=int(rank)),
@@ -202,6 +210,8 @@ class HostSyncStalls(Rule):
                     "blocked_ns": blocked,
                     "blocked_pct": round(100.0 * blocked / base, 3),
                     "gpu_idle_ns": idle,
+                    "closing_syncs": n_closing,
+                    "inference": bool(inference.get(int(rank), False)),
                     "by_call": {str(k): int(n) for k, n in s.groupby(s["name"].astype(str))["dur_ns"].sum().items()},
                     "by_site": {str(k): int(n) for k, n in s.groupby(s["site"].fillna("(none)"))["dur_ns"].sum().items()},
                     "gpu_sync_rows": int((ev["kind"] == "gpu_sync").sum()),
@@ -211,7 +221,9 @@ class HostSyncStalls(Rule):
 
     @staticmethod
     def _idle_after(gaps: pd.DataFrame, stalls: pd.DataFrame) -> np.ndarray:
-        """Idle of the rank's GPUs in gaps that begin while the call blocks (the queue drained under it).
+        """GPU idle each blocking call causes: of the gap that begins while the call blocks (the queue drained under
+        it), at most the call's own duration. Without the call the host would have gone on that much earlier and
+        queued the next work that much sooner; the rest of the gap is what the host did afterwards (TI001 says what).
 
         Matched with one merge_asof per rank: the latest gap starting at or before the call's end, kept when it
         starts after the call did. A gap is charged once even if two calls overlap it.
@@ -219,11 +231,19 @@ class HostSyncStalls(Rule):
         out = np.zeros(len(stalls), np.int64)
         if gaps.empty:
             return out
-        q = pd.DataFrame({"rank": stalls["rank"].to_numpy().astype(np.int64), "t": stalls["end_ns"].to_numpy(), "s": stalls["start_ns"].to_numpy(), "pos": np.arange(len(stalls))})
+        q = pd.DataFrame(
+            {
+                "rank": stalls["rank"].to_numpy().astype(np.int64),
+                "t": stalls["end_ns"].to_numpy(),
+                "s": stalls["start_ns"].to_numpy(),
+                "call_ns": stalls["dur_ns"].to_numpy().astype(np.int64),
+                "pos": np.arange(len(stalls)),
+            }
+        )
         g = gaps.assign(rank=gaps["rank"].astype(np.int64), gid=np.arange(len(gaps)))[["rank", "start_ns", "dur_ns", "gid"]]
         m = pd.merge_asof(q.sort_values("t"), g.sort_values("start_ns"), left_on="t", right_on="start_ns", by="rank", direction="backward")
         ok = m["start_ns"].notna().to_numpy() & (m["start_ns"].to_numpy(dtype=float) >= m["s"].to_numpy())
         m = m[ok]
-        m = m.drop_duplicates("gid")
-        out[m["pos"].to_numpy()] = m["dur_ns"].to_numpy(dtype=np.int64)
+        m = m.sort_values("call_ns", ascending=False).drop_duplicates("gid")
+        out[m["pos"].to_numpy()] = np.minimum(m["dur_ns"].to_numpy(dtype=np.int64), m["call_ns"].to_numpy(dtype=np.int64))
         return out

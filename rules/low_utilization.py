@@ -11,8 +11,8 @@ class LowGpuUtilization(Rule):
     code = "TI010"
     category = "gpu_idle"
     name = "low-gpu-utilization"
-    severity = Severity.WARNING
-    summary = "A GPU is busy less than half of its active window."
+    severity = Severity.INFO
+    summary = "A GPU is busy less than half of its active window (a summary of the verdict; shown only with --min-impact 0)."
     why = """
     This is the symptom every other rule explains: the share of wall time in which at least one kernel, copy or
     memset runs on the device. Below 50 % the device spends more time waiting than working, and the idle time
@@ -30,7 +30,9 @@ class LowGpuUtilization(Rule):
     TI001 (gaps), TI002 (syncs), TI005 (input) and others already report as their time saved, so adding it to
     the "sorted by time saved" list would count the same nanoseconds twice. The idle time is in
     ``metrics["idle_ns"]`` and in the title/message; the finding sorts after those with a saving.
-    Severity **error** below ``error_busy_pct`` = **10 %**.
+    Because it saves nothing on its own, the common severity scale (impact as a share of the GPU window) leaves
+    it out of the report by default: the verdict already states the busy %. It appears, at **info**, when
+    findings below the floor are asked for (``--min-impact 0`` / ``min_impact = 0``).
     """
     fix_pytorch = Fix(
         "Find what the GPU waits for — see the other findings (input pipeline, host syncs, small kernels, "
@@ -54,7 +56,6 @@ class LowGpuUtilization(Rule):
     )
 
     max_busy_pct = Option(50.0, "Report devices busy less than this % of their active window (tb_plugin: 50 %).")
-    error_busy_pct = Option(10.0, "Severity becomes error below this busy %.")
     min_window_us = Option(1000.0, "Ignore devices whose active window is shorter than this (µs).")
 
     def check(self, ctx: Context):
@@ -78,7 +79,7 @@ class LowGpuUtilization(Rule):
                 "busy_pct": low["busy_pct"].astype(float).round(2),
             }
         ).sort_values("busy_pct").reset_index(drop=True)
-        sev = Severity.ERROR if float(worst["busy_pct"]) < ctx.options["error_busy_pct"] else Severity.WARNING
+        sev = Severity.INFO
         where = (
             f"rank {int(worst['rank'])} device {int(worst['device'])}"
             if len(low) == 1

@@ -7,7 +7,7 @@ import pandas as pd
 
 from traceinsight.rule_api import Context, Fix, Option, Rule, Severity, fmt_ns
 
-from ._common import name_mask
+from ._common import host_starved_gaps, name_mask
 
 _ASYNC_API = r"Memcpy.*Async|MemcpyAsync|cuMemcpy.*Async"
 
@@ -34,13 +34,17 @@ class PageableMemcpy(Rule):
     are latency-bound); when the trace has none, ``pinned_gbps`` = **12 GB/s** (sustained pinned PCIe 3.0 x16;
     conservative for newer links, so the impact is an underestimate there).
 
-    **Impact** = Σ max(0, duration − (``latency_us`` + bytes / reference bandwidth)) over pageable copies:
-    the copy time a pinned buffer would have saved. Async API calls that were forced synchronous are counted in
-    the metrics (``async_calls``) because the host stall they cause is on top of this.
+    **Impact, on the GPU's clock** = the copies' own extra GPU time, Σ max(0, duration − (``latency_us`` +
+    bytes / reference bandwidth)), plus the GPU idle their *async* API calls caused: an async call made
+    blocking by pageable memory holds the host, and when the GPU runs dry meanwhile, the idle gap that begins
+    while the call is blocked is lost too, up to the call's own duration (the host would have queued the next
+    work that much sooner), and only when the work ending the gap was launched after it began (otherwise the GPU
+    waited on a GPU-side dependency, not on the host). The host's blocked time itself is not the
+    cost: while it waits, the GPU usually still runs queued work (blocking synchronous `cudaMemcpy` calls are
+    TI002's). The async calls forced synchronous are counted in ``metrics["async_calls"]``.
 
-    Reported when the pageable copies take at least ``min_total_us`` = **100 µs** in total. Nsight Systems
-    reports every such copy; a floor keeps one-off 4-byte scalar reads from becoming findings.
-    Severity **info** when the impact is below 1 % of the trace span, else **warning**.
+    Reported when the pageable copies take at least ``min_total_us`` = **100 µs** in total (a floor that keeps
+    one-off 4-byte scalar reads out), graded on the common scale (impact as a share of the GPU window).
     """
     fix_pytorch = Fix(
         "Allocate host tensors in page-locked memory and copy them asynchronously: `pin_memory=True` in the "
@@ -114,14 +118,18 @@ class PageableMemcpy(Rule):
         dur = pg["dur_ns"].to_numpy(dtype=np.int64)
         expected = ctx.options["latency_us"] * 1e3 + nbytes / np.maximum(row_bw, 1e-9)
         excess = np.maximum(dur - expected, 0.0)
-        impact = int(excess.sum())
+        excess_ns = int(excess.sum())
 
         # Which pageable copies were issued through an async API (and therefore blocked the host anyway).
         launches = ctx.views.launches
         async_calls = 0
+        idle_ns = 0
         if not launches.empty:
             la = launches[launches["gpu_idx"].isin(pg.index)]
-            async_calls = int(name_mask(la["launch_name"].astype("category"), _ASYNC_API, case=False).sum())
+            is_async = name_mask(la["launch_name"].astype("category"), _ASYNC_API, case=False)
+            async_calls = int(is_async.sum())
+            idle_ns = _idle_under_calls(host_starved_gaps(ctx.views, ctx.views.gaps), la[is_async].drop_duplicates("launch_idx"))
+        impact = excess_ns + idle_ns
 
         t = pd.DataFrame({"direction": direction, "bytes": nbytes, "dur_ns": dur, "excess_ns": excess, "ref_gbps": row_bw})
         evidence = t.groupby("direction", sort=True).agg(
@@ -135,22 +143,21 @@ class PageableMemcpy(Rule):
         evidence = evidence[["direction", "count", "total_mb", "time_ms", "achieved_gbps", "pinned_gbps", "excess_ms"]]
 
         achieved = float(nbytes.sum() / max(total, 1))
-        span = ctx.views.span_ns
-        sev = Severity.WARNING if span and impact >= 0.01 * span else Severity.INFO
         ref_note = ", ".join(f"{d} {g:.1f} GB/s" + ("" if d in ref_gbps else " (assumed)") for d, g in bw_of.items())
         yield ctx.finding(
             title=f"{len(pg)} copies from pageable host memory ({fmt_ns(total)})",
             message=(
                 f"{len(pg)} host-device copies moved {nbytes.sum() / 1e6:.1f} MB from/to pageable memory in {fmt_ns(total)} "
-                f"({achieved:.2f} GB/s achieved; pinned reference {ref_note}). Pinned buffers would save about "
-                f"{fmt_ns(impact)}" + (f"; {async_calls} of them were async calls forced to run synchronously." if async_calls else ".")
+                f"({achieved:.2f} GB/s achieved; pinned reference {ref_note}). At pinned bandwidth they would take "
+                f"{fmt_ns(excess_ns)} less GPU time"
+                + (f"; {async_calls} of them were async calls forced to run synchronously, and the GPU ran dry for {fmt_ns(idle_ns)} under them" if async_calls else "")
+                + f". Pinned buffers would save about {fmt_ns(impact)}."
             ),
             impact_ns=impact,
             evidence=evidence,
             instances=pd.DataFrame(
                 {"start_ns": pg["start_ns"], "end_ns": pg["start_ns"] + pg["dur_ns"], "rank": pg["rank"], "device": pg["device"], "label": direction}
             ),
-            severity=sev,
             metrics={
                 "count": int(len(pg)),
                 "bytes": int(nbytes.sum()),
@@ -158,9 +165,33 @@ class PageableMemcpy(Rule):
                 "achieved_gbps": round(achieved, 4),
                 "pinned_reference_gbps": {d: round(float(g), 4) for d, g in bw_of.items()},
                 "reference_measured": {d: d in ref_gbps for d in bw_of},
-                "excess_ns": impact,
+                "excess_ns": excess_ns,
+                "gpu_idle_ns": int(idle_ns),
                 "async_calls": async_calls,
                 "pageable_share_of_copy_time_pct": round(100.0 * total / max(int(copies["dur_ns"].sum()), 1), 3),
             },
             key="pageable",
         )
+
+
+def _idle_under_calls(gaps: pd.DataFrame, calls: pd.DataFrame) -> int:
+    """GPU idle caused by blocking calls: for each gap of the caller's rank that begins while a call is in
+    progress, at most that call's duration (the host would have queued the next work that much sooner)."""
+    if gaps.empty or calls.empty:
+        return 0
+    total = 0
+    for rank, c in calls.groupby("rank", sort=False):
+        g = gaps[gaps["rank"].to_numpy() == rank]
+        if g.empty:
+            continue
+        c = c.sort_values("launch_start_ns")
+        cs = c["launch_start_ns"].to_numpy(dtype=np.int64)
+        ce = cs + c["launch_dur_ns"].to_numpy(dtype=np.int64)
+        run_end = np.maximum.accumulate(ce)
+        gs = g["start_ns"].to_numpy(dtype=np.int64)
+        j = np.searchsorted(cs, gs, side="right") - 1
+        jj = np.clip(j, 0, None)
+        inside = (j >= 0) & (gs <= run_end[jj])
+        charged = np.minimum(g["dur_ns"].to_numpy(dtype=np.int64), ce[jj] - cs[jj])
+        total += int(charged[inside].sum())
+    return total

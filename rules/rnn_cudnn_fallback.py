@@ -121,7 +121,8 @@ class RnnCudnnFallback(Rule):
 
     A finding is made when the trace has GPU activity, no cuDNN RNN is recognised, and at least `min_timesteps`
     (default **4**) timesteps of fallback execution are seen. The *recurrent region* is, per host thread and step,
-    the time from the first to the last fallback op; the impact is the GPU idle time inside that region (what a
+    the time from the first to the last fallback op, extended over the step's backward pass when that pass is
+    per-timestep too (at least as many autograd nodes after the region as the loop had timesteps); the impact is the GPU idle time inside that region (what a
     single cuDNN call, which keeps the GPU busy, would remove). There is no peer rule: TensorBoard's kernel stats
     only mark `CudnnRNN` ops as Tensor-Core eligible, and say nothing of the layers that did not get cuDNN.
 
@@ -181,6 +182,7 @@ class RnnCudnnFallback(Rule):
         rows = ev.loc[det.fallback_rows, ["rank", "pid", "tid", "step", "start_ns", "dur_ns"]]
         rows = rows.assign(end_ns=rows["start_ns"] + rows["dur_ns"])
         regions = rows.groupby(["rank", "pid", "tid", "step"]).agg(start_ns=("start_ns", "min"), end_ns=("end_ns", "max"), ops=("dur_ns", "size")).reset_index()
+        regions = _with_backward(ev, regions, det.timesteps)
         regions["dur_ns"] = regions["end_ns"] - regions["start_ns"]
         # GPU work launched inside the region and GPU busy time inside it
         ln = v.launches
@@ -292,6 +294,30 @@ class RnnCudnnFallback(Rule):
             metrics={"host_only": True, "layers": int(len(evidence)), "ineligible_layers": int(len(blocked)), "reasons": reasons},
             key="keras-host-only-ineligible",
         )
+
+
+#: Autograd nodes: the backward pass of a training step.
+_BACKWARD = re.compile(r"Backward\d*$|^autograd::engine::evaluate_function")
+
+
+def _with_backward(events: pd.DataFrame, regions: pd.DataFrame, timesteps: int) -> pd.DataFrame:
+    """Extend each forward region over its step's backward pass when that pass is itself per-timestep.
+
+    The backward of a timestep loop replays the loop in reverse, one small chain of kernels per timestep, so it
+    belongs to the same fallback. It is taken as the step's autograd nodes after the region ended, and only when
+    the step has at least as many of them as the loop had timesteps (a per-timestep backward, not one fused node).
+    """
+    host = events[(events["device"].to_numpy() < 0) & (events["kind"] == "cpu_op").to_numpy()]
+    bw = host[name_mask(host["name"], _BACKWARD)]
+    if bw.empty or regions.empty:
+        return regions
+    bw = bw.assign(end_ns=bw["start_ns"] + bw["dur_ns"])
+    out = regions.copy()
+    for i, r in out.iterrows():
+        m = (bw["rank"].to_numpy() == r["rank"]) & (bw["step"].to_numpy() == r["step"]) & (bw["start_ns"].to_numpy() >= r["end_ns"])
+        if int(m.sum()) >= max(int(timesteps), 1):
+            out.at[i, "end_ns"] = max(int(r["end_ns"]), int(bw["end_ns"].to_numpy()[m].max()))
+    return out
 
 
 def _keras_eligibility(row) -> tuple[str, list[str]]:

@@ -35,6 +35,8 @@ class SmallGrids(Rule):
 
     **Impact** = Σ dur x (1 - blocks/SMs) over under-filled launches: the SM-time left empty (the time saved if
     the same work filled the device). An upper bound: concurrent streams may already fill some of those SMs.
+    Graded on the common scale, but at most ``max_severity`` = **info** by default: modelled headroom, not time
+    the GPU lost.
     Skipped silently when the trace has no grid column or no SM count.
     """
     fix_pytorch = Fix(
@@ -73,6 +75,8 @@ class SmallGrids(Rule):
     min_share_pct = Option(30.0, "Report when under-filled launches take at least this % of kernel time.")
     min_time_us = Option(500.0, "...and at least this much time in total (µs).")
     min_waves = Option(1.0, "A launch is under-filled below SMs x this many blocks.")
+
+    max_severity = Option("info", "Highest severity on the common scale: modelled headroom (empty SM time, an upper bound), not time the GPU lost; the compute verdict names it. Set to warning to gate on it.")
 
     def check(self, ctx: Context):
         k = ctx.views.kernels

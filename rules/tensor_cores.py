@@ -9,7 +9,7 @@ import numpy as np
 from traceinsight.advice import parse_cc
 from traceinsight.rule_api import Context, Fix, Location, Option, Rule, Severity, fmt_ns
 
-from ._common import FP64, GEMM_CONV, NCCL, NOT_GEMM, NON_NVIDIA, NOT_TENSOR_CORE, PRE_VOLTA, TENSOR_CORE, TENSOR_CORE_GPU, matches, name_mask
+from ._common import FP64, GEMM_CONV, VOLTA_PLUS_KERNEL, NCCL, NOT_GEMM, NON_NVIDIA, NOT_TENSOR_CORE, PRE_VOLTA, TENSOR_CORE, TENSOR_CORE_GPU, matches, name_mask
 
 
 def _has_tensor_cores(name: str | None, cc: str | None, vendor: str | None) -> bool | None:
@@ -41,7 +41,11 @@ class NoTensorCores(Rule):
     """
     definition = """
     Considered devices: compute capability >= 7 from the trace (``meta.devices``); when absent, decided from
-    the device name (V100, T4, RTX, A-, H-, B-, L-series …; pre-Volta K/M/P names and AMD/Intel are skipped).
+    the device name (V100, T4, RTX, A-, H-, B-, L-series …; pre-Volta K/M/P names and AMD/Intel are skipped);
+    when the trace has neither (TensorFlow's ``trace.json.gz`` carries no device properties), from the kernels:
+    cuBLAS/cuDNN/CUTLASS kernels tagged for Volta or newer (``volta_``, ``turing_``, ``ampere_``, ``sm80_``,
+    ``cutlass_80_``, ``xmma`` …) only run on GPUs with tensor cores. ``conv`` does not match ``convert`` or
+    ``Conversion`` (type-cast kernels are not convolutions).
 
     **GEMM/conv kernels**: names matching cuBLAS/cuDNN/CUTLASS/xmma/nvjet patterns (``gemm``, ``gemv``,
     ``conv``, ``cutlass``, ``xmma``, ``scudnn``, ``wgrad``, ``dgrad``, ``winograd`` …), excluding NCCL and FP64
@@ -57,6 +61,9 @@ class NoTensorCores(Rule):
 
     **Impact** = non-tensor-core GEMM/conv time x (1 - 1/``speedup``) with ``speedup`` = **2**: a deliberately
     low end-to-end factor (tensor-core peak is 8-16x FP32, but memory-bound parts and casts do not speed up).
+    Graded on the common scale, but at most ``max_severity`` = **info** by default: the saving is modelled
+    headroom (an assumed speed-up, and a numerics decision), not time the GPU lost; a compute-bound verdict names
+    it as the lever.
     """
     fix_pytorch = Fix(
         "Run the forward/backward under automatic mixed precision (bf16 on Ampere+, fp16 with a GradScaler on "
@@ -154,18 +161,22 @@ class NoTensorCores(Rule):
     min_kernel_pct = Option(5.0, "...and that time is at least this % of all kernel time.")
     speedup = Option(2.0, "Assumed end-to-end speed-up of those kernels on tensor cores (for the impact).")
 
+    max_severity = Option("info", "Highest severity on the common scale: modelled headroom (an assumed speed-up), not time the GPU lost; the compute verdict names it. Set to warning to gate on it.")
+
     def check(self, ctx: Context):
         k = ctx.views.kernels
         if k.empty:
             return
         devs = ctx.meta.devices
         eligible = {(int(d.rank), int(d.index)): _has_tensor_cores(d.name, d.compute_capability, d.vendor) for d in devs}
-        if not any(v for v in eligible.values()):
-            return
+        if any(v is False for v in eligible.values()) and not any(v for v in eligible.values()):
+            return  # every listed GPU is known to lack tensor cores
         ud = k[["rank", "device"]].drop_duplicates()
         known = [eligible.get((int(r), int(d))) for r, d in ud.itertuples(index=False)]
         if all(v is None for v in known) and set(eligible.values()) == {True}:
             known = [True] * len(known)  # device indices differ from meta, but every listed GPU has tensor cores
+        if all(v is None for v in known) and name_mask(k["name"], VOLTA_PLUS_KERNEL).any():
+            known = [True] * len(known)  # no device properties, but Volta+ library kernels ran: tensor cores exist
         ok_pairs = {(int(r), int(d)) for (r, d), v in zip(ud.itertuples(index=False), known) if v is True}
         if not ok_pairs:
             return

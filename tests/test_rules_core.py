@@ -10,8 +10,8 @@ from tests.helpers.kineto_writer import KinetoTrace
 from traceinsight.plugins import discover
 
 
-def _one(path, code, **options):
-    a = traceinsight.analyze(path, select=[code], options={code: options} if options else None)
+def _one(path, code, min_impact=None, **options):
+    a = traceinsight.analyze(path, select=[code], options={code: options} if options else None, min_impact=min_impact)
     return [f for f in a.findings if f.code == code]
 
 
@@ -118,10 +118,17 @@ def test_ti002_pageable_copy_and_sync_memcpy(tmp_path):
     t.memcpy("DtoH", 510.0, 200.0, 1 << 20, pageable=True, launch_us=30.0, launch_dur_us=690.0)
     t.memcpy("DtoH", 1500.0, 300.0, 1 << 20, sync=True, launch_us=1400.0)
     t.kernel("k", 3000.0, 500.0, launch_us=2990.0)
-    (f,) = _one(t.write(tmp_path / "t.json"), "TI002")
+    path = t.write(tmp_path / "t.json")
+    (f,) = _one(path, "TI002")
+    # the blocking cudaMemcpy is TI002's; the async copy that pageable memory made blocking is TI006's, judged on
+    # the GPU's clock (its extra copy time and the idle its call caused), so no nanosecond is claimed twice
     kinds = dict(zip(f.evidence["call"], f.evidence["kind"]))
-    assert kinds == {"cudaMemcpyAsync": "copy to pageable host memory", "cudaMemcpy": "synchronizing call"}
-    assert f.metrics["blocked_ns"] == pytest.approx(690_000 + 401_000, rel=0.001)
+    assert kinds == {"cudaMemcpy": "synchronizing call"}
+    assert f.metrics["blocked_ns"] == pytest.approx(401_000, rel=0.001)
+    # GPU idle 1800 -> 3000 µs begins while the cudaMemcpy (1400 -> 1801 µs) blocks: charged up to the call's 401 µs
+    assert f.impact_ns == pytest.approx(401_000, rel=0.01)
+    (p,) = _one(path, "TI006", min_total_us=0.0)
+    assert p.metrics["async_calls"] == 1 and p.metrics["count"] == 1
 
 
 def test_ti002_negative_async_pipeline(tmp_path):
@@ -132,7 +139,8 @@ def test_ti002_negative_async_pipeline(tmp_path):
 
 
 def test_ti002_real_alexnet_cudasync():
-    (f,) = _one(corpus_file("pytorch/hta_alexnet_a100_cudasync.json.gz"), "TI002")
+    # asked for below the floor: on this 0.5 %-busy run the syncs cost the GPU under 1 % of its window
+    (f,) = _one(corpus_file("pytorch/hta_alexnet_a100_cudasync.json.gz"), "TI002", min_impact=0)
     assert f.metrics["stalls"] >= 7
     assert set(f.metrics["by_call"]) == {"cudaStreamSynchronize", "cudaDeviceSynchronize"}
     assert f.metrics["by_site"].get("aten::copy_", 0) > 0

@@ -16,8 +16,8 @@ from tests.helpers.kineto_writer import KinetoTrace
 DL = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
 
 
-def _run(path, code, **opts):
-    a = traceinsight.analyze(path, select=[code], options={code: opts} if opts else None)
+def _run(path, code, min_impact=None, **opts):
+    a = traceinsight.analyze(path, select=[code], options={code: opts} if opts else None, min_impact=min_impact)
     assert not [w for w in a.warnings if code in w and "failed" in w], a.warnings
     return [f for f in a.findings if f.code == code]
 
@@ -55,7 +55,8 @@ def test_ti005_negative_below_threshold(tmp_path):
 def test_ti005_threshold_option(tmp_path):
     (f,) = _run(_loader_trace(tmp_path, 200), "TI005", min_share_pct=1.0)
     assert f.metrics["share_pct"] == pytest.approx(2.0, abs=1e-6)
-    assert f.severity.value == "warning"
+    # graded on the common scale: the GPU idle under the wait is ~2 % of the window, so info (not the old fixed warning)
+    assert f.severity.value == "info"
 
 
 # --- TI006 pageable-memcpy --------------------------------------------------------------------------------
@@ -79,7 +80,7 @@ def test_ti006_positive(tmp_path):
     assert m["reference_measured"]["HtoD"] is True
     assert m["async_calls"] == 4
     assert f.impact_ns == 4 * 1_598_000
-    assert f.severity.value == "warning"  # 6.4 ms of a ~14 ms trace
+    assert f.severity.value == "error"  # 6.4 ms of extra GPU time in a ~14 ms window: >= 20 % on the common scale
     assert "pin_memory" in f.fixes["pytorch"].code
 
 
@@ -171,7 +172,9 @@ def test_ti009_positive(tmp_path):
     assert f.metrics["busy_imbalance_pct"] == pytest.approx(50.0)
     assert f.metrics["straggler_rank"] == 2
     assert f.impact_ns == pytest.approx(6_000_000 - 14_000_000 / 3, abs=1)
-    assert f.severity.value == "warning"  # 50 % is not above error_imbalance_pct=50
+    # severity follows the common scale on the finding's window; TI009 (the jobs helper's rule) reports no
+    # location, so its share is taken of all three windows: asserted only to be below error here
+    assert f.severity.value in ("info", "warning")
     assert f.metrics["nccl_ns"]["0:0"] > f.metrics["nccl_ns"]["2:0"]
     assert "wait at collectives" in f.message
     assert "DistributedSampler" in f.fixes["pytorch"].code
@@ -196,15 +199,17 @@ def _util_trace(tmp_path, period_us):
 
 def test_ti010_positive(tmp_path):
     # 5 x 1 ms kernels every 5 ms: window 21 ms, busy 5 ms = 23.8 %, idle 16 ms.
-    (f,) = _run(_util_trace(tmp_path, 5_000), "TI010")
+    # TI010 saves nothing by itself: the common scale leaves it out unless findings below the floor are asked for
+    assert _run(_util_trace(tmp_path, 5_000), "TI010") == []
+    (f,) = _run(_util_trace(tmp_path, 5_000), "TI010", min_impact=0)
     assert f.impact_ns == 0  # the verdict never adds to "time saved" (see the rule's definition)
     assert f.metrics["idle_ns"] == 16_000_000
     assert f.metrics["busy_pct"] == pytest.approx(500 / 21, abs=1e-3)
-    assert f.severity.value == "warning"
+    assert f.severity.value == "info"  # never a warning with 0 ns
 
 
 def test_ti010_negative_busy(tmp_path):
-    assert _run(_util_trace(tmp_path, 1_000), "TI010") == []
+    assert _run(_util_trace(tmp_path, 1_000), "TI010", min_impact=0) == []
 
 
 # --- real corpus ------------------------------------------------------------------------------------------
@@ -220,7 +225,7 @@ def test_corpus_resnet50_nw0_dataloader_share():
 def test_corpus_resnet50_nw4_no_dataloader_finding():
     p = corpus_file("pytorch/kineto_resnet50_nw4_v100.pt.trace.json.gz")
     assert _run(p, "TI005") == []  # ~1 % of step time
-    (f,) = _run(p, "TI005", min_share_pct=0.1)
+    (f,) = _run(p, "TI005", min_impact=0, min_share_pct=0.1)  # its GPU idle is under the 1 % floor
     assert f.metrics["share_pct"] == pytest.approx(1.0, abs=0.3)
 
 
@@ -238,11 +243,11 @@ def test_corpus_a100_cutlass_tensorop_uses_tensor_cores():
 
 def test_corpus_dlrm_8ranks_imbalance_and_low_util():
     tl = traceinsight.load(corpus_file("pytorch/param_dlrm_v100_8ranks"), format="pytorch")
-    (f,) = _run(tl, "TI009")
+    (f,) = _run(tl, "TI009", min_impact=0)  # under 1 % of the summed windows: asked for explicitly
     assert f.metrics["busy_imbalance_pct"] == pytest.approx(17.1, abs=0.1)
     assert f.metrics["straggler_rank"] == 3
     assert len(f.evidence) == 8
-    (u,) = _run(tl, "TI010")
+    (u,) = _run(tl, "TI010", min_impact=0)
     assert u.metrics["devices_low"] == 5 and u.metrics["devices_total"] == 8
     assert u.metrics["min_busy_pct"] == pytest.approx(24.2, abs=0.1)
     assert u.impact_ns == 0
@@ -254,7 +259,7 @@ def test_corpus_nsys_fastvideo_pageable_async_copies():
     # they are not worth a finding; with the floor off the counts must match nsys.
     p = corpus_file("nsys/nsys2026.2_fastvideo-train_2xH100_300ms-slice.sqlite")
     assert _run(p, "TI006") == []
-    (f,) = _run(p, "TI006", min_total_us=0.0)
+    (f,) = _run(p, "TI006", min_impact=0, min_total_us=0.0)
     assert f.metrics["count"] == 34 and f.metrics["async_calls"] == 33
     assert f.metrics["bytes"] == 272
     assert f.severity.value == "info"

@@ -91,6 +91,10 @@ def analyze(
         Optional[Path],
         typer.Option("--baseline", help="An earlier JSON report (e.g. of main): mark findings new / worse / unchanged, and let --fail-on act only on new and worse ones."),
     ] = None,
+    min_impact: Annotated[
+        Optional[float],
+        typer.Option("--min-impact", help="Leave out findings costing less than this % of the GPU window (default 1; 0 shows everything).", min=0.0),
+    ] = None,
     worse_by: Annotated[float, typer.Option("--worse-by", help="With --baseline: a finding is worse when its share of the span grew by this many percent (and by 1 point or more).")] = 25.0,
 ) -> None:
     """Read a trace, run the rules, and report findings with their cost and fixes."""
@@ -108,6 +112,7 @@ def analyze(
             worse_by=worse_by,
             trace_format=trace_format,
             run_name=run_name,
+            min_impact=min_impact,
         )
         analysis = _with_progress(engine.analyze, path, progress, kwargs)
     except TraceInsightError as exc:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from .errors import ConfigError
+from .severity import DEFAULT_MIN_IMPACT_PCT
 
 #: Set to 1 to let the implicitly found pyproject.toml load its ``rules`` files (see docs/ci.md).
 TRUST_ENV = "TRACEINSIGHT_TRUST_PYPROJECT"
@@ -31,6 +32,7 @@ class Config:
     options: dict[str, dict[str, Any]] = field(default_factory=dict)  # CODE -> {option: value}
     severity: dict[str, str] = field(default_factory=dict)  # CODE -> severity override
     rule_paths: list[str] = field(default_factory=list)
+    min_impact: float = DEFAULT_MIN_IMPACT_PCT  # % of the GPU window below which findings are not reported
     warnings: list[str] = field(default_factory=list)  # what reading the configuration left out, for the report
 
     @classmethod
@@ -55,6 +57,11 @@ class Config:
             raise ConfigError(f"{p}: invalid TOML: {exc}") from None
         if not isinstance(data, dict):
             raise ConfigError(f"{p}: [tool.traceinsight] must be a table")
+        if "min_impact" in data:
+            try:
+                cfg.min_impact = float(data["min_impact"])
+            except (TypeError, ValueError):
+                raise ConfigError(f"{p}: min_impact must be a number (% of the GPU window), got {data['min_impact']!r}") from None
         cfg.select = _str_list(data.get("select", []), p, "select")
         cfg.ignore = _str_list(data.get("ignore", []), p, "ignore")
         rules = _str_list(data.get("rules", []), p, "rules")
@@ -77,7 +84,12 @@ class Config:
         return cfg
 
     def with_overrides(
-        self, *, select: Iterable[str] = (), ignore: Iterable[str] = (), options: dict[str, dict[str, Any]] | None = None
+        self,
+        *,
+        select: Iterable[str] = (),
+        ignore: Iterable[str] = (),
+        options: dict[str, dict[str, Any]] | None = None,
+        min_impact: float | None = None,
     ) -> "Config":
         """A copy with explicit settings on top: select / ignore replace the configured ones when given, options
         (a ``"severity"`` key sets the severity) are merged per rule. ``self`` is left unchanged."""
@@ -86,6 +98,8 @@ class Config:
         cfg.ignore = list(ignore) or cfg.ignore
         for code, opts in (options or {}).items():
             cfg._apply(code, opts)
+        if min_impact is not None:
+            cfg.min_impact = float(min_impact)
         return cfg
 
     def _apply(self, code: str, opts: dict[str, Any]) -> None:

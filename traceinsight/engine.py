@@ -19,7 +19,9 @@ from .config import Config
 from .errors import ConfigError
 from .framework import detect_framework
 from .plugins import RuleSet, discover
+from .causes import attach_what_if, link as link_causes
 from .rule_api import Context, Finding, Rule, Severity
+from .severity import DEFAULT_MIN_IMPACT_PCT, grade
 from .summary import Summary, summarize
 from .timeline import Timeline
 from .views import Views
@@ -91,7 +93,14 @@ def instantiate(ruleset: RuleSet, config: Config) -> list[Rule]:
     return out
 
 
-def run(timeline: Timeline, rules: list[Rule], *, extra_warnings: Iterable[str] = ()) -> Analysis:
+def run(
+    timeline: Timeline,
+    rules: list[Rule],
+    *,
+    extra_warnings: Iterable[str] = (),
+    min_impact: float = DEFAULT_MIN_IMPACT_PCT,
+    severity_overrides: Iterable[str] = (),
+) -> Analysis:
     views = Views(timeline)
     findings: list[Finding] = []
     warnings = list(extra_warnings)
@@ -110,7 +119,10 @@ def run(timeline: Timeline, rules: list[Rule], *, extra_warnings: Iterable[str] 
             if rule.severity != type(rule).severity and f.severity == type(rule).severity:
                 f.severity = rule.severity
         findings.extend(found)
+    findings = grade(findings, views, {r.code: r for r in rules}, min_impact_pct=min_impact, overridden=severity_overrides)
     findings.sort(key=lambda f: (-f.impact_ns, -f.severity.rank, f.code))
+    findings = link_causes(findings)
+    attach_what_if(findings, views)
     framework = detect_framework(timeline)
     advice.apply(findings, framework, timeline.meta)
     return Analysis(
@@ -140,6 +152,7 @@ def analyze(
     trace_format: str | None = None,
     run_name: str | None = None,
     progress: Callable[[str], None] | None = None,
+    min_impact: float | None = None,
 ) -> Analysis:
     """Load (if given a path) and analyse a trace with the built-in, installed and given rules.
 
@@ -148,11 +161,12 @@ def analyze(
     are Rule classes defined in the caller's code; ``config`` a ``Config`` (e.g. ``Config.from_pyproject(path)``),
     never modified. ``baseline`` is an earlier JSON report: ``analysis.baseline`` then tells which findings are
     new or worse (worse: share of the span grew by ``worse_by`` percent). ``trace_format`` forces the reader,
-    ``run_name`` picks a TensorBoard profile run, ``progress`` receives reading progress messages.
+    ``run_name`` picks a TensorBoard profile run, ``progress`` receives reading progress messages. ``min_impact``
+    (% of the GPU window; default the config's, 1) leaves out findings that cost less; 0 reports everything.
 
     Rules are chosen and configured before the trace is read, so a usage error costs no load time.
     """
-    cfg = (config or Config()).with_overrides(select=select, ignore=ignore, options=options)
+    cfg = (config or Config()).with_overrides(select=select, ignore=ignore, options=options, min_impact=min_impact)
     ruleset = discover([*cfg.rule_paths, *rules])
     for cls in extra_rules:
         ruleset.add(cls, "analyze(extra_rules=...)")
@@ -163,7 +177,9 @@ def analyze(
         from .ingest import load
 
         timeline = load(trace, format=trace_format, progress=progress, **({"run": run_name} if run_name else {}))
-    analysis = run(timeline, selected, extra_warnings=[*cfg.warnings, *ruleset.warnings])
+    analysis = run(
+        timeline, selected, extra_warnings=[*cfg.warnings, *ruleset.warnings], min_impact=cfg.min_impact, severity_overrides=cfg.severity
+    )
     if baseline is not None:
         from .baseline import compare, load_report
 

@@ -78,7 +78,9 @@ def read_columns(path: Path, max_bytes: int | None = None):
             devices[device] = device_info(device, {})
         codes = []
         for e in evs:
-            nm = str(e.get("name", ""))
+            # the xplane's event name is the op's full "name:type" (``long_name`` here); ``name`` is only its display
+            # form ("_Send"), so take the long one: the same op gets the same name, and the same codes, in both formats
+            nm = str((e.get("args") or {}).get("long_name") or e.get("name", ""))
             c = name_index.get(nm)
             if c is None:
                 c = name_index[nm] = len(name_table)

@@ -1,0 +1,114 @@
+"""TI012: the trace holds too little GPU work to judge the run (start-up only, graph capture, a cut profile)."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from traceinsight.rule_api import Context, Fix, Location, Option, Rule, Severity, fmt_ns
+
+from ._common import name_mask
+
+#: Host calls that launch one kernel each (captured launches included: they are recorded, not executed).
+LAUNCH_CALL = r"^(cudaLaunch|cuLaunch|hipLaunch|hipExtModuleLaunch|hipModuleLaunch|cudaGraphLaunch|hipGraphLaunch)"
+CAPTURE_CALL = r"StreamBeginCapture|BeginCapture|GraphInstantiate"
+
+
+class LittleGpuWork(Rule):
+    code = "TI012"
+    name = "too-little-gpu-work"
+    category = "trace_quality"
+    severity = Severity.WARNING
+    summary = "Too little GPU work was recorded to judge the run: its busy % and gaps describe start-up or a capture, not a workload."
+    why = """
+    A verdict such as "compute-bound, 100 % busy" or "idle 98 %" means something only over real work. A trace
+    with a few microseconds of kernels (a CUDA/HIP graph being *captured*, whose launches are recorded but not
+    executed; a capture stopped during start-up; a single test kernel) has a busy % of whatever the few events
+    happen to give. Performance findings on it are kept at info and the verdict says the trace cannot be judged.
+    """
+    definition = """
+    Reported when all devices together were busy less than `min_busy_us` (default **100 µs**) in total, or ran
+    fewer than `min_gpu_ops` (default **10**, the ledger verdict's limit too) kernels, copies and memsets adding up to less than `few_ops_busy_us`
+    (default **1000 µs**): too little to form a pattern (a busy % over two kernels says nothing; a few long
+    operations still show where the time goes), so the trace holds start-up, a single test or a capture rather
+    than a workload in steady state. Also reported (whatever the amounts) when graph capture is seen: the host recorded at least `capture_ratio` (default **5**) times more
+    kernel launches than kernels ran (and at least 20), or called `cudaStreamBeginCapture` /
+    `cudaGraphInstantiate`. This is a trace-quality finding: never a performance verdict, not graded by cost;
+    while it stands, performance findings are capped at info.
+    """
+    fix_pytorch = Fix(
+        "Profile a few steady-state steps of the real workload after warm-up (`schedule(wait=1, warmup=2, "
+        "active=5)`), and profile graph *replays* (`g.replay()`), not the capture.",
+        """
+        from torch.profiler import profile, schedule, ProfilerActivity
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA],
+                     schedule=schedule(wait=1, warmup=2, active=5)) as prof:
+            for step in range(8):
+                g.replay()        # or train_step(batch)
+                prof.step()
+        """,
+    )
+    fix_tensorflow = Fix(
+        "Profile steps after the first (tracing and autotuning happen there): `profile_batch=(10, 15)`.",
+        """
+        tb = tf.keras.callbacks.TensorBoard(log_dir, profile_batch=(10, 15))
+        """,
+    )
+
+    min_gpu_ops = Option(10, "Report when all devices together ran fewer kernels, copies and memsets than this.")
+    min_busy_us = Option(100.0, "Report when all devices together were busy less than this (µs).")
+    few_ops_busy_us = Option(1000.0, "...or ran fewer than min_gpu_ops operations adding up to less than this (µs).")
+    capture_ratio = Option(5.0, "Report graph capture when recorded launches exceed executed kernels this many times.")
+
+    def check(self, ctx: Context):
+        v = ctx.views
+        u = v.utilization
+        if u.empty:
+            return  # TI011's case
+        busy = int(u["busy_ns"].sum())
+        kernels = int(len(v.kernels))
+        host = v.host_events
+        rt = host[(host["kind"] == "runtime").to_numpy()]
+        launches = int(name_mask(rt["name"], LAUNCH_CALL, case=True).sum()) if len(rt) else 0
+        captures = int(name_mask(rt["name"], CAPTURE_CALL, case=True).sum()) if len(rt) else 0
+        capture = captures > 0 or (launches >= 20 and launches >= self.capture_ratio * max(kernels, 1))
+        ops = int(len(v.gpu_activity))
+        little = busy < self.min_busy_us * 1e3 or (ops < self.min_gpu_ops and busy < self.few_ops_busy_us * 1e3)
+        if not (little or capture):
+            return
+        why = []
+        if capture:
+            why.append(
+                f"graph capture: {launches} kernel launches were recorded but {kernels} kernel(s) ran"
+                + (f" ({captures} capture/instantiate calls)" if captures else "")
+            )
+        if little:
+            why.append(f"the GPU was busy only {fmt_ns(busy)} in total ({ops} kernels/copies/memsets)")
+        evidence = pd.DataFrame(
+            {
+                "rank": u["rank"].astype(int),
+                "device": u["device"].astype(int),
+                "window_ms": (u["window_ns"] / 1e6).round(3),
+                "busy_us": (u["busy_ns"] / 1e3).round(1),
+                "busy_pct": u["busy_pct"].astype(float).round(2),
+            }
+        )
+        yield ctx.finding(
+            title="Too little GPU work to judge: " + "; ".join(why),
+            message=(
+                "This trace cannot say what bounds the workload: " + "; ".join(why) + ". Its busy % and idle gaps "
+                "describe start-up, a capture or a single test, not a run in steady state, so performance findings "
+                "are kept at info. Profile a few steady steps of the real work."
+            ),
+            evidence=evidence,
+            location=Location(),
+            metrics={
+                "gpu_busy_ns": busy,
+                "gpu_ops": ops,
+                "kernels": kernels,
+                "launch_calls": launches,
+                "capture_calls": captures,
+                "graph_capture": bool(capture),
+                "withholds_judgement": True,
+            },
+            key="little-gpu-work",
+        )

@@ -1,0 +1,83 @@
+"""TI011: the trace holds no GPU activity at all, so there is nothing on the GPU to judge."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from traceinsight.rule_api import Context, Fix, Rule, Severity
+
+from ._common import name_mask
+
+#: Host calls that only a program using a GPU makes (CUDA/HIP runtime and driver API).
+GPU_API = r"^(cuda|hip|cu[A-Z]|hsa_)"
+
+
+class NoGpuActivity(Rule):
+    code = "TI011"
+    name = "no-gpu-activity"
+    category = "trace_quality"
+    severity = Severity.WARNING
+    summary = "No kernel, copy or memset was recorded: the trace cannot say anything about the GPU."
+    why = """
+    Every GPU judgement (busy %, idle gaps, syncs, copies) needs the GPU's own activity records. A trace without
+    them is a CPU profile: it is not "100 % idle" and not "compute-bound", it is silent about the GPU. The
+    common causes are a capture that stopped before the first kernel, CUPTI range-profiler (counter) mode, a
+    profiler started without CUDA activities, or a run that never used the GPU.
+    """
+    definition = """
+    Reported when the timeline has no kernel, memcpy or memset on a device. Severity **warning** when the host
+    made GPU API calls (`cuda*`, `cu*`, `hip*`) or the capture lists a GPU: the program had a GPU but its
+    activity was not recorded; **info** when neither (a CPU-only profile, e.g. a TensorFlow trace recorded without a GPU). This is a
+    trace-quality finding: it never becomes a performance verdict and is not graded by cost.
+    """
+    fix_pytorch = Fix(
+        "Record CUDA activities and keep the profiler running over a few steady steps: "
+        "`torch.profiler.profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], schedule=...)`; "
+        "do not enable the CUPTI range profiler (counters) for a timeline.",
+        """
+        from torch.profiler import profile, schedule, ProfilerActivity
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA],
+                     schedule=schedule(wait=1, warmup=2, active=5)) as prof:
+            for batch in loader:
+                train_step(batch); prof.step()
+        """,
+    )
+    fix_tensorflow = Fix(
+        "Profile on a machine with a visible GPU (check `tf.config.list_physical_devices('GPU')`) and keep the "
+        "profile window over training steps, e.g. `TensorBoard(profile_batch=(10, 15))`.",
+        """
+        tf.config.list_physical_devices("GPU")        # must not be empty
+        tb = tf.keras.callbacks.TensorBoard(log_dir, profile_batch=(10, 15))
+        """,
+    )
+
+    def check(self, ctx: Context):
+        if not ctx.views.gpu_activity.empty:
+            return
+        host = ctx.views.host_events
+        api = host[(host["kind"].isin(("runtime", "other"))).to_numpy()]
+        n_api = int(name_mask(api["name"], GPU_API, case=True).sum()) if len(api) else 0
+        gpus = [d for d in ctx.meta.devices if d.name or d.compute_capability or d.sm_count]
+        counts = ctx.events["kind"].astype(str).value_counts()
+        evidence = pd.DataFrame({"kind": counts.index.astype(str), "events": counts.to_numpy()})
+        if n_api or gpus:
+            why = f"the program made {n_api} GPU API calls" if n_api else f"the capture lists {len(gpus)} GPU(s) ({gpus[0].name or 'unnamed'})"
+            title = f"No GPU activity recorded although {why}"
+            message = (
+                f"Although {why}, the trace holds no kernel, copy or memset: the "
+                "GPU's activity was not recorded (capture stopped before the first kernel, counter/range-profiler "
+                "mode, or CUDA activities not enabled). Nothing on the GPU can be judged from it."
+            )
+            sev = Severity.WARNING
+        else:
+            title = "No GPU activity: this is a CPU-only profile"
+            message = "The trace has no GPU API calls and no GPU activity: it was recorded without a GPU. GPU findings do not apply."
+            sev = Severity.INFO
+        yield ctx.finding(
+            title=title,
+            message=message,
+            severity=sev,
+            evidence=evidence,
+            metrics={"gpu_api_calls": n_api, "events": int(len(ctx.events))},
+            key="no-gpu-activity",
+        )

@@ -1,0 +1,144 @@
+"""Trace-quality rules TI011-TI014 on traces written by the test helpers: each fires on the recording it describes
+and stays silent on a sound one; while TI012 stands, performance findings stay at info and the verdict says the
+trace cannot be judged."""
+
+from __future__ import annotations
+
+import pytest
+
+import traceinsight
+from tests.helpers.kineto_writer import KinetoTrace
+from traceinsight.verdict import details
+
+GEMM = "ampere_s16816gemm_fp16_128x128_ldg8_f2f_stages_32x5_nn"
+GRID = (216, 1, 1)
+
+
+def _codes(a, code):
+    return [f for f in a.findings if f.code == code]
+
+
+def _steady(t: KinetoTrace, steps: int = 5, first: float = 0.0) -> None:
+    """Steps of 20 back-to-back 50 µs GEMMs launched ahead: 100 operations, a healthy GPU."""
+    for s in range(steps):
+        t0 = first + s * 1_010.0
+        t.step(s, t0, 1_010.0)
+        for i in range(20):
+            t.kernel(GEMM, t0 + 10 + i * 50, 50.0, launch_us=t0 + i * 0.4, launch_dur_us=0.3, grid=GRID)
+
+
+# --- TI011 no GPU activity ------------------------------------------------------------------------------------
+def test_ti011_runtime_calls_without_gpu_activity(tmp_path):
+    t = KinetoTrace()
+    t.step(0, 0.0, 1_000.0)
+    t.cpu_op("aten::mm", 10.0, 200.0)
+    t.runtime("cudaMalloc", 20.0, 100.0)
+    t.runtime("cudaStreamSynchronize", 300.0, 50.0)
+    a = traceinsight.analyze(t.write(tmp_path / "nogpu.json"))
+    (f,) = _codes(a, "TI011")
+    assert f.severity.value == "warning" and f.category == "trace_quality"
+    assert f.metrics["gpu_api_calls"] == 2
+    assert details(a)["category"] == "no_gpu"
+    assert _codes(a, "TI002") == []  # a sync's cost is GPU idle: nothing to measure
+
+
+def test_ti011_negative_gpu_trace(tmp_path):
+    t = KinetoTrace()
+    _steady(t)
+    assert _codes(traceinsight.analyze(t.write(tmp_path / "gpu.json")), "TI011") == []
+
+
+# --- TI012 too little GPU work ------------------------------------------------------------------------------------
+def test_ti012_two_kernels(tmp_path):
+    # two 5 µs kernels 10 ms apart: "0.1 % busy" and "idle 99.9 %" would both be noise
+    t = KinetoTrace()
+    t.step(0, 0.0, 11_000.0)
+    t.cpu_op("aten::index", 100.0, 9_800.0)
+    t.kernel("vectorized_elementwise_kernel", 50.0, 5.0, launch_us=40.0)
+    t.kernel("reduce_kernel", 10_050.0, 5.0, launch_us=10_000.0)
+    a = traceinsight.analyze(t.write(tmp_path / "tiny.json"))
+    (f,) = _codes(a, "TI012")
+    assert f.metrics["gpu_ops"] == 2 and f.metrics["gpu_busy_ns"] == 10_000
+    assert f.severity.value == "warning" and not f.metrics["graph_capture"]
+    # the idle gap is still found, but judgement is withheld: info, and no performance verdict
+    (idle,) = _codes(a, "TI001")
+    assert idle.severity.value == "info"
+    d = details(a)
+    assert d["category"] == "too_little" and not d["bound"]
+
+
+def test_ti012_graph_capture(tmp_path):
+    # 400 launches recorded while a graph is captured, 2 kernels executed (the held-back HIP-graph case)
+    t = KinetoTrace()
+    _steady(t, steps=2)
+    for i in range(400):
+        t.runtime("cudaLaunchKernel", 3_000.0 + i * 5, 3.0)
+    a = traceinsight.analyze(t.write(tmp_path / "capture.json"))
+    (f,) = _codes(a, "TI012")
+    assert f.metrics["graph_capture"] and f.metrics["launch_calls"] >= 400
+
+
+def test_ti012_negative_steady_steps(tmp_path):
+    t = KinetoTrace()
+    _steady(t)
+    a = traceinsight.analyze(t.write(tmp_path / "steady.json"))
+    assert _codes(a, "TI012") == []
+    assert details(a)["category"] == "compute"
+
+
+# --- TI013 warm-up in the window ----------------------------------------------------------------------------------
+def _with_warmup(t: KinetoTrace, init: bool) -> None:
+    # step 0 waits 20 ms before its first kernel (with start-up calls when ``init``), then 5 healthy steps
+    t.step(0, 0.0, 21_020.0)
+    if init:
+        t.runtime("cudaMalloc", 100.0, 8_000.0)
+        t.runtime("cudaGetDeviceProperties", 8_200.0, 50.0)
+    t.kernel(GEMM, 10.0, 10.0, launch_us=0.0, grid=GRID)
+    for i in range(20):
+        t.kernel(GEMM, 20_020.0 + i * 50, 50.0, launch_us=20_000.0 + i * 0.4, launch_dur_us=0.3, grid=GRID)
+    _steady_after(t, 21_020.0)
+
+
+def _steady_after(t: KinetoTrace, first: float) -> None:
+    for s in range(1, 6):
+        t0 = first + (s - 1) * 1_010.0
+        t.step(s, t0, 1_010.0)
+        for i in range(20):
+            t.kernel(GEMM, t0 + 10 + i * 50, 50.0, launch_us=t0 + i * 0.4, launch_dur_us=0.3, grid=GRID)
+
+
+def test_ti013_first_step_init(tmp_path):
+    t = KinetoTrace()
+    _with_warmup(t, init=True)
+    a = traceinsight.analyze(t.write(tmp_path / "warm.json"))
+    (f,) = _codes(a, "TI013")
+    assert f.metrics["warmup_ns"] == pytest.approx(20_000_000, rel=0.01)
+    assert "cudaMalloc" in f.evidence["start_up_calls"].iloc[0]
+    assert len(f.instances) == 1 and f.instances[0].label == "warm-up"
+    # kept out of the steady-state idle: no TI001 for a loop that is busy from step 1 on
+    assert _codes(a, "TI001") == []
+
+
+def test_ti013_negative_steady_steps(tmp_path):
+    t = KinetoTrace()
+    _steady(t)
+    assert _codes(traceinsight.analyze(t.write(tmp_path / "steady.json")), "TI013") == []
+
+
+# --- TI014 events lost --------------------------------------------------------------------------------------------
+def test_ti014_truncated_json(tmp_path):
+    t = KinetoTrace()
+    _steady(t, steps=8)
+    p = t.write(tmp_path / "full.json", gz=False)
+    data = p.read_bytes()
+    cut = tmp_path / "cut.json"
+    cut.write_bytes(data[: int(len(data) * 0.8)])
+    a = traceinsight.analyze(cut)
+    (f,) = _codes(a, "TI014")
+    assert f.category == "trace_quality" and "truncated" in f.evidence["reader_warning"].iloc[0]
+
+
+def test_ti014_negative_complete_file(tmp_path):
+    t = KinetoTrace()
+    _steady(t, steps=8)
+    assert _codes(traceinsight.analyze(t.write(tmp_path / "full.json", gz=False)), "TI014") == []

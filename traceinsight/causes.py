@@ -1,0 +1,136 @@
+"""Root causes over symptoms: after every rule ran, link each symptom finding to the cause that explains it.
+
+Rules measure overlapping things: an idle gap (TI001) may be a data-loading wait (TI005) or the drain after a
+host sync (TI002); the tiny kernels and short gaps of TI003 may be the per-timestep loop of an RNN that fell back
+from cuDNN (TI004). Reported side by side they compete for the verdict and their savings add up to more than the
+run. Here a *cause* finding lists, in ``Finding.explains``, the fingerprints of the *symptom* findings it
+accounts for; the symptom gets ``metrics["explained_by"]`` and ``metrics["explained_ns"]`` (the part of its
+impact the cause already claims), and the finding list is ordered so each cause is followed by what it explains.
+
+A cause explains a symptom on the same rank (and device, when both name one) when at least ``MIN_SHARE`` of the
+symptom's impact is its doing, measured two ways, whichever says more:
+
+- by time: the symptom's instances (its gaps, its kernels' waits) covered by the cause's instances (data waits,
+  RNN regions, stalls, copies);
+- by attribution: a symptom that already splits its impact by category (``metrics["idle_by_category"]``, e.g.
+  TI001's gaps by what the host did) credits the cause's category with that share.
+
+Only symptom categories (``gpu_idle``, ``launch_overhead``) are ever explained, and only by cause categories
+(``input_pipeline``, ``host_sync``, ``copy``, ``compute``, ``communication``); trace-quality findings are neither.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+import numpy as np
+
+from .rule_api import Finding
+from .views import Coverage
+
+#: Categories whose findings are effects of something else (the GPU waited).
+SYMPTOMS = ("gpu_idle", "launch_overhead")
+#: Categories whose findings name a reason the GPU waited or a region that behaves a known way.
+CAUSES = ("input_pipeline", "host_sync", "copy", "compute", "communication")
+#: A cause explains a symptom when it accounts for at least this share of the symptom's impact.
+MIN_SHARE = 0.5
+
+
+def _intervals(f: Finding, rank, device) -> tuple[np.ndarray, np.ndarray]:
+    """The finding's instances on (rank, device); an instance with no rank/device applies to all."""
+    inst = list(getattr(f, "instances", []) or [])
+    keep = [
+        i
+        for i in inst
+        if (i.rank is None or rank is None or i.rank == rank) and (i.device is None or device is None or i.device == device)
+    ]
+    s = np.array([i.start_ns for i in keep], dtype=np.int64)
+    e = np.array([i.end_ns for i in keep], dtype=np.int64)
+    return s, e
+
+
+def _same_place(a: Finding, b: Finding) -> bool:
+    la, lb = a.location, b.location
+    if la.rank is not None and lb.rank is not None and la.rank != lb.rank:
+        return False
+    if la.device is not None and lb.device is not None and la.device != lb.device:
+        return False
+    return True
+
+
+def _share_explained(cause: Finding, symptom: Finding) -> tuple[float, int]:
+    """(share of the symptom's impact the cause accounts for, ns of it)."""
+    impact = int(symptom.impact_ns)
+    if impact <= 0:
+        return 0.0, 0
+    best = 0
+    by_cat = symptom.metrics.get("idle_by_category") or {}
+    if cause.category in by_cat:
+        best = int(by_cat[cause.category])
+    loc = symptom.location
+    ss, se = _intervals(symptom, loc.rank, loc.device)
+    if len(ss):
+        cs, ce = _intervals(cause, loc.rank, loc.device)
+        if len(cs):
+            covered = int(Coverage(cs, ce).overlap(ss, se).sum())
+            total = int((se - ss).sum())
+            if total > 0:
+                best = max(best, int(impact * min(covered / total, 1.0)))
+    best = min(best, impact)
+    return best / impact, best
+
+
+def link(findings: Iterable[Finding]) -> list[Finding]:
+    """Fill ``explains`` on causes and ``explained_by`` on symptoms; return the findings ordered causes-first.
+
+    A symptom is given to the one cause that explains most of it (so savings are never claimed twice); a
+    finding never explains itself or a finding of its own rule.
+    """
+    findings = list(findings)
+    causes = [f for f in findings if f.category in CAUSES]
+    for s in findings:
+        if s.category not in SYMPTOMS:
+            continue
+        best = None
+        for c in causes:
+            if c is s or c.code == s.code or not _same_place(c, s):
+                continue
+            share, ns = _share_explained(c, s)
+            if share >= MIN_SHARE and (best is None or ns > best[1]):
+                best = (c, ns, share)
+        if best is None:
+            continue
+        c, ns, share = best
+        if s.fingerprint not in c.explains:
+            c.explains.append(s.fingerprint)
+        s.metrics["explained_by"] = c.fingerprint
+        s.metrics["explained_ns"] = int(ns)
+        s.metrics["explained_share_pct"] = round(100.0 * share, 1)
+    return order(findings)
+
+
+def order(findings: list[Finding]) -> list[Finding]:
+    """Causes and unexplained findings in the given order, each cause followed by the symptoms it explains."""
+    by_fp = {f.fingerprint: f for f in findings}
+    explained = {f.fingerprint for f in findings if f.metrics.get("explained_by") in by_fp}
+    out: list[Finding] = []
+    for f in findings:
+        if f.fingerprint in explained:
+            continue
+        out.append(f)
+        out.extend(by_fp[fp] for fp in f.explains if fp in by_fp and fp in explained)
+    return out
+
+
+def attach_what_if(findings: list[Finding], views) -> None:
+    """Predicted step time with each root cause removed (``traceinsight.whatif``), on causes only: a symptom that
+    a cause explains gets none (its cause's prediction covers it), and trace-quality findings are not causes."""
+    from .whatif import what_if_for
+
+    for f in findings:
+        if f.what_if is not None or f.metrics.get("explained_by") or f.category == "trace_quality":
+            continue
+        try:
+            f.what_if = what_if_for(views, f.code, f.instances or None)
+        except Exception as exc:  # a model failure must not take the analysis down; say so on the finding
+            f.metrics["what_if_error"] = f"{type(exc).__name__}: {exc}"

@@ -1,0 +1,136 @@
+"""One severity scale for every rule, from what a finding costs the GPU.
+
+A finding's severity says how much of the run it costs, not which rule found it: the impact (the time fixing it
+would give back) as a share of the GPU time it was measured against. Every rule is graded the same way, so a
+5 µs stall on a busy GPU can never outrank a 30 % idle gap, and a healthy trace gets no warning.
+
+=============  =====================================================
+share          severity
+=============  =====================================================
+>= 20 %        error
+>= 5 %         warning
+>= 1 %         info
+< 1 %          not reported (unless ``min_impact`` is lowered)
+=============  =====================================================
+
+The share is taken of the GPU active window the finding is about: the window of its (rank, device) when it
+names one, the longest window of its rank when it names only a rank, and the summed windows of all devices when
+it names none (findings that add up over devices). A trace without GPU activity has no window: its findings keep
+the severity their rule gave (there is no cost to grade). While a trace-quality finding withholds judgement
+(``metrics["withholds_judgement"]``: too little GPU work), performance findings stay at info.
+
+What is not graded: ``trace_quality`` findings (they describe the recording, not the run), rules that declare
+``graded = False``, and plugin findings without a cost estimate (impact 0; built-in rules always estimate one). A rule may cap its findings with ``max_severity`` (e.g. modelled headroom rather than time
+lost), and a user's ``severity`` override in the configuration beats the scale.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Iterable
+
+from .rule_api import Finding, Severity
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .views import Views
+
+#: (share of the window in %, severity), highest first.
+SCALE: tuple[tuple[float, Severity], ...] = ((20.0, Severity.ERROR), (5.0, Severity.WARNING), (1.0, Severity.INFO))
+#: Findings costing less than this % of their window are left out of the report unless asked for.
+DEFAULT_MIN_IMPACT_PCT = 1.0
+#: Categories whose findings describe the trace itself; never graded by cost, never dropped.
+UNGRADED_CATEGORIES = frozenset({"trace_quality"})
+
+
+def level(share_pct: float) -> Severity:
+    """The severity of a finding costing ``share_pct`` % of its window (info below the info threshold too)."""
+    for threshold, sev in SCALE:
+        if share_pct >= threshold:
+            return sev
+    return Severity.INFO
+
+
+def base_ns(finding: Finding, views: "Views") -> int:
+    """The GPU window the finding's impact is measured against (0 when the trace has no GPU activity)."""
+    u = views.utilization
+    if u.empty:
+        return 0
+    loc = finding.location
+    sel = u
+    if loc.rank is not None:
+        sel = sel[sel["rank"] == loc.rank]
+    if loc.device is not None:
+        sel = sel[sel["device"] == loc.device]
+    if sel.empty:
+        sel = u
+    if loc.rank is not None or loc.device is not None:
+        return int(sel["window_ns"].max())
+    return int(sel["window_ns"].sum())
+
+
+def share_pct(finding: Finding, views: "Views") -> float | None:
+    """The impact as % of the finding's window, or None when there is no window to measure against."""
+    base = base_ns(finding, views)
+    if base <= 0:
+        return None
+    return 100.0 * max(int(finding.impact_ns), 0) / base
+
+
+def grade(
+    findings: Iterable[Finding],
+    views: "Views",
+    rules: dict[str, object],
+    *,
+    min_impact_pct: float = DEFAULT_MIN_IMPACT_PCT,
+    overridden: Iterable[str] = (),
+) -> list[Finding]:
+    """Severity from the scale for each finding; those below ``min_impact_pct`` are dropped.
+
+    ``rules`` maps a code to its rule instance (for ``graded`` / ``max_severity``); ``overridden`` are codes
+    whose severity the user set, which keep that severity (they are still dropped when below the floor).
+    """
+    forced = {c.upper() for c in overridden}
+    findings = list(findings)
+    # a trace-quality finding may withhold judgement (too little GPU work): performance findings stay at info
+    withheld = any(_category(f, rules) in UNGRADED_CATEGORIES and f.metrics.get("withholds_judgement") for f in findings)
+    out = []
+    for f in findings:
+        rule = rules.get(f.code)
+        if _category(f, rules) in UNGRADED_CATEGORIES or not _graded(rule, f):
+            out.append(f)
+            continue
+        share = share_pct(f, views)
+        if share is None:
+            out.append(f)
+            continue
+        if share < min_impact_pct:
+            continue
+        if f.code in forced:
+            f.severity = getattr(rule, "severity", f.severity)
+        else:
+            sev = level(share)
+            cap = getattr(rule, "max_severity", None)
+            try:
+                cap = None if cap is None else Severity.parse(cap)
+            except ValueError:
+                cap = None
+            if cap is not None:
+                if sev.rank > cap.rank:
+                    sev = cap
+            f.severity = sev
+        if withheld and f.code not in forced:
+            f.severity = Severity.INFO
+        out.append(f)
+    return out
+
+
+def _graded(rule: object, finding: Finding) -> bool:
+    """Built-in rules are always graded; a plugin is graded when it estimates a cost (impact > 0) unless it says."""
+    declared = getattr(rule, "graded", None)
+    if declared is not None:
+        return bool(declared)
+    return int(finding.impact_ns) > 0 or type(rule).__module__.startswith("traceinsight.rules")
+
+
+def _category(finding: Finding, rules: dict[str, object]) -> str:
+    """The finding's category, from its rule when the finding does not carry one."""
+    return str(getattr(finding, "category", "") or getattr(rules.get(finding.code), "category", "") or "")
