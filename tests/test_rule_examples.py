@@ -166,7 +166,7 @@ def test_covered_elsewhere_names_real_tests():
     for code, where in COVERED_ELSEWHERE.items():
         module, tests = where.split(":", 1)
         names = re.findall(r"\btest_\w+", tests)
-        assert len(names) == 2, f"{code}: name a positive and a negative test: {where!r}"
+        assert len(names) >= 2, f"{code}: name a positive and a negative test: {where!r}"
         source = (here / module.strip()).read_text(encoding="utf-8")
         for name in names:
             assert re.search(rf"^def {name}\(", source, flags=re.M), f"{code}: {module.strip()} has no {name}"
