@@ -35,8 +35,11 @@ _PROBE = r"""
 import json, sys, time
 kind, path = sys.argv[1], sys.argv[2]
 t0 = time.perf_counter()
-if kind == "traceinsight":
+if kind.startswith("traceinsight"):
     import traceinsight
+    if ":" in kind:  # traceinsight:<pool>: read a rank folder with that pool
+        from traceinsight.ingest.kineto import reader
+        reader.RANK_POOL = kind.split(":")[1]
     t0 = time.perf_counter()
     tl = traceinsight.load(path)
     n = len(tl.events)
@@ -58,7 +61,9 @@ dt = time.perf_counter() - t0
 # VmHWM, not ru_maxrss: Linux carries ru_maxrss across exec, so a child would report the parent's peak
 with open("/proc/self/status") as fh:
     hwm = next(int(line.split()[1]) for line in fh if line.startswith("VmHWM:"))
-print(json.dumps({"seconds": dt, "rows": n, "peak_rss_mb": hwm / 1024}))
+import resource
+children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss  # the largest worker process, when there were any
+print(json.dumps({"seconds": dt, "rows": n, "peak_rss_mb": hwm / 1024, "child_rss_mb": children / 1024}))
 """
 
 
@@ -120,6 +125,38 @@ def make_synthetic(src: Path, copies: int, out: Path) -> Path:
     return out
 
 
+def rank_pools(folders: list[Path], replicas: int, repeat: int) -> int:
+    """Median wall time of loading each rank folder with each pool (fresh processes, interleaved runs)."""
+    tmp = Path(tempfile.mkdtemp(prefix="ti-bench-ranks-"))
+    if replicas:
+        rep = tmp / f"ddp_x{replicas}_ranks"
+        rep.mkdir()
+        for i in range(replicas):
+            shutil.copy(CORPUS / DDP, rep / f"rank{i}.json.gz")
+        folders.append(rep)
+    pools = ("threads", "processes", "serial")
+    print(f"{'folder':40s} {'files':>5s} " + " ".join(f"{p + ' s':>12s} {'RSS MB':>7s}" for p in pools))
+    for folder in folders:
+        runs: dict[str, list[dict]] = {p: [] for p in pools}
+        env = _child_env(tmp / "pycache")
+        for i in range(repeat + 1):
+            for pool in pools:  # interleaved, so a busy spell on the machine hits every pool alike
+                proc = subprocess.run([sys.executable, "-c", _PROBE, f"traceinsight:{pool}", str(folder)],
+                                      capture_output=True, text=True, env=env, check=True)
+                if i:
+                    runs[pool].append(json.loads(proc.stdout.strip().splitlines()[-1]))
+        n = len([p for p in folder.iterdir() if p.name.endswith((".json", ".json.gz"))])
+        cells = []
+        for pool in pools:
+            sec = statistics.median(r["seconds"] for r in runs[pool])
+            # processes: the parent plus one worker per file at the largest worker's peak, an upper bound
+            rss = max(r["peak_rss_mb"] + (min(n, os.cpu_count() or 1) * r["child_rss_mb"] if pool == "processes" else 0)
+                      for r in runs[pool])
+            cells.append(f"{sec:12.3f} {rss:7.0f}")
+        print(f"{folder.name[:40]:40s} {n:5d} " + " ".join(cells))
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--hta-python", help="an interpreter that can import hta (HolisticTraceAnalysis)")
@@ -127,7 +164,13 @@ def main() -> int:
     ap.add_argument("--gzip", action="store_true", help="also load the replica gzipped, like the small trace it scales")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--files", nargs="*", default=None, help="corpus file names (default: the DDP trace and a few others)")
+    ap.add_argument("--rank-pools", nargs="*", metavar="FOLDER", default=None,
+                    help="only compare how rank folders are read: threads, processes, one after another")
+    ap.add_argument("--replicas", type=int, default=0,
+                    help="with --rank-pools: also a folder of N copies of the DDP trace (one rank each)")
     args = ap.parse_args()
+    if args.rank_pools is not None:
+        return rank_pools([Path(f) for f in args.rank_pools], args.replicas, args.repeat)
 
     files = [CORPUS / f for f in (args.files or [DDP, "tracelens_h100_owlv2_inference.json.gz", "kineto_resnet50_nw0_v100.pt.trace.json.gz"])]
     rows = []

@@ -18,6 +18,7 @@ from .engine import Analysis, analyze
 from .errors import TraceInsightError, TraceReadError, UnknownFormatError
 from .ingest import load
 from .rule_api import CATEGORIES, Context, Finding, Fix, Instance, Location, Option, Rule, Severity
+from .rule_api_job import CrossRankRule, JobContext
 from .timeline import Timeline, TraceMeta
 
 __all__ = [
@@ -25,8 +26,10 @@ __all__ = [
     "Analysis",
     "Config",
     "Context",
+    "CrossRankRule",
     "Finding",
     "Fix",
+    "JobContext",
     "Instance",
     "Location",
     "Option",

@@ -96,12 +96,23 @@ def analyze(
         typer.Option("--min-impact", help="Leave out findings costing less than this % of the GPU window (default 1; 0 shows everything).", min=0.0),
     ] = None,
     worse_by: Annotated[float, typer.Option("--worse-by", help="With --baseline: a finding is worse when its share of the span grew by this many percent (and by 1 point or more).")] = 25.0,
+    scheduler: Annotated[
+        Optional[str],
+        typer.Option("--scheduler", help="Whole-job analysis: run the per-rank map on this Dask scheduler (tcp://host:8786; env TRACEINSIGHT_SCHEDULER). Object-store URLs, globs and folders of rank files take the job path even without it."),
+    ] = None,
 ) -> None:
     """Read a trace, run the rules, and report findings with their cost and fixes."""
     from . import engine
+    from .job.cli import analyze_job_cli, wants_job
 
     formats = _parse_formats(fmt, output)
     try:
+        if baseline is None and wants_job(path, scheduler):  # whole job: map per rank, reduce across ranks
+            cfg = Config.from_pyproject(config).with_overrides(
+                select=_split(select), ignore=_split(ignore), options=parse_assignments(set_ or []), min_impact=min_impact
+            )
+            cfg.rule_paths = [*cfg.rule_paths, *(str(r) for r in rules or [])]
+            return analyze_job_cli(path, cfg, formats, output, scheduler=scheduler, trace_format=trace_format, fail_on=fail_on.value, report_stem=REPORT_STEM, suffixes=_FORMAT_SUFFIX)
         kwargs = dict(
             select=_split(select),
             ignore=_split(ignore),

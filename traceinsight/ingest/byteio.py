@@ -195,6 +195,8 @@ def gunzip(raw: bytes, path: Path, max_bytes: int, *, bomb_guard: bool = True) -
         consumed_before += len(rest) - len(d.unused_data)
         rest = memoryview(d.unused_data)
         if bytes(rest[:2]) != GZIP_MAGIC:
+            if 0 < len(rest) < 2 and GZIP_MAGIC.startswith(bytes(rest)):
+                return _joined(parts), False  # cut inside the next member's magic
             break
     return _joined(parts), True
 

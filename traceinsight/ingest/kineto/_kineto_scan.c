@@ -21,7 +21,9 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <locale.h>
 #include <math.h>
+#include <stdlib.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -331,14 +333,17 @@ static int scan_number(Scan *s, double *d, int64_t *iv, int *is_int) {
         if (n >= sizeof(buf)) return FAIL(s, "a number longer than 79 characters");
         memcpy(buf, s->p, n);
         buf[n] = '\0';
-        char *stop = NULL;
-        double v = PyOS_string_to_double(buf, &stop, NULL);
-        if (v == -1.0 && PyErr_Occurred()) {
-            PyErr_Clear();
-            return FAIL(s, "a number out of range");
+        /* strtod, not PyOS_string_to_double: this runs without the GIL. Both round correctly; strtod reads the
+           locale's decimal point, so a JSON '.' is swapped for it where the process changed LC_NUMERIC. */
+        const char *dp = localeconv()->decimal_point;
+        if (dp && dp[0] && dp[0] != '.' && !dp[1]) {
+            for (size_t i = 0; i < n; i++)
+                if (buf[i] == '.') buf[i] = dp[0];
         }
+        char *stop = NULL;
+        double v = strtod(buf, &stop);
         if (stop != buf + n) return FAIL(s, "a value that is not valid JSON");
-        *d = v;
+        *d = v; /* overflow gives +-inf (as Python's float() does not, but its parser here did): dropped later */
     }
     s->p = q;
     return OK;
@@ -461,6 +466,8 @@ static int scan_float_field(Scan *s, double *out, int strings_ok) {
         Py_ssize_t n;
         int rc = scan_string(s, &str, &n);
         if (rc) return rc;
+        /* a long string that may be a number: the general decoder reads it (same value, same range checks) */
+        if (n > 64 && (str[0] == '-' || is_digit(str[0]))) return FAIL(s, "a numeric string longer than 64 characters");
         *out = number_in_string(str, n);
         return OK;
     }
@@ -734,24 +741,37 @@ static PyObject *build_result(Scan *s, Py_ssize_t span_start, Py_ssize_t span_en
 }
 
 /* Runs over the top level: a bare event array, or an object whose "traceEvents" member is the array. */
-static PyObject *run(Scan *s) {
+typedef struct {
+    int rc; /* OK, FALLBACK (why in Scan) or NOMEM */
+    Py_ssize_t span_start, span_end;
+    int truncated;
+} Outcome;
+
+#define DECLINE(s, reason) ((s)->why = (reason), o.rc = FALLBACK, o)
+
+/* Runs over the top level: a bare event array, or an object whose "traceEvents" member is the array. Pure C (no
+   Python object, no Python error): the caller runs it with the GIL released. */
+static Outcome run(Scan *s) {
+    Outcome o = {OK, -1, -1, 0};
     skip_ws(s);
-    if (AT_END(s)) return fallback_result("the document is empty");
+    if (AT_END(s)) return DECLINE(s, "the document is empty");
     const char *last = NULL;
     if (*s->p == '[') {
         const char *open = s->p;
         last = open + 1;
         int rc = scan_events(s, &last);
-        if (rc == NOMEM) return PyErr_NoMemory();
-        if (rc == FALLBACK) return fallback_result(s->why);
-        int cut = rc == TRUNC;
-        return build_result(s, open - s->base, (cut ? last : s->p) - s->base, cut);
+        if (rc == NOMEM) return o.rc = NOMEM, o;
+        if (rc == FALLBACK) return DECLINE(s, s->why);
+        o.truncated = rc == TRUNC;
+        o.span_start = open - s->base;
+        o.span_end = (o.truncated ? last : s->p) - s->base;
+        return o;
     }
-    if (*s->p != '{') return fallback_result("the document is not a JSON object or array");
+    if (*s->p != '{') return DECLINE(s, "the document is not a JSON object or array");
     s->p++;
     skip_ws(s);
-    if (AT_END(s)) return fallback_result("the document is cut short before its events");
-    if (*s->p == '}') return fallback_result("the document has no traceEvents");
+    if (AT_END(s)) return DECLINE(s, "the document is cut short before its events");
+    if (*s->p == '}') return DECLINE(s, "the document has no traceEvents");
     Py_ssize_t span_start = -1, span_end = -1;
     int truncated = 0;
     for (;;) {
@@ -759,8 +779,8 @@ static PyObject *run(Scan *s) {
         Py_ssize_t n;
         int rc = scan_key(s, &k, &n);
         if (rc == OK && KEY_IS(k, n, "traceEvents")) {
-            if (span_start >= 0) return fallback_result("traceEvents appears twice");
-            if (*s->p != '[') return fallback_result("traceEvents is not an array");
+            if (span_start >= 0) return DECLINE(s, "traceEvents appears twice");
+            if (*s->p != '[') return DECLINE(s, "traceEvents is not an array");
             span_start = s->p - s->base;
             last = s->p + 1;
             rc = scan_events(s, &last);
@@ -776,15 +796,18 @@ static PyObject *run(Scan *s) {
         if (rc == OK) rc = after_member(s, '}');
         if (rc == 0) break;
         if (rc == 1) continue;
-        if (rc == NOMEM) return PyErr_NoMemory();
-        if (rc == FALLBACK) return fallback_result(s->why);
+        if (rc == NOMEM) return o.rc = NOMEM, o;
+        if (rc == FALLBACK) return DECLINE(s, s->why);
         /* cut short outside the event array: every event is there, only trailing header keys may be lost */
-        if (span_start < 0) return fallback_result("the document is cut short before its events");
+        if (span_start < 0) return DECLINE(s, "the document is cut short before its events");
         truncated = 1;
         break;
     }
-    if (span_start < 0) return fallback_result("the document has no traceEvents");
-    return build_result(s, span_start, span_end, truncated);
+    if (span_start < 0) return DECLINE(s, "the document has no traceEvents");
+    o.span_start = span_start;
+    o.span_end = span_end;
+    o.truncated = truncated;
+    return o;
 }
 
 static PyObject *scan(PyObject *module, PyObject *arg) {
@@ -799,8 +822,17 @@ static PyObject *scan(PyObject *module, PyObject *arg) {
     for (t = 0; t < N_TABLES; t++) {
         if (intern_init(&s.tables[t]) < 0) break;
     }
-    if (t < N_TABLES) PyErr_NoMemory();
-    else out = run(&s);
+    if (t < N_TABLES) {
+        PyErr_NoMemory();
+    } else {
+        Outcome o;
+        Py_BEGIN_ALLOW_THREADS /* the scan touches no Python object: other threads (other rank files) run meanwhile */
+        o = run(&s);
+        Py_END_ALLOW_THREADS
+        if (o.rc == NOMEM) out = PyErr_NoMemory();
+        else if (o.rc == FALLBACK) out = fallback_result(s.why);
+        else out = build_result(&s, o.span_start, o.span_end, o.truncated);
+    }
     for (t = 0; t < N_TABLES; t++) intern_free(&s.tables[t]);
     rows_free(&s.rows);
     rows_free(&s.meta);

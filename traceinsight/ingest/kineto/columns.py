@@ -42,6 +42,7 @@ class EventColumns:
     input_dims: pd.Categorical  # the raw JSON text of args["Input Dims"]
     thread_names: pd.DataFrame  # pid, tid, thread_name (the last ``thread_name`` metadata event of a thread)
     bad_utf8: bool = False
+    bad_ids: np.ndarray | None = None  # rows whose pid or tid no int64 holds (dropped, counted)
 
 
 def native_available() -> bool:
@@ -115,7 +116,24 @@ def format_dims(v: Any) -> str | None:
     """A kernel's grid/block list ``[x, y, z]`` as ``"x,y,z"``."""
     if not isinstance(v, list):
         return None
-    return ",".join(str(int(x)) if isinstance(x, (int, float)) and not isinstance(x, bool) else str(x) for x in v)
+    return ",".join(str(int(x)) if isinstance(x, int) and not isinstance(x, bool) or isinstance(x, float) and x.is_integer()
+                    else str(x) for x in v)
+
+
+def _dims_text(raw: bytes) -> str | None:
+    """A grid/block value the scanner passed through as raw JSON, read as the general decoder reads it. Text that
+    is not JSON means the document is not either: the general decoder then gives the error."""
+    from .decode import clamp_huge_numbers
+
+    try:
+        return format_dims(msgspec.json.decode(raw))
+    except msgspec.ValidationError:  # a number past a double's range: the general path clamps it the same way
+        try:
+            return format_dims(msgspec.json.decode(clamp_huge_numbers(b"[" + raw + b"]"))[0])
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            raise Declined("a grid or block value that is not JSON") from None
+    except msgspec.DecodeError:
+        raise Declined("a grid or block value that is not JSON") from None
 
 
 # --- native path ----------------------------------------------------------------------------------------------
@@ -167,7 +185,7 @@ def scan_columns(data: bytes) -> tuple[EventColumns, dict[str, Any]]:
         mpid, mtid, m32["name"] == (names.index("thread_name") if "thread_name" in names else -2),
         [arg_names[c] for c in m32["arg_name"].tolist()],
     )
-    dim3 = [format_dims(msgspec.json.decode(b)) if b else None for b in strings["dim3"]]
+    dim3 = [_dims_text(b) if b else None for b in strings["dim3"]]
     dim3_codes = {d: i for i, d in enumerate(dict.fromkeys(d for d in dim3 if d is not None))}
     dim3_map = np.array([dim3_codes[d] if d is not None else -1 for d in dim3] + [-1], dtype=np.int32)
     dim3_uniques = list(dim3_codes)
@@ -217,8 +235,12 @@ def _factorized(values: list[Any]) -> tuple[np.ndarray, list]:
     return codes.astype(np.int32), list(uniques)
 
 
-def _ids_of(values: list[Any], strings: dict[str, int]) -> tuple[np.ndarray, np.ndarray]:
-    """Integer ids and, for string ids, codes into ``strings`` (shared by pid and tid, first appearance first)."""
+_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
+
+
+def _ids_of(values: list[Any], strings: dict[str, int], bad: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Integer ids and, for string ids, codes into ``strings`` (shared by pid and tid, first appearance first).
+    Numbers no int64 holds are flagged in ``bad`` (their events are dropped and counted)."""
     try:
         return np.array(values, dtype=np.int64), np.full(len(values), -1, dtype=np.int32)
     except (TypeError, ValueError, OverflowError):
@@ -229,7 +251,11 @@ def _ids_of(values: list[Any], strings: dict[str, int]) -> tuple[np.ndarray, np.
         if isinstance(v, str):
             codes[i] = strings.setdefault(v, len(strings))
         elif isinstance(v, (int, float)) and not isinstance(v, bool) and v == v:
-            nums[i] = int(v)
+            if isinstance(v, float) and v in (float("inf"), float("-inf")) or not _INT64_MIN <= v <= _INT64_MAX:
+                if bad is not None:
+                    bad[i] = True
+            else:
+                nums[i] = int(v)
     return nums, codes
 
 
@@ -240,7 +266,8 @@ def struct_columns(events: list[Any]) -> EventColumns:
     evs = [e for e in events if e.ph == "X"]
     meta = [e for e in events if e.ph == "M"]
     strings: dict[str, int] = {}
-    id_cols = [_ids_of([e.pid for e in evs], strings), _ids_of([e.tid for e in evs], strings),
+    bad_ids = np.zeros(len(evs), dtype=bool)
+    id_cols = [_ids_of([e.pid for e in evs], strings, bad_ids), _ids_of([e.tid for e in evs], strings, bad_ids),
                _ids_of([e.pid for e in meta], strings), _ids_of([e.tid for e in meta], strings)]
     pid, tid, mpid, mtid = _resolve_ids(id_cols, list(strings))
     noarg = Args()
@@ -274,4 +301,5 @@ def struct_columns(events: list[Any]) -> EventColumns:
         block=_categorical(*_factorized([format_dims(a.block) for a in args])),
         input_dims=_categorical(*_factorized(dims)),
         thread_names=_thread_names(mpid, mtid, np.array([e.name == "thread_name" for e in meta], dtype=bool), margs),
+        bad_ids=bad_ids if bad_ids.any() else None,
     )

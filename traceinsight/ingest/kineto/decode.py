@@ -8,10 +8,12 @@ whenever it declines a document, and uses ``decode_header`` for the keys outside
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
 import msgspec
+import numpy as np
 
 from ...errors import TraceReadError
 
@@ -89,12 +91,34 @@ def is_bare_array(data: bytes) -> bool:
     return data[i : i + 1] == b"["
 
 
-def decode(data: bytes, path: Path, warnings: list[str]) -> Trace:
+#: A JSON number token too large for a double (``1e400``), as a value (after ``:``, ``,`` or ``[``).
+_HUGE_NUMBER = re.compile(rb"(?<=[:\[,])(\s*)(-?)\d+(?:\.\d+)?[eE]\+?\d{3,}(?=\s*[,}\]])")
+
+
+def clamp_huge_numbers(data: bytes) -> bytes:
+    """The document with numbers beyond a double's range written as 1e300 (same sign): msgspec refuses them as a
+    whole-document error, while they are only one event's bad field (dropped as out of range later, as the native
+    scanner's infinity is)."""
+    def repl(m: re.Match) -> bytes:
+        token = m.group(0).strip()
+        try:
+            if abs(float(token)) != float("inf"):
+                return m.group(0)
+        except ValueError:
+            return m.group(0)
+        return m.group(1) + m.group(2) + b"1e300"
+
+    return _HUGE_NUMBER.sub(repl, bytes(data))
+
+
+def decode(data: bytes, path: Path, warnings: list[str], clamped: bool = False) -> Trace:
     """The whole document; a truncated one is cut after its last complete event (with a warning)."""
     try:
         return _decode_any(data)
     except msgspec.ValidationError as exc:
-        raise TraceReadError(f"{path}: not a PyTorch profiler trace ({exc})") from None
+        if clamped or "out of range" not in str(exc):
+            raise TraceReadError(f"{path}: not a PyTorch profiler trace ({exc})") from None
+        return decode(clamp_huge_numbers(data), path, warnings, clamped=True)
     except (msgspec.DecodeError, UnicodeDecodeError) as exc:
         msg = str(exc)
         bad_utf8 = isinstance(exc, UnicodeDecodeError) or "utf-8" in msg.lower()
@@ -105,9 +129,9 @@ def decode(data: bytes, path: Path, warnings: list[str]) -> Trace:
             return _decode_any(fixed)
         except msgspec.ValidationError as exc:
             raise TraceReadError(f"{path}: not a PyTorch profiler trace ({exc})") from None
-        except msgspec.DecodeError:
-            data = fixed
-    recovered = _recover_truncated(data)
+        except msgspec.DecodeError as exc:
+            data, msg = fixed, str(exc)
+    recovered = _recover_truncated(data) if _TRUNCATED in msg else None
     if recovered is None:
         raise TraceReadError(f"{path}: not valid JSON ({msg})") from None
     trace, kept = recovered
@@ -115,21 +139,37 @@ def decode(data: bytes, path: Path, warnings: list[str]) -> Trace:
     return trace
 
 
+def is_cut_short(data: bytes) -> bool:
+    """Whether the document is valid JSON cut short (msgspec reports the end of the input), rather than damaged in
+    the middle, which is an error on both paths and not a cut however its events look. Decoded as Raw: a syntax
+    check that makes no objects."""
+    try:
+        msgspec.json.decode(data, type=msgspec.Raw)
+    except msgspec.DecodeError as exc:
+        return _TRUNCATED in str(exc)
+    except (msgspec.ValidationError, UnicodeDecodeError):
+        return False
+    return False
+
+
+_TRUNCATED = "truncated"
+
+
 def decode_header(data: bytes, span: tuple[int, int], truncated: bool) -> Trace | None:
     """The document without its event array (``span``), for the metadata keys; None when it does not decode."""
     if is_bare_array(data):
         return Trace()
     start, end = span
-    head = memoryview(data)[:start]
-    tries = [] if truncated else [bytes(head) + b"[]" + bytes(memoryview(data)[end:])]
-    tries.append(bytes(head) + b"[]}")  # cut short: keys after the events are lost, those before are kept
-    for doc in tries:
+    head = bytes(data[:start])  # slices copy (an mmap too): no view may outlive the mapping, which is closed next
+    tries = [] if truncated else [head + b"[]" + bytes(data[end:])]
+    tries.append(head + b"[]}")  # cut short: keys after the events are lost, those before are kept
+    for doc in tries:  # a header the typed decoders refuse (bad UTF-8, huge numbers) goes to the general path
         try:
             return _DECODERS[0].decode(doc)
-        except (msgspec.DecodeError, msgspec.ValidationError):
+        except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError):
             try:
                 return _DECODERS[1].decode(doc)
-            except (msgspec.DecodeError, msgspec.ValidationError):
+            except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError):
                 continue
     return None
 
@@ -154,29 +194,106 @@ def _decode_any(data: bytes) -> Trace:
 
 
 def _recover_truncated(data: bytes) -> tuple[Trace, int] | None:
-    """Cut after the last complete event and close the JSON; kineto writes one event object per block."""
-    start = data.find(b'"traceEvents"')
+    """Cut after the last complete event and close the JSON: one structural pass over the bytes, one decode.
+
+    ``last_complete_event`` finds the end of the last event object that closed before the cut, so every complete
+    event is kept and the cost is linear in the file (the old way, re-decoding for each of the last ``}``, was
+    quadratic and gave up after 200 tries)."""
     bare = is_bare_array(data)
-    if start < 0 and not bare:
+    start = 0 if bare else data.find(b'"traceEvents"')
+    if start < 0:
         return None
-    lo = (start if start >= 0 else 0) + 1
-    end = len(data)
-    for _ in range(200):
-        cut = data.rfind(b"}", lo, end)
-        if cut < 0:
-            break
-        candidate = data[: cut + 1] + (b"]" if bare else b"]}")
-        try:
-            trace = _decode_any(candidate)
-            return trace, len(trace.traceEvents)
-        except (msgspec.DecodeError, msgspec.ValidationError):
-            end = cut
-    # Cut before the first event: keep the header, with an empty event list.
-    bracket = data.find(b"[", lo)
-    if bracket < 0:
+    closer = b"]" if bare else b"]}"
+    found = last_complete_event(data, start)
+    if found is None:
         return None
+    bracket, end, _ = found
+    candidate = data[: end + 1] + closer if end >= 0 else data[: bracket + 1] + closer
     try:
-        trace = _decode_any(data[: bracket + 1] + (b"]" if bare else b"]}"))
+        trace = _decode_any(candidate)
     except (msgspec.DecodeError, msgspec.ValidationError):
         return None
-    return trace, 0
+    return trace, len(trace.traceEvents)
+
+
+#: Bytes scanned per numpy step by ``last_complete_event`` (bounded memory whatever the file size).
+_STEP = 1 << 26
+
+_QUOTE, _BACKSLASH = 34, 92
+_OPENERS, _CLOSERS = (123, 91), (125, 93)
+
+
+def last_complete_event(data: bytes, start: int) -> tuple[int, int, bool] | None:
+    """(offset of the event array's ``[``, offset of the ``}`` closing its last complete element or -1 when none
+    closed, whether the array itself closes), for the array that follows ``start``; None when there is no array.
+
+    Vectorised, and over the few bytes that matter only: the positions of quotes, backslashes and brackets. A quote
+    is real after an even run of backslashes; a bracket lies outside strings when an even number of real quotes
+    precedes it; a running sum gives each bracket's depth, and an element of the array closes where a closing
+    bracket brings the depth back to that of the array's inside."""
+    buf = np.frombuffer(data, dtype=np.uint8)
+    n = len(buf)
+    in_string = False
+    carry = 0  # length of the backslash run that ends the previous step
+    depth = 0
+    array_depth = None
+    bracket = last_end = -1
+    for pos in range(0, n, _STEP):
+        chunk = buf[pos : pos + _STEP]
+        m = len(chunk)
+        qmask = chunk == _QUOTE
+        is_slash = chunk == _BACKSLASH
+        slashes = np.flatnonzero(is_slash) if is_slash.any() or carry else np.empty(0, dtype=np.int64)
+        run_start = np.empty(0, dtype=np.int64)
+        if len(slashes) or carry:
+            # quotes right after a backslash: real only after an even run of backslashes
+            cand = np.flatnonzero(qmask[1:] & is_slash[:-1]) + 1
+            runs = np.zeros(len(cand), dtype=np.int64)
+            if len(slashes):
+                first = np.ones(len(slashes), dtype=bool)
+                first[1:] = slashes[1:] != slashes[:-1] + 1
+                run_start = np.maximum.accumulate(np.where(first, slashes, -1))
+                k = np.searchsorted(slashes, cand - 1)
+                runs = cand - run_start[k] + np.where(run_start[k] == 0, carry, 0)
+            if carry and qmask[0]:
+                cand = np.append(0, cand)
+                runs = np.append(carry, runs)
+            qmask[cand[runs % 2 == 1]] = False
+        if m and is_slash[-1]:
+            rs = int(run_start[-1])
+            carry = m - rs + (carry if rs == 0 else 0)
+        else:
+            carry = 0
+        # parity of the real quotes up to each byte; a bracket is outside strings where it equals the state the
+        # step began in (brackets are never quotes, so the state before and after them is the same)
+        parity = np.bitwise_xor.accumulate(qmask.view(np.uint8))
+        br = np.flatnonzero(((chunk == 123) | (chunk == 91) | (chunk == 125) | (chunk == 93))
+                            & (parity == np.uint8(in_string)))
+        ch = chunk[br]
+        is_close = (ch == 125) | (ch == 93)
+        d = depth + np.cumsum(np.where(is_close, -1, 1))
+        begin = None
+        if array_depth is None:
+            opens = np.flatnonzero((br >= start - pos) & (ch == 91))
+            if len(opens):
+                i0 = int(opens[0])
+                bracket, array_depth, begin = pos + int(br[i0]), int(d[i0]), i0 + 1
+        else:
+            begin = 0
+        if begin is not None:
+            cl, dd, bb = is_close[begin:], d[begin:], br[begin:]
+            ends = np.flatnonzero(cl & (dd == array_depth))
+            done = np.flatnonzero(cl & (dd < array_depth))
+            if len(done):  # the array itself closed: the cut (or the damage) is after it
+                ends = ends[ends < done[0]]
+                if len(ends):
+                    last_end = pos + int(bb[ends[-1]])
+                return bracket, last_end, True
+            if len(ends):
+                last_end = pos + int(bb[ends[-1]])
+        if len(d):
+            depth = int(d[-1])
+        in_string = in_string != bool(parity[-1])
+    if array_depth is None:
+        return None
+    return bracket, last_end, False

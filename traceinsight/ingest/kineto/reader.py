@@ -10,11 +10,12 @@ events, CUPTI range-profiler traces without kernels, and files cut short by a ki
 from __future__ import annotations
 
 import copy
+import dataclasses
 import gc
 import mmap
 import os
 import re
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +28,7 @@ from ...timeline import COPY_KINDS, KINDS, DeviceInfo, TraceMeta
 from ..byteio import read_bytes, read_head
 from ..parts import ReadResult, Rows
 from .columns import Declined, EventColumns, native_available, scan_columns, struct_columns
-from .decode import Trace, bad_utf8_warning, decode, decode_header, truncation_warning
+from .decode import Trace, bad_utf8_warning, decode, decode_header, is_cut_short, truncation_warning
 
 # --- category -> kind ---------------------------------------------------------------------------------------
 
@@ -134,12 +135,7 @@ def _read_folder(folder: Path, progress, max_bytes: int | None) -> ReadResult:
         raise TraceReadError(f"{folder}: no PyTorch profiler trace files (.json / .json.gz) in this folder")
     if progress:
         progress(f"reading {len(files)} rank files")
-    workers = min(len(files), os.cpu_count() or 1)
-    if workers > 1:
-        with ProcessPoolExecutor(max_workers=workers) as pool:
-            results = list(pool.map(_read_file, files, [None] * len(files), [max_bytes] * len(files)))
-    else:
-        results = [_read_file(f, None, max_bytes) for f in files]
+    results = _read_files(files, max_bytes, RANK_POOL)
     metas = [m for _, m in results]
     ranks = [m.extra.get("distributed_rank") for m in metas]
     if any(r is None for r in ranks) or len(set(ranks)) != len(ranks):
@@ -167,6 +163,26 @@ def _read_folder(folder: Path, progress, max_bytes: int | None) -> ReadResult:
     for rows in parts:
         _kernel_warnings(rows, meta)
     return ReadResult(parts, meta, epoch=None)
+
+
+#: How the files of a rank folder are read in parallel: "threads", "processes" or "serial". Threads won (see
+#: bench/README.md): the native scanner releases the GIL, numpy does for most column work, and nothing is pickled.
+RANK_POOL = "threads"
+
+
+def _read_files(files: list[Path], max_bytes: int | None, pool: str) -> list[tuple[Rows, TraceMeta]]:
+    workers = min(len(files), os.cpu_count() or 1)
+    if workers <= 1 or pool == "serial":
+        return [_read_file(f, None, max_bytes) for f in files]
+    executor = ThreadPoolExecutor if pool == "threads" else ProcessPoolExecutor
+    gc_was_on = gc.isenabled()
+    gc.disable()  # once for all threads (each _read_file pausing and resuming it would race)
+    try:
+        with executor(max_workers=workers) as ex:
+            return list(ex.map(_read_file, files, [None] * len(files), [max_bytes] * len(files)))
+    finally:
+        if gc_was_on:
+            gc.enable()
 
 
 def _kernel_warnings(rows: Rows, meta: TraceMeta) -> None:
@@ -224,7 +240,10 @@ def _columns(data: bytes | mmap.mmap, path: Path, warnings: list[str]) -> tuple[
         except Declined:
             pass
         else:
-            header = decode_header(data, where["span"], where["truncated"])
+            # the scanner calls a document cut where it stops parsing; one damaged in the middle is not, and the
+            # general decoder then gives the error
+            cut_ok = not where["truncated"] or is_cut_short(data)
+            header = decode_header(data, where["span"], where["truncated"]) if cut_ok else None
             if header is not None:
                 if cols.bad_utf8:
                     warnings.append(bad_utf8_warning(path))
@@ -257,6 +276,7 @@ def _rows(cols: EventColumns, keep: np.ndarray) -> EventColumns:
         setattr(out, attr, getattr(cols, attr)[keep])
     out.cat, out.name = _compact(cols.cat[keep]), _compact(cols.name[keep])  # categories stay those the rows use
     out.floats = {k: v[keep] for k, v in cols.floats.items()}
+    out.bad_ids = cols.bad_ids[keep] if cols.bad_ids is not None else None
     return out
 
 
@@ -266,7 +286,7 @@ def _build(cols: EventColumns, header: Trace, path: Path, warnings: list[str]) -
     n = len(cols.pid)
     if not n and cols.n_events:
         warnings.append(f"{path.name}: the trace has events but none with a duration (ph 'X')")
-    f = cols.floats
+    f, out_of_range = _in_range(cols)
     cat, name_raw = cols.cat, cols.name
 
     # kind from category (case-insensitive: the 2021 schema capitalises), ProfilerStep annotations become steps.
@@ -301,17 +321,20 @@ def _build(cols: EventColumns, header: Trace, path: Path, warnings: list[str]) -
     # Times: relative to this file's first event, in ns, exact for the durations.
     ts_us = f["ts"]
     finite = np.isfinite(ts_us)
-    if not finite.all():
-        warnings.append(f"{path.name}: {int((~finite).sum()):,} events had no usable timestamp and were dropped")
+    no_ts = ~finite & ~out_of_range
+    if no_ts.any():
+        warnings.append(f"{path.name}: {int(no_ts.sum()):,} events had no usable timestamp and were dropped")
+    if out_of_range.any():
+        warnings.append(f"{path.name}: {int(out_of_range.sum()):,} events with a number out of range (a time, duration "
+                        "or id past what 64-bit integers hold) were dropped")
     origin_us = float(np.min(ts_us[finite])) if finite.any() else 0.0
     start_ns = np.rint((np.where(finite, ts_us, origin_us) - origin_us) * 1000.0).astype(np.int64)
-    dur_us = np.where(np.isnan(f["dur"]), 0.0, f["dur"])
-    dur_ns = np.rint(np.clip(dur_us, 0, None) * 1000.0).astype(np.int64)
-    bad_dur = dur_ns > _MAX_DUR_NS
+    dur_us = np.clip(np.where(np.isnan(f["dur"]), 0.0, f["dur"]), 0, None)
+    bad_dur = (dur_us * 1000.0 > _MAX_DUR_NS) & ~out_of_range  # judged before the conversion, which would wrap
+    dur_ns = np.rint(np.where(bad_dur, 0.0, dur_us) * 1000.0).astype(np.int64)
     if bad_dur.any():
         warnings.append(f"{path.name}: {int(bad_dur.sum()):,} events with impossible durations (> 7 days, a known CUPTI fault) were dropped")
-    base = header.baseTimeNanoseconds
-    base_ns = int(base) if isinstance(base, (int, float)) and not isinstance(base, bool) else 0
+    base_ns = _base_time_ns(header.baseTimeNanoseconds, path, warnings)
     origin_ns = int(round(origin_us * 1000.0)) + base_ns
 
     # Copies: direction and pageable host memory from the name ("Memcpy DtoH (Device -> Pageable)").
@@ -341,11 +364,11 @@ def _build(cols: EventColumns, header: Trace, path: Path, warnings: list[str]) -
         looked = pd.DataFrame({"pid": pid, "tid": tid}).merge(tn, on=["pid", "tid"], how="left")
         optional["thread_name"] = pd.Categorical(looked["thread_name"].to_numpy())
 
-    keep = finite & ~bad_dur
+    keep = finite & ~bad_dur & ~out_of_range
     rows = Rows(
         {
             "kind": pd.Categorical.from_codes(kind, categories=list(KINDS), validate=False),
-            "name": demangled_categories(name_raw),
+            "name": demangled_categories(name_raw, warnings),
             "raw_name": name_raw,
             "start_ns": start_ns,
             "dur_ns": dur_ns,
@@ -371,6 +394,44 @@ def _take(columns: dict[str, Any], keep: np.ndarray) -> dict[str, Any]:
     return {k: (v[keep] if v is not None else None) for k, v in columns.items()}
 
 
+#: The largest |timestamp| (ns) and |id| taken: times within it keep every start, end and span inside int64.
+_TS_LIMIT_NS = float(1 << 61)
+_ID_LIMIT = float(1 << 62)
+_ID_FIELDS = ("correlation", "external_id", "external_id_legacy", "device", "stream", "bytes")
+
+
+def _in_range(cols: EventColumns) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """The float columns with out-of-range values blanked (NaN), and which rows had one: a timestamp or duration past
+    ``_TS_LIMIT_NS`` or infinite, an id or byte count no int64 holds, a pid/tid the decoder could not hold. Checked
+    before any conversion to int64, which would wrap them into negative spans and absurd percentages."""
+    f = dict(cols.floats)
+    with np.errstate(invalid="ignore", over="ignore"):
+        bad = np.isinf(f["ts"]) | (np.abs(f["ts"]) * 1000.0 > _TS_LIMIT_NS)
+        bad |= np.isinf(f["dur"]) | (np.abs(f["dur"]) * 1000.0 > _TS_LIMIT_NS)
+        for key in _ID_FIELDS:
+            v = f[key]
+            over = np.isinf(v) | (np.abs(v) > _ID_LIMIT)
+            if over.any():
+                bad |= over
+                f[key] = np.where(over, np.nan, v)
+    if cols.bad_ids is not None:
+        bad |= cols.bad_ids
+    if bad.any():
+        f["ts"] = np.where(bad, np.nan, f["ts"])
+        f["dur"] = np.where(bad, np.nan, f["dur"])
+    return f, bad
+
+
+def _base_time_ns(base: Any, path: Path, warnings: list[str]) -> int:
+    """``baseTimeNanoseconds`` when it is a usable number of ns since the epoch; otherwise 0, with a warning."""
+    if base is None:
+        return 0
+    if isinstance(base, (int, float)) and not isinstance(base, bool) and abs(base) <= _TS_LIMIT_NS:  # inf, nan fail
+        return int(base)
+    warnings.append(f"{path.name}: baseTimeNanoseconds is not a usable time ({str(base)[:40]}); times are relative to the trace")
+    return 0
+
+
 def _copy_dir(name: str) -> str | None:
     m = re.search(r"\b(HtoD|DtoH|DtoD|HtoH|PtoP)\b", name)
     if m:
@@ -390,10 +451,13 @@ def _meta(trace: Trace, path: Path, device: np.ndarray) -> TraceMeta:
         tool="PyTorch Profiler (kineto)",
         tool_version=f"schema {trace.schemaVersion}" if trace.schemaVersion is not None else "legacy (no schemaVersion)",
     )
-    rank = dist.get("rank")
-    meta.extra["distributed_rank"] = int(rank) if isinstance(rank, (int, float)) else None
-    if isinstance(dist.get("world_size"), (int, float)):
-        meta.world_size = int(dist["world_size"])
+    rank = _small_int(dist.get("rank"))
+    meta.extra["distributed_rank"] = rank
+    if dist.get("rank") is not None and rank is None:
+        meta.warn(f"{path.name}: distributedInfo.rank is not a rank number ({str(dist.get('rank'))[:40]}); ignored")
+    world = _small_int(dist.get("world_size"))
+    if world is not None:
+        meta.world_size = world
     for key in ("cupti_version", "cuda_runtime_version", "cuda_driver_version", "roctracer_version", "hip_runtime_version", "trace_id"):
         val = getattr(trace, key)
         if val is not None:
@@ -415,13 +479,47 @@ def _meta(trace: Trace, path: Path, device: np.ndarray) -> TraceMeta:
             DeviceInfo(index=idx, name=name, sm_count=_int(p.get("numSms")), memory_bytes=_int(p.get("totalGlobalMem")), compute_capability=cc, vendor=vendor)
         )
     gpu_devs = sorted(set(np.unique(device[device >= 0]).tolist()))
+    described = {d.index: d for d in meta.devices}
+    stand_ins = _stand_ins([d for d in gpu_devs if d not in seen], described, set(gpu_devs))
+    if stand_ins:
+        meta.warn(
+            f"{path.name}: the GPU ids in events ({', '.join(map(str, sorted(stand_ins)))}) are not ids in deviceProperties "
+            f"({', '.join(map(str, sorted(described)))}), as on ROCm virtual functions; they take the description "
+            + ("every listed GPU shares" if len({_spec(d) for d in described.values()}) == 1 else "of the unused ids, in order"))
     for d in gpu_devs:
         if d not in seen:
-            meta.devices.append(DeviceInfo(index=int(d), vendor="AMD" if amd else None))
+            src = stand_ins.get(d)
+            meta.devices.append(dataclasses.replace(src, index=int(d)) if src else DeviceInfo(index=int(d), vendor="AMD" if amd else None))
     meta.devices.sort(key=lambda d: d.index)
     if not trace.deviceProperties and gpu_devs:
         meta.warn(f"{path.name}: no deviceProperties in the trace; GPU names and SM counts are unknown")
     return meta
+
+
+def _spec(d: DeviceInfo) -> tuple:
+    return (d.name, d.sm_count, d.memory_bytes, d.compute_capability, d.vendor)
+
+
+def _stand_ins(missing: list[int], described: dict[int, DeviceInfo], used: set[int]) -> dict[int, DeviceInfo]:
+    """For GPU ids the events use but deviceProperties does not list (ROCm reports a virtual function's or an
+    agent's id in events, the HIP ordinal in deviceProperties): the description to take. When every listed GPU is
+    the same model, that model, which is certain; otherwise the listed ids no event uses, matched in order."""
+    if not missing or not described:
+        return {}
+    if len({_spec(d) for d in described.values()}) == 1:
+        first = next(iter(described.values()))
+        return {m: first for m in missing}
+    spare = [described[k] for k in sorted(described) if k not in used]
+    return {m: d for m, d in zip(sorted(missing), spare)}
+
+
+def _small_int(v: Any) -> int | None:
+    """A rank or world size: a whole number in 0 .. 2^31-1, else None."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return None
+    if isinstance(v, float) and not (np.isfinite(v) and v.is_integer()):
+        return None
+    return int(v) if 0 <= v < 1 << 31 else None
 
 
 def _int(v: Any) -> int | None:

@@ -11,6 +11,7 @@ The file is opened read-only and immutable: the reader must not leave a journal 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import shutil
@@ -18,13 +19,13 @@ import sqlite3
 import subprocess
 import tempfile
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 import numpy as np
 import pandas as pd
 
 from ...errors import TraceReadError
-from ...timeline import COPY_KINDS, KINDS, DeviceInfo, TraceMeta
+from ...timeline import COPY_KINDS, KINDS, TIME_LIMIT_NS, DeviceInfo, TraceMeta
 from ..parts import ReadResult, Rows
 from . import schema as S
 from .sql import MMAP_BYTES, string_table, table_columns
@@ -50,7 +51,7 @@ def sniff(path: Path, head: bytes) -> bool:
     if not head.startswith(SQLITE_MAGIC):
         return False
     try:
-        conn = _connect(path)
+        conn = _connect(path)  # table names: a sniff needs no committed-but-unmerged rows
     except TraceReadError:
         return False
     try:
@@ -82,8 +83,28 @@ def export_command(path: Path, output: str = "trace.sqlite") -> str:
     return f"nsys export --type sqlite -o {shlex.quote(output)} {shlex.quote(str(path))}"
 
 
+#: Names the nsys command-line tool has; TRACEINSIGHT_NSYS may point at it, and at nothing else.
+NSYS_NAMES = ("nsys", "nsys.exe")
+
+
+def nsys_binary() -> str | None:
+    """The nsys to run: ``TRACEINSIGHT_NSYS`` when it names an executable file called nsys, else nsys on PATH.
+
+    The variable exists for installs outside PATH; it must not become a way to run any program (a CI job that
+    analyses untrusted traces may inherit it), so anything not named nsys is refused with a clear error."""
+    forced = os.environ.get("TRACEINSIGHT_NSYS")
+    if forced:
+        p = Path(forced)
+        if p.name not in NSYS_NAMES:
+            raise TraceReadError(f"TRACEINSIGHT_NSYS must name the nsys executable (a file called nsys), not {p.name!r}")
+        if not (p.is_file() and os.access(p, os.X_OK)):
+            raise TraceReadError(f"TRACEINSIGHT_NSYS={forced!r} is not an executable file")
+        return str(p)
+    return shutil.which("nsys")
+
+
 def _read_report(path: Path, progress: ProgressFn | None) -> ReadResult:
-    nsys = os.environ.get("TRACEINSIGHT_NSYS") or shutil.which("nsys")
+    nsys = nsys_binary()
     if not nsys:
         raise TraceReadError(
             f"{path}: .nsys-rep is Nsight Systems' binary report and nsys is not on PATH; convert it first with: "
@@ -108,9 +129,42 @@ def _read_report(path: Path, progress: ProgressFn | None) -> ReadResult:
     return result
 
 
-def _connect(path: Path) -> sqlite3.Connection:
-    """Read-only and immutable: no lock, no journal, no WAL file next to the user's trace."""
-    uri = Path(path).resolve().as_uri() + "?mode=ro&immutable=1"
+@contextlib.contextmanager
+def _opened(path: Path) -> Iterator[sqlite3.Connection]:
+    """A connection that sees every committed row and writes nothing next to the user's file.
+
+    ``immutable=1`` (no lock, no journal, no -shm) ignores a ``-wal`` file, whose committed pages SQLite has not yet
+    copied back (an export still open, or copied mid-write). When a non-empty -wal sits next to the database, both
+    are copied into a private temporary folder and opened there, where SQLite may apply the log."""
+    wal = Path(str(path) + "-wal")
+    try:
+        has_wal = wal.is_file() and wal.stat().st_size > 0
+    except OSError:
+        has_wal = False
+    if not has_wal:
+        conn = _connect(path)
+        try:
+            yield conn
+        finally:
+            conn.close()
+        return
+    with tempfile.TemporaryDirectory(prefix="traceinsight-wal-") as tmp:
+        copy = Path(tmp) / "trace.sqlite"
+        try:
+            shutil.copyfile(path, copy)
+            shutil.copyfile(wal, Path(str(copy) + "-wal"))
+        except OSError as exc:
+            raise TraceReadError(f"{path}: has a -wal file with committed data, and copying both to read it failed ({exc})") from None
+        conn = _connect(copy, immutable=False)
+        try:
+            yield conn
+        finally:
+            conn.close()
+
+
+def _connect(path: Path, immutable: bool = True) -> sqlite3.Connection:
+    """Read-only and (by default) immutable: no lock, no journal, no WAL file next to the user's trace."""
+    uri = Path(path).resolve().as_uri() + ("?mode=ro&immutable=1" if immutable else "?mode=ro")
     try:
         conn = sqlite3.connect(uri, uri=True)
     except sqlite3.Error as exc:
@@ -285,14 +339,12 @@ def _clock(conn, tables: dict[str, set[str]], origin: int) -> tuple[int | None, 
 
 
 def _read_sqlite(path: Path, progress: ProgressFn | None) -> ReadResult:
-    conn = _connect(path)
     try:
-        return _read_conn(conn, path, progress)
+        with _opened(path) as conn:
+            return _read_conn(conn, path, progress)
     except sqlite3.DatabaseError as exc:
         msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise TraceReadError(f"{path}: cannot read the nsys SQLite export ({msg})") from None
-    finally:
-        conn.close()
 
 
 def _read_conn(conn: sqlite3.Connection, path: Path, progress: ProgressFn | None) -> ReadResult:
@@ -352,8 +404,9 @@ def _read_conn(conn: sqlite3.Connection, path: Path, progress: ProgressFn | None
 
     step("arranging columns")
     rows = _assemble(parts, thread_names)
-    start = rows.columns["start_ns"]
-    origin = int(start.min()) if len(start) else 0  # what load's rebase will subtract
+    start, dur = rows.columns["start_ns"], rows.columns["dur_ns"]
+    placeable = (np.abs(start) <= TIME_LIMIT_NS) & (dur >= 0) & (dur <= TIME_LIMIT_NS)  # what validate keeps
+    origin = int(start[placeable].min()) if placeable.any() else 0  # what load's rebase will subtract
 
     meta.start_unix_ns, meta.extra["clock"] = _clock(conn, tables, origin)
     meta.devices = _devices(conn, tables, rows.columns["device"])
@@ -369,7 +422,11 @@ def _read_conn(conn: sqlite3.Connection, path: Path, progress: ProgressFn | None
 
 def _close_open_ranges(parts: list[Part], meta: TraceMeta) -> None:
     """NVTX ranges never closed (capture stopped inside them) last until the end of the capture."""
-    ends = [int((p.start + p.dur).max()) for p in parts if p.n]
+    ends = []
+    for p in parts:
+        ok = (p.dur >= 0) & (np.abs(p.start) <= 1 << 61) & (p.dur <= 1 << 61)  # corrupt rows are dropped later
+        if ok.any():
+            ends.append(int((p.start[ok] + p.dur[ok]).max()))
     if not ends:
         return
     last = max(ends)

@@ -20,7 +20,10 @@ from .sql import Field, fetch, fetch_text
 _PID = f"((globalPid >> {S.PID_SHIFT}) & {S.ID_MASK})"
 _TPID = f"((globalTid >> {S.PID_SHIFT}) & {S.ID_MASK})"
 _TTID = f"(globalTid & {S.ID_MASK})"
-_DUR = 'min(max("end" - start, 0), 1099511627775)'  # 40 bits: 18 minutes per row is plenty
+# 40 bits: 18 minutes per row is plenty (longer rows are clipped). A row that ends before it starts, or whose end -
+# start overflows int64 (SQLite then gives a REAL), is corrupt: it reads back as -1 and load drops and counts it.
+_DUR = ('CASE WHEN "end" < start OR typeof("end" - start) = \'real\' THEN -1 '
+        'ELSE min("end" - start, 1099511627774) END')
 _VERSION_SUFFIX = re.compile(r"_v\d+$")
 _STEP = re.compile(S.STEP_PATTERN, re.IGNORECASE)
 _EMIT_NVTX = re.compile(r"^([A-Za-z_][\w:.<>~]*), (?:seq|op_id|sizes|stashed seq|input_op_ids)\b")
@@ -139,7 +142,7 @@ def _col(cols: set[str], name: str, default: str = "0") -> str:
 def _gpu_fields(cols: set[str]) -> list[Field]:
     return [
         Field("start", "start"),
-        Field("dur", _DUR, 40),
+        Field("dur", _DUR, 40, sentinel=True),
         Field("device", _col(cols, "deviceId"), 8),
         Field("correlation", _col(cols, "correlationId", "-1"), 32, none=-1, sentinel=True),
         Field("pid", _PID if "globalPid" in cols else "0", 24),
@@ -282,7 +285,7 @@ def read_syncs(conn, cols: set[str]) -> Part:
 def _host_fields(cols: set[str]) -> list[Field]:
     return [
         Field("start", "start"),
-        Field("dur", _DUR, 40),
+        Field("dur", _DUR, 40, sentinel=True),
         Field("pid", _TPID if "globalTid" in cols else "0", 24),
         Field("tid", _TTID if "globalTid" in cols else "0", 24),
     ]
@@ -346,7 +349,11 @@ def read_nvtx(conn, cols: set[str], strings: np.ndarray, id_bits: int) -> list[P
     raw_cats, codes = factorize(text)
     disp_cats, disp_codes = _relabel(raw_cats, codes, _nvtx_display)
     open_end = a["has_end"] == 0
-    dur = np.where(open_end, 0, np.maximum(a["end"] - a["start"], 0))
+    # judged in float first: end - start in int64 could wrap; a range that ends before it starts is corrupt (-1:
+    # load drops and counts it)
+    span = a["end"].astype(np.float64) - a["start"].astype(np.float64)
+    bad = ~open_end & ((span < 0) | (span > float(1 << 62)))
+    dur = np.where(open_end | bad, np.where(bad, -1, 0), a["end"] - np.where(bad, a["end"], a["start"]))
     part = Part(
         kind="annotation",
         category=S.NVTX,

@@ -1,0 +1,85 @@
+"""The map step: read one rank where it is stored, run the per-rank rules on it there, and return its summary.
+
+This function is what a worker runs (a local process or a Dask worker); it takes and returns only small, picklable
+things, and the rank's events die with it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..config import Config
+from ..engine import discover, instantiate, run
+from ..severity import DEFAULT_MIN_IMPACT_PCT
+from ..errors import TraceInsightError
+from ..rule_api_job import CrossRankRule
+from ..views import Views
+from .storage import local_copy
+from .summary import RankSummary, summarize_ranks
+
+
+@dataclass
+class MapSettings:
+    """Everything a worker needs besides the path: rule selection and options, store options, a forced format."""
+
+    select: list[str] = field(default_factory=list)
+    ignore: list[str] = field(default_factory=list)
+    options: dict[str, dict[str, Any]] = field(default_factory=dict)
+    severity: dict[str, str] = field(default_factory=dict)
+    rule_paths: list[str] = field(default_factory=list)
+    storage_options: dict[str, Any] = field(default_factory=dict)
+    trace_format: str | None = None
+    max_evidence_rows: int = 10
+    min_impact: float = DEFAULT_MIN_IMPACT_PCT
+
+    @classmethod
+    def from_config(cls, cfg: Config, **kw: Any) -> "MapSettings":
+        return cls(select=list(cfg.select), ignore=list(cfg.ignore), options=dict(cfg.options), severity=dict(cfg.severity), rule_paths=list(cfg.rule_paths), min_impact=float(cfg.min_impact), **kw)
+
+    def config(self) -> Config:
+        return Config(select=list(self.select), ignore=list(self.ignore), options=dict(self.options), severity=dict(self.severity), rule_paths=list(self.rule_paths), min_impact=self.min_impact)
+
+
+@dataclass
+class RankFailure:
+    """A rank file that could not be read or analysed: the job goes on without it and says so."""
+
+    source: str
+    error: str
+
+
+def per_rank_rules(settings: MapSettings):
+    """The selected rules split into those that run on a rank's events and the cross-rank ones."""
+    ruleset = discover(settings.rule_paths)
+    rules = instantiate(ruleset, settings.config())
+    local = [r for r in rules if not isinstance(r, CrossRankRule)]
+    cross = [r for r in rules if isinstance(r, CrossRankRule)]
+    return local, cross, ruleset.warnings
+
+
+def analyze_rank(url: str, settings: MapSettings) -> list[RankSummary] | RankFailure:
+    """Read ``url``, run the per-rank rules, summarise; a bad rank becomes a RankFailure, never an exception."""
+    from ..ingest import load
+
+    try:
+        local, _, warnings = per_rank_rules(settings)
+        with local_copy(url, settings.storage_options) as path:
+            timeline = load(path, format=settings.trace_format)
+        analysis = run(timeline, local, extra_warnings=warnings, min_impact=settings.min_impact, severity_overrides=settings.severity)
+        views = getattr(analysis, "views", None) or Views(timeline)
+        summaries = summarize_ranks(timeline, views, source=url)
+    except TraceInsightError as exc:
+        return RankFailure(url, str(exc))
+    except MemoryError:
+        return RankFailure(url, "out of memory while reading the rank")
+    by_rank = {s.rank: s for s in summaries}
+    for f in analysis.findings:
+        target = by_rank.get(f.location.rank) if f.location.rank is not None else None
+        d = f.to_dict(max_evidence_rows=settings.max_evidence_rows)
+        d["instances"] = d.get("instances", [])[: settings.max_evidence_rows]  # a summary, not every gap
+        (target or summaries[0]).findings.append(d)
+    for s in summaries:
+        s.rules_run = list(analysis.rules_run)
+        s.warnings = list(dict.fromkeys([*s.warnings, *analysis.warnings]))
+    return summaries

@@ -1,0 +1,230 @@
+"""Job reports (JSON, Markdown, text, HTML) that stay small at thousands of ranks.
+
+Per-rank detail is aggregated: rank findings by rule (how many ranks, the worst few), the rank table only for
+small jobs, otherwise percentiles plus the ranks that stand out; the HTML shows ranks x steps as heatmaps instead
+of per-rank timeline lanes. The JSON report holds no timings or host names, so the same job gives the same bytes
+whatever ran the map.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from .. import __version__
+from ..rule_api import _jsonable, fmt_ns
+from .run import JobAnalysis
+
+#: Ranks listed one by one in Markdown/text below this job size; above it, percentiles and outliers.
+FULL_TABLE_RANKS = 32
+TOP = 10
+
+
+def _rank_rule_groups(ja: JobAnalysis) -> list[dict[str, Any]]:
+    """Per-rank findings grouped by rule: ranks affected, total and worst impact, the worst ranks."""
+    groups: dict[str, list[tuple[int, dict]]] = defaultdict(list)
+    for rank, f in ja.rank_findings:
+        groups[f["code"]].append((rank, f))
+    out = []
+    for code, items in groups.items():
+        items.sort(key=lambda rf: (-rf[1]["impact_ns"], rf[0]))
+        sev = max((f["severity"] for _, f in items), key=lambda s: {"info": 1, "warning": 2, "error": 3}[s])
+        out.append(
+            {
+                "code": code,
+                "rule": items[0][1]["rule"],
+                "severity": sev,
+                "ranks": len({r for r, _ in items}),
+                "findings": len(items),
+                "total_impact_ns": int(sum(f["impact_ns"] for _, f in items)),
+                "median_impact_ns": int(np.median([f["impact_ns"] for _, f in items])),
+                "worst": [{"rank": r, "title": f["title"], "impact_ns": f["impact_ns"], "severity": f["severity"]} for r, f in items[:5]],
+                "example_message": items[0][1]["message"],
+                "fixes": items[0][1]["fixes"],
+            }
+        )
+    out.sort(key=lambda g: (-g["total_impact_ns"], g["code"]))
+    return out
+
+
+def _rank_table(ja: JobAnalysis) -> pd.DataFrame:
+    j = ja.job
+    per = j.ranks.copy()
+    st = j.steps[j.steps["step"] >= 0]
+    if len(st):
+        per["step_ms"] = per["rank"].map(st.groupby("rank")["dur_ns"].median() / 1e6)
+    else:
+        per["step_ms"] = np.nan
+    if len(j.instances):
+        per["last_at"] = per["rank"].map(j.instances.groupby("last_rank").size()).fillna(0).astype(int)
+        per["held_ms"] = per["rank"].map(j.instances.groupby("last_rank")["held_ns"].sum() / 1e6).fillna(0.0)
+    else:
+        per["last_at"] = 0
+        per["held_ms"] = 0.0
+    per["busy_pct"] = 100.0 * per["busy_ns"] / per["window_ns"].clip(lower=1)
+    per["comm_ms"] = per["comm_ns"] / 1e6
+    per["exposed_ms"] = per["exposed_ns"] / 1e6
+    per["wait_ms"] = per["wait_ns"] / 1e6
+    return per[["rank", "step_ms", "busy_pct", "comm_ms", "exposed_ms", "wait_ms", "last_at", "held_ms"]].round(3)
+
+
+def _headline(ja: JobAnalysis) -> dict[str, Any]:
+    j = ja.job
+    per = j.ranks
+    med = lambda s: None if len(s) == 0 else int(np.median(s))  # noqa: E731
+    return {
+        "ranks": int(j.rank_count),
+        "world_size": j.world_size,
+        "rank_files_failed": len(j.failures),
+        "steps_per_rank": int(j.step_count),
+        "step_ns_median": None if j.step_ns is None else int(j.step_ns),
+        "window_ns_median": med(per["window_ns"]),
+        "gpu_busy_pct_median": None if per.empty else round(float(np.median(100.0 * per["busy_ns"] / per["window_ns"].clip(lower=1))), 3),
+        "comm_ns_median": med(per["comm_ns"]),
+        "exposed_comm_ns_median": med(per["exposed_ns"]),
+        "collective_wait_ns_median": med(per["wait_ns"]),
+        "collective_instances_matched": int(len(j.instances)),
+    }
+
+
+def to_dict(ja: JobAnalysis) -> dict[str, Any]:
+    j = ja.job
+    led = {int(r): {str(b): int(round(v)) for b, v in zip(g["bucket"], g["ns"])} for r, g in j.ledger.groupby("rank", sort=True)}
+    ranks = []
+    for s in j.summaries:
+        ranks.append(
+            {
+                "rank": s.rank,
+                "source": s.source,
+                "device_names": s.device_names,
+                "events": s.event_count,
+                "window_ns": s.window_ns,
+                "busy_ns": s.busy_ns,
+                "compute_ns": s.compute_ns,
+                "comm_ns": s.comm_ns,
+                "exposed_comm_ns": s.exposed_ns,
+                "collective_wait_ns": int(j.ranks.loc[j.ranks["rank"] == s.rank, "wait_ns"].iloc[0]),
+                "steps": int((s.steps["step"] >= 0).sum()),
+                "collectives": int(len(s.collectives)),
+                "ledger_ns_per_step": led.get(s.rank, {}),
+                "findings": [
+                    {k: f[k] for k in ("code", "rule", "severity", "title", "impact_ns", "impact_pct_span", "fingerprint", "message")} for f in s.findings
+                ],
+            }
+        )
+    return {
+        "tool": "traceinsight",
+        "version": __version__,
+        "report": "job",
+        "source": ja.source,
+        "summary": _headline(ja),
+        "clock_alignment": j.alignment.to_dict(),
+        "findings": [f.to_dict(max_evidence_rows=50) for f in ja.findings],
+        "rank_findings_by_rule": _rank_rule_groups(ja),
+        "ranks": ranks,
+        "rules_run": ja.rules_run,
+        "warnings": ja.warnings,
+    }
+
+
+def render_json(ja: JobAnalysis) -> str:
+    return json.dumps(_jsonable(to_dict(ja)), indent=1, ensure_ascii=False, sort_keys=False) + "\n"
+
+
+def _md_table(df: pd.DataFrame, max_rows: int = TOP) -> list[str]:
+    if df.empty:
+        return []
+    df = df.head(max_rows)
+    cols = [str(c) for c in df.columns]
+    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    for row in df.itertuples(index=False, name=None):
+        lines.append("| " + " | ".join(_cell(v) for v in row) + " |")
+    return lines
+
+
+def _cell(v: Any) -> str:
+    if isinstance(v, float):
+        return "" if v != v else f"{v:g}"
+    return str(v).replace("|", "\\|").replace("\n", " ")[:120]
+
+
+def _pct(per: pd.DataFrame, col: str) -> str:
+    v = per[col].dropna().to_numpy(dtype=float)
+    if not len(v):
+        return "n/a"
+    p = np.percentile(v, [0, 50, 95, 100])
+    return " / ".join(f"{x:.3f}" for x in p)
+
+
+def render_markdown(ja: JobAnalysis) -> str:
+    j = ja.job
+    h = _headline(ja)
+    out = [f"# traceinsight job report: {ja.source}", ""]
+    step = f"median step {fmt_ns(h['step_ns_median'])}, {h['steps_per_rank']} steps per rank" if h["step_ns_median"] else "no step markers"
+    out += [
+        f"**{h['ranks']} ranks** (world size {h['world_size'] or 'unknown'}), {step}; median GPU busy "
+        f"{h['gpu_busy_pct_median']} % of its window; median collective time {fmt_ns(h['comm_ns_median'] or 0)}, of which "
+        f"{fmt_ns(h['exposed_comm_ns_median'] or 0)} with no compute beside it and {fmt_ns(h['collective_wait_ns_median'] or 0)} waiting for later ranks.",
+        "",
+        f"**Clocks:** {j.alignment.describe()}.",
+        "",
+    ]
+    if j.failures:
+        out += [f"**{len(j.failures)} rank files could not be read** and are left out (see warnings).", ""]
+    out += ["## Cross-rank findings", ""]
+    if not ja.findings:
+        out += ["None.", ""]
+    for f in ja.findings:
+        out += [f"### {f.code} {f.title}", "", f"*{f.severity.value}* · impact {fmt_ns(f.impact_ns)}", "", f.message, ""]
+        out += _md_table(f.evidence) + [""]
+        fx = f.fixes.get("pytorch")
+        if fx:
+            out += [f"**Fix (PyTorch):** {fx.text}", ""]
+    out += ["## Ranks", ""]
+    table = _rank_table(ja)
+    if len(table) <= FULL_TABLE_RANKS:
+        out += _md_table(table, FULL_TABLE_RANKS) + [""]
+    else:
+        out += ["| metric | min / median / p95 / max |", "|---|---|"]
+        out += [f"| {c} | {_pct(table, c)} |" for c in ("step_ms", "busy_pct", "comm_ms", "exposed_ms", "wait_ms", "held_ms")]
+        out += ["", f"Ranks that held the others longest (top {TOP}):", ""]
+        out += _md_table(table.sort_values(["held_ms", "rank"], ascending=[False, True]), TOP) + [""]
+        out += [f"Slowest steps (top {TOP} ranks by median step):", ""]
+        out += _md_table(table.sort_values(["step_ms", "rank"], ascending=[False, True]), TOP) + [""]
+    out += ["## Per-rank findings, by rule", ""]
+    groups = _rank_rule_groups(ja)
+    if not groups:
+        out += ["None.", ""]
+    for g in groups:
+        worst = ", ".join(f"rank {w['rank']} ({fmt_ns(w['impact_ns'])})" for w in g["worst"][:3])
+        out += [
+            f"- **{g['code']} {g['rule']}** ({g['severity']}): on {g['ranks']} of {j.rank_count} ranks, median impact "
+            f"{fmt_ns(g['median_impact_ns'])}; worst: {worst}. Example: {g['example_message'][:400]}"
+        ]
+    out.append("")
+    if ja.warnings:
+        out += ["## Warnings", ""] + [f"- {w[:300]}" for w in ja.warnings[:20]]
+        if len(ja.warnings) > 20:
+            out.append(f"- … and {len(ja.warnings) - 20} more (see the JSON report)")
+        out.append("")
+    return "\n".join(out)
+
+
+def render_text(ja: JobAnalysis) -> str:
+    return render_markdown(ja)
+
+
+def render(ja: JobAnalysis, fmt: str) -> str:
+    if fmt == "json":
+        return render_json(ja)
+    if fmt == "md":
+        return render_markdown(ja)
+    if fmt == "html":
+        from .html import render_html
+
+        return render_html(ja)
+    return render_text(ja)

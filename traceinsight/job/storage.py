@@ -1,0 +1,110 @@
+"""Where rank traces live: local paths, folders, globs and object-store URLs (``s3://``, ``gs://``, ``az://``,
+``file://``), all through fsspec, so a worker reads its own rank straight from the store.
+
+A remote rank is copied to a local temporary file on the worker that reads it (the readers memory-map or stream
+local files, and the copy never passes through the coordinator); it is deleted as soon as the rank is summarised.
+Store credentials and endpoints come from the usual places (``~/.aws``, ``AWS_*`` / ``FSSPEC_S3_*`` environment
+variables) or from ``storage_options``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any, Iterator
+
+from ..errors import TraceReadError
+
+#: Suffixes of per-rank trace files a job folder is made of.
+RANK_SUFFIXES = (".json", ".json.gz", ".pt.trace.json", ".pt.trace.json.gz")
+_GLOB = set("*?[")
+
+
+def is_remote(path: str) -> bool:
+    """A URL with a protocol other than plain local files."""
+    return "://" in path and not path.startswith("file://")
+
+
+def is_job_path(path: str | os.PathLike) -> bool:
+    """True for inputs that are read rank by rank: object-store URLs, globs, and local folders of rank files."""
+    p = str(path)
+    if is_remote(p) or p.startswith("file://") or _GLOB & set(p):
+        return True
+    return Path(p).is_dir() and len(_local_rank_files(Path(p))) >= 2
+
+
+def _fs(url: str, storage_options: dict[str, Any] | None):
+    try:
+        import fsspec
+    except ImportError:  # pragma: no cover - fsspec comes with the job extra
+        raise TraceReadError(f"{url}: reading object storage needs fsspec: pip install 'traceinsight[job]'") from None
+    try:
+        return fsspec.core.url_to_fs(url, **(storage_options or {}))
+    except (ImportError, ValueError) as exc:
+        proto = url.split("://", 1)[0]
+        extra = {"s3": "s3", "gs": "gcs", "gcs": "gcs", "az": "az", "abfs": "az"}.get(proto, "job")
+        raise TraceReadError(f"{url}: no filesystem for {proto}:// ({exc}); pip install 'traceinsight[{extra}]'") from None
+
+
+def _local_rank_files(folder: Path) -> list[str]:
+    from ..ingest.kineto.reader import _rank_files
+
+    return [str(p) for p in _rank_files(folder)]
+
+
+def expand(path: str | os.PathLike, storage_options: dict[str, Any] | None = None) -> list[str]:
+    """The rank files ``path`` names, sorted: a file, a folder of rank files, a glob, or an object-store prefix."""
+    p = str(path)
+    if not is_remote(p) and not p.startswith("file://") and not (_GLOB & set(p)):
+        local = Path(p)
+        if local.is_dir():
+            files = _local_rank_files(local)
+            if not files:
+                raise TraceReadError(f"{local}: no PyTorch profiler rank files (.json / .json.gz) in this folder")
+            return files
+        if not local.exists():
+            raise TraceReadError(f"{local}: no such file or directory")
+        return [p]
+    fs, root = _fs(p, storage_options)
+    proto = p.split("://", 1)[0] + "://" if "://" in p else ""
+    try:
+        if _GLOB & set(root):
+            found = fs.glob(root)
+        elif fs.isdir(root):
+            found = [f for f in fs.find(root) if f.endswith(RANK_SUFFIXES)]
+        elif fs.exists(root):
+            found = [root]
+        else:
+            raise TraceReadError(f"{p}: nothing there")
+    except (OSError, PermissionError) as exc:
+        raise TraceReadError(f"{p}: cannot list: {type(exc).__name__}: {exc}") from None
+    files = sorted(f for f in found if f.endswith(RANK_SUFFIXES))
+    if not files:
+        raise TraceReadError(f"{p}: no rank trace files (.json / .json.gz) found")
+    if proto == "file://":
+        return files
+    return [proto + f.lstrip("/") if not f.startswith(proto) else f for f in files]
+
+
+@contextlib.contextmanager
+def local_copy(url: str, storage_options: dict[str, Any] | None = None) -> Iterator[Path]:
+    """A local path holding ``url``'s bytes for as long as the block runs (the file itself when it is local)."""
+    if not is_remote(url):
+        yield Path(url[len("file://") :] if url.startswith("file://") else url)
+        return
+    fs, root = _fs(url, storage_options)
+    name = root.rsplit("/", 1)[-1]
+    tmpdir = tempfile.mkdtemp(prefix="traceinsight-rank-")
+    target = Path(tmpdir) / name
+    try:
+        try:
+            with fs.open(root, "rb") as src, open(target, "wb") as dst:
+                shutil.copyfileobj(src, dst, 8 << 20)
+        except (OSError, PermissionError) as exc:
+            raise TraceReadError(f"{url}: cannot read: {type(exc).__name__}: {exc}") from None
+        yield target
+    finally:
+        shutil.rmtree(tmpdir, ignore_errors=True)

@@ -1,0 +1,112 @@
+"""The public API for cross-rank rules: rules that judge a whole distributed job from its rank summaries.
+
+A cross-rank rule is a ``Rule`` (same code, name, docs, options and fixes) whose ``check_job`` receives a
+``JobContext``: one compact summary per rank (``traceinsight.job.summary.RankSummary``), the collectives of all
+ranks matched into instances and put on one clock, and the resolved options. It never sees events, so it runs on
+the coordinator of a 1,000-rank job in memory proportional to ranks x summary size::
+
+    from traceinsight.rule_api_job import CrossRankRule, JobContext
+
+    class SlowRanks(CrossRankRule):
+        code = "ACME101"
+        name = "slow-ranks"
+        summary = "Ranks whose steps take 20 % longer than the median."
+
+        def check_job(self, job: JobContext):
+            per = job.job.steps.groupby("rank")["dur_ns"].median()
+            ...
+            yield job.finding(title=..., message=..., impact_ns=...)
+
+The same rule also runs in the single-timeline path (``traceinsight analyze trace.json``): ``check`` summarises
+each rank of that timeline in memory and calls ``check_job``, so a rule written once serves both.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Iterable
+
+import pandas as pd
+
+from .rule_api import Context, Finding, Fix, Instance, Location, Rule, Severity, as_instances
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .job.reduce import Job
+
+
+class CrossRankRule(Rule):
+    """A rule over the rank summaries of a job (see the module docstring)."""
+
+    #: Cross-rank rules judge communication between ranks unless they say otherwise.
+    category = "communication"
+
+    def check(self, ctx: Context) -> Iterable[Finding]:
+        """Single-timeline path: summarise the ranks of this timeline here, then judge them as a job."""
+        yield from self.check_job(JobContext(job_of(ctx), self))
+
+    def check_job(self, job: "JobContext") -> Iterable[Finding]:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+
+class JobContext:
+    """What a cross-rank rule sees: the reduced job (summaries, matched collectives, clock alignment) and options."""
+
+    def __init__(self, job: "Job", rule: Rule) -> None:
+        self.job = job
+        self.rule = rule
+        self.options = dict(rule.values)
+
+    def finding(
+        self,
+        *,
+        title: str,
+        message: str,
+        impact_ns: int = 0,
+        evidence: pd.DataFrame | None = None,
+        location: Location | None = None,
+        severity: Severity | None = None,
+        metrics: dict[str, Any] | None = None,
+        key: str = "",
+        fixes: dict[str, Fix] | None = None,
+        instances: "Iterable[Instance] | pd.DataFrame | None" = None,
+        explains: Iterable[str] = (),
+        what_if: dict[str, Any] | None = None,
+    ) -> Finding:
+        """A Finding with this rule's code and fixes; percentages are of the job's typical rank window and step.
+
+        ``instances`` are on each rank's own clock (its trace's time frame): ``job.job.rank_ns`` converts.
+        """
+        span = self.job.span_ns
+        step = self.job.step_ns
+        n_steps = self.job.step_count
+        impact_ns = int(max(impact_ns, 0))
+        return Finding(
+            code=self.rule.code,
+            rule_name=self.rule.name,
+            title=title,
+            severity=severity or self.rule.severity,
+            message=message,
+            impact_ns=impact_ns,
+            impact_pct_span=100.0 * impact_ns / span if span else 0.0,
+            impact_pct_step=(100.0 * impact_ns / n_steps / step) if step and n_steps else None,
+            evidence=evidence if evidence is not None else pd.DataFrame(),
+            fixes=fixes if fixes is not None else type(self.rule).fixes(),
+            location=location or Location(),
+            metrics=metrics or {},
+            key=key,
+            category=type(self.rule).category,
+            instances=as_instances(instances),
+            explains=list(explains),
+            what_if=what_if,
+        )
+
+
+def job_of(ctx: Context) -> "Job":
+    """The job view of one timeline, built once per analysis and shared by every cross-rank rule."""
+    job = getattr(ctx.views, "_traceinsight_job", None)
+    if job is None:
+        from .job.reduce import reduce_summaries
+        from .job.summary import summarize_ranks
+
+        job = reduce_summaries(summarize_ranks(ctx.timeline, ctx.views))
+        ctx.views._traceinsight_job = job  # type: ignore[attr-defined]
+    return job
