@@ -16,7 +16,8 @@ import numpy as np
 import pandas as pd
 
 from .. import __version__
-from ..rule_api import _jsonable, fmt_ns
+from ..rule_api import fmt_ns
+from ..render.json_report import _jsonable
 from .run import JobAnalysis
 
 #: Ranks listed one by one in Markdown/text below this job size; above it, percentiles and outliers.
