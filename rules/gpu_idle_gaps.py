@@ -141,6 +141,20 @@ class GpuIdleGaps(Rule):
         """,
     )
 
+    fix_cuda = Fix(
+        "Keep the GPU fed ahead of the host: stage inputs in pinned buffers (`cudaMallocHost`) and copy them with "
+        "`cudaMemcpyAsync` on a second stream while the current batch computes; replace `cudaDeviceSynchronize` "
+        "with events the next stream waits on; capture a fixed sequence of launches once as a CUDA graph.",
+        """
+        cudaStream_t copy, compute; cudaStreamCreate(&copy); cudaStreamCreate(&compute);
+        cudaEvent_t ready; cudaEventCreateWithFlags(&ready, cudaEventDisableTiming);
+        cudaMemcpyAsync(d_in[next], h_in[next], bytes, cudaMemcpyHostToDevice, copy);  // h_in from cudaMallocHost
+        cudaEventRecord(ready, copy);
+        kernel<<<grid, block, 0, compute>>>(d_in[cur], d_out);     // overlaps the copy above
+        cudaStreamWaitEvent(compute, ready, 0);                      // no host-side cudaDeviceSynchronize
+        """,
+    )
+
     min_gap_us = Option(100.0, "Gaps shorter than this (µs) are normal launch/dependency latency and are ignored.")
     min_idle_pct = Option(1.0, "Report a device when its long gaps add up to at least this % of its active window.")
     top_n = Option(10, "Evidence rows: the largest gaps shown.")

@@ -7,7 +7,7 @@ import pandas as pd
 
 from traceinsight.rule_api import Fix, Location, Option, Rule, Severity, fmt_ns
 
-from ._common import SYNC_CALL, closing_syncs, host_starved_gaps, is_inference, SYNC_OP, innermost_enclosing, innermost_frame, lookup, name_mask, short_name
+from ._common import RECORD_STACKS, SYNC_CALL, SYNC_CALLS, SYNC_OP, closing_syncs, has_python_frames, host_starved_gaps, innermost_enclosing, is_inference, lookup, name_mask, short_name, user_frames_at
 
 
 def find_stalls(events: pd.DataFrame, launches: pd.DataFrame) -> pd.DataFrame:
@@ -104,6 +104,21 @@ class HostSyncStalls(Rule):
         """,
     )
 
+    fix_cuda = Fix(
+        "Do not block the host inside the loop: drop `cudaDeviceSynchronize`/`cudaStreamSynchronize` between "
+        "launches (stream order already serialises them), order streams with `cudaEventRecord` + "
+        "`cudaStreamWaitEvent`, and read results back with `cudaMemcpyAsync` into pinned memory once per "
+        "iteration batch.",
+        """
+        for (int i = 0; i < iters; ++i) {
+            step<<<grid, block, 0, s>>>(d_x, d_y);      // was: followed by cudaDeviceSynchronize()
+        }
+        cudaMemcpyAsync(h_y, d_y, bytes, cudaMemcpyDeviceToHost, s);  // h_y from cudaMallocHost
+        cudaEventRecord(done, s);
+        cudaEventSynchronize(done);                    // one wait, after all the work is queued
+        """,
+    )
+
     min_stall_us = Option(50.0, "Blocking calls shorter than this (µs) are ignored (HTA's runtime outlier cutoff).")
     top_n = Option(10, "Evidence rows: the call sites that block longest.")
 
@@ -128,15 +143,8 @@ class HostSyncStalls(Rule):
         sync_ops = host[name_mask(host["name"], SYNC_OP)]
         enc_sync = innermost_enclosing(stalls, sync_ops)
         stalls["sync_op"] = lookup(names, enc_sync)
-        if "stack" in ev:
-            stk = ev["stack"].astype(object)
-            own = stalls["stack"].astype(object).to_numpy()
-            from_op = lookup(stk, enc)
-            stalls["frame"] = [innermost_frame(a if a is not None and a == a else b) for a, b in zip(own, from_op)]
-        else:
-            py = host[(host["kind"] == "python").to_numpy()]
-            enc_py = innermost_enclosing(stalls, py)
-            stalls["frame"] = lookup(names, enc_py)
+        stalls["frame"] = user_frames_at(stalls, ev, host)  # the line of the user's code that blocked
+        stacks = has_python_frames(ev)
         stalls["site"] = stalls["sync_op"].where(stalls["sync_op"].notna(), stalls["op"])
         stalls["gpu_idle_ns"] = self._idle_after(host_starved_gaps(v, v.gaps), stalls)
         closing = closing_syncs(stalls, v.steps, v.launches)
@@ -153,7 +161,7 @@ class HostSyncStalls(Rule):
             n_closing = int(s["closing"].sum())
             key_cols = ["name", "site", "frame", "reason"]
             grp = (
-                s.assign(name=s["name"].astype(str), site=s["site"].fillna("(none)"), frame=s["frame"].fillna("(no stack)"))
+                s.assign(name=s["name"].astype(str), site=s["site"].fillna("(none)"), frame=s["frame"].fillna("(no user frame)" if stacks else "(no stack)"))
                 .groupby(key_cols, sort=False)
                 .agg(calls=("dur_ns", "size"), blocked_ns=("dur_ns", "sum"), max_ns=("dur_ns", "max"), gpu_idle_ns=("gpu_idle_ns", "sum"), first_ns=("start_ns", "min"))
                 .reset_index()
@@ -164,7 +172,7 @@ class HostSyncStalls(Rule):
                 {
                     "call": top["name"].map(short_name),
                     "framework_op": top["site"],
-                    "python_frame": top["frame"].map(lambda f: short_name(f, 70)),
+                    "user_code": top["frame"].map(lambda f: short_name(f, 70)),
                     "kind": top["reason"],
                     "calls": top["calls"],
                     "blocked_ms": top["blocked_ns"] / 1e6,
@@ -176,6 +184,12 @@ class HostSyncStalls(Rule):
             lead = top.iloc[0]
             where = f"rank {rank}: " if len(ctx.meta.ranks) > 1 else ""
             site = lead["site"] if lead["site"] != "(none)" else lead["name"]
+            call = SYNC_CALLS.get(str(site))
+            said = f" `{site}` is what {call} runs." if call else ""
+            if lead["frame"] not in ("(no stack)", "(no user frame)"):
+                said += f" It is called at `{lead['frame']}`."
+            elif not stacks and ctx.meta.source_format == "pytorch":
+                said += f" The trace has no Python stacks: {RECORD_STACKS}."
             yield ctx.finding(
                 title=f"{where}host blocked on the GPU {len(s)} times for {fmt_ns(blocked)}, mostly in {short_name(site, 50)}",
                 message=(
@@ -185,7 +199,7 @@ class HostSyncStalls(Rule):
                     + 
                     f"The top site is {short_name(lead['name'], 40)} "
                     f"{'outside any framework op' if lead['site'] == '(none)' else 'under ' + short_name(site, 50)} "
-                    f"({int(lead['calls'])} calls, {fmt_ns(lead['blocked_ns'])})."
+                    f"({int(lead['calls'])} calls, {fmt_ns(lead['blocked_ns'])}).{said}"
                 ),
                 impact_ns=idle,
                 evidence=evidence,

@@ -9,7 +9,7 @@ from traceinsight.rule_api import Context, Fix, Location, Option, Rule, Severity
 
 from traceinsight.views import Coverage, merge_grouped, name_mask
 
-from ._common import DATA_WAIT_PRIMARY, DATA_WAIT_TFDATA
+from ._common import DATA_WAIT_PRIMARY, DATA_WAIT_TFDATA, user_code_sentence, user_frames_at
 
 #: Host kinds that carry data-loading ranges; Python frames are left out because with_stack traces repeat the
 #: same wait as nested frames on the same thread, and the op/annotation already covers it.
@@ -163,6 +163,7 @@ class InputPipelineBound(Rule):
             f"(`{top_name}`" + (f" and {len(names) - 1} other name(s)" if len(names) > 1 else "") + "). "
             f"During {fmt_ns(impact)} of that wait the GPU was idle."
         )
+        msg += user_code_sentence(user_frames_at(waits, ctx.events, ctx.views.host_events), ctx, "The wait is at")
         if n_steps:
             msg += f" Over {n_steps} step(s) the per-step share ranges {evidence['share_pct'].min():.1f}-{evidence['share_pct'].max():.1f}%."
         yield ctx.finding(

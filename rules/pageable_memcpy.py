@@ -73,6 +73,22 @@ class PageableMemcpy(Rule):
         """,
     )
 
+    fix_cuda = Fix(
+        "Copy from page-locked host memory: allocate the buffers with `cudaMallocHost` (or pin existing ones "
+        "with `cudaHostRegister`) and use `cudaMemcpyAsync` on a non-default stream, so the copy runs at full "
+        "PCIe/NVLink speed and overlaps kernels instead of being staged through a driver bounce buffer.",
+        """
+        float *h_a;
+        cudaMallocHost(&h_a, bytes);              // was: malloc(bytes)
+        cudaStream_t s; cudaStreamCreate(&s);
+        cudaMemcpyAsync(d_a, h_a, bytes, cudaMemcpyHostToDevice, s);
+        vecAdd<<<grid, block, 0, s>>>(d_a, d_b, d_c, n);
+        cudaMemcpyAsync(h_c, d_c, bytes, cudaMemcpyDeviceToHost, s);
+        cudaStreamSynchronize(s);
+        cudaFreeHost(h_a);
+        """,
+    )
+
     min_total_us = Option(100.0, "Report when pageable copies take at least this long in total (µs).")
     pinned_gbps = Option(12.0, "Pinned bandwidth assumed when the trace has no large pinned copy of that direction (GB/s).")
     ref_min_bytes = Option(1 << 20, "Pinned copies at least this large (bytes) set the reference bandwidth.")

@@ -60,6 +60,18 @@ class SmallGrids(Rule):
         """,
     )
 
+    fix_cuda = Fix(
+        "Launch at least a few blocks per SM: size the grid from the problem and the SM count "
+        "(`cudaOccupancyMaxPotentialBlockSize` picks the block size), batch independent small problems into one "
+        "launch, or run independent small kernels on separate streams so they share the GPU.",
+        """
+        int minGrid = 0, block = 0;
+        cudaOccupancyMaxPotentialBlockSize(&minGrid, &block, kernel, 0, 0);
+        int grid = (n + block - 1) / block;          // was: a fixed handful of blocks
+        kernel<<<grid, block, 0, stream>>>(d_x, n);
+        """,
+    )
+
     min_share_pct = Option(30.0, "Report when under-filled launches take at least this % of kernel time.")
     min_time_us = Option(500.0, "...and at least this much time in total (µs).")
     min_waves = Option(1.0, "A launch is under-filled below SMs x this many blocks.")

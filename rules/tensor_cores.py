@@ -6,6 +6,7 @@ import re
 
 import numpy as np
 
+from traceinsight.advice import parse_cc
 from traceinsight.rule_api import Context, Fix, Location, Option, Rule, Severity, fmt_ns
 
 from ._common import FP64, GEMM_CONV, VOLTA_PLUS_KERNEL, NCCL, NOT_GEMM, NON_NVIDIA, NOT_TENSOR_CORE, PRE_VOLTA, TENSOR_CORE, TENSOR_CORE_GPU, matches, name_mask
@@ -90,6 +91,72 @@ class NoTensorCores(Rule):
         """,
     )
 
+    fix_cuda = Fix(
+        "Let cuBLAS/cuDNN use tensor cores: keep operands in FP16/BF16 (`cublasGemmEx` with `CUDA_R_16F` / "
+        "`CUDA_R_16BF` inputs and FP32 accumulation) or allow TF32 for FP32 GEMMs on Ampere and later with "
+        "`cublasSetMathMode(handle, CUBLAS_TF32_TENSOR_OP_MATH)`; keep matrix dimensions multiples of 8.",
+        """
+        cublasSetMathMode(handle, CUBLAS_TF32_TENSOR_OP_MATH);        // FP32 GEMMs on TF32 tensor cores
+        cublasGemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, &alpha,
+                     dA, CUDA_R_16BF, m, dB, CUDA_R_16BF, k, &beta,
+                     dC, CUDA_R_32F, m, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+        """,
+    )
+    fix_variants = {
+        "pytorch:pre_ampere": Fix(
+            "This GPU predates Ampere: its tensor cores run FP16 only (no TF32, no bf16). Run the forward pass "
+            "under fp16 autocast and scale the loss with a `GradScaler` so small gradients do not underflow; keep "
+            "GEMM dimensions multiples of 8 so cuBLAS picks tensor-core kernels.",
+            """
+            scaler = torch.amp.GradScaler("cuda")
+            for x, y in loader:
+                with torch.autocast(device_type="cuda", dtype=torch.float16):
+                    loss = loss_fn(model(x), y)
+                opt.zero_grad(set_to_none=True)
+                scaler.scale(loss).backward()
+                scaler.step(opt)
+                scaler.update()
+            """,
+        ),
+        "tensorflow:pre_ampere": Fix(
+            "This GPU predates Ampere: its tensor cores run FP16 only (no TF32, no bf16). Use the Keras "
+            "`mixed_float16` policy (Keras wraps the optimizer in a `LossScaleOptimizer` for you) and keep the "
+            "final layer/softmax in float32; prefer layer sizes that are multiples of 8.",
+            """
+            import tensorflow as tf
+            tf.keras.mixed_precision.set_global_policy("mixed_float16")
+            outputs = tf.keras.layers.Activation("linear", dtype="float32")(logits)
+            # custom loops: opt = tf.keras.mixed_precision.LossScaleOptimizer(opt)
+            """,
+        ),
+        "cuda:pre_ampere": Fix(
+            "This GPU predates Ampere: its tensor cores take FP16 operands (no TF32, no bf16). Store GEMM inputs "
+            "as `__half` and call `cublasGemmEx` with `CUDA_R_16F` inputs and FP32 accumulation; keep matrix "
+            "dimensions multiples of 8.",
+            """
+            cublasGemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, &alpha,
+                         dA, CUDA_R_16F, m, dB, CUDA_R_16F, k, &beta,
+                         dC, CUDA_R_32F, m, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+            """,
+        ),
+        "pytorch:fp8": Fix(
+            "Run the forward/backward under bf16 autocast and allow TF32 for the FP32 matmuls that remain. This "
+            "GPU also has FP8 tensor cores: for large transformer GEMMs, NVIDIA Transformer Engine's `fp8_autocast` "
+            "roughly doubles matmul throughput again once bf16 training is stable.",
+            """
+            torch.set_float32_matmul_precision("high")          # TF32 for FP32 matmuls
+            with torch.autocast(device_type="cuda", dtype=torch.bfloat16):
+                loss = loss_fn(model(x), y)
+            loss.backward()
+
+            # optional, FP8 GEMMs (pip install transformer_engine):
+            import transformer_engine.pytorch as te
+            with te.fp8_autocast(enabled=True):
+                out = te_layer(x)
+            """,
+        ),
+    }
+
     min_share_pct = Option(50.0, "Report when this % of GEMM/conv time is on CUDA cores.")
     min_kernel_pct = Option(5.0, "...and that time is at least this % of all kernel time.")
     speedup = Option(2.0, "Assumed end-to-end speed-up of those kernels on tensor cores (for the impact).")
@@ -141,13 +208,16 @@ class NoTensorCores(Rule):
         evidence = ev[["name", "count", "total_ms", "pct_of_gemm_time"]].reset_index(drop=True)
 
         dev_names = sorted({str(d.name) for d in devs if (int(d.rank), int(d.index)) in ok_pairs and d.name})
+        # TF32 and bf16 exist from Ampere on; Volta/Turing tensor cores take fp16 (the fix is chosen the same way)
+        caps = [parse_cc(d.compute_capability) for d in devs if (int(d.rank), int(d.index)) in ok_pairs]
+        remedy = "Mixed precision in fp16 (with a grad scaler)" if caps and all(c is not None and c < (8, 0) for c in caps) else "Mixed precision or TF32"
         ranks = sorted({r for r, _ in ok_pairs})
         yield ctx.finding(
             title=f"{share:.0f}% of GEMM/conv time runs without tensor cores",
             message=(
                 f"On {', '.join(dev_names) or 'a tensor-core GPU'}, {fmt_ns(non_tc_ns)} of {fmt_ns(gemm_ns)} GEMM/convolution "
                 f"kernel time ({share:.1f}%; {kshare:.1f}% of all kernel time) is in FP32 CUDA-core kernels such as "
-                f"`{evidence['name'].iloc[0]}`. Mixed precision or TF32 would move it to tensor cores (est. {fmt_ns(impact)} saved "
+                f"`{evidence['name'].iloc[0]}`. {remedy} would move it to tensor cores (est. {fmt_ns(impact)} saved "
                 f"at a {float(ctx.options['speedup']):g}x speed-up)."
             ),
             impact_ns=impact,

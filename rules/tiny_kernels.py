@@ -9,7 +9,7 @@ from traceinsight.rule_api import Fix, Location, Option, Rule, Severity, fmt_ns
 
 from traceinsight.views import merge_intervals
 
-from ._common import SYNC_CALL, innermost_enclosing, lookup, name_mask, short_name
+from ._common import SYNC_CALL, innermost_enclosing, lookup, name_mask, short_name, user_code_sentence, user_frames_at
 
 
 class TinyKernels(Rule):
@@ -66,6 +66,20 @@ class TinyKernels(Rule):
         def train_step(x, y): ...
 
         model.compile(optimizer="adam", loss=loss_fn, jit_compile=True, steps_per_execution=32)
+        """,
+    )
+
+    fix_cuda = Fix(
+        "Launch fewer, larger kernels: fuse consecutive elementwise kernels into one, process several items per "
+        "thread (grid-stride loops), and capture a repeated sequence of launches as a CUDA graph so it is "
+        "submitted with one `cudaGraphLaunch`.",
+        """
+        cudaGraph_t graph; cudaGraphExec_t exec;
+        cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal);
+        for (int k = 0; k < n_small; ++k) small_kernel<<<g, b, 0, s>>>(args[k]);
+        cudaStreamEndCapture(s, &graph);
+        cudaGraphInstantiate(&exec, graph, 0);
+        for (int it = 0; it < iters; ++it) cudaGraphLaunch(exec, s);   // one launch per iteration
         """,
     )
 
@@ -130,6 +144,8 @@ class TinyKernels(Rule):
                 if row["n_dep"]
                 else ""
             )
+            li = kb["launch_idx"].dropna().astype(np.int64).to_numpy()[:20_000]  # a sample is enough to name the line
+            code_at = user_code_sentence(user_frames_at(ctx.events.loc[li], ctx.events, v.host_events), ctx, "Most of them are launched from")
             yield ctx.finding(
                 title=f"{where}: {row['share_pct']:.0f} % of kernels are launch-bound (< {self.max_kernel_us:g} µs or shorter than their launch)",
                 message=(
@@ -138,7 +154,7 @@ class TinyKernels(Rule):
                     f"{100.0 * row['bound_ns'] / max(row['kernel_ns'], 1):.1f} % of kernel time. The GPU idled "
                     f"{fmt_ns(idle)} ({row['idle_pct']:.1f} % of its active window) in {int(row['n_gaps'])} short gaps waiting "
                     f"for their launch.{dep} Longest waited for: {top['kernel']} ({int(top['count'])}×, mean {fmt_ns(top['mean_us'] * 1e3)}, "
-                    f"{fmt_ns(top['idle_before_us'] * 1e3)} idle before it), launched from {top['launched_by']}."
+                    f"{fmt_ns(top['idle_before_us'] * 1e3)} idle before it), launched from {top['launched_by']}.{code_at}"
                 ),
                 impact_ns=idle,
                 evidence=evidence,

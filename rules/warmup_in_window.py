@@ -36,9 +36,13 @@ class WarmupInWindow(Rule):
         "Start the profiler after a few iterations: `schedule(wait=1, warmup=2, active=5)` skips the first steps, "
         "which pay for lazy init, cuDNN autotuning and compilation.",
         """
-        with torch.profiler.profile(schedule=torch.profiler.schedule(wait=1, warmup=2, active=5)) as prof:
+        with torch.profiler.profile(
+            activities=[torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA],
+            schedule=torch.profiler.schedule(wait=1, warmup=2, active=5),
+        ) as prof:
             for batch in loader:
-                train_step(batch); prof.step()
+                train_step(batch)
+                prof.step()
         """,
     )
     fix_tensorflow = Fix(

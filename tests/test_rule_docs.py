@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from traceinsight.advice import TIERS
+
 from traceinsight.plugins import discover
 from traceinsight.rule_api import CATEGORIES, Fix, Severity
 
@@ -127,7 +129,11 @@ def test_rule_fixes_have_code(code):
         assert isinstance(fx, Fix)
         assert fx.text.strip(), f"{code}: no {fw} fix text"
         assert fx.code.strip(), f"{code}: the {fw} fix has no code snippet"
-    assert set(cls.fixes()) == {"pytorch", "tensorflow"}
+    bases = {k for k in cls.fixes() if ":" not in k}
+    assert bases in ({"pytorch", "tensorflow"}, {"pytorch", "tensorflow", "cuda"})
+    for key in set(cls.fixes()) - bases:  # GPU-generation variants of a framework the rule covers
+        fw, _, tier = key.partition(":")
+        assert fw in bases and tier in TIERS, key
 
 
 @pytest.mark.parametrize("code", sorted(RULES))
@@ -149,4 +155,5 @@ def test_rule_page_sections(code):
         sections.insert(2, "## Options")
     positions = [doc.index(s) for s in sections]
     assert positions == sorted(positions)
-    assert doc.count("```python") == 2
+    assert doc.count("```python") == 2 + sum(1 for k in RULES[code].fix_variants if not k.startswith("cuda:"))
+    assert doc.count("```cuda") == bool(RULES[code].fix_cuda.text) + sum(1 for k in RULES[code].fix_variants if k.startswith("cuda:"))

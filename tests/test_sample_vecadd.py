@@ -48,7 +48,7 @@ def test_loads_as_pageable_and_ti006_fires():
     assert ti006.metrics["count"] == 36
     # 6.2 / 7.2 GB/s against the 12 GB/s pinned reference: about 45 % of the copy time is the pageable penalty.
     assert 0.35 < ti006.impact_ns / ti006.metrics["time_ns"] < 0.55
-    assert ti006.severity.value in ("warning", "error")
+    assert ti006.severity.value == "error"  # calibration grades by cost: about 40 % of the copy-bound window
 
 
 def test_shipped_file_is_what_the_generator_writes(tmp_path):

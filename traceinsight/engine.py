@@ -15,8 +15,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
+from . import advice
 from .config import Config
 from .errors import ConfigError
+from .framework import detect_framework
 from .plugins import RuleSet, discover
 from .causes import attach_what_if, link as link_causes
 from .rule_api import Context, Finding, Rule, Severity
@@ -43,6 +45,13 @@ class Analysis:
     baseline: Any = None  # a baseline.Comparison when the run was compared with an earlier report
     views: Views | None = None  # the rules' cached views; renderers read these instead of deriving their own
     ledger: Any = None  # the time ledger (traceinsight.ledger) once it is built; None until then
+    framework: str = "unknown"  # traceinsight.framework.detect_framework: whose advice leads
+
+    def _repr_html_(self) -> str:
+        """Jupyter shows an Analysis as a compact, script-free version of the HTML report."""
+        from .render.html import render_inline
+
+        return render_inline(self)
 
     def __post_init__(self) -> None:
         if self.views is None:
@@ -137,6 +146,8 @@ def run(
     findings.sort(key=lambda f: (-f.impact_ns, -f.severity.rank, f.code))
     findings = link_causes(findings)
     attach_what_if(findings, views)
+    framework = detect_framework(timeline)
+    advice.apply(findings, framework, timeline.meta)
     return Analysis(
         timeline=timeline,
         summary=summarize(timeline, views),
@@ -146,6 +157,7 @@ def run(
         timings=timings,
         views=views,
         ledger=views.ledger,
+        framework=framework,
     )
 
 

@@ -229,6 +229,10 @@ class Rule:
     definition: ClassVar[str] = ""  # exactly what is measured and the default thresholds (Markdown)
     fix_pytorch: ClassVar[Fix] = Fix("")
     fix_tensorflow: ClassVar[Fix] = Fix("")
+    fix_cuda: ClassVar[Fix] = Fix("")  # for plain CUDA programs (no framework in the trace)
+    #: fixes that replace a framework's base fix on some GPU generations: "pytorch:pre_ampere", "tensorflow:fp8",
+    #: ... (tiers in traceinsight.advice; the engine picks one per framework for the trace's GPUs)
+    fix_variants: ClassVar[dict[str, Fix]] = {}
     options: ClassVar[dict[str, Option]] = {}
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
@@ -266,6 +270,9 @@ class Rule:
             out["pytorch"] = cls.fix_pytorch
         if cls.fix_tensorflow.text:
             out["tensorflow"] = cls.fix_tensorflow
+        if cls.fix_cuda.text:
+            out["cuda"] = cls.fix_cuda
+        out.update({k: v for k, v in cls.fix_variants.items() if v.text})
         return out
 
     @classmethod
@@ -281,11 +288,15 @@ class Rule:
             lines += ["## Options", "", "| option | default | meaning |", "|---|---|---|"]
             lines += [f"| `{k}` | `{o.default!r}` | {o.help} |" for k, o in cls.options.items()]
             lines.append("")
-        for label, fx in (("PyTorch", cls.fix_pytorch), ("TensorFlow", cls.fix_tensorflow)):
-            if fx.text:
-                lines += [f"## Fix in {label}", "", textwrap.dedent(fx.text).strip(), ""]
-                if fx.code:
-                    lines += ["```python", textwrap.dedent(fx.code).strip(), "```", ""]
+        tiers = {"pre_ampere": "before Ampere (sm_70-sm_75)", "fp8": "on GPUs with FP8 (sm_89, sm_90 and later)"}
+        labels = {"pytorch": "PyTorch", "tensorflow": "TensorFlow", "cuda": "CUDA"}
+        for key, fx in cls.fixes().items():
+            fw, _, tier = key.partition(":")
+            label = labels.get(fw, fw) + (f" {tiers.get(tier, tier)}" if tier else "")
+            lines += [f"## Fix in {label}", "", textwrap.dedent(fx.text).strip(), ""]
+            if fx.code:
+                lang = "cuda" if fw == "cuda" else "python"
+                lines += [f"```{lang}", textwrap.dedent(fx.code).strip(), "```", ""]
         return "\n".join(lines)
 
 

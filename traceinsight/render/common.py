@@ -7,6 +7,8 @@ their own syntax; this module removes what no syntax can show safely and bounds 
 
 from __future__ import annotations
 
+import re
+
 from ..sanitize import terminal
 
 import math
@@ -31,6 +33,35 @@ def time_scale(col: str) -> float | None:
     return None
 
 
+_PCT = ("_pct", "_percent")
+
+
+def column_label(col: str) -> str:
+    """The header of an evidence column or metric: its name without the unit suffix, because :func:`format_cell`
+    writes the unit into every cell (``start_ms`` -> ``start``, shown as "751.0 µs", not "0.751" or a mislabelled
+    "751.0 µs" under START_MS); percentages keep a "%"."""
+    c = str(col)
+    low = c.lower()
+    if time_scale(c) is not None:
+        return c[: c.rfind("_")] or c
+    for suffix in _PCT:
+        if low.endswith(suffix):
+            return c[: -len(suffix)] + " %"
+    return c
+
+
+#: Time columns that hold a point in time (not a duration): neighbours differ by far less than their size, so they
+#: keep microsecond precision ("1,058.431 ms") where a duration is rounded to 3 significant digits.
+_INSTANT = re.compile(r"(^|_)(start|end|at|first|last|begin|ts|time_of)(_|$)")
+
+
+def column_labels(cols: list[str]) -> list[str]:
+    """:func:`column_label` of each column, made unique: a time column whose bare name is another column's
+    (``step`` and ``step_ms``) is called "``step`` time"."""
+    bare = [column_label(c) for c in cols]
+    return [f"{b} time" if time_scale(c) is not None and bare.count(b) > 1 else b for c, b in zip(cols, bare)]
+
+
 def format_cell(col: str, value: Any, limit: int = 160) -> tuple[str, Any]:
     """(display text, sort key) for one evidence cell; times in *_ns columns are shown humanly."""
     if hasattr(value, "item") and not isinstance(value, (str, bytes)):
@@ -45,7 +76,10 @@ def format_cell(col: str, value: Any, limit: int = 160) -> tuple[str, Any]:
     if isinstance(value, (int, float)):
         scale = time_scale(col)
         if scale is not None:
-            return fmt_ns(value * scale), value
+            ns = value * scale
+            if _INSTANT.search(str(col).lower()) and abs(ns) >= 1e6:
+                return f"{ns / 1e6:,.3f} ms", value
+            return fmt_ns(ns), value
         if str(col).lower().endswith(("pct", "_percent", "%")):
             return f"{value:.1f}%", value
         if isinstance(value, float):

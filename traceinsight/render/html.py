@@ -18,12 +18,12 @@ import pandas as pd
 from jinja2 import Environment, PackageLoader, select_autoescape
 from markupsafe import Markup, escape
 
-from .. import __version__
+from .. import __version__, advice
 from ..engine import Analysis
 from ..rule_api import Finding, Instance, fmt_ns
 from ..verdict import details, headline, ledger_of
 from ..views import merge_intervals
-from .common import baseline_sentence, baseline_tag, clean, format_cell
+from .common import baseline_sentence, baseline_tag, clean, column_label, column_labels, format_cell
 from .ledger_view import bars as ledger_bars
 
 #: Width of the drawing area of timelines, in SVG user units (the SVG scales to the page).
@@ -75,6 +75,62 @@ def render(analysis: Analysis, title: str | None = None, **_: Any) -> str:
     return _env().get_template("report.html.j2").render(**context(analysis, title=title))
 
 
+#: Ledger bucket colours in the notebook view (idle causes warm, busy time cool).
+_BUCKET_COLORS = {
+    "compute": "#4263eb", "communication": "#9c36b5", "copy": "#0c8599", "idle_data_wait": "#e8590c",
+    "idle_host_sync": "#f08c00", "idle_launch_bound": "#fab005", "idle_host_busy": "#66a80f", "idle_untraced": "#adb5bd",
+    "idle_gpu_dependency": "#845ef7", "idle_warmup": "#ced4da", "idle_other": "#fa5252",
+}
+MAX_INLINE_FINDINGS = 8
+
+
+def render_inline(analysis: Analysis) -> str:
+    """The compact report ``Analysis._repr_html_`` shows in Jupyter: verdict, key numbers, the time ledger per
+    device and the findings with their leading fix. Self-contained and script-free (notebooks strip scripts of
+    untrusted outputs), so it reads the same in JupyterLab, VS Code, GitHub's viewer and nbviewer."""
+    from ..verdict import _BUCKET_WORDS
+
+    meta = analysis.timeline.meta
+    head = headline(analysis)
+    findings = []
+    for i, f in enumerate(analysis.findings[:MAX_INLINE_FINDINGS]):
+        first = next(((fw, fx) for fw, fx in f.fixes.items() if fx.text.strip()), None)
+        findings.append({
+            "n": i + 1, "code": clean(f.code, 20), "severity": f.severity.value, "title": clean(f.title, 300),
+            "message": clean(f.message, 1500), "impact_ns": int(f.impact_ns),
+            "fix": None if first is None else {"label": advice.label(first[0]), "text": first[1].text.strip(), "code": first[1].code},
+        })
+    ledger = []
+    lg = analysis.ledger
+    if lg is not None and not lg.by_device.empty:
+        many = len(meta.ranks) > 1
+        for (rank, device), g in lg.by_device.groupby(["rank", "device"], sort=True):
+            total = max(int(g["ns"].sum()), 1)
+            parts = [{"bucket": b, "name": _BUCKET_WORDS.get(b, b), "ns": int(ns), "pct": 100.0 * ns / total, "color": _BUCKET_COLORS.get(b, "#868e96")}
+                     for b, ns in zip(g["bucket"], g["ns"]) if ns > 0]
+            ledger.append({"rank": int(rank), "device": int(device), "label": f"rank {rank} GPU {device}" if many else f"GPU {device}",
+                           "parts": parts, "top": sorted(parts, key=lambda p: -p["ns"])[:4]})
+            if len(ledger) >= MAX_DEVICES_DRAWN:
+                break
+    gpus = sorted({clean(d.name, 60) for d in meta.devices if d.name})
+    ctx = {
+        "title": clean(meta.path.rsplit("/", 1)[-1] or "trace", 120),
+        "meta_format": clean(meta.source_format, 40),
+        "framework": analysis.framework,
+        "framework_label": advice.label(analysis.framework),
+        "gpu": ", ".join(gpus[:3]),
+        "generated": clean(meta.extra.get("generated") or "", 300),
+        "verdict": details(analysis),
+        "head": head,
+        "busy_pct": head["gpu_busy_pct"],
+        "ledger": ledger,
+        "findings": findings,
+        "more": max(len(analysis.findings) - MAX_INLINE_FINDINGS, 0),
+        "rules_run": len(analysis.rules_run),
+    }
+    return _env().get_template("inline.html.j2").render(**ctx)
+
+
 # --- data for the template -------------------------------------------------------------------------------
 
 
@@ -123,6 +179,9 @@ def context(analysis: Analysis, title: str | None = None) -> dict[str, Any]:
         for d in meta.devices
     ]
     return {
+        "framework": analysis.framework,
+        "framework_label": advice.label(analysis.framework),
+        "generated": clean(meta.extra.get("generated") or "", 300),
         "title": clean(title or meta.path.rsplit("/", 1)[-1] or "trace", 120),
         "version": __version__,
         "css": _asset("report.css"),
@@ -166,7 +225,7 @@ def _finding(n: int, f: Finding, detailed: bool) -> dict[str, Any]:
     rows = []
     if detailed and not ev.empty:
         for row in ev.head(MAX_EVIDENCE_ROWS)[ev.columns[:12]].itertuples(index=False, name=None):
-            rows.append([format_cell(c, v) for c, v in zip(cols, row)])
+            rows.append([(*format_cell(c, v), isinstance(v, (int, float, np.number)) and not isinstance(v, bool)) for c, v in zip(cols, row)])
     loc = f.location
     where = []
     if loc.rank is not None:
@@ -177,19 +236,17 @@ def _finding(n: int, f: Finding, detailed: bool) -> dict[str, Any]:
         where.append(f"stream {loc.stream}")
     if loc.start_ns is not None:
         where.append(f"{fmt_ns(loc.start_ns)} – {fmt_ns(loc.end_ns if loc.end_ns is not None else loc.start_ns)}")
-    fixes = []
-    for fw, label in (("pytorch", "PyTorch"), ("tensorflow", "TensorFlow")):
-        fx = f.fixes.get(fw)
-        if fx and fx.text.strip():
-            fixes.append({"id": fw, "label": label, "text": fx.text.strip(), "code": fx.code.strip()})
-    for fw, fx in f.fixes.items():
-        if fw not in ("pytorch", "tensorflow") and fx.text.strip():
-            fixes.append({"id": clean(fw, 30), "label": clean(fw, 30), "text": fx.text.strip(), "code": fx.code.strip()})
+    # in the order traceinsight.advice chose: the trace's framework first, so its tab is the one that opens
+    fixes = [
+        {"id": clean(fw, 30), "label": clean(advice.label(fw), 30), "text": fx.text.strip(), "code": fx.code.strip()}
+        for fw, fx in f.fixes.items()
+        if fx.text.strip()
+    ]
     metrics = []
     for k, v in list(f.metrics.items())[:12]:
         if isinstance(v, (dict, list, tuple)):
             continue
-        metrics.append((clean(k, 60), format_cell(str(k), v)[0]))
+        metrics.append((clean(column_label(str(k)), 60), format_cell(str(k), v)[0]))
     return {
         "n": n,
         "code": clean(f.code, 20),
@@ -202,7 +259,7 @@ def _finding(n: int, f: Finding, detailed: bool) -> dict[str, Any]:
         "pct_step": None if f.impact_pct_step is None else float(f.impact_pct_step),
         "fingerprint": f.fingerprint,
         "where": " · ".join(where),
-        "cols": [clean(c, 40) for c in cols],
+        "cols": [clean(c, 40) for c in column_labels(cols)],
         "rows": rows,
         "total_rows": int(len(ev)),
         "fixes": fixes,
@@ -267,30 +324,46 @@ def _pick_window(analysis: Analysis, views) -> tuple[int, int, str]:
         row = st.iloc[i]
         return int(row["start_ns"]), int(row["start_ns"] + max(row["dur_ns"], 1)), f"{clean(row['name'], 60)} (median-length step)"
     gpu_n = len(views.gpu_activity)
-    if span <= 0 or gpu_n <= 3000 or views_busy.empty:
+    if span <= 0 or views_busy.empty:
         return 0, max(span, 1), "whole trace"
+    # the GPU's active extent: a program that computes for 5 ms of a 1 s capture must not be drawn 5 px wide
+    g0 = int(views_busy["start_ns"].min())
+    g1 = int(views_busy["end_ns"].max())
+    pad = max((g1 - g0) // 50, 1)
+    a0, a1 = max(0, g0 - pad), min(span, g1 + pad)
+    if gpu_n <= 3000:
+        return a0, max(a1, a0 + 1), "GPU active window" if (a1 - a0) < 0.9 * span else "whole trace"
     bins = 200
-    width = span / bins
+    width = (a1 - a0) / bins
     busy = np.zeros(bins)
-    for r in _coverage_rects(views_busy["start_ns"].to_numpy(), views_busy["end_ns"].to_numpy(), 0, span, bins):
+    for r in _coverage_rects(views_busy["start_ns"].to_numpy(), views_busy["end_ns"].to_numpy(), a0, a1, bins):
         busy[int(r[0]) : int(r[0] + r[1])] += r[2]
     win = bins // 10
     sums = np.convolve(busy, np.ones(win), mode="valid")
     a = int(np.argmax(sums))
-    return int(a * width), int((a + win) * width), "busiest tenth of the trace"
+    return int(a0 + a * width), int(a0 + (a + win) * width), "busiest tenth of the GPU active window"
+
+
+_TICK_UNITS = ((1_000_000_000, "s"), (1_000_000, "ms"), (1_000, "µs"), (1, "ns"))
 
 
 def _ticks(w0: int, w1: int, n: int = 8) -> list[dict[str, Any]]:
+    """Axis ticks on a 1-2-5 grid, every label in one unit with just enough decimals to tell neighbours apart;
+    labels near the edges are anchored inwards so none is clipped."""
     span = max(w1 - w0, 1)
     raw = span / n
     mag = 10 ** math.floor(math.log10(raw))
     step = next(m * mag for m in (1, 2, 5, 10) if m * mag >= raw)
-    first = math.ceil(w0 / step) * step
+    scale, unit = next(((sc, u) for sc, u in _TICK_UNITS if max(abs(w0), abs(w1)) >= sc), (1, "ns"))
+    decimals = min(max(0, -math.floor(math.log10(step / scale) + 1e-9)), 6)
     out = []
-    t = first
-    while t <= w1 and len(out) < 20:
-        out.append({"x": _x(t, w0, w1), "label": fmt_ns(t)})
-        t += step
+    k = math.ceil(w0 / step)
+    while k * step <= w1 and len(out) < 20:
+        t = k * step
+        x = _x(t, w0, w1)
+        anchor = "end" if x > GUTTER + PLOT_W - 40 else ("start" if x < GUTTER + 20 else "middle")
+        out.append({"x": x, "label": f"{t / scale:,.{decimals}f} {unit}", "anchor": anchor})
+        k += 1
     return out
 
 
@@ -345,6 +418,8 @@ def _window_lanes(views, w0: int, w1: int, devices: list[tuple[int, int]], many_
         if len(by_stream) > len(shown):
             lanes.append({"label": f"+{len(by_stream) - len(shown)} more streams", "kind": "note", "rects": [], "gaps": []})
     ranks = {r for r, _ in devices}
+    for rank in sorted(ranks)[:4]:
+        lanes += _host_lanes(views, rank, w0, w1, f"r{rank} " if many_ranks else "")
     rt = _in_window(views.runtime_calls, w0, w1)
     rt = rt[rt["rank"].isin(ranks).to_numpy()]
     if not rt.empty:
@@ -358,6 +433,51 @@ def _window_lanes(views, w0: int, w1: int, devices: list[tuple[int, int]], many_
             lanes.append({"label": f"r{rank} host CUDA API" if many_ranks else "host CUDA API", "kind": "host", "rects": rects, "gaps": []})
             if len(lanes) > 60:
                 break
+    return lanes
+
+
+#: Host lanes: what the host was doing in the window, so "data loading" or "optimizer step" can be seen.
+HOST_LANES = (("annotation", "host ranges", "a"), ("cpu_op", "CPU ops", "o"), ("python", "Python", "p"))
+MIN_LABEL_PX = 28  # rows narrower than this are drawn but not named
+MAX_LABELS_PER_LANE = 40
+
+
+def _host_lanes(views, rank: int, w0: int, w1: int, prefix: str = "") -> list[dict[str, Any]]:
+    """Per kind of host row (user ranges, framework ops, Python frames) one lane of coverage, with the longest
+    rows named where they fit: the outermost ones first, as they say what the step was doing."""
+    rows = views.host_rows_overlapping(rank, w0, w1, kinds=tuple(k for k, _, _ in HOST_LANES))
+    lanes: list[dict[str, Any]] = []
+    if rows.empty:
+        return lanes
+    kind = rows["kind"].astype(str).to_numpy()
+    for k, label, cls in HOST_LANES:
+        m = kind == k
+        if not m.any():
+            continue
+        r = rows[m]
+        st = r["start_ns"].to_numpy()
+        en = st + np.maximum(r["dur_ns"].to_numpy(), 0)
+        rects = [(GUTTER + x, w, lv, cls) for x, w, lv in _coverage_rects(st, en, w0, w1)]
+        scale = PLOT_W / max(w1 - w0, 1)
+        x0 = GUTTER + (np.clip(st, w0, w1) - w0) * scale
+        x1 = GUTTER + (np.clip(en, w0, w1) - w0) * scale
+        boxes: list[dict[str, Any]] = []
+        wide = np.flatnonzero(x1 - x0 >= MIN_LABEL_PX)
+        names = r["name"].astype(str).to_numpy()
+        taken: list[tuple[float, float]] = []
+        for i in wide[np.argsort(-(x1 - x0)[wide], kind="stable")]:
+            if len(boxes) >= MAX_LABELS_PER_LANE:
+                break
+            if any(a < x1[i] and x0[i] < b for a, b in taken):
+                continue  # nested or overlapping a longer named row
+            taken.append((float(x0[i]), float(x1[i])))
+            w = float(x1[i] - x0[i])
+            name = clean(names[i], 120)
+            chars = int((w - 6) / 5.6)
+            text = name if len(name) <= chars else (name[: chars - 1] + "…" if chars >= 4 else "")
+            boxes.append({"x": round(float(x0[i]), 2), "w": round(w, 2), "text": text,
+                          "title": f"{name}: {fmt_ns(int(en[i] - st[i]))} at {fmt_ns(int(st[i]))}"})
+        lanes.append({"label": f"{prefix}{label}", "kind": "hostop", "rects": rects, "gaps": [], "boxes": boxes})
     return lanes
 
 
@@ -381,8 +501,8 @@ def _instance(tl, views, f: Finding) -> dict[str, Any] | None:
         return None
     s, e = float(inst.start_ns), float(inst.end_ns)
     span = max(tl.span_ns, 1)
-    pad = max(0.6 * (e - s), 20_000.0)
-    w0, w1 = int(max(0.0, s - pad)), int(min(float(span), e + pad))
+    pad = max(0.25 * (e - s), 5_000.0)  # the instance fills about two thirds of the close-up, whatever its length
+    w0, w1 = int(max(0.0, s - pad)), int(max(min(float(span), e + pad), e))
     if w1 <= w0:
         return None
     act = views.gpu_activity
@@ -403,7 +523,8 @@ def _instance(tl, views, f: Finding) -> dict[str, Any] | None:
     lanes_end = _layout(lanes)
     x0 = _x(max(s, w0), w0, w1)
     return {
-        "title": f"Largest instance: {fmt_ns(e - s)} at {fmt_ns(s)}" if e > s else f"First instance: at {fmt_ns(s)}",
+        "title": (f"Largest instance: {fmt_ns(e - s)} at {fmt_ns(s)}" if e > s else f"First instance: at {fmt_ns(s)}")
+        + (f" ({clean(inst.label, 80)})" if inst.label else ""),
         "w0": w0,
         "w1": w1,
         "lanes": lanes,

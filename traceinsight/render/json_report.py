@@ -26,6 +26,8 @@ def to_dict(analysis: Analysis, max_evidence_rows: int | None = 50) -> dict[str,
         "trace": {
             "path": meta.path,
             "format": meta.source_format,
+            "framework": analysis.framework,
+            "generated": meta.extra.get("generated"),  # set for generated sample traces: GPU activity not measured
             "tool": meta.tool,
             "tool_version": meta.tool_version,
             "ranks": list(meta.ranks),

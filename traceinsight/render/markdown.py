@@ -16,7 +16,8 @@ from ..rule_api import fmt_ns
 from ..verdict import details, headline, ledger_of
 from ..sanitize import markdown_text
 from ..whatif import format_what_if
-from .common import baseline_sentence, baseline_tag, clean, format_cell
+from .. import advice
+from .common import baseline_sentence, baseline_tag, clean, column_label, format_cell
 from .ledger_view import markdown as ledger_markdown
 
 MAX_CHARS = 60_000
@@ -69,16 +70,15 @@ def _finding_block(n: int, f, with_evidence: bool) -> str:
         cols = [str(c) for c in ev.columns][:8]
         rows = ev.head(MAX_EVIDENCE_ROWS)[ev.columns[:8]]
         out += [f"<details><summary>Evidence ({len(rows)} of {len(ev)} rows)</summary>", ""]
-        out += ["| " + " | ".join(esc(c, 40) for c in cols) + " |", "|" + "---|" * len(cols)]
+        out += ["| " + " | ".join(esc(column_label(c), 40) for c in cols) + " |", "|" + "---|" * len(cols)]
         for row in rows.itertuples(index=False, name=None):
             out.append("| " + " | ".join(esc(format_cell(c, v, 120)[0], 120) for c, v in zip(cols, row)) + " |")
         out += ["", "</details>", ""]
-    for fw, label in (("pytorch", "PyTorch"), ("tensorflow", "TensorFlow")):
-        fx = f.fixes.get(fw)
-        if fx and fx.text.strip():
-            out += [f"**Fix in {label}:** {fx.text.strip()}", ""]
+    for fw, fx in f.fixes.items():  # traceinsight.advice ordered them: the trace's framework first
+        if fx.text.strip():
+            out += [f"**Fix in {esc(advice.label(fw), 30)}:** {fx.text.strip()}", ""]
             if fx.code.strip():
-                out += [_fence(fx.code.strip()), ""]
+                out += [_fence(fx.code.strip(), "cuda" if fw == "cuda" else "python"), ""]
     return "\n".join(out) + "\n"
 
 
@@ -107,6 +107,8 @@ def render(analysis: Analysis, html_name: str | None = None, max_chars: int = MA
     table = ledger_markdown(ledger_of(analysis))
     if table:
         head += [table]
+    if meta.extra.get("generated"):
+        head += [f"> Generated trace: {esc(meta.extra['generated'], 300)}. Its GPU activity was not measured.", ""]
     sentence = baseline_sentence(analysis)
     if sentence:
         head += [f"**Baseline:** {esc(sentence, 300)}.", ""]

@@ -71,6 +71,7 @@ class Trace(msgspec.Struct):
     roctracer_version: Any = None
     hip_runtime_version: Any = None
     trace_id: Any = None
+    traceinsight_sample: Any = None  # set by sample_traces/make_samples.py: what in the file was generated
 
 
 class LooseTrace(Trace):

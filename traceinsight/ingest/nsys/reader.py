@@ -355,6 +355,8 @@ def _read_conn(conn: sqlite3.Connection, path: Path, progress: ProgressFn | None
     meta = TraceMeta(source_format="nsys", path=str(path), tool="Nsight Systems", tool_version=meta_kv.get("EXPORT_PRODUCT_VERSION"))
     if meta_kv.get("EXPORT_SCHEMA_VERSION"):
         meta.extra["schema_version"] = meta_kv["EXPORT_SCHEMA_VERSION"]
+    if "traceinsight" in meta_kv.get("DERIVED_BY", ""):  # written by tests/helpers/nsys_writer.py, not by nsys
+        meta.extra["generated"] = f"every event generated ({meta_kv['DERIVED_BY']})"
     if not meta_kv:
         meta.warn("this nsys export has no export metadata table: the Nsight Systems version is unknown")
 
