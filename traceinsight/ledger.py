@@ -123,7 +123,8 @@ def _intersect(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray
     """Intersection of two merged interval sets."""
     if len(a[0]) == 0 or len(b[0]) == 0:
         return _EMPTY, _EMPTY
-    pts = np.unique(np.concatenate([a[0], a[1], b[0], b[1]]))
+    pts = np.sort(np.concatenate([a[0], a[1], b[0], b[1]]))
+    pts = pts[np.r_[True, pts[1:] != pts[:-1]]]
     left, right = pts[:-1], pts[1:]
     keep = _inside(*a, left) & _inside(*b, left)
     return _merged(left[keep], right[keep])
@@ -532,8 +533,10 @@ def _device_slices(
     pts = [np.array([w0, w1], np.int64), st_s, st_e]
     for _, (a, b) in sets:
         pts += [a, b]
-    p = np.unique(np.concatenate(pts))
-    p = p[(p >= w0) & (p <= w1)]
+    # sorted distinct edges inside the window: a sort and a neighbour test (np.unique hashes first, then sorts)
+    p = np.concatenate(pts)
+    p = np.sort(p[(p >= w0) & (p <= w1)])
+    p = p[np.r_[True, p[1:] != p[:-1]]]
     left, right = p[:-1], p[1:]
     label = np.full(len(left), _CODE[default], dtype=np.int64)
     todo = np.ones(len(left), dtype=bool)
@@ -676,17 +679,25 @@ def build_ledger(views: "Views") -> Ledger:
         }
     )
     # per (device, step): the same, with the step's part of the window as the base of pct
-    key = np.stack([dev_idx, step])
-    uniq, inv = np.unique(key, axis=1, return_inverse=True)
-    inv = np.asarray(inv).ravel()
-    smat = np.zeros((uniq.shape[1], nb), np.int64)
+    # groups of (device, step) in lexicographic order: one int64 key, one sort, a neighbour test (a 2-D
+    # ``np.unique(axis=1)`` sorts rows as structured records, many times slower)
+    s_lo = int(step.min()) if len(step) else 0
+    ck = dev_idx.astype(np.int64) * (int(step.max()) - s_lo + 1 if len(step) else 1) + (step - s_lo)
+    order = np.argsort(ck, kind="stable")
+    sk = ck[order]
+    first = np.r_[True, sk[1:] != sk[:-1]]
+    inv = np.empty(len(ck), np.int64)
+    inv[order] = np.cumsum(first) - 1
+    head = order[first]
+    u_dev, u_step = dev_idx[head], step[head]
+    smat = np.zeros((len(head), nb), np.int64)
     np.add.at(smat, (inv, label), ns)
     by_step = pd.DataFrame(
         {
-            "rank": np.repeat(k_rank[uniq[0]], nb),
-            "device": np.repeat(k_dev[uniq[0]], nb),
-            "step": np.repeat(uniq[1], nb),
-            "bucket": np.tile(np.array(BUCKETS, dtype=object), uniq.shape[1]),
+            "rank": np.repeat(k_rank[u_dev], nb),
+            "device": np.repeat(k_dev[u_dev], nb),
+            "step": np.repeat(u_step, nb),
+            "bucket": np.tile(np.array(BUCKETS, dtype=object), len(head)),
             "ns": smat.ravel(),
             "pct": (100.0 * smat / np.maximum(smat.sum(axis=1), 1)[:, None]).ravel(),
         }
