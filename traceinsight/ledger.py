@@ -449,8 +449,23 @@ def _within_frame(within: Any) -> pd.DataFrame:
         for c in cols:
             out[c] = within[c].to_numpy(dtype=float)
         return out
+    items = within if isinstance(within, list) else list(within)
+    if items and not any(isinstance(it, (tuple, list)) for it in items):
+        # instances (tens of thousands on a big trace): columns straight from attributes, no dict per row
+        def opt(name: str) -> np.ndarray:
+            vals = [getattr(it, name, None) for it in items]
+            return np.array([np.nan if v is None else float(v) for v in vals], dtype=float)
+
+        return pd.DataFrame(
+            {
+                "start_ns": np.array([int(it.start_ns) for it in items], dtype=np.int64),
+                "end_ns": np.array([int(it.end_ns) for it in items], dtype=np.int64),
+                "rank": opt("rank"),
+                "device": opt("device"),
+            }
+        )
     rows = []
-    for item in within:
+    for item in items:
         if isinstance(item, (tuple, list)):
             rows.append({"start_ns": int(item[0]), "end_ns": int(item[1])})
         else:
