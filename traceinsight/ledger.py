@@ -234,14 +234,18 @@ def warmup_regions(views: "Views", blocking: pd.DataFrame | None = None) -> pd.D
             code = names.cat.codes.to_numpy()[idx].astype(np.int64) if isinstance(names.dtype, pd.CategoricalDtype) else pd.factorize(names.to_numpy()[idx])[0]
             start = host["start_ns"].to_numpy()[idx]
             dur = host["dur_ns"].to_numpy()[idx]
-            order = np.lexsort((start, code, rank))
+            # one int64 group key for (rank, name code): a two-key lexsort instead of three
+            rc = (rank - rank.min()) * (int(code.max()) + 2) + (code + 1)
+            order = np.lexsort((start, rc))
             rank, code, start, dur, idx = rank[order], code[order], start[order], dur[order], idx[order]
             first = np.ones(len(idx), dtype=bool)
             first[1:] = (rank[1:] != rank[:-1]) | (code[1:] != code[:-1])
             group = np.cumsum(first) - 1
             # only groups whose first call is long enough can be warm-up: the median of the rest is needed there only
             long_first = first & (dur >= WARMUP_MIN_NS)
-            wanted = np.isin(group, group[long_first])
+            lf_group = np.zeros(int(group[-1]) + 1, dtype=bool)
+            lf_group[group[long_first]] = True
+            wanted = lf_group[group]
             rest = wanted & ~first
             if rest.any():
                 med = pd.Series(dur[rest]).groupby(group[rest]).median()
