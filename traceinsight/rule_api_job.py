@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Iterable
 
 import pandas as pd
 
-from .rule_api import Context, Finding, Fix, Instance, Location, Rule, Severity, as_instances
+from .rule_api import Context, Finding, Fix, Instance, Location, Rule, Severity, build_finding
 
 if TYPE_CHECKING:  # pragma: no cover
     from .job.reduce import Job
@@ -75,28 +75,10 @@ class JobContext:
 
         ``instances`` are on each rank's own clock (its trace's time frame): ``job.job.rank_ns`` converts.
         """
-        span = self.job.span_ns
-        step = self.job.step_ns
-        n_steps = self.job.step_count
-        impact_ns = int(max(impact_ns, 0))
-        return Finding(
-            code=self.rule.code,
-            rule_name=self.rule.name,
-            title=title,
-            severity=severity or self.rule.severity,
-            message=message,
-            impact_ns=impact_ns,
-            impact_pct_span=100.0 * impact_ns / span if span else 0.0,
-            impact_pct_step=(100.0 * impact_ns / n_steps / step) if step and n_steps else None,
-            evidence=evidence if evidence is not None else pd.DataFrame(),
-            fixes=fixes if fixes is not None else type(self.rule).fixes(),
-            location=location or Location(),
-            metrics=metrics or {},
-            key=key,
-            category=type(self.rule).category,
-            instances=as_instances(instances),
-            explains=list(explains),
-            what_if=what_if,
+        return build_finding(
+            self.rule, self.job.span_ns, self.job.step_ns, self.job.step_count,
+            title=title, message=message, impact_ns=impact_ns, evidence=evidence, location=location, severity=severity,
+            metrics=metrics, key=key, fixes=fixes, instances=instances, explains=explains, what_if=what_if,
         )
 
 
