@@ -25,9 +25,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Iterable
 
-import pandas as pd
 
-from .rule_api import Context, Finding, Fix, Instance, Location, Rule, Severity, build_finding
+from .rule_api import Context, Finding, Rule, build_finding
 
 if TYPE_CHECKING:  # pragma: no cover
     from .job.reduce import Job
@@ -55,31 +54,13 @@ class JobContext:
         self.rule = rule
         self.options = dict(rule.values)
 
-    def finding(
-        self,
-        *,
-        title: str,
-        message: str,
-        impact_ns: int = 0,
-        evidence: pd.DataFrame | None = None,
-        location: Location | None = None,
-        severity: Severity | None = None,
-        metrics: dict[str, Any] | None = None,
-        key: str = "",
-        fixes: dict[str, Fix] | None = None,
-        instances: "Iterable[Instance] | pd.DataFrame | None" = None,
-        explains: Iterable[str] = (),
-        what_if: dict[str, Any] | None = None,
-    ) -> Finding:
-        """A Finding with this rule's code and fixes; percentages are of the job's typical rank window and step.
+    def finding(self, **kwargs: Any) -> Finding:
+        """``Context.finding`` for cross-rank rules (the same keywords); percentages are of the job's typical rank
+        window and step.
 
         ``instances`` are on each rank's own clock (its trace's time frame): ``job.job.rank_ns`` converts.
         """
-        return build_finding(
-            self.rule, self.job.span_ns, self.job.step_ns, self.job.step_count,
-            title=title, message=message, impact_ns=impact_ns, evidence=evidence, location=location, severity=severity,
-            metrics=metrics, key=key, fixes=fixes, instances=instances, explains=explains, what_if=what_if,
-        )
+        return build_finding(self.rule, self.job.span_ns, self.job.step_ns, self.job.step_count, **kwargs)
 
 
 def job_of(ctx: Context) -> "Job":
