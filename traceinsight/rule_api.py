@@ -328,29 +328,54 @@ class Context:
         what_if: dict[str, Any] | None = None,
     ) -> Finding:
         """A Finding filled with this rule's code, severity and fixes, and impact percentages derived here."""
-        span = self.views.span_ns
-        step = self.views.mean_step_ns
-        n_steps = self.views.step_count
-        impact_ns = int(max(impact_ns, 0))
-        return Finding(
-            code=self.rule.code,
-            rule_name=self.rule.name,
-            title=title,
-            severity=severity or self.rule.severity,
-            message=message,
-            impact_ns=impact_ns,
-            impact_pct_span=100.0 * impact_ns / span if span else 0.0,
-            impact_pct_step=(100.0 * impact_ns / n_steps / step) if step and n_steps else None,
-            evidence=evidence if evidence is not None else pd.DataFrame(),
-            fixes=fixes if fixes is not None else type(self.rule).fixes(),
-            location=location or Location(),
-            metrics=metrics or {},
-            key=key,
-            category=type(self.rule).category,
-            instances=as_instances(instances),
-            explains=list(explains),
-            what_if=what_if,
+        return build_finding(
+            self.rule, self.views.span_ns, self.views.mean_step_ns, self.views.step_count,
+            title=title, message=message, impact_ns=impact_ns, evidence=evidence, location=location, severity=severity,
+            metrics=metrics, key=key, fixes=fixes, instances=instances, explains=explains, what_if=what_if,
         )
+
+
+def build_finding(
+    rule: Rule,
+    span_ns: float,
+    step_ns: float | None,
+    n_steps: int,
+    *,
+    title: str,
+    message: str,
+    impact_ns: int = 0,
+    evidence: pd.DataFrame | None = None,
+    location: Location | None = None,
+    severity: Severity | None = None,
+    metrics: dict[str, Any] | None = None,
+    key: str = "",
+    fixes: dict[str, Fix] | None = None,
+    instances: "Iterable[Instance] | pd.DataFrame | None" = None,
+    explains: Iterable[str] = (),
+    what_if: dict[str, Any] | None = None,
+) -> Finding:
+    """One home for filling a Finding from its rule: the per-timeline and the cross-rank contexts both call it, each
+    with the span and step it measures percentages against."""
+    impact_ns = int(max(impact_ns, 0))
+    return Finding(
+        code=rule.code,
+        rule_name=rule.name,
+        title=title,
+        severity=severity or rule.severity,
+        message=message,
+        impact_ns=impact_ns,
+        impact_pct_span=100.0 * impact_ns / span_ns if span_ns else 0.0,
+        impact_pct_step=(100.0 * impact_ns / n_steps / step_ns) if step_ns and n_steps else None,
+        evidence=evidence if evidence is not None else pd.DataFrame(),
+        fixes=fixes if fixes is not None else type(rule).fixes(),
+        location=location or Location(),
+        metrics=metrics or {},
+        key=key,
+        category=type(rule).category,
+        instances=as_instances(instances),
+        explains=list(explains),
+        what_if=what_if,
+    )
 
 
 def fmt_ns(ns: float) -> str:

@@ -25,9 +25,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Iterable
 
-import pandas as pd
 
-from .rule_api import Context, Finding, Fix, Instance, Location, Rule, Severity, as_instances
+from .rule_api import Context, Finding, Rule, build_finding
 
 if TYPE_CHECKING:  # pragma: no cover
     from .job.reduce import Job
@@ -55,49 +54,13 @@ class JobContext:
         self.rule = rule
         self.options = dict(rule.values)
 
-    def finding(
-        self,
-        *,
-        title: str,
-        message: str,
-        impact_ns: int = 0,
-        evidence: pd.DataFrame | None = None,
-        location: Location | None = None,
-        severity: Severity | None = None,
-        metrics: dict[str, Any] | None = None,
-        key: str = "",
-        fixes: dict[str, Fix] | None = None,
-        instances: "Iterable[Instance] | pd.DataFrame | None" = None,
-        explains: Iterable[str] = (),
-        what_if: dict[str, Any] | None = None,
-    ) -> Finding:
-        """A Finding with this rule's code and fixes; percentages are of the job's typical rank window and step.
+    def finding(self, **kwargs: Any) -> Finding:
+        """``Context.finding`` for cross-rank rules (the same keywords); percentages are of the job's typical rank
+        window and step.
 
         ``instances`` are on each rank's own clock (its trace's time frame): ``job.job.rank_ns`` converts.
         """
-        span = self.job.span_ns
-        step = self.job.step_ns
-        n_steps = self.job.step_count
-        impact_ns = int(max(impact_ns, 0))
-        return Finding(
-            code=self.rule.code,
-            rule_name=self.rule.name,
-            title=title,
-            severity=severity or self.rule.severity,
-            message=message,
-            impact_ns=impact_ns,
-            impact_pct_span=100.0 * impact_ns / span if span else 0.0,
-            impact_pct_step=(100.0 * impact_ns / n_steps / step) if step and n_steps else None,
-            evidence=evidence if evidence is not None else pd.DataFrame(),
-            fixes=fixes if fixes is not None else type(self.rule).fixes(),
-            location=location or Location(),
-            metrics=metrics or {},
-            key=key,
-            category=type(self.rule).category,
-            instances=as_instances(instances),
-            explains=list(explains),
-            what_if=what_if,
-        )
+        return build_finding(self.rule, self.job.span_ns, self.job.step_ns, self.job.step_count, **kwargs)
 
 
 def job_of(ctx: Context) -> "Job":
