@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from traceinsight.patterns import COLLECTIVE, DATA_WAIT_PRIMARY, DATA_WAIT_TFDATA, SYNC_CALL, SYNC_OP  # noqa: F401  (one home, shared with the ledger)
-from traceinsight.views import Coverage, name_mask  # noqa: F401  (re-exported for the rules)
+from traceinsight.views import Coverage, merge_intervals, name_mask  # noqa: F401  (re-exported for the rules)
 
 # --- name patterns ---------------------------------------------------------------------------------------
 #: Host ranges that mean "waiting for input": PyTorch DataLoader iteration, tf.data / TF iterator ops.
@@ -415,19 +415,24 @@ def request_boundary_gaps(views, gaps: pd.DataFrame) -> np.ndarray:
     calls = calls[calls["rank"].map(inference).to_numpy(dtype=bool)]
     if calls.empty:
         return out
-    calls = calls[closing_syncs(calls, views.steps, views.launches)]
-    g_rank = gaps["rank"].to_numpy()
-    g_start = gaps["start_ns"].to_numpy(dtype=np.int64)
-    for rank, c in calls.groupby("rank", sort=False):
-        m = g_rank == rank
+    return starts_inside(gaps, calls[closing_syncs(calls, views.steps, views.launches)])
+
+
+def starts_inside(rows: pd.DataFrame, intervals: pd.DataFrame) -> np.ndarray:
+    """For each row (rank, start_ns): does it start inside one of ``intervals`` (rank, start_ns, dur_ns) of the same
+    rank, end included? (A gap that opens while the host is blocked in a call belongs to that call.)"""
+    out = np.zeros(len(rows), dtype=bool)
+    if rows.empty or intervals.empty:
+        return out
+    r_rank = rows["rank"].to_numpy()
+    r_start = rows["start_ns"].to_numpy(dtype=np.int64)
+    for rank, c in intervals.groupby("rank", sort=False, observed=True):
+        m = r_rank == rank
         if not m.any():
             continue
         cs = c["start_ns"].to_numpy(dtype=np.int64)
-        order = np.argsort(cs)
-        cs = cs[order]
-        ce = c["end_ns"].to_numpy(dtype=np.int64)[order]
-        run_end = np.maximum.accumulate(ce)
-        gs = g_start[m]
-        j = np.searchsorted(cs, gs, side="right") - 1
-        out[np.flatnonzero(m)] = (j >= 0) & (gs <= run_end[np.clip(j, 0, None)])
+        ms, me = merge_intervals(cs, cs + c["dur_ns"].to_numpy(dtype=np.int64))
+        rs = r_start[m]
+        j = np.searchsorted(ms, rs, side="right") - 1
+        out[np.flatnonzero(m)] = (j >= 0) & (rs <= me[np.clip(j, 0, None)])
     return out

@@ -7,9 +7,8 @@ import pandas as pd
 
 from traceinsight.rule_api import Fix, Location, Option, Rule, Severity, fmt_ns
 
-from traceinsight.views import merge_intervals
 
-from ._common import SYNC_CALL, innermost_enclosing, lookup, name_mask, short_name, user_code_sentence, user_frames_at
+from ._common import SYNC_CALL, innermost_enclosing, lookup, name_mask, short_name, starts_inside, user_code_sentence, user_frames_at
 
 
 class TinyKernels(Rule):
@@ -226,22 +225,7 @@ def _next_work_queued(views, gaps: pd.DataFrame) -> np.ndarray:
 
 def _starts_in_sync(host: pd.DataFrame, gaps: pd.DataFrame) -> np.ndarray:
     """Gaps whose start falls inside a blocking runtime call of the same rank (the queue drained under a sync)."""
-    out = np.zeros(len(gaps), dtype=bool)
     if gaps.empty or host.empty:
-        return out
+        return np.zeros(len(gaps), dtype=bool)
     rt = host[(host["kind"] == "runtime").to_numpy()]
-    sync = rt[name_mask(rt["name"], SYNC_CALL)]
-    if sync.empty:
-        return out
-    g_rank = gaps["rank"].to_numpy()
-    g_start = gaps["start_ns"].to_numpy(dtype=np.int64)
-    for rank, c in sync.groupby("rank", sort=False):
-        m = g_rank == rank
-        if not m.any():
-            continue
-        cs = c["start_ns"].to_numpy(dtype=np.int64)
-        ms, me = merge_intervals(cs, cs + c["dur_ns"].to_numpy(dtype=np.int64))
-        gs = g_start[m]
-        j = np.searchsorted(ms, gs, side="right") - 1
-        out[np.flatnonzero(m)] = (j >= 0) & (gs <= me[np.clip(j, 0, None)])
-    return out
+    return starts_inside(gaps, rt[name_mask(rt["name"], SYNC_CALL)])
