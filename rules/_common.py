@@ -92,36 +92,49 @@ def _rightmost_at_least(values: np.ndarray, hi: np.ndarray, q: np.ndarray) -> np
     return np.where(valid, ans, -1)
 
 
+def _group_keys(a: pd.DataFrame, b: pd.DataFrame, cols: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """One int64 key per row of ``a`` and of ``b`` for the tuple of ``cols`` (equal tuples, equal keys)."""
+    key = np.zeros(len(a) + len(b), np.int64)
+    for c in cols:
+        codes, uniq = pd.factorize(np.concatenate([a[c].to_numpy(np.int64), b[c].to_numpy(np.int64)]))
+        key = key * (len(uniq) + 1) + codes
+    return key[: len(a)], key[len(a):]
+
+
 def innermost_enclosing(queries: pd.DataFrame, candidates: pd.DataFrame) -> np.ndarray:
     """Row label in ``candidates`` of the innermost range on the same (rank, pid, tid) containing each query row.
 
     "Innermost" = the latest-starting candidate with start <= query start and end >= query end; properly nested
     ranges make that the deepest one. Returns an object array of labels (None where nothing encloses).
+    Grouped by sorting one int64 key: no per-group copies of the candidate frame.
     """
     out = np.full(len(queries), None, dtype=object)
     if queries.empty or candidates.empty:
         return out
-    keys = ["rank", "pid", "tid"]
-    candidates = candidates[[*keys, "start_ns", "dur_ns"]]  # the groups below copy only what they use
-    q_pos = np.arange(len(queries))
-    qk = queries[keys].assign(_pos=q_pos, _s=queries["start_ns"].to_numpy(), _e=(queries["start_ns"] + queries["dur_ns"]).to_numpy())
-    cgroups = {k: g for k, g in candidates.groupby(keys, observed=True, sort=False)}
-    for k, qg in qk.groupby(keys, observed=True, sort=False):
-        cg = cgroups.get(k)
-        if cg is None:
+    qkey, ckey = _group_keys(queries, candidates, ["rank", "pid", "tid"])
+    cs_all = candidates["start_ns"].to_numpy(np.int64)
+    ce_all = cs_all + candidates["dur_ns"].to_numpy(np.int64)
+    order = np.lexsort((-ce_all, cs_all, ckey))  # by group, then outer before inner at equal starts
+    ck, cs_all, ce_all = ckey[order], cs_all[order], ce_all[order]
+    labels_all = candidates.index.to_numpy()[order]
+    qs_all = queries["start_ns"].to_numpy(np.int64)
+    qe_all = qs_all + queries["dur_ns"].to_numpy(np.int64)
+    qorder = np.argsort(qkey, kind="stable")
+    qk = qkey[qorder]
+    bounds = np.flatnonzero(np.r_[True, qk[1:] != qk[:-1], True])
+    for a, b in zip(bounds[:-1], bounds[1:]):
+        lo, hi = np.searchsorted(ck, qk[a], side="left"), np.searchsorted(ck, qk[a], side="right")
+        if lo == hi:
             continue
-        cs = cg["start_ns"].to_numpy()
-        ce = cs + cg["dur_ns"].to_numpy()
-        order = np.lexsort((-ce, cs))  # outer before inner at equal starts
-        cs, ce, labels = cs[order], ce[order], cg.index.to_numpy()[order]
-        qs = qg["_s"].to_numpy()
-        qe = qg["_e"].to_numpy()
-        hi = np.searchsorted(cs, qs, side="right")
-        idx = _rightmost_at_least(ce, hi, qe)
+        cs, ce, labels = cs_all[lo:hi], ce_all[lo:hi], labels_all[lo:hi]
+        pos = qorder[a:b]
+        qs, qe = qs_all[pos], qe_all[pos]
+        h = np.searchsorted(cs, qs, side="right")
+        idx = _rightmost_at_least(ce, h, qe)
         got = idx >= 0
-        res = np.full(len(qg), None, dtype=object)
+        res = np.full(len(pos), None, dtype=object)
         res[got] = labels[idx[got]]
-        out[qg["_pos"].to_numpy()] = res
+        out[pos] = res
     return out
 
 
@@ -371,6 +384,82 @@ def is_inference(events: pd.DataFrame, rank: int) -> bool:
     return not bool(name_mask(host["name"], TRAINING_OP, case=True).any())
 
 
+def inference_ranks(views) -> frozenset[int]:
+    """The ranks that run inference (``is_inference``), for all ranks at once: one name test per distinct name,
+    no per-rank copy of the host rows. Cached on the views."""
+    cached = views.__dict__.get("_inference_ranks")
+    if cached is not None:
+        return cached
+    host = views.host_events
+    rank = host["rank"].to_numpy()
+    training = name_mask(host["name"], TRAINING_OP, case=True)
+    out = frozenset(int(r) for r in np.unique(rank)) - frozenset(int(r) for r in np.unique(rank[training]))
+    views.__dict__["_inference_ranks"] = out
+    return out
+
+
+def host_columns(views) -> dict[str, np.ndarray]:
+    """The host rows' rank, start, end and kind as plain arrays (cached): masks are built on these and only the
+    selected rows' few columns are taken, never a row selection of the wide host frame."""
+    cached = views.__dict__.get("_host_columns")
+    if cached is not None:
+        return cached
+    host = views.host_events
+    start = host["start_ns"].to_numpy()
+    out = {"rank": host["rank"].to_numpy(), "start_ns": start, "dur_ns": host["dur_ns"].to_numpy(), "end_ns": start + host["dur_ns"].to_numpy()}
+    views.__dict__["_host_columns"] = out
+    return out
+
+
+def kind_mask(frame: pd.DataFrame, kinds: "str | tuple[str, ...]") -> np.ndarray:
+    """Rows of ``frame`` whose kind is one of ``kinds``, compared on the categorical codes."""
+    kinds = (kinds,) if isinstance(kinds, str) else tuple(kinds)
+    kind = frame["kind"]
+    if isinstance(kind.dtype, pd.CategoricalDtype):
+        hit = np.asarray([c in kinds for c in kind.cat.categories], dtype=bool)
+        codes = kind.cat.codes.to_numpy()
+        out = np.zeros(len(kind), dtype=bool)
+        ok = codes >= 0
+        out[ok] = hit[codes[ok]]
+        return out
+    return kind.isin(kinds).to_numpy()
+
+
+def sync_calls(views) -> pd.DataFrame:
+    """The blocking runtime calls (``SYNC_CALL``) of the host: rank, start_ns, dur_ns, end_ns (cached)."""
+    cached = views.__dict__.get("_sync_calls")
+    if cached is not None:
+        return cached
+    host = views.host_events
+    m = kind_mask(host, "runtime")
+    if m.any():
+        m &= name_mask(host["name"], SYNC_CALL)
+    hc = host_columns(views)
+    out = pd.DataFrame({c: hc[c][m] for c in ("rank", "start_ns", "dur_ns", "end_ns")})
+    views.__dict__["_sync_calls"] = out
+    return out
+
+
+def ledger_gaps(views) -> pd.DataFrame:
+    """The ledger's gaps (next launch, ns per idle bucket, cause) row for row with ``views.gaps`` (same index).
+
+    Both cut each device's window the same way, so the frames normally agree row for row and this is the
+    ledger's frame as is; otherwise the rows are matched on (rank, device, start_ns, end_ns). Cached.
+    """
+    cached = views.__dict__.get("_ledger_gaps")
+    if cached is not None:
+        return cached
+    gaps = views.gaps
+    lg = views.ledger.gaps
+    keys = ["rank", "device", "start_ns", "end_ns"]
+    if len(lg) == len(gaps) and all(np.array_equal(lg[c].to_numpy(np.int64), gaps[c].to_numpy(np.int64)) for c in keys):
+        out = lg.set_axis(gaps.index)
+    else:
+        out = gaps[keys].merge(lg.drop_duplicates(keys), on=keys, how="left").set_axis(gaps.index)
+    views.__dict__["_ledger_gaps"] = out
+    return out
+
+
 def closing_syncs(stalls: pd.DataFrame, steps: pd.DataFrame, launches: pd.DataFrame) -> np.ndarray:
     """Stalls that close their step: no GPU work is launched by the rank after the call and before the step ends.
 
@@ -404,15 +493,10 @@ def request_boundary_gaps(views, gaps: pd.DataFrame) -> np.ndarray:
     out = np.zeros(len(gaps), dtype=bool)
     if gaps.empty or views.steps.empty:
         return out
-    ev = views.events
-    host = views.host_events
-    rt = host[(host["kind"] == "runtime").to_numpy()]
-    calls = rt[name_mask(rt["name"], SYNC_CALL)]
+    calls = sync_calls(views)
     if calls.empty:
         return out
-    calls = calls.assign(end_ns=calls["start_ns"] + calls["dur_ns"])
-    inference = {int(r): is_inference(ev, int(r)) for r in calls["rank"].unique()}
-    calls = calls[calls["rank"].map(inference).to_numpy(dtype=bool)]
+    calls = calls[np.isin(calls["rank"].to_numpy(), np.fromiter(inference_ranks(views), dtype=np.int64))]
     if calls.empty:
         return out
     return starts_inside(gaps, calls[closing_syncs(calls, views.steps, views.launches)])
