@@ -203,13 +203,20 @@ def user_frames_at(queries: pd.DataFrame, events: pd.DataFrame, host: pd.DataFra
     if "stack" in events and "stack" in queries:
         own = queries["stack"].astype(object).to_numpy()
         out[:] = [innermost_user_frame(x) for x in own]
-    py = host[(host["kind"] == "python").to_numpy()]
-    if py.empty:
+    is_py = kind_mask(host, "python")
+    if not is_py.any():
         return out
-    names = py["name"]
-    codes, cats = (names.cat.codes.to_numpy(), names.cat.categories) if hasattr(names, "cat") else pd.factorize(names)
-    user = np.array([user_frame(c) is not None for c in cats], dtype=bool)
-    py = py[(codes >= 0) & user[np.maximum(codes, 0)]]
+    pos = np.flatnonzero(is_py)
+    names = host["name"]
+    if hasattr(names, "cat"):
+        codes, cats = names.cat.codes.to_numpy()[pos], names.cat.categories
+    else:
+        codes, cats = pd.factorize(names.to_numpy()[pos])
+    user = np.zeros(len(cats), dtype=bool)
+    seen = np.unique(codes[codes >= 0])  # only the names the Python rows use (a categorical holds every name)
+    user[seen] = [user_frame(cats[c]) is not None for c in seen]
+    # only the columns innermost_enclosing reads, and only the user frames' rows
+    py = host[["rank", "pid", "tid", "start_ns", "dur_ns"]].iloc[pos[(codes >= 0) & user[np.maximum(codes, 0)]]]
     enc = innermost_enclosing(queries, py)
     found = lookup(events["name"], enc)
     missing = pd.isna(out)
@@ -336,7 +343,7 @@ def warmup_gaps(views, *, min_share_pct: float = 5.0, dominant_pct: float = 50.0
         cache[key] = pd.DataFrame({c: [] for c in cols})
         return cache[key]
     # the head of each device's run: before the rank's second step, else before a tenth of its GPU operations
-    act = views.gpu_activity
+    act = views.gpu_activity[["rank", "device", "start_ns"]]  # the groups below copy only what they use
     head_end = {}
     n_ops = {}
     steps = views.steps
@@ -354,8 +361,8 @@ def warmup_gaps(views, *, min_share_pct: float = 5.0, dominant_pct: float = 50.0
         cache[key] = pd.DataFrame({c: [] for c in cols})
         return cache[key]
     host = views.host_events
-    host = host[host["kind"].isin(("runtime", "cpu_op", "annotation", "python", "other")).to_numpy()]
-    init = host[name_mask(host["name"], INIT_CALL)]
+    m = kind_mask(host, ("runtime", "cpu_op", "annotation", "python", "other")) & name_mask(host["name"], INIT_CALL)
+    init = host[["rank", "name", "start_ns", "dur_ns"]].iloc[np.flatnonzero(m)]  # only the start-up calls' rows
     calls = []
     for row in g.itertuples(index=False):
         m = (init["rank"].to_numpy() == row.rank) & (init["start_ns"].to_numpy() < row.end_ns) & ((init["start_ns"] + init["dur_ns"]).to_numpy() > row.start_ns)
@@ -376,17 +383,11 @@ def warmup_gaps(views, *, min_share_pct: float = 5.0, dominant_pct: float = 50.0
 TRAINING_OP = r"backward|Backward|autograd::engine|Optimizer\.step|optimizer\.step|apply_gradients|ResourceApply|gradient_tape|SGD|Adam"
 
 
-def is_inference(events: pd.DataFrame, rank: int) -> bool:
-    """No backward pass or optimizer step on the rank's host: it runs inference (or a benchmark of one)."""
-    host = events[(events["device"].to_numpy() < 0) & (events["rank"].to_numpy() == rank)]
-    if host.empty:
-        return False
-    return not bool(name_mask(host["name"], TRAINING_OP, case=True).any())
-
-
 def inference_ranks(views) -> frozenset[int]:
-    """The ranks that run inference (``is_inference``), for all ranks at once: one name test per distinct name,
-    no per-rank copy of the host rows. Cached on the views."""
+    """The ranks that run inference (or a benchmark of it): no backward pass or optimizer step on the rank's host.
+
+    All ranks at once, one name test per distinct name, no per-rank copy of the host rows; a rank without host
+    rows is not called inference. Cached on the views."""
     cached = views.__dict__.get("_inference_ranks")
     if cached is not None:
         return cached

@@ -12,7 +12,7 @@ from traceinsight.rule_api import Fix, Location, Option, Rule, Severity, fmt_ns
 
 from traceinsight.tf_signals import recurrent_loop_signature
 
-from ._common import Coverage, name_mask
+from ._common import Coverage, kind_mask, name_mask
 
 CUDNN_KERNEL = re.compile(r"RNN_blockPersist|persistRNN|elemWiseRNNcell|LSTM_elementWise|GRU_elementWise|RNN_elementWise|GENERIC_elementWise|cudnn::rnn|miopen.*rnn", re.I)
 CUDNN_OP = re.compile(r"aten::_cudnn_rnn|aten::miopen_rnn|CudnnRNN|CudnnRnnBackward")
@@ -59,8 +59,7 @@ def detect_rnn(events: pd.DataFrame) -> RnnDetection:
     if events.empty:
         return det
     names = events["name"]
-    kind = events["kind"].astype(object).to_numpy()
-    is_kernel = kind == "kernel"
+    is_kernel = kind_mask(events, "kernel")  # on the categorical codes, not 10^6 Python strings
     is_host = events["device"].to_numpy() < 0
     det.cudnn_kernels = int((name_mask(names, CUDNN_KERNEL) & is_kernel).sum())
     det.cudnn_ops = int((name_mask(names, CUDNN_OP) & is_host).sum())
@@ -90,7 +89,9 @@ def detect_rnn(events: pd.DataFrame) -> RnnDetection:
         det.tf_timesteps = int((tf & name_mask(names, TF_TIMESTEP)).sum())
         # LSTM/GRU bodies run two MatMuls per step (input and recurrent); count steps, not GEMMs
         det.tf_timesteps = max(det.tf_timesteps // 2, 1)
-    fb = cell_op | tf | events.index.isin(layer_fb)
+    fb = cell_op | tf
+    if len(layer_fb):
+        fb = fb | events.index.isin(layer_fb)
     det.fallback_rows = events.index[fb]
     if fb.any():
         det.fallback_names = {str(k): int(v) for k, v in events.loc[fb, "name"].astype(str).value_counts().head(8).items()}
