@@ -70,6 +70,26 @@ def _rightmost_at_least(values: np.ndarray, hi: np.ndarray, q: np.ndarray) -> np
     n = len(values)
     if n == 0:
         return np.full(len(q), -1)
+    # the answer is usually among the last few candidates (a call sits in the op that started just before it):
+    # probe those first, and build the table only for the queries still open
+    out = np.full(len(q), -1)
+    open_ = np.arange(len(q))
+    for back in range(1, 9):
+        i = hi[open_] - back
+        ok = i >= 0
+        found = np.zeros(len(open_), dtype=bool)
+        found[ok] = values[i[ok]] >= q[open_[ok]]
+        out[open_[found]] = i[found]
+        open_ = open_[~found & ok]
+        if not len(open_):
+            return out
+    out[open_] = _rightmost_at_least_table(values, hi[open_], q[open_])
+    return out
+
+
+def _rightmost_at_least_table(values: np.ndarray, hi: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """``_rightmost_at_least`` by binary lifting over a sparse max table."""
+    n = len(values)
     table = [values]
     k = 1
     while (1 << k) <= n:
@@ -114,7 +134,8 @@ def innermost_enclosing(queries: pd.DataFrame, candidates: pd.DataFrame) -> np.n
     qkey, ckey = _group_keys(queries, candidates, ["rank", "pid", "tid"])
     cs_all = candidates["start_ns"].to_numpy(np.int64)
     ce_all = cs_all + candidates["dur_ns"].to_numpy(np.int64)
-    order = np.lexsort((-ce_all, cs_all, ckey))  # by group, then outer before inner at equal starts
+    order = np.flatnonzero(np.isin(ckey, np.unique(qkey)))  # only threads that have queries
+    order = order[np.lexsort((-ce_all[order], cs_all[order], ckey[order]))]  # by group, then outer before inner at equal starts
     ck, cs_all, ce_all = ckey[order], cs_all[order], ce_all[order]
     labels_all = candidates.index.to_numpy()[order]
     qs_all = queries["start_ns"].to_numpy(np.int64)
