@@ -126,9 +126,20 @@ def innermost_enclosing(queries: pd.DataFrame, candidates: pd.DataFrame) -> np.n
 
     "Innermost" = the latest-starting candidate with start <= query start and end >= query end; properly nested
     ranges make that the deepest one. Returns an object array of labels (None where nothing encloses).
-    Grouped by sorting one int64 key: no per-group copies of the candidate frame.
     """
     out = np.full(len(queries), None, dtype=object)
+    pos = innermost_positions(queries, candidates)
+    got = pos >= 0
+    out[got] = candidates.index.to_numpy()[pos[got]]
+    return out
+
+
+def innermost_positions(queries: pd.DataFrame, candidates: pd.DataFrame) -> np.ndarray:
+    """``innermost_enclosing`` as positions in ``candidates`` (-1 where nothing encloses): no labels boxed.
+
+    Grouped by sorting one int64 key: no per-group copies of the candidate frame.
+    """
+    out = np.full(len(queries), -1, np.int64)
     if queries.empty or candidates.empty:
         return out
     qkey, ckey = _group_keys(queries, candidates, ["rank", "pid", "tid"])
@@ -137,7 +148,6 @@ def innermost_enclosing(queries: pd.DataFrame, candidates: pd.DataFrame) -> np.n
     order = np.flatnonzero(np.isin(ckey, np.unique(qkey)))  # only threads that have queries
     order = order[np.lexsort((-ce_all[order], cs_all[order], ckey[order]))]  # by group, then outer before inner at equal starts
     ck, cs_all, ce_all = ckey[order], cs_all[order], ce_all[order]
-    labels_all = candidates.index.to_numpy()[order]
     qs_all = queries["start_ns"].to_numpy(np.int64)
     qe_all = qs_all + queries["dur_ns"].to_numpy(np.int64)
     qorder = np.argsort(qkey, kind="stable")
@@ -147,15 +157,11 @@ def innermost_enclosing(queries: pd.DataFrame, candidates: pd.DataFrame) -> np.n
         lo, hi = np.searchsorted(ck, qk[a], side="left"), np.searchsorted(ck, qk[a], side="right")
         if lo == hi:
             continue
-        cs, ce, labels = cs_all[lo:hi], ce_all[lo:hi], labels_all[lo:hi]
         pos = qorder[a:b]
-        qs, qe = qs_all[pos], qe_all[pos]
-        h = np.searchsorted(cs, qs, side="right")
-        idx = _rightmost_at_least(ce, h, qe)
+        h = np.searchsorted(cs_all[lo:hi], qs_all[pos], side="right")
+        idx = _rightmost_at_least(ce_all[lo:hi], h, qe_all[pos])
         got = idx >= 0
-        res = np.full(len(pos), None, dtype=object)
-        res[got] = labels[idx[got]]
-        out[pos] = res
+        out[pos[got]] = order[lo + idx[got]]
     return out
 
 
@@ -438,12 +444,9 @@ def kind_mask(frame: pd.DataFrame, kinds: "str | tuple[str, ...]") -> np.ndarray
     kinds = (kinds,) if isinstance(kinds, str) else tuple(kinds)
     kind = frame["kind"]
     if isinstance(kind.dtype, pd.CategoricalDtype):
-        hit = np.asarray([c in kinds for c in kind.cat.categories], dtype=bool)
-        codes = kind.cat.codes.to_numpy()
-        out = np.zeros(len(kind), dtype=bool)
-        ok = codes >= 0
-        out[ok] = hit[codes[ok]]
-        return out
+        # one lookup per row; a missing kind (code -1) reads the False appended at the end
+        hit = np.asarray([c in kinds for c in kind.cat.categories] + [False], dtype=bool)
+        return hit[kind.cat.codes.to_numpy()]
     return kind.isin(kinds).to_numpy()
 
 

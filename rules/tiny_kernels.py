@@ -8,7 +8,7 @@ import pandas as pd
 from traceinsight.rule_api import Fix, Location, Option, Rule, Severity, fmt_ns
 
 
-from ._common import innermost_enclosing, kind_mask, ledger_gaps, lookup, short_name, starts_inside, sync_calls, user_code_sentence, user_frames_at
+from ._common import innermost_positions, kind_mask, ledger_gaps, short_name, starts_inside, sync_calls, user_code_sentence, user_frames_at
 
 
 class TinyKernels(Rule):
@@ -216,20 +216,26 @@ class TinyKernels(Rule):
         shown_code = np.zeros(len(codes), dtype=bool)
         shown_code[pd.Index(names).get_indexer(agg.index)] = True
         rows = np.flatnonzero(shown_code[inv])
-        launched_by = np.full(len(rows), "(unknown)", dtype=object)
+        # the framework op around each launch call, as a name code (-1: none, or no name)
+        op_code = np.full(len(rows), -1, np.int64)
         li = launch_idx[rows]
         has = ~np.isnan(li)
         if has.any():
             ev = ctx.events
             span_cols = ["rank", "pid", "tid", "start_ns", "dur_ns"]  # all innermost_enclosing reads
             launch_rows = ev.loc[li[has].astype(np.int64), span_cols]
-            ops = ctx.views.host_events
-            ops = ops[span_cols].iloc[np.flatnonzero(kind_mask(ops, "cpu_op"))]
-            found = lookup(ev["name"], innermost_enclosing(launch_rows, ops))
-            launched_by[has] = np.where(pd.isna(found), "(unknown)", found)
+            host = ctx.views.host_events
+            cpu_ops = np.flatnonzero(kind_mask(host, "cpu_op"))
+            enc = innermost_positions(launch_rows, host[span_cols].iloc[cpu_ops])
+            h_codes, h_cats = _codes(host["name"], missing=-1)
+            got = enc >= 0
+            found = np.full(len(enc), -1, np.int64)
+            found[got] = h_codes[cpu_ops[enc[got]]]
+            op_code[has] = found
         # the op that launched each shown kernel most often: counts per (name, op) pair, then the pandas steps of a
         # groupby(["name", "launched_by"]).size() on a table that small
-        lb_code, lb_names = pd.factorize(launched_by)
+        lb_code, lb_uniq = pd.factorize(op_code)
+        lb_names = np.asarray(["(unknown)" if c < 0 else str(h_cats[c]) for c in lb_uniq], dtype=object)
         pair, n = np.unique(inv[rows] * np.int64(len(lb_names) + 1) + lb_code, return_counts=True)
         op = pd.DataFrame({"name": names[pair // (len(lb_names) + 1)], "launched_by": np.asarray(lb_names, dtype=object)[pair % (len(lb_names) + 1)], "n": n})
         op = op.sort_values(["name", "launched_by"]).reset_index(drop=True)
@@ -247,15 +253,20 @@ class TinyKernels(Rule):
         )
 
 
-def _codes(names: pd.Series) -> tuple[np.ndarray, np.ndarray]:
-    """Integer codes of a name column and the names they stand for (categorical codes where the column is one)."""
+def _codes(names: pd.Series, missing: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Integer codes of a name column and the names they stand for (categorical codes where the column is one).
+
+    A missing name gets code ``missing`` when given, else groups as "nan" (as ``astype(str)`` writes it)."""
     if isinstance(names.dtype, pd.CategoricalDtype):
         cats = np.asarray(names.cat.categories.astype(object))
         codes = names.cat.codes.to_numpy().astype(np.int64)
-        if (codes < 0).any():  # a missing name groups as "nan", as astype(str) wrote it
+        if missing is None and (codes < 0).any():
             cats = np.append(cats, "nan")
             codes = np.where(codes < 0, len(cats) - 1, codes)
         return codes, cats
+    if missing is not None:
+        codes, uniq = pd.factorize(names.to_numpy())
+        return np.where(codes < 0, missing, codes).astype(np.int64), np.asarray(uniq, dtype=object)
     codes, uniq = pd.factorize(names.astype(str).to_numpy(), use_na_sentinel=False)
     return codes.astype(np.int64), np.asarray(uniq, dtype=object)
 
