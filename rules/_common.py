@@ -450,6 +450,21 @@ def kind_mask(frame: pd.DataFrame, kinds: "str | tuple[str, ...]") -> np.ndarray
     return kind.isin(kinds).to_numpy()
 
 
+def count_matching(names: pd.Series, rows: np.ndarray, pattern: "str | re.Pattern[str]", case: bool = False) -> int:
+    """How many of the ``rows`` (a mask) have a name matching ``pattern`` (``name_mask``'s rules): one test per
+    distinct name and one count per name code, no mask over every row."""
+    if not rows.any():
+        return 0
+    if not isinstance(names.dtype, pd.CategoricalDtype):
+        return int((rows & name_mask(names, pattern, case=case)).sum())
+    cats = names.cat.categories
+    codes = names.cat.codes.to_numpy()
+    counts = np.bincount(codes[rows & (codes >= 0)], minlength=len(cats))
+    seen = np.flatnonzero(counts)
+    rx = pattern if isinstance(pattern, re.Pattern) else re.compile(pattern, 0 if case else re.IGNORECASE)
+    return int(sum(int(counts[i]) for i in seen if rx.search(str(cats[i])) is not None))
+
+
 def sync_calls(views) -> pd.DataFrame:
     """The blocking runtime calls (``SYNC_CALL``) of the host: rank, start_ns, dur_ns, end_ns (cached)."""
     cached = views.__dict__.get("_sync_calls")
