@@ -131,7 +131,9 @@ class GpuIdleGaps(Rule):
     copy), host busy in traced CPU ops or untraced host time (the work was launched late), warm-up, or unknown
     (no launch linked). `metrics["cause_ns"]` sums these per cause; a gap's own cause (its timeline label and
     evidence row) is the one holding most of it. A host-busy or untraced gap that optimizer ranges
-    (`Optimizer.step`, `apply_gradients`, ...) cover for at least half is named the optimizer step's.
+    (`Optimizer.step`, `apply_gradients`, ...) cover for at least half is named the optimizer step's. In the
+    evidence, `launch_returned_after_gap_start_us` is when the call that enqueued the work ending the gap
+    returned, from the gap's start (negative: the work was queued before the GPU ran dry).
     """
     fix_pytorch = Fix(
         "Match the cause. Data loading: use worker processes, pinned memory and prefetching so the next batch is "
