@@ -116,9 +116,33 @@ def _group_keys(a: pd.DataFrame, b: pd.DataFrame, cols: list[str]) -> tuple[np.n
     """One int64 key per row of ``a`` and of ``b`` for the tuple of ``cols`` (equal tuples, equal keys)."""
     key = np.zeros(len(a) + len(b), np.int64)
     for c in cols:
-        codes, uniq = pd.factorize(np.concatenate([a[c].to_numpy(np.int64), b[c].to_numpy(np.int64)]))
+        v = np.concatenate([a[c].to_numpy(np.int64), b[c].to_numpy(np.int64)])
+        if len(v) == 0 or v.min() == v.max():
+            continue  # one value (one rank, one process): nothing to tell apart
+        codes, uniq = pd.factorize(v)
         key = key * (len(uniq) + 1) + codes
     return key[: len(a)], key[len(a):]
+
+
+def _sort_ranges(group: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """The order of ``np.lexsort((-end, start, group))`` (by group, then start, outer before inner at equal
+    starts, stable), from one stable sort of a combined key: host rows come nearly sorted, which that sort
+    exploits, and only the rows sharing a (group, start) are sorted again by end."""
+    if len(start) == 0:
+        return np.zeros(0, np.int64)
+    s0 = int(start.min())
+    span = int(start.max()) - s0 + 1
+    if (int(group.max()) + 1) * span >= 2**62:
+        return np.lexsort((-end, start, group))
+    comp = group.astype(np.int64) * span + (start - s0)
+    order = np.argsort(comp, kind="stable")
+    c = comp[order]
+    tie = c[1:] == c[:-1]
+    if tie.any():
+        members = np.flatnonzero(np.r_[tie, False] | np.r_[False, tie])  # positions of runs of equal keys
+        sub = order[members]
+        order[members] = sub[np.lexsort((-end[sub], comp[sub]))]
+    return order
 
 
 def innermost_enclosing(queries: pd.DataFrame, candidates: pd.DataFrame) -> np.ndarray:
@@ -145,8 +169,9 @@ def innermost_positions(queries: pd.DataFrame, candidates: pd.DataFrame) -> np.n
     qkey, ckey = _group_keys(queries, candidates, ["rank", "pid", "tid"])
     cs_all = candidates["start_ns"].to_numpy(np.int64)
     ce_all = cs_all + candidates["dur_ns"].to_numpy(np.int64)
-    order = np.flatnonzero(np.isin(ckey, np.unique(qkey)))  # only threads that have queries
-    order = order[np.lexsort((-ce_all[order], cs_all[order], ckey[order]))]  # by group, then outer before inner at equal starts
+    groups = np.unique(qkey)
+    order = np.flatnonzero(np.isin(ckey, groups))  # only threads that have queries
+    order = order[_sort_ranges(np.searchsorted(groups, ckey[order]), cs_all[order], ce_all[order])]
     ck, cs_all, ce_all = ckey[order], cs_all[order], ce_all[order]
     qs_all = queries["start_ns"].to_numpy(np.int64)
     qe_all = qs_all + queries["dur_ns"].to_numpy(np.int64)
