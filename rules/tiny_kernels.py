@@ -196,7 +196,9 @@ class TinyKernels(Rule):
         most often. Idle first: a tiny kernel that always sits in the queue is frequent but costs nothing.
 
         The launching op is looked up only for the kernels of the rows shown."""
-        codes, inv = np.unique(name_code, return_inverse=True)
+        present = np.bincount(name_code, minlength=len(name_cats)) > 0  # the names used, in code order
+        codes = np.flatnonzero(present)
+        inv = (np.cumsum(present) - 1)[name_code]
         names = np.asarray([str(x) for x in name_cats[codes]], dtype=object)
         has_l = ~np.isnan(launch_dur)
         agg = pd.DataFrame(
