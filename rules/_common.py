@@ -446,7 +446,7 @@ def inference_ranks(views) -> frozenset[int]:
     host = views.host_events
     rank = host["rank"].to_numpy()
     training = name_mask(host["name"], TRAINING_OP, case=True)
-    out = frozenset(int(r) for r in np.unique(rank)) - frozenset(int(r) for r in np.unique(rank[training]))
+    out = frozenset(int(r) for r in pd.unique(rank)) - frozenset(int(r) for r in pd.unique(rank[training]))
     views.__dict__["_inference_ranks"] = out
     return out
 

@@ -296,9 +296,12 @@ def _activity_index(views) -> dict:
     m &= codes >= 0  # a row without a name is dropped by the groupby too
     rank, start, end, code = hc["rank"][m], hc["start_ns"][m], hc["end_ns"][m], codes[m]
     out = {"cats": cats, "ranks": {}}
-    for r in np.unique(rank):
-        rm = rank == r
-        out["ranks"][int(r)] = (start[rm], end[rm], code[rm])
+    if len(rank) and rank.min() == rank.max():  # one rank (one file): no split
+        out["ranks"][int(rank[0])] = (start, end, code)
+    else:
+        for r in np.unique(rank):
+            rm = rank == r
+            out["ranks"][int(r)] = (start[rm], end[rm], code[rm])
     views.__dict__["_ti001_activity"] = out
     return out
 
