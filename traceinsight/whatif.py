@@ -38,6 +38,7 @@ from typing import Callable, Iterable
 import numpy as np
 import pandas as pd
 
+from .ingest import native
 from .patterns import DATA_WAIT_PRIMARY, SYNC_CALL
 from .rules._common import GEMM_CONV
 from .views import Coverage, Views, merge_grouped, merge_intervals, name_mask
@@ -440,44 +441,75 @@ def _window(g: Graph, steps: pd.DataFrame) -> np.ndarray:
 
 # --- replay ----------------------------------------------------------------------------------------------
 def replay(g: Graph) -> tuple[np.ndarray, np.ndarray]:
-    """New (start, end) of every node; nodes outside the window keep their original times."""
-    ns = g.start.tolist()
-    ne = g.end.tolist()
-    prev, plat = g.prev.tolist(), g.prev_lat.tolist()
-    cross, clat = g.cross.tolist(), g.cross_lat.tolist()
-    launch, llat = g.launch.tolist(), g.launch_lat.tolist()
-    dur, own = g.dur.tolist(), g.own.tolist()
-    blocking = (g.ntype == BLOCKING).tolist()
-    wait_on = g.wait_on.tolist()
-    waits = g.waits
-    for i in g.window.tolist():
-        if i < 0:  # a blocking call returns
-            i = -1 - i
-            e = ns[i] + own[i]
-            if wait_on[i]:
-                for w in waits[i]:
-                    if ne[w] + own[i] > e:
-                        e = ne[w] + own[i]
-            ne[i] = e
+    """New (start, end) of every node; nodes outside the window keep their original times.
+
+    The pass runs in the optional C extension (``traceinsight._replay``) where it is built and not switched off
+    (``TRACEINSIGHT_PURE_PYTHON``); ``_replay_py`` is the reference it must match number for number.
+    """
+    ns, ne = g.start.copy(), g.end.copy()
+    ends = -1 - g.window[g.window < 0]
+    waits = [g.waits[b] for b in ends.tolist()]
+    end_ptr = np.zeros(len(waits) + 1, np.int64)
+    end_ptr[1:] = np.cumsum([len(w) for w in waits], dtype=np.int64)
+    end_waits = np.fromiter((t for w in waits for t in w), np.int64, int(end_ptr[-1]))
+    mod = native.scanner("whatif")
+    if mod is not None:
+        i64 = lambda a: np.ascontiguousarray(a, np.int64)  # noqa: E731
+        mod.replay(i64(g.window), i64(g.ntype), i64(g.prev), i64(g.prev_lat), i64(g.cross), i64(g.cross_lat),
+                   i64(g.launch), i64(g.launch_lat), i64(g.dur), i64(g.own), np.ascontiguousarray(g.wait_on, np.bool_),
+                   end_ptr, end_waits, ns, ne)
+    else:
+        _replay_py(g, ns, ne, end_ptr, end_waits)
+    return ns, ne
+
+
+def _replay_py(g: Graph, ns: np.ndarray, ne: np.ndarray, end_ptr: np.ndarray, end_waits: np.ndarray) -> None:
+    """The replay pass in Python, on the nodes the window touches only (its tasks and their predecessors)."""
+    w = g.window
+    ids = np.where(w >= 0, w, -1 - w)
+    refs = [ids, g.prev[ids], g.cross[ids], g.launch[ids], end_waits]
+    touched = np.unique(np.concatenate(refs))
+    touched = touched[touched >= 0]
+    loc = lambda a: np.where(a >= 0, np.searchsorted(touched, a), -1).tolist()  # noqa: E731
+    s_l, e_l = ns[touched].tolist(), ne[touched].tolist()
+    node = loc(ids)
+    is_end = (w < 0).tolist()
+    prev, cross, launch = loc(g.prev[ids]), loc(g.cross[ids]), loc(g.launch[ids])
+    plat, clat, llat = g.prev_lat[ids].tolist(), g.cross_lat[ids].tolist(), g.launch_lat[ids].tolist()
+    dur, own = g.dur[ids].tolist(), g.own[ids].tolist()
+    blocking = (g.ntype[ids] == BLOCKING).tolist()
+    wait_on = g.wait_on[ids].tolist()
+    waits = loc(end_waits)
+    ptr = end_ptr.tolist()
+    k_end = 0
+    for i, end, p, pl, c, cl, la, ll, d, o, blk, won in zip(
+        node, is_end, prev, plat, cross, clat, launch, llat, dur, own, blocking, wait_on
+    ):
+        if end:  # a blocking call returns
+            e = s_l[i] + o
+            if won:
+                for t in waits[ptr[k_end]: ptr[k_end + 1]]:
+                    if e_l[t] + o > e:
+                        e = e_l[t] + o
+            k_end += 1
+            e_l[i] = e
             continue
         t = None
-        p = prev[i]
         if p >= 0:
-            t = ne[p] + plat[i]
-        c = cross[i]
+            t = e_l[p] + pl
         if c >= 0:
-            x = ne[c] + clat[i]
+            x = e_l[c] + cl
             t = x if t is None or x > t else t
-        la = launch[i]
         if la >= 0:
-            x = ns[la] + llat[i]
+            x = s_l[la] + ll
             t = x if t is None or x > t else t
         if t is None:
-            t = ns[i]
-        ns[i] = t
-        if not blocking[i]:
-            ne[i] = t + dur[i]
-    return np.asarray(ns, np.int64), np.asarray(ne, np.int64)
+            t = s_l[i]
+        s_l[i] = t
+        if not blk:
+            e_l[i] = t + d
+    ns[touched] = s_l
+    ne[touched] = e_l
 
 
 def step_times(g: Graph, ns: np.ndarray, ne: np.ndarray) -> np.ndarray:
