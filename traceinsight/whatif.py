@@ -101,19 +101,6 @@ class Graph:
 
 
 # --- building ---------------------------------------------------------------------------------------------
-def _prev_in_group(keys: list[np.ndarray], start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Predecessor in (keys..., start) order within each group, and the node ids sorted that way."""
-    order = np.lexsort((end, start, *keys[::-1]))
-    prev = np.full(len(start), -1, np.int64)
-    if len(order) > 1:
-        same = np.ones(len(order) - 1, bool)
-        for k in keys:
-            ks = k[order]
-            same &= ks[1:] == ks[:-1]
-        prev[order[1:][same]] = order[:-1][same]
-    return prev, order
-
-
 def _key(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """One int64 per (a, b) pair, e.g. (pid, tid): ids fit in 32 bits on every source (negative ids included)."""
     return (np.asarray(a, np.int64) << 32) | (np.asarray(b, np.int64) & 0xFFFFFFFF)
@@ -128,54 +115,91 @@ def _latest_end_before(end_sorted_ids: np.ndarray, ends_sorted: np.ndarray, t: n
     return np.where(i >= 0, end_sorted_ids[np.clip(i, 0, None)], -1)
 
 
-def _host_nodes(views: Views, rank: int) -> pd.DataFrame:
+def _kind_in(kinds: pd.Series, names: tuple[str, ...]) -> np.ndarray:
+    """Rows whose kind is one of ``names``: on the categorical's codes where it is one (never 10^6 strings)."""
+    if isinstance(kinds.dtype, pd.CategoricalDtype):
+        hit = np.r_[np.isin(np.asarray(kinds.cat.categories, dtype=object).astype(str), names), False]
+        return hit[kinds.cat.codes.to_numpy()]  # code -1 (missing) reads the trailing False
+    return np.isin(kinds.astype(str).to_numpy(), names)
+
+
+def _host_nodes(views: Views, rank: int) -> tuple[dict[str, np.ndarray], pd.Series]:
+    """The rank's host nodes as columns (lbl, pid, tid, start, end, ntype, marker_step, marker_end): merged data
+    waits first, then runtime calls not inside one, then step markers (a start and an end node per step); and
+    the names of those runtime calls, in node order."""
     ev = views.host_events
     ev = ev[ev["rank"].to_numpy() == rank]
-    kind = ev["kind"].astype(str).to_numpy()
+    kind = ev["kind"]
     s = ev["start_ns"].to_numpy(np.int64)
     e = s + np.maximum(ev["dur_ns"].to_numpy(np.int64), 0)
     pid = ev["pid"].to_numpy(np.int64)
     tid = ev["tid"].to_numpy(np.int64)
-    frames = []
+    parts: list[dict[str, np.ndarray]] = []
     # data waits: merged per thread, the runtime calls inside them dropped
-    dwm = np.isin(kind, ("cpu_op", "annotation", "python", "other")) & name_mask(ev["name"], DATA_WAIT_PRIMARY, case=True)
-    thread_key = _key(pid, tid)
+    dwm = _kind_in(kind, ("cpu_op", "annotation", "python", "other"))
     if dwm.any():
+        dwm[dwm] = name_mask(ev["name"][dwm], DATA_WAIT_PRIMARY, case=True)
+    rt = _kind_in(kind, ("runtime",))
+    if dwm.any():
+        thread_key = _key(pid, tid)
         m = merge_grouped(thread_key[dwm], s[dwm], e[dwm])
         first = pd.DataFrame({"k": thread_key[dwm], "pid": pid[dwm], "tid": tid[dwm]}).drop_duplicates("k").set_index("k")
-        dw = pd.DataFrame(
-            {"lbl": -1, "pid": first.loc[m["group"], "pid"].to_numpy(), "tid": first.loc[m["group"], "tid"].to_numpy(),
-             "start": m["start_ns"].to_numpy(), "end": m["end_ns"].to_numpy(), "ntype": DATA_WAIT}
-        )
-        frames.append(dw)
-    rt = kind == "runtime"
-    if dwm.any():
+        dw = {"lbl": np.full(len(m), -1, np.int64), "pid": first.loc[m["group"], "pid"].to_numpy(np.int64),
+              "tid": first.loc[m["group"], "tid"].to_numpy(np.int64), "start": m["start_ns"].to_numpy(np.int64),
+              "end": m["end_ns"].to_numpy(np.int64), "ntype": np.full(len(m), DATA_WAIT, np.int64)}
+        parts.append(dw)
         inside = np.zeros(len(s), bool)
-        for (k, g) in dw.assign(k=_key(dw["pid"], dw["tid"])).groupby("k"):
-            sel = rt & (thread_key == k)
-            gs, ge = g["start"].to_numpy(), g["end"].to_numpy()
+        dk = _key(dw["pid"], dw["tid"])
+        for k in np.unique(dk):
+            sel = np.flatnonzero(rt & (thread_key == k))
+            gs, ge = dw["start"][dk == k], dw["end"][dk == k]
             i = np.searchsorted(gs, s[sel], side="right") - 1
-            inside[np.flatnonzero(sel)] = (i >= 0) & (s[sel] < ge[np.clip(i, 0, None)])
+            inside[sel] = (i >= 0) & (s[sel] < ge[np.clip(i, 0, None)])
         rt &= ~inside
-    blocking = name_mask(ev["name"], SYNC_CALL, case=True)
-    frames.append(
-        pd.DataFrame({"lbl": ev.index.to_numpy()[rt], "pid": pid[rt], "tid": tid[rt], "start": s[rt], "end": e[rt],
-                      "ntype": np.where(blocking[rt], BLOCKING, HOST)})
-    )
-    st = kind == "step"
-    if st.any():
-        n = int(st.sum())
-        stn = ev["step"].to_numpy()[st]
-        frames.append(pd.DataFrame({"lbl": -1, "pid": np.r_[pid[st], pid[st]], "tid": np.r_[tid[st], tid[st]],
-                                    "start": np.r_[s[st], e[st]], "end": np.r_[s[st], e[st]], "ntype": MARKER,
-                                    "marker_step": np.r_[stn, stn], "marker_end": np.r_[np.zeros(n, bool), np.ones(n, bool)]}))
-    out = pd.concat(frames, ignore_index=True)
-    if "marker_step" not in out:
-        out["marker_step"] = -1
-        out["marker_end"] = False
-    out["marker_step"] = out["marker_step"].fillna(-1).astype(np.int64)
-    out["marker_end"] = out["marker_end"].fillna(False).astype(bool)
-    return out
+    rti = np.flatnonzero(rt)
+    rt_names = ev["name"].iloc[rti]
+    blocking = name_mask(rt_names, SYNC_CALL, case=True)
+    parts.append({"lbl": ev.index.to_numpy()[rti].astype(np.int64), "pid": pid[rti], "tid": tid[rti], "start": s[rti],
+                  "end": e[rti], "ntype": np.where(blocking, BLOCKING, HOST)})
+    sti = np.flatnonzero(_kind_in(kind, ("step",)))
+    if len(sti):
+        n = len(sti)
+        stn = ev["step"].to_numpy()[sti].astype(np.int64)
+        parts.append({"lbl": np.full(2 * n, -1, np.int64), "pid": np.r_[pid[sti], pid[sti]], "tid": np.r_[tid[sti], tid[sti]],
+                      "start": np.r_[s[sti], e[sti]], "end": np.r_[s[sti], e[sti]], "ntype": np.full(2 * n, MARKER, np.int64),
+                      "marker_step": np.r_[stn, stn], "marker_end": np.r_[np.zeros(n, bool), np.ones(n, bool)]})
+    for p_ in parts:
+        if "marker_step" not in p_:
+            p_["marker_step"] = np.full(len(p_["start"]), -1, np.int64)
+            p_["marker_end"] = np.zeros(len(p_["start"]), bool)
+    return {k: np.concatenate([p_[k] for p_ in parts]) for k in parts[0]}, rt_names
+
+
+def _order_in_groups(keys: list[np.ndarray], start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Node ids sorted by (keys..., start, end, id), as ``np.lexsort((end, start, *keys[::-1]))`` orders them, and
+    each node's group number (groups numbered in key order).
+
+    The groups (threads, streams) are few: numbering them from hash codes lets the sort of all nodes work on one
+    small group number instead of every key.
+    """
+    grp = np.zeros(len(start), np.int64)
+    for k in keys:  # dense ranks keep the keys' order; the running product stays below len(start) ** 2
+        codes, uniq = pd.factorize(k, sort=True)
+        grp = pd.factorize(grp * len(uniq) + codes, sort=True)[0].astype(np.int64)
+    return np.lexsort((end, start, grp)), grp
+
+
+def _position(labels: np.ndarray, wanted: np.ndarray) -> np.ndarray:
+    """Index in ``labels`` (unique row labels, -1 for none) of each wanted label; -1 where it is not there."""
+    ok = np.flatnonzero(labels >= 0)
+    lab = labels[ok]
+    if len(lab) > 1 and not (lab[1:] > lab[:-1]).all():
+        o = np.argsort(lab, kind="stable")
+        ok, lab = ok[o], lab[o]
+    if len(lab) == 0:
+        return np.full(len(wanted), -1, np.int64)
+    i = np.clip(np.searchsorted(lab, wanted), 0, len(lab) - 1)
+    return np.where(lab[i] == wanted, ok[i], -1)
 
 
 def build_graph(views: Views, rank: int, max_steps: int = MAX_STEPS) -> Graph | None:
@@ -184,32 +208,31 @@ def build_graph(views: Views, rank: int, max_steps: int = MAX_STEPS) -> Graph | 
     act = act[act["rank"].to_numpy() == rank]
     if act.empty:
         return None
-    host = _host_nodes(views, rank)
-    nh = len(host)
+    host, rt_names = _host_nodes(views, rank)
+    nh = len(host["start"])
+    ng = len(act)
     gs = act["start_ns"].to_numpy(np.int64)
-    gpu = pd.DataFrame(
-        {"lbl": act.index.to_numpy(), "pid": act["pid"].to_numpy(np.int64), "tid": act["stream"].to_numpy(np.int64),
-         "device": act["device"].to_numpy(np.int64), "start": gs, "end": gs + np.maximum(act["dur_ns"].to_numpy(np.int64), 0),
-         "ntype": GPU}
-    )
-    nodes = pd.concat([host.assign(device=-1), gpu.assign(marker_step=-1, marker_end=False)], ignore_index=True)
-    n = len(nodes)
-    ntype = nodes["ntype"].to_numpy(np.int64)
-    start = nodes["start"].to_numpy(np.int64)
-    end = nodes["end"].to_numpy(np.int64)
-    pid = nodes["pid"].to_numpy(np.int64)
-    tid = nodes["tid"].to_numpy(np.int64)
-    dev = nodes["device"].to_numpy(np.int64)
+    n = nh + ng
+    ntype = np.r_[host["ntype"], np.full(ng, GPU, np.int64)]
+    start = np.r_[host["start"], gs]
+    end = np.r_[host["end"], gs + np.maximum(act["dur_ns"].to_numpy(np.int64), 0)]
+    pid = np.r_[host["pid"], act["pid"].to_numpy(np.int64)]
+    tid = np.r_[host["tid"], act["stream"].to_numpy(np.int64)]  # GPU rows: the stream
+    dev = np.r_[np.full(nh, -1, np.int64), act["device"].to_numpy(np.int64)]
+    lbl = np.r_[host["lbl"], act.index.to_numpy().astype(np.int64)]
     is_gpu = ntype == GPU
-    lbl = nodes["lbl"].to_numpy(np.int64)
 
     # program / stream order (GPU rows: group by device+stream; host rows: pid+tid)
     gkey_a = np.where(is_gpu, dev, pid)
-    prev, order = _prev_in_group([is_gpu.astype(np.int64), gkey_a, tid], start, end)
+    order, grp = _order_in_groups([is_gpu, gkey_a, tid], start, end)
+    gs_ = grp[order]
+    same = gs_[1:] == gs_[:-1]
+    prev = np.full(n, -1, np.int64)
+    prev[order[1:][same]] = order[:-1][same]
     seq = np.empty(n, np.int64)
     seq[order] = np.arange(n)  # program / stream position: breaks ties between tasks that start together
     has_prev = prev >= 0
-    prev_end = np.where(has_prev, end[np.clip(prev, 0, None)], 0)
+    prev_end = np.where(has_prev, np.take(end, prev, mode="clip"), 0)
     prev_gap = np.where(has_prev, start - prev_end, 0)
 
     # launch -> GPU task
@@ -217,27 +240,23 @@ def build_graph(views: Views, rank: int, max_steps: int = MAX_STEPS) -> Graph | 
     ln = views.launches
     if not ln.empty:
         ln = ln[ln["rank"].to_numpy() == rank] if "rank" in ln else ln
-        host_pos = pd.Series(np.arange(nh), index=lbl[:nh])
-        host_pos = host_pos[host_pos.index >= 0]
-        gpu_pos = pd.Series(np.arange(nh, n), index=lbl[nh:])
-        lp = host_pos.reindex(ln["launch_idx"].to_numpy()).to_numpy()
-        gp = gpu_pos.reindex(ln["gpu_idx"].to_numpy()).to_numpy()
-        ok = ~np.isnan(lp) & ~np.isnan(gp)
-        launch[gp[ok].astype(np.int64)] = lp[ok].astype(np.int64)
+        lp = _position(lbl[:nh], ln["launch_idx"].to_numpy(np.int64))
+        gp = _position(lbl[nh:], ln["gpu_idx"].to_numpy(np.int64))
+        ok = (lp >= 0) & (gp >= 0)
+        launch[nh + gp[ok]] = lp[ok]
     has_launch = launch >= 0
     is_launch = np.zeros(n, bool)
     is_launch[launch[has_launch]] = True
-    launch_start = np.where(has_launch, start[np.clip(launch, 0, None)], 0)
-    launch_end = np.where(has_launch, end[np.clip(launch, 0, None)], 0)
+    launch_start = np.where(has_launch, np.take(start, launch, mode="clip"), 0)
+    launch_end = np.where(has_launch, np.take(end, launch, mode="clip"), 0)
     launch_gap = np.where(has_launch, start - launch_start, 0)
 
     # a launch call whose own GPU work ended before it returned blocked on it (pageable or blocking copy)
-    own_done = has_launch & (end <= launch_end) & (nodes["lbl"].to_numpy() >= 0)
-    blk = ntype.copy()
+    own_done = has_launch & (end <= launch_end) & (lbl >= 0)
     copy_like = np.zeros(n, bool)
-    copy_like[nh:] = np.isin(act["kind"].astype(str).to_numpy(), ("memcpy", "memset"))
-    blk[launch[own_done & copy_like]] = BLOCKING
-    ntype = blk
+    copy_like[nh:] = _kind_in(act["kind"], ("memcpy", "memset"))
+    ntype = ntype.copy()
+    ntype[launch[own_done & copy_like]] = BLOCKING
 
     # typical latencies, from tasks where that edge bound the start
     q_bind = is_gpu & has_prev & (~has_launch | (prev_end >= launch_end))
@@ -265,7 +284,7 @@ def build_graph(views: Views, rank: int, max_steps: int = MAX_STEPS) -> Graph | 
                 okc &= (cend > explained) & (start[ids] - cend <= STREAM_DEP_MAX_NS) & (start[ids] - explained > STREAM_DEP_MAX_NS)
             cross[ids[okc]] = c[okc]
     inferred = cross >= 0
-    _recorded_event_waits(views, nodes, nh, lbl, launch, cross, start, end, has_launch)
+    _recorded_event_waits(rt_names, pid, tid, lbl[:nh], launch, cross, start, end, has_launch)
     has_cross = cross >= 0
     cross_gap = np.where(has_cross, start - end[np.clip(cross, 0, None)], 0)
     explained = np.maximum(np.where(has_prev, prev_end, 0), np.where(has_launch, launch_end, 0))
@@ -321,9 +340,9 @@ def build_graph(views: Views, rank: int, max_steps: int = MAX_STEPS) -> Graph | 
         wait_on[b_ids] = [len(w) > 0 for w in (waits[b] for b in b_ids)]
 
     gemm = np.zeros(n, bool)
-    gemm[nh:] = name_mask(act["name"], GEMM_CONV) & (act["kind"].astype(str).to_numpy() == "kernel")
+    gemm[nh:] = name_mask(act["name"], GEMM_CONV) & _kind_in(act["kind"], ("kernel",))
 
-    steps = _steps(nodes, nh, max_steps)
+    steps = _steps(host, max_steps)
     g = Graph(rank=rank, ntype=ntype, start=start, end=end, dur=end - start, prev=prev, prev_lat=prev_lat, cross=cross,
               cross_lat=cross_lat, launch=launch, launch_lat=launch_lat, own=own, waits=waits, wait_on=wait_on,
               is_launch=is_launch, gemm=gemm, steps=steps, window=np.zeros(0, np.int64),
@@ -332,7 +351,7 @@ def build_graph(views: Views, rank: int, max_steps: int = MAX_STEPS) -> Graph | 
     return g
 
 
-def _recorded_event_waits(views, nodes, nh, lbl, launch, cross, start, end, has_launch) -> None:
+def _recorded_event_waits(rt_names, pid, tid, hl, launch, cross, start, end, has_launch) -> None:
     """GPU-side edges from ``cudaEventRecord`` / ``cudaStreamWaitEvent`` calls, where the trace has them.
 
     Traces do not say which stream an event was recorded on or which event a wait names; the usual reading is
@@ -340,17 +359,14 @@ def _recorded_event_waits(views, nodes, nh, lbl, launch, cross, start, end, has_
     thread launches depend on the latest record of the process. Edges within one stream are left to stream order.
     Fills ``cross`` in place where no inferred edge is set, or where the recorded producer ends later.
     """
-    hl = lbl[:nh]
-    ok = np.flatnonzero(hl >= 0)
+    ok = np.flatnonzero(hl >= 0)  # the runtime calls, named by ``rt_names`` in the same order
     if len(ok) == 0:
         return
-    nm = views.events["name"].reindex(hl[ok])
+    nm = rt_names
     rec = ok[name_mask(nm, EVENT_RECORD, case=True)]
     wt = ok[name_mask(nm, STREAM_WAIT, case=True)]
     if len(rec) == 0 or len(wt) == 0:
         return
-    pid = nodes["pid"].to_numpy(np.int64)
-    tid = nodes["tid"].to_numpy(np.int64)  # GPU rows: the stream
     gl = np.flatnonzero(has_launch)
     lh = launch[gl]
     tkey = _key(pid[lh], tid[lh])  # the launching thread
@@ -398,16 +414,15 @@ def _recorded_event_waits(views, nodes, nh, lbl, launch, cross, start, end, has_
     cross[cons[take]] = prod[take]
 
 
-def _steps(nodes: pd.DataFrame, nh: int, max_steps: int) -> pd.DataFrame:
+def _steps(host: dict[str, np.ndarray], max_steps: int) -> pd.DataFrame:
     """Step markers (start/end node ids), the middle ``max_steps`` when there are more."""
-    h = nodes.iloc[:nh]
-    mk = h[h["ntype"].to_numpy() == MARKER]
-    if mk.empty:
+    mk = np.flatnonzero(host["ntype"] == MARKER)
+    if len(mk) == 0:
         return pd.DataFrame(columns=["step", "start_node", "end_node", "t0", "t1"])
-    a = mk[~mk["marker_end"].to_numpy()]
-    b = mk[mk["marker_end"].to_numpy()]
-    st = pd.DataFrame({"step": a["marker_step"].to_numpy(), "start_node": a.index.to_numpy(), "end_node": b.index.to_numpy(),
-                       "t0": a["start"].to_numpy(), "t1": b["start"].to_numpy()})
+    a = mk[~host["marker_end"][mk]]
+    b = mk[host["marker_end"][mk]]
+    st = pd.DataFrame({"step": host["marker_step"][a], "start_node": a, "end_node": b,
+                       "t0": host["start"][a], "t1": host["start"][b]})
     st = st.sort_values("t0").reset_index(drop=True)
     if len(st) > max_steps:
         lo = (len(st) - max_steps) // 2
