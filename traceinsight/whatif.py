@@ -32,6 +32,7 @@ Transforms are small edits of the graph's arrays (``TRANSFORMS``); ``predict_ste
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
@@ -41,7 +42,7 @@ import pandas as pd
 from .ingest import native
 from .patterns import DATA_WAIT_PRIMARY, SYNC_CALL
 from .rules._common import GEMM_CONV
-from .views import Coverage, Views, merge_grouped, merge_intervals, name_mask
+from .views import Coverage, Views, merge_grouped, merge_intervals
 
 #: A host thread idle this long (ns) before resuming right after another thread's call is taken to have waited
 #: for that thread (a hand-off), rather than to have been busy with untraced work.
@@ -115,21 +116,43 @@ def _latest_end_before(end_sorted_ids: np.ndarray, ends_sorted: np.ndarray, t: n
     return np.where(i >= 0, end_sorted_ids[np.clip(i, 0, None)], -1)
 
 
-def _kind_in(kinds: pd.Series, names: tuple[str, ...]) -> np.ndarray:
-    """Rows whose kind is one of ``names``: on the categorical's codes where it is one (never 10^6 strings)."""
-    if isinstance(kinds.dtype, pd.CategoricalDtype):
-        hit = np.r_[np.isin(np.asarray(kinds.cat.categories, dtype=object).astype(str), names), False]
-        return hit[kinds.cat.codes.to_numpy()]  # code -1 (missing) reads the trailing False
-    return np.isin(kinds.astype(str).to_numpy(), names)
+def _of_rank(df: pd.DataFrame, rank: int) -> pd.DataFrame:
+    """The rows of ``rank``; the frame itself when it holds no other rank (no copy of a single-rank trace)."""
+    m = df["rank"].to_numpy() == rank
+    return df if m.all() else df[m]
 
 
-def _host_nodes(views: Views, rank: int) -> tuple[dict[str, np.ndarray], pd.Series]:
+def _codes(col: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+    """(code per row, the distinct values as str) of a kind or name column, so that a test runs once per distinct
+    value; a categorical's missing values get code -1 (they match nothing, as in ``views.name_mask``)."""
+    if isinstance(col.dtype, pd.CategoricalDtype):
+        return col.cat.codes.to_numpy(), np.asarray(col.cat.categories, dtype=object).astype(str)
+    codes, uniq = pd.factorize(col.to_numpy(), use_na_sentinel=False)  # NaN is a value here, read as "nan"
+    return codes, np.asarray(uniq, dtype=object).astype(str)
+
+
+def _rows_where(col: tuple[np.ndarray, np.ndarray], hit: np.ndarray) -> np.ndarray:
+    """Per row: the per-value answer ``hit`` (code -1 reads False)."""
+    return np.take(np.r_[hit, False], col[0])
+
+
+def _kind_in(col: tuple[np.ndarray, np.ndarray], names: tuple[str, ...]) -> np.ndarray:
+    """Rows whose kind is one of ``names`` (``col`` from ``_codes``)."""
+    return _rows_where(col, np.isin(col[1], names))
+
+
+def _name_match(col: tuple[np.ndarray, np.ndarray], pattern: "str | re.Pattern[str]", case: bool = False) -> np.ndarray:
+    """``views.name_mask`` (same flags, same answer) on ``_codes`` columns: one regex search per distinct name."""
+    rx = pattern if isinstance(pattern, re.Pattern) else re.compile(pattern, 0 if case else re.IGNORECASE)
+    return _rows_where(col, np.fromiter((rx.search(c) is not None for c in col[1]), bool, len(col[1])))
+
+
+def _host_nodes(views: Views, rank: int) -> tuple[dict[str, np.ndarray], tuple[np.ndarray, np.ndarray]]:
     """The rank's host nodes as columns (lbl, pid, tid, start, end, ntype, marker_step, marker_end): merged data
     waits first, then runtime calls not inside one, then step markers (a start and an end node per step); and
     the names of those runtime calls, in node order."""
-    ev = views.host_events
-    ev = ev[ev["rank"].to_numpy() == rank]
-    kind = ev["kind"]
+    ev = _of_rank(views.host_events, rank)
+    kind, names = _codes(ev["kind"]), _codes(ev["name"])
     s = ev["start_ns"].to_numpy(np.int64)
     e = s + np.maximum(ev["dur_ns"].to_numpy(np.int64), 0)
     pid = ev["pid"].to_numpy(np.int64)
@@ -138,7 +161,7 @@ def _host_nodes(views: Views, rank: int) -> tuple[dict[str, np.ndarray], pd.Seri
     # data waits: merged per thread, the runtime calls inside them dropped
     dwm = _kind_in(kind, ("cpu_op", "annotation", "python", "other"))
     if dwm.any():
-        dwm[dwm] = name_mask(ev["name"][dwm], DATA_WAIT_PRIMARY, case=True)
+        dwm &= _name_match(names, DATA_WAIT_PRIMARY, case=True)
     rt = _kind_in(kind, ("runtime",))
     if dwm.any():
         thread_key = _key(pid, tid)
@@ -157,8 +180,8 @@ def _host_nodes(views: Views, rank: int) -> tuple[dict[str, np.ndarray], pd.Seri
             inside[sel] = (i >= 0) & (s[sel] < ge[np.clip(i, 0, None)])
         rt &= ~inside
     rti = np.flatnonzero(rt)
-    rt_names = ev["name"].iloc[rti]
-    blocking = name_mask(rt_names, SYNC_CALL, case=True)
+    rt_names = (names[0][rti], names[1])
+    blocking = _name_match(rt_names, SYNC_CALL, case=True)
     parts.append({"lbl": ev.index.to_numpy()[rti].astype(np.int64), "pid": pid[rti], "tid": tid[rti], "start": s[rti],
                   "end": e[rti], "ntype": np.where(blocking, BLOCKING, HOST)})
     sti = np.flatnonzero(_kind_in(kind, ("step",)))
@@ -175,37 +198,72 @@ def _host_nodes(views: Views, rank: int) -> tuple[dict[str, np.ndarray], pd.Seri
     return {k: np.concatenate([p_[k] for p_ in parts]) for k in parts[0]}, rt_names
 
 
-def _order_in_groups(keys: list[np.ndarray], start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Node ids sorted by (keys..., start, end, id), as ``np.lexsort((end, start, *keys[::-1]))`` orders them, and
-    each node's group number (groups numbered in key order).
+def _order_in_groups(nh: int, a: np.ndarray, b: np.ndarray, start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Program / stream order: node ids sorted by (GPU or not, a, b, start, end, id), as
+    ``np.lexsort((end, start, b, a, is_gpu))`` orders them (host nodes are ids < ``nh``, GPU nodes the rest); and
+    a mask over that order: True where a node follows one of its own group (thread or stream).
 
-    The groups (threads, streams) are few: numbering them from hash codes lets the sort of all nodes work on one
-    small group number instead of every key.
+    The groups are few and the nodes nearly in time order already: one sort by (start, end), then a stable sort
+    by group number (a radix sort on 16 bits) gives the same order for a fraction of a five-key lexsort.
     """
-    grp = np.zeros(len(start), np.int64)
-    for k in keys:  # dense ranks keep the keys' order; the running product stays below len(start) ** 2
-        codes, uniq = pd.factorize(k, sort=True)
-        grp = pd.factorize(grp * len(uniq) + codes, sort=True)[0].astype(np.int64)
-    return np.lexsort((end, start, grp)), grp
+    n = len(start)
+    lo, hi = np.iinfo(np.int32).min, np.iinfo(np.int32).max
+    if n == 0 or a.min() < lo or a.max() > hi or b.min() < lo or b.max() > hi:
+        order = np.lexsort((end, start, b, a, np.arange(n) >= nh))
+        ka, kb, kg = a[order], b[order], order >= nh
+        return order, (ka[1:] == ka[:-1]) & (kb[1:] == kb[:-1]) & (kg[1:] == kg[:-1])
+    key = ((a - lo) << 32) | (b - lo)  # both parts in [0, 2^32): the key sorts as (a, b) does
+    h_codes, h_uniq = pd.factorize(key[:nh], sort=True)  # group numbers in key order, host groups first
+    g_codes, g_uniq = pd.factorize(key[nh:], sort=True)
+    grp = np.r_[h_codes, g_codes + len(h_uniq)]
+    order = np.argsort(start, kind="stable")  # nearly sorted already: a timsort pass
+    ss, es = start[order], end[order]
+    if ((ss[1:] == ss[:-1]) & (es[1:] < es[:-1])).any():  # equal starts not in end order: sort on both
+        order = np.lexsort((end, start))
+    gs = grp[order]
+    if len(h_uniq) + len(g_uniq) > 1:
+        order = order[np.argsort(gs.astype(np.int16) if len(h_uniq) + len(g_uniq) < 2**15 else gs, kind="stable")]
+        gs = grp[order]
+    return order, gs[1:] == gs[:-1]
+
+
+def _cross_in_group(ids, on_gpu, cross, start, end, tid, has_prev, prev_gap, prev_end, has_launch, launch_end) -> None:
+    """Hand-offs between the threads of one process (``on_gpu`` False) or producer streams on one device (True):
+    for each node of ``ids``, the node of another thread / stream that ended last before it started, kept where
+    it explains the node's wait. Fills ``cross`` in place."""
+    eo = ids[np.argsort(end[ids], kind="stable")]
+    c = _latest_end_before(eo, end[eo], start[ids])
+    okc = (c >= 0) & (tid[np.clip(c, 0, None)] != tid[ids])
+    cend = end[np.clip(c, 0, None)]
+    if not on_gpu:
+        # a thread's first task in the trace may also have been handed work by another thread
+        okc &= ~has_prev[ids] | ((prev_gap[ids] > HANDOFF_MIN_GAP_NS) & (cend > prev_end[ids]))
+    else:
+        explained = np.maximum(prev_end[ids], np.where(has_launch[ids], launch_end[ids], 0))
+        okc &= (cend > explained) & (start[ids] - cend <= STREAM_DEP_MAX_NS) & (start[ids] - explained > STREAM_DEP_MAX_NS)
+    cross[ids[okc]] = c[okc]
 
 
 def _position(labels: np.ndarray, wanted: np.ndarray) -> np.ndarray:
     """Index in ``labels`` (unique row labels, -1 for none) of each wanted label; -1 where it is not there."""
     ok = np.flatnonzero(labels >= 0)
     lab = labels[ok]
-    if len(lab) > 1 and not (lab[1:] > lab[:-1]).all():
-        o = np.argsort(lab, kind="stable")
-        ok, lab = ok[o], lab[o]
     if len(lab) == 0:
         return np.full(len(wanted), -1, np.int64)
+    top = int(lab.max())
+    if top <= 4 * (len(lab) + len(wanted)) + 1024:  # row labels of one frame: a lookup table beats a search
+        table = np.full(top + 2, -1, np.int64)  # the last slot answers every label out of range
+        table[lab] = ok
+        return table[np.where((wanted >= 0) & (wanted <= top), wanted, top + 1)]
+    o = np.argsort(lab, kind="stable")
+    ok, lab = ok[o], lab[o]
     i = np.clip(np.searchsorted(lab, wanted), 0, len(lab) - 1)
     return np.where(lab[i] == wanted, ok[i], -1)
 
 
 def build_graph(views: Views, rank: int, max_steps: int = MAX_STEPS) -> Graph | None:
     """The dependency graph of ``rank`` (vectorized; no per-event Python). None when the rank has no GPU work."""
-    act = views.gpu_activity
-    act = act[act["rank"].to_numpy() == rank]
+    act = _of_rank(views.gpu_activity, rank)
     if act.empty:
         return None
     host, rt_names = _host_nodes(views, rank)
@@ -224,9 +282,7 @@ def build_graph(views: Views, rank: int, max_steps: int = MAX_STEPS) -> Graph | 
 
     # program / stream order (GPU rows: group by device+stream; host rows: pid+tid)
     gkey_a = np.where(is_gpu, dev, pid)
-    order, grp = _order_in_groups([is_gpu, gkey_a, tid], start, end)
-    gs_ = grp[order]
-    same = gs_[1:] == gs_[:-1]
+    order, same = _order_in_groups(nh, gkey_a, tid, start, end)
     prev = np.full(n, -1, np.int64)
     prev[order[1:][same]] = order[:-1][same]
     seq = np.empty(n, np.int64)
@@ -239,7 +295,7 @@ def build_graph(views: Views, rank: int, max_steps: int = MAX_STEPS) -> Graph | 
     launch = np.full(n, -1, np.int64)
     ln = views.launches
     if not ln.empty:
-        ln = ln[ln["rank"].to_numpy() == rank] if "rank" in ln else ln
+        ln = _of_rank(ln, rank) if "rank" in ln else ln
         lp = _position(lbl[:nh], ln["launch_idx"].to_numpy(np.int64))
         gp = _position(lbl[nh:], ln["gpu_idx"].to_numpy(np.int64))
         ok = (lp >= 0) & (gp >= 0)
@@ -254,7 +310,7 @@ def build_graph(views: Views, rank: int, max_steps: int = MAX_STEPS) -> Graph | 
     # a launch call whose own GPU work ended before it returned blocked on it (pageable or blocking copy)
     own_done = has_launch & (end <= launch_end) & (lbl >= 0)
     copy_like = np.zeros(n, bool)
-    copy_like[nh:] = _kind_in(act["kind"], ("memcpy", "memset"))
+    copy_like[nh:] = _kind_in(_codes(act["kind"]), ("memcpy", "memset"))
     ntype = ntype.copy()
     ntype[launch[own_done & copy_like]] = BLOCKING
 
@@ -267,22 +323,12 @@ def build_graph(views: Views, rank: int, max_steps: int = MAX_STEPS) -> Graph | 
     # hand-off between host threads of one process; producer stream for GPU tasks
     cross = np.full(n, -1, np.int64)
     for on_gpu, key in ((False, pid), (True, dev)):
-        idx = np.flatnonzero(is_gpu == on_gpu)
-        if len(idx) == 0:
-            continue
-        for k in np.unique(key[idx]):
-            ids = idx[key[idx] == k]
-            eo = ids[np.argsort(end[ids], kind="stable")]
-            c = _latest_end_before(eo, end[eo], start[ids])
-            okc = (c >= 0) & (tid[np.clip(c, 0, None)] != tid[ids])
-            cend = end[np.clip(c, 0, None)]
-            if not on_gpu:
-                # a thread's first task in the trace may also have been handed work by another thread
-                okc &= ~has_prev[ids] | ((prev_gap[ids] > HANDOFF_MIN_GAP_NS) & (cend > prev_end[ids]))
-            else:
-                explained = np.maximum(prev_end[ids], np.where(has_launch[ids], launch_end[ids], 0))
-                okc &= (cend > explained) & (start[ids] - cend <= STREAM_DEP_MAX_NS) & (start[ids] - explained > STREAM_DEP_MAX_NS)
-            cross[ids[okc]] = c[okc]
+        lo_ = nh if on_gpu else 0  # host nodes are ids < nh, GPU nodes the rest
+        kk = key[lo_: n if on_gpu else nh]
+        uk = np.sort(pd.unique(kk))
+        for k in uk:
+            ids = lo_ + (np.arange(len(kk)) if len(uk) == 1 else np.flatnonzero(kk == k))
+            _cross_in_group(ids, on_gpu, cross, start, end, tid, has_prev, prev_gap, prev_end, has_launch, launch_end)
     inferred = cross >= 0
     _recorded_event_waits(rt_names, pid, tid, lbl[:nh], launch, cross, start, end, has_launch)
     has_cross = cross >= 0
@@ -317,7 +363,7 @@ def build_graph(views: Views, rank: int, max_steps: int = MAX_STEPS) -> Graph | 
         skey = _key(dev[gids], tid[gids])
         per_b: list[list[int]] = [[] for _ in b_ids]
         wmax = np.full(len(b_ids), np.iinfo(np.int64).min)
-        for sk in np.unique(skey):
+        for sk in np.sort(pd.unique(skey)):
             sg = gids[skey == sk]
             sg = sg[np.lexsort((end[sg], start[sg]))]
             ls = np.maximum.accumulate(launch_start[sg])
@@ -340,7 +386,7 @@ def build_graph(views: Views, rank: int, max_steps: int = MAX_STEPS) -> Graph | 
         wait_on[b_ids] = [len(w) > 0 for w in (waits[b] for b in b_ids)]
 
     gemm = np.zeros(n, bool)
-    gemm[nh:] = name_mask(act["name"], GEMM_CONV) & _kind_in(act["kind"], ("kernel",))
+    gemm[nh:] = _name_match(_codes(act["name"]), GEMM_CONV) & _kind_in(_codes(act["kind"]), ("kernel",))
 
     steps = _steps(host, max_steps)
     g = Graph(rank=rank, ntype=ntype, start=start, end=end, dur=end - start, prev=prev, prev_lat=prev_lat, cross=cross,
@@ -363,8 +409,8 @@ def _recorded_event_waits(rt_names, pid, tid, hl, launch, cross, start, end, has
     if len(ok) == 0:
         return
     nm = rt_names
-    rec = ok[name_mask(nm, EVENT_RECORD, case=True)]
-    wt = ok[name_mask(nm, STREAM_WAIT, case=True)]
+    rec = ok[_name_match(nm, EVENT_RECORD, case=True)]
+    wt = ok[_name_match(nm, STREAM_WAIT, case=True)]
     if len(rec) == 0 or len(wt) == 0:
         return
     gl = np.flatnonzero(has_launch)
