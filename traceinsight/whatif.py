@@ -72,7 +72,12 @@ HOST, DATA_WAIT, BLOCKING, MARKER, GPU = 0, 1, 2, 3, 4
 
 @dataclass
 class Graph:
-    """One rank's dependency graph as flat arrays (index = node id). Transforms edit copies of these arrays."""
+    """One rank's dependency graph as flat arrays (index = node id).
+
+    Transforms edit a ``copy``: its timing arrays (``dur``, ``own``, the latencies, ``wait_on``) are its own; the
+    structure (``STRUCTURE``: node types, original times, edges, window) is shared with the graph it was copied
+    from and read-only, so a transform that wants another structure assigns a new array instead of editing one.
+    """
 
     rank: int
     ntype: np.ndarray  # HOST / DATA_WAIT / BLOCKING / MARKER / GPU
@@ -96,9 +101,21 @@ class Graph:
     seq: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # position in thread / stream order
 
     def copy(self) -> "Graph":
-        g = Graph(**{k: (v.copy() if isinstance(v, (np.ndarray, dict)) else v) for k, v in vars(self).items()})
-        g.waits = self.waits
+        g = Graph(**{k: (v.copy() if isinstance(v, (np.ndarray, dict)) and k not in STRUCTURE else v)
+                     for k, v in vars(self).items()})
         return g
+
+    def freeze(self) -> "Graph":
+        """Make the structure read-only (it is shared by every copy)."""
+        for k in STRUCTURE:
+            v = getattr(self, k)
+            if isinstance(v, np.ndarray):
+                v.flags.writeable = False
+        return self
+
+
+#: The fields of a ``Graph`` that its copies share (never edited in place by a transform).
+STRUCTURE = ("ntype", "start", "end", "prev", "cross", "launch", "waits", "is_launch", "gemm", "window", "seq")
 
 
 # --- building ---------------------------------------------------------------------------------------------
@@ -113,7 +130,7 @@ def _latest_end_before(end_sorted_ids: np.ndarray, ends_sorted: np.ndarray, t: n
     Strictly before: a zero-length node (a step marker) must not find itself.
     """
     i = np.searchsorted(ends_sorted, t, side="left") - 1
-    return np.where(i >= 0, end_sorted_ids[np.clip(i, 0, None)], -1)
+    return np.where(i >= 0, np.take(end_sorted_ids, i, mode="clip"), -1)
 
 
 def _of_rank(df: pd.DataFrame, rank: int) -> pd.DataFrame:
@@ -133,7 +150,13 @@ def _codes(col: pd.Series) -> tuple[np.ndarray, np.ndarray]:
 
 def _rows_where(col: tuple[np.ndarray, np.ndarray], hit: np.ndarray) -> np.ndarray:
     """Per row: the per-value answer ``hit`` (code -1 reads False)."""
-    return np.take(np.r_[hit, False], col[0])
+    codes, which = col[0], np.flatnonzero(hit)
+    if len(which) <= 4:  # a few values: compares on the small codes beat a gather through intp indices
+        out = np.zeros(len(codes), bool)
+        for c in which:
+            out |= codes == c
+        return out
+    return np.take(np.r_[hit, False], codes)
 
 
 def _kind_in(col: tuple[np.ndarray, np.ndarray], names: tuple[str, ...]) -> np.ndarray:
@@ -198,6 +221,20 @@ def _host_nodes(views: Views, rank: int) -> tuple[dict[str, np.ndarray], tuple[n
     return {k: np.concatenate([p_[k] for p_ in parts]) for k in parts[0]}, rt_names
 
 
+def _time_order(ids: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """``ids`` (ascending) sorted by (start, end, id), as ``ids[np.lexsort((end[ids], start[ids]))]``; nodes of one
+    thread or stream are mostly in time order already, so this checks first and sorts only where needed."""
+    st, en = start[ids], end[ids]
+    ds = st[1:] - st[:-1]
+    if not ((ds < 0).any() or ((ds == 0) & (en[1:] < en[:-1])).any()):
+        return ids
+    o = np.argsort(st, kind="stable")  # a few sorted runs: timsort merges them
+    so, eo = st[o], en[o]
+    if ((so[1:] == so[:-1]) & (eo[1:] < eo[:-1])).any():  # equal starts out of end order
+        o = np.lexsort((en, st))
+    return ids[o]
+
+
 def _order_in_groups(nh: int, a: np.ndarray, b: np.ndarray, start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Program / stream order: node ids sorted by (GPU or not, a, b, start, end, id), as
     ``np.lexsort((end, start, b, a, is_gpu))`` orders them (host nodes are ids < ``nh``, GPU nodes the rest); and
@@ -225,14 +262,7 @@ def _order_in_groups(nh: int, a: np.ndarray, b: np.ndarray, start: np.ndarray, e
             continue
         for k in groups:
             ids = first + (np.arange(last - first) if len(groups) == 1 else np.flatnonzero(kb_ == k))
-            st, en = start[ids], end[ids]
-            ds = st[1:] - st[:-1]
-            if (ds < 0).any() or ((ds == 0) & (en[1:] < en[:-1])).any():
-                o = np.argsort(st, kind="stable")  # a few sorted runs: timsort merges them
-                so, eo = st[o], en[o]
-                if ((so[1:] == so[:-1]) & (eo[1:] < eo[:-1])).any():  # equal starts out of end order
-                    o = np.lexsort((en, st))
-                ids = ids[o]
+            ids = _time_order(ids, start, end)
             parts.append(ids)
             same.append(np.ones(len(ids) - 1, bool))
     out = [same[0]]
@@ -246,16 +276,18 @@ def _cross_in_group(ids, on_gpu, cross, start, end, tid, has_prev, prev_gap, pre
     """Hand-offs between the threads of one process (``on_gpu`` False) or producer streams on one device (True):
     for each node of ``ids``, the node of another thread / stream that ended last before it started, kept where
     it explains the node's wait. Fills ``cross`` in place."""
-    eo = ids[np.argsort(end[ids], kind="stable")]
-    c = _latest_end_before(eo, end[eo], start[ids])
-    okc = (c >= 0) & (tid[np.clip(c, 0, None)] != tid[ids])
-    cend = end[np.clip(c, 0, None)]
+    ix = slice(int(ids[0]), int(ids[-1]) + 1) if len(ids) and ids[-1] - ids[0] + 1 == len(ids) else ids  # a range: views
+    s_i, e_i = start[ix], end[ix]
+    eo = ids[np.argsort(e_i, kind="stable")]
+    c = _latest_end_before(eo, end[eo], s_i)
+    okc = (c >= 0) & (np.take(tid, c, mode="clip") != tid[ix])
+    cend = np.take(end, c, mode="clip")
     if not on_gpu:
         # a thread's first task in the trace may also have been handed work by another thread
-        okc &= ~has_prev[ids] | ((prev_gap[ids] > HANDOFF_MIN_GAP_NS) & (cend > prev_end[ids]))
+        okc &= ~has_prev[ix] | ((prev_gap[ix] > HANDOFF_MIN_GAP_NS) & (cend > prev_end[ix]))
     else:
-        explained = np.maximum(prev_end[ids], np.where(has_launch[ids], launch_end[ids], 0))
-        okc &= (cend > explained) & (start[ids] - cend <= STREAM_DEP_MAX_NS) & (start[ids] - explained > STREAM_DEP_MAX_NS)
+        explained = np.maximum(prev_end[ix], np.where(has_launch[ix], launch_end[ix], 0))
+        okc &= (cend > explained) & (s_i - cend <= STREAM_DEP_MAX_NS) & (s_i - explained > STREAM_DEP_MAX_NS)
     cross[ids[okc]] = c[okc]
 
 
@@ -379,8 +411,7 @@ def build_graph(views: Views, rank: int, max_steps: int = MAX_STEPS) -> Graph | 
         per_b: list[list[int]] = [[] for _ in b_ids]
         wmax = np.full(len(b_ids), np.iinfo(np.int64).min)
         for sk in np.sort(pd.unique(skey)):
-            sg = gids[skey == sk]
-            sg = sg[np.lexsort((end[sg], start[sg]))]
+            sg = _time_order(gids[skey == sk], start, end)
             ls = np.maximum.accumulate(launch_start[sg])
             ec = np.maximum.accumulate(end[sg])
             same_pid = pid[sg[0]]
@@ -409,7 +440,7 @@ def build_graph(views: Views, rank: int, max_steps: int = MAX_STEPS) -> Graph | 
               is_launch=is_launch, gemm=gemm, steps=steps, window=np.zeros(0, np.int64),
               defaults={"launch": d_launch, "queue": d_queue}, seq=seq)
     g.window = _window(g, steps)
-    return g
+    return g.freeze()
 
 
 def _recorded_event_waits(rt_names, pid, tid, hl, launch, cross, start, end, has_launch) -> None:
@@ -500,7 +531,7 @@ def _window(g: Graph, steps: pd.DataFrame) -> np.ndarray:
     else:
         ws, we = int(steps["t0"].min()), int(steps["t1"].max())
     host_in = ~is_gpu & (g.start >= ws) & (g.start <= we)
-    gpu_in = is_gpu & np.where(g.launch >= 0, host_in[np.clip(g.launch, 0, None)], (g.start >= ws) & (g.start <= we))
+    gpu_in = is_gpu & np.where(g.launch >= 0, np.take(host_in, g.launch, mode="clip"), (g.start >= ws) & (g.start <= we))
     ids = np.flatnonzero(host_in | gpu_in)
     # key: GPU tasks never before their launch; at equal times: blocking ends, then host starts, then GPU tasks
     t = g.start[ids].copy()
@@ -511,7 +542,8 @@ def _window(g: Graph, steps: pd.DataFrame) -> np.ndarray:
     keys_t = np.r_[t, g.end[b]]
     keys_p = np.r_[phase, np.zeros(len(b), np.int64)]
     ev = np.r_[ids, -1 - b]
-    order = np.lexsort((np.r_[g.seq[ids], g.seq[b]], keys_p, keys_t))
+    # (phase, seq) as one key: seq < number of nodes, so phase * that + seq sorts as the pair does
+    order = np.lexsort((keys_p * len(g.seq) + np.r_[g.seq[ids], g.seq[b]], keys_t))
     return ev[order]
 
 
@@ -588,6 +620,27 @@ def _replay_py(g: Graph, ns: np.ndarray, ne: np.ndarray, end_ptr: np.ndarray, en
     ne[touched] = e_l
 
 
+def _step_buckets(g: Graph) -> tuple[np.ndarray, np.ndarray]:
+    """The GPU tasks launched up to the last step's marker end, and which step launched each (0: before the first
+    step, k: step k-1 from its marker start to the next one's). The same for every replay of a graph with these
+    steps and this structure: kept in ``g.defaults`` (shared by copies) and rebuilt when either is replaced."""
+    st = g.steps
+    key = (st, g.ntype, g.launch, g.start)
+    cached = g.defaults.get("_step_buckets")
+    if cached is not None and all(a is b for a, b in zip(cached[0], key)):
+        return cached[1], cached[2]
+    t0 = g.start[st["start_node"].to_numpy()]
+    gl = np.flatnonzero((g.ntype == GPU) & (g.launch >= 0))
+    lt = g.start[g.launch[gl]]
+    cuts = np.r_[t0, g.start[int(st["end_node"].iloc[-1])] + 1]
+    # GPU work launched before the first step, then in [t0_k, t0_k+1), the last step up to its marker end
+    which = np.searchsorted(cuts, lt, side="right") - 1  # -1: before the first step; len(st): after the last
+    sel = (which >= -1) & (which < len(st))
+    out = (gl[sel], which[sel] + 1)
+    g.defaults["_step_buckets"] = (key, *out)
+    return out
+
+
 def step_times(g: Graph, ns: np.ndarray, ne: np.ndarray) -> np.ndarray:
     """Per step: the time between its boundary and the next one's.
 
@@ -601,15 +654,9 @@ def step_times(g: Graph, ns: np.ndarray, ne: np.ndarray) -> np.ndarray:
         ids = g.window[g.window >= 0]
         gi = ids[g.ntype[ids] == GPU]
         return np.array([int(ne[gi].max() - ns[ids].min())]) if len(gi) else np.zeros(0, np.int64)
-    t0 = g.start[st["start_node"].to_numpy()]
-    gl = np.flatnonzero((g.ntype == GPU) & (g.launch >= 0))
-    lt = g.start[g.launch[gl]]
-    cuts = np.r_[t0, g.start[int(st["end_node"].iloc[-1])] + 1]
-    # GPU work launched before the first step, then in [t0_k, t0_k+1), the last step up to its marker end
-    which = np.searchsorted(cuts, lt, side="right") - 1  # -1: before the first step; len(st): after the last
+    gl, bucket = _step_buckets(g)
     gend = np.full(len(st) + 1, np.iinfo(np.int64).min)
-    sel = (which >= -1) & (which < len(st))
-    np.maximum.at(gend, which[sel] + 1, ne[gl][sel])
+    np.maximum.at(gend, bucket, ne[gl])
     marker = ns[st["start_node"].to_numpy()]
     bound = np.maximum.accumulate(np.maximum(marker, gend[:-1]))  # overlapping markers never give negative steps
     last = max(int(ne[int(st["end_node"].iloc[-1])]), int(gend[-1]), int(bound[-1]))
