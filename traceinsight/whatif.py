@@ -347,25 +347,28 @@ def build_graph(views: Views, rank: int, max_steps: int = MAX_STEPS) -> Graph | 
         gp = _position(lbl[nh:], ln["gpu_idx"].to_numpy(np.int64))
         ok = (lp >= 0) & (gp >= 0)
         launch[nh + gp[ok]] = lp[ok]
+    # only GPU nodes have a launch: what depends on one is computed on their slice G (views into the full arrays)
+    G, H = slice(nh, n), slice(0, nh)
     has_launch = launch >= 0
+    lg, hl = launch[G], has_launch[G]
     is_launch = np.zeros(n, bool)
-    is_launch[launch[has_launch]] = True
-    launch_start = np.where(has_launch, np.take(start, launch, mode="clip"), 0)
-    launch_end = np.where(has_launch, np.take(end, launch, mode="clip"), 0)
-    launch_gap = np.where(has_launch, start - launch_start, 0)
+    is_launch[lg[hl]] = True
+    launch_start, launch_end, launch_gap = (np.zeros(n, np.int64) for _ in range(3))
+    launch_start[G] = np.where(hl, np.take(start, lg, mode="clip"), 0)
+    launch_end[G] = np.where(hl, np.take(end, lg, mode="clip"), 0)
+    launch_gap[G] = np.where(hl, start[G] - launch_start[G], 0)
 
     # a launch call whose own GPU work ended before it returned blocked on it (pageable or blocking copy)
-    own_done = has_launch & (end <= launch_end) & (lbl >= 0)
-    copy_like = np.zeros(n, bool)
-    copy_like[nh:] = _kind_in(_codes(act["kind"]), ("memcpy", "memset"))
+    own_done = hl & (end[G] <= launch_end[G]) & (lbl[G] >= 0) & _kind_in(_codes(act["kind"]), ("memcpy", "memset"))
     ntype = ntype.copy()
-    ntype[launch[own_done & copy_like]] = BLOCKING
+    ntype[lg[own_done]] = BLOCKING
 
-    # typical latencies, from tasks where that edge bound the start
-    q_bind = is_gpu & has_prev & (~has_launch | (prev_end >= launch_end))
-    l_bind = is_gpu & has_launch & (~has_prev | (launch_end > prev_end))
-    d_queue = int(np.median(np.clip(prev_gap[q_bind], 0, None))) if q_bind.sum() >= MIN_SAMPLES else DEFAULT_QUEUE_NS
-    d_launch = int(np.median(np.clip(launch_gap[l_bind], 0, None))) if l_bind.sum() >= MIN_SAMPLES else DEFAULT_LAUNCH_NS
+    # typical latencies, from tasks where that edge bound the start (GPU tasks)
+    hp, pe, le = has_prev[G], prev_end[G], launch_end[G]
+    q_bind = hp & (~hl | (pe >= le))
+    l_bind = hl & (~hp | (le > pe))
+    d_queue = int(np.median(np.clip(prev_gap[G][q_bind], 0, None))) if q_bind.sum() >= MIN_SAMPLES else DEFAULT_QUEUE_NS
+    d_launch = int(np.median(np.clip(launch_gap[G][l_bind], 0, None))) if l_bind.sum() >= MIN_SAMPLES else DEFAULT_LAUNCH_NS
 
     # hand-off between host threads of one process; producer stream for GPU tasks
     cross = np.full(n, -1, np.int64)
@@ -376,29 +379,32 @@ def build_graph(views: Views, rank: int, max_steps: int = MAX_STEPS) -> Graph | 
         for k in uk:
             ids = lo_ + (np.arange(len(kk)) if len(uk) == 1 else np.flatnonzero(kk == k))
             _cross_in_group(ids, on_gpu, cross, start, end, tid, has_prev, prev_gap, prev_end, has_launch, launch_end)
-    inferred = cross >= 0
+    inferred = cross[G] >= 0
     _recorded_event_waits(rt_names, pid, tid, lbl[:nh], launch, cross, start, end, has_launch)
     has_cross = cross >= 0
-    cross_gap = np.where(has_cross, start - end[np.clip(cross, 0, None)], 0)
-    explained = np.maximum(np.where(has_prev, prev_end, 0), np.where(has_launch, launch_end, 0))
-    x_bind = has_cross & (inferred | (end[np.clip(cross, 0, None)] > explained))
+    cross_gap = np.where(has_cross, start - np.take(end, cross, mode="clip"), 0)
+    hc = has_cross[G]
+    # an edge binds a GPU task when it ended after everything else the task waited for (prev_end and launch_end
+    # are 0 where the task has no such edge)
+    x_bind = hc & (inferred | (np.take(end, cross[G], mode="clip") > np.maximum(pe, le)))
 
     # latencies: the binding edge keeps its gap, the others the typical one (never more than they had)
     prev_lat = prev_gap.copy()
     launch_lat = launch_gap.copy()
     cross_lat = cross_gap.copy()
-    host_x = ~is_gpu & has_cross
-    prev_lat[host_x] = np.minimum(prev_gap[host_x], 0)  # the thread waited for the hand-off, not for work
-    x_nb = is_gpu & has_cross & ~x_bind
-    cross_lat[x_nb] = np.minimum(cross_gap[x_nb], d_queue)
-    has_cross = has_cross & (x_bind | ~is_gpu)  # below: a non-binding event wait leaves prev/launch as they were
-    g_x = is_gpu & has_cross
-    prev_lat[g_x] = np.minimum(prev_gap[g_x], d_queue)
-    launch_lat[g_x] = np.minimum(launch_gap[g_x], d_launch + (launch_end - launch_start)[g_x])
-    q = is_gpu & ~has_cross & q_bind & has_launch
-    launch_lat[q] = np.minimum(launch_gap[q], d_launch + (launch_end - launch_start)[q])
-    lb = is_gpu & ~has_cross & l_bind & has_prev
-    prev_lat[lb] = np.minimum(prev_gap[lb], d_queue)
+    host_x = has_cross[H]
+    prev_lat[H][host_x] = np.minimum(prev_gap[H][host_x], 0)  # the thread waited for the hand-off, not for work
+    pl, ll, cl = prev_lat[G], launch_lat[G], cross_lat[G]
+    pg, lgap, lcost = prev_gap[G], launch_gap[G], launch_end[G] - launch_start[G]
+    x_nb = hc & ~x_bind
+    cl[x_nb] = np.minimum(cross_gap[G][x_nb], d_queue)
+    hc = x_bind  # below: a non-binding event wait leaves prev/launch as they were
+    pl[hc] = np.minimum(pg[hc], d_queue)
+    ll[hc] = np.minimum(lgap[hc], d_launch + lcost[hc])
+    q = ~hc & q_bind & hl
+    ll[q] = np.minimum(lgap[q], d_launch + lcost[q])
+    lb = ~hc & l_bind & hp
+    pl[lb] = np.minimum(pg[lb], d_queue)
 
     # blocking calls: the last GPU task per stream launched before the call and ended before it returned
     waits: list = [()] * n
