@@ -139,16 +139,16 @@ def _of_rank(df: pd.DataFrame, rank: int) -> pd.DataFrame:
     return df if m.all() else df[m]
 
 
-def _codes(col: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+def _codes(col: pd.Series) -> tuple[np.ndarray, list[str]]:
     """(code per row, the distinct values as str) of a kind or name column, so that a test runs once per distinct
     value; a categorical's missing values get code -1 (they match nothing, as in ``views.name_mask``)."""
     if isinstance(col.dtype, pd.CategoricalDtype):
-        return col.cat.codes.to_numpy(), np.asarray(col.cat.categories, dtype=object).astype(str)
+        return col.cat.codes.to_numpy(), [str(c) for c in col.cat.categories]
     codes, uniq = pd.factorize(col.to_numpy(), use_na_sentinel=False)  # NaN is a value here, read as "nan"
-    return codes, np.asarray(uniq, dtype=object).astype(str)
+    return codes, [str(c) for c in uniq]
 
 
-def _rows_where(col: tuple[np.ndarray, np.ndarray], hit: np.ndarray) -> np.ndarray:
+def _rows_where(col: tuple[np.ndarray, list[str]], hit: np.ndarray) -> np.ndarray:
     """Per row: the per-value answer ``hit`` (code -1 reads False)."""
     codes, which = col[0], np.flatnonzero(hit)
     if len(which) <= 4:  # a few values: compares on the small codes beat a gather through intp indices
@@ -159,18 +159,18 @@ def _rows_where(col: tuple[np.ndarray, np.ndarray], hit: np.ndarray) -> np.ndarr
     return np.take(np.r_[hit, False], codes)
 
 
-def _kind_in(col: tuple[np.ndarray, np.ndarray], names: tuple[str, ...]) -> np.ndarray:
+def _kind_in(col: tuple[np.ndarray, list[str]], names: tuple[str, ...]) -> np.ndarray:
     """Rows whose kind is one of ``names`` (``col`` from ``_codes``)."""
-    return _rows_where(col, np.isin(col[1], names))
+    return _rows_where(col, np.fromiter((c in names for c in col[1]), bool, len(col[1])))
 
 
-def _name_match(col: tuple[np.ndarray, np.ndarray], pattern: "str | re.Pattern[str]", case: bool = False) -> np.ndarray:
+def _name_match(col: tuple[np.ndarray, list[str]], pattern: "str | re.Pattern[str]", case: bool = False) -> np.ndarray:
     """``views.name_mask`` (same flags, same answer) on ``_codes`` columns: one regex search per distinct name."""
     rx = pattern if isinstance(pattern, re.Pattern) else re.compile(pattern, 0 if case else re.IGNORECASE)
     return _rows_where(col, np.fromiter((rx.search(c) is not None for c in col[1]), bool, len(col[1])))
 
 
-def _host_nodes(views: Views, rank: int) -> tuple[dict[str, np.ndarray], tuple[np.ndarray, np.ndarray]]:
+def _host_nodes(views: Views, rank: int) -> tuple[dict[str, np.ndarray], tuple[np.ndarray, list[str]]]:
     """The rank's host nodes as columns (lbl, pid, tid, start, end, ntype, marker_step, marker_end): merged data
     waits first, then runtime calls not inside one, then step markers (a start and an end node per step); and
     the names of those runtime calls, in node order."""
