@@ -60,6 +60,7 @@ import numpy as np
 import pandas as pd
 
 from .patterns import COLLECTIVE, COPY_CALL, DATA_WAIT_PRIMARY, DATA_WAIT_TFDATA, SYNC_CALL, SYNC_OP
+from .rule_api import Instances, instance_columns
 from .views import Coverage, merge_intervals, name_mask
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -453,21 +454,14 @@ def _within_frame(within: Any) -> pd.DataFrame:
         for c in cols:
             out[c] = within[c].to_numpy(dtype=float)
         return out
+    if isinstance(within, Instances):
+        c = within.columns()
+        return pd.DataFrame({"start_ns": c.start_ns, "end_ns": c.end_ns, "rank": c.rank, "device": c.device})
     items = within if isinstance(within, list) else list(within)
     if items and not any(isinstance(it, (tuple, list)) for it in items):
-        # instances (tens of thousands on a big trace): columns straight from attributes, no dict per row
-        def opt(name: str) -> np.ndarray:
-            vals = [getattr(it, name, None) for it in items]
-            return np.array([np.nan if v is None else float(v) for v in vals], dtype=float)
-
-        return pd.DataFrame(
-            {
-                "start_ns": np.array([int(it.start_ns) for it in items], dtype=np.int64),
-                "end_ns": np.array([int(it.end_ns) for it in items], dtype=np.int64),
-                "rank": opt("rank"),
-                "device": opt("device"),
-            }
-        )
+        # instance-like objects: columns straight from attributes, no dict per row
+        c = instance_columns(items)
+        return pd.DataFrame({"start_ns": c.start_ns, "end_ns": c.end_ns, "rank": c.rank, "device": c.device})
     rows = []
     for item in items:
         if isinstance(item, (tuple, list)):

@@ -20,7 +20,7 @@ from markupsafe import Markup, escape
 
 from .. import __version__, advice
 from ..engine import Analysis
-from ..rule_api import Finding, Instance, fmt_ns
+from ..rule_api import Finding, Instance, fmt_ns, instance_columns
 from ..verdict import details, headline, ledger_of
 from ..views import merge_intervals
 from .common import baseline_sentence, baseline_tag, clean, column_label, column_labels, format_cell
@@ -489,8 +489,16 @@ def _layout(lanes: list[dict[str, Any]], y: int = 24) -> int:
     return y
 
 
-def _largest(instances: list[Instance]) -> Instance | None:
-    return max(instances, key=lambda i: (i.dur_ns, -i.start_ns), default=None)
+def _largest(instances: Any) -> Instance | None:
+    """The longest instance (ties: the earliest start, then the first listed), read off the columns."""
+    c = instance_columns(instances)
+    if not len(c.start_ns):
+        return None
+    dur = c.end_ns - c.start_ns
+    cand = np.flatnonzero(dur == dur.max())
+    i = int(cand[np.argmin(c.start_ns[cand])])  # argmin: the first of equal starts
+    r, d = float(c.rank[i]), float(c.device[i])
+    return Instance(int(c.start_ns[i]), int(c.end_ns[i]), None if r != r else int(r), None if d != d else int(d), c.label(i))
 
 
 def _instance(tl, views, f: Finding) -> dict[str, Any] | None:
@@ -555,13 +563,17 @@ def _timeline_block(analysis: Analysis, views) -> dict[str, Any] | None:
     marks = []
     for n, f in enumerate(analysis.findings[:MAX_FINDING_ROWS], start=1):
         ticks = []
-        shown = [i for i in f.instances if i.end_ns >= w0 and i.start_ns <= w1]
-        shown = sorted(shown, key=lambda i: -i.dur_ns)[:MAX_MARKERS_PER_FINDING]
-        for i in sorted(shown, key=lambda i: i.start_ns):
-            x0 = _x(max(i.start_ns, w0), w0, w1)
-            label = f"{clean(i.label, 60)}: " if i.label else ""
-            ticks.append({"x": x0, "w": max(_x(min(i.end_ns, w1), w0, w1) - x0, 1.5), "title": f"{label}{fmt_ns(i.start_ns)} – {fmt_ns(i.end_ns)}"})
-        has_time = bool(f.instances)
+        c = instance_columns(f.instances)
+        # in the window; the longest MAX_MARKERS_PER_FINDING (ties: list order), drawn in time order
+        shown = np.flatnonzero((c.end_ns >= w0) & (c.start_ns <= w1))
+        shown = shown[np.argsort(c.start_ns[shown] - c.end_ns[shown], kind="stable")][:MAX_MARKERS_PER_FINDING]
+        shown = shown[np.argsort(c.start_ns[shown], kind="stable")]
+        for i_s, i_e, k in zip(c.start_ns[shown].tolist(), c.end_ns[shown].tolist(), c.label_code[shown].tolist()):
+            x0 = _x(max(i_s, w0), w0, w1)
+            text = c.labels[k]
+            label = f"{clean(text, 60)}: " if text else ""
+            ticks.append({"x": x0, "w": max(_x(min(i_e, w1), w0, w1) - x0, 1.5), "title": f"{label}{fmt_ns(i_s)} – {fmt_ns(i_e)}"})
+        has_time = len(c.start_ns) > 0
         band = None
         loc = f.location
         if loc.start_ns is not None:
