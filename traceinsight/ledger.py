@@ -235,22 +235,24 @@ def warmup_regions(views: "Views", blocking: pd.DataFrame | None = None) -> pd.D
             code = names.cat.codes.to_numpy()[idx].astype(np.int64) if isinstance(names.dtype, pd.CategoricalDtype) else pd.factorize(names.to_numpy()[idx])[0]
             start = host["start_ns"].to_numpy()[idx]
             dur = host["dur_ns"].to_numpy()[idx]
-            # one int64 group key for (rank, name code): a two-key lexsort instead of three
+            # one int64 group key for (rank, name code), grouped by hashing: no sort of the 10^6 candidates
             rc = (rank - rank.min()) * (int(code.max()) + 2) + (code + 1)
-            order = np.lexsort((start, rc))
-            rank, code, start, dur, idx = rank[order], code[order], start[order], dur[order], idx[order]
-            first = np.ones(len(idx), dtype=bool)
-            first[1:] = (rank[1:] != rank[:-1]) | (code[1:] != code[:-1])
-            group = np.cumsum(first) - 1
+            group, _ = pd.factorize(rc)
+            n_groups = int(group.max()) + 1
+            # each group's first call: its earliest start, the first listed among equal starts
+            first_start = np.full(n_groups, np.iinfo(np.int64).max, np.int64)
+            np.minimum.at(first_start, group, start)
+            at_first = np.flatnonzero(start == first_start[group])
+            _, pos = np.unique(group[at_first], return_index=True)
+            first_of = at_first[pos]  # per group (in group order), the position of its first call
             # only groups whose first call is long enough can be warm-up: the median of the rest is needed there only
-            long_first = first & (dur >= WARMUP_MIN_NS)
-            lf_group = np.zeros(int(group[-1]) + 1, dtype=bool)
-            lf_group[group[long_first]] = True
-            wanted = lf_group[group]
-            rest = wanted & ~first
+            lf_group = dur[first_of] >= WARMUP_MIN_NS
+            rest = lf_group[group]
+            rest[first_of] = False
             if rest.any():
                 med = pd.Series(dur[rest]).groupby(group[rest]).median()
-                fi = np.flatnonzero(long_first)
+                lf = np.flatnonzero(lf_group)
+                fi = first_of[lf[np.argsort(rc[first_of[lf]])]]  # in (rank, name) order
                 m_rest = med.reindex(group[fi]).to_numpy()
                 ok = ~np.isnan(m_rest) & (dur[fi] >= WARMUP_RATIO * np.nan_to_num(m_rest))
                 fi = fi[ok]
@@ -266,7 +268,7 @@ def warmup_regions(views: "Views", blocking: pd.DataFrame | None = None) -> pd.D
                         blocked[m] = Coverage(b["start_ns"].to_numpy(), b["end_ns"].to_numpy()).overlap(s[m], e[m])
                     keep = blocked * 2 < dur[fi]
                     fi = fi[keep]
-                    reason = np.asarray(["first call of " + str(n) for n in names.to_numpy()[idx[fi]]], dtype=object)
+                    reason = np.asarray(["first call of " + str(n) for n in names.take(idx[fi]).to_numpy()], dtype=object)
                     parts.append(pd.DataFrame({"rank": rank[fi], "start_ns": start[fi], "end_ns": start[fi] + dur[fi], "reason": reason}))
     st = views.steps
     if not st.empty:
@@ -543,25 +545,39 @@ def _device_slices(
     ]
     default = "idle_untraced" if host_traced else "idle_other"
     st_s, st_e, st_n = steps
-    pts = [np.array([w0, w1], np.int64), st_s, st_e]
-    for _, (a, b) in sets:
-        pts += [a, b]
-    # sorted distinct edges inside the window: a sort and a neighbour test (np.unique hashes first, then sorts)
-    p = np.concatenate(pts)
-    p = np.sort(p[(p >= w0) & (p <= w1)])
-    p = p[np.r_[True, p[1:] != p[:-1]]]
-    left, right = p[:-1], p[1:]
-    label = np.full(len(left), _CODE[default], dtype=np.int64)
-    todo = np.ones(len(left), dtype=bool)
+    # each set cut to the window; the segments are cut at every edge of every set, every step edge and the window
+    clipped = []
     for name, (a, b) in sets:
-        if not todo.any():
-            break
+        a, b = np.maximum(a, w0), np.minimum(b, w1)
+        keep = b > a
+        clipped.append((name, a[keep], b[keep]))
+    pts = [np.array([w0, w1], np.int64), st_s[(st_s >= w0) & (st_s <= w1)], st_e[(st_e >= w0) & (st_e <= w1)]]
+    for _, a, b in clipped:
+        pts += [a, b]
+    # sorted distinct edges: the parts are sorted runs, which a stable (merge) sort only merges; the sort also
+    # says where each set edge landed, so no set has to be searched for its edges
+    cat = np.concatenate(pts)
+    order = np.argsort(cat, kind="stable")
+    srt = cat[order]
+    new = np.ones(len(srt), dtype=bool)
+    new[1:] = srt[1:] != srt[:-1]
+    p = srt[new]
+    at = np.empty(len(cat), np.int64)
+    at[order] = np.cumsum(new) - 1  # index in p of each edge of ``cat``
+    left, right = p[:-1], p[1:]
+    # every set covers whole runs of segments: mark where its intervals open and close, and a running sum says
+    # which segments lie inside. Lowest precedence first, so each set overwrites the ones it outranks.
+    label = np.full(len(left), _CODE[default], dtype=np.int8)
+    offsets = np.cumsum([0] + [len(x) for x in pts])
+    for k in range(len(clipped) - 1, -1, -1):
+        name, a, b = clipped[k]
         if len(a) == 0:
             continue
-        hit = todo.copy()
-        hit[todo] = _inside(a, b, left[todo])
-        label[hit] = _CODE[name]
-        todo &= ~hit
+        o = offsets[3 + 2 * k]
+        mark = np.zeros(len(p), np.int8)
+        mark[at[o : o + len(a)]] = 1  # disjoint intervals: each edge index occurs once
+        mark[at[o + len(a) : o + 2 * len(a)]] -= 1
+        label[np.cumsum(mark[:-1], dtype=np.int8) > 0] = _CODE[name]
     # the step containing each segment (latest-starting marker that contains it), -1 outside
     step_no = np.full(len(left), -1, dtype=np.int64)
     if len(st_s):
@@ -577,12 +593,13 @@ def _device_slices(
     out_e = np.append(out_s[1:], right[-1])
     out_l = label[idx]
     # per-gap ns of each idle bucket
-    n_busy = len(BUSY_BUCKETS)
-    per_gap = np.zeros((len(gs), len(IDLE_BUCKETS)), np.int64)
+    n_busy, n_idle = len(BUSY_BUCKETS), len(IDLE_BUCKETS)
+    per_gap = np.zeros(len(gs) * n_idle, np.int64)
     if len(gs):
         idle = out_l >= n_busy
         gid = np.searchsorted(gs, out_s[idle], side="right") - 1
-        np.add.at(per_gap, (gid, out_l[idle] - n_busy), (out_e - out_s)[idle])
+        np.add.at(per_gap, gid * n_idle + (out_l[idle].astype(np.int64) - n_busy), (out_e - out_s)[idle])  # flat: numpy's fast path
+    per_gap = per_gap.reshape(len(gs), n_idle)
     return {"step": step_no[idx], "start": out_s, "end": out_e, "label": out_l, "gs": gs, "ge": ge, "nl": nl, "per_gap": per_gap}
 
 
@@ -679,9 +696,11 @@ def build_ledger(views: "Views") -> Ledger:
     windows = pd.DataFrame({"rank": k_rank, "device": k_dev, "start_ns": w_start, "end_ns": w_end, "window_ns": w_end - w_start})
     ns = end - start
     # per device: one row per (device, bucket), zeros included
-    mat = np.zeros((len(keys), len(BUCKETS)), np.int64)
-    np.add.at(mat, (dev_idx, label), ns)
     nb = len(BUCKETS)
+    lab64 = label.astype(np.int64)
+    mat = np.zeros(len(keys) * nb, np.int64)
+    np.add.at(mat, dev_idx * nb + lab64, ns)  # flat indices: numpy's fast path
+    mat = mat.reshape(len(keys), nb)
     by_device = pd.DataFrame(
         {
             "rank": np.repeat(k_rank, nb),
@@ -703,8 +722,9 @@ def build_ledger(views: "Views") -> Ledger:
     inv[order] = np.cumsum(first) - 1
     head = order[first]
     u_dev, u_step = dev_idx[head], step[head]
-    smat = np.zeros((len(head), nb), np.int64)
-    np.add.at(smat, (inv, label), ns)
+    smat = np.zeros(len(head) * nb, np.int64)
+    np.add.at(smat, inv * nb + lab64, ns)
+    smat = smat.reshape(len(head), nb)
     by_step = pd.DataFrame(
         {
             "rank": np.repeat(k_rank[u_dev], nb),
@@ -719,10 +739,12 @@ def build_ledger(views: "Views") -> Ledger:
     per_gap = np.concatenate([p["per_gap"] for p in parts]) if n_gp.sum() else np.zeros((0, len(IDLE_BUCKETS)), np.int64)
     gs = np.concatenate([p["gs"] for p in parts])
     ge = np.concatenate([p["ge"] for p in parts])
-    gaps = pd.DataFrame({"rank": k_rank[gap_idx], "device": k_dev[gap_idx], "start_ns": gs, "end_ns": ge, "dur_ns": ge - gs, "next_launch_end_ns": np.concatenate([p["nl"] for p in parts])})
+    cols: dict[str, Any] = {"rank": k_rank[gap_idx], "device": k_dev[gap_idx], "start_ns": gs, "end_ns": ge, "dur_ns": ge - gs, "next_launch_end_ns": np.concatenate([p["nl"] for p in parts])}
+    per_gap_t = np.ascontiguousarray(per_gap.T)  # one contiguous column per bucket
     for j, b in enumerate(IDLE_BUCKETS):
-        gaps[b] = per_gap[:, j]
-    gaps["cause"] = np.asarray(IDLE_BUCKETS, dtype=object)[per_gap.argmax(axis=1)] if len(gs) else np.zeros(0, dtype=object)
+        cols[b] = per_gap_t[j]
+    cols["cause"] = np.asarray(IDLE_BUCKETS, dtype=object)[per_gap.argmax(axis=1)] if len(gs) else np.zeros(0, dtype=object)
+    gaps = pd.DataFrame(cols)
     return Ledger(slices=slices, by_device=by_device, by_step=by_step, windows=windows, gaps=gaps, warmup=warm)
 
 

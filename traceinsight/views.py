@@ -6,6 +6,7 @@ All are plain DataFrames built with vectorized numpy/pandas; none walks events i
 from __future__ import annotations
 
 import re
+import weakref
 from functools import cached_property
 
 import numpy as np
@@ -79,6 +80,26 @@ class Coverage:
         return np.maximum(self.before(np.maximum(np.asarray(b, np.int64), a)) - self.before(a), 0)
 
 
+#: Per categories Index and pattern, which categories match: name masks are asked for again and again (the
+#: ledger, the views and the rules test the same few patterns on subsets that share one set of categories).
+_CATEGORY_HITS: dict[tuple[int, str, int], tuple["weakref.ref[pd.Index]", np.ndarray]] = {}
+
+
+def _category_hits(cats: pd.Index, rx: "re.Pattern[str]") -> np.ndarray:
+    key = (id(cats), rx.pattern, rx.flags)
+    got = _CATEGORY_HITS.get(key)
+    if got is not None and got[0]() is cats:
+        return got[1]
+    hit = np.fromiter((rx.search(str(c)) is not None for c in cats), dtype=bool, count=len(cats))
+    if len(_CATEGORY_HITS) > 512:
+        _CATEGORY_HITS.clear()
+    try:
+        _CATEGORY_HITS[key] = (weakref.ref(cats), hit)
+    except TypeError:  # not weakly referable: answer without keeping it
+        pass
+    return hit
+
+
 def name_mask(names: pd.Series, pattern: "str | re.Pattern[str]", case: bool = False) -> np.ndarray:
     """Rows whose name matches ``pattern`` (searched anywhere), evaluated once per distinct name.
 
@@ -88,13 +109,11 @@ def name_mask(names: pd.Series, pattern: "str | re.Pattern[str]", case: bool = F
     if len(names) == 0:
         return np.zeros(0, dtype=bool)
     if isinstance(names.dtype, pd.CategoricalDtype):
-        cats = names.cat.categories
-        hit = np.fromiter((rx.search(str(c)) is not None for c in cats), dtype=bool, count=len(cats))
-        codes = names.cat.codes.to_numpy()
-        out = np.zeros(len(names), dtype=bool)
-        ok = codes >= 0
-        out[ok] = hit[codes[ok]]
-        return out
+        hit = _category_hits(names.cat.categories, rx)
+        if not hit.any():
+            return np.zeros(len(names), dtype=bool)
+        # one lookup per row; a missing name (code -1) reads the extra False at the end
+        return np.append(hit, False)[names.cat.codes.to_numpy()]
     return np.fromiter((rx.search(str(n)) is not None for n in names), dtype=bool, count=len(names))
 
 
