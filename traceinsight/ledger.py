@@ -818,7 +818,7 @@ def build_ledger(views: "Views") -> Ledger:
     gap_idx = np.repeat(np.arange(len(keys)), n_gp)
     gs = np.concatenate([p["gs"] for p in parts])
     ge = np.concatenate([p["ge"] for p in parts])
-    n_g, n_idle = len(gs), len(IDLE_BUCKETS)
+    n_g = len(gs)
     # the frame's int64 columns as the rows of one block, filled in place: the frame takes it without a copy
     int_cols = ["rank", "device", "start_ns", "end_ns", "dur_ns", *IDLE_BUCKETS]
     block = np.empty((len(int_cols), n_g), np.int64)

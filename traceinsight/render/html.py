@@ -593,7 +593,6 @@ def _instance(tl, views, f: Finding) -> dict[str, Any] | None:
 
 
 def _timeline_block(analysis: Analysis, views) -> dict[str, Any] | None:
-    tl = analysis.timeline
     act = views.gpu_activity
     if act.empty:
         return None
