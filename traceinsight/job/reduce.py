@@ -167,8 +167,15 @@ def _match(coll: pd.DataFrame, warnings: list[str]) -> pd.DataFrame:
     if coll.empty:
         coll["instance"] = pd.Series(dtype="int64")
         return coll
-    key = pd.MultiIndex.from_frame(coll[["group", "seq"]])
-    codes, _ = pd.factorize(key)
+    r = coll["rank"].to_numpy()
+    if r.min() == r.max():  # one rank: no call is seen on two ranks, nothing matches
+        coll["instance"] = np.full(len(coll), -1, np.int64)
+        return coll
+    # (group, seq) numbered in order of first appearance, as factorizing the pairs would: one int key per pair
+    g_code, _ = pd.factorize(coll["group"].to_numpy())
+    seq = coll["seq"].to_numpy(np.int64)
+    s_lo = int(seq.min())
+    codes, _ = pd.factorize(g_code.astype(np.int64) * (int(seq.max()) - s_lo + 1) + (seq - s_lo))
     g = pd.Series(coll["rank"].to_numpy()).groupby(codes)
     n = g.transform("nunique").to_numpy()
     kinds = pd.Series(coll["kind"].to_numpy()).groupby(codes).transform("nunique").to_numpy()

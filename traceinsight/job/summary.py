@@ -62,40 +62,77 @@ class RankSummary:
 
 def collective_kind(names: pd.Series) -> np.ndarray:
     """``allreduce``, ``allgather``, ... per kernel name, evaluated once per distinct name."""
-    uniq = pd.unique(names.astype(str))
-    kinds = {}
-    for n in uniq:
+    def kind(n: str) -> str:
         m = _KIND.search(n)
-        kinds[n] = m.group(1).lower().replace("_", "") if m else "collective"
+        return m.group(1).lower().replace("_", "") if m else "collective"
+
+    if isinstance(names.dtype, pd.CategoricalDtype):  # one test per category; a missing name reads "nan"
+        table = np.array([kind(str(c)) for c in names.cat.categories] + [kind("nan")], dtype=object)
+        return table[names.cat.codes.to_numpy()]
+    uniq = pd.unique(names.astype(str))
+    kinds = {n: kind(n) for n in uniq}
     return names.astype(str).map(kinds).to_numpy(dtype=object)
+
+
+def _one_value(a: np.ndarray, value: int) -> bool:
+    """Every element of ``a`` equals ``value`` (the usual one-rank trace: no row selection needed)."""
+    return len(a) > 0 and int(a.min()) == value and int(a.max()) == value
 
 
 def summarize_ranks(timeline: Timeline, views: Views | None = None, *, source: str = "") -> list[RankSummary]:
     """One summary per rank present in ``timeline`` (a rank file holds one; a folder loaded at once, several)."""
     views = views or Views(timeline)
-    ranks = sorted(int(r) for r in pd.unique(timeline.events["rank"])) if len(timeline.events) else [0]
+    ev_rank = timeline.events["rank"].to_numpy()
+    if not len(ev_rank):
+        ranks = [0]
+    elif ev_rank.min() == ev_rank.max():
+        ranks = [int(ev_rank[0])]
+    else:
+        ranks = sorted(int(r) for r in pd.unique(ev_rank))
     return [_summarize_rank(timeline, views, r, source or str(timeline.meta.path or "")) for r in ranks]
 
 
-def _cov(rows: pd.DataFrame) -> Coverage:
-    s = rows["start_ns"].to_numpy(np.int64)
-    return Coverage(s, s + np.maximum(rows["dur_ns"].to_numpy(np.int64), 0))
+def _rows_of(frame: pd.DataFrame, rank: int) -> np.ndarray | None:
+    """Positions of ``rank``'s rows in ``frame``; None when every row is its (nothing to select)."""
+    r = frame["rank"].to_numpy()
+    return None if _one_value(r, rank) else np.flatnonzero(r == rank)
+
+
+def _column(frame: pd.DataFrame, name: str, rows: np.ndarray | None) -> np.ndarray:
+    a = frame[name].to_numpy()
+    return a if rows is None else a[rows]
+
+
+def _cov_of(start: np.ndarray, dur: np.ndarray, mask: np.ndarray) -> Coverage:
+    """Coverage of the masked rows (only their arrays are taken: no frame rows, no full-length end column)."""
+    i = np.flatnonzero(mask)
+    s = start[i].astype(np.int64, copy=False)
+    return Coverage(s, s + np.maximum(dur[i].astype(np.int64, copy=False), 0))
 
 
 def _summarize_rank(tl: Timeline, views: Views, rank: int, source: str) -> RankSummary:
+    # The rank's GPU activity and host rows as a few arrays: on a one-rank trace the views' own columns, never a
+    # take of every column of 10^5-10^6 rows.
     act = views.gpu_activity
-    act = act[act["rank"].to_numpy() == rank]
-    is_coll = name_mask(act["name"], COLLECTIVE) & (act["kind"] == "kernel").to_numpy()
-    comp_rows, coll_rows = act[~is_coll], act[is_coll]
-    compute, comm, busy = _cov(comp_rows), _cov(coll_rows), _cov(act)
+    a_rows = _rows_of(act, rank)
+    a_s = _column(act, "start_ns", a_rows).astype(np.int64, copy=False)
+    a_e = a_s + np.maximum(_column(act, "dur_ns", a_rows).astype(np.int64, copy=False), 0)
+    is_coll = views.is_collective.to_numpy()  # a collective kernel (the same test as COLLECTIVE on kernels)
+    if a_rows is not None:
+        is_coll = is_coll[a_rows]
+    ci = np.flatnonzero(is_coll)
+    ni = np.flatnonzero(~is_coll)
+    compute, comm, busy = Coverage(a_s[ni], a_e[ni]), Coverage(a_s[ci], a_e[ci]), Coverage(a_s, a_e)
     host = views.host_events
-    host = host[host["rank"].to_numpy() == rank]
-    data = _cov(host[name_mask(host["name"], DATA_LOADING)])
-    sync = _cov(host[name_mask(host["name"], SYNC, case=True)])
+    h_rows = _rows_of(host, rank)
+    h_names = host["name"] if h_rows is None else host["name"].take(h_rows)
+    h_s, h_d = _column(host, "start_ns", h_rows), _column(host, "dur_ns", h_rows)
+    data = _cov_of(h_s, h_d, name_mask(h_names, DATA_LOADING))
+    sync = _cov_of(h_s, h_d, name_mask(h_names, SYNC, case=True))
 
-    if len(act):
-        w0 = int(act["start_ns"].min())
-        w1 = int((act["start_ns"] + act["dur_ns"].clip(lower=0)).max())
+    if len(a_s):
+        w0 = int(a_s.min())
+        w1 = int(a_e.max())
     else:
         w0 = w1 = 0
     st = views.steps
@@ -119,44 +156,47 @@ def _summarize_rank(tl: Timeline, views: Views, rank: int, source: str) -> RankS
         }
     )
 
-    coll = coll_rows.sort_values("start_ns", kind="stable")
-    cs = coll["start_ns"].to_numpy(np.int64)
-    ce = cs + np.maximum(coll["dur_ns"].to_numpy(np.int64), 0)
-    stream = coll["stream"].to_numpy(np.int64)
+    # the collective kernels in start order (stable: equal starts keep row order)
+    co = ci[np.argsort(a_s[ci], kind="stable")]
+    pos = co if a_rows is None else a_rows[co]  # positions in ``act``
+    cs = a_s[co]
+    ce = a_e[co]
+    stream = act["stream"].to_numpy()[pos].astype(np.int64, copy=False)
     prev_end = np.empty(len(cs), np.int64)
     if len(cs):
         prev_end[0] = min(w0, int(s0.min()))
         prev_end[1:] = np.maximum.accumulate(ce)[:-1]
     prev_end = np.minimum(prev_end, cs)
     gpu_before = compute.overlap(prev_end, cs)
+    u_stream, inv = np.unique(stream, return_inverse=True)
     collectives = pd.DataFrame(
         {
             # Calls of one process group run in order on one NCCL stream, the same order on every rank, so the
             # stream and the call's index on it identify the instance across ranks.
-            "group": [f"stream {s}" for s in stream],
+            "group": np.array([f"stream {s}" for s in u_stream.tolist()] + [""], dtype=object)[inv.reshape(-1)] if len(cs) else [],
             "seq": pd.Series(stream).groupby(stream).cumcount().to_numpy(np.int64),
-            "kind": collective_kind(coll["name"]),
+            "kind": collective_kind(act["name"].take(pos)),
             "start_ns": cs,
             "end_ns": ce,
-            "bytes": coll["bytes"].to_numpy(np.int64) if "bytes" in coll else np.zeros(len(cs), np.int64),
+            "bytes": act["bytes"].to_numpy()[pos].astype(np.int64) if "bytes" in act else np.zeros(len(cs), np.int64),
             "gpu_before_ns": gpu_before,
             "data_before_ns": data.overlap(prev_end, cs),
             "sync_before_ns": sync.overlap(prev_end, cs),
             "idle_before_ns": (cs - prev_end) - busy.overlap(prev_end, cs),
         }
     )
-    ms, me = merge_intervals(act["start_ns"].to_numpy(np.int64), (act["start_ns"] + act["dur_ns"].clip(lower=0)).to_numpy(np.int64))
-    busy_total = int((me - ms).sum())
+    busy_total = int(busy.cum[-1]) if len(busy.cum) else 0  # the union of all activity, as ``busy`` holds it
     comp_total = int(compute.cum[-1]) if len(compute.cum) else 0
     meta = tl.meta
+    ev_rank = tl.events["rank"].to_numpy()
     return RankSummary(
         rank=rank,
-        device=int(act["device"].min()) if len(act) else 0,
+        device=int(_column(act, "device", a_rows).min()) if len(a_s) else 0,
         source=source,
         world_size=meta.world_size,
         origin_ns=int(meta.start_unix_ns or 0),
         device_names=sorted({d.name for d in meta.devices if d.rank in (rank, None) and d.name}),
-        event_count=int((tl.events["rank"].to_numpy() == rank).sum()),
+        event_count=len(ev_rank) if _one_value(ev_rank, rank) else int((ev_rank == rank).sum()),
         window_start_ns=w0,
         window_end_ns=w1,
         busy_ns=busy_total,
