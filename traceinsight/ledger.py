@@ -122,6 +122,36 @@ def _merged(starts: Any, ends: Any) -> tuple[np.ndarray, np.ndarray]:
     return merge_intervals(s, e)
 
 
+def _union_owned(s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``merge_intervals`` of non-empty intervals (every e > s) whose int64 arrays the caller hands over: in start
+    order (the usual case) the running end is computed in ``e`` itself and a group's end read at its last row,
+    so no array of the input's length is allocated besides two masks (fresh memory is what costs at 10^6 rows)."""
+    if len(s) == 0:
+        return _EMPTY, _EMPTY
+    down = np.flatnonzero(s[1:] < s[:-1]) + 1 if len(s) > 1 else _EMPTY
+    if len(down) > 64:
+        return merge_intervals(s, e)
+    # a few sorted runs (host rows of several threads come nearly in start order): each run merged in place, then
+    # the runs' unions merged; a union of non-empty intervals has one merged form, so this is merge_intervals' answer
+    cuts = np.r_[0, down, len(s)]
+    out_s, out_e = [], []
+    for a, b in zip(cuts[:-1].tolist(), cuts[1:].tolist()):
+        rs, re_ = s[a:b], e[a:b]
+        np.maximum.accumulate(re_, out=re_)
+        new = np.empty(b - a, dtype=bool)
+        new[0] = True
+        np.greater(rs[1:], re_[:-1], out=new[1:])
+        idx = np.flatnonzero(new)
+        last = np.empty(len(idx), np.intp)
+        last[:-1] = idx[1:] - 1
+        last[-1] = b - a - 1
+        # the running end at a group's last row is the group's largest end: every earlier end lies before its start
+        out_s.append(rs[idx]), out_e.append(re_[last])
+    if len(out_s) == 1:
+        return out_s[0], out_e[0]
+    return merge_intervals(np.concatenate(out_s), np.concatenate(out_e))
+
+
 def _intersect(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     """Intersection of two merged interval sets."""
     if len(a[0]) == 0 or len(b[0]) == 0:
@@ -176,6 +206,11 @@ def data_wait_rows(host: pd.DataFrame) -> pd.DataFrame:
     return _ranges(host, data_wait_mask(host)) if not host.empty else _ranges(host, np.zeros(0, dtype=bool))
 
 
+def _is_positions(index: pd.Index) -> bool:
+    """Row labels 0, 1, 2, ...: a label is its row's position."""
+    return isinstance(index, pd.RangeIndex) and index.start == 0 and index.step == 1
+
+
 def blocking_calls(views: "Views") -> pd.DataFrame:
     """Host calls that block until the GPU catches up: rank, start_ns, end_ns, reason.
 
@@ -194,14 +229,19 @@ def blocking_calls(views: "Views") -> pd.DataFrame:
     ln = views.launches
     if not ln.empty and "pageable" in ev:
         idx = ln["gpu_idx"].to_numpy()
-        ck = ev["copy_kind"].reindex(idx).astype(object).to_numpy()
-        pg = ev["pageable"].reindex(idx).to_numpy(dtype=bool)
-        m = (ck == "DtoH") & pg
+        ck_col = ev["copy_kind"]
+        if _is_positions(ev.index) and isinstance(ck_col.dtype, pd.CategoricalDtype) and len(idx) and idx.min() >= 0 and idx.max() < len(ev):
+            # row labels are positions: the copy kind compared on its category codes, no 10^5 boxed strings
+            m = kind_mask(ck_col, ("DtoH",))[idx] & ev["pageable"].to_numpy(dtype=bool)[idx]
+        else:
+            ck = ck_col.reindex(idx).astype(object).to_numpy()
+            pg = ev["pageable"].reindex(idx).to_numpy(dtype=bool)
+            m = (ck == "DtoH") & pg
         s = ln["launch_start_ns"].to_numpy()[m]
         parts.append(pd.DataFrame({"rank": ln["rank"].to_numpy()[m].astype(np.int64), "start_ns": s, "end_ns": s + ln["launch_dur_ns"].to_numpy()[m], "reason": "copy to pageable host memory"}))
     parts = [p for p in parts if not p.empty]
     out = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame({c: pd.Series(dtype="int64" if c != "reason" else "object") for c in cols})
-    gs_mask = (ev["kind"] == "gpu_sync").to_numpy().copy()
+    gs_mask = kind_mask(ev["kind"], ("gpu_sync",))
     if gs_mask.any():
         gs_mask &= ~np.isin(ev["rank"].to_numpy(), out["rank"].unique())
         if gs_mask.any():
@@ -647,15 +687,24 @@ def _device_slices(
     # which segments lie inside. Lowest precedence first, so each set overwrites the ones it outranks.
     label = np.full(len(left), _CODE[default], dtype=np.int8)
     offsets = np.cumsum([0] + [len(x) for x in pts])
+    # one set of buffers for every set, each used only over the set's span (its first to its last edge)
+    mark = np.zeros(len(p), np.int8)
+    run = np.empty(len(p), np.int8)
+    inside = np.empty(len(p), dtype=bool)
     for k in range(len(clipped) - 1, -1, -1):
         name, a, b = clipped[k]
         if len(a) == 0:
             continue
         o = offsets[3 + 2 * k]
-        mark = np.zeros(len(p), np.int8)
-        mark[at[o : o + len(a)]] = 1  # disjoint intervals: each edge index occurs once
-        mark[at[o + len(a) : o + 2 * len(a)]] -= 1
-        label[np.cumsum(mark[:-1], dtype=np.int8) > 0] = _CODE[name]
+        i_open, i_close = at[o : o + len(a)], at[o + len(a) : o + 2 * len(a)]
+        lo, hi = int(i_open[0]), int(i_close[-1])  # sorted, disjoint intervals: edges in ascending order
+        mk = mark[lo : hi + 1]
+        mk[i_open - lo] = 1  # disjoint intervals: each edge index occurs once
+        mk[i_close - lo] -= 1
+        np.cumsum(mk[:-1], dtype=np.int8, out=run[: hi - lo])
+        np.greater(run[: hi - lo], 0, out=inside[: hi - lo])
+        label[lo:hi][inside[: hi - lo]] = _CODE[name]
+        mk[:] = 0
     # the step containing each segment (latest-starting marker that contains it), -1 outside
     step_no = np.full(len(left), -1, dtype=np.int64)
     if len(st_s):
@@ -696,11 +745,20 @@ def build_ledger(views: "Views") -> Ledger:
     waits = data_wait_rows(host)
     blocking = blocking_calls(views)
     warm = warmup_regions(views, blocking)
-    # host-busy rows as three arrays (no frame: these are most host rows)
+    # host-busy rows: one mask (the empty ones dropped, as ``_merged`` would), each rank's starts and ends taken
+    # once and merged in place (no frame, no full-length copies: these are most host rows)
+    h_rank, h_start, h_dur = host["rank"].to_numpy(), host["start_ns"].to_numpy(), host["dur_ns"].to_numpy()
     hb = kind_mask(host["kind"], _HOST_BUSY_KINDS)
-    hb_rank, hb_start = host["rank"].to_numpy()[hb], host["start_ns"].to_numpy()[hb]
-    hb_end = host["dur_ns"].to_numpy()[hb]
-    hb_end += hb_start
+    hb &= h_dur > 0
+    hb_one_rank = len(h_rank) > 0 and h_rank.min() == h_rank.max()
+
+    def host_busy(rank: int) -> tuple[np.ndarray, np.ndarray]:
+        m = hb if hb_one_rank and h_rank[0] == rank else hb & (h_rank == rank)
+        s = h_start[m].astype(np.int64, copy=False)
+        e = h_dur[m].astype(np.int64, copy=False)
+        e += s
+        return _union_owned(s, e)
+
     ln = views.launches
     launch_end: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
     if not ln.empty:
@@ -708,7 +766,8 @@ def build_ledger(views: "Views") -> Ledger:
         ld = ln["device"].to_numpy(np.int64)
         lg = ln["gpu_start_ns"].to_numpy(np.int64)
         lend = (ln["launch_start_ns"] + ln["launch_dur_ns"]).to_numpy(np.int64)
-        order = np.lexsort((lend, lg, ld, lr))
+        # constant keys order nothing (the sort is stable): left out on the usual one-device trace
+        order = np.lexsort(tuple(k for k in (lend, lg, ld, lr) if k is lend or k is lg or k.min() != k.max()))
         lr, ld, lg, lend = lr[order], ld[order], lg[order], lend[order]
         first = np.ones(len(lg), dtype=bool)  # earliest-returning launch per (rank, device, gpu start)
         first[1:] = (lr[1:] != lr[:-1]) | (ld[1:] != ld[:-1]) | (lg[1:] != lg[:-1])
@@ -727,8 +786,9 @@ def build_ledger(views: "Views") -> Ledger:
     host_ranks = set(host["rank"].unique().tolist()) if not host.empty else set()
     parts: list[dict[str, np.ndarray]] = []
     keys: list[tuple[int, int]] = []
-    order = np.lexsort((a_dev, a_rank))
-    a_rank, a_dev, a_s, a_e, a_cls = a_rank[order], a_dev[order], a_s[order], a_e[order], a_cls[order]
+    if a_rank.min() != a_rank.max() or a_dev.min() != a_dev.max():  # one (rank, device): already in order
+        order = np.lexsort((a_dev, a_rank))
+        a_rank, a_dev, a_s, a_e, a_cls = a_rank[order], a_dev[order], a_s[order], a_e[order], a_cls[order]
     bounds = np.flatnonzero(np.r_[True, (a_rank[1:] != a_rank[:-1]) | (a_dev[1:] != a_dev[:-1]), True])
     facts: dict[str, tuple[np.ndarray, np.ndarray]] = {}
     steps = (_EMPTY, _EMPTY, _EMPTY)
@@ -744,7 +804,7 @@ def build_ledger(views: "Views") -> Ledger:
                 "data_wait": by_rank(waits, rank),
                 "sync": by_rank(blocking, rank),
                 "warmup": by_rank(warm, rank),
-                "host_busy": _merged(hb_start, hb_end) if (hb_rank == rank).all() else _merged(hb_start[hb_rank == rank], hb_end[hb_rank == rank]),
+                "host_busy": host_busy(rank),
             }
             srk = st[st["rank"].to_numpy() == rank] if not st.empty else st
             steps = (srk["start_ns"].to_numpy(np.int64), srk["end_ns"].to_numpy(np.int64), srk["step"].to_numpy(np.int64)) if not srk.empty else (_EMPTY, _EMPTY, _EMPTY)
@@ -833,8 +893,20 @@ def build_ledger(views: "Views") -> Ledger:
             np.add.at(per_gap.reshape(-1), bucket * n_g + (first_gap[j] + gid), ns_)  # flat indices: numpy's fast path
     gaps = pd.DataFrame(block.T, columns=int_cols, copy=False)
     gaps.insert(5, "next_launch_end_ns", np.concatenate([p["nl"] for p in parts]))
-    gaps["cause"] = np.asarray(IDLE_BUCKETS, dtype=object)[per_gap.argmax(axis=0)] if n_g else np.zeros(0, dtype=object)
+    gaps["cause"] = np.asarray(IDLE_BUCKETS, dtype=object)[_first_max_row(per_gap)] if n_g else np.zeros(0, dtype=object)
     return Ledger(slices=slices, by_device=by_device, by_step=by_step, windows=windows, gaps=gaps, warmup=warm)
+
+
+def _first_max_row(m: np.ndarray) -> np.ndarray:
+    """``m.argmax(axis=0)`` (the first row holding each column's maximum) of a few long rows, a row at a time:
+    numpy's argmax across rows of a C-ordered block walks it column by column."""
+    best = m[0].copy()
+    arg = np.zeros(m.shape[1], np.intp)
+    for k in range(1, m.shape[0]):
+        more = m[k] > best  # strictly: ties keep the first row, as argmax does
+        arg[more] = k
+        best[more] = m[k][more]
+    return arg
 
 
 def _empty_ledger() -> Ledger:

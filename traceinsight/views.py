@@ -20,9 +20,11 @@ def merge_intervals(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, n
     """Union of [start, end) intervals, sorted; touching intervals merge."""
     if len(starts) == 0:
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
-    order = np.argsort(starts, kind="stable")
-    s = np.asarray(starts, dtype=np.int64)[order]
-    e = np.asarray(ends, dtype=np.int64)[order]
+    s = np.asarray(starts, dtype=np.int64)
+    e = np.asarray(ends, dtype=np.int64)
+    if len(s) > 1 and not bool((s[1:] >= s[:-1]).all()):  # rows usually come in start order: no sort, no copies
+        order = np.argsort(s, kind="stable")
+        s, e = s[order], e[order]
     run_end = np.maximum.accumulate(e)
     new = np.empty(len(s), dtype=bool)
     new[0] = True
