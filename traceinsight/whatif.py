@@ -174,14 +174,18 @@ def _name_match(col: tuple[np.ndarray, list[str]], pattern: "str | re.Pattern[st
 def _host_nodes(views: Views, rank: int) -> tuple[dict[str, np.ndarray], tuple[np.ndarray, list[str]]]:
     """The rank's host nodes as columns (lbl, pid, tid, start, end, ntype, marker_step, marker_end): merged data
     waits first, then runtime calls not inside one, then step markers (a start and an end node per step); and
-    the names of those runtime calls, in node order."""
+    the names of those runtime calls, in node order.
+
+    Ends are computed for the rows taken only, and each column is filled in place (the runtime calls, most of
+    the nodes, are gathered once, straight into it): no host-length temporaries beyond a few masks.
+    """
     ev = _of_rank(views.host_events, rank)
     kind, names = _codes(ev["kind"]), _codes(ev["name"])
     s = ev["start_ns"].to_numpy(np.int64)
-    e = s + np.maximum(ev["dur_ns"].to_numpy(np.int64), 0)
+    dur = ev["dur_ns"].to_numpy(np.int64)
     pid = ev["pid"].to_numpy(np.int64)
     tid = ev["tid"].to_numpy(np.int64)
-    parts: list[dict[str, np.ndarray]] = []
+    parts: list[dict[str, np.ndarray]] = []  # the small parts: data waits before the calls, markers after
     # data waits: merged per thread, the runtime calls inside them dropped
     dwm = _kind_in(kind, ("cpu_op", "annotation", "python", "other"))
     if dwm.any():
@@ -189,7 +193,7 @@ def _host_nodes(views: Views, rank: int) -> tuple[dict[str, np.ndarray], tuple[n
     rt = _kind_in(kind, ("runtime",))
     if dwm.any():
         thread_key = _key(pid, tid)
-        m = merge_grouped(thread_key[dwm], s[dwm], e[dwm])
+        m = merge_grouped(thread_key[dwm], s[dwm], s[dwm] + np.maximum(dur[dwm], 0))
         first = pd.DataFrame({"k": thread_key[dwm], "pid": pid[dwm], "tid": tid[dwm]}).drop_duplicates("k").set_index("k")
         dw = {"lbl": np.full(len(m), -1, np.int64), "pid": first.loc[m["group"], "pid"].to_numpy(np.int64),
               "tid": first.loc[m["group"], "tid"].to_numpy(np.int64), "start": m["start_ns"].to_numpy(np.int64),
@@ -206,20 +210,49 @@ def _host_nodes(views: Views, rank: int) -> tuple[dict[str, np.ndarray], tuple[n
     rti = np.flatnonzero(rt)
     rt_names = (names[0][rti], names[1])
     blocking = _name_match(rt_names, SYNC_CALL, case=True)
-    parts.append({"lbl": ev.index.to_numpy()[rti].astype(np.int64), "pid": pid[rti], "tid": tid[rti], "start": s[rti],
-                  "end": e[rti], "ntype": np.where(blocking, BLOCKING, HOST)})
     sti = np.flatnonzero(_kind_in(kind, ("step",)))
     if len(sti):
         n = len(sti)
         stn = ev["step"].to_numpy()[sti].astype(np.int64)
+        st_s, st_e = s[sti], s[sti] + np.maximum(dur[sti], 0)
         parts.append({"lbl": np.full(2 * n, -1, np.int64), "pid": np.r_[pid[sti], pid[sti]], "tid": np.r_[tid[sti], tid[sti]],
-                      "start": np.r_[s[sti], e[sti]], "end": np.r_[s[sti], e[sti]], "ntype": np.full(2 * n, MARKER, np.int64),
+                      "start": np.r_[st_s, st_e], "end": np.r_[st_s, st_e], "ntype": np.full(2 * n, MARKER, np.int64),
                       "marker_step": np.r_[stn, stn], "marker_end": np.r_[np.zeros(n, bool), np.ones(n, bool)]})
-    for p_ in parts:
-        if "marker_step" not in p_:
-            p_["marker_step"] = np.full(len(p_["start"]), -1, np.int64)
-            p_["marker_end"] = np.zeros(len(p_["start"]), bool)
-    return {k: np.concatenate([p_[k] for p_ in parts]) for k in parts[0]}, rt_names
+    before = [p_ for p_ in parts if p_ is not parts[-1] or not len(sti)]  # data waits
+    after = parts[-1:] if len(sti) else []  # markers
+    n_before = sum(len(p_["start"]) for p_ in before)
+    n_rt = len(rti)
+    total = n_before + n_rt + sum(len(p_["start"]) for p_ in after)
+    R = slice(n_before, n_before + n_rt)
+    out: dict[str, np.ndarray] = {}
+    for k in ("lbl", "pid", "tid", "start", "end", "ntype", "marker_step", "marker_end"):
+        col = np.empty(total, bool if k == "marker_end" else np.int64)
+        o = 0
+        for p_ in before:
+            m_ = len(p_["start"])
+            col[o: o + m_] = p_[k] if k in p_ else (False if k == "marker_end" else -1)
+            o += m_
+        o += n_rt
+        for p_ in after:
+            col[o: o + len(p_[k])] = p_[k]
+        out[k] = col
+    idx = ev.index
+    if isinstance(idx, pd.RangeIndex):  # labels from positions: no label array of every host row
+        np.multiply(rti, idx.step, out=out["lbl"][R])
+        out["lbl"][R] += idx.start
+    else:
+        out["lbl"][R] = idx.to_numpy()[rti].astype(np.int64)
+    np.take(pid, rti, out=out["pid"][R])
+    np.take(tid, rti, out=out["tid"][R])
+    np.take(s, rti, out=out["start"][R])
+    e_rt = out["end"][R]
+    np.take(dur, rti, out=e_rt)
+    np.maximum(e_rt, 0, out=e_rt)
+    e_rt += out["start"][R]
+    out["ntype"][R] = np.where(blocking, BLOCKING, HOST)
+    out["marker_step"][R] = -1
+    out["marker_end"][R] = False
+    return out, rt_names
 
 
 def _time_order(ids: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
