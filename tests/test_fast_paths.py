@@ -91,3 +91,23 @@ def test_match_numbers_pairs_in_first_appearance_order():
     assert np.array_equal(got["instance"].to_numpy(), want)
     one = R._match(coll.assign(rank=4), [])
     assert (one["instance"].to_numpy() == -1).all()
+
+
+def test_utilization_by_runs_equals_the_groupby():
+    from traceinsight.views import Views
+
+    rng = np.random.default_rng(11)
+    rows = []
+    for r, d in [(0, 0), (0, 1), (1, 0), (3, 2)]:
+        s, e = merge_intervals(*_intervals(rng, 300, 0, empty=0.0))
+        rows.append(pd.DataFrame({"rank": r, "device": d, "start_ns": s, "end_ns": e}))
+    rows.append(pd.DataFrame({"rank": [5], "device": [0], "start_ns": [7], "end_ns": [7]}))  # a zero-length window
+    busy = pd.concat(rows, ignore_index=True).astype("int64")
+    v = Views.__new__(Views)
+    v.__dict__["busy"] = busy
+    b = busy.assign(len_ns=busy["end_ns"] - busy["start_ns"])
+    want = b.groupby(["rank", "device"], sort=True).agg(window_start_ns=("start_ns", "min"), window_end_ns=("end_ns", "max"), busy_ns=("len_ns", "sum"))
+    want["window_ns"] = want["window_end_ns"] - want["window_start_ns"]
+    want["idle_ns"] = want["window_ns"] - want["busy_ns"]
+    want["busy_pct"] = np.where(want["window_ns"] > 0, 100.0 * want["busy_ns"] / want["window_ns"].clip(lower=1), 0.0)
+    pd.testing.assert_frame_equal(v.utilization, want.reset_index(), check_exact=True)

@@ -270,14 +270,27 @@ class Views:
             return pd.DataFrame(
                 {c: pd.Series(dtype="float64") for c in ("rank", "device", "window_start_ns", "window_end_ns", "window_ns", "busy_ns", "idle_ns", "busy_pct")}
             )
-        b = b.assign(len_ns=b["end_ns"] - b["start_ns"])
-        agg = b.groupby(["rank", "device"], sort=True).agg(
-            window_start_ns=("start_ns", "min"), window_end_ns=("end_ns", "max"), busy_ns=("len_ns", "sum")
+        # ``busy`` is sorted by (rank, device, start) with disjoint intervals: each device's rows are one run, its
+        # first start the window's start and its largest end the window's end (reductions per run, no groupby)
+        r, d = b["rank"].to_numpy(), b["device"].to_numpy()
+        s, e = b["start_ns"].to_numpy(), b["end_ns"].to_numpy()
+        head = np.flatnonzero(np.r_[True, (r[1:] != r[:-1]) | (d[1:] != d[:-1])])
+        w0 = np.minimum.reduceat(s, head)
+        w1 = np.maximum.reduceat(e, head)
+        busy = np.add.reduceat(e - s, head)
+        window = w1 - w0
+        return pd.DataFrame(
+            {
+                "rank": r[head],
+                "device": d[head],
+                "window_start_ns": w0,
+                "window_end_ns": w1,
+                "busy_ns": busy,
+                "window_ns": window,
+                "idle_ns": window - busy,
+                "busy_pct": np.where(window > 0, 100.0 * busy / np.maximum(window, 1), 0.0),
+            }
         )
-        agg["window_ns"] = agg["window_end_ns"] - agg["window_start_ns"]
-        agg["idle_ns"] = agg["window_ns"] - agg["busy_ns"]
-        agg["busy_pct"] = np.where(agg["window_ns"] > 0, 100.0 * agg["busy_ns"] / agg["window_ns"].clip(lower=1), 0.0)
-        return agg.reset_index()
 
     # --- host <-> GPU links ---------------------------------------------------------------------------
     @cached_property
