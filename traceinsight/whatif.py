@@ -258,10 +258,14 @@ def _host_nodes(views: Views, rank: int) -> tuple[dict[str, np.ndarray], tuple[n
 def _time_order(ids: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
     """``ids`` (ascending) sorted by (start, end, id), as ``ids[np.lexsort((end[ids], start[ids]))]``; nodes of one
     thread or stream are mostly in time order already, so this checks first and sorts only where needed."""
-    st, en = start[ids], end[ids]
-    ds = st[1:] - st[:-1]
-    if not ((ds < 0).any() or ((ds == 0) & (en[1:] < en[:-1])).any()):
-        return ids
+    if len(ids) and int(ids[-1]) - int(ids[0]) + 1 == len(ids):  # a range of ids: views, not gathers
+        st, en = start[int(ids[0]): int(ids[-1]) + 1], end[int(ids[0]): int(ids[-1]) + 1]
+    else:
+        st, en = start[ids], end[ids]
+    if not (st[1:] < st[:-1]).any():
+        tie = np.flatnonzero(st[1:] == st[:-1])  # equal starts must come in end order
+        if not len(tie) or not (en[tie + 1] < en[tie]).any():
+            return ids
     o = np.argsort(st, kind="stable")  # a few sorted runs: timsort merges them
     so, eo = st[o], en[o]
     if ((so[1:] == so[:-1]) & (eo[1:] < eo[:-1])).any():  # equal starts out of end order
@@ -283,7 +287,11 @@ def _order_in_groups(nh: int, a: np.ndarray, b: np.ndarray, start: np.ndarray, e
         order = np.lexsort((end, start, b, a, np.arange(n) >= nh))
         ka, kb, kg = a[order], b[order], order >= nh
         return order, (ka[1:] == ka[:-1]) & (kb[1:] == kb[:-1]) & (kg[1:] == kg[:-1])
-    key = ((a - lo) << 32) | (b - lo)  # both parts in [0, 2^32): the key sorts as (a, b) does
+    # ((a - lo) << 32) | (b - lo), in place: both parts lie in [0, 2^32), so the key sorts as (a, b) does
+    key = a - lo
+    key <<= 32
+    key += b
+    key -= lo
     parts, same = [], []
     for first, last in ((0, nh), (nh, n)):
         kb_ = key[first:last]
