@@ -149,8 +149,15 @@ def _join_keys(columns: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray
         if room * span >= 2**62:  # and this column to its distinct values: two factors of at most n each
             codes, uniq = pd.factorize(np.concatenate([a, b]))
             a, b, lo, span = codes[:n_a].astype(np.int64), codes[n_a:].astype(np.int64), 0, max(len(uniq), 1)
-        key_a = key_a * span + (a - lo)
-        key_b = key_b * span + (b - lo)
+        if span == 1:  # a constant column adds nothing to the key
+            continue
+        # key * span + (column - lo), in place (the key is this function's own array)
+        key_a *= span
+        key_a += a
+        key_a -= lo
+        key_b *= span
+        key_b += b
+        key_b -= lo
         room *= span
     return key_a, key_b
 
@@ -304,8 +311,15 @@ class Views:
         corr = ev["correlation"].to_numpy()
         dev = ev["device"].to_numpy()
         kind = ev["kind"]  # compared on its category codes, never as 10^6 Python strings
-        host_i = np.flatnonzero(kind_mask(kind, ("runtime",)) & (corr >= 0))
-        gpu_i = np.flatnonzero(kind_mask(kind, GPU_ACTIVITY_KINDS) & (dev >= 0) & (corr >= 0))
+        linked = corr >= 0
+        host_m = kind_mask(kind, ("runtime",))
+        host_m &= linked
+        host_i = np.flatnonzero(host_m)
+        gpu_m = kind_mask(kind, GPU_ACTIVITY_KINDS)
+        gpu_m &= dev >= 0
+        gpu_m &= linked
+        gpu_i = np.flatnonzero(gpu_m)
+        del host_m, gpu_m, linked
         # one int64 key per (rank, pid, correlation), joined by sorting: a hash merge of 10^6 rows costs more
         hk, gk = _join_keys([(a[host_i], a[gpu_i]) for a in (ev["rank"].to_numpy(), ev["pid"].to_numpy(), corr)])
         order = np.argsort(hk, kind="stable")
@@ -338,7 +352,7 @@ class Views:
                 "stream": ev["stream"].to_numpy()[gi],
             }
         )
-        m["launch_delay_ns"] = (m["gpu_start_ns"] - (m["launch_start_ns"] + m["launch_dur_ns"])).clip(lower=0)
+        m["launch_delay_ns"] = np.maximum(m["gpu_start_ns"].to_numpy() - (m["launch_start_ns"].to_numpy() + m["launch_dur_ns"].to_numpy()), 0)
         return m
 
     # --- steps ---------------------------------------------------------------------------------------
