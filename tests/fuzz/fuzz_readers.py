@@ -292,7 +292,7 @@ def main() -> int:
         while time.monotonic() < deadline:
             data = mutate(rng, rng.choice(pool), pool)
             record(data)
-            if rng.random() < 0.05:
+            if data and rng.random() < 0.05:  # an empty input cannot seed a splice
                 pool.append(data)
     return _summary(args, engine, counts, examples)
 
