@@ -181,6 +181,9 @@ static int utf8_ok(const uint8_t *s, const uint8_t *e)
         uint8_t c = *s;
         if (c < 0x80) {
             s++;
+            uint64_t w;
+            while (e - s >= 8 && (memcpy(&w, s, 8), !(w & 0x8080808080808080ull))) /* ASCII, 8 bytes at a time */
+                s += 8;
             continue;
         }
         Py_ssize_t n = e - s;
