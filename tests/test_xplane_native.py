@@ -564,3 +564,27 @@ def test_odd_spaces_native_equals_pure(tmp_path, monkeypatch, seed, odd, bad):
     if isinstance(out, str) and "not a valid XSpace protobuf" in out:
         with pytest.raises(Exception):  # noqa: B017 - what upb's full schema reads, the reader reads
             messages()["XSpace"].FromString(data)
+
+
+@native
+@pytest.mark.parametrize("content,expect", [(b"\xff" * 12, UTF8), (b"abc" * 4, WIRE)])
+def test_string_running_past_its_message(tmp_path, monkeypatch, content, expect):
+    """upb checks a string's UTF-8 before it notices the string runs past its message (not past the data): both
+    paths then report the UTF-8 fault, and a clean overrunning string as a wire fault."""
+    data = _msg(1, _msg(2, "/host:CPU") + _varint(2 << 3 | 2) + _varint(10)) + content
+    assert _both(tmp_path, monkeypatch, data).endswith(expect)
+
+
+@native
+@pytest.mark.parametrize("value", [_msg(5, "1700000000"), _msg(6, b"\xff"), _int(3, 2**64 - 1), _double(2, float("nan")),
+                                   _int(4, -5), _double(2, 1e300)])
+def test_hostile_plane_stats_lose_their_fact(tmp_path, monkeypatch, value):
+    """profile_start_time, memory_size and core_count of any oneof member: a value that is no whole number in range
+    is dropped (no wall clock, no memory size), the capture still loads."""
+    env = _msg(2, "Task Environment") + _entry(5, 1, "profile_start_time") + _msg(6, _int(1, 1) + value)
+    gpu = (_msg(2, "/device:GPU:0") + _entry(4, 7, "gemm_kernel") + _entry(5, 1, "memory_size")
+           + _entry(5, 2, "core_count") + _msg(6, _int(1, 1) + value) + _msg(6, _int(1, 2) + value)
+           + _msg(3, _msg(2, "Stream #3(Compute)") + _int(3, 2_000) + _msg(4, STREAM_EVENTS[0])))
+    tl = _both(tmp_path, monkeypatch, _msg(1, env) + _msg(1, gpu))
+    assert len(tl.events) == 1 and tl.meta.start_unix_ns is None
+    assert tl.meta.devices[0].memory_bytes is None and tl.meta.devices[0].sm_count is None

@@ -220,8 +220,9 @@ def fetch_text(conn: sqlite3.Connection, table: str, expr: str, where: str = "")
 
 def string_table(conn: sqlite3.Connection) -> np.ndarray:
     """``StringIds`` as an object array indexed by id (ids are dense from 0); missing ids are None."""
-    # ids nsys writes are dense from 0: one far outside (a corrupt row) is left out rather than sizing the table
-    limit = 4 * conn.execute("SELECT count(*) FROM StringIds").fetchone()[0] + 1024
+    # ids are dense from 0, or sparse below the full capture's count in a time-window slice: an id far past both
+    # (a corrupt row, 2**62) is left out rather than sizing the table by it
+    limit = max(4 * conn.execute("SELECT count(*) FROM StringIds").fetchone()[0], 1 << 25)
     rows = conn.execute(f"SELECT id, value FROM StringIds WHERE id >= 0 AND id < {limit}").fetchall()
     if not rows:
         return np.empty(0, dtype=object)

@@ -215,11 +215,25 @@ static int utf8_ok(const uint8_t *s, const uint8_t *e)
     return 1;
 }
 
-/* A string field's span, read and checked: 0, E_WIRE or E_UTF8. */
+/* The end of the data parse_space walks, for rd_string. parse_space holds the GIL throughout, so one static is safe;
+ * scan_events (run without the GIL) never reads strings strictly. */
+static const uint8_t *data_end;
+
+/* A string field's span, read and checked: 0, E_WIRE or E_UTF8. upb reads a string that runs past its message but
+ * not past the data, checks its UTF-8, and finds the overrun only at the message's end: bad UTF-8 in those bytes
+ * is then the fault it reports, so it is here too. */
 static inline int rd_string(const uint8_t **pp, const uint8_t *end, const uint8_t **s, const uint8_t **e)
 {
+    const uint8_t *q = *pp;
     int rc = rd_span(pp, end, s, e);
-    return rc ? rc : utf8_ok(*s, *e) ? 0 : E_UTF8;
+    if (rc) {
+        uint64_t len;
+        if (data_end && !rd_varint(&q, data_end, 5, &len) && len < 0x7FFFFFFF && len <= (uint64_t)(data_end - q) &&
+            !utf8_ok(q, q + len))
+            return E_UTF8;
+        return rc;
+    }
+    return utf8_ok(*s, *e) ? 0 : E_UTF8;
 }
 
 static uint64_t le64(const uint8_t *p)
@@ -759,6 +773,7 @@ static PyObject *parse_space(PyObject *self, PyObject *args)
     if (!PyArg_ParseTuple(args, "y*:parse_space", &view))
         return NULL;
     const uint8_t *base = view.buf, *p = base, *e = base + view.len, *vs, *ve;
+    data_end = e;
     PyObject *planes = PyList_New(0), *lines = PyList_New(0), *result = NULL;
     PyObject *strs[3] = {PyList_New(0), PyList_New(0), PyList_New(0)}; /* errors, warnings, hostnames */
     Py_ssize_t plane = 0;
@@ -788,6 +803,7 @@ done:
     Py_XDECREF(lines);
     for (int i = 0; i < 3; i++)
         Py_XDECREF(strs[i]);
+    data_end = NULL;
     PyBuffer_Release(&view);
     return result;
 }

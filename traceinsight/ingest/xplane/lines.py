@@ -70,6 +70,14 @@ def plane_kind(name: str) -> tuple[str, int]:
     return "skip", -1
 
 
+def whole_number(v: Any, lo: int = 0, hi: int = 1 << 62) -> int | None:
+    """A plane stat as a whole number in [lo, hi), or None: a stat holds any oneof member (text, bytes, NaN, a
+    uint64 past int64), and a bad one loses its fact, not the trace."""
+    if isinstance(v, float) and np.isfinite(v) and v == int(v):
+        v = int(v)
+    return int(v) if isinstance(v, int) and not isinstance(v, bool) and lo <= v < hi else None
+
+
 def device_info(index: int, stats: dict[str, Any]) -> DeviceInfo:
     major, minor = stats.get("compute_cap_major"), stats.get("compute_cap_minor")
     cc = f"{major}.{minor}" if major is not None and minor is not None else None
@@ -79,10 +87,10 @@ def device_info(index: int, stats: dict[str, Any]) -> DeviceInfo:
         unit = "CUs" if str(vendor).upper() == "AMD" else "SMs"
         cores = stats.get("core_count")
         name = f"{vendor} GPU (cc {cc}{f', {cores} {unit}' if cores else ''})"
-    mem = stats.get("memory_size")
-    cores = stats.get("core_count")
-    return DeviceInfo(index=index, name=name, sm_count=int(cores) if cores else None,
-                      memory_bytes=int(mem) if mem else None, compute_capability=cc,
+    mem = whole_number(stats.get("memory_size"))
+    cores = whole_number(stats.get("core_count"))
+    return DeviceInfo(index=index, name=name, sm_count=cores or None,
+                      memory_bytes=mem or None, compute_capability=cc,
                       vendor=str(vendor) if vendor else None)
 
 
