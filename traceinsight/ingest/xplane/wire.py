@@ -279,3 +279,81 @@ def decode_events(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray):
         stats = (empty, empty, empty)
     return mid.view(np.int64), off.view(np.int64), dur.view(np.int64), stats
 
+
+def leading_varint_in(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, group: np.ndarray,
+                      wanted: list[set[int]]) -> np.ndarray:
+    """Which messages start with field 1 (varint) holding one of ``wanted[group[i]]``: a byte-pattern lookup.
+
+    Ids below 2**14 encode in at most two bytes, so the two bytes after the key index a 64 KiB table per group.
+    Messages not starting with key 0x08, or groups with larger ids, are answered by decoding the varint.
+    """
+    out = np.zeros(len(starts), dtype=bool)
+    if not len(starts):
+        return out
+    small = [g for g, ids in enumerate(wanted) if ids and max(ids) < 1 << 14 and min(ids) >= 0]
+    lut = np.zeros((len(wanted), 1 << 16), dtype=bool)
+    lo = np.arange(1 << 16) & 0xFF
+    hi = np.arange(1 << 16) >> 8
+    for g in small:
+        for i in wanted[g]:
+            if i < 0x80:
+                lut[g, lo == i] = True
+            else:
+                lut[g, (lo == ((i & 0x7F) | 0x80)) & (hi == (i >> 7))] = True
+    is_small = np.zeros(len(wanted), dtype=bool)
+    is_small[small] = True
+    lead = (buf[starts] == 0x08) & (ends - starts >= 2)
+    fast = lead & is_small[group]
+    f = np.flatnonzero(fast)
+    pair = buf[starts[f] + 1].astype(np.intp) | (buf[starts[f] + 2].astype(np.intp) << 8)
+    out[f] = lut[group[f], pair]
+    slow = np.flatnonzero(~fast)
+    if len(slow):
+        # field 1 wherever it is (last occurrence wins), as a full decode would see it
+        values, _, _, _ = decode_fields(buf, starts[slow], ends[slow], (1,), depth=STAT_DEPTH)
+        ids = values[1].view(np.int64)
+        g = group[slow]
+        for grp in np.unique(g).tolist():
+            m = g == grp
+            out[slow[m]] = np.isin(ids[m], np.fromiter(wanted[grp], dtype=np.int64))
+    return out
+
+
+_VARINT_VALUE_TAGS = np.array([0x18, 0x20, 0x38])  # XStat uint64, int64, ref
+_BYTES_TAGS = np.array([0x2A, 0x32])  # XStat str, bytes
+
+
+def check_stats(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> None:
+    """Raise WireError where one of these XStats is malformed, decoding nothing.
+
+    The C walker walks every stat of the events whose stats it reads; this path only decodes the wanted ones, so
+    the rest are checked here. Serializers write a stat as its metadata id and one value: that layout is checked
+    in a few whole-column passes; any other goes through ``decode_fields``.
+    """
+    if not len(starts):
+        return
+    ends = np.asarray(ends, dtype=np.int64)
+    pos = starts.astype(np.int64, copy=True)
+    lead = np.flatnonzero((pos < ends) & (buf[np.minimum(pos, len(buf) - 1)] == 0x08))
+    _, after = _varints(buf, pos[lead] + 1)
+    pos[lead] = after
+    rest = lead[pos[lead] < ends[lead]]
+    p = pos[rest]
+    tag = buf[p]
+    var = np.isin(tag, _VARINT_VALUE_TAGS)
+    if var.any():
+        _, pos[rest[var]] = _varints(buf, p[var] + 1)
+    fix = tag == 0x11  # double
+    pos[rest[fix]] = p[fix] + 9
+    byt = np.isin(tag, _BYTES_TAGS)
+    if byt.any():
+        ln, after = _sizes(buf, p[byt] + 1)
+        pos[rest[byt]] = after + ln
+    odd = np.ones(len(starts), dtype=bool)
+    odd[lead] = False
+    odd[rest[~(var | fix | byt)]] = True
+    odd |= pos != ends
+    odd[starts == ends] = False  # an empty stat is a valid one
+    irregular = np.flatnonzero(odd)
+    if len(irregular):
+        decode_fields(buf, starts[irregular], ends[irregular], (), depth=STAT_DEPTH)
