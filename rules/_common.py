@@ -70,6 +70,26 @@ def _rightmost_at_least(values: np.ndarray, hi: np.ndarray, q: np.ndarray) -> np
     n = len(values)
     if n == 0:
         return np.full(len(q), -1)
+    # the answer is usually among the last few candidates (a call sits in the op that started just before it):
+    # probe those first, and build the table only for the queries still open
+    out = np.full(len(q), -1)
+    open_ = np.arange(len(q))
+    for back in range(1, 9):
+        i = hi[open_] - back
+        ok = i >= 0
+        found = np.zeros(len(open_), dtype=bool)
+        found[ok] = values[i[ok]] >= q[open_[ok]]
+        out[open_[found]] = i[found]
+        open_ = open_[~found & ok]
+        if not len(open_):
+            return out
+    out[open_] = _rightmost_at_least_table(values, hi[open_], q[open_])
+    return out
+
+
+def _rightmost_at_least_table(values: np.ndarray, hi: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """``_rightmost_at_least`` by binary lifting over a sparse max table."""
+    n = len(values)
     table = [values]
     k = 1
     while (1 << k) <= n:
@@ -92,6 +112,39 @@ def _rightmost_at_least(values: np.ndarray, hi: np.ndarray, q: np.ndarray) -> np
     return np.where(valid, ans, -1)
 
 
+def _group_keys(a: pd.DataFrame, b: pd.DataFrame, cols: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """One int64 key per row of ``a`` and of ``b`` for the tuple of ``cols`` (equal tuples, equal keys)."""
+    key = np.zeros(len(a) + len(b), np.int64)
+    for c in cols:
+        v = np.concatenate([a[c].to_numpy(np.int64), b[c].to_numpy(np.int64)])
+        if len(v) == 0 or v.min() == v.max():
+            continue  # one value (one rank, one process): nothing to tell apart
+        codes, uniq = pd.factorize(v)
+        key = key * (len(uniq) + 1) + codes
+    return key[: len(a)], key[len(a):]
+
+
+def _sort_ranges(group: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """The order of ``np.lexsort((-end, start, group))`` (by group, then start, outer before inner at equal
+    starts, stable), from one stable sort of a combined key: host rows come nearly sorted, which that sort
+    exploits, and only the rows sharing a (group, start) are sorted again by end."""
+    if len(start) == 0:
+        return np.zeros(0, np.int64)
+    s0 = int(start.min())
+    span = int(start.max()) - s0 + 1
+    if (int(group.max()) + 1) * span >= 2**62:
+        return np.lexsort((-end, start, group))
+    comp = group.astype(np.int64) * span + (start - s0)
+    order = np.argsort(comp, kind="stable")
+    c = comp[order]
+    tie = c[1:] == c[:-1]
+    if tie.any():
+        members = np.flatnonzero(np.r_[tie, False] | np.r_[False, tie])  # positions of runs of equal keys
+        sub = order[members]
+        order[members] = sub[np.lexsort((-end[sub], comp[sub]))]
+    return order
+
+
 def innermost_enclosing(queries: pd.DataFrame, candidates: pd.DataFrame) -> np.ndarray:
     """Row label in ``candidates`` of the innermost range on the same (rank, pid, tid) containing each query row.
 
@@ -99,29 +152,41 @@ def innermost_enclosing(queries: pd.DataFrame, candidates: pd.DataFrame) -> np.n
     ranges make that the deepest one. Returns an object array of labels (None where nothing encloses).
     """
     out = np.full(len(queries), None, dtype=object)
+    pos = innermost_positions(queries, candidates)
+    got = pos >= 0
+    out[got] = candidates.index.to_numpy()[pos[got]]
+    return out
+
+
+def innermost_positions(queries: pd.DataFrame, candidates: pd.DataFrame) -> np.ndarray:
+    """``innermost_enclosing`` as positions in ``candidates`` (-1 where nothing encloses): no labels boxed.
+
+    Grouped by sorting one int64 key: no per-group copies of the candidate frame.
+    """
+    out = np.full(len(queries), -1, np.int64)
     if queries.empty or candidates.empty:
         return out
-    keys = ["rank", "pid", "tid"]
-    candidates = candidates[[*keys, "start_ns", "dur_ns"]]  # the groups below copy only what they use
-    q_pos = np.arange(len(queries))
-    qk = queries[keys].assign(_pos=q_pos, _s=queries["start_ns"].to_numpy(), _e=(queries["start_ns"] + queries["dur_ns"]).to_numpy())
-    cgroups = {k: g for k, g in candidates.groupby(keys, observed=True, sort=False)}
-    for k, qg in qk.groupby(keys, observed=True, sort=False):
-        cg = cgroups.get(k)
-        if cg is None:
+    qkey, ckey = _group_keys(queries, candidates, ["rank", "pid", "tid"])
+    cs_all = candidates["start_ns"].to_numpy(np.int64)
+    ce_all = cs_all + candidates["dur_ns"].to_numpy(np.int64)
+    groups = np.unique(qkey)
+    order = np.flatnonzero(np.isin(ckey, groups))  # only threads that have queries
+    order = order[_sort_ranges(np.searchsorted(groups, ckey[order]), cs_all[order], ce_all[order])]
+    ck, cs_all, ce_all = ckey[order], cs_all[order], ce_all[order]
+    qs_all = queries["start_ns"].to_numpy(np.int64)
+    qe_all = qs_all + queries["dur_ns"].to_numpy(np.int64)
+    qorder = np.argsort(qkey, kind="stable")
+    qk = qkey[qorder]
+    bounds = np.flatnonzero(np.r_[True, qk[1:] != qk[:-1], True])
+    for a, b in zip(bounds[:-1], bounds[1:]):
+        lo, hi = np.searchsorted(ck, qk[a], side="left"), np.searchsorted(ck, qk[a], side="right")
+        if lo == hi:
             continue
-        cs = cg["start_ns"].to_numpy()
-        ce = cs + cg["dur_ns"].to_numpy()
-        order = np.lexsort((-ce, cs))  # outer before inner at equal starts
-        cs, ce, labels = cs[order], ce[order], cg.index.to_numpy()[order]
-        qs = qg["_s"].to_numpy()
-        qe = qg["_e"].to_numpy()
-        hi = np.searchsorted(cs, qs, side="right")
-        idx = _rightmost_at_least(ce, hi, qe)
+        pos = qorder[a:b]
+        h = np.searchsorted(cs_all[lo:hi], qs_all[pos], side="right")
+        idx = _rightmost_at_least(ce_all[lo:hi], h, qe_all[pos])
         got = idx >= 0
-        res = np.full(len(qg), None, dtype=object)
-        res[got] = labels[idx[got]]
-        out[qg["_pos"].to_numpy()] = res
+        out[pos[got]] = order[lo + idx[got]]
     return out
 
 
@@ -190,13 +255,20 @@ def user_frames_at(queries: pd.DataFrame, events: pd.DataFrame, host: pd.DataFra
     if "stack" in events and "stack" in queries:
         own = queries["stack"].astype(object).to_numpy()
         out[:] = [innermost_user_frame(x) for x in own]
-    py = host[(host["kind"] == "python").to_numpy()]
-    if py.empty:
+    is_py = kind_mask(host, "python")
+    if not is_py.any():
         return out
-    names = py["name"]
-    codes, cats = (names.cat.codes.to_numpy(), names.cat.categories) if hasattr(names, "cat") else pd.factorize(names)
-    user = np.array([user_frame(c) is not None for c in cats], dtype=bool)
-    py = py[(codes >= 0) & user[np.maximum(codes, 0)]]
+    pos = np.flatnonzero(is_py)
+    names = host["name"]
+    if hasattr(names, "cat"):
+        codes, cats = names.cat.codes.to_numpy()[pos], names.cat.categories
+    else:
+        codes, cats = pd.factorize(names.to_numpy()[pos])
+    user = np.zeros(len(cats), dtype=bool)
+    seen = np.unique(codes[codes >= 0])  # only the names the Python rows use (a categorical holds every name)
+    user[seen] = [user_frame(cats[c]) is not None for c in seen]
+    # only the columns innermost_enclosing reads, and only the user frames' rows
+    py = host[["rank", "pid", "tid", "start_ns", "dur_ns"]].iloc[pos[(codes >= 0) & user[np.maximum(codes, 0)]]]
     enc = innermost_enclosing(queries, py)
     found = lookup(events["name"], enc)
     missing = pd.isna(out)
@@ -323,7 +395,7 @@ def warmup_gaps(views, *, min_share_pct: float = 5.0, dominant_pct: float = 50.0
         cache[key] = pd.DataFrame({c: [] for c in cols})
         return cache[key]
     # the head of each device's run: before the rank's second step, else before a tenth of its GPU operations
-    act = views.gpu_activity
+    act = views.gpu_activity[["rank", "device", "start_ns"]]  # the groups below copy only what they use
     head_end = {}
     n_ops = {}
     steps = views.steps
@@ -341,8 +413,8 @@ def warmup_gaps(views, *, min_share_pct: float = 5.0, dominant_pct: float = 50.0
         cache[key] = pd.DataFrame({c: [] for c in cols})
         return cache[key]
     host = views.host_events
-    host = host[host["kind"].isin(("runtime", "cpu_op", "annotation", "python", "other")).to_numpy()]
-    init = host[name_mask(host["name"], INIT_CALL)]
+    m = kind_mask(host, ("runtime", "cpu_op", "annotation", "python", "other")) & name_mask(host["name"], INIT_CALL)
+    init = host[["rank", "name", "start_ns", "dur_ns"]].iloc[np.flatnonzero(m)]  # only the start-up calls' rows
     calls = []
     for row in g.itertuples(index=False):
         m = (init["rank"].to_numpy() == row.rank) & (init["start_ns"].to_numpy() < row.end_ns) & ((init["start_ns"] + init["dur_ns"]).to_numpy() > row.start_ns)
@@ -363,12 +435,94 @@ def warmup_gaps(views, *, min_share_pct: float = 5.0, dominant_pct: float = 50.0
 TRAINING_OP = r"backward|Backward|autograd::engine|Optimizer\.step|optimizer\.step|apply_gradients|ResourceApply|gradient_tape|SGD|Adam"
 
 
-def is_inference(events: pd.DataFrame, rank: int) -> bool:
-    """No backward pass or optimizer step on the rank's host: it runs inference (or a benchmark of one)."""
-    host = events[(events["device"].to_numpy() < 0) & (events["rank"].to_numpy() == rank)]
-    if host.empty:
-        return False
-    return not bool(name_mask(host["name"], TRAINING_OP, case=True).any())
+def inference_ranks(views) -> frozenset[int]:
+    """The ranks that run inference (or a benchmark of it): no backward pass or optimizer step on the rank's host.
+
+    All ranks at once, one name test per distinct name, no per-rank copy of the host rows; a rank without host
+    rows is not called inference. Cached on the views."""
+    cached = views.__dict__.get("_inference_ranks")
+    if cached is not None:
+        return cached
+    host = views.host_events
+    rank = host["rank"].to_numpy()
+    training = name_mask(host["name"], TRAINING_OP, case=True)
+    out = frozenset(int(r) for r in pd.unique(rank)) - frozenset(int(r) for r in pd.unique(rank[training]))
+    views.__dict__["_inference_ranks"] = out
+    return out
+
+
+def host_columns(views) -> dict[str, np.ndarray]:
+    """The host rows' rank, start, end and kind as plain arrays (cached): masks are built on these and only the
+    selected rows' few columns are taken, never a row selection of the wide host frame."""
+    cached = views.__dict__.get("_host_columns")
+    if cached is not None:
+        return cached
+    host = views.host_events
+    start = host["start_ns"].to_numpy()
+    out = {"rank": host["rank"].to_numpy(), "start_ns": start, "dur_ns": host["dur_ns"].to_numpy(), "end_ns": start + host["dur_ns"].to_numpy()}
+    views.__dict__["_host_columns"] = out
+    return out
+
+
+def kind_mask(frame: pd.DataFrame, kinds: "str | tuple[str, ...]") -> np.ndarray:
+    """Rows of ``frame`` whose kind is one of ``kinds``, compared on the categorical codes."""
+    kinds = (kinds,) if isinstance(kinds, str) else tuple(kinds)
+    kind = frame["kind"]
+    if isinstance(kind.dtype, pd.CategoricalDtype):
+        # one lookup per row; a missing kind (code -1) reads the False appended at the end
+        hit = np.asarray([c in kinds for c in kind.cat.categories] + [False], dtype=bool)
+        return hit[kind.cat.codes.to_numpy()]
+    return kind.isin(kinds).to_numpy()
+
+
+def count_matching(names: pd.Series, rows: np.ndarray, pattern: "str | re.Pattern[str]", case: bool = False) -> int:
+    """How many of the ``rows`` (a mask) have a name matching ``pattern`` (``name_mask``'s rules): one test per
+    distinct name and one count per name code, no mask over every row."""
+    if not rows.any():
+        return 0
+    if not isinstance(names.dtype, pd.CategoricalDtype):
+        return int((rows & name_mask(names, pattern, case=case)).sum())
+    cats = names.cat.categories
+    codes = names.cat.codes.to_numpy()
+    counts = np.bincount(codes[rows & (codes >= 0)], minlength=len(cats))
+    seen = np.flatnonzero(counts)
+    rx = pattern if isinstance(pattern, re.Pattern) else re.compile(pattern, 0 if case else re.IGNORECASE)
+    return int(sum(int(counts[i]) for i in seen if rx.search(str(cats[i])) is not None))
+
+
+def sync_calls(views) -> pd.DataFrame:
+    """The blocking runtime calls (``SYNC_CALL``) of the host: rank, start_ns, dur_ns, end_ns (cached)."""
+    cached = views.__dict__.get("_sync_calls")
+    if cached is not None:
+        return cached
+    host = views.host_events
+    m = kind_mask(host, "runtime")
+    if m.any():
+        m &= name_mask(host["name"], SYNC_CALL)
+    hc = host_columns(views)
+    out = pd.DataFrame({c: hc[c][m] for c in ("rank", "start_ns", "dur_ns", "end_ns")})
+    views.__dict__["_sync_calls"] = out
+    return out
+
+
+def ledger_gaps(views) -> pd.DataFrame:
+    """The ledger's gaps (next launch, ns per idle bucket, cause) row for row with ``views.gaps`` (same index).
+
+    Both cut each device's window the same way, so the frames normally agree row for row and this is the
+    ledger's frame as is; otherwise the rows are matched on (rank, device, start_ns, end_ns). Cached.
+    """
+    cached = views.__dict__.get("_ledger_gaps")
+    if cached is not None:
+        return cached
+    gaps = views.gaps
+    lg = views.ledger.gaps
+    keys = ["rank", "device", "start_ns", "end_ns"]
+    if len(lg) == len(gaps) and all(np.array_equal(lg[c].to_numpy(np.int64), gaps[c].to_numpy(np.int64)) for c in keys):
+        out = lg.set_axis(gaps.index)
+    else:
+        out = gaps[keys].merge(lg.drop_duplicates(keys), on=keys, how="left").set_axis(gaps.index)
+    views.__dict__["_ledger_gaps"] = out
+    return out
 
 
 def closing_syncs(stalls: pd.DataFrame, steps: pd.DataFrame, launches: pd.DataFrame) -> np.ndarray:
@@ -404,15 +558,10 @@ def request_boundary_gaps(views, gaps: pd.DataFrame) -> np.ndarray:
     out = np.zeros(len(gaps), dtype=bool)
     if gaps.empty or views.steps.empty:
         return out
-    ev = views.events
-    host = views.host_events
-    rt = host[(host["kind"] == "runtime").to_numpy()]
-    calls = rt[name_mask(rt["name"], SYNC_CALL)]
+    calls = sync_calls(views)
     if calls.empty:
         return out
-    calls = calls.assign(end_ns=calls["start_ns"] + calls["dur_ns"])
-    inference = {int(r): is_inference(ev, int(r)) for r in calls["rank"].unique()}
-    calls = calls[calls["rank"].map(inference).to_numpy(dtype=bool)]
+    calls = calls[np.isin(calls["rank"].to_numpy(), np.fromiter(inference_ranks(views), dtype=np.int64))]
     if calls.empty:
         return out
     return starts_inside(gaps, calls[closing_syncs(calls, views.steps, views.launches)])

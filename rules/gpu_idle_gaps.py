@@ -5,73 +5,93 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from traceinsight.ledger import IDLE_BUCKETS
 from traceinsight.rule_api import Fix, Location, Option, Rule, Severity, fmt_ns
 
-from ._common import DATA_LOADING, OPTIMIZER, SYNC_CALL, SYNC_OP, name_mask, overlap_by_rank, request_boundary_gaps, short_name, warmup_gaps
+from ._common import OPTIMIZER, Coverage, host_columns, kind_mask, ledger_gaps, name_mask, request_boundary_gaps, short_name, warmup_gaps
 
 CAUSE_DATA = "data loading"
 CAUSE_OPT = "optimizer step"
 CAUSE_SYNC = "host synchronization"
+CAUSE_LAUNCH = "launch overhead (host launching back to back)"
 CAUSE_CPU = "host busy in CPU ops (launch queue empty)"
 CAUSE_UNTRACED = "untraced host time (launch queue empty)"
 CAUSE_K2K = "kernel-to-kernel delay (launched early; GPU-side dependency)"
+CAUSE_WARMUP = "warm-up (one-time start-up work)"
 CAUSE_UNKNOWN = "unknown (no launch linked)"
-CAUSES = (CAUSE_DATA, CAUSE_OPT, CAUSE_SYNC, CAUSE_CPU, CAUSE_UNTRACED, CAUSE_K2K, CAUSE_UNKNOWN)
+#: The words for each idle bucket of the time ledger, which decides what every nanosecond of a gap was.
+BUCKET_CAUSE = {
+    "idle_data_wait": CAUSE_DATA,
+    "idle_host_sync": CAUSE_SYNC,
+    "idle_launch_bound": CAUSE_LAUNCH,
+    "idle_host_busy": CAUSE_CPU,
+    "idle_untraced": CAUSE_UNTRACED,
+    "idle_gpu_dependency": CAUSE_K2K,
+    "idle_warmup": CAUSE_WARMUP,
+    "idle_other": CAUSE_UNKNOWN,
+}
+assert set(BUCKET_CAUSE) == set(IDLE_BUCKETS), "every ledger idle bucket needs its words"
+CAUSES = (CAUSE_DATA, CAUSE_OPT, CAUSE_SYNC, CAUSE_LAUNCH, CAUSE_CPU, CAUSE_UNTRACED, CAUSE_K2K, CAUSE_WARMUP, CAUSE_UNKNOWN)
 #: The finding category (rule_api.CATEGORIES) of the rule that owns each gap cause, for root-cause linking.
 CAUSE_CATEGORY = {CAUSE_DATA: "input_pipeline", CAUSE_SYNC: "host_sync"}
+#: Host-caused buckets a covering optimizer range names more precisely (the host was late because it stepped
+#: the optimizer); the ledger has no optimizer bucket of its own.
+_OPT_REFINES = ("idle_host_busy", "idle_untraced")
+#: Host row kinds shown as "what the host did" in a gap.
+_ACTIVITY_KINDS = ("cpu_op", "python", "annotation", "runtime")
 
 
 def attribute_gaps(views, gaps: pd.DataFrame) -> pd.DataFrame:
-    """Gives each gap a cause from what the host did meanwhile; vectorized over all gaps (not just the shown ones).
+    """The ledger's account of each gap (rows of ``views.gaps``, by index): ns per cause and the gap's cause.
 
-    Order of the tests: data loading and optimizer ranges covering at least half the gap win (they name a
-    concrete culprit); then a blocking sync touching the gap; then the launch of the work that ended the gap:
-    launched after the gap began means the host was late (busy in traced ops, or somewhere untraced), launched
-    before means the GPU waited on something else (events, another stream, a copy).
+    The ledger books every nanosecond of a gap in one idle bucket (data wait, sync drain, warm-up, a GPU-side
+    dependency when the next work was already queued, host busy or untraced when it was launched late, ...);
+    its largest bucket is the gap's cause. Only the optimizer is named here: a host-busy or untraced gap that
+    optimizer ranges cover for at least half is the optimizer step's (it then takes those buckets' ns).
+    Returns ``gaps`` with ``cause``, ``next_launch_end_ns`` and one ns column per cause.
     """
-    g = gaps.reset_index(drop=True).copy()
-    if g.empty:
-        g["cause"] = pd.Series(dtype="object")
-        return g
-    host = views.host_events[["rank", "kind", "name", "start_ns", "dur_ns"]]  # filtered five times below: keep it narrow
-    host = host[host["kind"].isin(("cpu_op", "python", "annotation", "runtime", "other")).to_numpy()]
-    names = host["name"]
-    dl = host[name_mask(names, DATA_LOADING)]
-    opt = host[name_mask(names, OPTIMIZER)]
-    sync = host[name_mask(names, SYNC_CALL) | name_mask(names, SYNC_OP)]
-    busy_host = host[host["kind"].isin(("cpu_op", "python", "runtime")).to_numpy()]
-    dur = g["dur_ns"].to_numpy()
-    g["data_loading_ns"] = overlap_by_rank(dl, g)
-    g["optimizer_ns"] = overlap_by_rank(opt, g)
-    g["sync_ns"] = overlap_by_rank(sync, g)
-    g["host_ops_ns"] = overlap_by_rank(busy_host, g)
-
-    # the launch of the GPU work that ended each gap
-    ln = views.launches
-    if not ln.empty:
-        first = ln.groupby(["rank", "device", "gpu_start_ns"], sort=False)["launch_start_ns"].min().reset_index()
-        first = first.rename(columns={"gpu_start_ns": "end_ns", "launch_start_ns": "next_launch_ns"})
-        g = g.merge(first, on=["rank", "device", "end_ns"], how="left")
-    else:
-        g["next_launch_ns"] = np.nan
-    nl = g["next_launch_ns"].to_numpy(dtype=float)
-    start = g["start_ns"].to_numpy()
-    has_launch = ~np.isnan(nl)
-    late = has_launch & (nl > start)
-    cause = np.select(
-        [
-            g["data_loading_ns"].to_numpy() * 2 >= dur,
-            g["optimizer_ns"].to_numpy() * 2 >= dur,
-            g["sync_ns"].to_numpy() > 0,
-            late & (g["host_ops_ns"].to_numpy() * 2 >= dur),
-            late,
-            has_launch,
-        ],
-        [CAUSE_DATA, CAUSE_OPT, CAUSE_SYNC, CAUSE_CPU, CAUSE_UNTRACED, CAUSE_K2K],
-        default=CAUSE_UNKNOWN,
-    )
+    g = gaps.copy()
+    lg = ledger_gaps(views).loc[gaps.index]
+    ns = {c: np.zeros(len(g), np.int64) for c in CAUSES}
+    for b in IDLE_BUCKETS:
+        ns[BUCKET_CAUSE[b]] += lg[b].fillna(0).to_numpy(np.int64) if b in lg else 0
+    booked = sum(ns.values())
+    ns[CAUSE_UNKNOWN] += np.maximum(g["dur_ns"].to_numpy(np.int64) - booked, 0)  # a gap the ledger lacks
+    cause = np.asarray([BUCKET_CAUSE.get(c, CAUSE_UNKNOWN) for c in lg["cause"].tolist()], dtype=object)
+    refine = np.isin(lg["cause"].to_numpy(dtype=object), _OPT_REFINES)
+    if refine.any():
+        refine[refine] = _optimizer_covers_half(views, g[refine])
+        for b in _OPT_REFINES:
+            moved = np.where(refine, ns[BUCKET_CAUSE[b]], 0)
+            ns[CAUSE_OPT] += moved
+            ns[BUCKET_CAUSE[b]] -= moved
+        cause[refine] = CAUSE_OPT
     g["cause"] = cause
+    g["next_launch_end_ns"] = lg["next_launch_end_ns"].to_numpy(dtype=float)
+    for c in CAUSES:
+        g[c] = ns[c]
     return g
+
+
+def _optimizer_covers_half(views, gaps: pd.DataFrame) -> np.ndarray:
+    """Per gap: do optimizer host ranges (``OPTIMIZER``) of its rank cover at least half of it?"""
+    out = np.zeros(len(gaps), dtype=bool)
+    host = views.host_events
+    m = kind_mask(host, ("cpu_op", "python", "annotation", "runtime", "other"))
+    m &= name_mask(host["name"], OPTIMIZER)
+    if not m.any():
+        return out
+    hc = host_columns(views)
+    o_rank, o_s, o_e = hc["rank"][m], hc["start_ns"][m], hc["end_ns"][m]
+    g_rank = gaps["rank"].to_numpy()
+    for rank in np.unique(g_rank):
+        gm = g_rank == rank
+        om = o_rank == rank
+        if not om.any():
+            continue
+        cov = Coverage(o_s[om], o_e[om]).overlap(gaps["start_ns"].to_numpy()[gm], gaps["end_ns"].to_numpy()[gm])
+        out[gm] = cov * 2 >= gaps["dur_ns"].to_numpy()[gm]
+    return out
 
 
 class GpuIdleGaps(Rule):
@@ -104,12 +124,16 @@ class GpuIdleGaps(Rule):
     (5–20 µs) and same-stream kernel-to-kernel delay (< 30 µs), so only host-caused stalls count, yet small enough
     to catch per-step data-loading or sync stalls.
 
-    Each long gap gets one cause, tested in this order: host ranges of data loading (`enumerate(DataLoader)`,
-    `IteratorGetNext`, `Iterator::`) or of the optimizer (`Optimizer.step`) cover at least half the gap; a blocking
-    sync (`cudaStreamSynchronize`, `cudaDeviceSynchronize`, `cudaEventSynchronize`, blocking `cudaMemcpy`,
-    `aten::item`, `aten::_local_scalar_dense`) overlaps it; the work ending the gap was launched after the gap began
-    (empty launch queue: host busy in traced CPU ops, or in untraced time when those cover less than half); it was
-    launched before the gap began (kernel-to-kernel delay, a GPU-side dependency).
+    What each gap was is read from the time ledger (`traceinsight.ledger`), which books every nanosecond of a
+    gap once: data loading (a data-wait range of the host), host synchronization (the gap began while the host
+    was blocked in a sync: the queue drained under it), a GPU-side dependency (the work ending the gap had been
+    queued, its launch call had returned, before the gap began: the GPU waited on an event, another stream or a
+    copy), host busy in traced CPU ops or untraced host time (the work was launched late), warm-up, or unknown
+    (no launch linked). `metrics["cause_ns"]` sums these per cause; a gap's own cause (its timeline label and
+    evidence row) is the one holding most of it. A host-busy or untraced gap that optimizer ranges
+    (`Optimizer.step`, `apply_gradients`, ...) cover for at least half is named the optimizer step's. In the
+    evidence, `launch_returned_after_gap_start_us` is when the call that enqueued the work ending the gap
+    returned, from the gap's start (negative: the work was queued before the GPU ran dry).
     """
     fix_pytorch = Fix(
         "Match the cause. Data loading: use worker processes, pinned memory and prefetching so the next batch is "
@@ -168,8 +192,7 @@ class GpuIdleGaps(Rule):
         gaps = v.gaps
         warm = warmup_gaps(v)
         if not warm.empty:  # one-off start-up (TI013) is not steady-state idle
-            wk = warm.set_index(["rank", "device", "start_ns"]).index
-            gaps = gaps[~gaps.set_index(["rank", "device", "start_ns"]).index.isin(wk)]
+            gaps = gaps[~_same_gap(gaps, warm)]
         between = request_boundary_gaps(v, gaps)  # idle between inference requests lengthens no request
         between_ns = gaps[between].groupby(["rank", "device"])["dur_ns"].sum().to_dict() if between.any() else {}
         gaps = gaps[~between]
@@ -182,12 +205,17 @@ class GpuIdleGaps(Rule):
         hit = per_dev[per_dev["long_pct"] >= self.min_idle_pct]
         if hit.empty:
             return
-        sel = long.merge(hit[["rank", "device"]], on=["rank", "device"])
-        attributed = attribute_gaps(v, sel)
+        l_rank, l_dev = long["rank"].to_numpy(), long["device"].to_numpy()
+        in_hit = np.zeros(len(long), dtype=bool)
+        for r, d in zip(hit["rank"].to_numpy(), hit["device"].to_numpy()):
+            in_hit |= (l_rank == r) & (l_dev == d)
+        attributed = attribute_gaps(v, long[in_hit])
+        a_rank, a_dev = attributed["rank"].to_numpy(), attributed["device"].to_numpy()
         for row in hit.itertuples(index=False):
             rank, device = int(row.rank), int(row.device)
-            g = attributed[(attributed["rank"] == rank) & (attributed["device"] == device)]
-            by_cause = g.groupby("cause")["dur_ns"].sum().sort_values(ascending=False)
+            g = attributed[(a_rank == rank) & (a_dev == device)]
+            by_cause = pd.Series({c: int(g[c].sum()) for c in CAUSES})
+            by_cause = by_cause[by_cause > 0].sort_values(ascending=False, kind="stable")
             total = int(row.long_ns)
             shares = {c: round(100.0 * int(ns) / total, 1) for c, ns in by_cause.items()}
             top_cause = by_cause.index[0]
@@ -226,24 +254,75 @@ class GpuIdleGaps(Rule):
     def _evidence(views, top: pd.DataFrame) -> pd.DataFrame:  # noqa: D401
         rows = []
         for gap in top.itertuples(index=False):
-            host = views.host_rows_overlapping(int(gap.rank), int(gap.start_ns), int(gap.end_ns), kinds=("cpu_op", "python", "annotation", "runtime"))
-            if not host.empty:
-                ov = np.minimum(host["start_ns"] + host["dur_ns"], gap.end_ns) - np.maximum(host["start_ns"], gap.start_ns)
-                names = host.assign(_ov=ov.to_numpy()).groupby("name", observed=True)["_ov"].sum().nlargest(3)
-                activity = "; ".join(f"{short_name(n, 60)} ({fmt_ns(t)})" for n, t in names.items())
-            else:
-                activity = "(nothing traced)"
-            nl = getattr(gap, "next_launch_ns", np.nan)
+            activity = _host_activity(views, int(gap.rank), int(gap.start_ns), int(gap.end_ns))
+            nl = gap.next_launch_end_ns
             rows.append(
                 {
                     "start_ms": gap.start_ns / 1e6,
                     "duration_us": gap.dur_ns / 1e3,
                     "cause": gap.cause,
                     "host_activity": activity,
-                    "next_launch_after_gap_start_us": None if nl != nl else (nl - gap.start_ns) / 1e3,
+                    "launch_returned_after_gap_start_us": None if nl != nl else (nl - gap.start_ns) / 1e3,
                 }
             )
         return pd.DataFrame(rows)
+
+
+def _same_gap(gaps: pd.DataFrame, some: pd.DataFrame) -> np.ndarray:
+    """Rows of ``gaps`` that are one of ``some`` (same rank, device and start): a handful, tested one by one."""
+    out = np.zeros(len(gaps), dtype=bool)
+    r, d, s = gaps["rank"].to_numpy(), gaps["device"].to_numpy(), gaps["start_ns"].to_numpy()
+    for wr, wd, ws in zip(some["rank"].to_numpy(), some["device"].to_numpy(), some["start_ns"].to_numpy()):
+        out |= (r == wr) & (d == wd) & (s == ws)
+    return out
+
+
+def _activity_index(views) -> dict:
+    """Per rank, the start, end and name code of its host rows of ``_ACTIVITY_KINDS``, with name codes in the order
+    a groupby by name uses. Cached: TI001 asks once per evidence row, and a test on these three arrays costs less
+    than a row selection of the wide host frame."""
+    cached = views.__dict__.get("_ti001_activity")
+    if cached is not None:
+        return cached
+    host = views.host_events
+    hc = host_columns(views)
+    m = kind_mask(host, _ACTIVITY_KINDS)
+    names = host["name"]
+    if isinstance(names.dtype, pd.CategoricalDtype):
+        codes, cats = names.cat.codes.to_numpy(), np.asarray(names.cat.categories.astype(object))
+    else:
+        codes, cats = pd.factorize(names, sort=True)
+        cats = np.asarray(cats, dtype=object)
+    m &= codes >= 0  # a row without a name is dropped by the groupby too
+    rank, start, end, code = hc["rank"][m], hc["start_ns"][m], hc["end_ns"][m], codes[m]
+    out = {"cats": cats, "ranks": {}}
+    if len(rank) and rank.min() == rank.max():  # one rank (one file): no split
+        out["ranks"][int(rank[0])] = (start, end, code)
+    else:
+        for r in np.unique(rank):
+            rm = rank == r
+            out["ranks"][int(r)] = (start[rm], end[rm], code[rm])
+    views.__dict__["_ti001_activity"] = out
+    return out
+
+
+def _host_activity(views, rank: int, start: int, end: int) -> str:
+    """The three host names with the most time inside [start, end) on the rank, with that time."""
+    idx = _activity_index(views)
+    arrays = idx["ranks"].get(rank)
+    if arrays is None:
+        return "(nothing traced)"
+    s, e, c = arrays
+    k = np.flatnonzero((s < end) & (e > start))
+    if not len(k):
+        return "(nothing traced)"
+    s, e, c = s[k], e[k], c[k].astype(np.int64)
+    ov = np.minimum(e, end) - np.maximum(s, start)
+    codes = np.unique(c)
+    sums = np.zeros(len(codes), np.int64)
+    np.add.at(sums, np.searchsorted(codes, c), ov)
+    names = pd.Series(sums, index=idx["cats"][codes]).nlargest(3)
+    return "; ".join(f"{short_name(n, 60)} ({fmt_ns(t)})" for n, t in names.items())
 
 
 def _by_category(by_cause: pd.Series) -> dict[str, int]:

@@ -7,7 +7,7 @@ import pandas as pd
 
 from traceinsight.rule_api import Fix, Location, Option, Rule, Severity, fmt_ns
 
-from ._common import RECORD_STACKS, SYNC_CALL, SYNC_CALLS, SYNC_OP, closing_syncs, has_python_frames, host_starved_gaps, innermost_enclosing, is_inference, lookup, name_mask, short_name, user_frames_at
+from ._common import RECORD_STACKS, SYNC_CALL, SYNC_CALLS, SYNC_OP, closing_syncs, has_python_frames, host_starved_gaps, inference_ranks, innermost_enclosing, kind_mask, lookup, name_mask, short_name, user_frames_at
 
 
 def find_stalls(events: pd.DataFrame, launches: pd.DataFrame) -> pd.DataFrame:
@@ -15,10 +15,13 @@ def find_stalls(events: pd.DataFrame, launches: pd.DataFrame) -> pd.DataFrame:
     for the host call only on ranks whose trace has no blocking runtime rows (they record the same wait from the
     GPU side). Async copies that pageable memory makes blocking are TI006's (judged there on the GPU's clock).
     """
-    host = events[(events["device"].to_numpy() < 0) & (events["kind"] == "runtime").to_numpy()]
-    calls = host[name_mask(host["name"], SYNC_CALL)].assign(reason="synchronizing call")
+    # the masks on plain arrays, then one take of the few matching rows (not of every host runtime row)
+    m = (events["device"].to_numpy() < 0) & kind_mask(events, "runtime")
+    if m.any():
+        m &= name_mask(events["name"], SYNC_CALL)
+    calls = events[m].assign(reason="synchronizing call")
     parts = [calls]
-    gs = events[(events["kind"] == "gpu_sync").to_numpy()]
+    gs = events[kind_mask(events, "gpu_sync")]
     if not gs.empty:
         covered = set(calls["rank"].unique()) if len(calls) else set()
         gs = gs[~gs["rank"].isin(covered)]
@@ -136,11 +139,12 @@ class HostSyncStalls(Rule):
         stalls["end_ns"] = stalls["start_ns"] + stalls["dur_ns"]
         # framework op and Python frame around each call
         host = v.host_events
-        ops = host[host["kind"].isin(("cpu_op",)).to_numpy()]
+        span = host[["rank", "pid", "tid", "start_ns", "dur_ns"]]  # all innermost_enclosing reads
+        ops = span.iloc[np.flatnonzero(kind_mask(host, "cpu_op"))]
         enc = innermost_enclosing(stalls, ops)
         names = ev["name"]  # lookup converts only the rows it returns
         stalls["op"] = lookup(names, enc)
-        sync_ops = host[name_mask(host["name"], SYNC_OP)]
+        sync_ops = span.iloc[np.flatnonzero(name_mask(host["name"], SYNC_OP))]
         enc_sync = innermost_enclosing(stalls, sync_ops)
         stalls["sync_op"] = lookup(names, enc_sync)
         stalls["frame"] = user_frames_at(stalls, ev, host)  # the line of the user's code that blocked
@@ -148,7 +152,8 @@ class HostSyncStalls(Rule):
         stalls["site"] = stalls["sync_op"].where(stalls["sync_op"].notna(), stalls["op"])
         stalls["gpu_idle_ns"] = self._idle_after(host_starved_gaps(v, v.gaps), stalls)
         closing = closing_syncs(stalls, v.steps, v.launches)
-        inference = {int(r): is_inference(ev, int(r)) for r in stalls["rank"].unique()}
+        inf_ranks = inference_ranks(v)
+        inference = {int(r): int(r) in inf_ranks for r in stalls["rank"].unique()}
         stalls["closing"] = closing & stalls["rank"].map(inference).to_numpy(dtype=bool)
         stalls.loc[stalls["closing"].to_numpy(), "gpu_idle_ns"] = 0
 

@@ -6,7 +6,7 @@ import pandas as pd
 
 from traceinsight.rule_api import Context, Fix, Location, Option, Rule, Severity, fmt_ns
 
-from ._common import name_mask
+from ._common import count_matching, kind_mask
 
 #: Host calls that launch one kernel each (captured launches included: they are recorded, not executed).
 LAUNCH_CALL = r"^(cudaLaunch|cuLaunch|hipLaunch|hipExtModuleLaunch|hipModuleLaunch|cudaGraphLaunch|hipGraphLaunch)"
@@ -67,9 +67,9 @@ class LittleGpuWork(Rule):
         busy = int(u["busy_ns"].sum())
         kernels = int(len(v.kernels))
         host = v.host_events
-        rt = host[(host["kind"] == "runtime").to_numpy()]
-        launches = int(name_mask(rt["name"], LAUNCH_CALL, case=True).sum()) if len(rt) else 0
-        captures = int(name_mask(rt["name"], CAPTURE_CALL, case=True).sum()) if len(rt) else 0
+        rt = kind_mask(host, "runtime")  # counted per name code: no copy of the runtime rows
+        launches = count_matching(host["name"], rt, LAUNCH_CALL, case=True)
+        captures = count_matching(host["name"], rt, CAPTURE_CALL, case=True)
         capture = captures > 0 or (launches >= 20 and launches >= self.capture_ratio * max(kernels, 1))
         ops = int(len(v.gpu_activity))
         little = busy < self.min_busy_us * 1e3 or (ops < self.min_gpu_ops and busy < self.few_ops_busy_us * 1e3)

@@ -12,7 +12,7 @@ from traceinsight.rule_api import Fix, Location, Option, Rule, Severity, fmt_ns
 
 from traceinsight.tf_signals import recurrent_loop_signature
 
-from ._common import Coverage, name_mask
+from ._common import Coverage, kind_mask, name_mask
 
 CUDNN_KERNEL = re.compile(r"RNN_blockPersist|persistRNN|elemWiseRNNcell|LSTM_elementWise|GRU_elementWise|RNN_elementWise|GENERIC_elementWise|cudnn::rnn|miopen.*rnn", re.I)
 CUDNN_OP = re.compile(r"aten::_cudnn_rnn|aten::miopen_rnn|CudnnRNN|CudnnRnnBackward")
@@ -54,26 +54,46 @@ class RnnDetection:
 
 
 def detect_rnn(events: pd.DataFrame) -> RnnDetection:
-    """Finds cuDNN and generic (per-timestep) recurrent execution by name; used by the rule and by tests."""
+    """Finds cuDNN and generic (per-timestep) recurrent execution by name; used by the rule and by tests.
+
+    Counted per distinct name: each pattern is tested once per name, and the rows are counted per name code
+    (host and kernel rows apart), so no row mask is built unless a fallback needs its rows.
+    """
     det = RnnDetection()
     if events.empty:
         return det
     names = events["name"]
-    kind = events["kind"].astype(object).to_numpy()
-    is_kernel = kind == "kernel"
+    if isinstance(names.dtype, pd.CategoricalDtype):
+        codes, cats = names.cat.codes.to_numpy().astype(np.int64), names.cat.categories
+    else:
+        codes, cats = pd.factorize(names.to_numpy())
+    n = len(cats)
+    ok = codes >= 0
+    is_kernel = kind_mask(events, "kernel")  # on the categorical codes, not 10^6 Python strings
     is_host = events["device"].to_numpy() < 0
-    det.cudnn_kernels = int((name_mask(names, CUDNN_KERNEL) & is_kernel).sum())
-    det.cudnn_ops = int((name_mask(names, CUDNN_OP) & is_host).sum())
-    cell_op = name_mask(names, CELL_OP) & is_host
+    k_count = np.bincount(codes[is_kernel & ok], minlength=n)
+    h_count = np.bincount(codes[is_host & ok], minlength=n)
+
+    def hit(pattern: re.Pattern) -> np.ndarray:
+        return np.fromiter((pattern.search(str(c)) is not None for c in cats), dtype=bool, count=n)
+
+    def rows(cat_mask: np.ndarray) -> np.ndarray:  # host rows whose name is one of cat_mask
+        return is_host & np.append(cat_mask, False)[codes]
+
+    det.cudnn_kernels = int(k_count[hit(CUDNN_KERNEL)].sum())
+    det.cudnn_ops = int(h_count[hit(CUDNN_OP)].sum())
+    cell_cat = hit(CELL_OP)
     # only the outermost cell op counts a timestep (aten::lstm_cell contains aten::_thnn_fused_lstm_cell on CUDA)
-    outer = cell_op & name_mask(names, re.compile(r"^aten::(lstm_cell|gru_cell|rnn_tanh_cell|rnn_relu_cell)$"))
-    inner = cell_op & ~outer
-    det.cell_ops = int(outer.sum()) if outer.any() else int((inner & name_mask(names, re.compile(r"^aten::_thnn"))).sum())
-    det.cell_kernels = int((name_mask(names, CELL_KERNEL) & is_kernel & name_mask(names, re.compile("forward"))).sum())
-    layer = name_mask(names, LAYER_OP) & is_host
-    if layer.any():
-        backend = events[name_mask(names, LAYER_BACKEND) & is_host]
-        lay = events[layer]
+    outer_cat = cell_cat & hit(re.compile(r"^aten::(lstm_cell|gru_cell|rnn_tanh_cell|rnn_relu_cell)$"))
+    inner_cat = cell_cat & ~outer_cat
+    n_outer = int(h_count[outer_cat].sum())
+    det.cell_ops = n_outer if n_outer else int(h_count[inner_cat & hit(re.compile(r"^aten::_thnn"))].sum())
+    det.cell_kernels = int(k_count[hit(CELL_KERNEL) & hit(re.compile("forward"))].sum())
+    layer_cat = hit(LAYER_OP)
+    layer_fb = pd.Index([])
+    if h_count[layer_cat].any():
+        backend = events[rows(hit(LAYER_BACKEND))]
+        lay = events[rows(layer_cat)]
         has_backend = np.zeros(len(lay), bool)
         if not backend.empty:
             from ._common import innermost_enclosing
@@ -82,17 +102,17 @@ def detect_rnn(events: pd.DataFrame) -> RnnDetection:
             has_backend = lay.index.isin([e for e in pd.unique(enc[pd.notna(enc)])])
         det.fallback_layer_ops = int((~has_backend).sum())
         layer_fb = lay.index[~has_backend]
-    else:
-        layer_fb = pd.Index([])
-    tf = name_mask(names, TF_WHILE) & is_host
-    det.tf_loop_ops = int(tf.sum())
-    if tf.any():
-        det.tf_timesteps = int((tf & name_mask(names, TF_TIMESTEP)).sum())
+    tf_cat = hit(TF_WHILE)
+    det.tf_loop_ops = int(h_count[tf_cat].sum())
+    if det.tf_loop_ops:
+        det.tf_timesteps = int(h_count[tf_cat & hit(TF_TIMESTEP)].sum())
         # LSTM/GRU bodies run two MatMuls per step (input and recurrent); count steps, not GEMMs
         det.tf_timesteps = max(det.tf_timesteps // 2, 1)
-    fb = cell_op | tf | events.index.isin(layer_fb)
-    det.fallback_rows = events.index[fb]
-    if fb.any():
+    if h_count[cell_cat | tf_cat].any() or len(layer_fb):
+        fb = rows(cell_cat | tf_cat)
+        if len(layer_fb):
+            fb = fb | events.index.isin(layer_fb)
+        det.fallback_rows = events.index[fb]
         det.fallback_names = {str(k): int(v) for k, v in events.loc[fb, "name"].astype(str).value_counts().head(8).items()}
     return det
 

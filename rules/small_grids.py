@@ -85,20 +85,23 @@ class SmallGrids(Rule):
         sms = {(int(d.rank), int(d.index)): int(d.sm_count) for d in ctx.meta.devices if d.sm_count}
         if not sms:
             return
+        k = k[["rank", "device", "name", "grid", "dur_ns"]]  # all that is read below: rows are taken from these only
         k = k[~name_mask(k["name"], COLLECTIVE)]
         blocks = grid_blocks(k["grid"])
         has = ~np.isnan(blocks)
         if not has.any():
             return
-        k = k[has]
-        blocks = blocks[has]
+        if not has.all():
+            k = k[has]
+            blocks = blocks[has]
         uniform = len(set(sms.values())) == 1
         fallback = next(iter(sms.values())) if uniform else np.nan
         sm = _map_sms(k, sms, fallback)
         known = ~np.isnan(sm)
         if not known.any():
             return
-        k, blocks, sm = k[known], blocks[known], sm[known]
+        if not known.all():
+            k, blocks, sm = k[known], blocks[known], sm[known]
         dur = k["dur_ns"].to_numpy().astype(float)
         under = blocks < sm * float(ctx.options["min_waves"])
         lost = np.where(under, dur * (1.0 - np.minimum(blocks / sm, 1.0)), 0.0)
@@ -111,7 +114,7 @@ class SmallGrids(Rule):
         keys = hit["rank"].to_numpy().astype(np.int64) * 1_000_003 + hit["device"].to_numpy().astype(np.int64)
         kkey = k["rank"].to_numpy().astype(np.int64) * 1_000_003 + k["device"].to_numpy().astype(np.int64)
         m = np.isin(kkey, keys) & under
-        top = pd.DataFrame({"name": k["name"].astype(str).to_numpy()[m], "blocks": blocks[m], "dur": dur[m]})
+        top = pd.DataFrame({"name": k["name"][m].astype(str).to_numpy(), "blocks": blocks[m], "dur": dur[m]})
         ev = top.groupby("name").agg(count=("dur", "size"), total_ms=("dur", "sum"), median_blocks=("blocks", "median")).reset_index()
         ev = ev.sort_values("total_ms", ascending=False).head(20).reset_index(drop=True)
         ev["total_ms"] = ev["total_ms"] / 1e6

@@ -8,7 +8,7 @@ import pandas as pd
 from traceinsight.rule_api import Fix, Location, Option, Rule, Severity, fmt_ns
 
 
-from ._common import SYNC_CALL, innermost_enclosing, lookup, name_mask, short_name, starts_inside, user_code_sentence, user_frames_at
+from ._common import innermost_positions, kind_mask, ledger_gaps, short_name, starts_inside, sync_calls, user_code_sentence, user_frames_at
 
 
 class TinyKernels(Rule):
@@ -90,108 +90,157 @@ class TinyKernels(Rule):
 
     def check(self, ctx):
         v = ctx.views
-        k = v.kernels
-        if k.empty:
+        kern = v.kernels
+        if kern.empty:
             return
-        k = k[["rank", "device", "stream", "name", "start_ns", "dur_ns", "pid", "correlation"]].copy()
-        # the launch of each kernel (duration and row) from the shared launches view
-        ln = v.launches
-        if not ln.empty:
-            lk = ln[ln["kind"] == "kernel"].drop_duplicates("gpu_idx").set_index("gpu_idx")
-            k["launch_dur_ns"] = lk["launch_dur_ns"].reindex(k.index).to_numpy()
-            k["launch_idx"] = lk["launch_idx"].reindex(k.index).to_numpy()
-        else:
-            k["launch_dur_ns"] = np.nan
-            k["launch_idx"] = np.nan
-        tiny = k["dur_ns"].to_numpy() < self.max_kernel_us * 1e3
-        shorter = k["dur_ns"].to_numpy() < np.nan_to_num(k["launch_dur_ns"].to_numpy(dtype=float), nan=-1.0)
-        k["bound"] = tiny | shorter
-        k["tiny"] = tiny
+        # plain arrays of the few kernel columns used: never a row selection of the wide frame
+        k_rank = kern["rank"].to_numpy().astype(np.int64)
+        k_dev = kern["device"].to_numpy().astype(np.int64)
+        k_start = kern["start_ns"].to_numpy()
+        k_dur = kern["dur_ns"].to_numpy()
+        launch_dur, launch_idx = _kernel_launches(v.launches, kern.index.to_numpy())
+        tiny = k_dur < self.max_kernel_us * 1e3
+        shorter = k_dur < np.nan_to_num(launch_dur, nan=-1.0)
+        bound = tiny | shorter
+        # one code per (rank, device), in sorted order (the order findings are made in)
+        dev_keys, k_code = _pair_codes(k_rank, k_dev)
 
         gaps = v.gaps
-        gaps = gaps[gaps["dur_ns"] < self.max_gap_us * 1e3]
-        gaps = gaps[~_starts_in_sync(v.host_events, gaps)]
-        bound_starts = k.loc[k["bound"], ["rank", "device", "start_ns", "name"]].drop_duplicates(["rank", "device", "start_ns"])
-        g = gaps.merge(bound_starts, left_on=["rank", "device", "end_ns"], right_on=["rank", "device", "start_ns"], suffixes=("", "_k"))
-        queued = _next_work_queued(v, g)
-        dep_by_dev = g[queued].groupby(["rank", "device"])["dur_ns"].agg(dep_ns="sum", n_dep="size")
-        g = g[~queued]
-        idle_by_dev = g.groupby(["rank", "device"])["dur_ns"].agg(idle_ns="sum", n_gaps="size")
+        gi = np.flatnonzero(gaps["dur_ns"].to_numpy() < self.max_gap_us * 1e3)
+        g_rank = gaps["rank"].to_numpy().astype(np.int64)[gi]
+        gi = gi[~starts_inside(pd.DataFrame({"rank": g_rank, "start_ns": gaps["start_ns"].to_numpy()[gi]}), sync_calls(v))]
+        # gaps that end where a launch-bound kernel starts (the first such kernel names it)
+        kpos = _first_kernel_at(k_code, k_start, bound, dev_keys, gaps["rank"].to_numpy()[gi], gaps["device"].to_numpy()[gi], gaps["end_ns"].to_numpy()[gi])
+        gi, kpos = gi[kpos >= 0], kpos[kpos >= 0]
+        g_start = gaps["start_ns"].to_numpy()[gi]
+        g_dur = gaps["dur_ns"].to_numpy()[gi]
+        g_code = k_code[kpos]
+        nl = ledger_gaps(v)["next_launch_end_ns"].to_numpy(dtype=float)[gi] if len(gi) else np.zeros(0)
+        queued = ~np.isnan(nl) & (nl <= g_start.astype(float))  # already queued: a GPU-side dependency (ledger)
 
-        util = v.utilization.set_index(["rank", "device"])
-        stats = k.groupby(["rank", "device"]).agg(
-            kernels=("bound", "size"), bound=("bound", "sum"), tiny=("tiny", "sum"), kernel_ns=("dur_ns", "sum")
-        )
-        stats["bound_ns"] = k[k["bound"]].groupby(["rank", "device"])["dur_ns"].sum()
-        stats = stats.join(idle_by_dev).join(dep_by_dev).join(util[["window_ns"]]).fillna(0)
-        stats["share_pct"] = 100.0 * stats["bound"] / stats["kernels"].clip(lower=1)
-        stats["idle_pct"] = 100.0 * stats["idle_ns"] / stats["window_ns"].clip(lower=1)
-        hit = stats[(stats["share_pct"] >= self.min_share_pct) & (stats["idle_pct"] >= self.min_idle_pct)]
-        if hit.empty:
+        n = len(dev_keys)
+        kernels = np.bincount(k_code, minlength=n)
+        n_bound = np.bincount(k_code, weights=bound, minlength=n).astype(np.int64)
+        n_tiny = np.bincount(k_code, weights=tiny, minlength=n).astype(np.int64)
+        kernel_ns = _int_sum(k_code, k_dur, n)
+        bound_ns = _int_sum(k_code[bound], k_dur[bound], n)
+        idle_ns = _int_sum(g_code[~queued], g_dur[~queued], n)
+        n_gaps = np.bincount(g_code[~queued], minlength=n)
+        dep_ns = _int_sum(g_code[queued], g_dur[queued], n)
+        n_dep = np.bincount(g_code[queued], minlength=n)
+        util = v.utilization
+        win = pd.Series(util["window_ns"].to_numpy(), index=pd.MultiIndex.from_arrays([util["rank"].to_numpy().astype(np.int64), util["device"].to_numpy().astype(np.int64)]))
+        window_ns = win.reindex(pd.MultiIndex.from_arrays([dev_keys[:, 0], dev_keys[:, 1]])).fillna(0).to_numpy(dtype=float)
+        share_pct = 100.0 * n_bound / np.maximum(kernels, 1)
+        idle_pct = 100.0 * idle_ns / np.maximum(window_ns, 1)
+        hit = np.flatnonzero((share_pct >= self.min_share_pct) & (idle_pct >= self.min_idle_pct))
+        if not len(hit):
             return
-        for (rank, device), row in hit.iterrows():
-            kb = k[(k["rank"] == rank) & (k["device"] == device) & k["bound"]]
-            gd = g[(g["rank"] == rank) & (g["device"] == device)]
-            evidence = self._offenders(ctx, kb, gd.groupby("name")["dur_ns"].sum())
-            multi = len(ctx.meta.ranks) > 1 or len(stats) > 1
+        k_names = kern["name"]
+        g_name_code, name_cats = _codes(k_names)
+        keep_g = ~queued
+        for c in hit:
+            rank, device = int(dev_keys[c, 0]), int(dev_keys[c, 1])
+            kb_i = np.flatnonzero((k_code == c) & bound)
+            gd = np.flatnonzero(keep_g & (g_code == c))
+            gname = g_name_code[kpos[gd]]
+            idle_by_name = pd.Series(g_dur[gd]).groupby(gname).sum()
+            idle_by_name.index = name_cats[idle_by_name.index.to_numpy()]
+            evidence = self._offenders(ctx, g_name_code[kb_i], name_cats, k_dur[kb_i], launch_dur[kb_i], launch_idx[kb_i], idle_by_name)
+            multi = len(ctx.meta.ranks) > 1 or n > 1
             where = f"rank {rank} GPU {device}" if multi else f"GPU {device}"
-            idle = int(row["idle_ns"])
+            idle = int(idle_ns[c])
             top = evidence.iloc[0]
             dep = (
-                f" {int(row['n_dep'])} more gaps before them ({fmt_ns(int(row['dep_ns']))}) are not counted: the kernel was "
+                f" {int(n_dep[c])} more gaps before them ({fmt_ns(int(dep_ns[c]))}) are not counted: the kernel was "
                 "already queued, so the GPU waited on a dependency of its own, not on the launch."
-                if row["n_dep"]
+                if n_dep[c]
                 else ""
             )
-            li = kb["launch_idx"].dropna().astype(np.int64).to_numpy()[:20_000]  # a sample is enough to name the line
+            li = launch_idx[kb_i]
+            li = li[~np.isnan(li)].astype(np.int64)[:20_000]  # a sample is enough to name the line
             code_at = user_code_sentence(user_frames_at(ctx.events.loc[li], ctx.events, v.host_events), ctx, "Most of them are launched from")
+            bound_time_pct = 100.0 * float(bound_ns[c]) / max(float(kernel_ns[c]), 1.0)
             yield ctx.finding(
-                title=f"{where}: {row['share_pct']:.0f} % of kernels are launch-bound (< {self.max_kernel_us:g} µs or shorter than their launch)",
+                title=f"{where}: {share_pct[c]:.0f} % of kernels are launch-bound (< {self.max_kernel_us:g} µs or shorter than their launch)",
                 message=(
-                    f"{int(row['bound'])} of {int(row['kernels'])} kernels on {where} ({row['share_pct']:.0f} %) ran shorter than "
+                    f"{int(n_bound[c])} of {int(kernels[c])} kernels on {where} ({share_pct[c]:.0f} %) ran shorter than "
                     f"{self.max_kernel_us:g} µs or than their own launch call; together they are "
-                    f"{100.0 * row['bound_ns'] / max(row['kernel_ns'], 1):.1f} % of kernel time. The GPU idled "
-                    f"{fmt_ns(idle)} ({row['idle_pct']:.1f} % of its active window) in {int(row['n_gaps'])} short gaps waiting "
+                    f"{bound_time_pct:.1f} % of kernel time. The GPU idled "
+                    f"{fmt_ns(idle)} ({idle_pct[c]:.1f} % of its active window) in {int(n_gaps[c])} short gaps waiting "
                     f"for their launch.{dep} Longest waited for: {top['kernel']} ({int(top['count'])}×, mean {fmt_ns(top['mean_us'] * 1e3)}, "
                     f"{fmt_ns(top['idle_before_us'] * 1e3)} idle before it), launched from {top['launched_by']}.{code_at}"
                 ),
                 impact_ns=idle,
                 evidence=evidence,
-                instances=gd[["start_ns", "end_ns", "rank", "device"]].assign(label="wait before a launch-bound kernel"),
-                location=Location(rank=int(rank), device=int(device)),
+                instances=pd.DataFrame(
+                    {"start_ns": g_start[gd], "end_ns": gaps["end_ns"].to_numpy()[gi[gd]], "rank": rank, "device": device, "label": "wait before a launch-bound kernel"}
+                ),
+                location=Location(rank=rank, device=device),
                 metrics={
-                    "kernels": int(row["kernels"]),
-                    "launch_bound_kernels": int(row["bound"]),
-                    "tiny_kernels": int(row["tiny"]),
-                    "launch_bound_share_pct": round(float(row["share_pct"]), 3),
-                    "launch_bound_time_share_pct": round(100.0 * float(row["bound_ns"]) / max(float(row["kernel_ns"]), 1.0), 3),
+                    "kernels": int(kernels[c]),
+                    "launch_bound_kernels": int(n_bound[c]),
+                    "tiny_kernels": int(n_tiny[c]),
+                    "launch_bound_share_pct": round(float(share_pct[c]), 3),
+                    "launch_bound_time_share_pct": round(bound_time_pct, 3),
                     "idle_before_ns": idle,
-                    "idle_pct": round(float(row["idle_pct"]), 3),
-                    "gpu_dependency_gaps": int(row["n_dep"]),
-                    "gpu_dependency_ns": int(row["dep_ns"]),
+                    "idle_pct": round(float(idle_pct[c]), 3),
+                    "gpu_dependency_gaps": int(n_dep[c]),
+                    "gpu_dependency_ns": int(dep_ns[c]),
                 },
                 key=f"rank{rank}-gpu{device}",
             )
 
-    def _offenders(self, ctx, kb: pd.DataFrame, idle_by_name: pd.Series) -> pd.DataFrame:
+    def _offenders(self, ctx, name_code, name_cats, dur, launch_dur, launch_idx, idle_by_name: pd.Series) -> pd.DataFrame:
         """Top kernels by the idle counted before them, then by count, each with the framework op that launched it
-        most often. Idle first: a tiny kernel that always sits in the queue is frequent but costs nothing."""
-        ev = ctx.events
-        names = ev["name"]  # lookup converts only the rows it returns
-        launched_by = np.full(len(kb), None, dtype=object)
-        li = kb["launch_idx"].to_numpy(dtype=float)
-        has = ~np.isnan(li)
-        if has.any():
-            span_cols = ["rank", "pid", "tid", "start_ns", "dur_ns"]  # all innermost_enclosing reads
-            launch_rows = ev.loc[li[has].astype(np.int64), span_cols]
-            ops = ctx.views.host_events[[*span_cols, "kind"]]
-            ops = ops[(ops["kind"] == "cpu_op").to_numpy()]
-            launched_by[has] = lookup(names, innermost_enclosing(launch_rows, ops))
-        kb = kb.assign(launched_by=pd.Series(launched_by, index=kb.index).fillna("(unknown)"), name=kb["name"].astype(str))
-        agg = kb.groupby("name").agg(count=("dur_ns", "size"), mean_ns=("dur_ns", "mean"), total_ns=("dur_ns", "sum"), launch_ns=("launch_dur_ns", "mean"))
+        most often. Idle first: a tiny kernel that always sits in the queue is frequent but costs nothing.
+
+        The launching op is looked up only for the kernels of the rows shown."""
+        present = np.bincount(name_code, minlength=len(name_cats)) > 0  # the names used, in code order
+        codes = np.flatnonzero(present)
+        inv = (np.cumsum(present) - 1)[name_code]
+        names = np.asarray([str(x) for x in name_cats[codes]], dtype=object)
+        has_l = ~np.isnan(launch_dur)
+        agg = pd.DataFrame(
+            {
+                "count": np.bincount(inv, minlength=len(codes)),
+                "total_ns": _int_sum(inv, dur, len(codes)),
+                "launch_sum": _int_sum(inv[has_l], launch_dur[has_l].astype(np.int64), len(codes)),
+                "launch_n": np.bincount(inv[has_l], minlength=len(codes)),
+            },
+            index=pd.Index(names, name="name"),
+        ).sort_index()  # a groupby by name orders by name
+        agg["mean_ns"] = agg["total_ns"] / agg["count"]
+        agg["launch_ns"] = np.where(agg["launch_n"] > 0, agg["launch_sum"] / np.maximum(agg["launch_n"], 1), np.nan)
+        agg = agg[["count", "mean_ns", "total_ns", "launch_ns"]]
         agg["idle_ns"] = idle_by_name.reindex(agg.index).fillna(0).to_numpy()
         agg = agg.sort_values(["idle_ns", "count"], ascending=False).head(int(self.top_n))
-        op = kb[kb["name"].isin(agg.index)].groupby(["name", "launched_by"]).size().reset_index(name="n")
+        shown_code = np.zeros(len(codes), dtype=bool)
+        shown_code[pd.Index(names).get_indexer(agg.index)] = True
+        rows = np.flatnonzero(shown_code[inv])
+        # the framework op around each launch call, as a name code (-1: none, or no name)
+        op_code = np.full(len(rows), -1, np.int64)
+        li = launch_idx[rows]
+        has = ~np.isnan(li)
+        if has.any():
+            ev = ctx.events
+            span_cols = ["rank", "pid", "tid", "start_ns", "dur_ns"]  # all innermost_enclosing reads
+            launch_rows = ev.loc[li[has].astype(np.int64), span_cols]
+            host = ctx.views.host_events
+            cpu_ops = np.flatnonzero(kind_mask(host, "cpu_op"))
+            enc = innermost_positions(launch_rows, host[span_cols].iloc[cpu_ops])
+            h_codes, h_cats = _codes(host["name"], missing=-1)
+            got = enc >= 0
+            found = np.full(len(enc), -1, np.int64)
+            found[got] = h_codes[cpu_ops[enc[got]]]
+            op_code[has] = found
+        # the op that launched each shown kernel most often: counts per (name, op) pair, then the pandas steps of a
+        # groupby(["name", "launched_by"]).size() on a table that small
+        lb_code, lb_uniq = pd.factorize(op_code)
+        lb_names = np.asarray(["(unknown)" if c < 0 else str(h_cats[c]) for c in lb_uniq], dtype=object)
+        pair, n = np.unique(inv[rows] * np.int64(len(lb_names) + 1) + lb_code, return_counts=True)
+        op = pd.DataFrame({"name": names[pair // (len(lb_names) + 1)], "launched_by": np.asarray(lb_names, dtype=object)[pair % (len(lb_names) + 1)], "n": n})
+        op = op.sort_values(["name", "launched_by"]).reset_index(drop=True)
         op = op.sort_values("n", ascending=False).drop_duplicates("name").set_index("name")["launched_by"]
         return pd.DataFrame(
             {
@@ -206,26 +255,79 @@ class TinyKernels(Rule):
         )
 
 
-def _next_work_queued(views, gaps: pd.DataFrame) -> np.ndarray:
-    """Gaps whose next work had been launched (its launch call returned) by the time the gap began.
+def _codes(names: pd.Series, missing: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Integer codes of a name column and the names they stand for (categorical codes where the column is one).
 
-    The GPU had the work and still did not run it: it waited on a dependency of its own (an event, another
-    stream). The fact comes from the time ledger (its ``idle_gpu_dependency``), so TI003 and the verdict agree on
-    which idle the host caused.
-    """
-    if gaps.empty:
-        return np.zeros(0, dtype=bool)
-    lg = views.ledger.gaps
-    if lg.empty:
-        return np.zeros(len(gaps), dtype=bool)
-    keys = ["rank", "device", "start_ns", "end_ns"]
-    nl = gaps[keys].merge(lg[keys + ["next_launch_end_ns"]].drop_duplicates(keys), on=keys, how="left")["next_launch_end_ns"]
-    return (nl.to_numpy(dtype=float) <= gaps["start_ns"].to_numpy(dtype=float)) & nl.notna().to_numpy()
+    A missing name gets code ``missing`` when given, else groups as "nan" (as ``astype(str)`` writes it)."""
+    if isinstance(names.dtype, pd.CategoricalDtype):
+        cats = np.asarray(names.cat.categories.astype(object))
+        codes = names.cat.codes.to_numpy().astype(np.int64)
+        if missing is None and (codes < 0).any():
+            cats = np.append(cats, "nan")
+            codes = np.where(codes < 0, len(cats) - 1, codes)
+        return codes, cats
+    if missing is not None:
+        codes, uniq = pd.factorize(names.to_numpy())
+        return np.where(codes < 0, missing, codes).astype(np.int64), np.asarray(uniq, dtype=object)
+    codes, uniq = pd.factorize(names.astype(str).to_numpy(), use_na_sentinel=False)
+    return codes.astype(np.int64), np.asarray(uniq, dtype=object)
 
 
-def _starts_in_sync(host: pd.DataFrame, gaps: pd.DataFrame) -> np.ndarray:
-    """Gaps whose start falls inside a blocking runtime call of the same rank (the queue drained under a sync)."""
-    if gaps.empty or host.empty:
-        return np.zeros(len(gaps), dtype=bool)
-    rt = host[(host["kind"] == "runtime").to_numpy()]
-    return starts_inside(gaps, rt[name_mask(rt["name"], SYNC_CALL)])
+def _int_sum(codes: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
+    """Exact per-code sums of integer values (np.bincount would sum in floats)."""
+    out = np.zeros(n, np.int64)
+    np.add.at(out, codes, np.asarray(values, dtype=np.int64))
+    return out
+
+
+def _pair_codes(rank: np.ndarray, device: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct (rank, device) pairs, sorted (an (n, 2) array), and each row's pair index."""
+    r0, d0 = int(rank.min()), int(device.min())
+    span = int(device.max()) - d0 + 1
+    key = (rank - r0) * span + (device - d0)  # one int64 key, ordered as (rank, device)
+    uk, inv = np.unique(key, return_inverse=True)
+    return np.stack([uk // span + r0, uk % span + d0], axis=1), inv.reshape(-1)
+
+
+def _kernel_launches(ln: pd.DataFrame, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per kernel row label: the duration and row label of the runtime call that launched it (NaN where none)."""
+    dur = np.full(len(labels), np.nan)
+    idx = np.full(len(labels), np.nan)
+    if ln.empty or not len(labels):
+        return dur, idx
+    m = kind_mask(ln, "kernel")
+    gi = ln["gpu_idx"].to_numpy()[m]
+    order = np.argsort(gi, kind="stable")
+    gs = gi[order]
+    first = np.r_[True, gs[1:] != gs[:-1]]  # the first launch row of a kernel (as drop_duplicates kept)
+    gs, rows = gs[first], order[first]
+    pos = np.minimum(np.searchsorted(gs, labels), max(len(gs) - 1, 0))
+    hit = (gs[pos] == labels) if len(gs) else np.zeros(len(labels), dtype=bool)
+    dur[hit] = ln["launch_dur_ns"].to_numpy()[m][rows[pos[hit]]]
+    idx[hit] = ln["launch_idx"].to_numpy()[m][rows[pos[hit]]]
+    return dur, idx
+
+
+def _first_kernel_at(k_code, k_start, bound, dev_keys, q_rank, q_dev, q_t) -> np.ndarray:
+    """For each query (rank, device, t): the position of the first launch-bound kernel (in frame order) of that
+    device starting exactly at t, or -1."""
+    out = np.full(len(q_t), -1, np.int64)
+    if not len(q_t):
+        return out
+    b = np.flatnonzero(bound)
+    q_rank = np.asarray(q_rank, np.int64)
+    q_dev = np.asarray(q_dev, np.int64)
+    for c, (rank, device) in enumerate(dev_keys):
+        qm = np.flatnonzero((q_rank == rank) & (q_dev == device))
+        if not len(qm):
+            continue
+        kb = b[k_code[b] == c]
+        if not len(kb):
+            continue
+        order = np.argsort(k_start[kb], kind="stable")  # equal starts keep frame order: the first comes first
+        ks, kp = k_start[kb][order], kb[order]
+        t = np.asarray(q_t)[qm]
+        pos = np.minimum(np.searchsorted(ks, t), len(ks) - 1)
+        ok = ks[pos] == t
+        out[qm[ok]] = kp[pos[ok]]
+    return out

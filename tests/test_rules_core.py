@@ -37,7 +37,15 @@ def test_ti001_data_loading_gaps(tmp_path):
     (f,) = _one(t.write(tmp_path / "t.json"), "TI001")
     # 4 gaps between steps: from the last kernel end (t0+1010) to the next step's first kernel (t0+3010) = 2000 µs
     assert f.impact_ns == pytest.approx(4 * 2_000_000, rel=0.01)
-    assert f.metrics["top_cause"] == "data loading" and f.metrics["cause_pct"]["data loading"] == 100.0
+    # the ledger books each ns once: the 1980 µs inside the DataLoader range are data loading; of the 20 µs
+    # around it, 10 µs the host is launching the next step (runtime calls from t0+3000) and 10 µs nothing is traced
+    assert f.metrics["top_cause"] == "data loading" and f.metrics["cause_pct"]["data loading"] == 99.0
+    assert f.metrics["cause_ns"] == {
+        "data loading": 4 * 1_980_000,
+        "host busy in CPU ops (launch queue empty)": 4 * 10_000,
+        "untraced host time (launch queue empty)": 4 * 10_000,
+    }
+    assert f.metrics["idle_by_category"] == {"input_pipeline": 4 * 1_980_000}
     assert len(f.evidence) == 4 and set(f.evidence["cause"]) == {"data loading"}
     assert "enumerate(DataLoader)" in f.evidence["host_activity"].iloc[0]
     assert f.evidence["duration_us"].iloc[0] == pytest.approx(2000.0, abs=1)
@@ -62,6 +70,88 @@ def test_ti001_causes_sync_host_and_k2k(tmp_path):
     assert ev["cause"].iloc[0] == "host synchronization"
     assert ev["cause"].iloc[2].startswith("host busy in CPU ops")
     assert f.impact_ns == pytest.approx(1_500_000 + 1_000_000 + 1_500_000, rel=0.001)
+
+
+def test_ti001_optimizer_step_names_a_late_launch(tmp_path):
+    t = KinetoTrace()
+    for s in range(4):  # 1 ms of kernels, then 1.5 ms the host steps the optimizer before launching again
+        t0 = s * 2600.0
+        t.step(s, t0, 2600.0)
+        for i in range(10):
+            t.kernel("volta_sgemm_128x64_nn", t0 + 10 + i * 100, 100.0, launch_us=t0 + i * 0.5)
+        t.cpu_op("Optimizer.step#SGD.step", t0 + 1020.0, 1500.0)
+    (f,) = _one(t.write(tmp_path / "t.json"), "TI001")
+    assert f.metrics["top_cause"] == "optimizer step"
+    assert set(f.evidence["cause"]) == {"optimizer step"}
+    assert f.metrics["cause_ns"]["optimizer step"] == sum(f.metrics["cause_ns"].values()) == f.impact_ns
+
+
+def test_ti001_optimizer_does_not_hide_a_sync(tmp_path):
+    """A gap that opens under a blocking sync is the sync's even inside the optimizer step (the queue drained)."""
+    t = KinetoTrace()
+    for s in range(4):
+        t0 = s * 2600.0
+        t.step(s, t0, 2600.0)
+        for i in range(10):
+            t.kernel("volta_sgemm_128x64_nn", t0 + 10 + i * 100, 100.0, launch_us=t0 + i * 0.5)
+        t.cpu_op("Optimizer.step#SGD.step", t0 + 900.0, 1600.0)
+        t.runtime("cudaStreamSynchronize", t0 + 950.0, 80.0)
+    (f,) = _one(t.write(tmp_path / "t.json"), "TI001")
+    assert set(f.evidence["cause"]) == {"host synchronization"}
+    assert f.metrics["idle_by_category"]["host_sync"] == f.metrics["cause_ns"]["host synchronization"]
+
+
+def test_ti001_causes_are_the_ledgers():
+    """Every ns of TI001's gaps is booked as the ledger books it; each gap's label is its largest bucket."""
+    import traceinsight
+    from traceinsight.ledger import IDLE_BUCKETS
+    from traceinsight.rules.gpu_idle_gaps import BUCKET_CAUSE, CAUSE_OPT
+
+    a = traceinsight.analyze(corpus_file("pytorch/hta_ddp_v100_rank1of2.json.gz"), select=["TI001"])
+    (f,) = a.findings
+    assert sum(f.metrics["cause_ns"].values()) == f.impact_ns
+    lg = a.ledger.gaps
+    lg = lg[(lg["rank"] == f.location.rank) & (lg["device"] == f.location.device)].set_index("start_ns")
+    starts = [i.start_ns for i in f.instances]
+    rows = lg.loc[starts]
+    assert (rows["end_ns"].to_numpy() == [i.end_ns for i in f.instances]).all()
+    booked = {BUCKET_CAUSE[b]: int(rows[b].sum()) for b in IDLE_BUCKETS if rows[b].sum()}
+    opt = f.metrics["cause_ns"].get(CAUSE_OPT, 0)
+    got = {c: n for c, n in f.metrics["cause_ns"].items() if c != CAUSE_OPT}
+    # the optimizer only renames host-busy / untraced ns; every other cause is the ledger's to the ns
+    for c, n in booked.items():
+        if c.startswith(("host busy", "untraced")):
+            continue
+        assert got.get(c, 0) == n, c
+    assert sum(got.values()) + opt == sum(booked.values())
+    labels = [i.label for i in f.instances]
+    for lab, cause in zip(labels, rows["cause"]):
+        assert lab == BUCKET_CAUSE[cause] or (lab == CAUSE_OPT and cause in ("idle_host_busy", "idle_untraced"))
+
+
+def test_ledger_gaps_row_for_row(tmp_path):
+    """rules._common.ledger_gaps gives the ledger's facts on views.gaps' rows, also when the two frames differ."""
+    from traceinsight.rules._common import ledger_gaps
+    from traceinsight.views import Views
+
+    t = KinetoTrace()
+    t.step(0, 0.0, 5000.0)
+    t.kernel("k_a", 10.0, 100.0, launch_us=0.0)
+    t.kernel("k_b", 400.0, 100.0, launch_us=350.0)  # launched 50 µs before it ran, after the GPU ran dry
+    t.kernel("k_c", 900.0, 100.0, launch_us=100.0)  # queued long before: a GPU-side dependency
+    v = Views(traceinsight.load(t.write(tmp_path / "t.json")))
+    lg = ledger_gaps(v)
+    assert list(lg.index) == list(v.gaps.index) and list(lg["start_ns"]) == [110_000, 500_000]
+    # gap 1: launched late; 4 µs of it the host is in the launch call, the rest nothing is traced
+    assert list(lg["cause"]) == ["idle_untraced", "idle_gpu_dependency"]
+    assert (lg["idle_host_busy"].iloc[0], lg["idle_untraced"].iloc[0]) == (4_000, 286_000)
+    assert lg["next_launch_end_ns"].iloc[1] < lg["start_ns"].iloc[1]
+    # a views whose gaps are a subset (another gap definition): matched on the keys, not by position
+    v2 = Views(v.timeline)
+    v2.__dict__["gaps"] = v.gaps.iloc[[1]]
+    v2.__dict__["ledger"] = v.ledger
+    lg2 = ledger_gaps(v2)
+    assert list(lg2.index) == [1] and lg2["cause"].iloc[0] == "idle_gpu_dependency"
 
 
 def test_ti001_negative_busy_gpu(tmp_path):

@@ -32,15 +32,17 @@ Transforms are small edits of the graph's arrays (``TRANSFORMS``); ``predict_ste
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
 import numpy as np
 import pandas as pd
 
+from .ingest import native
 from .patterns import DATA_WAIT_PRIMARY, SYNC_CALL
 from .rules._common import GEMM_CONV
-from .views import Coverage, Views, merge_grouped, merge_intervals, name_mask
+from .views import Coverage, Views, merge_grouped, merge_intervals
 
 #: A host thread idle this long (ns) before resuming right after another thread's call is taken to have waited
 #: for that thread (a hand-off), rather than to have been busy with untraced work.
@@ -70,7 +72,12 @@ HOST, DATA_WAIT, BLOCKING, MARKER, GPU = 0, 1, 2, 3, 4
 
 @dataclass
 class Graph:
-    """One rank's dependency graph as flat arrays (index = node id). Transforms edit copies of these arrays."""
+    """One rank's dependency graph as flat arrays (index = node id).
+
+    Transforms edit a ``copy``: its timing arrays (``dur``, ``own``, the latencies, ``wait_on``) are its own; the
+    structure (``STRUCTURE``: node types, original times, edges, window) is shared with the graph it was copied
+    from and read-only, so a transform that wants another structure assigns a new array instead of editing one.
+    """
 
     rank: int
     ntype: np.ndarray  # HOST / DATA_WAIT / BLOCKING / MARKER / GPU
@@ -94,25 +101,24 @@ class Graph:
     seq: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # position in thread / stream order
 
     def copy(self) -> "Graph":
-        g = Graph(**{k: (v.copy() if isinstance(v, (np.ndarray, dict)) else v) for k, v in vars(self).items()})
-        g.waits = self.waits
+        g = Graph(**{k: (v.copy() if isinstance(v, (np.ndarray, dict)) and k not in STRUCTURE else v)
+                     for k, v in vars(self).items()})
         return g
+
+    def freeze(self) -> "Graph":
+        """Make the structure read-only (it is shared by every copy)."""
+        for k in STRUCTURE:
+            v = getattr(self, k)
+            if isinstance(v, np.ndarray):
+                v.flags.writeable = False
+        return self
+
+
+#: The fields of a ``Graph`` that its copies share (never edited in place by a transform).
+STRUCTURE = ("ntype", "start", "end", "prev", "cross", "launch", "waits", "is_launch", "gemm", "window", "seq")
 
 
 # --- building ---------------------------------------------------------------------------------------------
-def _prev_in_group(keys: list[np.ndarray], start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Predecessor in (keys..., start) order within each group, and the node ids sorted that way."""
-    order = np.lexsort((end, start, *keys[::-1]))
-    prev = np.full(len(start), -1, np.int64)
-    if len(order) > 1:
-        same = np.ones(len(order) - 1, bool)
-        for k in keys:
-            ks = k[order]
-            same &= ks[1:] == ks[:-1]
-        prev[order[1:][same]] = order[:-1][same]
-    return prev, order
-
-
 def _key(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """One int64 per (a, b) pair, e.g. (pid, tid): ids fit in 32 bits on every source (negative ids included)."""
     return (np.asarray(a, np.int64) << 32) | (np.asarray(b, np.int64) & 0xFFFFFFFF)
@@ -124,168 +130,281 @@ def _latest_end_before(end_sorted_ids: np.ndarray, ends_sorted: np.ndarray, t: n
     Strictly before: a zero-length node (a step marker) must not find itself.
     """
     i = np.searchsorted(ends_sorted, t, side="left") - 1
-    return np.where(i >= 0, end_sorted_ids[np.clip(i, 0, None)], -1)
+    return np.where(i >= 0, np.take(end_sorted_ids, i, mode="clip"), -1)
 
 
-def _host_nodes(views: Views, rank: int) -> pd.DataFrame:
-    ev = views.host_events
-    ev = ev[ev["rank"].to_numpy() == rank]
-    kind = ev["kind"].astype(str).to_numpy()
+def _of_rank(df: pd.DataFrame, rank: int) -> pd.DataFrame:
+    """The rows of ``rank``; the frame itself when it holds no other rank (no copy of a single-rank trace)."""
+    m = df["rank"].to_numpy() == rank
+    return df if m.all() else df[m]
+
+
+def _codes(col: pd.Series) -> tuple[np.ndarray, list[str]]:
+    """(code per row, the distinct values as str) of a kind or name column, so that a test runs once per distinct
+    value; a categorical's missing values get code -1 (they match nothing, as in ``views.name_mask``)."""
+    if isinstance(col.dtype, pd.CategoricalDtype):
+        return col.cat.codes.to_numpy(), [str(c) for c in col.cat.categories]
+    codes, uniq = pd.factorize(col.to_numpy(), use_na_sentinel=False)  # NaN is a value here, read as "nan"
+    return codes, [str(c) for c in uniq]
+
+
+def _rows_where(col: tuple[np.ndarray, list[str]], hit: np.ndarray) -> np.ndarray:
+    """Per row: the per-value answer ``hit`` (code -1 reads False)."""
+    codes, which = col[0], np.flatnonzero(hit)
+    if len(which) <= 4:  # a few values: compares on the small codes beat a gather through intp indices
+        out = np.zeros(len(codes), bool)
+        for c in which:
+            out |= codes == c
+        return out
+    return np.take(np.r_[hit, False], codes)
+
+
+def _kind_in(col: tuple[np.ndarray, list[str]], names: tuple[str, ...]) -> np.ndarray:
+    """Rows whose kind is one of ``names`` (``col`` from ``_codes``)."""
+    return _rows_where(col, np.fromiter((c in names for c in col[1]), bool, len(col[1])))
+
+
+def _name_match(col: tuple[np.ndarray, list[str]], pattern: "str | re.Pattern[str]", case: bool = False) -> np.ndarray:
+    """``views.name_mask`` (same flags, same answer) on ``_codes`` columns: one regex search per distinct name."""
+    rx = pattern if isinstance(pattern, re.Pattern) else re.compile(pattern, 0 if case else re.IGNORECASE)
+    return _rows_where(col, np.fromiter((rx.search(c) is not None for c in col[1]), bool, len(col[1])))
+
+
+def _host_nodes(views: Views, rank: int) -> tuple[dict[str, np.ndarray], tuple[np.ndarray, list[str]]]:
+    """The rank's host nodes as columns (lbl, pid, tid, start, end, ntype, marker_step, marker_end): merged data
+    waits first, then runtime calls not inside one, then step markers (a start and an end node per step); and
+    the names of those runtime calls, in node order."""
+    ev = _of_rank(views.host_events, rank)
+    kind, names = _codes(ev["kind"]), _codes(ev["name"])
     s = ev["start_ns"].to_numpy(np.int64)
     e = s + np.maximum(ev["dur_ns"].to_numpy(np.int64), 0)
     pid = ev["pid"].to_numpy(np.int64)
     tid = ev["tid"].to_numpy(np.int64)
-    frames = []
+    parts: list[dict[str, np.ndarray]] = []
     # data waits: merged per thread, the runtime calls inside them dropped
-    dwm = np.isin(kind, ("cpu_op", "annotation", "python", "other")) & name_mask(ev["name"], DATA_WAIT_PRIMARY, case=True)
-    thread_key = _key(pid, tid)
+    dwm = _kind_in(kind, ("cpu_op", "annotation", "python", "other"))
     if dwm.any():
+        dwm &= _name_match(names, DATA_WAIT_PRIMARY, case=True)
+    rt = _kind_in(kind, ("runtime",))
+    if dwm.any():
+        thread_key = _key(pid, tid)
         m = merge_grouped(thread_key[dwm], s[dwm], e[dwm])
         first = pd.DataFrame({"k": thread_key[dwm], "pid": pid[dwm], "tid": tid[dwm]}).drop_duplicates("k").set_index("k")
-        dw = pd.DataFrame(
-            {"lbl": -1, "pid": first.loc[m["group"], "pid"].to_numpy(), "tid": first.loc[m["group"], "tid"].to_numpy(),
-             "start": m["start_ns"].to_numpy(), "end": m["end_ns"].to_numpy(), "ntype": DATA_WAIT}
-        )
-        frames.append(dw)
-    rt = kind == "runtime"
-    if dwm.any():
+        dw = {"lbl": np.full(len(m), -1, np.int64), "pid": first.loc[m["group"], "pid"].to_numpy(np.int64),
+              "tid": first.loc[m["group"], "tid"].to_numpy(np.int64), "start": m["start_ns"].to_numpy(np.int64),
+              "end": m["end_ns"].to_numpy(np.int64), "ntype": np.full(len(m), DATA_WAIT, np.int64)}
+        parts.append(dw)
         inside = np.zeros(len(s), bool)
-        for (k, g) in dw.assign(k=_key(dw["pid"], dw["tid"])).groupby("k"):
-            sel = rt & (thread_key == k)
-            gs, ge = g["start"].to_numpy(), g["end"].to_numpy()
+        dk = _key(dw["pid"], dw["tid"])
+        for k in np.unique(dk):
+            sel = np.flatnonzero(rt & (thread_key == k))
+            gs, ge = dw["start"][dk == k], dw["end"][dk == k]
             i = np.searchsorted(gs, s[sel], side="right") - 1
-            inside[np.flatnonzero(sel)] = (i >= 0) & (s[sel] < ge[np.clip(i, 0, None)])
+            inside[sel] = (i >= 0) & (s[sel] < ge[np.clip(i, 0, None)])
         rt &= ~inside
-    blocking = name_mask(ev["name"], SYNC_CALL, case=True)
-    frames.append(
-        pd.DataFrame({"lbl": ev.index.to_numpy()[rt], "pid": pid[rt], "tid": tid[rt], "start": s[rt], "end": e[rt],
-                      "ntype": np.where(blocking[rt], BLOCKING, HOST)})
-    )
-    st = kind == "step"
-    if st.any():
-        n = int(st.sum())
-        stn = ev["step"].to_numpy()[st]
-        frames.append(pd.DataFrame({"lbl": -1, "pid": np.r_[pid[st], pid[st]], "tid": np.r_[tid[st], tid[st]],
-                                    "start": np.r_[s[st], e[st]], "end": np.r_[s[st], e[st]], "ntype": MARKER,
-                                    "marker_step": np.r_[stn, stn], "marker_end": np.r_[np.zeros(n, bool), np.ones(n, bool)]}))
-    out = pd.concat(frames, ignore_index=True)
-    if "marker_step" not in out:
-        out["marker_step"] = -1
-        out["marker_end"] = False
-    out["marker_step"] = out["marker_step"].fillna(-1).astype(np.int64)
-    out["marker_end"] = out["marker_end"].fillna(False).astype(bool)
-    return out
+    rti = np.flatnonzero(rt)
+    rt_names = (names[0][rti], names[1])
+    blocking = _name_match(rt_names, SYNC_CALL, case=True)
+    parts.append({"lbl": ev.index.to_numpy()[rti].astype(np.int64), "pid": pid[rti], "tid": tid[rti], "start": s[rti],
+                  "end": e[rti], "ntype": np.where(blocking, BLOCKING, HOST)})
+    sti = np.flatnonzero(_kind_in(kind, ("step",)))
+    if len(sti):
+        n = len(sti)
+        stn = ev["step"].to_numpy()[sti].astype(np.int64)
+        parts.append({"lbl": np.full(2 * n, -1, np.int64), "pid": np.r_[pid[sti], pid[sti]], "tid": np.r_[tid[sti], tid[sti]],
+                      "start": np.r_[s[sti], e[sti]], "end": np.r_[s[sti], e[sti]], "ntype": np.full(2 * n, MARKER, np.int64),
+                      "marker_step": np.r_[stn, stn], "marker_end": np.r_[np.zeros(n, bool), np.ones(n, bool)]})
+    for p_ in parts:
+        if "marker_step" not in p_:
+            p_["marker_step"] = np.full(len(p_["start"]), -1, np.int64)
+            p_["marker_end"] = np.zeros(len(p_["start"]), bool)
+    return {k: np.concatenate([p_[k] for p_ in parts]) for k in parts[0]}, rt_names
+
+
+def _time_order(ids: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """``ids`` (ascending) sorted by (start, end, id), as ``ids[np.lexsort((end[ids], start[ids]))]``; nodes of one
+    thread or stream are mostly in time order already, so this checks first and sorts only where needed."""
+    st, en = start[ids], end[ids]
+    ds = st[1:] - st[:-1]
+    if not ((ds < 0).any() or ((ds == 0) & (en[1:] < en[:-1])).any()):
+        return ids
+    o = np.argsort(st, kind="stable")  # a few sorted runs: timsort merges them
+    so, eo = st[o], en[o]
+    if ((so[1:] == so[:-1]) & (eo[1:] < eo[:-1])).any():  # equal starts out of end order
+        o = np.lexsort((en, st))
+    return ids[o]
+
+
+def _order_in_groups(nh: int, a: np.ndarray, b: np.ndarray, start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Program / stream order: node ids sorted by (GPU or not, a, b, start, end, id), as
+    ``np.lexsort((end, start, b, a, is_gpu))`` orders them (host nodes are ids < ``nh``, GPU nodes the rest); and
+    a mask over that order: True where a node follows one of its own group (thread or stream).
+
+    Threads and streams are few and their nodes mostly in time order already: each group is checked and sorted
+    only when it is not, instead of one five-key sort of every node.
+    """
+    n = len(start)
+    lo, hi = np.iinfo(np.int32).min, np.iinfo(np.int32).max
+    if n == 0 or a.min() < lo or a.max() > hi or b.min() < lo or b.max() > hi:
+        order = np.lexsort((end, start, b, a, np.arange(n) >= nh))
+        ka, kb, kg = a[order], b[order], order >= nh
+        return order, (ka[1:] == ka[:-1]) & (kb[1:] == kb[:-1]) & (kg[1:] == kg[:-1])
+    key = ((a - lo) << 32) | (b - lo)  # both parts in [0, 2^32): the key sorts as (a, b) does
+    parts, same = [], []
+    for first, last in ((0, nh), (nh, n)):
+        kb_ = key[first:last]
+        groups = np.sort(pd.unique(kb_))
+        if len(groups) > 64:  # many groups: one sort on (group, start, end)
+            o = np.lexsort((end[first:last], start[first:last], kb_)) + first
+            ko = key[o]
+            parts.append(o)
+            same.append(ko[1:] == ko[:-1])
+            continue
+        for k in groups:
+            ids = first + (np.arange(last - first) if len(groups) == 1 else np.flatnonzero(kb_ == k))
+            ids = _time_order(ids, start, end)
+            parts.append(ids)
+            same.append(np.ones(len(ids) - 1, bool))
+    out = [same[0]]
+    for sm in same[1:]:  # a group's first node follows no node of its own group
+        out += [np.zeros(1, bool), sm]
+    order = np.concatenate(parts)
+    return order, np.concatenate(out)[: max(n - 1, 0)]
+
+
+def _cross_in_group(ids, on_gpu, cross, start, end, tid, has_prev, prev_gap, prev_end, has_launch, launch_end) -> None:
+    """Hand-offs between the threads of one process (``on_gpu`` False) or producer streams on one device (True):
+    for each node of ``ids``, the node of another thread / stream that ended last before it started, kept where
+    it explains the node's wait. Fills ``cross`` in place."""
+    ix = slice(int(ids[0]), int(ids[-1]) + 1) if len(ids) and ids[-1] - ids[0] + 1 == len(ids) else ids  # a range: views
+    s_i, e_i = start[ix], end[ix]
+    eo = ids[np.argsort(e_i, kind="stable")]
+    c = _latest_end_before(eo, end[eo], s_i)
+    okc = (c >= 0) & (np.take(tid, c, mode="clip") != tid[ix])
+    cend = np.take(end, c, mode="clip")
+    if not on_gpu:
+        # a thread's first task in the trace may also have been handed work by another thread
+        okc &= ~has_prev[ix] | ((prev_gap[ix] > HANDOFF_MIN_GAP_NS) & (cend > prev_end[ix]))
+    else:
+        explained = np.maximum(prev_end[ix], np.where(has_launch[ix], launch_end[ix], 0))
+        okc &= (cend > explained) & (s_i - cend <= STREAM_DEP_MAX_NS) & (s_i - explained > STREAM_DEP_MAX_NS)
+    cross[ids[okc]] = c[okc]
+
+
+def _position(labels: np.ndarray, wanted: np.ndarray) -> np.ndarray:
+    """Index in ``labels`` (unique row labels, -1 for none) of each wanted label; -1 where it is not there."""
+    ok = np.flatnonzero(labels >= 0)
+    lab = labels[ok]
+    if len(lab) == 0:
+        return np.full(len(wanted), -1, np.int64)
+    top = int(lab.max())
+    if top <= 4 * (len(lab) + len(wanted)) + 1024:  # row labels of one frame: a lookup table beats a search
+        table = np.full(top + 2, -1, np.int64)  # the last slot answers every label out of range
+        table[lab] = ok
+        return table[np.where((wanted >= 0) & (wanted <= top), wanted, top + 1)]
+    o = np.argsort(lab, kind="stable")
+    ok, lab = ok[o], lab[o]
+    i = np.clip(np.searchsorted(lab, wanted), 0, len(lab) - 1)
+    return np.where(lab[i] == wanted, ok[i], -1)
 
 
 def build_graph(views: Views, rank: int, max_steps: int = MAX_STEPS) -> Graph | None:
     """The dependency graph of ``rank`` (vectorized; no per-event Python). None when the rank has no GPU work."""
-    act = views.gpu_activity
-    act = act[act["rank"].to_numpy() == rank]
+    act = _of_rank(views.gpu_activity, rank)
     if act.empty:
         return None
-    host = _host_nodes(views, rank)
-    nh = len(host)
+    host, rt_names = _host_nodes(views, rank)
+    nh = len(host["start"])
+    ng = len(act)
     gs = act["start_ns"].to_numpy(np.int64)
-    gpu = pd.DataFrame(
-        {"lbl": act.index.to_numpy(), "pid": act["pid"].to_numpy(np.int64), "tid": act["stream"].to_numpy(np.int64),
-         "device": act["device"].to_numpy(np.int64), "start": gs, "end": gs + np.maximum(act["dur_ns"].to_numpy(np.int64), 0),
-         "ntype": GPU}
-    )
-    nodes = pd.concat([host.assign(device=-1), gpu.assign(marker_step=-1, marker_end=False)], ignore_index=True)
-    n = len(nodes)
-    ntype = nodes["ntype"].to_numpy(np.int64)
-    start = nodes["start"].to_numpy(np.int64)
-    end = nodes["end"].to_numpy(np.int64)
-    pid = nodes["pid"].to_numpy(np.int64)
-    tid = nodes["tid"].to_numpy(np.int64)
-    dev = nodes["device"].to_numpy(np.int64)
+    n = nh + ng
+    ntype = np.r_[host["ntype"], np.full(ng, GPU, np.int64)]
+    start = np.r_[host["start"], gs]
+    end = np.r_[host["end"], gs + np.maximum(act["dur_ns"].to_numpy(np.int64), 0)]
+    pid = np.r_[host["pid"], act["pid"].to_numpy(np.int64)]
+    tid = np.r_[host["tid"], act["stream"].to_numpy(np.int64)]  # GPU rows: the stream
+    dev = np.r_[np.full(nh, -1, np.int64), act["device"].to_numpy(np.int64)]
+    lbl = np.r_[host["lbl"], act.index.to_numpy().astype(np.int64)]
     is_gpu = ntype == GPU
-    lbl = nodes["lbl"].to_numpy(np.int64)
 
     # program / stream order (GPU rows: group by device+stream; host rows: pid+tid)
     gkey_a = np.where(is_gpu, dev, pid)
-    prev, order = _prev_in_group([is_gpu.astype(np.int64), gkey_a, tid], start, end)
+    order, same = _order_in_groups(nh, gkey_a, tid, start, end)
+    prev = np.full(n, -1, np.int64)
+    prev[order[1:][same]] = order[:-1][same]
     seq = np.empty(n, np.int64)
     seq[order] = np.arange(n)  # program / stream position: breaks ties between tasks that start together
     has_prev = prev >= 0
-    prev_end = np.where(has_prev, end[np.clip(prev, 0, None)], 0)
+    prev_end = np.where(has_prev, np.take(end, prev, mode="clip"), 0)
     prev_gap = np.where(has_prev, start - prev_end, 0)
 
     # launch -> GPU task
     launch = np.full(n, -1, np.int64)
     ln = views.launches
     if not ln.empty:
-        ln = ln[ln["rank"].to_numpy() == rank] if "rank" in ln else ln
-        host_pos = pd.Series(np.arange(nh), index=lbl[:nh])
-        host_pos = host_pos[host_pos.index >= 0]
-        gpu_pos = pd.Series(np.arange(nh, n), index=lbl[nh:])
-        lp = host_pos.reindex(ln["launch_idx"].to_numpy()).to_numpy()
-        gp = gpu_pos.reindex(ln["gpu_idx"].to_numpy()).to_numpy()
-        ok = ~np.isnan(lp) & ~np.isnan(gp)
-        launch[gp[ok].astype(np.int64)] = lp[ok].astype(np.int64)
+        ln = _of_rank(ln, rank) if "rank" in ln else ln
+        lp = _position(lbl[:nh], ln["launch_idx"].to_numpy(np.int64))
+        gp = _position(lbl[nh:], ln["gpu_idx"].to_numpy(np.int64))
+        ok = (lp >= 0) & (gp >= 0)
+        launch[nh + gp[ok]] = lp[ok]
+    # only GPU nodes have a launch: what depends on one is computed on their slice G (views into the full arrays)
+    G, H = slice(nh, n), slice(0, nh)
     has_launch = launch >= 0
+    lg, hl = launch[G], has_launch[G]
     is_launch = np.zeros(n, bool)
-    is_launch[launch[has_launch]] = True
-    launch_start = np.where(has_launch, start[np.clip(launch, 0, None)], 0)
-    launch_end = np.where(has_launch, end[np.clip(launch, 0, None)], 0)
-    launch_gap = np.where(has_launch, start - launch_start, 0)
+    is_launch[lg[hl]] = True
+    launch_start, launch_end, launch_gap = (np.zeros(n, np.int64) for _ in range(3))
+    launch_start[G] = np.where(hl, np.take(start, lg, mode="clip"), 0)
+    launch_end[G] = np.where(hl, np.take(end, lg, mode="clip"), 0)
+    launch_gap[G] = np.where(hl, start[G] - launch_start[G], 0)
 
     # a launch call whose own GPU work ended before it returned blocked on it (pageable or blocking copy)
-    own_done = has_launch & (end <= launch_end) & (nodes["lbl"].to_numpy() >= 0)
-    blk = ntype.copy()
-    copy_like = np.zeros(n, bool)
-    copy_like[nh:] = np.isin(act["kind"].astype(str).to_numpy(), ("memcpy", "memset"))
-    blk[launch[own_done & copy_like]] = BLOCKING
-    ntype = blk
+    own_done = hl & (end[G] <= launch_end[G]) & (lbl[G] >= 0) & _kind_in(_codes(act["kind"]), ("memcpy", "memset"))
+    ntype = ntype.copy()
+    ntype[lg[own_done]] = BLOCKING
 
-    # typical latencies, from tasks where that edge bound the start
-    q_bind = is_gpu & has_prev & (~has_launch | (prev_end >= launch_end))
-    l_bind = is_gpu & has_launch & (~has_prev | (launch_end > prev_end))
-    d_queue = int(np.median(np.clip(prev_gap[q_bind], 0, None))) if q_bind.sum() >= MIN_SAMPLES else DEFAULT_QUEUE_NS
-    d_launch = int(np.median(np.clip(launch_gap[l_bind], 0, None))) if l_bind.sum() >= MIN_SAMPLES else DEFAULT_LAUNCH_NS
+    # typical latencies, from tasks where that edge bound the start (GPU tasks)
+    hp, pe, le = has_prev[G], prev_end[G], launch_end[G]
+    q_bind = hp & (~hl | (pe >= le))
+    l_bind = hl & (~hp | (le > pe))
+    d_queue = int(np.median(np.clip(prev_gap[G][q_bind], 0, None))) if q_bind.sum() >= MIN_SAMPLES else DEFAULT_QUEUE_NS
+    d_launch = int(np.median(np.clip(launch_gap[G][l_bind], 0, None))) if l_bind.sum() >= MIN_SAMPLES else DEFAULT_LAUNCH_NS
 
     # hand-off between host threads of one process; producer stream for GPU tasks
     cross = np.full(n, -1, np.int64)
     for on_gpu, key in ((False, pid), (True, dev)):
-        idx = np.flatnonzero(is_gpu == on_gpu)
-        if len(idx) == 0:
-            continue
-        for k in np.unique(key[idx]):
-            ids = idx[key[idx] == k]
-            eo = ids[np.argsort(end[ids], kind="stable")]
-            c = _latest_end_before(eo, end[eo], start[ids])
-            okc = (c >= 0) & (tid[np.clip(c, 0, None)] != tid[ids])
-            cend = end[np.clip(c, 0, None)]
-            if not on_gpu:
-                # a thread's first task in the trace may also have been handed work by another thread
-                okc &= ~has_prev[ids] | ((prev_gap[ids] > HANDOFF_MIN_GAP_NS) & (cend > prev_end[ids]))
-            else:
-                explained = np.maximum(prev_end[ids], np.where(has_launch[ids], launch_end[ids], 0))
-                okc &= (cend > explained) & (start[ids] - cend <= STREAM_DEP_MAX_NS) & (start[ids] - explained > STREAM_DEP_MAX_NS)
-            cross[ids[okc]] = c[okc]
-    inferred = cross >= 0
-    _recorded_event_waits(views, nodes, nh, lbl, launch, cross, start, end, has_launch)
+        lo_ = nh if on_gpu else 0  # host nodes are ids < nh, GPU nodes the rest
+        kk = key[lo_: n if on_gpu else nh]
+        uk = kk[:1] if len(kk) and kk.min() == kk.max() else np.sort(pd.unique(kk))
+        for k in uk:
+            ids = lo_ + (np.arange(len(kk)) if len(uk) == 1 else np.flatnonzero(kk == k))
+            _cross_in_group(ids, on_gpu, cross, start, end, tid, has_prev, prev_gap, prev_end, has_launch, launch_end)
+    inferred = cross[G] >= 0
+    _recorded_event_waits(rt_names, pid, tid, lbl[:nh], launch, cross, start, end, has_launch)
     has_cross = cross >= 0
-    cross_gap = np.where(has_cross, start - end[np.clip(cross, 0, None)], 0)
-    explained = np.maximum(np.where(has_prev, prev_end, 0), np.where(has_launch, launch_end, 0))
-    x_bind = has_cross & (inferred | (end[np.clip(cross, 0, None)] > explained))
+    cross_gap = np.where(has_cross, start - np.take(end, cross, mode="clip"), 0)
+    hc = has_cross[G]
+    # an edge binds a GPU task when it ended after everything else the task waited for (prev_end and launch_end
+    # are 0 where the task has no such edge)
+    x_bind = hc & (inferred | (np.take(end, cross[G], mode="clip") > np.maximum(pe, le)))
 
     # latencies: the binding edge keeps its gap, the others the typical one (never more than they had)
     prev_lat = prev_gap.copy()
     launch_lat = launch_gap.copy()
     cross_lat = cross_gap.copy()
-    host_x = ~is_gpu & has_cross
-    prev_lat[host_x] = np.minimum(prev_gap[host_x], 0)  # the thread waited for the hand-off, not for work
-    x_nb = is_gpu & has_cross & ~x_bind
-    cross_lat[x_nb] = np.minimum(cross_gap[x_nb], d_queue)
-    has_cross = has_cross & (x_bind | ~is_gpu)  # below: a non-binding event wait leaves prev/launch as they were
-    g_x = is_gpu & has_cross
-    prev_lat[g_x] = np.minimum(prev_gap[g_x], d_queue)
-    launch_lat[g_x] = np.minimum(launch_gap[g_x], d_launch + (launch_end - launch_start)[g_x])
-    q = is_gpu & ~has_cross & q_bind & has_launch
-    launch_lat[q] = np.minimum(launch_gap[q], d_launch + (launch_end - launch_start)[q])
-    lb = is_gpu & ~has_cross & l_bind & has_prev
-    prev_lat[lb] = np.minimum(prev_gap[lb], d_queue)
+    host_x = has_cross[H]
+    prev_lat[H][host_x] = np.minimum(prev_gap[H][host_x], 0)  # the thread waited for the hand-off, not for work
+    pl, ll, cl = prev_lat[G], launch_lat[G], cross_lat[G]
+    pg, lgap, lcost = prev_gap[G], launch_gap[G], launch_end[G] - launch_start[G]
+    x_nb = hc & ~x_bind
+    cl[x_nb] = np.minimum(cross_gap[G][x_nb], d_queue)
+    hc = x_bind  # below: a non-binding event wait leaves prev/launch as they were
+    pl[hc] = np.minimum(pg[hc], d_queue)
+    ll[hc] = np.minimum(lgap[hc], d_launch + lcost[hc])
+    q = ~hc & q_bind & hl
+    ll[q] = np.minimum(lgap[q], d_launch + lcost[q])
+    lb = ~hc & l_bind & hp
+    pl[lb] = np.minimum(pg[lb], d_queue)
 
     # blocking calls: the last GPU task per stream launched before the call and ended before it returned
     waits: list = [()] * n
@@ -297,9 +416,8 @@ def build_graph(views: Views, rank: int, max_steps: int = MAX_STEPS) -> Graph | 
         skey = _key(dev[gids], tid[gids])
         per_b: list[list[int]] = [[] for _ in b_ids]
         wmax = np.full(len(b_ids), np.iinfo(np.int64).min)
-        for sk in np.unique(skey):
-            sg = gids[skey == sk]
-            sg = sg[np.lexsort((end[sg], start[sg]))]
+        for sk in np.sort(pd.unique(skey)):
+            sg = _time_order(gids[skey == sk], start, end)
             ls = np.maximum.accumulate(launch_start[sg])
             ec = np.maximum.accumulate(end[sg])
             same_pid = pid[sg[0]]
@@ -320,18 +438,18 @@ def build_graph(views: Views, rank: int, max_steps: int = MAX_STEPS) -> Graph | 
         wait_on[b_ids] = [len(w) > 0 for w in (waits[b] for b in b_ids)]
 
     gemm = np.zeros(n, bool)
-    gemm[nh:] = name_mask(act["name"], GEMM_CONV) & (act["kind"].astype(str).to_numpy() == "kernel")
+    gemm[nh:] = _name_match(_codes(act["name"]), GEMM_CONV) & _kind_in(_codes(act["kind"]), ("kernel",))
 
-    steps = _steps(nodes, nh, max_steps)
+    steps = _steps(host, max_steps)
     g = Graph(rank=rank, ntype=ntype, start=start, end=end, dur=end - start, prev=prev, prev_lat=prev_lat, cross=cross,
               cross_lat=cross_lat, launch=launch, launch_lat=launch_lat, own=own, waits=waits, wait_on=wait_on,
               is_launch=is_launch, gemm=gemm, steps=steps, window=np.zeros(0, np.int64),
               defaults={"launch": d_launch, "queue": d_queue}, seq=seq)
     g.window = _window(g, steps)
-    return g
+    return g.freeze()
 
 
-def _recorded_event_waits(views, nodes, nh, lbl, launch, cross, start, end, has_launch) -> None:
+def _recorded_event_waits(rt_names, pid, tid, hl, launch, cross, start, end, has_launch) -> None:
     """GPU-side edges from ``cudaEventRecord`` / ``cudaStreamWaitEvent`` calls, where the trace has them.
 
     Traces do not say which stream an event was recorded on or which event a wait names; the usual reading is
@@ -339,17 +457,14 @@ def _recorded_event_waits(views, nodes, nh, lbl, launch, cross, start, end, has_
     thread launches depend on the latest record of the process. Edges within one stream are left to stream order.
     Fills ``cross`` in place where no inferred edge is set, or where the recorded producer ends later.
     """
-    hl = lbl[:nh]
-    ok = np.flatnonzero(hl >= 0)
+    ok = np.flatnonzero(hl >= 0)  # the runtime calls, named by ``rt_names`` in the same order
     if len(ok) == 0:
         return
-    nm = views.events["name"].reindex(hl[ok])
-    rec = ok[name_mask(nm, EVENT_RECORD, case=True)]
-    wt = ok[name_mask(nm, STREAM_WAIT, case=True)]
+    nm = rt_names
+    rec = ok[_name_match(nm, EVENT_RECORD, case=True)]
+    wt = ok[_name_match(nm, STREAM_WAIT, case=True)]
     if len(rec) == 0 or len(wt) == 0:
         return
-    pid = nodes["pid"].to_numpy(np.int64)
-    tid = nodes["tid"].to_numpy(np.int64)  # GPU rows: the stream
     gl = np.flatnonzero(has_launch)
     lh = launch[gl]
     tkey = _key(pid[lh], tid[lh])  # the launching thread
@@ -397,16 +512,15 @@ def _recorded_event_waits(views, nodes, nh, lbl, launch, cross, start, end, has_
     cross[cons[take]] = prod[take]
 
 
-def _steps(nodes: pd.DataFrame, nh: int, max_steps: int) -> pd.DataFrame:
+def _steps(host: dict[str, np.ndarray], max_steps: int) -> pd.DataFrame:
     """Step markers (start/end node ids), the middle ``max_steps`` when there are more."""
-    h = nodes.iloc[:nh]
-    mk = h[h["ntype"].to_numpy() == MARKER]
-    if mk.empty:
+    mk = np.flatnonzero(host["ntype"] == MARKER)
+    if len(mk) == 0:
         return pd.DataFrame(columns=["step", "start_node", "end_node", "t0", "t1"])
-    a = mk[~mk["marker_end"].to_numpy()]
-    b = mk[mk["marker_end"].to_numpy()]
-    st = pd.DataFrame({"step": a["marker_step"].to_numpy(), "start_node": a.index.to_numpy(), "end_node": b.index.to_numpy(),
-                       "t0": a["start"].to_numpy(), "t1": b["start"].to_numpy()})
+    a = mk[~host["marker_end"][mk]]
+    b = mk[host["marker_end"][mk]]
+    st = pd.DataFrame({"step": host["marker_step"][a], "start_node": a, "end_node": b,
+                       "t0": host["start"][a], "t1": host["start"][b]})
     st = st.sort_values("t0").reset_index(drop=True)
     if len(st) > max_steps:
         lo = (len(st) - max_steps) // 2
@@ -423,7 +537,7 @@ def _window(g: Graph, steps: pd.DataFrame) -> np.ndarray:
     else:
         ws, we = int(steps["t0"].min()), int(steps["t1"].max())
     host_in = ~is_gpu & (g.start >= ws) & (g.start <= we)
-    gpu_in = is_gpu & np.where(g.launch >= 0, host_in[np.clip(g.launch, 0, None)], (g.start >= ws) & (g.start <= we))
+    gpu_in = is_gpu & np.where(g.launch >= 0, np.take(host_in, g.launch, mode="clip"), (g.start >= ws) & (g.start <= we))
     ids = np.flatnonzero(host_in | gpu_in)
     # key: GPU tasks never before their launch; at equal times: blocking ends, then host starts, then GPU tasks
     t = g.start[ids].copy()
@@ -434,50 +548,103 @@ def _window(g: Graph, steps: pd.DataFrame) -> np.ndarray:
     keys_t = np.r_[t, g.end[b]]
     keys_p = np.r_[phase, np.zeros(len(b), np.int64)]
     ev = np.r_[ids, -1 - b]
-    order = np.lexsort((np.r_[g.seq[ids], g.seq[b]], keys_p, keys_t))
+    # (phase, seq) as one key: seq < number of nodes, so phase * that + seq sorts as the pair does
+    order = np.lexsort((keys_p * len(g.seq) + np.r_[g.seq[ids], g.seq[b]], keys_t))
     return ev[order]
 
 
 # --- replay ----------------------------------------------------------------------------------------------
 def replay(g: Graph) -> tuple[np.ndarray, np.ndarray]:
-    """New (start, end) of every node; nodes outside the window keep their original times."""
-    ns = g.start.tolist()
-    ne = g.end.tolist()
-    prev, plat = g.prev.tolist(), g.prev_lat.tolist()
-    cross, clat = g.cross.tolist(), g.cross_lat.tolist()
-    launch, llat = g.launch.tolist(), g.launch_lat.tolist()
-    dur, own = g.dur.tolist(), g.own.tolist()
-    blocking = (g.ntype == BLOCKING).tolist()
-    wait_on = g.wait_on.tolist()
-    waits = g.waits
-    for i in g.window.tolist():
-        if i < 0:  # a blocking call returns
-            i = -1 - i
-            e = ns[i] + own[i]
-            if wait_on[i]:
-                for w in waits[i]:
-                    if ne[w] + own[i] > e:
-                        e = ne[w] + own[i]
-            ne[i] = e
+    """New (start, end) of every node; nodes outside the window keep their original times.
+
+    The pass runs in the optional C extension (``traceinsight._replay``) where it is built and not switched off
+    (``TRACEINSIGHT_PURE_PYTHON``); ``_replay_py`` is the reference it must match number for number.
+    """
+    ns, ne = g.start.copy(), g.end.copy()
+    ends = -1 - g.window[g.window < 0]
+    waits = [g.waits[b] for b in ends.tolist()]
+    end_ptr = np.zeros(len(waits) + 1, np.int64)
+    end_ptr[1:] = np.cumsum([len(w) for w in waits], dtype=np.int64)
+    end_waits = np.fromiter((t for w in waits for t in w), np.int64, int(end_ptr[-1]))
+    mod = native.scanner("whatif")
+    if mod is not None:
+        i64 = lambda a: np.ascontiguousarray(a, np.int64)  # noqa: E731
+        mod.replay(i64(g.window), i64(g.ntype), i64(g.prev), i64(g.prev_lat), i64(g.cross), i64(g.cross_lat),
+                   i64(g.launch), i64(g.launch_lat), i64(g.dur), i64(g.own), np.ascontiguousarray(g.wait_on, np.bool_),
+                   end_ptr, end_waits, ns, ne)
+    else:
+        _replay_py(g, ns, ne, end_ptr, end_waits)
+    return ns, ne
+
+
+def _replay_py(g: Graph, ns: np.ndarray, ne: np.ndarray, end_ptr: np.ndarray, end_waits: np.ndarray) -> None:
+    """The replay pass in Python, on the nodes the window touches only (its tasks and their predecessors)."""
+    w = g.window
+    ids = np.where(w >= 0, w, -1 - w)
+    refs = [ids, g.prev[ids], g.cross[ids], g.launch[ids], end_waits]
+    touched = np.unique(np.concatenate(refs))
+    touched = touched[touched >= 0]
+    loc = lambda a: np.where(a >= 0, np.searchsorted(touched, a), -1).tolist()  # noqa: E731
+    s_l, e_l = ns[touched].tolist(), ne[touched].tolist()
+    node = loc(ids)
+    is_end = (w < 0).tolist()
+    prev, cross, launch = loc(g.prev[ids]), loc(g.cross[ids]), loc(g.launch[ids])
+    plat, clat, llat = g.prev_lat[ids].tolist(), g.cross_lat[ids].tolist(), g.launch_lat[ids].tolist()
+    dur, own = g.dur[ids].tolist(), g.own[ids].tolist()
+    blocking = (g.ntype[ids] == BLOCKING).tolist()
+    wait_on = g.wait_on[ids].tolist()
+    waits = loc(end_waits)
+    ptr = end_ptr.tolist()
+    k_end = 0
+    for i, end, p, pl, c, cl, la, ll, d, o, blk, won in zip(
+        node, is_end, prev, plat, cross, clat, launch, llat, dur, own, blocking, wait_on
+    ):
+        if end:  # a blocking call returns
+            e = s_l[i] + o
+            if won:
+                for t in waits[ptr[k_end]: ptr[k_end + 1]]:
+                    if e_l[t] + o > e:
+                        e = e_l[t] + o
+            k_end += 1
+            e_l[i] = e
             continue
         t = None
-        p = prev[i]
         if p >= 0:
-            t = ne[p] + plat[i]
-        c = cross[i]
+            t = e_l[p] + pl
         if c >= 0:
-            x = ne[c] + clat[i]
+            x = e_l[c] + cl
             t = x if t is None or x > t else t
-        la = launch[i]
         if la >= 0:
-            x = ns[la] + llat[i]
+            x = s_l[la] + ll
             t = x if t is None or x > t else t
         if t is None:
-            t = ns[i]
-        ns[i] = t
-        if not blocking[i]:
-            ne[i] = t + dur[i]
-    return np.asarray(ns, np.int64), np.asarray(ne, np.int64)
+            t = s_l[i]
+        s_l[i] = t
+        if not blk:
+            e_l[i] = t + d
+    ns[touched] = s_l
+    ne[touched] = e_l
+
+
+def _step_buckets(g: Graph) -> tuple[np.ndarray, np.ndarray]:
+    """The GPU tasks launched up to the last step's marker end, and which step launched each (0: before the first
+    step, k: step k-1 from its marker start to the next one's). The same for every replay of a graph with these
+    steps and this structure: kept in ``g.defaults`` (shared by copies) and rebuilt when either is replaced."""
+    st = g.steps
+    key = (st, g.ntype, g.launch, g.start)
+    cached = g.defaults.get("_step_buckets")
+    if cached is not None and all(a is b for a, b in zip(cached[0], key)):
+        return cached[1], cached[2]
+    t0 = g.start[st["start_node"].to_numpy()]
+    gl = np.flatnonzero((g.ntype == GPU) & (g.launch >= 0))
+    lt = g.start[g.launch[gl]]
+    cuts = np.r_[t0, g.start[int(st["end_node"].iloc[-1])] + 1]
+    # GPU work launched before the first step, then in [t0_k, t0_k+1), the last step up to its marker end
+    which = np.searchsorted(cuts, lt, side="right") - 1  # -1: before the first step; len(st): after the last
+    sel = (which >= -1) & (which < len(st))
+    out = (gl[sel], which[sel] + 1)
+    g.defaults["_step_buckets"] = (key, *out)
+    return out
 
 
 def step_times(g: Graph, ns: np.ndarray, ne: np.ndarray) -> np.ndarray:
@@ -493,15 +660,9 @@ def step_times(g: Graph, ns: np.ndarray, ne: np.ndarray) -> np.ndarray:
         ids = g.window[g.window >= 0]
         gi = ids[g.ntype[ids] == GPU]
         return np.array([int(ne[gi].max() - ns[ids].min())]) if len(gi) else np.zeros(0, np.int64)
-    t0 = g.start[st["start_node"].to_numpy()]
-    gl = np.flatnonzero((g.ntype == GPU) & (g.launch >= 0))
-    lt = g.start[g.launch[gl]]
-    cuts = np.r_[t0, g.start[int(st["end_node"].iloc[-1])] + 1]
-    # GPU work launched before the first step, then in [t0_k, t0_k+1), the last step up to its marker end
-    which = np.searchsorted(cuts, lt, side="right") - 1  # -1: before the first step; len(st): after the last
+    gl, bucket = _step_buckets(g)
     gend = np.full(len(st) + 1, np.iinfo(np.int64).min)
-    sel = (which >= -1) & (which < len(st))
-    np.maximum.at(gend, which[sel] + 1, ne[gl][sel])
+    np.maximum.at(gend, bucket, ne[gl])
     marker = ns[st["start_node"].to_numpy()]
     bound = np.maximum.accumulate(np.maximum(marker, gend[:-1]))  # overlapping markers never give negative steps
     last = max(int(ne[int(st["end_node"].iloc[-1])]), int(gend[-1]), int(bound[-1]))

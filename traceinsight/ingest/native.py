@@ -18,6 +18,7 @@ PURE_ENV = "TRACEINSIGHT_PURE_PYTHON"
 MODULES: dict[str, str] = {
     "pytorch": "traceinsight.ingest.kineto._kineto_scan",
     "tensorflow-xplane": "traceinsight.ingest.xplane._wire_scan",
+    "whatif": "traceinsight._replay",  # not a format: the what-if replay pass (whatif.replay)
 }
 
 _cache: dict[str, ModuleType | None] = {}
