@@ -245,13 +245,14 @@ def _decode_numpy(lines: list[_Line], planes: list[_Plane | None], n: int):
 def _stat_records(data: bytes, buf: np.ndarray, ev: np.ndarray, s: np.ndarray, e: np.ndarray,
                   ev_plane: np.ndarray, planes: list[_Plane | None]) -> tuple[np.ndarray, list]:
     """The kept stats among ``buf[s:e]`` as STAT_RECORD rows in event and file order, plus their strings."""
-    from .wire import STAT_DEPTH, check_stats, decode_fields, leading_varint_in
+    from .wire import STAT_DEPTH, decode_fields, leading_varint_in, odd_stats
 
     wanted = [set(pl.key_ids.tolist()) if pl is not None else set() for pl in planes]
-    # serializers write XStat.metadata_id first: match its bytes against the ids we use, decode only those stats;
-    # the others are still checked (the C walker walks every one), with nothing decoded
-    keep = leading_varint_in(buf, s, e, ev_plane[ev], wanted)
-    check_stats(buf, s[~keep], e[~keep])
+    # the C walker walks (and so checks) every stat here. Stats laid out as serializers write them are well formed
+    # and lead with their metadata id: match its bytes against the ids we use and decode only those. Any other
+    # layout (a repeated or late id, unknown fields) is decoded in full, which checks it too.
+    odd = odd_stats(buf, s, e)
+    keep = odd | leading_varint_in(buf, s, e, ev_plane[ev], wanted)
     ev, s, e = ev[keep], s[keep], e[keep]
     # event order, and file order within an event, so the last stat of a key wins later
     order = np.argsort(ev, kind="stable")

@@ -323,19 +323,20 @@ _VARINT_VALUE_TAGS = np.array([0x18, 0x20, 0x38])  # XStat uint64, int64, ref
 _BYTES_TAGS = np.array([0x2A, 0x32])  # XStat str, bytes
 
 
-def check_stats(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> None:
-    """Raise WireError where one of these XStats is malformed, decoding nothing.
-
-    The C walker walks every stat of the events whose stats it reads; this path only decodes the wanted ones, so
-    the rest are checked here. Serializers write a stat as its metadata id and one value: that layout is checked
-    in a few whole-column passes; any other goes through ``decode_fields``.
+def odd_stats(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Which of these XStats are not laid out as serializers write them (the metadata id in its shortest form, then
+    at most one value, each once): a few whole-column passes, decoding nothing. A stat in that layout is well formed, and its first
+    field is its metadata id; any other must be decoded in full (``decode_fields``), which also finds its faults.
+    Raises WireError on a varint or length no layout allows.
     """
     if not len(starts):
-        return
+        return np.zeros(0, dtype=bool)
     ends = np.asarray(ends, dtype=np.int64)
     pos = starts.astype(np.int64, copy=True)
     lead = np.flatnonzero((pos < ends) & (buf[np.minimum(pos, len(buf) - 1)] == 0x08))
     _, after = _varints(buf, pos[lead] + 1)
+    # an id written in more bytes than it needs (ends in a zero byte) is valid but defeats a byte-pattern match
+    overlong = lead[(after - pos[lead] > 2) & (buf[after - 1] == 0)]
     pos[lead] = after
     rest = lead[pos[lead] < ends[lead]]
     p = pos[rest]
@@ -353,7 +354,6 @@ def check_stats(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> None:
     odd[lead] = False
     odd[rest[~(var | fix | byt)]] = True
     odd |= pos != ends
+    odd[overlong] = True
     odd[starts == ends] = False  # an empty stat is a valid one
-    irregular = np.flatnonzero(odd)
-    if len(irregular):
-        decode_fields(buf, starts[irregular], ends[irregular], (), depth=STAT_DEPTH)
+    return odd
