@@ -136,6 +136,22 @@ def mutate(rng: random.Random, data: bytes, pool: list[bytes]) -> bytes:
     return bytes(b)
 
 
+def mutate_input(rng: random.Random, reader: str, data: bytes, pool: list[bytes]) -> bytes:
+    """``mutate``; for gzip inputs mostly on the JSON inside, recompressed (sometimes cut), since byte edits of
+    compressed data rarely get past the CRC."""
+    if reader != "kineto_gz" or rng.random() < 0.3:
+        return mutate(rng, data, pool)
+    import gzip
+    import zlib
+
+    try:
+        inner = gzip.decompress(data)
+    except (OSError, EOFError, zlib.error):
+        return mutate(rng, data, pool)
+    out = gzip.compress(mutate(rng, inner, [inner]), compresslevel=1)
+    return out[: rng.randrange(10, len(out))] if rng.random() < 0.1 else out
+
+
 # --- the worker: one process, many inputs, limits applied ------------------------------------------------------------
 
 
@@ -324,7 +340,7 @@ def main() -> int:
     else:
         rng = random.Random(args.seed)
         while time.monotonic() < deadline:
-            data = mutate(rng, rng.choice(pool), pool)
+            data = mutate_input(rng, args.reader, rng.choice(pool), pool)
             # inputs that still load grow the pool: later mutations then start from odd but valid documents
             if record(data) == "ok" and rng.random() < 0.2 and len(pool) < 500:
                 pool.append(data)

@@ -183,8 +183,8 @@ _AT_BYTE = re.compile(r"\(byte (\d+)\)$")
 def _error_at_end(msg: str, data: bytes) -> bool:
     """Whether msgspec's error lies at the end of the input: a cut inside a token (``1.``, ``-``), which msgspec
     words as a malformed value rather than as truncation."""
-    m = _AT_BYTE.search(msg)
-    return m is not None and int(m.group(1)) >= len(data)
+    m = _AT_BYTE.search(msg)  # ("trailing characters" counts past the bytes it refuses: never a cut)
+    return m is not None and "trailing" not in msg and int(m.group(1)) >= len(data)
 
 
 def decode_header(data: bytes, span: tuple[int, int], truncated: bool) -> Trace | None:
