@@ -271,10 +271,28 @@ def test_damage_followed_by_more_events_is_still_an_error(tmp_path, monkeypatch)
 
 
 def test_foreign_tail_recovery_is_linear(tmp_path, monkeypatch):
+    """One structural pass and one decode of the part kept, wherever the cut falls (the old search re-decoded the
+    file for each of its last 200 ``}`` and then kept nothing): counted, not timed, so a loaded machine cannot fail
+    it; the wall-clock bound only catches a hang."""
     data = _many_kernels(60_000)
     doc = data[: len(data) - 5000] + b'{"ph": "X", "na'
     path = _write(tmp_path, doc)
+    decodes = []
+    real = kdecode._decode_any
+    monkeypatch.setattr(kdecode, "_decode_any", lambda d: (decodes.append(len(d)), real(d))[1])
     t0 = time.perf_counter()
     tl = assert_same(path, monkeypatch)
     assert (tl.events["kind"] == "kernel").sum() > 59_900
-    assert time.perf_counter() - t0 < 30  # both paths, 8 MB; the old quadratic search took minutes at this size
+    assert len(decodes) == 4  # per path: the document (refused), then the part before the cut
+    assert time.perf_counter() - t0 < 300
+
+
+def test_an_out_of_range_number_clamps_outside_strings_only(tmp_path, monkeypatch):
+    """Found while fuzzing: the general path's clamp of 1e400 rewrote a name reading "mm[1e400]" too."""
+    data = _doc_with("args", "correlation", b"1e400").replace(b'"aten::mm"', b'"mm[1e400]"')
+    tl = assert_same(_write(tmp_path, data), monkeypatch)
+    assert "mm[1e400]" in set(tl.events["name"].astype(str))
+    assert (tl.events["kind"] == "kernel").sum() == 0  # the kernel's correlation is out of range: dropped, counted
+    assert any("out of range" in w for w in tl.meta.warnings)
+    assert kdecode.clamp_huge_numbers(b'{"a": [1e400, "x:1e400,", -1E+999], "b\\"": "[1e400]"}') == \
+        b'{"a": [1e300, "x:1e400,", -1e300], "b\\"": "[1e400]"}'

@@ -109,17 +109,18 @@ _HUGE_NUMBER = re.compile(rb"(?<=[:\[,])(\s*)(-?)\d+(?:\.\d+)?[eE]\+?\d{3,}(?=\s
 def clamp_huge_numbers(data: bytes) -> bytes:
     """The document with numbers beyond a double's range written as 1e300 (same sign): msgspec refuses them as a
     whole-document error, while they are only one event's bad field (dropped as out of range later, as the native
-    scanner's infinity is)."""
-    def repl(m: re.Match) -> bytes:
-        token = m.group(0).strip()
-        try:
-            if abs(float(token)) != float("inf"):
-                return m.group(0)
-        except ValueError:
-            return m.group(0)
-        return m.group(1) + m.group(2) + b"1e300"
-
-    return _HUGE_NUMBER.sub(repl, bytes(data))
+    scanner's infinity is). Only numbers outside strings: a name that reads "[1e400]" keeps its text."""
+    data = bytes(data)
+    huge = [m for m in _HUGE_NUMBER.finditer(data) if abs(float(m.group(0).strip())) == float("inf")]
+    if not huge:
+        return data
+    inside = _inside_strings(data, [m.start() for m in huge])
+    out, last = [], 0
+    for m, in_string in zip(huge, inside):
+        if not in_string:
+            out += [data[last : m.start()], m.group(1) + m.group(2) + b"1e300"]
+            last = m.end()
+    return b"".join(out) + data[last:]
 
 
 def decode(data: bytes, path: Path, warnings: list[str]) -> Trace:
@@ -304,13 +305,42 @@ def max_depth(data: bytes) -> int:
 
 def _brackets(data: bytes):
     """Per step of ``_STEP`` bytes: (offset of the step, positions of its brackets outside strings, the bracket
-    bytes, the depth after each). A quote is real after an even run of backslashes; a bracket lies outside strings
-    when an even number of real quotes precedes it; a running sum gives each bracket's depth."""
+    bytes, the depth after each). A bracket lies outside strings where the count of real quotes before it, added
+    to the state the step began in, is even; a running sum gives each bracket's depth."""
+    depth = 0
+    for pos, chunk, quotes, in_string in _real_quotes(data):
+        br = np.flatnonzero((chunk == 123) | (chunk == 91) | (chunk == 125) | (chunk == 93))
+        br = br[(np.searchsorted(quotes, br) & 1) == int(in_string)]
+        ch = chunk[br]
+        is_close = (ch == 125) | (ch == 93)
+        d = depth + np.cumsum(np.where(is_close, -1, 1))
+        yield pos, br, ch, d
+        if len(d):
+            depth = int(d[-1])
+
+
+def _inside_strings(data: bytes, positions: list[int]) -> list[bool]:
+    """For each offset (of a byte that is not a quote, in increasing order): whether it lies inside a string."""
+    out = []
+    want = iter(positions)
+    p = next(want, None)
+    for pos, chunk, quotes, in_string in _real_quotes(data):
+        while p is not None and p < pos + len(chunk):
+            out.append(bool(np.searchsorted(quotes, p - pos) & 1) != in_string)
+            p = next(want, None)
+        if p is None:
+            break
+    return out
+
+
+def _real_quotes(data: bytes):
+    """Per step of ``_STEP`` bytes: (offset, the bytes, the sorted offsets in the step of its real quotes, whether
+    the step began inside a string). A quote is real after an even run of backslashes. Positions and binary
+    searches, not a running parity over every byte: numpy's xor-accumulate is an element-at-a-time loop."""
     buf = np.frombuffer(data, dtype=np.uint8)
     n = len(buf)
     in_string = False
     carry = 0  # length of the backslash run that ends the previous step
-    depth = 0
     for pos in range(0, n, _STEP):
         chunk = buf[pos : pos + _STEP]
         m = len(chunk)
@@ -337,19 +367,9 @@ def _brackets(data: bytes):
             carry = m - rs + (carry if rs == 0 else 0)
         else:
             carry = 0
-        # parity of the real quotes up to each byte; a bracket is outside strings where it equals the state the
-        # step began in (brackets are never quotes, so the state before and after them is the same)
-        parity = np.bitwise_xor.accumulate(qmask.view(np.uint8))
-        br = np.flatnonzero(((chunk == 123) | (chunk == 91) | (chunk == 125) | (chunk == 93))
-                            & (parity == np.uint8(in_string)))
-        ch = chunk[br]
-        is_close = (ch == 125) | (ch == 93)
-        d = depth + np.cumsum(np.where(is_close, -1, 1))
-        yield pos, br, ch, d
-        if len(d):
-            depth = int(d[-1])
-        if m:
-            in_string = in_string != bool(parity[-1])
+        quotes = np.flatnonzero(qmask)
+        yield pos, chunk, quotes, in_string
+        in_string = in_string != bool(len(quotes) & 1)
 
 
 def last_complete_event(data: bytes, start: int) -> tuple[int, int, bool] | None:
