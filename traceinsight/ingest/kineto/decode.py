@@ -265,7 +265,14 @@ def _recover_truncated(data: bytes, cut: bool, path: Path = Path("trace.json"),
     return trace, len(trace.traceEvents)
 
 
-_KEY_BEFORE = re.compile(rb'"((?:[^"\\]|\\.){0,200})"[ \t\r\n]*:[ \t\r\n]*$')
+_KEY_BEFORE = re.compile(rb'"((?:[^"\\]|\\.){0,200})"$')
+
+
+def _skip_ws_back(data: bytes, i: int) -> int:
+    """The offset just past the last byte before ``i`` that is not JSON whitespace."""
+    while i > 0 and data[i - 1] in b" \t\r\n":
+        i -= 1
+    return i
 
 
 def _events_key(data: bytes) -> int | None:
@@ -274,7 +281,11 @@ def _events_key(data: bytes) -> int | None:
     for pos, br, ch, d in _brackets(data):
         for i in np.flatnonzero((ch == 91) & (d == 2)).tolist():
             at = pos + int(br[i])
-            m = _KEY_BEFORE.search(bytes(data[max(0, at - 4096): at]))
+            colon = _skip_ws_back(data, at) - 1
+            if colon < 0 or data[colon] != 58:  # ':'
+                continue
+            key_end = _skip_ws_back(data, colon)
+            m = _KEY_BEFORE.search(bytes(data[max(0, key_end - 1300): key_end]))
             if m is None:
                 continue
             try:
