@@ -315,8 +315,9 @@ def main() -> int:
         probe = runner.tmp / ("probe" + SUFFIX[args.reader])
 
         def one_input(data: bytes) -> None:
-            if time.monotonic() > deadline + 30:  # libFuzzer's -max_total_time ends the run; this is a backstop
-                return
+            if time.monotonic() > deadline:  # libFuzzer ends with exit(), which skips Python's atexit: end here
+                sys.stdout.flush()
+                os._exit(_summary(args, engine, counts, examples))
             probe.write_bytes(data)
             try:
                 traceinsight.load(probe, format=FORMAT[args.reader], max_bytes=64 << 20)
@@ -328,11 +329,8 @@ def main() -> int:
         corpus.mkdir()
         for i, s in enumerate(pool):
             (corpus / f"seed{i}").write_bytes(s)
-        import atexit
-
-        atexit.register(lambda: _summary(args, engine, counts, examples))  # libFuzzer exits without returning
         try:
-            atheris.Setup([sys.argv[0], str(corpus), f"-max_total_time={int(args.seconds)}", "-rss_limit_mb=4096",
+            atheris.Setup([sys.argv[0], str(corpus), f"-max_total_time={int(args.seconds) + 120}", "-rss_limit_mb=4096",
                            "-timeout=60", "-max_len=200000", f"-artifact_prefix={args.out}/"], one_input)
             atheris.Fuzz()
         except SystemExit:

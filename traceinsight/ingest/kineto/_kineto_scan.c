@@ -380,7 +380,7 @@ static int utf8_len(const unsigned char *q, const unsigned char *end) {
 /* At an opening quote: validates the string (escapes, no raw control character) and gives its raw content span
    (escapes kept); p ends after the closing quote. ``esc`` (when given) says whether it holds an escape. With
    ``utf8``, bytes that are not UTF-8 set s->bad_utf8 (the string is one the general decoder decodes). */
-static int scan_string_v(Scan *s, const char **out, Py_ssize_t *len, int *esc, int utf8) {
+static inline int scan_string_v(Scan *s, const char **out, Py_ssize_t *len, int *esc, int utf8) {
     const unsigned char *start = (const unsigned char *)s->p + 1, *q = start, *end = (const unsigned char *)s->end;
     int has_esc = 0;
     for (;;) {
@@ -654,7 +654,7 @@ static int after_member(Scan *s, char close) {
 
 /* At a key: its span (unescaped into ``buf`` when it holds escapes, so "p\u0068" is "ph" as for the general
    decoder), then past the colon to the value. */
-static int scan_key(Scan *s, const char **key, Py_ssize_t *klen, char *buf) {
+static inline int scan_key(Scan *s, const char **key, Py_ssize_t *klen, char *buf) {
     skip_ws(s);
     if (AT_END(s)) return TRUNC;
     if (*s->p != '"') return FAIL(s, "a value that is not valid JSON");
