@@ -288,7 +288,7 @@ def test_foreign_tail_recovery_is_linear(tmp_path, monkeypatch):
 
 
 def test_an_out_of_range_number_clamps_outside_strings_only(tmp_path, monkeypatch):
-    """Found while fuzzing: the general path's clamp of 1e400 rewrote a name reading "mm[1e400]" too."""
+    """Found in review: the general path's clamp of 1e400 rewrote a name reading "mm[1e400]" too."""
     data = _doc_with("args", "correlation", b"1e400").replace(b'"aten::mm"', b'"mm[1e400]"')
     tl = assert_same(_write(tmp_path, data), monkeypatch)
     assert "mm[1e400]" in set(tl.events["name"].astype(str))
