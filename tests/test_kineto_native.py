@@ -203,8 +203,8 @@ def test_cut_anywhere_same_recovery(tmp_path, monkeypatch):
 
 
 def test_deep_nesting_is_declined_without_recursion_and_refused_on_both_paths(tmp_path, monkeypatch):
-    """200,000 levels: the scanner declines at MAX_DEPTH (a fixed stack, no recursion), and both paths give the same
-    one-line error (tests/test_kineto_parity.py has the limit itself)."""
+    """200,000 levels: the scanner declines at MAX_DEPTH (a fixed stack, no recursion), and both paths give
+    msgspec's one-line error (tests/test_kineto_parity.py has the limit itself)."""
     blob = json.dumps(_small_trace().to_dict())
     deep = "[" * 200_000 + "]" * 200_000
     blob = blob.replace('"args": {"Op count": 0}', '"args": {"Op count": 0, "deep": ' + deep + "}")
@@ -212,7 +212,7 @@ def test_deep_nesting_is_declined_without_recursion_and_refused_on_both_paths(tm
         scan_columns(blob.encode())
     path = tmp_path / "deep.json"
     path.write_text(blob)
-    assert assert_same(path, monkeypatch).endswith("nested deeper than 256 levels)")
+    assert assert_same(path, monkeypatch).endswith("nested too deeply)")
 
 
 def test_scanner_entry_point_directly():

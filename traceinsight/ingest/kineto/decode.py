@@ -92,14 +92,15 @@ def is_bare_array(data: bytes) -> bool:
     return data[i : i + 1] == b"["
 
 
-#: The deepest nesting either path takes (the top-level object or array is level 1); the native scanner declines
-#: deeper documents (its MAX_DEPTH is the same number, checked by the tests). Kineto writes at most 6 levels; a
-#: limit keeps the decoders out of deep recursion and makes the answer the same on every Python and call stack.
+#: The deepest nesting the native scanner takes (the top-level object or array is level 1; the C file's MAX_DEPTH
+#: is the same number, checked by the tests). Past it the scanner declines and leaves the document to msgspec,
+#: whose answer is then the answer of both paths: it decodes nesting a few hundred levels deeper and stops with a
+#: RecursionError at the interpreter's limit, which becomes one clean error. Kineto writes at most 6 levels.
 MAX_DEPTH = 256
 
 
 def too_deep(path: Path) -> TraceReadError:
-    return TraceReadError(f"{path}: not valid JSON (nested deeper than {MAX_DEPTH} levels)")
+    return TraceReadError(f"{path}: not valid JSON (nested too deeply)")
 
 
 #: A JSON number token too large for a double (``1e400``), as a value (after ``:``, ``,`` or ``[``).
@@ -124,10 +125,8 @@ def clamp_huge_numbers(data: bytes) -> bytes:
 
 
 def decode(data: bytes, path: Path, warnings: list[str]) -> Trace:
-    """The whole document; a truncated one is cut after its last complete event (with a warning). A document nested
-    deeper than ``MAX_DEPTH`` is refused whatever else it holds (judged first, so msgspec never recurses that far)."""
-    if max_depth(data) > MAX_DEPTH:
-        raise too_deep(path)
+    """The whole document; a truncated one is cut after its last complete event (with a warning). Nesting deeper
+    than msgspec recurses is refused whatever else the document holds."""
     got = _decode_repaired(data, path, warnings)
     if isinstance(got, Trace):
         return got
@@ -149,7 +148,7 @@ def _decode_repaired(data: bytes, path: Path, warnings: list[str] | None) -> Tra
     while True:
         try:
             return _decode_any(data)
-        except RecursionError:  # cannot happen within MAX_DEPTH; kept so no traceback can escape
+        except RecursionError:  # msgspec's nesting limit: no traceback, one line
             raise too_deep(path) from None
         except msgspec.ValidationError as exc:
             if clamped or "out of range" not in str(exc):
@@ -301,17 +300,6 @@ _STEP = 1 << 26
 
 _QUOTE, _BACKSLASH = 34, 92
 _OPENERS, _CLOSERS = (123, 91), (125, 93)
-
-
-def max_depth(data: bytes) -> int:
-    """The deepest nesting of brackets outside strings (the top-level container is 1): one vectorised pass, the
-    structural reading of ``last_complete_event``. Exact for valid JSON; for damaged JSON it reads the bytes as
-    that pass does, the same on every path (only the general decoder asks)."""
-    deepest = 0
-    for _, _, _, d in _brackets(data):
-        if len(d):
-            deepest = max(deepest, int(d.max()))
-    return deepest
 
 
 def _brackets(data: bytes):
