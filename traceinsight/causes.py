@@ -25,7 +25,7 @@ from typing import Iterable
 
 import numpy as np
 
-from .rule_api import Finding
+from .rule_api import Finding, instance_columns
 from .views import Coverage
 
 #: Categories whose findings are effects of something else (the GPU waited).
@@ -38,15 +38,13 @@ MIN_SHARE = 0.5
 
 def _intervals(f: Finding, rank, device) -> tuple[np.ndarray, np.ndarray]:
     """The finding's instances on (rank, device); an instance with no rank/device applies to all."""
-    inst = list(getattr(f, "instances", []) or [])
-    keep = [
-        i
-        for i in inst
-        if (i.rank is None or rank is None or i.rank == rank) and (i.device is None or device is None or i.device == device)
-    ]
-    s = np.array([i.start_ns for i in keep], dtype=np.int64)
-    e = np.array([i.end_ns for i in keep], dtype=np.int64)
-    return s, e
+    cols = instance_columns(getattr(f, "instances", None))
+    keep = np.ones(len(cols.start_ns), dtype=bool)
+    if rank is not None:
+        keep &= np.isnan(cols.rank) | (cols.rank == rank)
+    if device is not None:
+        keep &= np.isnan(cols.device) | (cols.device == device)
+    return cols.start_ns[keep], cols.end_ns[keep]
 
 
 def _same_place(a: Finding, b: Finding) -> bool:

@@ -60,7 +60,8 @@ import numpy as np
 import pandas as pd
 
 from .patterns import COLLECTIVE, COPY_CALL, DATA_WAIT_PRIMARY, DATA_WAIT_TFDATA, SYNC_CALL, SYNC_OP
-from .views import Coverage, merge_intervals, name_mask
+from .rule_api import Instances, instance_columns
+from .views import Coverage, kind_mask, merge_intervals, name_mask
 
 if TYPE_CHECKING:  # pragma: no cover
     from .views import Views
@@ -116,7 +117,9 @@ def _merged(starts: Any, ends: Any) -> tuple[np.ndarray, np.ndarray]:
     s = np.asarray(starts, np.int64)
     e = np.maximum(np.asarray(ends, np.int64), s)
     keep = e > s
-    return merge_intervals(s[keep], e[keep])
+    if not keep.all():  # copies only when some interval is empty (fresh memory is what costs here)
+        s, e = s[keep], e[keep]
+    return merge_intervals(s, e)
 
 
 def _intersect(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
@@ -228,45 +231,22 @@ def warmup_regions(views: "Views", blocking: pd.DataFrame | None = None) -> pd.D
         copy_call = is_rt & name_mask(names, COPY_CALL)
         cand = (is_rt | (host["kind"] == "cpu_op").to_numpy()) & ~copy_call
         cand &= ~(name_mask(names, SYNC_CALL) | name_mask(names, SYNC_OP) | name_mask(names, DATA_WAIT_PRIMARY, case=True))
-        idx = np.flatnonzero(cand)
-        if len(idx):
-            rank = host["rank"].to_numpy()[idx].astype(np.int64)
-            code = names.cat.codes.to_numpy()[idx].astype(np.int64) if isinstance(names.dtype, pd.CategoricalDtype) else pd.factorize(names.to_numpy()[idx])[0]
-            start = host["start_ns"].to_numpy()[idx]
-            dur = host["dur_ns"].to_numpy()[idx]
-            # one int64 group key for (rank, name code): a two-key lexsort instead of three
-            rc = (rank - rank.min()) * (int(code.max()) + 2) + (code + 1)
-            order = np.lexsort((start, rc))
-            rank, code, start, dur, idx = rank[order], code[order], start[order], dur[order], idx[order]
-            first = np.ones(len(idx), dtype=bool)
-            first[1:] = (rank[1:] != rank[:-1]) | (code[1:] != code[:-1])
-            group = np.cumsum(first) - 1
-            # only groups whose first call is long enough can be warm-up: the median of the rest is needed there only
-            long_first = first & (dur >= WARMUP_MIN_NS)
-            lf_group = np.zeros(int(group[-1]) + 1, dtype=bool)
-            lf_group[group[long_first]] = True
-            wanted = lf_group[group]
-            rest = wanted & ~first
-            if rest.any():
-                med = pd.Series(dur[rest]).groupby(group[rest]).median()
-                fi = np.flatnonzero(long_first)
-                m_rest = med.reindex(group[fi]).to_numpy()
-                ok = ~np.isnan(m_rest) & (dur[fi] >= WARMUP_RATIO * np.nan_to_num(m_rest))
-                fi = fi[ok]
-                if len(fi):
-                    s, e = start[fi], start[fi] + dur[fi]
-                    blk = blocking if blocking is not None else blocking_calls(views)
-                    blk = pd.concat([blk[["rank", "start_ns", "end_ns"]], _ranges(host, copy_call)], ignore_index=True)
-                    blocked = np.zeros(len(fi), np.int64)
-                    fr = rank[fi]
-                    for r in np.unique(fr):
-                        m = fr == r
-                        b = blk[blk["rank"].to_numpy() == r]
-                        blocked[m] = Coverage(b["start_ns"].to_numpy(), b["end_ns"].to_numpy()).overlap(s[m], e[m])
-                    keep = blocked * 2 < dur[fi]
-                    fi = fi[keep]
-                    reason = np.asarray(["first call of " + str(n) for n in names.to_numpy()[idx[fi]]], dtype=object)
-                    parts.append(pd.DataFrame({"rank": rank[fi], "start_ns": start[fi], "end_ns": start[fi] + dur[fi], "reason": reason}))
+        h_rank, h_start, h_dur = host["rank"].to_numpy(), host["start_ns"].to_numpy(), host["dur_ns"].to_numpy()
+        fi = _outlier_first_calls(names, cand, h_rank, h_start, h_dur)  # host positions, in (rank, name) order
+        if len(fi):
+            s, e = h_start[fi], h_start[fi] + h_dur[fi]
+            blk = blocking if blocking is not None else blocking_calls(views)
+            blk = pd.concat([blk[["rank", "start_ns", "end_ns"]], _ranges(host, copy_call)], ignore_index=True)
+            blocked = np.zeros(len(fi), np.int64)
+            fr = h_rank[fi].astype(np.int64)
+            for r in np.unique(fr):
+                m = fr == r
+                b = blk[blk["rank"].to_numpy() == r]
+                blocked[m] = Coverage(b["start_ns"].to_numpy(), b["end_ns"].to_numpy()).overlap(s[m], e[m])
+            keep = blocked * 2 < h_dur[fi]
+            fi = fi[keep]
+            reason = np.asarray(["first call of " + str(n) for n in names.take(fi).to_numpy()], dtype=object)
+            parts.append(pd.DataFrame({"rank": h_rank[fi].astype(np.int64), "start_ns": h_start[fi], "end_ns": h_start[fi] + h_dur[fi], "reason": reason}))
     st = views.steps
     if not st.empty:
         for r, g in st.groupby("rank", sort=True):
@@ -278,6 +258,57 @@ def warmup_regions(views: "Views", blocking: pd.DataFrame | None = None) -> pd.D
     if not parts:
         return pd.DataFrame({c: pd.Series(dtype="int64" if c != "reason" else "object") for c in cols})
     return pd.concat(parts, ignore_index=True)[cols]
+
+
+def _outlier_first_calls(names: pd.Series, cand: np.ndarray, rank: np.ndarray, start: np.ndarray, dur: np.ndarray) -> np.ndarray:
+    """Positions of the candidate rows that are the first call of their (rank, name), last at least
+    ``WARMUP_MIN_NS`` and ``WARMUP_RATIO`` times the median of the later calls; in (rank, name code) order.
+
+    The first call of a group is its earliest start, the first listed among equal starts. Groups are dense
+    integers (the name's category code on a one-rank trace, else a hash of rank and name), so nothing is sorted
+    and, on the usual one-rank trace, no candidate-sized copy of the columns is made (fresh memory is what
+    costs most at 10^6 rows).
+    """
+    categorical = isinstance(names.dtype, pd.CategoricalDtype)
+    if categorical and len(rank) and rank.min() == rank.max():
+        # one rank: the group of a row is its name code (+1: a missing name is a group too); others in a spare one
+        n_groups = len(names.cat.categories) + 2
+        group = np.where(cand, names.cat.codes.to_numpy().astype(np.int32) + 1, n_groups - 1)
+        pos_start, pos_dur, spare = start, dur, n_groups - 1
+        idx = None
+    else:
+        idx = np.flatnonzero(cand)
+        if not len(idx):
+            return idx
+        r = rank[idx].astype(np.int64)
+        code = names.cat.codes.to_numpy()[idx].astype(np.int64) if categorical else pd.factorize(names.to_numpy()[idx])[0]
+        # one int64 key for (rank, name code), grouped by hashing: no sort of the 10^6 candidates
+        rc = (r - r.min()) * (int(code.max()) + 2) + (code + 1)
+        group, uniq = pd.factorize(rc)
+        n_groups, spare = len(uniq), -1
+        pos_start, pos_dur = start[idx], dur[idx]
+    first_start = np.full(n_groups, np.iinfo(np.int64).max, np.int64)
+    np.minimum.at(first_start, group, pos_start)
+    at_first = np.flatnonzero(pos_start == first_start[group])
+    g_first, pos = np.unique(group[at_first], return_index=True)
+    first_of = at_first[pos]  # per group (ascending group), the position of its first call
+    if spare >= 0:
+        first_of = first_of[g_first != spare]
+    # only groups whose first call is long enough can be warm-up: the median of the rest is needed there only
+    long_first = first_of[pos_dur[first_of] >= WARMUP_MIN_NS]
+    lf_group = np.zeros(n_groups, dtype=bool)
+    lf_group[group[long_first]] = True
+    rest = lf_group[group]
+    rest[first_of] = False
+    if not rest.any():
+        return np.zeros(0, np.int64)
+    med = pd.Series(pos_dur[rest]).groupby(group[rest]).median()
+    if idx is not None:
+        long_first = long_first[np.argsort(rc[long_first])]  # in (rank, name) order
+    m_rest = med.reindex(group[long_first]).to_numpy()
+    ok = ~np.isnan(m_rest) & (pos_dur[long_first] >= WARMUP_RATIO * np.nan_to_num(m_rest))
+    fi = long_first[ok]
+    return fi if idx is None else idx[fi]
 
 
 # --- the ledger ------------------------------------------------------------------------------------------
@@ -364,44 +395,94 @@ class Ledger:
         if unknown:
             raise ValueError(f"unknown ledger bucket(s) {sorted(unknown)}; known: {', '.join(BUCKETS)}")
         sl = self.slices
-        m = sl["bucket"].isin(want).to_numpy().copy()
+        bucket = sl["bucket"]
+        by_code = isinstance(bucket.dtype, pd.CategoricalDtype) and list(bucket.cat.categories) == list(BUCKETS)
+        if by_code:  # the ledger's own frame: compare bucket codes, never strings
+            code = bucket.cat.codes.to_numpy()
+            m = np.isin(np.arange(len(BUCKETS) + 1), [_CODE[b] for b in want])[code]  # code -1 reads the extra False
+            idle_row = code >= len(BUSY_BUCKETS)
+        else:
+            m = bucket.isin(want).to_numpy().copy()
+            idle_row = ~bucket.isin(BUSY_BUCKETS).to_numpy()
+        s_rank, s_dev = sl["rank"].to_numpy(), sl["device"].to_numpy()
         if rank is not None:
-            m &= sl["rank"].to_numpy() == rank
+            m &= s_rank == rank
         if device is not None:
-            m &= sl["device"].to_numpy() == device
-        sl = sl[m]
-        if within is None or sl.empty:
-            return sl.reset_index(drop=True)
+            m &= s_dev == device
+        if within is None or not m.any():
+            return sl[m].reset_index(drop=True)
         w = _within_frame(within)
         if w.empty:
             return sl.iloc[:0].reset_index(drop=True)
-        out = []
-        idle_mask = ~sl["bucket"].isin(BUSY_BUCKETS).to_numpy()
+        w_s = w["start_ns"].to_numpy(np.int64)
+        w_e = w["end_ns"].to_numpy(np.int64)
+        w_r = w["rank"].to_numpy(dtype=float) if "rank" in w else None
+        w_d = w["device"].to_numpy(dtype=float) if "device" in w else None
+        s_start, s_end = sl["start_ns"].to_numpy(), sl["end_ns"].to_numpy()
+        pos = np.flatnonzero(m)
+        # the chosen slices by (rank, device), each device's rows in frame order (the ledger's frame is already so)
+        pr, pd_ = s_rank[pos].astype(np.int64), s_dev[pos].astype(np.int64)
+        if len(pos) > 1 and not np.all((pr[1:] > pr[:-1]) | ((pr[1:] == pr[:-1]) & (pd_[1:] >= pd_[:-1]))):
+            o = np.lexsort((pd_, pr))
+            pos, pr, pd_ = pos[o], pr[o], pd_[o]
+        cut = np.flatnonzero(np.r_[True, (pr[1:] != pr[:-1]) | (pd_[1:] != pd_[:-1]), True])
         gaps = self.gaps
-        for (r, d), g in sl.groupby(["rank", "device"], sort=True):
-            ww = w
-            if "rank" in ww:
-                ww = ww[ww["rank"].isna().to_numpy() | (ww["rank"].to_numpy(dtype=float) == r)]
-            if "device" in ww:
-                ww = ww[ww["device"].isna().to_numpy() | (ww["device"].to_numpy(dtype=float) == d)]
-            if ww.empty:
+        g_rank, g_dev = gaps["rank"].to_numpy(), gaps["device"].to_numpy()
+        g_start, g_end = gaps["start_ns"].to_numpy(np.int64), gaps["end_ns"].to_numpy(np.int64)
+        src: list[np.ndarray] = []  # per device: the rows of ``sl`` taken, and their (clipped) start and end
+        starts: list[np.ndarray] = []
+        ends: list[np.ndarray] = []
+        for a, b in zip(cut[:-1], cut[1:]):
+            r, d = int(pr[a]), int(pd_[a])
+            keep = np.ones(len(w_s), dtype=bool)
+            if w_r is not None:
+                keep &= np.isnan(w_r) | (w_r == r)
+            if w_d is not None:
+                keep &= np.isnan(w_d) | (w_d == d)
+            if not keep.any():
                 continue
-            s0 = ww["start_ns"].to_numpy(np.int64)
-            ws, we = _merged(s0, np.maximum(ww["end_ns"].to_numpy(np.int64), s0 + 1))  # a point instance is 1 ns
-            idle = idle_mask[sl.index.get_indexer(g.index)]
-            if (~idle).any():
-                out.append(_clip_slices(g[~idle], ws, we))
-            if idle.any():
-                gi = g[idle]
-                gp = gaps[(gaps["rank"].to_numpy() == r) & (gaps["device"].to_numpy() == d)]
-                gs, ge = gp["start_ns"].to_numpy(np.int64), gp["end_ns"].to_numpy(np.int64)
+            s0 = w_s[keep]
+            ws, we = _merged(s0, np.maximum(w_e[keep], s0 + 1))  # a point instance is 1 ns
+            gpos = pos[a:b]
+            idle = idle_row[gpos]
+            d_src: list[np.ndarray] = []
+            d_s: list[np.ndarray] = []
+            d_e: list[np.ndarray] = []
+            # busy slices: clipped to the ranges, a piece per range that overlaps
+            bpos = gpos[~idle]
+            if len(bpos):
+                bs, be = s_start[bpos], s_end[bpos]
+                lo = np.searchsorted(we, bs, side="right")
+                hi = np.searchsorted(ws, be, side="left")
+                n = np.maximum(hi - lo, 0)
+                if n.sum():
+                    rep = np.repeat(np.arange(len(bpos)), n)
+                    widx = np.repeat(lo, n) + (np.arange(n.sum()) - np.repeat(np.cumsum(n) - n, n))
+                    ps, pe = np.maximum(bs[rep], ws[widx]), np.minimum(be[rep], we[widx])
+                    ok = pe > ps
+                    d_src.append(bpos[rep][ok]), d_s.append(ps[ok]), d_e.append(pe[ok])
+            # idle slices: whole, when the ranges touch their gap
+            ipos = gpos[idle]
+            if len(ipos):
+                on = (g_rank == r) & (g_dev == d)
+                gs, ge = g_start[on], g_end[on]
                 i = np.searchsorted(we, gs, side="right")
                 touched = (i < len(ws)) & (ws[np.minimum(i, len(ws) - 1)] < ge)
-                gid = np.searchsorted(gs, gi["start_ns"].to_numpy(), side="right") - 1
-                out.append(gi[touched[gid]])
-        if not out:
+                gid = np.searchsorted(gs, s_start[ipos], side="right") - 1
+                ipos = ipos[touched[gid]]
+                d_src.append(ipos), d_s.append(s_start[ipos]), d_e.append(s_end[ipos])
+            if d_src:
+                cp, cs, ce = np.concatenate(d_src), np.concatenate(d_s), np.concatenate(d_e)
+                if len(d_src) > 1:  # this device's rows in time order (slices are disjoint: starts are distinct)
+                    o = np.argsort(cs, kind="stable")
+                    cp, cs, ce = cp[o], cs[o], ce[o]
+                src.append(cp), starts.append(cs), ends.append(ce)
+        if not src or not sum(len(x) for x in src):
             return sl.iloc[:0].reset_index(drop=True)
-        return pd.concat(out).sort_values(["rank", "device", "start_ns"], kind="stable").reset_index(drop=True)
+        out = sl.iloc[np.concatenate(src)].reset_index(drop=True)
+        out["start_ns"] = np.concatenate(starts).astype(s_start.dtype, copy=False)
+        out["end_ns"] = np.concatenate(ends).astype(s_end.dtype, copy=False)
+        return out
 
     def claim(self, buckets: str | Iterable[str], rank: int | None = None, device: int | None = None, within: Any = None) -> int:
         """ns of ``buckets`` (on ``rank``/``device``, inside ``within``): what a finding may call its impact."""
@@ -453,21 +534,14 @@ def _within_frame(within: Any) -> pd.DataFrame:
         for c in cols:
             out[c] = within[c].to_numpy(dtype=float)
         return out
+    if isinstance(within, Instances):
+        c = within.columns()
+        return pd.DataFrame({"start_ns": c.start_ns, "end_ns": c.end_ns, "rank": c.rank, "device": c.device})
     items = within if isinstance(within, list) else list(within)
     if items and not any(isinstance(it, (tuple, list)) for it in items):
-        # instances (tens of thousands on a big trace): columns straight from attributes, no dict per row
-        def opt(name: str) -> np.ndarray:
-            vals = [getattr(it, name, None) for it in items]
-            return np.array([np.nan if v is None else float(v) for v in vals], dtype=float)
-
-        return pd.DataFrame(
-            {
-                "start_ns": np.array([int(it.start_ns) for it in items], dtype=np.int64),
-                "end_ns": np.array([int(it.end_ns) for it in items], dtype=np.int64),
-                "rank": opt("rank"),
-                "device": opt("device"),
-            }
-        )
+        # instance-like objects: columns straight from attributes, no dict per row
+        c = instance_columns(items)
+        return pd.DataFrame({"start_ns": c.start_ns, "end_ns": c.end_ns, "rank": c.rank, "device": c.device})
     rows = []
     for item in items:
         if isinstance(item, (tuple, list)):
@@ -549,25 +623,39 @@ def _device_slices(
     ]
     default = "idle_untraced" if host_traced else "idle_other"
     st_s, st_e, st_n = steps
-    pts = [np.array([w0, w1], np.int64), st_s, st_e]
-    for _, (a, b) in sets:
-        pts += [a, b]
-    # sorted distinct edges inside the window: a sort and a neighbour test (np.unique hashes first, then sorts)
-    p = np.concatenate(pts)
-    p = np.sort(p[(p >= w0) & (p <= w1)])
-    p = p[np.r_[True, p[1:] != p[:-1]]]
-    left, right = p[:-1], p[1:]
-    label = np.full(len(left), _CODE[default], dtype=np.int64)
-    todo = np.ones(len(left), dtype=bool)
+    # each set cut to the window; the segments are cut at every edge of every set, every step edge and the window
+    clipped = []
     for name, (a, b) in sets:
-        if not todo.any():
-            break
+        a, b = np.maximum(a, w0), np.minimum(b, w1)
+        keep = b > a
+        clipped.append((name, a[keep], b[keep]))
+    pts = [np.array([w0, w1], np.int64), st_s[(st_s >= w0) & (st_s <= w1)], st_e[(st_e >= w0) & (st_e <= w1)]]
+    for _, a, b in clipped:
+        pts += [a, b]
+    # sorted distinct edges: the parts are sorted runs, which a stable (merge) sort only merges; the sort also
+    # says where each set edge landed, so no set has to be searched for its edges
+    cat = np.concatenate(pts)
+    order = np.argsort(cat, kind="stable")
+    srt = cat[order]
+    new = np.ones(len(srt), dtype=bool)
+    new[1:] = srt[1:] != srt[:-1]
+    p = srt[new]
+    at = np.empty(len(cat), np.int64)
+    at[order] = np.cumsum(new) - 1  # index in p of each edge of ``cat``
+    left, right = p[:-1], p[1:]
+    # every set covers whole runs of segments: mark where its intervals open and close, and a running sum says
+    # which segments lie inside. Lowest precedence first, so each set overwrites the ones it outranks.
+    label = np.full(len(left), _CODE[default], dtype=np.int8)
+    offsets = np.cumsum([0] + [len(x) for x in pts])
+    for k in range(len(clipped) - 1, -1, -1):
+        name, a, b = clipped[k]
         if len(a) == 0:
             continue
-        hit = todo.copy()
-        hit[todo] = _inside(a, b, left[todo])
-        label[hit] = _CODE[name]
-        todo &= ~hit
+        o = offsets[3 + 2 * k]
+        mark = np.zeros(len(p), np.int8)
+        mark[at[o : o + len(a)]] = 1  # disjoint intervals: each edge index occurs once
+        mark[at[o + len(a) : o + 2 * len(a)]] -= 1
+        label[np.cumsum(mark[:-1], dtype=np.int8) > 0] = _CODE[name]
     # the step containing each segment (latest-starting marker that contains it), -1 outside
     step_no = np.full(len(left), -1, dtype=np.int64)
     if len(st_s):
@@ -584,11 +672,10 @@ def _device_slices(
     out_l = label[idx]
     # per-gap ns of each idle bucket
     n_busy = len(BUSY_BUCKETS)
-    per_gap = np.zeros((len(gs), len(IDLE_BUCKETS)), np.int64)
-    if len(gs):
-        idle = out_l >= n_busy
-        gid = np.searchsorted(gs, out_s[idle], side="right") - 1
-        np.add.at(per_gap, (gid, out_l[idle] - n_busy), (out_e - out_s)[idle])
+    # the idle slices by gap (the gap each starts in) and bucket, summed once for all devices in ``build_ledger``
+    idle = out_l >= n_busy
+    gid = np.searchsorted(gs, out_s[idle], side="right") - 1 if len(gs) else np.zeros(0, np.int64)
+    per_gap = (gid, out_l[idle].astype(np.int64) - n_busy, (out_e - out_s)[idle])
     return {"step": step_no[idx], "start": out_s, "end": out_e, "label": out_l, "gs": gs, "ge": ge, "nl": nl, "per_gap": per_gap}
 
 
@@ -609,7 +696,11 @@ def build_ledger(views: "Views") -> Ledger:
     waits = data_wait_rows(host)
     blocking = blocking_calls(views)
     warm = warmup_regions(views, blocking)
-    busy_host = _ranges(host, host["kind"].isin(_HOST_BUSY_KINDS).to_numpy())
+    # host-busy rows as three arrays (no frame: these are most host rows)
+    hb = kind_mask(host["kind"], _HOST_BUSY_KINDS)
+    hb_rank, hb_start = host["rank"].to_numpy()[hb], host["start_ns"].to_numpy()[hb]
+    hb_end = host["dur_ns"].to_numpy()[hb]
+    hb_end += hb_start
     ln = views.launches
     launch_end: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
     if not ln.empty:
@@ -653,7 +744,7 @@ def build_ledger(views: "Views") -> Ledger:
                 "data_wait": by_rank(waits, rank),
                 "sync": by_rank(blocking, rank),
                 "warmup": by_rank(warm, rank),
-                "host_busy": by_rank(busy_host, rank),
+                "host_busy": _merged(hb_start, hb_end) if (hb_rank == rank).all() else _merged(hb_start[hb_rank == rank], hb_end[hb_rank == rank]),
             }
             srk = st[st["rank"].to_numpy() == rank] if not st.empty else st
             steps = (srk["start_ns"].to_numpy(np.int64), srk["end_ns"].to_numpy(np.int64), srk["step"].to_numpy(np.int64)) if not srk.empty else (_EMPTY, _EMPTY, _EMPTY)
@@ -685,9 +776,11 @@ def build_ledger(views: "Views") -> Ledger:
     windows = pd.DataFrame({"rank": k_rank, "device": k_dev, "start_ns": w_start, "end_ns": w_end, "window_ns": w_end - w_start})
     ns = end - start
     # per device: one row per (device, bucket), zeros included
-    mat = np.zeros((len(keys), len(BUCKETS)), np.int64)
-    np.add.at(mat, (dev_idx, label), ns)
     nb = len(BUCKETS)
+    lab64 = label.astype(np.int64)
+    mat = np.zeros(len(keys) * nb, np.int64)
+    np.add.at(mat, dev_idx * nb + lab64, ns)  # flat indices: numpy's fast path
+    mat = mat.reshape(len(keys), nb)
     by_device = pd.DataFrame(
         {
             "rank": np.repeat(k_rank, nb),
@@ -709,8 +802,9 @@ def build_ledger(views: "Views") -> Ledger:
     inv[order] = np.cumsum(first) - 1
     head = order[first]
     u_dev, u_step = dev_idx[head], step[head]
-    smat = np.zeros((len(head), nb), np.int64)
-    np.add.at(smat, (inv, label), ns)
+    smat = np.zeros(len(head) * nb, np.int64)
+    np.add.at(smat, inv * nb + lab64, ns)
+    smat = smat.reshape(len(head), nb)
     by_step = pd.DataFrame(
         {
             "rank": np.repeat(k_rank[u_dev], nb),
@@ -722,13 +816,24 @@ def build_ledger(views: "Views") -> Ledger:
         }
     )
     gap_idx = np.repeat(np.arange(len(keys)), n_gp)
-    per_gap = np.concatenate([p["per_gap"] for p in parts]) if n_gp.sum() else np.zeros((0, len(IDLE_BUCKETS)), np.int64)
     gs = np.concatenate([p["gs"] for p in parts])
     ge = np.concatenate([p["ge"] for p in parts])
-    gaps = pd.DataFrame({"rank": k_rank[gap_idx], "device": k_dev[gap_idx], "start_ns": gs, "end_ns": ge, "dur_ns": ge - gs, "next_launch_end_ns": np.concatenate([p["nl"] for p in parts])})
-    for j, b in enumerate(IDLE_BUCKETS):
-        gaps[b] = per_gap[:, j]
-    gaps["cause"] = np.asarray(IDLE_BUCKETS, dtype=object)[per_gap.argmax(axis=1)] if len(gs) else np.zeros(0, dtype=object)
+    n_g = len(gs)
+    # the frame's int64 columns as the rows of one block, filled in place: the frame takes it without a copy
+    int_cols = ["rank", "device", "start_ns", "end_ns", "dur_ns", *IDLE_BUCKETS]
+    block = np.empty((len(int_cols), n_g), np.int64)
+    block[0], block[1], block[2], block[3] = k_rank[gap_idx], k_dev[gap_idx], gs, ge
+    np.subtract(ge, gs, out=block[4])
+    per_gap = block[5:]
+    per_gap[:] = 0
+    first_gap = np.cumsum(n_gp) - n_gp  # each device's first row
+    for j, p in enumerate(parts):
+        gid, bucket, ns_ = p["per_gap"]
+        if len(gid):
+            np.add.at(per_gap.reshape(-1), bucket * n_g + (first_gap[j] + gid), ns_)  # flat indices: numpy's fast path
+    gaps = pd.DataFrame(block.T, columns=int_cols, copy=False)
+    gaps.insert(5, "next_launch_end_ns", np.concatenate([p["nl"] for p in parts]))
+    gaps["cause"] = np.asarray(IDLE_BUCKETS, dtype=object)[per_gap.argmax(axis=0)] if n_g else np.zeros(0, dtype=object)
     return Ledger(slices=slices, by_device=by_device, by_step=by_step, windows=windows, gaps=gaps, warmup=warm)
 
 

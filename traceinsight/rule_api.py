@@ -29,8 +29,9 @@ import enum
 import hashlib
 import textwrap
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Iterable
+from typing import TYPE_CHECKING, Any, ClassVar, Iterable, Iterator, NamedTuple, Sequence
 
+import numpy as np
 import pandas as pd
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -156,10 +157,125 @@ class Instance:
         return self.end_ns - self.start_ns
 
 
-def as_instances(value: "Iterable[Instance] | pd.DataFrame | None") -> list[Instance]:
+class InstanceColumns(NamedTuple):
+    """A finding's instances as arrays, one entry per instance: what the ledger and the renderers read.
+
+    ``rank`` and ``device`` are float64 with NaN for "unknown" (None); ``label_code`` indexes ``labels``.
+    """
+
+    start_ns: np.ndarray
+    end_ns: np.ndarray
+    rank: np.ndarray
+    device: np.ndarray
+    label_code: np.ndarray
+    labels: list[str]
+
+    def label(self, i: int) -> str:
+        return self.labels[int(self.label_code[i])]
+
+
+def _opt_id(x: float) -> int | None:
+    return None if x != x else int(x)
+
+
+def _instance_fast(start: int, end: int, rank: int | None, device: int | None, label: str) -> Instance:
+    """An Instance from values already in its normal form (ints, None, str): no validation pass."""
+    inst = object.__new__(Instance)
+    inst.__dict__.update(start_ns=start, end_ns=end, rank=rank, device=device, label=label)
+    return inst
+
+
+class Instances(Sequence[Instance]):
+    """``Finding.instances`` as a read-only sequence of ``Instance`` backed by columns.
+
+    A rule that reports a DataFrame of 10^5 gaps gets its instances as five arrays, not 10^5 objects: the ledger
+    claim and the renderers read the arrays (``columns()``), and an ``Instance`` is only made when someone
+    indexes or iterates (then all are made once and kept). To change a finding's instances, assign a new list.
+    """
+
+    __slots__ = ("_cols", "_items")
+
+    def __init__(self, items: Iterable[Instance] = ()) -> None:
+        self._items: list[Instance] | None = list(items)
+        self._cols: InstanceColumns | None = None
+
+    @classmethod
+    def from_columns(cls, cols: InstanceColumns) -> "Instances":
+        out = cls.__new__(cls)
+        out._items, out._cols = None, cols
+        return out
+
+    def columns(self) -> InstanceColumns:
+        if self._cols is None:
+            self._cols = _columns_of(self._items or [])
+        return self._cols
+
+    def _list(self) -> list[Instance]:
+        if self._items is None:
+            c = self._cols
+            assert c is not None
+            names = [c.labels[k] for k in c.label_code.tolist()]
+            ranks = [_opt_id(x) for x in c.rank.tolist()]
+            devices = [_opt_id(x) for x in c.device.tolist()]
+            self._items = list(map(_instance_fast, c.start_ns.tolist(), c.end_ns.tolist(), ranks, devices, names))
+        return self._items
+
+    def __len__(self) -> int:
+        return len(self._items) if self._items is not None else len(self._cols.start_ns)  # type: ignore[union-attr]
+
+    def __getitem__(self, i: Any) -> Any:  # an index gives an Instance, a slice a list of them
+        return self._list()[i]
+
+    def __iter__(self) -> Iterator[Instance]:
+        return iter(self._list())
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Instances):
+            return list(self) == list(other)
+        if isinstance(other, (list, tuple)):
+            return self._list() == list(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"Instances({self._list()!r})"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (Instances, (self._list(),))
+
+
+def _columns_of(items: Iterable[Any]) -> InstanceColumns:
+    """Columns of any instance-like objects (``start_ns``/``end_ns``, optional ``rank``/``device``/``label``)."""
+    items = items if isinstance(items, list) else list(items)
+
+    def opt(name: str) -> np.ndarray:
+        return np.array([np.nan if (v := getattr(it, name, None)) is None else float(v) for it in items], dtype=float)
+
+    codes: dict[str, int] = {}
+    label_code = np.array([codes.setdefault(str(getattr(it, "label", "") or ""), len(codes)) for it in items], dtype=np.int64)
+    return InstanceColumns(
+        np.array([int(it.start_ns) for it in items], dtype=np.int64),
+        np.array([int(it.end_ns) for it in items], dtype=np.int64),
+        opt("rank"),
+        opt("device"),
+        label_code,
+        list(codes),
+    )
+
+
+def instance_columns(instances: "Iterable[Any] | None") -> InstanceColumns:
+    """The columns of ``Finding.instances`` whatever it holds: an ``Instances`` (free) or a list of Instance."""
+    if isinstance(instances, Instances):
+        return instances.columns()
+    return _columns_of(instances or [])
+
+
+def as_instances(value: "Iterable[Instance] | pd.DataFrame | None") -> "Instances | list[Instance]":
     """Instances from a list of ``Instance`` or a DataFrame with start_ns, end_ns and optional rank, device, label.
 
-    Missing or negative rank/device values mean "unknown" (None); times keep full nanosecond precision.
+    Missing or negative rank/device values mean "unknown" (None); times keep full nanosecond precision. A
+    DataFrame stays columns (``Instances``): no object per row is made unless someone asks for one.
     """
     if value is None:
         return []
@@ -168,22 +284,40 @@ def as_instances(value: "Iterable[Instance] | pd.DataFrame | None") -> list[Inst
         bad = [type(v).__name__ for v in out if not isinstance(v, Instance)]
         if bad:
             raise TypeError(f"instances must be Instance objects or a DataFrame, got {bad[0]}")
-        return out
+        return Instances(out)
     missing = {"start_ns", "end_ns"} - set(value.columns)
     if missing:
         raise ValueError(f"instances DataFrame lacks column(s) {', '.join(sorted(missing))}")
     n = len(value)
-    starts = value["start_ns"].to_numpy(dtype="int64").tolist()
-    ends = value["end_ns"].to_numpy(dtype="int64").tolist()
+    starts = value["start_ns"].to_numpy(dtype="int64")
+    ends = value["end_ns"].to_numpy(dtype="int64")
 
-    def ids(col: str) -> list[int | None]:
+    def ids(col: str) -> np.ndarray:
         if col not in value:
-            return [None] * n
+            return np.full(n, np.nan)
         v = pd.to_numeric(value[col], errors="coerce").to_numpy(dtype=float)
-        return [None if x != x or x < 0 else int(x) for x in v.tolist()]
+        if np.isinf(v).any():
+            raise OverflowError("cannot convert float infinity to integer")
+        with np.errstate(invalid="ignore"):
+            return np.where(v < 0, np.nan, np.trunc(v))  # NaN stays NaN: unknown
 
-    labels = value["label"].astype(str).tolist() if "label" in value else [""] * n
-    return [Instance(s, e, r, d, lb) for s, e, r, d, lb in zip(starts, ends, ids("rank"), ids("device"), labels)]
+    rank, device = ids("rank"), ids("device")
+    back = np.flatnonzero(ends < starts)
+    if len(back):
+        raise ValueError(f"instance ends before it starts: {int(starts[back[0]])} > {int(ends[back[0]])}")
+    if "label" in value:
+        # each distinct label converted once, exactly as ``astype(str)`` converts it (missing values read "nan")
+        lab = value["label"]
+        code, _ = pd.factorize(lab, use_na_sentinel=True)
+        code = code.astype(np.int64)
+        u, first = np.unique(code, return_index=True)  # the row where each label first appears
+        labels = [str(x) for x in lab.iloc[first].astype(str).tolist()]
+        if len(u) and u[0] < 0:  # missing labels: one more code at the end
+            labels = labels[1:] + labels[:1]
+            code[code < 0] = len(labels) - 1
+    else:
+        code, labels = np.zeros(n, np.int64), [""]
+    return Instances.from_columns(InstanceColumns(starts, ends, rank, device, code, labels))
 
 
 @dataclass
@@ -204,7 +338,8 @@ class Finding:
     rule_name: str = ""
     key: str = ""  # what makes this finding distinct within its rule (device, kernel name, ...)
     category: str = DEFAULT_CATEGORY  # the bound it belongs to (CATEGORIES), from the rule
-    instances: list[Instance] = field(default_factory=list)  # the intervals it is about, full ns precision
+    #: the intervals it is about, full ns precision: a sequence of Instance (``Instances``, columns inside)
+    instances: Sequence[Instance] = field(default_factory=list)
     explains: list[str] = field(default_factory=list)  # fingerprints of the symptom findings this cause explains
     what_if: dict[str, Any] | None = None  # e.g. {"step_ns": ..., "baseline_step_ns": ..., "assumptions": "..."}
 

@@ -6,6 +6,7 @@ All are plain DataFrames built with vectorized numpy/pandas; none walks events i
 from __future__ import annotations
 
 import re
+import weakref
 from functools import cached_property
 
 import numpy as np
@@ -79,6 +80,26 @@ class Coverage:
         return np.maximum(self.before(np.maximum(np.asarray(b, np.int64), a)) - self.before(a), 0)
 
 
+#: Per categories Index and pattern, which categories match: name masks are asked for again and again (the
+#: ledger, the views and the rules test the same few patterns on subsets that share one set of categories).
+_CATEGORY_HITS: dict[tuple[int, str, int], tuple["weakref.ref[pd.Index]", np.ndarray]] = {}
+
+
+def _category_hits(cats: pd.Index, rx: "re.Pattern[str]") -> np.ndarray:
+    key = (id(cats), rx.pattern, rx.flags)
+    got = _CATEGORY_HITS.get(key)
+    if got is not None and got[0]() is cats:
+        return got[1]
+    hit = np.fromiter((rx.search(str(c)) is not None for c in cats), dtype=bool, count=len(cats))
+    if len(_CATEGORY_HITS) > 512:
+        _CATEGORY_HITS.clear()
+    try:
+        _CATEGORY_HITS[key] = (weakref.ref(cats), hit)
+    except TypeError:  # not weakly referable: answer without keeping it
+        pass
+    return hit
+
+
 def name_mask(names: pd.Series, pattern: "str | re.Pattern[str]", case: bool = False) -> np.ndarray:
     """Rows whose name matches ``pattern`` (searched anywhere), evaluated once per distinct name.
 
@@ -88,14 +109,66 @@ def name_mask(names: pd.Series, pattern: "str | re.Pattern[str]", case: bool = F
     if len(names) == 0:
         return np.zeros(0, dtype=bool)
     if isinstance(names.dtype, pd.CategoricalDtype):
-        cats = names.cat.categories
-        hit = np.fromiter((rx.search(str(c)) is not None for c in cats), dtype=bool, count=len(cats))
-        codes = names.cat.codes.to_numpy()
-        out = np.zeros(len(names), dtype=bool)
-        ok = codes >= 0
-        out[ok] = hit[codes[ok]]
-        return out
+        hit = _category_hits(names.cat.categories, rx)
+        if not hit.any():
+            return np.zeros(len(names), dtype=bool)
+        # one lookup per row; a missing name (code -1) reads the extra False at the end
+        return np.append(hit, False)[names.cat.codes.to_numpy()]
     return np.fromiter((rx.search(str(n)) is not None for n in names), dtype=bool, count=len(names))
+
+
+def kind_mask(kinds: pd.Series, wanted: "tuple[str, ...] | list[str]") -> np.ndarray:
+    """Rows whose value (a kind, a copy kind: a few categories) is one of ``wanted``; on the category codes when
+    the column is categorical."""
+    if isinstance(kinds.dtype, pd.CategoricalDtype):
+        hit = np.append(np.isin(np.asarray(kinds.cat.categories, dtype=object), list(wanted)), False)
+        return hit[kinds.cat.codes.to_numpy()]
+    return kinds.isin(wanted).to_numpy()
+
+
+def _join_keys(columns: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+    """One int64 key per row of two tables from several integer columns (each given as the pair of the two tables'
+    arrays), equal exactly when all columns are equal. Mixed radix over each column's offset from its minimum
+    while the product of the ranges stays far inside int64 (ranks, pids and correlation ids usually do); a
+    column that would overflow is replaced by its codes (hashing), which is slower."""
+    n_a, n_b = len(columns[0][0]), len(columns[0][1])
+    key_a, key_b = np.zeros(n_a, np.int64), np.zeros(n_b, np.int64)
+    room = 1
+    for a, b in columns:
+        a, b = a.astype(np.int64, copy=False), b.astype(np.int64, copy=False)
+        if n_a + n_b == 0:
+            continue
+        lo = min(int(a.min()) if n_a else int(b.min()), int(b.min()) if n_b else int(a.min()))
+        hi = max(int(a.max()) if n_a else int(b.max()), int(b.max()) if n_b else int(a.max()))
+        span = hi - lo + 1
+        if room * span >= 2**62 and room > 1:  # compress the key so far to its distinct values (at most n rows)
+            codes, uniq = pd.factorize(np.concatenate([key_a, key_b]))
+            key_a, key_b, room = codes[:n_a].astype(np.int64), codes[n_a:].astype(np.int64), max(len(uniq), 1)
+        if room * span >= 2**62:  # and this column to its distinct values: two factors of at most n each
+            codes, uniq = pd.factorize(np.concatenate([a, b]))
+            a, b, lo, span = codes[:n_a].astype(np.int64), codes[n_a:].astype(np.int64), 0, max(len(uniq), 1)
+        key_a = key_a * span + (a - lo)
+        key_b = key_b * span + (b - lo)
+        room *= span
+    return key_a, key_b
+
+
+class _Overlaps:
+    """Which rows of a frame overlap a window [a, b): rows in start order with the running maximum of their ends,
+    so a window costs two binary searches and a look at the rows that can reach into it, not a pass over all."""
+
+    def __init__(self, start: np.ndarray, end: np.ndarray) -> None:
+        self.order = np.argsort(start, kind="stable")
+        self.start = start[self.order]
+        self.end = end[self.order]
+        self.reach = np.maximum.accumulate(self.end) if len(self.end) else self.end
+
+    def rows(self, a: int, b: int) -> np.ndarray:
+        """Positions (ascending, as a boolean mask would give them) of the rows with start < b and end > a."""
+        hi = int(np.searchsorted(self.start, b, side="left"))
+        lo = int(np.searchsorted(self.reach[:hi], a, side="right"))  # rows before lo all end by a
+        keep = self.end[lo:hi] > a
+        return np.sort(self.order[lo:hi][keep])
 
 
 class Views:
@@ -115,7 +188,7 @@ class Views:
     def gpu_activity(self) -> pd.DataFrame:
         """Kernels, copies and memsets on a device (what makes a GPU busy)."""
         ev = self.events
-        mask = ev["kind"].isin(GPU_ACTIVITY_KINDS).to_numpy() & (ev["device"].to_numpy() >= 0)
+        mask = kind_mask(ev["kind"], GPU_ACTIVITY_KINDS) & (ev["device"].to_numpy() >= 0)
         return ev[mask]
 
     @cached_property
@@ -133,7 +206,7 @@ class Views:
     def runtime_calls(self) -> pd.DataFrame:
         """Host runtime/driver API calls (launches, copies, syncs)."""
         host = self.host_events
-        return host[(host["kind"] == "runtime").to_numpy()]
+        return host[kind_mask(host["kind"], ("runtime",))]
 
     @cached_property
     def is_sync_call(self) -> pd.Series:
@@ -144,16 +217,28 @@ class Views:
     @cached_property
     def busy(self) -> pd.DataFrame:
         """Per (rank, device): the union of GPU activity over all streams, as merged intervals."""
-        parts = []
         act = self.gpu_activity
-        for (rank, device), g in act.groupby(["rank", "device"], observed=True, sort=True):
-            s = g["start_ns"].to_numpy()
-            e = s + np.maximum(g["dur_ns"].to_numpy(), 0)
-            ms, me = merge_intervals(s, e)
-            parts.append(pd.DataFrame({"rank": rank, "device": device, "start_ns": ms, "end_ns": me}))
-        if not parts:
+        if act.empty:
             return pd.DataFrame({c: pd.Series(dtype="int64") for c in ("rank", "device", "start_ns", "end_ns")})
-        return pd.concat(parts, ignore_index=True)
+        # only the four columns, grouped by one stable sort (a groupby would take every column of every row)
+        r = act["rank"].to_numpy().astype(np.int64)
+        d = act["device"].to_numpy().astype(np.int64)
+        s = act["start_ns"].to_numpy()
+        e = s + np.maximum(act["dur_ns"].to_numpy(), 0)
+        if r.min() != r.max() or d.min() != d.max():
+            order = np.lexsort((d, r))
+            r, d, s, e = r[order], d[order], s[order], e[order]
+        cut = np.flatnonzero(np.r_[True, (r[1:] != r[:-1]) | (d[1:] != d[:-1]), True])
+        parts = [merge_intervals(s[a:b], e[a:b]) for a, b in zip(cut[:-1], cut[1:])]
+        n = np.array([len(p[0]) for p in parts])
+        return pd.DataFrame(
+            {
+                "rank": np.repeat(r[cut[:-1]], n),
+                "device": np.repeat(d[cut[:-1]], n),
+                "start_ns": np.concatenate([p[0] for p in parts]),
+                "end_ns": np.concatenate([p[1] for p in parts]),
+            }
+        )
 
     @cached_property
     def gaps(self) -> pd.DataFrame:
@@ -203,21 +288,16 @@ class Views:
         ev = self.events
         corr = ev["correlation"].to_numpy()
         dev = ev["device"].to_numpy()
-        kind = ev["kind"]  # compared as a categorical (on its codes), never as 10^6 Python strings
-        host_i = np.flatnonzero((kind == "runtime").to_numpy() & (corr >= 0))
-        gpu_i = np.flatnonzero(kind.isin(GPU_ACTIVITY_KINDS).to_numpy() & (dev >= 0) & (corr >= 0))
+        kind = ev["kind"]  # compared on its category codes, never as 10^6 Python strings
+        host_i = np.flatnonzero(kind_mask(kind, ("runtime",)) & (corr >= 0))
+        gpu_i = np.flatnonzero(kind_mask(kind, GPU_ACTIVITY_KINDS) & (dev >= 0) & (corr >= 0))
         # one int64 key per (rank, pid, correlation), joined by sorting: a hash merge of 10^6 rows costs more
-        codes = [pd.factorize(a)[0].astype(np.int64) for a in (ev["rank"].to_numpy(), ev["pid"].to_numpy(), corr)]
-        key = np.zeros(len(ev), np.int64)
-        for c in codes:  # mixed radix over the codes: unique, and far from int64's range whatever the raw values
-            key = key * (int(c.max()) + 1 if len(c) else 1) + c
-        hk = key[host_i]
+        hk, gk = _join_keys([(a[host_i], a[gpu_i]) for a in (ev["rank"].to_numpy(), ev["pid"].to_numpy(), corr)])
         order = np.argsort(hk, kind="stable")
         hk_sorted = hk[order]
         first = np.ones(len(hk_sorted), dtype=bool)  # the first runtime row of a key wins (as drop_duplicates did)
         first[1:] = hk_sorted[1:] != hk_sorted[:-1]
         hk_sorted, h_rows = hk_sorted[first], host_i[order[first]]
-        gk = key[gpu_i]
         pos = np.clip(np.searchsorted(hk_sorted, gk), 0, max(len(hk_sorted) - 1, 0))
         hit = (len(hk_sorted) > 0) & (hk_sorted[pos] == gk) if len(hk_sorted) else np.zeros(len(gk), dtype=bool)
         li, gi = h_rows[pos[hit]], gpu_i[hit]
@@ -281,15 +361,62 @@ class Views:
             return None
         return float(s["dur_ns"].mean())
 
+    # --- windows ---------------------------------------------------------------------------------------
+    #: The cached frames ``rows_overlapping`` answers for (each has start_ns and dur_ns).
+    WINDOWED = ("gpu_activity", "runtime_calls", "host_events")
+
+    def rows_overlapping(self, frame: str, start_ns: int, end_ns: int) -> np.ndarray:
+        """Positions in ``getattr(self, frame)`` (one of ``WINDOWED``) of the rows that overlap [start_ns, end_ns),
+        ascending: ``frame.iloc[positions]`` is what a boolean mask over the whole frame would take."""
+        return self._overlaps(frame).rows(start_ns, end_ns)
+
+    def _overlaps(self, frame: str) -> _Overlaps:
+        if frame not in self.WINDOWED:
+            raise ValueError(f"rows_overlapping: unknown frame {frame!r}; one of {', '.join(self.WINDOWED)}")
+        cache = self.__dict__.setdefault("_overlap_index", {})
+        if frame not in cache:
+            df = getattr(self, frame)
+            start = df["start_ns"].to_numpy()
+            cache[frame] = _Overlaps(start, start + df["dur_ns"].to_numpy())
+        return cache[frame]
+
+    def device_rows(self, frame: str, rank: int, device: int, start_ns: int | None = None, end_ns: int | None = None) -> slice:
+        """The rows of ``busy`` or ``gaps`` (sorted by rank, device, start; disjoint within a device) on one device,
+        as a slice; with a window, only those overlapping [start_ns, end_ns)."""
+        if frame not in ("busy", "gaps"):
+            raise ValueError(f"device_rows: unknown frame {frame!r}; busy or gaps")
+        cache = self.__dict__.setdefault("_device_bounds", {})
+        if frame not in cache:
+            df = getattr(self, frame)
+            r, d = df["rank"].to_numpy(), df["device"].to_numpy()
+            cut = np.flatnonzero(np.r_[True, (r[1:] != r[:-1]) | (d[1:] != d[:-1]), True]) if len(df) else np.zeros(1, np.int64)
+            cache[frame] = ({(int(r[a]), int(d[a])): (int(a), int(b)) for a, b in zip(cut[:-1], cut[1:])}, df["start_ns"].to_numpy(), df["end_ns"].to_numpy())
+        bounds, start, end = cache[frame]
+        lo, hi = bounds.get((int(rank), int(device)), (0, 0))
+        if start_ns is not None and end_ns is not None and hi > lo:
+            lo, hi = lo + int(np.searchsorted(end[lo:hi], start_ns, side="right")), lo + int(np.searchsorted(start[lo:hi], end_ns, side="left"))
+            hi = max(hi, lo)
+        return slice(lo, hi)
+
+    @cached_property
+    def device_keys(self) -> list[tuple[int, int]]:
+        """The (rank, device) pairs with GPU activity, sorted."""
+        act = self.gpu_activity
+        if act.empty:
+            return []
+        key = act["rank"].to_numpy().astype(np.int64) * 2**32 + act["device"].to_numpy().astype(np.int64)
+        uniq = np.sort(pd.unique(key))
+        return [(int(r), int(d)) for r, d in zip((uniq // 2**32).tolist(), (uniq % 2**32).tolist())]
+
     # --- host activity -------------------------------------------------------------------------------
     def host_rows_overlapping(self, rank: int, start_ns: int, end_ns: int, kinds: tuple[str, ...] | None = None) -> pd.DataFrame:
         """Host rows of ``rank`` that overlap [start_ns, end_ns) (for explaining what the host did in a gap).
 
-        Called once per shown gap, so the mask is built on cached arrays and only the matching rows are taken.
+        Called once per shown gap, so the window is found on a start-ordered index and only its rows are taken.
         """
-        rank_a, start_a, end_a = self._host_arrays
-        m = (rank_a == rank) & (start_a < end_ns) & (end_a > start_ns)
-        out = self.host_events.iloc[np.flatnonzero(m)]
+        pos = self.rows_overlapping("host_events", start_ns, end_ns)
+        pos = pos[self._host_arrays[0][pos] == rank]
+        out = self.host_events.iloc[pos]
         if kinds is not None:
             out = out[out["kind"].isin(kinds).to_numpy()]
         return out

@@ -41,6 +41,7 @@ import pandas as pd
 
 from .ingest import native
 from .patterns import DATA_WAIT_PRIMARY, SYNC_CALL
+from .rule_api import instance_columns
 from .rules._common import GEMM_CONV
 from .views import Coverage, Views, merge_grouped, merge_intervals
 
@@ -919,8 +920,8 @@ def windows_of(instances) -> list[tuple[int, int]] | None:
         if instances.empty:
             return None
         return list(zip(instances["start_ns"].astype(np.int64), instances["end_ns"].astype(np.int64)))
-    out = [(int(i.start_ns), int(i.end_ns)) for i in instances]
-    return out or None
+    cols = instance_columns(instances)
+    return list(zip(cols.start_ns.tolist(), cols.end_ns.tolist())) or None
 
 
 #: Causes whose edit is limited to the finding's own instances (the syncs that stalled, the RNN region); the

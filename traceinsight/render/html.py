@@ -7,7 +7,9 @@ to pixel columns in Python: a trace with millions of kernels still gives a few t
 
 from __future__ import annotations
 
+import hashlib
 import math
+import os
 import re
 from functools import lru_cache
 from importlib import resources
@@ -15,12 +17,14 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from jinja2 import Environment, PackageLoader, select_autoescape
+import jinja2
+from jinja2 import Environment, FileSystemBytecodeCache, PackageLoader, select_autoescape
+from jinja2.bccache import Bucket
 from markupsafe import Markup, escape
 
 from .. import __version__, advice
 from ..engine import Analysis
-from ..rule_api import Finding, Instance, fmt_ns
+from ..rule_api import Finding, Instance, fmt_ns, instance_columns
 from ..verdict import details, headline, ledger_of
 from ..views import merge_intervals
 from .common import baseline_sentence, baseline_tag, clean, column_label, column_labels, format_cell
@@ -42,13 +46,64 @@ MAX_INSTANCE_VIEWS = 10  # findings that get a close-up of their largest instanc
 LEVELS = 4  # coverage is drawn in this many opacity steps; equal neighbours merge into one rect
 
 
+#: Where compiled templates are kept between runs: ``TRACEINSIGHT_CACHE_DIR`` (empty: keep none), else the user's
+#: cache folder. Compiling the report template costs a fresh process 0.1-0.25 s, more than rendering it. The
+#: cache holds code, so it is used only when this user owns the folder and no one else can write to it (docs/ci.md).
+CACHE_ENV = "TRACEINSIGHT_CACHE_DIR"
+
+
+class _TemplateCache(FileSystemBytecodeCache):
+    """Jinja's file cache of compiled templates, keyed also by the Jinja version and our environment's options
+    (the compiled code depends on both, the source checksum alone would not notice), and never an error: a cache
+    that cannot be read or written is a slower run, not a failed one."""
+
+    def __init__(self, directory: str, options: str) -> None:
+        super().__init__(directory, "tmpl-%s.cache")
+        self.options = options
+
+    def get_cache_key(self, name: str, filename: str | None = None) -> str:
+        return hashlib.sha1(f"{jinja2.__version__}|{self.options}|{name}|{filename}".encode()).hexdigest()
+
+    def load_bytecode(self, bucket: Bucket) -> None:
+        try:
+            super().load_bytecode(bucket)
+        except Exception:  # a damaged or foreign file: compile again
+            bucket.reset()
+
+    def dump_bytecode(self, bucket: Bucket) -> None:
+        try:
+            super().dump_bytecode(bucket)
+        except Exception:
+            pass
+
+
+def _template_cache(options: str) -> _TemplateCache | None:
+    root = os.environ.get(CACHE_ENV)
+    if root is None:
+        base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+        root = os.path.join(base, "traceinsight")
+    if not root:
+        return None
+    path = os.path.join(root, "templates")
+    try:
+        os.makedirs(path, mode=0o700, exist_ok=True)
+        st = os.stat(path)
+    except OSError:
+        return None
+    # compiled templates are code: only from a folder that this user owns and nobody else can write to
+    if hasattr(os, "getuid") and (st.st_uid != os.getuid() or st.st_mode & 0o022):
+        return None
+    return _TemplateCache(path, options) if os.access(path, os.W_OK) else None
+
+
 @lru_cache(maxsize=1)
 def _env() -> Environment:
+    options = {"trim_blocks": True, "lstrip_blocks": True}
     env = Environment(
         loader=PackageLoader("traceinsight.render", "templates"),
         autoescape=select_autoescape(default=True, default_for_string=True),
-        trim_blocks=True,
-        lstrip_blocks=True,
+        bytecode_cache=_template_cache(repr(sorted(options.items()))),
+        **options,
     )
     env.filters["ns"] = fmt_ns
     env.filters["clean"] = clean
@@ -314,7 +369,7 @@ def _x(t: float, w0: int, w1: int) -> float:
 
 def _pick_window(analysis: Analysis, views) -> tuple[int, int, str]:
     """One median-length step where steps exist (typical, not the warm-up outlier), else the busiest tenth."""
-    span = analysis.timeline.span_ns
+    span = views.span_ns
     views_busy = views.busy
     steps = views.steps
     if not steps.empty:
@@ -367,26 +422,26 @@ def _ticks(w0: int, w1: int, n: int = 8) -> list[dict[str, Any]]:
     return out
 
 
-def _in_window(frame: pd.DataFrame, w0: int, w1: int) -> pd.DataFrame:
-    """The rows of ``frame`` overlapping [w0, w1): masked on the time arrays, then only those rows taken."""
-    st = frame["start_ns"].to_numpy()
-    m = (st < w1) & (st + frame["dur_ns"].to_numpy() > w0)
-    return frame.iloc[np.flatnonzero(m)]
+def _in_window(views, frame: str, w0: int, w1: int) -> tuple[pd.DataFrame, np.ndarray]:
+    """The rows of the view ``frame`` overlapping [w0, w1), and their positions in it (``views.rows_overlapping``)."""
+    pos = views.rows_overlapping(frame, w0, w1)
+    return getattr(views, frame).iloc[pos], pos
 
 
 def _window_lanes(views, w0: int, w1: int, devices: list[tuple[int, int]], many_ranks: bool,
                   max_streams: int = MAX_STREAM_LANES_PER_DEVICE) -> list[dict[str, Any]]:
     """The lanes of [w0, w1): per device its busy coverage with idle gaps, then its busiest streams; then the host
     CUDA API of each rank shown (synchronising calls apart, as they usually explain a gap)."""
-    act = _in_window(views.gpu_activity, w0, w1)
+    act, act_pos = _in_window(views, "gpu_activity", w0, w1)
+    act_coll = views.is_collective.to_numpy()[act_pos]  # aligned with the rows of act
     gaps = views.gaps
     min_gap = max((w1 - w0) / PLOT_W, 1)
     lanes: list[dict[str, Any]] = []
     for rank, device in devices:
         dlabel = f"r{rank} GPU {device}" if many_ranks else f"GPU {device}"
-        b = views.busy[(views.busy["rank"] == rank) & (views.busy["device"] == device)]
-        g = gaps[(gaps["rank"] == rank) & (gaps["device"] == device) & (gaps["end_ns"] > w0) & (gaps["start_ns"] < w1) & (gaps["dur_ns"] >= min_gap)]
-        g = g.nlargest(MAX_GAPS_DRAWN, "dur_ns")
+        b = views.busy.iloc[views.device_rows("busy", rank, device, w0, w1)]  # what the window's coverage is made of
+        g = gaps.iloc[views.device_rows("gaps", rank, device, w0, w1)]
+        g = g[(g["dur_ns"] >= min_gap).to_numpy()].nlargest(MAX_GAPS_DRAWN, "dur_ns")
         gap_rects = [
             {"x": _x(max(s, w0), w0, w1), "w": max(_x(min(e, w1), w0, w1) - _x(max(s, w0), w0, w1), 0.8), "title": f"idle {fmt_ns(e - s)} at {fmt_ns(s)}"}
             for s, e in zip(g["start_ns"].to_numpy(), g["end_ns"].to_numpy())
@@ -399,14 +454,16 @@ def _window_lanes(views, w0: int, w1: int, devices: list[tuple[int, int]], many_
                 "gaps": gap_rects,
             }
         )
-        a = act[((act["rank"] == rank) & (act["device"] == device)).to_numpy()]
+        on_dev = ((act["rank"] == rank) & (act["device"] == device)).to_numpy()
+        a, a_coll = act[on_dev], act_coll[on_dev]
         if a.empty:
             continue
         by_stream = a.groupby("stream", observed=True)["dur_ns"].sum().sort_values(ascending=False)
         shown = list(by_stream.index[:max_streams])
         for stream in sorted(shown):
-            sa = a[a["stream"] == stream]
-            cls = _classify(sa["kind"].astype(str).to_numpy(), views.is_collective.reindex(sa.index).to_numpy(dtype=bool))
+            on_stream = (a["stream"] == stream).to_numpy()
+            sa = a[on_stream]
+            cls = _classify(sa["kind"].astype(str).to_numpy(), a_coll[on_stream])
             st = sa["start_ns"].to_numpy()
             en = st + np.maximum(sa["dur_ns"].to_numpy(), 0)
             rects = []
@@ -420,10 +477,11 @@ def _window_lanes(views, w0: int, w1: int, devices: list[tuple[int, int]], many_
     ranks = {r for r, _ in devices}
     for rank in sorted(ranks)[:4]:
         lanes += _host_lanes(views, rank, w0, w1, f"r{rank} " if many_ranks else "")
-    rt = _in_window(views.runtime_calls, w0, w1)
-    rt = rt[rt["rank"].isin(ranks).to_numpy()]
+    rt, rt_pos = _in_window(views, "runtime_calls", w0, w1)
+    in_ranks = rt["rank"].isin(ranks).to_numpy()
+    rt, rt_pos = rt[in_ranks], rt_pos[in_ranks]
     if not rt.empty:
-        sync = views.is_sync_call.reindex(rt.index).to_numpy(dtype=bool)
+        sync = views.is_sync_call.to_numpy(dtype=bool)[rt_pos]
         for rank, rr in rt.groupby("rank", observed=True):
             m = sync[rt["rank"].to_numpy() == rank]
             st = rr["start_ns"].to_numpy()
@@ -489,8 +547,16 @@ def _layout(lanes: list[dict[str, Any]], y: int = 24) -> int:
     return y
 
 
-def _largest(instances: list[Instance]) -> Instance | None:
-    return max(instances, key=lambda i: (i.dur_ns, -i.start_ns), default=None)
+def _largest(instances: Any) -> Instance | None:
+    """The longest instance (ties: the earliest start, then the first listed), read off the columns."""
+    c = instance_columns(instances)
+    if not len(c.start_ns):
+        return None
+    dur = c.end_ns - c.start_ns
+    cand = np.flatnonzero(dur == dur.max())
+    i = int(cand[np.argmin(c.start_ns[cand])])  # argmin: the first of equal starts
+    r, d = float(c.rank[i]), float(c.device[i])
+    return Instance(int(c.start_ns[i]), int(c.end_ns[i]), None if r != r else int(r), None if d != d else int(d), c.label(i))
 
 
 def _instance(tl, views, f: Finding) -> dict[str, Any] | None:
@@ -500,7 +566,7 @@ def _instance(tl, views, f: Finding) -> dict[str, Any] | None:
     if inst is None:
         return None
     s, e = float(inst.start_ns), float(inst.end_ns)
-    span = max(tl.span_ns, 1)
+    span = max(views.span_ns, 1)
     pad = max(0.25 * (e - s), 5_000.0)  # the instance fills about two thirds of the close-up, whatever its length
     w0, w1 = int(max(0.0, s - pad)), int(max(min(float(span), e + pad), e))
     if w1 <= w0:
@@ -511,12 +577,7 @@ def _instance(tl, views, f: Finding) -> dict[str, Any] | None:
     loc = f.location
     rank = inst.rank if inst.rank is not None else loc.rank
     device = inst.device if inst.device is not None else loc.device
-    devs = act[["rank", "device"]].drop_duplicates()
-    if rank is not None:
-        devs = devs[devs["rank"] == rank]
-    if device is not None:
-        devs = devs[devs["device"] == device]
-    devices = [tuple(int(v) for v in r) for r in devs.sort_values(["rank", "device"]).itertuples(index=False, name=None)][:2]
+    devices = [(r, d) for r, d in views.device_keys if (rank is None or r == rank) and (device is None or d == device)][:2]
     if not devices:
         return None
     lanes = _window_lanes(views, w0, w1, devices, len({r for r, _ in devices}) > 1 or rank not in (None, 0), max_streams=3)
@@ -537,17 +598,16 @@ def _instance(tl, views, f: Finding) -> dict[str, Any] | None:
 
 
 def _timeline_block(analysis: Analysis, views) -> dict[str, Any] | None:
-    tl = analysis.timeline
     act = views.gpu_activity
     if act.empty:
         return None
     w0, w1, what = _pick_window(analysis, views)
-    span = max(tl.span_ns, 1)
-    devices = list(act.groupby(["rank", "device"], observed=True, sort=True).groups.keys())[:MAX_DEVICES_DRAWN]
+    span = max(views.span_ns, 1)
+    devices = views.device_keys[:MAX_DEVICES_DRAWN]
     many_ranks = len({r for r, _ in devices}) > 1
     overview = []
     for rank, device in devices:
-        b = views.busy[(views.busy["rank"] == rank) & (views.busy["device"] == device)]
+        b = views.busy.iloc[views.device_rows("busy", rank, device)]
         dlabel = f"r{rank} GPU {device}" if many_ranks else f"GPU {device}"
         overview.append({"label": dlabel, "rects": _coverage_rects(b["start_ns"].to_numpy(), b["end_ns"].to_numpy(), 0, span)})
     lanes = _window_lanes(views, w0, w1, devices, many_ranks)
@@ -555,13 +615,17 @@ def _timeline_block(analysis: Analysis, views) -> dict[str, Any] | None:
     marks = []
     for n, f in enumerate(analysis.findings[:MAX_FINDING_ROWS], start=1):
         ticks = []
-        shown = [i for i in f.instances if i.end_ns >= w0 and i.start_ns <= w1]
-        shown = sorted(shown, key=lambda i: -i.dur_ns)[:MAX_MARKERS_PER_FINDING]
-        for i in sorted(shown, key=lambda i: i.start_ns):
-            x0 = _x(max(i.start_ns, w0), w0, w1)
-            label = f"{clean(i.label, 60)}: " if i.label else ""
-            ticks.append({"x": x0, "w": max(_x(min(i.end_ns, w1), w0, w1) - x0, 1.5), "title": f"{label}{fmt_ns(i.start_ns)} – {fmt_ns(i.end_ns)}"})
-        has_time = bool(f.instances)
+        c = instance_columns(f.instances)
+        # in the window; the longest MAX_MARKERS_PER_FINDING (ties: list order), drawn in time order
+        shown = np.flatnonzero((c.end_ns >= w0) & (c.start_ns <= w1))
+        shown = shown[np.argsort(c.start_ns[shown] - c.end_ns[shown], kind="stable")][:MAX_MARKERS_PER_FINDING]
+        shown = shown[np.argsort(c.start_ns[shown], kind="stable")]
+        for i_s, i_e, k in zip(c.start_ns[shown].tolist(), c.end_ns[shown].tolist(), c.label_code[shown].tolist()):
+            x0 = _x(max(i_s, w0), w0, w1)
+            text = c.labels[k]
+            label = f"{clean(text, 60)}: " if text else ""
+            ticks.append({"x": x0, "w": max(_x(min(i_e, w1), w0, w1) - x0, 1.5), "title": f"{label}{fmt_ns(i_s)} – {fmt_ns(i_e)}"})
+        has_time = len(c.start_ns) > 0
         band = None
         loc = f.location
         if loc.start_ns is not None:

@@ -5,11 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 import msgspec
+import numpy as np
 import pandas as pd
 
 from .. import __version__
 from ..engine import Analysis
-from ..rule_api import Finding
+from ..rule_api import Finding, instance_columns
 from ..sanitize import json_text
 from ..verdict import details, headline, ledger_of
 
@@ -57,9 +58,7 @@ def _finding(analysis: Analysis, f: Finding, max_evidence_rows: int | None) -> d
 def finding_dict(f: Finding, max_evidence_rows: int | None = 50) -> dict[str, Any]:
     """One finding as the JSON report holds it (docs/json-report.md); baseline comparison reads this shape."""
     ev = f.evidence if max_evidence_rows is None else f.evidence.head(max_evidence_rows)
-    inst = f.instances
-    if len(inst) > MAX_INSTANCES:
-        inst = sorted(sorted(inst, key=lambda i: -i.dur_ns)[:MAX_INSTANCES], key=lambda i: i.start_ns)
+    inst = _instance_dicts(f.instances)
     return {
         "code": f.code,
         "rule": f.rule_name,
@@ -79,11 +78,28 @@ def finding_dict(f: Finding, max_evidence_rows: int | None = 50) -> dict[str, An
             "total_rows": int(len(f.evidence)),
         },
         "fixes": {fw: {"text": fx.text, "code": fx.code} for fw, fx in f.fixes.items()},
-        "instances": [{"start_ns": i.start_ns, "end_ns": i.end_ns, "rank": i.rank, "device": i.device, "label": i.label} for i in inst],
+        "instances": inst,
         "total_instances": len(f.instances),
         "explains": list(f.explains),
         "what_if": None if f.what_if is None else _jsonable(f.what_if),
     }
+
+
+def _instance_dicts(instances: Any) -> list[dict[str, Any]]:
+    """The kept instances: all, or the ``MAX_INSTANCES`` longest (ties: earlier in the list first), in time order
+    (ties: list order). Picked on the columns; a dict is made only for the rows kept."""
+    c = instance_columns(instances)
+    keep = np.arange(len(c.start_ns))
+    if len(keep) > MAX_INSTANCES:
+        keep = np.argsort(c.start_ns - c.end_ns, kind="stable")[:MAX_INSTANCES]  # longest first
+        keep = keep[np.argsort(c.start_ns[keep], kind="stable")]
+    names = c.labels
+    return [
+        {"start_ns": s, "end_ns": e, "rank": None if r != r else int(r), "device": None if d != d else int(d), "label": names[k]}
+        for s, e, r, d, k in zip(
+            c.start_ns[keep].tolist(), c.end_ns[keep].tolist(), c.rank[keep].tolist(), c.device[keep].tolist(), c.label_code[keep].tolist()
+        )
+    ]
 
 
 def _jsonable(value: Any) -> Any:

@@ -27,7 +27,7 @@ import pandas as pd
 
 from .. import __version__
 from ..engine import Analysis
-from ..rule_api import Finding
+from ..rule_api import Finding, instance_columns
 from .common import clean
 
 #: Trace-event categories of the PyTorch Profiler for each timeline kind (what the kineto reader maps back).
@@ -184,12 +184,13 @@ def instances_of(finding: Finding, span_ns: int) -> pd.DataFrame:
     """
     inst = finding.instances
     if inst:
+        c = instance_columns(inst)
         return pd.DataFrame({
-            "start_ns": [int(i.start_ns) for i in inst],
-            "end_ns": [int(max(i.end_ns, i.start_ns)) for i in inst],
-            "rank": [i.rank for i in inst],
-            "device": [i.device for i in inst],
-            "label": [i.label or "" for i in inst],
+            "start_ns": c.start_ns.tolist(),
+            "end_ns": np.maximum(c.end_ns, c.start_ns).tolist(),
+            "rank": [None if r != r else int(r) for r in c.rank.tolist()],
+            "device": [None if d != d else int(d) for d in c.device.tolist()],
+            "label": [c.labels[k] or "" for k in c.label_code.tolist()],
         })  # fmt: skip
     loc = finding.location
     start = loc.start_ns if loc.start_ns is not None else 0

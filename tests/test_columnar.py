@@ -1,0 +1,220 @@
+"""The columnar paths behind the speed of the whole job: Finding.instances kept as columns, window queries on
+start-ordered indexes, join keys, warm-up first calls by dense groups, the compiled-template cache. Each is
+checked against the plain computation it replaces."""
+
+from __future__ import annotations
+
+import json
+import pickle
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import traceinsight
+from tests.helpers.kineto_writer import KinetoTrace
+from traceinsight import ledger as L
+from traceinsight.render import html, json_report, render
+from traceinsight.rule_api import Instance, Instances, as_instances, instance_columns
+from traceinsight.views import Views, _join_keys, name_mask
+
+
+# --- Finding.instances as columns ----------------------------------------------------------------------------
+def _frame(n: int, seed: int = 0) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    s = rng.integers(0, 10**12, n)
+    return pd.DataFrame(
+        {
+            "start_ns": s,
+            "end_ns": s + rng.integers(0, 10**6, n),
+            "rank": rng.integers(-1, 4, n),
+            "device": rng.choice([0.0, 1.0, np.nan, 2.7], n),
+            "label": rng.choice(np.array(["gap", "sync", None], dtype=object), n),
+        }
+    )
+
+
+def _objects(df: pd.DataFrame) -> list[Instance]:
+    """What as_instances made before: one Instance per row, through Instance's own normalisation."""
+    def ids(col: str) -> list:
+        v = pd.to_numeric(df[col], errors="coerce").to_numpy(dtype=float)
+        return [None if x != x or x < 0 else int(x) for x in v.tolist()]
+
+    return [
+        Instance(s, e, r, d, lb)
+        for s, e, r, d, lb in zip(df["start_ns"].tolist(), df["end_ns"].tolist(), ids("rank"), ids("device"), df["label"].astype(str).tolist())
+    ]
+
+
+def test_instances_from_a_frame_equal_the_objects_and_are_made_only_when_asked():
+    df = _frame(500)
+    got = as_instances(df)
+    assert isinstance(got, Instances) and got._items is None  # columns only
+    assert len(got) == 500 and got.columns().start_ns.dtype == np.int64
+    assert got._items is None
+    want = _objects(df)
+    assert got == want and list(got) == want and got[3] == want[3] and got[-2:] == want[-2:]
+    assert all(type(i) is Instance for i in got) and {i.label for i in got} == {"gap", "sync", "nan"}
+    assert hash(got[0]) == hash(want[0])
+    assert pickle.loads(pickle.dumps(got)) == want
+
+
+def test_instance_columns_of_a_list_and_of_instances_agree():
+    df = _frame(300, seed=1)
+    a, b = as_instances(df).columns(), instance_columns(_objects(df))
+    for x, y in zip(a[:4], b[:4]):
+        assert np.array_equal(x, y, equal_nan=True)
+    assert [a.label(i) for i in range(300)] == [b.label(i) for i in range(300)]
+
+
+def test_instances_keep_the_errors_of_instance():
+    with pytest.raises(ValueError, match="ends before it starts: 10 > 5"):
+        as_instances(pd.DataFrame({"start_ns": [1, 10], "end_ns": [2, 5]}))
+    with pytest.raises(TypeError):
+        as_instances([(1, 2)])
+
+
+def test_json_keeps_the_longest_instances_in_time_order(tmp_path, monkeypatch):
+    monkeypatch.setattr(json_report, "MAX_INSTANCES", 40)
+    df = _frame(200, seed=2)
+    df.loc[df.index[:30], "end_ns"] = df["start_ns"].iloc[:30] + 7  # ties in length keep list order
+    objs = _objects(df)
+    want = sorted(sorted(objs, key=lambda i: -i.dur_ns)[:40], key=lambda i: i.start_ns)
+    for inst in (as_instances(df), objs):
+        got = json_report._instance_dicts(inst)
+        assert got == [{"start_ns": i.start_ns, "end_ns": i.end_ns, "rank": i.rank, "device": i.device, "label": i.label} for i in want]
+
+
+def test_largest_instance_is_the_first_longest_earliest():
+    objs = [Instance(50, 60), Instance(10, 20, 1, 0, "a"), Instance(10, 20, 2, 0, "b"), Instance(0, 5)]
+    assert html._largest(objs) == Instance(10, 20, 1, 0, "a")
+    assert html._largest(as_instances(pd.DataFrame({"start_ns": [50, 10, 10], "end_ns": [60, 20, 20], "label": ["x", "y", "z"]}))).label == "y"
+    assert html._largest([]) is None
+
+
+# --- views ---------------------------------------------------------------------------------------------------
+def _trace(tmp_path):
+    t = KinetoTrace()
+    for i in range(6):
+        b = i * 1000.0
+        t.step(i, b, 900.0)
+        t.kernel("gemm", b + 100, 300.0, launch_us=b + 50)
+        t.kernel("ncclKernel_AllReduce", b + 450, 200.0, launch_us=b + 60)
+    return traceinsight.load(t.write(tmp_path / "t.json"))
+
+
+@pytest.mark.parametrize("frame", Views.WINDOWED)
+def test_rows_overlapping_is_the_boolean_mask(tmp_path, frame):
+    v = Views(_trace(tmp_path))
+    df = getattr(v, frame)
+    st = df["start_ns"].to_numpy()
+    en = st + df["dur_ns"].to_numpy()
+    rng = np.random.default_rng(3)
+    for a in rng.integers(int(st.min()) - 10, int(en.max()) + 10, 40):
+        b = a + int(rng.integers(0, 3000_000))
+        want = np.flatnonzero((st < b) & (en > a))
+        assert np.array_equal(v.rows_overlapping(frame, int(a), int(b)), want)
+    with pytest.raises(ValueError):
+        v.rows_overlapping("steps", 0, 1)
+
+
+def test_device_rows_and_keys_match_masks(tmp_path):
+    v = Views(_trace(tmp_path))
+    assert v.device_keys == sorted({(int(r), int(d)) for r, d in zip(v.gpu_activity["rank"], v.gpu_activity["device"])})
+    for frame in ("busy", "gaps"):
+        df = getattr(v, frame)
+        for r, d in v.device_keys:
+            on = df[(df["rank"] == r) & (df["device"] == d)]
+            pd.testing.assert_frame_equal(df.iloc[v.device_rows(frame, r, d)], on)
+            w0, w1 = int(on["start_ns"].min()) + 500_000, int(on["start_ns"].min()) + 2_600_000
+            inside = on[(on["end_ns"] > w0) & (on["start_ns"] < w1)]
+            pd.testing.assert_frame_equal(df.iloc[v.device_rows(frame, r, d, w0, w1)], inside)
+
+
+def test_join_keys_are_equal_exactly_when_all_columns_are():
+    rng = np.random.default_rng(4)
+    n = 2000
+    cols = [rng.choice([0, 7, 2**31 - 1], n), rng.choice([3, 2**40, 2**62], n), rng.integers(-(2**62), 2**62, n)]
+    cols[2][: n // 2] = cols[2][n // 2 :]  # repeated ids, so equal rows exist
+    a = [c[: n // 2] for c in cols]
+    b = [c[n // 2 :][::-1] for c in cols]
+    ka, kb = _join_keys([(x, y) for x, y in zip(a, b)])
+    ta = list(zip(*(x.tolist() for x in a)))
+    tb = list(zip(*(x.tolist() for x in b)))
+    pairs = rng.integers(0, n // 2, (3000, 2))
+    for i, j in pairs:
+        assert (ka[i] == kb[j]) == (ta[i] == tb[j])
+    assert len(set(ka.tolist())) == len(set(ta))
+
+
+def test_name_mask_reuses_category_hits_and_maps_missing_names_to_false():
+    s = pd.Series(pd.Categorical(["cudaStreamSynchronize", None, "gemm", "cudaStreamSynchronize"]))
+    want = np.array([True, False, False, True])
+    assert np.array_equal(name_mask(s, "synchronize"), want)
+    assert np.array_equal(name_mask(s.iloc[1:], "synchronize"), want[1:])  # same categories: cached hits
+    m = name_mask(s, "synchronize")
+    m[:] = False  # a caller may change its mask without touching the cache
+    assert np.array_equal(name_mask(s, "synchronize"), want)
+
+
+# --- ledger warm-up first calls ------------------------------------------------------------------------------
+def test_first_calls_by_name_code_equal_the_hashed_groups():
+    rng = np.random.default_rng(5)
+    n = 5000
+    names = pd.Series(pd.Categorical(rng.choice(["a", "b", "c", "d", None], n)))
+    start = rng.integers(0, 10**6, n) // 100 * 100  # ties in start
+    dur = np.where(rng.random(n) < 0.02, 5 * L.WARMUP_MIN_NS, rng.integers(1, 10**5, n))
+    cand = rng.random(n) < 0.8
+    one = L._outlier_first_calls(names, cand, np.zeros(n, np.int32), start, dur)  # dense groups by name code
+    hashed = L._outlier_first_calls(names.astype(object), cand, np.zeros(n, np.int32), start, dur)  # general path
+    assert np.array_equal(one, hashed)
+    # the same rows on a second rank (the general path): rank 0's first calls are unchanged, rank 1's follow
+    two = L._outlier_first_calls(
+        pd.Series(pd.concat([names, names], ignore_index=True).astype("category")), np.r_[cand, cand],
+        np.r_[np.zeros(n, np.int32), np.ones(n, np.int32)], np.r_[start, start], np.r_[dur, dur],
+    )
+    assert np.array_equal(two, np.r_[one, one + n])
+
+
+# --- the compiled-template cache -----------------------------------------------------------------------------
+def test_template_cache_renders_the_same_and_survives_damage(tmp_path, monkeypatch):
+    a = traceinsight.analyze(_trace(tmp_path))
+    monkeypatch.setenv(html.CACHE_ENV, "")
+    html._env.cache_clear()
+    plain = render(a, "html")
+    cache = tmp_path / "cache"
+    monkeypatch.setenv(html.CACHE_ENV, str(cache))
+    html._env.cache_clear()
+    assert render(a, "html") == plain
+    files = list((cache / "templates").glob("tmpl-*.cache"))
+    assert files  # compiled once, kept
+    html._env.cache_clear()
+    assert render(a, "html") == plain  # read back
+    for f in files:
+        f.write_bytes(b"not a cache")
+    html._env.cache_clear()
+    assert render(a, "html") == plain
+    html._env.cache_clear()
+    monkeypatch.delenv(html.CACHE_ENV)
+
+
+def test_json_report_lists_every_instance_in_order_when_under_the_cap(tmp_path):
+    a = traceinsight.analyze(_trace(tmp_path), min_impact=0)
+    doc = json.loads(render(a, "json"))
+    timed = [(f, fd) for f, fd in zip(a.findings, doc["findings"]) if len(f.instances)]
+    assert timed and all(isinstance(f.instances, Instances) for f, _ in timed)  # the built-in rules pass frames
+    for f, fd in timed:
+        assert fd["total_instances"] == len(f.instances) <= json_report.MAX_INSTANCES
+        assert fd["instances"] == [{"start_ns": i.start_ns, "end_ns": i.end_ns, "rank": i.rank, "device": i.device, "label": i.label} for i in f.instances]
+
+
+def test_template_cache_is_not_read_from_a_folder_others_can_write(tmp_path, monkeypatch):
+    """Compiled templates are code: a world-writable cache folder (shared /tmp, a restored CI cache) is ignored."""
+    cache = tmp_path / "shared"
+    (cache / "templates").mkdir(parents=True)
+    (cache / "templates").chmod(0o777)
+    monkeypatch.setenv(html.CACHE_ENV, str(cache))
+    assert html._template_cache("x") is None
+    (cache / "templates").chmod(0o700)
+    assert html._template_cache("x") is not None
+    html._env.cache_clear()
