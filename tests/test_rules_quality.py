@@ -112,11 +112,37 @@ def test_ti013_first_step_init(tmp_path):
     _with_warmup(t, init=True)
     a = traceinsight.analyze(t.write(tmp_path / "warm.json"))
     (f,) = _codes(a, "TI013")
-    assert f.metrics["warmup_ns"] == pytest.approx(20_000_000, rel=0.01)
-    assert "cudaMalloc" in f.evidence["start_up_calls"].iloc[0]
-    assert len(f.instances) == 1 and f.instances[0].label == "warm-up"
+    # the ledger's warm-up: step 0 (21 ms) is over twice the later steps' 1.01 ms, so its 20 ms gap is set aside
+    assert f.metrics["warmup_ns"] == int(a.ledger.gaps["idle_warmup"].sum()) == 20_000_000
+    assert f.metrics["warmup_pct"] == pytest.approx(100.0 * 20_000_000 / 26_060_000, abs=0.001)
+    assert f.metrics["startup_counted_as_idle_ns"] == 0
+    assert f.evidence["one_time_work"].tolist() == ["first step (ProfilerStep#0)"]
+    assert f.evidence["set_aside"].tolist() == [True]
+    assert [(i.start_ns, i.end_ns, i.label) for i in f.instances] == [(20_000, 20_020_000, "warm-up")]
     # kept out of the steady-state idle: no TI001 for a loop that is busy from step 1 on
     assert _codes(a, "TI001") == []
+
+
+def test_ti013_start_up_calls_the_ledger_cannot_measure(tmp_path):
+    # no steps, one module load and one JIT compile in the head gap: made once, nothing to compare them with,
+    # so the ledger books the 10 ms as host time; TI013 names the start-up and says it stays in the idle
+    t = KinetoTrace()
+    t.kernel(GEMM, 0.0, 10.0, launch_us=-5.0, launch_dur_us=3.0, grid=GRID)
+    t.runtime("cuModuleLoadData", 100.0, 2_000.0)
+    t.cpu_op("KernelExecutor::compileFusion", 2_200.0, 7_700.0)
+    for i in range(40):
+        t.kernel(GEMM, 10_010.0 + i * 50, 50.0, launch_us=10_000.0 + i * 0.4, launch_dur_us=0.3, grid=GRID)
+    a = traceinsight.analyze(t.write(tmp_path / "jit.json"))
+    assert int(a.ledger.gaps["idle_warmup"].sum()) == 0
+    (f,) = _codes(a, "TI013")
+    assert f.metrics["warmup_ns"] == 0 and f.metrics["startup_counted_as_idle_ns"] == 10_000_000
+    assert "counted as idle" in f.title
+    assert f.evidence["one_time_work"].iloc[0] == "cuModuleLoadData ×1, KernelExecutor::compileFusion ×1"
+    assert f.evidence["set_aside"].tolist() == [False]
+    assert [(i.start_ns, i.end_ns, i.label) for i in f.instances] == [(15_000, 10_015_000, "start-up calls (counted as idle)")]  # times from the first event (the launch at -5 µs)
+    # one home: what the ledger does not book as warm-up, TI001 counts
+    (g,) = _codes(a, "TI001")
+    assert g.impact_ns == 10_000_000 and g.metrics["warmup_excluded_ns"] == 0
 
 
 def test_ti013_negative_steady_steps(tmp_path):
