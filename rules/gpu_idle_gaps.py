@@ -123,11 +123,17 @@ class GpuIdleGaps(Rule):
     *window* runs from the first to the last activity. A gap is a hole between busy intervals, and a *long gap* one
     of at least `min_gap_us` (default **100 µs**). The impact is the summed duration of the long gaps, and it is
     graded like every finding on the common scale (share of the device's window: error >= 20 %, warning >= 5 %,
-    info >= 1 %), so idle that is large in total is reported even when it sits in a few gaps. Warm-up gaps at the
-    start of the window (TI013) are left out: they are one-off start-up, not steady-state idle. So are, in an
-    inference run, gaps that begin inside the sync closing a step (TI002: the request's result): the idle
-    between two requests lengthens no request (``metrics["between_requests_ns"]``). `min_idle_pct`
-    (default **1 %**, the scale's floor) is the smallest share reported at all.
+    info >= 1 %), so idle that is large in total is reported even when it sits in a few gaps.
+
+    Warm-up is left out, and the time ledger is its one home: every nanosecond the ledger books as `idle_warmup`
+    (one-time work it measured against a later repetition; TI013 reports it, the verdict sets it aside) is
+    removed from the gap it sits in, as if it had not happened. A gap counts only its other nanoseconds, is long
+    when those reach `min_gap_us`, and a gap that is all warm-up is no gap here; the title's and
+    `metrics["long_gap_idle_pct"]`'s share is of the steady state (the window less its warm-up,
+    `metrics["warmup_excluded_ns"]`). So are left out, in an inference run, gaps that begin inside the sync
+    closing a step (TI002: the request's result): the idle between two requests lengthens no request
+    (``metrics["between_requests_ns"]``). `min_idle_pct` (default **1 %**, the scale's floor) is the smallest
+    share of the steady state reported at all.
 
     Thresholds against peers: HTA's idle-time breakdown calls a same-stream gap under 30 µs "kernel wait"
     (`consecutive_kernel_delay=30`) and its critical-path analysis treats up to 1.5 ms as a plausible kernel-kernel
@@ -140,9 +146,9 @@ class GpuIdleGaps(Rule):
     gap once: data loading (a data-wait range of the host), host synchronization (the gap began while the host
     was blocked in a sync: the queue drained under it), a GPU-side dependency (the work ending the gap had been
     queued, its launch call had returned, before the gap began: the GPU waited on an event, another stream or a
-    copy), host busy in traced CPU ops or untraced host time (the work was launched late), warm-up, or unknown
-    (no launch linked). `metrics["cause_ns"]` sums these per cause; a gap's own cause (its timeline label and
-    evidence row) is the one holding most of it. A host-busy or untraced gap that optimizer ranges
+    copy), host busy in traced CPU ops or untraced host time (the work was launched late), or unknown (no launch
+    linked); warm-up is no cause here, it is left out. `metrics["cause_ns"]` sums these per cause; a gap's own
+    cause (its timeline label and evidence row) is the one holding most of it. A host-busy or untraced gap that optimizer ranges
     (`Optimizer.step`, `apply_gradients`, ...) cover for at least half is named the optimizer step's. In the
     evidence, `launch_returned_after_gap_start_us` is when the call that enqueued the work ending the gap
     returned, from the gap's start (negative: the work was queued before the GPU ran dry).
@@ -192,7 +198,7 @@ class GpuIdleGaps(Rule):
     )
 
     min_gap_us = Option(100.0, "Gaps shorter than this (µs) are normal launch/dependency latency and are ignored.")
-    min_idle_pct = Option(1.0, "Report a device when its long gaps add up to at least this % of its active window.")
+    min_idle_pct = Option(1.0, "Report a device when its long gaps add up to at least this % of its steady state (window less warm-up).")
     top_n = Option(10, "Evidence rows: the largest gaps shown.")
 
     def check(self, ctx):

@@ -24,9 +24,9 @@ class WarmupInWindow(Rule):
     definition = """
     Warm-up has one home, the time ledger (`traceinsight.ledger`): it books idle time as `idle_warmup` while the
     host is inside one-time work it can measure against a later repetition: the first call of an op or runtime
-    call lasting at least 1 ms and 10 times the median of its later calls (cuDNN autotuning inside the first
-    convolution, lazy library loading, JIT compilation), or, with at least 3 steps, a first step twice the median
-    of the others. This rule reports a device whose ledger warm-up is at least `min_share_pct` (default **5 %**)
+    call lasting at least 1 ms and 10 times the median of its later calls (`WARMUP_MIN_NS`, `WARMUP_RATIO`: cuDNN
+    autotuning inside the first convolution, lazy library loading, JIT compilation), or, with at least 3 steps, a
+    first step twice the median of the others (`WARMUP_FIRST_STEP_RATIO`). This rule reports a device whose ledger warm-up is at least `min_share_pct` (default **5 %**)
     of its window, with the gaps that hold it and the one-time work inside each. That time is what the verdict
     sets aside and TI001 leaves out of its idle.
 
@@ -58,7 +58,7 @@ class WarmupInWindow(Rule):
         """,
     )
 
-    min_share_pct = Option(5.0, "A warm-up gap must be at least this % of its device's window.")
+    min_share_pct = Option(5.0, "A device's warm-up, or a head gap with start-up calls, must be at least this % of its window.")
 
     def check(self, ctx: Context):
         v = ctx.views
