@@ -4,6 +4,8 @@ Each measurement is one fresh process, timed from launch to exit by the parent (
 included), with the child's own peak RSS (VmHWM). Compared, in the same run:
 
 * ``load``: ``import traceinsight; traceinsight.load(path)``: the floor (reading the trace);
+* ``load_kept``: the same after ``allocator.keep_freed_memory()``, the allocator setting the CLI makes (so that the
+  ratio is not flattered by a setting only one side has);
 * ``analyze``: ``traceinsight analyze PATH -f html,md,json -o DIR``: read, all rules, three reports written;
 * ``HTA``: ``TraceAnalysis`` + ``get_temporal_breakdown`` + ``get_idle_time_breakdown`` (HolisticTraceAnalysis
   0.5.0 in its own interpreter, ``--hta-python``), the nearest thing HTA does to the same job.
@@ -38,6 +40,10 @@ print("\nBENCH " + json.dumps({"peak_rss_mb": hwm / 1024, "rows": rows}))
 
 PROBES = {
     "load": "import json, sys\nimport traceinsight\nrows = len(traceinsight.load(sys.argv[1]).events)\n" + _HWM,
+    "load_kept": (
+        "import json, sys\nimport traceinsight\nfrom traceinsight.allocator import keep_freed_memory\nkeep_freed_memory()\n"
+        "rows = len(traceinsight.load(sys.argv[1]).events)\n" + _HWM
+    ),
     "analyze": (
         "import json, sys\nfrom traceinsight.cli import app\nrows = 0\n"
         "try:\n    app(['analyze', sys.argv[1], '-f', 'html,md,json', '-o', sys.argv[2], '--no-progress'], standalone_mode=False)\n"
@@ -119,15 +125,18 @@ def main() -> int:
     cache = tmp / "pycache"
     results = {
         "load": measure(sys.executable, "load", path, tmp, args.repeat, cache),
+        "load_kept": measure(sys.executable, "load_kept", path, tmp, args.repeat, cache),
         "analyze": measure(sys.executable, "analyze", path, tmp, args.repeat, cache),
         "hta": measure(args.hta_python, "hta", path, tmp, args.repeat, cache) if args.hta_python else None,
     }
     load = results["load"]
     mb = path.stat().st_size / 1e6
     print(f"\ntrace: {path.name}, {mb:.0f} MB, {load['rows'] if load else 0:,} rows; median of {args.repeat} fresh processes; cores: {os.cpu_count()}")
-    print(f"{'job':58s} {'s':>8s} {'peak RSS MB':>12s} {'vs load':>8s}  runs")
+    kept = results["load_kept"]
+    print(f"{'job':58s} {'s':>8s} {'peak RSS MB':>12s} {'vs load':>8s} {'vs kept':>8s}  runs")
     labels = {
         "load": "import traceinsight; load()",
+        "load_kept": "same, with the CLI's allocator setting (allocator.py)",
         "analyze": "traceinsight analyze -f html,md,json",
         "hta": "HTA TraceAnalysis + temporal + idle-time breakdown",
     }
@@ -135,7 +144,8 @@ def main() -> int:
         if r is None:
             continue
         ratio = f"{r['seconds'] / load['seconds']:7.2f}x" if load else "-"
-        print(f"{labels[kind]:58s} {r['seconds']:8.2f} {r['peak_rss_mb']:12.0f} {ratio:>8s}  {r['all']}")
+        ratio_kept = f"{r['seconds'] / kept['seconds']:7.2f}x" if kept else "-"
+        print(f"{labels[kind]:58s} {r['seconds']:8.2f} {r['peak_rss_mb']:12.0f} {ratio:>8s} {ratio_kept:>8s}  {r['all']}")
     if args.profile:
         profile(path, tmp)
     return 0

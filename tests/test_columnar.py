@@ -206,3 +206,15 @@ def test_json_report_lists_every_instance_in_order_when_under_the_cap(tmp_path):
     for f, fd in timed:
         assert fd["total_instances"] == len(f.instances) <= json_report.MAX_INSTANCES
         assert fd["instances"] == [{"start_ns": i.start_ns, "end_ns": i.end_ns, "rank": i.rank, "device": i.device, "label": i.label} for i in f.instances]
+
+
+def test_template_cache_is_not_read_from_a_folder_others_can_write(tmp_path, monkeypatch):
+    """Compiled templates are code: a world-writable cache folder (shared /tmp, a restored CI cache) is ignored."""
+    cache = tmp_path / "shared"
+    (cache / "templates").mkdir(parents=True)
+    (cache / "templates").chmod(0o777)
+    monkeypatch.setenv(html.CACHE_ENV, str(cache))
+    assert html._template_cache("x") is None
+    (cache / "templates").chmod(0o700)
+    assert html._template_cache("x") is not None
+    html._env.cache_clear()

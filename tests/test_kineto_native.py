@@ -202,13 +202,17 @@ def test_cut_anywhere_same_recovery(tmp_path, monkeypatch):
     assert recovered == sorted(recovered) and recovered[-1] == 8  # more kept the later the cut; all at the end
 
 
-def test_deep_nesting_is_skipped_without_recursion():
-    doc = _small_trace().to_dict()
-    blob = json.dumps(doc)
+def test_deep_nesting_is_declined_without_recursion_and_refused_on_both_paths(tmp_path, monkeypatch):
+    """200,000 levels: the scanner declines at MAX_DEPTH (a fixed stack, no recursion), and both paths give
+    msgspec's one-line error (tests/test_kineto_parity.py has the limit itself)."""
+    blob = json.dumps(_small_trace().to_dict())
     deep = "[" * 200_000 + "]" * 200_000
     blob = blob.replace('"args": {"Op count": 0}', '"args": {"Op count": 0, "deep": ' + deep + "}")
-    cols, where = scan_columns(blob.encode())
-    assert not where["truncated"] and len(cols.pid) == 8
+    with pytest.raises(Declined, match="nesting deeper"):
+        scan_columns(blob.encode())
+    path = tmp_path / "deep.json"
+    path.write_text(blob)
+    assert assert_same(path, monkeypatch).endswith("nested too deeply)")
 
 
 def test_scanner_entry_point_directly():

@@ -104,8 +104,10 @@ def analyze(
 ) -> None:
     """Read a trace, run the rules, and report findings with their cost and fixes."""
     from . import engine, outputs
+    from .allocator import keep_freed_memory
     from .job.cli import analyze_job_cli, wants_job
 
+    keep_freed_memory()  # a short-lived process of ours: reuse freed arrays instead of faulting new pages in
     formats = _parse_formats(fmt, output)
     inputs = [path, baseline, config, *(rules or [])]
     try:

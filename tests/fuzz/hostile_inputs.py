@@ -629,7 +629,7 @@ def _(i, o):
     return [str(dump(i / "t.json", '{"traceEvents": [' + "[" * 5_000_000 + "]" * 5_000_000 + "]}"))]
 
 
-@case("hostile_bomb_deep_object_in_args", "bombs", timeout=120)
+@case("hostile_bomb_deep_object_in_args", "bombs", expect={3}, timeout=120)  # deeper than msgspec recurses: one error on both paths
 def _(i, o):
     text = json.dumps(kineto()).replace('"args": {"External id"', '"args": {"deep": ' + '{"a":' * 200_000 + "1" + "}" * 200_000 + ', "External id"', 1)
     return [str(dump(i / "t.json", text))]
@@ -799,16 +799,31 @@ def _(i, o):
     return [str(p)]
 
 
-@case("hostile_trunc_big_linear_time", "truncated files", timeout=60, check=need_kernels(1000))
-def _(i, o):
-    t = KinetoTrace()
-    t.step(1, 0, 10_000_000)
-    for n in range(60_000):
-        t.kernel("k", 10 + n * 100, 50)
-    data = json.dumps(t.to_dict()).encode()
-    p = i / "t.json"
-    p.write_bytes(data[: len(data) - 5000] + b'{"ph": "X", "na')
-    return [str(p)]
+def _big_cut(glue: bytes, keep_tail: int = 0):
+    """60,000 kernels cut 5,000 bytes before the end, ``glue`` after the cut (a partial event from a restarted
+    writer, NULs from a crashed file system), and optionally the last ``keep_tail`` bytes of the full file after
+    that (damage with intact events after it, which is not a cut)."""
+    def build(i: Path, o: Path) -> list[str]:
+        t = KinetoTrace()
+        t.step(1, 0, 10_000_000)
+        for n in range(60_000):
+            t.kernel("k", 10 + n * 100, 50)
+        data = json.dumps(t.to_dict()).encode()
+        p = i / "t.json"
+        p.write_bytes(data[: len(data) - 5000] + glue + (data[-keep_tail:] if keep_tail else b""))
+        return [str(p)]
+
+    return build
+
+
+# A cut whose tail is a partial event is a truncation whatever bytes follow the cut: every complete event before it
+# is kept (59,000+ of 60,000 here), with the truncation warning, in linear time on both paths.
+case("hostile_trunc_big_linear_time", "truncated files", timeout=60, check=need_kernels(59_000))(
+    _big_cut(b'{"ph": "X", "na'))
+case("hostile_trunc_nul_tail", "truncated files", timeout=60, check=need_kernels(59_000))(_big_cut(b"\0" * 8192))
+# damage followed by intact events (a stretch lost in the middle) is an error, not a cut
+case("hostile_trunc_damage_then_events", "truncated files", expect={3}, timeout=60)(
+    _big_cut(b'{"ph": "X", "na', keep_tail=3000))
 
 
 # --- 8. invalid UTF-8 and encodings ---------------------------------------------------------------------------

@@ -47,7 +47,8 @@ LEVELS = 4  # coverage is drawn in this many opacity steps; equal neighbours mer
 
 
 #: Where compiled templates are kept between runs: ``TRACEINSIGHT_CACHE_DIR`` (empty: keep none), else the user's
-#: cache folder. Compiling the report template costs a fresh process 0.1-0.25 s, more than rendering it.
+#: cache folder. Compiling the report template costs a fresh process 0.1-0.25 s, more than rendering it. The
+#: cache holds code, so it is used only when this user owns the folder and no one else can write to it (docs/ci.md).
 CACHE_ENV = "TRACEINSIGHT_CACHE_DIR"
 
 
@@ -86,7 +87,11 @@ def _template_cache(options: str) -> _TemplateCache | None:
     path = os.path.join(root, "templates")
     try:
         os.makedirs(path, mode=0o700, exist_ok=True)
+        st = os.stat(path)
     except OSError:
+        return None
+    # compiled templates are code: only from a folder that this user owns and nobody else can write to
+    if hasattr(os, "getuid") and (st.st_uid != os.getuid() or st.st_mode & 0o022):
         return None
     return _TemplateCache(path, options) if os.access(path, os.W_OK) else None
 

@@ -12,8 +12,14 @@
  * messages for invalid JSON. A file cut short inside the event array is handled here: the complete events before
  * the cut are returned with "truncated": True.
  *
- * Safety: every read is bounds-checked against the end of the buffer; nesting is skipped with a counter, never
- * by recursion; string and number tokens are never copied unboundedly.
+ * Validity: the scanner accepts exactly what the general decoder accepts. Every value it skips is still checked
+ * against the JSON grammar (strings, escapes, numbers, literals, brackets), nesting deeper than MAX_DEPTH is
+ * declined (the general decoder refuses it with the same limit), and a string the general decoder would decode is
+ * checked for UTF-8 (a bad byte sets "bad_utf8", as the general decoder's replacement warns). Anything else that
+ * is odd declines the document, so the general decoder, which gives every error message, decides it.
+ *
+ * Safety: every read is bounds-checked against the end of the buffer; nesting is skipped with a fixed stack,
+ * never by recursion; string and number tokens are never copied unboundedly.
  *
  * Strings are interned per column: the result holds, per table, the distinct raw (still JSON-escaped) byte strings
  * in order of first appearance, and each row holds int32 codes (-1 = absent). Unescaping happens in Python, once
@@ -26,6 +32,9 @@
 #include <stdlib.h>
 #include <stdint.h>
 #include <string.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 /* ------------------------------------------------------------------------------------------------------------ */
 /* Column: a malloc'd array exposed through the buffer protocol, so numpy.frombuffer wraps it without a copy.    */
@@ -230,9 +239,14 @@ static void rows_free(Rows *r) {
 
 enum { OK = 0, TRUNC = -2, FALLBACK = -1, NOMEM = -3 };
 
+/* The deepest nesting taken (the top-level object is level 1). decode.MAX_DEPTH is the same limit. */
+#define MAX_DEPTH 256
+
 typedef struct {
     const char *base, *p, *end;
     const char *why; /* reason for FALLBACK */
+    int outer;       /* containers around the event objects: 1 for a bare array, 2 inside {"traceEvents": [...]} */
+    int bad_utf8;    /* a string the general decoder decodes holds bytes that are not UTF-8 */
     Intern tables[N_TABLES];
     Rows rows; /* complete events (ph "X") */
     Rows meta; /* metadata events (ph "M"): process and thread names */
@@ -250,23 +264,179 @@ static inline void skip_ws(Scan *s) {
     }
 }
 
-/* At an opening quote: the raw content span (escapes kept); p ends after the closing quote. */
-static int scan_string(Scan *s, const char **out, Py_ssize_t *len) {
-    const char *start = s->p + 1;
-    const char *q = start;
-    for (;;) {
-        const char *hit = memchr(q, '"', (size_t)(s->end - q));
-        if (!hit) return TRUNC;
-        const char *b = hit;
-        while (b > start && b[-1] == '\\') b--;
-        if (((hit - b) & 1) == 0) {
-            *out = start;
-            *len = hit - start;
-            s->p = hit + 1;
+static const uint64_t ONES = 0x0101010101010101ULL, HIGHS = 0x8080808080808080ULL;
+
+/* Non-zero when some byte of w is zero / is below n (n <= 128): the classic word-at-a-time tests. The lowest flag
+   set always marks a byte that qualifies (false flags occur only above a true one). */
+static inline uint64_t has_zero(uint64_t w) { return (w - ONES) & ~w & HIGHS; }
+static inline uint64_t has_less(uint64_t w, unsigned n) { return (w - ONES * n) & ~w & HIGHS; }
+
+/* The first byte from q that a string scan must look at: a quote, a backslash, a control character or (with
+   ``high``) a byte that is not ASCII; ``end`` when there is none. Sixteen bytes a step with SSE2, eight without. */
+static inline const unsigned char *find_special(const unsigned char *q, const unsigned char *end, int high) {
+#if defined(__SSE2__)
+    const __m128i quote = _mm_set1_epi8('"'), bslash = _mm_set1_epi8('\\'), ctrl = _mm_set1_epi8(0x1F);
+    while (end - q >= 16) {
+        __m128i x = _mm_loadu_si128((const __m128i *)q);
+        __m128i m = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(x, quote), _mm_cmpeq_epi8(x, bslash)),
+                                 _mm_cmpeq_epi8(_mm_min_epu8(x, ctrl), x)); /* x <= 0x1F */
+        unsigned mask = (unsigned)_mm_movemask_epi8(m);
+        if (high) mask |= (unsigned)_mm_movemask_epi8(x);
+        if (mask) return q + __builtin_ctz(mask);
+        q += 16;
+    }
+#endif
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    const uint64_t hi = high ? HIGHS : 0;
+    while (end - q >= 8) {
+        uint64_t w;
+        memcpy(&w, q, 8);
+        uint64_t m = has_zero(w ^ (ONES * '"')) | has_zero(w ^ (ONES * '\\')) | has_less(w, 0x20) | (w & hi);
+        if (m) return q + (__builtin_ctzll(m) >> 3);
+        q += 8;
+    }
+#endif
+    for (; q < end; q++) {
+        unsigned char c = *q;
+        if (c == '"' || c == '\\' || c < 0x20 || (high && c >= 0x80)) return q;
+    }
+    return q;
+}
+
+static inline int hex_val(unsigned char c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    c |= 0x20;
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    return -1;
+}
+
+/* Four hex digits at q: their value in *cp. */
+static int read_hex4(Scan *s, const unsigned char *q, unsigned *cp) {
+    const unsigned char *end = (const unsigned char *)s->end;
+    unsigned v = 0;
+    for (int i = 0; i < 4; i++) {
+        if (q + i >= end) return TRUNC;
+        int h = hex_val(q[i]);
+        if (h < 0) return FAIL(s, "an invalid unicode escape in a string");
+        v = v << 4 | (unsigned)h;
+    }
+    *cp = v;
+    return OK;
+}
+
+/* At a backslash: past one valid escape (a \u high surrogate must pair with a \u low one, as the general decoder
+   demands). */
+static int scan_escape(Scan *s, const unsigned char **qp) {
+    const unsigned char *q = *qp, *end = (const unsigned char *)s->end;
+    if (q + 1 >= end) return TRUNC;
+    unsigned char e = q[1];
+    if (e != 'u') {
+        if (e == '"' || e == '\\' || e == '/' || e == 'b' || e == 'f' || e == 'n' || e == 'r' || e == 't') {
+            *qp = q + 2;
             return OK;
         }
-        q = hit + 1;
+        return FAIL(s, "an invalid escape in a string");
     }
+    unsigned cp, lo;
+    int rc = read_hex4(s, q + 2, &cp);
+    if (rc) return rc;
+    q += 6;
+    if (cp >= 0xDC00 && cp <= 0xDFFF) return FAIL(s, "a lone UTF-16 surrogate in a string");
+    if (cp >= 0xD800 && cp <= 0xDBFF) {
+        if (q >= end) return TRUNC;
+        if (q[0] != '\\') return FAIL(s, "a lone UTF-16 surrogate in a string");
+        if (q + 1 >= end) return TRUNC;
+        if (q[1] != 'u') return FAIL(s, "a lone UTF-16 surrogate in a string");
+        rc = read_hex4(s, q + 2, &lo);
+        if (rc) return rc;
+        if (lo < 0xDC00 || lo > 0xDFFF) return FAIL(s, "a lone UTF-16 surrogate in a string");
+        q += 6;
+    }
+    *qp = q;
+    return OK;
+}
+
+/* The length of the valid UTF-8 sequence at q (Python's strict decoder: no overlong forms, no surrogates, nothing
+   past U+10FFFF); 0 when invalid, -1 when the input ends inside it. */
+static int utf8_len(const unsigned char *q, const unsigned char *end) {
+    unsigned char c = q[0], lo = 0x80, hi = 0xBF;
+    int n;
+    if (c >= 0xC2 && c <= 0xDF) n = 2;
+    else if (c == 0xE0) n = 3, lo = 0xA0;
+    else if ((c >= 0xE1 && c <= 0xEC) || c == 0xEE || c == 0xEF) n = 3;
+    else if (c == 0xED) n = 3, hi = 0x9F;
+    else if (c == 0xF0) n = 4, lo = 0x90;
+    else if (c >= 0xF1 && c <= 0xF3) n = 4;
+    else if (c == 0xF4) n = 4, hi = 0x8F;
+    else return 0;
+    for (int i = 1; i < n; i++) {
+        if (q + i >= end) return -1;
+        unsigned char b = q[i];
+        if (b < (i == 1 ? lo : 0x80) || b > (i == 1 ? hi : 0xBF)) return 0;
+    }
+    return n;
+}
+
+/* At an opening quote: validates the string (escapes, no raw control character) and gives its raw content span
+   (escapes kept); p ends after the closing quote. ``esc`` (when given) says whether it holds an escape. With
+   ``utf8``, bytes that are not UTF-8 set s->bad_utf8 (the string is one the general decoder decodes). */
+static inline int scan_string_v(Scan *s, const char **out, Py_ssize_t *len, int *esc, int utf8) {
+    const unsigned char *start = (const unsigned char *)s->p + 1, *q = start, *end = (const unsigned char *)s->end;
+    int has_esc = 0;
+    for (;;) {
+        q = find_special(q, end, utf8);
+        if (q >= end) return TRUNC;
+        unsigned char c = *q;
+        if (c == '"') break;
+        if (c == '\\') {
+            has_esc = 1;
+            int rc = scan_escape(s, &q);
+            if (rc) return rc;
+        } else if (c < 0x20) {
+            return FAIL(s, "a control character inside a string");
+        } else if (c >= 0x80 && utf8) {
+            int n = utf8_len(q, end);
+            if (n < 0) return TRUNC;
+            if (n == 0) {
+                s->bad_utf8 = 1;
+                n = 1;
+            }
+            q += n;
+        } else {
+            q++;
+        }
+    }
+    *out = (const char *)start;
+    *len = (const char *)q - (const char *)start;
+    s->p = (const char *)q + 1;
+    if (esc) *esc = has_esc;
+    return OK;
+}
+
+/* A validated escaped string, unescaped as far as comparing it with ASCII names needs: escapes of ASCII characters
+   become them, any other character a 0xFF byte (no name matches it). Its length, or -1 when longer than ``cap``. */
+static Py_ssize_t unescape_ascii(const char *raw, Py_ssize_t n, char *buf, Py_ssize_t cap) {
+    Py_ssize_t o = 0;
+    for (Py_ssize_t i = 0; i < n; o++) {
+        if (o >= cap) return -1;
+        unsigned char c = (unsigned char)raw[i];
+        if (c != '\\') {
+            buf[o] = c < 0x80 ? (char)c : (char)0xFF;
+            i++;
+            continue;
+        }
+        char e = raw[i + 1];
+        if (e != 'u') {
+            buf[o] = e == 'b' ? '\b' : e == 'f' ? '\f' : e == 'n' ? '\n' : e == 'r' ? '\r' : e == 't' ? '\t' : e;
+            i += 2;
+            continue;
+        }
+        unsigned cp = 0;
+        for (int k = 0; k < 4; k++) cp = cp << 4 | (unsigned)hex_val((unsigned char)raw[i + 2 + k]);
+        buf[o] = cp < 0x80 ? (char)cp : (char)0xFF;
+        i += (cp >= 0xD800 && cp <= 0xDBFF) ? 12 : 6;
+    }
+    return o;
 }
 
 static const double POW10[23] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,  1e8,  1e9,  1e10, 1e11,
@@ -293,6 +463,7 @@ static int scan_number(Scan *s, double *d, int64_t *iv, int *is_int) {
         q++;
     }
     if (q == digits) return q >= end ? TRUNC : FAIL(s, "a value that is not valid JSON");
+    if (q - digits > 1 && *digits == '0') return FAIL(s, "a number with a leading zero");
     if (q < end && *q == '.') {
         exp_or_dot = 1;
         q++;
@@ -356,46 +527,112 @@ static int scan_literal(Scan *s, const char *word, size_t n) {
     return OK;
 }
 
-/* Skips one value of any type. Containers are skipped by counting brackets outside strings. */
-static int skip_value(Scan *s) {
+/* A number, checked against the JSON grammar only (a skipped value needs no conversion). */
+static int skip_number(Scan *s) {
+    const char *q = s->p, *end = s->end;
+    if (*q == '-') q++;
+    if (q >= end) return TRUNC;
+    if (*q == '0') {
+        q++;
+    } else if (*q >= '1' && *q <= '9') {
+        while (q < end && is_digit(*q)) q++;
+    } else {
+        return FAIL(s, "a value that is not valid JSON");
+    }
+    if (q < end && *q == '.') {
+        const char *f = ++q;
+        while (q < end && is_digit(*q)) q++;
+        if (q == f) return q >= end ? TRUNC : FAIL(s, "a value that is not valid JSON");
+    }
+    if (q < end && (*q == 'e' || *q == 'E')) {
+        q++;
+        if (q < end && (*q == '+' || *q == '-')) q++;
+        const char *e = q;
+        while (q < end && is_digit(*q)) q++;
+        if (q == e) return q >= end ? TRUNC : FAIL(s, "a value that is not valid JSON");
+    }
+    if (q >= end) return TRUNC; /* the number may go on past the cut */
+    s->p = q;
+    return OK;
+}
+
+static int skip_scalar(Scan *s) {
+    char c = *s->p;
+    if (c == 't') return scan_literal(s, "true", 4);
+    if (c == 'f') return scan_literal(s, "false", 5);
+    if (c == 'n') return scan_literal(s, "null", 4);
+    if (c == '-' || is_digit(c)) return skip_number(s);
+    return FAIL(s, "a value that is not valid JSON");
+}
+
+/* Past whitespace to the next token; TRUNC at the end of the input. */
+static inline int next_token(Scan *s) {
+    skip_ws(s);
+    return AT_END(s) ? TRUNC : OK;
+}
+
+/* Past a member's key and colon (p at the key's opening quote) to its value. */
+static int skip_key(Scan *s, int utf8) {
+    if (*s->p != '"') return FAIL(s, "a value that is not valid JSON");
+    const char *k;
+    Py_ssize_t n;
+    int rc = scan_string_v(s, &k, &n, NULL, utf8);
+    if (rc || (rc = next_token(s))) return rc;
+    if (*s->p != ':') return FAIL(s, "a value that is not valid JSON");
+    s->p++;
+    return next_token(s);
+}
+
+/* Skips one value of any type, checking it against the JSON grammar; ``depth`` containers enclose it, and one
+   that would nest deeper than MAX_DEPTH declines the document. With ``utf8``, its strings are ones the general
+   decoder decodes (their bytes are checked). No recursion: the closers of the open containers are on a stack. */
+static int skip_value(Scan *s, int depth, int utf8) {
     if (AT_END(s)) return TRUNC;
     char c = *s->p;
     if (c == '"') {
         const char *str;
         Py_ssize_t n;
-        return scan_string(s, &str, &n);
+        return scan_string_v(s, &str, &n, NULL, utf8);
     }
-    if (c == '{' || c == '[') {
-        size_t depth = 0;
-        while (s->p < s->end) {
-            c = *s->p;
-            if (c == '"') {
-                const char *str;
-                Py_ssize_t n;
-                int rc = scan_string(s, &str, &n);
-                if (rc) return rc;
+    if (c != '{' && c != '[') return skip_scalar(s);
+    char closers[MAX_DEPTH];
+    int top = 0, rc;
+    for (;;) {
+        c = *s->p; /* at a value */
+        if (c == '{' || c == '[') {
+            if (depth + top >= MAX_DEPTH) return FAIL(s, "nesting deeper than the limit");
+            char close = c == '{' ? '}' : ']';
+            closers[top++] = close;
+            s->p++;
+            if ((rc = next_token(s))) return rc;
+            if (*s->p != close) {
+                if (close == '}' && (rc = skip_key(s, utf8))) return rc;
                 continue;
             }
-            if (c == '{' || c == '[') {
-                depth++;
-            } else if (c == '}' || c == ']') {
-                depth--;
-                if (depth == 0) {
-                    s->p++;
-                    return OK;
-                }
-            }
             s->p++;
+            top--;
+        } else if (c == '"') {
+            const char *str;
+            Py_ssize_t n;
+            if ((rc = scan_string_v(s, &str, &n, NULL, utf8))) return rc;
+        } else if ((rc = skip_scalar(s))) {
+            return rc;
         }
-        return TRUNC;
+        /* after a value: the next member, or the close of one or more containers */
+        for (;;) {
+            if (top == 0) return OK;
+            if ((rc = next_token(s))) return rc;
+            if (*s->p == ',') {
+                s->p++;
+                if ((rc = next_token(s))) return rc;
+                if (closers[top - 1] == '}' && (rc = skip_key(s, utf8))) return rc;
+                break;
+            }
+            if (*s->p != closers[top - 1]) return FAIL(s, "a value that is not valid JSON");
+            s->p++;
+            top--;
+        }
     }
-    if (c == 't') return scan_literal(s, "true", 4);
-    if (c == 'f') return scan_literal(s, "false", 5);
-    if (c == 'n') return scan_literal(s, "null", 4);
-    double d;
-    int64_t iv;
-    int is_int;
-    return scan_number(s, &d, &iv, &is_int);
 }
 
 /* After a member value: ',' (more) returns 1, the closing char returns 0. */
@@ -413,13 +650,26 @@ static int after_member(Scan *s, char close) {
     return FAIL(s, "a value that is not valid JSON");
 }
 
-/* At a key: its raw span, then past the colon to the value. */
-static int scan_key(Scan *s, const char **key, Py_ssize_t *klen) {
+#define KEYBUF 64
+
+/* At a key: its span (unescaped into ``buf`` when it holds escapes, so "p\u0068" is "ph" as for the general
+   decoder), then past the colon to the value. */
+static inline int scan_key(Scan *s, const char **key, Py_ssize_t *klen, char *buf) {
     skip_ws(s);
     if (AT_END(s)) return TRUNC;
     if (*s->p != '"') return FAIL(s, "a value that is not valid JSON");
-    int rc = scan_string(s, key, klen);
+    int esc = 0;
+    int rc = scan_string_v(s, key, klen, &esc, 0);
     if (rc) return rc;
+    if (esc) {
+        Py_ssize_t n = unescape_ascii(*key, *klen, buf, KEYBUF);
+        if (n < 0) { /* longer than any name matched: a stand-in that matches none */
+            buf[0] = (char)0xFF;
+            n = 1;
+        }
+        *key = buf;
+        *klen = n;
+    }
     skip_ws(s);
     if (AT_END(s)) return TRUNC;
     if (*s->p != ':') return FAIL(s, "a value that is not valid JSON");
@@ -435,7 +685,16 @@ static int scan_key(Scan *s, const char **key, Py_ssize_t *klen) {
 static double number_in_string(const char *str, Py_ssize_t n) {
     char buf[72];
     if (n <= 0 || n > 64) return NAN;
-    memcpy(buf, str, (size_t)n);
+    /* the general decoder's pattern takes leading zeros ("007"), which JSON numbers may not have: drop them */
+    Py_ssize_t sign = str[0] == '-', z = sign;
+    while (z + 1 < n && str[z] == '0' && is_digit(str[z + 1])) z++;
+    if (z > sign) {
+        if (sign) buf[0] = '-';
+        memcpy(buf + sign, str + z, (size_t)(n - z));
+        n = n - z + sign;
+        str = buf;
+    }
+    memmove(buf, str, (size_t)n);
     buf[n] = ' '; /* a delimiter, so the number is not taken for one cut short */
     Scan sub;
     memset(&sub, 0, sizeof(sub));
@@ -464,8 +723,10 @@ static int scan_float_field(Scan *s, double *out, int strings_ok) {
     if (c == '"' && strings_ok) {
         const char *str;
         Py_ssize_t n;
-        int rc = scan_string(s, &str, &n);
+        int esc = 0;
+        int rc = scan_string_v(s, &str, &n, &esc, 1);
         if (rc) return rc;
+        if (esc) return FAIL(s, "a numeric field written with escapes");
         /* a long string that may be a number: the general decoder reads it (same value, same range checks) */
         if (n > 64 && (str[0] == '-' || is_digit(str[0]))) return FAIL(s, "a numeric string longer than 64 characters");
         *out = number_in_string(str, n);
@@ -478,9 +739,20 @@ static int scan_str_field(Scan *s, Intern *t, int32_t *out, int *first_char) {
     if (*s->p != '"') return FAIL(s, "a name, phase or category that is not a string");
     const char *str;
     Py_ssize_t n;
-    int rc = scan_string(s, &str, &n);
+    int esc = 0;
+    /* the phase is compared here, never decoded in Python: its UTF-8 is checked here */
+    int rc = scan_string_v(s, &str, &n, &esc, first_char != NULL);
     if (rc) return rc;
-    if (first_char) *first_char = n == 1 ? (unsigned char)str[0] : 0;
+    if (first_char) {
+        char buf[2];
+        const char *v = str;
+        Py_ssize_t m = n;
+        if (esc) {
+            m = unescape_ascii(str, n, buf, 2);
+            v = buf;
+        }
+        *first_char = m == 1 ? (unsigned char)v[0] : 0;
+    }
     int32_t code = intern(t, str, n);
     if (code < 0) return NOMEM;
     *out = code;
@@ -503,9 +775,9 @@ static int scan_id_field(Scan *s, int64_t *num, int32_t *str_code) {
 }
 
 /* The raw span of any value, interned. */
-static int scan_raw_field(Scan *s, Intern *t, int32_t *out) {
+static int scan_raw_field(Scan *s, Intern *t, int32_t *out, int depth, int utf8) {
     const char *start = s->p;
-    int rc = skip_value(s);
+    int rc = skip_value(s, depth, utf8);
     if (rc) return rc;
     int32_t code = intern(t, start, s->p - start);
     if (code < 0) return NOMEM;
@@ -525,14 +797,23 @@ static int open_container(Scan *s, char close) {
     return 0;
 }
 
+/* The args of an event; a repeated "args" replaces the earlier one, as in the general decoder. */
+static void args_defaults(Rows *r, size_t row) {
+    for (int k = F_CORR; k < N_F64; k++) r->f64[k][row] = NAN;
+    r->i32[I_GRID][row] = r->i32[I_BLOCK][row] = r->i32[I_DIMS][row] = r->i32[I_ARGNAME][row] = -1;
+}
+
 static int scan_args(Scan *s, size_t row) {
     Rows *r = &s->rows;
+    const int depth = s->outer + 2; /* containers around a value in args: the outer ones, the event, args */
+    args_defaults(r, row);
     int rc0 = open_container(s, '}');
     if (rc0) return rc0 < 0 ? rc0 : OK;
     for (;;) {
         const char *k;
         Py_ssize_t n;
-        int rc = scan_key(s, &k, &n);
+        char kbuf[KEYBUF];
+        int rc = scan_key(s, &k, &n, kbuf);
         if (rc) return rc;
         double *f = NULL;
         if (KEY_IS(k, n, "correlation")) f = &r->f64[F_CORR][row];
@@ -548,23 +829,24 @@ static int scan_args(Scan *s, size_t row) {
             rc = scan_float_field(s, f, 1);
         } else if (KEY_IS(k, n, "grid") || KEY_IS(k, n, "block")) {
             int32_t *dst = &r->i32[k[0] == 'g' ? I_GRID : I_BLOCK][row];
+            /* the general decoder decodes these (typed Any): their strings' UTF-8 is checked */
             if (*s->p == '[') {
-                rc = scan_raw_field(s, &s->tables[T_DIM3], dst);
+                rc = scan_raw_field(s, &s->tables[T_DIM3], dst, depth, 1);
             } else {
                 *dst = -1;
-                rc = skip_value(s);
+                rc = skip_value(s, depth, 1);
             }
-        } else if (KEY_IS(k, n, "Input Dims")) {
-            rc = scan_raw_field(s, &s->tables[T_DIMS], &r->i32[I_DIMS][row]);
+        } else if (KEY_IS(k, n, "Input Dims")) {  /* raw text on both paths, never decoded */
+            rc = scan_raw_field(s, &s->tables[T_DIMS], &r->i32[I_DIMS][row], depth, 0);
         } else if (KEY_IS(k, n, "name")) {
             if (*s->p == '"') {
                 rc = scan_str_field(s, &s->tables[T_ARGNAME], &r->i32[I_ARGNAME][row], NULL);
             } else {
                 r->i32[I_ARGNAME][row] = -1;
-                rc = skip_value(s);
+                rc = skip_value(s, depth, 1);
             }
         } else {
-            rc = skip_value(s);
+            rc = skip_value(s, depth, 0);
         }
         if (rc) return rc;
         rc = after_member(s, '}');
@@ -606,7 +888,8 @@ static int scan_event(Scan *s) {
     for (;;) {
         const char *k;
         Py_ssize_t n;
-        int rc = scan_key(s, &k, &n);
+        char kbuf[KEYBUF];
+        int rc = scan_key(s, &k, &n, kbuf);
         if (rc) return rc;
         if (KEY_IS(k, n, "ph")) rc = scan_str_field(s, &s->tables[T_PH], &r->i32[I_PH][row], &ph);
         else if (KEY_IS(k, n, "cat")) rc = scan_str_field(s, &s->tables[T_CAT], &r->i32[I_CAT][row], NULL);
@@ -617,10 +900,12 @@ static int scan_event(Scan *s) {
         else if (KEY_IS(k, n, "dur")) rc = scan_float_field(s, &r->f64[F_DUR][row], 0);
         else if (KEY_IS(k, n, "args")) {
             if (*s->p == '{') rc = scan_args(s, row);
-            else if (*s->p == 'n') rc = scan_literal(s, "null", 4);
-            else rc = FAIL(s, "an args field that is not an object");
+            else if (*s->p == 'n') {
+                args_defaults(r, row); /* "args": null replaces an earlier args too */
+                rc = scan_literal(s, "null", 4);
+            } else rc = FAIL(s, "an args field that is not an object");
         } else {
-            rc = skip_value(s);
+            rc = skip_value(s, s->outer + 1, 0);
         }
         if (rc) return rc;
         rc = after_member(s, '}');
@@ -707,8 +992,9 @@ static PyObject *rows_dict(Rows *r) {
 }
 
 static PyObject *build_result(Scan *s, Py_ssize_t span_start, Py_ssize_t span_end, int truncated) {
-    PyObject *out = Py_BuildValue("{s:O,s:n,s:O,s:(nn)}", "fallback", Py_None, "events", (Py_ssize_t)s->events,
-                                  "truncated", truncated ? Py_True : Py_False, "span", span_start, span_end);
+    PyObject *out = Py_BuildValue("{s:O,s:n,s:O,s:(nn),s:O}", "fallback", Py_None, "events", (Py_ssize_t)s->events,
+                                  "truncated", truncated ? Py_True : Py_False, "span", span_start, span_end,
+                                  "bad_utf8", s->bad_utf8 ? Py_True : Py_False);
     if (!out) return NULL;
     const char *keys[2] = {"complete", "metadata"};
     Rows *groups[2] = {&s->rows, &s->meta};
@@ -759,15 +1045,18 @@ static Outcome run(Scan *s) {
     if (*s->p == '[') {
         const char *open = s->p;
         last = open + 1;
+        s->outer = 1;
         int rc = scan_events(s, &last);
         if (rc == NOMEM) return o.rc = NOMEM, o;
         if (rc == FALLBACK) return DECLINE(s, s->why);
+        if (rc == OK && (skip_ws(s), !AT_END(s))) return DECLINE(s, "characters after the document");
         o.truncated = rc == TRUNC;
         o.span_start = open - s->base;
         o.span_end = (o.truncated ? last : s->p) - s->base;
         return o;
     }
     if (*s->p != '{') return DECLINE(s, "the document is not a JSON object or array");
+    s->outer = 2;
     s->p++;
     skip_ws(s);
     if (AT_END(s)) return DECLINE(s, "the document is cut short before its events");
@@ -777,7 +1066,8 @@ static Outcome run(Scan *s) {
     for (;;) {
         const char *k;
         Py_ssize_t n;
-        int rc = scan_key(s, &k, &n);
+        char kbuf[KEYBUF];
+        int rc = scan_key(s, &k, &n, kbuf);
         if (rc == OK && KEY_IS(k, n, "traceEvents")) {
             if (span_start >= 0) return DECLINE(s, "traceEvents appears twice");
             if (*s->p != '[') return DECLINE(s, "traceEvents is not an array");
@@ -791,10 +1081,14 @@ static Outcome run(Scan *s) {
             }
             span_end = s->p - s->base;
         } else if (rc == OK) {
-            rc = skip_value(s);
+            rc = skip_value(s, 1, 0);
         }
         if (rc == OK) rc = after_member(s, '}');
-        if (rc == 0) break;
+        if (rc == 0) {
+            skip_ws(s);
+            if (!AT_END(s)) return DECLINE(s, "characters after the document");
+            break;
+        }
         if (rc == 1) continue;
         if (rc == NOMEM) return o.rc = NOMEM, o;
         if (rc == FALLBACK) return DECLINE(s, s->why);
@@ -855,5 +1149,10 @@ static struct PyModuleDef moduledef = {
 
 PyMODINIT_FUNC PyInit__kineto_scan(void) {
     if (PyType_Ready(&ColumnType) < 0) return NULL;
-    return PyModule_Create(&moduledef);
+    PyObject *m = PyModule_Create(&moduledef);
+    if (m && PyModule_AddIntConstant(m, "MAX_DEPTH", MAX_DEPTH) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
 }

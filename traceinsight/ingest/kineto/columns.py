@@ -126,6 +126,10 @@ def _dims_text(raw: bytes) -> str | None:
     from .decode import clamp_huge_numbers
 
     try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError:  # the scanner flagged it; the general decoder reads it after the same replacement
+        raw = raw.decode("utf-8", "replace").encode("utf-8")
+    try:
         return format_dims(msgspec.json.decode(raw))
     except msgspec.ValidationError:  # a number past a double's range: the general path clamps it the same way
         try:
@@ -152,20 +156,19 @@ def scan_columns(data: bytes) -> tuple[EventColumns, dict[str, Any]]:
     bad = False
 
     def texts(raw: list[bytes], json_string: bool = True) -> list[str]:
+        """The strings of a table: unescaped (the scanner checked the escapes), bytes that are not UTF-8 replaced
+        as the general decoder replaces them. ``json_string=False``: raw JSON text (Input Dims), which the general
+        decoder keeps as raw bytes too, so its bytes raise no warning there either."""
         nonlocal bad
         out = []
         for b in raw:
-            if json_string and b"\\" in b:
-                try:
-                    out.append(msgspec.json.decode(b'"' + b + b'"'))
-                    continue
-                except msgspec.DecodeError:
-                    pass
             try:
-                out.append(b.decode("utf-8"))
+                t = b.decode("utf-8")
             except UnicodeDecodeError:
-                bad = True
-                out.append(b.decode("utf-8", "replace"))
+                bad = bad or json_string
+                t = b.decode("utf-8", "replace")
+                b = t.encode("utf-8")
+            out.append(msgspec.json.decode(b'"' + b + b'"') if json_string and "\\" in t else t)
         return out
 
     def arrays(group: dict) -> tuple[dict, dict, dict]:
@@ -202,14 +205,14 @@ def scan_columns(data: bytes) -> tuple[EventColumns, dict[str, Any]]:
         input_dims=_categorical(i32["input_dims"], texts(strings["input_dims"], json_string=False)),
         thread_names=thread_names,
     )
-    cols.bad_utf8 = bad
+    cols.bad_utf8 = bad or bool(res.get("bad_utf8"))
     return cols, {"span": res["span"], "truncated": res["truncated"]}
 
 
 # --- general path ---------------------------------------------------------------------------------------------
 
 
-_NUMBER_TEXT = re.compile(r"-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?")
+_NUMBER_TEXT = re.compile(r"-?[0-9]+(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?")  # ASCII digits, as the native scanner reads
 
 
 def _as_float(v: Any) -> float:

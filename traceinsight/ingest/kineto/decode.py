@@ -82,13 +82,25 @@ _DECODERS = (msgspec.json.Decoder(Trace), msgspec.json.Decoder(LooseTrace))
 _LIST_DECODERS = (msgspec.json.Decoder(list[Event]), msgspec.json.Decoder(list[LooseEvent]))
 
 
+_LEADING_WS = re.compile(rb"[ \t\r\n]*")
+
+
 def is_bare_array(data: bytes) -> bool:
-    """The bare-array Chrome-trace form (``[{...}, ...]``), judged without copying the document."""
-    i = 0
-    n = min(len(data), 4096)
-    while i < n and data[i] in b" \t\r\n":
-        i += 1
+    """The bare-array Chrome-trace form (``[{...}, ...]``) after any amount of JSON whitespace, as the native scanner
+    judges it; without copying the document."""
+    i = _LEADING_WS.match(data).end()
     return data[i : i + 1] == b"["
+
+
+#: The deepest nesting the native scanner takes (the top-level object or array is level 1; the C file's MAX_DEPTH
+#: is the same number, checked by the tests). Past it the scanner declines and leaves the document to msgspec,
+#: whose answer is then the answer of both paths: it decodes nesting a few hundred levels deeper and stops with a
+#: RecursionError at the interpreter's limit, which becomes one clean error. Kineto writes at most 6 levels.
+MAX_DEPTH = 256
+
+
+def too_deep(path: Path) -> TraceReadError:
+    return TraceReadError(f"{path}: not valid JSON (nested too deeply)")
 
 
 #: A JSON number token too large for a double (``1e400``), as a value (after ``:``, ``,`` or ``[``).
@@ -98,45 +110,57 @@ _HUGE_NUMBER = re.compile(rb"(?<=[:\[,])(\s*)(-?)\d+(?:\.\d+)?[eE]\+?\d{3,}(?=\s
 def clamp_huge_numbers(data: bytes) -> bytes:
     """The document with numbers beyond a double's range written as 1e300 (same sign): msgspec refuses them as a
     whole-document error, while they are only one event's bad field (dropped as out of range later, as the native
-    scanner's infinity is)."""
-    def repl(m: re.Match) -> bytes:
-        token = m.group(0).strip()
-        try:
-            if abs(float(token)) != float("inf"):
-                return m.group(0)
-        except ValueError:
-            return m.group(0)
-        return m.group(1) + m.group(2) + b"1e300"
+    scanner's infinity is). Only numbers outside strings: a name that reads "[1e400]" keeps its text."""
+    data = bytes(data)
+    huge = [m for m in _HUGE_NUMBER.finditer(data) if abs(float(m.group(0).strip())) == float("inf")]
+    if not huge:
+        return data
+    inside = _inside_strings(data, [m.start() for m in huge])
+    out, last = [], 0
+    for m, in_string in zip(huge, inside):
+        if not in_string:
+            out += [data[last : m.start()], m.group(1) + m.group(2) + b"1e300"]
+            last = m.end()
+    return b"".join(out) + data[last:]
 
-    return _HUGE_NUMBER.sub(repl, bytes(data))
 
-
-def decode(data: bytes, path: Path, warnings: list[str], clamped: bool = False) -> Trace:
-    """The whole document; a truncated one is cut after its last complete event (with a warning)."""
-    try:
-        return _decode_any(data)
-    except msgspec.ValidationError as exc:
-        if clamped or "out of range" not in str(exc):
-            raise TraceReadError(f"{path}: not a PyTorch profiler trace ({exc})") from None
-        return decode(clamp_huge_numbers(data), path, warnings, clamped=True)
-    except (msgspec.DecodeError, UnicodeDecodeError) as exc:
-        msg = str(exc)
-        bad_utf8 = isinstance(exc, UnicodeDecodeError) or "utf-8" in msg.lower()
-    if bad_utf8:
-        fixed = data.decode("utf-8", errors="replace").encode("utf-8")
-        warnings.append(bad_utf8_warning(path))
-        try:
-            return _decode_any(fixed)
-        except msgspec.ValidationError as exc:
-            raise TraceReadError(f"{path}: not a PyTorch profiler trace ({exc})") from None
-        except msgspec.DecodeError as exc:
-            data, msg = fixed, str(exc)
-    recovered = _recover_truncated(data) if _TRUNCATED in msg else None
+def decode(data: bytes, path: Path, warnings: list[str]) -> Trace:
+    """The whole document; a truncated one is cut after its last complete event (with a warning). Nesting deeper
+    than msgspec recurses is refused whatever else the document holds."""
+    got = _decode_repaired(data, path, warnings)
+    if isinstance(got, Trace):
+        return got
+    data, msg = got
+    recovered = _recover_truncated(data, cut=_TRUNCATED in msg or _error_at_end(msg, data), path=path, warnings=warnings)
     if recovered is None:
         raise TraceReadError(f"{path}: not valid JSON ({msg})") from None
     trace, kept = recovered
     warnings.append(truncation_warning(path, kept))
     return trace
+
+
+def _decode_repaired(data: bytes, path: Path, warnings: list[str] | None) -> Trace | tuple[bytes, str]:
+    """The document decoded after the repairs that keep it whole, in whatever order its faults come: bytes that are
+    not UTF-8 replaced (with a warning, once), numbers past a double's range clamped (once). Invalid JSON gives the
+    (repaired) bytes and msgspec's message, for the caller to recover a cut or refuse; a document of the wrong
+    shape raises."""
+    clamped = replaced = False
+    while True:
+        try:
+            return _decode_any(data)
+        except RecursionError:  # msgspec's nesting limit: no traceback, one line
+            raise too_deep(path) from None
+        except msgspec.ValidationError as exc:
+            if clamped or "out of range" not in str(exc):
+                raise TraceReadError(f"{path}: not a PyTorch profiler trace ({exc})") from None
+            data, clamped = clamp_huge_numbers(data), True
+        except (msgspec.DecodeError, UnicodeDecodeError) as exc:
+            msg = str(exc)
+            if replaced or not (isinstance(exc, UnicodeDecodeError) or "utf-8" in msg.lower()):
+                return data, msg
+            data, replaced = data.decode("utf-8", errors="replace").encode("utf-8"), True
+            if warnings is not None:
+                warnings.append(bad_utf8_warning(path))
 
 
 def is_cut_short(data: bytes) -> bool:
@@ -146,13 +170,21 @@ def is_cut_short(data: bytes) -> bool:
     try:
         msgspec.json.decode(data, type=msgspec.Raw)
     except msgspec.DecodeError as exc:
-        return _TRUNCATED in str(exc)
-    except (msgspec.ValidationError, UnicodeDecodeError):
+        return _TRUNCATED in str(exc) or _error_at_end(str(exc), data)
+    except (msgspec.ValidationError, UnicodeDecodeError, RecursionError):
         return False
     return False
 
 
 _TRUNCATED = "truncated"
+_AT_BYTE = re.compile(r"\(byte (\d+)\)$")
+
+
+def _error_at_end(msg: str, data: bytes) -> bool:
+    """Whether msgspec's error lies at the end of the input: a cut inside a token (``1.``, ``-``), which msgspec
+    words as a malformed value rather than as truncation."""
+    m = _AT_BYTE.search(msg)  # ("trailing characters" counts past the bytes it refuses: never a cut)
+    return m is not None and "trailing" not in msg and int(m.group(1)) >= len(data)
 
 
 def decode_header(data: bytes, span: tuple[int, int], truncated: bool) -> Trace | None:
@@ -193,27 +225,74 @@ def _decode_any(data: bytes) -> Trace:
         return Trace(traceEvents=_LIST_DECODERS[1].decode(data)) if bare else _DECODERS[1].decode(data)
 
 
-def _recover_truncated(data: bytes) -> tuple[Trace, int] | None:
+_EVENT_BREAK = re.compile(rb"\}[ \t\r\n]*,[ \t\r\n]*\{")
+
+
+def _recover_truncated(data: bytes, cut: bool, path: Path = Path("trace.json"),
+                       warnings: list[str] | None = None) -> tuple[Trace, int] | None:
     """Cut after the last complete event and close the JSON: one structural pass over the bytes, one decode.
 
     ``last_complete_event`` finds the end of the last event object that closed before the cut, so every complete
     event is kept and the cost is linear in the file (the old way, re-decoding for each of the last ``}``, was
-    quadratic and gave up after 200 tries)."""
+    quadratic and gave up after 200 tries).
+
+    ``cut``: msgspec stopped at the end of the input. Otherwise the JSON goes wrong before the end, which is still a
+    cut when the damage lies in the file's last, unfinished event: a killed writer's partial event followed by bytes
+    that do not continue it (a restarted writer's output, a block of NULs from a crashed file system). That holds
+    when the event array never closes, every element that closes before the end decodes (the damage is past the
+    last one), and what follows the last of them holds no break between two events (``}, {``): damage that flips a
+    quote reads the rest of the file as unclosed, but its later events still show their breaks. Damage anywhere
+    else is an error."""
     bare = is_bare_array(data)
-    start = 0 if bare else data.find(b'"traceEvents"')
-    if start < 0:
+    start = 0 if bare else _events_key(data)
+    if start is None:
         return None
     closer = b"]" if bare else b"]}"
     found = last_complete_event(data, start)
     if found is None:
         return None
-    bracket, end, _ = found
+    bracket, end, closes = found
+    if not cut and (closes or _EVENT_BREAK.search(data, max(end, bracket) + 1)):
+        return None
     candidate = data[: end + 1] + closer if end >= 0 else data[: bracket + 1] + closer
     try:
-        trace = _decode_any(candidate)
-    except (msgspec.DecodeError, msgspec.ValidationError):
+        trace = _decode_repaired(candidate, path, warnings)
+    except TraceReadError:
+        return None
+    if not isinstance(trace, Trace):
         return None
     return trace, len(trace.traceEvents)
+
+
+_KEY_BEFORE = re.compile(rb'"((?:[^"\\]|\\.){0,200})"$')
+
+
+def _skip_ws_back(data: bytes, i: int) -> int:
+    """The offset just past the last byte before ``i`` that is not JSON whitespace."""
+    while i > 0 and data[i - 1] in b" \t\r\n":
+        i -= 1
+    return i
+
+
+def _events_key(data: bytes) -> int | None:
+    """Offset of the top-level ``traceEvents`` array's ``[``: the first bracket opened at depth 2 whose key reads
+    ``traceEvents`` (escapes decoded, as the decoders read keys), never a same-named key nested in the header."""
+    for pos, br, ch, d in _brackets(data):
+        for i in np.flatnonzero((ch == 91) & (d == 2)).tolist():
+            at = pos + int(br[i])
+            colon = _skip_ws_back(data, at) - 1
+            if colon < 0 or data[colon] != 58:  # ':'
+                continue
+            key_end = _skip_ws_back(data, colon)
+            m = _KEY_BEFORE.search(bytes(data[max(0, key_end - 1300): key_end]))
+            if m is None:
+                continue
+            try:
+                if msgspec.json.decode(b'"' + m.group(1) + b'"') == "traceEvents":
+                    return at
+            except (msgspec.DecodeError, UnicodeDecodeError):
+                continue
+    return None
 
 
 #: Bytes scanned per numpy step by ``last_complete_event`` (bounded memory whatever the file size).
@@ -223,21 +302,44 @@ _QUOTE, _BACKSLASH = 34, 92
 _OPENERS, _CLOSERS = (123, 91), (125, 93)
 
 
-def last_complete_event(data: bytes, start: int) -> tuple[int, int, bool] | None:
-    """(offset of the event array's ``[``, offset of the ``}`` closing its last complete element or -1 when none
-    closed, whether the array itself closes), for the array that follows ``start``; None when there is no array.
+def _brackets(data: bytes):
+    """Per step of ``_STEP`` bytes: (offset of the step, positions of its brackets outside strings, the bracket
+    bytes, the depth after each). A bracket lies outside strings where the count of real quotes before it, added
+    to the state the step began in, is even; a running sum gives each bracket's depth."""
+    depth = 0
+    for pos, chunk, quotes, in_string in _real_quotes(data):
+        br = np.flatnonzero((chunk == 123) | (chunk == 91) | (chunk == 125) | (chunk == 93))
+        br = br[(np.searchsorted(quotes, br) & 1) == int(in_string)]
+        ch = chunk[br]
+        is_close = (ch == 125) | (ch == 93)
+        d = depth + np.cumsum(np.where(is_close, -1, 1))
+        yield pos, br, ch, d
+        if len(d):
+            depth = int(d[-1])
 
-    Vectorised, and over the few bytes that matter only: the positions of quotes, backslashes and brackets. A quote
-    is real after an even run of backslashes; a bracket lies outside strings when an even number of real quotes
-    precedes it; a running sum gives each bracket's depth, and an element of the array closes where a closing
-    bracket brings the depth back to that of the array's inside."""
+
+def _inside_strings(data: bytes, positions: list[int]) -> list[bool]:
+    """For each offset (of a byte that is not a quote, in increasing order): whether it lies inside a string."""
+    out = []
+    want = iter(positions)
+    p = next(want, None)
+    for pos, chunk, quotes, in_string in _real_quotes(data):
+        while p is not None and p < pos + len(chunk):
+            out.append(bool(np.searchsorted(quotes, p - pos) & 1) != in_string)
+            p = next(want, None)
+        if p is None:
+            break
+    return out
+
+
+def _real_quotes(data: bytes):
+    """Per step of ``_STEP`` bytes: (offset, the bytes, the sorted offsets in the step of its real quotes, whether
+    the step began inside a string). A quote is real after an even run of backslashes. Positions and binary
+    searches, not a running parity over every byte: numpy's xor-accumulate is an element-at-a-time loop."""
     buf = np.frombuffer(data, dtype=np.uint8)
     n = len(buf)
     in_string = False
     carry = 0  # length of the backslash run that ends the previous step
-    depth = 0
-    array_depth = None
-    bracket = last_end = -1
     for pos in range(0, n, _STEP):
         chunk = buf[pos : pos + _STEP]
         m = len(chunk)
@@ -264,14 +366,23 @@ def last_complete_event(data: bytes, start: int) -> tuple[int, int, bool] | None
             carry = m - rs + (carry if rs == 0 else 0)
         else:
             carry = 0
-        # parity of the real quotes up to each byte; a bracket is outside strings where it equals the state the
-        # step began in (brackets are never quotes, so the state before and after them is the same)
-        parity = np.bitwise_xor.accumulate(qmask.view(np.uint8))
-        br = np.flatnonzero(((chunk == 123) | (chunk == 91) | (chunk == 125) | (chunk == 93))
-                            & (parity == np.uint8(in_string)))
-        ch = chunk[br]
+        quotes = np.flatnonzero(qmask)
+        yield pos, chunk, quotes, in_string
+        in_string = in_string != bool(len(quotes) & 1)
+
+
+def last_complete_event(data: bytes, start: int) -> tuple[int, int, bool] | None:
+    """(offset of the event array's ``[``, offset of the ``}`` closing its last complete element or -1 when none
+    closed, whether the array itself closes), for the array that follows ``start``; None when there is no array.
+
+    Vectorised, and over the few bytes that matter only: the positions of quotes, backslashes and brackets. A quote
+    is real after an even run of backslashes; a bracket lies outside strings when an even number of real quotes
+    precedes it; a running sum gives each bracket's depth, and an element of the array closes where a closing
+    bracket brings the depth back to that of the array's inside."""
+    array_depth = None
+    bracket = last_end = -1
+    for pos, br, ch, d in _brackets(data):
         is_close = (ch == 125) | (ch == 93)
-        d = depth + np.cumsum(np.where(is_close, -1, 1))
         begin = None
         if array_depth is None:
             opens = np.flatnonzero((br >= start - pos) & (ch == 91))
@@ -291,9 +402,6 @@ def last_complete_event(data: bytes, start: int) -> tuple[int, int, bool] | None
                 return bracket, last_end, True
             if len(ends):
                 last_end = pos + int(bb[ends[-1]])
-        if len(d):
-            depth = int(d[-1])
-        in_string = in_string != bool(parity[-1])
     if array_depth is None:
         return None
     return bracket, last_end, False
