@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 import traceinsight
+from tests.conftest import corpus_file
 from tests.helpers.kineto_writer import KinetoTrace
 from traceinsight.verdict import details
 
@@ -149,6 +150,36 @@ def test_ti013_negative_steady_steps(tmp_path):
     t = KinetoTrace()
     _steady(t)
     assert _codes(traceinsight.analyze(t.write(tmp_path / "steady.json")), "TI013") == []
+
+
+def test_ti013_and_ti001_share_the_ledgers_warmup_on_alexnet():
+    # AlexNet benchmark: the first convolution (cuDNN autotune) and first pooling calls hold 11.68 s of the 12.92 s
+    # window. TI013 reports exactly the ledger's warm-up; TI001 counts none of it, so its cost is host time
+    a = traceinsight.analyze(corpus_file("pytorch/hta_alexnet_a100_cudasync.json.gz"), select=["TI001", "TI013"])
+    lg = a.ledger.gaps
+    warm = int(lg["idle_warmup"].sum())
+    assert warm == pytest.approx(11_675_400_000, rel=1e-4)
+    (w,) = _codes(a, "TI013")
+    assert w.metrics["warmup_ns"] == warm and w.metrics["startup_counted_as_idle_ns"] == 0
+    assert "first call of aten::cudnn_convolution" in w.evidence.sort_values("warmup_ms")["one_time_work"].iloc[-1]
+    (f,) = _codes(a, "TI001")
+    assert f.metrics["warmup_excluded_ns"] == warm
+    steady = (lg["dur_ns"] - lg["idle_warmup"]).to_numpy()
+    assert f.impact_ns == int(steady[steady >= 100_000].sum()) == 1_177_925_000
+    assert f.metrics["top_cause"].startswith("host busy") and "warm-up" not in f.title
+    assert not any(c.startswith("warm-up") for c in f.metrics["cause_ns"])
+
+
+def test_ti013_names_unbooked_jit_compile_on_nvfuser():
+    # nvFuser: a 397 ms head gap inside KernelExecutor::compileFusion (made once: the ledger cannot book it as
+    # warm-up); TI013 names it and says it stays in the idle, which TI001 counts, as the verdict does
+    a = traceinsight.analyze(corpus_file("nsys/nsys2024.6_nvfuser-pytorch_h200.sqlite"), select=["TI001", "TI013"])
+    assert int(a.ledger.gaps["idle_warmup"].sum()) == 0
+    (w,) = _codes(a, "TI013")
+    assert w.metrics["warmup_ns"] == 0 and w.metrics["startup_counted_as_idle_ns"] == 396_815_915
+    assert "KernelExecutor::compileFusion" in w.evidence["one_time_work"].iloc[0] and "counted as idle" in w.title
+    (f,) = _codes(a, "TI001")
+    assert f.metrics["warmup_excluded_ns"] == 0 and f.impact_ns >= 396_815_915
 
 
 # --- TI014 events lost --------------------------------------------------------------------------------------------
