@@ -13,6 +13,11 @@ times) so it exercises the same decoding path. Only lines are replicated, so the
 the serialized size of the lines, not of the whole file (metadata is ~40% of the demo file).
 Loads use the C walker (``ingest/xplane/_wire_scan.c``) where it is built; ``--numpy`` times the pure-Python fallback.
 Usage: python bench/bench_xplane.py [--reps 5] [--big-reps 3] [--target-mb 100] [--numpy]
+       python bench/bench_xplane.py --run-pools 4 [--reps 5] [--pool-mb 25]
+
+``--run-pools N`` compares how a TensorBoard run of N host files is read (``tf.logdir.RANK_POOL``: threads,
+processes, one after another): N copies of the corpus file, and N copies of a ``--pool-mb`` replica, each loaded
+as a logdir in fresh processes, pools interleaved.
 """
 
 from __future__ import annotations
@@ -83,6 +88,48 @@ def fresh_runs(path: Path, reps: int, env: dict[str, str]) -> list[dict]:
     return runs
 
 
+_POOL_CHILD = r"""
+import json, resource, sys, time
+import traceinsight
+from traceinsight.ingest.tf import logdir
+logdir.RANK_POOL = sys.argv[1]
+t0 = time.perf_counter()
+tl = traceinsight.load(sys.argv[2])
+t1 = time.perf_counter()
+self_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+child_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+print(json.dumps({"load_s": t1 - t0, "events": len(tl.events), "rss_mb": self_mb, "child_mb": child_mb}))
+"""
+
+
+def run_pools(n: int, reps: int, pool_mb: float, env: dict[str, str], tmp: Path) -> None:
+    """Median load time of an n-host run folder per pool, fresh processes, pools interleaved."""
+    big = tmp / "pool_src.xplane.pb"
+    synthesize(DEMO, big, int(pool_mb * 1_000_000))
+    pools = ("threads", "processes", "serial")
+    print(f"{'run folder':34} {'files':>5} " + " ".join(f"{p + ' s':>12} {'RSS MB':>7}" for p in pools))
+    for label, src in (("corpus GPU-multi-worker", DEMO), (f"replica {big.stat().st_size / 1e6:.0f} MB", big)):
+        run = tmp / label.replace(" ", "_") / "plugins" / "profile" / "2026_01_01_00_00_00"
+        run.mkdir(parents=True)
+        for i in range(n):
+            (run / f"host{i}.xplane.pb").write_bytes(src.read_bytes())
+        runs: dict[str, list[dict]] = {p: [] for p in pools}
+        for i in range(reps + 1):
+            for pool in pools:  # interleaved, so a busy spell on the machine hits every pool alike
+                proc = subprocess.run([sys.executable, "-c", _POOL_CHILD, pool, str(run.parents[2])],
+                                      capture_output=True, text=True, env=env, cwd=REPO, check=True)
+                if i:  # the first round warms the page and bytecode caches
+                    runs[pool].append(json.loads(proc.stdout.strip().splitlines()[-1]))
+        cells = []
+        for pool in pools:
+            sec = statistics.median(r["load_s"] for r in runs[pool])
+            # processes: the parent plus one worker per core at the largest worker's peak, an upper bound
+            workers = min(n, os.cpu_count() or 1) if pool == "processes" else 0
+            rss = max(r["rss_mb"] + workers * r["child_mb"] for r in runs[pool])
+            cells.append(f"{sec:12.3f} {rss:7.0f}")
+        print(f"{label:34} {n:5d} " + " ".join(cells))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--reps", type=int, default=5, help="fresh processes for the 3 MB file")
@@ -90,6 +137,9 @@ def main() -> None:
     ap.add_argument("--target-mb", type=float, default=100)
     ap.add_argument("--no-bytecode-cache", action="store_true", help="keep this shell's bytecode settings")
     ap.add_argument("--numpy", action="store_true", help="force the numpy decoder (TRACEINSIGHT_PURE_PYTHON=1)")
+    ap.add_argument("--run-pools", type=int, default=0, metavar="N",
+                    help="only compare threads, processes and one after another on an N-host run folder")
+    ap.add_argument("--pool-mb", type=float, default=25, help="with --run-pools: size of the replica host file")
     args = ap.parse_args()
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -100,6 +150,9 @@ def main() -> None:
         if not args.no_bytecode_cache:
             env.pop("PYTHONDONTWRITEBYTECODE", None)
             env["PYTHONPYCACHEPREFIX"] = str(Path(tmp) / "pycache")
+        if args.run_pools:
+            run_pools(args.run_pools, args.reps, args.pool_mb, env, Path(tmp))
+            return
         native = fresh_runs(DEMO, 1, env)[0]["native"]  # warms the OS page cache and the bytecode cache; not counted
         big = Path(tmp) / "synthetic.xplane.pb"
         size, copies = synthesize(DEMO, big, int(args.target_mb * 1_000_000))

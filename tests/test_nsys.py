@@ -480,3 +480,34 @@ def test_read_int_columns_exact_nulls_and_no_rowid(tmp_path, monkeypatch):
     (e,) = nsys_sql.read_int_columns(c, "empty", ["v"])
     assert e.dtype == np.int64 and len(e) == 0
     c.close()
+
+
+# -- hostile metadata cells (issue 14): SQLite keeps whatever type a cell was given; a bad cell loses its fact --------
+
+
+@pytest.mark.parametrize("table,column,value", [
+    ("TARGET_INFO_GPU", "smCount", "x"), ("TARGET_INFO_GPU", "totalMemory", float("inf")),
+    ("TARGET_INFO_GPU", "id", b"\xff\x00"), ("TARGET_INFO_GPU", "name", b"\xff"),
+    ("TARGET_INFO_SESSION_START_TIME", "utcEpochNs", float("inf")),
+    ("TARGET_INFO_SESSION_START_TIME", "utcEpochNs", (1 << 63) - 1),
+    ("TARGET_INFO_SESSION_START_TIME", "utcEpochNs", "\x1b[2J"),
+    ("ThreadNames", "globalTid", "x"), ("ThreadNames", "nameId", 1e300),
+    ("PROCESSES", "pid", "x"), ("PROCESSES", "name", b"\xff"),
+    ("StringIds", "id", -(1 << 62)), ("StringIds", "id", 1 << 62), ("StringIds", "value", b"\xff\x00"),
+    ("NVTX_EVENTS", "text", b"\xff\xfe"),
+])
+def test_hostile_metadata_cell_loads(tmp_path, table, column, value):
+    t = NsysTrace()
+    t.step(1, 0, 100_000)
+    t.annotation("region", 1_000, 50_000)
+    for i in range(3):
+        t.kernel(f"k{i}", 10_000 + i * 1_000, 500)
+    path = t.write(tmp_path / "t.sqlite")
+    with sqlite3.connect(path) as c:
+        assert c.execute(f'UPDATE "{table}" SET "{column}" = ? WHERE rowid = (SELECT min(rowid) FROM "{table}")',
+                         (value,)).rowcount == 1
+    c.close()
+    tl = traceinsight.load(path)
+    assert (tl.events["kind"] == "kernel").sum() == 3
+    if table == "TARGET_INFO_SESSION_START_TIME":
+        assert tl.meta.start_unix_ns is None or 0 <= tl.meta.start_unix_ns < 1 << 63

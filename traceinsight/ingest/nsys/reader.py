@@ -291,6 +291,22 @@ def _kv(conn, tables: dict[str, set[str]]) -> dict[str, str]:
     return {}
 
 
+def _as_int(v) -> int | None:
+    """A metadata cell as a whole number within int64, or None: SQLite keeps whatever type was written (text, a
+    blob, NaN, infinity, a float past int64), and a bad cell loses its fact, not the trace."""
+    if isinstance(v, int):
+        return int(v) if -(1 << 63) <= v < (1 << 63) else None
+    if isinstance(v, float) and np.isfinite(v) and abs(v) < 2.0 ** 63:
+        return int(v)
+    return None
+
+
+def _text(v) -> str | None:
+    if v is None:
+        return None
+    return v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v)
+
+
 def _devices(conn, tables: dict[str, set[str]], seen: np.ndarray) -> list[DeviceInfo]:
     out: dict[int, DeviceInfo] = {}
     cols = tables.get("TARGET_INFO_GPU")
@@ -298,15 +314,15 @@ def _devices(conn, tables: dict[str, set[str]], seen: np.ndarray) -> list[Device
         want = ["id", "cuDevice", "name", "smCount", "totalMemory", "computeMajor", "computeMinor"]
         sel = ", ".join(f'"{c}"' if c in cols else "NULL" for c in want)
         for gid, cu, name, sms, mem, major, minor in conn.execute(f"SELECT {sel} FROM TARGET_INFO_GPU"):
-            idx = cu if cu is not None else gid
-            if idx is None or int(idx) in out:
+            idx = _as_int(cu) if cu is not None else _as_int(gid)
+            if idx is None or idx in out:
                 continue
             cc = f"{major}.{minor}" if major is not None and minor is not None else None
-            out[int(idx)] = DeviceInfo(
-                index=int(idx),
-                name=name,
-                sm_count=int(sms) if sms is not None else None,
-                memory_bytes=int(mem) if mem is not None else None,
+            out[idx] = DeviceInfo(
+                index=idx,
+                name=_text(name),
+                sm_count=_as_int(sms),
+                memory_bytes=_as_int(mem),
                 compute_capability=cc,
                 vendor="NVIDIA",
             )
@@ -327,12 +343,15 @@ def _clock(conn, tables: dict[str, set[str]], origin: int) -> tuple[int | None, 
         return None, "unknown"
     sys_col = '"systemClockNs"' if "systemClockNs" in cols else "NULL"
     row = conn.execute(f'SELECT "utcEpochNs", {sys_col} FROM TARGET_INFO_SESSION_START_TIME').fetchone()
-    if not row or row[0] is None:
+    utc = _as_int(row[0]) if row else None
+    if utc is None:
         return None, "unknown"
-    utc, sysclk = int(row[0]), row[1]
-    if sysclk is not None and origin >= int(sysclk) > 0:
-        return utc + origin - int(sysclk), "target system clock"
-    return utc + origin, "capture-relative"
+    sysclk = _as_int(row[1])
+    if sysclk is not None and origin >= sysclk > 0:
+        at, clock = utc + origin - sysclk, "target system clock"
+    else:
+        at, clock = utc + origin, "capture-relative"
+    return (at, clock) if 0 <= at < 1 << 63 else (None, "unknown")  # a corrupt session start: no wall clock
 
 
 # --- main reader ---------------------------------------------------------------------------------------------
@@ -398,7 +417,10 @@ def _read_conn(conn: sqlite3.Connection, path: Path, progress: ProgressFn | None
     thread_names: dict[int, str] = {}
     if "ThreadNames" in tables and {"nameId", "globalTid"} <= tables["ThreadNames"] and len(strings):
         for name_id, gtid in conn.execute("SELECT nameId, globalTid FROM ThreadNames WHERE globalTid IS NOT NULL"):
-            key = (((int(gtid) >> S.PID_SHIFT) & S.ID_MASK) << 24) | (int(gtid) & S.ID_MASK)
+            name_id, gtid = _as_int(name_id), _as_int(gtid)
+            if name_id is None or gtid is None:
+                continue
+            key = (((gtid >> S.PID_SHIFT) & S.ID_MASK) << 24) | (gtid & S.ID_MASK)
             if 0 <= name_id < len(strings) and strings[name_id] is not None:
                 thread_names[key] = strings[name_id]
 
@@ -443,4 +465,5 @@ def _processes(conn, tables: dict[str, set[str]]) -> dict[int, str]:
     cols = tables.get("PROCESSES")
     if not cols or not {"pid", "name"} <= cols:
         return {}
-    return {int(pid): str(name) for pid, name in conn.execute("SELECT pid, name FROM PROCESSES WHERE pid IS NOT NULL")}
+    rows = conn.execute("SELECT pid, name FROM PROCESSES WHERE pid IS NOT NULL")
+    return {pid: _text(name) or "" for pid, name in ((_as_int(p), n) for p, n in rows) if pid is not None}

@@ -213,15 +213,20 @@ def _uri(conn: sqlite3.Connection) -> str | None:
 def fetch_text(conn: sqlite3.Connection, table: str, expr: str, where: str = "") -> np.ndarray:
     """One text column as an object array, in the same row order as ``fetch`` with the same ``where`` (rowid)."""
     sql = f'SELECT {expr} FROM "{table}" NOT INDEXED' + (f" WHERE {where}" if where else "") + " ORDER BY rowid"
-    return np.array([r[0] for r in conn.execute(sql)], dtype=object)
+    # a blob where text belongs (a corrupt or hostile export) is read as text
+    return np.array([r[0].decode("utf-8", "replace") if isinstance(r[0], bytes) else r[0] for r in conn.execute(sql)],
+                    dtype=object)
 
 
 def string_table(conn: sqlite3.Connection) -> np.ndarray:
     """``StringIds`` as an object array indexed by id (ids are dense from 0); missing ids are None."""
-    rows = conn.execute("SELECT id, value FROM StringIds").fetchall()
+    # ids are dense from 0, or sparse below the full capture's count in a time-window slice: an id far past both
+    # (a corrupt row, 2**62) is left out rather than sizing the table by it
+    limit = max(4 * conn.execute("SELECT count(*) FROM StringIds").fetchone()[0], 1 << 25)
+    rows = conn.execute(f"SELECT id, value FROM StringIds WHERE id >= 0 AND id < {limit}").fetchall()
     if not rows:
         return np.empty(0, dtype=object)
     ids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
     lookup = np.full(int(ids.max()) + 1, None, dtype=object)
-    lookup[ids] = [r[1] for r in rows]
+    lookup[ids] = [r[1].decode("utf-8", "replace") if isinstance(r[1], bytes) else r[1] for r in rows]
     return lookup

@@ -7,6 +7,9 @@ sort chronologically, which is why "newest" is the lexicographic maximum.
 
 from __future__ import annotations
 
+import gc
+import os
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from pathlib import Path
 
 from ...errors import TraceReadError
@@ -73,10 +76,9 @@ def read(path: Path, progress=None, run: str | None = None, max_bytes: int | Non
     parts: list[Rows] = []
     metas: list[TraceMeta] = []
     absolute = True
-    for rank, f in enumerate(files):
-        if progress:
-            progress(f"reading {f.name} (rank {rank})")
-        columns, optional, meta, abs_ = read_columns(f, max_bytes)
+    if progress:
+        progress(f"reading {len(files)} host file{'s' if len(files) > 1 else ''} of run {chosen_run.name}")
+    for rank, (columns, optional, meta, abs_) in enumerate(_read_all(read_columns, files, max_bytes, RANK_POOL)):
         parts.append(Rows(columns, optional, rank=rank))
         metas.append(meta)
         absolute = absolute and abs_
@@ -102,6 +104,27 @@ def read(path: Path, progress=None, run: str | None = None, max_bytes: int | Non
     for w in warnings:
         meta.warn(w)
     return ReadResult(parts, meta, epoch=absolute)
+
+
+#: How the host files of a run are read: "threads", "processes" or "serial". Measured in bench/README.md ("TensorBoard
+#: runs"): the C walker releases the GIL for its event walk, but that is a small part of a file's load (most is
+#: building columns, which holds the GIL), so threads gain little, and processes pay start-up and pickling.
+RANK_POOL = "serial"
+
+
+def _read_all(read_columns, files: list[Path], max_bytes: int | None, pool: str) -> list[tuple]:
+    workers = min(len(files), os.cpu_count() or 1)
+    if workers <= 1 or pool == "serial":
+        return [read_columns(f, max_bytes) for f in files]
+    executor = ThreadPoolExecutor if pool == "threads" else ProcessPoolExecutor
+    gc_was_on = gc.isenabled()
+    gc.disable()  # once for all threads
+    try:
+        with executor(max_workers=workers) as ex:
+            return list(ex.map(read_columns, files, [max_bytes] * len(files)))
+    finally:
+        if gc_was_on:
+            gc.enable()
 
 
 def _with_rank(devices, rank):

@@ -36,24 +36,56 @@ typedef struct {
     int32_t which;
 } StatRec;
 
+/* A kept str/bytes stat value, made a str only after the walk (which runs without the GIL). The reader parses these
+ * values as text, so bytes_value becomes str too, invalid UTF-8 replaced. */
+typedef struct {
+    const uint8_t *s, *e;
+} StrSpan;
+
 typedef struct {
     StatRec *recs;
     Py_ssize_t len, cap;
-    PyObject *strings; /* list */
+    StrSpan *strs;
+    Py_ssize_t n_strs, cap_strs;
 } StatOut;
 
-static const char *ERR_TRUNC = "a field runs past the end of its message";
+/* Walk results: 0, or what went wrong. The walkers make no Python call (so they can run without the GIL); the
+ * caller turns a code into an exception. The wording is the reader's: the upb path maps its DecodeError onto the
+ * same two texts, so both paths report the same error for the same bytes. */
+enum { E_OK = 0, E_WIRE = 1, E_UTF8 = 2, E_NOMEM = 3, E_PY = 4 };
+static const char *ERR_WIRE = "truncated or corrupt wire format";
+static const char *ERR_UTF8 = "a string field is not valid UTF-8";
 
-/* Read a varint at *pp (< end). Returns 0 and advances, or -1 (runs off the end, or longer than 10 bytes). */
-static int rd_varint(const uint8_t **pp, const uint8_t *end, uint64_t *out)
+/* upb's default nesting limit: the top message has 100 levels, every submessage or group takes one. */
+#define DEPTH_LIMIT 100
+
+static int set_error(int rc)
+{
+    if (rc == E_WIRE)
+        PyErr_SetString(PyExc_ValueError, ERR_WIRE);
+    else if (rc == E_UTF8)
+        PyErr_SetString(PyExc_ValueError, ERR_UTF8);
+    else if (rc == E_NOMEM)
+        PyErr_NoMemory();
+    return -1; /* E_PY: the exception is set already */
+}
+
+/* Read a varint of at most maxlen bytes at *pp (< end). 0 and advances, or -1. The limits are upb's: 10 bytes for a
+ * value (bits past 64 dropped), 5 for a key or a length (their range is checked by the caller). */
+static inline int rd_varint(const uint8_t **pp, const uint8_t *end, int maxlen, uint64_t *out)
 {
     const uint8_t *p = *pp;
+    if (p < end && *p < 0x80) {
+        *out = *p;
+        *pp = p + 1;
+        return 0;
+    }
     uint64_t v = 0;
-    for (int shift = 0; shift <= 63; shift += 7) {
+    for (int i = 0; i < maxlen; i++) {
         if (p >= end)
             return -1;
         uint8_t b = *p++;
-        v |= (uint64_t)(b & 0x7F) << shift;
+        v |= (uint64_t)(b & 0x7F) << (7 * i);
         if (!(b & 0x80)) {
             *pp = p;
             *out = v;
@@ -63,50 +95,63 @@ static int rd_varint(const uint8_t **pp, const uint8_t *end, uint64_t *out)
     return -1;
 }
 
-/* Read a field key. Returns 0, or -1 with a Python error set (bad varint, field 0, group or unknown wire type). */
-static int rd_key(const uint8_t **pp, const uint8_t *end, uint32_t *field, unsigned *wt)
+/* Read a field key as upb does: at most 5 bytes and 32 bits, wire type 0 to 5 (3 and 4 are group start and end,
+ * which the callers skip or match), field number > 0 except inside a skipped group (upb does not look there). */
+static inline int rd_key_in(const uint8_t **pp, const uint8_t *end, uint32_t *field, unsigned *wt, uint64_t lowest)
 {
     uint64_t key;
-    if (rd_varint(pp, end, &key)) {
-        PyErr_SetString(PyExc_ValueError, ERR_TRUNC);
-        return -1;
-    }
+    if (rd_varint(pp, end, 5, &key) || key > 0xFFFFFFFFu || key < lowest || (key & 7) > 5)
+        return E_WIRE;
     *wt = (unsigned)(key & 7);
-    uint64_t f = key >> 3;
-    if (f == 0 || f > 0x1FFFFFFF || *wt == 3 || *wt == 4 || *wt > 5) {
-        PyErr_SetString(PyExc_ValueError, "invalid field key (corrupt data, groups are not supported)");
-        return -1;
-    }
-    *field = (uint32_t)f;
+    *field = (uint32_t)(key >> 3);
     return 0;
 }
 
-/* Read a length prefix and the span it covers, checked against end. 0, or -1 with a Python error set. */
-static int rd_span(const uint8_t **pp, const uint8_t *end, const uint8_t **s, const uint8_t **e)
+static inline int rd_key(const uint8_t **pp, const uint8_t *end, uint32_t *field, unsigned *wt)
+{
+    return rd_key_in(pp, end, field, wt, 8);
+}
+
+/* Read a length prefix (at most 5 bytes, below 2^31 - 1, as upb) and the span it covers, checked against end. */
+static inline int rd_span(const uint8_t **pp, const uint8_t *end, const uint8_t **s, const uint8_t **e)
 {
     uint64_t len;
-    if (rd_varint(pp, end, &len) || len > (uint64_t)(end - *pp)) {
-        PyErr_SetString(PyExc_ValueError, ERR_TRUNC);
-        return -1;
-    }
+    if (rd_varint(pp, end, 5, &len) || len >= 0x7FFFFFFF || len > (uint64_t)(end - *pp))
+        return E_WIRE;
     *s = *pp;
     *e = *pp + len;
     *pp = *e;
     return 0;
 }
 
-/* Read a varint field value. 0, or -1 with a Python error set. */
-static int rd_value(const uint8_t **pp, const uint8_t *end, uint64_t *v)
+static inline int rd_value(const uint8_t **pp, const uint8_t *end, uint64_t *v)
 {
-    if (rd_varint(pp, end, v)) {
-        PyErr_SetString(PyExc_ValueError, ERR_TRUNC);
-        return -1;
-    }
-    return 0;
+    return rd_varint(pp, end, 10, v) ? E_WIRE : 0;
 }
 
-/* Skip a field's value of wire type wt (0, 1, 2 or 5: rd_key rejects the rest). 0, or -1 with a Python error. */
-static int skip_value(const uint8_t **pp, const uint8_t *end, unsigned wt)
+static int skip_value(const uint8_t **pp, const uint8_t *end, uint32_t field, unsigned wt, int depth);
+
+/* Skip a group whose start key (field) was just read, in a message with `depth` levels left: its fields up to the
+ * end key of the same field number, as upb skips an unknown group. */
+static int skip_group(const uint8_t **pp, const uint8_t *end, uint32_t field, int depth)
+{
+    if (--depth < 0)
+        return E_WIRE;
+    for (;;) {
+        uint32_t f;
+        unsigned wt;
+        if (*pp >= end || rd_key_in(pp, end, &f, &wt, 0))
+            return E_WIRE;
+        if (wt == 4)
+            return f == field ? 0 : E_WIRE;
+        int rc = skip_value(pp, end, f, wt, depth);
+        if (rc)
+            return rc;
+    }
+}
+
+/* Skip a field's value of wire type wt; an end-group key outside its group is corrupt. 0 or an error code. */
+static int skip_value(const uint8_t **pp, const uint8_t *end, uint32_t field, unsigned wt, int depth)
 {
     uint64_t v;
     const uint8_t *s, *e;
@@ -115,16 +160,80 @@ static int skip_value(const uint8_t **pp, const uint8_t *end, unsigned wt)
         return rd_value(pp, end, &v);
     case 2:
         return rd_span(pp, end, &s, &e);
+    case 3:
+        return skip_group(pp, end, field, depth);
+    case 4:
+        return E_WIRE;
     default: {
         Py_ssize_t width = wt == 1 ? 8 : 4;
-        if (end - *pp < width) {
-            PyErr_SetString(PyExc_ValueError, ERR_TRUNC);
-            return -1;
-        }
+        if (end - *pp < width)
+            return E_WIRE;
         *pp += width;
         return 0;
     }
     }
+}
+
+/* Strict UTF-8 (no overlong forms, surrogates or code points past U+10FFFF), as upb checks a proto3 string. */
+static int utf8_ok(const uint8_t *s, const uint8_t *e)
+{
+    while (s < e) {
+        uint8_t c = *s;
+        if (c < 0x80) {
+            s++;
+            uint64_t w;
+            while (e - s >= 8 && (memcpy(&w, s, 8), !(w & 0x8080808080808080ull))) /* ASCII, 8 bytes at a time */
+                s += 8;
+            continue;
+        }
+        Py_ssize_t n = e - s;
+        uint8_t lo = 0x80, hi = 0xBF;
+        if (c >= 0xC2 && c <= 0xDF) {
+            if (n < 2 || (s[1] & 0xC0) != 0x80)
+                return 0;
+            s += 2;
+        } else if (c >= 0xE0 && c <= 0xEF) {
+            if (c == 0xE0)
+                lo = 0xA0;
+            else if (c == 0xED)
+                hi = 0x9F;
+            if (n < 3 || s[1] < lo || s[1] > hi || (s[2] & 0xC0) != 0x80)
+                return 0;
+            s += 3;
+        } else if (c >= 0xF0 && c <= 0xF4) {
+            if (c == 0xF0)
+                lo = 0x90;
+            else if (c == 0xF4)
+                hi = 0x8F;
+            if (n < 4 || s[1] < lo || s[1] > hi || (s[2] & 0xC0) != 0x80 || (s[3] & 0xC0) != 0x80)
+                return 0;
+            s += 4;
+        } else {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* The end of the data parse_space walks, for rd_string. parse_space holds the GIL throughout, so one static is safe;
+ * scan_events (run without the GIL) never reads strings strictly. */
+static const uint8_t *data_end;
+
+/* A string field's span, read and checked: 0, E_WIRE or E_UTF8. upb reads a string that runs past its message but
+ * not past the data, checks its UTF-8, and finds the overrun only at the message's end: bad UTF-8 in those bytes
+ * is then the fault it reports, so it is here too. */
+static inline int rd_string(const uint8_t **pp, const uint8_t *end, const uint8_t **s, const uint8_t **e)
+{
+    const uint8_t *q = *pp;
+    int rc = rd_span(pp, end, s, e);
+    if (rc) {
+        uint64_t len;
+        if (data_end && !rd_varint(&q, data_end, 5, &len) && len < 0x7FFFFFFF && len <= (uint64_t)(data_end - q) &&
+            !utf8_ok(q, q + len))
+            return E_UTF8;
+        return rc;
+    }
+    return utf8_ok(*s, *e) ? 0 : E_UTF8;
 }
 
 static uint64_t le64(const uint8_t *p)
@@ -139,53 +248,68 @@ static uint64_t le64(const uint8_t *p)
 /* scan_events */
 
 /* Walk one XStat: its metadata id, the oneof member set last (field number, 0 = none) and its value (fixed64 and
- * varints as raw bits; str/bytes as the span [ss, se)). 0, or -1 with a Python error set. */
-static int walk_stat(const uint8_t *p, const uint8_t *e, uint64_t *mid, int32_t *which, uint64_t *val,
-                     const uint8_t **ss, const uint8_t **se)
+ * varints as raw bits; str/bytes as the span [ss, se)). `strict`: every str_value must be valid UTF-8, as upb
+ * checks the stats it decodes (plane and metadata stats; the reader decodes event stats leniently, on both paths).
+ * 0 or an error code. */
+static int walk_stat(const uint8_t *p, const uint8_t *e, int depth, int strict, uint64_t *mid, int32_t *which,
+                     uint64_t *val, const uint8_t **ss, const uint8_t **se)
 {
     uint64_t v;
+    int rc;
     *mid = *val = 0;
     *which = 0;
     *ss = *se = p;
     while (p < e) {
         uint32_t f;
         unsigned wt;
-        if (rd_key(&p, e, &f, &wt))
-            return -1;
+        if ((rc = rd_key(&p, e, &f, &wt)))
+            return rc;
         if (wt == 0 && (f == 1 || f == 3 || f == 4 || f == 7)) {
-            if (rd_value(&p, e, &v))
-                return -1;
+            if ((rc = rd_value(&p, e, &v)))
+                return rc;
             if (f == 1)
                 *mid = v;
             else
                 *val = v, *which = (int32_t)f;
         } else if (wt == 1 && f == 2) {
-            if (e - p < 8) {
-                PyErr_SetString(PyExc_ValueError, ERR_TRUNC);
-                return -1;
-            }
+            if (e - p < 8)
+                return E_WIRE;
             *val = le64(p), *which = 2;
             p += 8;
         } else if (wt == 2 && (f == 5 || f == 6)) {
-            if (rd_span(&p, e, ss, se))
-                return -1;
+            if ((rc = strict && f == 5 ? rd_string(&p, e, ss, se) : rd_span(&p, e, ss, se)))
+                return rc;
             *which = (int32_t)f;
-        } else if (skip_value(&p, e, wt)) {
-            return -1;
+        } else if ((rc = skip_value(&p, e, f, wt, depth))) {
+            return rc;
         }
     }
     return 0;
 }
 
-/* Decode one XStat; keep it when its metadata id is one of the (id, key) pairs in `wanted`. */
-static int scan_stat(const uint8_t *p, const uint8_t *e, int64_t ev, const char *wanted, Py_ssize_t n_wanted,
-                     StatOut *out)
+static int grow(void **buf, Py_ssize_t *cap, Py_ssize_t len, size_t item, Py_ssize_t first)
+{
+    if (len < *cap)
+        return 0;
+    Py_ssize_t n = *cap ? *cap * 2 : first;
+    void *b = realloc(*buf, (size_t)n * item);
+    if (!b)
+        return E_NOMEM;
+    *buf = b;
+    *cap = n;
+    return 0;
+}
+
+/* Decode one XStat (at depth `depth`); keep it when its metadata id is one of the (id, key) pairs in `wanted`. */
+static int scan_stat(const uint8_t *p, const uint8_t *e, int depth, int64_t ev, const char *wanted,
+                     Py_ssize_t n_wanted, StatOut *out)
 {
     uint64_t mid, val;
     int32_t which;
     const uint8_t *ss, *se;
-    if (walk_stat(p, e, &mid, &which, &val, &ss, &se))
-        return -1;
+    int rc = walk_stat(p, e, depth, 0, &mid, &which, &val, &ss, &se);
+    if (rc)
+        return rc;
     Py_ssize_t k = 0;
     int64_t id, key;
     for (; k < n_wanted; k++) {
@@ -197,26 +321,13 @@ static int scan_stat(const uint8_t *p, const uint8_t *e, int64_t ev, const char 
         return 0;
     memcpy(&key, wanted + 16 * k + 8, 8);
     if (which == 5 || which == 6) {
-        PyObject *s = which == 5 ? PyUnicode_DecodeUTF8((const char *)ss, se - ss, "replace")
-                                 : PyBytes_FromStringAndSize((const char *)ss, se - ss);
-        if (!s)
-            return -1;
-        val = (uint64_t)PyList_GET_SIZE(out->strings);
-        int rc = PyList_Append(out->strings, s);
-        Py_DECREF(s);
-        if (rc)
-            return -1;
+        if (grow((void **)&out->strs, &out->cap_strs, out->n_strs, sizeof(StrSpan), 256))
+            return E_NOMEM;
+        out->strs[out->n_strs] = (StrSpan){ss, se};
+        val = (uint64_t)out->n_strs++;
     }
-    if (out->len == out->cap) {
-        Py_ssize_t cap = out->cap ? out->cap * 2 : 4096;
-        StatRec *r = realloc(out->recs, (size_t)cap * sizeof(StatRec));
-        if (!r) {
-            PyErr_NoMemory();
-            return -1;
-        }
-        out->recs = r;
-        out->cap = cap;
-    }
+    if (grow((void **)&out->recs, &out->cap, out->len, sizeof(StatRec), 4096))
+        return E_NOMEM;
     StatRec *r = &out->recs[out->len++];
     r->ev = ev;
     r->val = val;
@@ -225,20 +336,23 @@ static int scan_stat(const uint8_t *p, const uint8_t *e, int64_t ev, const char 
     return 0;
 }
 
+#define EVENT_DEPTH (DEPTH_LIMIT - 3) /* XSpace > XPlane > XLine > XEvent */
+
 /* Decode one XEvent into row `ev` of the three columns; its stats go through scan_stat when any are wanted. */
 static int scan_event(const uint8_t *p, const uint8_t *e, int64_t ev, int64_t *cols, Py_ssize_t n,
                       const char *wanted, Py_ssize_t n_wanted, StatOut *out)
 {
     uint64_t mid = 0, off = 0, dur = 0, v;
     const uint8_t *ss, *se;
+    int rc;
     while (p < e) {
         uint32_t f;
         unsigned wt;
-        if (rd_key(&p, e, &f, &wt))
-            return -1;
+        if ((rc = rd_key(&p, e, &f, &wt)))
+            return rc;
         if (wt == 0 && (f == 1 || f == 2 || f == 3 || f == 5)) {
-            if (rd_value(&p, e, &v))
-                return -1;
+            if ((rc = rd_value(&p, e, &v)))
+                return rc;
             if (f == 1)
                 mid = v;
             else if (f == 2)
@@ -248,12 +362,12 @@ static int scan_event(const uint8_t *p, const uint8_t *e, int64_t ev, int64_t *c
             else
                 off = 0; /* num_occurrences shares the oneof with offset_ps: the member set last wins */
         } else if (wt == 2 && f == 4) {
-            if (rd_span(&p, e, &ss, &se))
-                return -1;
-            if (n_wanted && scan_stat(ss, se, ev, wanted, n_wanted, out))
-                return -1;
-        } else if (skip_value(&p, e, wt)) {
-            return -1;
+            if ((rc = rd_span(&p, e, &ss, &se)))
+                return rc;
+            if (n_wanted && (rc = scan_stat(ss, se, EVENT_DEPTH - 1, ev, wanted, n_wanted, out)))
+                return rc;
+        } else if ((rc = skip_value(&p, e, f, wt, EVENT_DEPTH))) {
+            return rc;
         }
     }
     cols[ev] = (int64_t)mid;
@@ -262,76 +376,120 @@ static int scan_event(const uint8_t *p, const uint8_t *e, int64_t ev, int64_t *c
     return 0;
 }
 
+/* The walk of scan_events over every line, with no Python call: 0, an error code, or -2 - k for argument error k. */
+static int scan_lines(const uint8_t *base, Py_ssize_t size, const char *spans, Py_ssize_t n_lines,
+                      const char *const *wanted, const Py_ssize_t *n_wanted, int64_t *cols, Py_ssize_t n,
+                      StatOut *out)
+{
+    int64_t ev = 0;
+    int rc;
+    for (Py_ssize_t i = 0; i < n_lines; i++) {
+        int64_t s, e;
+        memcpy(&s, spans + 16 * i, 8);
+        memcpy(&e, spans + 16 * i + 8, 8);
+        if (s < 0 || e < s || e > size)
+            return -2;
+        const uint8_t *p = base + s, *end = base + e, *es, *ee;
+        while (p < end) {
+            uint32_t f;
+            unsigned wt;
+            if ((rc = rd_key(&p, end, &f, &wt)))
+                return rc;
+            if (f == 4 && wt == 2) {
+                if ((rc = rd_span(&p, end, &es, &ee)))
+                    return rc;
+                if (ev >= n)
+                    return -3;
+                if ((rc = scan_event(es, ee, ev, cols, n, wanted[i], n_wanted[i], out)))
+                    return rc;
+                ev++;
+            } else if ((rc = skip_value(&p, end, f, wt, EVENT_DEPTH + 1))) {
+                return rc;
+            }
+        }
+    }
+    return ev != n ? -4 : 0;
+}
+
 PyDoc_STRVAR(scan_events_doc,
 "scan_events(data, spans, wanted, n_events) -> (columns, stats, strings)\n\n"
 "Decode the events of the XLines at ``spans`` (bytes: int64 start, end pairs into ``data``), in order.\n"
 "``wanted[i]`` (bytes: int64 metadata id, key pairs) lists the stats to keep for line i (b'' = none).\n"
 "``columns``: bytes of 3 x n_events int64 (metadata_id, offset_ps, duration_ps); ``stats``: bytes of records\n"
 "(int64 event, uint64 value, int32 key, int32 oneof field; 0 = unset) in event and file order, where a str/bytes\n"
-"value is an index into ``strings``. ValueError on malformed input or when the lines hold other than n_events.");
+"value is an index into ``strings`` (str either way, invalid UTF-8 replaced). ValueError on malformed input or when the lines hold other than n_events.\n"
+"The walk runs without the GIL, so threads can decode several files at once.");
 
 static PyObject *scan_events(PyObject *self, PyObject *args)
 {
     Py_buffer view, spans;
-    PyObject *wanted_list, *cols_obj = NULL, *result = NULL;
+    PyObject *wanted_list, *wanted_tuple = NULL, *cols_obj = NULL, *strings = NULL, *result = NULL;
     Py_ssize_t n;
-    StatOut out = {NULL, 0, 0, NULL};
+    StatOut out = {NULL, 0, 0, NULL, 0, 0};
+    const char **wanted = NULL;
+    Py_ssize_t *n_wanted = NULL;
     if (!PyArg_ParseTuple(args, "y*y*O!n:scan_events", &view, &spans, &PyList_Type, &wanted_list, &n))
         return NULL;
-    const uint8_t *base = view.buf;
     Py_ssize_t n_lines = spans.len / (Py_ssize_t)(2 * sizeof(int64_t));
     if (spans.len % (Py_ssize_t)(2 * sizeof(int64_t)) || PyList_GET_SIZE(wanted_list) != n_lines || n < 0 ||
         n > PY_SSIZE_T_MAX / 24) {
         PyErr_SetString(PyExc_ValueError, "scan_events: spans, wanted and n_events do not agree");
         goto done;
     }
+    /* a tuple keeps the tables alive while the GIL is released, whatever happens to the list */
+    wanted_tuple = PyList_AsTuple(wanted_list);
     cols_obj = PyBytes_FromStringAndSize(NULL, 3 * n * (Py_ssize_t)sizeof(int64_t));
-    out.strings = PyList_New(0);
-    if (!cols_obj || !out.strings)
+    wanted = PyMem_Malloc((size_t)(n_lines ? n_lines : 1) * sizeof(char *));
+    n_wanted = PyMem_Malloc((size_t)(n_lines ? n_lines : 1) * sizeof(Py_ssize_t));
+    if (!wanted_tuple || !cols_obj || !wanted || !n_wanted) {
+        if (!PyErr_Occurred())
+            PyErr_NoMemory();
         goto done;
-    int64_t *cols = (int64_t *)PyBytes_AS_STRING(cols_obj);
-    int64_t ev = 0;
+    }
     for (Py_ssize_t i = 0; i < n_lines; i++) {
-        int64_t s, e;
-        memcpy(&s, (const char *)spans.buf + 16 * i, 8);
-        memcpy(&e, (const char *)spans.buf + 16 * i + 8, 8);
-        PyObject *w = PyList_GET_ITEM(wanted_list, i);
-        if (s < 0 || e < s || e > view.len || !PyBytes_Check(w) || PyBytes_GET_SIZE(w) % 16) {
+        PyObject *w = PyTuple_GET_ITEM(wanted_tuple, i);
+        if (!PyBytes_Check(w) || PyBytes_GET_SIZE(w) % 16) {
             PyErr_SetString(PyExc_ValueError, "scan_events: a line span or wanted table is out of range");
             goto done;
         }
-        const char *wanted = PyBytes_AS_STRING(w);
-        Py_ssize_t n_wanted = PyBytes_GET_SIZE(w) / 16;
-        const uint8_t *p = base + s, *end = base + e, *es, *ee;
-        while (p < end) {
-            uint32_t f;
-            unsigned wt;
-            if (rd_key(&p, end, &f, &wt))
-                goto done;
-            if (f == 4 && wt == 2) {
-                if (rd_span(&p, end, &es, &ee))
-                    goto done;
-                if (ev >= n) {
-                    PyErr_SetString(PyExc_ValueError, "scan_events: the lines hold more events than counted");
-                    goto done;
-                }
-                if (scan_event(es, ee, ev, cols, n, wanted, n_wanted, &out))
-                    goto done;
-                ev++;
-            } else if (skip_value(&p, end, wt)) {
-                goto done;
-            }
-        }
+        wanted[i] = PyBytes_AS_STRING(w);
+        n_wanted[i] = PyBytes_GET_SIZE(w) / 16;
     }
-    if (ev != n) {
-        PyErr_SetString(PyExc_ValueError, "scan_events: the lines hold fewer events than counted");
+    int64_t *cols = (int64_t *)PyBytes_AS_STRING(cols_obj);
+    const char *sp = spans.buf;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = scan_lines(view.buf, view.len, sp, n_lines, wanted, n_wanted, cols, n, &out);
+    Py_END_ALLOW_THREADS
+    if (rc == -2) {
+        PyErr_SetString(PyExc_ValueError, "scan_events: a line span or wanted table is out of range");
+        goto done;
+    } else if (rc == -3 || rc == -4) {
+        PyErr_Format(PyExc_ValueError, "scan_events: the lines hold %s events than counted", rc == -3 ? "more" : "fewer");
+        goto done;
+    } else if (rc) {
+        set_error(rc);
         goto done;
     }
+    strings = PyList_New(out.n_strs);
+    if (!strings)
+        goto done;
+    for (Py_ssize_t i = 0; i < out.n_strs; i++) {
+        StrSpan *t = &out.strs[i];
+        PyObject *o = PyUnicode_DecodeUTF8((const char *)t->s, t->e - t->s, "replace");
+        if (!o)
+            goto done;
+        PyList_SET_ITEM(strings, i, o);
+    }
     result = Py_BuildValue("(Oy#O)", cols_obj, out.recs ? (const char *)out.recs : "",
-                           out.len * (Py_ssize_t)sizeof(StatRec), out.strings);
+                           out.len * (Py_ssize_t)sizeof(StatRec), strings);
 done:
     free(out.recs);
-    Py_XDECREF(out.strings);
+    free(out.strs);
+    PyMem_Free(wanted);
+    PyMem_Free(n_wanted);
+    Py_XDECREF(strings);
+    Py_XDECREF(wanted_tuple);
     Py_XDECREF(cols_obj);
     PyBuffer_Release(&view);
     PyBuffer_Release(&spans);
@@ -347,59 +505,55 @@ typedef struct {
     Py_ssize_t len, cap;
 } IdVec;
 
-static int idvec_push(IdVec *vec, int64_t x)
-{
-    if (vec->len == vec->cap) {
-        Py_ssize_t cap = vec->cap ? vec->cap * 2 : 256;
-        int64_t *v = realloc(vec->v, (size_t)cap * sizeof(int64_t));
-        if (!v) {
-            PyErr_NoMemory();
-            return -1;
-        }
-        vec->v = v;
-        vec->cap = cap;
-    }
-    vec->v[vec->len++] = x;
-    return 0;
-}
 
-/* A proto3 string field as str; invalid UTF-8 raises UnicodeDecodeError (a ValueError), as upb refuses it. */
+/* A string field as str: its bytes were checked by rd_string, so only memory can fail. */
 static PyObject *utf8(const uint8_t *s, const uint8_t *e)
 {
     return PyUnicode_DecodeUTF8((const char *)s, e - s, NULL);
 }
 
+/* Depths below the XSpace (DEPTH_LIMIT levels): a plane takes one, its lines, map entries and stats two, a map
+ * entry's value three, a stat inside event metadata four. */
+#define PLANE_DEPTH (DEPTH_LIMIT - 1)
+
 /* The header of one XLine (its events are only counted): a tuple
- * (plane, start, end, id, name, display_name, timestamp_ns, n_events); start/end are offsets into the whole buffer. */
+ * (plane, start, end, id, name, display_name, timestamp_ns, n_events); start/end are offsets into the whole buffer.
+ * Every name occurrence is checked as it is read, so the first fault found is the one upb reports. */
 static PyObject *line_head(const uint8_t *base, const uint8_t *s, const uint8_t *e, Py_ssize_t plane)
 {
     const uint8_t *p = s, *name = s, *name_end = s, *dname = s, *dname_end = s, *vs, *ve;
     uint64_t id = 0, ts = 0, v;
     Py_ssize_t n_events = 0;
-    while (p < e) {
+    int rc = 0;
+    while (p < e && !rc) {
         uint32_t f;
         unsigned wt;
-        if (rd_key(&p, e, &f, &wt))
-            return NULL;
+        if ((rc = rd_key(&p, e, &f, &wt)))
+            break;
         if (wt == 0 && (f == 1 || f == 3)) {
-            if (rd_value(&p, e, &v))
-                return NULL;
-            if (f == 1)
-                id = v;
-            else
-                ts = v;
-        } else if (wt == 2 && (f == 2 || f == 4 || f == 11)) {
-            if (rd_span(&p, e, &vs, &ve))
-                return NULL;
-            if (f == 4)
+            if (!(rc = rd_value(&p, e, &v))) {
+                if (f == 1)
+                    id = v;
+                else
+                    ts = v;
+            }
+        } else if (wt == 2 && f == 4) {
+            if (!(rc = rd_span(&p, e, &vs, &ve)))
                 n_events++;
-            else if (f == 2)
-                name = vs, name_end = ve;
-            else
-                dname = vs, dname_end = ve;
-        } else if (skip_value(&p, e, wt)) {
-            return NULL;
+        } else if (wt == 2 && (f == 2 || f == 11)) {
+            if (!(rc = rd_string(&p, e, &vs, &ve))) {
+                if (f == 2)
+                    name = vs, name_end = ve;
+                else
+                    dname = vs, dname_end = ve;
+            }
+        } else {
+            rc = skip_value(&p, e, f, wt, PLANE_DEPTH - 1);
         }
+    }
+    if (rc) {
+        set_error(rc);
+        return NULL;
     }
     PyObject *py_name = utf8(name, name_end);
     PyObject *py_dname = py_name ? utf8(dname, dname_end) : NULL;
@@ -411,54 +565,97 @@ static PyObject *line_head(const uint8_t *base, const uint8_t *s, const uint8_t 
                          py_name, py_dname, (long long)(int64_t)ts, n_events);
 }
 
-/* One map entry {key=1 int64, value=2 message}: its key and the value's field 2 (the name). Repeated fields
- * resolve as upb does: the last key, and the last name across repeated (merged) values. 0, or -1 with an error. */
-static int map_entry(const uint8_t *p, const uint8_t *e, int64_t *key, const uint8_t **ns, const uint8_t **ne)
+/* An XEventMetadata (is_event) or XStatMetadata value at `depth`, checked as upb decodes it; its name (field 2,
+ * the last one) is returned as a span. 0 or an error code. */
+static int metadata_value(const uint8_t *p, const uint8_t *e, int depth, int is_event, const uint8_t **ns,
+                          const uint8_t **ne)
 {
-    uint64_t v;
-    const uint8_t *vs, *ve;
-    *key = 0;
-    *ns = *ne = p;
+    uint64_t v, mid, val;
+    int32_t which;
+    const uint8_t *vs, *ve, *ss, *se;
+    int rc;
     while (p < e) {
         uint32_t f;
         unsigned wt;
-        if (rd_key(&p, e, &f, &wt))
-            return -1;
-        if (f == 1 && wt == 0) {
-            if (rd_value(&p, e, &v))
-                return -1;
-            *key = (int64_t)v;
-        } else if (f == 2 && wt == 2) {
-            if (rd_span(&p, e, &vs, &ve))
-                return -1;
-            while (vs < ve) {
-                if (rd_key(&vs, ve, &f, &wt))
-                    return -1;
-                if (f == 2 && wt == 2) {
-                    if (rd_span(&vs, ve, ns, ne))
-                        return -1;
-                } else if (skip_value(&vs, ve, wt)) {
-                    return -1;
-                }
-            }
-        } else if (skip_value(&p, e, wt)) {
-            return -1;
+        if ((rc = rd_key(&p, e, &f, &wt)))
+            return rc;
+        if (wt == 2 && (f == 2 || (is_event ? f == 4 : f == 3))) { /* name; display_name or description */
+            if ((rc = rd_string(&p, e, &vs, &ve)))
+                return rc;
+            if (f == 2)
+                *ns = vs, *ne = ve;
+        } else if (is_event && wt == 2 && f == 5) { /* stats */
+            if ((rc = rd_span(&p, e, &vs, &ve)) || (rc = walk_stat(vs, ve, depth - 1, 1, &mid, &which, &val, &ss, &se)))
+                return rc;
+        } else if (is_event && wt == 2 && f == 6) { /* child_id, packed */
+            if ((rc = rd_span(&p, e, &vs, &ve)))
+                return rc;
+            while (vs < ve)
+                if ((rc = rd_value(&vs, ve, &v)))
+                    return rc;
+        } else if ((rc = skip_value(&p, e, f, wt, depth))) {
+            return rc;
         }
     }
     return 0;
 }
 
-/* Add one map entry to (ids, names). */
-static int add_entry(const uint8_t *s, const uint8_t *e, IdVec *ids, PyObject *names)
+/* One map entry {key=1 int64, value=2 message} at depth PLANE_DEPTH - 1: its key and the value's name. Repeated
+ * fields resolve as upb does: the last key, and the last name across repeated (merged) values. An entry with any
+ * other field (or a key or value of another wire type) is checked but left out of the map (`*odd` set), as upb
+ * keeps such an entry among the plane's unknown fields instead. */
+static int map_entry(const uint8_t *p, const uint8_t *e, int is_event, int64_t *key, const uint8_t **ns,
+                     const uint8_t **ne, int *odd)
+{
+    uint64_t v;
+    const uint8_t *vs, *ve;
+    int rc;
+    const int depth = PLANE_DEPTH - 1;
+    *key = 0;
+    *odd = 0;
+    *ns = *ne = p;
+    while (p < e) {
+        uint32_t f;
+        unsigned wt;
+        if ((rc = rd_key(&p, e, &f, &wt)))
+            return rc;
+        if (f == 1 && wt == 0) {
+            if ((rc = rd_value(&p, e, &v)))
+                return rc;
+            *key = (int64_t)v;
+        } else if (f == 2 && wt == 2) {
+            if ((rc = rd_span(&p, e, &vs, &ve)) || (rc = metadata_value(vs, ve, depth - 1, is_event, ns, ne)))
+                return rc;
+        } else if ((rc = skip_value(&p, e, f, wt, depth))) {
+            return rc;
+        } else {
+            *odd = 1;
+        }
+    }
+    return 0;
+}
+
+static int idvec_push(IdVec *vec, int64_t x)
+{
+    if (grow((void **)&vec->v, &vec->cap, vec->len, sizeof(int64_t), 256))
+        return E_NOMEM;
+    vec->v[vec->len++] = x;
+    return 0;
+}
+
+/* Add one map entry to (ids, names). 0 or an error code. */
+static int add_entry(const uint8_t *s, const uint8_t *e, int is_event, IdVec *ids, PyObject *names)
 {
     int64_t key;
     const uint8_t *ns, *ne;
-    if (map_entry(s, e, &key, &ns, &ne) || idvec_push(ids, key))
-        return -1;
+    int odd;
+    int rc = map_entry(s, e, is_event, &key, &ns, &ne, &odd);
+    if (rc || odd || (rc = idvec_push(ids, key)))
+        return rc;
     PyObject *name = utf8(ns, ne);
-    int rc = name ? PyList_Append(names, name) : -1;
+    rc = name ? PyList_Append(names, name) : -1;
     Py_XDECREF(name);
-    return rc;
+    return rc ? E_PY : 0;
 }
 
 /* A plane-level XStat as (metadata_id, oneof field number or 0, value); a ref value stays its id. */
@@ -467,8 +664,11 @@ static PyObject *plane_stat(const uint8_t *p, const uint8_t *e)
     uint64_t mid, val;
     int32_t which;
     const uint8_t *ss, *se;
-    if (walk_stat(p, e, &mid, &which, &val, &ss, &se))
+    int rc = walk_stat(p, e, PLANE_DEPTH - 1, 1, &mid, &which, &val, &ss, &se);
+    if (rc) {
+        set_error(rc);
         return NULL;
+    }
     PyObject *value;
     switch (which) {
     case 2: {
@@ -517,34 +717,35 @@ static PyObject *parse_plane(const uint8_t *base, const uint8_t *p, const uint8_
     while (p < e) {
         uint32_t f;
         unsigned wt;
-        if (rd_key(&p, e, &f, &wt))
+        int rc = rd_key(&p, e, &f, &wt);
+        if (!rc && (wt != 2 || f < 2 || f > 6))
+            rc = skip_value(&p, e, f, wt, PLANE_DEPTH);
+        else if (!rc)
+            rc = f == 2 ? rd_string(&p, e, &vs, &ve) : rd_span(&p, e, &vs, &ve);
+        if (rc) {
+            set_error(rc);
             goto done;
-        if (wt != 2 || f < 2 || f > 6) {
-            if (skip_value(&p, e, wt))
-                goto done;
-            continue;
         }
-        if (rd_span(&p, e, &vs, &ve))
-            goto done;
-        int rc = 0;
+        if (wt != 2 || f < 2 || f > 6)
+            continue;
         switch (f) {
         case 2:
             name = vs, name_end = ve;
             break;
         case 3:
-            rc = append_new(lines, line_head(base, vs, ve, plane));
+            rc = append_new(lines, line_head(base, vs, ve, plane)) ? E_PY : 0;
             break;
         case 4:
-            rc = add_entry(vs, ve, &md, md_names);
-            break;
         case 5:
-            rc = add_entry(vs, ve, &sm, sm_names);
+            rc = add_entry(vs, ve, f == 4, f == 4 ? &md : &sm, f == 4 ? md_names : sm_names);
             break;
         default:
-            rc = append_new(stats, plane_stat(vs, ve));
+            rc = append_new(stats, plane_stat(vs, ve)) ? E_PY : 0;
         }
-        if (rc)
+        if (rc) {
+            set_error(rc);
             goto done;
+        }
     }
     PyObject *py_name = utf8(name, name_end);
     if (py_name)
@@ -572,6 +773,7 @@ static PyObject *parse_space(PyObject *self, PyObject *args)
     if (!PyArg_ParseTuple(args, "y*:parse_space", &view))
         return NULL;
     const uint8_t *base = view.buf, *p = base, *e = base + view.len, *vs, *ve;
+    data_end = e;
     PyObject *planes = PyList_New(0), *lines = PyList_New(0), *result = NULL;
     PyObject *strs[3] = {PyList_New(0), PyList_New(0), PyList_New(0)}; /* errors, warnings, hostnames */
     Py_ssize_t plane = 0;
@@ -580,15 +782,17 @@ static PyObject *parse_space(PyObject *self, PyObject *args)
     while (p < e) {
         uint32_t f;
         unsigned wt;
-        if (rd_key(&p, e, &f, &wt))
-            goto done;
-        if (wt != 2 || f < 1 || f > 4) {
-            if (skip_value(&p, e, wt))
-                goto done;
-            continue;
+        int rc = rd_key(&p, e, &f, &wt);
+        if (!rc && (wt != 2 || f < 1 || f > 4)) {
+            if (!(rc = skip_value(&p, e, f, wt, DEPTH_LIMIT)))
+                continue;
+        } else if (!rc) {
+            rc = f == 1 ? rd_span(&p, e, &vs, &ve) : rd_string(&p, e, &vs, &ve);
         }
-        if (rd_span(&p, e, &vs, &ve))
+        if (rc) {
+            set_error(rc);
             goto done;
+        }
         PyObject *item = f == 1 ? parse_plane(base, vs, ve, plane++, lines) : utf8(vs, ve);
         if (append_new(f == 1 ? planes : strs[f - 2], item))
             goto done;
@@ -599,6 +803,7 @@ done:
     Py_XDECREF(lines);
     for (int i = 0; i < 3; i++)
         Py_XDECREF(strs[i]);
+    data_end = NULL;
     PyBuffer_Release(&view);
     return result;
 }
@@ -613,7 +818,7 @@ static PyMethodDef methods[] = {
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "_wire_scan",
-    "Native XSpace wire walker (see proto/wire.py for the pure-numpy equivalent).", -1, methods, NULL, NULL, NULL, NULL,
+    "Native XSpace wire walker (see wire.py for the pure-numpy equivalent).", -1, methods, NULL, NULL, NULL, NULL,
 };
 
 PyMODINIT_FUNC PyInit__wire_scan(void)

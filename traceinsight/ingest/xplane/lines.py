@@ -70,6 +70,14 @@ def plane_kind(name: str) -> tuple[str, int]:
     return "skip", -1
 
 
+def whole_number(v: Any, lo: int = 0, hi: int = 1 << 62) -> int | None:
+    """A plane stat as a whole number in [lo, hi), or None: a stat holds any oneof member (text, bytes, NaN, a
+    uint64 past int64), and a bad one loses its fact, not the trace."""
+    if isinstance(v, float) and np.isfinite(v) and v == int(v):
+        v = int(v)
+    return int(v) if isinstance(v, int) and not isinstance(v, bool) and lo <= v < hi else None
+
+
 def device_info(index: int, stats: dict[str, Any]) -> DeviceInfo:
     major, minor = stats.get("compute_cap_major"), stats.get("compute_cap_minor")
     cc = f"{major}.{minor}" if major is not None and minor is not None else None
@@ -79,10 +87,10 @@ def device_info(index: int, stats: dict[str, Any]) -> DeviceInfo:
         unit = "CUs" if str(vendor).upper() == "AMD" else "SMs"
         cores = stats.get("core_count")
         name = f"{vendor} GPU (cc {cc}{f', {cores} {unit}' if cores else ''})"
-    mem = stats.get("memory_size")
-    cores = stats.get("core_count")
-    return DeviceInfo(index=index, name=name, sm_count=int(cores) if cores else None,
-                      memory_bytes=int(mem) if mem else None, compute_capability=cc,
+    mem = whole_number(stats.get("memory_size"))
+    cores = whole_number(stats.get("core_count"))
+    return DeviceInfo(index=index, name=name, sm_count=cores or None,
+                      memory_bytes=mem or None, compute_capability=cc,
                       vendor=str(vendor) if vendor else None)
 
 
@@ -200,12 +208,35 @@ def _host_name_kind(x: str) -> np.int8:
     return _K["annotation"]
 
 
+def _whole_numbers(raw: np.ndarray | None, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """A stat read as a whole number per row: (has a usable value, the value as int64; 0 where not).
+
+    Stats hold any oneof member, so a value can be text that is no number, NaN, infinite or past int64: such a
+    value counts as absent (that event loses the stat), never as a wrapped-around number or a rejected trace."""
+    ok = np.zeros(n, dtype=bool)
+    out = np.zeros(n, dtype=np.int64)
+    if raw is None:
+        return ok, out
+    present = np.flatnonzero(pd.notna(raw))
+    if not len(present):
+        return ok, out
+    values = pd.to_numeric(pd.Series(raw[present], dtype=object), errors="coerce").to_numpy()
+    if values.dtype.kind in "iu":
+        good = values <= np.iinfo(np.int64).max if values.dtype.kind == "u" else np.ones(len(values), dtype=bool)
+        ints = values.astype(np.int64)
+    else:
+        f = values.astype(np.float64)
+        good = np.isfinite(f) & (np.abs(f) < 2.0 ** 63)
+        ints = np.where(good, f, 0).astype(np.int64)
+    ok[present] = good
+    out[present[good]] = ints[good]
+    return ok, out
+
+
 def _correlations(raw: np.ndarray | None, n: int) -> np.ndarray:
-    corr = np.full(n, -1, dtype=np.int64)
-    if raw is not None:
-        has = pd.notna(raw)
-        corr[has] = pd.to_numeric(pd.Series(raw[has]), errors="coerce").fillna(-1).astype(np.int64).to_numpy()
-    return corr
+    """Correlation ids; -1 where absent, unreadable or negative (such an event links to nothing)."""
+    ok, value = _whole_numbers(raw, n)
+    return np.where(ok & (value >= 0), value, -1)
 
 
 def _memcpy_bytes(raw: np.ndarray | None, n: int) -> np.ndarray:
@@ -353,9 +384,8 @@ def _steps(t: LineTable, steps: np.ndarray | None, codes: np.ndarray, cats: list
     hc = codes[host]
     used = _used(hc, len(cats))
     marker = _name_flags(cats, used, lambda x: x in HOST_STEP_NAMES)[hc]
-    has_num = np.zeros(len(codes), dtype=bool)
-    if step_num is not None:
-        has_num = pd.notna(step_num)
+    has_num, step_num = _whole_numbers(step_num, len(codes))
+    if has_num.any():
         trainlike = _name_flags(cats, used, lambda x: x.startswith(("train", "test")) and "/" not in x)
         marker |= has_num[host] & trainlike[hc]
     if marker.any():

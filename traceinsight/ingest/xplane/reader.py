@@ -8,7 +8,7 @@ from typing import Any
 
 from ...timeline import TraceMeta
 from ..parts import ReadResult, Rows
-from .lines import frame_from_table, host_only_warning
+from .lines import frame_from_table, host_only_warning, whole_number
 from .space import decode_space, load_space, native_scanner
 
 
@@ -23,13 +23,13 @@ def read_columns(path: Path, max_bytes: int | None = None) -> tuple[dict[str, An
         meta.warn(m)
     if space.hostnames:
         meta.extra["hostnames"] = list(space.hostnames)
-    start_time = env.get("profile_start_time")
-    absolute = bool(start_time)
+    start_time = whole_number(env.get("profile_start_time"), 1)  # ns since the epoch; anything else: no clock
+    absolute = start_time is not None
     if absolute:
-        table = table._replace(start_ns=table.start_ns + int(start_time))
-        stop = env.get("profile_stop_time")
-        if stop:
-            meta.extra["profile_duration_ns"] = int(stop) - int(start_time)
+        table = table._replace(start_ns=table.start_ns + start_time)
+        stop = whole_number(env.get("profile_stop_time"), start_time)
+        if stop is not None:
+            meta.extra["profile_duration_ns"] = stop - start_time
     columns, optional = frame_from_table(table, name_table, meta)
     warning = host_only_warning(meta.devices, columns["kind"])
     if warning:

@@ -76,6 +76,18 @@ class Space(NamedTuple):
     data: bytes
 
 
+#: What a malformed file is told, the same on both paths: the C walker raises ValueError with the first two texts,
+#: the upb path maps DecodeError onto them, and both find the first fault of the metadata in file order, as upb
+#: does. Faults inside events are found in another order by the two event decoders, so they share one text.
+ERR_WIRE = "truncated or corrupt wire format"
+ERR_UTF8 = "a string field is not valid UTF-8"
+ERR_EVENT = "an event is truncated or corrupt"
+
+
+def _not_xspace(path: Path | str, why: str) -> str:
+    return f"{path}: not a valid XSpace protobuf ({why})"
+
+
 def _check_planes(path: Path, names: list[str]) -> None:
     if not names:
         raise TraceReadError(f"{path}: the XSpace holds no planes (not a profiler capture, or truncated)")
@@ -96,9 +108,10 @@ def _space_upb(path: Path, data: bytes) -> Space:
     try:
         space = messages(raw_events=True)["XSpace"].FromString(data)
     except DecodeError as exc:
-        raise TraceReadError(f"{path}: not a valid XSpace protobuf (truncated or corrupt: {exc})") from None
+        # upb's two complaints, in the C walker's words
+        raise TraceReadError(_not_xspace(path, ERR_UTF8 if "UTF-8" in str(exc) else ERR_WIRE)) from None
     except RecursionError:
-        raise TraceReadError(f"{path}: not a valid XSpace protobuf (nesting too deep)") from None
+        raise TraceReadError(_not_xspace(path, ERR_WIRE)) from None
     _check_planes(path, [p.name for p in space.planes])
     planes = []
     for plane in space.planes:
@@ -118,8 +131,8 @@ def _space_native(path: Path, data: bytes, scan) -> Space:
     """Decoded by the C walker: metadata as small tables, lines as headers and byte spans (no protobuf import)."""
     try:
         planes, errors, warnings, hostnames, heads = scan.parse_space(data)
-    except ValueError as exc:
-        raise TraceReadError(f"{path}: not a valid XSpace protobuf (truncated or corrupt: {exc})") from None
+    except ValueError as exc:  # ERR_WIRE or ERR_UTF8
+        raise TraceReadError(_not_xspace(path, str(exc))) from None
     _check_planes(path, [p[0] for p in planes])
     planes = [(name, np.frombuffer(md_ids, dtype=np.int64), md_names,
                dict(zip(np.frombuffer(sm_ids, dtype=np.int64).tolist(), sm_names)), stats)
@@ -219,9 +232,11 @@ def _decode_numpy(lines: list[_Line], planes: list[_Plane | None], n: int):
     mids, offset, dur_ps, (st_ev, st_s, st_e) = decode_events(buf, ends - lens, ends)
     sizes = np.array([ln.n for ln in lines], dtype=np.int64)
     ev_plane = np.repeat(np.array([ln.plane for ln in lines], dtype=np.int64), sizes)
-    read = np.repeat(np.array([ln.read_stats for ln in lines], dtype=bool), sizes)
+    # the stats the C walker reads (and so checks): those of lines that keep stats, on planes with stats to keep
+    read = np.repeat(np.array([ln.read_stats and len(planes[ln.plane].key_ids) > 0 for ln in lines], dtype=bool),
+                     sizes)
     keep = read[st_ev] if len(st_ev) else np.zeros(0, dtype=bool)
-    if not keep.any() or not any(pl is not None and len(pl.key_ids) for pl in planes):
+    if not keep.any():
         return mids, offset, dur_ps, np.zeros(0, dtype=STAT_RECORD), []
     recs, strings = _stat_records(data, buf, st_ev[keep], st_s[keep], st_e[keep], ev_plane, planes)
     return mids, offset, dur_ps, recs, strings
@@ -230,17 +245,20 @@ def _decode_numpy(lines: list[_Line], planes: list[_Plane | None], n: int):
 def _stat_records(data: bytes, buf: np.ndarray, ev: np.ndarray, s: np.ndarray, e: np.ndarray,
                   ev_plane: np.ndarray, planes: list[_Plane | None]) -> tuple[np.ndarray, list]:
     """The kept stats among ``buf[s:e]`` as STAT_RECORD rows in event and file order, plus their strings."""
-    from .wire import decode_fields, leading_varint_in
+    from .wire import STAT_DEPTH, decode_fields, leading_varint_in, odd_stats
 
     wanted = [set(pl.key_ids.tolist()) if pl is not None else set() for pl in planes]
-    # serializers write XStat.metadata_id first: match its bytes against the ids we use, decode only those stats
-    keep = leading_varint_in(buf, s, e, ev_plane[ev], wanted)
+    # the C walker walks (and so checks) every stat here. Stats laid out as serializers write them are well formed
+    # and lead with their metadata id: match its bytes against the ids we use and decode only those. Any other
+    # layout (a repeated or late id, unknown fields) is decoded in full, which checks it too.
+    odd = odd_stats(buf, s, e)
+    keep = odd | leading_varint_in(buf, s, e, ev_plane[ev], wanted)
     ev, s, e = ev[keep], s[keep], e[keep]
     # event order, and file order within an event, so the last stat of a key wins later
     order = np.argsort(ev, kind="stable")
     ev, s, e = ev[order], s[order], e[order]
     values, seen, spans, _ = decode_fields(buf, s, e, varint_fields=(1, 3, 4, 7), bytes_fields=(5, 6),
-                                           fixed64_fields=(2,))
+                                           fixed64_fields=(2,), depth=STAT_DEPTH)
     mid = values[1].view(np.int64)
     plane = ev_plane[ev]
     key_code = np.full(len(mid), -1, dtype=np.int64)
@@ -268,8 +286,8 @@ def _stat_records(data: bytes, buf: np.ndarray, ev: np.ndarray, s: np.ndarray, e
         a, b = spans[5][0][use[m]], spans[5][1][use[m]]
         is6 = which[m] == 6
         a[is6], b[is6] = spans[6][0][use[m[is6]]], spans[6][1][use[m[is6]]]
-        strings = [data[x:y] if f6 else data[x:y].decode("utf-8", "replace")
-                   for x, y, f6 in zip(a.tolist(), b.tolist(), is6.tolist())]
+        # text either way (the stats kept are parsed as text), as the C walker makes them
+        strings = [data[x:y].decode("utf-8", "replace") for x, y in zip(a.tolist(), b.tolist())]
         val[m] = np.arange(len(m), dtype=np.uint64)
     recs["val"] = val
     return recs, strings
@@ -372,8 +390,8 @@ def decode_space(space: Space, scan=None, source: Path | str = "") -> tuple[Line
                 mids, offset, dur_ps, recs, strings = _decode_native(scan, space.data, kept, planes, n)
             else:
                 mids, offset, dur_ps, recs, strings = _decode_numpy(kept, planes, n)
-        except ValueError as exc:  # WireError, or the C walker's report
-            raise TraceReadError(f"{source}: not a valid XSpace protobuf (corrupt event: {exc})") from None
+        except ValueError:  # WireError, or the C walker's report: the two find faults in another order
+            raise TraceReadError(_not_xspace(source, ERR_EVENT)) from None
     ev_plane = np.repeat(np.array([ln.plane for ln in kept], dtype=np.int64), sizes)
     table = LineTable(
         plane=[ln.kind for ln in kept], device=[ln.device for ln in kept], line=[ln.name for ln in kept],

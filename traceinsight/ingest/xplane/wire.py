@@ -15,13 +15,19 @@ import numpy as np
 
 _PAD = 16  # zero bytes after the buffer: a varint read that runs off the end stops there and is caught below
 
+#: upb's limits, which the C walker applies too: a key or a length is a varint of at most 5 bytes (a key fits 32
+#: bits, a length stays below 2**31 - 1), a value of at most 10; every submessage or group takes one of 100 levels.
+KEY_MAX, SIZE_MAX = 0xFFFFFFFF, 0x7FFFFFFE
+EVENT_DEPTH = 97  # XSpace > XPlane > XLine > XEvent
+STAT_DEPTH = EVENT_DEPTH - 1
+
 
 class WireError(ValueError):
     """The bytes are not a well-formed message of the expected shape."""
 
 
-def _varints(buf: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Decode one varint at each position: (values as uint64, position after each)."""
+def _varints(buf: np.ndarray, pos: np.ndarray, max_len: int = 10) -> tuple[np.ndarray, np.ndarray]:
+    """Decode one varint of at most ``max_len`` bytes at each position: (values as uint64, position after each)."""
     b = buf[pos]
     end = pos + 1
     if b.max(initial=0) < 0x80:  # all one byte: the common case for keys, lengths and small ids
@@ -31,8 +37,8 @@ def _varints(buf: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     cur = pos[more] + 1
     shift = 7
     while len(more):
-        if shift > 63:
-            raise WireError("varint longer than 10 bytes")
+        if shift >= 7 * max_len:
+            raise WireError(f"varint longer than {max_len} bytes")
         b = buf[cur]
         value[more] |= (b & 0x7F).astype(np.uint64) << np.uint64(shift)
         cur += 1
@@ -44,9 +50,65 @@ def _varints(buf: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return value, end
 
 
+def _sizes(buf: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Length prefixes at ``pos``: (lengths as int64, position after each), within upb's limits."""
+    ln, after = _varints(buf, pos, 5)
+    if len(ln) and ln.max() > SIZE_MAX:
+        raise WireError("length too large")
+    return ln.astype(np.int64), after
+
+
+def _scalar_varint(buf: np.ndarray, p: int, end: int, max_len: int) -> tuple[int, int]:
+    v = 0
+    for i in range(max_len):
+        if p >= end:
+            break
+        b = int(buf[p])
+        p += 1
+        v |= (b & 0x7F) << (7 * i)
+        if b < 0x80:
+            return v & 0xFFFFFFFFFFFFFFFF, p
+    raise WireError("a field runs past the end of its message")
+
+
+def skip_group(buf: np.ndarray, p: int, end: int, field: int, depth: int) -> int:
+    """The position after a group whose start key (``field``) ends at ``p``, in a message ending at ``end`` with
+    ``depth`` levels left: upb skips an unknown group this way and so does the C walker. Groups never occur in
+    profiler output, so this scalar walk only runs on odd or hostile files."""
+    stack = [field]
+    depth -= 1
+    while True:
+        if depth < 0 or p >= end:
+            raise WireError("a group is unterminated or nested too deep")
+        key, p = _scalar_varint(buf, p, end, 5)
+        wt, f = key & 7, key >> 3
+        if key > KEY_MAX or wt > 5:  # field number 0 passes inside a group: upb does not look there
+            raise WireError("invalid field key")
+        if wt == 4:
+            if f != stack.pop():
+                raise WireError("a group ends with another field's key")
+            if not stack:
+                return p
+            depth += 1
+        elif wt == 3:
+            stack.append(f)
+            depth -= 1
+        elif wt == 0:
+            _, p = _scalar_varint(buf, p, end, 10)
+        elif wt == 2:
+            ln, p = _scalar_varint(buf, p, end, 5)
+            if ln > SIZE_MAX:
+                raise WireError("length too large")
+            p += ln
+        else:
+            p += 8 if wt == 1 else 4
+        if p > end:
+            raise WireError("a field runs past the end of its message")
+
+
 def decode_fields(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, varint_fields: tuple[int, ...],
                   bytes_fields: tuple[int, ...] = (), fixed64_fields: tuple[int, ...] = (),
-                  repeated_bytes: int | None = None):
+                  repeated_bytes: int | None = None, depth: int = EVENT_DEPTH):
     """Decode the messages ``buf[starts[i]:ends[i]]`` field by field, all messages at once.
 
     Returns ``(values, seen, spans, repeated)``, each per message: ``values[f]`` the uint64 of a varint or fixed64
@@ -54,7 +116,8 @@ def decode_fields(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, varint_
     last read (-1 = absent), which resolves oneofs (the member read last is the one set); ``spans[f]`` the
     ``(start, end)`` of a length-delimited field; ``repeated`` = ``(message index, start, end)`` of every occurrence
     of the ``repeated_bytes`` field, in round order: the k-th occurrences of all messages come before the (k+1)-th,
-    so a stable sort on the message index puts them in message and then file order. Unknown fields are skipped.
+    so a stable sort on the message index puts them in message and then file order. Unknown fields are skipped,
+    groups among them too (``depth``: the levels the messages have left); what upb would refuse raises WireError.
     """
     n = len(starts)
     values = {f: np.zeros(n, dtype=np.uint64) for f in varint_fields + fixed64_fields}
@@ -70,16 +133,23 @@ def decode_fields(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, varint_
         p = pos[active]
         key = buf[p].astype(np.int64)
         if (key >= 0x80).any():
-            k, p = _varints(buf, p)
+            k, p = _varints(buf, p, 5)
+            if k.max() > KEY_MAX:
+                raise WireError("invalid field key")
             key = k.astype(np.int64)
         else:
             p = p + 1
         wt = key & 7
         field = key >> 3
         nxt = np.empty_like(p)
-        bad = (field == 0) | (wt == 3) | (wt == 4) | (wt > 5)
+        bad = (field == 0) | (wt == 4) | (wt > 5)
         if bad.any():
-            raise WireError("invalid field key (corrupt data, groups are not supported)")
+            raise WireError("invalid field key")
+        sel = np.flatnonzero(wt == 3)
+        if len(sel):
+            e = ends[active]
+            nxt[sel] = [skip_group(buf, int(q), int(x), int(f), depth)
+                        for q, x, f in zip(p[sel].tolist(), e[sel].tolist(), field[sel].tolist())]
         sel = np.flatnonzero(wt == 0)
         if len(sel):
             v, after = _varints(buf, p[sel])
@@ -93,8 +163,8 @@ def decode_fields(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, varint_
                     seen[f][idx] = rnd
         sel = np.flatnonzero(wt == 2)
         if len(sel):
-            ln, after = _varints(buf, p[sel])
-            stop = after + ln.astype(np.int64)
+            ln, after = _sizes(buf, p[sel])
+            stop = after + ln
             nxt[sel] = stop
             fs = field[sel]
             for f in bytes_fields:
@@ -176,8 +246,8 @@ def decode_events(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray):
         st = active[buf[p] == 0x22]
         if not len(st):
             break
-        ln, after = _varints(buf, pos[st] + 1)
-        stop = after + ln.astype(np.int64)
+        ln, after = _sizes(buf, pos[st] + 1)
+        stop = after + ln
         rep_idx.append(st)
         rep_s.append(after)
         rep_e.append(stop)
@@ -240,10 +310,50 @@ def leading_varint_in(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, gro
     slow = np.flatnonzero(~fast)
     if len(slow):
         # field 1 wherever it is (last occurrence wins), as a full decode would see it
-        values, _, _, _ = decode_fields(buf, starts[slow], ends[slow], (1,))
+        values, _, _, _ = decode_fields(buf, starts[slow], ends[slow], (1,), depth=STAT_DEPTH)
         ids = values[1].view(np.int64)
         g = group[slow]
         for grp in np.unique(g).tolist():
             m = g == grp
             out[slow[m]] = np.isin(ids[m], np.fromiter(wanted[grp], dtype=np.int64))
     return out
+
+
+_VARINT_VALUE_TAGS = np.array([0x18, 0x20, 0x38])  # XStat uint64, int64, ref
+_BYTES_TAGS = np.array([0x2A, 0x32])  # XStat str, bytes
+
+
+def odd_stats(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Which of these XStats are not laid out as serializers write them (the metadata id in its shortest form, then
+    at most one value, each once): a few whole-column passes, decoding nothing. A stat in that layout is well formed, and its first
+    field is its metadata id; any other must be decoded in full (``decode_fields``), which also finds its faults.
+    Raises WireError on a varint or length no layout allows.
+    """
+    if not len(starts):
+        return np.zeros(0, dtype=bool)
+    ends = np.asarray(ends, dtype=np.int64)
+    pos = starts.astype(np.int64, copy=True)
+    lead = np.flatnonzero((pos < ends) & (buf[np.minimum(pos, len(buf) - 1)] == 0x08))
+    _, after = _varints(buf, pos[lead] + 1)
+    # an id written in more bytes than it needs (ends in a zero byte) is valid but defeats a byte-pattern match
+    overlong = lead[(after - pos[lead] > 2) & (buf[after - 1] == 0)]
+    pos[lead] = after
+    rest = lead[pos[lead] < ends[lead]]
+    p = pos[rest]
+    tag = buf[p]
+    var = np.isin(tag, _VARINT_VALUE_TAGS)
+    if var.any():
+        _, pos[rest[var]] = _varints(buf, p[var] + 1)
+    fix = tag == 0x11  # double
+    pos[rest[fix]] = p[fix] + 9
+    byt = np.isin(tag, _BYTES_TAGS)
+    if byt.any():
+        ln, after = _sizes(buf, p[byt] + 1)
+        pos[rest[byt]] = after + ln
+    odd = np.ones(len(starts), dtype=bool)
+    odd[lead] = False
+    odd[rest[~(var | fix | byt)]] = True
+    odd |= pos != ends
+    odd[overlong] = True
+    odd[starts == ends] = False  # an empty stat is a valid one
+    return odd
