@@ -9,6 +9,7 @@ import pytest
 import traceinsight
 from tests.conftest import corpus_file
 from tests.helpers.kineto_writer import KinetoTrace
+from traceinsight.rule_api import Severity
 from traceinsight.verdict import details
 
 GEMM = "ampere_s16816gemm_fp16_128x128_ldg8_f2f_stages_32x5_nn"
@@ -199,3 +200,33 @@ def test_ti014_negative_complete_file(tmp_path):
     t = KinetoTrace()
     _steady(t, steps=8)
     assert _codes(traceinsight.analyze(t.write(tmp_path / "full.json", gz=False)), "TI014") == []
+
+
+PLANTED_COST = '''
+from traceinsight.rule_api import Rule
+
+class PlantedCost(Rule):
+    code = "ZZ901"
+    name = "planted-cost"
+    category = "gpu_idle"
+    summary = "One finding costing 1.3 ms."
+
+    def check(self, ctx):
+        yield ctx.finding(title="planted", message="1.3 ms", impact_ns=1_300_000)
+'''
+
+
+def test_severity_is_graded_on_the_steady_state_window(tmp_path):
+    """A cost is judged against the window less the ledger's warm-up, as the verdict judges causes: 1.3 ms is 5.0 %
+    of the 26.06 ms window but 21 % of the 6.06 ms steady state, where fixing it would show."""
+    t = KinetoTrace()
+    _with_warmup(t, init=False)
+    (tmp_path / "planted.py").write_text(PLANTED_COST)
+    a = traceinsight.analyze(t.write(tmp_path / "warm.json"), rules=[tmp_path / "planted.py"])
+    assert int(a.ledger.by_device.set_index("bucket").loc["idle_warmup", "ns"]) == 20_000_000
+    (f,) = _codes(a, "ZZ901")
+    assert f.severity is Severity.ERROR
+    plain = KinetoTrace()  # the same loop without the warm-up step: the same 1.3 ms is 21 % of it too
+    _steady_after(plain, 0.0)
+    (g,) = _codes(traceinsight.analyze(plain.write(tmp_path / "plain.json"), rules=[tmp_path / "planted.py"]), "ZZ901")
+    assert g.severity is Severity.ERROR
