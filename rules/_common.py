@@ -359,7 +359,7 @@ def grid_blocks(grid: pd.Series) -> np.ndarray:
     return parts.astype(float).prod(axis=1, min_count=3).to_numpy()
 
 
-# --- warm-up (TI013, and TI001 leaves these gaps out) -------------------------------------------------------
+# --- warm-up: the time ledger is its one home (``idle_warmup``); TI001 leaves it out, TI013 reports it ----------
 #: Host calls and ranges that do one-off start-up work: context/module loading, allocator growth, library
 #: handles, cuDNN/cuBLAS autotuning, JIT compilation (XLA, nvFuser, Triton, TorchInductor).
 INIT_CALL = re.compile(
@@ -369,40 +369,68 @@ INIT_CALL = re.compile(
 )
 
 
-#: A device needs at least this many GPU operations before a dominant first gap can be told from its steady state.
-MIN_STEADY_OPS = 10
+def warmup_by_gap(views) -> pd.DataFrame:
+    """The gaps (rows of ``views.gaps``) in which the ledger booked warm-up: rank, device, start_ns, end_ns, dur_ns,
+    warmup_ns, window_ns, and ``why``: the ledger's warm-up regions of the rank that cover the gap most (innermost
+    first among equals), up to three. Cached: TI013 reads it, TI001 leaves the same ns out."""
+    cached = views.__dict__.get("_warmup_by_gap")
+    if cached is not None:
+        return cached
+    gaps = views.gaps
+    warm = gap_warmup_ns(views)
+    m = warm > 0
+    g = gaps.loc[m, ["rank", "device", "start_ns", "end_ns", "dur_ns"]].assign(warmup_ns=warm[m])
+    g = g.merge(views.utilization[["rank", "device", "window_ns"]], on=["rank", "device"], how="left")
+    regions = views.ledger.warmup
+    why = []
+    for row in g.itertuples(index=False):
+        r = regions[regions["rank"].to_numpy() == row.rank] if len(regions) else regions
+        if not len(r):
+            why.append("")
+            continue
+        s, e = r["start_ns"].to_numpy(), r["end_ns"].to_numpy()
+        ov = np.minimum(e, row.end_ns) - np.maximum(s, row.start_ns)
+        k = np.flatnonzero(ov > 0)
+        k = k[np.lexsort(((e - s)[k], -ov[k]))][:3]
+        why.append("; ".join(short_name(str(x), 60) for x in r["reason"].to_numpy()[k]))
+    out = g.assign(why=why).reset_index(drop=True)
+    views.__dict__["_warmup_by_gap"] = out
+    return out
 
 
-def warmup_gaps(views, *, min_share_pct: float = 5.0, dominant_pct: float = 50.0) -> pd.DataFrame:
-    """Idle gaps at the start of each device's window that hold one-off start-up work (see TI013).
+def startup_call_gaps(views, *, min_share_pct: float = 5.0) -> pd.DataFrame:
+    """Idle gaps at the head of each device's window that hold named one-off start-up calls (``INIT_CALL``) and
+    are at least ``min_share_pct`` of the window, with the ledger's warm-up ns inside each.
 
-    Columns: rank, device, start_ns, end_ns, dur_ns, window_ns, init_calls. Cached on the views object so TI001
-    and TI013 agree on the same gaps.
+    This is evidence about the recording, not a second account of time: the ledger books a span as warm-up only
+    when it can measure it against a later repetition (a first call or step far slower than the ones after it),
+    and a start-up call that happens once (a JIT compile, a module load) has nothing to compare with. TI013 names
+    such gaps so the reader knows the window starts with start-up, and says their time stays in the idle figures.
+    The head of a device's run ends at the rank's second step, or without steps at a tenth of its GPU operations.
+    Columns: rank, device, start_ns, end_ns, dur_ns, window_ns, warmup_ns, init_calls.
     """
-    key = (float(min_share_pct), float(dominant_pct))
-    cache = views.__dict__.setdefault("_warmup_gaps_cache", {})
+    key = float(min_share_pct)
+    cache = views.__dict__.setdefault("_startup_call_gaps", {})
     if key in cache:
         return cache[key]
-    cols = ["rank", "device", "start_ns", "end_ns", "dur_ns", "window_ns", "init_calls"]
+    cols = ["rank", "device", "start_ns", "end_ns", "dur_ns", "window_ns", "warmup_ns", "init_calls"]
+    empty = pd.DataFrame({c: [] for c in cols})
     gaps = views.gaps
     util = views.utilization
     if gaps.empty or util.empty:
-        cache[key] = pd.DataFrame({c: [] for c in cols})
-        return cache[key]
-    g = gaps.merge(util[["rank", "device", "window_ns"]], on=["rank", "device"])
+        cache[key] = empty
+        return empty
+    g = gaps.assign(warmup_ns=gap_warmup_ns(views)).merge(util[["rank", "device", "window_ns"]], on=["rank", "device"])
     g = g[g["dur_ns"].to_numpy() >= min_share_pct / 100.0 * g["window_ns"].to_numpy()]
     if g.empty:
-        cache[key] = pd.DataFrame({c: [] for c in cols})
-        return cache[key]
-    # the head of each device's run: before the rank's second step, else before a tenth of its GPU operations
+        cache[key] = empty
+        return empty
     act = views.gpu_activity[["rank", "device", "start_ns"]]  # the groups below copy only what they use
     head_end = {}
-    n_ops = {}
     steps = views.steps
     for (rank, device), a in act.groupby(["rank", "device"], observed=True, sort=False):
         st = steps[steps["rank"] == rank]["start_ns"].sort_values().to_numpy() if not steps.empty else np.zeros(0)
         starts = np.sort(a["start_ns"].to_numpy())
-        n_ops[(int(rank), int(device))] = len(starts)
         if len(st) >= 2:
             head_end[(int(rank), int(device))] = int(st[1])
         else:
@@ -410,8 +438,8 @@ def warmup_gaps(views, *, min_share_pct: float = 5.0, dominant_pct: float = 50.0
     he = np.array([head_end.get((int(r), int(d)), -1) for r, d in zip(g["rank"], g["device"])], dtype=np.int64)
     g = g[g["end_ns"].to_numpy() <= he]
     if g.empty:
-        cache[key] = pd.DataFrame({c: [] for c in cols})
-        return cache[key]
+        cache[key] = empty
+        return empty
     host = views.host_events
     m = kind_mask(host, ("runtime", "cpu_op", "annotation", "python", "other")) & name_mask(host["name"], INIT_CALL)
     init = host[["rank", "name", "start_ns", "dur_ns"]].iloc[np.flatnonzero(m)]  # only the start-up calls' rows
@@ -421,11 +449,7 @@ def warmup_gaps(views, *, min_share_pct: float = 5.0, dominant_pct: float = 50.0
         names = init.loc[m, "name"].astype(str).value_counts()
         calls.append(", ".join(f"{short_name(n, 40)} ×{c}" for n, c in names.head(3).items()))
     g = g.assign(init_calls=calls)
-    # without start-up calls, only a gap that dominates a device with enough work to have a steady state
-    ops = np.array([n_ops.get((int(r), int(d)), 0) for r, d in zip(g["rank"], g["device"])])
-    dominant = (g["dur_ns"].to_numpy() >= dominant_pct / 100.0 * g["window_ns"].to_numpy()) & (ops >= MIN_STEADY_OPS)
-    keep = (g["init_calls"] != "").to_numpy() | dominant
-    out = g[keep][cols].reset_index(drop=True)
+    out = g[(g["init_calls"] != "").to_numpy()][cols].reset_index(drop=True)
     cache[key] = out
     return out
 
@@ -523,6 +547,15 @@ def ledger_gaps(views) -> pd.DataFrame:
         out = gaps[keys].merge(lg.drop_duplicates(keys), on=keys, how="left").set_axis(gaps.index)
     views.__dict__["_ledger_gaps"] = out
     return out
+
+
+def gap_warmup_ns(views) -> np.ndarray:
+    """Per row of ``views.gaps``: the ns the ledger books as warm-up (``idle_warmup``) inside the gap. The ledger is
+    warm-up's one home: TI001 leaves these ns out of its idle, TI013 reports them, the verdict sets them aside."""
+    lg = ledger_gaps(views)
+    if "idle_warmup" not in lg:
+        return np.zeros(len(lg), np.int64)
+    return lg["idle_warmup"].fillna(0).to_numpy(np.int64)
 
 
 def closing_syncs(stalls: pd.DataFrame, steps: pd.DataFrame, launches: pd.DataFrame) -> np.ndarray:

@@ -8,7 +8,7 @@ import pandas as pd
 from traceinsight.ledger import IDLE_BUCKETS
 from traceinsight.rule_api import Fix, Location, Option, Rule, Severity, fmt_ns
 
-from ._common import OPTIMIZER, Coverage, host_columns, kind_mask, ledger_gaps, name_mask, request_boundary_gaps, short_name, warmup_gaps
+from ._common import OPTIMIZER, Coverage, gap_warmup_ns, host_columns, kind_mask, ledger_gaps, name_mask, request_boundary_gaps, short_name
 
 CAUSE_DATA = "data loading"
 CAUSE_OPT = "optimizer step"
@@ -34,6 +34,8 @@ assert set(BUCKET_CAUSE) == set(IDLE_BUCKETS), "every ledger idle bucket needs i
 CAUSES = (CAUSE_DATA, CAUSE_OPT, CAUSE_SYNC, CAUSE_LAUNCH, CAUSE_CPU, CAUSE_UNTRACED, CAUSE_K2K, CAUSE_WARMUP, CAUSE_UNKNOWN)
 #: The finding category (rule_api.CATEGORIES) of the rule that owns each gap cause, for root-cause linking.
 CAUSE_CATEGORY = {CAUSE_DATA: "input_pipeline", CAUSE_SYNC: "host_sync"}
+#: The ledger's one home for warm-up: TI001 counts none of its ns (TI013 reports them).
+WARMUP_BUCKET = "idle_warmup"
 #: Host-caused buckets a covering optimizer range names more precisely (the host was late because it stepped
 #: the optimizer); the ledger has no optimizer bucket of its own.
 _OPT_REFINES = ("idle_host_busy", "idle_untraced")
@@ -42,23 +44,33 @@ _ACTIVITY_KINDS = ("cpu_op", "python", "annotation", "runtime")
 
 
 def attribute_gaps(views, gaps: pd.DataFrame) -> pd.DataFrame:
-    """The ledger's account of each gap (rows of ``views.gaps``, by index): ns per cause and the gap's cause.
+    """The ledger's account of each gap's steady-state idle (rows of ``views.gaps``, by index): ns per cause and
+    the gap's cause.
 
     The ledger books every nanosecond of a gap in one idle bucket (data wait, sync drain, warm-up, a GPU-side
-    dependency when the next work was already queued, host busy or untraced when it was launched late, ...);
-    its largest bucket is the gap's cause. Only the optimizer is named here: a host-busy or untraced gap that
-    optimizer ranges cover for at least half is the optimizer step's (it then takes those buckets' ns).
-    Returns ``gaps`` with ``cause``, ``next_launch_end_ns`` and one ns column per cause.
+    dependency when the next work was already queued, host busy or untraced when it was launched late, ...).
+    Its warm-up ns are one-time work the verdict sets aside, so they are no cause here: the gap's cause is its
+    largest other bucket. Only the optimizer is named here: a host-busy or untraced gap that optimizer ranges
+    cover for at least half is the optimizer step's (it then takes those buckets' ns).
+    Returns ``gaps`` with ``cause``, ``next_launch_end_ns`` and one ns column per cause (warm-up always 0).
     """
     g = gaps.copy()
     lg = ledger_gaps(views).loc[gaps.index]
+    per_bucket = np.vstack([lg[b].fillna(0).to_numpy(np.int64) if b in lg else np.zeros(len(g), np.int64) for b in IDLE_BUCKETS])
     ns = {c: np.zeros(len(g), np.int64) for c in CAUSES}
-    for b in IDLE_BUCKETS:
-        ns[BUCKET_CAUSE[b]] += lg[b].fillna(0).to_numpy(np.int64) if b in lg else 0
-    booked = sum(ns.values())
+    for i, b in enumerate(IDLE_BUCKETS):
+        ns[BUCKET_CAUSE[b]] += per_bucket[i]
+    booked = per_bucket.sum(axis=0)
     ns[CAUSE_UNKNOWN] += np.maximum(g["dur_ns"].to_numpy(np.int64) - booked, 0)  # a gap the ledger lacks
-    cause = np.asarray([BUCKET_CAUSE.get(c, CAUSE_UNKNOWN) for c in lg["cause"].tolist()], dtype=object)
-    refine = np.isin(lg["cause"].to_numpy(dtype=object), _OPT_REFINES)
+    ns[CAUSE_WARMUP][:] = 0
+    cause_bucket = lg["cause"].to_numpy(dtype=object).copy()
+    warm = per_bucket[IDLE_BUCKETS.index(WARMUP_BUCKET)] > 0
+    if warm.any():  # the ledger's cause counts warm-up; here the largest steady-state bucket is the cause
+        steady = per_bucket[:, warm].copy()
+        steady[IDLE_BUCKETS.index(WARMUP_BUCKET)] = -1
+        cause_bucket[warm] = np.asarray(IDLE_BUCKETS, dtype=object)[steady.argmax(axis=0)]
+    cause = np.asarray([BUCKET_CAUSE.get(c, CAUSE_UNKNOWN) for c in cause_bucket.tolist()], dtype=object)
+    refine = np.isin(cause_bucket, _OPT_REFINES)
     if refine.any():
         refine[refine] = _optimizer_covers_half(views, g[refine])
         for b in _OPT_REFINES:
@@ -111,11 +123,17 @@ class GpuIdleGaps(Rule):
     *window* runs from the first to the last activity. A gap is a hole between busy intervals, and a *long gap* one
     of at least `min_gap_us` (default **100 µs**). The impact is the summed duration of the long gaps, and it is
     graded like every finding on the common scale (share of the device's window: error >= 20 %, warning >= 5 %,
-    info >= 1 %), so idle that is large in total is reported even when it sits in a few gaps. Warm-up gaps at the
-    start of the window (TI013) are left out: they are one-off start-up, not steady-state idle. So are, in an
-    inference run, gaps that begin inside the sync closing a step (TI002: the request's result): the idle
-    between two requests lengthens no request (``metrics["between_requests_ns"]``). `min_idle_pct`
-    (default **1 %**, the scale's floor) is the smallest share reported at all.
+    info >= 1 %), so idle that is large in total is reported even when it sits in a few gaps.
+
+    Warm-up is left out, and the time ledger is its one home: every nanosecond the ledger books as `idle_warmup`
+    (one-time work it measured against a later repetition; TI013 reports it, the verdict sets it aside) is
+    removed from the gap it sits in, as if it had not happened. A gap counts only its other nanoseconds, is long
+    when those reach `min_gap_us`, and a gap that is all warm-up is no gap here; the title's and
+    `metrics["long_gap_idle_pct"]`'s share is of the steady state (the window less its warm-up,
+    `metrics["warmup_excluded_ns"]`). So are left out, in an inference run, gaps that begin inside the sync
+    closing a step (TI002: the request's result): the idle between two requests lengthens no request
+    (``metrics["between_requests_ns"]``). `min_idle_pct` (default **1 %**, the scale's floor) is the smallest
+    share of the steady state reported at all.
 
     Thresholds against peers: HTA's idle-time breakdown calls a same-stream gap under 30 µs "kernel wait"
     (`consecutive_kernel_delay=30`) and its critical-path analysis treats up to 1.5 ms as a plausible kernel-kernel
@@ -128,9 +146,9 @@ class GpuIdleGaps(Rule):
     gap once: data loading (a data-wait range of the host), host synchronization (the gap began while the host
     was blocked in a sync: the queue drained under it), a GPU-side dependency (the work ending the gap had been
     queued, its launch call had returned, before the gap began: the GPU waited on an event, another stream or a
-    copy), host busy in traced CPU ops or untraced host time (the work was launched late), warm-up, or unknown
-    (no launch linked). `metrics["cause_ns"]` sums these per cause; a gap's own cause (its timeline label and
-    evidence row) is the one holding most of it. A host-busy or untraced gap that optimizer ranges
+    copy), host busy in traced CPU ops or untraced host time (the work was launched late), or unknown (no launch
+    linked); warm-up is no cause here, it is left out. `metrics["cause_ns"]` sums these per cause; a gap's own
+    cause (its timeline label and evidence row) is the one holding most of it. A host-busy or untraced gap that optimizer ranges
     (`Optimizer.step`, `apply_gradients`, ...) cover for at least half is named the optimizer step's. In the
     evidence, `launch_returned_after_gap_start_us` is when the call that enqueued the work ending the gap
     returned, from the gap's start (negative: the work was queued before the GPU ran dry).
@@ -180,7 +198,7 @@ class GpuIdleGaps(Rule):
     )
 
     min_gap_us = Option(100.0, "Gaps shorter than this (µs) are normal launch/dependency latency and are ignored.")
-    min_idle_pct = Option(1.0, "Report a device when its long gaps add up to at least this % of its active window.")
+    min_idle_pct = Option(1.0, "Report a device when its long gaps add up to at least this % of its steady state (window less warm-up).")
     top_n = Option(10, "Evidence rows: the largest gaps shown.")
 
     def check(self, ctx):
@@ -189,19 +207,23 @@ class GpuIdleGaps(Rule):
         if util.empty:
             return
         min_gap = int(self.min_gap_us * 1e3)
-        gaps = v.gaps
-        warm = warmup_gaps(v)
-        if not warm.empty:  # one-off start-up (TI013) is not steady-state idle
-            gaps = gaps[~_same_gap(gaps, warm)]
+        # one-off start-up (the ledger's warm-up, TI013) is not steady-state idle: a gap counts only its other ns,
+        # as if the warm-up had not happened (so a gap that is all warm-up is no gap here)
+        gaps = v.gaps.assign(warmup_ns=gap_warmup_ns(v))
+        gaps = gaps.assign(steady_ns=gaps["dur_ns"].to_numpy(np.int64) - gaps["warmup_ns"].to_numpy())
+        warm_ns = gaps.groupby(["rank", "device"])["warmup_ns"].sum().to_dict()  # set aside on each device
         between = request_boundary_gaps(v, gaps)  # idle between inference requests lengthens no request
-        between_ns = gaps[between].groupby(["rank", "device"])["dur_ns"].sum().to_dict() if between.any() else {}
+        between_ns = gaps[between].groupby(["rank", "device"])["steady_ns"].sum().to_dict() if between.any() else {}
         gaps = gaps[~between]
-        long = gaps[gaps["dur_ns"] >= min_gap]
+        long = gaps[gaps["steady_ns"] >= min_gap]
         if long.empty:
             return
-        per_dev = long.groupby(["rank", "device"], sort=True)["dur_ns"].agg(long_ns="sum", n_gaps="count").reset_index()
+        per_dev = long.groupby(["rank", "device"], sort=True)["steady_ns"].agg(long_ns="sum", n_gaps="count").reset_index()
         per_dev = per_dev.merge(util, on=["rank", "device"], how="left")
-        per_dev["long_pct"] = 100.0 * per_dev["long_ns"] / per_dev["window_ns"].clip(lower=1)
+        # shares of the steady state: the window less its warm-up, as the verdict reads it
+        per_dev["warmup_ns"] = [int(warm_ns.get((int(r), int(d)), 0)) for r, d in zip(per_dev["rank"], per_dev["device"])]
+        per_dev["steady_window_ns"] = per_dev["window_ns"] - per_dev["warmup_ns"]
+        per_dev["long_pct"] = 100.0 * per_dev["long_ns"] / per_dev["steady_window_ns"].clip(lower=1)
         hit = per_dev[per_dev["long_pct"] >= self.min_idle_pct]
         if hit.empty:
             return
@@ -219,7 +241,8 @@ class GpuIdleGaps(Rule):
             total = int(row.long_ns)
             shares = {c: round(100.0 * int(ns) / total, 1) for c, ns in by_cause.items()}
             top_cause = by_cause.index[0]
-            evidence = self._evidence(v, g.nlargest(int(self.top_n), "dur_ns"))
+            evidence = self._evidence(v, g.nlargest(int(self.top_n), "steady_ns"))
+            warm = int(row.warmup_ns)
             cause_words = ", ".join(f"{c} {shares[c]:.0f} %" for c in by_cause.index[:3])
             multi = len(ctx.meta.ranks) > 1 or util["device"].nunique() > 1
             where = f"rank {rank} GPU {device}" if multi else f"GPU {device}"
@@ -230,6 +253,11 @@ class GpuIdleGaps(Rule):
                     f"{self.min_gap_us:g} µs or more, {row.long_pct:.1f} % of its {fmt_ns(row.window_ns)} active window "
                     f"(all idle time: {100.0 - row.busy_pct:.1f} %). By cause: {cause_words}. "
                     f"The largest gap lasted {fmt_ns(g['dur_ns'].max())}."
+                    if not warm
+                    else f"{where} was idle for {fmt_ns(total)} in {int(row.n_gaps)} gaps of {self.min_gap_us:g} µs or more, "
+                    f"{row.long_pct:.1f} % of its {fmt_ns(row.steady_window_ns)} steady state: its {fmt_ns(row.window_ns)} active "
+                    f"window less {fmt_ns(warm)} of warm-up (one-time start-up work, TI013), which is left out. By cause: "
+                    f"{cause_words}. The largest gap lasted {fmt_ns(g['dur_ns'].max())}."
                 ),
                 impact_ns=total,
                 evidence=evidence,
@@ -246,6 +274,7 @@ class GpuIdleGaps(Rule):
                     "top_cause": top_cause,
                     "idle_by_category": _by_category(by_cause),
                     "between_requests_ns": int(between_ns.get((rank, device), 0)),
+                    "warmup_excluded_ns": warm,
                 },
                 key=f"rank{rank}-gpu{device}",
             )
@@ -253,6 +282,7 @@ class GpuIdleGaps(Rule):
     @staticmethod
     def _evidence(views, top: pd.DataFrame) -> pd.DataFrame:  # noqa: D401
         rows = []
+        warm_col = bool(top["warmup_ns"].any())  # shown only where some gap held warm-up
         for gap in top.itertuples(index=False):
             activity = _host_activity(views, int(gap.rank), int(gap.start_ns), int(gap.end_ns))
             nl = gap.next_launch_end_ns
@@ -260,21 +290,13 @@ class GpuIdleGaps(Rule):
                 {
                     "start_ms": gap.start_ns / 1e6,
                     "duration_us": gap.dur_ns / 1e3,
+                    **({"warmup_us": gap.warmup_ns / 1e3} if warm_col else {}),
                     "cause": gap.cause,
                     "host_activity": activity,
                     "launch_returned_after_gap_start_us": None if nl != nl else (nl - gap.start_ns) / 1e3,
                 }
             )
         return pd.DataFrame(rows)
-
-
-def _same_gap(gaps: pd.DataFrame, some: pd.DataFrame) -> np.ndarray:
-    """Rows of ``gaps`` that are one of ``some`` (same rank, device and start): a handful, tested one by one."""
-    out = np.zeros(len(gaps), dtype=bool)
-    r, d, s = gaps["rank"].to_numpy(), gaps["device"].to_numpy(), gaps["start_ns"].to_numpy()
-    for wr, wd, ws in zip(some["rank"].to_numpy(), some["device"].to_numpy(), some["start_ns"].to_numpy()):
-        out |= (r == wr) & (d == wd) & (s == ws)
-    return out
 
 
 def _activity_index(views) -> dict:

@@ -6,7 +6,7 @@ import pandas as pd
 
 from traceinsight.rule_api import Context, Fix, Location, Option, Rule, Severity, fmt_ns
 
-from ._common import warmup_gaps
+from ._common import startup_call_gaps, warmup_by_gap
 
 
 class WarmupInWindow(Rule):
@@ -22,15 +22,21 @@ class WarmupInWindow(Rule):
     profile started too early, not that the steady-state loop has a problem.
     """
     definition = """
-    A *warm-up gap* is an idle gap of a device that (a) ends before the rank's second step begins (or, without step
-    markers, before a tenth of the device's GPU operations have run), and (b) either holds host start-up calls
-    (`cudaMalloc`, `cuModuleLoad*`, `cuLibraryLoad*`, `cudaGetDeviceProperties`, `cuGetProcAddress`,
-    `cudnnFind*`/autotune, `cublasCreate`, compile/JIT ranges …) or, on a device that ran at least 10 GPU
-    operations (enough for a steady state to compare with), is at least `dominant_pct` (default **50 %**) of the
-    device's window by itself; it must also be at least `min_share_pct` (default **5 %**) of that window.
-    Warm-up gaps are reported here and left out of TI001's idle (the steady-state figures); the finding's
-    instances mark them for the time ledger's warm-up bucket. A trace-quality finding: never a performance
-    verdict, not graded by cost.
+    Warm-up has one home, the time ledger (`traceinsight.ledger`): it books idle time as `idle_warmup` while the
+    host is inside one-time work it can measure against a later repetition: the first call of an op or runtime
+    call lasting at least 1 ms and 10 times the median of its later calls (`WARMUP_MIN_NS`, `WARMUP_RATIO`: cuDNN
+    autotuning inside the first convolution, lazy library loading, JIT compilation), or, with at least 3 steps, a
+    first step twice the median of the others (`WARMUP_FIRST_STEP_RATIO`). This rule reports a device whose ledger warm-up is at least `min_share_pct` (default **5 %**)
+    of its window, with the gaps that hold it and the one-time work inside each. That time is what the verdict
+    sets aside and TI001 leaves out of its idle.
+
+    It also names a gap at the head of the device's run (before the rank's second step, or without steps before a
+    tenth of its GPU operations) that holds named start-up calls (`cudaMalloc`, `cuModuleLoad*`,
+    `cuLibraryLoad*`, `cudaGetDeviceProperties`, `cudnnFind*`/autotune, `cublasCreate`, compile/JIT ranges …)
+    and is at least `min_share_pct` of the window, when the ledger booked under half of it as warm-up: a call
+    made once has no later repetition to measure it against, so its time stays in the idle figures (TI001, the
+    verdict), and the finding says so. Either way it means the profile started too early. A trace-quality
+    finding: never a performance verdict, not graded by cost.
     """
     fix_pytorch = Fix(
         "Start the profiler after a few iterations: `schedule(wait=1, warmup=2, active=5)` skips the first steps, "
@@ -52,37 +58,69 @@ class WarmupInWindow(Rule):
         """,
     )
 
-    min_share_pct = Option(5.0, "A warm-up gap must be at least this % of its device's window.")
-    dominant_pct = Option(50.0, "A first gap this large (% of the window) is warm-up even without start-up calls.")
+    min_share_pct = Option(5.0, "A device's warm-up, or a head gap with start-up calls, must be at least this % of its window.")
 
     def check(self, ctx: Context):
         v = ctx.views
-        w = warmup_gaps(v, min_share_pct=self.min_share_pct, dominant_pct=self.dominant_pct)
-        if w.empty:
+        util = v.utilization
+        if util.empty:
             return
-        for (rank, device), g in w.groupby(["rank", "device"], sort=True):
-            total = int(g["dur_ns"].sum())
-            win = int(g["window_ns"].iloc[0])
-            evidence = pd.DataFrame(
-                {
-                    "start_ms": (g["start_ns"] / 1e6).round(3),
-                    "duration_ms": (g["dur_ns"] / 1e6).round(3),
-                    "pct_of_window": (100.0 * g["dur_ns"] / max(win, 1)).round(1),
-                    "start_up_calls": g["init_calls"].astype(str),
-                }
-            )
-            multi = len(ctx.meta.ranks) > 1 or v.utilization["device"].nunique() > 1
-            where = f"rank {int(rank)} GPU {int(device)}" if multi else f"GPU {int(device)}"
+        warm = warmup_by_gap(v)
+        calls = startup_call_gaps(v, min_share_pct=self.min_share_pct)
+        calls = calls[calls["warmup_ns"].to_numpy() * 2 < calls["dur_ns"].to_numpy()]  # not already the ledger's
+        multi = len(ctx.meta.ranks) > 1 or util["device"].nunique() > 1
+        for u in util.sort_values(["rank", "device"]).itertuples(index=False):
+            rank, device, win = int(u.rank), int(u.device), max(int(u.window_ns), 1)
+            w = warm[(warm["rank"].to_numpy() == rank) & (warm["device"].to_numpy() == device)]
+            c = calls[(calls["rank"].to_numpy() == rank) & (calls["device"].to_numpy() == device)]
+            total = int(w["warmup_ns"].sum())
+            booked = total * 100.0 >= self.min_share_pct * win
+            if not booked and c.empty:
+                continue
+            counted = int(c["dur_ns"].sum())
+            where = f"rank {rank} GPU {device}" if multi else f"GPU {device}"
+            rows = []
+            if booked:
+                for g in w.nlargest(10, "warmup_ns").sort_values("start_ns").itertuples(index=False):
+                    rows.append({"start_ms": round(g.start_ns / 1e6, 3), "duration_ms": round(g.dur_ns / 1e6, 3), "warmup_ms": round(g.warmup_ns / 1e6, 3),
+                                 "pct_of_window": round(100.0 * g.warmup_ns / win, 1), "one_time_work": g.why, "set_aside": True})
+            for g in c.itertuples(index=False):
+                rows.append({"start_ms": round(g.start_ns / 1e6, 3), "duration_ms": round(g.dur_ns / 1e6, 3), "warmup_ms": round(g.warmup_ns / 1e6, 3),
+                             "pct_of_window": round(100.0 * g.dur_ns / win, 1), "one_time_work": g.init_calls, "set_aside": False})
+            spans = [(int(g.start_ns), int(g.end_ns), "warm-up") for g in (w.itertuples(index=False) if booked else ())]
+            spans += [(int(g.start_ns), int(g.end_ns), "start-up calls (counted as idle)") for g in c.itertuples(index=False)]
+            spans.sort()
+            instances = pd.DataFrame({"start_ns": [s for s, _, _ in spans], "end_ns": [e for _, e, _ in spans], "rank": rank, "device": device, "label": [l for _, _, l in spans]})
+            if booked:
+                title = f"{where}: {fmt_ns(total)} of warm-up inside the window ({100.0 * total / win:.0f} % of it)"
+                message = (
+                    f"{where} waited {fmt_ns(total)} on one-time work in {len(w)} gap(s) ({100.0 * total / win:.1f} % of its "
+                    f"{fmt_ns(win)} window): the first call of an op far slower than its later calls, or a first step far "
+                    "longer than the rest. It is set aside: left out of the verdict's shares and of TI001's idle. Profile "
+                    "later steps to see the steady-state loop alone."
+                )
+                if counted:
+                    message += f" Start-up calls in {fmt_ns(counted)} more at the start of the window have no later repetition to measure; that time stays in the idle figures."
+            else:
+                title = f"{where}: start-up calls in {fmt_ns(counted)} at the start of the window ({100.0 * counted / win:.0f} % of it), counted as idle"
+                message = (
+                    f"{where} sat idle {fmt_ns(counted)} at the start of its {fmt_ns(win)} window ({100.0 * counted / win:.1f} %) while the "
+                    f"host made one-off start-up calls ({'; '.join(c['init_calls'])}). Made once, they have no later call to be "
+                    "measured against, so the time ledger cannot set their time aside as warm-up: it stays in the idle figures "
+                    "(TI001, the verdict). Profile later steps to see the steady-state loop alone."
+                )
             yield ctx.finding(
-                title=f"{where}: {fmt_ns(total)} of warm-up inside the window ({100.0 * total / max(win, 1):.0f} % of it)",
-                message=(
-                    f"{where} waited {fmt_ns(total)} in {len(g)} start-up gap(s) at the beginning of the profile "
-                    f"({100.0 * total / max(win, 1):.1f} % of its {fmt_ns(win)} window): one-off initialisation, not the "
-                    "steady-state loop. It is left out of the idle-gap figures; profile later steps to see the loop alone."
-                ),
-                evidence=evidence,
-                instances=pd.DataFrame({"start_ns": g["start_ns"], "end_ns": g["end_ns"], "rank": g["rank"], "device": g["device"], "label": "warm-up"}),
-                location=Location(rank=int(rank), device=int(device)),
-                metrics={"warmup_ns": total, "window_ns": win, "gaps": int(len(g)), "warmup_pct": round(100.0 * total / max(win, 1), 3)},
-                key=f"rank{int(rank)}-gpu{int(device)}",
+                title=title,
+                message=message,
+                evidence=pd.DataFrame(rows),
+                instances=instances,
+                location=Location(rank=rank, device=device),
+                metrics={
+                    "warmup_ns": total if booked else 0,
+                    "window_ns": int(u.window_ns),
+                    "gaps": int(len(w)) if booked else 0,
+                    "warmup_pct": round(100.0 * total / win, 3) if booked else 0.0,
+                    "startup_counted_as_idle_ns": counted,
+                },
+                key=f"rank{rank}-gpu{device}",
             )

@@ -51,6 +51,55 @@ def test_ti001_data_loading_gaps(tmp_path):
     assert f.evidence["duration_us"].iloc[0] == pytest.approx(2000.0, abs=1)
 
 
+def _loader_steps_with_first_call(t: KinetoTrace, first_call_us: float) -> None:
+    """Five 3 ms steps: 1 ms of kernels, then a 2 ms gap inside the DataLoader; each step calls aten::conv2d
+    inside the gap (50 µs), except that step 0's first call lasts ``first_call_us`` (cuDNN autotune-like)."""
+    for s in range(5):
+        t0 = s * 3000.0
+        t.step(s, t0, 3000.0)
+        for i in range(20):
+            t.kernel("volta_sgemm_128x64_nn", t0 + 10 + i * 50, 50.0, launch_us=t0 + i * 0.5)
+        t.annotation("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", t0 + 1015.0, 1980.0)
+        t.cpu_op("aten::conv2d", t0 + 1100.0, first_call_us if s == 0 else 50.0)
+
+
+def test_ti001_leaves_out_the_ledgers_warmup(tmp_path):
+    # the first conv2d (1.5 ms, 30x its later calls) is warm-up in the ledger: step 0's gap counts its other 500 µs
+    t = KinetoTrace()
+    _loader_steps_with_first_call(t, 1500.0)
+    a = traceinsight.analyze(t.write(tmp_path / "t.json"))
+    assert int(a.ledger.by_device.set_index("bucket").loc["idle_warmup", "ns"]) == 1_500_000
+    (f,) = [x for x in a.findings if x.code == "TI001"]
+    assert f.impact_ns == 4 * 2_000_000 - 1_500_000
+    assert f.metrics["warmup_excluded_ns"] == 1_500_000
+    assert f.metrics["cause_ns"]["data loading"] == 4 * 1_980_000 - 1_500_000
+    assert "warm-up (one-time start-up work)" not in f.metrics["cause_ns"]
+    assert sum(f.metrics["cause_ns"].values()) == f.impact_ns
+    # shares of the steady state: the window (10 µs to 13.01 ms) less the warm-up
+    assert f.metrics["long_gap_idle_pct"] == pytest.approx(100.0 * 6_500_000 / (13_000_000 - 1_500_000), abs=0.001)
+    row = f.evidence[f.evidence["warmup_us"] > 0]
+    assert row["duration_us"].tolist() == [pytest.approx(2000.0, abs=1)] and row["warmup_us"].tolist() == [1500.0]
+    assert "1.50 ms of warm-up" in f.message
+    # TI013 reports the same 1.5 ms, with the call that held it
+    (w,) = [x for x in a.findings if x.code == "TI013"]
+    assert w.metrics["warmup_ns"] == 1_500_000 and w.metrics["startup_counted_as_idle_ns"] == 0
+    assert w.evidence["one_time_work"].tolist() == ["first call of aten::conv2d"]
+    assert [(i.start_ns, i.end_ns, i.label) for i in w.instances] == [(1_010_000, 3_010_000, "warm-up")]
+
+
+def test_ti001_negative_gap_all_warmup(tmp_path):
+    # one 20 ms first step (the ledger's warm-up: 20x the later ones) then healthy steps: no idle-gap finding
+    t = KinetoTrace()
+    t.step(0, 0.0, 21_000.0)
+    t.kernel("volta_sgemm_128x64_nn", 10.0, 10.0, launch_us=0.0)
+    for i in range(20):
+        t.kernel("volta_sgemm_128x64_nn", 20_020.0 + i * 50, 50.0, launch_us=20_000.0 + i * 0.5)
+    _busy_steps(t, 5, 1010.0, 1000.0, first=21_000.0)
+    a = traceinsight.analyze(t.write(tmp_path / "t.json"))
+    assert int(a.ledger.gaps["idle_warmup"].max()) == int(a.ledger.gaps["dur_ns"].max()) == 20_000_000
+    assert [x for x in a.findings if x.code == "TI001"] == []
+
+
 def test_ti001_causes_sync_host_and_k2k(tmp_path):
     t = KinetoTrace()
     t.step(0, 0.0, 10_000.0)
@@ -115,7 +164,11 @@ def test_ti001_causes_are_the_ledgers():
     starts = [i.start_ns for i in f.instances]
     rows = lg.loc[starts]
     assert (rows["end_ns"].to_numpy() == [i.end_ns for i in f.instances]).all()
-    booked = {BUCKET_CAUSE[b]: int(rows[b].sum()) for b in IDLE_BUCKETS if rows[b].sum()}
+    # warm-up is the ledger's and set aside: TI001 counts each gap's other ns only (2.2 ms of warm-up here)
+    assert f.metrics["warmup_excluded_ns"] == int(lg["idle_warmup"].sum()) == 2_200_000
+    assert f.impact_ns == int((rows["dur_ns"] - rows["idle_warmup"]).sum())
+    booked = {BUCKET_CAUSE[b]: int(rows[b].sum()) for b in IDLE_BUCKETS if rows[b].sum() and b != "idle_warmup"}
+    assert "warm-up (one-time start-up work)" not in f.metrics["cause_ns"]
     opt = f.metrics["cause_ns"].get(CAUSE_OPT, 0)
     got = {c: n for c, n in f.metrics["cause_ns"].items() if c != CAUSE_OPT}
     # the optimizer only renames host-busy / untraced ns; every other cause is the ledger's to the ns
@@ -125,7 +178,9 @@ def test_ti001_causes_are_the_ledgers():
         assert got.get(c, 0) == n, c
     assert sum(got.values()) + opt == sum(booked.values())
     labels = [i.label for i in f.instances]
-    for lab, cause in zip(labels, rows["cause"]):
+    # a gap's label is its largest bucket other than warm-up (the ledger's own cause counts warm-up)
+    steady = [b for b in IDLE_BUCKETS if b != "idle_warmup"]
+    for lab, cause in zip(labels, rows[steady].idxmax(axis=1)):
         assert lab == BUCKET_CAUSE[cause] or (lab == CAUSE_OPT and cause in ("idle_host_busy", "idle_untraced"))
 
 

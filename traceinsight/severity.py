@@ -13,9 +13,10 @@ share          severity
 < 1 %          not reported (unless ``min_impact`` is lowered)
 =============  =====================================================
 
-The share is taken of the GPU active window the finding is about: the window of its (rank, device) when it
-names one, the longest window of its rank when it names only a rank, and the summed windows of all devices when
-it names none (findings that add up over devices). A trace without GPU activity has no window: its findings keep
+The share is taken of the steady-state GPU window the finding is about (its active window less the warm-up the
+time ledger books, as the verdict does): the window of its (rank, device) when it names one, the longest window
+of its rank when it names only a rank, and the summed windows of all devices when it names none (findings that
+add up over devices). A trace without GPU activity has no window: its findings keep
 the severity their rule gave (there is no cost to grade). While a trace-quality finding withholds judgement
 (``metrics["withholds_judgement"]``: too little GPU work), performance findings stay at info.
 
@@ -50,21 +51,35 @@ def level(share_pct: float) -> Severity:
 
 
 def base_ns(finding: Finding, views: "Views") -> int:
-    """The GPU window the finding's impact is measured against (0 when the trace has no GPU activity)."""
+    """The steady-state GPU window the finding's impact is measured against (0 when the trace has no GPU activity):
+    each window less the time the ledger books as warm-up, the same base the verdict judges causes on. A run
+    that spends 90 % of its window autotuning is judged on the other 10 %, where its fix would show."""
     u = views.utilization
     if u.empty:
         return 0
+    steady = u[["rank", "device", "window_ns"]].copy()
+    warm = _warmup_ns(views)
+    if warm:
+        keys = zip(steady["rank"].tolist(), steady["device"].tolist())
+        steady["window_ns"] = steady["window_ns"].to_numpy() - [warm.get(k, 0) for k in keys]
     loc = finding.location
-    sel = u
+    sel = steady
     if loc.rank is not None:
         sel = sel[sel["rank"] == loc.rank]
     if loc.device is not None:
         sel = sel[sel["device"] == loc.device]
     if sel.empty:
-        sel = u
+        sel = steady
     if loc.rank is not None or loc.device is not None:
         return int(sel["window_ns"].max())
     return int(sel["window_ns"].sum())
+
+
+def _warmup_ns(views: "Views") -> dict[tuple[int, int], int]:
+    """Warm-up ns per (rank, device) from the time ledger (built for every analysis: the verdict reads it)."""
+    bd = views.ledger.by_device
+    w = bd[(bd["bucket"] == "idle_warmup") & (bd["ns"] > 0)]
+    return {(int(r), int(d)): int(n) for r, d, n in zip(w["rank"], w["device"], w["ns"])}
 
 
 def share_pct(finding: Finding, views: "Views") -> float | None:
