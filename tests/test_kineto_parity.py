@@ -18,19 +18,13 @@ from traceinsight.ingest.kineto import decode as kdecode
 from traceinsight.ingest.kineto.columns import Declined, scan_columns
 
 from .helpers.kineto_writer import KinetoTrace
-from .test_kineto_native import assert_same, native_built  # noqa: F401 - the fixture skips without the scanner
+from .test_kineto_native import _small_trace, assert_same, native_built  # noqa: F401 - the fixture skips without the scanner
 
 ODD = '"__ODD__"'
 
 
 def _trace() -> KinetoTrace:
-    t = KinetoTrace()
-    t.step(1, 0, 400)
-    op = t.cpu_op("aten::mm", 10, 50, args={"Input Dims": [[64, 128], [128, 256]]})
-    t.kernel("ampere_sgemm_128x64_nn", 70, 30, launch_us=20, op=op)
-    t.memcpy("HtoD", 110, 12, nbytes=1 << 20, pageable=True, launch_us=100)
-    t.runtime("cudaStreamSynchronize", 130, 40)
-    return t
+    return _small_trace()
 
 
 def _doc_with(where: str, key: str, raw: bytes, cat: str = "kernel") -> bytes:
