@@ -29,6 +29,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Iterable
 
+import numpy as np
+import pandas as pd
+
 from .rule_api import Finding, Severity
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -50,18 +53,27 @@ def level(share_pct: float) -> Severity:
     return Severity.INFO
 
 
-def base_ns(finding: Finding, views: "Views") -> int:
-    """The steady-state GPU window the finding's impact is measured against (0 when the trace has no GPU activity):
-    each window less the time the ledger books as warm-up, the same base the verdict judges causes on. A run
-    that spends 90 % of its window autotuning is judged on the other 10 %, where its fix would show."""
-    u = views.utilization
+def steady_windows(views: "Views") -> pd.DataFrame:
+    """rank, device, window_ns: each device's GPU window less the time the ledger books as warm-up, the same base
+    the verdict judges causes on. A run that spends 90 % of its window autotuning is judged on the other 10 %,
+    where its fix would show. Empty when the trace has no GPU activity."""
+    u = views.utilization[["rank", "device", "window_ns"]]
     if u.empty:
+        return u
+    rank, device, bucket, ns = views.ledger.device_arrays
+    warm = bucket == "idle_warmup"
+    w = pd.DataFrame({"rank": rank[warm], "device": device[warm], "warm_ns": ns[warm]})
+    out = u.merge(w, on=["rank", "device"], how="left")
+    out["window_ns"] = out["window_ns"].to_numpy(np.int64) - out["warm_ns"].fillna(0).to_numpy(np.int64)
+    return out[["rank", "device", "window_ns"]]
+
+
+def base_ns(finding: Finding, views: "Views", steady: pd.DataFrame | None = None) -> int:
+    """The steady-state GPU window (``steady_windows``) the finding's impact is measured against; 0 when the trace
+    has no GPU activity. ``steady``: that frame when the caller grades many findings."""
+    steady = steady_windows(views) if steady is None else steady
+    if steady.empty:
         return 0
-    steady = u[["rank", "device", "window_ns"]].copy()
-    warm = _warmup_ns(views)
-    if warm:
-        keys = zip(steady["rank"].tolist(), steady["device"].tolist())
-        steady["window_ns"] = steady["window_ns"].to_numpy() - [warm.get(k, 0) for k in keys]
     loc = finding.location
     sel = steady
     if loc.rank is not None:
@@ -75,16 +87,9 @@ def base_ns(finding: Finding, views: "Views") -> int:
     return int(sel["window_ns"].sum())
 
 
-def _warmup_ns(views: "Views") -> dict[tuple[int, int], int]:
-    """Warm-up ns per (rank, device) from the time ledger (built for every analysis: the verdict reads it)."""
-    bd = views.ledger.by_device
-    w = bd[(bd["bucket"] == "idle_warmup") & (bd["ns"] > 0)]
-    return {(int(r), int(d)): int(n) for r, d, n in zip(w["rank"], w["device"], w["ns"])}
-
-
-def share_pct(finding: Finding, views: "Views") -> float | None:
+def share_pct(finding: Finding, views: "Views", steady: pd.DataFrame | None = None) -> float | None:
     """The impact as % of the finding's window, or None when there is no window to measure against."""
-    base = base_ns(finding, views)
+    base = base_ns(finding, views, steady)
     if base <= 0:
         return None
     return 100.0 * max(int(finding.impact_ns), 0) / base
@@ -107,13 +112,14 @@ def grade(
     findings = list(findings)
     # a trace-quality finding may withhold judgement (too little GPU work): performance findings stay at info
     withheld = any(_category(f, rules) in UNGRADED_CATEGORIES and f.metrics.get("withholds_judgement") for f in findings)
+    steady = steady_windows(views)
     out = []
     for f in findings:
         rule = rules.get(f.code)
         if _category(f, rules) in UNGRADED_CATEGORIES or not _graded(rule, f):
             out.append(f)
             continue
-        share = share_pct(f, views)
+        share = share_pct(f, views, steady)
         if share is None:
             out.append(f)
             continue
