@@ -25,7 +25,7 @@ from typing import Iterable
 
 import numpy as np
 
-from .rule_api import Finding, instance_columns
+from .rule_api import Finding, applies_to, instance_columns
 from .views import Coverage
 
 #: Categories whose findings are effects of something else (the GPU waited).
@@ -39,11 +39,7 @@ MIN_SHARE = 0.5
 def _intervals(f: Finding, rank, device) -> tuple[np.ndarray, np.ndarray]:
     """The finding's instances on (rank, device); an instance with no rank/device applies to all."""
     cols = instance_columns(getattr(f, "instances", None))
-    keep = np.ones(len(cols.start_ns), dtype=bool)
-    if rank is not None:
-        keep &= np.isnan(cols.rank) | (cols.rank == rank)
-    if device is not None:
-        keep &= np.isnan(cols.device) | (cols.device == device)
+    keep = applies_to(len(cols.start_ns), cols.rank, cols.device, rank, device)
     return cols.start_ns[keep], cols.end_ns[keep]
 
 

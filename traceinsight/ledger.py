@@ -60,7 +60,7 @@ import numpy as np
 import pandas as pd
 
 from .patterns import COLLECTIVE, COPY_CALL, DATA_WAIT_PRIMARY, DATA_WAIT_TFDATA, SYNC_CALL, SYNC_OP
-from .rule_api import Instances, instance_columns
+from .rule_api import Instances, applies_to, instance_columns
 from .views import Coverage, kind_mask, merge_intervals, name_mask
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -474,11 +474,7 @@ class Ledger:
         ends: list[np.ndarray] = []
         for a, b in zip(cut[:-1], cut[1:]):
             r, d = int(pr[a]), int(pd_[a])
-            keep = np.ones(len(w_s), dtype=bool)
-            if w_r is not None:
-                keep &= np.isnan(w_r) | (w_r == r)
-            if w_d is not None:
-                keep &= np.isnan(w_d) | (w_d == d)
+            keep = applies_to(len(w_s), w_r, w_d, r, d)
             if not keep.any():
                 continue
             s0 = w_s[keep]

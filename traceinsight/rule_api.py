@@ -245,6 +245,17 @@ class Instances(Sequence[Instance]):
         return (Instances, (self._list(),))
 
 
+def applies_to(n: int, ranks: np.ndarray | None, devices: np.ndarray | None, rank: int | None, device: int | None) -> np.ndarray:
+    """Which of ``n`` instances apply to (rank, device): an unknown (NaN) or absent rank/device applies to all, and
+    a None ``rank``/``device`` asks for any."""
+    keep = np.ones(n, dtype=bool)
+    if ranks is not None and rank is not None:
+        keep &= np.isnan(ranks) | (ranks == rank)
+    if devices is not None and device is not None:
+        keep &= np.isnan(devices) | (devices == device)
+    return keep
+
+
 def _columns_of(items: Iterable[Any]) -> InstanceColumns:
     """Columns of any instance-like objects (``start_ns``/``end_ns``, optional ``rank``/``device``/``label``)."""
     items = items if isinstance(items, list) else list(items)

@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from ..timeline import Timeline
-from ..views import Coverage, Views, merge_intervals, name_mask
+from ..views import Coverage, Views, name_mask
 
 #: NCCL/RCCL collective kernels (their duration includes the time spent waiting for the peers).
 COLLECTIVE = re.compile(r"nccl|rccl|multimem|all_?reduce|all_?gather|reduce_?scatter|all_?to_?all|cross_device_reduce", re.I)
