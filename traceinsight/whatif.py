@@ -221,7 +221,7 @@ def _host_nodes(views: Views, rank: int, ng: int) -> tuple[dict[str, np.ndarray]
         np.multiply(rti, idx.step, out=cols["lbl"][R])
         cols["lbl"][R] += idx.start
     else:
-        cols["lbl"][R] = idx.to_numpy()[rti].astype(np.int64)
+        np.take(idx.to_numpy().astype(np.int64, copy=False), rti, out=cols["lbl"][R])
     np.take(pid, rti, out=cols["pid"][R])
     np.take(tid, rti, out=cols["tid"][R])
     np.take(s, rti, out=cols["start"][R])
@@ -269,11 +269,11 @@ def _order_in_groups(nh: int, pid: np.ndarray, tid: np.ndarray, dev: np.ndarray,
     the host nodes (ids < ``nh``), a = ``dev`` (GPU nodes only) and b = stream (``tid``) for the GPU nodes; and a
     mask over that order: True where a node follows one of its own group (thread or stream).
 
-    Threads and streams are few and their nodes mostly in time order already: each group is checked and sorted
-    only when it is not, instead of one five-key sort of every node.
+    Threads and streams are few and their nodes mostly in time order already: a half with one group is checked
+    and sorted only when it is not; with a few groups, one sort by start (a few sorted runs) and a stable radix
+    sort by group number, instead of one five-key sort of every node.
     """
     n = len(start)
-    halves = ((0, nh, pid[:nh]), (nh, n, dev))
     lo, hi = np.iinfo(np.int32).min, np.iinfo(np.int32).max
     if any(len(x) and (x.min() < lo or x.max() > hi) for x in (pid[:nh], dev, tid)):
         a = np.r_[pid[:nh], dev]
@@ -281,7 +281,7 @@ def _order_in_groups(nh: int, pid: np.ndarray, tid: np.ndarray, dev: np.ndarray,
         ka, kb, kg = a[order], tid[order], order >= nh
         return order, (ka[1:] == ka[:-1]) & (kb[1:] == kb[:-1]) & (kg[1:] == kg[:-1])
     parts, same = [], []
-    for first, last, a in halves:
+    for first, last, a in ((0, nh, pid[:nh]), (nh, n, dev)):
         if last == first:
             continue
         # ((a - lo) << 32) | (b - lo), in place: both parts lie in [0, 2^32), so the key sorts as (a, b) does
@@ -289,23 +289,27 @@ def _order_in_groups(nh: int, pid: np.ndarray, tid: np.ndarray, dev: np.ndarray,
         key <<= 32
         key += tid[first:last]
         key -= lo
-        groups = key[:1] if key.min() == key.max() else np.sort(pd.unique(key))
-        if len(groups) > 64:  # many groups: one sort on (group, start, end)
-            o = np.lexsort((end[first:last], start[first:last], key)) + first
-            ko = key[o - first]
-            parts.append(o)
-            same.append(ko[1:] == ko[:-1])
-            continue
-        for k in groups:
-            ids = first + (np.arange(last - first) if len(groups) == 1 else np.flatnonzero(key == k))
-            ids = _time_order(ids, start, end)
-            parts.append(ids)
-            same.append(np.ones(len(ids) - 1, bool))
-    out = [same[0]]
-    for sm in same[1:]:  # a group's first node follows no node of its own group
-        out += [np.zeros(1, bool), sm]
+        s_, e_ = start[first:last], end[first:last]
+        if key.min() == key.max():  # one thread / stream
+            o = _time_order(np.arange(first, last), start, end) - first
+            sm = np.ones(len(o) - 1, bool)
+        else:
+            groups = np.sort(pd.unique(key))
+            code = np.searchsorted(groups, key).astype(np.uint8 if len(groups) <= 255 else np.int64)
+            o = np.argsort(s_, kind="stable")  # by (start, id): a few sorted runs
+            o = o[np.argsort(code[o], kind="stable")]  # then by group, stably (radix on small codes)
+            ko, so = code[o], s_[o]
+            sm = ko[1:] == ko[:-1]
+            tie = np.flatnonzero((so[1:] == so[:-1]) & sm)  # equal starts in one group must come in end order
+            if len(tie) and (e_[o[tie + 1]] < e_[o[tie]]).any():
+                o = np.lexsort((e_, s_, code))
+                ko = code[o]
+                sm = ko[1:] == ko[:-1]
+        parts.append(o + first if first else o)
+        same.append(sm)
     order = np.concatenate(parts)
-    return order, np.concatenate(out)[: max(n - 1, 0)]
+    out = same[0] if len(same) == 1 else np.concatenate([same[0], np.zeros(1, bool), same[1]])
+    return order, out
 
 
 def _cross_in_group(ids: np.ndarray, q: np.ndarray, start: np.ndarray, end: np.ndarray, tid: np.ndarray):
@@ -401,17 +405,21 @@ def build_graph(views: Views, rank: int, max_steps: int = MAX_STEPS) -> Graph | 
 
     # program / stream order (GPU rows: group by device+stream; host rows: pid+tid)
     order, same = _order_in_groups(nh, pid, tid, dev, start, end)
-    prev = np.full(n, -1, np.int64)
-    follows, before = order[1:][same], order[:-1][same]
-    prev[follows] = before
+    prev_o = np.empty(n, np.int64)  # in that order: the node before, where of the same group
+    prev_o[0] = -1
+    prev_o[1:] = order[:-1]
+    prev_o[1:][~same] = -1
+    prev = np.empty(n, np.int64)
+    prev[order] = prev_o
+    del prev_o
     seq = np.empty(n, np.int64)
     seq[order] = np.arange(n)  # program / stream position: breaks ties between tasks that start together
     has_prev = prev >= 0
-    prev_end = np.zeros(n, np.int64)
-    prev_end[follows] = end[before]
-    del follows, before
+    no_prev = ~has_prev
+    prev_end = np.take(end, prev, mode="clip")
+    prev_end[no_prev] = 0
     prev_gap = start - prev_end  # becomes prev_lat (edited in place below)
-    prev_gap[~has_prev] = 0
+    prev_gap[no_prev] = 0
 
     # launch -> GPU task (what depends on a launch is kept for the GPU nodes only: arrays of length ng)
     launch = np.full(n, -1, np.int64)
