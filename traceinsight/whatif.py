@@ -43,7 +43,7 @@ from .ingest import native
 from .patterns import DATA_WAIT_PRIMARY, SYNC_CALL
 from .rule_api import instance_columns
 from .rules._common import GEMM_CONV
-from .views import Coverage, Views, merge_grouped, merge_intervals
+from .views import Coverage, Views, _category_hits, merge_grouped, merge_intervals
 
 #: A host thread idle this long (ns) before resuming right after another thread's call is taken to have waited
 #: for that thread (a hand-off), rather than to have been busy with untraced work.
@@ -140,13 +140,14 @@ def _of_rank(df: pd.DataFrame, rank: int) -> pd.DataFrame:
     return df if m.all() else df[m]
 
 
-def _codes(col: pd.Series) -> tuple[np.ndarray, list[str]]:
-    """(code per row, the distinct values as str) of a kind or name column, so that a test runs once per distinct
-    value; a categorical's missing values get code -1 (they match nothing, as in ``views.name_mask``)."""
+def _codes(col: pd.Series) -> tuple[np.ndarray, list[str], "pd.Index | None"]:
+    """(code per row, the distinct values as str, the categories of a categorical) of a kind or name column, so
+    that a test runs once per distinct value; a categorical's missing values get code -1 (they match nothing, as
+    in ``views.name_mask``)."""
     if isinstance(col.dtype, pd.CategoricalDtype):
-        return col.cat.codes.to_numpy(), [str(c) for c in col.cat.categories]
+        return col.cat.codes.to_numpy(), [str(c) for c in col.cat.categories], col.cat.categories
     codes, uniq = pd.factorize(col.to_numpy(), use_na_sentinel=False)  # NaN is a value here, read as "nan"
-    return codes, [str(c) for c in uniq]
+    return codes, [str(c) for c in uniq], None
 
 
 def _rows_where(col: tuple[np.ndarray, list[str]], hit: np.ndarray) -> np.ndarray:
@@ -165,10 +166,18 @@ def _kind_in(col: tuple[np.ndarray, list[str]], names: tuple[str, ...]) -> np.nd
     return _rows_where(col, np.fromiter((c in names for c in col[1]), bool, len(col[1])))
 
 
-def _name_match(col: tuple[np.ndarray, list[str]], pattern: "str | re.Pattern[str]", case: bool = False) -> np.ndarray:
+def _name_hits(col: tuple[np.ndarray, list[str], "pd.Index | None"], rx: "re.Pattern[str]") -> np.ndarray:
+    """Per distinct value of a ``_codes`` column: does ``rx`` match it. A categorical's answers come from the
+    per-categories cache of ``views`` (the ledger and the rules test the same patterns on the same names)."""
+    if col[2] is not None:
+        return _category_hits(col[2], rx)
+    return np.fromiter((rx.search(c) is not None for c in col[1]), bool, len(col[1]))
+
+
+def _name_match(col: tuple[np.ndarray, list[str], "pd.Index | None"], pattern: "str | re.Pattern[str]", case: bool = False) -> np.ndarray:
     """``views.name_mask`` (same flags, same answer) on ``_codes`` columns: one regex search per distinct name."""
     rx = pattern if isinstance(pattern, re.Pattern) else re.compile(pattern, 0 if case else re.IGNORECASE)
-    return _rows_where(col, np.fromiter((rx.search(c) is not None for c in col[1]), bool, len(col[1])))
+    return _rows_where(col, _name_hits(col, rx))
 
 
 def _host_nodes(views: Views, rank: int, ng: int) -> tuple[dict[str, np.ndarray], int, tuple[np.ndarray, list[str]], np.ndarray]:
@@ -189,7 +198,7 @@ def _host_nodes(views: Views, rank: int, ng: int) -> tuple[dict[str, np.ndarray]
     rt = _kind_in(kind, ("runtime",))
     # data waits: merged per thread, the runtime calls inside them dropped (the names first: most traces have none)
     dw: dict[str, np.ndarray] = {}
-    dw_name = np.fromiter((re.search(DATA_WAIT_PRIMARY, c) is not None for c in names[1]), bool, len(names[1]))
+    dw_name = _name_hits(names, re.compile(DATA_WAIT_PRIMARY))
     dwm = _kind_in(kind, ("cpu_op", "annotation", "python", "other")) & _rows_where(names, dw_name) if dw_name.any() else None
     if dwm is not None and dwm.any():
         thread_key = _key(pid, tid)
@@ -207,7 +216,7 @@ def _host_nodes(views: Views, rank: int, ng: int) -> tuple[dict[str, np.ndarray]
             inside[sel] = (i >= 0) & (s[sel] < ge[np.clip(i, 0, None)])
         rt &= ~inside
     rti = np.flatnonzero(rt)
-    rt_names = (names[0][rti], names[1])
+    rt_names = (names[0][rti], names[1], names[2])
     blocking = _name_match(rt_names, SYNC_CALL, case=True)
     sti = np.flatnonzero(_kind_in(kind, ("step",)))
     n_dw, n_rt, n_mk = len(dw.get("start", ())), len(rti), 2 * len(sti)
@@ -378,6 +387,24 @@ def _position(labels: np.ndarray, wanted: np.ndarray) -> np.ndarray:
     return np.where(lab[i] == wanted, ok[i], -1)
 
 
+def _launch_positions(lbl: np.ndarray, nh: int, launch_idx: np.ndarray, gpu_idx: np.ndarray,
+                      unique: bool) -> tuple[np.ndarray, np.ndarray]:
+    """(host node of each launch call, GPU node - nh of each GPU row; -1 where not a node), from row labels
+    (``lbl``: -1 for nodes that are no row). With unique labels (a RangeIndex) one lookup table answers both."""
+    ok = np.flatnonzero(lbl >= 0)
+    lab = lbl[ok]
+    top = int(lab.max()) if len(lab) else -1
+    if not unique or top > 4 * (len(lab) + len(launch_idx)) + 1024:
+        return _position(lbl[:nh], launch_idx), _position(lbl[nh:], gpu_idx)
+    table = np.full(top + 2, -1, np.int32 if len(lbl) < 2**31 else np.int64)  # the last slot: out of range
+    table[lab] = ok
+    lp = table[np.where((launch_idx >= 0) & (launch_idx <= top), launch_idx, top + 1)]
+    gp = table[np.where((gpu_idx >= 0) & (gpu_idx <= top), gpu_idx, top + 1)]
+    lp[lp >= nh] = -1
+    gp[gp < nh] = nh - 1  # -1 once shifted
+    return lp, gp - nh
+
+
 def build_graph(views: Views, rank: int, max_steps: int = MAX_STEPS) -> Graph | None:
     """The dependency graph of ``rank`` (vectorized; no per-event Python). None when the rank has no GPU work.
 
@@ -426,8 +453,8 @@ def build_graph(views: Views, rank: int, max_steps: int = MAX_STEPS) -> Graph | 
     ln = views.launches
     if not ln.empty:
         ln = _of_rank(ln, rank) if "rank" in ln else ln
-        lp = _position(lbl[:nh], ln["launch_idx"].to_numpy(np.int64))
-        gp = _position(lbl[nh:], ln["gpu_idx"].to_numpy(np.int64))
+        lp, gp = _launch_positions(lbl, nh, ln["launch_idx"].to_numpy(np.int64), ln["gpu_idx"].to_numpy(np.int64),
+                                   isinstance(views.events.index, pd.RangeIndex))
         ok = (lp >= 0) & (gp >= 0)
         launch[nh + gp[ok]] = lp[ok]
     lg = launch[G]
@@ -755,24 +782,29 @@ def _replay_py(g: Graph, ns: np.ndarray, ne: np.ndarray, end_ptr: np.ndarray, en
     ne[touched] = e_l
 
 
-def _step_buckets(g: Graph) -> tuple[np.ndarray, np.ndarray]:
-    """The GPU tasks launched up to the last step's marker end, and which step launched each (0: before the first
-    step, k: step k-1 from its marker start to the next one's). The same for every replay of a graph with these
-    steps and this structure: kept in ``g.defaults`` (shared by copies) and rebuilt when either is replaced."""
+def _step_buckets(g: Graph) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The GPU tasks launched up to the last step's marker end, grouped by the step that launched them (0: before
+    the first step, k: step k-1 from its marker start to the next one's): (tasks, grouped; each group's step; each
+    group's first position). The same for every replay of a graph with these steps and this structure: kept in
+    ``g.defaults`` (shared by copies) and rebuilt when either is replaced."""
     st = g.steps
     key = (st, g.ntype, g.launch, g.start)
     cached = g.defaults.get("_step_buckets")
     if cached is not None and all(a is b for a, b in zip(cached[0], key)):
-        return cached[1], cached[2]
+        return cached[1]
     t0 = g.start[st["start_node"].to_numpy()]
     gl = np.flatnonzero((g.ntype == GPU) & (g.launch >= 0))
     lt = g.start[g.launch[gl]]
     cuts = np.r_[t0, g.start[int(st["end_node"].iloc[-1])] + 1]
     # GPU work launched before the first step, then in [t0_k, t0_k+1), the last step up to its marker end
     which = np.searchsorted(cuts, lt, side="right") - 1  # -1: before the first step; len(st): after the last
-    sel = (which >= -1) & (which < len(st))
-    out = (gl[sel], which[sel] + 1)
-    g.defaults["_step_buckets"] = (key, *out)
+    sel = which < len(st)
+    gl, bucket = gl[sel], which[sel] + 1
+    o = np.argsort(bucket, kind="stable")  # launch order is step order but for a few tasks: nearly sorted
+    gl, bucket = gl[o], bucket[o]
+    heads = np.flatnonzero(np.r_[True, bucket[1:] != bucket[:-1]]) if len(bucket) else np.zeros(0, np.intp)
+    out = (gl, bucket[heads], heads)
+    g.defaults["_step_buckets"] = (key, out)
     return out
 
 
@@ -789,9 +821,10 @@ def step_times(g: Graph, ns: np.ndarray, ne: np.ndarray) -> np.ndarray:
         ids = g.window[g.window >= 0]
         gi = ids[g.ntype[ids] == GPU]
         return np.array([int(ne[gi].max() - ns[ids].min())]) if len(gi) else np.zeros(0, np.int64)
-    gl, bucket = _step_buckets(g)
+    gl, steps_of, heads = _step_buckets(g)
     gend = np.full(len(st) + 1, np.iinfo(np.int64).min)
-    np.maximum.at(gend, bucket, ne[gl])
+    if len(gl):
+        gend[steps_of] = np.maximum.reduceat(ne[gl], heads)
     marker = ns[st["start_node"].to_numpy()]
     bound = np.maximum.accumulate(np.maximum(marker, gend[:-1]))  # overlapping markers never give negative steps
     last = max(int(ne[int(st["end_node"].iloc[-1])]), int(gend[-1]), int(bound[-1]))
@@ -818,16 +851,21 @@ def _in(g: Graph, windows: Iterable[tuple[int, int]] | None) -> np.ndarray:
     return m
 
 
+def _where(g: Graph, windows, m: np.ndarray) -> np.ndarray:
+    """``m`` limited to the tasks ``windows`` selects (``_in``); ``m`` itself when there are no windows."""
+    if windows is not None:
+        m &= _in(g, windows)
+    return m
+
+
 def remove_data_wait(g: Graph, windows=None) -> None:
     """Batches are ready when asked for: data-wait ranges take no time (the work after them keeps its own)."""
-    m = (g.ntype == DATA_WAIT) & _in(g, windows)
-    g.dur[m] = 0
+    g.dur[_where(g, windows, g.ntype == DATA_WAIT)] = 0
 
 
 def remove_host_sync(g: Graph, windows=None) -> None:
     """The host no longer waits for the GPU at synchronizing calls; the copies they issue still run on the GPU."""
-    m = (g.ntype == BLOCKING) & _in(g, windows)
-    g.wait_on[m] = False
+    g.wait_on[_where(g, windows, g.ntype == BLOCKING)] = False
 
 
 def launch_bound_to_graphs(g: Graph, windows=None) -> None:
@@ -838,24 +876,25 @@ def launch_bound_to_graphs(g: Graph, windows=None) -> None:
     stretches are taken to be real host work (Python logic, CPU ops) that a graph would not remove; every GPU task can start a typical launch latency after the (now immediate) launch, and queued tasks
     follow each other at the trace's typical kernel-to-kernel delay. Blocking calls still end where the GPU does.
     """
-    m = _in(g, windows)
-    h = m & (g.ntype == HOST)
+    m = None if windows is None else _in(g, windows)
+    h = g.ntype == HOST
+    if m is not None:
+        h &= m
     g.dur[h & (g.is_launch | (g.dur <= LAUNCH_GAP_MAX_NS))] = 0  # a long cudaMalloc or module load stays
-    short = h & (g.prev_lat <= LAUNCH_GAP_MAX_NS)
-    g.prev_lat[short] = np.minimum(g.prev_lat[short], 0)
-    short = h & (g.cross_lat <= LAUNCH_GAP_MAX_NS)
-    g.cross_lat[short] = np.minimum(g.cross_lat[short], 0)
-    gp = m & (g.ntype == GPU)
-    g.launch_lat[gp] = np.minimum(g.launch_lat[gp], g.defaults["launch"])
-    g.prev_lat[gp] = np.minimum(g.prev_lat[gp], g.defaults["queue"])
+    np.minimum(g.prev_lat, 0, out=g.prev_lat, where=h & (g.prev_lat <= LAUNCH_GAP_MAX_NS))
+    np.minimum(g.cross_lat, 0, out=g.cross_lat, where=h & (g.cross_lat <= LAUNCH_GAP_MAX_NS))
+    gp = g.ntype == GPU
+    if m is not None:
+        gp &= m
+    np.minimum(g.launch_lat, g.defaults["launch"], out=g.launch_lat, where=gp)
+    np.minimum(g.prev_lat, g.defaults["queue"], out=g.prev_lat, where=gp)
 
 
 def rnn_to_cudnn(g: Graph, windows=None) -> None:
     """A per-timestep RNN loop becomes one fused call: inside ``windows`` only the GEMM kernels keep their time,
     launched back to back as in ``launch_bound_to_graphs`` (conservative: cuDNN still does the GEMMs)."""
     launch_bound_to_graphs(g, windows)
-    m = _in(g, windows) & (g.ntype == GPU) & ~g.gemm
-    g.dur[m] = 0
+    g.dur[_where(g, windows, (g.ntype == GPU) & ~g.gemm)] = 0
 
 
 def remove_warmup(g: Graph, windows=None) -> None:
@@ -900,11 +939,11 @@ def warmup_mask(durs: np.ndarray) -> np.ndarray:
 def typical_gpu_latencies(g: Graph, windows=None) -> None:
     """Validation, not a cause: every GPU task waits only the trace's typical launch / kernel-to-kernel delay
     after its predecessors. Any step time lost is GPU idle that no edge of the graph explains."""
-    m = _in(g, windows) & (g.ntype == GPU)
+    m = _where(g, windows, g.ntype == GPU)
     d_q, d_l = g.defaults["queue"], g.defaults["launch"]
     ln = np.clip(g.launch, 0, None)
-    g.prev_lat[m] = np.minimum(g.prev_lat[m], d_q)
-    g.cross_lat[m] = np.minimum(g.cross_lat[m], d_q)
+    np.minimum(g.prev_lat, d_q, out=g.prev_lat, where=m)
+    np.minimum(g.cross_lat, d_q, out=g.cross_lat, where=m)
     g.launch_lat[m] = np.minimum(g.launch_lat[m], d_l + (g.end[ln] - g.start[ln])[m])
 
 
