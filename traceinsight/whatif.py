@@ -180,11 +180,12 @@ def _name_match(col: tuple[np.ndarray, list[str], "pd.Index | None"], pattern: "
     return _rows_where(col, _name_hits(col, rx))
 
 
-def _host_nodes(views: Views, rank: int, ng: int) -> tuple[dict[str, np.ndarray], int, tuple[np.ndarray, list[str]], np.ndarray]:
-    """The rank's host nodes, written into the first rows of the node columns (lbl, pid, tid, start, end, ntype),
-    which have room for ``ng`` GPU nodes after them: merged data waits first, then runtime calls not inside one,
+def _host_nodes(views: Views, rank: int, ng: int) -> tuple[dict[str, np.ndarray], int, slice, tuple, np.ndarray]:
+    """The rank's host nodes, written into the first rows of the node columns (pid, tid, start, end, ntype),
+    which have room for ``ng`` GPU nodes after them, and their row labels (``lbl``, host nodes only; -1 for nodes
+    that are no row): merged data waits first, then runtime calls not inside one,
     then step markers (a start node per step, then an end node per step). Also returned: the number of host
-    nodes, the names of those runtime calls in node order, and each marker's step number.
+    nodes, the runtime calls' node ids (a slice), their names in node order, and each marker's step number.
 
     Every column is allocated once at its final length and the runtime calls (most of the nodes) are gathered
     straight into it: no host-length temporaries beyond a few masks, no concatenation afterwards.
@@ -221,7 +222,7 @@ def _host_nodes(views: Views, rank: int, ng: int) -> tuple[dict[str, np.ndarray]
     sti = np.flatnonzero(_kind_in(kind, ("step",)))
     n_dw, n_rt, n_mk = len(dw.get("start", ())), len(rti), 2 * len(sti)
     nh = n_dw + n_rt + n_mk
-    cols = {k: np.empty(nh + ng, np.int64) for k in ("lbl", "pid", "tid", "start", "end", "ntype")}
+    cols = {k: np.empty(nh if k == "lbl" else nh + ng, np.int64) for k in ("lbl", "pid", "tid", "start", "end", "ntype")}
     for k, v in dw.items():
         cols[k][:n_dw] = v
     R, M = slice(n_dw, n_dw + n_rt), slice(n_dw + n_rt, nh)
@@ -250,7 +251,7 @@ def _host_nodes(views: Views, rank: int, ng: int) -> tuple[dict[str, np.ndarray]
         cols["tid"][M] = np.r_[tid[sti], tid[sti]]
         cols["start"][M] = cols["end"][M] = np.r_[st_s, st_e]
         cols["ntype"][M] = MARKER
-    return cols, nh, rt_names, stn
+    return cols, nh, R, rt_names, stn
 
 
 def _time_order(ids: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
@@ -303,11 +304,24 @@ def _order_in_groups(nh: int, pid: np.ndarray, tid: np.ndarray, dev: np.ndarray,
             o = _time_order(np.arange(first, last), start, end) - first
             sm = np.ones(len(o) - 1, bool)
         else:
-            groups = np.sort(pd.unique(key))
-            code = np.searchsorted(groups, key).astype(np.uint8 if len(groups) <= 255 else np.int64)
-            o = np.argsort(s_, kind="stable")  # by (start, id): a few sorted runs
-            o = o[np.argsort(code[o], kind="stable")]  # then by group, stably (radix on small codes)
-            ko, so = code[o], s_[o]
+            k0, k1 = key.min(), key.max()
+            is_k1 = key == k1
+            if np.count_nonzero(is_k1) + np.count_nonzero(key == k0) == len(key):  # two threads / streams
+                code = is_k1.view(np.uint8)
+                o = np.argsort(s_, kind="stable")  # by (start, id): a few sorted runs
+                ko = code[o]
+                m1 = ko.view(bool)
+                n0 = len(o) - int(np.count_nonzero(m1))
+                o = np.concatenate([o[~m1], o[m1]])  # then by group, stably
+                ko = np.zeros(len(o), np.uint8)
+                ko[n0:] = 1
+            else:
+                groups = np.sort(pd.unique(key))
+                code = np.searchsorted(groups, key).astype(np.uint8 if len(groups) <= 255 else np.int64)
+                o = np.argsort(s_, kind="stable")  # by (start, id): a few sorted runs
+                o = o[np.argsort(code[o], kind="stable")]  # then by group, stably (radix on small codes)
+                ko = code[o]
+            so = s_[o]
             sm = ko[1:] == ko[:-1]
             tie = np.flatnonzero((so[1:] == so[:-1]) & sm)  # equal starts in one group must come in end order
             if len(tie) and (e_[o[tie + 1]] < e_[o[tie]]).any():
@@ -387,17 +401,19 @@ def _position(labels: np.ndarray, wanted: np.ndarray) -> np.ndarray:
     return np.where(lab[i] == wanted, ok[i], -1)
 
 
-def _launch_positions(lbl: np.ndarray, nh: int, launch_idx: np.ndarray, gpu_idx: np.ndarray,
-                      unique: bool) -> tuple[np.ndarray, np.ndarray]:
-    """(host node of each launch call, GPU node - nh of each GPU row; -1 where not a node), from row labels
-    (``lbl``: -1 for nodes that are no row). With unique labels (a RangeIndex) one lookup table answers both."""
-    ok = np.flatnonzero(lbl >= 0)
-    lab = lbl[ok]
-    top = int(lab.max()) if len(lab) else -1
-    if not unique or top > 4 * (len(lab) + len(launch_idx)) + 1024:
-        return _position(lbl[:nh], launch_idx), _position(lbl[nh:], gpu_idx)
-    table = np.full(top + 2, -1, np.int32 if len(lbl) < 2**31 else np.int64)  # the last slot: out of range
-    table[lab] = ok
+def _launch_positions(lbl: np.ndarray, rt: slice, act_lbl: np.ndarray, launch_idx: np.ndarray, gpu_idx: np.ndarray,
+                      ranged: bool) -> tuple[np.ndarray, np.ndarray]:
+    """(host node of each launch call, GPU node - nh of each GPU row; -1 where not a node), from the row labels of
+    the host nodes (``lbl``; the runtime calls are the nodes ``rt``, the only ones with labels) and of the GPU rows.
+    Where the events' index is a RangeIndex (``ranged``: unique labels >= 0) one lookup table answers both."""
+    nh, ng = len(lbl), len(act_lbl)
+    lab = lbl[rt]
+    top = max(int(lab.max()) if len(lab) else -1, int(act_lbl.max()) if ng else -1)
+    if not ranged or top > 4 * (len(lab) + ng + len(launch_idx)) + 1024:
+        return _position(lbl, launch_idx), _position(act_lbl, gpu_idx)
+    table = np.full(top + 2, -1, np.int32 if nh + ng < 2**31 else np.int64)  # the last slot: out of range
+    table[lab] = np.arange(rt.start, rt.stop)
+    table[act_lbl] = np.arange(nh, nh + ng)
     lp = table[np.where((launch_idx >= 0) & (launch_idx <= top), launch_idx, top + 1)]
     gp = table[np.where((gpu_idx >= 0) & (gpu_idx <= top), gpu_idx, top + 1)]
     lp[lp >= nh] = -1
@@ -416,7 +432,7 @@ def build_graph(views: Views, rank: int, max_steps: int = MAX_STEPS) -> Graph | 
     if act.empty:
         return None
     ng = len(act)
-    cols, nh, rt_names, marker_steps = _host_nodes(views, rank, ng)
+    cols, nh, rt_rows, rt_names, marker_steps = _host_nodes(views, rank, ng)
     n = nh + ng
     G, H = slice(nh, n), slice(0, nh)
     ntype, start, end, pid, tid, lbl = (cols[k] for k in ("ntype", "start", "end", "pid", "tid", "lbl"))
@@ -427,7 +443,7 @@ def build_graph(views: Views, rank: int, max_steps: int = MAX_STEPS) -> Graph | 
     ge += gs
     pid[G] = act["pid"].to_numpy(np.int64)
     tid[G] = act["stream"].to_numpy(np.int64)  # GPU rows: the stream
-    lbl[G] = act.index.to_numpy().astype(np.int64)
+    act_lbl = act.index.to_numpy().astype(np.int64, copy=False)
     dev = act["device"].to_numpy(np.int64)  # GPU nodes only (index - nh)
 
     # program / stream order (GPU rows: group by device+stream; host rows: pid+tid)
@@ -453,8 +469,10 @@ def build_graph(views: Views, rank: int, max_steps: int = MAX_STEPS) -> Graph | 
     ln = views.launches
     if not ln.empty:
         ln = _of_rank(ln, rank) if "rank" in ln else ln
-        lp, gp = _launch_positions(lbl, nh, ln["launch_idx"].to_numpy(np.int64), ln["gpu_idx"].to_numpy(np.int64),
-                                   isinstance(views.events.index, pd.RangeIndex))
+        ix = views.events.index
+        ranged = isinstance(ix, pd.RangeIndex) and ix.start >= 0 and ix.step > 0
+        lp, gp = _launch_positions(lbl, rt_rows, act_lbl, ln["launch_idx"].to_numpy(np.int64),
+                                   ln["gpu_idx"].to_numpy(np.int64), ranged)
         ok = (lp >= 0) & (gp >= 0)
         launch[nh + gp[ok]] = lp[ok]
     lg = launch[G]
@@ -471,7 +489,7 @@ def build_graph(views: Views, rank: int, max_steps: int = MAX_STEPS) -> Graph | 
     lgap[~hl] = 0
 
     # a launch call whose own GPU work ended before it returned blocked on it (pageable or blocking copy)
-    own_done = hl & (ge <= launch_end) & (lbl[G] >= 0) & _kind_in(_codes(act["kind"]), ("memcpy", "memset"))
+    own_done = hl & (ge <= launch_end) & (act_lbl >= 0) & _kind_in(_codes(act["kind"]), ("memcpy", "memset"))
     ntype[lg[own_done]] = BLOCKING
 
     # typical latencies, from tasks where that edge bound the start (GPU tasks)
@@ -485,7 +503,7 @@ def build_graph(views: Views, rank: int, max_steps: int = MAX_STEPS) -> Graph | 
     cross = np.full(n, -1, np.int64)
     _inferred_cross(cross, nh, pid, dev, tid, start, end, has_prev, prev_gap, prev_end, launch_end)
     inferred = cross[G] >= 0
-    _recorded_event_waits(rt_names, pid, tid, lbl[:nh], launch, cross, start, end, nh + np.flatnonzero(hl))
+    _recorded_event_waits(rt_names, pid, tid, lbl, launch, cross, start, end, nh + np.flatnonzero(hl))
     has_cross = cross >= 0
     xi = np.flatnonzero(has_cross)
     cross_lat = np.zeros(n, np.int64)  # the gap from the producer's end; edited in place below
