@@ -337,19 +337,27 @@ def _order_in_groups(nh: int, pid: np.ndarray, tid: np.ndarray, dev: np.ndarray,
 
 def _cross_in_group(ids: np.ndarray, q: np.ndarray, start: np.ndarray, end: np.ndarray, tid: np.ndarray):
     """For the nodes ``q`` of ``ids`` (positions into ``ids``; ``ids`` ascending: a process's threads or a device's
-    streams), the node of another thread / stream among ``ids`` that ended last before it started: (candidate, -1
-    for none, the candidate's end, True where the candidate is on another thread / stream). The caller asks only
-    for the nodes whose wait such a candidate could explain and keeps those it does."""
+    streams): the node among ``ids`` that ended last before it started, where that node is on another thread /
+    stream. Returns (those nodes of ``q``, as node ids; their candidates; the candidates' ends). The caller asks
+    only for the nodes whose wait such a candidate could explain and keeps those it does.
+
+    In end order the nodes come in runs of one thread / stream (threads take turns); which run a node's candidate
+    lies in is one search among the runs' first ends, so only nodes whose candidate is on another thread are
+    searched among all the ends.
+    """
     lo = int(ids[0]) if len(ids) else 0
     rng = len(ids) and int(ids[-1]) - lo + 1 == len(ids)  # a range of ids: views, not gathers
     e_i = end[lo: lo + len(ids)] if rng else end[ids]
     eo = np.argsort(e_i, kind="stable")  # nearly sorted runs: timsort
     es = e_i[eo]
     eo = eo + lo if rng else ids[eo]
+    te = tid[eo]
+    heads = np.flatnonzero(np.r_[True, te[1:] != te[:-1]])  # first position of each run of one thread / stream
     qi = ids[q]
+    r = np.searchsorted(es[heads], start[qi], side="left") - 1  # the run of the latest end before each start
+    qi = qi[(r >= 0) & (te[heads][np.clip(r, 0, None)] != tid[qi])]
     c = _latest_end_before(eo, es, start[qi])
-    okc = (c >= 0) & (np.take(tid, c, mode="clip") != tid[qi])
-    return c, np.take(end, c, mode="clip"), okc
+    return qi, c, end[c]
 
 
 def _inferred_cross(cross, nh, pid, dev, tid, start, end, has_prev, prev_gap, prev_end, launch_end) -> None:
@@ -374,13 +382,12 @@ def _inferred_cross(cross, nh, pid, dev, tid, start, end, has_prev, prev_gap, pr
                 ids = np.flatnonzero(kk == k)
                 q = np.flatnonzero(wait[ids])
                 ids += lo_
-            c, cend, okc = _cross_in_group(ids, q, start, end, tid)
-            qi = ids[q]
+            qi, c, cend = _cross_in_group(ids, q, start, end, tid)
             if not on_gpu:
-                okc &= (~has_prev[qi]) | (cend > prev_end[qi])
+                okc = ~has_prev[qi] | (cend > prev_end[qi])
             else:
                 s_i, ex = start[qi], explained[qi - nh]
-                okc &= (cend > ex) & (s_i - cend <= STREAM_DEP_MAX_NS)
+                okc = (cend > ex) & (s_i - cend <= STREAM_DEP_MAX_NS)
             cross[qi[okc]] = c[okc]
 
 
