@@ -693,16 +693,26 @@ def _window(g: Graph, steps: pd.DataFrame) -> np.ndarray:
     gpu_in = np.where(gl >= 0, np.take(host_in, gl, mode="clip"), (gs >= ws) & (gs <= we))
     hid = np.flatnonzero(host_in)
     gid = np.flatnonzero(gpu_in)
-    # key: GPU tasks never before their launch; at equal times: blocking ends, then host starts, then GPU tasks
-    t_g = gs[gid]
+    b = hid[g.ntype[hid] == BLOCKING]
+    nh_, ng_ = len(hid), len(gid)
+    # per event (host starts, GPU starts, blocking ends): its time, and (phase, seq) as one number (seq < n, so
+    # phase * n + seq sorts as the pair does), each written in place into its part
+    keys_t = np.empty(nh_ + ng_ + len(b), np.int64)
+    keys_p = np.empty(len(keys_t), np.int64)
+    np.take(hs, hid, out=keys_t[:nh_])
+    t_g = keys_t[nh_: nh_ + ng_]
+    np.take(gs, gid, out=t_g)
+    # GPU tasks never before their launch; at equal times: blocking ends, then host starts, then GPU tasks
     lgi = gl[gid]
     has = lgi >= 0
     t_g[has] = np.maximum(t_g[has], g.start[lgi[has]])
+    np.take(g.end, b, out=keys_t[nh_ + ng_:])
     gid += nh
-    b = hid[g.ntype[hid] == BLOCKING]
-    keys_t = np.r_[hs[hid], t_g, g.end[b]]
-    # (phase, seq) as one number: seq < number of nodes, so phase * that + seq sorts as the pair does
-    keys_p = np.r_[g.seq[hid] + n, g.seq[gid] + 2 * n, g.seq[b]]
+    np.take(g.seq, hid, out=keys_p[:nh_])
+    keys_p[:nh_] += n
+    np.take(g.seq, gid, out=keys_p[nh_: nh_ + ng_])
+    keys_p[nh_: nh_ + ng_] += 2 * n
+    np.take(g.seq, b, out=keys_p[nh_ + ng_:])
     return _event_order(np.r_[hid, gid, -1 - b], keys_t, keys_p, n)
 
 
@@ -735,13 +745,20 @@ def _event_order(ev: np.ndarray, keys_t: np.ndarray, keys_p: np.ndarray, n: int)
 
 
 # --- replay ----------------------------------------------------------------------------------------------
-def replay(g: Graph) -> tuple[np.ndarray, np.ndarray]:
+def replay(g: Graph, out: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray]:
     """New (start, end) of every node; nodes outside the window keep their original times.
 
-    The pass runs in the optional C extension (``traceinsight._replay``) where it is built and not switched off
-    (``TRACEINSIGHT_PURE_PYTHON``); ``_replay_py`` is the reference it must match number for number.
+    ``out``: two int64 arrays of the graph's length to write them into (a replay's arrays reused for the next,
+    instead of two fresh ones). The pass runs in the optional C extension (``traceinsight._replay``) where it is
+    built and not switched off (``TRACEINSIGHT_PURE_PYTHON``); ``_replay_py`` is the reference it must match
+    number for number.
     """
-    ns, ne = g.start.copy(), g.end.copy()
+    if out is None:
+        ns, ne = g.start.copy(), g.end.copy()
+    else:
+        ns, ne = out
+        np.copyto(ns, g.start)
+        np.copyto(ne, g.end)
     ends = -1 - g.window[g.window < 0]
     waits = [g.waits[b] for b in ends.tolist()]
     end_ptr = np.zeros(len(waits) + 1, np.int64)
@@ -1068,8 +1085,9 @@ def predict_step_ns(views: Views, transform="all", windows=None) -> dict:
     fn, name, words = _resolve(transform, windows)
     measured, base, pred = [], [], []
     for g in graphs(views):
+        buf = None
         if "base" not in g.defaults:  # the unmodified replay, once per graph
-            ns, ne = replay(g)
+            ns, ne = buf = replay(g)
             g.defaults["base"] = step_times(g, ns, ne)
             g.defaults["measured"] = step_times(g, g.start, g.end)
         b, m = g.defaults["base"], g.defaults["measured"]
@@ -1079,7 +1097,7 @@ def predict_step_ns(views: Views, transform="all", windows=None) -> dict:
             t.window = _window(t, t.steps)
             keep = g.steps["start_node"].isin(t.steps["start_node"]).to_numpy()
             b, m = b[keep], m[keep]
-        ns2, ne2 = replay(t)
+        ns2, ne2 = replay(t, buf)
         p = step_times(t, ns2, ne2)
         measured.append(m)
         base.append(b)
