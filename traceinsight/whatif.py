@@ -415,14 +415,13 @@ def _launch_positions(lbl: np.ndarray, rt: slice, act_lbl: np.ndarray, launch_id
     Where the events' index is a RangeIndex (``ranged``: unique labels >= 0) one lookup table answers both."""
     nh, ng = len(lbl), len(act_lbl)
     lab = lbl[rt]
-    top = max(int(lab.max()) if len(lab) else -1, int(act_lbl.max()) if ng else -1)
+    top = max(int(x.max()) for x in (lab, act_lbl, launch_idx, gpu_idx, np.zeros(1, np.int64)) if len(x))
     if not ranged or top > 4 * (len(lab) + ng + len(launch_idx)) + 1024:
         return _position(lbl, launch_idx), _position(act_lbl, gpu_idx)
-    table = np.full(top + 2, -1, np.int32 if nh + ng < 2**31 else np.int64)  # the last slot: out of range
+    table = np.full(top + 1, -1, np.int32 if nh + ng < 2**31 else np.int64)  # every label is in [0, top]
     table[lab] = np.arange(rt.start, rt.stop)
     table[act_lbl] = np.arange(nh, nh + ng)
-    lp = table[np.where((launch_idx >= 0) & (launch_idx <= top), launch_idx, top + 1)]
-    gp = table[np.where((gpu_idx >= 0) & (gpu_idx <= top), gpu_idx, top + 1)]
+    lp, gp = table[launch_idx], table[gpu_idx]
     lp[lp >= nh] = -1
     gp[gp < nh] = nh - 1  # -1 once shifted
     return lp, gp - nh
