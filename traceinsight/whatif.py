@@ -153,6 +153,8 @@ def _codes(col: pd.Series) -> tuple[np.ndarray, list[str], "pd.Index | None"]:
 def _rows_where(col: tuple[np.ndarray, list[str]], hit: np.ndarray) -> np.ndarray:
     """Per row: the per-value answer ``hit`` (code -1 reads False)."""
     codes, which = col[0], np.flatnonzero(hit)
+    if len(which) == 1:
+        return codes == which[0]
     if len(which) <= 4:  # a few values: compares on the small codes beat a gather through intp indices
         out = np.zeros(len(codes), bool)
         for c in which:
@@ -280,8 +282,8 @@ def _order_in_groups(nh: int, pid: np.ndarray, tid: np.ndarray, dev: np.ndarray,
     mask over that order: True where a node follows one of its own group (thread or stream).
 
     Threads and streams are few and their nodes mostly in time order already: a half with one group is checked
-    and sorted only when it is not; with a few groups, one sort by start (a few sorted runs) and a stable radix
-    sort by group number, instead of one five-key sort of every node.
+    and sorted only when it is not; with more, one sort by start (a few sorted runs) and a stable split by group
+    (two groups: a mask; more: a radix sort of small group numbers), instead of one five-key sort of every node.
     """
     n = len(start)
     lo, hi = np.iinfo(np.int32).min, np.iinfo(np.int32).max
@@ -309,12 +311,10 @@ def _order_in_groups(nh: int, pid: np.ndarray, tid: np.ndarray, dev: np.ndarray,
             if np.count_nonzero(is_k1) + np.count_nonzero(key == k0) == len(key):  # two threads / streams
                 code = is_k1.view(np.uint8)
                 o = np.argsort(s_, kind="stable")  # by (start, id): a few sorted runs
-                ko = code[o]
-                m1 = ko.view(bool)
-                n0 = len(o) - int(np.count_nonzero(m1))
+                m1 = is_k1[o]
                 o = np.concatenate([o[~m1], o[m1]])  # then by group, stably
                 ko = np.zeros(len(o), np.uint8)
-                ko[n0:] = 1
+                ko[len(o) - int(np.count_nonzero(is_k1)):] = 1
             else:
                 groups = np.sort(pd.unique(key))
                 code = np.searchsorted(groups, key).astype(np.uint8 if len(groups) <= 255 else np.int64)
