@@ -112,16 +112,62 @@ def _rightmost_at_least_table(values: np.ndarray, hi: np.ndarray, q: np.ndarray)
     return np.where(valid, ans, -1)
 
 
-def _group_keys(a: pd.DataFrame, b: pd.DataFrame, cols: list[str]) -> tuple[np.ndarray, np.ndarray]:
-    """One int64 key per row of ``a`` and of ``b`` for the tuple of ``cols`` (equal tuples, equal keys)."""
-    key = np.zeros(len(a) + len(b), np.int64)
-    for c in cols:
-        v = np.concatenate([a[c].to_numpy(np.int64), b[c].to_numpy(np.int64)])
-        if len(v) == 0 or v.min() == v.max():
-            continue  # one value (one rank, one process): nothing to tell apart
-        codes, uniq = pd.factorize(v)
-        key = key * (len(uniq) + 1) + codes
-    return key[: len(a)], key[len(a):]
+class ThreadCodes:
+    """Codes for the (rank, pid, tid) tuples of one table, applied to the rows of others (-1: a tuple the table
+    lacks): a thread key computed once for a table that many queries look into.
+
+    Per column each row's offset from the column's minimum (its position among the sorted distinct values where
+    the values are spread wider than the rows are many), combined in mixed radix; where the product of the radices
+    would leave int64, the key so far is first compressed to its distinct values."""
+
+    COLUMNS = ("rank", "pid", "tid")
+
+    def __init__(self, columns: list[np.ndarray]) -> None:
+        #: per column: (distinct keys before combining or None, lowest value, radix, sorted distinct values or None)
+        self._steps: list[tuple[np.ndarray | None, int, int, np.ndarray | None]] = []
+        key = np.zeros(len(columns[0]), np.int64)
+        room = 1
+        for col in columns:
+            col = np.asarray(col, np.int64)
+            lo = int(col.min()) if len(col) else 0
+            radix = int(col.max()) - lo + 1 if len(col) else 1
+            uniq = None
+            if radix > 2 * len(col) + 1024:  # sparse values (thread ids): their rank among the distinct ones
+                uniq = np.sort(pd.unique(col))
+                radix = len(uniq)
+            squeeze = None
+            if radix > 1 and room * radix >= 2**62:
+                squeeze, key = np.unique(key, return_inverse=True)
+                key = key.reshape(-1).astype(np.int64)
+                room = max(len(squeeze), 1)
+            self._steps.append((squeeze, lo, radix, uniq))
+            if radix > 1:
+                key = key * radix + (np.searchsorted(uniq, col) if uniq is not None else col - lo)
+                room *= radix
+        self.codes = key
+
+    @staticmethod
+    def _find(sorted_values: np.ndarray, q: np.ndarray) -> np.ndarray:
+        """Position of each q in ``sorted_values``, -1 where absent."""
+        if not len(sorted_values):
+            return np.full(len(q), -1, np.int64)
+        pos = np.minimum(np.searchsorted(sorted_values, q), len(sorted_values) - 1)
+        return np.where(sorted_values[pos] == q, pos, -1)
+
+    def of(self, columns: list[np.ndarray]) -> np.ndarray:
+        """The code of each row given as (rank, pid, tid) arrays; -1 where the fitted table has no such thread."""
+        key = np.zeros(len(columns[0]), np.int64)
+        missing = np.zeros(len(key), dtype=bool)
+        for (squeeze, lo, radix, uniq), col in zip(self._steps, columns):
+            col = np.asarray(col, np.int64)
+            if squeeze is not None:
+                key = self._find(squeeze, key)
+                missing |= key < 0
+            code = self._find(uniq, col) if uniq is not None else col - lo
+            missing |= (code < 0) | (code >= radix)
+            if radix > 1:
+                key = key * radix + code
+        return np.where(missing, -1, key)
 
 
 def _sort_ranges(group: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
@@ -145,6 +191,72 @@ def _sort_ranges(group: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.nd
     return order
 
 
+class Enclosing:
+    """Ranges (one table's rows: thread, start, end) sorted once per thread, answering "the innermost range on
+    the same thread containing [a, b)" for any number of query batches.
+
+    "Innermost" = the latest-starting range with start <= a and end >= b (outer before inner at equal starts);
+    properly nested ranges make that the deepest one. Several rules ask this of the same ranges (the host's
+    framework ops): sorting them is the cost, so it is paid once (``cpu_op_enclosing``)."""
+
+    def __init__(self, rank: np.ndarray, pid: np.ndarray, tid: np.ndarray, start: np.ndarray, end: np.ndarray) -> None:
+        self.threads = ThreadCodes([rank, pid, tid])
+        key = self.threads.codes
+        start = np.asarray(start, np.int64)
+        end = np.asarray(end, np.int64)
+        self.order = _sort_ranges(key, start, end) if len(key) else np.zeros(0, np.int64)
+        self.key, self.start, self.end = key[self.order], start[self.order], end[self.order]
+
+    @classmethod
+    def of_frame(cls, frame: pd.DataFrame) -> "Enclosing":
+        start = frame["start_ns"].to_numpy(np.int64)
+        return cls(*(frame[c].to_numpy(np.int64) for c in ThreadCodes.COLUMNS), start, start + frame["dur_ns"].to_numpy(np.int64))
+
+    def find(self, rank: np.ndarray, pid: np.ndarray, tid: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+        """Per query: the position (in the table the ranges came from) of its innermost enclosing range, or -1."""
+        out = np.full(len(start), -1, np.int64)
+        if not len(start) or not len(self.key):
+            return out
+        qkey = self.threads.of([rank, pid, tid])
+        qs = np.asarray(start, np.int64)
+        qe = np.asarray(end, np.int64)
+        qorder = np.argsort(qkey, kind="stable")
+        qk = qkey[qorder]
+        bounds = np.flatnonzero(np.r_[True, qk[1:] != qk[:-1], True])
+        for a, b in zip(bounds[:-1], bounds[1:]):
+            if qk[a] < 0:
+                continue  # threads without ranges
+            lo, hi = np.searchsorted(self.key, qk[a], side="left"), np.searchsorted(self.key, qk[a], side="right")
+            if lo == hi:
+                continue
+            pos = qorder[a:b]
+            h = np.searchsorted(self.start[lo:hi], qs[pos], side="right")
+            idx = _rightmost_at_least(self.end[lo:hi], h, qe[pos])
+            got = idx >= 0
+            out[pos[got]] = self.order[lo + idx[got]]
+        return out
+
+    def find_frame(self, queries: pd.DataFrame) -> np.ndarray:
+        """``find`` for the rows of a frame with rank, pid, tid, start_ns and dur_ns."""
+        start = queries["start_ns"].to_numpy(np.int64)
+        return self.find(*(queries[c].to_numpy(np.int64) for c in ThreadCodes.COLUMNS), start, start + queries["dur_ns"].to_numpy(np.int64))
+
+
+def cpu_op_enclosing(views) -> tuple[np.ndarray, Enclosing]:
+    """The host's framework ops (kind ``cpu_op``): their positions in ``views.host_events`` and an ``Enclosing``
+    over them (positions it returns index the first array). Cached: TI002 and TI003 both ask which op a call
+    ran in."""
+    cached = views.__dict__.get("_cpu_op_enclosing")
+    if cached is not None:
+        return cached
+    host = views.host_events
+    pos = np.flatnonzero(kind_mask(host, "cpu_op"))
+    hc = host_columns(views)
+    out = (pos, Enclosing(hc["rank"][pos], host["pid"].to_numpy()[pos], host["tid"].to_numpy()[pos], hc["start_ns"][pos], hc["end_ns"][pos]))
+    views.__dict__["_cpu_op_enclosing"] = out
+    return out
+
+
 def innermost_enclosing(queries: pd.DataFrame, candidates: pd.DataFrame) -> np.ndarray:
     """Row label in ``candidates`` of the innermost range on the same (rank, pid, tid) containing each query row.
 
@@ -159,35 +271,10 @@ def innermost_enclosing(queries: pd.DataFrame, candidates: pd.DataFrame) -> np.n
 
 
 def innermost_positions(queries: pd.DataFrame, candidates: pd.DataFrame) -> np.ndarray:
-    """``innermost_enclosing`` as positions in ``candidates`` (-1 where nothing encloses): no labels boxed.
-
-    Grouped by sorting one int64 key: no per-group copies of the candidate frame.
-    """
-    out = np.full(len(queries), -1, np.int64)
+    """``innermost_enclosing`` as positions in ``candidates`` (-1 where nothing encloses): no labels boxed."""
     if queries.empty or candidates.empty:
-        return out
-    qkey, ckey = _group_keys(queries, candidates, ["rank", "pid", "tid"])
-    cs_all = candidates["start_ns"].to_numpy(np.int64)
-    ce_all = cs_all + candidates["dur_ns"].to_numpy(np.int64)
-    groups = np.unique(qkey)
-    order = np.flatnonzero(np.isin(ckey, groups))  # only threads that have queries
-    order = order[_sort_ranges(np.searchsorted(groups, ckey[order]), cs_all[order], ce_all[order])]
-    ck, cs_all, ce_all = ckey[order], cs_all[order], ce_all[order]
-    qs_all = queries["start_ns"].to_numpy(np.int64)
-    qe_all = qs_all + queries["dur_ns"].to_numpy(np.int64)
-    qorder = np.argsort(qkey, kind="stable")
-    qk = qkey[qorder]
-    bounds = np.flatnonzero(np.r_[True, qk[1:] != qk[:-1], True])
-    for a, b in zip(bounds[:-1], bounds[1:]):
-        lo, hi = np.searchsorted(ck, qk[a], side="left"), np.searchsorted(ck, qk[a], side="right")
-        if lo == hi:
-            continue
-        pos = qorder[a:b]
-        h = np.searchsorted(cs_all[lo:hi], qs_all[pos], side="right")
-        idx = _rightmost_at_least(ce_all[lo:hi], h, qe_all[pos])
-        got = idx >= 0
-        out[pos[got]] = order[lo + idx[got]]
-    return out
+        return np.full(len(queries), -1, np.int64)
+    return Enclosing.of_frame(candidates).find_frame(queries)
 
 
 def innermost_frame(stack: object) -> str | None:
@@ -493,9 +580,15 @@ def kind_mask(frame: pd.DataFrame, kinds: "str | tuple[str, ...]") -> np.ndarray
     kinds = (kinds,) if isinstance(kinds, str) else tuple(kinds)
     kind = frame["kind"]
     if isinstance(kind.dtype, pd.CategoricalDtype):
-        # one lookup per row; a missing kind (code -1) reads the False appended at the end
-        hit = np.asarray([c in kinds for c in kind.cat.categories] + [False], dtype=bool)
-        return hit[kind.cat.codes.to_numpy()]
+        codes = kind.cat.codes.to_numpy()
+        wanted = [i for i, c in enumerate(kind.cat.categories) if c in kinds]
+        if len(wanted) > 8:  # one lookup per row; a missing kind (code -1) reads the False appended at the end
+            return np.append(np.isin(np.arange(len(kind.cat.categories)), wanted), False).take(codes)
+        # a comparison of the small codes per wanted kind costs far less than a lookup per row
+        out = np.zeros(len(codes), dtype=bool)
+        for i in wanted:
+            out |= codes == i
+        return out
     return kind.isin(kinds).to_numpy()
 
 

@@ -8,7 +8,7 @@ import pandas as pd
 from traceinsight.rule_api import Fix, Location, Option, Rule, Severity, fmt_ns
 
 
-from ._common import innermost_positions, kind_mask, ledger_gaps, short_name, starts_inside, sync_calls, user_code_sentence, user_frames_at
+from ._common import cpu_op_enclosing, kind_mask, ledger_gaps, short_name, starts_inside, sync_calls, user_code_sentence, user_frames_at
 
 
 class TinyKernels(Rule):
@@ -98,7 +98,7 @@ class TinyKernels(Rule):
         k_dev = kern["device"].to_numpy().astype(np.int64)
         k_start = kern["start_ns"].to_numpy()
         k_dur = kern["dur_ns"].to_numpy()
-        launch_dur, launch_idx = _kernel_launches(v.launches, kern.index.to_numpy())
+        launch_dur, launch_idx, launch_row = _kernel_launches(v.launches, kern.index.to_numpy())
         tiny = k_dur < self.max_kernel_us * 1e3
         shorter = k_dur < np.nan_to_num(launch_dur, nan=-1.0)
         bound = tiny | shorter
@@ -146,7 +146,7 @@ class TinyKernels(Rule):
             gname = g_name_code[kpos[gd]]
             idle_by_name = pd.Series(g_dur[gd]).groupby(gname).sum()
             idle_by_name.index = name_cats[idle_by_name.index.to_numpy()]
-            evidence = self._offenders(ctx, g_name_code[kb_i], name_cats, k_dur[kb_i], launch_dur[kb_i], launch_idx[kb_i], idle_by_name)
+            evidence = self._offenders(ctx, g_name_code[kb_i], name_cats, k_dur[kb_i], launch_dur[kb_i], launch_row[kb_i], idle_by_name)
             multi = len(ctx.meta.ranks) > 1 or n > 1
             where = f"rank {rank} GPU {device}" if multi else f"GPU {device}"
             idle = int(idle_ns[c])
@@ -159,7 +159,8 @@ class TinyKernels(Rule):
             )
             li = launch_idx[kb_i]
             li = li[~np.isnan(li)].astype(np.int64)[:20_000]  # a sample is enough to name the line
-            code_at = user_code_sentence(user_frames_at(ctx.events.loc[li], ctx.events, v.host_events), ctx, "Most of them are launched from")
+            cols = ["rank", "pid", "tid", "start_ns", "dur_ns", *(["stack"] if "stack" in ctx.events else [])]  # what user_frames_at reads
+            code_at = user_code_sentence(user_frames_at(ctx.events.loc[li, cols], ctx.events, v.host_events), ctx, "Most of them are launched from")
             bound_time_pct = 100.0 * float(bound_ns[c]) / max(float(kernel_ns[c]), 1.0)
             yield ctx.finding(
                 title=f"{where}: {share_pct[c]:.0f} % of kernels are launch-bound (< {self.max_kernel_us:g} µs or shorter than their launch)",
@@ -191,7 +192,7 @@ class TinyKernels(Rule):
                 key=f"rank{rank}-gpu{device}",
             )
 
-    def _offenders(self, ctx, name_code, name_cats, dur, launch_dur, launch_idx, idle_by_name: pd.Series) -> pd.DataFrame:
+    def _offenders(self, ctx, name_code, name_cats, dur, launch_dur, launch_row, idle_by_name: pd.Series) -> pd.DataFrame:
         """Top kernels by the idle counted before them, then by count, each with the framework op that launched it
         most often. Idle first: a tiny kernel that always sits in the queue is frequent but costs nothing.
 
@@ -220,16 +221,15 @@ class TinyKernels(Rule):
         rows = np.flatnonzero(shown_code[inv])
         # the framework op around each launch call, as a name code (-1: none, or no name)
         op_code = np.full(len(rows), -1, np.int64)
-        li = launch_idx[rows]
-        has = ~np.isnan(li)
+        lr = launch_row[rows]
+        has = lr >= 0
         if has.any():
-            ev = ctx.events
-            span_cols = ["rank", "pid", "tid", "start_ns", "dur_ns"]  # all innermost_enclosing reads
-            launch_rows = ev.loc[li[has].astype(np.int64), span_cols]
-            host = ctx.views.host_events
-            cpu_ops = np.flatnonzero(kind_mask(host, "cpu_op"))
-            enc = innermost_positions(launch_rows, host[span_cols].iloc[cpu_ops])
-            h_codes, h_cats = _codes(host["name"], missing=-1)
+            # the launch calls' thread and span, from the launches frame (the same values as their event rows)
+            ln, lr = ctx.views.launches, lr[has]
+            l_start = ln["launch_start_ns"].to_numpy()[lr]
+            cpu_ops, ops = cpu_op_enclosing(ctx.views)
+            enc = ops.find(ln["rank"].to_numpy()[lr], ln["pid"].to_numpy()[lr], ln["tid"].to_numpy()[lr], l_start, l_start + ln["launch_dur_ns"].to_numpy()[lr])
+            h_codes, h_cats = _codes(ctx.views.host_events["name"], missing=-1)
             got = enc >= 0
             found = np.full(len(enc), -1, np.int64)
             found[got] = h_codes[cpu_ops[enc[got]]]
@@ -289,12 +289,14 @@ def _pair_codes(rank: np.ndarray, device: np.ndarray) -> tuple[np.ndarray, np.nd
     return np.stack([uk // span + r0, uk % span + d0], axis=1), inv.reshape(-1)
 
 
-def _kernel_launches(ln: pd.DataFrame, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per kernel row label: the duration and row label of the runtime call that launched it (NaN where none)."""
+def _kernel_launches(ln: pd.DataFrame, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per kernel row label: the duration and row label of the runtime call that launched it (NaN where none), and
+    its row position in ``ln`` (-1 where none)."""
     dur = np.full(len(labels), np.nan)
     idx = np.full(len(labels), np.nan)
+    row = np.full(len(labels), -1, np.int64)
     if ln.empty or not len(labels):
-        return dur, idx
+        return dur, idx, row
     m = kind_mask(ln, "kernel")
     gi = ln["gpu_idx"].to_numpy()[m]
     order = np.argsort(gi, kind="stable")
@@ -303,9 +305,10 @@ def _kernel_launches(ln: pd.DataFrame, labels: np.ndarray) -> tuple[np.ndarray, 
     gs, rows = gs[first], order[first]
     pos = np.minimum(np.searchsorted(gs, labels), max(len(gs) - 1, 0))
     hit = (gs[pos] == labels) if len(gs) else np.zeros(len(labels), dtype=bool)
-    dur[hit] = ln["launch_dur_ns"].to_numpy()[m][rows[pos[hit]]]
-    idx[hit] = ln["launch_idx"].to_numpy()[m][rows[pos[hit]]]
-    return dur, idx
+    row[hit] = np.flatnonzero(m)[rows[pos[hit]]]
+    dur[hit] = ln["launch_dur_ns"].to_numpy()[row[hit]]
+    idx[hit] = ln["launch_idx"].to_numpy()[row[hit]]
+    return dur, idx, row
 
 
 def _first_kernel_at(k_code, k_start, bound, dev_keys, q_rank, q_dev, q_t) -> np.ndarray:
