@@ -557,7 +557,10 @@ def inference_ranks(views) -> frozenset[int]:
     host = views.host_events
     rank = host["rank"].to_numpy()
     training = name_mask(host["name"], TRAINING_OP, case=True)
-    out = frozenset(int(r) for r in pd.unique(rank)) - frozenset(int(r) for r in pd.unique(rank[training]))
+    if len(rank) and rank.min() == rank.max():  # one rank (one file): no per-row set of ranks to build
+        out = frozenset() if training.any() else frozenset({int(rank[0])})
+    else:
+        out = frozenset(int(r) for r in pd.unique(rank)) - frozenset(int(r) for r in pd.unique(rank[training]))
     views.__dict__["_inference_ranks"] = out
     return out
 
@@ -590,6 +593,18 @@ def kind_mask(frame: pd.DataFrame, kinds: "str | tuple[str, ...]") -> np.ndarray
             out |= codes == i
         return out
     return kind.isin(kinds).to_numpy()
+
+
+def names_where(names: pd.Series, test) -> np.ndarray:
+    """Rows whose name passes ``test(match)``, where ``match(pattern, case=False)`` answers as ``name_mask`` does
+    and ``test`` combines such answers (``match(A) & ~match(B)``). On a categorical column the test runs on one row
+    per category and each row reads its category's answer: one pass over the rows, not one per pattern."""
+    if isinstance(names.dtype, pd.CategoricalDtype):
+        # a column of the categories themselves, sharing the dtype (so name_mask's per-category cache applies)
+        per_cat = pd.Series(pd.Categorical.from_codes(np.arange(len(names.cat.categories)), dtype=names.dtype))
+        hit = np.asarray(test(lambda p, case=False: name_mask(per_cat, p, case=case)), dtype=bool)
+        return np.append(hit, False).take(names.cat.codes.to_numpy())  # a missing name (code -1) reads False
+    return np.asarray(test(lambda p, case=False: name_mask(names, p, case=case)), dtype=bool)
 
 
 def count_matching(names: pd.Series, rows: np.ndarray, pattern: "str | re.Pattern[str]", case: bool = False) -> int:
@@ -684,10 +699,13 @@ def request_boundary_gaps(views, gaps: pd.DataFrame) -> np.ndarray:
     out = np.zeros(len(gaps), dtype=bool)
     if gaps.empty or views.steps.empty:
         return out
+    ranks = inference_ranks(views)
+    if not ranks:  # a training run: no request boundaries (and no need to find its syncs here)
+        return out
     calls = sync_calls(views)
     if calls.empty:
         return out
-    calls = calls[np.isin(calls["rank"].to_numpy(), np.fromiter(inference_ranks(views), dtype=np.int64))]
+    calls = calls[np.isin(calls["rank"].to_numpy(), np.fromiter(ranks, dtype=np.int64))]
     if calls.empty:
         return out
     return starts_inside(gaps, calls[closing_syncs(calls, views.steps, views.launches)])
@@ -701,13 +719,21 @@ def starts_inside(rows: pd.DataFrame, intervals: pd.DataFrame) -> np.ndarray:
         return out
     r_rank = rows["rank"].to_numpy()
     r_start = rows["start_ns"].to_numpy(dtype=np.int64)
-    for rank, c in intervals.groupby("rank", sort=False, observed=True):
+    i_rank = intervals["rank"].to_numpy()
+    # one rank (one file): no grouping of the intervals, and no selection of the rows when they share it
+    per_rank = [(i_rank[0], intervals)] if i_rank.min() == i_rank.max() else intervals.groupby("rank", sort=False, observed=True)
+    for rank, c in per_rank:
         m = r_rank == rank
-        if not m.any():
+        every = bool(m.all())
+        if not every and not m.any():
             continue
         cs = c["start_ns"].to_numpy(dtype=np.int64)
         ms, me = merge_intervals(cs, cs + c["dur_ns"].to_numpy(dtype=np.int64))
-        rs = r_start[m]
+        rs = r_start if every else r_start[m]
         j = np.searchsorted(ms, rs, side="right") - 1
-        out[np.flatnonzero(m)] = (j >= 0) & (rs <= me[np.clip(j, 0, None)])
+        inside = (j >= 0) & (rs <= me[np.clip(j, 0, None)])
+        if every:
+            out[:] = inside
+        else:
+            out[np.flatnonzero(m)] = inside
     return out

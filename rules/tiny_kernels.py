@@ -285,7 +285,13 @@ def _pair_codes(rank: np.ndarray, device: np.ndarray) -> tuple[np.ndarray, np.nd
     r0, d0 = int(rank.min()), int(device.min())
     span = int(device.max()) - d0 + 1
     key = (rank - r0) * span + (device - d0)  # one int64 key, ordered as (rank, device)
-    uk, inv = np.unique(key, return_inverse=True)
+    n_keys = (int(rank.max()) - r0 + 1) * span
+    if n_keys <= 4 * len(key) + 1024:  # few possible pairs: counted, not sorted
+        present = np.bincount(key, minlength=n_keys) > 0
+        uk = np.flatnonzero(present)
+        inv = (np.cumsum(present) - 1)[key]
+    else:
+        uk, inv = np.unique(key, return_inverse=True)
     return np.stack([uk // span + r0, uk % span + d0], axis=1), inv.reshape(-1)
 
 
@@ -299,8 +305,11 @@ def _kernel_launches(ln: pd.DataFrame, labels: np.ndarray) -> tuple[np.ndarray, 
         return dur, idx, row
     m = kind_mask(ln, "kernel")
     gi = ln["gpu_idx"].to_numpy()[m]
-    order = np.argsort(gi, kind="stable")
-    gs = gi[order]
+    if len(gi) > 1 and not bool((gi[1:] >= gi[:-1]).all()):  # launch order is usually the GPU rows' order too
+        order = np.argsort(gi, kind="stable")
+        gs = gi[order]
+    else:
+        order, gs = np.arange(len(gi)), gi
     first = np.r_[True, gs[1:] != gs[:-1]]  # the first launch row of a kernel (as drop_duplicates kept)
     gs, rows = gs[first], order[first]
     pos = np.minimum(np.searchsorted(gs, labels), max(len(gs) - 1, 0))
@@ -327,8 +336,10 @@ def _first_kernel_at(k_code, k_start, bound, dev_keys, q_rank, q_dev, q_t) -> np
         kb = b[k_code[b] == c]
         if not len(kb):
             continue
-        order = np.argsort(k_start[kb], kind="stable")  # equal starts keep frame order: the first comes first
-        ks, kp = k_start[kb][order], kb[order]
+        ks, kp = k_start[kb], kb
+        if len(ks) > 1 and not bool((ks[1:] >= ks[:-1]).all()):  # kernels usually come in start order
+            order = np.argsort(ks, kind="stable")  # equal starts keep frame order: the first comes first
+            ks, kp = ks[order], kp[order]
         t = np.asarray(q_t)[qm]
         pos = np.minimum(np.searchsorted(ks, t), len(ks) - 1)
         ok = ks[pos] == t
