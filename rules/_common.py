@@ -118,33 +118,45 @@ class ThreadCodes:
 
     Per column each row's offset from the column's minimum (its position among the sorted distinct values where
     the values are spread wider than the rows are many), combined in mixed radix; where the product of the radices
-    would leave int64, the key so far is first compressed to its distinct values."""
+    would leave int64, the key so far is first compressed to its distinct values. A column with one value adds
+    nothing (usually rank and pid): the key is built in place from the others, few arrays of the table's length."""
 
     COLUMNS = ("rank", "pid", "tid")
 
     def __init__(self, columns: list[np.ndarray]) -> None:
         #: per column: (distinct keys before combining or None, lowest value, radix, sorted distinct values or None)
         self._steps: list[tuple[np.ndarray | None, int, int, np.ndarray | None]] = []
-        key = np.zeros(len(columns[0]), np.int64)
+        n = len(columns[0])
+        key = None
         room = 1
         for col in columns:
-            col = np.asarray(col, np.int64)
-            lo = int(col.min()) if len(col) else 0
-            radix = int(col.max()) - lo + 1 if len(col) else 1
+            col = np.asarray(col)
+            lo = int(col.min()) if n else 0
+            radix = int(col.max()) - lo + 1 if n else 1
             uniq = None
-            if radix > 2 * len(col) + 1024:  # sparse values (thread ids): their rank among the distinct ones
-                uniq = np.sort(pd.unique(col))
+            if radix > 2 * n + 1024:  # sparse values (thread ids): their rank among the distinct ones
+                uniq = np.sort(pd.unique(col.astype(np.int64, copy=False)))
                 radix = len(uniq)
             squeeze = None
-            if radix > 1 and room * radix >= 2**62:
+            if radix > 1 and key is not None and room * radix >= 2**62:
                 squeeze, key = np.unique(key, return_inverse=True)
                 key = key.reshape(-1).astype(np.int64)
                 room = max(len(squeeze), 1)
             self._steps.append((squeeze, lo, radix, uniq))
-            if radix > 1:
-                key = key * radix + (np.searchsorted(uniq, col) if uniq is not None else col - lo)
-                room *= radix
-        self.codes = key
+            if radix == 1:
+                continue
+            if uniq is not None:
+                code = np.searchsorted(uniq, col).astype(np.int64, copy=False)
+            else:
+                code = col.astype(np.int64)  # a copy, offset in place
+                code -= lo
+            if key is None:
+                key = code
+            else:
+                key *= radix
+                key += code
+            room *= radix
+        self.codes = key if key is not None else np.zeros(n, np.int64)
 
     @staticmethod
     def _find(sorted_values: np.ndarray, q: np.ndarray) -> np.ndarray:
@@ -170,27 +182,6 @@ class ThreadCodes:
         return np.where(missing, -1, key)
 
 
-def _sort_ranges(group: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
-    """The order of ``np.lexsort((-end, start, group))`` (by group, then start, outer before inner at equal
-    starts, stable), from one stable sort of a combined key: host rows come nearly sorted, which that sort
-    exploits, and only the rows sharing a (group, start) are sorted again by end."""
-    if len(start) == 0:
-        return np.zeros(0, np.int64)
-    s0 = int(start.min())
-    span = int(start.max()) - s0 + 1
-    if (int(group.max()) + 1) * span >= 2**62:
-        return np.lexsort((-end, start, group))
-    comp = group.astype(np.int64) * span + (start - s0)
-    order = np.argsort(comp, kind="stable")
-    c = comp[order]
-    tie = c[1:] == c[:-1]
-    if tie.any():
-        members = np.flatnonzero(np.r_[tie, False] | np.r_[False, tie])  # positions of runs of equal keys
-        sub = order[members]
-        order[members] = sub[np.lexsort((-end[sub], comp[sub]))]
-    return order
-
-
 class Enclosing:
     """Ranges (one table's rows: thread, start, end) sorted once per thread, answering "the innermost range on
     the same thread containing [a, b)" for any number of query batches.
@@ -204,8 +195,30 @@ class Enclosing:
         key = self.threads.codes
         start = np.asarray(start, np.int64)
         end = np.asarray(end, np.int64)
-        self.order = _sort_ranges(key, start, end) if len(key) else np.zeros(0, np.int64)
-        self.key, self.start, self.end = key[self.order], start[self.order], end[self.order]
+        self.order = order = self._sort(key, start)
+        self.key, self.start, self.end = key[order], start[order], end[order]
+        # rows sharing a (thread, start): outer (later end) first, as np.lexsort((-end, start, key)) orders them
+        tie = (self.start[1:] == self.start[:-1]) & (self.key[1:] == self.key[:-1])
+        if tie.any():
+            members = np.flatnonzero(np.r_[tie, False] | np.r_[False, tie])  # positions of runs of equal keys
+            sub = order[members]
+            order[members] = sub[np.lexsort((-end[sub], start[sub], key[sub]))]
+            self.end[members] = end[order[members]]
+
+    @staticmethod
+    def _sort(key: np.ndarray, start: np.ndarray) -> np.ndarray:
+        """The stable order by (thread, start), from one stable sort of a combined int64 key: host rows come in
+        nearly sorted runs, which that sort exploits."""
+        if not len(start):
+            return np.zeros(0, np.int64)
+        s0 = int(start.min())
+        span = int(start.max()) - s0 + 1
+        if (int(key.max()) + 1) * span >= 2**62:
+            return np.lexsort((start, key))
+        comp = key * span  # the combined key, built in place
+        comp += start
+        comp -= s0
+        return np.argsort(comp, kind="stable")
 
     @classmethod
     def of_frame(cls, frame: pd.DataFrame) -> "Enclosing":
@@ -250,9 +263,20 @@ def cpu_op_enclosing(views) -> tuple[np.ndarray, Enclosing]:
     if cached is not None:
         return cached
     host = views.host_events
-    pos = np.flatnonzero(kind_mask(host, "cpu_op"))
+    m = kind_mask(host, "cpu_op")
+    pos = np.flatnonzero(m)
     hc = host_columns(views)
-    out = (pos, Enclosing(hc["rank"][pos], host["pid"].to_numpy()[pos], host["tid"].to_numpy()[pos], hc["start_ns"][pos], hc["end_ns"][pos]))
+
+    def thread_col(a: np.ndarray) -> np.ndarray:
+        """The ops' values of a host column; one value for all of them (one rank, one process) is not copied."""
+        if len(pos):
+            lo = a.min(where=m, initial=np.iinfo(a.dtype).max)
+            if lo == a.max(where=m, initial=np.iinfo(a.dtype).min):
+                return np.broadcast_to(lo, len(pos))
+        return a[pos]
+
+    ops = Enclosing(thread_col(hc["rank"]), thread_col(host["pid"].to_numpy()), thread_col(host["tid"].to_numpy()), hc["start_ns"][pos], hc["end_ns"][pos])
+    out = (pos, ops)
     views.__dict__["_cpu_op_enclosing"] = out
     return out
 
@@ -556,7 +580,7 @@ def inference_ranks(views) -> frozenset[int]:
         return cached
     host = views.host_events
     rank = host["rank"].to_numpy()
-    training = name_mask(host["name"], TRAINING_OP, case=True)
+    training = names_where(host["name"], lambda m: m(TRAINING_OP, case=True))
     if len(rank) and rank.min() == rank.max():  # one rank (one file): no per-row set of ranks to build
         out = frozenset() if training.any() else frozenset({int(rank[0])})
     else:
@@ -630,7 +654,7 @@ def sync_calls(views) -> pd.DataFrame:
     host = views.host_events
     m = kind_mask(host, "runtime")
     if m.any():
-        m &= name_mask(host["name"], SYNC_CALL)
+        m &= names_where(host["name"], lambda m: m(SYNC_CALL))
     hc = host_columns(views)
     out = pd.DataFrame({c: hc[c][m] for c in ("rank", "start_ns", "dur_ns", "end_ns")})
     views.__dict__["_sync_calls"] = out

@@ -8,7 +8,7 @@ import pandas as pd
 from traceinsight.ledger import IDLE_BUCKETS
 from traceinsight.rule_api import Fix, Location, Option, Rule, Severity, fmt_ns
 
-from ._common import OPTIMIZER, Coverage, gap_warmup_ns, host_columns, kind_mask, ledger_gaps, name_mask, request_boundary_gaps, short_name
+from ._common import OPTIMIZER, Coverage, gap_warmup_ns, host_columns, kind_mask, ledger_gaps, names_where, request_boundary_gaps, short_name
 
 CAUSE_DATA = "data loading"
 CAUSE_OPT = "optimizer step"
@@ -92,7 +92,7 @@ def _optimizer_covers_half(views, gaps: pd.DataFrame) -> np.ndarray:
     out = np.zeros(len(gaps), dtype=bool)
     host = views.host_events
     m = kind_mask(host, ("cpu_op", "python", "annotation", "runtime", "other"))
-    m &= name_mask(host["name"], OPTIMIZER)
+    m &= names_where(host["name"], lambda m: m(OPTIMIZER))
     if not m.any():
         return out
     hc = host_columns(views)

@@ -229,8 +229,12 @@ class TinyKernels(Rule):
             l_start = ln["launch_start_ns"].to_numpy()[lr]
             cpu_ops, ops = cpu_op_enclosing(ctx.views)
             enc = ops.find(ln["rank"].to_numpy()[lr], ln["pid"].to_numpy()[lr], ln["tid"].to_numpy()[lr], l_start, l_start + ln["launch_dur_ns"].to_numpy()[lr])
-            h_codes, h_cats = _codes(ctx.views.host_events["name"], missing=-1)
             got = enc >= 0
+            h_names = ctx.views.host_events["name"]
+            if isinstance(h_names.dtype, pd.CategoricalDtype):  # only the found ops' codes are read
+                h_codes, h_cats = h_names.cat.codes.to_numpy(), np.asarray(h_names.cat.categories.astype(object))
+            else:
+                h_codes, h_cats = _codes(h_names, missing=-1)
             found = np.full(len(enc), -1, np.int64)
             found[got] = h_codes[cpu_ops[enc[got]]]
             op_code[has] = found
