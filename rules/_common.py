@@ -607,27 +607,37 @@ def kind_mask(frame: pd.DataFrame, kinds: "str | tuple[str, ...]") -> np.ndarray
     kinds = (kinds,) if isinstance(kinds, str) else tuple(kinds)
     kind = frame["kind"]
     if isinstance(kind.dtype, pd.CategoricalDtype):
-        codes = kind.cat.codes.to_numpy()
         wanted = [i for i, c in enumerate(kind.cat.categories) if c in kinds]
-        if len(wanted) > 8:  # one lookup per row; a missing kind (code -1) reads the False appended at the end
-            return np.append(np.isin(np.arange(len(kind.cat.categories)), wanted), False).take(codes)
-        # a comparison of the small codes per wanted kind costs far less than a lookup per row
-        out = np.zeros(len(codes), dtype=bool)
-        for i in wanted:
-            out |= codes == i
-        return out
+        return _code_in(kind.cat.codes.to_numpy(), wanted, len(kind.cat.categories))
     return kind.isin(kinds).to_numpy()
+
+
+def _code_in(codes: np.ndarray, wanted: "list[int] | np.ndarray", n_categories: int) -> np.ndarray:
+    """Rows whose categorical code is one of ``wanted`` (a missing value, code -1, is none of them).
+
+    A few wanted codes are compared one by one on the small integer codes into one reused buffer; a lookup per
+    row would first widen all codes to a full-length array of indices, the costliest part on 10^6 rows."""
+    out = np.zeros(len(codes), dtype=bool)
+    if len(wanted) > 16:
+        table = np.zeros(n_categories + 1, dtype=bool)
+        table[np.asarray(wanted, dtype=np.int64)] = True
+        return table.take(codes)  # code -1 reads the False at the end
+    tmp = np.empty(len(codes), dtype=bool)
+    for c in wanted:
+        np.equal(codes, c, out=tmp)
+        out |= tmp
+    return out
 
 
 def names_where(names: pd.Series, test) -> np.ndarray:
     """Rows whose name passes ``test(match)``, where ``match(pattern, case=False)`` answers as ``name_mask`` does
     and ``test`` combines such answers (``match(A) & ~match(B)``). On a categorical column the test runs on one row
-    per category and each row reads its category's answer: one pass over the rows, not one per pattern."""
+    per category and the rows are compared on their codes: one pass over the rows, not one per pattern."""
     if isinstance(names.dtype, pd.CategoricalDtype):
         # a column of the categories themselves, sharing the dtype (so name_mask's per-category cache applies)
         per_cat = pd.Series(pd.Categorical.from_codes(np.arange(len(names.cat.categories)), dtype=names.dtype))
         hit = np.asarray(test(lambda p, case=False: name_mask(per_cat, p, case=case)), dtype=bool)
-        return np.append(hit, False).take(names.cat.codes.to_numpy())  # a missing name (code -1) reads False
+        return _code_in(names.cat.codes.to_numpy(), np.flatnonzero(hit), len(hit))
     return np.asarray(test(lambda p, case=False: name_mask(names, p, case=case)), dtype=bool)
 
 

@@ -87,3 +87,11 @@ def test_starts_inside_one_rank_and_several():
     assert starts_inside(rows, one).tolist() == [False, True, False, False, False]
     two = pd.concat([one, pd.DataFrame({"rank": [1], "start_ns": [40], "dur_ns": [10]})], ignore_index=True)
     assert starts_inside(rows, two).tolist() == [False, True, False, False, True]
+
+
+def test_names_where_with_many_matching_names():
+    # more matching names than are compared one by one: a table per category is read instead
+    vals = [f"op{i}_backward" for i in range(30)] + ["fwd", None]
+    names = pd.Series(pd.Categorical(vals * 3))
+    got = names_where(names, lambda m: m("backward"))
+    assert got.tolist() == [v is not None and "backward" in v for v in vals * 3]
