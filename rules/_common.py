@@ -580,10 +580,16 @@ def inference_ranks(views) -> frozenset[int]:
         return cached
     host = views.host_events
     rank = host["rank"].to_numpy()
-    training = names_where(host["name"], lambda m: m(TRAINING_OP, case=True))
-    if len(rank) and rank.min() == rank.max():  # one rank (one file): no per-row set of ranks to build
-        out = frozenset() if training.any() else frozenset({int(rank[0])})
+    if len(rank) and rank.min() == rank.max():  # one rank (one file): is any training op on its host at all
+        names = host["name"]
+        if isinstance(names.dtype, pd.CategoricalDtype):
+            per_cat = pd.Series(pd.Categorical.from_codes(np.arange(len(names.cat.categories)), dtype=names.dtype))
+            any_training = _any_code_in(names.cat.codes.to_numpy(), np.flatnonzero(name_mask(per_cat, TRAINING_OP, case=True)), len(per_cat))
+        else:
+            any_training = bool(name_mask(names, TRAINING_OP, case=True).any())
+        out = frozenset() if any_training else frozenset({int(rank[0])})
     else:
+        training = names_where(host["name"], lambda m: m(TRAINING_OP, case=True))
         out = frozenset(int(r) for r in pd.unique(rank)) - frozenset(int(r) for r in pd.unique(rank[training]))
     views.__dict__["_inference_ranks"] = out
     return out
@@ -627,6 +633,17 @@ def _code_in(codes: np.ndarray, wanted: "list[int] | np.ndarray", n_categories: 
         np.equal(codes, c, out=tmp)
         out |= tmp
     return out
+
+
+def _any_code_in(codes: np.ndarray, wanted: np.ndarray, n_categories: int) -> bool:
+    """Does any row carry one of the ``wanted`` codes? Code by code for the first few, stopping at the first
+    present (a training trace names a backward op within the first few), then all the others at once."""
+    tmp = np.empty(len(codes), dtype=bool)
+    for c in wanted[:16]:
+        np.equal(codes, c, out=tmp)
+        if tmp.any():
+            return True
+    return len(wanted) > 16 and bool(_code_in(codes, wanted[16:], n_categories).any())
 
 
 def names_where(names: pd.Series, test) -> np.ndarray:

@@ -91,9 +91,9 @@ def _optimizer_covers_half(views, gaps: pd.DataFrame) -> np.ndarray:
     """Per gap: do optimizer host ranges (``OPTIMIZER``) of its rank cover at least half of it?"""
     out = np.zeros(len(gaps), dtype=bool)
     host = views.host_events
-    m = kind_mask(host, ("cpu_op", "python", "annotation", "runtime", "other"))
-    m &= names_where(host["name"], lambda m: m(OPTIMIZER))
-    if not m.any():
+    m = np.flatnonzero(names_where(host["name"], lambda m: m(OPTIMIZER)))  # few rows: their kind is tested alone
+    m = m[kind_mask(host[["kind"]].iloc[m], ("cpu_op", "python", "annotation", "runtime", "other"))]
+    if not len(m):
         return out
     hc = host_columns(views)
     o_rank, o_s, o_e = hc["rank"][m], hc["start_ns"][m], hc["end_ns"][m]

@@ -94,8 +94,8 @@ class TinyKernels(Rule):
         if kern.empty:
             return
         # plain arrays of the few kernel columns used: never a row selection of the wide frame
-        k_rank = kern["rank"].to_numpy().astype(np.int64)
-        k_dev = kern["device"].to_numpy().astype(np.int64)
+        k_rank = kern["rank"].to_numpy()
+        k_dev = kern["device"].to_numpy()
         k_start = kern["start_ns"].to_numpy()
         k_dur = kern["dur_ns"].to_numpy()
         launch_dur, launch_idx, launch_row = _kernel_launches(v.launches, kern.index.to_numpy())
@@ -288,7 +288,9 @@ def _pair_codes(rank: np.ndarray, device: np.ndarray) -> tuple[np.ndarray, np.nd
     """The distinct (rank, device) pairs, sorted (an (n, 2) array), and each row's pair index."""
     r0, d0 = int(rank.min()), int(device.min())
     span = int(device.max()) - d0 + 1
-    key = (rank - r0) * span + (device - d0)  # one int64 key, ordered as (rank, device)
+    if r0 == int(rank.max()) and span == 1:  # one device (one file): one pair, no key
+        return np.array([[r0, d0]], dtype=np.int64), np.zeros(len(rank), np.int64)
+    key = (rank.astype(np.int64) - r0) * span + (device.astype(np.int64) - d0)  # one int64 key, ordered as (rank, device)
     n_keys = (int(rank.max()) - r0 + 1) * span
     if n_keys <= 4 * len(key) + 1024:  # few possible pairs: counted, not sorted
         present = np.bincount(key, minlength=n_keys) > 0
@@ -307,18 +309,23 @@ def _kernel_launches(ln: pd.DataFrame, labels: np.ndarray) -> tuple[np.ndarray, 
     row = np.full(len(labels), -1, np.int64)
     if ln.empty or not len(labels):
         return dur, idx, row
-    m = kind_mask(ln, "kernel")
-    gi = ln["gpu_idx"].to_numpy()[m]
-    if len(gi) > 1 and not bool((gi[1:] >= gi[:-1]).all()):  # launch order is usually the GPU rows' order too
-        order = np.argsort(gi, kind="stable")
-        gs = gi[order]
-    else:
-        order, gs = np.arange(len(gi)), gi
+    rows = np.flatnonzero(kind_mask(ln, "kernel"))  # the kernels' launch rows, as positions in ln
+    gs = ln["gpu_idx"].to_numpy()[rows]
+    if len(gs) > 1 and not bool((gs[1:] >= gs[:-1]).all()):  # launch order is usually the GPU rows' order too
+        order = np.argsort(gs, kind="stable")
+        gs, rows = gs[order], rows[order]
     first = np.r_[True, gs[1:] != gs[:-1]]  # the first launch row of a kernel (as drop_duplicates kept)
-    gs, rows = gs[first], order[first]
-    pos = np.minimum(np.searchsorted(gs, labels), max(len(gs) - 1, 0))
-    hit = (gs[pos] == labels) if len(gs) else np.zeros(len(labels), dtype=bool)
-    row[hit] = np.flatnonzero(m)[rows[pos[hit]]]
+    if not first.all():
+        gs, rows = gs[first], rows[first]
+    if not len(gs):
+        return dur, idx, row
+    pos = np.searchsorted(gs, labels)
+    np.minimum(pos, len(gs) - 1, out=pos)
+    hit = gs[pos] == labels
+    if hit.all():  # every kernel has its launch: whole arrays, no masked copies
+        row = rows[pos]
+        return ln["launch_dur_ns"].to_numpy()[row].astype(float), ln["launch_idx"].to_numpy()[row].astype(float), row
+    row[hit] = rows[pos[hit]]
     dur[hit] = ln["launch_dur_ns"].to_numpy()[row[hit]]
     idx[hit] = ln["launch_idx"].to_numpy()[row[hit]]
     return dur, idx, row

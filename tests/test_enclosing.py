@@ -95,3 +95,13 @@ def test_names_where_with_many_matching_names():
     names = pd.Series(pd.Categorical(vals * 3))
     got = names_where(names, lambda m: m("backward"))
     assert got.tolist() == [v is not None and "backward" in v for v in vals * 3]
+
+
+def test_any_code_in_past_the_first_few():
+    from traceinsight.rules._common import _any_code_in
+
+    codes = np.array([0, 1, 2, 40, -1], dtype=np.int8)
+    assert _any_code_in(codes, np.array([5, 2]), 50)
+    assert not _any_code_in(codes, np.array([5, 6]), 50)
+    assert _any_code_in(codes, np.arange(20, 45), 50)  # found only among the codes tested all at once
+    assert not _any_code_in(codes, np.arange(20, 39), 50)
