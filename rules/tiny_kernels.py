@@ -341,18 +341,24 @@ def _first_kernel_at(k_code, k_start, bound, dev_keys, q_rank, q_dev, q_t) -> np
     q_rank = np.asarray(q_rank, np.int64)
     q_dev = np.asarray(q_dev, np.int64)
     for c, (rank, device) in enumerate(dev_keys):
-        qm = np.flatnonzero((q_rank == rank) & (q_dev == device))
-        if not len(qm):
+        sel = (q_rank == rank) & (q_dev == device)
+        every = bool(sel.all())  # one device (one file): no selection of the queries
+        qm = None if every else np.flatnonzero(sel)
+        if not every and not len(qm):
             continue
-        kb = b[k_code[b] == c]
+        kb = b if len(dev_keys) == 1 else b[k_code[b] == c]
         if not len(kb):
             continue
         ks, kp = k_start[kb], kb
         if len(ks) > 1 and not bool((ks[1:] >= ks[:-1]).all()):  # kernels usually come in start order
             order = np.argsort(ks, kind="stable")  # equal starts keep frame order: the first comes first
             ks, kp = ks[order], kp[order]
-        t = np.asarray(q_t)[qm]
-        pos = np.minimum(np.searchsorted(ks, t), len(ks) - 1)
+        t = np.asarray(q_t) if every else np.asarray(q_t)[qm]
+        pos = np.searchsorted(ks, t)
+        np.minimum(pos, len(ks) - 1, out=pos)
         ok = ks[pos] == t
-        out[qm[ok]] = kp[pos[ok]]
+        if every:
+            out[ok] = kp[pos[ok]]
+        else:
+            out[qm[ok]] = kp[pos[ok]]
     return out
