@@ -175,7 +175,14 @@ class TinyKernels(Rule):
                 impact_ns=idle,
                 evidence=evidence,
                 instances=pd.DataFrame(
-                    {"start_ns": g_start[gd], "end_ns": gaps["end_ns"].to_numpy()[gi[gd]], "rank": rank, "device": device, "label": "wait before a launch-bound kernel"}
+                    {
+                        "start_ns": g_start[gd],
+                        "end_ns": gaps["end_ns"].to_numpy()[gi[gd]],
+                        "rank": rank,
+                        "device": device,
+                        # one label for every row: a categorical of one value, not a string object per row
+                        "label": pd.Categorical.from_codes(np.zeros(len(gd), np.int8), ["wait before a launch-bound kernel"]),
+                    }
                 ),
                 location=Location(rank=rank, device=device),
                 metrics={
