@@ -113,8 +113,8 @@ def _rightmost_at_least_table(values: np.ndarray, hi: np.ndarray, q: np.ndarray)
 
 
 class ThreadCodes:
-    """Codes for the (rank, pid, tid) tuples of one table, applied to the rows of others (-1: a tuple the table
-    lacks): a thread key computed once for a table that many queries look into.
+    """Codes for the tuples of integer columns of one table (the (rank, pid, tid) of host rows: a thread), applied
+    to the rows of others (-1: a tuple the table lacks): a key computed once for a table many queries look into.
 
     Per column each row's offset from the column's minimum (its position among the sorted distinct values where
     the values are spread wider than the rows are many), combined in mixed radix; where the product of the radices
@@ -491,7 +491,11 @@ def warmup_by_gap(views) -> pd.DataFrame:
     warm = gap_warmup_ns(views)
     m = warm > 0
     g = gaps.loc[m, ["rank", "device", "start_ns", "end_ns", "dur_ns"]].assign(warmup_ns=warm[m])
-    g = g.merge(views.utilization[["rank", "device", "window_ns"]], on=["rank", "device"], how="left")
+    win = _device_windows(views, g["rank"].to_numpy(), g["device"].to_numpy())
+    if win is not None:
+        g = g.assign(window_ns=win)
+    else:
+        g = g.merge(views.utilization[["rank", "device", "window_ns"]], on=["rank", "device"], how="left")
     regions = views.ledger.warmup
     why = []
     for row in g.itertuples(index=False):
@@ -507,6 +511,26 @@ def warmup_by_gap(views) -> pd.DataFrame:
     out = g.assign(why=why).reset_index(drop=True)
     views.__dict__["_warmup_by_gap"] = out
     return out
+
+
+def _device_windows(views, rank: np.ndarray, device: np.ndarray) -> np.ndarray | None:
+    """The active window (``views.utilization``'s window_ns) of each row's (rank, device), or None when a row's
+    device has none (the caller then merges, to keep what a merge does with such rows)."""
+    util = views.utilization
+    if not len(rank):
+        return np.zeros(0, np.int64) if len(util) else None
+    u_rank, u_dev, u_win = util["rank"].to_numpy(), util["device"].to_numpy(), util["window_ns"].to_numpy()
+    if len(util) == 1:
+        one = (rank == u_rank[0]) & (device == u_dev[0])
+        return np.full(len(rank), u_win[0]) if one.all() else None
+    codes = ThreadCodes([u_rank, u_dev])
+    order = np.argsort(codes.codes, kind="stable")
+    keys = codes.codes[order]
+    q = codes.of([rank, device])
+    pos = np.minimum(np.searchsorted(keys, q), len(keys) - 1)
+    if not bool(((q >= 0) & (keys[pos] == q)).all()):
+        return None
+    return u_win[order][pos]
 
 
 def startup_call_gaps(views, *, min_share_pct: float = 5.0) -> pd.DataFrame:
@@ -531,8 +555,13 @@ def startup_call_gaps(views, *, min_share_pct: float = 5.0) -> pd.DataFrame:
     if gaps.empty or util.empty:
         cache[key] = empty
         return empty
-    g = gaps.assign(warmup_ns=gap_warmup_ns(views)).merge(util[["rank", "device", "window_ns"]], on=["rank", "device"])
-    g = g[g["dur_ns"].to_numpy() >= min_share_pct / 100.0 * g["window_ns"].to_numpy()]
+    win = _device_windows(views, gaps["rank"].to_numpy(), gaps["device"].to_numpy())
+    if win is not None:  # the few gaps long enough are chosen on arrays; only they become rows
+        pick = np.flatnonzero(gaps["dur_ns"].to_numpy() >= min_share_pct / 100.0 * win)
+        g = gaps.iloc[pick].assign(warmup_ns=gap_warmup_ns(views)[pick], window_ns=win[pick])
+    else:
+        g = gaps.assign(warmup_ns=gap_warmup_ns(views)).merge(util[["rank", "device", "window_ns"]], on=["rank", "device"])
+        g = g[g["dur_ns"].to_numpy() >= min_share_pct / 100.0 * g["window_ns"].to_numpy()]
     if g.empty:
         cache[key] = empty
         return empty

@@ -7,7 +7,7 @@ import pandas as pd
 
 from traceinsight.rule_api import Fix, Location, Option, Rule, Severity, fmt_ns
 
-from ._common import RECORD_STACKS, SYNC_CALL, SYNC_CALLS, SYNC_OP, closing_syncs, cpu_op_enclosing, has_python_frames, host_starved_gaps, inference_ranks, innermost_enclosing, kind_mask, lookup, name_mask, short_name, user_frames_at
+from ._common import RECORD_STACKS, SYNC_CALL, SYNC_CALLS, SYNC_OP, closing_syncs, cpu_op_enclosing, has_python_frames, host_starved_gaps, inference_ranks, innermost_enclosing, kind_mask, lookup, name_mask, names_where, short_name, user_frames_at
 
 
 def find_stalls(events: pd.DataFrame, launches: pd.DataFrame) -> pd.DataFrame:
@@ -18,7 +18,7 @@ def find_stalls(events: pd.DataFrame, launches: pd.DataFrame) -> pd.DataFrame:
     # the masks on plain arrays, then one take of the few matching rows (not of every host runtime row)
     m = (events["device"].to_numpy() < 0) & kind_mask(events, "runtime")
     if m.any():
-        m &= name_mask(events["name"], SYNC_CALL)
+        m &= names_where(events["name"], lambda n: n(SYNC_CALL))
     calls = events[m].assign(reason="synchronizing call")
     parts = [calls]
     gs = events[kind_mask(events, "gpu_sync")]
