@@ -269,7 +269,7 @@ def cpu_op_enclosing(views) -> tuple[np.ndarray, Enclosing]:
 
     def thread_col(a: np.ndarray) -> np.ndarray:
         """The ops' values of a host column; one value for all of them (one rank, one process) is not copied."""
-        if len(pos):
+        if len(pos) and a.dtype.kind == "i":
             lo = a.min(where=m, initial=np.iinfo(a.dtype).max)
             if lo == a.max(where=m, initial=np.iinfo(a.dtype).min):
                 return np.broadcast_to(lo, len(pos))
@@ -612,8 +612,8 @@ def inference_ranks(views) -> frozenset[int]:
     if len(rank) and rank.min() == rank.max():  # one rank (one file): is any training op on its host at all
         names = host["name"]
         if isinstance(names.dtype, pd.CategoricalDtype):
-            per_cat = pd.Series(pd.Categorical.from_codes(np.arange(len(names.cat.categories)), dtype=names.dtype))
-            any_training = _any_code_in(names.cat.codes.to_numpy(), np.flatnonzero(name_mask(per_cat, TRAINING_OP, case=True)), len(per_cat))
+            hit = _category_hits(names, lambda m: m(TRAINING_OP, case=True))
+            any_training = _any_code_in(names.cat.codes.to_numpy(), np.flatnonzero(hit), len(hit))
         else:
             any_training = bool(name_mask(names, TRAINING_OP, case=True).any())
         out = frozenset() if any_training else frozenset({int(rank[0])})
@@ -652,11 +652,11 @@ def _code_in(codes: np.ndarray, wanted: "list[int] | np.ndarray", n_categories: 
 
     A few wanted codes are compared one by one on the small integer codes into one reused buffer; a lookup per
     row would first widen all codes to a full-length array of indices, the costliest part on 10^6 rows."""
-    out = np.zeros(len(codes), dtype=bool)
     if len(wanted) > 16:
         table = np.zeros(n_categories + 1, dtype=bool)
         table[np.asarray(wanted, dtype=np.int64)] = True
         return table.take(codes)  # code -1 reads the False at the end
+    out = np.zeros(len(codes), dtype=bool)
     tmp = np.empty(len(codes), dtype=bool)
     for c in wanted:
         np.equal(codes, c, out=tmp)
@@ -680,11 +680,16 @@ def names_where(names: pd.Series, test) -> np.ndarray:
     and ``test`` combines such answers (``match(A) & ~match(B)``). On a categorical column the test runs on one row
     per category and the rows are compared on their codes: one pass over the rows, not one per pattern."""
     if isinstance(names.dtype, pd.CategoricalDtype):
-        # a column of the categories themselves, sharing the dtype (so name_mask's per-category cache applies)
-        per_cat = pd.Series(pd.Categorical.from_codes(np.arange(len(names.cat.categories)), dtype=names.dtype))
-        hit = np.asarray(test(lambda p, case=False: name_mask(per_cat, p, case=case)), dtype=bool)
+        hit = _category_hits(names, test)
         return _code_in(names.cat.codes.to_numpy(), np.flatnonzero(hit), len(hit))
     return np.asarray(test(lambda p, case=False: name_mask(names, p, case=case)), dtype=bool)
+
+
+def _category_hits(names: pd.Series, test) -> np.ndarray:
+    """``names_where``'s test once per category of a categorical name column (a bool per category)."""
+    # a column of the categories themselves, sharing the dtype (so name_mask's per-category cache applies)
+    per_cat = pd.Series(pd.Categorical.from_codes(np.arange(len(names.cat.categories)), dtype=names.dtype))
+    return np.asarray(test(lambda p, case=False: name_mask(per_cat, p, case=case)), dtype=bool)
 
 
 def count_matching(names: pd.Series, rows: np.ndarray, pattern: "str | re.Pattern[str]", case: bool = False) -> int:
