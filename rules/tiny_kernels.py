@@ -144,8 +144,9 @@ class TinyKernels(Rule):
             kb_i = np.flatnonzero((k_code == c) & bound)
             gd = np.flatnonzero(keep_g & (g_code == c))
             gname = g_name_code[kpos[gd]]
-            idle_by_name = pd.Series(g_dur[gd]).groupby(gname).sum()
-            idle_by_name.index = name_cats[idle_by_name.index.to_numpy()]
+            # idle before each kernel name (the names that end a counted gap, in code order, as a groupby gives)
+            used = np.flatnonzero(np.bincount(gname, minlength=len(name_cats)))
+            idle_by_name = pd.Series(_int_sum(gname, g_dur[gd], len(name_cats))[used], index=name_cats[used])
             evidence = self._offenders(ctx, g_name_code[kb_i], name_cats, k_dur[kb_i], launch_dur[kb_i], launch_row[kb_i], idle_by_name)
             multi = len(ctx.meta.ranks) > 1 or n > 1
             where = f"rank {rank} GPU {device}" if multi else f"GPU {device}"
