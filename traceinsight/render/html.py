@@ -577,10 +577,17 @@ def _host_lanes(win: _WindowRows, rank: int, w0: int, w1: int, prefix: str = "")
     return lanes
 
 
+def _rects_svg(rects: list[tuple[float, float, int, str]], y: float, height: float) -> Markup:
+    """Coverage runs (x, w, level, class) as SVG rects. Formatted here, not in the template: a report draws
+    thousands, and they hold only numbers and our own class letters, nothing that needs escaping."""
+    return Markup("".join([f'<rect class="r {c} l{lv}" x="{x}" y="{y}" width="{w}" height="{height}"/>' for x, w, lv, c in rects]))
+
+
 def _layout(lanes: list[dict[str, Any]], y: int = 24) -> int:
-    """Gives each lane its y; returns the y below the last one."""
+    """Gives each lane its y (and its drawn coverage); returns the y below the last one."""
     for lane in lanes:
         lane["y"] = y
+        lane["rects_svg"] = _rects_svg(lane["rects"], y + 2, LANE_H - 4)
         y += LANE_H + (6 if lane["kind"] == "device" else 2)
     return y
 
@@ -647,7 +654,9 @@ def _timeline_block(analysis: Analysis, views) -> dict[str, Any] | None:
     for rank, device in devices:
         b = views.busy.iloc[views.device_rows("busy", rank, device)]
         dlabel = f"r{rank} GPU {device}" if many_ranks else f"GPU {device}"
-        overview.append({"label": dlabel, "rects": _coverage_rects(b["start_ns"].to_numpy(), b["end_ns"].to_numpy(), 0, span)})
+        rects = _coverage_rects(b["start_ns"].to_numpy(), b["end_ns"].to_numpy(), 0, span)
+        oy = 16 + len(overview) * 14  # the row's y in the overview
+        overview.append({"label": dlabel, "rects": rects, "rects_svg": _rects_svg([(GUTTER + x, w, lv, "k") for x, w, lv in rects], oy, 11)})
     lanes = _window_lanes(views, w0, w1, devices, many_ranks)
     # finding markers: their location as a band over the lanes, their instances as ticks in the finding's own row
     marks = []
