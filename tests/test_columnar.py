@@ -16,6 +16,7 @@ import traceinsight
 from tests.helpers.kineto_writer import KinetoTrace
 from traceinsight import ledger as L
 from traceinsight.render import html, json_report, render
+from traceinsight.render.common import smallest_first
 from traceinsight.rule_api import Instance, Instances, as_instances, instance_columns
 from traceinsight.summary import _kind_counts
 from traceinsight.timeline import KINDS
@@ -197,13 +198,15 @@ def test_take_rows_is_pandas_take(tmp_path):
             pd.testing.assert_frame_equal(take_rows(ev, pos), ev[mask], check_exact=True)
 
 
-def test_events_overlapping_is_the_boolean_mask_over_every_kind(tmp_path):
+@pytest.mark.parametrize("zone_rows", [2048, 3])
+def test_events_overlapping_is_the_boolean_mask_over_every_kind(tmp_path, monkeypatch, zone_rows):
+    monkeypatch.setattr(Views, "ZONE_ROWS", zone_rows)  # 3: many blocks, so windows take the zone-map path
     v = Views(_trace(tmp_path))
     st = v.events["start_ns"].to_numpy()
     en = st + v.events["dur_ns"].to_numpy()
     rng = np.random.default_rng(8)
-    for a in rng.integers(int(st.min()) - 10, int(en.max()) + 10, 40):
-        b = a + int(rng.integers(0, 3000_000))
+    for a in rng.integers(int(st.min()) - 10, int(en.max()) + 10, 60):
+        b = a + int(rng.integers(0, 3000_000 if a % 2 else 300_000))
         assert np.array_equal(v.events_overlapping(int(a), int(b)), np.flatnonzero((st < b) & (en > a)))
 
 
@@ -233,6 +236,14 @@ def test_window_lanes_show_what_the_view_frames_hold(tmp_path):
     st = rt["start_ns"].to_numpy()[sync]
     want = [(html.GUTTER + x, w, lv, "y") for x, w, lv in html._coverage_rects(st, st + rt["dur_ns"].to_numpy()[sync], w0, w1)]
     assert want and [r for r in by_label["host CUDA API"]["rects"] if r[3] == "y"] == want
+
+
+def test_smallest_first_is_the_head_of_a_stable_argsort():
+    rng = np.random.default_rng(9)
+    for trial in range(400):
+        n, k = int(rng.integers(0, 80)), int(rng.integers(1, 90))
+        key = rng.integers(-4, 4, n) if trial % 2 else rng.integers(-(10**12), 10**12, n)  # many ties, then few
+        assert np.array_equal(smallest_first(key, k), np.argsort(key, kind="stable")[:k])
 
 
 # --- ledger warm-up first calls ------------------------------------------------------------------------------

@@ -363,11 +363,10 @@ class Views:
         li, gi = h_rows[pos[hit]], gpu_i[hit]
         order = np.lexsort((gi, li))  # launch order, as the merge gave
         li, gi = li[order], gi[order]
-        labels = ev.index.to_numpy()
         launch_start, launch_dur = ev["start_ns"].to_numpy()[li], ev["dur_ns"].to_numpy()[li]
         gpu_start = ev["start_ns"].to_numpy()[gi]
         columns = {
-            "launch_idx": labels[li],
+            "launch_idx": ev.index.take(li).to_numpy(),  # row labels, without spelling out a RangeIndex
             "rank": ev["rank"].to_numpy()[li],
             "pid": ev["pid"].to_numpy()[li],
             "correlation": corr[li],
@@ -375,7 +374,7 @@ class Views:
             "launch_start_ns": launch_start,
             "launch_dur_ns": launch_dur,
             "tid": ev["tid"].to_numpy()[li],
-            "gpu_idx": labels[gi],
+            "gpu_idx": ev.index.take(gi).to_numpy(),
             "kind": kind.array.take(gi),
             "gpu_name": ev["name"].array.take(gi),
             "gpu_start_ns": gpu_start,
@@ -441,18 +440,34 @@ class Views:
             cache[frame] = _Overlaps(start, start + df["dur_ns"].to_numpy())
         return cache[frame]
 
+    #: Rows per block of the events' zone map (``events_overlapping``).
+    ZONE_ROWS = 2048
+
     @cached_property
-    def _event_bounds(self) -> tuple[np.ndarray, np.ndarray]:
+    def _event_zones(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """The events' start and end, and per block of ``ZONE_ROWS`` consecutive rows the earliest start and the
+        latest end. Rows come in rough time order (per file, thread, stream), so a short window touches few
+        blocks; two reductions, where a sorted index would cost a sort of every row."""
         start = self.events["start_ns"].to_numpy()
-        return start, start + self.events["dur_ns"].to_numpy()
+        end = start + self.events["dur_ns"].to_numpy()
+        heads = np.arange(0, len(start), self.ZONE_ROWS)
+        if not len(heads):
+            return start, end, end[:0], end[:0]
+        return start, end, np.minimum.reduceat(start, heads), np.maximum.reduceat(end, heads)
 
     def events_overlapping(self, start_ns: int, end_ns: int) -> np.ndarray:
         """Positions in ``events`` (ascending) of the rows that overlap [start_ns, end_ns), of every kind.
 
-        One pass over two arrays: for the handful of windows a report draws this is cheaper than building the
-        frames and sorted indices ``rows_overlapping`` answers from (which pay off over many queries)."""
-        start, end = self._event_bounds
-        return np.flatnonzero((start < end_ns) & (end > start_ns))
+        Only the blocks whose span meets the window are looked at (all rows when a quarter of them do): for
+        the handful of windows a report draws this is far cheaper than building the frames and sorted indices
+        ``rows_overlapping`` answers from (which pay off over many queries)."""
+        start, end, lo, hi = self._event_zones
+        blocks = np.flatnonzero((lo < end_ns) & (hi > start_ns))
+        if len(blocks) * 4 > len(lo):
+            return np.flatnonzero((start < end_ns) & (end > start_ns))
+        rows = (blocks[:, None] * self.ZONE_ROWS + np.arange(self.ZONE_ROWS)).ravel()
+        rows = rows[rows < len(start)]
+        return rows[(start[rows] < end_ns) & (end[rows] > start_ns)]
 
     def device_rows(self, frame: str, rank: int, device: int, start_ns: int | None = None, end_ns: int | None = None) -> slice:
         """The rows of ``busy`` or ``gaps`` (sorted by rank, device, start; disjoint within a device) on one device,

@@ -29,7 +29,7 @@ from ..verdict import details, headline, ledger_of
 from ..patterns import COLLECTIVE, SYNC_CALL
 from ..timeline import GPU_ACTIVITY_KINDS
 from ..views import kind_mask, merge_intervals, name_mask
-from .common import baseline_sentence, baseline_tag, clean, column_label, column_labels, format_cell
+from .common import baseline_sentence, baseline_tag, clean, column_label, column_labels, format_cell, smallest_first
 from .ledger_view import bars as ledger_bars
 
 #: Width of the drawing area of timelines, in SVG user units (the SVG scales to the page).
@@ -665,7 +665,7 @@ def _timeline_block(analysis: Analysis, views) -> dict[str, Any] | None:
         c = instance_columns(f.instances)
         # in the window; the longest MAX_MARKERS_PER_FINDING (ties: list order), drawn in time order
         shown = np.flatnonzero((c.end_ns >= w0) & (c.start_ns <= w1))
-        shown = shown[np.argsort(c.start_ns[shown] - c.end_ns[shown], kind="stable")][:MAX_MARKERS_PER_FINDING]
+        shown = shown[smallest_first(c.start_ns[shown] - c.end_ns[shown], MAX_MARKERS_PER_FINDING)]
         shown = shown[np.argsort(c.start_ns[shown], kind="stable")]
         for i_s, i_e, k in zip(c.start_ns[shown].tolist(), c.end_ns[shown].tolist(), c.label_code[shown].tolist()):
             x0 = _x(max(i_s, w0), w0, w1)
