@@ -198,6 +198,25 @@ def test_take_rows_is_pandas_take(tmp_path):
             pd.testing.assert_frame_equal(take_rows(ev, pos), ev[mask], check_exact=True)
 
 
+def test_take_rows_keeps_every_column_dtype():
+    df = pd.DataFrame(
+        {
+            "obj": pd.Series(["x", None, "z"], dtype=object),
+            "mixed": pd.Series([1, "z", 2.5], dtype=object),
+            "text": pd.Series(["a", "b", "c"]),
+            "nullable": pd.array([1, None, 3], dtype="Int64"),
+            "when": pd.to_datetime(["2020-01-01", "2020-01-02", "2020-01-03"]),
+            "cat": pd.Categorical(["k", "m", "k"]),
+        },
+        index=[10, 10, 30],
+    )
+    for frame in (df, df.drop(columns=["obj", "mixed"])):
+        for pos in (np.array([2, 0]), np.array([], np.intp)):
+            got, want = take_rows(frame, pos), frame.take(pos)
+            pd.testing.assert_frame_equal(got, want, check_exact=True)
+            assert list(got.dtypes) == list(want.dtypes)
+
+
 @pytest.mark.parametrize("zone_rows", [2048, 3])
 def test_events_overlapping_is_the_boolean_mask_over_every_kind(tmp_path, monkeypatch, zone_rows):
     monkeypatch.setattr(Views, "ZONE_ROWS", zone_rows)  # 3: many blocks, so windows take the zone-map path
