@@ -5,6 +5,7 @@ checked against the plain computation it replaces."""
 from __future__ import annotations
 
 import json
+import re
 import pickle
 
 import numpy as np
@@ -15,8 +16,11 @@ import traceinsight
 from tests.helpers.kineto_writer import KinetoTrace
 from traceinsight import ledger as L
 from traceinsight.render import html, json_report, render
+from traceinsight.render.common import smallest_first
 from traceinsight.rule_api import Instance, Instances, as_instances, instance_columns
-from traceinsight.views import Views, _join_keys, name_mask
+from traceinsight.summary import _kind_counts
+from traceinsight.timeline import KINDS
+from traceinsight.views import Views, _join_keys, kind_mask, name_mask, take_rows
 
 
 # --- Finding.instances as columns ----------------------------------------------------------------------------
@@ -155,6 +159,110 @@ def test_name_mask_reuses_category_hits_and_maps_missing_names_to_false():
     m = name_mask(s, "synchronize")
     m[:] = False  # a caller may change its mask without touching the cache
     assert np.array_equal(name_mask(s, "synchronize"), want)
+
+
+def test_masks_on_codes_equal_the_per_row_answer_for_few_and_many_hits():
+    rng = np.random.default_rng(6)
+    cats = [f"op{i}" for i in range(40)]
+    values = rng.choice(np.array([*cats, None], dtype=object), 3000)
+    s = pd.Series(pd.Categorical(values, categories=rng.permutation(cats)))  # codes unrelated to names' order
+    plain = s.astype(object)
+    for pattern in ("op1$", "op1", "op[0-3]", "op", "nothing"):  # one, a few, many, all and no categories
+        want = np.array([v is not None and re.search(pattern, v) is not None for v in values])
+        assert np.array_equal(name_mask(s, pattern), want), pattern
+        assert np.array_equal(name_mask(plain, pattern), want), pattern
+    for wanted in (("op3",), tuple(cats[:3]), tuple(cats[:20]), ("absent",)):
+        want = np.array([v in wanted for v in values])
+        assert np.array_equal(kind_mask(s, wanted), want) and np.array_equal(kind_mask(plain, wanted), want)
+
+
+def test_kind_counts_equal_value_counts():
+    kinds = pd.Series(pd.Categorical(["kernel", "runtime", None, "kernel", "step"], categories=["step", "runtime", "kernel", "gone"]))
+    want = {k: int(kinds.value_counts().get(k, 0)) for k in KINDS}
+    assert _kind_counts(kinds) == want == _kind_counts(kinds.astype(object))
+    assert want["kernel"] == 2 and want["memcpy"] == 0
+
+
+def test_take_rows_is_pandas_take(tmp_path):
+    ev = _trace(tmp_path).events
+    ev = ev.set_axis(pd.RangeIndex(5, 5 + 3 * len(ev), 3))  # labels unlike positions
+    rng = np.random.default_rng(7)
+    picks = [np.zeros(0, np.intp), np.arange(len(ev)), np.arange(2, 9), np.sort(rng.choice(len(ev), 11, replace=False)), np.array([4, 1, 1])]
+    for pos in picks:
+        got, want = take_rows(ev, pos), ev.take(pos)
+        pd.testing.assert_frame_equal(got, want, check_exact=True, check_index_type=True)
+        assert type(got.index) is type(want.index) and list(got.dtypes) == list(want.dtypes)
+        mask = np.zeros(len(ev), bool)
+        mask[pos] = True
+        if len(np.unique(pos)) == len(pos) and (np.diff(pos) > 0).all():
+            pd.testing.assert_frame_equal(take_rows(ev, pos), ev[mask], check_exact=True)
+
+
+def test_take_rows_keeps_every_column_dtype():
+    df = pd.DataFrame(
+        {
+            "obj": pd.Series(["x", None, "z"], dtype=object),
+            "mixed": pd.Series([1, "z", 2.5], dtype=object),
+            "text": pd.Series(["a", "b", "c"]),
+            "nullable": pd.array([1, None, 3], dtype="Int64"),
+            "when": pd.to_datetime(["2020-01-01", "2020-01-02", "2020-01-03"]),
+            "cat": pd.Categorical(["k", "m", "k"]),
+        },
+        index=[10, 10, 30],
+    )
+    for frame in (df, df.drop(columns=["obj", "mixed"])):
+        for pos in (np.array([2, 0]), np.array([], np.intp)):
+            got, want = take_rows(frame, pos), frame.take(pos)
+            pd.testing.assert_frame_equal(got, want, check_exact=True)
+            assert list(got.dtypes) == list(want.dtypes)
+
+
+@pytest.mark.parametrize("zone_rows", [2048, 3])
+def test_events_overlapping_is_the_boolean_mask_over_every_kind(tmp_path, monkeypatch, zone_rows):
+    monkeypatch.setattr(Views, "ZONE_ROWS", zone_rows)  # 3: many blocks, so windows take the zone-map path
+    v = Views(_trace(tmp_path))
+    st = v.events["start_ns"].to_numpy()
+    en = st + v.events["dur_ns"].to_numpy()
+    rng = np.random.default_rng(8)
+    for a in rng.integers(int(st.min()) - 10, int(en.max()) + 10, 60):
+        b = a + int(rng.integers(0, 3000_000 if a % 2 else 300_000))
+        assert np.array_equal(v.events_overlapping(int(a), int(b)), np.flatnonzero((st < b) & (en > a)))
+
+
+def test_window_lanes_show_what_the_view_frames_hold(tmp_path):
+    """The lanes read the window's rows off the events; drawn from the views' own frames they are the same."""
+    t = KinetoTrace()
+    for i in range(4):
+        b = i * 1000.0
+        t.step(i, b, 900.0)
+        t.kernel("gemm", b + 100, 300.0, launch_us=b + 50)
+        t.kernel("ncclKernel_AllReduce", b + 450, 200.0, launch_us=b + 60, stream=13)
+        t.runtime("cudaStreamSynchronize", b + 700, 150.0)
+    a = traceinsight.analyze(t.write(tmp_path / "t.json"), select=["TI001"])
+    v = a.views
+    w0, w1 = 1_500_000, 3_200_000
+    lanes = html._window_lanes(v, w0, w1, v.device_keys, False)
+    by_label = {lane["label"]: lane for lane in lanes}
+    act = v.gpu_activity
+    on = act.iloc[v.rows_overlapping("gpu_activity", w0, w1)]
+    for stream, cls in ((7, "k"), (13, "n")):
+        rows = on[on["stream"] == stream]
+        st = rows["start_ns"].to_numpy()
+        want = [(html.GUTTER + x, w, lv, cls) for x, w, lv in html._coverage_rects(st, st + rows["dur_ns"].to_numpy(), w0, w1)]
+        assert want and by_label[f"stream {stream}"]["rects"] == want
+    rt = v.runtime_calls.iloc[v.rows_overlapping("runtime_calls", w0, w1)]
+    sync = v.is_sync_call.reindex(rt.index).to_numpy()
+    st = rt["start_ns"].to_numpy()[sync]
+    want = [(html.GUTTER + x, w, lv, "y") for x, w, lv in html._coverage_rects(st, st + rt["dur_ns"].to_numpy()[sync], w0, w1)]
+    assert want and [r for r in by_label["host CUDA API"]["rects"] if r[3] == "y"] == want
+
+
+def test_smallest_first_is_the_head_of_a_stable_argsort():
+    rng = np.random.default_rng(9)
+    for trial in range(400):
+        n, k = int(rng.integers(0, 80)), int(rng.integers(1, 90))
+        key = rng.integers(-4, 4, n) if trial % 2 else rng.integers(-(10**12), 10**12, n)  # many ties, then few
+        assert np.array_equal(smallest_first(key, k), np.argsort(key, kind="stable")[:k])
 
 
 # --- ledger warm-up first calls ------------------------------------------------------------------------------

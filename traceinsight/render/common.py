@@ -14,6 +14,8 @@ from ..sanitize import terminal
 import math
 from typing import Any
 
+import numpy as np
+
 from ..rule_api import fmt_ns
 
 def clean(value: Any, limit: int = 200) -> str:
@@ -105,3 +107,15 @@ def baseline_tag(analysis: Any, f: Any) -> str:
 def baseline_sentence(analysis: Any) -> str | None:
     cmp = getattr(analysis, "baseline", None)
     return None if cmp is None else cmp.sentence()
+
+
+def smallest_first(key: np.ndarray, k: int) -> np.ndarray:
+    """``np.argsort(key, kind="stable")[:k]`` (the k smallest keys, ties in index order) without sorting every
+    key: a partition finds the k-th smallest, and only the keys up to it are sorted. Reports keep the longest
+    few hundred of up to millions of instances."""
+    if k >= len(key):
+        return np.argsort(key, kind="stable")
+    if k <= 0:
+        return np.zeros(0, np.intp)
+    cand = np.flatnonzero(key <= np.partition(key, k - 1)[k - 1])  # every key below the k-th, and its ties
+    return cand[np.argsort(key[cand], kind="stable")][:k]

@@ -26,8 +26,10 @@ from .. import __version__, advice
 from ..engine import Analysis
 from ..rule_api import Finding, Instance, fmt_ns, instance_columns
 from ..verdict import details, headline, ledger_of
-from ..views import merge_intervals
-from .common import baseline_sentence, baseline_tag, clean, column_label, column_labels, format_cell
+from ..patterns import COLLECTIVE, SYNC_CALL
+from ..timeline import GPU_ACTIVITY_KINDS
+from ..views import kind_mask, merge_intervals, name_mask
+from .common import baseline_sentence, baseline_tag, clean, column_label, column_labels, format_cell, smallest_first
 from .ledger_view import bars as ledger_bars
 
 #: Width of the drawing area of timelines, in SVG user units (the SVG scales to the page).
@@ -326,10 +328,15 @@ def _finding(n: int, f: Finding, detailed: bool) -> dict[str, Any]:
 # --- the timeline picture ---------------------------------------------------------------------------------
 
 
-def _classify(kind: np.ndarray, collective: np.ndarray) -> np.ndarray:
-    """Drawing class per GPU row: k kernel, n collective (the views' classification), c copy, s other."""
-    cls = np.where(kind == "kernel", "k", np.where(kind == "memcpy", "c", "s")).astype(object)
-    cls[collective] = "n"
+#: Drawing classes of GPU rows (CSS classes): kernel, collective, copy, other.
+_GPU_CLASSES = ("k", "n", "c", "s")
+
+
+def _classify(kernel: np.ndarray, memcpy: np.ndarray, collective: np.ndarray) -> np.ndarray:
+    """Drawing class per GPU row, as an index into ``_GPU_CLASSES``: a collective (the views' classification) is
+    drawn as such, other kernels as kernels, then copies, then the rest (memsets)."""
+    cls = np.where(kernel, 0, np.where(memcpy, 2, 3))
+    cls[collective] = 1
     return cls
 
 
@@ -353,13 +360,12 @@ def _coverage_rects(starts: np.ndarray, ends: np.ndarray, w0: int, w1: int, widt
 
     frac = np.diff(covered(edges)) / ((w1 - w0) / width)
     level = np.where(frac > 0, np.ceil(np.clip(frac, 0, 1) * LEVELS), 0).astype(int)
-    out = []
-    change = np.flatnonzero(np.diff(level)) + 1
-    bounds = np.concatenate([[0], change, [width]])
-    for a, b in zip(bounds[:-1], bounds[1:]):
-        if level[a]:
-            out.append((float(a), float(b - a), int(level[a])))
-    return out
+    # runs of equal level, the drawn ones (level > 0) as Python numbers
+    a = np.concatenate([[0], np.flatnonzero(np.diff(level)) + 1])
+    b = np.append(a[1:], width)
+    drawn = level[a] > 0
+    a, b = a[drawn], b[drawn]
+    return list(zip(a.astype(float).tolist(), (b - a).astype(float).tolist(), level[a].tolist()))
 
 
 def _x(t: float, w0: int, w1: int) -> float:
@@ -422,70 +428,105 @@ def _ticks(w0: int, w1: int, n: int = 8) -> list[dict[str, Any]]:
     return out
 
 
-def _in_window(views, frame: str, w0: int, w1: int) -> tuple[pd.DataFrame, np.ndarray]:
-    """The rows of the view ``frame`` overlapping [w0, w1), and their positions in it (``views.rows_overlapping``)."""
-    pos = views.rows_overlapping(frame, w0, w1)
-    return getattr(views, frame).iloc[pos], pos
+class _WindowRows:
+    """The events overlapping one window [w0, w1), as plain arrays of the few columns the lanes draw.
+
+    Found in one pass over the events' start/end (``Views.events_overlapping``) and taken column by column: a
+    close-up costs its own rows, not the whole-trace frames (runtime calls, host rows) nor sorted indices over
+    them. The row sets and flags are the views' own tests (``gpu_activity``, ``host_events``, ``runtime_calls``,
+    ``is_collective``, ``is_sync_call``) applied to these rows, so the lanes show exactly what the views hold.
+    """
+
+    def __init__(self, views, w0: int, w1: int) -> None:
+        ev = views.events
+        pos = views.events_overlapping(w0, w1)
+        self.rank = ev["rank"].to_numpy()[pos]
+        self.device = ev["device"].to_numpy()[pos]
+        self.stream = ev["stream"].to_numpy()[pos]
+        self.start = ev["start_ns"].to_numpy()[pos]
+        self.dur = ev["dur_ns"].to_numpy()[pos]
+        self.kind = ev["kind"].take(pos)
+        self.name = ev["name"].take(pos)
+        self.host = self.device < 0
+        self.gpu = kind_mask(self.kind, GPU_ACTIVITY_KINDS) & ~self.host
+
+    def kind_is(self, *kinds: str) -> np.ndarray:
+        """Per row: its kind is one of ``kinds``."""
+        return kind_mask(self.kind, kinds)
+
+    def names(self, rows: np.ndarray) -> np.ndarray:
+        """The names of the rows at ``rows``, as strings."""
+        return self.name.iloc[rows].astype(str).to_numpy()
 
 
 def _window_lanes(views, w0: int, w1: int, devices: list[tuple[int, int]], many_ranks: bool,
                   max_streams: int = MAX_STREAM_LANES_PER_DEVICE) -> list[dict[str, Any]]:
     """The lanes of [w0, w1): per device its busy coverage with idle gaps, then its busiest streams; then the host
     CUDA API of each rank shown (synchronising calls apart, as they usually explain a gap)."""
-    act, act_pos = _in_window(views, "gpu_activity", w0, w1)
-    act_coll = views.is_collective.to_numpy()[act_pos]  # aligned with the rows of act
-    gaps = views.gaps
+    win = _WindowRows(views, w0, w1)
     min_gap = max((w1 - w0) / PLOT_W, 1)
+    busy_s, busy_e = views.busy["start_ns"].to_numpy(), views.busy["end_ns"].to_numpy()
+    gaps = views.gaps
+    gap_s, gap_e, gap_d = gaps["start_ns"].to_numpy(), gaps["end_ns"].to_numpy(), gaps["dur_ns"].to_numpy()
+    kernels, memcpys = win.kind_is("kernel"), win.kind_is("memcpy")
     lanes: list[dict[str, Any]] = []
     for rank, device in devices:
         dlabel = f"r{rank} GPU {device}" if many_ranks else f"GPU {device}"
-        b = views.busy.iloc[views.device_rows("busy", rank, device, w0, w1)]  # what the window's coverage is made of
-        g = gaps.iloc[views.device_rows("gaps", rank, device, w0, w1)]
-        g = g[(g["dur_ns"] >= min_gap).to_numpy()].nlargest(MAX_GAPS_DRAWN, "dur_ns")
+        b = views.device_rows("busy", rank, device, w0, w1)  # what the window's coverage is made of
+        g = views.device_rows("gaps", rank, device, w0, w1)
+        g_s, g_e, g_d = gap_s[g], gap_e[g], gap_d[g]
+        wide = np.flatnonzero(g_d >= min_gap)
+        # the longest MAX_GAPS_DRAWN, longest first, ties in time order (what DataFrame.nlargest keeps)
+        shown = wide[np.argsort(-g_d[wide], kind="stable")[:MAX_GAPS_DRAWN]]
         gap_rects = [
             {"x": _x(max(s, w0), w0, w1), "w": max(_x(min(e, w1), w0, w1) - _x(max(s, w0), w0, w1), 0.8), "title": f"idle {fmt_ns(e - s)} at {fmt_ns(s)}"}
-            for s, e in zip(g["start_ns"].to_numpy(), g["end_ns"].to_numpy())
+            for s, e in zip(g_s[shown], g_e[shown])
         ]
         lanes.append(
             {
                 "label": f"{dlabel} all streams",
                 "kind": "device",
-                "rects": [(GUTTER + x, w, lv, "k") for x, w, lv in _coverage_rects(b["start_ns"].to_numpy(), b["end_ns"].to_numpy(), w0, w1)],
+                "rects": [(GUTTER + x, w, lv, "k") for x, w, lv in _coverage_rects(busy_s[b], busy_e[b], w0, w1)],
                 "gaps": gap_rects,
             }
         )
-        on_dev = ((act["rank"] == rank) & (act["device"] == device)).to_numpy()
-        a, a_coll = act[on_dev], act_coll[on_dev]
-        if a.empty:
+        rows = np.flatnonzero(win.gpu & (win.rank == rank) & (win.device == device))
+        if not len(rows):
             continue
-        by_stream = a.groupby("stream", observed=True)["dur_ns"].sum().sort_values(ascending=False)
-        shown = list(by_stream.index[:max_streams])
-        for stream in sorted(shown):
-            on_stream = (a["stream"] == stream).to_numpy()
-            sa = a[on_stream]
-            cls = _classify(sa["kind"].astype(str).to_numpy(), a_coll[on_stream])
-            st = sa["start_ns"].to_numpy()
-            en = st + np.maximum(sa["dur_ns"].to_numpy(), 0)
+        # streams by GPU time, most first (ties: as pandas' sort_values orders them), the first max_streams drawn
+        streams, of_stream = np.unique(win.stream[rows], return_inverse=True)
+        total = np.zeros(len(streams), np.int64)
+        np.add.at(total, of_stream, win.dur[rows])
+        rank_order = np.arange(len(streams))[::-1][total[::-1].argsort(kind="quicksort")][::-1]
+        shown_streams = np.sort(streams[rank_order[:max_streams]])
+        kernel = kernels[rows]
+        cls_all = _classify(kernel, memcpys[rows], name_mask(win.name.iloc[rows], COLLECTIVE) & kernel)  # is_collective
+        st_all = win.start[rows]
+        en_all = st_all + np.maximum(win.dur[rows], 0)
+        stream_of_row = win.stream[rows]
+        for stream in shown_streams.tolist():
+            on_stream = stream_of_row == stream
+            cls, st, en = cls_all[on_stream], st_all[on_stream], en_all[on_stream]
             rects = []
-            for c in ("k", "n", "c", "s"):
-                m = cls == c
+            for i, c in enumerate(_GPU_CLASSES):
+                m = cls == i
                 if m.any():
                     rects += [(GUTTER + x, w, lv, c) for x, w, lv in _coverage_rects(st[m], en[m], w0, w1)]
             lanes.append({"label": f"stream {stream}", "kind": "stream", "rects": rects, "gaps": []})
-        if len(by_stream) > len(shown):
-            lanes.append({"label": f"+{len(by_stream) - len(shown)} more streams", "kind": "note", "rects": [], "gaps": []})
-    ranks = {r for r, _ in devices}
-    for rank in sorted(ranks)[:4]:
-        lanes += _host_lanes(views, rank, w0, w1, f"r{rank} " if many_ranks else "")
-    rt, rt_pos = _in_window(views, "runtime_calls", w0, w1)
-    in_ranks = rt["rank"].isin(ranks).to_numpy()
-    rt, rt_pos = rt[in_ranks], rt_pos[in_ranks]
-    if not rt.empty:
-        sync = views.is_sync_call.to_numpy(dtype=bool)[rt_pos]
-        for rank, rr in rt.groupby("rank", observed=True):
-            m = sync[rt["rank"].to_numpy() == rank]
-            st = rr["start_ns"].to_numpy()
-            en = st + rr["dur_ns"].to_numpy()
+        if len(streams) > len(shown_streams):
+            lanes.append({"label": f"+{len(streams) - len(shown_streams)} more streams", "kind": "note", "rects": [], "gaps": []})
+    ranks = sorted({r for r, _ in devices})
+    for rank in ranks[:4]:
+        lanes += _host_lanes(win, rank, w0, w1, f"r{rank} " if many_ranks else "")
+    rt = np.flatnonzero(win.host & win.kind_is("runtime") & np.isin(win.rank, ranks))
+    if len(rt):
+        sync = name_mask(win.name.iloc[rt], SYNC_CALL)
+        rt_rank = win.rank[rt]
+        for rank in np.unique(rt_rank).tolist():
+            mine = rt_rank == rank
+            m = sync[mine]
+            st = win.start[rt[mine]]
+            en = st + win.dur[rt[mine]]
             rects = [(GUTTER + x, w, lv, "h") for x, w, lv in _coverage_rects(st[~m], en[~m], w0, w1)]
             rects += [(GUTTER + x, w, lv, "y") for x, w, lv in _coverage_rects(st[m], en[m], w0, w1)]
             lanes.append({"label": f"r{rank} host CUDA API" if many_ranks else "host CUDA API", "kind": "host", "rects": rects, "gaps": []})
@@ -500,37 +541,34 @@ MIN_LABEL_PX = 28  # rows narrower than this are drawn but not named
 MAX_LABELS_PER_LANE = 40
 
 
-def _host_lanes(views, rank: int, w0: int, w1: int, prefix: str = "") -> list[dict[str, Any]]:
+def _host_lanes(win: _WindowRows, rank: int, w0: int, w1: int, prefix: str = "") -> list[dict[str, Any]]:
     """Per kind of host row (user ranges, framework ops, Python frames) one lane of coverage, with the longest
     rows named where they fit: the outermost ones first, as they say what the step was doing."""
-    rows = views.host_rows_overlapping(rank, w0, w1, kinds=tuple(k for k, _, _ in HOST_LANES))
     lanes: list[dict[str, Any]] = []
-    if rows.empty:
-        return lanes
-    kind = rows["kind"].astype(str).to_numpy()
+    mine = win.host & (win.rank == rank)
+    scale = PLOT_W / max(w1 - w0, 1)
     for k, label, cls in HOST_LANES:
-        m = kind == k
-        if not m.any():
+        r = np.flatnonzero(mine & win.kind_is(k))
+        if not len(r):
             continue
-        r = rows[m]
-        st = r["start_ns"].to_numpy()
-        en = st + np.maximum(r["dur_ns"].to_numpy(), 0)
+        st = win.start[r]
+        en = st + np.maximum(win.dur[r], 0)
         rects = [(GUTTER + x, w, lv, cls) for x, w, lv in _coverage_rects(st, en, w0, w1)]
-        scale = PLOT_W / max(w1 - w0, 1)
         x0 = GUTTER + (np.clip(st, w0, w1) - w0) * scale
         x1 = GUTTER + (np.clip(en, w0, w1) - w0) * scale
         boxes: list[dict[str, Any]] = []
         wide = np.flatnonzero(x1 - x0 >= MIN_LABEL_PX)
-        names = r["name"].astype(str).to_numpy()
+        names = win.names(r[wide])
         taken: list[tuple[float, float]] = []
-        for i in wide[np.argsort(-(x1 - x0)[wide], kind="stable")]:
+        for j in np.argsort(-(x1 - x0)[wide], kind="stable").tolist():
             if len(boxes) >= MAX_LABELS_PER_LANE:
                 break
+            i = wide[j]
             if any(a < x1[i] and x0[i] < b for a, b in taken):
                 continue  # nested or overlapping a longer named row
             taken.append((float(x0[i]), float(x1[i])))
             w = float(x1[i] - x0[i])
-            name = clean(names[i], 120)
+            name = clean(names[j], 120)
             chars = int((w - 6) / 5.6)
             text = name if len(name) <= chars else (name[: chars - 1] + "…" if chars >= 4 else "")
             boxes.append({"x": round(float(x0[i]), 2), "w": round(w, 2), "text": text,
@@ -539,10 +577,17 @@ def _host_lanes(views, rank: int, w0: int, w1: int, prefix: str = "") -> list[di
     return lanes
 
 
+def _rects_svg(rects: list[tuple[float, float, int, str]], y: float, height: float) -> Markup:
+    """Coverage runs (x, w, level, class) as SVG rects. Formatted here, not in the template: a report draws
+    thousands, and they hold only numbers and our own class letters, nothing that needs escaping."""
+    return Markup("".join([f'<rect class="r {c} l{lv}" x="{x}" y="{y}" width="{w}" height="{height}"/>' for x, w, lv, c in rects]))
+
+
 def _layout(lanes: list[dict[str, Any]], y: int = 24) -> int:
-    """Gives each lane its y; returns the y below the last one."""
+    """Gives each lane its y (and its drawn coverage); returns the y below the last one."""
     for lane in lanes:
         lane["y"] = y
+        lane["rects_svg"] = _rects_svg(lane["rects"], y + 2, LANE_H - 4)
         y += LANE_H + (6 if lane["kind"] == "device" else 2)
     return y
 
@@ -609,7 +654,9 @@ def _timeline_block(analysis: Analysis, views) -> dict[str, Any] | None:
     for rank, device in devices:
         b = views.busy.iloc[views.device_rows("busy", rank, device)]
         dlabel = f"r{rank} GPU {device}" if many_ranks else f"GPU {device}"
-        overview.append({"label": dlabel, "rects": _coverage_rects(b["start_ns"].to_numpy(), b["end_ns"].to_numpy(), 0, span)})
+        rects = _coverage_rects(b["start_ns"].to_numpy(), b["end_ns"].to_numpy(), 0, span)
+        oy = 16 + len(overview) * 14  # the row's y in the overview
+        overview.append({"label": dlabel, "rects": rects, "rects_svg": _rects_svg([(GUTTER + x, w, lv, "k") for x, w, lv in rects], oy, 11)})
     lanes = _window_lanes(views, w0, w1, devices, many_ranks)
     # finding markers: their location as a band over the lanes, their instances as ticks in the finding's own row
     marks = []
@@ -618,7 +665,7 @@ def _timeline_block(analysis: Analysis, views) -> dict[str, Any] | None:
         c = instance_columns(f.instances)
         # in the window; the longest MAX_MARKERS_PER_FINDING (ties: list order), drawn in time order
         shown = np.flatnonzero((c.end_ns >= w0) & (c.start_ns <= w1))
-        shown = shown[np.argsort(c.start_ns[shown] - c.end_ns[shown], kind="stable")][:MAX_MARKERS_PER_FINDING]
+        shown = shown[smallest_first(c.start_ns[shown] - c.end_ns[shown], MAX_MARKERS_PER_FINDING)]
         shown = shown[np.argsort(c.start_ns[shown], kind="stable")]
         for i_s, i_e, k in zip(c.start_ns[shown].tolist(), c.end_ns[shown].tolist(), c.label_code[shown].tolist()):
             x0 = _x(max(i_s, w0), w0, w1)

@@ -13,6 +13,7 @@ from ..engine import Analysis
 from ..rule_api import Finding, instance_columns
 from ..sanitize import json_text
 from ..verdict import details, headline, ledger_of
+from .common import smallest_first
 
 SCHEMA_VERSION = 1
 #: Instances kept per finding (the longest ones, in time order); ``total_instances`` says how many there were.
@@ -91,7 +92,7 @@ def _instance_dicts(instances: Any) -> list[dict[str, Any]]:
     c = instance_columns(instances)
     keep = np.arange(len(c.start_ns))
     if len(keep) > MAX_INSTANCES:
-        keep = np.argsort(c.start_ns - c.end_ns, kind="stable")[:MAX_INSTANCES]  # longest first
+        keep = smallest_first(c.start_ns - c.end_ns, MAX_INSTANCES)  # longest first
         keep = keep[np.argsort(c.start_ns[keep], kind="stable")]
     names = c.labels
     return [

@@ -6,6 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+import pandas as pd
+
 from ..ledger import BUCKETS, Ledger
 from ..rule_api import fmt_ns
 
@@ -62,16 +65,27 @@ def used_buckets(ledger: Ledger) -> list[str]:
     return [b for b in BUCKETS if t[b] > 0]
 
 
+def _grouped(frame: pd.DataFrame, keys: tuple[str, ...], value: str) -> dict[tuple[int, ...], dict[str, Any]]:
+    """Per group of ``keys`` (in sorted order, as groupby(sort=True) gives them), {bucket: value} in row order.
+
+    The ledger's tables are a few rows per device and step: one pass over their columns as Python lists
+    costs less than a pandas groupby per table."""
+    out: dict[tuple[int, ...], dict[str, Any]] = {}
+    for *key, bucket, v in zip(*(frame[k].tolist() for k in keys), frame["bucket"].tolist(), frame[value].tolist()):
+        out.setdefault(tuple(key), {})[bucket] = v
+    return dict(sorted(out.items()))
+
+
 def bars(ledger: Ledger) -> dict[str, Any]:
     """Data for the HTML partial: a bar per device, and per device a bar per step (capped)."""
     if ledger.windows.empty:
         return {"devices": [], "legend": [], "devices_omitted": 0}
     multi_rank = ledger.windows["rank"].nunique() > 1 or bool((ledger.windows["rank"] != 0).any())
-    by_dev = {(int(r), int(d)): dict(zip(g["bucket"], g["ns"])) for (r, d), g in ledger.by_device.groupby(["rank", "device"], sort=True)}
+    by_dev = _grouped(ledger.by_device, ("rank", "device"), "ns")
     by_step: dict[tuple[int, int], list[tuple[int, dict[str, int]]]] = {}
-    for (r, d, s), g in ledger.by_step.groupby(["rank", "device", "step"], sort=True):
-        if int(s) >= 0:
-            by_step.setdefault((int(r), int(d)), []).append((int(s), dict(zip(g["bucket"], g["ns"]))))
+    for (r, d, s), ns in _grouped(ledger.by_step, ("rank", "device", "step"), "ns").items():
+        if s >= 0:
+            by_step.setdefault((r, d), []).append((s, ns))
     devices = []
     for w in ledger.windows.head(MAX_DEVICES).itertuples(index=False):
         key = (int(w.rank), int(w.device))
@@ -103,28 +117,32 @@ def table(ledger: Ledger) -> tuple[list[str], list[list[str]]]:
     cols = ["device", "window", *[BUCKET_SHORT[b] for b in used]]
     rows = []
     multi_rank = ledger.windows["rank"].nunique() > 1 or bool((ledger.windows["rank"] != 0).any()) if not ledger.windows.empty else False
-    for (r, d), g in ledger.by_device.groupby(["rank", "device"], sort=True):
-        pct = dict(zip(g["bucket"], g["pct"]))
-        win = ledger.window_ns(int(r), int(d))
-        rows.append([_device_label(int(r), int(d), multi_rank), fmt_ns(win), *[_pct(pct.get(b, 0.0)) for b in used]])
+    for (r, d), pct in _grouped(ledger.by_device, ("rank", "device"), "pct").items():
+        win = ledger.window_ns(r, d)
+        rows.append([_device_label(r, d, multi_rank), fmt_ns(win), *[_pct(pct.get(b, 0.0)) for b in used]])
     return cols, rows
 
 
 def step_table(ledger: Ledger) -> tuple[str, list[str], list[list[str]]]:
     """The same per step: (device label, columns, rows) for the first device with steps, ``MAX_STEP_ROWS`` at most."""
-    st = ledger.by_step[ledger.by_step["step"] >= 0]
-    if st.empty:
+    by = ledger.by_step
+    stepped = np.flatnonzero(by["step"].to_numpy() >= 0)
+    if not len(stepped):
         return "", [], []
     used = used_buckets(ledger)
-    r0, d0 = st[["rank", "device"]].iloc[0]
-    mine = st[(st["rank"] == r0) & (st["device"] == d0)]
+    r0, d0 = int(by["rank"].iloc[stepped[0]]), int(by["device"].iloc[stepped[0]])  # the first device with steps
+    mine = by.iloc[stepped]
+    mine = mine[(mine["rank"].to_numpy() == r0) & (mine["device"].to_numpy() == d0)]
     cols = ["step", "time", *[BUCKET_SHORT[b] for b in used]]
-    rows = []
-    for s, g in list(mine.groupby("step", sort=True))[:MAX_STEP_ROWS]:
-        pct = dict(zip(g["bucket"], g["pct"]))
-        rows.append([str(int(s)), fmt_ns(int(g["ns"].sum())), *[_pct(pct.get(b, 0.0)) for b in used]])
+    total: dict[int, int] = {}
+    for step, n in zip(mine["step"].tolist(), mine["ns"].tolist()):
+        total[step] = total.get(step, 0) + n
+    rows = [
+        [str(step), fmt_ns(total[step]), *[_pct(p.get(b, 0.0)) for b in used]]
+        for (step,), p in list(_grouped(mine, ("step",), "pct").items())[:MAX_STEP_ROWS]
+    ]
     multi_rank = ledger.windows["rank"].nunique() > 1 or bool((ledger.windows["rank"] != 0).any())
-    return _device_label(int(r0), int(d0), multi_rank), cols, rows
+    return _device_label(r0, d0, multi_rank), cols, rows
 
 
 def _pct(p: float) -> str:
