@@ -122,19 +122,18 @@ def _merged(starts: Any, ends: Any) -> tuple[np.ndarray, np.ndarray]:
     return merge_intervals(s, e)
 
 
-def _union_owned(s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``merge_intervals`` of non-empty intervals (every e > s) whose int64 arrays the caller hands over: in start
-    order (the usual case) the running end is computed in ``e`` itself and a group's end read at its last row,
-    so no array of the input's length is allocated besides two masks (fresh memory is what costs at 10^6 rows)."""
+def _run_unions(s: np.ndarray, e: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
+    """The union of each sorted run of non-empty intervals (every e > s) whose int64 arrays the caller hands over:
+    host rows of several threads come as a few runs in start order, and each run is merged in place (its running
+    end computed in ``e`` itself, a group's end read at its last row), so no array of the input's length is
+    allocated besides two masks (fresh memory is what costs at 10^6 rows). Many runs: one union of all."""
     if len(s) == 0:
-        return _EMPTY, _EMPTY
+        return []
     down = np.flatnonzero(s[1:] < s[:-1]) + 1 if len(s) > 1 else _EMPTY
     if len(down) > 64:
-        return merge_intervals(s, e)
-    # a few sorted runs (host rows of several threads come nearly in start order): each run merged in place, then
-    # the runs' unions merged; a union of non-empty intervals has one merged form, so this is merge_intervals' answer
+        return [merge_intervals(s, e)]
     cuts = np.r_[0, down, len(s)]
-    out_s, out_e = [], []
+    out = []
     for a, b in zip(cuts[:-1].tolist(), cuts[1:].tolist()):
         rs, re_ = s[a:b], e[a:b]
         np.maximum.accumulate(re_, out=re_)
@@ -146,10 +145,17 @@ def _union_owned(s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         last[:-1] = idx[1:] - 1
         last[-1] = b - a - 1
         # the running end at a group's last row is the group's largest end: every earlier end lies before its start
-        out_s.append(rs[idx]), out_e.append(re_[last])
-    if len(out_s) == 1:
-        return out_s[0], out_e[0]
-    return merge_intervals(np.concatenate(out_s), np.concatenate(out_e))
+        out.append((rs[idx], re_[last]))
+    return out
+
+
+def _union_owned(s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``merge_intervals`` of non-empty intervals (every e > s) whose arrays the caller hands over, by
+    ``_run_unions``: a union of non-empty intervals has one merged form, so this is merge_intervals' answer."""
+    runs = _run_unions(s, e)
+    if len(runs) <= 1:
+        return runs[0] if runs else (_EMPTY, _EMPTY)
+    return merge_intervals(np.concatenate([a for a, _ in runs]), np.concatenate([b for _, b in runs]))
 
 
 def _intersect(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
@@ -615,25 +621,97 @@ def _clip_slices(sl: pd.DataFrame, ws: np.ndarray, we: np.ndarray) -> pd.DataFra
     return out[pe > ps]
 
 
+def _spans(lo: np.ndarray, n: np.ndarray) -> np.ndarray:
+    """The positions lo[i], lo[i] + 1, ..., lo[i] + n[i] - 1 of every i, concatenated."""
+    total = int(n.sum())
+    return np.repeat(lo - (np.cumsum(n) - n), n) + np.arange(total)
+
+
+def _overlapping(a: np.ndarray, b: np.ndarray, g0: np.ndarray, g1: np.ndarray) -> np.ndarray:
+    """Positions (ascending, each once) of the intervals of the merged set (a, b) that overlap one of the merged
+    intervals (g0, g1); the smaller set is searched in the larger."""
+    if len(a) == 0 or len(g0) == 0:
+        return _EMPTY
+    if len(g0) < len(a):
+        lo = np.searchsorted(b, g0, side="right")  # the first interval ending after each gap starts ...
+        hi = np.searchsorted(a, g1, side="left")  # ... to the last starting before it ends
+        take = _spans(lo, np.maximum(hi - lo, 0))
+        return np.unique(take) if len(take) > 1 and not bool((take[1:] > take[:-1]).all()) else take
+    i = np.searchsorted(g1, a, side="right")  # the first gap ending after each interval starts
+    ok = i < len(g0)
+    ok[ok] = g0[i[ok]] < b[ok]
+    return np.flatnonzero(ok)
+
+
+def _union_near(runs: list[tuple[np.ndarray, np.ndarray]], g0: np.ndarray, g1: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The union of the runs' intervals that overlap some [g0, g1): inside those ranges it is the union of all."""
+    if len(g0) == 0:
+        return _EMPTY, _EMPTY
+    ks, ke = [], []
+    for a, b in runs:
+        take = _overlapping(a, b, g0, g1)
+        if len(take):
+            ks.append(a[take]), ke.append(b[take])
+    if not ks:
+        return _EMPTY, _EMPTY
+    return merge_intervals(np.concatenate(ks), np.concatenate(ke))
+
+
+def _sweep(sets: list[tuple[int, np.ndarray, np.ndarray]], default: int) -> tuple[np.ndarray, np.ndarray]:
+    """The segments between consecutive distinct edges of ``sets`` (code, starts, ends; merged, highest precedence
+    first) and the code of the first set covering each (``default`` where none does): (edges, codes)."""
+    p = np.unique(np.concatenate([x for _, a, b in sets for x in (a, b)] or [_EMPTY]))
+    left = p[:-1]
+    label = np.full(len(left), default, dtype=np.int8)
+    for code, a, b in reversed(sets):
+        label[_inside(a, b, left)] = code
+    return p, label
+
+
 def _device_slices(
     s: np.ndarray,
     e: np.ndarray,
     cls: np.ndarray,
     launch_end: tuple[np.ndarray, np.ndarray] | None,
-    host: dict[str, tuple[np.ndarray, np.ndarray]],
+    host: dict[str, Any],
     host_traced: bool,
     steps: tuple[np.ndarray, np.ndarray, np.ndarray],
 ) -> dict[str, np.ndarray]:
-    """Slices and gaps of one (rank, device) as arrays: the labelling by precedence of the module docstring."""
-    w0, w1 = int(s.min()), int(e.max())
-    # zero-length rows (instant copies, clipped kernels) still bound gaps, as in ``views.gaps``
-    us, ue = merge_intervals(s, e)
+    """Slices and gaps of one (rank, device) as arrays: the labelling by precedence of the module docstring.
+
+    The window is a chain of merged busy intervals and the gaps between them. Most busy intervals hold one class
+    of work and most gaps get one bucket from facts about the whole gap (queued work, a sync, a short launch
+    gap, no launch), so each becomes one piece at once; only busy intervals that mix classes and gaps that warm-up,
+    data wait or partial host activity cut are labelled edge by edge. Step edges cut the pieces, and neighbours
+    with equal (bucket, step) merge: the slices are the maximal runs of constant (bucket, step), whatever the
+    pieces were.
+    """
+    n_busy = len(BUSY_BUCKETS)
+    # merged busy intervals with the group of each row; zero-length rows (instant copies, clipped kernels) still
+    # bound gaps, as in ``views.gaps``
+    if len(s) > 1 and not bool((s[1:] >= s[:-1]).all()):
+        order = np.argsort(s, kind="stable")
+        s, e, cls = s[order], e[order], cls[order]
+    run_end = np.maximum.accumulate(e)
+    new = np.empty(len(s), dtype=bool)
+    new[0] = True
+    np.greater(s[1:], run_end[:-1], out=new[1:])
+    head = np.flatnonzero(new)
+    us, ue = s[head], np.maximum.reduceat(e, head)
+    w0, w1 = int(us[0]), int(ue[-1])
+    # consecutive merged intervals never touch: gap k lies between interval k and k + 1, and has positive length
     gs, ge = ue[:-1], us[1:]
-    keep = ge > gs
-    gs, ge = gs[keep], ge[keep]
+    n_g = len(gs)
+    # each interval's classes among its non-empty rows: one class is one piece, several are labelled row by row
+    pos = e > s
+    c_lo = np.minimum.reduceat(np.where(pos, cls, 3), head)
+    c_hi = np.maximum.reduceat(np.where(pos, cls, -1), head)
+    empty_iv = c_hi < 0  # only zero-length rows: a point, no piece
+    mixed = (c_lo != c_hi) & ~empty_iv
+
     # the call that enqueued the next work: the earliest-returning launch among activities starting at the gap end
-    nl = np.full(len(gs), np.nan)
-    if launch_end is not None and len(gs):
+    nl = np.full(n_g, np.nan)
+    if launch_end is not None and n_g:
         ks, kv = launch_end
         i = np.searchsorted(ks, ge)
         hit = (i < len(ks)) & (ks[np.minimum(i, len(ks) - 1)] == ge)
@@ -643,84 +721,121 @@ def _device_slices(
     late = linked & ~queued
     sync = _inside(*host["sync"], gs) & ~queued
     short = late & ((ge - gs) < LAUNCH_GAP_NS)
+    # a gap's own bucket, lowest precedence first; -1: host work (or none) decides, point by point
+    g_code = np.full(n_g, -1, dtype=np.int8)
+    g_code[~linked] = _CODE["idle_other"]
+    g_code[short] = _CODE["idle_launch_bound"]
+    g_code[sync] = _CODE["idle_host_sync"]
+    g_code[queued] = _CODE["idle_gpu_dependency"]
+    default = _CODE["idle_untraced" if host_traced else "idle_other"]
 
-    # precedence list of (bucket, merged interval set)
-    sets: list[tuple[str, tuple[np.ndarray, np.ndarray]]] = [
-        ("compute", _merged(s[cls == 0], e[cls == 0])),
-        ("communication", _merged(s[cls == 1], e[cls == 1])),
-        ("copy", _merged(s[cls == 2], e[cls == 2])),
-        ("idle_warmup", host["warmup"]),
-        ("idle_gpu_dependency", (gs[queued], ge[queued])),
-        ("idle_data_wait", host["data_wait"]),
-        ("idle_host_sync", (gs[sync], ge[sync])),
-        ("idle_launch_bound", (gs[short], ge[short])),
-        ("idle_other", (gs[~linked], ge[~linked])),
-        ("idle_host_busy", host["host_busy"]),
-    ]
-    default = "idle_untraced" if host_traced else "idle_other"
-    st_s, st_e, st_n = steps
-    # each set cut to the window; the segments are cut at every edge of every set, every step edge and the window
-    clipped = []
-    for name, (a, b) in sets:
-        a, b = np.maximum(a, w0), np.minimum(b, w1)
+    def clip(ab: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+        a, b = np.maximum(ab[0], w0), np.minimum(ab[1], w1)
         keep = b > a
-        clipped.append((name, a[keep], b[keep]))
-    pts = [np.array([w0, w1], np.int64), st_s[(st_s >= w0) & (st_s <= w1)], st_e[(st_e >= w0) & (st_e <= w1)]]
-    for _, a, b in clipped:
-        pts += [a, b]
-    # sorted distinct edges: the parts are sorted runs, which a stable (merge) sort only merges; the sort also
-    # says where each set edge landed, so no set has to be searched for its edges
-    cat = np.concatenate(pts)
-    order = np.argsort(cat, kind="stable")
-    srt = cat[order]
-    new = np.ones(len(srt), dtype=bool)
-    new[1:] = srt[1:] != srt[:-1]
-    p = srt[new]
-    at = np.empty(len(cat), np.int64)
-    at[order] = np.cumsum(new) - 1  # index in p of each edge of ``cat``
-    left, right = p[:-1], p[1:]
-    # every set covers whole runs of segments: mark where its intervals open and close, and a running sum says
-    # which segments lie inside. Lowest precedence first, so each set overwrites the ones it outranks.
-    label = np.full(len(left), _CODE[default], dtype=np.int8)
-    offsets = np.cumsum([0] + [len(x) for x in pts])
-    # one set of buffers for every set, each used only over the set's span (its first to its last edge)
-    mark = np.zeros(len(p), np.int8)
-    run = np.empty(len(p), np.int8)
-    inside = np.empty(len(p), dtype=bool)
-    for k in range(len(clipped) - 1, -1, -1):
-        name, a, b = clipped[k]
-        if len(a) == 0:
-            continue
-        o = offsets[3 + 2 * k]
-        i_open, i_close = at[o : o + len(a)], at[o + len(a) : o + 2 * len(a)]
-        lo, hi = int(i_open[0]), int(i_close[-1])  # sorted, disjoint intervals: edges in ascending order
-        mk = mark[lo : hi + 1]
-        mk[i_open - lo] = 1  # disjoint intervals: each edge index occurs once
-        mk[i_close - lo] -= 1
-        np.cumsum(mk[:-1], dtype=np.int8, out=run[: hi - lo])
-        np.greater(run[: hi - lo], 0, out=inside[: hi - lo])
-        label[lo:hi][inside[: hi - lo]] = _CODE[name]
-        mk[:] = 0
-    # the step containing each segment (latest-starting marker that contains it), -1 outside
-    step_no = np.full(len(left), -1, dtype=np.int64)
-    if len(st_s):
-        i = np.searchsorted(st_s, left, side="right") - 1
+        return a[keep], b[keep]
+
+    warm, wait = clip(host["warmup"]), clip(host["data_wait"])
+    # gaps that warm-up or data wait touch are labelled edge by edge
+    cut = np.zeros(n_g, dtype=bool)
+    for a, b in (warm, wait):
+        cut[_overlapping(gs, ge, a, b)] = True
+    # gaps the host decides: host busy covers them whole, not at all, or in part (then edge by edge)
+    free = np.flatnonzero(g_code < 0)
+    g_lab = g_code.copy()  # the bucket of a gap that is one piece
+    hb = _union_near(host["host_busy_runs"], gs[free], ge[free]) if len(free) else (_EMPTY, _EMPTY)
+    if len(free):
+        g_lab[free] = default
+        if len(hb[0]):
+            i = np.searchsorted(hb[1], gs[free], side="right")  # the first busy range ending after the gap starts
+            j = np.minimum(i, len(hb[0]) - 1)
+            touch = (i < len(hb[0])) & (hb[0][j] < ge[free])
+            whole = touch & (hb[0][j] <= gs[free]) & (hb[1][j] >= ge[free])
+            g_lab[free[whole]] = _CODE["idle_host_busy"]
+            cut[free[touch & ~whole]] = True
+
+    # pieces in time order: interval k at 2k, gap k at 2k + 1; mixed intervals and cut gaps are left out here
+    el_s = np.empty(2 * len(us) - 1, np.int64)
+    el_s[0::2], el_s[1::2] = us, gs
+    el_l = np.empty(len(el_s), np.int8)
+    el_l[0::2], el_l[1::2] = c_lo, g_lab
+    el_g = np.full(len(el_s), -1, np.int64)  # the gap of each idle piece
+    el_g[1::2] = np.arange(n_g)
+    keep = np.ones(len(el_s), dtype=bool)
+    keep[0::2] = ~(mixed | empty_iv)
+    keep[1::2] = ~cut
+    if not keep.all():
+        el_s, el_l, el_g = el_s[keep], el_l[keep], el_g[keep]
+
+    # the pieces of mixed intervals and cut gaps, edge by edge
+    xs: list[np.ndarray] = []
+    xl: list[np.ndarray] = []
+    xg: list[np.ndarray] = []
+    if mixed.any():
+        rows = mixed[np.cumsum(new) - 1] & pos
+        rs, re_, rc = s[rows], e[rows], cls[rows]
+        p, label = _sweep([(k, *_merged(rs[rc == k], re_[rc == k])) for k in range(n_busy)], -1)
+        inside = label >= 0
+        xs.append(p[:-1][inside]), xl.append(label[inside]), xg.append(np.full(int(inside.sum()), -1, np.int64))
+    if cut.any():
+        ci = np.flatnonzero(cut)
+        cs, ce, cc = gs[ci], ge[ci], g_code[ci]
+        sets = [(_CODE["idle_warmup"], *warm)]
+        for code in ("idle_gpu_dependency", "data_wait", "idle_host_sync", "idle_launch_bound", "idle_other", "idle_host_busy"):
+            if code == "data_wait":
+                sets.append((_CODE["idle_data_wait"], *wait))
+            elif code == "idle_host_busy":
+                take = _overlapping(hb[0], hb[1], cs, ce)
+                sets.append((_CODE[code], hb[0][take], hb[1][take]))
+            else:
+                sets.append((_CODE[code], cs[cc == _CODE[code]], ce[cc == _CODE[code]]))
+        sets.append((default, cs, ce))  # the rest of a cut gap
+        p, label = _sweep(sets, -1)
+        left = p[:-1]
+        inside = _inside(cs, ce, left)  # only what lies in a cut gap: the sets reach beyond them
+        left, label = left[inside], label[inside]
+        xs.append(left), xl.append(label), xg.append(ci[np.searchsorted(cs, left, side="right") - 1])
+    # step edges cut the pieces; a cut takes the bucket and gap of the piece it falls in
+    st_s, st_e, st_n = steps
+    edges = np.unique(np.concatenate([st_s, st_e])) if len(st_s) else _EMPTY
+    inner = edges[(edges > w0) & (edges < w1)]
+    if len(inner):
+        xs.append(inner), xl.append(np.full(len(inner), -1, np.int8)), xg.append(np.full(len(inner), -1, np.int64))
+    if xs:
+        x_s, x_l, x_g = np.concatenate(xs), np.concatenate(xl), np.concatenate(xg)
+        o = np.argsort(x_s, kind="stable")  # pieces before cuts at equal times: a cut takes the piece starting there
+        x_s, x_l, x_g = x_s[o], x_l[o], x_g[o]
+        at = np.searchsorted(el_s, x_s, side="right")
+        el_s, el_l, el_g = np.insert(el_s, at, x_s), np.insert(el_l, at, x_l), np.insert(el_g, at, x_g)
+        is_cut = el_l < 0
+        if is_cut.any():
+            src = np.where(is_cut, 0, np.arange(len(el_s)))
+            np.maximum.accumulate(src, out=src)
+            el_l, el_g = el_l[src], el_g[src]
+    el_e = np.empty(len(el_s), np.int64)
+    el_e[:-1], el_e[-1] = el_s[1:], w1
+    pos_len = el_e > el_s
+    if not pos_len.all():
+        el_s, el_e, el_l, el_g = el_s[pos_len], el_e[pos_len], el_l[pos_len], el_g[pos_len]
+
+    # the step of each piece: the latest-starting marker that contains it, -1 outside (constant between edges)
+    step_no = np.full(len(el_s), -1, dtype=np.int64)
+    if len(edges):
+        i = np.searchsorted(st_s, edges, side="right") - 1
         ok = i >= 0
-        ok[ok] = st_e[i[ok]] > left[ok]
-        step_no[ok] = st_n[i[ok]]
+        ok[ok] = st_e[i[ok]] > edges[ok]
+        val = np.where(ok, st_n[np.maximum(i, 0)], -1)
+        first = np.searchsorted(el_s, edges, side="left")  # the first piece at or after each edge
+        step_no = np.repeat(np.r_[-1, val], np.diff(np.r_[0, first, len(el_s)]))
     # merge neighbours with equal (bucket, step)
-    change = np.ones(len(left), dtype=bool)
-    change[1:] = (label[1:] != label[:-1]) | (step_no[1:] != step_no[:-1])
+    change = np.ones(len(el_s), dtype=bool)
+    change[1:] = (el_l[1:] != el_l[:-1]) | (step_no[1:] != step_no[:-1])
     idx = np.flatnonzero(change)
-    out_s = left[idx]
-    out_e = np.append(out_s[1:], right[-1])
-    out_l = label[idx]
-    # per-gap ns of each idle bucket
-    n_busy = len(BUSY_BUCKETS)
+    out_s = el_s[idx]
+    out_e = np.append(out_s[1:], w1)
+    out_l = el_l[idx]
     # the idle slices by gap (the gap each starts in) and bucket, summed once for all devices in ``build_ledger``
     idle = out_l >= n_busy
-    gid = np.searchsorted(gs, out_s[idle], side="right") - 1 if len(gs) else np.zeros(0, np.int64)
-    per_gap = (gid, out_l[idle].astype(np.int64) - n_busy, (out_e - out_s)[idle])
+    per_gap = (el_g[idx][idle], out_l[idle].astype(np.int64) - n_busy, (out_e - out_s)[idle])
     return {"step": step_no[idx], "start": out_s, "end": out_e, "label": out_l, "gs": gs, "ge": ge, "nl": nl, "per_gap": per_gap}
 
 
@@ -748,12 +863,12 @@ def build_ledger(views: "Views") -> Ledger:
     hb &= h_dur > 0
     hb_one_rank = len(h_rank) > 0 and h_rank.min() == h_rank.max()
 
-    def host_busy(rank: int) -> tuple[np.ndarray, np.ndarray]:
+    def host_busy_runs(rank: int) -> list[tuple[np.ndarray, np.ndarray]]:
         m = hb if hb_one_rank and h_rank[0] == rank else hb & (h_rank == rank)
         s = h_start[m].astype(np.int64, copy=False)
         e = h_dur[m].astype(np.int64, copy=False)
         e += s
-        return _union_owned(s, e)
+        return _run_unions(s, e)
 
     ln = views.launches
     launch_end: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
@@ -786,7 +901,7 @@ def build_ledger(views: "Views") -> Ledger:
         order = np.lexsort((a_dev, a_rank))
         a_rank, a_dev, a_s, a_e, a_cls = a_rank[order], a_dev[order], a_s[order], a_e[order], a_cls[order]
     bounds = np.flatnonzero(np.r_[True, (a_rank[1:] != a_rank[:-1]) | (a_dev[1:] != a_dev[:-1]), True])
-    facts: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    facts: dict[str, Any] = {}
     steps = (_EMPTY, _EMPTY, _EMPTY)
     current_rank = None
     for a, b in zip(bounds[:-1], bounds[1:]):
@@ -800,7 +915,7 @@ def build_ledger(views: "Views") -> Ledger:
                 "data_wait": by_rank(waits, rank),
                 "sync": by_rank(blocking, rank),
                 "warmup": by_rank(warm, rank),
-                "host_busy": host_busy(rank),
+                "host_busy_runs": host_busy_runs(rank),  # merged only near the gaps host work decides
             }
             srk = st[st["rank"].to_numpy() == rank] if not st.empty else st
             steps = (srk["start_ns"].to_numpy(np.int64), srk["end_ns"].to_numpy(np.int64), srk["step"].to_numpy(np.int64)) if not srk.empty else (_EMPTY, _EMPTY, _EMPTY)
