@@ -53,15 +53,17 @@ Everything is interval arithmetic on sorted numpy arrays (one loop over (rank, d
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cache, cached_property
 from typing import TYPE_CHECKING, Any, Iterable
+
+import re
 
 import numpy as np
 import pandas as pd
 
 from .patterns import COLLECTIVE, COPY_CALL, DATA_WAIT_PRIMARY, DATA_WAIT_TFDATA, SYNC_CALL, SYNC_OP
 from .rule_api import Instances, applies_to, instance_columns
-from .views import Coverage, kind_mask, merge_intervals, name_mask
+from .views import Coverage, _category_hits, kind_mask, merge_intervals, name_mask
 
 if TYPE_CHECKING:  # pragma: no cover
     from .views import Views
@@ -152,10 +154,31 @@ def _run_unions(s: np.ndarray, e: np.ndarray) -> list[tuple[np.ndarray, np.ndarr
 def _union_owned(s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``merge_intervals`` of non-empty intervals (every e > s) whose arrays the caller hands over, by
     ``_run_unions``: a union of non-empty intervals has one merged form, so this is merge_intervals' answer."""
-    runs = _run_unions(s, e)
+    return _union_of_runs(_run_unions(s, e))
+
+
+def _union_of_runs(runs: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+    """The union of several merged interval sets.
+
+    Starts and ends are sorted apart (each set is a sorted run of both, so the stable sort only merges runs, and
+    no permutation is gathered): the k-th smallest end closes a merged interval exactly when the next start lies
+    beyond it, since by then k + 1 intervals have started and k + 1 have ended. Touching intervals merge, as in
+    ``merge_intervals``, whose answer this is.
+    """
     if len(runs) <= 1:
         return runs[0] if runs else (_EMPTY, _EMPTY)
-    return merge_intervals(np.concatenate([a for a, _ in runs]), np.concatenate([b for _, b in runs]))
+    s = np.sort(np.concatenate([a for a, _ in runs]), kind="stable")
+    e = np.sort(np.concatenate([b for _, b in runs]), kind="stable")
+    if len(s) == 0:
+        return _EMPTY, _EMPTY
+    new = np.empty(len(s), dtype=bool)
+    new[0] = True
+    np.greater(s[1:], e[:-1], out=new[1:])
+    idx = np.flatnonzero(new)
+    last = np.empty(len(idx), np.intp)
+    last[:-1] = idx[1:] - 1
+    last[-1] = len(s) - 1
+    return s[idx], e[last]
 
 
 def _intersect(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
@@ -174,6 +197,33 @@ def _measure(s: np.ndarray, e: np.ndarray) -> int:
 
 
 # --- host facts ------------------------------------------------------------------------------------------
+def _in_codes(codes: np.ndarray, table: np.ndarray) -> np.ndarray:
+    """``table[codes]`` (table: per category, then one entry for a missing value, code -1). With a few categories
+    wanted, one comparison each: a gather of 10^6 codes first widens them all to intp."""
+    want = np.flatnonzero(table[:-1])
+    if len(want) > 4 or table[-1]:
+        return table[codes]
+    m = np.zeros(len(codes), dtype=bool)
+    for c in want.tolist():
+        m |= codes == c
+    return m
+
+
+def _kind_is(kinds: pd.Series, wanted: tuple[str, ...]) -> np.ndarray:
+    """``kind_mask`` compared code by code (kinds are a few categories, usually one or two wanted)."""
+    if isinstance(kinds.dtype, pd.CategoricalDtype):
+        return _in_codes(kinds.cat.codes.to_numpy(), np.append(np.isin(np.asarray(kinds.cat.categories, dtype=object), list(wanted)), False))
+    return kinds.isin(wanted).to_numpy()
+
+
+def _named(names: pd.Series, pattern: "str | re.Pattern[str]", case: bool = False) -> np.ndarray:
+    """``name_mask`` compared code by code when few names match (syncs, data waits, copies: a handful)."""
+    if isinstance(names.dtype, pd.CategoricalDtype) and len(names):
+        rx = pattern if isinstance(pattern, re.Pattern) else re.compile(pattern, 0 if case else re.IGNORECASE)
+        return _in_codes(names.cat.codes.to_numpy(), np.append(_category_hits(names.cat.categories, rx), False))
+    return name_mask(names, pattern, case=case)
+
+
 def _ranges(host: pd.DataFrame, mask: np.ndarray, reason: str | np.ndarray | None = None) -> pd.DataFrame:
     """rank, start_ns, end_ns (and reason) of the masked host rows, taking only those columns (a row take of a
     wide frame costs far more than these three arrays)."""
@@ -192,13 +242,16 @@ def data_wait_mask(host: pd.DataFrame) -> np.ndarray:
     """
     if host.empty:
         return np.zeros(0, dtype=bool)
-    kind_ok = host["kind"].isin(_DATA_WAIT_KINDS).to_numpy()
-    primary = kind_ok & name_mask(host["name"], DATA_WAIT_PRIMARY, case=True)
-    tfdata = kind_ok & name_mask(host["name"], DATA_WAIT_TFDATA, case=True) & ~primary
+    primary = _named(host["name"], DATA_WAIT_PRIMARY, case=True)
+    tfdata = _named(host["name"], DATA_WAIT_TFDATA, case=True)
+    if primary.any() or tfdata.any():  # rare names first, then their kinds
+        kind_ok = _kind_is(host["kind"], _DATA_WAIT_KINDS)
+        primary &= kind_ok
+        tfdata &= kind_ok & ~primary
     if tfdata.any():
         rank = host["rank"].to_numpy().astype(np.int64)
         tid = host["tid"].to_numpy().astype(np.int64)
-        consumer = primary | (host["kind"] == "step").to_numpy()
+        consumer = primary | _kind_is(host["kind"], ("step",))
         keys = set(zip(rank[consumer].tolist(), tid[consumer].tolist()))
         idx = np.flatnonzero(tfdata)
         on_consumer = np.fromiter(((r, t) in keys for r, t in zip(rank[idx].tolist(), tid[idx].tolist())), dtype=bool, count=len(idx))
@@ -229,8 +282,8 @@ def blocking_calls(views: "Views") -> pd.DataFrame:
     cols = ["rank", "start_ns", "end_ns", "reason"]
     kind = host["kind"]
     parts = [
-        _ranges(host, (kind == "runtime").to_numpy() & name_mask(host["name"], SYNC_CALL), "synchronizing call"),
-        _ranges(host, (kind == "cpu_op").to_numpy() & name_mask(host["name"], SYNC_OP), "synchronizing op"),
+        _ranges(host, _named(host["name"], SYNC_CALL) & _kind_is(kind, ("runtime",)), "synchronizing call"),
+        _ranges(host, _named(host["name"], SYNC_OP) & _kind_is(kind, ("cpu_op",)), "synchronizing op"),
     ]
     ln = views.launches
     if not ln.empty and "pageable" in ev:
@@ -238,7 +291,7 @@ def blocking_calls(views: "Views") -> pd.DataFrame:
         ck_col = ev["copy_kind"]
         if _is_positions(ev.index) and isinstance(ck_col.dtype, pd.CategoricalDtype) and len(idx) and idx.min() >= 0 and idx.max() < len(ev):
             # row labels are positions: the copy kind compared on its category codes, no 10^5 boxed strings
-            m = kind_mask(ck_col, ("DtoH",))[idx] & ev["pageable"].to_numpy(dtype=bool)[idx]
+            m = _kind_is(ck_col.take(idx), ("DtoH",)) & ev["pageable"].to_numpy(dtype=bool)[idx]
         else:
             ck = ck_col.reindex(idx).astype(object).to_numpy()
             pg = ev["pageable"].reindex(idx).to_numpy(dtype=bool)
@@ -247,7 +300,7 @@ def blocking_calls(views: "Views") -> pd.DataFrame:
         parts.append(pd.DataFrame({"rank": ln["rank"].to_numpy()[m].astype(np.int64), "start_ns": s, "end_ns": s + ln["launch_dur_ns"].to_numpy()[m], "reason": "copy to pageable host memory"}))
     parts = [p for p in parts if not p.empty]
     out = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame({c: pd.Series(dtype="int64" if c != "reason" else "object") for c in cols})
-    gs_mask = kind_mask(ev["kind"], ("gpu_sync",))
+    gs_mask = _kind_is(ev["kind"], ("gpu_sync",))
     if gs_mask.any():
         gs_mask &= ~np.isin(ev["rank"].to_numpy(), out["rank"].unique())
         if gs_mask.any():
@@ -272,23 +325,22 @@ def warmup_regions(views: "Views", blocking: pd.DataFrame | None = None) -> pd.D
     host = views.host_events
     parts = []
     if not host.empty:
-        names = host["name"]
-        is_rt = (host["kind"] == "runtime").to_numpy()
-        copy_call = is_rt & name_mask(names, COPY_CALL)
-        cand = (is_rt | (host["kind"] == "cpu_op").to_numpy()) & ~copy_call
-        cand &= ~(name_mask(names, SYNC_CALL) | name_mask(names, SYNC_OP) | name_mask(names, DATA_WAIT_PRIMARY, case=True))
+        names, kinds = host["name"], host["kind"]
         h_rank, h_start, h_dur = host["rank"].to_numpy(), host["start_ns"].to_numpy(), host["dur_ns"].to_numpy()
-        fi = _outlier_first_calls(names, cand, h_rank, h_start, h_dur)  # host positions, in (rank, name) order
+        fi = _outlier_first_calls(names, _warmup_candidates(names, kinds, h_dur), h_rank, h_start, h_dur)  # host positions, in (rank, name) order
         if len(fi):
             s, e = h_start[fi], h_start[fi] + h_dur[fi]
             blk = blocking if blocking is not None else blocking_calls(views)
-            blk = pd.concat([blk[["rank", "start_ns", "end_ns"]], _ranges(host, copy_call)], ignore_index=True)
+            copy_call = _named(names, COPY_CALL) & _kind_is(kinds, ("runtime",))
+            b_rank = np.r_[blk["rank"].to_numpy(np.int64), h_rank[copy_call].astype(np.int64)]
+            b_start = np.r_[blk["start_ns"].to_numpy(np.int64), h_start[copy_call]]
+            b_end = np.r_[blk["end_ns"].to_numpy(np.int64), h_start[copy_call] + h_dur[copy_call]]
             blocked = np.zeros(len(fi), np.int64)
             fr = h_rank[fi].astype(np.int64)
             for r in np.unique(fr):
                 m = fr == r
-                b = blk[blk["rank"].to_numpy() == r]
-                blocked[m] = Coverage(b["start_ns"].to_numpy(), b["end_ns"].to_numpy()).overlap(s[m], e[m])
+                b = b_rank == r
+                blocked[m] = Coverage(b_start[b], b_end[b]).overlap(s[m], e[m])
             keep = blocked * 2 < h_dur[fi]
             fi = fi[keep]
             reason = np.asarray(["first call of " + str(n) for n in names.take(fi).to_numpy()], dtype=object)
@@ -306,6 +358,34 @@ def warmup_regions(views: "Views", blocking: pd.DataFrame | None = None) -> pd.D
     return pd.concat(parts, ignore_index=True)[cols]
 
 
+def _warmup_candidates(names: pd.Series, kinds: pd.Series, dur: np.ndarray) -> np.ndarray:
+    """The host rows warm-up may look at: framework ops and runtime calls, not copies, syncs or data waits, and
+    only of names that have a candidate call of at least ``WARMUP_MIN_NS``: a first call shorter than that is no
+    warm-up, so the other names' calls are never needed (most rows, tested here only through their name)."""
+
+    def cand(rows: np.ndarray) -> np.ndarray:
+        n, k = names.take(rows), kinds.take(rows)
+        is_rt = _kind_is(k, ("runtime",))
+        ok = (is_rt & ~_named(n, COPY_CALL)) | _kind_is(k, ("cpu_op",))
+        ok &= ~(_named(n, SYNC_CALL) | _named(n, SYNC_OP) | _named(n, DATA_WAIT_PRIMARY, case=True))
+        return ok
+
+    out = np.zeros(len(names), dtype=bool)
+    long = np.flatnonzero(dur >= WARMUP_MIN_NS)
+    long = long[cand(long)]
+    if not len(long):
+        return out
+    if isinstance(names.dtype, pd.CategoricalDtype):
+        codes = names.cat.codes.to_numpy()
+        hit = np.zeros(len(names.cat.categories) + 1, dtype=bool)
+        hit[codes[long]] = True  # a missing name (code -1) marks the extra last entry
+        rows = np.flatnonzero(_in_codes(codes, hit))
+    else:
+        rows = np.flatnonzero(names.isin(names.take(long).unique()).to_numpy())
+    out[rows[cand(rows)]] = True
+    return out
+
+
 def _outlier_first_calls(names: pd.Series, cand: np.ndarray, rank: np.ndarray, start: np.ndarray, dur: np.ndarray) -> np.ndarray:
     """Positions of the candidate rows that are the first call of their (rank, name), last at least
     ``WARMUP_MIN_NS`` and ``WARMUP_RATIO`` times the median of the later calls; in (rank, name code) order.
@@ -316,7 +396,7 @@ def _outlier_first_calls(names: pd.Series, cand: np.ndarray, rank: np.ndarray, s
     costs most at 10^6 rows).
     """
     categorical = isinstance(names.dtype, pd.CategoricalDtype)
-    if categorical and len(rank) and rank.min() == rank.max():
+    if categorical and len(rank) and rank.min() == rank.max() and 4 * np.count_nonzero(cand) > len(cand):
         # one rank: the group of a row is its name code (+1: a missing name is a group too); others in a spare one
         n_groups = len(names.cat.categories) + 2
         group = np.where(cand, names.cat.codes.to_numpy().astype(np.int32) + 1, n_groups - 1)
@@ -635,26 +715,12 @@ def _overlapping(a: np.ndarray, b: np.ndarray, g0: np.ndarray, g1: np.ndarray) -
     if len(g0) < len(a):
         lo = np.searchsorted(b, g0, side="right")  # the first interval ending after each gap starts ...
         hi = np.searchsorted(a, g1, side="left")  # ... to the last starting before it ends
-        take = _spans(lo, np.maximum(hi - lo, 0))
-        return np.unique(take) if len(take) > 1 and not bool((take[1:] > take[:-1]).all()) else take
+        lo[1:] = np.maximum(lo[1:], hi[:-1])  # an interval spanning several gaps is taken at the first
+        return _spans(lo, np.maximum(hi - lo, 0))
     i = np.searchsorted(g1, a, side="right")  # the first gap ending after each interval starts
     ok = i < len(g0)
     ok[ok] = g0[i[ok]] < b[ok]
     return np.flatnonzero(ok)
-
-
-def _union_near(runs: list[tuple[np.ndarray, np.ndarray]], g0: np.ndarray, g1: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The union of the runs' intervals that overlap some [g0, g1): inside those ranges it is the union of all."""
-    if len(g0) == 0:
-        return _EMPTY, _EMPTY
-    ks, ke = [], []
-    for a, b in runs:
-        take = _overlapping(a, b, g0, g1)
-        if len(take):
-            ks.append(a[take]), ke.append(b[take])
-    if not ks:
-        return _EMPTY, _EMPTY
-    return merge_intervals(np.concatenate(ks), np.concatenate(ke))
 
 
 def _sweep(sets: list[tuple[int, np.ndarray, np.ndarray]], default: int) -> tuple[np.ndarray, np.ndarray]:
@@ -742,7 +808,7 @@ def _device_slices(
     # gaps the host decides: host busy covers them whole, not at all, or in part (then edge by edge)
     free = np.flatnonzero(g_code < 0)
     g_lab = g_code.copy()  # the bucket of a gap that is one piece
-    hb = _union_near(host["host_busy_runs"], gs[free], ge[free]) if len(free) else (_EMPTY, _EMPTY)
+    hb = host["host_busy"]() if len(free) else (_EMPTY, _EMPTY)
     if len(free):
         g_lab[free] = default
         if len(hb[0]):
@@ -804,8 +870,16 @@ def _device_slices(
         x_s, x_l, x_g = np.concatenate(xs), np.concatenate(xl), np.concatenate(xg)
         o = np.argsort(x_s, kind="stable")  # pieces before cuts at equal times: a cut takes the piece starting there
         x_s, x_l, x_g = x_s[o], x_l[o], x_g[o]
-        at = np.searchsorted(el_s, x_s, side="right")
-        el_s, el_l, el_g = np.insert(el_s, at, x_s), np.insert(el_l, at, x_l), np.insert(el_g, at, x_g)
+        # each lands after the pieces starting at or before it: its place among all is that count plus its own rank
+        at = np.searchsorted(el_s, x_s, side="right") + np.arange(len(x_s))
+        old = np.ones(len(el_s) + len(x_s), dtype=bool)
+        old[at] = False
+        grown = []
+        for a, x in ((el_s, x_s), (el_l, x_l), (el_g, x_g)):
+            out = np.empty(len(old), a.dtype)
+            out[old], out[at] = a, x
+            grown.append(out)
+        el_s, el_l, el_g = grown
         is_cut = el_l < 0
         if is_cut.any():
             src = np.where(is_cut, 0, np.arange(len(el_s)))
@@ -859,7 +933,7 @@ def build_ledger(views: "Views") -> Ledger:
     # host-busy rows: one mask (the empty ones dropped, as ``_merged`` would), each rank's starts and ends taken
     # once and merged in place (no frame, no full-length copies: these are most host rows)
     h_rank, h_start, h_dur = host["rank"].to_numpy(), host["start_ns"].to_numpy(), host["dur_ns"].to_numpy()
-    hb = kind_mask(host["kind"], _HOST_BUSY_KINDS)
+    hb = _kind_is(host["kind"], _HOST_BUSY_KINDS)
     hb &= h_dur > 0
     hb_one_rank = len(h_rank) > 0 and h_rank.min() == h_rank.max()
 
@@ -894,7 +968,7 @@ def build_ledger(views: "Views") -> Ledger:
         m = df["rank"].to_numpy() == rank
         return _merged(df["start_ns"].to_numpy(np.int64)[m], df["end_ns"].to_numpy(np.int64)[m])
 
-    host_ranks = set(host["rank"].unique().tolist()) if not host.empty else set()
+    host_ranks = set() if host.empty else {int(h_rank[0])} if hb_one_rank else set(host["rank"].unique().tolist())
     parts: list[dict[str, np.ndarray]] = []
     keys: list[tuple[int, int]] = []
     if a_rank.min() != a_rank.max() or a_dev.min() != a_dev.max():  # one (rank, device): already in order
@@ -915,7 +989,8 @@ def build_ledger(views: "Views") -> Ledger:
                 "data_wait": by_rank(waits, rank),
                 "sync": by_rank(blocking, rank),
                 "warmup": by_rank(warm, rank),
-                "host_busy_runs": host_busy_runs(rank),  # merged only near the gaps host work decides
+                # the rank's host-busy union, built only when a gap host work decides needs it, then kept
+                "host_busy": cache(lambda r=rank: _union_of_runs(host_busy_runs(r))),
             }
             srk = st[st["rank"].to_numpy() == rank] if not st.empty else st
             steps = (srk["start_ns"].to_numpy(np.int64), srk["end_ns"].to_numpy(np.int64), srk["step"].to_numpy(np.int64)) if not srk.empty else (_EMPTY, _EMPTY, _EMPTY)
@@ -928,30 +1003,54 @@ def build_ledger(views: "Views") -> Ledger:
     k_rank = np.array([k[0] for k in keys], np.int64)
     k_dev = np.array([k[1] for k in keys], np.int64)
     dev_idx = np.repeat(np.arange(len(keys)), n_sl)
-    label = np.concatenate([p["label"] for p in parts])
-    start = np.concatenate([p["start"] for p in parts])
-    end = np.concatenate([p["end"] for p in parts])
-    step = np.concatenate([p["step"] for p in parts])
-    slices = pd.DataFrame(
-        {
-            "rank": k_rank[dev_idx],
-            "device": k_dev[dev_idx],
-            "step": step,
-            "start_ns": start,
-            "end_ns": end,
-            "bucket": pd.Categorical.from_codes(label, categories=list(BUCKETS)),
-        }
-    )
+
+    def joined(name: str) -> np.ndarray:  # the devices' arrays end to end (one device: its own array)
+        return parts[0][name] if len(parts) == 1 else np.concatenate([p[name] for p in parts])
+
+    label = joined("label")
+    # the slices' int64 columns as the rows of one block, filled in place: the frame takes it without a copy
+    sl_block = np.empty((5, len(label)), np.int64)
+    sl_block[0], sl_block[1], sl_block[2], sl_block[3], sl_block[4] = k_rank[dev_idx], k_dev[dev_idx], joined("step"), joined("start"), joined("end")
+    step, start, end = sl_block[2], sl_block[3], sl_block[4]
+    slices = pd.DataFrame(sl_block.T, columns=["rank", "device", "step", "start_ns", "end_ns"], copy=False)
+    slices["bucket"] = pd.Categorical.from_codes(label, categories=list(BUCKETS))
     w_start = np.array([p["start"][0] for p in parts], np.int64)
     w_end = np.array([p["end"][-1] for p in parts], np.int64)
     windows = pd.DataFrame({"rank": k_rank, "device": k_dev, "start_ns": w_start, "end_ns": w_end, "window_ns": w_end - w_start})
     ns = end - start
-    # per device: one row per (device, bucket), zeros included
     nb = len(BUCKETS)
-    lab64 = label.astype(np.int64)
-    mat = np.zeros(len(keys) * nb, np.int64)
-    np.add.at(mat, dev_idx * nb + lab64, ns)  # flat indices: numpy's fast path
-    mat = mat.reshape(len(keys), nb)
+    # per (device, step): ns per bucket; groups of (device, step) in lexicographic order of one int64 key. When
+    # the keys span a small range (a few devices, step numbers close together) a table of present keys ranks
+    # them; else one sort and a neighbour test (a 2-D ``np.unique(axis=1)`` sorts rows as records, much slower)
+    s_lo = int(step.min()) if len(step) else 0
+    span = int(step.max()) - s_lo + 1 if len(step) else 1
+    ck = dev_idx * span
+    ck += step
+    ck -= s_lo
+    if len(keys) * span <= 4 * len(ck) + 4096:
+        present = np.zeros(len(keys) * span, dtype=bool)
+        present[ck] = True
+        heads = np.flatnonzero(present)
+        rank_of = np.cumsum(present) - 1
+        inv = rank_of[ck]
+        u_dev, u_step = heads // span, heads % span + s_lo
+    else:
+        order = np.argsort(ck, kind="stable")
+        sk = ck[order]
+        first = np.r_[True, sk[1:] != sk[:-1]]
+        inv = np.empty(len(ck), np.int64)
+        inv[order] = np.cumsum(first) - 1
+        head = order[first]
+        u_dev, u_step = dev_idx[head], step[head]
+    n_grp = len(u_dev)
+    inv *= nb
+    inv += label
+    smat = np.zeros(n_grp * nb, np.int64)
+    np.add.at(smat, inv, ns)  # flat indices: numpy's fast path
+    smat = smat.reshape(n_grp, nb)
+    # per device: one row per (device, bucket), zeros included; the sum of its steps' rows
+    mat = np.zeros((len(keys), nb), np.int64)
+    np.add.at(mat, u_dev, smat)
     by_device = pd.DataFrame(
         {
             "rank": np.repeat(k_rank, nb),
@@ -962,33 +1061,18 @@ def build_ledger(views: "Views") -> Ledger:
         }
     )
     # per (device, step): the same, with the step's part of the window as the base of pct
-    # groups of (device, step) in lexicographic order: one int64 key, one sort, a neighbour test (a 2-D
-    # ``np.unique(axis=1)`` sorts rows as structured records, many times slower)
-    s_lo = int(step.min()) if len(step) else 0
-    ck = dev_idx.astype(np.int64) * (int(step.max()) - s_lo + 1 if len(step) else 1) + (step - s_lo)
-    order = np.argsort(ck, kind="stable")
-    sk = ck[order]
-    first = np.r_[True, sk[1:] != sk[:-1]]
-    inv = np.empty(len(ck), np.int64)
-    inv[order] = np.cumsum(first) - 1
-    head = order[first]
-    u_dev, u_step = dev_idx[head], step[head]
-    smat = np.zeros(len(head) * nb, np.int64)
-    np.add.at(smat, inv * nb + lab64, ns)
-    smat = smat.reshape(len(head), nb)
     by_step = pd.DataFrame(
         {
             "rank": np.repeat(k_rank[u_dev], nb),
             "device": np.repeat(k_dev[u_dev], nb),
             "step": np.repeat(u_step, nb),
-            "bucket": np.tile(np.array(BUCKETS, dtype=object), len(head)),
+            "bucket": np.tile(np.array(BUCKETS, dtype=object), n_grp),
             "ns": smat.ravel(),
             "pct": (100.0 * smat / np.maximum(smat.sum(axis=1), 1)[:, None]).ravel(),
         }
     )
     gap_idx = np.repeat(np.arange(len(keys)), n_gp)
-    gs = np.concatenate([p["gs"] for p in parts])
-    ge = np.concatenate([p["ge"] for p in parts])
+    gs, ge = joined("gs"), joined("ge")
     n_g = len(gs)
     # the frame's int64 columns as the rows of one block, filled in place: the frame takes it without a copy
     int_cols = ["rank", "device", "start_ns", "end_ns", "dur_ns", *IDLE_BUCKETS]
@@ -1003,8 +1087,10 @@ def build_ledger(views: "Views") -> Ledger:
         if len(gid):
             np.add.at(per_gap.reshape(-1), bucket * n_g + (first_gap[j] + gid), ns_)  # flat indices: numpy's fast path
     gaps = pd.DataFrame(block.T, columns=int_cols, copy=False)
-    gaps.insert(5, "next_launch_end_ns", np.concatenate([p["nl"] for p in parts]))
-    gaps["cause"] = np.asarray(IDLE_BUCKETS, dtype=object)[_first_max_row(per_gap)] if n_g else np.zeros(0, dtype=object)
+    gaps.insert(5, "next_launch_end_ns", joined("nl"))
+    # the names as the column's own array type (inferred once from the bucket names) taken by index: no 10^5
+    # strings to check one by one
+    gaps["cause"] = pd.Series(np.asarray(IDLE_BUCKETS, dtype=object)).array.take(_first_max_row(per_gap)) if n_g else np.zeros(0, dtype=object)
     return Ledger(slices=slices, by_device=by_device, by_step=by_step, windows=windows, gaps=gaps, warmup=warm)
 
 
