@@ -391,9 +391,9 @@ def _outlier_first_calls(names: pd.Series, cand: np.ndarray, rank: np.ndarray, s
     ``WARMUP_MIN_NS`` and ``WARMUP_RATIO`` times the median of the later calls; in (rank, name code) order.
 
     The first call of a group is its earliest start, the first listed among equal starts. Groups are dense
-    integers (the name's category code on a one-rank trace, else a hash of rank and name), so nothing is sorted
-    and, on the usual one-rank trace, no candidate-sized copy of the columns is made (fresh memory is what
-    costs most at 10^6 rows).
+    integers (the name's category code when most rows of one rank are candidates, else a key of rank and name
+    code, hashed when its range is large), so nothing is sorted and, with dense candidates on one rank, no
+    candidate-sized copy of the columns is made (fresh memory is what costs most at 10^6 rows).
     """
     categorical = isinstance(names.dtype, pd.CategoricalDtype)
     if categorical and len(rank) and rank.min() == rank.max() and 4 * np.count_nonzero(cand) > len(cand):
@@ -408,10 +408,15 @@ def _outlier_first_calls(names: pd.Series, cand: np.ndarray, rank: np.ndarray, s
             return idx
         r = rank[idx].astype(np.int64)
         code = names.cat.codes.to_numpy()[idx].astype(np.int64) if categorical else pd.factorize(names.to_numpy()[idx])[0]
-        # one int64 key for (rank, name code), grouped by hashing: no sort of the 10^6 candidates
+        # one int64 key for (rank, name code): itself the group when its range is small (a few ranks, names
+        # as category codes), else grouped by hashing; no sort of the 10^6 candidates either way
         rc = (r - r.min()) * (int(code.max()) + 2) + (code + 1)
-        group, uniq = pd.factorize(rc)
-        n_groups, spare = len(uniq), -1
+        if int(rc.max()) < 4 * len(rc) + 4096:
+            group, n_groups = rc, int(rc.max()) + 1
+        else:
+            group, uniq = pd.factorize(rc)
+            n_groups = len(uniq)
+        spare = -1
         pos_start, pos_dur = start[idx], dur[idx]
     first_start = np.full(n_groups, np.iinfo(np.int64).max, np.int64)
     np.minimum.at(first_start, group, pos_start)
@@ -429,8 +434,8 @@ def _outlier_first_calls(names: pd.Series, cand: np.ndarray, rank: np.ndarray, s
     if not rest.any():
         return np.zeros(0, np.int64)
     med = pd.Series(pos_dur[rest]).groupby(group[rest]).median()
-    if idx is not None:
-        long_first = long_first[np.argsort(rc[long_first])]  # in (rank, name) order
+    if idx is not None and group is not rc:
+        long_first = long_first[np.argsort(rc[long_first])]  # in (rank, name) order (the key itself is in order)
     m_rest = med.reindex(group[long_first]).to_numpy()
     ok = ~np.isnan(m_rest) & (pos_dur[long_first] >= WARMUP_RATIO * np.nan_to_num(m_rest))
     fi = long_first[ok]
@@ -819,18 +824,15 @@ def _device_slices(
             g_lab[free[whole]] = _CODE["idle_host_busy"]
             cut[free[touch & ~whole]] = True
 
-    # pieces in time order: interval k at 2k, gap k at 2k + 1; mixed intervals and cut gaps are left out here
+    # pieces in time order: interval k at 2k, gap k at 2k + 1
     el_s = np.empty(2 * len(us) - 1, np.int64)
     el_s[0::2], el_s[1::2] = us, gs
     el_l = np.empty(len(el_s), np.int8)
     el_l[0::2], el_l[1::2] = c_lo, g_lab
     el_g = np.full(len(el_s), -1, np.int64)  # the gap of each idle piece
     el_g[1::2] = np.arange(n_g)
-    keep = np.ones(len(el_s), dtype=bool)
-    keep[0::2] = ~(mixed | empty_iv)
-    keep[1::2] = ~cut
-    if not keep.all():
-        el_s, el_l, el_g = el_s[keep], el_l[keep], el_g[keep]
+    # a mixed interval or cut gap stays in as an empty piece: its own pieces start where it starts and come after
+    # it, and empty pieces are dropped below (as are points: intervals of zero-length rows only)
 
     # the pieces of mixed intervals and cut gaps, edge by edge
     xs: list[np.ndarray] = []
@@ -1099,10 +1101,11 @@ def _first_max_row(m: np.ndarray) -> np.ndarray:
     numpy's argmax across rows of a C-ordered block walks it column by column."""
     best = m[0].copy()
     arg = np.zeros(m.shape[1], np.intp)
+    more = np.empty(m.shape[1], dtype=bool)
     for k in range(1, m.shape[0]):
-        more = m[k] > best  # strictly: ties keep the first row, as argmax does
-        arg[more] = k
-        best[more] = m[k][more]
+        np.greater(m[k], best, out=more)  # strictly: ties keep the first row, as argmax does
+        np.copyto(arg, k, where=more)
+        np.maximum(best, m[k], out=best)
     return arg
 
 
