@@ -277,13 +277,29 @@ def blocking_calls(views: "Views") -> pd.DataFrame:
     async copies into pageable host memory (the driver runs them synchronously). GPU-side sync records stand in
     only on ranks whose host trace shows no blocking call.
     """
+    cols = ["rank", "start_ns", "end_ns", "reason"]
+    parts = _blocking_parts(views)
+    if not parts:
+        return pd.DataFrame({c: pd.Series(dtype="int64" if c != "reason" else "object") for c in cols})
+    reason = np.concatenate([np.full(len(p[0]), p[3], dtype=object) for p in parts])
+    return pd.DataFrame({"rank": np.concatenate([p[0] for p in parts]), "start_ns": np.concatenate([p[1] for p in parts]), "end_ns": np.concatenate([p[2] for p in parts]), "reason": reason})
+
+
+def _blocking_parts(views: "Views") -> list[tuple[np.ndarray, np.ndarray, np.ndarray, str]]:
+    """``blocking_calls`` as (rank, start_ns, end_ns, reason) arrays per reason, the empty ones left out: the
+    ledger needs only the ranges, and frames of them cost more than finding them."""
     ev = views.events
     host = views.host_events
-    cols = ["rank", "start_ns", "end_ns", "reason"]
     kind = host["kind"]
+    h_rank, h_start, h_dur = host["rank"].to_numpy(), host["start_ns"].to_numpy(), host["dur_ns"].to_numpy()
+
+    def rows(m: np.ndarray, reason: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, str]:
+        s = h_start[m].astype(np.int64, copy=False)
+        return h_rank[m].astype(np.int64), s, s + h_dur[m], reason
+
     parts = [
-        _ranges(host, _named(host["name"], SYNC_CALL) & _kind_is(kind, ("runtime",)), "synchronizing call"),
-        _ranges(host, _named(host["name"], SYNC_OP) & _kind_is(kind, ("cpu_op",)), "synchronizing op"),
+        rows(_named(host["name"], SYNC_CALL) & _kind_is(kind, ("runtime",)), "synchronizing call"),
+        rows(_named(host["name"], SYNC_OP) & _kind_is(kind, ("cpu_op",)), "synchronizing op"),
     ]
     ln = views.launches
     if not ln.empty and "pageable" in ev:
@@ -296,19 +312,20 @@ def blocking_calls(views: "Views") -> pd.DataFrame:
             ck = ck_col.reindex(idx).astype(object).to_numpy()
             pg = ev["pageable"].reindex(idx).to_numpy(dtype=bool)
             m = (ck == "DtoH") & pg
-        s = ln["launch_start_ns"].to_numpy()[m]
-        parts.append(pd.DataFrame({"rank": ln["rank"].to_numpy()[m].astype(np.int64), "start_ns": s, "end_ns": s + ln["launch_dur_ns"].to_numpy()[m], "reason": "copy to pageable host memory"}))
-    parts = [p for p in parts if not p.empty]
-    out = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame({c: pd.Series(dtype="int64" if c != "reason" else "object") for c in cols})
+        s = ln["launch_start_ns"].to_numpy()[m].astype(np.int64, copy=False)
+        parts.append((ln["rank"].to_numpy()[m].astype(np.int64), s, s + ln["launch_dur_ns"].to_numpy()[m], "copy to pageable host memory"))
+    parts = [p for p in parts if len(p[0])]
     gs_mask = _kind_is(ev["kind"], ("gpu_sync",))
     if gs_mask.any():
-        gs_mask &= ~np.isin(ev["rank"].to_numpy(), out["rank"].unique())
+        if parts:
+            gs_mask &= ~np.isin(ev["rank"].to_numpy(), np.unique(np.concatenate([p[0] for p in parts])))
         if gs_mask.any():
-            out = pd.concat([out, _ranges(ev, gs_mask, "GPU-side sync record")], ignore_index=True)
-    return out[cols].astype({"rank": "int64", "start_ns": "int64", "end_ns": "int64"})
+            s = ev["start_ns"].to_numpy()[gs_mask].astype(np.int64, copy=False)
+            parts.append((ev["rank"].to_numpy()[gs_mask].astype(np.int64), s, s + ev["dur_ns"].to_numpy()[gs_mask], "GPU-side sync record"))
+    return parts
 
 
-def warmup_regions(views: "Views", blocking: pd.DataFrame | None = None) -> pd.DataFrame:
+def warmup_regions(views: "Views", blocking: "pd.DataFrame | list[tuple[np.ndarray, np.ndarray, np.ndarray, str]] | None" = None) -> pd.DataFrame:
     """Host time ranges (rank, start_ns, end_ns, reason) that belong to warm-up, not to steady state.
 
     Two principles, both about repetition: steady state repeats itself, one-time work does not.
@@ -330,11 +347,13 @@ def warmup_regions(views: "Views", blocking: pd.DataFrame | None = None) -> pd.D
         fi = _outlier_first_calls(names, _warmup_candidates(names, kinds, h_dur), h_rank, h_start, h_dur)  # host positions, in (rank, name) order
         if len(fi):
             s, e = h_start[fi], h_start[fi] + h_dur[fi]
-            blk = blocking if blocking is not None else blocking_calls(views)
+            blk = blocking if blocking is not None else _blocking_parts(views)  # a frame or its parts
+            if isinstance(blk, pd.DataFrame):
+                blk = [(blk["rank"].to_numpy(np.int64), blk["start_ns"].to_numpy(np.int64), blk["end_ns"].to_numpy(np.int64), "")]
             copy_call = _named(names, COPY_CALL) & _kind_is(kinds, ("runtime",))
-            b_rank = np.r_[blk["rank"].to_numpy(np.int64), h_rank[copy_call].astype(np.int64)]
-            b_start = np.r_[blk["start_ns"].to_numpy(np.int64), h_start[copy_call]]
-            b_end = np.r_[blk["end_ns"].to_numpy(np.int64), h_start[copy_call] + h_dur[copy_call]]
+            b_rank = np.concatenate([p[0] for p in blk] + [h_rank[copy_call].astype(np.int64)])
+            b_start = np.concatenate([p[1] for p in blk] + [h_start[copy_call].astype(np.int64)])
+            b_end = np.concatenate([p[2] for p in blk] + [(h_start[copy_call] + h_dur[copy_call]).astype(np.int64)])
             blocked = np.zeros(len(fi), np.int64)
             fr = h_rank[fi].astype(np.int64)
             for r in np.unique(fr):
@@ -929,8 +948,7 @@ def build_ledger(views: "Views") -> Ledger:
     a_e = a_s + np.maximum(act["dur_ns"].to_numpy(np.int64), 0)
 
     host = views.host_events
-    waits = data_wait_rows(host)
-    blocking = blocking_calls(views)
+    blocking = _blocking_parts(views)
     warm = warmup_regions(views, blocking)
     # host-busy rows: one mask (the empty ones dropped, as ``_merged`` would), each rank's starts and ends taken
     # once and merged in place (no frame, no full-length copies: these are most host rows)
@@ -964,11 +982,22 @@ def build_ledger(views: "Views") -> Ledger:
             launch_end[(int(lr[a]), int(ld[a]))] = (lg[a:b], lend[a:b].astype(float))
     st = views.steps
 
-    def by_rank(df: pd.DataFrame, rank: int) -> tuple[np.ndarray, np.ndarray]:
-        if df.empty:
+    def ranges(parts: list[tuple[np.ndarray, ...]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(rank, start, end) of some host ranges, end to end."""
+        if not parts:
+            return _EMPTY, _EMPTY, _EMPTY
+        return tuple(np.concatenate([p[k] for p in parts]).astype(np.int64, copy=False) for k in range(3))  # type: ignore[return-value]
+
+    dw = data_wait_mask(host) if not host.empty else np.zeros(0, dtype=bool)
+    waits = ranges([(h_rank[dw], h_start[dw], h_start[dw] + h_dur[dw])])
+    blocks = ranges(blocking)
+    warms = ranges([(warm["rank"].to_numpy(), warm["start_ns"].to_numpy(), warm["end_ns"].to_numpy())])
+
+    def by_rank(rse: tuple[np.ndarray, np.ndarray, np.ndarray], rank: int) -> tuple[np.ndarray, np.ndarray]:
+        if not len(rse[0]):
             return _EMPTY, _EMPTY
-        m = df["rank"].to_numpy() == rank
-        return _merged(df["start_ns"].to_numpy(np.int64)[m], df["end_ns"].to_numpy(np.int64)[m])
+        m = rse[0] == rank
+        return _merged(rse[1][m], rse[2][m])
 
     host_ranks = set() if host.empty else {int(h_rank[0])} if hb_one_rank else set(host["rank"].unique().tolist())
     parts: list[dict[str, np.ndarray]] = []
@@ -989,8 +1018,8 @@ def build_ledger(views: "Views") -> Ledger:
             current_rank = rank
             facts = {
                 "data_wait": by_rank(waits, rank),
-                "sync": by_rank(blocking, rank),
-                "warmup": by_rank(warm, rank),
+                "sync": by_rank(blocks, rank),
+                "warmup": by_rank(warms, rank),
                 # the rank's host-busy union, built only when a gap host work decides needs it, then kept
                 "host_busy": cache(lambda r=rank: _union_of_runs(host_busy_runs(r))),
             }
