@@ -382,12 +382,34 @@ def _warmup_candidates(names: pd.Series, kinds: pd.Series, dur: np.ndarray) -> n
     only of names that have a candidate call of at least ``WARMUP_MIN_NS``: a first call shorter than that is no
     warm-up, so the other names' calls are never needed (most rows, tested here only through their name)."""
 
-    def cand(rows: np.ndarray) -> np.ndarray:
-        n, k = names.take(rows), kinds.take(rows)
-        is_rt = _kind_is(k, ("runtime",))
-        ok = (is_rt & ~_named(n, COPY_CALL)) | _kind_is(k, ("cpu_op",))
-        ok &= ~(_named(n, SYNC_CALL) | _named(n, SYNC_OP) | _named(n, DATA_WAIT_PRIMARY, case=True))
-        return ok
+    if isinstance(names.dtype, pd.CategoricalDtype) and isinstance(kinds.dtype, pd.CategoricalDtype):
+        # on the codes: per kind and per name a table, read for the rows asked about
+        n_codes, k_codes = names.cat.codes.to_numpy(), kinds.cat.codes.to_numpy()
+        cats = names.cat.categories
+
+        def hits(pattern: "str | re.Pattern[str]", case: bool = False) -> np.ndarray:
+            rx = pattern if isinstance(pattern, re.Pattern) else re.compile(pattern, 0 if case else re.IGNORECASE)
+            return np.append(_category_hits(cats, rx), False)  # a missing name (code -1) reads the last entry
+
+        def kind_table(kind: str) -> np.ndarray:
+            return np.append(np.asarray(kinds.cat.categories, dtype=object) == kind, False)
+
+        excluded = hits(SYNC_CALL) | hits(SYNC_OP) | hits(DATA_WAIT_PRIMARY, case=True)
+        rt_ok, op_ok = ~(excluded | hits(COPY_CALL)), ~excluded
+        is_rt, is_op = kind_table("runtime"), kind_table("cpu_op")
+
+        def cand(rows: np.ndarray) -> np.ndarray:
+            n, k = n_codes[rows], k_codes[rows]
+            return (is_rt[k] & rt_ok[n]) | (is_op[k] & op_ok[n])
+
+    else:
+
+        def cand(rows: np.ndarray) -> np.ndarray:
+            n, k = names.take(rows), kinds.take(rows)
+            is_rt = _kind_is(k, ("runtime",))
+            ok = (is_rt & ~_named(n, COPY_CALL)) | _kind_is(k, ("cpu_op",))
+            ok &= ~(_named(n, SYNC_CALL) | _named(n, SYNC_OP) | _named(n, DATA_WAIT_PRIMARY, case=True))
+            return ok
 
     out = np.zeros(len(names), dtype=bool)
     long = np.flatnonzero(dur >= WARMUP_MIN_NS)
@@ -901,19 +923,19 @@ def _device_slices(
             out[old], out[at] = a, x
             grown.append(out)
         el_s, el_l, el_g = grown
-        is_cut = el_l < 0
-        if is_cut.any():
-            src = np.where(is_cut, 0, np.arange(len(el_s)))
-            np.maximum.accumulate(src, out=src)
-            el_l, el_g = el_l[src], el_g[src]
-    el_e = np.empty(len(el_s), np.int64)
-    el_e[:-1], el_e[-1] = el_s[1:], w1
-    pos_len = el_e > el_s
-    if not pos_len.all():
-        el_s, el_e, el_l, el_g = el_s[pos_len], el_e[pos_len], el_l[pos_len], el_g[pos_len]
+        q = at[x_l < 0]  # the cuts; one right after another takes what the first of them takes
+        if len(q):
+            run = np.r_[True, q[1:] != q[:-1] + 1]
+            src = q[run][np.cumsum(run) - 1] - 1
+            el_l[q], el_g[q] = el_l[src], el_g[src]
+    # empty pieces (left-out ones, points, pieces a cut starts with) dropped: a piece ends where the next starts
+    full = np.empty(len(el_s), dtype=bool)
+    np.greater(el_s[1:], el_s[:-1], out=full[:-1])
+    full[-1] = el_s[-1] < w1
+    if not full.all():
+        el_s, el_l, el_g = el_s[full], el_l[full], el_g[full]
 
     # the step of each piece: the latest-starting marker that contains it, -1 outside (constant between edges)
-    step_no = np.full(len(el_s), -1, dtype=np.int64)
     if len(edges):
         i = np.searchsorted(st_s, edges, side="right") - 1
         ok = i >= 0
@@ -921,6 +943,8 @@ def _device_slices(
         val = np.where(ok, st_n[np.maximum(i, 0)], -1)
         first = np.searchsorted(el_s, edges, side="left")  # the first piece at or after each edge
         step_no = np.repeat(np.r_[-1, val], np.diff(np.r_[0, first, len(el_s)]))
+    else:
+        step_no = np.full(len(el_s), -1, dtype=np.int64)
     # merge neighbours with equal (bucket, step)
     change = np.ones(len(el_s), dtype=bool)
     change[1:] = (el_l[1:] != el_l[:-1]) | (step_no[1:] != step_no[:-1])
@@ -971,12 +995,14 @@ def build_ledger(views: "Views") -> Ledger:
         ld = ln["device"].to_numpy(np.int64)
         lg = ln["gpu_start_ns"].to_numpy(np.int64)
         lend = (ln["launch_start_ns"] + ln["launch_dur_ns"]).to_numpy(np.int64)
-        # constant keys order nothing (the sort is stable): left out on the usual one-device trace
-        order = np.lexsort(tuple(k for k in (lend, lg, ld, lr) if k is lend or k is lg or k.min() != k.max()))
+        # by (rank, device, gpu start); constant keys order nothing: left out on the usual one-device trace
+        keys = tuple(k for k in (lg, ld, lr) if k is lg or k.min() != k.max())
+        order = np.argsort(lg, kind="stable") if len(keys) == 1 else np.lexsort(keys)
         lr, ld, lg, lend = lr[order], ld[order], lg[order], lend[order]
-        first = np.ones(len(lg), dtype=bool)  # earliest-returning launch per (rank, device, gpu start)
+        first = np.ones(len(lg), dtype=bool)  # the earliest-returning launch per (rank, device, gpu start)
         first[1:] = (lr[1:] != lr[:-1]) | (ld[1:] != ld[:-1]) | (lg[1:] != lg[:-1])
-        lr, ld, lg, lend = lr[first], ld[first], lg[first], lend[first]
+        at = np.flatnonzero(first)
+        lr, ld, lg, lend = lr[at], ld[at], lg[at], np.minimum.reduceat(lend, at)
         bounds = np.flatnonzero(np.r_[True, (lr[1:] != lr[:-1]) | (ld[1:] != ld[:-1]), True])
         for a, b in zip(bounds[:-1], bounds[1:]):
             launch_end[(int(lr[a]), int(ld[a]))] = (lg[a:b], lend[a:b].astype(float))
