@@ -880,7 +880,9 @@ def _device_slices(
     xl: list[np.ndarray] = []
     xg: list[np.ndarray] = []
     if mixed.any():
-        rows = mixed[np.cumsum(new) - 1] & pos
+        mk = np.flatnonzero(mixed)
+        rows = _spans(head[mk], np.diff(np.r_[head, len(s)])[mk])  # the rows of the mixed intervals
+        rows = rows[pos[rows]]
         rs, re_, rc = s[rows], e[rows], cls[rows]
         p, label = _sweep([(k, *_merged(rs[rc == k], re_[rc == k])) for k in range(n_busy)], -1)
         inside = label >= 0
@@ -928,12 +930,11 @@ def _device_slices(
             run = np.r_[True, q[1:] != q[:-1] + 1]
             src = q[run][np.cumsum(run) - 1] - 1
             el_l[q], el_g[q] = el_l[src], el_g[src]
-    # empty pieces (left-out ones, points, pieces a cut starts with) dropped: a piece ends where the next starts
+    # empty pieces (left-out ones, points, pieces a cut starts with; a piece ends where the next starts) are
+    # skipped when neighbours merge below, not copied out
     full = np.empty(len(el_s), dtype=bool)
     np.greater(el_s[1:], el_s[:-1], out=full[:-1])
     full[-1] = el_s[-1] < w1
-    if not full.all():
-        el_s, el_l, el_g = el_s[full], el_l[full], el_g[full]
 
     # the step of each piece: the latest-starting marker that contains it, -1 outside (constant between edges)
     if len(edges):
@@ -945,9 +946,22 @@ def _device_slices(
         step_no = np.repeat(np.r_[-1, val], np.diff(np.r_[0, first, len(el_s)]))
     else:
         step_no = np.full(len(el_s), -1, dtype=np.int64)
-    # merge neighbours with equal (bucket, step)
+    # merge neighbours with equal (bucket, step); after a run of empty pieces, compare with the piece before it
     change = np.ones(len(el_s), dtype=bool)
     change[1:] = (el_l[1:] != el_l[:-1]) | (step_no[1:] != step_no[:-1])
+    z = np.flatnonzero(~full)
+    if len(z):
+        change[z] = False
+        last = np.r_[z[1:] != z[:-1] + 1, True]  # the last empty piece of each run
+        first = np.r_[True, last[:-1]]
+        nxt, prev = z[last] + 1, z[first] - 1
+        ok = nxt < len(el_s)  # an empty run at the very end is followed by nothing
+        nxt, prev = nxt[ok], prev[ok]
+        has_prev = prev >= 0
+        ch = np.ones(len(nxt), dtype=bool)
+        p_ = prev[has_prev]
+        ch[has_prev] = (el_l[nxt[has_prev]] != el_l[p_]) | (step_no[nxt[has_prev]] != step_no[p_])
+        change[nxt] = ch
     idx = np.flatnonzero(change)
     out_s = el_s[idx]
     out_e = np.append(out_s[1:], w1)
