@@ -294,6 +294,7 @@ def _blocking_parts(views: "Views") -> list[tuple[np.ndarray, np.ndarray, np.nda
     h_rank, h_start, h_dur = host["rank"].to_numpy(), host["start_ns"].to_numpy(), host["dur_ns"].to_numpy()
 
     def rows(m: np.ndarray, reason: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, str]:
+        m = np.flatnonzero(m)  # few rows: positions, then three small gathers instead of three full masks
         s = h_start[m].astype(np.int64, copy=False)
         return h_rank[m].astype(np.int64), s, s + h_dur[m], reason
 
@@ -350,7 +351,7 @@ def warmup_regions(views: "Views", blocking: "pd.DataFrame | list[tuple[np.ndarr
             blk = blocking if blocking is not None else _blocking_parts(views)  # a frame or its parts
             if isinstance(blk, pd.DataFrame):
                 blk = [(blk["rank"].to_numpy(np.int64), blk["start_ns"].to_numpy(np.int64), blk["end_ns"].to_numpy(np.int64), "")]
-            copy_call = _named(names, COPY_CALL) & _kind_is(kinds, ("runtime",))
+            copy_call = np.flatnonzero(_named(names, COPY_CALL) & _kind_is(kinds, ("runtime",)))
             b_rank = np.concatenate([p[0] for p in blk] + [h_rank[copy_call].astype(np.int64)])
             b_start = np.concatenate([p[1] for p in blk] + [h_start[copy_call].astype(np.int64)])
             b_end = np.concatenate([p[2] for p in blk] + [(h_start[copy_call] + h_dur[copy_call]).astype(np.int64)])
@@ -378,7 +379,7 @@ def warmup_regions(views: "Views", blocking: "pd.DataFrame | list[tuple[np.ndarr
 
 
 def _warmup_candidates(names: pd.Series, kinds: pd.Series, dur: np.ndarray) -> np.ndarray:
-    """The host rows warm-up may look at: framework ops and runtime calls, not copies, syncs or data waits, and
+    """Positions (ascending) of the host rows warm-up may look at: framework ops and runtime calls, not copies, syncs or data waits, and
     only of names that have a candidate call of at least ``WARMUP_MIN_NS``: a first call shorter than that is no
     warm-up, so the other names' calls are never needed (most rows, tested here only through their name)."""
 
@@ -411,11 +412,10 @@ def _warmup_candidates(names: pd.Series, kinds: pd.Series, dur: np.ndarray) -> n
             ok &= ~(_named(n, SYNC_CALL) | _named(n, SYNC_OP) | _named(n, DATA_WAIT_PRIMARY, case=True))
             return ok
 
-    out = np.zeros(len(names), dtype=bool)
     long = np.flatnonzero(dur >= WARMUP_MIN_NS)
     long = long[cand(long)]
     if not len(long):
-        return out
+        return _EMPTY
     if isinstance(names.dtype, pd.CategoricalDtype):
         codes = names.cat.codes.to_numpy()
         hit = np.zeros(len(names.cat.categories) + 1, dtype=bool)
@@ -423,13 +423,13 @@ def _warmup_candidates(names: pd.Series, kinds: pd.Series, dur: np.ndarray) -> n
         rows = np.flatnonzero(_in_codes(codes, hit))
     else:
         rows = np.flatnonzero(names.isin(names.take(long).unique()).to_numpy())
-    out[rows[cand(rows)]] = True
-    return out
+    return rows[cand(rows)]
 
 
 def _outlier_first_calls(names: pd.Series, cand: np.ndarray, rank: np.ndarray, start: np.ndarray, dur: np.ndarray) -> np.ndarray:
-    """Positions of the candidate rows that are the first call of their (rank, name), last at least
-    ``WARMUP_MIN_NS`` and ``WARMUP_RATIO`` times the median of the later calls; in (rank, name code) order.
+    """Positions of the candidate rows (``cand``: a mask, or ascending positions) that are the first call of
+    their (rank, name), last at least ``WARMUP_MIN_NS`` and ``WARMUP_RATIO`` times the median of the later
+    calls; in (rank, name code) order.
 
     The first call of a group is its earliest start, the first listed among equal starts. Groups are dense
     integers (the name's category code when most rows of one rank are candidates, else a key of rank and name
@@ -437,14 +437,18 @@ def _outlier_first_calls(names: pd.Series, cand: np.ndarray, rank: np.ndarray, s
     candidate-sized copy of the columns is made (fresh memory is what costs most at 10^6 rows).
     """
     categorical = isinstance(names.dtype, pd.CategoricalDtype)
-    if categorical and len(rank) and rank.min() == rank.max() and 4 * np.count_nonzero(cand) > len(cand):
+    if cand.dtype != bool and 4 * len(cand) > len(names):  # positions of most rows: as a mask (the dense path)
+        mask = np.zeros(len(names), dtype=bool)
+        mask[cand] = True
+        cand = mask
+    if cand.dtype == bool and categorical and len(rank) and rank.min() == rank.max() and 4 * np.count_nonzero(cand) > len(cand):
         # one rank: the group of a row is its name code (+1: a missing name is a group too); others in a spare one
         n_groups = len(names.cat.categories) + 2
         group = np.where(cand, names.cat.codes.to_numpy().astype(np.int32) + 1, n_groups - 1)
         pos_start, pos_dur, spare = start, dur, n_groups - 1
         idx = None
     else:
-        idx = np.flatnonzero(cand)
+        idx = np.flatnonzero(cand) if cand.dtype == bool else cand
         if not len(idx):
             return idx
         r = rank[idx].astype(np.int64)
@@ -1028,7 +1032,7 @@ def build_ledger(views: "Views") -> Ledger:
             return _EMPTY, _EMPTY, _EMPTY
         return tuple(np.concatenate([p[k] for p in parts]).astype(np.int64, copy=False) for k in range(3))  # type: ignore[return-value]
 
-    dw = data_wait_mask(host) if not host.empty else np.zeros(0, dtype=bool)
+    dw = np.flatnonzero(data_wait_mask(host)) if not host.empty else _EMPTY
     waits = ranges([(h_rank[dw], h_start[dw], h_start[dw] + h_dur[dw])])
     blocks = ranges(blocking)
     warms = ranges([(warm["rank"].to_numpy(), warm["start_ns"].to_numpy(), warm["end_ns"].to_numpy())])
