@@ -1,12 +1,15 @@
 """End-to-end benchmark: the whole job a user runs, against reading the file alone, and against HTA.
 
-Each measurement is one fresh process, timed from launch to exit by the parent (interpreter start and imports
-included), with the child's own peak RSS (VmHWM). Compared, in the same run:
+Each measurement is one fresh process, timed from launch to exit by the parent (interpreter start, imports and
+teardown included), with the child's peak RSS from ``wait4``. Compared, in the same run:
 
-* ``load``: ``import traceinsight; traceinsight.load(path)``: the floor (reading the trace);
-* ``load_kept``: the same after ``allocator.keep_freed_memory()``, the allocator setting the CLI makes (so that the
-  ratio is not flattered by a setting only one side has);
-* ``analyze``: ``traceinsight analyze PATH -f html,md,json -o DIR``: read, all rules, three reports written;
+* ``load``: ``import traceinsight; traceinsight.load(path)``: the floor (reading the trace), the reference of the
+  target;
+* ``load_kept``: the same after ``allocator.keep_freed_memory()``, the allocator setting the CLI makes;
+* ``load_exit``: ``load_kept`` ending as the command does, with ``os._exit`` instead of interpreter teardown
+  (``cli._exit_now``); with these two the ratio can be read without any setting that only one side has;
+* ``analyze``: the installed command, ``traceinsight analyze PATH -f html,md,json -o DIR`` (``cli.main``, exactly
+  what the console script runs): read, all rules, three reports written;
 * ``HTA``: ``TraceAnalysis`` + ``get_temporal_breakdown`` + ``get_idle_time_breakdown`` (HolisticTraceAnalysis
   0.5.0 in its own interpreter, ``--hta-python``), the nearest thing HTA does to the same job.
 
@@ -32,30 +35,40 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_load import CORPUS, DDP, _child_env, make_synthetic  # noqa: E402
 
-_HWM = r"""
-with open("/proc/self/status") as fh:
-    hwm = next(int(line.split()[1]) for line in fh if line.startswith("VmHWM:"))
-print("\nBENCH " + json.dumps({"peak_rss_mb": hwm / 1024, "rows": rows}))
-"""
+_ROWS = "\nprint('BENCH ' + json.dumps({'rows': rows}))\n"
+_KEPT = "from traceinsight.allocator import keep_freed_memory\nkeep_freed_memory()\n"
 
 PROBES = {
-    "load": "import json, sys\nimport traceinsight\nrows = len(traceinsight.load(sys.argv[1]).events)\n" + _HWM,
-    "load_kept": (
-        "import json, sys\nimport traceinsight\nfrom traceinsight.allocator import keep_freed_memory\nkeep_freed_memory()\n"
-        "rows = len(traceinsight.load(sys.argv[1]).events)\n" + _HWM
+    "load": "import json, sys\nimport traceinsight\nrows = len(traceinsight.load(sys.argv[1]).events)" + _ROWS,
+    "load_kept": "import json, sys\nimport traceinsight\n" + _KEPT + "rows = len(traceinsight.load(sys.argv[1]).events)" + _ROWS,
+    "load_exit": (
+        "import json, os, sys\nimport traceinsight\n" + _KEPT + "rows = len(traceinsight.load(sys.argv[1]).events)" + _ROWS
+        + "sys.stdout.flush()\nos._exit(0)\n"
     ),
     "analyze": (
-        "import json, sys\nfrom traceinsight.cli import app\nrows = 0\n"
-        "try:\n    app(['analyze', sys.argv[1], '-f', 'html,md,json', '-o', sys.argv[2], '--no-progress'], standalone_mode=False)\n"
-        "except SystemExit:\n    pass\n" + _HWM
+        "import sys\nfrom traceinsight.cli import main\n"
+        "sys.argv = ['traceinsight', 'analyze', sys.argv[1], '-f', 'html,md,json', '-o', sys.argv[2], '--no-progress']\nmain()\n"
     ),
     "hta": (
         "import json, sys, logging\nlogging.disable(logging.CRITICAL)\nfrom hta.trace_analysis import TraceAnalysis\n"
         "ta = TraceAnalysis(trace_files={0: sys.argv[1]}, trace_dir='/')\n"
         "ta.get_temporal_breakdown(visualize=False)\nta.get_idle_time_breakdown(visualize=False)\n"
-        "rows = len(ta.t.get_trace(0))\n" + _HWM
+        "rows = len(ta.t.get_trace(0))" + _ROWS
     ),
 }
+
+
+def _run(cmd: list[str], env: dict) -> tuple[float, int, str, str, float]:
+    """Wall seconds, exit status, stdout, stderr and peak RSS (MB, from wait4) of one child process."""
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(cmd, stdout=out, stderr=err, env=env)
+        _, status, usage = os.wait4(proc.pid, 0)
+        dt = time.perf_counter() - t0
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        return dt, proc.returncode, out.read().decode(errors="replace"), err.read().decode(errors="replace"), usage.ru_maxrss / 1024
 
 
 def measure(python: str, kind: str, path: Path, out: Path, repeat: int, cache: Path) -> dict | None:
@@ -63,20 +76,18 @@ def measure(python: str, kind: str, path: Path, out: Path, repeat: int, cache: P
     runs = []
     env = _child_env(cache)
     for i in range(repeat + 1):
-        t0 = time.perf_counter()
-        proc = subprocess.run([python, "-c", PROBES[kind], str(path), str(out / f"{kind}-{i}")], capture_output=True, text=True, env=env)
-        dt = time.perf_counter() - t0
-        line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("BENCH ")), None)
-        if proc.returncode != 0 or line is None:
-            tail = (proc.stderr.strip().splitlines() or [str(proc.returncode)])[-1]
+        dt, code, stdout, stderr, rss = _run([python, "-c", PROBES[kind], str(path), str(out / f"{kind}-{i}")], env)
+        line = next((ln for ln in stdout.splitlines() if ln.startswith("BENCH ")), "BENCH {}")
+        if code != 0:
+            tail = (stderr.strip().splitlines() or [str(code)])[-1]
             print(f"  {kind} failed: {tail}", file=sys.stderr)
             return None
         if i:
-            runs.append({"seconds": dt, **json.loads(line[6:])})
+            runs.append({"seconds": dt, "peak_rss_mb": rss, **json.loads(line[6:])})
     return {
         "seconds": statistics.median(r["seconds"] for r in runs),
         "peak_rss_mb": max(r["peak_rss_mb"] for r in runs),
-        "rows": runs[0]["rows"],
+        "rows": runs[0].get("rows", 0),
         "all": [round(r["seconds"], 3) for r in runs],
     }
 
@@ -126,17 +137,19 @@ def main() -> int:
     results = {
         "load": measure(sys.executable, "load", path, tmp, args.repeat, cache),
         "load_kept": measure(sys.executable, "load_kept", path, tmp, args.repeat, cache),
+        "load_exit": measure(sys.executable, "load_exit", path, tmp, args.repeat, cache),
         "analyze": measure(sys.executable, "analyze", path, tmp, args.repeat, cache),
         "hta": measure(args.hta_python, "hta", path, tmp, args.repeat, cache) if args.hta_python else None,
     }
     load = results["load"]
     mb = path.stat().st_size / 1e6
     print(f"\ntrace: {path.name}, {mb:.0f} MB, {load['rows'] if load else 0:,} rows; median of {args.repeat} fresh processes; cores: {os.cpu_count()}")
-    kept = results["load_kept"]
-    print(f"{'job':58s} {'s':>8s} {'peak RSS MB':>12s} {'vs load':>8s} {'vs kept':>8s}  runs")
+    kept = results["load_exit"]
+    print(f"{'job':58s} {'s':>8s} {'peak RSS MB':>12s} {'vs load':>8s} {'vs exit':>8s}  runs")
     labels = {
         "load": "import traceinsight; load()",
         "load_kept": "same, with the CLI's allocator setting (allocator.py)",
+        "load_exit": "same, and ending with os._exit as the CLI does",
         "analyze": "traceinsight analyze -f html,md,json",
         "hta": "HTA TraceAnalysis + temporal + idle-time breakdown",
     }

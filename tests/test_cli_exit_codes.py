@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import pytest
 from typer.testing import CliRunner
@@ -132,3 +134,37 @@ def test_every_run_that_writes_files_prints_the_verdict(trace, tmp_path):
         lines = r.stderr.splitlines()
         assert lines[-1] == f"Verdict: {v['headline']}. {v['sentence']}", lines
         assert all(line.startswith("wrote ") for line in lines[:-1]) and lines[:-1]
+
+
+# The installed command (``traceinsight.cli:main``) in a child process, with an atexit hook that tells whether
+# interpreter teardown ran.
+MAIN = """
+import atexit, sys
+atexit.register(lambda: sys.stderr.write("TEARDOWN\\n"))
+from traceinsight.cli import main
+sys.argv = ["traceinsight", *sys.argv[1:]]
+main()
+"""
+
+
+def _main(*args):
+    return subprocess.run([sys.executable, "-c", MAIN, *map(str, args)], capture_output=True, text=True, timeout=120)
+
+
+def test_the_command_skips_teardown_after_an_analysis_and_loses_no_output(trace):
+    path, rules = trace
+    r = _main("analyze", path, "--rules", rules, "--select", "ZZ001", "--format", "json", "--fail-on", "warning")
+    assert r.returncode == 1  # the gate's code survives the early exit
+    assert json.loads(r.stdout)["findings"][0]["title"] == "planted warning"  # stdout was flushed, whole
+    assert "--fail-on warning: 1 finding(s)" in r.stderr
+    assert "TEARDOWN" not in r.stderr
+    r = _main("analyze", path, "--rules", rules, "--select", "ZZ001", "--format", "md")
+    assert (r.returncode, "planted warning" in r.stdout, "TEARDOWN" in r.stderr) == (0, True, False)
+
+
+def test_the_command_exits_normally_when_no_analysis_ran(tmp_path):
+    r = _main("analyze", tmp_path / "missing.json")
+    assert r.returncode == 3
+    assert "no such file" in r.stderr and "TEARDOWN" in r.stderr
+    r = _main("rules")
+    assert r.returncode == 0 and "TI001" in r.stdout and "TEARDOWN" in r.stderr
