@@ -63,7 +63,7 @@ import pandas as pd
 
 from .patterns import COLLECTIVE, COPY_CALL, DATA_WAIT_PRIMARY, DATA_WAIT_TFDATA, SYNC_CALL, SYNC_OP
 from .rule_api import Instances, applies_to, instance_columns
-from .views import Coverage, _category_hits, kind_mask, merge_intervals, name_mask
+from .views import Coverage, _category_hits, merge_intervals, name_mask
 
 if TYPE_CHECKING:  # pragma: no cover
     from .views import Views
