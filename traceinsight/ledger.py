@@ -379,10 +379,10 @@ def warmup_regions(views: "Views", blocking: "pd.DataFrame | list[tuple[np.ndarr
 
 
 def _warmup_candidates(names: pd.Series, kinds: pd.Series, dur: np.ndarray) -> np.ndarray:
-    """Positions (ascending) of the host rows warm-up may look at: framework ops and runtime calls, not copies, syncs or data waits, and
-    only of names that have a candidate call of at least ``WARMUP_MIN_NS``: a first call shorter than that is no
-    warm-up, so the other names' calls are never needed (most rows, tested here only through their name)."""
-
+    """Positions (ascending) of the host rows warm-up may look at: framework ops and runtime calls, not copies,
+    syncs or data waits, and only of names that have a candidate call of at least ``WARMUP_MIN_NS``: a first call
+    shorter than that is no warm-up, so the other names' calls are never needed (most rows, tested here only
+    through their name)."""
     if isinstance(names.dtype, pd.CategoricalDtype) and isinstance(kinds.dtype, pd.CategoricalDtype):
         # on the codes: per kind and per name a table, read for the rows asked about
         n_codes, k_codes = names.cat.codes.to_numpy(), kinds.cat.codes.to_numpy()
@@ -877,7 +877,7 @@ def _device_slices(
     el_g = np.full(len(el_s), -1, np.int64)  # the gap of each idle piece
     el_g[1::2] = np.arange(n_g)
     # a mixed interval or cut gap stays in as an empty piece: its own pieces start where it starts and come after
-    # it, and empty pieces are dropped below (as are points: intervals of zero-length rows only)
+    # it, and empty pieces (as points: intervals of zero-length rows only) are skipped below
 
     # the pieces of mixed intervals and cut gaps, edge by edge
     xs: list[np.ndarray] = []
