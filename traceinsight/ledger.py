@@ -820,8 +820,9 @@ def _device_slices(
     n_g = len(gs)
     # each interval's classes among its non-empty rows: one class is one piece, several are labelled row by row
     pos = e > s
-    c_lo = np.minimum.reduceat(np.where(pos, cls, 3), head)
-    c_hi = np.maximum.reduceat(np.where(pos, cls, -1), head)
+    all_pos = bool(pos.all())  # the usual case: no zero-length row to leave out
+    c_lo = np.minimum.reduceat(cls if all_pos else np.where(pos, cls, 3), head)
+    c_hi = np.maximum.reduceat(cls if all_pos else np.where(pos, cls, -1), head)
     empty_iv = c_hi < 0  # only zero-length rows: a point, no piece
     mixed = (c_lo != c_hi) & ~empty_iv
 
