@@ -127,3 +127,31 @@ def test_gap_cut_by_data_wait_and_partial_host_work():
         (500, 600, "idle_host_busy", -1),
         (600, 650, "compute", -1),
     ]
+
+
+def test_steps_far_apart_and_several_devices():
+    # step numbers a million apart (the (device, step) groups are found by sorting, not by a table)
+    rows = [
+        ("kernel", "gemm", 0, 100, 0, 0), ("kernel", "gemm", 200, 100, 1, 0), ("kernel", "gemm", 50, 500, 0, 1),
+        ("kernel", "gemm", 700, 100, 0, 1), ("step", "ProfilerStep#1", 0, 150, -1, 0),
+        ("step", "ProfilerStep#900000", 150, 400, -1, 0), ("step", "ProfilerStep#7", 0, 600, -1, 1),
+    ]
+    kind, name, start, dur, device, rank = (list(c) for c in zip(*rows))
+    ev = build_events(
+        {
+            "kind": kind, "name": name, "start_ns": np.array(start) * 1000, "dur_ns": np.array(dur) * 1000, "rank": rank,
+            "device": device, "stream": [7 if d >= 0 else -1 for d in device], "correlation": [-1] * len(rows),
+        }
+    )
+    assign_steps(ev)
+    led = Views(Timeline(ev, TraceMeta("pytorch", ranks=[0, 1]))).ledger
+    bs = led.by_step[led.by_step["ns"] > 0]
+    got = sorted((int(r), int(d), int(s), str(b), int(n) // 1000) for r, d, s, b, n in zip(bs["rank"], bs["device"], bs["step"], bs["bucket"], bs["ns"]))
+    assert got == [
+        (0, 0, 1, "compute", 100),
+        (0, 1, 900000, "compute", 100),
+        (1, 0, -1, "compute", 100),
+        (1, 0, -1, "idle_other", 100),
+        (1, 0, 7, "compute", 500),
+        (1, 0, 7, "idle_other", 50),
+    ]

@@ -972,9 +972,11 @@ def _device_slices(
     out_e = np.append(out_s[1:], w1)
     out_l = el_l[idx]
     # the idle slices by gap (the gap each starts in) and bucket, summed once for all devices in ``build_ledger``
+    # (fresh arrays of 10^5..10^6 rows are what costs here: each is made once)
+    ns = out_e - out_s
     idle = out_l >= n_busy
-    per_gap = (el_g[idx][idle], out_l[idle].astype(np.int64) - n_busy, (out_e - out_s)[idle])
-    return {"step": step_no[idx], "start": out_s, "end": out_e, "label": out_l, "gs": gs, "ge": ge, "nl": nl, "per_gap": per_gap}
+    per_gap = (el_g[idx[idle]], out_l[idle], ns[idle])
+    return {"step": step_no[idx], "start": out_s, "end": out_e, "ns": ns, "label": out_l, "gs": gs, "ge": ge, "nl": nl, "per_gap": per_gap}
 
 
 def build_ledger(views: "Views") -> Ledger:
@@ -1078,31 +1080,35 @@ def build_ledger(views: "Views") -> Ledger:
     n_gp = np.array([len(p["gs"]) for p in parts])
     k_rank = np.array([k[0] for k in keys], np.int64)
     k_dev = np.array([k[1] for k in keys], np.int64)
-    dev_idx = np.repeat(np.arange(len(keys)), n_sl)
+    one = len(keys) == 1  # the usual trace: per-row device columns are constants, no arrays of them are made
+    dev_idx = None if one else np.repeat(np.arange(len(keys)), n_sl)
 
     def joined(name: str) -> np.ndarray:  # the devices' arrays end to end (one device: its own array)
-        return parts[0][name] if len(parts) == 1 else np.concatenate([p[name] for p in parts])
+        return parts[0][name] if one else np.concatenate([p[name] for p in parts])
+
+    def per_row(values: np.ndarray, counts: np.ndarray) -> "np.ndarray | int":
+        return int(values[0]) if one else np.repeat(values, counts)
 
     label = joined("label")
     # the slices' int64 columns as the rows of one block, filled in place: the frame takes it without a copy
     sl_block = np.empty((5, len(label)), np.int64)
-    sl_block[0], sl_block[1], sl_block[2], sl_block[3], sl_block[4] = k_rank[dev_idx], k_dev[dev_idx], joined("step"), joined("start"), joined("end")
+    sl_block[0], sl_block[1], sl_block[2], sl_block[3], sl_block[4] = per_row(k_rank, n_sl), per_row(k_dev, n_sl), joined("step"), joined("start"), joined("end")
     step, start, end = sl_block[2], sl_block[3], sl_block[4]
     slices = pd.DataFrame(sl_block.T, columns=["rank", "device", "step", "start_ns", "end_ns"], copy=False)
     slices["bucket"] = pd.Categorical.from_codes(label, categories=list(BUCKETS))
     w_start = np.array([p["start"][0] for p in parts], np.int64)
     w_end = np.array([p["end"][-1] for p in parts], np.int64)
     windows = pd.DataFrame({"rank": k_rank, "device": k_dev, "start_ns": w_start, "end_ns": w_end, "window_ns": w_end - w_start})
-    ns = end - start
+    ns = joined("ns")
     nb = len(BUCKETS)
     # per (device, step): ns per bucket; groups of (device, step) in lexicographic order of one int64 key. When
     # the keys span a small range (a few devices, step numbers close together) a table of present keys ranks
     # them; else one sort and a neighbour test (a 2-D ``np.unique(axis=1)`` sorts rows as records, much slower)
     s_lo = int(step.min()) if len(step) else 0
     span = int(step.max()) - s_lo + 1 if len(step) else 1
-    ck = dev_idx * span
-    ck += step
-    ck -= s_lo
+    ck = step - s_lo
+    if not one:
+        ck += dev_idx * span
     if len(keys) * span <= 4 * len(ck) + 4096:
         present = np.zeros(len(keys) * span, dtype=bool)
         present[ck] = True
@@ -1117,7 +1123,7 @@ def build_ledger(views: "Views") -> Ledger:
         inv = np.empty(len(ck), np.int64)
         inv[order] = np.cumsum(first) - 1
         head = order[first]
-        u_dev, u_step = dev_idx[head], step[head]
+        u_dev, u_step = (np.zeros(len(head), np.int64) if one else dev_idx[head]), step[head]
     n_grp = len(u_dev)
     inv *= nb
     inv += label
@@ -1147,13 +1153,12 @@ def build_ledger(views: "Views") -> Ledger:
             "pct": (100.0 * smat / np.maximum(smat.sum(axis=1), 1)[:, None]).ravel(),
         }
     )
-    gap_idx = np.repeat(np.arange(len(keys)), n_gp)
     gs, ge = joined("gs"), joined("ge")
     n_g = len(gs)
     # the frame's int64 columns as the rows of one block, filled in place: the frame takes it without a copy
     int_cols = ["rank", "device", "start_ns", "end_ns", "dur_ns", *IDLE_BUCKETS]
     block = np.empty((len(int_cols), n_g), np.int64)
-    block[0], block[1], block[2], block[3] = k_rank[gap_idx], k_dev[gap_idx], gs, ge
+    block[0], block[1], block[2], block[3] = per_row(k_rank, n_gp), per_row(k_dev, n_gp), gs, ge
     np.subtract(ge, gs, out=block[4])
     per_gap = block[5:]
     per_gap[:] = 0
@@ -1161,7 +1166,12 @@ def build_ledger(views: "Views") -> Ledger:
     for j, p in enumerate(parts):
         gid, bucket, ns_ = p["per_gap"]
         if len(gid):
-            np.add.at(per_gap.reshape(-1), bucket * n_g + (first_gap[j] + gid), ns_)  # flat indices: numpy's fast path
+            flat = bucket.astype(np.int64)  # the flat index (bucket row, gap column), built in one array
+            flat -= len(BUSY_BUCKETS)
+            flat *= n_g
+            flat += gid
+            flat += first_gap[j]
+            np.add.at(per_gap.reshape(-1), flat, ns_)  # flat indices: numpy's fast path
     gaps = pd.DataFrame(block.T, columns=int_cols, copy=False)
     gaps.insert(5, "next_launch_end_ns", joined("nl"))
     # the names as the column's own array type (inferred once from the bucket names) taken by index: no 10^5
