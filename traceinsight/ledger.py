@@ -875,7 +875,7 @@ def _device_slices(
     el_s[0::2], el_s[1::2] = us, gs
     el_l = np.empty(len(el_s), np.int8)
     el_l[0::2], el_l[1::2] = c_lo, g_lab
-    el_g = np.full(len(el_s), -1, np.int64)  # the gap of each idle piece
+    el_g = np.full(len(el_s), -1, np.int32 if n_g < 2**31 else np.int64)  # the gap of each idle piece
     el_g[1::2] = np.arange(n_g)
     # a mixed interval or cut gap stays in as an empty piece: its own pieces start where it starts and come after
     # it, and empty pieces (as points: intervals of zero-length rows only) are skipped below
@@ -941,42 +941,51 @@ def _device_slices(
     np.greater(el_s[1:], el_s[:-1], out=full[:-1])
     full[-1] = el_s[-1] < w1
 
-    # the step of each piece: the latest-starting marker that contains it, -1 outside (constant between edges)
+    # the step of a piece: the latest-starting marker that contains its start, -1 outside. It is constant between
+    # step edges, so it is kept per edge and read for the pieces asked about (no array of it per piece)
     if len(edges):
         i = np.searchsorted(st_s, edges, side="right") - 1
         ok = i >= 0
         ok[ok] = st_e[i[ok]] > edges[ok]
-        val = np.where(ok, st_n[np.maximum(i, 0)], -1)
+        val = np.r_[-1, np.where(ok, st_n[np.maximum(i, 0)], -1)].astype(np.int64)
         first = np.searchsorted(el_s, edges, side="left")  # the first piece at or after each edge
-        step_no = np.repeat(np.r_[-1, val], np.diff(np.r_[0, first, len(el_s)]))
     else:
-        step_no = np.full(len(el_s), -1, dtype=np.int64)
-    # merge neighbours with equal (bucket, step); after a run of empty pieces, compare with the piece before it
-    change = np.ones(len(el_s), dtype=bool)
-    change[1:] = (el_l[1:] != el_l[:-1]) | (step_no[1:] != step_no[:-1])
+        val, first = np.full(1, -1, np.int64), _EMPTY
+
+    def step_of(k: np.ndarray) -> np.ndarray:
+        return val[np.searchsorted(first, k, side="right")]
+
+    # merge neighbours with equal (bucket, step): the step changes only at a piece where an edge lands
+    change = np.empty(len(el_s), dtype=bool)
+    change[0] = True
+    np.not_equal(el_l[1:], el_l[:-1], out=change[1:])
+    at_edge = np.unique(first[(first > 0) & (first < len(el_s))])
+    if len(at_edge):
+        change[at_edge] |= step_of(at_edge) != step_of(at_edge - 1)
+    # after a run of empty pieces, compare with the piece before the run
     z = np.flatnonzero(~full)
     if len(z):
         change[z] = False
         last = np.r_[z[1:] != z[:-1] + 1, True]  # the last empty piece of each run
-        first = np.r_[True, last[:-1]]
-        nxt, prev = z[last] + 1, z[first] - 1
+        first_z = np.r_[True, last[:-1]]
+        nxt, prev = z[last] + 1, z[first_z] - 1
         ok = nxt < len(el_s)  # an empty run at the very end is followed by nothing
         nxt, prev = nxt[ok], prev[ok]
         has_prev = prev >= 0
         ch = np.ones(len(nxt), dtype=bool)
-        p_ = prev[has_prev]
-        ch[has_prev] = (el_l[nxt[has_prev]] != el_l[p_]) | (step_no[nxt[has_prev]] != step_no[p_])
+        n_, p_ = nxt[has_prev], prev[has_prev]
+        ch[has_prev] = (el_l[n_] != el_l[p_]) | (step_of(n_) != step_of(p_))
         change[nxt] = ch
     idx = np.flatnonzero(change)
     out_s = el_s[idx]
-    out_e = np.append(out_s[1:], w1)
     out_l = el_l[idx]
+    ns = np.empty(len(out_s), np.int64)  # a slice ends where the next starts (fresh 10^6-row arrays are what
+    np.subtract(out_s[1:], out_s[:-1], out=ns[:-1])  # costs here: each is made once)
+    ns[-1] = w1 - out_s[-1]
     # the idle slices by gap (the gap each starts in) and bucket, summed once for all devices in ``build_ledger``
-    # (fresh arrays of 10^5..10^6 rows are what costs here: each is made once)
-    ns = out_e - out_s
     idle = out_l >= n_busy
     per_gap = (el_g[idx[idle]], out_l[idle], ns[idle])
-    return {"step": step_no[idx], "start": out_s, "end": out_e, "ns": ns, "label": out_l, "gs": gs, "ge": ge, "nl": nl, "per_gap": per_gap}
+    return {"step": step_of(idx), "start": out_s, "ns": ns, "label": out_l, "gs": gs, "ge": ge, "nl": nl, "per_gap": per_gap}
 
 
 def build_ledger(views: "Views") -> Ledger:
@@ -1092,14 +1101,15 @@ def build_ledger(views: "Views") -> Ledger:
     label = joined("label")
     # the slices' int64 columns as the rows of one block, filled in place: the frame takes it without a copy
     sl_block = np.empty((5, len(label)), np.int64)
-    sl_block[0], sl_block[1], sl_block[2], sl_block[3], sl_block[4] = per_row(k_rank, n_sl), per_row(k_dev, n_sl), joined("step"), joined("start"), joined("end")
+    ns = joined("ns")
+    sl_block[0], sl_block[1], sl_block[2], sl_block[3] = per_row(k_rank, n_sl), per_row(k_dev, n_sl), joined("step"), joined("start")
+    np.add(sl_block[3], ns, out=sl_block[4])
     step, start, end = sl_block[2], sl_block[3], sl_block[4]
     slices = pd.DataFrame(sl_block.T, columns=["rank", "device", "step", "start_ns", "end_ns"], copy=False)
     slices["bucket"] = pd.Categorical.from_codes(label, categories=list(BUCKETS))
     w_start = np.array([p["start"][0] for p in parts], np.int64)
-    w_end = np.array([p["end"][-1] for p in parts], np.int64)
+    w_end = np.array([p["start"][-1] + p["ns"][-1] for p in parts], np.int64)
     windows = pd.DataFrame({"rank": k_rank, "device": k_dev, "start_ns": w_start, "end_ns": w_end, "window_ns": w_end - w_start})
-    ns = joined("ns")
     nb = len(BUCKETS)
     # per (device, step): ns per bucket; groups of (device, step) in lexicographic order of one int64 key. When
     # the keys span a small range (a few devices, step numbers close together) a table of present keys ranks
