@@ -827,12 +827,13 @@ def _device_slices(
     mixed = (c_lo != c_hi) & ~empty_iv
 
     # the call that enqueued the next work: the earliest-returning launch among activities starting at the gap end
-    nl = np.full(n_g, np.nan)
-    if launch_end is not None and n_g:
+    if launch_end is not None and n_g and len(launch_end[0]):
         ks, kv = launch_end
         i = np.searchsorted(ks, ge)
-        hit = (i < len(ks)) & (ks[np.minimum(i, len(ks) - 1)] == ge)
-        nl[hit] = kv[i[hit]]
+        np.minimum(i, len(ks) - 1, out=i)  # past the last key: the last one, which is below the gap end
+        nl = np.where(ks[i] == ge, kv[i], np.nan)
+    else:
+        nl = np.full(n_g, np.nan)
     linked = ~np.isnan(nl)
     queued = linked & (nl <= gs)
     late = linked & ~queued
