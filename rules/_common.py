@@ -112,37 +112,173 @@ def _rightmost_at_least_table(values: np.ndarray, hi: np.ndarray, q: np.ndarray)
     return np.where(valid, ans, -1)
 
 
-def _group_keys(a: pd.DataFrame, b: pd.DataFrame, cols: list[str]) -> tuple[np.ndarray, np.ndarray]:
-    """One int64 key per row of ``a`` and of ``b`` for the tuple of ``cols`` (equal tuples, equal keys)."""
-    key = np.zeros(len(a) + len(b), np.int64)
-    for c in cols:
-        v = np.concatenate([a[c].to_numpy(np.int64), b[c].to_numpy(np.int64)])
-        if len(v) == 0 or v.min() == v.max():
-            continue  # one value (one rank, one process): nothing to tell apart
-        codes, uniq = pd.factorize(v)
-        key = key * (len(uniq) + 1) + codes
-    return key[: len(a)], key[len(a):]
+class ThreadCodes:
+    """Codes for the tuples of integer columns of one table (the (rank, pid, tid) of host rows: a thread), applied
+    to the rows of others (-1: a tuple the table lacks): a key computed once for a table many queries look into.
+
+    Per column each row's offset from the column's minimum (its position among the sorted distinct values where
+    the values are spread wider than the rows are many), combined in mixed radix; where the product of the radices
+    would leave int64, the key so far is first compressed to its distinct values. A column with one value adds
+    nothing (usually rank and pid): the key is built in place from the others, few arrays of the table's length."""
+
+    COLUMNS = ("rank", "pid", "tid")
+
+    def __init__(self, columns: list[np.ndarray]) -> None:
+        #: per column: (distinct keys before combining or None, lowest value, radix, sorted distinct values or None)
+        self._steps: list[tuple[np.ndarray | None, int, int, np.ndarray | None]] = []
+        n = len(columns[0])
+        key = None
+        room = 1
+        for col in columns:
+            col = np.asarray(col)
+            lo = int(col.min()) if n else 0
+            radix = int(col.max()) - lo + 1 if n else 1
+            uniq = None
+            if radix > 2 * n + 1024:  # sparse values (thread ids): their rank among the distinct ones
+                uniq = np.sort(pd.unique(col.astype(np.int64, copy=False)))
+                radix = len(uniq)
+            squeeze = None
+            if radix > 1 and key is not None and room * radix >= 2**62:
+                squeeze, key = np.unique(key, return_inverse=True)
+                key = key.reshape(-1).astype(np.int64)
+                room = max(len(squeeze), 1)
+            self._steps.append((squeeze, lo, radix, uniq))
+            if radix == 1:
+                continue
+            if uniq is not None:
+                code = np.searchsorted(uniq, col).astype(np.int64, copy=False)
+            else:
+                code = col.astype(np.int64)  # a copy, offset in place
+                code -= lo
+            if key is None:
+                key = code
+            else:
+                key *= radix
+                key += code
+            room *= radix
+        self.codes = key if key is not None else np.zeros(n, np.int64)
+
+    @staticmethod
+    def _find(sorted_values: np.ndarray, q: np.ndarray) -> np.ndarray:
+        """Position of each q in ``sorted_values``, -1 where absent."""
+        if not len(sorted_values):
+            return np.full(len(q), -1, np.int64)
+        pos = np.minimum(np.searchsorted(sorted_values, q), len(sorted_values) - 1)
+        return np.where(sorted_values[pos] == q, pos, -1)
+
+    def of(self, columns: list[np.ndarray]) -> np.ndarray:
+        """The code of each row given as (rank, pid, tid) arrays; -1 where the fitted table has no such thread."""
+        key = np.zeros(len(columns[0]), np.int64)
+        missing = np.zeros(len(key), dtype=bool)
+        for (squeeze, lo, radix, uniq), col in zip(self._steps, columns):
+            col = np.asarray(col, np.int64)
+            if squeeze is not None:
+                key = self._find(squeeze, key)
+                missing |= key < 0
+            code = self._find(uniq, col) if uniq is not None else col - lo
+            missing |= (code < 0) | (code >= radix)
+            if radix > 1:
+                key = key * radix + code
+        return np.where(missing, -1, key)
 
 
-def _sort_ranges(group: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
-    """The order of ``np.lexsort((-end, start, group))`` (by group, then start, outer before inner at equal
-    starts, stable), from one stable sort of a combined key: host rows come nearly sorted, which that sort
-    exploits, and only the rows sharing a (group, start) are sorted again by end."""
-    if len(start) == 0:
-        return np.zeros(0, np.int64)
-    s0 = int(start.min())
-    span = int(start.max()) - s0 + 1
-    if (int(group.max()) + 1) * span >= 2**62:
-        return np.lexsort((-end, start, group))
-    comp = group.astype(np.int64) * span + (start - s0)
-    order = np.argsort(comp, kind="stable")
-    c = comp[order]
-    tie = c[1:] == c[:-1]
-    if tie.any():
-        members = np.flatnonzero(np.r_[tie, False] | np.r_[False, tie])  # positions of runs of equal keys
-        sub = order[members]
-        order[members] = sub[np.lexsort((-end[sub], comp[sub]))]
-    return order
+class Enclosing:
+    """Ranges (one table's rows: thread, start, end) sorted once per thread, answering "the innermost range on
+    the same thread containing [a, b)" for any number of query batches.
+
+    "Innermost" = the latest-starting range with start <= a and end >= b (outer before inner at equal starts);
+    properly nested ranges make that the deepest one. Several rules ask this of the same ranges (the host's
+    framework ops): sorting them is the cost, so it is paid once (``cpu_op_enclosing``)."""
+
+    def __init__(self, rank: np.ndarray, pid: np.ndarray, tid: np.ndarray, start: np.ndarray, end: np.ndarray) -> None:
+        self.threads = ThreadCodes([rank, pid, tid])
+        key = self.threads.codes
+        start = np.asarray(start, np.int64)
+        end = np.asarray(end, np.int64)
+        self.order = order = self._sort(key, start)
+        self.key, self.start, self.end = key[order], start[order], end[order]
+        # rows sharing a (thread, start): outer (later end) first, as np.lexsort((-end, start, key)) orders them
+        tie = (self.start[1:] == self.start[:-1]) & (self.key[1:] == self.key[:-1])
+        if tie.any():
+            members = np.flatnonzero(np.r_[tie, False] | np.r_[False, tie])  # positions of runs of equal keys
+            sub = order[members]
+            order[members] = sub[np.lexsort((-end[sub], start[sub], key[sub]))]
+            self.end[members] = end[order[members]]
+
+    @staticmethod
+    def _sort(key: np.ndarray, start: np.ndarray) -> np.ndarray:
+        """The stable order by (thread, start), from one stable sort of a combined int64 key: host rows come in
+        nearly sorted runs, which that sort exploits."""
+        if not len(start):
+            return np.zeros(0, np.int64)
+        s0 = int(start.min())
+        span = int(start.max()) - s0 + 1
+        if (int(key.max()) + 1) * span >= 2**62:
+            return np.lexsort((start, key))
+        comp = key * span  # the combined key, built in place
+        comp += start
+        comp -= s0
+        return np.argsort(comp, kind="stable")
+
+    @classmethod
+    def of_frame(cls, frame: pd.DataFrame) -> "Enclosing":
+        start = frame["start_ns"].to_numpy(np.int64)
+        return cls(*(frame[c].to_numpy(np.int64) for c in ThreadCodes.COLUMNS), start, start + frame["dur_ns"].to_numpy(np.int64))
+
+    def find(self, rank: np.ndarray, pid: np.ndarray, tid: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+        """Per query: the position (in the table the ranges came from) of its innermost enclosing range, or -1."""
+        out = np.full(len(start), -1, np.int64)
+        if not len(start) or not len(self.key):
+            return out
+        qkey = self.threads.of([rank, pid, tid])
+        qs = np.asarray(start, np.int64)
+        qe = np.asarray(end, np.int64)
+        qorder = np.argsort(qkey, kind="stable")
+        qk = qkey[qorder]
+        bounds = np.flatnonzero(np.r_[True, qk[1:] != qk[:-1], True])
+        for a, b in zip(bounds[:-1], bounds[1:]):
+            if qk[a] < 0:
+                continue  # threads without ranges
+            lo, hi = np.searchsorted(self.key, qk[a], side="left"), np.searchsorted(self.key, qk[a], side="right")
+            if lo == hi:
+                continue
+            pos = qorder[a:b]
+            h = np.searchsorted(self.start[lo:hi], qs[pos], side="right")
+            idx = _rightmost_at_least(self.end[lo:hi], h, qe[pos])
+            got = idx >= 0
+            out[pos[got]] = self.order[lo + idx[got]]
+        return out
+
+    def find_frame(self, queries: pd.DataFrame) -> np.ndarray:
+        """``find`` for the rows of a frame with rank, pid, tid, start_ns and dur_ns."""
+        start = queries["start_ns"].to_numpy(np.int64)
+        return self.find(*(queries[c].to_numpy(np.int64) for c in ThreadCodes.COLUMNS), start, start + queries["dur_ns"].to_numpy(np.int64))
+
+
+def cpu_op_enclosing(views) -> tuple[np.ndarray, Enclosing]:
+    """The host's framework ops (kind ``cpu_op``): their positions in ``views.host_events`` and an ``Enclosing``
+    over them (positions it returns index the first array). Cached: TI002 and TI003 both ask which op a call
+    ran in."""
+    cached = views.__dict__.get("_cpu_op_enclosing")
+    if cached is not None:
+        return cached
+    host = views.host_events
+    m = kind_mask(host, "cpu_op")
+    pos = np.flatnonzero(m)
+    hc = host_columns(views)
+
+    def thread_col(a: np.ndarray) -> np.ndarray:
+        """The ops' values of a host column; one value for all of them (one rank, one process) is not copied."""
+        if len(pos) and a.dtype.kind == "i":
+            lo = a.min(where=m, initial=np.iinfo(a.dtype).max)
+            if lo == a.max(where=m, initial=np.iinfo(a.dtype).min):
+                return np.broadcast_to(lo, len(pos))
+        return a[pos]
+
+    ops = Enclosing(thread_col(hc["rank"]), thread_col(host["pid"].to_numpy()), thread_col(host["tid"].to_numpy()), hc["start_ns"][pos], hc["end_ns"][pos])
+    out = (pos, ops)
+    views.__dict__["_cpu_op_enclosing"] = out
+    return out
 
 
 def innermost_enclosing(queries: pd.DataFrame, candidates: pd.DataFrame) -> np.ndarray:
@@ -159,35 +295,10 @@ def innermost_enclosing(queries: pd.DataFrame, candidates: pd.DataFrame) -> np.n
 
 
 def innermost_positions(queries: pd.DataFrame, candidates: pd.DataFrame) -> np.ndarray:
-    """``innermost_enclosing`` as positions in ``candidates`` (-1 where nothing encloses): no labels boxed.
-
-    Grouped by sorting one int64 key: no per-group copies of the candidate frame.
-    """
-    out = np.full(len(queries), -1, np.int64)
+    """``innermost_enclosing`` as positions in ``candidates`` (-1 where nothing encloses): no labels boxed."""
     if queries.empty or candidates.empty:
-        return out
-    qkey, ckey = _group_keys(queries, candidates, ["rank", "pid", "tid"])
-    cs_all = candidates["start_ns"].to_numpy(np.int64)
-    ce_all = cs_all + candidates["dur_ns"].to_numpy(np.int64)
-    groups = np.unique(qkey)
-    order = np.flatnonzero(np.isin(ckey, groups))  # only threads that have queries
-    order = order[_sort_ranges(np.searchsorted(groups, ckey[order]), cs_all[order], ce_all[order])]
-    ck, cs_all, ce_all = ckey[order], cs_all[order], ce_all[order]
-    qs_all = queries["start_ns"].to_numpy(np.int64)
-    qe_all = qs_all + queries["dur_ns"].to_numpy(np.int64)
-    qorder = np.argsort(qkey, kind="stable")
-    qk = qkey[qorder]
-    bounds = np.flatnonzero(np.r_[True, qk[1:] != qk[:-1], True])
-    for a, b in zip(bounds[:-1], bounds[1:]):
-        lo, hi = np.searchsorted(ck, qk[a], side="left"), np.searchsorted(ck, qk[a], side="right")
-        if lo == hi:
-            continue
-        pos = qorder[a:b]
-        h = np.searchsorted(cs_all[lo:hi], qs_all[pos], side="right")
-        idx = _rightmost_at_least(ce_all[lo:hi], h, qe_all[pos])
-        got = idx >= 0
-        out[pos[got]] = order[lo + idx[got]]
-    return out
+        return np.full(len(queries), -1, np.int64)
+    return Enclosing.of_frame(candidates).find_frame(queries)
 
 
 def innermost_frame(stack: object) -> str | None:
@@ -380,7 +491,11 @@ def warmup_by_gap(views) -> pd.DataFrame:
     warm = gap_warmup_ns(views)
     m = warm > 0
     g = gaps.loc[m, ["rank", "device", "start_ns", "end_ns", "dur_ns"]].assign(warmup_ns=warm[m])
-    g = g.merge(views.utilization[["rank", "device", "window_ns"]], on=["rank", "device"], how="left")
+    win = _device_windows(views, g["rank"].to_numpy(), g["device"].to_numpy())
+    if win is not None:
+        g = g.assign(window_ns=win)
+    else:
+        g = g.merge(views.utilization[["rank", "device", "window_ns"]], on=["rank", "device"], how="left")
     regions = views.ledger.warmup
     why = []
     for row in g.itertuples(index=False):
@@ -396,6 +511,26 @@ def warmup_by_gap(views) -> pd.DataFrame:
     out = g.assign(why=why).reset_index(drop=True)
     views.__dict__["_warmup_by_gap"] = out
     return out
+
+
+def _device_windows(views, rank: np.ndarray, device: np.ndarray) -> np.ndarray | None:
+    """The active window (``views.utilization``'s window_ns) of each row's (rank, device), or None when a row's
+    device has none (the caller then merges, to keep what a merge does with such rows)."""
+    util = views.utilization
+    if not len(rank):
+        return np.zeros(0, np.int64) if len(util) else None
+    u_rank, u_dev, u_win = util["rank"].to_numpy(), util["device"].to_numpy(), util["window_ns"].to_numpy()
+    if len(util) == 1:
+        one = (rank == u_rank[0]) & (device == u_dev[0])
+        return np.full(len(rank), u_win[0]) if one.all() else None
+    codes = ThreadCodes([u_rank, u_dev])
+    order = np.argsort(codes.codes, kind="stable")
+    keys = codes.codes[order]
+    q = codes.of([rank, device])
+    pos = np.minimum(np.searchsorted(keys, q), len(keys) - 1)
+    if not bool(((q >= 0) & (keys[pos] == q)).all()):
+        return None
+    return u_win[order][pos]
 
 
 def startup_call_gaps(views, *, min_share_pct: float = 5.0) -> pd.DataFrame:
@@ -420,8 +555,13 @@ def startup_call_gaps(views, *, min_share_pct: float = 5.0) -> pd.DataFrame:
     if gaps.empty or util.empty:
         cache[key] = empty
         return empty
-    g = gaps.assign(warmup_ns=gap_warmup_ns(views)).merge(util[["rank", "device", "window_ns"]], on=["rank", "device"])
-    g = g[g["dur_ns"].to_numpy() >= min_share_pct / 100.0 * g["window_ns"].to_numpy()]
+    win = _device_windows(views, gaps["rank"].to_numpy(), gaps["device"].to_numpy())
+    if win is not None:  # the few gaps long enough are chosen on arrays; only they become rows
+        pick = np.flatnonzero(gaps["dur_ns"].to_numpy() >= min_share_pct / 100.0 * win)
+        g = gaps.iloc[pick].assign(warmup_ns=gap_warmup_ns(views)[pick], window_ns=win[pick])
+    else:
+        g = gaps.assign(warmup_ns=gap_warmup_ns(views)).merge(util[["rank", "device", "window_ns"]], on=["rank", "device"])
+        g = g[g["dur_ns"].to_numpy() >= min_share_pct / 100.0 * g["window_ns"].to_numpy()]
     if g.empty:
         cache[key] = empty
         return empty
@@ -469,8 +609,17 @@ def inference_ranks(views) -> frozenset[int]:
         return cached
     host = views.host_events
     rank = host["rank"].to_numpy()
-    training = name_mask(host["name"], TRAINING_OP, case=True)
-    out = frozenset(int(r) for r in pd.unique(rank)) - frozenset(int(r) for r in pd.unique(rank[training]))
+    if len(rank) and rank.min() == rank.max():  # one rank (one file): is any training op on its host at all
+        names = host["name"]
+        if isinstance(names.dtype, pd.CategoricalDtype):
+            hit = _category_hits(names, lambda m: m(TRAINING_OP, case=True))
+            any_training = _any_code_in(names.cat.codes.to_numpy(), np.flatnonzero(hit), len(hit))
+        else:
+            any_training = bool(name_mask(names, TRAINING_OP, case=True).any())
+        out = frozenset() if any_training else frozenset({int(rank[0])})
+    else:
+        training = names_where(host["name"], lambda m: m(TRAINING_OP, case=True))
+        out = frozenset(int(r) for r in pd.unique(rank)) - frozenset(int(r) for r in pd.unique(rank[training]))
     views.__dict__["_inference_ranks"] = out
     return out
 
@@ -493,10 +642,54 @@ def kind_mask(frame: pd.DataFrame, kinds: "str | tuple[str, ...]") -> np.ndarray
     kinds = (kinds,) if isinstance(kinds, str) else tuple(kinds)
     kind = frame["kind"]
     if isinstance(kind.dtype, pd.CategoricalDtype):
-        # one lookup per row; a missing kind (code -1) reads the False appended at the end
-        hit = np.asarray([c in kinds for c in kind.cat.categories] + [False], dtype=bool)
-        return hit[kind.cat.codes.to_numpy()]
+        wanted = [i for i, c in enumerate(kind.cat.categories) if c in kinds]
+        return _code_in(kind.cat.codes.to_numpy(), wanted, len(kind.cat.categories))
     return kind.isin(kinds).to_numpy()
+
+
+def _code_in(codes: np.ndarray, wanted: "list[int] | np.ndarray", n_categories: int) -> np.ndarray:
+    """Rows whose categorical code is one of ``wanted`` (a missing value, code -1, is none of them).
+
+    A few wanted codes are compared one by one on the small integer codes into one reused buffer; a lookup per
+    row would first widen all codes to a full-length array of indices, the costliest part on 10^6 rows."""
+    if len(wanted) > 16:
+        table = np.zeros(n_categories + 1, dtype=bool)
+        table[np.asarray(wanted, dtype=np.int64)] = True
+        return table.take(codes)  # code -1 reads the False at the end
+    out = np.zeros(len(codes), dtype=bool)
+    tmp = np.empty(len(codes), dtype=bool)
+    for c in wanted:
+        np.equal(codes, c, out=tmp)
+        out |= tmp
+    return out
+
+
+def _any_code_in(codes: np.ndarray, wanted: np.ndarray, n_categories: int) -> bool:
+    """Does any row carry one of the ``wanted`` codes? Code by code for the first few, stopping at the first
+    present (a training trace names a backward op within the first few), then all the others at once."""
+    tmp = np.empty(len(codes), dtype=bool)
+    for c in wanted[:16]:
+        np.equal(codes, c, out=tmp)
+        if tmp.any():
+            return True
+    return len(wanted) > 16 and bool(_code_in(codes, wanted[16:], n_categories).any())
+
+
+def names_where(names: pd.Series, test) -> np.ndarray:
+    """Rows whose name passes ``test(match)``, where ``match(pattern, case=False)`` answers as ``name_mask`` does
+    and ``test`` combines such answers (``match(A) & ~match(B)``). On a categorical column the test runs on one row
+    per category and the rows are compared on their codes: one pass over the rows, not one per pattern."""
+    if isinstance(names.dtype, pd.CategoricalDtype):
+        hit = _category_hits(names, test)
+        return _code_in(names.cat.codes.to_numpy(), np.flatnonzero(hit), len(hit))
+    return np.asarray(test(lambda p, case=False: name_mask(names, p, case=case)), dtype=bool)
+
+
+def _category_hits(names: pd.Series, test) -> np.ndarray:
+    """``names_where``'s test once per category of a categorical name column (a bool per category)."""
+    # a column of the categories themselves, sharing the dtype (so name_mask's per-category cache applies)
+    per_cat = pd.Series(pd.Categorical.from_codes(np.arange(len(names.cat.categories)), dtype=names.dtype))
+    return np.asarray(test(lambda p, case=False: name_mask(per_cat, p, case=case)), dtype=bool)
 
 
 def count_matching(names: pd.Series, rows: np.ndarray, pattern: "str | re.Pattern[str]", case: bool = False) -> int:
@@ -522,7 +715,7 @@ def sync_calls(views) -> pd.DataFrame:
     host = views.host_events
     m = kind_mask(host, "runtime")
     if m.any():
-        m &= name_mask(host["name"], SYNC_CALL)
+        m &= names_where(host["name"], lambda m: m(SYNC_CALL))
     hc = host_columns(views)
     out = pd.DataFrame({c: hc[c][m] for c in ("rank", "start_ns", "dur_ns", "end_ns")})
     views.__dict__["_sync_calls"] = out
@@ -591,10 +784,13 @@ def request_boundary_gaps(views, gaps: pd.DataFrame) -> np.ndarray:
     out = np.zeros(len(gaps), dtype=bool)
     if gaps.empty or views.steps.empty:
         return out
+    ranks = inference_ranks(views)
+    if not ranks:  # a training run: no request boundaries (and no need to find its syncs here)
+        return out
     calls = sync_calls(views)
     if calls.empty:
         return out
-    calls = calls[np.isin(calls["rank"].to_numpy(), np.fromiter(inference_ranks(views), dtype=np.int64))]
+    calls = calls[np.isin(calls["rank"].to_numpy(), np.fromiter(ranks, dtype=np.int64))]
     if calls.empty:
         return out
     return starts_inside(gaps, calls[closing_syncs(calls, views.steps, views.launches)])
@@ -608,13 +804,21 @@ def starts_inside(rows: pd.DataFrame, intervals: pd.DataFrame) -> np.ndarray:
         return out
     r_rank = rows["rank"].to_numpy()
     r_start = rows["start_ns"].to_numpy(dtype=np.int64)
-    for rank, c in intervals.groupby("rank", sort=False, observed=True):
+    i_rank = intervals["rank"].to_numpy()
+    # one rank (one file): no grouping of the intervals, and no selection of the rows when they share it
+    per_rank = [(i_rank[0], intervals)] if i_rank.min() == i_rank.max() else intervals.groupby("rank", sort=False, observed=True)
+    for rank, c in per_rank:
         m = r_rank == rank
-        if not m.any():
+        every = bool(m.all())
+        if not every and not m.any():
             continue
         cs = c["start_ns"].to_numpy(dtype=np.int64)
         ms, me = merge_intervals(cs, cs + c["dur_ns"].to_numpy(dtype=np.int64))
-        rs = r_start[m]
+        rs = r_start if every else r_start[m]
         j = np.searchsorted(ms, rs, side="right") - 1
-        out[np.flatnonzero(m)] = (j >= 0) & (rs <= me[np.clip(j, 0, None)])
+        inside = (j >= 0) & (rs <= me[np.clip(j, 0, None)])
+        if every:
+            out[:] = inside
+        else:
+            out[np.flatnonzero(m)] = inside
     return out

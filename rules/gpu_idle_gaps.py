@@ -8,7 +8,7 @@ import pandas as pd
 from traceinsight.ledger import IDLE_BUCKETS
 from traceinsight.rule_api import Fix, Location, Option, Rule, Severity, fmt_ns
 
-from ._common import OPTIMIZER, Coverage, gap_warmup_ns, host_columns, kind_mask, ledger_gaps, name_mask, request_boundary_gaps, short_name
+from ._common import OPTIMIZER, Coverage, gap_warmup_ns, host_columns, kind_mask, ledger_gaps, names_where, request_boundary_gaps, short_name
 
 CAUSE_DATA = "data loading"
 CAUSE_OPT = "optimizer step"
@@ -69,7 +69,9 @@ def attribute_gaps(views, gaps: pd.DataFrame) -> pd.DataFrame:
         steady = per_bucket[:, warm].copy()
         steady[IDLE_BUCKETS.index(WARMUP_BUCKET)] = -1
         cause_bucket[warm] = np.asarray(IDLE_BUCKETS, dtype=object)[steady.argmax(axis=0)]
-    cause = np.asarray([BUCKET_CAUSE.get(c, CAUSE_UNKNOWN) for c in cause_bucket.tolist()], dtype=object)
+    code, uniq = pd.factorize(cause_bucket)  # the words looked up once per distinct bucket (-1: none)
+    words = np.asarray([BUCKET_CAUSE.get(c, CAUSE_UNKNOWN) for c in uniq.tolist()] + [CAUSE_UNKNOWN], dtype=object)
+    cause = words[code]
     refine = np.isin(cause_bucket, _OPT_REFINES)
     if refine.any():
         refine[refine] = _optimizer_covers_half(views, g[refine])
@@ -89,9 +91,9 @@ def _optimizer_covers_half(views, gaps: pd.DataFrame) -> np.ndarray:
     """Per gap: do optimizer host ranges (``OPTIMIZER``) of its rank cover at least half of it?"""
     out = np.zeros(len(gaps), dtype=bool)
     host = views.host_events
-    m = kind_mask(host, ("cpu_op", "python", "annotation", "runtime", "other"))
-    m &= name_mask(host["name"], OPTIMIZER)
-    if not m.any():
+    m = np.flatnonzero(names_where(host["name"], lambda m: m(OPTIMIZER)))  # few rows: their kind is tested alone
+    m = m[kind_mask(host[["kind"]].iloc[m], ("cpu_op", "python", "annotation", "runtime", "other"))]
+    if not len(m):
         return out
     hc = host_columns(views)
     o_rank, o_s, o_e = hc["rank"][m], hc["start_ns"][m], hc["end_ns"][m]
@@ -209,15 +211,17 @@ class GpuIdleGaps(Rule):
         min_gap = int(self.min_gap_us * 1e3)
         # one-off start-up (the ledger's warm-up, TI013) is not steady-state idle: a gap counts only its other ns,
         # as if the warm-up had not happened (so a gap that is all warm-up is no gap here)
-        gaps = v.gaps.assign(warmup_ns=gap_warmup_ns(v))
-        gaps = gaps.assign(steady_ns=gaps["dur_ns"].to_numpy(np.int64) - gaps["warmup_ns"].to_numpy())
-        warm_ns = gaps.groupby(["rank", "device"])["warmup_ns"].sum().to_dict()  # set aside on each device
+        # (on the gap arrays: a frame of every gap is never copied, only the long ones become rows)
+        gaps = v.gaps
+        warmup = gap_warmup_ns(v)
+        steady = gaps["dur_ns"].to_numpy(np.int64) - warmup
+        warm_ns = _sum_by_device(gaps, warmup)  # set aside on each device
         between = request_boundary_gaps(v, gaps)  # idle between inference requests lengthens no request
-        between_ns = gaps[between].groupby(["rank", "device"])["steady_ns"].sum().to_dict() if between.any() else {}
-        gaps = gaps[~between]
-        long = gaps[gaps["steady_ns"] >= min_gap]
-        if long.empty:
+        between_ns = _sum_by_device(gaps, np.where(between, steady, 0)) if between.any() else {}
+        pick = np.flatnonzero(~between & (steady >= min_gap))
+        if not len(pick):
             return
+        long = gaps.iloc[pick].assign(warmup_ns=warmup[pick], steady_ns=steady[pick])
         per_dev = long.groupby(["rank", "device"], sort=True)["steady_ns"].agg(long_ns="sum", n_gaps="count").reset_index()
         per_dev = per_dev.merge(util, on=["rank", "device"], how="left")
         # shares of the steady state: the window less its warm-up, as the verdict reads it
@@ -300,9 +304,9 @@ class GpuIdleGaps(Rule):
 
 
 def _activity_index(views) -> dict:
-    """Per rank, the start, end and name code of its host rows of ``_ACTIVITY_KINDS``, with name codes in the order
-    a groupby by name uses. Cached: TI001 asks once per evidence row, and a test on these three arrays costs less
-    than a row selection of the wide host frame."""
+    """Which host rows count as "what the host did" (rows of ``_ACTIVITY_KINDS`` with a name: a full-length mask
+    over ``views.host_events``), their rank, start, end and name code, with name codes in the order a groupby by
+    name uses. Cached: TI001 asks once per evidence row."""
     cached = views.__dict__.get("_ti001_activity")
     if cached is not None:
         return cached
@@ -316,35 +320,42 @@ def _activity_index(views) -> dict:
         codes, cats = pd.factorize(names, sort=True)
         cats = np.asarray(cats, dtype=object)
     m &= codes >= 0  # a row without a name is dropped by the groupby too
-    rank, start, end, code = hc["rank"][m], hc["start_ns"][m], hc["end_ns"][m], codes[m]
-    out = {"cats": cats, "ranks": {}}
-    if len(rank) and rank.min() == rank.max():  # one rank (one file): no split
-        out["ranks"][int(rank[0])] = (start, end, code)
-    else:
-        for r in np.unique(rank):
-            rm = rank == r
-            out["ranks"][int(r)] = (start[rm], end[rm], code[rm])
+    out = {"cats": cats, "mask": m, "rank": hc["rank"], "start": hc["start_ns"], "end": hc["end_ns"], "code": codes}
     views.__dict__["_ti001_activity"] = out
     return out
 
 
 def _host_activity(views, rank: int, start: int, end: int) -> str:
-    """The three host names with the most time inside [start, end) on the rank, with that time."""
+    """The three host names with the most time inside [start, end) on the rank, with that time.
+
+    The rows overlapping the gap come from the views' start-ordered index of the host rows (which the HTML report's
+    close-ups use too): a gap costs a look at its own rows, not a pass over every host row."""
     idx = _activity_index(views)
-    arrays = idx["ranks"].get(rank)
-    if arrays is None:
-        return "(nothing traced)"
-    s, e, c = arrays
-    k = np.flatnonzero((s < end) & (e > start))
+    k = views.rows_overlapping("host_events", start, end)
+    k = k[idx["mask"][k] & (idx["rank"][k] == rank)]
     if not len(k):
         return "(nothing traced)"
-    s, e, c = s[k], e[k], c[k].astype(np.int64)
+    s, e, c = idx["start"][k], idx["end"][k], idx["code"][k].astype(np.int64)
     ov = np.minimum(e, end) - np.maximum(s, start)
     codes = np.unique(c)
     sums = np.zeros(len(codes), np.int64)
     np.add.at(sums, np.searchsorted(codes, c), ov)
     names = pd.Series(sums, index=idx["cats"][codes]).nlargest(3)
     return "; ".join(f"{short_name(n, 60)} ({fmt_ns(t)})" for n, t in names.items())
+
+
+def _sum_by_device(gaps: pd.DataFrame, values: np.ndarray) -> dict:
+    """{(rank, device): sum of ``values``} over the rows of ``views.gaps`` (sorted by rank and device: a device's rows
+    are one run, summed at once), exact integer sums."""
+    if not len(gaps):
+        return {}
+    r, d = gaps["rank"].to_numpy(), gaps["device"].to_numpy()
+    head = np.flatnonzero(np.r_[True, (r[1:] != r[:-1]) | (d[1:] != d[:-1])])
+    sums = np.add.reduceat(np.asarray(values, np.int64), head)
+    out: dict = {}
+    for key, x in zip(zip(r[head].tolist(), d[head].tolist()), sums.tolist()):
+        out[key] = out.get(key, 0) + x
+    return out
 
 
 def _by_category(by_cause: pd.Series) -> dict[str, int]:

@@ -7,7 +7,7 @@ import pandas as pd
 
 from traceinsight.rule_api import Fix, Location, Option, Rule, Severity, fmt_ns
 
-from ._common import RECORD_STACKS, SYNC_CALL, SYNC_CALLS, SYNC_OP, closing_syncs, has_python_frames, host_starved_gaps, inference_ranks, innermost_enclosing, kind_mask, lookup, name_mask, short_name, user_frames_at
+from ._common import RECORD_STACKS, SYNC_CALL, SYNC_CALLS, SYNC_OP, closing_syncs, cpu_op_enclosing, has_python_frames, host_starved_gaps, inference_ranks, innermost_enclosing, kind_mask, lookup, name_mask, names_where, short_name, user_frames_at
 
 
 def find_stalls(events: pd.DataFrame, launches: pd.DataFrame) -> pd.DataFrame:
@@ -18,7 +18,7 @@ def find_stalls(events: pd.DataFrame, launches: pd.DataFrame) -> pd.DataFrame:
     # the masks on plain arrays, then one take of the few matching rows (not of every host runtime row)
     m = (events["device"].to_numpy() < 0) & kind_mask(events, "runtime")
     if m.any():
-        m &= name_mask(events["name"], SYNC_CALL)
+        m &= names_where(events["name"], lambda n: n(SYNC_CALL))
     calls = events[m].assign(reason="synchronizing call")
     parts = [calls]
     gs = events[kind_mask(events, "gpu_sync")]
@@ -140,8 +140,10 @@ class HostSyncStalls(Rule):
         # framework op and Python frame around each call
         host = v.host_events
         span = host[["rank", "pid", "tid", "start_ns", "dur_ns"]]  # all innermost_enclosing reads
-        ops = span.iloc[np.flatnonzero(kind_mask(host, "cpu_op"))]
-        enc = innermost_enclosing(stalls, ops)
+        cpu_ops, ops = cpu_op_enclosing(v)  # the framework ops, sorted once for every rule that asks
+        at = ops.find_frame(stalls)
+        enc = np.full(len(stalls), None, dtype=object)
+        enc[at >= 0] = host.index.to_numpy()[cpu_ops[at[at >= 0]]]
         names = ev["name"]  # lookup converts only the rows it returns
         stalls["op"] = lookup(names, enc)
         sync_ops = span.iloc[np.flatnonzero(name_mask(host["name"], SYNC_OP))]

@@ -53,6 +53,24 @@ class RnnDetection:
         return self.cell_ops > 0 or self.cell_kernels > 0 or self.fallback_layer_ops > 0 or self.tf_loop_ops > 0
 
 
+def _counts(codes: np.ndarray, rows, wanted: np.ndarray) -> np.ndarray:
+    """Per name code, how many of the ``rows()`` mask's rows carry it, counted for the ``wanted`` codes (others
+    read 0; they are never looked at). A few codes are compared one by one; many are counted all at once."""
+    out = np.zeros(len(wanted), np.int64)
+    want = np.flatnonzero(wanted)
+    if not len(want):
+        return out
+    mask = rows()
+    if len(want) > 16:
+        return np.bincount(codes[mask & (codes >= 0)], minlength=len(wanted))
+    tmp = np.empty(len(codes), dtype=bool)
+    for c in want:
+        np.equal(codes, c, out=tmp)
+        tmp &= mask
+        out[c] = np.count_nonzero(tmp)
+    return out
+
+
 def detect_rnn(events: pd.DataFrame) -> RnnDetection:
     """Finds cuDNN and generic (per-timestep) recurrent execution by name; used by the rule and by tests.
 
@@ -64,32 +82,33 @@ def detect_rnn(events: pd.DataFrame) -> RnnDetection:
         return det
     names = events["name"]
     if isinstance(names.dtype, pd.CategoricalDtype):
-        codes, cats = names.cat.codes.to_numpy().astype(np.int64), names.cat.categories
+        codes, cats = names.cat.codes.to_numpy(), names.cat.categories  # the small codes as they are
     else:
         codes, cats = pd.factorize(names.to_numpy())
     n = len(cats)
-    ok = codes >= 0
-    is_kernel = kind_mask(events, "kernel")  # on the categorical codes, not 10^6 Python strings
-    is_host = events["device"].to_numpy() < 0
-    k_count = np.bincount(codes[is_kernel & ok], minlength=n)
-    h_count = np.bincount(codes[is_host & ok], minlength=n)
 
     def hit(pattern: re.Pattern) -> np.ndarray:
         return np.fromiter((pattern.search(str(c)) is not None for c in cats), dtype=bool, count=n)
 
+    cudnn_kernel_cat, cudnn_op_cat, cell_cat = hit(CUDNN_KERNEL), hit(CUDNN_OP), hit(CELL_OP)
+    cell_kernel_cat = hit(CELL_KERNEL) & hit(re.compile("forward"))
+    layer_cat, tf_cat = hit(LAYER_OP), hit(TF_WHILE)
+    is_host = events["device"].to_numpy() < 0
+    # rows are counted only for the names some test below reads (usually none: then no pass over the rows)
+    k_count = _counts(codes, lambda: kind_mask(events, "kernel"), cudnn_kernel_cat | cell_kernel_cat)
+    h_count = _counts(codes, lambda: is_host, cudnn_op_cat | cell_cat | layer_cat | tf_cat)
+
     def rows(cat_mask: np.ndarray) -> np.ndarray:  # host rows whose name is one of cat_mask
         return is_host & np.append(cat_mask, False)[codes]
 
-    det.cudnn_kernels = int(k_count[hit(CUDNN_KERNEL)].sum())
-    det.cudnn_ops = int(h_count[hit(CUDNN_OP)].sum())
-    cell_cat = hit(CELL_OP)
+    det.cudnn_kernels = int(k_count[cudnn_kernel_cat].sum())
+    det.cudnn_ops = int(h_count[cudnn_op_cat].sum())
     # only the outermost cell op counts a timestep (aten::lstm_cell contains aten::_thnn_fused_lstm_cell on CUDA)
     outer_cat = cell_cat & hit(re.compile(r"^aten::(lstm_cell|gru_cell|rnn_tanh_cell|rnn_relu_cell)$"))
     inner_cat = cell_cat & ~outer_cat
     n_outer = int(h_count[outer_cat].sum())
     det.cell_ops = n_outer if n_outer else int(h_count[inner_cat & hit(re.compile(r"^aten::_thnn"))].sum())
-    det.cell_kernels = int(k_count[hit(CELL_KERNEL) & hit(re.compile("forward"))].sum())
-    layer_cat = hit(LAYER_OP)
+    det.cell_kernels = int(k_count[cell_kernel_cat].sum())
     layer_fb = pd.Index([])
     if h_count[layer_cat].any():
         backend = events[rows(hit(LAYER_BACKEND))]
@@ -102,7 +121,6 @@ def detect_rnn(events: pd.DataFrame) -> RnnDetection:
             has_backend = lay.index.isin([e for e in pd.unique(enc[pd.notna(enc)])])
         det.fallback_layer_ops = int((~has_backend).sum())
         layer_fb = lay.index[~has_backend]
-    tf_cat = hit(TF_WHILE)
     det.tf_loop_ops = int(h_count[tf_cat].sum())
     if det.tf_loop_ops:
         det.tf_timesteps = int(h_count[tf_cat & hit(TF_TIMESTEP)].sum())

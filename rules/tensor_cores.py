@@ -9,7 +9,7 @@ import numpy as np
 from traceinsight.advice import parse_cc
 from traceinsight.rule_api import Context, Fix, Location, Option, Rule, Severity, fmt_ns
 
-from ._common import FP64, GEMM_CONV, VOLTA_PLUS_KERNEL, NCCL, NOT_GEMM, NON_NVIDIA, NOT_TENSOR_CORE, PRE_VOLTA, TENSOR_CORE, TENSOR_CORE_GPU, matches, name_mask
+from ._common import FP64, GEMM_CONV, VOLTA_PLUS_KERNEL, NCCL, NOT_GEMM, NON_NVIDIA, NOT_TENSOR_CORE, PRE_VOLTA, TENSOR_CORE, TENSOR_CORE_GPU, matches, name_mask, names_where
 
 
 def _has_tensor_cores(name: str | None, cc: str | None, vendor: str | None) -> bool | None:
@@ -188,10 +188,13 @@ class NoTensorCores(Rule):
         if k.empty:
             return
         names = k["name"]
-        gemm = name_mask(names, GEMM_CONV) & ~name_mask(names, FP64) & ~name_mask(names, NCCL) & ~name_mask(names, NOT_GEMM)
+        def is_gemm(m):
+            return m(GEMM_CONV) & ~m(FP64) & ~m(NCCL) & ~m(NOT_GEMM)
+
+        gemm = names_where(names, is_gemm)  # the patterns combined per distinct name, one pass over the rows
         if not gemm.any():
             return
-        tc = gemm & name_mask(names, TENSOR_CORE) & ~name_mask(names, NOT_TENSOR_CORE)
+        tc = names_where(names, lambda m: is_gemm(m) & m(TENSOR_CORE) & ~m(NOT_TENSOR_CORE))
         dur = k["dur_ns"].to_numpy()
         gemm_ns = int(dur[gemm].sum())
         non_tc = gemm & ~tc

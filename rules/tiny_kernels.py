@@ -8,7 +8,7 @@ import pandas as pd
 from traceinsight.rule_api import Fix, Location, Option, Rule, Severity, fmt_ns
 
 
-from ._common import innermost_positions, kind_mask, ledger_gaps, short_name, starts_inside, sync_calls, user_code_sentence, user_frames_at
+from ._common import cpu_op_enclosing, kind_mask, ledger_gaps, short_name, starts_inside, sync_calls, user_code_sentence, user_frames_at
 
 
 class TinyKernels(Rule):
@@ -94,11 +94,11 @@ class TinyKernels(Rule):
         if kern.empty:
             return
         # plain arrays of the few kernel columns used: never a row selection of the wide frame
-        k_rank = kern["rank"].to_numpy().astype(np.int64)
-        k_dev = kern["device"].to_numpy().astype(np.int64)
+        k_rank = kern["rank"].to_numpy()
+        k_dev = kern["device"].to_numpy()
         k_start = kern["start_ns"].to_numpy()
         k_dur = kern["dur_ns"].to_numpy()
-        launch_dur, launch_idx = _kernel_launches(v.launches, kern.index.to_numpy())
+        launch_dur, launch_idx, launch_row = _kernel_launches(v.launches, kern.index.to_numpy())
         tiny = k_dur < self.max_kernel_us * 1e3
         shorter = k_dur < np.nan_to_num(launch_dur, nan=-1.0)
         bound = tiny | shorter
@@ -144,9 +144,10 @@ class TinyKernels(Rule):
             kb_i = np.flatnonzero((k_code == c) & bound)
             gd = np.flatnonzero(keep_g & (g_code == c))
             gname = g_name_code[kpos[gd]]
-            idle_by_name = pd.Series(g_dur[gd]).groupby(gname).sum()
-            idle_by_name.index = name_cats[idle_by_name.index.to_numpy()]
-            evidence = self._offenders(ctx, g_name_code[kb_i], name_cats, k_dur[kb_i], launch_dur[kb_i], launch_idx[kb_i], idle_by_name)
+            # idle before each kernel name (the names that end a counted gap, in code order, as a groupby gives)
+            used = np.flatnonzero(np.bincount(gname, minlength=len(name_cats)))
+            idle_by_name = pd.Series(_int_sum(gname, g_dur[gd], len(name_cats))[used], index=name_cats[used])
+            evidence = self._offenders(ctx, g_name_code[kb_i], name_cats, k_dur[kb_i], launch_dur[kb_i], launch_row[kb_i], idle_by_name)
             multi = len(ctx.meta.ranks) > 1 or n > 1
             where = f"rank {rank} GPU {device}" if multi else f"GPU {device}"
             idle = int(idle_ns[c])
@@ -159,7 +160,8 @@ class TinyKernels(Rule):
             )
             li = launch_idx[kb_i]
             li = li[~np.isnan(li)].astype(np.int64)[:20_000]  # a sample is enough to name the line
-            code_at = user_code_sentence(user_frames_at(ctx.events.loc[li], ctx.events, v.host_events), ctx, "Most of them are launched from")
+            cols = ["rank", "pid", "tid", "start_ns", "dur_ns", *(["stack"] if "stack" in ctx.events else [])]  # what user_frames_at reads
+            code_at = user_code_sentence(user_frames_at(ctx.events.loc[li, cols], ctx.events, v.host_events), ctx, "Most of them are launched from")
             bound_time_pct = 100.0 * float(bound_ns[c]) / max(float(kernel_ns[c]), 1.0)
             yield ctx.finding(
                 title=f"{where}: {share_pct[c]:.0f} % of kernels are launch-bound (< {self.max_kernel_us:g} µs or shorter than their launch)",
@@ -174,7 +176,14 @@ class TinyKernels(Rule):
                 impact_ns=idle,
                 evidence=evidence,
                 instances=pd.DataFrame(
-                    {"start_ns": g_start[gd], "end_ns": gaps["end_ns"].to_numpy()[gi[gd]], "rank": rank, "device": device, "label": "wait before a launch-bound kernel"}
+                    {
+                        "start_ns": g_start[gd],
+                        "end_ns": gaps["end_ns"].to_numpy()[gi[gd]],
+                        "rank": rank,
+                        "device": device,
+                        # one label for every row: a categorical of one value, not a string object per row
+                        "label": pd.Categorical.from_codes(np.zeros(len(gd), np.int8), ["wait before a launch-bound kernel"]),
+                    }
                 ),
                 location=Location(rank=rank, device=device),
                 metrics={
@@ -191,7 +200,7 @@ class TinyKernels(Rule):
                 key=f"rank{rank}-gpu{device}",
             )
 
-    def _offenders(self, ctx, name_code, name_cats, dur, launch_dur, launch_idx, idle_by_name: pd.Series) -> pd.DataFrame:
+    def _offenders(self, ctx, name_code, name_cats, dur, launch_dur, launch_row, idle_by_name: pd.Series) -> pd.DataFrame:
         """Top kernels by the idle counted before them, then by count, each with the framework op that launched it
         most often. Idle first: a tiny kernel that always sits in the queue is frequent but costs nothing.
 
@@ -220,17 +229,20 @@ class TinyKernels(Rule):
         rows = np.flatnonzero(shown_code[inv])
         # the framework op around each launch call, as a name code (-1: none, or no name)
         op_code = np.full(len(rows), -1, np.int64)
-        li = launch_idx[rows]
-        has = ~np.isnan(li)
+        lr = launch_row[rows]
+        has = lr >= 0
         if has.any():
-            ev = ctx.events
-            span_cols = ["rank", "pid", "tid", "start_ns", "dur_ns"]  # all innermost_enclosing reads
-            launch_rows = ev.loc[li[has].astype(np.int64), span_cols]
-            host = ctx.views.host_events
-            cpu_ops = np.flatnonzero(kind_mask(host, "cpu_op"))
-            enc = innermost_positions(launch_rows, host[span_cols].iloc[cpu_ops])
-            h_codes, h_cats = _codes(host["name"], missing=-1)
+            # the launch calls' thread and span, from the launches frame (the same values as their event rows)
+            ln, lr = ctx.views.launches, lr[has]
+            l_start = ln["launch_start_ns"].to_numpy()[lr]
+            cpu_ops, ops = cpu_op_enclosing(ctx.views)
+            enc = ops.find(ln["rank"].to_numpy()[lr], ln["pid"].to_numpy()[lr], ln["tid"].to_numpy()[lr], l_start, l_start + ln["launch_dur_ns"].to_numpy()[lr])
             got = enc >= 0
+            h_names = ctx.views.host_events["name"]
+            if isinstance(h_names.dtype, pd.CategoricalDtype):  # only the found ops' codes are read
+                h_codes, h_cats = h_names.cat.codes.to_numpy(), np.asarray(h_names.cat.categories.astype(object))
+            else:
+                h_codes, h_cats = _codes(h_names, missing=-1)
             found = np.full(len(enc), -1, np.int64)
             found[got] = h_codes[cpu_ops[enc[got]]]
             op_code[has] = found
@@ -284,28 +296,47 @@ def _pair_codes(rank: np.ndarray, device: np.ndarray) -> tuple[np.ndarray, np.nd
     """The distinct (rank, device) pairs, sorted (an (n, 2) array), and each row's pair index."""
     r0, d0 = int(rank.min()), int(device.min())
     span = int(device.max()) - d0 + 1
-    key = (rank - r0) * span + (device - d0)  # one int64 key, ordered as (rank, device)
-    uk, inv = np.unique(key, return_inverse=True)
+    if r0 == int(rank.max()) and span == 1:  # one device (one file): one pair, no key
+        return np.array([[r0, d0]], dtype=np.int64), np.zeros(len(rank), np.int64)
+    key = (rank.astype(np.int64) - r0) * span + (device.astype(np.int64) - d0)  # one int64 key, ordered as (rank, device)
+    n_keys = (int(rank.max()) - r0 + 1) * span
+    if n_keys <= 4 * len(key) + 1024:  # few possible pairs: counted, not sorted
+        present = np.bincount(key, minlength=n_keys) > 0
+        uk = np.flatnonzero(present)
+        inv = (np.cumsum(present) - 1)[key]
+    else:
+        uk, inv = np.unique(key, return_inverse=True)
     return np.stack([uk // span + r0, uk % span + d0], axis=1), inv.reshape(-1)
 
 
-def _kernel_launches(ln: pd.DataFrame, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per kernel row label: the duration and row label of the runtime call that launched it (NaN where none)."""
+def _kernel_launches(ln: pd.DataFrame, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per kernel row label: the duration and row label of the runtime call that launched it (NaN where none), and
+    its row position in ``ln`` (-1 where none)."""
     dur = np.full(len(labels), np.nan)
     idx = np.full(len(labels), np.nan)
+    row = np.full(len(labels), -1, np.int64)
     if ln.empty or not len(labels):
-        return dur, idx
-    m = kind_mask(ln, "kernel")
-    gi = ln["gpu_idx"].to_numpy()[m]
-    order = np.argsort(gi, kind="stable")
-    gs = gi[order]
+        return dur, idx, row
+    rows = np.flatnonzero(kind_mask(ln, "kernel"))  # the kernels' launch rows, as positions in ln
+    gs = ln["gpu_idx"].to_numpy()[rows]
+    if len(gs) > 1 and not bool((gs[1:] >= gs[:-1]).all()):  # launch order is usually the GPU rows' order too
+        order = np.argsort(gs, kind="stable")
+        gs, rows = gs[order], rows[order]
     first = np.r_[True, gs[1:] != gs[:-1]]  # the first launch row of a kernel (as drop_duplicates kept)
-    gs, rows = gs[first], order[first]
-    pos = np.minimum(np.searchsorted(gs, labels), max(len(gs) - 1, 0))
-    hit = (gs[pos] == labels) if len(gs) else np.zeros(len(labels), dtype=bool)
-    dur[hit] = ln["launch_dur_ns"].to_numpy()[m][rows[pos[hit]]]
-    idx[hit] = ln["launch_idx"].to_numpy()[m][rows[pos[hit]]]
-    return dur, idx
+    if not first.all():
+        gs, rows = gs[first], rows[first]
+    if not len(gs):
+        return dur, idx, row
+    pos = np.searchsorted(gs, labels)
+    np.minimum(pos, len(gs) - 1, out=pos)
+    hit = gs[pos] == labels
+    if hit.all():  # every kernel has its launch: whole arrays, no masked copies
+        row = rows[pos]
+        return ln["launch_dur_ns"].to_numpy()[row].astype(float), ln["launch_idx"].to_numpy()[row].astype(float), row
+    row[hit] = rows[pos[hit]]
+    dur[hit] = ln["launch_dur_ns"].to_numpy()[row[hit]]
+    idx[hit] = ln["launch_idx"].to_numpy()[row[hit]]
+    return dur, idx, row
 
 
 def _first_kernel_at(k_code, k_start, bound, dev_keys, q_rank, q_dev, q_t) -> np.ndarray:
@@ -318,16 +349,24 @@ def _first_kernel_at(k_code, k_start, bound, dev_keys, q_rank, q_dev, q_t) -> np
     q_rank = np.asarray(q_rank, np.int64)
     q_dev = np.asarray(q_dev, np.int64)
     for c, (rank, device) in enumerate(dev_keys):
-        qm = np.flatnonzero((q_rank == rank) & (q_dev == device))
-        if not len(qm):
+        sel = (q_rank == rank) & (q_dev == device)
+        every = bool(sel.all())  # one device (one file): no selection of the queries
+        qm = None if every else np.flatnonzero(sel)
+        if not every and not len(qm):
             continue
-        kb = b[k_code[b] == c]
+        kb = b if len(dev_keys) == 1 else b[k_code[b] == c]
         if not len(kb):
             continue
-        order = np.argsort(k_start[kb], kind="stable")  # equal starts keep frame order: the first comes first
-        ks, kp = k_start[kb][order], kb[order]
-        t = np.asarray(q_t)[qm]
-        pos = np.minimum(np.searchsorted(ks, t), len(ks) - 1)
+        ks, kp = k_start[kb], kb
+        if len(ks) > 1 and not bool((ks[1:] >= ks[:-1]).all()):  # kernels usually come in start order
+            order = np.argsort(ks, kind="stable")  # equal starts keep frame order: the first comes first
+            ks, kp = ks[order], kp[order]
+        t = np.asarray(q_t) if every else np.asarray(q_t)[qm]
+        pos = np.searchsorted(ks, t)
+        np.minimum(pos, len(ks) - 1, out=pos)
         ok = ks[pos] == t
-        out[qm[ok]] = kp[pos[ok]]
+        if every:
+            out[ok] = kp[pos[ok]]
+        else:
+            out[qm[ok]] = kp[pos[ok]]
     return out
