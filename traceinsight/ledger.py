@@ -451,11 +451,17 @@ def _outlier_first_calls(names: pd.Series, cand: np.ndarray, rank: np.ndarray, s
         idx = np.flatnonzero(cand) if cand.dtype == bool else cand
         if not len(idx):
             return idx
-        r = rank[idx].astype(np.int64)
-        code = names.cat.codes.to_numpy()[idx].astype(np.int64) if categorical else pd.factorize(names.to_numpy()[idx])[0]
+        code = names.cat.codes.to_numpy()[idx].astype(np.int64) if categorical else pd.factorize(names.to_numpy()[idx])[0].astype(np.int64)
         # one int64 key for (rank, name code): itself the group when its range is small (a few ranks, names
-        # as category codes), else grouped by hashing; no sort of the 10^6 candidates either way
-        rc = (r - r.min()) * (int(code.max()) + 2) + (code + 1)
+        # as category codes), else grouped by hashing; no sort of the 10^6 candidates either way. Built in
+        # place in the code array (one rank: the code alone)
+        rc = code
+        rc += 1
+        if len(rank) and rank.min() != rank.max():
+            r = rank[idx].astype(np.int64)
+            r -= r.min()
+            r *= int(rc.max()) + 1
+            rc += r
         if int(rc.max()) < 4 * len(rc) + 4096:
             group, n_groups = rc, int(rc.max()) + 1
         else:
