@@ -150,13 +150,13 @@ def _reference_order(nh, a, b, start, end):
     return order, (ka[1:] == ka[:-1]) & (kb[1:] == kb[:-1]) & (kg[1:] == kg[:-1])
 
 
-@pytest.mark.parametrize("groups", [1, 3, 200])
+@pytest.mark.parametrize("groups", [1, 2, 3, 200])
 @pytest.mark.parametrize("shape", ["sorted_runs", "random", "ties", "wide_ids"])
 def test_order_in_groups_equals_lexsort(groups, shape):
     rng = np.random.default_rng(groups * 7 + len(shape))
     n, nh = 5_000, 3_000
     a = rng.integers(0, max(groups // 2, 1), n)
-    b = rng.integers(-3, groups, n)
+    b = rng.integers(-3, groups, n) if groups != 2 else rng.choice([-4, 9], n)  # 2: two threads / streams per half
     if shape == "sorted_runs":  # time order broken at a few places (concatenated captures)
         start = np.concatenate([np.sort(rng.integers(0, 10**6, k)) for k in (1_000, 2_000, 2_000)])
     elif shape == "ties":  # many equal starts, ends in every order
@@ -166,7 +166,7 @@ def test_order_in_groups_equals_lexsort(groups, shape):
     end = start + rng.integers(0, 3, n)
     if shape == "wide_ids":  # ids beyond 32 bits take the general path
         a = a + (rng.integers(0, 2, n) << 40)
-    got, got_same = whatif._order_in_groups(nh, a, b, start, end)
+    got, got_same = whatif._order_in_groups(nh, a, b, a[nh:], start, end)  # host: (a, b); GPU: (device a, stream b)
     ref, ref_same = _reference_order(nh, a, b, start, end)
     assert np.array_equal(got, ref)
     assert np.array_equal(got_same, ref_same)
@@ -183,6 +183,47 @@ def test_position_equals_reindex():
         ref = s[s.index >= 0].reindex(wanted).fillna(-1).to_numpy(np.int64)
         assert np.array_equal(got, ref)
     assert np.array_equal(whatif._position(np.full(3, -1), np.array([0, 1])), [-1, -1])
+
+
+def test_launch_positions_equal_position():
+    rng = np.random.default_rng(5)
+    nh, ng = 3_000, 2_000
+    labels = rng.permutation(20_000)[: nh + ng].astype(np.int64)  # unique row labels, as a RangeIndex gives
+    lbl = labels[:nh].copy()
+    rt = slice(400, 2_600)  # the runtime calls: the only host nodes that are rows
+    lbl[: rt.start] = -1
+    lbl[rt.stop:] = -1
+    act = labels[nh:]
+    li = np.r_[rng.choice(lbl[rt], 1_500), rng.choice(act, 100), rng.integers(0, 20_000, 400)]
+    gi = np.r_[rng.choice(act, 1_500), rng.choice(lbl[rt], 100), rng.integers(0, 20_000, 400)]
+    for ranged in (True, False):
+        lp, gp = whatif._launch_positions(lbl, rt, act, li, gi, ranged)
+        assert np.array_equal(lp, whatif._position(lbl, li))
+        assert np.array_equal(gp, whatif._position(act, gi))
+
+
+@pytest.mark.parametrize("threads", [1, 2, 5])
+def test_cross_candidates_equal_brute_force(threads):
+    """The node of another thread that ended last (strictly) before each node started, ties by node id."""
+    rng = np.random.default_rng(threads)
+    n = 1_500
+    start = np.sort(rng.integers(0, 100_000, n))
+    start[rng.random(n) < 0.05] = rng.integers(0, 100_000)  # a few out of order
+    end = start + rng.integers(0, 400, n)
+    tid = rng.integers(0, threads, n) * 7 - 3
+    ids = np.arange(10, 10 + n)
+    full_s, full_e, full_t = (np.r_[np.zeros(10, np.int64), x] for x in (start, end, tid))
+    q = np.flatnonzero(rng.random(n) < 0.5)
+    got_q, got_c, got_e = whatif._cross_in_group(ids, q, full_s, full_e, full_t)
+    ref = {}
+    for i in ids[q]:
+        before = [j for j in ids if full_e[j] < full_s[i]]
+        if before:
+            c = max(before, key=lambda j: (full_e[j], j))
+            if full_t[c] != full_t[i]:
+                ref[int(i)] = c
+    assert dict(zip(got_q.tolist(), got_c.tolist())) == ref
+    assert np.array_equal(got_e, full_e[got_c])
 
 
 @pytest.mark.parametrize("categorical", [True, False])
