@@ -53,15 +53,17 @@ Everything is interval arithmetic on sorted numpy arrays (one loop over (rank, d
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cache, cached_property
 from typing import TYPE_CHECKING, Any, Iterable
+
+import re
 
 import numpy as np
 import pandas as pd
 
 from .patterns import COLLECTIVE, COPY_CALL, DATA_WAIT_PRIMARY, DATA_WAIT_TFDATA, SYNC_CALL, SYNC_OP
 from .rule_api import Instances, applies_to, instance_columns
-from .views import Coverage, kind_mask, merge_intervals, name_mask
+from .views import Coverage, _category_hits, merge_intervals, name_mask
 
 if TYPE_CHECKING:  # pragma: no cover
     from .views import Views
@@ -122,19 +124,18 @@ def _merged(starts: Any, ends: Any) -> tuple[np.ndarray, np.ndarray]:
     return merge_intervals(s, e)
 
 
-def _union_owned(s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``merge_intervals`` of non-empty intervals (every e > s) whose int64 arrays the caller hands over: in start
-    order (the usual case) the running end is computed in ``e`` itself and a group's end read at its last row,
-    so no array of the input's length is allocated besides two masks (fresh memory is what costs at 10^6 rows)."""
+def _run_unions(s: np.ndarray, e: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
+    """The union of each sorted run of non-empty intervals (every e > s) whose int64 arrays the caller hands over:
+    host rows of several threads come as a few runs in start order, and each run is merged in place (its running
+    end computed in ``e`` itself, a group's end read at its last row), so no array of the input's length is
+    allocated besides two masks (fresh memory is what costs at 10^6 rows). Many runs: one union of all."""
     if len(s) == 0:
-        return _EMPTY, _EMPTY
+        return []
     down = np.flatnonzero(s[1:] < s[:-1]) + 1 if len(s) > 1 else _EMPTY
     if len(down) > 64:
-        return merge_intervals(s, e)
-    # a few sorted runs (host rows of several threads come nearly in start order): each run merged in place, then
-    # the runs' unions merged; a union of non-empty intervals has one merged form, so this is merge_intervals' answer
+        return [merge_intervals(s, e)]
     cuts = np.r_[0, down, len(s)]
-    out_s, out_e = [], []
+    out = []
     for a, b in zip(cuts[:-1].tolist(), cuts[1:].tolist()):
         rs, re_ = s[a:b], e[a:b]
         np.maximum.accumulate(re_, out=re_)
@@ -146,10 +147,38 @@ def _union_owned(s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         last[:-1] = idx[1:] - 1
         last[-1] = b - a - 1
         # the running end at a group's last row is the group's largest end: every earlier end lies before its start
-        out_s.append(rs[idx]), out_e.append(re_[last])
-    if len(out_s) == 1:
-        return out_s[0], out_e[0]
-    return merge_intervals(np.concatenate(out_s), np.concatenate(out_e))
+        out.append((rs[idx], re_[last]))
+    return out
+
+
+def _union_owned(s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``merge_intervals`` of non-empty intervals (every e > s) whose arrays the caller hands over, by
+    ``_run_unions``: a union of non-empty intervals has one merged form, so this is merge_intervals' answer."""
+    return _union_of_runs(_run_unions(s, e))
+
+
+def _union_of_runs(runs: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+    """The union of several merged interval sets.
+
+    Starts and ends are sorted apart (each set is a sorted run of both, so the stable sort only merges runs, and
+    no permutation is gathered): the k-th smallest end closes a merged interval exactly when the next start lies
+    beyond it, since by then k + 1 intervals have started and k + 1 have ended. Touching intervals merge, as in
+    ``merge_intervals``, whose answer this is.
+    """
+    if len(runs) <= 1:
+        return runs[0] if runs else (_EMPTY, _EMPTY)
+    s = np.sort(np.concatenate([a for a, _ in runs]), kind="stable")
+    e = np.sort(np.concatenate([b for _, b in runs]), kind="stable")
+    if len(s) == 0:
+        return _EMPTY, _EMPTY
+    new = np.empty(len(s), dtype=bool)
+    new[0] = True
+    np.greater(s[1:], e[:-1], out=new[1:])
+    idx = np.flatnonzero(new)
+    last = np.empty(len(idx), np.intp)
+    last[:-1] = idx[1:] - 1
+    last[-1] = len(s) - 1
+    return s[idx], e[last]
 
 
 def _intersect(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
@@ -168,6 +197,33 @@ def _measure(s: np.ndarray, e: np.ndarray) -> int:
 
 
 # --- host facts ------------------------------------------------------------------------------------------
+def _in_codes(codes: np.ndarray, table: np.ndarray) -> np.ndarray:
+    """``table[codes]`` (table: per category, then one entry for a missing value, code -1). With a few categories
+    wanted, one comparison each: a gather of 10^6 codes first widens them all to intp."""
+    want = np.flatnonzero(table[:-1])
+    if len(want) > 4 or table[-1]:
+        return table[codes]
+    m = np.zeros(len(codes), dtype=bool)
+    for c in want.tolist():
+        m |= codes == c
+    return m
+
+
+def _kind_is(kinds: pd.Series, wanted: tuple[str, ...]) -> np.ndarray:
+    """``kind_mask`` compared code by code (kinds are a few categories, usually one or two wanted)."""
+    if isinstance(kinds.dtype, pd.CategoricalDtype):
+        return _in_codes(kinds.cat.codes.to_numpy(), np.append(np.isin(np.asarray(kinds.cat.categories, dtype=object), list(wanted)), False))
+    return kinds.isin(wanted).to_numpy()
+
+
+def _named(names: pd.Series, pattern: "str | re.Pattern[str]", case: bool = False) -> np.ndarray:
+    """``name_mask`` compared code by code when few names match (syncs, data waits, copies: a handful)."""
+    if isinstance(names.dtype, pd.CategoricalDtype) and len(names):
+        rx = pattern if isinstance(pattern, re.Pattern) else re.compile(pattern, 0 if case else re.IGNORECASE)
+        return _in_codes(names.cat.codes.to_numpy(), np.append(_category_hits(names.cat.categories, rx), False))
+    return name_mask(names, pattern, case=case)
+
+
 def _ranges(host: pd.DataFrame, mask: np.ndarray, reason: str | np.ndarray | None = None) -> pd.DataFrame:
     """rank, start_ns, end_ns (and reason) of the masked host rows, taking only those columns (a row take of a
     wide frame costs far more than these three arrays)."""
@@ -186,13 +242,16 @@ def data_wait_mask(host: pd.DataFrame) -> np.ndarray:
     """
     if host.empty:
         return np.zeros(0, dtype=bool)
-    kind_ok = host["kind"].isin(_DATA_WAIT_KINDS).to_numpy()
-    primary = kind_ok & name_mask(host["name"], DATA_WAIT_PRIMARY, case=True)
-    tfdata = kind_ok & name_mask(host["name"], DATA_WAIT_TFDATA, case=True) & ~primary
+    primary = _named(host["name"], DATA_WAIT_PRIMARY, case=True)
+    tfdata = _named(host["name"], DATA_WAIT_TFDATA, case=True)
+    if primary.any() or tfdata.any():  # rare names first, then their kinds
+        kind_ok = _kind_is(host["kind"], _DATA_WAIT_KINDS)
+        primary &= kind_ok
+        tfdata &= kind_ok & ~primary
     if tfdata.any():
         rank = host["rank"].to_numpy().astype(np.int64)
         tid = host["tid"].to_numpy().astype(np.int64)
-        consumer = primary | (host["kind"] == "step").to_numpy()
+        consumer = primary | _kind_is(host["kind"], ("step",))
         keys = set(zip(rank[consumer].tolist(), tid[consumer].tolist()))
         idx = np.flatnonzero(tfdata)
         on_consumer = np.fromiter(((r, t) in keys for r, t in zip(rank[idx].tolist(), tid[idx].tolist())), dtype=bool, count=len(idx))
@@ -218,13 +277,30 @@ def blocking_calls(views: "Views") -> pd.DataFrame:
     async copies into pageable host memory (the driver runs them synchronously). GPU-side sync records stand in
     only on ranks whose host trace shows no blocking call.
     """
+    cols = ["rank", "start_ns", "end_ns", "reason"]
+    parts = _blocking_parts(views)
+    if not parts:
+        return pd.DataFrame({c: pd.Series(dtype="int64" if c != "reason" else "object") for c in cols})
+    reason = np.concatenate([np.full(len(p[0]), p[3], dtype=object) for p in parts])
+    return pd.DataFrame({"rank": np.concatenate([p[0] for p in parts]), "start_ns": np.concatenate([p[1] for p in parts]), "end_ns": np.concatenate([p[2] for p in parts]), "reason": reason})
+
+
+def _blocking_parts(views: "Views") -> list[tuple[np.ndarray, np.ndarray, np.ndarray, str]]:
+    """``blocking_calls`` as (rank, start_ns, end_ns, reason) arrays per reason, the empty ones left out: the
+    ledger needs only the ranges, and frames of them cost more than finding them."""
     ev = views.events
     host = views.host_events
-    cols = ["rank", "start_ns", "end_ns", "reason"]
     kind = host["kind"]
+    h_rank, h_start, h_dur = host["rank"].to_numpy(), host["start_ns"].to_numpy(), host["dur_ns"].to_numpy()
+
+    def rows(m: np.ndarray, reason: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, str]:
+        m = np.flatnonzero(m)  # few rows: positions, then three small gathers instead of three full masks
+        s = h_start[m].astype(np.int64, copy=False)
+        return h_rank[m].astype(np.int64), s, s + h_dur[m], reason
+
     parts = [
-        _ranges(host, (kind == "runtime").to_numpy() & name_mask(host["name"], SYNC_CALL), "synchronizing call"),
-        _ranges(host, (kind == "cpu_op").to_numpy() & name_mask(host["name"], SYNC_OP), "synchronizing op"),
+        rows(_named(host["name"], SYNC_CALL) & _kind_is(kind, ("runtime",)), "synchronizing call"),
+        rows(_named(host["name"], SYNC_OP) & _kind_is(kind, ("cpu_op",)), "synchronizing op"),
     ]
     ln = views.launches
     if not ln.empty and "pageable" in ev:
@@ -232,24 +308,25 @@ def blocking_calls(views: "Views") -> pd.DataFrame:
         ck_col = ev["copy_kind"]
         if _is_positions(ev.index) and isinstance(ck_col.dtype, pd.CategoricalDtype) and len(idx) and idx.min() >= 0 and idx.max() < len(ev):
             # row labels are positions: the copy kind compared on its category codes, no 10^5 boxed strings
-            m = kind_mask(ck_col, ("DtoH",))[idx] & ev["pageable"].to_numpy(dtype=bool)[idx]
+            m = _kind_is(ck_col.take(idx), ("DtoH",)) & ev["pageable"].to_numpy(dtype=bool)[idx]
         else:
             ck = ck_col.reindex(idx).astype(object).to_numpy()
             pg = ev["pageable"].reindex(idx).to_numpy(dtype=bool)
             m = (ck == "DtoH") & pg
-        s = ln["launch_start_ns"].to_numpy()[m]
-        parts.append(pd.DataFrame({"rank": ln["rank"].to_numpy()[m].astype(np.int64), "start_ns": s, "end_ns": s + ln["launch_dur_ns"].to_numpy()[m], "reason": "copy to pageable host memory"}))
-    parts = [p for p in parts if not p.empty]
-    out = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame({c: pd.Series(dtype="int64" if c != "reason" else "object") for c in cols})
-    gs_mask = kind_mask(ev["kind"], ("gpu_sync",))
+        s = ln["launch_start_ns"].to_numpy()[m].astype(np.int64, copy=False)
+        parts.append((ln["rank"].to_numpy()[m].astype(np.int64), s, s + ln["launch_dur_ns"].to_numpy()[m], "copy to pageable host memory"))
+    parts = [p for p in parts if len(p[0])]
+    gs_mask = _kind_is(ev["kind"], ("gpu_sync",))
     if gs_mask.any():
-        gs_mask &= ~np.isin(ev["rank"].to_numpy(), out["rank"].unique())
+        if parts:
+            gs_mask &= ~np.isin(ev["rank"].to_numpy(), np.unique(np.concatenate([p[0] for p in parts])))
         if gs_mask.any():
-            out = pd.concat([out, _ranges(ev, gs_mask, "GPU-side sync record")], ignore_index=True)
-    return out[cols].astype({"rank": "int64", "start_ns": "int64", "end_ns": "int64"})
+            s = ev["start_ns"].to_numpy()[gs_mask].astype(np.int64, copy=False)
+            parts.append((ev["rank"].to_numpy()[gs_mask].astype(np.int64), s, s + ev["dur_ns"].to_numpy()[gs_mask], "GPU-side sync record"))
+    return parts
 
 
-def warmup_regions(views: "Views", blocking: pd.DataFrame | None = None) -> pd.DataFrame:
+def warmup_regions(views: "Views", blocking: "pd.DataFrame | list[tuple[np.ndarray, np.ndarray, np.ndarray, str]] | None" = None) -> pd.DataFrame:
     """Host time ranges (rank, start_ns, end_ns, reason) that belong to warm-up, not to steady state.
 
     Two principles, both about repetition: steady state repeats itself, one-time work does not.
@@ -266,23 +343,24 @@ def warmup_regions(views: "Views", blocking: pd.DataFrame | None = None) -> pd.D
     host = views.host_events
     parts = []
     if not host.empty:
-        names = host["name"]
-        is_rt = (host["kind"] == "runtime").to_numpy()
-        copy_call = is_rt & name_mask(names, COPY_CALL)
-        cand = (is_rt | (host["kind"] == "cpu_op").to_numpy()) & ~copy_call
-        cand &= ~(name_mask(names, SYNC_CALL) | name_mask(names, SYNC_OP) | name_mask(names, DATA_WAIT_PRIMARY, case=True))
+        names, kinds = host["name"], host["kind"]
         h_rank, h_start, h_dur = host["rank"].to_numpy(), host["start_ns"].to_numpy(), host["dur_ns"].to_numpy()
-        fi = _outlier_first_calls(names, cand, h_rank, h_start, h_dur)  # host positions, in (rank, name) order
+        fi = _outlier_first_calls(names, _warmup_candidates(names, kinds, h_dur), h_rank, h_start, h_dur)  # host positions, in (rank, name) order
         if len(fi):
             s, e = h_start[fi], h_start[fi] + h_dur[fi]
-            blk = blocking if blocking is not None else blocking_calls(views)
-            blk = pd.concat([blk[["rank", "start_ns", "end_ns"]], _ranges(host, copy_call)], ignore_index=True)
+            blk = blocking if blocking is not None else _blocking_parts(views)  # a frame or its parts
+            if isinstance(blk, pd.DataFrame):
+                blk = [(blk["rank"].to_numpy(np.int64), blk["start_ns"].to_numpy(np.int64), blk["end_ns"].to_numpy(np.int64), "")]
+            copy_call = np.flatnonzero(_named(names, COPY_CALL) & _kind_is(kinds, ("runtime",)))
+            b_rank = np.concatenate([p[0] for p in blk] + [h_rank[copy_call].astype(np.int64)])
+            b_start = np.concatenate([p[1] for p in blk] + [h_start[copy_call].astype(np.int64)])
+            b_end = np.concatenate([p[2] for p in blk] + [(h_start[copy_call] + h_dur[copy_call]).astype(np.int64)])
             blocked = np.zeros(len(fi), np.int64)
             fr = h_rank[fi].astype(np.int64)
             for r in np.unique(fr):
                 m = fr == r
-                b = blk[blk["rank"].to_numpy() == r]
-                blocked[m] = Coverage(b["start_ns"].to_numpy(), b["end_ns"].to_numpy()).overlap(s[m], e[m])
+                b = b_rank == r
+                blocked[m] = Coverage(b_start[b], b_end[b]).overlap(s[m], e[m])
             keep = blocked * 2 < h_dur[fi]
             fi = fi[keep]
             reason = np.asarray(["first call of " + str(n) for n in names.take(fi).to_numpy()], dtype=object)
@@ -300,32 +378,96 @@ def warmup_regions(views: "Views", blocking: pd.DataFrame | None = None) -> pd.D
     return pd.concat(parts, ignore_index=True)[cols]
 
 
+def _warmup_candidates(names: pd.Series, kinds: pd.Series, dur: np.ndarray) -> np.ndarray:
+    """Positions (ascending) of the host rows warm-up may look at: framework ops and runtime calls, not copies,
+    syncs or data waits, and only of names that have a candidate call of at least ``WARMUP_MIN_NS``: a first call
+    shorter than that is no warm-up, so the other names' calls are never needed (most rows, tested here only
+    through their name)."""
+    if isinstance(names.dtype, pd.CategoricalDtype) and isinstance(kinds.dtype, pd.CategoricalDtype):
+        # on the codes: per kind and per name a table, read for the rows asked about
+        n_codes, k_codes = names.cat.codes.to_numpy(), kinds.cat.codes.to_numpy()
+        cats = names.cat.categories
+
+        def hits(pattern: "str | re.Pattern[str]", case: bool = False) -> np.ndarray:
+            rx = pattern if isinstance(pattern, re.Pattern) else re.compile(pattern, 0 if case else re.IGNORECASE)
+            return np.append(_category_hits(cats, rx), False)  # a missing name (code -1) reads the last entry
+
+        def kind_table(kind: str) -> np.ndarray:
+            return np.append(np.asarray(kinds.cat.categories, dtype=object) == kind, False)
+
+        excluded = hits(SYNC_CALL) | hits(SYNC_OP) | hits(DATA_WAIT_PRIMARY, case=True)
+        rt_ok, op_ok = ~(excluded | hits(COPY_CALL)), ~excluded
+        is_rt, is_op = kind_table("runtime"), kind_table("cpu_op")
+
+        def cand(rows: np.ndarray) -> np.ndarray:
+            n, k = n_codes[rows], k_codes[rows]
+            return (is_rt[k] & rt_ok[n]) | (is_op[k] & op_ok[n])
+
+    else:
+
+        def cand(rows: np.ndarray) -> np.ndarray:
+            n, k = names.take(rows), kinds.take(rows)
+            is_rt = _kind_is(k, ("runtime",))
+            ok = (is_rt & ~_named(n, COPY_CALL)) | _kind_is(k, ("cpu_op",))
+            ok &= ~(_named(n, SYNC_CALL) | _named(n, SYNC_OP) | _named(n, DATA_WAIT_PRIMARY, case=True))
+            return ok
+
+    long = np.flatnonzero(dur >= WARMUP_MIN_NS)
+    long = long[cand(long)]
+    if not len(long):
+        return _EMPTY
+    if isinstance(names.dtype, pd.CategoricalDtype):
+        codes = names.cat.codes.to_numpy()
+        hit = np.zeros(len(names.cat.categories) + 1, dtype=bool)
+        hit[codes[long]] = True  # a missing name (code -1) marks the extra last entry
+        rows = np.flatnonzero(_in_codes(codes, hit))
+    else:
+        rows = np.flatnonzero(names.isin(names.take(long).unique()).to_numpy())
+    return rows[cand(rows)]
+
+
 def _outlier_first_calls(names: pd.Series, cand: np.ndarray, rank: np.ndarray, start: np.ndarray, dur: np.ndarray) -> np.ndarray:
-    """Positions of the candidate rows that are the first call of their (rank, name), last at least
-    ``WARMUP_MIN_NS`` and ``WARMUP_RATIO`` times the median of the later calls; in (rank, name code) order.
+    """Positions of the candidate rows (``cand``: a mask, or ascending positions) that are the first call of
+    their (rank, name), last at least ``WARMUP_MIN_NS`` and ``WARMUP_RATIO`` times the median of the later
+    calls; in (rank, name code) order.
 
     The first call of a group is its earliest start, the first listed among equal starts. Groups are dense
-    integers (the name's category code on a one-rank trace, else a hash of rank and name), so nothing is sorted
-    and, on the usual one-rank trace, no candidate-sized copy of the columns is made (fresh memory is what
-    costs most at 10^6 rows).
+    integers (the name's category code when most rows of one rank are candidates, else a key of rank and name
+    code, hashed when its range is large), so nothing is sorted and, with dense candidates on one rank, no
+    candidate-sized copy of the columns is made (fresh memory is what costs most at 10^6 rows).
     """
     categorical = isinstance(names.dtype, pd.CategoricalDtype)
-    if categorical and len(rank) and rank.min() == rank.max():
+    if cand.dtype != bool and 4 * len(cand) > len(names):  # positions of most rows: as a mask (the dense path)
+        mask = np.zeros(len(names), dtype=bool)
+        mask[cand] = True
+        cand = mask
+    if cand.dtype == bool and categorical and len(rank) and rank.min() == rank.max() and 4 * np.count_nonzero(cand) > len(cand):
         # one rank: the group of a row is its name code (+1: a missing name is a group too); others in a spare one
         n_groups = len(names.cat.categories) + 2
         group = np.where(cand, names.cat.codes.to_numpy().astype(np.int32) + 1, n_groups - 1)
         pos_start, pos_dur, spare = start, dur, n_groups - 1
         idx = None
     else:
-        idx = np.flatnonzero(cand)
+        idx = np.flatnonzero(cand) if cand.dtype == bool else cand
         if not len(idx):
             return idx
-        r = rank[idx].astype(np.int64)
-        code = names.cat.codes.to_numpy()[idx].astype(np.int64) if categorical else pd.factorize(names.to_numpy()[idx])[0]
-        # one int64 key for (rank, name code), grouped by hashing: no sort of the 10^6 candidates
-        rc = (r - r.min()) * (int(code.max()) + 2) + (code + 1)
-        group, uniq = pd.factorize(rc)
-        n_groups, spare = len(uniq), -1
+        code = names.cat.codes.to_numpy()[idx].astype(np.int64) if categorical else pd.factorize(names.to_numpy()[idx])[0].astype(np.int64)
+        # one int64 key for (rank, name code): itself the group when its range is small (a few ranks, names
+        # as category codes), else grouped by hashing; no sort of the 10^6 candidates either way. Built in
+        # place in the code array (one rank: the code alone)
+        rc = code
+        rc += 1
+        if len(rank) and rank.min() != rank.max():
+            r = rank[idx].astype(np.int64)
+            r -= r.min()
+            r *= int(rc.max()) + 1
+            rc += r
+        if int(rc.max()) < 4 * len(rc) + 4096:
+            group, n_groups = rc, int(rc.max()) + 1
+        else:
+            group, uniq = pd.factorize(rc)
+            n_groups = len(uniq)
+        spare = -1
         pos_start, pos_dur = start[idx], dur[idx]
     first_start = np.full(n_groups, np.iinfo(np.int64).max, np.int64)
     np.minimum.at(first_start, group, pos_start)
@@ -343,8 +485,8 @@ def _outlier_first_calls(names: pd.Series, cand: np.ndarray, rank: np.ndarray, s
     if not rest.any():
         return np.zeros(0, np.int64)
     med = pd.Series(pos_dur[rest]).groupby(group[rest]).median()
-    if idx is not None:
-        long_first = long_first[np.argsort(rc[long_first])]  # in (rank, name) order
+    if idx is not None and group is not rc:
+        long_first = long_first[np.argsort(rc[long_first])]  # in (rank, name) order (the key itself is in order)
     m_rest = med.reindex(group[long_first]).to_numpy()
     ok = ~np.isnan(m_rest) & (pos_dur[long_first] >= WARMUP_RATIO * np.nan_to_num(m_rest))
     fi = long_first[ok]
@@ -615,113 +757,242 @@ def _clip_slices(sl: pd.DataFrame, ws: np.ndarray, we: np.ndarray) -> pd.DataFra
     return out[pe > ps]
 
 
+def _spans(lo: np.ndarray, n: np.ndarray) -> np.ndarray:
+    """The positions lo[i], lo[i] + 1, ..., lo[i] + n[i] - 1 of every i, concatenated."""
+    total = int(n.sum())
+    return np.repeat(lo - (np.cumsum(n) - n), n) + np.arange(total)
+
+
+def _overlapping(a: np.ndarray, b: np.ndarray, g0: np.ndarray, g1: np.ndarray) -> np.ndarray:
+    """Positions (ascending, each once) of the intervals of the merged set (a, b) that overlap one of the merged
+    intervals (g0, g1); the smaller set is searched in the larger."""
+    if len(a) == 0 or len(g0) == 0:
+        return _EMPTY
+    if len(g0) < len(a):
+        lo = np.searchsorted(b, g0, side="right")  # the first interval ending after each gap starts ...
+        hi = np.searchsorted(a, g1, side="left")  # ... to the last starting before it ends
+        lo[1:] = np.maximum(lo[1:], hi[:-1])  # an interval spanning several gaps is taken at the first
+        return _spans(lo, np.maximum(hi - lo, 0))
+    i = np.searchsorted(g1, a, side="right")  # the first gap ending after each interval starts
+    ok = i < len(g0)
+    ok[ok] = g0[i[ok]] < b[ok]
+    return np.flatnonzero(ok)
+
+
+def _sweep(sets: list[tuple[int, np.ndarray, np.ndarray]], default: int) -> tuple[np.ndarray, np.ndarray]:
+    """The segments between consecutive distinct edges of ``sets`` (code, starts, ends; merged, highest precedence
+    first) and the code of the first set covering each (``default`` where none does): (edges, codes)."""
+    p = np.unique(np.concatenate([x for _, a, b in sets for x in (a, b)] or [_EMPTY]))
+    left = p[:-1]
+    label = np.full(len(left), default, dtype=np.int8)
+    for code, a, b in reversed(sets):
+        label[_inside(a, b, left)] = code
+    return p, label
+
+
 def _device_slices(
     s: np.ndarray,
     e: np.ndarray,
     cls: np.ndarray,
     launch_end: tuple[np.ndarray, np.ndarray] | None,
-    host: dict[str, tuple[np.ndarray, np.ndarray]],
+    host: dict[str, Any],
     host_traced: bool,
     steps: tuple[np.ndarray, np.ndarray, np.ndarray],
 ) -> dict[str, np.ndarray]:
-    """Slices and gaps of one (rank, device) as arrays: the labelling by precedence of the module docstring."""
-    w0, w1 = int(s.min()), int(e.max())
-    # zero-length rows (instant copies, clipped kernels) still bound gaps, as in ``views.gaps``
-    us, ue = merge_intervals(s, e)
+    """Slices and gaps of one (rank, device) as arrays: the labelling by precedence of the module docstring.
+
+    The window is a chain of merged busy intervals and the gaps between them. Most busy intervals hold one class
+    of work and most gaps get one bucket from facts about the whole gap (queued work, a sync, a short launch
+    gap, no launch), so each becomes one piece at once; only busy intervals that mix classes and gaps that warm-up,
+    data wait or partial host activity cut are labelled edge by edge. Step edges cut the pieces, and neighbours
+    with equal (bucket, step) merge: the slices are the maximal runs of constant (bucket, step), whatever the
+    pieces were.
+    """
+    n_busy = len(BUSY_BUCKETS)
+    # merged busy intervals with the group of each row; zero-length rows (instant copies, clipped kernels) still
+    # bound gaps, as in ``views.gaps``
+    if len(s) > 1 and not bool((s[1:] >= s[:-1]).all()):
+        order = np.argsort(s, kind="stable")
+        s, e, cls = s[order], e[order], cls[order]
+    run_end = np.maximum.accumulate(e)
+    new = np.empty(len(s), dtype=bool)
+    new[0] = True
+    np.greater(s[1:], run_end[:-1], out=new[1:])
+    head = np.flatnonzero(new)
+    us, ue = s[head], np.maximum.reduceat(e, head)
+    w0, w1 = int(us[0]), int(ue[-1])
+    # consecutive merged intervals never touch: gap k lies between interval k and k + 1, and has positive length
     gs, ge = ue[:-1], us[1:]
-    keep = ge > gs
-    gs, ge = gs[keep], ge[keep]
+    n_g = len(gs)
+    # each interval's classes among its non-empty rows: one class is one piece, several are labelled row by row
+    pos = e > s
+    all_pos = bool(pos.all())  # the usual case: no zero-length row to leave out
+    c_lo = np.minimum.reduceat(cls if all_pos else np.where(pos, cls, 3), head)
+    c_hi = np.maximum.reduceat(cls if all_pos else np.where(pos, cls, -1), head)
+    empty_iv = c_hi < 0  # only zero-length rows: a point, no piece
+    mixed = (c_lo != c_hi) & ~empty_iv
+
     # the call that enqueued the next work: the earliest-returning launch among activities starting at the gap end
-    nl = np.full(len(gs), np.nan)
-    if launch_end is not None and len(gs):
+    if launch_end is not None and n_g and len(launch_end[0]):
         ks, kv = launch_end
         i = np.searchsorted(ks, ge)
-        hit = (i < len(ks)) & (ks[np.minimum(i, len(ks) - 1)] == ge)
-        nl[hit] = kv[i[hit]]
+        np.minimum(i, len(ks) - 1, out=i)  # past the last key: the last one, which is below the gap end
+        nl = np.where(ks[i] == ge, kv[i], np.nan)
+    else:
+        nl = np.full(n_g, np.nan)
     linked = ~np.isnan(nl)
     queued = linked & (nl <= gs)
     late = linked & ~queued
     sync = _inside(*host["sync"], gs) & ~queued
     short = late & ((ge - gs) < LAUNCH_GAP_NS)
+    # a gap's own bucket, lowest precedence first; -1: host work (or none) decides, point by point
+    g_code = np.full(n_g, -1, dtype=np.int8)
+    g_code[~linked] = _CODE["idle_other"]
+    g_code[short] = _CODE["idle_launch_bound"]
+    g_code[sync] = _CODE["idle_host_sync"]
+    g_code[queued] = _CODE["idle_gpu_dependency"]
+    default = _CODE["idle_untraced" if host_traced else "idle_other"]
 
-    # precedence list of (bucket, merged interval set)
-    sets: list[tuple[str, tuple[np.ndarray, np.ndarray]]] = [
-        ("compute", _merged(s[cls == 0], e[cls == 0])),
-        ("communication", _merged(s[cls == 1], e[cls == 1])),
-        ("copy", _merged(s[cls == 2], e[cls == 2])),
-        ("idle_warmup", host["warmup"]),
-        ("idle_gpu_dependency", (gs[queued], ge[queued])),
-        ("idle_data_wait", host["data_wait"]),
-        ("idle_host_sync", (gs[sync], ge[sync])),
-        ("idle_launch_bound", (gs[short], ge[short])),
-        ("idle_other", (gs[~linked], ge[~linked])),
-        ("idle_host_busy", host["host_busy"]),
-    ]
-    default = "idle_untraced" if host_traced else "idle_other"
-    st_s, st_e, st_n = steps
-    # each set cut to the window; the segments are cut at every edge of every set, every step edge and the window
-    clipped = []
-    for name, (a, b) in sets:
-        a, b = np.maximum(a, w0), np.minimum(b, w1)
+    def clip(ab: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+        a, b = np.maximum(ab[0], w0), np.minimum(ab[1], w1)
         keep = b > a
-        clipped.append((name, a[keep], b[keep]))
-    pts = [np.array([w0, w1], np.int64), st_s[(st_s >= w0) & (st_s <= w1)], st_e[(st_e >= w0) & (st_e <= w1)]]
-    for _, a, b in clipped:
-        pts += [a, b]
-    # sorted distinct edges: the parts are sorted runs, which a stable (merge) sort only merges; the sort also
-    # says where each set edge landed, so no set has to be searched for its edges
-    cat = np.concatenate(pts)
-    order = np.argsort(cat, kind="stable")
-    srt = cat[order]
-    new = np.ones(len(srt), dtype=bool)
-    new[1:] = srt[1:] != srt[:-1]
-    p = srt[new]
-    at = np.empty(len(cat), np.int64)
-    at[order] = np.cumsum(new) - 1  # index in p of each edge of ``cat``
-    left, right = p[:-1], p[1:]
-    # every set covers whole runs of segments: mark where its intervals open and close, and a running sum says
-    # which segments lie inside. Lowest precedence first, so each set overwrites the ones it outranks.
-    label = np.full(len(left), _CODE[default], dtype=np.int8)
-    offsets = np.cumsum([0] + [len(x) for x in pts])
-    # one set of buffers for every set, each used only over the set's span (its first to its last edge)
-    mark = np.zeros(len(p), np.int8)
-    run = np.empty(len(p), np.int8)
-    inside = np.empty(len(p), dtype=bool)
-    for k in range(len(clipped) - 1, -1, -1):
-        name, a, b = clipped[k]
-        if len(a) == 0:
-            continue
-        o = offsets[3 + 2 * k]
-        i_open, i_close = at[o : o + len(a)], at[o + len(a) : o + 2 * len(a)]
-        lo, hi = int(i_open[0]), int(i_close[-1])  # sorted, disjoint intervals: edges in ascending order
-        mk = mark[lo : hi + 1]
-        mk[i_open - lo] = 1  # disjoint intervals: each edge index occurs once
-        mk[i_close - lo] -= 1
-        np.cumsum(mk[:-1], dtype=np.int8, out=run[: hi - lo])
-        np.greater(run[: hi - lo], 0, out=inside[: hi - lo])
-        label[lo:hi][inside[: hi - lo]] = _CODE[name]
-        mk[:] = 0
-    # the step containing each segment (latest-starting marker that contains it), -1 outside
-    step_no = np.full(len(left), -1, dtype=np.int64)
-    if len(st_s):
-        i = np.searchsorted(st_s, left, side="right") - 1
+        return a[keep], b[keep]
+
+    warm, wait = clip(host["warmup"]), clip(host["data_wait"])
+    # gaps that warm-up or data wait touch are labelled edge by edge
+    cut = np.zeros(n_g, dtype=bool)
+    for a, b in (warm, wait):
+        cut[_overlapping(gs, ge, a, b)] = True
+    # gaps the host decides: host busy covers them whole, not at all, or in part (then edge by edge)
+    free = np.flatnonzero(g_code < 0)
+    g_lab = g_code.copy()  # the bucket of a gap that is one piece
+    hb = host["host_busy"]() if len(free) else (_EMPTY, _EMPTY)
+    if len(free):
+        g_lab[free] = default
+        if len(hb[0]):
+            i = np.searchsorted(hb[1], gs[free], side="right")  # the first busy range ending after the gap starts
+            j = np.minimum(i, len(hb[0]) - 1)
+            touch = (i < len(hb[0])) & (hb[0][j] < ge[free])
+            whole = touch & (hb[0][j] <= gs[free]) & (hb[1][j] >= ge[free])
+            g_lab[free[whole]] = _CODE["idle_host_busy"]
+            cut[free[touch & ~whole]] = True
+
+    # pieces in time order: interval k at 2k, gap k at 2k + 1
+    el_s = np.empty(2 * len(us) - 1, np.int64)
+    el_s[0::2], el_s[1::2] = us, gs
+    el_l = np.empty(len(el_s), np.int8)
+    el_l[0::2], el_l[1::2] = c_lo, g_lab
+    el_g = np.full(len(el_s), -1, np.int32 if n_g < 2**31 else np.int64)  # the gap of each idle piece
+    el_g[1::2] = np.arange(n_g)
+    # a mixed interval or cut gap stays in as an empty piece: its own pieces start where it starts and come after
+    # it, and empty pieces (as points: intervals of zero-length rows only) are skipped below
+
+    # the pieces of mixed intervals and cut gaps, edge by edge
+    xs: list[np.ndarray] = []
+    xl: list[np.ndarray] = []
+    xg: list[np.ndarray] = []
+    if mixed.any():
+        mk = np.flatnonzero(mixed)
+        rows = _spans(head[mk], np.diff(np.r_[head, len(s)])[mk])  # the rows of the mixed intervals
+        rows = rows[pos[rows]]
+        rs, re_, rc = s[rows], e[rows], cls[rows]
+        p, label = _sweep([(k, *_merged(rs[rc == k], re_[rc == k])) for k in range(n_busy)], -1)
+        inside = label >= 0
+        xs.append(p[:-1][inside]), xl.append(label[inside]), xg.append(np.full(int(inside.sum()), -1, np.int64))
+    if cut.any():
+        ci = np.flatnonzero(cut)
+        cs, ce, cc = gs[ci], ge[ci], g_code[ci]
+        sets = [(_CODE["idle_warmup"], *warm)]
+        for code in ("idle_gpu_dependency", "data_wait", "idle_host_sync", "idle_launch_bound", "idle_other", "idle_host_busy"):
+            if code == "data_wait":
+                sets.append((_CODE["idle_data_wait"], *wait))
+            elif code == "idle_host_busy":
+                take = _overlapping(hb[0], hb[1], cs, ce)
+                sets.append((_CODE[code], hb[0][take], hb[1][take]))
+            else:
+                sets.append((_CODE[code], cs[cc == _CODE[code]], ce[cc == _CODE[code]]))
+        sets.append((default, cs, ce))  # the rest of a cut gap
+        p, label = _sweep(sets, -1)
+        left = p[:-1]
+        inside = _inside(cs, ce, left)  # only what lies in a cut gap: the sets reach beyond them
+        left, label = left[inside], label[inside]
+        xs.append(left), xl.append(label), xg.append(ci[np.searchsorted(cs, left, side="right") - 1])
+    # step edges cut the pieces; a cut takes the bucket and gap of the piece it falls in
+    st_s, st_e, st_n = steps
+    edges = np.unique(np.concatenate([st_s, st_e])) if len(st_s) else _EMPTY
+    inner = edges[(edges > w0) & (edges < w1)]
+    if len(inner):
+        xs.append(inner), xl.append(np.full(len(inner), -1, np.int8)), xg.append(np.full(len(inner), -1, np.int64))
+    if xs:
+        x_s, x_l, x_g = np.concatenate(xs), np.concatenate(xl), np.concatenate(xg)
+        o = np.argsort(x_s, kind="stable")  # pieces before cuts at equal times: a cut takes the piece starting there
+        x_s, x_l, x_g = x_s[o], x_l[o], x_g[o]
+        # each lands after the pieces starting at or before it: its place among all is that count plus its own rank
+        at = np.searchsorted(el_s, x_s, side="right") + np.arange(len(x_s))
+        old = np.ones(len(el_s) + len(x_s), dtype=bool)
+        old[at] = False
+        grown = []
+        for a, x in ((el_s, x_s), (el_l, x_l), (el_g, x_g)):
+            out = np.empty(len(old), a.dtype)
+            out[old], out[at] = a, x
+            grown.append(out)
+        el_s, el_l, el_g = grown
+        q = at[x_l < 0]  # the cuts; one right after another takes what the first of them takes
+        if len(q):
+            run = np.r_[True, q[1:] != q[:-1] + 1]
+            src = q[run][np.cumsum(run) - 1] - 1
+            el_l[q], el_g[q] = el_l[src], el_g[src]
+    # empty pieces (left-out ones, points, pieces a cut starts with; a piece ends where the next starts) are
+    # skipped when neighbours merge below, not copied out
+    full = np.empty(len(el_s), dtype=bool)
+    np.greater(el_s[1:], el_s[:-1], out=full[:-1])
+    full[-1] = el_s[-1] < w1
+
+    # the step of a piece: the latest-starting marker that contains its start, -1 outside. It is constant between
+    # step edges, so it is kept per edge and read for the pieces asked about (no array of it per piece)
+    if len(edges):
+        i = np.searchsorted(st_s, edges, side="right") - 1
         ok = i >= 0
-        ok[ok] = st_e[i[ok]] > left[ok]
-        step_no[ok] = st_n[i[ok]]
-    # merge neighbours with equal (bucket, step)
-    change = np.ones(len(left), dtype=bool)
-    change[1:] = (label[1:] != label[:-1]) | (step_no[1:] != step_no[:-1])
+        ok[ok] = st_e[i[ok]] > edges[ok]
+        val = np.r_[-1, np.where(ok, st_n[np.maximum(i, 0)], -1)].astype(np.int64)
+        first = np.searchsorted(el_s, edges, side="left")  # the first piece at or after each edge
+    else:
+        val, first = np.full(1, -1, np.int64), _EMPTY
+
+    def step_of(k: np.ndarray) -> np.ndarray:
+        return val[np.searchsorted(first, k, side="right")]
+
+    # merge neighbours with equal (bucket, step): the step changes only at a piece where an edge lands
+    change = np.empty(len(el_s), dtype=bool)
+    change[0] = True
+    np.not_equal(el_l[1:], el_l[:-1], out=change[1:])
+    at_edge = np.unique(first[(first > 0) & (first < len(el_s))])
+    if len(at_edge):
+        change[at_edge] |= step_of(at_edge) != step_of(at_edge - 1)
+    # after a run of empty pieces, compare with the piece before the run
+    z = np.flatnonzero(~full)
+    if len(z):
+        change[z] = False
+        last = np.r_[z[1:] != z[:-1] + 1, True]  # the last empty piece of each run
+        first_z = np.r_[True, last[:-1]]
+        nxt, prev = z[last] + 1, z[first_z] - 1
+        ok = nxt < len(el_s)  # an empty run at the very end is followed by nothing
+        nxt, prev = nxt[ok], prev[ok]
+        has_prev = prev >= 0
+        ch = np.ones(len(nxt), dtype=bool)
+        n_, p_ = nxt[has_prev], prev[has_prev]
+        ch[has_prev] = (el_l[n_] != el_l[p_]) | (step_of(n_) != step_of(p_))
+        change[nxt] = ch
     idx = np.flatnonzero(change)
-    out_s = left[idx]
-    out_e = np.append(out_s[1:], right[-1])
-    out_l = label[idx]
-    # per-gap ns of each idle bucket
-    n_busy = len(BUSY_BUCKETS)
+    out_s = el_s[idx]
+    out_l = el_l[idx]
+    ns = np.empty(len(out_s), np.int64)  # a slice ends where the next starts (fresh 10^6-row arrays are what
+    np.subtract(out_s[1:], out_s[:-1], out=ns[:-1])  # costs here: each is made once)
+    ns[-1] = w1 - out_s[-1]
     # the idle slices by gap (the gap each starts in) and bucket, summed once for all devices in ``build_ledger``
     idle = out_l >= n_busy
-    gid = np.searchsorted(gs, out_s[idle], side="right") - 1 if len(gs) else np.zeros(0, np.int64)
-    per_gap = (gid, out_l[idle].astype(np.int64) - n_busy, (out_e - out_s)[idle])
-    return {"step": step_no[idx], "start": out_s, "end": out_e, "label": out_l, "gs": gs, "ge": ge, "nl": nl, "per_gap": per_gap}
+    per_gap = (el_g[idx[idle]], out_l[idle], ns[idle])
+    return {"step": step_of(idx), "start": out_s, "ns": ns, "label": out_l, "gs": gs, "ge": ge, "nl": nl, "per_gap": per_gap}
 
 
 def build_ledger(views: "Views") -> Ledger:
@@ -738,22 +1009,21 @@ def build_ledger(views: "Views") -> Ledger:
     a_e = a_s + np.maximum(act["dur_ns"].to_numpy(np.int64), 0)
 
     host = views.host_events
-    waits = data_wait_rows(host)
-    blocking = blocking_calls(views)
+    blocking = _blocking_parts(views)
     warm = warmup_regions(views, blocking)
     # host-busy rows: one mask (the empty ones dropped, as ``_merged`` would), each rank's starts and ends taken
     # once and merged in place (no frame, no full-length copies: these are most host rows)
     h_rank, h_start, h_dur = host["rank"].to_numpy(), host["start_ns"].to_numpy(), host["dur_ns"].to_numpy()
-    hb = kind_mask(host["kind"], _HOST_BUSY_KINDS)
+    hb = _kind_is(host["kind"], _HOST_BUSY_KINDS)
     hb &= h_dur > 0
     hb_one_rank = len(h_rank) > 0 and h_rank.min() == h_rank.max()
 
-    def host_busy(rank: int) -> tuple[np.ndarray, np.ndarray]:
+    def host_busy_runs(rank: int) -> list[tuple[np.ndarray, np.ndarray]]:
         m = hb if hb_one_rank and h_rank[0] == rank else hb & (h_rank == rank)
         s = h_start[m].astype(np.int64, copy=False)
         e = h_dur[m].astype(np.int64, copy=False)
         e += s
-        return _union_owned(s, e)
+        return _run_unions(s, e)
 
     ln = views.launches
     launch_end: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
@@ -762,31 +1032,44 @@ def build_ledger(views: "Views") -> Ledger:
         ld = ln["device"].to_numpy(np.int64)
         lg = ln["gpu_start_ns"].to_numpy(np.int64)
         lend = (ln["launch_start_ns"] + ln["launch_dur_ns"]).to_numpy(np.int64)
-        # constant keys order nothing (the sort is stable): left out on the usual one-device trace
-        order = np.lexsort(tuple(k for k in (lend, lg, ld, lr) if k is lend or k is lg or k.min() != k.max()))
+        # by (rank, device, gpu start); constant keys order nothing: left out on the usual one-device trace
+        keys = tuple(k for k in (lg, ld, lr) if k is lg or k.min() != k.max())
+        order = np.argsort(lg, kind="stable") if len(keys) == 1 else np.lexsort(keys)
         lr, ld, lg, lend = lr[order], ld[order], lg[order], lend[order]
-        first = np.ones(len(lg), dtype=bool)  # earliest-returning launch per (rank, device, gpu start)
+        first = np.ones(len(lg), dtype=bool)  # the earliest-returning launch per (rank, device, gpu start)
         first[1:] = (lr[1:] != lr[:-1]) | (ld[1:] != ld[:-1]) | (lg[1:] != lg[:-1])
-        lr, ld, lg, lend = lr[first], ld[first], lg[first], lend[first]
+        at = np.flatnonzero(first)
+        lr, ld, lg, lend = lr[at], ld[at], lg[at], np.minimum.reduceat(lend, at)
         bounds = np.flatnonzero(np.r_[True, (lr[1:] != lr[:-1]) | (ld[1:] != ld[:-1]), True])
         for a, b in zip(bounds[:-1], bounds[1:]):
             launch_end[(int(lr[a]), int(ld[a]))] = (lg[a:b], lend[a:b].astype(float))
     st = views.steps
 
-    def by_rank(df: pd.DataFrame, rank: int) -> tuple[np.ndarray, np.ndarray]:
-        if df.empty:
-            return _EMPTY, _EMPTY
-        m = df["rank"].to_numpy() == rank
-        return _merged(df["start_ns"].to_numpy(np.int64)[m], df["end_ns"].to_numpy(np.int64)[m])
+    def ranges(parts: list[tuple[np.ndarray, ...]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(rank, start, end) of some host ranges, end to end."""
+        if not parts:
+            return _EMPTY, _EMPTY, _EMPTY
+        return tuple(np.concatenate([p[k] for p in parts]).astype(np.int64, copy=False) for k in range(3))  # type: ignore[return-value]
 
-    host_ranks = set(host["rank"].unique().tolist()) if not host.empty else set()
+    dw = np.flatnonzero(data_wait_mask(host)) if not host.empty else _EMPTY
+    waits = ranges([(h_rank[dw], h_start[dw], h_start[dw] + h_dur[dw])])
+    blocks = ranges(blocking)
+    warms = ranges([(warm["rank"].to_numpy(), warm["start_ns"].to_numpy(), warm["end_ns"].to_numpy())])
+
+    def by_rank(rse: tuple[np.ndarray, np.ndarray, np.ndarray], rank: int) -> tuple[np.ndarray, np.ndarray]:
+        if not len(rse[0]):
+            return _EMPTY, _EMPTY
+        m = rse[0] == rank
+        return _merged(rse[1][m], rse[2][m])
+
+    host_ranks = set() if host.empty else {int(h_rank[0])} if hb_one_rank else set(host["rank"].unique().tolist())
     parts: list[dict[str, np.ndarray]] = []
     keys: list[tuple[int, int]] = []
     if a_rank.min() != a_rank.max() or a_dev.min() != a_dev.max():  # one (rank, device): already in order
         order = np.lexsort((a_dev, a_rank))
         a_rank, a_dev, a_s, a_e, a_cls = a_rank[order], a_dev[order], a_s[order], a_e[order], a_cls[order]
     bounds = np.flatnonzero(np.r_[True, (a_rank[1:] != a_rank[:-1]) | (a_dev[1:] != a_dev[:-1]), True])
-    facts: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    facts: dict[str, Any] = {}
     steps = (_EMPTY, _EMPTY, _EMPTY)
     current_rank = None
     for a, b in zip(bounds[:-1], bounds[1:]):
@@ -798,9 +1081,10 @@ def build_ledger(views: "Views") -> Ledger:
             current_rank = rank
             facts = {
                 "data_wait": by_rank(waits, rank),
-                "sync": by_rank(blocking, rank),
-                "warmup": by_rank(warm, rank),
-                "host_busy": host_busy(rank),
+                "sync": by_rank(blocks, rank),
+                "warmup": by_rank(warms, rank),
+                # the rank's host-busy union, built only when a gap host work decides needs it, then kept
+                "host_busy": cache(lambda r=rank: _union_of_runs(host_busy_runs(r))),
             }
             srk = st[st["rank"].to_numpy() == rank] if not st.empty else st
             steps = (srk["start_ns"].to_numpy(np.int64), srk["end_ns"].to_numpy(np.int64), srk["step"].to_numpy(np.int64)) if not srk.empty else (_EMPTY, _EMPTY, _EMPTY)
@@ -812,31 +1096,60 @@ def build_ledger(views: "Views") -> Ledger:
     n_gp = np.array([len(p["gs"]) for p in parts])
     k_rank = np.array([k[0] for k in keys], np.int64)
     k_dev = np.array([k[1] for k in keys], np.int64)
-    dev_idx = np.repeat(np.arange(len(keys)), n_sl)
-    label = np.concatenate([p["label"] for p in parts])
-    start = np.concatenate([p["start"] for p in parts])
-    end = np.concatenate([p["end"] for p in parts])
-    step = np.concatenate([p["step"] for p in parts])
-    slices = pd.DataFrame(
-        {
-            "rank": k_rank[dev_idx],
-            "device": k_dev[dev_idx],
-            "step": step,
-            "start_ns": start,
-            "end_ns": end,
-            "bucket": pd.Categorical.from_codes(label, categories=list(BUCKETS)),
-        }
-    )
+    one = len(keys) == 1  # the usual trace: per-row device columns are constants, no arrays of them are made
+    dev_idx = None if one else np.repeat(np.arange(len(keys)), n_sl)
+
+    def joined(name: str) -> np.ndarray:  # the devices' arrays end to end (one device: its own array)
+        return parts[0][name] if one else np.concatenate([p[name] for p in parts])
+
+    def per_row(values: np.ndarray, counts: np.ndarray) -> "np.ndarray | int":
+        return int(values[0]) if one else np.repeat(values, counts)
+
+    label = joined("label")
+    # the slices' int64 columns as the rows of one block, filled in place: the frame takes it without a copy
+    sl_block = np.empty((5, len(label)), np.int64)
+    ns = joined("ns")
+    sl_block[0], sl_block[1], sl_block[2], sl_block[3] = per_row(k_rank, n_sl), per_row(k_dev, n_sl), joined("step"), joined("start")
+    np.add(sl_block[3], ns, out=sl_block[4])
+    step, start, end = sl_block[2], sl_block[3], sl_block[4]
+    slices = pd.DataFrame(sl_block.T, columns=["rank", "device", "step", "start_ns", "end_ns"], copy=False)
+    slices["bucket"] = pd.Categorical.from_codes(label, categories=list(BUCKETS))
     w_start = np.array([p["start"][0] for p in parts], np.int64)
-    w_end = np.array([p["end"][-1] for p in parts], np.int64)
+    w_end = np.array([p["start"][-1] + p["ns"][-1] for p in parts], np.int64)
     windows = pd.DataFrame({"rank": k_rank, "device": k_dev, "start_ns": w_start, "end_ns": w_end, "window_ns": w_end - w_start})
-    ns = end - start
-    # per device: one row per (device, bucket), zeros included
     nb = len(BUCKETS)
-    lab64 = label.astype(np.int64)
-    mat = np.zeros(len(keys) * nb, np.int64)
-    np.add.at(mat, dev_idx * nb + lab64, ns)  # flat indices: numpy's fast path
-    mat = mat.reshape(len(keys), nb)
+    # per (device, step): ns per bucket; groups of (device, step) in lexicographic order of one int64 key. When
+    # the keys span a small range (a few devices, step numbers close together) a table of present keys ranks
+    # them; else one sort and a neighbour test (a 2-D ``np.unique(axis=1)`` sorts rows as records, much slower)
+    s_lo = int(step.min()) if len(step) else 0
+    span = int(step.max()) - s_lo + 1 if len(step) else 1
+    ck = step - s_lo
+    if not one:
+        ck += dev_idx * span
+    if len(keys) * span <= 4 * len(ck) + 4096:
+        present = np.zeros(len(keys) * span, dtype=bool)
+        present[ck] = True
+        heads = np.flatnonzero(present)
+        rank_of = np.cumsum(present) - 1
+        inv = rank_of[ck]
+        u_dev, u_step = heads // span, heads % span + s_lo
+    else:
+        order = np.argsort(ck, kind="stable")
+        sk = ck[order]
+        first = np.r_[True, sk[1:] != sk[:-1]]
+        inv = np.empty(len(ck), np.int64)
+        inv[order] = np.cumsum(first) - 1
+        head = order[first]
+        u_dev, u_step = (np.zeros(len(head), np.int64) if one else dev_idx[head]), step[head]
+    n_grp = len(u_dev)
+    inv *= nb
+    inv += label
+    smat = np.zeros(n_grp * nb, np.int64)
+    np.add.at(smat, inv, ns)  # flat indices: numpy's fast path
+    smat = smat.reshape(n_grp, nb)
+    # per device: one row per (device, bucket), zeros included; the sum of its steps' rows
+    mat = np.zeros((len(keys), nb), np.int64)
+    np.add.at(mat, u_dev, smat)
     by_device = pd.DataFrame(
         {
             "rank": np.repeat(k_rank, nb),
@@ -847,38 +1160,22 @@ def build_ledger(views: "Views") -> Ledger:
         }
     )
     # per (device, step): the same, with the step's part of the window as the base of pct
-    # groups of (device, step) in lexicographic order: one int64 key, one sort, a neighbour test (a 2-D
-    # ``np.unique(axis=1)`` sorts rows as structured records, many times slower)
-    s_lo = int(step.min()) if len(step) else 0
-    ck = dev_idx.astype(np.int64) * (int(step.max()) - s_lo + 1 if len(step) else 1) + (step - s_lo)
-    order = np.argsort(ck, kind="stable")
-    sk = ck[order]
-    first = np.r_[True, sk[1:] != sk[:-1]]
-    inv = np.empty(len(ck), np.int64)
-    inv[order] = np.cumsum(first) - 1
-    head = order[first]
-    u_dev, u_step = dev_idx[head], step[head]
-    smat = np.zeros(len(head) * nb, np.int64)
-    np.add.at(smat, inv * nb + lab64, ns)
-    smat = smat.reshape(len(head), nb)
     by_step = pd.DataFrame(
         {
             "rank": np.repeat(k_rank[u_dev], nb),
             "device": np.repeat(k_dev[u_dev], nb),
             "step": np.repeat(u_step, nb),
-            "bucket": np.tile(np.array(BUCKETS, dtype=object), len(head)),
+            "bucket": np.tile(np.array(BUCKETS, dtype=object), n_grp),
             "ns": smat.ravel(),
             "pct": (100.0 * smat / np.maximum(smat.sum(axis=1), 1)[:, None]).ravel(),
         }
     )
-    gap_idx = np.repeat(np.arange(len(keys)), n_gp)
-    gs = np.concatenate([p["gs"] for p in parts])
-    ge = np.concatenate([p["ge"] for p in parts])
+    gs, ge = joined("gs"), joined("ge")
     n_g = len(gs)
     # the frame's int64 columns as the rows of one block, filled in place: the frame takes it without a copy
     int_cols = ["rank", "device", "start_ns", "end_ns", "dur_ns", *IDLE_BUCKETS]
     block = np.empty((len(int_cols), n_g), np.int64)
-    block[0], block[1], block[2], block[3] = k_rank[gap_idx], k_dev[gap_idx], gs, ge
+    block[0], block[1], block[2], block[3] = per_row(k_rank, n_gp), per_row(k_dev, n_gp), gs, ge
     np.subtract(ge, gs, out=block[4])
     per_gap = block[5:]
     per_gap[:] = 0
@@ -886,10 +1183,17 @@ def build_ledger(views: "Views") -> Ledger:
     for j, p in enumerate(parts):
         gid, bucket, ns_ = p["per_gap"]
         if len(gid):
-            np.add.at(per_gap.reshape(-1), bucket * n_g + (first_gap[j] + gid), ns_)  # flat indices: numpy's fast path
+            flat = bucket.astype(np.int64)  # the flat index (bucket row, gap column), built in one array
+            flat -= len(BUSY_BUCKETS)
+            flat *= n_g
+            flat += gid
+            flat += first_gap[j]
+            np.add.at(per_gap.reshape(-1), flat, ns_)  # flat indices: numpy's fast path
     gaps = pd.DataFrame(block.T, columns=int_cols, copy=False)
-    gaps.insert(5, "next_launch_end_ns", np.concatenate([p["nl"] for p in parts]))
-    gaps["cause"] = np.asarray(IDLE_BUCKETS, dtype=object)[_first_max_row(per_gap)] if n_g else np.zeros(0, dtype=object)
+    gaps.insert(5, "next_launch_end_ns", joined("nl"))
+    # the names as the column's own array type (inferred once from the bucket names) taken by index: no 10^5
+    # strings to check one by one
+    gaps["cause"] = pd.Series(np.asarray(IDLE_BUCKETS, dtype=object)).array.take(_first_max_row(per_gap)) if n_g else np.zeros(0, dtype=object)
     return Ledger(slices=slices, by_device=by_device, by_step=by_step, windows=windows, gaps=gaps, warmup=warm)
 
 
@@ -898,10 +1202,11 @@ def _first_max_row(m: np.ndarray) -> np.ndarray:
     numpy's argmax across rows of a C-ordered block walks it column by column."""
     best = m[0].copy()
     arg = np.zeros(m.shape[1], np.intp)
+    more = np.empty(m.shape[1], dtype=bool)
     for k in range(1, m.shape[0]):
-        more = m[k] > best  # strictly: ties keep the first row, as argmax does
-        arg[more] = k
-        best[more] = m[k][more]
+        np.greater(m[k], best, out=more)  # strictly: ties keep the first row, as argmax does
+        np.copyto(arg, k, where=more)
+        np.maximum(best, m[k], out=best)
     return arg
 
 
