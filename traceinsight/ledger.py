@@ -181,21 +181,6 @@ def _union_of_runs(runs: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarra
     return s[idx], e[last]
 
 
-def _intersect(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-    """Intersection of two merged interval sets."""
-    if len(a[0]) == 0 or len(b[0]) == 0:
-        return _EMPTY, _EMPTY
-    pts = np.sort(np.concatenate([a[0], a[1], b[0], b[1]]))
-    pts = pts[np.r_[True, pts[1:] != pts[:-1]]]
-    left, right = pts[:-1], pts[1:]
-    keep = _inside(*a, left) & _inside(*b, left)
-    return _merged(left[keep], right[keep])
-
-
-def _measure(s: np.ndarray, e: np.ndarray) -> int:
-    return int((e - s).sum()) if len(s) else 0
-
-
 # --- host facts ------------------------------------------------------------------------------------------
 def _in_codes(codes: np.ndarray, table: np.ndarray) -> np.ndarray:
     """``table[codes]`` (table: per category, then one entry for a missing value, code -1). With a few categories
@@ -572,10 +557,7 @@ class Ledger:
         range to its own rank/device), a list of objects with ``start_ns``/``end_ns`` (and optional ``rank``/
         ``device``) such as ``rule_api.Instance``, or a list of (start_ns, end_ns) pairs.
         """
-        want = {buckets} if isinstance(buckets, str) else set(buckets)
-        unknown = want - set(BUCKETS)
-        if unknown:
-            raise ValueError(f"unknown ledger bucket(s) {sorted(unknown)}; known: {', '.join(BUCKETS)}")
+        want = _wanted(buckets)
         sl = self.slices
         bucket = sl["bucket"]
         by_code = isinstance(bucket.dtype, pd.CategoricalDtype) and list(bucket.cat.categories) == list(BUCKETS)
@@ -593,13 +575,9 @@ class Ledger:
             m &= s_dev == device
         if within is None or not m.any():
             return sl[m].reset_index(drop=True)
-        w = _within_frame(within)
-        if w.empty:
+        w_s, w_e, w_r, w_d = _within_arrays(within)
+        if not len(w_s):
             return sl.iloc[:0].reset_index(drop=True)
-        w_s = w["start_ns"].to_numpy(np.int64)
-        w_e = w["end_ns"].to_numpy(np.int64)
-        w_r = w["rank"].to_numpy(dtype=float) if "rank" in w else None
-        w_d = w["device"].to_numpy(dtype=float) if "device" in w else None
         s_start, s_end = sl["start_ns"].to_numpy(), sl["end_ns"].to_numpy()
         pos = np.flatnonzero(m)
         # the chosen slices by (rank, device), each device's rows in frame order (the ledger's frame is already so)
@@ -664,8 +642,113 @@ class Ledger:
 
     def claim(self, buckets: str | Iterable[str], rank: int | None = None, device: int | None = None, within: Any = None) -> int:
         """ns of ``buckets`` (on ``rank``/``device``, inside ``within``): what a finding may call its impact."""
-        c = self.claimed(buckets, rank=rank, device=device, within=within)
-        return int((c["end_ns"] - c["start_ns"]).sum()) if not c.empty else 0
+        return sum(self.claimed_ns(buckets, rank=rank, device=device, within=within).values())
+
+    def claimed_ns(
+        self,
+        buckets: str | Iterable[str],
+        rank: int | None = None,
+        device: int | None = None,
+        within: Any = None,
+    ) -> dict[tuple[int, int, str], int]:
+        """The ns of ``claimed(...)`` per (rank, device, bucket), in (rank, device, bucket name) order, zeros left
+        out: what a finding's claim needs, without making the frame of slices.
+
+        Idle slices are claimed per gap, and ``gaps`` already holds each gap's ns per idle bucket (its slices
+        summed by the gap they start in, as ``claimed`` takes them), so the ranges are searched among the gaps
+        they touch and those gaps' columns summed: nothing proportional to all slices is read per claim. Busy
+        slices are clipped to the ranges as in ``claimed``.
+        """
+        want = _wanted(buckets)
+        names = sorted(want)
+        if within is None:  # whole buckets: the per-device totals are the sums of the slices
+            rk, dv, bk, ns = self.device_arrays
+            m = np.isin(bk, names) & (ns > 0)
+            if rank is not None:
+                m &= rk == rank
+            if device is not None:
+                m &= dv == device
+            got = sorted(zip(rk[m].tolist(), dv[m].tolist(), bk[m].tolist(), ns[m].tolist()))
+            return {(r, d, b): v for r, d, b, v in got}
+        lay = self._layout
+        if lay is None:  # frames not laid out as ``build_ledger`` makes them: sum the frame of slices
+            sl = self.claimed(want, rank=rank, device=device, within=within)
+            ns_ = (sl["end_ns"] - sl["start_ns"]).groupby([sl["rank"], sl["device"], sl["bucket"].astype(str)], sort=True).sum()
+            return {(int(r), int(d), str(b)): int(v) for (r, d, b), v in ns_.items() if v}
+        w_s, w_e, w_r, w_d = _within_arrays(within)
+        out: dict[tuple[int, int, str], int] = {}
+        if not len(w_s):
+            return out
+        idle = [b for b in names if b in IDLE_BUCKETS]
+        busy = [b for b in names if b in BUSY_BUCKETS]
+        gap_s, gap_e, gap_ns = lay["gap_start"], lay["gap_end"], lay["gap_ns"]
+        s_code, s_start, s_end = lay["code"], lay["start"], lay["end"]
+        for r, d, s0, s1, g0, g1 in lay["devices"]:
+            if (rank is not None and r != rank) or (device is not None and d != device):
+                continue
+            keep = applies_to(len(w_s), w_r, w_d, r, d)
+            if not keep.any():
+                continue
+            k_s = w_s[keep]
+            ws, we = _merged(k_s, np.maximum(w_e[keep], k_s + 1))  # a point instance is 1 ns
+            got: dict[str, int] = {}
+            if idle and g1 > g0:
+                touched = g0 + _overlapping(gap_s[g0:g1], gap_e[g0:g1], ws, we)
+                for b in idle:
+                    got[b] = int(gap_ns[b][touched].sum())
+            if busy:
+                codes = s_code[s0:s1]
+                for b in busy:
+                    pos = s0 + np.flatnonzero(codes == _CODE[b])
+                    got[b] = _clipped_ns(s_start[pos], s_end[pos], ws, we)
+            for b in names:
+                if got.get(b):
+                    out[(r, d, b)] = got[b]
+        return out
+
+    @cached_property
+    def _layout(self) -> dict[str, Any] | None:
+        """Where each (rank, device) sits in ``slices`` and ``gaps``, and their columns as arrays, for
+        ``claimed_ns``: ``build_ledger`` writes each device's rows together and in time order, devices in (rank,
+        device) order, buckets as codes of ``BUCKETS``. None for frames laid out otherwise."""
+        sl, gp = self.slices, self.gaps
+        bucket = sl["bucket"]
+        if not (isinstance(bucket.dtype, pd.CategoricalDtype) and list(bucket.cat.categories) == list(BUCKETS)):
+            return None
+        if sl.empty or gp.columns[: 5].tolist() != ["rank", "device", "start_ns", "end_ns", "dur_ns"]:
+            return None
+
+        def runs(f: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+            """(rank, device, first row) of each device's run of rows, and the end; None when out of order."""
+            r, d, s = f["rank"].to_numpy(np.int64), f["device"].to_numpy(np.int64), f["start_ns"].to_numpy(np.int64)
+            if r[0] == r.max() == r.min() and d[0] == d.max() == d.min():  # one device (the usual trace)
+                return (r[:1], d[:1], np.array([0, len(r)])) if bool((s[1:] > s[:-1]).all()) else None
+            same = (r[1:] == r[:-1]) & (d[1:] == d[:-1])
+            ordered = (r[1:] > r[:-1]) | (same & (d[1:] > d[:-1])) | (same & (s[1:] > s[:-1]))
+            if not ordered.all():
+                return None
+            head = np.flatnonzero(np.r_[True, ~same])
+            return r[head], d[head], np.r_[head, len(r)]
+
+        s_runs = runs(sl)
+        g_runs = runs(gp) if len(gp) else (_EMPTY, _EMPTY, np.zeros(1, np.int64))
+        if s_runs is None or g_runs is None:
+            return None
+        g_at = {(int(r), int(d)): (int(a), int(b)) for r, d, a, b in zip(*g_runs[:2], g_runs[2][:-1], g_runs[2][1:])}
+        devices = []
+        for r, d, a, b in zip(s_runs[0].tolist(), s_runs[1].tolist(), s_runs[2][:-1].tolist(), s_runs[2][1:].tolist()):
+            devices.append((r, d, a, b, *g_at.pop((r, d), (0, 0))))
+        if g_at:  # gaps of a device without slices: not a ledger's frames
+            return None
+        return {
+            "devices": devices,
+            "code": bucket.cat.codes.to_numpy(),
+            "start": sl["start_ns"].to_numpy(np.int64),
+            "end": sl["end_ns"].to_numpy(np.int64),
+            "gap_start": gp["start_ns"].to_numpy(np.int64),
+            "gap_end": gp["end_ns"].to_numpy(np.int64),
+            "gap_ns": {b: gp[b].to_numpy(np.int64) for b in IDLE_BUCKETS},
+        }
 
     # --- reports -----------------------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
@@ -705,56 +788,49 @@ class Ledger:
         }
 
 
-def _within_frame(within: Any) -> pd.DataFrame:
+def _wanted(buckets: str | Iterable[str]) -> set[str]:
+    want = {buckets} if isinstance(buckets, str) else set(buckets)
+    unknown = want - set(BUCKETS)
+    if unknown:
+        raise ValueError(f"unknown ledger bucket(s) {sorted(unknown)}; known: {', '.join(BUCKETS)}")
+    return want
+
+
+def _within_arrays(within: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, np.ndarray | None]:
+    """start_ns, end_ns (int64), rank and device (float64, NaN for unknown; None when ``within`` has no such
+    column) of the time ranges a claim is limited to (see ``Ledger.claimed``)."""
     if isinstance(within, pd.DataFrame):
-        cols = [c for c in ("rank", "device") if c in within]
-        out = pd.DataFrame({"start_ns": within["start_ns"].to_numpy(np.int64), "end_ns": within["end_ns"].to_numpy(np.int64)})
-        for c in cols:
-            out[c] = within[c].to_numpy(dtype=float)
-        return out
-    if isinstance(within, Instances):
-        c = within.columns()
-        return pd.DataFrame({"start_ns": c.start_ns, "end_ns": c.end_ns, "rank": c.rank, "device": c.device})
-    items = within if isinstance(within, list) else list(within)
-    if items and not any(isinstance(it, (tuple, list)) for it in items):
-        # instance-like objects: columns straight from attributes, no dict per row
+        r = within["rank"].to_numpy(dtype=float) if "rank" in within else None
+        d = within["device"].to_numpy(dtype=float) if "device" in within else None
+        return within["start_ns"].to_numpy(np.int64), within["end_ns"].to_numpy(np.int64), r, d
+    items = within if isinstance(within, (list, Instances)) else list(within)
+    if isinstance(items, Instances) or (items and not any(isinstance(it, (tuple, list)) for it in items)):
+        # instance-like objects: columns straight from attributes (an ``Instances`` holds them already)
         c = instance_columns(items)
-        return pd.DataFrame({"start_ns": c.start_ns, "end_ns": c.end_ns, "rank": c.rank, "device": c.device})
-    rows = []
-    for item in items:
-        if isinstance(item, (tuple, list)):
-            rows.append({"start_ns": int(item[0]), "end_ns": int(item[1])})
-        else:
-            rows.append(
-                {
-                    "start_ns": int(item.start_ns),
-                    "end_ns": int(item.end_ns),
-                    "rank": np.nan if getattr(item, "rank", None) is None else float(item.rank),
-                    "device": np.nan if getattr(item, "device", None) is None else float(item.device),
-                }
-            )
-    return pd.DataFrame(rows, columns=["start_ns", "end_ns", "rank", "device"]) if rows else pd.DataFrame(columns=["start_ns", "end_ns"])
+        return c.start_ns, c.end_ns, c.rank, c.device
+    if not items:
+        return _EMPTY, _EMPTY, None, None
+
+    def opt(item: Any, name: str) -> float:
+        v = None if isinstance(item, (tuple, list)) else getattr(item, name, None)
+        return np.nan if v is None else float(v)
+
+    s = np.array([int(it[0]) if isinstance(it, (tuple, list)) else int(it.start_ns) for it in items], np.int64)
+    e = np.array([int(it[1]) if isinstance(it, (tuple, list)) else int(it.end_ns) for it in items], np.int64)
+    return s, e, np.array([opt(it, "rank") for it in items], float), np.array([opt(it, "device") for it in items], float)
 
 
-def _clip_slices(sl: pd.DataFrame, ws: np.ndarray, we: np.ndarray) -> pd.DataFrame:
-    """Slices (disjoint, sorted) cut to the merged ranges (ws, we): each piece of each slice that lies inside."""
-    s = sl["start_ns"].to_numpy()
-    e = sl["end_ns"].to_numpy()
-    # every range that overlaps slice i lies between these two indices
-    lo = np.searchsorted(we, s, side="right")
+def _clipped_ns(s: np.ndarray, e: np.ndarray, ws: np.ndarray, we: np.ndarray) -> int:
+    """The total length of the intervals (s, e) (disjoint, sorted) inside the merged ranges (ws, we)."""
+    lo = np.searchsorted(we, s, side="right")  # the ranges overlapping interval i lie in [lo, hi)
     hi = np.searchsorted(ws, e, side="left")
     n = np.maximum(hi - lo, 0)
-    if n.sum() == 0:
-        return sl.iloc[:0]
-    rep = np.repeat(np.arange(len(sl)), n)
-    offs = np.arange(n.sum()) - np.repeat(np.cumsum(n) - n, n)
-    widx = np.repeat(lo, n) + offs
-    ps = np.maximum(s[rep], ws[widx])
-    pe = np.minimum(e[rep], we[widx])
-    out = sl.iloc[rep].copy()
-    out["start_ns"] = ps
-    out["end_ns"] = pe
-    return out[pe > ps]
+    if not n.any():
+        return 0
+    rep = np.repeat(np.arange(len(s)), n)
+    widx = _spans(lo, n)
+    piece = np.minimum(e[rep], we[widx]) - np.maximum(s[rep], ws[widx])
+    return int(piece[piece > 0].sum())
 
 
 def _spans(lo: np.ndarray, n: np.ndarray) -> np.ndarray:

@@ -146,11 +146,7 @@ def finding_claims(ledger: Ledger, finding: Finding) -> dict[tuple[int, int, str
             m &= dv == loc.device
         items = list(zip(rk[m].tolist(), dv[m].tolist(), bk[m].tolist(), ns[m].tolist()))
     else:
-        sl = ledger.claimed(buckets, rank=loc.rank, device=loc.device, within=instances)
-        if sl.empty:
-            return {}
-        ns = (sl["end_ns"] - sl["start_ns"]).groupby([sl["rank"], sl["device"], sl["bucket"].astype(str)], sort=True).sum()
-        items = [(r, d, b, v) for (r, d, b), v in ns.items() if v]
+        items = [(r, d, b, v) for (r, d, b), v in ledger.claimed_ns(buckets, rank=loc.rank, device=loc.device, within=instances).items()]
     total = sum(int(v) for *_, v in items)
     scale = min(1.0, impact / total) if total else 0.0
     return {(int(r), int(d), str(b)): int(v * scale) for r, d, b, v in items}
