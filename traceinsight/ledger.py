@@ -105,9 +105,16 @@ _EMPTY = np.zeros(0, np.int64)
 
 # --- interval primitives (sorted, disjoint [start, end) arrays) --------------------------------------------
 def _inside(s: np.ndarray, e: np.ndarray, t: np.ndarray) -> np.ndarray:
-    """For each t: is it inside one of the merged intervals (s, e)?"""
+    """For each t (sorted): is it inside one of the merged intervals (s, e)? Few intervals among many points
+    (syncs among 10^5 gaps): each interval's points are found by two searches in t, not each point in them."""
     if len(s) == 0:
         return np.zeros(len(t), dtype=bool)
+    if 8 * len(s) < len(t):
+        lo = np.searchsorted(t, s, side="left")
+        n = np.searchsorted(t, e, side="left") - lo
+        out = np.zeros(len(t), dtype=bool)
+        out[_spans(lo, np.maximum(n, 0))] = True
+        return out
     i = np.searchsorted(s, t, side="right") - 1
     ok = i >= 0
     out = np.zeros(len(t), dtype=bool)
@@ -895,7 +902,12 @@ def _device_slices(
     new[0] = True
     np.greater(s[1:], run_end[:-1], out=new[1:])
     head = np.flatnonzero(new)
-    us, ue = s[head], np.maximum.reduceat(e, head)
+    # an interval's end is the running end at its last row: every earlier row ended before the interval began
+    # (and e >= s), so the running maximum there is the interval's own largest end
+    last = np.empty(len(head), np.intp)
+    last[:-1] = head[1:] - 1
+    last[-1] = len(s) - 1
+    us, ue = s[head], run_end[last]
     w0, w1 = int(us[0]), int(ue[-1])
     # consecutive merged intervals never touch: gap k lies between interval k and k + 1, and has positive length
     gs, ge = ue[:-1], us[1:]
@@ -911,9 +923,12 @@ def _device_slices(
     # the call that enqueued the next work: the earliest-returning launch among activities starting at the gap end
     if launch_end is not None and n_g and len(launch_end[0]):
         ks, kv = launch_end
-        i = np.searchsorted(ks, ge)
-        np.minimum(i, len(ks) - 1, out=i)  # past the last key: the last one, which is below the gap end
-        nl = np.where(ks[i] == ge, kv[i], np.nan)
+        if len(ks) == len(s) and np.array_equal(ks, s):
+            nl = kv[head[1:]]  # every row has a launch and no two start together: a gap end's key is its row's
+        else:
+            i = np.searchsorted(ks, ge)
+            np.minimum(i, len(ks) - 1, out=i)  # past the last key: the last one, which is below the gap end
+            nl = np.where(ks[i] == ge, kv[i], np.nan)
     else:
         nl = np.full(n_g, np.nan)
     linked = ~np.isnan(nl)
@@ -1038,6 +1053,9 @@ def _device_slices(
     def step_of(k: np.ndarray) -> np.ndarray:
         return val[np.searchsorted(first, k, side="right")]
 
+    def step_of_sorted(k: np.ndarray) -> np.ndarray:  # ``step_of`` of ascending pieces: runs between edges
+        return np.repeat(val, np.diff(np.r_[0, np.searchsorted(k, first, side="left"), len(k)]))
+
     # merge neighbours with equal (bucket, step): the step changes only at a piece where an edge lands
     change = np.empty(len(el_s), dtype=bool)
     change[0] = True
@@ -1068,7 +1086,7 @@ def _device_slices(
     # the idle slices by gap (the gap each starts in) and bucket, summed once for all devices in ``build_ledger``
     idle = out_l >= n_busy
     per_gap = (el_g[idx[idle]], out_l[idle], ns[idle])
-    return {"step": step_of(idx), "start": out_s, "ns": ns, "label": out_l, "gs": gs, "ge": ge, "nl": nl, "per_gap": per_gap}
+    return {"step": step_of_sorted(idx), "start": out_s, "ns": ns, "label": out_l, "gs": gs, "ge": ge, "nl": nl, "per_gap": per_gap}
 
 
 def build_ledger(views: "Views") -> Ledger:
@@ -1256,20 +1274,29 @@ def build_ledger(views: "Views") -> Ledger:
     per_gap = block[5:]
     per_gap[:] = 0
     first_gap = np.cumsum(n_gp) - n_gp  # each device's first row
+    # the cause of a gap: its bucket with the most ns, the first in ``IDLE_BUCKETS`` order on a tie (argmax).
+    # Most gaps hold one idle slice, whose bucket it is; only gaps of several slices compare their sums
+    cause = np.zeros(n_g, np.intp)
+    pieces = np.zeros(n_g, np.intp)
     for j, p in enumerate(parts):
         gid, bucket, ns_ = p["per_gap"]
         if len(gid):
+            g = gid + first_gap[j]
             flat = bucket.astype(np.int64)  # the flat index (bucket row, gap column), built in one array
             flat -= len(BUSY_BUCKETS)
+            cause[g] = flat
+            pieces += np.bincount(g, minlength=n_g)
             flat *= n_g
-            flat += gid
-            flat += first_gap[j]
+            flat += g
             np.add.at(per_gap.reshape(-1), flat, ns_)  # flat indices: numpy's fast path
+    several = np.flatnonzero(pieces != 1)
+    if len(several):
+        cause[several] = _first_max_row(per_gap[:, several])
     gaps = pd.DataFrame(block.T, columns=int_cols, copy=False)
     gaps.insert(5, "next_launch_end_ns", joined("nl"))
     # the names as the column's own array type (inferred once from the bucket names) taken by index: no 10^5
     # strings to check one by one
-    gaps["cause"] = pd.Series(np.asarray(IDLE_BUCKETS, dtype=object)).array.take(_first_max_row(per_gap)) if n_g else np.zeros(0, dtype=object)
+    gaps["cause"] = pd.Series(np.asarray(IDLE_BUCKETS, dtype=object)).array.take(cause) if n_g else np.zeros(0, dtype=object)
     return Ledger(slices=slices, by_device=by_device, by_step=by_step, windows=windows, gaps=gaps, warmup=warm)
 
 
