@@ -109,6 +109,13 @@ def test_buckets_sum_to_the_window_per_device_and_per_step(gpu, host, steps):
         assert led.claim(b) == led.totals()[b]
     half = [(int(w.start_ns), int(w.start_ns + w.window_ns // 2)) for w in led.windows.itertuples(index=False)]
     assert led.claim(list(BUCKETS), within=half) <= sum(led.totals().values())
+    # the claim's sums (read through the gaps' columns) are the sums of the slices ``claimed`` takes
+    for within in (half, [(int(g.start_ns) + 1, int(g.start_ns) + 1) for g in led.gaps.iloc[::2].itertuples(index=False)]):
+        for buckets in (list(BUCKETS), list(IDLE_BUCKETS), list(BUSY_BUCKETS)):
+            sl = led.claimed(buckets, within=within)
+            want = {} if sl.empty else (sl["end_ns"] - sl["start_ns"]).groupby([sl["rank"], sl["device"], sl["bucket"].astype(str)], sort=True).sum()
+            want = {(int(r), int(d), str(b)): int(v) for (r, d, b), v in dict(want).items() if v}
+            assert list(led.claimed_ns(buckets, within=within).items()) == list(want.items())
 
 
 def test_property_helper_builds_a_real_timeline():

@@ -131,46 +131,14 @@ def _merged(starts: Any, ends: Any) -> tuple[np.ndarray, np.ndarray]:
     return merge_intervals(s, e)
 
 
-def _run_unions(s: np.ndarray, e: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
-    """The union of each sorted run of non-empty intervals (every e > s) whose int64 arrays the caller hands over:
-    host rows of several threads come as a few runs in start order, and each run is merged in place (its running
-    end computed in ``e`` itself, a group's end read at its last row), so no array of the input's length is
-    allocated besides two masks (fresh memory is what costs at 10^6 rows). Many runs: one union of all."""
-    if len(s) == 0:
-        return []
-    down = np.flatnonzero(s[1:] < s[:-1]) + 1 if len(s) > 1 else _EMPTY
-    if len(down) > 64:
-        return [merge_intervals(s, e)]
-    cuts = np.r_[0, down, len(s)]
-    out = []
-    for a, b in zip(cuts[:-1].tolist(), cuts[1:].tolist()):
-        rs, re_ = s[a:b], e[a:b]
-        np.maximum.accumulate(re_, out=re_)
-        new = np.empty(b - a, dtype=bool)
-        new[0] = True
-        np.greater(rs[1:], re_[:-1], out=new[1:])
-        idx = np.flatnonzero(new)
-        last = np.empty(len(idx), np.intp)
-        last[:-1] = idx[1:] - 1
-        last[-1] = b - a - 1
-        # the running end at a group's last row is the group's largest end: every earlier end lies before its start
-        out.append((rs[idx], re_[last]))
-    return out
-
-
-def _union_owned(s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``merge_intervals`` of non-empty intervals (every e > s) whose arrays the caller hands over, by
-    ``_run_unions``: a union of non-empty intervals has one merged form, so this is merge_intervals' answer."""
-    return _union_of_runs(_run_unions(s, e))
-
-
 def _union_of_runs(runs: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
-    """The union of several merged interval sets.
+    """The union of several merged interval sets (of several sets of non-empty intervals, when there are two
+    or more: one set is returned as it is).
 
     Starts and ends are sorted apart (each set is a sorted run of both, so the stable sort only merges runs, and
     no permutation is gathered): the k-th smallest end closes a merged interval exactly when the next start lies
-    beyond it, since by then k + 1 intervals have started and k + 1 have ended. Touching intervals merge, as in
-    ``merge_intervals``, whose answer this is.
+    beyond it, since by then k + 1 intervals have started and k + 1 have ended (which holds of any non-empty
+    intervals). Touching intervals merge, as in ``merge_intervals``, whose answer this is.
     """
     if len(runs) <= 1:
         return runs[0] if runs else (_EMPTY, _EMPTY)
@@ -234,7 +202,10 @@ def _union_near(runs: list[tuple[np.ndarray, np.ndarray, np.ndarray]], gs: np.nd
             last[:-1] = h[1:] - 1
             last[-1] = len(rows) - 1
             parts.append((rs[rows[h]], reach[rows[last]]))
-    return _union_of_runs([p for p in parts if len(p[0])])
+    parts = [p for p in parts if len(p[0])]
+    if len(parts) == 1:  # one set, its intervals in start order but not merged (ranges a long row reaches into)
+        return merge_intervals(*parts[0])
+    return _union_of_runs(parts)
 
 
 # --- host facts ------------------------------------------------------------------------------------------
