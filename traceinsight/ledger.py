@@ -319,8 +319,12 @@ def _blocking_parts(views: "Views") -> list[tuple[np.ndarray, np.ndarray, np.nda
         idx = ln["gpu_idx"].to_numpy()
         ck_col = ev["copy_kind"]
         if _is_positions(ev.index) and isinstance(ck_col.dtype, pd.CategoricalDtype) and len(idx) and idx.min() >= 0 and idx.max() < len(ev):
-            # row labels are positions: the copy kind compared on its category codes, no 10^5 boxed strings
-            m = _kind_is(ck_col.take(idx), ("DtoH",)) & ev["pageable"].to_numpy(dtype=bool)[idx]
+            # row labels are positions: the pageable flag first (rarely set), then the copy kind of those rows on
+            # its category codes, no 10^5 boxed strings
+            m = ev["pageable"].to_numpy(dtype=bool)[idx]
+            if m.any():
+                at = np.flatnonzero(m)
+                m[at] = _kind_is(ck_col.take(idx[at]), ("DtoH",))
         else:
             ck = ck_col.reindex(idx).astype(object).to_numpy()
             pg = ev["pageable"].reindex(idx).to_numpy(dtype=bool)
