@@ -46,6 +46,17 @@ def test_merge_intervals_equals_the_sorting_merge(n, shuffled):
     assert np.array_equal(s, s_copy) and np.array_equal(e, e_copy)  # the caller's arrays are left alone
 
 
+@pytest.mark.parametrize("n,shuffled", [(0, 0), (1, 0), (3, 0), (500, 0), (500, 3), (3000, 30), (3000, 400)])
+def test_union_owned_equals_merged(n, shuffled):
+    rng = np.random.default_rng(7 * n + shuffled)
+    s, e = _intervals(rng, n, shuffled, empty=0.0)
+    e = np.maximum(e, s + 1)  # the caller hands over non-empty intervals only
+    want = L._merged(s, e)
+    got = L._union_owned(s.copy(), e.copy())
+    for g, w in zip(got, want):
+        assert g.dtype == np.int64 and np.array_equal(g, w)
+
+
 def test_first_max_row_is_argmax_with_ties():
     rng = np.random.default_rng(3)
     m = rng.integers(0, 4, (6, 5000)).astype(np.int64)  # many ties and all-zero columns

@@ -38,38 +38,6 @@ def test_overlapping_finds_exactly_the_overlapping_intervals(seed):
     assert got.tolist() == want
 
 
-@pytest.mark.parametrize("seed", range(8))
-def test_union_near_agrees_with_the_full_union_inside_each_range(seed):
-    # host rows as several runs in start order (threads), ranges as gaps; inside every range the near union
-    # covers exactly the points the union of all rows covers, and outside it covers no more than that union
-    rng = np.random.default_rng(40 + seed)
-    runs_s, runs_e = [], []
-    for _ in range(int(rng.integers(1, 5)) if seed < 6 else 80):  # past 64 runs: one sort of all rows
-        n = int(rng.integers(1, 50))
-        s = np.sort(rng.integers(0, 3000, n)).astype(np.int64)
-        runs_s.append(s), runs_e.append(s + rng.choice([1, 5, 40, 400, 1500], n))
-    s, e = np.concatenate(runs_s), np.concatenate(runs_e)
-    full = merge_intervals(s, e)
-    gs, ge = _random_set(rng, int(rng.integers(1, 40)), 3000)
-    near = L._union_near(L._reach_runs(s.copy(), e.copy()), gs, ge)
-    assert np.all(near[0][1:] > near[1][:-1]) and np.all(near[1] > near[0])  # merged: sorted, disjoint, not touching
-
-    def covered(u: tuple[np.ndarray, np.ndarray], t: np.ndarray) -> np.ndarray:
-        return np.array([bool(np.any((u[0] <= x) & (x < u[1]))) for x in t.tolist()])
-
-    t = np.arange(0, 4600)
-    in_range = covered((gs, ge), t)
-    got, want = covered(near, t), covered(full, t)
-    assert np.array_equal(got[in_range], want[in_range])
-    assert not np.any(got & ~want)
-
-
-def test_union_near_of_one_long_row_over_two_ranges_is_merged():
-    s, e = np.array([0], np.int64), np.array([100], np.int64)
-    near = L._union_near(L._reach_runs(s, e), np.array([10, 30], np.int64), np.array([20, 40], np.int64))
-    assert near[0].tolist() == [10] and near[1].tolist() == [100]
-
-
 def test_sweep_labels_by_precedence():
     sets = [(0, np.array([10]), np.array([20])), (1, np.array([0, 15]), np.array([12, 30]))]
     p, label = L._sweep(sets, -1)

@@ -131,14 +131,46 @@ def _merged(starts: Any, ends: Any) -> tuple[np.ndarray, np.ndarray]:
     return merge_intervals(s, e)
 
 
+def _run_unions(s: np.ndarray, e: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
+    """The union of each sorted run of non-empty intervals (every e > s) whose int64 arrays the caller hands over:
+    host rows of several threads come as a few runs in start order, and each run is merged in place (its running
+    end computed in ``e`` itself, a group's end read at its last row), so no array of the input's length is
+    allocated besides two masks (fresh memory is what costs at 10^6 rows). Many runs: one union of all."""
+    if len(s) == 0:
+        return []
+    down = np.flatnonzero(s[1:] < s[:-1]) + 1 if len(s) > 1 else _EMPTY
+    if len(down) > 64:
+        return [merge_intervals(s, e)]
+    cuts = np.r_[0, down, len(s)]
+    out = []
+    for a, b in zip(cuts[:-1].tolist(), cuts[1:].tolist()):
+        rs, re_ = s[a:b], e[a:b]
+        np.maximum.accumulate(re_, out=re_)
+        new = np.empty(b - a, dtype=bool)
+        new[0] = True
+        np.greater(rs[1:], re_[:-1], out=new[1:])
+        idx = np.flatnonzero(new)
+        last = np.empty(len(idx), np.intp)
+        last[:-1] = idx[1:] - 1
+        last[-1] = b - a - 1
+        # the running end at a group's last row is the group's largest end: every earlier end lies before its start
+        out.append((rs[idx], re_[last]))
+    return out
+
+
+def _union_owned(s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``merge_intervals`` of non-empty intervals (every e > s) whose arrays the caller hands over, by
+    ``_run_unions``: a union of non-empty intervals has one merged form, so this is merge_intervals' answer."""
+    return _union_of_runs(_run_unions(s, e))
+
+
 def _union_of_runs(runs: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
-    """The union of several merged interval sets (of several sets of non-empty intervals, when there are two
-    or more: one set is returned as it is).
+    """The union of several merged interval sets.
 
     Starts and ends are sorted apart (each set is a sorted run of both, so the stable sort only merges runs, and
     no permutation is gathered): the k-th smallest end closes a merged interval exactly when the next start lies
-    beyond it, since by then k + 1 intervals have started and k + 1 have ended (which holds of any non-empty
-    intervals). Touching intervals merge, as in ``merge_intervals``, whose answer this is.
+    beyond it, since by then k + 1 intervals have started and k + 1 have ended. Touching intervals merge, as in
+    ``merge_intervals``, whose answer this is.
     """
     if len(runs) <= 1:
         return runs[0] if runs else (_EMPTY, _EMPTY)
@@ -154,58 +186,6 @@ def _union_of_runs(runs: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarra
     last[:-1] = idx[1:] - 1
     last[-1] = len(s) - 1
     return s[idx], e[last]
-
-
-def _reach_runs(s: np.ndarray, e: np.ndarray) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
-    """Non-empty intervals (every e > s; the caller hands the arrays over) as sorted runs (starts, ends, running
-    end): host rows of several threads come as a few runs in start order (many runs: one sort of all)."""
-    if len(s) == 0:
-        return []
-    down = np.flatnonzero(s[1:] < s[:-1]) + 1 if len(s) > 1 else _EMPTY
-    if len(down) > 64:
-        o = np.argsort(s, kind="stable")
-        s, e, down = s[o], e[o], _EMPTY
-    cuts = np.r_[0, down, len(s)].tolist()
-    return [(s[a:b], e[a:b], np.maximum.accumulate(e[a:b])) for a, b in zip(cuts[:-1], cuts[1:])]
-
-
-def _union_near(runs: list[tuple[np.ndarray, np.ndarray, np.ndarray]], gs: np.ndarray, ge: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """A merged interval set equal to the union of ``runs`` (``_reach_runs``) inside each of the disjoint sorted
-    ranges (gs, ge), built from what touches them only: the gaps host work decides are a few of 10^5, the host
-    rows 10^6.
-
-    Inside a range, a run's union is [gs, r), r the running end just before the range (rows starting earlier
-    cover exactly that much of it), and the rows starting in it; those rows come as stretches the run's running
-    end joins (a row starting beyond the running end before it opens a new one), and a stretch from row h to
-    row k covers exactly [start of h, running end at k) of the rows up to k. So each run gives an interval per
-    range it reaches into and per stretch, every one inside the union (outside the ranges the set is a part of
-    it), and the runs' intervals are united as in ``_union_of_runs``.
-    """
-    parts: list[tuple[np.ndarray, np.ndarray]] = []
-    for rs, _, reach in runs:
-        # only the ranges the run can touch: ending after its first start, starting before its last end
-        a, b = int(np.searchsorted(ge, rs[0], side="right")), int(np.searchsorted(gs, reach[-1], side="left"))
-        if a >= b:
-            continue
-        g0, g1 = gs[a:b], ge[a:b]
-        lo = np.searchsorted(rs, g0, side="left")
-        n = np.searchsorted(rs, g1, side="left") - lo
-        before = reach[np.maximum(lo - 1, 0)]
-        on = (lo > 0) & (before > g0)
-        parts.append((g0[on], before[on]))
-        rows = _spans(lo, n)
-        if len(rows):
-            head = rs[rows] > reach[np.maximum(rows - 1, 0)]
-            head[(np.cumsum(n) - n)[n > 0]] = True  # each range's first row opens a stretch of its own
-            h = np.flatnonzero(head)
-            last = np.empty(len(h), np.intp)
-            last[:-1] = h[1:] - 1
-            last[-1] = len(rows) - 1
-            parts.append((rs[rows[h]], reach[rows[last]]))
-    parts = [p for p in parts if len(p[0])]
-    if len(parts) == 1:  # one set, its intervals in start order but not merged (ranges a long row reaches into)
-        return merge_intervals(*parts[0])
-    return _union_of_runs(parts)
 
 
 # --- host facts ------------------------------------------------------------------------------------------
@@ -981,8 +961,7 @@ def _device_slices(
     # gaps the host decides: host busy covers them whole, not at all, or in part (then edge by edge)
     free = np.flatnonzero(g_code < 0)
     g_lab = g_code.copy()  # the bucket of a gap that is one piece
-    # host work, as much of it as decides these gaps: a cut gap that is not free has a code above host work
-    hb = _union_near(host["host_busy"](), gs[free], ge[free]) if len(free) else (_EMPTY, _EMPTY)
+    hb = host["host_busy"]() if len(free) else (_EMPTY, _EMPTY)
     if len(free):
         g_lab[free] = default
         if len(hb[0]):
@@ -1137,12 +1116,12 @@ def build_ledger(views: "Views") -> Ledger:
     hb &= h_dur > 0
     hb_one_rank = len(h_rank) > 0 and h_rank.min() == h_rank.max()
 
-    def host_busy_runs(rank: int) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    def host_busy_runs(rank: int) -> list[tuple[np.ndarray, np.ndarray]]:
         m = hb if hb_one_rank and h_rank[0] == rank else hb & (h_rank == rank)
         s = h_start[m].astype(np.int64, copy=False)
         e = h_dur[m].astype(np.int64, copy=False)
         e += s
-        return _reach_runs(s, e)
+        return _run_unions(s, e)
 
     ln = views.launches
     launch_end: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
@@ -1202,8 +1181,8 @@ def build_ledger(views: "Views") -> Ledger:
                 "data_wait": by_rank(waits, rank),
                 "sync": by_rank(blocks, rank),
                 "warmup": by_rank(warms, rank),
-                # the rank's host-busy rows as sorted runs, made only when a gap host work decides needs them, then kept
-                "host_busy": cache(lambda r=rank: host_busy_runs(r)),
+                # the rank's host-busy union, built only when a gap host work decides needs it, then kept
+                "host_busy": cache(lambda r=rank: _union_of_runs(host_busy_runs(r))),
             }
             srk = st[st["rank"].to_numpy() == rank] if not st.empty else st
             steps = (srk["start_ns"].to_numpy(np.int64), srk["end_ns"].to_numpy(np.int64), srk["step"].to_numpy(np.int64)) if not srk.empty else (_EMPTY, _EMPTY, _EMPTY)
