@@ -1132,12 +1132,19 @@ def build_ledger(views: "Views") -> Ledger:
         lend = (ln["launch_start_ns"] + ln["launch_dur_ns"]).to_numpy(np.int64)
         # by (rank, device, gpu start); constant keys order nothing: left out on the usual one-device trace
         keys = tuple(k for k in (lg, ld, lr) if k is lg or k.min() != k.max())
-        order = np.argsort(lg, kind="stable") if len(keys) == 1 else np.lexsort(keys)
-        lr, ld, lg, lend = lr[order], ld[order], lg[order], lend[order]
-        first = np.ones(len(lg), dtype=bool)  # the earliest-returning launch per (rank, device, gpu start)
-        first[1:] = (lr[1:] != lr[:-1]) | (ld[1:] != ld[:-1]) | (lg[1:] != lg[:-1])
-        at = np.flatnonzero(first)
-        lr, ld, lg, lend = lr[at], ld[at], lg[at], np.minimum.reduceat(lend, at)
+        if len(keys) == 1:  # one (rank, device): its columns are constants, only the gpu starts are ordered
+            order = np.argsort(lg, kind="stable")
+            lg, lend = lg[order], lend[order]
+            first = np.ones(len(lg), dtype=bool)
+            np.not_equal(lg[1:], lg[:-1], out=first[1:])
+        else:
+            order = np.lexsort(keys)
+            lr, ld, lg, lend = lr[order], ld[order], lg[order], lend[order]
+            first = np.ones(len(lg), dtype=bool)
+            first[1:] = (lr[1:] != lr[:-1]) | (ld[1:] != ld[:-1]) | (lg[1:] != lg[:-1])
+        if not first.all():  # the earliest-returning launch per (rank, device, gpu start)
+            at = np.flatnonzero(first)
+            lr, ld, lg, lend = lr[at], ld[at], lg[at], np.minimum.reduceat(lend, at)
         bounds = np.flatnonzero(np.r_[True, (lr[1:] != lr[:-1]) | (ld[1:] != ld[:-1]), True])
         for a, b in zip(bounds[:-1], bounds[1:]):
             launch_end[(int(lr[a]), int(ld[a]))] = (lg[a:b], lend[a:b].astype(float))
