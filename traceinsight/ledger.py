@@ -419,7 +419,7 @@ def _warmup_candidates(names: pd.Series, kinds: pd.Series, dur: np.ndarray) -> n
         rows = np.flatnonzero(_in_codes(codes, hit))
     else:
         rows = np.flatnonzero(names.isin(names.take(long).unique()).to_numpy())
-    return rows[cand(rows)]
+    return rows[np.flatnonzero(cand(rows))]
 
 
 def _outlier_first_calls(names: pd.Series, cand: np.ndarray, rank: np.ndarray, start: np.ndarray, dur: np.ndarray) -> np.ndarray:
@@ -480,7 +480,8 @@ def _outlier_first_calls(names: pd.Series, cand: np.ndarray, rank: np.ndarray, s
     rest[first_of] = False
     if not rest.any():
         return np.zeros(0, np.int64)
-    med = pd.Series(pos_dur[rest]).groupby(group[rest]).median()
+    at_rest = np.flatnonzero(rest)  # positions: the rest of a few names' calls are scattered among all rows
+    med = pd.Series(pos_dur[at_rest]).groupby(group[at_rest]).median()
     if idx is not None and group is not rc:
         long_first = long_first[np.argsort(rc[long_first])]  # in (rank, name) order (the key itself is in order)
     m_rest = med.reindex(group[long_first]).to_numpy()
@@ -1088,8 +1089,8 @@ def _device_slices(
     np.subtract(out_s[1:], out_s[:-1], out=ns[:-1])  # costs here: each is made once)
     ns[-1] = w1 - out_s[-1]
     # the idle slices by gap (the gap each starts in) and bucket, summed once for all devices in ``build_ledger``
-    idle = out_l >= n_busy
-    per_gap = (el_g[idx[idle]], out_l[idle], ns[idle])
+    idle = np.flatnonzero(out_l >= n_busy)  # positions: busy and idle slices alternate, which a mask per take
+    per_gap = (el_g[idx[idle]], out_l[idle], ns[idle])  # would walk with a mispredicted branch per row
     return {"step": step_of_sorted(idx), "start": out_s, "ns": ns, "label": out_l, "gs": gs, "ge": ge, "nl": nl, "per_gap": per_gap}
 
 
