@@ -319,6 +319,8 @@ def _kernel_launches(ln: pd.DataFrame, labels: np.ndarray) -> tuple[np.ndarray, 
         return dur, idx, row
     rows = np.flatnonzero(kind_mask(ln, "kernel"))  # the kernels' launch rows, as positions in ln
     gs = ln["gpu_idx"].to_numpy()[rows]
+    if len(gs) == len(labels) and np.array_equal(gs, labels):  # the usual trace: one launch per kernel, in order
+        return ln["launch_dur_ns"].to_numpy()[rows].astype(float), ln["launch_idx"].to_numpy()[rows].astype(float), rows
     if len(gs) > 1 and not bool((gs[1:] >= gs[:-1]).all()):  # launch order is usually the GPU rows' order too
         order = np.argsort(gs, kind="stable")
         gs, rows = gs[order], rows[order]
