@@ -28,6 +28,23 @@ def short_name(name: str, width: int = 80) -> str:
     return name if len(name) <= width else name[: width - 1] + "…"
 
 
+def pair_codes(rank: np.ndarray, device: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct (rank, device) pairs, sorted (an (n, 2) array), and each row's pair index."""
+    r0, d0 = int(rank.min()), int(device.min())
+    span = int(device.max()) - d0 + 1
+    if r0 == int(rank.max()) and span == 1:  # one device (one file): one pair, no key
+        return np.array([[r0, d0]], dtype=np.int64), np.zeros(len(rank), np.int64)
+    key = (rank.astype(np.int64) - r0) * span + (device.astype(np.int64) - d0)  # one int64 key, ordered as (rank, device)
+    n_keys = (int(rank.max()) - r0 + 1) * span
+    if n_keys <= 4 * len(key) + 1024:  # few possible pairs: counted, not sorted
+        present = np.bincount(key, minlength=n_keys) > 0
+        uk = np.flatnonzero(present)
+        inv = (np.cumsum(present) - 1)[key]
+    else:
+        uk, inv = np.unique(key, return_inverse=True)
+    return np.stack([uk // span + r0, uk % span + d0], axis=1), inv.reshape(-1)
+
+
 # --- interval queries ---------------------------------------------------------------------------------------
 def overlap_by_rank(rows: pd.DataFrame, windows: pd.DataFrame) -> np.ndarray:
     """For each window (rank, start_ns, end_ns): the time covered by ``rows`` of the same rank."""
