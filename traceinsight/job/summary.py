@@ -110,6 +110,15 @@ def _cov_of(start: np.ndarray, dur: np.ndarray, mask: np.ndarray) -> Coverage:
     return Coverage(s, s + np.maximum(dur[i].astype(np.int64, copy=False), 0))
 
 
+def _busy_of(views: Views, rank: int, devices: np.ndarray) -> Coverage | None:
+    """The union of the rank's GPU activity from ``views.busy`` (merged already, per device) when the rank drives
+    one device; None otherwise (the union across devices is merged here)."""
+    if not len(devices) or devices.min() != devices.max():
+        return None
+    b = views.busy.iloc[views.device_rows("busy", rank, int(devices[0]))]
+    return Coverage(b["start_ns"].to_numpy(), b["end_ns"].to_numpy())
+
+
 def _summarize_rank(tl: Timeline, views: Views, rank: int, source: str) -> RankSummary:
     # The rank's GPU activity and host rows as a few arrays: on a one-rank trace the views' own columns, never a
     # take of every column of 10^5-10^6 rows.
@@ -121,16 +130,21 @@ def _summarize_rank(tl: Timeline, views: Views, rank: int, source: str) -> RankS
     if a_rows is not None:
         is_coll = is_coll[a_rows]
     ci = np.flatnonzero(is_coll)
-    # the three unions from one sort: each is merged from its rows in start order (a union is the same whatever
-    # the order of equal starts), so only the first needs sorting
-    if len(a_s) > 1 and not bool((a_s[1:] >= a_s[:-1]).all()):
-        by_start = np.argsort(a_s, kind="stable")
-        s_sorted, e_sorted, coll_sorted = a_s[by_start], a_e[by_start], is_coll[by_start]
+    busy = _busy_of(views, rank, _column(act, "device", a_rows))
+    if not len(ci):  # no collective: compute is all of the activity, and its union the busy one
+        busy = busy if busy is not None else Coverage(a_s, a_e)
+        compute, comm = busy, Coverage(a_s[:0], a_e[:0])
     else:
-        s_sorted, e_sorted, coll_sorted = a_s, a_e, is_coll
-    busy = Coverage(s_sorted, e_sorted)
-    compute = Coverage(s_sorted[~coll_sorted], e_sorted[~coll_sorted])
-    comm = Coverage(s_sorted[coll_sorted], e_sorted[coll_sorted])
+        # the unions from one sort: each is merged from its rows in start order (a union is the same whatever
+        # the order of equal starts), so only the first needs sorting
+        if len(a_s) > 1 and not bool((a_s[1:] >= a_s[:-1]).all()):
+            by_start = np.argsort(a_s, kind="stable")
+            s_sorted, e_sorted, coll_sorted = a_s[by_start], a_e[by_start], is_coll[by_start]
+        else:
+            s_sorted, e_sorted, coll_sorted = a_s, a_e, is_coll
+        busy = busy if busy is not None else Coverage(s_sorted, e_sorted)
+        compute = Coverage(s_sorted[~coll_sorted], e_sorted[~coll_sorted])
+        comm = Coverage(s_sorted[coll_sorted], e_sorted[coll_sorted])
     host = views.host_events
     h_rows = _rows_of(host, rank)
     h_names = host["name"] if h_rows is None else host["name"].take(h_rows)
