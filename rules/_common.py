@@ -28,6 +28,23 @@ def short_name(name: str, width: int = 80) -> str:
     return name if len(name) <= width else name[: width - 1] + "…"
 
 
+def pair_codes(rank: np.ndarray, device: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct (rank, device) pairs, sorted (an (n, 2) array), and each row's pair index."""
+    r0, d0 = int(rank.min()), int(device.min())
+    span = int(device.max()) - d0 + 1
+    if r0 == int(rank.max()) and span == 1:  # one device (one file): one pair, no key
+        return np.array([[r0, d0]], dtype=np.int64), np.zeros(len(rank), np.int64)
+    key = (rank.astype(np.int64) - r0) * span + (device.astype(np.int64) - d0)  # one int64 key, ordered as (rank, device)
+    n_keys = (int(rank.max()) - r0 + 1) * span
+    if n_keys <= 4 * len(key) + 1024:  # few possible pairs: counted, not sorted
+        present = np.bincount(key, minlength=n_keys) > 0
+        uk = np.flatnonzero(present)
+        inv = (np.cumsum(present) - 1)[key]
+    else:
+        uk, inv = np.unique(key, return_inverse=True)
+    return np.stack([uk // span + r0, uk % span + d0], axis=1), inv.reshape(-1)
+
+
 # --- interval queries ---------------------------------------------------------------------------------------
 def overlap_by_rank(rows: pd.DataFrame, windows: pd.DataFrame) -> np.ndarray:
     """For each window (rank, start_ns, end_ns): the time covered by ``rows`` of the same rank."""
@@ -148,8 +165,7 @@ class ThreadCodes:
             if uniq is not None:
                 code = np.searchsorted(uniq, col).astype(np.int64, copy=False)
             else:
-                code = col.astype(np.int64)  # a copy, offset in place
-                code -= lo
+                code = np.subtract(col, lo, dtype=np.int64)  # one pass: the copy is the offset
             if key is None:
                 key = code
             else:
@@ -195,8 +211,9 @@ class Enclosing:
         key = self.threads.codes
         start = np.asarray(start, np.int64)
         end = np.asarray(end, np.int64)
-        self.order = order = self._sort(key, start)
-        self.key, self.start, self.end = key[order], start[order], end[order]
+        order, self.key, self.start = self._sort(key, start)
+        self.order = order
+        self.end = end[order]
         # rows sharing a (thread, start): outer (later end) first, as np.lexsort((-end, start, key)) orders them
         tie = (self.start[1:] == self.start[:-1]) & (self.key[1:] == self.key[:-1])
         if tie.any():
@@ -206,19 +223,36 @@ class Enclosing:
             self.end[members] = end[order[members]]
 
     @staticmethod
-    def _sort(key: np.ndarray, start: np.ndarray) -> np.ndarray:
-        """The stable order by (thread, start), from one stable sort of a combined int64 key: host rows come in
-        nearly sorted runs, which that sort exploits."""
-        if not len(start):
-            return np.zeros(0, np.int64)
+    def _sort(key: np.ndarray, start: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The stable order by (thread, start), and the keys and starts in that order.
+
+        Host rows come in long blocks of one thread (a file's thread, or chunks of a few threads interleaved),
+        each in start order: then the order is the blocks grouped by thread, a sort of the few blocks, and the
+        rows need only be checked. Otherwise one stable sort of a combined int64 key (which exploits the nearly
+        sorted runs there are)."""
+        n = len(start)
+        if not n:
+            return np.zeros(0, np.int64), key[:0], start[:0]
+        cut = np.flatnonzero(key[1:] != key[:-1]) + 1
+        if len(cut) <= min(n // 64, 4096):
+            heads, ends = np.r_[0, cut], np.r_[cut, n]
+            if len(cut):  # a thread's blocks keep their order
+                order = np.concatenate([np.arange(heads[b], ends[b]) for b in np.argsort(key[heads], kind="stable").tolist()])
+                k, s = key[order], start[order]
+            else:
+                order, k, s = np.arange(n), key, start
+            if bool(((s[1:] >= s[:-1]) | (k[1:] != k[:-1])).all()):
+                return order, k, s
         s0 = int(start.min())
         span = int(start.max()) - s0 + 1
         if (int(key.max()) + 1) * span >= 2**62:
-            return np.lexsort((start, key))
-        comp = key * span  # the combined key, built in place
-        comp += start
-        comp -= s0
-        return np.argsort(comp, kind="stable")
+            order = np.lexsort((start, key))
+        else:
+            comp = key * span  # the combined key, built in place
+            comp += start
+            comp -= s0
+            order = np.argsort(comp, kind="stable")
+        return order, key[order], start[order]
 
     @classmethod
     def of_frame(cls, frame: pd.DataFrame) -> "Enclosing":
@@ -268,11 +302,16 @@ def cpu_op_enclosing(views) -> tuple[np.ndarray, Enclosing]:
     hc = host_columns(views)
 
     def thread_col(a: np.ndarray) -> np.ndarray:
-        """The ops' values of a host column; one value for all of them (one rank, one process) is not copied."""
+        """The ops' values of a host column; one value for all of them (one rank, one process) is not copied
+        into the key. (Reductions over the whole column, then over the ops' gathered values: a reduction with
+        ``where=`` over the host rows costs ten times a plain one.)"""
         if len(pos) and a.dtype.kind == "i":
-            lo = a.min(where=m, initial=np.iinfo(a.dtype).max)
-            if lo == a.max(where=m, initial=np.iinfo(a.dtype).min):
+            lo = a.min()
+            if lo == a.max():
                 return np.broadcast_to(lo, len(pos))
+            sub = a[pos]
+            lo = sub.min()
+            return np.broadcast_to(lo, len(pos)) if lo == sub.max() else sub
         return a[pos]
 
     ops = Enclosing(thread_col(hc["rank"]), thread_col(host["pid"].to_numpy()), thread_col(host["tid"].to_numpy()), hc["start_ns"][pos], hc["end_ns"][pos])

@@ -43,27 +43,39 @@ _OPT_REFINES = ("idle_host_busy", "idle_untraced")
 _ACTIVITY_KINDS = ("cpu_op", "python", "annotation", "runtime")
 
 
-def attribute_gaps(views, gaps: pd.DataFrame) -> pd.DataFrame:
-    """The ledger's account of each gap's steady-state idle (rows of ``views.gaps``, by index): ns per cause and
-    the gap's cause.
+def attribute_gaps(views, pos: np.ndarray) -> dict[str, np.ndarray]:
+    """The ledger's account of the steady-state idle of the gaps at positions ``pos`` of ``views.gaps``: ns per
+    cause and each gap's cause.
 
     The ledger books every nanosecond of a gap in one idle bucket (data wait, sync drain, warm-up, a GPU-side
     dependency when the next work was already queued, host busy or untraced when it was launched late, ...).
     Its warm-up ns are one-time work the verdict sets aside, so they are no cause here: the gap's cause is its
     largest other bucket. Only the optimizer is named here: a host-busy or untraced gap that optimizer ranges
     cover for at least half is the optimizer step's (it then takes those buckets' ns).
-    Returns ``gaps`` with ``cause``, ``next_launch_end_ns`` and one ns column per cause (warm-up always 0).
+    Returns arrays aligned with ``pos``: ``cause``, ``next_launch_end_ns`` and one ns array per cause (warm-up
+    always 0). Arrays, not a frame: TI001 reads them for tens of thousands of gaps and builds rows only for the
+    few it shows.
     """
-    g = gaps.copy()
-    lg = ledger_gaps(views).loc[gaps.index]
-    per_bucket = np.vstack([lg[b].fillna(0).to_numpy(np.int64) if b in lg else np.zeros(len(g), np.int64) for b in IDLE_BUCKETS])
-    ns = {c: np.zeros(len(g), np.int64) for c in CAUSES}
+    n = len(pos)
+    lg = ledger_gaps(views)
+
+    def column(b: str) -> np.ndarray:
+        if b not in lg:
+            return np.zeros(n, np.int64)
+        col = lg[b]
+        if isinstance(col.dtype, np.dtype) and col.dtype.kind == "i":
+            return col.to_numpy(np.int64)[pos]
+        return col.iloc[pos].fillna(0).to_numpy(np.int64)  # a gap the ledger lacks (matched by a merge) books 0
+
+    per_bucket = np.vstack([column(b) for b in IDLE_BUCKETS]) if n else np.zeros((len(IDLE_BUCKETS), 0), np.int64)
+    ns = {c: np.zeros(n, np.int64) for c in CAUSES}
     for i, b in enumerate(IDLE_BUCKETS):
         ns[BUCKET_CAUSE[b]] += per_bucket[i]
     booked = per_bucket.sum(axis=0)
-    ns[CAUSE_UNKNOWN] += np.maximum(g["dur_ns"].to_numpy(np.int64) - booked, 0)  # a gap the ledger lacks
+    gaps = views.gaps
+    ns[CAUSE_UNKNOWN] += np.maximum(gaps["dur_ns"].to_numpy(np.int64)[pos] - booked, 0)  # a gap the ledger lacks
     ns[CAUSE_WARMUP][:] = 0
-    cause_bucket = lg["cause"].to_numpy(dtype=object).copy()
+    cause_bucket = lg["cause"].iloc[pos].to_numpy(dtype=object)
     warm = per_bucket[IDLE_BUCKETS.index(WARMUP_BUCKET)] > 0
     if warm.any():  # the ledger's cause counts warm-up; here the largest steady-state bucket is the cause
         steady = per_bucket[:, warm].copy()
@@ -74,22 +86,20 @@ def attribute_gaps(views, gaps: pd.DataFrame) -> pd.DataFrame:
     cause = words[code]
     refine = np.isin(cause_bucket, _OPT_REFINES)
     if refine.any():
-        refine[refine] = _optimizer_covers_half(views, g[refine])
+        refine[refine] = _optimizer_covers_half(views, pos[refine])
         for b in _OPT_REFINES:
             moved = np.where(refine, ns[BUCKET_CAUSE[b]], 0)
             ns[CAUSE_OPT] += moved
             ns[BUCKET_CAUSE[b]] -= moved
         cause[refine] = CAUSE_OPT
-    g["cause"] = cause
-    g["next_launch_end_ns"] = lg["next_launch_end_ns"].to_numpy(dtype=float)
-    for c in CAUSES:
-        g[c] = ns[c]
-    return g
+    lg_next = lg["next_launch_end_ns"].to_numpy(dtype=float)
+    return {"cause": cause, "next_launch_end_ns": lg_next[pos], **ns}
 
 
-def _optimizer_covers_half(views, gaps: pd.DataFrame) -> np.ndarray:
-    """Per gap: do optimizer host ranges (``OPTIMIZER``) of its rank cover at least half of it?"""
-    out = np.zeros(len(gaps), dtype=bool)
+def _optimizer_covers_half(views, pos: np.ndarray) -> np.ndarray:
+    """Per gap (positions in ``views.gaps``): do optimizer host ranges (``OPTIMIZER``) of its rank cover at least
+    half of it?"""
+    out = np.zeros(len(pos), dtype=bool)
     host = views.host_events
     m = np.flatnonzero(names_where(host["name"], lambda m: m(OPTIMIZER)))  # few rows: their kind is tested alone
     m = m[kind_mask(host[["kind"]].iloc[m], ("cpu_op", "python", "annotation", "runtime", "other"))]
@@ -97,14 +107,16 @@ def _optimizer_covers_half(views, gaps: pd.DataFrame) -> np.ndarray:
         return out
     hc = host_columns(views)
     o_rank, o_s, o_e = hc["rank"][m], hc["start_ns"][m], hc["end_ns"][m]
-    g_rank = gaps["rank"].to_numpy()
+    gaps = views.gaps
+    g_rank = gaps["rank"].to_numpy()[pos]
+    g_start, g_end, g_dur = (gaps[c].to_numpy()[pos] for c in ("start_ns", "end_ns", "dur_ns"))
     for rank in np.unique(g_rank):
         gm = g_rank == rank
         om = o_rank == rank
         if not om.any():
             continue
-        cov = Coverage(o_s[om], o_e[om]).overlap(gaps["start_ns"].to_numpy()[gm], gaps["end_ns"].to_numpy()[gm])
-        out[gm] = cov * 2 >= gaps["dur_ns"].to_numpy()[gm]
+        cov = Coverage(o_s[om], o_e[om]).overlap(g_start[gm], g_end[gm])
+        out[gm] = cov * 2 >= g_dur[gm]
     return out
 
 
@@ -221,59 +233,89 @@ class GpuIdleGaps(Rule):
         pick = np.flatnonzero(~between & (steady >= min_gap))
         if not len(pick):
             return
-        long = gaps.iloc[pick].assign(warmup_ns=warmup[pick], steady_ns=steady[pick])
-        per_dev = long.groupby(["rank", "device"], sort=True)["steady_ns"].agg(long_ns="sum", n_gaps="count").reset_index()
-        per_dev = per_dev.merge(util, on=["rank", "device"], how="left")
+        # per device, on arrays (``views.gaps`` is sorted by rank and device: a device's long gaps are one run)
+        p_rank, p_dev = gaps["rank"].to_numpy()[pick], gaps["device"].to_numpy()[pick]
+        head = np.flatnonzero(np.r_[True, (p_rank[1:] != p_rank[:-1]) | (p_dev[1:] != p_dev[:-1])])
+        bounds = np.r_[head, len(pick)]
+        keys = list(zip(p_rank[head].tolist(), p_dev[head].tolist()))
+        if len(set(keys)) != len(keys) or keys != sorted(keys):  # not one sorted run per device: put them in order
+            order = np.lexsort((pick, p_dev, p_rank))
+            pick, p_rank, p_dev = pick[order], p_rank[order], p_dev[order]
+            head = np.flatnonzero(np.r_[True, (p_rank[1:] != p_rank[:-1]) | (p_dev[1:] != p_dev[:-1])])
+            bounds = np.r_[head, len(pick)]
+            keys = list(zip(p_rank[head].tolist(), p_dev[head].tolist()))
+        long_ns = np.add.reduceat(steady[pick], head)
+        u = util.set_index(["rank", "device"]).reindex(pd.MultiIndex.from_tuples(keys))
+        window = u["window_ns"].to_numpy()
+        warmup_dev = np.array([int(warm_ns.get(k, 0)) for k in keys], dtype=np.int64)
         # shares of the steady state: the window less its warm-up, as the verdict reads it
-        per_dev["warmup_ns"] = [int(warm_ns.get((int(r), int(d)), 0)) for r, d in zip(per_dev["rank"], per_dev["device"])]
-        per_dev["steady_window_ns"] = per_dev["window_ns"] - per_dev["warmup_ns"]
-        per_dev["long_pct"] = 100.0 * per_dev["long_ns"] / per_dev["steady_window_ns"].clip(lower=1)
-        hit = per_dev[per_dev["long_pct"] >= self.min_idle_pct]
-        if hit.empty:
+        steady_window = window - warmup_dev
+        long_pct = 100.0 * long_ns / np.maximum(steady_window, 1)
+        hit = np.flatnonzero(long_pct >= self.min_idle_pct)
+        if not len(hit):
             return
-        l_rank, l_dev = long["rank"].to_numpy(), long["device"].to_numpy()
-        in_hit = np.zeros(len(long), dtype=bool)
-        for r, d in zip(hit["rank"].to_numpy(), hit["device"].to_numpy()):
-            in_hit |= (l_rank == r) & (l_dev == d)
-        attributed = attribute_gaps(v, long[in_hit])
-        a_rank, a_dev = attributed["rank"].to_numpy(), attributed["device"].to_numpy()
-        for row in hit.itertuples(index=False):
-            rank, device = int(row.rank), int(row.device)
-            g = attributed[(a_rank == rank) & (a_dev == device)]
-            by_cause = pd.Series({c: int(g[c].sum()) for c in CAUSES})
-            by_cause = by_cause[by_cause > 0].sort_values(ascending=False, kind="stable")
-            total = int(row.long_ns)
-            shares = {c: round(100.0 * int(ns) / total, 1) for c, ns in by_cause.items()}
-            top_cause = by_cause.index[0]
-            evidence = self._evidence(v, g.nlargest(int(self.top_n), "steady_ns"))
-            warm = int(row.warmup_ns)
-            cause_words = ", ".join(f"{c} {shares[c]:.0f} %" for c in by_cause.index[:3])
+        # the hit devices' long gaps, attributed at once (positions in ``views.gaps``, in device order)
+        sel = np.concatenate([np.arange(bounds[j], bounds[j + 1]) for j in hit])
+        attributed = attribute_gaps(v, pick[sel])
+        first = 0
+        for j in hit.tolist():
+            rank, device = int(keys[j][0]), int(keys[j][1])
+            n_gaps = int(bounds[j + 1] - bounds[j])
+            mine = slice(first, first + n_gaps)  # this device's rows of ``attributed``
+            first += n_gaps
+            pos = pick[bounds[j] : bounds[j + 1]]
+            by_cause = [(c, int(attributed[c][mine].sum())) for c in CAUSES]
+            by_cause = sorted((kv for kv in by_cause if kv[1] > 0), key=lambda kv: -kv[1])  # stable: ties in CAUSES order
+            total = int(long_ns[j])
+            shares = {c: round(100.0 * ns / total, 1) for c, ns in by_cause}
+            top_cause = by_cause[0][0]
+            g_start, g_end = gaps["start_ns"].to_numpy()[pos], gaps["end_ns"].to_numpy()[pos]
+            g_dur = gaps["dur_ns"].to_numpy()[pos]
+            cause = attributed["cause"][mine]
+            top = np.argsort(-steady[pos], kind="stable")[: int(self.top_n)]  # the largest, ties in time order
+            evidence = self._evidence(
+                v,
+                pd.DataFrame(
+                    {
+                        "rank": np.full(len(top), rank),
+                        "start_ns": g_start[top],
+                        "end_ns": g_end[top],
+                        "dur_ns": g_dur[top],
+                        "warmup_ns": warmup[pos][top],
+                        "cause": cause[top],
+                        "next_launch_end_ns": attributed["next_launch_end_ns"][mine][top],
+                    }
+                ),
+            )
+            warm = int(warmup_dev[j])
+            window_ns, busy_pct, pct = int(window[j]), float(u["busy_pct"].iloc[j]), float(long_pct[j])
+            cause_words = ", ".join(f"{c} {shares[c]:.0f} %" for c, _ in by_cause[:3])
             multi = len(ctx.meta.ranks) > 1 or util["device"].nunique() > 1
             where = f"rank {rank} GPU {device}" if multi else f"GPU {device}"
             yield ctx.finding(
-                title=f"{where} idle {row.long_pct:.0f} % of the time in long gaps, mostly {top_cause}",
+                title=f"{where} idle {pct:.0f} % of the time in long gaps, mostly {top_cause}",
                 message=(
-                    f"{where} was idle for {fmt_ns(total)} in {int(row.n_gaps)} gaps of "
-                    f"{self.min_gap_us:g} µs or more, {row.long_pct:.1f} % of its {fmt_ns(row.window_ns)} active window "
-                    f"(all idle time: {100.0 - row.busy_pct:.1f} %). By cause: {cause_words}. "
-                    f"The largest gap lasted {fmt_ns(g['dur_ns'].max())}."
+                    f"{where} was idle for {fmt_ns(total)} in {n_gaps} gaps of "
+                    f"{self.min_gap_us:g} µs or more, {pct:.1f} % of its {fmt_ns(window_ns)} active window "
+                    f"(all idle time: {100.0 - busy_pct:.1f} %). By cause: {cause_words}. "
+                    f"The largest gap lasted {fmt_ns(g_dur.max())}."
                     if not warm
-                    else f"{where} was idle for {fmt_ns(total)} in {int(row.n_gaps)} gaps of {self.min_gap_us:g} µs or more, "
-                    f"{row.long_pct:.1f} % of its {fmt_ns(row.steady_window_ns)} steady state: its {fmt_ns(row.window_ns)} active "
+                    else f"{where} was idle for {fmt_ns(total)} in {n_gaps} gaps of {self.min_gap_us:g} µs or more, "
+                    f"{pct:.1f} % of its {fmt_ns(int(steady_window[j]))} steady state: its {fmt_ns(window_ns)} active "
                     f"window less {fmt_ns(warm)} of warm-up (one-time start-up work, TI013), which is left out. By cause: "
-                    f"{cause_words}. The largest gap lasted {fmt_ns(g['dur_ns'].max())}."
+                    f"{cause_words}. The largest gap lasted {fmt_ns(g_dur.max())}."
                 ),
                 impact_ns=total,
                 evidence=evidence,
-                instances=g[["start_ns", "end_ns", "rank", "device"]].assign(label=g["cause"]).sort_values("start_ns"),
+                instances=pd.DataFrame({"start_ns": g_start, "end_ns": g_end, "rank": np.full(n_gaps, rank), "device": np.full(n_gaps, device), "label": cause}),
                 location=Location(rank=rank, device=device),
                 metrics={
-                    "idle_pct": round(100.0 - float(row.busy_pct), 3),
-                    "long_gap_idle_pct": round(float(row.long_pct), 3),
+                    "idle_pct": round(100.0 - busy_pct, 3),
+                    "long_gap_idle_pct": round(pct, 3),
                     "long_gap_ns": total,
-                    "long_gaps": int(len(g)),
-                    "window_ns": int(row.window_ns),
-                    "cause_ns": {c: int(ns) for c, ns in by_cause.items()},
+                    "long_gaps": n_gaps,
+                    "window_ns": window_ns,
+                    "cause_ns": dict(by_cause),
                     "cause_pct": shares,
                     "top_cause": top_cause,
                     "idle_by_category": _by_category(by_cause),
@@ -304,23 +346,30 @@ class GpuIdleGaps(Rule):
 
 
 def _activity_index(views) -> dict:
-    """Which host rows count as "what the host did" (rows of ``_ACTIVITY_KINDS`` with a name: a full-length mask
-    over ``views.host_events``), their rank, start, end and name code, with name codes in the order a groupby by
-    name uses. Cached: TI001 asks once per evidence row."""
+    """The events' columns ``_host_activity`` reads on the few rows a gap overlaps: rank, device, start, end, the
+    kind's and the name's codes, and which kind codes are ``_ACTIVITY_KINDS``. Plain arrays of the events (no copy
+    of a million rows is made: a gap's rows are found on the views' zone map of the events and tested here).
+    Cached: TI001 asks once per evidence row."""
     cached = views.__dict__.get("_ti001_activity")
     if cached is not None:
         return cached
-    host = views.host_events
-    hc = host_columns(views)
-    m = kind_mask(host, _ACTIVITY_KINDS)
-    names = host["name"]
-    if isinstance(names.dtype, pd.CategoricalDtype):
-        codes, cats = names.cat.codes.to_numpy(), np.asarray(names.cat.categories.astype(object))
+    ev = views.events
+    kind, names = ev["kind"], ev["name"]
+    if isinstance(kind.dtype, pd.CategoricalDtype):
+        kind_codes = kind.cat.codes.to_numpy()
+        wanted = np.isin(np.asarray(kind.cat.categories, dtype=object), list(_ACTIVITY_KINDS))
     else:
-        codes, cats = pd.factorize(names, sort=True)
-        cats = np.asarray(cats, dtype=object)
-    m &= codes >= 0  # a row without a name is dropped by the groupby too
-    out = {"cats": cats, "mask": m, "rank": hc["rank"], "start": hc["start_ns"], "end": hc["end_ns"], "code": codes}
+        kind_codes, wanted = None, None
+    start = ev["start_ns"].to_numpy()
+    out = {
+        "rank": ev["rank"].to_numpy(),
+        "device": ev["device"].to_numpy(),
+        "start": start,
+        "dur": ev["dur_ns"].to_numpy(),
+        "kind": kind.to_numpy() if kind_codes is None else kind_codes,
+        "wanted": wanted,
+        "names": names,
+    }
     views.__dict__["_ti001_activity"] = out
     return out
 
@@ -328,20 +377,37 @@ def _activity_index(views) -> dict:
 def _host_activity(views, rank: int, start: int, end: int) -> str:
     """The three host names with the most time inside [start, end) on the rank, with that time.
 
-    The rows overlapping the gap come from the views' start-ordered index of the host rows (which the HTML report's
-    close-ups use too): a gap costs a look at its own rows, not a pass over every host row."""
+    Host rows are the events off any device; those of the activity kinds with a name count. The rows overlapping
+    the gap come from the views' zone map of the events (``Views.events_overlapping``, which the HTML report's
+    close-ups use too): a gap costs a look at its own few rows, never a pass over (or a sort of) every host row.
+    Names are grouped on their category codes, in code order, so the largest three (ties: the earlier code) are
+    those a groupby by name would give."""
     idx = _activity_index(views)
-    k = views.rows_overlapping("host_events", start, end)
-    k = k[idx["mask"][k] & (idx["rank"][k] == rank)]
+    k = views.events_overlapping(start, end)
+    k = k[(idx["device"][k] < 0) & (idx["rank"][k] == rank)]
+    if idx["wanted"] is not None:
+        k = k[idx["wanted"][idx["kind"][k]] & (idx["kind"][k] >= 0)]
+    else:
+        k = k[np.isin(idx["kind"][k], list(_ACTIVITY_KINDS))]
+    names = idx["names"]
+    if isinstance(names.dtype, pd.CategoricalDtype):
+        c = names.cat.codes.to_numpy()[k].astype(np.int64)
+        cats = names.cat.categories
+    else:
+        c, cats = pd.factorize(names.to_numpy()[k], sort=True)
+        c = c.astype(np.int64)
+    keep = c >= 0  # a row without a name is dropped, as a groupby by name drops it
+    k, c = k[keep], c[keep]
     if not len(k):
         return "(nothing traced)"
-    s, e, c = idx["start"][k], idx["end"][k], idx["code"][k].astype(np.int64)
+    s = idx["start"][k]
+    e = s + idx["dur"][k]
     ov = np.minimum(e, end) - np.maximum(s, start)
-    codes = np.unique(c)
+    codes, inv = np.unique(c, return_inverse=True)
     sums = np.zeros(len(codes), np.int64)
-    np.add.at(sums, np.searchsorted(codes, c), ov)
-    names = pd.Series(sums, index=idx["cats"][codes]).nlargest(3)
-    return "; ".join(f"{short_name(n, 60)} ({fmt_ns(t)})" for n, t in names.items())
+    np.add.at(sums, inv.reshape(-1), ov)
+    top = np.argsort(-sums, kind="stable")[:3]  # largest first, ties in code order (as Series.nlargest keeps them)
+    return "; ".join(f"{short_name(n, 60)} ({fmt_ns(int(t))})" for n, t in zip(np.asarray(cats, dtype=object)[codes[top]].tolist(), sums[top].tolist()))
 
 
 def _sum_by_device(gaps: pd.DataFrame, values: np.ndarray) -> dict:
@@ -358,10 +424,10 @@ def _sum_by_device(gaps: pd.DataFrame, values: np.ndarray) -> dict:
     return out
 
 
-def _by_category(by_cause: pd.Series) -> dict[str, int]:
+def _by_category(by_cause: list[tuple[str, int]]) -> dict[str, int]:
     """Idle ns per finding category whose rule owns the cause (data loading -> input_pipeline, ...)."""
     out: dict[str, int] = {}
-    for cause, ns in by_cause.items():
+    for cause, ns in by_cause:
         cat = CAUSE_CATEGORY.get(str(cause))
         if cat:
             out[cat] = out.get(cat, 0) + int(ns)

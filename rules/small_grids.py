@@ -7,7 +7,7 @@ import pandas as pd
 
 from traceinsight.rule_api import Context, Fix, Location, Option, Rule, Severity, fmt_ns
 
-from ._common import COLLECTIVE, grid_blocks, name_mask
+from ._common import COLLECTIVE, grid_blocks, name_mask, pair_codes
 
 
 class SmallGrids(Rule):
@@ -85,36 +85,50 @@ class SmallGrids(Rule):
         sms = {(int(d.rank), int(d.index)): int(d.sm_count) for d in ctx.meta.devices if d.sm_count}
         if not sms:
             return
-        k = k[["rank", "device", "name", "grid", "dur_ns"]]  # all that is read below: rows are taken from these only
-        k = k[~name_mask(k["name"], COLLECTIVE)]
+        # on arrays of the kernels: the rows kept are chosen on masks, and only their values are taken
         blocks = grid_blocks(k["grid"])
-        has = ~np.isnan(blocks)
-        if not has.any():
+        sel = ~np.isnan(blocks)
+        if not sel.any():
             return
-        if not has.all():
-            k = k[has]
-            blocks = blocks[has]
+        sel &= ~name_mask(k["name"], COLLECTIVE)
+        if not sel.any():
+            return
+        pos = np.flatnonzero(sel)
+        rank, device, blocks = k["rank"].to_numpy()[pos], k["device"].to_numpy()[pos], blocks[pos]
         uniform = len(set(sms.values())) == 1
         fallback = next(iter(sms.values())) if uniform else np.nan
-        sm = _map_sms(k, sms, fallback)
+        sm = _map_sms(rank, device, sms, fallback)
         known = ~np.isnan(sm)
         if not known.any():
             return
         if not known.all():
-            k, blocks, sm = k[known], blocks[known], sm[known]
-        dur = k["dur_ns"].to_numpy().astype(float)
+            pos, rank, device, blocks, sm = pos[known], rank[known], device[known], blocks[known], sm[known]
+        dur = k["dur_ns"].to_numpy()[pos].astype(float)
         under = blocks < sm * float(ctx.options["min_waves"])
         lost = np.where(under, dur * (1.0 - np.minimum(blocks / sm, 1.0)), 0.0)
-        t = pd.DataFrame({"rank": k["rank"].to_numpy(), "device": k["device"].to_numpy(), "dur": dur, "under": np.where(under, dur, 0.0), "lost": lost, "sms": sm})
-        per = t.groupby(["rank", "device"], sort=True).agg(kernel_ns=("dur", "sum"), under_ns=("under", "sum"), lost_ns=("lost", "sum"), sms=("sms", "first")).reset_index()
+        # per (rank, device), grouped on one code per row (sorted pairs): the groupby's own float sums, without
+        # factorizing two key columns
+        pairs, code = pair_codes(rank, device)
+        sums = pd.DataFrame({"dur": dur, "under": np.where(under, dur, 0.0), "lost": lost}).groupby(code, sort=True).sum()
+        first = np.unique(code, return_index=True)[1]
+        per = pd.DataFrame(
+            {
+                "rank": pairs[:, 0].astype(rank.dtype),
+                "device": pairs[:, 1].astype(device.dtype),
+                "kernel_ns": sums["dur"].to_numpy(),
+                "under_ns": sums["under"].to_numpy(),
+                "lost_ns": sums["lost"].to_numpy(),
+                "sms": sm[first],
+            }
+        )
         per["share_pct"] = 100.0 * per["under_ns"] / per["kernel_ns"].clip(lower=1)
         hit = per[(per["share_pct"] >= ctx.options["min_share_pct"]) & (per["under_ns"] >= ctx.options["min_time_us"] * 1e3)]
         if hit.empty:
             return
         keys = hit["rank"].to_numpy().astype(np.int64) * 1_000_003 + hit["device"].to_numpy().astype(np.int64)
-        kkey = k["rank"].to_numpy().astype(np.int64) * 1_000_003 + k["device"].to_numpy().astype(np.int64)
+        kkey = rank.astype(np.int64) * 1_000_003 + device.astype(np.int64)
         m = np.isin(kkey, keys) & under
-        top = pd.DataFrame({"name": k["name"][m].astype(str).to_numpy(), "blocks": blocks[m], "dur": dur[m]})
+        top = pd.DataFrame({"name": k["name"].iloc[pos[m]].astype(str).to_numpy(), "blocks": blocks[m], "dur": dur[m]})
         ev = top.groupby("name").agg(count=("dur", "size"), total_ms=("dur", "sum"), median_blocks=("blocks", "median")).reset_index()
         ev = ev.sort_values("total_ms", ascending=False).head(20).reset_index(drop=True)
         ev["total_ms"] = ev["total_ms"] / 1e6
@@ -151,9 +165,8 @@ class SmallGrids(Rule):
         )
 
 
-def _map_sms(k: pd.DataFrame, sms: dict, fallback: float) -> np.ndarray:
-    """SM count per kernel row via a merge (the vectorized path for real traces)."""
-    rank, device = k["rank"].to_numpy(), k["device"].to_numpy()
+def _map_sms(rank: np.ndarray, device: np.ndarray, sms: dict, fallback: float) -> np.ndarray:
+    """SM count per kernel row (its rank and device) via a merge (the vectorized path for real traces)."""
     if len(rank) and rank.min() == rank.max() and device.min() == device.max():  # one device: one lookup
         return np.full(len(rank), float(sms.get((int(rank[0]), int(device[0])), fallback)))
     table = pd.DataFrame([(r, d, s) for (r, d), s in sms.items()], columns=["rank", "device", "_sms"])

@@ -5,11 +5,12 @@ from __future__ import annotations
 import re
 
 import numpy as np
+import pandas as pd
 
 from traceinsight.advice import parse_cc
 from traceinsight.rule_api import Context, Fix, Location, Option, Rule, Severity, fmt_ns
 
-from ._common import FP64, GEMM_CONV, VOLTA_PLUS_KERNEL, NCCL, NOT_GEMM, NON_NVIDIA, NOT_TENSOR_CORE, PRE_VOLTA, TENSOR_CORE, TENSOR_CORE_GPU, matches, name_mask, names_where
+from ._common import FP64, GEMM_CONV, VOLTA_PLUS_KERNEL, NCCL, NOT_GEMM, NON_NVIDIA, NOT_TENSOR_CORE, PRE_VOLTA, TENSOR_CORE, TENSOR_CORE_GPU, matches, name_mask, names_where, pair_codes
 
 
 def _has_tensor_cores(name: str | None, cc: str | None, vendor: str | None) -> bool | None:
@@ -171,16 +172,17 @@ class NoTensorCores(Rule):
         eligible = {(int(d.rank), int(d.index)): _has_tensor_cores(d.name, d.compute_capability, d.vendor) for d in devs}
         if any(v is False for v in eligible.values()) and not any(v for v in eligible.values()):
             return  # every listed GPU is known to lack tensor cores
-        ud = k[["rank", "device"]].drop_duplicates()
-        known = [eligible.get((int(r), int(d))) for r, d in ud.itertuples(index=False)]
+        k_rank, k_dev = k["rank"].to_numpy(), k["device"].to_numpy()
+        ud = [(int(r), int(d)) for r, d in pair_codes(k_rank, k_dev)[0].tolist()]  # the (rank, device) pairs present
+        known = [eligible.get(rd) for rd in ud]
         if all(v is None for v in known) and set(eligible.values()) == {True}:
             known = [True] * len(known)  # device indices differ from meta, but every listed GPU has tensor cores
         if all(v is None for v in known) and name_mask(k["name"], VOLTA_PLUS_KERNEL).any():
             known = [True] * len(known)  # no device properties, but Volta+ library kernels ran: tensor cores exist
-        ok_pairs = {(int(r), int(d)) for (r, d), v in zip(ud.itertuples(index=False), known) if v is True}
+        ok_pairs = {rd for rd, v in zip(ud, known) if v is True}
         if not ok_pairs:
             return
-        key = k["rank"].to_numpy().astype(np.int64) * 1_000_003 + k["device"].to_numpy().astype(np.int64)
+        key = k_rank.astype(np.int64) * 1_000_003 + k_dev.astype(np.int64)
         on_ok = np.isin(key, [r * 1_000_003 + d for r, d in ok_pairs])
         k = k[["name", "dur_ns"]]  # all that is read below: rows are taken from these two columns only
         if not on_ok.all():
@@ -206,8 +208,7 @@ class NoTensorCores(Rule):
             return
         impact = int(non_tc_ns * (1.0 - 1.0 / max(float(ctx.options["speedup"]), 1.0)))
 
-        rows = k[non_tc]
-        ev = rows.groupby("name", observed=True)["dur_ns"].agg(["count", "sum"]).reset_index()
+        ev = _count_sum_by_name(names, non_tc, dur)
         ev = ev.sort_values("sum", ascending=False).head(20)
         ev["total_ms"] = ev["sum"] / 1e6
         ev["pct_of_gemm_time"] = (100.0 * ev["sum"] / max(gemm_ns, 1)).round(2)
@@ -241,3 +242,21 @@ class NoTensorCores(Rule):
             },
             key="tensor-cores",
         )
+
+
+def _count_sum_by_name(names: pd.Series, rows: np.ndarray, dur: np.ndarray) -> pd.DataFrame:
+    """``frame[rows].groupby("name", observed=True)["dur_ns"].agg(["count", "sum"]).reset_index()`` on the name
+    codes: one bincount and one exact sum per code, names in category order (a groupby's order), the same name
+    dtype. A column that is not categorical goes through the groupby itself."""
+    if not isinstance(names.dtype, pd.CategoricalDtype):
+        return pd.DataFrame({"name": names[rows].to_numpy(), "dur_ns": dur[rows]}).groupby("name")["dur_ns"].agg(["count", "sum"]).reset_index()
+    codes = names.cat.codes.to_numpy()[rows].astype(np.int64)
+    d = dur[rows].astype(np.int64)
+    named = codes >= 0  # a row without a name is in no group
+    codes, d = codes[named], d[named]
+    n_cat = len(names.cat.categories)
+    count = np.bincount(codes, minlength=n_cat)
+    total = np.zeros(n_cat, np.int64)
+    np.add.at(total, codes, d)
+    used = np.flatnonzero(count)
+    return pd.DataFrame({"name": pd.Categorical.from_codes(used, dtype=names.dtype), "count": count[used].astype(np.int64), "sum": total[used]})

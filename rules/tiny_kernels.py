@@ -8,7 +8,7 @@ import pandas as pd
 from traceinsight.rule_api import Fix, Location, Option, Rule, Severity, fmt_ns
 
 
-from ._common import cpu_op_enclosing, kind_mask, ledger_gaps, short_name, starts_inside, sync_calls, user_code_sentence, user_frames_at
+from ._common import cpu_op_enclosing, kind_mask, ledger_gaps, pair_codes, short_name, starts_inside, sync_calls, user_code_sentence, user_frames_at
 
 
 class TinyKernels(Rule):
@@ -103,7 +103,7 @@ class TinyKernels(Rule):
         shorter = k_dur < np.nan_to_num(launch_dur, nan=-1.0)
         bound = tiny | shorter
         # one code per (rank, device), in sorted order (the order findings are made in)
-        dev_keys, k_code = _pair_codes(k_rank, k_dev)
+        dev_keys, k_code = pair_codes(k_rank, k_dev)
 
         gaps = v.gaps
         gi = np.flatnonzero(gaps["dur_ns"].to_numpy() < self.max_gap_us * 1e3)
@@ -292,23 +292,6 @@ def _int_sum(codes: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
     return out
 
 
-def _pair_codes(rank: np.ndarray, device: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The distinct (rank, device) pairs, sorted (an (n, 2) array), and each row's pair index."""
-    r0, d0 = int(rank.min()), int(device.min())
-    span = int(device.max()) - d0 + 1
-    if r0 == int(rank.max()) and span == 1:  # one device (one file): one pair, no key
-        return np.array([[r0, d0]], dtype=np.int64), np.zeros(len(rank), np.int64)
-    key = (rank.astype(np.int64) - r0) * span + (device.astype(np.int64) - d0)  # one int64 key, ordered as (rank, device)
-    n_keys = (int(rank.max()) - r0 + 1) * span
-    if n_keys <= 4 * len(key) + 1024:  # few possible pairs: counted, not sorted
-        present = np.bincount(key, minlength=n_keys) > 0
-        uk = np.flatnonzero(present)
-        inv = (np.cumsum(present) - 1)[key]
-    else:
-        uk, inv = np.unique(key, return_inverse=True)
-    return np.stack([uk // span + r0, uk % span + d0], axis=1), inv.reshape(-1)
-
-
 def _kernel_launches(ln: pd.DataFrame, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per kernel row label: the duration and row label of the runtime call that launched it (NaN where none), and
     its row position in ``ln`` (-1 where none)."""
@@ -319,6 +302,8 @@ def _kernel_launches(ln: pd.DataFrame, labels: np.ndarray) -> tuple[np.ndarray, 
         return dur, idx, row
     rows = np.flatnonzero(kind_mask(ln, "kernel"))  # the kernels' launch rows, as positions in ln
     gs = ln["gpu_idx"].to_numpy()[rows]
+    if len(gs) == len(labels) and np.array_equal(gs, labels):  # the usual trace: one launch per kernel, in order
+        return ln["launch_dur_ns"].to_numpy()[rows].astype(float), ln["launch_idx"].to_numpy()[rows].astype(float), rows
     if len(gs) > 1 and not bool((gs[1:] >= gs[:-1]).all()):  # launch order is usually the GPU rows' order too
         order = np.argsort(gs, kind="stable")
         gs, rows = gs[order], rows[order]

@@ -116,9 +116,12 @@ def reduce_summaries(summaries: list[RankSummary], failures: list[str] | None = 
     # Time this rank's collectives waited for a later rank, per step (the collective's start decides its step).
     if len(coll) and len(steps):
         coll["step"] = _step_of(coll, steps)
-        w = coll[coll["step"] >= 0].groupby(["rank", "step"], as_index=False)["wait_ns"].sum()
-        steps = steps.merge(w, on=["rank", "step"], how="left")
-        steps["wait_ns"] = steps["wait_ns"].fillna(0).astype(np.int64)
+        if coll["wait_ns"].to_numpy().any():
+            w = coll[coll["step"] >= 0].groupby(["rank", "step"], as_index=False)["wait_ns"].sum()
+            steps = steps.merge(w, on=["rank", "step"], how="left")
+            steps["wait_ns"] = steps["wait_ns"].fillna(0).astype(np.int64)
+        else:  # no collective waited (one rank: none is matched): the sums are all 0, no grouping needed
+            steps["wait_ns"] = np.zeros(len(steps), np.int64)
     else:
         coll["step"] = -1
         steps["wait_ns"] = 0
@@ -134,7 +137,7 @@ def reduce_summaries(summaries: list[RankSummary], failures: list[str] | None = 
             "exposed_ns": [s.exposed_ns for s in summaries],
         }
     )
-    per["wait_ns"] = per["rank"].map(coll.groupby("rank")["wait_ns"].sum()).fillna(0).astype(np.int64) if len(coll) else 0
+    per["wait_ns"] = per["rank"].map(coll.groupby("rank")["wait_ns"].sum()).fillna(0).astype(np.int64) if coll["wait_ns"].to_numpy().any() else 0
     sizes = [s.world_size for s in summaries if s.world_size]
     for s in summaries:
         warnings.extend(f"rank {s.rank}: {w}" for w in s.warnings)
@@ -271,10 +274,19 @@ def _ledger_per_step(summaries: list[RankSummary]) -> pd.DataFrame:
         led = s.ledger
         if led is None or led.empty:
             continue
-        inside = led[led["step"] >= 0]
-        n = inside["step"].nunique()
-        use, div = (inside, n) if n else (led, 1)
-        frames.append((use.groupby("bucket")["ns"].sum() / div).rename("ns").reset_index().assign(rank=s.rank))
+        # the mean over the steps of each bucket's sum, on arrays (the ledger frame holds tens of rows, where a
+        # groupby's fixed cost is most of the time): buckets in sorted order, as a groupby gives them
+        step = led["step"].to_numpy()
+        inside = step >= 0
+        n = len(np.unique(step[inside]))
+        use, div = (np.flatnonzero(inside), n) if n else (np.arange(len(led)), 1)
+        code, uniq = pd.factorize(led["bucket"].to_numpy()[use], sort=True)
+        use, code = use[code >= 0], code[code >= 0]  # a missing bucket is no group (as a groupby drops it)
+        sums = np.zeros(len(uniq), np.int64)
+        np.add.at(sums, code, led["ns"].to_numpy(np.int64)[use])
+        first = np.unique(code, return_index=True)[1]
+        bucket = led["bucket"].iloc[use[first]].reset_index(drop=True)
+        frames.append(pd.DataFrame({"bucket": bucket, "ns": sums / div, "rank": s.rank}))
     if not frames:
         return pd.DataFrame({"rank": pd.Series(dtype="int64"), "bucket": pd.Series(dtype=object), "ns": pd.Series(dtype="float64")})
     return pd.concat(frames, ignore_index=True)[["rank", "bucket", "ns"]]

@@ -110,6 +110,15 @@ def _cov_of(start: np.ndarray, dur: np.ndarray, mask: np.ndarray) -> Coverage:
     return Coverage(s, s + np.maximum(dur[i].astype(np.int64, copy=False), 0))
 
 
+def _busy_of(views: Views, rank: int, devices: np.ndarray) -> Coverage | None:
+    """The union of the rank's GPU activity from ``views.busy`` (merged already, per device) when the rank drives
+    one device; None otherwise (the union across devices is merged here)."""
+    if not len(devices) or devices.min() != devices.max():
+        return None
+    b = views.busy.iloc[views.device_rows("busy", rank, int(devices[0]))]
+    return Coverage(b["start_ns"].to_numpy(), b["end_ns"].to_numpy())
+
+
 def _summarize_rank(tl: Timeline, views: Views, rank: int, source: str) -> RankSummary:
     # The rank's GPU activity and host rows as a few arrays: on a one-rank trace the views' own columns, never a
     # take of every column of 10^5-10^6 rows.
@@ -121,8 +130,21 @@ def _summarize_rank(tl: Timeline, views: Views, rank: int, source: str) -> RankS
     if a_rows is not None:
         is_coll = is_coll[a_rows]
     ci = np.flatnonzero(is_coll)
-    ni = np.flatnonzero(~is_coll)
-    compute, comm, busy = Coverage(a_s[ni], a_e[ni]), Coverage(a_s[ci], a_e[ci]), Coverage(a_s, a_e)
+    busy = _busy_of(views, rank, _column(act, "device", a_rows))
+    if not len(ci):  # no collective: compute is all of the activity, and its union the busy one
+        busy = busy if busy is not None else Coverage(a_s, a_e)
+        compute, comm = busy, Coverage(a_s[:0], a_e[:0])
+    else:
+        # the unions from one sort: each is merged from its rows in start order (a union is the same whatever
+        # the order of equal starts), so only the first needs sorting
+        if len(a_s) > 1 and not bool((a_s[1:] >= a_s[:-1]).all()):
+            by_start = np.argsort(a_s, kind="stable")
+            s_sorted, e_sorted, coll_sorted = a_s[by_start], a_e[by_start], is_coll[by_start]
+        else:
+            s_sorted, e_sorted, coll_sorted = a_s, a_e, is_coll
+        busy = busy if busy is not None else Coverage(s_sorted, e_sorted)
+        compute = Coverage(s_sorted[~coll_sorted], e_sorted[~coll_sorted])
+        comm = Coverage(s_sorted[coll_sorted], e_sorted[coll_sorted])
     host = views.host_events
     h_rows = _rows_of(host, rank)
     h_names = host["name"] if h_rows is None else host["name"].take(h_rows)
@@ -216,5 +238,25 @@ def _ledger(views: Views, rank: int) -> pd.DataFrame:
         by_step = views.ledger.by_step
     except Exception:  # noqa: BLE001 - a ledger failure must not lose the rank; the summary simply has none
         return pd.DataFrame({"step": pd.Series(dtype="int64"), "bucket": pd.Series(dtype=object), "ns": pd.Series(dtype="int64")})
-    mine = by_step[by_step["rank"].to_numpy() == rank]
-    return mine.groupby(["step", "bucket"], as_index=False, sort=True)["ns"].sum().astype({"step": "int64", "ns": "int64"})
+    return _sum_by(by_step, by_step["rank"].to_numpy() == rank, ["step", "bucket"])
+
+
+def _sum_by(frame: pd.DataFrame, rows: np.ndarray, keys: list[str]) -> pd.DataFrame:
+    """``frame[rows].groupby(keys, as_index=False, sort=True)["ns"].sum()`` with int64 keys and sums, on arrays:
+    the ledger's frames hold tens of rows, where a groupby's fixed cost is most of the time. Each key's codes
+    follow its sorted distinct values, so the rows come out in the groupby's order; key columns keep their dtype
+    (their values are taken from a row of each group)."""
+    pos = np.flatnonzero(rows)
+    combined = np.zeros(len(pos), np.int64)
+    missing = np.zeros(len(pos), dtype=bool)
+    for k in keys:
+        codes, uniq = pd.factorize(frame[k].to_numpy()[pos], sort=True)
+        combined = combined * max(len(uniq), 1) + codes
+        missing |= codes < 0
+    if missing.any():  # a missing key is no group (as a groupby drops it)
+        pos, combined = pos[~missing], combined[~missing]
+    groups, first, inv = np.unique(combined, return_index=True, return_inverse=True)
+    sums = np.zeros(len(groups), np.int64)
+    np.add.at(sums, inv.reshape(-1), frame["ns"].to_numpy(np.int64)[pos])
+    out = {k: frame[k].iloc[pos[first]].reset_index(drop=True) for k in keys}
+    return pd.DataFrame({**out, "ns": sums}).astype({k: "int64" for k in ("step",) if k in keys})
