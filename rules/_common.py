@@ -13,7 +13,8 @@ import numpy as np
 import pandas as pd
 
 from traceinsight.patterns import COLLECTIVE, DATA_WAIT_PRIMARY, DATA_WAIT_TFDATA, SYNC_CALL, SYNC_OP  # noqa: F401  (one home, shared with the ledger)
-from traceinsight.views import Coverage, merge_intervals, name_mask  # noqa: F401  (re-exported for the rules)
+from traceinsight.views import Coverage, codes_in, merge_intervals, name_mask  # noqa: F401  (re-exported for the rules)
+from traceinsight.views import kind_mask as views_kind_mask
 
 # --- name patterns ---------------------------------------------------------------------------------------
 #: Host ranges that mean "waiting for input": PyTorch DataLoader iteration, tf.data / TF iterator ops.
@@ -651,8 +652,8 @@ def inference_ranks(views) -> frozenset[int]:
     if len(rank) and rank.min() == rank.max():  # one rank (one file): is any training op on its host at all
         names = host["name"]
         if isinstance(names.dtype, pd.CategoricalDtype):
-            hit = _category_hits(names, lambda m: m(TRAINING_OP, case=True))
-            any_training = _any_code_in(names.cat.codes.to_numpy(), np.flatnonzero(hit), len(hit))
+            hit = _hits_per_category(names, lambda m: m(TRAINING_OP, case=True))
+            any_training = _any_code_in(names.cat.codes.to_numpy(), hit)
         else:
             any_training = bool(name_mask(names, TRAINING_OP, case=True).any())
         out = frozenset() if any_training else frozenset({int(rank[0])})
@@ -677,41 +678,24 @@ def host_columns(views) -> dict[str, np.ndarray]:
 
 
 def kind_mask(frame: pd.DataFrame, kinds: "str | tuple[str, ...]") -> np.ndarray:
-    """Rows of ``frame`` whose kind is one of ``kinds``, compared on the categorical codes."""
-    kinds = (kinds,) if isinstance(kinds, str) else tuple(kinds)
-    kind = frame["kind"]
-    if isinstance(kind.dtype, pd.CategoricalDtype):
-        wanted = [i for i, c in enumerate(kind.cat.categories) if c in kinds]
-        return _code_in(kind.cat.codes.to_numpy(), wanted, len(kind.cat.categories))
-    return kind.isin(kinds).to_numpy()
+    """Rows of ``frame`` whose kind is one of ``kinds`` (``views.kind_mask`` on its kind column)."""
+    return views_kind_mask(frame["kind"], (kinds,) if isinstance(kinds, str) else tuple(kinds))
 
 
-def _code_in(codes: np.ndarray, wanted: "list[int] | np.ndarray", n_categories: int) -> np.ndarray:
-    """Rows whose categorical code is one of ``wanted`` (a missing value, code -1, is none of them).
-
-    A few wanted codes are compared one by one on the small integer codes into one reused buffer; a lookup per
-    row would first widen all codes to a full-length array of indices, the costliest part on 10^6 rows."""
-    if len(wanted) > 16:
-        table = np.zeros(n_categories + 1, dtype=bool)
-        table[np.asarray(wanted, dtype=np.int64)] = True
-        return table.take(codes)  # code -1 reads the False at the end
-    out = np.zeros(len(codes), dtype=bool)
-    tmp = np.empty(len(codes), dtype=bool)
-    for c in wanted:
-        np.equal(codes, c, out=tmp)
-        out |= tmp
-    return out
-
-
-def _any_code_in(codes: np.ndarray, wanted: np.ndarray, n_categories: int) -> bool:
-    """Does any row carry one of the ``wanted`` codes? Code by code for the first few, stopping at the first
+def _any_code_in(codes: np.ndarray, hit: np.ndarray) -> bool:
+    """Does any row carry a code that ``hit`` marks? Code by code for the first few, stopping at the first
     present (a training trace names a backward op within the first few), then all the others at once."""
+    wanted = np.flatnonzero(hit)
     tmp = np.empty(len(codes), dtype=bool)
-    for c in wanted[:16]:
+    for c in wanted[:16].tolist():
         np.equal(codes, c, out=tmp)
         if tmp.any():
             return True
-    return len(wanted) > 16 and bool(_code_in(codes, wanted[16:], n_categories).any())
+    if len(wanted) <= 16:
+        return False
+    rest = np.array(hit, dtype=bool)
+    rest[wanted[:16]] = False
+    return bool(codes_in(codes, rest).any())
 
 
 def names_where(names: pd.Series, test) -> np.ndarray:
@@ -719,12 +703,11 @@ def names_where(names: pd.Series, test) -> np.ndarray:
     and ``test`` combines such answers (``match(A) & ~match(B)``). On a categorical column the test runs on one row
     per category and the rows are compared on their codes: one pass over the rows, not one per pattern."""
     if isinstance(names.dtype, pd.CategoricalDtype):
-        hit = _category_hits(names, test)
-        return _code_in(names.cat.codes.to_numpy(), np.flatnonzero(hit), len(hit))
+        return codes_in(names.cat.codes.to_numpy(), _hits_per_category(names, test))
     return np.asarray(test(lambda p, case=False: name_mask(names, p, case=case)), dtype=bool)
 
 
-def _category_hits(names: pd.Series, test) -> np.ndarray:
+def _hits_per_category(names: pd.Series, test) -> np.ndarray:
     """``names_where``'s test once per category of a categorical name column (a bool per category)."""
     # a column of the categories themselves, sharing the dtype (so name_mask's per-category cache applies)
     per_cat = pd.Series(pd.Categorical.from_codes(np.arange(len(names.cat.categories)), dtype=names.dtype))

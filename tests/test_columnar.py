@@ -20,7 +20,7 @@ from traceinsight.render.common import smallest_first
 from traceinsight.rule_api import Instance, Instances, as_instances, instance_columns
 from traceinsight.summary import _kind_counts
 from traceinsight.timeline import KINDS
-from traceinsight.views import Views, _join_keys, kind_mask, name_mask, take_rows
+from traceinsight.views import Views, _join_keys, codes_in, kind_mask, name_mask, take_rows
 
 
 # --- Finding.instances as columns ----------------------------------------------------------------------------
@@ -326,3 +326,14 @@ def test_template_cache_is_not_read_from_a_folder_others_can_write(tmp_path, mon
     (cache / "templates").chmod(0o700)
     assert html._template_cache("x") is not None
     html._env.cache_clear()
+
+
+@pytest.mark.parametrize("n_wanted", [0, 1, 3, 16, 17, 40])
+@pytest.mark.parametrize("missing", [False, True])
+def test_codes_in_is_a_table_lookup_with_missing_codes(n_wanted, missing):
+    rng = np.random.default_rng(n_wanted)
+    codes = rng.integers(-1, 60, 5000).astype(np.int8)
+    hit = np.zeros(60, dtype=bool)
+    hit[rng.choice(60, n_wanted, replace=False)] = True
+    want = np.array([missing if c < 0 else hit[c] for c in codes.tolist()])
+    assert np.array_equal(codes_in(codes, hit, missing=missing), want)

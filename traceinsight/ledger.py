@@ -63,7 +63,7 @@ import pandas as pd
 
 from .patterns import COLLECTIVE, COPY_CALL, DATA_WAIT_PRIMARY, DATA_WAIT_TFDATA, SYNC_CALL, SYNC_OP
 from .rule_api import Instances, applies_to, instance_columns
-from .views import Coverage, _category_hits, merge_intervals, name_mask
+from .views import Coverage, category_hits, codes_in, kind_mask, merge_intervals, name_mask
 
 if TYPE_CHECKING:  # pragma: no cover
     from .views import Views
@@ -189,33 +189,6 @@ def _union_of_runs(runs: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarra
 
 
 # --- host facts ------------------------------------------------------------------------------------------
-def _in_codes(codes: np.ndarray, table: np.ndarray) -> np.ndarray:
-    """``table[codes]`` (table: per category, then one entry for a missing value, code -1). With a few categories
-    wanted, one comparison each: a gather of 10^6 codes first widens them all to intp."""
-    want = np.flatnonzero(table[:-1])
-    if len(want) > 4 or table[-1]:
-        return table[codes]
-    m = np.zeros(len(codes), dtype=bool)
-    for c in want.tolist():
-        m |= codes == c
-    return m
-
-
-def _kind_is(kinds: pd.Series, wanted: tuple[str, ...]) -> np.ndarray:
-    """``kind_mask`` compared code by code (kinds are a few categories, usually one or two wanted)."""
-    if isinstance(kinds.dtype, pd.CategoricalDtype):
-        return _in_codes(kinds.cat.codes.to_numpy(), np.append(np.isin(np.asarray(kinds.cat.categories, dtype=object), list(wanted)), False))
-    return kinds.isin(wanted).to_numpy()
-
-
-def _named(names: pd.Series, pattern: "str | re.Pattern[str]", case: bool = False) -> np.ndarray:
-    """``name_mask`` compared code by code when few names match (syncs, data waits, copies: a handful)."""
-    if isinstance(names.dtype, pd.CategoricalDtype) and len(names):
-        rx = pattern if isinstance(pattern, re.Pattern) else re.compile(pattern, 0 if case else re.IGNORECASE)
-        return _in_codes(names.cat.codes.to_numpy(), np.append(_category_hits(names.cat.categories, rx), False))
-    return name_mask(names, pattern, case=case)
-
-
 def _ranges(host: pd.DataFrame, mask: np.ndarray, reason: str | np.ndarray | None = None) -> pd.DataFrame:
     """rank, start_ns, end_ns (and reason) of the masked host rows, taking only those columns (a row take of a
     wide frame costs far more than these three arrays)."""
@@ -234,16 +207,16 @@ def data_wait_mask(host: pd.DataFrame) -> np.ndarray:
     """
     if host.empty:
         return np.zeros(0, dtype=bool)
-    primary = _named(host["name"], DATA_WAIT_PRIMARY, case=True)
-    tfdata = _named(host["name"], DATA_WAIT_TFDATA, case=True)
+    primary = name_mask(host["name"], DATA_WAIT_PRIMARY, case=True)
+    tfdata = name_mask(host["name"], DATA_WAIT_TFDATA, case=True)
     if primary.any() or tfdata.any():  # rare names first, then their kinds
-        kind_ok = _kind_is(host["kind"], _DATA_WAIT_KINDS)
+        kind_ok = kind_mask(host["kind"], _DATA_WAIT_KINDS)
         primary &= kind_ok
         tfdata &= kind_ok & ~primary
     if tfdata.any():
         rank = host["rank"].to_numpy().astype(np.int64)
         tid = host["tid"].to_numpy().astype(np.int64)
-        consumer = primary | _kind_is(host["kind"], ("step",))
+        consumer = primary | kind_mask(host["kind"], ("step",))
         keys = set(zip(rank[consumer].tolist(), tid[consumer].tolist()))
         idx = np.flatnonzero(tfdata)
         on_consumer = np.fromiter(((r, t) in keys for r, t in zip(rank[idx].tolist(), tid[idx].tolist())), dtype=bool, count=len(idx))
@@ -291,8 +264,8 @@ def _blocking_parts(views: "Views") -> list[tuple[np.ndarray, np.ndarray, np.nda
         return h_rank[m].astype(np.int64), s, s + h_dur[m], reason
 
     parts = [
-        rows(_named(host["name"], SYNC_CALL) & _kind_is(kind, ("runtime",)), "synchronizing call"),
-        rows(_named(host["name"], SYNC_OP) & _kind_is(kind, ("cpu_op",)), "synchronizing op"),
+        rows(name_mask(host["name"], SYNC_CALL) & kind_mask(kind, ("runtime",)), "synchronizing call"),
+        rows(name_mask(host["name"], SYNC_OP) & kind_mask(kind, ("cpu_op",)), "synchronizing op"),
     ]
     ln = views.launches
     if not ln.empty and "pageable" in ev:
@@ -304,7 +277,7 @@ def _blocking_parts(views: "Views") -> list[tuple[np.ndarray, np.ndarray, np.nda
             m = ev["pageable"].to_numpy(dtype=bool)[idx]
             if m.any():
                 at = np.flatnonzero(m)
-                m[at] = _kind_is(ck_col.take(idx[at]), ("DtoH",))
+                m[at] = kind_mask(ck_col.take(idx[at]), ("DtoH",))
         else:
             ck = ck_col.reindex(idx).astype(object).to_numpy()
             pg = ev["pageable"].reindex(idx).to_numpy(dtype=bool)
@@ -312,7 +285,7 @@ def _blocking_parts(views: "Views") -> list[tuple[np.ndarray, np.ndarray, np.nda
         s = ln["launch_start_ns"].to_numpy()[m].astype(np.int64, copy=False)
         parts.append((ln["rank"].to_numpy()[m].astype(np.int64), s, s + ln["launch_dur_ns"].to_numpy()[m], "copy to pageable host memory"))
     parts = [p for p in parts if len(p[0])]
-    gs_mask = _kind_is(ev["kind"], ("gpu_sync",))
+    gs_mask = kind_mask(ev["kind"], ("gpu_sync",))
     if gs_mask.any():
         if parts:
             gs_mask &= ~np.isin(ev["rank"].to_numpy(), np.unique(np.concatenate([p[0] for p in parts])))
@@ -347,7 +320,7 @@ def warmup_regions(views: "Views", blocking: "pd.DataFrame | list[tuple[np.ndarr
             blk = blocking if blocking is not None else _blocking_parts(views)  # a frame or its parts
             if isinstance(blk, pd.DataFrame):
                 blk = [(blk["rank"].to_numpy(np.int64), blk["start_ns"].to_numpy(np.int64), blk["end_ns"].to_numpy(np.int64), "")]
-            copy_call = np.flatnonzero(_named(names, COPY_CALL) & _kind_is(kinds, ("runtime",)))
+            copy_call = np.flatnonzero(name_mask(names, COPY_CALL) & kind_mask(kinds, ("runtime",)))
             b_rank = np.concatenate([p[0] for p in blk] + [h_rank[copy_call].astype(np.int64)])
             b_start = np.concatenate([p[1] for p in blk] + [h_start[copy_call].astype(np.int64)])
             b_end = np.concatenate([p[2] for p in blk] + [(h_start[copy_call] + h_dur[copy_call]).astype(np.int64)])
@@ -386,7 +359,7 @@ def _warmup_candidates(names: pd.Series, kinds: pd.Series, dur: np.ndarray) -> n
 
         def hits(pattern: "str | re.Pattern[str]", case: bool = False) -> np.ndarray:
             rx = pattern if isinstance(pattern, re.Pattern) else re.compile(pattern, 0 if case else re.IGNORECASE)
-            return np.append(_category_hits(cats, rx), False)  # a missing name (code -1) reads the last entry
+            return np.append(category_hits(cats, rx), False)  # a missing name (code -1) reads the last entry
 
         def kind_table(kind: str) -> np.ndarray:
             return np.append(np.asarray(kinds.cat.categories, dtype=object) == kind, False)
@@ -403,9 +376,9 @@ def _warmup_candidates(names: pd.Series, kinds: pd.Series, dur: np.ndarray) -> n
 
         def cand(rows: np.ndarray) -> np.ndarray:
             n, k = names.take(rows), kinds.take(rows)
-            is_rt = _kind_is(k, ("runtime",))
-            ok = (is_rt & ~_named(n, COPY_CALL)) | _kind_is(k, ("cpu_op",))
-            ok &= ~(_named(n, SYNC_CALL) | _named(n, SYNC_OP) | _named(n, DATA_WAIT_PRIMARY, case=True))
+            is_rt = kind_mask(k, ("runtime",))
+            ok = (is_rt & ~name_mask(n, COPY_CALL)) | kind_mask(k, ("cpu_op",))
+            ok &= ~(name_mask(n, SYNC_CALL) | name_mask(n, SYNC_OP) | name_mask(n, DATA_WAIT_PRIMARY, case=True))
             return ok
 
     long = np.flatnonzero(dur >= WARMUP_MIN_NS)
@@ -416,7 +389,7 @@ def _warmup_candidates(names: pd.Series, kinds: pd.Series, dur: np.ndarray) -> n
         codes = names.cat.codes.to_numpy()
         hit = np.zeros(len(names.cat.categories) + 1, dtype=bool)
         hit[codes[long]] = True  # a missing name (code -1) marks the extra last entry
-        rows = np.flatnonzero(_in_codes(codes, hit))
+        rows = np.flatnonzero(codes_in(codes, hit[:-1], missing=bool(hit[-1])))
     else:
         rows = np.flatnonzero(names.isin(names.take(long).unique()).to_numpy())
     return rows[np.flatnonzero(cand(rows))]
@@ -1113,7 +1086,7 @@ def build_ledger(views: "Views") -> Ledger:
     # host-busy rows: one mask (the empty ones dropped, as ``_merged`` would), each rank's starts and ends taken
     # once and merged in place (no frame, no full-length copies: these are most host rows)
     h_rank, h_start, h_dur = host["rank"].to_numpy(), host["start_ns"].to_numpy(), host["dur_ns"].to_numpy()
-    hb = _kind_is(host["kind"], _HOST_BUSY_KINDS)
+    hb = kind_mask(host["kind"], _HOST_BUSY_KINDS)
     hb &= h_dur > 0
     hb_one_rank = len(h_rank) > 0 and h_rank.min() == h_rank.max()
 

@@ -43,7 +43,7 @@ from .ingest import native
 from .patterns import DATA_WAIT_PRIMARY, SYNC_CALL
 from .rule_api import instance_columns
 from .rules._common import GEMM_CONV
-from .views import Coverage, Views, _category_hits, merge_grouped, merge_intervals
+from .views import Coverage, Views, category_hits, merge_grouped, merge_intervals
 
 #: A host thread idle this long (ns) before resuming right after another thread's call is taken to have waited
 #: for that thread (a hand-off), rather than to have been busy with untraced work.
@@ -172,7 +172,7 @@ def _name_hits(col: tuple[np.ndarray, list[str], "pd.Index | None"], rx: "re.Pat
     """Per distinct value of a ``_codes`` column: does ``rx`` match it. A categorical's answers come from the
     per-categories cache of ``views`` (the ledger and the rules test the same patterns on the same names)."""
     if col[2] is not None:
-        return _category_hits(col[2], rx)
+        return category_hits(col[2], rx)
     return np.fromiter((rx.search(c) is not None for c in col[1]), bool, len(col[1]))
 
 
