@@ -47,22 +47,6 @@ def pair_codes(rank: np.ndarray, device: np.ndarray) -> tuple[np.ndarray, np.nda
 
 
 # --- interval queries ---------------------------------------------------------------------------------------
-def overlap_by_rank(rows: pd.DataFrame, windows: pd.DataFrame) -> np.ndarray:
-    """For each window (rank, start_ns, end_ns): the time covered by ``rows`` of the same rank."""
-    out = np.zeros(len(windows), np.int64)
-    if rows.empty or windows.empty:
-        return out
-    w_rank = windows["rank"].to_numpy()
-    for rank, g in rows.groupby("rank", observed=True, sort=False):
-        m = w_rank == rank
-        if not m.any():
-            continue
-        s = g["start_ns"].to_numpy()
-        cov = Coverage(s, s + g["dur_ns"].to_numpy())
-        out[m] = cov.overlap(windows["start_ns"].to_numpy()[m], windows["end_ns"].to_numpy()[m])
-    return out
-
-
 def next_launch_ns(views, gaps: pd.DataFrame) -> np.ndarray:
     """For each gap: when the host launched the GPU work that ended it (NaN where no launch is linked)."""
     out = np.full(len(gaps), np.nan)
@@ -339,14 +323,6 @@ def innermost_positions(queries: pd.DataFrame, candidates: pd.DataFrame) -> np.n
     if queries.empty or candidates.empty:
         return np.full(len(queries), -1, np.int64)
     return Enclosing.of_frame(candidates).find_frame(queries)
-
-
-def innermost_frame(stack: object) -> str | None:
-    """The innermost frame of a ``stack`` cell (" <- " separated, innermost last)."""
-    if stack is None or (isinstance(stack, float) and stack != stack):
-        return None
-    parts = [p.strip() for p in str(stack).split(" <- ") if p.strip()]
-    return parts[-1] if parts else None
 
 
 #: Python frames that are not the user's code: the interpreter's and libraries' own files. A frame is the user's

@@ -158,12 +158,6 @@ def _run_unions(s: np.ndarray, e: np.ndarray) -> list[tuple[np.ndarray, np.ndarr
     return out
 
 
-def _union_owned(s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``merge_intervals`` of non-empty intervals (every e > s) whose arrays the caller hands over, by
-    ``_run_unions``: a union of non-empty intervals has one merged form, so this is merge_intervals' answer."""
-    return _union_of_runs(_run_unions(s, e))
-
-
 def _union_of_runs(runs: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
     """The union of several merged interval sets.
 
@@ -189,16 +183,6 @@ def _union_of_runs(runs: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarra
 
 
 # --- host facts ------------------------------------------------------------------------------------------
-def _ranges(host: pd.DataFrame, mask: np.ndarray, reason: str | np.ndarray | None = None) -> pd.DataFrame:
-    """rank, start_ns, end_ns (and reason) of the masked host rows, taking only those columns (a row take of a
-    wide frame costs far more than these three arrays)."""
-    s = host["start_ns"].to_numpy()[mask]
-    out = pd.DataFrame({"rank": host["rank"].to_numpy()[mask].astype(np.int64), "start_ns": s, "end_ns": s + host["dur_ns"].to_numpy()[mask]})
-    if reason is not None:
-        out["reason"] = reason
-    return out
-
-
 def data_wait_mask(host: pd.DataFrame) -> np.ndarray:
     """Host rows that mean "the loop waits for its next batch".
 
@@ -225,34 +209,19 @@ def data_wait_mask(host: pd.DataFrame) -> np.ndarray:
     return primary
 
 
-def data_wait_rows(host: pd.DataFrame) -> pd.DataFrame:
-    """The data-wait host ranges (rank, start_ns, end_ns) of ``data_wait_mask``."""
-    return _ranges(host, data_wait_mask(host)) if not host.empty else _ranges(host, np.zeros(0, dtype=bool))
-
-
 def _is_positions(index: pd.Index) -> bool:
     """Row labels 0, 1, 2, ...: a label is its row's position."""
     return isinstance(index, pd.RangeIndex) and index.start == 0 and index.step == 1
 
 
-def blocking_calls(views: "Views") -> pd.DataFrame:
-    """Host calls that block until the GPU catches up: rank, start_ns, end_ns, reason.
+def _blocking_parts(views: "Views") -> list[tuple[np.ndarray, np.ndarray, np.ndarray, str]]:
+    """Host calls that block until the GPU catches up, as (rank, start_ns, end_ns, reason) arrays per reason, the
+    empty ones left out: the ledger needs only the ranges, and frames of them cost more than finding them.
 
     Synchronizing runtime calls and blocking copies/memsets, ops that sync by nature (``aten::item``, ...), and
     async copies into pageable host memory (the driver runs them synchronously). GPU-side sync records stand in
     only on ranks whose host trace shows no blocking call.
     """
-    cols = ["rank", "start_ns", "end_ns", "reason"]
-    parts = _blocking_parts(views)
-    if not parts:
-        return pd.DataFrame({c: pd.Series(dtype="int64" if c != "reason" else "object") for c in cols})
-    reason = np.concatenate([np.full(len(p[0]), p[3], dtype=object) for p in parts])
-    return pd.DataFrame({"rank": np.concatenate([p[0] for p in parts]), "start_ns": np.concatenate([p[1] for p in parts]), "end_ns": np.concatenate([p[2] for p in parts]), "reason": reason})
-
-
-def _blocking_parts(views: "Views") -> list[tuple[np.ndarray, np.ndarray, np.ndarray, str]]:
-    """``blocking_calls`` as (rank, start_ns, end_ns, reason) arrays per reason, the empty ones left out: the
-    ledger needs only the ranges, and frames of them cost more than finding them."""
     ev = views.events
     host = views.host_events
     kind = host["kind"]
@@ -295,7 +264,7 @@ def _blocking_parts(views: "Views") -> list[tuple[np.ndarray, np.ndarray, np.nda
     return parts
 
 
-def warmup_regions(views: "Views", blocking: "pd.DataFrame | list[tuple[np.ndarray, np.ndarray, np.ndarray, str]] | None" = None) -> pd.DataFrame:
+def warmup_regions(views: "Views", blocking: "list[tuple[np.ndarray, np.ndarray, np.ndarray, str]] | None" = None) -> pd.DataFrame:
     """Host time ranges (rank, start_ns, end_ns, reason) that belong to warm-up, not to steady state.
 
     Two principles, both about repetition: steady state repeats itself, one-time work does not.
@@ -317,9 +286,7 @@ def warmup_regions(views: "Views", blocking: "pd.DataFrame | list[tuple[np.ndarr
         fi = _outlier_first_calls(names, _warmup_candidates(names, kinds, h_dur), h_rank, h_start, h_dur)  # host positions, in (rank, name) order
         if len(fi):
             s, e = h_start[fi], h_start[fi] + h_dur[fi]
-            blk = blocking if blocking is not None else _blocking_parts(views)  # a frame or its parts
-            if isinstance(blk, pd.DataFrame):
-                blk = [(blk["rank"].to_numpy(np.int64), blk["start_ns"].to_numpy(np.int64), blk["end_ns"].to_numpy(np.int64), "")]
+            blk = blocking if blocking is not None else _blocking_parts(views)
             copy_call = np.flatnonzero(name_mask(names, COPY_CALL) & kind_mask(kinds, ("runtime",)))
             b_rank = np.concatenate([p[0] for p in blk] + [h_rank[copy_call].astype(np.int64)])
             b_start = np.concatenate([p[1] for p in blk] + [h_start[copy_call].astype(np.int64)])
@@ -1190,7 +1157,7 @@ def build_ledger(views: "Views") -> Ledger:
     ns = joined("ns")
     sl_block[0], sl_block[1], sl_block[2], sl_block[3] = per_row(k_rank, n_sl), per_row(k_dev, n_sl), joined("step"), joined("start")
     np.add(sl_block[3], ns, out=sl_block[4])
-    step, start, end = sl_block[2], sl_block[3], sl_block[4]
+    step = sl_block[2]
     slices = pd.DataFrame(sl_block.T, columns=["rank", "device", "step", "start_ns", "end_ns"], copy=False)
     slices["bucket"] = pd.Categorical.from_codes(label, categories=list(BUCKETS))
     w_start = np.array([p["start"][0] for p in parts], np.int64)
