@@ -1,5 +1,5 @@
 """The built-in rules, one module per rule, written with the public API in ``traceinsight.rule_api`` only.
 
-This folder is installed as the package ``traceinsight.rules`` and each rule is registered in the
-``traceinsight.rules`` entry-point group (pyproject.toml), exactly as a third-party plugin would be.
+This folder ships as the package ``traceinsight.rules``; every public module in it is a rule module, found by
+``traceinsight.plugins.builtin_modules`` (a new rule is one new file here, listed nowhere else).
 """
