@@ -97,7 +97,7 @@ def load(path: str | os.PathLike, *, format: str | None = None, progress: Progre
 
 #: String columns that must stay categoricals after parts with different categories are joined.
 _CATEGORY_COLUMNS = ("kind", "name", "raw_name", "copy_kind", "category", "grid", "block", "input_shapes",
-                     "thread_name", "stack")
+                     "thread_name", "stack", "input_types", "concrete_inputs")
 
 
 def assemble(result: ReadResult) -> Timeline:
