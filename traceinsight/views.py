@@ -218,6 +218,7 @@ class Views:
     def __init__(self, timeline: Timeline) -> None:
         self.timeline = timeline
         self.events = timeline.events
+        self.efficiency_settings = None  # an efficiency.EfficiencySettings (peaks, model FLOPs) set by the run
 
     # --- time frame -------------------------------------------------------------------------------------
     @cached_property
@@ -528,6 +529,13 @@ class Views:
         return take_rows(self.events, np.flatnonzero(~self._on_device))
 
     # --- time ledger -------------------------------------------------------------------------------------
+    @cached_property
+    def efficiency(self):
+        """Achieved FLOP/s and bytes/s per kernel class, roofline position and MFU (``traceinsight.efficiency``)."""
+        from .efficiency import build  # reads these views and the FLOPs model
+
+        return build(self, self.efficiency_settings)
+
     @cached_property
     def ledger(self):
         """Every ns of each device's window in one bucket (``traceinsight.ledger``), built once."""
