@@ -55,6 +55,7 @@ class Efficiency:
     mfu_pct: float | None
     mfu_dtype: str | None
     notes: list[str] = field(default_factory=list)
+    kernel_cls: np.ndarray | None = None  # per row of ``views.kernels``: its class (from its op, else its name)
 
     @property
     def available(self) -> bool:
@@ -233,7 +234,7 @@ def build(views: Any, settings: EfficiencySettings | None = None) -> Efficiency:
         model_flops, tot_ns, f_in = 0.0, 0.0, 0.0
     mfu = 100.0 * f_in / (tot_ns / 1e9) / 1e12 / peak_mfu if source != "none" and tot_ns > 0 and peak_mfu else None
     return Efficiency(peak, source, shapes, classes, step_frame, counts, gpu_ns, model_flops, mfu,
-                      mfu_dtype if source != "none" else None, notes)
+                      mfu_dtype if source != "none" else None, notes, kernel_cls=cls)
 
 
 def _window_ns(act: pd.DataFrame) -> int:
