@@ -104,7 +104,7 @@ def test_nsys_mfu_from_model_flops(tmp_path):
 
 
 def test_conv_and_attention_formulas(tmp_path):
-    t = KinetoTrace(device_name="NVIDIA H100 80GB HBM3")
+    t = KinetoTrace(device_name="NVIDIA H100 80GB HBM3", compute_capability=(9, 0))
     t.step(1, 0, 5000)
     conv = t.cpu_op("aten::_convolution", 10, 30, args={
         "Input Dims": [[8, 64, 56, 56], [128, 64, 3, 3], [], [], [], [], [], [], []],
@@ -121,6 +121,7 @@ def test_conv_and_attention_formulas(tmp_path):
     assert c.loc["conv", "flops"] == pytest.approx(2 * 8 * 28 * 28 * 128 * 64 * 9)  # stride 2: 28x28 outputs
     assert c.loc["attention", "flops"] == pytest.approx(0.5 * 4 * 2 * 16 * 1024 * 1024 * 64)  # causal: half
     assert not e.counts.assumed
+    assert e.classes.set_index("cls").loc["conv", "peak_tflops"] == 989.5
 
 
 def test_peak_table_dense_below_sparse_and_sourced():

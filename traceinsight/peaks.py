@@ -178,7 +178,13 @@ def _from_devices(devices: list) -> PeakChoice:
     found = {id(d): lookup(d.name, d.compute_capability, d.memory_bytes) for d in named}
     models = {p.gpu for p in found.values() if p is not None}
     if not models:
-        return PeakChoice(named[0].name, {}, None, "", f"{named[0].name} is not in the peak table")
+        d = named[0]
+        if any(re.search(p.pattern, d.name, re.I) for p in PEAKS):
+            why = (f"{d.name} with compute capability {d.compute_capability} and {((d.memory_bytes or 0) / 1e9):.0f} GB "
+                   "matches no variant in the peak table")
+        else:
+            why = f"{d.name} is not in the peak table"
+        return PeakChoice(d.name, {}, None, "", why)
     if len(models) > 1 or any(p is None for p in found.values()):
         return PeakChoice(named[0].name, {}, None, "", "the trace mixes GPU models")
     p = next(iter(found.values()))

@@ -38,7 +38,8 @@ KERNEL_PATTERNS: tuple[tuple[str, "re.Pattern[str]"], ...] = tuple(
         ("norm", r"norm|welford|\bbn_|_bn_|batchnorm|layernorm|rmsnorm"),
         ("elementwise", r"elementwise|vectorized|unrolled|reduce|reduction|softmax|triton_(poi|red|per)_|index|scatter|gather|"
                         r"\bcat\b|CatArray|copy|fill|where|dropout|relu|gelu|silu|sigmoid|tanh|embedding|sort|topk|cumsum|"
-                        r"\bmul|\badd|\bdiv|\bsub|pow|exp|sqrt|clamp|threshold|adam|sgd|foreach|amp_|cast|convert"),
+                        r"\bmul|\badd|\bdiv|\bsub|pow|exp|sqrt|clamp|threshold|adam|sgd|foreach|amp_|cast|convert|"
+                        r"nchwToNhwc|nhwcToNchw|transpose|permute|scalePackedTensor|computeOffsets|computeBOffsets"),
     )
 )
 
