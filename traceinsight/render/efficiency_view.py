@@ -89,7 +89,7 @@ def roofline_svg(eff: Any, width: int = 560, height: int = 340) -> str:
              f'<rect x="{ml}" y="{mt}" width="{width - ml - mr}" height="{height - mt - mb}" fill="none" stroke="#999"/>',
              f'<polyline fill="none" stroke="#555" stroke-width="2" points="{sx(xs):.1f},{sy(xs * bw):.1f} '
              f'{sx(ridge):.1f},{sy(peak_t):.1f} {sx(x1):.1f},{sy(peak_t):.1f}"/>',
-             f'<text x="{sx(ridge) + 4:.1f}" y="{sy(peak_t) - 5:.1f}" font-size="11">{e(f"{peak_t:g} TFLOP/s {d} dense")}</text>',
+             f'<text x="{sx(x1) - 4:.1f}" y="{sy(peak_t) - 5:.1f}" font-size="11" text-anchor="end">{e(f"{peak_t:g} TFLOP/s {d} dense")}</text>',
              f'<text x="{sx(xs) + 4:.1f}" y="{sy(xs * bw) - 8:.1f}" font-size="11">{e(f"{eff.peak.bandwidth_gbs:g} GB/s")}</text>']
     for exp in range(-2, 5):
         parts.append(f'<text x="{sx(10.0 ** exp):.1f}" y="{height - mb + 14}" font-size="10" text-anchor="middle">{10.0 ** exp:g}</text>')
