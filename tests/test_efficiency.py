@@ -207,3 +207,72 @@ def test_corpus_trace_without_shapes_asks_for_record_shapes():
     e = _eff(corpus_file("pytorch/hta_ddp_v100_rank1of2.json.gz"))
     assert e.flops_source == "none" and e.mfu_pct is None
     assert any("record_shapes=True" in n for n in e.notes)
+
+
+# --- outputs ------------------------------------------------------------------------------------------------
+def test_every_output_prints_the_peak_beside_mfu(tmp_path):
+    from traceinsight.render import render
+
+    t = KinetoTrace(device_name="NVIDIA A100-SXM4-80GB")
+    t.step(1, 0, 3000)
+    _mm(t, 10, 4096, 4096, 4096, 1000.0)
+    a = traceinsight.analyze(t.write(tmp_path / "t.json"))
+    mfu = 100 * 2 * 4096**3 / 3e-3 / 1e12 / 312.0
+    label = "312 TFLOP/s bf16 dense, NVIDIA A100 80GB SXM datasheet"
+    text = render(a, "text", width=200)
+    assert f"MFU {mfu:.1f}% of {label}" in text and "GEMM" in text
+    md = render(a, "md")
+    assert f"MFU {mfu:.1f}% of {label}" in md and "| GEMM |" in md
+    doc = json.loads(render(a, "json"))
+    assert doc["efficiency"]["mfu_pct"] == pytest.approx(mfu, abs=1e-3)
+    assert doc["efficiency"]["mfu_peak"] == label and doc["efficiency"]["peak"]["dense"] is True
+    assert doc["efficiency"]["classes"][0]["cls"] == "gemm"
+    html = render(a, "html")
+    assert 'id="efficiency"' in html and '<svg class="roofline"' in html and "312 TFLOP/s bf16 dense" in html
+
+
+def test_cli_peak_and_model_flops_flags(tmp_path):
+    from typer.testing import CliRunner
+
+    from traceinsight.cli import app
+
+    t = NsysTrace()
+    for s in range(2):
+        t.step(s, s * 10_000_000, 10_000_000)
+        t.kernel("sm90_xmma_gemm_bf16bf16", s * 10_000_000 + 100_000, 9_000_000)
+    path = t.write(tmp_path / "t.sqlite")
+    out = tmp_path / "r.json"
+    r = CliRunner().invoke(app, ["analyze", str(path), "-o", str(out), "--model-flops-per-step", "2e12", "--peak-tflops", "400"])
+    assert r.exit_code == 0, r.output
+    eff = json.loads(out.read_text())["efficiency"]
+    assert eff["flops_source"] == "user" and eff["mfu_pct"] == pytest.approx(100 * 2e12 / 10e-3 / 1e12 / 400, rel=1e-3)
+    assert eff["mfu_peak"].startswith("400 TFLOP/s") and "--peak-tflops" in eff["mfu_peak"]
+
+
+def _metrics_trace(tmp_path):
+    """An nsys capture with GPU-metrics sampling every 10 µs: a GEMM (SM 90 %, tensor 70 %), an elementwise kernel
+    (SM 60 %, tensor 0 %), idle otherwise."""
+    t = NsysTrace()
+    t.step(0, 0, 1_000_000)
+    t.kernel("sm80_xmma_gemm_bf16bf16", 100_000, 400_000)
+    t.kernel("void at::native::vectorized_elementwise_kernel<4>", 600_000, 200_000)
+    for i in range(0, 1_000_000, 10_000):
+        gemm, ew = 100_000 <= i < 500_000, 600_000 <= i < 800_000
+        t.gpu_metrics(i, {"SMs Active [Throughput %]": 90 if gemm else (60 if ew else 0),
+                          "Tensor Active [Throughput %]": 70 if gemm else 0,
+                          "GPC Clock Frequency [MHz]": 1410})
+    return t.write(tmp_path / "t.sqlite")
+
+
+def test_nsys_gpu_metrics_per_class_and_step(tmp_path):
+    e = _eff(_metrics_trace(tmp_path))
+    hw = e.hardware.set_index(["scope", "metric"])["mean_pct"]
+    assert hw[("busy", "SM Active")] == pytest.approx((40 * 90 + 20 * 60) / 60)
+    assert hw[("busy", "Tensor Active")] == pytest.approx(40 * 70 / 60)
+    assert hw[("GEMM", "Tensor Active")] == 70 and hw[("elementwise/reduction", "Tensor Active")] == 0
+    assert hw[("step 0", "SM Active")] == pytest.approx((40 * 90 + 20 * 60) / 100)
+    assert "GPC Clock" not in " ".join(e.hardware["metric"])  # only the metrics the view reads
+    from traceinsight.render import render
+
+    text = render(traceinsight.analyze(_metrics_trace(tmp_path)), "text", width=200)
+    assert "Hardware counters while the GPU is busy: SM Active 80%, Tensor Active 47% (60 samples)" in text

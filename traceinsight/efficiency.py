@@ -56,6 +56,7 @@ class Efficiency:
     mfu_dtype: str | None
     notes: list[str] = field(default_factory=list)
     kernel_cls: np.ndarray | None = None  # per row of ``views.kernels``: its class (from its op, else its name)
+    hardware: pd.DataFrame | None = None  # sampled GPU metrics: scope, metric, mean_pct, samples (see ``_hardware``)
 
     @property
     def available(self) -> bool:
@@ -89,6 +90,10 @@ class Efficiency:
                 for r in self.steps.to_dict("records")
             ],
             "assumptions": dict(self.counts.assumed) if self.counts else {},
+            "hardware": None if self.hardware is None else [
+                {"scope": r["scope"], "metric": r["metric"], "mean_pct": num(r["mean_pct"]), "samples": int(r["samples"])}
+                for r in self.hardware.to_dict("records")
+            ],
             "notes": list(self.notes),
         }
 
@@ -233,8 +238,55 @@ def build(views: Any, settings: EfficiencySettings | None = None) -> Efficiency:
     else:
         model_flops, tot_ns, f_in = 0.0, 0.0, 0.0
     mfu = 100.0 * f_in / (tot_ns / 1e9) / 1e12 / peak_mfu if source != "none" and tot_ns > 0 and peak_mfu else None
+    hardware = _hardware(tl.samples, views, kernels, cls) if getattr(tl, "samples", None) is not None else None
+    if hardware is not None and meta.source_format == "nsys" and source == "none":
+        notes.append("GPU-metrics samples are present: SM and tensor-core activity below are the hardware's own measure")
     return Efficiency(peak, source, shapes, classes, step_frame, counts, gpu_ns, model_flops, mfu,
-                      mfu_dtype if source != "none" else None, notes, kernel_cls=cls)
+                      mfu_dtype if source != "none" else None, notes, kernel_cls=cls, hardware=hardware)
+
+
+def _hardware(samples: pd.DataFrame, views: Any, kernels: pd.DataFrame, cls: np.ndarray) -> pd.DataFrame | None:
+    """Mean of each sampled metric over scopes: ``all`` samples, ``busy`` (a kernel, copy or memset running on the
+    sample's GPU), each kernel class (the kernel running at the sample: with concurrent streams, the latest started),
+    and ``step N`` (samples inside the step, on any rank's clock)."""
+    if samples is None or samples.empty:
+        return None
+    t = samples["start_ns"].to_numpy()
+    dev = samples["device"].to_numpy()
+    busy = np.zeros(len(samples), dtype=bool)
+    label = np.full(len(samples), "", dtype=object)
+    b = views.busy
+    for d in np.unique(dev):
+        here = dev == d
+        bb = b[b["device"].to_numpy() == d]
+        if len(bb):
+            s0, e0 = bb["start_ns"].to_numpy(), bb["end_ns"].to_numpy()
+            i = np.searchsorted(s0, t[here], side="right") - 1
+            busy[here] = (i >= 0) & (t[here] < e0[np.clip(i, 0, None)])
+        on = kernels["device"].to_numpy() == d
+        if on.any():
+            ks = kernels["start_ns"].to_numpy()[on]
+            ke = ks + kernels["dur_ns"].to_numpy()[on]
+            kc = np.asarray(cls, dtype=object)[on]
+            order = np.argsort(ks, kind="stable")
+            ks, ke, kc = ks[order], ke[order], kc[order]
+            j = np.searchsorted(ks, t[here], side="right") - 1
+            inside = (j >= 0) & (t[here] < ke[np.clip(j, 0, None)])
+            lab = np.where(inside, kc[np.clip(j, 0, None)], "")
+            label[here] = [CLASSES.get(c, c) if c else "" for c in lab]
+    frame = pd.DataFrame({"metric": samples["metric"].astype(str).to_numpy(), "value": samples["value"].to_numpy()})
+    parts = [frame.assign(scope="all"), frame[busy].assign(scope="busy")]
+    parts.append(frame.assign(scope=label)[label != ""])
+    steps = views.steps
+    if len(steps):
+        st = steps.drop_duplicates("step").sort_values("start_ns")
+        k = np.searchsorted(st["start_ns"].to_numpy(), t, side="right") - 1
+        ok = (k >= 0) & (t < st["end_ns"].to_numpy()[np.clip(k, 0, None)])
+        names = np.array([f"step {int(x)}" for x in st["step"].to_numpy()], dtype=object)
+        parts.append(frame[ok].assign(scope=names[k[ok]]))
+    allp = pd.concat(parts, ignore_index=True)
+    out = allp.groupby(["scope", "metric"], sort=False)["value"].agg(mean_pct="mean", samples="size").reset_index()
+    return out
 
 
 def _window_ns(act: pd.DataFrame) -> int:

@@ -122,6 +122,10 @@ class Timeline:
 
     events: pd.DataFrame
     meta: TraceMeta
+    #: Sampled hardware metrics, when the source has them (Nsight Systems ``--gpu-metrics-devices``): ``start_ns``
+    #: (the events' clock), ``device``, ``metric`` (``SM Active``, ``SM Issue``, ``Tensor Active``, ``DRAM Read``,
+    #: ``DRAM Write``), ``value`` (% of the hardware's peak throughput). None otherwise.
+    samples: pd.DataFrame | None = None
 
     @property
     def span_ns(self) -> int:

@@ -126,4 +126,8 @@ def assemble(result: ReadResult) -> Timeline:
         assign_steps(events)  # without step rows every row keeps step -1, which build_events set
     if events.empty:
         meta.warn("the trace holds no timed events")
-    return Timeline(events=events, meta=meta)
+    samples = result.samples
+    if samples is not None and len(samples):
+        samples = samples.copy()
+        samples["start_ns"] = samples["start_ns"] - origin  # on the events' clock, 0 = the earliest event
+    return Timeline(events=events, meta=meta, samples=samples if samples is not None and len(samples) else None)

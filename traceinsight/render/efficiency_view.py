@@ -59,6 +59,30 @@ def step_line(eff: Any) -> str:
             f"of {eff.peak_label()}")
 
 
+def hardware_lines(eff: Any) -> list[str]:
+    """Sampled GPU metrics (Nsight Systems ``--gpu-metrics-devices``): while busy, then per kernel class."""
+    hw = getattr(eff, "hardware", None)
+    if hw is None or hw.empty:
+        return []
+    order = ["SM Active", "SM Issue", "Tensor Active", "DRAM Read", "DRAM Write"]
+
+    def line(scope: str) -> str:
+        sub = hw[hw["scope"] == scope].set_index("metric")
+        parts = [f"{m} {sub.loc[m, 'mean_pct']:.0f}%" for m in order if m in sub.index]
+        n = int(sub["samples"].max()) if len(sub) else 0
+        return f"{', '.join(parts)} ({n:,} samples)" if parts else ""
+
+    out = []
+    busy = line("busy")
+    if busy:
+        out.append(f"Hardware counters while the GPU is busy: {busy}")
+    for label in [v for v in dict.fromkeys(hw["scope"]) if v not in ("all", "busy") and not str(v).startswith("step ")]:
+        text = line(label)
+        if text:
+            out.append(f"  during {label} kernels: {text}")
+    return out
+
+
 def roofline_svg(eff: Any, width: int = 560, height: int = 340) -> str:
     """A log-log roofline: the bandwidth slope and the dtype's compute roof, one dot per class with FLOPs and bytes."""
     if eff is None or not eff.peak.known or not eff.peak.bandwidth_gbs:

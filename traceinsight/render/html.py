@@ -279,7 +279,7 @@ def context(analysis: Analysis, title: str | None = None) -> dict[str, Any]:
 
 def _efficiency(analysis: Analysis) -> dict[str, Any] | None:
     """The efficiency card: headline, per-class rows, the roofline (an SVG whose text is escaped where it is built)."""
-    from .efficiency_view import COLUMNS, efficiency_of, headline as eff_headline, roofline_svg, step_line, table_rows
+    from .efficiency_view import COLUMNS, efficiency_of, hardware_lines, headline as eff_headline, roofline_svg, step_line, table_rows
 
     eff = efficiency_of(analysis)
     if eff is None or eff.classes.empty:
@@ -289,6 +289,7 @@ def _efficiency(analysis: Analysis) -> dict[str, Any] | None:
     return {
         "headline": clean(eff_headline(eff), 600),
         "step_line": clean(step_line(eff), 300),
+        "hardware": [clean(h.strip(), 300) for h in hardware_lines(eff)],
         "columns": COLUMNS,
         "rows": [[clean(c, 120) for c in r] for r in table_rows(eff)] if measured else [],
         "roofline": Markup(roofline_svg(eff)),

@@ -167,7 +167,7 @@ def render(analysis: Analysis, html_name: str | None = None, max_chars: int = MA
 
 def _efficiency_markdown(analysis: Analysis) -> list[str]:
     """MFU with the peak it used, and the per-class table (dense peaks) when anything was measured."""
-    from .efficiency_view import COLUMNS, efficiency_of, headline, step_line, table_rows
+    from .efficiency_view import COLUMNS, efficiency_of, hardware_lines, headline, step_line, table_rows
 
     eff = efficiency_of(analysis)
     if eff is None or eff.classes.empty:
@@ -176,6 +176,9 @@ def _efficiency_markdown(analysis: Analysis) -> list[str]:
     line = step_line(eff)
     if line:
         out += [esc(line, 300), ""]
+    hw = hardware_lines(eff)
+    if hw:
+        out += [f"- {esc(h.strip(), 300)}" for h in hw] + [""]
     if eff.available or any(r is not None for r in eff.classes["achieved_gbs"]):
         out += ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
         out += ["| " + " | ".join(esc(c, 120) for c in row) + " |" for row in table_rows(eff)]

@@ -118,7 +118,7 @@ def render(analysis: Analysis, width: int = 110, **_: Any) -> str:
 
 def _efficiency(con: Console, analysis: Analysis, width: int) -> None:
     """The efficiency section: MFU with its peak, then achieved rates per kernel class."""
-    from .efficiency_view import COLUMNS, efficiency_of, headline, step_line, table_rows
+    from .efficiency_view import COLUMNS, efficiency_of, hardware_lines, headline, step_line, table_rows
 
     eff = efficiency_of(analysis)
     if eff is None or eff.classes.empty:
@@ -127,6 +127,8 @@ def _efficiency(con: Console, analysis: Analysis, width: int) -> None:
     line = step_line(eff)
     if line:
         con.print(escape(line))
+    for hw in hardware_lines(eff):
+        con.print(escape(hw))
     if eff.available or any(r is not None for r in eff.classes["achieved_gbs"]):
         _print(con, _table("Is the busy GPU doing useful work (per kernel class; dense peaks)", COLUMNS, table_rows(eff), text_col=0, width=width))
     for n in eff.notes[1 if not eff.available else 0:]:
