@@ -276,3 +276,21 @@ def test_nsys_gpu_metrics_per_class_and_step(tmp_path):
 
     text = render(traceinsight.analyze(_metrics_trace(tmp_path)), "text", width=200)
     assert "Hardware counters while the GPU is busy: SM Active 80%, Tensor Active 47% (60 samples)" in text
+
+
+def test_mfu_in_the_baseline_comparison(tmp_path):
+    from traceinsight.render import render
+
+    def run(kernel_us: float, name: str):
+        t = KinetoTrace(device_name="NVIDIA A100-SXM4-80GB")
+        t.step(1, 0, 5000)
+        _mm(t, 10, 4096, 4096, 4096, kernel_us)
+        return t.write(tmp_path / name)
+
+    before = tmp_path / "before.json"
+    before.write_text(render(traceinsight.analyze(run(4000.0, "a.json")), "json"))
+    a = traceinsight.analyze(run(1000.0, "b.json"), baseline=before)  # same FLOPs, same step time
+    mfu = 100 * 2 * 4096**3 / 5e-3 / 1e12 / 312.0
+    assert a.baseline.mfu_before_pct == pytest.approx(mfu, abs=1e-3) and a.baseline.mfu_after_pct == pytest.approx(mfu)
+    assert f"MFU {mfu:.1f}% → {mfu:.1f}%" in a.baseline.sentence()
+    assert json.loads(render(a, "json"))["baseline"]["mfu"]["after_pct"] == pytest.approx(mfu)

@@ -163,6 +163,14 @@ def run(
     )
 
 
+def _mfu(analysis: Analysis) -> float | None:
+    """This run's MFU for the baseline comparison (None when FLOPs or the peak are unknown)."""
+    try:
+        return analysis.views.efficiency.mfu_pct
+    except Exception:  # the comparison of findings must not depend on the optional efficiency model
+        return None
+
+
 def analyze(
     trace: "str | os.PathLike | Timeline",
     *,
@@ -212,5 +220,6 @@ def analyze(
     if baseline is not None:
         from .baseline import compare, load_report
 
-        analysis.baseline = compare(analysis.findings, load_report(baseline), source=str(baseline), worse_pct=worse_by)
+        analysis.baseline = compare(analysis.findings, load_report(baseline), source=str(baseline), worse_pct=worse_by,
+                                    mfu_pct=_mfu(analysis))
     return analysis
