@@ -294,3 +294,23 @@ def test_mfu_in_the_baseline_comparison(tmp_path):
     assert a.baseline.mfu_before_pct == pytest.approx(mfu, abs=1e-3) and a.baseline.mfu_after_pct == pytest.approx(mfu)
     assert f"MFU {mfu:.1f}% → {mfu:.1f}%" in a.baseline.sentence()
     assert json.loads(render(a, "json"))["baseline"]["mfu"]["after_pct"] == pytest.approx(mfu)
+
+
+def test_native_and_general_readers_agree_on_types_and_concrete_inputs(tmp_path, monkeypatch):
+    from tests.test_kineto_native import assert_same
+    from traceinsight.ingest import native
+
+    if native.built("pytorch") is None:
+        pytest.skip("the native kineto scanner is not built here")
+    t = KinetoTrace()
+    t.step(1, 0, 3000)
+    op = t.cpu_op("aten::einsum", 10, 40, args={"Input Dims": [[], [[8, 32, 64], [8, 64, 16]]],
+                                                 "Input type": ["", "TensorList"],
+                                                 "Concrete Inputs": ["bij,bjk->bik", "\"quoted\" \\u00e9"]})
+    t.kernel("sm80_xmma_gemm_bf16bf16", 100, 10, launch_us=20, op=op)
+    tl = assert_same(t.write(tmp_path / "t.json"), monkeypatch)
+    ops = tl.events[tl.events["kind"] == "cpu_op"]
+    assert json.loads(ops["concrete_inputs"].iloc[0])[0] == "bij,bjk->bik"
+    assert json.loads(ops["input_types"].iloc[0]) == ["", "TensorList"]
+    e = Views(tl).efficiency
+    assert e.counts.ops["flops"].iloc[0] == 2 * 8 * 32 * 64 * 16  # einsum from its equation

@@ -33,13 +33,14 @@ KERNEL_PATTERNS: tuple[tuple[str, "re.Pattern[str]"], ...] = tuple(
     for cls, rx in (
         ("communication", COLLECTIVE),
         ("attention", r"flash|fmha|attention|attn|sdpa|\bmha_|_mha\b"),
-        ("conv", r"conv(?!ert|ersion)|winograd|implicit_convolve|_fprop|fprop_|dgrad|wgrad|scudnn|hcudnn|miopen.*conv|igemm"),
+        ("conv", r"conv(?!ert|ersion)|winograd|implicit_convolve|_fprop|fprop_|dgrad|wgrad|scudnn|hcudnn|miopen.*conv|igemm|fft2d_|im2col|flip_filter"),
         ("gemm", r"gemm|gemv|cutlass|nvjet|wgmma|matmul|cublas|\bCijk_|triton_tem_|\bmm_|_mm\b|\bbmm|magma|xmma|hmma|h884|s884|h1688|s1688|16816|16832"),
         ("norm", r"norm|welford|\bbn_|_bn_|batchnorm|layernorm|rmsnorm"),
         ("elementwise", r"elementwise|vectorized|unrolled|reduce|reduction|softmax|triton_(poi|red|per)_|index|scatter|gather|"
                         r"\bcat\b|CatArray|copy|fill|where|dropout|relu|gelu|silu|sigmoid|tanh|embedding|sort|topk|cumsum|"
                         r"\bmul|\badd|\bdiv|\bsub|pow|exp|sqrt|clamp|threshold|adam|sgd|foreach|amp_|cast|convert|"
-                        r"nchwToNhwc|nhwcToNchw|transpose|permute|scalePackedTensor|computeOffsets|computeBOffsets"),
+                        r"nchwToNhwc|nhwcToNchw|transpose|permute|scalePackedTensor|computeOffsets|computeBOffsets|"
+                        r"EigenMetaKernel|Eigen::internal|nvfuser_|\bfusion"),
     )
 )
 
