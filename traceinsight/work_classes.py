@@ -40,7 +40,7 @@ KERNEL_PATTERNS: tuple[tuple[str, "re.Pattern[str]"], ...] = tuple(
                         r"\bcat\b|CatArray|copy|fill|where|dropout|relu|gelu|silu|sigmoid|tanh|embedding|sort|topk|cumsum|"
                         r"\bmul|\badd|\bdiv|\bsub|pow|exp|sqrt|clamp|threshold|adam|sgd|foreach|amp_|cast|convert|"
                         r"nchwToNhwc|nhwcToNchw|transpose|permute|scalePackedTensor|computeOffsets|computeBOffsets|"
-                        r"EigenMetaKernel|Eigen::internal|nvfuser_|\bfusion"),
+                        r"EigenMetaKernel|Eigen::internal|nvfuser_|fusion"),
     )
 )
 
