@@ -104,7 +104,8 @@ def build(views: Any, settings: EfficiencySettings | None = None) -> Efficiency:
     meta = tl.meta
     act = views.gpu_activity
     kernels = views.kernels
-    used = {(int(r), int(d)) for r, d in zip(act["rank"].to_numpy(), act["device"].to_numpy())} if len(act) else set()
+    pairs = np.unique(np.stack([act["rank"].to_numpy().astype(np.int64), act["device"].to_numpy().astype(np.int64)], axis=1), axis=0) if len(act) else np.zeros((0, 2), np.int64)
+    used = {(int(r), int(d)) for r, d in pairs}
     devs = [d for d in meta.devices if (int(d.rank), int(d.index)) in used] or list(meta.devices)
     peak = choose(devs, settings.peak_tflops, settings.peak_bandwidth_gbs)
     notes: list[str] = []
@@ -319,7 +320,13 @@ def _tf32_share(kernels: pd.DataFrame, counts: OpCounts) -> float:
     sel = fp32m[op]
     if not sel.any():
         return 0.0
-    names = kernels["name"].astype(str).to_numpy()[hit][sel]
+    names = kernels["name"]
+    if isinstance(names.dtype, pd.CategoricalDtype):  # one regex test per distinct name
+        per = np.array([bool(TF32_KERNEL.search(str(c))) for c in names.cat.categories] + [False])
+        codes = names.cat.codes.to_numpy()
+        tc_all = per[np.where(codes >= 0, codes, len(per) - 1)]
+    else:
+        tc_all = np.array([bool(TF32_KERNEL.search(str(n))) for n in names], dtype=bool)
+    tc = tc_all[hit][sel]
     dur = kernels["dur_ns"].to_numpy()[hit][sel].astype(float)
-    tc = np.array([bool(TF32_KERNEL.search(n)) for n in names])
     return float(dur[tc].sum() / dur.sum()) if dur.sum() > 0 else 0.0

@@ -319,8 +319,9 @@ def count_ops(events: pd.DataFrame, kernels: pd.DataFrame) -> OpCounts:
     nbytes = np.array([m.bytes if m and m.bytes is not None else np.nan for m in models])[group]
     dtype = np.array([(m.dtype or "") if m else "" for m in models], dtype=object)[group]
     assumed = np.array([m.assumed if m else "" for m in models], dtype=object)[group]
-    name = names.to_numpy()[pos].astype(str)
-    cls = np.array([OP_FORMULAS[n][0] for n in name], dtype=object)
+    name_codes, name_uniques = pd.factorize(names.to_numpy()[pos])
+    name = np.asarray([str(u) for u in name_uniques], dtype=object)[name_codes]
+    cls = np.asarray([OP_FORMULAS[str(u)][0] for u in name_uniques], dtype=object)[name_codes]
     start = events["start_ns"].to_numpy()[pos]
     end = start + events["dur_ns"].to_numpy()[pos]
     thread = _thread_key(events, pos)
