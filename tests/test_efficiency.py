@@ -314,3 +314,28 @@ def test_native_and_general_readers_agree_on_types_and_concrete_inputs(tmp_path,
     assert json.loads(ops["input_types"].iloc[0]) == ["", "TensorList"]
     e = Views(tl).efficiency
     assert e.counts.ops["flops"].iloc[0] == 2 * 8 * 32 * 64 * 16  # einsum from its equation
+
+
+def test_conv_without_arguments_takes_its_output_from_the_backward(tmp_path):
+    """Older traces record no Concrete Inputs: a stride-2 convolution's output size comes from its backward op
+    (grad_output), not from the stride-1 assumption."""
+    t = KinetoTrace(device_name="NVIDIA A100-SXM4-80GB")
+    t.step(1, 0, 5000)
+    x, w = [32, 64, 56, 56], [128, 64, 3, 3]
+    fwd = t.cpu_op("aten::_convolution", 10, 30, args={"Input Dims": [x, w, [], [], [], [], [], [], [], [], [], [], []],
+                                                        "Input type": ["float"] * 2 + [""] * 11})
+    t.kernel("implicit_convolve_sgemm", 50, 100, launch_us=20, op=fwd)
+    odd = t.cpu_op("aten::_convolution", 200, 30, args={"Input Dims": [[32, 64, 28, 28], w, [], [], [], [], [], [], [], [], [], [], []],
+                                                         "Input type": ["float"] * 2 + [""] * 11})
+    t.kernel("implicit_convolve_sgemm", 250, 100, launch_us=220, op=odd)
+    bwd = t.cpu_op("aten::cudnn_convolution_backward", 400, 30, args={
+        "Input Dims": [x, [32, 128, 28, 28], w, [], [], [], [], [], [], [], []], "Input type": ["float"] * 3 + [""] * 8})
+    t.kernel("dgrad_engine", 450, 100, launch_us=420, op=bwd)
+    e = _eff(t.write(tmp_path / "t.json"))
+    ops = e.counts.ops.set_index("row")
+    conv = e.counts.ops[e.counts.ops["name"] == "aten::_convolution"].sort_values("start_ns")
+    assert conv["flops"].iloc[0] == 2 * 32 * 28 * 28 * 128 * 64 * 9  # from grad_output: stride 2
+    assert conv["flops"].iloc[1] == 2 * 32 * 28 * 28 * 128 * 64 * 9 and conv["assumed"].iloc[1].startswith("stride 1")
+    assert e.counts.assumed == {"stride 1, same padding (Concrete Inputs not recorded)": 1,
+                                "grad input and grad weight both computed (output_mask not recorded)": 1}
+    assert len(ops) == 3

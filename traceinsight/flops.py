@@ -46,6 +46,7 @@ class OpCount:
     bytes: float | None
     dtype: str | None
     assumed: str = ""
+    item: int = 4  # bytes per element of its dtype
 
 
 @dataclass
@@ -183,7 +184,7 @@ def _conv(name: str, d: list, concrete: list | None) -> tuple[float, float, str]
     if isinstance(padding, str):  # conv2d(padding="same"/"valid")
         padding = [(dl * (kk - 1)) // 2 for kk, dl in zip(k, _expand(dilation, sp, 1))] if padding == "same" else [0] * sp
     if stride is None and padding is None:
-        assumed = "stride 1, same padding (Concrete Inputs not recorded)"
+        assumed = STRIDE_ASSUMED
     stride, padding, dilation = _expand(stride, sp, 1), _expand(padding, sp, None), _expand(dilation, sp, 1)
     padding = [p if p is not None else (dl * (kk - 1)) // 2 for p, kk, dl in zip(padding, k, dilation)]
     n = x[0]
@@ -260,7 +261,7 @@ def count_op(name: str, dims: list | None, types: list | None, concrete: list | 
             r = _sdpa(name, dims, concrete, formula == "sdpa_backward")
         if r is None:
             return None
-        return OpCount(r[0], r[1] * item, dtype, r[2])
+        return OpCount(r[0], r[1] * item, dtype, r[2], item)
     if cls == "gemm":
         g = _einsum(dims, concrete) if formula == "einsum" else _gemm(formula, dims)
         if g is None:
@@ -286,6 +287,37 @@ def count_op(name: str, dims: list | None, types: list | None, concrete: list | 
     return OpCount(float(big), float(sum(sizes) + big) * item, dtype)
 
 
+#: Backward convolutions whose arguments name (grad_output, input, weight) positions, by op name.
+_BACKWARD_ARGS = {"aten::convolution_backward": (0, 1, 2), "aten::cudnn_convolution_backward": (1, 0, 2),
+                  "aten::miopen_convolution_backward": (1, 0, 2)}
+STRIDE_ASSUMED = "stride 1, same padding (Concrete Inputs not recorded)"
+
+
+def _outputs_from_backward(models: list, names: list[str], dims: list) -> None:
+    """Forward convolutions recorded without stride/padding take their output size from the backward op with the
+    same input and weight shapes (its grad_output is the forward's output), when exactly one such size exists."""
+    if not any(m is not None and m.assumed == STRIDE_ASSUMED for m in models):
+        return
+    out: dict[tuple, set] = {}
+    for name, d in zip(names, dims):
+        idx = _BACKWARD_ARGS.get(name)
+        if idx is None or not isinstance(d, list) or len(d) <= max(idx):
+            continue
+        go, x, w = (d[i] for i in idx)
+        if _is_shape(go) and _is_shape(x) and _is_shape(w):
+            out.setdefault((tuple(x), tuple(w)), set()).add(tuple(go))
+    for i, (m, d) in enumerate(zip(models, dims)):
+        if m is None or m.assumed != STRIDE_ASSUMED:
+            continue
+        x, w = d[0], d[1]
+        found = out.get((tuple(x), tuple(w)), set())
+        if len(found) != 1:
+            continue
+        go = next(iter(found))
+        models[i] = OpCount(2.0 * x[0] * _numel(list(go[2:])) * _numel(w),
+                            float(_numel(x) + _numel(w) + _numel(list(go))) * m.item, m.dtype, "", m.item)
+
+
 def count_ops(events: pd.DataFrame, kernels: pd.DataFrame) -> OpCounts:
     """Counted ops of ``events`` and, for each row of ``kernels``, the op that launched it."""
     empty = OpCounts(pd.DataFrame(columns=["row", "name", "cls", "flops", "bytes", "dtype", "assumed", "rank", "step",
@@ -308,6 +340,7 @@ def count_ops(events: pd.DataFrame, kernels: pd.DataFrame) -> OpCounts:
     for i in first:
         models.append(count_op(str(cols["name"][i]), _dims(cols["input_shapes"][i]), _dims(cols["input_types"][i]),
                                _dims(cols["concrete_inputs"][i])))
+    _outputs_from_backward(models, [str(cols["name"][i]) for i in first], [_dims(cols["input_shapes"][i]) for i in first])
     ok_group = np.array([m is not None for m in models], dtype=bool)
     ok = ok_group[group]
     pos, group = pos[ok], group[ok]
