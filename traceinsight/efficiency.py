@@ -199,6 +199,12 @@ def build(views: Any, settings: EfficiencySettings | None = None) -> Efficiency:
             notes.append("this TensorFlow trace records no FLOPs per op; pass --model-flops-per-step for MFU")
         elif shapes:
             notes.append("shapes are recorded, but no matmul/convolution/attention op with a FLOPs model ran on the GPU")
+    if source == "shapes" and len(classes):
+        mx = classes[classes["cls"].isin(MATRIX_CLASSES)]
+        total, covered = float(mx["time_ns"].sum()), float(mx["modelled_ns"].sum())
+        if total > 0 and covered < 0.9 * total:
+            notes.append(f"{100 * (1 - covered / total):.0f}% of GEMM/convolution/attention GPU time is in kernels not tied to an op "
+                         "with recorded shapes (no External id or launch record, or an op without a FLOPs model): MFU is a lower bound")
     if counts is not None and counts.assumed:
         for what, n in counts.assumed.items():
             notes.append(f"{n:,} op(s): assumed {what}")

@@ -8,7 +8,7 @@ from typing import Any
 
 from ..rule_api import fmt_ns
 
-COLUMNS = ["class", "time", "% GPU time", "dtype", "TFLOP/s", "% of peak", "GB/s", "% of BW", "FLOP/B", "bound", "peak used"]
+COLUMNS = ["class", "time", "% GPU time", "% modelled", "dtype", "TFLOP/s", "% of peak", "GB/s", "% of BW", "FLOP/B", "bound", "peak used"]
 
 
 def efficiency_of(analysis: Any):
@@ -42,7 +42,8 @@ def table_rows(eff: Any) -> list[list[str]]:
     rows = []
     for r in eff.classes.to_dict("records"):
         rows.append([
-            r["label"], fmt_ns(r["time_ns"]), _f(r["share_pct"], ".1f"), r["dtype"] or "",
+            r["label"], fmt_ns(r["time_ns"]), _f(r["share_pct"], ".1f"),
+            _f(100.0 * r["modelled_ns"] / r["time_ns"], ".0f") if r["time_ns"] else "", r["dtype"] or "",
             _f(r["achieved_tflops"], ".1f"), _f(r["pct_of_peak"], ".1f"), _f(r["achieved_gbs"], ".0f"),
             _f(r["pct_of_bandwidth"], ".1f"), _f(r["intensity"], ".1f"), r["bound"] or "",
             r["peak_label"].split(",")[0] if r["pct_of_peak"] is not None or r["pct_of_bandwidth"] is not None else "",
