@@ -31,8 +31,10 @@ class UnfusedMemoryBound(Rule):
     (``traceinsight.work_classes``: the launching op's class where shapes are recorded, else the kernel name).
     Kernels a compiler generated (``triton_*``, XLA ``fusion``, nvFuser) are left out: they are fused already.
 
-    Reported when unfused memory-bound kernel time is >= ``min_share_pct`` = **25 %** of GPU activity time and
-    there are >= ``min_kernels`` = **100** of them (one-off big reductions are not a fusion problem).
+    Reported when the GPU is busy (busy % of its window >= ``min_busy_pct`` = **50 %**: on a mostly idle GPU faster
+    kernels do not shorten the step, and the idle time is other rules' finding), unfused memory-bound kernel time is
+    >= ``min_share_pct`` = **25 %** of GPU activity time and there are >= ``min_kernels`` = **100** of them
+    (one-off big reductions are not a fusion problem).
     Where bytes are known (shapes), the evidence shows the achieved GB/s against the GPU's peak bandwidth.
 
     **Impact** (a modelled speed-up, not lost idle time) = that time x (1 - 1/``speedup``), ``speedup`` = **2**: a
@@ -66,6 +68,7 @@ class UnfusedMemoryBound(Rule):
         """,
     )
 
+    min_busy_pct = Option(50.0, "Only when the GPU is busy at least this % of its window.")
     min_share_pct = Option(25.0, "Report when unfused memory-bound kernels take at least this % of GPU activity time.")
     min_kernels = Option(100, "...and there are at least this many of them.")
     speedup = Option(2.0, "Assumed speed-up of those kernels once fused (for the impact).")
@@ -75,6 +78,9 @@ class UnfusedMemoryBound(Rule):
         eff = ctx.views.efficiency
         k = ctx.views.kernels
         if k.empty or eff.kernel_cls is None or eff.gpu_time_ns <= 0:
+            return
+        util = ctx.views.utilization
+        if float(util["busy_ns"].sum()) < ctx.options["min_busy_pct"] / 100.0 * float(util["window_ns"].sum()):
             return
         cls = eff.kernel_cls
         names = k["name"].astype(str).to_numpy()

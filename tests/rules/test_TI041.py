@@ -41,3 +41,15 @@ def test_negative_gemm_dominated(tmp_path):
 
 def test_fix_torch_compile(tmp_path):
     assert _trace(tmp_path, compiled=True).findings == []
+
+
+def test_negative_idle_gpu(tmp_path):
+    """The same eager chains on a GPU idle most of the time (the host is the bound): no fusion finding."""
+    t = KinetoTrace(device_name="NVIDIA H100 80GB HBM3", compute_capability=(9, 0), sm_count=132)
+    t.step(1, 0, 40 * 1000 + 500)
+    for i in range(40):
+        at = 5 + i * 1000
+        gpu = at + 20
+        for j, op in enumerate(("aten::mul", "aten::add", "aten::silu", "aten::mul")):
+            gpu = pointwise(t, at + j * 6, op, [2048, 2048], 20.0, gpu_at=gpu)
+    assert not traceinsight.analyze(t.write(tmp_path / "t.json"), select=["TI041"], min_impact=0).findings
