@@ -204,9 +204,14 @@ def test_corpus_h100_mfu_with_peak_and_source():
 
 
 def test_corpus_trace_without_shapes_asks_for_record_shapes():
+    from traceinsight.render.efficiency_view import table_rows
+
     e = _eff(corpus_file("pytorch/hta_ddp_v100_rank1of2.json.gz"))
     assert e.flops_source == "none" and e.mfu_pct is None
     assert any("record_shapes=True" in n for n in e.notes)
+    rows = {r[0]: r for r in table_rows(e)}
+    assert rows["GEMM"][5:] == [""] * 7  # no rate, no bound, no peak: never "0" or "nan"
+    assert rows["copies"][-2:] == ["memory", "900 GB/s"]  # copies carry their own bytes
 
 
 # --- outputs ------------------------------------------------------------------------------------------------

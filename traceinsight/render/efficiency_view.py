@@ -35,18 +35,27 @@ def headline(eff: Any) -> str:
 
 
 def _f(v: Any, fmt: str) -> str:
-    return "" if v is None or (isinstance(v, float) and not math.isfinite(v)) else format(v, fmt)
+    return format(v, fmt) if _known(v) else ""
+
+
+def _known(v: Any) -> bool:
+    return v is not None and not (isinstance(v, float) and not math.isfinite(v))
+
+
+def _s(v: Any) -> str:
+    return str(v) if _known(v) else ""
 
 
 def table_rows(eff: Any) -> list[list[str]]:
     rows = []
     for r in eff.classes.to_dict("records"):
+        measured = _known(r["pct_of_peak"]) or _known(r["pct_of_bandwidth"])
         rows.append([
             r["label"], fmt_ns(r["time_ns"]), _f(r["share_pct"], ".1f"),
-            _f(100.0 * r["modelled_ns"] / r["time_ns"], ".0f") if r["time_ns"] else "", r["dtype"] or "",
+            _f(100.0 * r["modelled_ns"] / r["time_ns"], ".0f") if r["time_ns"] else "", _s(r["dtype"]),
             _f(r["achieved_tflops"], ".1f"), _f(r["pct_of_peak"], ".1f"), _f(r["achieved_gbs"], ".0f"),
-            _f(r["pct_of_bandwidth"], ".1f"), _f(r["intensity"], ".1f"), r["bound"] or "",
-            r["peak_label"].split(",")[0] if r["pct_of_peak"] is not None or r["pct_of_bandwidth"] is not None else "",
+            _f(r["pct_of_bandwidth"], ".1f"), _f(r["intensity"], ".1f"), _s(r["bound"]),
+            r["peak_label"].split(",")[0] if measured else "",
         ])
     return rows
 
