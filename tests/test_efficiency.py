@@ -344,3 +344,12 @@ def test_conv_without_arguments_takes_its_output_from_the_backward(tmp_path):
     assert e.counts.assumed == {"stride 1, same padding (Concrete Inputs not recorded)": 1,
                                 "grad input and grad weight both computed (output_mask not recorded)": 1}
     assert len(ops) == 3
+
+
+def test_roofline_draws_only_classes_with_flops_and_bytes(tmp_path):
+    from traceinsight.render.efficiency_view import roofline_svg
+
+    e = _eff(corpus_file("pytorch/tracelens_h100_qwen1.5-0.5b_inference.json.gz"))
+    svg = roofline_svg(e)
+    assert svg.count("<circle") == 3  # GEMM, attention, elementwise: copies move bytes but do no FLOPs
+    assert "copies" not in svg and "nan" not in svg.lower()

@@ -97,7 +97,8 @@ def roofline_svg(eff: Any, width: int = 560, height: int = 340) -> str:
     """A log-log roofline: the bandwidth slope and the dtype's compute roof, one dot per class with FLOPs and bytes."""
     if eff is None or not eff.peak.known or not eff.peak.bandwidth_gbs:
         return ""
-    pts = [r for r in eff.classes.to_dict("records") if r["intensity"] and r["achieved_tflops"]]
+    pts = [r for r in eff.classes.to_dict("records") if _known(r["intensity"]) and _known(r["achieved_tflops"])
+           and r["intensity"] > 0 and r["achieved_tflops"] > 0]
     if not pts:
         return ""
     peak_t, d = eff.peak.for_dtype(eff.mfu_dtype or pts[0]["dtype"])
