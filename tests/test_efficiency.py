@@ -201,6 +201,10 @@ def test_corpus_h100_mfu_with_peak_and_source():
     assert 0 < gemm["pct_of_peak"] < 100 and "989.5 TFLOP/s bf16 dense" in gemm["peak_label"]
     d = e.to_dict()
     assert d["mfu_peak"].startswith("989.5 TFLOP/s bf16 dense") and d["peak"]["dense"] is True
+    top = d["top_ops"][0]  # the MLP up-projection of every layer: 2 x 8944 x 1024 x 2816 per call
+    assert (top["op"], top["input_dims"], top["dtype"]) == ("aten::mm", "[[8944, 1024], [1024, 2816]]", "bf16")
+    assert top["gflop"] == pytest.approx(2 * 8944 * 1024 * 2816 / 1e9, rel=1e-4)
+    assert top["tflops"] == pytest.approx(top["gflop"] * top["count"] / (top["kernel_ns"] / 1e9) / 1e3, rel=1e-3)
 
 
 def test_corpus_trace_without_shapes_asks_for_record_shapes():

@@ -57,6 +57,7 @@ class Efficiency:
     notes: list[str] = field(default_factory=list)
     kernel_cls: np.ndarray | None = None  # per row of ``views.kernels``: its class (from its op, else its name)
     hardware: pd.DataFrame | None = None  # sampled GPU metrics: scope, metric, mean_pct, samples (see ``_hardware``)
+    top_ops: pd.DataFrame | None = None  # matrix ops by kernel time, grouped by (op, shapes, dtype): see ``_top_ops``
 
     @property
     def available(self) -> bool:
@@ -88,6 +89,10 @@ class Efficiency:
                 {"rank": int(r["rank"]), "step": int(r["step"]), "dur_ns": int(r["dur_ns"]), "flops": num(r["flops"], 0),
                  "tflops": num(r["tflops"]), "mfu_pct": num(r["mfu_pct"])}
                 for r in self.steps.to_dict("records")
+            ],
+            "top_ops": None if self.top_ops is None else [
+                {k: (num(v, 4) if isinstance(v, float) else (int(v) if isinstance(v, np.integer) else v)) for k, v in r.items()}
+                for r in self.top_ops.to_dict("records")
             ],
             "assumptions": dict(self.counts.assumed) if self.counts else {},
             "hardware": None if self.hardware is None else [
@@ -248,8 +253,47 @@ def build(views: Any, settings: EfficiencySettings | None = None) -> Efficiency:
     hardware = _hardware(tl.samples, views, kernels, cls) if getattr(tl, "samples", None) is not None else None
     if hardware is not None and meta.source_format == "nsys" and source == "none":
         notes.append("GPU-metrics samples are present: SM and tensor-core activity below are the hardware's own measure")
+    top = _top_ops(tl.events, matrix, peak, mfu_dtype) if source == "shapes" else None
     return Efficiency(peak, source, shapes, classes, step_frame, counts, gpu_ns, model_flops, mfu,
-                      mfu_dtype if source != "none" else None, notes, kernel_cls=cls, hardware=hardware)
+                      mfu_dtype if source != "none" else None, notes, kernel_cls=cls, hardware=hardware, top_ops=top)
+
+
+TOP_OPS = 15
+
+
+def _top_ops(events: pd.DataFrame, matrix: pd.DataFrame, peak: PeakChoice, mfu_dtype: str | None) -> pd.DataFrame | None:
+    """The matrix ops that take the most kernel time, one row per (op, input shapes, dtype): ``op``, ``cls``,
+    ``input_dims`` (compact JSON), ``dtype``, ``count``, ``gflop`` (per call), ``kernel_ns``, ``tflops``,
+    ``pct_of_peak`` (the dtype's dense peak; FP32 as TF32 where the view measured TF32)."""
+    if matrix is None or not len(matrix) or "input_shapes" not in events:
+        return None
+    dims = events["input_shapes"].to_numpy()[matrix["row"].to_numpy()]
+    frame = pd.DataFrame({"op": matrix["name"].to_numpy(), "cls": matrix["cls"].to_numpy(), "dims": dims,
+                          "dtype": matrix["dtype"].to_numpy(), "flops": matrix["flops"].to_numpy(),
+                          "kernel_ns": matrix["kernel_ns"].to_numpy()})
+    frame["dims"] = frame["dims"].astype(object).where(frame["dims"].notna(), "")
+    g = frame.groupby(["op", "cls", "dims", "dtype"], sort=False).agg(count=("flops", "size"), flops=("flops", "sum"),
+                                                                      kernel_ns=("kernel_ns", "sum")).reset_index()
+    g = g.sort_values("kernel_ns", ascending=False).head(TOP_OPS).reset_index(drop=True)
+    g["input_dims"] = [_compact_dims(d) for d in g["dims"]]
+    g["gflop"] = g["flops"] / g["count"] / 1e9
+    g["tflops"] = g["flops"] / (g["kernel_ns"] / 1e9) / 1e12
+    peaks = [peak.for_dtype("tf32" if d == "fp32" and mfu_dtype == "tf32" else d)[0] for d in g["dtype"]]
+    g["pct_of_peak"] = [100.0 * t / p if p else None for t, p in zip(g["tflops"], peaks)]
+    return g[["op", "cls", "input_dims", "dtype", "count", "gflop", "kernel_ns", "tflops", "pct_of_peak"]]
+
+
+def _compact_dims(text: Any) -> str:
+    """"[[8944, 1024], [1024, 1024]]" from the recorded (pretty-printed) JSON text, scalars' [] left out."""
+    import json
+
+    try:
+        dims = json.loads(str(text))
+    except ValueError:
+        return str(text)[:160]
+    if isinstance(dims, list):
+        dims = [d for d in dims if d != []]
+    return json.dumps(dims, separators=(", ", ": "))[:160]
 
 
 def _hardware(samples: pd.DataFrame, views: Any, kernels: pd.DataFrame, cls: np.ndarray) -> pd.DataFrame | None:

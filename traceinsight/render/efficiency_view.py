@@ -60,6 +60,17 @@ def table_rows(eff: Any) -> list[list[str]]:
     return rows
 
 
+TOP_OP_COLUMNS = ["op", "input dims", "dtype", "calls", "GFLOP/call", "kernel time", "TFLOP/s", "% of peak"]
+
+
+def top_op_rows(eff: Any) -> list[list[str]]:
+    top = getattr(eff, "top_ops", None)
+    if top is None or not len(top):
+        return []
+    return [[r["op"], r["input_dims"], _s(r["dtype"]), f"{int(r['count']):,}", _f(r["gflop"], ".3g"), fmt_ns(r["kernel_ns"]),
+             _f(r["tflops"], ".1f"), _f(r["pct_of_peak"], ".1f")] for r in top.to_dict("records")]
+
+
 def step_line(eff: Any) -> str:
     st = eff.steps
     if st is None or not len(st) or st["mfu_pct"].isna().all():

@@ -279,7 +279,8 @@ def context(analysis: Analysis, title: str | None = None) -> dict[str, Any]:
 
 def _efficiency(analysis: Analysis) -> dict[str, Any] | None:
     """The efficiency card: headline, per-class rows, the roofline (an SVG whose text is escaped where it is built)."""
-    from .efficiency_view import COLUMNS, efficiency_of, hardware_lines, headline as eff_headline, roofline_svg, step_line, table_rows
+    from .efficiency_view import (COLUMNS, TOP_OP_COLUMNS, efficiency_of, hardware_lines, headline as eff_headline, roofline_svg,
+                                  step_line, table_rows, top_op_rows)
 
     eff = efficiency_of(analysis)
     if eff is None or eff.classes.empty:
@@ -293,6 +294,8 @@ def _efficiency(analysis: Analysis) -> dict[str, Any] | None:
         "columns": COLUMNS,
         "rows": [[clean(c, 120) for c in r] for r in table_rows(eff)] if measured else [],
         "roofline": Markup(roofline_svg(eff)),
+        "top_columns": TOP_OP_COLUMNS,
+        "top_rows": [[clean(c, 160) for c in r] for r in top_op_rows(eff)],
         "notes": [clean(n, 300) for n in eff.notes[0 if eff.available else 1:]],
         "source": clean(src, 300),
     }
