@@ -357,3 +357,16 @@ def test_roofline_draws_only_classes_with_flops_and_bytes(tmp_path):
     svg = roofline_svg(e)
     assert svg.count("<circle") == 3  # GEMM, attention, elementwise: copies move bytes but do no FLOPs
     assert "copies" not in svg and "nan" not in svg.lower()
+
+
+def test_hostile_shapes_give_no_flops_and_no_error(tmp_path):
+    t = KinetoTrace(device_name="NVIDIA A100-SXM4-80GB")
+    t.step(1, 0, 3000)
+    for i, dims in enumerate([[[-5, 3], [3, -7]], [[10**300, 2], [2, 10**300]], "not a list", [["a", 1], [1]], [[True, 2], [2, 3]],
+                              {"x": 1}, [[2**50, 2], [2, 2]]]):
+        op = t.cpu_op("aten::mm", 10 + i * 100, 20, args={"Input Dims": dims, "Input type": ["float", 7], "Concrete Inputs": [None]})
+        t.kernel("ampere_sgemm_128x64_nn", 40 + i * 100, 50, launch_us=15 + i * 100, op=op)
+    a = traceinsight.analyze(t.write(tmp_path / "t.json"))
+    e = a.views.efficiency
+    assert e.flops_source == "none" and e.counts.ops.empty and e.mfu_pct is None
+    assert not a.warnings

@@ -114,7 +114,12 @@ def build(views: Any, settings: EfficiencySettings | None = None) -> Efficiency:
     devs = [d for d in meta.devices if (int(d.rank), int(d.index)) in used] or list(meta.devices)
     peak = choose(devs, settings.peak_tflops, settings.peak_bandwidth_gbs)
     notes: list[str] = []
-    counts = count_ops(tl.events, kernels) if meta.source_format == "pytorch" else None
+    counts = None
+    if meta.source_format == "pytorch":
+        try:
+            counts = count_ops(tl.events, kernels)
+        except (ValueError, TypeError, OverflowError, KeyError, IndexError) as exc:  # untrusted shapes: say so, go on
+            notes.append(f"the FLOPs model could not read this trace's shapes ({type(exc).__name__}); FLOPs are not shown")
     shapes = bool(counts and counts.shapes_recorded)
 
     # class of every GPU activity row: the launching op's class, else the kernel name's

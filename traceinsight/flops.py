@@ -77,12 +77,16 @@ def _parse(text: str) -> Any:
         return None
 
 
+#: The largest dimension taken as real (2^40): traces are untrusted, and a shape past this is not one a GPU ran.
+MAX_DIM = 1 << 40
+
+
 def _is_shape(x: Any) -> bool:
-    return isinstance(x, list) and all(isinstance(v, int) for v in x)
+    return isinstance(x, list) and all(isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= MAX_DIM for v in x)
 
 
-def _numel(shape: list[int]) -> int:
-    return int(np.prod(shape, dtype=np.float64)) if shape else 1
+def _numel(shape: list[int]) -> float:
+    return float(np.prod(np.asarray(shape, dtype=np.float64))) if shape else 1.0
 
 
 def _dtype(types: list | None) -> tuple[str | None, int]:
