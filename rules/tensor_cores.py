@@ -56,6 +56,13 @@ class NoTensorCores(Rule):
     xmma``) or a newer one (``tensorop wgmma gmma nvjet sm80_ sm90_ tf32 bf16``), unless the name also says CUDA
     cores (``simt sgemm gemv scudnn cgemm wgrad_alg0 …``; e.g. ``cutlass_80_simt_sgemm`` is FP32 SIMT).
 
+    **With recorded shapes** (PyTorch ``record_shapes=True``) the launching op decides instead of the name: kernels
+    of fp16/bf16/fp8 matmul, convolution and attention ops run on tensor cores whatever their name; those of FP32
+    ops only when the name says TF32/tensor cores; FP64 ops are left out; kernels of such ops whose names match no
+    kernel class (Triton templates, custom kernels) join the GEMM set. **With GPU-metrics samples** (Nsight
+    ``--gpu-metrics-devices``) the hardware decides: no finding from names alone when the sampled Tensor Active
+    while GEMM/convolution kernels run is >= ``tensor_active_pct`` = **20 %**; otherwise the message quotes it.
+
     **Share** = non-tensor-core GEMM/conv time / all GEMM/conv time on the considered devices. Reported when
     share >= ``min_share_pct`` = **50 %** and that time is >= ``min_kernel_pct`` = **5 %** of all kernel time.
     tb_plugin only speaks when *no* kernel uses tensor cores (share = 100 %); 50 % also catches models where
@@ -63,6 +70,9 @@ class NoTensorCores(Rule):
 
     **Impact** = non-tensor-core GEMM/conv time x (1 - 1/``speedup``) with ``speedup`` = **2**: a deliberately
     low end-to-end factor (tensor-core peak is 8-16x FP32, but memory-bound parts and casts do not speed up).
+    With shapes, the FP32 kernels' achieved TFLOP/s against the GPU's dense FP32 peak scales it: kernels far below
+    the FP32 peak are bound by memory or size, not by the math tensor cores speed up, so the speed-up is
+    1 + (``speedup`` - 1) x min(1, % of FP32 peak / ``compute_bound_pct``) with ``compute_bound_pct`` = **50 %**.
     Graded on the common scale, but at most ``max_severity`` = **info** by default: the saving is modelled
     headroom (an assumed speed-up, and a numerics decision), not time the GPU lost; a compute-bound verdict names
     it as the lever.
@@ -162,6 +172,7 @@ class NoTensorCores(Rule):
     min_share_pct = Option(50.0, "Report when this % of GEMM/conv time is on CUDA cores.")
     min_kernel_pct = Option(5.0, "...and that time is at least this % of all kernel time.")
     speedup = Option(2.0, "Assumed end-to-end speed-up of those kernels on tensor cores (for the impact).")
+    tensor_active_pct = Option(20.0, "With GPU-metrics samples: no finding from names alone when Tensor Active during GEMM/conv kernels is at least this %.")
     compute_bound_pct = Option(50.0, "With shapes: the full speed-up applies when the FP32 kernels reach this % of the FP32 peak; less, pro rata.")
 
     max_severity = Option("info", "Highest severity on the common scale: modelled headroom (an assumed speed-up), not time the GPU lost; the compute verdict names it. Set to warning to gate on it.")
@@ -215,6 +226,9 @@ class NoTensorCores(Rule):
         kshare = 100.0 * non_tc_ns / kernel_ns if kernel_ns else 0.0
         if share < ctx.options["min_share_pct"] or kshare < ctx.options["min_kernel_pct"]:
             return
+        tensor_active = _tensor_active(eff)
+        if basis == "names" and tensor_active is not None and tensor_active >= float(ctx.options["tensor_active_pct"]):
+            return  # the hardware counters say the GEMMs keep the tensor cores busy: the names misled
         speedup = max(float(ctx.options["speedup"]), 1.0)
         rate = _fp32_rate(op_of, non_tc, dur, counts.ops, eff) if op_of is not None else None
         if rate is not None and rate[1] is not None:
@@ -238,7 +252,7 @@ class NoTensorCores(Rule):
             message=(
                 f"On {', '.join(dev_names) or 'a tensor-core GPU'}, {fmt_ns(non_tc_ns)} of {fmt_ns(gemm_ns)} GEMM/convolution "
                 f"kernel time ({share:.1f}%; {kshare:.1f}% of all kernel time) is in FP32 CUDA-core kernels such as "
-                f"`{evidence['name'].iloc[0]}`{_rate_text(rate)}. {remedy} would move it to tensor cores (est. {fmt_ns(impact)} saved "
+                f"`{evidence['name'].iloc[0]}`{_rate_text(rate)}{_active_text(tensor_active)}. {remedy} would move it to tensor cores (est. {fmt_ns(impact)} saved "
                 f"at a modelled {speedup:.2g}x speed-up)."
             ),
             impact_ns=impact,
@@ -254,6 +268,7 @@ class NoTensorCores(Rule):
                 "gemm_kernels": int(gemm.sum()),
                 "non_tc_kernels": int(non_tc.sum()),
                 "basis": basis,
+                "tensor_active_pct": None if tensor_active is None else round(tensor_active, 3),
                 "modelled_speedup": round(speedup, 4),
                 **({"fp32_achieved_tflops": round(rate[0], 6), "fp32_pct_of_peak": None if rate[1] is None else round(rate[1], 4),
                     "fp32_peak": rate[2]} if rate is not None else {}),
@@ -333,3 +348,18 @@ def _rate_text(rate) -> str:
     if rate[1] is None:
         return f"; they achieve {rate[0]:.2f} TFLOP/s ({rate[2]})"
     return f"; they achieve {rate[0]:.2f} TFLOP/s, {rate[1]:.0f}% of {rate[2]}"
+
+
+def _tensor_active(eff) -> float | None:
+    """Mean sampled Tensor Active (%) while GEMM or convolution kernels ran (Nsight ``--gpu-metrics-devices``)."""
+    hw = eff.hardware
+    if hw is None or hw.empty:
+        return None
+    sub = hw[(hw["metric"] == "Tensor Active") & hw["scope"].isin(["GEMM", "convolution"])]
+    if sub.empty or sub["samples"].sum() <= 0:
+        return None
+    return float((sub["mean_pct"] * sub["samples"]).sum() / sub["samples"].sum())
+
+
+def _active_text(pct: float | None) -> str:
+    return "" if pct is None else f"; the GPU's own counters show Tensor Active at {pct:.0f}% while they run"

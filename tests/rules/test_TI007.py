@@ -45,3 +45,27 @@ def test_negative_bf16_ops_whatever_the_kernel_name(tmp_path):
 def test_fix_mixed_precision(tmp_path):
     assert _run(tmp_path, FP32, "ampere_sgemm_128x64_nn")
     assert _run(tmp_path, BF16, "ampere_bf16_s16816gemm_bf16_128x128_ldg8_f2f_nn") == []
+
+
+def _nsys(tmp_path, tensor_active: int | None):
+    from tests.helpers.nsys_writer import NsysTrace
+
+    t = NsysTrace()  # A100, no shapes: names decide unless the GPU's counters say otherwise
+    t.step(0, 0, 1_000_000)
+    t.kernel("ampere_sgemm_128x64_nn", 10_000, 900_000)
+    if tensor_active is not None:
+        for i in range(0, 1_000_000, 10_000):
+            t.gpu_metrics(i, {"SMs Active [Throughput %]": 95, "Tensor Active [Throughput %]": tensor_active})
+    return traceinsight.analyze(t.write(tmp_path / "t.sqlite"), select=["TI007"], min_impact=0).findings
+
+
+def test_hardware_counters_confirm_cuda_cores(tmp_path):
+    (f,) = _nsys(tmp_path, 0)
+    assert f.metrics["basis"] == "names" and f.metrics["tensor_active_pct"] == 0
+    assert "Tensor Active at 0%" in f.message
+
+
+def test_hardware_counters_overrule_names(tmp_path):
+    assert _nsys(tmp_path, 60) == []  # a kernel named like sgemm that keeps the tensor cores 60 % busy
+    (f,) = _nsys(tmp_path, None)  # without samples the name decides
+    assert f.metrics["tensor_active_pct"] is None
