@@ -137,6 +137,12 @@ def test_peak_table_dense_below_sparse_and_sourced():
     assert lookup("NVIDIA A100-SXM4-80GB", "8.0", 85_000_000_000).bandwidth_gbs == 2039
     assert lookup("NVIDIA H100 80GB HBM3", "8.0") is None  # name and compute capability disagree: no guess
     assert lookup("AMD Radeon Graphics", "9.0") is None
+    # a name that names no product: the signature (compute capability, SMs/CUs, memory) when it is unique
+    assert lookup("AMD GPU (cc 9.4, 304 CUs)", "9.4", 206_141_652_992, 304).gpu == "AMD Instinct MI300X"
+    assert lookup("AMD Radeon Graphics", "9.0", 68_702_699_520, 110).gpu == "AMD Instinct MI250X (one GCD)"
+    assert lookup("AMD Radeon Graphics", "9.0", 68_702_699_520, 104) is None  # an MI250 GCD or an MI210
+    assert lookup("NVIDIA GPU", "8.0", 85_000_000_000, 108) is None  # A100 80GB: PCIe or SXM
+    assert lookup("NVIDIA GPU", "8.0", 42_000_000_000, 108).bandwidth_gbs == 1555
 
 
 # --- the real corpus ---------------------------------------------------------------------------------------

@@ -205,6 +205,9 @@ def build(views: Any, settings: EfficiencySettings | None = None) -> Efficiency:
             notes.append(RECORD_SHAPES_HINT)
         elif meta.source_format == "nsys":
             notes.append(NO_SHAPES_NSYS)
+        elif meta.source_format == "tensorflow-xplane":
+            notes.append("this XPlane trace records no FLOPs per op (XProf derives them from the compiled HLO module, which "
+                         "the trace does not carry); pass --model-flops-per-step for MFU")
         elif meta.source_format.startswith("tensorflow"):
             notes.append("this TensorFlow trace records no FLOPs per op; pass --model-flops-per-step for MFU")
         elif shapes:
