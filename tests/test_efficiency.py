@@ -129,8 +129,10 @@ def test_peak_table_dense_below_sparse_and_sourced():
         assert re.match(r"https://", p.source), p.gpu
         assert p.bandwidth_gbs > 0 and p.tflops["fp32"] > 0
         for dtype, sparse in p.sparse_tflops.items():
-            assert p.tflops[dtype] < sparse, (p.gpu, dtype)
+            # the datasheet's sparse figure is 2:4 structured sparsity: exactly twice the dense rate, up to its rounding
+            assert p.tflops[dtype] < sparse and sparse / p.tflops[dtype] == pytest.approx(2.0, rel=0.02), (p.gpu, dtype)
         assert p.tflops.get("bf16", 0) >= p.tflops["fp32"] or "bf16" not in p.tflops
+    assert "bf16" not in lookup("Tesla T4", "7.5").tflops and "bf16" not in lookup("Tesla V100-SXM2-16GB", "7.0").tflops
     h100 = lookup("NVIDIA H100 80GB HBM3", "9.0")
     assert h100.tflops["bf16"] == 989.5 and h100.sparse_tflops["bf16"] == 1979.0  # the datasheet's 1,979 is sparse
     assert lookup("NVIDIA A100-SXM4-40GB", "8.0", 42_000_000_000).bandwidth_gbs == 1555
@@ -376,3 +378,13 @@ def test_hostile_shapes_give_no_flops_and_no_error(tmp_path):
     e = a.views.efficiency
     assert e.flops_source == "none" and e.counts.ops.empty and e.mfu_pct is None
     assert not a.warnings
+
+
+def test_docs_peak_table_matches_the_code(repo):
+    doc = (repo / "docs" / "efficiency.md").read_text(encoding="utf-8")
+    for p in PEAKS:
+        row = next((line for line in doc.splitlines() if line.startswith(f"| {p.gpu} |")), None)
+        assert row is not None, p.gpu
+        assert f"| {p.tflops['fp32']:g} |" in row and f"| {p.bandwidth_gbs:g} |" in row and p.source in row
+        if "bf16" in p.tflops:
+            assert f"| {p.tflops['bf16']:g}" in row

@@ -40,13 +40,23 @@ class Peak:
 
 
 def _p(gpu: str, pattern: str, fp32: float, tf32: float | None, fp16: float | None, fp8: float | None, bw: float, source: str,
-       *, sparse: bool = True, cc: tuple[str, ...] = (), mem: tuple[float, float] | None = None, note: str = "",
-       units: int | None = None, sig_mem: tuple[float, float] | None = None) -> Peak:
+       *, sparse: tuple[float | None, float | None, float | None] | None = None, cc: tuple[str, ...] = (),
+       mem: tuple[float, float] | None = None, note: str = "", units: int | None = None,
+       sig_mem: tuple[float, float] | None = None, bf16: bool = True) -> Peak:
+    """One entry: dense TF32, FP16/BF16 and FP8 rates, and ``sparse`` = the datasheet's (TF32, FP16/BF16, FP8)
+    figures with 2:4 sparsity as printed there (None where the GPU has no sparsity). ``bf16=False``: the tensor
+    cores take FP16 only (Volta, Turing)."""
     dense = {"fp32": fp32}
-    for k, v in (("tf32", tf32), ("fp16", fp16), ("bf16", fp16), ("fp8", fp8)):
+    for k, v in (("tf32", tf32), ("fp16", fp16), ("bf16", fp16 if bf16 else None), ("fp8", fp8)):
         if v is not None:
             dense[k] = v
-    sp = {k: round(v * 2, 2) for k, v in dense.items() if k != "fp32"} if sparse else {}
+    sp: dict[str, float] = {}
+    if sparse is not None:
+        for k, v in zip(("tf32", "fp16", "fp8"), sparse):
+            if v is not None:
+                sp[k] = v
+        if "fp16" in sp:
+            sp["bf16"] = sp["fp16"]
     return Peak(gpu, pattern, dense, bw, source, sp, cc, mem, note, units, sig_mem)
 
 
@@ -58,47 +68,47 @@ _MI200 = "https://www.amd.com/en/products/accelerators/instinct/mi200/"
 
 #: The table, most specific names first (the first matching entry wins).
 PEAKS: tuple[Peak, ...] = (
-    _p("NVIDIA H100 NVL", r"H100\s*NVL", 60.0, 417.5, 835.5, 1670.5, 3900, _H100, cc=("9.0",), units=132, sig_mem=(95, 105)),
-    _p("NVIDIA H100 PCIe", r"H100.*PCIe", 51.0, 378.0, 756.5, 1513.0, 2000, _H100, cc=("9.0",), units=114, sig_mem=(75, 90)),
-    _p("NVIDIA H100 SXM", r"H100", 67.0, 494.5, 989.5, 1979.0, 3350, _H100, cc=("9.0",),
+    _p("NVIDIA H100 NVL", r"H100\s*NVL", 60.0, 417.5, 835.5, 1670.5, 3900, _H100, sparse=(835, 1671, 3341), cc=("9.0",), units=132, sig_mem=(95, 105)),
+    _p("NVIDIA H100 PCIe", r"H100.*PCIe", 51.0, 378.0, 756.5, 1513.0, 2000, _H100, sparse=(756, 1513, 3026), cc=("9.0",), units=114, sig_mem=(75, 90)),
+    _p("NVIDIA H100 SXM", r"H100", 67.0, 494.5, 989.5, 1979.0, 3350, _H100, sparse=(989, 1979, 3958), cc=("9.0",),
        note="'H100 80GB HBM3' is the SXM part; PCIe and NVL name themselves", units=132, sig_mem=(75, 90)),
-    _p("NVIDIA H200 NVL", r"H200\s*NVL", 60.0, 417.5, 835.5, 1670.5, 4800, _H200, cc=("9.0",), units=132, sig_mem=(135, 150)),
-    _p("NVIDIA H200 SXM", r"(?<!G)H200", 67.0, 494.5, 989.5, 1979.0, 4800, _H200, cc=("9.0",), units=132, sig_mem=(135, 150)),
+    _p("NVIDIA H200 NVL", r"H200\s*NVL", 60.0, 417.5, 835.5, 1670.5, 4800, _H200, sparse=(835, 1671, 3341), cc=("9.0",), units=132, sig_mem=(135, 150)),
+    _p("NVIDIA H200 SXM", r"(?<!G)H200", 67.0, 494.5, 989.5, 1979.0, 4800, _H200, sparse=(989, 1979, 3958), cc=("9.0",), units=132, sig_mem=(135, 150)),
     _p("NVIDIA B200", r"\bB200\b", 75.0, 1125.0, 2250.0, 4500.0, 8000, "https://www.nvidia.com/en-us/data-center/hgx/",
-       cc=("10.0",), note="HGX B200 figures for 8 GPUs divided by 8", units=148, sig_mem=(170, 200)),
-    _p("NVIDIA A100 80GB PCIe", r"A100.*PCIE.*80|A100.*80.*PCIE", 19.5, 156.0, 312.0, None, 1935, _A100, cc=("8.0",), units=108, sig_mem=(80, 90)),
-    _p("NVIDIA A100 80GB SXM", r"A100", 19.5, 156.0, 312.0, None, 2039, _A100, cc=("8.0",), mem=(60, 90), units=108, sig_mem=(80, 90)),
-    _p("NVIDIA A100 40GB", r"A100", 19.5, 156.0, 312.0, None, 1555, _A100, cc=("8.0",), mem=(30, 50), units=108, sig_mem=(38, 45)),
+       sparse=(2250, 4500, 9000), cc=("10.0",), note="HGX B200 figures for 8 GPUs divided by 8", units=148, sig_mem=(170, 200)),
+    _p("NVIDIA A100 80GB PCIe", r"A100.*PCIE.*80|A100.*80.*PCIE", 19.5, 156.0, 312.0, None, 1935, _A100, sparse=(312, 624, None), cc=("8.0",), units=108, sig_mem=(80, 90)),
+    _p("NVIDIA A100 80GB SXM", r"A100", 19.5, 156.0, 312.0, None, 2039, _A100, sparse=(312, 624, None), cc=("8.0",), mem=(60, 90), units=108, sig_mem=(80, 90)),
+    _p("NVIDIA A100 40GB", r"A100", 19.5, 156.0, 312.0, None, 1555, _A100, sparse=(312, 624, None), cc=("8.0",), mem=(30, 50), units=108, sig_mem=(38, 45)),
     _p("NVIDIA A10", r"\bA10\b(?!G)", 31.2, 62.5, 125.0, None, 600,
-       "https://www.nvidia.com/content/dam/en-zz/Solutions/Data-Center/a10/pdf/a10-datasheet.pdf", cc=("8.6",), units=72, sig_mem=(22, 26)),
+       "https://www.nvidia.com/content/dam/en-zz/Solutions/Data-Center/a10/pdf/a10-datasheet.pdf", sparse=(125, 250, None), cc=("8.6",), units=72, sig_mem=(22, 26)),
     _p("NVIDIA L40S", r"L40S", 91.6, 183.0, 362.05, 733.0, 864,
-       "https://resources.nvidia.com/en-us-l40s/l40s-datasheet-28413", cc=("8.9",), units=142, sig_mem=(44, 52)),
+       "https://resources.nvidia.com/en-us-l40s/l40s-datasheet-28413", sparse=(366, 733, 1466), cc=("8.9",), units=142, sig_mem=(44, 52)),
     _p("NVIDIA L4", r"\bL4\b", 30.3, 60.0, 121.0, 242.5, 300,
-       "https://resources.nvidia.com/en-us-data-center-overview/l4-gpu-datasheet", cc=("8.9",),
+       "https://resources.nvidia.com/en-us-data-center-overview/l4-gpu-datasheet", sparse=(120, 242, 485), cc=("8.9",),
        note="the datasheet quotes tensor figures with sparsity only; dense = half", units=58, sig_mem=(22, 26)),
     _p("NVIDIA T4", r"\bT4\b", 8.1, None, 65.0, None, 320,
        "https://www.nvidia.com/content/dam/en-zz/Solutions/Data-Center/tesla-t4/t4-tensor-core-datasheet-951643.pdf",
-       sparse=False, cc=("7.5",), note="Turing: FP16 tensor cores only (no TF32/bf16); no sparsity", units=40, sig_mem=(14, 17)),
-    _p("NVIDIA V100S PCIe", r"V100S", 16.4, None, 130.0, None, 1134, _V100, sparse=False, cc=("7.0",), units=80, sig_mem=(30, 36)),
-    _p("NVIDIA V100 PCIe", r"V100.*PCIE", 14.0, None, 112.0, None, 900, _V100, sparse=False, cc=("7.0",), units=80, sig_mem=(15, 36)),
-    _p("NVIDIA V100 SXM2", r"V100", 15.7, None, 125.0, None, 900, _V100, sparse=False, cc=("7.0",),
+       cc=("7.5",), bf16=False, note="Turing: FP16 tensor cores only (no TF32/bf16); no sparsity", units=40, sig_mem=(14, 17)),
+    _p("NVIDIA V100S PCIe", r"V100S", 16.4, None, 130.0, None, 1134, _V100, cc=("7.0",), bf16=False, units=80, sig_mem=(30, 36)),
+    _p("NVIDIA V100 PCIe", r"V100.*PCIE", 14.0, None, 112.0, None, 900, _V100, cc=("7.0",), bf16=False, units=80, sig_mem=(15, 36)),
+    _p("NVIDIA V100 SXM2", r"V100", 15.7, None, 125.0, None, 900, _V100, cc=("7.0",), bf16=False,
        note="Volta: FP16 tensor cores only; DGX Station/SXM2 parts", units=80, sig_mem=(15, 36)),
     _p("NVIDIA GeForce RTX 4090", r"RTX\s*4090(?!\s*D)(?!.*Laptop)", 82.6, 82.6, 165.2, 330.3, 1008,
-       "https://images.nvidia.com/aem-dam/Solutions/geforce/ada/nvidia-ada-gpu-architecture.pdf", cc=("8.9",),
+       "https://images.nvidia.com/aem-dam/Solutions/geforce/ada/nvidia-ada-gpu-architecture.pdf", sparse=(165.2, 330.4, 660.6), cc=("8.9",),
        note="tensor rates with FP32 accumulate (what PyTorch uses); FP16 accumulate is 2x", units=128, sig_mem=(22, 26)),
     _p("NVIDIA GeForce RTX 3090", r"RTX\s*3090(?!\s*Ti)(?!.*Laptop)", 35.6, 35.6, 71.0, None, 936,
-       "https://www.nvidia.com/content/PDF/nvidia-ampere-ga-102-gpu-architecture-whitepaper-v2.pdf", cc=("8.6",),
+       "https://www.nvidia.com/content/PDF/nvidia-ampere-ga-102-gpu-architecture-whitepaper-v2.pdf", sparse=(71, 142, None), cc=("8.6",),
        note="tensor rates with FP32 accumulate (what PyTorch uses); FP16 accumulate is 2x", units=82, sig_mem=(22, 26)),
     _p("AMD Instinct MI300X", r"MI300X", 163.4, 653.7, 1307.4, 2614.9, 5300,
-       "https://www.amd.com/en/products/accelerators/instinct/mi300/mi300x.html", cc=("9.4",),
+       "https://www.amd.com/en/products/accelerators/instinct/mi300/mi300x.html", sparse=(1307.4, 2614.9, 5229.8), cc=("9.4",),
        note="fp32 = matrix FP32 (vector FP32 is 81.7)", units=304, sig_mem=(185, 215)),
     _p("AMD Instinct MI250X (one GCD)", r"MI250X(?!\s*/)", 47.85, None, 191.5, None, 1638.4, _MI200 + "mi250x.html",
-       sparse=False, cc=("9.0",), note="package figures (matrix FP32 95.7, FP16/BF16 383, 3.2768 TB/s) halved: each GCD is one device",
+       cc=("9.0",), note="package figures (matrix FP32 95.7, FP16/BF16 383, 3.2768 TB/s) halved: each GCD is one device",
        units=110, sig_mem=(60, 70)),
     _p("AMD Instinct MI250 (one GCD)", r"MI250(?!X)", 45.25, None, 181.05, None, 1638.4, _MI200 + "mi250.html",
-       sparse=False, cc=("9.0",), note="package figures (matrix FP32 90.5, FP16/BF16 362.1, 3.2768 TB/s) halved: each GCD is one device",
+       cc=("9.0",), note="package figures (matrix FP32 90.5, FP16/BF16 362.1, 3.2768 TB/s) halved: each GCD is one device",
        units=104, sig_mem=(60, 70)),
-    _p("AMD Instinct MI210", r"MI210", 45.3, None, 181.0, None, 1600, _MI200 + "mi210.html", sparse=False, cc=("9.0",),
+    _p("AMD Instinct MI210", r"MI210", 45.3, None, 181.0, None, 1600, _MI200 + "mi210.html", cc=("9.0",),
        note="fp32 = matrix FP32 (vector FP32 is 22.6)", units=104, sig_mem=(60, 70)),
 )
 
