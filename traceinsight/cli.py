@@ -122,6 +122,9 @@ def analyze(
                 select=_split(select), ignore=_split(ignore), options=parse_assignments(set_ or []), min_impact=min_impact
             )
             cfg.rule_paths = [*cfg.rule_paths, *(str(r) for r in rules or [])]
+            if _efficiency_settings(peak_tflops, peak_bandwidth, model_flops_per_step) is not None:
+                typer.echo("traceinsight: --peak-tflops, --peak-bandwidth and --model-flops-per-step apply to one trace at a "
+                           "time; the whole-job report has no efficiency section (analyze one rank's file for it)", err=True)
             return analyze_job_cli(path, cfg, formats, output, scheduler=scheduler, trace_format=trace_format, fail_on=fail_on.value, report_stem=REPORT_STEM, suffixes=_FORMAT_SUFFIX)
         kwargs = dict(
             select=_split(select),
