@@ -373,11 +373,14 @@ def test_hostile_shapes_give_no_flops_and_no_error(tmp_path):
     for i, dims in enumerate([[[-5, 3], [3, -7]], [[10**300, 2], [2, 10**300]], "not a list", [["a", 1], [1]], [[True, 2], [2, 3]],
                               {"x": 1}, [[2**50, 2], [2, 2]]]):
         op = t.cpu_op("aten::mm", 10 + i * 100, 20, args={"Input Dims": dims, "Input type": ["float", 7], "Concrete Inputs": [None]})
+        t.cpu_op("aten::_convolution", 10 + i * 100 + 30, 20, args={"Input Dims": [[1, 2, 3, 3], [2, 2, 1, 1]], "Input type": {"a": 1},
+                                                                     "Concrete Inputs": {"3": [1, 1]}})
         t.kernel("ampere_sgemm_128x64_nn", 40 + i * 100, 50, launch_us=15 + i * 100, op=op)
     a = traceinsight.analyze(t.write(tmp_path / "t.json"))
     e = a.views.efficiency
-    assert e.flops_source == "none" and e.counts.ops.empty and e.mfu_pct is None
-    assert not a.warnings
+    assert e.flops_source == "none" and list(e.counts.ops["name"]) == ["aten::_convolution"] * 7  # odd arguments ignored
+    assert e.counts.ops["kernel_ns"].sum() == 0 and e.mfu_pct is None
+    assert not a.warnings and not any("could not read" in n for n in e.notes)
 
 
 def test_docs_peak_table_matches_the_code(repo):

@@ -90,14 +90,14 @@ def _numel(shape: list[int]) -> float:
 
 
 def _dtype(types: list | None) -> tuple[str | None, int]:
-    for t in types or []:
+    for t in types if isinstance(types, list) else []:
         if isinstance(t, str) and t in DTYPES and DTYPES[t][0] not in ("int64", "int32", "bool"):
             return DTYPES[t]
     return None, 0
 
 
 def _concrete(args: list | None, i: int) -> Any:
-    if not args or i >= len(args) or args[i] in ("", None):
+    if not isinstance(args, list) or i >= len(args) or not isinstance(args[i], (str, int, float)) or args[i] == "":
         return None
     v = args[i]
     parsed = _parse(v.lower() if v in ("True", "False") else v) if isinstance(v, str) else v
