@@ -20,7 +20,8 @@ from traceinsight.render.common import smallest_first
 from traceinsight.rule_api import Instance, Instances, as_instances, instance_columns
 from traceinsight.summary import _kind_counts
 from traceinsight.timeline import KINDS
-from traceinsight.views import Views, _join_keys, codes_in, kind_mask, name_mask, take_rows
+from traceinsight.masks import codes_in, join_keys as _join_keys, kind_mask, name_mask, take_rows
+from traceinsight.views import Views
 
 
 # --- Finding.instances as columns ----------------------------------------------------------------------------

@@ -9,7 +9,8 @@ import pytest
 
 from traceinsight import ledger as L
 from traceinsight.timeline import Timeline, TraceMeta, assign_steps, build_events
-from traceinsight.views import Views, merge_intervals
+from traceinsight.intervals import merge_intervals
+from traceinsight.views import Views
 
 
 def _random_set(rng: np.random.Generator, n: int, span: int) -> tuple[np.ndarray, np.ndarray]:

@@ -12,7 +12,7 @@ from hypothesis import strategies as st  # noqa: E402
 
 from traceinsight.ledger import BUCKETS, BUSY_BUCKETS, IDLE_BUCKETS  # noqa: E402
 from traceinsight.timeline import Timeline, TraceMeta, assign_steps, build_events  # noqa: E402
-from traceinsight.views import Views  # noqa: E402
+from traceinsight.views import Views
 
 GPU_NAMES = ["gemm", "ncclDevKernel_AllReduce", "elementwise"]
 HOST = [

@@ -186,7 +186,7 @@ def test_ti001_causes_are_the_ledgers():
 
 def test_ledger_gaps_row_for_row(tmp_path):
     """rules._common.ledger_gaps gives the ledger's facts on views.gaps' rows, also when the two frames differ."""
-    from traceinsight.rules._common import ledger_gaps
+    from traceinsight.rulelib.gaps import ledger_gaps
     from traceinsight.views import Views
 
     t = KinetoTrace()

@@ -79,6 +79,6 @@ _NATIVE = {"pytorch": "PyTorch Profiler JSON", "tensorflow-xplane": "TensorFlow 
 
 def native_status() -> dict[str, bool]:
     """Which formats load through a native accelerator here (False: the pure-Python path, same results, slower)."""
-    from .ingest import native
+    from . import native
 
     return {label: native.built(fmt) is not None for fmt, label in _NATIVE.items()}

@@ -15,8 +15,7 @@ from . import __version__
 from .config import TRUST_ENV, Config, parse_assignments
 from .errors import EXIT_FINDINGS, TraceInsightError
 from .plugins import discover
-from .rule_api import Severity
-from .verdict import details
+from .finding import Severity
 from .outputs import REPORT_STEM, SUFFIX
 from .sanitize import rich, terminal, terminal_lines
 
@@ -147,7 +146,7 @@ def analyze(
         _fail(exc)
         return
     if output is not None:  # the report went to files: the verdict still reaches the terminal
-        verdict = details(analysis)
+        verdict = analysis.verdict
         typer.echo(terminal(f"Verdict: {verdict['headline']}. {verdict['sentence']}", 2000), err=True)
     if fail_on != FailOn.never:
         _gate(analysis, Severity.parse(fail_on.value))

@@ -23,10 +23,9 @@ each rank of that timeline in memory and calls ``check_job``, so a rule written 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable, Unpack
 
-
-from .rule_api import Context, Finding, Rule, build_finding
+from .rule_api import Context, Finding, FindingFields, Rule, build_finding
 
 if TYPE_CHECKING:  # pragma: no cover
     from .job.reduce import Job
@@ -54,7 +53,7 @@ class JobContext:
         self.rule = rule
         self.options = dict(rule.values)
 
-    def finding(self, **kwargs: Any) -> Finding:
+    def finding(self, **kwargs: Unpack[FindingFields]) -> Finding:
         """``Context.finding`` for cross-rank rules (the same keywords); percentages are of the job's typical rank
         window and step.
 
@@ -64,12 +63,10 @@ class JobContext:
 
 
 def job_of(ctx: Context) -> "Job":
-    """The job view of one timeline, built once per analysis and shared by every cross-rank rule."""
-    job = getattr(ctx.views, "_traceinsight_job", None)
-    if job is None:
-        from .job.reduce import reduce_summaries
-        from .job.summary import summarize_ranks
+    """The job view of one timeline, built once per analysis (``Derived.job``) and shared by every cross-rank rule."""
+    job = getattr(ctx.views, "job", None)
+    if job is not None:
+        return job
+    from .derived import Derived  # plain views (a rule run by hand): derive the job view from the timeline
 
-        job = reduce_summaries(summarize_ranks(ctx.timeline, ctx.views))
-        ctx.views._traceinsight_job = job  # type: ignore[attr-defined]
-    return job
+    return Derived(ctx.timeline).job

@@ -58,9 +58,9 @@ def _fs(url: str, storage_options: dict[str, Any] | None):
 
 
 def _local_rank_files(folder: Path) -> list[str]:
-    from ..ingest.kineto.reader import _rank_files
+    from ..ingest.kineto.reader import rank_files
 
-    return [str(p) for p in _rank_files(folder)]
+    return [str(p) for p in rank_files(folder)]
 
 
 def expand(path: str | os.PathLike, storage_options: dict[str, Any] | None = None) -> list[str]:

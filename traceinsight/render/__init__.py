@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import importlib
 
-from ..engine import Analysis
+from ..analysis import Analysis
 
 _MODULES = {"text": "text", "json": "json_report", "md": "markdown", "html": "html"}
 

@@ -95,11 +95,11 @@ def _looks_like_kineto(head: bytes) -> bool:
 
 def sniff(path: Path, head: bytes) -> bool:
     if path.is_dir():
-        return bool(_rank_files(path))
+        return bool(rank_files(path))
     return _looks_like_kineto(head)
 
 
-def _rank_files(folder: Path) -> list[Path]:
+def rank_files(folder: Path) -> list[Path]:
     files = sorted(p for p in folder.iterdir() if p.is_file() and (p.name.endswith(".json") or p.name.endswith(".json.gz")))
     out = []
     for p in files:
@@ -130,7 +130,7 @@ def read(path: Path, progress=None, max_bytes: int | None = None, **_: Any) -> R
 
 
 def _read_folder(folder: Path, progress, max_bytes: int | None) -> ReadResult:
-    files = _rank_files(folder)
+    files = rank_files(folder)
     if not files:
         raise TraceReadError(f"{folder}: no PyTorch profiler trace files (.json / .json.gz) in this folder")
     if progress:

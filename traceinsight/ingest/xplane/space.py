@@ -15,7 +15,7 @@ import numpy as np
 
 from ...errors import TraceReadError
 from ...timeline import DeviceInfo
-from .. import native
+from ... import native
 from ..byteio import read_bytes
 from .lines import DERIVED_OP_LINES, EVENT_STATS, SKIPPED_LINES, STEPS_LINE, LineTable, device_info, plane_kind
 
