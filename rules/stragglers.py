@@ -5,9 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from traceinsight.rule_api import Fix, Location, Option, Severity, fmt_ns
+from traceinsight.rule_api import Fix, Location, Option, Severity, fmt_ns, level
 from traceinsight.rule_api_job import CrossRankRule, JobContext
-from traceinsight.severity import level
 
 #: What the late rank did longer before the collectives it was last at: column of the summary -> words.
 _CAUSES = {

@@ -7,7 +7,7 @@ import re
 import numpy as np
 import pandas as pd
 
-from traceinsight.advice import parse_cc
+from traceinsight.gpus import parse_cc
 from traceinsight.rule_api import Context, Fix, Location, Option, Rule, Severity, fmt_ns
 
 from traceinsight.masks import name_mask

@@ -11,7 +11,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from . import __version__
+from .version import __version__
 from .config import TRUST_ENV, Config, parse_assignments
 from .errors import EXIT_FINDINGS, TraceInsightError
 from .plugins import discover

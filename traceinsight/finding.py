@@ -51,6 +51,18 @@ class Severity(str, enum.Enum):
             raise ValueError(f"unknown severity {value!r}; use info, warning or error") from None
 
 
+#: The one severity scale (``traceinsight.severity`` grades every finding with it): (share of the window in %,
+#: severity), highest first.
+SCALE: tuple[tuple[float, Severity], ...] = ((20.0, Severity.ERROR), (5.0, Severity.WARNING), (1.0, Severity.INFO))
+
+def level(share_pct: float) -> Severity:
+    """The severity of a finding costing ``share_pct`` % of its window (info below the info threshold too)."""
+    for threshold, sev in SCALE:
+        if share_pct >= threshold:
+            return sev
+    return Severity.INFO
+
+
 @dataclass(frozen=True)
 class Fix:
     """How to fix a finding in one framework: a sentence or two, and a code snippet."""

@@ -43,6 +43,7 @@ from .finding import (
     Location,
     Severity,
     as_instances,
+    level,
     instance_columns,
 )
 from .units import fmt_ns
@@ -54,7 +55,7 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = [
     "CATEGORIES", "DEFAULT_CATEGORY", "LIFECYCLES", "Context", "Finding", "FindingFields", "Fix", "Instance",
     "InstanceColumns", "Instances", "Location", "Option", "Rule", "Severity", "as_instances", "build_finding",
-    "fmt_ns", "instance_columns",
+    "fmt_ns", "instance_columns", "level",
 ]
 
 

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .. import __version__
+from ..version import __version__
 from ..render.json_report import finding_dict, jsonable
 from ..units import fmt_ns
 from .report_data import FULL_TABLE_RANKS, TOP, headline, rank_rule_groups, rank_table

@@ -17,7 +17,8 @@ import pandas as pd
 import jinja2
 from markupsafe import Markup, escape
 
-from .. import __version__, advice
+from .. import advice
+from ..version import __version__
 from ..analysis import Analysis
 from ..finding import Finding, Instance, instance_columns
 from ..units import fmt_ns

@@ -25,7 +25,7 @@ import msgspec
 import numpy as np
 import pandas as pd
 
-from .. import __version__
+from ..version import __version__
 from ..analysis import Analysis
 from ..finding import Finding, instance_columns
 from .common import clean
