@@ -218,13 +218,13 @@ def _decode_native(scan, data: bytes, lines: list[_Line], planes: list[_Plane | 
 
 def _decode_numpy(lines: list[_Line], planes: list[_Plane | None], n: int):
     """Events and kept stats decoded column-wise with numpy from each event's bytes (``wire.py``)."""
-    from .wire import _PAD, decode_events
+    from .wire import PAD, decode_events
 
     chunks: list[bytes] = []
     for ln in lines:
         chunks.extend(ln.payload)
     lens = np.fromiter(map(len, chunks), dtype=np.int64, count=len(chunks))
-    chunks.append(bytes(_PAD))  # zero padding: a varint read running off the end stops inside it
+    chunks.append(bytes(PAD))  # zero padding: a varint read running off the end stops inside it
     data = b"".join(chunks)
     del chunks
     ends = np.cumsum(lens)
