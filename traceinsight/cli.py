@@ -17,6 +17,7 @@ from .errors import EXIT_FINDINGS, TraceInsightError
 from .plugins import discover
 from .finding import Severity
 from .outputs import REPORT_STEM, SUFFIX
+from .render import FORMATS
 from .sanitize import rich, terminal, terminal_lines
 
 app = typer.Typer(
@@ -27,12 +28,8 @@ app = typer.Typer(
 )
 
 
-class Format(str, enum.Enum):
-    text = "text"
-    json = "json"
-    md = "md"
-    html = "html"
-    perfetto = "perfetto"  # the trace + findings as Chrome-trace JSON (gzip) for ui.perfetto.dev / chrome://tracing
+#: The output formats (``render.FORMATS``, the one list).
+Format = enum.Enum("Format", {name: name for name in FORMATS}, type=str)
 
 
 class FailOn(str, enum.Enum):
@@ -42,7 +39,7 @@ class FailOn(str, enum.Enum):
     error = "error"
 
 
-_SUFFIX_FORMAT = {".html": Format.html, ".htm": Format.html, ".md": Format.md, ".json": Format.json, ".txt": Format.text}
+_SUFFIX_FORMAT = {ext: Format(name) for name, f in FORMATS.items() for ext in f.extensions}
 
 
 def _fail(exc: TraceInsightError) -> None:
