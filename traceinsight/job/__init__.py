@@ -12,7 +12,7 @@ from __future__ import annotations
 _API = {
     "MapSettings": "mapper", "RankFailure": "mapper", "analyze_rank": "mapper",
     "Job": "reduce", "reduce_summaries": "reduce",
-    "SCHEDULER_ENV": "run", "JobAnalysis": "run", "analyze_job": "run",
+    "SCHEDULER_ENV": "storage", "JobAnalysis": "run", "analyze_job": "run",
     "expand": "storage", "is_job_path": "storage",
     "RankSummary": "summary", "summarize_ranks": "summary",
 }

@@ -1,0 +1,102 @@
+"""Cold start: what one ``traceinsight analyze`` of a small trace costs beyond importing pandas.
+
+A CI gate or a notebook cell runs the command on small traces all day, so the fixed cost of every run (imports,
+rule discovery, the derived data of a tiny trace, rendering) is what users wait for. Measured as CPU time (user +
+system, from ``wait4``) of fresh processes, in alternating order so that both sides see the same machine state:
+
+* ``pandas``: ``python -c "import pandas"``, the floor any pandas tool pays;
+* ``json``: ``traceinsight analyze SMALL -f json`` (the console script's ``cli.main``), report to stdout;
+* ``html``: ``traceinsight analyze SMALL -f html -o FILE``.
+
+Targets (issue 21): ``json`` <= 1.3x ``pandas`` and ``html`` <= 1.5x ``pandas``, medians of the repeats. The small
+trace is written by the test helpers (PyTorch Profiler JSON: steps, kernels with their launches, a data-loader
+wait and a sync) unless ``--trace`` names one (<= 3 MB). ``--importtime`` prints the slowest imports of one run.
+
+    python bench/bench_coldstart.py --repeat 9
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def small_trace(path: Path, steps: int = 4, kernels: int = 5) -> Path:
+    """A ~20 KB trace of a training loop: data wait, a few kernels with their launches, a sync per step."""
+    sys.path.insert(0, str(REPO))
+    from tests.helpers.kineto_writer import KinetoTrace
+
+    t = KinetoTrace()
+    at = 0.0
+    for s in range(steps):
+        t0 = at
+        t.annotation("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", at, 300.0)
+        at += 320.0
+        for k in range(kernels):
+            t.kernel(f"void gemm_kernel_{k}<float>", at + 10.0, 40.0, launch_us=at)
+            at += 60.0
+        t.runtime("cudaStreamSynchronize", at, 50.0)
+        at += 80.0
+        t.step(s, t0, at - t0)
+    return t.write(path)
+
+
+def cpu_seconds(cmd: list[str], env: dict[str, str]) -> float:
+    """User + system CPU time of one fresh process running ``cmd`` to exit."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, cwd=REPO)
+    _, status, usage = os.wait4(proc.pid, 0)
+    if os.waitstatus_to_exitcode(status) not in (0, 1):
+        raise SystemExit(f"{cmd!r} failed with status {status}")
+    return usage.ru_utime + usage.ru_stime
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--trace", type=Path, help="a small trace (default: one written by the test helpers)")
+    ap.add_argument("--repeat", type=int, default=9, help="alternating rounds (default 9)")
+    ap.add_argument("--importtime", action="store_true", help="print the slowest imports of one json run and exit")
+    args = ap.parse_args()
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env.pop("TRACEINSIGHT_CACHE_DIR", None)  # the user's compiled-template cache, as a real run has it
+    with tempfile.TemporaryDirectory() as tmp:
+        trace = args.trace or small_trace(Path(tmp) / "small.json")
+        size = trace.stat().st_size
+        cli = [sys.executable, "-c", "import sys; from traceinsight.cli import main; sys.exit(main())", "analyze", str(trace), "--no-progress"]
+        cmds = {
+            "pandas": [sys.executable, "-c", "import pandas"],
+            "json": [*cli, "-f", "json"],
+            "html": [*cli, "-f", "html", "-o", str(Path(tmp) / "r.html")],
+        }
+        if args.importtime:
+            out = subprocess.run([sys.executable, "-X", "importtime", *cmds["json"][1:]], capture_output=True, text=True, env=env, cwd=REPO)
+            rows = [ln.split("|") for ln in out.stderr.splitlines() if ln.startswith("import time:") and "|" in ln]
+            rows = sorted(((int(r[1]), r[2].rstrip()) for r in rows if r[1].strip().isdigit()), reverse=True)[:40]
+            for us, name in rows:
+                print(f"{us / 1000:8.1f} ms  {name}")
+            return
+        for c in cmds.values():  # warm the page cache and the template cache once
+            cpu_seconds(c, env)
+        times: dict[str, list[float]] = {k: [] for k in cmds}
+        for _ in range(args.repeat):
+            for k, c in cmds.items():
+                times[k].append(cpu_seconds(c, env))
+    med = {k: statistics.median(v) for k, v in times.items()}
+    print(f"trace: {trace.name if args.trace else 'small.json (test helpers)'}, {size / 1024:.0f} KB; {args.repeat} alternating rounds; CPU s (user+sys)")
+    print("| run | median CPU s | min | max | x pandas | target |")
+    print("|---|---|---|---|---|---|")
+    targets = {"json": 1.3, "html": 1.5}
+    for k, v in times.items():
+        ratio = med[k] / med["pandas"]
+        tgt = f"<= {targets[k]}x: {'met' if ratio <= targets[k] else 'missed'}" if k in targets else ""
+        print(f"| {k} | {med[k]:.3f} | {min(v):.3f} | {max(v):.3f} | {ratio:.2f}x | {tgt} |")
+
+
+if __name__ == "__main__":
+    main()
