@@ -57,13 +57,19 @@ def cpu_seconds(cmd: list[str], env: dict[str, str]) -> float:
     return usage.ru_utime + usage.ru_stime
 
 
+def _typer_version(env: dict[str, str]) -> str:
+    """The typer the runs import (``PYTHONPATH`` may put another one first)."""
+    out = subprocess.run([sys.executable, "-c", "import typer; print(typer.__version__)"], capture_output=True, text=True, env=env)
+    return out.stdout.strip() or "?"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--trace", type=Path, help="a small trace (default: one written by the test helpers)")
     ap.add_argument("--repeat", type=int, default=9, help="alternating rounds (default 9)")
     ap.add_argument("--importtime", action="store_true", help="print the slowest imports of one json run and exit")
     args = ap.parse_args()
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)}
     env.pop("TRACEINSIGHT_CACHE_DIR", None)  # the user's compiled-template cache, as a real run has it
     with tempfile.TemporaryDirectory() as tmp:
         trace = args.trace or small_trace(Path(tmp) / "small.json")
@@ -88,7 +94,10 @@ def main() -> None:
             for k, c in cmds.items():
                 times[k].append(cpu_seconds(c, env))
     med = {k: statistics.median(v) for k, v in times.items()}
-    print(f"trace: {trace.name if args.trace else 'small.json (test helpers)'}, {size / 1024:.0f} KB; {args.repeat} alternating rounds; CPU s (user+sys)")
+    import importlib.metadata as md
+
+    print(f"trace: {trace.name if args.trace else 'small.json (test helpers)'}, {size / 1024:.0f} KB; {args.repeat} alternating rounds; CPU s (user+sys); "
+          f"pandas {md.version('pandas')}, typer {_typer_version(env)}")
     print("| run | median CPU s | min | max | x pandas | target |")
     print("|---|---|---|---|---|---|")
     targets = {"json": 1.3, "html": 1.5}

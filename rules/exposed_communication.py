@@ -11,6 +11,7 @@ from traceinsight.rule_api_job import CrossRankRule, JobContext
 
 class ExposedCommunication(CrossRankRule):
     code = "TI021"
+    needs_collectives = True  # exposed communication is collective time
     name = "exposed-communication"
     severity = Severity.WARNING
     category = "communication"

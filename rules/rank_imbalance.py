@@ -11,6 +11,7 @@ from traceinsight.rule_api_job import CrossRankRule, JobContext
 
 class RankImbalance(CrossRankRule):
     code = "TI009"
+    min_ranks = 2  # imbalance is between ranks
     category = "gpu_idle"
     name = "rank-imbalance"
     severity = Severity.WARNING

@@ -19,6 +19,8 @@ _CAUSES = {
 
 class Stragglers(CrossRankRule):
     code = "TI020"
+    min_ranks = 2  # a straggler is late against other ranks
+    needs_collectives = True  # it is read from matched collectives
     name = "rank-stragglers"
     severity = Severity.WARNING
     category = "communication"
