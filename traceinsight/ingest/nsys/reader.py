@@ -29,7 +29,7 @@ from ...timeline import COPY_KINDS, KINDS, TIME_LIMIT_NS, DeviceInfo, TraceMeta
 from ..parts import ReadResult, Rows
 from . import schema as S
 from .sniff import REP_MAGIC, REP_SUFFIXES, SQLITE_MAGIC, sniff  # noqa: F401  (sniff: the package's entry point)
-from .sql import MMAP_BYTES, string_table, table_columns
+from .sql import connect, string_table, table_columns
 from .tables import (Part, factorize, read_graphs, read_host_other, read_kernels, read_memcpy, read_memset,
                           read_nvtx, read_runtime, read_syncs)
 
@@ -141,20 +141,6 @@ def _opened(path: Path) -> Iterator[sqlite3.Connection]:
             conn.close()
 
 
-def connect(path: Path, immutable: bool = True) -> sqlite3.Connection:
-    """Read-only and (by default) immutable: no lock, no journal, no WAL file next to the user's trace."""
-    uri = Path(path).resolve().as_uri() + ("?mode=ro&immutable=1" if immutable else "?mode=ro")
-    try:
-        conn = sqlite3.connect(uri, uri=True)
-    except sqlite3.Error as exc:
-        raise TraceReadError(f"{path}: cannot open as SQLite ({exc})") from None
-    # Captured environments and old exports hold non-UTF-8 bytes; a name with a replacement char beats a crash.
-    conn.text_factory = lambda b: b.decode("utf-8", "replace")
-    try:
-        conn.execute(f"PRAGMA mmap_size = {MMAP_BYTES}")  # read-only page access in place; writes nothing
-    except sqlite3.Error:
-        pass
-    return conn
 
 
 # --- assembly ---------------------------------------------------------------------------------------------

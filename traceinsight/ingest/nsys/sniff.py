@@ -1,5 +1,5 @@
-"""Is it an Nsight Systems export: an ``.nsys-rep`` report, or a SQLite file with nsys tables. Only a SQLite file
-imports the reader (to list its tables); anything else is answered from the first bytes."""
+"""Is it an Nsight Systems export: an ``.nsys-rep`` report, or a SQLite file with nsys tables. A SQLite file is
+opened to list its tables; anything else is answered from the first bytes. The reader is not imported."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from pathlib import Path
 
 from ...errors import TraceReadError
 from . import schema as S
+from .sql import connect
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 REP_MAGIC = b"NVIDIA Tegra Profiler Report"
@@ -23,8 +24,6 @@ def sniff(path: Path, head: bytes) -> bool:
     if not head.startswith(SQLITE_MAGIC):
         return False
     try:
-        from .reader import connect  # a SQLite file: now the reader is wanted
-
         conn = connect(path)  # table names: a sniff needs no committed-but-unmerged rows
     except TraceReadError:
         return False
