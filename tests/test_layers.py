@@ -136,3 +136,25 @@ def test_no_private_names_across_modules():
             if any(p.startswith("_") and not p.startswith("__") for p in target.split(".")[1:]) and not target.startswith(mod.rpartition(".")[0] + "._"):
                 bad.append(f"{mod}: import {target}")
     assert bad == []
+
+
+def test_a_single_trace_run_imports_only_what_it_uses(tmp_path):
+    """Cold start: a single-trace analysis rendered as JSON imports one reader, one renderer, no job machinery."""
+    from tests.helpers.kineto_writer import KinetoTrace
+
+    t = KinetoTrace()
+    t.step(1, 0, 1000)
+    t.kernel("gemm", 100, 50, launch_us=90)
+    path = t.write(tmp_path / "t.json")
+    code = (
+        "import sys, traceinsight.cli; from traceinsight import engine; from traceinsight.render import render; "
+        "render(engine.analyze(sys.argv[1]), 'json'); print(' '.join(sorted(sys.modules)))"
+    )
+    out = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, cwd=REPO, check=True).stdout.split()
+    loaded = {m for m in out if m.startswith("traceinsight.")}
+    assert "traceinsight.ingest.kineto.reader" in loaded and "traceinsight.render.json_report" in loaded
+    for absent in ("traceinsight.ingest.nsys.reader", "traceinsight.ingest.xplane.reader", "traceinsight.ingest.tf.logdir",
+                   "traceinsight.render.html", "traceinsight.render.markdown", "traceinsight.job.run", "traceinsight.job.mapper",
+                   "traceinsight.agent"):
+        assert absent not in loaded, absent
+    assert not any(m == "jinja2" for m in out)  # the HTML stack stays out of a JSON run

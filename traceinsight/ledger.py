@@ -1019,7 +1019,7 @@ def _device_slices(
 
 
 def build_ledger(views: "Views") -> Ledger:
-    """The ledger of a timeline (see the module docstring); ``views.ledger`` caches it."""
+    """The ledger of a timeline (see the module docstring); ``Derived.ledger`` builds it once per analysis."""
     act = views.gpu_activity
     if act.empty:
         return _empty_ledger()

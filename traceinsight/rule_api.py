@@ -19,8 +19,13 @@ A rule is a class::
             ...
             yield ctx.finding(title=..., message=..., impact_ns=..., evidence=df, instances=slow_copies_df)
 
-Rules receive a ``Context``: the timeline, the shared derived views (computed once, cached) and their
-resolved options. They return or yield ``Finding`` objects.
+Rules receive a ``Context``: the timeline, the analysis' derived data (``ctx.views``: the views, the ledger and
+the memo slots, computed once), and their resolved options. They return or yield ``Finding`` objects. A rule may
+declare ``what_if`` (the what-if transform that models its fix) and ``claims`` (the ledger buckets its findings
+claim). Shared queries are public in ``traceinsight.rulelib``; what names mean in ``traceinsight.patterns``.
+
+The model (``Finding``, ``Severity``, ``Fix``, ``Location``, ``Instance``...) lives in ``traceinsight.finding`` and
+is re-exported here, so a rule imports from one place.
 """
 
 from __future__ import annotations
