@@ -10,9 +10,10 @@ system, from ``wait4``) of fresh processes, in alternating order so that both si
 
 Targets (issue 21): ``json`` <= 1.3x ``pandas`` and ``html`` <= 1.5x ``pandas``, medians of the repeats. The small
 trace is written by the test helpers (PyTorch Profiler JSON: steps, kernels with their launches, a data-loader
-wait and a sync) unless ``--trace`` names one (<= 3 MB). ``--importtime`` prints the slowest imports of one run.
+wait and a sync) unless ``--trace`` names one (<= 3 MB). ``--baseline-repo`` runs another checkout (e.g. a copy of
+main) in the same alternating rounds; ``--importtime`` prints the slowest imports of one run.
 
-    python bench/bench_coldstart.py --repeat 9
+    python bench/bench_coldstart.py --repeat 9 --baseline-repo /tmp/main-copy
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ def small_trace(path: Path, steps: int = 4, kernels: int = 5) -> Path:
 
 def cpu_seconds(cmd: list[str], env: dict[str, str]) -> float:
     """User + system CPU time of one fresh process running ``cmd`` to exit."""
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, cwd=REPO)
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, cwd=env["PYTHONPATH"].split(os.pathsep)[0])
     _, status, usage = os.wait4(proc.pid, 0)
     if os.waitstatus_to_exitcode(status) not in (0, 1):
         raise SystemExit(f"{cmd!r} failed with status {status}")
@@ -68,36 +69,45 @@ def main() -> None:
     ap.add_argument("--trace", type=Path, help="a small trace (default: one written by the test helpers)")
     ap.add_argument("--repeat", type=int, default=9, help="alternating rounds (default 9)")
     ap.add_argument("--importtime", action="store_true", help="print the slowest imports of one json run and exit")
+    ap.add_argument("--repo", type=Path, default=REPO, help="the checkout whose traceinsight runs (default: this one)")
+    ap.add_argument("--baseline-repo", type=Path, help="another checkout (e.g. a copy of main) run in the same rounds")
     args = ap.parse_args()
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)}
-    env.pop("TRACEINSIGHT_CACHE_DIR", None)  # the user's compiled-template cache, as a real run has it
+
+    def env_for(repo: Path) -> dict[str, str]:
+        extra = os.environ.get("PYTHONPATH", "")
+        return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(repo), extra) if p)}
+
+    env = env_for(args.repo)
     with tempfile.TemporaryDirectory() as tmp:
         trace = args.trace or small_trace(Path(tmp) / "small.json")
         size = trace.stat().st_size
-        cli = [sys.executable, "-c", "import sys; from traceinsight.cli import main; sys.exit(main())", "analyze", str(trace), "--no-progress"]
-        cmds = {
-            "pandas": [sys.executable, "-c", "import pandas"],
-            "json": [*cli, "-f", "json"],
-            "html": [*cli, "-f", "html", "-o", str(Path(tmp) / "r.html")],
-        }
+
+        def runs(repo: Path, tag: str) -> dict[str, tuple[list[str], dict[str, str]]]:
+            cli = [sys.executable, "-c", "import sys; from traceinsight.cli import main; sys.exit(main())", "analyze", str(trace), "--no-progress"]
+            e = env_for(repo)
+            return {f"json{tag}": ([*cli, "-f", "json"], e), f"html{tag}": ([*cli, "-f", "html", "-o", str(Path(tmp) / f"r{tag}.html")], e)}
+
+        cmds = {"pandas": ([sys.executable, "-c", "import pandas"], env), **runs(args.repo, "")}
+        if args.baseline_repo:
+            cmds.update(runs(args.baseline_repo, " (baseline)"))
         if args.importtime:
-            out = subprocess.run([sys.executable, "-X", "importtime", *cmds["json"][1:]], capture_output=True, text=True, env=env, cwd=REPO)
+            out = subprocess.run([sys.executable, "-X", "importtime", *cmds["json"][0][1:]], capture_output=True, text=True, env=env, cwd=args.repo)
             rows = [ln.split("|") for ln in out.stderr.splitlines() if ln.startswith("import time:") and "|" in ln]
             rows = sorted(((int(r[1]), r[2].rstrip()) for r in rows if r[1].strip().isdigit()), reverse=True)[:40]
             for us, name in rows:
                 print(f"{us / 1000:8.1f} ms  {name}")
             return
-        for c in cmds.values():  # warm the page cache and the template cache once
-            cpu_seconds(c, env)
+        for c, e in cmds.values():  # warm the page cache and the template cache once
+            cpu_seconds(c, e)
         times: dict[str, list[float]] = {k: [] for k in cmds}
         for _ in range(args.repeat):
-            for k, c in cmds.items():
-                times[k].append(cpu_seconds(c, env))
+            for k, (c, e) in cmds.items():
+                times[k].append(cpu_seconds(c, e))
     med = {k: statistics.median(v) for k, v in times.items()}
     import importlib.metadata as md
 
-    print(f"trace: {trace.name if args.trace else 'small.json (test helpers)'}, {size / 1024:.0f} KB; {args.repeat} alternating rounds; CPU s (user+sys); "
-          f"pandas {md.version('pandas')}, typer {_typer_version(env)}")
+    print(f"checkout: {args.repo}; trace: {trace.name if args.trace else 'small.json (test helpers)'}, {size / 1024:.0f} KB; "
+          f"{args.repeat} alternating rounds; CPU s (user+sys); pandas {md.version('pandas')}, typer {_typer_version(env)}")
     print("| run | median CPU s | min | max | x pandas | target |")
     print("|---|---|---|---|---|---|")
     targets = {"json": 1.3, "html": 1.5}

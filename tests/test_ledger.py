@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 import traceinsight
-from traceinsight.ledger import AVOIDABLE_BUCKETS, BUCKETS, LAUNCH_GAP_NS
+from traceinsight.buckets import AVOIDABLE_BUCKETS, BUCKETS
+from traceinsight.thresholds import LAUNCH_GAP_NS
 from traceinsight.views import Views
 from traceinsight.derived import Derived
 

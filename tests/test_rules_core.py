@@ -153,7 +153,7 @@ def test_ti001_optimizer_does_not_hide_a_sync(tmp_path):
 def test_ti001_causes_are_the_ledgers():
     """Every ns of TI001's gaps is booked as the ledger books it; each gap's label is its largest bucket."""
     import traceinsight
-    from traceinsight.ledger import IDLE_BUCKETS
+    from traceinsight.buckets import IDLE_BUCKETS
     from traceinsight.rules.gpu_idle_gaps import BUCKET_CAUSE, CAUSE_OPT
 
     a = traceinsight.analyze(corpus_file("pytorch/hta_ddp_v100_rank1of2.json.gz"), select=["TI001"])
