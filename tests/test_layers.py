@@ -158,3 +158,23 @@ def test_a_single_trace_run_imports_only_what_it_uses(tmp_path):
                    "traceinsight.agent"):
         assert absent not in loaded, absent
     assert not any(m == "jinja2" for m in out)  # the HTML stack stays out of a JSON run
+
+
+def test_derived_data_has_one_declared_store(tmp_path):
+    """Nothing stashes attributes on the views: what an analysis derived is listed by its store."""
+    for path in _sources():
+        text = path.read_text(encoding="utf-8")
+        assert not re.search(r"views\.__dict__|setattr\(views|ctx\.views\._", text), path
+    from tests.helpers.kineto_writer import KinetoTrace
+
+    import traceinsight
+
+    t = KinetoTrace()
+    t.step(1, 0, 1000)
+    t.kernel("gemm", 100, 50, launch_us=90)
+    t.runtime("cudaDeviceSynchronize", 160, 300)
+    t.kernel("gemm", 700, 50, launch_us=650)
+    a = traceinsight.analyze(t.write(tmp_path / "t.json"))
+    held = a.views.contents()
+    assert "ledger" in held and "gaps" in held and any(k.startswith("memo:rulelib.") for k in held)
+    assert a.ledger is a.views.ledger
