@@ -8,7 +8,7 @@ import msgspec
 import numpy as np
 import pandas as pd
 
-from .. import __version__
+from .. import __version__, workload
 from ..engine import Analysis
 from ..rule_api import Finding, instance_columns
 from ..sanitize import json_text
@@ -42,6 +42,7 @@ def to_dict(analysis: Analysis, max_evidence_rows: int | None = 50) -> dict[str,
         "kpis": headline(analysis),
         "ledger": ledger_of(analysis).to_dict(),
         "summary": analysis.summary.to_dict(),
+        "workload": workload.of(analysis),
         "findings": [_finding(analysis, f, max_evidence_rows) for f in analysis.findings],
         "baseline": analysis.baseline.to_dict() if analysis.baseline is not None else None,
         "rules_run": list(analysis.rules_run),

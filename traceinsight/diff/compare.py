@@ -1,0 +1,428 @@
+"""BASE against HEAD: is it the same workload, did the step get faster, and which ledger bucket moved.
+
+The answer is one JSON-able dict (docs/diff-json.md, ``SCHEMA_VERSION``); the renderers draw it. Order of work:
+
+1. **Comparability.** The framework ops per step (top-level ops, vendor-neutral) must largely agree
+   (``MIN_IN_COMMON``), and so must their input shapes once the batch dimension is set aside. Without framework
+   ops (an Nsight Systems trace of a CUDA program) the kernel names per step stand in. When they disagree the
+   diff says what differs and gives no verdict. GPU, vendor, driver and tool are context, never a refusal.
+2. **Step time.** Median and spread per side and the change of the median with a bootstrap interval
+   (``stats.shift``); per sample instead of per step when the batch size changed.
+3. **Why.** The ledger per bucket in ns per step; kernels, kernel classes and framework ops per step; busy %,
+   verdicts, findings new/fixed/worse (``baseline.compare``), numeric KPIs, the what-if check, ranks.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+
+from .. import __version__
+from ..kernels import CLASSES
+from ..workload import with_batch
+from . import side as S
+from .stats import Shift, shift
+
+SCHEMA_VERSION = 1
+
+#: Share of the per-step framework ops (or kernels) both sides must have in common to be compared.
+MIN_IN_COMMON = 80.0
+#: Rows kept in the kernel and op tables (largest |change| first).
+MAX_ROWS = 200
+
+FASTER, SLOWER, NO_CHANGE, INCONCLUSIVE, NOT_COMPARABLE = "faster", "slower", "no measurable change", "inconclusive", "not comparable"
+PASS, FAIL = "pass", "fail"
+
+
+def compare(base: S.Side, head: S.Side, *, fail_if_slower: float | None = None) -> dict[str, Any]:
+    """The diff of two sides (see the module docstring); ``fail_if_slower`` (%) adds the gate's result."""
+    comp = comparability(base, head)
+    a, b = S.step_samples(base), S.step_samples(head)
+    out: dict[str, Any] = {
+        "schema_version": SCHEMA_VERSION,
+        "kind": "traceinsight-diff",
+        "traceinsight_version": __version__,
+        "base": _side_summary(base, a),
+        "head": _side_summary(head, b),
+        "context": context(base, head),
+        "comparability": comp,
+    }
+    step = per_sample = None
+    if comp["comparable"] and len(a) and len(b):
+        step = _shift_dict(a, b, shift(a, b))
+        ba, bb = comp.get("batch_base"), comp.get("batch_head")
+        if ba and bb and ba != bb:
+            per_sample = _shift_dict(a / ba, b / bb, shift(a / ba, b / bb))
+            per_sample.update(batch_base=ba, batch_head=bb)
+    out["step"] = step
+    out["per_sample"] = per_sample
+    out["verdict"] = verdict(comp, per_sample or step)
+    out["ledger"] = ledger_diff(base, head)
+    out["ledger_steps"] = {"base": S.ledger_steps(base), "head": S.ledger_steps(head)}
+    out["sentence"] = sentence(out)
+    out["kernels"], out["kernel_classes"] = kernel_diff(base, head)
+    out["ops"] = op_diff(base, head)
+    out["busy_pct"] = _pair(base.kpis.get("gpu_busy_pct"), head.kpis.get("gpu_busy_pct"))
+    out["kpis"] = kpi_diff(base, head)
+    out["findings"] = findings_diff(base, head)
+    out["what_if"] = what_if_check(base, head, out)
+    out["ranks"] = rank_diff(base, head)
+    out["gate"] = gate(out, fail_if_slower) if fail_if_slower is not None else None
+    return out
+
+
+# --- comparability ------------------------------------------------------------------------------------------
+def _similarity(x: dict[Any, float], y: dict[Any, float]) -> float:
+    """Per-step counts both sides share, as % of the larger side's (100: the same multiset)."""
+    tx, ty = sum(x.values()), sum(y.values())
+    if max(tx, ty) <= 0:
+        return 100.0
+    common = sum(min(x.get(k, 0.0), y.get(k, 0.0)) for k in set(x) | set(y))
+    return 100.0 * common / max(tx, ty)
+
+
+def _differences(x: dict[str, float], y: dict[str, float], n: int = 5) -> list[str]:
+    keys = sorted(set(x) | set(y), key=lambda k: (-abs(x.get(k, 0.0) - y.get(k, 0.0)), k))
+    return [f"{k}: {x.get(k, 0.0):g} -> {y.get(k, 0.0):g} per step" for k in keys[:n] if abs(x.get(k, 0.0) - y.get(k, 0.0)) > 1e-9]
+
+
+def comparability(base: S.Side, head: S.Side) -> dict[str, Any]:
+    """Whether BASE and HEAD run the same workload, with the evidence and the reasons when they do not."""
+    reasons: list[str] = []
+    wa, wb = base.workload, head.workload
+    if wa is None or wb is None:
+        which = " and ".join(n for n, w in (("BASE", wa), ("HEAD", wb)) if w is None)
+        return {"comparable": False, "matched_by": None, "in_common_pct": None, "shapes_in_common_pct": None,
+                "batch_base": None, "batch_head": None,
+                "reasons": [f"{which}: a report without a workload block (written before traceinsight could diff); analyse the trace again"]}
+    ops_a = {o["name"]: float(o["per_step"]) for o in wa.get("ops", []) if o.get("per_step")}
+    ops_b = {o["name"]: float(o["per_step"]) for o in wb.get("ops", []) if o.get("per_step")}
+    if ops_a and ops_b:
+        matched_by, x, y = "framework_ops", ops_a, ops_b
+    else:
+        matched_by = "kernels"
+        x = {k["name"]: float(k["per_step"]) for k in wa.get("kernels", []) if k.get("per_step")}
+        y = {k["name"]: float(k["per_step"]) for k in wb.get("kernels", []) if k.get("per_step")}
+        if bool(ops_a) != bool(ops_b):
+            reasons.append("only " + ("BASE" if ops_a else "HEAD") + " records framework ops; compared by kernel names")
+    in_common = _similarity(x, y)
+    ok = in_common >= MIN_IN_COMMON
+    if not ok:
+        what = "framework ops" if matched_by == "framework_ops" else "kernels"
+        reasons.insert(0, f"only {in_common:.0f}% of the {what} per step are in common (at least {MIN_IN_COMMON:.0f}% needed): a different model or program")
+        reasons.extend(_differences(x, y))
+    ba, bb = wa.get("batch"), wb.get("batch")
+    shapes_pct = None
+    sa = _shape_counts(wa, ba)
+    sb = _shape_counts(wb, bb)
+    if ok and matched_by == "framework_ops" and any(k[1] for k in sa) and any(k[1] for k in sb):
+        shapes_pct = _similarity(sa, sb)
+        if shapes_pct < MIN_IN_COMMON:
+            ok = False
+            reasons.insert(0, f"only {shapes_pct:.0f}% of the framework ops per step have the same input shapes"
+                              f" (batch dimension set aside; at least {MIN_IN_COMMON:.0f}% needed)")
+            reasons.extend(_differences({f"{k[0]} {k[1]}": v for k, v in sa.items()}, {f"{k[0]} {k[1]}": v for k, v in sb.items()}, 3))
+    has_a, has_b = bool(S.step_samples(base).size), bool(S.step_samples(head).size)
+    if has_a != has_b:
+        ok = False
+        reasons.insert(0, f"only {'BASE' if has_a else 'HEAD'} has step markers: the step structure differs")
+    elif not has_a:
+        reasons.append("no step markers on either side: no step time to compare")
+    return {"comparable": ok, "matched_by": matched_by, "in_common_pct": round(in_common, 1),
+            "shapes_in_common_pct": None if shapes_pct is None else round(shapes_pct, 1),
+            "batch_base": ba, "batch_head": bb, "reasons": reasons}
+
+
+def _shape_counts(w: dict[str, Any], batch: int | None) -> dict[tuple[str, str], float]:
+    out: dict[tuple[str, str], float] = defaultdict(float)
+    for s in w.get("shapes", []):
+        out[(s["name"], with_batch(s.get("shapes") or "", batch))] += float(s.get("per_step") or 0.0)
+    return dict(out)
+
+
+def context(base: S.Side, head: S.Side) -> list[dict[str, Any]]:
+    """What differs around the workload (GPU, vendor, trace format, tool, framework, world size): shown, never judged."""
+    def gpus(side: S.Side, key: str) -> str:
+        vals = sorted({str(d.get(key)) for d in S.devices(side) if d.get(key)})
+        return ", ".join(vals) if vals else "unknown"
+
+    rows = [
+        ("GPU", gpus(base, "name"), gpus(head, "name")),
+        ("vendor", gpus(base, "vendor"), gpus(head, "vendor")),
+        ("format", str(base.trace.get("format")), str(head.trace.get("format"))),
+        ("tool", f"{base.trace.get('tool') or ''} {base.trace.get('tool_version') or ''}".strip(), f"{head.trace.get('tool') or ''} {head.trace.get('tool_version') or ''}".strip()),
+        ("framework", str(base.trace.get("framework")), str(head.trace.get("framework"))),
+        ("ranks", str(len(base.trace.get("ranks") or [])), str(len(head.trace.get("ranks") or []))),
+    ]
+    return [{"what": w, "base": x, "head": y, "differs": x != y} for w, x, y in rows]
+
+
+# --- step time ---------------------------------------------------------------------------------------------
+def _spread(x: np.ndarray) -> dict[str, Any]:
+    if not len(x):
+        return {"count": 0, "median_ns": None, "p10_ns": None, "p90_ns": None, "min_ns": None, "max_ns": None}
+    p10, med, p90 = np.percentile(x, [10, 50, 90])
+    return {"count": int(len(x)), "median_ns": float(med), "p10_ns": float(p10), "p90_ns": float(p90), "min_ns": float(x.min()), "max_ns": float(x.max())}
+
+
+def _side_summary(side: S.Side, samples: np.ndarray) -> dict[str, Any]:
+    v = side.verdict
+    w = side.workload or {}
+    return {
+        "path": side.label,
+        "format": side.trace.get("format"),
+        "framework": side.trace.get("framework"),
+        "steps": _spread(samples),
+        "warmup_steps": sum(1 for s in S.steps(side) if s.get("warmup")),
+        "batch": w.get("batch"),
+        "busy_pct": side.kpis.get("gpu_busy_pct"),
+        "verdict": {"category": v.get("category"), "label": v.get("label"), "headline": v.get("headline")},
+    }
+
+
+def _shift_dict(a: np.ndarray, b: np.ndarray, s: Shift) -> dict[str, Any]:
+    ref = float(np.median(a)) or 1.0
+
+    def pct(v: float | None) -> float | None:
+        return None if v is None else round(100.0 * v / ref, 2)
+
+    return {
+        "base_median_ns": float(np.median(a)),
+        "head_median_ns": float(np.median(b)),
+        "change_ns": s.estimate,
+        "low_ns": s.low,
+        "high_ns": s.high,
+        "change_pct": pct(s.estimate),
+        "low_pct": pct(s.low),
+        "high_pct": pct(s.high),
+        "confidence": s.confidence,
+        "method": "median difference, percentile bootstrap (seeded)",
+    }
+
+
+def verdict(comp: dict[str, Any], step: dict[str, Any] | None) -> str:
+    """faster / slower (the interval excludes no change), no measurable change, inconclusive (no interval:
+    too few steps), not comparable."""
+    if not comp["comparable"]:
+        return NOT_COMPARABLE
+    if step is None or step["low_ns"] is None:
+        return INCONCLUSIVE
+    if step["high_ns"] < 0:
+        return FASTER
+    if step["low_ns"] > 0:
+        return SLOWER
+    return NO_CHANGE
+
+
+def _ms(ns: float | None, signed: bool = False) -> str:
+    if ns is None:
+        return "n/a"
+    return f"{ns / 1e6:+.1f} ms" if signed else f"{ns / 1e6:.1f} ms"
+
+
+def sentence(d: dict[str, Any]) -> str:
+    """One line: the verdict, the change with its interval, and the buckets that moved most."""
+    v = d["verdict"]
+    if v == NOT_COMPARABLE:
+        reasons = d["comparability"]["reasons"]
+        return "Not comparable: " + (reasons[0] if reasons else "the workloads differ")
+    s = d["per_sample"] or d["step"]
+    if s is None:
+        return "No step time to compare: " + "; ".join(d["comparability"]["reasons"] or ["no steady-state steps"])
+    unit = "per sample" if d["per_sample"] else "step"
+    head = f"{v.capitalize()}: {unit} {_ms(s['change_ns'], True)} ({s['change_pct']:+.1f}%"
+    head += f", {int(s['confidence'] * 100)}% CI {_ms(s['low_ns'], True)} to {_ms(s['high_ns'], True)})" if s["low_ns"] is not None else ", too few steps for an interval)"
+    moved = [r for r in d["ledger"] if abs(r["change_ns"]) >= 0.05 * max(abs(d["step"]["change_ns"]) if d["step"] else 0.0, 1e5)][:3]
+    if moved:
+        head += ": " + ", ".join(f"{_label(r['bucket'])} {_ms(r['change_ns'], True)}" for r in moved)
+    return head
+
+
+def _label(bucket: str) -> str:
+    return bucket.removeprefix("idle_").replace("_", " ")
+
+
+# --- why ----------------------------------------------------------------------------------------------------
+def ledger_diff(base: S.Side, head: S.Side) -> list[dict[str, Any]]:
+    """Per bucket: ns per step before and after and the change, largest |change| first."""
+    a, b = S.ledger_per_step(base), S.ledger_per_step(head)
+    order = S.buckets(base) or S.buckets(head) or sorted(set(a) | set(b))
+    rows = [
+        {"bucket": k, "base_ns_per_step": a.get(k, 0.0), "head_ns_per_step": b.get(k, 0.0), "change_ns": b.get(k, 0.0) - a.get(k, 0.0)}
+        for k in dict.fromkeys([*order, *a, *b])
+        if a.get(k, 0.0) or b.get(k, 0.0)
+    ]
+    return sorted(rows, key=lambda r: -abs(r["change_ns"]))
+
+
+def _stats(k: dict[str, Any] | None) -> dict[str, Any] | None:
+    if k is None:
+        return None
+    return {"count": int(k.get("count", 0)), "total_ns": int(k.get("total_ns", 0)), "per_step": float(k.get("per_step", 0.0)), "ns_per_step": float(k.get("ns_per_step", 0.0))}
+
+
+def kernel_diff(base: S.Side, head: S.Side) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Kernels per name (new, vanished, or matched across names through their framework op and class) and per class."""
+    ka = {k["name"]: k for k in (base.workload or {}).get("kernels", [])}
+    kb = {k["name"]: k for k in (head.workload or {}).get("kernels", [])}
+    rows = []
+    for name in dict.fromkeys([*ka, *kb]):
+        x, y = ka.get(name), kb.get(name)
+        ref = x or y
+        rows.append({
+            "name": name, "class": ref.get("class", "other"), "op": ref.get("op", ""),
+            "base": _stats(x), "head": _stats(y),
+            "change_ns_per_step": (y or {}).get("ns_per_step", 0.0) - (x or {}).get("ns_per_step", 0.0),
+            "status": "same" if x and y else ("vanished" if x else "new"), "matched_with": [],
+        })
+    # names that differ but do the same work: the same framework op and class on both sides (cuBLAS vs hipBLASLt)
+    groups: dict[tuple[str, str], dict[str, list[dict[str, Any]]]] = defaultdict(lambda: {"new": [], "vanished": []})
+    for r in rows:
+        if r["status"] in ("new", "vanished") and r["op"]:
+            groups[(r["op"], r["class"])][r["status"]].append(r)
+    for g in groups.values():
+        if g["new"] and g["vanished"]:
+            for r in g["new"]:
+                r["status"], r["matched_with"] = "matched", [v["name"] for v in g["vanished"]]
+            for r in g["vanished"]:
+                r["status"], r["matched_with"] = "matched", [n["name"] for n in g["new"]]
+    rows.sort(key=lambda r: (-abs(r["change_ns_per_step"]), r["name"]))
+    classes = []
+    for c in CLASSES:
+        sa = [k for k in ka.values() if k.get("class") == c]
+        sb = [k for k in kb.values() if k.get("class") == c]
+        if not sa and not sb:
+            continue
+        na, nb = sum(k.get("ns_per_step", 0.0) for k in sa), sum(k.get("ns_per_step", 0.0) for k in sb)
+        classes.append({"class": c, "base_ns_per_step": na, "head_ns_per_step": nb, "change_ns_per_step": nb - na,
+                        "base_per_step": sum(k.get("per_step", 0.0) for k in sa), "head_per_step": sum(k.get("per_step", 0.0) for k in sb)})
+    classes.sort(key=lambda r: -abs(r["change_ns_per_step"]))
+    return rows[:MAX_ROWS], classes
+
+
+def op_diff(base: S.Side, head: S.Side) -> list[dict[str, Any]]:
+    """Top-level framework ops: count and GPU time per step, largest |change| first (vendor-neutral)."""
+    oa = {o["name"]: o for o in (base.workload or {}).get("ops", [])}
+    ob = {o["name"]: o for o in (head.workload or {}).get("ops", [])}
+    rows = []
+    for name in dict.fromkeys([*oa, *ob]):
+        x, y = oa.get(name) or {}, ob.get(name) or {}
+        rows.append({
+            "name": name, "base_per_step": x.get("per_step"), "head_per_step": y.get("per_step"),
+            "base_gpu_ns_per_step": x.get("gpu_ns_per_step"), "head_gpu_ns_per_step": y.get("gpu_ns_per_step"),
+            "change_gpu_ns_per_step": float(y.get("gpu_ns_per_step") or 0.0) - float(x.get("gpu_ns_per_step") or 0.0),
+            "status": "same" if x and y else ("vanished" if x else "new"),
+        })
+    rows.sort(key=lambda r: (-abs(r["change_gpu_ns_per_step"]), r["name"]))
+    return rows[:MAX_ROWS]
+
+
+def _pair(a: Any, b: Any) -> dict[str, Any]:
+    num = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (a, b))
+    return {"base": a, "head": b, "change": (b - a) if num else None}
+
+
+def kpi_diff(base: S.Side, head: S.Side) -> list[dict[str, Any]]:
+    """Every numeric KPI both reports hold (peak memory, MFU and the like included when a report carries them)."""
+    a, b = S.numeric_kpis(base), S.numeric_kpis(head)
+    return [{"name": k, **_pair(a[k], b[k])} for k in a if k in b]
+
+
+def findings_diff(base: S.Side, head: S.Side) -> dict[str, Any]:
+    """Findings new / worse / unchanged / fixed, by fingerprint, as ``--baseline`` decides them."""
+    from ..baseline import NEW, SAME, WORSE, compare as compare_findings
+
+    fs = [
+        SimpleNamespace(fingerprint=str(f.get("fingerprint")), impact_pct_span=float(f.get("impact_pct_span") or 0.0), code=f.get("code"), title=f.get("title"), severity=f.get("severity"))
+        for f in head.report.get("findings", [])
+        if isinstance(f, dict)
+    ]
+    c = compare_findings(fs, base.report)  # type: ignore[arg-type]
+
+    def brief(f: Any) -> dict[str, Any]:
+        return {"code": f.code, "title": f.title, "severity": f.severity, "fingerprint": f.fingerprint, "impact_pct_span": round(f.impact_pct_span, 3),
+                "base_impact_pct_span": c.before_pct.get(f.fingerprint)}
+
+    return {
+        "new": [brief(f) for f in fs if c.of(f) == NEW],
+        "worse": [brief(f) for f in fs if c.of(f) == WORSE],
+        "same": [brief(f) for f in fs if c.of(f) == SAME],
+        "fixed": c.fixed,
+        "counts": c.counts(),
+    }
+
+
+def what_if_check(base: S.Side, head: S.Side, d: dict[str, Any]) -> list[dict[str, Any]]:
+    """For each BASE finding with a what-if that HEAD fixed (gone, or its share of the span halved): the step
+    time BASE predicted for the fix against the step time HEAD measured."""
+    if d["step"] is None:
+        return []
+    now = {f.get("fingerprint"): float(f.get("impact_pct_span") or 0.0) for f in head.report.get("findings", []) if isinstance(f, dict)}
+    out = []
+    for f in base.report.get("findings", []):
+        w = f.get("what_if") if isinstance(f, dict) else None
+        if not isinstance(w, dict) or not isinstance(w.get("step_ns"), (int, float)):
+            continue
+        was = float(f.get("impact_pct_span") or 0.0)
+        fp = f.get("fingerprint")
+        if fp in now and now[fp] > was / 2:
+            continue
+        measured = d["step"]["head_median_ns"]
+        predicted = float(w["step_ns"])
+        out.append({
+            "code": f.get("code"), "title": f.get("title"), "transform": w.get("transform"),
+            "status": "fixed" if fp not in now else "reduced",
+            "base_step_ns": float(w.get("baseline_step_ns") or d["step"]["base_median_ns"]),
+            "predicted_step_ns": predicted, "measured_step_ns": measured,
+            "error_pct": round(100.0 * (measured - predicted) / predicted, 1) if predicted else None,
+        })
+    return out
+
+
+def rank_diff(base: S.Side, head: S.Side) -> dict[str, Any] | None:
+    """Per rank: median step and busy % before and after, and the straggler (the slowest rank) on each side."""
+    ra, rb = S.rank_samples(base), S.rank_samples(head)
+    if len(ra) < 2 and len(rb) < 2:
+        return None
+    ba, bb = S.rank_busy(base), S.rank_busy(head)
+    rows = []
+    for r in sorted(set(ra) | set(rb)):
+        ma = float(np.median(ra[r])) if r in ra else None
+        mb = float(np.median(rb[r])) if r in rb else None
+        rows.append({"rank": r, "base_median_ns": ma, "head_median_ns": mb,
+                     "change_pct": round(100.0 * (mb - ma) / ma, 2) if ma and mb is not None else None,
+                     "base_busy_pct": ba.get(r), "head_busy_pct": bb.get(r)})
+    return {"rows": rows, "straggler_base": straggler(ra), "straggler_head": straggler(rb)}
+
+
+#: A rank is a straggler when its median step is this much (%) over the median of the ranks' medians.
+STRAGGLER_PCT = 5.0
+
+
+def straggler(samples: dict[int, np.ndarray]) -> dict[str, Any] | None:
+    if len(samples) < 2:
+        return None
+    med = {r: float(np.median(v)) for r, v in samples.items()}
+    typical = float(np.median(list(med.values())))
+    r = max(med, key=lambda k: (med[k], -k))
+    excess = 100.0 * (med[r] - typical) / typical if typical else 0.0
+    return {"rank": r, "excess_pct": round(excess, 2), "is_straggler": excess >= STRAGGLER_PCT}
+
+
+# --- gate ---------------------------------------------------------------------------------------------------
+def gate(d: dict[str, Any], pct: float) -> dict[str, Any]:
+    """``--fail-if-slower PCT``: fail when the change is over PCT % and its interval excludes no change;
+    inconclusive when it is over PCT % but within the noise (or there is no interval); pass otherwise."""
+    if d["verdict"] == NOT_COMPARABLE:
+        return {"fail_if_slower_pct": pct, "result": NOT_COMPARABLE}
+    s = d["per_sample"] or d["step"]
+    if s is None:
+        return {"fail_if_slower_pct": pct, "result": INCONCLUSIVE}
+    if s["change_pct"] is None or s["change_pct"] <= pct:
+        return {"fail_if_slower_pct": pct, "result": PASS}
+    if s["low_ns"] is not None and s["low_ns"] > 0:
+        return {"fail_if_slower_pct": pct, "result": FAIL}
+    return {"fail_if_slower_pct": pct, "result": INCONCLUSIVE}
