@@ -128,7 +128,7 @@ def comparability(base: S.Side, head: S.Side) -> dict[str, Any]:
     has_a, has_b = bool(S.step_samples(base).size), bool(S.step_samples(head).size)
     if has_a != has_b:
         ok = False
-        reasons.insert(0, f"only {'BASE' if has_a else 'HEAD'} has step markers: the step structure differs")
+        reasons.insert(1 if reasons and not ok else 0, f"only {'BASE' if has_a else 'HEAD'} has step markers: the step structure differs")
     elif not has_a:
         reasons.append("no step markers on either side: no step time to compare")
     return {"comparable": ok, "matched_by": matched_by, "in_common_pct": round(in_common, 1),
