@@ -277,7 +277,7 @@ def diff_cmd(
     Exit codes: 0 done (gate passed), 1 slower than --fail-if-slower, 2 usage, 3 unreadable, 4 not comparable,
     5 inconclusive (the gate cannot tell slower from noise).
     """
-    from .diff.cli import SUFFIX as DIFF_SUFFIX, run as run_diff
+    from .delta.cli import SUFFIX as DIFF_SUFFIX, run as run_diff
 
     suffix_fmt = {".html": "html", ".htm": "html", ".md": "md", ".json": "json", ".txt": "text"}
     formats = [f.lower() for f in _split([fmt])] if fmt else [(suffix_fmt.get(output.suffix.lower()) if output else None) or "text"]

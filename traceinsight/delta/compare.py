@@ -22,6 +22,7 @@ import numpy as np
 
 from .. import __version__
 from ..kernels import CLASSES
+from ..rule_api import fmt_ns
 from ..workload import with_batch
 from . import side as S
 from .stats import Shift, shift
@@ -220,7 +221,7 @@ def verdict(comp: dict[str, Any], step: dict[str, Any] | None) -> str:
 def _ms(ns: float | None, signed: bool = False) -> str:
     if ns is None:
         return "n/a"
-    return f"{ns / 1e6:+.1f} ms" if signed else f"{ns / 1e6:.1f} ms"
+    return ("+" if signed and ns > 0 else "") + fmt_ns(ns)
 
 
 def sentence(d: dict[str, Any]) -> str:

@@ -193,7 +193,7 @@ def render_md(d: dict[str, Any], html_name: str | None = None, max_chars: int = 
         out.append(f"- {esc(r, 300)}")
     if d["comparability"]["reasons"]:
         out.append("")
-    out += ["| | BASE | HEAD |", "|---|---|---|", f"| trace | `{esc(b['path'], 120)}` | `{esc(h['path'], 120)}` |"]
+    out += ["| | BASE | HEAD |", "|---|---|---|", f"| trace | {esc(b['path'], 120)} | {esc(h['path'], 120)} |"]
     for c in d["context"]:
         if c["differs"]:
             out.append(f"| {esc(c['what'])} | {esc(c['base'], 120)} | {esc(c['head'], 120)} |")
@@ -222,21 +222,21 @@ def render_md(d: dict[str, Any], html_name: str | None = None, max_chars: int = 
         out.append("")
     if d["kernels"]:
         out += ["<details><summary>Kernels with the largest change</summary>", "", "| kernel | op | BASE | HEAD | change | |", "|---|---|---:|---:|---:|---|"]
-        out += [f"| `{esc(k['name'], 90)}` | {esc(k['op'], 40)} | {ms(_per_step(k['base']))} | {ms(_per_step(k['head']))} | {ms(k['change_ns_per_step'], True)} | {_kernel_change(k)} |" for k in d["kernels"][:TOP_ROWS]]
+        out += [f"| {esc(k['name'], 90)} | {esc(k['op'], 40)} | {ms(_per_step(k['base']))} | {ms(_per_step(k['head']))} | {ms(k['change_ns_per_step'], True)} | {_kernel_change(k)} |" for k in d["kernels"][:TOP_ROWS]]
         out += ["", "</details>", ""]
     f = d["findings"]
     c = f["counts"]
     out.append(f"**Findings:** {c['new']} new, {c['worse']} worse, {c['same']} unchanged, {c['fixed']} fixed")
     for tag in ("new", "worse", "fixed"):
         for x in f[tag][:5]:
-            out.append(f"- {tag}: `{esc(x['code'], 20)}` {esc(x['title'], 160)}")
+            out.append(f"- {tag}: **{esc(x['code'], 20)}** {esc(x['title'], 160)}")
     out.append("")
     for w in d["what_if"]:
-        out.append(f"**What-if check:** BASE predicted {ms(w['predicted_step_ns'])} per step with `{esc(w['code'], 20)}` fixed; HEAD measures {ms(w['measured_step_ns'])} ({pct(w['error_pct'])}).")
+        out.append(f"**What-if check:** BASE predicted {ms(w['predicted_step_ns'])} per step with **{esc(w['code'], 20)}** fixed; HEAD measures {ms(w['measured_step_ns'])} ({pct(w['error_pct'])}).")
     if d["ranks"]:
         out += ["", f"**Ranks:** {esc(straggler_line(d['ranks']))}"]
     if html_name:
-        out += ["", f"Full diff: `{esc(html_name, 120)}`"]
+        out += ["", f"Full diff: {esc(html_name, 120)}"]
     text = "\n".join(out) + "\n"
     if len(text) > max_chars:
         text = text[: max_chars - 40].rsplit("\n", 1)[0] + "\n\n… (cut to fit a PR comment)\n"

@@ -1,4 +1,4 @@
-"""``traceinsight diff BASE HEAD``: did the change make the step faster, and which part of the time ledger moved.
+"""``traceinsight diff BASE HEAD`` (``traceinsight.diff``): did the change make the step faster, and which part of the time ledger moved.
 
 ``diff(a, b)`` takes two traces, two JSON reports (``analyze -f json``), two ``Analysis`` objects or any mix, and
 returns a ``Diff``: its ``data`` is the documented JSON document (docs/diff-json.md), ``verdict`` one of
