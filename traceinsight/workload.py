@@ -18,7 +18,6 @@ report exactly as it reads a trace.
 from __future__ import annotations
 
 import re
-from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -45,10 +44,10 @@ def of(analysis: "Analysis") -> dict[str, Any]:
     steps = _steps(analysis)
     steady = {(r["rank"], r["step"]) for r in steps if not r["warmup"]}
     n = max(len(steady), 1)
-    op_of = _top_level_op(views)
+    ops_df = _host_ops(views)
+    op_of = _top_level_op(views, ops_df)
     gpu = views.gpu_activity
     in_steady = _in_steps(gpu["rank"].to_numpy(), gpu["step"].to_numpy(), steady) if steady else np.ones(len(gpu), bool)
-    ops_df = _host_ops(views)
     return {
         "steps": steps,
         "steady_steps": len(steady),
@@ -91,11 +90,13 @@ def _host_ops(views) -> pd.DataFrame:
         "tid": host["tid"].to_numpy()[pos].astype(np.int64),
         "start": host["start_ns"].to_numpy()[pos].astype(np.int64),
         "step": host["step"].to_numpy()[pos].astype(np.int64),
-        "name": host["name"].astype(str).to_numpy()[pos] if len(pos) else np.zeros(0, object),
+        "name": host["name"].take(pos).astype(str).to_numpy(),
     }
     cols["end"] = cols["start"] + host["dur_ns"].to_numpy()[pos].astype(np.int64)
-    shapes = host["input_shapes"].astype(object).to_numpy()[pos] if "input_shapes" in host else np.full(len(pos), None, object)
-    cols["shapes"] = np.asarray([s if isinstance(s, str) else "" for s in shapes], dtype=object)
+    if "input_shapes" in host:
+        cols["shapes"] = host["input_shapes"].take(pos).astype(object).fillna("").astype(str).to_numpy()
+    else:
+        cols["shapes"] = np.full(len(pos), "", dtype=object)
     df = pd.DataFrame(cols).sort_values(["rank", "tid", "start", "end"], ascending=[True, True, True, False], kind="stable")
     if df.empty:
         return df.assign(top=np.zeros(0, bool))
@@ -107,10 +108,9 @@ def _host_ops(views) -> pd.DataFrame:
     return df[top].reset_index(drop=True)
 
 
-def _top_level_op(views) -> pd.Series:
-    """Per GPU row label (``events`` index): the name of the top-level framework op whose launch made it."""
+def _top_level_op(views, ops: pd.DataFrame) -> pd.Series:
+    """Per GPU row label (``events`` index): the name of the top-level framework op (``ops``) whose launch made it."""
     ln = views.launches
-    ops = _host_ops(views)
     if ln.empty or ops.empty:
         return pd.Series(dtype=object)
     out = np.full(len(ln), None, dtype=object)
@@ -127,45 +127,47 @@ def _top_level_op(views) -> pd.Series:
 
 
 def _kernels(gpu: pd.DataFrame, op_of: pd.Series, in_steady: np.ndarray, n: int) -> list[dict[str, Any]]:
+    """Per GPU row name, counted on the name's category codes (one pass, no per-row strings)."""
     if gpu.empty:
         return []
-    op = op_of.reindex(gpu.index).to_numpy() if len(op_of) else np.full(len(gpu), None, object)
-    df = pd.DataFrame(
-        {
-            "name": gpu["name"].astype(str).to_numpy(),
-            "kind": gpu["kind"].astype(str).to_numpy(),
-            "op": np.asarray([o if isinstance(o, str) else "" for o in op], dtype=object),
-            "dur": gpu["dur_ns"].to_numpy().astype(np.int64),
-            "steady": in_steady,
-        }
-    )
-    df["class"] = classify_names(df["name"], df["kind"])
-    df["sdur"] = np.where(df["steady"], df["dur"], 0)
-    g = df.groupby("name", sort=False)
-    table = pd.DataFrame(
-        {
-            "count": g.size(),
-            "total_ns": g["dur"].sum(),
-            "steady_count": g["steady"].sum(),
-            "steady_ns": g["sdur"].sum(),
-            "class": g["class"].first(),
-        }
-    )
-    # the op that launched most of a kernel's time names it (a kernel several ops share goes to the largest)
-    by_op = df.groupby(["name", "op"], sort=False)["dur"].sum().reset_index().sort_values("dur", ascending=False, kind="stable")
-    table["op"] = by_op.drop_duplicates("name").set_index("name")["op"].reindex(table.index).fillna("")
-    table = table.sort_values(["total_ns", "count"], ascending=False, kind="stable").head(MAX_KERNELS)
+    names = gpu["name"] if isinstance(gpu["name"].dtype, pd.CategoricalDtype) else gpu["name"].astype("category")
+    codes = names.cat.codes.to_numpy().astype(np.int64)
+    ok = codes >= 0
+    codes, dur, steady = codes[ok], gpu["dur_ns"].to_numpy()[ok].astype(np.float64), in_steady[ok]
+    k = len(names.cat.categories)
+    count = np.bincount(codes, minlength=k)
+    total = np.bincount(codes, weights=dur, minlength=k)
+    s_count = np.bincount(codes, weights=steady.astype(np.float64), minlength=k)
+    s_ns = np.bincount(codes, weights=np.where(steady, dur, 0.0), minlength=k)
+    present = np.flatnonzero(count)
+    first = np.full(k, -1, np.int64)
+    first[codes[::-1]] = np.arange(len(codes) - 1, -1, -1)  # the first row of each name
+    kinds = gpu["kind"].to_numpy()[ok][first[present]]
+    cls = classify_names(pd.Series(names.cat.categories[present].astype(str)), pd.Series(kinds).astype(str))
+    # the op that launched most of a name's time names it (a kernel several ops share goes to the largest)
+    op_name = np.full(k, "", dtype=object)
+    if len(op_of):
+        op = op_of.reindex(gpu.index).to_numpy()[ok]
+        linked = pd.notna(op)
+        if linked.any():
+            op_codes, op_names = pd.factorize(op[linked])
+            g = pd.DataFrame({"c": codes[linked], "o": op_codes, "d": dur[linked]}).groupby(["c", "o"], sort=False)["d"].sum().reset_index()
+            best = g.sort_values("d", ascending=False, kind="stable").drop_duplicates("c")
+            op_name[best["c"].to_numpy()] = np.asarray(op_names, dtype=object)[best["o"].to_numpy()]
+    order = present[np.lexsort((-count[present], -total[present]))][:MAX_KERNELS]
+    where = {c: i for i, c in enumerate(present.tolist())}
+    cats = names.cat.categories
     return [
         {
-            "name": str(name),
-            "class": str(row["class"]),
-            "op": str(row["op"]),
-            "count": int(row["count"]),
-            "total_ns": int(row["total_ns"]),
-            "per_step": round(float(row["steady_count"]) / n, 4),
-            "ns_per_step": round(float(row["steady_ns"]) / n, 1),
+            "name": str(cats[c]),
+            "class": str(cls[where[c]]),
+            "op": str(op_name[c]),
+            "count": int(count[c]),
+            "total_ns": int(total[c]),
+            "per_step": round(float(s_count[c]) / n, 4),
+            "ns_per_step": round(float(s_ns[c]) / n, 1),
         }
-        for name, row in table.iterrows()
+        for c in order.tolist()
     ]
 
 
@@ -173,11 +175,12 @@ def _ops(ops: pd.DataFrame, gpu: pd.DataFrame, op_of: pd.Series, in_steady: np.n
     if ops.empty:
         return []
     m = _in_steps(ops["rank"].to_numpy(), ops["step"].to_numpy(), steady) if steady else np.ones(len(ops), bool)
-    counts = Counter(ops["name"].to_numpy()[m].tolist())
+    counts = pd.Series(ops["name"].to_numpy()[m]).value_counts().to_dict()
     gpu_ns: dict[str, float] = {}
     if len(op_of):
-        op = op_of.reindex(gpu.index).to_numpy()
-        keep = in_steady & np.asarray([isinstance(o, str) for o in op], dtype=bool)
+        op_s = op_of.reindex(gpu.index)
+        op = op_s.to_numpy()
+        keep = in_steady & op_s.notna().to_numpy()
         if keep.any():
             s = pd.Series(gpu["dur_ns"].to_numpy()[keep]).groupby(op[keep].astype(str)).sum()
             gpu_ns = {str(k): float(v) for k, v in s.items()}
@@ -189,8 +192,8 @@ def _shapes(ops: pd.DataFrame, steady: set, n: int) -> list[dict[str, Any]]:
     if ops.empty:
         return []
     m = _in_steps(ops["rank"].to_numpy(), ops["step"].to_numpy(), steady) if steady else np.ones(len(ops), bool)
-    c = Counter(zip(ops["name"].to_numpy()[m].tolist(), ops["shapes"].to_numpy()[m].tolist()))
-    return [{"name": k, "shapes": s, "per_step": round(v / n, 4)} for (k, s), v in c.most_common(MAX_SHAPES)]
+    c = ops[m].groupby(["name", "shapes"], sort=False).size().sort_values(ascending=False, kind="stable").head(MAX_SHAPES)
+    return [{"name": str(k), "shapes": str(s), "per_step": round(int(v) / n, 4)} for (k, s), v in c.items()]
 
 
 def batch_size(ops: pd.DataFrame, steady: set) -> int | None:
@@ -199,14 +202,11 @@ def batch_size(ops: pd.DataFrame, steady: set) -> int | None:
     if ops.empty:
         return None
     m = _in_steps(ops["rank"].to_numpy(), ops["step"].to_numpy(), steady) if steady else np.ones(len(ops), bool)
-    lead = Counter()
-    for s in ops["shapes"].to_numpy()[m].tolist():
-        hit = _FIRST_DIMS.match(s) if s else None
-        if hit:
-            lead[int(hit.group(1))] += 1
-    if not lead:
+    lead = pd.Series(ops["shapes"].to_numpy()[m], dtype=object).str.extract(_FIRST_DIMS.pattern, expand=False).dropna()
+    if lead.empty:
         return None
-    value, count = lead.most_common(1)[0]
+    counts = lead.astype(int).value_counts()
+    value, count = int(counts.index[0]), int(counts.iloc[0])
     return value if value > 1 and count >= 2 else None
 
 
