@@ -82,7 +82,8 @@ def _in_steps(rank: np.ndarray, step: np.ndarray, steady: set[tuple[int, int]]) 
 
 
 def _host_ops(views) -> pd.DataFrame:
-    """Top-level framework ops (outermost ``cpu_op`` per thread): rank, tid, start, end, name, shapes, step."""
+    """Top-level framework ops (outermost ``cpu_op`` per thread): rank, tid, start, end, step, and the name and
+    input shapes as categoricals (a 10^6-op trace holds a few hundred distinct names: counted on codes)."""
     host = views.host_events
     pos = np.flatnonzero(kind_mask(host["kind"], ("cpu_op",)))
     cols = {
@@ -90,17 +91,22 @@ def _host_ops(views) -> pd.DataFrame:
         "tid": host["tid"].to_numpy()[pos].astype(np.int64),
         "start": host["start_ns"].to_numpy()[pos].astype(np.int64),
         "step": host["step"].to_numpy()[pos].astype(np.int64),
-        "name": host["name"].take(pos).astype(str).to_numpy(),
+        "name": pd.Categorical(host["name"].take(pos).astype(str) if not isinstance(host["name"].dtype, pd.CategoricalDtype) else host["name"].take(pos)),
     }
     cols["end"] = cols["start"] + host["dur_ns"].to_numpy()[pos].astype(np.int64)
-    if "input_shapes" in host:
-        cols["shapes"] = host["input_shapes"].take(pos).astype(object).fillna("").astype(str).to_numpy()
+    if "input_shapes" in host and isinstance(host["input_shapes"].dtype, pd.CategoricalDtype):
+        cols["shapes"] = pd.Categorical(host["input_shapes"].take(pos))
+    elif "input_shapes" in host:
+        cols["shapes"] = pd.Categorical(host["input_shapes"].take(pos).astype(object).fillna("").astype(str))
     else:
-        cols["shapes"] = np.full(len(pos), "", dtype=object)
-    df = pd.DataFrame(cols).sort_values(["rank", "tid", "start", "end"], ascending=[True, True, True, False], kind="stable")
+        cols["shapes"] = pd.Categorical(np.full(len(pos), "", dtype=object))
+    df = pd.DataFrame(cols)
+    order = np.lexsort((-cols["end"], cols["start"], cols["tid"], cols["rank"]))
+    df = df.take(order)
     if df.empty:
-        return df.assign(top=np.zeros(0, bool))
-    same = (df["rank"].to_numpy()[1:] == df["rank"].to_numpy()[:-1]) & (df["tid"].to_numpy()[1:] == df["tid"].to_numpy()[:-1])
+        return df
+    r, t = df["rank"].to_numpy(), df["tid"].to_numpy()
+    same = (r[1:] == r[:-1]) & (t[1:] == t[:-1])
     grp = np.r_[0, np.cumsum(~same)]
     reach = pd.Series(df["end"].to_numpy()).groupby(grp).cummax().to_numpy()
     prev = np.r_[np.iinfo(np.int64).min, reach[:-1]]
@@ -109,21 +115,26 @@ def _host_ops(views) -> pd.DataFrame:
 
 
 def _top_level_op(views, ops: pd.DataFrame) -> pd.Series:
-    """Per GPU row label (``events`` index): the name of the top-level framework op (``ops``) whose launch made it."""
+    """Per GPU row label (``events`` index): the top-level framework op (``ops``) whose launch made it, as a
+    categorical (missing where the launch lies outside every op)."""
     ln = views.launches
     if ln.empty or ops.empty:
         return pd.Series(dtype=object)
-    out = np.full(len(ln), None, dtype=object)
+    codes = ops["name"].cat.codes.to_numpy()
+    out = np.full(len(ln), -1, dtype=codes.dtype)
     l_rank, l_tid, l_t = ln["rank"].to_numpy().astype(np.int64), ln["tid"].to_numpy().astype(np.int64), ln["launch_start_ns"].to_numpy()
-    for (r, t), g in ops.groupby(["rank", "tid"], sort=False):
-        m = np.flatnonzero((l_rank == r) & (l_tid == t))
+    r, t = ops["rank"].to_numpy(), ops["tid"].to_numpy()
+    cut = np.flatnonzero(np.r_[True, (r[1:] != r[:-1]) | (t[1:] != t[:-1]), True])
+    s_all, e_all = ops["start"].to_numpy(), ops["end"].to_numpy()
+    for a, b in zip(cut[:-1].tolist(), cut[1:].tolist()):
+        m = np.flatnonzero((l_rank == r[a]) & (l_tid == t[a]))
         if not len(m):
             continue
-        s, e = g["start"].to_numpy(), g["end"].to_numpy()
+        s, e = s_all[a:b], e_all[a:b]
         i = np.searchsorted(s, l_t[m], side="right") - 1
         ok = (i >= 0) & (e[np.maximum(i, 0)] > l_t[m])
-        out[m[ok]] = g["name"].to_numpy()[i[ok]]
-    return pd.Series(out, index=ln["gpu_idx"].to_numpy())
+        out[m[ok]] = codes[a:b][i[ok]]
+    return pd.Series(pd.Categorical.from_codes(out, categories=ops["name"].cat.categories), index=ln["gpu_idx"].to_numpy())
 
 
 def _kernels(gpu: pd.DataFrame, op_of: pd.Series, in_steady: np.ndarray, n: int) -> list[dict[str, Any]]:
@@ -147,13 +158,12 @@ def _kernels(gpu: pd.DataFrame, op_of: pd.Series, in_steady: np.ndarray, n: int)
     # the op that launched most of a name's time names it (a kernel several ops share goes to the largest)
     op_name = np.full(k, "", dtype=object)
     if len(op_of):
-        op = op_of.reindex(gpu.index).to_numpy()[ok]
-        linked = pd.notna(op)
+        oc = op_of.reindex(gpu.index).cat.codes.to_numpy()[ok]
+        linked = oc >= 0
         if linked.any():
-            op_codes, op_names = pd.factorize(op[linked])
-            g = pd.DataFrame({"c": codes[linked], "o": op_codes, "d": dur[linked]}).groupby(["c", "o"], sort=False)["d"].sum().reset_index()
+            g = pd.DataFrame({"c": codes[linked], "o": oc[linked], "d": dur[linked]}).groupby(["c", "o"], sort=True)["d"].sum().reset_index()
             best = g.sort_values("d", ascending=False, kind="stable").drop_duplicates("c")
-            op_name[best["c"].to_numpy()] = np.asarray(op_names, dtype=object)[best["o"].to_numpy()]
+            op_name[best["c"].to_numpy()] = np.asarray(op_of.cat.categories.astype(str), dtype=object)[best["o"].to_numpy()]
     order = present[np.lexsort((-count[present], -total[present]))][:MAX_KERNELS]
     where = {c: i for i, c in enumerate(present.tolist())}
     cats = names.cat.categories
@@ -171,29 +181,41 @@ def _kernels(gpu: pd.DataFrame, op_of: pd.Series, in_steady: np.ndarray, n: int)
     ]
 
 
+def _steady_ops(ops: pd.DataFrame, steady: set) -> np.ndarray:
+    return _in_steps(ops["rank"].to_numpy(), ops["step"].to_numpy(), steady) if steady else np.ones(len(ops), bool)
+
+
 def _ops(ops: pd.DataFrame, gpu: pd.DataFrame, op_of: pd.Series, in_steady: np.ndarray, steady: set, n: int) -> list[dict[str, Any]]:
     if ops.empty:
         return []
-    m = _in_steps(ops["rank"].to_numpy(), ops["step"].to_numpy(), steady) if steady else np.ones(len(ops), bool)
-    counts = pd.Series(ops["name"].to_numpy()[m]).value_counts().to_dict()
-    gpu_ns: dict[str, float] = {}
+    cats = ops["name"].cat.categories
+    k = len(cats)
+    counts = np.bincount(ops["name"].cat.codes.to_numpy()[_steady_ops(ops, steady)], minlength=k)
+    gpu_ns = np.zeros(k)
     if len(op_of):
-        op_s = op_of.reindex(gpu.index)
-        op = op_s.to_numpy()
-        keep = in_steady & op_s.notna().to_numpy()
-        if keep.any():
-            s = pd.Series(gpu["dur_ns"].to_numpy()[keep]).groupby(op[keep].astype(str)).sum()
-            gpu_ns = {str(k): float(v) for k, v in s.items()}
-    names = sorted(set(counts) | set(gpu_ns), key=lambda k: (-gpu_ns.get(k, 0.0), -counts.get(k, 0), k))[:MAX_OPS]
-    return [{"name": k, "per_step": round(counts.get(k, 0) / n, 4), "gpu_ns_per_step": round(gpu_ns.get(k, 0.0) / n, 1)} for k in names]
+        oc = op_of.reindex(gpu.index).cat.codes.to_numpy()
+        keep = in_steady & (oc >= 0)
+        gpu_ns = np.bincount(oc[keep], weights=gpu["dur_ns"].to_numpy()[keep].astype(np.float64), minlength=k)
+    present = np.flatnonzero((counts > 0) | (gpu_ns > 0))
+    names = cats[present].astype(str).to_numpy()
+    order = np.lexsort((names, -counts[present], -gpu_ns[present]))[:MAX_OPS]
+    return [{"name": str(names[i]), "per_step": round(int(counts[present[i]]) / n, 4), "gpu_ns_per_step": round(float(gpu_ns[present[i]]) / n, 1)} for i in order.tolist()]
 
 
 def _shapes(ops: pd.DataFrame, steady: set, n: int) -> list[dict[str, Any]]:
     if ops.empty:
         return []
-    m = _in_steps(ops["rank"].to_numpy(), ops["step"].to_numpy(), steady) if steady else np.ones(len(ops), bool)
-    c = ops[m].groupby(["name", "shapes"], sort=False).size().sort_values(ascending=False, kind="stable").head(MAX_SHAPES)
-    return [{"name": str(k), "shapes": str(s), "per_step": round(int(v) / n, 4)} for (k, s), v in c.items()]
+    m = _steady_ops(ops, steady)
+    nc, sc = ops["name"].cat.codes.to_numpy()[m].astype(np.int64), ops["shapes"].cat.codes.to_numpy()[m].astype(np.int64)
+    width = len(ops["shapes"].cat.categories) + 1
+    keys, counts = np.unique(nc * width + (sc + 1), return_counts=True)
+    top = np.argsort(-counts, kind="stable")[:MAX_SHAPES]
+    ncat, scat = ops["name"].cat.categories, ops["shapes"].cat.categories
+    out = []
+    for i in top.tolist():
+        name, shape = divmod(int(keys[i]), width)
+        out.append({"name": str(ncat[name]), "shapes": "" if shape == 0 else str(scat[shape - 1]), "per_step": round(int(counts[i]) / n, 4)})
+    return out
 
 
 def batch_size(ops: pd.DataFrame, steady: set) -> int | None:
@@ -201,12 +223,16 @@ def batch_size(ops: pd.DataFrame, steady: set) -> int | None:
     ops whose first input has two or more dimensions (activations lead with the batch; weights come later)."""
     if ops.empty:
         return None
-    m = _in_steps(ops["rank"].to_numpy(), ops["step"].to_numpy(), steady) if steady else np.ones(len(ops), bool)
-    lead = pd.Series(ops["shapes"].to_numpy()[m], dtype=object).str.extract(_FIRST_DIMS.pattern, expand=False).dropna()
-    if lead.empty:
+    sc = ops["shapes"].cat.codes.to_numpy()[_steady_ops(ops, steady)]
+    cats = ops["shapes"].cat.categories
+    weight = np.bincount(sc[sc >= 0], minlength=len(cats))
+    lead = pd.Series(cats.astype(str), dtype=object).str.extract(_FIRST_DIMS.pattern, expand=False)
+    hit = lead.notna().to_numpy() & (weight > 0)
+    if not hit.any():
         return None
-    counts = lead.astype(int).value_counts()
-    value, count = int(counts.index[0]), int(counts.iloc[0])
+    per_dim = pd.Series(weight[hit]).groupby(lead[hit].astype(int).to_numpy()).sum().sort_index()
+    value = int(per_dim.idxmax())
+    count = int(per_dim.max())
     return value if value > 1 and count >= 2 else None
 
 
