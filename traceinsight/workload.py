@@ -81,37 +81,47 @@ def _in_steps(rank: np.ndarray, step: np.ndarray, steady: set[tuple[int, int]]) 
     return np.isin(rank.astype(np.int64) * big + step.astype(np.int64), want)
 
 
+def _categorical(col: pd.Series, pos: np.ndarray) -> pd.Categorical:
+    """``col``'s rows at ``pos`` as a categorical, on the column's own codes when it is one (no factorizing)."""
+    if isinstance(col.dtype, pd.CategoricalDtype):
+        return pd.Categorical.from_codes(col.cat.codes.to_numpy()[pos], dtype=col.dtype)
+    return pd.Categorical(col.take(pos).astype(object).fillna("").astype(str))
+
+
 def _host_ops(views) -> pd.DataFrame:
     """Top-level framework ops (outermost ``cpu_op`` per thread): rank, tid, start, end, step, and the name and
-    input shapes as categoricals (a 10^6-op trace holds a few hundred distinct names: counted on codes)."""
+    input shapes as categoricals (a 10^6-op trace holds a few hundred distinct names: counted on codes).
+
+    Found on arrays: ops sorted by (rank, thread, start, longest first); an op is top-level when it starts at or
+    after the running end of the ops before it on its thread. Only those rows become a frame."""
     host = views.host_events
     pos = np.flatnonzero(kind_mask(host["kind"], ("cpu_op",)))
-    cols = {
-        "rank": host["rank"].to_numpy()[pos].astype(np.int64),
-        "tid": host["tid"].to_numpy()[pos].astype(np.int64),
-        "start": host["start_ns"].to_numpy()[pos].astype(np.int64),
-        "step": host["step"].to_numpy()[pos].astype(np.int64),
-        "name": pd.Categorical(host["name"].take(pos).astype(str) if not isinstance(host["name"].dtype, pd.CategoricalDtype) else host["name"].take(pos)),
-    }
-    cols["end"] = cols["start"] + host["dur_ns"].to_numpy()[pos].astype(np.int64)
-    if "input_shapes" in host and isinstance(host["input_shapes"].dtype, pd.CategoricalDtype):
-        cols["shapes"] = pd.Categorical(host["input_shapes"].take(pos))
-    elif "input_shapes" in host:
-        cols["shapes"] = pd.Categorical(host["input_shapes"].take(pos).astype(object).fillna("").astype(str))
+    rank, tid = host["rank"].to_numpy()[pos].astype(np.int64), host["tid"].to_numpy()[pos].astype(np.int64)
+    start = host["start_ns"].to_numpy()[pos].astype(np.int64)
+    end = start + host["dur_ns"].to_numpy()[pos].astype(np.int64)
+    order = np.lexsort((-end, start, tid, rank))
+    rank, tid, start, end = rank[order], tid[order], start[order], end[order]
+    if len(order):
+        new = np.r_[True, (rank[1:] != rank[:-1]) | (tid[1:] != tid[:-1])]
+        grp = np.cumsum(new) - 1
+        base = int(end.max()) - int(min(start.min(), 0)) + 1
+        if grp[-1] * base < 2**62:  # one running max over all threads: each thread's ends lifted above the last's
+            reach = np.maximum.accumulate(end + grp * base) - grp * base
+        else:  # pragma: no cover - needs >2^62 ns of threads
+            reach = pd.Series(end).groupby(grp).cummax().to_numpy()
+        top = new.copy()
+        top[1:] |= start[1:] >= reach[:-1]
     else:
-        cols["shapes"] = pd.Categorical(np.full(len(pos), "", dtype=object))
-    df = pd.DataFrame(cols)
-    order = np.lexsort((-cols["end"], cols["start"], cols["tid"], cols["rank"]))
-    df = df.take(order)
-    if df.empty:
-        return df
-    r, t = df["rank"].to_numpy(), df["tid"].to_numpy()
-    same = (r[1:] == r[:-1]) & (t[1:] == t[:-1])
-    grp = np.r_[0, np.cumsum(~same)]
-    reach = pd.Series(df["end"].to_numpy()).groupby(grp).cummax().to_numpy()
-    prev = np.r_[np.iinfo(np.int64).min, reach[:-1]]
-    top = (df["start"].to_numpy() >= prev) | np.r_[True, ~same]
-    return df[top].reset_index(drop=True)
+        top = np.zeros(0, dtype=bool)
+    keep = order[top]
+    rows = pos[keep]
+    shapes = host["input_shapes"] if "input_shapes" in host else pd.Series(np.full(len(host), "", dtype=object), index=host.index)
+    return pd.DataFrame({
+        "rank": rank[top], "tid": tid[top], "start": start[top], "end": end[top],
+        "step": host["step"].to_numpy()[rows].astype(np.int64),
+        "name": _categorical(host["name"], rows),
+        "shapes": _categorical(shapes, rows),
+    })
 
 
 def _top_level_op(views, ops: pd.DataFrame) -> pd.Series:
