@@ -12,7 +12,7 @@ from typing import Any
 import msgspec
 
 from ..rule_api import fmt_ns
-from ..sanitize import json_text, rich as rich_text, terminal
+from ..sanitize import json_text, rich as rich_text
 
 #: Rows per table in the text and Markdown output (the JSON keeps up to compare.MAX_ROWS).
 TOP_ROWS = 10

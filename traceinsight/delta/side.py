@@ -62,8 +62,12 @@ def load_side(path: "str | os.PathLike[str]", **analyze_kwargs: Any) -> Side:
     p = Path(path)
     if is_report(p):
         from ..baseline import load_report
+        from ..errors import ConfigError
 
-        return Side(load_report(p), str(p))
+        try:
+            return Side(load_report(p), str(p))
+        except ConfigError as exc:  # load_report speaks of a baseline; here the file is one side of a diff
+            raise ConfigError(str(exc).removeprefix("baseline ")) from None
     from ..engine import analyze
 
     return from_analysis(analyze(p, **analyze_kwargs), str(p))
