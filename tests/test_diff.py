@@ -145,6 +145,34 @@ def test_a_larger_batch_with_a_longer_step_reads_as_the_gain_per_sample(traces):
     assert d["verdict"] == "faster" and d["gate"]["result"] == "pass"
 
 
+def test_a_batch_equal_to_a_channel_count_still_matches_shapes(tmp_path):
+    """Batch 32 -> 64 on a conv net with 64 channels: the weight [64, 64, 3, 3] leads with 64 on both sides and
+    must not be read as a batch dimension, while the activations [32|64, 64, 56, 56] must."""
+    a = write_model(tmp_path / "c32.json", model="conv", batch=32, seed=1)
+    b = write_model(tmp_path / "c64.json", model="conv", batch=64, seed=2)
+    d = diff(a, b).data
+    assert d["comparability"]["comparable"] and d["comparability"]["shapes_in_common_pct"] == 100.0
+    assert d["per_sample"] is not None and d["per_sample"]["batch_head"] == 64
+
+
+def test_changed_shapes_at_one_batch_are_not_comparable(tmp_path):
+    from .helpers.kineto_writer import KinetoTrace
+
+    def write(p: Path, width: int) -> Path:
+        t = KinetoTrace()
+        for s in range(5):
+            t0 = s * 2000.0
+            for i in range(4):
+                t.cpu_op("aten::linear", t0 + 10 + i * 300, 50, args={"Input Dims": [[32, width], [width, width], [width]]})
+                t.kernel("ampere_sgemm_128x64_tn", t0 + 30 + i * 300, 200, launch_us=t0 + 20 + i * 300)
+            t.step(s + 1, t0, 1500)
+        return t.write(p)
+
+    d = diff(write(tmp_path / "a.json", 512), write(tmp_path / "b.json", 1024)).data
+    assert d["verdict"] == "not comparable" and d["comparability"]["in_common_pct"] == 100.0
+    assert "input shapes" in d["comparability"]["reasons"][0]
+
+
 def test_slower_kernels_are_slower_and_the_kernel_table_says_which(traces):
     d = diff(traces["fixed"], traces["slow12"], fail_if_slower=5).data
     assert d["verdict"] == "slower" and d["gate"]["result"] == "fail"

@@ -35,7 +35,6 @@ MAX_OPS = 1000
 MAX_SHAPES = 2000
 
 _FIRST_DIMS = re.compile(r"^\s*\[\s*\[\s*(\d+)\s*,")
-_LEAD = re.compile(r"^(\s*\[\s*\[\s*)(\d+)(\s*,)")
 
 
 def of(analysis: "Analysis") -> dict[str, Any]:
@@ -244,13 +243,3 @@ def batch_size(ops: pd.DataFrame, steady: set) -> int | None:
     value = int(per_dim.idxmax())
     count = int(per_dim.max())
     return value if value > 1 and count >= 2 else None
-
-
-def with_batch(shapes: str, batch: int | None) -> str:
-    """``shapes`` with its first input's leading dimension written ``B`` when it is the batch size."""
-    if not batch or not shapes:
-        return shapes
-    hit = _LEAD.match(shapes)
-    if hit and int(hit.group(2)) == batch:
-        return shapes[: hit.start(2)] + "B" + shapes[hit.end(2):]
-    return shapes

@@ -14,6 +14,8 @@ The answer is one JSON-able dict (docs/diff-json.md, ``SCHEMA_VERSION``); the re
 
 from __future__ import annotations
 
+import itertools
+import re
 from collections import defaultdict
 from types import SimpleNamespace
 from typing import Any
@@ -23,7 +25,6 @@ import numpy as np
 from .. import __version__
 from ..kernels import CLASSES
 from ..rule_api import fmt_ns
-from ..workload import with_batch
 from . import side as S
 from .stats import Shift, shift
 
@@ -117,10 +118,10 @@ def comparability(base: S.Side, head: S.Side) -> dict[str, Any]:
         reasons.extend(_differences(x, y))
     ba, bb = wa.get("batch"), wb.get("batch")
     shapes_pct = None
-    sa = _shape_counts(wa, ba)
-    sb = _shape_counts(wb, bb)
+    sa = _shape_counts(wa)
+    sb = _shape_counts(wb)
     if ok and matched_by == "framework_ops" and any(k[1] for k in sa) and any(k[1] for k in sb):
-        shapes_pct = _similarity(sa, sb)
+        shapes_pct = shape_similarity(sa, sb, ba, bb)
         if shapes_pct < MIN_IN_COMMON:
             ok = False
             reasons.insert(0, f"only {shapes_pct:.0f}% of the framework ops per step have the same input shapes"
@@ -137,11 +138,57 @@ def comparability(base: S.Side, head: S.Side) -> dict[str, Any]:
             "batch_base": ba, "batch_head": bb, "reasons": reasons}
 
 
-def _shape_counts(w: dict[str, Any], batch: int | None) -> dict[tuple[str, str], float]:
+def _shape_counts(w: dict[str, Any]) -> dict[tuple[str, str], float]:
     out: dict[tuple[str, str], float] = defaultdict(float)
     for s in w.get("shapes", []):
-        out[(s["name"], with_batch(s.get("shapes") or "", batch))] += float(s.get("per_step") or 0.0)
+        out[(s["name"], s.get("shapes") or "")] += float(s.get("per_step") or 0.0)
     return dict(out)
+
+
+#: A tensor's leading dimension in a shapes string as the profiler prints it (``[[32, 3, 224, 224], [64, 3, 7, 7]]``).
+_LEAD_DIM = re.compile(r"(?<=\[)(\d+)(?=[,\]])")
+#: Tensors per op whose leading dimension is tried both ways (as batch and as not): at most 2^6 variants.
+MAX_BATCH_TENSORS = 6
+
+
+def _batch_variants(shapes: str, head_batch: int, base_batch: int) -> list[str]:
+    """``shapes`` (HEAD's) written as BASE would print it: each tensor leading with HEAD's batch size may be an
+    activation (its batch becomes BASE's) or a weight that happens to have that size (unchanged), so every choice
+    is a candidate, the all-activations one first."""
+    spans = [m.span() for m in _LEAD_DIM.finditer(shapes) if int(m.group()) == head_batch]
+    if len(spans) > MAX_BATCH_TENSORS:
+        choices = [tuple([True] * len(spans)), tuple([False] * len(spans))]
+    else:
+        choices = sorted(itertools.product((True, False), repeat=len(spans)), key=lambda c: -sum(c))
+    out = []
+    for choice in choices:
+        text, last = [], 0
+        for (a, b), swap in zip(spans, choice):
+            text.append(shapes[last:a] + (str(base_batch) if swap else shapes[a:b]))
+            last = b
+        out.append("".join(text) + shapes[last:])
+    return out
+
+
+def shape_similarity(a: dict[tuple[str, str], float], b: dict[tuple[str, str], float], batch_a: int | None, batch_b: int | None) -> float:
+    """Per-step (op, input shapes) both sides share, as % of the larger side's. With two batch sizes, a HEAD shape
+    matches a BASE shape that differs only in tensors leading with HEAD's batch where BASE has its own."""
+    if not batch_a or not batch_b or batch_a == batch_b:
+        return _similarity(a, b)
+    left = dict(a)
+    common = 0.0
+    for (name, shapes), count in sorted(b.items(), key=lambda kv: -kv[1]):
+        for v in _batch_variants(shapes, batch_b, batch_a):
+            have = left.get((name, v), 0.0)
+            if have > 0:
+                take = min(have, count)
+                left[(name, v)] = have - take
+                common += take
+                count -= take
+                if count <= 0:
+                    break
+    total = max(sum(a.values()), sum(b.values()))
+    return 100.0 * common / total if total > 0 else 100.0
 
 
 def context(base: S.Side, head: S.Side) -> list[dict[str, Any]]:
