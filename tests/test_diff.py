@@ -233,6 +233,11 @@ def test_diff_json_validates_against_its_schema(traces, pair):
     doc = json.loads(res.stdout)
     jsonschema.validate(doc, _schema())
     assert doc["schema_version"] == 1
+    from traceinsight.delta.render import render
+
+    for fmt in ("text", "md", "html"):  # every verdict renders in every format
+        out = render(doc, fmt)
+        assert doc["verdict"] in out.lower() or doc["verdict"].capitalize() in out
 
 
 def test_the_schema_rejects_a_wrong_document(traces):
