@@ -346,3 +346,24 @@ def test_corpus_two_models_are_not_comparable():
     other = corpus_file("pytorch/hta_alexnet_a100_cudasync.json.gz")
     code, out = run(nw0, other)
     assert code == EXIT_NOT_COMPARABLE and "Not comparable" in out
+
+
+def test_without_step_markers_the_gpu_window_is_compared_once(tmp_path):
+    from .helpers.kineto_writer import KinetoTrace
+
+    def write(p: Path, dur: float) -> Path:
+        t = KinetoTrace()
+        at = 10.0
+        for _ in range(20):  # the host waits for each kernel before launching the next
+            t.cpu_op("aten::mm", at, 50, args={"Input Dims": [[64, 64], [64, 64]]})
+            t.kernel("ampere_sgemm_128x64_tn", at + 20, dur, launch_us=at + 10)
+            at += 20 + dur + 30
+        return t.write(p)
+
+    a, slow = write(tmp_path / "a.json", 300), write(tmp_path / "slow.json", 1100)
+    same = diff(a, a, fail_if_slower=5).data
+    assert same["step"]["basis"] == "gpu_window" and same["step"]["low_ns"] is None
+    assert same["verdict"] == "inconclusive" and same["gate"]["result"] == "pass"  # no change, nothing to doubt
+    worse = diff(a, slow, fail_if_slower=5).data
+    assert worse["step"]["change_ns"] > 0 and worse["gate"]["result"] == "inconclusive"  # slower, but one sample
+    assert worse["what_if"] == [] and "GPU window" in worse["sentence"]

@@ -53,12 +53,16 @@ def compare(base: S.Side, head: S.Side, *, fail_if_slower: float | None = None) 
         "comparability": comp,
     }
     step = per_sample = None
+    basis = "steps"
+    if comp["comparable"] and not len(a) and not len(b):  # no step markers on either side: the GPU window, once
+        a, b, basis = S.window_sample(base), S.window_sample(head), "gpu_window"
     if comp["comparable"] and len(a) and len(b):
         step = _shift_dict(a, b, shift(a, b))
+        step["basis"] = basis
         ba, bb = comp.get("batch_base"), comp.get("batch_head")
         if ba and bb and ba != bb:
             per_sample = _shift_dict(a / ba, b / bb, shift(a / ba, b / bb))
-            per_sample.update(batch_base=ba, batch_head=bb)
+            per_sample.update(basis=basis, batch_base=ba, batch_head=bb)
     out["step"] = step
     out["per_sample"] = per_sample
     out["verdict"] = verdict(comp, per_sample or step)
@@ -132,7 +136,7 @@ def comparability(base: S.Side, head: S.Side) -> dict[str, Any]:
         ok = False
         reasons.insert(1 if reasons and not ok else 0, f"only {'BASE' if has_a else 'HEAD'} has step markers: the step structure differs")
     elif not has_a:
-        reasons.append("no step markers on either side: no step time to compare")
+        reasons.append("no step markers on either side: the GPU windows are compared, one sample each (no interval)")
     return {"comparable": ok, "matched_by": matched_by, "in_common_pct": round(in_common, 1),
             "shapes_in_common_pct": None if shapes_pct is None else round(shapes_pct, 1),
             "batch_base": ba, "batch_head": bb, "reasons": reasons}
@@ -280,7 +284,7 @@ def sentence(d: dict[str, Any]) -> str:
     s = d["per_sample"] or d["step"]
     if s is None:
         return "No step time to compare: " + "; ".join(d["comparability"]["reasons"] or ["no steady-state steps"])
-    unit = "per sample" if d["per_sample"] else "step"
+    unit = "per sample" if d["per_sample"] else ("step" if s.get("basis") != "gpu_window" else "GPU window")
     head = f"{v.capitalize()}: {unit} {_ms(s['change_ns'], True)} ({s['change_pct']:+.1f}%"
     head += f", {int(s['confidence'] * 100)}% CI {_ms(s['low_ns'], True)} to {_ms(s['high_ns'], True)})" if s["low_ns"] is not None else ", too few steps for an interval)"
     moved = [r for r in d["ledger"] if abs(r["change_ns"]) >= 0.05 * max(abs(d["step"]["change_ns"]) if d["step"] else 0.0, 1e5)][:3]
@@ -406,7 +410,7 @@ def findings_diff(base: S.Side, head: S.Side) -> dict[str, Any]:
 def what_if_check(base: S.Side, head: S.Side, d: dict[str, Any]) -> list[dict[str, Any]]:
     """For each BASE finding with a what-if that HEAD fixed (gone, or its share of the span halved): the step
     time BASE predicted for the fix against the step time HEAD measured."""
-    if d["step"] is None:
+    if d["step"] is None or d["step"].get("basis") != "steps":
         return []
     now = {f.get("fingerprint"): float(f.get("impact_pct_span") or 0.0) for f in head.report.get("findings", []) if isinstance(f, dict)}
     out = []

@@ -97,6 +97,13 @@ def step_samples(side: Side) -> np.ndarray:
     return np.array([by_step[k] for k in sorted(by_step)], dtype=float)
 
 
+def window_sample(side: Side) -> np.ndarray:
+    """Without step markers: the longest device window (first to last GPU activity) as the one sample."""
+    windows = [int(d.get("window_ns") or 0) for d in (side.report.get("ledger") or {}).get("by_device", []) if isinstance(d, dict)]
+    w = max(windows, default=0)
+    return np.array([float(w)]) if w > 0 else np.zeros(0)
+
+
 def rank_samples(side: Side) -> dict[int, np.ndarray]:
     out: dict[int, list[int]] = {}
     for s in steps(side):
