@@ -316,6 +316,11 @@ def test_two_job_folders_compare_per_rank_and_name_the_fixed_straggler(tmp_path)
     assert not r["straggler_head"]["is_straggler"]
     assert d["verdict"] == "faster"  # the job's step is its slowest rank's
     assert "straggler fixed: rank 2" in d_render(d)
+    from traceinsight.delta.render import render
+
+    html = render(d, "html")
+    assert html.count("<tr data-rank=") == 4 and "straggler fixed: rank 2" in html
+    assert "| 2 |" in render(d, "md")
 
 
 def d_render(d: dict) -> str:

@@ -235,7 +235,11 @@ def render_md(d: dict[str, Any], html_name: str | None = None, max_chars: int = 
     for w in d["what_if"]:
         out.append(f"**What-if check:** BASE predicted {ms(w['predicted_step_ns'])} per step with **{esc(w['code'], 20)}** fixed; HEAD measures {ms(w['measured_step_ns'])} ({pct(w['error_pct'])}).")
     if d["ranks"]:
-        out += ["", f"**Ranks:** {esc(straggler_line(d['ranks']))}"]
+        out += ["", f"**Ranks:** {esc(straggler_line(d['ranks']))}", "", "<details><summary>Per rank</summary>", "",
+                "| rank | BASE median step | HEAD median step | change | GPU busy |", "|---:|---:|---:|---:|---:|"]
+        out += [f"| {r['rank']} | {ms(r['base_median_ns'])} | {ms(r['head_median_ns'])} | {pct(r['change_pct'])} | {pct(r['base_busy_pct'], False)} → {pct(r['head_busy_pct'], False)} |"
+                for r in d["ranks"]["rows"][:64]]
+        out += ["", "</details>"]
     if html_name:
         out += ["", f"Full diff: {esc(html_name, 120)}"]
     text = "\n".join(out) + "\n"
