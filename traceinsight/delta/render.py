@@ -77,6 +77,12 @@ def spread(x: dict[str, Any]) -> str:
     return f"median {ms(s['median_ns'])} · p10–p90 {ms(s['p10_ns'])}–{ms(s['p90_ns'])} · {s['count']} steps" + (f" (+{x['warmup_steps']} warm-up)" if x.get("warmup_steps") else "")
 
 
+def shown_reasons(d: dict[str, Any]) -> list[str]:
+    """The comparability notes to list under the sentence (which already quotes the first when it refuses)."""
+    reasons = d["comparability"]["reasons"]
+    return reasons[1:] if d["verdict"] == "not comparable" else reasons
+
+
 def _kernel_change(k: dict[str, Any]) -> str:
     st = k["status"]
     return {"new": "new", "vanished": "vanished", "matched": "renamed", "same": ""}.get(st, st)
@@ -101,7 +107,7 @@ def render_text(d: dict[str, Any], width: int = 110, **_: Any) -> str:
     con.print()
     con.print(f"{_VERDICT_ICON.get(d['verdict'], '')} {rich_text(d['sentence'], 500)}")
     comp = d["comparability"]
-    for r in comp["reasons"]:
+    for r in shown_reasons(d):
         con.print(f"  - {rich_text(r, 300)}")
     if comp["comparable"]:
         con.print(f"  workload: {comp['in_common_pct']}% of the {comp['matched_by'].replace('_', ' ')} per step in common" + (f", shapes {comp['shapes_in_common_pct']}%" if comp["shapes_in_common_pct"] is not None else ""))
@@ -190,9 +196,9 @@ def render_md(d: dict[str, Any], html_name: str | None = None, max_chars: int = 
 
     b, h = d["base"], d["head"]
     out = [f"## {_VERDICT_ICON.get(d['verdict'], '')} traceinsight diff: **{d['verdict']}**", "", esc(d["sentence"], 600), ""]
-    for r in d["comparability"]["reasons"]:
+    for r in shown_reasons(d):
         out.append(f"- {esc(r, 300)}")
-    if d["comparability"]["reasons"]:
+    if shown_reasons(d):
         out.append("")
     out += ["| | BASE | HEAD |", "|---|---|---|", f"| trace | {esc(b['path'], 120)} | {esc(h['path'], 120)} |"]
     for c in d["context"]:
