@@ -372,3 +372,21 @@ def test_without_step_markers_the_gpu_window_is_compared_once(tmp_path):
     worse = diff(a, slow, fail_if_slower=5).data
     assert worse["step"]["change_ns"] > 0 and worse["gate"]["result"] == "inconclusive"  # slower, but one sample
     assert worse["what_if"] == [] and "GPU window" in worse["sentence"]
+
+
+@pytest.mark.parametrize("damage", [
+    {"workload": {"steps": [{"rank": "x", "step": 1, "dur_ns": 5}]}},
+    {"workload": {"steps": [{"rank": 0, "step": 1, "dur_ns": 1.5e400}]}},
+    {"workload": {"kernels": "not a list"}},
+    {"ledger": {"by_step": [{"step": 1, "ns": {"compute": "many"}}]}},
+    {"summary": {"devices": [{"rank": 0, "busy_pct": []}]}},
+])
+def test_a_damaged_report_is_a_one_line_usage_error(traces, tmp_path, damage):
+    res = CliRunner().invoke(app, ["analyze", str(traces["fixed"]), "-f", "json", "-o", str(tmp_path / "r.json")])
+    assert res.exit_code == 0
+    doc = json.loads((tmp_path / "r.json").read_text())
+    for key, value in damage.items():
+        doc[key] = {**doc[key], **value} if isinstance(doc.get(key), dict) else value
+    (tmp_path / "bad.json").write_text(json.dumps(doc).replace("1.5e+400", "1.5e400"))
+    code, out = run(tmp_path / "bad.json", traces["fixed"])
+    assert code == 2 and "Traceback" not in out and "bad.json" in out and len(out.strip().splitlines()) == 1

@@ -15,6 +15,7 @@ The answer is one JSON-able dict (docs/diff-json.md, ``SCHEMA_VERSION``); the re
 from __future__ import annotations
 
 import itertools
+import math
 import re
 from collections import defaultdict
 from types import SimpleNamespace
@@ -78,6 +79,15 @@ def compare(base: S.Side, head: S.Side, *, fail_if_slower: float | None = None) 
     out["ranks"] = rank_diff(base, head)
     out["gate"] = gate(out, fail_if_slower) if fail_if_slower is not None else None
     return out
+
+
+def _pct(value: Any) -> float:
+    """A finite number from a report field (reports are untrusted files), else 0."""
+    try:
+        out = float(value)
+    except (TypeError, ValueError, OverflowError):
+        return 0.0
+    return out if math.isfinite(out) else 0.0
 
 
 # --- comparability ------------------------------------------------------------------------------------------
@@ -388,7 +398,7 @@ def findings_diff(base: S.Side, head: S.Side) -> dict[str, Any]:
     from ..baseline import NEW, SAME, WORSE, compare as compare_findings
 
     fs = [
-        SimpleNamespace(fingerprint=str(f.get("fingerprint")), impact_pct_span=float(f.get("impact_pct_span") or 0.0), code=f.get("code"), title=f.get("title"), severity=f.get("severity"))
+        SimpleNamespace(fingerprint=str(f.get("fingerprint")), impact_pct_span=_pct(f.get("impact_pct_span")), code=str(f.get("code", "")), title=str(f.get("title", "")), severity=str(f.get("severity", "")))
         for f in head.report.get("findings", [])
         if isinstance(f, dict)
     ]
@@ -412,22 +422,22 @@ def what_if_check(base: S.Side, head: S.Side, d: dict[str, Any]) -> list[dict[st
     time BASE predicted for the fix against the step time HEAD measured."""
     if d["step"] is None or d["step"].get("basis") != "steps":
         return []
-    now = {f.get("fingerprint"): float(f.get("impact_pct_span") or 0.0) for f in head.report.get("findings", []) if isinstance(f, dict)}
+    now = {f.get("fingerprint"): _pct(f.get("impact_pct_span")) for f in head.report.get("findings", []) if isinstance(f, dict)}
     out = []
     for f in base.report.get("findings", []):
         w = f.get("what_if") if isinstance(f, dict) else None
-        if not isinstance(w, dict) or not isinstance(w.get("step_ns"), (int, float)):
+        if not isinstance(w, dict) or not _pct(w.get("step_ns")):
             continue
-        was = float(f.get("impact_pct_span") or 0.0)
+        was = _pct(f.get("impact_pct_span"))
         fp = f.get("fingerprint")
         if fp in now and now[fp] > was / 2:
             continue
         measured = d["step"]["head_median_ns"]
         predicted = float(w["step_ns"])
         out.append({
-            "code": f.get("code"), "title": f.get("title"), "transform": w.get("transform"),
+            "code": str(f.get("code", "")), "title": str(f.get("title", "")), "transform": None if w.get("transform") is None else str(w.get("transform")),
             "status": "fixed" if fp not in now else "reduced",
-            "base_step_ns": float(w.get("baseline_step_ns") or d["step"]["base_median_ns"]),
+            "base_step_ns": _pct(w.get("baseline_step_ns")) or d["step"]["base_median_ns"],
             "predicted_step_ns": predicted, "measured_step_ns": measured,
             "error_pct": round(100.0 * (measured - predicted) / predicted, 1) if predicted else None,
         })

@@ -11,9 +11,12 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
+import msgspec
 import numpy as np
+
+from ..errors import ConfigError
 
 #: Bytes at the head of a file looked at to tell a traceinsight report from a trace.
 _HEAD_BYTES = 512
@@ -62,15 +65,95 @@ def load_side(path: "str | os.PathLike[str]", **analyze_kwargs: Any) -> Side:
     p = Path(path)
     if is_report(p):
         from ..baseline import load_report
-        from ..errors import ConfigError
 
         try:
-            return Side(load_report(p), str(p))
+            doc = load_report(p)
         except ConfigError as exc:  # load_report speaks of a baseline; here the file is one side of a diff
             raise ConfigError(str(exc).removeprefix("baseline ")) from None
+        check(doc, str(p))
+        return Side(doc, str(p))
     from ..engine import analyze
 
     return from_analysis(analyze(p, **analyze_kwargs), str(p))
+
+
+# --- the parts of a report the diff reads, as types: a report file is untrusted input --------------------------
+class _Step(msgspec.Struct):
+    rank: int
+    step: int
+    dur_ns: int
+    warmup: bool = False
+
+
+class _Kernel(msgspec.Struct, rename={"class_": "class"}):
+    name: str
+    class_: str = "other"
+    op: str = ""
+    count: int = 0
+    total_ns: int = 0
+    per_step: float = 0.0
+    ns_per_step: float = 0.0
+
+
+class _Op(msgspec.Struct):
+    name: str
+    per_step: float = 0.0
+    gpu_ns_per_step: float = 0.0
+
+
+class _Shape(msgspec.Struct):
+    name: str
+    shapes: str = ""
+    per_step: float = 0.0
+
+
+class _Workload(msgspec.Struct):
+    steps: list[_Step] = []
+    kernels: list[_Kernel] = []
+    ops: list[_Op] = []
+    shapes: list[_Shape] = []
+    batch: Optional[int] = None
+    steady_steps: int = 0
+
+
+class _LedgerRow(msgspec.Struct):
+    rank: int = 0
+    device: int = 0
+    step: int = -1
+    window_ns: int = 0
+    ns: dict[str, float] = {}
+
+
+class _Ledger(msgspec.Struct):
+    buckets: list[str] = []
+    by_device: list[_LedgerRow] = []
+    by_step: list[_LedgerRow] = []
+
+
+class _Device(msgspec.Struct):
+    rank: int = 0
+    busy_pct: Optional[float] = None
+
+
+class _Summary(msgspec.Struct):
+    devices: list[_Device] = []
+
+
+class _Report(msgspec.Struct):
+    workload: Optional[_Workload] = None
+    ledger: _Ledger = msgspec.field(default_factory=_Ledger)
+    summary: _Summary = msgspec.field(default_factory=_Summary)
+    kpis: dict[str, Any] = {}
+    verdict: dict[str, Any] = {}
+    trace: dict[str, Any] = {}
+
+
+def check(doc: dict[str, Any], name: str) -> None:
+    """ConfigError (one line, exit 2) when the parts of a report the diff reads have the wrong types."""
+    try:
+        msgspec.convert(doc, _Report)
+    except msgspec.ValidationError as exc:
+        raise ConfigError(f"{name}: not a traceinsight JSON report the diff can read ({str(exc)[:200]})") from None
 
 
 def from_analysis(analysis: Any, label: str | None = None) -> Side:
