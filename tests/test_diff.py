@@ -301,7 +301,10 @@ def test_bad_inputs_are_one_line_errors(tmp_path, traces):
 
 def test_api_accepts_analyses(traces):
     a, b = traceinsight.analyze(traces["waits"]), traceinsight.analyze(traces["fixed"])
-    assert traceinsight.diff(a, b).verdict == "faster"
+    d = traceinsight.diff(a, b)
+    assert d.verdict == "faster" and d.gate is None and "faster" in repr(d).lower()
+    frame = d._repr_html_()  # Jupyter: the page in a sandboxed frame, its markup escaped into srcdoc
+    assert frame.startswith("<iframe sandbox srcdoc=") and "<style>" not in frame and "&lt;style&gt;" in frame
 
 
 # --- whole jobs ------------------------------------------------------------------------------------------------

@@ -42,7 +42,11 @@ class Diff:
         return render(self.data, fmt, **kwargs)
 
     def _repr_html_(self) -> str:
-        return self.render("html")
+        """Jupyter shows the HTML diff in a sandboxed frame: the page's own stylesheet stays out of the notebook."""
+        from html import escape
+
+        return f'<iframe sandbox srcdoc="{escape(self.render("html"), quote=True)}" style="width:100%;height:900px;border:0" title="traceinsight diff"></iframe>'
+
 
     def __repr__(self) -> str:
         return f"Diff({self.verdict!r}: {self.sentence})"
