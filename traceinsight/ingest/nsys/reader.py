@@ -29,6 +29,7 @@ from ...timeline import COPY_KINDS, KINDS, TIME_LIMIT_NS, DeviceInfo, TraceMeta
 from ..parts import ReadResult, Rows
 from . import schema as S
 from .sql import MMAP_BYTES, string_table, table_columns
+from .memory import read_memory
 from .tables import (Part, factorize, read_graphs, read_host_other, read_kernels, read_memcpy, read_memset,
                           read_nvtx, read_runtime, read_syncs)
 
@@ -432,6 +433,7 @@ def _read_conn(conn: sqlite3.Connection, path: Path, progress: ProgressFn | None
 
     meta.start_unix_ns, meta.extra["clock"] = _clock(conn, tables, origin)
     meta.devices = _devices(conn, tables, rows.columns["device"])
+    rows.memory = read_memory(conn, tables)
     meta.extra["processes"] = _processes(conn, tables)
     if "DERIVED_FROM" in meta_kv:
         meta.extra["derived_from"] = meta_kv["DERIVED_FROM"]
