@@ -534,3 +534,11 @@ class Views:
         from .ledger import build_ledger  # the ledger builds on these views
 
         return build_ledger(self)
+
+    # --- GPU memory --------------------------------------------------------------------------------------
+    @cached_property
+    def memory(self):
+        """GPU memory per device: allocated / reserved over time, peaks, per-step headroom (``traceinsight.memory``)."""
+        from .memory import Memory  # built on these views (steps, runtime calls, the ledger's warm-up)
+
+        return Memory(self)
