@@ -41,7 +41,7 @@ class DeviceMemory:
     events: int
     peak_allocated: float | None
     peak_reserved: float | None
-    peak_at_ns: int | None  # when the peak (reserved where known, else allocated) was reached
+    peak_at_ns: int | None  # when allocated first reached its peak (reserved, where only that is known)
     peak_op: str | None
     peak_step: int | None
     relative: bool  # allocated counts from the start of the profile (only deltas recorded)
@@ -62,7 +62,7 @@ class DeviceMemory:
 
     def to_dict(self) -> dict[str, Any]:
         steps = [] if self.steps.empty else [
-            {k: (None if pd.isna(v) else (int(v) if k in ("step", "allocator_calls", "frees") else float(v))) for k, v in row.items()}
+            {k: (None if pd.isna(v) else int(v)) for k, v in row.items()}
             for row in self.steps.to_dict("records")]
         return {
             "rank": self.rank, "device": self.device, "device_type": self.device_type, "capacity_bytes": self.capacity,
@@ -108,12 +108,10 @@ class Memory:
         t = g["start_ns"].to_numpy()
         pa = float(np.nanmax(alloc)) if np.isfinite(alloc).any() else None
         pr = float(np.nanmax(res)) if np.isfinite(res).any() else None
-        level = res if pr is not None else alloc
-        # the first time the peak was reached: reserved often plateaus, and the op that first took it there matters
+        # the op and step that first reached the highest allocated level (the tensors that set the peak); where
+        # only reserved is known, the first row at its peak
+        level = alloc if pa is not None else res
         i = int(np.nanargmax(level)) if np.isfinite(level).any() else None
-        if pr is not None and pa is not None:  # among the rows at the reserved peak, the one with most in use
-            at_peak = np.flatnonzero(level == pr)
-            i = int(at_peak[0])
         op = g["op"].iloc[i] if i is not None else None
         step = int(g["step"].iloc[i]) if i is not None else None
         return DeviceMemory(
