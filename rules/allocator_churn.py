@@ -17,7 +17,7 @@ class AllocatorChurn(Rule):
     lifecycle = "preview"
     #: a memory finding is a risk or an opportunity, not time measured on the timeline: its severity is the rule's
     graded = False
-    summary = "The GPU memory pool keeps growing after warm-up, calls cudaMalloc inside steady-state steps, or reserves far more than it uses."
+    summary = "The GPU memory pool grows after warm-up, calls cudaMalloc in steady-state steps, or reserves far more than it uses."
     why = """
     A caching allocator (PyTorch's CUDA caching allocator, TensorFlow's BFC allocator) asks the driver for memory
     while the program warms up and then serves every step from its cache: in the steady state the reserved level
@@ -69,6 +69,11 @@ class AllocatorChurn(Rule):
     fix_cuda = Fix(
         "Allocate once outside the loop and reuse the buffers, or use the stream-ordered pool "
         "(`cudaMallocAsync`/`cudaFreeAsync` with a high release threshold) so steady-state steps never reach the driver.",
+        """
+        float *buf; cudaMalloc(&buf, max_bytes);          // once, at the largest size
+        for (int it = 0; it < iters; ++it) step<<<grid, block, 0, s>>>(buf, n[it]);  // no cudaMalloc/cudaFree inside
+        cudaFree(buf);
+        """,
     )
 
     min_growth_mib = Option(256.0, "Report reserved growth after warm-up of at least this many MiB...")

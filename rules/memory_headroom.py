@@ -59,7 +59,15 @@ class MemoryHeadroom(Rule):
         ds = ds.batch(256 * 2).prefetch(tf.data.AUTOTUNE)  # was 256
         """,
     )
-    fix_cuda = Fix("Give each launch more work: process more items per kernel (batch the inputs) so the grid fills the GPU.")
+    fix_cuda = Fix(
+        "Give each launch more work: process more items per kernel (batch the inputs) so the grid fills the GPU, "
+        "using the device memory that is free.",
+        """
+        size_t free_b, total_b; cudaMemGetInfo(&free_b, &total_b);
+        int batch = min(max_batch, (int)((free_b - margin_bytes) / bytes_per_item));
+        process<<<(batch * items + 255) / 256, 256>>>(d_in, d_out, batch);
+        """,
+    )
 
     max_peak_share_pct = Option(50.0, "Report when the peak is at most this % of capacity.")
     max_busy_pct = Option(80.0, "...and the GPU is busy less than this % of its window...")

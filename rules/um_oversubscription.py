@@ -36,11 +36,23 @@ class UnifiedMemoryFaults(Rule):
         "Keep tensors in device memory (`tensor.to('cuda')`, not managed allocations) and, if the model does not fit, "
         "shrink it instead of oversubscribing: mixed precision, activation checkpointing, FSDP/ZeRO sharding, or CPU "
         "offload of optimizer state with explicit, overlapped copies.",
+        """
+        model = model.to("cuda")                                  # device memory, not managed
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = model(x.to("cuda", non_blocking=True))
+        # too large for one GPU: shard instead of oversubscribing
+        model = torch.distributed.fsdp.FullyShardedDataParallel(model)
+        """,
     )
     fix_tensorflow = Fix(
         "Turn off unified-memory oversubscription (`per_process_gpu_memory_fraction` > 1 / "
         "`TF_GPU_ALLOCATOR` managed settings) and fit the model in device memory: mixed precision, smaller batch, "
         "recomputation.",
+        """
+        gpus = tf.config.list_physical_devices("GPU")
+        tf.config.set_logical_device_configuration(gpus[0], [tf.config.LogicalDeviceConfiguration(memory_limit=14_000)])
+        tf.keras.mixed_precision.set_global_policy("mixed_float16")
+        """,
     )
     fix_cuda = Fix(
         "Prefetch managed memory to where it is used before the kernels run and advise the driver of placement, or "
