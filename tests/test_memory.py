@@ -216,3 +216,32 @@ def test_series_reduction_keeps_the_peak():
     level[77_777] = 9 * GiB
     s = _reduce(t, level, np.full(n, np.nan))
     assert len(s) <= 2000 and s["allocated"].max() == 9 * GiB and s["start_ns"].is_monotonic_increasing
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_innermost_op_matches_a_direct_search(seed):
+    """The op a memory row is attributed to: the latest-starting op on its thread whose [start, end] holds it."""
+    from traceinsight.ingest.memory_table import innermost
+
+    rng = np.random.default_rng(seed)
+    rows = []
+    for tid in (1, 2, 1 << 30):  # the last one does not pack: the MultiIndex path
+        t = 0
+        for _ in range(40):  # properly nested ops: a parent and a few children
+            dur = int(rng.integers(50, 200))
+            rows.append((0, 7, tid, t, dur))
+            c = t + 5
+            while c + 20 < t + dur:
+                cd = int(rng.integers(5, 20))
+                rows.append((0, 7, tid, c, cd))
+                c += cd + int(rng.integers(0, 10))
+            t += dur + int(rng.integers(0, 30))
+    ops = pd.DataFrame(rows, columns=["rank", "pid", "tid", "start_ns", "dur_ns"]).sample(frac=1, random_state=seed).reset_index(drop=True)
+    q_tid = rng.choice([1, 2, 3, 1 << 30], 300)
+    q_t = rng.integers(0, 8000, 300)
+    got = innermost(ops, np.zeros(300, np.int64), np.full(300, 7), q_tid, q_t)
+    s, e = ops["start_ns"].to_numpy(), ops["start_ns"].to_numpy() + ops["dur_ns"].to_numpy()
+    for i in range(300):
+        ok = np.flatnonzero((ops["tid"].to_numpy() == q_tid[i]) & (s <= q_t[i]) & (e >= q_t[i]))
+        want = ok[np.argmax(s[ok])] if len(ok) else -1
+        assert got[i] == want or (want >= 0 and s[got[i]] == s[want] and e[got[i]] >= q_t[i]), (i, got[i], want)

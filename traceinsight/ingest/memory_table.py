@@ -102,37 +102,65 @@ def _steps(mem: pd.DataFrame, events: pd.DataFrame) -> None:
 
 def _ops(mem: pd.DataFrame, events: pd.DataFrame) -> None:
     """The op behind each row that has none yet: the runtime call it belongs to (same correlation: Nsight
-    Systems), else the innermost framework op running on the same host thread at its time (kineto)."""
+    Systems), else the innermost framework op running on the same host thread at its time (kineto). Worked on
+    category codes: a million rows never become Python strings."""
     known = mem["op"].notna().to_numpy()
     if known.all() or events.empty:
         return
-    names = np.full(len(mem), None, dtype=object)
+    names = events["name"]
+    cats = names.cat.categories
+    found = np.full(len(mem), -1, dtype=np.int64)  # codes into the events' name categories
     corr = mem["correlation"].to_numpy()
     kind = events["kind"].cat.codes.to_numpy()
     if (corr >= 0).any():
-        rt = events[(kind == KINDS.index("runtime")) & (events["correlation"].to_numpy() >= 0)]
-        if not rt.empty:
-            keys = pd.MultiIndex.from_arrays([rt["rank"].to_numpy(), rt["correlation"].to_numpy()])
-            lut = pd.Series(rt["name"].astype(str).to_numpy(), index=keys)
+        rt = np.flatnonzero((kind == KINDS.index("runtime")) & (events["correlation"].to_numpy() >= 0))
+        if len(rt):
+            keys = pd.MultiIndex.from_arrays([events["rank"].to_numpy()[rt], events["correlation"].to_numpy()[rt]])
+            lut = pd.Series(names.cat.codes.to_numpy()[rt].astype(np.int64), index=keys)
             lut = lut[~lut.index.duplicated()]
-            q = pd.MultiIndex.from_arrays([mem["rank"].to_numpy(), corr])
-            found = lut.reindex(q).to_numpy(dtype=object)
-            use = (corr >= 0) & ~known
-            names[use] = found[use]
-    todo = ~known & pd.isna(names) & (mem["tid"].to_numpy() >= 0)
-    ops = events[np.isin(kind, [KINDS.index(k) for k in _OP_KINDS])]
-    if todo.any() and not ops.empty:
+            hit = lut.reindex(pd.MultiIndex.from_arrays([mem["rank"].to_numpy(), corr])).to_numpy(dtype=float)
+            use = (corr >= 0) & ~known & np.isfinite(hit)
+            found[use] = hit[use].astype(np.int64)
+    todo = ~known & (found < 0) & (mem["tid"].to_numpy() >= 0)
+    op_rows = np.flatnonzero(np.isin(kind, [KINDS.index(k) for k in _OP_KINDS]))
+    if todo.any() and len(op_rows):
+        ops = events.iloc[op_rows]
         pos = innermost(ops, mem["rank"].to_numpy()[todo], mem["pid"].to_numpy()[todo], mem["tid"].to_numpy()[todo],
                         mem["start_ns"].to_numpy()[todo])
-        found = np.full(len(pos), None, dtype=object)
-        hit = pos >= 0
-        found[hit] = ops["name"].astype(str).to_numpy()[pos[hit]]
-        names[np.flatnonzero(todo)] = found
-    if pd.isna(names).all():
+        codes = names.cat.codes.to_numpy()[op_rows]
+        found[np.flatnonzero(todo)] = np.where(pos >= 0, codes[np.clip(pos, 0, None)], -1)
+    if (found < 0).all():
         return
-    op = mem["op"].astype(object).to_numpy().copy()
-    op[~known] = names[~known]
-    mem["op"] = pd.Categorical(op)
+    new = pd.Categorical.from_codes(found, categories=cats, validate=False)
+    if known.any():  # some rows named by the source: merge the two vocabularies
+        merged = np.where(known, mem["op"].astype(object).to_numpy(), new.astype(object))
+        mem["op"] = pd.Categorical(merged)
+    else:
+        mem["op"] = pd.Categorical.from_codes(*_compact(found, cats))
+
+
+def _compact(codes: np.ndarray, cats: pd.Index) -> tuple[np.ndarray, pd.Index]:
+    """Codes and categories without the categories no row uses."""
+    used = np.bincount(codes[codes >= 0], minlength=len(cats)) > 0
+    remap = np.append(np.cumsum(used) - 1, -1)
+    return remap[codes], cats[used]
+
+
+def _thread_codes(ops: list[np.ndarray], queries: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Thread codes (rank, pid, tid) for the ops and the queries (-1: a thread with no op). Ids that fit in 16 / 24
+    / 24 bits pack into one int64 and are matched by a search; others go through a MultiIndex."""
+    r, p, t = (np.asarray(a, np.int64) for a in ops)
+    qr, qp, qt = (np.asarray(a, np.int64) for a in queries)
+    fits = all(len(a) == 0 or (a.min() >= 0 and a.max() < (1 << bits)) for a, bits in ((r, 15), (p, 24), (t, 24), (qr, 15), (qp, 24), (qt, 24)))
+    if not fits:
+        keys = pd.MultiIndex.from_arrays([r, p, t])
+        codes, uniques = pd.factorize(keys)
+        return codes, uniques.get_indexer(pd.MultiIndex.from_arrays([qr, qp, qt]))
+    key = (r << 48) | (p << 24) | t
+    qkey = (qr << 48) | (qp << 24) | qt
+    uniq, codes = np.unique(key, return_inverse=True)
+    pos = np.clip(np.searchsorted(uniq, qkey), 0, max(len(uniq) - 1, 0))
+    return codes.reshape(-1), np.where(len(uniq) and uniq[pos] == qkey, pos, -1) if len(uniq) else np.full(len(qkey), -1)
 
 
 def innermost(ops: pd.DataFrame, rank: np.ndarray, pid: np.ndarray, tid: np.ndarray, t: np.ndarray) -> np.ndarray:
@@ -142,9 +170,7 @@ def innermost(ops: pd.DataFrame, rank: np.ndarray, pid: np.ndarray, tid: np.ndar
     Ops sorted by (thread, start); a query's candidates are the prefix up to the last op starting by t, and the
     answer is the last of them whose end reaches t: found by jumping back over blocks of 2^k ops that all ended
     before t (a table of block-wise maximum ends), log2(n) vectorised steps for all queries at once."""
-    keys = pd.MultiIndex.from_arrays([ops["rank"].to_numpy(), ops["pid"].to_numpy(), ops["tid"].to_numpy()])
-    codes, uniques = pd.factorize(keys)
-    q_codes = uniques.get_indexer(pd.MultiIndex.from_arrays([rank, pid, tid]))
+    codes, q_codes = _thread_codes([ops["rank"].to_numpy(), ops["pid"].to_numpy(), ops["tid"].to_numpy()], [rank, pid, tid])
     o_start = ops["start_ns"].to_numpy(np.int64)
     order = np.lexsort((o_start, codes))
     k = codes[order].astype(np.int64)

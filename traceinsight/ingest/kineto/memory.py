@@ -14,6 +14,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ...timeline import MEMORY_KINDS
+
 #: c10::DeviceType -> the memory table's device_type.
 DEVICE_TYPES = {0: "cpu", 1: "cuda", 6: "hip"}
 _LIMIT = float(1 << 62)
@@ -39,13 +41,16 @@ def memory_rows(raw: dict[str, np.ndarray] | None, origin_us: float, origin_ns: 
     dtype_code = np.nan_to_num(r["device_type"], nan=-1).astype(np.int64)
     dev_id = np.nan_to_num(r["device_id"], nan=-1).astype(np.int64)
     on_host = dtype_code == 0
-    kind = np.where(oom, "oom", np.where(delta < 0, "free", "alloc"))
-    types = pd.Series(dtype_code).map(DEVICE_TYPES).fillna("other").to_numpy(dtype=object)
+    kind = np.where(oom, 2, np.where(delta < 0, 1, 0)).astype(np.int8)  # codes into MEMORY_KINDS
+    type_names = ["cpu", "cuda", "hip", "other"]
+    type_code = np.full(len(dtype_code), 3, dtype=np.int8)
+    for code, name in DEVICE_TYPES.items():
+        type_code[dtype_code == code] = type_names.index(name)
     return {
-        "kind": pd.Categorical(kind),
+        "kind": pd.Categorical.from_codes(kind, categories=list(MEMORY_KINDS)),
         "start_ns": np.rint((r["ts"] - origin_us) * 1000.0).astype(np.int64) + origin_ns,
         "device": np.where(on_host, -1, np.clip(dev_id, -1, 1 << 30)).astype(np.int32),
-        "device_type": pd.Categorical(types),
+        "device_type": pd.Categorical.from_codes(type_code, categories=type_names),
         "delta_bytes": delta,
         "allocated": r["total_allocated"],
         "reserved": r["total_reserved"],
