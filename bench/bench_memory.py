@@ -3,7 +3,9 @@
 The base is the 54 MB DDP V100 trace with its own ``[memory]`` events removed; the "with" file adds 10^6
 ``[memory]`` events (alloc/free pairs, as ``profile_memory=True`` writes them, spread over the trace's host threads
 and span). Each load runs in a fresh process, median of ``--repeat``; both the native scanner and the pure-Python
-(msgspec) path are measured. The ratio is what a million memory events add to a load.
+(msgspec) path are measured. CPU time is reported beside wall time (the reference machine is shared); the
+CPU µs per memory row is what each allocator event adds to a load, to compare with the µs per event row of
+``bench_load.py``.
 
     python bench/bench_memory.py --events 1000000 --repeat 3
 """
@@ -27,9 +29,9 @@ DDP = "hta_ddp_v100_rank1of2.json.gz"
 _PROBE = r"""
 import sys, time
 import traceinsight
-t0 = time.perf_counter()
+t0, c0 = time.perf_counter(), time.process_time()
 tl = traceinsight.load(sys.argv[1])
-print(time.perf_counter() - t0, len(tl.events), len(tl.memory))
+print(time.perf_counter() - t0, time.process_time() - c0, len(tl.events), len(tl.memory))
 """
 
 
@@ -68,9 +70,9 @@ def measure(path: Path, repeat: int, pure: bool) -> tuple[float, int, int]:
     runs = []
     for _ in range(repeat):
         out = subprocess.run([sys.executable, "-c", _PROBE, str(path)], capture_output=True, text=True, env=env, check=True)
-        dt, n, m = out.stdout.split()
-        runs.append((float(dt), int(n), int(m)))
-    return statistics.median(r[0] for r in runs), runs[0][1], runs[0][2]
+        dt, cpu, n, m = out.stdout.split()
+        runs.append((float(dt), float(cpu), int(n), int(m)))
+    return statistics.median(r[0] for r in runs), statistics.median(r[1] for r in runs), runs[0][2], runs[0][3]
 
 
 def main() -> int:
@@ -81,14 +83,15 @@ def main() -> int:
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         without, with_mem = build(Path(tmp), args.events)
-        print("| path | trace | MB | events | memory rows | load s (median) | ratio |")
-        print("|---|---|---:|---:|---:|---:|---:|")
+        print("| path | trace | MB | events | memory rows | load s (median) | CPU s (median) | CPU ratio | CPU µs per memory row |")
+        print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
         for pure in ([False, True] if args.pure else [False]):
             base = None
             for label, p in (("without memory events", without), (f"+ {args.events:,} memory events", with_mem)):
-                t, n, m = measure(p, args.repeat, pure)
-                base = base or t
-                print(f"| {'pure' if pure else 'native'} | DDP V100 {label} | {p.stat().st_size / 1e6:.0f} | {n:,} | {m:,} | {t:.3f} | {t / base:.2f}x |")
+                t, cpu, n, m = measure(p, args.repeat, pure)
+                base = base or cpu
+                per = f"{(cpu - base) / m * 1e6:.2f}" if m else ""
+                print(f"| {'pure' if pure else 'native'} | DDP V100 {label} | {p.stat().st_size / 1e6:.0f} | {n:,} | {m:,} | {t:.3f} | {cpu:.3f} | {cpu / base:.2f}x | {per} |")
     return 0
 
 
