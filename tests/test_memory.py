@@ -145,6 +145,23 @@ def test_kineto_2021_bytes_only_running_sum(tmp_path):
     assert Views(tl).memory.device(0, 0).relative
 
 
+def test_2021_running_sum_leaves_failed_requests_out(tmp_path):
+    t = KinetoTrace()
+    t.kernel("k", 100, 10)
+    t.memory(10, GiB, legacy=True)
+    t.out_of_memory(20, 30 * GiB, allocated=GiB, reserved=2 * GiB)
+    t.memory(30, GiB, legacy=True)
+    doc = t.to_dict()
+    for e in doc["traceEvents"]:  # an [OutOfMemory] of the Bytes-only era: no totals either
+        if e.get("name") == "[OutOfMemory]":
+            e["args"] = {k: v for k, v in e["args"].items() if k in ("Device Type", "Device Id", "Bytes")}
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(doc))
+    m = traceinsight.load(path).memory
+    assert m["kind"].astype(str).tolist() == ["alloc", "oom", "alloc"]
+    assert m["allocated"].tolist() == [GiB, GiB, 2 * GiB]
+
+
 def test_kineto_out_of_memory(tmp_path):
     tl = _kineto(tmp_path, oom=True)
     oom = tl.memory[tl.memory["kind"] == "oom"]

@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
+from .timeline import build_memory
+
 if TYPE_CHECKING:
     from .views import Views
 
@@ -84,7 +86,8 @@ class Memory:
     def __init__(self, views: "Views") -> None:
         self.views = views
         self.timeline = views.timeline
-        self.table = self.timeline.memory
+        table = getattr(self.timeline, "memory", None)  # a Timeline built before the memory table existed has none
+        self.table = table if table is not None else build_memory()
 
     @cached_property
     def devices(self) -> list[DeviceMemory]:

@@ -57,7 +57,7 @@ def _running_totals(mem: pd.DataFrame, meta: TraceMeta) -> None:
         return
     key = mem["rank"].to_numpy().astype(np.int64) * (1 << 32) + mem["device"].to_numpy().astype(np.int64)
     cut = np.flatnonzero(np.r_[True, key[1:] != key[:-1], True])
-    delta = mem["delta_bytes"].to_numpy()
+    delta = np.where((mem["kind"] == "oom").to_numpy(), 0, mem["delta_bytes"].to_numpy())  # a failed request adds nothing
     out = alloc.copy()
     filled = []
     for a, b in zip(cut[:-1], cut[1:]):
