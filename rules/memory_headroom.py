@@ -40,7 +40,10 @@ class MemoryHeadroom(Rule):
     the lowest allocated level of the window (what stays allocated throughout: weights, gradients, optimizer
     state). The batch can grow about `1 + (usable − peak) / batch-bound` times (capped at 8×). Files whose
     allocator totals were rebuilt from deltas (2021 kineto) are skipped: their level before the profile is unknown.
-    Impact is not priced (a larger batch changes the work itself); the factor and the figures are in the metrics.
+    **Price**: a model, not a replay (a larger batch changes the work itself): the GPU's busy time grows with the
+    batch while its idle time per step (launch gaps, syncs, host work) stays, so throughput rises up to
+    window / (busy + idle / factor), `metrics["throughput_gain_upper_bound"]`. The finding claims no time (impact 0,
+    severity info).
     """
     fix_pytorch = Fix(
         "Raise the batch size (or the micro-batch under gradient accumulation) towards the factor reported, then "
@@ -105,6 +108,12 @@ class MemoryHeadroom(Rule):
             factor = min(1.0 + spare / batch_bound, self.max_factor)
             if factor < 1.5:
                 continue
+            # priced by a simple model: the GPU's work grows with the batch, its idle per step (launch gaps, syncs,
+            # host work) does not, so the time per sample falls from window to busy + idle / factor
+            gain = None
+            if len(u) and float(u["window_ns"].iloc[0]) > 0:
+                win, bsy = float(u["window_ns"].iloc[0]), float(u["busy_ns"].iloc[0])
+                gain = win / (bsy + (win - bsy) / factor)
             why = (f"the GPU is busy only {busy:.0f} % of its window" if under_busy else "") + \
                   (" and " if under_busy and small else "") + \
                   (f"its median kernel takes {median_us:.1f} µs" if small else "")
@@ -116,6 +125,8 @@ class MemoryHeadroom(Rule):
                     f"{self.margin_pct:.0f} % + {self.margin_gib:g} GiB for the CUDA context, NCCL and library workspaces leaves "
                     f"{fmt_bytes(spare)} unused; the memory that scales with the batch is about {fmt_bytes(batch_bound)} "
                     f"(peak allocated minus the {fmt_bytes(low)} held throughout), so the batch could grow about {factor:.1f}×."
+                    + (f" If the GPU's idle time per step stayed as it is while its work grew with the batch, throughput would rise "
+                       f"up to {gain:.2f}×." if gain else "")
                 ),
                 evidence=pd.DataFrame([{"rank": d.rank, "device": d.device, "capacity_gib": round(d.capacity / 2**30, 2),
                                         "peak_gib": round(d.peak / 2**30, 3), "held_throughout_gib": round(low / 2**30, 3),
@@ -125,7 +136,8 @@ class MemoryHeadroom(Rule):
                 metrics={"rank": d.rank, "device": d.device, "capacity_bytes": d.capacity, "peak_bytes": int(d.peak),
                          "peak_share_pct": round(100 * d.peak_share, 3), "usable_bytes": int(usable),
                          "batch_bound_bytes": int(batch_bound), "batch_factor": round(factor, 3),
-                         "busy_pct": busy, "median_kernel_us": median_us},
+                         "busy_pct": busy, "median_kernel_us": median_us,
+                         "throughput_gain_upper_bound": None if gain is None else round(gain, 3)},
                 location=Location(rank=d.rank, device=d.device),
                 key=f"{d.rank}:{d.device}",
             )

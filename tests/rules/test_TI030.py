@@ -16,6 +16,10 @@ def test_positive_small_peak_on_an_under_busy_gpu(tmp_path):
     assert m["batch_bound_bytes"] == 2 * GiB  # peak allocated (6 GiB) less what is held throughout (4 GiB)
     assert m["batch_factor"] == pytest.approx(8.0)  # capped
     assert f.location.device == 0 and "batch" in f.fixes["pytorch"].text
+    # the GPU window runs from the first kernel to the end of the last: 4 steps of 9 ms + 5 ms, 25 ms of it busy;
+    # at 8x the batch the same idle is shared by 8x the work
+    busy = 25 / 41
+    assert m["throughput_gain_upper_bound"] == pytest.approx(1 / (busy + (1 - busy) / 8), rel=0.05)
 
 
 def test_negative_memory_nearly_full(tmp_path):
