@@ -29,15 +29,18 @@ class AllocatorChurn(Rule):
     reported.
     """
     definition = """
-    Warm-up ends, per rank, at the end of its first step, extended over the time ledger's warm-up regions (first
-    calls that are outliers, an outlier first step). After it, per GPU:
+    The steady state is the steps after warm-up: warm-up ends, per rank with at least two steps, at the end of its
+    first step, extended over the time ledger's warm-up regions (first calls that are outliers). Without step
+    markers there is no steady state to judge (a program's start-up and exit allocate and free too) and only the
+    fragmentation test applies. Per GPU:
 
     * **growth**: the highest reserved level after warm-up exceeds the highest before it (or the first level
       after, when the profile starts in steady state) by at least `min_growth_mib` (default **256 MiB**) and
       `min_growth_pct` (default **5 %**) of that level. Where only allocated memory is recorded (tensors come and go
       within a step), the per-step peaks after the first steady step are compared with that step's peak instead;
     * **allocator calls**: at least `min_calls` (default **2**) calls that grow the device pool (`cudaMalloc`,
-      `cuMemAlloc`, `cuMemCreate`, `hipMalloc`) — their time is the impact;
+      `cuMemAlloc`, `cuMemCreate`, `hipMalloc`) inside steady-state steps, in at least `min_steps` (default **2**)
+      different steps: growth that recurs, not warm-up that ran one step long. Their time is the impact;
     * **fragmentation**: peak reserved at least `min_reserved_ratio` (default **2×**) peak allocated and the gap at
       least `min_gap_gib` (default **1 GiB**): the cache holds blocks no tensor uses.
     """
@@ -79,6 +82,7 @@ class AllocatorChurn(Rule):
     min_growth_mib = Option(256.0, "Report reserved growth after warm-up of at least this many MiB...")
     min_growth_pct = Option(5.0, "...and at least this % of the level at the end of warm-up.")
     min_calls = Option(2, "Report at least this many pool-growing calls after warm-up.")
+    min_steps = Option(2, "...in at least this many steady-state steps (growth that stops is warm-up that ran long).")
     min_reserved_ratio = Option(2.0, "Report peak reserved at least this many times peak allocated...")
     min_gap_gib = Option(1.0, "...with at least this much reserved but unused (GiB).")
 
@@ -89,17 +93,18 @@ class AllocatorChurn(Rule):
         if not calls.empty:
             names = calls["name"].astype(str)
             grows = calls[~names.str.contains(FREE_CALLS).to_numpy()]
-            grows = grows[mem.steady(grows["rank"].to_numpy(), grows["start_ns"].to_numpy())]
+            grows = grows[mem.steady(grows["rank"].to_numpy(), grows["start_ns"].to_numpy(), grows["step"].to_numpy())]
         table = ctx.timeline.memory
         done_ranks = set()
         for d in mem.devices:
             rows = table[(table["rank"].to_numpy() == d.rank) & (table["device"].to_numpy() == d.device)
                          & table["kind"].isin(["alloc", "free"]).to_numpy()]
-            growth, base = _growth(rows, mem.steady(rows["rank"].to_numpy(), rows["start_ns"].to_numpy()))
+            growth, base = _growth(rows, mem.steady(rows["rank"].to_numpy(), rows["start_ns"].to_numpy(), rows["step"].to_numpy()))
             grew = growth >= self.min_growth_mib * (1 << 20) and base is not None and growth >= self.min_growth_pct / 100.0 * max(base, 1.0)
             g = grows[grows["rank"].to_numpy() == d.rank] if d.rank not in done_ranks else grows.iloc[:0]
             done_ranks.add(d.rank)
-            n_calls = len(g) if len(g) >= self.min_calls else 0
+            n_steps = len(np.unique(g["step"].to_numpy()))
+            n_calls = len(g) if len(g) >= self.min_calls and n_steps >= self.min_steps else 0
             frag = (d.peak_reserved is not None and d.peak_allocated is not None and d.peak_allocated > 0
                     and d.peak_reserved >= self.min_reserved_ratio * d.peak_allocated
                     and d.peak_reserved - d.peak_allocated >= self.min_gap_gib * (1 << 30))
@@ -108,7 +113,7 @@ class AllocatorChurn(Rule):
             yield self._finding(ctx, f"rank {d.rank} GPU {d.device}", d, growth if grew else 0.0, base, g if n_calls else g.iloc[:0], frag)
         if not mem.devices:
             for rank, g in grows.groupby("rank", sort=True):
-                if len(g) >= self.min_calls:
+                if len(g) >= self.min_calls and len(np.unique(g["step"].to_numpy())) >= self.min_steps:
                     yield self._finding(ctx, f"rank {int(rank)}", None, 0.0, None, g, False)
 
     def _finding(self, ctx: Context, where: str, d, growth: float, base: float | None, calls: pd.DataFrame, frag: bool):
@@ -162,8 +167,9 @@ def _growth(rows: pd.DataFrame, steady: np.ndarray) -> tuple[float, float | None
         return 0.0, None
     res = rows["reserved"].to_numpy(dtype=float)
     if np.isfinite(res).any():
+        first = int(np.argmax(steady))  # rows are in time order: what came before the first steady row is warm-up
         after = res[steady]
-        before = res[~steady]
+        before = res[:first]
         if np.isfinite(before).any():
             base = float(np.nanmax(before))
         elif np.isfinite(after).any():

@@ -83,8 +83,9 @@ class MemoryHeadroom(Rule):
         mem = ctx.views.memory
         util = ctx.views.utilization
         kernels = ctx.views.kernels
+        hits = []
         for d in mem.devices:
-            if not d.capacity or d.peak is None or d.relative or d.peak_share is None:
+            if not d.capacity or not d.peak or d.relative or d.peak_share is None:
                 continue
             if d.peak_share * 100.0 > self.max_peak_share_pct:
                 continue
@@ -114,30 +115,43 @@ class MemoryHeadroom(Rule):
             if len(u) and float(u["window_ns"].iloc[0]) > 0:
                 win, bsy = float(u["window_ns"].iloc[0]), float(u["busy_ns"].iloc[0])
                 gain = win / (bsy + (win - bsy) / factor)
-            why = (f"the GPU is busy only {busy:.0f} % of its window" if under_busy else "") + \
-                  (" and " if under_busy and small else "") + \
-                  (f"its median kernel takes {median_us:.1f} µs" if small else "")
-            yield ctx.finding(
-                title=f"GPU {d.device}: peak memory {fmt_bytes(d.peak)} of {fmt_bytes(d.capacity)} ({100 * d.peak_share:.0f} %): batch could grow ~{factor:.1f}×",
-                message=(
-                    f"The peak {'reserved' if d.peak_reserved is not None else 'allocated'} memory on rank {d.rank} GPU {d.device} is "
-                    f"{fmt_bytes(d.peak)}, {100 * d.peak_share:.0f} % of its {fmt_bytes(d.capacity)}, while {why}. Setting aside "
-                    f"{self.margin_pct:.0f} % + {self.margin_gib:g} GiB for the CUDA context, NCCL and library workspaces leaves "
-                    f"{fmt_bytes(spare)} unused; the memory that scales with the batch is about {fmt_bytes(batch_bound)} "
-                    f"(peak allocated minus the {fmt_bytes(low)} held throughout), so the batch could grow about {factor:.1f}×."
-                    + (f" If the GPU's idle time per step stayed as it is while its work grew with the batch, throughput would rise "
-                       f"up to {gain:.2f}×." if gain else "")
-                ),
-                evidence=pd.DataFrame([{"rank": d.rank, "device": d.device, "capacity_gib": round(d.capacity / 2**30, 2),
-                                        "peak_gib": round(d.peak / 2**30, 3), "held_throughout_gib": round(low / 2**30, 3),
-                                        "usable_gib": round(usable / 2**30, 2), "busy_pct": None if busy is None else round(busy, 1),
-                                        "median_kernel_us": None if median_us is None else round(median_us, 2),
-                                        "batch_factor": round(factor, 2)}]),
-                metrics={"rank": d.rank, "device": d.device, "capacity_bytes": d.capacity, "peak_bytes": int(d.peak),
-                         "peak_share_pct": round(100 * d.peak_share, 3), "usable_bytes": int(usable),
-                         "batch_bound_bytes": int(batch_bound), "batch_factor": round(factor, 3),
-                         "busy_pct": busy, "median_kernel_us": median_us,
-                         "throughput_gain_upper_bound": None if gain is None else round(gain, 3)},
-                location=Location(rank=d.rank, device=d.device),
-                key=f"{d.rank}:{d.device}",
-            )
+            hits.append({"d": d, "busy": busy, "median_us": median_us, "under_busy": under_busy, "small": small,
+                         "usable": usable, "low": low, "batch_bound": batch_bound, "spare": spare, "factor": factor, "gain": gain})
+        for rank in sorted({h["d"].rank for h in hits}):
+            group = [h for h in hits if h["d"].rank == rank]
+            yield self._finding(ctx, min(group, key=lambda h: h["factor"]), group)
+
+    def _finding(self, ctx: Context, h: dict, group: list[dict]):
+        """One finding per rank: the GPU with the least room speaks for the rank's GPUs (evidence lists them all)."""
+        d, factor, gain, busy, median_us = h["d"], h["factor"], h["gain"], h["busy"], h["median_us"]
+        why = (f"the GPU is busy only {busy:.0f} % of its window" if h["under_busy"] else "") + \
+              (" and " if h["under_busy"] and h["small"] else "") + \
+              (f"its median kernel takes {median_us:.1f} µs" if h["small"] else "")
+        many = len(group) > 1
+        where = f"rank {d.rank}, {len(group)} GPUs" if many else f"GPU {d.device}"
+        evidence = pd.DataFrame([{"rank": g["d"].rank, "device": g["d"].device, "capacity_gib": round(g["d"].capacity / 2**30, 2),
+                                  "peak_gib": round(g["d"].peak / 2**30, 3), "held_throughout_gib": round(g["low"] / 2**30, 3),
+                                  "usable_gib": round(g["usable"] / 2**30, 2), "busy_pct": None if g["busy"] is None else round(g["busy"], 1),
+                                  "median_kernel_us": None if g["median_us"] is None else round(g["median_us"], 2),
+                                  "batch_factor": round(g["factor"], 2)} for g in group])
+        return ctx.finding(
+            title=f"{where}: peak memory {fmt_bytes(d.peak)} of {fmt_bytes(d.capacity)} ({100 * d.peak_share:.0f} %): batch could grow ~{factor:.1f}×",
+            message=(
+                (f"All {len(group)} GPUs of rank {d.rank} have room; the tightest, GPU {d.device}: " if many else "")
+                + f"the peak {'reserved' if d.peak_reserved is not None else 'allocated'} memory on rank {d.rank} GPU {d.device} is "
+                f"{fmt_bytes(d.peak)}, {100 * d.peak_share:.0f} % of its {fmt_bytes(d.capacity)}, while {why}. Setting aside "
+                f"{self.margin_pct:.0f} % + {self.margin_gib:g} GiB for the CUDA context, NCCL and library workspaces leaves "
+                f"{fmt_bytes(h['spare'])} unused; the memory that scales with the batch is about {fmt_bytes(h['batch_bound'])} "
+                f"(peak allocated minus the {fmt_bytes(h['low'])} held throughout), so the batch could grow about {factor:.1f}×."
+                + (f" If the GPU's idle time per step stayed as it is while its work grew with the batch, throughput would rise "
+                   f"up to {gain:.2f}×." if gain else "")
+            ),
+            evidence=evidence,
+            metrics={"rank": d.rank, "device": d.device, "devices": [g["d"].device for g in group], "capacity_bytes": d.capacity,
+                     "peak_bytes": int(d.peak), "peak_share_pct": round(100 * d.peak_share, 3), "usable_bytes": int(h["usable"]),
+                     "batch_bound_bytes": int(h["batch_bound"]), "batch_factor": round(factor, 3),
+                     "busy_pct": busy, "median_kernel_us": median_us,
+                     "throughput_gain_upper_bound": None if gain is None else round(gain, 3)},
+            location=Location(rank=d.rank, device=None if many else d.device),
+            key=f"{d.rank}" if many else f"{d.rank}:{d.device}",
+        )

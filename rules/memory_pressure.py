@@ -33,8 +33,9 @@ class MemoryPressure(Rule):
     * **near capacity**: the peak reserved (allocated where reserved is not recorded) at least `min_peak_share_pct`
       (default **90 %**, the TensorBoard plugin's cut) of the device's capacity;
     * **flushes**: calls that release device memory (`cudaFree`, `hipFree`, `cuMemFree`, `cuMemRelease`,
-      `cuMemUnmap`) after the rank's warm-up (the end of its first step, extended over the ledger's warm-up
-      regions), at least `min_flushes` (default **1**): a caching allocator only calls them under pressure or when
+      `cuMemUnmap`) inside steps after the rank's warm-up (the end of its first step, extended over the ledger's
+      warm-up regions; a rank needs at least two steps, without step markers a program's exit cannot be told from
+      its loop), at least `min_flushes` (default **1**): a caching allocator only calls them under pressure or when
       asked to (`empty_cache`). Their time is the impact: the host is blocked in each while the device drains.
     """
     fix_pytorch = Fix(
@@ -83,10 +84,10 @@ class MemoryPressure(Rule):
         if not calls.empty:
             names = calls["name"].astype(str)
             frees = calls[names.str.contains(FREE_CALLS).to_numpy() & ~names.str.contains("Async").to_numpy()]
-            frees = frees[mem.steady(frees["rank"].to_numpy(), frees["start_ns"].to_numpy())]
+            frees = frees[mem.steady(frees["rank"].to_numpy(), frees["start_ns"].to_numpy(), frees["step"].to_numpy())]
         seen_ranks = set()
         for d in mem.devices:
-            near = d.peak_share is not None and not d.relative and d.peak_share * 100.0 >= self.min_peak_share_pct
+            near = d.peak_share is not None and not d.relative and d.peak and d.peak_share * 100.0 >= self.min_peak_share_pct
             f = frees[frees["rank"].to_numpy() == d.rank] if d.rank not in seen_ranks else frees.iloc[:0]
             seen_ranks.add(d.rank)
             n_flush = len(f) if len(f) >= self.min_flushes else 0

@@ -27,8 +27,8 @@ class UnifiedMemoryFaults(Rule):
     definition = """
     Nsight Systems' `CUDA_UM_GPU_PAGE_FAULT_EVENTS` (grouped records: `numberOfPageFaults` over `[start, end)`) and
     `CUDA_UM_CPU_PAGE_FAULT_EVENTS` (recorded with `--cuda-um-gpu-page-faults=true`, `--cuda-um-cpu-page-faults=true`).
-    Reported when at least `min_faults` (default **1**) faults fall after the rank's warm-up (end of its first step,
-    extended over the ledger's warm-up regions); faults before are first touches. **Impact**: the duration of the
+    Reported when at least `min_faults` (default **1**) faults fall inside steps after the rank's warm-up (end of its
+    first step, extended over the ledger's warm-up regions; at least two steps); faults before are first touches. **Impact**: the duration of the
     GPU fault groups after warm-up (the faulting warps were stalled over them; host faults stall the host thread and
     are counted, not timed).
     """
@@ -72,7 +72,7 @@ class UnifiedMemoryFaults(Rule):
         faults = mem.faults
         if faults.empty:
             return
-        steady = faults[mem.steady(faults["rank"].to_numpy(), faults["start_ns"].to_numpy())]
+        steady = faults[mem.steady(faults["rank"].to_numpy(), faults["start_ns"].to_numpy(), faults["step"].to_numpy())]
         for rank, f in steady.groupby("rank", sort=True):
             count = int(f["count"].sum())
             if count < self.min_faults:

@@ -159,28 +159,36 @@ class Memory:
 
     @cached_property
     def warmup_end(self) -> dict[int, int]:
-        """Per rank, when warm-up ends: the end of the first step where there are steps (allocator growth, cuDNN
-        autotuning and compilation land there; the ledger treats a long first step as warm-up on the same grounds),
-        extended to the end of any later warm-up region the ledger found (``Ledger.warmup``). Without steps, the
-        ledger's regions alone; a rank with neither has no warm-up."""
+        """Per rank with at least two steps, when its warm-up ends: the end of its first step (allocator growth,
+        cuDNN autotuning and compilation land there; the ledger treats an outlier first step as warm-up on the same
+        grounds), extended to the end of any warm-up region the ledger found later (``Ledger.warmup``: first calls
+        that are outliers). A rank with fewer steps has no steady state to judge: a run's start and its end
+        (``cudaMalloc`` of the inputs, ``cudaFree`` at exit) cannot be told from a loop without step markers."""
         out: dict[int, int] = {}
         st = self.views.steps
-        if not st.empty:
-            for r, g in st.groupby("rank", sort=True):
-                out[int(r)] = int(g["end_ns"].iloc[0]) if len(g) > 1 else int(g["start_ns"].iloc[0])
+        if st.empty:
+            return out
+        for r, g in st.groupby("rank", sort=True):
+            if len(g) >= 2:
+                out[int(r)] = int(g["end_ns"].iloc[0])
         try:
             warm = self.views.ledger.warmup
         except Exception:  # noqa: BLE001 - a ledger that cannot be built leaves warm-up to the steps
             warm = pd.DataFrame()
         if warm is not None and not warm.empty:
             for r, g in warm.groupby("rank", sort=True):
-                out[int(r)] = max(out.get(int(r), 0), int(g["end_ns"].max()))
+                if int(r) in out:
+                    out[int(r)] = max(out[int(r)], int(g["end_ns"].max()))
         return out
 
-    def steady(self, rank: np.ndarray, t: np.ndarray) -> np.ndarray:
-        """Rows (rank, time) after their rank's warm-up: in steady state."""
-        ends = np.array([self.warmup_end.get(int(r), np.iinfo(np.int64).min) for r in rank], dtype=np.int64) if len(rank) else np.zeros(0, np.int64)
-        return np.asarray(t) >= ends
+    def steady(self, rank: np.ndarray, t: np.ndarray, step: np.ndarray) -> np.ndarray:
+        """Rows (rank, time, step) in steady state: inside a step, after their rank's warm-up."""
+        rank, t, step = np.asarray(rank), np.asarray(t), np.asarray(step)
+        out = np.zeros(len(t), dtype=bool)
+        for r, end in self.warmup_end.items():
+            m = rank == r
+            out[m] = (t[m] >= end) & (step[m] >= 0)
+        return out
 
     def to_dict(self) -> dict[str, Any]:
         faults = self.faults

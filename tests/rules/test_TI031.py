@@ -34,3 +34,18 @@ def test_fix_checkpointing_brings_the_peak_down(tmp_path):
     text = f.fixes["pytorch"].text
     assert "checkpointing" in text and "expandable_segments:True" in text and "accumulation" in text
     assert not of(kineto_steps(tmp_path, capacity=16 * GiB, reserved=10 * GiB, held=6 * GiB, name="b.json"), "TI031")
+
+
+def test_negative_without_steps_exit_frees_are_not_flushes(tmp_path):
+    """A program without step markers: its cudaFree calls at exit cannot be told from flushes in a loop."""
+    import traceinsight
+
+    from ..helpers.kineto_writer import KinetoTrace
+
+    t = KinetoTrace()
+    for i in range(5):
+        t.kernel("k", 1_000 + i * 2_000, 1_000)
+    for i in range(3):
+        t.runtime("cudaFree", 12_000 + i * 500, 300)
+    a = traceinsight.analyze(t.write(tmp_path / "exit.json"))
+    assert not of(a, "TI031")

@@ -32,3 +32,20 @@ def test_fix_static_shapes_stop_the_growth(tmp_path):
     f = of(kineto_steps(tmp_path, grow_per_step=GiB, name="a.json"), "TI032")[0]
     assert "expandable_segments:True" in f.fixes["pytorch"].text and "padded_batch" in f.fixes["tensorflow"].text
     assert not of(kineto_steps(tmp_path, grow_per_step=0, name="b.json"), "TI032")
+
+
+def test_negative_growth_that_stops_after_one_more_step(tmp_path):
+    """cudaMalloc in one step after the first only (warm-up that ran one step long): not churn."""
+    import traceinsight
+
+    from ..helpers.kineto_writer import KinetoTrace
+
+    t = KinetoTrace()
+    for s in range(5):
+        t0 = s * 10_000
+        t.step(s + 1, t0, 9_990)
+        if s == 1:
+            t.runtime("cudaMalloc", t0 + 60, 200)
+            t.runtime("cudaMalloc", t0 + 400, 200)
+        t.kernel("gemm", t0 + 1_200, 5_000)
+    assert not of(traceinsight.analyze(t.write(tmp_path / "t.json")), "TI032")

@@ -4,7 +4,8 @@ TensorFlow's BFC allocator, with memory profiling on, records a ``MemoryAllocati
 TraceMe on the host plane per call, with the allocator's state after it (``bytes_allocated`` = bytes in use,
 ``bytes_reserved``, ``peak_bytes_in_use``), the block (``allocation_bytes``, ``requested_bytes``, ``addr``), the op
 (``tf_op``) and the allocator (``allocator_name``, ``GPU_0_bfc``). XProf's memory profile is built from the same
-events.
+events. XProf counts memory in use as heap (``bytes_allocated``) plus stack (``bytes_reserved``, memory the
+allocator set aside beyond tensors, often 0): ``allocated`` is the heap, ``reserved`` the two together.
 """
 
 from __future__ import annotations
@@ -60,14 +61,15 @@ def memory_from_table(t, name_table: list[str]) -> dict[str, Any] | None:
     op = np.array([str(o) if o not in (None, "") else None for o in (op_col[rows] if op_col is not None else [None] * n)],
                   dtype=object)
     addr = stat("addr")
+    allocated = stat("bytes_allocated")
     out = {
         "kind": np.where(delta < 0, "free", "alloc").astype(object),
         "start_ns": t.start_ns[rows],
         "device": device,
         "device_type": np.where(device >= 0, "cuda", "cpu").astype(object),
         "delta_bytes": delta,
-        "allocated": stat("bytes_allocated"),
-        "reserved": stat("bytes_reserved"),
+        "allocated": allocated,
+        "reserved": allocated + np.nan_to_num(stat("bytes_reserved")),
         "address": np.where(np.isfinite(addr) & (np.abs(addr) < _LIMIT), addr, -1).astype(np.int64),
         "pid": np.zeros(n, np.int64),
         "tid": np.repeat(np.asarray(t.tid, dtype=np.int64), t.sizes)[rows],
