@@ -263,3 +263,53 @@ def test_innermost_op_matches_a_direct_search(seed):
         ok = np.flatnonzero((ops["tid"].to_numpy() == q_tid[i]) & (s <= q_t[i]) & (e >= q_t[i]))
         want = ok[np.argmax(s[ok])] if len(ok) else -1
         assert got[i] == want or (want >= 0 and s[got[i]] == s[want] and e[got[i]] >= q_t[i]), (i, got[i], want)
+
+
+def _raw_xplane_peaks(data: bytes) -> dict[str, tuple[int, int]]:
+    """Per allocator name: (peak bytes_allocated, peak bytes_allocated + bytes_reserved) over the host planes'
+    MemoryAllocation / MemoryDeallocation events, read with the test's own wire reader (no schema module)."""
+    from .helpers.xplane_wire import all_of, first, fields
+
+    def entries(plane: bytes, num: int) -> dict[int, str]:
+        out = {}
+        for e in all_of(plane, num):
+            key = first(e, 1)
+            val = first(e, 2)
+            out[key] = (first(val, 2) or b"").decode() if val is not None else ""
+        return out
+
+    peaks: dict[str, list[int]] = {}
+    for plane in all_of(data, 1):
+        if not (first(plane, 2) or b"").decode().startswith("/host:CPU"):
+            continue
+        ev_names, stat_names = entries(plane, 4), entries(plane, 5)
+        for line in all_of(plane, 3):
+            for ev in all_of(line, 4):
+                if ev_names.get(first(ev, 1)) not in ("MemoryAllocation", "MemoryDeallocation"):
+                    continue
+                stats = {}
+                for st in all_of(ev, 4):
+                    name = stat_names.get(first(st, 1))
+                    for num, _, val in fields(st):
+                        if num in (3, 4):
+                            stats[name] = val
+                        elif num == 5:
+                            stats[name] = val.decode()
+                        elif num == 7:  # a reference: the string is the name of a stat metadata entry
+                            stats[name] = stat_names.get(val, "")
+                alloc, res = stats.get("bytes_allocated"), stats.get("bytes_reserved", 0)
+                if alloc is None:
+                    continue
+                p = peaks.setdefault(stats.get("allocator_name", ""), [0, 0])
+                p[0], p[1] = max(p[0], alloc), max(p[1], alloc + res)
+    return {k: (v[0], v[1]) for k, v in peaks.items()}
+
+
+def test_corpus_xplane_peaks_match_raw_events():
+    path = corpus_file("tf/e4040-t4-keras-cnn/train/plugins/profile/2022_11_04_21_26_12/instance-ecbm.xplane.pb")
+    raw = _raw_xplane_peaks(path.read_bytes())
+    assert "GPU_0_bfc" in raw
+    d = Views(traceinsight.load(path)).memory.device(0, 0)
+    alloc, res = raw["GPU_0_bfc"]
+    assert d.peak_allocated == pytest.approx(alloc, rel=0.01) and d.peak_reserved == pytest.approx(res, rel=0.01)
+    assert d.capacity and d.capacity > 10 * GiB and d.peak_op
