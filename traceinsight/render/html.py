@@ -130,6 +130,7 @@ def context(analysis: Analysis, title: str | None = None) -> dict[str, Any]:
         "warnings": [clean(w, 600) for w in [*meta.warnings, *analysis.warnings]],
         "rules_run": ", ".join(analysis.rules_run),
         "timeline": tl,
+        "memory": _memory_charts(analysis, tl, len(meta.ranks) > 1),
         "baseline": clean(baseline_sentence(analysis) or "", 300),
         "baseline_fixed": [(clean(x["code"], 20), clean(x["title"], 200)) for x in (analysis.baseline.fixed[:20] if analysis.baseline else [])],
         "gutter": GUTTER,
@@ -502,6 +503,15 @@ def _instance(tl, views, f: Finding) -> dict[str, Any] | None:
         "ticks": _ticks(w0, w1),
         "band": {"x": x0, "w": max(_x(min(e, w1), w0, w1) - x0, 1.5)},
     }
+
+
+def _memory_charts(analysis: Analysis, tl: dict[str, Any] | None, many_ranks: bool) -> list[dict[str, Any]]:
+    """Per GPU with memory events, its chart on the whole-trace axis of the timeline's overview."""
+    from .memory_view import charts
+
+    span = max(analysis.views.span_ns, 1)
+    ticks = tl["ov_ticks"] if tl else _ticks(0, span, 6)
+    return charts(analysis, GUTTER, PLOT_W, ticks, tl["ov_window"] if tl else None, many_ranks)
 
 
 def _timeline_block(analysis: Analysis, views) -> dict[str, Any] | None:
