@@ -16,7 +16,7 @@ from tests.helpers.kineto_writer import KinetoTrace
 from tests.helpers.nsys_writer import NsysTrace
 from traceinsight.efficiency import EfficiencySettings
 from traceinsight.peaks import PEAKS, UNKNOWN_PEAK, lookup
-from traceinsight.views import Views
+from traceinsight.derived import Derived as Views
 
 
 def _eff(path, **settings):
@@ -315,7 +315,7 @@ def test_mfu_in_the_baseline_comparison(tmp_path):
 
 def test_native_and_general_readers_agree_on_types_and_concrete_inputs(tmp_path, monkeypatch):
     from tests.test_kineto_native import assert_same
-    from traceinsight.ingest import native
+    from traceinsight import native
 
     if native.built("pytorch") is None:
         pytest.skip("the native kineto scanner is not built here")

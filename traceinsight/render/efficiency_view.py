@@ -6,7 +6,7 @@ import html
 import math
 from typing import Any
 
-from ..rule_api import fmt_ns
+from ..units import fmt_ns
 
 COLUMNS = ["class", "time", "% GPU time", "% modelled", "dtype", "TFLOP/s", "% of peak", "GB/s", "% of BW", "FLOP/B", "bound", "peak used"]
 
