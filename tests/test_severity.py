@@ -1,0 +1,156 @@
+"""The severity scale (traceinsight.severity) and the headline busy %, pinned at their exact boundaries.
+
+Each threshold is inclusive (``>=``): a finding costing exactly 20 % of its window is an error, exactly 5 % a
+warning, exactly 1 % info and still reported. The grade is taken on planted kineto traces whose GPU windows are
+known to the nanosecond, so the base each finding is measured against is pinned too.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import traceinsight
+from tests.helpers.kineto_writer import KinetoTrace
+from traceinsight import severity
+from traceinsight.render import render
+from traceinsight.rule_api import Finding, Location, Rule, Severity
+from traceinsight.views import Views
+
+MS = 1_000_000
+
+
+@pytest.mark.parametrize(
+    ("share", "expected"),
+    [
+        (100.0, Severity.ERROR),
+        (20.0, Severity.ERROR),
+        (19.999, Severity.WARNING),
+        (5.0, Severity.WARNING),
+        (4.999, Severity.INFO),
+        (1.0, Severity.INFO),
+        (0.999, Severity.INFO),
+        (0.0, Severity.INFO),
+    ],
+)
+def test_level_thresholds_are_inclusive(share, expected):
+    assert severity.level(share) is expected
+
+
+def test_scale_and_floor():
+    assert severity.SCALE == ((20.0, Severity.ERROR), (5.0, Severity.WARNING), (1.0, Severity.INFO))
+    assert severity.DEFAULT_MIN_IMPACT_PCT == 1.0
+
+
+def _two_devices(tmp_path) -> Views:
+    """Device 0: a 10 ms window (10 µs to 10.01 ms), 9 ms busy; device 1: a 4 ms window, 1 ms busy. No warm-up."""
+    t = KinetoTrace(devices=2)
+    t.step(0, 0.0, 10_020.0)
+    for i in range(9):  # 9 x 1 ms kernels on device 0 with 125 µs between them
+        t.kernel("volta_sgemm_128x64_nn", 10.0 + i * 1125.0, 1000.0, launch_us=i * 0.5)
+    for i in range(2):  # device 1: 0.5 ms kernels at 100 µs and 3.6 ms: a 4 ms window, 1 ms busy
+        t.kernel("volta_sgemm_128x64_nn", 100.0 + i * 3500.0, 500.0, launch_us=10.0 + i, device=1)
+    return Views(traceinsight.load(t.write(tmp_path / "t.json")))
+
+
+def _finding(impact_ns, rank=0, device=0, code="XT900"):
+    return Finding(code=code, title="t", severity=Severity.WARNING, message="", impact_ns=impact_ns, location=Location(rank=rank, device=device), category="gpu_idle")
+
+
+class _Builtin(Rule):
+    code = "XT900"
+    category = "gpu_idle"
+
+
+@pytest.fixture
+def views(tmp_path):
+    v = _two_devices(tmp_path)
+    u = v.utilization.set_index("device")
+    assert (int(u.loc[0, "window_ns"]), int(u.loc[1, "window_ns"])) == (10 * MS, 4 * MS)
+    assert severity.steady_windows(v)["window_ns"].tolist() == [10 * MS, 4 * MS]
+    return v
+
+
+def test_base_is_the_findings_own_window(views):
+    assert severity.base_ns(_finding(1, 0, 0), views) == 10 * MS
+    assert severity.base_ns(_finding(1, 0, 1), views) == 4 * MS
+    assert severity.base_ns(_finding(1, 0, None), views) == 10 * MS  # a rank only: its longest window
+    assert severity.base_ns(_finding(1, None, None), views) == 14 * MS  # no place: the windows add up
+    assert severity.base_ns(_finding(1, 7, None), views) == 10 * MS  # an unknown rank: all windows, the longest
+    assert severity.share_pct(_finding(2 * MS, 0, 1), views) == 50.0
+
+
+@pytest.mark.parametrize(
+    ("impact_ns", "device", "expected"),
+    [
+        (2 * MS, 0, "error"),  # exactly 20 % of 10 ms
+        (2 * MS - 1, 0, "warning"),
+        (MS // 2, 0, "warning"),  # exactly 5 %
+        (MS // 2 - 1, 0, "info"),
+        (MS // 10, 0, "info"),  # exactly 1 %: kept
+        (MS // 10 - 1, 0, None),  # below the floor: dropped
+        (MS // 5, 1, "warning"),  # 5 % of device 1's 4 ms window, 2 % of device 0's
+        (4 * MS // 5, 1, "error"),
+    ],
+)
+def test_grade_at_each_boundary(views, impact_ns, device, expected):
+    f = _finding(impact_ns, device=device)
+    out = severity.grade([f], views, {"XT900": _Builtin()})
+    assert [x.severity.value for x in out] == ([] if expected is None else [expected])
+
+
+def test_min_impact_floor_is_inclusive(views):
+    f = _finding(MS // 2)  # 5 %
+    assert severity.grade([f], views, {}, min_impact_pct=5.0) == [f]
+    assert severity.grade([_finding(MS // 2 - 1)], views, {}, min_impact_pct=5.0) == []
+    assert [x.severity for x in severity.grade([_finding(1)], views, {}, min_impact_pct=0.0)] == [Severity.INFO]
+
+
+def test_cap_override_withheld_and_ungraded(views):
+    class Capped(_Builtin):
+        max_severity = "warning"
+
+    class Plain(_Builtin):
+        severity = Severity.INFO
+
+    (f,) = severity.grade([_finding(5 * MS)], views, {"XT900": Capped()})
+    assert f.severity is Severity.WARNING  # 50 %, capped
+    (f,) = severity.grade([_finding(5 * MS)], views, {"XT900": Plain()}, overridden=["xt900"])
+    assert f.severity is Severity.INFO  # the user's severity beats the scale
+    quality = Finding(code="XT901", title="q", severity=Severity.WARNING, message="", category="trace_quality", metrics={"withholds_judgement": True})
+    out = severity.grade([_finding(5 * MS), quality], views, {"XT900": _Builtin()})
+    assert [x.severity for x in out] == [Severity.INFO, Severity.WARNING]  # judgement withheld; quality untouched
+    # a plugin finding with no cost estimate is not graded: it keeps its rule's severity and is never dropped
+    (f,) = severity.grade([_finding(0, code="XP1")], views, {"XP1": object()})
+    assert f.severity is Severity.WARNING
+
+
+def test_busy_pct_is_weighted_by_each_devices_window(views, tmp_path):
+    u = views.utilization.set_index("device")
+    busy0, busy1 = int(u.loc[0, "busy_ns"]), int(u.loc[1, "busy_ns"])
+    assert (busy0, busy1) == (9 * MS, MS)
+    a = traceinsight.analyze(tmp_path / "t.json")
+    # weighted by window: 10 of 14 ms (71.4 %), not the mean of 90 % and 25 % (57.5 %)
+    expected = 100.0 * (busy0 + busy1) / (14 * MS)
+    assert a.summary.gpu_busy_pct == pytest.approx(expected, abs=1e-9)
+    assert abs(a.summary.gpu_busy_pct - (u["busy_pct"].mean())) > 5
+    assert json.loads(render(a, "json"))["summary"]["gpu_busy_pct"] == round(expected, 3)
+
+
+def test_graded_on_the_steady_state_window(tmp_path):
+    # five 3 ms steps; the first aten::conv2d lasts 1.5 ms (30x its later calls): the ledger books it as warm-up
+    t = KinetoTrace()
+    for s in range(5):
+        t0 = s * 3000.0
+        t.step(s, t0, 3000.0)
+        for i in range(20):
+            t.kernel("volta_sgemm_128x64_nn", t0 + 10 + i * 50, 50.0, launch_us=t0 + i * 0.5)
+        t.annotation("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", t0 + 1015.0, 1980.0)
+        t.cpu_op("aten::conv2d", t0 + 1100.0, 1500.0 if s == 0 else 50.0)
+    v = Views(traceinsight.load(t.write(tmp_path / "t.json")))
+    assert int(v.utilization["window_ns"].iloc[0]) == 13 * MS
+    assert severity.steady_windows(v)["window_ns"].tolist() == [13 * MS - 1_500_000]
+    # 2.3 ms is 20 % of the 11.5 ms steady window (17.7 % of the whole one)
+    (f,) = severity.grade([_finding(2_300_000)], v, {"XT900": _Builtin()})
+    assert f.severity is Severity.ERROR
