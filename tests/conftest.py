@@ -14,6 +14,11 @@ from pathlib import Path
 
 import pytest
 
+try:  # the test extra has it; a bare checkout without it still runs every test that does not
+    from hypothesis import settings as _hypothesis_settings
+except ImportError:  # pragma: no cover
+    _hypothesis_settings = None
+
 REPO = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("TRACEINSIGHT_SHARED", REPO.parent / "shared"))
 CORPUS = SHARED / "traces"
@@ -57,6 +62,13 @@ def corpus_file(rel: str) -> Path:
             return p
     skip_needs_corpus()
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+if _hypothesis_settings is not None:
+    # property tests are repeatable: the same examples on every run and machine, no example database written
+    # next to the checkout (a test's own @settings may change the counts, not this)
+    _hypothesis_settings.register_profile("traceinsight", derandomize=True, database=None, deadline=None)
+    _hypothesis_settings.load_profile("traceinsight")
 
 
 @pytest.fixture(scope="session")
