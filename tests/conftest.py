@@ -71,6 +71,32 @@ if _hypothesis_settings is not None:
     _hypothesis_settings.load_profile("traceinsight")
 
 
+#: Settings read from the environment that would carry state between runs or from the user's shell into a test.
+_UNSET_FOR_TESTS = ("TRACEINSIGHT_SCHEDULER", "TRACEINSIGHT_TRUST_PYPROJECT", "TRACEINSIGHT_NSYS", "XDG_CACHE_HOME")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _isolated_state(tmp_path_factory):
+    """No test reads or writes the user's cache: compiled templates go to a folder of this session (tests of the
+    cache itself point it elsewhere with monkeypatch), and settings from the caller's shell are cleared."""
+    mp = pytest.MonkeyPatch()
+    mp.setenv("TRACEINSIGHT_CACHE_DIR", str(tmp_path_factory.mktemp("traceinsight-cache")))
+    for name in _UNSET_FOR_TESTS:
+        mp.delenv(name, raising=False)
+    _clear_template_env()
+    yield
+    mp.undo()
+    _clear_template_env()
+
+
+def _clear_template_env() -> None:
+    import sys
+
+    html = sys.modules.get("traceinsight.render.html")
+    if html is not None:  # an environment made before the fixture ran holds the cache it found then
+        html._env.cache_clear()
+
+
 @pytest.fixture(scope="session")
 def repo() -> Path:
     return REPO
