@@ -1,4 +1,4 @@
-"""Shared fixtures: where real traces live, the repository root, and one summary line per kind of skip.
+"""Shared fixtures: where real traces live, the repository root, isolated state, and a count of skips by cause.
 
 Real traces come from two places. ``../shared/traces`` (or ``$TRACEINSIGHT_SHARED/traces``) is the full corpus;
 ``tests/data`` ships a small, permissively licensed subset of it with the same layout, so a fresh clone still
@@ -24,7 +24,7 @@ SHARED = Path(os.environ.get("TRACEINSIGHT_SHARED", REPO.parent / "shared"))
 CORPUS = SHARED / "traces"
 DATA = REPO / "tests" / "data"
 
-#: The one reason every corpus-only test skips with; the summary hook below counts them on one line.
+#: The one reason every corpus-only test skips with; the summary hook below counts them under one cause.
 NEEDS_CORPUS = f"need the real-trace corpus at {CORPUS} (see README.md, 'Running the tests')"
 
 #: Skip reasons of missing optional packages -> (package, how to get it without a CUDA build).
@@ -122,15 +122,18 @@ def _skip_group(reason: str) -> str | None:
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
-    """Fold skips that share a cause into one line of ``-ra``'s summary, whatever test or line raised them.
-
-    Runs before the short test summary is printed; the reports stay in the stats, so the counts are unchanged.
+    """One line per cause of skips (the corpus, an optional framework), with counts, above ``-ra``'s list, which
+    still names every skipped test (``--no-fold-skipped`` in the pytest options): an unexpected skip stays visible.
     """
+    causes: dict[str, int] = {}
     for report in terminalreporter.stats.get("skipped", []):
         longrepr = getattr(report, "longrepr", None)
         if not (isinstance(longrepr, tuple) and len(longrepr) == 3):
             continue
-        group = _skip_group(str(longrepr[2]).removeprefix("Skipped: "))
-        if group is None:
-            continue
-        report.longrepr = (str(Path(__file__)), None, group)  # no line number: -ra folds them by reason alone
+        reason = str(longrepr[2]).removeprefix("Skipped: ")
+        group = _skip_group(reason) or reason
+        causes[group] = causes.get(group, 0) + 1
+    if causes:
+        terminalreporter.write_sep("=", "skips by cause")
+        for group, n in sorted(causes.items(), key=lambda kv: -kv[1]):
+            terminalreporter.write_line(f"{n:5d} {group}")
