@@ -211,8 +211,89 @@ def test_attach_what_if_only_on_unexplained_causes(tmp_path):
     explained = _f("TI005", "input_pipeline", 1000, key="explained")
     explained.metrics["explained_by"] = "0123456789abcdef"
     quality = _f("TI005", "trace_quality", 1000, key="quality")
-    causes.attach_what_if([free, explained, quality], views)
+    causes.attach_what_if([explained, quality, free], views)
     # removing the 4 x 1980 µs data waits: the 3 ms steps come down to about 1 ms
     assert free.what_if["baseline_step_ns"] == pytest.approx(3_000_000, rel=0.01)
     assert free.what_if["step_ns"] < 0.4 * free.what_if["baseline_step_ns"]
     assert explained.what_if is None and quality.what_if is None
+
+
+def test_attach_what_if_edits_only_the_causes_instances_and_records_a_failure(tmp_path):
+    t = KinetoTrace()
+    _item_rank(t)
+    a = traceinsight.analyze(t.write(tmp_path / "t.json"))
+    (sync,) = _by_code(a.findings, "TI002")
+    # TI002's model edits only the stalls it names: without instances there is nothing to edit and no prediction
+    bare = _f("TI002", "host_sync", 1000, key="bare")
+    placed = _f("TI002", "host_sync", 1000, key="placed")
+    placed.instances = sync.instances
+    causes.attach_what_if([bare, placed], a.views)
+    assert bare.what_if is None and "what_if_error" not in bare.metrics
+    assert placed.what_if == sync.what_if and placed.what_if["step_ns"] < placed.what_if["baseline_step_ns"]
+    # a model that fails says so on the finding instead of taking the analysis down
+    broken = _f("TI005", "input_pipeline", 1000)
+    causes.attach_what_if([broken], None)
+    assert broken.what_if is None and broken.metrics["what_if_error"].startswith("AttributeError: ")
+
+
+def test_share_edge_cases():
+    sync = _f("TI002", "host_sync", 10)
+    tiny = _f("TI001", "gpu_idle", 1, key="tiny", idle_by_category={"host_sync": 1})
+    nothing = _f("TI001", "gpu_idle", 2, key="nothing")  # no attribution, no instances: nothing to link by
+    causes.link([tiny, nothing, sync])
+    assert tiny.metrics["explained_by"] == sync.fingerprint and tiny.metrics["explained_ns"] == 1
+    assert "explained_by" not in nothing.metrics
+    # two thirds, to one decimal
+    third = _f("TI001", "gpu_idle", 3, key="third", idle_by_category={"host_sync": 2})
+    causes.link([third, sync])
+    assert third.metrics["explained_share_pct"] == 66.7
+    # zero-length gaps cover nothing (and divide by nothing); a 1 ns gap covered whole is explained whole
+    empty = _f("TI003", "launch_overhead", 5, key="empty", instances=[(10, 10, 0, 0)])
+    one = _f("TI003", "launch_overhead", 5, key="one", instances=[(10, 11, 0, 0)])
+    rnn = _f("TI004", "compute", 1, instances=[(0, 100, 0, 0)])
+    causes.link([empty, one, rnn])
+    assert "explained_by" not in empty.metrics and one.metrics["explained_ns"] == 5
+
+
+def test_only_the_symptoms_own_rank_and_device_instances_count():
+    # the symptom is on rank 0 / device 0; its instances elsewhere are not its impact's
+    for other in [(200, 300, 0, 1), (200, 300, 1, 0)]:
+        sym = _f("TI003", "launch_overhead", 100, rank=0, device=0, instances=[(0, 100, 0, 0), other])
+        rnn = _f("TI004", "compute", 1, rank=None, instances=[(200, 300, None, None)])
+        causes.link([sym, rnn])
+        assert "explained_by" not in sym.metrics, other
+
+
+def test_a_rule_never_explains_its_own_findings_and_ties_go_to_the_first():
+    sym = _f("TI001", "gpu_idle", 100, idle_by_category={"host_sync": 100})
+    same_rule = _f("TI001", "host_sync", 10, key="cause")
+    causes.link([sym, same_rule])
+    assert "explained_by" not in sym.metrics
+    a, b = _f("TI002", "host_sync", 1, key="a"), _f("TI002b", "host_sync", 1, key="b")
+    tie = _f("TI001", "gpu_idle", 100, key="tie", idle_by_category={"host_sync": 80})
+    causes.link([tie, a, b])
+    assert tie.metrics["explained_by"] == a.fingerprint
+    # the larger claim wins whatever the order of the causes
+    sym2 = _f("TI001", "gpu_idle", 1000, key="2", idle_by_category={"host_sync": 550, "input_pipeline": 700})
+    data, sync = _f("TI005", "input_pipeline", 10), _f("TI002", "host_sync", 10, key="s")
+    causes.link([sym2, data, sync])
+    assert sym2.metrics["explained_by"] == data.fingerprint
+
+
+def test_an_unexplained_symptom_first_does_not_stop_linking():
+    lone = _f("TI001", "gpu_idle", 1000, key="lone")
+    sym = _f("TI001", "gpu_idle", 1000, key="sym", idle_by_category={"host_sync": 900})
+    sync = _f("TI002", "host_sync", 10)
+    assert causes.link([lone, sym, sync]) == [lone, sync, sym]
+
+
+def test_order_moves_only_symptoms_that_name_their_cause():
+    # a cause listing a finding that does not name it back (no explained_by) leaves that finding in its place
+    sym = _f("TI001", "gpu_idle", 1000)
+    cause = _f("TI002", "host_sync", 10)
+    cause.explains.append(sym.fingerprint)
+    assert causes.order([sym, cause]) == [sym, cause]
+    assert causes.order([cause, sym]) == [cause, sym]
+    stranger = _f("TI002", "host_sync", 10, key="claims-a-stranger")
+    stranger.explains.append("0000000000000000")
+    assert causes.order([stranger]) == [stranger]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 
+import pandas as pd
 import pytest
 
 import traceinsight
@@ -154,3 +155,91 @@ def test_graded_on_the_steady_state_window(tmp_path):
     # 2.3 ms is 20 % of the 11.5 ms steady window (17.7 % of the whole one)
     (f,) = severity.grade([_finding(2_300_000)], v, {"XT900": _Builtin()})
     assert f.severity is Severity.ERROR
+
+
+def test_base_for_a_device_without_a_rank(views):
+    assert severity.base_ns(_finding(1, None, 1), views) == 4 * MS
+
+
+def test_share_edges(views):
+    assert severity.share_pct(_finding(0), views) == 0.0
+    assert severity.share_pct(_finding(-5 * MS), views) == 0.0  # a negative estimate costs nothing
+    one = pd.DataFrame({"rank": [0], "device": [0], "window_ns": [1]})
+    assert severity.share_pct(_finding(1), views, one) == 100.0
+    none = pd.DataFrame({"rank": [0], "device": [0], "window_ns": [0]})  # a window that is all warm-up
+    assert severity.share_pct(_finding(1), views, none) is None
+
+
+def test_no_gpu_window_keeps_the_rules_severity(tmp_path):
+    t = KinetoTrace()
+    t.step(0, 0.0, 1000.0)
+    t.cpu_op("aten::add", 10.0, 100.0)
+    v = Views(traceinsight.load(t.write(tmp_path / "cpu.json")))
+    assert severity.steady_windows(v).empty and severity.base_ns(_finding(1), v) == 0
+    f = _finding(1)
+    assert severity.share_pct(f, v) is None
+    g = _finding(2, code="XT901")
+    out = severity.grade([f, g], v, {"XT900": _Builtin()})
+    assert len(out) == 2 and out[0] is f and out[1] is g
+    assert f.severity is Severity.WARNING
+
+
+def test_ungraded_findings_pass_through_in_order(views):
+    class NotGraded(_Builtin):
+        code = "XT902"
+        graded = False
+
+    class Graded(_Builtin):
+        code = "XT903"
+        graded = True
+
+    quiet = _finding(1, code="XT902")  # 0.00001 %: kept, ungraded
+    loud = _finding(5 * MS, code="XT900")
+    forced = _finding(1, code="XT903")  # graded although a plugin: below the floor, dropped
+    out = severity.grade([quiet, loud, forced], views, {"XT900": _Builtin(), "XT902": NotGraded(), "XT903": Graded()})
+    assert [id(x) for x in out] == [id(quiet), id(loud)]
+    assert (quiet.severity, loud.severity) == (Severity.WARNING, Severity.ERROR)
+
+
+def test_plugins_without_a_cost_are_not_graded_but_builtins_are(views):
+    class Plugin(Rule):
+        code = "XP9"
+
+    class Builtin(Rule):
+        code = "XB9"
+
+    Builtin.__module__ = "traceinsight.rules.fake_builtin"
+    plugin, builtin = _finding(0, code="XP9"), _finding(0, code="XB9")
+    out = severity.grade([plugin, builtin], views, {"XP9": Plugin(), "XB9": Builtin()})
+    assert [id(x) for x in out] == [id(plugin)]  # the built-in's 0 % is graded and falls below the floor; the plugin's is kept
+    assert plugin.severity is Severity.WARNING
+
+
+def test_category_from_the_rule_when_the_finding_has_none(views):
+    class Quality(_Builtin):
+        code = "XT904"
+        category = "trace_quality"
+
+    f = _finding(1, code="XT904")
+    f.category = ""
+    assert [id(x) for x in severity.grade([f], views, {"XT904": Quality()})] == [id(f)]  # trace quality: never graded or dropped
+    g = _finding(1, code="XT905")
+    g.category = ""
+    assert severity.grade([g], views, {}) == []  # no category anywhere: graded, 0.00001 % is dropped
+    # a finding that says it withholds judgement withholds nothing unless it is a trace-quality finding
+    h = _finding(5 * MS)
+    h.metrics["withholds_judgement"] = True
+    assert [x.severity for x in severity.grade([h], views, {"XT900": _Builtin()})] == [Severity.ERROR]
+
+
+def test_override_without_a_rule_and_a_bad_cap(views):
+    f = _finding(5 * MS, code="XT906")
+    f.severity = Severity.INFO
+    (g,) = severity.grade([f], views, {}, overridden=["XT906"])
+    assert g.severity is Severity.INFO  # no rule to take a severity from: the finding's stays
+
+    class BadCap(_Builtin):
+        max_severity = "catastrophic"
+
+    (h,) = severity.grade([_finding(5 * MS)], views, {"XT900": BadCap()})
+    assert h.severity is Severity.ERROR  # a cap that is no severity caps nothing
