@@ -29,69 +29,6 @@ def _busy_steps(t: KinetoTrace, steps: int, step_us: float, busy_us: float, *, f
 
 
 # --- TI002 -----------------------------------------------------------------------------------------------
-def _item_step(t: KinetoTrace, t0: float, wait_us: float):
-    """loss.item(): aten::item -> _local_scalar_dense -> DtoH copy + cudaStreamSynchronize waiting for a long kernel."""
-    t.kernel("volta_sgemm_128x64_nn", t0 + 10, wait_us, launch_us=t0)
-    item = t.cpu_op("aten::item", t0 + 20, wait_us + 40)
-    t.cpu_op("aten::_local_scalar_dense", t0 + 22, wait_us + 36)
-    t.memcpy("DtoH", t0 + 10 + wait_us, 2.0, 4, launch_us=t0 + 25, launch_dur_us=5.0, pageable=False)
-    t.runtime("cudaStreamSynchronize", t0 + 32, wait_us - 18)
-    # after the sync the host needs 300 µs of Python before the next launch: GPU idle
-    t.kernel("volta_sgemm_128x64_nn", t0 + wait_us + 360, 100.0, launch_us=t0 + wait_us + 350)
-    return item
-
-
-def test_ti002_item_sync_stalls(tmp_path):
-    t = KinetoTrace()
-    for s in range(3):
-        t.step(s, s * 2000.0, 2000.0)
-        _item_step(t, s * 2000.0, 1000.0)
-    t.runtime("cudaDeviceSynchronize", 6500.0, 30.0)  # shorter than min_stall_us: ignored
-    (f,) = _one(t.write(tmp_path / "t.json"), "TI002")
-    assert f.metrics["stalls"] == 3
-    assert f.metrics["blocked_ns"] == pytest.approx(3 * 982_000, rel=0.001)
-    assert f.evidence["framework_op"].iloc[0] == "aten::_local_scalar_dense"  # innermost op of loss.item()
-    assert f.evidence["call"].iloc[0] == "cudaStreamSynchronize"
-    # GPU idle from the copy's end (t0+1012) to the next kernel (t0+1360): 348 µs per step
-    assert f.impact_ns == pytest.approx(3 * 348_000, rel=0.01)
-    assert f.severity.value == "warning"
-
-
-def test_ti002_pageable_copy_and_sync_memcpy(tmp_path):
-    t = KinetoTrace()
-    t.step(0, 0.0, 5000.0)
-    t.kernel("k", 10.0, 500.0, launch_us=0.0)
-    t.cpu_op("aten::to", 20.0, 800.0)
-    t.memcpy("DtoH", 510.0, 200.0, 1 << 20, pageable=True, launch_us=30.0, launch_dur_us=690.0)
-    t.memcpy("DtoH", 1500.0, 300.0, 1 << 20, sync=True, launch_us=1400.0)
-    t.kernel("k", 3000.0, 500.0, launch_us=2990.0)
-    path = t.write(tmp_path / "t.json")
-    (f,) = _one(path, "TI002")
-    # the blocking cudaMemcpy is TI002's; the async copy that pageable memory made blocking is TI006's, judged on
-    # the GPU's clock (its extra copy time and the idle its call caused), so no nanosecond is claimed twice
-    kinds = dict(zip(f.evidence["call"], f.evidence["kind"]))
-    assert kinds == {"cudaMemcpy": "synchronizing call"}
-    assert f.metrics["blocked_ns"] == pytest.approx(401_000, rel=0.001)
-    # GPU idle 1800 -> 3000 µs begins while the cudaMemcpy (1400 -> 1801 µs) blocks: charged up to the call's 401 µs
-    assert f.impact_ns == pytest.approx(401_000, rel=0.01)
-    (p,) = _one(path, "TI006", min_total_us=0.0)
-    assert p.metrics["async_calls"] == 1 and p.metrics["count"] == 1
-
-
-def test_ti002_negative_async_pipeline(tmp_path):
-    t = KinetoTrace()
-    _busy_steps(t, 4, 1000.0, 990.0)
-    t.runtime("cudaStreamSynchronize", 3995.0, 10.0)  # a sync on an idle stream: a few µs, no stall
-    assert _one(t.write(tmp_path / "t.json"), "TI002") == []
-
-
-def test_ti002_real_alexnet_cudasync():
-    # asked for below the floor: on this 0.5 %-busy run the syncs cost the GPU under 1 % of its window
-    (f,) = _one(corpus_file("pytorch/hta_alexnet_a100_cudasync.json.gz"), "TI002", min_impact=0)
-    assert f.metrics["stalls"] >= 7
-    assert set(f.metrics["by_call"]) == {"cudaStreamSynchronize", "cudaDeviceSynchronize"}
-    assert f.metrics["by_site"].get("aten::copy_", 0) > 0
-    assert f.metrics["gpu_sync_rows"] > 0
 
 
 # --- TI003 -----------------------------------------------------------------------------------------------
