@@ -37,26 +37,9 @@ class Example:
 
 
 # --- TI003 tiny-kernels: 300 eager elementwise ops vs the same math fused ---------------------------------------
-def _ti003(t: KinetoTrace, fixed: bool) -> None:
-    # An optimizer-style loop of 300 elementwise ops on small tensors: 2 µs kernels that the host can only launch
-    # every 8 µs (launch-bound). Fixed with fusion (torch.compile / a fused optimizer, foreach=True): the same math
-    # as 10 kernels of 40 µs (fusion also drops the intermediate round trips to memory), still launched 8 µs apart
-    # but now each kernel outlasts its launch.
-    t.step(0, 0.0, 3_000.0)
-    n, dur = (10, 40.0) if fixed else (300, 2.0)
-    for i in range(n):
-        start = 10 + i * (dur + 0.5) if fixed else 10 + i * 8.0
-        op = t.cpu_op("aten::_foreach_add_" if fixed else "aten::add_", start - 8, 7.0)
-        t.kernel("vectorized_elementwise_kernel<AddFunctor>", start, dur, launch_us=start - 6, launch_dur_us=5.0, op=op, grid=GRID)
 
 
 EXAMPLES = {
-    "TI003": Example(
-        "TI003",
-        bad="300 eager elementwise ops of 2 µs each, launched every 8 µs: the GPU waits on every launch.",
-        good="The same math fused into 10 kernels of 40 µs (torch.compile / foreach optimizer).",
-        build=_ti003,
-    ),
 }
 
 #: Rules whose existing tests already build the same workload badly and fixed; not duplicated here.
@@ -126,10 +109,3 @@ def test_covered_elsewhere_names_real_tests():
 # --- the pairs are the same workload, and the fix is the one the finding says ----------------------------------
 
 
-def test_ti003_fix_keeps_the_work(tmp_path):
-    bad = _analyze(tmp_path, EXAMPLES["TI003"], fixed=False)
-    good = _analyze(tmp_path, EXAMPLES["TI003"], fixed=True)
-    (f,) = [f for f in bad.findings if f.code == "TI003"]
-    assert f.metrics["launch_bound_kernels"] == 300
-    assert f.impact_ns == pytest.approx(299 * 6_000, rel=0.01)  # each kernel waits 8 - 2 µs on its launch
-    assert bad.summary.kernel_count == 300 and good.summary.kernel_count == 10
