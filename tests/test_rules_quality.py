@@ -57,22 +57,6 @@ def _steady_after(t: KinetoTrace, first: float) -> None:
 
 
 # --- TI014 events lost --------------------------------------------------------------------------------------------
-def test_ti014_truncated_json(tmp_path):
-    t = KinetoTrace()
-    _steady(t, steps=8)
-    p = t.write(tmp_path / "full.json", gz=False)
-    data = p.read_bytes()
-    cut = tmp_path / "cut.json"
-    cut.write_bytes(data[: int(len(data) * 0.8)])
-    a = traceinsight.analyze(cut)
-    (f,) = _codes(a, "TI014")
-    assert f.category == "trace_quality" and "truncated" in f.evidence["reader_warning"].iloc[0]
-
-
-def test_ti014_negative_complete_file(tmp_path):
-    t = KinetoTrace()
-    _steady(t, steps=8)
-    assert _codes(traceinsight.analyze(t.write(tmp_path / "full.json", gz=False)), "TI014") == []
 
 
 PLANTED_COST = '''
