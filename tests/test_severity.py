@@ -14,6 +14,7 @@ import pytest
 
 import traceinsight
 from tests.helpers.kineto_writer import KinetoTrace
+from tests.helpers.rule_cases import steady_after, with_warmup
 from traceinsight import severity
 from traceinsight.render import render
 from traceinsight.rule_api import Finding, Location, Rule, Severity
@@ -243,3 +244,39 @@ def test_override_without_a_rule_and_a_bad_cap(views):
 
     (h,) = severity.grade([_finding(5 * MS)], views, {"XT900": BadCap()})
     assert h.severity is Severity.ERROR  # a cap that is no severity caps nothing
+
+
+PLANTED_COST = '''
+from traceinsight.rule_api import Rule
+
+class PlantedCost(Rule):
+    code = "ZZ901"
+    name = "planted-cost"
+    category = "gpu_idle"
+    summary = "One finding costing 1.3 ms."
+
+    def check(self, ctx):
+        yield ctx.finding(title="planted", message="1.3 ms", impact_ns=1_300_000)
+'''
+
+
+def test_a_plugins_cost_is_graded_on_the_steady_state_window(tmp_path):
+    """A cost is judged against the window less the ledger's warm-up, as the verdict judges causes: 1.3 ms is 5.0 %
+    of the 26.06 ms window but 21 % of the 6.06 ms steady state, where fixing it would show."""
+    t = KinetoTrace()
+    with_warmup(t, init=False)
+    (tmp_path / "planted.py").write_text(PLANTED_COST)
+    a = traceinsight.analyze(t.write(tmp_path / "warm.json"), rules=[tmp_path / "planted.py"])
+    assert int(a.ledger.by_device.set_index("bucket").loc["idle_warmup", "ns"]) == 20_000_000
+    (f,) = [x for x in a.findings if x.code == "ZZ901"]
+    assert f.severity is Severity.ERROR
+    plain = KinetoTrace()  # the same loop without the warm-up step: the same 1.3 ms is 21 % of it too
+    steady_after(plain, 0.0)
+    (g,) = traceinsight.analyze(plain.write(tmp_path / "plain.json"), rules=[tmp_path / "planted.py"]).findings
+    assert g.severity is Severity.ERROR
+
+
+def test_a_dropped_finding_does_not_stop_grading(views):
+    small, big = _finding(1), _finding(5 * MS, code="XT907")
+    out = severity.grade([small, big], views, {"XT900": _Builtin()})
+    assert [id(x) for x in out] == [id(big)] and big.severity is Severity.ERROR

@@ -7,7 +7,7 @@ import pytest
 import traceinsight
 from tests.conftest import corpus_file
 from tests.helpers.kineto_writer import KinetoTrace
-from tests.helpers.rule_cases import findings_of
+from tests.helpers.rule_cases import busy_steps, findings_of
 from tests.rules.conftest import DLRM
 from traceinsight.config import Config
 from traceinsight.job import analyze_job
@@ -63,7 +63,9 @@ def test_ti009_negative_balanced(tmp_path):
 
 
 def test_ti009_single_rank_is_silent(tmp_path):
-    assert findings_of(_grid_trace(tmp_path, (32, 1, 1)), "TI009") == []
+    t = KinetoTrace()
+    busy_steps(t, 3, 1000.0, 500.0)
+    assert findings_of(t.write(tmp_path / "one_rank.json"), "TI009") == []
 
 
 def test_corpus_dlrm_8ranks_imbalance_and_low_util():
