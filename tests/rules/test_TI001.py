@@ -71,6 +71,8 @@ def test_ti001_leaves_out_the_ledgers_warmup(tmp_path):
     assert f.metrics["long_gap_idle_pct"] == pytest.approx(100.0 * 6_500_000 / (13_000_000 - 1_500_000), abs=0.001)
     row = f.evidence[f.evidence["warmup_us"] > 0]
     assert row["duration_us"].tolist() == [pytest.approx(2000.0, abs=1)] and row["warmup_us"].tolist() == [1500.0]
+    # the gap is mostly warm-up (1.5 of 2 ms), yet warm-up is never a gap's cause: its steady-state part is
+    assert row["cause"].tolist() == ["data loading"] and set(f.evidence["cause"]) == {"data loading"}
     assert "1.50 ms of warm-up" in f.message
     # TI013 reports the same 1.5 ms, with the call that held it
     (w,) = [x for x in a.findings if x.code == "TI013"]
