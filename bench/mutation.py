@@ -34,7 +34,7 @@ MODULES: dict[str, tuple[str, list[str], list[str]]] = {
     "severity": ("traceinsight/severity.py", ["tests/test_severity.py", "tests/rules/test_TI002.py"], []),
     "causes": ("traceinsight/causes.py", ["tests/test_causes.py"], []),
     "verdict": ("traceinsight/verdict.py", ["tests/test_ledger_verdict.py", "tests/test_render_synth.py"], []),
-    "baseline": ("traceinsight/baseline.py", ["tests/test_baseline.py", "tests/test_security_baseline.py"], []),
+    "baseline": ("traceinsight/baseline.py", ["tests/test_baseline_compare.py", "tests/test_baseline.py", "tests/test_security_baseline.py"], []),
     "ledger": ("traceinsight/ledger.py", ["tests/test_ledger.py", "tests/test_ledger_pieces.py"], []),
     # the what-if transforms and what maps findings to them (graph building and replay have their own tests,
     # native-vs-Python replay among them, and would take far longer than a run here)
@@ -80,13 +80,25 @@ def run_module(name: str, timeout: int, children: int, keep: Path | None) -> tup
     env = dict(os.environ, TRACEINSIGHT_SHARED=str(work / "no-corpus"), TRACEINSIGHT_CACHE_DIR="", PYTHONHASHSEED="0")
     cmd = ["timeout", str(timeout), sys.executable, "-m", "mutmut", "run", "--max-children", str(children), *patterns]
     proc = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True)
+    try:
+        return report(name, work, stopped=proc.returncode == 124, tail=proc.stdout[-2000:] + proc.stderr[-2000:])
+    finally:
+        if keep is None:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def report(name: str, work: Path, stopped: bool = False, tail: str = "") -> tuple[float | None, str]:
+    """Score and surviving mutants of a finished (or stopped) run in the scratch copy ``work``."""
+    import ast
+    import difflib
+    import fnmatch
+
+    file, tests, patterns = MODULES[name]
     meta_path = work / "mutants" / (file + ".meta")
     if not meta_path.is_file():
-        return None, f"{name}: mutmut produced no results (exit {proc.returncode})\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}"
+        return None, f"{name}: mutmut produced no results\n{tail}"
     codes = json.loads(meta_path.read_text())["exit_code_by_key"]
     if patterns:
-        import fnmatch
-
         codes = {k: v for k, v in codes.items() if any(fnmatch.fnmatch(k, p) for p in patterns)}
     status = {k: STATUS.get(v, "suspicious") for k, v in codes.items()}
     counts = Counter(status.values())
@@ -97,13 +109,19 @@ def run_module(name: str, timeout: int, children: int, keep: Path | None) -> tup
            + (f"{score:.1f} % killed" if score is not None else "no mutant decided")
            + f" ({killed} killed, {counts['survived']} survived"
            + "".join(f", {n} {s}" for s, n in sorted(counts.items()) if s not in ("killed", "survived", "timeout", "caught by type check"))
-           + (", stopped by the timeout" if proc.returncode == 124 else "") + ")"]
+           + (", stopped by the timeout" if stopped else "") + ")"]
+    # each mutant is a copy of its function in the trampolined file: diff it against the original copy
+    source = (work / "mutants" / file).read_text()
+    funcs = {}
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and "__mutmut_" in node.name:
+            funcs[node.name] = ast.get_source_segment(source, node).splitlines()[1:]
     for key in sorted((k for k, s in status.items() if s == "survived"), key=_natural):
-        diff = subprocess.run([sys.executable, "-m", "mutmut", "show", key], cwd=work, env=env, capture_output=True, text=True).stdout
-        changed = [ln for ln in diff.splitlines() if ln[:1] in "+-" and ln[:3] not in ("+++", "---")]
-        out.append(f"  survived {key.split('.')[-1]}: " + " => ".join(ln[1:].strip() for ln in changed))
-    if keep is None:
-        shutil.rmtree(work, ignore_errors=True)
+        fn = key.rsplit(".", 1)[-1]
+        orig = funcs.get(fn.rsplit("__mutmut_", 1)[0] + "__mutmut_orig", [])
+        diff = difflib.unified_diff(orig, funcs.get(fn, []), lineterm="", n=0)
+        changed = [ln for ln in diff if ln[:1] in "+-" and ln[:3] not in ("+++", "---")]
+        out.append(f"  survived {fn}: " + " => ".join(ln[1:].strip() for ln in changed))
     return score, "\n".join(out)
 
 
@@ -119,9 +137,14 @@ def main() -> int:
     p.add_argument("--children", type=int, default=1, help="parallel mutant runs (default 1)")
     p.add_argument("--target", type=float, default=90.0, help="minimum %% killed per module (default 90)")
     p.add_argument("--keep", type=Path, help="keep the scratch copies under this folder (to rerun or inspect)")
+    p.add_argument("--report", type=Path, metavar="COPY", help="only report on a kept scratch copy of this module")
     args = p.parse_args()
     if args.keep:
         args.keep.mkdir(parents=True, exist_ok=True)
+    if args.report:
+        score, text = report(args.module, args.report)
+        print(text)
+        return 0 if score is not None and score >= args.target else 1
     ok = True
     for name in MODULES if args.module == "all" else [args.module]:
         score, text = run_module(name, args.timeout, args.children, args.keep)
