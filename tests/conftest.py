@@ -92,9 +92,9 @@ def _isolated_state(tmp_path_factory):
 def _clear_template_env() -> None:
     import sys
 
-    html = sys.modules.get("traceinsight.render.html")
-    if html is not None:  # an environment made before the fixture ran holds the cache it found then
-        html._env.cache_clear()
+    templating = sys.modules.get("traceinsight.render.templating")
+    if templating is not None:  # an environment made before the fixture ran holds the cache it found then
+        templating.env.cache_clear()
 
 
 @pytest.fixture(scope="session")

@@ -12,6 +12,7 @@ import pytest
 import traceinsight
 from tests.helpers.kineto_writer import KinetoTrace
 from traceinsight import causes
+from traceinsight.plugins import discover
 from traceinsight.rule_api import Finding, Instance, Location, Severity
 
 
@@ -84,6 +85,10 @@ def test_links_stay_on_their_rank(tmp_path):
     order = [(f.code, f.location.rank) for f in a.findings]
     assert order.index(("TI001", 0)) == order.index(("TI005", 0)) + 1
     assert order.index(("TI001", 1)) == order.index(("TI002", 1)) + 1
+
+
+#: rule code -> the what-if transform its rule declares, as the engine passes it
+_TRANSFORMS = {code: cls.what_if for code, cls in discover().rules.items()}
 
 
 # --- causes.link on hand-made findings ------------------------------------------------------------------
@@ -211,7 +216,7 @@ def test_attach_what_if_only_on_unexplained_causes(tmp_path):
     explained = _f("TI005", "input_pipeline", 1000, key="explained")
     explained.metrics["explained_by"] = "0123456789abcdef"
     quality = _f("TI005", "trace_quality", 1000, key="quality")
-    causes.attach_what_if([explained, quality, free], views)
+    causes.attach_what_if([explained, quality, free], views, _TRANSFORMS)
     # removing the 4 x 1980 µs data waits: the 3 ms steps come down to about 1 ms
     assert free.what_if["baseline_step_ns"] == pytest.approx(3_000_000, rel=0.01)
     assert free.what_if["step_ns"] < 0.4 * free.what_if["baseline_step_ns"]
@@ -227,12 +232,12 @@ def test_attach_what_if_edits_only_the_causes_instances_and_records_a_failure(tm
     bare = _f("TI002", "host_sync", 1000, key="bare")
     placed = _f("TI002", "host_sync", 1000, key="placed")
     placed.instances = sync.instances
-    causes.attach_what_if([bare, placed], a.views)
+    causes.attach_what_if([bare, placed], a.views, _TRANSFORMS)
     assert bare.what_if is None and "what_if_error" not in bare.metrics
     assert placed.what_if == sync.what_if and placed.what_if["step_ns"] < placed.what_if["baseline_step_ns"]
     # a model that fails says so on the finding instead of taking the analysis down
     broken = _f("TI005", "input_pipeline", 1000)
-    causes.attach_what_if([broken], None)
+    causes.attach_what_if([broken], None, _TRANSFORMS)
     assert broken.what_if is None and broken.metrics["what_if_error"].startswith("AttributeError: ")
 
 

@@ -69,6 +69,7 @@ def test_recorded_lstm_variants(tmp_path, variant, lstm):
 
 def test_keras_callback_writes_report(tmp_path):
     from traceinsight.keras import TraceInsightCallback
+
     fmt = "html"
     x, y = _data()
     cb = TraceInsightCallback(tmp_path / "logs", steps=(1, 3), report=tmp_path / f"report.{fmt}", fmt=fmt)
