@@ -16,14 +16,12 @@ from tests.helpers.kineto_writer import KinetoTrace
 from tests.helpers.nsys_writer import NsysTrace
 from traceinsight.efficiency import EfficiencySettings
 from traceinsight.peaks import PEAKS, UNKNOWN_PEAK, lookup
-from traceinsight.derived import Derived as Views
+from traceinsight.derived import Derived
 
 
 def _eff(path, **settings):
     tl = traceinsight.load(path)
-    v = Views(tl)
-    v.efficiency_settings = EfficiencySettings(**settings) if settings else None
-    return v.efficiency
+    return Derived(tl, efficiency=EfficiencySettings(**settings) if settings else None).efficiency
 
 
 def _mm(t: KinetoTrace, at: float, m: int, k: int, n: int, dur_us: float, dtype="c10::BFloat16", kernel="sm80_xmma_gemm_bf16bf16_bf16f32"):
@@ -329,7 +327,7 @@ def test_native_and_general_readers_agree_on_types_and_concrete_inputs(tmp_path,
     ops = tl.events[tl.events["kind"] == "cpu_op"]
     assert json.loads(ops["concrete_inputs"].iloc[0])[0] == "bij,bjk->bik"
     assert json.loads(ops["input_types"].iloc[0]) == ["", "TensorList"]
-    e = Views(tl).efficiency
+    e = Derived(tl).efficiency
     assert e.counts.ops["flops"].iloc[0] == 2 * 8 * 32 * 64 * 16  # einsum from its equation
 
 

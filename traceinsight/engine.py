@@ -93,8 +93,7 @@ def run(
     severity_overrides: Iterable[str] = (),
     efficiency: Any = None,
 ) -> Analysis:
-    views = Derived(timeline)
-    views.efficiency_settings = efficiency
+    views = Derived(timeline, efficiency=efficiency)
     findings: list[Finding] = []
     warnings = list(extra_warnings)
     timings: dict[str, float] = {}

@@ -1,7 +1,8 @@
-"""What kind of work a kernel or a framework op does: the kernel classes of the efficiency view.
+"""What kind of work a kernel or a framework op does: the kernel classes of the efficiency view and the diff.
 
-One home for these tables (kernel-name patterns, framework-op names and the FLOPs formula each op gets), so the
-efficiency view, its rules and its renderers agree on what "GEMM" or "normalisation" means. Names are heuristics;
+One home for these tables (kernel-name patterns, NVIDIA and AMD libraries alike, framework-op names and the FLOPs
+formula each op gets), so the efficiency view, its rules, the diff (``kernels``, which groups these classes more
+coarsely) and the renderers agree on what "GEMM" or "normalisation" means. Names are heuristics;
 where a trace records shapes, the op a kernel was launched by decides its class and the name is only the fallback.
 """
 
@@ -32,11 +33,12 @@ KERNEL_PATTERNS: tuple[tuple[str, "re.Pattern[str]"], ...] = tuple(
     (cls, re.compile(rx, re.I))
     for cls, rx in (
         ("communication", COLLECTIVE),
-        ("attention", r"flash|fmha|attention|attn|sdpa|\bmha_|_mha\b"),
-        ("conv", r"conv(?!ert|ersion)|winograd|implicit_convolve|_fprop|fprop_|dgrad|wgrad|scudnn|hcudnn|miopen.*conv|igemm|fft2d_|im2col|flip_filter"),
-        ("gemm", r"gemm|gemv|cutlass|nvjet|wgmma|matmul|cublas|\bCijk_|triton_tem_|\bmm_|_mm\b|\bbmm|magma|xmma|hmma|h884|s884|h1688|s1688|16816|16832"),
+        ("attention", r"flash|fmha|attention|attn|sdpa|\bmha_|_mha\b|cutlass.*mem_eff|fused_multi_head"),
+        ("conv", r"conv(?!ert|ersion)|winograd|implicit_convolve|_fprop|fprop_|dgrad|wgrad|scudnn|hcudnn|miopen.*conv|igemm|fft2d_|im2col|flip_filter|naive_conv"),
+        ("gemm", r"gemm|gemv|cutlass|nvjet|wgmma|matmul|cublas|\bCijk_|triton_tem_|\bmm_|_mm\b|\bbmm|magma|xmma|hmma|h884|s884|h1688|s1688|i8816|16816|16832|"
+                 r"hipblaslt|rocblas|miopen|xdlops|ck::|device_gemm|\bsm[89]\d_"),
         ("norm", r"norm|welford|\bbn_|_bn_|batchnorm|layernorm|rmsnorm"),
-        ("elementwise", r"elementwise|vectorized|unrolled|reduce|reduction|softmax|triton_(poi|red|per)_|index|scatter|gather|"
+        ("elementwise", r"elementwise|pointwise|vectorized|unrolled|reduce|reduction|softmax|triton_(poi|red|per)_|index|scatter|gather|loop_|functor|"
                         r"\bcat\b|CatArray|copy|fill|where|dropout|relu|gelu|silu|sigmoid|tanh|embedding|sort|topk|cumsum|"
                         r"\bmul|\badd|\bdiv|\bsub|pow|exp|sqrt|clamp|threshold|adam|sgd|foreach|amp_|cast|convert|"
                         r"nchwToNhwc|nhwcToNchw|transpose|permute|scalePackedTensor|computeOffsets|computeBOffsets|"

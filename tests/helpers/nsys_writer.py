@@ -197,8 +197,8 @@ class NsysTrace:
         self.thread_names: dict[int, str] = {tid: "python"}
         self.memory_rows: dict[str, list[tuple]] = {name: [] for name in _DDL_MEMORY}
         self._corr = 0
-        self.metric_samples: list[tuple[int, int, str, int]] = []  # (time, device, metric name, value)
         self._next_address = 0x7F0000000000
+        self.metric_samples: list[tuple[int, int, str, int]] = []  # (time, device, metric name, value)
 
     # --- ids ---------------------------------------------------------------------------------------------
     def string(self, value: str) -> int:
@@ -479,6 +479,10 @@ class NsysTrace:
                 conn.executemany(f"INSERT INTO {table} VALUES ({marks})", rows)
             else:
                 conn.executemany(f"INSERT INTO {table} VALUES ({marks})", ([r[i] for i in keep] for r in rows))
+        for table, rows in self.memory_rows.items():
+            if rows:
+                conn.execute(f"CREATE TABLE {table} ({', '.join(_DDL_MEMORY[table])})")
+                conn.executemany(f"INSERT INTO {table} VALUES ({', '.join('?' * len(_DDL_MEMORY[table]))})", rows)
         if self.metric_samples:  # as nsys 2024+ writes them: typeId = (chip type << 8) | GPU index
             names = list(dict.fromkeys(n for _, _, n, _ in self.metric_samples))
             conn.execute("CREATE TABLE TARGET_INFO_GPU_METRICS (typeId INTEGER NOT NULL, sourceId INTEGER NOT NULL, "
@@ -489,10 +493,6 @@ class NsysTrace:
             conn.execute("CREATE TABLE GPU_METRICS (timestamp INTEGER, typeId INTEGER NOT NULL, metricId INTEGER NOT NULL, value INTEGER NOT NULL)")
             conn.executemany("INSERT INTO GPU_METRICS VALUES (?, ?, ?, ?)",
                              [(t, (0x11 << 8) | d, names.index(n), v) for t, d, n, v in self.metric_samples])
-        for table, rows in self.memory_rows.items():
-            if rows:
-                conn.execute(f"CREATE TABLE {table} ({', '.join(_DDL_MEMORY[table])})")
-                conn.executemany(f"INSERT INTO {table} VALUES ({', '.join('?' * len(_DDL_MEMORY[table]))})", rows)
         times = [r[0] for rows in self.rows.values() for r in rows] + [r[1] for rows in self.rows.values() for r in rows if r[1] is not None]
         if times:
             start = self.system_clock_ns if self.raw_clock else min(times)
