@@ -172,8 +172,10 @@ def step_samples(side: Side) -> np.ndarray:
     """The job's steady-state step times (ns), one per step number: the slowest rank's, since every rank waits
     for it at the next collective. Warm-up steps are left out."""
     by_step: dict[int, int] = {}
-    for s in steps(side):
-        if s.get("warmup"):
+    st = steps(side)
+    keep_warmup = all(s.get("warmup") for s in st)  # only warm-up steps: they are all there is to compare
+    for s in st:
+        if s.get("warmup") and not keep_warmup:
             continue
         n = int(s["step"])
         by_step[n] = max(by_step.get(n, 0), int(s["dur_ns"]))
