@@ -7,7 +7,8 @@ import re
 import numpy as np
 
 from traceinsight.timeline import COLUMNS, KINDS, OPTIONAL_COLUMNS, Timeline, TraceMeta, assign_steps, build_events, rebase
-from traceinsight.views import Views, merge_intervals
+from traceinsight.intervals import merge_intervals
+from traceinsight.views import Views
 
 from .conftest import REPO
 

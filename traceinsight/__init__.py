@@ -16,7 +16,7 @@ import sys as _sys
 from importlib.util import module_from_spec as _module_from_spec, spec_from_file_location as _spec_from_file_location
 from pathlib import Path as _Path
 
-__version__ = "0.1.0"  # the one home of the version: pyproject.toml reads it from here
+from .version import __version__
 
 
 def _checkout_rules() -> None:
@@ -42,13 +42,47 @@ def _checkout_rules() -> None:
 
 _checkout_rules()
 
-from .config import Config
-from .engine import Analysis, analyze
-from .errors import TraceInsightError, TraceReadError, UnknownFormatError
-from .ingest import load
-from .rule_api import CATEGORIES, Context, Finding, Fix, Instance, Location, Option, Rule, Severity
-from .rule_api_job import CrossRankRule, JobContext
-from .timeline import Timeline, TraceMeta
+#: The public API, imported on first use: ``import traceinsight.cli`` (or any submodule) pays only for what that
+#: run needs, not for every reader and renderer.
+_API: dict[str, str] = {
+    "Config": "config",
+    "Analysis": "analysis",
+    "analyze": "engine",
+    "TraceInsightError": "errors",
+    "TraceReadError": "errors",
+    "UnknownFormatError": "errors",
+    "load": "ingest",
+    "CATEGORIES": "rule_api",
+    "Context": "rule_api",
+    "Finding": "rule_api",
+    "Fix": "rule_api",
+    "Instance": "rule_api",
+    "Location": "rule_api",
+    "Option": "rule_api",
+    "Rule": "rule_api",
+    "Severity": "rule_api",
+    "CrossRankRule": "rule_api_job",
+    "JobContext": "rule_api_job",
+    "Timeline": "timeline",
+    "TraceMeta": "timeline",
+}
+
+
+def __getattr__(name: str):
+    """``traceinsight.analyze`` and the other public names, imported from their modules when first asked."""
+    mod = _API.get(name)
+    if mod is None:
+        raise AttributeError(f"module 'traceinsight' has no attribute {name!r}")
+    from importlib import import_module
+
+    value = getattr(import_module(f".{mod}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_API])
+
 
 __all__ = [
     "CATEGORIES",
@@ -92,6 +126,6 @@ def diff(base, head, **kwargs):
 
 def native_status() -> dict[str, bool]:
     """Which formats load through a native accelerator here (False: the pure-Python path, same results, slower)."""
-    from .ingest import native
+    from . import native
 
     return {label: native.built(fmt) is not None for fmt, label in _NATIVE.items()}

@@ -11,13 +11,13 @@ from typing import Annotated, Optional
 
 import typer
 
-from . import __version__
+from .version import __version__
 from .config import TRUST_ENV, Config, parse_assignments
 from .errors import EXIT_FINDINGS, TraceInsightError
 from .plugins import discover
-from .rule_api import Severity
-from .verdict import details
+from .finding import Severity
 from .outputs import REPORT_STEM, SUFFIX
+from .render import FORMATS
 from .sanitize import rich, terminal, terminal_lines
 
 app = typer.Typer(
@@ -28,12 +28,8 @@ app = typer.Typer(
 )
 
 
-class Format(str, enum.Enum):
-    text = "text"
-    json = "json"
-    md = "md"
-    html = "html"
-    perfetto = "perfetto"  # the trace + findings as Chrome-trace JSON (gzip) for ui.perfetto.dev / chrome://tracing
+#: The output formats (``render.FORMATS``, the one list).
+Format = enum.Enum("Format", {name: name for name in FORMATS}, type=str)
 
 
 class FailOn(str, enum.Enum):
@@ -43,7 +39,7 @@ class FailOn(str, enum.Enum):
     error = "error"
 
 
-_SUFFIX_FORMAT = {".html": Format.html, ".htm": Format.html, ".md": Format.md, ".json": Format.json, ".txt": Format.text}
+_SUFFIX_FORMAT = {ext: Format(name) for name, f in FORMATS.items() for ext in f.extensions}
 
 
 def _fail(exc: TraceInsightError) -> None:
@@ -147,7 +143,7 @@ def analyze(
         _fail(exc)
         return
     if output is not None:  # the report went to files: the verdict still reaches the terminal
-        verdict = details(analysis)
+        verdict = analysis.verdict
         typer.echo(terminal(f"Verdict: {verdict['headline']}. {verdict['sentence']}", 2000), err=True)
     if fail_on != FailOn.never:
         _gate(analysis, Severity.parse(fail_on.value))

@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from .patterns import COLLECTIVE
-from .views import category_hits
+from .masks import category_hits
 
 #: Class names in the order they are tried (and shown).
 CLASSES: tuple[str, ...] = ("communication", "attention", "gemm", "elementwise", "copy", "other")

@@ -19,9 +19,10 @@ from typing import Any
 
 import numpy as np
 
-from .. import __version__
+from ..buckets import SHORT
 from ..kernels import CLASSES
-from ..rule_api import fmt_ns
+from ..units import fmt_ns
+from ..version import __version__
 from . import side as S
 from .match import comparability, context
 from .stats import Shift, shift
@@ -167,7 +168,7 @@ def sentence(d: dict[str, Any]) -> str:
 
 
 def _label(bucket: str) -> str:
-    return bucket.removeprefix("idle_").replace("_", " ")
+    return SHORT.get(bucket, bucket)
 
 
 # --- why ----------------------------------------------------------------------------------------------------

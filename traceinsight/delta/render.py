@@ -11,7 +11,8 @@ from typing import Any
 
 import msgspec
 
-from ..rule_api import fmt_ns
+from ..buckets import BUCKETS, LABELS
+from ..units import fmt_ns
 from ..sanitize import json_text, rich as rich_text
 
 #: Rows per table in the text and Markdown output (the JSON keeps up to compare.MAX_ROWS).
@@ -57,9 +58,7 @@ def pct(v: Any, signed: bool = True) -> str:
 
 
 def bucket_label(b: str) -> str:
-    return {"idle_data_wait": "idle: data wait", "idle_host_sync": "idle: host sync", "idle_launch_bound": "idle: launch-bound",
-            "idle_host_busy": "idle: host busy", "idle_untraced": "idle: untraced host", "idle_gpu_dependency": "idle: GPU dependency",
-            "idle_warmup": "idle: warm-up", "idle_other": "idle: other"}.get(b, b)
+    return LABELS.get(b, b)
 
 
 def step_line(s: dict[str, Any] | None, unit: str | None = None) -> str:
@@ -255,8 +254,7 @@ def render_md(d: dict[str, Any], html_name: str | None = None, max_chars: int = 
 
 
 # --- HTML --------------------------------------------------------------------------------------------------
-_BUCKET_ORDER = ("compute", "communication", "copy", "idle_data_wait", "idle_host_sync", "idle_launch_bound", "idle_host_busy",
-                 "idle_untraced", "idle_gpu_dependency", "idle_warmup", "idle_other")
+_BUCKET_ORDER = BUCKETS
 
 
 def _step_rows(steps: list[dict[str, Any]], scale: float) -> list[dict[str, Any]]:
@@ -270,8 +268,8 @@ def _step_rows(steps: list[dict[str, Any]], scale: float) -> list[dict[str, Any]
 
 
 def html_context(d: dict[str, Any]) -> dict[str, Any]:
-    from .. import __version__
-    from ..render.html import _asset
+    from ..render.html import report_css
+    from ..version import __version__
 
     ls = d["ledger_steps"]
     scale = max([sum(s["ns"].values()) for s in ls["base"] + ls["head"]] or [0.0])
@@ -282,7 +280,7 @@ def html_context(d: dict[str, Any]) -> dict[str, Any]:
     mean_rows = {k: _step_rows([{"step": "mean", "ns": mean[k]}], scale)[0] for k in ("base", "head")}
     legend = [{"bucket": b, "label": bucket_label(b)} for b in _BUCKET_ORDER if any(r["bucket"] == b for r in d["ledger"])]
     return {
-        "d": d, "version": __version__, "css": _asset("report.css"), "pairs": pairs, "mean": mean_rows, "legend": legend,
+        "d": d, "version": __version__, "css": report_css(), "pairs": pairs, "mean": mean_rows, "legend": legend,
         "step_line": step_line(d["step"]) if d["step"] else None,
         "sample_line": step_line(d["per_sample"], "per sample") if d["per_sample"] else None,
         "spread_base": spread(d["base"]), "spread_head": spread(d["head"]),
@@ -293,6 +291,6 @@ def html_context(d: dict[str, Any]) -> dict[str, Any]:
 
 
 def render_html(d: dict[str, Any], **_: Any) -> str:
-    from ..render.html import _env
+    from ..render.templating import env
 
-    return _env().get_template("diff.html.j2").render(**html_context(d))
+    return env().get_template("diff.html.j2").render(**html_context(d))
