@@ -8,6 +8,7 @@ later (peak memory, MFU) is shown when it is there and skipped when not.
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -247,10 +248,19 @@ def rank_busy(side: Side) -> dict[int, float]:
     return {r: float(np.mean(v)) for r, v in sorted(acc.items())}
 
 
+#: Report blocks whose top-level numbers are compared as they are, when a report carries them (named ``block.key``).
+EXTRA_BLOCKS = ("memory", "efficiency", "mfu")
+
+
 def numeric_kpis(side: Side) -> dict[str, float]:
-    """Every number among the KPIs (peak memory, MFU and whatever later reports add), by name."""
+    """Every number among the KPIs and the top-level numbers of ``EXTRA_BLOCKS`` (peak memory, MFU and whatever
+    later reports add), by name."""
     out = {}
-    for k, v in side.kpis.items():
-        if isinstance(v, (int, float)) and not isinstance(v, bool):
-            out[str(k)] = float(v)
+    sources = [("", side.kpis)] + [(f"{b}.", side.report.get(b)) for b in EXTRA_BLOCKS]
+    for prefix, block in sources:
+        if not isinstance(block, dict):
+            continue
+        for k, v in block.items():
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
+                out[prefix + str(k)] = float(v)
     return out
