@@ -225,6 +225,8 @@ def test_numbers_later_reports_add_are_compared(traces, tmp_path):
     k = {x["name"]: x for x in diff(tmp_path / "a.json", tmp_path / "b.json").data["kpis"]}
     assert k["memory.peak_bytes"]["change"] == pytest.approx(2e9) and k["mfu_pct"]["change"] == pytest.approx(4.5)
     assert "memory.note" not in k
+    html = diff(tmp_path / "a.json", tmp_path / "b.json").render("html")
+    assert 'data-kpi="memory.peak_bytes"' in html and 'data-kpi="mfu_pct"' in html
 
 
 def test_a_report_without_a_workload_is_refused_with_a_reason(traces, tmp_path):

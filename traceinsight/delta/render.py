@@ -286,7 +286,8 @@ def html_context(d: dict[str, Any]) -> dict[str, Any]:
         "spread_base": spread(d["base"]), "spread_head": spread(d["head"]),
         "straggler": straggler_line(d["ranks"]) if d["ranks"] else None,
         "kernels": [dict(k, base_ns=_per_step(k["base"]), head_ns=_per_step(k["head"]), tag=_kernel_change(k)) for k in d["kernels"][:40]],
-        "ms": ms, "pct": pct, "bucket_label": bucket_label,
+        "ms": ms, "pct": pct, "bucket_label": bucket_label, "num": _num,
+        "extra_kpis": [k for k in d["kpis"] if k["name"] not in SHOWN_KPIS],
     }
 
 
