@@ -1,7 +1,7 @@
 """The one declared store of what an analysis derives from its timeline, each piece computed once, on first use.
 
 ``Derived`` is the views (``traceinsight.views``: GPU activity, gaps, launches, steps, host rows) plus what is built
-on them: the time ledger, the what-if graphs, the whole-job view of one timeline, and ``memo``, the named slots the
+on them: the time ledger, GPU memory over time, the what-if graphs, the whole-job view of one timeline, and ``memo``, the named slots the
 rule library keeps its shared queries in (which op encloses a call, the sync calls, the ledger's gaps row for row
 with the views' gaps, ...). Nothing is stashed on an object by a module that does not own it: ``contents()`` lists
 everything an analysis holds.
@@ -21,6 +21,7 @@ from .views import Views
 if TYPE_CHECKING:  # pragma: no cover
     from .job.reduce import Job
     from .ledger import Ledger
+    from .memory import Memory
     from .whatif import Graph
 
 T = TypeVar("T")
@@ -39,6 +40,13 @@ class Derived(Views):
         from .ledger import build_ledger
 
         return build_ledger(self)
+
+    @cached_property
+    def memory(self) -> "Memory":
+        """GPU memory per device: allocated / reserved over time, peaks, per-step headroom (``traceinsight.memory``)."""
+        from .memory import Memory
+
+        return Memory(self)
 
     @cached_property
     def graphs(self) -> "list[Graph]":

@@ -19,10 +19,9 @@ from typing import Any
 
 import numpy as np
 
-from ..buckets import SHORT
+from ..version import __version__
 from ..kernels import CLASSES
 from ..units import fmt_ns
-from ..version import __version__
 from . import side as S
 from .match import comparability, context
 from .stats import Shift, shift
@@ -168,7 +167,7 @@ def sentence(d: dict[str, Any]) -> str:
 
 
 def _label(bucket: str) -> str:
-    return SHORT.get(bucket, bucket)
+    return bucket.removeprefix("idle_").replace("_", " ")
 
 
 # --- why ----------------------------------------------------------------------------------------------------

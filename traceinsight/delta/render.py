@@ -268,7 +268,7 @@ def _step_rows(steps: list[dict[str, Any]], scale: float) -> list[dict[str, Any]
 
 
 def html_context(d: dict[str, Any]) -> dict[str, Any]:
-    from ..render.html import report_css
+    from ..render.templating import report_css
     from ..version import __version__
 
     ls = d["ledger_steps"]

@@ -111,12 +111,14 @@ def assemble(result: ReadResult) -> Timeline:
     """A reader's parts as one timeline: the frame, one clock starting at 0, step numbers, checked rows."""
     meta = result.meta
     frames = []
+    memory = []
     for part in result.parts:
         ev = build_events(part.columns, part.optional)
         if part.rank is not None:
             ev["rank"] = np.full(len(ev), part.rank, dtype=np.int32)
-        if part.own_clock:
-            rebase(ev)
+        shift = rebase(ev) if part.own_clock else 0
+        if part.memory is not None:
+            memory.append((part.memory, part.rank, shift))
         frames.append(ev)
     if not frames:
         frames = [build_events({"kind": [], "name": [], "start_ns": [], "dur_ns": []})]
@@ -133,4 +135,8 @@ def assemble(result: ReadResult) -> Timeline:
         assign_steps(events)  # without step rows every row keeps step -1, which build_events set
     if events.empty:
         meta.warn("the trace holds no timed events")
+    if memory:
+        from .memory_table import join
+
+        return Timeline(events=events, meta=meta, memory=join(memory, events, origin, meta))
     return Timeline(events=events, meta=meta)

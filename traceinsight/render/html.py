@@ -28,8 +28,7 @@ from ..intervals import merge_intervals
 from ..masks import kind_mask, name_mask
 from .common import baseline_sentence, baseline_tag, clean, column_label, column_labels, format_cell, smallest_first
 from .ledger_view import bars as ledger_bars
-from .templating import asset, env
-from ..buckets import css as buckets_css
+from .templating import asset, env, report_css
 
 #: Width of the drawing area of timelines, in SVG user units (the SVG scales to the page).
 PLOT_W = 1000
@@ -46,15 +45,6 @@ MAX_FINDINGS_DETAILED = 60
 MAX_INSTANCE_VIEWS = 10  # findings that get a close-up of their largest instance
 LEVELS = 4  # coverage is drawn in this many opacity steps; equal neighbours merge into one rect
 
-
-
-#: Where report.css wants the bucket colours (generated from traceinsight.buckets).
-_BUCKET_CSS_SLOT = "/* bucket colours: generated from traceinsight.buckets (render/html.py appends buckets.css()) */\n"
-
-
-def report_css() -> Markup:
-    """The report's stylesheet with the bucket colours filled in; the diff page (traceinsight.delta) shares it."""
-    return Markup(str(asset("report.css")).replace(_BUCKET_CSS_SLOT, buckets_css()))
 
 def render(analysis: Analysis, title: str | None = None, **_: Any) -> str:
     return env().get_template("report.html.j2").render(**context(analysis, title=title))
@@ -140,6 +130,7 @@ def context(analysis: Analysis, title: str | None = None) -> dict[str, Any]:
         "warnings": [clean(w, 600) for w in [*meta.warnings, *analysis.warnings]],
         "rules_run": ", ".join(analysis.rules_run),
         "timeline": tl,
+        "memory": _memory_charts(analysis, tl, len(meta.ranks) > 1),
         "baseline": clean(baseline_sentence(analysis) or "", 300),
         "baseline_fixed": [(clean(x["code"], 20), clean(x["title"], 200)) for x in (analysis.baseline.fixed[:20] if analysis.baseline else [])],
         "gutter": GUTTER,
@@ -512,6 +503,15 @@ def _instance(tl, views, f: Finding) -> dict[str, Any] | None:
         "ticks": _ticks(w0, w1),
         "band": {"x": x0, "w": max(_x(min(e, w1), w0, w1) - x0, 1.5)},
     }
+
+
+def _memory_charts(analysis: Analysis, tl: dict[str, Any] | None, many_ranks: bool) -> list[dict[str, Any]]:
+    """Per GPU with memory events, its chart on the whole-trace axis of the timeline's overview."""
+    from .memory_view import charts
+
+    span = max(analysis.views.span_ns, 1)
+    ticks = tl["ov_ticks"] if tl else _ticks(0, span, 6)
+    return charts(analysis, GUTTER, PLOT_W, ticks, tl["ov_window"] if tl else None, many_ranks)
 
 
 def _timeline_block(analysis: Analysis, views) -> dict[str, Any] | None:

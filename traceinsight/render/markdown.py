@@ -106,6 +106,11 @@ def render(analysis: Analysis, html_name: str | None = None, max_chars: int = MA
     table = ledger_markdown(analysis.ledger)
     if table:
         head += [table]
+    mem_devices = analysis.views.memory.devices
+    if mem_devices:
+        from .memory_view import summary_line
+
+        head += ["**GPU memory:** " + "; ".join(f"rank {d.rank} GPU {d.device}: {esc(summary_line(d), 300)}" for d in mem_devices[:8]), ""]
     if meta.extra.get("generated"):
         head += [f"> Generated trace: {esc(meta.extra['generated'], 300)}. Its GPU activity was not measured.", ""]
     sentence = baseline_sentence(analysis)

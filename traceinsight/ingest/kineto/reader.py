@@ -29,6 +29,7 @@ from ..byteio import read_bytes
 from ..parts import ReadResult, Rows
 from .sniff import rank_files, sniff  # noqa: F401  (the package's entry points)
 from .columns import Declined, EventColumns, native_available, scan_columns, struct_columns
+from .memory import memory_rows
 from .decode import Trace, bad_utf8_warning, decode, decode_header, is_cut_short, truncation_warning
 
 # --- category -> kind ---------------------------------------------------------------------------------------
@@ -187,6 +188,9 @@ def _read_file_nogc(path: Path, progress=None, max_bytes: int | None = None) -> 
     if progress:
         progress("arranging columns")
     rows, origin_ns = _build(cols, header, path, warnings)
+    if cols.memory is not None:
+        base_ns = _base_time_ns(header.baseTimeNanoseconds, path, [])
+        rows.memory = memory_rows(cols.memory, (origin_ns - base_ns) / 1000.0, origin_ns, warnings)
     meta = _meta(header, path, rows.columns["device"])
     meta.extra["absolute_origin_ns"] = origin_ns
     for w in warnings:

@@ -30,6 +30,7 @@ from ..parts import ReadResult, Rows
 from . import schema as S
 from .sniff import REP_MAGIC, REP_SUFFIXES, SQLITE_MAGIC, sniff  # noqa: F401  (sniff: the package's entry point)
 from .sql import connect, string_table, table_columns
+from .memory import read_memory
 from .tables import (Part, factorize, read_graphs, read_host_other, read_kernels, read_memcpy, read_memset,
                           read_nvtx, read_runtime, read_syncs)
 
@@ -397,6 +398,7 @@ def _read_conn(conn: sqlite3.Connection, path: Path, progress: ProgressFn | None
 
     meta.start_unix_ns, meta.extra["clock"] = _clock(conn, tables, origin)
     meta.devices = _devices(conn, tables, rows.columns["device"])
+    rows.memory = read_memory(conn, tables)
     meta.extra["processes"] = _processes(conn, tables)
     if "DERIVED_FROM" in meta_kv:
         meta.extra["derived_from"] = meta_kv["DERIVED_FROM"]
