@@ -263,4 +263,16 @@ def numeric_kpis(side: Side) -> dict[str, float]:
         for k, v in block.items():
             if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
                 out[prefix + str(k)] = float(v)
+    out.update(peak_memory(side))
+    return out
+
+
+def peak_memory(side: Side) -> dict[str, float]:
+    """Peak GPU memory over the devices of the report's ``memory`` block (largest peak, smallest headroom)."""
+    devices = [d for d in ((side.report.get("memory") or {}).get("devices") or []) if isinstance(d, dict)] if isinstance(side.report.get("memory"), dict) else []
+    out: dict[str, float] = {}
+    for key, pick in (("peak_allocated_bytes", max), ("peak_reserved_bytes", max), ("headroom_bytes", min)):
+        vals = [float(d[key]) for d in devices if isinstance(d.get(key), (int, float)) and not isinstance(d.get(key), bool) and math.isfinite(d[key])]
+        if vals:
+            out[f"memory.{key}"] = pick(vals)
     return out
