@@ -80,6 +80,7 @@ def to_chrome_trace(
         doc["baseTimeNanoseconds"] = int(meta.start_unix_ns)
     doc["traceName"] = Path(meta.path).name if meta.path else "trace"
     doc["traceEvents"] = finding_events + _process_names(tl.events, multi_rank=len(ranks) > 1) + events
+    doc["traceEvents"] += _memory_counters(analysis, multi_rank=len(ranks) > 1)
     doc["metadata"] = {
         "traceinsight": {
             "version": __version__,
@@ -172,6 +173,22 @@ def _process_names(ev: pd.DataFrame, *, multi_rank: bool) -> list[dict]:
         p = int(pid) + (int(rank) * _RANK_PID_STRIDE if multi_rank else 0)
         label = f"rank {rank} host pid {pid}" if multi_rank else f"host pid {pid}"
         out.append({"ph": "M", "name": "process_name", "pid": p, "tid": 0, "args": {"name": label}})
+    return out
+
+
+def _memory_counters(analysis: Analysis, *, multi_rank: bool) -> list[dict]:
+    """GPU memory as a counter track ("GPU memory", bytes allocated and reserved) in each GPU's process: the
+    series the HTML chart draws (at most ``memory.MAX_POINTS`` per GPU, peaks kept)."""
+    out: list[dict] = []
+    for d in analysis.views.memory.devices:
+        pid = int(d.device) + (int(d.rank) * 1000 if multi_rank else 0)
+        s = d.series
+        t = (s["start_ns"].to_numpy(dtype=np.int64) / 1e3).tolist()
+        cols = [(c, s[c].to_numpy(dtype=float)) for c in ("allocated", "reserved") if np.isfinite(s[c].to_numpy(dtype=float)).any()]
+        for i, ts in enumerate(t):
+            args = {c: float(v[i]) for c, v in cols if np.isfinite(v[i])}
+            if args:
+                out.append({"ph": "C", "name": "GPU memory", "pid": pid, "tid": 0, "ts": ts, "args": args})
     return out
 
 
