@@ -10,6 +10,9 @@ Findings live in one process, "traceinsight findings", sorted above the trace; e
 ``<code> <title>`` whose slices are the finding's instances (the gaps, stalls, copies it is about). A finding
 without time-stamped instances is one slice over the whole trace: it applies to all of it.
 
+GPU memory, where the trace recorded it, is a counter track ("GPU memory": bytes allocated and reserved) in each
+GPU's process, the series the HTML report's memory chart draws.
+
 Size is bounded: at most ``max_events_per_kind`` events of each kind (the earliest ones; the file's
 ``metadata.traceinsight.truncated`` says, per kind, how many were kept and up to when the kind is complete) and
 ``max_instances`` slices per finding (the longest of its ``instances``).
