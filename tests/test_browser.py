@@ -196,6 +196,25 @@ def test_hostile_trace_runs_no_script(tmp_path):
     assert r["errors"] == [], r["errors"]
 
 
+def test_diff_page_in_browser(tmp_path):
+    """The diff page: renders with no errors, loads nothing, runs no script (it has none), hostile names stay text."""
+    from traceinsight.delta import diff
+
+    from .helpers.model_traces import write_model
+
+    base = write_model(tmp_path / "base.json", data_wait_us=2000, seed=1)
+    head = write_model(tmp_path / "head.json", seed=2)
+    page = tmp_path / "diff.html"
+    page.write_text(diff(base, head).render("html"), encoding="utf-8")
+    shot = tmp_path / "diff.png"
+    r = open_report(page, tmp_path / "profile", screenshot=shot)
+    assert r["errors"] == [], r["errors"]
+    assert _external(r["requests"]) == [] and r["dialogs"] == []
+    f = r["facts"]
+    assert f["scripts"] == 0 and f["title"] == "traceinsight diff · faster" and f["text"] > 500
+    assert shot.stat().st_size > 20_000
+
+
 def test_memory_chart_in_browser(tmp_path):
     """The GPU memory chart: drawn (allocated and reserved lines with real extent, capacity, peak, step marks) on the
     x axis of the timeline's whole-trace overview, and an op name from the trace stays text."""

@@ -17,9 +17,9 @@ import pandas as pd
 import pytest
 
 import traceinsight
-from traceinsight.ingest import native
+from traceinsight import native
 from traceinsight.timeline import MEMORY_COLUMNS, MEMORY_KINDS
-from traceinsight.views import Views
+from traceinsight.derived import Derived
 
 from .conftest import corpus_file
 from .helpers.kineto_writer import KinetoTrace
@@ -66,7 +66,7 @@ def test_corpus_peaks_match_raw_events(rel):
     tl = traceinsight.load(path)
     raw = _raw_peaks(path)
     assert raw, "the corpus file has GPU memory events"
-    devices = {d.device: d for d in Views(tl).memory.devices}
+    devices = {d.device: d for d in Derived(tl).memory.devices}
     assert set(devices) == set(raw)
     for dev, (alloc, res) in raw.items():
         d = devices[dev]
@@ -130,7 +130,7 @@ def test_kineto_cuda_and_rocm(tmp_path, device_type, expected):
     assert gpu["delta_bytes"].tolist() == [GiB, -GiB] * 3
     assert gpu["step"].tolist() == [1, 1, 2, 2, 3, 3]
     assert gpu["op"].astype(str).tolist()[::2] == ["aten::empty"] * 3  # the op running when it was allocated
-    d = Views(tl).memory.device(0, 0)
+    d = Derived(tl).memory.device(0, 0)
     assert d.peak_allocated == 3 * GiB and d.peak_reserved == 4 * GiB and d.capacity == 16 * GiB
     assert d.peak_step == 1 and d.peak_op == "aten::empty"
     assert (m.loc[m["device"] == -1, "device_type"].astype(str) == "cpu").all()
@@ -142,7 +142,7 @@ def test_kineto_2021_bytes_only_running_sum(tmp_path):
     assert gpu["allocated"].tolist() == [GiB, 0, GiB, 0, GiB, 0]  # counted from the start of the profile
     assert gpu["reserved"].isna().all()
     assert any("no allocator totals" in w for w in tl.meta.warnings)
-    assert Views(tl).memory.device(0, 0).relative
+    assert Derived(tl).memory.device(0, 0).relative
 
 
 def test_2021_running_sum_leaves_failed_requests_out(tmp_path):
@@ -166,7 +166,7 @@ def test_kineto_out_of_memory(tmp_path):
     tl = _kineto(tmp_path, oom=True)
     oom = tl.memory[tl.memory["kind"] == "oom"]
     assert len(oom) == 1 and int(oom["delta_bytes"].iloc[0]) == 20 * GiB
-    assert Views(tl).memory.device(0, 0).oom_events == 1
+    assert Derived(tl).memory.device(0, 0).oom_events == 1
 
 
 def test_nsys_memory_and_um_tables(tmp_path):
@@ -188,7 +188,7 @@ def test_nsys_memory_and_um_tables(tmp_path):
     assert host["delta_bytes"].tolist() == [100 << 20]
     faults = m[m["kind"].isin(["um_fault_cpu", "um_fault_gpu"])]
     assert sorted(zip(faults["kind"].astype(str), faults["count"], faults["dur_ns"])) == [("um_fault_cpu", 1, 0), ("um_fault_gpu", 12, 100_000)]
-    d = Views(tl).memory.device(0, 0)
+    d = Derived(tl).memory.device(0, 0)
     assert d.peak_reserved == 3 * GiB and d.capacity == 16 * GiB
 
 
@@ -212,7 +212,7 @@ def test_xplane_allocator_events(tmp_path, monkeypatch, pure):
     assert m["allocated"].tolist() == [GiB, 0] * 3 and m["reserved"].tolist() == [5 * GiB, 4 * GiB] * 3
     assert set(m["op"].astype(str)) == {"conv:Conv2D"}
     assert m["step"].tolist() == [0, 0, 1, 1, 2, 2]
-    d = Views(tl).memory.device(0, 0)
+    d = Derived(tl).memory.device(0, 0)
     assert d.capacity == 16 * GiB and d.peak_reserved == 5 * GiB
 
 
@@ -222,7 +222,7 @@ def test_traces_without_memory_have_an_empty_table(tmp_path):
     tl = traceinsight.load(t.write(tmp_path / "t.json"))
     assert tl.memory.empty and list(tl.memory.columns) == list(MEMORY_COLUMNS)
     assert set(tl.memory["kind"].cat.categories) == set(MEMORY_KINDS)
-    assert Views(tl).memory.devices == []
+    assert Derived(tl).memory.devices == []
 
 
 def test_series_reduction_keeps_the_peak():
@@ -309,7 +309,7 @@ def test_corpus_xplane_peaks_match_raw_events():
     path = corpus_file("tf/e4040-t4-keras-cnn/train/plugins/profile/2022_11_04_21_26_12/instance-ecbm.xplane.pb")
     raw = _raw_xplane_peaks(path.read_bytes())
     assert "GPU_0_bfc" in raw
-    d = Views(traceinsight.load(path)).memory.device(0, 0)
+    d = Derived(traceinsight.load(path)).memory.device(0, 0)
     alloc, res = raw["GPU_0_bfc"]
     assert d.peak_allocated == pytest.approx(alloc, rel=0.01) and d.peak_reserved == pytest.approx(res, rel=0.01)
     assert d.capacity and d.capacity > 10 * GiB and d.peak_op

@@ -8,7 +8,8 @@ import numpy as np
 
 from traceinsight.timeline import (COLUMNS, KINDS, MEMORY_COLUMNS, MEMORY_KINDS, OPTIONAL_COLUMNS, Timeline, TraceMeta,
                                    assign_steps, build_events, build_memory, rebase)
-from traceinsight.views import Views, merge_intervals
+from traceinsight.intervals import merge_intervals
+from traceinsight.views import Views
 
 from .conftest import REPO
 

@@ -11,11 +11,10 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from ..engine import Analysis
-from ..rule_api import fmt_ns
-from ..verdict import details, headline, ledger_of
+from ..analysis import Analysis
+from ..units import fmt_ns
 from ..sanitize import markdown_text
-from ..whatif import format_what_if
+from ..units import format_what_if
 from .. import advice
 from .common import baseline_sentence, baseline_tag, clean, column_label, format_cell
 from .ledger_view import markdown as ledger_markdown
@@ -44,7 +43,7 @@ def _fence(code: str, lang: str = "python") -> str:
 
 
 def kpi_line(analysis: Analysis) -> str:
-    h = headline(analysis)
+    h = analysis.kpis
     sev = h["findings_by_severity"]
     busy = "n/a" if h["gpu_busy_pct"] is None else f"{h['gpu_busy_pct']:.1f}%"
     parts = [
@@ -94,7 +93,7 @@ def _code_span(text: str) -> str:
 
 def render(analysis: Analysis, html_name: str | None = None, max_chars: int = MAX_CHARS, **_: Any) -> str:
     meta = analysis.timeline.meta
-    v = details(analysis)
+    v = analysis.verdict
     name = meta.path.rsplit("/", 1)[-1] if meta.path else "trace"
     head = [
         f"## traceinsight: {esc(name, 120)}",
@@ -104,7 +103,7 @@ def render(analysis: Analysis, html_name: str | None = None, max_chars: int = MA
         kpi_line(analysis),
         "",
     ]
-    table = ledger_markdown(ledger_of(analysis))
+    table = ledger_markdown(analysis.ledger)
     if table:
         head += [table]
     mem_devices = analysis.views.memory.devices

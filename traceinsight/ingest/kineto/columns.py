@@ -20,7 +20,7 @@ import msgspec
 import numpy as np
 import pandas as pd
 
-from .. import native
+from ... import native
 
 _FLOAT_FIELDS = ("ts", "dur", "correlation", "external_id", "external_id_legacy", "device", "stream", "bytes",
                  "registers", "shared_mem", "occupancy")

@@ -17,39 +17,21 @@ from ...timeline import TraceMeta
 from .. import xplane
 from ..parts import ReadResult, Rows
 from . import trace_json
-
-XPLANE_SUFFIX = ".xplane.pb"
-JSON_SUFFIX = ".trace.json.gz"
+from .sniff import JSON_SUFFIX, XPLANE_SUFFIX, has_profile_files
 
 
-def _has_profile_files(d: Path) -> bool:
-    try:
-        return any(p.name.endswith((XPLANE_SUFFIX, JSON_SUFFIX)) for p in d.iterdir() if p.is_file())
-    except OSError:
-        return False
+
 
 
 def find_runs(root: Path) -> list[Path]:
     """Run folders under ``root`` (or ``root`` itself when it is one), oldest first."""
-    if _has_profile_files(root):
+    if has_profile_files(root):
         return [root]
     runs = [p.parent for p in root.rglob(f"*{XPLANE_SUFFIX}")] + [p.parent for p in root.rglob(f"*{JSON_SUFFIX}")]
     uniq = sorted(set(runs), key=lambda p: (p.name, str(p)))
     return uniq
 
 
-def sniff(path: Path, head: bytes) -> bool:
-    if not path.is_dir():
-        return False
-    if _has_profile_files(path):
-        return True
-    for sub in ("plugins/profile", "train/plugins/profile", "profile"):
-        d = path / sub
-        if d.is_dir() and any(_has_profile_files(r) for r in d.iterdir() if r.is_dir()):
-            return True
-    # deeper layouts (logs/fit/<time>/train/plugins/profile/<run>)
-    return any(True for _ in path.glob(f"**/plugins/profile/*/*{XPLANE_SUFFIX}")) or any(
-        True for _ in path.glob(f"**/plugins/profile/*/*{JSON_SUFFIX}"))
 
 
 def read(path: Path, progress=None, run: str | None = None, max_bytes: int | None = None, **options) -> ReadResult:

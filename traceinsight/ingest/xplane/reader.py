@@ -8,6 +8,7 @@ from typing import Any
 
 from ...timeline import TraceMeta
 from ..parts import ReadResult, Rows
+from .sniff import sniff  # noqa: F401  (the package's entry point)
 from .lines import frame_from_table, host_only_warning, whole_number
 from .memory import memory_from_table
 from .space import decode_space, load_space, native_scanner
@@ -44,14 +45,6 @@ def read_columns(path: Path, max_bytes: int | None = None, memory: list | None =
     return columns, optional, meta, absolute
 
 
-def sniff(path: Path, head: bytes) -> bool:
-    if path.is_dir():
-        return False
-    name = path.name
-    if name.endswith(".xplane.pb"):
-        return True
-    # content check: XSpace starts with field 1 (planes, length-delimited) whose XPlane holds a plane name
-    return head[:1] == b"\x0a" and (b"/host:CPU" in head or b"/device:" in head or b"Task Environment" in head)
 
 
 def read(path: Path, progress=None, max_bytes: int | None = None, **options) -> ReadResult:

@@ -15,7 +15,7 @@ import numpy as np
 
 from ...errors import TraceReadError
 from ...timeline import DeviceInfo
-from .. import native
+from ... import native
 from ..byteio import read_bytes
 from .memory import MEMORY_STATS
 from .lines import DERIVED_OP_LINES, EVENT_STATS, SKIPPED_LINES, STEPS_LINE, LineTable, device_info, plane_kind
@@ -223,13 +223,13 @@ def _decode_native(scan, data: bytes, lines: list[_Line], planes: list[_Plane | 
 
 def _decode_numpy(lines: list[_Line], planes: list[_Plane | None], n: int):
     """Events and kept stats decoded column-wise with numpy from each event's bytes (``wire.py``)."""
-    from .wire import _PAD, decode_events
+    from .wire import PAD, decode_events
 
     chunks: list[bytes] = []
     for ln in lines:
         chunks.extend(ln.payload)
     lens = np.fromiter(map(len, chunks), dtype=np.int64, count=len(chunks))
-    chunks.append(bytes(_PAD))  # zero padding: a varint read running off the end stops inside it
+    chunks.append(bytes(PAD))  # zero padding: a varint read running off the end stops inside it
     data = b"".join(chunks)
     del chunks
     ends = np.cumsum(lens)
