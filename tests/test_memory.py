@@ -339,6 +339,6 @@ def test_rank_folder_memory_per_rank(tmp_path):
         t.write(folder / f"rank{rank}.json")
     tl = traceinsight.load(folder)
     assert sorted(set(zip(tl.memory["rank"], tl.memory["device"]))) == [(0, 0), (1, 0)]
-    devs = {(d.rank, d.device): d for d in Views(tl).memory.devices}
+    devs = {(d.rank, d.device): d for d in Derived(tl).memory.devices}
     assert devs[(0, 0)].peak_allocated == 3 * GiB and devs[(1, 0)].peak_reserved == 6 * GiB
     assert devs[(1, 0)].capacity == 16 * GiB
