@@ -79,8 +79,10 @@ def test_ti006_positive(tmp_path):
     assert m["pinned_reference_gbps"]["HtoD"] == pytest.approx(20.0)
     assert m["reference_measured"]["HtoD"] is True
     assert m["async_calls"] == 4
-    assert f.impact_ns == 4 * 1_598_000
-    assert f.severity.value == "error"  # 6.4 ms of extra GPU time in a ~14 ms window: >= 20 % on the common scale
+    assert f.impact_ns == 4 * 1_598_000  # the rule's estimate: 6.4 ms of extra GPU time in a ~14 ms window
+    # ...but a modelled speed-up counts only where the step waits for it: nothing here waits for the copies (the
+    # kernel after them was launched on its own), so the replay gives almost nothing back and the finding is info
+    assert f.saving_kind == "modelled" and f.saving_ns < f.impact_ns / 20 and f.severity.value == "info"
     assert "pin_memory" in f.fixes["pytorch"].code
 
 
@@ -271,7 +273,9 @@ def test_corpus_tf_e4040_t4_input_and_fp32():
     # The conv kernels are FP32 on a T4 (cc 7.5): xprof kernel_stats marks them eligible but not using TC.
     p = corpus_file("tf/e4040-t4-keras-cnn/train/plugins/profile/2022_11_04_21_26_12/instance-ecbm.xplane.pb")
     (f,) = _run(p, "TI005")
-    assert 5.0 <= f.metrics["share_pct"] < 20.0 and f.severity.value == "warning"
+    assert 5.0 <= f.metrics["share_pct"] < 20.0
     assert f.metrics["share_pct"] == pytest.approx(7.455, abs=0.01)
+    # the replay of the one step gives nothing back without the wait (untraced host work bounds it): not a warning
+    assert f.severity.value == "info" and f.metrics["what_if_note"]
     (t,) = _run(p, "TI007")
     assert t.metrics["non_tc_share_pct"] == pytest.approx(100.0)

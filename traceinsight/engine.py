@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from . import advice
+from . import advice, savings
 from .config import Config
 from .errors import ConfigError
 from .framework import detect_framework
@@ -146,6 +146,7 @@ def run(
     findings.sort(key=lambda f: (-f.impact_ns, -f.severity.rank, f.code))
     findings = link_causes(findings)
     attach_what_if(findings, views)
+    findings = savings.assess(findings, views, {r.code: r for r in rules}, severity_overrides)
     framework = detect_framework(timeline)
     advice.apply(findings, framework, timeline.meta)
     return Analysis(

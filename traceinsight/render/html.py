@@ -29,7 +29,7 @@ from ..verdict import details, headline, ledger_of
 from ..patterns import COLLECTIVE, SYNC_CALL
 from ..timeline import GPU_ACTIVITY_KINDS
 from ..views import kind_mask, merge_intervals, name_mask
-from .common import baseline_sentence, baseline_tag, clean, column_label, column_labels, format_cell, smallest_first
+from .common import baseline_sentence, baseline_tag, cause_of, shown_ns, clean, column_label, column_labels, figure_text, format_cell, saving_label, smallest_first, what_if_text
 from .ledger_view import bars as ledger_bars
 
 #: Width of the drawing area of timelines, in SVG user units (the SVG scales to the page).
@@ -154,7 +154,7 @@ def render_inline(analysis: Analysis) -> str:
         first = next(((fw, fx) for fw, fx in f.fixes.items() if fx.text.strip()), None)
         findings.append({
             "n": i + 1, "code": clean(f.code, 20), "severity": f.severity.value, "title": clean(f.title, 300),
-            "message": clean(f.message, 1500), "impact_ns": int(f.impact_ns),
+            "message": clean(f.message, 1500), "impact_ns": int(f.impact_ns), "saving_ns": shown_ns(f), "figure": clean(figure_text(f), 200),
             "fix": None if first is None else {"label": advice.label(first[0]), "text": first[1].text.strip(), "code": first[1].code},
         })
     ledger = []
@@ -197,7 +197,7 @@ def context(analysis: Analysis, title: str | None = None) -> dict[str, Any]:
     head = headline(analysis)
     verdict = details(analysis)
     views = analysis.views
-    findings = [_finding(i + 1, f, detailed=i < MAX_FINDINGS_DETAILED) for i, f in enumerate(analysis.findings)]
+    findings = [_finding(i + 1, f, detailed=i < MAX_FINDINGS_DETAILED, cause=cause_of(analysis, f)) for i, f in enumerate(analysis.findings)]
     for fd, f in zip(findings[:MAX_INSTANCE_VIEWS], analysis.findings):
         fd["instance"] = _instance(analysis.timeline, views, f)
     for fd, f in zip(findings, analysis.findings):
@@ -276,7 +276,7 @@ def context(analysis: Analysis, title: str | None = None) -> dict[str, Any]:
     }
 
 
-def _finding(n: int, f: Finding, detailed: bool) -> dict[str, Any]:
+def _finding(n: int, f: Finding, detailed: bool, cause: Finding | None = None) -> dict[str, Any]:
     ev = f.evidence if isinstance(f.evidence, pd.DataFrame) else pd.DataFrame()
     cols = [str(c) for c in ev.columns][:12]
     rows = []
@@ -312,8 +312,14 @@ def _finding(n: int, f: Finding, detailed: bool) -> dict[str, Any]:
         "severity": f.severity.value,
         "message": clean(f.message, 4000),
         "impact_ns": int(f.impact_ns),
-        "pct_span": float(f.impact_pct_span),
-        "pct_step": None if f.impact_pct_step is None else float(f.impact_pct_step),
+        "saving_ns": shown_ns(f),
+        "kind": f.saving_kind or "idle",
+        "saving_label": saving_label(f),
+        "share_pct": f.share_pct,
+        "symptom_of": None if cause is None else clean(cause.code, 20),
+        "severity_basis": clean(f.metrics.get("severity_basis", ""), 400),
+        "what_if": clean(what_if_text(f), 800),
+        "saving_basis": clean(f.metrics.get("saving_basis", ""), 400),
         "fingerprint": f.fingerprint,
         "where": " · ".join(where),
         "cols": [clean(c, 40) for c in column_labels(cols)],
