@@ -149,7 +149,7 @@ def run(
     findings = savings.assess(findings, views, {r.code: r for r in rules}, severity_overrides)
     framework = detect_framework(timeline)
     advice.apply(findings, framework, timeline.meta)
-    return Analysis(
+    analysis = Analysis(
         timeline=timeline,
         summary=summarize(timeline, views),
         findings=findings,
@@ -160,6 +160,8 @@ def run(
         ledger=views.ledger,
         framework=framework,
     )
+    savings.lead_with_verdict(analysis)
+    return analysis
 
 
 def analyze(

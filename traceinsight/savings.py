@@ -209,3 +209,22 @@ def _compare(f: Finding, n_steps: int) -> None:
             f"the replay gives back {fmt_ns(total)} over {n_steps} step(s), less than the {fmt_ns(claim)} of idle this finding claims: "
             "part of that idle overlaps other costs the step still waits for (they stay in the replay)"
         )
+
+
+def lead_with_verdict(analysis) -> None:
+    """Put the finding the verdict names (its root cause, else the finding that claims its bucket) and its symptoms
+    first, so the verdict's sentence and the first card tell the same story; the rest keep the figure's order."""
+    from .verdict import details
+
+    v = details(analysis)
+    named = v.get("root_cause") or v.get("claimed_by")
+    if not named:
+        return
+    fs = analysis.findings
+    head = next((f for f in fs if f.fingerprint == named), None)
+    if head is None or head.metrics.get("explained_by") or fs[0] is head:
+        return
+    group = [head, *(f for f in fs if f.metrics.get("explained_by") == head.fingerprint)]
+    ids = {id(f) for f in group}
+    analysis.findings = group + [f for f in fs if id(f) not in ids]
+    head.metrics["leads"] = "the verdict names it"

@@ -382,7 +382,9 @@ def _claimant(analysis: "Analysis", led: Ledger, bucket: str) -> tuple[str, Find
     outer = next((f for f in analysis.findings if f is not best and best.fingerprint in (f.explains or [])), None)
     if outer is not None:  # a cause that takes none of the time itself (e.g. a trace-quality explanation)
         return f"; {outer.code} explains it ({outer.title}), through {best.code} ({fmt_ns(best_ns)}){_if_fixed(outer)}", best, outer
-    return f"; {best.code} accounts for {fmt_ns(best_ns)} of it ({best.title}){_if_fixed(best)}", best, cause
+    shown = getattr(best, "saving_ns", None)
+    total = f"; {fmt_ns(shown)} in all" if shown is not None and fmt_ns(shown) != fmt_ns(best_ns) else ""
+    return f"; {best.code} accounts for {fmt_ns(best_ns)} of it ({best.title}{total}){_if_fixed(best)}", best, cause
 
 
 def _if_fixed(f: Finding) -> str:

@@ -91,7 +91,7 @@ def render(analysis: Analysis, width: int = 110, **_: Any) -> str:
         _print(con, _table("Top kernels by GPU time", ["kernel", "count", "total", "mean", "% kernel time"], rows, text_col=0, width=width))
     con.print()
     if analysis.findings:
-        con.print(f"[bold]{len(analysis.findings)} finding(s)[/], largest saving first (GPU idle, then modelled speed-ups of busy work):")
+        con.print(f"[bold]{len(analysis.findings)} finding(s)[/], the verdict's first, then largest saving first (GPU idle, then modelled speed-ups of busy work):")
         for f in analysis.findings:
             style = _SEV_STYLE.get(f.severity.value, "")
             cause = cause_of(analysis, f)
