@@ -183,7 +183,13 @@ def _render(analysis, fmt: str, **kwargs) -> str:
 def _parse_formats(fmt: Optional[str], output: Optional[Path]) -> list[Format]:
     """The formats asked for; several need an output folder. Bad values are usage errors (exit 2)."""
     if not fmt:
-        return [(_SUFFIX_FORMAT.get(output.suffix.lower()) if output else None) or Format.text]
+        known = _SUFFIX_FORMAT.get(output.suffix.lower()) if output else None
+        if output is not None and known is None and output.suffix and not output.is_dir():
+            # never write plain text into report.pdf: an extension we do not write is a usage error (exit 2)
+            raise typer.BadParameter(
+                f"cannot tell the format from {output.suffix!r}: name the file .html, .md, .json or .txt, or give --format", param_hint="--output"
+            )
+        return [known or Format.text]
     out: list[Format] = []
     for part in _split([fmt]):
         try:
@@ -252,7 +258,15 @@ def show_rule(
         hint = f"did you mean {close}? " if close else ""
         typer.echo(f"traceinsight: error: no rule {terminal(code, 40)}; {hint}see 'traceinsight rules'", err=True)
         raise typer.Exit(2)
-    typer.echo(terminal_lines(cls.docs()))
+    _print_markdown(terminal_lines(cls.docs()))
+
+
+def _print_markdown(text: str) -> None:
+    """Markdown laid out for a terminal (rich: headings, lists, code blocks), colours only on a terminal."""
+    from rich.console import Console
+    from rich.markdown import Markdown
+
+    Console(highlight=False, width=_terminal_width(), force_terminal=sys.stdout.isatty() or None).print(Markdown(text))
 
 
 #: Set by ``analyze`` once a single-trace analysis has run: from then on nothing the process holds needs tearing
