@@ -31,6 +31,118 @@ BUCKET_CAUSE = {
     "idle_other": CAUSE_UNKNOWN,
 }
 assert set(BUCKET_CAUSE) == set(IDLE_BUCKETS), "every ledger idle bucket needs its words"
+#: The fix each cause of the gaps calls for, per framework (the finding leads with its top cause's; the class
+#: fixes cover the rest). Data loading wants a faster input pipeline, a sync wants the sync gone, host busy wants
+#: fewer launches (compilation, CUDA graphs), the optimizer step a fused optimizer, untraced time a closer look.
+CAUSE_FIXES: dict[str, dict[str, Fix]] = {
+    CAUSE_DATA: {
+        "pytorch": Fix(
+            "The GPU waits for the next batch: load it in worker processes, pin it and prefetch it, so it is ready "
+            "when the step asks.",
+            """
+            loader = torch.utils.data.DataLoader(ds, batch_size=256, num_workers=8, pin_memory=True,
+                                                 persistent_workers=True, prefetch_factor=4)
+            for x, y in loader:
+                x = x.cuda(non_blocking=True)
+            """,
+        ),
+        "tensorflow": Fix(
+            "The GPU waits for the next batch: parallel map, cache and prefetch (to the GPU).",
+            """
+            ds = ds.map(parse, num_parallel_calls=tf.data.AUTOTUNE).cache().prefetch(tf.data.AUTOTUNE)
+            ds = ds.apply(tf.data.experimental.prefetch_to_device("/gpu:0"))
+            """,
+        ),
+        "jax": Fix(
+            "The device waits for the next batch: prepare batches in background threads and keep two on the device.",
+            """
+            batches = flax.jax_utils.prefetch_to_device(iter(ds), size=2)
+            """,
+        ),
+    },
+    CAUSE_SYNC: {
+        "pytorch": Fix(
+            "The queue drains while the host waits in a sync: keep values on the GPU inside the step and read them "
+            "every N steps (see TI002).",
+            """
+            torch.cuda.set_sync_debug_mode("warn")   # names every implicit sync
+            running_loss += loss.detach()            # not loss.item() every step
+            """,
+        ),
+        "tensorflow": Fix(
+            "The queue drains while the host reads results: no `.numpy()` or Python checks of tensors inside the step.",
+            """
+            @tf.function
+            def train_step(x, y): ...
+            """,
+        ),
+        "jax": Fix(
+            "The device idles while the host blocks on results: do not call `.block_until_ready()`, `float(x)` or "
+            "`jax.device_get` every step; fetch metrics every N steps.",
+            """
+            if step % 100 == 0:
+                print(jax.device_get(metrics))
+            """,
+        ),
+    },
+    CAUSE_CPU: {
+        "pytorch": Fix(
+            "The host is busy in framework ops between launches (eager dispatch): compile the model so the step is a "
+            "few fused kernels, and capture it with CUDA graphs when the shapes are static.",
+            """
+            model = torch.compile(model, mode="reduce-overhead")   # fused kernels + CUDA graphs
+            """,
+        ),
+        "tensorflow": Fix(
+            "The host is busy dispatching eager ops (`TFE_Py_FastPathExecute`): wrap the step in `tf.function` and "
+            "let XLA compile it.",
+            """
+            train_step = tf.function(train_step, jit_compile=True)
+            """,
+        ),
+        "jax": Fix(
+            "The host dispatches op by op: jit the whole step and donate the buffers it replaces.",
+            """
+            train_step = jax.jit(train_step, donate_argnums=(0,))
+            """,
+        ),
+    },
+    CAUSE_OPT: {
+        "pytorch": Fix(
+            "The optimizer step runs as many small kernels launched from Python: use the fused (or foreach) "
+            "implementation.",
+            """
+            opt = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=True)
+            """,
+        ),
+        "tensorflow": Fix(
+            "The optimizer update runs op by op: compile the step with XLA so the update is fused.",
+            """
+            train_step = tf.function(train_step, jit_compile=True)
+            """,
+        ),
+        "jax": Fix(
+            "Put the optimizer update inside the jitted step (optax), so it compiles into the same program.",
+            """
+            updates, opt_state = optimizer.update(grads, opt_state, params)
+            params = optax.apply_updates(params, updates)
+            """,
+        ),
+    },
+}
+CAUSE_FIXES[CAUSE_UNTRACED] = {
+    **CAUSE_FIXES[CAUSE_CPU],
+    "pytorch": Fix(
+        "The host does work the trace does not show before the next launch: record Python stacks to see it "
+        "(`with_stack=True`); if it is framework dispatch, compile the model.",
+        """
+        with torch.profiler.profile(with_stack=True, record_shapes=True) as prof:
+            train_steps(5)
+        model = torch.compile(model)
+        """,
+    ),
+}
+
 CAUSES = (CAUSE_DATA, CAUSE_OPT, CAUSE_SYNC, CAUSE_LAUNCH, CAUSE_CPU, CAUSE_UNTRACED, CAUSE_K2K, CAUSE_WARMUP, CAUSE_UNKNOWN)
 #: The finding category (rule_api.CATEGORIES) of the rule that owns each gap cause, for root-cause linking.
 CAUSE_CATEGORY = {CAUSE_DATA: "input_pipeline", CAUSE_SYNC: "host_sync"}
@@ -175,9 +287,12 @@ class GpuIdleGaps(Rule):
         loader = torch.utils.data.DataLoader(ds, batch_size=256, num_workers=8, pin_memory=True,
                                              persistent_workers=True, prefetch_factor=4)
         for x, y in loader:
-            x = x.cuda(non_blocking=True); y = y.cuda(non_blocking=True)
-            loss = model(x).loss_fn(y)
-            ...
+            x = x.cuda(non_blocking=True)
+            y = y.cuda(non_blocking=True)
+            loss = loss_fn(model(x), y)
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
             running_loss += loss.detach()          # not loss.item() every step
         model = torch.compile(model, mode="reduce-overhead")  # CUDA graphs when the host is the bottleneck
         """,
@@ -194,6 +309,17 @@ class GpuIdleGaps(Rule):
 
         @tf.function(jit_compile=True)
         def train_step(x, y): ...
+        """,
+    )
+
+    fix_jax = Fix(
+        "Jit the whole step (one compiled program instead of op-by-op dispatch), donate the buffers it replaces, "
+        "and keep the next batch on the device before it is needed; read metrics back every N steps, not every step.",
+        """
+        train_step = jax.jit(train_step, donate_argnums=(0,))   # params/opt state updated in place
+        batches = flax.jax_utils.prefetch_to_device(iter(ds), size=2)
+        for batch in batches:
+            state, metrics = train_step(state, batch)
         """,
     )
 
@@ -293,6 +419,7 @@ class GpuIdleGaps(Rule):
             multi = len(ctx.meta.ranks) > 1 or util["device"].nunique() > 1
             where = f"rank {rank} GPU {device}" if multi else f"GPU {device}"
             yield ctx.finding(
+                fixes={**type(self).fixes(), **CAUSE_FIXES.get(top_cause, {})},
                 title=f"{where} idle {pct:.0f} % of the time in long gaps, mostly {top_cause}",
                 message=(
                     f"{where} was idle for {fmt_ns(total)} in {n_gaps} gaps of "
