@@ -189,3 +189,18 @@ def test_json_form_has_device_and_step_tables(tmp_path):
     assert abs(sum(dev["pct"].values()) - 100.0) < 0.01
     assert [s["step"] for s in d["by_step"]] == [1]
     assert d["by_step"][0]["window_ns"] == 240 * US
+
+
+def test_framework_dispatch_annotations_are_host_work():
+    """TF eager / JAX dispatch is traced as annotations (TraceMe), not ops: a GPU gap under ``TFE_Py_FastPathExecute_C``
+    or ``PjitFunction(...)`` is host/framework work, never "untraced"; a user range over the same gap is not."""
+    import re
+
+    from traceinsight.patterns import FRAMEWORK_DISPATCH
+
+    rx = re.compile(FRAMEWORK_DISPATCH, re.I)
+    for name in ("TFE_Py_FastPathExecute_C", "EagerExecute: LogicalAnd", "EagerKernelExecute", "PjitFunction(forward_3d_conv)",
+                 "PjRtStreamExecutorLoadedExecutable::ExecuteHelper", "PJRT_LoadedExecutable_Execute"):
+        assert rx.search(name), name
+    for name in ("train_function", "ProfilerStep#3", "## forward ##", "Iterator::Model"):
+        assert not rx.search(name), name
