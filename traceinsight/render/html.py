@@ -198,6 +198,9 @@ def context(analysis: Analysis, title: str | None = None) -> dict[str, Any]:
     verdict = details(analysis)
     views = analysis.views
     findings = [_finding(i + 1, f, detailed=i < MAX_FINDINGS_DETAILED, cause=cause_of(analysis, f)) for i, f in enumerate(analysis.findings)]
+    number = {f.fingerprint: i + 1 for i, f in enumerate(analysis.findings)}
+    for fd, f in zip(findings, analysis.findings):
+        fd["symptom_n"] = number.get(f.metrics.get("explained_by"))
     for fd, f in zip(findings[:MAX_INSTANCE_VIEWS], analysis.findings):
         fd["instance"] = _instance(analysis.timeline, views, f)
     for fd, f in zip(findings, analysis.findings):
