@@ -123,6 +123,10 @@ def assess(findings: list[Finding], views: "Views", rules: dict[str, object], ov
             sev = Severity.INFO
             f.metrics["what_if_note"] = "the replay gives the step nothing back, so this is not a warning"
         f.severity = Severity.INFO if withheld else sev
+        declared = getattr(type(rule), "severity", None) if rule is not None else None
+        if isinstance(declared, Severity) and declared is not f.severity and "severity_basis" not in f.metrics:
+            why = f.metrics.get("what_if_note") or f"{share:.1f} % of the GPU window"
+            f.metrics["severity_basis"] = f"graded {f.severity.value} on the common scale: {why}; declared {declared.value}"
     for f in findings:  # one alarm per lost time: the root cause carries its group's severity
         if f.saving_kind == KIND_NONE or f.code in forced or withheld:
             continue
