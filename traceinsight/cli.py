@@ -215,19 +215,45 @@ def _terminal_width() -> int:
 
 
 def _with_progress(analyze, path: Path, progress: bool, kwargs: dict):
-    """``analyze(path, **kwargs)``, with a spinner on stderr while a large file is read on a terminal."""
+    """``analyze(path, **kwargs)``, with a progress bar on stderr while a large file is read on a terminal: bytes
+    read (inflated, for gzip) with rate and time left, then the stage; nothing when stderr is not a terminal."""
     try:
         big = path.is_file() and path.stat().st_size > 8 * 1024 * 1024
     except OSError:  # a name too long, a loop: the reader says what is wrong in one line
         big = False
     if not (progress and big and sys.stderr.isatty()):
         return analyze(path, **kwargs)
-    from rich.console import Console
+    with ReadProgress(path.name, path.stat().st_size) as bar:
+        return analyze(path, progress=bar, **kwargs)
 
 
-    console = Console(stderr=True)
-    with console.status(f"reading {rich(path.name)} ...") as status:
-        return analyze(path, progress=lambda msg: status.update(f"{rich(path.name)}: {rich(msg)}"), **kwargs)
+class ReadProgress:
+    """A rich progress bar for reading one trace: ``__call__(message)`` names the stage, ``bytes(done, total)``
+    moves the bar (the readers call it as they read). A context manager; prints to stderr only."""
+
+    def __init__(self, name: str, total: int, console=None) -> None:
+        from rich.console import Console
+        from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
+
+        self._bar = Progress(
+            TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(), TimeRemainingColumn(),
+            console=console or Console(stderr=True), transient=True,
+        )
+        self._name = rich(name)
+        self._task = self._bar.add_task(f"reading {self._name}", total=total)
+
+    def __enter__(self) -> "ReadProgress":
+        self._bar.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._bar.stop()
+
+    def __call__(self, message: str) -> None:
+        self._bar.update(self._task, description=f"{self._name}: {rich(message)}")
+
+    def bytes(self, done: int, total: int) -> None:
+        self._bar.update(self._task, completed=done, total=total)
 
 
 @app.command("rules")
