@@ -496,7 +496,17 @@ def _activity_index(views) -> dict:
         "kind": kind.to_numpy() if kind_codes is None else kind_codes,
         "wanted": wanted,
         "names": names,
+        "pid": ev["pid"].to_numpy(),
+        "tid": ev["tid"].to_numpy(),
+        "python": kind_mask(ev, "python"),
     }
+    ln = views.launches
+    if not ln.empty:  # the launches by GPU start: which thread issued the work that ended a gap
+        order = np.lexsort((ln["gpu_start_ns"].to_numpy(), ln["rank"].to_numpy()))
+        out["ln_rank"] = ln["rank"].to_numpy()[order]
+        out["ln_gpu"] = ln["gpu_start_ns"].to_numpy()[order]
+        out["ln_pid"] = ln["pid"].to_numpy()[order]
+        out["ln_tid"] = ln["tid"].to_numpy()[order]
     views.__dict__["_ti001_activity"] = out
     return out
 
@@ -512,6 +522,18 @@ def _host_activity(views, rank: int, start: int, end: int) -> str:
     idx = _activity_index(views)
     k = views.events_overlapping(start, end)
     k = k[(idx["device"][k] < 0) & (idx["rank"][k] == rank)]
+    busy = _launching_thread(idx, rank, end)
+    lead = ""
+    if busy is not None:
+        # the thread that issued the work ending the gap was the busy one (it held the GIL, it launched next); other
+        # threads' ranges (a DataLoader thread sleeping in threading.py's wait) say nothing about the gap
+        mine = k[(idx["pid"][k] == busy[0]) & (idx["tid"][k] == busy[1])]
+        if len(mine):
+            k = mine
+            lead = f"thread {busy[1]}: "
+            frame = _innermost_frame(idx, k, (start + end) // 2)
+            if frame:
+                lead += f"in {frame}; "
     if idx["wanted"] is not None:
         k = k[idx["wanted"][idx["kind"][k]] & (idx["kind"][k] >= 0)]
     else:
@@ -526,7 +548,7 @@ def _host_activity(views, rank: int, start: int, end: int) -> str:
     keep = c >= 0  # a row without a name is dropped, as a groupby by name drops it
     k, c = k[keep], c[keep]
     if not len(k):
-        return "(nothing traced)"
+        return lead + "(nothing traced)"
     s = idx["start"][k]
     e = s + idx["dur"][k]
     ov = np.minimum(e, end) - np.maximum(s, start)
@@ -534,7 +556,31 @@ def _host_activity(views, rank: int, start: int, end: int) -> str:
     sums = np.zeros(len(codes), np.int64)
     np.add.at(sums, inv.reshape(-1), ov)
     top = np.argsort(-sums, kind="stable")[:3]  # largest first, ties in code order (as Series.nlargest keeps them)
-    return "; ".join(f"{short_name(n, 60)} ({fmt_ns(int(t))})" for n, t in zip(np.asarray(cats, dtype=object)[codes[top]].tolist(), sums[top].tolist()))
+    return lead + "; ".join(f"{short_name(n, 60)} ({fmt_ns(int(t))})" for n, t in zip(np.asarray(cats, dtype=object)[codes[top]].tolist(), sums[top].tolist()))
+
+
+def _launching_thread(idx: dict, rank: int, end: int) -> tuple[int, int] | None:
+    """(pid, tid) of the launch call whose GPU work started first at or after ``end`` on the rank, or None."""
+    if "ln_rank" not in idx:
+        return None
+    lo, hi = np.searchsorted(idx["ln_rank"], [rank, rank + 1])
+    j = lo + np.searchsorted(idx["ln_gpu"][lo:hi], end)
+    if j >= hi:
+        return None
+    return int(idx["ln_pid"][j]), int(idx["ln_tid"][j])
+
+
+def _innermost_frame(idx: dict, k: np.ndarray, at: int) -> str:
+    """The innermost Python frame of those rows running at ``at`` (the latest to start), shortened; "" if none."""
+    py = k[idx["python"][k]]
+    if not len(py):
+        return ""
+    s = idx["start"][py]
+    py = py[(s <= at) & (s + idx["dur"][py] >= at)]
+    if not len(py):
+        return ""
+    inner = py[np.argmax(idx["start"][py])]
+    return short_name(str(idx["names"].iloc[inner]), 80)
 
 
 def _sum_by_device(gaps: pd.DataFrame, values: np.ndarray) -> dict:
