@@ -136,3 +136,7 @@ def test_gap_host_activity_names_the_launching_thread_not_a_sleeping_one(tmp_pat
     assert acts and all(x.startswith(f"thread {main}: in ") for x in acts), acts
     assert sum(x.startswith(f"thread {main}: in model.py(77): preprocess") for x in acts) >= 4  # the 4 ms gaps
     assert not any("threading.py" in x for x in acts)
+    from traceinsight.render import render
+
+    page = render(a, "html")  # the Python lane draws the launching thread's frames, named as such
+    assert f"Python (thread {main})" in page and "threading.py" not in page

@@ -456,6 +456,7 @@ class _WindowRows:
         self.dur = ev["dur_ns"].to_numpy()[pos]
         self.kind = ev["kind"].take(pos)
         self.name = ev["name"].take(pos)
+        self.tid = ev["tid"].to_numpy()[pos]
         self.host = self.device < 0
         self.gpu = kind_mask(self.kind, GPU_ACTIVITY_KINDS) & ~self.host
 
@@ -556,8 +557,15 @@ def _host_lanes(win: _WindowRows, rank: int, w0: int, w1: int, prefix: str = "")
     lanes: list[dict[str, Any]] = []
     mine = win.host & (win.rank == rank)
     scale = PLOT_W / max(w1 - w0, 1)
+    busy = _launching_tid(win, mine)
     for k, label, cls in HOST_LANES:
-        r = np.flatnonzero(mine & win.kind_is(k))
+        m = mine & win.kind_is(k)
+        if k == "python" and busy is not None and (m & (win.tid == busy)).any():
+            # Python frames of the thread that issues the launches (it holds the GIL while it does): a thread asleep
+            # in threading.py's wait would otherwise fill the lane with its one long frame
+            m &= win.tid == busy
+            label = f"Python (thread {busy})"
+        r = np.flatnonzero(m)
         if not len(r):
             continue
         st = win.start[r]
@@ -584,6 +592,15 @@ def _host_lanes(win: _WindowRows, rank: int, w0: int, w1: int, prefix: str = "")
                           "title": f"{name}: {fmt_ns(int(en[i] - st[i]))} at {fmt_ns(int(st[i]))}"})
         lanes.append({"label": f"{prefix}{label}", "kind": "hostop", "rects": rects, "gaps": [], "boxes": boxes})
     return lanes
+
+
+def _launching_tid(win: _WindowRows, mine: np.ndarray):
+    """The host thread with the most runtime calls in the window (the one launching GPU work), or None."""
+    rt = mine & win.kind_is("runtime")
+    if not rt.any():
+        return None
+    tids, counts = np.unique(win.tid[rt], return_counts=True)
+    return int(tids[np.argmax(counts)])
 
 
 def _rects_svg(rects: list[tuple[float, float, int, str]], y: float, height: float) -> Markup:
