@@ -122,6 +122,7 @@ def to_dict(ja: JobAnalysis) -> dict[str, Any]:
         "version": __version__,
         "report": "job",
         "source": ja.source,
+        "verdict": _verdict(ja),
         "summary": _headline(ja),
         "clock_alignment": j.alignment.to_dict(),
         "findings": [finding_dict(f, max_evidence_rows=50) for f in ja.findings],
@@ -130,6 +131,12 @@ def to_dict(ja: JobAnalysis) -> dict[str, Any]:
         "rules_run": ja.rules_run,
         "warnings": ja.warnings,
     }
+
+
+def _verdict(ja: JobAnalysis) -> dict[str, Any]:
+    from .verdict import job_verdict
+
+    return job_verdict(ja)
 
 
 def render_json(ja: JobAnalysis) -> str:
