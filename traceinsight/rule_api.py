@@ -443,7 +443,7 @@ class Rule:
             lines += [f"| `{k}` | `{o.default!r}` | {o.help} |" for k, o in cls.options.items()]
             lines.append("")
         tiers = {"pre_ampere": "before Ampere (sm_70-sm_75)", "fp8": "on GPUs with FP8 (sm_89, sm_90 and later)"}
-        labels = {"pytorch": "PyTorch", "tensorflow": "TensorFlow", "cuda": "CUDA"}
+        labels = {"pytorch": "PyTorch", "tensorflow": "TensorFlow", "jax": "JAX", "cuda": "CUDA"}
         for key, fx in cls.fixes().items():
             fw, _, tier = key.partition(":")
             label = labels.get(fw, fw) + (f" {tiers.get(tier, tier)}" if tier else "")

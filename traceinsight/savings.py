@@ -231,4 +231,3 @@ def lead_with_verdict(analysis) -> None:
     group = [head, *(f for f in fs if f.metrics.get("explained_by") == head.fingerprint)]
     ids = {id(f) for f in group}
     analysis.findings = group + [f for f in fs if id(f) not in ids]
-    head.metrics["leads"] = "the verdict names it"

@@ -68,7 +68,7 @@ def _finding_block(n: int, f, with_evidence: bool, cause=None) -> str:
     if f.metrics.get("severity_basis"):
         out += [f"Severity: {esc(f.metrics['severity_basis'], 300)}", ""]
     if what_if_text(f):
-        out += [f"**If fixed:** {esc(what_if_text(f), 600)} — {esc(f.what_if.get('assumptions', ''), 400)}", ""]
+        out += [f"**If fixed:** {what_if_text(f)} — {esc(f.what_if.get('assumptions', ''), 400)}", ""]  # our own words
     out += [esc(f.message, 2000), ""]
     ev = f.evidence
     if with_evidence and ev is not None and not ev.empty:
