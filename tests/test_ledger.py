@@ -212,3 +212,21 @@ def test_framework_dispatch_annotations_are_host_work(tmp_path):
         assert tot["idle_host_busy"] >= 1_500_000 and tot["idle_untraced"] < 500_000, (name, tot)
     tot = _dispatch_gap(tmp_path, "my_user_range")
     assert tot["idle_host_busy"] < 500_000, tot
+
+
+
+def test_verdict_names_the_visible_host_work_of_host_caused_idle(tmp_path):
+    """Bound by host work: the verdict says what the host was doing in the longest gap (issue 23: TF eager dispatch
+    named, not only "untraced host time")."""
+    import traceinsight
+    from tests.helpers.kineto_writer import KinetoTrace
+    from traceinsight.verdict import details
+
+    t = KinetoTrace()
+    for i in range(6):
+        b = i * 3_000
+        t.kernel("k0", b + 100, 300, launch_us=b + 90)
+        t.annotation("TFE_Py_FastPathExecute_C", b + 450, 2_400)
+    d = details(traceinsight.analyze(t.write(tmp_path / "eager.json")))
+    assert d["category"] == "host_overhead", d
+    assert "in the longest gap the host was in" in d["sentence"] and "TFE_Py_FastPathExecute_C" in d["sentence"]

@@ -384,7 +384,21 @@ def _claimant(analysis: "Analysis", led: Ledger, bucket: str) -> tuple[str, Find
         return f"; {outer.code} explains it ({outer.title}), through {best.code} ({fmt_ns(best_ns)}){_if_fixed(outer)}", best, outer
     shown = getattr(best, "saving_ns", None)
     total = f"; {fmt_ns(shown)} in all" if shown is not None and fmt_ns(shown) != fmt_ns(best_ns) else ""
-    return f"; {best.code} accounts for {fmt_ns(best_ns)} of it ({best.title}{total}){_if_fixed(best)}", best, cause
+    return f"; {best.code} accounts for {fmt_ns(best_ns)} of it ({best.title}{total}){_if_fixed(best)}{_host_work(best, bucket)}", best, cause
+
+
+def _host_work(f: Finding, bucket: str) -> str:
+    """For host-caused idle, what the host was visibly doing in the longest gap (the finding's evidence), so the
+    verdict names work to act on (eager dispatch, a Python frame) instead of only "the host"."""
+    if bucket not in ("idle_host_busy", "idle_untraced"):
+        return ""
+    ev = getattr(f, "evidence", None)
+    if ev is None or getattr(ev, "empty", True) or "host_activity" not in ev.columns:
+        return ""
+    what = str(ev["host_activity"].iloc[0])
+    if not what or what.endswith("(nothing traced)"):
+        return ""
+    return f"; in the longest gap the host was in {what[:160]}"
 
 
 def _if_fixed(f: Finding) -> str:
