@@ -215,19 +215,20 @@ def _compare(f: Finding, n_steps: int) -> None:
         )
 
 
-def lead_with_verdict(analysis) -> None:
+def lead_with_verdict(analysis) -> bool:
     """Put the finding the verdict names (its root cause, else the finding that claims its bucket) and its symptoms
     first, so the verdict's sentence and the first card tell the same story; the rest keep the figure's order."""
     from .verdict import details
 
-    v = details(analysis)
+    v = getattr(analysis, "verdict", None) or details(analysis)
     named = v.get("root_cause") or v.get("claimed_by")
     if not named:
-        return
+        return False
     fs = analysis.findings
     head = next((f for f in fs if f.fingerprint == named), None)
     if head is None or head.metrics.get("explained_by") or fs[0] is head:
-        return
+        return False
     group = [head, *(f for f in fs if f.metrics.get("explained_by") == head.fingerprint)]
     ids = {id(f) for f in group}
     analysis.findings = group + [f for f in fs if id(f) not in ids]
+    return True

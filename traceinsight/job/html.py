@@ -14,13 +14,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .. import __version__
+from ..buckets import BUCKETS
 from ..render.common import clean, format_cell, shown_fixes
-from ..render.html import _asset, _env
 from ..render.ledger_view import BUCKET_LABELS, _segments
-from ..ledger import BUCKETS
-from ..rule_api import fmt_ns
-from .report import FULL_TABLE_RANKS, TOP, _headline, _rank_rule_groups, _rank_table
+from ..render.templating import env, report_css
+from ..units import fmt_ns
+from ..version import __version__
+from .report_data import FULL_TABLE_RANKS, TOP, headline as _headline, rank_rule_groups as _rank_rule_groups, rank_table as _rank_table
 from .run import JobAnalysis
 from .verdict import job_verdict
 
@@ -164,9 +164,9 @@ def context(ja: JobAnalysis) -> dict[str, Any]:
         "rank_count": j.rank_count,
         "warnings": [clean(w, 300) for w in ja.warnings[:20]],
         "warnings_more": max(len(ja.warnings) - 20, 0),
-        "css": _asset("report.css"),
+        "css": report_css(),
     }
 
 
 def render_html(ja: JobAnalysis) -> str:
-    return _env().get_template("job.html.j2").render(**context(ja))
+    return env().get_template("job.html.j2").render(**context(ja))

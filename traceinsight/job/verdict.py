@@ -15,9 +15,13 @@ from typing import Any
 
 import numpy as np
 
-from ..ledger import AVOIDABLE_BUCKETS, BUSY_BUCKETS, IDLE_BUCKETS
-from ..rule_api import fmt_ns
-from ..verdict import _BUCKET_WORDS, BUCKET_CATEGORY, COPY_BOUND_PCT, LABELS, MIN_BOUND_PCT
+from .. import buckets
+from ..buckets import AVOIDABLE_BUCKETS, BUSY_BUCKETS, IDLE_BUCKETS
+from ..units import fmt_ns
+from ..verdict import COPY_BOUND_PCT, LABELS, MIN_BOUND_PCT
+
+_BUCKET_WORDS = buckets.SENTENCE
+BUCKET_CATEGORY = buckets.VERDICT
 
 STRAGGLER_RULE = "TI020"
 
