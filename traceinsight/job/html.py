@@ -16,7 +16,7 @@ import pandas as pd
 
 from ..buckets import BUCKETS
 from ..render.common import clean, format_cell, shown_fixes
-from ..render.ledger_view import BUCKET_LABELS, _segments
+from ..render.ledger_view import BUCKET_LABELS
 from ..render.templating import env, report_css
 from ..units import fmt_ns
 from ..version import __version__
@@ -96,6 +96,15 @@ def _matrices(ja: JobAnalysis) -> tuple[list[int], list[int], np.ndarray, np.nda
         hs[r, s] = st["dur_ns"].to_numpy(np.int64)
         hw[r, s] = st["wait_ns"].to_numpy(np.int64)
     return ranks, steps or [0], hs, hw
+
+
+def _segments(ns: dict[str, int], total: int) -> list[dict[str, Any]]:
+    """A stacked bar's segments, in bucket order (the single report's ledger bars draw the same)."""
+    return [
+        {"bucket": b, "label": BUCKET_LABELS[b], "ns": int(ns.get(b, 0)), "pct": 100.0 * ns.get(b, 0) / total}
+        for b in BUCKETS
+        if total and ns.get(b, 0) > 0
+    ]
 
 
 def _ledger_bars(ja: JobAnalysis, slow_first: list[int]) -> dict[str, Any]:
