@@ -192,3 +192,22 @@ def test_hostile_trace_runs_no_script(tmp_path):
     assert f["hasHostileText"]
     assert _external(r["requests"]) == []
     assert r["errors"] == [], r["errors"]
+
+
+def test_diff_page_in_browser(tmp_path):
+    """The diff page: renders with no errors, loads nothing, runs no script (it has none), hostile names stay text."""
+    from traceinsight.delta import diff
+
+    from .helpers.model_traces import write_model
+
+    base = write_model(tmp_path / "base.json", data_wait_us=2000, seed=1)
+    head = write_model(tmp_path / "head.json", seed=2)
+    page = tmp_path / "diff.html"
+    page.write_text(diff(base, head).render("html"), encoding="utf-8")
+    shot = tmp_path / "diff.png"
+    r = open_report(page, tmp_path / "profile", screenshot=shot)
+    assert r["errors"] == [], r["errors"]
+    assert _external(r["requests"]) == [] and r["dialogs"] == []
+    f = r["facts"]
+    assert f["scripts"] == 0 and f["title"] == "traceinsight diff · faster" and f["text"] > 500
+    assert shot.stat().st_size > 20_000

@@ -5,6 +5,7 @@ Python API::
     import traceinsight
     tl = traceinsight.load("trace.json.gz")          # -> Timeline (one pandas DataFrame + metadata)
     analysis = traceinsight.analyze(tl)              # -> Analysis (summary metrics + findings)
+    change = traceinsight.diff("main.json", "pr.pt.trace.json")  # -> Diff: did the step get faster, and why
     for f in analysis.findings:
         print(f.code, f.title, f.impact_ns)
 """
@@ -103,12 +104,24 @@ __all__ = [
     "TraceReadError",
     "UnknownFormatError",
     "analyze",
+    "diff",
     "load",
     "native_status",
 ]
 
 #: The formats an optional C accelerator speeds up (built at install time where a compiler exists).
 _NATIVE = {"pytorch": "PyTorch Profiler JSON", "tensorflow-xplane": "TensorFlow XPlane"}
+
+
+def diff(base, head, **kwargs):
+    """Compare two runs (traces, folders of ranks, JSON reports or Analysis objects): ``traceinsight.delta.diff``.
+
+    Returns a ``Diff``: ``.verdict`` (faster, slower, no measurable change, inconclusive, not comparable),
+    ``.sentence``, ``.data`` (the JSON document of docs/diff-json.md), ``.render(fmt)``.
+    """
+    from .delta import diff as _diff
+
+    return _diff(base, head, **kwargs)
 
 
 def native_status() -> dict[str, bool]:

@@ -28,8 +28,7 @@ from ..intervals import merge_intervals
 from ..masks import kind_mask, name_mask
 from .common import baseline_sentence, baseline_tag, clean, column_label, column_labels, format_cell, smallest_first
 from .ledger_view import bars as ledger_bars
-from .templating import asset, env
-from ..buckets import css as buckets_css
+from .templating import asset, env, report_css
 
 #: Width of the drawing area of timelines, in SVG user units (the SVG scales to the page).
 PLOT_W = 1000
@@ -104,7 +103,7 @@ def context(analysis: Analysis, title: str | None = None) -> dict[str, Any]:
         "generated": clean(meta.extra.get("generated") or "", 300),
         "title": clean(title or meta.path.rsplit("/", 1)[-1] or "trace", 120),
         "version": __version__,
-        "css": Markup(str(asset("report.css")).replace("/* bucket colours: generated from traceinsight.buckets (render/html.py appends buckets.css()) */\n", buckets_css())),
+        "css": report_css(),
         "js": asset("report.js"),
         "head": head,
         "verdict": verdict,

@@ -8,6 +8,7 @@ import msgspec
 import numpy as np
 import pandas as pd
 
+from .. import workload
 from ..version import __version__
 from ..analysis import Analysis
 from ..finding import Finding, instance_columns
@@ -41,6 +42,7 @@ def to_dict(analysis: Analysis, max_evidence_rows: int | None = 50) -> dict[str,
         "kpis": analysis.kpis,
         "ledger": analysis.ledger.to_dict(),
         "summary": analysis.summary.to_dict(),
+        "workload": workload.of(analysis),
         "findings": [_finding(analysis, f, max_evidence_rows) for f in analysis.findings],
         "baseline": analysis.baseline.to_dict() if analysis.baseline is not None else None,
         "rules_run": list(analysis.rules_run),

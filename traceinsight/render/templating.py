@@ -15,6 +15,7 @@ from jinja2 import Environment, FileSystemBytecodeCache, PackageLoader, select_a
 from jinja2.bccache import Bucket
 from markupsafe import Markup, escape
 
+from ..buckets import css as buckets_css
 from ..units import fmt_ns
 from .common import clean
 
@@ -99,3 +100,12 @@ def asset(name: str) -> Markup:
     return Markup(text)
 
 
+
+
+#: Where report.css takes the bucket colours (``traceinsight.buckets.css()``), so no page paints a bucket its own way.
+_BUCKET_CSS_SLOT = "/* bucket colours: generated from traceinsight.buckets (render/html.py appends buckets.css()) */\n"
+
+
+def report_css() -> Markup:
+    """The report stylesheet with the ledger's bucket colours filled in: every page in the report's design uses it."""
+    return Markup(str(asset("report.css")).replace(_BUCKET_CSS_SLOT, buckets_css()))
