@@ -123,6 +123,12 @@ COVERED_ELSEWHERE = {
     "TI012": "test_rules_quality.py: test_ti012_two_kernels / test_ti012_graph_capture / test_ti012_negative_steady_steps",
     "TI013": "test_rules_quality.py: test_ti013_first_step_init, test_ti013_start_up_calls_the_ledger_cannot_measure / test_ti013_negative_steady_steps",
     "TI014": "test_rules_quality.py: test_ti014_truncated_json / test_ti014_negative_complete_file",
+    "TI030": "rules/test_TI030.py: test_positive_small_peak_on_an_under_busy_gpu / test_negative_memory_nearly_full",
+    "TI031": "rules/test_TI031.py: test_positive_out_of_memory_is_an_error, test_positive_cudafree_in_steady_state / test_negative_roomy_and_no_flushes",
+    "TI032": "rules/test_TI032.py: test_positive_reserved_grows_after_warmup, test_positive_cudamalloc_inside_steps / test_negative_growth_only_in_warmup",
+    "TI033": "rules/test_TI033.py: test_positive_faults_in_steady_steps / test_negative_faults_only_in_warmup",
+    "TI040": "rules/test_TI040.py: test_positive_tiny_gemms / test_fix_raise_the_batch",
+    "TI041": "rules/test_TI041.py: test_positive_eager_chains / test_fix_torch_compile",
     "TI020": "test_job_rules.py: test_stragglers_positive_planted_delay / test_stragglers_negative_balanced",
     "TI021": "test_job_rules.py: test_exposed_communication_positive / test_exposed_communication_negative_overlapped",
 }

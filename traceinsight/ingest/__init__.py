@@ -104,19 +104,21 @@ def load(path: str | os.PathLike, *, format: str | None = None, progress: Progre
 
 #: String columns that must stay categoricals after parts with different categories are joined.
 _CATEGORY_COLUMNS = ("kind", "name", "raw_name", "copy_kind", "category", "grid", "block", "input_shapes",
-                     "thread_name", "stack")
+                     "thread_name", "stack", "input_types", "concrete_inputs")
 
 
 def assemble(result: ReadResult) -> Timeline:
     """A reader's parts as one timeline: the frame, one clock starting at 0, step numbers, checked rows."""
     meta = result.meta
     frames = []
+    memory = []
     for part in result.parts:
         ev = build_events(part.columns, part.optional)
         if part.rank is not None:
             ev["rank"] = np.full(len(ev), part.rank, dtype=np.int32)
-        if part.own_clock:
-            rebase(ev)
+        shift = rebase(ev) if part.own_clock else 0
+        if part.memory is not None:
+            memory.append((part.memory, part.rank, shift))
         frames.append(ev)
     if not frames:
         frames = [build_events({"kind": [], "name": [], "start_ns": [], "dur_ns": []})]
@@ -133,4 +135,14 @@ def assemble(result: ReadResult) -> Timeline:
         assign_steps(events)  # without step rows every row keeps step -1, which build_events set
     if events.empty:
         meta.warn("the trace holds no timed events")
-    return Timeline(events=events, meta=meta)
+    samples = result.samples
+    if samples is not None and len(samples):
+        samples = samples.copy()
+        samples["start_ns"] = samples["start_ns"] - origin  # on the events' clock, 0 = the earliest event
+    else:
+        samples = None
+    if memory:
+        from .memory_table import join
+
+        return Timeline(events=events, meta=meta, memory=join(memory, events, origin, meta), samples=samples)
+    return Timeline(events=events, meta=meta, samples=samples)

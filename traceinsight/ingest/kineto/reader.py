@@ -29,6 +29,7 @@ from ..byteio import read_bytes
 from ..parts import ReadResult, Rows
 from .sniff import rank_files, sniff  # noqa: F401  (the package's entry points)
 from .columns import Declined, EventColumns, native_available, scan_columns, struct_columns
+from .memory import memory_rows
 from .decode import Trace, bad_utf8_warning, decode, decode_header, is_cut_short, truncation_warning
 
 # --- category -> kind ---------------------------------------------------------------------------------------
@@ -187,6 +188,9 @@ def _read_file_nogc(path: Path, progress=None, max_bytes: int | None = None) -> 
     if progress:
         progress("arranging columns")
     rows, origin_ns = _build(cols, header, path, warnings)
+    if cols.memory is not None:
+        base_ns = _base_time_ns(header.baseTimeNanoseconds, path, [])
+        rows.memory = memory_rows(cols.memory, (origin_ns - base_ns) / 1000.0, origin_ns, warnings)
     meta = _meta(header, path, rows.columns["device"])
     meta.extra["absolute_origin_ns"] = origin_ns
     for w in warnings:
@@ -234,11 +238,22 @@ def _rows(cols: EventColumns, keep: np.ndarray) -> EventColumns:
     """The same columns for the rows in ``keep`` only (grid, block and dims are compacted where they are used)."""
     out = copy.copy(cols)
     out.has_ts = cols.has_ts[keep]
-    for attr in ("pid", "tid", "grid", "block", "input_dims"):
+    for attr in ("pid", "tid", "grid", "block", "input_dims", "input_types", "concrete_inputs"):
         setattr(out, attr, getattr(cols, attr)[keep])
     out.cat, out.name = _compact(cols.cat[keep]), _compact(cols.name[keep])  # categories stay those the rows use
     out.floats = {k: v[keep] for k, v in cols.floats.items()}
     out.bad_ids = cols.bad_ids[keep] if cols.bad_ids is not None else None
+    return out
+
+
+def _op_arg_columns(cols: EventColumns, is_op: np.ndarray) -> dict[str, pd.Categorical]:
+    """The optional ``input_types`` / ``concrete_inputs`` columns (raw JSON text on framework ops), present only
+    when the trace recorded them (``record_shapes=True``); the FLOPs model reads dtypes and scalar arguments here."""
+    out = {}
+    for col in ("input_types", "concrete_inputs"):
+        values = _compact(getattr(cols, col), is_op)
+        if len(values.categories):
+            out[col] = values
     return out
 
 
@@ -321,6 +336,7 @@ def _build(cols: EventColumns, header: Trace, path: Path, warnings: list[str]) -
     shapes = _compact(cols.input_dims, kind_is("cpu_op"))
     if len(shapes.categories):
         optional["input_shapes"] = shapes
+    optional.update(_op_arg_columns(cols, kind_is("cpu_op")))
     tn = cols.thread_names
     if len(tn):
         looked = pd.DataFrame({"pid": pid, "tid": tid}).merge(tn, on=["pid", "tid"], how="left")

@@ -30,6 +30,7 @@ from ..parts import ReadResult, Rows
 from . import schema as S
 from .sniff import REP_MAGIC, REP_SUFFIXES, SQLITE_MAGIC, sniff  # noqa: F401  (sniff: the package's entry point)
 from .sql import connect, string_table, table_columns
+from .memory import read_memory
 from .tables import (Part, factorize, read_graphs, read_host_other, read_kernels, read_memcpy, read_memset,
                           read_nvtx, read_runtime, read_syncs)
 
@@ -397,6 +398,7 @@ def _read_conn(conn: sqlite3.Connection, path: Path, progress: ProgressFn | None
 
     meta.start_unix_ns, meta.extra["clock"] = _clock(conn, tables, origin)
     meta.devices = _devices(conn, tables, rows.columns["device"])
+    rows.memory = read_memory(conn, tables)
     meta.extra["processes"] = _processes(conn, tables)
     if "DERIVED_FROM" in meta_kv:
         meta.extra["derived_from"] = meta_kv["DERIVED_FROM"]
@@ -404,7 +406,17 @@ def _read_conn(conn: sqlite3.Connection, path: Path, progress: ProgressFn | None
             f"this export is a time-window slice of {meta_kv['DERIVED_FROM']}: GPU work near its edges may lack "
             "the API call that launched it"
         )
-    return ReadResult([rows], meta)
+    return ReadResult([rows], meta, samples=_gpu_metrics(conn, tables, meta))
+
+
+def _gpu_metrics(conn: sqlite3.Connection, tables: dict[str, set[str]], meta: TraceMeta):
+    from .gpu_metrics import read_gpu_metrics
+
+    try:
+        return read_gpu_metrics(conn, tables)
+    except (sqlite3.Error, ValueError, OverflowError) as exc:
+        meta.warn(f"GPU metrics samples could not be read ({type(exc).__name__}); SM/tensor activity is not shown")
+        return None
 
 
 def _close_open_ranges(parts: list[Part], meta: TraceMeta) -> None:

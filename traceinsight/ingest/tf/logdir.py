@@ -51,7 +51,7 @@ def read(path: Path, progress=None, run: str | None = None, max_bytes: int | Non
             warnings.append(f"{len(runs)} runs found, read newest {chosen_run.name}; use --run to pick another")
     files = sorted(p for p in chosen_run.iterdir() if p.name.endswith(XPLANE_SUFFIX))
     is_xplane = bool(files)
-    read_columns = xplane.read_columns
+    read_columns = _xplane_with_memory
     if not files:
         files = sorted(p for p in chosen_run.iterdir() if p.name.endswith(JSON_SUFFIX))
         read_columns = trace_json.read_columns
@@ -60,8 +60,8 @@ def read(path: Path, progress=None, run: str | None = None, max_bytes: int | Non
     absolute = True
     if progress:
         progress(f"reading {len(files)} host file{'s' if len(files) > 1 else ''} of run {chosen_run.name}")
-    for rank, (columns, optional, meta, abs_) in enumerate(_read_all(read_columns, files, max_bytes, RANK_POOL)):
-        parts.append(Rows(columns, optional, rank=rank))
+    for rank, (columns, optional, meta, abs_, *memory) in enumerate(_read_all(read_columns, files, max_bytes, RANK_POOL)):
+        parts.append(Rows(columns, optional, rank=rank, memory=memory[0] if memory else None))
         metas.append(meta)
         absolute = absolute and abs_
     if len(files) > 1 and not absolute:
@@ -92,6 +92,12 @@ def read(path: Path, progress=None, run: str | None = None, max_bytes: int | Non
 #: runs"): the C walker releases the GIL for its event walk, but that is a small part of a file's load (most is
 #: building columns, which holds the GIL), so threads gain little, and processes pay start-up and pickling.
 RANK_POOL = "serial"
+
+
+def _xplane_with_memory(path: Path, max_bytes: int | None) -> tuple:
+    """``xplane.read_columns`` plus the file's memory rows (a module-level function, so process pools can send it)."""
+    memory: list = []
+    return (*xplane.read_columns(path, max_bytes, memory), memory[0])
 
 
 def _read_all(read_columns, files: list[Path], max_bytes: int | None, pool: str) -> list[tuple]:
