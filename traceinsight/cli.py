@@ -113,23 +113,19 @@ def analyze(
     try:
         targets = outputs.plan([f.value for f in formats], output)
         outputs.refuse_inputs(targets, inputs)  # before reading: never overwrite what is analysed
+        # one configuration for both paths: the project's, with the command line's choices over it
+        cfg = Config.from_pyproject(config).with_overrides(
+            select=_split(select), ignore=_split(ignore), options=parse_assignments(set_ or []), min_impact=min_impact
+        )
+        cfg.rule_paths = [*cfg.rule_paths, *(str(r) for r in rules or [])]
         if baseline is None and wants_job(path, scheduler):  # whole job: map per rank, reduce across ranks
-            cfg = Config.from_pyproject(config).with_overrides(
-                select=_split(select), ignore=_split(ignore), options=parse_assignments(set_ or []), min_impact=min_impact
-            )
-            cfg.rule_paths = [*cfg.rule_paths, *(str(r) for r in rules or [])]
             return analyze_job_cli(path, cfg, formats, output, scheduler=scheduler, trace_format=trace_format, fail_on=fail_on.value, report_stem=REPORT_STEM, suffixes=_FORMAT_SUFFIX)
         kwargs = dict(
-            select=_split(select),
-            ignore=_split(ignore),
-            options=parse_assignments(set_ or []),
-            rules=rules or [],
-            config=Config.from_pyproject(config),
+            config=cfg,
             baseline=baseline,
             worse_by=worse_by,
             trace_format=trace_format,
             run_name=run_name,
-            min_impact=min_impact,
             efficiency=_efficiency_settings(peak_tflops, peak_bandwidth, model_flops_per_step),
         )
         analysis = _with_progress(engine.analyze, path, progress, kwargs)
