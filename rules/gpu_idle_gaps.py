@@ -31,6 +31,118 @@ CAUSE_UNKNOWN = BUCKET_CAUSE["idle_other"]
 CAUSES = (CAUSE_DATA, CAUSE_OPT, CAUSE_SYNC, CAUSE_LAUNCH, CAUSE_CPU, CAUSE_UNTRACED, CAUSE_K2K, CAUSE_WARMUP, CAUSE_UNKNOWN)
 #: The finding category (rule_api.CATEGORIES) of the rule that owns each gap cause, for root-cause linking.
 CAUSE_CATEGORY = {CAUSE_DATA: "input_pipeline", CAUSE_SYNC: "host_sync"}
+#: The fix each cause of the gaps calls for, per framework (the finding leads with its top cause's; the class
+#: fixes cover the rest). Data loading wants a faster input pipeline, a sync wants the sync gone, host busy wants
+#: fewer launches (compilation, CUDA graphs), the optimizer step a fused optimizer, untraced time a closer look.
+CAUSE_FIXES: dict[str, dict[str, Fix]] = {
+    CAUSE_DATA: {
+        "pytorch": Fix(
+            "The GPU waits for the next batch: load it in worker processes, pin it and prefetch it, so it is ready "
+            "when the step asks.",
+            """
+            loader = torch.utils.data.DataLoader(ds, batch_size=256, num_workers=8, pin_memory=True,
+                                                 persistent_workers=True, prefetch_factor=4)
+            for x, y in loader:
+                x = x.cuda(non_blocking=True)
+            """,
+        ),
+        "tensorflow": Fix(
+            "The GPU waits for the next batch: parallel map, cache and prefetch (to the GPU).",
+            """
+            ds = ds.map(parse, num_parallel_calls=tf.data.AUTOTUNE).cache().prefetch(tf.data.AUTOTUNE)
+            ds = ds.apply(tf.data.experimental.prefetch_to_device("/gpu:0"))
+            """,
+        ),
+        "jax": Fix(
+            "The device waits for the next batch: prepare batches in background threads and keep two on the device.",
+            """
+            batches = flax.jax_utils.prefetch_to_device(iter(ds), size=2)
+            """,
+        ),
+    },
+    CAUSE_SYNC: {
+        "pytorch": Fix(
+            "The queue drains while the host waits in a sync: keep values on the GPU inside the step and read them "
+            "every N steps (see TI002).",
+            """
+            torch.cuda.set_sync_debug_mode("warn")   # names every implicit sync
+            running_loss += loss.detach()            # not loss.item() every step
+            """,
+        ),
+        "tensorflow": Fix(
+            "The queue drains while the host reads results: no `.numpy()` or Python checks of tensors inside the step.",
+            """
+            @tf.function
+            def train_step(x, y): ...
+            """,
+        ),
+        "jax": Fix(
+            "The device idles while the host blocks on results: do not call `.block_until_ready()`, `float(x)` or "
+            "`jax.device_get` every step; fetch metrics every N steps.",
+            """
+            if step % 100 == 0:
+                print(jax.device_get(metrics))
+            """,
+        ),
+    },
+    CAUSE_CPU: {
+        "pytorch": Fix(
+            "The host is busy in framework ops between launches (eager dispatch): compile the model so the step is a "
+            "few fused kernels, and capture it with CUDA graphs when the shapes are static.",
+            """
+            model = torch.compile(model, mode="reduce-overhead")   # fused kernels + CUDA graphs
+            """,
+        ),
+        "tensorflow": Fix(
+            "The host is busy dispatching eager ops (`TFE_Py_FastPathExecute`): wrap the step in `tf.function` and "
+            "let XLA compile it.",
+            """
+            train_step = tf.function(train_step, jit_compile=True)
+            """,
+        ),
+        "jax": Fix(
+            "The host dispatches op by op: jit the whole step and donate the buffers it replaces.",
+            """
+            train_step = jax.jit(train_step, donate_argnums=(0,))
+            """,
+        ),
+    },
+    CAUSE_OPT: {
+        "pytorch": Fix(
+            "The optimizer step runs as many small kernels launched from Python: use the fused (or foreach) "
+            "implementation.",
+            """
+            opt = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=True)
+            """,
+        ),
+        "tensorflow": Fix(
+            "The optimizer update runs op by op: compile the step with XLA so the update is fused.",
+            """
+            train_step = tf.function(train_step, jit_compile=True)
+            """,
+        ),
+        "jax": Fix(
+            "Put the optimizer update inside the jitted step (optax), so it compiles into the same program.",
+            """
+            updates, opt_state = optimizer.update(grads, opt_state, params)
+            params = optax.apply_updates(params, updates)
+            """,
+        ),
+    },
+}
+CAUSE_FIXES[CAUSE_UNTRACED] = {
+    **CAUSE_FIXES[CAUSE_CPU],
+    "pytorch": Fix(
+        "The host does work the trace does not show before the next launch: record Python stacks to see it "
+        "(`with_stack=True`); if it is framework dispatch, compile the model.",
+        """
+        with torch.profiler.profile(with_stack=True, record_shapes=True) as prof:
+            train_steps(5)
+        model = torch.compile(model)
+        """,
+    ),
+}
+
 #: The ledger's one home for warm-up: TI001 counts none of its ns (TI013 reports them).
 WARMUP_BUCKET = "idle_warmup"
 #: Host-caused buckets a covering optimizer range names more precisely (the host was late because it stepped
@@ -172,9 +284,12 @@ class GpuIdleGaps(Rule):
         loader = torch.utils.data.DataLoader(ds, batch_size=256, num_workers=8, pin_memory=True,
                                              persistent_workers=True, prefetch_factor=4)
         for x, y in loader:
-            x = x.cuda(non_blocking=True); y = y.cuda(non_blocking=True)
-            loss = model(x).loss_fn(y)
-            ...
+            x = x.cuda(non_blocking=True)
+            y = y.cuda(non_blocking=True)
+            loss = loss_fn(model(x), y)
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
             running_loss += loss.detach()          # not loss.item() every step
         model = torch.compile(model, mode="reduce-overhead")  # CUDA graphs when the host is the bottleneck
         """,
@@ -191,6 +306,17 @@ class GpuIdleGaps(Rule):
 
         @tf.function(jit_compile=True)
         def train_step(x, y): ...
+        """,
+    )
+
+    fix_jax = Fix(
+        "Jit the whole step (one compiled program instead of op-by-op dispatch), donate the buffers it replaces, "
+        "and keep the next batch on the device before it is needed; read metrics back every N steps, not every step.",
+        """
+        train_step = jax.jit(train_step, donate_argnums=(0,))   # params/opt state updated in place
+        batches = flax.jax_utils.prefetch_to_device(iter(ds), size=2)
+        for batch in batches:
+            state, metrics = train_step(state, batch)
         """,
     )
 
@@ -290,6 +416,7 @@ class GpuIdleGaps(Rule):
             multi = len(ctx.meta.ranks) > 1 or util["device"].nunique() > 1
             where = f"rank {rank} GPU {device}" if multi else f"GPU {device}"
             yield ctx.finding(
+                fixes={**type(self).fixes(), **CAUSE_FIXES.get(top_cause, {})},
                 title=f"{where} idle {pct:.0f} % of the time in long gaps, mostly {top_cause}",
                 message=(
                     f"{where} was idle for {fmt_ns(total)} in {n_gaps} gaps of "
@@ -364,7 +491,17 @@ def _activity_index(views) -> dict:
             "kind": kind.to_numpy() if kind_codes is None else kind_codes,
             "wanted": wanted,
             "names": names,
+            "pid": ev["pid"].to_numpy(),
+            "tid": ev["tid"].to_numpy(),
+            "python": kind_mask(ev, "python"),
         }
+        ln = views.launches
+        if not ln.empty:  # the launches by GPU start: which thread issued the work that ended a gap
+            order = np.lexsort((ln["gpu_start_ns"].to_numpy(), ln["rank"].to_numpy()))
+            out["ln_rank"] = ln["rank"].to_numpy()[order]
+            out["ln_gpu"] = ln["gpu_start_ns"].to_numpy()[order]
+            out["ln_pid"] = ln["pid"].to_numpy()[order]
+            out["ln_tid"] = ln["tid"].to_numpy()[order]
         return out
 
     return memo(views, "TI001.activity", build)
@@ -381,6 +518,18 @@ def _host_activity(views, rank: int, start: int, end: int) -> str:
     idx = _activity_index(views)
     k = views.events_overlapping(start, end)
     k = k[(idx["device"][k] < 0) & (idx["rank"][k] == rank)]
+    busy = _launching_thread(idx, rank, end)
+    lead = ""
+    if busy is not None:
+        # the thread that issued the work ending the gap was the busy one (it held the GIL, it launched next); other
+        # threads' ranges (a DataLoader thread sleeping in threading.py's wait) say nothing about the gap
+        mine = k[(idx["pid"][k] == busy[0]) & (idx["tid"][k] == busy[1])]
+        if len(mine):
+            k = mine
+            lead = f"thread {busy[1]}: "
+            frame = _innermost_frame(idx, k, (start + end) // 2)
+            if frame:
+                lead += f"in {frame}; "
     if idx["wanted"] is not None:
         k = k[idx["wanted"][idx["kind"][k]] & (idx["kind"][k] >= 0)]
     else:
@@ -395,7 +544,7 @@ def _host_activity(views, rank: int, start: int, end: int) -> str:
     keep = c >= 0  # a row without a name is dropped, as a groupby by name drops it
     k, c = k[keep], c[keep]
     if not len(k):
-        return "(nothing traced)"
+        return lead + "(nothing traced)"
     s = idx["start"][k]
     e = s + idx["dur"][k]
     ov = np.minimum(e, end) - np.maximum(s, start)
@@ -403,7 +552,31 @@ def _host_activity(views, rank: int, start: int, end: int) -> str:
     sums = np.zeros(len(codes), np.int64)
     np.add.at(sums, inv.reshape(-1), ov)
     top = np.argsort(-sums, kind="stable")[:3]  # largest first, ties in code order (as Series.nlargest keeps them)
-    return "; ".join(f"{short_name(n, 60)} ({fmt_ns(int(t))})" for n, t in zip(np.asarray(cats, dtype=object)[codes[top]].tolist(), sums[top].tolist()))
+    return lead + "; ".join(f"{short_name(n, 60)} ({fmt_ns(int(t))})" for n, t in zip(np.asarray(cats, dtype=object)[codes[top]].tolist(), sums[top].tolist()))
+
+
+def _launching_thread(idx: dict, rank: int, end: int) -> tuple[int, int] | None:
+    """(pid, tid) of the launch call whose GPU work started first at or after ``end`` on the rank, or None."""
+    if "ln_rank" not in idx:
+        return None
+    lo, hi = np.searchsorted(idx["ln_rank"], [rank, rank + 1])
+    j = lo + np.searchsorted(idx["ln_gpu"][lo:hi], end)
+    if j >= hi:
+        return None
+    return int(idx["ln_pid"][j]), int(idx["ln_tid"][j])
+
+
+def _innermost_frame(idx: dict, k: np.ndarray, at: int) -> str:
+    """The innermost Python frame of those rows running at ``at`` (the latest to start), shortened; "" if none."""
+    py = k[idx["python"][k]]
+    if not len(py):
+        return ""
+    s = idx["start"][py]
+    py = py[(s <= at) & (s + idx["dur"][py] >= at)]
+    if not len(py):
+        return ""
+    inner = py[np.argmax(idx["start"][py])]
+    return short_name(str(idx["names"].iloc[inner]), 80)
 
 
 def _sum_by_device(gaps: pd.DataFrame, values: np.ndarray) -> dict:

@@ -112,6 +112,16 @@ class HostSyncStalls(Rule):
             train_loss.update_state(loss)            # not print(loss.numpy())
         """,
     )
+    fix_jax = Fix(
+        "JAX dispatches asynchronously until a value is read on the host: do not call `.block_until_ready()`, "
+        "`float(x)`, `x.item()` or `jax.device_get` inside the loop; return metrics from the jitted step and fetch "
+        "them every N steps.",
+        """
+        state, metrics = train_step(state, batch)     # async: returns at once
+        if step % 100 == 0:
+            print(jax.device_get(metrics))            # one host round-trip per 100 steps
+        """,
+    )
 
     fix_cuda = Fix(
         "Do not block the host inside the loop: drop `cudaDeviceSynchronize`/`cudaStreamSynchronize` between "

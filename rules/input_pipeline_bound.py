@@ -81,6 +81,16 @@ class InputPipelineBound(Rule):
               .prefetch(tf.data.AUTOTUNE))   # overlap input with the training step
         """,
     )
+    fix_jax = Fix(
+        "Keep the next batches on the device before the step asks: prefetch to device (two batches), do the "
+        "decoding in tf.data or grain worker threads, and jit the step so the host returns at once.",
+        """
+        batches = flax.jax_utils.prefetch_to_device(iter(ds.as_numpy_iterator()), size=2)
+        train_step = jax.jit(train_step, donate_argnums=(0,))
+        for batch in batches:
+            state, metrics = train_step(state, batch)
+        """,
+    )
 
     min_share_pct = Option(5.0, "Report when data wait is at least this % of step time (tb_plugin: 5 %).")
     error_share_pct = Option(20.0, "Severity becomes error at this % of step time (xprof: highly input-bound, 20 %).")

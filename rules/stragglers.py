@@ -70,6 +70,85 @@ class Stragglers(CrossRankRule):
         """,
     )
 
+    #: The fix for the cause a straggler finding names (``metrics["cause"]``): a rank late from data loading needs
+    #: a faster input pipeline, one late from host syncs needs the syncs gone, one with more GPU work needs its
+    #: share balanced, one whose host leaves the GPU idle needs fewer, larger launches. No cause: the class fix.
+    cause_fixes: dict[str, dict[str, Fix]] = {
+        "input_pipeline": {
+            "pytorch": Fix(
+                "This rank waits longer for input than the others: give its DataLoader worker processes, pinned memory "
+                "and prefetching, and check that its shard is not larger or slower to decode than the others'.",
+                """
+                loader = DataLoader(ds, batch_size=bs, sampler=DistributedSampler(ds, drop_last=True),
+                                    num_workers=8, pin_memory=True, persistent_workers=True, prefetch_factor=4)
+                """,
+            ),
+            "tensorflow": Fix(
+                "This worker waits longer for input: shard evenly and prefetch on every worker.",
+                """
+                ds = ds.shard(num_shards, index).map(parse, num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)
+                """,
+            ),
+        },
+        "host_sync": {
+            "pytorch": Fix(
+                "This rank blocks longer in host syncs: remove `.item()`, `.cpu()`, `print(tensor)` and data-dependent "
+                "shapes from its step (often rank-0-only logging); `torch.cuda.set_sync_debug_mode('warn')` finds them.",
+                """
+                torch.cuda.set_sync_debug_mode("warn")
+                if step % 100 == 0:            # log every N steps, not every step
+                    print(loss.detach().item())
+                """,
+            ),
+            "tensorflow": Fix(
+                "This worker blocks longer on host round-trips: remove `.numpy()` and Python-side checks from its step "
+                "function, and log every N steps.",
+                """
+                @tf.function
+                def train_step(x, y):
+                    ...
+                """,
+            ),
+        },
+        "compute": {
+            "pytorch": Fix(
+                "This rank has more GPU work per step: balance the data (equal batch sizes, bucketed sequence lengths, "
+                "`drop_last=True`) or the model (embedding tables, pipeline stages) across ranks, and check that its GPU "
+                "is not throttled (`nvidia-smi -q -d PERFORMANCE`).",
+                """
+                sampler = DistributedSampler(ds, drop_last=True)
+                loader = DataLoader(ds, batch_size=bs, sampler=sampler)
+                """,
+            ),
+            "tensorflow": Fix(
+                "This worker has more GPU work per step: give every worker the same global-batch share and sequence "
+                "length buckets.",
+                """
+                ds = ds.bucket_by_sequence_length(lambda x, y: tf.shape(x)[0], bucket_boundaries, bucket_batch_sizes)
+                """,
+            ),
+        },
+        "gpu_idle": {
+            "pytorch": Fix(
+                "This rank's host is busier and leaves its GPU idle before the collective: look for extra Python work "
+                "on this rank (logging, checkpointing, metrics on rank 0), move it off the step, and cut per-op launch "
+                "overhead with `torch.compile` (CUDA graphs: `mode=\"reduce-overhead\"`).",
+                """
+                model = torch.compile(model, mode="reduce-overhead")
+                if rank == 0 and step % 100 == 0:   # rank-0-only work off the hot path
+                    log_metrics(step)
+                """,
+            ),
+            "tensorflow": Fix(
+                "This worker's host is busier: compile the step with `tf.function(jit_compile=True)` and move "
+                "logging and checkpointing out of the step.",
+                """
+                train_step = tf.function(train_step, jit_compile=True)
+                """,
+            ),
+        },
+    }
+
     min_held_pct_step = Option(2.0, "Report a rank whose held time per step is at least this % of the median step.")
     min_held_us = Option(50.0, "...and at least this much in total (µs).")
     max_ranks = Option(10, "Report at most this many ranks (the worst ones); the rest are counted in the last finding's metrics.")
@@ -159,6 +238,7 @@ class Stragglers(CrossRankRule):
                     "clock_residual_p95_ns": int(j.alignment.residual_p95_ns),
                 },
                 key=f"straggler-rank-{rank}",
+                fixes=dict(self.cause_fixes[cause[1]]) if cause is not None and cause[1] in self.cause_fixes else None,
             )
 
 

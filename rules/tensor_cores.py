@@ -104,6 +104,15 @@ class NoTensorCores(Rule):
         outputs = tf.keras.layers.Activation("linear", dtype="float32")(logits)
         """,
     )
+    fix_jax = Fix(
+        "Compute in bfloat16 (parameters kept in float32) so XLA picks tensor-core GEMMs, or raise the matmul "
+        "precision default only where float32 accuracy is needed.",
+        """
+        x = x.astype(jnp.bfloat16)
+        with jax.default_matmul_precision("bfloat16"):
+            y = model.apply(params, x)
+        """,
+    )
 
     fix_cuda = Fix(
         "Let cuBLAS/cuDNN use tensor cores: keep operands in FP16/BF16 (`cublasGemmEx` with `CUDA_R_16F` / "

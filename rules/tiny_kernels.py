@@ -71,6 +71,15 @@ class TinyKernels(Rule):
         model.compile(optimizer="adam", loss=loss_fn, jit_compile=True, steps_per_execution=32)
         """,
     )
+    fix_jax = Fix(
+        "Jit the whole step so XLA fuses the small ops into a few kernels, and turn Python loops over timesteps or "
+        "layers into `jax.lax.scan` so they compile to one loop instead of many launches.",
+        """
+        @jax.jit
+        def step(carry, xs):
+            return jax.lax.scan(cell, carry, xs)
+        """,
+    )
 
     fix_cuda = Fix(
         "Launch fewer, larger kernels: fuse consecutive elementwise kernels into one, process several items per "

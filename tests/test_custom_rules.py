@@ -71,3 +71,28 @@ def test_rule_docs_cli():
     res = CliRunner().invoke(app, ["rule", "TI001"])
     assert res.exit_code == 0, res.output
     assert "gpu-idle-gaps" in res.output and "min_gap_us" in res.output and "DataLoader" in res.output
+
+
+def test_graded_severity_says_why_it_differs_from_the_declared_one(tmp_path):
+    """A custom rule declared warning whose cost grades it otherwise says so in every format (issue 23)."""
+    import traceinsight
+    from traceinsight.render import render
+    from traceinsight.rule_api import Rule, Severity
+
+    class Declared(Rule):
+        code = "ZZ950"
+        name = "declared-warning"
+        severity = Severity.WARNING
+        category = "gpu_idle"
+        summary = "A planted idle cost."
+
+        def check(self, ctx):
+            yield ctx.finding(title="planted", message="planted", impact_ns=10**12)
+
+    from tests.conftest import REPO
+
+    a = traceinsight.analyze(REPO / "sample_traces" / "dataloader_gaps.json.gz", extra_rules=[Declared], select=["ZZ950"])
+    (f,) = a.findings
+    assert f.severity is Severity.ERROR  # most of the window is avoidable idle: graded error
+    assert f.metrics["severity_basis"].startswith("graded error on the common scale") and "declared warning" in f.metrics["severity_basis"]
+    assert "declared warning" in render(a, "md") and "declared warning" in render(a, "text") and "declared warning" in render(a, "html")

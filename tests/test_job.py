@@ -154,7 +154,11 @@ def test_cli_rank_folder_takes_the_job_path(small_job, tmp_path):
     assert sum(rep["ranks"][0]["ledger_ns_per_step"].values()) > 0
     assert "Rank 1 makes the others wait" in (out / "traceinsight-report.md").read_text()
     html = (out / "traceinsight-report.html").read_text()
-    assert "<canvas id='hs'>" in html and "http" not in html.split("<script>")[1]
+    # the single report's design: CSP, no script, verdict first, labelled heatmaps, a ledger bar per rank
+    assert "Content-Security-Policy" in html and "default-src 'none'" in html and "<script" not in html
+    assert html.index('id="verdict"') < html.index('id="ledger"') < html.index('id="heatmaps"') < html.index('id="findings"')
+    assert 'data-rank="1"' in html.split('id="ledger"')[0] and "straggler <strong>rank 1</strong>" in html
+    assert html.count('class="lrow"') == 4 and "rank ↓ · step →" in html and "<title>rank 1, step" in html
     res = CliRunner().invoke(app, ["analyze", str(small_job), "--format", "json", "--fail-on", "warning"])
     assert res.exit_code == 1
 
@@ -188,3 +192,20 @@ def test_reports_stay_small_at_1024_ranks():
     md, html = render(ja, "md"), render(ja, "html")
     assert len(md) <= 60_000 and len(html.encode()) <= 2_000_000
     assert "rank 517" in md.lower() and "| 517 |" in md
+
+
+def test_job_html_escapes_trace_strings_and_follows_the_cause(small_job):
+    """Every string in the job page goes through the autoescaping template; the straggler's fix is its cause's."""
+    from traceinsight.job.html import render_html
+
+    ja = analyze_job(str(small_job), workers=1)
+    ja.source = "<script>alert(1)</script>"
+    ja.warnings = ["<img src=x onerror=alert(1)>"]
+    page = render_html(ja)
+    assert "<script>alert" not in page and "<img src=x" not in page and "&lt;script&gt;" in page
+    (f,) = [f for f in ja.findings if f.code == "TI020"]
+    from rules.stragglers import Stragglers
+
+    assert f.metrics["cause"] in Stragglers.cause_fixes
+    assert f.fixes["pytorch"] == Stragglers.cause_fixes[f.metrics["cause"]]["pytorch"]
+    assert f.fixes["pytorch"].code != Stragglers.fix_pytorch.code

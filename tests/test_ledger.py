@@ -191,3 +191,44 @@ def test_json_form_has_device_and_step_tables(tmp_path):
     assert abs(sum(dev["pct"].values()) - 100.0) < 0.01
     assert [s["step"] for s in d["by_step"]] == [1]
     assert d["by_step"][0]["window_ns"] == 240 * US
+
+
+
+def _dispatch_gap(tmp_path, name: str):
+    """Two kernels 2 ms apart; the host is inside the range ``name`` for the whole gap, then launches the second."""
+    import traceinsight
+    from tests.helpers.kineto_writer import KinetoTrace
+
+    t = KinetoTrace()
+    t.kernel("k0", 100, 500, launch_us=90)
+    t.annotation(name, 650, 1_900)
+    t.kernel("k1", 2_600, 500, launch_us=2_560)
+    return traceinsight.analyze(t.write(tmp_path / "gap.json"), min_impact=0).ledger.totals()
+
+
+def test_framework_dispatch_annotations_are_host_work(tmp_path):
+    """TF eager / JAX dispatch is traced as annotations (TraceMe), not ops: a GPU gap under ``TFE_Py_FastPathExecute_C``
+    or ``PjitFunction(...)`` is host/framework work, never "untraced"; a user range over the same gap is not."""
+    for name in ("TFE_Py_FastPathExecute_C", "EagerExecute: LogicalAnd", "PjitFunction(forward_3d_conv)"):
+        tot = _dispatch_gap(tmp_path, name)
+        assert tot["idle_host_busy"] >= 1_500_000 and tot["idle_untraced"] < 500_000, (name, tot)
+    tot = _dispatch_gap(tmp_path, "my_user_range")
+    assert tot["idle_host_busy"] < 500_000, tot
+
+
+
+def test_verdict_names_the_visible_host_work_of_host_caused_idle(tmp_path):
+    """Bound by host work: the verdict says what the host was doing in the longest gap (issue 23: TF eager dispatch
+    named, not only "untraced host time")."""
+    import traceinsight
+    from tests.helpers.kineto_writer import KinetoTrace
+    from traceinsight.verdict import details
+
+    t = KinetoTrace()
+    for i in range(6):
+        b = i * 3_000
+        t.kernel("k0", b + 100, 300, launch_us=b + 90)
+        t.annotation("TFE_Py_FastPathExecute_C", b + 450, 2_400)
+    d = details(traceinsight.analyze(t.write(tmp_path / "eager.json")))
+    assert d["category"] == "host_overhead", d
+    assert "in the longest gap the host was in" in d["sentence"] and "TFE_Py_FastPathExecute_C" in d["sentence"]

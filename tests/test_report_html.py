@@ -183,7 +183,10 @@ def test_plain_cuda_program_leads_with_cuda_advice():
     assert '<html lang="en" class="nojs" data-framework="cuda">' in page
     assert json.loads(render(a, "json"))["trace"]["framework"] == "cuda"
     md = render(a, "md")
-    assert md.index("**Fix in CUDA:**") < md.index("**Fix in PyTorch:**")
+    # Markdown and the terminal show the trace's own framework only; HTML and JSON keep every framework's fix
+    assert "**Fix in CUDA:**" in md and "**Fix in PyTorch:**" not in md and "**Fix in TensorFlow:**" not in md
+    assert "fix (CUDA):" in render(a, "text") and "fix (PyTorch)" not in render(a, "text")
+    assert "Fix in PyTorch" in page and set(json.loads(render(a, "json"))["findings"][0]["fixes"]) >= {"cuda", "pytorch"}
 
 
 # --- GPU generation ---------------------------------------------------------------------------------------

@@ -112,3 +112,31 @@ def test_ti003_without_stacks_says_how_to_record(tmp_path):
     _tiny_steps(t, frames=False)
     (f,) = _findings(t.write(tmp_path / "t.json"), "TI003")
     assert "with_stack=True" in f.message
+
+
+def test_gap_host_activity_names_the_launching_thread_not_a_sleeping_one(tmp_path):
+    """With Python stacks, TI001's evidence names the thread that issued the work ending the gap and its innermost
+    frame there, not another thread sleeping in threading.py across the whole gap (issue 23)."""
+    import traceinsight
+    from tests.helpers.kineto_writer import KinetoTrace
+
+    t = KinetoTrace()
+    main, loader = 1, 2
+    for i in range(4):
+        b = i * 5_000
+        t.python("threading.py(320): wait", b, 4_900, tid=loader)  # a DataLoader thread asleep, longer than anything
+        t.python("train.py(10): <module>", b, 4_900, tid=main)
+        t.python("train.py(31): train_step", b + 100, 4_700, tid=main)
+        t.python("model.py(77): preprocess", b + 600, 3_600, tid=main)  # the busy host work inside the gap
+        t.kernel("gemm", b + 300, 200, launch_us=b + 250, tid=main)
+        t.kernel("gemm", b + 4_500, 200, launch_us=b + 4_450, tid=main)
+    a = traceinsight.analyze(t.write(tmp_path / "threads.json"), select=["TI001"], min_impact=0)
+    (f,) = [f for f in a.findings if f.code == "TI001"]
+    acts = f.evidence["host_activity"].tolist()
+    assert acts and all(x.startswith(f"thread {main}: in ") for x in acts), acts
+    assert sum(x.startswith(f"thread {main}: in model.py(77): preprocess") for x in acts) >= 4  # the 4 ms gaps
+    assert not any("threading.py" in x for x in acts)
+    from traceinsight.render import render
+
+    page = render(a, "html")  # the Python lane draws the launching thread's frames, named as such
+    assert f"Python (thread {main})" in page and "threading.py" not in page

@@ -113,26 +113,22 @@ def analyze(
     try:
         targets = outputs.plan([f.value for f in formats], output)
         outputs.refuse_inputs(targets, inputs)  # before reading: never overwrite what is analysed
+        # one configuration for both paths: the project's, with the command line's choices over it
+        cfg = Config.from_pyproject(config).with_overrides(
+            select=_split(select), ignore=_split(ignore), options=parse_assignments(set_ or []), min_impact=min_impact
+        )
+        cfg.rule_paths = [*cfg.rule_paths, *(str(r) for r in rules or [])]
         if baseline is None and wants_job(path, scheduler):  # whole job: map per rank, reduce across ranks
-            cfg = Config.from_pyproject(config).with_overrides(
-                select=_split(select), ignore=_split(ignore), options=parse_assignments(set_ or []), min_impact=min_impact
-            )
-            cfg.rule_paths = [*cfg.rule_paths, *(str(r) for r in rules or [])]
             if _efficiency_settings(peak_tflops, peak_bandwidth, model_flops_per_step) is not None:
                 typer.echo("traceinsight: --peak-tflops, --peak-bandwidth and --model-flops-per-step apply to one trace at a "
                            "time; the whole-job report has no efficiency section (analyze one rank's file for it)", err=True)
             return analyze_job_cli(path, cfg, formats, output, scheduler=scheduler, trace_format=trace_format, fail_on=fail_on.value, report_stem=REPORT_STEM, suffixes=_FORMAT_SUFFIX)
         kwargs = dict(
-            select=_split(select),
-            ignore=_split(ignore),
-            options=parse_assignments(set_ or []),
-            rules=rules or [],
-            config=Config.from_pyproject(config),
+            config=cfg,
             baseline=baseline,
             worse_by=worse_by,
             trace_format=trace_format,
             run_name=run_name,
-            min_impact=min_impact,
             efficiency=_efficiency_settings(peak_tflops, peak_bandwidth, model_flops_per_step),
         )
         analysis = _with_progress(engine.analyze, path, progress, kwargs)
@@ -195,7 +191,13 @@ def _render(analysis, fmt: str, **kwargs) -> str:
 def _parse_formats(fmt: Optional[str], output: Optional[Path]) -> list[Format]:
     """The formats asked for; several need an output folder. Bad values are usage errors (exit 2)."""
     if not fmt:
-        return [(_SUFFIX_FORMAT.get(output.suffix.lower()) if output else None) or Format.text]
+        known = _SUFFIX_FORMAT.get(output.suffix.lower()) if output else None
+        if output is not None and known is None and output.suffix and not output.is_dir():
+            # never write plain text into report.pdf: an extension we do not write is a usage error (exit 2)
+            raise typer.BadParameter(
+                f"cannot tell the format from {output.suffix!r}: name the file .html, .md, .json or .txt, or give --format", param_hint="--output"
+            )
+        return [known or Format.text]
     out: list[Format] = []
     for part in _split([fmt]):
         try:
@@ -221,19 +223,45 @@ def _terminal_width() -> int:
 
 
 def _with_progress(analyze, path: Path, progress: bool, kwargs: dict):
-    """``analyze(path, **kwargs)``, with a spinner on stderr while a large file is read on a terminal."""
+    """``analyze(path, **kwargs)``, with a progress bar on stderr while a large file is read on a terminal: bytes
+    read (inflated, for gzip) with rate and time left, then the stage; nothing when stderr is not a terminal."""
     try:
         big = path.is_file() and path.stat().st_size > 8 * 1024 * 1024
     except OSError:  # a name too long, a loop: the reader says what is wrong in one line
         big = False
     if not (progress and big and sys.stderr.isatty()):
         return analyze(path, **kwargs)
-    from rich.console import Console
+    with ReadProgress(path.name, path.stat().st_size) as bar:
+        return analyze(path, progress=bar, **kwargs)
 
 
-    console = Console(stderr=True)
-    with console.status(f"reading {rich(path.name)} ...") as status:
-        return analyze(path, progress=lambda msg: status.update(f"{rich(path.name)}: {rich(msg)}"), **kwargs)
+class ReadProgress:
+    """A rich progress bar for reading one trace: ``__call__(message)`` names the stage, ``bytes(done, total)``
+    moves the bar (the readers call it as they read). A context manager; prints to stderr only."""
+
+    def __init__(self, name: str, total: int, console=None) -> None:
+        from rich.console import Console
+        from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
+
+        self._bar = Progress(
+            TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(), TimeRemainingColumn(),
+            console=console or Console(stderr=True), transient=True,
+        )
+        self._name = rich(name)
+        self._task = self._bar.add_task(f"reading {self._name}", total=total)
+
+    def __enter__(self) -> "ReadProgress":
+        self._bar.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._bar.stop()
+
+    def __call__(self, message: str) -> None:
+        self._bar.update(self._task, description=f"{self._name}: {rich(message)}")
+
+    def bytes(self, done: int, total: int) -> None:
+        self._bar.update(self._task, completed=done, total=total)
 
 
 @app.command("rules")
@@ -264,7 +292,15 @@ def show_rule(
         hint = f"did you mean {close}? " if close else ""
         typer.echo(f"traceinsight: error: no rule {terminal(code, 40)}; {hint}see 'traceinsight rules'", err=True)
         raise typer.Exit(2)
-    typer.echo(terminal_lines(cls.docs()))
+    _print_markdown(terminal_lines(cls.docs()))
+
+
+def _print_markdown(text: str) -> None:
+    """Markdown laid out for a terminal (rich: headings, lists, code blocks), colours only on a terminal."""
+    from rich.console import Console
+    from rich.markdown import Markdown
+
+    Console(highlight=False, width=_terminal_width(), force_terminal=sys.stdout.isatty() or None).print(Markdown(text))
 
 
 @app.command("mcp")

@@ -16,7 +16,7 @@ import traceback
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from . import advice
+from . import advice, savings
 from .analysis import Analysis
 from .causes import attach_what_if, link as link_causes
 from .config import Config
@@ -115,6 +115,7 @@ def run(
     findings.sort(key=lambda f: (-f.impact_ns, -f.severity.rank, f.code))
     findings = link_causes(findings)
     attach_what_if(findings, views, {r.code: type(r).what_if for r in rules})
+    findings = savings.assess(findings, views, {r.code: r for r in rules}, severity_overrides)
     framework = detect_framework(timeline)
     advice.apply(findings, framework, timeline.meta)
     analysis = Analysis(
@@ -129,6 +130,8 @@ def run(
         framework=framework,
     )
     assess(analysis)
+    if savings.lead_with_verdict(analysis):  # the verdict's finding first: verdict and KPIs read again on that order
+        assess(analysis)
     return analysis
 
 

@@ -65,7 +65,7 @@ from .buckets import AVOIDABLE_BUCKETS, BUCKETS, BUSY_BUCKETS, IDLE_BUCKETS
 from .finding import Instances, instance_columns
 from .intervals import Coverage, applies_to, merge_intervals
 from .masks import category_hits, codes_in, kind_mask, name_mask
-from .patterns import COLLECTIVE, COPY_CALL, DATA_WAIT_KINDS, DATA_WAIT_PRIMARY, DATA_WAIT_TFDATA, SYNC_CALL, SYNC_OP
+from .patterns import COLLECTIVE, COPY_CALL, DATA_WAIT_KINDS, DATA_WAIT_PRIMARY, DATA_WAIT_TFDATA, FRAMEWORK_DISPATCH, SYNC_CALL, SYNC_OP
 from .thresholds import LAUNCH_GAP_NS
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -1038,6 +1038,9 @@ def build_ledger(views: "Views") -> Ledger:
     # once and merged in place (no frame, no full-length copies: these are most host rows)
     h_rank, h_start, h_dur = host["rank"].to_numpy(), host["start_ns"].to_numpy(), host["dur_ns"].to_numpy()
     hb = kind_mask(host["kind"], _HOST_BUSY_KINDS)
+    note = kind_mask(host["kind"], ("annotation",))
+    if note.any():  # framework dispatch traced as annotations (TF eager, JAX/PjRt) is host work too
+        hb |= note & name_mask(host["name"], FRAMEWORK_DISPATCH)
     hb &= h_dur > 0
     hb_one_rank = len(h_rank) > 0 and h_rank.min() == h_rank.max()
 

@@ -33,6 +33,15 @@ SYNC_OP = re.compile(r"^aten::(item|_local_scalar_dense|nonzero|is_nonzero|tolis
 #: Runtime/driver calls that enqueue a copy or memset (their duration can include waiting for the GPU).
 COPY_CALL = re.compile(r"^(cuda|hip|cu)Mem(cpy|set)", re.I)
 
+#: Framework dispatch the host traces as annotations (TraceMe ranges), not as ops: TF eager (``TFE_Py_*``,
+#: ``EagerExecute``, ``EagerKernelExecute``, the executor), JAX/PjRt (``PjitFunction``, ``PjRt*``, ``PJRT_*``,
+#: argument sharding and buffer set-up). While one of them runs the host is busy issuing work: a GPU gap under it
+#: is host/framework overhead, not untraced time.
+FRAMEWORK_DISPATCH = (
+    r"^(TFE_Py_|Eager(Local|Kernel)?Execute|ExecutorState::Process|FunctionRun|convert_to_tensor|tf\.constant"
+    r"|PjitFunction|PjRt|PJRT_|cpp_pjit|shard_args|DevicePut|Build buffer allocations|GpuExecutable::|Thunks::)"
+)
+
 #: Collective kernels, NCCL or not (symmetric-memory all-reduce, custom all-to-all).
 COLLECTIVE = r"nccl|rccl|multimem|all_?reduce|all_?gather|reduce_?scatter|all_?to_?all|cross_device_reduce"
 

@@ -106,6 +106,7 @@ class Rule:
     definition: ClassVar[str] = ""  # exactly what is measured and the default thresholds (Markdown)
     fix_pytorch: ClassVar[Fix] = Fix("")
     fix_tensorflow: ClassVar[Fix] = Fix("")
+    fix_jax: ClassVar[Fix] = Fix("")  # for JAX programs (jax.jit, donate_argnums, prefetch to device)
     fix_cuda: ClassVar[Fix] = Fix("")  # for plain CUDA programs (no framework in the trace)
     #: fixes that replace a framework's base fix on some GPU generations: "pytorch:pre_ampere", "tensorflow:fp8",
     #: ... (tiers in traceinsight.advice; the engine picks one per framework for the trace's GPUs)
@@ -158,6 +159,8 @@ class Rule:
             out["pytorch"] = cls.fix_pytorch
         if cls.fix_tensorflow.text:
             out["tensorflow"] = cls.fix_tensorflow
+        if cls.fix_jax.text:
+            out["jax"] = cls.fix_jax
         if cls.fix_cuda.text:
             out["cuda"] = cls.fix_cuda
         out.update({k: v for k, v in cls.fix_variants.items() if v.text})
@@ -177,7 +180,7 @@ class Rule:
             lines += [f"| `{k}` | `{o.default!r}` | {o.help} |" for k, o in cls.options.items()]
             lines.append("")
         tiers = {"pre_ampere": "before Ampere (sm_70-sm_75)", "fp8": "on GPUs with FP8 (sm_89, sm_90 and later)"}
-        labels = {"pytorch": "PyTorch", "tensorflow": "TensorFlow", "cuda": "CUDA"}
+        labels = {"pytorch": "PyTorch", "tensorflow": "TensorFlow", "jax": "JAX", "cuda": "CUDA"}
         for key, fx in cls.fixes().items():
             fw, _, tier = key.partition(":")
             label = labels.get(fw, fw) + (f" {tiers.get(tier, tier)}" if tier else "")

@@ -43,7 +43,7 @@ from . import native
 from .finding import instance_columns
 from .intervals import Coverage, merge_grouped, merge_intervals
 from .masks import category_hits, codes_in
-from .patterns import DATA_WAIT_PRIMARY, EVENT_RECORD, GEMM_CONV, STREAM_WAIT, SYNC_CALL
+from .patterns import DATA_WAIT_KINDS, DATA_WAIT_PRIMARY, EVENT_RECORD, GEMM_CONV, STREAM_WAIT, SYNC_CALL
 from .thresholds import LAUNCH_GAP_NS
 from .units import format_what_if  # noqa: F401  (the reports' one-line form of a prediction)
 from .views import Views
@@ -192,7 +192,7 @@ def _host_nodes(views: Views, rank: int, ng: int) -> tuple[dict[str, np.ndarray]
     # data waits: merged per thread, the runtime calls inside them dropped (the names first: most traces have none)
     dw: dict[str, np.ndarray] = {}
     dw_name = _name_hits(names, re.compile(DATA_WAIT_PRIMARY))
-    dwm = _kind_in(kind, ("cpu_op", "annotation", "python", "other")) & _rows_where(names, dw_name) if dw_name.any() else None
+    dwm = _kind_in(kind, DATA_WAIT_KINDS) & _rows_where(names, dw_name) if dw_name.any() else None
     if dwm is not None and dwm.any():
         thread_key = _key(pid, tid)
         m = merge_grouped(thread_key[dwm], s[dwm], s[dwm] + np.maximum(dur[dwm], 0))
@@ -1119,4 +1119,58 @@ def what_if_for(views: Views, name: str | None, instances=None) -> dict | None:
     if name in WINDOWED and windows is None:
         return None
     r = predict_step_ns(views, name, windows=windows)
+    return r if r["step_ns"] is not None else None
+
+
+def faster_gpu_work(saved_ns: int, gemm_only: bool = False) -> Callable[..., None]:
+    """A transform for a modelled speed-up of busy work (tensor cores, fuller grids, pinned copies): the GPU tasks
+    it names (GEMM/convolution kernels with ``gemm_only``, else every GPU task, when the finding cannot say which)
+    get shorter by one common factor, so that together they lose ``saved_ns`` over the whole trace. What the step
+    gets back is then what the critical path gets back: kernels that only ever run while the host is the bound
+    give back nothing."""
+
+    def faster(g: Graph, windows=None) -> None:
+        sel = g.ntype == GPU
+        if gemm_only:
+            sel = sel & g.gemm
+        total = float(g.dur[sel].sum())
+        if total <= 0:
+            return
+        factor = 1.0 - min(float(saved_ns) / total, 0.95)
+        g.dur[sel] = np.round(g.dur[sel] * factor).astype(g.dur.dtype)
+
+    faster.__doc__ = (
+        f"the {'GEMM/convolution kernels' if gemm_only else 'GPU tasks'} get shorter by one factor, {saved_ns / 1e6:.3g} ms "
+        "in all; host work, launches and every wait keep their measured times"
+    )
+    return faster
+
+
+def what_if_faster(views: Views, saved_ns: int, gemm_only: bool = False) -> dict | None:
+    """``Finding.what_if`` for a modelled speed-up of busy work (:func:`faster_gpu_work`), or None without steps to
+    replay. The factor is taken over every rank's selected GPU time, so the ranks shrink alike."""
+    gs = graphs(views)
+    if not gs or saved_ns <= 0:
+        return None
+    total = 0.0
+    for g in gs:
+        sel = g.ntype == GPU
+        if gemm_only:
+            sel = sel & g.gemm
+        total += float(g.dur[sel].sum())
+    if total <= 0:
+        return None
+    share = float(saved_ns) / total
+    per_rank = [share * float(g.dur[(g.ntype == GPU) & (g.gemm if gemm_only else True)].sum()) for g in gs]
+    fns = [(g.ntype, faster_gpu_work(int(ns), gemm_only)) for g, ns in zip(gs, per_rank)]
+
+    def faster(g: Graph, windows=None) -> None:
+        # ``g`` is a copy of one of ``gs``: copies share the structure arrays, so its node types name its source
+        fn = next((f for ntype, f in fns if ntype is g.ntype), None)
+        if fn is not None:
+            fn(g, windows)
+
+    faster.__doc__ = fns[0][1].__doc__
+    faster.__name__ = "faster_gpu_work"
+    r = predict_step_ns(views, faster)
     return r if r["step_ns"] is not None else None

@@ -75,7 +75,9 @@ def test_corpus_tf_e4040_t4_input_and_fp32():
     # The conv kernels are FP32 on a T4 (cc 7.5): xprof kernel_stats marks them eligible but not using TC.
     p = corpus_file("tf/e4040-t4-keras-cnn/train/plugins/profile/2022_11_04_21_26_12/instance-ecbm.xplane.pb")
     (f,) = findings_of(p, "TI005")
-    assert 5.0 <= f.metrics["share_pct"] < 20.0 and f.severity.value == "warning"
+    assert 5.0 <= f.metrics["share_pct"] < 20.0
     assert f.metrics["share_pct"] == pytest.approx(7.455, abs=0.01)
+    # the replay of the one step gives nothing back without the wait (untraced host work bounds it): not a warning
+    assert f.severity.value == "info" and f.metrics["what_if_note"]
     (t,) = findings_of(p, "TI007")
     assert t.metrics["non_tc_share_pct"] == pytest.approx(100.0)

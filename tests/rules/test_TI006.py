@@ -36,8 +36,10 @@ def test_ti006_positive(tmp_path):
     assert m["pinned_reference_gbps"]["HtoD"] == pytest.approx(20.0)
     assert m["reference_measured"]["HtoD"] is True
     assert m["async_calls"] == 4
-    assert f.impact_ns == 4 * 1_598_000
-    assert f.severity.value == "error"  # 6.4 ms of extra GPU time in a ~14 ms window: >= 20 % on the common scale
+    assert f.impact_ns == 4 * 1_598_000  # the rule's estimate: 6.4 ms of extra GPU time in a ~14 ms window
+    # ...but a modelled speed-up counts only where the step waits for it: nothing here waits for the copies (the
+    # kernel after them was launched on its own), so the replay gives almost nothing back and the finding is info
+    assert f.saving_kind == "modelled" and f.saving_ns < f.impact_ns / 20 and f.severity.value == "info"
     assert "pin_memory" in f.fixes["pytorch"].code
 
 

@@ -41,7 +41,7 @@ def test_exposed_communication_waiting_is_not_transfer(straggler_job, balanced_j
 def _comm_trace(tmp_path, overlapped: bool):
     """10 ms of compute, then a 4 ms all-reduce: alone on its stream, or beside a 4 ms compute kernel."""
     t = KinetoTrace(rank=0, world_size=2)
-    t.step(1, 0, 16_000)
+    t.step(1, 0, 10_000)  # the marker ends before the GPU work: the GPU is the step's critical path
     t.kernel("volta_sgemm_128x64_nn", 100, 10_000, stream=7)
     t.kernel("ncclDevKernel_AllReduce_Sum_f32_RING_LL", 10_200, 4_000, stream=20)
     if overlapped:
@@ -54,7 +54,10 @@ def test_exposed_communication_positive(tmp_path):
     assert f.metrics["exposed_ns"] == 4_000_000 == f.impact_ns
     assert f.metrics["overlap_pct"] == pytest.approx(0.0)
     assert f.metrics["exposed_pct_window"] == pytest.approx(100 * 4_000 / 14_100, abs=1e-3)
-    assert f.severity.value == "error"  # 28.4 % of the window: the one severity scale puts >= 20 % at error
+    # 28.4 % of the window; the page grades the replay's figure (what the step gets back) on the one scale
+    from traceinsight.severity import level
+
+    assert f.saving_kind == "modelled" and f.severity is level(f.share_pct)
     assert "bucket_cap_mb" in f.fixes["pytorch"].text
 
 
@@ -76,12 +79,16 @@ def test_corpus_a100_ddp_rank_exposed_communication():
     assert f.metrics["comm_ns"] == pytest.approx(46_876_493, rel=0.001)
     assert f.metrics["overlap_pct"] == pytest.approx(16.4, abs=0.1)
     assert f.metrics["exposed_pct_window"] == pytest.approx(5.9, abs=0.1)
-    assert f.severity.value == "warning"  # 5.9 % of its window: the one severity scale puts >= 5 % at warning
+    # 5.9 % of its window would be a warning, but overlapping it is a modelled speed-up of busy work: the what-if
+    # replay gives the host-bound steps (TI001: host overhead) nothing back, so the page shows ~0 and info
+    assert f.saving_kind == "modelled" and f.saving_ns < f.impact_ns / 100 and f.severity.value == "info"
     assert f.location.rank == 0
 
 
 def test_corpus_ddp_v100_exposed_communication_warning():
     (f,) = _job_run(corpus_file("pytorch/hta_ddp_v100_rank1of2.json.gz"), "TI021")
     assert 20 <= f.metrics["exposed_pct_window"] < 30
-    assert f.severity.value == "error"  # the one severity scale: >= 20 % of the window
+    # >= 20 % of the window as measured; the steps are launch-bound (TI003's replay gives back 45 %), so the replay
+    # of faster or hidden communication gives them nothing: a modelled speed-up off the critical path, info
+    assert f.saving_kind == "modelled" and f.saving_ns == 0 and f.severity.value == "info"
     assert f.location.rank == 1

@@ -7,6 +7,8 @@ stream is inflated, never after: a 10 MB file that inflates to 10 GiB stops at t
 
 from __future__ import annotations
 
+from typing import Callable
+
 import gzip
 import mmap
 import os
@@ -110,13 +112,14 @@ def read_head(path: Path, n: int = HEAD_BYTES) -> bytes:
 
 
 def read_bytes(path: Path, warnings: list[str], *, max_bytes: int | None = None,
-               mapped: bool = False) -> bytes | mmap.mmap:
+               mapped: bool = False, on_bytes: Callable[[int, int], None] | None = None) -> bytes | mmap.mmap:
     """The file's content, inflated when it is gzip, within ``max_bytes`` (None: the default ceiling).
 
     ``mapped``: a plain file is mapped rather than copied (for a reader that scans bytes without keeping them). A
     mapping faults if the file is truncated while it is read (a profiler rewriting the same path mid-load);
     profilers write a trace once and only append, so the copy this saves is worth that narrow window. A gzip
-    stream cut short (a killed job) gives what was written before the cut, with a warning."""
+    stream cut short (a killed job) gives what was written before the cut, with a warning. ``on_bytes(done, total)``
+    hears how many bytes of the file are read (inflated, for gzip) as the work goes on, for a progress bar."""
     limit = resolve_max_bytes(max_bytes)
     path = Path(path)
     st = check_input(path)
@@ -136,13 +139,18 @@ def read_bytes(path: Path, warnings: list[str], *, max_bytes: int | None = None,
                 else:
                     if hasattr(view, "madvise"):
                         view.madvise(mmap.MADV_SEQUENTIAL)
+                    if on_bytes:
+                        on_bytes(st.st_size, st.st_size)
                     return view
             fh.seek(0)
-            return fh.read()
+            out = fh.read()
+            if on_bytes:
+                on_bytes(st.st_size, st.st_size)
+            return out
         _check_size(path, st.st_size, limit)
         fh.seek(0)
         raw = fh.read()
-    data, complete = gunzip(raw, path, limit, bomb_guard=max_bytes is None)
+    data, complete = gunzip(raw, path, limit, bomb_guard=max_bytes is None, on_bytes=on_bytes)
     if not complete:
         warnings.append(f"{path.name}: the gzip stream is cut short; reading what was written before the cut")
     if not data:
@@ -150,7 +158,8 @@ def read_bytes(path: Path, warnings: list[str], *, max_bytes: int | None = None,
     return data
 
 
-def gunzip(raw: bytes, path: Path, max_bytes: int, *, bomb_guard: bool = True) -> tuple[bytes, bool]:
+def gunzip(raw: bytes, path: Path, max_bytes: int, *, bomb_guard: bool = True,
+           on_bytes: Callable[[int, int], None] | None = None) -> tuple[bytes, bool]:
     """Every member of a gzip file inflated, and whether the last member was complete.
 
     Inflating runs in bounded steps and stops the moment the output passes ``max_bytes``. ``bomb_guard`` also
@@ -176,6 +185,8 @@ def gunzip(raw: bytes, path: Path, max_bytes: int, *, bomb_guard: bool = True) -
                             f"{path}: inflates past the size ceiling ({_mib(max_bytes)}): stopped there (a gzip "
                             "bomb, or a trace larger than this machine can analyse); raise it with --max-bytes")
                     used = consumed_before + len(rest) - len(d.unconsumed_tail)
+                    if on_bytes:
+                        on_bytes(used, len(raw))
                     if bomb_guard and filled > BOMB_FLOOR and filled > BOMB_RATIO * max(used, 1):
                         raise TraceTooLargeError(
                             f"{path}: inflates over {BOMB_RATIO}x its compressed size ({_mib(filled)} from "

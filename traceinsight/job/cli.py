@@ -39,7 +39,7 @@ def analyze_job_cli(path, cfg: Config, formats: list, output: Path | None, *, sc
     from .run import analyze_job
 
     try:
-        ja = analyze_job(raw_path(path), config=cfg, scheduler=scheduler, trace_format=trace_format)
+        ja = _with_rank_progress(lambda progress: analyze_job(raw_path(path), config=cfg, scheduler=scheduler, trace_format=trace_format, progress=progress))
     except TraceInsightError as exc:
         typer.echo(f"traceinsight: error: {terminal(exc)}", err=True)
         raise typer.Exit(exc.exit_code)
@@ -59,3 +59,18 @@ def analyze_job_cli(path, cfg: Config, formats: list, output: Path | None, *, sc
         worst = ja.worst_severity()
         if worst is not None and worst.rank >= Severity.parse(fail_on).rank:
             raise typer.Exit(EXIT_FINDINGS)
+
+
+def _with_rank_progress(run):
+    """``run(progress)`` with a rich bar of ranks done on stderr when it is a terminal (quiet otherwise)."""
+    import sys
+
+    if not sys.stderr.isatty():
+        return run(None)
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+    with Progress(TextColumn("ranks"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TimeRemainingColumn(),
+                  console=Console(stderr=True), transient=True) as bar:
+        task = bar.add_task("ranks", total=None)
+        return run(lambda done, total: bar.update(task, completed=done, total=total))

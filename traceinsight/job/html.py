@@ -1,128 +1,181 @@
-"""The self-contained HTML job report: headline, clock note, cross-rank findings, rank x step heatmaps.
+"""The self-contained HTML job report, on the single-trace report's design: the same Jinja environment (every value
+autoescaped), the same stylesheet and Content-Security-Policy, and no script at all.
 
-At 1,024 ranks per-rank timeline lanes would be megabytes; two heatmaps (step time, time waiting at collectives)
-drawn on a canvas from a compact matrix show the same thing in a few hundred kB.
+Verdict first (``job.verdict``: which rank, what bound, what it costs the job), then the key numbers, a time-ledger
+bar per rank, the rank x step heatmaps (step time, time waiting at collectives) drawn as labelled SVG, the
+cross-rank findings with their fixes, the rank table and the per-rank findings by rule. At 1,024 ranks the heatmaps
+fold neighbouring ranks into one row (the row shows their largest value), so the page stays a few hundred kB.
 """
 
 from __future__ import annotations
 
-import html
-import json
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from ..buckets import BUCKETS
+from ..render.common import clean, format_cell, shown_fixes
+from ..render.ledger_view import BUCKET_LABELS
+from ..render.templating import env, report_css
 from ..units import fmt_ns
-from .report_data import FULL_TABLE_RANKS, TOP, headline, rank_rule_groups, rank_table
+from ..version import __version__
+from .report_data import FULL_TABLE_RANKS, TOP, headline as _headline, rank_rule_groups as _rank_rule_groups, rank_table as _rank_table
 from .run import JobAnalysis
+from .verdict import job_verdict
 
-_CSS = """
-body{font:14px/1.45 system-ui,sans-serif;margin:2em auto;max-width:1100px;color:#222}
-h1{font-size:1.4em}h2{margin-top:1.6em;border-bottom:1px solid #ddd}
-table{border-collapse:collapse;font-size:12px;margin:.5em 0}td,th{border:1px solid #ddd;padding:2px 6px;text-align:right}
-th{background:#f4f4f4}.sev-error{color:#b00}.sev-warning{color:#a60}.sev-info{color:#06a}
-.card{border:1px solid #ddd;border-radius:6px;padding:.6em 1em;margin:.8em 0}
-canvas{border:1px solid #ccc;image-rendering:pixelated}.hm{display:inline-block;margin-right:2em;vertical-align:top}
-.legend{font-size:11px;color:#555}
-"""
-
-_JS = """
-function heat(id,data,nr,nc,title){const c=document.getElementById(id);const cw=Math.max(4,Math.floor(360/Math.max(nc,1)));
-const rh=nr>256?1:Math.max(1,Math.floor(512/nr));c.width=nc*cw;c.height=nr*rh;const x=c.getContext('2d');
-let mx=0;for(const v of data)if(v>mx)mx=v;for(let r=0;r<nr;r++)for(let s=0;s<nc;s++){const v=data[r*nc+s];
-if(v<0){x.fillStyle='#eee'}else{const t=mx>0?v/mx:0;x.fillStyle=`rgb(${Math.round(255*t)},${Math.round(60+120*(1-t))},${Math.round(200*(1-t))})`}
-x.fillRect(s*cw,r*rh,cw,rh)}document.getElementById(id+'-l').textContent=title+': 0 (blue) to '+(mx/1000).toFixed(3)+' ms (red); rows = ranks '+R[0]+'..'+R[R.length-1]+', columns = steps';
-c.onmousemove=e=>{const b=c.getBoundingClientRect();const r=Math.floor((e.clientY-b.top)/rh),s=Math.floor((e.clientX-b.left)/cw);
-if(r>=0&&r<nr&&s>=0&&s<nc)c.title='rank '+R[r]+', step '+S[s]+': '+(data[r*nc+s]/1000).toFixed(3)+' ms'}}
-heat('hs',HS,R.length,S.length,'step time');heat('hw',HW,R.length,S.length,'waiting at collectives');
-"""
+#: Most heatmap rows / columns drawn; beyond, neighbouring ranks (steps) are folded together.
+MAX_HEAT_ROWS = 128
+MAX_HEAT_COLS = 96
+#: Colour levels of the heatmaps (CSS classes h0..h8, light to dark).
+LEVELS = 9
+#: Ranks drawn as ledger bars: all up to this many, else the slowest ones.
+MAX_LEDGER_RANKS = 32
+CELL_W, CELL_H, LABEL_W, HEAD_H = 14, 12, 64, 28
 
 
-def _e(x) -> str:
-    return html.escape(str(x))
+def _fold(m: np.ndarray, labels: list[int], limit: int, axis: int) -> tuple[np.ndarray, list[str]]:
+    """Fold neighbouring rows (axis 0) or columns (axis 1) into at most ``limit``, keeping the largest value."""
+    n = m.shape[axis]
+    if n <= limit:
+        return m, [str(x) for x in labels]
+    size = -(-n // limit)
+    groups = [(i, min(i + size, n)) for i in range(0, n, size)]
+    parts = [(m[a:b] if axis == 0 else m[:, a:b]).max(axis=axis, keepdims=True) for a, b in groups]
+    return np.concatenate(parts, axis=axis), [f"{labels[a]}–{labels[b - 1]}" for a, b in groups]
 
 
-def _table(df: pd.DataFrame, max_rows: int) -> str:
-    if df.empty:
-        return ""
-    df = df.head(max_rows)
-    head = "".join(f"<th>{_e(c)}</th>" for c in df.columns)
-    rows = []
-    for row in df.itertuples(index=False, name=None):
-        rows.append("<tr>" + "".join(f"<td>{_e(_fmt(v))}</td>" for v in row) + "</tr>")
-    return f"<table><tr>{head}</tr>{''.join(rows)}</table>"
+def _heatmap(title: str, what: str, ranks: list[int], steps: list[int], m: np.ndarray) -> dict[str, Any]:
+    """A labelled SVG heatmap: rows are ranks, columns steps; cells < 0 (no such step) are left blank."""
+    m, rlab = _fold(m, ranks, MAX_HEAT_ROWS, 0)
+    m, slab = _fold(m, steps, MAX_HEAT_COLS, 1)
+    cw = max(CELL_W, min(40, 400 // max(m.shape[1], 1)))
+    ch = max(CELL_H, min(24, 240 // max(m.shape[0], 1)))
+    valid = m[m >= 0]
+    lo, hi = (int(valid.min()), int(valid.max())) if valid.size else (0, 0)
+    span = max(hi - lo, 1)
+    cells = []
+    for r in range(m.shape[0]):
+        for s in range(m.shape[1]):
+            v = int(m[r, s])
+            if v < 0:
+                continue
+            lvl = min(int((v - lo) * LEVELS / span), LEVELS - 1) if hi > lo else 0
+            cells.append({"x": LABEL_W + s * cw, "y": HEAD_H + r * ch, "lvl": lvl, "title": f"rank {rlab[r]}, step {slab[s]}: {fmt_ns(v)}"})
+    every_r = max(1, -(-len(rlab) // 24))
+    every_s = max(1, -(-len(slab) // 16))
+    return {
+        "title": title,
+        "what": what,
+        "width": LABEL_W + len(slab) * cw + 8,
+        "height": HEAD_H + len(rlab) * ch + 8,
+        "cells": cells,
+        "rows": [{"y": HEAD_H + i * ch + ch / 2 + 4, "label": lab} for i, lab in enumerate(rlab) if i % every_r == 0],
+        "cols": [{"x": LABEL_W + i * cw + cw / 2, "label": lab} for i, lab in enumerate(slab) if i % every_s == 0],
+        "lo": fmt_ns(lo),
+        "hi": fmt_ns(hi),
+        "levels": list(range(LEVELS)),
+        "folded": len(rlab) < len(ranks),
+        "cw": cw,
+        "ch": ch,
+        "label_w": LABEL_W,
+        "head_h": HEAD_H,
+    }
 
 
-def _fmt(v) -> str:
-    if isinstance(v, float):
-        return "" if v != v else f"{v:g}"
-    s = str(v)
-    return s if len(s) <= 100 else s[:99] + "…"
-
-
-def _matrix(ja: JobAnalysis) -> tuple[list[int], list[int], list[int], list[int]]:
-    """Ranks, steps, and row-major step-time / wait matrices in µs (-1 where a rank has no such step)."""
+def _matrices(ja: JobAnalysis) -> tuple[list[int], list[int], np.ndarray, np.ndarray]:
+    """Ranks, steps, and step-time / collective-wait matrices in ns (-1 where a rank has no such step)."""
     st = ja.job.steps
     ranks = [int(r) for r in ja.job.ranks["rank"]]
-    steps = sorted(int(s) for s in st["step"].unique()) if len(st) else [-1]
-    if st.empty:
-        return ranks, steps, [-1] * len(ranks), [-1] * len(ranks)
-    ri = pd.Index(ranks)
-    si = pd.Index(steps)
-    hs = np.full((len(ranks), len(steps)), -1, np.int64)
-    hw = np.full((len(ranks), len(steps)), -1, np.int64)
-    r = ri.get_indexer(st["rank"])
-    s = si.get_indexer(st["step"])
-    hs[r, s] = (st["dur_ns"].to_numpy() // 1000).astype(np.int64)
-    hw[r, s] = (st["wait_ns"].to_numpy() // 1000).astype(np.int64)
-    return ranks, steps, hs.ravel().tolist(), hw.ravel().tolist()
+    steps = sorted(int(s) for s in st["step"].unique()) if len(st) else []
+    hs = np.full((len(ranks), max(len(steps), 1)), -1, np.int64)
+    hw = hs.copy()
+    if len(st):
+        r = pd.Index(ranks).get_indexer(st["rank"])
+        s = pd.Index(steps).get_indexer(st["step"])
+        hs[r, s] = st["dur_ns"].to_numpy(np.int64)
+        hw[r, s] = st["wait_ns"].to_numpy(np.int64)
+    return ranks, steps or [0], hs, hw
+
+
+def _segments(ns: dict[str, int], total: int) -> list[dict[str, Any]]:
+    """A stacked bar's segments, in bucket order (the single report's ledger bars draw the same)."""
+    return [
+        {"bucket": b, "label": BUCKET_LABELS[b], "ns": int(ns.get(b, 0)), "pct": 100.0 * ns.get(b, 0) / total}
+        for b in BUCKETS
+        if total and ns.get(b, 0) > 0
+    ]
+
+
+def _ledger_bars(ja: JobAnalysis, slow_first: list[int]) -> dict[str, Any]:
+    led = ja.job.ledger
+    if led is None or led.empty:
+        return {"ranks": [], "legend": [], "omitted": 0}
+    per = {int(r): {str(b): int(round(v)) for b, v in zip(g["bucket"], g["ns"])} for r, g in led.groupby("rank", sort=True)}
+    order = sorted(per) if len(per) <= MAX_LEDGER_RANKS else [r for r in slow_first if r in per][:MAX_LEDGER_RANKS]
+    used = [b for b in BUCKETS if any(ns.get(b, 0) > 0 for ns in per.values())]
+    bars = []
+    for r in order:
+        total = sum(per[r].values())
+        bars.append({"rank": r, "label": f"rank {r}", "total_ns": total, "segments": _segments(per[r], total)})
+    return {"ranks": bars, "legend": [{"bucket": b, "label": BUCKET_LABELS[b]} for b in used], "omitted": max(len(per) - len(order), 0)}
+
+
+def _finding(n: int, f) -> dict[str, Any]:
+    ev = f.evidence if isinstance(f.evidence, pd.DataFrame) else pd.DataFrame()
+    cols = [str(c) for c in ev.columns][:10]
+    rows = [[format_cell(c, v)[0] for c, v in zip(cols, row)] for row in ev.head(TOP)[ev.columns[:10]].itertuples(index=False, name=None)] if not ev.empty else []
+    from .. import advice
+
+    return {
+        "n": n,
+        "code": clean(f.code, 20),
+        "title": clean(f.title, 300),
+        "severity": f.severity.value,
+        "message": clean(f.message, 4000),
+        "impact_ns": int(f.impact_ns),
+        "cols": [clean(c, 40) for c in cols],
+        "rows": rows,
+        "total_rows": int(len(ev)),
+        "fixes": [{"label": clean(advice.label(fw), 30), "text": fx.text.strip(), "code": fx.code.strip()} for fw, fx in shown_fixes(f, all_frameworks=True)],
+    }
+
+
+def context(ja: JobAnalysis) -> dict[str, Any]:
+    j = ja.job
+    h = _headline(ja)
+    table = _rank_table(ja)
+    slow = table.sort_values(["held_ms", "step_ms", "rank"], ascending=[False, False, True])["rank"].astype(int).tolist()
+    ranks, steps, hs, hw = _matrices(ja)
+    shown = table if len(table) <= FULL_TABLE_RANKS else table.sort_values(["held_ms", "step_ms", "rank"], ascending=[False, False, True]).head(TOP)
+    cols = [str(c) for c in shown.columns]
+    return {
+        "version": __version__,
+        "title": clean(ja.source, 200),
+        "verdict": job_verdict(ja),
+        "head": h,
+        "clocks": clean(j.alignment.describe(), 400),
+        "failures": len(j.failures),
+        "ledger": _ledger_bars(ja, slow),
+        "heatmaps": [
+            _heatmap("Step time", "each rank's step time", ranks, steps, hs),
+            _heatmap("Waiting at collectives", "time each rank waited for the last rank to arrive", ranks, steps, hw),
+        ] if j.step_count or len(j.steps) else [],
+        "findings": [_finding(i + 1, f) for i, f in enumerate(ja.findings)],
+        "rank_cols": cols,
+        "rank_rows": [[format_cell(c, v)[0] for c, v in zip(cols, row)] for row in shown.itertuples(index=False, name=None)],
+        "rank_rows_all": len(table),
+        "groups": [
+            {**g, "code": clean(g["code"], 20), "rule": clean(g["rule"], 60), "message": clean(g["example_message"], 400),
+             "worst_text": ", ".join(f"rank {w['rank']} ({fmt_ns(w['impact_ns'])})" for w in g["worst"][:3])}
+            for g in _rank_rule_groups(ja)
+        ],
+        "rank_count": j.rank_count,
+        "warnings": [clean(w, 300) for w in ja.warnings[:20]],
+        "warnings_more": max(len(ja.warnings) - 20, 0),
+        "css": report_css(),
+    }
 
 
 def render_html(ja: JobAnalysis) -> str:
-    j = ja.job
-    h = headline(ja)
-    parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>traceinsight job: {_e(ja.source)}</title><style>{_CSS}</style></head><body>"]
-    parts.append(f"<h1>traceinsight job report: {_e(ja.source)}</h1>")
-    step = f"median step {fmt_ns(h['step_ns_median'])}, {h['steps_per_rank']} steps per rank" if h["step_ns_median"] else "no step markers"
-    parts.append(
-        f"<p><b>{h['ranks']} ranks</b> (world size {_e(h['world_size'] or 'unknown')}), {_e(step)}; median GPU busy {_e(h['gpu_busy_pct_median'])} %; "
-        f"median collective time {fmt_ns(h['comm_ns_median'] or 0)}, {fmt_ns(h['exposed_comm_ns_median'] or 0)} of it exposed, "
-        f"{fmt_ns(h['collective_wait_ns_median'] or 0)} waiting for later ranks.</p>"
-    )
-    parts.append(f"<p><b>Clocks:</b> {_e(j.alignment.describe())}.</p>")
-    ranks, steps, hs, hw = _matrix(ja)
-    parts.append("<h2>Ranks x steps</h2>")
-    parts.append("<div class='hm'><canvas id='hs'></canvas><div class='legend' id='hs-l'></div></div>")
-    parts.append("<div class='hm'><canvas id='hw'></canvas><div class='legend' id='hw-l'></div></div>")
-    parts.append("<h2>Cross-rank findings</h2>")
-    if not ja.findings:
-        parts.append("<p>None.</p>")
-    for f in ja.findings:
-        fx = f.fixes.get("pytorch")
-        parts.append(
-            f"<div class='card'><h3><span class='sev-{f.severity.value}'>{_e(f.code)}</span> {_e(f.title)}</h3>"
-            f"<p>impact {fmt_ns(f.impact_ns)} · {_e(f.severity.value)}</p><p>{_e(f.message)}</p>{_table(f.evidence, TOP)}"
-            + (f"<p><b>Fix (PyTorch):</b> {_e(fx.text)}</p><pre>{_e(fx.code.strip())}</pre>" if fx else "")
-            + "</div>"
-        )
-    table = rank_table(ja)
-    parts.append("<h2>Ranks</h2>")
-    if len(table) <= FULL_TABLE_RANKS:
-        parts.append(_table(table, FULL_TABLE_RANKS))
-    else:
-        parts.append(f"<p>Ranks that held the others longest (top {TOP}):</p>")
-        parts.append(_table(table.sort_values(["held_ms", "rank"], ascending=[False, True]), TOP))
-        parts.append(f"<p>Slowest ranks by median step (top {TOP}):</p>")
-        parts.append(_table(table.sort_values(["step_ms", "rank"], ascending=[False, True]), TOP))
-    parts.append("<h2>Per-rank findings, by rule</h2><ul>")
-    for g in rank_rule_groups(ja):
-        worst = ", ".join(f"rank {w['rank']} ({fmt_ns(w['impact_ns'])})" for w in g["worst"][:3])
-        parts.append(f"<li><b>{_e(g['code'])} {_e(g['rule'])}</b> ({_e(g['severity'])}): on {g['ranks']} of {j.rank_count} ranks; worst: {_e(worst)}.<br>{_e(g['example_message'][:400])}</li>")
-    parts.append("</ul>")
-    if ja.warnings:
-        parts.append("<h2>Warnings</h2><ul>" + "".join(f"<li>{_e(w[:300])}</li>" for w in ja.warnings[:20]) + "</ul>")
-        if len(ja.warnings) > 20:
-            parts.append(f"<p>… and {len(ja.warnings) - 20} more (see the JSON report).</p>")
-    data = json.dumps({"R": ranks, "S": steps, "HS": hs, "HW": hw}, separators=(",", ":"))
-    parts.append(f"<script>const D={data};const R=D.R,S=D.S,HS=D.HS,HW=D.HW;{_JS}</script></body></html>")
-    return "".join(parts)
+    return env().get_template("job.html.j2").render(**context(ja))

@@ -51,6 +51,7 @@ def to_dict(ja: JobAnalysis) -> dict[str, Any]:
         "version": __version__,
         "report": "job",
         "source": ja.source,
+        "verdict": _verdict(ja),
         "summary": headline(ja),
         "clock_alignment": j.alignment.to_dict(),
         "findings": [finding_dict(f, max_evidence_rows=50) for f in ja.findings],
@@ -59,6 +60,12 @@ def to_dict(ja: JobAnalysis) -> dict[str, Any]:
         "rules_run": ja.rules_run,
         "warnings": ja.warnings,
     }
+
+
+def _verdict(ja: JobAnalysis) -> dict[str, Any]:
+    from .verdict import job_verdict
+
+    return job_verdict(ja)
 
 
 def render_json(ja: JobAnalysis) -> str:
@@ -79,7 +86,11 @@ def _md_table(df: pd.DataFrame, max_rows: int = TOP) -> list[str]:
 def _cell(v: Any) -> str:
     if isinstance(v, float):
         return "" if v != v else f"{v:g}"
-    return str(v).replace("|", "\\|").replace("\n", " ")[:120]
+    if isinstance(v, (int, np.integer)):
+        return str(v)
+    from ..render.markdown import esc
+
+    return esc(v, 120)
 
 
 def _pct(per: pd.DataFrame, col: str) -> str:
@@ -91,9 +102,13 @@ def _pct(per: pd.DataFrame, col: str) -> str:
 
 
 def render_markdown(ja: JobAnalysis) -> str:
+    from ..render.markdown import esc
+    from .verdict import job_verdict
+
     j = ja.job
     h = headline(ja)
-    out = [f"# traceinsight job report: {ja.source}", ""]
+    v = job_verdict(ja)
+    out = [f"# traceinsight job report: {esc(ja.source, 300)}", "", f"**Verdict: {esc(v['headline'], 200)}.** {esc(v['sentence'], 1000)}", ""]
     step = f"median step {fmt_ns(h['step_ns_median'])}, {h['steps_per_rank']} steps per rank" if h["step_ns_median"] else "no step markers"
     out += [
         f"**{h['ranks']} ranks** (world size {h['world_size'] or 'unknown'}), {step}; median GPU busy "
@@ -109,11 +124,13 @@ def render_markdown(ja: JobAnalysis) -> str:
     if not ja.findings:
         out += ["None.", ""]
     for f in ja.findings:
-        out += [f"### {f.code} {f.title}", "", f"*{f.severity.value}* · impact {fmt_ns(f.impact_ns)}", "", f.message, ""]
+        out += [f"### {esc(f.code, 20)} {esc(f.title, 300)}", "", f"*{f.severity.value}* · impact {fmt_ns(f.impact_ns)}", "", esc(f.message, 2000), ""]
         out += _md_table(f.evidence) + [""]
         fx = f.fixes.get("pytorch")
         if fx:
             out += [f"**Fix (PyTorch):** {fx.text}", ""]
+            if fx.code.strip():
+                out += ["```python", fx.code.strip(), "```", ""]
     out += ["## Ranks", ""]
     table = rank_table(ja)
     if len(table) <= FULL_TABLE_RANKS:
@@ -132,20 +149,28 @@ def render_markdown(ja: JobAnalysis) -> str:
     for g in groups:
         worst = ", ".join(f"rank {w['rank']} ({fmt_ns(w['impact_ns'])})" for w in g["worst"][:3])
         out += [
-            f"- **{g['code']} {g['rule']}** ({g['severity']}): on {g['ranks']} of {j.rank_count} ranks, median impact "
-            f"{fmt_ns(g['median_impact_ns'])}; worst: {worst}. Example: {g['example_message'][:400]}"
+            f"- **{esc(g['code'], 20)} {esc(g['rule'], 60)}** ({g['severity']}): on {g['ranks']} of {j.rank_count} ranks, median impact "
+            f"{fmt_ns(g['median_impact_ns'])}; worst: {worst}. Example: {esc(g['example_message'], 400)}"
         ]
     out.append("")
     if ja.warnings:
-        out += ["## Warnings", ""] + [f"- {w[:300]}" for w in ja.warnings[:20]]
+        out += ["## Warnings", ""] + [f"- {esc(w, 300)}" for w in ja.warnings[:20]]
         if len(ja.warnings) > 20:
             out.append(f"- … and {len(ja.warnings) - 20} more (see the JSON report)")
         out.append("")
     return "\n".join(out)
 
 
-def render_text(ja: JobAnalysis) -> str:
-    return render_markdown(ja)
+def render_text(ja: JobAnalysis, width: int = 110) -> str:
+    """The Markdown report laid out for a terminal (rich): headings, tables and code blocks drawn, no raw markup."""
+    import io
+
+    from rich.console import Console
+    from rich.markdown import Markdown
+
+    buf = io.StringIO()
+    Console(file=buf, width=max(width, 60), force_terminal=False, color_system=None, highlight=False).print(Markdown(render_markdown(ja)))
+    return buf.getvalue()
 
 
 def render(ja: JobAnalysis, fmt: str) -> str:

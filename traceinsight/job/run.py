@@ -13,7 +13,7 @@ import traceback
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from ..config import Config
 from ..severity import DEFAULT_MIN_IMPACT_PCT
@@ -50,12 +50,21 @@ class JobAnalysis:
         return max(sev, key=lambda s: s.rank) if sev else None
 
 
-def _map_local(urls: list[str], settings: MapSettings, workers: int | None) -> list:
+def _map_local(urls: list[str], settings: MapSettings, workers: int | None, progress: Callable[[int, int], None] | None = None) -> list:
     n = max(1, min(len(urls), workers or os.cpu_count() or 1))
+    out: list = []
     if n == 1:
-        return [analyze_rank(u, settings) for u in urls]
+        for u in urls:
+            out.append(analyze_rank(u, settings))
+            if progress:
+                progress(len(out), len(urls))
+        return out
     with ProcessPoolExecutor(max_workers=n) as pool:
-        return list(pool.map(analyze_rank, urls, [settings] * len(urls), chunksize=1))
+        for res in pool.map(analyze_rank, urls, [settings] * len(urls), chunksize=1):  # in order, as they finish
+            out.append(res)
+            if progress:
+                progress(len(out), len(urls))
+    return out
 
 
 def _map_dask(urls: list[str], settings: MapSettings, scheduler: Any) -> list:
@@ -81,11 +90,13 @@ def analyze_job(
     storage_options: dict[str, Any] | None = None,
     trace_format: str | None = None,
     workers: int | None = None,
+    progress: Callable[[int, int], None] | None = None,
 ) -> JobAnalysis:
     """Analyse a job rank by rank: a folder, glob, object-store prefix or list of rank files.
 
     ``scheduler``: a Dask scheduler address or a ``distributed.Client``; None uses ``TRACEINSIGHT_SCHEDULER`` when
-    set, else local processes (``workers`` of them, default: CPU count).
+    set, else local processes (``workers`` of them, default: CPU count). ``progress(done, total)`` hears each rank
+    the local map finishes (for a progress bar).
     """
     t0 = time.perf_counter()
     cfg = config or Config()
@@ -98,7 +109,7 @@ def analyze_job(
         results = _map_dask(urls, settings, scheduler)
         engine = f"dask ({scheduler if isinstance(scheduler, str) else 'client'})"
     else:
-        results = _map_local(urls, settings, workers)
+        results = _map_local(urls, settings, workers, progress)
         engine = "local processes"
     t_reduce = time.perf_counter()
     summaries: list[RankSummary] = []

@@ -119,3 +119,60 @@ def smallest_first(key: np.ndarray, k: int) -> np.ndarray:
         return np.zeros(0, np.intp)
     cand = np.flatnonzero(key <= np.partition(key, k - 1)[k - 1])  # every key below the k-th, and its ties
     return cand[np.argsort(key[cand], kind="stable")][:k]
+
+
+#: How each kind of saving (``traceinsight.savings``) is worded next to its figure.
+SAVING_LABELS = {"idle": "est. saved", "modelled": "modelled speed-up", "none": ""}
+
+
+def saving_label(f: Any) -> str:
+    """"est. saved" for GPU idle a finding claims, "modelled speed-up" for an assumed speed-up of busy work."""
+    return SAVING_LABELS.get(getattr(f, "saving_kind", "") or "idle", "est. saved")
+
+
+def share_text(f: Any) -> str:
+    """"12.3 % of GPU window": the figure's share of the steady-state GPU window the finding is about."""
+    share = getattr(f, "share_pct", None)
+    return "" if share is None else f"{share:.1f} % of GPU window"
+
+
+def shown_ns(f: Any) -> int:
+    """The figure every format shows for a finding (``traceinsight.savings``): its saving, else the rule's estimate."""
+    saving = getattr(f, "saving_ns", None)
+    return int(saving if saving is not None else f.impact_ns)
+
+
+def figure_text(f: Any) -> str:
+    """The one line every format shows for a finding's figure: "est. saved 59.38 ms · 90.3 % of GPU window"."""
+    label = saving_label(f)
+    if not label:
+        return ""
+    share = share_text(f)
+    return f"{label} {fmt_ns(shown_ns(f))}" + (f" · {share}" if share else "")
+
+
+def cause_of(analysis: Any, f: Any) -> Any:
+    """The root-cause finding that explains ``f`` (shown with it, as its symptom), or None."""
+    fp = f.metrics.get("explained_by")
+    if not fp:
+        return None
+    return next((c for c in analysis.findings if c.fingerprint == fp), None)
+
+
+def what_if_text(f: Any) -> str:
+    """The what-if line: predicted step, and why it and the claimed figure differ when they do."""
+    from ..whatif import format_what_if
+
+    w = getattr(f, "what_if", None)
+    text = format_what_if(w)
+    if not text:
+        return ""
+    why = (w or {}).get("why") or f.metrics.get("what_if_note") or ""
+    return text + (f" ({why})" if why else "")
+
+
+def shown_fixes(f: Any, all_frameworks: bool) -> list[tuple[str, Any]]:
+    """The fixes a format shows: every framework's (HTML, JSON) or only the trace's own, the first one
+    (terminal, Markdown: a PR comment should not carry three frameworks' advice)."""
+    items = [(fw, fx) for fw, fx in f.fixes.items() if fx.text.strip()]
+    return items if all_frameworks else items[:1]

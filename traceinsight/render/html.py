@@ -26,7 +26,7 @@ from ..patterns import COLLECTIVE, SYNC_CALL
 from ..timeline import GPU_ACTIVITY_KINDS
 from ..intervals import merge_intervals
 from ..masks import kind_mask, name_mask
-from .common import baseline_sentence, baseline_tag, clean, column_label, column_labels, format_cell, smallest_first
+from .common import baseline_sentence, baseline_tag, cause_of, shown_ns, clean, column_label, column_labels, figure_text, format_cell, saving_label, smallest_first, what_if_text
 from .ledger_view import bars as ledger_bars
 from .templating import asset, env, report_css
 
@@ -59,7 +59,10 @@ def context(analysis: Analysis, title: str | None = None) -> dict[str, Any]:
     head = analysis.kpis
     verdict = analysis.verdict
     views = analysis.views
-    findings = [_finding(i + 1, f, detailed=i < MAX_FINDINGS_DETAILED) for i, f in enumerate(analysis.findings)]
+    findings = [_finding(i + 1, f, detailed=i < MAX_FINDINGS_DETAILED, cause=cause_of(analysis, f)) for i, f in enumerate(analysis.findings)]
+    number = {f.fingerprint: i + 1 for i, f in enumerate(analysis.findings)}
+    for fd, f in zip(findings, analysis.findings):
+        fd["symptom_n"] = number.get(f.metrics.get("explained_by"))
     for fd, f in zip(findings[:MAX_INSTANCE_VIEWS], analysis.findings):
         fd["instance"] = _instance(analysis.timeline, views, f)
     for fd, f in zip(findings, analysis.findings):
@@ -164,7 +167,7 @@ def _efficiency(analysis: Analysis) -> dict[str, Any] | None:
     }
 
 
-def _finding(n: int, f: Finding, detailed: bool) -> dict[str, Any]:
+def _finding(n: int, f: Finding, detailed: bool, cause: Finding | None = None) -> dict[str, Any]:
     ev = f.evidence if isinstance(f.evidence, pd.DataFrame) else pd.DataFrame()
     cols = [str(c) for c in ev.columns][:12]
     rows = []
@@ -200,8 +203,14 @@ def _finding(n: int, f: Finding, detailed: bool) -> dict[str, Any]:
         "severity": f.severity.value,
         "message": clean(f.message, 4000),
         "impact_ns": int(f.impact_ns),
-        "pct_span": float(f.impact_pct_span),
-        "pct_step": None if f.impact_pct_step is None else float(f.impact_pct_step),
+        "saving_ns": shown_ns(f),
+        "kind": f.saving_kind or "idle",
+        "saving_label": saving_label(f),
+        "share_pct": f.share_pct,
+        "symptom_of": None if cause is None else clean(cause.code, 20),
+        "severity_basis": clean(f.metrics.get("severity_basis", ""), 400),
+        "what_if": clean(what_if_text(f), 800),
+        "saving_basis": clean(f.metrics.get("saving_basis", ""), 400),
         "fingerprint": f.fingerprint,
         "where": " · ".join(where),
         "cols": [clean(c, 40) for c in column_labels(cols)],
@@ -335,6 +344,7 @@ class _WindowRows:
         self.dur = ev["dur_ns"].to_numpy()[pos]
         self.kind = ev["kind"].take(pos)
         self.name = ev["name"].take(pos)
+        self.tid = ev["tid"].to_numpy()[pos]
         self.host = self.device < 0
         self.gpu = kind_mask(self.kind, GPU_ACTIVITY_KINDS) & ~self.host
 
@@ -435,8 +445,15 @@ def _host_lanes(win: _WindowRows, rank: int, w0: int, w1: int, prefix: str = "")
     lanes: list[dict[str, Any]] = []
     mine = win.host & (win.rank == rank)
     scale = PLOT_W / max(w1 - w0, 1)
+    busy = _launching_tid(win, mine)
     for k, label, cls in HOST_LANES:
-        r = np.flatnonzero(mine & win.kind_is(k))
+        m = mine & win.kind_is(k)
+        if k == "python" and busy is not None and (m & (win.tid == busy)).any():
+            # Python frames of the thread that issues the launches (it holds the GIL while it does): a thread asleep
+            # in threading.py's wait would otherwise fill the lane with its one long frame
+            m &= win.tid == busy
+            label = f"Python (thread {busy})"
+        r = np.flatnonzero(m)
         if not len(r):
             continue
         st = win.start[r]
@@ -463,6 +480,15 @@ def _host_lanes(win: _WindowRows, rank: int, w0: int, w1: int, prefix: str = "")
                           "title": f"{name}: {fmt_ns(int(en[i] - st[i]))} at {fmt_ns(int(st[i]))}"})
         lanes.append({"label": f"{prefix}{label}", "kind": "hostop", "rects": rects, "gaps": [], "boxes": boxes})
     return lanes
+
+
+def _launching_tid(win: _WindowRows, mine: np.ndarray):
+    """The host thread with the most runtime calls in the window (the one launching GPU work), or None."""
+    rt = mine & win.kind_is("runtime")
+    if not rt.any():
+        return None
+    tids, counts = np.unique(win.tid[rt], return_counts=True)
+    return int(tids[np.argmax(counts)])
 
 
 def _rects_svg(rects: list[tuple[float, float, int, str]], y: float, height: float) -> Markup:

@@ -73,6 +73,10 @@ def finding_dict(f: Finding, max_evidence_rows: int | None = 50) -> dict[str, An
         "impact_ns": int(f.impact_ns),
         "impact_pct_span": round(float(f.impact_pct_span), 3),
         "impact_pct_step": None if f.impact_pct_step is None else round(float(f.impact_pct_step), 3),
+        # the kind of figure impact_ns is (traceinsight.savings) and its share of the GPU window the finding is about
+        "saving_kind": f.saving_kind or None,
+        "saving_ns": None if f.saving_ns is None else int(f.saving_ns),
+        "share_pct": None if f.share_pct is None else round(float(f.share_pct), 3),
         "location": {k: (None if v is None else int(v)) for k, v in vars(f.location).items()},
         "fingerprint": f.fingerprint,
         "metrics": jsonable(f.metrics),

@@ -14,9 +14,8 @@ from typing import Any
 from ..analysis import Analysis
 from ..units import fmt_ns
 from ..sanitize import markdown_text
-from ..units import format_what_if
 from .. import advice
-from .common import baseline_sentence, baseline_tag, clean, column_label, format_cell
+from .common import baseline_sentence, baseline_tag, cause_of, shown_ns, clean, column_label, figure_text, format_cell, saving_label, shown_fixes, what_if_text
 from .ledger_view import markdown as ledger_markdown
 
 MAX_CHARS = 60_000
@@ -50,19 +49,25 @@ def kpi_line(analysis: Analysis) -> str:
         f"**Span** {fmt_ns(h['span_ns'])}",
         f"**GPU busy** {busy}",
         f"**Findings** {h['findings']} ({sev['error']} error, {sev['warning']} warning, {sev['info']} info)",
-        f"**Est. savings** up to {fmt_ns(h['est_savings_ns'])} (largest {fmt_ns(h['largest_saving_ns'])})",
+        f"**Est. savings** up to {fmt_ns(h['est_savings_ns'])} of GPU idle (largest {fmt_ns(h['largest_saving_ns'])})",
     ]
+    if h["modelled_speedup_ns"]:
+        parts.append(f"**Modelled speed-up** up to {fmt_ns(h['modelled_speedup_ns'])} (busy work; not added to the savings)")
     if h["mean_step_ns"]:
         parts.append(f"**Mean step** {fmt_ns(h['mean_step_ns'])} × {h['steps']}")
     return " · ".join(parts)
 
 
-def _finding_block(n: int, f, with_evidence: bool) -> str:
+def _finding_block(n: int, f, with_evidence: bool, cause=None) -> str:
     out = [f"#### {n}. `{esc(f.code, 20)}` {esc(f.title, 300)}", ""]
-    pct = f"{f.impact_pct_span:.1f}% of span" + (f", {f.impact_pct_step:.1f}% of a step" if f.impact_pct_step is not None else "")
-    out += [f"{_SEV_ICON.get(f.severity.value, '')} **{f.severity.value}** · est. **{fmt_ns(f.impact_ns)}** saved ({pct})", ""]
-    if format_what_if(f.what_if):
-        out += [f"**If fixed:** {format_what_if(f.what_if)} — {esc(f.what_if.get('assumptions', ''), 400)}", ""]
+    if cause is not None:
+        out += [f"*Symptom of `{esc(cause.code, 20)}`: shown with its root cause, which carries the severity.*", ""]
+    fig = figure_text(f)
+    out += [f"{_SEV_ICON.get(f.severity.value, '')} **{f.severity.value}**" + (f" · {esc(fig, 200)}" if fig else ""), ""]
+    if f.metrics.get("severity_basis"):
+        out += [f"Severity: {esc(f.metrics['severity_basis'], 300)}", ""]
+    if what_if_text(f):
+        out += [f"**If fixed:** {what_if_text(f)} — {esc(f.what_if.get('assumptions', ''), 400)}", ""]  # our own words
     out += [esc(f.message, 2000), ""]
     ev = f.evidence
     if with_evidence and ev is not None and not ev.empty:
@@ -73,11 +78,10 @@ def _finding_block(n: int, f, with_evidence: bool) -> str:
         for row in rows.itertuples(index=False, name=None):
             out.append("| " + " | ".join(esc(format_cell(c, v, 120)[0], 120) for c, v in zip(cols, row)) + " |")
         out += ["", "</details>", ""]
-    for fw, fx in f.fixes.items():  # traceinsight.advice ordered them: the trace's framework first
-        if fx.text.strip():
-            out += [f"**Fix in {esc(advice.label(fw), 30)}:** {fx.text.strip()}", ""]
-            if fx.code.strip():
-                out += [_fence(fx.code.strip(), "cuda" if fw == "cuda" else "python"), ""]
+    for fw, fx in shown_fixes(f, all_frameworks=False):  # the trace's own framework (advice put it first)
+        out += [f"**Fix in {esc(advice.label(fw), 30)}:** {fx.text.strip()}", ""]
+        if fx.code.strip():
+            out += [_fence(fx.code.strip(), "cuda" if fw == "cuda" else "python"), ""]
     return "\n".join(out) + "\n"
 
 
@@ -136,10 +140,15 @@ def render(analysis: Analysis, html_name: str | None = None, max_chars: int = MA
     findings = analysis.findings
     body: list[str] = []
     if findings:
-        body += ["### Findings", "", "| # | code | severity | title | est. time saved | % of span |", "|---:|---|---|---|---:|---:|"]
+        body += ["### Findings", "", "| # | code | severity | title | saving | % of GPU window |", "|---:|---|---|---|---:|---:|"]
         for n, f in enumerate(findings[:MAX_TABLE_ROWS], start=1):
+            cause = cause_of(analysis, f)
+            sym = f"↳ symptom of `{esc(cause.code, 20)}`: " if cause is not None else ""
+            label = saving_label(f)
+            saving = f"{fmt_ns(shown_ns(f))}" + (" (modelled)" if label == "modelled speed-up" else "") if label else ""
+            share = "" if f.share_pct is None else f"{f.share_pct:.1f}%"
             body.append(
-                f"| {n} | `{esc(f.code, 20)}` | {_SEV_ICON.get(f.severity.value, '')} {f.severity.value} | {_tagged(analysis, f)}{esc(f.title, 160)} | {fmt_ns(f.impact_ns)} | {f.impact_pct_span:.1f}% |"
+                f"| {n} | `{esc(f.code, 20)}` | {_SEV_ICON.get(f.severity.value, '')} {f.severity.value} | {sym}{_tagged(analysis, f)}{esc(f.title, 160)} | {saving} | {share} |"
             )
         body += [""]
     else:
@@ -148,13 +157,14 @@ def render(analysis: Analysis, html_name: str | None = None, max_chars: int = MA
     budget = max_chars - len(tail_text) - 200  # room for the "more findings" line
     shown = 0
     if findings:
-        text += "### Details\n\n"
+        text += "\n### Details\n\n"
         for n, f in enumerate(findings, start=1):
-            block = _finding_block(n, f, with_evidence=n <= MAX_EVIDENCE_FINDINGS)
+            cause = cause_of(analysis, f)
+            block = _finding_block(n, f, with_evidence=n <= MAX_EVIDENCE_FINDINGS, cause=cause)
             if len(text) + len(block) > budget and n > MAX_EVIDENCE_FINDINGS:
                 break
             if len(text) + len(block) > budget:
-                block = _finding_block(n, f, with_evidence=False)
+                block = _finding_block(n, f, with_evidence=False, cause=cause)
                 if len(text) + len(block) > budget:
                     break
             text += block

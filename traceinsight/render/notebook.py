@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from .. import advice, buckets
-from .common import clean
+from .common import clean, figure_text, shown_ns
 from .html import MAX_DEVICES_DRAWN
 from .templating import env
 
@@ -27,7 +27,7 @@ def render_inline(analysis: "Analysis") -> str:
         first = next(((fw, fx) for fw, fx in f.fixes.items() if fx.text.strip()), None)
         findings.append({
             "n": i + 1, "code": clean(f.code, 20), "severity": f.severity.value, "title": clean(f.title, 300),
-            "message": clean(f.message, 1500), "impact_ns": int(f.impact_ns),
+            "message": clean(f.message, 1500), "impact_ns": int(f.impact_ns), "saving_ns": shown_ns(f), "figure": clean(figure_text(f), 200),
             "fix": None if first is None else {"label": advice.label(first[0]), "text": first[1].text.strip(), "code": first[1].code},
         })
     ledger = []

@@ -13,8 +13,8 @@ from ..analysis import Analysis
 from ..units import fmt_ns
 from ..sanitize import rich as escape  # terminal-safe and markup-safe: every trace string goes through it
 from ..sanitize import terminal
-from ..units import format_what_if
-from .common import baseline_sentence, baseline_tag
+from .. import advice
+from .common import baseline_sentence, baseline_tag, cause_of, figure_text, shown_fixes, what_if_text
 from .ledger_view import table as ledger_table
 
 _SEV_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
@@ -97,18 +97,24 @@ def render(analysis: Analysis, width: int = 110, **_: Any) -> str:
         _print(con, _table("Top kernels by GPU time", ["kernel", "count", "total", "mean", "% kernel time"], rows, text_col=0, width=width))
     con.print()
     if analysis.findings:
-        con.print(f"[bold]{len(analysis.findings)} finding(s)[/], largest estimated saving first:")
+        con.print(f"[bold]{len(analysis.findings)} finding(s)[/], the verdict's first, then largest saving first (GPU idle, then modelled speed-ups of busy work):")
         for f in analysis.findings:
             style = _SEV_STYLE.get(f.severity.value, "")
-            impact = f" - est. {fmt_ns(f.impact_ns)} ({f.impact_pct_span:.1f}% of span)" if f.impact_ns else ""
+            cause = cause_of(analysis, f)
+            fig = figure_text(f)
+            impact = f" - {fig}" if fig else ""
             tag = baseline_tag(analysis, f)
             tag = f"[bold]{escape('[' + (tag.upper() if tag == 'new' else tag) + ']')}[/] " if tag else ""
-            con.print(f"\n[{style}]{escape(f.code)} {f.severity.value.upper()}[/] {tag}[bold]{escape(f.title)}[/]{impact}")
-            con.print(f"  {escape(f.message)}")
-            if format_what_if(f.what_if):
-                con.print(f"  if fixed: {escape(format_what_if(f.what_if))}")
-            for fw, fx in f.fixes.items():
-                con.print(f"  fix ({escape(fw)}): {escape(fx.text.strip().splitlines()[0] if fx.text.strip() else '')}")
+            pad = "    " if cause is not None else ""
+            lead = f"{pad}symptom of {escape(cause.code)}: " if cause is not None else ""
+            con.print(f"\n{lead}[{style}]{escape(f.code)} {f.severity.value.upper()}[/] {tag}[bold]{escape(f.title)}[/]{impact}")
+            con.print(f"{pad}  {escape(f.message)}")
+            if f.metrics.get("severity_basis"):
+                con.print(f"{pad}  severity: {escape(f.metrics['severity_basis'])}")
+            if what_if_text(f):
+                con.print(f"{pad}  if fixed: {escape(what_if_text(f))}")
+            for fw, fx in shown_fixes(f, all_frameworks=False):
+                con.print(f"{pad}  fix ({escape(advice.label(fw))}): {escape(fx.text.strip().splitlines()[0])}")
     else:
         con.print(f"No findings from {len(analysis.rules_run)} rule(s).")
     sentence = baseline_sentence(analysis)

@@ -176,7 +176,7 @@ def _read_file_nogc(path: Path, progress=None, max_bytes: int | None = None) -> 
     warnings: list[str] = []
     if progress:
         progress("decompressing")
-    data = read_bytes(path, warnings, max_bytes=max_bytes, mapped=native_available())
+    data = read_bytes(path, warnings, max_bytes=max_bytes, mapped=native_available(), on_bytes=getattr(progress, "bytes", None))
     if progress:
         progress("parsing JSON")
     try:
