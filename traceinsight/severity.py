@@ -18,7 +18,8 @@ time ledger books, as the verdict does): the window of its (rank, device) when i
 of its rank when it names only a rank, and the summed windows of all devices when it names none (findings that
 add up over devices). A trace without GPU activity has no window: its findings keep
 the severity their rule gave (there is no cost to grade). While a trace-quality finding withholds judgement
-(``metrics["withholds_judgement"]``: too little GPU work), performance findings stay at info.
+(``metrics["withholds_judgement"]``: too little GPU work), or while one-time work fills the window
+(``steady.judgement``), performance findings stay at info.
 
 What is not graded: ``trace_quality`` findings (they describe the recording, not the run), rules that declare
 ``graded = False``, and plugin findings without a cost estimate (impact 0; built-in rules always estimate one). A rule may cap its findings with ``max_severity`` (e.g. modelled headroom rather than time
@@ -112,6 +113,10 @@ def grade(
     findings = list(findings)
     # a trace-quality finding may withhold judgement (too little GPU work): performance findings stay at info
     withheld = any(_category(f, rules) in UNGRADED_CATEGORIES and f.metrics.get("withholds_judgement") for f in findings)
+    if not withheld and not views.utilization.empty:
+        from .steady import judgement  # one-time work fills the window: nothing in it is a steady-state cost
+
+        withheld = not judgement(views)["judgeable"]
     steady = steady_windows(views)
     out = []
     for f in findings:
