@@ -24,7 +24,8 @@ measures itself, see ``ledger.warmup_regions``):
   of the steps after them (allocator growth, autotuning and compilation land in the first steps).
 
 ``judgement`` then says whether the window can be judged: not when warm-up is most of it and fewer than
-``MIN_STEADY_STEPS`` steps lie outside it, or when what is left holds less than ``MIN_STEADY_NS``. Such a window
+``MIN_STEADY_STEPS`` steps lie outside it (without steps: when what is left holds under ``MIN_STEADY_BUSY_NS`` of
+GPU work), or when what is left is shorter than ``MIN_STEADY_NS``. Such a window
 gets the verdict "cannot judge this window" with the way to record a better one (``record_better``), and no
 performance finding above info.
 """
@@ -55,6 +56,9 @@ MAX_WARMUP_PCT = 50.0
 MIN_STEADY_STEPS = 2
 #: ...or when the window less its warm-up is shorter than this: one real step is milliseconds.
 MIN_STEADY_NS = 1_000_000
+#: Without step markers, repetition cannot be counted: a window mostly warm-up is judged only when what is left
+#: holds at least this much GPU work (a few real steps' worth), else it is a fragment of a first pass.
+MIN_STEADY_BUSY_NS = 5_000_000
 
 #: Host calls and ranges that do one-off set-up wherever they sit: context and module loading, library handles,
 #: autotuning, JIT compilation, graph capture and instantiation. Names that also run every step are left out
@@ -224,6 +228,7 @@ def judgement(views: "Views") -> dict:
     window = int(sum(t.values()))
     warm = int(t.get("idle_warmup", 0))
     steady = window - warm
+    busy = int(t.get("compute", 0) + t.get("communication", 0) + t.get("copy", 0))
     st = views.steps
     regions = led.warmup
     n_steady = 0
@@ -245,10 +250,13 @@ def judgement(views: "Views") -> dict:
         share = 100.0 * warm / window
         if warm and steady < MIN_STEADY_NS:
             reason = f"one-time work fills {share:.0f} % of the window and less than {MIN_STEADY_NS / 1e6:.0f} ms of steady state is left"
-        elif share >= MAX_WARMUP_PCT and n_steady < MIN_STEADY_STEPS:
+        elif share >= MAX_WARMUP_PCT and not st.empty and n_steady < MIN_STEADY_STEPS:
             reason = (f"one-time work (module loading, set-up, compilation, allocator growth) fills {share:.0f} % of the window and "
                       + ("no step outside it" if n_steady == 0 else f"only {n_steady} step outside it")
                       + " shows the rest repeats")
+        elif share >= MAX_WARMUP_PCT and st.empty and busy < MIN_STEADY_BUSY_NS:
+            reason = (f"one-time work (module loading, set-up, compilation, allocator growth) fills {share:.0f} % of the window, "
+                      f"and the rest holds only {busy / 1e6:.2f} ms of GPU work and no step markers")
     out = {"judgeable": reason is None, "reason": reason, "window_ns": window, "warmup_ns": warm, "steady_ns": steady, "steady_steps": n_steady}
     views.__dict__["_steady_judgement"] = out
     return out
