@@ -88,6 +88,7 @@ def analyze(
     fail_on: Annotated[FailOn, typer.Option("--fail-on", help="Exit 1 when a finding at or above this severity exists (listed on stderr).")] = FailOn.never,
     trace_format: Annotated[Optional[str], typer.Option("--trace-format", help="Force the parser: pytorch, nsys, tensorflow-xplane, tensorflow-logdir, tensorflow-json.")] = None,
     run_name: Annotated[Optional[str], typer.Option("--run", help="TensorBoard logdir: the profile run to read (default: newest).")] = None,
+    step_range: Annotated[Optional[str], typer.Option("--step-range", help="Use this user range (NVTX, record_function, TraceMe; numbers at its end ignored) as the step.")] = None,
     progress: Annotated[bool, typer.Option("--progress/--no-progress", help="Show progress on stderr while reading.")] = True,
     baseline: Annotated[
         Optional[Path],
@@ -131,6 +132,7 @@ def analyze(
             trace_format=trace_format,
             run_name=run_name,
             min_impact=min_impact,
+            step_range=step_range,
         )
         analysis = _with_progress(engine.analyze, path, progress, kwargs)
         global _teardown_free

@@ -161,6 +161,24 @@ def run(
     )
 
 
+def with_step_range(timeline: Timeline, name: str) -> Timeline:
+    """The timeline with the ranges named ``name`` as its steps (a copy of the frame). An unknown name raises
+    ``ConfigError`` (a usage error) naming the repeated ranges the trace does have."""
+    from .errors import ConfigError
+    from .steps import candidates, choose, mark
+    from .timeline import assign_steps
+
+    events = timeline.events.copy()
+    picked = choose(events, name)
+    if picked is None:
+        have = ", ".join(sorted(set(candidates(events)["name"]))[:10]) or "none"
+        raise ConfigError(f"--step-range: no range named {name!r} in the trace (repeated user ranges: {have})")
+    mark(events, picked["marker"], replace=True)
+    assign_steps(events)
+    timeline.meta.extra["steps_source"] = picked
+    return Timeline(events=events, meta=timeline.meta)
+
+
 def analyze(
     trace: "str | os.PathLike | Timeline",
     *,
@@ -176,6 +194,7 @@ def analyze(
     run_name: str | None = None,
     progress: Callable[[str], None] | None = None,
     min_impact: float | None = None,
+    step_range: str | None = None,
 ) -> Analysis:
     """Load (if given a path) and analyse a trace with the built-in, installed and given rules.
 
@@ -186,6 +205,8 @@ def analyze(
     new or worse (worse: share of the span grew by ``worse_by`` percent). ``trace_format`` forces the reader,
     ``run_name`` picks a TensorBoard profile run, ``progress`` receives reading progress messages. ``min_impact``
     (% of the GPU window; default the config's, 1) leaves out findings that cost less; 0 reports everything.
+    ``step_range`` names the user range (NVTX, ``record_function``, TraceMe) whose instances are the steps, in place
+    of the profiler's markers or the automatic choice (``traceinsight.steps``).
 
     Rules are chosen and configured before the trace is read, so a usage error costs no load time.
     """
@@ -200,6 +221,8 @@ def analyze(
         from .ingest import load
 
         timeline = load(trace, format=trace_format, progress=progress, **({"run": run_name} if run_name else {}))
+    if step_range is not None:
+        timeline = with_step_range(timeline, step_range)
     analysis = run(
         timeline, selected, extra_warnings=[*cfg.warnings, *ruleset.warnings], min_impact=cfg.min_impact, severity_overrides=cfg.severity
     )

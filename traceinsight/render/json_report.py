@@ -41,12 +41,22 @@ def to_dict(analysis: Analysis, max_evidence_rows: int | None = 50) -> dict[str,
         "verdict": details(analysis),
         "kpis": headline(analysis),
         "ledger": ledger_of(analysis).to_dict(),
+        "steps": _steps(analysis),
         "summary": analysis.summary.to_dict(),
         "findings": [_finding(analysis, f, max_evidence_rows) for f in analysis.findings],
         "baseline": analysis.baseline.to_dict() if analysis.baseline is not None else None,
         "rules_run": list(analysis.rules_run),
         "warnings": list(analysis.warnings),
     }
+
+
+def _steps(analysis: Analysis) -> dict[str, Any]:
+    """Which marker made the steps, each step's duration and ledger, their spread and the outlier step."""
+    from ..steps import table
+    from ..views import Views
+
+    views = analysis.views if analysis.views is not None else Views(analysis.timeline)
+    return _jsonable(table(views, analysis.timeline.meta.extra.get("steps_source")))
 
 
 def _finding(analysis: Analysis, f: Finding, max_evidence_rows: int | None) -> dict[str, Any]:

@@ -1,0 +1,112 @@
+"""Steps from any marker: ProfilerStep when present, else a repeated user range picked by repetition and coverage
+(library ranges never), or the range named with ``--step-range`` (API ``step_range=``)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+import traceinsight
+from traceinsight.cli import app
+from traceinsight.errors import ConfigError
+from traceinsight.views import Views
+
+from .helpers.kineto_writer import KinetoTrace
+from .helpers.nsys_writer import NsysTrace
+
+
+def _kineto_iterations(tmp_path, n=6):
+    # record_function("train_iteration") around each iteration, a "forward" range inside it, no ProfilerStep
+    t = KinetoTrace()
+    b = 0.0
+    for i in range(n):
+        t.annotation("train_iteration", b, 1_000.0)
+        t.annotation("forward", b + 10.0, 500.0)
+        for k in range(8):
+            t.kernel("gemm", b + 30.0 + k * 110.0, 100.0, launch_us=b + 20.0 + k * 2.0)
+        b += 1_010.0
+    return t.write(tmp_path / "iterations.json")
+
+
+def test_kineto_record_function_ranges_become_steps(tmp_path):
+    tl = traceinsight.load(_kineto_iterations(tmp_path))
+    src = tl.meta.extra["steps_source"]
+    assert src["marker"] == "train_iteration" and src["how"] == "auto"
+    assert "repeats 6 times" in src["why"] and "library ranges" in src["why"]
+    st = Views(tl).steps
+    assert len(st) == 6 and (st["dur_ns"] == 1_000_000).all()
+    # GPU work inherits the step of its launch
+    ev = tl.events
+    assert sorted(ev.loc[(ev["kind"] == "kernel").to_numpy(), "step"].unique().tolist()) == list(range(6))
+
+
+def test_step_range_names_the_inner_range(tmp_path):
+    p = _kineto_iterations(tmp_path)
+    a = traceinsight.analyze(p, step_range="forward")
+    assert a.timeline.meta.extra["steps_source"]["how"] == "chosen"
+    st = a.views.steps
+    assert len(st) == 6 and (st["dur_ns"] == 500_000).all()
+    with pytest.raises(ConfigError, match="no range named 'backward'"):
+        traceinsight.analyze(p, step_range="backward")
+    r = CliRunner().invoke(app, ["analyze", str(p), "--step-range", "nope", "-f", "json"])
+    assert r.exit_code == 2 and "no range named 'nope'" in r.output
+
+
+def test_nsys_nvtx_iterations_become_steps(tmp_path):
+    t = NsysTrace()
+    b = 1_000_000
+    for i in range(5):
+        t.annotation("iteration", b, 2_000_000)
+        for k in range(10):
+            t.kernel("gemm", b + 20_000 + k * 190_000, 180_000, launch_ns=b + 10_000 + k * 1_000, launch_dur_ns=800)
+        b += 2_010_000
+    tl = traceinsight.load(t.write(tmp_path / "nvtx.sqlite"))
+    assert tl.meta.extra["steps_source"]["marker"] == "iteration"
+    assert len(Views(tl).steps) == 5
+
+
+def test_library_ranges_never_become_steps(tmp_path):
+    # only CUB and NCCL ranges, repeated and covering the window: not iterations
+    t = NsysTrace()
+    b = 1_000_000
+    for i in range(40):
+        t.annotation("cub::DeviceRadixSort::SortPairs", b, 400_000)
+        t.annotation("ncclAllReduce", b + 500_000, 400_000)
+        t.kernel("DeviceRadixSortOnesweepKernel", b + 10_000, 380_000, launch_ns=b + 5_000)
+        t.kernel("ncclDevKernel_AllReduce_Sum_f32_RING_LL", b + 510_000, 380_000, launch_ns=b + 505_000)
+        b += 1_000_000
+    tl = traceinsight.load(t.write(tmp_path / "lib.sqlite"))
+    assert tl.meta.extra["steps_source"]["how"] == "none"
+    assert Views(tl).steps.empty
+
+
+def test_json_report_says_which_marker_made_the_steps(tmp_path):
+    p = _kineto_iterations(tmp_path)
+    r = CliRunner().invoke(app, ["analyze", str(p), "-f", "json"])
+    assert r.exit_code == 0, r.output
+    j = json.loads(r.output)
+    s = j["steps"]
+    assert s["source"]["marker"] == "train_iteration" and s["source"]["how"] == "auto"
+    assert s["count"] == 6 and len(s["per_step"]) == 6
+    assert s["spread"]["median_ns"] == 1_000_000 and s["spread"]["min_ns"] == s["spread"]["max_ns"] == 1_000_000
+    assert s["per_step"][1]["ledger_ns"]["compute"] == 800_000
+    assert s["outlier"] is None
+
+
+def test_outlier_step_is_named_with_the_bucket_that_grew(tmp_path):
+    t = KinetoTrace()
+    b = 0.0
+    for i in range(6):
+        wait = 3_000.0 if i == 3 else 0.0  # step 3 waits 3 ms for its batch before its kernels
+        t.annotation("train_iteration", b, 1_000.0 + wait)
+        if wait:
+            t.annotation("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", b + 5.0, wait)
+        for k in range(8):
+            t.kernel("gemm", b + wait + 30.0 + k * 110.0, 100.0, launch_us=b + wait + 20.0 + k * 2.0)
+        b += 1_010.0 + wait
+    j = json.loads(CliRunner().invoke(app, ["analyze", str(t.write(tmp_path / "slow.json")), "-f", "json"]).output)
+    o = j["steps"]["outlier"]
+    assert o["step"] == 3 and o["cause"] == "idle_data_wait" and o["x_median"] == pytest.approx(4.0, abs=0.01)
+    assert j["steps"]["spread"]["max_ns"] == 4_000_000 and j["steps"]["spread"]["p90_ns"] < 4_000_000

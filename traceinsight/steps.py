@@ -1,0 +1,171 @@
+"""Which marker makes the steps: ``ProfilerStep#N`` and TF steps when the trace has them, else a user range picked
+by repetition and coverage, or the range the user names (``--step-range NAME``).
+
+Everything per step (the ledger's per-step account, warm-up steps, the what-if replay) rests on step boundaries,
+and most traces without ``ProfilerStep`` still mark their loop: an NVTX ``train_step`` range, a
+``record_function("iteration")`` block, a TraceMe. A range is a step candidate when it repeats (at least
+``MIN_REPEATS`` instances of one name, numbers at the end of the name ignored), its instances follow each other
+without overlapping, and together they cover at least ``MIN_COVERAGE`` of the rank's GPU window; the candidate
+that covers most wins (the outer loop range over the forward inside it). Library ranges are never steps
+(``LIBRARY_RANGE``: CUB, Thrust, NCCL, cuDNN, cuBLAS, Triton internals, framework ops): a library's ranges repeat
+per call, not per iteration, and one of them taken as the step invents hundreds of "iterations".
+
+The choice and its reason are kept in ``meta.extra["steps_source"]`` (marker, how, why) for the reports.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pandas as pd
+
+from .patterns import DATA_WAIT_PRIMARY
+
+#: Fewest instances of a range for it to be picked as the step without being named.
+MIN_REPEATS = 3
+#: ...and the least share of the rank's GPU window (first to last GPU activity) its instances must cover together.
+MIN_COVERAGE = 0.5
+#: Ranges of libraries and framework internals: never a step.
+LIBRARY_RANGE = re.compile(
+    r"^(cub::|thrust::|cccl|nccl|rccl|c10d::|cudnn|cublas|cutlass|cutlass::|triton|hipblas|rocblas|miopen|nvjpeg|cufft|curand|cusparse|cusolver"
+    r"|aten::|autograd::|torch::|nn\.Module|Optimizer\.|Memcpy|Memset|cuda|hip|ProfilerStep)"
+    r"|^(void |at::native::|\{|\[)",
+    re.IGNORECASE,
+)
+_TRAILING_NUMBER = re.compile(r"[\s#_:.\-]*\d+$")
+_STEP_KINDS = ("annotation",)
+
+
+def _base(name: str) -> str:
+    return _TRAILING_NUMBER.sub("", name).strip()
+
+
+def candidates(events: pd.DataFrame) -> pd.DataFrame:
+    """Repeated user ranges per (rank, base name): rank, name (the base), count, coverage (of the rank's GPU
+    window), overlapping (instances that start before the previous one ended). Library ranges are left out."""
+    kind = events["kind"].astype(str).to_numpy()
+    rows = np.flatnonzero(np.isin(kind, _STEP_KINDS))
+    cols = ["rank", "name", "count", "coverage", "overlapping"]
+    if not len(rows):
+        return pd.DataFrame({c: [] for c in cols})
+    names = events["name"].astype(str).to_numpy()[rows]
+    uniq, inv = np.unique(names, return_inverse=True)
+    base = np.array([_base(n) for n in uniq], dtype=object)
+    ok = np.array([bool(b) and len(b) <= 200 and not LIBRARY_RANGE.search(b) and not re.search(DATA_WAIT_PRIMARY, n) for b, n in zip(base, uniq)])
+    keep = ok[inv]
+    rows, base_of = rows[keep], base[inv][keep]
+    if not len(rows):
+        return pd.DataFrame({c: [] for c in cols})
+    dev = events["device"].to_numpy()
+    rank_all = events["rank"].to_numpy()
+    start_all = events["start_ns"].to_numpy(np.int64)
+    end_all = start_all + np.maximum(events["dur_ns"].to_numpy(np.int64), 0)
+    windows = {}
+    for r in np.unique(rank_all[rows]):
+        g = (rank_all == r) & (dev >= 0)
+        if not g.any():
+            g = rank_all == r
+        windows[int(r)] = (int(start_all[g].min()), int(end_all[g].max()))
+    f = pd.DataFrame({"rank": rank_all[rows].astype(np.int64), "name": base_of, "start": start_all[rows], "end": end_all[rows]})
+    out = []
+    for (r, n), g in f.groupby(["rank", "name"], sort=True):
+        g = g.sort_values("start")
+        s, e = g["start"].to_numpy(), g["end"].to_numpy()
+        overlapping = int((s[1:] < e[:-1]).sum()) if len(s) > 1 else 0
+        w0, w1 = windows[int(r)]
+        cov = float(np.clip(np.minimum(e, w1) - np.maximum(s, w0), 0, None).sum()) / max(w1 - w0, 1)
+        out.append((int(r), n, len(g), cov, overlapping))
+    return pd.DataFrame(out, columns=cols)
+
+
+def choose(events: pd.DataFrame, name: str | None = None) -> dict | None:
+    """The range to use as the step: ``{"marker", "how", "why"}``, or None when none qualifies. ``name``: the
+    user's choice (a base name or a full range name); else the repeated range that covers most."""
+    cand = candidates(events)
+    if name is not None:
+        want = _base(name)
+        hit = cand[(cand["name"] == want) | (cand["name"] == name)]
+        if hit.empty:
+            raw = events["name"].astype(str)
+            n = int((raw == name).sum() + raw.map(_base).eq(want).sum()) if len(raw) else 0
+            if not n:
+                return None
+            return {"marker": want, "how": "chosen", "why": f"--step-range {name}: {n} ranges named so"}
+        h = hit.iloc[0]
+        return {"marker": str(h["name"]), "how": "chosen",
+                "why": f"--step-range {name}: {int(h['count'])} ranges covering {100 * h['coverage']:.0f} % of the GPU window"}
+    ok = cand[(cand["count"] >= MIN_REPEATS) & (cand["overlapping"] == 0) & (cand["coverage"] >= MIN_COVERAGE)]
+    if ok.empty:
+        return None
+    best = ok.sort_values(["coverage", "count"], ascending=[False, True]).iloc[0]
+    others = len(ok) - 1
+    return {"marker": str(best["name"]), "how": "auto",
+            "why": (f"no ProfilerStep or TF step markers; '{best['name']}' repeats {int(best['count'])} times without overlap and "
+                    f"covers {100 * best['coverage']:.0f} % of the GPU window" + (f" (the widest of {others + 1} repeated ranges)" if others else "")
+                    + "; library ranges (CUB, Thrust, NCCL, cuDNN, cuBLAS, Triton) are never steps")}
+
+
+def mark(events: pd.DataFrame, marker: str, replace: bool = False) -> int:
+    """Make the ranges whose base name is ``marker`` the step rows (in place); with ``replace``, existing step rows
+    become plain annotations first. Returns the number of step rows."""
+    kind = events["kind"]
+    is_step = (kind == "step").to_numpy()
+    if replace and is_step.any():
+        events.loc[is_step, "kind"] = "annotation"
+    names = events["name"].astype(str)
+    uniq = pd.unique(names)
+    hit = {n for n in uniq if _base(n) == marker or n == marker}
+    m = names.isin(hit).to_numpy() & np.isin(events["kind"].astype(str).to_numpy(), ("annotation", "cpu_op", "step"))
+    events.loc[m, "kind"] = "step"
+    return int(m.sum())
+
+
+def source_of(events: pd.DataFrame) -> dict:
+    """What made the steps of a trace that came with its own markers."""
+    st = events[(events["kind"] == "step").to_numpy()]
+    if st.empty:
+        return {"marker": None, "how": "none", "why": "no step markers and no repeated user range covering the window: the whole window is one step"}
+    first = str(st["name"].iloc[0])
+    base = _base(first) or first
+    return {"marker": base, "how": "profiler", "why": f"the profiler's own step markers ({base})"}
+
+
+# --- the per-step table ------------------------------------------------------------------------------------
+def table(views, source: dict | None = None) -> dict:
+    """The steps as the reports show them: ``source`` (which marker made them and why), ``count``, ``per_step``
+    (rank, step, name, start_ns, dur_ns, warmup (a warm-up step of the steady-state model), ``ledger_ns``: the
+    step's ns per ledger bucket, summed over the rank's devices), ``spread`` over the steps outside warm-up
+    (median, p10, p90, min, max in ns) and ``outlier``: the slowest steady step when it is over 1.5x the median,
+    with ``cause``, the ledger bucket that grew most against the median step."""
+    from .ledger import BUCKETS
+    from .steady import warmup_steps
+
+    st = views.steps
+    out: dict = {"source": source or {"marker": None, "how": "none", "why": "no step markers"}, "count": int(len(st)), "per_step": [], "spread": None, "outlier": None}
+    if st.empty:
+        return out
+    by = views.ledger.by_step
+    led = by[by["step"] >= 0].groupby(["rank", "step", "bucket"], sort=False)["ns"].sum() if len(by) else pd.Series(dtype="int64")
+    rows = []
+    for r, g in st.groupby("rank", sort=True):
+        g = g.sort_values("start_ns")
+        warm = warmup_steps(g["dur_ns"].to_numpy())
+        for (row, w) in zip(g.itertuples(index=False), warm):
+            ledger_ns = {b: int(led.get((int(r), int(row.step), b), 0)) for b in BUCKETS}
+            rows.append({"rank": int(r), "step": int(row.step), "name": str(row.name), "start_ns": int(row.start_ns), "dur_ns": int(row.dur_ns),
+                         "warmup": bool(w), "ledger_ns": {b: v for b, v in ledger_ns.items() if v}})
+    out["per_step"] = rows
+    steady = [x for x in rows if not x["warmup"]] or rows
+    d = np.array([x["dur_ns"] for x in steady], dtype=float)
+    med = float(np.median(d))
+    out["spread"] = {"steps": len(steady), "median_ns": int(round(med)), "p10_ns": int(round(np.percentile(d, 10))), "p90_ns": int(round(np.percentile(d, 90))),
+                     "min_ns": int(d.min()), "max_ns": int(d.max())}
+    worst = max(steady, key=lambda x: x["dur_ns"])
+    if len(steady) >= 3 and worst["dur_ns"] > 1.5 * med:
+        med_b = {b: float(np.median([x["ledger_ns"].get(b, 0) for x in steady])) for b in BUCKETS}
+        grew = {b: worst["ledger_ns"].get(b, 0) - med_b[b] for b in BUCKETS}
+        cause = max(grew, key=grew.get)
+        out["outlier"] = {"rank": worst["rank"], "step": worst["step"], "name": worst["name"], "dur_ns": worst["dur_ns"],
+                          "x_median": round(worst["dur_ns"] / med, 2), "cause": cause, "cause_ns": int(grew[cause])}
+    return out
