@@ -6,7 +6,8 @@ and most traces without ``ProfilerStep`` still mark their loop: an NVTX ``train_
 ``record_function("iteration")`` block, a TraceMe. A range is a step candidate when it repeats (at least
 ``MIN_REPEATS`` instances of one name, numbers at the end of the name ignored), its instances follow each other
 without overlapping, and together they cover at least ``MIN_COVERAGE`` of the rank's GPU window; the candidate
-that covers most wins (the outer loop range over the forward inside it). Library ranges are never steps
+that covers most wins (the outer loop range over the forward inside it). Its instances must be alike in length
+(``MIN_P10_OF_MEDIAN``), and only ranks with GPU work get steps this way. Library ranges are never steps
 (``LIBRARY_RANGE``: CUB, Thrust, NCCL, cuDNN, cuBLAS, Triton internals, framework ops): a library's ranges repeat
 per call, not per iteration, and one of them taken as the step invents hundreds of "iterations".
 
@@ -26,10 +27,14 @@ from .patterns import DATA_WAIT_PRIMARY
 MIN_REPEATS = 3
 #: ...and the least share of the rank's GPU window (first to last GPU activity) its instances must cover together.
 MIN_COVERAGE = 0.5
+#: A step's instances are alike: the shortest tenth of them must be at least this share of the median one
+#: (per-op ranges of a framework vary a hundredfold).
+MIN_P10_OF_MEDIAN = 0.25
 #: Ranges of libraries and framework internals: never a step.
 LIBRARY_RANGE = re.compile(
     r"^(cub::|thrust::|cccl|nccl|rccl|c10d::|cudnn|cublas|cutlass|cutlass::|triton|hipblas|rocblas|miopen|nvjpeg|cufft|curand|cusparse|cusolver"
-    r"|aten::|autograd::|torch::|nn\.Module|Optimizer\.|Memcpy|Memset|cuda|hip|ProfilerStep)"
+    r"|aten::|autograd::|torch::|nn\.Module|Optimizer\.|Memcpy|Memset|cuda|hip|ProfilerStep"
+    r"|Eager|Executor|tf_|tensorflow::|TensorFlow|ThreadPool|PjRt|Xla|XLA)"
     r"|^(void |at::native::|\{|\[)",
     re.IGNORECASE,
 )
@@ -46,7 +51,7 @@ def candidates(events: pd.DataFrame) -> pd.DataFrame:
     window), overlapping (instances that start before the previous one ended). Library ranges are left out."""
     kind = events["kind"].astype(str).to_numpy()
     rows = np.flatnonzero(np.isin(kind, _STEP_KINDS))
-    cols = ["rank", "name", "count", "coverage", "overlapping"]
+    cols = ["rank", "name", "count", "coverage", "overlapping", "regular"]
     if not len(rows):
         return pd.DataFrame({c: [] for c in cols})
     names = events["name"].astype(str).to_numpy()[rows]
@@ -64,18 +69,21 @@ def candidates(events: pd.DataFrame) -> pd.DataFrame:
     windows = {}
     for r in np.unique(rank_all[rows]):
         g = (rank_all == r) & (dev >= 0)
-        if not g.any():
-            g = rank_all == r
-        windows[int(r)] = (int(start_all[g].min()), int(end_all[g].max()))
+        if g.any():  # a rank without GPU work has no steps to find (host-only captures keep their own markers)
+            windows[int(r)] = (int(start_all[g].min()), int(end_all[g].max()))
     f = pd.DataFrame({"rank": rank_all[rows].astype(np.int64), "name": base_of, "start": start_all[rows], "end": end_all[rows]})
     out = []
     for (r, n), g in f.groupby(["rank", "name"], sort=True):
+        if int(r) not in windows:
+            continue
         g = g.sort_values("start")
         s, e = g["start"].to_numpy(), g["end"].to_numpy()
         overlapping = int((s[1:] < e[:-1]).sum()) if len(s) > 1 else 0
         w0, w1 = windows[int(r)]
         cov = float(np.clip(np.minimum(e, w1) - np.maximum(s, w0), 0, None).sum()) / max(w1 - w0, 1)
-        out.append((int(r), n, len(g), cov, overlapping))
+        d = e - s
+        regular = bool(len(d) and np.percentile(d, 10) >= MIN_P10_OF_MEDIAN * np.median(d))
+        out.append((int(r), n, len(g), cov, overlapping, regular))
     return pd.DataFrame(out, columns=cols)
 
 
@@ -95,7 +103,7 @@ def choose(events: pd.DataFrame, name: str | None = None) -> dict | None:
         h = hit.iloc[0]
         return {"marker": str(h["name"]), "how": "chosen",
                 "why": f"--step-range {name}: {int(h['count'])} ranges covering {100 * h['coverage']:.0f} % of the GPU window"}
-    ok = cand[(cand["count"] >= MIN_REPEATS) & (cand["overlapping"] == 0) & (cand["coverage"] >= MIN_COVERAGE)]
+    ok = cand[(cand["count"] >= MIN_REPEATS) & (cand["overlapping"] == 0) & (cand["coverage"] >= MIN_COVERAGE) & cand["regular"].astype(bool)]
     if ok.empty:
         return None
     best = ok.sort_values(["coverage", "count"], ascending=[False, True]).iloc[0]
