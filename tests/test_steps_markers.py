@@ -110,3 +110,30 @@ def test_outlier_step_is_named_with_the_bucket_that_grew(tmp_path):
     o = j["steps"]["outlier"]
     assert o["step"] == 3 and o["cause"] == "idle_data_wait" and o["x_median"] == pytest.approx(4.0, abs=0.01)
     assert j["steps"]["spread"]["max_ns"] == 4_000_000 and j["steps"]["spread"]["p90_ns"] < 4_000_000
+
+
+def test_ranges_are_projected_on_the_gpu_and_shown_in_every_report(tmp_path):
+    p = _kineto_iterations(tmp_path)
+    r = CliRunner().invoke(app, ["analyze", str(p), "-f", "json"])
+    (fwd,) = [x for x in json.loads(r.output)["ranges"] if x["name"] == "forward"]
+    # 6 forward ranges of 500 µs, each launching 8 kernels of 100 µs
+    assert fwd == {"name": "forward", "count": 6, "host_ns": 3_000_000, "gpu_ns": 4_800_000, "gpu_ops": 48}
+    md = CliRunner().invoke(app, ["analyze", str(p), "-f", "md"]).output
+    assert "**Steps:** 6 steps from train\\_iteration \\(picked automatically" in md  # Markdown-escaped
+    assert "| forward | 6 | 3.00 ms | 4.80 ms | 48 |" in md
+    out = tmp_path / "r.html"
+    assert CliRunner().invoke(app, ["analyze", str(p), "-o", str(out)]).exit_code == 0
+    html = out.read_text()
+    assert 'id="steps"' in html and 'data-range="forward" data-gpu-ns="4800000"' in html and "median 1.00 ms" in html
+
+
+def test_cannot_judge_says_how_to_record_a_better_window(tmp_path):
+    t = KinetoTrace()  # three kernels: nothing to judge
+    for i in range(3):
+        t.kernel("k", 100 * i, 3)
+    p = t.write(tmp_path / "thin.json")
+    md = CliRunner().invoke(app, ["analyze", str(p), "-f", "md"]).output
+    assert "**Verdict: Cannot judge this window.**" in md and "**Record a better window:** " in md and "torch.profiler.schedule" in md
+    out = tmp_path / "thin.html"
+    CliRunner().invoke(app, ["analyze", str(p), "-o", str(out)])
+    assert "data-record-better" in out.read_text()

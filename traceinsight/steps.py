@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 
 from .patterns import DATA_WAIT_PRIMARY
+from .views import merge_intervals
 
 #: Fewest instances of a range for it to be picked as the step without being named.
 MIN_REPEATS = 3
@@ -177,3 +178,54 @@ def table(views, source: dict | None = None) -> dict:
         out["outlier"] = {"rank": worst["rank"], "step": worst["step"], "name": worst["name"], "dur_ns": worst["dur_ns"],
                           "x_median": round(worst["dur_ns"] / med, 2), "cause": cause, "cause_ns": int(grew[cause])}
     return out
+
+
+#: Most user ranges listed in the per-range table (the rest are in no report; the largest GPU time first).
+MAX_RANGES = 30
+
+
+def ranges_table(views) -> list[dict]:
+    """User ranges (NVTX, ``record_function``, TraceMe; library ranges and step markers left out) projected onto
+    the GPU: per name, ``count``, ``host_ns`` (the instances' summed length), ``gpu_ns`` (the summed GPU time of the
+    kernels, copies and memsets whose launch call starts inside an instance on the same rank) and ``gpu_ops``.
+    Nested ranges each count the work inside them, so an outer range includes its children's. Largest
+    ``gpu_ns`` first, at most ``MAX_RANGES``."""
+    ev = views.events
+    kind = ev["kind"]
+    rows = np.flatnonzero((kind == "annotation").to_numpy())
+    if not len(rows):
+        return []
+    names = ev["name"].astype(str).to_numpy()[rows]
+    uniq, inv = np.unique(names, return_inverse=True)
+    ok = np.array([len(n) <= 200 and not LIBRARY_RANGE.search(n) and not re.search(DATA_WAIT_PRIMARY, n) for n in uniq])
+    keep = ok[inv]
+    rows, inv = rows[keep], inv[keep]
+    if not len(rows):
+        return []
+    rank = ev["rank"].to_numpy()[rows].astype(np.int64)
+    start = ev["start_ns"].to_numpy(np.int64)[rows]
+    end = start + np.maximum(ev["dur_ns"].to_numpy(np.int64)[rows], 0)
+    ln = views.launches
+    l_rank = ln["rank"].to_numpy(np.int64) if len(ln) else np.zeros(0, np.int64)
+    l_start = ln["launch_start_ns"].to_numpy(np.int64) if len(ln) else np.zeros(0, np.int64)
+    l_dur = np.maximum(ln["gpu_dur_ns"].to_numpy(np.int64), 0) if len(ln) else np.zeros(0, np.int64)
+    by_rank = {}
+    for r in np.unique(rank):
+        m = l_rank == r
+        o = np.argsort(l_start[m], kind="stable")
+        s_ = l_start[m][o]
+        by_rank[int(r)] = (s_, np.r_[0, np.cumsum(l_dur[m][o])])
+    out = []
+    for code in np.unique(inv):
+        m = inv == code
+        gpu, ops = 0, 0
+        for r in np.unique(rank[m]):
+            s_, cum = by_rank[int(r)]
+            mr = m & (rank == r)
+            a, b = merge_intervals(start[mr], end[mr])
+            lo, hi = np.searchsorted(s_, a, side="left"), np.searchsorted(s_, b, side="left")
+            gpu += int((cum[hi] - cum[lo]).sum())
+            ops += int((hi - lo).sum())
+        out.append({"name": str(uniq[code]), "count": int(m.sum()), "host_ns": int((end[m] - start[m]).sum()), "gpu_ns": gpu, "gpu_ops": ops})
+    out.sort(key=lambda x: (-x["gpu_ns"], -x["host_ns"], x["name"]))
+    return out[:MAX_RANGES]

@@ -128,6 +128,18 @@ def _asset(name: str) -> Markup:
     return Markup(text)
 
 
+def _step_context(analysis: Analysis) -> dict | None:
+    """The steps card: the spread sentence and the per-range table (None when there is neither)."""
+    from .steps_view import spread_sentence, step_report
+
+    rep = step_report(analysis)
+    if not rep["steps"]["count"] and not rep["ranges"]:
+        return None
+    src = rep["steps"]["source"]
+    return {"steps": rep["steps"], "ranges": rep["ranges"], "sentence": clean(spread_sentence(rep["steps"]), 900),
+            "source_line": clean(f"steps from {src['marker']}" if src.get("marker") else "no steps", 120)}
+
+
 def render(analysis: Analysis, title: str | None = None, **_: Any) -> str:
     return _env().get_template("report.html.j2").render(**context(analysis, title=title))
 
@@ -246,6 +258,7 @@ def context(analysis: Analysis, title: str | None = None) -> dict[str, Any]:
         "head": head,
         "verdict": verdict,
         "ledger": ledger_bars(ledger_of(analysis)),
+        "step_rep": _step_context(analysis),
         "busy_pct": head["gpu_busy_pct"],
         "findings": findings,
         "devices": devices,

@@ -14,6 +14,7 @@ from ..rule_api import Finding, instance_columns
 from ..sanitize import json_text
 from ..verdict import details, headline, ledger_of
 from .common import smallest_first
+from .steps_view import step_report
 
 SCHEMA_VERSION = 1
 #: Instances kept per finding (the longest ones, in time order); ``total_instances`` says how many there were.
@@ -41,22 +42,14 @@ def to_dict(analysis: Analysis, max_evidence_rows: int | None = 50) -> dict[str,
         "verdict": details(analysis),
         "kpis": headline(analysis),
         "ledger": ledger_of(analysis).to_dict(),
-        "steps": _steps(analysis),
+        "steps": _jsonable(step_report(analysis)["steps"]),
+        "ranges": _jsonable(step_report(analysis)["ranges"]),
         "summary": analysis.summary.to_dict(),
         "findings": [_finding(analysis, f, max_evidence_rows) for f in analysis.findings],
         "baseline": analysis.baseline.to_dict() if analysis.baseline is not None else None,
         "rules_run": list(analysis.rules_run),
         "warnings": list(analysis.warnings),
     }
-
-
-def _steps(analysis: Analysis) -> dict[str, Any]:
-    """Which marker made the steps, each step's duration and ledger, their spread and the outlier step."""
-    from ..steps import table
-    from ..views import Views
-
-    views = analysis.views if analysis.views is not None else Views(analysis.timeline)
-    return _jsonable(table(views, analysis.timeline.meta.extra.get("steps_source")))
 
 
 def _finding(analysis: Analysis, f: Finding, max_evidence_rows: int | None) -> dict[str, Any]:

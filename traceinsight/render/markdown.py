@@ -19,6 +19,7 @@ from ..whatif import format_what_if
 from .. import advice
 from .common import baseline_sentence, baseline_tag, clean, column_label, format_cell
 from .ledger_view import markdown as ledger_markdown
+from .steps_view import step_report, steps_markdown
 
 MAX_CHARS = 60_000
 MAX_TABLE_ROWS = 40
@@ -101,12 +102,14 @@ def render(analysis: Analysis, html_name: str | None = None, max_chars: int = MA
         "",
         f"**Verdict: {v['headline']}.** {esc(v['sentence'], 600)}",
         "",
+        *([f"**Record a better window:** {esc(v['record_better'], 600)}", ""] if v.get("record_better") else []),
         kpi_line(analysis),
         "",
     ]
     table = ledger_markdown(ledger_of(analysis))
     if table:
         head += [table]
+    head += steps_markdown(step_report(analysis), esc)
     if meta.extra.get("generated"):
         head += [f"> Generated trace: {esc(meta.extra['generated'], 300)}. Its GPU activity was not measured.", ""]
     sentence = baseline_sentence(analysis)
