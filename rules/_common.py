@@ -14,6 +14,7 @@ import pandas as pd
 
 from traceinsight.patterns import COLLECTIVE, DATA_WAIT_PRIMARY, DATA_WAIT_TFDATA, SYNC_CALL, SYNC_OP  # noqa: F401  (one home, shared with the ledger)
 from traceinsight.views import Coverage, codes_in, merge_intervals, name_mask  # noqa: F401  (re-exported for the rules)
+from traceinsight.steady import START_UP_CALL
 from traceinsight.views import kind_mask as views_kind_mask
 
 # --- name patterns ---------------------------------------------------------------------------------------
@@ -487,13 +488,8 @@ def grid_blocks(grid: pd.Series) -> np.ndarray:
 
 
 # --- warm-up: the time ledger is its one home (``idle_warmup``); TI001 leaves it out, TI013 reports it ----------
-#: Host calls and ranges that do one-off start-up work: context/module loading, allocator growth, library
-#: handles, cuDNN/cuBLAS autotuning, JIT compilation (XLA, nvFuser, Triton, TorchInductor).
-INIT_CALL = re.compile(
-    r"^(cuda|hip)(Malloc|GetDeviceProperties|DeviceGetStreamPriorityRange|FuncGetAttributes|StreamCreate|SetDevice|Free)\b"
-    r"|^cu(Init|ModuleLoad|LibraryLoad|GetProcAddress|DevicePrimaryCtxRetain|CtxCreate|MemAlloc)"
-    r"|cudnn(Create|Find|GetConvolution.*Algorithm)|cublas(Lt)?Create|autotun|[Cc]ompile|nvrtc|jit|KernelExecutor::compile"
-)
+#: Host calls and ranges that do start-up work: one home, the steady-state model (``traceinsight.steady``).
+INIT_CALL = START_UP_CALL
 
 
 def warmup_by_gap(views) -> pd.DataFrame:

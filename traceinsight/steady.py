@@ -81,6 +81,13 @@ CAPTURE_END = re.compile(r"^(cuda|hip|cu)StreamEndCapture", re.IGNORECASE)
 #: allocator's call and is left out).
 ALLOC_CALL = re.compile(r"^(cuda|hip)Malloc(Host|Managed|Pitch|3D)?(_v\d+)?$|^cuMem(Alloc|Create)(?!.*Async)|^hipExtMallocWithFlags")
 
+#: Calls that do start-up work at the head of a run but may also run later (``cudaFree``, stream creation,
+#: attribute queries), besides the one-time calls and allocations above: TI013 names them in a head gap the ledger
+#: did not book, and says their time stays in the idle figures.
+START_UP_CALL = re.compile(
+    ONE_TIME_CALL.pattern + r"|^(cuda|hip)(Malloc|Free|StreamCreate|FuncGetAttributes)\b|^cuMemAlloc|jit", re.IGNORECASE
+)
+
 _COLS = ["rank", "start_ns", "end_ns", "reason"]
 
 

@@ -22,7 +22,6 @@ import numpy as np
 import pandas as pd
 
 from .patterns import DATA_WAIT_PRIMARY
-from .views import merge_intervals
 
 #: Fewest instances of a range for it to be picked as the step without being named.
 MIN_REPEATS = 3
@@ -190,6 +189,8 @@ def ranges_table(views) -> list[dict]:
     kernels, copies and memsets whose launch call starts inside an instance on the same rank) and ``gpu_ops``.
     Nested ranges each count the work inside them, so an outer range includes its children's. Largest
     ``gpu_ns`` first, at most ``MAX_RANGES``."""
+    from .views import merge_intervals  # the tables read derived views; choosing steps (at ingest) does not
+
     ev = views.events
     kind = ev["kind"]
     rows = np.flatnonzero((kind == "annotation").to_numpy())
