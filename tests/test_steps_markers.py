@@ -137,3 +137,44 @@ def test_cannot_judge_says_how_to_record_a_better_window(tmp_path):
     out = tmp_path / "thin.html"
     CliRunner().invoke(app, ["analyze", str(p), "-o", str(out)])
     assert "data-record-better" in out.read_text()
+
+
+def _profiler_steps(tmp_path):
+    t = KinetoTrace()
+    b = 0.0
+    for i in range(10):
+        t.step(i, b, 1_000.0)
+        slow = 2_000.0 if i == 7 else 0.0  # step 7 waits 2 ms in a sync before its kernels
+        if slow:
+            t.runtime("cudaDeviceSynchronize", b + 5.0, slow)
+        for k in range(8):
+            t.kernel("gemm", b + slow + 30.0 + k * 110.0, 100.0, launch_us=b + slow + 20.0 + k * 2.0)
+        b += 1_010.0 + slow
+    return t.write(tmp_path / "ten.json")
+
+
+def test_windows_are_applied_before_the_analysis(tmp_path):
+    p = _profiler_steps(tmp_path)
+    a = traceinsight.analyze(p, steps="2:4")
+    assert sorted(a.views.steps["step"].tolist()) == [2, 3, 4]
+    assert a.timeline.meta.extra["window"]["chosen"] == "steps 2:4"
+    assert any("analysed only steps 2:4" in w for w in a.timeline.meta.warnings)
+    assert a.ledger.windows["window_ns"].iloc[0] < 3_100_000
+    def idle(x):
+        t = x.ledger.totals()
+        return sum(v for k, v in t.items() if k.startswith("idle_"))
+
+    whole = traceinsight.analyze(p)
+    assert idle(whole) > 2_000_000
+    assert idle(a) < 500_000  # step 7's 2 ms wait is outside the chosen steps
+    w = traceinsight.analyze(p, window_ms="6.5:9.5")
+    assert w.timeline.events["start_ns"].min() >= 6_500_000 and (w.timeline.events["start_ns"] + w.timeline.events["dur_ns"]).max() <= 9_500_000
+    assert idle(w) > 1_500_000
+    r = traceinsight.analyze(_kineto_iterations(tmp_path), range_name="forward")
+    assert r.timeline.meta.extra["window"]["chosen"] == "range forward"
+    with pytest.raises(ConfigError, match="no such steps"):
+        traceinsight.analyze(p, steps="40:50")
+    res = CliRunner().invoke(app, ["analyze", str(p), "--steps", "2:4", "-f", "json"])
+    assert res.exit_code == 0 and json.loads(res.output)["steps"]["count"] == 3
+    bad = CliRunner().invoke(app, ["analyze", str(p), "--window", "abc", "-f", "json"])
+    assert bad.exit_code == 2 and "--window" in bad.output

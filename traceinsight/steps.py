@@ -230,3 +230,73 @@ def ranges_table(views) -> list[dict]:
         out.append({"name": str(uniq[code]), "count": int(m.sum()), "host_ns": int((end[m] - start[m]).sum()), "gpu_ns": gpu, "gpu_ops": ops})
     out.sort(key=lambda x: (-x["gpu_ns"], -x["host_ns"], x["name"]))
     return out[:MAX_RANGES]
+
+
+# --- choosing the window ---------------------------------------------------------------------------------------
+def _pair(value, what: str, cast) -> tuple:
+    """"3:8" or (3, 8) -> (3, 8); a bad value raises ``ValueError`` with what was expected."""
+    if isinstance(value, str):
+        a, sep, b = value.partition(":")
+        if not sep:
+            raise ValueError(f"{what}: expected START:END, got {value!r}")
+        try:
+            lo, hi = (cast(a) if a.strip() else None), (cast(b) if b.strip() else None)
+        except ValueError:
+            raise ValueError(f"{what}: expected START:END as numbers, got {value!r}") from None
+        return lo, hi
+    lo, hi = value
+    return lo, hi
+
+
+def window_of(events: pd.DataFrame, *, steps=None, range_name: str | None = None, window_ms=None) -> tuple[int, int, str]:
+    """The (start_ns, end_ns, description) a user asked for: ``steps`` "A:B" (step numbers A through B, both
+    included, on every rank), ``range_name`` (first to last instance of that user range, numbers at its end
+    ignored), ``window_ms`` "START:END" in ms on the trace's clock (0 = its first event). Either end may be left
+    open. Raises ``ValueError`` when the choice selects nothing."""
+    start = events["start_ns"].to_numpy(np.int64)
+    end = start + np.maximum(events["dur_ns"].to_numpy(np.int64), 0)
+    lo, hi = int(start.min()) if len(start) else 0, int(end.max()) if len(end) else 0
+    what = []
+    if steps is not None:
+        a, b = _pair(steps, "--steps", int)
+        st = (events["kind"] == "step").to_numpy()
+        num = events["step"].to_numpy()
+        m = st & (num >= (a if a is not None else -(2**31))) & (num <= (b if b is not None else 2**31))
+        if not m.any():
+            have = sorted(set(num[st].tolist()))
+            raise ValueError(f"--steps {steps}: no such steps (the trace has {('steps ' + str(have[0]) + '..' + str(have[-1])) if have else 'no steps'})")
+        lo, hi = max(lo, int(start[m].min())), min(hi, int(end[m].max()))
+        what.append(f"steps {a if a is not None else ''}:{b if b is not None else ''}")
+    if range_name is not None:
+        names = events["name"].astype(str)
+        base = _base(range_name)
+        m = (names == range_name).to_numpy() | names.map(_base).eq(base).to_numpy()
+        m &= np.isin(events["kind"].astype(str).to_numpy(), ("annotation", "step", "cpu_op"))
+        if not m.any():
+            raise ValueError(f"--range {range_name}: no range of that name in the trace")
+        lo, hi = max(lo, int(start[m].min())), min(hi, int(end[m].max()))
+        what.append(f"range {range_name}")
+    if window_ms is not None:
+        a, b = _pair(window_ms, "--window", float)
+        if a is not None:
+            lo = max(lo, int(round(a * 1e6)))
+        if b is not None:
+            hi = min(hi, int(round(b * 1e6)))
+        what.append(f"window {window_ms if isinstance(window_ms, str) else f'{a}:{b}'} ms")
+    if hi <= lo:
+        raise ValueError(f"{', '.join(what) or 'window'}: selects no time ({lo / 1e6:.3f}-{hi / 1e6:.3f} ms)")
+    return lo, hi, ", ".join(what)
+
+
+def crop(events: pd.DataFrame, lo: int, hi: int) -> pd.DataFrame:
+    """The events overlapping [lo, hi), clipped to it (a copy): every figure then describes the chosen window."""
+    start = events["start_ns"].to_numpy(np.int64)
+    dur = np.maximum(events["dur_ns"].to_numpy(np.int64), 0)
+    end = start + dur
+    keep = (end > lo) & (start < hi) | ((dur == 0) & (start >= lo) & (start < hi))
+    out = events.loc[keep].copy()
+    s = np.clip(start[keep], lo, hi)
+    e = np.clip(end[keep], lo, hi)
+    out["start_ns"] = s.astype(events["start_ns"].dtype, copy=False)
+    out["dur_ns"] = (e - s).astype(events["dur_ns"].dtype, copy=False)
+    return out.reset_index(drop=True)
