@@ -188,13 +188,14 @@ def _first_launches(ln: pd.DataFrame) -> list[pd.DataFrame]:
         cand = long[(rank[long] == r) & is_k[long] & (dur[long] >= WARMUP_RATIO * med)]
         if not len(cand):
             continue
-        gname = ln["gpu_name"].astype(str).to_numpy(object)
-        want = set(gname[cand].tolist())
-        pool = np.flatnonzero(on & is_k & pd.Series(gname).isin(want).to_numpy())
-        first: dict[str, int] = {}
-        for i in pool[np.argsort(start[pool], kind="stable")]:
-            first.setdefault(gname[i], int(i))
-        keep = np.array([i for i in cand if first.get(gname[i]) == i], dtype=np.int64)
+        gn = ln["gpu_name"]
+        key = gn.cat.codes.to_numpy() if isinstance(gn.dtype, pd.CategoricalDtype) else pd.factorize(gn)[0]
+        pool = np.flatnonzero(on & is_k & np.isin(key, np.unique(key[cand])))
+        pool = pool[np.argsort(start[pool], kind="stable")]
+        k_first, at = np.unique(key[pool], return_index=True)  # each name's earliest launch
+        first = dict(zip(k_first.tolist(), pool[at].tolist()))
+        gname = {int(i): str(gn.iloc[int(i)]) for i in cand}
+        keep = np.array([i for i in cand.tolist() if first.get(int(key[i])) == i], dtype=np.int64)
         if len(keep):
             out.append(pd.DataFrame({"rank": int(r), "start_ns": start[keep], "end_ns": start[keep] + dur[keep],
                                      "reason": [f"first launch of {_short(gname[i])} (module load)" for i in keep]}))
