@@ -125,6 +125,7 @@ def test_ranges_are_projected_on_the_gpu_and_shown_in_every_report(tmp_path):
     assert CliRunner().invoke(app, ["analyze", str(p), "-o", str(out)]).exit_code == 0
     html = out.read_text()
     assert 'id="steps"' in html and 'data-range="forward" data-gpu-ns="4800000"' in html and "median 1.00 ms" in html
+    assert ">ranges on GPU<" in html and "forward on the GPU: 870.0 µs" in html  # first kernel start to last kernel end
 
 
 def test_cannot_judge_says_how_to_record_a_better_window(tmp_path):
