@@ -320,3 +320,37 @@ def test_blocking_call_at_the_window_start_is_one_time_work(tmp_path):
     assert d["category"] != "host_sync" and d["bound"]
     assert a.ledger.totals()["idle_host_sync"] < 1_000_000  # only the ms after the call returned, before step 0
     assert not any(f.severity.rank >= Severity.WARNING.rank for f in a.findings if f.category != "trace_quality")
+
+
+def test_a_finding_only_one_time_work_supports_stays_at_info(tmp_path):
+    # the cold window with steps: a performance finding pointing at the module loads (their 15 ms launch calls) is
+    # graded info; the same finding pointing at steady steps keeps the scale's grade
+    from traceinsight.rule_api import Finding, Location, as_instances
+    from traceinsight.severity import grade
+    from traceinsight.steady import one_time_ns
+
+    t = KinetoTrace()
+    b = 0.0
+    for s in range(6):
+        slow = {0: (0, 1, 2), 1: (3,)}.get(s, ())
+        start, at = b, b + 10.0
+        for k in range(3 if s == 0 else 4):
+            d = 15_000.0 if k in slow else 5.0
+            t.kernel(f"kernel_{k}", at + d + 5.0, 400.0, launch_us=at, launch_dur_us=d, grid=GRID)
+            at += d + 410.0
+        t.step(s, start, at - start + 10.0)
+        b = at + 20.0
+    a = traceinsight.analyze(t.write(tmp_path / "cold_steps.json"))
+    loads = a.ledger.warmup[a.ledger.warmup["reason"].str.startswith("first launch of")]
+    inst = loads[["start_ns", "end_ns"]].assign(rank=0, device=0)
+
+    def finding(instances, impact):
+        return Finding(code="TI003", title="t", severity=Severity.ERROR, message="", impact_ns=impact,
+                       location=Location(rank=0, device=0), category="launch_overhead", instances=as_instances(instances))
+
+    assert one_time_ns(a.views, inst) == (60_000_000, 60_000_000)
+    on_loads = finding(inst, 60_000_000)
+    steady = a.views.steps.iloc[3:5]
+    on_steps = finding(steady[["start_ns", "end_ns"]].assign(rank=0, device=0), 60_000_000)
+    out = grade([on_loads, on_steps], a.views, {})
+    assert [f.severity.value for f in out] == ["info", "error"]

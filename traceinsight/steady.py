@@ -294,3 +294,31 @@ def record_better(source_format: str, framework: str) -> str:
     if source_format.startswith("tensorflow"):
         return RECORD_BETTER["tensorflow"]
     return RECORD_BETTER["pytorch"] if source_format == "pytorch" else RECORD_BETTER["nsys"]
+
+
+def one_time_ns(views: "Views", instances) -> tuple[int, int]:
+    """(instance time, the part of it inside the ledger's warm-up regions of the instance's rank (all ranks'
+    regions when the instance names none)): what of a finding's evidence is one-time work."""
+    from .rule_api import as_instances, instance_columns
+    from .views import Coverage, merge_intervals
+
+    cols = instance_columns(as_instances(instances) if isinstance(instances, pd.DataFrame) else instances)
+    if not len(cols.start_ns):
+        return 0, 0
+    s, e = cols.start_ns.astype(np.int64), np.maximum(cols.end_ns.astype(np.int64), cols.start_ns.astype(np.int64))
+    total = int((e - s).sum())
+    regions = views.ledger.warmup
+    if regions is None or regions.empty or total <= 0:
+        return total, 0
+    r_rank = regions["rank"].to_numpy(np.int64)
+    inside = 0
+    rank = cols.rank
+    known = ~np.isnan(rank)
+    for r in np.unique(rank[known]).astype(np.int64).tolist() + ([None] if (~known).any() else []):
+        m = ~known if r is None else known & (rank == r)
+        w = regions if r is None else regions[r_rank == r]
+        if w.empty:
+            continue
+        a, b = merge_intervals(w["start_ns"].to_numpy(np.int64), w["end_ns"].to_numpy(np.int64))
+        inside += int(Coverage(a, b).overlap(s[m], e[m]).sum())
+    return total, inside
