@@ -121,8 +121,9 @@ COVERED_ELSEWHERE = {
     "TI010": "test_rules_extra.py: test_ti010_positive (1 ms every 5 ms) / test_ti010_negative_busy (back to back)",
     "TI011": "test_rules_quality.py: test_ti011_runtime_calls_without_gpu_activity / test_ti011_negative_gpu_trace",
     "TI012": "test_rules_quality.py: test_ti012_two_kernels / test_ti012_graph_capture / test_ti012_negative_steady_steps",
-    "TI013": "test_rules_quality.py: test_ti013_first_step_init, test_ti013_start_up_calls_the_ledger_cannot_measure / test_ti013_negative_steady_steps",
+    "TI013": "test_rules_quality.py: test_ti013_first_step_init, test_ti013_start_up_calls_are_one_time_work_wherever_they_sit / test_ti013_negative_steady_steps",
     "TI014": "test_rules_quality.py: test_ti014_truncated_json / test_ti014_negative_complete_file",
+    "TI015": "test_rule_ti015.py: test_ti015_positive_recompile_in_step_4 / test_ti015_fix_dynamic_shapes_compile_once",
     "TI020": "test_job_rules.py: test_stragglers_positive_planted_delay / test_stragglers_negative_balanced",
     "TI021": "test_job_rules.py: test_exposed_communication_positive / test_exposed_communication_negative_overlapped",
 }

@@ -73,6 +73,10 @@ ONE_TIME_CALL = re.compile(
     r"|autotun|nvrtc|compil(e(?!d)|ation)|KernelExecutor::compile",
     re.IGNORECASE,
 )
+#: Compilation and autotuning: one-time at the start, but when a range of these runs again after the rank's
+#: second step began, the program is recompiling (or re-tuning) in the steady state (new input shapes, a guard
+#: that fails, a graph break), which costs every time it happens: that is no warm-up, TI015 reports it.
+RECOMPILE_CALL = re.compile(r"autotun|nvrtc|compil(e(?!d)|ation)|KernelExecutor::compile|cudnnFind|miopenFind", re.IGNORECASE)
 #: Graph capture: from a begin-capture call to the end-capture call after it on the same thread, the launches
 #: are recorded, not executed.
 CAPTURE_BEGIN = re.compile(r"^(cuda|hip|cu)StreamBeginCapture", re.IGNORECASE)
@@ -133,6 +137,9 @@ def one_time_regions(views: "Views", blocking: "list[tuple[np.ndarray, np.ndarra
         # wraps every compiled forward), so a word in the path says nothing about what the call does
         kinds_ok = kind_mask(kinds, ("runtime", "cpu_op", "annotation", "other"))
         named = np.flatnonzero(kinds_ok & name_mask(names, ONE_TIME_CALL) & (dur > 0))
+        if len(named) and second_step:  # a compile after the second step began recompiles in the steady state
+            late = steady_recompiles(views, named)
+            named = named[~late]
         if len(named):
             parts.append(pd.DataFrame({"rank": rank[named].astype(np.int64), "start_ns": start[named], "end_ns": start[named] + dur[named],
                                        "reason": ["one-time set-up: " + str(n) for n in names.take(named)]}))
@@ -169,6 +176,31 @@ def one_time_regions(views: "Views", blocking: "list[tuple[np.ndarray, np.ndarra
     out["start_ns"] = out["start_ns"].astype(np.int64)
     out["end_ns"] = out["end_ns"].astype(np.int64)
     return out
+
+
+def steady_recompiles(views: "Views", rows: "np.ndarray | None" = None) -> np.ndarray:
+    """For the host rows at ``rows`` (positions in ``views.host_events``; default all), whether each is a
+    compilation or autotuning range (``RECOMPILE_CALL``) that begins after its rank's second step began: a
+    recompile in the steady state. All False on a trace without steps (nothing says where steady state starts)."""
+    host = views.host_events
+    rows = np.arange(len(host)) if rows is None else np.asarray(rows)
+    out = np.zeros(len(rows), dtype=bool)
+    st = views.steps
+    if st.empty or not len(rows):
+        return out
+    second = {}
+    for r, g in st.groupby("rank", sort=False):
+        ss = np.sort(g["start_ns"].to_numpy(np.int64))
+        if len(ss) > 1:
+            second[int(r)] = int(ss[1])
+    if not second:
+        return out
+    names = host["name"].take(rows)
+    hit = name_mask(names, RECOMPILE_CALL)
+    rank = host["rank"].to_numpy()[rows]
+    start = host["start_ns"].to_numpy(np.int64)[rows]
+    limit = np.array([second.get(int(r), np.iinfo(np.int64).max) for r in rank], np.int64)
+    return hit & (start >= limit)
 
 
 def _first_launches(ln: pd.DataFrame) -> list[pd.DataFrame]:
