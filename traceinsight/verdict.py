@@ -368,9 +368,10 @@ def cannot_judge(analysis: "Analysis") -> tuple[str, str] | None:
     j = judgement(views)
     if j["judgeable"]:
         return None
+    reason = j["reason"][0].upper() + j["reason"][1:]
     return "warmup", (
-        f"Cannot judge this window: {j['reason']} ({fmt_ns(j['warmup_ns'])} of {fmt_ns(j['window_ns'])} is one-time work, set aside). "
-        "Performance findings are kept at info."
+        f"{reason} ({fmt_ns(j['warmup_ns'])} of {fmt_ns(j['window_ns'])} is one-time work, set aside): the window shows start-up, "
+        "not the steady state. Performance findings are kept at info."
     )
 
 
