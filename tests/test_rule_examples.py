@@ -124,6 +124,7 @@ COVERED_ELSEWHERE = {
     "TI013": "test_rules_quality.py: test_ti013_first_step_init, test_ti013_start_up_calls_are_one_time_work_wherever_they_sit / test_ti013_negative_steady_steps",
     "TI014": "test_rules_quality.py: test_ti014_truncated_json / test_ti014_negative_complete_file",
     "TI015": "test_rule_ti015.py: test_ti015_positive_recompile_in_step_4 / test_ti015_fix_dynamic_shapes_compile_once",
+    "TI016": "test_rule_ti016.py: test_ti016_positive_one_break_per_step / test_ti016_fix_fullgraph",
     "TI020": "test_job_rules.py: test_stragglers_positive_planted_delay / test_stragglers_negative_balanced",
     "TI021": "test_job_rules.py: test_exposed_communication_positive / test_exposed_communication_negative_overlapped",
 }
