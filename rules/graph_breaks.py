@@ -5,11 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from traceinsight.ledger import AVOIDABLE_BUCKETS
+from traceinsight.buckets import AVOIDABLE_BUCKETS
+from traceinsight.masks import name_mask
 from traceinsight.rule_api import Context, Fix, Location, Option, Rule, Severity, fmt_ns
-from traceinsight.steady import warmup_steps
-
-from ._common import name_mask
+from traceinsight.rulelib.warmup import warmup_steps
 
 #: The range PyTorch records around each compiled graph it runs (torch >= 2.3), or, in older traces, the
 #: autograd function a compiled graph runs as.

@@ -6,11 +6,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from traceinsight.ledger import AVOIDABLE_BUCKETS
+from traceinsight.buckets import AVOIDABLE_BUCKETS
+from traceinsight.intervals import merge_intervals
 from traceinsight.rule_api import Context, Fix, Location, Option, Rule, Severity, fmt_ns
-from traceinsight.steady import steady_recompiles
-
-from ._common import merge_intervals
+from traceinsight.rulelib.warmup import steady_recompiles
 
 
 class RecompileInSteadyState(Rule):

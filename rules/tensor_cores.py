@@ -7,10 +7,12 @@ import re
 import numpy as np
 import pandas as pd
 
-from traceinsight.advice import parse_cc
+from traceinsight.gpus import parse_cc
 from traceinsight.rule_api import Context, Fix, Location, Option, Rule, Severity, fmt_ns
 
-from ._common import FP64, GEMM_CONV, VOLTA_PLUS_KERNEL, NCCL, NOT_GEMM, NON_NVIDIA, NOT_TENSOR_CORE, PRE_VOLTA, TENSOR_CORE, TENSOR_CORE_GPU, matches, name_mask, names_where, pair_codes
+from traceinsight.masks import name_mask
+from traceinsight.patterns import FP64, GEMM_CONV, NCCL, NON_NVIDIA, NOT_GEMM, NOT_TENSOR_CORE, PRE_VOLTA, TENSOR_CORE, TENSOR_CORE_GPU, VOLTA_PLUS_KERNEL
+from traceinsight.rulelib.names import matches, names_where, pair_codes
 
 
 def _has_tensor_cores(name: str | None, cc: str | None, vendor: str | None) -> bool | None:

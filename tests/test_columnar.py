@@ -15,12 +15,13 @@ import pytest
 import traceinsight
 from tests.helpers.kineto_writer import KinetoTrace
 from traceinsight import ledger as L
-from traceinsight.render import html, json_report, render
+from traceinsight.render import html, json_report, render, templating
 from traceinsight.render.common import smallest_first
 from traceinsight.rule_api import Instance, Instances, as_instances, instance_columns
 from traceinsight.summary import _kind_counts
 from traceinsight.timeline import KINDS
-from traceinsight.views import Views, _join_keys, codes_in, kind_mask, name_mask, take_rows
+from traceinsight.masks import codes_in, join_keys as _join_keys, kind_mask, name_mask, take_rows
+from traceinsight.views import Views
 
 
 # --- Finding.instances as columns ----------------------------------------------------------------------------
@@ -287,23 +288,23 @@ def test_first_calls_by_name_code_equal_the_hashed_groups():
 # --- the compiled-template cache -----------------------------------------------------------------------------
 def test_template_cache_renders_the_same_and_survives_damage(tmp_path, monkeypatch):
     a = traceinsight.analyze(_trace(tmp_path))
-    monkeypatch.setenv(html.CACHE_ENV, "")
-    html._env.cache_clear()
+    monkeypatch.setenv(templating.CACHE_ENV, "")
+    templating.env.cache_clear()
     plain = render(a, "html")
     cache = tmp_path / "cache"
-    monkeypatch.setenv(html.CACHE_ENV, str(cache))
-    html._env.cache_clear()
+    monkeypatch.setenv(templating.CACHE_ENV, str(cache))
+    templating.env.cache_clear()
     assert render(a, "html") == plain
     files = list((cache / "templates").glob("tmpl-*.cache"))
     assert files  # compiled once, kept
-    html._env.cache_clear()
+    templating.env.cache_clear()
     assert render(a, "html") == plain  # read back
     for f in files:
         f.write_bytes(b"not a cache")
-    html._env.cache_clear()
+    templating.env.cache_clear()
     assert render(a, "html") == plain
-    html._env.cache_clear()
-    monkeypatch.delenv(html.CACHE_ENV)
+    templating.env.cache_clear()
+    monkeypatch.delenv(templating.CACHE_ENV)
 
 
 def test_json_report_lists_every_instance_in_order_when_under_the_cap(tmp_path):
@@ -321,11 +322,11 @@ def test_template_cache_is_not_read_from_a_folder_others_can_write(tmp_path, mon
     cache = tmp_path / "shared"
     (cache / "templates").mkdir(parents=True)
     (cache / "templates").chmod(0o777)
-    monkeypatch.setenv(html.CACHE_ENV, str(cache))
-    assert html._template_cache("x") is None
+    monkeypatch.setenv(templating.CACHE_ENV, str(cache))
+    assert templating.template_cache("x") is None
     (cache / "templates").chmod(0o700)
-    assert html._template_cache("x") is not None
-    html._env.cache_clear()
+    assert templating.template_cache("x") is not None
+    templating.env.cache_clear()
 
 
 @pytest.mark.parametrize("n_wanted", [0, 1, 3, 16, 17, 40])

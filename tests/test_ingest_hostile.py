@@ -16,7 +16,7 @@ import pytest
 
 import traceinsight
 from traceinsight.errors import TraceReadError, TraceTooLargeError
-from traceinsight.ingest import native
+from traceinsight import native
 
 from .helpers.kineto_writer import KinetoTrace
 

@@ -11,7 +11,8 @@ import pandas as pd
 import pytest
 
 import traceinsight
-from traceinsight.ingest import FORMATS, assemble, kineto, native
+from traceinsight import native
+from traceinsight.ingest import FORMATS, assemble, kineto
 from traceinsight.ingest.kineto import reader as kineto_reader
 from traceinsight.ingest.parts import ReadResult, Rows
 from traceinsight.timeline import KINDS, TraceMeta
@@ -31,6 +32,20 @@ def _two_kernel_trace(**kw) -> KinetoTrace:
 def test_format_map_holds_functions_not_module_names():
     assert list(FORMATS) == ["nsys", "tensorflow-xplane", "pytorch", "tensorflow-logdir", "tensorflow-json"]
     assert FORMATS["pytorch"].read is kineto.read and callable(FORMATS["nsys"].sniff)
+
+
+def test_detection_imports_only_the_reader_it_needs(tmp_path):
+    """Detecting a kineto file imports the sniffers, and reading it the kineto reader alone (cold start)."""
+    import subprocess
+    import sys
+
+    path = _two_kernel_trace().write(tmp_path / "t.json")
+    code = (
+        "import sys; from traceinsight.ingest import load; load(sys.argv[1]); "
+        "print(sorted(m for m in sys.modules if m.startswith('traceinsight.ingest.') and m.endswith('.reader')))"
+    )
+    out = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "['traceinsight.ingest.kineto.reader']"
 
 
 def test_readers_return_columns_and_load_finishes(tmp_path):

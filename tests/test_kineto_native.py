@@ -18,7 +18,7 @@ import pytest
 
 import traceinsight
 from traceinsight.errors import TraceReadError
-from traceinsight.ingest import native
+from traceinsight import native
 from traceinsight.ingest.kineto.columns import Declined, scan_columns
 
 FORCE_PURE = native.PURE_ENV

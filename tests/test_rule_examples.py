@@ -125,6 +125,10 @@ COVERED_ELSEWHERE = {
     "TI014": "test_rules_quality.py: test_ti014_truncated_json / test_ti014_negative_complete_file",
     "TI015": "test_rule_ti015.py: test_ti015_positive_recompile_in_step_4 / test_ti015_fix_dynamic_shapes_compile_once",
     "TI016": "test_rule_ti016.py: test_ti016_positive_one_break_per_step / test_ti016_fix_fullgraph",
+    "TI030": "rules/test_TI030.py: test_positive_small_peak_on_an_under_busy_gpu / test_negative_memory_nearly_full",
+    "TI031": "rules/test_TI031.py: test_positive_out_of_memory_is_an_error, test_positive_cudafree_in_steady_state / test_negative_roomy_and_no_flushes",
+    "TI032": "rules/test_TI032.py: test_positive_reserved_grows_after_warmup, test_positive_cudamalloc_inside_steps / test_negative_growth_only_in_warmup",
+    "TI033": "rules/test_TI033.py: test_positive_faults_in_steady_steps / test_negative_faults_only_in_warmup",
     "TI020": "test_job_rules.py: test_stragglers_positive_planted_delay / test_stragglers_negative_balanced",
     "TI021": "test_job_rules.py: test_exposed_communication_positive / test_exposed_communication_negative_overlapped",
 }

@@ -153,7 +153,7 @@ def test_ti001_optimizer_does_not_hide_a_sync(tmp_path):
 def test_ti001_causes_are_the_ledgers():
     """Every ns of TI001's gaps is booked as the ledger books it; each gap's label is its largest bucket."""
     import traceinsight
-    from traceinsight.ledger import IDLE_BUCKETS
+    from traceinsight.buckets import IDLE_BUCKETS
     from traceinsight.rules.gpu_idle_gaps import BUCKET_CAUSE, CAUSE_OPT
 
     a = traceinsight.analyze(corpus_file("pytorch/hta_ddp_v100_rank1of2.json.gz"), select=["TI001"])
@@ -185,16 +185,16 @@ def test_ti001_causes_are_the_ledgers():
 
 
 def test_ledger_gaps_row_for_row(tmp_path):
-    """rules._common.ledger_gaps gives the ledger's facts on views.gaps' rows, also when the two frames differ."""
-    from traceinsight.rules._common import ledger_gaps
-    from traceinsight.views import Views
+    """rulelib.gaps.ledger_gaps gives the ledger's facts on views.gaps' rows, also when the two frames differ."""
+    from traceinsight.rulelib.gaps import ledger_gaps
+    from traceinsight.derived import Derived
 
     t = KinetoTrace()
     t.step(0, 0.0, 5000.0)
     t.kernel("k_a", 10.0, 100.0, launch_us=0.0)
     t.kernel("k_b", 400.0, 100.0, launch_us=350.0)  # launched 50 µs before it ran, after the GPU ran dry
     t.kernel("k_c", 900.0, 100.0, launch_us=100.0)  # queued long before: a GPU-side dependency
-    v = Views(traceinsight.load(t.write(tmp_path / "t.json")))
+    v = Derived(traceinsight.load(t.write(tmp_path / "t.json")))
     lg = ledger_gaps(v)
     assert list(lg.index) == list(v.gaps.index) and list(lg["start_ns"]) == [110_000, 500_000]
     # gap 1: launched late; 4 µs of it the host is in the launch call, the rest nothing is traced
@@ -202,8 +202,8 @@ def test_ledger_gaps_row_for_row(tmp_path):
     assert (lg["idle_host_busy"].iloc[0], lg["idle_untraced"].iloc[0]) == (4_000, 286_000)
     assert lg["next_launch_end_ns"].iloc[1] < lg["start_ns"].iloc[1]
     # a views whose gaps are a subset (another gap definition): matched on the keys, not by position
-    v2 = Views(v.timeline)
-    v2.__dict__["gaps"] = v.gaps.iloc[[1]]
+    v2 = Derived(v.timeline)
+    v2.__dict__["gaps"] = v.gaps.iloc[[1]]  # cached_property slots: a views whose gaps differ from the ledger's
     v2.__dict__["ledger"] = v.ledger
     lg2 = ledger_gaps(v2)
     assert list(lg2.index) == [1] and lg2["cause"].iloc[0] == "idle_gpu_dependency"

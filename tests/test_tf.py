@@ -138,10 +138,10 @@ def test_tf_json_sniff_rejects_kineto():
     from pathlib import Path
 
     from traceinsight.ingest import read_head
-    from traceinsight.ingest.tf import trace_json as tf_json
+    from traceinsight.ingest.tf.sniff import sniff_json
 
     for p in sorted((corpus_file("pytorch")).glob("*.json*"))[:3]:
-        assert not tf_json.sniff(Path(p), read_head(Path(p)))
+        assert not sniff_json(Path(p), read_head(Path(p)))
 
 
 def test_logdir_newest_run_and_warning(tmp_path):

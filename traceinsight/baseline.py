@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import ConfigError
-from .rule_api import Finding
+from .finding import Finding
 
 NEW, WORSE, SAME = "new", "worse", "same"
 

@@ -11,13 +11,13 @@ from typing import Annotated, Optional
 
 import typer
 
-from . import __version__
+from .version import __version__
 from .config import TRUST_ENV, Config, parse_assignments
 from .errors import EXIT_FINDINGS, TraceInsightError
 from .plugins import discover
-from .rule_api import Severity
-from .verdict import details
+from .finding import Severity
 from .outputs import REPORT_STEM, SUFFIX
+from .render import FORMATS
 from .sanitize import rich, terminal, terminal_lines
 
 app = typer.Typer(
@@ -28,12 +28,8 @@ app = typer.Typer(
 )
 
 
-class Format(str, enum.Enum):
-    text = "text"
-    json = "json"
-    md = "md"
-    html = "html"
-    perfetto = "perfetto"  # the trace + findings as Chrome-trace JSON (gzip) for ui.perfetto.dev / chrome://tracing
+#: The output formats (``render.FORMATS``, the one list).
+Format = enum.Enum("Format", {name: name for name in FORMATS}, type=str)
 
 
 class FailOn(str, enum.Enum):
@@ -43,7 +39,7 @@ class FailOn(str, enum.Enum):
     error = "error"
 
 
-_SUFFIX_FORMAT = {".html": Format.html, ".htm": Format.html, ".md": Format.md, ".json": Format.json, ".txt": Format.text}
+_SUFFIX_FORMAT = {ext: Format(name) for name, f in FORMATS.items() for ext in f.extensions}
 
 
 def _fail(exc: TraceInsightError) -> None:
@@ -155,7 +151,7 @@ def analyze(
         _fail(exc)
         return
     if output is not None:  # the report went to files: the verdict still reaches the terminal
-        verdict = details(analysis)
+        verdict = analysis.verdict
         typer.echo(terminal(f"Verdict: {verdict['headline']}. {verdict['sentence']}", 2000), err=True)
     if fail_on != FailOn.never:
         _gate(analysis, Severity.parse(fail_on.value))
@@ -292,6 +288,41 @@ def mcp_server(
 _teardown_free = False
 
 
+@app.command("diff")
+def diff_cmd(
+    base: Annotated[Path, typer.Argument(help="BASE: a trace, a folder of rank traces, or a JSON report (analyze -f json), e.g. main's.")],
+    head: Annotated[Path, typer.Argument(help="HEAD: the same kinds, e.g. the pull request's.")],
+    fmt: Annotated[Optional[str], typer.Option("--format", "-f", help="text, json, md or html; several comma-separated write one file each into -o DIR. Default: from -o's extension, else text.")] = None,
+    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write here instead of stdout (a folder when several formats are asked for).")] = None,
+    fail_if_slower: Annotated[
+        Optional[float],
+        typer.Option("--fail-if-slower", min=0.0, help="Exit 1 when HEAD's step is slower by more than this %% and outside the noise of the per-step samples; exit 5 when it is slower by more but within the noise."),
+    ] = None,
+    trace_format: Annotated[Optional[str], typer.Option("--trace-format", help="Force the parser for trace inputs (see analyze).")] = None,
+) -> None:
+    """Compare two runs: step time with its confidence interval, where it moved in the time ledger, kernels, findings.
+
+    Exit codes: 0 done (gate passed), 1 slower than --fail-if-slower, 2 usage, 3 unreadable, 4 not comparable,
+    5 inconclusive (the gate cannot tell slower from noise).
+    """
+    from .delta.cli import SUFFIX as DIFF_SUFFIX, run as run_diff
+
+    suffix_fmt = {".html": "html", ".htm": "html", ".md": "md", ".json": "json", ".txt": "text"}
+    formats = [f.lower() for f in _split([fmt])] if fmt else [(suffix_fmt.get(output.suffix.lower()) if output else None) or "text"]
+    for f in formats:
+        if f not in DIFF_SUFFIX:
+            raise typer.BadParameter(f"{f!r} is not one of text, json, md, html", param_hint="--format")
+    if len(formats) > 1 and output is None:
+        raise typer.BadParameter("several formats need -o DIR (a folder to write one file per format)", param_hint="--format")
+    try:
+        code = run_diff(base, head, list(dict.fromkeys(formats)), output, fail_if_slower=fail_if_slower, width=_terminal_width(),
+                        say=lambda line: typer.echo(terminal(line, 2000), err=True), **({"trace_format": trace_format} if trace_format else {}))
+    except TraceInsightError as exc:
+        _fail(exc)
+        return
+    raise typer.Exit(code)
+
+
 def main() -> None:
     try:
         app()
@@ -326,3 +357,4 @@ def _exit_now(code: object) -> None:
 
 if __name__ == "__main__":  # pragma: no cover
     main()
+

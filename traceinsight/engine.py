@@ -1,7 +1,9 @@
-"""The run: pick and configure rules, load the trace, check every rule over it, collect the Analysis.
+"""The run: pick and configure rules, load the trace, check every rule over it, assess, collect the Analysis.
 
-``analyze`` is the one orchestration path; the command line is a thin layer over it. Configuration lives in
-``config.py``, rule discovery in ``plugins.py``.
+``analyze`` is the one orchestration path; the command line is a thin layer over it. ``run`` makes the one derived
+store of the timeline (``derived.Derived``), checks every rule on it, grades, links causes, runs each root cause's
+what-if (the transform its rule declares), adds framework advice and the verdict, and returns the ``Analysis``
+(``analysis.py``) the renderers read. Configuration lives in ``config.py``, rule discovery in ``plugins.py``.
 """
 
 from __future__ import annotations
@@ -11,56 +13,22 @@ import re
 import os
 import time
 import traceback
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from . import advice
+from .analysis import Analysis
+from .causes import attach_what_if, link as link_causes
 from .config import Config
+from .derived import Derived
 from .errors import ConfigError
 from .framework import detect_framework
 from .plugins import RuleSet, discover
-from .causes import attach_what_if, link as link_causes
 from .rule_api import Context, Finding, Rule, Severity
 from .severity import DEFAULT_MIN_IMPACT_PCT, grade
-from .summary import Summary, summarize
+from .summary import summarize
 from .timeline import Timeline
-from .views import Views
-
-
-@dataclass
-class Analysis:
-    """The result of analysing one timeline: summary metrics, findings (largest impact first), warnings.
-
-    Renderers read this and nothing else: ``views`` are the rules' own cached views, so no renderer derives
-    steps, gaps, syncs or collectives a second time.
-    """
-
-    timeline: Timeline
-    summary: Summary
-    findings: list[Finding]
-    warnings: list[str]
-    rules_run: list[str]
-    timings: dict[str, float] = field(default_factory=dict)
-    baseline: Any = None  # a baseline.Comparison when the run was compared with an earlier report
-    views: Views | None = None  # the rules' cached views; renderers read these instead of deriving their own
-    ledger: Any = None  # the time ledger (traceinsight.ledger) once it is built; None until then
-    framework: str = "unknown"  # traceinsight.framework.detect_framework: whose advice leads
-
-    def _repr_html_(self) -> str:
-        """Jupyter shows an Analysis as a compact, script-free version of the HTML report."""
-        from .render.html import render_inline
-
-        return render_inline(self)
-
-    def __post_init__(self) -> None:
-        if self.views is None:
-            self.views = Views(self.timeline)
-
-    def worst_severity(self) -> Severity | None:
-        if not self.findings:
-            return None
-        return max((f.severity for f in self.findings), key=lambda s: s.rank)
+from .verdict import assess
 
 
 def closest_code(code: str, known: Iterable[str]) -> str | None:
@@ -124,7 +92,7 @@ def run(
     min_impact: float = DEFAULT_MIN_IMPACT_PCT,
     severity_overrides: Iterable[str] = (),
 ) -> Analysis:
-    views = Views(timeline)
+    views = Derived(timeline)
     findings: list[Finding] = []
     warnings = list(extra_warnings)
     timings: dict[str, float] = {}
@@ -145,10 +113,10 @@ def run(
     findings = grade(findings, views, {r.code: r for r in rules}, min_impact_pct=min_impact, overridden=severity_overrides)
     findings.sort(key=lambda f: (-f.impact_ns, -f.severity.rank, f.code))
     findings = link_causes(findings)
-    attach_what_if(findings, views)
+    attach_what_if(findings, views, {r.code: type(r).what_if for r in rules})
     framework = detect_framework(timeline)
     advice.apply(findings, framework, timeline.meta)
-    return Analysis(
+    analysis = Analysis(
         timeline=timeline,
         summary=summarize(timeline, views),
         findings=findings,
@@ -159,6 +127,8 @@ def run(
         ledger=views.ledger,
         framework=framework,
     )
+    assess(analysis)
+    return analysis
 
 
 def with_step_range(timeline: Timeline, name: str) -> Timeline:

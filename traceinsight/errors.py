@@ -7,6 +7,9 @@ EXIT_OK = 0
 EXIT_FINDINGS = 1  # --fail-on threshold reached
 EXIT_USAGE = 2  # bad command line, unknown rule code, bad option value
 EXIT_UNREADABLE = 3  # the trace could not be read (empty, corrupt, truncated beyond repair, unknown format)
+EXIT_SLOWER = EXIT_FINDINGS  # diff --fail-if-slower: HEAD is slower than the threshold, outside the noise
+EXIT_NOT_COMPARABLE = 4  # diff: BASE and HEAD run different workloads; no verdict
+EXIT_INCONCLUSIVE = 5  # diff --fail-if-slower: slower than the threshold but within the noise, or too few steps
 
 
 class TraceInsightError(Exception):

@@ -38,7 +38,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from .views import kind_mask, name_mask
+from .finding import as_instances, instance_columns
+from .intervals import Coverage, merge_intervals
+from .masks import kind_mask, name_mask
+from .patterns import ALLOC_CALL, CAPTURE_BEGIN, CAPTURE_END, ONE_TIME_CALL, RECOMPILE_CALL, START_UP_CALL  # noqa: F401  (the steady-state model's vocabulary)
 
 if TYPE_CHECKING:  # pragma: no cover
     from .views import Views
@@ -59,38 +62,6 @@ MIN_STEADY_NS = 1_000_000
 #: Without step markers, repetition cannot be counted: a window mostly warm-up is judged only when what is left
 #: holds at least this much GPU work (a few real steps' worth), else it is a fragment of a first pass.
 MIN_STEADY_BUSY_NS = 5_000_000
-
-#: Host calls and ranges that do one-off set-up wherever they sit: context and module loading, library handles,
-#: autotuning, JIT compilation, graph capture and instantiation. Names that also run every step are left out
-#: (``cudnnGet*Algorithm`` heuristics run on every convolution without benchmark mode; ``Torch-Compiled Region``
-#: and ``CompiledFunction`` are compiled code running, hence the ``compil(e(?!d)|ation)``).
-ONE_TIME_CALL = re.compile(
-    r"^cu(Init|ModuleLoad|LibraryLoad|DevicePrimaryCtxRetain|CtxCreate|LinkCreate|LinkComplete)"
-    r"|^(cuda|hip)(GetDeviceProperties|DeviceGetStreamPriorityRange|SetDevice$|StreamBeginCapture|StreamEndCapture"
-    r"|GraphInstantiate|GraphUpload|DeviceSetLimit)"
-    r"|^hip(ModuleLoad|ModuleGetFunction)|^cu(StreamBeginCapture|StreamEndCapture|GraphInstantiate|GraphUpload)"
-    r"|cudnn(Create|Find)|cublas(Lt)?Create|miopen(Create|Find)|rocblas_create|hipblas(Lt)?Create"
-    r"|autotun|nvrtc|compil(e(?!d)|ation)|KernelExecutor::compile",
-    re.IGNORECASE,
-)
-#: Compilation and autotuning: one-time at the start, but when a range of these runs again after the rank's
-#: second step began, the program is recompiling (or re-tuning) in the steady state (new input shapes, a guard
-#: that fails, a graph break), which costs every time it happens: that is no warm-up, TI015 reports it.
-RECOMPILE_CALL = re.compile(r"autotun|nvrtc|compil(e(?!d)|ation)|KernelExecutor::compile|cudnnFind|miopenFind", re.IGNORECASE)
-#: Graph capture: from a begin-capture call to the end-capture call after it on the same thread, the launches
-#: are recorded, not executed.
-CAPTURE_BEGIN = re.compile(r"^(cuda|hip|cu)StreamBeginCapture", re.IGNORECASE)
-CAPTURE_END = re.compile(r"^(cuda|hip|cu)StreamEndCapture", re.IGNORECASE)
-#: Device-memory allocations of a growing caching allocator (stream-ordered ``*MallocAsync`` is a steady-state
-#: allocator's call and is left out).
-ALLOC_CALL = re.compile(r"^(cuda|hip)Malloc(Host|Managed|Pitch|3D)?(_v\d+)?$|^cuMem(Alloc|Create)(?!.*Async)|^hipExtMallocWithFlags")
-
-#: Calls that do start-up work at the head of a run but may also run later (``cudaFree``, stream creation,
-#: attribute queries), besides the one-time calls and allocations above: TI013 names them in a head gap the ledger
-#: did not book, and says their time stays in the idle figures.
-START_UP_CALL = re.compile(
-    ONE_TIME_CALL.pattern + r"|^(cuda|hip)(Malloc|Free|StreamCreate|FuncGetAttributes)\b|^cuMemAlloc|jit", re.IGNORECASE
-)
 
 _COLS = ["rank", "start_ns", "end_ns", "reason"]
 
@@ -260,9 +231,13 @@ def _short(name: str, n: int = 60) -> str:
 def judgement(views: "Views") -> dict:
     """Whether the window holds enough steady state to judge: ``judgeable``, ``reason`` (None, or a sentence),
     ``window_ns``, ``warmup_ns``, ``steady_ns``, ``steady_steps`` (steps outside warm-up, per rank the fewest)."""
-    cached = views.__dict__.get("_steady_judgement")
-    if cached is not None:
-        return cached
+    keep = getattr(views, "memo", None)  # the analysis' store keeps the answer (plain views compute it again)
+    if keep is not None:
+        return keep("steady.judgement", lambda: _judgement(views))
+    return _judgement(views)
+
+
+def _judgement(views: "Views") -> dict:
     led = views.ledger
     t = led.totals()
     window = int(sum(t.values()))
@@ -297,9 +272,7 @@ def judgement(views: "Views") -> dict:
         elif share >= MAX_WARMUP_PCT and st.empty and busy < MIN_STEADY_BUSY_NS:
             reason = (f"one-time work (module loading, set-up, compilation, allocator growth) fills {share:.0f} % of the window, "
                       f"and the rest holds only {busy / 1e6:.2f} ms of GPU work and no step markers")
-    out = {"judgeable": reason is None, "reason": reason, "window_ns": window, "warmup_ns": warm, "steady_ns": steady, "steady_steps": n_steady}
-    views.__dict__["_steady_judgement"] = out
-    return out
+    return {"judgeable": reason is None, "reason": reason, "window_ns": window, "warmup_ns": warm, "steady_ns": steady, "steady_steps": n_steady}
 
 
 #: How to record a window of steady state, per source (the profiler that wrote the trace) and framework.
@@ -331,9 +304,6 @@ def record_better(source_format: str, framework: str) -> str:
 def one_time_ns(views: "Views", instances) -> tuple[int, int]:
     """(instance time, the part of it inside the ledger's warm-up regions of the instance's rank (all ranks'
     regions when the instance names none)): what of a finding's evidence is one-time work."""
-    from .rule_api import as_instances, instance_columns
-    from .views import Coverage, merge_intervals
-
     cols = instance_columns(as_instances(instances) if isinstance(instances, pd.DataFrame) else instances)
     if not len(cols.start_ns):
         return 0, 0

@@ -12,7 +12,7 @@ import typer
 from ..config import Config
 from ..errors import EXIT_FINDINGS, TraceInsightError
 from ..rule_api import Severity
-from .storage import is_job_path
+from .storage import SCHEDULER_ENV, is_job_path
 
 _URL = re.compile(r"^([a-zA-Z][\w+.-]+):/+(.*)$")
 
@@ -28,8 +28,6 @@ def raw_path(path: str | os.PathLike) -> str:
 
 
 def wants_job(path: str | os.PathLike, scheduler: str | None) -> bool:
-    from .run import SCHEDULER_ENV
-
     return bool(scheduler or os.environ.get(SCHEDULER_ENV)) or is_job_path(raw_path(path))
 
 

@@ -22,10 +22,9 @@ from ..rule_api import Finding
 from ..rule_api_job import JobContext
 from .mapper import MapSettings, RankFailure, analyze_rank, per_rank_rules
 from .reduce import Job, reduce_summaries
-from .storage import expand
+from .storage import SCHEDULER_ENV, expand
 from .summary import RankSummary
 
-SCHEDULER_ENV = "TRACEINSIGHT_SCHEDULER"
 
 
 @dataclass

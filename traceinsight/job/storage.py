@@ -19,6 +19,8 @@ from typing import Any, Iterator
 from ..errors import TraceReadError
 
 #: Suffixes of per-rank trace files a job folder is made of.
+#: The environment variable that names a Dask scheduler for the whole-job path.
+SCHEDULER_ENV = "TRACEINSIGHT_SCHEDULER"
 RANK_SUFFIXES = (".json", ".json.gz", ".pt.trace.json", ".pt.trace.json.gz")
 _GLOB = set("*?[")
 
@@ -58,9 +60,9 @@ def _fs(url: str, storage_options: dict[str, Any] | None):
 
 
 def _local_rank_files(folder: Path) -> list[str]:
-    from ..ingest.kineto.reader import _rank_files
+    from ..ingest.kineto.sniff import rank_files
 
-    return [str(p) for p in _rank_files(folder)]
+    return [str(p) for p in rank_files(folder)]
 
 
 def expand(path: str | os.PathLike, storage_options: dict[str, Any] | None = None) -> list[str]:

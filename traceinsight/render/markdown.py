@@ -11,11 +11,10 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from ..engine import Analysis
-from ..rule_api import fmt_ns
-from ..verdict import details, headline, ledger_of
+from ..analysis import Analysis
+from ..units import fmt_ns
 from ..sanitize import markdown_text
-from ..whatif import format_what_if
+from ..units import format_what_if
 from .. import advice
 from .common import baseline_sentence, baseline_tag, clean, column_label, format_cell
 from .ledger_view import markdown as ledger_markdown
@@ -45,7 +44,7 @@ def _fence(code: str, lang: str = "python") -> str:
 
 
 def kpi_line(analysis: Analysis) -> str:
-    h = headline(analysis)
+    h = analysis.kpis
     sev = h["findings_by_severity"]
     busy = "n/a" if h["gpu_busy_pct"] is None else f"{h['gpu_busy_pct']:.1f}%"
     parts = [
@@ -95,7 +94,7 @@ def _code_span(text: str) -> str:
 
 def render(analysis: Analysis, html_name: str | None = None, max_chars: int = MAX_CHARS, **_: Any) -> str:
     meta = analysis.timeline.meta
-    v = details(analysis)
+    v = analysis.verdict
     name = meta.path.rsplit("/", 1)[-1] if meta.path else "trace"
     head = [
         f"## traceinsight: {esc(name, 120)}",
@@ -106,10 +105,15 @@ def render(analysis: Analysis, html_name: str | None = None, max_chars: int = MA
         kpi_line(analysis),
         "",
     ]
-    table = ledger_markdown(ledger_of(analysis))
+    table = ledger_markdown(analysis.ledger)
     if table:
         head += [table]
     head += steps_markdown(step_report(analysis), esc)
+    mem_devices = analysis.views.memory.devices
+    if mem_devices:
+        from .memory_view import summary_line
+
+        head += ["**GPU memory:** " + "; ".join(f"rank {d.rank} GPU {d.device}: {esc(summary_line(d), 300)}" for d in mem_devices[:8]), ""]
     if meta.extra.get("generated"):
         head += [f"> Generated trace: {esc(meta.extra['generated'], 300)}. Its GPU activity was not measured.", ""]
     sentence = baseline_sentence(analysis)

@@ -5,20 +5,21 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..rule_api import fmt_ns
+from ..units import fmt_ns
 
 
 def step_report(analysis: Any) -> dict:
     """``{"steps": steps.table(...), "ranges": steps.ranges_table(...)}``, built once per analysis."""
-    from ..steps import ranges_table, table
+    from ..steptable import ranges_table, table
     from ..views import Views
 
     views = analysis.views if getattr(analysis, "views", None) is not None else Views(analysis.timeline)
-    cached = views.__dict__.get("_step_report")
-    if cached is None:
-        cached = {"steps": table(views, analysis.timeline.meta.extra.get("steps_source")), "ranges": ranges_table(views)}
-        views.__dict__["_step_report"] = cached
-    return cached
+
+    def build() -> dict:
+        return {"steps": table(views, analysis.timeline.meta.extra.get("steps_source")), "ranges": ranges_table(views)}
+
+    keep = getattr(views, "memo", None)  # the analysis' store keeps it for every format
+    return keep("steps.report", build) if keep is not None else build()
 
 
 def spread_sentence(steps: dict) -> str:

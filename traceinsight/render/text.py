@@ -9,12 +9,11 @@ from rich.console import Console
 from rich.markup import escape as markup_escape
 from rich.table import Table
 
-from ..engine import Analysis
-from ..rule_api import fmt_ns
+from ..analysis import Analysis
+from ..units import fmt_ns
 from ..sanitize import rich as escape  # terminal-safe and markup-safe: every trace string goes through it
 from ..sanitize import terminal
-from ..verdict import details, ledger_of
-from ..whatif import format_what_if
+from ..units import format_what_if
 from .common import baseline_sentence, baseline_tag
 from .ledger_view import table as ledger_table
 
@@ -66,7 +65,7 @@ def render(analysis: Analysis, width: int = 110, **_: Any) -> str:
     meta = tl.meta
     con.print(f"[bold]{escape(meta.path or '(timeline)')}[/]  {escape(meta.tool or meta.source_format)}"
               + (f" {escape(str(meta.tool_version))}" if meta.tool_version else ""))
-    v = details(analysis)
+    v = analysis.verdict
     con.print(f"[bold]Verdict: {escape(v['headline'])}.[/] {escape(v['sentence'])}")
     if v.get("record_better"):
         con.print(f"Record a better window: {escape(v['record_better'])}")
@@ -84,9 +83,15 @@ def render(analysis: Analysis, width: int = 110, **_: Any) -> str:
             for d in s.devices
         ]
         _print(con, _table("GPU utilization (first to last GPU activity)", ["rank", "device", "name", "window", "busy", "idle", "busy %"], rows, text_col=2, width=width))
-    cols, rows = ledger_table(ledger_of(analysis))
+    cols, rows = ledger_table(analysis.ledger)
     if rows:
         _print(con, _table("Where the GPU time went (% of each device's window)", cols, rows, text_col=0, width=width))
+    mem_devices = analysis.views.memory.devices
+    if mem_devices:
+        from .memory_view import summary_line
+
+        for d in mem_devices:
+            con.print(f"GPU memory, rank {d.rank} GPU {d.device}: {escape(summary_line(d))}")
     if s.steps:
         st = s.steps
         con.print(f"steps: {st['count']}  mean {fmt_ns(st['mean_ns'])}  median {fmt_ns(st['median_ns'])}  max {fmt_ns(st['max_ns'])}")

@@ -20,7 +20,7 @@ import msgspec
 import numpy as np
 import pandas as pd
 
-from .. import native
+from ... import native
 
 _FLOAT_FIELDS = ("ts", "dur", "correlation", "external_id", "external_id_legacy", "device", "stream", "bytes",
                  "registers", "shared_mem", "occupancy")
@@ -43,6 +43,7 @@ class EventColumns:
     thread_names: pd.DataFrame  # pid, tid, thread_name (the last ``thread_name`` metadata event of a thread)
     bad_utf8: bool = False
     bad_ids: np.ndarray | None = None  # rows whose pid or tid no int64 holds (dropped, counted)
+    memory: dict[str, np.ndarray] | None = None  # the allocator instant events (``memory_instants``), None if none
 
 
 def native_available() -> bool:
@@ -206,7 +207,48 @@ def scan_columns(data: bytes) -> tuple[EventColumns, dict[str, Any]]:
         thread_names=thread_names,
     )
     cols.bad_utf8 = bad or bool(res.get("bad_utf8"))
+    cols.memory = _native_memory(res, names, strings, texts)
     return cols, {"span": res["span"], "truncated": res["truncated"]}
+
+
+# --- allocator instant events -----------------------------------------------------------------------------------
+
+#: Instant events that are allocator records, and the field names both decoders give their args.
+MEMORY_EVENT_NAMES = ("[memory]", "[OutOfMemory]")
+MEMORY_FIELDS = ("addr", "bytes", "total_allocated", "total_reserved", "device_type", "device_id")
+
+
+def _native_memory(res: dict, names: list[str], strings: dict, texts) -> dict[str, np.ndarray] | None:
+    inst = res.get("instant")
+    if not inst or not memoryview(inst["f64"]["ts"]).nbytes:
+        return None
+    code = np.frombuffer(inst["i32"]["name"], dtype=np.int32)
+    wanted = np.array([n in MEMORY_EVENT_NAMES for n in names] + [False])
+    keep = wanted[code]
+    if not keep.any():
+        return None
+    pid, tid = _resolve_ids([(np.frombuffer(inst["i64"]["pid"], dtype=np.int64)[keep], np.frombuffer(inst["i32"]["pid_str"], dtype=np.int32)[keep]),
+                             (np.frombuffer(inst["i64"]["tid"], dtype=np.int64)[keep], np.frombuffer(inst["i32"]["tid_str"], dtype=np.int32)[keep])],
+                            texts(strings["ids"]))
+    out = {"name": np.array(names + [""], dtype=object)[code[keep]], "ts": np.frombuffer(inst["f64"]["ts"], dtype=np.float64)[keep],
+           "pid": pid, "tid": tid}
+    for f in MEMORY_FIELDS:
+        out[f] = np.frombuffer(res["instant_memory"][f], dtype=np.float64)[keep]
+    return out
+
+
+def _struct_memory(events: list[Any]) -> dict[str, np.ndarray] | None:
+    from .decode import Args
+
+    inst = [e for e in events if e.ph in ("i", "I") and e.name in MEMORY_EVENT_NAMES]
+    if not inst:
+        return None
+    strings: dict[str, int] = {}
+    pid, tid = _resolve_ids([_ids_of([e.pid for e in inst], strings), _ids_of([e.tid for e in inst], strings)], list(strings))
+    noarg = Args()
+    args = [e.args or noarg for e in inst]
+    return {"name": np.array([e.name for e in inst], dtype=object), "ts": _num([e.ts for e in inst]), "pid": pid, "tid": tid,
+            **{f: _num([getattr(a, "mem_" + f) for a in args]) for f in MEMORY_FIELDS}}
 
 
 # --- general path ---------------------------------------------------------------------------------------------
@@ -305,4 +347,5 @@ def struct_columns(events: list[Any]) -> EventColumns:
         input_dims=_categorical(*_factorized(dims)),
         thread_names=_thread_names(mpid, mtid, np.array([e.name == "thread_name" for e in meta], dtype=bool), margs),
         bad_ids=bad_ids if bad_ids.any() else None,
+        memory=_struct_memory(events),
     )

@@ -28,6 +28,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ...errors import TraceReadError
+
 WORD_BITS = 63  # keep the sign bit clear so every packed word is a non-negative SQLite integer
 SEP = ","
 MIN_RANGE = 1 << 15  # rowids per range: enough rows that the per-query cost vanishes
@@ -230,3 +232,18 @@ def string_table(conn: sqlite3.Connection) -> np.ndarray:
     lookup = np.full(int(ids.max()) + 1, None, dtype=object)
     lookup[ids] = [r[1].decode("utf-8", "replace") if isinstance(r[1], bytes) else r[1] for r in rows]
     return lookup
+
+def connect(path: Path, immutable: bool = True) -> sqlite3.Connection:
+    """Read-only and (by default) immutable: no lock, no journal, no WAL file next to the user's trace."""
+    uri = Path(path).resolve().as_uri() + ("?mode=ro&immutable=1" if immutable else "?mode=ro")
+    try:
+        conn = sqlite3.connect(uri, uri=True)
+    except sqlite3.Error as exc:
+        raise TraceReadError(f"{path}: cannot open as SQLite ({exc})") from None
+    # Captured environments and old exports hold non-UTF-8 bytes; a name with a replacement char beats a crash.
+    conn.text_factory = lambda b: b.decode("utf-8", "replace")
+    try:
+        conn.execute(f"PRAGMA mmap_size = {MMAP_BYTES}")  # read-only page access in place; writes nothing
+    except sqlite3.Error:
+        pass
+    return conn
