@@ -129,6 +129,8 @@ COVERED_ELSEWHERE = {
     "TI031": "rules/test_TI031.py: test_positive_out_of_memory_is_an_error, test_positive_cudafree_in_steady_state / test_negative_roomy_and_no_flushes",
     "TI032": "rules/test_TI032.py: test_positive_reserved_grows_after_warmup, test_positive_cudamalloc_inside_steps / test_negative_growth_only_in_warmup",
     "TI033": "rules/test_TI033.py: test_positive_faults_in_steady_steps / test_negative_faults_only_in_warmup",
+    "TI040": "rules/test_TI040.py: test_positive_tiny_gemms / test_fix_raise_the_batch",
+    "TI041": "rules/test_TI041.py: test_positive_eager_chains / test_fix_torch_compile",
     "TI020": "test_job_rules.py: test_stragglers_positive_planted_delay / test_stragglers_negative_balanced",
     "TI021": "test_job_rules.py: test_exposed_communication_positive / test_exposed_communication_negative_overlapped",
 }

@@ -91,8 +91,9 @@ def run(
     extra_warnings: Iterable[str] = (),
     min_impact: float = DEFAULT_MIN_IMPACT_PCT,
     severity_overrides: Iterable[str] = (),
+    efficiency: Any = None,
 ) -> Analysis:
-    views = Derived(timeline)
+    views = Derived(timeline, efficiency=efficiency)
     findings: list[Finding] = []
     warnings = list(extra_warnings)
     timings: dict[str, float] = {}
@@ -175,6 +176,14 @@ def _own_meta(timeline: Timeline):
     return dataclasses.replace(m, extra=dict(m.extra), warnings=list(m.warnings))
 
 
+def _mfu(analysis: Analysis) -> float | None:
+    """This run's MFU for the baseline comparison (None when FLOPs or the peak are unknown)."""
+    try:
+        return analysis.views.efficiency.mfu_pct
+    except Exception:  # the comparison of findings must not depend on the optional efficiency model
+        return None
+
+
 def analyze(
     trace: "str | os.PathLike | Timeline",
     *,
@@ -194,6 +203,7 @@ def analyze(
     steps: "str | tuple[int | None, int | None] | None" = None,
     range_name: str | None = None,
     window_ms: "str | tuple[float | None, float | None] | None" = None,
+    efficiency: Any = None,
 ) -> Analysis:
     """Load (if given a path) and analyse a trace with the built-in, installed and given rules.
 
@@ -208,6 +218,8 @@ def analyze(
     of the profiler's markers or the automatic choice (``traceinsight.steps``). ``steps`` ("3:8": steps 3 through
     8), ``range_name`` (first to last instance of a user range) and ``window_ms`` ("120:480", ms on the trace's
     clock) choose the window to analyse; the trace is cut to it before any rule runs.
+    ``efficiency`` is an ``efficiency.EfficiencySettings`` (dense peak TFLOP/s and GB/s overrides, model FLOPs per
+    step for traces without shapes).
 
     Rules are chosen and configured before the trace is read, so a usage error costs no load time.
     """
@@ -227,10 +239,12 @@ def analyze(
     if steps is not None or range_name is not None or window_ms is not None:
         timeline = within(timeline, steps=steps, range_name=range_name, window_ms=window_ms)
     analysis = run(
-        timeline, selected, extra_warnings=[*cfg.warnings, *ruleset.warnings], min_impact=cfg.min_impact, severity_overrides=cfg.severity
+        timeline, selected, extra_warnings=[*cfg.warnings, *ruleset.warnings], min_impact=cfg.min_impact, severity_overrides=cfg.severity,
+        efficiency=efficiency,
     )
     if baseline is not None:
         from .baseline import compare, load_report
 
-        analysis.baseline = compare(analysis.findings, load_report(baseline), source=str(baseline), worse_pct=worse_by)
+        analysis.baseline = compare(analysis.findings, load_report(baseline), source=str(baseline), worse_pct=worse_by,
+                                    mfu_pct=_mfu(analysis))
     return analysis
