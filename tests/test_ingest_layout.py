@@ -3,8 +3,6 @@ rank folders read on threads, and GPU descriptions resolved when event device id
 
 from __future__ import annotations
 
-import threading
-import time
 
 import numpy as np
 import pandas as pd
@@ -79,35 +77,6 @@ def test_one_native_switch_covers_both_scanners(monkeypatch):
     monkeypatch.delenv(native.PURE_ENV)
     assert native_available() == (native.built("pytorch") is not None)
     assert (native_scanner() is not None) == (native.built("tensorflow-xplane") is not None)
-
-
-def test_native_scan_releases_the_gil():
-    """While the C scanner walks a large document, another Python thread keeps running (it would stall for the
-    whole scan if the GIL were held)."""
-    scan = native.built("pytorch")
-    if scan is None:
-        pytest.skip("the native kineto scanner is not built here")
-    event = b'{"ph": "X", "cat": "kernel", "name": "k", "pid": 1, "tid": 2, "ts": 1.5, "dur": 2.25, "args": {"correlation": 7}},'
-    doc = b'{"traceEvents": [' + event * 400_000 + event[:-1] + b"]}"
-    ticks = []
-    done = threading.Event()
-
-    def ticker():
-        while not done.is_set():
-            ticks.append(time.perf_counter())
-            time.sleep(0.001)
-
-    t = threading.Thread(target=ticker)
-    t.start()
-    time.sleep(0.01)
-    start = time.perf_counter()
-    scan.scan(doc)
-    end = time.perf_counter()
-    done.set()
-    t.join()
-    inside = [x for x in ticks if start < x < end]
-    assert end - start > 0.02  # long enough to tell
-    assert len(inside) >= 3, f"the ticker ran {len(inside)} times during a {end - start:.3f} s scan"
 
 
 @pytest.mark.parametrize("pool", ["threads", "processes", "serial"])

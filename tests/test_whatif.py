@@ -8,7 +8,6 @@ truth the prediction on the "before" trace must hit.
 
 from __future__ import annotations
 
-import time
 
 import numpy as np
 import pytest
@@ -220,15 +219,13 @@ def test_real_resnet50_nw0_to_nw4():
         "nsys/nsys2026.2_fastvideo-train_2xH100_300ms-slice.sqlite",
     ],
 )
-def test_real_replay_exact_and_fast(rel):
-    """The unmodified graph replays every corpus step exactly (no edge contradicts the trace), in well under a second."""
+def test_real_replay_exact(rel):
+    """The unmodified graph replays every corpus step exactly (no edge contradicts the trace); its speed is
+    checked by bench/bench_timing_guards.py, not here."""
     v = views_of(corpus_file(rel))
-    t0 = time.perf_counter()
     r = whatif.predict_step_ns(v, "all")
-    cost = time.perf_counter() - t0
     assert r["replay_error_pct"] == 0.0
     assert r["step_ns"] <= r["baseline_step_ns"]
-    assert cost < 3.0
 
 
 def test_rnn_region_to_cudnn(tmp_path):

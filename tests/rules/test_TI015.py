@@ -12,6 +12,13 @@ GRID = (216, 1, 1)
 COMPILE = "torch/_dynamo/convert_frame.py: _compile.compile_inner"
 
 
+CASES = {
+    "positive": ["test_ti015_positive_recompile_in_step_4"],
+    "negative": ["test_ti015_negative_compiles_only_at_start"],
+    "fix": ["test_ti015_fix_dynamic_shapes_compile_once"],
+}
+
+
 def _run(tmp_path, recompile_at: tuple[int, ...], name: str = "t.json"):
     # 8 steps of 20 x 50 µs kernels; a compile (Dynamo + Inductor) of 30 ms in step 0, and again in the given steps
     t = KinetoTrace()

@@ -10,6 +10,13 @@ GEMM = "ampere_s16816gemm_fp16_128x128_ldg8_f2f_stages_32x5_nn"
 GRID = (216, 1, 1)
 
 
+CASES = {
+    "positive": ["test_ti016_positive_one_break_per_step"],
+    "negative": ["test_ti016_negative_one_region_per_step"],
+    "fix": ["test_ti016_fix_fullgraph"],
+}
+
+
 def _run(tmp_path, broken: bool, name: str = "t.json"):
     # 6 steps: a compiled forward (10 fused kernels); broken: then eager ops (an aten::nonzero that launches 3 small
     # kernels 150 µs apart, the host in Python between them) and a second compiled region of 10 kernels

@@ -7,6 +7,14 @@ import pytest
 from ._memory_traces import GiB, kineto_steps, of
 
 
+#: positive: it fires; negative: it stays silent; fix: the same workload, fixed as its fix text says.
+CASES = {
+    "positive": ["test_positive_small_peak_on_an_under_busy_gpu"],
+    "negative": ["test_negative_memory_nearly_full", "test_negative_busy_gpu_with_large_kernels"],
+    "fix": ["test_fix_a_larger_batch_leaves_less_to_grow"],
+}
+
+
 def test_positive_small_peak_on_an_under_busy_gpu(tmp_path):
     (f,) = of(kineto_steps(tmp_path), "TI030")
     m = f.metrics

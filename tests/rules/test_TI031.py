@@ -7,6 +7,14 @@ from traceinsight.rule_api import Severity
 from ._memory_traces import GiB, kineto_steps, of
 
 
+#: positive: it fires; negative: it stays silent; fix: the same workload, fixed as its fix text says.
+CASES = {
+    "positive": ["test_positive_out_of_memory_is_an_error", "test_positive_peak_near_capacity", "test_positive_cudafree_in_steady_state"],
+    "negative": ["test_negative_roomy_and_no_flushes", "test_negative_without_steps_exit_frees_are_not_flushes"],
+    "fix": ["test_fix_checkpointing_brings_the_peak_down"],
+}
+
+
 def test_positive_out_of_memory_is_an_error(tmp_path):
     (f,) = of(kineto_steps(tmp_path, oom=True), "TI031")
     assert f.severity == Severity.ERROR and f.metrics["oom_events"] == 1

@@ -6,6 +6,14 @@ from __future__ import annotations
 from ._memory_traces import GiB, kineto_steps, of
 
 
+#: positive: it fires; negative: it stays silent; fix: the same workload, fixed as its fix text says.
+CASES = {
+    "positive": ["test_positive_reserved_grows_after_warmup", "test_positive_cudamalloc_inside_steps", "test_positive_reserved_far_above_allocated"],
+    "negative": ["test_negative_growth_only_in_warmup", "test_negative_growth_that_stops_after_one_more_step"],
+    "fix": ["test_fix_static_shapes_stop_the_growth"],
+}
+
+
 def test_positive_reserved_grows_after_warmup(tmp_path):
     (f,) = of(kineto_steps(tmp_path, grow_per_step=GiB // 2), "TI032")
     # steps 2..5 each grow by 0.5 GiB: 10 GiB at the end over the 8 GiB the warm-up step (the first) held

@@ -5,6 +5,14 @@ from __future__ import annotations
 from ._memory_traces import nsys_um, of
 
 
+#: positive: it fires; negative: it stays silent; fix: the same workload, fixed as its fix text says.
+CASES = {
+    "positive": ["test_positive_faults_in_steady_steps"],
+    "negative": ["test_negative_faults_only_in_warmup"],
+    "fix": ["test_fix_prefetch"],
+}
+
+
 def test_positive_faults_in_steady_steps(tmp_path):
     (f,) = of(nsys_um(tmp_path), "TI033")
     assert f.metrics["gpu_faults"] == 3 * 300 and f.metrics["cpu_faults"] == 3  # steps 2..4

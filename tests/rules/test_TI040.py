@@ -9,6 +9,14 @@ from tests.helpers.kineto_writer import KinetoTrace
 from tests.rules._shapes import linear
 
 
+#: positive: it fires; negative: it stays silent; fix: the same workload, fixed as its fix text says.
+CASES = {
+    "positive": ["test_positive_tiny_gemms"],
+    "negative": ["test_negative_large_gemms", "test_negative_idle_gpu"],
+    "fix": ["test_fix_raise_the_batch"],
+}
+
+
 def _trace(tmp_path, m: int, kernel_us: float, n_ops: int):
     """One step on an A100 80GB (312 TFLOP/s bf16 dense): ``n_ops`` bf16 linears [m,1024]x[1024,1024] whose kernels
     run back to back (the GPU is busy), launched well ahead."""

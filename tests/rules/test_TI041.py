@@ -9,6 +9,14 @@ from tests.helpers.kineto_writer import KinetoTrace
 from tests.rules._shapes import linear, pointwise
 
 
+#: positive: it fires; negative: it stays silent; fix: the same workload, fixed as its fix text says.
+CASES = {
+    "positive": ["test_positive_eager_chains"],
+    "negative": ["test_negative_gemm_dominated", "test_negative_idle_gpu"],
+    "fix": ["test_fix_torch_compile"],
+}
+
+
 def _trace(tmp_path, compiled: bool, n_chains: int = 40):
     """Per layer one GEMM (100 µs) then a chain of 4 pointwise ops on [2048, 2048] bf16 (20 µs each; 24 MiB moved
     per op in 20 µs is ~1.3 TB/s). Compiled: inductor's one fused Triton kernel (25 µs) instead of the chain."""

@@ -26,17 +26,46 @@ from .common import clean
 CACHE_ENV = "TRACEINSIGHT_CACHE_DIR"
 
 
-class TemplateCache(FileSystemBytecodeCache):
-    """Jinja's file cache of compiled templates, keyed also by the Jinja version and our environment's options
-    (the compiled code depends on both, the source checksum alone would not notice), and never an error: a cache
-    that cannot be read or written is a slower run, not a failed one."""
+#: The Environment attributes that shape a template's compiled code (the rest of the key: autoescape per template,
+#: extensions, filters, tests, finalize, undefined; see ``environment_key``).
+_ENV_ATTRS = (
+    "block_start_string", "block_end_string", "variable_start_string", "variable_end_string", "comment_start_string",
+    "comment_end_string", "line_statement_prefix", "line_comment_prefix", "trim_blocks", "lstrip_blocks",
+    "newline_sequence", "keep_trailing_newline", "optimized", "is_async",
+)
 
-    def __init__(self, directory: str, options: str) -> None:
+
+def _qualname(obj: Any) -> str:
+    obj = getattr(obj, "__func__", obj)
+    return f"{getattr(obj, '__module__', '')}.{getattr(obj, '__qualname__', type(obj).__qualname__)}"
+
+
+def environment_key(env: Environment, name: str) -> str:
+    """Every option of ``env`` that the compiled code of template ``name`` depends on, as text: Jinja's version, the
+    autoescape decision for this template, the syntax and whitespace options, and which extension, filter, test,
+    finalize and undefined callables the code is compiled against. Two environments that differ in any of them
+    never share a compiled template (the source checksum alone would not notice)."""
+    autoescape = env.autoescape(name) if callable(env.autoescape) else env.autoescape
+    parts = [f"jinja2={jinja2.__version__}", f"autoescape={bool(autoescape)}"]
+    parts += [f"{a}={getattr(env, a, None)!r}" for a in _ENV_ATTRS]
+    parts.append("extensions=" + ",".join(sorted(env.extensions)))
+    for kind, table in (("filter", env.filters), ("test", env.tests)):
+        parts += sorted(f"{kind}:{k}={_qualname(v)}" for k, v in table.items())
+    parts += [f"finalize={_qualname(env.finalize) if env.finalize else None}", f"undefined={_qualname(env.undefined)}"]
+    return "|".join(parts)
+
+
+class TemplateCache(FileSystemBytecodeCache):
+    """Jinja's file cache of compiled templates, keyed by everything of the environment the compiled code depends
+    on (``environment_key``) besides the template's name and file, and never an error: a cache that cannot be read
+    or written is a slower run, not a failed one."""
+
+    def __init__(self, directory: str, env: Environment) -> None:
         super().__init__(directory, "tmpl-%s.cache")
-        self.options = options
+        self.env = env
 
     def get_cache_key(self, name: str, filename: str | None = None) -> str:
-        return hashlib.sha1(f"{jinja2.__version__}|{self.options}|{name}|{filename}".encode()).hexdigest()
+        return hashlib.sha1(f"{environment_key(self.env, name)}|{name}|{filename}".encode()).hexdigest()
 
     def load_bytecode(self, bucket: Bucket) -> None:
         try:
@@ -51,7 +80,9 @@ class TemplateCache(FileSystemBytecodeCache):
             pass
 
 
-def template_cache(options: str) -> TemplateCache | None:
+def template_cache(env: Environment) -> TemplateCache | None:
+    """The compiled-template cache for ``env`` at ``TRACEINSIGHT_CACHE_DIR`` (else the user's cache folder), or None:
+    the variable set empty, or a folder this user cannot safely use. Rendering never needs it."""
     root = os.environ.get(CACHE_ENV)
     if root is None:
         base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
@@ -67,22 +98,22 @@ def template_cache(options: str) -> TemplateCache | None:
     # compiled templates are code: only from a folder that this user owns and nobody else can write to
     if hasattr(os, "getuid") and (st.st_uid != os.getuid() or st.st_mode & 0o022):
         return None
-    return TemplateCache(path, options) if os.access(path, os.W_OK) else None
+    return TemplateCache(path, env) if os.access(path, os.W_OK) else None
 
 
 @lru_cache(maxsize=1)
 def env() -> Environment:
-    options = {"trim_blocks": True, "lstrip_blocks": True}
-    env = Environment(
+    environment = Environment(
         loader=PackageLoader("traceinsight.render", "templates"),
         autoescape=select_autoescape(default=True, default_for_string=True),
-        bytecode_cache=template_cache(repr(sorted(options.items()))),
-        **options,
+        trim_blocks=True,
+        lstrip_blocks=True,
     )
-    env.filters["ns"] = fmt_ns
-    env.filters["clean"] = clean
-    env.filters["inline_code"] = inline_code
-    return env
+    environment.filters["ns"] = fmt_ns
+    environment.filters["clean"] = clean
+    environment.filters["inline_code"] = inline_code
+    environment.bytecode_cache = template_cache(environment)  # last: its key reads the finished environment
+    return environment
 
 
 _INLINE_CODE = re.compile(r"`([^`\n]+)`")

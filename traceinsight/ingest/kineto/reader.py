@@ -331,8 +331,10 @@ def _build(cols: EventColumns, header: Trace, path: Path, warnings: list[str]) -
     if is_kernel.any():
         optional["grid"] = _compact(cols.grid, is_kernel)
         optional["block"] = _compact(cols.block, is_kernel)
-        for col in ("registers", "shared_mem", "occupancy"):
-            optional[col] = np.where(is_kernel, f[col], np.nan)
+        for col in ("registers", "shared_mem", "occupancy"):  # a count no int64 holds is no count (blank, as 1e400)
+            v = f[col]
+            with np.errstate(invalid="ignore"):
+                optional[col] = np.where(is_kernel & (np.abs(v) <= _ID_LIMIT), v, np.nan)
     shapes = _compact(cols.input_dims, kind_is("cpu_op"))
     if len(shapes.categories):
         optional["input_shapes"] = shapes
