@@ -29,7 +29,8 @@ class TinyKernels(Rule):
     definition = """
     A kernel is *launch-bound* when it runs shorter than `max_kernel_us` (default **10 µs**, TraceLens'
     `short_kernel_threshold_us`) or shorter than the host call that launched it (HTA's "short GPU kernel":
-    GPU duration < CPU launch duration). A finding is made per (rank, device) when launch-bound kernels are at least
+    GPU duration < CPU launch duration; a call that launched several kernels, a CUDA/HIP graph replay, is charged
+    once: only its first kernel is compared with it). A finding is made per (rank, device) when launch-bound kernels are at least
     `min_share_pct` (default **50 %**) of all kernels and the idle time before them is at least `min_idle_pct`
     (default **2 %**) of the device's active window; without the second condition a GPU whose queue is full
     (many small kernels back to back, no idle) would be flagged although launching is not its bottleneck.
@@ -112,6 +113,7 @@ class TinyKernels(Rule):
         k_start = kern["start_ns"].to_numpy()
         k_dur = kern["dur_ns"].to_numpy()
         launch_dur, launch_idx, launch_row = _kernel_launches(v.launches, kern.index.to_numpy())
+        launch_dur = _charged_once(launch_dur, launch_idx, k_start)
         tiny = k_dur < self.max_kernel_us * 1e3
         shorter = k_dur < np.nan_to_num(launch_dur, nan=-1.0)
         bound = tiny | shorter
@@ -302,6 +304,23 @@ def _int_sum(codes: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
     """Exact per-code sums of integer values (np.bincount would sum in floats)."""
     out = np.zeros(n, np.int64)
     np.add.at(out, codes, np.asarray(values, dtype=np.int64))
+    return out
+
+
+def _charged_once(launch_dur: np.ndarray, launch_idx: np.ndarray, k_start: np.ndarray) -> np.ndarray:
+    """One call that launched several kernels (a CUDA/HIP graph replay) is charged once: only its earliest
+    kernel is compared with the call's duration; the others were not launched one by one (NaN: no launch cost)."""
+    has = np.flatnonzero(~np.isnan(launch_idx))
+    if len(has) < 2:
+        return launch_dur
+    li = launch_idx[has]
+    _, inv, cnt = np.unique(li, return_inverse=True, return_counts=True)
+    if not (cnt > 1).any():
+        return launch_dur
+    order = np.lexsort((k_start[has], inv))
+    later = np.r_[False, inv[order][1:] == inv[order][:-1]]  # not the first kernel of its call
+    out = launch_dur.copy()
+    out[has[order[later]]] = np.nan
     return out
 
 

@@ -22,21 +22,26 @@ class WarmupInWindow(Rule):
     profile started too early, not that the steady-state loop has a problem.
     """
     definition = """
-    Warm-up has one home, the time ledger (`traceinsight.ledger`): it books idle time as `idle_warmup` while the
-    host is inside one-time work it can measure against a later repetition: the first call of an op or runtime
-    call lasting at least 1 ms and 10 times the median of its later calls (`WARMUP_MIN_NS`, `WARMUP_RATIO`: cuDNN
-    autotuning inside the first convolution, lazy library loading, JIT compilation), or, with at least 3 steps, a
-    first step twice the median of the others (`WARMUP_FIRST_STEP_RATIO`). This rule reports a device whose ledger warm-up is at least `min_share_pct` (default **5 %**)
-    of its window, with the gaps that hold it and the one-time work inside each. That time is what the verdict
-    sets aside and TI001 leaves out of its idle.
+    Warm-up has one home, the time ledger and its steady-state model (`traceinsight.steady`): it books idle time
+    as `idle_warmup` while the host is inside one-time work, wherever it sits in the window: the first call of an
+    op or runtime call lasting at least 1 ms and 10 times the median of its later calls (`WARMUP_MIN_NS`,
+    `WARMUP_RATIO`: cuDNN autotuning inside the first convolution, lazy library init); the first launch of a
+    kernel whose launch call takes at least 1 ms and 10 times the rank's median launch (lazy module loading);
+    named set-up calls (`cuModuleLoad*`, `cuLibraryLoad*`, `cudnnCreate`/`cudnnFind*`, `cublasCreate`, nvrtc
+    and compile ranges, graph capture from `cudaStreamBeginCapture` to `EndCapture`, `cudaGraphInstantiate`);
+    `cudaMalloc` before the rank's second step (allocator growth); a blocking call that begins before the rank's
+    first traced launch (it waits on work queued before the window); and leading steps each twice the median of
+    the steps after them (`WARMUP_FIRST_STEP_RATIO`). This rule reports a device whose ledger warm-up is at least
+    `min_share_pct` (default **5 %**) of its window, with the gaps that hold it and the one-time work inside each.
+    That time is what the verdict sets aside, TI001 leaves out of its idle and the what-if replay leaves out of
+    its baseline; when it fills the window (`steady.judgement`), the verdict is "cannot judge this window" and
+    performance findings stay at info.
 
     It also names a gap at the head of the device's run (before the rank's second step, or without steps before a
-    tenth of its GPU operations) that holds named start-up calls (`cudaMalloc`, `cuModuleLoad*`,
-    `cuLibraryLoad*`, `cudaGetDeviceProperties`, `cudnnFind*`/autotune, `cublasCreate`, compile/JIT ranges …)
-    and is at least `min_share_pct` of the window, when the ledger booked under half of it as warm-up: a call
-    made once has no later repetition to measure it against, so its time stays in the idle figures (TI001, the
-    verdict), and the finding says so. Either way it means the profile started too early. A trace-quality
-    finding: never a performance verdict, not graded by cost.
+    tenth of its GPU operations) that holds other start-up calls (`cudaFree`, `cudaStreamCreate` …) and is at
+    least `min_share_pct` of the window, when the ledger booked under half of it as warm-up: that time stays in
+    the idle figures (TI001, the verdict), and the finding says so. Either way it means the profile started too
+    early. A trace-quality finding: never a performance verdict, not graded by cost.
     """
     fix_pytorch = Fix(
         "Start the profiler after a few iterations: `schedule(wait=1, warmup=2, active=5)` skips the first steps, "

@@ -159,8 +159,9 @@ def test_ledger_filters(root: Path) -> None:
     assert all_steps["total"] >= 3
     one = s.ledger(r["analysis_id"], step=2)["by_step"]
     assert one["total"] == 1 and one["items"][0]["step"] == 2
-    steps = s.steps(r["analysis_id"])["steps"]
-    assert {i["step"] for i in steps["items"]} == {i["step"] for i in all_steps["items"] if i["step"] >= 0}
+    steps = s.steps(r["analysis_id"])["steps"]  # the report's steps block: its per-step list paged
+    assert steps["source"]["how"] == "profiler" and steps["count"] >= 3
+    assert {i["step"] for i in steps["per_step"]["items"]} == {i["step"] for i in all_steps["items"] if i["step"] >= 0}
 
 
 def test_rules_and_rule(root: Path) -> None:

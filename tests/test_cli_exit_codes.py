@@ -94,7 +94,7 @@ def test_bad_fail_on_value_is_usage_error(trace):
         (["--select", "TI001,ZZ01X"], "--select ZZ01X: no rule has this code; did you mean ZZ001?"),
         (["--ignore", "TI099"], "--ignore TI099: no rule has this code; did you mean TI009?"),
         (["--set", "TI0099.min_gap_us=5"], "--set TI0099: no rule has this code; did you mean TI009?"),
-        (["--set", "TI015.severity=error"], "--set TI015: no rule has this code; did you mean TI014?"),
+        (["--set", "TI017.severity=error"], "--set TI017: no rule has this code; did you mean TI016?"),
         (["--set", "TI.min_gap_us=5"], "--set TI: no rule has this code;"),  # options need a whole code
     ],
 )

@@ -160,10 +160,15 @@ def test_launch_bound_pair(tmp_path):
 
 def test_warmup_steps_left_out(tmp_path):
     v = views_of(plant(tmp_path / "a.json", warmup_us=200_000.0, steps=5))
-    assert whatif.warmup_mask(np.array([9.0, 1.0, 1.1, 1.0])).tolist() == [True, False, False, False]
+    assert whatif.warmup_mask(np.array([9e6, 1e6, 1.1e6, 1e6])).tolist() == [True, False, False, False]
+    assert whatif.warmup_mask(np.array([9e6, 5e6, 1e6, 1.1e6, 1e6])).tolist() == [True, True, False, False, False]
     r = whatif.predict_step_ns(v, "remove_warmup")
     assert r["steps_used"] == 4
     assert r["step_ns"] <= r["baseline_step_ns"]
+    # every what-if is priced on the steady state: the warm-up step is in no baseline, so removing it saves nothing
+    none = whatif.predict_step_ns(v, "none")
+    assert none["steps_used"] == 4 and none["step_ns"] == r["step_ns"] == none["baseline_step_ns"]
+    assert "steady state" in none["assumptions"]
 
 
 def test_all_is_never_worse_than_each(tmp_path):

@@ -84,6 +84,10 @@ def analyze(
     fail_on: Annotated[FailOn, typer.Option("--fail-on", help="Exit 1 when a finding at or above this severity exists (listed on stderr).")] = FailOn.never,
     trace_format: Annotated[Optional[str], typer.Option("--trace-format", help="Force the parser: pytorch, nsys, tensorflow-xplane, tensorflow-logdir, tensorflow-json.")] = None,
     run_name: Annotated[Optional[str], typer.Option("--run", help="TensorBoard logdir: the profile run to read (default: newest).")] = None,
+    step_range: Annotated[Optional[str], typer.Option("--step-range", help="Use this user range (NVTX, record_function, TraceMe; numbers at its end ignored) as the step.")] = None,
+    steps_: Annotated[Optional[str], typer.Option("--steps", help="Analyse only steps A through B (e.g. 3:8; either end may be left open).")] = None,
+    range_name: Annotated[Optional[str], typer.Option("--range", help="Analyse only from the first to the last instance of this user range.")] = None,
+    window: Annotated[Optional[str], typer.Option("--window", help="Analyse only START:END, in ms on the trace's clock (0 = its first event).")] = None,
     progress: Annotated[bool, typer.Option("--progress/--no-progress", help="Show progress on stderr while reading.")] = True,
     baseline: Annotated[
         Optional[Path],
@@ -129,6 +133,10 @@ def analyze(
             worse_by=worse_by,
             trace_format=trace_format,
             run_name=run_name,
+            step_range=step_range,
+            steps=steps_,
+            range_name=range_name,
+            window_ms=window,
             efficiency=_efficiency_settings(peak_tflops, peak_bandwidth, model_flops_per_step),
         )
         analysis = _with_progress(engine.analyze, path, progress, kwargs)

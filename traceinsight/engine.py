@@ -135,6 +135,50 @@ def run(
     return analysis
 
 
+def with_step_range(timeline: Timeline, name: str) -> Timeline:
+    """The timeline with the ranges named ``name`` as its steps (a copy of the frame). An unknown name raises
+    ``ConfigError`` (a usage error) naming the repeated ranges the trace does have."""
+    from .errors import ConfigError
+    from .steps import candidates, choose, mark
+    from .timeline import assign_steps
+
+    events = timeline.events.copy()
+    picked = choose(events, name)
+    if picked is None:
+        have = ", ".join(sorted(set(candidates(events)["name"]))[:10]) or "none"
+        raise ConfigError(f"--step-range: no range named {name!r} in the trace (repeated user ranges: {have})")
+    mark(events, picked["marker"], replace=True)
+    assign_steps(events)
+    meta = _own_meta(timeline)
+    meta.extra["steps_source"] = picked
+    return Timeline(events=events, meta=meta)
+
+
+def within(timeline: Timeline, *, steps=None, range_name: str | None = None, window_ms=None) -> Timeline:
+    """The timeline cut to the chosen window (``steps.window_of``); a choice that selects nothing raises
+    ``ConfigError`` (a usage error). The window is noted in ``meta.extra["window"]`` and ``meta.warnings``."""
+    from .errors import ConfigError
+    from .steps import crop, window_of
+
+    try:
+        lo, hi, what = window_of(timeline.events, steps=steps, range_name=range_name, window_ms=window_ms)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    events = crop(timeline.events, lo, hi)
+    meta = _own_meta(timeline)
+    meta.extra["window"] = {"start_ns": lo, "end_ns": hi, "chosen": what}
+    meta.warn(f"analysed only {what}: {lo / 1e6:.3f}-{hi / 1e6:.3f} ms of the trace")
+    return Timeline(events=events, meta=meta)
+
+
+def _own_meta(timeline: Timeline):
+    """A copy of the timeline's meta that can be changed without touching the caller's timeline."""
+    import dataclasses
+
+    m = timeline.meta
+    return dataclasses.replace(m, extra=dict(m.extra), warnings=list(m.warnings))
+
+
 def _mfu(analysis: Analysis) -> float | None:
     """This run's MFU for the baseline comparison (None when FLOPs or the peak are unknown)."""
     try:
@@ -158,6 +202,10 @@ def analyze(
     run_name: str | None = None,
     progress: Callable[[str], None] | None = None,
     min_impact: float | None = None,
+    step_range: str | None = None,
+    steps: "str | tuple[int | None, int | None] | None" = None,
+    range_name: str | None = None,
+    window_ms: "str | tuple[float | None, float | None] | None" = None,
     efficiency: Any = None,
 ) -> Analysis:
     """Load (if given a path) and analyse a trace with the built-in, installed and given rules.
@@ -169,6 +217,10 @@ def analyze(
     new or worse (worse: share of the span grew by ``worse_by`` percent). ``trace_format`` forces the reader,
     ``run_name`` picks a TensorBoard profile run, ``progress`` receives reading progress messages. ``min_impact``
     (% of the GPU window; default the config's, 1) leaves out findings that cost less; 0 reports everything.
+    ``step_range`` names the user range (NVTX, ``record_function``, TraceMe) whose instances are the steps, in place
+    of the profiler's markers or the automatic choice (``traceinsight.steps``). ``steps`` ("3:8": steps 3 through
+    8), ``range_name`` (first to last instance of a user range) and ``window_ms`` ("120:480", ms on the trace's
+    clock) choose the window to analyse; the trace is cut to it before any rule runs.
     ``efficiency`` is an ``efficiency.EfficiencySettings`` (dense peak TFLOP/s and GB/s overrides, model FLOPs per
     step for traces without shapes).
 
@@ -185,6 +237,10 @@ def analyze(
         from .ingest import load
 
         timeline = load(trace, format=trace_format, progress=progress, **({"run": run_name} if run_name else {}))
+    if step_range is not None:
+        timeline = with_step_range(timeline, step_range)
+    if steps is not None or range_name is not None or window_ms is not None:
+        timeline = within(timeline, steps=steps, range_name=range_name, window_ms=window_ms)
     analysis = run(
         timeline, selected, extra_warnings=[*cfg.warnings, *ruleset.warnings], min_impact=cfg.min_impact, severity_overrides=cfg.severity,
         efficiency=efficiency,

@@ -21,8 +21,8 @@ Idle (no stream runs). A *gap* is a maximal idle stretch inside the window; the 
 that ends it, and its *launch* the host call that enqueued it (``views.launches``; the earliest call returning
 among the activities that start at the gap's end).
 
-4. ``idle_warmup``: t is inside a warm-up region of the rank's host (see ``warmup_regions``): one-time work
-   before steady state, which no steady-state change removes.
+4. ``idle_warmup``: t is inside a warm-up region of the rank's host (see ``warmup_regions`` and
+   ``traceinsight.steady``): one-time work anywhere in the window, which no steady-state change removes.
 5. ``idle_gpu_dependency``: the next work's launch call had returned by the time the gap began: the work was
    queued, so the GPU waited on something of its own (an event, another stream, a copy engine), not on the host.
 6. ``idle_data_wait``: the host is inside a data-wait range at t (``enumerate(DataLoader)#...``,
@@ -67,20 +67,14 @@ from .intervals import Coverage, applies_to, merge_intervals
 from .masks import category_hits, codes_in, kind_mask, name_mask
 from .patterns import COLLECTIVE, COPY_CALL, DATA_WAIT_KINDS, DATA_WAIT_PRIMARY, DATA_WAIT_TFDATA, FRAMEWORK_DISPATCH, SYNC_CALL, SYNC_OP
 from .thresholds import LAUNCH_GAP_NS
+from .steady import WARMUP_FIRST_STEP_RATIO, WARMUP_MIN_NS, WARMUP_RATIO, empty_regions, one_time_regions  # noqa: F401  (the steady-state model's thresholds)
 
 if TYPE_CHECKING:  # pragma: no cover
     from .views import Views
 
 # The buckets (ids, busy/idle, avoidable, words, colours) are ``traceinsight.buckets``' table; the launch-gap bound
-# is ``traceinsight.thresholds.LAUNCH_GAP_NS`` (shared with the what-if).
-#: A first occurrence must last at least this long to count as warm-up (below it, one-time costs are noise).
-WARMUP_MIN_NS = 1_000_000
-#: ...and be this many times the median of the op's later occurrences: autotuning, lazy module loading and JIT
-#: compilation make a first call orders of magnitude slower, far beyond the spread of steady-state calls.
-WARMUP_RATIO = 10.0
-#: With at least 3 steps, a first step this many times longer than the median of the others is warm-up.
-WARMUP_FIRST_STEP_RATIO = 2.0
-
+# is ``traceinsight.thresholds.LAUNCH_GAP_NS`` (shared with the what-if); the warm-up thresholds and the one-time
+# work the ledger books are the steady-state model's (``traceinsight.steady``).
 _CODE = {b: i for i, b in enumerate(BUCKETS)}
 _HOST_BUSY_KINDS = ("cpu_op", "python", "runtime")
 _DATA_WAIT_KINDS = DATA_WAIT_KINDS
@@ -258,8 +252,10 @@ def warmup_regions(views: "Views", blocking: "list[tuple[np.ndarray, np.ndarray,
       autotuning inside the first convolution, lazy CUDA/library init inside the first call, JIT compilation.
       Calls whose time is mostly waiting for the GPU (syncs, copies, ops spent mostly inside blocking or copy
       calls) are left out: their length measures the queue ahead of them, not one-time work.
-    * A first step that is an outlier: with at least 3 steps on a rank, a first step ``WARMUP_FIRST_STEP_RATIO``
-      times the median of the others (allocator growth, autotuning and compilation land in step one).
+    * Everything else the steady-state model (``traceinsight.steady.one_time_regions``) recognises wherever it
+      sits: first launches that load a kernel's module, named set-up calls (library handles, autotuning, JIT,
+      graph capture and instantiation), allocator growth before the second step, a blocking call at the window's
+      start, and leading warm-up steps.
     """
     cols = ["rank", "start_ns", "end_ns", "reason"]
     host = views.host_events
@@ -285,16 +281,10 @@ def warmup_regions(views: "Views", blocking: "list[tuple[np.ndarray, np.ndarray,
             fi = fi[keep]
             reason = np.asarray(["first call of " + str(n) for n in names.take(fi).to_numpy()], dtype=object)
             parts.append(pd.DataFrame({"rank": h_rank[fi].astype(np.int64), "start_ns": h_start[fi], "end_ns": h_start[fi] + h_dur[fi], "reason": reason}))
-    st = views.steps
-    if not st.empty:
-        for r, g in st.groupby("rank", sort=True):
-            if len(g) < 3:
-                continue
-            d = g["dur_ns"].to_numpy()
-            if d[0] >= WARMUP_FIRST_STEP_RATIO * float(np.median(d[1:])) and d[0] >= WARMUP_MIN_NS:
-                parts.append(pd.DataFrame({"rank": [int(r)], "start_ns": [int(g["start_ns"].iloc[0])], "end_ns": [int(g["end_ns"].iloc[0])], "reason": [f"first step ({g['name'].iloc[0]})"]}))
+    parts.append(one_time_regions(views, blocking if blocking is not None else _blocking_parts(views)))
+    parts = [p for p in parts if len(p)]
     if not parts:
-        return pd.DataFrame({c: pd.Series(dtype="int64" if c != "reason" else "object") for c in cols})
+        return empty_regions()
     return pd.concat(parts, ignore_index=True)[cols]
 
 

@@ -91,13 +91,42 @@ NON_NVIDIA = r"AMD|Radeon|Instinct|\bMI\d{3}|Intel|Gaudi|TPU"
 #: trace without device properties that runs them ran on a GPU with tensor cores.
 VOLTA_PLUS_KERNEL = r"\b(volta|turing|ampere|hopper|blackwell)_|\bsm_?(7[05]|8\d|9\d|1[0-2]\d)_|cutlass_(7[05]|8\d|9\d)_|xmma|nvjet"
 
-#: Host calls and ranges that do one-off start-up work: context/module loading, allocator growth, library
-#: handles, cuDNN/cuBLAS autotuning, JIT compilation (XLA, nvFuser, Triton, TorchInductor).
-INIT_CALL = re.compile(
-    r"^(cuda|hip)(Malloc|GetDeviceProperties|DeviceGetStreamPriorityRange|FuncGetAttributes|StreamCreate|SetDevice|Free)\b"
-    r"|^cu(Init|ModuleLoad|LibraryLoad|GetProcAddress|DevicePrimaryCtxRetain|CtxCreate|MemAlloc)"
-    r"|cudnn(Create|Find|GetConvolution.*Algorithm)|cublas(Lt)?Create|autotun|[Cc]ompile|nvrtc|jit|KernelExecutor::compile"
+# --- one-time work (the steady-state model, ``traceinsight.steady``, books it as warm-up) ----------------
+#: Host calls and ranges that do one-off set-up wherever they sit: context and module loading, library handles,
+#: autotuning, JIT compilation, graph capture and instantiation. Names that also run every step are left out
+#: (``cudnnGet*Algorithm`` heuristics run on every convolution without benchmark mode; ``Torch-Compiled Region``
+#: and ``CompiledFunction`` are compiled code running, hence the ``compil(e(?!d)|ation)``).
+_ONE_TIME = (
+    r"^cu(Init|ModuleLoad|LibraryLoad|DevicePrimaryCtxRetain|CtxCreate|LinkCreate|LinkComplete)"
+    r"|^(cuda|hip)(GetDeviceProperties|DeviceGetStreamPriorityRange|SetDevice$|StreamBeginCapture|StreamEndCapture"
+    r"|GraphInstantiate|GraphUpload|DeviceSetLimit)"
+    r"|^hip(ModuleLoad|ModuleGetFunction)|^cu(StreamBeginCapture|StreamEndCapture|GraphInstantiate|GraphUpload)"
+    r"|cudnn(Create|Find)|cublas(Lt)?Create|miopen(Create|Find)|rocblas_create|hipblas(Lt)?Create"
+    r"|autotun|nvrtc|compil(e(?!d)|ation)|KernelExecutor::compile"
 )
+ONE_TIME_CALL = re.compile(_ONE_TIME, re.IGNORECASE)
+#: Compilation and autotuning: one-time at the start, but when a range of these runs again after the rank's
+#: second step began, the program is recompiling (or re-tuning) in the steady state (new input shapes, a guard
+#: that fails, a graph break), which costs every time it happens: that is no warm-up, TI015 reports it.
+RECOMPILE_CALL = re.compile(r"autotun|nvrtc|compil(e(?!d)|ation)|KernelExecutor::compile|cudnnFind|miopenFind", re.IGNORECASE)
+#: Graph capture: from a begin-capture call to the end-capture call after it on the same thread, the launches
+#: are recorded, not executed.
+CAPTURE_BEGIN = re.compile(r"^(cuda|hip|cu)StreamBeginCapture", re.IGNORECASE)
+CAPTURE_END = re.compile(r"^(cuda|hip|cu)StreamEndCapture", re.IGNORECASE)
+#: Device-memory allocations of a growing caching allocator (stream-ordered ``*MallocAsync`` is a steady-state
+#: allocator's call and is left out).
+ALLOC_CALL = re.compile(r"^(cuda|hip)Malloc(Host|Managed|Pitch|3D)?(_v\d+)?$|^cuMem(Alloc|Create)(?!.*Async)|^hipExtMallocWithFlags")
+
+#: Calls that do start-up work at the head of a run but may also run later (``cudaFree``, stream creation,
+#: attribute queries), besides the one-time calls and allocations above: TI013 names them in a head gap the ledger
+#: did not book, and says their time stays in the idle figures.
+START_UP_CALL = re.compile(
+    _ONE_TIME + r"|^(cuda|hip)(Malloc|Free|StreamCreate|FuncGetAttributes)\b|^cuMemAlloc|jit", re.IGNORECASE
+)
+
+#: Start-up calls TI013 names in a head gap (``traceinsight.rulelib.warmup``): the steady-state model's vocabulary.
+INIT_CALL = START_UP_CALL
+
 
 #: Host ops that exist only when a backward pass runs: their absence makes a rank an inference run.
 TRAINING_OP = r"backward|Backward|autograd::engine|Optimizer\.step|optimizer\.step|apply_gradients|ResourceApply|gradient_tape|SGD|Adam"

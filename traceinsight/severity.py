@@ -18,7 +18,10 @@ time ledger books, as the verdict does): the window of its (rank, device) when i
 of its rank when it names only a rank, and the summed windows of all devices when it names none (findings that
 add up over devices). A trace without GPU activity has no window: its findings keep
 the severity their rule gave (there is no cost to grade). While a trace-quality finding withholds judgement
-(``metrics["withholds_judgement"]``: too little GPU work), performance findings stay at info.
+(``metrics["withholds_judgement"]``: too little GPU work), or while one-time work fills the window
+(``steady.judgement``), performance findings stay at info; so does a finding whose instances lie mostly inside
+one-time work while what lies outside it is under half its impact (``steady.one_time_ns``): only one-time
+work supports it.
 
 What is not graded: ``trace_quality`` findings (they describe the recording, not the run), rules that declare
 ``graded = False``, and plugin findings without a cost estimate (impact 0; built-in rules always estimate one). A rule may cap its findings with ``max_severity`` (e.g. modelled headroom rather than time
@@ -104,6 +107,10 @@ def grade(
     findings = list(findings)
     # a trace-quality finding may withhold judgement (too little GPU work): performance findings stay at info
     withheld = any(_category(f, rules) in UNGRADED_CATEGORIES and f.metrics.get("withholds_judgement") for f in findings)
+    if not withheld and not views.utilization.empty:
+        from .steady import judgement  # one-time work fills the window: nothing in it is a steady-state cost
+
+        withheld = not judgement(views)["judgeable"]
     steady = steady_windows(views)
     out = []
     for f in findings:
@@ -132,8 +139,20 @@ def grade(
             f.severity = sev
         if withheld and f.code not in forced:
             f.severity = Severity.INFO
+        elif f.code not in forced and f.severity.rank > Severity.INFO.rank and len(f.instances or ()) and _one_time(views, f):
+            f.severity = Severity.INFO  # what it points at is one-time work (the ledger's warm-up), no steady cost
         out.append(f)
     return out
+
+
+def _one_time(views: "Views", finding: Finding) -> bool:
+    """Only one-time work supports the finding: most of its instance time lies inside the ledger's warm-up
+    (``steady.one_time_ns``), and what lies outside is under half its impact. A finding that already leaves the
+    warm-up out of its impact (TI001 on a gap that is mostly warm-up) keeps its grade."""
+    from .steady import one_time_ns
+
+    total, once = one_time_ns(views, finding.instances)
+    return total > 0 and once * 2 >= total and (total - once) * 2 < int(finding.impact_ns)
 
 
 def _graded(rule: object, finding: Finding) -> bool:

@@ -45,8 +45,7 @@ LABELS: dict[str, str] = {
     "communication": "communication",
     "compute": "compute",
     "trace_quality": "trace quality",
-    "warmup": "warm-up",
-    "too_little": "too little GPU work",
+    "cannot_judge": "cannot judge this window",
     "no_gpu": "no GPU activity",
 }
 
@@ -204,7 +203,9 @@ def headline(analysis: "Analysis", cl: dict[str, Any] | None = None) -> dict[str
     led = ledger_of(analysis)
     cl = cl if cl is not None else claims(analysis)
     window = int(led.windows["window_ns"].max()) if len(led.windows) else 0
-    saved = min(int(cl["total_ns"]), window)
+    # a window that cannot be judged claims nothing: what a trace-quality finding explains is no avoidable idle
+    judged = cannot_judge(analysis) is None
+    saved = min(int(cl["total_ns"]), window) if judged else 0
     busy = s.gpu_busy_pct
     return {
         "span_ns": int(s.span_ns),
@@ -214,10 +215,10 @@ def headline(analysis: "Analysis", cl: dict[str, Any] | None = None) -> dict[str
         # the union of the avoidable idle findings claim from the ledger, on the device that saves most: never
         # the sum of overlapping findings, never more than that idle, never more than a device's window
         "est_savings_ns": int(saved),
-        "est_savings_gpu_ns": int(cl["gpu_ns"]),
-        "largest_saving_ns": int(max(cl["per_finding"], default=0)),
+        "est_savings_gpu_ns": int(cl["gpu_ns"]) if judged else 0,
+        "largest_saving_ns": int(max(cl["per_finding"], default=0)) if judged else 0,
         # modelled speed-ups of busy work are their own kind of estimate: the largest one, never added to the above
-        "modelled_speedup_ns": int(max((int(f.saving_ns or 0) for f in analysis.findings if f.saving_kind == "modelled"), default=0)),
+        "modelled_speedup_ns": int(max((int(f.saving_ns or 0) for f in analysis.findings if f.saving_kind == "modelled"), default=0)) if judged else 0,
         "avoidable_idle_ns": int(led.avoidable_ns),
         "steps": int(s.steps.get("count", 0)) if s.steps else 0,
         "mean_step_ns": float(s.steps["mean_ns"]) if s.steps else None,
@@ -246,23 +247,19 @@ def details(analysis: "Analysis", cl: dict[str, Any] | None = None) -> dict[str,
         return {**base, **_verdict("no_gpu", None, 0, 0, "The trace has no GPU kernels or copies, so there is nothing on the GPU to explain.")}
     counts = analysis.summary.event_counts
     n_work = sum(int(counts.get(k, 0)) for k in ("kernel", "memcpy", "memset"))
-    if busy < MIN_GPU_WORK_NS and n_work < MIN_GPU_WORK_ITEMS:
-        kernels = int(getattr(analysis.summary, "kernel_count", 0))
-        sentence = (
-            f"The GPU did only {fmt_ns(busy)} of work ({kernels} kernels) in a {fmt_ns(window)} window: too little to say "
-            "what bounds the run (a graph capture, a cut profile, or set-up only). Profile a few steady-state steps."
-        )
-        return {**base, **_verdict("too_little", None, busy, window, sentence)}
-
     warm = totals["idle_warmup"]
+    cannot = cannot_judge(analysis)
+    if cannot is not None:
+        why, sentence = cannot
+        bucket = "idle_warmup" if why == "warmup" else None
+        return {**base, **_verdict("cannot_judge", bucket, warm if bucket else busy, window, sentence), "why": why,
+                "record_better": _record_better(analysis)}
+
     steady = window - warm
     n_dev = len(led.windows)
     subject = f"the {n_dev} GPUs are" if n_dev > 1 else "the GPU is"
     windows = "their windows" if n_dev > 1 else "its window"
     busy_pct = 100.0 * busy / window
-    if steady < MIN_GPU_WORK_NS:
-        sentence = f"Almost all of the window is warm-up ({fmt_ns(warm)} of {fmt_ns(window)}): profile steady-state steps to judge the run."
-        return {**base, **_verdict("warmup", "idle_warmup", warm, window, sentence)}
 
     # 1. the largest idle cause (or exposed communication) of the steady state, when it is a real lever
     levers = {b: totals[b] for b in IDLE_BUCKETS if b != "idle_warmup"}
@@ -355,11 +352,60 @@ def _if_fixed(f: Finding) -> str:
     return f"; if fixed: {text}" if text else ""
 
 
+def cannot_judge(analysis: "Analysis") -> tuple[str, str] | None:
+    """(why, sentence) when the window cannot be judged, else None. ``why``: ``too_little_gpu_work`` (under
+    ``MIN_GPU_WORK_NS`` and ``MIN_GPU_WORK_ITEMS``), ``graph_capture`` or another trace-quality finding that
+    withholds judgement (TI012), or ``warmup`` (the steady-state model, ``steady.judgement``: one-time work fills
+    the window). What a trace-quality finding explains never forms the verdict: such a window gets this one."""
+    from .steady import judgement
+
+    led = ledger_of(analysis)
+    totals = led.totals()
+    window = sum(totals.values())
+    if window == 0:
+        return None
+    busy = sum(totals[b] for b in BUSY_BUCKETS)
+    counts = analysis.summary.event_counts
+    n_work = sum(int(counts.get(k, 0)) for k in ("kernel", "memcpy", "memset"))
+    if busy < MIN_GPU_WORK_NS and n_work < MIN_GPU_WORK_ITEMS:
+        kernels = int(getattr(analysis.summary, "kernel_count", 0))
+        return "too_little_gpu_work", (
+            f"The GPU did only {fmt_ns(busy)} of work ({kernels} kernels) in a {fmt_ns(window)} window: too little to say "
+            "what bounds the run (a graph capture, a cut profile, or set-up only). Performance findings are kept at info."
+        )
+    held = next((f for f in analysis.findings if f.category == "trace_quality" and f.metrics.get("withholds_judgement")), None)
+    if held is not None:
+        why = "graph_capture" if held.metrics.get("graph_capture") else "too_little_gpu_work"
+        return why, f"{held.code}: {held.title}. The window's busy % and gaps describe that, not a workload in steady state; performance findings are kept at info."
+    views = getattr(analysis, "views", None)
+    if views is None:
+        from .views import Views
+
+        views = Views(analysis.timeline)
+    j = judgement(views)
+    if j["judgeable"]:
+        return None
+    reason = j["reason"][0].upper() + j["reason"][1:]
+    return "warmup", (
+        f"{reason} ({fmt_ns(j['warmup_ns'])} of {fmt_ns(j['window_ns'])} is one-time work, set aside): the window shows start-up, "
+        "not the steady state. Performance findings are kept at info."
+    )
+
+
+def _record_better(analysis: "Analysis") -> str:
+    """How to record a steady-state window for this trace's profiler and framework."""
+    from .framework import detect_framework
+    from .steady import record_better
+
+    tl = analysis.timeline
+    return record_better(tl.meta.source_format, detect_framework(tl))
+
+
 def _verdict(
     cat: str, bucket: str | None, ns: int, base_ns: int, sentence: str, by: Finding | None = None, cause: Finding | None = None
 ) -> dict[str, Any]:
-    bound = cat not in ("no_gpu", "too_little", "warmup")
-    headline = f"Bound by {LABELS[cat]}" if bound else {"no_gpu": "No GPU activity", "too_little": "Too little GPU work to judge", "warmup": "Mostly warm-up"}[cat]
+    bound = cat not in ("no_gpu", "cannot_judge")
+    headline = f"Bound by {LABELS[cat]}" if bound else {"no_gpu": "No GPU activity", "cannot_judge": "Cannot judge this window"}[cat]
     if bound and cause is not None:
         headline += f" (root cause: {cause.code})"  # the symptom's bucket names the bound, the cause leads the fix
     return {

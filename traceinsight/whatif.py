@@ -47,6 +47,7 @@ from .patterns import DATA_WAIT_KINDS, DATA_WAIT_PRIMARY, EVENT_RECORD, GEMM_CON
 from .thresholds import LAUNCH_GAP_NS
 from .units import format_what_if  # noqa: F401  (the reports' one-line form of a prediction)
 from .views import Views
+from .steady import warmup_steps
 
 #: A host thread idle this long (ns) before resuming right after another thread's call is taken to have waited
 #: for that thread (a hand-off), rather than to have been busy with untraced work.
@@ -54,8 +55,6 @@ HANDOFF_MIN_GAP_NS = 20_000
 #: A GPU task that starts within this many ns of another stream's task ending, with its own stream and launch
 #: explaining less of its wait, is taken to depend on that task (an event wait).
 STREAM_DEP_MAX_NS = 10_000
-#: A step longer than this multiple of the median of the later steps, at the start of the run, is warm-up.
-WARMUP_FACTOR = 1.5
 #: Typical delays when the trace shows too few (< MIN_SAMPLES) tasks bound by that edge: kernel-to-kernel delay of
 #: queued work and launch-call start to kernel start (a few µs on current NVIDIA and AMD GPUs).
 DEFAULT_QUEUE_NS = 2_000
@@ -562,7 +561,7 @@ def build_graph(views: Views, rank: int, max_steps: int = MAX_STEPS) -> Graph | 
     g = Graph(rank=rank, ntype=ntype, start=start, end=end, dur=end - start, prev=prev, prev_lat=prev_lat, cross=cross,
               cross_lat=cross_lat, launch=launch, launch_lat=launch_lat, own=own, waits=waits, wait_on=wait_on,
               is_launch=is_launch, gemm=gemm, steps=steps, window=np.zeros(0, np.int64),
-              defaults={"launch": d_launch, "queue": d_queue}, seq=seq)
+              defaults={"launch": d_launch, "queue": d_queue, "warmup": _warmup_windows(views, rank)}, seq=seq)
     g.window = _window(g, steps)
     return g.freeze()
 
@@ -929,16 +928,52 @@ def rnn_to_cudnn(g: Graph, windows=None) -> None:
 
 
 def remove_warmup(g: Graph, windows=None) -> None:
-    """Warm-up is left out: with ``windows`` (the warm-up ranges a trace-quality finding found, e.g. cuDNN autotune
-    inside the first convolution), the time inside them is cut (``cut_time``); without, leading steps much longer
-    than the rest (``warmup_mask``) are left out of the steps used."""
+    """Warm-up is left out: with ``windows`` (ranges given by the caller), the time inside them is cut
+    (``cut_time``); without, the ledger's warm-up (``traceinsight.steady``: leading warm-up steps are dropped from
+    the steps used, the one-time work inside the others is cut). Applied once: a graph already in steady state
+    (``steady_graph``) is left as it is."""
     if windows is not None:
         cut_time(g, windows)
         return
+    if g.defaults.get("steady"):
+        return
+    g.defaults["steady"] = True
     st = g.steps
     if len(st) >= 3:
         keep = ~warmup_mask((st["t1"] - st["t0"]).to_numpy())
-        g.steps = st[keep].reset_index(drop=True)
+        if not keep.all():
+            g.steps = st[keep].reset_index(drop=True)
+    w = g.defaults.get("warmup")
+    if w is not None and len(w):
+        cut_time(g, w)
+
+
+def _warmup_windows(views: Views, rank: int) -> np.ndarray:
+    """The ledger's warm-up regions of ``rank`` as (start, end) rows: one-time work the replay leaves out."""
+    w = views.ledger.warmup
+    if w is None or w.empty:
+        return np.zeros((0, 2), np.int64)
+    w = w[w["rank"].to_numpy() == rank]
+    return np.stack([w["start_ns"].to_numpy(np.int64), w["end_ns"].to_numpy(np.int64)], axis=1) if len(w) else np.zeros((0, 2), np.int64)
+
+
+def steady_graph(g: Graph) -> Graph:
+    """The graph with its warm-up left out (``remove_warmup``), built once per graph: every what-if is priced on
+    the steady state, so one-time work is never part of a predicted saving. The graph itself when it has none."""
+    w = g.defaults.get("warmup")
+    st = g.steps
+    has_steps = len(st) >= 3 and warmup_mask((st["t1"] - st["t0"]).to_numpy()).any()
+    if (w is None or not len(w)) and not has_steps:
+        return g
+    s = g.defaults.get("steady_graph")
+    if s is None:
+        s = g.copy()
+        remove_warmup(s)
+        s.window = _window(s, s.steps)
+        ns, ne = replay(s)
+        s.defaults["base"] = step_times(s, ns, ne)
+        g.defaults["steady_graph"] = s
+    return s
 
 
 def cut_time(g: Graph, windows) -> None:
@@ -957,14 +992,8 @@ def cut_time(g: Graph, windows) -> None:
 
 
 def warmup_mask(durs: np.ndarray) -> np.ndarray:
-    """Leading steps longer than ``WARMUP_FACTOR`` x the median of the steps after them."""
-    out = np.zeros(len(durs), bool)
-    for i in range(len(durs) - 2):
-        if durs[i] > WARMUP_FACTOR * np.median(durs[i + 1:]):
-            out[i] = True
-        else:
-            break
-    return out
+    """Leading warm-up steps: the steady-state model's own test (``traceinsight.steady.warmup_steps``)."""
+    return warmup_steps(durs)
 
 
 def typical_gpu_latencies(g: Graph, windows=None) -> None:
@@ -1001,8 +1030,8 @@ ASSUMPTIONS = {
     "launch_bound_to_graphs": f"CUDA-graph model: no per-op host overhead (gaps under {LAUNCH_GAP_NS // 1000} us) between launches, typical launch latency, kernels back to back at the trace's kernel-to-kernel delay; syncs and data waits stay",
     "rnn_to_cudnn": "the RNN region keeps only its GEMM kernels, launched back to back (a conservative cuDNN equivalent)",
     "typical_gpu_latencies": "validation: every GPU task waits only the typical launch / kernel-to-kernel delay after its predecessors",
-    "remove_warmup": "warm-up steps (leading steps over 1.5x the later median) are left out",
-    "all": "data waits, host syncs and host launch overhead all removed, warm-up steps left out",
+    "remove_warmup": "warm-up (the ledger's one-time work and leading warm-up steps) is left out",
+    "all": "data waits, host syncs and host launch overhead all removed, warm-up left out",
 }
 
 
@@ -1050,20 +1079,25 @@ def predict_step_ns(views: Views, transform="all", windows=None) -> dict:
     the edit is limited to.
     """
     fn, name, words = _resolve(transform, windows)
-    measured, base, pred = [], [], []
+    measured, base, pred, full_b, full_m = [], [], [], [], []
     for g in graphs(views):
         buf = None
         if "base" not in g.defaults:  # the unmodified replay, once per graph
             ns, ne = buf = replay(g)
             g.defaults["base"] = step_times(g, ns, ne)
             g.defaults["measured"] = step_times(g, g.start, g.end)
-        b, m = g.defaults["base"], g.defaults["measured"]
-        t = g.copy()
+        m = g.defaults["measured"]
+        full_b.append(g.defaults["base"])
+        full_m.append(m)
+        s = steady_graph(g)  # priced on the steady state: one-time work is never a saving
+        b = s.defaults["base"]
+        t = s.copy()
         fn(t, windows)
-        if len(t.steps) != len(g.steps):
+        if len(t.steps) != len(s.steps):
             t.window = _window(t, t.steps)
-            keep = g.steps["start_node"].isin(t.steps["start_node"]).to_numpy()
-            b, m = b[keep], m[keep]
+            b = b[s.steps["start_node"].isin(t.steps["start_node"]).to_numpy()]
+        if len(t.steps) != len(g.steps):
+            m = m[g.steps["start_node"].isin(t.steps["start_node"]).to_numpy()]
         ns2, ne2 = replay(t, buf)
         p = step_times(t, ns2, ne2)
         measured.append(m)
@@ -1074,7 +1108,10 @@ def predict_step_ns(views: Views, transform="all", windows=None) -> dict:
                 "transform": name, "assumptions": "no GPU work to replay", "replay_error_pct": None}
     m, b, p = (np.concatenate(x) for x in (measured, base, pred))
     med_m, med_b, med_p = (float(np.median(x)) if len(x) else None for x in (m, b, p))
-    err = None if not med_m else round(100.0 * (med_b - med_m) / med_m, 3)
+    fb, fm = np.concatenate(full_b), np.concatenate(full_m)
+    err = round(100.0 * (float(np.median(fb)) - float(np.median(fm))) / float(np.median(fm)), 3) if len(fm) and np.median(fm) else None
+    if any(steady_graph(gr) is not gr for gr in graphs(views)):
+        words += "; priced on the steady state (the ledger's warm-up left out of baseline and prediction)"
     no_steps = all(gr.steps.empty for gr in graphs(views))
     if no_steps:
         words += "; no step markers: the whole traced window is one step"

@@ -65,7 +65,7 @@ def _steps(analysis: "Analysis") -> list[dict[str, Any]]:
     ledger = analysis.ledger if analysis.ledger is not None else analysis.views.ledger
     w = getattr(ledger, "warmup", None)
     if isinstance(w, pd.DataFrame) and not w.empty:
-        firsts = w[w["reason"].astype(str).str.startswith("first step")]
+        firsts = w[w["reason"].astype(str).str.startswith(("warm-up step", "first step"))]
         warm = set(zip(firsts["rank"].astype(int).tolist(), firsts["start_ns"].astype(int).tolist()))
     return [
         {"rank": int(r), "step": int(s), "dur_ns": int(d), "warmup": (int(r), int(t)) in warm}

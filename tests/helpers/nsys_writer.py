@@ -314,9 +314,11 @@ class NsysTrace:
         demangled: str | None = None,
         tid: int | None = None,
         launch: bool = True,
+        correlation: int | None = None,
     ) -> int:
-        """A kernel and (unless ``launch=False``, as in a sliced capture) the API call that launched it."""
-        corr = self._launch(launch_name, start_ns, launch_ns, launch_dur_ns, tid, launch)
+        """A kernel and (unless ``launch=False``, as in a sliced capture) the API call that launched it; with
+        ``correlation``, a kernel of a call already written (a ``cudaGraphLaunch`` replaying a graph node by node)."""
+        corr = correlation if correlation is not None else self._launch(launch_name, start_ns, launch_ns, launch_dur_ns, tid, launch)
         full = demangled or f"void {name}<float>(float *, int)"
         self.rows["CUPTI_ACTIVITY_KIND_KERNEL"].append(
             (self._t(start_ns), self._t(start_ns + dur_ns), device, 1, None, stream, corr, self.global_pid(),

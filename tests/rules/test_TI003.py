@@ -125,3 +125,27 @@ def test_example_bad_fires(tmp_path):
 def test_example_good_is_silent(tmp_path):
     a = analyze_example(tmp_path, EXAMPLE, fixed=True)
     assert EXAMPLE.code not in codes_of(a), [(f.code, f.title) for f in a.findings]
+
+
+def test_ti003_graph_replays_are_charged_once(tmp_path):
+    # 6 replays of a captured graph: one 60 µs cudaGraphLaunch runs 40 kernels of 30 µs back to back; the next
+    # replay is launched 20 µs before the last kernel ends, so the GPU waits 45 µs for it. Kernels of a replay were
+    # not launched one by one: only the first of each is compared with the call, so 6 of 240 kernels are
+    # "launch-bound" and TI003 stays silent; charged per kernel, all 240 would be (each shorter than its call)
+    from tests.helpers.nsys_writer import NsysTrace
+    import numpy as np
+
+    from rules.tiny_kernels import _charged_once
+
+    t = NsysTrace()
+    b = 1_000_000
+    for r in range(6):
+        corr = t.runtime("cudaGraphLaunch", b, 60_000)
+        for k in range(40):
+            t.kernel("graph_node_kernel", b + 65_000 + k * 31_000, 30_000, correlation=corr)
+        b += 65_000 + 39 * 31_000 + 30_000 - 20_000
+    a = traceinsight.analyze(t.write(tmp_path / "replays.sqlite"))
+    assert [f for f in a.findings if f.code == "TI003"] == []
+    dur = np.array([200e3, 200e3, 200e3, 5e3])
+    idx = np.array([7.0, 7.0, 7.0, 9.0])
+    assert np.isnan(_charged_once(dur, idx, np.array([30, 10, 20, 40]))).tolist() == [True, False, True, False]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import traceinsight
 from tests.helpers.kineto_writer import KinetoTrace
 from tests.helpers.rule_cases import steady_steps
-from traceinsight.verdict import details
+from traceinsight.verdict import details, headline
 
 
 #: positive: it fires; negative: it stays silent; fix: steady steps with enough GPU work.
@@ -35,7 +35,7 @@ def test_ti012_two_kernels(tmp_path):
     (idle,) = _of_code(a, "TI001")
     assert idle.severity.value == "info"
     d = details(a)
-    assert d["category"] == "too_little" and not d["bound"]
+    assert d["category"] == "cannot_judge" and d["why"] == "too_little_gpu_work" and not d["bound"]
 
 
 def test_ti012_graph_capture(tmp_path):
@@ -44,9 +44,19 @@ def test_ti012_graph_capture(tmp_path):
     steady_steps(t, steps=2)
     for i in range(400):
         t.runtime("cudaLaunchKernel", 3_000.0 + i * 5, 3.0)
+    t.runtime("cudaStreamBeginCapture", 2_990.0, 5.0)
+    t.runtime("cudaStreamEndCapture", 5_000.0, 5.0)
+    t.runtime("cudaGraphInstantiate", 5_010.0, 900.0)
     a = traceinsight.analyze(t.write(tmp_path / "capture.json"))
     (f,) = _of_code(a, "TI012")
     assert f.metrics["graph_capture"] and f.metrics["launch_calls"] >= 400
+    # the capture and instantiation are one-time work in the ledger; the verdict is "cannot judge", never a bound,
+    # and no saving is drawn from the window
+    reasons = a.ledger.warmup["reason"].tolist()
+    assert "graph capture (launches recorded, not run)" in reasons and "one-time set-up: cudaGraphInstantiate" in reasons
+    d = details(a)
+    assert d["category"] == "cannot_judge" and d["why"] == "graph_capture" and not d["bound"]
+    assert headline(a)["est_savings_ns"] == 0
 
 
 def test_ti012_negative_steady_steps(tmp_path):

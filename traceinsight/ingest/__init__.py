@@ -131,6 +131,16 @@ def assemble(result: ReadResult) -> Timeline:
     origin = rebase(events)
     if meta.start_unix_ns is None and (result.epoch or (result.epoch is None and origin > 10**18)):
         meta.start_unix_ns = origin  # epoch ns after 2001: a real wall clock
+    from ..steps import choose, mark, source_of
+
+    if (events["kind"] == "step").any():
+        meta.extra["steps_source"] = source_of(events)
+    else:  # no ProfilerStep / TF steps: a repeated user range that covers the window, if there is one
+        picked = choose(events)
+        if picked is not None and mark(events, picked["marker"]):
+            meta.extra["steps_source"] = picked
+        else:
+            meta.extra["steps_source"] = source_of(events)
     if (events["kind"] == "step").any():
         assign_steps(events)  # without step rows every row keeps step -1, which build_events set
     if events.empty:

@@ -53,6 +53,18 @@ def render(analysis: Analysis, title: str | None = None, **_: Any) -> str:
 # --- data for the template -------------------------------------------------------------------------------
 
 
+def _step_context(analysis: Analysis) -> dict | None:
+    """The steps card: the spread sentence and the per-range table (None when there is neither)."""
+    from .steps_view import spread_sentence, step_report
+
+    rep = step_report(analysis)
+    if not rep["steps"]["count"] and not rep["ranges"]:
+        return None
+    src = rep["steps"]["source"]
+    return {"steps": rep["steps"], "ranges": rep["ranges"], "sentence": clean(spread_sentence(rep["steps"]), 900),
+            "source_line": clean(f"steps from {src['marker']}" if src.get("marker") else "no steps", 120)}
+
+
 def context(analysis: Analysis, title: str | None = None) -> dict[str, Any]:
     s = analysis.summary
     meta = analysis.timeline.meta
@@ -111,6 +123,7 @@ def context(analysis: Analysis, title: str | None = None) -> dict[str, Any]:
         "head": head,
         "verdict": verdict,
         "ledger": ledger_bars(analysis.ledger),
+        "step_rep": _step_context(analysis),
         "efficiency": _efficiency(analysis),
         "busy_pct": head["gpu_busy_pct"],
         "findings": findings,
@@ -416,6 +429,7 @@ def _window_lanes(views, w0: int, w1: int, devices: list[tuple[int, int]], many_
     ranks = sorted({r for r, _ in devices})
     for rank in ranks[:4]:
         lanes += _host_lanes(win, rank, w0, w1, f"r{rank} " if many_ranks else "")
+        lanes += _range_gpu_lane(views, win, rank, w0, w1, f"r{rank} " if many_ranks else "")
     rt = np.flatnonzero(win.host & win.kind_is("runtime") & np.isin(win.rank, ranks))
     if len(rt):
         sync = name_mask(win.name.iloc[rt], SYNC_CALL)
@@ -489,6 +503,54 @@ def _launching_tid(win: _WindowRows, mine: np.ndarray):
         return None
     tids, counts = np.unique(win.tid[rt], return_counts=True)
     return int(tids[np.argmax(counts)])
+
+
+def _range_gpu_lane(views, win: _WindowRows, rank: int, w0: int, w1: int, prefix: str = "") -> list[dict[str, Any]]:
+    """User ranges projected onto the GPU: per range instance in the window (library ranges left out), the span
+    from the first start to the last end of the GPU work launched inside it, named like the host lanes."""
+    from ..steps import LIBRARY_RANGE
+
+    r = np.flatnonzero(win.host & (win.rank == rank) & win.kind_is("annotation"))
+    ln = views.launches
+    if not len(r) or ln.empty:
+        return []
+    names = win.names(r)
+    user = np.array([not LIBRARY_RANGE.search(n) for n in names], dtype=bool)
+    r, names = r[user], names[user]
+    m = ln["rank"].to_numpy() == rank
+    ls = ln["launch_start_ns"].to_numpy(np.int64)[m]
+    o = np.argsort(ls, kind="stable")
+    ls = ls[o]
+    gs = ln["gpu_start_ns"].to_numpy(np.int64)[m][o]
+    ge = gs + np.maximum(ln["gpu_dur_ns"].to_numpy(np.int64)[m][o], 0)
+    st = win.start[r].astype(np.int64)
+    en = st + np.maximum(win.dur[r].astype(np.int64), 0)
+    lo, hi = np.searchsorted(ls, st, side="left"), np.searchsorted(ls, en, side="left")
+    has = hi > lo
+    if not has.any():
+        return []
+    p0 = np.array([gs[a:b].min() for a, b in zip(lo[has], hi[has])], np.int64)
+    p1 = np.array([ge[a:b].max() for a, b in zip(lo[has], hi[has])], np.int64)
+    pn = names[has]
+    rects = [(GUTTER + x, w, lv, "k") for x, w, lv in _coverage_rects(p0, p1, w0, w1)]
+    scale = PLOT_W / max(w1 - w0, 1)
+    x0 = GUTTER + (np.clip(p0, w0, w1) - w0) * scale
+    x1 = GUTTER + (np.clip(p1, w0, w1) - w0) * scale
+    boxes: list[dict[str, Any]] = []
+    taken: list[tuple[float, float]] = []
+    for i in np.argsort(-(x1 - x0), kind="stable").tolist():
+        w = float(x1[i] - x0[i])
+        if w < MIN_LABEL_PX or len(boxes) >= MAX_LABELS_PER_LANE:
+            break
+        if any(a < x1[i] and x0[i] < b for a, b in taken):
+            continue
+        taken.append((float(x0[i]), float(x1[i])))
+        name = clean(pn[i], 120)
+        chars = int((w - 6) / 5.6)
+        text = name if len(name) <= chars else (name[: chars - 1] + "…" if chars >= 4 else "")
+        boxes.append({"x": round(float(x0[i]), 2), "w": round(w, 2), "text": text,
+                      "title": f"{name} on the GPU: {fmt_ns(int(p1[i] - p0[i]))} at {fmt_ns(int(p0[i]))}"})
+    return [{"label": f"{prefix}ranges on GPU", "kind": "hostop", "rects": rects, "gaps": [], "boxes": boxes}]
 
 
 def _rects_svg(rects: list[tuple[float, float, int, str]], y: float, height: float) -> Markup:

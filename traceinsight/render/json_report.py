@@ -14,6 +14,7 @@ from ..analysis import Analysis
 from ..finding import Finding, instance_columns
 from ..sanitize import json_text
 from .common import smallest_first
+from .steps_view import step_report
 
 SCHEMA_VERSION = 1
 #: Instances kept per finding (the longest ones, in time order); ``total_instances`` says how many there were.
@@ -41,6 +42,8 @@ def to_dict(analysis: Analysis, max_evidence_rows: int | None = 50) -> dict[str,
         "verdict": analysis.verdict,
         "kpis": analysis.kpis,
         "ledger": analysis.ledger.to_dict(),
+        "steps": jsonable(step_report(analysis)["steps"]),
+        "ranges": jsonable(step_report(analysis)["ranges"]),
         "summary": analysis.summary.to_dict(),
         "workload": workload.of(analysis),
         "memory": jsonable(analysis.views.memory.to_dict()),

@@ -17,6 +17,7 @@ from ..sanitize import markdown_text
 from .. import advice
 from .common import baseline_sentence, baseline_tag, cause_of, shown_ns, clean, column_label, figure_text, format_cell, saving_label, shown_fixes, what_if_text
 from .ledger_view import markdown as ledger_markdown
+from .steps_view import step_report, steps_markdown
 
 MAX_CHARS = 60_000
 MAX_TABLE_ROWS = 40
@@ -104,12 +105,14 @@ def render(analysis: Analysis, html_name: str | None = None, max_chars: int = MA
         "",
         f"**Verdict: {v['headline']}.** {esc(v['sentence'], 600)}",
         "",
+        *([f"**Record a better window:** {esc(v['record_better'], 600)}", ""] if v.get("record_better") else []),
         kpi_line(analysis),
         "",
     ]
     table = ledger_markdown(analysis.ledger)
     if table:
         head += [table]
+    head += steps_markdown(step_report(analysis), esc)
     mem_devices = analysis.views.memory.devices
     if mem_devices:
         from .memory_view import summary_line

@@ -67,6 +67,13 @@ def render(analysis: Analysis, width: int = 110, **_: Any) -> str:
               + (f" {escape(str(meta.tool_version))}" if meta.tool_version else ""))
     v = analysis.verdict
     con.print(f"[bold]Verdict: {escape(v['headline'])}.[/] {escape(v['sentence'])}")
+    if v.get("record_better"):
+        con.print(f"Record a better window: {escape(v['record_better'])}")
+    from .steps_view import spread_sentence, step_report
+
+    rep = step_report(analysis)
+    if rep["steps"]["count"]:
+        con.print(escape(spread_sentence(rep["steps"])))
     busy = s.gpu_busy_pct
     con.print(f"span {fmt_ns(s.span_ns)}, {len(tl.events):,} events, {s.kernel_count:,} kernels ({fmt_ns(s.kernel_time_ns)} kernel time)"
               + (f", GPU busy {busy:.1f}%" if busy is not None else ", no GPU activity"))

@@ -7,7 +7,8 @@ Built-in rules (``traceinsight.rules``) and third-party rules import from here, 
 * ``usercode``: the user's own Python line behind a call (``user_frames_at``, ``user_code_sentence``);
 * ``gaps``: idle gaps as the rules read them (``ledger_gaps``, ``host_starved_gaps``, ``sync_calls``, ``inference_ranks``);
 * ``cache``: ``memo``, the analysis' named slot for a query several rules ask;
-* ``warmup``: the ledger's warm-up per gap and start-up calls (``gap_warmup_ns``, ``warmup_by_gap``, ``startup_call_gaps``).
+* ``warmup``: the ledger's warm-up per gap and start-up calls (``gap_warmup_ns``, ``warmup_by_gap``, ``startup_call_gaps``),
+  warm-up steps and steady-state recompiles (``warmup_steps``, ``steady_recompiles``).
 
 What names mean lives in ``traceinsight.patterns``; intervals and masks in ``traceinsight.intervals`` and
 ``traceinsight.masks``. Helpers that several rules ask keep their answer in the analysis' store
@@ -19,7 +20,7 @@ from .names import short_name, pair_codes, lookup, matches, grid_blocks, kind_ma
 from .enclosing import ThreadCodes, Enclosing, host_columns, cpu_op_enclosing, innermost_enclosing, innermost_positions, starts_inside
 from .usercode import SYNC_CALLS, RECORD_STACKS, user_frame, innermost_user_frame, user_frames_at, user_code_sentence, has_python_frames
 from .gaps import next_launch_ns, host_starved_gaps, sync_calls, ledger_gaps, closing_syncs, inference_ranks, request_boundary_gaps
-from .warmup import gap_warmup_ns, warmup_by_gap, startup_call_gaps
+from .warmup import gap_warmup_ns, warmup_by_gap, startup_call_gaps, steady_recompiles, warmup_steps
 
 __all__ = [
     "memo",
@@ -57,4 +58,6 @@ __all__ = [
     "gap_warmup_ns",
     "warmup_by_gap",
     "startup_call_gaps",
+    "steady_recompiles",
+    "warmup_steps",
 ]

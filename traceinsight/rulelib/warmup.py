@@ -1,5 +1,6 @@
-"""Warm-up as the rules read it: the time ledger is its one home (``idle_warmup``); these helpers give the ledger's
-warm-up ns per gap and the start-up calls at the head of a device's window.
+"""Warm-up as the rules read it: the time ledger is its one home (``idle_warmup``, the steady-state model of
+``traceinsight.steady``); these helpers give the ledger's warm-up ns per gap, the start-up calls at the head of a
+device's window, the leading warm-up steps (``warmup_steps``) and compiles in the steady state (``steady_recompiles``).
 
 Part of ``traceinsight.rulelib``, the public helper library of the rules (built-in and third-party).
 """
@@ -11,6 +12,7 @@ import pandas as pd
 
 from ..masks import name_mask
 from ..patterns import INIT_CALL
+from ..steady import steady_recompiles, warmup_steps  # noqa: F401  (the steady-state model, as the rules read it)
 from .enclosing import ThreadCodes
 from .gaps import ledger_gaps
 from .names import kind_mask, short_name

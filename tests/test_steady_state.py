@@ -1,0 +1,168 @@
+"""The steady-state model (traceinsight.steady): one-time work anywhere in the window is booked as warm-up, never
+claimed as avoidable idle, never priced by a what-if and never forms the verdict; a window mostly one-time work
+cannot be judged. Traces written by the test helpers in the real formats, plus the corpus."""
+
+from __future__ import annotations
+
+import pytest
+
+import traceinsight
+from tests.conftest import corpus_file
+from tests.helpers.kineto_writer import KinetoTrace
+from traceinsight.rule_api import Severity
+from traceinsight.verdict import details, headline
+
+GEMM = "ampere_s16816gemm_fp16_128x128_ldg8_f2f_stages_32x5_nn"
+GRID = (216, 1, 1)
+
+
+def _codes(a, code):
+    return [f for f in a.findings if f.code == code]
+
+
+def test_ti013_start_up_calls_are_one_time_work_wherever_they_sit(tmp_path):
+    # no steps, one module load and one JIT compile in the head gap: one-time work by their names, so the ledger
+    # books the 9.7 ms they cover as warm-up; what is left (2 ms of kernels, no steps) is too little to judge
+    t = KinetoTrace()
+    t.kernel(GEMM, 0.0, 10.0, launch_us=-5.0, launch_dur_us=3.0, grid=GRID)
+    t.runtime("cuModuleLoadData", 100.0, 2_000.0)
+    t.cpu_op("KernelExecutor::compileFusion", 2_200.0, 7_700.0)
+    for i in range(40):
+        t.kernel(GEMM, 10_010.0 + i * 50, 50.0, launch_us=10_000.0 + i * 0.4, launch_dur_us=0.3, grid=GRID)
+    a = traceinsight.analyze(t.write(tmp_path / "jit.json"))
+    assert int(a.ledger.gaps["idle_warmup"].sum()) == 9_700_000
+    assert sorted(a.ledger.warmup["reason"]) == ["one-time set-up: KernelExecutor::compileFusion", "one-time set-up: cuModuleLoadData"]
+    (f,) = _codes(a, "TI013")
+    assert f.metrics["warmup_ns"] == 9_700_000 and f.metrics["startup_counted_as_idle_ns"] == 0
+    assert f.evidence["set_aside"].tolist() == [True]
+    # one home: what the ledger books as warm-up, TI001 does not count, and the verdict sets aside
+    assert _codes(a, "TI001") == [] or all(g.metrics["warmup_excluded_ns"] == 9_700_000 for g in _codes(a, "TI001"))
+    d = details(a)
+    assert d["category"] == "cannot_judge" and d["why"] == "warmup" and "81 % of the window" in d["sentence"]
+    assert headline(a)["est_savings_ns"] == 0
+
+
+def test_ti013_first_launches_load_modules_through_the_window(tmp_path):
+    # a first forward in a fresh process: each kernel's first cudaLaunchKernel takes 20 ms (lazy module
+    # loading), scattered through the window between fast repeated launches
+    t = KinetoTrace()
+    at = 0.0
+    for rep in range(3):
+        for k in range(6):
+            name = f"kernel_{k}"
+            slow = rep == 0
+            dur = 20_000.0 if slow else 5.0
+            t.kernel(name, at + dur + 5.0, 30.0, launch_us=at, launch_dur_us=dur, grid=GRID)
+            at += dur + 40.0
+    a = traceinsight.analyze(t.write(tmp_path / "cold.json"))
+    first = a.ledger.warmup[a.ledger.warmup["reason"].str.startswith("first launch of")]
+    assert sorted(first["reason"]) == [f"first launch of kernel_{k} (module load)" for k in range(6)]
+    t_ = a.ledger.totals()
+    assert t_["idle_warmup"] == 5 * 20_000_000  # the first load comes before the GPU's window opens
+    # 120 ms of module loading and under 1 ms of GPU work: the window cannot be judged, nothing above info,
+    # no saving drawn from the loads, and the what-if baseline is the steady state
+    d = details(a)
+    assert d["category"] == "cannot_judge" and not d["bound"]
+    assert all(f.severity.value == "info" for f in a.findings if f.category != "trace_quality")
+    assert headline(a)["est_savings_ns"] == 0
+    assert "cudaProfilerStart" not in d["record_better"] and "torch.profiler.schedule" in d["record_better"]
+
+
+def test_cold_window_with_steps_is_judged_without_its_one_time_work(tmp_path):
+    # four steps; module loads (first launches of 15 ms) sit inside step 0 and in the middle of step 1 (a kernel
+    # first used there); steps 2 and 3 are steady. The loads are booked, and the verdict reads the rest
+    t = KinetoTrace()
+    b = 0.0
+    for s in range(6):
+        slow = {0: (0, 1, 2), 1: (3,)}.get(s, ())
+        start = b
+        at = b + 10.0
+        for k in range(3 if s == 0 else 4):
+            d = 15_000.0 if k in slow else 5.0
+            t.kernel(f"kernel_{k}", at + d + 5.0, 400.0, launch_us=at, launch_dur_us=d, grid=GRID)
+            at += d + 410.0
+        t.step(s, start, at - start + 10.0)
+        b = at + 20.0
+    a = traceinsight.analyze(t.write(tmp_path / "cold_steps.json"))
+    reasons = a.ledger.warmup["reason"].tolist()
+    assert sum(r.startswith("first launch of") for r in reasons) == 4
+    d = details(a)
+    assert d["category"] != "cannot_judge"
+    assert d["category"] == "compute"  # the steady steps launch back to back: the GPU is the bound
+    assert headline(a)["est_savings_ns"] < 1_000_000
+    assert not any(f.severity.rank >= Severity.WARNING.rank for f in a.findings if f.category != "trace_quality")
+
+
+def test_ti013_jit_compile_on_nvfuser_is_one_time_work():
+    # nvFuser: KernelExecutor::compileFusion / NVRTC (397 ms) and first launches that load modules fill 84 % of
+    # the window, with 0.4 ms of GPU work left and no steps: the window cannot be judged
+    a = traceinsight.analyze(corpus_file("nsys/nsys2024.6_nvfuser-pytorch_h200.sqlite"))
+    led = a.ledger
+    reasons = " ".join(led.warmup["reason"])
+    assert "KernelExecutor::compileFusion" in reasons and "first launch of reduce_kernel" in reasons
+    assert led.totals()["idle_warmup"] == pytest.approx(425_299_838, rel=1e-3)
+    (w,) = _codes(a, "TI013")
+    assert w.metrics["startup_counted_as_idle_ns"] == 0
+    d = details(a)
+    assert d["category"] == "cannot_judge" and d["why"] == "warmup"
+    assert "--capture-range=cudaProfilerApi" in d["record_better"]
+    assert headline(a)["est_savings_ns"] == 0
+    assert all(f.severity.value == "info" for f in a.findings if f.category != "trace_quality")
+
+
+def test_blocking_call_at_the_window_start_is_one_time_work(tmp_path):
+    # nsys: the capture opens while the host is blocked in a cudaMemcpy DtoH that waits on 300 ms of kernels queued
+    # before the capture started (they ran, their launches are not in the file); then 8 steady NVTX steps
+    from tests.helpers.nsys_writer import NsysTrace
+
+    t = NsysTrace()
+    for i in range(3):
+        t.kernel("queued_before", 1_000_000 + i * 100_000_000, 99_000_000, launch=False)
+    t.memcpy("DtoH", 301_000_000, 50_000, 4096, sync=True, launch_ns=500_000, launch_dur_ns=300_600_000)
+    b = 302_000_000
+    for s in range(8):
+        t.step(s, b, 2_000_000)
+        for k in range(10):
+            t.kernel("gemm", b + 20_000 + k * 190_000, 180_000, launch_ns=b + 10_000 + k * 1_000, launch_dur_ns=800)
+        b += 2_000_000
+    a = traceinsight.analyze(t.write(tmp_path / "opening_block.sqlite"))
+    opening = a.ledger.warmup[a.ledger.warmup["reason"].str.contains("at the window's start")]
+    assert len(opening) == 1 and int(opening["start_ns"].iloc[0]) <= int(a.ledger.windows["start_ns"].iloc[0]) + 1_000_000
+    d = details(a)
+    assert d["category"] != "host_sync" and d["bound"]
+    assert a.ledger.totals()["idle_host_sync"] < 1_000_000  # only the ms after the call returned, before step 0
+    assert not any(f.severity.rank >= Severity.WARNING.rank for f in a.findings if f.category != "trace_quality")
+
+
+def test_a_finding_only_one_time_work_supports_stays_at_info(tmp_path):
+    # the cold window with steps: a performance finding pointing at the module loads (their 15 ms launch calls) is
+    # graded info; the same finding pointing at steady steps keeps the scale's grade
+    from traceinsight.rule_api import Finding, Location, as_instances
+    from traceinsight.severity import grade
+    from traceinsight.steady import one_time_ns
+
+    t = KinetoTrace()
+    b = 0.0
+    for s in range(6):
+        slow = {0: (0, 1, 2), 1: (3,)}.get(s, ())
+        start, at = b, b + 10.0
+        for k in range(3 if s == 0 else 4):
+            d = 15_000.0 if k in slow else 5.0
+            t.kernel(f"kernel_{k}", at + d + 5.0, 400.0, launch_us=at, launch_dur_us=d, grid=GRID)
+            at += d + 410.0
+        t.step(s, start, at - start + 10.0)
+        b = at + 20.0
+    a = traceinsight.analyze(t.write(tmp_path / "cold_steps.json"))
+    loads = a.ledger.warmup[a.ledger.warmup["reason"].str.startswith("first launch of")]
+    inst = loads[["start_ns", "end_ns"]].assign(rank=0, device=0)
+
+    def finding(instances, impact):
+        return Finding(code="TI003", title="t", severity=Severity.ERROR, message="", impact_ns=impact,
+                       location=Location(rank=0, device=0), category="launch_overhead", instances=as_instances(instances))
+
+    assert one_time_ns(a.views, inst) == (60_000_000, 60_000_000)
+    on_loads = finding(inst, 60_000_000)
+    steady = a.views.steps.iloc[3:5]
+    on_steps = finding(steady[["start_ns", "end_ns"]].assign(rank=0, device=0), 60_000_000)
+    out = grade([on_loads, on_steps], a.views, {})
+    assert [f.severity.value for f in out] == ["info", "error"]

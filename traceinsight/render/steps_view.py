@@ -1,0 +1,48 @@
+"""The steps and user ranges as every report shows them: which marker made the steps and why, their spread and
+outlier (``traceinsight.steps.table``), and user ranges projected onto the GPU (``steps.ranges_table``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..units import fmt_ns
+
+
+def step_report(analysis: Any) -> dict:
+    """``{"steps": steps.table(...), "ranges": steps.ranges_table(...)}``, built once per analysis."""
+    from ..steptable import ranges_table, table
+    from ..views import Views
+
+    views = analysis.views if getattr(analysis, "views", None) is not None else Views(analysis.timeline)
+
+    def build() -> dict:
+        return {"steps": table(views, analysis.timeline.meta.extra.get("steps_source")), "ranges": ranges_table(views)}
+
+    keep = getattr(views, "memo", None)  # the analysis' store keeps it for every format
+    return keep("steps.report", build) if keep is not None else build()
+
+
+def spread_sentence(steps: dict) -> str:
+    """"6 steps (train_iteration, picked automatically: ...): median 1.00 ms, p10-p90 ..., min-max ...; step 3 is 4.0x ..."."""
+    src = steps["source"]
+    if not steps["count"]:
+        return f"No steps: {src['why']}."
+    sp = steps["spread"]
+    how = {"profiler": "the profiler's markers", "auto": "picked automatically", "chosen": "chosen with --step-range"}.get(src["how"], src["how"])
+    text = (f"{steps['count']} steps from {src['marker']} ({how}; {src['why']}). Steady steps ({sp['steps']}): median {fmt_ns(sp['median_ns'])}, "
+            f"p10-p90 {fmt_ns(sp['p10_ns'])}-{fmt_ns(sp['p90_ns'])}, min-max {fmt_ns(sp['min_ns'])}-{fmt_ns(sp['max_ns'])}")
+    o = steps.get("outlier")
+    if o:
+        text += f"; step {o['step']} ({o['name']}) is {o['x_median']}x the median, mostly more {o['cause'].replace('_', ' ')} (+{fmt_ns(o['cause_ns'])})"
+    return text + "."
+
+
+def steps_markdown(rep: dict, esc) -> list[str]:
+    """Markdown lines: the steps sentence, then the per-range table (when there are user ranges)."""
+    out = ["**Steps:** " + esc(spread_sentence(rep["steps"]), 700), ""]
+    if rep["ranges"]:
+        out += ["| user range | count | host time | GPU time launched inside | GPU ops |", "|---|---:|---:|---:|---:|"]
+        for r in rep["ranges"][:12]:
+            out.append(f"| {esc(r['name'], 80)} | {r['count']} | {fmt_ns(r['host_ns'])} | {fmt_ns(r['gpu_ns'])} | {r['gpu_ops']} |")
+        out.append("")
+    return out

@@ -1,0 +1,326 @@
+"""The steady-state model: which parts of a window are one-time work, and whether enough steady state is left.
+
+Steady state repeats itself; one-time work does not. A profile of the first iterations of a fresh process, a
+graph capture, an un-warmed test or a window that opens while the host is still blocked on earlier work holds
+time that no change to the loop removes. This module says what that time is, for the time ledger
+(``traceinsight.ledger``), which books it as ``idle_warmup`` (its one home: the verdict, TI001, TI013, the
+severity scale and the what-if replay all read the ledger's warm-up), and whether the rest can be judged.
+
+One-time work, wherever it sits in the window (``one_time_regions``; the ledger adds the first-call outliers it
+measures itself, see ``ledger.warmup_regions``):
+
+* **First launch of a kernel** whose launch call is far slower than the rank's usual launch call (at least
+  ``WARMUP_MIN_NS`` and ``WARMUP_RATIO`` times the median launch): lazy module loading (CUDA_MODULE_LOADING=LAZY,
+  ROCm code-object loads) makes the first launch of each kernel take 10-600 ms, scattered through a first forward.
+* **Named one-time calls** (``ONE_TIME_CALL``): module/library loading, context creation, library handles and
+  autotuning (``cudnnCreate``, ``cublasCreate``, ``cudnnFind*``), JIT compilation (nvrtc, Inductor/Triton/XLA/
+  nvFuser compile ranges), graph capture and instantiation (``cudaStreamBeginCapture`` to ``EndCapture``,
+  ``cudaGraphInstantiate``).
+* **Allocator growth**: ``cudaMalloc``-like calls before the rank's second step (a caching allocator grows in the
+  first pass and then reuses its pool); without steps, every one of them.
+* **A blocking call at the window's start**: a synchronizing call or blocking copy that begins before the rank's
+  first traced launch waits on work queued before the window opened.
+* **Warm-up steps** (``warmup_steps``): leading steps each at least ``WARMUP_FIRST_STEP_RATIO`` times the median
+  of the steps after them (allocator growth, autotuning and compilation land in the first steps).
+
+``judgement`` then says whether the window can be judged: not when warm-up is most of it and fewer than
+``MIN_STEADY_STEPS`` steps lie outside it (without steps: when what is left holds under ``MIN_STEADY_BUSY_NS`` of
+GPU work), or when what is left is shorter than ``MIN_STEADY_NS``. Such a window
+gets the verdict "cannot judge this window" with the way to record a better one (``record_better``), and no
+performance finding above info.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pandas as pd
+
+from .finding import as_instances, instance_columns
+from .intervals import Coverage, merge_intervals
+from .masks import kind_mask, name_mask
+from .patterns import ALLOC_CALL, CAPTURE_BEGIN, CAPTURE_END, ONE_TIME_CALL, RECOMPILE_CALL, START_UP_CALL  # noqa: F401  (the steady-state model's vocabulary)
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .views import Views
+
+#: A one-time cost must last at least this long to count (below it, one-time costs are noise).
+WARMUP_MIN_NS = 1_000_000
+#: ...and be this many times the median of the repeated calls it is compared with: autotuning, lazy module
+#: loading and JIT compilation make a first call orders of magnitude slower, far beyond the spread of steady calls.
+WARMUP_RATIO = 10.0
+#: A leading step this many times longer than the median of the steps after it is warm-up (needs 2 after it).
+WARMUP_FIRST_STEP_RATIO = 2.0
+#: The window cannot be judged when warm-up is at least this % of it and fewer than ``MIN_STEADY_STEPS`` steps
+#: lie outside warm-up: what is left is a fragment between one-time work, nothing shows it repeats.
+MAX_WARMUP_PCT = 50.0
+MIN_STEADY_STEPS = 2
+#: ...or when the window less its warm-up is shorter than this: one real step is milliseconds.
+MIN_STEADY_NS = 1_000_000
+#: Without step markers, repetition cannot be counted: a window mostly warm-up is judged only when what is left
+#: holds at least this much GPU work (a few real steps' worth), else it is a fragment of a first pass.
+MIN_STEADY_BUSY_NS = 5_000_000
+
+_COLS = ["rank", "start_ns", "end_ns", "reason"]
+
+
+def empty_regions() -> pd.DataFrame:
+    return pd.DataFrame({c: pd.Series(dtype="int64" if c != "reason" else "object") for c in _COLS})
+
+
+def warmup_steps(durs: np.ndarray) -> np.ndarray:
+    """Leading steps (in time order) each at least ``WARMUP_FIRST_STEP_RATIO`` times the median of the steps
+    after it, as a mask; the first step that is not stops the run. Needs two later steps to compare with."""
+    d = np.asarray(durs, dtype=float)
+    out = np.zeros(len(d), dtype=bool)
+    for i in range(max(len(d) - 2, 0)):
+        if d[i] >= WARMUP_FIRST_STEP_RATIO * float(np.median(d[i + 1 :])) and d[i] >= WARMUP_MIN_NS:
+            out[i] = True
+        else:
+            break
+    return out
+
+
+def one_time_regions(views: "Views", blocking: "list[tuple[np.ndarray, np.ndarray, np.ndarray, str]]") -> pd.DataFrame:
+    """Host ranges (rank, start_ns, end_ns, reason) of one-time work found by name, by first launch, by allocator
+    growth, at the window's start, and warm-up steps (see the module docstring). ``blocking``: the ledger's
+    blocking calls, as (rank, start, end, reason) arrays."""
+    host = views.host_events
+    parts: list[pd.DataFrame] = []
+    steps = views.steps
+    second_step: dict[int, int] = {}
+    if not steps.empty:
+        for r, g in steps.groupby("rank", sort=True):
+            st = np.sort(g["start_ns"].to_numpy())
+            second_step[int(r)] = int(st[1]) if len(st) > 1 else int(np.iinfo(np.int64).max)
+            d = g.sort_values("start_ns")
+            w = warmup_steps(d["dur_ns"].to_numpy())
+            if w.any():
+                d = d[w]
+                parts.append(pd.DataFrame({"rank": int(r), "start_ns": d["start_ns"].to_numpy(np.int64), "end_ns": d["end_ns"].to_numpy(np.int64),
+                                           "reason": [f"warm-up step ({n})" for n in d["name"]]}))
+    if not host.empty:
+        names, kinds = host["name"], host["kind"]
+        rank, start, dur = host["rank"].to_numpy(), host["start_ns"].to_numpy(np.int64), host["dur_ns"].to_numpy(np.int64)
+        # Python frames are left out: their names are file paths (``vllm/compilation/decorators.py(367): __call__``
+        # wraps every compiled forward), so a word in the path says nothing about what the call does
+        kinds_ok = kind_mask(kinds, ("runtime", "cpu_op", "annotation", "other"))
+        named = np.flatnonzero(kinds_ok & name_mask(names, ONE_TIME_CALL) & (dur > 0))
+        if len(named) and second_step:  # a compile after the second step began recompiles in the steady state
+            late = steady_recompiles(views, named)
+            named = named[~late]
+        if len(named):
+            parts.append(pd.DataFrame({"rank": rank[named].astype(np.int64), "start_ns": start[named], "end_ns": start[named] + dur[named],
+                                       "reason": ["one-time set-up: " + str(n) for n in names.take(named)]}))
+        rt = kind_mask(kinds, ("runtime",))
+        begin = np.flatnonzero(rt & name_mask(names, CAPTURE_BEGIN))
+        if len(begin):
+            end = np.flatnonzero(rt & name_mask(names, CAPTURE_END))
+            tid = host["tid"].to_numpy()
+            rows = []
+            for b in begin:
+                same = end[(rank[end] == rank[b]) & (tid[end] == tid[b]) & (start[end] >= start[b])]
+                if len(same):
+                    e = same[np.argmin(start[same])]
+                    rows.append((int(rank[b]), int(start[b]), int(start[e] + dur[e])))
+            if rows:
+                parts.append(pd.DataFrame({"rank": [r for r, _, _ in rows], "start_ns": [s for _, s, _ in rows], "end_ns": [e for _, _, e in rows],
+                                           "reason": "graph capture (launches recorded, not run)"}))
+        alloc = np.flatnonzero(rt & name_mask(names, ALLOC_CALL) & (dur > 0))
+        if len(alloc):
+            limit = np.array([second_step.get(int(r), np.iinfo(np.int64).max) for r in rank[alloc]], np.int64)
+            alloc = alloc[start[alloc] < limit]
+            if len(alloc):
+                parts.append(pd.DataFrame({"rank": rank[alloc].astype(np.int64), "start_ns": start[alloc], "end_ns": start[alloc] + dur[alloc],
+                                           "reason": "allocator growth: " + names.take(alloc).astype(str).to_numpy(object)}))
+    ln = views.launches
+    if not ln.empty:
+        parts.extend(_first_launches(ln))
+        parts.extend(_opening_blocks(ln, blocking))
+    parts = [p for p in parts if len(p)]
+    if not parts:
+        return empty_regions()
+    out = pd.concat(parts, ignore_index=True)[_COLS]
+    out["rank"] = out["rank"].astype(np.int64)
+    out["start_ns"] = out["start_ns"].astype(np.int64)
+    out["end_ns"] = out["end_ns"].astype(np.int64)
+    return out
+
+
+def steady_recompiles(views: "Views", rows: "np.ndarray | None" = None) -> np.ndarray:
+    """For the host rows at ``rows`` (positions in ``views.host_events``; default all), whether each is a
+    compilation or autotuning range (``RECOMPILE_CALL``) that begins after its rank's second step began: a
+    recompile in the steady state. All False on a trace without steps (nothing says where steady state starts)."""
+    host = views.host_events
+    rows = np.arange(len(host)) if rows is None else np.asarray(rows)
+    out = np.zeros(len(rows), dtype=bool)
+    st = views.steps
+    if st.empty or not len(rows):
+        return out
+    second = {}
+    for r, g in st.groupby("rank", sort=False):
+        ss = np.sort(g["start_ns"].to_numpy(np.int64))
+        if len(ss) > 1:
+            second[int(r)] = int(ss[1])
+    if not second:
+        return out
+    names = host["name"].take(rows)
+    hit = name_mask(names, RECOMPILE_CALL)
+    rank = host["rank"].to_numpy()[rows]
+    start = host["start_ns"].to_numpy(np.int64)[rows]
+    limit = np.array([second.get(int(r), np.iinfo(np.int64).max) for r in rank], np.int64)
+    return hit & (start >= limit)
+
+
+def _first_launches(ln: pd.DataFrame) -> list[pd.DataFrame]:
+    """The first launch of each kernel name whose launch call lasted at least ``WARMUP_MIN_NS`` and
+    ``WARMUP_RATIO`` times the rank's median launch call: the driver loaded the kernel's module then."""
+    dur = ln["launch_dur_ns"].to_numpy(np.int64)
+    long = np.flatnonzero(dur >= WARMUP_MIN_NS)
+    if not len(long):
+        return []
+    rank = ln["rank"].to_numpy(np.int64)
+    start = ln["launch_start_ns"].to_numpy(np.int64)
+    is_k = kind_mask(ln["kind"], ("kernel",))
+    out = []
+    for r in np.unique(rank[long]):
+        on = rank == r
+        med = float(np.median(dur[on & is_k])) if (on & is_k).any() else float(np.median(dur[on]))
+        cand = long[(rank[long] == r) & is_k[long] & (dur[long] >= WARMUP_RATIO * med)]
+        if not len(cand):
+            continue
+        gn = ln["gpu_name"]
+        key = gn.cat.codes.to_numpy() if isinstance(gn.dtype, pd.CategoricalDtype) else pd.factorize(gn)[0]
+        pool = np.flatnonzero(on & is_k & np.isin(key, np.unique(key[cand])))
+        pool = pool[np.argsort(start[pool], kind="stable")]
+        k_first, at = np.unique(key[pool], return_index=True)  # each name's earliest launch
+        first = dict(zip(k_first.tolist(), pool[at].tolist()))
+        gname = {int(i): str(gn.iloc[int(i)]) for i in cand}
+        keep = np.array([i for i in cand.tolist() if first.get(int(key[i])) == i], dtype=np.int64)
+        if len(keep):
+            out.append(pd.DataFrame({"rank": int(r), "start_ns": start[keep], "end_ns": start[keep] + dur[keep],
+                                     "reason": [f"first launch of {_short(gname[i])} (module load)" for i in keep]}))
+    return out
+
+
+def _opening_blocks(ln: pd.DataFrame, blocking: "list[tuple[np.ndarray, np.ndarray, np.ndarray, str]]") -> list[pd.DataFrame]:
+    """Blocking calls that begin before (or are) the rank's first traced launch: they wait on work queued before
+    the window opened, not on anything the window shows."""
+    if not blocking:
+        return []
+    rank = ln["rank"].to_numpy(np.int64)
+    start = ln["launch_start_ns"].to_numpy(np.int64)
+    first = pd.Series(start).groupby(rank).min()
+    out = []
+    for b_rank, b_start, b_end, reason in blocking:
+        f = first.reindex(np.asarray(b_rank, np.int64)).to_numpy()
+        m = ~np.isnan(f) & (np.asarray(b_start, np.int64) <= np.nan_to_num(f)) & (np.asarray(b_end) > np.asarray(b_start))
+        if m.any():
+            out.append(pd.DataFrame({"rank": np.asarray(b_rank, np.int64)[m], "start_ns": np.asarray(b_start, np.int64)[m], "end_ns": np.asarray(b_end, np.int64)[m],
+                                     "reason": f"{reason} at the window's start, waiting on work queued before the window"}))
+    return out
+
+
+def _short(name: str, n: int = 60) -> str:
+    return name if len(name) <= n else name[: n - 1] + "…"
+
+
+# --- can this window be judged? -----------------------------------------------------------------------------
+def judgement(views: "Views") -> dict:
+    """Whether the window holds enough steady state to judge: ``judgeable``, ``reason`` (None, or a sentence),
+    ``window_ns``, ``warmup_ns``, ``steady_ns``, ``steady_steps`` (steps outside warm-up, per rank the fewest)."""
+    keep = getattr(views, "memo", None)  # the analysis' store keeps the answer (plain views compute it again)
+    if keep is not None:
+        return keep("steady.judgement", lambda: _judgement(views))
+    return _judgement(views)
+
+
+def _judgement(views: "Views") -> dict:
+    led = views.ledger
+    t = led.totals()
+    window = int(sum(t.values()))
+    warm = int(t.get("idle_warmup", 0))
+    steady = window - warm
+    busy = int(t.get("compute", 0) + t.get("communication", 0) + t.get("copy", 0))
+    st = views.steps
+    regions = led.warmup
+    n_steady = 0
+    if not st.empty:
+        counts = []
+        for r, g in st.groupby("rank", sort=True):
+            w = regions[regions["rank"].to_numpy() == int(r)] if len(regions) else regions
+            s, e = g["start_ns"].to_numpy(np.int64), g["end_ns"].to_numpy(np.int64)
+            if len(w):
+                ws, we = w["start_ns"].to_numpy(np.int64), w["end_ns"].to_numpy(np.int64)
+                ov = np.array([int(np.clip(np.minimum(we, b) - np.maximum(ws, a), 0, None).sum()) for a, b in zip(s, e)])
+                clean = ov * 2 < np.maximum(e - s, 1)
+            else:
+                clean = np.ones(len(s), dtype=bool)
+            counts.append(int(clean.sum()))
+        n_steady = min(counts) if counts else 0
+    reason = None
+    if window > 0:
+        share = 100.0 * warm / window
+        if warm and steady < MIN_STEADY_NS:
+            reason = f"one-time work fills {share:.0f} % of the window and less than {MIN_STEADY_NS / 1e6:.0f} ms of steady state is left"
+        elif share >= MAX_WARMUP_PCT and not st.empty and n_steady < MIN_STEADY_STEPS:
+            reason = (f"one-time work (module loading, set-up, compilation, allocator growth) fills {share:.0f} % of the window and "
+                      + ("no step outside it" if n_steady == 0 else f"only {n_steady} step outside it")
+                      + " shows the rest repeats")
+        elif share >= MAX_WARMUP_PCT and st.empty and busy < MIN_STEADY_BUSY_NS:
+            reason = (f"one-time work (module loading, set-up, compilation, allocator growth) fills {share:.0f} % of the window, "
+                      f"and the rest holds only {busy / 1e6:.2f} ms of GPU work and no step markers")
+    return {"judgeable": reason is None, "reason": reason, "window_ns": window, "warmup_ns": warm, "steady_ns": steady, "steady_steps": n_steady}
+
+
+#: How to record a window of steady state, per source (the profiler that wrote the trace) and framework.
+RECORD_BETTER = {
+    "pytorch": ("Record steady-state steps: wrap the loop in torch.profiler.profile(schedule=torch.profiler.schedule(wait=1, "
+                "warmup=2, active=3), ...) and call prof.step() once per iteration, so the first iterations (module loading, "
+                "cuDNN/cuBLAS set-up, allocator growth, compilation, graph capture) run before recording starts."),
+    "tensorflow": ("Record steady-state steps: start tf.profiler.experimental.start(logdir) after a few steps (or "
+                   "TensorBoard(profile_batch=(10, 15))), and mark steps with tf.profiler.experimental.Trace('train', step_num=step, _r=1)."),
+    "jax": ("Record steady-state steps: run a few steps (compilation happens in the first) and call jax.block_until_ready, then "
+            "jax.profiler.start_trace(logdir) around the next steps, with jax.profiler.StepTraceAnnotation('train', step_num=step)."),
+    "nsys": ("Record steady-state steps: nsys profile --capture-range=cudaProfilerApi --capture-range-end=stop and call "
+             "cudaProfilerStart()/cudaProfilerStop() (torch.cuda.cudart().cudaProfilerStart()) around steps after warm-up, or "
+             "--capture-range=nvtx --nvtx-capture=RANGE with an NVTX range around those steps; mark each step with an NVTX range."),
+}
+
+
+def record_better(source_format: str, framework: str) -> str:
+    """The exact way to record a better window for this trace's profiler and framework."""
+    if source_format == "nsys":
+        return RECORD_BETTER["nsys"]
+    if framework in RECORD_BETTER:
+        return RECORD_BETTER[framework]
+    if source_format.startswith("tensorflow"):
+        return RECORD_BETTER["tensorflow"]
+    return RECORD_BETTER["pytorch"] if source_format == "pytorch" else RECORD_BETTER["nsys"]
+
+
+def one_time_ns(views: "Views", instances) -> tuple[int, int]:
+    """(instance time, the part of it inside the ledger's warm-up regions of the instance's rank (all ranks'
+    regions when the instance names none)): what of a finding's evidence is one-time work."""
+    cols = instance_columns(as_instances(instances) if isinstance(instances, pd.DataFrame) else instances)
+    if not len(cols.start_ns):
+        return 0, 0
+    s, e = cols.start_ns.astype(np.int64), np.maximum(cols.end_ns.astype(np.int64), cols.start_ns.astype(np.int64))
+    total = int((e - s).sum())
+    regions = views.ledger.warmup
+    if regions is None or regions.empty or total <= 0:
+        return total, 0
+    r_rank = regions["rank"].to_numpy(np.int64)
+    inside = 0
+    rank = cols.rank
+    known = ~np.isnan(rank)
+    for r in np.unique(rank[known]).astype(np.int64).tolist() + ([None] if (~known).any() else []):
+        m = ~known if r is None else known & (rank == r)
+        w = regions if r is None else regions[r_rank == r]
+        if w.empty:
+            continue
+        a, b = merge_intervals(w["start_ns"].to_numpy(np.int64), w["end_ns"].to_numpy(np.int64))
+        inside += int(Coverage(a, b).overlap(s[m], e[m]).sum())
+    return total, inside
