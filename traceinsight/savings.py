@@ -28,7 +28,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Iterable
 
 from .rule_api import Finding, Severity, fmt_ns
-from .severity import UNGRADED_CATEGORIES, base_ns, level, steady_windows
+from .severity import UNGRADED_CATEGORIES, base_ns, judgement_withheld, level, only_one_time_work, steady_windows
 from .verdict import claims_of
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -92,7 +92,7 @@ def assess(findings: list[Finding], views: "Views", rules: dict[str, object], ov
     cl = claims_of(led, findings)
     steady = steady_windows(views)
     n_steps = max(int(views.step_count), 1)
-    withheld = any(f.category in UNGRADED_CATEGORIES and f.metrics.get("withholds_judgement") for f in findings)
+    withheld = judgement_withheld(findings, views, rules)
     for f, idle_ns in zip(findings, cl["per_finding"]):
         k = kind(f)
         if k == KIND_NONE:
@@ -101,6 +101,9 @@ def assess(findings: list[Finding], views: "Views", rules: dict[str, object], ov
             figure = int(idle_ns)
         else:
             figure = _modelled(f, views, n_steps)
+        if withheld and k != KIND_NONE:  # the verdict cannot judge this window: no saving is drawn from it
+            figure = 0
+            f.metrics["saving_basis"] = "this window cannot be judged (one-time work or too little GPU work fills it), so no saving is drawn from it"
         f.saving_kind = k
         f.saving_ns = int(figure)
         base = base_ns(f, views, steady)
@@ -122,7 +125,9 @@ def assess(findings: list[Finding], views: "Views", rules: dict[str, object], ov
         if _changes_nothing(f.what_if) and sev.rank > Severity.INFO.rank:
             sev = Severity.INFO
             f.metrics["what_if_note"] = "the replay gives the step nothing back, so this is not a warning"
-        f.severity = Severity.INFO if withheld else sev
+        if withheld or (sev.rank > Severity.INFO.rank and only_one_time_work(views, f)):
+            sev = Severity.INFO  # nothing is judged in this window, or only one-time work supports the finding
+        f.severity = sev
         declared = getattr(type(rule), "severity", None) if rule is not None else None
         if isinstance(declared, Severity) and declared is not f.severity and "severity_basis" not in f.metrics:
             why = f.metrics.get("what_if_note") or f"{share:.1f} % of the GPU window"

@@ -105,12 +105,7 @@ def grade(
     """
     forced = {c.upper() for c in overridden}
     findings = list(findings)
-    # a trace-quality finding may withhold judgement (too little GPU work): performance findings stay at info
-    withheld = any(_category(f, rules) in UNGRADED_CATEGORIES and f.metrics.get("withholds_judgement") for f in findings)
-    if not withheld and not views.utilization.empty:
-        from .steady import judgement  # one-time work fills the window: nothing in it is a steady-state cost
-
-        withheld = not judgement(views)["judgeable"]
+    withheld = judgement_withheld(findings, views, rules)
     steady = steady_windows(views)
     out = []
     for f in findings:
@@ -139,18 +134,32 @@ def grade(
             f.severity = sev
         if withheld and f.code not in forced:
             f.severity = Severity.INFO
-        elif f.code not in forced and f.severity.rank > Severity.INFO.rank and len(f.instances or ()) and _one_time(views, f):
+        elif f.code not in forced and f.severity.rank > Severity.INFO.rank and only_one_time_work(views, f):
             f.severity = Severity.INFO  # what it points at is one-time work (the ledger's warm-up), no steady cost
         out.append(f)
     return out
 
 
-def _one_time(views: "Views", finding: Finding) -> bool:
+def judgement_withheld(findings: Iterable[Finding], views: "Views", rules: dict[str, object]) -> bool:
+    """True when nothing in the window is graded above info: a trace-quality finding withholds judgement (too
+    little GPU work), or one-time work fills the window (``steady.judgement``: the verdict cannot judge it)."""
+    if any(_category(f, rules) in UNGRADED_CATEGORIES and f.metrics.get("withholds_judgement") for f in findings):
+        return True
+    if views.utilization.empty:
+        return False
+    from .steady import judgement
+
+    return not judgement(views)["judgeable"]
+
+
+def only_one_time_work(views: "Views", finding: Finding) -> bool:
     """Only one-time work supports the finding: most of its instance time lies inside the ledger's warm-up
     (``steady.one_time_ns``), and what lies outside is under half its impact. A finding that already leaves the
     warm-up out of its impact (TI001 on a gap that is mostly warm-up) keeps its grade."""
     from .steady import one_time_ns
 
+    if not len(finding.instances or ()):
+        return False
     total, once = one_time_ns(views, finding.instances)
     return total > 0 and once * 2 >= total and (total - once) * 2 < int(finding.impact_ns)
 
