@@ -44,7 +44,7 @@ MODULES: dict[str, tuple[str, list[str], list[str]]] = {
         [f"traceinsight.whatif.x_{name}__mutmut_*" for name in (
             "_in", "_where", "remove_data_wait", "remove_host_sync", "launch_bound_to_graphs", "rnn_to_cudnn",
             "remove_warmup", "cut_time", "warmup_mask", "typical_gpu_latencies", "_all", "_resolve", "windows_of",
-            "what_if_for", "format_what_if", "step_times")],
+            "what_if_for", "step_times")],
     ),
 }
 
