@@ -94,6 +94,9 @@ def analyze(
         typer.Option("--min-impact", help="Leave out findings costing less than this % of the GPU window (default 1; 0 shows everything).", min=0.0),
     ] = None,
     worse_by: Annotated[float, typer.Option("--worse-by", help="With --baseline: a finding is worse when its share of the span grew by this many percent (and by 1 point or more).")] = 25.0,
+    peak_tflops: Annotated[Optional[float], typer.Option("--peak-tflops", help="Dense peak TFLOP/s of the GPU for MFU and % of peak (overrides the built-in table).", min=0.0)] = None,
+    peak_bandwidth: Annotated[Optional[float], typer.Option("--peak-bandwidth", help="Peak memory bandwidth of the GPU in GB/s (overrides the built-in table).", min=0.0)] = None,
+    model_flops_per_step: Annotated[Optional[float], typer.Option("--model-flops-per-step", help="Model FLOPs of one training/inference step (for MFU where the trace records no shapes, e.g. Nsight Systems).", min=0.0)] = None,
     scheduler: Annotated[
         Optional[str],
         typer.Option("--scheduler", help="Whole-job analysis: run the per-rank map on this Dask scheduler (tcp://host:8786; env TRACEINSIGHT_SCHEDULER). Object-store URLs, globs and folders of rank files take the job path even without it."),
@@ -127,6 +130,7 @@ def analyze(
             trace_format=trace_format,
             run_name=run_name,
             min_impact=min_impact,
+            efficiency=_efficiency_settings(peak_tflops, peak_bandwidth, model_flops_per_step),
         )
         analysis = _with_progress(engine.analyze, path, progress, kwargs)
         global _teardown_free
@@ -147,6 +151,15 @@ def analyze(
         typer.echo(terminal(f"Verdict: {verdict['headline']}. {verdict['sentence']}", 2000), err=True)
     if fail_on != FailOn.never:
         _gate(analysis, Severity.parse(fail_on.value))
+
+
+def _efficiency_settings(peak_tflops, peak_bandwidth, model_flops_per_step):
+    """The user's peaks and model FLOPs, or None when none was given."""
+    if peak_tflops is None and peak_bandwidth is None and model_flops_per_step is None:
+        return None
+    from .efficiency import EfficiencySettings
+
+    return EfficiencySettings(peak_tflops=peak_tflops, peak_bandwidth_gbs=peak_bandwidth, model_flops_per_step=model_flops_per_step)
 
 
 def _gate(analysis, threshold: Severity) -> None:

@@ -1,7 +1,7 @@
 """The one declared store of what an analysis derives from its timeline, each piece computed once, on first use.
 
 ``Derived`` is the views (``traceinsight.views``: GPU activity, gaps, launches, steps, host rows) plus what is built
-on them: the time ledger, GPU memory over time, the what-if graphs, the whole-job view of one timeline, and ``memo``, the named slots the
+on them: the time ledger, GPU memory over time, achieved FLOP/s and MFU, the what-if graphs, the whole-job view of one timeline, and ``memo``, the named slots the
 rule library keeps its shared queries in (which op encloses a call, the sync calls, the ledger's gaps row for row
 with the views' gaps, ...). Nothing is stashed on an object by a module that does not own it: ``contents()`` lists
 everything an analysis holds.
@@ -20,6 +20,7 @@ from .views import Views
 
 if TYPE_CHECKING:  # pragma: no cover
     from .job.reduce import Job
+    from .efficiency import Efficiency, EfficiencySettings
     from .ledger import Ledger
     from .memory import Memory
     from .whatif import Graph
@@ -30,8 +31,10 @@ T = TypeVar("T")
 class Derived(Views):
     """Views of one timeline and everything derived from them, each computed once (see the module docstring)."""
 
-    def __init__(self, timeline) -> None:
+    def __init__(self, timeline, *, efficiency: "EfficiencySettings | None" = None) -> None:
         super().__init__(timeline)
+        #: The user's peaks and model FLOPs (``--peak-tflops``, ``--model-flops-per-step``), read by ``efficiency``.
+        self.efficiency_settings = efficiency
         self._memo: dict[str, Any] = {}
 
     @cached_property
@@ -47,6 +50,13 @@ class Derived(Views):
         from .memory import Memory
 
         return Memory(self)
+
+    @cached_property
+    def efficiency(self) -> "Efficiency":
+        """Achieved FLOP/s and bytes/s per kernel class, roofline position and MFU (``traceinsight.efficiency``)."""
+        from .efficiency import build
+
+        return build(self, self.efficiency_settings)
 
     @cached_property
     def graphs(self) -> "list[Graph]":
@@ -73,5 +83,5 @@ class Derived(Views):
 
     def contents(self) -> list[str]:
         """What has been derived so far: the views and pieces computed (by name) and the memo keys."""
-        built = [k for k in vars(self) if not k.startswith("_") and k not in ("timeline", "events")]
+        built = [k for k in vars(self) if not k.startswith("_") and k not in ("timeline", "events", "efficiency_settings")]
         return sorted(built) + sorted(f"memo:{k}" for k in self._memo)

@@ -91,8 +91,9 @@ def run(
     extra_warnings: Iterable[str] = (),
     min_impact: float = DEFAULT_MIN_IMPACT_PCT,
     severity_overrides: Iterable[str] = (),
+    efficiency: Any = None,
 ) -> Analysis:
-    views = Derived(timeline)
+    views = Derived(timeline, efficiency=efficiency)
     findings: list[Finding] = []
     warnings = list(extra_warnings)
     timings: dict[str, float] = {}
@@ -131,6 +132,14 @@ def run(
     return analysis
 
 
+def _mfu(analysis: Analysis) -> float | None:
+    """This run's MFU for the baseline comparison (None when FLOPs or the peak are unknown)."""
+    try:
+        return analysis.views.efficiency.mfu_pct
+    except Exception:  # the comparison of findings must not depend on the optional efficiency model
+        return None
+
+
 def analyze(
     trace: "str | os.PathLike | Timeline",
     *,
@@ -146,6 +155,7 @@ def analyze(
     run_name: str | None = None,
     progress: Callable[[str], None] | None = None,
     min_impact: float | None = None,
+    efficiency: Any = None,
 ) -> Analysis:
     """Load (if given a path) and analyse a trace with the built-in, installed and given rules.
 
@@ -156,6 +166,8 @@ def analyze(
     new or worse (worse: share of the span grew by ``worse_by`` percent). ``trace_format`` forces the reader,
     ``run_name`` picks a TensorBoard profile run, ``progress`` receives reading progress messages. ``min_impact``
     (% of the GPU window; default the config's, 1) leaves out findings that cost less; 0 reports everything.
+    ``efficiency`` is an ``efficiency.EfficiencySettings`` (dense peak TFLOP/s and GB/s overrides, model FLOPs per
+    step for traces without shapes).
 
     Rules are chosen and configured before the trace is read, so a usage error costs no load time.
     """
@@ -171,10 +183,12 @@ def analyze(
 
         timeline = load(trace, format=trace_format, progress=progress, **({"run": run_name} if run_name else {}))
     analysis = run(
-        timeline, selected, extra_warnings=[*cfg.warnings, *ruleset.warnings], min_impact=cfg.min_impact, severity_overrides=cfg.severity
+        timeline, selected, extra_warnings=[*cfg.warnings, *ruleset.warnings], min_impact=cfg.min_impact, severity_overrides=cfg.severity,
+        efficiency=efficiency,
     )
     if baseline is not None:
         from .baseline import compare, load_report
 
-        analysis.baseline = compare(analysis.findings, load_report(baseline), source=str(baseline), worse_pct=worse_by)
+        analysis.baseline = compare(analysis.findings, load_report(baseline), source=str(baseline), worse_pct=worse_by,
+                                    mfu_pct=_mfu(analysis))
     return analysis

@@ -71,6 +71,8 @@ OPTIONAL_COLUMNS: dict[str, str] = {
     "shared_mem": "float64",  # static + dynamic shared memory per block, bytes
     "occupancy": "float64",  # estimated achieved occupancy, percent
     "input_shapes": "category",  # framework op input shapes, as the source prints them
+    "input_types": "category",  # framework op input dtypes, as the source prints them (kineto "Input type")
+    "concrete_inputs": "category",  # framework op scalar arguments as recorded (kineto "Concrete Inputs")
     "stack": "category",  # Python/host call stack, innermost last, " <- " separated
     "external_id": "int64",  # framework op id linking ops to launches (kineto External id)
     "thread_name": "category",
@@ -175,6 +177,10 @@ class Timeline:
     meta: TraceMeta
     #: allocator events and page faults (``MEMORY_COLUMNS``); empty when the source recorded none
     memory: pd.DataFrame = field(default_factory=build_memory)
+    #: Sampled hardware metrics, when the source has them (Nsight Systems ``--gpu-metrics-devices``): ``start_ns``
+    #: (the events' clock), ``device``, ``metric`` (``SM Active``, ``SM Issue``, ``Tensor Active``, ``DRAM Read``,
+    #: ``DRAM Write``), ``value`` (% of the hardware's peak throughput). None otherwise.
+    samples: pd.DataFrame | None = None
 
     @property
     def span_ns(self) -> int:

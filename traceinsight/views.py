@@ -24,6 +24,7 @@ class Views:
     def __init__(self, timeline: Timeline) -> None:
         self.timeline = timeline
         self.events = timeline.events
+        self.efficiency_settings = None  # an efficiency.EfficiencySettings (peaks, model FLOPs) set by the run
 
     # --- time frame -------------------------------------------------------------------------------------
     @cached_property

@@ -198,6 +198,7 @@ class NsysTrace:
         self.memory_rows: dict[str, list[tuple]] = {name: [] for name in _DDL_MEMORY}
         self._corr = 0
         self._next_address = 0x7F0000000000
+        self.metric_samples: list[tuple[int, int, str, int]] = []  # (time, device, metric name, value)
 
     # --- ids ---------------------------------------------------------------------------------------------
     def string(self, value: str) -> int:
@@ -217,6 +218,12 @@ class NsysTrace:
 
     def _t(self, ns: int) -> int:
         return self.origin_ns + int(ns)
+
+    # --- GPU metrics sampling (--gpu-metrics-devices) -----------------------------------------------------------
+    def gpu_metrics(self, at_ns: int, values: dict[str, int], *, device: int = 0) -> None:
+        """One sample of GPU metrics (``{"SMs Active [Throughput %]": 80, ...}``) at ``at_ns`` on ``device``."""
+        for name, v in values.items():
+            self.metric_samples.append((self._t(at_ns), device, name, int(v)))
 
     # --- host rows ---------------------------------------------------------------------------------------
     def runtime(self, name: str, start_ns: int, dur_ns: int, *, tid: int | None = None, correlation: int | None = None, driver: bool | None = None) -> int:
@@ -476,6 +483,16 @@ class NsysTrace:
             if rows:
                 conn.execute(f"CREATE TABLE {table} ({', '.join(_DDL_MEMORY[table])})")
                 conn.executemany(f"INSERT INTO {table} VALUES ({', '.join('?' * len(_DDL_MEMORY[table]))})", rows)
+        if self.metric_samples:  # as nsys 2024+ writes them: typeId = (chip type << 8) | GPU index
+            names = list(dict.fromkeys(n for _, _, n, _ in self.metric_samples))
+            conn.execute("CREATE TABLE TARGET_INFO_GPU_METRICS (typeId INTEGER NOT NULL, sourceId INTEGER NOT NULL, "
+                         "typeName TEXT NOT NULL, metricId INTEGER NOT NULL, metricName TEXT NOT NULL)")
+            devs = sorted({d for _, d, _, _ in self.metric_samples})
+            conn.executemany("INSERT INTO TARGET_INFO_GPU_METRICS VALUES (?, ?, 'GA100', ?, ?)",
+                             [((0x11 << 8) | d, d, i, n) for d in devs for i, n in enumerate(names)])
+            conn.execute("CREATE TABLE GPU_METRICS (timestamp INTEGER, typeId INTEGER NOT NULL, metricId INTEGER NOT NULL, value INTEGER NOT NULL)")
+            conn.executemany("INSERT INTO GPU_METRICS VALUES (?, ?, ?, ?)",
+                             [(t, (0x11 << 8) | d, names.index(n), v) for t, d, n, v in self.metric_samples])
         times = [r[0] for rows in self.rows.values() for r in rows] + [r[1] for rows in self.rows.values() for r in rows if r[1] is not None]
         if times:
             start = self.system_clock_ns if self.raw_clock else min(times)

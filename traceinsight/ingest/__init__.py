@@ -104,7 +104,7 @@ def load(path: str | os.PathLike, *, format: str | None = None, progress: Progre
 
 #: String columns that must stay categoricals after parts with different categories are joined.
 _CATEGORY_COLUMNS = ("kind", "name", "raw_name", "copy_kind", "category", "grid", "block", "input_shapes",
-                     "thread_name", "stack")
+                     "thread_name", "stack", "input_types", "concrete_inputs")
 
 
 def assemble(result: ReadResult) -> Timeline:
@@ -135,8 +135,14 @@ def assemble(result: ReadResult) -> Timeline:
         assign_steps(events)  # without step rows every row keeps step -1, which build_events set
     if events.empty:
         meta.warn("the trace holds no timed events")
+    samples = result.samples
+    if samples is not None and len(samples):
+        samples = samples.copy()
+        samples["start_ns"] = samples["start_ns"] - origin  # on the events' clock, 0 = the earliest event
+    else:
+        samples = None
     if memory:
         from .memory_table import join
 
-        return Timeline(events=events, meta=meta, memory=join(memory, events, origin, meta))
-    return Timeline(events=events, meta=meta)
+        return Timeline(events=events, meta=meta, memory=join(memory, events, origin, meta), samples=samples)
+    return Timeline(events=events, meta=meta, samples=samples)

@@ -39,3 +39,4 @@ class ReadResult:
     parts: list[Rows]
     meta: TraceMeta
     epoch: bool | None = False
+    samples: Any = None  # a pandas frame of sampled hardware metrics (start_ns on the parts' clock), or None

@@ -108,6 +108,7 @@ def context(analysis: Analysis, title: str | None = None) -> dict[str, Any]:
         "head": head,
         "verdict": verdict,
         "ledger": ledger_bars(analysis.ledger),
+        "efficiency": _efficiency(analysis),
         "busy_pct": head["gpu_busy_pct"],
         "findings": findings,
         "devices": devices,
@@ -136,6 +137,30 @@ def context(analysis: Analysis, title: str | None = None) -> dict[str, Any]:
         "gutter": GUTTER,
         "plot_w": PLOT_W,
         "lane_h": LANE_H,
+    }
+
+
+def _efficiency(analysis: Analysis) -> dict[str, Any] | None:
+    """The efficiency card: headline, per-class rows, the roofline (an SVG whose text is escaped where it is built)."""
+    from .efficiency_view import (COLUMNS, TOP_OP_COLUMNS, efficiency_of, hardware_lines, headline as eff_headline, roofline_svg,
+                                  step_line, table_rows, top_op_rows)
+
+    eff = efficiency_of(analysis)
+    if eff is None or eff.classes.empty:
+        return None
+    measured = eff.available or any(v is not None and v == v for v in eff.classes["achieved_gbs"])
+    src = eff.peak.source if eff.peak.source.startswith("https://") else ""
+    return {
+        "headline": clean(eff_headline(eff), 600),
+        "step_line": clean(step_line(eff), 300),
+        "hardware": [clean(h.strip(), 300) for h in hardware_lines(eff)],
+        "columns": COLUMNS,
+        "rows": [[clean(c, 120) for c in r] for r in table_rows(eff)] if measured else [],
+        "roofline": Markup(roofline_svg(eff)),
+        "top_columns": TOP_OP_COLUMNS,
+        "top_rows": [[clean(c, 160) for c in r] for r in top_op_rows(eff)],
+        "notes": [clean(n, 300) for n in eff.notes[0 if eff.available else 1:]],
+        "source": clean(src, 300),
     }
 
 

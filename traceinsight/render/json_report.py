@@ -44,6 +44,7 @@ def to_dict(analysis: Analysis, max_evidence_rows: int | None = 50) -> dict[str,
         "summary": analysis.summary.to_dict(),
         "workload": workload.of(analysis),
         "memory": jsonable(analysis.views.memory.to_dict()),
+        "efficiency": _efficiency(analysis),
         "findings": [_finding(analysis, f, max_evidence_rows) for f in analysis.findings],
         "baseline": analysis.baseline.to_dict() if analysis.baseline is not None else None,
         "rules_run": list(analysis.rules_run),
@@ -128,3 +129,10 @@ def jsonable(value: Any) -> Any:
 def render(analysis: Analysis, max_evidence_rows: int | None = 50, **_: Any) -> str:
     # json_text: C1, bidi and zero-width characters from the trace written as \uXXXX escapes (same decoded value)
     return json_text(msgspec.json.format(msgspec.json.encode(to_dict(analysis, max_evidence_rows)), indent=2).decode())
+
+
+def _efficiency(analysis: Analysis) -> dict[str, Any] | None:
+    from .efficiency_view import efficiency_of
+
+    eff = efficiency_of(analysis)
+    return eff.to_dict() if eff is not None else None

@@ -111,6 +111,7 @@ def render(analysis: Analysis, html_name: str | None = None, max_chars: int = MA
         from .memory_view import summary_line
 
         head += ["**GPU memory:** " + "; ".join(f"rank {d.rank} GPU {d.device}: {esc(summary_line(d), 300)}" for d in mem_devices[:8]), ""]
+    head += _efficiency_markdown(analysis)
     if meta.extra.get("generated"):
         head += [f"> Generated trace: {esc(meta.extra['generated'], 300)}. Its GPU activity was not measured.", ""]
     sentence = baseline_sentence(analysis)
@@ -166,3 +167,25 @@ def render(analysis: Analysis, html_name: str | None = None, max_chars: int = MA
         cut = "\n\n… (truncated — see the HTML report)\n"
         text = text[: max_chars - len(cut)] + cut
     return text
+
+
+def _efficiency_markdown(analysis: Analysis) -> list[str]:
+    """MFU with the peak it used, and the per-class table (dense peaks) when anything was measured."""
+    from .efficiency_view import COLUMNS, efficiency_of, hardware_lines, headline, step_line, table_rows
+
+    eff = efficiency_of(analysis)
+    if eff is None or eff.classes.empty:
+        return []
+    out = [f"**Efficiency:** {esc(headline(eff), 600)}", ""]
+    line = step_line(eff)
+    if line:
+        out += [esc(line, 300), ""]
+    hw = hardware_lines(eff)
+    if hw:
+        out += [f"- {esc(h.strip(), 300)}" for h in hw] + [""]
+    if eff.available or any(r is not None for r in eff.classes["achieved_gbs"]):
+        out += ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+        out += ["| " + " | ".join(esc(c, 120) for c in row) + " |" for row in table_rows(eff)]
+        out.append("")
+    out += [f"- {esc(n, 300)}" for n in eff.notes[1 if not eff.available else 0:]]
+    return out + ([""] if eff.notes else [])

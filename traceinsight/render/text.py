@@ -88,6 +88,7 @@ def render(analysis: Analysis, width: int = 110, **_: Any) -> str:
     if s.steps:
         st = s.steps
         con.print(f"steps: {st['count']}  mean {fmt_ns(st['mean_ns'])}  median {fmt_ns(st['median_ns'])}  max {fmt_ns(st['max_ns'])}")
+    _efficiency(con, analysis, width)
     if not s.top_kernels.empty:
         rows = [
             [str(r.name), f"{int(r.count):,}", fmt_ns(r.total_ns), fmt_ns(r.mean_ns), f"{r.pct_kernel_time:.1f}"]
@@ -118,3 +119,22 @@ def render(analysis: Analysis, width: int = 110, **_: Any) -> str:
     for w in [*meta.warnings, *analysis.warnings]:
         con.print(f"[yellow]warning:[/] {escape(w)}")
     return buf.getvalue()
+
+
+def _efficiency(con: Console, analysis: Analysis, width: int) -> None:
+    """The efficiency section: MFU with its peak, then achieved rates per kernel class."""
+    from .efficiency_view import COLUMNS, efficiency_of, hardware_lines, headline, step_line, table_rows
+
+    eff = efficiency_of(analysis)
+    if eff is None or eff.classes.empty:
+        return
+    con.print(f"[bold]Efficiency:[/] {escape(headline(eff))}")
+    line = step_line(eff)
+    if line:
+        con.print(escape(line))
+    for hw in hardware_lines(eff):
+        con.print(escape(hw))
+    if eff.available or any(r is not None for r in eff.classes["achieved_gbs"]):
+        _print(con, _table("Is the busy GPU doing useful work (per kernel class; dense peaks)", COLUMNS, table_rows(eff), text_col=0, width=width))
+    for n in eff.notes[1 if not eff.available else 0:]:
+        con.print(f"  note: {escape(n)}")

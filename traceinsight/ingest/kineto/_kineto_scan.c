@@ -184,8 +184,9 @@ static PyObject *intern_list(Intern *t) {
 /* ------------------------------------------------------------------------------------------------------------ */
 /* Row storage: one growable array per column, all with the same capacity.                                        */
 
-enum { I_PH, I_CAT, I_NAME, I_PID_STR, I_TID_STR, I_GRID, I_BLOCK, I_DIMS, I_ARGNAME, N_I32 };
-static const char *I32_NAMES[N_I32] = {"ph", "cat", "name", "pid_str", "tid_str", "grid", "block", "input_dims", "arg_name"};
+enum { I_PH, I_CAT, I_NAME, I_PID_STR, I_TID_STR, I_GRID, I_BLOCK, I_DIMS, I_ARGNAME, I_TYPES, I_CONCRETE, N_I32 };
+static const char *I32_NAMES[N_I32] = {"ph", "cat", "name", "pid_str", "tid_str", "grid", "block", "input_dims", "arg_name",
+                                       "input_types", "concrete_inputs"};
 
 enum { L_PID, L_TID, N_I64 };
 static const char *I64_NAMES[N_I64] = {"pid", "tid"};
@@ -194,8 +195,9 @@ enum { F_TS, F_DUR, F_CORR, F_EXT, F_EXT_LEGACY, F_DEVICE, F_STREAM, F_BYTES, F_
 static const char *F64_NAMES[N_F64] = {"ts", "dur", "correlation", "external_id", "external_id_legacy", "device",
                                        "stream", "bytes", "registers", "shared_mem", "occupancy"};
 
-enum { T_PH, T_CAT, T_NAME, T_IDS, T_DIM3, T_DIMS, T_ARGNAME, N_TABLES };
-static const char *TABLE_NAMES[N_TABLES] = {"ph", "cat", "name", "ids", "dim3", "input_dims", "arg_name"};
+enum { T_PH, T_CAT, T_NAME, T_IDS, T_DIM3, T_DIMS, T_ARGNAME, T_TYPES, T_CONCRETE, N_TABLES };
+static const char *TABLE_NAMES[N_TABLES] = {"ph", "cat", "name", "ids", "dim3", "input_dims", "arg_name", "input_types",
+                                           "concrete_inputs"};
 
 typedef struct {
     int32_t *i32[N_I32];
@@ -842,6 +844,7 @@ static int open_container(Scan *s, char close) {
 static void args_defaults(Rows *r, size_t row) {
     for (int k = F_CORR; k < N_F64; k++) r->f64[k][row] = NAN;
     r->i32[I_GRID][row] = r->i32[I_BLOCK][row] = r->i32[I_DIMS][row] = r->i32[I_ARGNAME][row] = -1;
+    r->i32[I_TYPES][row] = r->i32[I_CONCRETE][row] = -1;
 }
 
 static void mem_defaults(Scan *s) {
@@ -888,6 +891,10 @@ static int scan_args(Scan *s, size_t row) {
             }
         } else if (KEY_IS(k, n, "Input Dims")) {  /* raw text on both paths, never decoded */
             rc = scan_raw_field(s, &s->tables[T_DIMS], &r->i32[I_DIMS][row], depth, 0);
+        } else if (KEY_IS(k, n, "Input type")) {  /* raw text, as Input Dims: read by the FLOPs model */
+            rc = scan_raw_field(s, &s->tables[T_TYPES], &r->i32[I_TYPES][row], depth, 0);
+        } else if (KEY_IS(k, n, "Concrete Inputs")) {
+            rc = scan_raw_field(s, &s->tables[T_CONCRETE], &r->i32[I_CONCRETE][row], depth, 0);
         } else if (KEY_IS(k, n, "name")) {
             if (*s->p == '"') {
                 rc = scan_str_field(s, &s->tables[T_ARGNAME], &r->i32[I_ARGNAME][row], NULL);

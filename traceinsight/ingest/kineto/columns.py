@@ -40,6 +40,8 @@ class EventColumns:
     grid: pd.Categorical  # "x,y,z"
     block: pd.Categorical
     input_dims: pd.Categorical  # the raw JSON text of args["Input Dims"]
+    input_types: pd.Categorical  # the raw JSON text of args["Input type"] (dtypes, read by the FLOPs model)
+    concrete_inputs: pd.Categorical  # the raw JSON text of args["Concrete Inputs"] (stride, padding, equation ...)
     thread_names: pd.DataFrame  # pid, tid, thread_name (the last ``thread_name`` metadata event of a thread)
     bad_utf8: bool = False
     bad_ids: np.ndarray | None = None  # rows whose pid or tid no int64 holds (dropped, counted)
@@ -204,6 +206,8 @@ def scan_columns(data: bytes) -> tuple[EventColumns, dict[str, Any]]:
         grid=_categorical(dim3_map[i32["grid"]], dim3_uniques),
         block=_categorical(dim3_map[i32["block"]], dim3_uniques),
         input_dims=_categorical(i32["input_dims"], texts(strings["input_dims"], json_string=False)),
+        input_types=_categorical(i32["input_types"], texts(strings["input_types"], json_string=False)),
+        concrete_inputs=_categorical(i32["concrete_inputs"], texts(strings["concrete_inputs"], json_string=False)),
         thread_names=thread_names,
     )
     cols.bad_utf8 = bad or bool(res.get("bad_utf8"))
@@ -333,6 +337,8 @@ def struct_columns(events: list[Any]) -> EventColumns:
     cats = [e.cat if isinstance(e.cat, str) else ("" if e.cat is None else str(e.cat)) for e in evs]
     names = [e.name if isinstance(e.name, str) else ("" if e.name is None else str(e.name)) for e in evs]
     dims = [bytes(a.input_dims).decode("utf-8", "replace") or None for a in args]
+    types = [bytes(a.input_types).decode("utf-8", "replace") or None for a in args]
+    concrete = [bytes(a.concrete_inputs).decode("utf-8", "replace") or None for a in args]
     margs = [e.args.name if e.args is not None and isinstance(e.args.name, str) else None for e in meta]
     return EventColumns(
         n_events=len(events),
@@ -345,6 +351,8 @@ def struct_columns(events: list[Any]) -> EventColumns:
         grid=_categorical(*_factorized([format_dims(a.grid) for a in args])),
         block=_categorical(*_factorized([format_dims(a.block) for a in args])),
         input_dims=_categorical(*_factorized(dims)),
+        input_types=_categorical(*_factorized(types)),
+        concrete_inputs=_categorical(*_factorized(concrete)),
         thread_names=_thread_names(mpid, mtid, np.array([e.name == "thread_name" for e in meta], dtype=bool), margs),
         bad_ids=bad_ids if bad_ids.any() else None,
         memory=_struct_memory(events),

@@ -238,11 +238,22 @@ def _rows(cols: EventColumns, keep: np.ndarray) -> EventColumns:
     """The same columns for the rows in ``keep`` only (grid, block and dims are compacted where they are used)."""
     out = copy.copy(cols)
     out.has_ts = cols.has_ts[keep]
-    for attr in ("pid", "tid", "grid", "block", "input_dims"):
+    for attr in ("pid", "tid", "grid", "block", "input_dims", "input_types", "concrete_inputs"):
         setattr(out, attr, getattr(cols, attr)[keep])
     out.cat, out.name = _compact(cols.cat[keep]), _compact(cols.name[keep])  # categories stay those the rows use
     out.floats = {k: v[keep] for k, v in cols.floats.items()}
     out.bad_ids = cols.bad_ids[keep] if cols.bad_ids is not None else None
+    return out
+
+
+def _op_arg_columns(cols: EventColumns, is_op: np.ndarray) -> dict[str, pd.Categorical]:
+    """The optional ``input_types`` / ``concrete_inputs`` columns (raw JSON text on framework ops), present only
+    when the trace recorded them (``record_shapes=True``); the FLOPs model reads dtypes and scalar arguments here."""
+    out = {}
+    for col in ("input_types", "concrete_inputs"):
+        values = _compact(getattr(cols, col), is_op)
+        if len(values.categories):
+            out[col] = values
     return out
 
 
@@ -327,6 +338,7 @@ def _build(cols: EventColumns, header: Trace, path: Path, warnings: list[str]) -
     shapes = _compact(cols.input_dims, kind_is("cpu_op"))
     if len(shapes.categories):
         optional["input_shapes"] = shapes
+    optional.update(_op_arg_columns(cols, kind_is("cpu_op")))
     tn = cols.thread_names
     if len(tn):
         looked = pd.DataFrame({"pid": pid, "tid": tid}).merge(tn, on=["pid", "tid"], how="left")

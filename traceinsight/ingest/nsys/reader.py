@@ -406,7 +406,17 @@ def _read_conn(conn: sqlite3.Connection, path: Path, progress: ProgressFn | None
             f"this export is a time-window slice of {meta_kv['DERIVED_FROM']}: GPU work near its edges may lack "
             "the API call that launched it"
         )
-    return ReadResult([rows], meta)
+    return ReadResult([rows], meta, samples=_gpu_metrics(conn, tables, meta))
+
+
+def _gpu_metrics(conn: sqlite3.Connection, tables: dict[str, set[str]], meta: TraceMeta):
+    from .gpu_metrics import read_gpu_metrics
+
+    try:
+        return read_gpu_metrics(conn, tables)
+    except (sqlite3.Error, ValueError, OverflowError) as exc:
+        meta.warn(f"GPU metrics samples could not be read ({type(exc).__name__}); SM/tensor activity is not shown")
+        return None
 
 
 def _close_open_ranges(parts: list[Part], meta: TraceMeta) -> None:
