@@ -18,7 +18,7 @@ from tests.helpers.rule_cases import steady_after, with_warmup
 from traceinsight import severity
 from traceinsight.render import render
 from traceinsight.rule_api import Finding, Location, Rule, Severity
-from traceinsight.views import Views
+from traceinsight.derived import Derived as Views  # the views plus what is derived from them (the ledger)
 
 MS = 1_000_000
 
