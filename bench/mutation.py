@@ -44,7 +44,7 @@ MODULES: dict[str, tuple[str, list[str], list[str]]] = {
         [f"traceinsight.whatif.x_{name}__mutmut_*" for name in (
             "_in", "_where", "remove_data_wait", "remove_host_sync", "launch_bound_to_graphs", "rnn_to_cudnn",
             "remove_warmup", "cut_time", "warmup_mask", "typical_gpu_latencies", "_all", "_resolve", "windows_of",
-            "what_if_for", "format_what_if", "step_times")],
+            "what_if_for", "step_times")],
     ),
 }
 
@@ -112,10 +112,11 @@ def report(name: str, work: Path, stopped: bool = False, tail: str = "") -> tupl
            + (", stopped by the timeout" if stopped else "") + ")"]
     # each mutant is a copy of its function in the trampolined file: diff it against the original copy
     source = (work / "mutants" / file).read_text()
+    lines = source.splitlines()
     funcs = {}
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and "__mutmut_" in node.name:
-            funcs[node.name] = ast.get_source_segment(source, node).splitlines()[1:]
+            funcs[node.name] = lines[node.lineno:node.end_lineno]  # the body, without the def line
     for key in sorted((k for k, s in status.items() if s == "survived"), key=_natural):
         fn = key.rsplit(".", 1)[-1]
         orig = funcs.get(fn.rsplit("__mutmut_", 1)[0] + "__mutmut_orig", [])

@@ -357,3 +357,22 @@ def test_warmup_window_cut(tmp_path):
     truth = whatif.predict_step_ns(va, "none")["step_ns"]
     assert r["steps_used"] == 1 and r["baseline_step_ns"] > truth + 40_000_000
     assert within(r["step_ns"], truth, 1.0), (r, truth)
+
+
+@pytest.mark.parametrize(
+    ("baseline", "step", "text"),
+    [
+        (20e9, 10e9, "step 20.0 → 10.0 s (−50 %)"),
+        (1e10, 1e10, "step 10.0 → 10.0 s (+0 %)"),  # 10 s and up: seconds
+        (9.999e9, 9e9, "step 9999.0 → 9000.0 ms (−10 %)"),
+        (1e6, 1.5e6, "step 1.00 → 1.50 ms (+50 %)"),  # 1 ms and up: ms; under 10 units two decimals
+        (999_999, 500_000, "step 1000.0 → 500.0 µs (−50 %)"),
+        (10e6, 9.99e6, "step 10.0 → 9.99 ms (−0 %)"),
+    ],
+)
+def test_format_what_if_units_and_sign(baseline, step, text):
+    from traceinsight.units import format_what_if
+
+    assert format_what_if({"baseline_step_ns": baseline, "step_ns": step}) == text
+    assert format_what_if({"baseline_step_ns": baseline, "step_ns": None}) == ""
+    assert format_what_if({"baseline_step_ns": 0, "step_ns": step}) == "" and format_what_if(None) == ""
