@@ -12,10 +12,11 @@ from typing import Annotated, Optional
 import typer
 
 from . import __version__
-from .config import TRUST_ENV, Config, parse_assignments
-from .errors import EXIT_FINDINGS, TraceInsightError
+from .config import TRUST_ENV, Config, check_rule_timeout, check_worse_by, parse_assignments
+from .errors import EXIT_FINDINGS, EXIT_RANKS_MISSING, EXIT_RULE_FAILED, TraceInsightError
 from .plugins import discover
 from .rule_api import Severity
+from .rule_guard import DEFAULT_RULE_TIMEOUT_S
 from .verdict import details
 from .outputs import REPORT_STEM, SUFFIX
 from .sanitize import rich, terminal, terminal_lines
@@ -95,9 +96,17 @@ def analyze(
     ] = None,
     min_impact: Annotated[
         Optional[float],
-        typer.Option("--min-impact", help="Leave out findings costing less than this % of the GPU window (default 1; 0 shows everything).", min=0.0),
+        typer.Option("--min-impact", help="Leave out findings costing less than this % of the GPU window (0 to 100; default 1; 0 shows everything)."),
     ] = None,
     worse_by: Annotated[float, typer.Option("--worse-by", help="With --baseline: a finding is worse when its share of the span grew by this many percent (and by 1 point or more).")] = 25.0,
+    allow_missing_ranks: Annotated[
+        bool,
+        typer.Option("--allow-missing-ranks", help=f"Whole jobs: accept a job with rank files that could not be read or were skipped (listed in the report); without it they exit {EXIT_RANKS_MISSING}."),
+    ] = False,
+    rule_timeout: Annotated[
+        float,
+        typer.Option("--rule-timeout", help=f"Stop a rule that runs longer than this many seconds (0: no limit); it then counts as failed (exit {EXIT_RULE_FAILED}).", show_default=True),
+    ] = DEFAULT_RULE_TIMEOUT_S,
     scheduler: Annotated[
         Optional[str],
         typer.Option("--scheduler", help="Whole-job analysis: run the per-rank map on this Dask scheduler (tcp://host:8786; env TRACEINSIGHT_SCHEDULER). Object-store URLs, globs and folders of rank files take the job path even without it."),
@@ -114,12 +123,15 @@ def analyze(
     try:
         targets = outputs.plan([f.value for f in formats], output)
         outputs.refuse_inputs(targets, inputs)  # before reading: never overwrite what is analysed
+        check_worse_by(worse_by)  # numbers are checked where they enter: NaN must not make nothing worse
+        check_rule_timeout(rule_timeout)
         if baseline is None and wants_job(path, scheduler):  # whole job: map per rank, reduce across ranks
             cfg = Config.from_pyproject(config).with_overrides(
                 select=_split(select), ignore=_split(ignore), options=parse_assignments(set_ or []), min_impact=min_impact
             )
             cfg.rule_paths = [*cfg.rule_paths, *(str(r) for r in rules or [])]
-            return analyze_job_cli(path, cfg, formats, output, scheduler=scheduler, trace_format=trace_format, fail_on=fail_on.value, report_stem=REPORT_STEM, suffixes=_FORMAT_SUFFIX)
+            return analyze_job_cli(path, cfg, formats, output, scheduler=scheduler, trace_format=trace_format, fail_on=fail_on.value, report_stem=REPORT_STEM, suffixes=_FORMAT_SUFFIX,
+                                   rule_timeout=rule_timeout, allow_missing_ranks=allow_missing_ranks)
         kwargs = dict(
             select=_split(select),
             ignore=_split(ignore),
@@ -131,6 +143,7 @@ def analyze(
             trace_format=trace_format,
             run_name=run_name,
             min_impact=min_impact,
+            rule_timeout=rule_timeout,
         )
         analysis = _with_progress(engine.analyze, path, progress, kwargs)
         global _teardown_free
@@ -149,8 +162,19 @@ def analyze(
     if output is not None:  # the report went to files: the verdict still reaches the terminal
         verdict = details(analysis)
         typer.echo(terminal(f"Verdict: {verdict['headline']}. {verdict['sentence']}", 2000), err=True)
+    _rule_failures([f.line() for f in analysis.rule_failures])
     if fail_on != FailOn.never:
         _gate(analysis, Severity.parse(fail_on.value))
+
+
+def _rule_failures(lines: list[str]) -> None:
+    """After the report is written: one line per failed rule on stderr, and exit EXIT_RULE_FAILED (a gate whose
+    rules did not all run cannot pass, nor claim findings)."""
+    if not lines:
+        return
+    for line in lines:
+        typer.echo(f"traceinsight: error: {terminal(line, 600)}", err=True)
+    raise typer.Exit(EXIT_RULE_FAILED)
 
 
 def _gate(analysis, threshold: Severity) -> None:
@@ -230,7 +254,7 @@ def list_rules(
 ) -> None:
     """List every available rule: code, name, default severity, category, lifecycle, summary."""
     rs = discover(rules or [])
-    for w in rs.warnings:
+    for w in rs.problems():
         typer.echo(f"warning: {terminal(w)}", err=True)
     for code, cls in sorted(rs.rules.items()):
         preview = " (preview)" if cls.lifecycle == "preview" else ""

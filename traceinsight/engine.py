@@ -10,18 +10,17 @@ import difflib
 import re
 import os
 import time
-import traceback
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from . import advice
-from .config import Config
+from .config import Config, check_rule_timeout, check_worse_by
 from .errors import ConfigError
 from .framework import detect_framework
 from .plugins import RuleSet, discover
 from .causes import attach_what_if, link as link_causes
 from .rule_api import Context, Finding, Rule, Severity
+from .rule_guard import DEFAULT_RULE_TIMEOUT_S, RuleFailure, run_guarded
 from .severity import DEFAULT_MIN_IMPACT_PCT, grade
 from .summary import Summary, summarize
 from .timeline import Timeline
@@ -46,6 +45,8 @@ class Analysis:
     views: Views | None = None  # the rules' cached views; renderers read these instead of deriving their own
     ledger: Any = None  # the time ledger (traceinsight.ledger) once it is built; None until then
     framework: str = "unknown"  # traceinsight.framework.detect_framework: whose advice leads
+    #: rules that failed to load, raised, returned malformed findings or timed out (rule_guard); also in warnings
+    rule_failures: list[RuleFailure] = field(default_factory=list)
 
     def _repr_html_(self) -> str:
         """Jupyter shows an Analysis as a compact, script-free version of the HTML report."""
@@ -123,20 +124,19 @@ def run(
     extra_warnings: Iterable[str] = (),
     min_impact: float = DEFAULT_MIN_IMPACT_PCT,
     severity_overrides: Iterable[str] = (),
+    rule_failures: Iterable[RuleFailure] = (),
+    rule_timeout: float | None = DEFAULT_RULE_TIMEOUT_S,
 ) -> Analysis:
     views = Views(timeline)
     findings: list[Finding] = []
     warnings = list(extra_warnings)
+    failures = list(rule_failures)
     timings: dict[str, float] = {}
     for rule in rules:
         t0 = time.perf_counter()
-        try:
-            result = rule.check(Context(timeline, views, rule))
-            found = list(result or [])
-        except Exception as exc:  # one broken rule must not hide the others
-            tb = traceback.extract_tb(exc.__traceback__)[-1]
-            warnings.append(f"rule {rule.code} failed and was skipped: {type(exc).__name__}: {exc} ({Path(tb.filename).name}:{tb.lineno})")
-            found = []
+        found, failure = run_guarded(rule, lambda rule=rule: rule.check(Context(timeline, views, rule)), rule_timeout)
+        if failure is not None:  # one broken rule must not hide the others, nor pass silently
+            failures.append(failure)
         timings[rule.code] = time.perf_counter() - t0
         for f in found:
             if rule.severity != type(rule).severity and f.severity == type(rule).severity:
@@ -152,7 +152,8 @@ def run(
         timeline=timeline,
         summary=summarize(timeline, views),
         findings=findings,
-        warnings=warnings,
+        warnings=[*(f.line() for f in failures), *warnings],
+        rule_failures=failures,
         rules_run=[r.code for r in rules],
         timings=timings,
         views=views,
@@ -176,6 +177,7 @@ def analyze(
     run_name: str | None = None,
     progress: Callable[[str], None] | None = None,
     min_impact: float | None = None,
+    rule_timeout: float | None = DEFAULT_RULE_TIMEOUT_S,
 ) -> Analysis:
     """Load (if given a path) and analyse a trace with the built-in, installed and given rules.
 
@@ -186,10 +188,14 @@ def analyze(
     new or worse (worse: share of the span grew by ``worse_by`` percent). ``trace_format`` forces the reader,
     ``run_name`` picks a TensorBoard profile run, ``progress`` receives reading progress messages. ``min_impact``
     (% of the GPU window; default the config's, 1) leaves out findings that cost less; 0 reports everything.
+    ``rule_timeout`` (seconds, 0 or None: no limit) stops a rule that runs longer. A rule that fails to load, raises,
+    returns malformed findings or times out is listed in ``analysis.rule_failures`` (and its warnings).
 
     Rules are chosen and configured before the trace is read, so a usage error costs no load time.
     """
     cfg = (config or Config()).with_overrides(select=select, ignore=ignore, options=options, min_impact=min_impact)
+    worse_by = check_worse_by(worse_by)
+    rule_timeout = check_rule_timeout(rule_timeout)
     ruleset = discover([*cfg.rule_paths, *rules])
     for cls in extra_rules:
         ruleset.add(cls, "analyze(extra_rules=...)")
@@ -201,7 +207,8 @@ def analyze(
 
         timeline = load(trace, format=trace_format, progress=progress, **({"run": run_name} if run_name else {}))
     analysis = run(
-        timeline, selected, extra_warnings=[*cfg.warnings, *ruleset.warnings], min_impact=cfg.min_impact, severity_overrides=cfg.severity
+        timeline, selected, extra_warnings=[*cfg.warnings, *ruleset.warnings], min_impact=cfg.min_impact, severity_overrides=cfg.severity,
+        rule_failures=ruleset.failures, rule_timeout=rule_timeout,
     )
     if baseline is not None:
         from .baseline import compare, load_report

@@ -7,6 +7,9 @@ EXIT_OK = 0
 EXIT_FINDINGS = 1  # --fail-on threshold reached
 EXIT_USAGE = 2  # bad command line, unknown rule code, bad option value
 EXIT_UNREADABLE = 3  # the trace could not be read (empty, corrupt, truncated beyond repair, unknown format)
+EXIT_RULE_FAILED = 4  # a rule failed to load, raised, returned malformed findings or timed out (report still written)
+EXIT_SCHEDULER = 5  # the Dask scheduler (--scheduler / TRACEINSIGHT_SCHEDULER) is malformed or unreachable
+EXIT_RANKS_MISSING = 6  # a whole job was analysed with some rank files unreadable or skipped (--allow-missing-ranks)
 
 
 class TraceInsightError(Exception):
@@ -27,6 +30,12 @@ class UnknownFormatError(TraceReadError):
 
 class TraceTooLargeError(TraceReadError):
     """The trace (or what it inflates to) is over the size ceiling; reading stopped at the ceiling."""
+
+
+class SchedulerError(TraceInsightError):
+    """The Dask scheduler address is malformed or nothing answers there in time."""
+
+    exit_code = EXIT_SCHEDULER
 
 
 class ConfigError(TraceInsightError):
