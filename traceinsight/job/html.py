@@ -6,12 +6,12 @@ drawn on a canvas from a compact matrix show the same thing in a few hundred kB.
 
 from __future__ import annotations
 
-import html
 import json
 
 import numpy as np
 import pandas as pd
 
+from ..render import escape
 from ..rule_api import fmt_ns
 from .report import FULL_TABLE_RANKS, TOP, _headline, _rank_rule_groups, _rank_table
 from .run import JobAnalysis
@@ -39,7 +39,7 @@ heat('hs',HS,R.length,S.length,'step time');heat('hw',HW,R.length,S.length,'wait
 
 
 def _e(x) -> str:
-    return html.escape(str(x))
+    return escape.html(x)
 
 
 def _table(df: pd.DataFrame, max_rows: int) -> str:
@@ -90,6 +90,12 @@ def render_html(ja: JobAnalysis) -> str:
         f"{fmt_ns(h['collective_wait_ns_median'] or 0)} waiting for later ranks.</p>"
     )
     parts.append(f"<p><b>Clocks:</b> {_e(j.alignment.describe())}.</p>")
+    parts.append("<p><b>Ran on:</b> " + (f"the Dask cluster at {_e(ja.cluster)} (a scheduler is trusted code: it can run code in this process).</p>"
+                                            if ja.cluster else "local processes on this machine.</p>"))
+    if ja.rule_failures:
+        parts.append("<h2>Rule failures (their findings are missing)</h2><ul>" + "".join(f"<li>{_e(x[:600])}</li>" for x in ja.rule_failures[:20]) + "</ul>")
+    if ja.missing:
+        parts.append(f"<h2>{len(ja.missing)} rank file(s) not analysed</h2><ul>" + "".join(f"<li>{_e(x[:400])}</li>" for x in ja.missing[:20]) + "</ul>")
     ranks, steps, hs, hw = _matrix(ja)
     parts.append("<h2>Ranks x steps</h2>")
     parts.append("<div class='hm'><canvas id='hs'></canvas><div class='legend' id='hs-l'></div></div>")

@@ -114,8 +114,8 @@ def expand(path: str | os.PathLike, storage_options: dict[str, Any] | None = Non
 
     Local rank files that cannot be taken are left out and listed in ``skipped`` ("path: why")."""
     p = str(path)
-    if not is_remote(p) and not p.startswith("file://") and not (_GLOB & set(p)):
-        local = Path(p)
+    if not is_remote(p) and not p.startswith("file://") and (not (_GLOB & set(p)) or os.path.lexists(p)):
+        local = Path(p)  # an existing name is itself, whatever characters it holds ("[", "*")
         if local.is_dir():
             files = _local_rank_files(local, skipped)
             if not files:

@@ -14,7 +14,7 @@ from typing import Any
 from ..engine import Analysis
 from ..rule_api import fmt_ns
 from ..verdict import details, headline, ledger_of
-from ..sanitize import markdown_text
+from . import escape
 from ..whatif import format_what_if
 from .. import advice
 from .common import baseline_sentence, baseline_tag, clean, column_label, format_cell
@@ -25,16 +25,10 @@ MAX_TABLE_ROWS = 40
 MAX_EVIDENCE_FINDINGS = 5
 MAX_EVIDENCE_ROWS = 8
 _SEV_ICON = {"error": "🔴", "warning": "🟠", "info": "🔵"}
-_MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+!|~>-])")
 
 
-def esc(value: Any, limit: int = 200) -> str:
-    """Untrusted text made inert in Markdown (also inside table cells)."""
-    s = clean(markdown_text(value), limit)  # invisible characters dropped, controls escaped
-    s = s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-    s = _MD_SPECIAL.sub(r"\\\1", s)
-    # a leading "1." would start a list in some positions; '@' would mention people in a PR comment
-    return s.replace("@", "&#64;")
+#: The one Markdown escape (render/escape.py), under the short name this module's f-strings use.
+esc = escape.markdown
 
 
 def _fence(code: str, lang: str = "python") -> str:

@@ -11,8 +11,8 @@ from rich.table import Table
 
 from ..engine import Analysis
 from ..rule_api import fmt_ns
-from ..sanitize import rich as escape  # terminal-safe and markup-safe: every trace string goes through it
-from ..sanitize import terminal
+from .escape import rich as escape  # terminal-safe and markup-safe: every trace string goes through it
+from .escape import terminal
 from ..verdict import details, ledger_of
 from ..whatif import format_what_if
 from .common import baseline_sentence, baseline_tag
