@@ -1,0 +1,102 @@
+"""Plausibility of a timeline's rows, the same for every format: what no real capture holds is dropped or unlinked,
+and a reader warning says how many and why (TI014 reports the dropped ones).
+
+Valid-but-odd traces used to give silent wrong figures: 2,000 overlapping one-millisecond steps in an 11 ms trace
+counted as 2,000 steps and fed the what-if; 20,000 steps all named ``ProfilerStep#1`` became one step; one
+correlation id shared by 5,000 launches tied every kernel to every launch; two kernels 10^15 ns apart made a
+"999,000 s" window. Each check here is one vectorized pass, run once per load after the rows are range-checked
+(``timeline.validate``) and before steps are numbered.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+#: A capture longer than this from its median event is not one recording: rows farther away have corrupt times.
+MAX_DISTANCE_NS = 24 * 3600 * 10**9
+#: Steps overlapping by less than this (or 1 % of the earlier step) are rounding, not overlap.
+STEP_OVERLAP_SLACK_NS = 1_000
+
+
+def check(events: pd.DataFrame, meta) -> pd.DataFrame:
+    """``events`` with implausible rows dropped (or unlinked), each kind of problem in one warning on ``meta``."""
+    if events.empty:
+        return events
+    events = _far_from_the_rest(events, meta)
+    events = _overlapping_steps(events, meta)
+    _shared_correlations(events, meta)
+    return events
+
+
+def _far_from_the_rest(events: pd.DataFrame, meta) -> pd.DataFrame:
+    start = events["start_ns"].to_numpy()
+    lo, hi = int(start.min()), int(start.max())
+    if hi - lo <= MAX_DISTANCE_NS:
+        return events
+    mid = int(np.median(start))
+    far = np.abs(start - mid) > MAX_DISTANCE_NS
+    if not far.any():
+        return events
+    meta.warn(f"{int(far.sum()):,} events lie more than {MAX_DISTANCE_NS // (3600 * 10**9)} h from the median event "
+              f"(the rows spanned {(hi - lo) / 3.6e12:,.1f} h, longer than one capture): implausible timestamps, were dropped")
+    return events[~far].reset_index(drop=True)
+
+
+def _overlapping_steps(events: pd.DataFrame, meta) -> pd.DataFrame:
+    kind = events["kind"]
+    is_step = (kind == "step").to_numpy()
+    if is_step.sum() < 2:
+        return events
+    rows = np.flatnonzero(is_step)
+    s = events["start_ns"].to_numpy()[rows]
+    e = s + events["dur_ns"].to_numpy()[rows]
+    group = events["rank"].to_numpy()[rows].astype(np.int64) * 4096 + (events["device"].to_numpy()[rows].astype(np.int64) + 1)
+    order = np.lexsort((s, group))
+    drop = np.zeros(len(rows), dtype=bool)
+    # greedy in start order per group: a step that starts before the last kept step ends (beyond rounding) overlaps it
+    g_prev, end_prev, dur_prev = None, 0, 0
+    if len(rows) > 200_000:  # a loop over this many markers is itself implausible: keep the cheap check only
+        return events
+    for i in order.tolist():
+        gi = int(group[i])
+        if gi != g_prev:
+            g_prev, end_prev, dur_prev = gi, int(e[i]), int(e[i] - s[i])
+            continue
+        slack = max(STEP_OVERLAP_SLACK_NS, dur_prev // 100)
+        if int(s[i]) < end_prev - slack:
+            drop[i] = True
+            continue
+        end_prev, dur_prev = int(e[i]), int(e[i] - s[i])
+    if not drop.any():
+        return events
+    meta.warn(f"{int(drop.sum()):,} of {len(rows):,} step markers overlap an earlier step (steps follow one another); "
+              "those overlapping were dropped")
+    keep = np.ones(len(events), dtype=bool)
+    keep[rows[drop]] = False
+    return events[keep].reset_index(drop=True)
+
+
+def _shared_correlations(events: pd.DataFrame, meta) -> None:
+    """Runtime calls of one process sharing a correlation id (which each launch gets uniquely) are unlinked, with
+    the GPU rows carrying that id: a link would tie every such kernel to every such call."""
+    corr = events["correlation"].to_numpy()
+    runtime = (events["kind"] == "runtime").to_numpy() & (corr >= 0)
+    if runtime.sum() < 2:
+        return
+    host = pd.DataFrame({"rank": events["rank"].to_numpy()[runtime], "pid": events["pid"].to_numpy()[runtime], "corr": corr[runtime]})
+    dup = host.duplicated(["rank", "pid", "corr"], keep=False).to_numpy()
+    if not dup.any():
+        return
+    bad = host[dup]
+    n_ids = len(bad.drop_duplicates(["rank", "pid", "corr"]))
+    keys = set(zip(bad["rank"].tolist(), bad["corr"].tolist()))
+    rank = events["rank"].to_numpy()
+    cand = np.flatnonzero(np.isin(corr, bad["corr"].unique()))
+    hit = np.array([(int(rank[i]), int(corr[i])) in keys for i in cand.tolist()], dtype=bool) if len(cand) else np.zeros(0, bool)
+    rows = cand[hit]
+    new = corr.copy()
+    new[rows] = -1
+    events["correlation"] = new
+    meta.warn(f"{int(dup.sum()):,} runtime calls share {n_ids:,} correlation ids (each launch has its own): the links of "
+              f"{len(rows):,} rows through those ids were dropped, so launch and GPU rows are not matched through them")
