@@ -126,7 +126,10 @@ def run(
     severity_overrides: Iterable[str] = (),
     rule_failures: Iterable[RuleFailure] = (),
     rule_timeout: float | None = DEFAULT_RULE_TIMEOUT_S,
+    with_summary: bool = True,
 ) -> Analysis:
+    """Run ``rules`` over ``timeline``. ``with_summary=False`` skips the single-trace report's summary (the job
+    path's map step summarises ranks its own way), leaving ``analysis.summary`` None."""
     views = Views(timeline)
     findings: list[Finding] = []
     warnings = list(extra_warnings)
@@ -150,7 +153,7 @@ def run(
     advice.apply(findings, framework, timeline.meta)
     return Analysis(
         timeline=timeline,
-        summary=summarize(timeline, views),
+        summary=summarize(timeline, views) if with_summary else None,  # type: ignore[arg-type]
         findings=findings,
         warnings=[*(f.line() for f in failures), *warnings],
         rule_failures=failures,

@@ -87,7 +87,7 @@ def analyze_rank(url: str, settings: MapSettings) -> list[RankSummary] | RankFai
         with local_copy(url, settings.storage_options) as path:
             timeline = load(path, format=settings.trace_format)
         analysis = run(timeline, local, extra_warnings=warnings, min_impact=settings.min_impact, severity_overrides=settings.severity,
-                       rule_failures=failures, rule_timeout=settings.rule_timeout)
+                       rule_failures=failures, rule_timeout=settings.rule_timeout, with_summary=False)
         views = analysis.views
         summaries = summarize_ranks(timeline, views, source=url)
     except TraceInsightError as exc:

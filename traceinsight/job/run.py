@@ -65,13 +65,17 @@ def _map_local(urls: list[str], settings: MapSettings, workers: int | None) -> l
     n = max(1, min(len(urls), workers or os.cpu_count() or 1))
     if n == 1:
         return [analyze_rank(u, settings) for u in urls]
+    # a few ranks per task when there are many: per-task hand-off costs about as much as a tiny rank's analysis
+    chunk = max(1, min(16, len(urls) // (n * 16)))
     with ProcessPoolExecutor(max_workers=n) as pool:
-        return list(pool.map(analyze_rank, urls, [settings] * len(urls), chunksize=1))
+        return list(pool.map(analyze_rank, urls, [settings] * len(urls), chunksize=chunk))
 
 
 def check_address(address: str) -> str:
     """A scheduler address as Dask takes it (``tcp://host:port``, ``host:port``); SchedulerError otherwise."""
     a = address.strip()
+    if re.fullmatch(r"inproc://[\w.:/-]+", a):  # a scheduler in this very process (tests, notebooks)
+        return a
     m = _ADDRESS.match(a)
     if not m or (m.group(3) is not None and not 0 < int(m.group(3)) < 65536):
         raise SchedulerError(f"scheduler address {a[:100]!r} is not of the form tcp://HOST:PORT (from --scheduler or {SCHEDULER_ENV})")
