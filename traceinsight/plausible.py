@@ -13,8 +13,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-#: A capture longer than this from its median event is not one recording: rows farther away have corrupt times.
-MAX_DISTANCE_NS = 24 * 3600 * 10**9
+#: No capture has a stretch this long with no event at all: rows beyond such a gap have corrupt times.
+MAX_GAP_NS = 24 * 3600 * 10**9
 #: Steps overlapping by less than this (or 1 % of the earlier step) are rounding, not overlap.
 STEP_OVERLAP_SLACK_NS = 1_000
 
@@ -30,15 +30,23 @@ def check(events: pd.DataFrame, meta) -> pd.DataFrame:
 
 
 def _far_from_the_rest(events: pd.DataFrame, meta) -> pd.DataFrame:
+    """Rows separated from the bulk of the trace by more than MAX_GAP_NS of nothing: the largest such cluster (by
+    rows; the earliest on a tie) is the capture, the rest have corrupt times."""
     start = events["start_ns"].to_numpy()
     lo, hi = int(start.min()), int(start.max())
-    if hi - lo <= MAX_DISTANCE_NS:
+    if hi - lo <= MAX_GAP_NS:
         return events
-    mid = int(np.median(start))
-    far = np.abs(start - mid) > MAX_DISTANCE_NS
-    if not far.any():
+    order = np.argsort(start, kind="stable")
+    s = start[order]
+    cut = np.flatnonzero(np.diff(s) > MAX_GAP_NS) + 1
+    if not len(cut):
         return events
-    meta.warn(f"{int(far.sum()):,} events lie more than {MAX_DISTANCE_NS // (3600 * 10**9)} h from the median event "
+    bounds = np.concatenate(([0], cut, [len(s)]))
+    sizes = np.diff(bounds)
+    k = int(np.argmax(sizes))
+    keep_lo, keep_hi = int(s[bounds[k]]), int(s[bounds[k + 1] - 1])
+    far = (start < keep_lo) | (start > keep_hi)
+    meta.warn(f"{int(far.sum()):,} events lie more than {MAX_GAP_NS // (3600 * 10**9)} h from the rest of the trace "
               f"(the rows spanned {(hi - lo) / 3.6e12:,.1f} h, longer than one capture): implausible timestamps, were dropped")
     return events[~far].reset_index(drop=True)
 

@@ -23,7 +23,10 @@ from typing import Any
 
 from ..sanitize import markdown_text, rich as _rich, terminal as _terminal
 
-_MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+!|~>.:-])")
+_MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+!|~>-])")
+#: What GitHub turns into a link without any syntax: ``scheme://`` and ``www.``.
+_ORDERED = re.compile(r"^(\s*\d+)([.)])")
+_AUTOLINK = re.compile(r"(?i)(?<=[a-z])(:)(?=//)|(?<=\bwww)(\.)")
 
 
 def markdown(value: Any, limit: int = 200) -> str:
@@ -31,6 +34,8 @@ def markdown(value: Any, limit: int = 200) -> str:
     s = _terminal(markdown_text(value), limit)  # invisible characters dropped, controls escaped, one line, bounded
     s = s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
     s = _MD_SPECIAL.sub(r"\\\1", s)
+    s = _AUTOLINK.sub(lambda m: "\\" + m.group(), s)
+    s = _ORDERED.sub(r"\1\\\2", s)  # "1. x" at the start would open a numbered list
     return s.replace("@", "&#64;")
 
 
