@@ -99,6 +99,10 @@ def analyze(
         typer.Option("--min-impact", help="Leave out findings costing less than this % of the GPU window (0 to 100; default 1; 0 shows everything)."),
     ] = None,
     worse_by: Annotated[float, typer.Option("--worse-by", help="With --baseline: a finding is worse when its share of the span grew by this many percent (and by 1 point or more).")] = 25.0,
+    max_bytes: Annotated[
+        Optional[int],
+        typer.Option("--max-bytes", help="Size ceiling of a trace, or of what a gzip inflates to, in bytes (default: half the available memory).", min=1),
+    ] = None,
     allow_missing_ranks: Annotated[
         bool,
         typer.Option("--allow-missing-ranks", help=f"Whole jobs: accept a job with rank files that could not be read or were skipped (listed in the report); without it they exit {EXIT_RANKS_MISSING}."),
@@ -131,7 +135,7 @@ def analyze(
             )
             cfg.rule_paths = [*cfg.rule_paths, *(str(r) for r in rules or [])]
             return analyze_job_cli(path, cfg, formats, output, scheduler=scheduler, trace_format=trace_format, fail_on=fail_on.value, report_stem=REPORT_STEM, suffixes=_FORMAT_SUFFIX,
-                                   rule_timeout=rule_timeout, allow_missing_ranks=allow_missing_ranks)
+                                   rule_timeout=rule_timeout, allow_missing_ranks=allow_missing_ranks, max_bytes=max_bytes)
         kwargs = dict(
             select=_split(select),
             ignore=_split(ignore),
@@ -144,6 +148,7 @@ def analyze(
             run_name=run_name,
             min_impact=min_impact,
             rule_timeout=rule_timeout,
+            max_bytes=max_bytes,
         )
         analysis = _with_progress(engine.analyze, path, progress, kwargs)
         global _teardown_free

@@ -181,6 +181,7 @@ def analyze(
     progress: Callable[[str], None] | None = None,
     min_impact: float | None = None,
     rule_timeout: float | None = DEFAULT_RULE_TIMEOUT_S,
+    max_bytes: int | None = None,
 ) -> Analysis:
     """Load (if given a path) and analyse a trace with the built-in, installed and given rules.
 
@@ -193,6 +194,7 @@ def analyze(
     (% of the GPU window; default the config's, 1) leaves out findings that cost less; 0 reports everything.
     ``rule_timeout`` (seconds, 0 or None: no limit) stops a rule that runs longer. A rule that fails to load, raises,
     returns malformed findings or times out is listed in ``analysis.rule_failures`` (and its warnings).
+    ``max_bytes`` is the size ceiling of the trace or what it inflates to (default: half the available memory).
 
     Rules are chosen and configured before the trace is read, so a usage error costs no load time.
     """
@@ -208,7 +210,7 @@ def analyze(
     else:
         from .ingest import load
 
-        timeline = load(trace, format=trace_format, progress=progress, **({"run": run_name} if run_name else {}))
+        timeline = load(trace, format=trace_format, progress=progress, max_bytes=max_bytes, **({"run": run_name} if run_name else {}))
     analysis = run(
         timeline, selected, extra_warnings=[*cfg.warnings, *ruleset.warnings], min_impact=cfg.min_impact, severity_overrides=cfg.severity,
         rule_failures=ruleset.failures, rule_timeout=rule_timeout,

@@ -34,7 +34,7 @@ def wants_job(path: str | os.PathLike, scheduler: str | None) -> bool:
 
 
 def analyze_job_cli(path, cfg: Config, formats: list, output: Path | None, *, scheduler: str | None, trace_format: str | None, fail_on: str, report_stem: str, suffixes: dict,
-                    rule_timeout: float | None = None, allow_missing_ranks: bool = False) -> None:
+                    rule_timeout: float | None = None, allow_missing_ranks: bool = False, max_bytes: int | None = None) -> None:
     """Run the job analysis and write its report(s) like the single-trace path does; exit codes are the same, plus
     EXIT_RANKS_MISSING when a rank file was not analysed (unless ``allow_missing_ranks``)."""
     from ..outputs import write_file, write_stdout
@@ -48,7 +48,7 @@ def analyze_job_cli(path, cfg: Config, formats: list, output: Path | None, *, sc
         typer.echo(f"traceinsight: running the per-rank map on the Dask scheduler {terminal(scheduler, 200)} (trusted: it can run code here)", err=True)
     try:
         ja = analyze_job(raw_path(path), config=cfg, scheduler=scheduler, trace_format=trace_format,
-                         rule_timeout=DEFAULT_RULE_TIMEOUT_S if rule_timeout is None else rule_timeout)
+                         rule_timeout=DEFAULT_RULE_TIMEOUT_S if rule_timeout is None else rule_timeout, max_bytes=max_bytes)
     except TraceInsightError as exc:
         typer.echo(f"traceinsight: error: {terminal(exc)}", err=True)
         raise typer.Exit(exc.exit_code)

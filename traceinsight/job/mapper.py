@@ -34,6 +34,7 @@ class MapSettings:
     max_evidence_rows: int = 10
     min_impact: float = DEFAULT_MIN_IMPACT_PCT
     rule_timeout: float | None = DEFAULT_RULE_TIMEOUT_S
+    max_bytes: int | None = None  # size ceiling per rank file (None: the default)
 
     @classmethod
     def from_config(cls, cfg: Config, **kw: Any) -> "MapSettings":  # noqa: D102
@@ -85,7 +86,7 @@ def analyze_rank(url: str, settings: MapSettings) -> list[RankSummary] | RankFai
     try:
         local, _, warnings, failures = per_rank_rules(settings)
         with local_copy(url, settings.storage_options) as path:
-            timeline = load(path, format=settings.trace_format)
+            timeline = load(path, format=settings.trace_format, max_bytes=settings.max_bytes)
         analysis = run(timeline, local, extra_warnings=warnings, min_impact=settings.min_impact, severity_overrides=settings.severity,
                        rule_failures=failures, rule_timeout=settings.rule_timeout, with_summary=False)
         views = analysis.views

@@ -116,6 +116,7 @@ def analyze_job(
     trace_format: str | None = None,
     workers: int | None = None,
     rule_timeout: float | None = DEFAULT_RULE_TIMEOUT_S,
+    max_bytes: int | None = None,
 ) -> JobAnalysis:
     """Analyse a job rank by rank: a folder, glob, object-store prefix or list of rank files.
 
@@ -126,7 +127,7 @@ def analyze_job(
     t0 = time.perf_counter()
     cfg = config or Config()
     settings = MapSettings.from_config(cfg, storage_options=dict(storage_options or {}), trace_format=trace_format,
-                                       rule_timeout=check_rule_timeout(rule_timeout))
+                                       rule_timeout=check_rule_timeout(rule_timeout), max_bytes=max_bytes)
     skipped: list[str] = []
     urls = list(path) if isinstance(path, list) else expand(path, storage_options, skipped=skipped)
     source = str(path) if not isinstance(path, list) else f"{len(urls)} rank files"
