@@ -503,8 +503,8 @@ class Rule:
         if cls.definition:
             lines += ["## What is measured", "", textwrap.dedent(cls.definition).strip(), ""]
         if cls.options:
-            lines += ["## Options", "", "| option | default | meaning |", "|---|---|---|"]
-            lines += [f"| `{k}` | `{o.default!r}` | {o.help} (allowed: {o.allowed()}) |" for k, o in cls.options.items()]
+            lines += ["## Options", "", "| option | default | allowed | meaning |", "|---|---|---|---|"]
+            lines += [f"| `{k}` | `{o.default!r}` | {o.allowed()} | {o.help} |" for k, o in cls.options.items()]
             lines.append("")
         tiers = {"pre_ampere": "before Ampere (sm_70-sm_75)", "fp8": "on GPUs with FP8 (sm_89, sm_90 and later)"}
         labels = {"pytorch": "PyTorch", "tensorflow": "TensorFlow", "cuda": "CUDA"}
