@@ -284,6 +284,30 @@ def show_rule(
     typer.echo(terminal_lines(cls.docs()))
 
 
+@app.command("mcp")
+def mcp_server(
+    root: Annotated[
+        Optional[list[Path]],
+        typer.Option("--root", help="A folder the server may read traces from (repeatable). Default: the working directory."),
+    ] = None,
+    allow_rules: Annotated[bool, typer.Option("--allow-rules", help="Let analyze() run rule files (they are code) under the roots.")] = False,
+) -> None:
+    """Serve the analysis to an AI agent over MCP (stdio): analyze, finding, ledger, steps, ranges, rules, rule."""
+    try:
+        import mcp  # noqa: F401
+    except ImportError:
+        typer.echo("traceinsight: error: the MCP server needs the mcp SDK: pip install 'traceinsight[mcp]' (from a checkout: pip install '.[mcp]')", err=True)
+        raise typer.Exit(2) from None
+    from .agent.server import serve
+    from .agent.tools import ToolError
+
+    try:
+        serve(root or [], allow_rules=allow_rules)
+    except ToolError as exc:
+        typer.echo(f"traceinsight: error: {terminal(exc)}", err=True)
+        raise typer.Exit(2) from None
+
+
 #: Set by ``analyze`` once a single-trace analysis has run: from then on nothing the process holds needs tearing
 #: down (reports are written and closed, pools and temporary folders were context-managed).
 _teardown_free = False

@@ -115,3 +115,21 @@ def _json_escape(m: re.Match) -> str:
 def has_unsafe(text: str) -> bool:
     """True when ``text`` holds anything ``terminal_lines`` would escape other than backslashes (for tests)."""
     return any(ch != "\\" for ch in _TERMINAL_MULTI.findall(text))
+
+
+#: What ``data_text`` makes visible: controls other than tab and line feed, bidi, invisible and separator
+#: characters, lone surrogates and non-characters (a backslash stays itself: the text is data, not a literal).
+_DATA = re.compile(f"[\x00-\x08\x0b-\x1f\x7f-\x9f{_BIDI}{_ZERO_WIDTH}{_OTHER}]")
+
+
+def data_text(value: Any, limit: int | None = None) -> str:
+    """Untrusted text handed to a program that shows or reasons over it (an agent's client): every character a
+    reader could not see, or that steers a display, written in the visible ``\\xHH`` / ``\\uHHHH`` form, line
+    feeds and tabs kept (fix snippets span lines), bounded by ``limit`` like ``terminal``."""
+    s = "" if value is None else str(value)
+    if limit is not None and len(s) > limit * 4:
+        s = s[: limit * 4]
+    s = _DATA.sub(_escape, s)
+    if limit is not None and len(s) > limit:
+        s = s[: max(limit - 1, 0)] + "…"
+    return s
