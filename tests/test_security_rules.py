@@ -214,3 +214,11 @@ def test_option_declares_type_and_range():
     assert c.convert("Warning") == "warning"
     with pytest.raises(ValueError, match="one of info, warning"):
         c.convert("abc")
+
+
+def test_rule_whose_constructor_exits(tmp_path):
+    rule = tmp_path / "ctor.py"
+    rule.write_text(RULE.format(body="        pass") + "\n    def __init__(self, **kw):\n        raise SystemExit(0)\n")
+    res = runner.invoke(app, ["analyze", str(_trace(tmp_path)), "--rules", str(rule), "-f", "json"])
+    assert res.exit_code == EXIT_RULE_FAILED, res.output
+    assert "could not be created" in res.stderr and json.loads(res.stdout)["findings"] is not None

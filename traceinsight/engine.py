@@ -20,7 +20,7 @@ from .framework import detect_framework
 from .plugins import RuleSet, discover
 from .causes import attach_what_if, link as link_causes
 from .rule_api import Context, Finding, Rule, Severity
-from .rule_guard import DEFAULT_RULE_TIMEOUT_S, RuleFailure, run_guarded
+from .rule_guard import DEFAULT_RULE_TIMEOUT_S, RuleFailure, describe, origin_of, run_guarded
 from .severity import DEFAULT_MIN_IMPACT_PCT, grade
 from .summary import Summary, summarize
 from .timeline import Timeline
@@ -113,6 +113,11 @@ def instantiate(ruleset: RuleSet, config: Config) -> list[Rule]:
                 rule.severity = Severity.parse(config.severity[code])  # type: ignore[misc]
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
+        except KeyboardInterrupt:
+            raise
+        except BaseException as exc:  # noqa: BLE001 - a plugin's own __init__ that raises or exits
+            ruleset.failures.append(RuleFailure(code, origin_of(cls), f"could not be created: {describe(exc)}"))
+            continue
         out.append(rule)
     return out
 
