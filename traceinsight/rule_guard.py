@@ -104,7 +104,7 @@ def time_limit(seconds: float | None, what: str) -> Iterator[None]:
             yield
         finally:
             signal.setitimer(signal.ITIMER_REAL, 0)
-            signal.signal(signal.SIGALRM, previous)
+            signal.signal(signal.SIGALRM, previous if previous is not None else signal.SIG_DFL)
         return
     ident = threading.get_ident()
     done = threading.Event()
