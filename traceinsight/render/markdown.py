@@ -17,7 +17,7 @@ from ..verdict import details, headline, ledger_of
 from . import escape
 from ..whatif import format_what_if
 from .. import advice
-from .common import baseline_sentence, baseline_tag, clean, column_label, format_cell
+from .common import baseline_sentence, baseline_tag, column_label, format_cell
 from .ledger_view import markdown as ledger_markdown
 
 MAX_CHARS = 60_000
