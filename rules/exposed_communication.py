@@ -5,13 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from traceinsight.rule_api import Fix, Location, Option, Severity, fmt_ns
+from traceinsight.rule_api import Fix, Location, Option, Severity, fmt_ns, level
 from traceinsight.rule_api_job import CrossRankRule, JobContext
-from traceinsight.severity import level
 
 
 class ExposedCommunication(CrossRankRule):
     code = "TI021"
+    needs_collectives = True  # exposed communication is collective time
     name = "exposed-communication"
     severity = Severity.WARNING
     category = "communication"

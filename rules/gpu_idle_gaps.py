@@ -5,32 +5,29 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from traceinsight.ledger import IDLE_BUCKETS
+from traceinsight.buckets import CAUSE, IDLE_BUCKETS
 from traceinsight.rule_api import Fix, Location, Option, Rule, Severity, fmt_ns
 
-from ._common import OPTIMIZER, Coverage, gap_warmup_ns, host_columns, kind_mask, ledger_gaps, names_where, request_boundary_gaps, short_name
+from traceinsight.intervals import Coverage
+from traceinsight.patterns import OPTIMIZER
+from traceinsight.rulelib.enclosing import host_columns
+from traceinsight.rulelib.gaps import ledger_gaps, request_boundary_gaps
+from traceinsight.rulelib.names import kind_mask, names_where, short_name
+from traceinsight.rulelib.warmup import gap_warmup_ns
+from traceinsight.rulelib import memo
 
-CAUSE_DATA = "data loading"
-CAUSE_OPT = "optimizer step"
-CAUSE_SYNC = "host synchronization"
-CAUSE_LAUNCH = "launch overhead (host launching back to back)"
-CAUSE_CPU = "host busy in CPU ops (launch queue empty)"
-CAUSE_UNTRACED = "untraced host time (launch queue empty)"
-CAUSE_K2K = "kernel-to-kernel delay (launched early; GPU-side dependency)"
-CAUSE_WARMUP = "warm-up (one-time start-up work)"
-CAUSE_UNKNOWN = "unknown (no launch linked)"
-#: The words for each idle bucket of the time ledger, which decides what every nanosecond of a gap was.
-BUCKET_CAUSE = {
-    "idle_data_wait": CAUSE_DATA,
-    "idle_host_sync": CAUSE_SYNC,
-    "idle_launch_bound": CAUSE_LAUNCH,
-    "idle_host_busy": CAUSE_CPU,
-    "idle_untraced": CAUSE_UNTRACED,
-    "idle_gpu_dependency": CAUSE_K2K,
-    "idle_warmup": CAUSE_WARMUP,
-    "idle_other": CAUSE_UNKNOWN,
-}
-assert set(BUCKET_CAUSE) == set(IDLE_BUCKETS), "every ledger idle bucket needs its words"
+CAUSE_OPT = "optimizer step"  # not a bucket: names host-caused idle more precisely
+#: The words for each idle bucket of the time ledger (``traceinsight.buckets``), which decides what every
+#: nanosecond of a gap was.
+BUCKET_CAUSE = {b: CAUSE[b] for b in IDLE_BUCKETS}
+CAUSE_DATA = BUCKET_CAUSE["idle_data_wait"]
+CAUSE_SYNC = BUCKET_CAUSE["idle_host_sync"]
+CAUSE_LAUNCH = BUCKET_CAUSE["idle_launch_bound"]
+CAUSE_CPU = BUCKET_CAUSE["idle_host_busy"]
+CAUSE_UNTRACED = BUCKET_CAUSE["idle_untraced"]
+CAUSE_K2K = BUCKET_CAUSE["idle_gpu_dependency"]
+CAUSE_WARMUP = BUCKET_CAUSE["idle_warmup"]
+CAUSE_UNKNOWN = BUCKET_CAUSE["idle_other"]
 CAUSES = (CAUSE_DATA, CAUSE_OPT, CAUSE_SYNC, CAUSE_LAUNCH, CAUSE_CPU, CAUSE_UNTRACED, CAUSE_K2K, CAUSE_WARMUP, CAUSE_UNKNOWN)
 #: The finding category (rule_api.CATEGORIES) of the rule that owns each gap cause, for root-cause linking.
 CAUSE_CATEGORY = {CAUSE_DATA: "input_pipeline", CAUSE_SYNC: "host_sync"}
@@ -350,28 +347,27 @@ def _activity_index(views) -> dict:
     kind's and the name's codes, and which kind codes are ``_ACTIVITY_KINDS``. Plain arrays of the events (no copy
     of a million rows is made: a gap's rows are found on the views' zone map of the events and tested here).
     Cached: TI001 asks once per evidence row."""
-    cached = views.__dict__.get("_ti001_activity")
-    if cached is not None:
-        return cached
-    ev = views.events
-    kind, names = ev["kind"], ev["name"]
-    if isinstance(kind.dtype, pd.CategoricalDtype):
-        kind_codes = kind.cat.codes.to_numpy()
-        wanted = np.isin(np.asarray(kind.cat.categories, dtype=object), list(_ACTIVITY_KINDS))
-    else:
-        kind_codes, wanted = None, None
-    start = ev["start_ns"].to_numpy()
-    out = {
-        "rank": ev["rank"].to_numpy(),
-        "device": ev["device"].to_numpy(),
-        "start": start,
-        "dur": ev["dur_ns"].to_numpy(),
-        "kind": kind.to_numpy() if kind_codes is None else kind_codes,
-        "wanted": wanted,
-        "names": names,
-    }
-    views.__dict__["_ti001_activity"] = out
-    return out
+    def build() -> dict:
+        ev = views.events
+        kind, names = ev["kind"], ev["name"]
+        if isinstance(kind.dtype, pd.CategoricalDtype):
+            kind_codes = kind.cat.codes.to_numpy()
+            wanted = np.isin(np.asarray(kind.cat.categories, dtype=object), list(_ACTIVITY_KINDS))
+        else:
+            kind_codes, wanted = None, None
+        start = ev["start_ns"].to_numpy()
+        out = {
+            "rank": ev["rank"].to_numpy(),
+            "device": ev["device"].to_numpy(),
+            "start": start,
+            "dur": ev["dur_ns"].to_numpy(),
+            "kind": kind.to_numpy() if kind_codes is None else kind_codes,
+            "wanted": wanted,
+            "names": names,
+        }
+        return out
+
+    return memo(views, "TI001.activity", build)
 
 
 def _host_activity(views, rank: int, start: int, end: int) -> str:

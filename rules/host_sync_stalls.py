@@ -7,7 +7,12 @@ import pandas as pd
 
 from traceinsight.rule_api import Fix, Location, Option, Rule, Severity, fmt_ns
 
-from ._common import RECORD_STACKS, SYNC_CALL, SYNC_CALLS, SYNC_OP, closing_syncs, cpu_op_enclosing, has_python_frames, host_starved_gaps, inference_ranks, innermost_enclosing, kind_mask, lookup, name_mask, names_where, short_name, user_frames_at
+from traceinsight.masks import name_mask
+from traceinsight.patterns import SYNC_CALL, SYNC_OP
+from traceinsight.rulelib.enclosing import cpu_op_enclosing, innermost_enclosing
+from traceinsight.rulelib.gaps import closing_syncs, host_starved_gaps, inference_ranks
+from traceinsight.rulelib.names import kind_mask, lookup, names_where, short_name
+from traceinsight.rulelib.usercode import has_python_frames, RECORD_STACKS, SYNC_CALLS, user_frames_at
 
 
 def find_stalls(events: pd.DataFrame, launches: pd.DataFrame) -> pd.DataFrame:
@@ -33,6 +38,7 @@ def find_stalls(events: pd.DataFrame, launches: pd.DataFrame) -> pd.DataFrame:
 
 class HostSyncStalls(Rule):
     code = "TI002"
+    what_if = "remove_host_sync"  # the what-if transform that models this rule's fix
     category = "host_sync"
     name = "host-sync-stalls"
     severity = Severity.WARNING

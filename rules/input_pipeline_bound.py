@@ -7,9 +7,11 @@ import pandas as pd
 
 from traceinsight.rule_api import Context, Fix, Location, Option, Rule, Severity, fmt_ns
 
-from traceinsight.views import Coverage, merge_grouped, name_mask
+from traceinsight.intervals import Coverage, merge_grouped
+from traceinsight.masks import name_mask
 
-from ._common import DATA_WAIT_PRIMARY, DATA_WAIT_TFDATA, user_code_sentence, user_frames_at
+from traceinsight.patterns import DATA_WAIT_PRIMARY, DATA_WAIT_TFDATA
+from traceinsight.rulelib.usercode import user_code_sentence, user_frames_at
 
 #: Host kinds that carry data-loading ranges; Python frames are left out because with_stack traces repeat the
 #: same wait as nested frames on the same thread, and the op/annotation already covers it.
@@ -18,6 +20,7 @@ _WAIT_KINDS = ("cpu_op", "annotation", "other")
 
 class InputPipelineBound(Rule):
     code = "TI005"
+    what_if = "remove_data_wait"  # the what-if transform that models this rule's fix
     category = "input_pipeline"
     name = "input-pipeline-bound"
     severity = Severity.WARNING

@@ -6,7 +6,7 @@ import pandas as pd
 
 from traceinsight.rule_api import Context, Fix, Location, Option, Rule, Severity, fmt_ns
 
-from ._common import count_matching, kind_mask
+from traceinsight.rulelib.names import count_matching, kind_mask
 
 #: Host calls that launch one kernel each (captured launches included: they are recorded, not executed).
 LAUNCH_CALL = r"^(cudaLaunch|cuLaunch|hipLaunch|hipExtModuleLaunch|hipModuleLaunch|cudaGraphLaunch|hipGraphLaunch)"

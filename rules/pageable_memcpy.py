@@ -7,7 +7,8 @@ import pandas as pd
 
 from traceinsight.rule_api import Context, Fix, Option, Rule, Severity, fmt_ns
 
-from ._common import host_starved_gaps, name_mask
+from traceinsight.masks import name_mask
+from traceinsight.rulelib.gaps import host_starved_gaps
 
 _ASYNC_API = r"Memcpy.*Async|MemcpyAsync|cuMemcpy.*Async"
 

@@ -5,13 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from traceinsight.rule_api import Fix, Location, Option, Severity, fmt_ns
+from traceinsight.rule_api import Fix, Location, Option, Severity, fmt_ns, level
 from traceinsight.rule_api_job import CrossRankRule, JobContext
-from traceinsight.severity import level
 
 
 class RankImbalance(CrossRankRule):
     code = "TI009"
+    min_ranks = 2  # imbalance is between ranks
     category = "gpu_idle"
     name = "rank-imbalance"
     severity = Severity.WARNING

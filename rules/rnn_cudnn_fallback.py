@@ -12,7 +12,9 @@ from traceinsight.rule_api import Fix, Location, Option, Rule, Severity, fmt_ns
 
 from traceinsight.tf_signals import recurrent_loop_signature
 
-from ._common import Coverage, kind_mask, name_mask
+from traceinsight.intervals import Coverage
+from traceinsight.masks import name_mask
+from traceinsight.rulelib.names import kind_mask
 
 CUDNN_KERNEL = re.compile(r"RNN_blockPersist|persistRNN|elemWiseRNNcell|LSTM_elementWise|GRU_elementWise|RNN_elementWise|GENERIC_elementWise|cudnn::rnn|miopen.*rnn", re.I)
 CUDNN_OP = re.compile(r"aten::_cudnn_rnn|aten::miopen_rnn|CudnnRNN|CudnnRnnBackward")
@@ -115,7 +117,7 @@ def detect_rnn(events: pd.DataFrame) -> RnnDetection:
         lay = events[rows(layer_cat)]
         has_backend = np.zeros(len(lay), bool)
         if not backend.empty:
-            from ._common import innermost_enclosing
+            from traceinsight.rulelib.enclosing import innermost_enclosing
 
             enc = innermost_enclosing(backend, lay)
             has_backend = lay.index.isin([e for e in pd.unique(enc[pd.notna(enc)])])
@@ -137,6 +139,7 @@ def detect_rnn(events: pd.DataFrame) -> RnnDetection:
 
 class RnnCudnnFallback(Rule):
     code = "TI004"
+    what_if = "rnn_to_cudnn"  # the what-if transform that models this rule's fix
     category = "compute"
     name = "rnn-cudnn-fallback"
     severity = Severity.WARNING

@@ -7,7 +7,9 @@ import pandas as pd
 
 from traceinsight.rule_api import Context, Fix, Location, Option, Rule, Severity, fmt_ns
 
-from ._common import COLLECTIVE, grid_blocks, name_mask, pair_codes
+from traceinsight.masks import name_mask
+from traceinsight.patterns import COLLECTIVE
+from traceinsight.rulelib.names import grid_blocks, pair_codes
 
 
 class SmallGrids(Rule):

@@ -5,9 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from traceinsight.rule_api import Fix, Location, Option, Severity, fmt_ns
+from traceinsight.rule_api import Fix, Location, Option, Severity, fmt_ns, level
 from traceinsight.rule_api_job import CrossRankRule, JobContext
-from traceinsight.severity import level
 
 #: What the late rank did longer before the collectives it was last at: column of the summary -> words.
 _CAUSES = {
@@ -20,6 +19,8 @@ _CAUSES = {
 
 class Stragglers(CrossRankRule):
     code = "TI020"
+    min_ranks = 2  # a straggler is late against other ranks
+    needs_collectives = True  # it is read from matched collectives
     name = "rank-stragglers"
     severity = Severity.WARNING
     category = "communication"

@@ -7,10 +7,13 @@ import re
 import numpy as np
 import pandas as pd
 
-from traceinsight.advice import parse_cc
+from traceinsight.gpus import parse_cc
 from traceinsight.rule_api import Context, Fix, Location, Option, Rule, Severity, fmt_ns
+from traceinsight.work_classes import kernel_class_of
 
-from ._common import FP64, GEMM_CONV, VOLTA_PLUS_KERNEL, NCCL, NOT_GEMM, NON_NVIDIA, NOT_TENSOR_CORE, PRE_VOLTA, TENSOR_CORE, TENSOR_CORE_GPU, matches, name_mask, names_where, pair_codes
+from traceinsight.masks import name_mask
+from traceinsight.patterns import FP64, GEMM_CONV, NCCL, NON_NVIDIA, NOT_GEMM, NOT_TENSOR_CORE, PRE_VOLTA, TENSOR_CORE, TENSOR_CORE_GPU, VOLTA_PLUS_KERNEL
+from traceinsight.rulelib.names import matches, names_where, pair_codes
 
 
 def _has_tensor_cores(name: str | None, cc: str | None, vendor: str | None) -> bool | None:
@@ -55,6 +58,13 @@ class NoTensorCores(Rule):
     xmma``) or a newer one (``tensorop wgmma gmma nvjet sm80_ sm90_ tf32 bf16``), unless the name also says CUDA
     cores (``simt sgemm gemv scudnn cgemm wgrad_alg0 …``; e.g. ``cutlass_80_simt_sgemm`` is FP32 SIMT).
 
+    **With recorded shapes** (PyTorch ``record_shapes=True``) the launching op decides instead of the name: kernels
+    of fp16/bf16/fp8 matmul, convolution and attention ops run on tensor cores whatever their name; those of FP32
+    ops only when the name says TF32/tensor cores; FP64 ops are left out; kernels of such ops whose names match no
+    kernel class (Triton templates, custom kernels) join the GEMM set. **With GPU-metrics samples** (Nsight
+    ``--gpu-metrics-devices``) the hardware decides: no finding from names alone when the sampled Tensor Active
+    while GEMM/convolution kernels run is >= ``tensor_active_pct`` = **20 %**; otherwise the message quotes it.
+
     **Share** = non-tensor-core GEMM/conv time / all GEMM/conv time on the considered devices. Reported when
     share >= ``min_share_pct`` = **50 %** and that time is >= ``min_kernel_pct`` = **5 %** of all kernel time.
     tb_plugin only speaks when *no* kernel uses tensor cores (share = 100 %); 50 % also catches models where
@@ -62,6 +72,9 @@ class NoTensorCores(Rule):
 
     **Impact** = non-tensor-core GEMM/conv time x (1 - 1/``speedup``) with ``speedup`` = **2**: a deliberately
     low end-to-end factor (tensor-core peak is 8-16x FP32, but memory-bound parts and casts do not speed up).
+    With shapes, the FP32 kernels' achieved TFLOP/s against the GPU's dense FP32 peak scales it: kernels far below
+    the FP32 peak are bound by memory or size, not by the math tensor cores speed up, so the speed-up is
+    1 + (``speedup`` - 1) x min(1, % of FP32 peak / ``compute_bound_pct``) with ``compute_bound_pct`` = **50 %**.
     Graded on the common scale, but at most ``max_severity`` = **info** by default: the saving is modelled
     headroom (an assumed speed-up, and a numerics decision), not time the GPU lost; a compute-bound verdict names
     it as the lever.
@@ -161,6 +174,8 @@ class NoTensorCores(Rule):
     min_share_pct = Option(50.0, "Report when this % of GEMM/conv time is on CUDA cores.", max=100)
     min_kernel_pct = Option(5.0, "...and that time is at least this % of all kernel time.", max=100)
     speedup = Option(2.0, "Assumed end-to-end speed-up of those kernels on tensor cores (for the impact).", above=1)
+    tensor_active_pct = Option(20.0, "With GPU-metrics samples: no finding from names alone when Tensor Active during GEMM/conv kernels is at least this %.", max=100)
+    compute_bound_pct = Option(50.0, "With shapes: the full speed-up applies when the FP32 kernels reach this % of the FP32 peak; less, pro rata.", max=100)
 
     max_severity = Option("info", "Highest severity on the common scale: modelled headroom (an assumed speed-up), not time the GPU lost; the compute verdict names it. Set to warning to gate on it.", choices=("info", "warning", "error"))
 
@@ -184,6 +199,9 @@ class NoTensorCores(Rule):
             return
         key = k_rank.astype(np.int64) * 1_000_003 + k_dev.astype(np.int64)
         on_ok = np.isin(key, [r * 1_000_003 + d for r, d in ok_pairs])
+        eff = ctx.views.efficiency
+        counts = eff.counts if eff.counts is not None and len(eff.counts.ops) else None
+        op_of = counts.kernel_op[on_ok] if counts is not None else None
         k = k[["name", "dur_ns"]]  # all that is read below: rows are taken from these two columns only
         if not on_ok.all():
             k = k[on_ok]
@@ -194,9 +212,13 @@ class NoTensorCores(Rule):
             return m(GEMM_CONV) & ~m(FP64) & ~m(NCCL) & ~m(NOT_GEMM)
 
         gemm = names_where(names, is_gemm)  # the patterns combined per distinct name, one pass over the rows
+        tc = names_where(names, lambda m: is_gemm(m) & m(TENSOR_CORE) & ~m(NOT_TENSOR_CORE))
+        basis = "names"
+        if op_of is not None:
+            gemm, tc, basis = _by_dtype(gemm, tc, op_of, counts.ops, names_where(names, lambda m: m(TENSOR_CORE) & ~m(NOT_TENSOR_CORE)),
+                                        _unclassed(names))
         if not gemm.any():
             return
-        tc = names_where(names, lambda m: is_gemm(m) & m(TENSOR_CORE) & ~m(NOT_TENSOR_CORE))
         dur = k["dur_ns"].to_numpy()
         gemm_ns = int(dur[gemm].sum())
         non_tc = gemm & ~tc
@@ -206,7 +228,15 @@ class NoTensorCores(Rule):
         kshare = 100.0 * non_tc_ns / kernel_ns if kernel_ns else 0.0
         if share < ctx.options["min_share_pct"] or kshare < ctx.options["min_kernel_pct"]:
             return
-        impact = int(non_tc_ns * (1.0 - 1.0 / max(float(ctx.options["speedup"]), 1.0)))
+        tensor_active = _tensor_active(eff)
+        if basis == "names" and tensor_active is not None and tensor_active >= float(ctx.options["tensor_active_pct"]):
+            return  # the hardware counters say the GEMMs keep the tensor cores busy: the names misled
+        speedup = max(float(ctx.options["speedup"]), 1.0)
+        rate = _fp32_rate(op_of, non_tc, dur, counts.ops, eff) if op_of is not None else None
+        if rate is not None and rate[1] is not None:
+            # CUDA-core kernels far below the FP32 peak are bound by memory or size, not by the math tensor cores speed up
+            speedup = 1.0 + (speedup - 1.0) * min(1.0, rate[1] / float(ctx.options["compute_bound_pct"]))
+        impact = int(non_tc_ns * (1.0 - 1.0 / speedup))
 
         ev = _count_sum_by_name(names, non_tc, dur)
         ev = ev.sort_values("sum", ascending=False).head(20)
@@ -224,8 +254,8 @@ class NoTensorCores(Rule):
             message=(
                 f"On {', '.join(dev_names) or 'a tensor-core GPU'}, {fmt_ns(non_tc_ns)} of {fmt_ns(gemm_ns)} GEMM/convolution "
                 f"kernel time ({share:.1f}%; {kshare:.1f}% of all kernel time) is in FP32 CUDA-core kernels such as "
-                f"`{evidence['name'].iloc[0]}`. {remedy} would move it to tensor cores (est. {fmt_ns(impact)} saved "
-                f"at a {float(ctx.options['speedup']):g}x speed-up)."
+                f"`{evidence['name'].iloc[0]}`{_rate_text(rate)}{_active_text(tensor_active)}. {remedy} would move it to tensor cores (est. {fmt_ns(impact)} saved "
+                f"at a modelled {speedup:.2g}x speed-up)."
             ),
             impact_ns=impact,
             evidence=evidence,
@@ -239,6 +269,11 @@ class NoTensorCores(Rule):
                 "kernel_time_ns": kernel_ns,
                 "gemm_kernels": int(gemm.sum()),
                 "non_tc_kernels": int(non_tc.sum()),
+                "basis": basis,
+                "tensor_active_pct": None if tensor_active is None else round(tensor_active, 3),
+                "modelled_speedup": round(speedup, 4),
+                **({"fp32_achieved_tflops": round(rate[0], 6), "fp32_pct_of_peak": None if rate[1] is None else round(rate[1], 4),
+                    "fp32_peak": rate[2]} if rate is not None else {}),
             },
             key="tensor-cores",
         )
@@ -260,3 +295,73 @@ def _count_sum_by_name(names: pd.Series, rows: np.ndarray, dur: np.ndarray) -> p
     np.add.at(total, codes, d)
     used = np.flatnonzero(count)
     return pd.DataFrame({"name": pd.Categorical.from_codes(used, dtype=names.dtype), "count": count[used].astype(np.int64), "sum": total[used]})
+
+
+def _by_dtype(gemm: np.ndarray, tc: np.ndarray, op_of: np.ndarray, ops: pd.DataFrame, tc_name: np.ndarray, unclassed: np.ndarray):
+    """Where shapes are recorded, the launching op's dtype decides: kernels of fp16/bf16/fp8 matrix ops run on tensor
+    cores, those of FP32 ops only when their name says TF32/tensor cores, FP64 ones are left out; kernels of matrix
+    ops whose names say nothing (Triton templates, custom kernels) join the GEMM set, while their layout and
+    elementwise helpers stay out. Kernels without a counted op keep the name-based answer."""
+    has = op_of >= 0
+    cls = np.full(len(op_of), "", dtype=object)
+    dt = np.full(len(op_of), "", dtype=object)
+    cls[has] = ops["cls"].to_numpy()[op_of[has]]
+    dt[has] = ops["dtype"].to_numpy()[op_of[has]]
+    matrix = has & np.isin(cls, ["gemm", "conv", "attention"])
+    if not matrix.any():
+        return gemm, tc, "names"
+    gemm = gemm.copy()
+    tc = tc.copy()
+    gemm[matrix] = (gemm[matrix] | unclassed[matrix]) & (dt[matrix] != "fp64")
+    half = np.isin(dt, ["fp16", "bf16", "fp8"])
+    tc[matrix] = half[matrix] | ((dt[matrix] == "fp32") & tc_name[matrix])
+    tc &= gemm
+    return gemm, tc, "dtype"
+
+
+def _unclassed(names: pd.Series) -> np.ndarray:
+    """Rows whose kernel name matches no kernel class (``traceinsight.work_classes``), one test per distinct name."""
+    if isinstance(names.dtype, pd.CategoricalDtype):
+        per = np.array([kernel_class_of(str(c)) == "other" for c in names.cat.categories] + [False])
+        codes = names.cat.codes.to_numpy()
+        return per[np.where(codes >= 0, codes, len(per) - 1)]
+    return np.array([kernel_class_of(str(n)) == "other" for n in names], dtype=bool)
+
+
+def _fp32_rate(op_of: np.ndarray, non_tc: np.ndarray, dur: np.ndarray, ops: pd.DataFrame, eff):
+    """(achieved TFLOP/s, % of the FP32 dense peak or None, the peak's label) of the CUDA-core matrix kernels whose
+    ops have FLOPs; None when none has."""
+    sel = non_tc & (op_of >= 0)
+    if not sel.any():
+        return None
+    used = np.unique(op_of[sel])
+    flops = float(np.nansum(ops["flops"].to_numpy()[used]))
+    ns = float(ops["kernel_ns"].to_numpy()[used].sum())
+    if flops <= 0 or ns <= 0:
+        return None
+    achieved = flops / (ns / 1e9) / 1e12
+    peak, _ = eff.peak.for_dtype("fp32")
+    return achieved, (100.0 * achieved / peak if peak else None), eff.peak.label("fp32")
+
+
+def _rate_text(rate) -> str:
+    if rate is None:
+        return ""
+    if rate[1] is None:
+        return f"; they achieve {rate[0]:.2f} TFLOP/s ({rate[2]})"
+    return f"; they achieve {rate[0]:.2f} TFLOP/s, {rate[1]:.0f}% of {rate[2]}"
+
+
+def _tensor_active(eff) -> float | None:
+    """Mean sampled Tensor Active (%) while GEMM or convolution kernels ran (Nsight ``--gpu-metrics-devices``)."""
+    hw = eff.hardware
+    if hw is None or hw.empty:
+        return None
+    sub = hw[(hw["metric"] == "Tensor Active") & hw["scope"].isin(["GEMM", "convolution"])]
+    if sub.empty or sub["samples"].sum() <= 0:
+        return None
+    return float((sub["mean_pct"] * sub["samples"]).sum() / sub["samples"].sum())
+
+
+def _active_text(pct: float | None) -> str:
+    return "" if pct is None else f"; the GPU's own counters show Tensor Active at {pct:.0f}% while they run"

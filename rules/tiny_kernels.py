@@ -8,11 +8,15 @@ import pandas as pd
 from traceinsight.rule_api import Fix, Location, Option, Rule, Severity, fmt_ns
 
 
-from ._common import cpu_op_enclosing, kind_mask, ledger_gaps, pair_codes, short_name, starts_inside, sync_calls, user_code_sentence, user_frames_at
+from traceinsight.rulelib.enclosing import cpu_op_enclosing, starts_inside
+from traceinsight.rulelib.gaps import ledger_gaps, sync_calls
+from traceinsight.rulelib.names import kind_mask, pair_codes, short_name
+from traceinsight.rulelib.usercode import user_code_sentence, user_frames_at
 
 
 class TinyKernels(Rule):
     code = "TI003"
+    what_if = "launch_bound_to_graphs"  # the what-if transform that models this rule's fix
     category = "launch_overhead"
     name = "tiny-kernels"
     severity = Severity.WARNING

@@ -6,7 +6,7 @@ import pandas as pd
 
 from traceinsight.rule_api import Context, Fix, Location, Option, Rule, Severity, fmt_ns
 
-from ._common import startup_call_gaps, warmup_by_gap
+from traceinsight.rulelib.warmup import startup_call_gaps, warmup_by_gap
 
 
 class WarmupInWindow(Rule):

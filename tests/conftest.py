@@ -1,4 +1,4 @@
-"""Shared fixtures: where real traces live, the repository root, and one summary line per kind of skip.
+"""Shared fixtures: where real traces live, the repository root, isolated state, and a count of skips by cause.
 
 Real traces come from two places. ``../shared/traces`` (or ``$TRACEINSIGHT_SHARED/traces``) is the full corpus;
 ``tests/data`` ships a small, permissively licensed subset of it with the same layout, so a fresh clone still
@@ -14,12 +14,17 @@ from pathlib import Path
 
 import pytest
 
+try:  # the test extra has it; a bare checkout without it still runs every test that does not
+    from hypothesis import settings as _hypothesis_settings
+except ImportError:  # pragma: no cover
+    _hypothesis_settings = None
+
 REPO = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("TRACEINSIGHT_SHARED", REPO.parent / "shared"))
 CORPUS = SHARED / "traces"
 DATA = REPO / "tests" / "data"
 
-#: The one reason every corpus-only test skips with; the summary hook below counts them on one line.
+#: The one reason every corpus-only test skips with; the summary hook below counts them under one cause.
 NEEDS_CORPUS = f"need the real-trace corpus at {CORPUS} (see README.md, 'Running the tests')"
 
 #: Skip reasons of missing optional packages -> (package, how to get it without a CUDA build).
@@ -59,6 +64,39 @@ def corpus_file(rel: str) -> Path:
     raise AssertionError("unreachable")  # pragma: no cover
 
 
+if _hypothesis_settings is not None:
+    # property tests are repeatable: the same examples on every run and machine, no example database written
+    # next to the checkout (a test's own @settings may change the counts, not this)
+    _hypothesis_settings.register_profile("traceinsight", derandomize=True, database=None, deadline=None)
+    _hypothesis_settings.load_profile("traceinsight")
+
+
+#: Settings read from the environment that would carry state between runs or from the user's shell into a test.
+_UNSET_FOR_TESTS = ("TRACEINSIGHT_SCHEDULER", "TRACEINSIGHT_TRUST_PYPROJECT", "TRACEINSIGHT_NSYS", "XDG_CACHE_HOME")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _isolated_state(tmp_path_factory):
+    """No test reads or writes the user's cache: compiled templates go to a folder of this session (tests of the
+    cache itself point it elsewhere with monkeypatch), and settings from the caller's shell are cleared."""
+    mp = pytest.MonkeyPatch()
+    mp.setenv("TRACEINSIGHT_CACHE_DIR", str(tmp_path_factory.mktemp("traceinsight-cache")))
+    for name in _UNSET_FOR_TESTS:
+        mp.delenv(name, raising=False)
+    _clear_template_env()
+    yield
+    mp.undo()
+    _clear_template_env()
+
+
+def _clear_template_env() -> None:
+    import sys
+
+    templating = sys.modules.get("traceinsight.render.templating")
+    if templating is not None:  # an environment made before the fixture ran holds the cache it found then
+        templating.env.cache_clear()
+
+
 @pytest.fixture(scope="session")
 def repo() -> Path:
     return REPO
@@ -84,15 +122,18 @@ def _skip_group(reason: str) -> str | None:
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
-    """Fold skips that share a cause into one line of ``-ra``'s summary, whatever test or line raised them.
-
-    Runs before the short test summary is printed; the reports stay in the stats, so the counts are unchanged.
+    """One line per cause of skips (the corpus, an optional framework), with counts, above ``-ra``'s list, which
+    still names every skipped test (``--no-fold-skipped`` in the pytest options): an unexpected skip stays visible.
     """
+    causes: dict[str, int] = {}
     for report in terminalreporter.stats.get("skipped", []):
         longrepr = getattr(report, "longrepr", None)
         if not (isinstance(longrepr, tuple) and len(longrepr) == 3):
             continue
-        group = _skip_group(str(longrepr[2]).removeprefix("Skipped: "))
-        if group is None:
-            continue
-        report.longrepr = (str(Path(__file__)), None, group)  # no line number: -ra folds them by reason alone
+        reason = str(longrepr[2]).removeprefix("Skipped: ")
+        group = _skip_group(reason) or reason
+        causes[group] = causes.get(group, 0) + 1
+    if causes:
+        terminalreporter.write_sep("=", "skips by cause")
+        for group, n in sorted(causes.items(), key=lambda kv: -kv[1]):
+            terminalreporter.write_line(f"{n:5d} {group}")

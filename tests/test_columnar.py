@@ -8,6 +8,7 @@ import json
 import re
 import pickle
 
+import jinja2
 import numpy as np
 import pandas as pd
 import pytest
@@ -15,12 +16,13 @@ import pytest
 import traceinsight
 from tests.helpers.kineto_writer import KinetoTrace
 from traceinsight import ledger as L
-from traceinsight.render import html, json_report, render
+from traceinsight.render import html, json_report, render, templating
 from traceinsight.render.common import smallest_first
 from traceinsight.rule_api import Instance, Instances, as_instances, instance_columns
 from traceinsight.summary import _kind_counts
 from traceinsight.timeline import KINDS
-from traceinsight.views import Views, _join_keys, codes_in, kind_mask, name_mask, take_rows
+from traceinsight.masks import codes_in, join_keys as _join_keys, kind_mask, name_mask, take_rows
+from traceinsight.views import Views
 
 
 # --- Finding.instances as columns ----------------------------------------------------------------------------
@@ -287,23 +289,23 @@ def test_first_calls_by_name_code_equal_the_hashed_groups():
 # --- the compiled-template cache -----------------------------------------------------------------------------
 def test_template_cache_renders_the_same_and_survives_damage(tmp_path, monkeypatch):
     a = traceinsight.analyze(_trace(tmp_path))
-    monkeypatch.setenv(html.CACHE_ENV, "")
-    html._env.cache_clear()
+    monkeypatch.setenv(templating.CACHE_ENV, "")
+    templating.env.cache_clear()
     plain = render(a, "html")
     cache = tmp_path / "cache"
-    monkeypatch.setenv(html.CACHE_ENV, str(cache))
-    html._env.cache_clear()
+    monkeypatch.setenv(templating.CACHE_ENV, str(cache))
+    templating.env.cache_clear()
     assert render(a, "html") == plain
     files = list((cache / "templates").glob("tmpl-*.cache"))
     assert files  # compiled once, kept
-    html._env.cache_clear()
+    templating.env.cache_clear()
     assert render(a, "html") == plain  # read back
     for f in files:
         f.write_bytes(b"not a cache")
-    html._env.cache_clear()
+    templating.env.cache_clear()
     assert render(a, "html") == plain
-    html._env.cache_clear()
-    monkeypatch.delenv(html.CACHE_ENV)
+    templating.env.cache_clear()
+    monkeypatch.delenv(templating.CACHE_ENV)
 
 
 def test_json_report_lists_every_instance_in_order_when_under_the_cap(tmp_path):
@@ -321,11 +323,50 @@ def test_template_cache_is_not_read_from_a_folder_others_can_write(tmp_path, mon
     cache = tmp_path / "shared"
     (cache / "templates").mkdir(parents=True)
     (cache / "templates").chmod(0o777)
-    monkeypatch.setenv(html.CACHE_ENV, str(cache))
-    assert html._template_cache("x") is None
+    monkeypatch.setenv(templating.CACHE_ENV, str(cache))
+    assert templating.template_cache(jinja2.Environment()) is None
     (cache / "templates").chmod(0o700)
-    assert html._template_cache("x") is not None
-    html._env.cache_clear()
+    assert templating.template_cache(jinja2.Environment()) is not None
+    templating.env.cache_clear()
+
+
+def test_template_cache_key_covers_every_environment_option(tmp_path, monkeypatch):
+    """A compiled template is reused only by an environment that would compile the same code: with a warm cache,
+    turning autoescape off (or changing a filter, an option) must compile afresh, not replay the old code."""
+    monkeypatch.setenv(templating.CACHE_ENV, str(tmp_path / "cache"))
+
+    def rendered(autoescape=True, shout=str.upper, **options):
+        env = jinja2.Environment(loader=jinja2.DictLoader({"t.html": "{{ x }}|{{ x | shout }}"}), autoescape=autoescape, **options)
+        env.filters["shout"] = shout
+        env.bytecode_cache = templating.template_cache(env)
+        return env.get_template("t.html").render(x="<b>"), templating.environment_key(env, "t.html")
+
+    escaped, key = rendered()
+    assert escaped == "&lt;b&gt;|&lt;B&gt;"
+    assert len(list((tmp_path / "cache" / "templates").glob("tmpl-*.cache"))) == 1
+    assert rendered() == (escaped, key)  # same environment: read back
+    raw, raw_key = rendered(autoescape=False)
+    assert raw == "<b>|<B>" and raw_key != key
+    keys = {key, raw_key}
+    for change in ({"shout": str.lower}, {"trim_blocks": True}, {"keep_trailing_newline": True}, {"variable_start_string": "{{", "finalize": str}, {"extensions": ["jinja2.ext.loopcontrols"]}):
+        keys.add(rendered(**change)[1])
+    assert len(keys) == 7
+    assert rendered(shout=str.lower)[0] == "&lt;b&gt;|&lt;b&gt;"
+    # a select_autoescape function is decided per template name
+    env = jinja2.Environment(autoescape=jinja2.select_autoescape(["html"], default_for_string=False))
+    assert templating.environment_key(env, "a.html") != templating.environment_key(env, "a.txt")
+
+
+def test_the_report_renders_without_any_cache(tmp_path, monkeypatch):
+    a = traceinsight.analyze(_trace(tmp_path))
+    monkeypatch.setenv(templating.CACHE_ENV, "")
+    templating.env.cache_clear()
+    try:
+        assert templating.env().bytecode_cache is None
+        assert "<!DOCTYPE html>" in render(a, "html")
+        assert not any(tmp_path.rglob("tmpl-*.cache"))
+    finally:
+        templating.env.cache_clear()
 
 
 @pytest.mark.parametrize("n_wanted", [0, 1, 3, 16, 17, 40])

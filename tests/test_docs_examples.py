@@ -33,16 +33,58 @@ def test_extractor_finds_only_tagged_blocks(tmp_path):
     assert [c for _, c in tagged_blocks(md)] == ["A = 1", "C = 3"]
 
 
+def _check_report_handler(ns: dict, out: str) -> None:
+    trace, report = ns["handler"].paths[-1]
+    assert trace.is_file() and trace.name.startswith("rank0.") and trace.name.endswith(".pt.trace.json.gz")
+    assert report.read_text(encoding="utf-8").lstrip().lower().startswith("<!doctype html")
+    assert out == f"{trace.name} -> {report.name}\n"
+
+
+def _check_keras_callback(ns: dict, out: str) -> None:
+    report = Path("tb_logs/report.html")
+    assert report.read_text(encoding="utf-8").lstrip().lower().startswith("<!doctype html")
+    codes = [f.code for f in ns["cb"].analysis.findings]
+    assert out == f"{codes}\n"
+
+
+def _check_custom_rule(ns: dict, out: str) -> None:
+    findings = ns["analysis"].findings
+    assert [f.code for f in findings] == ["ACME001"]
+    (f,) = findings
+    assert re.fullmatch(r"\d+ \.item\(\) calls", f.title) and int(f.title.split()[0]) > 2 and f.impact_ns > 0
+    assert out == f"{[(f.code, f.title, f.impact_ns)]}\n"
+
+
+#: What each tagged example must have done, found by a line of its code: an example that runs but prints the
+#: wrong thing (or a new example nobody checks) fails.
+CHECKS = {
+    "report_handler(": _check_report_handler,
+    "TraceInsightCallback(": _check_keras_callback,
+    "class ItemCalls(Rule)": _check_custom_rule,
+}
+
+
+def test_every_tagged_example_has_a_check():
+    for param in _cases():
+        code = param.values[2]
+        assert sum(marker in code for marker in CHECKS) == 1, f"{param.id}: add its expected outcome to CHECKS"
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("doc, line, code", list(_cases()))
-def test_doc_example_runs(doc, line, code, tmp_path, monkeypatch):
+def test_doc_example_runs(doc, line, code, tmp_path, monkeypatch, capsys):
     needs = {"torch": "torch", "tensorflow": "tensorflow"}
     for mod, pkg in needs.items():
         if re.search(rf"^\s*(import|from)\s+{mod}\b", code, re.MULTILINE):
             pytest.importorskip(pkg)
     if "traceinsight.keras" in code:
-        pytest.importorskip("traceinsight.keras")
+        pytest.importorskip("tensorflow")  # the optional framework; traceinsight.keras itself must import
     (tmp_path / "sample_traces").symlink_to(REPO / "sample_traces")  # examples may name the shipped samples
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", os.environ.get("CUDA_VISIBLE_DEVICES", ""))
-    exec(compile(code, f"{doc.name}:{line}", "exec"), {"__name__": "__doc_example__"})
+    ns = {"__name__": "__doc_example__"}
+    capsys.readouterr()
+    exec(compile(code, f"{doc.name}:{line}", "exec"), ns)
+    out = capsys.readouterr().out
+    (check,) = [fn for marker, fn in CHECKS.items() if marker in code]
+    check(ns, out)

@@ -7,7 +7,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from traceinsight.rules._common import Enclosing, ThreadCodes, innermost_positions, kind_mask, names_where, starts_inside
+from traceinsight.rulelib.enclosing import Enclosing, innermost_positions, starts_inside, ThreadCodes
+from traceinsight.rulelib.names import kind_mask, names_where
 
 
 def _direct(q: pd.DataFrame, c: pd.DataFrame) -> np.ndarray:
@@ -98,7 +99,7 @@ def test_names_where_with_many_matching_names():
 
 
 def test_any_code_in_past_the_first_few():
-    from traceinsight.rules._common import _any_code_in
+    from traceinsight.rulelib.names import any_code_in as _any_code_in
 
     def hit(*wanted):
         out = np.zeros(50, dtype=bool)

@@ -10,7 +10,7 @@ import pytest
 from traceinsight import ledger as L
 from traceinsight.job import reduce as R
 from traceinsight.job.summary import collective_kind
-from traceinsight.views import merge_intervals
+from traceinsight.intervals import merge_intervals
 
 
 def _reference_merge(s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

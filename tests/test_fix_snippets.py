@@ -86,7 +86,7 @@ def test_reports_carry_the_dedented_snippets(analyses):
 
 
 def test_inline_code_in_prose_is_escaped_then_marked_up():
-    from traceinsight.render.html import inline_code
+    from traceinsight.render.templating import inline_code
 
     assert str(inline_code("Use `x < y` and <b>`pin_memory=True`</b>")) == (
         "Use <code>x &lt; y</code> and &lt;b&gt;<code>pin_memory=True</code>&lt;/b&gt;"

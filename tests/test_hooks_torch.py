@@ -16,14 +16,6 @@ def test_import_traceinsight_does_not_import_torch():
     assert out == "False"
 
 
-def _html_ready() -> bool:
-    try:
-        import traceinsight.render.html  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
 class _LongestHostOp:
     """Built lazily: a CPU-only profile has no GPU findings, so this test rule names the costliest real op."""
 
@@ -52,8 +44,7 @@ def test_report_handler_writes_trace_and_report(tmp_path):
 
     from traceinsight.torch import report_handler
 
-    fmt = "html" if _html_ready() else "json"
-    handler = report_handler(tmp_path / "prof", fmt=fmt, worker_name="w0", extra_rules=[_LongestHostOp.make()])
+    handler = report_handler(tmp_path / "prof", fmt="html", worker_name="w0", extra_rules=[_LongestHostOp.make()])
     model = torch.nn.Sequential(torch.nn.Linear(32, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1))
     with profile(activities=[ProfilerActivity.CPU], schedule=schedule(wait=0, warmup=1, active=2, repeat=1), on_trace_ready=handler) as prof:
         for _ in range(3):
@@ -66,8 +57,9 @@ def test_report_handler_writes_trace_and_report(tmp_path):
     assert trace.is_file() and not trace.with_suffix("").exists()  # only the gzipped copy is kept
     events = json.loads(gzip.decompress(trace.read_bytes()))["traceEvents"]
     assert any(e.get("name") == "aten::addmm" for e in events)
-    assert report.is_file() and report.name == trace.name.replace(".pt.trace.json.gz", f".traceinsight.{'html' if fmt == 'html' else 'json'}")
+    assert report.is_file() and report.name == trace.name.replace(".pt.trace.json.gz", ".traceinsight.html")
     text = report.read_text(encoding="utf-8")
+    assert text.lstrip().lower().startswith("<!doctype html")
     assert "error" not in report.name
     import html
     import re

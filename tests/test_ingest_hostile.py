@@ -16,7 +16,7 @@ import pytest
 
 import traceinsight
 from traceinsight.errors import TraceReadError, TraceTooLargeError
-from traceinsight.ingest import native
+from traceinsight import native
 
 from .helpers.kineto_writer import KinetoTrace
 
@@ -71,7 +71,8 @@ def _many_events(n: int, pad: str = "") -> tuple[bytes, list[int]]:
 
 
 @pytest.mark.parametrize("pure", [False, True], ids=["native", "pure"])
-def test_cut_file_keeps_every_complete_event_in_linear_time(tmp_path, monkeypatch, pure):
+def test_cut_file_keeps_every_complete_event(tmp_path, monkeypatch, pure):
+    """Every event before the cut is recovered (that recovery costs about one load: bench/bench_timing_guards.py)."""
     data, ends = _many_events(120_000)
     full = tmp_path / "full.json"
     full.write_bytes(data)
@@ -80,16 +81,12 @@ def test_cut_file_keeps_every_complete_event_in_linear_time(tmp_path, monkeypatc
     cut.write_bytes(data[:cut_at])
     if pure:
         monkeypatch.setenv(PURE, "1")
-    t0 = time.perf_counter()
-    traceinsight.load(full)
-    normal = time.perf_counter() - t0
-    t0 = time.perf_counter()
+    whole = traceinsight.load(full)
+    assert len(whole.events) == len(ends)
     tl = traceinsight.load(cut)
-    recovering = time.perf_counter() - t0
     complete = sum(1 for e in ends if e < cut_at)
     assert len(tl.events) == complete
     assert any(f"{complete:,} events before the cut were recovered" in w for w in tl.meta.warnings)
-    assert recovering < 3 * normal + 0.5, (recovering, normal)
 
 
 def test_recovery_when_the_native_scanner_declines(tmp_path, monkeypatch):

@@ -63,7 +63,7 @@ def test_summary_is_compact_and_carries_no_events(small_job):
     # per-rank rules ran on the worker (graded on the one scale: the sub-1 % syncs of this rank are not reported)
     assert {f["code"] for f in s.findings} >= {"TI001", "TI003", "TI008"}
     assert not any(f["code"] in ("TI009", "TI020", "TI021") for f in s.findings)  # cross-rank rules run on the coordinator
-    from traceinsight.ledger import BUCKETS
+    from traceinsight.buckets import BUCKETS
 
     assert set(s.ledger["bucket"]) <= set(BUCKETS)
     assert int(s.ledger["ns"].sum()) == s.window_ns  # the ledger tiles the rank's GPU window exactly

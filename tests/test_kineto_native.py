@@ -18,7 +18,7 @@ import pytest
 
 import traceinsight
 from traceinsight.errors import TraceReadError
-from traceinsight.ingest import native
+from traceinsight import native
 from traceinsight.ingest.kineto.columns import Declined, scan_columns
 
 FORCE_PURE = native.PURE_ENV
@@ -288,3 +288,53 @@ def test_mutated_documents_give_a_timeline_or_a_clear_error(tmp_path, monkeypatc
             assert list(tl.events.columns[:5]) == ["kind", "name", "raw_name", "start_ns", "dur_ns"]
             outcomes["timeline"] += 1
     assert outcomes["timeline"] > 0 and outcomes["error"] > 0
+
+
+#: Every number the readers take from a complete event (top level and args), by its JSON name.
+NUMERIC_FIELDS = ["ts", "dur", "pid", "tid"] + [
+    f"args.{k}"
+    for k in ("correlation", "External id", "external id", "device", "stream", "bytes", "registers per thread",
+              "shared memory", "est. achieved occupancy %")
+]
+#: Non-finite or absent numbers as a writer may emit them (NaN/Infinity are what Python's json writes).
+ODD_NUMBERS = ["null", "NaN", "Infinity", "-Infinity", "1e400", "-1e400"]
+
+
+def _with_odd_number(cat: str, field: str, literal: str) -> bytes:
+    """The small trace with one event of ``cat`` carrying ``literal`` (raw JSON text) in ``field``."""
+    doc = _small_trace().to_dict()
+    e = next(e for e in doc["traceEvents"] if e.get("cat") == cat)
+    if field.startswith("args."):
+        e.setdefault("args", {})[field[5:]] = "@ODD@"
+    else:
+        e[field] = "@ODD@"
+    return json.dumps(doc).replace('"@ODD@"', literal).encode()
+
+
+@pytest.mark.parametrize("literal", ODD_NUMBERS)
+@pytest.mark.parametrize("field", NUMERIC_FIELDS)
+@pytest.mark.parametrize("cat", ["kernel", "cpu_op", "gpu_memcpy", "cuda_runtime"])
+def test_null_and_non_finite_numbers_read_alike(tmp_path, monkeypatch, cat, field, literal):
+    path = tmp_path / "odd.json"
+    path.write_bytes(_with_odd_number(cat, field, literal))
+    assert_same(path, monkeypatch)
+
+
+@pytest.mark.parametrize("pure", [False, True], ids=["native", "general"])
+@pytest.mark.parametrize("literal", ["null", "NaN", "Infinity", "-Infinity"])
+def test_an_event_without_a_real_timestamp_is_dropped(tmp_path, monkeypatch, pure, literal):
+    # the kernel runs 70-100 µs; with its ts null (or not a number) it must vanish, not move to t=0 and stretch
+    # the GPU window over the whole trace
+    clean = tmp_path / "clean.json"
+    clean.write_text(json.dumps(_small_trace().to_dict()))
+    path = tmp_path / "odd.json"
+    path.write_bytes(_with_odd_number("kernel", "ts", literal))
+    base = _load(clean, pure, monkeypatch)
+    tl = _load(path, pure, monkeypatch)
+    if isinstance(tl, str):  # a document no JSON reader takes: one line, the same on both paths (tested above)
+        assert literal != "null" and "\n" not in tl
+        return
+    assert (tl.events["kind"] == "kernel").sum() == 0
+    assert (base.events["kind"] == "kernel").sum() == 1
+    assert len(tl.events) == len(base.events) - 1
+    assert tl.events["start_ns"].min() == base.events["start_ns"].min()

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from traceinsight.ingest import native
+from traceinsight import native
 from traceinsight.ingest.kineto import decode as kdecode
 from traceinsight.ingest.kineto.columns import Declined, scan_columns
 

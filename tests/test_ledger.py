@@ -5,8 +5,10 @@ from __future__ import annotations
 import pytest
 
 import traceinsight
-from traceinsight.ledger import AVOIDABLE_BUCKETS, BUCKETS, LAUNCH_GAP_NS
+from traceinsight.buckets import AVOIDABLE_BUCKETS, BUCKETS
+from traceinsight.thresholds import LAUNCH_GAP_NS
 from traceinsight.views import Views
+from traceinsight.derived import Derived
 
 from .helpers.kineto_writer import KinetoTrace
 
@@ -16,7 +18,7 @@ DATA = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
 
 def _ledger(tmp_path, trace: KinetoTrace, name: str = "t.json"):
     tl = traceinsight.load(trace.write(tmp_path / name))
-    views = Views(tl)
+    views = Derived(tl)
     return views, views.ledger
 
 

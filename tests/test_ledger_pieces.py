@@ -9,7 +9,9 @@ import pytest
 
 from traceinsight import ledger as L
 from traceinsight.timeline import Timeline, TraceMeta, assign_steps, build_events
-from traceinsight.views import Views, merge_intervals
+from traceinsight.intervals import merge_intervals
+from traceinsight.views import Views
+from traceinsight.derived import Derived
 
 
 def _random_set(rng: np.random.Generator, n: int, span: int) -> tuple[np.ndarray, np.ndarray]:
@@ -72,7 +74,7 @@ def _trace(rows: list[tuple]) -> Timeline:
 
 
 def _slices(tl: Timeline) -> list[tuple[int, int, str, int]]:
-    sl = Views(tl).ledger.slices
+    sl = Derived(tl).ledger.slices
     return [(int(a) // 1000, int(b) // 1000, str(c), int(d)) for a, b, c, d in zip(sl["start_ns"], sl["end_ns"], sl["bucket"], sl["step"])]
 
 
@@ -144,7 +146,7 @@ def test_steps_far_apart_and_several_devices():
         }
     )
     assign_steps(ev)
-    led = Views(Timeline(ev, TraceMeta("pytorch", ranks=[0, 1]))).ledger
+    led = Derived(Timeline(ev, TraceMeta("pytorch", ranks=[0, 1]))).ledger
     bs = led.by_step[led.by_step["ns"] > 0]
     got = sorted((int(r), int(d), int(s), str(b), int(n) // 1000) for r, d, s, b, n in zip(bs["rank"], bs["device"], bs["step"], bs["bucket"], bs["ns"]))
     assert got == [

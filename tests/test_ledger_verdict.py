@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 import traceinsight
-from traceinsight.ledger import AVOIDABLE_BUCKETS, BUSY_BUCKETS
+from traceinsight.buckets import AVOIDABLE_BUCKETS, BUSY_BUCKETS
 from traceinsight.rule_api import Finding, Location, Severity
 from traceinsight.verdict import COPY_BOUND_PCT, MIN_BOUND_PCT, claims, details, finding_claims, headline, ledger_of
 

@@ -91,3 +91,33 @@ def test_wheel_installs_and_runs_in_fresh_venv(wheel, tmp_path):
     res = subprocess.run([str(script), "analyze", str(trace), "-o", str(html)], capture_output=True, text=True, cwd=cwd, env=env)
     assert res.returncode == 0, res.stderr
     assert html.read_text().lstrip().lower().startswith("<!doctype html>")
+
+
+def _installed_venv(wheel: Path, tmp_path: Path) -> Path:
+    """A fresh venv with the wheel unpacked into it (what ``pip install .`` leaves), borrowing the dependencies."""
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    vpy = venv / "bin" / "python"
+    purelib = Path(subprocess.check_output([str(vpy), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], text=True).strip())
+    with zipfile.ZipFile(wheel) as zf:
+        zf.extractall(purelib)
+    (purelib / "_deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    return vpy
+
+
+def test_readme_api_example_runs_from_the_checkout_after_install(wheel, tmp_path):
+    """The README's Python API block, run the way a user runs it after the README's install command: from the
+    checkout (``python`` or a notebook started there), where the source folder shadows the installed package."""
+    import re
+
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    section = readme[readme.index("## Python API"):]
+    code = re.search(r"```python\n(.*?)\n```", section, re.DOTALL).group(1)
+    assert "traceinsight.analyze" in code
+    vpy = _installed_venv(wheel, tmp_path)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH",)}
+    res = subprocess.run([str(vpy), "-c", code], capture_output=True, text=True, cwd=REPO, env=env)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.startswith("GPU busy ") and "TI002" in res.stdout
+    where = subprocess.run([str(vpy), "-c", "import traceinsight; print(traceinsight.__file__)"], capture_output=True, text=True, cwd=REPO, env=env)
+    assert where.stdout.strip().startswith(str(REPO))  # the checkout's package was the one imported

@@ -20,6 +20,7 @@ from traceinsight.timeline import COLUMNS, KINDS
 from traceinsight.views import Views
 
 from .conftest import corpus_file, corpus_glob
+from .helpers.kineto_writer import KinetoTrace
 
 FILES = [Path(p).name for p in corpus_glob("pytorch/*.json.gz")]
 
@@ -106,7 +107,7 @@ def test_memcpy_direction_and_pageable():
     m = tl.events[tl.events["kind"] == "memcpy"]
     assert len(m) == 12
     assert set(m["copy_kind"].astype(str)) == {"HtoD"}
-    assert m["pageable"].all() == m["name"].astype(str).str.contains("Pageable").all()
+    assert (m["pageable"].to_numpy() == m["name"].astype(str).str.contains("Pageable").to_numpy()).all()
     assert (m["bytes"] > 0).all()
 
 
@@ -230,3 +231,16 @@ def test_trace_recorded_here_with_torch_profiler_on_cpu(tmp_path):
     shapes = set(ev.loc[ev["name"] == "aten::addmm", "input_shapes"].astype(str))
     assert shapes == {"[[64], [16, 32], [32, 64], [], []]", "[[8], [16, 64], [64, 8], [], []]"}
     assert tl.meta.devices == [] and any("no GPU kernels" in w for w in tl.meta.warnings)
+
+
+def test_pageable_flag_row_by_row(tmp_path):
+    # pinned and pageable copies of each direction, interleaved: the flag must follow each row's own label
+    t = KinetoTrace()
+    t.step(0, 0.0, 1000.0)
+    plan = [("HtoD", True), ("HtoD", False), ("DtoH", False), ("DtoH", True), ("HtoD", True), ("DtoD", False)]
+    for i, (kind, pageable) in enumerate(plan):
+        t.memcpy(kind, 10.0 + i * 100, 20.0, 4096, launch_us=5.0 + i * 100, pageable=pageable)
+    tl = traceinsight.load(t.write(tmp_path / "t.json"))
+    m = tl.events[tl.events["kind"] == "memcpy"].sort_values("start_ns")
+    assert m["pageable"].tolist() == [p for _, p in plan]
+    assert m["copy_kind"].astype(str).tolist() == [k for k, _ in plan]

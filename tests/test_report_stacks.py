@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import traceinsight
 from tests.helpers.kineto_writer import KinetoTrace
-from traceinsight.rules._common import innermost_user_frame, user_frame
+from traceinsight.rulelib.usercode import innermost_user_frame, user_frame
 
 DL = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
 

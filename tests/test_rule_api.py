@@ -132,7 +132,8 @@ def test_verdict_reads_the_ledger_and_findings_claim_by_their_category(tmp_path)
 def test_analysis_carries_the_engines_views(tmp_path):
     a = traceinsight.analyze(_gappy_trace(tmp_path), select=["TI001"])
     assert a.views is not None and a.views.timeline is a.timeline
-    assert a.ledger is None or hasattr(a.ledger, "by_device")
+    assert a.ledger is a.views.ledger  # the engine's ledger is the one its views built, not a second one
+    assert int(a.ledger.by_device["ns"].sum()) == int(a.views.utilization["window_ns"].sum())
 
 
 def test_builtin_time_evidence_comes_as_instances(tmp_path):

@@ -157,3 +157,13 @@ def test_rule_page_sections(code):
     assert positions == sorted(positions)
     assert doc.count("```python") == 2 + sum(1 for k in RULES[code].fix_variants if not k.startswith("cuda:"))
     assert doc.count("```cuda") == bool(RULES[code].fix_cuda.text) + sum(1 for k in RULES[code].fix_variants if k.startswith("cuda:"))
+
+
+@pytest.mark.parametrize("code", ["TI001", "TI002", "TI003", "TI004"])
+def test_rule_docs_have_definition_and_fixes(code):
+    rs = discover()
+    cls = rs.rules[code]
+    doc = cls.docs()
+    for section in ("## Why it matters", "## What is measured", "## Options", "## Fix in PyTorch", "## Fix in TensorFlow", "```python"):
+        assert section in doc, (code, section)
+    assert all(o.help for o in cls.options.values())

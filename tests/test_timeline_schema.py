@@ -6,8 +6,10 @@ import re
 
 import numpy as np
 
-from traceinsight.timeline import COLUMNS, KINDS, OPTIONAL_COLUMNS, Timeline, TraceMeta, assign_steps, build_events, rebase
-from traceinsight.views import Views, merge_intervals
+from traceinsight.timeline import (COLUMNS, KINDS, MEMORY_COLUMNS, MEMORY_KINDS, OPTIONAL_COLUMNS, Timeline, TraceMeta,
+                                   assign_steps, build_events, build_memory, rebase)
+from traceinsight.intervals import merge_intervals
+from traceinsight.views import Views
 
 from .conftest import REPO
 
@@ -23,6 +25,23 @@ def test_documented_columns_match_code():
     assert _doc_table(text, "Optional columns") == OPTIONAL_COLUMNS
     kinds = re.findall(r"^\| `([a-z_]+)` \| (?:a |an |kept|one)", text.split("## Kinds", 1)[1].split("\n## ", 1)[0], flags=re.M)
     assert tuple(kinds) == KINDS
+
+
+def test_documented_memory_table_matches_code():
+    text = (REPO / "docs" / "timeline.md").read_text(encoding="utf-8")
+    assert _doc_table(text, "Memory") == MEMORY_COLUMNS
+    section = text.split("## Memory", 1)[1].split("\n## ", 1)[0]
+    kinds = re.search(r"^\| `kind` \| category \| (.*) \|$", section, flags=re.M).group(1)
+    assert tuple(re.findall(r"`([a-z_]+)`", kinds)) == MEMORY_KINDS
+
+
+def test_build_memory_defaults_and_dtypes():
+    m = build_memory({"kind": ["alloc"], "start_ns": [5], "delta_bytes": [64]})
+    for col, dtype in MEMORY_COLUMNS.items():
+        assert str(m[col].dtype) == dtype
+    assert m["device"].tolist() == [-1] and m["step"].tolist() == [-1] and m["count"].tolist() == [1]
+    assert np.isnan(m["allocated"].iloc[0]) and list(m["kind"].cat.categories) == list(MEMORY_KINDS)
+    assert build_memory().empty and list(build_memory().columns) == list(MEMORY_COLUMNS)
 
 
 def test_build_events_defaults_and_dtypes():

@@ -8,7 +8,6 @@ truth the prediction on the "before" trace must hit.
 
 from __future__ import annotations
 
-import time
 
 import numpy as np
 import pytest
@@ -18,6 +17,7 @@ from tests.conftest import corpus_file
 from tests.helpers.kineto_writer import KinetoTrace
 from traceinsight import whatif
 from traceinsight.views import Views
+from traceinsight.derived import Derived
 
 LOADER = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
 LAUNCH_LAT = 6.0  # µs from the start of a launch call to the earliest start of its GPU task
@@ -72,7 +72,7 @@ def plant(path, *, steps=6, data_us=0.0, sync_at=None, work_after_sync_us=0.0, k
 
 
 def views_of(path) -> Views:
-    return Views(traceinsight.load(path))
+    return Derived(traceinsight.load(path))
 
 
 def measured_median(v: Views) -> float:
@@ -214,15 +214,13 @@ def test_real_resnet50_nw0_to_nw4():
         "nsys/nsys2026.2_fastvideo-train_2xH100_300ms-slice.sqlite",
     ],
 )
-def test_real_replay_exact_and_fast(rel):
-    """The unmodified graph replays every corpus step exactly (no edge contradicts the trace), in well under a second."""
+def test_real_replay_exact(rel):
+    """The unmodified graph replays every corpus step exactly (no edge contradicts the trace); its speed is
+    checked by bench/bench_timing_guards.py, not here."""
     v = views_of(corpus_file(rel))
-    t0 = time.perf_counter()
     r = whatif.predict_step_ns(v, "all")
-    cost = time.perf_counter() - t0
     assert r["replay_error_pct"] == 0.0
     assert r["step_ns"] <= r["baseline_step_ns"]
-    assert cost < 3.0
 
 
 def test_rnn_region_to_cudnn(tmp_path):
@@ -314,19 +312,28 @@ def test_long_runs_replay_the_middle_steps(tmp_path, monkeypatch):
 
 
 def test_what_if_for_findings(tmp_path):
-    """The per-rule entry point calib uses: causes get a prediction, symptoms and instance-less windowed causes none."""
+    """The per-rule entry point: each rule declares the transform that models its fix (``Rule.what_if``); causes get
+    a prediction, symptoms, rules without a model and instance-less windowed causes none."""
+    from traceinsight.plugins import discover
+
+    rules = discover([]).rules
+    assert {c: rules[c].what_if for c in ("TI001", "TI002", "TI003", "TI004", "TI005", "TI007")} == {
+        "TI001": None, "TI002": "remove_host_sync", "TI003": "launch_bound_to_graphs", "TI004": "rnn_to_cudnn",
+        "TI005": "remove_data_wait", "TI007": None,
+    }
     v = views_of(plant(tmp_path / "a.json", data_us=30_000.0, sync_at=20, work_after_sync_us=3_000.0))
-    d = whatif.what_if_for(v, "TI005")
+    d = whatif.what_if_for(v, rules["TI005"].what_if)
     assert d["transform"] == "remove_data_wait" and d["step_ns"] < d["baseline_step_ns"]
-    assert whatif.what_if_for(v, "TI001") is None
-    assert whatif.what_if_for(v, "TI007") is None
-    assert whatif.what_if_for(v, "TI002") is None  # no instances: nothing to edit
+    assert whatif.what_if_for(v, rules["TI001"].what_if) is None
+    assert whatif.what_if_for(v, rules["TI002"].what_if) is None  # no instances: nothing to edit
     ev = v.events
     s = ev[ev["name"].astype(str) == "cudaStreamSynchronize"]
     inst = s.assign(end_ns=s["start_ns"] + s["dur_ns"] + 1)[["start_ns", "end_ns"]]
-    d2 = whatif.what_if_for(v, "TI002", inst)
+    d2 = whatif.what_if_for(v, rules["TI002"].what_if, inst)
     assert d2["step_ns"] == whatif.predict_step_ns(v, "remove_host_sync", windows=sync_windows(v))["step_ns"]
     assert d2["step_ns"] < d2["baseline_step_ns"]
+    with pytest.raises(ValueError, match="unknown what-if transform"):
+        whatif.what_if_for(v, "TI005")  # a rule code is not a transform
 
 
 def test_warmup_window_cut(tmp_path):

@@ -19,8 +19,8 @@ import pytest
 from tests.conftest import corpus_file
 from tests.test_whatif import plant, views_of
 from traceinsight import whatif
-from traceinsight.ingest import native
-from traceinsight.views import name_mask
+from traceinsight import native
+from traceinsight.masks import name_mask
 
 
 @pytest.fixture

@@ -5,7 +5,7 @@ from __future__ import annotations
 import traceinsight
 from tests.helpers.kineto_writer import KinetoTrace
 from traceinsight.render import render
-from traceinsight import whatif
+from traceinsight import verdict, whatif
 
 
 def _analysis(tmp_path):
@@ -27,7 +27,7 @@ def _analysis(tmp_path):
 def test_reports_show_what_if(tmp_path):
     a = _analysis(tmp_path)
     (f,) = [f for f in a.findings if f.code == "TI005"]
-    f.what_if = whatif.what_if_for(a.views, "TI005")
+    f.what_if = whatif.what_if_for(a.views, "remove_data_wait")
     line = whatif.format_what_if(f.what_if)
     assert line.startswith("step ") and "−" in line
     md = render(a, "md")
@@ -39,5 +39,7 @@ def test_reports_without_what_if(tmp_path):
     a = _analysis(tmp_path)
     for f in a.findings:
         f.what_if = None
+    assert "if fixed" in a.verdict["sentence"]  # the engine's verdict quotes the cause's prediction
+    verdict.assess(a)  # the verdict is data computed from the findings: assess the edited findings again
     assert "If fixed" not in render(a, "md")
     assert "if fixed" not in render(a, "text")

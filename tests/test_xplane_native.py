@@ -16,7 +16,7 @@ import pytest
 
 import traceinsight
 from traceinsight.errors import TraceReadError
-from traceinsight.ingest import native as native_switch
+from traceinsight import native as native_switch
 from traceinsight.ingest.xplane import space as xplane_space
 
 from .conftest import corpus_file, corpus_glob

@@ -5,6 +5,7 @@ Python API::
     import traceinsight
     tl = traceinsight.load("trace.json.gz")          # -> Timeline (one pandas DataFrame + metadata)
     analysis = traceinsight.analyze(tl)              # -> Analysis (summary metrics + findings)
+    change = traceinsight.diff("main.json", "pr.pt.trace.json")  # -> Diff: did the step get faster, and why
     for f in analysis.findings:
         print(f.code, f.title, f.impact_ns)
 """
@@ -15,7 +16,7 @@ import sys as _sys
 from importlib.util import module_from_spec as _module_from_spec, spec_from_file_location as _spec_from_file_location
 from pathlib import Path as _Path
 
-__version__ = "0.1.0"  # the one home of the version: pyproject.toml reads it from here
+from .version import __version__
 
 
 def _checkout_rules() -> None:
@@ -41,13 +42,47 @@ def _checkout_rules() -> None:
 
 _checkout_rules()
 
-from .config import Config
-from .engine import Analysis, analyze
-from .errors import TraceInsightError, TraceReadError, UnknownFormatError
-from .ingest import load
-from .rule_api import CATEGORIES, Context, Finding, Fix, Instance, Location, Option, Rule, Severity
-from .rule_api_job import CrossRankRule, JobContext
-from .timeline import Timeline, TraceMeta
+#: The public API, imported on first use: ``import traceinsight.cli`` (or any submodule) pays only for what that
+#: run needs, not for every reader and renderer.
+_API: dict[str, str] = {
+    "Config": "config",
+    "Analysis": "analysis",
+    "analyze": "engine",
+    "TraceInsightError": "errors",
+    "TraceReadError": "errors",
+    "UnknownFormatError": "errors",
+    "load": "ingest",
+    "CATEGORIES": "rule_api",
+    "Context": "rule_api",
+    "Finding": "rule_api",
+    "Fix": "rule_api",
+    "Instance": "rule_api",
+    "Location": "rule_api",
+    "Option": "rule_api",
+    "Rule": "rule_api",
+    "Severity": "rule_api",
+    "CrossRankRule": "rule_api_job",
+    "JobContext": "rule_api_job",
+    "Timeline": "timeline",
+    "TraceMeta": "timeline",
+}
+
+
+def __getattr__(name: str):
+    """``traceinsight.analyze`` and the other public names, imported from their modules when first asked."""
+    mod = _API.get(name)
+    if mod is None:
+        raise AttributeError(f"module 'traceinsight' has no attribute {name!r}")
+    from importlib import import_module
+
+    value = getattr(import_module(f".{mod}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_API])
+
 
 __all__ = [
     "CATEGORIES",
@@ -69,6 +104,7 @@ __all__ = [
     "TraceReadError",
     "UnknownFormatError",
     "analyze",
+    "diff",
     "load",
     "native_status",
 ]
@@ -77,8 +113,19 @@ __all__ = [
 _NATIVE = {"pytorch": "PyTorch Profiler JSON", "tensorflow-xplane": "TensorFlow XPlane"}
 
 
+def diff(base, head, **kwargs):
+    """Compare two runs (traces, folders of ranks, JSON reports or Analysis objects): ``traceinsight.delta.diff``.
+
+    Returns a ``Diff``: ``.verdict`` (faster, slower, no measurable change, inconclusive, not comparable),
+    ``.sentence``, ``.data`` (the JSON document of docs/diff-json.md), ``.render(fmt)``.
+    """
+    from .delta import diff as _diff
+
+    return _diff(base, head, **kwargs)
+
+
 def native_status() -> dict[str, bool]:
     """Which formats load through a native accelerator here (False: the pure-Python path, same results, slower)."""
-    from .ingest import native
+    from . import native
 
     return {label: native.built(fmt) is not None for fmt, label in _NATIVE.items()}

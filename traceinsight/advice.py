@@ -13,7 +13,8 @@ from __future__ import annotations
 import re
 from typing import Iterable
 
-from .rule_api import Finding, Fix
+from .finding import Finding, Fix
+from .gpus import parse_cc
 from .timeline import TraceMeta
 
 #: Display names of the frameworks fixes are written for, in the order they follow the leading one.
@@ -25,21 +26,6 @@ LABELS: dict[str, str] = {"pytorch": "PyTorch", "tensorflow": "TensorFlow", "jax
 TIERS: tuple[str, ...] = ("pre_ampere", "fp8")
 
 
-def parse_cc(cc: str | None) -> tuple[int, int] | None:
-    """``"7.5"`` / ``"sm_75"`` / ``"75"`` -> (7, 5); None when the string says no version."""
-    if not cc:
-        return None
-    s = str(cc).strip().lower()
-    m = re.match(r"^(?:sm_?)?(\d+)\.(\d+)", s)
-    if m:
-        return int(m.group(1)), int(m.group(2))
-    m = re.match(r"^(?:sm_?)?(\d)(\d)$", s)
-    if m:
-        return int(m.group(1)), int(m.group(2))
-    m = re.match(r"^(?:sm_?)?(\d{2})(\d)$", s)  # sm_100, sm_120
-    if m:
-        return int(m.group(1)), int(m.group(2))
-    return None
 
 
 def tier(cc: tuple[int, int] | None) -> str | None:

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import ConfigError
-from .rule_api import Finding
+from .finding import Finding
 
 NEW, WORSE, SAME = "new", "worse", "same"
 
@@ -32,6 +32,8 @@ class Comparison:
     fixed: list[dict[str, Any]] = field(default_factory=list)  # baseline findings that are gone: code, title, ...
     worse_pct: float = 25.0
     worse_points: float = 1.0
+    mfu_before_pct: float | None = None  # the baseline report's efficiency.mfu_pct (None when it had none)
+    mfu_after_pct: float | None = None  # this run's
 
     def of(self, f: Finding) -> str:
         return self.status.get(f.fingerprint, NEW)
@@ -46,7 +48,10 @@ class Comparison:
 
     def sentence(self) -> str:
         c = self.counts()
-        return f"compared with the baseline: {c[NEW]} new, {c[WORSE]} worse, {c[SAME]} unchanged, {c['fixed']} fixed"
+        out = f"compared with the baseline: {c[NEW]} new, {c[WORSE]} worse, {c[SAME]} unchanged, {c['fixed']} fixed"
+        if self.mfu_before_pct is not None and self.mfu_after_pct is not None:
+            out += f"; MFU {self.mfu_before_pct:.1f}% → {self.mfu_after_pct:.1f}%"
+        return out
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -55,6 +60,7 @@ class Comparison:
             "worse_pct": self.worse_pct,
             "worse_points": self.worse_points,
             "fixed": self.fixed,
+            "mfu": {"before_pct": self.mfu_before_pct, "after_pct": self.mfu_after_pct},
         }
 
 
@@ -116,8 +122,9 @@ def load_report(path: str | Path, max_bytes: int = MAX_REPORT_BYTES) -> dict[str
 
 
 def compare(findings: list[Finding], baseline: dict[str, Any], *, source: str = "", worse_pct: float = 25.0,
-            worse_points: float = 1.0) -> Comparison:
-    """Classify ``findings`` against a baseline report (as ``load_report`` returns it)."""
+            worse_points: float = 1.0, mfu_pct: float | None = None) -> Comparison:
+    """Classify ``findings`` against a baseline report (as ``load_report`` returns it); ``mfu_pct`` is this run's
+    MFU, set beside the baseline's when both reports have one."""
     before: dict[str, dict[str, Any]] = {}
     for f in baseline.get("findings", []):
         before.setdefault(f["fingerprint"], f)
@@ -140,8 +147,11 @@ def compare(findings: list[Finding], baseline: dict[str, Any], *, source: str = 
         for fp, f in before.items()
         if fp not in now
     ]
+    eff = baseline.get("efficiency") if isinstance(baseline.get("efficiency"), dict) else {}
+    before_mfu = eff.get("mfu_pct")
+    before_mfu = float(before_mfu) if isinstance(before_mfu, (int, float)) and math.isfinite(before_mfu) else None
     return Comparison(source=source, status=status, before_pct=before_pct, fixed=fixed, worse_pct=worse_pct,
-                      worse_points=worse_points)
+                      worse_points=worse_points, mfu_before_pct=before_mfu, mfu_after_pct=mfu_pct)
 
 
 def _pct(value: Any) -> float:

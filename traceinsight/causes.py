@@ -25,8 +25,8 @@ from typing import Iterable
 
 import numpy as np
 
-from .rule_api import Finding, applies_to, instance_columns
-from .views import Coverage
+from .finding import Finding, instance_columns
+from .intervals import Coverage, applies_to
 
 #: Categories whose findings are effects of something else (the GPU waited).
 SYMPTOMS = ("gpu_idle", "launch_overhead")
@@ -116,15 +116,20 @@ def order(findings: list[Finding]) -> list[Finding]:
     return out
 
 
-def attach_what_if(findings: list[Finding], views) -> None:
+def attach_what_if(findings: list[Finding], views, transforms: dict[str, "str | None"]) -> None:
     """Predicted step time with each root cause removed (``traceinsight.whatif``), on causes only: a symptom that
-    a cause explains gets none (its cause's prediction covers it), and trace-quality findings are not causes."""
+    a cause explains gets none (its cause's prediction covers it), and trace-quality findings are not causes.
+    ``transforms``: rule code -> the what-if transform its rule declares (``Rule.what_if``)."""
+    todo = [
+        f for f in findings
+        if f.what_if is None and transforms.get(f.code) and not f.metrics.get("explained_by") and f.category != "trace_quality"
+    ]
+    if not todo:  # no root cause with a model: the what-if machinery is not even imported
+        return
     from .whatif import what_if_for
 
-    for f in findings:
-        if f.what_if is not None or f.metrics.get("explained_by") or f.category == "trace_quality":
-            continue
+    for f in todo:
         try:
-            f.what_if = what_if_for(views, f.code, f.instances or None)
+            f.what_if = what_if_for(views, transforms.get(f.code), f.instances or None)
         except Exception as exc:  # a model failure must not take the analysis down; say so on the finding
             f.metrics["what_if_error"] = f"{type(exc).__name__}: {exc}"

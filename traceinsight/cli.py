@@ -11,14 +11,14 @@ from typing import Annotated, Optional
 
 import typer
 
-from . import __version__
+from .version import __version__
 from .config import TRUST_ENV, Config, check_rule_timeout, check_worse_by, parse_assignments
 from .errors import EXIT_FINDINGS, EXIT_RANKS_MISSING, EXIT_RULE_FAILED, TraceInsightError
 from .plugins import discover
-from .rule_api import Severity
+from .finding import Severity
 from .rule_guard import DEFAULT_RULE_TIMEOUT_S
-from .verdict import details
 from .outputs import REPORT_STEM, SUFFIX
+from .render import FORMATS
 from .sanitize import rich, terminal, terminal_lines
 
 app = typer.Typer(
@@ -29,12 +29,8 @@ app = typer.Typer(
 )
 
 
-class Format(str, enum.Enum):
-    text = "text"
-    json = "json"
-    md = "md"
-    html = "html"
-    perfetto = "perfetto"  # the trace + findings as Chrome-trace JSON (gzip) for ui.perfetto.dev / chrome://tracing
+#: The output formats (``render.FORMATS``, the one list).
+Format = enum.Enum("Format", {name: name for name in FORMATS}, type=str)
 
 
 class FailOn(str, enum.Enum):
@@ -44,7 +40,7 @@ class FailOn(str, enum.Enum):
     error = "error"
 
 
-_SUFFIX_FORMAT = {".html": Format.html, ".htm": Format.html, ".md": Format.md, ".json": Format.json, ".txt": Format.text}
+_SUFFIX_FORMAT = {ext: Format(name) for name, f in FORMATS.items() for ext in f.extensions}
 
 
 def _fail(exc: TraceInsightError) -> None:
@@ -111,6 +107,9 @@ def analyze(
         float,
         typer.Option("--rule-timeout", help=f"Stop a rule that runs longer than this many seconds (0: no limit); it then counts as failed (exit {EXIT_RULE_FAILED}).", show_default=True),
     ] = DEFAULT_RULE_TIMEOUT_S,
+    peak_tflops: Annotated[Optional[float], typer.Option("--peak-tflops", help="Dense peak TFLOP/s of the GPU for MFU and % of peak (overrides the built-in table).", min=0.0)] = None,
+    peak_bandwidth: Annotated[Optional[float], typer.Option("--peak-bandwidth", help="Peak memory bandwidth of the GPU in GB/s (overrides the built-in table).", min=0.0)] = None,
+    model_flops_per_step: Annotated[Optional[float], typer.Option("--model-flops-per-step", help="Model FLOPs of one training/inference step (for MFU where the trace records no shapes, e.g. Nsight Systems).", min=0.0)] = None,
     scheduler: Annotated[
         Optional[str],
         typer.Option("--scheduler", help="Whole-job analysis: run the per-rank map on this Dask scheduler (tcp://host:8786; env TRACEINSIGHT_SCHEDULER). Object-store URLs, globs and folders of rank files take the job path even without it."),
@@ -149,6 +148,7 @@ def analyze(
             min_impact=min_impact,
             rule_timeout=rule_timeout,
             max_bytes=max_bytes,
+            efficiency=_efficiency_settings(peak_tflops, peak_bandwidth, model_flops_per_step),
         )
         analysis = _with_progress(engine.analyze, path, progress, kwargs)
         global _teardown_free
@@ -165,7 +165,7 @@ def analyze(
         _fail(exc)
         return
     if output is not None:  # the report went to files: the verdict still reaches the terminal
-        verdict = details(analysis)
+        verdict = analysis.verdict
         typer.echo(terminal(f"Verdict: {verdict['headline']}. {verdict['sentence']}", 2000), err=True)
     _rule_failures([f.line() for f in analysis.rule_failures])
     if fail_on != FailOn.never:
@@ -180,6 +180,13 @@ def _rule_failures(lines: list[str]) -> None:
     for line in lines:
         typer.echo(f"traceinsight: error: {terminal(line, 600)}", err=True)
     raise typer.Exit(EXIT_RULE_FAILED)
+def _efficiency_settings(peak_tflops, peak_bandwidth, model_flops_per_step):
+    """The user's peaks and model FLOPs, or None when none was given."""
+    if peak_tflops is None and peak_bandwidth is None and model_flops_per_step is None:
+        return None
+    from .efficiency import EfficiencySettings
+
+    return EfficiencySettings(peak_tflops=peak_tflops, peak_bandwidth_gbs=peak_bandwidth, model_flops_per_step=model_flops_per_step)
 
 
 def _gate(analysis, threshold: Severity) -> None:
@@ -313,6 +320,41 @@ def mcp_server(
 _teardown_free = False
 
 
+@app.command("diff")
+def diff_cmd(
+    base: Annotated[Path, typer.Argument(help="BASE: a trace, a folder of rank traces, or a JSON report (analyze -f json), e.g. main's.")],
+    head: Annotated[Path, typer.Argument(help="HEAD: the same kinds, e.g. the pull request's.")],
+    fmt: Annotated[Optional[str], typer.Option("--format", "-f", help="text, json, md or html; several comma-separated write one file each into -o DIR. Default: from -o's extension, else text.")] = None,
+    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write here instead of stdout (a folder when several formats are asked for).")] = None,
+    fail_if_slower: Annotated[
+        Optional[float],
+        typer.Option("--fail-if-slower", min=0.0, help="Exit 1 when HEAD's step is slower by more than this %% and outside the noise of the per-step samples; exit 5 when it is slower by more but within the noise."),
+    ] = None,
+    trace_format: Annotated[Optional[str], typer.Option("--trace-format", help="Force the parser for trace inputs (see analyze).")] = None,
+) -> None:
+    """Compare two runs: step time with its confidence interval, where it moved in the time ledger, kernels, findings.
+
+    Exit codes: 0 done (gate passed), 1 slower than --fail-if-slower, 2 usage, 3 unreadable, 4 not comparable,
+    5 inconclusive (the gate cannot tell slower from noise).
+    """
+    from .delta.cli import SUFFIX as DIFF_SUFFIX, run as run_diff
+
+    suffix_fmt = {".html": "html", ".htm": "html", ".md": "md", ".json": "json", ".txt": "text"}
+    formats = [f.lower() for f in _split([fmt])] if fmt else [(suffix_fmt.get(output.suffix.lower()) if output else None) or "text"]
+    for f in formats:
+        if f not in DIFF_SUFFIX:
+            raise typer.BadParameter(f"{f!r} is not one of text, json, md, html", param_hint="--format")
+    if len(formats) > 1 and output is None:
+        raise typer.BadParameter("several formats need -o DIR (a folder to write one file per format)", param_hint="--format")
+    try:
+        code = run_diff(base, head, list(dict.fromkeys(formats)), output, fail_if_slower=fail_if_slower, width=_terminal_width(),
+                        say=lambda line: typer.echo(terminal(line, 2000), err=True), **({"trace_format": trace_format} if trace_format else {}))
+    except TraceInsightError as exc:
+        _fail(exc)
+        return
+    raise typer.Exit(code)
+
+
 def main() -> None:
     try:
         app()
@@ -347,3 +389,4 @@ def _exit_now(code: object) -> None:
 
 if __name__ == "__main__":  # pragma: no cover
     main()
+

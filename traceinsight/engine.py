@@ -1,7 +1,9 @@
-"""The run: pick and configure rules, load the trace, check every rule over it, collect the Analysis.
+"""The run: pick and configure rules, load the trace, check every rule over it, assess, collect the Analysis.
 
-``analyze`` is the one orchestration path; the command line is a thin layer over it. Configuration lives in
-``config.py``, rule discovery in ``plugins.py``.
+``analyze`` is the one orchestration path; the command line is a thin layer over it. ``run`` makes the one derived
+store of the timeline (``derived.Derived``), checks every rule on it, grades, links causes, runs each root cause's
+what-if (the transform its rule declares), adds framework advice and the verdict, and returns the ``Analysis``
+(``analysis.py``) the renderers read. Configuration lives in ``config.py``, rule discovery in ``plugins.py``.
 """
 
 from __future__ import annotations
@@ -10,58 +12,22 @@ import difflib
 import re
 import os
 import time
-from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
 from . import advice
+from .analysis import Analysis
+from .causes import attach_what_if, link as link_causes
 from .config import Config, check_rule_timeout, check_worse_by
+from .derived import Derived
 from .errors import ConfigError
 from .framework import detect_framework
 from .plugins import RuleSet, discover
-from .causes import attach_what_if, link as link_causes
 from .rule_api import Context, Finding, Rule, Severity
 from .rule_guard import DEFAULT_RULE_TIMEOUT_S, RuleFailure, describe, origin_of, run_guarded
 from .severity import DEFAULT_MIN_IMPACT_PCT, grade
-from .summary import Summary, summarize
+from .summary import summarize
 from .timeline import Timeline
-from .views import Views
-
-
-@dataclass
-class Analysis:
-    """The result of analysing one timeline: summary metrics, findings (largest impact first), warnings.
-
-    Renderers read this and nothing else: ``views`` are the rules' own cached views, so no renderer derives
-    steps, gaps, syncs or collectives a second time.
-    """
-
-    timeline: Timeline
-    summary: Summary
-    findings: list[Finding]
-    warnings: list[str]
-    rules_run: list[str]
-    timings: dict[str, float] = field(default_factory=dict)
-    baseline: Any = None  # a baseline.Comparison when the run was compared with an earlier report
-    views: Views | None = None  # the rules' cached views; renderers read these instead of deriving their own
-    ledger: Any = None  # the time ledger (traceinsight.ledger) once it is built; None until then
-    framework: str = "unknown"  # traceinsight.framework.detect_framework: whose advice leads
-    #: rules that failed to load, raised, returned malformed findings or timed out (rule_guard); also in warnings
-    rule_failures: list[RuleFailure] = field(default_factory=list)
-
-    def _repr_html_(self) -> str:
-        """Jupyter shows an Analysis as a compact, script-free version of the HTML report."""
-        from .render.html import render_inline
-
-        return render_inline(self)
-
-    def __post_init__(self) -> None:
-        if self.views is None:
-            self.views = Views(self.timeline)
-
-    def worst_severity(self) -> Severity | None:
-        if not self.findings:
-            return None
-        return max((f.severity for f in self.findings), key=lambda s: s.rank)
+from .verdict import assess
 
 
 def closest_code(code: str, known: Iterable[str]) -> str | None:
@@ -132,10 +98,11 @@ def run(
     rule_failures: Iterable[RuleFailure] = (),
     rule_timeout: float | None = DEFAULT_RULE_TIMEOUT_S,
     with_summary: bool = True,
+    efficiency: Any = None,
 ) -> Analysis:
     """Run ``rules`` over ``timeline``. ``with_summary=False`` skips the single-trace report's summary (the job
     path's map step summarises ranks its own way), leaving ``analysis.summary`` None."""
-    views = Views(timeline)
+    views = Derived(timeline, efficiency=efficiency)
     findings: list[Finding] = []
     warnings = list(extra_warnings)
     failures = list(rule_failures)
@@ -153,10 +120,10 @@ def run(
     findings = grade(findings, views, {r.code: r for r in rules}, min_impact_pct=min_impact, overridden=severity_overrides)
     findings.sort(key=lambda f: (-f.impact_ns, -f.severity.rank, f.code))
     findings = link_causes(findings)
-    attach_what_if(findings, views)
+    attach_what_if(findings, views, {r.code: type(r).what_if for r in rules})
     framework = detect_framework(timeline)
     advice.apply(findings, framework, timeline.meta)
-    return Analysis(
+    analysis = Analysis(
         timeline=timeline,
         summary=summarize(timeline, views) if with_summary else None,  # type: ignore[arg-type]
         findings=findings,
@@ -168,6 +135,17 @@ def run(
         ledger=views.ledger,
         framework=framework,
     )
+    if with_summary:  # the verdict reads the summary; the job's map step needs neither
+        assess(analysis)
+    return analysis
+
+
+def _mfu(analysis: Analysis) -> float | None:
+    """This run's MFU for the baseline comparison (None when FLOPs or the peak are unknown)."""
+    try:
+        return analysis.views.efficiency.mfu_pct
+    except Exception:  # the comparison of findings must not depend on the optional efficiency model
+        return None
 
 
 def analyze(
@@ -187,6 +165,7 @@ def analyze(
     min_impact: float | None = None,
     rule_timeout: float | None = DEFAULT_RULE_TIMEOUT_S,
     max_bytes: int | None = None,
+    efficiency: Any = None,
 ) -> Analysis:
     """Load (if given a path) and analyse a trace with the built-in, installed and given rules.
 
@@ -200,6 +179,8 @@ def analyze(
     ``rule_timeout`` (seconds, 0 or None: no limit) stops a rule that runs longer. A rule that fails to load, raises,
     returns malformed findings or times out is listed in ``analysis.rule_failures`` (and its warnings).
     ``max_bytes`` is the size ceiling of the trace or what it inflates to (default: half the available memory).
+    ``efficiency`` is an ``efficiency.EfficiencySettings`` (dense peak TFLOP/s and GB/s overrides, model FLOPs per
+    step for traces without shapes).
 
     Rules are chosen and configured before the trace is read, so a usage error costs no load time.
     """
@@ -219,9 +200,11 @@ def analyze(
     analysis = run(
         timeline, selected, extra_warnings=[*cfg.warnings, *ruleset.warnings], min_impact=cfg.min_impact, severity_overrides=cfg.severity,
         rule_failures=ruleset.failures, rule_timeout=rule_timeout,
+        efficiency=efficiency,
     )
     if baseline is not None:
         from .baseline import compare, load_report
 
-        analysis.baseline = compare(analysis.findings, load_report(baseline), source=str(baseline), worse_pct=worse_by)
+        analysis.baseline = compare(analysis.findings, load_report(baseline), source=str(baseline), worse_pct=worse_by,
+                                    mfu_pct=_mfu(analysis))
     return analysis

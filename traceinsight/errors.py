@@ -7,9 +7,12 @@ EXIT_OK = 0
 EXIT_FINDINGS = 1  # --fail-on threshold reached
 EXIT_USAGE = 2  # bad command line, unknown rule code, bad option value
 EXIT_UNREADABLE = 3  # the trace could not be read (empty, corrupt, truncated beyond repair, unknown format)
-EXIT_RULE_FAILED = 4  # a rule failed to load, raised, returned malformed findings or timed out (report still written)
-EXIT_SCHEDULER = 5  # the Dask scheduler (--scheduler / TRACEINSIGHT_SCHEDULER) is malformed or unreachable
-EXIT_RANKS_MISSING = 6  # a whole job was analysed with some rank files unreadable or skipped (--allow-missing-ranks)
+EXIT_SLOWER = EXIT_FINDINGS  # diff --fail-if-slower: HEAD is slower than the threshold, outside the noise
+EXIT_NOT_COMPARABLE = 4  # diff: BASE and HEAD run different workloads; no verdict
+EXIT_INCONCLUSIVE = 5  # diff --fail-if-slower: slower than the threshold but within the noise, or too few steps
+EXIT_RULE_FAILED = 6  # a rule failed to load, raised, returned malformed findings or timed out (report still written)
+EXIT_SCHEDULER = 7  # the Dask scheduler (--scheduler / TRACEINSIGHT_SCHEDULER) is malformed or unreachable
+EXIT_RANKS_MISSING = 8  # a whole job was analysed with some rank files unreadable or skipped (--allow-missing-ranks)
 
 
 class TraceInsightError(Exception):

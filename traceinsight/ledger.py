@@ -61,34 +61,18 @@ import re
 import numpy as np
 import pandas as pd
 
-from .patterns import COLLECTIVE, COPY_CALL, DATA_WAIT_PRIMARY, DATA_WAIT_TFDATA, SYNC_CALL, SYNC_OP
-from .rule_api import Instances, applies_to, instance_columns
-from .views import Coverage, category_hits, codes_in, kind_mask, merge_intervals, name_mask
+from .buckets import AVOIDABLE_BUCKETS, BUCKETS, BUSY_BUCKETS, IDLE_BUCKETS
+from .finding import Instances, instance_columns
+from .intervals import Coverage, applies_to, merge_intervals
+from .masks import category_hits, codes_in, kind_mask, name_mask
+from .patterns import COLLECTIVE, COPY_CALL, DATA_WAIT_KINDS, DATA_WAIT_PRIMARY, DATA_WAIT_TFDATA, SYNC_CALL, SYNC_OP
+from .thresholds import LAUNCH_GAP_NS
 
 if TYPE_CHECKING:  # pragma: no cover
     from .views import Views
 
-BUCKETS: tuple[str, ...] = (
-    "compute",
-    "communication",
-    "copy",
-    "idle_data_wait",
-    "idle_host_sync",
-    "idle_launch_bound",
-    "idle_host_busy",
-    "idle_untraced",
-    "idle_gpu_dependency",
-    "idle_warmup",
-    "idle_other",
-)
-BUSY_BUCKETS: tuple[str, ...] = ("compute", "communication", "copy")
-IDLE_BUCKETS: tuple[str, ...] = tuple(b for b in BUCKETS if b.startswith("idle_"))
-#: Idle a change on the host side removes (input pipeline, syncs, launch overhead, host work, untraced host time).
-AVOIDABLE_BUCKETS: tuple[str, ...] = ("idle_data_wait", "idle_host_sync", "idle_launch_bound", "idle_host_busy", "idle_untraced")
-
-#: Gaps shorter than this, with the host still launching, are launch overhead; longer ones mean the host did
-#: something else in between. 100 µs is far above launch latency (5-20 µs) and is TI001/TI003's boundary.
-LAUNCH_GAP_NS = 100_000
+# The buckets (ids, busy/idle, avoidable, words, colours) are ``traceinsight.buckets``' table; the launch-gap bound
+# is ``traceinsight.thresholds.LAUNCH_GAP_NS`` (shared with the what-if).
 #: A first occurrence must last at least this long to count as warm-up (below it, one-time costs are noise).
 WARMUP_MIN_NS = 1_000_000
 #: ...and be this many times the median of the op's later occurrences: autotuning, lazy module loading and JIT
@@ -99,7 +83,7 @@ WARMUP_FIRST_STEP_RATIO = 2.0
 
 _CODE = {b: i for i, b in enumerate(BUCKETS)}
 _HOST_BUSY_KINDS = ("cpu_op", "python", "runtime")
-_DATA_WAIT_KINDS = ("cpu_op", "annotation", "other")
+_DATA_WAIT_KINDS = DATA_WAIT_KINDS
 _EMPTY = np.zeros(0, np.int64)
 
 
@@ -1035,7 +1019,7 @@ def _device_slices(
 
 
 def build_ledger(views: "Views") -> Ledger:
-    """The ledger of a timeline (see the module docstring); ``views.ledger`` caches it."""
+    """The ledger of a timeline (see the module docstring); ``Derived.ledger`` builds it once per analysis."""
     act = views.gpu_activity
     if act.empty:
         return _empty_ledger()

@@ -24,11 +24,13 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from .errors import OutputError
+from .render import FORMATS
 from .sanitize import terminal
 
 #: File stem of the reports written into an output folder when several formats are asked for.
 REPORT_STEM = "traceinsight-report"
-SUFFIX = {"text": "txt", "json": "json", "md": "md", "html": "html", "perfetto": "perfetto.json.gz"}
+#: Format -> the file suffix in an output folder (``render.FORMATS``).
+SUFFIX = {name: f.suffix for name, f in FORMATS.items()}
 #: Files of an input folder looked at when checking for hard links to them (a logdir holds a few dozen).
 MAX_FOLDER_FILES = 10_000
 
@@ -98,12 +100,7 @@ def write_reports(analysis: Any, targets: list[Target], inputs: Iterable[str | o
     targets = list(targets)
     refuse_inputs(targets, inputs)  # checked again: the caller may not have, and inputs can change while reading
     for t in targets:
-        if t.fmt == "perfetto":  # gzipped bytes, always to a file (the CLI asks for -o)
-            from .render import perfetto
-
-            text = perfetto.render_bytes(analysis)
-        else:
-            text = render(analysis, t.fmt, html_name=t.html_name)
+        text = render(analysis, t.fmt, html_name=t.html_name)
         if t.path is None:
             write_stdout(text if text.endswith("\n") else text + "\n")
             continue

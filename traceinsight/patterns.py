@@ -1,8 +1,9 @@
 """Name patterns that say what a host range or a GPU row *is* (a data wait, a blocking call, a collective).
 
-They are heuristics about names, kept in one home because both the time ledger (``traceinsight.ledger``) and the
-built-in rules (``traceinsight.rules._common`` re-exports them) must agree on them: a gap the ledger books as
-"data wait" is the one the input-pipeline rule reports.
+They are heuristics about names, kept in one home (floor 0) because the time ledger (``traceinsight.ledger``), the
+what-if model, the whole-job summary (``traceinsight.job.summary``) and the rules (``traceinsight.rulelib``) must
+agree on them: a gap the ledger books as "data wait" is the one the input-pipeline rule reports and the job
+report's data-wait figure measures. A new runtime (HIP, XPU, Gaudi) is one edit here.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ import re
 #: ``next(iter(loader))`` in ``enumerate(DataLoader)#<Iter>.__next__`` (tb_plugin event_parser.py uses the same
 #: prefix, plus ``enumerate(DataPipe)#``); TF's consumer side is ``IteratorGetNext`` (xprof HOST_WAIT_INPUT).
 DATA_WAIT_PRIMARY = r"^enumerate\((?:DataLoader|DataPipe)\)#|DataLoader.*__next__|IteratorGetNext"
+#: The host row kinds a data wait is read from (a runtime call inside a wait is the wait's own work, not another).
+DATA_WAIT_KINDS = ("cpu_op", "annotation", "other")
 #: tf.data's own ``Iterator::...`` TraceMe ranges; only waits when seen on a consumer thread.
 DATA_WAIT_TFDATA = r"^Iterator::"
 
@@ -32,3 +35,60 @@ COPY_CALL = re.compile(r"^(cuda|hip|cu)Mem(cpy|set)", re.I)
 
 #: Collective kernels, NCCL or not (symmetric-memory all-reduce, custom all-to-all).
 COLLECTIVE = r"nccl|rccl|multimem|all_?reduce|all_?gather|reduce_?scatter|all_?to_?all|cross_device_reduce"
+
+#: Calls that record a CUDA/HIP event, and calls that make a stream wait for one.
+EVENT_RECORD = r"^(cuda|hip)EventRecord|^cuEventRecord"
+STREAM_WAIT = r"^(cuda|hip)StreamWaitEvent|^cuStreamWaitEvent"
+
+#: Optimizer updates (PyTorch ``Optimizer.step#SGD.step``, fused/foreach kernels' host ops, Keras apply_gradients).
+OPTIMIZER = re.compile(r"Optimizer\.step|optimizer|zero_grad|ResourceApply|apply_gradients|_foreach_", re.I)
+
+#: Kernels doing matrix-multiply or convolution work (cuBLAS, cuBLASLt, cuDNN, CUTLASS, xmma, Hopper nvjet).
+GEMM_CONV = (
+    r"gemm|gemv|conv(?!ert|ersion)|cutlass::Kernel|cutlass::gemm|cutlass_|cutlass3x|xmma|nvjet|wgmma|hmma|scudnn|hcudnn|"
+    r"wgrad|dgrad|winograd|implicit_|cublas|magma|matmul|^bmm_|\bsm[89]\d_|h884|s884|h1688|s1688|i8816|16816|16832"
+)
+
+#: Library namespaces whose names contain "gemm" but whose kernels are not GEMMs (FBGEMM's sparse/permute ops).
+NOT_GEMM = r"fbgemm_gpu::"
+
+#: Tensor-core kernel names: tb_plugin tensor_core.py TC_Allowlist and xprof kernel_stats_utils.cc, extended with
+#: CUTLASS ``tensorop``, Hopper ``wgmma``/``gmma``/``nvjet``, cuBLASLt ``sm80_``/``sm90_`` and explicit tf32/bf16/f16 tags.
+TENSOR_CORE = (
+    r"h884|s884|h1688|s1688|c1688|hmma|i8816|16816|i16832|xmma|tensorop|wgmma|gmma|nvjet|\bsm[89]\d_|"
+    r"tf32|bf16|bfloat16|f16f16|_fp16|_f16_|imma|e4m3|e5m2|e2m1|fp8|conv1x1|conv2d_c1_k1|dgrad_1x1_stride_2x2|first_layer_wgrad_kernel"
+)
+
+#: Names that mean CUDA cores even when a TC substring also matches (e.g. ``cutlass_80_simt_sgemm``).
+NOT_TENSOR_CORE = r"simt|sgemm|gemv|scudnn|cgemm|wgrad_alg0|dgrad_engine|gemmSN|gemmk1"
+
+#: FP64 math is not helped by AMP or TF32; left out of the share entirely.
+FP64 = r"dgemm|zgemm|\bd_?gemm|double"
+
+NCCL = r"nccl|rccl"
+
+#: NVIDIA GPUs before Volta (compute capability < 7): no tensor cores.
+PRE_VOLTA = r"\b(?:[KMP]\d{1,3}\b|GP100|GP10\d|GTX\s*(?:9|10)\d\d|TITAN\s*X|Tesla\s*[KMP]|Quadro\s*[KMP]\d)"
+
+#: NVIDIA GPUs with tensor cores, by marketing name (used only when compute capability is absent).
+TENSOR_CORE_GPU = (
+    r"V100|TITAN\s*V|T4\b|RTX|A\d{2,4}\b|A100|A800|H100|H200|H800|GH200|B100|B200|GB200|GB300|B300|L4\b|L40|"
+    r"Quadro\s*(?:RTX|GV100)|GV100|Jetson\s*(?:AGX\s*)?(?:Xavier|Orin)"
+)
+
+NON_NVIDIA = r"AMD|Radeon|Instinct|\bMI\d{3}|Intel|Gaudi|TPU"
+
+#: Kernel names that exist only for Volta or newer NVIDIA architectures (cuBLAS/cuDNN/CUTLASS arch tags): a
+#: trace without device properties that runs them ran on a GPU with tensor cores.
+VOLTA_PLUS_KERNEL = r"\b(volta|turing|ampere|hopper|blackwell)_|\bsm_?(7[05]|8\d|9\d|1[0-2]\d)_|cutlass_(7[05]|8\d|9\d)_|xmma|nvjet"
+
+#: Host calls and ranges that do one-off start-up work: context/module loading, allocator growth, library
+#: handles, cuDNN/cuBLAS autotuning, JIT compilation (XLA, nvFuser, Triton, TorchInductor).
+INIT_CALL = re.compile(
+    r"^(cuda|hip)(Malloc|GetDeviceProperties|DeviceGetStreamPriorityRange|FuncGetAttributes|StreamCreate|SetDevice|Free)\b"
+    r"|^cu(Init|ModuleLoad|LibraryLoad|GetProcAddress|DevicePrimaryCtxRetain|CtxCreate|MemAlloc)"
+    r"|cudnn(Create|Find|GetConvolution.*Algorithm)|cublas(Lt)?Create|autotun|[Cc]ompile|nvrtc|jit|KernelExecutor::compile"
+)
+
+#: Host ops that exist only when a backward pass runs: their absence makes a rank an inference run.
+TRAINING_OP = r"backward|Backward|autograd::engine|Optimizer\.step|optimizer\.step|apply_gradients|ResourceApply|gradient_tape|SGD|Adam"

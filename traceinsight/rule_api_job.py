@@ -23,10 +23,11 @@ each rank of that timeline in memory and calls ``check_job``, so a rule written 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Any, ClassVar, Iterable, Unpack
 
+import pandas as pd
 
-from .rule_api import Context, Finding, Rule, build_finding
+from .rule_api import Context, Finding, FindingFields, Rule, build_finding
 
 if TYPE_CHECKING:  # pragma: no cover
     from .job.reduce import Job
@@ -37,10 +38,27 @@ class CrossRankRule(Rule):
 
     #: Cross-rank rules judge communication between ranks unless they say otherwise.
     category = "communication"
+    #: The fewest ranks the rule can judge (stragglers and imbalance need two): on a timeline with fewer, the
+    #: single-timeline path does not summarise the ranks for it.
+    min_ranks: ClassVar[int] = 1
+    #: The rule judges collectives only: a timeline without collective kernels is not summarised for it.
+    needs_collectives: ClassVar[bool] = False
 
     def check(self, ctx: Context) -> Iterable[Finding]:
         """Single-timeline path: summarise the ranks of this timeline here, then judge them as a job."""
+        if not self.applies_to(ctx):
+            return
         yield from self.check_job(JobContext(job_of(ctx), self))
+
+    @classmethod
+    def applies_to(cls, ctx: Context) -> bool:
+        """Whether the timeline has what the rule declares it needs (``min_ranks``, ``needs_collectives``)."""
+        if cls.min_ranks > 1:
+            rank = ctx.events["rank"].to_numpy()
+            n = 0 if not len(rank) else 1 if rank.min() == rank.max() else len(pd.unique(rank))
+            if n < cls.min_ranks:
+                return False
+        return not cls.needs_collectives or bool(ctx.views.is_collective.any())
 
     def check_job(self, job: "JobContext") -> Iterable[Finding]:  # pragma: no cover - abstract
         raise NotImplementedError
@@ -54,7 +72,7 @@ class JobContext:
         self.rule = rule
         self.options = dict(rule.values)
 
-    def finding(self, **kwargs: Any) -> Finding:
+    def finding(self, **kwargs: Unpack[FindingFields]) -> Finding:
         """``Context.finding`` for cross-rank rules (the same keywords); percentages are of the job's typical rank
         window and step.
 
@@ -64,12 +82,10 @@ class JobContext:
 
 
 def job_of(ctx: Context) -> "Job":
-    """The job view of one timeline, built once per analysis and shared by every cross-rank rule."""
-    job = getattr(ctx.views, "_traceinsight_job", None)
-    if job is None:
-        from .job.reduce import reduce_summaries
-        from .job.summary import summarize_ranks
+    """The job view of one timeline, built once per analysis (``Derived.job``) and shared by every cross-rank rule."""
+    job = getattr(ctx.views, "job", None)
+    if job is not None:
+        return job
+    from .derived import Derived  # plain views (a rule run by hand): derive the job view from the timeline
 
-        job = reduce_summaries(summarize_ranks(ctx.timeline, ctx.views))
-        ctx.views._traceinsight_job = job  # type: ignore[attr-defined]
-    return job
+    return Derived(ctx.timeline).job

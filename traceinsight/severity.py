@@ -32,25 +32,17 @@ from typing import TYPE_CHECKING, Iterable
 import numpy as np
 import pandas as pd
 
-from .rule_api import Finding, Severity
+from .finding import SCALE, Finding, Severity, level
 
 if TYPE_CHECKING:  # pragma: no cover
     from .views import Views
 
-#: (share of the window in %, severity), highest first.
-SCALE: tuple[tuple[float, Severity], ...] = ((20.0, Severity.ERROR), (5.0, Severity.WARNING), (1.0, Severity.INFO))
 #: Findings costing less than this % of their window are left out of the report unless asked for.
 DEFAULT_MIN_IMPACT_PCT = 1.0
 #: Categories whose findings describe the trace itself; never graded by cost, never dropped.
 UNGRADED_CATEGORIES = frozenset({"trace_quality"})
 
 
-def level(share_pct: float) -> Severity:
-    """The severity of a finding costing ``share_pct`` % of its window (info below the info threshold too)."""
-    for threshold, sev in SCALE:
-        if share_pct >= threshold:
-            return sev
-    return Severity.INFO
 
 
 def steady_windows(views: "Views") -> pd.DataFrame:

@@ -71,11 +71,66 @@ OPTIONAL_COLUMNS: dict[str, str] = {
     "shared_mem": "float64",  # static + dynamic shared memory per block, bytes
     "occupancy": "float64",  # estimated achieved occupancy, percent
     "input_shapes": "category",  # framework op input shapes, as the source prints them
+    "input_types": "category",  # framework op input dtypes, as the source prints them (kineto "Input type")
+    "concrete_inputs": "category",  # framework op scalar arguments as recorded (kineto "Concrete Inputs")
     "stack": "category",  # Python/host call stack, innermost last, " <- " separated
     "external_id": "int64",  # framework op id linking ops to launches (kineto External id)
     "thread_name": "category",
     "cbid": "int64",
 }
+
+
+#: The kinds of memory rows (``Timeline.memory``).
+MEMORY_KINDS: tuple[str, ...] = (
+    "alloc",  # the allocator handed out a block (delta_bytes > 0)
+    "free",  # a block went back to the allocator (delta_bytes < 0)
+    "oom",  # an allocation that failed: out of memory (kineto [OutOfMemory])
+    "um_fault_cpu",  # unified-memory page faults on the host (pages migrated to the CPU)
+    "um_fault_gpu",  # unified-memory page faults on a GPU (pages migrated or mapped to the device)
+)
+
+#: The memory table: one row per allocator event or page-fault record, sorted by (rank, device, start_ns).
+MEMORY_COLUMNS: dict[str, str] = {
+    "kind": "category",  # one of MEMORY_KINDS
+    "start_ns": "int64",  # on the events' clock
+    "dur_ns": "int64",  # 0, except GPU page-fault groups
+    "rank": "int32",
+    "device": "int32",  # GPU index; -1 = host memory
+    "device_type": "category",  # "cuda", "hip", "cpu", "other"
+    "delta_bytes": "int64",  # + allocated, - freed (0 for faults and failed allocations)
+    "allocated": "float64",  # bytes in live tensors/blocks after the event; NaN where the source does not say
+    "reserved": "float64",  # bytes the caching allocator holds from the device after the event; NaN if unknown
+    "address": "int64",  # block address, -1 where unknown
+    "count": "int64",  # source records this row stands for (page faults come grouped), else 1
+    "pid": "int64",
+    "tid": "int64",  # host thread that made the call, -1 where unknown
+    "correlation": "int64",  # the runtime call it belongs to (Nsight Systems), -1 otherwise
+    "op": "category",  # the framework op (or runtime call) that caused it, when known
+    "step": "int32",  # step containing it, -1 outside
+}
+
+_MEMORY_DEFAULTS: dict[str, Any] = {"dur_ns": 0, "rank": 0, "device": -1, "delta_bytes": 0, "allocated": np.nan,
+                                    "reserved": np.nan, "address": -1, "count": 1, "pid": 0, "tid": -1,
+                                    "correlation": -1, "step": -1}
+
+
+def build_memory(columns: dict[str, Any] | None = None) -> pd.DataFrame:
+    """A schema-true memory frame from column arrays (``kind`` and ``start_ns`` required); an empty one for None."""
+    columns = columns or {"kind": [], "start_ns": []}
+    n = len(columns["start_ns"])
+    data: dict[str, Any] = {}
+    for col, dtype in MEMORY_COLUMNS.items():
+        values = columns.get(col)
+        if values is None:
+            values = [None] * n if dtype == "category" else np.full(n, _MEMORY_DEFAULTS[col])
+        if dtype == "category":
+            values = values if isinstance(values, pd.Categorical) else pd.Categorical(values)
+        else:
+            values = np.asarray(values).astype(dtype, copy=False) if n else np.zeros(0, dtype=dtype)
+        data[col] = values
+    df = pd.DataFrame(data, copy=False)
+    df["kind"] = df["kind"].cat.set_categories(list(MEMORY_KINDS))
+    return df
 
 
 @dataclass
@@ -120,6 +175,12 @@ class Timeline:
 
     events: pd.DataFrame
     meta: TraceMeta
+    #: allocator events and page faults (``MEMORY_COLUMNS``); empty when the source recorded none
+    memory: pd.DataFrame = field(default_factory=build_memory)
+    #: Sampled hardware metrics, when the source has them (Nsight Systems ``--gpu-metrics-devices``): ``start_ns``
+    #: (the events' clock), ``device``, ``metric`` (``SM Active``, ``SM Issue``, ``Tensor Active``, ``DRAM Read``,
+    #: ``DRAM Write``), ``value`` (% of the hardware's peak throughput). None otherwise.
+    samples: pd.DataFrame | None = None
 
     @property
     def span_ns(self) -> int:

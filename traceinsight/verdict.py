@@ -23,11 +23,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .ledger import AVOIDABLE_BUCKETS, BUCKETS, BUSY_BUCKETS, IDLE_BUCKETS, Ledger
-from .rule_api import CATEGORIES, DEFAULT_CATEGORY, Finding, fmt_ns
+from . import buckets
+from .buckets import AVOIDABLE_BUCKETS, BUCKETS, BUSY_BUCKETS, IDLE_BUCKETS
+from .finding import CATEGORIES, DEFAULT_CATEGORY, Finding
+from .units import fmt_ns, format_what_if
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .engine import Analysis
+    from .analysis import Analysis
+    from .ledger import Ledger
 
 #: verdict category -> short label used as the verdict headline.
 LABELS: dict[str, str] = {
@@ -47,34 +50,8 @@ LABELS: dict[str, str] = {
     "no_gpu": "no GPU activity",
 }
 
-#: The ledger bucket behind each verdict category a bucket can name.
-BUCKET_CATEGORY: dict[str, str] = {
-    "idle_data_wait": "input_pipeline",
-    "idle_host_sync": "host_sync",
-    "idle_launch_bound": "launch_overhead",
-    "idle_host_busy": "host_overhead",
-    "idle_untraced": "host_untraced",
-    "idle_gpu_dependency": "gpu_dependency",
-    "idle_warmup": "warmup",
-    "idle_other": "gpu_idle",
-    "communication": "communication",
-    "copy": "copy",
-    "compute": "compute",
-}
-
-#: What findings of each rule category (``rule_api.CATEGORIES``) may claim from the ledger: their saving comes
-#: out of these buckets. Trace-quality findings describe the recording, not the run, and claim nothing.
-CLAIMS: dict[str, tuple[str, ...]] = {
-    "gpu_idle": AVOIDABLE_BUCKETS,
-    "host_sync": ("idle_host_sync",),
-    "launch_overhead": ("idle_launch_bound",),
-    "input_pipeline": ("idle_data_wait",),
-    "copy": ("copy",),
-    "compute": ("compute",),
-    "communication": ("communication",),
-    "trace_quality": (),
-}
-assert set(CLAIMS) == set(CATEGORIES), "every rule category needs its ledger claim"
+#: What findings of each rule category (``finding.CATEGORIES``) may claim from the ledger (``buckets.claims``).
+CLAIMS: dict[str, tuple[str, ...]] = {c: buckets.claims(c) for c in CATEGORIES}
 
 #: An idle cause (or exposed communication) names the bound when it costs at least this share of the
 #: steady-state window: at 5 % a single removable cause is a lever worth a change of code (the "warning" level
@@ -98,27 +75,21 @@ def category(finding: Finding) -> str:
     return finding.category if finding.category in CLAIMS else DEFAULT_CATEGORY
 
 
-def ledger_of(analysis: "Analysis") -> Ledger:
-    """The analysis' ledger: the engine's when it filled one, else built from its views (and kept)."""
-    led = getattr(analysis, "ledger", None)
-    if led is not None:
-        return led
-    views = getattr(analysis, "views", None)
-    if views is None:
-        from .views import Views
+def ledger_of(analysis: "Analysis") -> "Ledger":
+    """The analysis' ledger (the engine's; else its derived store's)."""
+    return analysis.ledger if analysis.ledger is not None else analysis.views.ledger  # type: ignore[union-attr]
 
-        views = Views(analysis.timeline)
-    led = views.ledger
-    try:
-        analysis.ledger = led  # type: ignore[attr-defined]
-    except AttributeError:  # pragma: no cover - a frozen or slotted Analysis
-        pass
-    return led
+
+def assess(analysis: "Analysis") -> None:
+    """Fill ``analysis.verdict`` and ``analysis.kpis``: the engine calls this once, every format reads the result."""
+    cl = claims(analysis)
+    analysis.verdict = details(analysis, cl)
+    analysis.kpis = headline(analysis, cl)
 
 
 def claim_buckets(finding: Finding) -> tuple[str, ...]:
-    """The ledger buckets a finding may claim: its own ``claims`` when it names some, else its category's."""
-    own = getattr(finding, "claims", None)
+    """The ledger buckets a finding may claim: its rule's ``claims`` when it declares some, else its category's."""
+    own = finding.claims
     if own:
         return tuple(b for b in own if b in BUCKETS)
     return CLAIMS.get(category(finding), ())
@@ -161,11 +132,6 @@ def claims(analysis: "Analysis") -> dict[str, Any]:
     assumption, not on measured idle.
     """
     led = ledger_of(analysis)
-    # every report format asks, often more than once: keep the answer for this exact set of findings
-    state = tuple((id(f), int(f.impact_ns), f.category, f.location.rank, f.location.device, len(f.instances), tuple(f.explains)) for f in analysis.findings)
-    cache = led.__dict__.setdefault("_claims_cache", {})
-    if state in cache:
-        return cache[state]
     each = [finding_claims(led, f) for f in analysis.findings]
     best: dict[tuple[int, int, str], int] = {}
     for c in each:
@@ -185,19 +151,18 @@ def claims(analysis: "Analysis") -> dict[str, Any]:
         "per_finding": [sum(v for (_, _, b), v in c.items() if b in AVOIDABLE_BUCKETS) for c in each],
         "each": each,
     }
-    cache.clear()
-    cache[state] = out
     return out
 
 
-def headline(analysis: "Analysis") -> dict[str, Any]:
-    """The KPI numbers every format shows: one function, so HTML, Markdown and JSON carry equal values."""
+def headline(analysis: "Analysis", cl: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The KPI numbers every format shows: one function, so HTML, Markdown and JSON carry equal values. ``cl``:
+    ``claims(analysis)`` when the caller has it."""
     s = analysis.summary
     counts = {"error": 0, "warning": 0, "info": 0}
     for f in analysis.findings:
         counts[f.severity.value] = counts.get(f.severity.value, 0) + 1
     led = ledger_of(analysis)
-    cl = claims(analysis)
+    cl = cl if cl is not None else claims(analysis)
     window = int(led.windows["window_ns"].max()) if len(led.windows) else 0
     saved = min(int(cl["total_ns"]), window)
     busy = s.gpu_busy_pct
@@ -217,13 +182,14 @@ def headline(analysis: "Analysis") -> dict[str, Any]:
     }
 
 
-def details(analysis: "Analysis") -> dict[str, Any]:
-    """The verdict with its reasoning: category, label, headline, sentence, the ledger totals behind it."""
+def details(analysis: "Analysis", cl: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The verdict with its reasoning: category, label, headline, sentence, the ledger totals behind it. ``cl``:
+    ``claims(analysis)`` when the caller has it."""
     led = ledger_of(analysis)
     totals = led.totals()
     window = sum(totals.values())
     busy = sum(totals[b] for b in BUSY_BUCKETS)
-    cl = claims(analysis)
+    cl = cl if cl is not None else claims(analysis)
     impact_by_cat: dict[str, int] = {}
     for f in analysis.findings:
         c = category(f)
@@ -270,37 +236,22 @@ def details(analysis: "Analysis") -> dict[str, Any]:
         prefix = f"{subject[0].upper()}{subject[1:]} busy {busy_pct:.1f} % of {windows} ({mix})"
     copy_share = 100.0 * totals["copy"] / busy if busy else 0.0
     if lead_pct >= MIN_BOUND_PCT and not (copy_share >= COPY_BOUND_PCT and totals["copy"] >= levers[lead]):
-        who, by, cause = _claimant(analysis, led, lead)
+        who, by, cause = _claimant(analysis, cl, lead)
         of = "the steady state" if warm >= window / 100 else windows
-        sentence = f"{prefix}; the largest cost is {_BUCKET_WORDS[lead]}: {fmt_ns(levers[lead])}, {lead_pct:.1f} % of {of}{who}."
-        return {**base, **_verdict(BUCKET_CATEGORY[lead], lead, levers[lead], steady, sentence, by, cause)}
+        sentence = f"{prefix}; the largest cost is {buckets.SENTENCE[lead]}: {fmt_ns(levers[lead])}, {lead_pct:.1f} % of {of}{who}."
+        return {**base, **_verdict(buckets.VERDICT[lead], lead, levers[lead], steady, sentence, by, cause)}
     # 2. the GPU is effectively busy: what kind of busy
     if copy_share >= COPY_BOUND_PCT:
-        who, by, cause = _claimant(analysis, led, "copy")
+        who, by, cause = _claimant(analysis, cl, "copy")
         sentence = (
             f"{prefix}; copies are {copy_share:.0f} % of GPU busy time ({fmt_ns(totals['copy'])}): the GPU mostly moves data, so "
             f"fewer, larger, pinned or overlapped transfers save more than faster kernels{who}."
         )
         return {**base, **_verdict("copy", "copy", totals["copy"], steady, sentence, by, cause)}
-    rest = f"; no other cost reaches {MIN_BOUND_PCT:.0f} % (the largest: {_BUCKET_WORDS[lead]}, {lead_pct:.1f} %)" if levers[lead] else ""
-    who, by, cause = _claimant(analysis, led, "compute")
+    rest = f"; no other cost reaches {MIN_BOUND_PCT:.0f} % (the largest: {buckets.SENTENCE[lead]}, {lead_pct:.1f} %)" if levers[lead] else ""
+    who, by, cause = _claimant(analysis, cl, "compute")
     sentence = f"{prefix}{rest}; speed-ups now come from faster kernels (precision, fusion, batch size), not from feeding the GPU{who}."
     return {**base, **_verdict("compute", "compute", totals["compute"], steady, sentence, by, cause)}
-
-
-_BUCKET_WORDS = {
-    "idle_data_wait": "GPU idle while the host waits for input data",
-    "idle_host_sync": "GPU idle after the host blocked in a sync",
-    "idle_launch_bound": "GPU idle between kernels the host launches too slowly",
-    "idle_host_busy": "GPU idle while the host runs other framework/Python work",
-    "idle_untraced": "GPU idle while the host does something the trace does not show",
-    "idle_gpu_dependency": "GPU idle with work already queued (waiting on events or other streams)",
-    "idle_warmup": "warm-up",
-    "idle_other": "GPU idle with no launch in the trace to explain it",
-    "communication": "communication not overlapped with compute",
-    "copy": "copies",
-    "compute": "compute",
-}
 
 
 def _busy_mix(totals: dict[str, int], busy: int) -> str:
@@ -312,11 +263,11 @@ def _busy_mix(totals: dict[str, int], busy: int) -> str:
     return "of which " + ", ".join(parts) if parts else "no work"
 
 
-def _claimant(analysis: "Analysis", led: Ledger, bucket: str) -> tuple[str, Finding | None, Finding | None]:
+def _claimant(analysis: "Analysis", cl: dict[str, Any], bucket: str) -> tuple[str, Finding | None, Finding | None]:
     """The finding that claims the most of ``bucket`` and the root cause that explains it (a finding whose
     ``explains`` lists the claimant's fingerprint), with the words the sentence ends on."""
     best, best_key = None, (0, 0)
-    for f, c in zip(analysis.findings, claims(analysis)["each"]):
+    for f, c in zip(analysis.findings, cl["each"]):
         ns = sum(v for (_, _, b), v in c.items() if b == bucket)
         key = (ns, -len(claim_buckets(f)))  # on a tie the more specific finding (fewer buckets) names it
         if ns > 0 and key > best_key:
@@ -332,8 +283,6 @@ def _claimant(analysis: "Analysis", led: Ledger, bucket: str) -> tuple[str, Find
 
 def _if_fixed(f: Finding) -> str:
     """", if fixed: step 176.3 -> 118.6 ms (-33 %)" when the finding carries a what-if prediction."""
-    from .whatif import format_what_if  # the what-if model is optional for the verdict
-
     text = format_what_if(getattr(f, "what_if", None))
     return f"; if fixed: {text}" if text else ""
 
@@ -357,9 +306,3 @@ def _verdict(
         "claimed_by": None if by is None else by.fingerprint,
         "root_cause": None if cause is None else cause.fingerprint,
     }
-
-
-def verdict(analysis: "Analysis") -> tuple[str, str]:
-    """(label, sentence): what bounds this run, e.g. ("host syncs", "The GPU is busy ...")."""
-    d = details(analysis)
-    return d["label"], d["sentence"]

@@ -1,215 +1,21 @@
 """Derived views of a timeline that several rules (and the summary) need: computed once, on first use, cached.
 
-All are plain DataFrames built with vectorized numpy/pandas; none walks events in Python.
+All are plain DataFrames built with vectorized numpy/pandas; none walks events in Python. The views know nothing
+of what is built on them (the ledger, the what-if graphs, the rule library's memo): ``traceinsight.derived`` owns
+those. Intervals and masks are ``traceinsight.intervals`` and ``traceinsight.masks``.
 """
 
 from __future__ import annotations
 
-import re
-import weakref
 from functools import cached_property
 
 import numpy as np
 import pandas as pd
 
+from .intervals import Overlaps, merge_intervals
+from .masks import join_keys, kind_mask, name_mask, take_rows
 from .patterns import COLLECTIVE, SYNC_CALL
 from .timeline import GPU_ACTIVITY_KINDS, Timeline
-
-
-def merge_intervals(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Union of [start, end) intervals, sorted; touching intervals merge."""
-    if len(starts) == 0:
-        return np.zeros(0, np.int64), np.zeros(0, np.int64)
-    s = np.asarray(starts, dtype=np.int64)
-    e = np.asarray(ends, dtype=np.int64)
-    if len(s) > 1 and not bool((s[1:] >= s[:-1]).all()):  # rows usually come in start order: no sort, no copies
-        order = np.argsort(s, kind="stable")
-        s, e = s[order], e[order]
-    run_end = np.maximum.accumulate(e)
-    new = np.empty(len(s), dtype=bool)
-    new[0] = True
-    new[1:] = s[1:] > run_end[:-1]
-    idx = np.flatnonzero(new)
-    out_s = s[idx]
-    out_e = np.maximum.reduceat(e, idx)
-    return out_s, out_e
-
-
-def merge_grouped(groups: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> pd.DataFrame:
-    """``merge_intervals`` within each group (e.g. per rank): columns group, start_ns, end_ns, sorted.
-
-    One lexsort and a grouped running max: nested or overlapping ranges (an op inside an op, two threads
-    waiting at once) count once.
-    """
-    if len(starts) == 0:
-        return pd.DataFrame({"group": np.zeros(0, np.int64), "start_ns": np.zeros(0, np.int64), "end_ns": np.zeros(0, np.int64)})
-    g = np.asarray(groups, dtype=np.int64)
-    s = np.asarray(starts, dtype=np.int64)
-    e = np.maximum(np.asarray(ends, dtype=np.int64), s)
-    order = np.lexsort((s, g))
-    g, s, e = g[order], s[order], e[order]
-    run_end = pd.Series(e).groupby(g).cummax().to_numpy()
-    new = np.ones(len(s), dtype=bool)
-    new[1:] = (g[1:] != g[:-1]) | (s[1:] > run_end[:-1])
-    idx = np.flatnonzero(new)
-    return pd.DataFrame({"group": g[idx], "start_ns": s[idx], "end_ns": np.maximum.reduceat(e, idx)})
-
-
-class Coverage:
-    """The union of some intervals, answering "how much of [a, b) is covered" for many windows at once.
-
-    Built on the cumulative covered length C(t): each query costs two searchsorted calls whatever the sizes.
-    """
-
-    def __init__(self, starts: np.ndarray, ends: np.ndarray) -> None:
-        self.s, self.e = merge_intervals(np.asarray(starts, np.int64), np.asarray(ends, np.int64))
-        self.cum = np.cumsum(self.e - self.s)
-
-    def before(self, t: np.ndarray) -> np.ndarray:
-        """Covered time before each t."""
-        t = np.asarray(t, np.int64)
-        if len(self.s) == 0:
-            return np.zeros(len(t), np.int64)
-        i = np.searchsorted(self.s, t, side="right")
-        prev = np.clip(i - 1, 0, None)
-        full = np.where(i > 0, self.cum[prev], 0)
-        over = np.where(i > 0, np.maximum(self.e[prev] - t, 0), 0)
-        return full - over
-
-    def overlap(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-        """Covered time inside each [a_i, b_i) (0 for empty or reversed windows)."""
-        a = np.asarray(a, np.int64)
-        return np.maximum(self.before(np.maximum(np.asarray(b, np.int64), a)) - self.before(a), 0)
-
-
-#: Per categories Index and pattern, which categories match: name masks are asked for again and again (the
-#: ledger, the views and the rules test the same few patterns on subsets that share one set of categories).
-_CATEGORY_HITS: dict[tuple[int, str, int], tuple["weakref.ref[pd.Index]", np.ndarray]] = {}
-
-
-def category_hits(cats: pd.Index, rx: "re.Pattern[str]") -> np.ndarray:
-    """Per category, whether ``rx`` finds a match in it: one regex search per distinct name, never per row."""
-    key = (id(cats), rx.pattern, rx.flags)
-    got = _CATEGORY_HITS.get(key)
-    if got is not None and got[0]() is cats:
-        return got[1]
-    hit = np.fromiter((rx.search(str(c)) is not None for c in cats), dtype=bool, count=len(cats))
-    if len(_CATEGORY_HITS) > 512:
-        _CATEGORY_HITS.clear()
-    try:
-        _CATEGORY_HITS[key] = (weakref.ref(cats), hit)
-    except TypeError:  # not weakly referable: answer without keeping it
-        pass
-    return hit
-
-
-#: Up to this many wanted categories, a mask is built by comparing the codes with each (one cheap pass per
-#: category); above it, by one table lookup per row.
-_FEW_CODES = 16
-
-
-def codes_in(codes: np.ndarray, hit: np.ndarray, missing: bool = False) -> np.ndarray:
-    """Per row, whether its category code is one of those ``hit`` marks (one bool per category); a missing value
-    (code -1) gives ``missing``. The one home of "rows in these categories" for views, ledger and rules.
-
-    Rules ask about one or two categories of a million rows: a comparison per wanted code, into one reused
-    buffer, is several times cheaper than a table lookup, which first widens every small code to a full-length
-    index array."""
-    wanted = np.flatnonzero(hit)
-    if len(wanted) > _FEW_CODES or missing:
-        return np.append(np.asarray(hit, dtype=bool), missing).take(codes)  # code -1 reads the extra last entry
-    out = np.zeros(len(codes), dtype=bool)
-    tmp = np.empty(len(codes), dtype=bool)
-    for c in wanted.tolist():
-        np.equal(codes, c, out=tmp)
-        out |= tmp
-    return out
-
-
-def name_mask(names: pd.Series, pattern: "str | re.Pattern[str]", case: bool = False) -> np.ndarray:
-    """Rows whose name matches ``pattern`` (searched anywhere), evaluated once per distinct name.
-
-    A string pattern is case-insensitive unless ``case``; a compiled pattern keeps its own flags.
-    """
-    rx = pattern if isinstance(pattern, re.Pattern) else re.compile(pattern, 0 if case else re.IGNORECASE)
-    if len(names) == 0:
-        return np.zeros(0, dtype=bool)
-    if isinstance(names.dtype, pd.CategoricalDtype):
-        cat = names.array
-        return codes_in(cat.codes, category_hits(cat.categories, rx))
-    return np.fromiter((rx.search(str(n)) is not None for n in names), dtype=bool, count=len(names))
-
-
-def kind_mask(kinds: pd.Series, wanted: "tuple[str, ...] | list[str]") -> np.ndarray:
-    """Rows whose value (a kind, a copy kind: a few categories) is one of ``wanted``; on the category codes when
-    the column is categorical."""
-    if isinstance(kinds.dtype, pd.CategoricalDtype):
-        cat = kinds.array
-        return codes_in(cat.codes, np.isin(np.asarray(cat.categories, dtype=object), list(wanted)))
-    return kinds.isin(wanted).to_numpy()
-
-
-def take_rows(frame: pd.DataFrame, positions: np.ndarray) -> pd.DataFrame:
-    """``frame.iloc[positions]``, column by column: a numpy take per column (of the codes for a categorical)
-    into a frame built without a second copy. Same columns, dtypes, index labels and values as pandas' take,
-    which on the events (a million rows, two dozen columns) costs about half as much again."""
-    if not frame.columns.is_unique or any(dt == object for dt in frame.dtypes):
-        return frame.iloc[positions]  # a frame built from object arrays would infer their dtype again
-    cols = {name: (col.to_numpy().take(positions) if isinstance(col.dtype, np.dtype) else col.array.take(positions)) for name, col in frame.items()}
-    out = pd.DataFrame(cols, index=frame.index.take(positions), columns=frame.columns, copy=False)
-    return out.__finalize__(frame)
-
-
-def _join_keys(columns: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
-    """One int64 key per row of two tables from several integer columns (each given as the pair of the two tables'
-    arrays), equal exactly when all columns are equal. Mixed radix over each column's offset from its minimum
-    while the product of the ranges stays far inside int64 (ranks, pids and correlation ids usually do); a
-    column that would overflow is replaced by its codes (hashing), which is slower."""
-    n_a, n_b = len(columns[0][0]), len(columns[0][1])
-    key_a, key_b = np.zeros(n_a, np.int64), np.zeros(n_b, np.int64)
-    room = 1
-    for a, b in columns:
-        a, b = a.astype(np.int64, copy=False), b.astype(np.int64, copy=False)
-        if n_a + n_b == 0:
-            continue
-        lo = min(int(a.min()) if n_a else int(b.min()), int(b.min()) if n_b else int(a.min()))
-        hi = max(int(a.max()) if n_a else int(b.max()), int(b.max()) if n_b else int(a.max()))
-        span = hi - lo + 1
-        if room * span >= 2**62 and room > 1:  # compress the key so far to its distinct values (at most n rows)
-            codes, uniq = pd.factorize(np.concatenate([key_a, key_b]))
-            key_a, key_b, room = codes[:n_a].astype(np.int64), codes[n_a:].astype(np.int64), max(len(uniq), 1)
-        if room * span >= 2**62:  # and this column to its distinct values: two factors of at most n each
-            codes, uniq = pd.factorize(np.concatenate([a, b]))
-            a, b, lo, span = codes[:n_a].astype(np.int64), codes[n_a:].astype(np.int64), 0, max(len(uniq), 1)
-        if span == 1:  # a constant column adds nothing to the key
-            continue
-        # key * span + (column - lo), in place (the key is this function's own array)
-        key_a *= span
-        key_a += a
-        key_a -= lo
-        key_b *= span
-        key_b += b
-        key_b -= lo
-        room *= span
-    return key_a, key_b
-
-
-class _Overlaps:
-    """Which rows of a frame overlap a window [a, b): rows in start order with the running maximum of their ends,
-    so a window costs two binary searches and a look at the rows that can reach into it, not a pass over all."""
-
-    def __init__(self, start: np.ndarray, end: np.ndarray) -> None:
-        self.order = np.argsort(start, kind="stable")
-        self.start = start[self.order]
-        self.end = end[self.order]
-        self.reach = np.maximum.accumulate(self.end) if len(self.end) else self.end
-
-    def rows(self, a: int, b: int) -> np.ndarray:
-        """Positions (ascending, as a boolean mask would give them) of the rows with start < b and end > a."""
-        hi = int(np.searchsorted(self.start, b, side="left"))
-        lo = int(np.searchsorted(self.reach[:hi], a, side="right"))  # rows before lo all end by a
-        keep = self.end[lo:hi] > a
-        return np.sort(self.order[lo:hi][keep])
 
 
 class Views:
@@ -218,6 +24,7 @@ class Views:
     def __init__(self, timeline: Timeline) -> None:
         self.timeline = timeline
         self.events = timeline.events
+        self.efficiency_settings = None  # an efficiency.EfficiencySettings (peaks, model FLOPs) set by the run
 
     # --- time frame -------------------------------------------------------------------------------------
     @cached_property
@@ -351,7 +158,7 @@ class Views:
         gpu_i = np.flatnonzero(kind_mask(kind, GPU_ACTIVITY_KINDS) & self._on_device & linked)
         del linked
         # one int64 key per (rank, pid, correlation), joined by sorting: a hash merge of 10^6 rows costs more
-        hk, gk = _join_keys([(a[host_i], a[gpu_i]) for a in (ev["rank"].to_numpy(), ev["pid"].to_numpy(), corr)])
+        hk, gk = join_keys([(a[host_i], a[gpu_i]) for a in (ev["rank"].to_numpy(), ev["pid"].to_numpy(), corr)])
         order = np.argsort(hk, kind="stable")
         hk_sorted = hk[order]
         first = np.ones(len(hk_sorted), dtype=bool)  # the first runtime row of a key wins (as drop_duplicates did)
@@ -435,14 +242,14 @@ class Views:
         ascending: ``frame.iloc[positions]`` is what a boolean mask over the whole frame would take."""
         return self._overlaps(frame).rows(start_ns, end_ns)
 
-    def _overlaps(self, frame: str) -> _Overlaps:
+    def _overlaps(self, frame: str) -> Overlaps:
         if frame not in self.WINDOWED:
             raise ValueError(f"rows_overlapping: unknown frame {frame!r}; one of {', '.join(self.WINDOWED)}")
         cache = self.__dict__.setdefault("_overlap_index", {})
         if frame not in cache:
             df = getattr(self, frame)
             start = df["start_ns"].to_numpy()
-            cache[frame] = _Overlaps(start, start + df["dur_ns"].to_numpy())
+            cache[frame] = Overlaps(start, start + df["dur_ns"].to_numpy())
         return cache[frame]
 
     #: Rows per block of the events' zone map (``events_overlapping``).
@@ -526,11 +333,3 @@ class Views:
     def host_events(self) -> pd.DataFrame:
         """Every row not on a device (CPU ops, runtime calls, annotations, Python frames, steps)."""
         return take_rows(self.events, np.flatnonzero(~self._on_device))
-
-    # --- time ledger -------------------------------------------------------------------------------------
-    @cached_property
-    def ledger(self):
-        """Every ns of each device's window in one bucket (``traceinsight.ledger``), built once."""
-        from .ledger import build_ledger  # the ledger builds on these views
-
-        return build_ledger(self)

@@ -39,11 +39,14 @@ from typing import Callable, Iterable
 import numpy as np
 import pandas as pd
 
-from .ingest import native
-from .patterns import DATA_WAIT_PRIMARY, SYNC_CALL
-from .rule_api import instance_columns
-from .rules._common import GEMM_CONV
-from .views import Coverage, Views, category_hits, merge_grouped, merge_intervals
+from . import native
+from .finding import instance_columns
+from .intervals import Coverage, merge_grouped, merge_intervals
+from .masks import category_hits, codes_in
+from .patterns import DATA_WAIT_PRIMARY, EVENT_RECORD, GEMM_CONV, STREAM_WAIT, SYNC_CALL
+from .thresholds import LAUNCH_GAP_NS
+from .units import format_what_if  # noqa: F401  (the reports' one-line form of a prediction)
+from .views import Views
 
 #: A host thread idle this long (ns) before resuming right after another thread's call is taken to have waited
 #: for that thread (a hand-off), rather than to have been busy with untraced work.
@@ -53,8 +56,6 @@ HANDOFF_MIN_GAP_NS = 20_000
 STREAM_DEP_MAX_NS = 10_000
 #: A step longer than this multiple of the median of the later steps, at the start of the run, is warm-up.
 WARMUP_FACTOR = 1.5
-#: Host time between two calls up to this long (ns) is per-op launch overhead, which a CUDA graph removes.
-LAUNCH_GAP_MAX_NS = 200_000
 #: Typical delays when the trace shows too few (< MIN_SAMPLES) tasks bound by that edge: kernel-to-kernel delay of
 #: queued work and launch-call start to kernel start (a few µs on current NVIDIA and AMD GPUs).
 DEFAULT_QUEUE_NS = 2_000
@@ -63,9 +64,6 @@ MIN_SAMPLES = 20
 #: Most steps replayed per rank (the middle of the run when there are more); bounds the Python loop.
 MAX_STEPS = 24
 
-#: Calls that record a CUDA/HIP event, and calls that make a stream wait for one.
-EVENT_RECORD = r"^(cuda|hip)EventRecord|^cuEventRecord"
-STREAM_WAIT = r"^(cuda|hip)StreamWaitEvent|^cuStreamWaitEvent"
 
 # node types
 HOST, DATA_WAIT, BLOCKING, MARKER, GPU = 0, 1, 2, 3, 4
@@ -151,16 +149,8 @@ def _codes(col: pd.Series) -> tuple[np.ndarray, list[str], "pd.Index | None"]:
 
 
 def _rows_where(col: tuple[np.ndarray, list[str]], hit: np.ndarray) -> np.ndarray:
-    """Per row: the per-value answer ``hit`` (code -1 reads False)."""
-    codes, which = col[0], np.flatnonzero(hit)
-    if len(which) == 1:
-        return codes == which[0]
-    if len(which) <= 4:  # a few values: compares on the small codes beat a gather through intp indices
-        out = np.zeros(len(codes), bool)
-        for c in which:
-            out |= codes == c
-        return out
-    return np.take(np.r_[hit, False], codes)
+    """Per row: the per-value answer ``hit`` (code -1 reads False), by ``masks.codes_in``."""
+    return codes_in(col[0], hit)
 
 
 def _kind_in(col: tuple[np.ndarray, list[str]], names: tuple[str, ...]) -> np.ndarray:
@@ -913,7 +903,7 @@ def launch_bound_to_graphs(g: Graph, windows=None) -> None:
     """CUDA-graph model: the launches of a step are replayed without host work between them.
 
     Host calls other than data waits, blocking calls and step markers cost nothing, and the host time between
-    them (the framework's per-op overhead) goes when it is shorter than ``LAUNCH_GAP_MAX_NS``; longer host
+    them (the framework's per-op overhead) goes when it is shorter than ``LAUNCH_GAP_NS``; longer host
     stretches are taken to be real host work (Python logic, CPU ops) that a graph would not remove; every GPU task can start a typical launch latency after the (now immediate) launch, and queued tasks
     follow each other at the trace's typical kernel-to-kernel delay. Blocking calls still end where the GPU does.
     """
@@ -921,9 +911,9 @@ def launch_bound_to_graphs(g: Graph, windows=None) -> None:
     h = g.ntype == HOST
     if m is not None:
         h &= m
-    g.dur[h & (g.is_launch | (g.dur <= LAUNCH_GAP_MAX_NS))] = 0  # a long cudaMalloc or module load stays
-    np.minimum(g.prev_lat, 0, out=g.prev_lat, where=h & (g.prev_lat <= LAUNCH_GAP_MAX_NS))
-    np.minimum(g.cross_lat, 0, out=g.cross_lat, where=h & (g.cross_lat <= LAUNCH_GAP_MAX_NS))
+    g.dur[h & (g.is_launch | (g.dur <= LAUNCH_GAP_NS))] = 0  # a long cudaMalloc or module load stays
+    np.minimum(g.prev_lat, 0, out=g.prev_lat, where=h & (g.prev_lat <= LAUNCH_GAP_NS))
+    np.minimum(g.cross_lat, 0, out=g.cross_lat, where=h & (g.cross_lat <= LAUNCH_GAP_NS))
     gp = g.ntype == GPU
     if m is not None:
         gp &= m
@@ -1008,7 +998,7 @@ ASSUMPTIONS = {
     "none": "the unmodified graph replayed",
     "remove_data_wait": "data-wait ranges take no time; host work, launches and GPU work keep their measured durations; the GPU may now be the bound",
     "remove_host_sync": "the host no longer waits at synchronizing calls (copies still run); everything else as measured",
-    "launch_bound_to_graphs": "CUDA-graph model: no per-op host overhead (gaps under 200 us) between launches, typical launch latency, kernels back to back at the trace's kernel-to-kernel delay; syncs and data waits stay",
+    "launch_bound_to_graphs": f"CUDA-graph model: no per-op host overhead (gaps under {LAUNCH_GAP_NS // 1000} us) between launches, typical launch latency, kernels back to back at the trace's kernel-to-kernel delay; syncs and data waits stay",
     "rnn_to_cudnn": "the RNN region keeps only its GEMM kernels, launched back to back (a conservative cuDNN equivalent)",
     "typical_gpu_latencies": "validation: every GPU task waits only the typical launch / kernel-to-kernel delay after its predecessors",
     "remove_warmup": "warm-up steps (leading steps over 1.5x the later median) are left out",
@@ -1016,44 +1006,22 @@ ASSUMPTIONS = {
 }
 
 
-#: The transform that takes each root cause out, by rule code (TI004's and TI002's want the finding's instances
-#: as ``windows``: the RNN region, the stalling syncs). Rules without an entry have no what-if.
-TRANSFORM_FOR_RULE = {
-    "TI001": None,  # a symptom: its gaps are explained by the causes below
-    "TI002": "remove_host_sync",
-    "TI003": "launch_bound_to_graphs",
-    "TI004": "rnn_to_cudnn",
-    "TI005": "remove_data_wait",
-}
 
 
-def format_what_if(what_if: dict | None) -> str:
-    """"step 176.3 -> 118.6 ms (-33 %)", the one-line form the reports show ("" when there is no prediction)."""
-    if not what_if or what_if.get("step_ns") is None or not what_if.get("baseline_step_ns"):
-        return ""
-    b, p = float(what_if["baseline_step_ns"]), float(what_if["step_ns"])
-    unit, div = ("s", 1e9) if b >= 1e10 else ("ms", 1e6) if b >= 1e6 else ("µs", 1e3)
-
-    def num(x: float) -> str:
-        v = x / div
-        return f"{v:.1f}" if v >= 10 else f"{v:.2f}"
-
-    pct = 100.0 * (p - b) / b
-    return f"step {num(b)} → {num(p)} {unit} ({'−' if pct < 0 else '+'}{abs(pct):.0f} %)"
 
 
 # --- API -------------------------------------------------------------------------------------------------
-_CACHE_ATTR = "_whatif_graphs"
+def build_graphs(views: Views) -> list[Graph]:
+    """The graphs of every rank with GPU work."""
+    ranks = sorted(int(r) for r in pd.unique(views.gpu_activity["rank"])) if not views.gpu_activity.empty else []
+    return [gr for gr in (build_graph(views, r) for r in ranks) if gr is not None]
 
 
 def graphs(views: Views) -> list[Graph]:
-    """The graphs of every rank with GPU work, built once per Views."""
-    cached = getattr(views, _CACHE_ATTR, None)
-    if cached is None:
-        ranks = sorted(int(r) for r in pd.unique(views.gpu_activity["rank"])) if not views.gpu_activity.empty else []
-        cached = [gr for gr in (build_graph(views, r) for r in ranks) if gr is not None]
-        setattr(views, _CACHE_ATTR, cached)
-    return cached
+    """The graphs of every rank with GPU work: the analysis' own (``Derived.graphs``, built once), or built now for
+    plain views."""
+    own = getattr(type(views), "graphs", None)
+    return views.graphs if own is not None else build_graphs(views)  # type: ignore[attr-defined]
 
 
 def _resolve(transform, windows) -> tuple[Callable[..., None], str, str]:
@@ -1138,13 +1106,13 @@ def windows_of(instances) -> list[tuple[int, int]] | None:
 WINDOWED = {"remove_host_sync", "rnn_to_cudnn"}
 
 
-def what_if_for(views: Views, code: str, instances=None) -> dict | None:
-    """``Finding.what_if`` for a root-cause finding of rule ``code`` (None for symptoms and rules without a model).
+def what_if_for(views: Views, name: str | None, instances=None) -> dict | None:
+    """``Finding.what_if`` for a root-cause finding whose rule declares transform ``name`` (``Rule.what_if``; None
+    for symptoms and rules without a model).
 
-    TI002 and TI004 pass their instances (stalling syncs, RNN regions) so that only those are edited; without
+    The windowed transforms (``WINDOWED``) edit only the finding's instances (stalling syncs, RNN regions); without
     instances there is nothing to edit and no prediction.
     """
-    name = TRANSFORM_FOR_RULE.get(code)
     if name is None:
         return None
     windows = windows_of(instances) if name in WINDOWED else None

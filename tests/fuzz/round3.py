@@ -302,13 +302,13 @@ def cases() -> list[Case]:
                         lambda d, src=src: [str(src(d)), "-f", "md,text,html,json", "-o", str(d / "out"), "--min-impact", "0"], 0))
     for body in BODIES:
         for on_job in (False, True):
-            out.append(Case("2-3 user rules", f"{body} ({'job' if on_job else 'single'})", rule_case(body, on_job), 4, report_written))
+            out.append(Case("2-3 user rules", f"{body} ({'job' if on_job else 'single'})", rule_case(body, on_job), 6, report_written))
 
     def exits_on_import(d: Path) -> list[str]:
         (d / "r.py").write_text("import sys\nsys.exit(0)\n")
         return [str(kineto(d / "t.json")), "--rules", str(d / "r.py"), "--fail-on", "info"]
-    out.append(Case("2-3 user rules", "sys.exit(0) on import", exits_on_import, 4, stderr_has="sys.exit(0)"))
-    out.append(Case("2-3 user rules", "missing --rules file", lambda d: [str(kineto(d / "t.json")), "--rules", str(d / "nope.py")], 4))
+    out.append(Case("2-3 user rules", "sys.exit(0) on import", exits_on_import, 6, stderr_has="sys.exit(0)"))
+    out.append(Case("2-3 user rules", "missing --rules file", lambda d: [str(kineto(d / "t.json")), "--rules", str(d / "nope.py")], 6))
     for kind in ("generated column", "computed default"):
         out.append(Case("4-5 SQLite", kind, sqlite_case(kind), 3, stderr_has=kind.split()[-1], timeout=30))
     for kind in ("TEXT start", "BLOB end", "REAL start"):
@@ -326,15 +326,15 @@ def cases() -> list[Case]:
         return [str(kineto(d / "t.json"))]
     out.append(Case("6 options", "pull request pyproject (cwd)", pr_pyproject, 2, stderr_has="expects"))
     for addr in ("tcp://", "not an address", "tcp://h:99999"):
-        out.append(Case("8 scheduler", f"--scheduler {addr!r}", lambda d, addr=addr: [str(job(d)), "--scheduler", addr], 5, timeout=15))
-    out.append(Case("8 scheduler", "unreachable (env)", lambda d: [str(job(d))], 5, env={"TRACEINSIGHT_SCHEDULER": f"tcp://127.0.0.1:{free_port()}"},
+        out.append(Case("8 scheduler", f"--scheduler {addr!r}", lambda d, addr=addr: [str(job(d)), "--scheduler", addr], 7, timeout=15))
+    out.append(Case("8 scheduler", "unreachable (env)", lambda d: [str(job(d))], 7, env={"TRACEINSIGHT_SCHEDULER": f"tcp://127.0.0.1:{free_port()}"},
                     timeout=15, stderr_has="no Dask scheduler answered"))
     out.append(Case("8 scheduler", "env + single trace stays local", lambda d: [str(kineto(d / "t.json")), "-f", "json"], 0,
                     env={"TRACEINSIGHT_SCHEDULER": "tcp://127.0.0.1:1"}))
     for kind in ("negative duration", "overlapping steps", "repeated step numbers", "shared correlation", "far kernel"):
         out.append(Case("9 plausibility", kind, odd_kineto(kind), 0, odd_check(kind)))
-    out.append(Case("10 job inputs", "FIFO + link outside", fifo_and_link, 6, missing_check(2), stderr_has="not analysed"))
-    out.append(Case("10 job inputs", "20 corrupt of 23 (glob, --fail-on)", corrupt_ranks, 6, missing_check(20)))
+    out.append(Case("10 job inputs", "FIFO + link outside", fifo_and_link, 8, missing_check(2), stderr_has="not analysed"))
+    out.append(Case("10 job inputs", "20 corrupt of 23 (glob, --fail-on)", corrupt_ranks, 8, missing_check(20)))
     out.append(Case("10 job inputs", "--allow-missing-ranks", lambda d: fifo_and_link(d) + ["--allow-missing-ranks"], 0, missing_check(2)))
     out.append(Case("11 small", "baseline from another tool", baseline_case({"findings": [{"fingerprint": "0123456789abcdef"}]}), 2))
     out.append(Case("11 small", "baseline 300 kB code", baseline_case({"schema_version": 1, "traceinsight_version": "0.1.0", "findings": [

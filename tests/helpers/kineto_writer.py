@@ -276,6 +276,28 @@ class KinetoTrace:
         self._gpu_threads.add((device, stream))
 
     # --- output ------------------------------------------------------------------------------------------
+    # --- allocator records (profile_memory=True) ----------------------------------------------------------
+    def memory(self, at_us: float, nbytes: int, *, allocated: int | None = None, reserved: int | None = None,
+               device: int = 0, device_type: int = 1, addr: int = 0x7F0000000000, tid: int | None = None,
+               legacy: bool = False, name: str = "[memory]") -> None:
+        """A ``[memory]`` instant event as the profiler writes it: ``Bytes`` (+ alloc / - free), the allocator's
+        totals after the call, the device (c10 DeviceType: 0 CPU, 1 CUDA, 6 HIP). ``legacy`` writes the 2021 form
+        (only Device Type, Device Id and Bytes, no ``cat``)."""
+        args: dict[str, Any] = {"Device Type": device_type, "Device Id": device if device_type else -1, "Bytes": int(nbytes)}
+        if not legacy:
+            args = {"Ev Idx": len(self.events), **args, "Addr": addr,
+                    "Total Allocated": int(allocated if allocated is not None else 0),
+                    "Total Reserved": int(reserved if reserved is not None else 0)}
+        ev: dict[str, Any] = {"ph": "i", "s": "t", "name": name, "pid": self.pid, "tid": self.tid if tid is None else tid,
+                              "ts": self._ts(at_us), "args": args}
+        if not legacy:
+            ev = {"ph": "i", "cat": "cpu_instant_event", **{k: v for k, v in ev.items() if k != "ph"}}
+        self.events.append(ev)
+
+    def out_of_memory(self, at_us: float, nbytes: int, *, allocated: int, reserved: int, device: int = 0, device_type: int = 1) -> None:
+        """An ``[OutOfMemory]`` instant event: an allocation of ``nbytes`` that failed."""
+        self.memory(at_us, nbytes, allocated=allocated, reserved=reserved, device=device, device_type=device_type, name="[OutOfMemory]")
+
     def to_dict(self) -> dict[str, Any]:
         meta: list[dict[str, Any]] = [
             {"name": "process_name", "ph": "M", "ts": self._ts(0), "pid": self.pid, "tid": 0, "args": {"name": "python"}},

@@ -131,6 +131,28 @@ _DDL_NEW = {
     ],
 }
 
+#: Memory tables (``--cuda-memory-usage=true``, ``--cuda-um-cpu-page-faults``, ``--cuda-um-gpu-page-faults``), 2024.6 DDL;
+#: written apart from ``_DDL_NEW`` because their rows have no ``end`` in the second column.
+_DDL_MEMORY = {
+    "CUDA_GPU_MEMORY_USAGE_EVENTS": [
+        "start INTEGER NOT NULL", "globalPid INTEGER NOT NULL", "deviceId INTEGER NOT NULL", "contextId INTEGER NOT NULL",
+        "address INTEGER NOT NULL", "pc INTEGER NOT NULL", "bytes INTEGER NOT NULL", "memKind INTEGER NOT NULL",
+        "memoryOperationType INTEGER NOT NULL", "name TEXT", "correlationId INTEGER", "streamId INTEGER",
+        "localMemoryPoolAddress INTEGER", "localMemoryPoolReleaseThreshold INTEGER", "localMemoryPoolSize INTEGER",
+        "localMemoryPoolUtilizedSize INTEGER", "importedMemoryPoolAddress INTEGER", "importedMemoryPoolProcessId INTEGER",
+    ],
+    "CUDA_UM_CPU_PAGE_FAULT_EVENTS": [
+        "start INTEGER NOT NULL", "globalPid INTEGER NOT NULL", "address INTEGER NOT NULL", "originalFaultPc INTEGER",
+        "CpuInstruction TEXT", "module TEXT", "unresolvedFaultPc INTEGER", "sourceFile TEXT", "sourceLine INTEGER",
+    ],
+    "CUDA_UM_GPU_PAGE_FAULT_EVENTS": [
+        "start INTEGER NOT NULL", "end INTEGER NOT NULL", "globalPid INTEGER NOT NULL", "deviceId INTEGER NOT NULL",
+        "address INTEGER NOT NULL", "numberOfPageFaults INTEGER NOT NULL", "faultAccessType INTEGER NOT NULL",
+    ],
+}
+_ENUMS["ENUM_CUDA_DEV_MEM_EVENT_OPER"] = [(0, "CUDA_DEV_MEM_EVENT_OPR_ALLOCATION", "Allocation"),
+                                         (1, "CUDA_DEV_MEM_EVENT_OPR_DEALLOCATION", "Deallocation")]
+
 #: 2022.1 (schema 2.9.1): no green contexts, no cluster/qmd columns, sync rows without eventSyncId, no NVTX payloads.
 _LEGACY_DROP = {
     "greenContextId", "qmdBulkReleaseDone", "qmdPreexitDone", "qmdLastCtaDone", "graphId", "clusterX", "clusterY",
@@ -173,7 +195,10 @@ class NsysTrace:
         self.strings: dict[str, int] = {}
         self.rows: dict[str, list[tuple]] = {name: [] for name in _DDL_NEW}
         self.thread_names: dict[int, str] = {tid: "python"}
+        self.memory_rows: dict[str, list[tuple]] = {name: [] for name in _DDL_MEMORY}
         self._corr = 0
+        self._next_address = 0x7F0000000000
+        self.metric_samples: list[tuple[int, int, str, int]] = []  # (time, device, metric name, value)
 
     # --- ids ---------------------------------------------------------------------------------------------
     def string(self, value: str) -> int:
@@ -193,6 +218,12 @@ class NsysTrace:
 
     def _t(self, ns: int) -> int:
         return self.origin_ns + int(ns)
+
+    # --- GPU metrics sampling (--gpu-metrics-devices) -----------------------------------------------------------
+    def gpu_metrics(self, at_ns: int, values: dict[str, int], *, device: int = 0) -> None:
+        """One sample of GPU metrics (``{"SMs Active [Throughput %]": 80, ...}``) at ``at_ns`` on ``device``."""
+        for name, v in values.items():
+            self.metric_samples.append((self._t(at_ns), device, name, int(v)))
 
     # --- host rows ---------------------------------------------------------------------------------------
     def runtime(self, name: str, start_ns: int, dur_ns: int, *, tid: int | None = None, correlation: int | None = None, driver: bool | None = None) -> int:
@@ -226,6 +257,37 @@ class NsysTrace:
     def osrt(self, name: str, start_ns: int, dur_ns: int, *, tid: int | None = None) -> None:
         """An OS runtime call (``poll``, ``read``, ``pthread_cond_wait``...), as ``--trace osrt`` records."""
         self.rows["OSRT_API"].append((self._t(start_ns), self._t(start_ns + dur_ns), 27, self.global_tid(tid), self.string(name), 0, 0, None))
+
+    # --- memory rows -------------------------------------------------------------------------------------
+    def cuda_malloc(self, start_ns: int, nbytes: int, *, dur_ns: int = 20_000, device: int = 0, mem_kind: int = DEVICE,
+                    tid: int | None = None) -> int:
+        """A ``cudaMalloc`` call and the allocation it records in CUDA_GPU_MEMORY_USAGE_EVENTS; returns the address."""
+        address = self._next_address
+        self._next_address += max(int(nbytes), 512)
+        corr = self.runtime("cudaMalloc", start_ns, dur_ns, tid=tid)
+        self._usage(start_ns + dur_ns // 2, device, address, nbytes, mem_kind, 0, corr)
+        return address
+
+    def cuda_free(self, start_ns: int, address: int, nbytes: int, *, dur_ns: int = 30_000, device: int = 0,
+                  mem_kind: int = DEVICE, tid: int | None = None) -> None:
+        """A ``cudaFree`` call and the release it records."""
+        corr = self.runtime("cudaFree", start_ns, dur_ns, tid=tid)
+        self._usage(start_ns + dur_ns // 2, device, address, nbytes, mem_kind, 1, corr)
+
+    def _usage(self, at_ns: int, device: int, address: int, nbytes: int, mem_kind: int, oper: int, corr: int) -> None:
+        self.memory_rows["CUDA_GPU_MEMORY_USAGE_EVENTS"].append(
+            (self._t(at_ns), self.global_pid(), device, 1, address, 0, int(nbytes), mem_kind, oper, None, corr, None)
+            + (None,) * 6)
+
+    def um_cpu_fault(self, at_ns: int, address: int = 0x7E0000000000) -> None:
+        """One unified-memory page fault on the host (a page migrated back to the CPU)."""
+        self.memory_rows["CUDA_UM_CPU_PAGE_FAULT_EVENTS"].append(
+            (self._t(at_ns), self.global_pid(), address, 0, None, None, None, None, None))
+
+    def um_gpu_faults(self, start_ns: int, dur_ns: int, count: int, *, device: int = 0, address: int = 0x7E0000000000) -> None:
+        """A group of ``count`` unified-memory page faults a GPU took over ``[start, start + dur)``."""
+        self.memory_rows["CUDA_UM_GPU_PAGE_FAULT_EVENTS"].append(
+            (self._t(start_ns), self._t(start_ns + dur_ns), self.global_pid(), device, address, int(count), 1))
 
     # --- GPU rows ----------------------------------------------------------------------------------------
     def _launch(self, name: str, start_ns: int, launch_ns: int | None, launch_dur_ns: int, tid: int | None, launch: bool) -> int | None:
@@ -417,6 +479,20 @@ class NsysTrace:
                 conn.executemany(f"INSERT INTO {table} VALUES ({marks})", rows)
             else:
                 conn.executemany(f"INSERT INTO {table} VALUES ({marks})", ([r[i] for i in keep] for r in rows))
+        for table, rows in self.memory_rows.items():
+            if rows:
+                conn.execute(f"CREATE TABLE {table} ({', '.join(_DDL_MEMORY[table])})")
+                conn.executemany(f"INSERT INTO {table} VALUES ({', '.join('?' * len(_DDL_MEMORY[table]))})", rows)
+        if self.metric_samples:  # as nsys 2024+ writes them: typeId = (chip type << 8) | GPU index
+            names = list(dict.fromkeys(n for _, _, n, _ in self.metric_samples))
+            conn.execute("CREATE TABLE TARGET_INFO_GPU_METRICS (typeId INTEGER NOT NULL, sourceId INTEGER NOT NULL, "
+                         "typeName TEXT NOT NULL, metricId INTEGER NOT NULL, metricName TEXT NOT NULL)")
+            devs = sorted({d for _, d, _, _ in self.metric_samples})
+            conn.executemany("INSERT INTO TARGET_INFO_GPU_METRICS VALUES (?, ?, 'GA100', ?, ?)",
+                             [((0x11 << 8) | d, d, i, n) for d in devs for i, n in enumerate(names)])
+            conn.execute("CREATE TABLE GPU_METRICS (timestamp INTEGER, typeId INTEGER NOT NULL, metricId INTEGER NOT NULL, value INTEGER NOT NULL)")
+            conn.executemany("INSERT INTO GPU_METRICS VALUES (?, ?, ?, ?)",
+                             [(t, (0x11 << 8) | d, names.index(n), v) for t, d, n, v in self.metric_samples])
         times = [r[0] for rows in self.rows.values() for r in rows] + [r[1] for rows in self.rows.values() for r in rows if r[1] is not None]
         if times:
             start = self.system_clock_ns if self.raw_clock else min(times)

@@ -32,7 +32,7 @@ def build(session: Session) -> Any:
     from mcp.server.mcpserver import MCPServer
     from mcp.server.mcpserver.exceptions import ToolError as McpToolError
 
-    from .. import __version__
+    from ..version import __version__
 
     server = MCPServer("traceinsight", version=__version__, instructions=INSTRUCTIONS)
 

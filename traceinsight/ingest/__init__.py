@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from types import ModuleType
 from typing import Any, Callable, NamedTuple
 
 import numpy as np
@@ -28,18 +29,24 @@ ProgressFn = Callable[[str], None]
 
 
 class Format(NamedTuple):
-    sniff: Callable[[Path, bytes], bool]
-    read: Callable[..., ReadResult]
+    package: ModuleType  # the format's subpackage
+    sniff: Callable[[Path, bytes], bool]  # cheap: the first bytes or the folder layout
+    reader: str  # the name of its read function in the package, imported when a file of this format is read
+
+    @property
+    def read(self) -> Callable[..., ReadResult]:
+        return getattr(self.package, self.reader)
 
 
-#: Format name -> its reader, in the order detection tries them.
+#: Format name -> its reader, in the order detection tries them. Detection imports only the sniffers; a run
+#: imports the one reader its file needs.
 FORMATS: dict[str, Format] = {
-    "nsys": Format(nsys.sniff, nsys.read),
-    "tensorflow-xplane": Format(xplane.sniff, xplane.read),
+    "nsys": Format(nsys, nsys.sniff, "read"),
+    "tensorflow-xplane": Format(xplane, xplane.sniff, "read"),
     # before the logdir reader: a folder of kineto rank files is not a TensorBoard logdir
-    "pytorch": Format(kineto.sniff, kineto.read),
-    "tensorflow-logdir": Format(tf.sniff_logdir, tf.read_logdir),
-    "tensorflow-json": Format(tf.sniff_json, tf.read_json),
+    "pytorch": Format(kineto, kineto.sniff, "read"),
+    "tensorflow-logdir": Format(tf, tf.sniff_logdir, "read_logdir"),
+    "tensorflow-json": Format(tf, tf.sniff_json, "read_json"),
 }
 
 SUPPORTED = (
@@ -98,19 +105,21 @@ def load(path: str | os.PathLike, *, format: str | None = None, progress: Progre
 
 #: String columns that must stay categoricals after parts with different categories are joined.
 _CATEGORY_COLUMNS = ("kind", "name", "raw_name", "copy_kind", "category", "grid", "block", "input_shapes",
-                     "thread_name", "stack")
+                     "thread_name", "stack", "input_types", "concrete_inputs")
 
 
 def assemble(result: ReadResult) -> Timeline:
     """A reader's parts as one timeline: the frame, one clock starting at 0, step numbers, checked rows."""
     meta = result.meta
     frames = []
+    memory = []
     for part in result.parts:
         ev = build_events(part.columns, part.optional)
         if part.rank is not None:
             ev["rank"] = np.full(len(ev), part.rank, dtype=np.int32)
-        if part.own_clock:
-            rebase(ev)
+        shift = rebase(ev) if part.own_clock else 0
+        if part.memory is not None:
+            memory.append((part.memory, part.rank, shift))
         frames.append(ev)
     if not frames:
         frames = [build_events({"kind": [], "name": [], "start_ns": [], "dur_ns": []})]
@@ -128,4 +137,14 @@ def assemble(result: ReadResult) -> Timeline:
         assign_steps(events, meta)  # without step rows every row keeps step -1, which build_events set
     if events.empty:
         meta.warn("the trace holds no timed events")
-    return Timeline(events=events, meta=meta)
+    samples = result.samples
+    if samples is not None and len(samples):
+        samples = samples.copy()
+        samples["start_ns"] = samples["start_ns"] - origin  # on the events' clock, 0 = the earliest event
+    else:
+        samples = None
+    if memory:
+        from .memory_table import join
+
+        return Timeline(events=events, meta=meta, memory=join(memory, events, origin, meta), samples=samples)
+    return Timeline(events=events, meta=meta, samples=samples)

@@ -23,6 +23,8 @@ class Rows:
     optional: dict[str, Any] = field(default_factory=dict)
     rank: int | None = None
     own_clock: bool = False
+    #: memory rows (``timeline.MEMORY_COLUMNS`` as arrays) on the same clock as ``columns``; None when there are none
+    memory: dict[str, Any] | None = None
 
     def __len__(self) -> int:
         return len(self.columns["start_ns"])
@@ -37,3 +39,4 @@ class ReadResult:
     parts: list[Rows]
     meta: TraceMeta
     epoch: bool | None = False
+    samples: Any = None  # a pandas frame of sampled hardware metrics (start_ns on the parts' clock), or None

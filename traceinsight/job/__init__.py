@@ -7,11 +7,27 @@ travel, and cross-rank rules judge the job from them (reduce).
 
 from __future__ import annotations
 
-from .mapper import MapSettings, RankFailure, analyze_rank
-from .reduce import Job, reduce_summaries
-from .run import SCHEDULER_ENV, JobAnalysis, analyze_job
-from .storage import expand, is_job_path
-from .summary import RankSummary, summarize_ranks
+#: Public name -> its module, imported on first use: the derived store reads ``summary`` and ``reduce`` for the
+#: single-trace path without loading the map/reduce machinery.
+_API = {
+    "MapSettings": "mapper", "RankFailure": "mapper", "analyze_rank": "mapper",
+    "Job": "reduce", "reduce_summaries": "reduce",
+    "SCHEDULER_ENV": "storage", "JobAnalysis": "run", "analyze_job": "run",
+    "expand": "storage", "is_job_path": "storage",
+    "RankSummary": "summary", "summarize_ranks": "summary",
+}
+
+
+def __getattr__(name: str):
+    mod = _API.get(name)
+    if mod is None:
+        raise AttributeError(f"module 'traceinsight.job' has no attribute {name!r}")
+    from importlib import import_module
+
+    value = getattr(import_module(f".{mod}", __name__), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "Job",

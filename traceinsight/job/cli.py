@@ -12,7 +12,7 @@ import typer
 from ..config import Config
 from ..errors import EXIT_FINDINGS, EXIT_RANKS_MISSING, EXIT_RULE_FAILED, TraceInsightError
 from ..rule_api import Severity
-from .storage import is_job_path
+from .storage import SCHEDULER_ENV, is_job_path
 
 _URL = re.compile(r"^([a-zA-Z][\w+.-]+):/+(.*)$")
 

@@ -12,8 +12,8 @@ import numpy as np
 import pandas as pd
 
 from ..render import escape
-from ..rule_api import fmt_ns
-from .report import FULL_TABLE_RANKS, TOP, _headline, _rank_rule_groups, _rank_table
+from ..units import fmt_ns
+from .report_data import FULL_TABLE_RANKS, TOP, headline, rank_rule_groups, rank_table
 from .run import JobAnalysis
 
 _CSS = """
@@ -80,7 +80,7 @@ def _matrix(ja: JobAnalysis) -> tuple[list[int], list[int], list[int], list[int]
 
 def render_html(ja: JobAnalysis) -> str:
     j = ja.job
-    h = _headline(ja)
+    h = headline(ja)
     parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>traceinsight job: {_e(ja.source)}</title><style>{_CSS}</style></head><body>"]
     parts.append(f"<h1>traceinsight job report: {_e(ja.source)}</h1>")
     step = f"median step {fmt_ns(h['step_ns_median'])}, {h['steps_per_rank']} steps per rank" if h["step_ns_median"] else "no step markers"
@@ -111,7 +111,7 @@ def render_html(ja: JobAnalysis) -> str:
             + (f"<p><b>Fix (PyTorch):</b> {_e(fx.text)}</p><pre>{_e(fx.code.strip())}</pre>" if fx else "")
             + "</div>"
         )
-    table = _rank_table(ja)
+    table = rank_table(ja)
     parts.append("<h2>Ranks</h2>")
     if len(table) <= FULL_TABLE_RANKS:
         parts.append(_table(table, FULL_TABLE_RANKS))
@@ -121,7 +121,7 @@ def render_html(ja: JobAnalysis) -> str:
         parts.append(f"<p>Slowest ranks by median step (top {TOP}):</p>")
         parts.append(_table(table.sort_values(["step_ms", "rank"], ascending=[False, True]), TOP))
     parts.append("<h2>Per-rank findings, by rule</h2><ul>")
-    for g in _rank_rule_groups(ja):
+    for g in rank_rule_groups(ja):
         worst = ", ".join(f"rank {w['rank']} ({fmt_ns(w['impact_ns'])})" for w in g["worst"][:3])
         parts.append(f"<li><b>{_e(g['code'])} {_e(g['rule'])}</b> ({_e(g['severity'])}): on {g['ranks']} of {j.rank_count} ranks; worst: {_e(worst)}.<br>{_e(g['example_message'][:400])}</li>")
     parts.append("</ul>")

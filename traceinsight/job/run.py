@@ -6,7 +6,7 @@ depends on ranks x summary size, not on events.
 
 A scheduler is trusted code: Dask sends tasks and results as pickles, so whoever runs the scheduler (or its workers)
 can run code in this process. The address is checked before use (a malformed one, or one where nothing answers within
-``SCHEDULER_TIMEOUT_S``, is a ``SchedulerError``, exit 5), and every report names the cluster that was used.
+``SCHEDULER_TIMEOUT_S``, is a ``SchedulerError``, exit 7), and every report names the cluster that was used.
 """
 
 from __future__ import annotations
@@ -26,11 +26,10 @@ from ..rule_api import Finding
 from ..rule_api_job import JobContext
 from .mapper import MapSettings, RankFailure, analyze_rank, per_rank_rules
 from .reduce import Job, reduce_summaries
-from .storage import expand
+from .storage import SCHEDULER_ENV, expand
 from .summary import RankSummary
 
-SCHEDULER_ENV = "TRACEINSIGHT_SCHEDULER"
-#: Seconds to wait for the scheduler to answer before giving up with one line (exit 5).
+#: Seconds to wait for the scheduler to answer before giving up with one line (exit 7).
 SCHEDULER_TIMEOUT_S = 10
 _ADDRESS = re.compile(r"^(?:(tcp|tls|inproc|ucx|ws|wss)://)?(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9_.-]+)(?::(\d{1,5}))?/?$")
 

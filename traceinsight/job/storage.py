@@ -19,6 +19,8 @@ from typing import Any, Iterator
 from ..errors import TraceReadError
 
 #: Suffixes of per-rank trace files a job folder is made of.
+#: The environment variable that names a Dask scheduler for the whole-job path.
+SCHEDULER_ENV = "TRACEINSIGHT_SCHEDULER"
 RANK_SUFFIXES = (".json", ".json.gz", ".pt.trace.json", ".pt.trace.json.gz")
 _GLOB = set("*?[")
 
@@ -61,7 +63,7 @@ def _local_rank_files(folder: Path, skipped: list[str] | None = None) -> list[st
     """The PyTorch rank files of a local folder; files with a rank file's name that cannot be taken (a FIFO or
     other non-file, a link leading out of the folder, unreadable) are listed in ``skipped`` as "path: why"."""
     from ..ingest.byteio import read_head
-    from ..ingest.kineto.reader import _looks_like_kineto
+    from ..ingest.kineto.sniff import looks_like_kineto as _looks_like_kineto
 
     out: list[str] = []
     for p in sorted(folder.iterdir()):

@@ -16,15 +16,14 @@ import numpy as np
 import pandas as pd
 
 from ..timeline import Timeline
-from ..views import Coverage, Views, name_mask
+from ..intervals import Coverage
+from ..ledger import build_ledger
+from ..masks import kind_mask, name_mask
+from ..patterns import DATA_WAIT_KINDS, DATA_WAIT_PRIMARY, SYNC_CALL, SYNC_OP
+from ..views import Views
 
-#: NCCL/RCCL collective kernels (their duration includes the time spent waiting for the peers).
-COLLECTIVE = re.compile(r"nccl|rccl|multimem|all_?reduce|all_?gather|reduce_?scatter|all_?to_?all|cross_device_reduce", re.I)
 #: The collective's kind, from a kernel name such as ``ncclKernel_AllReduce_RING_LL_Sum_float``.
 _KIND = re.compile(r"(all_?reduce|all_?gather|reduce_?scatter|all_?to_?all|broadcast|sendrecv|send|recv|reduce)", re.I)
-#: Host ranges that mean "waiting for input" and calls that block the host on the GPU (the rules' heuristics).
-DATA_LOADING = re.compile(r"enumerate\(DataLoader\)|DataLoader|IteratorGetNext|Iterator::|_next_data", re.I)
-SYNC = re.compile(r"^(cuda|hip)(DeviceSynchronize|StreamSynchronize|EventSynchronize)|^cu(Ctx|Stream|Event)Synchronize|^aten::(item|_local_scalar_dense|nonzero)$")
 
 #: Columns of ``RankSummary.steps`` and ``RankSummary.collectives``.
 STEP_COLUMNS = ("step", "start_ns", "end_ns", "busy_ns", "compute_ns", "comm_ns", "exposed_ns", "data_ns", "sync_ns")
@@ -150,8 +149,10 @@ def _summarize_rank(tl: Timeline, views: Views, rank: int, source: str) -> RankS
     h_rows = _rows_of(host, rank)
     h_names = host["name"] if h_rows is None else host["name"].take(h_rows)
     h_s, h_d = _column(host, "start_ns", h_rows), _column(host, "dur_ns", h_rows)
-    data = _cov_of(h_s, h_d, name_mask(h_names, DATA_LOADING))
-    sync = _cov_of(h_s, h_d, name_mask(h_names, SYNC, case=True))
+    # the ledger's own tests (traceinsight.patterns): a job's data-wait and sync figures measure its buckets' rows
+    h_kinds = host["kind"] if h_rows is None else host["kind"].take(h_rows)
+    data = _cov_of(h_s, h_d, name_mask(h_names, DATA_WAIT_PRIMARY, case=True) & kind_mask(h_kinds, DATA_WAIT_KINDS))
+    sync = _cov_of(h_s, h_d, (name_mask(h_names, SYNC_CALL) & kind_mask(h_kinds, ("runtime",))) | (name_mask(h_names, SYNC_OP) & kind_mask(h_kinds, ("cpu_op",))))
 
     if len(a_s):
         w0 = int(a_s.min())
@@ -236,7 +237,7 @@ def _summarize_rank(tl: Timeline, views: Views, rank: int, source: str) -> RankS
 def _ledger(views: Views, rank: int) -> pd.DataFrame:
     """The rank's time ledger per step (``traceinsight.ledger``: every ns of its GPU window in one bucket)."""
     try:
-        by_step = views.ledger.by_step
+        by_step = (views.ledger if hasattr(type(views), "ledger") else build_ledger(views)).by_step
     except Exception:  # noqa: BLE001 - a ledger failure must not lose the rank; the summary simply has none
         return pd.DataFrame({"step": pd.Series(dtype="int64"), "bucket": pd.Series(dtype=object), "ns": pd.Series(dtype="int64")})
     return _sum_by(by_step, by_step["rank"].to_numpy() == rank, ["step", "bucket"])

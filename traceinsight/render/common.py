@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from ..rule_api import fmt_ns
+from ..units import fmt_ns
 
 def clean(value: Any, limit: int = 200) -> str:
     """A single-line, length-bounded, visibly-escaped version of an untrusted string (``sanitize.terminal``)."""

@@ -7,30 +7,28 @@ to pixel columns in Python: a trace with millions of kernels still gives a few t
 
 from __future__ import annotations
 
-import hashlib
 import math
 import os
 import re
-from functools import lru_cache
-from importlib import resources
 from typing import Any
 
 import numpy as np
 import pandas as pd
 import jinja2
-from jinja2 import Environment, FileSystemBytecodeCache, PackageLoader, select_autoescape
-from jinja2.bccache import Bucket
 from markupsafe import Markup, escape
 
-from .. import __version__, advice
-from ..engine import Analysis
-from ..rule_api import Finding, Instance, fmt_ns, instance_columns
-from ..verdict import details, headline, ledger_of
+from .. import advice
+from ..version import __version__
+from ..analysis import Analysis
+from ..finding import Finding, Instance, instance_columns
+from ..units import fmt_ns
 from ..patterns import COLLECTIVE, SYNC_CALL
 from ..timeline import GPU_ACTIVITY_KINDS
-from ..views import kind_mask, merge_intervals, name_mask
+from ..intervals import merge_intervals
+from ..masks import kind_mask, name_mask
 from .common import baseline_sentence, baseline_tag, clean, column_label, column_labels, format_cell, smallest_first
 from .ledger_view import bars as ledger_bars
+from .templating import asset, env, report_css
 
 #: Width of the drawing area of timelines, in SVG user units (the SVG scales to the page).
 PLOT_W = 1000
@@ -48,144 +46,8 @@ MAX_INSTANCE_VIEWS = 10  # findings that get a close-up of their largest instanc
 LEVELS = 4  # coverage is drawn in this many opacity steps; equal neighbours merge into one rect
 
 
-#: Where compiled templates are kept between runs: ``TRACEINSIGHT_CACHE_DIR`` (empty: keep none), else the user's
-#: cache folder. Compiling the report template costs a fresh process 0.1-0.25 s, more than rendering it. The
-#: cache holds code, so it is used only when this user owns the folder and no one else can write to it (docs/ci.md).
-CACHE_ENV = "TRACEINSIGHT_CACHE_DIR"
-
-
-class _TemplateCache(FileSystemBytecodeCache):
-    """Jinja's file cache of compiled templates, keyed also by the Jinja version and our environment's options
-    (the compiled code depends on both, the source checksum alone would not notice), and never an error: a cache
-    that cannot be read or written is a slower run, not a failed one."""
-
-    def __init__(self, directory: str, options: str) -> None:
-        super().__init__(directory, "tmpl-%s.cache")
-        self.options = options
-
-    def get_cache_key(self, name: str, filename: str | None = None) -> str:
-        return hashlib.sha1(f"{jinja2.__version__}|{self.options}|{name}|{filename}".encode()).hexdigest()
-
-    def load_bytecode(self, bucket: Bucket) -> None:
-        try:
-            super().load_bytecode(bucket)
-        except Exception:  # a damaged or foreign file: compile again
-            bucket.reset()
-
-    def dump_bytecode(self, bucket: Bucket) -> None:
-        try:
-            super().dump_bytecode(bucket)
-        except Exception:
-            pass
-
-
-def _template_cache(options: str) -> _TemplateCache | None:
-    root = os.environ.get(CACHE_ENV)
-    if root is None:
-        base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-        root = os.path.join(base, "traceinsight")
-    if not root:
-        return None
-    path = os.path.join(root, "templates")
-    try:
-        os.makedirs(path, mode=0o700, exist_ok=True)
-        st = os.stat(path)
-    except OSError:
-        return None
-    # compiled templates are code: only from a folder that this user owns and nobody else can write to
-    if hasattr(os, "getuid") and (st.st_uid != os.getuid() or st.st_mode & 0o022):
-        return None
-    return _TemplateCache(path, options) if os.access(path, os.W_OK) else None
-
-
-@lru_cache(maxsize=1)
-def _env() -> Environment:
-    options = {"trim_blocks": True, "lstrip_blocks": True}
-    env = Environment(
-        loader=PackageLoader("traceinsight.render", "templates"),
-        autoescape=select_autoescape(default=True, default_for_string=True),
-        bytecode_cache=_template_cache(repr(sorted(options.items()))),
-        **options,
-    )
-    env.filters["ns"] = fmt_ns
-    env.filters["clean"] = clean
-    env.filters["inline_code"] = inline_code
-    return env
-
-
-_INLINE_CODE = re.compile(r"`([^`\n]+)`")
-
-
-def inline_code(text: Any) -> Markup:
-    """Prose with Markdown-style `code` spans as HTML: escaped first, so the only markup added is <code>."""
-    return Markup(_INLINE_CODE.sub(r"<code>\1</code>", str(escape("" if text is None else text))))
-
-
-def _asset(name: str) -> Markup:
-    text = resources.files("traceinsight.render").joinpath("templates", name).read_text(encoding="utf-8")
-    # our own files; the guard only protects against a future edit closing the element early
-    assert "</style" not in text.lower() and "</script" not in text.lower()
-    return Markup(text)
-
-
 def render(analysis: Analysis, title: str | None = None, **_: Any) -> str:
-    return _env().get_template("report.html.j2").render(**context(analysis, title=title))
-
-
-#: Ledger bucket colours in the notebook view (idle causes warm, busy time cool).
-_BUCKET_COLORS = {
-    "compute": "#4263eb", "communication": "#9c36b5", "copy": "#0c8599", "idle_data_wait": "#e8590c",
-    "idle_host_sync": "#f08c00", "idle_launch_bound": "#fab005", "idle_host_busy": "#66a80f", "idle_untraced": "#adb5bd",
-    "idle_gpu_dependency": "#845ef7", "idle_warmup": "#ced4da", "idle_other": "#fa5252",
-}
-MAX_INLINE_FINDINGS = 8
-
-
-def render_inline(analysis: Analysis) -> str:
-    """The compact report ``Analysis._repr_html_`` shows in Jupyter: verdict, key numbers, the time ledger per
-    device and the findings with their leading fix. Self-contained and script-free (notebooks strip scripts of
-    untrusted outputs), so it reads the same in JupyterLab, VS Code, GitHub's viewer and nbviewer."""
-    from ..verdict import _BUCKET_WORDS
-
-    meta = analysis.timeline.meta
-    head = headline(analysis)
-    findings = []
-    for i, f in enumerate(analysis.findings[:MAX_INLINE_FINDINGS]):
-        first = next(((fw, fx) for fw, fx in f.fixes.items() if fx.text.strip()), None)
-        findings.append({
-            "n": i + 1, "code": clean(f.code, 20), "severity": f.severity.value, "title": clean(f.title, 300),
-            "message": clean(f.message, 1500), "impact_ns": int(f.impact_ns),
-            "fix": None if first is None else {"label": advice.label(first[0]), "text": first[1].text.strip(), "code": first[1].code},
-        })
-    ledger = []
-    lg = analysis.ledger
-    if lg is not None and not lg.by_device.empty:
-        many = len(meta.ranks) > 1
-        for (rank, device), g in lg.by_device.groupby(["rank", "device"], sort=True):
-            total = max(int(g["ns"].sum()), 1)
-            parts = [{"bucket": b, "name": _BUCKET_WORDS.get(b, b), "ns": int(ns), "pct": 100.0 * ns / total, "color": _BUCKET_COLORS.get(b, "#868e96")}
-                     for b, ns in zip(g["bucket"], g["ns"]) if ns > 0]
-            ledger.append({"rank": int(rank), "device": int(device), "label": f"rank {rank} GPU {device}" if many else f"GPU {device}",
-                           "parts": parts, "top": sorted(parts, key=lambda p: -p["ns"])[:4]})
-            if len(ledger) >= MAX_DEVICES_DRAWN:
-                break
-    gpus = sorted({clean(d.name, 60) for d in meta.devices if d.name})
-    ctx = {
-        "title": clean(meta.path.rsplit("/", 1)[-1] or "trace", 120),
-        "meta_format": clean(meta.source_format, 40),
-        "framework": analysis.framework,
-        "framework_label": advice.label(analysis.framework),
-        "gpu": ", ".join(gpus[:3]),
-        "generated": clean(meta.extra.get("generated") or "", 300),
-        "verdict": details(analysis),
-        "head": head,
-        "busy_pct": head["gpu_busy_pct"],
-        "ledger": ledger,
-        "findings": findings,
-        "more": max(len(analysis.findings) - MAX_INLINE_FINDINGS, 0),
-        "rules_run": len(analysis.rules_run),
-    }
-    return _env().get_template("inline.html.j2").render(**ctx)
+    return env().get_template("report.html.j2").render(**context(analysis, title=title))
 
 
 # --- data for the template -------------------------------------------------------------------------------
@@ -194,8 +56,8 @@ def render_inline(analysis: Analysis) -> str:
 def context(analysis: Analysis, title: str | None = None) -> dict[str, Any]:
     s = analysis.summary
     meta = analysis.timeline.meta
-    head = headline(analysis)
-    verdict = details(analysis)
+    head = analysis.kpis
+    verdict = analysis.verdict
     views = analysis.views
     findings = [_finding(i + 1, f, detailed=i < MAX_FINDINGS_DETAILED) for i, f in enumerate(analysis.findings)]
     for fd, f in zip(findings[:MAX_INSTANCE_VIEWS], analysis.findings):
@@ -241,11 +103,12 @@ def context(analysis: Analysis, title: str | None = None) -> dict[str, Any]:
         "generated": clean(meta.extra.get("generated") or "", 300),
         "title": clean(title or meta.path.rsplit("/", 1)[-1] or "trace", 120),
         "version": __version__,
-        "css": _asset("report.css"),
-        "js": _asset("report.js"),
+        "css": report_css(),
+        "js": asset("report.js"),
         "head": head,
         "verdict": verdict,
-        "ledger": ledger_bars(ledger_of(analysis)),
+        "ledger": ledger_bars(analysis.ledger),
+        "efficiency": _efficiency(analysis),
         "busy_pct": head["gpu_busy_pct"],
         "findings": findings,
         "devices": devices,
@@ -268,11 +131,36 @@ def context(analysis: Analysis, title: str | None = None) -> dict[str, Any]:
         "warnings": [clean(w, 600) for w in [*meta.warnings, *analysis.warnings]],
         "rules_run": ", ".join(analysis.rules_run),
         "timeline": tl,
+        "memory": _memory_charts(analysis, tl, len(meta.ranks) > 1),
         "baseline": clean(baseline_sentence(analysis) or "", 300),
         "baseline_fixed": [(clean(x["code"], 20), clean(x["title"], 200)) for x in (analysis.baseline.fixed[:20] if analysis.baseline else [])],
         "gutter": GUTTER,
         "plot_w": PLOT_W,
         "lane_h": LANE_H,
+    }
+
+
+def _efficiency(analysis: Analysis) -> dict[str, Any] | None:
+    """The efficiency card: headline, per-class rows, the roofline (an SVG whose text is escaped where it is built)."""
+    from .efficiency_view import (COLUMNS, TOP_OP_COLUMNS, efficiency_of, hardware_lines, headline as eff_headline, roofline_svg,
+                                  step_line, table_rows, top_op_rows)
+
+    eff = efficiency_of(analysis)
+    if eff is None or eff.classes.empty:
+        return None
+    measured = eff.available or any(v is not None and v == v for v in eff.classes["achieved_gbs"])
+    src = eff.peak.source if eff.peak.source.startswith("https://") else ""
+    return {
+        "headline": clean(eff_headline(eff), 600),
+        "step_line": clean(step_line(eff), 300),
+        "hardware": [clean(h.strip(), 300) for h in hardware_lines(eff)],
+        "columns": COLUMNS,
+        "rows": [[clean(c, 120) for c in r] for r in table_rows(eff)] if measured else [],
+        "roofline": Markup(roofline_svg(eff)),
+        "top_columns": TOP_OP_COLUMNS,
+        "top_rows": [[clean(c, 160) for c in r] for r in top_op_rows(eff)],
+        "notes": [clean(n, 300) for n in eff.notes[0 if eff.available else 1:]],
+        "source": clean(src, 300),
     }
 
 
@@ -640,6 +528,15 @@ def _instance(tl, views, f: Finding) -> dict[str, Any] | None:
         "ticks": _ticks(w0, w1),
         "band": {"x": x0, "w": max(_x(min(e, w1), w0, w1) - x0, 1.5)},
     }
+
+
+def _memory_charts(analysis: Analysis, tl: dict[str, Any] | None, many_ranks: bool) -> list[dict[str, Any]]:
+    """Per GPU with memory events, its chart on the whole-trace axis of the timeline's overview."""
+    from .memory_view import charts
+
+    span = max(analysis.views.span_ns, 1)
+    ticks = tl["ov_ticks"] if tl else _ticks(0, span, 6)
+    return charts(analysis, GUTTER, PLOT_W, ticks, tl["ov_window"] if tl else None, many_ranks)
 
 
 def _timeline_block(analysis: Analysis, views) -> dict[str, Any] | None:

@@ -8,11 +8,11 @@ import msgspec
 import numpy as np
 import pandas as pd
 
-from .. import __version__
-from ..engine import Analysis
-from ..rule_api import Finding, instance_columns
+from .. import workload
+from ..version import __version__
+from ..analysis import Analysis
+from ..finding import Finding, instance_columns
 from ..sanitize import json_text
-from ..verdict import details, headline, ledger_of
 from .common import smallest_first
 
 SCHEMA_VERSION = 1
@@ -38,10 +38,13 @@ def to_dict(analysis: Analysis, max_evidence_rows: int | None = 50) -> dict[str,
             "devices": [vars(d) for d in meta.devices],
             "warnings": list(meta.warnings),
         },
-        "verdict": details(analysis),
-        "kpis": headline(analysis),
-        "ledger": ledger_of(analysis).to_dict(),
+        "verdict": analysis.verdict,
+        "kpis": analysis.kpis,
+        "ledger": analysis.ledger.to_dict(),
         "summary": analysis.summary.to_dict(),
+        "workload": workload.of(analysis),
+        "memory": jsonable(analysis.views.memory.to_dict()),
+        "efficiency": _efficiency(analysis),
         "findings": [_finding(analysis, f, max_evidence_rows) for f in analysis.findings],
         "baseline": analysis.baseline.to_dict() if analysis.baseline is not None else None,
         "rules_run": list(analysis.rules_run),
@@ -72,17 +75,17 @@ def finding_dict(f: Finding, max_evidence_rows: int | None = 50) -> dict[str, An
         "impact_pct_step": None if f.impact_pct_step is None else round(float(f.impact_pct_step), 3),
         "location": {k: (None if v is None else int(v)) for k, v in vars(f.location).items()},
         "fingerprint": f.fingerprint,
-        "metrics": _jsonable(f.metrics),
+        "metrics": jsonable(f.metrics),
         "evidence": {
             "columns": [str(c) for c in ev.columns],
-            "rows": [[_jsonable(v) for v in row] for row in ev.itertuples(index=False, name=None)],
+            "rows": [[jsonable(v) for v in row] for row in ev.itertuples(index=False, name=None)],
             "total_rows": int(len(f.evidence)),
         },
         "fixes": {fw: {"text": fx.text, "code": fx.code} for fw, fx in f.fixes.items()},
         "instances": inst,
         "total_instances": len(f.instances),
         "explains": list(f.explains),
-        "what_if": None if f.what_if is None else _jsonable(f.what_if),
+        "what_if": None if f.what_if is None else jsonable(f.what_if),
     }
 
 
@@ -103,12 +106,12 @@ def _instance_dicts(instances: Any) -> list[dict[str, Any]]:
     ]
 
 
-def _jsonable(value: Any) -> Any:
+def jsonable(value: Any) -> Any:
     """Plain JSON values from numpy scalars, NaN, pandas NA and anything else (as its string)."""
     if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
+        return {str(k): jsonable(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
+        return [jsonable(v) for v in value]
     if hasattr(value, "item") and not isinstance(value, (str, bytes)):
         try:
             value = value.item()
@@ -126,3 +129,10 @@ def _jsonable(value: Any) -> Any:
 def render(analysis: Analysis, max_evidence_rows: int | None = 50, **_: Any) -> str:
     # json_text: C1, bidi and zero-width characters from the trace written as \uXXXX escapes (same decoded value)
     return json_text(msgspec.json.format(msgspec.json.encode(to_dict(analysis, max_evidence_rows)), indent=2).decode())
+
+
+def _efficiency(analysis: Analysis) -> dict[str, Any] | None:
+    from .efficiency_view import efficiency_of
+
+    eff = efficiency_of(analysis)
+    return eff.to_dict() if eff is not None else None

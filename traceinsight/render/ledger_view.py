@@ -4,42 +4,20 @@ Markdown). Built from the ``Ledger`` alone, so the formats cannot disagree about
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 
-from ..ledger import BUCKETS, Ledger
-from ..rule_api import fmt_ns
+from ..buckets import BUCKETS, LABELS, SHORT
+from ..units import fmt_ns
 
-#: How each bucket is named in reports (the JSON keeps the bucket ids).
-BUCKET_LABELS: dict[str, str] = {
-    "compute": "compute",
-    "communication": "communication (exposed)",
-    "copy": "copies",
-    "idle_data_wait": "idle: data wait",
-    "idle_host_sync": "idle: host sync",
-    "idle_launch_bound": "idle: launch-bound",
-    "idle_host_busy": "idle: host busy",
-    "idle_untraced": "idle: untraced host",
-    "idle_gpu_dependency": "idle: GPU-side wait",
-    "idle_warmup": "idle: warm-up",
-    "idle_other": "idle: other",
-}
-#: Short column heads for tables.
-BUCKET_SHORT: dict[str, str] = {
-    "compute": "compute",
-    "communication": "comm",
-    "copy": "copy",
-    "idle_data_wait": "data wait",
-    "idle_host_sync": "sync",
-    "idle_launch_bound": "launch",
-    "idle_host_busy": "host busy",
-    "idle_untraced": "untraced",
-    "idle_gpu_dependency": "GPU wait",
-    "idle_warmup": "warm-up",
-    "idle_other": "other",
-}
+if TYPE_CHECKING:  # pragma: no cover
+    from ..ledger import Ledger
+
+#: How each bucket is named in reports (the JSON keeps the bucket ids) and in table heads: ``traceinsight.buckets``.
+BUCKET_LABELS = LABELS
+BUCKET_SHORT = SHORT
 #: Steps drawn per device, and devices drawn: a bar per step stays readable up to a few dozen.
 MAX_STEP_BARS = 40
 MAX_DEVICES = 16

@@ -11,11 +11,10 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from ..engine import Analysis
-from ..rule_api import fmt_ns
-from ..verdict import details, headline, ledger_of
+from ..analysis import Analysis
+from ..units import fmt_ns
 from . import escape
-from ..whatif import format_what_if
+from ..units import format_what_if
 from .. import advice
 from .common import baseline_sentence, baseline_tag, column_label, format_cell
 from .ledger_view import markdown as ledger_markdown
@@ -38,7 +37,7 @@ def _fence(code: str, lang: str = "python") -> str:
 
 
 def kpi_line(analysis: Analysis) -> str:
-    h = headline(analysis)
+    h = analysis.kpis
     sev = h["findings_by_severity"]
     busy = "n/a" if h["gpu_busy_pct"] is None else f"{h['gpu_busy_pct']:.1f}%"
     parts = [
@@ -88,7 +87,7 @@ def _code_span(text: str) -> str:
 
 def render(analysis: Analysis, html_name: str | None = None, max_chars: int = MAX_CHARS, **_: Any) -> str:
     meta = analysis.timeline.meta
-    v = details(analysis)
+    v = analysis.verdict
     name = meta.path.rsplit("/", 1)[-1] if meta.path else "trace"
     head = [
         f"## traceinsight: {esc(name, 120)}",
@@ -98,9 +97,15 @@ def render(analysis: Analysis, html_name: str | None = None, max_chars: int = MA
         kpi_line(analysis),
         "",
     ]
-    table = ledger_markdown(ledger_of(analysis))
+    table = ledger_markdown(analysis.ledger)
     if table:
         head += [table]
+    mem_devices = analysis.views.memory.devices
+    if mem_devices:
+        from .memory_view import summary_line
+
+        head += ["**GPU memory:** " + "; ".join(f"rank {d.rank} GPU {d.device}: {esc(summary_line(d), 300)}" for d in mem_devices[:8]), ""]
+    head += _efficiency_markdown(analysis)
     if meta.extra.get("generated"):
         head += [f"> Generated trace: {esc(meta.extra['generated'], 300)}. Its GPU activity was not measured.", ""]
     sentence = baseline_sentence(analysis)
@@ -156,3 +161,25 @@ def render(analysis: Analysis, html_name: str | None = None, max_chars: int = MA
         cut = "\n\n… (truncated — see the HTML report)\n"
         text = text[: max_chars - len(cut)] + cut
     return text
+
+
+def _efficiency_markdown(analysis: Analysis) -> list[str]:
+    """MFU with the peak it used, and the per-class table (dense peaks) when anything was measured."""
+    from .efficiency_view import COLUMNS, efficiency_of, hardware_lines, headline, step_line, table_rows
+
+    eff = efficiency_of(analysis)
+    if eff is None or eff.classes.empty:
+        return []
+    out = [f"**Efficiency:** {esc(headline(eff), 600)}", ""]
+    line = step_line(eff)
+    if line:
+        out += [esc(line, 300), ""]
+    hw = hardware_lines(eff)
+    if hw:
+        out += [f"- {esc(h.strip(), 300)}" for h in hw] + [""]
+    if eff.available or any(r is not None for r in eff.classes["achieved_gbs"]):
+        out += ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+        out += ["| " + " | ".join(esc(c, 120) for c in row) + " |" for row in table_rows(eff)]
+        out.append("")
+    out += [f"- {esc(n, 300)}" for n in eff.notes[1 if not eff.available else 0:]]
+    return out + ([""] if eff.notes else [])

@@ -25,9 +25,9 @@ import msgspec
 import numpy as np
 import pandas as pd
 
-from .. import __version__
-from ..engine import Analysis
-from ..rule_api import Finding, instance_columns
+from ..version import __version__
+from ..analysis import Analysis
+from ..finding import Finding, instance_columns
 from .common import clean
 
 #: Trace-event categories of the PyTorch Profiler for each timeline kind (what the kineto reader maps back).

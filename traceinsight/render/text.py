@@ -9,12 +9,11 @@ from rich.console import Console
 from rich.markup import escape as markup_escape
 from rich.table import Table
 
-from ..engine import Analysis
-from ..rule_api import fmt_ns
+from ..analysis import Analysis
+from ..units import fmt_ns
 from .escape import rich as escape  # terminal-safe and markup-safe: every trace string goes through it
 from .escape import terminal
-from ..verdict import details, ledger_of
-from ..whatif import format_what_if
+from ..units import format_what_if
 from .common import baseline_sentence, baseline_tag
 from .ledger_view import table as ledger_table
 
@@ -66,7 +65,7 @@ def render(analysis: Analysis, width: int = 110, **_: Any) -> str:
     meta = tl.meta
     con.print(f"[bold]{escape(meta.path or '(timeline)')}[/]  {escape(meta.tool or meta.source_format)}"
               + (f" {escape(str(meta.tool_version))}" if meta.tool_version else ""))
-    v = details(analysis)
+    v = analysis.verdict
     con.print(f"[bold]Verdict: {escape(v['headline'])}.[/] {escape(v['sentence'])}")
     busy = s.gpu_busy_pct
     con.print(f"span {fmt_ns(s.span_ns)}, {len(tl.events):,} events, {s.kernel_count:,} kernels ({fmt_ns(s.kernel_time_ns)} kernel time)"
@@ -77,12 +76,19 @@ def render(analysis: Analysis, width: int = 110, **_: Any) -> str:
             for d in s.devices
         ]
         _print(con, _table("GPU utilization (first to last GPU activity)", ["rank", "device", "name", "window", "busy", "idle", "busy %"], rows, text_col=2, width=width))
-    cols, rows = ledger_table(ledger_of(analysis))
+    cols, rows = ledger_table(analysis.ledger)
     if rows:
         _print(con, _table("Where the GPU time went (% of each device's window)", cols, rows, text_col=0, width=width))
+    mem_devices = analysis.views.memory.devices
+    if mem_devices:
+        from .memory_view import summary_line
+
+        for d in mem_devices:
+            con.print(f"GPU memory, rank {d.rank} GPU {d.device}: {escape(summary_line(d))}")
     if s.steps:
         st = s.steps
         con.print(f"steps: {st['count']}  mean {fmt_ns(st['mean_ns'])}  median {fmt_ns(st['median_ns'])}  max {fmt_ns(st['max_ns'])}")
+    _efficiency(con, analysis, width)
     if not s.top_kernels.empty:
         rows = [
             [str(r.name), f"{int(r.count):,}", fmt_ns(r.total_ns), fmt_ns(r.mean_ns), f"{r.pct_kernel_time:.1f}"]
@@ -113,3 +119,22 @@ def render(analysis: Analysis, width: int = 110, **_: Any) -> str:
     for w in [*meta.warnings, *analysis.warnings]:
         con.print(f"[yellow]warning:[/] {escape(w)}")
     return buf.getvalue()
+
+
+def _efficiency(con: Console, analysis: Analysis, width: int) -> None:
+    """The efficiency section: MFU with its peak, then achieved rates per kernel class."""
+    from .efficiency_view import COLUMNS, efficiency_of, hardware_lines, headline, step_line, table_rows
+
+    eff = efficiency_of(analysis)
+    if eff is None or eff.classes.empty:
+        return
+    con.print(f"[bold]Efficiency:[/] {escape(headline(eff))}")
+    line = step_line(eff)
+    if line:
+        con.print(escape(line))
+    for hw in hardware_lines(eff):
+        con.print(escape(hw))
+    if eff.available or any(r is not None for r in eff.classes["achieved_gbs"]):
+        _print(con, _table("Is the busy GPU doing useful work (per kernel class; dense peaks)", COLUMNS, table_rows(eff), text_col=0, width=width))
+    for n in eff.notes[1 if not eff.available else 0:]:
+        con.print(f"  note: {escape(n)}")

@@ -184,8 +184,9 @@ static PyObject *intern_list(Intern *t) {
 /* ------------------------------------------------------------------------------------------------------------ */
 /* Row storage: one growable array per column, all with the same capacity.                                        */
 
-enum { I_PH, I_CAT, I_NAME, I_PID_STR, I_TID_STR, I_GRID, I_BLOCK, I_DIMS, I_ARGNAME, N_I32 };
-static const char *I32_NAMES[N_I32] = {"ph", "cat", "name", "pid_str", "tid_str", "grid", "block", "input_dims", "arg_name"};
+enum { I_PH, I_CAT, I_NAME, I_PID_STR, I_TID_STR, I_GRID, I_BLOCK, I_DIMS, I_ARGNAME, I_TYPES, I_CONCRETE, N_I32 };
+static const char *I32_NAMES[N_I32] = {"ph", "cat", "name", "pid_str", "tid_str", "grid", "block", "input_dims", "arg_name",
+                                       "input_types", "concrete_inputs"};
 
 enum { L_PID, L_TID, N_I64 };
 static const char *I64_NAMES[N_I64] = {"pid", "tid"};
@@ -194,8 +195,9 @@ enum { F_TS, F_DUR, F_CORR, F_EXT, F_EXT_LEGACY, F_DEVICE, F_STREAM, F_BYTES, F_
 static const char *F64_NAMES[N_F64] = {"ts", "dur", "correlation", "external_id", "external_id_legacy", "device",
                                        "stream", "bytes", "registers", "shared_mem", "occupancy"};
 
-enum { T_PH, T_CAT, T_NAME, T_IDS, T_DIM3, T_DIMS, T_ARGNAME, N_TABLES };
-static const char *TABLE_NAMES[N_TABLES] = {"ph", "cat", "name", "ids", "dim3", "input_dims", "arg_name"};
+enum { T_PH, T_CAT, T_NAME, T_IDS, T_DIM3, T_DIMS, T_ARGNAME, T_TYPES, T_CONCRETE, N_TABLES };
+static const char *TABLE_NAMES[N_TABLES] = {"ph", "cat", "name", "ids", "dim3", "input_dims", "arg_name", "input_types",
+                                           "concrete_inputs"};
 
 typedef struct {
     int32_t *i32[N_I32];
@@ -203,6 +205,44 @@ typedef struct {
     double *f64[N_F64];
     size_t n, cap;
 } Rows;
+
+/* The allocator fields of instant events (``[memory]``, ``[OutOfMemory]``): kept apart from the complete-event
+   columns, so events without them pay nothing for them. */
+enum { M_ADDR, M_BYTES, M_TOTAL_ALLOC, M_TOTAL_RES, M_DEV_TYPE, M_DEV_ID, N_MEM };
+static const char *MEM_NAMES[N_MEM] = {"addr", "bytes", "total_allocated", "total_reserved", "device_type", "device_id"};
+
+typedef struct {
+    double *f64[N_MEM];
+    size_t n, cap;
+} MemRows;
+
+static int mem_reserve(MemRows *r, size_t want) {
+    if (want <= r->cap) return 0;
+    size_t cap = r->cap ? r->cap : 1024;
+    while (cap < want) cap *= 2;
+    for (int k = 0; k < N_MEM; k++) {
+        double *p = realloc(r->f64[k], cap * sizeof(double));
+        if (!p) return -1;
+        r->f64[k] = p;
+    }
+    r->cap = cap;
+    return 0;
+}
+
+static void mem_free(MemRows *r) {
+    for (int k = 0; k < N_MEM; k++) free(r->f64[k]);
+    memset(r, 0, sizeof(*r));
+}
+
+/* The allocator field an args key names, or -1. */
+static int mem_key(const char *k, Py_ssize_t n) {
+    static const char *keys[N_MEM] = {"Addr", "Bytes", "Total Allocated", "Total Reserved", "Device Type", "Device Id"};
+    for (int i = 0; i < N_MEM; i++) {
+        size_t len = strlen(keys[i]);
+        if ((size_t)n == len && memcmp(k, keys[i], len) == 0) return i;
+    }
+    return -1;
+}
 
 static int rows_reserve(Rows *r, size_t want) {
     if (want <= r->cap) return 0;
@@ -250,6 +290,9 @@ typedef struct {
     Intern tables[N_TABLES];
     Rows rows; /* complete events (ph "X") */
     Rows meta; /* metadata events (ph "M"): process and thread names */
+    Rows instant; /* instant events (ph "i" / "I"): allocator records among them */
+    MemRows mem;  /* their allocator fields, row for row */
+    double mem_args[N_MEM]; /* the allocator fields of the event being scanned */
     size_t events;
 } Scan;
 
@@ -801,12 +844,18 @@ static int open_container(Scan *s, char close) {
 static void args_defaults(Rows *r, size_t row) {
     for (int k = F_CORR; k < N_F64; k++) r->f64[k][row] = NAN;
     r->i32[I_GRID][row] = r->i32[I_BLOCK][row] = r->i32[I_DIMS][row] = r->i32[I_ARGNAME][row] = -1;
+    r->i32[I_TYPES][row] = r->i32[I_CONCRETE][row] = -1;
+}
+
+static void mem_defaults(Scan *s) {
+    for (int k = 0; k < N_MEM; k++) s->mem_args[k] = NAN;
 }
 
 static int scan_args(Scan *s, size_t row) {
     Rows *r = &s->rows;
     const int depth = s->outer + 2; /* containers around a value in args: the outer ones, the event, args */
     args_defaults(r, row);
+    mem_defaults(s);
     int rc0 = open_container(s, '}');
     if (rc0) return rc0 < 0 ? rc0 : OK;
     for (;;) {
@@ -825,6 +874,10 @@ static int scan_args(Scan *s, size_t row) {
         else if (KEY_IS(k, n, "registers per thread")) f = &r->f64[F_REGS][row];
         else if (KEY_IS(k, n, "shared memory")) f = &r->f64[F_SHMEM][row];
         else if (KEY_IS(k, n, "est. achieved occupancy %")) f = &r->f64[F_OCC][row];
+        else {
+            int m = mem_key(k, n);
+            if (m >= 0) f = &s->mem_args[m];
+        }
         if (f) {
             rc = scan_float_field(s, f, 1);
         } else if (KEY_IS(k, n, "grid") || KEY_IS(k, n, "block")) {
@@ -838,6 +891,10 @@ static int scan_args(Scan *s, size_t row) {
             }
         } else if (KEY_IS(k, n, "Input Dims")) {  /* raw text on both paths, never decoded */
             rc = scan_raw_field(s, &s->tables[T_DIMS], &r->i32[I_DIMS][row], depth, 0);
+        } else if (KEY_IS(k, n, "Input type")) {  /* raw text, as Input Dims: read by the FLOPs model */
+            rc = scan_raw_field(s, &s->tables[T_TYPES], &r->i32[I_TYPES][row], depth, 0);
+        } else if (KEY_IS(k, n, "Concrete Inputs")) {
+            rc = scan_raw_field(s, &s->tables[T_CONCRETE], &r->i32[I_CONCRETE][row], depth, 0);
         } else if (KEY_IS(k, n, "name")) {
             if (*s->p == '"') {
                 rc = scan_str_field(s, &s->tables[T_ARGNAME], &r->i32[I_ARGNAME][row], NULL);
@@ -878,6 +935,7 @@ static int scan_event(Scan *s) {
     if (rows_reserve(r, r->n + 1) < 0) return NOMEM;
     size_t row = r->n;
     row_defaults(r, row);
+    mem_defaults(s);
     int ph = 0;
     int rc0 = open_container(s, '}');
     if (rc0 < 0) return rc0;
@@ -902,6 +960,7 @@ static int scan_event(Scan *s) {
             if (*s->p == '{') rc = scan_args(s, row);
             else if (*s->p == 'n') {
                 args_defaults(r, row); /* "args": null replaces an earlier args too */
+                mem_defaults(s);
                 rc = scan_literal(s, "null", 4);
             } else rc = FAIL(s, "an args field that is not an object");
         } else {
@@ -917,6 +976,10 @@ static int scan_event(Scan *s) {
         r->n++;
     } else if (ph == 'M') {
         if (copy_row(&s->meta, r, row) < 0) return NOMEM;
+    } else if (ph == 'i' || ph == 'I') {
+        if (copy_row(&s->instant, r, row) < 0 || mem_reserve(&s->mem, s->mem.n + 1) < 0) return NOMEM;
+        for (int k = 0; k < N_MEM; k++) s->mem.f64[k][s->mem.n] = s->mem_args[k];
+        s->mem.n++;
     }
     return OK;
 }
@@ -996,9 +1059,13 @@ static PyObject *build_result(Scan *s, Py_ssize_t span_start, Py_ssize_t span_en
                                   "truncated", truncated ? Py_True : Py_False, "span", span_start, span_end,
                                   "bad_utf8", s->bad_utf8 ? Py_True : Py_False);
     if (!out) return NULL;
-    const char *keys[2] = {"complete", "metadata"};
-    Rows *groups[2] = {&s->rows, &s->meta};
-    for (int g = 0; g < 2; g++) {
+    if (put_columns(out, "instant_memory", MEM_NAMES, N_MEM, (void **)s->mem.f64, sizeof(double), s->mem.n) < 0) {
+        Py_DECREF(out);
+        return NULL;
+    }
+    const char *keys[3] = {"complete", "metadata", "instant"};
+    Rows *groups[3] = {&s->rows, &s->meta, &s->instant};
+    for (int g = 0; g < 3; g++) {
         PyObject *d = rows_dict(groups[g]);
         if (!d || PyDict_SetItemString(out, keys[g], d) < 0) {
             Py_XDECREF(d);
@@ -1130,6 +1197,8 @@ static PyObject *scan(PyObject *module, PyObject *arg) {
     for (t = 0; t < N_TABLES; t++) intern_free(&s.tables[t]);
     rows_free(&s.rows);
     rows_free(&s.meta);
+    rows_free(&s.instant);
+    mem_free(&s.mem);
     PyBuffer_Release(&view);
     return out;
 }

@@ -20,7 +20,7 @@ import msgspec
 import numpy as np
 import pandas as pd
 
-from .. import native
+from ... import native
 
 _FLOAT_FIELDS = ("ts", "dur", "correlation", "external_id", "external_id_legacy", "device", "stream", "bytes",
                  "registers", "shared_mem", "occupancy")
@@ -40,9 +40,12 @@ class EventColumns:
     grid: pd.Categorical  # "x,y,z"
     block: pd.Categorical
     input_dims: pd.Categorical  # the raw JSON text of args["Input Dims"]
+    input_types: pd.Categorical  # the raw JSON text of args["Input type"] (dtypes, read by the FLOPs model)
+    concrete_inputs: pd.Categorical  # the raw JSON text of args["Concrete Inputs"] (stride, padding, equation ...)
     thread_names: pd.DataFrame  # pid, tid, thread_name (the last ``thread_name`` metadata event of a thread)
     bad_utf8: bool = False
     bad_ids: np.ndarray | None = None  # rows whose pid or tid no int64 holds (dropped, counted)
+    memory: dict[str, np.ndarray] | None = None  # the allocator instant events (``memory_instants``), None if none
 
 
 def native_available() -> bool:
@@ -203,10 +206,53 @@ def scan_columns(data: bytes) -> tuple[EventColumns, dict[str, Any]]:
         grid=_categorical(dim3_map[i32["grid"]], dim3_uniques),
         block=_categorical(dim3_map[i32["block"]], dim3_uniques),
         input_dims=_categorical(i32["input_dims"], texts(strings["input_dims"], json_string=False)),
+        input_types=_categorical(i32["input_types"], texts(strings["input_types"], json_string=False)),
+        concrete_inputs=_categorical(i32["concrete_inputs"], texts(strings["concrete_inputs"], json_string=False)),
         thread_names=thread_names,
     )
     cols.bad_utf8 = bad or bool(res.get("bad_utf8"))
+    cols.memory = _native_memory(res, names, strings, texts)
     return cols, {"span": res["span"], "truncated": res["truncated"]}
+
+
+# --- allocator instant events -----------------------------------------------------------------------------------
+
+#: Instant events that are allocator records, and the field names both decoders give their args.
+MEMORY_EVENT_NAMES = ("[memory]", "[OutOfMemory]")
+MEMORY_FIELDS = ("addr", "bytes", "total_allocated", "total_reserved", "device_type", "device_id")
+
+
+def _native_memory(res: dict, names: list[str], strings: dict, texts) -> dict[str, np.ndarray] | None:
+    inst = res.get("instant")
+    if not inst or not memoryview(inst["f64"]["ts"]).nbytes:
+        return None
+    code = np.frombuffer(inst["i32"]["name"], dtype=np.int32)
+    wanted = np.array([n in MEMORY_EVENT_NAMES for n in names] + [False])
+    keep = wanted[code]
+    if not keep.any():
+        return None
+    pid, tid = _resolve_ids([(np.frombuffer(inst["i64"]["pid"], dtype=np.int64)[keep], np.frombuffer(inst["i32"]["pid_str"], dtype=np.int32)[keep]),
+                             (np.frombuffer(inst["i64"]["tid"], dtype=np.int64)[keep], np.frombuffer(inst["i32"]["tid_str"], dtype=np.int32)[keep])],
+                            texts(strings["ids"]))
+    out = {"name": np.array(names + [""], dtype=object)[code[keep]], "ts": np.frombuffer(inst["f64"]["ts"], dtype=np.float64)[keep],
+           "pid": pid, "tid": tid}
+    for f in MEMORY_FIELDS:
+        out[f] = np.frombuffer(res["instant_memory"][f], dtype=np.float64)[keep]
+    return out
+
+
+def _struct_memory(events: list[Any]) -> dict[str, np.ndarray] | None:
+    from .decode import Args
+
+    inst = [e for e in events if e.ph in ("i", "I") and e.name in MEMORY_EVENT_NAMES]
+    if not inst:
+        return None
+    strings: dict[str, int] = {}
+    pid, tid = _resolve_ids([_ids_of([e.pid for e in inst], strings), _ids_of([e.tid for e in inst], strings)], list(strings))
+    noarg = Args()
+    args = [e.args or noarg for e in inst]
+    return {"name": np.array([e.name for e in inst], dtype=object), "ts": _num([e.ts for e in inst]), "pid": pid, "tid": tid,
+            **{f: _num([getattr(a, "mem_" + f) for a in args]) for f in MEMORY_FIELDS}}
 
 
 # --- general path ---------------------------------------------------------------------------------------------
@@ -291,6 +337,8 @@ def struct_columns(events: list[Any]) -> EventColumns:
     cats = [e.cat if isinstance(e.cat, str) else ("" if e.cat is None else str(e.cat)) for e in evs]
     names = [e.name if isinstance(e.name, str) else ("" if e.name is None else str(e.name)) for e in evs]
     dims = [bytes(a.input_dims).decode("utf-8", "replace") or None for a in args]
+    types = [bytes(a.input_types).decode("utf-8", "replace") or None for a in args]
+    concrete = [bytes(a.concrete_inputs).decode("utf-8", "replace") or None for a in args]
     margs = [e.args.name if e.args is not None and isinstance(e.args.name, str) else None for e in meta]
     return EventColumns(
         n_events=len(events),
@@ -303,6 +351,9 @@ def struct_columns(events: list[Any]) -> EventColumns:
         grid=_categorical(*_factorized([format_dims(a.grid) for a in args])),
         block=_categorical(*_factorized([format_dims(a.block) for a in args])),
         input_dims=_categorical(*_factorized(dims)),
+        input_types=_categorical(*_factorized(types)),
+        concrete_inputs=_categorical(*_factorized(concrete)),
         thread_names=_thread_names(mpid, mtid, np.array([e.name == "thread_name" for e in meta], dtype=bool), margs),
         bad_ids=bad_ids if bad_ids.any() else None,
+        memory=_struct_memory(events),
     )

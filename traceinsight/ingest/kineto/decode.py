@@ -31,7 +31,16 @@ class Args(msgspec.Struct, gc=False):
     shared_mem: Any = msgspec.field(default=None, name="shared memory")
     occupancy: Any = msgspec.field(default=None, name="est. achieved occupancy %")
     input_dims: msgspec.Raw = msgspec.field(default=msgspec.Raw(b""), name="Input Dims")
+    input_types: msgspec.Raw = msgspec.field(default=msgspec.Raw(b""), name="Input type")
+    concrete_inputs: msgspec.Raw = msgspec.field(default=msgspec.Raw(b""), name="Concrete Inputs")
     name: Any = None  # metadata events: process / thread name
+    # allocator records ([memory], [OutOfMemory] instant events)
+    mem_addr: Any = msgspec.field(default=None, name="Addr")
+    mem_bytes: Any = msgspec.field(default=None, name="Bytes")
+    mem_total_allocated: Any = msgspec.field(default=None, name="Total Allocated")
+    mem_total_reserved: Any = msgspec.field(default=None, name="Total Reserved")
+    mem_device_type: Any = msgspec.field(default=None, name="Device Type")
+    mem_device_id: Any = msgspec.field(default=None, name="Device Id")
 
 
 class Event(msgspec.Struct, gc=False):

@@ -25,9 +25,11 @@ import pandas as pd
 from ...demangle import demangled_categories
 from ...errors import TraceReadError
 from ...timeline import COPY_KINDS, KINDS, DeviceInfo, TraceMeta
-from ..byteio import read_bytes, read_head
+from ..byteio import read_bytes
 from ..parts import ReadResult, Rows
+from .sniff import rank_files, sniff  # noqa: F401  (the package's entry points)
 from .columns import Declined, EventColumns, native_available, scan_columns, struct_columns
+from .memory import memory_rows
 from .decode import Trace, bad_utf8_warning, decode, decode_header, is_cut_short, truncation_warning
 
 # --- category -> kind ---------------------------------------------------------------------------------------
@@ -72,45 +74,6 @@ def _kind_tester(kind: np.ndarray):
 _STEP_RE = re.compile(r"^ProfilerStep#\d+$")
 _MAX_DUR_NS = 7 * 24 * 3600 * 10**9  # longer is a corrupted CUPTI record (HTA drops these too)
 
-# --- detection ------------------------------------------------------------------------------------------
-
-_TF_MARKERS = (b'"/host:CPU', b'"/device:GPU:', b'"/device:CPU:', b'"/device:TPU:', b"highres-ticks")
-_KINETO_STRONG = (b'"schemaVersion"', b'"deviceProperties"', b'"distributedInfo"', b'"ProfilerStep#')
-_KINETO_WEAK = (b'"cpu_op"', b'"Operator"', b'"cuda_runtime"', b'"Runtime"', b'"kernel"', b'"Kernel"')
-
-
-def _looks_like_kineto(head: bytes) -> bool:
-    """Kineto JSON, judged from the first bytes; TensorFlow's Chrome-trace export (plane names) is left to tf_json."""
-    h = head.lstrip()
-    if not h.startswith((b"{", b"[")):
-        return False
-    if any(m in head for m in _KINETO_STRONG):
-        return True
-    if any(m in head for m in _TF_MARKERS):
-        return False
-    if any(m in head for m in _KINETO_WEAK):
-        return True
-    return b'"traceEvents"' in head or (h.startswith(b"[") and b'"ph"' in head)
-
-
-def sniff(path: Path, head: bytes) -> bool:
-    if path.is_dir():
-        return bool(_rank_files(path))
-    return _looks_like_kineto(head)
-
-
-def _rank_files(folder: Path) -> list[Path]:
-    files = sorted(p for p in folder.iterdir() if p.is_file() and (p.name.endswith(".json") or p.name.endswith(".json.gz")))
-    out = []
-    for p in files:
-        try:
-            if p.stat().st_size and _looks_like_kineto(read_head(p)):
-                out.append(p)
-        except (OSError, TraceReadError):
-            continue
-    return out
-
-
 # --- reading ---------------------------------------------------------------------------------------------
 
 
@@ -130,7 +93,7 @@ def read(path: Path, progress=None, max_bytes: int | None = None, **_: Any) -> R
 
 
 def _read_folder(folder: Path, progress, max_bytes: int | None) -> ReadResult:
-    files = _rank_files(folder)
+    files = rank_files(folder)
     if not files:
         raise TraceReadError(f"{folder}: no PyTorch profiler trace files (.json / .json.gz) in this folder")
     if progress:
@@ -225,6 +188,9 @@ def _read_file_nogc(path: Path, progress=None, max_bytes: int | None = None) -> 
     if progress:
         progress("arranging columns")
     rows, origin_ns = _build(cols, header, path, warnings)
+    if cols.memory is not None:
+        base_ns = _base_time_ns(header.baseTimeNanoseconds, path, [])
+        rows.memory = memory_rows(cols.memory, (origin_ns - base_ns) / 1000.0, origin_ns, warnings)
     meta = _meta(header, path, rows.columns["device"])
     meta.extra["absolute_origin_ns"] = origin_ns
     for w in warnings:
@@ -272,11 +238,22 @@ def _rows(cols: EventColumns, keep: np.ndarray) -> EventColumns:
     """The same columns for the rows in ``keep`` only (grid, block and dims are compacted where they are used)."""
     out = copy.copy(cols)
     out.has_ts = cols.has_ts[keep]
-    for attr in ("pid", "tid", "grid", "block", "input_dims"):
+    for attr in ("pid", "tid", "grid", "block", "input_dims", "input_types", "concrete_inputs"):
         setattr(out, attr, getattr(cols, attr)[keep])
     out.cat, out.name = _compact(cols.cat[keep]), _compact(cols.name[keep])  # categories stay those the rows use
     out.floats = {k: v[keep] for k, v in cols.floats.items()}
     out.bad_ids = cols.bad_ids[keep] if cols.bad_ids is not None else None
+    return out
+
+
+def _op_arg_columns(cols: EventColumns, is_op: np.ndarray) -> dict[str, pd.Categorical]:
+    """The optional ``input_types`` / ``concrete_inputs`` columns (raw JSON text on framework ops), present only
+    when the trace recorded them (``record_shapes=True``); the FLOPs model reads dtypes and scalar arguments here."""
+    out = {}
+    for col in ("input_types", "concrete_inputs"):
+        values = _compact(getattr(cols, col), is_op)
+        if len(values.categories):
+            out[col] = values
     return out
 
 
@@ -357,11 +334,14 @@ def _build(cols: EventColumns, header: Trace, path: Path, warnings: list[str]) -
     if is_kernel.any():
         optional["grid"] = _compact(cols.grid, is_kernel)
         optional["block"] = _compact(cols.block, is_kernel)
-        for col in ("registers", "shared_mem", "occupancy"):
-            optional[col] = np.where(is_kernel, f[col], np.nan)
+        for col in ("registers", "shared_mem", "occupancy"):  # a count no int64 holds is no count (blank, as 1e400)
+            v = f[col]
+            with np.errstate(invalid="ignore"):
+                optional[col] = np.where(is_kernel & (np.abs(v) <= _ID_LIMIT), v, np.nan)
     shapes = _compact(cols.input_dims, kind_is("cpu_op"))
     if len(shapes.categories):
         optional["input_shapes"] = shapes
+    optional.update(_op_arg_columns(cols, kind_is("cpu_op")))
     tn = cols.thread_names
     if len(tn):
         looked = pd.DataFrame({"pid": pid, "tid": tid}).merge(tn, on=["pid", "tid"], how="left")

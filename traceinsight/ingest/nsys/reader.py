@@ -29,13 +29,12 @@ from ...timeline import COPY_KINDS, KINDS, TIME_LIMIT_NS, DeviceInfo, TraceMeta
 from ..byteio import resolve_max_bytes
 from ..parts import ReadResult, Rows
 from . import schema as S
-from .sql import MAX_VALUE_BYTES, MMAP_BYTES, UNTYPED_ROWS, bound, string_table, table_columns
+from .sniff import REP_MAGIC, REP_SUFFIXES, SQLITE_MAGIC, sniff  # noqa: F401  (sniff: the package's entry point)
+from .sql import MAX_VALUE_BYTES, UNTYPED_ROWS, connect, string_table, table_columns
+from .memory import read_memory
 from .tables import (Part, factorize, read_graphs, read_host_other, read_kernels, read_memcpy, read_memset,
                           read_nvtx, read_runtime, read_syncs)
 
-SQLITE_MAGIC = b"SQLite format 3\x00"
-REP_MAGIC = b"NVIDIA Tegra Profiler Report"
-REP_SUFFIXES = (".nsys-rep", ".qdrep")
 
 ProgressFn = Callable[[str], None]
 
@@ -43,25 +42,6 @@ ProgressFn = Callable[[str], None]
 # --- detection --------------------------------------------------------------------------------------------
 
 
-def sniff(path: Path, head: bytes) -> bool:
-    """An nsys SQLite export (SQLite magic + an nsys marker table) or a ``.nsys-rep`` report."""
-    if head.startswith(REP_MAGIC) or REP_MAGIC in head[:256]:
-        return True
-    if path.is_file() and path.name.lower().endswith(REP_SUFFIXES):
-        return True
-    if not head.startswith(SQLITE_MAGIC):
-        return False
-    try:
-        conn = _connect(path)  # table names: a sniff needs no committed-but-unmerged rows
-    except TraceReadError:
-        return False
-    try:
-        names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-    except sqlite3.DatabaseError:
-        return False
-    finally:
-        conn.close()
-    return bool(names & set(S.MARKER_TABLES)) or any(n.startswith("CUPTI_ACTIVITY_KIND_") for n in names)
 
 
 # --- entry point ------------------------------------------------------------------------------------------
@@ -143,7 +123,7 @@ def _opened(path: Path) -> Iterator[sqlite3.Connection]:
     except OSError:
         has_wal = False
     if not has_wal:
-        conn = _connect(path)
+        conn = connect(path)
         try:
             yield conn
         finally:
@@ -156,28 +136,13 @@ def _opened(path: Path) -> Iterator[sqlite3.Connection]:
             shutil.copyfile(wal, Path(str(copy) + "-wal"))
         except OSError as exc:
             raise TraceReadError(f"{path}: has a -wal file with committed data, and copying both to read it failed ({exc})") from None
-        conn = _connect(copy, immutable=False)
+        conn = connect(copy, immutable=False)
         try:
             yield conn
         finally:
             conn.close()
 
 
-def _connect(path: Path, immutable: bool = True) -> sqlite3.Connection:
-    """Read-only and (by default) immutable: no lock, no journal, no WAL file next to the user's trace."""
-    uri = Path(path).resolve().as_uri() + ("?mode=ro&immutable=1" if immutable else "?mode=ro")
-    try:
-        conn = sqlite3.connect(uri, uri=True)
-    except sqlite3.Error as exc:
-        raise TraceReadError(f"{path}: cannot open as SQLite ({exc})") from None
-    bound(conn)  # no string or blob past MAX_VALUE_BYTES is ever built, whatever the file computes
-    # Captured environments and old exports hold non-UTF-8 bytes; a name with a replacement char beats a crash.
-    conn.text_factory = lambda b: b.decode("utf-8", "replace")
-    try:
-        conn.execute(f"PRAGMA mmap_size = {MMAP_BYTES}")  # read-only page access in place; writes nothing
-    except sqlite3.Error:
-        pass
-    return conn
 
 
 # --- assembly ---------------------------------------------------------------------------------------------
@@ -447,6 +412,7 @@ def _read_conn(conn: sqlite3.Connection, path: Path, progress: ProgressFn | None
 
     meta.start_unix_ns, meta.extra["clock"] = _clock(conn, tables, origin)
     meta.devices = _devices(conn, tables, rows.columns["device"])
+    rows.memory = read_memory(conn, tables)
     meta.extra["processes"] = _processes(conn, tables)
     if "DERIVED_FROM" in meta_kv:
         meta.extra["derived_from"] = meta_kv["DERIVED_FROM"]
@@ -454,7 +420,17 @@ def _read_conn(conn: sqlite3.Connection, path: Path, progress: ProgressFn | None
             f"this export is a time-window slice of {meta_kv['DERIVED_FROM']}: GPU work near its edges may lack "
             "the API call that launched it"
         )
-    return ReadResult([rows], meta)
+    return ReadResult([rows], meta, samples=_gpu_metrics(conn, tables, meta))
+
+
+def _gpu_metrics(conn: sqlite3.Connection, tables: dict[str, set[str]], meta: TraceMeta):
+    from .gpu_metrics import read_gpu_metrics
+
+    try:
+        return read_gpu_metrics(conn, tables)
+    except (sqlite3.Error, ValueError, OverflowError) as exc:
+        meta.warn(f"GPU metrics samples could not be read ({type(exc).__name__}); SM/tensor activity is not shown")
+        return None
 
 
 def _close_open_ranges(parts: list[Part], meta: TraceMeta) -> None:

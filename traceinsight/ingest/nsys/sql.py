@@ -287,3 +287,19 @@ def string_table(conn: sqlite3.Connection, max_bytes: int | None = None) -> np.n
     lookup = np.full(int(ids.max()) + 1, None, dtype=object)
     lookup[ids] = [r[1].decode("utf-8", "replace") if isinstance(r[1], bytes) else r[1] for r in rows]
     return lookup
+
+def connect(path: Path, immutable: bool = True) -> sqlite3.Connection:
+    """Read-only and (by default) immutable: no lock, no journal, no WAL file next to the user's trace."""
+    uri = Path(path).resolve().as_uri() + ("?mode=ro&immutable=1" if immutable else "?mode=ro")
+    try:
+        conn = sqlite3.connect(uri, uri=True)
+    except sqlite3.Error as exc:
+        raise TraceReadError(f"{path}: cannot open as SQLite ({exc})") from None
+    bound(conn)  # no string or blob past MAX_VALUE_BYTES is ever built, whatever the file computes
+    # Captured environments and old exports hold non-UTF-8 bytes; a name with a replacement char beats a crash.
+    conn.text_factory = lambda b: b.decode("utf-8", "replace")
+    try:
+        conn.execute(f"PRAGMA mmap_size = {MMAP_BYTES}")  # read-only page access in place; writes nothing
+    except sqlite3.Error:
+        pass
+    return conn

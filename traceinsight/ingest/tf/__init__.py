@@ -2,9 +2,21 @@
 (``logdir``, which reads each host's XSpace or JSON file as a rank). Both classify events with ``xplane.lines``.
 """
 
-from .logdir import read as read_logdir
-from .logdir import sniff as sniff_logdir
-from .trace_json import read as read_json
-from .trace_json import sniff as sniff_json
+from .sniff import sniff_json, sniff_logdir
+
+#: The readers, imported when a file of this format is read (detection needs only the sniffers).
+_LAZY = {"read_json": ("trace_json", "read"), "read_logdir": ("logdir", "read")}
+
+
+def __getattr__(name: str):
+    target = _LAZY.get(name)
+    if target is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from importlib import import_module
+
+    value = getattr(import_module(f".{target[0]}", __name__), target[1])
+    globals()[name] = value
+    return value
+
 
 __all__ = ["read_json", "read_logdir", "sniff_json", "sniff_logdir"]

@@ -17,39 +17,21 @@ from ...timeline import TraceMeta
 from .. import xplane
 from ..parts import ReadResult, Rows
 from . import trace_json
-
-XPLANE_SUFFIX = ".xplane.pb"
-JSON_SUFFIX = ".trace.json.gz"
+from .sniff import JSON_SUFFIX, XPLANE_SUFFIX, has_profile_files
 
 
-def _has_profile_files(d: Path) -> bool:
-    try:
-        return any(p.name.endswith((XPLANE_SUFFIX, JSON_SUFFIX)) for p in d.iterdir() if p.is_file())
-    except OSError:
-        return False
+
 
 
 def find_runs(root: Path) -> list[Path]:
     """Run folders under ``root`` (or ``root`` itself when it is one), oldest first."""
-    if _has_profile_files(root):
+    if has_profile_files(root):
         return [root]
     runs = [p.parent for p in root.rglob(f"*{XPLANE_SUFFIX}")] + [p.parent for p in root.rglob(f"*{JSON_SUFFIX}")]
     uniq = sorted(set(runs), key=lambda p: (p.name, str(p)))
     return uniq
 
 
-def sniff(path: Path, head: bytes) -> bool:
-    if not path.is_dir():
-        return False
-    if _has_profile_files(path):
-        return True
-    for sub in ("plugins/profile", "train/plugins/profile", "profile"):
-        d = path / sub
-        if d.is_dir() and any(_has_profile_files(r) for r in d.iterdir() if r.is_dir()):
-            return True
-    # deeper layouts (logs/fit/<time>/train/plugins/profile/<run>)
-    return any(True for _ in path.glob(f"**/plugins/profile/*/*{XPLANE_SUFFIX}")) or any(
-        True for _ in path.glob(f"**/plugins/profile/*/*{JSON_SUFFIX}"))
 
 
 def read(path: Path, progress=None, run: str | None = None, max_bytes: int | None = None, **options) -> ReadResult:
@@ -69,7 +51,7 @@ def read(path: Path, progress=None, run: str | None = None, max_bytes: int | Non
             warnings.append(f"{len(runs)} runs found, read newest {chosen_run.name}; use --run to pick another")
     files = sorted(p for p in chosen_run.iterdir() if p.name.endswith(XPLANE_SUFFIX))
     is_xplane = bool(files)
-    read_columns = xplane.read_columns
+    read_columns = _xplane_with_memory
     if not files:
         files = sorted(p for p in chosen_run.iterdir() if p.name.endswith(JSON_SUFFIX))
         read_columns = trace_json.read_columns
@@ -78,8 +60,8 @@ def read(path: Path, progress=None, run: str | None = None, max_bytes: int | Non
     absolute = True
     if progress:
         progress(f"reading {len(files)} host file{'s' if len(files) > 1 else ''} of run {chosen_run.name}")
-    for rank, (columns, optional, meta, abs_) in enumerate(_read_all(read_columns, files, max_bytes, RANK_POOL)):
-        parts.append(Rows(columns, optional, rank=rank))
+    for rank, (columns, optional, meta, abs_, *memory) in enumerate(_read_all(read_columns, files, max_bytes, RANK_POOL)):
+        parts.append(Rows(columns, optional, rank=rank, memory=memory[0] if memory else None))
         metas.append(meta)
         absolute = absolute and abs_
     if len(files) > 1 and not absolute:
@@ -110,6 +92,12 @@ def read(path: Path, progress=None, run: str | None = None, max_bytes: int | Non
 #: runs"): the C walker releases the GIL for its event walk, but that is a small part of a file's load (most is
 #: building columns, which holds the GIL), so threads gain little, and processes pay start-up and pickling.
 RANK_POOL = "serial"
+
+
+def _xplane_with_memory(path: Path, max_bytes: int | None) -> tuple:
+    """``xplane.read_columns`` plus the file's memory rows (a module-level function, so process pools can send it)."""
+    memory: list = []
+    return (*xplane.read_columns(path, max_bytes, memory), memory[0])
 
 
 def _read_all(read_columns, files: list[Path], max_bytes: int | None, pool: str) -> list[tuple]:

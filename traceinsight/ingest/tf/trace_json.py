@@ -19,19 +19,8 @@ from ..byteio import read_bytes
 from ..parts import ReadResult, Rows
 from ..xplane.lines import EVENT_STATS, LineBatch, device_info, frame_from_lines, host_only_warning, plane_kind
 
-#: Keys only PyTorch's kineto writes; their presence means the file is not ours.
-KINETO_MARKERS = (b'"schemaVersion"', b'"deviceProperties"', b'"distributedInfo"', b'"cat": "kernel"',
-                  b'"cat":"kernel"', b'"cat": "cpu_op"', b'"cat":"cpu_op"')
-PLANE_MARKERS = (b'"/host:CPU"', b'"/device:GPU:', b'"/device:TPU:', b'"/device:CPU:')
 
 
-def sniff(path: Path, head: bytes) -> bool:
-    if path.is_dir() or not head:
-        return False
-    if any(k in head for k in KINETO_MARKERS):
-        return False
-    return b'"displayTimeUnit"' in head and (any(k in head for k in PLANE_MARKERS) or b'"process_name"' in head
-                                             and b'"traceEvents"' in head and path.name.endswith(".trace.json.gz"))
 
 
 def _load_json(path: Path, max_bytes: int | None = None) -> dict:

@@ -8,11 +8,13 @@ from typing import Any
 
 from ...timeline import TraceMeta
 from ..parts import ReadResult, Rows
+from .sniff import sniff  # noqa: F401  (the package's entry point)
 from .lines import frame_from_table, host_only_warning, whole_number
+from .memory import memory_from_table
 from .space import decode_space, load_space, native_scanner
 
 
-def read_columns(path: Path, max_bytes: int | None = None) -> tuple[dict[str, Any], dict[str, Any], TraceMeta, bool]:
+def read_columns(path: Path, max_bytes: int | None = None, memory: list | None = None) -> tuple[dict[str, Any], dict[str, Any], TraceMeta, bool]:
     """Decode one xplane.pb to timeline columns on its own clock; ``absolute`` = times are ns since the epoch."""
     scan = native_scanner()
     space = load_space(path, scan, max_bytes)
@@ -30,6 +32,8 @@ def read_columns(path: Path, max_bytes: int | None = None) -> tuple[dict[str, An
         stop = whole_number(env.get("profile_stop_time"), start_time)
         if stop is not None:
             meta.extra["profile_duration_ns"] = stop - start_time
+    if memory is not None:
+        memory.append(memory_from_table(table, name_table))
     columns, optional = frame_from_table(table, name_table, meta)
     warning = host_only_warning(meta.devices, columns["kind"])
     if warning:
@@ -41,18 +45,11 @@ def read_columns(path: Path, max_bytes: int | None = None) -> tuple[dict[str, An
     return columns, optional, meta, absolute
 
 
-def sniff(path: Path, head: bytes) -> bool:
-    if path.is_dir():
-        return False
-    name = path.name
-    if name.endswith(".xplane.pb"):
-        return True
-    # content check: XSpace starts with field 1 (planes, length-delimited) whose XPlane holds a plane name
-    return head[:1] == b"\x0a" and (b"/host:CPU" in head or b"/device:" in head or b"Task Environment" in head)
 
 
 def read(path: Path, progress=None, max_bytes: int | None = None, **options) -> ReadResult:
     if progress:
         progress(f"decoding {path.name}")
-    columns, optional, meta, absolute = read_columns(path, max_bytes)
-    return ReadResult([Rows(columns, optional)], meta, epoch=absolute)
+    memory: list = []
+    columns, optional, meta, absolute = read_columns(path, max_bytes, memory)
+    return ReadResult([Rows(columns, optional, memory=memory[0])], meta, epoch=absolute)

@@ -15,8 +15,9 @@ import numpy as np
 
 from ...errors import TraceReadError
 from ...timeline import DeviceInfo
-from .. import native
+from ... import native
 from ..byteio import read_bytes
+from .memory import MEMORY_STATS
 from .lines import DERIVED_OP_LINES, EVENT_STATS, SKIPPED_LINES, STEPS_LINE, LineTable, device_info, plane_kind
 
 
@@ -149,6 +150,10 @@ def load_space(path: Path, scan=None, max_bytes: int | None = None) -> Space:
     return _space_native(path, data, scan) if scan is not None else _space_upb(path, data)
 
 
+#: Stats decoded per event: the timeline's and the allocator's (only memory events carry the latter).
+_READ_STATS = EVENT_STATS + MEMORY_STATS
+
+
 def _plane_stats(stats: list[tuple], refs: dict[int, str]) -> dict[str, Any]:
     return {refs.get(mid, ""): refs.get(value) if field == 7 else value for mid, field, value in stats}
 
@@ -174,10 +179,10 @@ def _plane_tables(space: Space) -> tuple[list[_Plane | None], list[str], list[st
         last = np.r_[ids[1:] != ids[:-1], True] if len(ids) else np.zeros(0, dtype=bool)
         found.append((kind, device, ids[last], len(name_table), refs))
         name_table.extend([md_names[i] for i in order[last].tolist()])
-    keys = sorted({v for f in found if f for v in f[4].values() if v in EVENT_STATS})
+    keys = sorted({v for f in found if f for v in f[4].values() if v in _READ_STATS})
     planes: list[_Plane | None] = []
     for f in found:
-        wanted = sorted((k, keys.index(v)) for k, v in f[4].items() if v in EVENT_STATS) if f else []
+        wanted = sorted((k, keys.index(v)) for k, v in f[4].items() if v in _READ_STATS) if f else []
         ids, codes = (np.array(x, dtype=np.int64) for x in (zip(*wanted) if wanted else ((), ())))
         planes.append(_Plane(*f[:4], ids, codes, f[4]) if f else None)
     return planes, keys, name_table, devices, env
@@ -218,13 +223,13 @@ def _decode_native(scan, data: bytes, lines: list[_Line], planes: list[_Plane | 
 
 def _decode_numpy(lines: list[_Line], planes: list[_Plane | None], n: int):
     """Events and kept stats decoded column-wise with numpy from each event's bytes (``wire.py``)."""
-    from .wire import _PAD, decode_events
+    from .wire import PAD, decode_events
 
     chunks: list[bytes] = []
     for ln in lines:
         chunks.extend(ln.payload)
     lens = np.fromiter(map(len, chunks), dtype=np.int64, count=len(chunks))
-    chunks.append(bytes(_PAD))  # zero padding: a varint read running off the end stops inside it
+    chunks.append(bytes(PAD))  # zero padding: a varint read running off the end stops inside it
     data = b"".join(chunks)
     del chunks
     ends = np.cumsum(lens)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-_PAD = 16  # zero bytes after the buffer: a varint read that runs off the end stops there and is caught below
+PAD = 16  # zero bytes after the buffer: a varint read that runs off the end stops there and is caught below
 
 #: upb's limits, which the C walker applies too: a key or a length is a varint of at most 5 bytes (a key fits 32
 #: bits, a length stays below 2**31 - 1), a value of at most 10; every submessage or group takes one of 100 levels.
@@ -127,7 +127,7 @@ def decode_fields(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray, varint_
     pos = starts.astype(np.int64, copy=True)
     ends = np.asarray(ends, dtype=np.int64)
     active = np.flatnonzero(pos < ends)
-    limit = len(buf) - _PAD
+    limit = len(buf) - PAD
     rnd = 0
     while len(active):
         p = pos[active]
@@ -255,7 +255,7 @@ def decode_events(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray):
         active = st[stop < ends[st]]
     sel, _ = _opt_varint(buf, pos, ends, rows[pos < ends], 0x28)
     off[sel] = 0  # num_occurrences shares a oneof with offset_ps and comes later: it is the member set
-    limit = len(buf) - _PAD
+    limit = len(buf) - PAD
     irregular = np.flatnonzero((pos != ends) | (pos > limit))
     if len(irregular):
         # anything else: decode those events in full, the general way

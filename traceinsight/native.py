@@ -1,4 +1,5 @@
-"""The one switch for the C accelerators, and the one place that imports them.
+"""The one switch for the C accelerators, and the one place that imports them. Floor 0: the readers and the what-if
+both use it, so it sits below both.
 
 Both scanners (kineto JSON, XSpace wire format) are optional extensions built at install time where a compiler
 exists; each has a pure-Python path that gives the same timeline (the equality tests hold them to it). Setting
@@ -14,7 +15,7 @@ from types import ModuleType
 #: Set to any non-empty value to use the pure-Python readers even where the C scanners are built.
 PURE_ENV = "TRACEINSIGHT_PURE_PYTHON"
 
-#: Format -> the extension module that speeds it up (a dotted path inside this package).
+#: Format -> the extension module that speeds it up (a dotted path).
 MODULES: dict[str, str] = {
     "pytorch": "traceinsight.ingest.kineto._kineto_scan",
     "tensorflow-xplane": "traceinsight.ingest.xplane._wire_scan",

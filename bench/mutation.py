@@ -1,0 +1,157 @@
+"""Mutation check of the core modules with mutmut: how many small deliberate bugs the fast tests catch, and which
+ones survive. Not in CI (minutes per module); run it before resolving an issue that touches one of these modules.
+
+    python bench/mutation.py severity            # one module
+    python bench/mutation.py all --timeout 600   # each module in turn, each run capped
+    python bench/mutation.py whatif --children 2 --keep /tmp/mut
+
+Each run works on a scratch copy of the checkout (tracked and untracked-but-not-ignored files plus the built C
+extensions), so the working tree is never touched; mutmut's configuration is written into that copy only. Tests
+run as on a fresh clone: without the corpus (``TRACEINSIGHT_SHARED`` points nowhere) and in file order. For each
+module the script prints the score (killed / (killed + survived)) and every surviving mutant as a one-line diff;
+mutants not reached before the timeout are counted as "not checked". Exit status 1 when a module scores below
+``--target`` (default 90 %).
+
+Needs ``mutmut`` >= 3.2 (the test extra does not install it: ``pip install mutmut``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections import Counter
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+#: module -> (file, the fast tests that pin it, mutant-name patterns to restrict to (empty: every function)).
+MODULES: dict[str, tuple[str, list[str], list[str]]] = {
+    "severity": ("traceinsight/severity.py", ["tests/test_severity.py", "tests/rules/test_TI002.py"], []),
+    "causes": ("traceinsight/causes.py", ["tests/test_causes.py"], []),
+    "verdict": ("traceinsight/verdict.py", ["tests/test_ledger_verdict.py", "tests/test_render_synth.py"], []),
+    "baseline": ("traceinsight/baseline.py", ["tests/test_baseline_compare.py", "tests/test_baseline.py", "tests/test_security_baseline.py"], []),
+    "ledger": ("traceinsight/ledger.py", ["tests/test_ledger.py", "tests/test_ledger_pieces.py"], []),
+    # the what-if transforms and what maps findings to them (graph building and replay have their own tests,
+    # native-vs-Python replay among them, and would take far longer than a run here)
+    "whatif": (
+        "traceinsight/whatif.py",
+        ["tests/test_whatif.py"],
+        [f"traceinsight.whatif.x_{name}__mutmut_*" for name in (
+            "_in", "_where", "remove_data_wait", "remove_host_sync", "launch_bound_to_graphs", "rnn_to_cudnn",
+            "remove_warmup", "cut_time", "warmup_mask", "typical_gpu_latencies", "_all", "_resolve", "windows_of",
+            "what_if_for", "format_what_if", "step_times")],
+    ),
+}
+
+STATUS = {1: "killed", 3: "killed", 0: "survived", 5: "no tests", 33: "no tests", 34: "skipped", 36: "timeout",
+          -24: "timeout", 24: "timeout", 152: "timeout", 255: "timeout", 37: "caught by type check", None: "not checked"}
+
+
+def scratch_copy(dest: Path) -> None:
+    """The checkout as git sees it (tracked + untracked, not ignored), plus the built extensions."""
+    listed = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=ROOT, check=True,
+                            capture_output=True).stdout.decode().split("\0")
+    built = [str(p.relative_to(ROOT)) for p in (ROOT / "traceinsight").rglob("*.so")]
+    for rel in filter(None, listed + built):
+        src = ROOT / rel
+        if src.is_file():
+            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dest / rel)
+
+
+def write_config(dest: Path, file: str, tests: list[str]) -> None:
+    lines = ["[mutmut]", "source_paths=traceinsight/", f"only_mutate={file}", "also_copy=", "    rules/",
+             "pytest_add_cli_args_test_selection="] + [f"    {t}" for t in tests] + [
+             "pytest_add_cli_args=", "    -p", "    no:randomly", "    -p", "    no:cacheprovider", "    -q", "    -x"]
+    (dest / "setup.cfg").write_text("\n".join(lines) + "\n")
+    # mutmut reads [tool.mutmut] from pyproject.toml first: the copy's has none, so setup.cfg is used
+
+
+def run_module(name: str, timeout: int, children: int, keep: Path | None) -> tuple[float | None, str]:
+    file, tests, patterns = MODULES[name]
+    work = Path(tempfile.mkdtemp(prefix=f"mutation-{name}-", dir=keep))
+    scratch_copy(work)
+    write_config(work, file, tests)
+    env = dict(os.environ, TRACEINSIGHT_SHARED=str(work / "no-corpus"), TRACEINSIGHT_CACHE_DIR="", PYTHONHASHSEED="0")
+    cmd = ["timeout", str(timeout), sys.executable, "-m", "mutmut", "run", "--max-children", str(children), *patterns]
+    proc = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True)
+    try:
+        return report(name, work, stopped=proc.returncode == 124, tail=proc.stdout[-2000:] + proc.stderr[-2000:])
+    finally:
+        if keep is None:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def report(name: str, work: Path, stopped: bool = False, tail: str = "") -> tuple[float | None, str]:
+    """Score and surviving mutants of a finished (or stopped) run in the scratch copy ``work``."""
+    import ast
+    import difflib
+    import fnmatch
+
+    file, tests, patterns = MODULES[name]
+    meta_path = work / "mutants" / (file + ".meta")
+    if not meta_path.is_file():
+        return None, f"{name}: mutmut produced no results\n{tail}"
+    codes = json.loads(meta_path.read_text())["exit_code_by_key"]
+    if patterns:
+        codes = {k: v for k, v in codes.items() if any(fnmatch.fnmatch(k, p) for p in patterns)}
+    status = {k: STATUS.get(v, "suspicious") for k, v in codes.items()}
+    counts = Counter(status.values())
+    killed = counts["killed"] + counts["timeout"] + counts["caught by type check"]
+    decided = killed + counts["survived"]
+    score = 100.0 * killed / decided if decided else None
+    out = [f"{name} ({file}; tests: {' '.join(tests)}): "
+           + (f"{score:.1f} % killed" if score is not None else "no mutant decided")
+           + f" ({killed} killed, {counts['survived']} survived"
+           + "".join(f", {n} {s}" for s, n in sorted(counts.items()) if s not in ("killed", "survived", "timeout", "caught by type check"))
+           + (", stopped by the timeout" if stopped else "") + ")"]
+    # each mutant is a copy of its function in the trampolined file: diff it against the original copy
+    source = (work / "mutants" / file).read_text()
+    funcs = {}
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and "__mutmut_" in node.name:
+            funcs[node.name] = ast.get_source_segment(source, node).splitlines()[1:]
+    for key in sorted((k for k, s in status.items() if s == "survived"), key=_natural):
+        fn = key.rsplit(".", 1)[-1]
+        orig = funcs.get(fn.rsplit("__mutmut_", 1)[0] + "__mutmut_orig", [])
+        diff = difflib.unified_diff(orig, funcs.get(fn, []), lineterm="", n=0)
+        changed = [ln for ln in diff if ln[:1] in "+-" and ln[:3] not in ("+++", "---")]
+        out.append(f"  survived {fn}: " + " => ".join(ln[1:].strip() for ln in changed))
+    return score, "\n".join(out)
+
+
+def _natural(key: str):
+    head, _, n = key.rpartition("_")
+    return (head, int(n) if n.isdigit() else 0)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("module", choices=[*MODULES, "all"])
+    p.add_argument("--timeout", type=int, default=600, help="seconds per module (default 600)")
+    p.add_argument("--children", type=int, default=1, help="parallel mutant runs (default 1)")
+    p.add_argument("--target", type=float, default=90.0, help="minimum %% killed per module (default 90)")
+    p.add_argument("--keep", type=Path, help="keep the scratch copies under this folder (to rerun or inspect)")
+    p.add_argument("--report", type=Path, metavar="COPY", help="only report on a kept scratch copy of this module")
+    args = p.parse_args()
+    if args.keep:
+        args.keep.mkdir(parents=True, exist_ok=True)
+    if args.report:
+        score, text = report(args.module, args.report)
+        print(text)
+        return 0 if score is not None and score >= args.target else 1
+    ok = True
+    for name in MODULES if args.module == "all" else [args.module]:
+        score, text = run_module(name, args.timeout, args.children, args.keep)
+        print(text, flush=True)
+        ok &= score is not None and score >= args.target
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

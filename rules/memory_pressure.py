@@ -1,0 +1,138 @@
+"""TI031: GPU memory at its limit: out-of-memory events, a peak near capacity, or allocator flushes (cudaFree) in
+the steady state."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from traceinsight.memory import FREE_CALLS, fmt_bytes
+from traceinsight.rule_api import Context, Fix, Location, Option, Rule, Severity, fmt_ns
+
+
+class MemoryPressure(Rule):
+    code = "TI031"
+    name = "memory-pressure"
+    category = "host_sync"
+    severity = Severity.WARNING
+    lifecycle = "preview"
+    #: a memory finding is a risk or an opportunity, not time measured on the timeline: its severity is the rule's
+    graded = False
+    summary = "GPU memory is at its limit: out-of-memory events, a peak near capacity, or cudaFree flushes in steady state."
+    why = """
+    A caching allocator that cannot find a free block first returns its cached blocks to the driver (`cudaFree`
+    on every one: each call synchronises the whole device, so the host stops until all queued work ends) and then
+    retries; when that fails the framework raises out-of-memory. Long before the error, a run near capacity pays
+    these flushes in the middle of steps, and a job that fits only just breaks on the next longer sequence or larger
+    batch. The PyTorch TensorBoard plugin flagged memory above 90 % of the device for the same reason.
+    """
+    definition = """
+    Per GPU with memory events:
+
+    * **out of memory**: any `[OutOfMemory]` event (kineto) — severity **error**;
+    * **near capacity**: the peak reserved (allocated where reserved is not recorded) at least `min_peak_share_pct`
+      (default **90 %**, the TensorBoard plugin's cut) of the device's capacity;
+    * **flushes**: calls that release device memory (`cudaFree`, `hipFree`, `cuMemFree`, `cuMemRelease`,
+      `cuMemUnmap`) inside steps after the rank's warm-up (the end of its first step, extended over the ledger's
+      warm-up regions; a rank needs at least two steps, without step markers a program's exit cannot be told from
+      its loop), at least `min_flushes` (default **1**): a caching allocator only calls them under pressure or when
+      asked to (`empty_cache`). Their time is the impact: the host is blocked in each while the device drains.
+    """
+    fix_pytorch = Fix(
+        "Lower the memory a step needs: activation checkpointing on the largest blocks, mixed precision (bf16/fp16 "
+        "activations), a smaller micro-batch with gradient accumulation to keep the global batch, and "
+        "`PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True` so the allocator grows segments instead of flushing "
+        "its cache. Remove `torch.cuda.empty_cache()` from the training loop.",
+        """
+        # export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
+        from torch.utils.checkpoint import checkpoint
+        h = checkpoint(block, h, use_reentrant=False)           # recompute activations in backward
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = model(x).loss / accum_steps                   # micro-batch = batch / accum_steps
+        loss.backward()
+        if (i + 1) % accum_steps == 0:
+            opt.step(); opt.zero_grad(set_to_none=True)
+        """,
+    )
+    fix_tensorflow = Fix(
+        "Lower the memory a step needs: mixed precision (`mixed_float16`), recomputation of activations "
+        "(`tf.recompute_grad`), a smaller per-replica batch with gradient accumulation; keep "
+        "`set_memory_growth` off in production so the BFC allocator reserves once.",
+        """
+        tf.keras.mixed_precision.set_global_policy("mixed_float16")
+        block = tf.recompute_grad(block)
+        """,
+    )
+    fix_cuda = Fix(
+        "Allocate once and reuse: keep device buffers for the life of the loop (or use a stream-ordered pool, "
+        "`cudaMallocAsync` with a release threshold) instead of `cudaMalloc`/`cudaFree` per iteration, which "
+        "synchronises the device.",
+        """
+        cudaMemPool_t pool; cudaDeviceGetDefaultMemPool(&pool, 0);
+        uint64_t keep = UINT64_MAX; cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep);
+        cudaMallocAsync(&buf, bytes, stream); /* ... */ cudaFreeAsync(buf, stream);
+        """,
+    )
+
+    min_peak_share_pct = Option(90.0, "Report a peak at least this % of capacity.")
+    min_flushes = Option(1, "Report at least this many memory-releasing calls after warm-up.")
+
+    def check(self, ctx: Context):
+        mem = ctx.views.memory
+        calls = mem.allocator_calls
+        frees = calls.iloc[:0]
+        if not calls.empty:
+            names = calls["name"].astype(str)
+            frees = calls[names.str.contains(FREE_CALLS).to_numpy() & ~names.str.contains("Async").to_numpy()]
+            frees = frees[mem.steady(frees["rank"].to_numpy(), frees["start_ns"].to_numpy(), frees["step"].to_numpy())]
+        seen_ranks = set()
+        for d in mem.devices:
+            near = d.peak_share is not None and not d.relative and d.peak and d.peak_share * 100.0 >= self.min_peak_share_pct
+            f = frees[frees["rank"].to_numpy() == d.rank] if d.rank not in seen_ranks else frees.iloc[:0]
+            seen_ranks.add(d.rank)
+            n_flush = len(f) if len(f) >= self.min_flushes else 0
+            if not (d.oom_events or near or n_flush):
+                continue
+            yield self._finding(ctx, d, near, f if n_flush else f.iloc[:0])
+        if not mem.devices and len(frees) >= self.min_flushes:  # runtime calls only (no memory events recorded)
+            for rank, f in frees.groupby("rank", sort=True):
+                yield self._finding(ctx, None, False, f, rank=int(rank))
+
+    def _finding(self, ctx: Context, d, near: bool, frees: pd.DataFrame, rank: int | None = None):
+        flush_ns = int(frees["dur_ns"].sum()) if len(frees) else 0
+        parts = []
+        where = f"rank {d.rank} GPU {d.device}" if d is not None else f"rank {rank}"
+        if d is not None and d.oom_events:
+            parts.append(f"{d.oom_events} allocation{'s' if d.oom_events > 1 else ''} failed with out-of-memory")
+        if near:
+            parts.append(f"the peak reached {fmt_bytes(d.peak)} of {fmt_bytes(d.capacity)} ({100 * d.peak_share:.0f} %)"
+                         + (f" in step {d.peak_step}" if d.peak_step is not None else "")
+                         + (f" at {d.peak_op}" if d.peak_op else ""))
+        if len(frees):
+            parts.append(f"{len(frees)} memory-releasing call{'s' if len(frees) > 1 else ''} ({', '.join(sorted(set(frees['name'].astype(str))))}) "
+                         f"ran after warm-up for {fmt_ns(flush_ns)}, each synchronising the device")
+        severity = Severity.ERROR if d is not None and d.oom_events else None
+        title_bits = (["out of memory"] if d is not None and d.oom_events else []) + \
+                     ([f"peak {100 * d.peak_share:.0f} % of capacity"] if near else []) + \
+                     ([f"{len(frees)} cudaFree flushes"] if len(frees) else [])
+        evidence = pd.DataFrame()
+        if len(frees):
+            evidence = frees.groupby([frees["name"].astype(str), "step"], sort=True).agg(
+                calls=("dur_ns", "size"), time_ms=("dur_ns", lambda x: x.sum() / 1e6)).reset_index().rename(columns={"name": "call"})
+        return ctx.finding(
+            title=f"{where}: memory pressure ({', '.join(title_bits)})",
+            message=f"On {where}, " + "; ".join(parts) + ". The allocator is at its limit: lower what a step needs or let it grow segments instead of flushing.",
+            impact_ns=flush_ns,
+            severity=severity,
+            evidence=evidence,
+            instances=pd.DataFrame({"start_ns": frees["start_ns"], "end_ns": frees["start_ns"] + frees["dur_ns"],
+                                    "rank": frees["rank"], "device": -1, "label": frees["name"].astype(str)}) if len(frees) else None,
+            metrics={"rank": d.rank if d is not None else rank, "device": d.device if d is not None else None,
+                     "oom_events": d.oom_events if d is not None else 0,
+                     "peak_bytes": None if d is None or d.peak is None else int(d.peak),
+                     "capacity_bytes": d.capacity if d is not None else None,
+                     "peak_share_pct": None if d is None or d.peak_share is None else round(100 * d.peak_share, 3),
+                     "steady_state_frees": int(len(frees)), "flush_ns": flush_ns},
+            location=Location(rank=d.rank if d is not None else rank, device=d.device if d is not None else None),
+            key=f"{where}",
+        )

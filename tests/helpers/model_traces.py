@@ -1,0 +1,69 @@
+"""Whole training loops as kineto traces, for comparing two runs: one model on two vendors, with and without a
+data-loader wait, at two batch sizes, or two different models.
+
+Each step: an optional ``enumerate(DataLoader)#...`` wait, then per layer a top-level framework op with its
+input shapes whose GPU kernel runs while the host waits for it (a small launch gap after each). The kernel names
+are the vendor's: cuBLAS ``ampere_sgemm_*`` on NVIDIA, Tensile ``Cijk_*`` (hipBLASLt) on AMD, both launched from
+``aten::linear``. Step lengths vary by a fixed, seeded pattern so the per-step samples have a spread.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from .kineto_writer import KinetoTrace
+
+GPUS = {"nvidia": ("NVIDIA H100 80GB HBM3", 132, (9, 0)), "amd": ("AMD Instinct MI300X", 304, (9, 4))}
+GEMM = {"nvidia": "ampere_sgemm_128x64_tn", "amd": "Cijk_Alik_Bljk_SB_MT64x64x16_MI32x32x1x2_SN_1LDSB0_GRVW4"}
+RELU = "void at::native::vectorized_elementwise_kernel<4, at::native::(anonymous namespace)::launch_clamp_scalar(at::TensorIteratorBase&, c10::Scalar, c10::Scalar, at::native::detail::ClampLimits)::{lambda()#1}::operator()() const::{lambda()#7}::operator()() const::{lambda(float)#1}, at::detail::Array<char*, 2> >(int, at::native::(anonymous namespace)::launch_clamp_scalar(at::TensorIteratorBase&, c10::Scalar, c10::Scalar, at::native::detail::ClampLimits)::{lambda()#1}::operator()() const::{lambda()#7}::operator()() const::{lambda(float)#1}, at::detail::Array<char*, 2>)"
+CONV = "void implicit_convolve_sgemm<float, float, 128, 5, 5, 3, 3, 3, 1, false, false, true>(int, int, int, float const*, int, float*, float const*, kernel_conv_params, unsigned long long, int, float, float, int, float const*, float const*, bool, int, int)"
+DATA_WAIT = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
+
+
+def write_model(
+    path: str | Path,
+    *,
+    model: str = "mlp",
+    vendor: str = "nvidia",
+    steps: int = 10,
+    batch: int = 32,
+    data_wait_us: float = 0.0,
+    gemm_us: float = 400.0,
+    layers: int = 6,
+    jitter_us: float = 30.0,
+    slow_factor: float = 1.0,
+    seed: int = 0,
+    rank: int | None = None,
+    world_size: int | None = None,
+    extra_host_us: float = 0.0,
+) -> Path:
+    """One rank's trace of ``steps`` training steps; ``slow_factor`` scales the GPU kernels' time."""
+    name, sms, cc = GPUS[vendor]
+    t = KinetoTrace(device_name=name, sm_count=sms, compute_capability=cc, rank=rank, world_size=world_size)
+    rng = np.random.default_rng(seed)
+    scale = batch / 32.0
+    cursor = 100.0
+    for s in range(steps):
+        start = cursor
+        if data_wait_us:
+            t.annotation(DATA_WAIT, cursor, data_wait_us)
+            cursor += data_wait_us
+        for layer in range(layers):
+            if model == "mlp":
+                ops = [("aten::linear", [[batch, 512], [512, 512], [512]], GEMM[vendor], gemm_us * scale),
+                       ("aten::relu", [[batch, 512]], RELU, 40.0 * scale)]
+            else:
+                ops = [("aten::conv2d", [[batch, 64, 56, 56], [64, 64, 3, 3]], CONV, gemm_us * scale),
+                       ("aten::batch_norm", [[batch, 64, 56, 56], [64], [64]], "void cudnn::bn_fw_tr_1C11_kernel_NCHW<float, float, int, 512, true, 1>()", 60.0 * scale),
+                       ("aten::max_pool2d", [[batch, 64, 56, 56]], "void at::native::max_pool_forward_nchw<float, float>()", 30.0 * scale)]
+            for op, dims, kernel, dur in ops:
+                dur = dur * slow_factor
+                t.cpu_op(op, cursor, 20.0, args={"Input Dims": dims})
+                t.kernel(kernel, cursor + 12.0, dur, launch_us=cursor + 6.0)
+                cursor = cursor + 12.0 + dur + 8.0  # the host waits for the kernel, then launches the next
+        cursor += extra_host_us + float(rng.uniform(0.0, jitter_us))
+        t.step(s + 1, start, cursor - start)
+        cursor += 5.0
+    return t.write(Path(path))

@@ -1,0 +1,134 @@
+"""TI007 no-tensor-cores: its positive, negative and fix cases, on planted traces and the real corpus.
+
+With recorded shapes the op's dtype (not the kernel name) decides, and the FP32 kernels' achieved rate against the
+FP32 dense peak prices the speed-up; without shapes the kernel names decide, unless sampled GPU metrics say otherwise."""
+
+from __future__ import annotations
+
+import pytest
+
+import traceinsight
+from tests.conftest import corpus_file
+from tests.helpers.kineto_writer import KinetoTrace
+from tests.helpers.rule_cases import GEMM, findings_of
+from tests.rules._shapes import BF16, FP32, linear
+
+
+#: positive: it fires; negative: it stays silent; fix: the same GEMMs on tensor-core kernels.
+CASES = {
+    "positive": ["test_ti007_positive_fp32_sgemm", "test_ti007_positive_cutlass_simt", "test_positive_fp32_gemms_priced_from_their_rate",
+                 "test_positive_compute_bound_fp32_gets_the_full_speedup", "test_hardware_counters_confirm_cuda_cores"],
+    "negative": ["test_ti007_negative_tensor_core_kernels", "test_ti007_negative_pre_volta", "test_negative_bf16_ops_whatever_the_kernel_name",
+                 "test_hardware_counters_overrule_names"],
+    "fix": ["test_ti007_negative_tensor_core_kernels", "test_fix_mixed_precision"],
+}
+
+
+def _gemm_trace(tmp_path, gemm_name, cc=(8, 0), device="NVIDIA A100-SXM4-80GB"):
+    t = KinetoTrace(device_name=device, compute_capability=cc)
+    for i in range(6):
+        t.kernel(gemm_name, i * 1_100, 1_000)
+    t.kernel("void at::native::vectorized_elementwise_kernel<4, at::native::AddFunctor<float> >", 7_000, 1_000)
+    return t.write(tmp_path / "gemm.json")
+
+
+def test_ti007_positive_fp32_sgemm(tmp_path):
+    # 6 ms of sgemm, 1 ms elementwise: 100 % of GEMM time, 85.7 % of kernel time; impact 6 ms x (1 - 1/2).
+    (f,) = findings_of(_gemm_trace(tmp_path, "ampere_sgemm_128x64_tn"), "TI007")
+    assert f.metrics["non_tc_share_pct"] == pytest.approx(100.0)
+    assert f.metrics["non_tc_share_of_kernel_time_pct"] == pytest.approx(600 / 7, abs=1e-3)
+    assert f.metrics["gemm_kernels"] == 6
+    assert f.impact_ns == 3_000_000
+    assert "autocast" in f.fixes["pytorch"].code and "mixed_float16" in f.fixes["tensorflow"].code
+
+
+def test_ti007_positive_cutlass_simt(tmp_path):
+    # "cutlass" alone is not tensor cores: the SIMT variant runs on CUDA cores.
+    (f,) = findings_of(_gemm_trace(tmp_path, "void cutlass::Kernel2<cutlass_80_simt_sgemm_128x32_8x5_nn_align1>(Params)"), "TI007")
+    assert f.metrics["non_tc_share_pct"] == pytest.approx(100.0)
+
+
+def test_ti007_negative_tensor_core_kernels(tmp_path):
+    assert findings_of(_gemm_trace(tmp_path, "ampere_s16816gemm_fp16_128x128_ldg8_f2f_stages_32x5_nn"), "TI007") == []
+    assert findings_of(_gemm_trace(tmp_path, "void cutlass::Kernel<cutlass_80_tensorop_s1688gemm_256x64_16x4_tn_align1>(Params)"), "TI007") == []
+
+
+def test_ti007_negative_pre_volta(tmp_path):
+    # A P100 (compute capability 6.0) has no tensor cores: FP32 sgemm is all it can do.
+    assert findings_of(_gemm_trace(tmp_path, "maxwell_sgemm_128x64_nn", cc=(6, 0), device="Tesla P100-PCIE-16GB"), "TI007") == []
+
+
+def test_corpus_resnet50_v100_fp32_no_tensor_cores():
+    # The tb_plugin ResNet-50 sample trains in FP32 on a V100: cuDNN dgrad/wgrad/implicit_convolve_sgemm and
+    # volta_sgemm only, no h884/hmma kernel.
+    (f,) = findings_of(corpus_file("pytorch/kineto_resnet50_nw0_v100.pt.trace.json.gz"), "TI007")
+    assert f.metrics["non_tc_share_pct"] == pytest.approx(100.0)
+    assert f.metrics["non_tc_share_of_kernel_time_pct"] == pytest.approx(66.7, abs=0.1)
+
+
+def test_corpus_a100_cutlass_tensorop_uses_tensor_cores():
+    assert findings_of(corpus_file("pytorch/hta_a100_rank0of16_5streams.json.gz"), "TI007") == []
+
+
+# --- with recorded shapes (dtype and achieved rate) and with sampled GPU metrics ---
+
+
+def _run(tmp_path, dtype: str, kernel: str, m: int = 4096, kernel_us: float = 1000.0, n: int = 20):
+    t = KinetoTrace(device_name="NVIDIA A100-SXM4-80GB")
+    t.step(1, 0, n * kernel_us + 500)
+    gpu = 100.0
+    for i in range(n):
+        gpu = linear(t, 10 + i * 9, m, 4096, 4096, kernel_us, dtype=dtype, kernel=kernel, gpu_at=gpu)
+    return [f for f in traceinsight.analyze(t.write(tmp_path / "t.json"), select=["TI007"], min_impact=0).findings]
+
+
+def test_positive_fp32_gemms_priced_from_their_rate(tmp_path):
+    (f,) = _run(tmp_path, FP32, "ampere_sgemm_128x64_nn", m=16)  # 0.54 GFLOP per 1 ms kernel
+    flops = 2 * 16 * 4096**2
+    assert f.metrics["basis"] == "dtype" and f.metrics["non_tc_kernels"] == 20
+    assert f.metrics["fp32_achieved_tflops"] == pytest.approx(flops / 1e-3 / 1e12, rel=1e-5)  # 0.54 TFLOP/s
+    assert f.metrics["fp32_pct_of_peak"] == pytest.approx(100 * flops / 1e-3 / 1e12 / 19.5, rel=1e-3)
+    # 2.8 % of the FP32 peak: bound by something else, so the 2x is scaled down pro rata (2.8 / 50)
+    speedup = 1 + (2 - 1) * f.metrics["fp32_pct_of_peak"] / 50
+    assert f.metrics["modelled_speedup"] == pytest.approx(speedup, rel=1e-3)
+    assert f.impact_ns == pytest.approx(20 * 1_000_000 * (1 - 1 / speedup), rel=1e-3)
+    assert "19.5 TFLOP/s fp32 dense" in f.message
+
+
+def test_positive_compute_bound_fp32_gets_the_full_speedup(tmp_path):
+    (f,) = _run(tmp_path, FP32, "ampere_sgemm_128x64_nn", kernel_us=8.0)  # 137 GFLOP in 8 ms: 88 % of FP32 peak
+    assert f.metrics["fp32_pct_of_peak"] > 50 and f.metrics["modelled_speedup"] == 2.0
+
+
+def test_negative_bf16_ops_whatever_the_kernel_name(tmp_path):
+    # names alone would call this kernel CUDA-core (no tensor-core marker); its op is bf16, so it ran on tensor cores
+    assert _run(tmp_path, BF16, "gemm_kernel_custom_128x64") == []
+
+
+def test_fix_mixed_precision(tmp_path):
+    assert _run(tmp_path, FP32, "ampere_sgemm_128x64_nn")
+    assert _run(tmp_path, BF16, "ampere_bf16_s16816gemm_bf16_128x128_ldg8_f2f_nn") == []
+
+
+def _nsys(tmp_path, tensor_active: int | None):
+    from tests.helpers.nsys_writer import NsysTrace
+
+    t = NsysTrace()  # A100, no shapes: names decide unless the GPU's counters say otherwise
+    t.step(0, 0, 1_000_000)
+    t.kernel("ampere_sgemm_128x64_nn", 10_000, 900_000)
+    if tensor_active is not None:
+        for i in range(0, 1_000_000, 10_000):
+            t.gpu_metrics(i, {"SMs Active [Throughput %]": 95, "Tensor Active [Throughput %]": tensor_active})
+    return traceinsight.analyze(t.write(tmp_path / "t.sqlite"), select=["TI007"], min_impact=0).findings
+
+
+def test_hardware_counters_confirm_cuda_cores(tmp_path):
+    (f,) = _nsys(tmp_path, 0)
+    assert f.metrics["basis"] == "names" and f.metrics["tensor_active_pct"] == 0
+    assert "Tensor Active at 0%" in f.message
+
+
+def test_hardware_counters_overrule_names(tmp_path):
+    assert _nsys(tmp_path, 60) == []  # a kernel named like sgemm that keeps the tensor cores 60 % busy
+    (f,) = _nsys(tmp_path, None)  # without samples the name decides
+    assert f.metrics["tensor_active_pct"] is None

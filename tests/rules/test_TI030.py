@@ -1,0 +1,46 @@
+"""TI030 memory-headroom: positive, negative, fix."""
+
+from __future__ import annotations
+
+import pytest
+
+from ._memory_traces import GiB, kineto_steps, of
+
+
+#: positive: it fires; negative: it stays silent; fix: the same workload, fixed as its fix text says.
+CASES = {
+    "positive": ["test_positive_small_peak_on_an_under_busy_gpu"],
+    "negative": ["test_negative_memory_nearly_full", "test_negative_busy_gpu_with_large_kernels"],
+    "fix": ["test_fix_a_larger_batch_leaves_less_to_grow"],
+}
+
+
+def test_positive_small_peak_on_an_under_busy_gpu(tmp_path):
+    (f,) = of(kineto_steps(tmp_path), "TI030")
+    m = f.metrics
+    assert m["peak_bytes"] == 8 * GiB and m["capacity_bytes"] == 80 * GiB
+    usable = 80 * GiB * 0.9 - 1.5 * GiB
+    assert m["usable_bytes"] == int(usable)
+    assert m["batch_bound_bytes"] == 2 * GiB  # peak allocated (6 GiB) less what is held throughout (4 GiB)
+    assert m["batch_factor"] == pytest.approx(8.0)  # capped
+    assert f.location.device == 0 and "batch" in f.fixes["pytorch"].text
+    # the GPU window runs from the first kernel to the end of the last: 4 steps of 9 ms + 5 ms, 25 ms of it busy;
+    # at 8x the batch the same idle is shared by 8x the work
+    busy = 25 / 41
+    assert m["throughput_gain_upper_bound"] == pytest.approx(1 / (busy + (1 - busy) / 8), rel=0.05)
+
+
+def test_negative_memory_nearly_full(tmp_path):
+    assert not of(kineto_steps(tmp_path, reserved=60 * GiB, held=50 * GiB, batch=5 * GiB), "TI030")
+
+
+def test_negative_busy_gpu_with_large_kernels(tmp_path):
+    assert not of(kineto_steps(tmp_path, kernel_us=50_000, gap_us=100), "TI030")
+
+
+def test_fix_a_larger_batch_leaves_less_to_grow(tmp_path):
+    before = of(kineto_steps(tmp_path, capacity=24 * GiB, name="a.json"), "TI030")[0].metrics["batch_factor"]
+    after = of(kineto_steps(tmp_path, capacity=24 * GiB, batch=6 * GiB, reserved=12 * GiB, name="b.json"), "TI030")
+    # 24 GiB: usable 20.1 GiB; before (8 GiB peak, 2 GiB per batch) ~7x; after (12 GiB peak, 6 GiB per batch) ~2.4x
+    assert before == pytest.approx(1 + (24 * GiB * 0.9 - 1.5 * GiB - 8 * GiB) / (2 * GiB), rel=1e-3)
+    assert after and after[0].metrics["batch_factor"] < before / 2

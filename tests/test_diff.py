@@ -1,0 +1,395 @@
+"""``traceinsight diff BASE HEAD``: comparability, step change with its interval, the ledger bucket that moved,
+kernels matched across vendors, the noise-aware gate and its exit codes, and every output format.
+
+Helper-written traces (tests/helpers/model_traces.py) pin the logic without the corpus; the real before/after pair
+(ResNet-50, DataLoader num_workers 0 -> 4 on a V100) checks it on real data when the corpus is there.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+import traceinsight
+from traceinsight.cli import app
+from traceinsight.delta import diff
+from traceinsight.delta.stats import MIN_SAMPLES, shift
+from traceinsight.errors import EXIT_INCONCLUSIVE, EXIT_NOT_COMPARABLE, EXIT_OK, EXIT_SLOWER
+from traceinsight.kernels import classify
+
+from .conftest import corpus_file
+from .helpers.model_traces import GEMM, write_model
+
+
+@pytest.fixture(scope="module")
+def traces(tmp_path_factory) -> dict[str, Path]:
+    d = tmp_path_factory.mktemp("diff")
+    return {
+        "waits": write_model(d / "waits.json", data_wait_us=3000, seed=1),
+        "fixed": write_model(d / "fixed.json", seed=2),
+        "fixed2": write_model(d / "fixed2.json", seed=3),
+        "amd": write_model(d / "amd.json", vendor="amd", seed=4),
+        "conv": write_model(d / "conv.json", model="conv", seed=5),
+        "batch64": write_model(d / "batch64.json", batch=64, seed=6),
+        "slow12": write_model(d / "slow12.json", slow_factor=1.12, seed=7),
+        "noisy": write_model(d / "noisy.json", steps=5, jitter_us=6000, seed=8),
+        "noisy_slow": write_model(d / "noisy_slow.json", steps=5, jitter_us=6000, extra_host_us=1500, seed=9),
+        "two_steps": write_model(d / "two_steps.json", steps=2, seed=10),
+    }
+
+
+def run(*args: str) -> tuple[int, str]:
+    res = CliRunner().invoke(app, ["diff", *map(str, args)])
+    return res.exit_code, res.output
+
+
+# --- statistics ---------------------------------------------------------------------------------------------
+def test_shift_is_the_median_change_with_an_interval_around_it():
+    base = np.array([100.0, 102, 98, 101, 99, 100, 103, 97])
+    s = shift(base, base - 20)
+    assert s.estimate == pytest.approx(-20.0)
+    assert s.low <= -20 <= s.high and s.high < 0  # clearly faster: the interval excludes no change
+    same = shift(base, base)
+    assert same.estimate == 0 and same.low < 0 < same.high  # identical samples: no change, within the noise
+    assert shift(base, base - 20) == s  # seeded: the same answer every time
+
+
+def test_shift_has_no_interval_below_the_minimum_samples():
+    s = shift([100.0] * (MIN_SAMPLES - 1), [50.0] * (MIN_SAMPLES - 1))
+    assert s.estimate == -50 and not s.has_interval
+
+
+def test_kernel_classes_are_vendor_neutral():
+    assert classify(GEMM["nvidia"]) == classify(GEMM["amd"]) == "gemm"
+    assert classify("flash_fwd_kernel<Flash_fwd_kernel_traits<128>>") == "attention"
+    assert classify("ncclDevKernel_AllReduce_Sum_f32_RING_LL") == "communication"
+    assert classify("Memcpy HtoD (Pageable -> Device)", "memcpy") == "copy"
+    assert classify("void at::native::vectorized_elementwise_kernel<4, at::native::AddFunctor<float>>") == "elementwise"
+    assert classify("void cudnn::bn_fw_tr_1C11_kernel_NCHW<float>()") == "elementwise"
+
+
+# --- verdicts on helper traces -------------------------------------------------------------------------------
+def test_removing_the_data_wait_is_faster_and_the_data_wait_bucket_fell(traces):
+    d = diff(traces["waits"], traces["fixed"]).data
+    assert d["verdict"] == "faster"
+    s = d["step"]
+    assert s["high_ns"] < 0 and s["low_ns"] <= s["change_ns"] <= s["high_ns"]
+    assert s["change_ns"] == pytest.approx(-3.0e6, rel=0.05)  # the 3 ms wait per step
+    top = d["ledger"][0]
+    # the first step's wait lies before the GPU's first work, outside the ledger's window: 9 of 10 waits are booked
+    assert top["bucket"] == "idle_data_wait" and top["change_ns"] == pytest.approx(-2.7e6, rel=0.05)
+    assert "data wait" in d["sentence"]
+    # the what-if check: BASE's TI005 predicted the step without the wait; HEAD measured it
+    w = {x["code"]: x for x in d["what_if"]}
+    assert w["TI005"]["status"] == "fixed"
+    assert w["TI005"]["predicted_step_ns"] == pytest.approx(s["head_median_ns"], rel=0.05)
+    assert "TI005" in {f["code"] for f in d["findings"]["fixed"]}
+
+
+def test_reversed_fails_the_gate_with_its_exit_code(traces):
+    code, out = run(traces["fixed"], traces["waits"], "--fail-if-slower", "5")
+    assert code == EXIT_SLOWER, out
+    assert "fail" in out.lower()
+
+
+def test_a_trace_against_itself_is_no_change_and_passes(traces):
+    d = diff(traces["fixed"], traces["fixed"], fail_if_slower=5)
+    assert d.verdict == "no measurable change" and d.gate == "pass"
+    assert d.data["step"]["change_ns"] == 0
+    assert all(r["change_ns"] == 0 for r in d.data["ledger"])
+    code, _ = run(traces["fixed"], traces["fixed"], "--fail-if-slower", "5")
+    assert code == EXIT_OK
+
+
+def test_two_runs_of_one_setup_are_no_measurable_change(traces):
+    d = diff(traces["fixed"], traces["fixed2"], fail_if_slower=5)
+    assert d.verdict == "no measurable change" and d.gate == "pass"
+
+
+def test_different_models_are_not_comparable_with_their_own_exit_code(traces):
+    d = diff(traces["fixed"], traces["conv"]).data
+    assert d["verdict"] == "not comparable" and d["step"] is None
+    assert d["comparability"]["in_common_pct"] < 80
+    assert any("aten::linear" in r for r in d["comparability"]["reasons"])
+    code, out = run(traces["fixed"], traces["conv"], "--fail-if-slower", "5")
+    assert code == EXIT_NOT_COMPARABLE and "Not comparable" in out
+    code, _ = run(traces["fixed"], traces["conv"])  # refused without a gate too
+    assert code == EXIT_NOT_COMPARABLE
+
+
+def test_one_model_on_two_vendors_compares_by_framework_op(traces):
+    d = diff(traces["fixed"], traces["amd"]).data
+    assert d["comparability"]["comparable"] and d["comparability"]["matched_by"] == "framework_ops"
+    ctx = {c["what"]: c for c in d["context"]}
+    assert ctx["vendor"]["differs"] and ctx["vendor"]["base"] == "NVIDIA" and ctx["vendor"]["head"] == "AMD"
+    k = {r["name"]: r for r in d["kernels"]}
+    assert k[GEMM["amd"]]["status"] == "matched" and k[GEMM["amd"]]["matched_with"] == [GEMM["nvidia"]]
+    assert k[GEMM["nvidia"]]["matched_with"] == [GEMM["amd"]] and k[GEMM["amd"]]["op"] == "aten::linear"
+    gemm = {c["class"]: c for c in d["kernel_classes"]}["gemm"]
+    assert gemm["base_per_step"] == gemm["head_per_step"] == 6  # six linear layers a step on both
+    assert d["verdict"] != "not comparable"
+
+
+def test_a_larger_batch_with_a_longer_step_reads_as_the_gain_per_sample(traces):
+    d = diff(traces["fixed"], traces["batch64"], fail_if_slower=5).data
+    assert d["comparability"]["batch_base"] == 32 and d["comparability"]["batch_head"] == 64
+    assert d["step"]["change_ns"] > 0  # the step got longer...
+    p = d["per_sample"]
+    assert p is not None and p["high_ns"] < 0  # ...but each sample got cheaper
+    assert d["verdict"] == "faster" and d["gate"]["result"] == "pass"
+
+
+def test_a_batch_equal_to_a_channel_count_still_matches_shapes(tmp_path):
+    """Batch 32 -> 64 on a conv net with 64 channels: the weight [64, 64, 3, 3] leads with 64 on both sides and
+    must not be read as a batch dimension, while the activations [32|64, 64, 56, 56] must."""
+    a = write_model(tmp_path / "c32.json", model="conv", batch=32, seed=1)
+    b = write_model(tmp_path / "c64.json", model="conv", batch=64, seed=2)
+    d = diff(a, b).data
+    assert d["comparability"]["comparable"] and d["comparability"]["shapes_in_common_pct"] == 100.0
+    assert d["per_sample"] is not None and d["per_sample"]["batch_head"] == 64
+
+
+def test_changed_shapes_at_one_batch_are_not_comparable(tmp_path):
+    from .helpers.kineto_writer import KinetoTrace
+
+    def write(p: Path, width: int) -> Path:
+        t = KinetoTrace()
+        for s in range(5):
+            t0 = s * 2000.0
+            for i in range(4):
+                t.cpu_op("aten::linear", t0 + 10 + i * 300, 50, args={"Input Dims": [[32, width], [width, width], [width]]})
+                t.kernel("ampere_sgemm_128x64_tn", t0 + 30 + i * 300, 200, launch_us=t0 + 20 + i * 300)
+            t.step(s + 1, t0, 1500)
+        return t.write(p)
+
+    d = diff(write(tmp_path / "a.json", 512), write(tmp_path / "b.json", 1024)).data
+    assert d["verdict"] == "not comparable" and d["comparability"]["in_common_pct"] == 100.0
+    assert "input shapes" in d["comparability"]["reasons"][0]
+
+
+def test_slower_kernels_are_slower_and_the_kernel_table_says_which(traces):
+    d = diff(traces["fixed"], traces["slow12"], fail_if_slower=5).data
+    assert d["verdict"] == "slower" and d["gate"]["result"] == "fail"
+    assert d["ledger"][0]["bucket"] == "compute" and d["ledger"][0]["change_ns"] > 0
+    assert d["kernels"][0]["name"] == GEMM["nvidia"] and d["kernels"][0]["change_ns_per_step"] > 0
+    assert d["ops"][0]["name"] == "aten::linear"
+    assert diff(traces["fixed"], traces["slow12"], fail_if_slower=50).gate == "pass"  # slower, but within 50 %
+
+
+def test_a_slowdown_within_the_noise_is_inconclusive(traces):
+    d = diff(traces["noisy"], traces["noisy_slow"], fail_if_slower=5).data
+    assert d["step"]["change_pct"] > 5 and d["step"]["low_ns"] <= 0  # slower by the median, not outside the noise
+    assert d["gate"]["result"] == "inconclusive"
+    code, _ = run(traces["noisy"], traces["noisy_slow"], "--fail-if-slower", "5")
+    assert code == EXIT_INCONCLUSIVE
+
+
+def test_too_few_steps_give_no_interval(traces):
+    d = diff(traces["two_steps"], traces["slow12"], fail_if_slower=5).data
+    assert d["step"]["low_ns"] is None and d["verdict"] == "inconclusive" and d["gate"]["result"] == "inconclusive"
+
+
+# --- reports as inputs, JSON schema, outputs -----------------------------------------------------------------
+def test_json_reports_diff_like_their_traces(traces, tmp_path):
+    for name in ("waits", "fixed"):
+        res = CliRunner().invoke(app, ["analyze", str(traces[name]), "-f", "json", "-o", str(tmp_path / f"{name}.json")])
+        assert res.exit_code == 0, res.output
+    rep = json.loads((tmp_path / "waits.json").read_text())
+    w = rep["workload"]
+    assert len(w["steps"]) == 10 and w["batch"] == 32 and {o["name"] for o in w["ops"]} == {"aten::linear", "aten::relu"}
+    assert {k["class"] for k in w["kernels"]} == {"gemm", "elementwise"}
+    from_reports = diff(tmp_path / "waits.json", tmp_path / "fixed.json").data
+    from_traces = diff(traces["waits"], traces["fixed"]).data
+    for key in ("verdict", "step", "ledger", "kernel_classes", "what_if"):
+        assert from_reports[key] == from_traces[key], key
+    mixed = diff(tmp_path / "waits.json", traces["fixed"]).data  # a saved main report against a fresh trace
+    assert mixed["step"] == from_traces["step"]
+
+
+def test_a_report_without_a_workload_is_refused_with_a_reason(traces, tmp_path):
+    res = CliRunner().invoke(app, ["analyze", str(traces["fixed"]), "-f", "json", "-o", str(tmp_path / "r.json")])
+    assert res.exit_code == 0
+    old = json.loads((tmp_path / "r.json").read_text())
+    del old["workload"]
+    (tmp_path / "old.json").write_text(json.dumps(old))
+    d = diff(tmp_path / "old.json", traces["fixed"]).data
+    assert d["verdict"] == "not comparable" and "analyse the trace again" in d["comparability"]["reasons"][0]
+
+
+def _schema() -> dict:
+    return json.loads(resources.files("traceinsight.delta").joinpath("schema.json").read_text())
+
+
+@pytest.mark.parametrize("pair", [("waits", "fixed"), ("fixed", "conv"), ("fixed", "amd"), ("fixed", "batch64"), ("two_steps", "fixed")])
+def test_diff_json_validates_against_its_schema(traces, pair):
+    jsonschema = pytest.importorskip("jsonschema")
+    res = CliRunner().invoke(app, ["diff", str(traces[pair[0]]), str(traces[pair[1]]), "-f", "json", "--fail-if-slower", "5"])
+    doc = json.loads(res.stdout)
+    jsonschema.validate(doc, _schema())
+    assert doc["schema_version"] == 1
+    from traceinsight.delta.render import render
+
+    for fmt in ("text", "md", "html"):  # every verdict renders in every format
+        out = render(doc, fmt)
+        assert doc["verdict"] in out.lower() or doc["verdict"].capitalize() in out
+
+
+def test_the_schema_rejects_a_wrong_document(traces):
+    jsonschema = pytest.importorskip("jsonschema")
+    doc = diff(traces["waits"], traces["fixed"]).data
+    doc["verdict"] = "quicker"
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(doc, _schema())
+
+
+def test_docs_list_every_top_level_field(repo, traces):
+    text = (repo / "docs" / "diff-json.md").read_text()
+    top = text.split("## Top level", 1)[1].split("\n## ", 1)[0]
+    documented = {name for cell in re.findall(r"^\| (`[^|]+) \|", top, re.M) for name in re.findall(r"`([a-z_]+)`", cell)}
+    doc = diff(traces["waits"], traces["fixed"]).data
+    assert set(doc) <= documented, set(doc) - documented
+
+
+def test_markdown_html_and_text_carry_the_verdict(traces, tmp_path):
+    code, _ = run(traces["waits"], traces["fixed"], "-f", "md,html,json,text", "-o", tmp_path)
+    assert code == EXIT_OK
+    md = (tmp_path / "traceinsight-diff.md").read_text()
+    assert md.startswith("## ") and "**faster**" in md and "idle: data wait" in md and len(md) < 60_000
+    html = (tmp_path / "traceinsight-diff.html").read_text()
+    assert "Content-Security-Policy" in html and "default-src 'none'" in html and "<script" not in html
+    assert 'data-verdict="faster"' in html and 'data-bucket="idle_data_wait"' in html
+    assert html.count('class="lbar"') >= 2 * 10  # both ledgers, per step, side by side
+    text = (tmp_path / "traceinsight-diff.txt").read_text()
+    assert "Faster" in text and "idle: data wait" in text
+
+
+def test_hostile_names_are_escaped_in_every_format(tmp_path):
+    from .helpers.kineto_writer import KinetoTrace
+
+    def write(p: Path, kernel: str) -> Path:
+        t = KinetoTrace()
+        for s in range(4):
+            t0 = s * 1000.0
+            t.cpu_op("aten::mm", t0 + 10, 50, args={"Input Dims": [[8, 8], [8, 8]]})
+            t.kernel(kernel, t0 + 30, 400 + 10 * s, launch_us=t0 + 20)
+            t.step(s + 1, t0, 900)
+        return t.write(p)
+
+    evil = '<script>alert(1)</script>|@everyone `x`'
+    a, b = write(tmp_path / "a.json", "volta_sgemm_128x64_nn"), write(tmp_path / "b.json", evil)
+    d = diff(a, b)
+    assert "<script>alert" not in d.render("html")
+    md = d.render("md")
+    assert "<script>" not in md and "@everyone" not in md
+    assert "\x1b" not in d.render("text")
+
+
+def test_bad_inputs_are_one_line_errors(tmp_path, traces):
+    code, out = run(tmp_path / "missing.json", traces["fixed"])
+    assert code == 3 and "Traceback" not in out
+    code, out = run(traces["fixed"], traces["fixed"], "-f", "pdf")
+    assert code == 2
+    code, out = run(traces["fixed"], traces["waits"], "-o", traces["fixed"])
+    assert code == 2 and "refusing" in out
+
+
+def test_api_accepts_analyses(traces):
+    a, b = traceinsight.analyze(traces["waits"]), traceinsight.analyze(traces["fixed"])
+    d = traceinsight.diff(a, b)
+    assert d.verdict == "faster" and d.gate is None and "faster" in repr(d).lower()
+    frame = d._repr_html_()  # Jupyter: the page in a sandboxed frame, its markup escaped into srcdoc
+    assert frame.startswith("<iframe sandbox srcdoc=") and "<style>" not in frame and "&lt;style&gt;" in frame
+
+
+# --- whole jobs ------------------------------------------------------------------------------------------------
+def test_two_job_folders_compare_per_rank_and_name_the_fixed_straggler(tmp_path):
+    for run_name, slow in (("before", 1.5), ("after", 1.0)):
+        for rank in range(4):
+            write_model(tmp_path / run_name / f"rank{rank}.json", rank=rank, world_size=4, seed=rank, slow_factor=slow if rank == 2 else 1.0)
+    d = diff(tmp_path / "before", tmp_path / "after").data
+    r = d["ranks"]
+    assert [row["rank"] for row in r["rows"]] == [0, 1, 2, 3]
+    assert r["straggler_base"]["rank"] == 2 and r["straggler_base"]["is_straggler"]
+    assert not r["straggler_head"]["is_straggler"]
+    assert d["verdict"] == "faster"  # the job's step is its slowest rank's
+    assert "straggler fixed: rank 2" in d_render(d)
+    from traceinsight.delta.render import render
+
+    html = render(d, "html")
+    assert html.count("<tr data-rank=") == 4 and "straggler fixed: rank 2" in html
+    assert "| 2 |" in render(d, "md")
+
+
+def d_render(d: dict) -> str:
+    from traceinsight.delta.render import render_text
+
+    return render_text(d)
+
+
+# --- the real before/after pair --------------------------------------------------------------------------------
+def test_corpus_resnet50_num_workers_0_to_4():
+    nw0 = corpus_file("pytorch/kineto_resnet50_nw0_v100.pt.trace.json.gz")
+    nw4 = corpus_file("pytorch/kineto_resnet50_nw4_v100.pt.trace.json.gz")
+    d = diff(nw0, nw4).data
+    assert d["comparability"]["comparable"] and d["verdict"] == "faster"
+    s = d["step"]
+    assert s["high_ns"] < 0 and s["change_pct"] < -20  # about 176 -> 127 ms per step
+    assert d["ledger"][0]["bucket"] == "idle_data_wait" and d["ledger"][0]["change_ns"] < -30e6
+    assert "data wait" in d["sentence"]
+    assert "TI005" in {w["code"] for w in d["what_if"]}
+    code, out = run(nw4, nw0, "--fail-if-slower", "5")
+    assert code == EXIT_SLOWER, out
+    code, _ = run(nw0, nw0, "--fail-if-slower", "5")
+    assert code == EXIT_OK
+
+
+def test_corpus_two_models_are_not_comparable():
+    nw0 = corpus_file("pytorch/kineto_resnet50_nw0_v100.pt.trace.json.gz")
+    other = corpus_file("pytorch/hta_alexnet_a100_cudasync.json.gz")
+    code, out = run(nw0, other)
+    assert code == EXIT_NOT_COMPARABLE and "Not comparable" in out
+
+
+def test_without_step_markers_the_gpu_window_is_compared_once(tmp_path):
+    from .helpers.kineto_writer import KinetoTrace
+
+    def write(p: Path, dur: float) -> Path:
+        t = KinetoTrace()
+        at = 10.0
+        for _ in range(20):  # the host waits for each kernel before launching the next
+            t.cpu_op("aten::mm", at, 50, args={"Input Dims": [[64, 64], [64, 64]]})
+            t.kernel("ampere_sgemm_128x64_tn", at + 20, dur, launch_us=at + 10)
+            at += 20 + dur + 30
+        return t.write(p)
+
+    a, slow = write(tmp_path / "a.json", 300), write(tmp_path / "slow.json", 1100)
+    same = diff(a, a, fail_if_slower=5).data
+    assert same["step"]["basis"] == "gpu_window" and same["step"]["low_ns"] is None
+    assert same["verdict"] == "inconclusive" and same["gate"]["result"] == "pass"  # no change, nothing to doubt
+    worse = diff(a, slow, fail_if_slower=5).data
+    assert worse["step"]["change_ns"] > 0 and worse["gate"]["result"] == "inconclusive"  # slower, but one sample
+    assert worse["what_if"] == [] and "GPU window" in worse["sentence"]
+
+
+@pytest.mark.parametrize("damage", [
+    {"workload": {"steps": [{"rank": "x", "step": 1, "dur_ns": 5}]}},
+    {"workload": {"steps": [{"rank": 0, "step": 1, "dur_ns": 1.5e400}]}},
+    {"workload": {"kernels": "not a list"}},
+    {"ledger": {"by_step": [{"step": 1, "ns": {"compute": "many"}}]}},
+    {"summary": {"devices": [{"rank": 0, "busy_pct": []}]}},
+])
+def test_a_damaged_report_is_a_one_line_usage_error(traces, tmp_path, damage):
+    res = CliRunner().invoke(app, ["analyze", str(traces["fixed"]), "-f", "json", "-o", str(tmp_path / "r.json")])
+    assert res.exit_code == 0
+    doc = json.loads((tmp_path / "r.json").read_text())
+    for key, value in damage.items():
+        doc[key] = {**doc[key], **value} if isinstance(doc.get(key), dict) else value
+    (tmp_path / "bad.json").write_text(json.dumps(doc).replace("1.5e+400", "1.5e400"))
+    code, out = run(tmp_path / "bad.json", traces["fixed"])
+    assert code == 2 and "Traceback" not in out and "bad.json" in out and len(out.strip().splitlines()) == 1

@@ -1,0 +1,254 @@
+"""One side of a diff: a JSON report (``analyze -f json``), read from a file or made from a trace on the spot.
+
+Everything the diff needs is read from the report's shape (docs/json-report.md: ``workload``, ``ledger``,
+``kpis``, ``summary``, ``findings``), so a saved report of main and a fresh trace of a pull request are compared
+by the same code. Each reader below is a small function over that dict: a block another part of the report adds
+later (peak memory, MFU) is shown when it is there and skipped when not.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+import msgspec
+import numpy as np
+
+from ..errors import ConfigError
+
+#: Bytes at the head of a file looked at to tell a traceinsight report from a trace.
+_HEAD_BYTES = 512
+
+
+@dataclass
+class Side:
+    """A report dict and where it came from."""
+
+    report: dict[str, Any]
+    label: str
+    analysis: Any = field(default=None, repr=False)  # the Analysis when the side was made from a trace
+
+    @property
+    def trace(self) -> dict[str, Any]:
+        return self.report.get("trace") or {}
+
+    @property
+    def workload(self) -> dict[str, Any] | None:
+        w = self.report.get("workload")
+        return w if isinstance(w, dict) else None
+
+    @property
+    def kpis(self) -> dict[str, Any]:
+        return self.report.get("kpis") or {}
+
+    @property
+    def verdict(self) -> dict[str, Any]:
+        return self.report.get("verdict") or {}
+
+
+def is_report(path: Path) -> bool:
+    """A traceinsight JSON report (not a trace): a regular file whose first key is ``schema_version``."""
+    try:
+        if not path.is_file():
+            return False
+        with open(path, "rb") as fh:
+            head = fh.read(_HEAD_BYTES)
+    except OSError:
+        return False
+    return head.lstrip().startswith(b"{") and b'"schema_version"' in head and b'"traceinsight_version"' in head
+
+
+def load_side(path: "str | os.PathLike[str]", **analyze_kwargs: Any) -> Side:
+    """A report file as it is, anything else analysed (``engine.analyze``) and turned into its report."""
+    p = Path(path)
+    if is_report(p):
+        from ..baseline import load_report
+
+        try:
+            doc = load_report(p)
+        except ConfigError as exc:  # load_report speaks of a baseline; here the file is one side of a diff
+            raise ConfigError(str(exc).removeprefix("baseline ")) from None
+        check(doc, str(p))
+        return Side(doc, str(p))
+    from ..engine import analyze
+
+    return from_analysis(analyze(p, **analyze_kwargs), str(p))
+
+
+# --- the parts of a report the diff reads, as types: a report file is untrusted input --------------------------
+class _Step(msgspec.Struct):
+    rank: int
+    step: int
+    dur_ns: int
+    warmup: bool = False
+
+
+class _Kernel(msgspec.Struct, rename={"class_": "class"}):
+    name: str
+    class_: str = "other"
+    op: str = ""
+    count: int = 0
+    total_ns: int = 0
+    per_step: float = 0.0
+    ns_per_step: float = 0.0
+
+
+class _Op(msgspec.Struct):
+    name: str
+    per_step: float = 0.0
+    gpu_ns_per_step: float = 0.0
+
+
+class _Shape(msgspec.Struct):
+    name: str
+    shapes: str = ""
+    per_step: float = 0.0
+
+
+class _Workload(msgspec.Struct):
+    steps: list[_Step] = []
+    kernels: list[_Kernel] = []
+    ops: list[_Op] = []
+    shapes: list[_Shape] = []
+    batch: Optional[int] = None
+    steady_steps: int = 0
+
+
+class _LedgerRow(msgspec.Struct):
+    rank: int = 0
+    device: int = 0
+    step: int = -1
+    window_ns: int = 0
+    ns: dict[str, float] = {}
+
+
+class _Ledger(msgspec.Struct):
+    buckets: list[str] = []
+    by_device: list[_LedgerRow] = []
+    by_step: list[_LedgerRow] = []
+
+
+class _Device(msgspec.Struct):
+    rank: int = 0
+    busy_pct: Optional[float] = None
+
+
+class _Summary(msgspec.Struct):
+    devices: list[_Device] = []
+
+
+class _Report(msgspec.Struct):
+    workload: Optional[_Workload] = None
+    ledger: _Ledger = msgspec.field(default_factory=_Ledger)
+    summary: _Summary = msgspec.field(default_factory=_Summary)
+    kpis: dict[str, Any] = {}
+    verdict: dict[str, Any] = {}
+    trace: dict[str, Any] = {}
+
+
+def check(doc: dict[str, Any], name: str) -> None:
+    """ConfigError (one line, exit 2) when the parts of a report the diff reads have the wrong types."""
+    try:
+        msgspec.convert(doc, _Report)
+    except msgspec.ValidationError as exc:
+        raise ConfigError(f"{name}: not a traceinsight JSON report the diff can read ({str(exc)[:200]})") from None
+
+
+def from_analysis(analysis: Any, label: str | None = None) -> Side:
+    from ..render.json_report import to_dict
+
+    return Side(to_dict(analysis, max_evidence_rows=0), label or str(analysis.timeline.meta.path), analysis)
+
+
+# --- readers -----------------------------------------------------------------------------------------------
+def steps(side: Side) -> list[dict[str, Any]]:
+    w = side.workload
+    return [s for s in (w or {}).get("steps", []) if isinstance(s, dict)]
+
+
+def step_samples(side: Side) -> np.ndarray:
+    """The job's steady-state step times (ns), one per step number: the slowest rank's, since every rank waits
+    for it at the next collective. Warm-up steps are left out."""
+    by_step: dict[int, int] = {}
+    for s in steps(side):
+        if s.get("warmup"):
+            continue
+        n = int(s["step"])
+        by_step[n] = max(by_step.get(n, 0), int(s["dur_ns"]))
+    return np.array([by_step[k] for k in sorted(by_step)], dtype=float)
+
+
+def window_sample(side: Side) -> np.ndarray:
+    """Without step markers: the longest device window (first to last GPU activity) as the one sample."""
+    windows = [int(d.get("window_ns") or 0) for d in (side.report.get("ledger") or {}).get("by_device", []) if isinstance(d, dict)]
+    w = max(windows, default=0)
+    return np.array([float(w)]) if w > 0 else np.zeros(0)
+
+
+def rank_samples(side: Side) -> dict[int, np.ndarray]:
+    out: dict[int, list[int]] = {}
+    for s in steps(side):
+        if not s.get("warmup"):
+            out.setdefault(int(s["rank"]), []).append(int(s["dur_ns"]))
+    return {r: np.array(v, dtype=float) for r, v in sorted(out.items())}
+
+
+def _steady(side: Side) -> set[tuple[int, int]] | None:
+    st = steps(side)
+    if not st:
+        return None
+    return {(int(s["rank"]), int(s["step"])) for s in st if not s.get("warmup")}
+
+
+def ledger_steps(side: Side) -> list[dict[str, Any]]:
+    """Per steady step: ns per bucket, averaged over the devices that ran in it (one GPU's view of a step)."""
+    steady = _steady(side)
+    rows: dict[int, dict[str, float]] = {}
+    devices: dict[int, int] = {}
+    for r in (side.report.get("ledger") or {}).get("by_step", []):
+        step = int(r.get("step", -1))
+        if step < 0 or (steady is not None and (int(r.get("rank", 0)), step) not in steady):
+            continue
+        acc = rows.setdefault(step, {})
+        for b, ns in (r.get("ns") or {}).items():
+            acc[b] = acc.get(b, 0.0) + float(ns)
+        devices[step] = devices.get(step, 0) + 1
+    return [{"step": k, "ns": {b: v / devices[k] for b, v in rows[k].items()}} for k in sorted(rows)]
+
+
+def ledger_per_step(side: Side) -> dict[str, float]:
+    """ns per bucket in the mean steady step (per device)."""
+    st = ledger_steps(side)
+    out: dict[str, float] = {}
+    for s in st:
+        for b, v in s["ns"].items():
+            out[b] = out.get(b, 0.0) + v
+    return {b: v / len(st) for b, v in out.items()} if st else {}
+
+
+def buckets(side: Side) -> list[str]:
+    return list((side.report.get("ledger") or {}).get("buckets") or [])
+
+
+def devices(side: Side) -> list[dict[str, Any]]:
+    return [d for d in side.trace.get("devices") or [] if isinstance(d, dict)]
+
+
+def rank_busy(side: Side) -> dict[int, float]:
+    """GPU busy % per rank (the mean over its devices)."""
+    acc: dict[int, list[float]] = {}
+    for d in (side.report.get("summary") or {}).get("devices") or []:
+        if isinstance(d, dict) and d.get("busy_pct") is not None:
+            acc.setdefault(int(d.get("rank", 0)), []).append(float(d["busy_pct"]))
+    return {r: float(np.mean(v)) for r, v in sorted(acc.items())}
+
+
+def numeric_kpis(side: Side) -> dict[str, float]:
+    """Every number among the KPIs (peak memory, MFU and whatever later reports add), by name."""
+    out = {}
+    for k, v in side.kpis.items():
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            out[str(k)] = float(v)
+    return out

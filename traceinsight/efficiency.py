@@ -1,0 +1,387 @@
+"""Is the busy GPU doing useful work: achieved FLOP/s and bytes/s per kernel class, roofline position, MFU per step.
+
+Built from the views (kernels, copies, steps), the FLOPs model of ``traceinsight.flops`` (from recorded shapes) and
+the peak table of ``traceinsight.peaks``. Every percentage carries the peak it was measured against; where the
+trace cannot say (no shapes, unknown GPU) the view says what to record or pass instead of printing zeros.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from .flops import OpCounts, count_ops
+from .peaks import UNKNOWN_PEAK, PeakChoice, choose
+from .work_classes import CLASSES, MATRIX_CLASSES, TF32_KERNEL, kernel_class_of
+
+#: What to add to the profiler call when a PyTorch trace has no shapes.
+RECORD_SHAPES_HINT = "record with `torch.profiler.profile(..., record_shapes=True)` to get FLOPs, achieved TFLOP/s and MFU"
+NO_SHAPES_NSYS = ("Nsight Systems records no tensor shapes, so FLOPs per kernel cannot be known from the trace; pass "
+                  "--model-flops-per-step for MFU")
+
+
+@dataclass
+class EfficiencySettings:
+    """What the user tells about peaks and model FLOPs (CLI ``--peak-tflops``, ``--peak-bandwidth``,
+    ``--model-flops-per-step``; API ``analyze(..., efficiency=EfficiencySettings(...))``)."""
+
+    peak_tflops: float | None = None
+    peak_bandwidth_gbs: float | None = None
+    model_flops_per_step: float | None = None
+
+
+@dataclass
+class Efficiency:
+    """The efficiency view of one timeline.
+
+    ``classes``: one row per kernel class with GPU time: ``cls``, ``label``, ``time_ns``, ``share_pct`` (of GPU
+    activity time), ``modelled_ns`` (time of kernels whose op has a FLOPs/bytes model), ``flops``, ``bytes``,
+    ``dtype``, ``achieved_tflops``, ``achieved_gbs``, ``peak_tflops``, ``peak_label``, ``pct_of_peak``,
+    ``pct_of_bandwidth``, ``intensity`` (FLOP/byte), ``ridge`` (FLOP/byte), ``bound``.
+    ``steps``: ``rank``, ``step``, ``dur_ns``, ``flops``, ``tflops``, ``mfu_pct``.
+    """
+
+    peak: PeakChoice
+    flops_source: str  # "shapes", "user", "none"
+    shapes_recorded: bool
+    classes: pd.DataFrame
+    steps: pd.DataFrame
+    counts: OpCounts | None
+    gpu_time_ns: int
+    model_flops: float  # matrix-class FLOPs on the GPU (or the user's per step x steps)
+    mfu_pct: float | None
+    mfu_dtype: str | None
+    notes: list[str] = field(default_factory=list)
+    kernel_cls: np.ndarray | None = None  # per row of ``views.kernels``: its class (from its op, else its name)
+    hardware: pd.DataFrame | None = None  # sampled GPU metrics: scope, metric, mean_pct, samples (see ``_hardware``)
+    top_ops: pd.DataFrame | None = None  # matrix ops by kernel time, grouped by (op, shapes, dtype): see ``_top_ops``
+
+    @property
+    def available(self) -> bool:
+        return self.flops_source != "none"
+
+    def peak_label(self, dtype: str | None = None) -> str:
+        return self.peak.label(dtype or self.mfu_dtype)
+
+    def to_dict(self) -> dict[str, Any]:
+        def num(v: Any, nd: int = 3) -> Any:
+            return None if v is None or (isinstance(v, float) and not np.isfinite(v)) else round(float(v), nd)
+
+        return {
+            "flops_source": self.flops_source,
+            "shapes_recorded": self.shapes_recorded,
+            "peak": {"gpu": self.peak.gpu, "tflops": self.peak.tflops, "bandwidth_gbs": self.peak.bandwidth_gbs,
+                     "source": self.peak.source, "dense": True, "known": self.peak.known,
+                     "reason": self.peak.reason or None},
+            "gpu_time_ns": int(self.gpu_time_ns),
+            "model_flops": num(self.model_flops, 0),
+            "mfu_pct": num(self.mfu_pct),
+            "mfu_dtype": self.mfu_dtype,
+            "mfu_peak": self.peak_label() if self.mfu_pct is not None else None,
+            "classes": [
+                {k: (num(v) if isinstance(v, float) else (int(v) if isinstance(v, (np.integer,)) else v)) for k, v in r.items()}
+                for r in self.classes.to_dict("records")
+            ],
+            "steps": [
+                {"rank": int(r["rank"]), "step": int(r["step"]), "dur_ns": int(r["dur_ns"]), "flops": num(r["flops"], 0),
+                 "tflops": num(r["tflops"]), "mfu_pct": num(r["mfu_pct"])}
+                for r in self.steps.to_dict("records")
+            ],
+            "top_ops": None if self.top_ops is None else [
+                {k: (num(v, 4) if isinstance(v, float) else (int(v) if isinstance(v, np.integer) else v)) for k, v in r.items()}
+                for r in self.top_ops.to_dict("records")
+            ],
+            "assumptions": dict(self.counts.assumed) if self.counts else {},
+            "hardware": None if self.hardware is None else [
+                {"scope": r["scope"], "metric": r["metric"], "mean_pct": num(r["mean_pct"]), "samples": int(r["samples"])}
+                for r in self.hardware.to_dict("records")
+            ],
+            "notes": list(self.notes),
+        }
+
+
+def build(views: Any, settings: EfficiencySettings | None = None) -> Efficiency:
+    settings = settings or EfficiencySettings()
+    tl = views.timeline
+    meta = tl.meta
+    act = views.gpu_activity
+    kernels = views.kernels
+    pairs = np.unique(np.stack([act["rank"].to_numpy().astype(np.int64), act["device"].to_numpy().astype(np.int64)], axis=1), axis=0) if len(act) else np.zeros((0, 2), np.int64)
+    used = {(int(r), int(d)) for r, d in pairs}
+    devs = [d for d in meta.devices if (int(d.rank), int(d.index)) in used] or list(meta.devices)
+    peak = choose(devs, settings.peak_tflops, settings.peak_bandwidth_gbs)
+    notes: list[str] = []
+    counts = None
+    if meta.source_format == "pytorch":
+        try:
+            counts = count_ops(tl.events, kernels)
+        except (ValueError, TypeError, OverflowError, KeyError, IndexError) as exc:  # untrusted shapes: say so, go on
+            notes.append(f"the FLOPs model could not read this trace's shapes ({type(exc).__name__}); FLOPs are not shown")
+    shapes = bool(counts and counts.shapes_recorded)
+
+    # class of every GPU activity row: the launching op's class, else the kernel name's
+    k_cls = np.array([kernel_class_of(str(n)) for n in kernels["name"].cat.categories], dtype=object) if len(kernels) and isinstance(kernels["name"].dtype, pd.CategoricalDtype) else None
+    if len(kernels):
+        if k_cls is not None:
+            codes = kernels["name"].cat.codes.to_numpy()
+            cls = np.where(codes >= 0, k_cls[np.clip(codes, 0, None)], "other")
+        else:
+            cls = np.array([kernel_class_of(str(n)) for n in kernels["name"]], dtype=object)
+        if counts is not None and len(counts.ops):
+            hit = counts.kernel_op >= 0
+            cls = cls.astype(object)
+            cls[hit] = counts.ops["cls"].to_numpy()[counts.kernel_op[hit]]
+    else:
+        cls = np.zeros(0, dtype=object)
+    copies = act[act["kind"].to_numpy() != "kernel"]
+    time_by = pd.Series(kernels["dur_ns"].to_numpy(), dtype=np.int64).groupby(cls).sum() if len(kernels) else pd.Series(dtype=np.int64)
+    copy_ns = int(copies["dur_ns"].sum())
+    gpu_ns = int(act["dur_ns"].sum())
+
+    rows = []
+    ops = counts.ops if counts is not None else pd.DataFrame()
+    on_gpu = ops[ops["kernel_ns"] > 0] if len(ops) else ops
+    tf32_share = _tf32_share(kernels, counts) if counts is not None else 0.0
+    for c, label in CLASSES.items():
+        t = int(time_by.get(c, 0)) + (copy_ns if c == "copy" else 0)
+        if t <= 0:
+            continue
+        sub = on_gpu[on_gpu["cls"] == c] if len(on_gpu) else on_gpu
+        flops = float(sub["flops"].sum()) if len(sub) else 0.0
+        nbytes = float(sub["bytes"].sum()) if len(sub) else 0.0
+        modelled = int(sub["kernel_ns"].sum()) if len(sub) else 0
+        if c == "copy" and len(copies):  # copies carry their own byte counts
+            nbytes += float(copies["bytes"].sum())
+            modelled += copy_ns
+        dtype = _dominant_dtype(sub)
+        if dtype == "fp32" and c in MATRIX_CLASSES and tf32_share >= 0.5:
+            dtype = "tf32"
+        peak_t, _ = peak.for_dtype(dtype) if c in MATRIX_CLASSES else (None, "")
+        sec = modelled / 1e9
+        ach_t = flops / sec / 1e12 if sec > 0 and flops > 0 else None
+        ach_b = nbytes / sec / 1e9 if sec > 0 and nbytes > 0 else None
+        intensity = flops / nbytes if nbytes > 0 and flops > 0 else None
+        ridge_peak, _ = peak.for_dtype(dtype if c in MATRIX_CLASSES else (dtype or "fp32"))
+        ridge = ridge_peak * 1e12 / (peak.bandwidth_gbs * 1e9) if ridge_peak and peak.bandwidth_gbs else None
+        bound = None
+        if intensity is not None and ridge is not None:
+            bound = "compute" if intensity >= ridge else "memory"
+        elif c in ("copy", "elementwise", "norm") and ach_b is not None:
+            bound = "memory"
+        rows.append({
+            "cls": c, "label": label, "time_ns": t, "share_pct": 100.0 * t / gpu_ns if gpu_ns else 0.0,
+            "modelled_ns": modelled, "flops": flops, "bytes": nbytes, "dtype": dtype,
+            "achieved_tflops": ach_t, "achieved_gbs": ach_b,
+            "peak_tflops": peak_t, "peak_label": peak.label(dtype) if c in MATRIX_CLASSES else (
+                f"{peak.bandwidth_gbs:g} GB/s, {peak.gpu if peak.source != 'user' else 'given'}" if peak.bandwidth_gbs else "bandwidth unknown; pass --peak-bandwidth"),
+            "pct_of_peak": 100.0 * ach_t / peak_t if ach_t and peak_t else None,
+            "pct_of_bandwidth": 100.0 * ach_b / peak.bandwidth_gbs if ach_b and peak.bandwidth_gbs else None,
+            "intensity": intensity, "ridge": ridge, "bound": bound,
+        })
+    classes = pd.DataFrame(rows, columns=["cls", "label", "time_ns", "share_pct", "modelled_ns", "flops", "bytes", "dtype",
+                                          "achieved_tflops", "achieved_gbs", "peak_tflops", "peak_label", "pct_of_peak",
+                                          "pct_of_bandwidth", "intensity", "ridge", "bound"])
+
+    matrix = on_gpu[on_gpu["cls"].isin(MATRIX_CLASSES)] if len(on_gpu) else on_gpu
+    mfu_dtype = _dominant_dtype(matrix)
+    if mfu_dtype == "fp32" and tf32_share >= 0.5:
+        mfu_dtype = "tf32"
+    steps = views.steps
+    if settings.model_flops_per_step is not None:
+        source = "user"
+        per_step = pd.Series(float(settings.model_flops_per_step), index=steps.index) if len(steps) else None
+        mfu_dtype = mfu_dtype or "bf16"
+    elif len(matrix) and float(matrix["flops"].sum()) > 0:
+        source = "shapes"
+        per_step = None
+    else:
+        source = "none"
+        per_step = None
+    if source == "none":
+        if meta.source_format == "pytorch" and not shapes:
+            notes.append(RECORD_SHAPES_HINT)
+        elif meta.source_format == "nsys":
+            notes.append(NO_SHAPES_NSYS)
+        elif meta.source_format.startswith("tensorflow"):
+            notes.append("this TensorFlow trace records no FLOPs per op; pass --model-flops-per-step for MFU")
+        elif shapes:
+            notes.append("shapes are recorded, but no matmul/convolution/attention op with a FLOPs model ran on the GPU")
+    if source == "shapes" and len(classes):
+        mx = classes[classes["cls"].isin(MATRIX_CLASSES)]
+        total, covered = float(mx["time_ns"].sum()), float(mx["modelled_ns"].sum())
+        if total > 0 and covered < 0.9 * total:
+            notes.append(f"{100 * (1 - covered / total):.0f}% of GEMM/convolution/attention GPU time is in kernels not tied to an op "
+                         "with recorded shapes (no External id or launch record, or an op without a FLOPs model): MFU is a lower bound")
+    if counts is not None and counts.assumed:
+        for what, n in counts.assumed.items():
+            notes.append(f"{n:,} op(s): assumed {what}")
+    if not peak.known:
+        notes.append(f"{UNKNOWN_PEAK} ({peak.reason})" if peak.reason else UNKNOWN_PEAK)
+
+    peak_mfu, _ = peak.for_dtype(mfu_dtype)
+    step_rows = []
+    if len(steps):
+        if source == "shapes":
+            key = pd.DataFrame({"rank": matrix["rank"].to_numpy(), "step": matrix["step"].to_numpy(), "flops": matrix["flops"].to_numpy()})
+            by = key.groupby(["rank", "step"])["flops"].sum()
+        for r in steps.itertuples(index=False):
+            if source == "shapes":
+                f = float(by.get((int(r.rank), int(r.step)), 0.0))
+            elif source == "user":
+                f = float(settings.model_flops_per_step)
+            else:
+                continue
+            sec = r.dur_ns / 1e9
+            tf = f / sec / 1e12 if sec > 0 else None
+            step_rows.append({"rank": int(r.rank), "step": int(r.step), "dur_ns": int(r.dur_ns), "flops": f, "tflops": tf,
+                              "mfu_pct": 100.0 * tf / peak_mfu if tf is not None and peak_mfu else None})
+    step_frame = pd.DataFrame(step_rows, columns=["rank", "step", "dur_ns", "flops", "tflops", "mfu_pct"])
+    if source == "shapes":
+        model_flops = float(matrix["flops"].sum())
+        if len(step_frame) and step_frame["flops"].sum() > 0:
+            tot_ns = float(step_frame.loc[step_frame["flops"] > 0, "dur_ns"].sum())
+            f_in = float(step_frame["flops"].sum())
+        else:  # no steps: the GPU window of the trace
+            tot_ns, f_in = float(_window_ns(act)), model_flops
+    elif source == "user":
+        model_flops = float(settings.model_flops_per_step) * max(len(step_frame), 1)
+        tot_ns = float(step_frame["dur_ns"].sum()) if len(step_frame) else float(_window_ns(act))
+        f_in = model_flops
+        if not len(step_frame):
+            notes.append("the trace has no step markers: MFU is the given FLOPs for one step over the whole GPU window")
+    else:
+        model_flops, tot_ns, f_in = 0.0, 0.0, 0.0
+    mfu = 100.0 * f_in / (tot_ns / 1e9) / 1e12 / peak_mfu if source != "none" and tot_ns > 0 and peak_mfu else None
+    hardware = _hardware(tl.samples, views, kernels, cls) if getattr(tl, "samples", None) is not None else None
+    if hardware is not None and meta.source_format == "nsys" and source == "none":
+        notes.append("GPU-metrics samples are present: SM and tensor-core activity below are the hardware's own measure")
+    top = _top_ops(tl.events, matrix, peak, mfu_dtype) if source == "shapes" else None
+    return Efficiency(peak, source, shapes, classes, step_frame, counts, gpu_ns, model_flops, mfu,
+                      mfu_dtype if source != "none" else None, notes, kernel_cls=cls, hardware=hardware, top_ops=top)
+
+
+TOP_OPS = 15
+
+
+def _top_ops(events: pd.DataFrame, matrix: pd.DataFrame, peak: PeakChoice, mfu_dtype: str | None) -> pd.DataFrame | None:
+    """The matrix ops that take the most kernel time, one row per (op, input shapes, dtype): ``op``, ``cls``,
+    ``input_dims`` (compact JSON), ``dtype``, ``count``, ``gflop`` (per call), ``kernel_ns``, ``tflops``,
+    ``pct_of_peak`` (the dtype's dense peak; FP32 as TF32 where the view measured TF32)."""
+    if matrix is None or not len(matrix) or "input_shapes" not in events:
+        return None
+    dims = events["input_shapes"].to_numpy()[matrix["row"].to_numpy()]
+    frame = pd.DataFrame({"op": matrix["name"].to_numpy(), "cls": matrix["cls"].to_numpy(), "dims": dims,
+                          "dtype": matrix["dtype"].to_numpy(), "flops": matrix["flops"].to_numpy(),
+                          "kernel_ns": matrix["kernel_ns"].to_numpy()})
+    frame["dims"] = frame["dims"].astype(object).where(frame["dims"].notna(), "")
+    g = frame.groupby(["op", "cls", "dims", "dtype"], sort=False).agg(count=("flops", "size"), flops=("flops", "sum"),
+                                                                      kernel_ns=("kernel_ns", "sum")).reset_index()
+    g = g.sort_values("kernel_ns", ascending=False).head(TOP_OPS).reset_index(drop=True)
+    g["input_dims"] = [_compact_dims(d) for d in g["dims"]]
+    g["gflop"] = g["flops"] / g["count"] / 1e9
+    g["tflops"] = g["flops"] / (g["kernel_ns"] / 1e9) / 1e12
+    peaks = [peak.for_dtype("tf32" if d == "fp32" and mfu_dtype == "tf32" else d)[0] for d in g["dtype"]]
+    g["pct_of_peak"] = [100.0 * t / p if p else None for t, p in zip(g["tflops"], peaks)]
+    return g[["op", "cls", "input_dims", "dtype", "count", "gflop", "kernel_ns", "tflops", "pct_of_peak"]]
+
+
+def _compact_dims(text: Any) -> str:
+    """"[[8944, 1024], [1024, 1024]]" from the recorded (pretty-printed) JSON text, scalars' [] left out."""
+    import json
+
+    try:
+        dims = json.loads(str(text))
+    except ValueError:
+        return str(text)[:160]
+    if isinstance(dims, list):
+        dims = [d for d in dims if d != []]
+    return json.dumps(dims, separators=(", ", ": "))[:160]
+
+
+def _hardware(samples: pd.DataFrame, views: Any, kernels: pd.DataFrame, cls: np.ndarray) -> pd.DataFrame | None:
+    """Mean of each sampled metric over scopes: ``all`` samples, ``busy`` (a kernel, copy or memset running on the
+    sample's GPU), each kernel class (the kernel running at the sample: with concurrent streams, the latest started),
+    and ``step N`` (samples inside the step, on any rank's clock)."""
+    if samples is None or samples.empty:
+        return None
+    t = samples["start_ns"].to_numpy()
+    dev = samples["device"].to_numpy()
+    busy = np.zeros(len(samples), dtype=bool)
+    label = np.full(len(samples), "", dtype=object)
+    b = views.busy
+    for d in np.unique(dev):
+        here = dev == d
+        bb = b[b["device"].to_numpy() == d]
+        if len(bb):
+            s0, e0 = bb["start_ns"].to_numpy(), bb["end_ns"].to_numpy()
+            i = np.searchsorted(s0, t[here], side="right") - 1
+            busy[here] = (i >= 0) & (t[here] < e0[np.clip(i, 0, None)])
+        on = kernels["device"].to_numpy() == d
+        if on.any():
+            ks = kernels["start_ns"].to_numpy()[on]
+            ke = ks + kernels["dur_ns"].to_numpy()[on]
+            kc = np.asarray(cls, dtype=object)[on]
+            order = np.argsort(ks, kind="stable")
+            ks, ke, kc = ks[order], ke[order], kc[order]
+            j = np.searchsorted(ks, t[here], side="right") - 1
+            inside = (j >= 0) & (t[here] < ke[np.clip(j, 0, None)])
+            lab = np.where(inside, kc[np.clip(j, 0, None)], "")
+            label[here] = [CLASSES.get(c, c) if c else "" for c in lab]
+    frame = pd.DataFrame({"metric": samples["metric"].astype(str).to_numpy(), "value": samples["value"].to_numpy()})
+    parts = [frame.assign(scope="all"), frame[busy].assign(scope="busy")]
+    parts.append(frame.assign(scope=label)[label != ""])
+    steps = views.steps
+    if len(steps):
+        st = steps.drop_duplicates("step").sort_values("start_ns")
+        k = np.searchsorted(st["start_ns"].to_numpy(), t, side="right") - 1
+        ok = (k >= 0) & (t < st["end_ns"].to_numpy()[np.clip(k, 0, None)])
+        names = np.array([f"step {int(x)}" for x in st["step"].to_numpy()], dtype=object)
+        parts.append(frame[ok].assign(scope=names[k[ok]]))
+    allp = pd.concat(parts, ignore_index=True)
+    out = allp.groupby(["scope", "metric"], sort=False)["value"].agg(mean_pct="mean", samples="size").reset_index()
+    return out
+
+
+def _window_ns(act: pd.DataFrame) -> int:
+    if act.empty:
+        return 0
+    s = act["start_ns"].to_numpy()
+    return int((s + act["dur_ns"].to_numpy()).max() - s.min())
+
+
+def _dominant_dtype(ops: pd.DataFrame) -> str | None:
+    if ops is None or not len(ops):
+        return None
+    w = ops.groupby("dtype")["flops"].sum()
+    w = w[w.index != ""]
+    if w.empty or w.max() <= 0:
+        b = ops.groupby("dtype")["bytes"].sum()
+        b = b[b.index != ""]
+        return str(b.idxmax()) if len(b) else None
+    return str(w.idxmax())
+
+
+def _tf32_share(kernels: pd.DataFrame, counts: OpCounts) -> float:
+    """Of the kernel time of FP32 matrix ops, the share in kernels whose names say tensor cores (TF32)."""
+    if not len(counts.ops) or not len(kernels):
+        return 0.0
+    hit = counts.kernel_op >= 0
+    op = counts.kernel_op[hit]
+    ops = counts.ops
+    fp32m = (ops["dtype"].to_numpy() == "fp32") & np.isin(ops["cls"].to_numpy(), MATRIX_CLASSES)
+    sel = fp32m[op]
+    if not sel.any():
+        return 0.0
+    names = kernels["name"]
+    if isinstance(names.dtype, pd.CategoricalDtype):  # one regex test per distinct name
+        per = np.array([bool(TF32_KERNEL.search(str(c))) for c in names.cat.categories] + [False])
+        codes = names.cat.codes.to_numpy()
+        tc_all = per[np.where(codes >= 0, codes, len(per) - 1)]
+    else:
+        tc_all = np.array([bool(TF32_KERNEL.search(str(n))) for n in names], dtype=bool)
+    tc = tc_all[hit][sel]
+    dur = kernels["dur_ns"].to_numpy()[hit][sel].astype(float)
+    return float(dur[tc].sum() / dur.sum()) if dur.sum() > 0 else 0.0

@@ -1,0 +1,46 @@
+"""Is it PyTorch Profiler (kineto) JSON: judged from the first bytes or a folder's rank files, without importing the
+reader (detection tries every format; only the one that answers yes is imported)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ...errors import TraceReadError
+from ..byteio import read_head
+
+
+_TF_MARKERS = (b'"/host:CPU', b'"/device:GPU:', b'"/device:CPU:', b'"/device:TPU:', b"highres-ticks")
+_KINETO_STRONG = (b'"schemaVersion"', b'"deviceProperties"', b'"distributedInfo"', b'"ProfilerStep#')
+_KINETO_WEAK = (b'"cpu_op"', b'"Operator"', b'"cuda_runtime"', b'"Runtime"', b'"kernel"', b'"Kernel"')
+
+
+def looks_like_kineto(head: bytes) -> bool:
+    """Kineto JSON, judged from the first bytes; TensorFlow's Chrome-trace export (plane names) is left to tf_json."""
+    h = head.lstrip()
+    if not h.startswith((b"{", b"[")):
+        return False
+    if any(m in head for m in _KINETO_STRONG):
+        return True
+    if any(m in head for m in _TF_MARKERS):
+        return False
+    if any(m in head for m in _KINETO_WEAK):
+        return True
+    return b'"traceEvents"' in head or (h.startswith(b"[") and b'"ph"' in head)
+
+
+def sniff(path: Path, head: bytes) -> bool:
+    if path.is_dir():
+        return bool(rank_files(path))
+    return looks_like_kineto(head)
+
+
+def rank_files(folder: Path) -> list[Path]:
+    files = sorted(p for p in folder.iterdir() if p.is_file() and (p.name.endswith(".json") or p.name.endswith(".json.gz")))
+    out = []
+    for p in files:
+        try:
+            if p.stat().st_size and looks_like_kineto(read_head(p)):
+                out.append(p)
+        except (OSError, TraceReadError):
+            continue
+    return out

@@ -1,0 +1,205 @@
+"""The memory table's finishing, once for every format: the readers hand back raw allocator rows, this puts them on
+the timeline's clock, sorts them, fills totals a source leaves out, numbers their steps and names the op behind
+each.
+
+Kept apart from ``ingest.load`` because none of it is needed by traces without memory rows, and none of it runs
+for them.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from ..timeline import KINDS, MEMORY_COLUMNS, TIME_LIMIT_NS, TraceMeta, build_memory
+
+#: Framework ops a memory row may be attributed to (the innermost enclosing one on the same host thread).
+_OP_KINDS = ("cpu_op",)
+
+
+def join(pieces: list[tuple[dict, int | None, int]], events: pd.DataFrame, origin: int, meta: TraceMeta) -> pd.DataFrame:
+    """``pieces``: (memory columns, rank or None, clock shift already applied to that part's events). Returns the
+    memory frame on the events' clock, sorted by (rank, device, start_ns), with ``allocated`` filled from a running
+    sum where a source gives only deltas, ``step`` and ``op`` filled."""
+    frames = []
+    for cols, rank, shift in pieces:
+        if not len(cols["start_ns"]):
+            continue
+        m = build_memory(cols)
+        if rank is not None:
+            m["rank"] = np.full(len(m), rank, dtype=np.int32)
+        m["start_ns"] = m["start_ns"].to_numpy() - shift - origin
+        frames.append(m)
+    if not frames:
+        return build_memory()
+    mem = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
+    for col, dtype in MEMORY_COLUMNS.items():
+        if dtype == "category" and not isinstance(mem[col].dtype, pd.CategoricalDtype):
+            mem[col] = mem[col].astype("category")
+    start = mem["start_ns"].to_numpy()
+    bad = np.abs(start) > TIME_LIMIT_NS
+    if bad.any():
+        meta.warn(f"{int(bad.sum()):,} memory events with a time out of range were dropped")
+        mem = mem[~bad]
+    order = np.lexsort((mem["start_ns"].to_numpy(), mem["device"].to_numpy(), mem["rank"].to_numpy()))
+    mem = mem.take(order).reset_index(drop=True)
+    _running_totals(mem, meta)
+    _steps(mem, events)
+    _ops(mem, events)
+    return mem
+
+
+def _running_totals(mem: pd.DataFrame, meta: TraceMeta) -> None:
+    """Where a device's rows carry no ``allocated`` (kineto files of 2021 write only ``Bytes``), the running sum of
+    its deltas since the profile began: the level before the first event is unknown, so it counts from 0."""
+    alloc = mem["allocated"].to_numpy()
+    if not np.isnan(alloc).any():
+        return
+    key = mem["rank"].to_numpy().astype(np.int64) * (1 << 32) + mem["device"].to_numpy().astype(np.int64)
+    cut = np.flatnonzero(np.r_[True, key[1:] != key[:-1], True])
+    delta = np.where((mem["kind"] == "oom").to_numpy(), 0, mem["delta_bytes"].to_numpy())  # a failed request adds nothing
+    out = alloc.copy()
+    filled = []
+    for a, b in zip(cut[:-1], cut[1:]):
+        if np.isnan(alloc[a:b]).all():
+            out[a:b] = np.cumsum(delta[a:b])
+            filled.append(int(mem["device"].iat[a]))
+    if filled:
+        mem["allocated"] = out
+        meta.extra["memory_allocated_from_deltas"] = sorted(set(filled))
+        meta.warn("memory events carry no allocator totals (an older PyTorch profiler): allocated memory is counted "
+                  "from the start of the profile, so memory already in use before it is not included")
+
+
+def _steps(mem: pd.DataFrame, events: pd.DataFrame) -> None:
+    step_rows = events[(events["kind"] == "step").to_numpy()]
+    if step_rows.empty:
+        return
+    out = np.full(len(mem), -1, dtype=np.int32)
+    rank = mem["rank"].to_numpy()
+    t = mem["start_ns"].to_numpy()
+    numbers = pd.to_numeric(step_rows["name"].astype(str).str.extract(r"(\d+)\s*$", expand=False), errors="coerce")
+    numbers = numbers.fillna(pd.Series(np.arange(len(step_rows)), index=step_rows.index)).to_numpy(np.int32)
+    s_rank = step_rows["rank"].to_numpy()
+    for r in np.unique(rank):
+        sel = s_rank == r
+        if not sel.any():
+            continue
+        s = step_rows["start_ns"].to_numpy()[sel]
+        order = np.argsort(s, kind="stable")
+        s = s[order]
+        e = s + step_rows["dur_ns"].to_numpy()[sel][order]
+        num = numbers[sel][order]
+        m = rank == r
+        pos = np.searchsorted(s, t[m], side="right") - 1
+        ok = pos >= 0
+        ok[ok] = t[m][ok] < e[pos[ok]]
+        vals = np.full(int(m.sum()), -1, dtype=np.int32)
+        vals[ok] = num[pos[ok]]
+        out[m] = vals
+    mem["step"] = out
+
+
+def _ops(mem: pd.DataFrame, events: pd.DataFrame) -> None:
+    """The op behind each row that has none yet: the runtime call it belongs to (same correlation: Nsight
+    Systems), else the innermost framework op running on the same host thread at its time (kineto). Worked on
+    category codes: a million rows never become Python strings."""
+    known = mem["op"].notna().to_numpy()
+    if known.all() or events.empty:
+        return
+    names = events["name"]
+    cats = names.cat.categories
+    found = np.full(len(mem), -1, dtype=np.int64)  # codes into the events' name categories
+    corr = mem["correlation"].to_numpy()
+    kind = events["kind"].cat.codes.to_numpy()
+    if (corr >= 0).any():
+        rt = np.flatnonzero((kind == KINDS.index("runtime")) & (events["correlation"].to_numpy() >= 0))
+        if len(rt):
+            keys = pd.MultiIndex.from_arrays([events["rank"].to_numpy()[rt], events["correlation"].to_numpy()[rt]])
+            lut = pd.Series(names.cat.codes.to_numpy()[rt].astype(np.int64), index=keys)
+            lut = lut[~lut.index.duplicated()]
+            hit = lut.reindex(pd.MultiIndex.from_arrays([mem["rank"].to_numpy(), corr])).to_numpy(dtype=float)
+            use = (corr >= 0) & ~known & np.isfinite(hit)
+            found[use] = hit[use].astype(np.int64)
+    todo = ~known & (found < 0) & (mem["tid"].to_numpy() >= 0)
+    op_rows = np.flatnonzero(np.isin(kind, [KINDS.index(k) for k in _OP_KINDS]))
+    if todo.any() and len(op_rows):
+        ops = events.iloc[op_rows]
+        pos = innermost(ops, mem["rank"].to_numpy()[todo], mem["pid"].to_numpy()[todo], mem["tid"].to_numpy()[todo],
+                        mem["start_ns"].to_numpy()[todo])
+        codes = names.cat.codes.to_numpy()[op_rows]
+        found[np.flatnonzero(todo)] = np.where(pos >= 0, codes[np.clip(pos, 0, None)], -1)
+    if (found < 0).all():
+        return
+    new = pd.Categorical.from_codes(found, categories=cats, validate=False)
+    if known.any():  # some rows named by the source: merge the two vocabularies
+        merged = np.where(known, mem["op"].astype(object).to_numpy(), new.astype(object))
+        mem["op"] = pd.Categorical(merged)
+    else:
+        mem["op"] = pd.Categorical.from_codes(*_compact(found, cats))
+
+
+def _compact(codes: np.ndarray, cats: pd.Index) -> tuple[np.ndarray, pd.Index]:
+    """Codes and categories without the categories no row uses."""
+    used = np.bincount(codes[codes >= 0], minlength=len(cats)) > 0
+    remap = np.append(np.cumsum(used) - 1, -1)
+    return remap[codes], cats[used]
+
+
+def _thread_codes(ops: list[np.ndarray], queries: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Thread codes (rank, pid, tid) for the ops and the queries (-1: a thread with no op). Ids that fit in 16 / 24
+    / 24 bits pack into one int64 and are matched by a search; others go through a MultiIndex."""
+    r, p, t = (np.asarray(a, np.int64) for a in ops)
+    qr, qp, qt = (np.asarray(a, np.int64) for a in queries)
+    fits = all(len(a) == 0 or (a.min() >= 0 and a.max() < (1 << bits)) for a, bits in ((r, 15), (p, 24), (t, 24), (qr, 15), (qp, 24), (qt, 24)))
+    if not fits:
+        keys = pd.MultiIndex.from_arrays([r, p, t])
+        codes, uniques = pd.factorize(keys)
+        return codes, uniques.get_indexer(pd.MultiIndex.from_arrays([qr, qp, qt]))
+    key = (r << 48) | (p << 24) | t
+    qkey = (qr << 48) | (qp << 24) | qt
+    uniq, codes = np.unique(key, return_inverse=True)
+    pos = np.clip(np.searchsorted(uniq, qkey), 0, max(len(uniq) - 1, 0))
+    return codes.reshape(-1), np.where(len(uniq) and uniq[pos] == qkey, pos, -1) if len(uniq) else np.full(len(qkey), -1)
+
+
+def innermost(ops: pd.DataFrame, rank: np.ndarray, pid: np.ndarray, tid: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """Per query (rank, pid, tid, t): the position in ``ops`` of the latest-starting op on that thread with
+    start <= t <= end (for properly nested ops, the innermost one running at t), -1 where none.
+
+    Ops sorted by (thread, start); a query's candidates are the prefix up to the last op starting by t, and the
+    answer is the last of them whose end reaches t: found by jumping back over blocks of 2^k ops that all ended
+    before t (a table of block-wise maximum ends), log2(n) vectorised steps for all queries at once."""
+    codes, q_codes = _thread_codes([ops["rank"].to_numpy(), ops["pid"].to_numpy(), ops["tid"].to_numpy()], [rank, pid, tid])
+    o_start = ops["start_ns"].to_numpy(np.int64)
+    order = np.lexsort((o_start, codes))
+    k = codes[order].astype(np.int64)
+    s = o_start[order]
+    e = s + ops["dur_ns"].to_numpy(np.int64)[order]
+    n = len(s)
+    # combined sortable key: thread code, then start (starts are >= 0 after rebasing; shift to be safe)
+    base = int(s.min()) if n else 0
+    span = int(s.max()) - base + 2 if n else 1
+    comb = k * span + (s - base)
+    qt = np.asarray(t, np.int64)
+    valid = q_codes >= 0
+    qcomb = q_codes.astype(np.int64) * span + np.clip(qt - base, -1, span - 1)
+    p = np.searchsorted(comb, qcomb, side="right") - 1
+    p = np.where(valid & (qt >= base), p, -1)
+    tables = [e]
+    width = 1
+    while width * 2 <= n:
+        prev = tables[-1]
+        nxt = prev.copy()
+        nxt[width:] = np.maximum(prev[width:], prev[:-width])
+        tables.append(nxt)
+        width *= 2
+    for lvl in range(len(tables) - 1, -1, -1):
+        size = 1 << lvl
+        ok = p >= size - 1
+        pc = np.clip(p, 0, None)
+        jump = ok & (tables[lvl][pc] < qt)
+        p = np.where(jump, p - size, p)
+    pc = np.clip(p, 0, None)
+    hit = (p >= 0) & (k[pc] == q_codes) & (e[pc] >= qt) & valid
+    return np.where(hit, order[pc], -1)

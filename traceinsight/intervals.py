@@ -1,0 +1,109 @@
+"""Time intervals as numpy arrays: unions, coverage, window queries. Floor 0: no timeline, no rules.
+
+Every stage that reasons about [start, end) ranges (views, ledger, what-if, rules, renderers) uses these, so an
+interval means the same thing everywhere: half-open, integer ns, touching intervals merge.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+
+def merge_intervals(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Union of [start, end) intervals, sorted; touching intervals merge."""
+    if len(starts) == 0:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    s = np.asarray(starts, dtype=np.int64)
+    e = np.asarray(ends, dtype=np.int64)
+    if len(s) > 1 and not bool((s[1:] >= s[:-1]).all()):  # rows usually come in start order: no sort, no copies
+        order = np.argsort(s, kind="stable")
+        s, e = s[order], e[order]
+    run_end = np.maximum.accumulate(e)
+    new = np.empty(len(s), dtype=bool)
+    new[0] = True
+    new[1:] = s[1:] > run_end[:-1]
+    idx = np.flatnonzero(new)
+    out_s = s[idx]
+    out_e = np.maximum.reduceat(e, idx)
+    return out_s, out_e
+
+
+def merge_grouped(groups: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> pd.DataFrame:
+    """``merge_intervals`` within each group (e.g. per rank): columns group, start_ns, end_ns, sorted.
+
+    One lexsort and a grouped running max: nested or overlapping ranges (an op inside an op, two threads
+    waiting at once) count once.
+    """
+    if len(starts) == 0:
+        return pd.DataFrame({"group": np.zeros(0, np.int64), "start_ns": np.zeros(0, np.int64), "end_ns": np.zeros(0, np.int64)})
+    g = np.asarray(groups, dtype=np.int64)
+    s = np.asarray(starts, dtype=np.int64)
+    e = np.maximum(np.asarray(ends, dtype=np.int64), s)
+    order = np.lexsort((s, g))
+    g, s, e = g[order], s[order], e[order]
+    run_end = pd.Series(e).groupby(g).cummax().to_numpy()
+    new = np.ones(len(s), dtype=bool)
+    new[1:] = (g[1:] != g[:-1]) | (s[1:] > run_end[:-1])
+    idx = np.flatnonzero(new)
+    return pd.DataFrame({"group": g[idx], "start_ns": s[idx], "end_ns": np.maximum.reduceat(e, idx)})
+
+
+class Coverage:
+    """The union of some intervals, answering "how much of [a, b) is covered" for many windows at once.
+
+    Built on the cumulative covered length C(t): each query costs two searchsorted calls whatever the sizes.
+    """
+
+    def __init__(self, starts: np.ndarray, ends: np.ndarray) -> None:
+        self.s, self.e = merge_intervals(np.asarray(starts, np.int64), np.asarray(ends, np.int64))
+        self.cum = np.cumsum(self.e - self.s)
+
+    def before(self, t: np.ndarray) -> np.ndarray:
+        """Covered time before each t."""
+        t = np.asarray(t, np.int64)
+        if len(self.s) == 0:
+            return np.zeros(len(t), np.int64)
+        i = np.searchsorted(self.s, t, side="right")
+        prev = np.clip(i - 1, 0, None)
+        full = np.where(i > 0, self.cum[prev], 0)
+        over = np.where(i > 0, np.maximum(self.e[prev] - t, 0), 0)
+        return full - over
+
+    def overlap(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """Covered time inside each [a_i, b_i) (0 for empty or reversed windows)."""
+        a = np.asarray(a, np.int64)
+        return np.maximum(self.before(np.maximum(np.asarray(b, np.int64), a)) - self.before(a), 0)
+
+
+#: Per categories Index and pattern, which categories match: name masks are asked for again and again (the
+#: ledger, the views and the rules test the same few patterns on subsets that share one set of categories).
+_CATEGORY_HITS: dict[tuple[int, str, int], tuple["weakref.ref[pd.Index]", np.ndarray]] = {}
+
+class Overlaps:
+    """Which rows of a frame overlap a window [a, b): rows in start order with the running maximum of their ends,
+    so a window costs two binary searches and a look at the rows that can reach into it, not a pass over all."""
+
+    def __init__(self, start: np.ndarray, end: np.ndarray) -> None:
+        self.order = np.argsort(start, kind="stable")
+        self.start = start[self.order]
+        self.end = end[self.order]
+        self.reach = np.maximum.accumulate(self.end) if len(self.end) else self.end
+
+    def rows(self, a: int, b: int) -> np.ndarray:
+        """Positions (ascending, as a boolean mask would give them) of the rows with start < b and end > a."""
+        hi = int(np.searchsorted(self.start, b, side="left"))
+        lo = int(np.searchsorted(self.reach[:hi], a, side="right"))  # rows before lo all end by a
+        keep = self.end[lo:hi] > a
+        return np.sort(self.order[lo:hi][keep])
+
+
+def applies_to(n: int, ranks: np.ndarray | None, devices: np.ndarray | None, rank: int | None, device: int | None) -> np.ndarray:
+    """Which of ``n`` instances apply to (rank, device): an unknown (NaN) or absent rank/device applies to all, and
+    a None ``rank``/``device`` asks for any."""
+    keep = np.ones(n, dtype=bool)
+    if ranks is not None and rank is not None:
+        keep &= np.isnan(ranks) | (ranks == rank)
+    if devices is not None and device is not None:
+        keep &= np.isnan(devices) | (devices == device)
+    return keep

@@ -1,0 +1,227 @@
+"""GPU memory as a derived view: per device, allocated and reserved over time against capacity, the peak (with the
+op and step that reached it), per-step peak and headroom, and the allocator calls of the steady state.
+
+Read from ``Timeline.memory`` (``docs/timeline.md``, "Memory") and the events; built once per analysis through
+``Views.memory`` and shared by the memory rules (TI030-TI033) and every renderer, so a figure in a finding and in the
+report's memory section is the same number.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pandas as pd
+
+from .timeline import build_memory
+
+if TYPE_CHECKING:
+    from .views import Views
+
+#: Runtime calls that grow or shrink what the driver has handed out (the caching allocator's slow path):
+#: ``cudaFree`` (and ``hipFree``) also synchronise the device, so in a steady-state step they stall the host.
+ALLOCATOR_CALLS = re.compile(r"^(cudaMalloc|cudaMallocAsync|cudaFree|cudaFreeAsync|cuMemAlloc|cuMemFree|cuMemCreate|"
+                             r"cuMemRelease|cuMemMap|cuMemUnmap|hipMalloc|hipFree|hipMallocAsync|hipFreeAsync)(_v\d+)?$")
+#: Of those, the calls that release memory (and, for the non-async ones, synchronise).
+FREE_CALLS = re.compile(r"Free|Release|Unmap")
+
+#: Points kept per device series for drawing (the envelope: the extremes of each bucket survive).
+MAX_POINTS = 2000
+
+
+@dataclass
+class DeviceMemory:
+    """One GPU's memory over the trace."""
+
+    rank: int
+    device: int
+    device_type: str
+    capacity: int | None
+    events: int
+    peak_allocated: float | None
+    peak_reserved: float | None
+    peak_at_ns: int | None  # when allocated first reached its peak (reserved, where only that is known)
+    peak_op: str | None
+    peak_step: int | None
+    relative: bool  # allocated counts from the start of the profile (only deltas recorded)
+    oom_events: int
+    series: pd.DataFrame = field(repr=False, default_factory=pd.DataFrame)  # start_ns, allocated, reserved (reduced)
+    steps: pd.DataFrame = field(repr=False, default_factory=pd.DataFrame)  # per step: peak, headroom
+
+    @property
+    def peak(self) -> float | None:
+        """The peak that matters against capacity: reserved (what the device handed out) where known."""
+        return self.peak_reserved if self.peak_reserved is not None else self.peak_allocated
+
+    @property
+    def peak_share(self) -> float | None:
+        if self.capacity and self.peak is not None:
+            return self.peak / self.capacity
+        return None
+
+    def to_dict(self) -> dict[str, Any]:
+        steps = [] if self.steps.empty else [
+            {k: (None if pd.isna(v) else int(v)) for k, v in row.items()}
+            for row in self.steps.to_dict("records")]
+        return {
+            "rank": self.rank, "device": self.device, "device_type": self.device_type, "capacity_bytes": self.capacity,
+            "events": self.events, "peak_allocated_bytes": _num(self.peak_allocated), "peak_reserved_bytes": _num(self.peak_reserved),
+            "peak_at_ns": self.peak_at_ns, "peak_op": self.peak_op, "peak_step": self.peak_step,
+            "peak_share_of_capacity": None if self.peak_share is None else round(self.peak_share, 6),
+            "headroom_bytes": None if self.capacity is None or self.peak is None else int(self.capacity - self.peak),
+            "allocated_relative_to_profile_start": self.relative, "oom_events": self.oom_events, "steps": steps,
+        }
+
+
+def _num(v: float | None) -> int | None:
+    return None if v is None or not np.isfinite(v) else int(v)
+
+
+class Memory:
+    """The memory view of one analysis (``Views.memory``)."""
+
+    def __init__(self, views: "Views") -> None:
+        self.views = views
+        self.timeline = views.timeline
+        table = getattr(self.timeline, "memory", None)  # a Timeline built before the memory table existed has none
+        self.table = table if table is not None else build_memory()
+
+    @cached_property
+    def devices(self) -> list[DeviceMemory]:
+        """One entry per GPU with memory rows (host memory is not drawn against a GPU's capacity)."""
+        mem = self.table
+        if mem.empty:
+            return []
+        gpu = mem[(mem["device"].to_numpy() >= 0) & mem["kind"].isin(["alloc", "free", "oom"]).to_numpy()]
+        if gpu.empty:
+            return []
+        caps = {(d.rank, d.index): d.memory_bytes for d in self.timeline.meta.devices}
+        relative = set(self.timeline.meta.extra.get("memory_allocated_from_deltas", []))
+        out = []
+        for (rank, device), g in gpu.groupby(["rank", "device"], sort=True, observed=True):
+            out.append(self._device(int(rank), int(device), g, caps.get((int(rank), int(device))), int(device) in relative))
+        return out
+
+    def _device(self, rank: int, device: int, g: pd.DataFrame, capacity: int | None, relative: bool) -> DeviceMemory:
+        alloc = g["allocated"].to_numpy(dtype=float)
+        res = g["reserved"].to_numpy(dtype=float)
+        t = g["start_ns"].to_numpy()
+        pa = float(np.nanmax(alloc)) if np.isfinite(alloc).any() else None
+        pr = float(np.nanmax(res)) if np.isfinite(res).any() else None
+        # the op and step that first reached the highest allocated level (the tensors that set the peak); where
+        # only reserved is known, the first row at its peak
+        level = alloc if pa is not None else res
+        i = int(np.nanargmax(level)) if np.isfinite(level).any() else None
+        op = g["op"].iloc[i] if i is not None else None
+        step = int(g["step"].iloc[i]) if i is not None else None
+        return DeviceMemory(
+            rank=rank, device=device, device_type=str(g["device_type"].iloc[0]), capacity=capacity, events=len(g),
+            peak_allocated=pa, peak_reserved=pr, peak_at_ns=int(t[i]) if i is not None else None,
+            peak_op=None if op is None or pd.isna(op) else str(op), peak_step=step if step is not None and step >= 0 else None,
+            relative=relative, oom_events=int((g["kind"] == "oom").sum()),
+            series=_reduce(t, alloc, res), steps=self._per_step(g, capacity),
+        )
+
+    def _per_step(self, g: pd.DataFrame, capacity: int | None) -> pd.DataFrame:
+        st = g[g["step"].to_numpy() >= 0]
+        if st.empty:
+            return pd.DataFrame()
+        agg = st.groupby("step", sort=True).agg(peak_allocated=("allocated", "max"), peak_reserved=("reserved", "max"),
+                                                 start_reserved=("reserved", "first"))
+        agg["headroom"] = (capacity - agg["peak_reserved"].fillna(agg["peak_allocated"])) if capacity else np.nan
+        return agg.reset_index()
+
+    def device(self, rank: int, device: int) -> DeviceMemory | None:
+        for d in self.devices:
+            if d.rank == rank and d.device == device:
+                return d
+        return None
+
+    @cached_property
+    def allocator_calls(self) -> pd.DataFrame:
+        """Runtime calls that grow or shrink the device pool (cudaMalloc / cudaFree and kin), with their step."""
+        rt = self.views.runtime_calls
+        if rt.empty:
+            return rt
+        cats = rt["name"].cat.categories if isinstance(rt["name"].dtype, pd.CategoricalDtype) else pd.Index(rt["name"].unique())
+        hit = [c for c in cats if ALLOCATOR_CALLS.match(str(c))]
+        if not hit:
+            return rt.iloc[:0]
+        return rt[rt["name"].isin(hit).to_numpy()]
+
+    @cached_property
+    def faults(self) -> pd.DataFrame:
+        mem = self.table
+        return mem[mem["kind"].isin(["um_fault_cpu", "um_fault_gpu"]).to_numpy()]
+
+    @cached_property
+    def warmup_end(self) -> dict[int, int]:
+        """Per rank with at least two steps, when its warm-up ends: the end of its first step (allocator growth,
+        cuDNN autotuning and compilation land there; the ledger treats an outlier first step as warm-up on the same
+        grounds), extended to the end of any warm-up region the ledger found later (``Ledger.warmup``: first calls
+        that are outliers). A rank with fewer steps has no steady state to judge: a run's start and its end
+        (``cudaMalloc`` of the inputs, ``cudaFree`` at exit) cannot be told from a loop without step markers."""
+        out: dict[int, int] = {}
+        st = self.views.steps
+        if st.empty:
+            return out
+        for r, g in st.groupby("rank", sort=True):
+            if len(g) >= 2:
+                out[int(r)] = int(g["end_ns"].iloc[0])
+        try:
+            warm = self.views.ledger.warmup
+        except Exception:  # noqa: BLE001 - a ledger that cannot be built leaves warm-up to the steps
+            warm = pd.DataFrame()
+        if warm is not None and not warm.empty:
+            for r, g in warm.groupby("rank", sort=True):
+                if int(r) in out:
+                    out[int(r)] = max(out[int(r)], int(g["end_ns"].max()))
+        return out
+
+    def steady(self, rank: np.ndarray, t: np.ndarray, step: np.ndarray) -> np.ndarray:
+        """Rows (rank, time, step) in steady state: inside a step, after their rank's warm-up."""
+        rank, t, step = np.asarray(rank), np.asarray(t), np.asarray(step)
+        out = np.zeros(len(t), dtype=bool)
+        for r, end in self.warmup_end.items():
+            m = rank == r
+            out[m] = (t[m] >= end) & (step[m] >= 0)
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        faults = self.faults
+        return {
+            "devices": [d.to_dict() for d in self.devices],
+            "um_page_faults": int(faults["count"].sum()) if not faults.empty else 0,
+            "allocator_calls": int(len(self.allocator_calls)),
+        }
+
+
+def _reduce(t: np.ndarray, alloc: np.ndarray, res: np.ndarray, limit: int = MAX_POINTS) -> pd.DataFrame:
+    """The series for drawing: every row when few, else per time bucket its first, max and last values, so peaks
+    and steps survive at any zoom the report draws."""
+    n = len(t)
+    if n <= limit:
+        return pd.DataFrame({"start_ns": t, "allocated": alloc, "reserved": res})
+    buckets = limit // 3
+    b = np.minimum(((t - t[0]) * buckets // max(int(t[-1] - t[0]), 1)).astype(np.int64), buckets - 1)
+    cut = np.flatnonzero(np.r_[True, b[1:] != b[:-1]])
+    ends = np.r_[cut[1:], n] - 1
+    level = np.where(np.isfinite(res), res, alloc)
+    peak = np.array([a + int(np.nanargmax(level[a:e + 1])) if np.isfinite(level[a:e + 1]).any() else a
+                     for a, e in zip(cut.tolist(), ends.tolist())], dtype=np.int64)
+    keep = np.unique(np.concatenate([cut, peak, ends]))
+    return pd.DataFrame({"start_ns": t[keep], "allocated": alloc[keep], "reserved": res[keep]})
+
+
+def fmt_bytes(n: float | None) -> str:
+    """Human bytes, binary units: 512 B, 1.5 MiB, 30.2 GiB."""
+    if n is None or not np.isfinite(n):
+        return "n/a"
+    a = abs(n)
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if a >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{n:.0f} B"

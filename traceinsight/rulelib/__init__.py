@@ -1,0 +1,60 @@
+"""The rules' public helper library: the queries several rules ask the same way, vectorized, documented, stable.
+
+Built-in rules (``traceinsight.rules``) and third-party rules import from here, never from each other. By topic:
+
+* ``names``: name and code queries (``names_where``, ``count_matching``, ``short_name``, ``pair_codes``, ``grid_blocks``);
+* ``enclosing``: which host range encloses which (``Enclosing``, ``cpu_op_enclosing``, ``starts_inside``);
+* ``usercode``: the user's own Python line behind a call (``user_frames_at``, ``user_code_sentence``);
+* ``gaps``: idle gaps as the rules read them (``ledger_gaps``, ``host_starved_gaps``, ``sync_calls``, ``inference_ranks``);
+* ``cache``: ``memo``, the analysis' named slot for a query several rules ask;
+* ``warmup``: the ledger's warm-up per gap and start-up calls (``gap_warmup_ns``, ``warmup_by_gap``, ``startup_call_gaps``).
+
+What names mean lives in ``traceinsight.patterns``; intervals and masks in ``traceinsight.intervals`` and
+``traceinsight.masks``. Helpers that several rules ask keep their answer in the analysis' store
+(``traceinsight.derived.Derived.memo``), so the second rule to ask pays nothing.
+"""
+
+from .cache import memo
+from .names import short_name, pair_codes, lookup, matches, grid_blocks, kind_mask, any_code_in, names_where, hits_per_category, count_matching
+from .enclosing import ThreadCodes, Enclosing, host_columns, cpu_op_enclosing, innermost_enclosing, innermost_positions, starts_inside
+from .usercode import SYNC_CALLS, RECORD_STACKS, user_frame, innermost_user_frame, user_frames_at, user_code_sentence, has_python_frames
+from .gaps import next_launch_ns, host_starved_gaps, sync_calls, ledger_gaps, closing_syncs, inference_ranks, request_boundary_gaps
+from .warmup import gap_warmup_ns, warmup_by_gap, startup_call_gaps
+
+__all__ = [
+    "memo",
+    "short_name",
+    "pair_codes",
+    "lookup",
+    "matches",
+    "grid_blocks",
+    "kind_mask",
+    "any_code_in",
+    "names_where",
+    "hits_per_category",
+    "count_matching",
+    "ThreadCodes",
+    "Enclosing",
+    "host_columns",
+    "cpu_op_enclosing",
+    "innermost_enclosing",
+    "innermost_positions",
+    "starts_inside",
+    "SYNC_CALLS",
+    "RECORD_STACKS",
+    "user_frame",
+    "innermost_user_frame",
+    "user_frames_at",
+    "user_code_sentence",
+    "has_python_frames",
+    "next_launch_ns",
+    "host_starved_gaps",
+    "sync_calls",
+    "ledger_gaps",
+    "closing_syncs",
+    "inference_ranks",
+    "request_boundary_gaps",
+    "gap_warmup_ns",
+    "warmup_by_gap",
+    "startup_call_gaps",
+]

@@ -1,0 +1,141 @@
+"""Idle gaps as the rules read them: which launch ended each gap, which the host could have prevented, the
+ledger's account of each gap row for row, blocking calls, syncs that close a step, inference requests.
+
+Part of ``traceinsight.rulelib``, the public helper library of the rules (built-in and third-party).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from ..masks import name_mask
+from ..patterns import SYNC_CALL, TRAINING_OP
+from .enclosing import host_columns, starts_inside
+from .names import hits_per_category, any_code_in, kind_mask, names_where
+from .cache import memo
+
+
+def next_launch_ns(views, gaps: pd.DataFrame) -> np.ndarray:
+    """For each gap: when the host launched the GPU work that ended it (NaN where no launch is linked)."""
+    out = np.full(len(gaps), np.nan)
+    ln = views.launches
+    if gaps.empty or ln.empty:
+        return out
+    first = ln.groupby(["rank", "device", "gpu_start_ns"], sort=False)["launch_start_ns"].min()
+    idx = pd.MultiIndex.from_arrays([gaps["rank"].to_numpy(), gaps["device"].to_numpy(), gaps["end_ns"].to_numpy()])
+    return first.reindex(idx).to_numpy(dtype=float)
+
+
+def host_starved_gaps(views, gaps: pd.DataFrame) -> pd.DataFrame:
+    """The gaps the host could have prevented: the work that ended them was launched after the gap began (or is
+    not linked to a launch). When it was already queued, the GPU waited on a GPU-side dependency (another stream,
+    an event, a peer), and a blocked host did not cause that idle."""
+    nl = next_launch_ns(views, gaps)
+    keep = np.isnan(nl) | (nl >= gaps["start_ns"].to_numpy(dtype=float))
+    return gaps[keep]
+
+
+def sync_calls(views) -> pd.DataFrame:
+    """The blocking runtime calls (``SYNC_CALL``) of the host: rank, start_ns, dur_ns, end_ns (cached)."""
+
+    def build():
+        host = views.host_events
+        m = kind_mask(host, "runtime")
+        if m.any():
+            m &= names_where(host["name"], lambda m: m(SYNC_CALL))
+        hc = host_columns(views)
+        out = pd.DataFrame({c: hc[c][m] for c in ("rank", "start_ns", "dur_ns", "end_ns")})
+        return out
+
+    return memo(views, "rulelib.next_launch_ns", build)
+
+
+def ledger_gaps(views) -> pd.DataFrame:
+    """The ledger's gaps (next launch, ns per idle bucket, cause) row for row with ``views.gaps`` (same index).
+
+    Both cut each device's window the same way, so the frames normally agree row for row and this is the
+    ledger's frame as is; otherwise the rows are matched on (rank, device, start_ns, end_ns). Cached.
+    """
+
+    def build():
+        gaps = views.gaps
+        lg = views.ledger.gaps
+        keys = ["rank", "device", "start_ns", "end_ns"]
+        if len(lg) == len(gaps) and all(np.array_equal(lg[c].to_numpy(np.int64), gaps[c].to_numpy(np.int64)) for c in keys):
+            out = lg.set_axis(gaps.index)
+        else:
+            out = gaps[keys].merge(lg.drop_duplicates(keys), on=keys, how="left").set_axis(gaps.index)
+        return out
+
+    return memo(views, "rulelib.ledger_gaps", build)
+
+
+def closing_syncs(stalls: pd.DataFrame, steps: pd.DataFrame, launches: pd.DataFrame) -> np.ndarray:
+    """Stalls that close their step: no GPU work is launched by the rank after the call and before the step ends.
+
+    In an inference loop such a sync hands the request's result to the caller (or ends a latency measurement);
+    it is the request's completion, not a stall the step could avoid.
+    """
+    out = np.zeros(len(stalls), dtype=bool)
+    if stalls.empty or steps.empty:
+        return out
+    st = steps[["rank", "start_ns", "end_ns"]].sort_values("start_ns")
+    q = pd.DataFrame({"rank": stalls["rank"].to_numpy().astype(np.int64), "t": stalls["end_ns"].to_numpy(), "pos": np.arange(len(stalls))})
+    m = pd.merge_asof(q.sort_values("t"), st.assign(rank=st["rank"].astype(np.int64)), left_on="t", right_on="start_ns", by="rank", direction="backward")
+    m = m[m["end_ns"].notna().to_numpy() & (m["t"].to_numpy() <= m["end_ns"].to_numpy(dtype=float))]
+    if m.empty:
+        return out
+    if launches.empty:
+        out[m["pos"].to_numpy()] = True
+        return out
+    closing = np.ones(len(m), dtype=bool)
+    for rank, g in m.groupby("rank", sort=False):
+        ls = np.sort(launches.loc[launches["rank"].to_numpy() == rank, "launch_start_ns"].to_numpy())
+        after = np.searchsorted(ls, g["end_ns"].to_numpy(dtype=np.int64)) - np.searchsorted(ls, g["t"].to_numpy(), side="right")
+        closing[np.flatnonzero((m["rank"] == rank).to_numpy())] = after == 0
+    out[m["pos"].to_numpy()[closing]] = True
+    return out
+
+
+def inference_ranks(views) -> frozenset[int]:
+    """The ranks that run inference (or a benchmark of it): no backward pass or optimizer step on the rank's host.
+
+    All ranks at once, one name test per distinct name, no per-rank copy of the host rows; a rank without host
+    rows is not called inference. Cached on the views."""
+
+    def build():
+        host = views.host_events
+        rank = host["rank"].to_numpy()
+        if len(rank) and rank.min() == rank.max():  # one rank (one file): is any training op on its host at all
+            names = host["name"]
+            if isinstance(names.dtype, pd.CategoricalDtype):
+                hit = hits_per_category(names, lambda m: m(TRAINING_OP, case=True))
+                any_training = any_code_in(names.cat.codes.to_numpy(), hit)
+            else:
+                any_training = bool(name_mask(names, TRAINING_OP, case=True).any())
+            out = frozenset() if any_training else frozenset({int(rank[0])})
+        else:
+            training = names_where(host["name"], lambda m: m(TRAINING_OP, case=True))
+            out = frozenset(int(r) for r in pd.unique(rank)) - frozenset(int(r) for r in pd.unique(rank[training]))
+        return out
+
+    return memo(views, "rulelib.inference_ranks", build)
+
+
+def request_boundary_gaps(views, gaps: pd.DataFrame) -> np.ndarray:
+    """Gaps that begin inside a sync closing an inference step: the idle between two requests of an inference
+    loop (each request's sync hands its result back), which lengthens no request."""
+    out = np.zeros(len(gaps), dtype=bool)
+    if gaps.empty or views.steps.empty:
+        return out
+    ranks = inference_ranks(views)
+    if not ranks:  # a training run: no request boundaries (and no need to find its syncs here)
+        return out
+    calls = sync_calls(views)
+    if calls.empty:
+        return out
+    calls = calls[np.isin(calls["rank"].to_numpy(), np.fromiter(ranks, dtype=np.int64))]
+    if calls.empty:
+        return out
+    return starts_inside(gaps, calls[closing_syncs(calls, views.steps, views.launches)])

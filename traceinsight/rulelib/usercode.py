@@ -1,0 +1,114 @@
+"""The user's own code in a trace: the innermost Python frame that is not a library's, and the words that name it
+in a finding (or say how to record it).
+
+Part of ``traceinsight.rulelib``, the public helper library of the rules (built-in and third-party).
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pandas as pd
+
+from .enclosing import innermost_enclosing
+from .names import kind_mask, lookup
+
+
+#: Python frames that are not the user's code: the interpreter's and libraries' own files. A frame is the user's
+#: when its file is none of these, so the report can name ``train.py:42`` instead of ``torch/_tensor.py``.
+_NOT_USER = re.compile(
+    r"site-packages|dist-packages|/lib/python\d|^<built-in|^<frozen|^<string>|^\s*(torch|tensorflow|keras|jax|numpy|"
+    r"threading|contextlib|runpy|multiprocessing|asyncio|concurrent|functools|selectors|queue|socket)[/\\.]"
+)
+
+
+_FRAME = re.compile(r"^(?P<file>.+?)\((?P<line>\d+)\):\s*(?P<func>.*)$")
+
+
+#: What a Python user writes that ends in each synchronizing ATen op (for messages: name the call, not the op).
+SYNC_CALLS: dict[str, str] = {
+    "aten::_local_scalar_dense": "`.item()`, `float(t)`, `print(t)` or `if t:` on a GPU tensor",
+    "aten::item": "`.item()`, `float(t)`, `print(t)` or `if t:` on a GPU tensor",
+    "aten::is_nonzero": "`if t:` / `bool(t)` on a GPU tensor",
+    "aten::nonzero": "`torch.nonzero`, boolean-mask indexing `t[mask]` or `torch.unique` (output size read back)",
+    "aten::masked_select": "boolean-mask indexing `t[mask]` (output size read back)",
+    "aten::to": "`.cpu()`, `.to(\"cpu\")`, `.numpy()` or `.tolist()` on a GPU tensor",
+    "aten::_to_copy": "`.cpu()`, `.to(\"cpu\")`, `.numpy()` or `.tolist()` on a GPU tensor",
+    "aten::copy_": "a copy to host memory (`.cpu()`, `.numpy()`, `t_cpu.copy_(t_gpu)`)",
+}
+
+
+#: Said where a trace has no Python frames, so the user knows how to get the line of their code next time.
+RECORD_STACKS = "record with `torch.profiler.profile(..., with_stack=True)` to see the line of your code"
+
+
+def user_frame(name: object) -> str | None:
+    """``train.py:42 (train_step)`` for a Python frame of the user's own code (``path(line): func``, as kineto and
+    the stack column write frames); None for library/interpreter frames and for names that are no frame."""
+    if name is None or (isinstance(name, float) and name != name):
+        return None
+    m = _FRAME.match(str(name).strip())
+    if not m or _NOT_USER.search(m["file"].replace("\\", "/")):
+        return None
+    file = m["file"].replace("\\", "/").rsplit("/", 1)[-1]
+    func = m["func"].strip()
+    return f"{file}:{m['line']}" + (f" ({func})" if func else "")
+
+
+def innermost_user_frame(stack: object) -> str | None:
+    """The innermost user frame of a ``stack`` cell (" <- " separated, innermost last)."""
+    if stack is None or (isinstance(stack, float) and stack != stack):
+        return None
+    for part in reversed(str(stack).split(" <- ")):
+        site = user_frame(part)
+        if site:
+            return site
+    return None
+
+
+def user_frames_at(queries: pd.DataFrame, events: pd.DataFrame, host: pd.DataFrame) -> np.ndarray:
+    """Per query row the innermost enclosing user frame (``file.py:line (func)``), or None: from the ``stack``
+    column where the trace has one, else from the Python frame rows (``with_stack=True`` traces)."""
+    out = np.full(len(queries), None, dtype=object)
+    if queries.empty:
+        return out
+    if "stack" in events and "stack" in queries:
+        own = queries["stack"].astype(object).to_numpy()
+        out[:] = [innermost_user_frame(x) for x in own]
+    is_py = kind_mask(host, "python")
+    if not is_py.any():
+        return out
+    pos = np.flatnonzero(is_py)
+    names = host["name"]
+    if hasattr(names, "cat"):
+        codes, cats = names.cat.codes.to_numpy()[pos], names.cat.categories
+    else:
+        codes, cats = pd.factorize(names.to_numpy()[pos])
+    user = np.zeros(len(cats), dtype=bool)
+    seen = np.unique(codes[codes >= 0])  # only the names the Python rows use (a categorical holds every name)
+    user[seen] = [user_frame(cats[c]) is not None for c in seen]
+    # only the columns innermost_enclosing reads, and only the user frames' rows
+    py = host[["rank", "pid", "tid", "start_ns", "dur_ns"]].iloc[pos[(codes >= 0) & user[np.maximum(codes, 0)]]]
+    enc = innermost_enclosing(queries, py)
+    found = lookup(events["name"], enc)
+    missing = pd.isna(out)
+    out[missing] = [user_frame(x) for x in found[missing]]
+    return out
+
+
+def user_code_sentence(frames: np.ndarray, ctx, lead: str) -> str:
+    """" <lead> `train.py:42 (step)`." for the most frequent user frame; the with_stack hint on PyTorch traces
+    without Python frames; "" otherwise (no user frame found although stacks were recorded, or another format)."""
+    known = pd.Series(frames, dtype=object).dropna()
+    if len(known):
+        top = known.value_counts()
+        more = f" ({len(top) - 1} other line(s) too)" if len(top) > 1 else ""
+        return f" {lead} `{top.index[0]}`{more}."
+    if ctx.meta.source_format == "pytorch" and not has_python_frames(ctx.events):
+        return f" The trace has no Python stacks: {RECORD_STACKS}."
+    return ""
+
+
+def has_python_frames(events: pd.DataFrame) -> bool:
+    return bool((events["kind"] == "python").any()) or ("stack" in events and events["stack"].notna().any())

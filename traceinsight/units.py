@@ -1,0 +1,29 @@
+"""How times read to people: one formatter every report, rule message and the job report share. Floor 0."""
+
+from __future__ import annotations
+
+def fmt_ns(ns: float) -> str:
+    """Human time: 950 ns, 12.3 µs, 4.56 ms, 1.23 s."""
+    ns = float(ns)
+    a = abs(ns)
+    if a < 1e3:
+        return f"{ns:.0f} ns"
+    if a < 1e6:
+        return f"{ns / 1e3:.1f} µs"
+    if a < 1e9:
+        return f"{ns / 1e6:.2f} ms"
+    return f"{ns / 1e9:.2f} s"
+
+def format_what_if(what_if: dict | None) -> str:
+    """"step 176.3 -> 118.6 ms (-33 %)", the one-line form the reports show ("" when there is no prediction)."""
+    if not what_if or what_if.get("step_ns") is None or not what_if.get("baseline_step_ns"):
+        return ""
+    b, p = float(what_if["baseline_step_ns"]), float(what_if["step_ns"])
+    unit, div = ("s", 1e9) if b >= 1e10 else ("ms", 1e6) if b >= 1e6 else ("µs", 1e3)
+
+    def num(x: float) -> str:
+        v = x / div
+        return f"{v:.1f}" if v >= 10 else f"{v:.2f}"
+
+    pct = 100.0 * (p - b) / b
+    return f"step {num(b)} → {num(p)} {unit} ({'−' if pct < 0 else '+'}{abs(pct):.0f} %)"
