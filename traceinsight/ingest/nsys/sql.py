@@ -49,7 +49,14 @@ MAX_VALUE_BYTES = 64 << 20
 MAX_NAME_CHARS = 16_384
 #: A row is placed only when its start is an INTEGER and its end an INTEGER (or NULL: an NVTX range still open):
 #: nsys writes integers, and SQLite's CAST would read '12x' as 12 and a blob as anything.
+TYPED_START = "typeof(start) = 'integer'"
 TYPED_TIMES = "(typeof(start) = 'integer' AND typeof(\"end\") IN ('integer', 'null'))"
+
+
+def typed_times(conn: sqlite3.Connection, table: str) -> str:
+    """The per-row type check for ``table``: start (and end, when the table has one: memory tables have none)."""
+    cols = {r[1] for r in conn.execute(f'PRAGMA table_info("{table}")')}
+    return TYPED_TIMES if "end" in cols else TYPED_START
 #: Rows left out by ``fetch`` for untyped times, per table, for the reader's warning (set by the reader per read).
 UNTYPED_ROWS: contextvars.ContextVar[dict[str, int] | None] = contextvars.ContextVar("untyped_rows", default=None)
 
@@ -125,7 +132,7 @@ def fetch(conn: sqlite3.Connection, table: str, fields: list[Field], where: str 
     counted in ``UNTYPED_ROWS`` (``fetch_text`` with the same ``where`` leaves out the same rows)."""
     typed = any(f.name == "start" for f in fields)
     if typed:
-        fields = [*fields, Field("_typed", TYPED_TIMES, 1)]
+        fields = [*fields, Field("_typed", typed_times(conn, table), 1)]
     wide, words = _layout(fields)
     # CAST keeps a stray REAL or TEXT cell from producing text that is not an integer.
     exprs = [f"CAST(ifnull({f.expr}, {f.none}) AS INTEGER)" for f in wide]
@@ -263,7 +270,8 @@ def _uri(conn: sqlite3.Connection) -> str | None:
 def fetch_text(conn: sqlite3.Connection, table: str, expr: str, where: str = "") -> np.ndarray:
     """One text column as an object array, in the same rows and order as ``fetch`` with the same ``where`` (rowid,
     untyped times left out), each value cut to MAX_NAME_CHARS."""
-    cond = f"({where}) AND {TYPED_TIMES}" if where else TYPED_TIMES
+    typed = typed_times(conn, table)
+    cond = f"({where}) AND {typed}" if where else typed
     sql = f'SELECT substr({expr}, 1, {MAX_NAME_CHARS}) FROM "{table}" NOT INDEXED WHERE {cond} ORDER BY rowid'
     # a blob where text belongs (a corrupt or hostile export) is read as text
     return np.array([r[0].decode("utf-8", "replace") if isinstance(r[0], bytes) else r[0] for r in conn.execute(sql)],
