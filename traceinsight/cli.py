@@ -128,24 +128,20 @@ def analyze(
         outputs.refuse_inputs(targets, inputs)  # before reading: never overwrite what is analysed
         check_worse_by(worse_by)  # numbers are checked where they enter: NaN must not make nothing worse
         check_rule_timeout(rule_timeout)
+        # one configuration for both paths: the project's, with the command line's choices over it
+        cfg = Config.from_pyproject(config).with_overrides(
+            select=_split(select), ignore=_split(ignore), options=parse_assignments(set_ or []), min_impact=min_impact
+        )
+        cfg.rule_paths = [*cfg.rule_paths, *(str(r) for r in rules or [])]
         if baseline is None and wants_job(path, scheduler):  # whole job: map per rank, reduce across ranks
-            cfg = Config.from_pyproject(config).with_overrides(
-                select=_split(select), ignore=_split(ignore), options=parse_assignments(set_ or []), min_impact=min_impact
-            )
-            cfg.rule_paths = [*cfg.rule_paths, *(str(r) for r in rules or [])]
             return analyze_job_cli(path, cfg, formats, output, scheduler=scheduler, trace_format=trace_format, fail_on=fail_on.value, report_stem=REPORT_STEM, suffixes=_FORMAT_SUFFIX,
                                    rule_timeout=rule_timeout, allow_missing_ranks=allow_missing_ranks, max_bytes=max_bytes)
         kwargs = dict(
-            select=_split(select),
-            ignore=_split(ignore),
-            options=parse_assignments(set_ or []),
-            rules=rules or [],
-            config=Config.from_pyproject(config),
+            config=cfg,
             baseline=baseline,
             worse_by=worse_by,
             trace_format=trace_format,
             run_name=run_name,
-            min_impact=min_impact,
             rule_timeout=rule_timeout,
             max_bytes=max_bytes,
             efficiency=_efficiency_settings(peak_tflops, peak_bandwidth, model_flops_per_step),
@@ -328,7 +324,7 @@ def diff_cmd(
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write here instead of stdout (a folder when several formats are asked for).")] = None,
     fail_if_slower: Annotated[
         Optional[float],
-        typer.Option("--fail-if-slower", min=0.0, help="Exit 1 when HEAD's step is slower by more than this %% and outside the noise of the per-step samples; exit 5 when it is slower by more but within the noise."),
+        typer.Option("--fail-if-slower", min=0.0, help="Exit 1 when HEAD's step is slower by more than this percentage and outside the noise of the per-step samples; exit 5 when it is slower by more but within the noise."),
     ] = None,
     trace_format: Annotated[Optional[str], typer.Option("--trace-format", help="Force the parser for trace inputs (see analyze).")] = None,
 ) -> None:

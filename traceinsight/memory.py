@@ -2,7 +2,7 @@
 op and step that reached it), per-step peak and headroom, and the allocator calls of the steady state.
 
 Read from ``Timeline.memory`` (``docs/timeline.md``, "Memory") and the events; built once per analysis through
-``Views.memory`` and shared by the memory rules (TI030-TI033) and every renderer, so a figure in a finding and in the
+``Derived.memory`` and shared by the memory rules (TI030-TI033) and every renderer, so a figure in a finding and in the
 report's memory section is the same number.
 """
 
@@ -81,7 +81,7 @@ def _num(v: float | None) -> int | None:
 
 
 class Memory:
-    """The memory view of one analysis (``Views.memory``)."""
+    """The memory view of one analysis (``Derived.memory``)."""
 
     def __init__(self, views: "Views") -> None:
         self.views = views

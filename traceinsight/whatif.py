@@ -43,7 +43,7 @@ from . import native
 from .finding import instance_columns
 from .intervals import Coverage, merge_grouped, merge_intervals
 from .masks import category_hits, codes_in
-from .patterns import DATA_WAIT_PRIMARY, EVENT_RECORD, GEMM_CONV, STREAM_WAIT, SYNC_CALL
+from .patterns import DATA_WAIT_KINDS, DATA_WAIT_PRIMARY, EVENT_RECORD, GEMM_CONV, STREAM_WAIT, SYNC_CALL
 from .thresholds import LAUNCH_GAP_NS
 from .units import format_what_if  # noqa: F401  (the reports' one-line form of a prediction)
 from .views import Views
@@ -192,7 +192,7 @@ def _host_nodes(views: Views, rank: int, ng: int) -> tuple[dict[str, np.ndarray]
     # data waits: merged per thread, the runtime calls inside them dropped (the names first: most traces have none)
     dw: dict[str, np.ndarray] = {}
     dw_name = _name_hits(names, re.compile(DATA_WAIT_PRIMARY))
-    dwm = _kind_in(kind, ("cpu_op", "annotation", "python", "other")) & _rows_where(names, dw_name) if dw_name.any() else None
+    dwm = _kind_in(kind, DATA_WAIT_KINDS) & _rows_where(names, dw_name) if dw_name.any() else None
     if dwm is not None and dwm.any():
         thread_key = _key(pid, tid)
         m = merge_grouped(thread_key[dwm], s[dwm], s[dwm] + np.maximum(dur[dwm], 0))

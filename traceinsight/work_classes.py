@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 
+from .buckets import BY_ID
 from .patterns import COLLECTIVE
 
 #: The classes, in display order, with their labels.
@@ -22,6 +23,13 @@ CLASSES: dict[str, str] = {
     "communication": "communication",
     "copy": "copies",
     "other": "other",
+}
+
+#: How each class is painted (the roofline's points): copies and communication in their ledger buckets' colours, so a
+#: class and the bucket its time lands in look the same on one page.
+COLOURS: dict[str, str] = {
+    "gemm": "#1f77b4", "conv": "#5c940d", "attention": "#9467bd", "elementwise": "#ff7f0e", "norm": "#d62728",
+    "communication": BY_ID["communication"].colour, "copy": BY_ID["copy"].colour, "other": "#7f7f7f",
 }
 
 #: Classes whose FLOPs run on matrix units (tensor cores, matrix cores): the "model FLOPs" of MFU.

@@ -27,7 +27,7 @@ from .kernels import classify_names
 from .masks import kind_mask
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .engine import Analysis
+    from .analysis import Analysis
 
 #: Rows kept per table (the largest by time / count): a report stays small on a trace with 10^5 distinct shapes.
 MAX_KERNELS = 1000

@@ -34,6 +34,8 @@ FINDINGS_PAGE = 20
 EVIDENCE_PAGE = 20
 INSTANCES_PAGE = 20
 STEPS_PAGE = 50
+#: Kernel and op rows a diff result carries (largest change first).
+DIFF_ROWS = 15
 #: Evidence rows kept per finding in the store (the JSON report's own cap is 50; drill-down may page further).
 MAX_EVIDENCE_ROWS = 500
 #: Longest string a result carries; longer ones (a 1 MB kernel name) are cut with an ellipsis.
@@ -206,6 +208,29 @@ class Session:
         block = report.get("ranges")
         rows = block.get("ranges", block.get("items", [])) if isinstance(block, dict) else (block if isinstance(block, list) else [])
         return {"result_version": RESULT_VERSION, "analysis_id": analysis_id, "ranges": _page(rows, offset, limit, key="items")}
+
+    def diff(self, base_id: str, head_id: str, *, fail_if_slower: float | None = None, rows: int = DIFF_ROWS) -> dict[str, Any]:
+        """Two analyses of this session compared (``traceinsight diff``, docs/diff-json.md): comparable or not, the
+        step change with its interval and verdict, the ledger buckets that moved, kernels and ops (the ``rows``
+        largest changes), findings new/fixed, the what-if check, and with ``fail_if_slower`` the gate."""
+        from ..delta.compare import compare
+        from ..delta.side import Side, check
+
+        sides = []
+        for ident in (base_id, head_id):
+            report = self._report(ident)
+            try:
+                check(report, f"analysis {ident}")
+            except TraceInsightError as exc:
+                raise ToolError(str(exc)) from None
+            sides.append(Side(report, f"analysis {ident}"))
+        doc = compare(*sides, fail_if_slower=fail_if_slower)
+        rows = max(int(rows), 0)
+        for key in ("kernels", "ops"):
+            doc[f"{key}_total"] = len(doc[key])
+            doc[key] = doc[key][:rows]
+        doc.pop("ledger_steps", None)  # per-step bars are for the HTML page; the per-bucket table answers "why"
+        return {"result_version": RESULT_VERSION, "base_id": base_id, "head_id": head_id, "diff": _clean(doc)}
 
     def rules(self) -> dict[str, Any]:
         """Every built-in and installed rule: code, name, default severity, category, summary."""

@@ -166,11 +166,13 @@ def render_text(d: dict[str, Any], width: int = 110, **_: Any) -> str:
         con.print(f"  {straggler_line(r)}")
     extra = [k for k in d["kpis"] if k["name"] not in SHOWN_KPIS and k["change"]]
     if extra:
-        con.print("KPIs: " + "; ".join(f"{rich_text(k['name'], 40)} {_num(k['base'])} → {_num(k['head'])}" for k in extra[:8]))
+        con.print("KPIs: " + "; ".join(f"{rich_text(k['name'], 40)} {_num(k['base'], k['name'])} → {_num(k['head'], k['name'])}" for k in extra[:8]))
     return buf.getvalue()
 
 
-def _num(v: Any) -> str:
+def _num(v: Any, name: str = "") -> str:
+    if name.endswith("_bytes") and isinstance(v, (int, float)):
+        return f"{v / 2**30:,.2f} GiB"
     if isinstance(v, float) and not v.is_integer():
         return f"{v:,.2f}"
     return f"{v:,.0f}" if isinstance(v, (int, float)) else str(v)
@@ -212,7 +214,7 @@ def render_md(d: dict[str, Any], html_name: str | None = None, max_chars: int = 
     out.append(f"| verdict | {esc(b['verdict']['headline'])} | {esc(h['verdict']['headline'])} |")
     for k in d["kpis"]:
         if k["name"] not in SHOWN_KPIS and k["change"]:
-            out.append(f"| {esc(k['name'], 40)} | {_num(k['base'])} | {_num(k['head'])} |")
+            out.append(f"| {esc(k['name'], 40)} | {_num(k['base'], k['name'])} | {_num(k['head'], k['name'])} |")
     out.append("")
     if d["step"]:
         out += [f"**Step:** {esc(step_line(d['step']))}", ""]
@@ -286,7 +288,8 @@ def html_context(d: dict[str, Any]) -> dict[str, Any]:
         "spread_base": spread(d["base"]), "spread_head": spread(d["head"]),
         "straggler": straggler_line(d["ranks"]) if d["ranks"] else None,
         "kernels": [dict(k, base_ns=_per_step(k["base"]), head_ns=_per_step(k["head"]), tag=_kernel_change(k)) for k in d["kernels"][:40]],
-        "ms": ms, "pct": pct, "bucket_label": bucket_label,
+        "ms": ms, "pct": pct, "bucket_label": bucket_label, "num": _num,
+        "extra_kpis": [k for k in d["kpis"] if k["name"] not in SHOWN_KPIS],
     }
 
 

@@ -8,6 +8,7 @@ later (peak memory, MFU) is shown when it is there and skipped when not.
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -172,8 +173,10 @@ def step_samples(side: Side) -> np.ndarray:
     """The job's steady-state step times (ns), one per step number: the slowest rank's, since every rank waits
     for it at the next collective. Warm-up steps are left out."""
     by_step: dict[int, int] = {}
-    for s in steps(side):
-        if s.get("warmup"):
+    st = steps(side)
+    keep_warmup = all(s.get("warmup") for s in st)  # only warm-up steps: they are all there is to compare
+    for s in st:
+        if s.get("warmup") and not keep_warmup:
             continue
         n = int(s["step"])
         by_step[n] = max(by_step.get(n, 0), int(s["dur_ns"]))
@@ -245,10 +248,31 @@ def rank_busy(side: Side) -> dict[int, float]:
     return {r: float(np.mean(v)) for r, v in sorted(acc.items())}
 
 
+#: Report blocks whose top-level numbers are compared as they are, when a report carries them (named ``block.key``).
+EXTRA_BLOCKS = ("memory", "efficiency", "mfu")
+
+
 def numeric_kpis(side: Side) -> dict[str, float]:
-    """Every number among the KPIs (peak memory, MFU and whatever later reports add), by name."""
+    """Every number among the KPIs and the top-level numbers of ``EXTRA_BLOCKS`` (peak memory, MFU and whatever
+    later reports add), by name."""
     out = {}
-    for k, v in side.kpis.items():
-        if isinstance(v, (int, float)) and not isinstance(v, bool):
-            out[str(k)] = float(v)
+    sources = [("", side.kpis)] + [(f"{b}.", side.report.get(b)) for b in EXTRA_BLOCKS]
+    for prefix, block in sources:
+        if not isinstance(block, dict):
+            continue
+        for k, v in block.items():
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
+                out[prefix + str(k)] = float(v)
+    out.update(peak_memory(side))
+    return out
+
+
+def peak_memory(side: Side) -> dict[str, float]:
+    """Peak GPU memory over the devices of the report's ``memory`` block (largest peak, smallest headroom)."""
+    devices = [d for d in ((side.report.get("memory") or {}).get("devices") or []) if isinstance(d, dict)] if isinstance(side.report.get("memory"), dict) else []
+    out: dict[str, float] = {}
+    for key, pick in (("peak_allocated_bytes", max), ("peak_reserved_bytes", max), ("headroom_bytes", min)):
+        vals = [float(d[key]) for d in devices if isinstance(d.get(key), (int, float)) and not isinstance(d.get(key), bool) and math.isfinite(d[key])]
+        if vals:
+            out[f"memory.{key}"] = pick(vals)
     return out

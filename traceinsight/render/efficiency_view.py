@@ -6,7 +6,8 @@ import html
 import math
 from typing import Any
 
-from ..rule_api import fmt_ns
+from ..units import fmt_ns
+from ..work_classes import COLOURS
 
 COLUMNS = ["class", "time", "% GPU time", "% modelled", "dtype", "TFLOP/s", "% of peak", "GB/s", "% of BW", "FLOP/B", "bound", "peak used"]
 
@@ -145,12 +146,11 @@ def roofline_svg(eff: Any, width: int = 560, height: int = 340) -> str:
         y *= 10
     parts.append(f'<text x="{(ml + width) / 2:.0f}" y="{height - 6}" font-size="11" text-anchor="middle">arithmetic intensity (FLOP/byte)</text>')
     parts.append(f'<text x="12" y="{(mt + height - mb) / 2:.0f}" font-size="11" transform="rotate(-90 12 {(mt + height - mb) / 2:.0f})" text-anchor="middle">TFLOP/s</text>')
-    colors = {"gemm": "#1f77b4", "conv": "#2ca02c", "attention": "#9467bd", "elementwise": "#ff7f0e", "norm": "#d62728", "copy": "#8c564b"}
     for p in pts:
         cx, cy = sx(min(max(p["intensity"], x0), x1)), sy(max(p["achieved_tflops"], y0))
         label = f'{p["label"]}: {p["achieved_tflops"]:.2f} TFLOP/s at {p["intensity"]:.1f} FLOP/B ({p["bound"]}-bound)'
         parts.append(f'<circle cx="{cx:.1f}" cy="{cy:.1f}" r="{4 + 8 * min(p["share_pct"], 100) / 100:.1f}" '
-                     f'fill="{colors.get(p["cls"], "#7f7f7f")}" fill-opacity="0.75"><title>{e(label)}</title></circle>')
+                     f'fill="{COLOURS.get(p["cls"], COLOURS["other"])}" fill-opacity="0.75"><title>{e(label)}</title></circle>')
         parts.append(f'<text x="{cx + 10:.1f}" y="{cy + 4:.1f}" font-size="11">{e(p["label"])}</text>')
     parts.append("</svg>")
     return "".join(parts)

@@ -14,6 +14,8 @@ from markupsafe import Markup, escape
 
 from ..memory import fmt_bytes
 
+#: Below this share of capacity the chart is scaled to the peak instead of to the capacity.
+OFF_SCALE_SHARE = 0.1
 #: Height of one device's chart (plot area), px.
 PLOT_H = 110
 _TOP = 18
@@ -31,7 +33,11 @@ def charts(analysis, gutter: int, plot_w: int, ticks, window: dict | None, many_
     out = []
     for d in mem.devices:
         label = f"rank {d.rank} · GPU {d.device}" if many_ranks else f"GPU {d.device}"
-        top = max(float(d.capacity or 0), float(d.peak or 0), 1.0) * 1.04
+        peak = float(max(d.peak or 0, d.peak_allocated or 0))
+        # against capacity when the peak is a fair share of it; otherwise scaled to the peak, so the steps of a
+        # small run stay visible (the capacity is then named above the plot)
+        on_scale = bool(d.capacity) and peak >= OFF_SCALE_SHARE * float(d.capacity)
+        top = (float(d.capacity) if on_scale else max(peak, 1.0)) * (1.04 if on_scale else 1.25)
         width = gutter + plot_w + 10
         height = _TOP + PLOT_H + _BOTTOM
 
@@ -57,7 +63,10 @@ def charts(analysis, gutter: int, plot_w: int, ticks, window: dict | None, many_
             for s in st.itertuples(index=False):
                 parts.append(f'<text class="axis-t" x="{float(x(s.start_ns)) + 2:.2f}" y="{_TOP + 9}">{escape(_short_step(str(s.name)))}</text>')
         parts.append(f'<rect class="lane-bg" x="{gutter}" y="{_TOP}" width="{plot_w}" height="{PLOT_H}" fill-opacity="0.35"/>')
-        if d.capacity:
+        if d.capacity and not on_scale:
+            parts.append(f'<text class="axis-t" x="{gutter + plot_w - 2}" y="{_TOP - 4}" text-anchor="end">capacity '
+                         f'{fmt_bytes(d.capacity)}, above this scale (peak {100 * peak / d.capacity:.1f} %)</text>')
+        if d.capacity and on_scale:
             yc = float(y(d.capacity))
             parts.append(f'<line class="mem-cap" x1="{gutter}" x2="{gutter + plot_w}" y1="{yc:.2f}" y2="{yc:.2f}"/>'
                          f'<text class="axis-t" x="{gutter + plot_w - 2}" y="{yc - 3:.2f}" text-anchor="end">capacity {fmt_bytes(d.capacity)}</text>')
@@ -83,7 +92,7 @@ def charts(analysis, gutter: int, plot_w: int, ticks, window: dict | None, many_
                    (f" at {d.peak_op}" if d.peak_op else "")
             parts.append(f'<circle class="mem-peak" cx="{px:.2f}" cy="{py:.2f}" r="3.5"><title>{escape(what)}</title></circle>')
         parts.append(f'<text class="lane-t" x="{gutter - 6}" y="{_TOP + 12}" text-anchor="end">{escape(label)}</text>'
-                     f'<text class="axis-t" x="{gutter - 6}" y="{_TOP + 26}" text-anchor="end">{fmt_bytes(top / 1.04)}</text>'
+                     f'<text class="axis-t" x="{gutter - 6}" y="{_TOP + 26}" text-anchor="end">{fmt_bytes(top)}</text>'
                      f'<text class="axis-t" x="{gutter - 6}" y="{base}" text-anchor="end">0</text>')
         parts.append("</svg>")
         out.append({"label": label, "svg": Markup("".join(parts)), "summary": summary_line(d)})

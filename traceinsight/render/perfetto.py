@@ -10,6 +10,9 @@ Findings live in one process, "traceinsight findings", sorted above the trace; e
 ``<code> <title>`` whose slices are the finding's instances (the gaps, stalls, copies it is about). A finding
 without time-stamped instances is one slice over the whole trace: it applies to all of it.
 
+GPU memory, where the trace recorded it, is a counter track ("GPU memory": bytes allocated and reserved) in each
+GPU's process, the series the HTML report's memory chart draws.
+
 Size is bounded: at most ``max_events_per_kind`` events of each kind (the earliest ones; the file's
 ``metadata.traceinsight.truncated`` says, per kind, how many were kept and up to when the kind is complete) and
 ``max_instances`` slices per finding (the longest of its ``instances``).
@@ -80,6 +83,7 @@ def to_chrome_trace(
         doc["baseTimeNanoseconds"] = int(meta.start_unix_ns)
     doc["traceName"] = Path(meta.path).name if meta.path else "trace"
     doc["traceEvents"] = finding_events + _process_names(tl.events, multi_rank=len(ranks) > 1) + events
+    doc["traceEvents"] += _memory_counters(analysis, multi_rank=len(ranks) > 1)
     doc["metadata"] = {
         "traceinsight": {
             "version": __version__,
@@ -172,6 +176,22 @@ def _process_names(ev: pd.DataFrame, *, multi_rank: bool) -> list[dict]:
         p = int(pid) + (int(rank) * _RANK_PID_STRIDE if multi_rank else 0)
         label = f"rank {rank} host pid {pid}" if multi_rank else f"host pid {pid}"
         out.append({"ph": "M", "name": "process_name", "pid": p, "tid": 0, "args": {"name": label}})
+    return out
+
+
+def _memory_counters(analysis: Analysis, *, multi_rank: bool) -> list[dict]:
+    """GPU memory as a counter track ("GPU memory", bytes allocated and reserved) in each GPU's process: the
+    series the HTML chart draws (at most ``memory.MAX_POINTS`` per GPU, peaks kept)."""
+    out: list[dict] = []
+    for d in analysis.views.memory.devices:
+        pid = int(d.device) + (int(d.rank) * 1000 if multi_rank else 0)
+        s = d.series
+        t = (s["start_ns"].to_numpy(dtype=np.int64) / 1e3).tolist()
+        cols = [(c, s[c].to_numpy(dtype=float)) for c in ("allocated", "reserved") if np.isfinite(s[c].to_numpy(dtype=float)).any()]
+        for i, ts in enumerate(t):
+            args = {c: float(v[i]) for c, v in cols if np.isfinite(v[i])}
+            if args:
+                out.append({"ph": "C", "name": "GPU memory", "pid": pid, "tid": 0, "ts": ts, "args": args})
     return out
 
 
