@@ -74,7 +74,7 @@ class ExposedCommunication(CrossRankRule):
         """,
     )
 
-    min_exposed_pct = Option(5.0, "Report a rank whose exposed communication is at least this % of its GPU window (severity info).")
+    min_exposed_pct = Option(5.0, "Report a rank whose exposed communication is at least this % of its GPU window (severity info).", max=100)
     min_exposed_us = Option(100.0, "...and at least this much in total (µs).")
 
     def check_job(self, job: JobContext):

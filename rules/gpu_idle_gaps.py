@@ -335,8 +335,8 @@ class GpuIdleGaps(Rule):
     )
 
     min_gap_us = Option(100.0, "Gaps shorter than this (µs) are normal launch/dependency latency and are ignored.")
-    min_idle_pct = Option(1.0, "Report a device when its long gaps add up to at least this % of its steady state (window less warm-up).")
-    top_n = Option(10, "Evidence rows: the largest gaps shown.")
+    min_idle_pct = Option(1.0, "Report a device when its long gaps add up to at least this % of its steady state (window less warm-up).", max=100)
+    top_n = Option(10, "Evidence rows: the largest gaps shown.", min=1)
 
     def check(self, ctx):
         v = ctx.views

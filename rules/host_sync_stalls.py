@@ -139,7 +139,7 @@ class HostSyncStalls(Rule):
     )
 
     min_stall_us = Option(50.0, "Blocking calls shorter than this (µs) are ignored (HTA's runtime outlier cutoff).")
-    top_n = Option(10, "Evidence rows: the call sites that block longest.")
+    top_n = Option(10, "Evidence rows: the call sites that block longest.", min=1)
 
     def check(self, ctx):
         ev = ctx.events

@@ -92,8 +92,8 @@ class InputPipelineBound(Rule):
         """,
     )
 
-    min_share_pct = Option(5.0, "Report when data wait is at least this % of step time (tb_plugin: 5 %).")
-    error_share_pct = Option(20.0, "Severity becomes error at this % of step time (xprof: highly input-bound, 20 %).")
+    min_share_pct = Option(5.0, "Report when data wait is at least this % of step time (tb_plugin: 5 %).", max=100)
+    error_share_pct = Option(20.0, "Severity becomes error at this % of step time (xprof: highly input-bound, 20 %).", max=100)
     include_tfdata_iterator = Option(True, "Count tf.data `Iterator::...` ranges on consumer threads.")
 
     def check(self, ctx: Context):

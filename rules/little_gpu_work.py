@@ -57,7 +57,7 @@ class LittleGpuWork(Rule):
     min_gpu_ops = Option(10, "Report when all devices together ran fewer kernels, copies and memsets than this.")
     min_busy_us = Option(100.0, "Report when all devices together were busy less than this (µs).")
     few_ops_busy_us = Option(1000.0, "...or ran fewer than min_gpu_ops operations adding up to less than this (µs).")
-    capture_ratio = Option(5.0, "Report graph capture when recorded launches exceed executed kernels this many times.")
+    capture_ratio = Option(5.0, "Report graph capture when recorded launches exceed executed kernels this many times.", min=1)
 
     def check(self, ctx: Context):
         v = ctx.views

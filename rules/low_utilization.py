@@ -55,7 +55,7 @@ class LowGpuUtilization(Rule):
         """,
     )
 
-    max_busy_pct = Option(50.0, "Report devices busy less than this % of their active window (tb_plugin: 50 %).")
+    max_busy_pct = Option(50.0, "Report devices busy less than this % of their active window (tb_plugin: 50 %).", max=100)
     min_window_us = Option(1000.0, "Ignore devices whose active window is shorter than this (µs).")
 
     def check(self, ctx: Context):

@@ -69,7 +69,7 @@ class ModelTooSmall(Rule):
     min_share_pct = Option(20.0, "Report when tiny matrix ops take at least this % of GPU activity time.")
     max_pct_of_peak = Option(25.0, "...and achieve less than this % of the dtype's dense peak.")
     target_pct_of_peak = Option(50.0, "The rate (% of peak) the same FLOPs would reach in large GEMMs (for the impact).")
-    max_severity = Option("info", "Highest severity on the common scale: a modelled speed-up, not time the GPU lost.")
+    max_severity = Option("info", "Highest severity on the common scale: a modelled speed-up, not time the GPU lost.", choices=("info", "warning", "error"))
 
     def check(self, ctx: Context):
         eff = ctx.views.efficiency

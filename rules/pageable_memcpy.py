@@ -91,7 +91,7 @@ class PageableMemcpy(Rule):
     )
 
     min_total_us = Option(100.0, "Report when pageable copies take at least this long in total (µs).")
-    pinned_gbps = Option(12.0, "Pinned bandwidth assumed when the trace has no large pinned copy of that direction (GB/s).")
+    pinned_gbps = Option(12.0, "Pinned bandwidth assumed when the trace has no large pinned copy of that direction (GB/s).", above=0)
     ref_min_bytes = Option(1 << 20, "Pinned copies at least this large (bytes) set the reference bandwidth.")
     latency_us = Option(2.0, "Fixed per-copy cost a pinned copy would still pay (µs).")
 

@@ -207,7 +207,7 @@ class RnnCudnnFallback(Rule):
         """,
     )
 
-    min_timesteps = Option(4, "Fallback execution must cover at least this many timesteps to be reported.")
+    min_timesteps = Option(4, "Fallback execution must cover at least this many timesteps to be reported.", min=1)
 
     def check(self, ctx):
         v = ctx.views

@@ -74,11 +74,11 @@ class SmallGrids(Rule):
         """,
     )
 
-    min_share_pct = Option(30.0, "Report when under-filled launches take at least this % of kernel time.")
+    min_share_pct = Option(30.0, "Report when under-filled launches take at least this % of kernel time.", max=100)
     min_time_us = Option(500.0, "...and at least this much time in total (µs).")
-    min_waves = Option(1.0, "A launch is under-filled below SMs x this many blocks.")
+    min_waves = Option(1.0, "A launch is under-filled below SMs x this many blocks.", above=0)
 
-    max_severity = Option("info", "Highest severity on the common scale: modelled headroom (empty SM time, an upper bound), not time the GPU lost; the compute verdict names it. Set to warning to gate on it.")
+    max_severity = Option("info", "Highest severity on the common scale: modelled headroom (empty SM time, an upper bound), not time the GPU lost; the compute verdict names it. Set to warning to gate on it.", choices=("info", "warning", "error"))
 
     def check(self, ctx: Context):
         k = ctx.views.kernels

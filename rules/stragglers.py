@@ -151,7 +151,7 @@ class Stragglers(CrossRankRule):
 
     min_held_pct_step = Option(2.0, "Report a rank whose held time per step is at least this % of the median step.")
     min_held_us = Option(50.0, "...and at least this much in total (µs).")
-    max_ranks = Option(10, "Report at most this many ranks (the worst ones); the rest are counted in the last finding's metrics.")
+    max_ranks = Option(10, "Report at most this many ranks (the worst ones); the rest are counted in the last finding's metrics.", min=1)
 
     def check_job(self, job: JobContext):
         j = job.job

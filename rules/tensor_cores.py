@@ -180,13 +180,13 @@ class NoTensorCores(Rule):
         ),
     }
 
-    min_share_pct = Option(50.0, "Report when this % of GEMM/conv time is on CUDA cores.")
-    min_kernel_pct = Option(5.0, "...and that time is at least this % of all kernel time.")
-    speedup = Option(2.0, "Assumed end-to-end speed-up of those kernels on tensor cores (for the impact).")
-    tensor_active_pct = Option(20.0, "With GPU-metrics samples: no finding from names alone when Tensor Active during GEMM/conv kernels is at least this %.")
-    compute_bound_pct = Option(50.0, "With shapes: the full speed-up applies when the FP32 kernels reach this % of the FP32 peak; less, pro rata.")
+    min_share_pct = Option(50.0, "Report when this % of GEMM/conv time is on CUDA cores.", max=100)
+    min_kernel_pct = Option(5.0, "...and that time is at least this % of all kernel time.", max=100)
+    speedup = Option(2.0, "Assumed end-to-end speed-up of those kernels on tensor cores (for the impact).", above=1)
+    tensor_active_pct = Option(20.0, "With GPU-metrics samples: no finding from names alone when Tensor Active during GEMM/conv kernels is at least this %.", max=100)
+    compute_bound_pct = Option(50.0, "With shapes: the full speed-up applies when the FP32 kernels reach this % of the FP32 peak; less, pro rata.", max=100)
 
-    max_severity = Option("info", "Highest severity on the common scale: modelled headroom (an assumed speed-up), not time the GPU lost; the compute verdict names it. Set to warning to gate on it.")
+    max_severity = Option("info", "Highest severity on the common scale: modelled headroom (an assumed speed-up), not time the GPU lost; the compute verdict names it. Set to warning to gate on it.", choices=("info", "warning", "error"))
 
     def check(self, ctx: Context):
         k = ctx.views.kernels

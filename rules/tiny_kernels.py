@@ -97,10 +97,10 @@ class TinyKernels(Rule):
     )
 
     max_kernel_us = Option(10.0, "Kernels shorter than this (µs) count as tiny (TraceLens short-kernel threshold).")
-    min_share_pct = Option(50.0, "Report when at least this % of a device's kernels are launch-bound.")
-    min_idle_pct = Option(2.0, "...and the idle gaps before them are at least this % of the device's active window.")
+    min_share_pct = Option(50.0, "Report when at least this % of a device's kernels are launch-bound.", max=100)
+    min_idle_pct = Option(2.0, "...and the idle gaps before them are at least this % of the device's active window.", max=100)
     max_gap_us = Option(100.0, "Only gaps shorter than this (µs) count as launch overhead; longer ones are TI001's.")
-    top_n = Option(10, "Evidence rows: the launch-bound kernels the GPU waited for longest, then the most frequent.")
+    top_n = Option(10, "Evidence rows: the launch-bound kernels the GPU waited for longest, then the most frequent.", min=1)
 
     def check(self, ctx):
         v = ctx.views

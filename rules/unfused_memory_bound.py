@@ -72,7 +72,7 @@ class UnfusedMemoryBound(Rule):
     min_share_pct = Option(25.0, "Report when unfused memory-bound kernels take at least this % of GPU activity time.")
     min_kernels = Option(100, "...and there are at least this many of them.")
     speedup = Option(2.0, "Assumed speed-up of those kernels once fused (for the impact).")
-    max_severity = Option("info", "Highest severity on the common scale: a modelled speed-up, not time the GPU lost.")
+    max_severity = Option("info", "Highest severity on the common scale: a modelled speed-up, not time the GPU lost.", choices=("info", "warning", "error"))
 
     def check(self, ctx: Context):
         eff = ctx.views.efficiency

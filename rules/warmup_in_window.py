@@ -63,7 +63,7 @@ class WarmupInWindow(Rule):
         """,
     )
 
-    min_share_pct = Option(5.0, "A device's warm-up, or a head gap with start-up calls, must be at least this % of its window.")
+    min_share_pct = Option(5.0, "A device's warm-up, or a head gap with start-up calls, must be at least this % of its window.", max=100)
 
     def check(self, ctx: Context):
         v = ctx.views

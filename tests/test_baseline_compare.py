@@ -93,14 +93,22 @@ def test_load_report_errors_are_one_exact_line(tmp_path):
     with pytest.raises(ConfigError) as e:
         load_report(bad)
     assert str(e.value).startswith(f"baseline {bad}: not a traceinsight JSON report (JSONDecodeError: Expecting property name")
-    for doc in ([], {"findings": {}}, {"findings": [{"fingerprint": 3}]}):
+    hint = "write one with 'traceinsight analyze TRACE -f json -o FILE'"
+    for doc in ([], {"findings": []}):  # not this tool's: no schema or version
         bad.write_text(json.dumps(doc))
         with pytest.raises(ConfigError) as e:
             load_report(bad)
-        assert str(e.value) == f"baseline {bad}: not a traceinsight JSON report (write one with 'traceinsight analyze TRACE -f json -o FILE')"
+        assert str(e.value) == f"baseline {bad}: not a traceinsight JSON report (no schema_version / traceinsight_version; {hint})"
+    ours = {"schema_version": 1, "traceinsight_version": "0.1.0"}
+    for findings in ({}, [{"fingerprint": 3}]):
+        bad.write_text(json.dumps({**ours, "findings": findings}))
+        with pytest.raises(ConfigError) as e:
+            load_report(bad)
+        assert str(e.value) == f"baseline {bad}: not a traceinsight JSON report (findings with 16-hex-digit fingerprints expected; {hint})"
     big = tmp_path / "big.json"
-    big.write_text(json.dumps({"findings": []}) + " " * 100)
+    big.write_text(json.dumps({**ours, "findings": []}) + " " * 100)
     with pytest.raises(ConfigError) as e:
         load_report(big, max_bytes=50)
-    assert str(e.value) == f"baseline {big}: 116 bytes is too large for a traceinsight JSON report (limit 50)"
-    assert load_report(big, max_bytes=116) == {"findings": []}
+    size = big.stat().st_size
+    assert str(e.value) == f"baseline {big}: {size} bytes is too large for a traceinsight JSON report (limit 50)"
+    assert load_report(big, max_bytes=size) == {**ours, "findings": []}

@@ -59,7 +59,7 @@ def test_select_and_ignore_prefixes():
 
 def test_bad_option_values_are_usage_errors():
     rs = discover()
-    with pytest.raises(ConfigError, match="expects float"):
+    with pytest.raises(ConfigError, match="expects a finite number"):
         instantiate(rs, Config(options={"TI001": {"min_gap_us": "lots"}}))
     with pytest.raises(ConfigError, match="unknown option"):
         instantiate(rs, Config(options={"TI001": {"no_such_option": 1}}))
@@ -67,12 +67,16 @@ def test_bad_option_values_are_usage_errors():
         parse_assignments(["TI001-min_gap_us=3"])
 
 
-def test_broken_plugin_is_a_warning_not_a_crash(tmp_path):
+def test_broken_plugin_is_a_rule_failure_not_a_crash(tmp_path):
+    """The report is still written and names the file; the run exits EXIT_RULE_FAILED, not 0 (the gate would have
+    run without the rule)."""
+    from traceinsight.errors import EXIT_RULE_FAILED
+
     trace = _gappy_trace(tmp_path)
     bad = tmp_path / "broken_rule.py"
     bad.write_text("import does_not_exist_anywhere\n")
     res = runner.invoke(app, ["analyze", str(trace), "-f", "json", "--rules", str(bad)])
-    assert res.exit_code == 0
+    assert res.exit_code == EXIT_RULE_FAILED
     warnings = json.loads(res.stdout)["warnings"]
     assert any("broken_rule.py" in w and "ModuleNotFoundError" in w for w in warnings)
 
@@ -89,7 +93,8 @@ def test_crashing_rule_is_reported_and_others_still_run(tmp_path):
 
     a = traceinsight.analyze(_gappy_trace(tmp_path), extra_rules=[Crashes], select=["XX001", "TI001"])
     assert [f.code for f in a.findings] == ["TI001"]
-    assert any("XX001 failed" in w and "boom" in w for w in a.warnings)
+    assert any("XX001" in w and "failed" in w and "boom" in w for w in a.warnings)
+    assert [(f.code, "boom" in f.reason) for f in a.rule_failures] == [("XX001", True)]
 
 
 def test_several_formats_into_a_folder(tmp_path):

@@ -171,7 +171,7 @@ def test_reports_stay_small_at_1024_ranks():
     from traceinsight.render.json_report import finding_dict
 
     tl = traceinsight.load(corpus_file(DLRM0))
-    local, cross, _ = per_rank_rules(MapSettings())
+    local, cross, _, _ = per_rank_rules(MapSettings())
     base = summarize_ranks(tl)[0]
     base.findings = [finding_dict(f, max_evidence_rows=10) for f in traceinsight.engine.run(tl, local).findings]
     rng = np.random.default_rng(3)
@@ -185,7 +185,7 @@ def test_reports_stay_small_at_1024_ranks():
         s.collectives = c
         summaries.append(s)
     job = reduce_summaries(summaries)
-    findings, warnings = run_cross_rank(job, cross)
+    findings, warnings, _ = run_cross_rank(job, cross)
     ja = JobAnalysis(source="synthetic-1024", job=job, findings=findings, warnings=warnings, rules_run=[], engine="test")
     (straggler,) = [f for f in findings if f.code == "TI020"]
     assert straggler.metrics["rank"] == 517 and straggler.metrics["collectives_last"] == 8

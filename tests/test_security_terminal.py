@@ -140,7 +140,8 @@ def test_error_messages_on_stderr_are_sanitised(tmp_path):
 
 
 def test_baseline_titles_are_sanitised(hostile, tmp_path):
-    base = {"findings": [{"fingerprint": "gone", "code": "TI0" + ATTACK, "title": "old" + ATTACK, "impact_pct_span": 5}]}
+    base = {"schema_version": 1, "traceinsight_version": "0.1.0",
+            "findings": [{"fingerprint": "00000000000000aa", "code": "TI0" + ATTACK, "title": "old" + ATTACK, "impact_pct_span": 5}]}
     bp = tmp_path / "base.json"
     bp.write_text(json.dumps(base))
     for fmt in ("text", "json", "md"):

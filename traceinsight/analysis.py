@@ -34,6 +34,9 @@ class Analysis:
     views: "Derived | None" = None  # the rules' derived data (views, ledger, what-if graphs), computed once
     ledger: "Ledger | None" = None  # the time ledger (traceinsight.ledger)
     framework: str = "unknown"  # traceinsight.framework.detect_framework: whose advice leads
+    #: rules that failed to load, raised, returned malformed findings or timed out (rule_guard.RuleFailure); each is
+    #: also a line in ``warnings``, and the command line exits EXIT_RULE_FAILED
+    rule_failures: list = field(default_factory=list)
     #: what bounds the run, with its reasoning (``verdict.details``): category, headline, sentence, ledger totals
     verdict: dict[str, Any] = field(default_factory=dict)
     #: the key numbers every format shows (``verdict.headline``): span, busy %, findings, estimated savings

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import os
 import stat
 from dataclasses import dataclass, field
@@ -66,6 +67,11 @@ class Comparison:
 #: Largest baseline report read. A real report is well under a megabyte (evidence is capped per finding);
 #: anything this big is not one, and parsing it would take memory proportional to its size.
 MAX_REPORT_BYTES = 64 * 1024 * 1024
+#: JSON report schema versions a baseline may have (render.json_report.SCHEMA_VERSION is one of them).
+SCHEMA_VERSIONS = (1,)
+#: Findings one baseline may hold; a real report has a few dozen.
+MAX_BASELINE_FINDINGS = 100_000
+_FINGERPRINT = re.compile(r"[0-9a-f]{16}")
 
 
 def load_report(path: str | Path, max_bytes: int = MAX_REPORT_BYTES) -> dict[str, Any]:
@@ -95,9 +101,23 @@ def load_report(path: str | Path, max_bytes: int = MAX_REPORT_BYTES) -> dict[str
     except (OSError, UnicodeDecodeError, ValueError, RecursionError, MemoryError) as exc:
         # ValueError covers JSONDecodeError and integers over Python's digit limit; RecursionError deep nesting
         raise ConfigError(f"baseline {p}: not a traceinsight JSON report ({type(exc).__name__}: {str(exc)[:200]})") from None
-    findings = doc.get("findings") if isinstance(doc, dict) else None
-    if not isinstance(findings, list) or not all(isinstance(f, dict) and isinstance(f.get("fingerprint"), str) for f in findings):
-        raise ConfigError(f"baseline {p}: not a traceinsight JSON report (write one with 'traceinsight analyze TRACE -f json -o FILE')")
+    hint = "write one with 'traceinsight analyze TRACE -f json -o FILE'"
+    if not isinstance(doc, dict) or not isinstance(doc.get("traceinsight_version"), str) or "schema_version" not in doc:
+        raise ConfigError(f"baseline {p}: not a traceinsight JSON report (no schema_version / traceinsight_version; {hint})")
+    version = doc.get("schema_version")
+    if isinstance(version, bool) or version not in SCHEMA_VERSIONS:
+        raise ConfigError(f"baseline {p}: report schema version {str(version)[:20]!r} is not one this traceinsight reads "
+                          f"({', '.join(map(str, SCHEMA_VERSIONS))}); {hint}")
+    findings = doc.get("findings")
+    if not isinstance(findings, list) or len(findings) > MAX_BASELINE_FINDINGS or not all(
+        isinstance(f, dict) and isinstance(f.get("fingerprint"), str) and _FINGERPRINT.fullmatch(f["fingerprint"]) for f in findings
+    ):
+        raise ConfigError(f"baseline {p}: not a traceinsight JSON report (findings with 16-hex-digit fingerprints expected; {hint})")
+    for f in findings:  # what is shown of a baseline finding is bounded, whatever the file holds
+        for key, limit in (("code", 20), ("title", 300)):
+            if key in f:
+                v = f[key] if isinstance(f[key], str) else str(f[key])
+                f[key] = v if len(v) <= limit else v[: limit - 1] + "…"
     return doc
 
 

@@ -12,10 +12,11 @@ from typing import Annotated, Optional
 import typer
 
 from .version import __version__
-from .config import TRUST_ENV, Config, parse_assignments
-from .errors import EXIT_FINDINGS, TraceInsightError
+from .config import TRUST_ENV, Config, check_rule_timeout, check_worse_by, parse_assignments
+from .errors import EXIT_FINDINGS, EXIT_RANKS_MISSING, EXIT_RULE_FAILED, TraceInsightError
 from .plugins import discover
 from .finding import Severity
+from .rule_guard import DEFAULT_RULE_TIMEOUT_S
 from .outputs import REPORT_STEM, SUFFIX
 from .render import FORMATS
 from .sanitize import rich, terminal, terminal_lines
@@ -95,9 +96,21 @@ def analyze(
     ] = None,
     min_impact: Annotated[
         Optional[float],
-        typer.Option("--min-impact", help="Leave out findings costing less than this % of the GPU window (default 1; 0 shows everything).", min=0.0),
+        typer.Option("--min-impact", help="Leave out findings costing less than this % of the GPU window (0 to 100; default 1; 0 shows everything)."),
     ] = None,
     worse_by: Annotated[float, typer.Option("--worse-by", help="With --baseline: a finding is worse when its share of the span grew by this many percent (and by 1 point or more).")] = 25.0,
+    max_bytes: Annotated[
+        Optional[int],
+        typer.Option("--max-bytes", help="Size ceiling of a trace, or of what a gzip inflates to, in bytes (default: half the available memory).", min=1),
+    ] = None,
+    allow_missing_ranks: Annotated[
+        bool,
+        typer.Option("--allow-missing-ranks", help=f"Whole jobs: accept a job with rank files that could not be read or were skipped (listed in the report); without it they exit {EXIT_RANKS_MISSING}."),
+    ] = False,
+    rule_timeout: Annotated[
+        float,
+        typer.Option("--rule-timeout", help=f"Stop a rule that runs longer than this many seconds (0: no limit); it then counts as failed (exit {EXIT_RULE_FAILED}).", show_default=True),
+    ] = DEFAULT_RULE_TIMEOUT_S,
     peak_tflops: Annotated[Optional[float], typer.Option("--peak-tflops", help="Dense peak TFLOP/s of the GPU for MFU and % of peak (overrides the built-in table).", min=0.0)] = None,
     peak_bandwidth: Annotated[Optional[float], typer.Option("--peak-bandwidth", help="Peak memory bandwidth of the GPU in GB/s (overrides the built-in table).", min=0.0)] = None,
     model_flops_per_step: Annotated[Optional[float], typer.Option("--model-flops-per-step", help="Model FLOPs of one training/inference step (for MFU where the trace records no shapes, e.g. Nsight Systems).", min=0.0)] = None,
@@ -117,6 +130,8 @@ def analyze(
     try:
         targets = outputs.plan([f.value for f in formats], output)
         outputs.refuse_inputs(targets, inputs)  # before reading: never overwrite what is analysed
+        check_worse_by(worse_by)  # numbers are checked where they enter: NaN must not make nothing worse
+        check_rule_timeout(rule_timeout)
         # one configuration for both paths: the project's, with the command line's choices over it
         cfg = Config.from_pyproject(config).with_overrides(
             select=_split(select), ignore=_split(ignore), options=parse_assignments(set_ or []), min_impact=min_impact
@@ -126,7 +141,8 @@ def analyze(
             if _efficiency_settings(peak_tflops, peak_bandwidth, model_flops_per_step) is not None:
                 typer.echo("traceinsight: --peak-tflops, --peak-bandwidth and --model-flops-per-step apply to one trace at a "
                            "time; the whole-job report has no efficiency section (analyze one rank's file for it)", err=True)
-            return analyze_job_cli(path, cfg, formats, output, scheduler=scheduler, trace_format=trace_format, fail_on=fail_on.value, report_stem=REPORT_STEM, suffixes=_FORMAT_SUFFIX)
+            return analyze_job_cli(path, cfg, formats, output, scheduler=scheduler, trace_format=trace_format, fail_on=fail_on.value, report_stem=REPORT_STEM, suffixes=_FORMAT_SUFFIX,
+                                   rule_timeout=rule_timeout, allow_missing_ranks=allow_missing_ranks, max_bytes=max_bytes)
         kwargs = dict(
             config=cfg,
             baseline=baseline,
@@ -137,6 +153,8 @@ def analyze(
             steps=steps_,
             range_name=range_name,
             window_ms=window,
+            rule_timeout=rule_timeout,
+            max_bytes=max_bytes,
             efficiency=_efficiency_settings(peak_tflops, peak_bandwidth, model_flops_per_step),
         )
         analysis = _with_progress(engine.analyze, path, progress, kwargs)
@@ -156,10 +174,19 @@ def analyze(
     if output is not None:  # the report went to files: the verdict still reaches the terminal
         verdict = analysis.verdict
         typer.echo(terminal(f"Verdict: {verdict['headline']}. {verdict['sentence']}", 2000), err=True)
+    _rule_failures([f.line() for f in analysis.rule_failures])
     if fail_on != FailOn.never:
         _gate(analysis, Severity.parse(fail_on.value))
 
 
+def _rule_failures(lines: list[str]) -> None:
+    """After the report is written: one line per failed rule on stderr, and exit EXIT_RULE_FAILED (a gate whose
+    rules did not all run cannot pass, nor claim findings)."""
+    if not lines:
+        return
+    for line in lines:
+        typer.echo(f"traceinsight: error: {terminal(line, 600)}", err=True)
+    raise typer.Exit(EXIT_RULE_FAILED)
 def _efficiency_settings(peak_tflops, peak_bandwidth, model_flops_per_step):
     """The user's peaks and model FLOPs, or None when none was given."""
     if peak_tflops is None and peak_bandwidth is None and model_flops_per_step is None:
@@ -278,7 +305,7 @@ def list_rules(
 ) -> None:
     """List every available rule: code, name, default severity, category, lifecycle, summary."""
     rs = discover(rules or [])
-    for w in rs.warnings:
+    for w in rs.problems():
         typer.echo(f"warning: {terminal(w)}", err=True)
     for code, cls in sorted(rs.rules.items()):
         preview = " (preview)" if cls.lifecycle == "preview" else ""

@@ -10,6 +10,7 @@ own still gives the plain options (select, ignore, rule options and severities),
 from __future__ import annotations
 
 import copy
+import math
 import os
 import tomllib
 from dataclasses import dataclass, field
@@ -58,10 +59,7 @@ class Config:
         if not isinstance(data, dict):
             raise ConfigError(f"{p}: [tool.traceinsight] must be a table")
         if "min_impact" in data:
-            try:
-                cfg.min_impact = float(data["min_impact"])
-            except (TypeError, ValueError):
-                raise ConfigError(f"{p}: min_impact must be a number (% of the GPU window), got {data['min_impact']!r}") from None
+            cfg.min_impact = check_min_impact(data["min_impact"], f"{p}: min_impact")
         cfg.select = _str_list(data.get("select", []), p, "select")
         cfg.ignore = _str_list(data.get("ignore", []), p, "ignore")
         rules = _str_list(data.get("rules", []), p, "rules")
@@ -99,7 +97,7 @@ class Config:
         for code, opts in (options or {}).items():
             cfg._apply(code, opts)
         if min_impact is not None:
-            cfg.min_impact = float(min_impact)
+            cfg.min_impact = check_min_impact(min_impact, "--min-impact")
         return cfg
 
     def _apply(self, code: str, opts: dict[str, Any]) -> None:
@@ -114,6 +112,39 @@ class Config:
         if self.select and not any(code.startswith(s.upper()) for s in self.select):
             return False
         return not any(code.startswith(i.upper()) for i in self.ignore)
+
+
+def check_number(value: Any, where: str, lo: float, hi: float, what: str) -> float:
+    """``value`` as a finite float within ``[lo, hi]``, else a ConfigError (exit 2) stating the allowed range.
+
+    Every numeric setting that is not a rule option enters through here (rule options through ``Option``), so
+    NaN, an infinity or a string never reaches a comparison that would silently pass or drop everything.
+    """
+    try:
+        if isinstance(value, bool):
+            raise TypeError
+        v = float(value.strip()) if isinstance(value, str) else float(value)
+    except (TypeError, ValueError, OverflowError):
+        v = math.nan
+    if not (math.isfinite(v) and lo <= v <= hi):
+        shown = repr(value) if len(repr(value)) <= 60 else repr(value)[:59] + "…"
+        raise ConfigError(f"{where} expects {what} from {lo:g} to {hi:g}, got {shown}")
+    return v
+
+
+def check_min_impact(value: Any, where: str = "--min-impact") -> float:
+    return check_number(value, where, 0.0, 100.0, "a % of the GPU window")
+
+
+def check_worse_by(value: Any, where: str = "--worse-by") -> float:
+    return check_number(value, where, 0.0, 1e6, "a growth in percent")
+
+
+def check_rule_timeout(value: Any, where: str = "--rule-timeout") -> float | None:
+    """Seconds a rule may run (0 or None: no limit)."""
+    if value is None:
+        return None
+    return check_number(value, where, 0.0, 86_400.0, "seconds") or None
 
 
 def parse_assignments(assignments: Iterable[str]) -> dict[str, dict[str, str]]:

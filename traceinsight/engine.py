@@ -12,19 +12,18 @@ import difflib
 import re
 import os
 import time
-import traceback
-from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from . import advice, savings
 from .analysis import Analysis
 from .causes import attach_what_if, link as link_causes
-from .config import Config
+from .config import Config, check_rule_timeout, check_worse_by
 from .derived import Derived
 from .errors import ConfigError
 from .framework import detect_framework
 from .plugins import RuleSet, discover
 from .rule_api import Context, Finding, Rule, Severity
+from .rule_guard import DEFAULT_RULE_TIMEOUT_S, RuleFailure, describe, origin_of, run_guarded
 from .severity import DEFAULT_MIN_IMPACT_PCT, grade
 from .summary import summarize
 from .timeline import Timeline
@@ -80,6 +79,11 @@ def instantiate(ruleset: RuleSet, config: Config) -> list[Rule]:
                 rule.severity = Severity.parse(config.severity[code])  # type: ignore[misc]
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
+        except KeyboardInterrupt:
+            raise
+        except BaseException as exc:  # noqa: BLE001 - a plugin's own __init__ that raises or exits
+            ruleset.failures.append(RuleFailure(code, origin_of(cls), f"could not be created: {describe(exc)}"))
+            continue
         out.append(rule)
     return out
 
@@ -91,21 +95,23 @@ def run(
     extra_warnings: Iterable[str] = (),
     min_impact: float = DEFAULT_MIN_IMPACT_PCT,
     severity_overrides: Iterable[str] = (),
+    rule_failures: Iterable[RuleFailure] = (),
+    rule_timeout: float | None = DEFAULT_RULE_TIMEOUT_S,
+    with_summary: bool = True,
     efficiency: Any = None,
 ) -> Analysis:
+    """Run ``rules`` over ``timeline``. ``with_summary=False`` skips the single-trace report's summary (the job
+    path's map step summarises ranks its own way), leaving ``analysis.summary`` None."""
     views = Derived(timeline, efficiency=efficiency)
     findings: list[Finding] = []
     warnings = list(extra_warnings)
+    failures = list(rule_failures)
     timings: dict[str, float] = {}
     for rule in rules:
         t0 = time.perf_counter()
-        try:
-            result = rule.check(Context(timeline, views, rule))
-            found = list(result or [])
-        except Exception as exc:  # one broken rule must not hide the others
-            tb = traceback.extract_tb(exc.__traceback__)[-1]
-            warnings.append(f"rule {rule.code} failed and was skipped: {type(exc).__name__}: {exc} ({Path(tb.filename).name}:{tb.lineno})")
-            found = []
+        found, failure = run_guarded(rule, lambda rule=rule: rule.check(Context(timeline, views, rule)), rule_timeout)
+        if failure is not None:  # one broken rule must not hide the others, nor pass silently
+            failures.append(failure)
         timings[rule.code] = time.perf_counter() - t0
         for f in found:
             if rule.severity != type(rule).severity and f.severity == type(rule).severity:
@@ -120,18 +126,20 @@ def run(
     advice.apply(findings, framework, timeline.meta)
     analysis = Analysis(
         timeline=timeline,
-        summary=summarize(timeline, views),
+        summary=summarize(timeline, views) if with_summary else None,  # type: ignore[arg-type]
         findings=findings,
-        warnings=warnings,
+        warnings=[*(f.line() for f in failures), *warnings],
+        rule_failures=failures,
         rules_run=[r.code for r in rules],
         timings=timings,
         views=views,
         ledger=views.ledger,
         framework=framework,
     )
-    assess(analysis)
-    if savings.lead_with_verdict(analysis):  # the verdict's finding first: verdict and KPIs read again on that order
+    if with_summary:  # the verdict reads the summary; the job's map step needs neither
         assess(analysis)
+        if savings.lead_with_verdict(analysis):  # the verdict's finding first: verdict and KPIs read again on that order
+            assess(analysis)
     return analysis
 
 
@@ -206,6 +214,8 @@ def analyze(
     steps: "str | tuple[int | None, int | None] | None" = None,
     range_name: str | None = None,
     window_ms: "str | tuple[float | None, float | None] | None" = None,
+    rule_timeout: float | None = DEFAULT_RULE_TIMEOUT_S,
+    max_bytes: int | None = None,
     efficiency: Any = None,
 ) -> Analysis:
     """Load (if given a path) and analyse a trace with the built-in, installed and given rules.
@@ -221,12 +231,17 @@ def analyze(
     of the profiler's markers or the automatic choice (``traceinsight.steps``). ``steps`` ("3:8": steps 3 through
     8), ``range_name`` (first to last instance of a user range) and ``window_ms`` ("120:480", ms on the trace's
     clock) choose the window to analyse; the trace is cut to it before any rule runs.
+    ``rule_timeout`` (seconds, 0 or None: no limit) stops a rule that runs longer. A rule that fails to load, raises,
+    returns malformed findings or times out is listed in ``analysis.rule_failures`` (and its warnings).
+    ``max_bytes`` is the size ceiling of the trace or what it inflates to (default: half the available memory).
     ``efficiency`` is an ``efficiency.EfficiencySettings`` (dense peak TFLOP/s and GB/s overrides, model FLOPs per
     step for traces without shapes).
 
     Rules are chosen and configured before the trace is read, so a usage error costs no load time.
     """
     cfg = (config or Config()).with_overrides(select=select, ignore=ignore, options=options, min_impact=min_impact)
+    worse_by = check_worse_by(worse_by)
+    rule_timeout = check_rule_timeout(rule_timeout)
     ruleset = discover([*cfg.rule_paths, *rules])
     for cls in extra_rules:
         ruleset.add(cls, "analyze(extra_rules=...)")
@@ -236,13 +251,14 @@ def analyze(
     else:
         from .ingest import load
 
-        timeline = load(trace, format=trace_format, progress=progress, **({"run": run_name} if run_name else {}))
+        timeline = load(trace, format=trace_format, progress=progress, max_bytes=max_bytes, **({"run": run_name} if run_name else {}))
     if step_range is not None:
         timeline = with_step_range(timeline, step_range)
     if steps is not None or range_name is not None or window_ms is not None:
         timeline = within(timeline, steps=steps, range_name=range_name, window_ms=window_ms)
     analysis = run(
         timeline, selected, extra_warnings=[*cfg.warnings, *ruleset.warnings], min_impact=cfg.min_impact, severity_overrides=cfg.severity,
+        rule_failures=ruleset.failures, rule_timeout=rule_timeout,
         efficiency=efficiency,
     )
     if baseline is not None:

@@ -10,6 +10,9 @@ EXIT_UNREADABLE = 3  # the trace could not be read (empty, corrupt, truncated be
 EXIT_SLOWER = EXIT_FINDINGS  # diff --fail-if-slower: HEAD is slower than the threshold, outside the noise
 EXIT_NOT_COMPARABLE = 4  # diff: BASE and HEAD run different workloads; no verdict
 EXIT_INCONCLUSIVE = 5  # diff --fail-if-slower: slower than the threshold but within the noise, or too few steps
+EXIT_RULE_FAILED = 6  # a rule failed to load, raised, returned malformed findings or timed out (report still written)
+EXIT_SCHEDULER = 7  # the Dask scheduler (--scheduler / TRACEINSIGHT_SCHEDULER) is malformed or unreachable
+EXIT_RANKS_MISSING = 8  # a whole job was analysed with some rank files unreadable or skipped (--allow-missing-ranks)
 
 
 class TraceInsightError(Exception):
@@ -30,6 +33,12 @@ class UnknownFormatError(TraceReadError):
 
 class TraceTooLargeError(TraceReadError):
     """The trace (or what it inflates to) is over the size ceiling; reading stopped at the ceiling."""
+
+
+class SchedulerError(TraceInsightError):
+    """The Dask scheduler address is malformed or nothing answers there in time."""
+
+    exit_code = EXIT_SCHEDULER
 
 
 class ConfigError(TraceInsightError):

@@ -3,7 +3,9 @@
 The built-in rules are every public module of ``traceinsight.rules`` (the top-level ``rules/`` folder): a new
 rule is one new file there, listed nowhere else. Third-party packages register rules in the
 ``traceinsight.rules`` entry-point group; local ``.py`` files or folders come from ``--rules``. A rule that fails
-to import becomes a warning in the analysis; it never takes the run down.
+to import (an exception, ``SystemExit`` included), defines no rule, or reuses a taken code is a ``RuleFailure``: the
+run goes on without it, the report lists it and the command exits with ``EXIT_RULE_FAILED``, so a gate never
+passes with a rule silently missing.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from .rule_api import Rule
+from .rule_guard import RuleFailure, describe
 
 ENTRY_POINT_GROUP = "traceinsight.rules"
 BUILTIN_PACKAGE = "traceinsight.rules"
@@ -28,15 +31,20 @@ BUILTIN_PACKAGE = "traceinsight.rules"
 class RuleSet:
     rules: dict[str, type[Rule]] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+    failures: list[RuleFailure] = field(default_factory=list)  # rules that could not be loaded (rule_guard)
 
     def add(self, cls: type[Rule], origin: str) -> None:
         if not cls.code:
-            self.warnings.append(f"rule {cls.__name__} from {origin} has no code; skipped")
+            self.failures.append(RuleFailure("?", origin, f"rule class {cls.__name__} has no code"))
             return
         if cls.code in self.rules and self.rules[cls.code] is not cls:
-            self.warnings.append(f"rule code {cls.code} from {origin} is already taken by {self.rules[cls.code].__module__}; skipped")
+            self.failures.append(RuleFailure(cls.code, origin, f"its code is already taken by {self.rules[cls.code].__module__}"))
             return
         self.rules[cls.code] = cls
+
+    def problems(self) -> list[str]:
+        """Failures and warnings as lines, failures first (for ``traceinsight rules``)."""
+        return [*(f.line() for f in self.failures), *self.warnings]
 
 
 def builtin_modules() -> list[str]:
@@ -55,7 +63,7 @@ def discover(extra_paths: Iterable[str | Path] = ()) -> RuleSet:
     for p in extra_paths:
         path = Path(p)
         if not path.exists():
-            rs.warnings.append(f"--rules {path}: no such file or folder")
+            rs.failures.append(RuleFailure("?", str(path), "--rules names no such file or folder"))
             continue
         for f in sorted(path.glob("*.py")) if path.is_dir() else [path]:
             if not f.name.startswith("_"):
@@ -74,15 +82,17 @@ def _rules_in(obj: Any) -> list[type[Rule]]:
 
 
 def _register(rs: RuleSet, load: Callable[[], Any], what: str, origin: str) -> None:
-    """Load one plugin and add its rules; any failure becomes a warning, never a crash."""
+    """Load one plugin and add its rules; any failure (``SystemExit`` included) becomes a RuleFailure, never a crash."""
     try:
         loaded = load()
-    except Exception as exc:  # a broken plugin must not break the run
-        rs.warnings.append(f"could not load {what}: {type(exc).__name__}: {exc}")
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # noqa: BLE001 - a broken plugin must not break the run, nor end it
+        rs.failures.append(RuleFailure("?", origin, f"could not load {what}: {describe(exc)}"))
         return
     found = _rules_in(loaded)
     if not found:
-        rs.warnings.append(f"{what} defines no Rule subclass")
+        rs.failures.append(RuleFailure("?", origin, f"{what} defines no Rule subclass"))
     for cls in found:
         rs.add(cls, origin)
 

@@ -30,6 +30,7 @@ is re-exported here, so a rule imports from one place.
 
 from __future__ import annotations
 
+import math
 import textwrap
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Iterable, Required, TypedDict, Unpack
@@ -66,31 +67,99 @@ __all__ = [
 
 @dataclass
 class Option:
-    """A typed rule option with a default; the type is the default's type."""
+    """A typed rule option with a default and an allowed range; the type is the default's type.
+
+    Every value entering from the command line (``--set``), a pyproject.toml or the Python API goes through
+    ``convert``: a value of the wrong type, NaN, an infinity, or one outside ``[min, max]`` (or not above
+    ``above``, or not among ``choices``) is refused with the allowed range, so a configuration can never switch a
+    rule off or make it crash by an absurd threshold. A numeric option declares no range only when its default
+    is negative; otherwise its range starts at 0.
+    """
 
     default: Any
     help: str = ""
     name: str = ""  # filled in by Rule.__init_subclass__
+    min: float | None = None
+    max: float | None = None
+    above: float | None = None  # exclusive lower bound (a ratio that must exceed 1, a rate that must exceed 0)
+    choices: tuple[str, ...] | None = None
+
+    def __post_init__(self) -> None:
+        numeric = isinstance(self.default, (int, float)) and not isinstance(self.default, bool)
+        if numeric and self.min is None and self.above is None and self.default >= 0:
+            self.min = 0
+        if self.choices is not None:
+            self.choices = tuple(self.choices)
+
+    def allowed(self) -> str:
+        """The allowed values in words, for error messages and the rule docs."""
+        kind = type(self.default)
+        if kind is bool:
+            return "true or false"
+        if self.choices:
+            return "one of " + ", ".join(self.choices)
+        if kind is str:
+            return "a string"
+        what = "an integer" if kind is int else "a finite number"
+        lo = f"above {self.above:g}" if self.above is not None else (f"from {self.min:g}" if self.min is not None else "")
+        hi = f"to {self.max:g}" if self.max is not None else ""
+        if lo and hi:
+            return f"{what} {lo} {hi}"
+        if lo:
+            return f"{what} {lo}" + (" up" if lo.startswith("from") else "")
+        return f"{what}" + (f" up to {self.max:g}" if self.max is not None else "")
 
     def convert(self, value: Any) -> Any:
         kind = type(self.default)
-        if isinstance(value, kind) and not (kind is int and isinstance(value, bool)):
-            return value
-        try:
-            if kind is bool:
-                if isinstance(value, str):
-                    low = value.strip().lower()
-                    if low in ("1", "true", "yes", "on"):
-                        return True
-                    if low in ("0", "false", "no", "off"):
-                        return False
-                    raise ValueError(value)
+        bad = ValueError(f"option {self.name!r} expects {self.allowed()}, got {_short_repr(value)}")
+        if kind is bool:
+            if isinstance(value, bool):
+                return value
+            if isinstance(value, str):
+                low = value.strip().lower()
+                if low in ("1", "true", "yes", "on"):
+                    return True
+                if low in ("0", "false", "no", "off"):
+                    return False
+            if isinstance(value, int) and value in (0, 1):
                 return bool(value)
-            if kind is int and isinstance(value, float) and value.is_integer():
-                return int(value)
-            return kind(value)
+            raise bad
+        if kind is str:
+            if not isinstance(value, str):
+                raise bad
+            v = value.strip() if self.choices else value
+            if self.choices:
+                v = v.lower()
+                if v not in self.choices:
+                    raise bad
+            return v
+        if kind in (int, float):
+            if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+                raise bad
+            try:
+                v = float(value.strip()) if isinstance(value, str) else float(value)
+            except (ValueError, OverflowError):
+                raise bad from None
+            if not math.isfinite(v):
+                raise bad
+            if kind is int:
+                if not v.is_integer():
+                    raise bad
+                v = int(v)
+            if (self.min is not None and v < self.min) or (self.max is not None and v > self.max):
+                raise bad
+            if self.above is not None and not v > self.above:
+                raise bad
+            return v
+        try:
+            return value if isinstance(value, kind) else kind(value)
         except (TypeError, ValueError):
-            raise ValueError(f"option {self.name!r} expects {kind.__name__}, got {value!r}") from None
+            raise bad from None
+
+
+def _short_repr(value: Any, limit: int = 60) -> str:
+    r = repr(value)
+    return r if len(r) <= limit else r[: limit - 1] + "…"
 
 
 class Rule:
@@ -145,7 +214,10 @@ class Rule:
             raise ValueError(f"{self.code}: unknown option(s) {', '.join(sorted(unknown))}; known: {', '.join(self.options) or 'none'}")
         self.values: dict[str, Any] = {k: o.default for k, o in self.options.items()}
         for k, v in overrides.items():
-            self.values[k] = self.options[k].convert(v)
+            try:
+                self.values[k] = self.options[k].convert(v)
+            except ValueError as exc:
+                raise ValueError(f"{self.code}: {exc}") from None
         for k, v in self.values.items():
             setattr(self, k, v)
 
@@ -176,8 +248,8 @@ class Rule:
         if cls.definition:
             lines += ["## What is measured", "", textwrap.dedent(cls.definition).strip(), ""]
         if cls.options:
-            lines += ["## Options", "", "| option | default | meaning |", "|---|---|---|"]
-            lines += [f"| `{k}` | `{o.default!r}` | {o.help} |" for k, o in cls.options.items()]
+            lines += ["## Options", "", "| option | default | allowed | meaning |", "|---|---|---|---|"]
+            lines += [f"| `{k}` | `{o.default!r}` | {o.allowed()} | {o.help} |" for k, o in cls.options.items()]
             lines.append("")
         tiers = {"pre_ampere": "before Ampere (sm_70-sm_75)", "fp8": "on GPUs with FP8 (sm_89, sm_90 and later)"}
         labels = {"pytorch": "PyTorch", "tensorflow": "TensorFlow", "jax": "JAX", "cuda": "CUDA"}

@@ -282,11 +282,13 @@ def rebase(events: pd.DataFrame) -> int:
     return origin
 
 
-def assign_steps(events: pd.DataFrame) -> None:
+def assign_steps(events: pd.DataFrame, meta: "TraceMeta | None" = None) -> None:
     """Fill ``step`` from the ``step`` rows (in place), then let GPU rows inherit their launch's step.
 
     Vectorized: for each rank, a searchsorted of every row's start into the sorted step starts, then a check
-    that the row starts before that step's end.
+    that the row starts before that step's end. A rank whose step markers repeat a number (20,000 markers all named
+    ``ProfilerStep#1``) has its steps numbered in time order instead, with a warning on ``meta``: otherwise they
+    would read as one step.
     """
     steps = events[events["kind"] == "step"]
     out = np.full(len(events), -1, dtype=np.int32)
@@ -297,6 +299,12 @@ def assign_steps(events: pd.DataFrame) -> None:
             s_start = srows["start_ns"].to_numpy()[order]
             s_end = s_start + srows["dur_ns"].to_numpy()[order]
             s_num = numbers[steps.index.get_indexer(srows.index)][order]
+            if len(np.unique(s_num)) < len(s_num):
+                repeats = len(s_num) - len(np.unique(s_num))
+                s_num = np.arange(len(s_num), dtype=np.int32)
+                if meta is not None:
+                    meta.warn(f"{repeats:,} of {len(s_num):,} step markers on rank {rank} repeat an earlier step's number; "
+                              "steps were numbered in time order (0, 1, ...)")
             mask = (events["rank"] == rank).to_numpy()
             starts = events["start_ns"].to_numpy()[mask]
             pos = np.searchsorted(s_start, starts, side="right") - 1

@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import TraceReadError, UnknownFormatError
+from .. import plausible
 from ..timeline import Timeline, assign_steps, build_events, rebase, validate
 from . import kineto, nsys, tf, xplane
 from .byteio import HEAD_BYTES, check_input, read_head
@@ -128,6 +129,7 @@ def assemble(result: ReadResult) -> Timeline:
             if col in events and not isinstance(events[col].dtype, pd.CategoricalDtype):
                 events[col] = events[col].astype("category")
     events = validate(events, meta)
+    events = plausible.check(events, meta)
     origin = rebase(events)
     if meta.start_unix_ns is None and (result.epoch or (result.epoch is None and origin > 10**18)):
         meta.start_unix_ns = origin  # epoch ns after 2001: a real wall clock
@@ -142,7 +144,7 @@ def assemble(result: ReadResult) -> Timeline:
         else:
             meta.extra["steps_source"] = source_of(events)
     if (events["kind"] == "step").any():
-        assign_steps(events)  # without step rows every row keeps step -1, which build_events set
+        assign_steps(events, meta)  # without step rows every row keeps step -1, which build_events set
     if events.empty:
         meta.warn("the trace holds no timed events")
     samples = result.samples

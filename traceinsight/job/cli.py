@@ -10,7 +10,7 @@ from pathlib import Path
 import typer
 
 from ..config import Config
-from ..errors import EXIT_FINDINGS, TraceInsightError
+from ..errors import EXIT_FINDINGS, EXIT_RANKS_MISSING, EXIT_RULE_FAILED, TraceInsightError
 from ..rule_api import Severity
 from .storage import SCHEDULER_ENV, is_job_path
 
@@ -28,18 +28,27 @@ def raw_path(path: str | os.PathLike) -> str:
 
 
 def wants_job(path: str | os.PathLike, scheduler: str | None) -> bool:
-    return bool(scheduler or os.environ.get(SCHEDULER_ENV)) or is_job_path(raw_path(path))
+    """An explicit ``--scheduler`` sends any input to the job path; ``TRACEINSIGHT_SCHEDULER`` only says where a
+    job path runs, so a single trace file stays local even when the variable is set."""
+    return bool(scheduler) or is_job_path(raw_path(path))
 
 
-def analyze_job_cli(path, cfg: Config, formats: list, output: Path | None, *, scheduler: str | None, trace_format: str | None, fail_on: str, report_stem: str, suffixes: dict) -> None:
-    """Run the job analysis and write its report(s) like the single-trace path does; exit codes are the same."""
+def analyze_job_cli(path, cfg: Config, formats: list, output: Path | None, *, scheduler: str | None, trace_format: str | None, fail_on: str, report_stem: str, suffixes: dict,
+                    rule_timeout: float | None = None, allow_missing_ranks: bool = False, max_bytes: int | None = None) -> None:
+    """Run the job analysis and write its report(s) like the single-trace path does; exit codes are the same, plus
+    EXIT_RANKS_MISSING when a rank file was not analysed (unless ``allow_missing_ranks``)."""
     from ..outputs import write_file, write_stdout
+    from ..rule_guard import DEFAULT_RULE_TIMEOUT_S
     from ..sanitize import terminal
     from .report import render
     from .run import analyze_job
 
+    scheduler = scheduler or os.environ.get(SCHEDULER_ENV) or None
+    if scheduler:
+        typer.echo(f"traceinsight: running the per-rank map on the Dask scheduler {terminal(scheduler, 200)} (trusted: it can run code here)", err=True)
     try:
-        ja = _with_rank_progress(lambda progress: analyze_job(raw_path(path), config=cfg, scheduler=scheduler, trace_format=trace_format, progress=progress))
+        ja = _with_rank_progress(lambda progress: analyze_job(raw_path(path), config=cfg, scheduler=scheduler, trace_format=trace_format, progress=progress,
+                                                              rule_timeout=DEFAULT_RULE_TIMEOUT_S if rule_timeout is None else rule_timeout, max_bytes=max_bytes))
     except TraceInsightError as exc:
         typer.echo(f"traceinsight: error: {terminal(exc)}", err=True)
         raise typer.Exit(exc.exit_code)
@@ -55,6 +64,17 @@ def analyze_job_cli(path, cfg: Config, formats: list, output: Path | None, *, sc
     else:
         text = render(ja, formats[0].value)
         write_stdout(text if text.endswith("\n") else text + "\n")
+    if ja.rule_failures:
+        for line in ja.rule_failures:
+            typer.echo(f"traceinsight: error: {terminal(line, 600)}", err=True)
+        raise typer.Exit(EXIT_RULE_FAILED)
+    if ja.missing and not allow_missing_ranks:
+        typer.echo(f"traceinsight: error: {len(ja.missing)} rank file(s) not analysed (pass --allow-missing-ranks to accept a partial job):", err=True)
+        for line in ja.missing[:20]:
+            typer.echo(f"  {terminal(line, 400)}", err=True)
+        if len(ja.missing) > 20:
+            typer.echo(f"  ... and {len(ja.missing) - 20} more (all in the report)", err=True)
+        raise typer.Exit(EXIT_RANKS_MISSING)
     if fail_on != "never":
         worst = ja.worst_severity()
         if worst is not None and worst.rank >= Severity.parse(fail_on).rank:

@@ -155,6 +155,10 @@ def context(ja: JobAnalysis) -> dict[str, Any]:
         "verdict": job_verdict(ja),
         "head": h,
         "clocks": clean(j.alignment.describe(), 400),
+        "cluster": clean(ja.cluster, 200) if ja.cluster else None,
+        "rule_failures": [clean(x, 600) for x in ja.rule_failures[:20]],
+        "missing": [clean(x, 400) for x in ja.missing[:20]],
+        "missing_count": len(ja.missing),
         "failures": len(j.failures),
         "ledger": _ledger_bars(ja, slow),
         "heatmaps": [

@@ -15,6 +15,7 @@ from ..render.json_report import finding_dict
 from ..severity import DEFAULT_MIN_IMPACT_PCT
 from ..errors import TraceInsightError
 from ..rule_api_job import CrossRankRule
+from ..rule_guard import DEFAULT_RULE_TIMEOUT_S, RuleFailure, describe
 from .storage import local_copy
 from .summary import RankSummary, summarize_ranks
 
@@ -32,10 +33,16 @@ class MapSettings:
     trace_format: str | None = None
     max_evidence_rows: int = 10
     min_impact: float = DEFAULT_MIN_IMPACT_PCT
+    rule_timeout: float | None = DEFAULT_RULE_TIMEOUT_S
+    max_bytes: int | None = None  # size ceiling per rank file (None: the default)
 
     @classmethod
-    def from_config(cls, cfg: Config, **kw: Any) -> "MapSettings":
+    def from_config(cls, cfg: Config, **kw: Any) -> "MapSettings":  # noqa: D102
         return cls(select=list(cfg.select), ignore=list(cfg.ignore), options=dict(cfg.options), severity=dict(cfg.severity), rule_paths=list(cfg.rule_paths), min_impact=float(cfg.min_impact), **kw)
+
+    def rules_key(self) -> str:
+        """What decides the rule set: equal keys, equal rules (the per-process cache of ``per_rank_rules``)."""
+        return repr((self.select, self.ignore, sorted(self.options.items()), sorted(self.severity.items()), self.rule_paths))
 
     def config(self) -> Config:
         return Config(select=list(self.select), ignore=list(self.ignore), options=dict(self.options), severity=dict(self.severity), rule_paths=list(self.rule_paths), min_impact=self.min_impact)
@@ -49,30 +56,49 @@ class RankFailure:
     error: str
 
 
+#: Rule sets already discovered and configured in this process, by ``MapSettings.rules_key``: a worker analysing
+#: 1,000 ranks discovers and imports the rules once, not 1,000 times. Rules keep no state between ``check`` calls.
+_RULES: dict[str, tuple[list, list, list[str], list[RuleFailure]]] = {}
+
+
 def per_rank_rules(settings: MapSettings):
-    """The selected rules split into those that run on a rank's events and the cross-rank ones."""
-    ruleset = discover(settings.rule_paths)
-    rules = instantiate(ruleset, settings.config())
-    local = [r for r in rules if not isinstance(r, CrossRankRule)]
-    cross = [r for r in rules if isinstance(r, CrossRankRule)]
-    return local, cross, ruleset.warnings
+    """The selected rules split into those that run on a rank's events and the cross-rank ones, with the
+    discovery warnings and failures; discovered once per process and settings."""
+    key = settings.rules_key()
+    hit = _RULES.get(key)
+    if hit is None:
+        ruleset = discover(settings.rule_paths)
+        rules = instantiate(ruleset, settings.config())
+        local = [r for r in rules if not isinstance(r, CrossRankRule)]
+        cross = [r for r in rules if isinstance(r, CrossRankRule)]
+        hit = _RULES[key] = (local, cross, list(ruleset.warnings), list(ruleset.failures))
+    return hit
 
 
 def analyze_rank(url: str, settings: MapSettings) -> list[RankSummary] | RankFailure:
-    """Read ``url``, run the per-rank rules, summarise; a bad rank becomes a RankFailure, never an exception."""
+    """Read ``url``, run the per-rank rules, summarise; a bad rank becomes a RankFailure, never an exception.
+
+    A rule that fails is not a bad rank: its failure travels in the summaries (``rule_failures``) and the job
+    reports it the way a single trace does.
+    """
     from ..ingest import load
 
     try:
-        local, _, warnings = per_rank_rules(settings)
+        local, _, warnings, failures = per_rank_rules(settings)
         with local_copy(url, settings.storage_options) as path:
-            timeline = load(path, format=settings.trace_format)
-        analysis = run(timeline, local, extra_warnings=warnings, min_impact=settings.min_impact, severity_overrides=settings.severity)
+            timeline = load(path, format=settings.trace_format, max_bytes=settings.max_bytes)
+        analysis = run(timeline, local, extra_warnings=warnings, min_impact=settings.min_impact, severity_overrides=settings.severity,
+                       rule_failures=failures, rule_timeout=settings.rule_timeout, with_summary=False)
         views = analysis.views
         summaries = summarize_ranks(timeline, views, source=url)
     except TraceInsightError as exc:
         return RankFailure(url, str(exc))
     except MemoryError:
         return RankFailure(url, "out of memory while reading the rank")
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # noqa: BLE001 - a bug or a plugin's SystemExit on one rank must not end the job
+        return RankFailure(url, f"analysis failed: {describe(exc)}")
     by_rank = {s.rank: s for s in summaries}
     for f in analysis.findings:
         target = by_rank.get(f.location.rank) if f.location.rank is not None else None
@@ -81,5 +107,6 @@ def analyze_rank(url: str, settings: MapSettings) -> list[RankSummary] | RankFai
         (target or summaries[0]).findings.append(d)
     for s in summaries:
         s.rules_run = list(analysis.rules_run)
+        s.rule_failures = [f.line() for f in analysis.rule_failures]
         s.warnings = list(dict.fromkeys([*s.warnings, *analysis.warnings]))
     return summaries

@@ -58,6 +58,9 @@ def to_dict(ja: JobAnalysis) -> dict[str, Any]:
         "rank_findings_by_rule": rank_rule_groups(ja),
         "ranks": ranks,
         "rules_run": ja.rules_run,
+        "rule_failures": ja.rule_failures,
+        "missing_rank_files": ja.missing,
+        "ran_on": {"cluster": ja.cluster} if ja.cluster else {"local": True},
         "warnings": ja.warnings,
     }
 
@@ -117,7 +120,19 @@ def render_markdown(ja: JobAnalysis) -> str:
         "",
         f"**Clocks:** {j.alignment.describe()}.",
         "",
+        "**Ran on:** " + (f"the Dask cluster at {esc(ja.cluster, 200)} (a scheduler is trusted code: it can run code in this process)."
+                          if ja.cluster else "local processes on this machine."),
+        "",
     ]
+    if ja.rule_failures:
+        out += [f"**{len(ja.rule_failures)} rule failure(s): these rules' findings are missing**", ""]
+        out += [f"- {esc(line, 600)}" for line in ja.rule_failures[:20]] + [""]
+    if ja.missing:
+        out += [f"**{len(ja.missing)} rank file(s) not analysed** (unreadable, failed or skipped; the job figures leave them out):", ""]
+        out += [f"- {esc(line, 400)}" for line in ja.missing[:20]]
+        if len(ja.missing) > 20:
+            out.append(f"- … and {len(ja.missing) - 20} more (see the JSON report)")
+        out.append("")
     if j.failures:
         out += [f"**{len(j.failures)} rank files could not be read** and are left out (see warnings).", ""]
     out += ["## Cross-rank findings", ""]

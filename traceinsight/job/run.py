@@ -3,21 +3,25 @@
 The map runs on a Dask cluster when a scheduler address is given (``--scheduler`` or ``TRACEINSIGHT_SCHEDULER``),
 otherwise on local processes (nothing to start). Either way only summaries come back, so the coordinator's memory
 depends on ranks x summary size, not on events.
+
+A scheduler is trusted code: Dask sends tasks and results as pickles, so whoever runs the scheduler (or its workers)
+can run code in this process. The address is checked before use (a malformed one, or one where nothing answers within
+``SCHEDULER_TIMEOUT_S``, is a ``SchedulerError``, exit 7), and every report names the cluster that was used.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import time
-import traceback
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Callable
 
-from ..config import Config
+from ..config import Config, check_rule_timeout
 from ..severity import DEFAULT_MIN_IMPACT_PCT
-from ..errors import TraceReadError
+from ..errors import SchedulerError, TraceReadError
+from ..rule_guard import DEFAULT_RULE_TIMEOUT_S, RuleFailure, run_guarded
 from ..rule_api import Finding
 from ..rule_api_job import JobContext
 from .mapper import MapSettings, RankFailure, analyze_rank, per_rank_rules
@@ -25,6 +29,9 @@ from .reduce import Job, reduce_summaries
 from .storage import SCHEDULER_ENV, expand
 from .summary import RankSummary
 
+#: Seconds to wait for the scheduler to answer before giving up with one line (exit 7).
+SCHEDULER_TIMEOUT_S = 10
+_ADDRESS = re.compile(r"^(?:(tcp|tls|inproc|ucx|ws|wss)://)?(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9_.-]+)(?::(\d{1,5}))?/?$")
 
 
 @dataclass
@@ -38,6 +45,9 @@ class JobAnalysis:
     rules_run: list[str]
     engine: str  # "local processes (N)" or "dask <address>"
     timings: dict[str, float] = field(default_factory=dict)
+    rule_failures: list[str] = field(default_factory=list)  # rule_guard lines, per-rank ones with their rank count
+    missing: list[str] = field(default_factory=list)  # rank files not analysed: "path: why" (failed or skipped)
+    cluster: str | None = None  # the Dask scheduler the map ran on; None: local processes
 
     @property
     def rank_findings(self) -> list[tuple[int, dict[str, Any]]]:
@@ -59,21 +69,44 @@ def _map_local(urls: list[str], settings: MapSettings, workers: int | None, prog
             if progress:
                 progress(len(out), len(urls))
         return out
+    # a few ranks per task when there are many: per-task hand-off costs about as much as a tiny rank's analysis
+    chunk = max(1, min(16, len(urls) // (n * 16)))
     with ProcessPoolExecutor(max_workers=n) as pool:
-        for res in pool.map(analyze_rank, urls, [settings] * len(urls), chunksize=1):  # in order, as they finish
+        for res in pool.map(analyze_rank, urls, [settings] * len(urls), chunksize=chunk):  # in order, as they finish
             out.append(res)
             if progress:
                 progress(len(out), len(urls))
     return out
 
 
-def _map_dask(urls: list[str], settings: MapSettings, scheduler: Any) -> list:
+def check_address(address: str) -> str:
+    """A scheduler address as Dask takes it (``tcp://host:port``, ``host:port``); SchedulerError otherwise."""
+    a = address.strip()
+    if re.fullmatch(r"inproc://[\w.:/-]+", a):  # a scheduler in this very process (tests, notebooks)
+        return a
+    m = _ADDRESS.match(a)
+    if not m or (m.group(3) is not None and not 0 < int(m.group(3)) < 65536):
+        raise SchedulerError(f"scheduler address {a[:100]!r} is not of the form tcp://HOST:PORT (from --scheduler or {SCHEDULER_ENV})")
+    return a
+
+
+def connect(address: str, timeout_s: float = SCHEDULER_TIMEOUT_S):
+    """A ``distributed.Client`` on ``address``, or one SchedulerError line when it is malformed or silent."""
+    address = check_address(address)
     try:
         from distributed import Client
     except ImportError:
-        raise TraceReadError("--scheduler needs dask.distributed: pip install 'traceinsight[job]'") from None
+        raise SchedulerError("--scheduler needs dask.distributed: pip install 'traceinsight[job]'") from None
+    try:
+        return Client(address, set_as_default=False, timeout=timeout_s)
+    except (OSError, TimeoutError, ValueError, TypeError) as exc:
+        reason = " ".join(str(exc).split())[:200] or type(exc).__name__
+        raise SchedulerError(f"no Dask scheduler answered at {address} within {timeout_s:g} s ({reason})") from None
+
+
+def _map_dask(urls: list[str], settings: MapSettings, scheduler: Any) -> list:
     own = not hasattr(scheduler, "submit")
-    client = Client(scheduler, set_as_default=False) if own else scheduler
+    client = connect(scheduler) if own else scheduler
     try:
         futures = client.map(analyze_rank, urls, settings=settings, key=[f"traceinsight-rank-{i}" for i in range(len(urls))], pure=False)
         return client.gather(futures)
@@ -91,40 +124,48 @@ def analyze_job(
     trace_format: str | None = None,
     workers: int | None = None,
     progress: Callable[[int, int], None] | None = None,
+    rule_timeout: float | None = DEFAULT_RULE_TIMEOUT_S,
+    max_bytes: int | None = None,
 ) -> JobAnalysis:
     """Analyse a job rank by rank: a folder, glob, object-store prefix or list of rank files.
 
     ``scheduler``: a Dask scheduler address or a ``distributed.Client``; None uses ``TRACEINSIGHT_SCHEDULER`` when
     set, else local processes (``workers`` of them, default: CPU count). ``progress(done, total)`` hears each rank
-    the local map finishes (for a progress bar).
+    the local map finishes (for a progress bar). Rank files that were skipped (not regular files, links leading out
+    of the folder) or failed are in ``missing``; rules that failed, in ``rule_failures``.
     """
     t0 = time.perf_counter()
     cfg = config or Config()
-    settings = MapSettings.from_config(cfg, storage_options=dict(storage_options or {}), trace_format=trace_format)
-    urls = list(path) if isinstance(path, list) else expand(path, storage_options)
+    settings = MapSettings.from_config(cfg, storage_options=dict(storage_options or {}), trace_format=trace_format,
+                                       rule_timeout=check_rule_timeout(rule_timeout), max_bytes=max_bytes)
+    skipped: list[str] = []
+    urls = list(path) if isinstance(path, list) else expand(path, storage_options, skipped=skipped)
     source = str(path) if not isinstance(path, list) else f"{len(urls)} rank files"
     scheduler = scheduler or os.environ.get(SCHEDULER_ENV) or None
     t_map = time.perf_counter()
     if scheduler is not None:
         results = _map_dask(urls, settings, scheduler)
-        engine = f"dask ({scheduler if isinstance(scheduler, str) else 'client'})"
+        cluster = scheduler if isinstance(scheduler, str) else str(getattr(getattr(scheduler, "scheduler", None), "address", "a distributed.Client"))
+        engine = f"dask ({cluster})"
     else:
         results = _map_local(urls, settings, workers, progress)
-        engine = "local processes"
+        engine, cluster = "local processes", None
     t_reduce = time.perf_counter()
     summaries: list[RankSummary] = []
     failures: list[str] = []
     for url, res in zip(urls, results):
         if isinstance(res, RankFailure):
-            failures.append(res.error)
+            failures.append(res.error if res.error.startswith(res.source) else f"{res.source}: {res.error}")
         else:
             summaries.extend(res)
     if not summaries:
         raise TraceReadError(f"{source}: no rank could be read" + (f" ({failures[0]})" if failures else ""))
     job = reduce_summaries(summaries, failures)
-    _, cross, rule_warnings = per_rank_rules(settings)
-    findings, warnings = run_cross_rank(job, cross, min_impact=settings.min_impact)
-    warnings = [*rule_warnings, *(f"rank file left out: {f}" for f in failures), *job.warnings, *warnings]
+    _, cross, rule_warnings, _ = per_rank_rules(settings)
+    findings, warnings, cross_failures = run_cross_rank(job, cross, min_impact=settings.min_impact, rule_timeout=settings.rule_timeout)
+    missing = [*failures, *skipped]
+    rule_failures = _per_rank_failures(summaries) + [f.line() for f in cross_failures]
+    warnings = [*rule_failures, *rule_warnings, *(f"rank file left out: {f}" for f in missing), *job.warnings, *warnings]
     t_end = time.perf_counter()
     rules_run = sorted(set(summaries[0].rules_run) | {r.code for r in cross})
     return JobAnalysis(
@@ -135,30 +176,43 @@ def analyze_job(
         rules_run=rules_run,
         engine=engine,
         timings={"map_s": t_reduce - t_map, "reduce_s": t_end - t_reduce, "total_s": t_end - t0},
+        rule_failures=rule_failures,
+        missing=missing,
+        cluster=cluster,
     )
 
 
-def run_cross_rank(job: Job, rules, min_impact: float = DEFAULT_MIN_IMPACT_PCT) -> tuple[list[Finding], list[str]]:
-    """Cross-rank rules over the job; a crashing rule becomes a warning, as in the per-rank engine.
+def _per_rank_failures(summaries: list[RankSummary]) -> list[str]:
+    """Each distinct rule failure once, with how many ranks it happened on."""
+    count: dict[str, int] = {}
+    for s in summaries:
+        for line in dict.fromkeys(s.rule_failures):
+            count[line] = count.get(line, 0) + 1
+    n = len(summaries)
+    return [line if n == 1 else f"{line} (on {k} of {n} ranks)" for line, k in count.items()]
+
+
+def run_cross_rank(job: Job, rules, min_impact: float = DEFAULT_MIN_IMPACT_PCT,
+                   rule_timeout: float | None = DEFAULT_RULE_TIMEOUT_S) -> tuple[list[Finding], list[str], list[RuleFailure]]:
+    """Cross-rank rules over the job; a failing rule becomes a RuleFailure, as in the per-rank engine.
 
     As on one timeline, a finding costing less than ``min_impact`` % of its window is left out: the window of the
     rank it names (its largest device window), else the job's median rank window.
     """
     findings: list[Finding] = []
     warnings: list[str] = []
+    failures: list[RuleFailure] = []
     for rule in rules:
-        try:
-            found = list(rule.check_job(JobContext(job, rule)) or [])
-        except Exception as exc:  # one broken rule must not hide the others
-            tb = traceback.extract_tb(exc.__traceback__)[-1]
-            warnings.append(f"rule {rule.code} failed and was skipped: {type(exc).__name__}: {exc} ({Path(tb.filename).name}:{tb.lineno})")
+        found, failure = run_guarded(rule, lambda rule=rule: rule.check_job(JobContext(job, rule)), rule_timeout)
+        if failure is not None:  # one broken rule must not hide the others, nor pass silently
+            failures.append(failure)
             continue
         for f in found:
             if rule.severity != type(rule).severity and f.severity == type(rule).severity:
                 f.severity = rule.severity
         findings.extend(f for f in found if not f.impact_ns or 100.0 * f.impact_ns / max(_window_of(job, f), 1) >= min_impact)
     findings.sort(key=lambda f: (-f.impact_ns, -f.severity.rank, f.code, f.key))
-    return findings, warnings
+    return findings, warnings, failures
 
 
 def _window_of(job: Job, f: Finding) -> int:

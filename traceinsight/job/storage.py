@@ -59,21 +59,70 @@ def _fs(url: str, storage_options: dict[str, Any] | None):
         raise TraceReadError(f"{url}: no filesystem for {proto}:// ({exc}); pip install 'traceinsight[{extra}]'") from None
 
 
-def _local_rank_files(folder: Path) -> list[str]:
-    from ..ingest.kineto.sniff import rank_files
+def _local_rank_files(folder: Path, skipped: list[str] | None = None) -> list[str]:
+    """The PyTorch rank files of a local folder; files with a rank file's name that cannot be taken (a FIFO or
+    other non-file, a link leading out of the folder, unreadable) are listed in ``skipped`` as "path: why"."""
+    from ..ingest.byteio import read_head
+    from ..ingest.kineto.sniff import looks_like_kineto as _looks_like_kineto
 
-    return [str(p) for p in rank_files(folder)]
+    out: list[str] = []
+    for p in sorted(folder.iterdir()):
+        if not p.name.endswith(RANK_SUFFIXES):
+            continue
+        why = unusable(p, folder)
+        if why is None:
+            try:
+                if p.stat().st_size and _looks_like_kineto(read_head(p)):
+                    out.append(str(p))
+                continue
+            except (OSError, TraceReadError) as exc:
+                why = f"cannot be read ({getattr(exc, 'strerror', None) or exc})"
+        if skipped is not None:
+            skipped.append(f"{p}: {why}")
+    return out
 
 
-def expand(path: str | os.PathLike, storage_options: dict[str, Any] | None = None) -> list[str]:
-    """The rank files ``path`` names, sorted: a file, a folder of rank files, a glob, or an object-store prefix."""
+def unusable(p: Path, root: Path) -> str | None:
+    """Why the local rank file ``p`` (named inside ``root``) is not taken as a rank, or None when it is: a link
+    that leads out of ``root`` (a job folder must not pull in files from elsewhere), a FIFO, device or folder
+    (reading one would block or mean nothing), a file this user cannot read."""
+    import stat as _stat
+
+    try:
+        if p.is_symlink():
+            real = p.resolve()
+            if not real.is_relative_to(root.resolve()):
+                return "a link to a file outside the job folder; not followed"
+        st = p.stat()
+    except (OSError, RuntimeError) as exc:
+        return f"cannot be read ({getattr(exc, 'strerror', None) or exc})"
+    if not _stat.S_ISREG(st.st_mode):
+        kind = "a FIFO" if _stat.S_ISFIFO(st.st_mode) else "a folder" if _stat.S_ISDIR(st.st_mode) else "not a regular file"
+        return f"{kind}; not read"
+    if not os.access(p, os.R_OK):
+        return "cannot be read (permission denied)"
+    return None
+
+
+def _glob_root(pattern: str) -> Path:
+    """The folder a local glob cannot leave: the part before its first wildcard."""
+    cut = min((pattern.index(c) for c in _GLOB if c in pattern), default=len(pattern))
+    head = pattern[:cut]
+    return Path(head if head.endswith("/") else os.path.dirname(head) or ".")
+
+
+def expand(path: str | os.PathLike, storage_options: dict[str, Any] | None = None, skipped: list[str] | None = None) -> list[str]:
+    """The rank files ``path`` names, sorted: a file, a folder of rank files, a glob, or an object-store prefix.
+
+    Local rank files that cannot be taken are left out and listed in ``skipped`` ("path: why")."""
     p = str(path)
-    if not is_remote(p) and not p.startswith("file://") and not (_GLOB & set(p)):
-        local = Path(p)
+    if not is_remote(p) and not p.startswith("file://") and (not (_GLOB & set(p)) or os.path.lexists(p)):
+        local = Path(p)  # an existing name is itself, whatever characters it holds ("[", "*")
         if local.is_dir():
-            files = _local_rank_files(local)
+            files = _local_rank_files(local, skipped)
             if not files:
-                raise TraceReadError(f"{local}: no PyTorch profiler rank files (.json / .json.gz) in this folder")
+                raise TraceReadError(f"{local}: no PyTorch profiler rank files (.json / .json.gz) in this folder"
+                                     + (f" ({len(skipped)} skipped; first: {skipped[0]})" if skipped else ""))
             return files
         if not local.exists():
             raise TraceReadError(f"{local}: no such file or directory")
@@ -92,6 +141,16 @@ def expand(path: str | os.PathLike, storage_options: dict[str, Any] | None = Non
     except (OSError, PermissionError) as exc:
         raise TraceReadError(f"{p}: cannot list: {type(exc).__name__}: {exc}") from None
     files = sorted(f for f in found if f.endswith(RANK_SUFFIXES))
+    if not is_remote(p):  # a local glob or file:// URL: the same checks as a local folder
+        root = _glob_root(root) if _GLOB & set(root) else Path(root)
+        kept = []
+        for f in files:
+            why = unusable(Path(f), root)
+            if why is None:
+                kept.append(f)
+            elif skipped is not None:
+                skipped.append(f"{f}: {why}")
+        files = kept
     if not files:
         raise TraceReadError(f"{p}: no rank trace files (.json / .json.gz) found")
     if proto == "file://":

@@ -53,6 +53,7 @@ class RankSummary:
     findings: list[dict[str, Any]] = field(default_factory=list)  # per-rank rules' findings (to_dict form)
     rules_run: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    rule_failures: list[str] = field(default_factory=list)  # rule_guard.RuleFailure lines of this rank's run
 
     @property
     def window_ns(self) -> int:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-from ..sanitize import terminal
+from .escape import terminal
 
 import math
 from typing import Any

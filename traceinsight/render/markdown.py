@@ -13,9 +13,9 @@ from typing import Any
 
 from ..analysis import Analysis
 from ..units import fmt_ns
-from ..sanitize import markdown_text
+from . import escape
 from .. import advice
-from .common import baseline_sentence, baseline_tag, cause_of, shown_ns, clean, column_label, figure_text, format_cell, saving_label, shown_fixes, what_if_text
+from .common import baseline_sentence, baseline_tag, cause_of, shown_ns, column_label, figure_text, format_cell, saving_label, shown_fixes, what_if_text
 from .ledger_view import markdown as ledger_markdown
 from .steps_view import step_report, steps_markdown
 
@@ -24,16 +24,10 @@ MAX_TABLE_ROWS = 40
 MAX_EVIDENCE_FINDINGS = 5
 MAX_EVIDENCE_ROWS = 8
 _SEV_ICON = {"error": "🔴", "warning": "🟠", "info": "🔵"}
-_MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+!|~>-])")
 
 
-def esc(value: Any, limit: int = 200) -> str:
-    """Untrusted text made inert in Markdown (also inside table cells)."""
-    s = clean(markdown_text(value), limit)  # invisible characters dropped, controls escaped
-    s = s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-    s = _MD_SPECIAL.sub(r"\\\1", s)
-    # a leading "1." would start a list in some positions; '@' would mention people in a PR comment
-    return s.replace("@", "&#64;")
+#: The one Markdown escape (render/escape.py), under the short name this module's f-strings use.
+esc = escape.markdown
 
 
 def _fence(code: str, lang: str = "python") -> str:

@@ -11,8 +11,8 @@ from rich.table import Table
 
 from ..analysis import Analysis
 from ..units import fmt_ns
-from ..sanitize import rich as escape  # terminal-safe and markup-safe: every trace string goes through it
-from ..sanitize import terminal
+from .escape import rich as escape  # terminal-safe and markup-safe: every trace string goes through it
+from .escape import terminal
 from .. import advice
 from .common import baseline_sentence, baseline_tag, cause_of, figure_text, shown_fixes, what_if_text
 from .ledger_view import table as ledger_table

@@ -133,6 +133,31 @@ def clamp_huge_numbers(data: bytes) -> bytes:
     return b"".join(out) + data[last:]
 
 
+_SURROGATE = re.compile(rb"(\\+)u([dD][89a-fA-F][0-9a-fA-F]{2})")
+
+
+def replace_lone_surrogates(data: bytes) -> tuple[bytes, int]:
+    """The document with each ``\\uD800``-``\\uDFFF`` escape that is not half of a pair written as ``\\ufffd``, and
+    how many there were: one bad escape in one name must not reject the whole trace (msgspec refuses the document).
+    Escapes preceded by an even number of backslashes are text, not escapes, and stay."""
+    data = bytes(data)
+    found = [m for m in _SURROGATE.finditer(data) if len(m.group(1)) % 2 == 1]
+    out, last, n, i = [], 0, 0, 0
+    while i < len(found):
+        m = found[i]
+        high = int(m.group(2), 16) < 0xDC00
+        nxt = found[i + 1] if i + 1 < len(found) else None
+        if high and nxt is not None and nxt.start() == m.end() and len(nxt.group(1)) == 1 and int(nxt.group(2), 16) >= 0xDC00:
+            i += 2  # a proper pair
+            continue
+        at = m.end(1) - 1  # the escaping backslash
+        out += [data[last:at], b"\\ufffd"]
+        last = m.end()
+        n += 1
+        i += 1
+    return (b"".join(out) + data[last:], n) if n else (data, 0)
+
+
 def decode(data: bytes, path: Path, warnings: list[str]) -> Trace:
     """The whole document; a truncated one is cut after its last complete event (with a warning). Nesting deeper
     than msgspec recurses is refused whatever else the document holds."""
@@ -153,7 +178,7 @@ def _decode_repaired(data: bytes, path: Path, warnings: list[str] | None) -> Tra
     not UTF-8 replaced (with a warning, once), numbers past a double's range clamped (once). Invalid JSON gives the
     (repaired) bytes and msgspec's message, for the caller to recover a cut or refuse; a document of the wrong
     shape raises."""
-    clamped = replaced = False
+    clamped = replaced = unpaired = False
     while True:
         try:
             return _decode_any(data)
@@ -165,6 +190,13 @@ def _decode_repaired(data: bytes, path: Path, warnings: list[str] | None) -> Tra
             data, clamped = clamp_huge_numbers(data), True
         except (msgspec.DecodeError, UnicodeDecodeError) as exc:
             msg = str(exc)
+            if not unpaired and "surrogate" in msg:
+                data, n = replace_lone_surrogates(data)
+                unpaired = True
+                if n:
+                    if warnings is not None:
+                        warnings.append(f"{path.name}: {n:,} lone UTF-16 surrogate escapes (half of a pair) in names were replaced by U+FFFD")
+                    continue
             if replaced or not (isinstance(exc, UnicodeDecodeError) or "utf-8" in msg.lower()):
                 return data, msg
             data, replaced = data.decode("utf-8", errors="replace").encode("utf-8"), True

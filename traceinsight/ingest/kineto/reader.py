@@ -306,9 +306,12 @@ def _build(cols: EventColumns, header: Trace, path: Path, warnings: list[str]) -
                         "or id past what 64-bit integers hold) were dropped")
     origin_us = float(np.min(ts_us[finite])) if finite.any() else 0.0
     start_ns = np.rint((np.where(finite, ts_us, origin_us) - origin_us) * 1000.0).astype(np.int64)
-    dur_us = np.clip(np.where(np.isnan(f["dur"]), 0.0, f["dur"]), 0, None)
+    raw_dur = np.where(np.isnan(f["dur"]), 0.0, f["dur"])
+    negative = raw_dur < 0  # no event ends before it starts: -1 here, dropped and counted by timeline.validate
+    dur_us = np.clip(raw_dur, 0, None)
     bad_dur = (dur_us * 1000.0 > _MAX_DUR_NS) & ~out_of_range  # judged before the conversion, which would wrap
     dur_ns = np.rint(np.where(bad_dur, 0.0, dur_us) * 1000.0).astype(np.int64)
+    dur_ns[negative] = -1
     if bad_dur.any():
         warnings.append(f"{path.name}: {int(bad_dur.sum()):,} events with impossible durations (> 7 days, a known CUPTI fault) were dropped")
     base_ns = _base_time_ns(header.baseTimeNanoseconds, path, warnings)

@@ -26,10 +26,11 @@ import pandas as pd
 
 from ...errors import TraceReadError
 from ...timeline import COPY_KINDS, KINDS, TIME_LIMIT_NS, DeviceInfo, TraceMeta
+from ..byteio import resolve_max_bytes
 from ..parts import ReadResult, Rows
 from . import schema as S
 from .sniff import REP_MAGIC, REP_SUFFIXES, SQLITE_MAGIC, sniff  # noqa: F401  (sniff: the package's entry point)
-from .sql import connect, string_table, table_columns
+from .sql import MAX_VALUE_BYTES, UNTYPED_ROWS, connect, string_table, table_columns
 from .memory import read_memory
 from .tables import (Part, factorize, read_graphs, read_host_other, read_kernels, read_memcpy, read_memset,
                           read_nvtx, read_runtime, read_syncs)
@@ -52,7 +53,7 @@ def read(path: Path, progress: ProgressFn | None = None, max_bytes: int | None =
     with open(path, "rb") as fh:
         head = fh.read(256)
     if head.startswith(SQLITE_MAGIC):
-        return _read_sqlite(path, progress)
+        return _read_sqlite(path, progress, resolve_max_bytes(max_bytes))
     if path.name.lower().endswith(REP_SUFFIXES) or REP_MAGIC in head:
         return _read_report(path, progress)
     raise TraceReadError(f"{path}: not an Nsight Systems SQLite export (expected the output of nsys export --type sqlite)")
@@ -323,16 +324,29 @@ def _clock(conn, tables: dict[str, set[str]], origin: int) -> tuple[int | None, 
 # --- main reader ---------------------------------------------------------------------------------------------
 
 
-def _read_sqlite(path: Path, progress: ProgressFn | None) -> ReadResult:
+def _read_sqlite(path: Path, progress: ProgressFn | None, max_bytes: int | None = None) -> ReadResult:
+    untyped: dict[str, int] = {}
+    token = UNTYPED_ROWS.set(untyped)
     try:
         with _opened(path) as conn:
-            return _read_conn(conn, path, progress)
+            result = _read_conn(conn, path, progress, max_bytes)
+    except TraceReadError as exc:
+        msg = str(exc)
+        raise type(exc)(msg if msg.startswith(str(path)) else f"{path}: {msg}") from None
     except sqlite3.DatabaseError as exc:
         msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        if "too big" in msg:
+            msg += f": a value over {MAX_VALUE_BYTES >> 20} MiB, which no nsys export holds"
         raise TraceReadError(f"{path}: cannot read the nsys SQLite export ({msg})") from None
+    finally:
+        UNTYPED_ROWS.reset(token)
+    for table, n in sorted(untyped.items()):
+        result.meta.warn(f"{n:,} {table} rows whose start or end is not an integer (TEXT, BLOB or REAL; nsys writes integer ns) "
+                         "were dropped")
+    return result
 
 
-def _read_conn(conn: sqlite3.Connection, path: Path, progress: ProgressFn | None) -> ReadResult:
+def _read_conn(conn: sqlite3.Connection, path: Path, progress: ProgressFn | None, max_bytes: int | None = None) -> ReadResult:
     tables = table_columns(conn)
     if not (set(tables) & set(S.MARKER_TABLES)) and not any(t.startswith("CUPTI_ACTIVITY_KIND_") for t in tables):
         raise TraceReadError(f"{path}: SQLite file without Nsight Systems tables (expected nsys export --type sqlite output)")
@@ -345,7 +359,7 @@ def _read_conn(conn: sqlite3.Connection, path: Path, progress: ProgressFn | None
     if not meta_kv:
         meta.warn("this nsys export has no export metadata table: the Nsight Systems version is unknown")
 
-    strings = string_table(conn) if "StringIds" in tables else np.empty(0, dtype=object)
+    strings = string_table(conn, max_bytes) if "StringIds" in tables else np.empty(0, dtype=object)
     id_bits = 31 if len(strings) < (1 << 31) - 1 else 64
 
     def step(msg: str) -> None:

@@ -17,6 +17,7 @@ thread, 0.6 s on two.
 
 from __future__ import annotations
 
+import contextvars
 import itertools
 import os
 import sqlite3
@@ -28,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ...errors import TraceReadError
+from ...errors import TraceReadError, TraceTooLargeError
 
 WORD_BITS = 63  # keep the sign bit clear so every packed word is a non-negative SQLite integer
 SEP = ","
@@ -38,6 +39,31 @@ RANGES_PER_THREAD = 4  # several ranges per thread so a thread slowed by other l
 MAX_RANGES = 4096  # very sparse rowids: widen the ranges rather than run more queries
 MAX_THREADS = 8
 MMAP_BYTES = 1 << 30  # read pages in place (the file is immutable); SQLite caps this at its compile-time limit
+
+
+#: The largest string or blob SQLite may build while we read (``SQLITE_LIMIT_LENGTH``): above the ~20 MB texts the
+#: range scans aggregate, far below what would exhaust memory. A value a hostile file makes larger (a computed
+#: DEFAULT, a huge stored blob) fails with "string or blob too big" instead of being built.
+MAX_VALUE_BYTES = 64 << 20
+#: Characters kept of one name (kernel, range, thread): real demangled names stay under a few kB.
+MAX_NAME_CHARS = 16_384
+#: A row is placed only when its start is an INTEGER and its end an INTEGER (or NULL: an NVTX range still open):
+#: nsys writes integers, and SQLite's CAST would read '12x' as 12 and a blob as anything.
+TYPED_START = "typeof(start) = 'integer'"
+TYPED_TIMES = "(typeof(start) = 'integer' AND typeof(\"end\") IN ('integer', 'null'))"
+
+
+def typed_times(conn: sqlite3.Connection, table: str) -> str:
+    """The per-row type check for ``table``: start (and end, when the table has one: memory tables have none)."""
+    cols = {r[1] for r in conn.execute(f'PRAGMA table_info("{table}")')}
+    return TYPED_TIMES if "end" in cols else TYPED_START
+#: Rows left out by ``fetch`` for untyped times, per table, for the reader's warning (set by the reader per read).
+UNTYPED_ROWS: contextvars.ContextVar[dict[str, int] | None] = contextvars.ContextVar("untyped_rows", default=None)
+
+
+def bound(conn: sqlite3.Connection) -> None:
+    """Cap what SQLite may build on ``conn`` (see MAX_VALUE_BYTES)."""
+    conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, MAX_VALUE_BYTES)
 
 
 @dataclass(frozen=True)
@@ -56,11 +82,26 @@ class Field:
 
 
 def table_columns(conn: sqlite3.Connection) -> dict[str, set[str]]:
-    """Every table of the export with its column names (tables are created lazily, columns vary by version)."""
-    names = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+    """Every table of the export with its column names (tables are created lazily, columns vary by version).
+
+    nsys writes plain tables of stored values. A table whose values are computed when read can make a small file
+    produce gigabytes (``printf('%.*c', 900000000, 'x')``), so the file is refused (TraceReadError) when a table is
+    virtual or has a generated column (``PRAGMA table_xinfo``: hidden 2 or 3) or a computed DEFAULT (which rows
+    written before an ``ALTER TABLE ADD COLUMN`` read back)."""
+    rows = conn.execute("SELECT name, sql FROM sqlite_master WHERE type = 'table'").fetchall()
     out: dict[str, set[str]] = {}
-    for name in names:
-        out[name] = {r[1] for r in conn.execute(f'PRAGMA table_info("{name}")')}
+    for name, sql in rows:
+        if sql and sql.lstrip().upper().startswith("CREATE VIRTUAL"):
+            raise TraceReadError(f"table {name[:80]!r} is a virtual table, which no nsys export has; refused")
+        cols = set()
+        for r in conn.execute(f'PRAGMA table_xinfo("{name}")'):
+            cid, col, _type, _notnull, default, _pk, hidden = r
+            if hidden in (2, 3):
+                raise TraceReadError(f"column {name[:80]}.{col[:80]} is a generated column, which no nsys export has; refused")
+            if default is not None and "(" in str(default):
+                raise TraceReadError(f"column {name[:80]}.{col[:80]} has a computed default, which no nsys export has; refused")
+            cols.add(col)
+        out[name] = cols
     return out
 
 
@@ -85,7 +126,13 @@ def _layout(fields: list[Field]) -> tuple[list[Field], list[list[tuple[Field, in
 
 
 def fetch(conn: sqlite3.Connection, table: str, fields: list[Field], where: str = "") -> dict[str, np.ndarray]:
-    """Scan ``table`` (in rowid order) and return each field as an int64 array."""
+    """Scan ``table`` (in rowid order) and return each field as an int64 array.
+
+    When ``start`` is fetched, rows whose start or end is not an INTEGER (TEXT, BLOB, REAL) are left out here and
+    counted in ``UNTYPED_ROWS`` (``fetch_text`` with the same ``where`` leaves out the same rows)."""
+    typed = any(f.name == "start" for f in fields)
+    if typed:
+        fields = [*fields, Field("_typed", typed_times(conn, table), 1)]
     wide, words = _layout(fields)
     # CAST keeps a stray REAL or TEXT cell from producing text that is not an integer.
     exprs = [f"CAST(ifnull({f.expr}, {f.none}) AS INTEGER)" for f in wide]
@@ -109,6 +156,13 @@ def fetch(conn: sqlite3.Connection, table: str, fields: list[Field], where: str 
             if f.sentinel:
                 vals = np.where(vals == mask, -1, vals)
             out[f.name] = vals
+    if typed:
+        ok = out.pop("_typed") == 1
+        if not ok.all():
+            counts = UNTYPED_ROWS.get()
+            if counts is not None:
+                counts[table] = counts.get(table, 0) + int((~ok).sum())
+            out = {k: v[ok] for k, v in out.items()}
     return out
 
 
@@ -173,6 +227,7 @@ def read_int_columns(conn: sqlite3.Connection, table: str, exprs: list[str], whe
             except sqlite3.Error:
                 return  # the calling thread does the ranges this one would have done
             try:
+                bound(c)
                 c.execute(f"PRAGMA mmap_size = {MMAP_BYTES}")
                 work(c)
             finally:
@@ -213,21 +268,29 @@ def _uri(conn: sqlite3.Connection) -> str | None:
 
 
 def fetch_text(conn: sqlite3.Connection, table: str, expr: str, where: str = "") -> np.ndarray:
-    """One text column as an object array, in the same row order as ``fetch`` with the same ``where`` (rowid)."""
-    sql = f'SELECT {expr} FROM "{table}" NOT INDEXED' + (f" WHERE {where}" if where else "") + " ORDER BY rowid"
+    """One text column as an object array, in the same rows and order as ``fetch`` with the same ``where`` (rowid,
+    untyped times left out), each value cut to MAX_NAME_CHARS."""
+    typed = typed_times(conn, table)
+    cond = f"({where}) AND {typed}" if where else typed
+    sql = f'SELECT substr({expr}, 1, {MAX_NAME_CHARS}) FROM "{table}" NOT INDEXED WHERE {cond} ORDER BY rowid'
     # a blob where text belongs (a corrupt or hostile export) is read as text
     return np.array([r[0].decode("utf-8", "replace") if isinstance(r[0], bytes) else r[0] for r in conn.execute(sql)],
                     dtype=object)
 
 
-def string_table(conn: sqlite3.Connection) -> np.ndarray:
+def string_table(conn: sqlite3.Connection, max_bytes: int | None = None) -> np.ndarray:
     """``StringIds`` as an object array indexed by id (ids are dense from 0); missing ids are None."""
     # ids are dense from 0, or sparse below the full capture's count in a time-window slice: an id far past both
     # (a corrupt row, 2**62) is left out rather than sizing the table by it
     limit = max(4 * conn.execute("SELECT count(*) FROM StringIds").fetchone()[0], 1 << 25)
-    rows = conn.execute(f"SELECT id, value FROM StringIds WHERE id >= 0 AND id < {limit}").fetchall()
+    rows = conn.execute(f"SELECT id, substr(value, 1, {MAX_NAME_CHARS}) FROM StringIds WHERE id >= 0 AND id < {limit}").fetchall()
     if not rows:
         return np.empty(0, dtype=object)
+    if max_bytes is not None:
+        total = sum(len(r[1]) for r in rows if isinstance(r[1], (str, bytes)))
+        if total > max_bytes:
+            raise TraceTooLargeError(f"the export's strings add up to more than the size ceiling ({total:,} > {max_bytes:,} bytes); "
+                                     "raise it with --max-bytes")
     ids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
     lookup = np.full(int(ids.max()) + 1, None, dtype=object)
     lookup[ids] = [r[1].decode("utf-8", "replace") if isinstance(r[1], bytes) else r[1] for r in rows]
@@ -240,6 +303,7 @@ def connect(path: Path, immutable: bool = True) -> sqlite3.Connection:
         conn = sqlite3.connect(uri, uri=True)
     except sqlite3.Error as exc:
         raise TraceReadError(f"{path}: cannot open as SQLite ({exc})") from None
+    bound(conn)  # no string or blob past MAX_VALUE_BYTES is ever built, whatever the file computes
     # Captured environments and old exports hold non-UTF-8 bytes; a name with a replacement char beats a crash.
     conn.text_factory = lambda b: b.decode("utf-8", "replace")
     try:
