@@ -60,7 +60,6 @@ def to_dict(ja: JobAnalysis) -> dict[str, Any]:
         "rules_run": ja.rules_run,
         "rule_failures": ja.rule_failures,
         "missing_rank_files": ja.missing,
-        "ran_on": {"cluster": ja.cluster} if ja.cluster else {"local": True},
         "warnings": ja.warnings,
     }
 
