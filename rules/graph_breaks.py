@@ -20,6 +20,7 @@ class GraphBreaks(Rule):
     code = "TI016"
     name = "graph-breaks"
     category = "launch_overhead"
+    claims = AVOIDABLE_BUCKETS  # the avoidable idle between compiled regions, whatever the ledger booked it as
     severity = Severity.WARNING
     summary = "Graph breaks: torch.compile runs each step as several compiled graphs with eager ops between them."
     why = """

@@ -8,7 +8,7 @@ and most traces without ``ProfilerStep`` still mark their loop: an NVTX ``train_
 without overlapping, and together they cover at least ``MIN_COVERAGE`` of the rank's GPU window; the candidate
 that covers most wins (the outer loop range over the forward inside it). Its instances must be alike in length
 (``MIN_P10_OF_MEDIAN``), and only ranks with GPU work get steps this way. Library ranges are never steps
-(``LIBRARY_RANGE``: CUB, Thrust, NCCL, cuDNN, cuBLAS, Triton internals, framework ops): a library's ranges repeat
+(``LIBRARY_RANGE``: CUB, Thrust, NCCL, cuDNN, cuBLAS, Triton internals, framework ops; and framework dispatch, ``patterns.FRAMEWORK_DISPATCH``): a library's ranges repeat
 per call, not per iteration, and one of them taken as the step invents hundreds of "iterations".
 
 The choice and its reason are kept in ``meta.extra["steps_source"]`` (marker, how, why) for the reports.
@@ -21,7 +21,7 @@ import re
 import numpy as np
 import pandas as pd
 
-from .patterns import DATA_WAIT_PRIMARY
+from .patterns import DATA_WAIT_PRIMARY, FRAMEWORK_DISPATCH
 
 #: Fewest instances of a range for it to be picked as the step without being named.
 MIN_REPEATS = 3
@@ -38,6 +38,8 @@ LIBRARY_RANGE = re.compile(
     r"|^(void |at::native::|\{|\[)",
     re.IGNORECASE,
 )
+#: Framework dispatch (TF eager, JAX/PjRt): one range per op or call, never per iteration.
+_DISPATCH = re.compile(FRAMEWORK_DISPATCH)
 _TRAILING_NUMBER = re.compile(r"[\s#_:.\-]*\d+$")
 _STEP_KINDS = ("annotation",)
 
@@ -56,7 +58,8 @@ def candidates(events: pd.DataFrame) -> pd.DataFrame:
     names = events["name"].take(rows).astype(str).to_numpy()
     uniq, inv = np.unique(names, return_inverse=True)
     base = np.array([_base(n) for n in uniq], dtype=object)
-    ok = np.array([bool(b) and len(b) <= 200 and not LIBRARY_RANGE.search(b) and not re.search(DATA_WAIT_PRIMARY, n) for b, n in zip(base, uniq)])
+    ok = np.array([bool(b) and len(b) <= 200 and not LIBRARY_RANGE.search(b) and not _DISPATCH.search(b) and not re.search(DATA_WAIT_PRIMARY, n)
+                   for b, n in zip(base, uniq)])
     keep = ok[inv]
     rows, base_of = rows[keep], base[inv][keep]
     if not len(rows):
