@@ -147,7 +147,7 @@ def test_no_dead_links_on_a_cpu_only_report(tmp_path):
 
 def test_every_nav_link_has_its_target(sync_sample):
     page = render(sync_sample, "html")
-    assert _nav(page) == ["findings", "timeline", "kernels", "trace"]
+    assert _nav(page) == ["findings", "timeline", "efficiency", "kernels", "trace"]  # the sample records shapes: an efficiency section
     assert set(_nav(page)) <= set(re.findall(r'id="([^"]+)"', page))
 
 
