@@ -12,6 +12,8 @@ Python API::
 
 from __future__ import annotations
 
+from .lazy import attributes as _lazy_attributes
+
 import sys as _sys
 from importlib.util import module_from_spec as _module_from_spec, spec_from_file_location as _spec_from_file_location
 from pathlib import Path as _Path
@@ -68,16 +70,7 @@ _API: dict[str, str] = {
 }
 
 
-def __getattr__(name: str):
-    """``traceinsight.analyze`` and the other public names, imported from their modules when first asked."""
-    mod = _API.get(name)
-    if mod is None:
-        raise AttributeError(f"module 'traceinsight' has no attribute {name!r}")
-    from importlib import import_module
-
-    value = getattr(import_module(f".{mod}", __name__), name)
-    globals()[name] = value
-    return value
+__getattr__ = _lazy_attributes(__name__, globals(), _API)
 
 
 def __dir__() -> list[str]:

@@ -7,6 +7,8 @@ travel, and cross-rank rules judge the job from them (reduce).
 
 from __future__ import annotations
 
+from ..lazy import attributes
+
 #: Public name -> its module, imported on first use: the derived store reads ``summary`` and ``reduce`` for the
 #: single-trace path without loading the map/reduce machinery.
 _API = {
@@ -18,15 +20,7 @@ _API = {
 }
 
 
-def __getattr__(name: str):
-    mod = _API.get(name)
-    if mod is None:
-        raise AttributeError(f"module 'traceinsight.job' has no attribute {name!r}")
-    from importlib import import_module
-
-    value = getattr(import_module(f".{mod}", __name__), name)
-    globals()[name] = value
-    return value
+__getattr__ = attributes(__name__, globals(), _API)
 
 
 __all__ = [

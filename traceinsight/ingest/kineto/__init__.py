@@ -4,21 +4,14 @@
 turns those into timeline columns.
 """
 
+from ...lazy import attributes
 from .sniff import sniff
 
 #: The reader, imported when a file of this format is read (detection needs only ``sniff``).
 _LAZY = {'read': 'reader', 'rank_files': 'sniff'}
 
 
-def __getattr__(name: str):
-    mod = _LAZY.get(name)
-    if mod is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    from importlib import import_module
-
-    value = getattr(import_module(f".{mod}", __name__), name)
-    globals()[name] = value
-    return value
+__getattr__ = attributes(__name__, globals(), _LAZY)
 
 
 __all__ = ['rank_files', 'read', 'sniff']
