@@ -88,12 +88,7 @@ class AllocatorChurn(Rule):
 
     def check(self, ctx: Context):
         mem = ctx.views.memory
-        calls = mem.allocator_calls
-        grows = calls.iloc[:0]
-        if not calls.empty:
-            names = calls["name"].astype(str)
-            grows = calls[~names.str.contains(FREE_CALLS).to_numpy()]
-            grows = grows[mem.steady(grows["rank"].to_numpy(), grows["start_ns"].to_numpy(), grows["step"].to_numpy())]
+        grows = mem.steady_allocator_calls(FREE_CALLS, matching=False)
         table = ctx.timeline.memory
         done_ranks = set()
         for d in mem.devices:

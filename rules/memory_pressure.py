@@ -3,7 +3,6 @@ the steady state."""
 
 from __future__ import annotations
 
-import numpy as np
 import pandas as pd
 
 from traceinsight.memory import FREE_CALLS, fmt_bytes
@@ -79,12 +78,8 @@ class MemoryPressure(Rule):
 
     def check(self, ctx: Context):
         mem = ctx.views.memory
-        calls = mem.allocator_calls
-        frees = calls.iloc[:0]
-        if not calls.empty:
-            names = calls["name"].astype(str)
-            frees = calls[names.str.contains(FREE_CALLS).to_numpy() & ~names.str.contains("Async").to_numpy()]
-            frees = frees[mem.steady(frees["rank"].to_numpy(), frees["start_ns"].to_numpy(), frees["step"].to_numpy())]
+        frees = mem.steady_allocator_calls(FREE_CALLS)
+        frees = frees[~frees["name"].astype(str).str.contains("Async").to_numpy()]  # stream-ordered frees do not synchronise
         seen_ranks = set()
         for d in mem.devices:
             near = d.peak_share is not None and not d.relative and d.peak and d.peak_share * 100.0 >= self.min_peak_share_pct

@@ -190,6 +190,16 @@ class Memory:
             out[m] = (t[m] >= end) & (step[m] >= 0)
         return out
 
+    def steady_allocator_calls(self, names: str, *, matching: bool = True) -> pd.DataFrame:
+        """Allocator calls in steady state (``steady``) whose name matches the regex ``names`` (or, with
+        ``matching=False``, does not): what the memory rules count as pool growth or flushes after warm-up."""
+        calls = self.allocator_calls
+        if calls.empty:
+            return calls
+        hit = calls["name"].astype(str).str.contains(names).to_numpy() == matching
+        calls = calls[hit]
+        return calls[self.steady(calls["rank"].to_numpy(), calls["start_ns"].to_numpy(), calls["step"].to_numpy())]
+
     def to_dict(self) -> dict[str, Any]:
         faults = self.faults
         return {
