@@ -245,8 +245,6 @@ def details(analysis: "Analysis", cl: dict[str, Any] | None = None) -> dict[str,
     }
     if window == 0:
         return {**base, **_verdict("no_gpu", None, 0, 0, "The trace has no GPU kernels or copies, so there is nothing on the GPU to explain.")}
-    counts = analysis.summary.event_counts
-    n_work = sum(int(counts.get(k, 0)) for k in ("kernel", "memcpy", "memset"))
     warm = totals["idle_warmup"]
     cannot = cannot_judge(analysis)
     if cannot is not None:
@@ -377,11 +375,11 @@ def cannot_judge(analysis: "Analysis") -> tuple[str, str] | None:
     if held is not None:
         why = "graph_capture" if held.metrics.get("graph_capture") else "too_little_gpu_work"
         return why, f"{held.code}: {held.title}. The window's busy % and gaps describe that, not a workload in steady state; performance findings are kept at info."
-    views = getattr(analysis, "views", None)
-    if views is None:
-        from .views import Views
+    views = analysis.views
+    if views is None:  # an Analysis built by hand: the steady-state model reads a store with a ledger
+        from .derived import Derived
 
-        views = Views(analysis.timeline)
+        views = Derived(analysis.timeline)
     j = judgement(views)
     if j["judgeable"]:
         return None
