@@ -40,7 +40,7 @@ MODULES: dict[str, tuple[str, list[str], list[str]]] = {
     # native-vs-Python replay among them, and would take far longer than a run here)
     "whatif": (
         "traceinsight/whatif.py",
-        ["tests/test_whatif.py"],
+        ["tests/test_whatif_transforms.py", "tests/test_whatif.py"],
         [f"traceinsight.whatif.x_{name}__mutmut_*" for name in (
             "_in", "_where", "remove_data_wait", "remove_host_sync", "launch_bound_to_graphs", "rnn_to_cudnn",
             "remove_warmup", "cut_time", "warmup_mask", "typical_gpu_latencies", "_all", "_resolve", "windows_of",

@@ -862,10 +862,8 @@ def step_times(g: Graph, ns: np.ndarray, ne: np.ndarray) -> np.ndarray:
 
 
 # --- transforms ------------------------------------------------------------------------------------------
-def _in(g: Graph, windows: Iterable[tuple[int, int]] | None) -> np.ndarray:
+def _in(g: Graph, windows: Iterable[tuple[int, int]]) -> np.ndarray:
     """Tasks a windowed edit applies to: those starting in a window, and GPU tasks launched in one."""
-    if windows is None:
-        return np.ones(len(g.start), bool)
     w = np.asarray(list(windows), np.int64).reshape(-1, 2)
     if len(w) == 0:
         return np.zeros(len(g.start), bool)
@@ -906,16 +904,11 @@ def launch_bound_to_graphs(g: Graph, windows=None) -> None:
     stretches are taken to be real host work (Python logic, CPU ops) that a graph would not remove; every GPU task can start a typical launch latency after the (now immediate) launch, and queued tasks
     follow each other at the trace's typical kernel-to-kernel delay. Blocking calls still end where the GPU does.
     """
-    m = None if windows is None else _in(g, windows)
-    h = g.ntype == HOST
-    if m is not None:
-        h &= m
+    h = _where(g, windows, g.ntype == HOST)
     g.dur[h & (g.is_launch | (g.dur <= LAUNCH_GAP_NS))] = 0  # a long cudaMalloc or module load stays
     np.minimum(g.prev_lat, 0, out=g.prev_lat, where=h & (g.prev_lat <= LAUNCH_GAP_NS))
     np.minimum(g.cross_lat, 0, out=g.cross_lat, where=h & (g.cross_lat <= LAUNCH_GAP_NS))
-    gp = g.ntype == GPU
-    if m is not None:
-        gp &= m
+    gp = _where(g, windows, g.ntype == GPU)
     np.minimum(g.launch_lat, g.defaults["launch"], out=g.launch_lat, where=gp)
     np.minimum(g.prev_lat, g.defaults["queue"], out=g.prev_lat, where=gp)
 
