@@ -109,6 +109,7 @@ def test_remove_data_wait(loop):
     t = g.copy()
     whatif.remove_data_wait(t, step_windows(g, [1]))
     assert t.dur[dw].tolist() == [1_000_000, 0, 1_000_000, 1_000_000]
+    assert (t.dur[~dw] == g.dur[~dw]).all()  # the other tasks of that step keep their time
 
 
 def test_remove_host_sync(loop):
@@ -401,6 +402,12 @@ def test_transforms_by_name_function_or_list(loop):
     r = whatif.predict_step_ns(v, [("remove_data_wait", dw), "remove_host_sync"])
     assert r["transform"] == "remove_data_wait+remove_host_sync"
     assert r["assumptions"].startswith(whatif.ASSUMPTIONS["remove_data_wait"] + "; " + whatif.ASSUMPTIONS["remove_host_sync"])
+    # a pair's windows limit its own edit: the data wait of step 0 only
+    first = step_windows(g, [0])
+    pair = whatif.predict_step_ns(v, [("remove_data_wait", first)])
+    # steps of 1.121, 2.121, 2.121 and 2.111 ms: the median is 2.116 ms
+    assert pair["step_ns"] == whatif.predict_step_ns(v, "remove_data_wait", windows=first)["step_ns"] == 2_116_000
+    assert whatif.predict_step_ns(v, ["remove_data_wait"])["step_ns"] == 1_121_000
     # a list given windows: each name without its own windows takes them
     limited = whatif.predict_step_ns(v, ["remove_data_wait", "remove_host_sync"], windows=[(0, 1)])
     assert limited["step_ns"] == whatif.predict_step_ns(v, "none")["step_ns"]
@@ -470,3 +477,42 @@ def test_predicted_steps_of_the_loop(loop):
     assert whatif.predict_step_ns(v, "remove_host_sync")["step_ns"] == 2_121_000 - 12_000
     # all of them: the host's 200 µs + 500 µs are left, the GPU's 204 µs run behind them
     assert whatif.predict_step_ns(v, "all")["step_ns"] == 200_000 + 500_000 + 4_000 + 15_000
+
+
+@pytest.mark.parametrize("logging_step", [True, False])
+def test_step_boundaries(tmp_path, logging_step):
+    """A step ends when both the host and the GPU are done with it: a host that runs ahead (no sync) cannot make a
+    step shorter than its GPU work."""
+    tr = KinetoTrace(tid=77)
+    t, gpu_free = 10.0, 0.0
+    for n in range(3):
+        s0 = t
+        for k in range(5):  # 5 kernels of 200 µs launched 10 µs apart: the host is done long before the GPU
+            ks = max(t + 6.0, gpu_free + 2.0)
+            tr.kernel("gemm", ks, 200.0, launch_us=t, launch_dur_us=4.0)
+            gpu_free = ks + 200.0
+            t += 10.0
+        tr.step(n, s0, t - s0)
+        t += 50.0
+    if logging_step:
+        tr.step(3, t, 20.0)  # a last step that only logs: it launches nothing
+    v = views_of(tr.write(tmp_path / "ahead.json"))
+    (g,) = whatif.graphs(v)
+    steps = whatif.step_times(g, g.start, g.end)
+    # each step is its GPU work: 5 x 200 µs and 2 µs of queue delay before each kernel (the first kernel of all
+    # waits its 6 µs launch latency instead); the logging step ran while the GPU was still busy with the step
+    # before, so it adds nothing (and never a negative time)
+    # without it, the last step ends with its GPU work, long after its marker
+    assert steps.tolist() == [1_014_000, 1_010_000, 1_010_000] + ([0] if logging_step else [])
+    r = whatif.predict_step_ns(v, "none")
+    assert r["replay_error_pct"] == 0.0
+
+
+def test_a_window_without_markers_is_one_step(tmp_path):
+    """No step markers: one step from the first launch to the end of the last GPU task."""
+    v = views_of(conv_trace(tmp_path / "p.json", False))
+    (g,) = whatif.graphs(v)
+    # 40 convolutions every 300 µs: the first launched at 40 µs, the last ends at 39 x 300 + 60 + 230 µs
+    assert whatif.step_times(g, g.start, g.end).tolist() == [11_990_000 - 40_000]
+    r = whatif.predict_step_ns(v, "none")
+    assert (r["step_ns"], r["measured_step_ns"], r["steps_used"]) == (11_950_000, 11_950_000, 1)

@@ -847,10 +847,11 @@ def step_times(g: Graph, ns: np.ndarray, ne: np.ndarray) -> np.ndarray:
     of its GPU work.
     """
     st = g.steps
-    if st.empty:  # one pseudo-step: first launch (or GPU task) to the end of the last GPU task
+    if st.empty:  # one pseudo-step: first launch (or GPU task) to the end of the last GPU task (``_window``
+        # spans every GPU task then, and a graph has GPU work)
         ids = g.window[g.window >= 0]
         gi = ids[g.ntype[ids] == GPU]
-        return np.array([int(ne[gi].max() - ns[ids].min())]) if len(gi) else np.zeros(0, np.int64)
+        return np.array([int(ne[gi].max() - ns[ids].min())])
     gl, steps_of, heads = _step_buckets(g)
     gend = np.full(len(st) + 1, np.iinfo(np.int64).min)
     if len(gl):
