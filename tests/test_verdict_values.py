@@ -13,6 +13,7 @@ import pytest
 
 import traceinsight
 from traceinsight import verdict
+from traceinsight.finding import Instance
 from traceinsight.rule_api import Finding, Location, Severity
 from traceinsight.verdict import claims, claims_of, details, finding_claims, headline, ledger_of
 
@@ -529,3 +530,44 @@ def test_the_ledger_is_the_engines_else_the_stores(tmp_path):
     a.ledger = None
     assert ledger_of(a) is a.views.ledger
     assert details(a)["bucket_ns"] == 2_000_000
+
+
+def test_claims_inside_instances_stay_on_their_rank_and_device(tmp_path):
+    led = ledger_of(analyse(tmp_path, data_wait_trace()))
+    g = led.gaps.iloc[1]  # the second gap: 400 µs of data wait
+    inst = [Instance(start_ns=int(g.start_ns), end_ns=int(g.end_ns), rank=0, device=0)]
+    assert finding_claims(led, finding("TI005", "input_pipeline", 10 * MS, instances=inst)) == {(0, 0, "idle_data_wait"): 400_000}
+    assert finding_claims(led, finding("TI005", "input_pipeline", 10 * MS, rank=1, instances=inst)) == {}
+    assert finding_claims(led, finding("TI005", "input_pipeline", 10 * MS, device=1, instances=inst)) == {}
+    # scaled to its impact as a whole finding is
+    assert finding_claims(led, finding("TI005", "input_pipeline", 100_000, instances=inst)) == {(0, 0, "idle_data_wait"): 100_000}
+
+
+def test_a_cause_that_does_not_say_how_much_takes_nothing(tmp_path):
+    led = ledger_of(analyse(tmp_path, data_wait_trace()))
+    symptom = finding("TI005", "input_pipeline", 10 * MS)  # one bucket: all 2 ms of data wait
+    cause = finding("XT4", "compute", 3_360_000, explains=[symptom.fingerprint])
+    assert claims_of(led, [symptom, cause])["each"][1] == {(0, 0, "compute"): 3_360_000}
+    symptom.metrics["explained_ns"] = 500_000
+    assert claims_of(led, [symptom, cause])["each"][1] == {(0, 0, "compute"): 3_360_000, (0, 0, "idle_data_wait"): 500_000}
+
+
+def test_how_to_record_better_follows_profiler_and_framework(tmp_path):
+    """A window that cannot be judged says how to record a better one, for the profiler and framework at hand."""
+    from traceinsight.steady import RECORD_BETTER
+
+    from .helpers.nsys_writer import NsysTrace
+    from .helpers.xplane_writer import XSpaceTrace
+
+    n = NsysTrace()
+    for i in range(3):
+        n.kernel("k", 1_000_000 + 100_000 * i, 3_000)
+    d = details(traceinsight.analyze(str(n.write(tmp_path / "t.sqlite")), ignore=["TI"]))
+    assert (d["why"], d["record_better"]) == ("too_little_gpu_work", RECORD_BETTER["nsys"])
+    x = XSpaceTrace()
+    for i in range(3):
+        x.op(f"jit_train_step/pjit/jax.numpy.dot_{i}", 1_000_000 + 100_000 * i, 10_000)
+        x.kernel("fusion_1", 1_005_000 + 100_000 * i, 3_000)
+    a = traceinsight.analyze(str(x.write(tmp_path / "t.xplane.pb")), ignore=["TI"])
+    assert a.framework == "jax"
+    assert details(a)["record_better"] == RECORD_BETTER["jax"]

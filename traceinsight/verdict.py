@@ -91,7 +91,7 @@ def claim_buckets(finding: Finding) -> tuple[str, ...]:
     own = finding.claims
     if own:
         return tuple(b for b in own if b in BUCKETS)
-    return CLAIMS.get(category(finding), ())
+    return CLAIMS[category(finding)]
 
 
 def finding_claims(ledger: Ledger, finding: Finding) -> dict[tuple[int, int, str], int]:
@@ -105,7 +105,7 @@ def finding_claims(ledger: Ledger, finding: Finding) -> dict[tuple[int, int, str
     if not buckets or impact <= 0 or ledger.slices.empty:
         return {}
     loc = finding.location
-    instances = getattr(finding, "instances", None) or None
+    instances = finding.instances or None
     if instances is None:
         # whole buckets on the finding's rank/device: read the per-device totals, no slices needed
         rk, dv, bk, ns = ledger.device_arrays
@@ -131,8 +131,9 @@ def _taken(cause: Finding, symptom: Finding, claim: dict[tuple[int, int, str], i
     if own:
         return {k: v for k, v in avoid.items() if k[2] in own}
     total = sum(avoid.values())
-    explained = int(symptom.metrics.get("explained_ns") or 0)
-    scale = min(1.0, explained / total) if total else 0.0
+    if not total:
+        return {}
+    scale = min(1.0, int(symptom.metrics.get("explained_ns") or 0) / total)
     return {k: int(v * scale) for k, v in avoid.items()}
 
 
@@ -325,7 +326,7 @@ def _claimant(analysis: "Analysis", cl: dict[str, Any], bucket: str) -> tuple[st
     outer = next((f for f in analysis.findings if f is not best and best.fingerprint in (f.explains or [])), None)
     if outer is not None:  # a cause that takes none of the time itself (e.g. a trace-quality explanation)
         return f"; {outer.code} explains it ({outer.title}), through {best.code} ({fmt_ns(best_ns)}){_if_fixed(outer)}", best, outer
-    shown = getattr(best, "saving_ns", None)
+    shown = best.saving_ns
     total = f"; {fmt_ns(shown)} in all" if shown is not None and fmt_ns(shown) != fmt_ns(best_ns) else ""
     return f"; {best.code} accounts for {fmt_ns(best_ns)} of it ({best.title}{total}){_if_fixed(best)}{_host_work(best, bucket)}", best, cause
 
@@ -335,8 +336,8 @@ def _host_work(f: Finding, bucket: str) -> str:
     verdict names work to act on (eager dispatch, a Python frame) instead of only "the host"."""
     if bucket not in ("idle_host_busy", "idle_untraced"):
         return ""
-    ev = getattr(f, "evidence", None)
-    if ev is None or getattr(ev, "empty", True) or "host_activity" not in ev.columns:
+    ev = f.evidence
+    if ev is None or ev.empty or "host_activity" not in ev.columns:
         return ""
     what = str(ev["host_activity"].iloc[0])
     if not what or what.endswith("(nothing traced)"):
@@ -346,7 +347,7 @@ def _host_work(f: Finding, bucket: str) -> str:
 
 def _if_fixed(f: Finding) -> str:
     """", if fixed: step 176.3 -> 118.6 ms (-33 %)" when the finding carries a what-if prediction."""
-    text = format_what_if(getattr(f, "what_if", None))
+    text = format_what_if(f.what_if)
     return f"; if fixed: {text}" if text else ""
 
 
@@ -366,7 +367,7 @@ def cannot_judge(analysis: "Analysis") -> tuple[str, str] | None:
     counts = analysis.summary.event_counts
     n_work = sum(int(counts.get(k, 0)) for k in ("kernel", "memcpy", "memset"))
     if busy < MIN_GPU_WORK_NS and n_work < MIN_GPU_WORK_ITEMS:
-        kernels = int(getattr(analysis.summary, "kernel_count", 0))
+        kernels = int(analysis.summary.kernel_count)
         return "too_little_gpu_work", (
             f"The GPU did only {fmt_ns(busy)} of work ({kernels} kernels) in a {fmt_ns(window)} window: too little to say "
             "what bounds the run (a graph capture, a cut profile, or set-up only). Performance findings are kept at info."
