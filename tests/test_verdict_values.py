@@ -571,3 +571,26 @@ def test_how_to_record_better_follows_profiler_and_framework(tmp_path):
     a = traceinsight.analyze(str(x.write(tmp_path / "t.xplane.pb")), ignore=["TI"])
     assert a.framework == "jax"
     assert details(a)["record_better"] == RECORD_BETTER["jax"]
+
+
+def comm_trace(comm_us: int) -> KinetoTrace:
+    """10 steps of a 600 µs GEMM, then an all-reduce of ``comm_us`` that nothing overlaps (exposed communication)."""
+    t = KinetoTrace(rank=0, world_size=2)
+    for i in range(10):
+        b = i * 1000
+        t.kernel("volta_sgemm_128x64_nn", b, 600, launch_us=b - 50)
+        t.kernel("ncclDevKernel_AllReduce_Sum_f32_RING_LL", b + 602, comm_us, launch_us=b - 40, stream=20)
+    return t
+
+
+def test_exposed_communication(tmp_path):
+    d = details(analyse(tmp_path, comm_trace(300)))
+    assert d["ledger_ns"]["communication"] == 10 * 300_000
+    # 9 ms busy in a 9.902 ms window; the 3 ms of all-reduce are 30.3 % of it
+    assert d["sentence"] == ("The GPU is busy 90.9 % of its window (of which 67 % compute, 33 % exposed communication); "
+                             "the largest cost is communication not overlapped with compute: 3.00 ms, 30.3 % of its window.")
+    assert (d["category"], d["bucket"], d["headline"]) == ("communication", "communication", "Bound by communication")
+    # a sliver of communication (under 0.5 % of busy time) is not worth a word in the mix
+    d = details(analyse(tmp_path, comm_trace(2)))
+    assert d["category"] == "compute"
+    assert "(of which 100 % compute)" in d["sentence"] and "communication" not in d["sentence"].split(";")[0]

@@ -118,7 +118,9 @@ def finding_claims(ledger: Ledger, finding: Finding) -> dict[tuple[int, int, str
     else:
         items = [(r, d, b, v) for (r, d, b), v in ledger.claimed_ns(buckets, rank=loc.rank, device=loc.device, within=instances).items()]
     total = sum(int(v) for *_, v in items)
-    scale = min(1.0, impact / total) if total else 0.0
+    if not total:
+        return {}
+    scale = min(1.0, impact / total)
     return {(int(r), int(d), str(b)): int(v * scale) for r, d, b, v in items}
 
 
