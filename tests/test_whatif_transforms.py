@@ -110,6 +110,16 @@ def test_remove_data_wait(loop):
     whatif.remove_data_wait(t, step_windows(g, [1]))
     assert t.dur[dw].tolist() == [1_000_000, 0, 1_000_000, 1_000_000]
     assert (t.dur[~dw] == g.dur[~dw]).all()  # the other tasks of that step keep their time
+    t = g.copy()
+    whatif.remove_data_wait(t, step_windows(g, [3]))  # the last step, up to the end of the trace
+    assert t.dur[dw].tolist() == [1_000_000, 1_000_000, 1_000_000, 0]
+    # windows are half-open: one that ends where a data wait starts does not reach it
+    s1 = int(g.start[np.flatnonzero(dw)[1]])
+    t = g.copy()
+    whatif.remove_data_wait(t, [(s1 - 100_000, s1)])
+    assert (t.dur == g.dur).all()
+    whatif.remove_data_wait(t, [(s1 - 100_000, s1 + 1)])
+    assert t.dur[dw].tolist() == [1_000_000, 0, 1_000_000, 1_000_000]
 
 
 def test_remove_host_sync(loop):
@@ -239,6 +249,15 @@ def test_typical_gpu_latencies(tmp_path):
     assert (r["baseline_step_ns"], r["step_ns"]) == (640_000, 640_000 - 90_000 - 96_000)
     # the graph model caps the launch latency itself (6 µs): 4 µs more
     assert whatif.predict_step_ns(v, "launch_bound_to_graphs")["step_ns"] == 640_000 - 94_000 - 96_000
+    # the very first kernel is launched by the first host call (node 0): a window around that launch call reaches
+    # the kernel, which starts 100 µs later, outside it
+    first = np.flatnonzero(gpu)[0]
+    assert g.launch[first] == 0
+    ls = int(g.start[0])
+    u = g.copy()
+    whatif.typical_gpu_latencies(u, [(ls, ls + 1)])
+    assert u.launch_lat[first] == 10_000
+    assert (u.launch_lat[gpu] == 10_000).sum() == (g.launch_lat[gpu] == 10_000).sum() + 1
     # in windows: the steps outside keep their latencies
     u = g.copy()
     whatif.typical_gpu_latencies(u, step_windows(g, [3]))

@@ -871,8 +871,8 @@ def _in(g: Graph, windows: Iterable[tuple[int, int]]) -> np.ndarray:
     cov_s, cov_e = merge_intervals(w[:, 0], w[:, 1])
 
     def inside(t: np.ndarray) -> np.ndarray:
-        i = np.searchsorted(cov_s, t, side="right") - 1
-        return (i >= 0) & (t < cov_e[np.clip(i, 0, None)])
+        i = np.searchsorted(cov_s, t, side="right") - 1  # -1 (before every window) reads the last one, then fails i >= 0
+        return (i >= 0) & (t < cov_e[i])
 
     m = inside(g.start)
     gl = (g.ntype == GPU) & (g.launch >= 0)
