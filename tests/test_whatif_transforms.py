@@ -184,6 +184,9 @@ def test_launch_bound_hand_off_edges(tmp_path):
     short = hand & (g.cross_lat <= LAUNCH_GAP_NS)
     assert (t.cross_lat[short] == 0).all() and (g.cross_lat[short] > 0).any()
     assert (t.cross_lat[hand & ~short] == g.cross_lat[hand & ~short]).all()
+    v_ = g.copy()
+    whatif.typical_gpu_latencies(v_)  # GPU latencies only: the host's hand-offs keep theirs
+    assert (v_.cross_lat[host] == g.cross_lat[host]).all()
     u = g.copy()
     whatif.launch_bound_to_graphs(u, [(0, 1)])  # a window before the trace: nothing to edit
     for k in ("dur", "prev_lat", "cross_lat", "launch_lat"):
@@ -258,6 +261,11 @@ def test_typical_gpu_latencies(tmp_path):
     whatif.typical_gpu_latencies(u, [(ls, ls + 1)])
     assert u.launch_lat[first] == 10_000
     assert (u.launch_lat[gpu] == 10_000).sum() == (g.launch_lat[gpu] == 10_000).sum() + 1
+    # ... and so does a window around the kernel itself, though its launch was before it
+    ks = int(g.start[first])
+    u = g.copy()
+    whatif.typical_gpu_latencies(u, [(ks, ks + 1)])
+    assert u.launch_lat[first] == 10_000
     # in windows: the steps outside keep their latencies
     u = g.copy()
     whatif.typical_gpu_latencies(u, step_windows(g, [3]))
@@ -535,3 +543,30 @@ def test_a_window_without_markers_is_one_step(tmp_path):
     assert whatif.step_times(g, g.start, g.end).tolist() == [11_990_000 - 40_000]
     r = whatif.predict_step_ns(v, "none")
     assert (r["step_ns"], r["measured_step_ns"], r["steps_used"]) == (11_950_000, 11_950_000, 1)
+
+
+def test_the_graph_model_removes_host_time_up_to_launch_gap(tmp_path):
+    """``LAUNCH_GAP_NS`` (100 µs) is the line between per-op overhead a CUDA graph removes and real host work: a
+    host call or a gap of exactly 100 µs goes, 1 µs more stays."""
+    tr = KinetoTrace(tid=77)
+    t = 10.0
+    for n in range(3):
+        s0 = t
+        tr.runtime("cudaFuncGetAttributes", t, 100.0)
+        t += 200.0  # a gap of exactly 100 µs
+        tr.runtime("cudaPointerGetAttributes", t, 101.0)
+        t += 202.0  # a gap of 101 µs
+        tr.kernel("gemm", t + 6.0, 50.0, launch_us=t, launch_dur_us=4.0)
+        t += 60.0
+        tr.step(n, s0, t - s0)
+        t += 10.0
+    v = views_of(tr.write(tmp_path / "edge.json"))
+    (g,) = whatif.graphs(v)
+    t = g.copy()
+    whatif.launch_bound_to_graphs(t)
+    host = (g.ntype == HOST) & ~g.is_launch
+    assert sorted(g.dur[host].tolist()) == [100_000] * 3 + [101_000] * 3
+    assert sorted(t.dur[host].tolist()) == [0] * 3 + [101_000] * 3
+    after = (g.ntype == HOST) & (g.prev_lat >= 100_000)  # the pointer call after the first gap, the launch after the second
+    assert sorted(g.prev_lat[after].tolist()) == [100_000] * 3 + [101_000] * 3
+    assert sorted(t.prev_lat[after].tolist()) == [0] * 3 + [101_000] * 3
