@@ -594,3 +594,36 @@ def test_exposed_communication(tmp_path):
     d = details(analyse(tmp_path, comm_trace(2, gemm_us=990)))
     assert d["category"] == "compute"
     assert "(of which 100 % compute)" in d["sentence"] and "communication" not in d["sentence"].split(";")[0]
+
+
+@pytest.mark.parametrize(("comm_ns", "mix"), [
+    (50_000, "(of which 100 % compute)"),  # 0.5 % of busy time: noise, and it would read "0 %"
+    (60_000, "(of which 99 % compute, 1 % exposed communication)"),
+])
+def test_shares_in_the_busy_mix(tmp_path, comm_ns, mix):
+    t = KinetoTrace(rank=0, world_size=2)
+    for i in range(10):
+        b = i * 1010
+        gemm = 1000 - comm_ns / 10_000
+        t.kernel("volta_sgemm_128x64_nn", b, gemm, launch_us=b - 50)
+        t.kernel("ncclDevKernel_AllReduce_Sum_f32_RING_LL", b + 1002, comm_ns / 10_000, launch_us=b - 40, stream=20)
+    d = details(analyse(tmp_path, t))
+    assert d["ledger_ns"]["communication"] == comm_ns and sum(d["ledger_ns"][b] for b in ("compute", "communication")) == 10 * MS
+    assert mix in d["sentence"]
+
+
+def test_kernels_that_take_no_time(tmp_path):
+    """Ten kernels of zero length: enough launches to judge, but no work to describe."""
+    t = KinetoTrace()
+    for i in range(10):
+        t.kernel("k", 100 * i, 0, launch_us=100 * i - 5)
+    d = details(analyse(tmp_path, t))
+    assert d["sentence"].startswith("The GPU is busy 0.0 % of its window (no work); the largest cost is ")
+
+
+def test_findings_that_claim_none_of_the_bound_are_not_credited(tmp_path):
+    a = analyse(tmp_path, kernels_trace(gap_us=0))
+    a.findings = [finding("TI005", "input_pipeline", 10 * MS), finding("TI001", "gpu_idle", 10 * MS)]
+    d = details(a)
+    assert (d["category"], d["claimed_by"], d["root_cause"]) == ("compute", None, None)
+    assert d["sentence"].endswith("not from feeding the GPU.")

@@ -298,7 +298,7 @@ def _busy_mix(totals: dict[str, int], busy: int) -> str:
     parts = [
         f"{100.0 * totals[b] / busy:.0f} % {name}"
         for b, name in (("compute", "compute"), ("copy", "copies"), ("communication", "exposed communication"))
-        if busy and totals[b] * 200 >= busy  # shares under 0.5 % are noise in a sentence
+        if busy and totals[b] * 200 > busy  # shares up to 0.5 % are noise in a sentence (and would read "0 %")
     ]
     return "of which " + ", ".join(parts) if parts else "no work"
 
@@ -309,17 +309,16 @@ def _claimant(analysis: "Analysis", cl: dict[str, Any], bucket: str) -> tuple[st
     claims the bucket, that finding is named as the root cause. Busy buckets (compute, copies) are named without
     a figure: their findings carry modelled speed-ups, never the verdict's number."""
     by_fp = {f.fingerprint for f in analysis.findings}
-    best, best_key = None, (0, 0)
+    scored = []
     for f, c in zip(analysis.findings, cl["each"]):
         if f.metrics.get("explained_by") in by_fp:
             continue
         ns = sum(v for (_, _, b), v in c.items() if b == bucket)
-        key = (ns, -len(claim_buckets(f)))  # on a tie the more specific finding (fewer buckets) names it
-        if ns > 0 and key > best_key:
-            best, best_key = f, key
-    best_ns = best_key[0]
-    if best is None:
+        if ns > 0:  # on a tie the more specific finding (fewer buckets) names it, then the first listed
+            scored.append(((ns, -len(claim_buckets(f))), f))
+    if not scored:
         return "", None, None
+    (best_ns, _), best = max(scored, key=lambda s: s[0])
     # named as a root cause when the bucket is not its own kind of time (an RNN fallback behind launch-bound idle)
     symptoms = [f for f in analysis.findings if f.fingerprint in best.explains]
     cause = best if bucket not in claim_buckets(best) and any(bucket in claim_buckets(s) for s in symptoms) else None
