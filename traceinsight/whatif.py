@@ -938,7 +938,7 @@ def remove_warmup(g: Graph, windows=None) -> None:
         if not keep.all():
             g.steps = st[keep].reset_index(drop=True)
     w = g.defaults.get("warmup")
-    if w is not None and len(w):
+    if w is not None:
         cut_time(g, w)
 
 
