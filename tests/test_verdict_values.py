@@ -365,9 +365,15 @@ def test_a_cause_takes_the_buckets_it_claims_from_its_symptom(tmp_path):
     cl = claims_of(led, [gap, cause])
     assert cl["each"][1] == {(0, 0, "idle_data_wait"): 2_000_000}
     assert cl["per_finding"] == [2_200_000, 2_000_000]
-    # a fingerprint that names no finding of the run takes nothing
+    # a fingerprint that names no finding of the run takes nothing (and does not stop the others)
     lone = finding("XT5", "input_pipeline", 1, explains=["0123456789abcdef"])
     assert claims_of(led, [gap, lone])["each"][1] == {(0, 0, "idle_data_wait"): 1}
+    lone.explains = ["0123456789abcdef", gap.fingerprint]
+    assert claims_of(led, [gap, lone])["each"][1] == {(0, 0, "idle_data_wait"): 2_000_000}
+    # a cause keeps its own claim where that is larger than what it takes
+    half = finding("TI001", "gpu_idle", 1_100_000)  # claims half of each bucket: 1 ms of the data wait
+    big = finding("XT5", "input_pipeline", 10 * MS, explains=[half.fingerprint])  # its own: all 2 ms
+    assert claims_of(led, [half, big])["each"][1] == {(0, 0, "idle_data_wait"): 2_000_000}
 
 
 def test_a_cause_without_such_buckets_takes_the_share_it_explains(tmp_path):
