@@ -331,6 +331,7 @@ def test_claims_on_two_gpus_count_the_device_that_saves_most(tmp_path):
     a.findings = [finding("TI001", "gpu_idle", 100 * MS)]
     cl = claims(a)
     assert (cl["total_ns"], cl["gpu_ns"], cl["per_finding"]) == (3_500_000, 5_700_000, [3_500_000])
+    assert cl["by_bucket"]["idle_data_wait"] == 4_000_000  # per bucket, the devices add up
     h = headline(a)
     assert (h["est_savings_ns"], h["est_savings_gpu_ns"], h["largest_saving_ns"], h["avoidable_idle_ns"]) == (3_500_000, 5_700_000, 3_500_000, 5_700_000)
     # a finding on device 0 only
