@@ -124,7 +124,17 @@ def finding(code: str, category: str, impact_ns: int, *, title: str | None = Non
 
 # --- the verdict, branch by branch -------------------------------------------------------------------------
 def test_input_pipeline_verdict_in_full(tmp_path):
-    d = details(analyse(tmp_path, data_wait_trace()))
+    a = analyse(tmp_path, data_wait_trace())
+    # no finding: nothing claimed, nothing saved, no speed-up, no steps
+    assert headline(a) == {
+        "span_ns": 5_980_000, "gpu_busy_pct": 60.4, "findings": 0, "findings_by_severity": {"error": 0, "warning": 0, "info": 0},
+        "est_savings_ns": 0, "est_savings_gpu_ns": 0, "largest_saving_ns": 0, "modelled_speedup_ns": 0,
+        "avoidable_idle_ns": 2_200_000, "steps": 0, "mean_step_ns": None}
+    # a modelled finding that names no figure models nothing
+    a.findings = [finding("TI007", "compute", 1 * MS, saving_kind="modelled")]
+    assert headline(a)["modelled_speedup_ns"] == 0
+    a.findings = []
+    d = details(a)
     assert d["ledger_ns"] == {"compute": 3_360_000, "communication": 0, "copy": 0, "idle_data_wait": 2_000_000,
                               "idle_host_sync": 0, "idle_launch_bound": 0, "idle_host_busy": 20_000, "idle_untraced": 180_000,
                               "idle_gpu_dependency": 0, "idle_warmup": 0, "idle_other": 0}

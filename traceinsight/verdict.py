@@ -202,7 +202,7 @@ def headline(analysis: "Analysis", cl: dict[str, Any] | None = None) -> dict[str
     s = analysis.summary
     counts = {"error": 0, "warning": 0, "info": 0}
     for f in analysis.findings:
-        counts[f.severity.value] = counts.get(f.severity.value, 0) + 1
+        counts[f.severity.value] += 1
     led = ledger_of(analysis)
     cl = cl if cl is not None else claims(analysis)
     window = int(led.windows["window_ns"].max()) if len(led.windows) else 0
@@ -223,7 +223,7 @@ def headline(analysis: "Analysis", cl: dict[str, Any] | None = None) -> dict[str
         # modelled speed-ups of busy work are their own kind of estimate: the largest one, never added to the above
         "modelled_speedup_ns": int(max((int(f.saving_ns or 0) for f in analysis.findings if f.saving_kind == "modelled"), default=0)) if judged else 0,
         "avoidable_idle_ns": int(led.avoidable_ns),
-        "steps": int(s.steps.get("count", 0)) if s.steps else 0,
+        "steps": int(s.steps.get("count", 0)),
         "mean_step_ns": float(s.steps["mean_ns"]) if s.steps else None,
     }
 
