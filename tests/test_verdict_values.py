@@ -273,8 +273,8 @@ def test_ten_kernels_are_enough_to_judge(tmp_path, n, judged):
 
 def test_a_millisecond_of_work_is_enough_to_judge(tmp_path):
     t = KinetoTrace()
-    for i in range(3):
-        t.kernel("k", 1000 * i, 334, launch_us=1000 * i - 5)  # 1.002 ms of work in 3 kernels
+    for i, us in enumerate((334, 333, 333)):
+        t.kernel("k", 1000 * i, us, launch_us=1000 * i - 5)  # exactly 1 ms of work in 3 kernels
     assert details(analyse(tmp_path, t))["category"] != "cannot_judge"
     t = KinetoTrace()
     for i in range(3):
@@ -644,3 +644,15 @@ def test_findings_that_claim_none_of_the_bound_are_not_credited(tmp_path):
     d = details(a)
     assert (d["category"], d["claimed_by"], d["root_cause"]) == ("compute", None, None)
     assert d["sentence"].endswith("not from feeding the GPU.")
+
+
+@pytest.mark.parametrize("kind", ["memcpy", "memset"])
+def test_copies_and_memsets_count_as_gpu_work(tmp_path, kind):
+    """Ten short copies (or memsets) are as much a pattern to judge as ten kernels."""
+    t = KinetoTrace()
+    for i in range(10):
+        if kind == "memcpy":
+            t.memcpy("HtoD", 100 * i, 3, 4096, launch_us=100 * i - 5)
+        else:
+            t.memset(100 * i, 3, 4096, launch_us=100 * i - 5)
+    assert details(analyse(tmp_path, t))["category"] != "cannot_judge"
