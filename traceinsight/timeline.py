@@ -290,23 +290,29 @@ def assign_steps(events: pd.DataFrame, meta: "TraceMeta | None" = None) -> None:
     ``ProfilerStep#1``) has its steps numbered in time order instead, with a warning on ``meta``: otherwise they
     would read as one step.
     """
-    steps = events[events["kind"] == "step"]
+    sidx = np.flatnonzero((events["kind"] == "step").to_numpy())
     out = np.full(len(events), -1, dtype=np.int32)
-    if not steps.empty:
-        numbers = _step_numbers(steps["name"].astype(str).to_numpy())
-        for rank, srows in steps.groupby("rank", observed=True, sort=False):
-            order = np.argsort(srows["start_ns"].to_numpy(), kind="stable")
-            s_start = srows["start_ns"].to_numpy()[order]
-            s_end = s_start + srows["dur_ns"].to_numpy()[order]
-            s_num = numbers[steps.index.get_indexer(srows.index)][order]
+    if len(sidx):
+        ev_rank = events["rank"].to_numpy()
+        ev_start = events["start_ns"].to_numpy()
+        s_rank = ev_rank[sidx]
+        s_start_all = ev_start[sidx]
+        s_end_all = s_start_all + events["dur_ns"].to_numpy()[sidx]
+        numbers = _step_numbers(events["name"].iloc[sidx].astype(str).to_numpy())
+        for rank in pd.unique(s_rank):  # ranks in order of their first step row
+            own = np.flatnonzero(s_rank == rank)
+            order = np.argsort(s_start_all[own], kind="stable")
+            s_start = s_start_all[own][order]
+            s_end = s_end_all[own][order]
+            s_num = numbers[own][order]
             if len(np.unique(s_num)) < len(s_num):
                 repeats = len(s_num) - len(np.unique(s_num))
                 s_num = np.arange(len(s_num), dtype=np.int32)
                 if meta is not None:
                     meta.warn(f"{repeats:,} of {len(s_num):,} step markers on rank {rank} repeat an earlier step's number; "
                               "steps were numbered in time order (0, 1, ...)")
-            mask = (events["rank"] == rank).to_numpy()
-            starts = events["start_ns"].to_numpy()[mask]
+            mask = ev_rank == rank
+            starts = ev_start[mask]
             pos = np.searchsorted(s_start, starts, side="right") - 1
             valid = pos >= 0
             inside = np.zeros(len(starts), dtype=bool)
@@ -325,15 +331,50 @@ def _step_numbers(names: np.ndarray) -> np.ndarray:
 
 
 def inherit_from_launch(events: pd.DataFrame, column: str) -> None:
-    """Copy ``column`` from each runtime call to the GPU rows it launched (matched on rank, pid, correlation)."""
+    """Copy ``column`` from each runtime call to the GPU rows it launched (matched on rank, pid, correlation; the
+    first call of a key when it repeats). The match is a sort of one int64 key per row, not a frame merge: on a
+    rank of a few dozen events a merge's fixed cost was a tenth of the whole analysis."""
     gpu = events["device"].to_numpy() >= 0
     corr = events["correlation"].to_numpy()
     host = (~gpu) & (corr >= 0) & (events["kind"] == "runtime").to_numpy()
     if not gpu.any() or not host.any():
         return
+    src = np.flatnonzero(host)
+    dst = np.flatnonzero(gpu & (corr >= 0))
+    if not len(dst):
+        return
     key_cols = ["rank", "pid", "correlation"]
-    src = events.loc[host, key_cols + [column]].drop_duplicates(key_cols)
-    dst = events.loc[gpu & (corr >= 0), key_cols].reset_index()
-    merged = dst.merge(src, on=key_cols, how="inner")
-    if not merged.empty:
-        events.loc[merged["index"].to_numpy(), column] = merged[column].to_numpy()
+    key = _row_keys([events[c].to_numpy() for c in key_cols], np.concatenate([src, dst]))
+    if key is None:  # keys that do not fit one int64 (or are not integers): the frame merge
+        src_f = events.loc[host, key_cols + [column]].drop_duplicates(key_cols)
+        dst_f = events.loc[gpu & (corr >= 0), key_cols].reset_index()
+        merged = dst_f.merge(src_f, on=key_cols, how="inner")
+        if not merged.empty:
+            events.loc[merged["index"].to_numpy(), column] = merged[column].to_numpy()
+        return
+    k_src, k_dst = key[: len(src)], key[len(src) :]
+    uniq, first = np.unique(k_src, return_index=True)  # each key's first call, as drop_duplicates keeps
+    pos = np.minimum(np.searchsorted(uniq, k_dst), len(uniq) - 1)
+    hit = uniq[pos] == k_dst
+    if not hit.any():
+        return
+    values = events[column].to_numpy()[src[first[pos[hit]]]]
+    events.loc[events.index[dst[hit]], column] = values
+
+
+def _row_keys(columns: list[np.ndarray], rows: np.ndarray) -> np.ndarray | None:
+    """One int64 per row of ``rows`` that is equal exactly when all ``columns`` are (mixed radix on each column's
+    range); None when a column is not integer or the ranges' product does not fit in 62 bits."""
+    key = np.zeros(len(rows), np.int64)
+    span_total = 1
+    for col in columns:
+        if col.dtype.kind != "i" and not (col.dtype.kind == "u" and col.dtype.itemsize < 8):
+            return None
+        v = col[rows].astype(np.int64)
+        lo, hi = int(v.min()), int(v.max())
+        span = hi - lo + 1
+        span_total *= span
+        if span_total >= 1 << 62:
+            return None
+        key = key * span + (v - lo)
+    return key
