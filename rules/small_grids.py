@@ -130,8 +130,7 @@ class SmallGrids(Rule):
         keys = hit["rank"].to_numpy().astype(np.int64) * 1_000_003 + hit["device"].to_numpy().astype(np.int64)
         kkey = rank.astype(np.int64) * 1_000_003 + device.astype(np.int64)
         m = np.isin(kkey, keys) & under
-        top = pd.DataFrame({"name": k["name"].iloc[pos[m]].astype(str).to_numpy(), "blocks": blocks[m], "dur": dur[m]})
-        ev = top.groupby("name").agg(count=("dur", "size"), total_ms=("dur", "sum"), median_blocks=("blocks", "median")).reset_index()
+        ev = _by_name(k["name"].iloc[pos[m]].astype(str).to_numpy(), blocks[m], dur[m])
         ev = ev.sort_values("total_ms", ascending=False).head(20).reset_index(drop=True)
         ev["total_ms"] = ev["total_ms"] / 1e6
         impact = int(hit["lost_ns"].sum())
@@ -165,6 +164,21 @@ class SmallGrids(Rule):
             },
             key="small-grids",
         )
+
+
+def _by_name(names: np.ndarray, blocks: np.ndarray, dur: np.ndarray) -> pd.DataFrame:
+    """name, count, total_ms (ns until the caller scales it), median_blocks per kernel name, names sorted: what
+    ``groupby("name").agg(...)`` gives, on arrays (the groupby's fixed cost was half of this rule's time on a small
+    rank). Durations are whole ns, so the sums are exact in any order."""
+    uniq, inv = np.unique(names, return_inverse=True)
+    inv = inv.reshape(-1)
+    order = np.argsort(inv, kind="stable")
+    bounds = np.flatnonzero(np.diff(inv[order])) + 1
+    med = np.array([np.median(b) for b in np.split(blocks[order], bounds)], dtype=float) if len(uniq) else np.zeros(0)
+    return pd.DataFrame({"name": uniq,
+                         "count": np.bincount(inv, minlength=len(uniq)).astype(np.int64),
+                         "total_ms": np.bincount(inv, weights=dur, minlength=len(uniq)).astype(float),
+                         "median_blocks": med})
 
 
 def _map_sms(rank: np.ndarray, device: np.ndarray, sms: dict, fallback: float) -> np.ndarray:

@@ -23,6 +23,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from .masks import join_keys
+
 #: The kinds of rows; order matters only for display.
 KINDS: tuple[str, ...] = (
     "kernel",  # a GPU kernel
@@ -344,15 +346,15 @@ def inherit_from_launch(events: pd.DataFrame, column: str) -> None:
     if not len(dst):
         return
     key_cols = ["rank", "pid", "correlation"]
-    key = _row_keys([events[c].to_numpy() for c in key_cols], np.concatenate([src, dst]))
-    if key is None:  # keys that do not fit one int64 (or are not integers): the frame merge
+    cols = [events[c].to_numpy() for c in key_cols]
+    if not all(c.dtype.kind in "iu" for c in cols):  # keys that are not integers: the frame merge
         src_f = events.loc[host, key_cols + [column]].drop_duplicates(key_cols)
         dst_f = events.loc[gpu & (corr >= 0), key_cols].reset_index()
         merged = dst_f.merge(src_f, on=key_cols, how="inner")
         if not merged.empty:
             events.loc[merged["index"].to_numpy(), column] = merged[column].to_numpy()
         return
-    k_src, k_dst = key[: len(src)], key[len(src) :]
+    k_src, k_dst = join_keys([(c[src], c[dst]) for c in cols])
     uniq, first = np.unique(k_src, return_index=True)  # each key's first call, as drop_duplicates keeps
     pos = np.minimum(np.searchsorted(uniq, k_dst), len(uniq) - 1)
     hit = uniq[pos] == k_dst
@@ -360,21 +362,3 @@ def inherit_from_launch(events: pd.DataFrame, column: str) -> None:
         return
     values = events[column].to_numpy()[src[first[pos[hit]]]]
     events.loc[events.index[dst[hit]], column] = values
-
-
-def _row_keys(columns: list[np.ndarray], rows: np.ndarray) -> np.ndarray | None:
-    """One int64 per row of ``rows`` that is equal exactly when all ``columns`` are (mixed radix on each column's
-    range); None when a column is not integer or the ranges' product does not fit in 62 bits."""
-    key = np.zeros(len(rows), np.int64)
-    span_total = 1
-    for col in columns:
-        if col.dtype.kind != "i" and not (col.dtype.kind == "u" and col.dtype.itemsize < 8):
-            return None
-        v = col[rows].astype(np.int64)
-        lo, hi = int(v.min()), int(v.max())
-        span = hi - lo + 1
-        span_total *= span
-        if span_total >= 1 << 62:
-            return None
-        key = key * span + (v - lo)
-    return key
