@@ -211,7 +211,8 @@ def _optimizer_covers_half(views, pos: np.ndarray) -> np.ndarray:
     out = np.zeros(len(pos), dtype=bool)
     host = views.host_events
     m = np.flatnonzero(names_where(host["name"], lambda m: m(OPTIMIZER)))  # few rows: their kind is tested alone
-    m = m[kind_mask(host[["kind"]].iloc[m], ("cpu_op", "python", "annotation", "runtime", "other"))]
+    if len(m):
+        m = m[kind_mask(host[["kind"]].iloc[m], ("cpu_op", "python", "annotation", "runtime", "other"))]
     if not len(m):
         return out
     hc = host_columns(views)
