@@ -17,6 +17,7 @@ Conventions (they hold for every source format):
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -117,8 +118,20 @@ _MEMORY_DEFAULTS: dict[str, Any] = {"dur_ns": 0, "rank": 0, "device": -1, "delta
 
 
 def build_memory(columns: dict[str, Any] | None = None) -> pd.DataFrame:
-    """A schema-true memory frame from column arrays (``kind`` and ``start_ns`` required); an empty one for None."""
-    columns = columns or {"kind": [], "start_ns": []}
+    """A schema-true memory frame from column arrays (``kind`` and ``start_ns`` required); an empty one for None
+    (a copy of one built once: most traces have no memory rows, and building the frame costs more than copying)."""
+    if not columns:
+        global _EMPTY_MEMORY
+        if _EMPTY_MEMORY is None:
+            _EMPTY_MEMORY = _build_memory({"kind": [], "start_ns": []})
+        return _EMPTY_MEMORY.copy()
+    return _build_memory(columns)
+
+
+_EMPTY_MEMORY: pd.DataFrame | None = None
+
+
+def _build_memory(columns: dict[str, Any]) -> pd.DataFrame:
     n = len(columns["start_ns"])
     data: dict[str, Any] = {}
     for col, dtype in MEMORY_COLUMNS.items():
@@ -326,7 +339,16 @@ def assign_steps(events: pd.DataFrame, meta: "TraceMeta | None" = None) -> None:
     inherit_from_launch(events, "step")
 
 
+_STEP_NUMBER = re.compile(r"(\d+)\s*$")
+
+
 def _step_numbers(names: np.ndarray) -> np.ndarray:
+    """The number at the end of each step name; a name without one gets its position. Names are tested with one
+    regex search each (a handful of markers per rank); digits past the plain ASCII ones or too long for an int32
+    go through pandas, whose conversion decides what they become."""
+    found = [_STEP_NUMBER.search(str(n)) for n in names]
+    if all(m is None or (m.group(1).isascii() and len(m.group(1)) <= 9) for m in found):
+        return np.array([int(m.group(1)) if m else i for i, m in enumerate(found)], dtype=np.int32)
     nums = pd.Series(names).str.extract(r"(\d+)\s*$", expand=False)
     fallback = pd.Series(np.arange(len(names)))
     return pd.to_numeric(nums, errors="coerce").fillna(fallback).astype(np.int32).to_numpy()
