@@ -160,11 +160,11 @@ def _summarize_rank(tl: Timeline, views: Views, rank: int, source: str) -> RankS
     else:
         w0 = w1 = 0
     st = views.steps
-    st = st[(st["rank"].to_numpy() == rank) & (st["step"].to_numpy() >= 0)]
-    if st.empty:
+    own = (st["rank"].to_numpy() == rank) & (st["step"].to_numpy() >= 0)
+    if not own.any():
         s_num, s0, s1 = np.array([-1]), np.array([w0], np.int64), np.array([w1], np.int64)
     else:
-        s_num, s0, s1 = st["step"].to_numpy(np.int64), st["start_ns"].to_numpy(np.int64), st["end_ns"].to_numpy(np.int64)
+        s_num, s0, s1 = (st[c].to_numpy(np.int64)[own] for c in ("step", "start_ns", "end_ns"))
     b, c = busy.overlap(s0, s1), compute.overlap(s0, s1)
     steps = pd.DataFrame(
         {
