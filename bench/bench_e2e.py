@@ -46,7 +46,7 @@ PROBES = {
         + "sys.stdout.flush()\nos._exit(0)\n"
     ),
     "analyze": (
-        "import sys\nfrom traceinsight.cli import main\n"
+        "import sys\nfrom traceinsight.console import main\n"
         "sys.argv = ['traceinsight', 'analyze', sys.argv[1], '-f', 'html,md,json', '-o', sys.argv[2], '--no-progress']\nmain()\n"
     ),
     "hta": (

@@ -134,3 +134,19 @@ def test_a_bad_value_still_gets_typers_message(tmp_path):
     res = CliRunner().invoke(app, ["analyze", str(tmp_path / "x.json"), "--worse-by", "lots"])
     assert res.exit_code == 2
     assert "Invalid value for '--worse-by'" in res.output and "valid number" in res.output  # typer's (pydantic's) words
+
+
+def test_the_installed_command_freezes_its_imports_and_keeps_collecting():
+    """``traceinsight.console.main`` (the console script) imports the command line with the collector paused and
+    freezes what the imports made; the collector is on again for the run. Importing ``traceinsight.cli`` itself
+    leaves the collector alone."""
+    code = (
+        "import gc, sys; from traceinsight import console; sys.argv = ['traceinsight', 'rules']\n"
+        "try:\n    console.main()\nexcept SystemExit:\n    pass\n"
+        "print(gc.get_freeze_count(), gc.isenabled(), 'pandas' in sys.modules, file=sys.stderr)"
+    )
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
+    frozen, enabled, pandas = res.stderr.split()[-3:]
+    assert "TI001" in res.stdout and int(frozen) > 50_000 and enabled == "True" and pandas == "True"
+    code = "import gc, sys; import traceinsight.cli; print(gc.get_freeze_count(), gc.isenabled())"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO).stdout.split() == ["0", "True"]
