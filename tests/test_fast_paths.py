@@ -209,3 +209,18 @@ def test_call_sites_equal_the_named_aggregation():
         pd.testing.assert_frame_equal(got.sort_values("blocked_ns", ascending=False), want.sort_values("blocked_ns", ascending=False), check_exact=True)
         for key in (s["name"].astype(str), s["site"].fillna("(none)")):
             assert _blocked_by(key, s["dur_ns"]) == {str(k): int(n) for k, n in s.groupby(key)["dur_ns"].sum().items()}
+
+
+def test_small_grids_per_kernel_equals_the_groupby():
+    """TI007's per-kernel table equals the groupby-agg it replaces, medians of odd and even groups included."""
+    from traceinsight.rules.small_grids import per_kernel
+
+    for seed in range(25):
+        rng = np.random.default_rng(seed)
+        n = int(rng.integers(1, 50))
+        names = rng.choice(np.array(["gemm_a", "gemm_b", "conv", "Zeta", "éclair"], dtype=object), n)
+        blocks = rng.integers(1, 200, n).astype(float)
+        dur = (rng.integers(1, 10**6, n)).astype(float)
+        top = pd.DataFrame({"name": names, "blocks": blocks, "dur": dur})
+        want = top.groupby("name").agg(count=("dur", "size"), total_ms=("dur", "sum"), median_blocks=("blocks", "median")).reset_index()
+        pd.testing.assert_frame_equal(per_kernel(names, blocks, dur), want, check_exact=True)
