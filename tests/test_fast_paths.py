@@ -224,3 +224,21 @@ def test_small_grids_per_kernel_equals_the_groupby():
         top = pd.DataFrame({"name": names, "blocks": blocks, "dur": dur})
         want = top.groupby("name").agg(count=("dur", "size"), total_ms=("dur", "sum"), median_blocks=("blocks", "median")).reset_index()
         pd.testing.assert_frame_equal(per_kernel(names, blocks, dur), want, check_exact=True)
+
+
+def test_first_seen_groups_number_groups_as_the_groupby():
+    """Group numbers equal ``groupby(sort=False).ngroup()``, key values equal the groupby's index; a missing key is
+    refused (a groupby would silently drop its rows)."""
+    from traceinsight.rulelib.groups import first_seen_groups
+
+    rng = np.random.default_rng(7)
+    n = 300
+    df = pd.DataFrame({"a": rng.choice(np.array(["x", "y", "zz"], dtype=object), n), "b": rng.integers(0, 4, n), "c": rng.choice(["p", "q"], n)})
+    group, values = first_seen_groups([df["a"], df["b"], df["c"]])
+    g = df.groupby(["a", "b", "c"], sort=False)
+    assert np.array_equal(group, g.ngroup().to_numpy())
+    index = g.size().index
+    for level, got in enumerate(values):
+        assert got.equals(index.get_level_values(level)) and got.dtype == index.get_level_values(level).dtype
+    with pytest.raises(ValueError):
+        first_seen_groups([pd.Series(["x", None], dtype=object)])

@@ -17,7 +17,8 @@ import pandas as pd
 def first_seen_groups(keys: "list[pd.Series]") -> tuple[np.ndarray, list[pd.Index]]:
     """(group of each row, each key's value per group): groups numbered in order of first appearance of their key
     tuple and key values typed as in the result of ``groupby(keys, sort=False)`` (the keys' factorized uniques).
-    The keys must hold no missing value (a groupby would drop those rows): ValueError otherwise."""
+    The keys hold strings or numbers (a categorical key groups by its categories in a groupby; convert it first)
+    and no missing value (a groupby would drop those rows): ValueError otherwise."""
     n = len(keys[0])
     combined = np.zeros(n, np.int64)
     room = 1
