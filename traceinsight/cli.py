@@ -1,6 +1,8 @@
-"""The ``traceinsight`` command (typer). Exit codes are in ``errors.py`` and README."""
+"""The ``traceinsight`` command (typer). Exit codes are in ``errors.py`` and README.
 
-from __future__ import annotations
+The annotations here are objects, not strings (no ``from __future__ import annotations``): typer reads the
+signature of every command on every run, and string annotations cost it some 180 evaluations (7 ms) each time.
+"""
 
 import enum
 import os
