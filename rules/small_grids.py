@@ -130,7 +130,7 @@ class SmallGrids(Rule):
         keys = hit["rank"].to_numpy().astype(np.int64) * 1_000_003 + hit["device"].to_numpy().astype(np.int64)
         kkey = rank.astype(np.int64) * 1_000_003 + device.astype(np.int64)
         m = np.isin(kkey, keys) & under
-        ev = _by_name(k["name"].iloc[pos[m]].astype(str).to_numpy(), blocks[m], dur[m])
+        ev = per_kernel(k["name"].iloc[pos[m]].astype(str).to_numpy(), blocks[m], dur[m])
         ev = ev.sort_values("total_ms", ascending=False).head(20).reset_index(drop=True)
         ev["total_ms"] = ev["total_ms"] / 1e6
         impact = int(hit["lost_ns"].sum())
@@ -166,19 +166,19 @@ class SmallGrids(Rule):
         )
 
 
-def _by_name(names: np.ndarray, blocks: np.ndarray, dur: np.ndarray) -> pd.DataFrame:
-    """name, count, total_ms (ns until the caller scales it), median_blocks per kernel name, names sorted: what
-    ``groupby("name").agg(...)`` gives, on arrays (the groupby's fixed cost was half of this rule's time on a small
-    rank). Durations are whole ns, so the sums are exact in any order."""
-    uniq, inv = np.unique(names, return_inverse=True)
-    inv = inv.reshape(-1)
-    order = np.argsort(inv, kind="stable")
-    bounds = np.flatnonzero(np.diff(inv[order])) + 1
-    med = np.array([np.median(b) for b in np.split(blocks[order], bounds)], dtype=float) if len(uniq) else np.zeros(0)
-    return pd.DataFrame({"name": uniq,
-                         "count": np.bincount(inv, minlength=len(uniq)).astype(np.int64),
-                         "total_ms": np.bincount(inv, weights=dur, minlength=len(uniq)).astype(float),
-                         "median_blocks": med})
+def per_kernel(names: np.ndarray, blocks: np.ndarray, dur: np.ndarray) -> pd.DataFrame:
+    """name, count, total_ms (still ns here), median_blocks per kernel name, names sorted: what
+    ``groupby("name").agg(count=..., total_ms=("dur", "sum"), median_blocks=("blocks", "median"))`` gives, on
+    arrays (the sums are of whole ns, exact in either order; a median is the middle value or the mean of the two)."""
+    uniq, group = np.unique(names, return_inverse=True)
+    count = np.bincount(group, minlength=len(uniq)).astype(np.int64)
+    total = np.zeros(len(uniq))
+    np.add.at(total, group, dur)
+    order = np.lexsort((blocks, group))
+    b = blocks[order]
+    start = np.concatenate([[0], np.cumsum(count)[:-1]]).astype(np.int64)
+    median = (b[start + (count - 1) // 2] + b[start + count // 2]) / 2
+    return pd.DataFrame({"name": pd.Index(uniq), "count": count, "total_ms": total, "median_blocks": median})
 
 
 def _map_sms(rank: np.ndarray, device: np.ndarray, sms: dict, fallback: float) -> np.ndarray:

@@ -51,8 +51,8 @@ UNGRADED_CATEGORIES = frozenset({"trace_quality"})
 def steady_windows(views: "Views") -> pd.DataFrame:
     """rank, device, window_ns: each device's GPU window less the time the ledger books as warm-up, the same base
     the verdict judges causes on. A run that spends 90 % of its window autotuning is judged on the other 10 %,
-    where its fix would show. Empty when the trace has no GPU activity. Kept in the analysis' store (grading and
-    the savings both read it); callers must not change the frame."""
+    where its fix would show. Empty when the trace has no GPU activity. Built once per analysis (grading and the
+    savings both read it); callers do not change it."""
     keep = getattr(views, "memo", None)
     return keep("severity.steady_windows", lambda: _steady_windows(views)) if keep is not None else _steady_windows(views)
 
@@ -84,8 +84,8 @@ def base_ns(finding: Finding, views: "Views", steady: pd.DataFrame | None = None
     if steady.empty:
         return 0
     loc = finding.location
-    win = steady["window_ns"].to_numpy()
-    sel = np.ones(len(win), dtype=bool)
+    window = steady["window_ns"].to_numpy()
+    sel = np.ones(len(window), dtype=bool)
     if loc.rank is not None:
         sel &= steady["rank"].to_numpy() == loc.rank
     if loc.device is not None:
@@ -93,8 +93,8 @@ def base_ns(finding: Finding, views: "Views", steady: pd.DataFrame | None = None
     if not sel.any():
         sel[:] = True
     if loc.rank is not None or loc.device is not None:
-        return int(win[sel].max())
-    return int(win[sel].sum())
+        return int(window[sel].max())
+    return int(window[sel].sum())
 
 
 def share_pct(finding: Finding, views: "Views", steady: pd.DataFrame | None = None) -> float | None:
