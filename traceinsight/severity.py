@@ -51,13 +51,27 @@ UNGRADED_CATEGORIES = frozenset({"trace_quality"})
 def steady_windows(views: "Views") -> pd.DataFrame:
     """rank, device, window_ns: each device's GPU window less the time the ledger books as warm-up, the same base
     the verdict judges causes on. A run that spends 90 % of its window autotuning is judged on the other 10 %,
-    where its fix would show. Empty when the trace has no GPU activity."""
+    where its fix would show. Empty when the trace has no GPU activity. Built once per analysis (grading and the
+    savings both read it); callers do not change it."""
+    keep = getattr(views, "memo", None)
+    return keep("severity.steady_windows", lambda: _steady_windows(views)) if keep is not None else _steady_windows(views)
+
+
+def _steady_windows(views: "Views") -> pd.DataFrame:
     u = views.utilization[["rank", "device", "window_ns"]]
     if u.empty:
         return u
     rank, device, bucket, ns = views.ledger.device_arrays
     warm = bucket == "idle_warmup"
-    w = pd.DataFrame({"rank": rank[warm], "device": device[warm], "warm_ns": ns[warm]})
+    u_rank, u_dev = u["rank"].to_numpy(), u["device"].to_numpy()
+    w_rank, w_dev, w_ns = rank[warm], device[warm], ns[warm]
+    if len({(int(r), int(d)) for r, d in zip(w_rank, w_dev)}) == len(w_rank):
+        # one warm-up figure per device at most (as the ledger books it): the left merge on arrays
+        warm_ns = np.zeros(len(u), np.int64)
+        for r, d, v in zip(w_rank, w_dev, w_ns):
+            warm_ns[(u_rank == r) & (u_dev == d)] = v
+        return pd.DataFrame({"rank": u_rank, "device": u_dev, "window_ns": u["window_ns"].to_numpy(np.int64) - warm_ns})
+    w = pd.DataFrame({"rank": w_rank, "device": w_dev, "warm_ns": w_ns})
     out = u.merge(w, on=["rank", "device"], how="left")
     out["window_ns"] = out["window_ns"].to_numpy(np.int64) - out["warm_ns"].fillna(0).to_numpy(np.int64)
     return out[["rank", "device", "window_ns"]]
@@ -70,16 +84,17 @@ def base_ns(finding: Finding, views: "Views", steady: pd.DataFrame | None = None
     if steady.empty:
         return 0
     loc = finding.location
-    sel = steady
+    window = steady["window_ns"].to_numpy()
+    sel = np.ones(len(window), dtype=bool)
     if loc.rank is not None:
-        sel = sel[sel["rank"] == loc.rank]
+        sel &= steady["rank"].to_numpy() == loc.rank
     if loc.device is not None:
-        sel = sel[sel["device"] == loc.device]
-    if sel.empty:
-        sel = steady
+        sel &= steady["device"].to_numpy() == loc.device
+    if not sel.any():
+        sel[:] = True
     if loc.rank is not None or loc.device is not None:
-        return int(sel["window_ns"].max())
-    return int(sel["window_ns"].sum())
+        return int(window[sel].max())
+    return int(window[sel].sum())
 
 
 def share_pct(finding: Finding, views: "Views", steady: pd.DataFrame | None = None) -> float | None:

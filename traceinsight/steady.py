@@ -66,8 +66,12 @@ MIN_STEADY_BUSY_NS = 5_000_000
 _COLS = ["rank", "start_ns", "end_ns", "reason"]
 
 
+_EMPTY_REGIONS = pd.DataFrame({c: pd.Series(dtype="int64" if c != "reason" else "object") for c in _COLS})
+
+
 def empty_regions() -> pd.DataFrame:
-    return pd.DataFrame({c: pd.Series(dtype="int64" if c != "reason" else "object") for c in _COLS})
+    """A frame of no regions (a copy of one built once: building it costs more than copying it)."""
+    return _EMPTY_REGIONS.copy()
 
 
 def warmup_steps(durs: np.ndarray) -> np.ndarray:
@@ -170,7 +174,9 @@ def steady_recompiles(views: "Views", rows: "np.ndarray | None" = None) -> np.nd
     hit = name_mask(names, RECOMPILE_CALL)
     rank = host["rank"].to_numpy()[rows]
     start = host["start_ns"].to_numpy(np.int64)[rows]
-    limit = np.array([second.get(int(r), np.iinfo(np.int64).max) for r in rank], np.int64)
+    limit = np.full(len(rows), np.iinfo(np.int64).max, np.int64)  # per rank, not per row: a million host rows
+    for r, at in second.items():
+        limit[rank == r] = at
     return hit & (start >= limit)
 
 
