@@ -33,14 +33,14 @@ ROOT = Path(__file__).resolve().parents[1]
 MODULES: dict[str, tuple[str, list[str], list[str]]] = {
     "severity": ("traceinsight/severity.py", ["tests/test_severity.py", "tests/rules/test_TI002.py"], []),
     "causes": ("traceinsight/causes.py", ["tests/test_causes.py"], []),
-    "verdict": ("traceinsight/verdict.py", ["tests/test_ledger_verdict.py", "tests/test_render_synth.py"], []),
+    "verdict": ("traceinsight/verdict.py", ["tests/test_verdict_values.py", "tests/test_ledger_verdict.py", "tests/test_render_synth.py"], []),
     "baseline": ("traceinsight/baseline.py", ["tests/test_baseline_compare.py", "tests/test_baseline.py", "tests/test_security_baseline.py"], []),
     "ledger": ("traceinsight/ledger.py", ["tests/test_ledger.py", "tests/test_ledger_pieces.py"], []),
     # the what-if transforms and what maps findings to them (graph building and replay have their own tests,
     # native-vs-Python replay among them, and would take far longer than a run here)
     "whatif": (
         "traceinsight/whatif.py",
-        ["tests/test_whatif.py"],
+        ["tests/test_whatif_transforms.py", "tests/test_whatif.py"],
         [f"traceinsight.whatif.x_{name}__mutmut_*" for name in (
             "_in", "_where", "remove_data_wait", "remove_host_sync", "launch_bound_to_graphs", "rnn_to_cudnn",
             "remove_warmup", "cut_time", "warmup_mask", "typical_gpu_latencies", "_all", "_resolve", "windows_of",

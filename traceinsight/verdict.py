@@ -91,7 +91,7 @@ def claim_buckets(finding: Finding) -> tuple[str, ...]:
     own = finding.claims
     if own:
         return tuple(b for b in own if b in BUCKETS)
-    return CLAIMS.get(category(finding), ())
+    return CLAIMS[category(finding)]
 
 
 def finding_claims(ledger: Ledger, finding: Finding) -> dict[tuple[int, int, str], int]:
@@ -105,7 +105,7 @@ def finding_claims(ledger: Ledger, finding: Finding) -> dict[tuple[int, int, str
     if not buckets or impact <= 0 or ledger.slices.empty:
         return {}
     loc = finding.location
-    instances = getattr(finding, "instances", None) or None
+    instances = finding.instances or None
     if instances is None:
         # whole buckets on the finding's rank/device: read the per-device totals, no slices needed
         rk, dv, bk, ns = ledger.device_arrays
@@ -118,7 +118,9 @@ def finding_claims(ledger: Ledger, finding: Finding) -> dict[tuple[int, int, str
     else:
         items = [(r, d, b, v) for (r, d, b), v in ledger.claimed_ns(buckets, rank=loc.rank, device=loc.device, within=instances).items()]
     total = sum(int(v) for *_, v in items)
-    scale = min(1.0, impact / total) if total else 0.0
+    if not total:
+        return {}
+    scale = min(1.0, impact / total)
     return {(int(r), int(d), str(b)): int(v * scale) for r, d, b, v in items}
 
 
@@ -131,8 +133,9 @@ def _taken(cause: Finding, symptom: Finding, claim: dict[tuple[int, int, str], i
     if own:
         return {k: v for k, v in avoid.items() if k[2] in own}
     total = sum(avoid.values())
-    explained = int(symptom.metrics.get("explained_ns") or 0)
-    scale = min(1.0, explained / total) if total else 0.0
+    if not total:
+        return {}
+    scale = min(1.0, int(symptom.metrics.get("explained_ns") or 0) / total)
     return {k: int(v * scale) for k, v in avoid.items()}
 
 
@@ -199,7 +202,7 @@ def headline(analysis: "Analysis", cl: dict[str, Any] | None = None) -> dict[str
     s = analysis.summary
     counts = {"error": 0, "warning": 0, "info": 0}
     for f in analysis.findings:
-        counts[f.severity.value] = counts.get(f.severity.value, 0) + 1
+        counts[f.severity.value] += 1
     led = ledger_of(analysis)
     cl = cl if cl is not None else claims(analysis)
     window = int(led.windows["window_ns"].max()) if len(led.windows) else 0
@@ -220,7 +223,7 @@ def headline(analysis: "Analysis", cl: dict[str, Any] | None = None) -> dict[str
         # modelled speed-ups of busy work are their own kind of estimate: the largest one, never added to the above
         "modelled_speedup_ns": int(max((int(f.saving_ns or 0) for f in analysis.findings if f.saving_kind == "modelled"), default=0)) if judged else 0,
         "avoidable_idle_ns": int(led.avoidable_ns),
-        "steps": int(s.steps.get("count", 0)) if s.steps else 0,
+        "steps": int(s.steps.get("count", 0)),
         "mean_step_ns": float(s.steps["mean_ns"]) if s.steps else None,
     }
 
@@ -245,8 +248,6 @@ def details(analysis: "Analysis", cl: dict[str, Any] | None = None) -> dict[str,
     }
     if window == 0:
         return {**base, **_verdict("no_gpu", None, 0, 0, "The trace has no GPU kernels or copies, so there is nothing on the GPU to explain.")}
-    counts = analysis.summary.event_counts
-    n_work = sum(int(counts.get(k, 0)) for k in ("kernel", "memcpy", "memset"))
     warm = totals["idle_warmup"]
     cannot = cannot_judge(analysis)
     if cannot is not None:
@@ -297,7 +298,7 @@ def _busy_mix(totals: dict[str, int], busy: int) -> str:
     parts = [
         f"{100.0 * totals[b] / busy:.0f} % {name}"
         for b, name in (("compute", "compute"), ("copy", "copies"), ("communication", "exposed communication"))
-        if busy and totals[b] * 200 >= busy  # shares under 0.5 % are noise in a sentence
+        if busy and totals[b] * 200 > busy  # shares up to 0.5 % are noise in a sentence (and would read "0 %")
     ]
     return "of which " + ", ".join(parts) if parts else "no work"
 
@@ -308,17 +309,16 @@ def _claimant(analysis: "Analysis", cl: dict[str, Any], bucket: str) -> tuple[st
     claims the bucket, that finding is named as the root cause. Busy buckets (compute, copies) are named without
     a figure: their findings carry modelled speed-ups, never the verdict's number."""
     by_fp = {f.fingerprint for f in analysis.findings}
-    best, best_key = None, (0, 0)
+    scored = []
     for f, c in zip(analysis.findings, cl["each"]):
         if f.metrics.get("explained_by") in by_fp:
             continue
         ns = sum(v for (_, _, b), v in c.items() if b == bucket)
-        key = (ns, -len(claim_buckets(f)))  # on a tie the more specific finding (fewer buckets) names it
-        if ns > 0 and key > best_key:
-            best, best_key = f, key
-    best_ns = best_key[0]
-    if best is None:
+        if ns > 0:  # on a tie the more specific finding (fewer buckets) names it, then the first listed
+            scored.append(((ns, -len(claim_buckets(f))), f))
+    if not scored:
         return "", None, None
+    (best_ns, _), best = max(scored, key=lambda s: s[0])
     # named as a root cause when the bucket is not its own kind of time (an RNN fallback behind launch-bound idle)
     symptoms = [f for f in analysis.findings if f.fingerprint in best.explains]
     cause = best if bucket not in claim_buckets(best) and any(bucket in claim_buckets(s) for s in symptoms) else None
@@ -327,7 +327,7 @@ def _claimant(analysis: "Analysis", cl: dict[str, Any], bucket: str) -> tuple[st
     outer = next((f for f in analysis.findings if f is not best and best.fingerprint in (f.explains or [])), None)
     if outer is not None:  # a cause that takes none of the time itself (e.g. a trace-quality explanation)
         return f"; {outer.code} explains it ({outer.title}), through {best.code} ({fmt_ns(best_ns)}){_if_fixed(outer)}", best, outer
-    shown = getattr(best, "saving_ns", None)
+    shown = best.saving_ns
     total = f"; {fmt_ns(shown)} in all" if shown is not None and fmt_ns(shown) != fmt_ns(best_ns) else ""
     return f"; {best.code} accounts for {fmt_ns(best_ns)} of it ({best.title}{total}){_if_fixed(best)}{_host_work(best, bucket)}", best, cause
 
@@ -337,8 +337,8 @@ def _host_work(f: Finding, bucket: str) -> str:
     verdict names work to act on (eager dispatch, a Python frame) instead of only "the host"."""
     if bucket not in ("idle_host_busy", "idle_untraced"):
         return ""
-    ev = getattr(f, "evidence", None)
-    if ev is None or getattr(ev, "empty", True) or "host_activity" not in ev.columns:
+    ev = f.evidence
+    if ev is None or ev.empty or "host_activity" not in ev.columns:
         return ""
     what = str(ev["host_activity"].iloc[0])
     if not what or what.endswith("(nothing traced)"):
@@ -348,7 +348,7 @@ def _host_work(f: Finding, bucket: str) -> str:
 
 def _if_fixed(f: Finding) -> str:
     """", if fixed: step 176.3 -> 118.6 ms (-33 %)" when the finding carries a what-if prediction."""
-    text = format_what_if(getattr(f, "what_if", None))
+    text = format_what_if(f.what_if)
     return f"; if fixed: {text}" if text else ""
 
 
@@ -368,7 +368,7 @@ def cannot_judge(analysis: "Analysis") -> tuple[str, str] | None:
     counts = analysis.summary.event_counts
     n_work = sum(int(counts.get(k, 0)) for k in ("kernel", "memcpy", "memset"))
     if busy < MIN_GPU_WORK_NS and n_work < MIN_GPU_WORK_ITEMS:
-        kernels = int(getattr(analysis.summary, "kernel_count", 0))
+        kernels = int(analysis.summary.kernel_count)
         return "too_little_gpu_work", (
             f"The GPU did only {fmt_ns(busy)} of work ({kernels} kernels) in a {fmt_ns(window)} window: too little to say "
             "what bounds the run (a graph capture, a cut profile, or set-up only). Performance findings are kept at info."
@@ -377,11 +377,11 @@ def cannot_judge(analysis: "Analysis") -> tuple[str, str] | None:
     if held is not None:
         why = "graph_capture" if held.metrics.get("graph_capture") else "too_little_gpu_work"
         return why, f"{held.code}: {held.title}. The window's busy % and gaps describe that, not a workload in steady state; performance findings are kept at info."
-    views = getattr(analysis, "views", None)
-    if views is None:
-        from .views import Views
+    views = analysis.views
+    if views is None:  # an Analysis built by hand: the steady-state model reads a store with a ledger
+        from .derived import Derived
 
-        views = Views(analysis.timeline)
+        views = Derived(analysis.timeline)
     j = judgement(views)
     if j["judgeable"]:
         return None

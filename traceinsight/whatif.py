@@ -847,10 +847,11 @@ def step_times(g: Graph, ns: np.ndarray, ne: np.ndarray) -> np.ndarray:
     of its GPU work.
     """
     st = g.steps
-    if st.empty:  # one pseudo-step: first launch (or GPU task) to the end of the last GPU task
+    if st.empty:  # one pseudo-step: first launch (or GPU task) to the end of the last GPU task (``_window``
+        # spans every GPU task then, and a graph has GPU work)
         ids = g.window[g.window >= 0]
         gi = ids[g.ntype[ids] == GPU]
-        return np.array([int(ne[gi].max() - ns[ids].min())]) if len(gi) else np.zeros(0, np.int64)
+        return np.array([int(ne[gi].max() - ns[ids].min())])
     gl, steps_of, heads = _step_buckets(g)
     gend = np.full(len(st) + 1, np.iinfo(np.int64).min)
     if len(gl):
@@ -862,18 +863,16 @@ def step_times(g: Graph, ns: np.ndarray, ne: np.ndarray) -> np.ndarray:
 
 
 # --- transforms ------------------------------------------------------------------------------------------
-def _in(g: Graph, windows: Iterable[tuple[int, int]] | None) -> np.ndarray:
+def _in(g: Graph, windows: Iterable[tuple[int, int]]) -> np.ndarray:
     """Tasks a windowed edit applies to: those starting in a window, and GPU tasks launched in one."""
-    if windows is None:
-        return np.ones(len(g.start), bool)
     w = np.asarray(list(windows), np.int64).reshape(-1, 2)
     if len(w) == 0:
         return np.zeros(len(g.start), bool)
     cov_s, cov_e = merge_intervals(w[:, 0], w[:, 1])
 
     def inside(t: np.ndarray) -> np.ndarray:
-        i = np.searchsorted(cov_s, t, side="right") - 1
-        return (i >= 0) & (t < cov_e[np.clip(i, 0, None)])
+        i = np.searchsorted(cov_s, t, side="right") - 1  # -1 (before every window) reads the last one, then fails i >= 0
+        return (i >= 0) & (t < cov_e[i])
 
     m = inside(g.start)
     gl = (g.ntype == GPU) & (g.launch >= 0)
@@ -906,16 +905,11 @@ def launch_bound_to_graphs(g: Graph, windows=None) -> None:
     stretches are taken to be real host work (Python logic, CPU ops) that a graph would not remove; every GPU task can start a typical launch latency after the (now immediate) launch, and queued tasks
     follow each other at the trace's typical kernel-to-kernel delay. Blocking calls still end where the GPU does.
     """
-    m = None if windows is None else _in(g, windows)
-    h = g.ntype == HOST
-    if m is not None:
-        h &= m
+    h = _where(g, windows, g.ntype == HOST)
     g.dur[h & (g.is_launch | (g.dur <= LAUNCH_GAP_NS))] = 0  # a long cudaMalloc or module load stays
     np.minimum(g.prev_lat, 0, out=g.prev_lat, where=h & (g.prev_lat <= LAUNCH_GAP_NS))
     np.minimum(g.cross_lat, 0, out=g.cross_lat, where=h & (g.cross_lat <= LAUNCH_GAP_NS))
-    gp = g.ntype == GPU
-    if m is not None:
-        gp &= m
+    gp = _where(g, windows, g.ntype == GPU)
     np.minimum(g.launch_lat, g.defaults["launch"], out=g.launch_lat, where=gp)
     np.minimum(g.prev_lat, g.defaults["queue"], out=g.prev_lat, where=gp)
 
@@ -944,7 +938,7 @@ def remove_warmup(g: Graph, windows=None) -> None:
         if not keep.all():
             g.steps = st[keep].reset_index(drop=True)
     w = g.defaults.get("warmup")
-    if w is not None and len(w):
+    if w is not None:
         cut_time(g, w)
 
 
