@@ -35,6 +35,15 @@ MODULES: dict[str, tuple[str, list[str], list[str]]] = {
     "causes": ("traceinsight/causes.py", ["tests/test_causes.py"], []),
     "verdict": ("traceinsight/verdict.py", ["tests/test_ledger_verdict.py", "tests/test_render_synth.py"], []),
     "baseline": ("traceinsight/baseline.py", ["tests/test_baseline_compare.py", "tests/test_baseline.py", "tests/test_security_baseline.py"], []),
+    # the grading scale and what normalises a finding's instances (the module is otherwise dataclasses)
+    "finding": (
+        "traceinsight/finding.py",
+        ["tests/test_severity.py", "tests/test_finding.py", "tests/test_columnar.py", "tests/test_rule_api.py"],
+        [f"traceinsight.finding.{name}__mutmut_*" for name in (
+            "x_level", "xǁSeverityǁrank", "xǁSeverityǁparse", "xǁFixǁ__post_init__", "xǁInstanceǁ__post_init__",
+            "xǁInstanceǁdur_ns", "x__columns_of", "x_instance_columns", "x_as_instances", "xǁInstancesǁ*",
+            "xǁInstanceColumnsǁlabel", "x__opt_id", "xǁFindingǁfingerprint")],
+    ),
     "ledger": ("traceinsight/ledger.py", ["tests/test_ledger.py", "tests/test_ledger_pieces.py"], []),
     # the what-if transforms and what maps findings to them (graph building and replay have their own tests,
     # native-vs-Python replay among them, and would take far longer than a run here)
@@ -116,7 +125,9 @@ def report(name: str, work: Path, stopped: bool = False, tail: str = "") -> tupl
     funcs = {}
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and "__mutmut_" in node.name:
-            funcs[node.name] = lines[node.lineno:node.end_lineno]  # the body, without the def line
+            # the whole function, its name left out (a default argument may be what was mutated)
+            funcs[node.name] = [ln.replace(node.name, "", 1) if i == 0 else ln
+                                for i, ln in enumerate(lines[node.lineno - 1:node.end_lineno])]
     for key in sorted((k for k, s in status.items() if s == "survived"), key=_natural):
         fn = key.rsplit(".", 1)[-1]
         orig = funcs.get(fn.rsplit("__mutmut_", 1)[0] + "__mutmut_orig", [])
