@@ -29,8 +29,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
-#: module -> (file, the fast tests that pin it, mutant-name patterns to restrict to (empty: every function)).
-MODULES: dict[str, tuple[str, list[str], list[str]]] = {
+#: module -> (file, or a tuple of files checked together; the fast tests that pin them; mutant-name patterns to
+#: restrict to (empty: every function)).
+MODULES: dict[str, tuple[str | tuple[str, ...], list[str], list[str]]] = {
     "severity": ("traceinsight/severity.py", ["tests/test_severity.py", "tests/rules/test_TI002.py"], []),
     "causes": ("traceinsight/causes.py", ["tests/test_causes.py"], []),
     "verdict": ("traceinsight/verdict.py", ["tests/test_ledger_verdict.py", "tests/test_render_synth.py"], []),
@@ -44,6 +45,13 @@ MODULES: dict[str, tuple[str, list[str], list[str]]] = {
             "xǁInstanceǁdur_ns", "x__columns_of", "x_instance_columns", "x_as_instances", "xǁInstancesǁ*",
             "xǁInstanceColumnsǁlabel", "x__opt_id", "xǁFindingǁfingerprint")],
     ),
+    # FLOPs per op from recorded shapes (the numerator of every MFU) and the efficiency view built on it
+    "flops": ("traceinsight/flops.py", ["tests/test_flops.py", "tests/test_efficiency.py"], []),
+    "efficiency": ("traceinsight/efficiency.py", ["tests/test_efficiency.py", "tests/test_efficiency_view.py"], []),
+    "memory": (("traceinsight/memory.py", "traceinsight/allocator.py"),
+               ["tests/test_memory.py", "tests/test_allocator.py", "tests/test_memory_view.py"], []),
+    "diff": (("traceinsight/delta/compare.py", "traceinsight/delta/match.py", "traceinsight/delta/stats.py"),
+             ["tests/test_diff.py", "tests/test_diff_compare.py"], []),
     "ledger": ("traceinsight/ledger.py", ["tests/test_ledger.py", "tests/test_ledger_pieces.py"], []),
     # the what-if transforms and what maps findings to them (graph building and replay have their own tests,
     # native-vs-Python replay among them, and would take far longer than a run here)
@@ -73,8 +81,13 @@ def scratch_copy(dest: Path) -> None:
             shutil.copy2(src, dest / rel)
 
 
-def write_config(dest: Path, file: str, tests: list[str]) -> None:
-    lines = ["[mutmut]", "source_paths=traceinsight/", f"only_mutate={file}", "also_copy=", "    rules/",
+def _files(file: str | tuple[str, ...]) -> list[str]:
+    return [file] if isinstance(file, str) else list(file)
+
+
+def write_config(dest: Path, file: str | tuple[str, ...], tests: list[str]) -> None:
+    lines = ["[mutmut]", "source_paths=traceinsight/", "only_mutate="] + [f"    {f}" for f in _files(file)] + [
+             "also_copy=", "    rules/",
              "pytest_add_cli_args_test_selection="] + [f"    {t}" for t in tests] + [
              "pytest_add_cli_args=", "    -p", "    no:randomly", "    -p", "    no:cacheprovider", "    -q", "    -x"]
     (dest / "setup.cfg").write_text("\n".join(lines) + "\n")
@@ -103,10 +116,14 @@ def report(name: str, work: Path, stopped: bool = False, tail: str = "") -> tupl
     import fnmatch
 
     file, tests, patterns = MODULES[name]
-    meta_path = work / "mutants" / (file + ".meta")
-    if not meta_path.is_file():
+    files = _files(file)
+    metas = [work / "mutants" / (f + ".meta") for f in files]
+    if not any(m.is_file() for m in metas):
         return None, f"{name}: mutmut produced no results\n{tail}"
-    codes = json.loads(meta_path.read_text())["exit_code_by_key"]
+    codes = {}
+    for m in metas:
+        if m.is_file():
+            codes.update(json.loads(m.read_text())["exit_code_by_key"])
     if patterns:
         codes = {k: v for k, v in codes.items() if any(fnmatch.fnmatch(k, p) for p in patterns)}
     status = {k: STATUS.get(v, "suspicious") for k, v in codes.items()}
@@ -114,26 +131,29 @@ def report(name: str, work: Path, stopped: bool = False, tail: str = "") -> tupl
     killed = counts["killed"] + counts["timeout"] + counts["caught by type check"]
     decided = killed + counts["survived"]
     score = 100.0 * killed / decided if decided else None
-    out = [f"{name} ({file}; tests: {' '.join(tests)}): "
+    out = [f"{name} ({' '.join(files)}; tests: {' '.join(tests)}): "
            + (f"{score:.1f} % killed" if score is not None else "no mutant decided")
            + f" ({killed} killed, {counts['survived']} survived"
            + "".join(f", {n} {s}" for s, n in sorted(counts.items()) if s not in ("killed", "survived", "timeout", "caught by type check"))
            + (", stopped by the timeout" if stopped else "") + ")"]
     # each mutant is a copy of its function in the trampolined file: diff it against the original copy
-    source = (work / "mutants" / file).read_text()
-    lines = source.splitlines()
-    funcs = {}
-    for node in ast.walk(ast.parse(source)):
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and "__mutmut_" in node.name:
-            # the whole function, its name left out (a default argument may be what was mutated)
-            funcs[node.name] = [ln.replace(node.name, "", 1) if i == 0 else ln
-                                for i, ln in enumerate(lines[node.lineno - 1:node.end_lineno])]
+    funcs = {}  # (module, function) -> its lines
+    for f in files:
+        module = f.removesuffix(".py").replace("/", ".")
+        source = (work / "mutants" / f).read_text()
+        lines = source.splitlines()
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and "__mutmut_" in node.name:
+                # the whole function, its name left out (a default argument may be what was mutated)
+                funcs[(module, node.name)] = [ln.replace(node.name, "", 1) if i == 0 else ln
+                                              for i, ln in enumerate(lines[node.lineno - 1:node.end_lineno])]
     for key in sorted((k for k, s in status.items() if s == "survived"), key=_natural):
-        fn = key.rsplit(".", 1)[-1]
-        orig = funcs.get(fn.rsplit("__mutmut_", 1)[0] + "__mutmut_orig", [])
-        diff = difflib.unified_diff(orig, funcs.get(fn, []), lineterm="", n=0)
+        module, fn = key.rsplit(".", 1)
+        orig = funcs.get((module, fn.rsplit("__mutmut_", 1)[0] + "__mutmut_orig"), [])
+        diff = difflib.unified_diff(orig, funcs.get((module, fn), []), lineterm="", n=0)
         changed = [ln for ln in diff if ln[:1] in "+-" and ln[:3] not in ("+++", "---")]
-        out.append(f"  survived {fn}: " + " => ".join(ln[1:].strip() for ln in changed))
+        where = fn if len(files) == 1 else f"{module.rsplit('.', 1)[-1]}.{fn}"
+        out.append(f"  survived {where}: " + " => ".join(ln[1:].strip() for ln in changed))
     return score, "\n".join(out)
 
 

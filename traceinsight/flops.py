@@ -271,7 +271,7 @@ def count_op(name: str, dims: list | None, types: list | None, concrete: list | 
         if g is None:
             return None
         flops, shapes = g
-        return OpCount(flops, float(sum(_numel(s) for s in shapes)) * item, dtype)
+        return OpCount(flops, float(sum(_numel(s) for s in shapes)) * item, dtype, "", item)
     tensors = [x for x in dims if _is_shape(x) and x]
     lists = [s for x in dims if isinstance(x, list) and x and all(_is_shape(y) for y in x) for s in x]
     if not tensors and not lists:
@@ -282,13 +282,13 @@ def count_op(name: str, dims: list | None, types: list | None, concrete: list | 
         if name in ("aten::index_select", "aten::embedding") and len(tensors) >= 2:
             table, idx = (tensors[0], tensors[-1])
             moved = _numel(idx) * _numel(table[1:])
-            return OpCount(0.0, 2.0 * moved * item, dtype)
-        return OpCount(0.0, 2.0 * sum(sizes) * item if name == "aten::cat" else 2.0 * big * item, dtype)
+            return OpCount(0.0, 2.0 * moved * item, dtype, "", item)
+        return OpCount(0.0, 2.0 * sum(sizes) * item if name == "aten::cat" else 2.0 * big * item, dtype, "", item)
     if formula == "reduction":
-        return OpCount(float(big), float(sum(sizes)) * item, dtype)
+        return OpCount(float(big), float(sum(sizes)) * item, dtype, "", item)
     if formula == "bytes":  # normalisation: read the input (and grad), write the output
-        return OpCount(float(5 * big), float(sum(sizes) + big) * item, dtype)
-    return OpCount(float(big), float(sum(sizes) + big) * item, dtype)
+        return OpCount(float(5 * big), float(sum(sizes) + big) * item, dtype, "", item)
+    return OpCount(float(big), float(sum(sizes) + big) * item, dtype, "", item)
 
 
 #: Backward convolutions whose arguments name (grad_output, input, weight) positions, by op name.
