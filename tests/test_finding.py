@@ -46,3 +46,90 @@ def test_fingerprint_is_the_place_not_the_numbers():
     g = Finding("TI001", "other title", Severity.ERROR, "", key="k", location=Location(rank=2, device=1, stream=7, start_ns=9))
     assert g.fingerprint == f.fingerprint
     assert Finding("TI001", "t", Severity.INFO, "m", key="k").fingerprint == hashlib.sha1(b"TI001|k|None|None|None").hexdigest()[:16]
+
+
+def test_fix_keeps_the_first_lines_own_indent_and_its_letters():
+    assert Fix("", "\n        X = batch.to('cuda', non_blocking=True)\n        Y = X @ W\n").code == (
+        "X = batch.to('cuda', non_blocking=True)\nY = X @ W")
+    # a continuation snippet whose first line is indented deeper than the rest keeps that indent
+    assert Fix("", "\n            .pin_memory()\n        loader = DataLoader(ds)\n").code == "    .pin_memory()\nloader = DataLoader(ds)"
+
+
+def test_instance_times_become_integers():
+    i = Instance(1, 20.7)
+    assert i.end_ns == 20 and type(i.end_ns) is int
+
+
+# --- instances as columns ------------------------------------------------------------------------------------
+from collections import namedtuple  # noqa: E402
+
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from traceinsight.finding import Instances, as_instances, instance_columns  # noqa: E402
+
+
+def test_columns_of_any_instance_like_objects():
+    Span = namedtuple("Span", "start_ns end_ns")  # no rank, device or label: unknown and empty
+    c = instance_columns(Span(s, s + 5) for s in (10, 20))  # a generator is read once
+    assert c.start_ns.tolist() == [10, 20] and c.end_ns.tolist() == [15, 25]
+    assert np.isnan(c.rank).all() and np.isnan(c.device).all() and c.labels == [""] and c.label_code.tolist() == [0, 0]
+    c = instance_columns([Instance(1, 2, label=""), Instance(3, 4, rank=2, label="copy"), Instance(5, 6, label="")])
+    assert c.labels == ["", "copy"] and c.label_code.tolist() == [0, 1, 0] and c.rank[1] == 2.0
+    assert [c.label(i) for i in range(3)] == ["", "copy", ""]
+
+
+def test_empty_columns_keep_their_types():
+    for c in (instance_columns([]), instance_columns(None), Instances().columns()):
+        assert (c.start_ns.dtype, c.end_ns.dtype, c.label_code.dtype, c.rank.dtype) == (np.int64, np.int64, np.int64, np.float64)
+        assert len(c.start_ns) == 0 and c.labels == []
+
+
+def test_instances_made_from_objects():
+    items = [Instance(1, 2, rank=0, label="a"), Instance(3, 5, device=1)]
+    got = as_instances(items)
+    assert isinstance(got, Instances) and len(got) == 2 and list(got) == items and got[1] == items[1]
+    c = got.columns()
+    assert c.start_ns.tolist() == [1, 3] and c.end_ns.tolist() == [2, 5] and c.labels == ["a", ""]
+    assert as_instances(None) == [] and len(Instances()) == 0
+    with pytest.raises(TypeError) as e:
+        as_instances([Instance(1, 2), (3, 4)])
+    assert str(e.value) == "instances must be Instance objects or a DataFrame, got tuple"
+
+
+def test_instances_compare_by_value_whatever_backs_them():
+    df = pd.DataFrame({"start_ns": [1, 3], "end_ns": [2, 5], "rank": [0, None], "label": ["a", "b"]})
+    cols, objs = as_instances(df), Instances([Instance(1, 2, rank=0, label="a"), Instance(3, 5, label="b")])
+    assert cols == objs and objs == cols and cols == list(objs) and not (cols != objs)
+    other = Instances([Instance(1, 2, rank=0, label="a"), Instance(3, 6, label="b")])
+    assert cols != other and not (cols == other)
+    assert (cols == 3) is False
+
+
+def test_instances_from_a_frame_normalise_every_column():
+    df = pd.DataFrame({
+        "start_ns": [1.9, 5.0, 7.0, 9.0],
+        "end_ns": [3.2, 5.0, 8.0, 9.5],  # a zero-length instance is an instance
+        "rank": pd.array([0, None, 2, -1], dtype="Int64"),  # nullable integers: missing and negative are unknown
+        "device": ["1", "x", None, "3.7"],  # text: read as numbers where it is one
+        "label": ["gap", None, "gap", float("nan")],
+    })
+    got = as_instances(df)
+    c = got.columns()
+    assert c.start_ns.dtype == np.int64 and c.end_ns.dtype == np.int64
+    assert c.start_ns.tolist() == [1, 5, 7, 9] and c.end_ns.tolist() == [3, 5, 8, 9]
+    assert [(i.rank, i.device) for i in got] == [(0, 1), (None, None), (2, None), (None, 3)]
+    assert [i.label for i in got] == ["gap", "nan", "gap", "nan"] and c.labels == ["gap", "nan"]
+    assert c.label_code.tolist() == [0, 1, 0, 1]
+
+
+def test_bad_frames_are_refused_with_their_reason():
+    with pytest.raises(ValueError) as e:
+        as_instances(pd.DataFrame({"rank": [0]}))
+    assert str(e.value) == "instances DataFrame lacks column(s) end_ns, start_ns"
+    with pytest.raises(OverflowError) as e:
+        as_instances(pd.DataFrame({"start_ns": [1], "end_ns": [2], "device": [float("inf")]}))
+    assert str(e.value) == "cannot convert float infinity to integer"
+    with pytest.raises(ValueError) as e:
+        as_instances(pd.DataFrame({"start_ns": [1, 10], "end_ns": [1, 9]}))
+    assert str(e.value) == "instance ends before it starts: 10 > 9"
