@@ -445,3 +445,150 @@ def test_no_shapes_and_no_counted_ops(tmp_path):
     t.kernel("vectorized_elementwise_kernel", 200, 40, launch_us=30, op=op)
     counts, _ = _counts(t.write(tmp_path / "u.json"))
     assert counts.shapes_recorded and counts.ops.empty
+
+
+# --- argument edge cases the formulas must read right ------------------------------------------------------
+def test_expand_one_value_per_spatial_dimension():
+    from traceinsight.flops import _expand
+
+    assert _expand([2], 3, 1) == [2, 2, 2]  # one value stands for all
+    assert _expand([1, 2], 3, 0) == [1, 2, 2]  # short: the last value repeats
+    assert _expand([1, 2, 3, 4], 2, 0) == [1, 2]
+    assert _expand(5, 2, 0) == [5, 5]
+    assert _expand(None, 2, 7) == [7, 7] and _expand([], 2, 7) == [7, 7] and _expand([1.5], 2, 7) == [7, 7]
+
+
+def test_concrete_arguments():
+    from traceinsight.flops import _concrete
+
+    args = ["", "True", "False", "[2, 2]", 3, '"same"', "x", None, 1.5]
+    assert [_concrete(args, i) for i in range(len(args))] == [None, True, False, [2, 2], 3, "same", None, None, 1.5]
+    assert _concrete(args, 9) is None and _concrete(args, None) is None and _concrete("[1]", 0) is None
+
+
+def test_padding_for_even_kernels_and_dilation():
+    x, w4 = [8, 64, 56, 56], [128, 64, 4, 4]
+    dims = [x, w4, [], [], [], [], []]
+    # "same" with an even kernel pads (k − 1)·d // 2 on each side: 1 for k = 4, d = 1 (output 55), 3 for d = 2 (56)
+    got = _c("aten::conv2d", dims, concrete=["", "", "", "[1, 1]", '"same"', "[1, 1]", "1"])
+    assert got.flops == 2 * 8 * 55 * 55 * 128 * 64 * 16
+    got = _c("aten::conv2d", dims, concrete=["", "", "", "[1, 1]", '"same"', "[2, 2]", "1"])
+    assert got.flops == 2 * 8 * 56 * 56 * 128 * 64 * 16
+    got = _c("aten::conv2d", dims, concrete=["", "", "", "[1, 1]", '"same"', "", "1"])  # dilation not recorded: 1
+    assert got.flops == 2 * 8 * 55 * 55 * 128 * 64 * 16
+    got = _c("aten::convolution", [x, w4] + [[]] * 7)  # nothing recorded: same padding assumed
+    assert got.flops == 2 * 8 * 55 * 55 * 128 * 64 * 16 and got.assumed == STRIDE_ASSUMED
+    got = _c("aten::conv2d", dims, concrete=["", "", "", "[2, 2]", "[0, 0]", "", "1"])  # dilation not recorded: 1
+    assert got.flops == 2 * 8 * 27 * 27 * 128 * 64 * 16
+
+
+def test_a_single_output_position_is_an_output():
+    got = _c("aten::conv2d", [[2, 8, 3, 3], [16, 8, 3, 3], [], [], [], [], []], concrete=["", "", "", "[1, 1]", "[0, 0]", "[1, 1]", "1"])
+    assert got.flops == 2 * 2 * 1 * 16 * 8 * 9
+    assert count_op("aten::_convolution", [], [], None) is None
+
+
+def test_transposed_convolution_padding():
+    x, w = [2, 16, 10, 10], [16, 8, 4, 4]
+    got = _c("aten::_convolution", [x, w, [], [], [], [], [], [], []],
+             concrete=_conv_args(stride="[2, 2]", padding="[2, 2]", transposed="True", groups="1"))
+    out = (10 - 1) * 2 - 4 + 3 + 1  # 18
+    assert got.bytes == 4 * (2 * 16 * 100 + 16 * 8 * 16 + 2 * 8 * out * out)
+
+
+def test_backward_argument_positions():
+    go, x, w = [8, 128, 28, 28], [8, 64, 56, 56], [128, 64, 3, 3]
+    elems = 8 * 128 * 28 * 28 + 8 * 64 * 56 * 56 + 128 * 64 * 9
+    # the older op: (input, grad_output, weight); its arguments 7 and 10 are not "transposed" and the output mask
+    got = _c("aten::cudnn_convolution_backward", [x, go, w] + [[]] * 8, concrete=[""] * 7 + ["True", "", "", "[0, 1, 0]"])
+    assert got.flops == 2 * 2 * 8 * 28 * 28 * 128 * 64 * 9 and got.bytes == 4 * elems * 2
+    # a two-entry mask is a mask
+    got = _c("aten::convolution_backward", [go, x, w] + [[]] * 8, concrete=[""] * 10 + ["[0, 1]"])
+    assert got.flops == 2 * 8 * 28 * 28 * 128 * 64 * 9 and got.assumed == ""
+    # one spatial dimension
+    got = _c("aten::convolution_backward", [[4, 32, 96], [4, 16, 100], [32, 16, 5]] + [[]] * 8, concrete=[""] * 10 + ["[1, 1, 0]"])
+    assert got.flops == 2 * 2 * 4 * 96 * 32 * 16 * 5
+
+
+def test_attention_backward_reads_q_k_v_after_the_gradient():
+    go, q, k, v = [2, 16, 1024, 32], [2, 16, 1024, 64], [2, 16, 512, 64], [2, 16, 512, 32]
+    got = _c("aten::_scaled_dot_product_efficient_attention_backward", [go, q, k, v] + [[]] * 12, concrete=[""] * 16)
+    fwd = 2 * 2 * 16 * 1024 * 512 * 64 + 2 * 2 * 16 * 1024 * 512 * 32
+    assert got.flops == fwd * 2.5
+    assert got.bytes == 4 * 2 * (2 * 16 * (1024 * 64 + 512 * 64 + 512 * 32 + 1024 * 32))
+
+
+def test_vector_products_with_unreadable_operands():
+    assert count_op("aten::dot", [[-1], [16]], [F32] * 2, None) is None
+    assert count_op("aten::dot", [[16], [-1]], [F32] * 2, None) is None
+    assert count_op("aten::dot", [[16], [8]], [F32] * 2, None) is None  # lengths differ
+    assert count_op("aten::mv", [[8, 16], [-1]], [F32] * 2, None) is None
+    assert count_op("aten::addmv", [[8], [8, 16], [-1]], [F32] * 3, None) is None
+    assert count_op("aten::matmul", [[-1], [16, 32]], [F32] * 2, None) is None
+    assert count_op("aten::matmul", [[16, 8], [-1]], [F32] * 2, None) is None
+
+
+def test_einsum_ellipsis_and_unknown_output_index():
+    assert count_op("aten::einsum", [[], [[2, 3, 4, 16], [16, 32]]], ["", F32], ["...k,kn->...n", ""]) is None
+    assert count_op("aten::einsum", [[], [[8, 16], [16, 32]]], ["", F32], ["ij,jk->ikz", ""]) is None
+
+
+def test_addbmm_batches_must_agree():
+    assert count_op("aten::addbmm", [[8, 32], [4, 8, 16], [3, 16, 32], [], []], [F32] * 5, None) is None
+
+
+def test_same_start_the_longer_op_holds_the_shorter(tmp_path):
+    t = KinetoTrace()
+    t.step(1, 0, 2000)
+    t.cpu_op("aten::addmm", 10, 100, args={"Input Dims": [[32], [8, 16], [16, 32], [], []], "Input type": [F32] * 3 + ["Scalar"] * 2,
+                                           "Concrete Inputs": [""] * 5})
+    inner = t.cpu_op("aten::mm", 10, 50, args=_mm_args(4, 16, 32))  # starts with its parent
+    t.kernel("ampere_sgemm_64x32_nn", 200, 40, launch_us=30, op=inner)
+    counts, _ = _counts(t.write(tmp_path / "t.json"))
+    assert list(counts.ops["name"]) == ["aten::mm"] and list(counts.ops["flops"]) == [2 * 4 * 16 * 32]
+
+
+def test_nesting_is_per_thread(tmp_path):
+    t = KinetoTrace()
+    t.step(1, 0, 2000)
+    t.cpu_op("aten::mm", 10, 100, args=_mm_args(8, 16, 32))  # thread A
+    t.cpu_op("aten::matmul", 20, 60, tid=77, args=_mm_args(2, 16, 32))  # thread B: matmul holding mm
+    t.cpu_op("aten::mm", 30, 20, tid=77, args=_mm_args(4, 16, 32))
+    counts, _ = _counts(t.write(tmp_path / "t.json"))
+    assert sorted(counts.ops["flops"]) == [2 * 4 * 16 * 32, 2 * 8 * 16 * 32]
+
+
+def test_the_external_id_names_the_op_even_from_another_thread(tmp_path):
+    t = KinetoTrace()
+    t.step(1, 0, 2000)
+    a = t.cpu_op("aten::mm", 10, 40, args=_mm_args(8, 16, 32))
+    t.cpu_op("aten::mm", 190, 40, tid=77, args=_mm_args(4, 16, 32))
+    t.kernel("ampere_sgemm_64x32_nn", 300, 40, launch_us=200, tid=77, op=a)  # launched inside the second op's span
+    counts, _ = _counts(t.write(tmp_path / "t.json"))
+    ops = counts.ops.sort_values("start_ns")
+    assert list(ops["kernel_ns"]) == [40_000, 0] and list(ops["kernels"]) == [1, 0]
+
+
+def test_an_unknown_external_id_falls_back_to_the_launch(tmp_path):
+    t = KinetoTrace()
+    t.step(1, 0, 2000)
+    t.cpu_op("aten::mm", 10, 100, args=_mm_args(8, 16, 32))
+    t.kernel("ampere_sgemm_64x32_nn", 200, 40, launch_us=30, op=999)  # no op has id 999
+    t.kernel("ampere_sgemm_64x32_nn", 300, 40, launch_us=150, op=998)  # nor 998, and launched outside mm
+    counts, _ = _counts(t.write(tmp_path / "t.json"))
+    assert list(counts.ops["kernel_ns"]) == [40_000] and counts.kernel_op.tolist() == [0, -1]
+
+
+def test_kernels_with_no_launch_record_belong_to_no_op(tmp_path):
+    import json
+
+    t = KinetoTrace()
+    t.step(1, 0, 2000)
+    t.cpu_op("aten::mm", 10, 100, args=_mm_args(8, 16, 32))
+    t.kernel("ampere_sgemm_64x32_nn", 200, 40, launch_us=30, op=999)
+    doc = t.to_dict()  # drop the launch: a kernel whose runtime call the profiler lost
+    doc["traceEvents"] = [e for e in doc["traceEvents"] if e.get("name") != "cudaLaunchKernel" and e.get("cat") != "ac2g"]
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(doc))
+    counts, kernels = _counts(path)
+    assert len(kernels) == 1 and counts.kernel_op.tolist() == [-1] and list(counts.ops["kernels"]) == [0]
