@@ -4,11 +4,13 @@ ones survive. Not in CI (minutes per module); run it before resolving an issue t
     python bench/mutation.py severity            # one module
     python bench/mutation.py all --timeout 600   # each module in turn, each run capped
     python bench/mutation.py whatif --children 2 --keep /tmp/mut
+    python bench/mutation.py ledger --only 'traceinsight.ledger.x__merged__mutmut_*'   # part of a large module
 
 Each run works on a scratch copy of the checkout (tracked and untracked-but-not-ignored files plus the built C
 extensions), so the working tree is never touched; mutmut's configuration is written into that copy only. Tests
 run as on a fresh clone: without the corpus (``TRACEINSIGHT_SHARED`` points nowhere) and in file order. For each
-module the script prints the score (killed / (killed + survived)) and every surviving mutant as a one-line diff;
+module (one file or several checked together) the script prints the score (killed / (killed + survived)) and
+every surviving mutant as a one-line diff;
 mutants not reached before the timeout are counted as "not checked". Exit status 1 when a module scores below
 ``--target`` (default 90 %).
 
@@ -94,8 +96,10 @@ def write_config(dest: Path, file: str | tuple[str, ...], tests: list[str]) -> N
     # mutmut reads [tool.mutmut] from pyproject.toml first: the copy's has none, so setup.cfg is used
 
 
-def run_module(name: str, timeout: int, children: int, keep: Path | None) -> tuple[float | None, str]:
+def run_module(name: str, timeout: int, children: int, keep: Path | None,
+               only: list[str] | None = None) -> tuple[float | None, str]:
     file, tests, patterns = MODULES[name]
+    patterns = only or patterns
     work = Path(tempfile.mkdtemp(prefix=f"mutation-{name}-", dir=keep))
     scratch_copy(work)
     write_config(work, file, tests)
@@ -103,19 +107,20 @@ def run_module(name: str, timeout: int, children: int, keep: Path | None) -> tup
     cmd = ["timeout", str(timeout), sys.executable, "-m", "mutmut", "run", "--max-children", str(children), *patterns]
     proc = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True)
     try:
-        return report(name, work, stopped=proc.returncode == 124, tail=proc.stdout[-2000:] + proc.stderr[-2000:])
+        return report(name, work, stopped=proc.returncode == 124, tail=proc.stdout[-2000:] + proc.stderr[-2000:], only=only)
     finally:
         if keep is None:
             shutil.rmtree(work, ignore_errors=True)
 
 
-def report(name: str, work: Path, stopped: bool = False, tail: str = "") -> tuple[float | None, str]:
+def report(name: str, work: Path, stopped: bool = False, tail: str = "", only: list[str] | None = None) -> tuple[float | None, str]:
     """Score and surviving mutants of a finished (or stopped) run in the scratch copy ``work``."""
     import ast
     import difflib
     import fnmatch
 
     file, tests, patterns = MODULES[name]
+    patterns = only or patterns
     files = _files(file)
     metas = [work / "mutants" / (f + ".meta") for f in files]
     if not any(m.is_file() for m in metas):
@@ -131,7 +136,7 @@ def report(name: str, work: Path, stopped: bool = False, tail: str = "") -> tupl
     killed = counts["killed"] + counts["timeout"] + counts["caught by type check"]
     decided = killed + counts["survived"]
     score = 100.0 * killed / decided if decided else None
-    out = [f"{name} ({' '.join(files)}; tests: {' '.join(tests)}): "
+    out = [f"{name} ({' '.join(files)}; tests: {' '.join(tests)}{'; only: ' + ' '.join(only) if only else ''}): "
            + (f"{score:.1f} % killed" if score is not None else "no mutant decided")
            + f" ({killed} killed, {counts['survived']} survived"
            + "".join(f", {n} {s}" for s, n in sorted(counts.items()) if s not in ("killed", "survived", "timeout", "caught by type check"))
@@ -169,17 +174,20 @@ def main() -> int:
     p.add_argument("--children", type=int, default=1, help="parallel mutant runs (default 1)")
     p.add_argument("--target", type=float, default=90.0, help="minimum %% killed per module (default 90)")
     p.add_argument("--keep", type=Path, help="keep the scratch copies under this folder (to rerun or inspect)")
+    p.add_argument("--only", nargs="+", metavar="PATTERN",
+                   help="mutant-name patterns (fnmatch, e.g. 'traceinsight.ledger.x__merged__mutmut_*') run and scored "
+                        "instead of the module's own: to iterate on part of a large module")
     p.add_argument("--report", type=Path, metavar="COPY", help="only report on a kept scratch copy of this module")
     args = p.parse_args()
     if args.keep:
         args.keep.mkdir(parents=True, exist_ok=True)
     if args.report:
-        score, text = report(args.module, args.report)
+        score, text = report(args.module, args.report, only=args.only)
         print(text)
         return 0 if score is not None and score >= args.target else 1
     ok = True
     for name in MODULES if args.module == "all" else [args.module]:
-        score, text = run_module(name, args.timeout, args.children, args.keep)
+        score, text = run_module(name, args.timeout, args.children, args.keep, args.only)
         print(text, flush=True)
         ok &= score is not None and score >= args.target
     return 0 if ok else 1
