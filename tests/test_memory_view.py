@@ -90,6 +90,8 @@ def test_without_capacity_or_steps_there_is_no_headroom(tmp_path):
     assert got["peak_allocated_bytes"] == GiB and got["allocated_relative_to_profile_start"] is True
     d.capacity = 0
     assert d.peak_share is None
+    d.capacity = 3 * GiB  # a share printed to six places
+    assert d.peak_share == 1 / 3 and d.to_dict()["peak_share_of_capacity"] == 0.333333 and d.to_dict()["headroom_bytes"] == 2 * GiB
     d.capacity, d.peak_allocated = 4 * GiB, None
     assert d.peak is None and d.peak_share is None and d.to_dict()["headroom_bytes"] is None
     d.capacity, d.peak_allocated = None, float("inf")
@@ -226,10 +228,10 @@ def test_steady_rows_start_at_the_end_of_warm_up():
 
     from traceinsight.memory import Memory
 
-    rank = np.array([0, 0, 0, 1, 1, 2])
-    t = np.array([99, 100, 150, 50, 60, 1_000])
-    step = np.array([1, 1, -1, 2, 2, 3])
-    assert Memory.steady(_M(), rank, t, step).tolist() == [False, True, False, True, True, False]
+    rank = np.array([0, 0, 0, 1, 1, 2, 1])
+    t = np.array([99, 100, 150, 50, 60, 1_000, 70])
+    step = np.array([1, 1, -1, 2, 2, 3, 0])  # step 0 is a step (XPlane and nsys number from 0)
+    assert Memory.steady(_M(), rank, t, step).tolist() == [False, True, False, True, True, False, True]
 
 
 def test_one_step_has_no_steady_state(tmp_path):
