@@ -77,7 +77,7 @@ def test_in_process_a_freed_block_is_reused_without_page_faults():
     del a
     before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
     b = np.ones(n)
-    assert resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before < 500
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before < 50  # untuned: hundreds (thousands without huge pages)
     del b
 
 
