@@ -5,7 +5,6 @@ what was planted (A100 80GB SXM: 312 TFLOP/s bf16 dense, 19.5 fp32, 156 tf32, 20
 
 from __future__ import annotations
 
-import numpy as np
 import pandas as pd
 import pytest
 
