@@ -4,10 +4,13 @@ pasted, an instance's normal form, and the fingerprint that matches a finding ac
 from __future__ import annotations
 
 import hashlib
+from collections import namedtuple
 
+import numpy as np
+import pandas as pd
 import pytest
 
-from traceinsight.finding import Finding, Fix, Instance, Location, Severity
+from traceinsight.finding import Finding, Fix, Instance, Instances, Location, Severity, as_instances, instance_columns
 
 
 def test_severity_order_and_parsing():
@@ -61,12 +64,6 @@ def test_instance_times_become_integers():
 
 
 # --- instances as columns ------------------------------------------------------------------------------------
-from collections import namedtuple  # noqa: E402
-
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-
-from traceinsight.finding import Instances, as_instances, instance_columns  # noqa: E402
 
 
 def test_columns_of_any_instance_like_objects():
