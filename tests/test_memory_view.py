@@ -142,21 +142,37 @@ def test_reserved_only_rows_take_the_peak_from_the_pool(tmp_path):
     import pandas as pd
 
     m = _memory(_training(tmp_path).write(tmp_path / "t.json"))
-    g = pd.DataFrame({"start_ns": [10, 20, 30, 40], "allocated": [np.nan] * 4, "reserved": [GiB, 3 * GiB, 2 * GiB, 3 * GiB],
-                      "op": ["a", "b", None, "d"], "step": [-1, 4, 4, 5], "device_type": ["hip"] * 4,
-                      "kind": ["alloc", "alloc", "free", "oom"]})
+    g = pd.DataFrame({"start_ns": [10, 20, 30, 40, 50], "allocated": [np.nan] * 5,
+                      "reserved": [GiB, 3 * GiB, 2 * GiB, 3 * GiB, 0.5 * GiB],
+                      "op": ["a", "b", None, "d", "e"], "step": [-1, 4, 4, 5, 0], "device_type": ["hip"] * 5,
+                      "kind": ["alloc", "alloc", "free", "oom", "alloc"]})
     d = m._device(1, 2, g, 8 * GiB, False)
-    assert (d.rank, d.device, d.device_type, d.events, d.oom_events) == (1, 2, "hip", 4, 1)
+    assert (d.rank, d.device, d.device_type, d.events, d.oom_events) == (1, 2, "hip", 5, 1)
     assert d.peak_allocated is None and d.peak_reserved == 3 * GiB
     assert (d.peak_at_ns, d.peak_op, d.peak_step) == (20, "b", 4)
     assert d.to_dict()["steps"] == [
+        {"step": 0, "peak_allocated": None, "peak_reserved": GiB // 2, "start_reserved": GiB // 2, "headroom": 7.5 * GiB},
         {"step": 4, "peak_allocated": None, "peak_reserved": 3 * GiB, "start_reserved": 3 * GiB, "headroom": 5 * GiB},
         {"step": 5, "peak_allocated": None, "peak_reserved": 3 * GiB, "start_reserved": 3 * GiB, "headroom": 5 * GiB},
     ]
+    g.loc[4, "reserved"] = 4 * GiB  # the peak in step 0: step 0 is a step
+    assert m._device(1, 2, g, 8 * GiB, False).peak_step == 0
     g["reserved"] = np.nan  # nothing known: no peak at all
     d = m._device(1, 2, g, None, False)
     assert (d.peak, d.peak_at_ns, d.peak_op, d.peak_step) == (None, None, None, None)
-    assert d.to_dict()["steps"][0] == {"step": 4, "peak_allocated": None, "peak_reserved": None, "start_reserved": None, "headroom": None}
+    assert d.to_dict()["steps"][1] == {"step": 4, "peak_allocated": None, "peak_reserved": None, "start_reserved": None, "headroom": None}
+
+
+def test_a_timeline_from_before_the_memory_table(tmp_path):
+    """A cached Timeline pickled before ``Timeline.memory`` existed has no such attribute: no devices, no error."""
+    t = KinetoTrace()
+    t.step(1, 0, 1_000)
+    t.kernel("k", 100, 10)
+    t.memory(50, GiB, allocated=GiB, reserved=GiB)
+    tl = traceinsight.load(t.write(tmp_path / "t.json"))
+    del tl.memory
+    m = Derived(tl).memory
+    assert m.table.empty and m.devices == [] and m.to_dict() == {"devices": [], "um_page_faults": 0, "allocator_calls": 0}
 
 
 def test_a_trace_without_gpu_memory_has_no_devices(tmp_path):
@@ -266,8 +282,15 @@ def test_series_keeps_first_peak_and_last_of_each_bucket():
     s = _reduce(t, alloc, res, limit=9)
     assert s["start_ns"].tolist() == [0, 20, 30, 40, 70, 80, 110]
     # a bucket with no level at all keeps its first and last rows
+    assert s["reserved"].tolist() == [0, 7, 0, 0, 0, 0, 9]
     s = _reduce(t, none, none, limit=9)
     assert s["start_ns"].tolist() == [0, 30, 40, 70, 80, 110]
+    # the first finite value may be a bucket's last but one
+    s = _reduce(t, np.array([np.nan, np.nan, 7, 3] * 3), none, limit=9)
+    assert s["start_ns"].tolist() == [0, 20, 30, 40, 60, 70, 80, 100, 110]
+    # times need not start at 0; a limit that is not a multiple of 3 still gives limit // 3 buckets
+    s = _reduce(t + 1_000, alloc, none, limit=10)
+    assert s["start_ns"].tolist() == [1_000, 1_010, 1_030, 1_040, 1_060, 1_070, 1_080, 1_100, 1_110]
     full = _reduce(t, alloc, none, limit=12)  # few enough: every row
     assert full["start_ns"].tolist() == t.tolist() and full["allocated"].tolist() == alloc.tolist()
     assert np.isnan(full["reserved"]).all()

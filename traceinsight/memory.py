@@ -127,7 +127,7 @@ class Memory:
         st = g[g["step"].to_numpy() >= 0]
         if st.empty:
             return pd.DataFrame()
-        agg = st.groupby("step", sort=True).agg(peak_allocated=("allocated", "max"), peak_reserved=("reserved", "max"),
+        agg = st.groupby("step").agg(peak_allocated=("allocated", "max"), peak_reserved=("reserved", "max"),
                                                  start_reserved=("reserved", "first"))
         agg["headroom"] = (capacity - agg["peak_reserved"].fillna(agg["peak_allocated"])) if capacity else np.nan
         return agg.reset_index()
