@@ -107,6 +107,24 @@ def test_differences_are_the_largest_first():
     assert M._differences(x, y, n=2) == ["e: 0 -> 7 per step", "c: 1 -> 4 per step"]
 
 
+def test_differences_name_at_most_five_and_only_real_ones():
+    x = {f"op{i}": float(i) for i in range(7)}
+    assert M._differences(x, {}) == [f"op{i}: {i} -> 0 per step" for i in (6, 5, 4, 3, 2)]
+    assert M._differences({}, {"new": 1.0}) == ["new: 0 -> 1 per step"]
+    assert M._differences({"a": 1e-9}, {}) == [] and M._differences({"a": 2e-9}, {}) == ["a: 2e-09 -> 0 per step"]
+
+
+def test_batch_variants_up_to_six_tensors_try_every_choice():
+    six = "[" + ", ".join(["[64]"] * 6) + "]"
+    got = M._batch_variants(six, 64, 2)
+    assert len(got) == 64 and got[0] == six.replace("64", "2") and got[-1] == six and len(set(got)) == 64
+
+
+def test_a_zero_base_median_reads_the_change_against_one_ns():
+    d = C._shift_dict(np.zeros(3), np.ones(3), Shift(1.0, 0.5, 1.5))
+    assert (d["change_pct"], d["low_pct"], d["high_pct"]) == (100.0, 50.0, 150.0)
+
+
 def test_the_same_ops_are_comparable():
     c = M.comparability(_side(durs=[10 * MS] * 3), _side(durs=[9 * MS] * 3))
     assert c == {"comparable": True, "matched_by": "framework_ops", "in_common_pct": 100.0, "shapes_in_common_pct": None,
