@@ -186,10 +186,10 @@ def _conv(name: str, d: list, concrete: list | None) -> tuple[float, float, str]
     transposed = False if short else bool(_concrete(concrete, 6))
     assumed = ""
     k = w[2:]
-    if isinstance(padding, str):  # conv2d(padding="same"/"valid")
-        padding = [(dl * (kk - 1)) // 2 for kk, dl in zip(k, _expand(dilation, sp, 1))] if padding == "same" else [0] * sp
     if stride is None and padding is None:
         assumed = STRIDE_ASSUMED
+    if isinstance(padding, str):  # conv2d(padding="same"/"valid"); "same" is the default padding below
+        padding = None if padding == "same" else [0] * sp
     stride, padding, dilation = _expand(stride, sp, 1), _expand(padding, sp, None), _expand(dilation, sp, 1)
     padding = [p if p is not None else (dl * (kk - 1)) // 2 for p, kk, dl in zip(padding, k, dilation)]
     n = x[0]
@@ -208,7 +208,7 @@ def _conv(name: str, d: list, concrete: list | None) -> tuple[float, float, str]
 
 def _expand(v: Any, n: int, default: Any) -> list:
     if isinstance(v, list) and v and all(isinstance(i, int) for i in v):
-        return (v * n)[:n] if len(v) == 1 else v[:n] + [v[-1]] * (n - len(v))
+        return (v + [v[-1]] * n)[:n]  # one value stands for all; a short list repeats its last
     if isinstance(v, int):
         return [v] * n
     return [default] * n
@@ -404,10 +404,8 @@ def _leaves(thread: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarra
 def _attribute(events: pd.DataFrame, kernels: pd.DataFrame, ops: pd.DataFrame, op_thread: Any) -> np.ndarray:
     """Per kernel: the counted op whose interval (on the launching thread) holds the op or call that launched it."""
     out = np.full(len(kernels), -1, dtype=np.int64)
-    if kernels.empty or ops.empty:
-        return out
-    # the launching point of each kernel: its External id's op, else its runtime call
-    host = events[(events["device"].to_numpy() < 0)]
+    # the launching point of each kernel: its External id's op, else its runtime call (both host rows)
+    host = events
     kind = host["kind"].to_numpy()
     point = pd.DataFrame({"r": kernels["rank"].to_numpy().astype(np.int64), "p": np.full(len(kernels), -1, np.int64),
                           "t": np.full(len(kernels), -1, np.int64), "s": np.full(len(kernels), -1, np.int64)})
