@@ -221,6 +221,27 @@ def test_shape_similarity_with_two_batch_sizes():
     assert M.shape_similarity(a2, {("mm", "[[64, 64]]"): 5.0}, 32, 64) == 60.0
 
 
+def test_shape_matching_takes_the_most_frequent_head_shapes_first():
+    """HEAD (batch 16) against BASE (batch 64): a HEAD shape leading with 16 may be BASE's batch-64 activation or a
+    weight that happens to lead with 16; each BASE entry is used up once, most frequent HEAD entries first."""
+    s64, s16 = ("mm", "[[64, 8]]"), ("mm", "[[16, 8]]")
+    assert M.shape_similarity({s64: 5.0, s16: 2.0}, {s16: 2.0, s64: 5.0}, 64, 16) == 100.0
+    # a BASE entry is used up: what one HEAD shape took, another cannot take again
+    assert M.shape_similarity({s64: 5.0}, {s16: 3.0, s64: 4.0}, 64, 16) == pytest.approx(100 * 5 / 7)
+    # one HEAD entry may match several BASE entries, each up to what is left of it
+    assert M.shape_similarity({s64: 2.0, s16: 5.0}, {s16: 3.0}, 64, 16) == pytest.approx(100 * 3 / 7)
+    # fractional counts per step (an op every other step)
+    assert M.shape_similarity({s64: 0.5}, {s16: 0.5}, 64, 16) == 100.0
+    assert M.shape_similarity({s64: 0.5}, {s16: 0.25, ("add", "[[16]]"): 0.25}, 64, 16) == 50.0
+
+
+def test_kernel_stats_default_to_zero():
+    assert C._stats(None) is None
+    assert C._stats({}) == {"count": 0, "total_ns": 0, "per_step": 0.0, "ns_per_step": 0.0}
+    got = C._stats({"count": 3.0, "total_ns": 10.7, "per_step": 1, "ns_per_step": 2})
+    assert got == {"count": 3, "total_ns": 10, "per_step": 1.0, "ns_per_step": 2.0} and type(got["per_step"]) is float
+
+
 def test_shape_counts_add_up_per_op_and_shapes():
     w = {"shapes": [{"name": "mm", "shapes": "[[1]]", "per_step": 2}, {"name": "mm", "shapes": "[[1]]", "per_step": 3},
                     {"name": "add", "per_step": None}]}
