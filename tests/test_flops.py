@@ -592,3 +592,55 @@ def test_kernels_with_no_launch_record_belong_to_no_op(tmp_path):
     path.write_text(json.dumps(doc))
     counts, kernels = _counts(path)
     assert len(kernels) == 1 and counts.kernel_op.tolist() == [-1] and list(counts.ops["kernels"]) == [0]
+
+
+def _add_args(n):
+    return {"Input Dims": [[n], [n], []], "Input type": [F32, F32, "Scalar"], "Concrete Inputs": ["", "", "1"]}
+
+
+def test_elementwise_ops_alone_own_their_kernels(tmp_path):
+    t = KinetoTrace()
+    t.step(1, 0, 2000)
+    add = t.cpu_op("aten::add", 10, 50, args=_add_args(1024))
+    t.kernel("vectorized_elementwise_kernel", 200, 7, launch_us=20, op=add)
+    counts, _ = _counts(t.write(tmp_path / "t.json"))
+    assert list(counts.ops["kernel_ns"]) == [7_000] and counts.kernel_op.tolist() == [0]
+
+
+def test_a_matrix_op_owns_what_it_launches_after_an_inner_elementwise_op(tmp_path):
+    t = KinetoTrace()
+    t.step(1, 0, 2000)
+    mm = t.cpu_op("aten::mm", 10, 200, args=_mm_args(8, 16, 32))
+    add = t.cpu_op("aten::add", 50, 20, args=_add_args(256))  # inside mm, ended before mm launches its GEMM
+    t.kernel("vectorized_elementwise_kernel", 300, 5, launch_us=55, op=add)
+    t.kernel("ampere_sgemm_64x32_nn", 400, 40, launch_us=100, op=999)  # found by its launch call, inside mm only
+    counts, _ = _counts(t.write(tmp_path / "t.json"))
+    ops = counts.ops.set_index("name")
+    del mm
+    assert (ops.loc["aten::mm", "kernel_ns"], ops.loc["aten::add", "kernel_ns"]) == (40_000, 5_000)
+
+
+def test_ops_on_two_threads_own_their_own_kernels(tmp_path):
+    t = KinetoTrace()
+    t.step(1, 0, 2000)
+    for i, (tid, at) in enumerate(((None, 10), (77, 15), (None, 300), (77, 310))):
+        op = t.cpu_op("aten::mm", at, 100, tid=tid, args=_mm_args(8 + i, 16, 32))
+        t.kernel("ampere_sgemm_64x32_nn", 600 + 100 * i, 10 + i, launch_us=at + 5, tid=tid, op=op)
+    counts, _ = _counts(t.write(tmp_path / "t.json"))
+    ops = counts.ops.sort_values("start_ns")
+    assert list(ops["flops"]) == [2 * (8 + i) * 16 * 32 for i in range(4)]
+    assert list(ops["kernel_ns"]) == [10_000, 11_000, 12_000, 13_000]
+
+
+def test_the_launch_fallback_leaves_kernels_found_by_external_id_alone(tmp_path):
+    t = KinetoTrace()
+    t.step(1, 0, 2000)
+    a = t.cpu_op("aten::mm", 10, 40, args=_mm_args(8, 16, 32))
+    b = t.cpu_op("aten::mm", 190, 40, tid=77, args=_mm_args(4, 16, 32))
+    t.kernel("ampere_sgemm_64x32_nn", 300, 40, launch_us=200, tid=77, op=a)  # by its External id: op a
+    t.kernel("ampere_sgemm_64x32_nn", 400, 30, launch_us=210, tid=77, op=999)  # by its launch: op b
+    counts, _ = _counts(t.write(tmp_path / "t.json"))
+    ops = counts.ops.sort_values("start_ns")
+    assert list(ops["kernel_ns"]) == [40_000, 30_000]
+    del b
+
