@@ -262,6 +262,8 @@ def test_context_is_shown_never_judged():
         {"what": "ranks", "base": "2", "head": "1", "differs": True},
     ]
     assert M.context(_side(trace={}), _side(trace={}))[0] == {"what": "GPU", "base": "unknown", "head": "unknown", "differs": False}
+    mixed = _side(trace={"devices": [{"name": "H100"}, {"name": "A100"}]})
+    assert M.context(mixed, mixed)[0]["base"] == "A100, H100"
 
 
 # --- the step change, its verdict and sentence ---------------------------------------------------------------
@@ -311,7 +313,7 @@ def test_slower_beyond_the_gate_fails_and_within_it_passes():
 
 def test_gate_results_at_each_branch():
     step = {"change_pct": 12.0, "low_ns": -5.0, "change_ns": 1.0}
-    assert C.gate({"verdict": C.NO_CHANGE, "per_sample": None, "step": step}, 10.0)["result"] == C.INCONCLUSIVE
+    assert C.gate({"verdict": C.NO_CHANGE, "per_sample": None, "step": step}, 10.0) == {"fail_if_slower_pct": 10.0, "result": C.INCONCLUSIVE}
     assert C.gate({"verdict": C.SLOWER, "per_sample": None, "step": {**step, "low_ns": 0.0}}, 10.0)["result"] == C.INCONCLUSIVE
     assert C.gate({"verdict": C.SLOWER, "per_sample": None, "step": {**step, "low_ns": 0.5}}, 10.0)["result"] == C.FAIL
     assert C.gate({"verdict": C.INCONCLUSIVE, "per_sample": None, "step": {**step, "low_ns": None}}, 10.0)["result"] == C.INCONCLUSIVE
@@ -386,6 +388,22 @@ def test_sentence_names_the_buckets_that_moved_most():
     d["ledger"] = [{"bucket": "compute", "change_ns": 5_000}, {"bucket": "copy", "change_ns": 4_999}]
     assert C.sentence(d).endswith(": compute +5.0 µs")
     assert C._ms(None) == "n/a" and C._ms(-5.0, True) == "-5 ns" and C._ms(0.0, True) == "0 ns" and C._ms(5.0) == "5 ns"
+    assert C._ms(1.0, True) == "+1 ns" and C._ms(0.4, True) == "+0 ns"
+
+
+def test_the_document_has_every_part():
+    from traceinsight.version import __version__
+
+    d = C.compare(_side(durs=[10 * MS] * 3), _side("head.json", durs=[10 * MS] * 3))
+    assert list(d) == ["schema_version", "kind", "traceinsight_version", "base", "head", "context", "comparability", "step",
+                       "per_sample", "verdict", "ledger", "ledger_steps", "sentence", "kernels", "kernel_classes", "ops",
+                       "busy_pct", "kpis", "findings", "what_if", "ranks", "gate"]
+    assert d["traceinsight_version"] == __version__ and d["head"]["path"] == "head.json" and d["context"][0]["what"] == "GPU"
+    assert d["ledger_steps"] == {"base": [], "head": []} and d["kernels"] == [] and d["kernel_classes"] == []
+    assert [r["name"] for r in d["ops"]] == ["aten::add", "aten::mm"] and d["findings"]["counts"]["new"] == 0  # no change: by name
+    assert C._spread(np.zeros(0)) == {"count": 0, "median_ns": None, "p10_ns": None, "p90_ns": None, "min_ns": None, "max_ns": None}
+    many = C.compare(_ranks({0: [10 * MS] * 3, 1: [11 * MS] * 3}), _ranks({0: [10 * MS] * 3, 1: [10 * MS] * 3}))
+    assert many["ranks"]["straggler_base"]["rank"] == 1
 
 
 # --- why: ledger, kernels, ops, KPIs, findings -----------------------------------------------------------------
@@ -510,6 +528,24 @@ def test_what_if_predictions_checked_against_the_measured_step():
          "predicted_step_ns": 8 * MS, "measured_step_ns": 8 * MS, "error_pct": 0.0},
     ]
     assert C.what_if_check(base, head, {"step": None}) == []
+
+
+def test_what_if_check_reads_every_finding_whatever_comes_first():
+    a, b, c = "a" * 16, "b" * 16, "c" * 16
+    step = {"step": {"basis": "steps", "base_median_ns": 10 * MS, "head_median_ns": 8 * MS}}
+    base = _side(findings=[
+        "junk",
+        {"fingerprint": c, "impact_pct_span": 5.0},  # no what-if
+        {"fingerprint": b, "impact_pct_span": 20.0, "what_if": {"step_ns": 9 * MS}},  # still there: not checked
+        {"fingerprint": a, "impact_pct_span": 20.0, "what_if": {"step_ns": 7 * MS, "transform": 3}},  # no code or title
+    ])
+    head = _side(findings=[{"fingerprint": b, "impact_pct_span": 19.0}])
+    assert C.what_if_check(base, head, step) == [
+        {"code": "", "title": "", "transform": "3", "status": "fixed", "base_step_ns": 10 * MS, "predicted_step_ns": 7 * MS,
+         "measured_step_ns": 8 * MS, "error_pct": round(100 / 7, 1)}]
+    no_findings = Side({k: v for k, v in _report().items() if k != "findings"}, "x")
+    assert C.what_if_check(base, no_findings, step)[0]["status"] == "fixed"
+    assert C.what_if_check(no_findings, head, step) == []
 
 
 # --- ranks ---------------------------------------------------------------------------------------------------
