@@ -178,6 +178,8 @@ def test_user_flops_per_step_and_no_steps(tmp_path):
     assert e.model_flops == 1e9 and e.mfu_pct == pytest.approx(100 * 1e9 / (window * 1e-6) / 1e12 / 312)
     assert e.notes == ["the trace has no step markers: MFU is the given FLOPs for one step over the whole GPU window"]
     assert e.steps.empty
+    e = _eff(t.write(tmp_path / "v.json"), model_flops_per_step=1e9 + 0.25)
+    assert e.to_dict()["model_flops"] == 1_000_000_000.0  # whole FLOPs
 
 
 def test_shapes_without_steps_use_the_gpu_window(tmp_path):
@@ -293,3 +295,18 @@ def test_hardware_samples_per_scope(tmp_path):
     assert e.notes[-1] == "GPU-metrics samples are present: SM and tensor-core activity below are the hardware's own measure"
     d = e.to_dict()["hardware"]
     assert {"scope": "GEMM", "metric": sm, "mean_pct": 90.0, "samples": 20} in d
+
+
+def test_hardware_samples_at_the_edges(tmp_path):
+    """A sample belongs to a kernel or a step while it runs: not before it, not at its end."""
+    t = NsysTrace()
+    t.step(0, 100_000, 400_000)
+    t.kernel("sm80_xmma_gemm_bf16bf16", 200_000, 100_000)
+    for at, v in ((50_000, 10), (200_000, 90), (300_000, 20), (500_000, 30)):
+        t.gpu_metrics(at, {"SMs Active [Throughput %]": v})
+    e = _eff(t.write(tmp_path / "edges.sqlite"))
+    hw = {(r["scope"]): (r["mean_pct"], r["samples"]) for r in e.hardware.to_dict("records")}
+    assert hw == {"all": (37.5, 4), "busy": (90.0, 1), "GEMM": (90.0, 1), "step 0": (55.0, 2)}
+    t = NsysTrace()  # no sampling: no hardware block
+    t.kernel("sm80_xmma_gemm_bf16bf16", 200_000, 100_000)
+    assert _eff(t.write(tmp_path / "none.sqlite")).hardware is None
