@@ -201,6 +201,26 @@ def test_shapes_with_the_batch_set_aside():
     assert c["comparable"] and c["shapes_in_common_pct"] is None
 
 
+def test_workloads_without_ops_or_kernels_lists():
+    bare = Side({**_report(durs=[1] * 3), "workload": {"steps": _report(durs=[1] * 3)["workload"]["steps"]}}, "bare")
+    c = M.comparability(bare, bare)
+    assert c["comparable"] and c["matched_by"] == "kernels" and c["in_common_pct"] == 100.0
+
+
+def test_shapes_at_the_threshold_and_their_rounding():
+    base = [{"name": "aten::mm", "shapes": "[[32, 8]]", "per_step": 4}, {"name": "aten::add", "shapes": "[[32]]", "per_step": 1}]
+    head = [{"name": "aten::mm", "shapes": "[[32, 8]]", "per_step": 4}, {"name": "aten::add", "shapes": "[[7]]", "per_step": 1}]
+    c = M.comparability(_side(durs=[1] * 3, shapes=base), _side(durs=[1] * 3, shapes=head))
+    assert c["comparable"] and c["shapes_in_common_pct"] == 80.0  # exactly the threshold: comparable
+    head[0]["per_step"] = 4.123
+    c = M.comparability(_side(durs=[1] * 3, shapes=base), _side(durs=[1] * 3, shapes=head))
+    assert c["shapes_in_common_pct"] == 78.1 and c["comparable"] is False
+    # a shapes reason and one side's step markers: the shapes first, the markers second
+    c = M.comparability(_side(durs=[1] * 3, shapes=base), _side(durs=[], shapes=head))
+    assert c["reasons"][0].startswith("only 78% of the framework ops per step have the same input shapes")
+    assert c["reasons"][1] == "only BASE has step markers: the step structure differs"
+
+
 def test_batch_variants_try_each_leading_dimension():
     assert M._batch_variants("[[64, 3], [64, 64]]", 64, 32) == [
         "[[32, 3], [32, 64]]", "[[32, 3], [64, 64]]", "[[64, 3], [32, 64]]", "[[64, 3], [64, 64]]"]
@@ -445,6 +465,41 @@ def test_kernels_matched_across_names_through_their_op():
         {"class": "other", "base_ns_per_step": 30, "head_ns_per_step": 10, "change_ns_per_step": -20,
          "base_per_step": 1.0, "head_per_step": 1.0},
     ]
+
+
+def test_kernel_rows_with_only_a_name_and_reports_without_kernels():
+    base = _side(kernels=[{"name": "k"}, _k("attn", "attention", 70, per_step=2), _k("mm_same", "gemm", 10, op="aten::mm")])
+    head = _side(kernels=[{"name": "k2"}, _k("mm_same", "gemm", 12, op="aten::mm")])
+    rows, classes = C.kernel_diff(base, head)
+    by = {r["name"]: r for r in rows}
+    zero = {"count": 0, "total_ns": 0, "per_step": 0.0, "ns_per_step": 0.0}
+    assert by["k"] == {"name": "k", "class": "other", "op": "", "base": zero, "head": None, "change_ns_per_step": 0.0,
+                       "status": "vanished", "matched_with": []}
+    assert by["k2"]["status"] == "new" and by["k2"]["head"] == zero and by["k2"]["base"] is None
+    assert by["mm_same"]["status"] == "same" and by["mm_same"]["matched_with"] == []  # same name: never "matched"
+    assert by["mm_same"]["head"] == {"count": 3, "total_ns": 36, "per_step": 1.0, "ns_per_step": 12.0}
+    assert {c["class"]: (c["base_ns_per_step"], c["head_ns_per_step"], c["base_per_step"], c["head_per_step"]) for c in classes} == {
+        "attention": (70, 0, 2.0, 0), "gemm": (10, 12, 1.0, 1.0)}  # a row with no class is in no class total
+    bare = Side({**_report(), "workload": {"steps": []}}, "bare")
+    assert C.kernel_diff(bare, bare) == ([], []) and C.op_diff(bare, bare) == []
+
+
+def test_both_matched_sides_are_marked():
+    rows, _ = C.kernel_diff(_side(kernels=[_k("a", "gemm", 5, op="aten::mm")]), _side(kernels=[_k("b", "gemm", 5, op="aten::mm")]))
+    assert [(r["name"], r["status"], r["matched_with"]) for r in rows] == [("a", "matched", ["b"]), ("b", "matched", ["a"])]
+
+
+def test_ledger_buckets_gone_and_the_order_of_reports_without_a_list():
+    def side(buckets, ns):
+        return _side(durs=[1] * 3, buckets=buckets, by_step=[{"rank": 0, "step": 1, "ns": ns}])
+    got = C.ledger_diff(side([], {"x": 5.0, "y": 7.0}), side(["y", "x"], {"y": 7.0, "x": 5.0, "z": 0.0}))
+    assert [r["bucket"] for r in got] == ["y", "x"]  # no change: HEAD's order when BASE lists none
+    got = C.ledger_diff(side([], {"x": 5.0, "w": 1.0}), side([], {"w": 1.0, "x": 5.0}))
+    assert [r["bucket"] for r in got] == ["w", "x"]  # neither lists them: by name
+    got = C.ledger_diff(side(["gone"], {"gone": 20.0}), side([], {}))
+    assert got == [{"bucket": "gone", "base_ns_per_step": 20.0, "head_ns_per_step": 0.0, "change_ns": -20.0}]
+    got = C.ledger_diff(side([], {}), side([], {"new": 3.0}))
+    assert got == [{"bucket": "new", "base_ns_per_step": 0.0, "head_ns_per_step": 3.0, "change_ns": 3.0}]
 
 
 def test_kernel_and_op_tables_are_capped(monkeypatch):
