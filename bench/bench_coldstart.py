@@ -5,7 +5,7 @@ rule discovery, the derived data of a tiny trace, rendering) is what users wait 
 system, from ``wait4``) of fresh processes, in alternating order so that both sides see the same machine state:
 
 * ``pandas``: ``python -c "import pandas"``, the floor any pandas tool pays;
-* ``json``: ``traceinsight analyze SMALL -f json`` (the console script's ``cli.main``), report to stdout;
+* ``json``: ``traceinsight analyze SMALL -f json`` (the console script's ``console.main``), report to stdout;
 * ``html``: ``traceinsight analyze SMALL -f html -o FILE``.
 
 Targets (issue 21): ``json`` <= 1.3x ``pandas`` and ``html`` <= 1.5x ``pandas``, medians of the repeats. The small
@@ -87,7 +87,8 @@ def main() -> None:
         size = trace.stat().st_size
 
         def runs(repo: Path, tag: str) -> dict[str, tuple[list[str], dict[str, str]]]:
-            cli = [sys.executable, "-c", "import sys; from traceinsight.cli import main; sys.exit(main())", "analyze", str(trace), "--no-progress"]
+            entry = "console" if (repo / "traceinsight" / "console.py").exists() else "cli"  # what the checkout installs
+            cli = [sys.executable, "-c", f"import sys; from traceinsight.{entry} import main; sys.exit(main())", "analyze", str(trace), "--no-progress"]
             e = env_for(repo)
             return {f"json{tag}": ([*cli, "-f", "json"], e), f"html{tag}": ([*cli, "-f", "html", "-o", str(Path(tmp) / f"r{tag}.html")], e)}
 

@@ -8,7 +8,7 @@ teardown included), with the child's peak RSS from ``wait4``. Compared, in the s
 * ``load_kept``: the same after ``allocator.keep_freed_memory()``, the allocator setting the CLI makes;
 * ``load_exit``: ``load_kept`` ending as the command does, with ``os._exit`` instead of interpreter teardown
   (``cli._exit_now``); with these two the ratio can be read without any setting that only one side has;
-* ``analyze``: the installed command, ``traceinsight analyze PATH -f html,md,json -o DIR`` (``cli.main``, exactly
+* ``analyze``: the installed command, ``traceinsight analyze PATH -f html,md,json -o DIR`` (``console.main``, exactly
   what the console script runs): read, all rules, three reports written;
 * ``HTA``: ``TraceAnalysis`` + ``get_temporal_breakdown`` + ``get_idle_time_breakdown`` (HolisticTraceAnalysis
   0.5.0 in its own interpreter, ``--hta-python``), the nearest thing HTA does to the same job.
@@ -46,7 +46,7 @@ PROBES = {
         + "sys.stdout.flush()\nos._exit(0)\n"
     ),
     "analyze": (
-        "import sys\nfrom traceinsight.cli import main\n"
+        "import sys\nfrom traceinsight.console import main\n"
         "sys.argv = ['traceinsight', 'analyze', sys.argv[1], '-f', 'html,md,json', '-o', sys.argv[2], '--no-progress']\nmain()\n"
     ),
     "hta": (

@@ -11,6 +11,7 @@ from traceinsight.masks import name_mask
 from traceinsight.patterns import SYNC_CALL, SYNC_OP
 from traceinsight.rulelib.enclosing import cpu_op_enclosing, innermost_enclosing
 from traceinsight.rulelib.gaps import closing_syncs, host_starved_gaps, inference_ranks
+from traceinsight.rulelib.groups import first_seen_groups
 from traceinsight.rulelib.names import kind_mask, lookup, names_where, short_name
 from traceinsight.rulelib.usercode import has_python_frames, RECORD_STACKS, SYNC_CALLS, user_frames_at
 
@@ -34,6 +35,34 @@ def find_stalls(events: pd.DataFrame, launches: pd.DataFrame) -> pd.DataFrame:
             parts.append(gs.assign(reason="GPU-side sync record"))
     out = pd.concat([p for p in parts if not p.empty]) if any(not p.empty for p in parts) else calls
     return out.sort_values("start_ns", kind="stable")
+
+
+def call_sites(s: pd.DataFrame, stacks: bool) -> pd.DataFrame:
+    """One row per (call, framework op, user frame, kind) of the stalls ``s``, in order of first appearance:
+    calls, blocked_ns, max_ns, gpu_idle_ns, first_ns. What ``groupby(..., sort=False).agg(...)`` gives, without
+    the grouped frame (``first_seen_groups``)."""
+    keys = {"name": s["name"].astype(str), "site": s["site"].fillna("(none)"),
+            "frame": s["frame"].fillna("(no user frame)" if stacks else "(no stack)"), "reason": s["reason"]}
+    group, values = first_seen_groups(list(keys.values()))
+    n = len(values[0])
+    dur, idle = s["dur_ns"].to_numpy(np.int64), s["gpu_idle_ns"].to_numpy(np.int64)
+    blocked, max_ns, idle_ns = np.zeros(n, np.int64), np.full(n, np.iinfo(np.int64).min), np.zeros(n, np.int64)
+    first_ns = np.full(n, np.iinfo(np.int64).max)
+    np.add.at(blocked, group, dur)
+    np.maximum.at(max_ns, group, dur)
+    np.add.at(idle_ns, group, idle)
+    np.minimum.at(first_ns, group, s["start_ns"].to_numpy(np.int64))
+    out = {k: pd.Series(v) for k, v in zip(keys, values)}
+    out.update(calls=np.bincount(group, minlength=n).astype(np.int64), blocked_ns=blocked, max_ns=max_ns, gpu_idle_ns=idle_ns, first_ns=first_ns)
+    return pd.DataFrame(out)
+
+
+def _blocked_by(key: pd.Series, dur: pd.Series) -> dict[str, int]:
+    """Blocked ns per value of ``key``, keys in sorted order (what ``dur.groupby(key).sum()`` lists)."""
+    group, (values,) = first_seen_groups([key])
+    total = np.zeros(len(values), np.int64)
+    np.add.at(total, group, dur.to_numpy(np.int64))
+    return {str(k): int(n) for k, n in sorted(zip(values.tolist(), total.tolist()))}
 
 
 class HostSyncStalls(Rule):
@@ -182,14 +211,7 @@ class HostSyncStalls(Rule):
             win = util.loc[util["rank"] == rank, "window_ns"]
             base = int(win.max()) if len(win) and win.max() > 0 else span
             n_closing = int(s["closing"].sum())
-            key_cols = ["name", "site", "frame", "reason"]
-            grp = (
-                s.assign(name=s["name"].astype(str), site=s["site"].fillna("(none)"), frame=s["frame"].fillna("(no user frame)" if stacks else "(no stack)"))
-                .groupby(key_cols, sort=False)
-                .agg(calls=("dur_ns", "size"), blocked_ns=("dur_ns", "sum"), max_ns=("dur_ns", "max"), gpu_idle_ns=("gpu_idle_ns", "sum"), first_ns=("start_ns", "min"))
-                .reset_index()
-                .sort_values("blocked_ns", ascending=False)
-            )
+            grp = call_sites(s, stacks).sort_values("blocked_ns", ascending=False)
             top = grp.head(int(self.top_n))
             evidence = pd.DataFrame(
                 {
@@ -235,8 +257,8 @@ class HostSyncStalls(Rule):
                     "gpu_idle_ns": idle,
                     "closing_syncs": n_closing,
                     "inference": bool(inference.get(int(rank), False)),
-                    "by_call": {str(k): int(n) for k, n in s.groupby(s["name"].astype(str))["dur_ns"].sum().items()},
-                    "by_site": {str(k): int(n) for k, n in s.groupby(s["site"].fillna("(none)"))["dur_ns"].sum().items()},
+                    "by_call": _blocked_by(s["name"].astype(str), s["dur_ns"]),
+                    "by_site": _blocked_by(s["site"].fillna("(none)"), s["dur_ns"]),
                     "gpu_sync_rows": int((ev["kind"] == "gpu_sync").sum()),
                 },
                 key=f"rank{rank}",

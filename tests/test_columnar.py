@@ -16,7 +16,7 @@ import pytest
 import traceinsight
 from tests.helpers.kineto_writer import KinetoTrace
 from traceinsight import ledger as L
-from traceinsight.render import html, json_report, render, templating
+from traceinsight.render import json_report, render, templating, timeline_svg
 from traceinsight.render.common import smallest_first
 from traceinsight.rule_api import Instance, Instances, as_instances, instance_columns
 from traceinsight.summary import _kind_counts
@@ -93,9 +93,9 @@ def test_json_keeps_the_longest_instances_in_time_order(tmp_path, monkeypatch):
 
 def test_largest_instance_is_the_first_longest_earliest():
     objs = [Instance(50, 60), Instance(10, 20, 1, 0, "a"), Instance(10, 20, 2, 0, "b"), Instance(0, 5)]
-    assert html._largest(objs) == Instance(10, 20, 1, 0, "a")
-    assert html._largest(as_instances(pd.DataFrame({"start_ns": [50, 10, 10], "end_ns": [60, 20, 20], "label": ["x", "y", "z"]}))).label == "y"
-    assert html._largest([]) is None
+    assert timeline_svg.largest(objs) == Instance(10, 20, 1, 0, "a")
+    assert timeline_svg.largest(as_instances(pd.DataFrame({"start_ns": [50, 10, 10], "end_ns": [60, 20, 20], "label": ["x", "y", "z"]}))).label == "y"
+    assert timeline_svg.largest([]) is None
 
 
 # --- views ---------------------------------------------------------------------------------------------------
@@ -243,19 +243,19 @@ def test_window_lanes_show_what_the_view_frames_hold(tmp_path):
     a = traceinsight.analyze(t.write(tmp_path / "t.json"), select=["TI001"])
     v = a.views
     w0, w1 = 1_500_000, 3_200_000
-    lanes = html._window_lanes(v, w0, w1, v.device_keys, False)
+    lanes = timeline_svg.window_lanes(v, w0, w1, v.device_keys, False)
     by_label = {lane["label"]: lane for lane in lanes}
     act = v.gpu_activity
     on = act.iloc[v.rows_overlapping("gpu_activity", w0, w1)]
     for stream, cls in ((7, "k"), (13, "n")):
         rows = on[on["stream"] == stream]
         st = rows["start_ns"].to_numpy()
-        want = [(html.GUTTER + x, w, lv, cls) for x, w, lv in html._coverage_rects(st, st + rows["dur_ns"].to_numpy(), w0, w1)]
+        want = [(timeline_svg.GUTTER + x, w, lv, cls) for x, w, lv in timeline_svg.coverage_rects(st, st + rows["dur_ns"].to_numpy(), w0, w1)]
         assert want and by_label[f"stream {stream}"]["rects"] == want
     rt = v.runtime_calls.iloc[v.rows_overlapping("runtime_calls", w0, w1)]
     sync = v.is_sync_call.reindex(rt.index).to_numpy()
     st = rt["start_ns"].to_numpy()[sync]
-    want = [(html.GUTTER + x, w, lv, "y") for x, w, lv in html._coverage_rects(st, st + rt["dur_ns"].to_numpy()[sync], w0, w1)]
+    want = [(timeline_svg.GUTTER + x, w, lv, "y") for x, w, lv in timeline_svg.coverage_rects(st, st + rt["dur_ns"].to_numpy()[sync], w0, w1)]
     assert want and [r for r in by_label["host CUDA API"]["rects"] if r[3] == "y"] == want
 
 

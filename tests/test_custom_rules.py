@@ -67,6 +67,72 @@ def test_rule_from_entry_point(tmp_path, monkeypatch):
     sys.modules.pop("acme_rules", None)
 
 
+def _dist(site, name, entry_points=None, kind="dist-info"):
+    d = site / f"{name}-1.0.{kind}"
+    d.mkdir(parents=True)
+    (d / ("PKG-INFO" if kind == "egg-info" else "METADATA")).write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n")
+    if entry_points is not None:
+        (d / "entry_points.txt").write_text(entry_points)
+
+
+def test_the_plugin_prefilter_never_hides_an_entry_point(tmp_path):
+    """``group_may_be_declared`` says False only where importlib.metadata finds no rule plugin, and True for every
+    layout where it finds one (dist-info, egg-info, an .egg folder, a zip on the path)."""
+    import zipfile
+    from importlib.metadata import distributions
+
+    from traceinsight.plugins import ENTRY_POINT_GROUP, group_may_be_declared
+
+    def found(path):
+        return [ep for d in distributions(path=[str(path)]) for ep in d.entry_points if ep.group == ENTRY_POINT_GROUP]
+
+    plain = tmp_path / "plain"
+    _dist(plain, "tool", "[console_scripts]\ntool = tool:main\n")
+    _dist(plain, "lib")
+    _dist(plain, "old", "[console_scripts]\nold = old:main\n", kind="egg-info")
+    (plain / "single.egg-info").write_text("Metadata-Version: 1.0\nName: single\n")  # a metadata file, not a folder
+    assert found(plain) == [] and group_may_be_declared([str(plain)]) is False
+    assert group_may_be_declared([str(tmp_path / "absent")]) is False
+
+    with_rules = tmp_path / "rules_dist"
+    _dist(with_rules, "acme", "[console_scripts]\nacme = acme:main\n\n[traceinsight.rules]\nACME = acme:Rule\n")
+    legacy = tmp_path / "legacy"
+    _dist(legacy, "acme", "[traceinsight.rules]\nACME = acme:Rule\n", kind="egg-info")
+    egg = tmp_path / "acme-1.0.egg"
+    (egg / "EGG-INFO").mkdir(parents=True)
+    (egg / "EGG-INFO" / "PKG-INFO").write_text("Metadata-Version: 1.0\nName: acme\nVersion: 1.0\n")
+    (egg / "EGG-INFO" / "entry_points.txt").write_text("[traceinsight.rules]\nACME = acme:Rule\n")
+    zipped = tmp_path / "acme.zip"
+    with zipfile.ZipFile(zipped, "w") as z:
+        z.writestr("acme-1.0.dist-info/METADATA", "Metadata-Version: 2.1\nName: acme\nVersion: 1.0\n")
+        z.writestr("acme-1.0.dist-info/entry_points.txt", "[traceinsight.rules]\nACME = acme:Rule\n")
+    for where in (with_rules, legacy, egg, zipped):
+        assert len(found(where)) == 1, where
+        assert group_may_be_declared([str(plain), str(where)]) is True, where
+    # and on this interpreter's own path, the answer agrees with the full search whenever it says "none"
+    if not group_may_be_declared():
+        from importlib.metadata import entry_points
+
+        assert list(entry_points(group=ENTRY_POINT_GROUP)) == []
+
+
+def test_a_run_without_rule_plugins_does_not_load_importlib_metadata(tmp_path):
+    """The plugin search reads entry_points.txt files itself; the full importlib.metadata search (email, socket,
+    parsing every distribution's entry points) runs only when some distribution names the group."""
+    import subprocess
+
+    from tests.conftest import REPO
+    from traceinsight.plugins import group_may_be_declared
+
+    if group_may_be_declared():
+        import pytest
+
+        pytest.skip("a distribution on this path registers traceinsight rules")
+    code = "import sys; from traceinsight.plugins import discover; rs = discover(); print(len(rs.rules), 'importlib.metadata' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=True).stdout.split()
+    assert int(out[0]) >= 20 and out[1] == "False"
+
+
 def test_rule_docs_cli():
     res = CliRunner().invoke(app, ["rule", "TI001"])
     assert res.exit_code == 0, res.output

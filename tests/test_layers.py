@@ -158,6 +158,9 @@ def test_a_single_trace_run_imports_only_what_it_uses(tmp_path):
                    "traceinsight.agent"):
         assert absent not in loaded, absent
     assert not any(m == "jinja2" for m in out)  # the HTML stack stays out of a JSON run
+    # nor typer's pydantic, the SQLite stack of the nsys sniffer, the process pools of rank folders
+    for absent in ("pydantic", "sqlite3", "concurrent.futures.process", "multiprocessing"):
+        assert absent not in out, absent
 
 
 def test_derived_data_has_one_declared_store(tmp_path):

@@ -13,7 +13,7 @@ import traceinsight
 from tests.conftest import REPO, corpus_file
 from tests.helpers.kineto_writer import KinetoTrace
 from traceinsight import advice
-from traceinsight.render import html, render
+from traceinsight.render import html, render, timeline_svg
 from traceinsight.render.common import column_label, format_cell
 from traceinsight.rule_api import Fix
 
@@ -34,15 +34,15 @@ SAMPLES = REPO / "sample_traces"
     ],
 )
 def test_ticks_are_distinct_on_a_125_grid(w0, w1, labels):
-    ticks = html._ticks(w0, w1)
+    ticks = timeline_svg.axis_ticks(w0, w1)
     assert [t["label"] for t in ticks] == labels
     assert len(set(t["label"] for t in ticks)) == len(ticks)  # never "180.00 ms, 180.00 ms"
 
 
 def test_edge_ticks_anchor_inwards():
-    ticks = html._ticks(0, 70_000_000)
-    assert ticks[0]["anchor"] == "start" and ticks[0]["x"] == html.GUTTER
-    assert ticks[-1]["anchor"] == "end" and ticks[-1]["x"] == html.GUTTER + html.PLOT_W
+    ticks = timeline_svg.axis_ticks(0, 70_000_000)
+    assert ticks[0]["anchor"] == "start" and ticks[0]["x"] == timeline_svg.GUTTER
+    assert ticks[-1]["anchor"] == "end" and ticks[-1]["x"] == timeline_svg.GUTTER + timeline_svg.PLOT_W
     assert {t["anchor"] for t in ticks[1:-1]} == {"middle"}
 
 
@@ -100,8 +100,8 @@ def test_closeup_spans_the_whole_instance(tmp_path):
     inst = max(f.instances, key=lambda i: i.dur_ns)
     assert inst.dur_ns == 1_482_000
     assert c["w0"] <= inst.start_ns and c["w1"] >= inst.end_ns  # the whole 1.5 ms, not its first 40 µs
-    assert c["band"]["w"] == pytest.approx(html.PLOT_W * inst.dur_ns / (c["w1"] - c["w0"]), abs=0.05)
-    assert c["band"]["w"] > 0.6 * html.PLOT_W
+    assert c["band"]["w"] == pytest.approx(timeline_svg.PLOT_W * inst.dur_ns / (c["w1"] - c["w0"]), abs=0.05)
+    assert c["band"]["w"] > 0.6 * timeline_svg.PLOT_W
 
 
 def test_region_findings_are_drawn_as_regions():
@@ -112,7 +112,7 @@ def test_region_findings_are_drawn_as_regions():
     w0, w1 = ctx["timeline"]["w0"], ctx["timeline"]["w1"]
     widest = max(mark["ticks"], key=lambda k: k["w"])
     inst = max((i for i in f.instances if i.end_ns > w0 and i.start_ns < w1), key=lambda i: i.dur_ns)
-    expect = html.PLOT_W * (min(inst.end_ns, w1) - max(inst.start_ns, w0)) / (w1 - w0)
+    expect = timeline_svg.PLOT_W * (min(inst.end_ns, w1) - max(inst.start_ns, w0)) / (w1 - w0)
     assert widest["w"] == pytest.approx(expect, abs=0.05) and widest["w"] > 50  # a region, not a 1-pixel tick
 
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import copy
 import math
 import os
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
@@ -52,6 +51,8 @@ class Config:
             if explicit:
                 raise ConfigError(f"--config {p}: no such file")
             return cfg
+        import tomllib  # only where a pyproject.toml is read
+
         try:
             data = tomllib.loads(p.read_text(encoding="utf-8")).get("tool", {}).get("traceinsight", {})
         except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:

@@ -8,7 +8,6 @@ what-if (the transform its rule declares), adds framework advice and the verdict
 
 from __future__ import annotations
 
-import difflib
 import re
 import os
 import time
@@ -48,6 +47,8 @@ def closest_code(code: str, known: Iterable[str]) -> str | None:
             best = min(same, key=lambda kn: (abs(kn[1] - want), kn[1]))
             if abs(best[1] - want) <= 2:
                 return best[0]
+    import difflib  # only for a code that matches none
+
     close = difflib.get_close_matches(up, known, n=1, cutoff=0.5)
     return close[0] if close else None
 

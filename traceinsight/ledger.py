@@ -438,14 +438,17 @@ class Ledger:
 
     def totals(self, rank: int | None = None, device: int | None = None) -> dict[str, int]:
         """ns per bucket (every bucket, in ``BUCKETS`` order), summed over the matching devices."""
-        d = self.by_device
-        m = np.ones(len(d), dtype=bool)
+        r, dev, bucket, ns = self.device_arrays  # a few rows per device: summed in Python, no frame per call
+        m = np.ones(len(r), dtype=bool)
         if rank is not None:
-            m &= d["rank"].to_numpy() == rank
+            m &= r == rank
         if device is not None:
-            m &= d["device"].to_numpy() == device
-        s = d[m].groupby("bucket", sort=False)["ns"].sum()
-        return {b: int(s.get(b, 0)) for b in BUCKETS}
+            m &= dev == device
+        out = dict.fromkeys(BUCKETS, 0)
+        for b, n in zip(bucket[m].tolist(), ns[m].tolist()):
+            if b in out:
+                out[b] += n
+        return out
 
     @cached_property
     def device_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:

@@ -51,7 +51,13 @@ UNGRADED_CATEGORIES = frozenset({"trace_quality"})
 def steady_windows(views: "Views") -> pd.DataFrame:
     """rank, device, window_ns: each device's GPU window less the time the ledger books as warm-up, the same base
     the verdict judges causes on. A run that spends 90 % of its window autotuning is judged on the other 10 %,
-    where its fix would show. Empty when the trace has no GPU activity."""
+    where its fix would show. Empty when the trace has no GPU activity. Built once per analysis (grading and the
+    savings both read it); callers do not change it."""
+    keep = getattr(views, "memo", None)
+    return keep("severity.steady_windows", lambda: _steady_windows(views)) if keep is not None else _steady_windows(views)
+
+
+def _steady_windows(views: "Views") -> pd.DataFrame:
     u = views.utilization[["rank", "device", "window_ns"]]
     if u.empty:
         return u
@@ -70,16 +76,17 @@ def base_ns(finding: Finding, views: "Views", steady: pd.DataFrame | None = None
     if steady.empty:
         return 0
     loc = finding.location
-    sel = steady
+    window = steady["window_ns"].to_numpy()
+    sel = np.ones(len(window), dtype=bool)
     if loc.rank is not None:
-        sel = sel[sel["rank"] == loc.rank]
+        sel &= steady["rank"].to_numpy() == loc.rank
     if loc.device is not None:
-        sel = sel[sel["device"] == loc.device]
-    if sel.empty:
-        sel = steady
+        sel &= steady["device"].to_numpy() == loc.device
+    if not sel.any():
+        sel[:] = True
     if loc.rank is not None or loc.device is not None:
-        return int(sel["window_ns"].max())
-    return int(sel["window_ns"].sum())
+        return int(window[sel].max())
+    return int(window[sel].sum())
 
 
 def share_pct(finding: Finding, views: "Views", steady: pd.DataFrame | None = None) -> float | None:

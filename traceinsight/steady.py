@@ -170,7 +170,9 @@ def steady_recompiles(views: "Views", rows: "np.ndarray | None" = None) -> np.nd
     hit = name_mask(names, RECOMPILE_CALL)
     rank = host["rank"].to_numpy()[rows]
     start = host["start_ns"].to_numpy(np.int64)[rows]
-    limit = np.array([second.get(int(r), np.iinfo(np.int64).max) for r in rank], np.int64)
+    limit = np.full(len(rows), np.iinfo(np.int64).max, np.int64)  # per rank, not per row: a million host rows
+    for r, at in second.items():
+        limit[rank == r] = at
     return hit & (start >= limit)
 
 

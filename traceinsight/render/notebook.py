@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from .. import advice, buckets
 from .common import clean, figure_text, shown_ns
-from .html import MAX_DEVICES_DRAWN
+from .timeline_svg import MAX_DEVICES_DRAWN
 from .templating import env
 
 if TYPE_CHECKING:  # pragma: no cover

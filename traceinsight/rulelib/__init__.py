@@ -7,6 +7,7 @@ Built-in rules (``traceinsight.rules``) and third-party rules import from here, 
 * ``usercode``: the user's own Python line behind a call (``user_frames_at``, ``user_code_sentence``);
 * ``gaps``: idle gaps as the rules read them (``ledger_gaps``, ``host_starved_gaps``, ``sync_calls``, ``inference_ranks``);
 * ``cache``: ``memo``, the analysis' named slot for a query several rules ask;
+* ``groups``: rows grouped by several keys in first-appearance order, without a grouped frame (``first_seen_groups``);
 * ``warmup``: the ledger's warm-up per gap and start-up calls (``gap_warmup_ns``, ``warmup_by_gap``, ``startup_call_gaps``),
   warm-up steps and steady-state recompiles (``warmup_steps``, ``steady_recompiles``).
 
@@ -16,6 +17,7 @@ What names mean lives in ``traceinsight.patterns``; intervals and masks in ``tra
 """
 
 from .cache import memo
+from .groups import first_seen_groups
 from .names import short_name, pair_codes, lookup, matches, grid_blocks, kind_mask, any_code_in, names_where, hits_per_category, count_matching
 from .enclosing import ThreadCodes, Enclosing, host_columns, cpu_op_enclosing, innermost_enclosing, innermost_positions, starts_inside
 from .usercode import SYNC_CALLS, RECORD_STACKS, user_frame, innermost_user_frame, user_frames_at, user_code_sentence, has_python_frames
@@ -24,6 +26,7 @@ from .warmup import gap_warmup_ns, warmup_by_gap, startup_call_gaps, steady_reco
 
 __all__ = [
     "memo",
+    "first_seen_groups",
     "short_name",
     "pair_codes",
     "lookup",

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..masks import name_mask
+from ..masks import join_keys, name_mask
 from ..patterns import SYNC_CALL, TRAINING_OP
 from .enclosing import host_columns, starts_inside
 from .names import hits_per_category, any_code_in, kind_mask, names_where
@@ -22,9 +22,18 @@ def next_launch_ns(views, gaps: pd.DataFrame) -> np.ndarray:
     ln = views.launches
     if gaps.empty or ln.empty:
         return out
-    first = ln.groupby(["rank", "device", "gpu_start_ns"], sort=False)["launch_start_ns"].min()
-    idx = pd.MultiIndex.from_arrays([gaps["rank"].to_numpy(), gaps["device"].to_numpy(), gaps["end_ns"].to_numpy()])
-    return first.reindex(idx).to_numpy(dtype=float)
+    # the earliest launch per (rank, device, GPU start), looked up at each gap's (rank, device, end): one int64 key
+    # per row, sorted once (no grouped frame, no MultiIndex)
+    lk, gk = join_keys([(ln["rank"].to_numpy(), gaps["rank"].to_numpy()), (ln["device"].to_numpy(), gaps["device"].to_numpy()),
+                        (ln["gpu_start_ns"].to_numpy(), gaps["end_ns"].to_numpy())])
+    order = np.argsort(lk, kind="stable")
+    keys, starts = lk[order], ln["launch_start_ns"].to_numpy()[order]
+    firsts = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]])
+    keys, earliest = keys[firsts], np.minimum.reduceat(starts, firsts)
+    pos = np.minimum(np.searchsorted(keys, gk), len(keys) - 1)
+    hit = keys[pos] == gk
+    out[hit] = earliest[pos[hit]]
+    return out
 
 
 def host_starved_gaps(views, gaps: pd.DataFrame) -> pd.DataFrame:
@@ -80,21 +89,28 @@ def closing_syncs(stalls: pd.DataFrame, steps: pd.DataFrame, launches: pd.DataFr
     out = np.zeros(len(stalls), dtype=bool)
     if stalls.empty or steps.empty:
         return out
+    # per rank: the latest step starting at or before the call's end (the last of equal starts in start order,
+    # as merge_asof takes it), kept when the call ends inside it; then no launch between the call and its end
     st = steps[["rank", "start_ns", "end_ns"]].sort_values("start_ns")
-    q = pd.DataFrame({"rank": stalls["rank"].to_numpy().astype(np.int64), "t": stalls["end_ns"].to_numpy(), "pos": np.arange(len(stalls))})
-    m = pd.merge_asof(q.sort_values("t"), st.assign(rank=st["rank"].astype(np.int64)), left_on="t", right_on="start_ns", by="rank", direction="backward")
-    m = m[m["end_ns"].notna().to_numpy() & (m["t"].to_numpy() <= m["end_ns"].to_numpy(dtype=float))]
-    if m.empty:
-        return out
-    if launches.empty:
-        out[m["pos"].to_numpy()] = True
-        return out
-    closing = np.ones(len(m), dtype=bool)
-    for rank, g in m.groupby("rank", sort=False):
-        ls = np.sort(launches.loc[launches["rank"].to_numpy() == rank, "launch_start_ns"].to_numpy())
-        after = np.searchsorted(ls, g["end_ns"].to_numpy(dtype=np.int64)) - np.searchsorted(ls, g["t"].to_numpy(), side="right")
-        closing[np.flatnonzero((m["rank"] == rank).to_numpy())] = after == 0
-    out[m["pos"].to_numpy()[closing]] = True
+    s_rank, s_start = st["rank"].to_numpy().astype(np.int64), st["start_ns"].to_numpy()
+    s_end = st["end_ns"].to_numpy().astype(float)
+    q_rank, t = stalls["rank"].to_numpy().astype(np.int64), stalls["end_ns"].to_numpy()
+    l_rank, l_start = launches["rank"].to_numpy(), launches["launch_start_ns"].to_numpy()
+    for rank in np.unique(q_rank).tolist():
+        si = np.flatnonzero(s_rank == rank)
+        if not len(si):
+            continue
+        qi = np.flatnonzero(q_rank == rank)
+        j = np.searchsorted(s_start[si], t[qi], side="right") - 1
+        qi, j = qi[j >= 0], si[j[j >= 0]]
+        inside = t[qi] <= s_end[j]
+        qi, end = qi[inside], s_end[j[inside]]
+        if launches.empty:
+            out[qi] = True
+            continue
+        ls = np.sort(l_start[l_rank == rank])
+        after = np.searchsorted(ls, end.astype(np.int64)) - np.searchsorted(ls, t[qi], side="right")
+        out[qi[after == 0]] = True
     return out
 
 

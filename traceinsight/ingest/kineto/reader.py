@@ -15,7 +15,6 @@ import gc
 import mmap
 import os
 import re
-from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -137,6 +136,8 @@ def _read_files(files: list[Path], max_bytes: int | None, pool: str) -> list[tup
     workers = min(len(files), os.cpu_count() or 1)
     if workers <= 1 or pool == "serial":
         return [_read_file(f, None, max_bytes) for f in files]
+    from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor  # a rank folder only: the pools cost 0.015 s to import
+
     executor = ThreadPoolExecutor if pool == "threads" else ProcessPoolExecutor
     gc_was_on = gc.isenabled()
     gc.disable()  # once for all threads (each _read_file pausing and resuming it would race)

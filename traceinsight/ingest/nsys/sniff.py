@@ -1,14 +1,12 @@
 """Is it an Nsight Systems export: an ``.nsys-rep`` report, or a SQLite file with nsys tables. A SQLite file is
-opened to list its tables; anything else is answered from the first bytes. The reader is not imported."""
+opened to list its tables; anything else is answered from the first bytes. The reader is not imported, nor
+sqlite3 and the SQL layer unless the file is SQLite (every other trace is sniffed here first)."""
 
 from __future__ import annotations
 
-import sqlite3
 from pathlib import Path
 
 from ...errors import TraceReadError
-from . import schema as S
-from .sql import connect
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 REP_MAGIC = b"NVIDIA Tegra Profiler Report"
@@ -23,6 +21,11 @@ def sniff(path: Path, head: bytes) -> bool:
         return True
     if not head.startswith(SQLITE_MAGIC):
         return False
+    import sqlite3
+
+    from . import schema as S
+    from .sql import connect
+
     try:
         conn = connect(path)  # table names: a sniff needs no committed-but-unmerged rows
     except TraceReadError:
