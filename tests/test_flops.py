@@ -644,3 +644,50 @@ def test_the_launch_fallback_leaves_kernels_found_by_external_id_alone(tmp_path)
     assert list(ops["kernel_ns"]) == [40_000, 30_000]
     del b
 
+
+
+def test_memory_bound_models_in_full():
+    from traceinsight.flops import OpCount
+
+    n = 64 * 128
+    assert count_op("aten::add", [[64, 128], [128], []], [BF16, BF16, "Scalar"], None) == OpCount(n, 2 * (2 * n + 128), "bf16", "", 2)
+    assert count_op("aten::sum", [[64, 128], []], [BF16, "ScalarList"], None) == OpCount(n, 2 * n, "bf16", "", 2)
+    assert count_op("aten::native_layer_norm", [[64, 128], [128], [128], []], [BF16] * 3 + ["Scalar"], None) == OpCount(
+        5 * n, 2 * (2 * n + 2 * 128), "bf16", "", 2)
+    assert count_op("aten::copy_", [[64, 128], [64, 128], []], [BF16, BF16, "Scalar"], None) == OpCount(0.0, 2 * 2 * n, "bf16", "", 2)
+    assert count_op("aten::embedding", [[500, 64], [8]], [BF16, "long int"], None) == OpCount(0.0, 2 * 2 * 8 * 64, "bf16", "", 2)
+    assert count_op("aten::cat", [[[4, 8], [6, 8]], []], ["TensorList", "Scalar"], None) == OpCount(0.0, 4 * 2 * 80, None, "", 4)
+
+
+def _conv_fwd_bwd(t, at, x, w, go, fwd_dims=None):
+    fwd = t.cpu_op("aten::_convolution", at, 30, args={"Input Dims": (fwd_dims or [x, w]) + [[]] * 11, "Input type": [BF16] * 2 + [""] * 11})
+    t.kernel("implicit_convolve_sgemm", at + 40, 100, launch_us=at + 5, op=fwd)
+    bwd = t.cpu_op("aten::convolution_backward", at + 200, 30, args={
+        "Input Dims": [go, x, w] + [[]] * 8, "Input type": [BF16] * 3 + [""] * 8, "Concrete Inputs": [""] * 10 + ["[1, 1, 0]"]})
+    t.kernel("dgrad_engine", at + 240, 100, launch_us=at + 205, op=bwd)
+
+
+def test_output_size_from_the_backward_in_full(tmp_path):
+    x, w, go = [32, 64, 56, 56], [128, 64, 3, 3], [32, 128, 28, 28]
+    t = KinetoTrace()
+    t.step(1, 0, 5000)
+    _conv_fwd_bwd(t, 10, x, w, go)
+    counts, _ = _counts(t.write(tmp_path / "t.json"))
+    fwd = counts.ops[counts.ops["name"] == "aten::_convolution"].iloc[0]
+    assert fwd["flops"] == 2 * 32 * 28 * 28 * 128 * 64 * 9
+    assert fwd["bytes"] == 2 * (32 * 64 * 56 * 56 + 128 * 64 * 9 + 32 * 128 * 28 * 28)
+    assert (fwd["dtype"], fwd["assumed"]) == ("bf16", "") and counts.assumed == {}
+
+
+def test_backward_ops_that_cannot_give_an_output_size(tmp_path):
+    x, w = [32, 64, 56, 56], [128, 64, 3, 3]
+    t = KinetoTrace()
+    t.step(1, 0, 5000)
+    _conv_fwd_bwd(t, 10, x, w, [32, 128, -1, 28])  # grad_output not a shape
+    short = t.cpu_op("aten::convolution_backward", 700, 30, args={"Input Dims": [[32, 128, 28, 28], x], "Input type": [BF16] * 2})
+    t.kernel("dgrad_engine", 800, 10, launch_us=705, op=short)
+    _conv_fwd_bwd(t, 1000, [8, 3, 32, 32], [16, 3, 3, 3], [8, 16, 32, 32])  # a second, resolvable pair after them
+    counts, _ = _counts(t.write(tmp_path / "t.json"))
+    fwd = counts.ops[counts.ops["name"] == "aten::_convolution"].sort_values("start_ns")
+    assert list(fwd["assumed"]) == [STRIDE_ASSUMED, ""]
+    assert list(fwd["flops"]) == [2 * 32 * 56 * 56 * 128 * 64 * 9, 2 * 8 * 32 * 32 * 16 * 3 * 9]
