@@ -568,7 +568,7 @@ def test_findings_new_worse_same_and_fixed():
 def test_what_if_predictions_checked_against_the_measured_step():
     a, b, c, d, e = "a" * 16, "b" * 16, "c" * 16, "d" * 16, "e" * 16
     base = _side(durs=[10 * MS] * 4, findings=[
-        _finding(a, 30.0, what_if={"step_ns": 7 * MS, "baseline_step_ns": 10 * MS, "transform": "remove_data_wait"}),
+        _finding(a, 30.0, what_if={"step_ns": 7 * MS, "baseline_step_ns": 10.5 * MS, "transform": "remove_data_wait"}),
         _finding(b, 20.0, code="TI002", what_if={"step_ns": 8 * MS}),  # halved: reduced
         _finding(c, 20.0, what_if={"step_ns": 9 * MS}),  # only a little smaller: not checked
         _finding(d, 20.0, what_if={"step_ns": 0}),  # no prediction
@@ -577,7 +577,7 @@ def test_what_if_predictions_checked_against_the_measured_step():
     head = _side(durs=[8 * MS] * 4, findings=[_finding(b, 10.0), _finding(c, 10.01), _finding(e, 1.0)])
     d_ = C.compare(base, head)
     assert d_["what_if"] == [
-        {"code": "TI001", "title": "ta", "transform": "remove_data_wait", "status": "fixed", "base_step_ns": 10 * MS,
+        {"code": "TI001", "title": "ta", "transform": "remove_data_wait", "status": "fixed", "base_step_ns": 10.5 * MS,
          "predicted_step_ns": 7 * MS, "measured_step_ns": 8 * MS, "error_pct": round(100 * 1 / 7, 1)},
         {"code": "TI002", "title": "tb", "transform": None, "status": "reduced", "base_step_ns": 10 * MS,
          "predicted_step_ns": 8 * MS, "measured_step_ns": 8 * MS, "error_pct": 0.0},
