@@ -205,13 +205,35 @@ def attribute_gaps(views, pos: np.ndarray) -> dict[str, np.ndarray]:
     return {"cause": cause, "next_launch_end_ns": lg_next[pos], **ns}
 
 
+def _util_columns(util: pd.DataFrame, keys: list[tuple[int, int]], columns: tuple[str, ...]) -> list[np.ndarray]:
+    """``columns`` of ``views.utilization`` for each (rank, device) in ``keys``, NaN for a device it lacks: what
+    ``util.set_index(["rank", "device"]).reindex(keys)`` gives, looked up on arrays (a frame index per call was a
+    fifth of this rule's time on a small rank)."""
+    at: dict[tuple[int, int], int] = {}
+    for i, k in enumerate(zip(util["rank"].tolist(), util["device"].tolist())):
+        if k in at:  # a device listed twice: the frame's reindex says what that means
+            u = util.set_index(["rank", "device"]).reindex(pd.MultiIndex.from_tuples(keys))
+            return [u[c].to_numpy() for c in columns]
+        at[k] = i
+    rows = [at.get(k) for k in keys]
+    out = []
+    for c in columns:
+        col = util[c].to_numpy()
+        if all(r is not None for r in rows):
+            out.append(col[np.array(rows, dtype=np.int64)])
+        else:
+            out.append(np.array([np.nan if r is None else col[r] for r in rows], dtype=np.result_type(col.dtype, np.float64)))
+    return out
+
+
 def _optimizer_covers_half(views, pos: np.ndarray) -> np.ndarray:
     """Per gap (positions in ``views.gaps``): do optimizer host ranges (``OPTIMIZER``) of its rank cover at least
     half of it?"""
     out = np.zeros(len(pos), dtype=bool)
     host = views.host_events
     m = np.flatnonzero(names_where(host["name"], lambda m: m(OPTIMIZER)))  # few rows: their kind is tested alone
-    m = m[kind_mask(host[["kind"]].iloc[m], ("cpu_op", "python", "annotation", "runtime", "other"))]
+    if len(m):
+        m = m[kind_mask(host[["kind"]].iloc[m], ("cpu_op", "python", "annotation", "runtime", "other"))]
     if not len(m):
         return out
     hc = host_columns(views)
@@ -368,8 +390,7 @@ class GpuIdleGaps(Rule):
             bounds = np.r_[head, len(pick)]
             keys = list(zip(p_rank[head].tolist(), p_dev[head].tolist()))
         long_ns = np.add.reduceat(steady[pick], head)
-        u = util.set_index(["rank", "device"]).reindex(pd.MultiIndex.from_tuples(keys))
-        window = u["window_ns"].to_numpy()
+        window, busy_of = _util_columns(util, keys, ("window_ns", "busy_pct"))
         warmup_dev = np.array([int(warm_ns.get(k, 0)) for k in keys], dtype=np.int64)
         # shares of the steady state: the window less its warm-up, as the verdict reads it
         steady_window = window - warmup_dev
@@ -411,7 +432,7 @@ class GpuIdleGaps(Rule):
                 ),
             )
             warm = int(warmup_dev[j])
-            window_ns, busy_pct, pct = int(window[j]), float(u["busy_pct"].iloc[j]), float(long_pct[j])
+            window_ns, busy_pct, pct = int(window[j]), float(busy_of[j]), float(long_pct[j])
             cause_words = ", ".join(f"{c} {shares[c]:.0f} %" for c, _ in by_cause[:3])
             multi = len(ctx.meta.ranks) > 1 or util["device"].nunique() > 1
             where = f"rank {rank} GPU {device}" if multi else f"GPU {device}"

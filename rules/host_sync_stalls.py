@@ -27,7 +27,8 @@ def find_stalls(events: pd.DataFrame, launches: pd.DataFrame) -> pd.DataFrame:
         m &= names_where(events["name"], lambda n: n(SYNC_CALL))
     calls = events[m].assign(reason="synchronizing call")
     parts = [calls]
-    gs = events[kind_mask(events, "gpu_sync")]
+    gm = kind_mask(events, "gpu_sync")
+    gs = events[gm] if gm.any() else events.iloc[:0]  # no frame take when there are none (most traces)
     if not gs.empty:
         covered = set(calls["rank"].unique()) if len(calls) else set()
         gs = gs[~gs["rank"].isin(covered)]

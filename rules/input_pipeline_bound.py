@@ -102,9 +102,11 @@ class InputPipelineBound(Rule):
             return
         kind_ok = host["kind"].isin(_WAIT_KINDS).to_numpy()
         primary = kind_ok & name_mask(host["name"], DATA_WAIT_PRIMARY, case=True)
+        tfdata = kind_ok & name_mask(host["name"], DATA_WAIT_TFDATA, case=True) & ~primary if ctx.options["include_tfdata_iterator"] else None
+        if not primary.any() and (tfdata is None or not tfdata.any()):
+            return  # no data wait at all: nothing below would find one
         waits = host[primary]
-        if ctx.options["include_tfdata_iterator"]:
-            tfdata = kind_ok & name_mask(host["name"], DATA_WAIT_TFDATA, case=True) & ~primary
+        if tfdata is not None:
             if tfdata.any():
                 steps_rows = host[host["kind"] == "step"]
                 consumers = pd.concat([waits[["rank", "tid"]], steps_rows[["rank", "tid"]]]).drop_duplicates()

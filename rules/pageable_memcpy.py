@@ -97,9 +97,10 @@ class PageableMemcpy(Rule):
 
     def check(self, ctx: Context):
         ev = ctx.views.gpu_activity
-        copies = ev[(ev["kind"] == "memcpy").to_numpy()]
-        if copies.empty:
+        is_copy = (ev["kind"] == "memcpy").to_numpy()
+        if not is_copy.any():
             return
+        copies = ev[is_copy]
         pageable = copies["pageable"].to_numpy(dtype=bool)
         pg = copies[pageable]
         total = int(pg["dur_ns"].sum()) if len(pg) else 0

@@ -82,11 +82,17 @@ def kind_mask(kinds: pd.Series, wanted: "tuple[str, ...] | list[str]") -> np.nda
     return kinds.isin(wanted).to_numpy()
 
 
+#: Row count below which ``take_rows`` leaves the take to pandas (measured: 230 vs 410 µs at 200 rows of the events,
+#: 550 vs 630 µs at 10,000).
+SMALL_TAKE = 10_000
+
+
 def take_rows(frame: pd.DataFrame, positions: np.ndarray) -> pd.DataFrame:
     """``frame.iloc[positions]``, column by column: a numpy take per column (of the codes for a categorical)
     into a frame built without a second copy. Same columns, dtypes, index labels and values as pandas' take,
-    which on the events (a million rows, two dozen columns) costs about half as much again."""
-    if not frame.columns.is_unique or any(dt == object for dt in frame.dtypes):
+    which on the events (a million rows, two dozen columns) costs about half as much again. Below
+    ``SMALL_TAKE`` rows pandas' own take is cheaper (building a frame column by column has the larger fixed cost)."""
+    if len(positions) < SMALL_TAKE or not frame.columns.is_unique or any(dt == object for dt in frame.dtypes):
         return frame.iloc[positions]  # a frame built from object arrays would infer their dtype again
     cols = {name: (col.to_numpy().take(positions) if isinstance(col.dtype, np.dtype) else col.array.take(positions)) for name, col in frame.items()}
     out = pd.DataFrame(cols, index=frame.index.take(positions), columns=frame.columns, copy=False)

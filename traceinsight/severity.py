@@ -63,7 +63,15 @@ def _steady_windows(views: "Views") -> pd.DataFrame:
         return u
     rank, device, bucket, ns = views.ledger.device_arrays
     warm = bucket == "idle_warmup"
-    w = pd.DataFrame({"rank": rank[warm], "device": device[warm], "warm_ns": ns[warm]})
+    u_rank, u_dev = u["rank"].to_numpy(), u["device"].to_numpy()
+    w_rank, w_dev, w_ns = rank[warm], device[warm], ns[warm]
+    if len({(int(r), int(d)) for r, d in zip(w_rank, w_dev)}) == len(w_rank):
+        # one warm-up figure per device at most (as the ledger books it): the left merge on arrays
+        warm_ns = np.zeros(len(u), np.int64)
+        for r, d, v in zip(w_rank, w_dev, w_ns):
+            warm_ns[(u_rank == r) & (u_dev == d)] = v
+        return pd.DataFrame({"rank": u_rank, "device": u_dev, "window_ns": u["window_ns"].to_numpy(np.int64) - warm_ns})
+    w = pd.DataFrame({"rank": w_rank, "device": w_dev, "warm_ns": w_ns})
     out = u.merge(w, on=["rank", "device"], how="left")
     out["window_ns"] = out["window_ns"].to_numpy(np.int64) - out["warm_ns"].fillna(0).to_numpy(np.int64)
     return out[["rank", "device", "window_ns"]]

@@ -66,8 +66,12 @@ MIN_STEADY_BUSY_NS = 5_000_000
 _COLS = ["rank", "start_ns", "end_ns", "reason"]
 
 
+_EMPTY_REGIONS = pd.DataFrame({c: pd.Series(dtype="int64" if c != "reason" else "object") for c in _COLS})
+
+
 def empty_regions() -> pd.DataFrame:
-    return pd.DataFrame({c: pd.Series(dtype="int64" if c != "reason" else "object") for c in _COLS})
+    """A frame of no regions (a copy of one built once: building it costs more than copying it)."""
+    return _EMPTY_REGIONS.copy()
 
 
 def warmup_steps(durs: np.ndarray) -> np.ndarray:

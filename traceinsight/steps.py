@@ -133,10 +133,10 @@ def mark(events: pd.DataFrame, marker: str, replace: bool = False) -> int:
 
 def source_of(events: pd.DataFrame) -> dict:
     """What made the steps of a trace that came with its own markers."""
-    st = events[(events["kind"] == "step").to_numpy()]
-    if st.empty:
+    pos = np.flatnonzero((events["kind"] == "step").to_numpy())  # the first step row's name is all that is read
+    if not len(pos):
         return {"marker": None, "how": "none", "why": "no step markers and no repeated user range covering the window: the whole window is one step"}
-    first = str(st["name"].iloc[0])
+    first = str(events["name"].iloc[int(pos[0])])
     base = _base(first) or first
     return {"marker": base, "how": "profiler", "why": f"the profiler's own step markers ({base})"}
 

@@ -17,11 +17,14 @@ Conventions (they hold for every source format):
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
 import pandas as pd
+
+from .masks import join_keys
 
 #: The kinds of rows; order matters only for display.
 KINDS: tuple[str, ...] = (
@@ -115,8 +118,20 @@ _MEMORY_DEFAULTS: dict[str, Any] = {"dur_ns": 0, "rank": 0, "device": -1, "delta
 
 
 def build_memory(columns: dict[str, Any] | None = None) -> pd.DataFrame:
-    """A schema-true memory frame from column arrays (``kind`` and ``start_ns`` required); an empty one for None."""
-    columns = columns or {"kind": [], "start_ns": []}
+    """A schema-true memory frame from column arrays (``kind`` and ``start_ns`` required); an empty one for None
+    (a copy of one built once: most traces have no memory rows, and building the frame costs more than copying)."""
+    if not columns:
+        global _EMPTY_MEMORY
+        if _EMPTY_MEMORY is None:
+            _EMPTY_MEMORY = _build_memory({"kind": [], "start_ns": []})
+        return _EMPTY_MEMORY.copy()
+    return _build_memory(columns)
+
+
+_EMPTY_MEMORY: pd.DataFrame | None = None
+
+
+def _build_memory(columns: dict[str, Any]) -> pd.DataFrame:
     n = len(columns["start_ns"])
     data: dict[str, Any] = {}
     for col, dtype in MEMORY_COLUMNS.items():
@@ -290,23 +305,29 @@ def assign_steps(events: pd.DataFrame, meta: "TraceMeta | None" = None) -> None:
     ``ProfilerStep#1``) has its steps numbered in time order instead, with a warning on ``meta``: otherwise they
     would read as one step.
     """
-    steps = events[events["kind"] == "step"]
+    sidx = np.flatnonzero((events["kind"] == "step").to_numpy())
     out = np.full(len(events), -1, dtype=np.int32)
-    if not steps.empty:
-        numbers = _step_numbers(steps["name"].astype(str).to_numpy())
-        for rank, srows in steps.groupby("rank", observed=True, sort=False):
-            order = np.argsort(srows["start_ns"].to_numpy(), kind="stable")
-            s_start = srows["start_ns"].to_numpy()[order]
-            s_end = s_start + srows["dur_ns"].to_numpy()[order]
-            s_num = numbers[steps.index.get_indexer(srows.index)][order]
+    if len(sidx):
+        ev_rank = events["rank"].to_numpy()
+        ev_start = events["start_ns"].to_numpy()
+        s_rank = ev_rank[sidx]
+        s_start_all = ev_start[sidx]
+        s_end_all = s_start_all + events["dur_ns"].to_numpy()[sidx]
+        numbers = _step_numbers(events["name"].iloc[sidx].astype(str).to_numpy())
+        for rank in pd.unique(s_rank):  # ranks in order of their first step row
+            own = np.flatnonzero(s_rank == rank)
+            order = np.argsort(s_start_all[own], kind="stable")
+            s_start = s_start_all[own][order]
+            s_end = s_end_all[own][order]
+            s_num = numbers[own][order]
             if len(np.unique(s_num)) < len(s_num):
                 repeats = len(s_num) - len(np.unique(s_num))
                 s_num = np.arange(len(s_num), dtype=np.int32)
                 if meta is not None:
                     meta.warn(f"{repeats:,} of {len(s_num):,} step markers on rank {rank} repeat an earlier step's number; "
                               "steps were numbered in time order (0, 1, ...)")
-            mask = (events["rank"] == rank).to_numpy()
-            starts = events["start_ns"].to_numpy()[mask]
+            mask = ev_rank == rank
+            starts = ev_start[mask]
             pos = np.searchsorted(s_start, starts, side="right") - 1
             valid = pos >= 0
             inside = np.zeros(len(starts), dtype=bool)
@@ -318,22 +339,48 @@ def assign_steps(events: pd.DataFrame, meta: "TraceMeta | None" = None) -> None:
     inherit_from_launch(events, "step")
 
 
+_STEP_NUMBER = re.compile(r"(\d+)\s*$")
+
+
 def _step_numbers(names: np.ndarray) -> np.ndarray:
+    """The number at the end of each step name; a name without one gets its position. Names are tested with one
+    regex search each (a handful of markers per rank); digits past the plain ASCII ones or too long for an int32
+    go through pandas, whose conversion decides what they become."""
+    found = [_STEP_NUMBER.search(str(n)) for n in names]
+    if all(m is None or (m.group(1).isascii() and len(m.group(1)) <= 9) for m in found):
+        return np.array([int(m.group(1)) if m else i for i, m in enumerate(found)], dtype=np.int32)
     nums = pd.Series(names).str.extract(r"(\d+)\s*$", expand=False)
     fallback = pd.Series(np.arange(len(names)))
     return pd.to_numeric(nums, errors="coerce").fillna(fallback).astype(np.int32).to_numpy()
 
 
 def inherit_from_launch(events: pd.DataFrame, column: str) -> None:
-    """Copy ``column`` from each runtime call to the GPU rows it launched (matched on rank, pid, correlation)."""
+    """Copy ``column`` from each runtime call to the GPU rows it launched (matched on rank, pid, correlation; the
+    first call of a key when it repeats). The match is a sort of one int64 key per row, not a frame merge: on a
+    rank of a few dozen events a merge's fixed cost was a tenth of the whole analysis."""
     gpu = events["device"].to_numpy() >= 0
     corr = events["correlation"].to_numpy()
     host = (~gpu) & (corr >= 0) & (events["kind"] == "runtime").to_numpy()
     if not gpu.any() or not host.any():
         return
+    src = np.flatnonzero(host)
+    dst = np.flatnonzero(gpu & (corr >= 0))
+    if not len(dst):
+        return
     key_cols = ["rank", "pid", "correlation"]
-    src = events.loc[host, key_cols + [column]].drop_duplicates(key_cols)
-    dst = events.loc[gpu & (corr >= 0), key_cols].reset_index()
-    merged = dst.merge(src, on=key_cols, how="inner")
-    if not merged.empty:
-        events.loc[merged["index"].to_numpy(), column] = merged[column].to_numpy()
+    cols = [events[c].to_numpy() for c in key_cols]
+    if not all(c.dtype.kind in "iu" for c in cols):  # keys that are not integers: the frame merge
+        src_f = events.loc[host, key_cols + [column]].drop_duplicates(key_cols)
+        dst_f = events.loc[gpu & (corr >= 0), key_cols].reset_index()
+        merged = dst_f.merge(src_f, on=key_cols, how="inner")
+        if not merged.empty:
+            events.loc[merged["index"].to_numpy(), column] = merged[column].to_numpy()
+        return
+    k_src, k_dst = join_keys([(c[src], c[dst]) for c in cols])
+    uniq, first = np.unique(k_src, return_index=True)  # each key's first call, as drop_duplicates keeps
+    pos = np.minimum(np.searchsorted(uniq, k_dst), len(uniq) - 1)
+    hit = uniq[pos] == k_dst
+    if not hit.any():
+        return
+    values = events[column].to_numpy()[src[first[pos[hit]]]]
+    events.loc[events.index[dst[hit]], column] = values

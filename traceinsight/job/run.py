@@ -24,7 +24,7 @@ from ..errors import SchedulerError, TraceReadError
 from ..rule_guard import DEFAULT_RULE_TIMEOUT_S, RuleFailure, run_guarded
 from ..rule_api import Finding
 from ..rule_api_job import JobContext
-from .mapper import MapSettings, RankFailure, analyze_rank, per_rank_rules
+from .mapper import MapSettings, RankFailure, analyze_rank, analyze_ranks, per_rank_rules, warm
 from .reduce import Job, reduce_summaries
 from .storage import SCHEDULER_ENV, expand
 from .summary import RankSummary
@@ -60,7 +60,21 @@ class JobAnalysis:
         return max(sev, key=lambda s: s.rank) if sev else None
 
 
-def _map_local(urls: list[str], settings: MapSettings, workers: int | None, progress: Callable[[int, int], None] | None = None) -> list:
+#: Most ranks one local task carries: per-task hand-off (pickling, a round trip to the worker) costs about as much
+#: as a tiny rank's analysis, so many ranks go in chunks; a cap keeps the progress bar and the load balanced.
+MAX_CHUNK = 16
+
+
+def chunk_size(ranks: int, workers: int) -> int:
+    """Ranks per local task: about 16 tasks per worker, 1 to ``MAX_CHUNK`` ranks each."""
+    return max(1, min(MAX_CHUNK, ranks // (max(workers, 1) * 16)))
+
+
+def _map_local(urls: list[str], settings: MapSettings, workers: int | None, progress: Callable[[int, int], None] | None = None,
+               chunk: int | None = None) -> list:
+    """``analyze_rank`` over ``urls`` in order, on ``workers`` local processes (in this one when 1), ``chunk`` ranks
+    per task (default ``chunk_size``). The rules are discovered and the reading modules imported here first, so
+    workers forked from this process start with both."""
     n = max(1, min(len(urls), workers or os.cpu_count() or 1))
     out: list = []
     if n == 1:
@@ -69,10 +83,9 @@ def _map_local(urls: list[str], settings: MapSettings, workers: int | None, prog
             if progress:
                 progress(len(out), len(urls))
         return out
-    # a few ranks per task when there are many: per-task hand-off costs about as much as a tiny rank's analysis
-    chunk = max(1, min(16, len(urls) // (n * 16)))
+    warm(settings)
     with ProcessPoolExecutor(max_workers=n) as pool:
-        for res in pool.map(analyze_rank, urls, [settings] * len(urls), chunksize=chunk):  # in order, as they finish
+        for res in pool.map(analyze_rank, urls, [settings] * len(urls), chunksize=chunk or chunk_size(len(urls), n)):  # in order
             out.append(res)
             if progress:
                 progress(len(out), len(urls))
@@ -104,12 +117,15 @@ def connect(address: str, timeout_s: float = SCHEDULER_TIMEOUT_S):
         raise SchedulerError(f"no Dask scheduler answered at {address} within {timeout_s:g} s ({reason})") from None
 
 
-def _map_dask(urls: list[str], settings: MapSettings, scheduler: Any) -> list:
+def _map_dask(urls: list[str], settings: MapSettings, scheduler: Any, chunk: int | None = None) -> list:
     own = not hasattr(scheduler, "submit")
     client = connect(scheduler) if own else scheduler
     try:
-        futures = client.map(analyze_rank, urls, settings=settings, key=[f"traceinsight-rank-{i}" for i in range(len(urls))], pure=False)
-        return client.gather(futures)
+        # ranks in chunks as on local processes: a Dask task costs about a millisecond of scheduling on its own
+        size = chunk or chunk_size(len(urls), max(1, sum(client.nthreads().values())))
+        chunks = [urls[i : i + size] for i in range(0, len(urls), size)]
+        futures = client.map(analyze_ranks, chunks, settings=settings, key=[f"traceinsight-ranks-{i}" for i in range(len(chunks))], pure=False)
+        return [res for part in client.gather(futures) for res in part]
     finally:
         if own:
             client.close()

@@ -160,11 +160,11 @@ def _summarize_rank(tl: Timeline, views: Views, rank: int, source: str) -> RankS
     else:
         w0 = w1 = 0
     st = views.steps
-    st = st[(st["rank"].to_numpy() == rank) & (st["step"].to_numpy() >= 0)]
-    if st.empty:
+    own = (st["rank"].to_numpy() == rank) & (st["step"].to_numpy() >= 0)
+    if not own.any():
         s_num, s0, s1 = np.array([-1]), np.array([w0], np.int64), np.array([w1], np.int64)
     else:
-        s_num, s0, s1 = st["step"].to_numpy(np.int64), st["start_ns"].to_numpy(np.int64), st["end_ns"].to_numpy(np.int64)
+        s_num, s0, s1 = (st[c].to_numpy(np.int64)[own] for c in ("step", "start_ns", "end_ns"))
     b, c = busy.overlap(s0, s1), compute.overlap(s0, s1)
     steps = pd.DataFrame(
         {
@@ -198,7 +198,7 @@ def _summarize_rank(tl: Timeline, views: Views, rank: int, source: str) -> RankS
             # Calls of one process group run in order on one NCCL stream, the same order on every rank, so the
             # stream and the call's index on it identify the instance across ranks.
             "group": np.array([f"stream {s}" for s in u_stream.tolist()] + [""], dtype=object)[inv.reshape(-1)] if len(cs) else [],
-            "seq": pd.Series(stream).groupby(stream).cumcount().to_numpy(np.int64),
+            "seq": _cumcount(stream),
             "kind": collective_kind(act["name"].take(pos)),
             "start_ns": cs,
             "end_ns": ce,
@@ -232,6 +232,17 @@ def _summarize_rank(tl: Timeline, views: Views, rank: int, source: str) -> RankS
         ledger=_ledger(views, rank),
         warnings=list(meta.warnings),
     )
+
+
+def _cumcount(keys: np.ndarray) -> np.ndarray:
+    """Per element, how many earlier elements have the same key (``groupby(keys).cumcount()``, on arrays)."""
+    order = np.argsort(keys, kind="stable")
+    sk = keys[order]
+    idx = np.arange(len(sk), dtype=np.int64)
+    first = np.maximum.accumulate(np.where(np.r_[True, sk[1:] != sk[:-1]], idx, 0)) if len(sk) else idx
+    out = np.empty(len(sk), np.int64)
+    out[order] = idx - first
+    return out
 
 
 def _ledger(views: Views, rank: int) -> pd.DataFrame:

@@ -108,28 +108,42 @@ def startup_call_gaps(views, *, min_share_pct: float = 5.0) -> pd.DataFrame:
             g = g[g["dur_ns"].to_numpy() >= min_share_pct / 100.0 * g["window_ns"].to_numpy()]
         if g.empty:
             return empty
-        act = views.gpu_activity[["rank", "device", "start_ns"]]  # the groups below copy only what they use
-        head_end = {}
+        # where each gap's device run ends its head, for the few (rank, device) pairs the gaps name, on arrays
+        act = views.gpu_activity
+        a_rank, a_dev, a_start = act["rank"].to_numpy(), act["device"].to_numpy(), act["start_ns"].to_numpy()
         steps = views.steps
-        for (rank, device), a in act.groupby(["rank", "device"], observed=True, sort=False):
-            st = steps[steps["rank"] == rank]["start_ns"].sort_values().to_numpy() if not steps.empty else np.zeros(0)
-            starts = np.sort(a["start_ns"].to_numpy())
+        s_rank, s_start = steps["rank"].to_numpy(), steps["start_ns"].to_numpy()
+        head_end: dict[tuple[int, int], int] = {}
+        for rank, device in zip(g["rank"].to_numpy(), g["device"].to_numpy()):
+            key = (int(rank), int(device))
+            if key in head_end:
+                continue
+            sel = (a_rank == rank) & (a_dev == device)
+            if not sel.any():
+                head_end[key] = -1
+                continue
+            st = np.sort(s_start[s_rank == rank]) if not steps.empty else np.zeros(0)
+            starts = np.sort(a_start[sel])
             if len(st) >= 2:
-                head_end[(int(rank), int(device))] = int(st[1])
+                head_end[key] = int(st[1])
             else:
-                head_end[(int(rank), int(device))] = int(starts[min(len(starts) - 1, max(len(starts) // 10, 1))])
-        he = np.array([head_end.get((int(r), int(d)), -1) for r, d in zip(g["rank"], g["device"])], dtype=np.int64)
+                head_end[key] = int(starts[min(len(starts) - 1, max(len(starts) // 10, 1))])
+        he = np.array([head_end[(int(r), int(d))] for r, d in zip(g["rank"], g["device"])], dtype=np.int64)
         g = g[g["end_ns"].to_numpy() <= he]
         if g.empty:
             return empty
         host = views.host_events
         m = kind_mask(host, ("runtime", "cpu_op", "annotation", "python", "other")) & name_mask(host["name"], INIT_CALL)
-        init = host[["rank", "name", "start_ns", "dur_ns"]].iloc[np.flatnonzero(m)]  # only the start-up calls' rows
-        calls = []
-        for row in g.itertuples(index=False):
-            m = (init["rank"].to_numpy() == row.rank) & (init["start_ns"].to_numpy() < row.end_ns) & ((init["start_ns"] + init["dur_ns"]).to_numpy() > row.start_ns)
-            names = init.loc[m, "name"].astype(str).value_counts()
-            calls.append(", ".join(f"{short_name(n, 40)} ×{c}" for n, c in names.head(3).items()))
+        init = np.flatnonzero(m)  # only the start-up calls' rows
+        calls = [""] * len(g)
+        if len(init):
+            i_rank = host["rank"].to_numpy()[init]
+            i_start = host["start_ns"].to_numpy()[init]
+            i_end = i_start + host["dur_ns"].to_numpy()[init]
+            i_name = host["name"].take(init)
+            for i, (rank, start, end) in enumerate(zip(g["rank"].to_numpy(), g["start_ns"].to_numpy(), g["end_ns"].to_numpy())):
+                names = i_name[(i_rank == rank) & (i_start < end) & (i_end > start)].astype(str).value_counts()
+                calls[i] = ", ".join(f"{short_name(n, 40)} ×{c}" for n, c in names.head(3).items())
         g = g.assign(init_calls=calls)
         out = g[(g["init_calls"] != "").to_numpy()][cols].reset_index(drop=True)
         return out
