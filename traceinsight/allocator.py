@@ -14,7 +14,6 @@ because the allocator policy of a host process (a notebook, a training job) is n
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import platform
 import sys
 
@@ -36,13 +35,9 @@ def keep_freed_memory() -> bool:
     if not sys.platform.startswith("linux") or platform.libc_ver()[0] != "glibc":
         return False
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        mallopt = libc.mallopt
+        mallopt = ctypes.CDLL(None).mallopt  # the process's own symbols: glibc's, checked above
     except (OSError, AttributeError):
         return False
-    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
-    mallopt.restype = ctypes.c_int
-    ok = mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD) == 1
-    ok &= mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD) == 1
-    ok &= mallopt(_M_TOP_PAD, TOP_PAD) == 1
-    return bool(ok)
+    mallopt.restype = ctypes.c_int  # int mallopt(int param, int value); 1 on success
+    return all(mallopt(param, value) == 1 for param, value in (
+        (_M_MMAP_THRESHOLD, MMAP_THRESHOLD), (_M_TRIM_THRESHOLD, TRIM_THRESHOLD), (_M_TOP_PAD, TOP_PAD)))

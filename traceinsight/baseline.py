@@ -116,7 +116,7 @@ def load_report(path: str | Path, max_bytes: int = MAX_REPORT_BYTES) -> dict[str
     for f in findings:  # what is shown of a baseline finding is bounded, whatever the file holds
         for key, limit in (("code", 20), ("title", 300)):
             if key in f:
-                v = f[key] if isinstance(f[key], str) else str(f[key])
+                v = str(f[key])
                 f[key] = v if len(v) <= limit else v[: limit - 1] + "…"
     return doc
 

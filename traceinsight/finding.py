@@ -211,7 +211,7 @@ class Instances(Sequence[Instance]):
 
 def _columns_of(items: Iterable[Any]) -> InstanceColumns:
     """Columns of any instance-like objects (``start_ns``/``end_ns``, optional ``rank``/``device``/``label``)."""
-    items = items if isinstance(items, list) else list(items)
+    items = list(items)
 
     def opt(name: str) -> np.ndarray:
         return np.array([np.nan if (v := getattr(it, name, None)) is None else float(v) for it in items], dtype=float)
@@ -262,23 +262,20 @@ def as_instances(value: "Iterable[Instance] | pd.DataFrame | None") -> "Instance
         v = pd.to_numeric(value[col], errors="coerce").to_numpy(dtype=float)
         if np.isinf(v).any():
             raise OverflowError("cannot convert float infinity to integer")
-        with np.errstate(invalid="ignore"):
-            return np.where(v < 0, np.nan, np.trunc(v))  # NaN stays NaN: unknown
+        return np.where(v < 0, np.nan, np.trunc(v))  # NaN stays NaN: unknown
 
     rank, device = ids("rank"), ids("device")
     back = np.flatnonzero(ends < starts)
     if len(back):
         raise ValueError(f"instance ends before it starts: {int(starts[back[0]])} > {int(ends[back[0]])}")
     if "label" in value:
-        # each distinct label converted once, exactly as ``astype(str)`` converts it (missing values read "nan")
+        # each distinct label converted once, exactly as ``astype(str)`` converts it (missing values read "nan");
+        # codes count up in order of appearance, missing values sharing one
         lab = value["label"]
-        code, _ = pd.factorize(lab, use_na_sentinel=True)
+        code, _ = pd.factorize(lab, use_na_sentinel=False)
         code = code.astype(np.int64)
-        u, first = np.unique(code, return_index=True)  # the row where each label first appears
+        _, first = np.unique(code, return_index=True)  # the row where each label first appears
         labels = [str(x) for x in lab.iloc[first].astype(str).tolist()]
-        if len(u) and u[0] < 0:  # missing labels: one more code at the end
-            labels = labels[1:] + labels[:1]
-            code[code < 0] = len(labels) - 1
     else:
         code, labels = np.zeros(n, np.int64), [""]
     return Instances.from_columns(InstanceColumns(starts, ends, rank, device, code, labels))

@@ -96,12 +96,15 @@ def _dtype(types: list | None) -> tuple[str | None, int]:
     return None, 0
 
 
-def _concrete(args: list | None, i: int) -> Any:
-    if not isinstance(args, list) or i >= len(args) or not isinstance(args[i], (str, int, float)) or args[i] == "":
+def _concrete(args: list | None, i: int | None) -> Any:
+    """Argument ``i`` as recorded (``Concrete Inputs``): a number, a list, a JSON string, Python's True/False;
+    None when absent or unreadable (an empty string is one)."""
+    if i is None or not isinstance(args, list) or i >= len(args) or not isinstance(args[i], (str, int, float)):
         return None
     v = args[i]
-    parsed = _parse(v.lower() if v in ("True", "False") else v) if isinstance(v, str) else v
-    return parsed
+    if v in ("True", "False"):
+        return v == "True"
+    return _parse(v) if isinstance(v, str) else v
 
 
 def _gemm(fn: str, d: list) -> tuple[float, list[list[int]]] | None:
@@ -120,9 +123,9 @@ def _gemm(fn: str, d: list) -> tuple[float, list[list[int]]] | None:
     elif fn in ("baddbmm", "addbmm"):
         a, b = get(1), get(2)
     elif fn == "mv":
-        a, b = get(0), (get(1) or []) + [1] if get(1) else None
+        a, b = get(0), get(1) + [1] if get(1) else None
     elif fn == "addmv":
-        a, b = get(1), (get(2) or []) + [1] if get(2) else None
+        a, b = get(1), get(2) + [1] if get(2) else None
     elif fn == "dot":
         a, b = ([1] + get(0)) if get(0) else None, (get(1) + [1]) if get(1) else None
     elif fn == "linear":
@@ -133,13 +136,11 @@ def _gemm(fn: str, d: list) -> tuple[float, list[list[int]]] | None:
         return 2.0 * m * w[1] * w[0], [[m, w[1]], [w[1], w[0]], [m, w[0]]]
     elif fn == "matmul":
         a, b = get(0), get(1)
-        if a is None or b is None or not a or not b:
+        if not a or not b:
             return None
         a = [1] + a if len(a) == 1 else a
         b = b + [1] if len(b) == 1 else b
-    elif fn == "einsum":
-        return None  # resolved from the equation by _einsum
-    else:
+    else:  # einsum is resolved from its equation by _einsum
         return None
     if not a or not b or len(a) < 2 or len(b) < 2 or a[-1] != b[-2]:
         return None
@@ -147,8 +148,6 @@ def _gemm(fn: str, d: list) -> tuple[float, list[list[int]]] | None:
         batch = list(np.broadcast_shapes(tuple(a[:-2]), tuple(b[:-2])))
     except ValueError:
         return None
-    if fn == "addbmm":
-        batch = [a[0]]
     nb = _numel(batch)
     m, k, n = a[-2], a[-1], b[-1]
     return 2.0 * nb * m * k * n, [[nb * m, k], [nb * k, n], [(1 if fn == "addbmm" else nb) * m, n]]
@@ -170,8 +169,10 @@ def _einsum(d: list, concrete: list | None) -> tuple[float, list[list[int]]] | N
             return None
         for ch, n in zip(term, shape):
             size[ch] = n
+    if any(c not in size for c in out):  # an output index no operand has: not an equation torch runs
+        return None
     flops = 2.0 * _numel(list(size.values()))
-    return flops, [ops[0], ops[1], [size.get(c, 1) for c in out]]
+    return flops, [ops[0], ops[1], [size[c] for c in out]]
 
 
 def _conv(name: str, d: list, concrete: list | None) -> tuple[float, float, str] | None:
@@ -185,10 +186,10 @@ def _conv(name: str, d: list, concrete: list | None) -> tuple[float, float, str]
     transposed = False if short else bool(_concrete(concrete, 6))
     assumed = ""
     k = w[2:]
-    if isinstance(padding, str):  # conv2d(padding="same"/"valid")
-        padding = [(dl * (kk - 1)) // 2 for kk, dl in zip(k, _expand(dilation, sp, 1))] if padding == "same" else [0] * sp
     if stride is None and padding is None:
         assumed = STRIDE_ASSUMED
+    if isinstance(padding, str):  # conv2d(padding="same"/"valid"); "same" is the default padding below
+        padding = None if padding == "same" else [0] * sp
     stride, padding, dilation = _expand(stride, sp, 1), _expand(padding, sp, None), _expand(dilation, sp, 1)
     padding = [p if p is not None else (dl * (kk - 1)) // 2 for p, kk, dl in zip(padding, k, dilation)]
     n = x[0]
@@ -207,13 +208,13 @@ def _conv(name: str, d: list, concrete: list | None) -> tuple[float, float, str]
 
 def _expand(v: Any, n: int, default: Any) -> list:
     if isinstance(v, list) and v and all(isinstance(i, int) for i in v):
-        return (v * n)[:n] if len(v) == 1 else v[:n] + [v[-1]] * (n - len(v))
+        return (v + [v[-1]] * n)[:n]  # one value stands for all; a short list repeats its last
     if isinstance(v, int):
         return [v] * n
     return [default] * n
 
 
-def _conv_backward(d: list, concrete: list | None, self_first: bool = False) -> tuple[float, float, str] | None:
+def _conv_backward(d: list, concrete: list | None, self_first: bool) -> tuple[float, float, str] | None:
     """``convolution_backward(grad_output, input, weight, ...)``; the older ``cudnn_convolution_backward(input,
     grad_output, weight, ...)`` when ``self_first`` (its output mask is not recorded: both gradients assumed)."""
     go, x, w = (d[i] if len(d) > i else None for i in ((1, 0, 2) if self_first else (0, 1, 2)))
@@ -236,7 +237,7 @@ def _sdpa(name: str, d: list, concrete: list | None, backward: bool) -> tuple[fl
     b, h, sq, dq = q
     sk, dv = k[2], v[3]
     flops = 2.0 * b * h * sq * sk * dq + 2.0 * b * h * sq * sk * dv
-    causal = _concrete(concrete, _CAUSAL_ARG.get(name, 99))
+    causal = _concrete(concrete, _CAUSAL_ARG.get(name))
     assumed = ""
     if causal is True:
         flops *= 0.5
@@ -271,7 +272,7 @@ def count_op(name: str, dims: list | None, types: list | None, concrete: list | 
         if g is None:
             return None
         flops, shapes = g
-        return OpCount(flops, float(sum(_numel(s) for s in shapes)) * item, dtype)
+        return OpCount(flops, float(sum(_numel(s) for s in shapes)) * item, dtype, "", item)
     tensors = [x for x in dims if _is_shape(x) and x]
     lists = [s for x in dims if isinstance(x, list) and x and all(_is_shape(y) for y in x) for s in x]
     if not tensors and not lists:
@@ -282,13 +283,13 @@ def count_op(name: str, dims: list | None, types: list | None, concrete: list | 
         if name in ("aten::index_select", "aten::embedding") and len(tensors) >= 2:
             table, idx = (tensors[0], tensors[-1])
             moved = _numel(idx) * _numel(table[1:])
-            return OpCount(0.0, 2.0 * moved * item, dtype)
-        return OpCount(0.0, 2.0 * sum(sizes) * item if name == "aten::cat" else 2.0 * big * item, dtype)
+            return OpCount(0.0, 2.0 * moved * item, dtype, "", item)
+        return OpCount(0.0, 2.0 * sum(sizes) * item if name == "aten::cat" else 2.0 * big * item, dtype, "", item)
     if formula == "reduction":
-        return OpCount(float(big), float(sum(sizes)) * item, dtype)
+        return OpCount(float(big), float(sum(sizes)) * item, dtype, "", item)
     if formula == "bytes":  # normalisation: read the input (and grad), write the output
-        return OpCount(float(5 * big), float(sum(sizes) + big) * item, dtype)
-    return OpCount(float(big), float(sum(sizes) + big) * item, dtype)
+        return OpCount(float(5 * big), float(sum(sizes) + big) * item, dtype, "", item)
+    return OpCount(float(big), float(sum(sizes) + big) * item, dtype, "", item)
 
 
 #: Backward convolutions whose arguments name (grad_output, input, weight) positions, by op name.
@@ -384,20 +385,18 @@ def count_ops(events: pd.DataFrame, kernels: pd.DataFrame) -> OpCounts:
 
 def _thread_key(events: pd.DataFrame, pos: np.ndarray) -> np.ndarray:
     """One integer per (rank, pid, tid) of the rows at ``pos``."""
-    cols = [events[c].to_numpy()[pos].astype(np.int64) for c in ("rank", "pid", "tid")]
-    return pd.factorize(pd.MultiIndex.from_arrays(cols))[0].astype(np.int64)
+    cols = [events[c].to_numpy()[pos] for c in ("rank", "pid", "tid")]
+    return pd.factorize(pd.MultiIndex.from_arrays(cols))[0]
 
 
 def _leaves(thread: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
     """Ops with no other op of the same family inside them on their thread (intervals on a thread nest): sorted by
     thread, start and longest first, an op holds another exactly when the next one starts before it ends."""
-    order = np.lexsort((-(end - start), start, thread))
+    order = np.lexsort((-end, start, thread))
     s, e, t = start[order], end[order], thread[order]
     holds = np.zeros(len(order), dtype=bool)
-    if len(order) > 1:
-        same = t[1:] == t[:-1]
-        holds[:-1] = same & ((s[1:] < e[:-1]) | (s[1:] == s[:-1]))
-    out = np.zeros(len(order), dtype=bool)
+    holds[:-1] = (t[1:] == t[:-1]) & ((s[1:] < e[:-1]) | (s[1:] == s[:-1]))
+    out = np.empty_like(holds)
     out[order] = ~holds
     return out
 
@@ -405,10 +404,8 @@ def _leaves(thread: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarra
 def _attribute(events: pd.DataFrame, kernels: pd.DataFrame, ops: pd.DataFrame, op_thread: Any) -> np.ndarray:
     """Per kernel: the counted op whose interval (on the launching thread) holds the op or call that launched it."""
     out = np.full(len(kernels), -1, dtype=np.int64)
-    if kernels.empty or ops.empty:
-        return out
-    # the launching point of each kernel: its External id's op, else its runtime call
-    host = events[(events["device"].to_numpy() < 0)]
+    # the launching point of each kernel: its External id's op, else its runtime call (both host rows)
+    host = events
     kind = host["kind"].to_numpy()
     point = pd.DataFrame({"r": kernels["rank"].to_numpy().astype(np.int64), "p": np.full(len(kernels), -1, np.int64),
                           "t": np.full(len(kernels), -1, np.int64), "s": np.full(len(kernels), -1, np.int64)})
@@ -416,11 +413,11 @@ def _attribute(events: pd.DataFrame, kernels: pd.DataFrame, ops: pd.DataFrame, o
     if "external_id" in events:
         cpu = host[(kind == "cpu_op") & (host["external_id"].to_numpy() >= 0)]
         src = cpu[["rank", "external_id", "pid", "tid", "start_ns"]].drop_duplicates(["rank", "external_id"])
-        dst = pd.DataFrame({"rank": point["r"], "external_id": kernels["external_id"].to_numpy()}).reset_index(drop=True)
+        dst = pd.DataFrame({"rank": point["r"], "external_id": kernels["external_id"].to_numpy()})
         m = dst.merge(src, on=["rank", "external_id"], how="left")
         hit = m["start_ns"].notna().to_numpy() & (dst["external_id"].to_numpy() >= 0)
         point.loc[hit, ["p", "t", "s"]] = m.loc[hit, ["pid", "tid", "start_ns"]].to_numpy(dtype=np.int64)
-        found |= hit
+        found = hit
     if not found.all():
         rt = host[(kind == "runtime") & (host["correlation"].to_numpy() >= 0)]
         src = rt[["rank", "pid", "correlation", "tid", "start_ns"]].drop_duplicates(["rank", "pid", "correlation"])

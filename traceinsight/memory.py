@@ -63,9 +63,7 @@ class DeviceMemory:
         return None
 
     def to_dict(self) -> dict[str, Any]:
-        steps = [] if self.steps.empty else [
-            {k: (None if pd.isna(v) else int(v)) for k, v in row.items()}
-            for row in self.steps.to_dict("records")]
+        steps = [{k: (None if pd.isna(v) else int(v)) for k, v in row.items()} for row in self.steps.to_dict("records")]
         return {
             "rank": self.rank, "device": self.device, "device_type": self.device_type, "capacity_bytes": self.capacity,
             "events": self.events, "peak_allocated_bytes": _num(self.peak_allocated), "peak_reserved_bytes": _num(self.peak_reserved),
@@ -129,7 +127,7 @@ class Memory:
         st = g[g["step"].to_numpy() >= 0]
         if st.empty:
             return pd.DataFrame()
-        agg = st.groupby("step", sort=True).agg(peak_allocated=("allocated", "max"), peak_reserved=("reserved", "max"),
+        agg = st.groupby("step").agg(peak_allocated=("allocated", "max"), peak_reserved=("reserved", "max"),
                                                  start_reserved=("reserved", "first"))
         agg["headroom"] = (capacity - agg["peak_reserved"].fillna(agg["peak_allocated"])) if capacity else np.nan
         return agg.reset_index()
@@ -204,7 +202,7 @@ class Memory:
         faults = self.faults
         return {
             "devices": [d.to_dict() for d in self.devices],
-            "um_page_faults": int(faults["count"].sum()) if not faults.empty else 0,
+            "um_page_faults": int(faults["count"].sum()),
             "allocator_calls": int(len(self.allocator_calls)),
         }
 

@@ -302,7 +302,7 @@ def what_if_check(base: S.Side, head: S.Side, d: dict[str, Any]) -> list[dict[st
             "status": "fixed" if fp not in now else "reduced",
             "base_step_ns": _pct(w.get("baseline_step_ns")) or d["step"]["base_median_ns"],
             "predicted_step_ns": predicted, "measured_step_ns": measured,
-            "error_pct": round(100.0 * (measured - predicted) / predicted, 1) if predicted else None,
+            "error_pct": round(100.0 * (measured - predicted) / predicted, 1),  # predicted > 0: checked above
         })
     return out
 

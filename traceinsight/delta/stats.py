@@ -43,7 +43,7 @@ class Shift:
 
 
 def _medians(x: np.ndarray, rng: np.random.Generator, n: int) -> np.ndarray:
-    return np.median(x[rng.integers(0, len(x), size=(n, len(x)))], axis=1)
+    return np.median(x[rng.integers(len(x), size=(n, len(x)))], axis=1)
 
 
 def shift(base: "np.ndarray | list[float]", head: "np.ndarray | list[float]", confidence: float = CONFIDENCE) -> Shift:

@@ -1,0 +1,312 @@
+"""The efficiency view (``traceinsight.efficiency``) row by row on planted traces: each kernel class's time, FLOPs,
+bytes, achieved rates against the datasheet peak, roofline position, MFU per step and over the trace, the top ops,
+TF32 detection, the notes that say what is missing, and the JSON block. Every figure is worked out by hand from
+what was planted (A100 80GB SXM: 312 TFLOP/s bf16 dense, 19.5 fp32, 156 tf32, 2039 GB/s)."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+import traceinsight
+from tests.helpers.kineto_writer import KinetoTrace
+from tests.helpers.nsys_writer import NsysTrace
+from traceinsight.derived import Derived
+from traceinsight.efficiency import (RECORD_SHAPES_HINT, EfficiencySettings, _compact_dims, _dominant_dtype,
+                                     _window_ns)
+from traceinsight.peaks import UNKNOWN_PEAK
+
+A100 = "NVIDIA A100-SXM4-80GB"
+BF16, F32 = "c10::BFloat16", "float"
+BW = 2039.0
+
+
+def _eff(path, **settings):
+    return Derived(traceinsight.load(path), efficiency=EfficiencySettings(**settings) if settings else None).efficiency
+
+
+def _mm(t, at, m, k, n, dur_us, dtype=BF16, kernel="ampere_bf16_s16816gemm_bf16_128x128", name="aten::mm"):
+    op = t.cpu_op(name, at, 20, args={"Input Dims": [[m, k], [k, n]], "Input type": [dtype, dtype], "Concrete Inputs": ["", ""]})
+    t.kernel(kernel, at + 40, dur_us, launch_us=at + 5, op=op)
+    return op
+
+
+def _add(t, at, n, dur_us, dtype=BF16):
+    op = t.cpu_op("aten::add", at, 20, args={"Input Dims": [[n], [n], []], "Input type": [dtype, dtype, "Scalar"],
+                                             "Concrete Inputs": ["", "", "1"]})
+    t.kernel("vectorized_elementwise_kernel", at + 40, dur_us, launch_us=at + 5, op=op)
+
+
+def _training(tmp_path, steps=2):
+    """Per 1 ms step: a 1024³ bf16 GEMM (100 µs), a 2^20-element bf16 add (10 µs), a 1 MiB copy (20 µs)."""
+    t = KinetoTrace(device_name=A100)
+    for s in range(steps):
+        t0 = s * 1000
+        t.step(s + 1, t0, 1000)
+        _mm(t, t0 + 10, 1024, 1024, 1024, 100.0)
+        _add(t, t0 + 200, 1 << 20, 10.0)
+        t.memcpy("HtoD", t0 + 400, 20.0, nbytes=1 << 20)
+    return t.write(tmp_path / "t.json")
+
+
+def test_classes_rates_roofline_and_mfu(tmp_path):
+    e = _eff(_training(tmp_path))
+    assert (e.flops_source, e.shapes_recorded, e.available, e.mfu_dtype) == ("shapes", True, True, "bf16")
+    assert e.gpu_time_ns == 2 * 130_000
+    c = e.classes.set_index("cls")
+    assert list(c.index) == ["gemm", "elementwise", "copy"]  # the order of work_classes.CLASSES
+    g = c.loc["gemm"]
+    flops = 2 * 2 * 1024**3  # two steps
+    nbytes = 2 * 2 * 3 * 1024**2
+    assert (g["label"], g["time_ns"], g["modelled_ns"], g["flops"], g["bytes"], g["dtype"]) == ("GEMM", 200_000, 200_000, flops, nbytes, "bf16")
+    assert g["share_pct"] == pytest.approx(100 * 200 / 260)
+    assert g["achieved_tflops"] == pytest.approx(flops / 200e-6 / 1e12)
+    assert g["achieved_gbs"] == pytest.approx(nbytes / 200e-6 / 1e9)
+    assert g["peak_tflops"] == 312.0 and g["peak_label"] == "312 TFLOP/s bf16 dense, NVIDIA A100 80GB SXM datasheet"
+    assert g["pct_of_peak"] == pytest.approx(100 * flops / 200e-6 / 1e12 / 312)
+    assert g["pct_of_bandwidth"] == pytest.approx(100 * nbytes / 200e-6 / 1e9 / BW)
+    assert g["intensity"] == pytest.approx(flops / nbytes) and g["ridge"] == pytest.approx(312e12 / (BW * 1e9))
+    assert g["bound"] == "compute"  # 341 FLOP/byte over a ridge of 153
+    a = c.loc["elementwise"]
+    n = 1 << 20
+    assert (a["time_ns"], a["flops"], a["bytes"], a["dtype"]) == (20_000, 2 * n, 2 * 2 * 3 * n, "bf16")
+    assert pd.isna(a["peak_tflops"]) and pd.isna(a["pct_of_peak"])
+    assert a["peak_label"] == "2039 GB/s, NVIDIA A100 80GB SXM"
+    assert a["achieved_gbs"] == pytest.approx(2 * 2 * 3 * n / 20e-6 / 1e9)
+    assert a["pct_of_bandwidth"] == pytest.approx(100 * 2 * 2 * 3 * n / 20e-6 / 1e9 / BW)
+    assert a["intensity"] == pytest.approx(1 / 6) and a["ridge"] == pytest.approx(312e12 / (BW * 1e9)) and a["bound"] == "memory"
+    cp = c.loc["copy"]
+    assert (cp["time_ns"], cp["modelled_ns"], cp["flops"], cp["bytes"]) == (40_000, 40_000, 0.0, 2 * (1 << 20))
+    assert pd.isna(cp["achieved_tflops"]) and pd.isna(cp["intensity"]) and cp["bound"] == "memory"
+    assert cp["achieved_gbs"] == pytest.approx(2 * (1 << 20) / 40e-6 / 1e9)
+    # MFU: matrix FLOPs of each step over its duration, against the bf16 peak
+    assert e.steps.to_dict("records") == [
+        {"rank": 0, "step": s, "dur_ns": 1_000_000, "flops": 2 * 1024**3, "tflops": pytest.approx(2 * 1024**3 / 1e-3 / 1e12),
+         "mfu_pct": pytest.approx(100 * 2 * 1024**3 / 1e-3 / 1e12 / 312)} for s in (1, 2)]
+    assert e.model_flops == flops and e.mfu_pct == pytest.approx(100 * 2 * 1024**3 / 1e-3 / 1e12 / 312)
+    assert e.peak_label() == "312 TFLOP/s bf16 dense, NVIDIA A100 80GB SXM datasheet"
+    assert e.peak_label("fp32") == "19.5 TFLOP/s fp32 dense, NVIDIA A100 80GB SXM datasheet"
+    assert e.notes == [] and e.counts.assumed == {}
+    assert list(e.kernel_cls) == ["gemm", "elementwise"] * 2
+
+
+def test_the_json_block(tmp_path):
+    e = _eff(_training(tmp_path))
+    d = e.to_dict()
+    mfu = 100 * 2 * 1024**3 / 1e-3 / 1e12 / 312
+    assert d["flops_source"] == "shapes" and d["shapes_recorded"] is True and d["gpu_time_ns"] == 260_000
+    assert d["peak"] == {"gpu": "NVIDIA A100 80GB SXM", "tflops": e.peak.tflops, "bandwidth_gbs": BW, "source": e.peak.source,
+                         "dense": True, "known": True, "reason": None}
+    assert d["model_flops"] == 4 * 1024**3 and d["mfu_pct"] == round(mfu, 3) and d["mfu_dtype"] == "bf16"
+    assert d["mfu_peak"] == "312 TFLOP/s bf16 dense, NVIDIA A100 80GB SXM datasheet"
+    gemm = d["classes"][0]
+    assert gemm["cls"] == "gemm" and gemm["time_ns"] == 200_000 and type(gemm["time_ns"]) is int
+    assert gemm["pct_of_peak"] == round(100 * 4 * 1024**3 / 200e-6 / 1e12 / 312, 3) and gemm["dtype"] == "bf16"
+    assert d["classes"][2]["intensity"] is None
+    assert d["steps"] == [{"rank": 0, "step": s, "dur_ns": 1_000_000, "flops": 2 * 1024**3,
+                           "tflops": round(2 * 1024**3 / 1e-3 / 1e12, 3), "mfu_pct": round(mfu, 3)} for s in (1, 2)]
+    assert d["top_ops"] == [{"op": "aten::mm", "cls": "gemm", "input_dims": "[[1024, 1024], [1024, 1024]]", "dtype": "bf16",
+                             "count": 2, "gflop": round(2 * 1024**3 / 1e9, 4), "kernel_ns": 200_000,
+                             "tflops": round(4 * 1024**3 / 200e-6 / 1e12, 4),
+                             "pct_of_peak": round(100 * 4 * 1024**3 / 200e-6 / 1e12 / 312, 4)}]
+    assert d["assumptions"] == {} and d["hardware"] is None and d["notes"] == []
+
+
+def test_top_ops_group_by_shapes_and_rank_by_kernel_time(tmp_path, monkeypatch):
+    import traceinsight.efficiency as eff
+
+    t = KinetoTrace(device_name=A100)
+    t.step(1, 0, 5000)
+    _mm(t, 10, 512, 512, 512, 50.0)
+    _mm(t, 200, 1024, 1024, 1024, 100.0)
+    _mm(t, 400, 512, 512, 512, 70.0)
+    _mm(t, 600, 256, 256, 256, 10.0)
+    monkeypatch.setattr(eff, "TOP_OPS", 2)
+    top = _eff(t.write(tmp_path / "t.json")).top_ops
+    assert top["input_dims"].tolist() == ["[[512, 512], [512, 512]]", "[[1024, 1024], [1024, 1024]]"]
+    assert top["count"].tolist() == [2, 1] and top["kernel_ns"].tolist() == [120_000, 100_000]
+    assert top["gflop"].tolist() == pytest.approx([2 * 512**3 / 1e9, 2 * 1024**3 / 1e9])
+    assert top["tflops"].tolist() == pytest.approx([4 * 512**3 / 120e-6 / 1e12, 2 * 1024**3 / 100e-6 / 1e12])
+
+
+def test_compact_dims():
+    assert _compact_dims("[[8944, 1024],\n [1024, 1024], [], []]") == "[[8944, 1024], [1024, 1024]]"
+    assert _compact_dims("not json") == "not json" and _compact_dims("x" * 300) == "x" * 160
+    assert _compact_dims("3") == "3" and len(_compact_dims(str([[1] * 100]))) == 160
+
+
+def test_fp32_matrix_math_on_tensor_cores_is_measured_against_tf32(tmp_path):
+    t = KinetoTrace(device_name=A100)
+    t.step(1, 0, 2000)
+    _mm(t, 10, 1024, 1024, 1024, 300.0, dtype=F32, kernel="ampere_tf32_s1688gemm_tf32_128x128")
+    _mm(t, 400, 1024, 1024, 1024, 100.0, dtype=F32, kernel="ampere_sgemm_128x64_nn")  # a quarter of the time on CUDA cores
+    e = _eff(t.write(tmp_path / "t.json"))
+    g = e.classes.set_index("cls").loc["gemm"]
+    assert (g["dtype"], g["peak_tflops"], e.mfu_dtype) == ("tf32", 156.0, "tf32")
+    assert e.mfu_pct == pytest.approx(100 * 4 * 1024**3 / 2e-3 / 1e12 / 156)
+    assert e.top_ops["pct_of_peak"].iloc[0] == pytest.approx(100 * 4 * 1024**3 / 400e-6 / 1e12 / 156)
+    t = KinetoTrace(device_name=A100)  # half and half: TF32 wins the tie
+    t.step(1, 0, 2000)
+    _mm(t, 10, 1024, 1024, 1024, 100.0, dtype=F32, kernel="ampere_tf32_s1688gemm_tf32_128x128")
+    _mm(t, 400, 1024, 1024, 1024, 100.0, dtype=F32, kernel="ampere_sgemm_128x64_nn")
+    assert _eff(t.write(tmp_path / "u.json")).mfu_dtype == "tf32"
+    t = KinetoTrace(device_name=A100)  # mostly CUDA cores: plain FP32
+    t.step(1, 0, 2000)
+    _mm(t, 10, 1024, 1024, 1024, 99.0, dtype=F32, kernel="ampere_tf32_s1688gemm_tf32_128x128")
+    _mm(t, 400, 1024, 1024, 1024, 101.0, dtype=F32, kernel="ampere_sgemm_128x64_nn")
+    e = _eff(t.write(tmp_path / "v.json"))
+    assert e.mfu_dtype == "fp32" and e.classes.set_index("cls").loc["gemm", "peak_tflops"] == 19.5
+    assert e.top_ops["pct_of_peak"].iloc[0] == pytest.approx(100 * 4 * 1024**3 / 200e-6 / 1e12 / 19.5)
+
+
+def test_user_flops_per_step_and_no_steps(tmp_path):
+    t = KinetoTrace(device_name=A100)
+    for s in range(3):
+        t.step(s + 1, s * 1000, 1000 - (s == 2) * 500)
+        _mm(t, s * 1000 + 10, 64, 64, 64, 100.0)
+    e = _eff(t.write(tmp_path / "t.json"), model_flops_per_step=1e9)
+    assert e.flops_source == "user" and e.mfu_dtype == "bf16"
+    assert e.steps["flops"].tolist() == [1e9] * 3 and e.steps["dur_ns"].tolist() == [1_000_000, 1_000_000, 500_000]
+    assert e.steps["mfu_pct"].tolist() == pytest.approx([100 * 1e9 / 1e-3 / 1e12 / 312] * 2 + [100 * 1e9 / 0.5e-3 / 1e12 / 312])
+    assert e.model_flops == 3e9 and e.mfu_pct == pytest.approx(100 * 3e9 / 2.5e-3 / 1e12 / 312)
+    # without step markers: one step's FLOPs over the whole GPU window, said in a note
+    t = KinetoTrace(device_name=A100)
+    _mm(t, 10, 64, 64, 64, 100.0)
+    _mm(t, 500, 64, 64, 64, 100.0)
+    e = _eff(t.write(tmp_path / "u.json"), model_flops_per_step=1e9)
+    window = (500 + 40 + 100) - (10 + 40)
+    assert e.model_flops == 1e9 and e.mfu_pct == pytest.approx(100 * 1e9 / (window * 1e-6) / 1e12 / 312)
+    assert e.notes == ["the trace has no step markers: MFU is the given FLOPs for one step over the whole GPU window"]
+    assert e.steps.empty
+    e = _eff(t.write(tmp_path / "v.json"), model_flops_per_step=1e9 + 0.25)
+    assert e.to_dict()["model_flops"] == 1_000_000_000.0  # whole FLOPs
+
+
+def test_shapes_without_steps_use_the_gpu_window(tmp_path):
+    t = KinetoTrace(device_name=A100)
+    _mm(t, 10, 1024, 1024, 1024, 100.0)
+    _mm(t, 300, 1024, 1024, 1024, 100.0)
+    e = _eff(t.write(tmp_path / "t.json"))
+    window = (300 + 40 + 100) - (10 + 40)
+    assert e.steps.empty and e.mfu_pct == pytest.approx(100 * 4 * 1024**3 / (window * 1e-6) / 1e12 / 312)
+
+
+def test_steps_without_matrix_work_do_not_dilute_mfu(tmp_path):
+    t = KinetoTrace(device_name=A100)
+    t.step(1, 0, 1000)
+    _mm(t, 10, 1024, 1024, 1024, 100.0)
+    t.step(2, 1000, 3000)
+    t.kernel("vectorized_elementwise_kernel", 1100, 100)
+    e = _eff(t.write(tmp_path / "t.json"))
+    assert e.steps["flops"].tolist() == [2 * 1024**3, 0.0] and e.steps["mfu_pct"].iloc[1] == 0.0
+    assert e.mfu_pct == pytest.approx(100 * 2 * 1024**3 / 1e-3 / 1e12 / 312)  # over step 1 only
+
+
+def test_matrix_time_not_tied_to_an_op_makes_mfu_a_lower_bound(tmp_path):
+    t = KinetoTrace(device_name=A100)
+    t.step(1, 0, 2000)
+    _mm(t, 10, 1024, 1024, 1024, 90.0)
+    t.kernel("ampere_bf16_s16816gemm_bf16_64x64", 500, 10.0)  # a GEMM kernel no op launched: 10 % of GEMM time
+    e = _eff(t.write(tmp_path / "t.json"))
+    assert e.notes == []  # 90 % covered: enough
+    t.kernel("ampere_bf16_s16816gemm_bf16_64x64", 700, 0.01)
+    e = _eff(t.write(tmp_path / "u.json"))
+    assert e.notes == ["10% of GEMM/convolution/attention GPU time is in kernels not tied to an op with recorded shapes "
+                       "(no External id or launch record, or an op without a FLOPs model): MFU is a lower bound"]
+
+
+def test_what_is_missing_is_said(tmp_path):
+    t = KinetoTrace(device_name=A100)  # shapes recorded, but only elementwise work
+    t.step(1, 0, 1000)
+    _add(t, 10, 1 << 20, 10.0)
+    e = _eff(t.write(tmp_path / "t.json"))
+    assert e.flops_source == "none" and e.mfu_pct is None and e.mfu_dtype is None and not e.available
+    assert e.notes == ["shapes are recorded, but no matmul/convolution/attention op with a FLOPs model ran on the GPU"]
+    assert e.to_dict()["mfu_peak"] is None and e.top_ops is None
+    t = KinetoTrace(device_name=A100)
+    t.step(1, 0, 1000)
+    op = t.cpu_op("aten::mm", 10, 20)  # no shapes
+    t.kernel("ampere_sgemm_128x64_nn", 40, 100, launch_us=15, op=op)
+    e = _eff(t.write(tmp_path / "u.json"))
+    assert e.notes == [RECORD_SHAPES_HINT] and not e.shapes_recorded
+    t = KinetoTrace(device_name="NVIDIA GeForce GTX 480")
+    t.step(1, 0, 1000)
+    _mm(t, 10, 1024, 1024, 1024, 100.0)
+    e = _eff(t.write(tmp_path / "v.json"))
+    assert e.notes == [f"{UNKNOWN_PEAK} (NVIDIA GeForce GTX 480 is not in the peak table)"] and e.mfu_pct is None
+    assert e.steps["mfu_pct"].tolist() == [None] and e.steps["tflops"].tolist() == pytest.approx([2 * 1024**3 / 1e-3 / 1e12])
+    g = e.classes.set_index("cls").loc["gemm"]
+    assert g["peak_label"] == UNKNOWN_PEAK and g["ridge"] is None and g["bound"] is None
+
+
+def test_nsys_without_flops_says_what_to_pass(tmp_path):
+    t = NsysTrace()
+    t.step(0, 0, 10_000_000)
+    t.kernel("sm90_xmma_gemm_bf16bf16", 100_000, 9_000_000)
+    e = _eff(t.write(tmp_path / "t.sqlite"))
+    assert e.flops_source == "none" and e.counts is None and e.steps.empty
+    assert e.notes[0] == ("Nsight Systems records no tensor shapes, so FLOPs per kernel cannot be known from the trace; pass "
+                          "--model-flops-per-step for MFU")
+
+
+def test_a_user_bandwidth_alone_keeps_the_table_flops(tmp_path):
+    e = _eff(_training(tmp_path), peak_bandwidth_gbs=1000.0)
+    c = e.classes.set_index("cls")
+    assert c.loc["gemm", "peak_tflops"] == 312.0 and c.loc["gemm", "ridge"] == pytest.approx(312e12 / 1e12)
+    assert c.loc["elementwise", "peak_label"] == "1000 GB/s, NVIDIA A100 80GB SXM"
+    e = _eff(_training(tmp_path), peak_tflops=100.0, peak_bandwidth_gbs=1000.0)
+    assert e.classes.set_index("cls").loc["elementwise", "peak_label"] == "1000 GB/s, given"
+
+
+def test_window_and_dominant_dtype_helpers():
+    act = pd.DataFrame({"start_ns": [50, 10, 30], "dur_ns": [5, 10, 40]})
+    assert _window_ns(act) == 70 - 10 and _window_ns(act.iloc[:0]) == 0
+    ops = pd.DataFrame({"dtype": ["bf16", "fp32", "bf16", ""], "flops": [1.0, 3.0, 1.0, 9.0], "bytes": [0, 0, 0, 0]})
+    assert _dominant_dtype(ops) == "fp32"  # by FLOPs, unknown dtypes aside
+    ops = pd.DataFrame({"dtype": ["bf16", "fp32", ""], "flops": [0.0, 0.0, 5.0], "bytes": [10, 5, 100]})
+    assert _dominant_dtype(ops) == "bf16"  # no FLOPs: by bytes
+    assert _dominant_dtype(pd.DataFrame({"dtype": [""], "flops": [0.0], "bytes": [1]})) is None
+    assert _dominant_dtype(ops.iloc[:0]) is None and _dominant_dtype(None) is None
+
+
+def _metrics_trace(tmp_path):
+    """GPU-metrics samples every 10 µs over two steps: a GEMM (SM 90 %) in step 0, an elementwise kernel (SM 60 %)
+    in step 1, idle otherwise (SM 0 %)."""
+    t = NsysTrace()
+    t.step(0, 0, 500_000)
+    t.step(1, 500_000, 500_000)
+    t.kernel("sm80_xmma_gemm_bf16bf16", 100_000, 200_000)
+    t.kernel("void at::native::vectorized_elementwise_kernel<4>", 600_000, 100_000)
+    for i in range(0, 1_000_000, 10_000):
+        gemm, ew = 100_000 <= i < 300_000, 600_000 <= i < 700_000
+        t.gpu_metrics(i, {"SMs Active [Throughput %]": 90 if gemm else (60 if ew else 0)})
+    return t.write(tmp_path / "m.sqlite")
+
+
+def test_hardware_samples_per_scope(tmp_path):
+    e = _eff(_metrics_trace(tmp_path))
+    hw = {(r["scope"], r["metric"]): (r["mean_pct"], r["samples"]) for r in e.hardware.to_dict("records")}
+    sm = next(m for s, m in hw if s == "all")
+    assert hw[("all", sm)] == (pytest.approx((20 * 90 + 10 * 60) / 100), 100)
+    assert hw[("busy", sm)] == (pytest.approx((20 * 90 + 10 * 60) / 30), 30)
+    assert hw[("GEMM", sm)] == (90, 20) and hw[("elementwise/reduction", sm)] == (60, 10)
+    assert hw[("step 0", sm)] == (pytest.approx(20 * 90 / 50), 50) and hw[("step 1", sm)] == (pytest.approx(10 * 60 / 50), 50)
+    assert len(hw) == 6
+    assert e.notes[-1] == "GPU-metrics samples are present: SM and tensor-core activity below are the hardware's own measure"
+    d = e.to_dict()["hardware"]
+    assert {"scope": "GEMM", "metric": sm, "mean_pct": 90.0, "samples": 20} in d
+
+
+def test_hardware_samples_at_the_edges(tmp_path):
+    """A sample belongs to a kernel or a step while it runs: not before it, not at its end."""
+    t = NsysTrace()
+    t.step(0, 100_000, 400_000)
+    t.kernel("sm80_xmma_gemm_bf16bf16", 200_000, 100_000)
+    for at, v in ((50_000, 10), (200_000, 90), (300_000, 20), (500_000, 30)):
+        t.gpu_metrics(at, {"SMs Active [Throughput %]": v})
+    e = _eff(t.write(tmp_path / "edges.sqlite"))
+    hw = {(r["scope"]): (r["mean_pct"], r["samples"]) for r in e.hardware.to_dict("records")}
+    assert hw == {"all": (37.5, 4), "busy": (90.0, 1), "GEMM": (90.0, 1), "step 0": (55.0, 2)}
+    t = NsysTrace()  # no sampling: no hardware block
+    t.kernel("sm80_xmma_gemm_bf16bf16", 200_000, 100_000)
+    assert _eff(t.write(tmp_path / "none.sqlite")).hardware is None
