@@ -75,9 +75,21 @@ def _dist(site, name, entry_points=None, kind="dist-info"):
         (d / "entry_points.txt").write_text(entry_points)
 
 
-def test_the_plugin_prefilter_never_hides_an_entry_point(tmp_path):
+def _fresh_answer(*path) -> bool:
+    """``group_may_be_declared`` in a fresh interpreter: this one may have imported the importlib_metadata backport
+    (through torch, TensorFlow, ...), whose distribution finder replaces the standard one, and then the answer is
+    rightly always True."""
+    import subprocess
+
+    code = "import sys; from traceinsight.plugins import group_may_be_declared as g; print(g(sys.argv[1:] or None))"
+    out = subprocess.run([sys.executable, "-c", code, *map(str, path)], capture_output=True, text=True, check=True)
+    return out.stdout.strip() == "True"
+
+
+def test_the_plugin_prefilter_never_hides_an_entry_point(tmp_path, monkeypatch):
     """``group_may_be_declared`` says False only where importlib.metadata finds no rule plugin, and True for every
-    layout where it finds one (dist-info, egg-info, an .egg folder, a zip on the path)."""
+    layout where it finds one (dist-info, egg-info, an .egg folder, a zip on the path), and wherever a distribution
+    finder other than the standard one is installed (what it would find cannot be read from the folders)."""
     import zipfile
     from importlib.metadata import distributions
 
@@ -91,8 +103,16 @@ def test_the_plugin_prefilter_never_hides_an_entry_point(tmp_path):
     _dist(plain, "lib")
     _dist(plain, "old", "[console_scripts]\nold = old:main\n", kind="egg-info")
     (plain / "single.egg-info").write_text("Metadata-Version: 1.0\nName: single\n")  # a metadata file, not a folder
-    assert found(plain) == [] and group_may_be_declared([str(plain)]) is False
-    assert group_may_be_declared([str(tmp_path / "absent")]) is False
+    assert found(plain) == [] and _fresh_answer(plain) is False and _fresh_answer(tmp_path / "absent") is False
+
+    class OwnFinder:  # a finder that could serve distributions from anywhere
+        @staticmethod
+        def find_distributions(context=None):
+            return iter(())
+
+    monkeypatch.setattr(sys, "meta_path", [*sys.meta_path, OwnFinder])
+    assert group_may_be_declared([str(plain)]) is True
+    monkeypatch.undo()
 
     with_rules = tmp_path / "rules_dist"
     _dist(with_rules, "acme", "[console_scripts]\nacme = acme:main\n\n[traceinsight.rules]\nACME = acme:Rule\n")
@@ -122,9 +142,7 @@ def test_a_run_without_rule_plugins_does_not_load_importlib_metadata(tmp_path):
     import subprocess
 
     from tests.conftest import REPO
-    from traceinsight.plugins import group_may_be_declared
-
-    if group_may_be_declared():
+    if _fresh_answer():  # the subprocess below starts fresh too
         import pytest
 
         pytest.skip("a distribution on this path registers traceinsight rules")
