@@ -63,6 +63,37 @@ def test_fifo_and_outside_link_are_listed_and_fail_the_run(job, tmp_path):
     assert ok.exit_code == 0 and "rank3" in ok.stdout and "not analysed" in ok.stdout
 
 
+def test_rank_named_files_that_are_not_traces_are_listed_not_dropped(job):
+    """A broken rank (garbage or empty, with a rank file's name) in a job folder is a missing rank, like a corrupt one
+    in a glob; it used to vanish from the job without a word and the run exited 0."""
+    (job / "rank3.json").write_text("garbage, not JSON\n")
+    (job / "rank4.json").write_text("")
+    res = runner.invoke(app, ["analyze", str(job), "-f", "json"])
+    assert res.exit_code == EXIT_RANKS_MISSING, res.output
+    rep = json.loads(res.stdout)
+    assert rep["summary"]["ranks"] == 3
+    assert sorted(m.rsplit("/", 1)[-1] for m in rep["missing_rank_files"]) == [
+        "rank3.json: not a PyTorch Profiler trace (its first bytes are not a kineto trace)", "rank4.json: empty"]
+    assert runner.invoke(app, ["analyze", str(job), "-f", "json", "--allow-missing-ranks"]).exit_code == 0
+
+
+def test_a_folder_read_as_one_trace_names_the_files_it_left_out(tmp_path):
+    """One trace and a file that is not one: read as a single trace (one rank is no job), with a warning naming the
+    left-out file; the rank-order warning gives its real reason (no distributedInfo.rank), not "ranks repeat"."""
+    import traceinsight
+
+    d = tmp_path / "one"
+    d.mkdir()
+    t = KinetoTrace()
+    t.step(1, 0.0, 2000.0)
+    t.kernel("gemm", 100.0, 500.0)
+    t.write(d / "a.json")
+    (d / "b.json").write_text("garbage")
+    warnings = traceinsight.load(d).meta.warnings
+    assert "one: 1 .json file(s) left out, not PyTorch Profiler traces: b.json" in warnings
+    assert "one: some files have no distributedInfo.rank; ranks were assigned in file-name order (0..0)" in warnings
+
+
 def test_unreadable_ranks_in_a_glob_fail_the_gate(job):
     for i in range(5):
         (job / f"bad{i}.json").write_text('{"traceEvents": [}, {"ph": "X"}], "x": 1}')  # kineto-looking, corrupt

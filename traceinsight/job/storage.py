@@ -61,7 +61,8 @@ def _fs(url: str, storage_options: dict[str, Any] | None):
 
 def _local_rank_files(folder: Path, skipped: list[str] | None = None) -> list[str]:
     """The PyTorch rank files of a local folder; files with a rank file's name that cannot be taken (a FIFO or
-    other non-file, a link leading out of the folder, unreadable) are listed in ``skipped`` as "path: why"."""
+    other non-file, a link leading out of the folder, unreadable, empty, not a kineto trace) are listed in
+    ``skipped`` as "path: why": a broken rank must not vanish from a job without a word."""
     from ..ingest.byteio import read_head
     from ..ingest.kineto.sniff import looks_like_kineto as _looks_like_kineto
 
@@ -72,9 +73,13 @@ def _local_rank_files(folder: Path, skipped: list[str] | None = None) -> list[st
         why = unusable(p, folder)
         if why is None:
             try:
-                if p.stat().st_size and _looks_like_kineto(read_head(p)):
+                if not p.stat().st_size:
+                    why = "empty"
+                elif _looks_like_kineto(read_head(p)):
                     out.append(str(p))
-                continue
+                    continue
+                else:
+                    why = "not a PyTorch Profiler trace (its first bytes are not a kineto trace)"
             except (OSError, TraceReadError) as exc:
                 why = f"cannot be read ({getattr(exc, 'strerror', None) or exc})"
         if skipped is not None:

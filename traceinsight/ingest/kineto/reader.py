@@ -26,7 +26,7 @@ from ...errors import TraceReadError
 from ...timeline import COPY_KINDS, KINDS, DeviceInfo, TraceMeta
 from ..byteio import read_bytes
 from ..parts import ReadResult, Rows
-from .sniff import rank_files, sniff  # noqa: F401  (the package's entry points)
+from .sniff import not_rank_files, rank_files, sniff  # noqa: F401  (the package's entry points)
 from .columns import Declined, EventColumns, native_available, scan_columns, struct_columns
 from .memory import memory_rows
 from .decode import Trace, bad_utf8_warning, decode, decode_header, is_cut_short, truncation_warning
@@ -101,8 +101,8 @@ def _read_folder(folder: Path, progress, max_bytes: int | None) -> ReadResult:
     metas = [m for _, m in results]
     ranks = [m.extra.get("distributed_rank") for m in metas]
     if any(r is None for r in ranks) or len(set(ranks)) != len(ranks):
-        ranks = list(range(len(files)))
         reason = "some files have no distributedInfo.rank" if any(r is None for r in ranks) else "ranks repeat across files"
+        ranks = list(range(len(files)))
         warning = f"{folder.name}: {reason}; ranks were assigned in file-name order (0..{len(files) - 1})"
     else:
         warning = None
@@ -118,6 +118,10 @@ def _read_folder(folder: Path, progress, max_bytes: int | None) -> ReadResult:
         meta.extra.setdefault("files", []).append(Path(m.path).name)
     if warning:
         meta.warn(warning)
+    others = not_rank_files(folder)
+    if others:
+        shown = ", ".join(p.name for p in others[:5]) + (f" and {len(others) - 5} more" if len(others) > 5 else "")
+        meta.warn(f"{folder.name}: {len(others)} .json file(s) left out, not PyTorch Profiler traces: {shown}")
     meta.ranks = sorted(set(int(r) for r in ranks))
     sizes = {m.world_size for m in metas if m.world_size}
     meta.world_size = max(sizes) if sizes else len(files)

@@ -34,13 +34,23 @@ def sniff(path: Path, head: bytes) -> bool:
     return looks_like_kineto(head)
 
 
+def _json_files(folder: Path) -> list[Path]:
+    return sorted(p for p in folder.iterdir() if p.is_file() and (p.name.endswith(".json") or p.name.endswith(".json.gz")))
+
+
+def _is_trace(p: Path) -> bool:
+    try:
+        return bool(p.stat().st_size) and looks_like_kineto(read_head(p))
+    except (OSError, TraceReadError):
+        return False
+
+
 def rank_files(folder: Path) -> list[Path]:
-    files = sorted(p for p in folder.iterdir() if p.is_file() and (p.name.endswith(".json") or p.name.endswith(".json.gz")))
-    out = []
-    for p in files:
-        try:
-            if p.stat().st_size and looks_like_kineto(read_head(p)):
-                out.append(p)
-        except (OSError, TraceReadError):
-            continue
-    return out
+    """The folder's PyTorch Profiler trace files, by name."""
+    return [p for p in _json_files(folder) if _is_trace(p)]
+
+
+def not_rank_files(folder: Path) -> list[Path]:
+    """The folder's other .json / .json.gz files (empty, unreadable or not a trace): the reader names them, since a
+    rank's file that is broken must not vanish from a folder without a word."""
+    return [p for p in _json_files(folder) if not _is_trace(p)]
