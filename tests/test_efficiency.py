@@ -389,3 +389,34 @@ def test_docs_peak_table_matches_the_code(repo):
         assert f"| {p.tflops['fp32']:g} |" in row and f"| {p.bandwidth_gbs:g} |" in row and p.source in row
         if "bf16" in p.tflops:
             assert f"| {p.tflops['bf16']:g}" in row
+
+
+def test_tensorflow_traces_say_where_flops_would_come_from(tmp_path):
+    """An XPlane trace carries no FLOPs per op (XProf takes them from the compiled HLO module); the note says so
+    and names the flag that gives MFU; with the flag, MFU is measured and the note goes."""
+    from tests.helpers.xplane_writer import XSpaceTrace
+
+    x = XSpaceTrace()
+    for i in range(3):
+        x.step(i, 1_000_000 * i, 1_000_000)
+        x.op(f"model/dense_{i}/MatMul", 1_000_000 * i + 10_000, 50_000)
+        x.kernel("volta_sgemm_128x64_nn", 1_000_000 * i + 20_000, 400_000)
+    path = x.write(tmp_path / "t.xplane.pb")
+    e = _eff(path)
+    assert e.flops_source == "none" and e.mfu_pct is None
+    assert ("this XPlane trace records no FLOPs per op (XProf derives them from the compiled HLO module, which the "
+            "trace does not carry); pass --model-flops-per-step for MFU") in e.notes
+    e = _eff(path, model_flops_per_step=2e9, peak_tflops=10.0)
+    assert e.flops_source == "user" and not any("records no FLOPs" in n for n in e.notes)
+
+
+def test_mfu_is_exact_to_the_last_digit(tmp_path):
+    """MFU = FLOPs / seconds / 1e12 / peak TFLOP/s in %, over the steps: 1e12 FLOPs per 10 ms step at 500 TFLOP/s is
+    exactly 20 % (the reports print it to one decimal, a CI gate compares it to its own threshold)."""
+    t = NsysTrace()
+    for s in range(3):
+        t.step(s, s * 10_000_000, 10_000_000)
+        t.kernel("sm90_xmma_gemm_bf16bf16", s * 10_000_000 + 100_000, 9_000_000)
+    e = _eff(t.write(tmp_path / "t.sqlite"), model_flops_per_step=1e12, peak_tflops=500.0)
+    assert e.mfu_pct == pytest.approx(20.0, rel=1e-14)
+    assert [s["flops"] for s in e.to_dict()["steps"]] == [1e12] * 3
