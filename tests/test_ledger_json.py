@@ -20,9 +20,11 @@ PLAN = {
 }
 
 
-@pytest.fixture(scope="module")
-def ledger_doc(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("two_ranks")
+@pytest.fixture
+def ledger(tmp_path):
+    """Built for each test (not once per module): a mutation tester maps each test to the code it runs."""
+    folder = tmp_path / "two_ranks"
+    folder.mkdir()
     for rank, (kernels, steps) in PLAN.items():
         t = KinetoTrace(rank=rank, world_size=2)
         for n, (s, d) in enumerate(steps, start=1):
@@ -30,7 +32,12 @@ def ledger_doc(tmp_path_factory):
         for s, d in kernels:
             t.kernel("volta_sgemm_128x64_nn", s, d, launch_us=s - 20.0)
         t.write(folder / f"rank{rank}.json")
-    return traceinsight.analyze(folder, select=["TI001"]).ledger.to_dict()
+    return traceinsight.analyze(folder, select=["TI001"]).ledger
+
+
+@pytest.fixture
+def ledger_doc(ledger):
+    return ledger.to_dict()
 
 
 def _idle(ns: dict[str, int]) -> int:
@@ -98,3 +105,34 @@ def test_a_trace_without_gpu_work_has_an_empty_ledger_with_the_full_schema(tmp_p
     doc = led.to_dict()
     assert doc["by_device"] == [] and doc["by_step"] == []
     assert doc["total"]["window_ns"] == 0 and set(doc["total"]["pct"].values()) == {0.0}
+
+
+def test_claims_follow_rank_and_time(ledger):
+    """What findings claim: busy slices clipped to their ranges, idle gaps taken whole when a range touches them,
+    and a range that names a rank claims on that rank only."""
+    import pandas as pd
+
+    from traceinsight.buckets import IDLE_BUCKETS
+
+    w = ledger.windows.set_index("rank")["start_ns"]
+    origin = int(w[0]) - 100_000  # rank 0's first kernel starts at 100 µs
+    assert int(w[1]) == origin  # rank 1's at 0 µs, on the same clock
+
+    def at(us):
+        return origin + int(us * 1000)
+
+    def total(frame):
+        return int((frame["end_ns"] - frame["start_ns"]).sum())
+
+    compute1 = ledger.claimed("compute", rank=1)
+    assert set(compute1["rank"]) == {1} and total(compute1) == 800_000
+    clipped = ledger.claimed("compute", within=[(at(0), at(200))])
+    assert total(clipped[clipped["rank"] == 0]) == 100_000 and total(clipped[clipped["rank"] == 1]) == 100_000
+    # rank 0 idles over [300, 500) µs: a 10 µs range inside that gap claims the whole 200 µs of it
+    on0 = ledger.claimed(IDLE_BUCKETS, within=pd.DataFrame({"start_ns": [at(400)], "end_ns": [at(410)], "rank": [0], "device": [0]}))
+    assert set(on0["rank"]) == {0} and total(on0) == 200_000
+    # the same range on rank 1, whose GPU is busy then, touches no gap and claims nothing
+    assert ledger.claimed(IDLE_BUCKETS, within=pd.DataFrame({"start_ns": [at(400)], "end_ns": [at(410)], "rank": [1], "device": [0]})).empty
+    # rank 1 idles over [100, 350) µs; a range there without a rank claims rank 1's gap and nothing of rank 0
+    both = ledger.claimed(IDLE_BUCKETS, within=[(at(200), at(201))])
+    assert set(both["rank"]) == {1} and total(both) == 250_000
