@@ -420,3 +420,10 @@ def test_mfu_is_exact_to_the_last_digit(tmp_path):
     e = _eff(t.write(tmp_path / "t.sqlite"), model_flops_per_step=1e12, peak_tflops=500.0)
     assert e.mfu_pct == pytest.approx(20.0, rel=1e-14)
     assert [s["flops"] for s in e.to_dict()["steps"]] == [1e12] * 3
+
+
+def test_tensorflow_trace_json_names_the_flag_for_mfu(repo):
+    """A TensorFlow trace.json (tests/data, shipped) has no FLOPs per op either; its note names the flag."""
+    e = _eff(repo / "tests/data/tf/tensorflow-profiler-demo/GPU-multi-worker/34.83.195.179_6003.trace.json.gz")
+    assert e.flops_source == "none" and e.mfu_pct is None
+    assert "this TensorFlow trace records no FLOPs per op; pass --model-flops-per-step for MFU" in e.notes
