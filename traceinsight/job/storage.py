@@ -63,8 +63,7 @@ def _local_rank_files(folder: Path, skipped: list[str] | None = None) -> list[st
     """The PyTorch rank files of a local folder; files with a rank file's name that cannot be taken (a FIFO or
     other non-file, a link leading out of the folder, unreadable, empty, not a kineto trace) are listed in
     ``skipped`` as "path: why": a broken rank must not vanish from a job without a word."""
-    from ..ingest.byteio import read_head
-    from ..ingest.kineto.sniff import looks_like_kineto as _looks_like_kineto
+    from ..ingest.kineto.sniff import why_not_trace
 
     out: list[str] = []
     for p in sorted(folder.iterdir()):
@@ -72,16 +71,10 @@ def _local_rank_files(folder: Path, skipped: list[str] | None = None) -> list[st
             continue
         why = unusable(p, folder)
         if why is None:
-            try:
-                if not p.stat().st_size:
-                    why = "empty"
-                elif _looks_like_kineto(read_head(p)):
-                    out.append(str(p))
-                    continue
-                else:
-                    why = "not a PyTorch Profiler trace (its first bytes are not a kineto trace)"
-            except (OSError, TraceReadError) as exc:
-                why = f"cannot be read ({getattr(exc, 'strerror', None) or exc})"
+            why = why_not_trace(p)
+            if why is None:
+                out.append(str(p))
+                continue
         if skipped is not None:
             skipped.append(f"{p}: {why}")
     return out

@@ -26,7 +26,7 @@ from ...errors import TraceReadError
 from ...timeline import COPY_KINDS, KINDS, DeviceInfo, TraceMeta
 from ..byteio import read_bytes
 from ..parts import ReadResult, Rows
-from .sniff import not_rank_files, rank_files, sniff  # noqa: F401  (the package's entry points)
+from .sniff import rank_files, sniff, split_rank_files  # noqa: F401  (the package's entry points)
 from .columns import Declined, EventColumns, native_available, scan_columns, struct_columns
 from .memory import memory_rows
 from .decode import Trace, bad_utf8_warning, decode, decode_header, is_cut_short, truncation_warning
@@ -92,7 +92,7 @@ def read(path: Path, progress=None, max_bytes: int | None = None, **_: Any) -> R
 
 
 def _read_folder(folder: Path, progress, max_bytes: int | None) -> ReadResult:
-    files = rank_files(folder)
+    files, others = split_rank_files(folder)
     if not files:
         raise TraceReadError(f"{folder}: no PyTorch profiler trace files (.json / .json.gz) in this folder")
     if progress:
@@ -118,7 +118,6 @@ def _read_folder(folder: Path, progress, max_bytes: int | None) -> ReadResult:
         meta.extra.setdefault("files", []).append(Path(m.path).name)
     if warning:
         meta.warn(warning)
-    others = not_rank_files(folder)
     if others:
         shown = ", ".join(p.name for p in others[:5]) + (f" and {len(others) - 5} more" if len(others) > 5 else "")
         meta.warn(f"{folder.name}: {len(others)} .json file(s) left out, not PyTorch Profiler traces: {shown}")

@@ -38,19 +38,30 @@ def _json_files(folder: Path) -> list[Path]:
     return sorted(p for p in folder.iterdir() if p.is_file() and (p.name.endswith(".json") or p.name.endswith(".json.gz")))
 
 
-def _is_trace(p: Path) -> bool:
+def why_not_trace(p: Path) -> str | None:
+    """None when the file ``p`` is a PyTorch Profiler trace, else why not (empty, unreadable, other content): the
+    one judgement of a rank file that the folder reader and the whole-job path both state."""
     try:
-        return bool(p.stat().st_size) and looks_like_kineto(read_head(p))
-    except (OSError, TraceReadError):
-        return False
+        if not p.stat().st_size:
+            return "empty"
+        if looks_like_kineto(read_head(p)):
+            return None
+        return "not a PyTorch Profiler trace (its first bytes are not a kineto trace)"
+    except (OSError, TraceReadError) as exc:
+        return f"cannot be read ({getattr(exc, 'strerror', None) or exc})"
+
+
+def split_rank_files(folder: Path) -> tuple[list[Path], list[Path]]:
+    """The folder's .json / .json.gz files split into PyTorch Profiler traces and the others (empty, unreadable or
+    not a trace), each file's head read once: the reader names the others, since a rank's broken file must not
+    vanish from a folder without a word."""
+    traces: list[Path] = []
+    others: list[Path] = []
+    for p in _json_files(folder):
+        (others if why_not_trace(p) else traces).append(p)
+    return traces, others
 
 
 def rank_files(folder: Path) -> list[Path]:
     """The folder's PyTorch Profiler trace files, by name."""
-    return [p for p in _json_files(folder) if _is_trace(p)]
-
-
-def not_rank_files(folder: Path) -> list[Path]:
-    """The folder's other .json / .json.gz files (empty, unreadable or not a trace): the reader names them, since a
-    rank's file that is broken must not vanish from a folder without a word."""
-    return [p for p in _json_files(folder) if not _is_trace(p)]
+    return split_rank_files(folder)[0]
