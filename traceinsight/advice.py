@@ -10,7 +10,6 @@ Ada/Hopper (sm_89, sm_90) on.
 
 from __future__ import annotations
 
-import re
 from typing import Iterable
 
 from .finding import Finding, Fix

@@ -192,14 +192,11 @@ def build(views: Any, settings: EfficiencySettings | None = None) -> Efficiency:
     steps = views.steps
     if settings.model_flops_per_step is not None:
         source = "user"
-        per_step = pd.Series(float(settings.model_flops_per_step), index=steps.index) if len(steps) else None
         mfu_dtype = mfu_dtype or "bf16"
     elif len(matrix) and float(matrix["flops"].sum()) > 0:
         source = "shapes"
-        per_step = None
     else:
         source = "none"
-        per_step = None
     if source == "none":
         if meta.source_format == "pytorch" and not shapes:
             notes.append(RECORD_SHAPES_HINT)

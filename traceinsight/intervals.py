@@ -76,10 +76,6 @@ class Coverage:
         return np.maximum(self.before(np.maximum(np.asarray(b, np.int64), a)) - self.before(a), 0)
 
 
-#: Per categories Index and pattern, which categories match: name masks are asked for again and again (the
-#: ledger, the views and the rules test the same few patterns on subsets that share one set of categories).
-_CATEGORY_HITS: dict[tuple[int, str, int], tuple["weakref.ref[pd.Index]", np.ndarray]] = {}
-
 class Overlaps:
     """Which rows of a frame overlap a window [a, b): rows in start order with the running maximum of their ends,
     so a window costs two binary searches and a look at the rows that can reach into it, not a pass over all."""

@@ -23,7 +23,7 @@ each rank of that timeline in memory and calls ``check_job``, so a rule written 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, ClassVar, Iterable, Unpack
+from typing import TYPE_CHECKING, ClassVar, Iterable, Unpack
 
 import pandas as pd
 

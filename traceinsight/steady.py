@@ -32,7 +32,6 @@ performance finding above info.
 
 from __future__ import annotations
 
-import re
 from typing import TYPE_CHECKING
 
 import numpy as np

@@ -9,7 +9,6 @@ whatever ran the map.
 from __future__ import annotations
 
 import json
-from collections import defaultdict
 from typing import Any
 
 import numpy as np

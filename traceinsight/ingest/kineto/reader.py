@@ -26,7 +26,7 @@ from ...errors import TraceReadError
 from ...timeline import COPY_KINDS, KINDS, DeviceInfo, TraceMeta
 from ..byteio import read_bytes
 from ..parts import ReadResult, Rows
-from .sniff import rank_files, sniff, split_rank_files  # noqa: F401  (the package's entry points)
+from .sniff import sniff, split_rank_files  # noqa: F401  (the package's entry points)
 from .columns import Declined, EventColumns, native_available, scan_columns, struct_columns
 from .memory import memory_rows
 from .decode import Trace, bad_utf8_warning, decode, decode_header, is_cut_short, truncation_warning
