@@ -16,6 +16,7 @@ class RecompileInSteadyState(Rule):
     code = "TI015"
     name = "recompile-in-steady-state"
     category = "gpu_idle"
+    root_cause = True  # the idle it costs has a known reason: TI001's gaps around a recompile are its doing
     severity = Severity.WARNING
     summary = "Compilation or autotuning runs again after the first steps: the program recompiles in the steady state."
     why = """
