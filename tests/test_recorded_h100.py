@@ -163,10 +163,14 @@ def test_a_recompile_in_the_steady_state_is_the_root_cause_of_the_idle():
     assert "TI015 accounts for" in a.verdict["sentence"]
 
 
-def test_a_graph_capture_window_cannot_be_judged():
+def test_a_graph_capture_is_warm_up_and_the_replays_are_judged():
+    """Warm-up passes, one capture (its launches recorded, not run), then replays: the capture and the warm-up are
+    set aside, and the replays, whose kernels outnumber the recorded launches, are a workload to judge."""
     a = _analysis("cudagraph_capture.json.gz")
-    assert "TI012" in _codes(a, "warning")
-    assert all(f.severity.value == "info" for f in a.findings if f.category != "trace_quality" and f.code not in ("TI030", "TI031", "TI032"))
+    assert "TI012" not in _codes(a)
+    assert "graph capture (launches recorded, not run)" in set(a.ledger.warmup["reason"])
+    assert _warmup_pct(a) > 50
+    assert a.verdict["category"] == "compute" and _steady_busy_pct(a) > 70
 
 
 def test_a_whole_program_nsys_capture_is_judged_on_its_steps():
@@ -207,3 +211,23 @@ def test_fp32_without_tensor_cores_and_bf16():
     d = diff(H100 / "efficiency_fp32.json.gz", H100 / "efficiency_bf16.json.gz").data
     assert d["verdict"] in ("faster", "inconclusive")  # three steps each: never "no measurable change"
     assert d["step"]["change_pct"] < -40
+
+
+# --- JAX (XPlane) -------------------------------------------------------------------------------------------
+def test_jax_first_steps_are_compilation_and_their_kernels_are_read():
+    """XLA runs everything on one stream named for all it carries ("Stream #14(MemcpyOther,Compute,...)") while it
+    compiles and autotunes: its kernels are kernels, the one command-buffer instantiation is warm-up, not a graph
+    capture window, and the steps after compilation are judged."""
+    a = _analysis("jax/jax_cold")
+    assert a.summary.event_counts["kernel"] > 1000
+    assert "TI012" not in _codes(a)
+    assert _warmup_pct(a) > 90
+    assert a.verdict["category"] == "host_sync"
+
+
+def test_jax_float_loss_every_step_is_a_host_sync():
+    """``float(loss)`` converts the device array for the host (``np.asarray(jax.Array)``): the ledger books the
+    GPU idle behind it as a host sync, as it does for ``.item()``."""
+    a = _analysis("jax/jax_sync")
+    assert a.verdict["category"] == "host_sync"
+    assert _ledger(a)["idle_host_sync"] > 0.3 * sum(_ledger(a).values())

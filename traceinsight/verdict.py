@@ -364,7 +364,13 @@ def _host_work(f: Finding, bucket: str) -> str:
 
 
 def _if_fixed(f: Finding) -> str:
-    """", if fixed: step 176.3 -> 118.6 ms (-33 %)" when the finding carries a what-if prediction."""
+    """", if fixed: step 176.3 -> 118.6 ms (-33 %)" when the finding carries a what-if prediction that moves the
+    step by at least 1 %: "1.11 -> 1.11 ms (+0 %)" in a headline reads as a promise; the finding's card still shows
+    the replay and why it gives back little."""
+    w = f.what_if or {}
+    step, base = w.get("step_ns"), w.get("baseline_step_ns")
+    if isinstance(step, (int, float)) and isinstance(base, (int, float)) and base > 0 and abs(step - base) < 0.01 * base:
+        return ""
     text = format_what_if(f.what_if)
     return f"; if fixed: {text}" if text else ""
 
