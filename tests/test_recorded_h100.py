@@ -231,3 +231,32 @@ def test_jax_float_loss_every_step_is_a_host_sync():
     a = _analysis("jax/jax_sync")
     assert a.verdict["category"] == "host_sync"
     assert _ledger(a)["idle_host_sync"] > 0.3 * sum(_ledger(a).values())
+
+
+# --- more pairs and problems (a third recording run) ---------------------------------------------------------
+def test_bf16_on_a_small_resnet_moves_the_bound_to_the_host():
+    """Autocast halves the GPU work of ResNet-18 at batch 64, and its casts add host dispatch: the step gets
+    slower, and the diff must say so rather than call the change a win."""
+    a = _analysis("resnet_bf16.json.gz")
+    assert a.verdict["category"] == "launch_overhead"
+    d = diff(H100 / "resnet_warm.json.gz", H100 / "resnet_bf16.json.gz").data
+    assert d["verdict"] == "slower"
+    moved = {r["bucket"]: r["change_ns"] for r in d["ledger"]}
+    assert moved["compute"] < 0 < moved["idle_launch_bound"]
+
+
+def test_serving_requests_closing_syncs_are_not_a_finding():
+    """An inference loop hands each answer back to the host (``.cpu()``): that sync closes the request and is
+    needed, so it is not reported as avoidable; the small batch makes the run launch-bound."""
+    a = _analysis("inference_requests.json.gz")
+    assert a.verdict["category"] == "launch_overhead"
+    assert "TI002" not in _codes(a, "warning")
+
+
+def test_pageable_copies_are_priced_on_the_critical_path():
+    """64 MiB batches copied from pageable memory: the host call lasts as long as the staged copy, so faster
+    (pinned) copies shorten the step and TI006 has a saving to show."""
+    f = _finding(_analysis("pageable_copies.json.gz"), "TI006")
+    assert f.severity.value == "warning"
+    assert f.saving_ns > 0.02 * f.metrics["time_ns"]
+    assert f.what_if["step_ns"] < 0.97 * f.what_if["baseline_step_ns"]
