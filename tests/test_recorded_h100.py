@@ -260,3 +260,13 @@ def test_pageable_copies_are_priced_on_the_critical_path():
     assert f.severity.value == "warning"
     assert f.saving_ns > 0.02 * f.metrics["time_ns"]
     assert f.what_if["step_ns"] < 0.97 * f.what_if["baseline_step_ns"]
+
+
+def test_a_fix_that_rewrites_the_step_is_compared_on_the_users_word():
+    """Batching 40 per-tensor updates into one parameter changes the op mix: by itself the diff will not call it
+    the same program; with ``same_workload`` it compares, says so, and finds the step far faster."""
+    plain = diff(H100 / "tiny_kernels_before.json.gz", H100 / "tiny_kernels_after.json.gz").data
+    assert plain["verdict"] == "not comparable" and "vouched" not in plain["comparability"]
+    d = diff(H100 / "tiny_kernels_before.json.gz", H100 / "tiny_kernels_after.json.gz", same_workload=True).data
+    assert d["comparability"]["vouched"] is True and d["comparability"]["reasons"][0].startswith("compared on the user's word")
+    assert d["verdict"] == "faster" and d["step"]["change_pct"] < -80
