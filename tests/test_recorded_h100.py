@@ -103,7 +103,8 @@ def test_empty_cache_every_step_is_named_as_asked_for_not_pressure():
         assert f.metrics.get("asked_for") is True, name
         assert "memory pressure" not in f.title and "asked for, not pressure" in f.title
         assert "empty_cache" in f.fixes["pytorch"].text and "Remove" in f.fixes["pytorch"].text
-        assert "TI032" in _codes(a, "warning")
+        churn = _finding(a, "TI032")
+        assert churn.severity.value == "warning" and "hands the cache back" in churn.message
 
 
 def test_nsys_fix_pair_diff_compares_steady_states():
