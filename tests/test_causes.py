@@ -92,9 +92,10 @@ _TRANSFORMS = {code: cls.what_if for code, cls in discover().rules.items()}
 
 
 # --- causes.link on hand-made findings ------------------------------------------------------------------
-def _f(code, category, impact_ns, *, rank=0, device=None, key="", instances=(), idle_by_category=None):
+def _f(code, category, impact_ns, *, rank=0, device=None, key="", instances=(), idle_by_category=None, root_cause=False):
     metrics = {} if idle_by_category is None else {"idle_by_category": dict(idle_by_category)}
     return Finding(
+        root_cause=root_cause,
         code=code,
         title=code,
         severity=Severity.WARNING,
@@ -282,6 +283,24 @@ def test_a_rule_never_explains_its_own_findings_and_ties_go_to_the_first():
     tie = _f("TI001", "gpu_idle", 100, key="tie", instances=[(10, 90, 0, None)], idle_by_category={"host_sync": 80})
     causes.link([tie, a, b])
     assert tie.metrics["explained_by"] == a.fingerprint
+
+
+def test_a_root_cause_rule_explains_idle_of_its_own_category_and_is_never_explained():
+    """A finding whose rule declares itself a root cause (TI015's recompile) explains an idle symptom by the time
+    its instances cover, although both are ``gpu_idle``; a host-sync cause covering the recompile does not explain
+    it in turn; without the flag the same finding is an ordinary symptom, explained by the sync and explaining
+    nothing."""
+    gaps = _f("TI001", "gpu_idle", 100, key="g", instances=[(0, 100, 0, None)])
+    rec = _f("TI015", "gpu_idle", 80, key="r", instances=[(10, 90, 0, None)], idle_by_category={"host_sync": 80}, root_cause=True)
+    sync = _f("TI002", "host_sync", 80, key="s", instances=[(10, 90, 0, None)])
+    causes.link([gaps, rec, sync])
+    assert gaps.metrics["explained_by"] == rec.fingerprint and gaps.metrics["explained_ns"] == 80
+    assert rec.explains == [gaps.fingerprint] and "explained_by" not in rec.metrics and sync.explains == []
+    plain = _f("TI015", "gpu_idle", 80, key="p", instances=[(10, 90, 0, None)], idle_by_category={"host_sync": 80})
+    gaps2 = _f("TI001", "gpu_idle", 100, key="g2", instances=[(0, 100, 0, None)])
+    causes.link([gaps2, plain, sync])
+    assert gaps2.metrics["explained_by"] == sync.fingerprint and plain.metrics["explained_by"] == sync.fingerprint
+    assert plain.explains == []
 
 
 def test_two_causes_of_one_category_split_nothing_by_attribution():
