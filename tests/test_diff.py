@@ -211,6 +211,21 @@ def test_busy_compared_is_the_steady_states_when_one_side_starts_up(tmp_path, tr
     assert abs(d["busy_pct"]["change"]) < 1 and d["verdict"] == "no measurable change"
 
 
+def test_a_report_with_a_damaged_verdict_ledger_falls_back_to_the_window_busy(traces, tmp_path):
+    """The verdict block is read only for the steady busy %: a figure there past any float (a 401-digit integer)
+    is damage, and the diff uses the whole window's busy % instead of failing."""
+    res = CliRunner().invoke(app, ["analyze", str(traces["fixed"]), "-f", "json", "-o", str(tmp_path / "r.json")])
+    assert res.exit_code == 0
+    doc = json.loads((tmp_path / "r.json").read_text())
+    doc["verdict"]["window_ns"] = 10**400
+    doc["verdict"]["ledger_ns"]["idle_warmup"] = 1
+    (tmp_path / "bad.json").write_text(json.dumps(doc))
+    code, out = run(tmp_path / "bad.json", traces["fixed"])
+    assert code == EXIT_OK, out
+    d = diff(tmp_path / "bad.json", traces["fixed"]).data
+    assert d["busy_pct"]["base"] == doc["kpis"]["gpu_busy_pct"]
+
+
 # --- reports as inputs, JSON schema, outputs -----------------------------------------------------------------
 def test_json_reports_diff_like_their_traces(traces, tmp_path):
     for name in ("waits", "fixed"):

@@ -405,6 +405,8 @@ def test_busy_is_the_steady_states_when_the_report_books_warm_up():
         {"window_ns": 100, "ledger_ns": {"idle_warmup": 50, "compute": -5}},
         {"window_ns": 100, "ledger_ns": ["idle_warmup", 50]},
         {"window_ns": 100, "ledger_ns": {"idle_warmup": 50, "compute": [40]}},
+        {"window_ns": 10**400, "ledger_ns": {"idle_warmup": 50, "compute": 40}},  # JSON integers have no bound
+        {"window_ns": 100, "ledger_ns": {"idle_warmup": 50, "compute": 10**400}},
     ):
         assert C._steady_busy_pct(_busy_side(bad)) == 40.0, bad
     assert C._steady_busy_pct(Side(_report(verdict="damaged", kpis={"gpu_busy_pct": 12.5}, ops=OPS), "x")) == 12.5
