@@ -142,6 +142,11 @@ def _two_shape_passes(tmp_path, *, b_calls: int = 3, b_shapes: bool = True):
     take 100 µs; each call's kernel is launched at its end. No step markers: a first step set aside whole would
     hide which calls are warm-up."""
     t = KinetoTrace()
+    _conv_passes(t, b_calls, b_shapes)
+    return _ledger(tmp_path, t)[1]
+
+
+def _conv_passes(t: KinetoTrace, b_calls: int, b_shapes: bool = True) -> None:
     at = 0.0
     for p in range(3):
         for dims, calls in ((CONV_A, 3), (CONV_B, b_calls)):
@@ -152,7 +157,6 @@ def _two_shape_passes(tmp_path, *, b_calls: int = 3, b_shapes: bool = True):
             t.kernel("conv_kernel", at + dur - 20, 50.0, launch_us=at + dur - 30)
             at += dur + 100
         at += 500
-    return _ledger(tmp_path, t)[1]
 
 
 def test_first_call_of_each_input_shape_is_warmup(tmp_path):
@@ -176,6 +180,21 @@ def test_a_shape_seen_twice_or_without_shapes_is_not_warmup_by_shape(tmp_path, v
     assert led.warmup[["start_ns", "end_ns"]].to_numpy().tolist() == [[0, 50_000 * US]]
     assert led.totals()["idle_warmup"] == 0
     assert led.totals()["idle_host_busy"] >= 49_000 * US  # B's 50 ms call keeps the GPU idle in the steady state
+
+
+@pytest.mark.parametrize("b_calls", [2, 3])
+def test_a_shape_must_come_back_on_its_own_rank(tmp_path, b_calls):
+    """Two ranks run the same passes: shape B seen twice on each rank is seen four times in the job, but on no rank
+    does it come back twice, so its first calls stay in the steady state; seen three times on each, both ranks
+    set its first call aside."""
+    for r in (0, 1):
+        t = KinetoTrace(rank=r, world_size=2)
+        _conv_passes(t, b_calls)
+        t.write(tmp_path / "job" / f"rank{r}.pt.trace.json")
+    led = Derived(traceinsight.load(tmp_path / "job")).ledger
+    got = sorted(led.warmup[["rank", "start_ns", "end_ns"]].to_numpy().tolist())
+    want = [[r, 0, 50_000 * US] for r in (0, 1)] + ([[r, 50_100 * US, 100_100 * US] for r in (0, 1)] if b_calls == 3 else [])
+    assert got == sorted(want)
 
 
 def test_first_step_outlier_is_warmup(tmp_path):
