@@ -53,6 +53,10 @@ class MemoryPressure(Rule):
       warm-up regions; a rank needs at least two steps, without step markers a program's exit cannot be told from
       its loop), at least `min_flushes` (default **1**): a caching allocator only calls them under pressure or when
       asked to (`empty_cache`). Their time is the impact: the host is blocked in each while the device drains.
+      Releases that run outside every framework op (the allocator's own flush runs inside the op whose allocation
+      failed) or on a device whose peak stayed under half its capacity (`ASKED_BELOW_PEAK_SHARE`) are the
+      program's request, not pressure: the finding says so ("asked for, not pressure") and its PyTorch fix is to
+      remove `torch.cuda.empty_cache()` from the loop.
     """
     fix_pytorch = Fix(
         "Lower the memory a step needs: activation checkpointing on the largest blocks, mixed precision (bf16/fp16 "

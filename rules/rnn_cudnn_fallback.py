@@ -163,7 +163,9 @@ class RnnCudnnFallback(Rule):
     A finding is made when the trace has GPU activity, no cuDNN RNN is recognised, and at least `min_timesteps`
     (default **4**) timesteps of fallback execution are seen. The *recurrent region* is, per host thread and step,
     the time from the first to the last fallback op, extended over the step's backward pass when that pass is
-    per-timestep too (at least as many autograd nodes after the region as the loop had timesteps); the impact is the GPU idle time inside that region (what a
+    per-timestep too (at least as many autograd nodes after the region as the loop had timesteps); on a trace
+    without framework ops (an Nsight capture) it is the span of the host's launch calls of the cell kernels. The
+    impact is the GPU idle time inside that region (what a
     single cuDNN call, which keeps the GPU busy, would remove). There is no peer rule: TensorBoard's kernel stats
     only mark `CudnnRNN` ops as Tensor-Core eligible, and say nothing of the layers that did not get cuDNN.
 

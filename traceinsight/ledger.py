@@ -250,12 +250,14 @@ def warmup_regions(views: "Views", blocking: "list[tuple[np.ndarray, np.ndarray,
     * A first call that is an outlier: the first occurrence of a framework op or runtime call (by name, per rank)
       lasting at least ``WARMUP_MIN_NS`` and ``WARMUP_RATIO`` times the median of its later occurrences: cuDNN
       autotuning inside the first convolution, lazy CUDA/library init inside the first call, JIT compilation.
+      Where input shapes are recorded, the same per (name, shapes) for a shape that recurs: autotuning and
+      per-shape caches pay once per shape, so every convolution of a first step is its own first call.
       Calls whose time is mostly waiting for the GPU (syncs, copies, ops spent mostly inside blocking or copy
       calls) are left out: their length measures the queue ahead of them, not one-time work.
     * Everything else the steady-state model (``traceinsight.steady.one_time_regions``) recognises wherever it
       sits: first launches that load a kernel's module, named set-up calls (library handles, autotuning, JIT,
       graph capture and instantiation), allocator growth before the second step, a blocking call at the window's
-      start, and leading warm-up steps.
+      start, the program's start-up before its first step, and leading warm-up steps.
     """
     cols = ["rank", "start_ns", "end_ns", "reason"]
     host = views.host_events
