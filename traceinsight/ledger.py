@@ -65,7 +65,7 @@ from .buckets import AVOIDABLE_BUCKETS, BUCKETS, BUSY_BUCKETS, IDLE_BUCKETS
 from .finding import Instances, instance_columns
 from .intervals import Coverage, applies_to, merge_intervals
 from .masks import category_hits, codes_in, kind_mask, name_mask
-from .patterns import COLLECTIVE, COPY_CALL, DATA_WAIT_KINDS, DATA_WAIT_PRIMARY, DATA_WAIT_TFDATA, FRAMEWORK_DISPATCH, SYNC_CALL, SYNC_OP
+from .patterns import COLLECTIVE, COPY_CALL, DATA_WAIT_KINDS, DATA_WAIT_PRIMARY, DATA_WAIT_TFDATA, FRAMEWORK_DISPATCH, SYNC_CALL, SYNC_OP, SYNC_RANGE
 from .thresholds import LAUNCH_GAP_NS
 from .steady import WARMUP_FIRST_STEP_RATIO, WARMUP_MIN_NS, WARMUP_RATIO, empty_regions, one_time_regions  # noqa: F401  (the steady-state model's thresholds)
 
@@ -213,6 +213,7 @@ def _blocking_parts(views: "Views") -> list[tuple[np.ndarray, np.ndarray, np.nda
     parts = [
         rows(name_mask(host["name"], SYNC_CALL) & kind_mask(kind, ("runtime",)), "synchronizing call"),
         rows(name_mask(host["name"], SYNC_OP) & kind_mask(kind, ("cpu_op",)), "synchronizing op"),
+        rows(name_mask(host["name"], SYNC_RANGE) & kind_mask(kind, ("annotation",)), "synchronizing op"),
     ]
     ln = views.launches
     if not ln.empty and "pageable" in ev:
