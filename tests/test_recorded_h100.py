@@ -180,6 +180,13 @@ def test_a_whole_program_nsys_capture_is_judged_on_its_steps():
     a = _analysis("nsys/train_fixed.sqlite")
     assert _warmup_pct(a) > 90
     assert _steady_busy_pct(a) > 85
+    # the KPIs carry the steady figure beside the whole capture's, and the page shows it on the busy card
+    assert a.kpis["steady_busy_pct"] == round(_steady_busy_pct(a), 1) and a.kpis["gpu_busy_pct"] < 5
+    from traceinsight.render.html import render as render_html
+
+    page = render_html(a)
+    assert f'data-kpi="steady_busy_pct" data-value="{a.kpis["steady_busy_pct"]}"' in page
+    assert _analysis("resnet_warm.json.gz").kpis["steady_busy_pct"] is None  # no warm-up: the one figure
 
 
 # --- memory -------------------------------------------------------------------------------------------------
