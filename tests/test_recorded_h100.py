@@ -240,7 +240,8 @@ def test_jax_float_loss_every_step_is_a_host_sync():
     assert a.verdict["category"] == "host_sync"
     # XPlane numbers its lines with 64-bit keys: the evidence names the thread by its recorded name instead
     gap_rows = _finding(a, "TI001").evidence["host_activity"].astype(str)
-    assert gap_rows.str.startswith("thread python3:").all()
+    assert not gap_rows.str.match(r"thread -?\d{10,}:").any()
+    assert gap_rows.str.startswith("thread python3:").sum() >= 5
     assert _ledger(a)["idle_host_sync"] > 0.3 * sum(_ledger(a).values())
 
 
