@@ -282,3 +282,16 @@ def test_a_fix_that_rewrites_the_step_is_compared_on_the_users_word():
     d = diff(H100 / "tiny_kernels_before.json.gz", H100 / "tiny_kernels_after.json.gz", same_workload=True).data
     assert d["comparability"]["vouched"] is True and d["comparability"]["reasons"][0].startswith("compared on the user's word")
     assert d["verdict"] == "faster" and d["step"]["change_pct"] < -80
+
+
+def test_the_memory_and_recompile_fixes_remove_their_findings():
+    churn, fixed = _analysis("memory_churn.json.gz"), _analysis("memory_churn_fixed.json.gz")
+    assert {"TI031", "TI032"} <= _codes(churn, "warning")
+    assert not {"TI031", "TI032"} & _codes(fixed)
+    d = diff(H100 / "memory_churn.json.gz", H100 / "memory_churn_fixed.json.gz").data
+    # every step has its own sequence length: five steps a side cannot tell a change from the spread
+    assert d["verdict"] == "inconclusive" and d["comparability"]["comparable"]
+    assert "TI015" not in _codes(_analysis("compile_dynamic.json.gz"))
+    d = diff(H100 / "compile_recompile.json.gz", H100 / "compile_dynamic.json.gz").data
+    assert d["verdict"] == "faster"
+    assert "TI015" in {f["code"] for f in d["findings"]["fixed"]}
