@@ -27,7 +27,7 @@ from ...timeline import COPY_KINDS, KINDS, DeviceInfo, TraceMeta
 from ..byteio import read_bytes
 from ..parts import ReadResult, Rows
 from .sniff import sniff, split_rank_files  # noqa: F401  (the package's entry points)
-from .columns import Declined, EventColumns, native_available, scan_columns, struct_columns
+from .columns import Declined, EventColumns, native_available, scan_columns, struct_columns, thread_name_of
 from .memory import memory_rows
 from .decode import Trace, bad_utf8_warning, decode, decode_header, is_cut_short, truncation_warning
 
@@ -348,8 +348,7 @@ def _build(cols: EventColumns, header: Trace, path: Path, warnings: list[str]) -
     optional.update(_op_arg_columns(cols, kind_is("cpu_op")))
     tn = cols.thread_names
     if len(tn):
-        looked = pd.DataFrame({"pid": pid, "tid": tid}).merge(tn, on=["pid", "tid"], how="left")
-        optional["thread_name"] = pd.Categorical(looked["thread_name"].to_numpy())
+        optional["thread_name"] = pd.Categorical(thread_name_of(pid, tid, tn))
 
     keep = finite & ~bad_dur & ~out_of_range
     rows = Rows(
