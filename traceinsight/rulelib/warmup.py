@@ -45,7 +45,7 @@ def warmup_by_gap(views) -> pd.DataFrame:
             g = g.merge(views.utilization[["rank", "device", "window_ns"]], on=["rank", "device"], how="left")
         regions = views.ledger.warmup
         why = []
-        for row in g.itertuples(index=False):
+        for row in g.itertuples(index=False) if len(g) else ():  # no gap with warm-up: no row class to make
             r = regions[regions["rank"].to_numpy() == row.rank] if len(regions) else regions
             if not len(r):
                 why.append("")
