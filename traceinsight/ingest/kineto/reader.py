@@ -289,15 +289,24 @@ def _build(cols: EventColumns, header: Trace, path: Path, warnings: list[str]) -
     external_id = np.where(np.isnan(ext), -1, ext).astype(np.int64)
 
     # A GPU row's pid becomes the host process that launched it (so rank/pid/correlation links hold).
+    # (the first runtime call of each correlation id names the pid; a GPU row no call names takes the host's most
+    # common pid, the smallest among equals: on sorted arrays, no Series map)
     host_runtime = kind_is("runtime") & (correlation >= 0)
-    host_pid_of_corr = pd.Series(pid[host_runtime], index=correlation[host_runtime])
-    host_pid_of_corr = host_pid_of_corr[~host_pid_of_corr.index.duplicated()]
     if gpu.any():
         host_pids = pid[~gpu]
-        main_pid = int(pd.Series(host_pids[host_pids >= 0]).mode().iloc[0]) if (host_pids >= 0).any() else 0
-        mapped = pd.Series(correlation[gpu]).map(host_pid_of_corr)
+        host_pids = host_pids[host_pids >= 0]
+        if len(host_pids):
+            u_pid, n_pid = np.unique(host_pids, return_counts=True)
+            main_pid = int(u_pid[np.argmax(n_pid)])
+        else:
+            main_pid = 0
+        u_corr, first = np.unique(correlation[host_runtime], return_index=True)
+        corr_pid = pid[host_runtime][first]
+        q = correlation[gpu]
+        at = np.minimum(np.searchsorted(u_corr, q), max(len(u_corr) - 1, 0))
+        known = (u_corr[at] == q) if len(u_corr) else np.zeros(len(q), dtype=bool)
         pid = pid.copy()
-        pid[gpu] = mapped.fillna(main_pid).to_numpy(dtype=np.int64)
+        pid[gpu] = np.where(known, corr_pid[at] if len(u_corr) else main_pid, main_pid).astype(np.int64)
 
     # Times: relative to this file's first event, in ns, exact for the durations.
     ts_us = f["ts"]
