@@ -247,7 +247,7 @@ def build_events(columns: dict[str, Any], optional: dict[str, Any] | None = None
         data[col] = _as_dtype(values, OPTIONAL_COLUMNS.get(col, "object"), col)
     # copy=False: keep one block per column instead of consolidating same-dtype columns into a 2-D copy (on a
     # million-row trace that copy is the single most expensive step of building the frame)
-    df = pd.DataFrame(data, copy=False)
+    df = pd.DataFrame(data, copy=n < SMALL_FRAME_ROWS)
     if df["kind"].cat.categories.tolist() != list(KINDS):  # readers that build kinds from codes already have them
         df["kind"] = df["kind"].cat.set_categories(list(KINDS))
     if "copy_kind" in df:
@@ -256,6 +256,12 @@ def build_events(columns: dict[str, Any], optional: dict[str, Any] | None = None
         if have != list(COPY_KINDS) + extra:
             df["copy_kind"] = df["copy_kind"].cat.set_categories(list(COPY_KINDS) + extra)
     return df
+
+
+#: Below this many rows the events frame is built with a copy, which groups same-dtype columns into a few 2-D
+#: blocks: every later take and copy of the frame (the views take rows of it five times) then handles a dozen
+#: blocks instead of two dozen. Above it the copy itself would be the cost (first-touch page faults).
+SMALL_FRAME_ROWS = 10_000
 
 
 def _as_dtype(values: Any, dtype: str, col: str) -> Any:
