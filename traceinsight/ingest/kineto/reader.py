@@ -289,24 +289,8 @@ def _build(cols: EventColumns, header: Trace, path: Path, warnings: list[str]) -
     external_id = np.where(np.isnan(ext), -1, ext).astype(np.int64)
 
     # A GPU row's pid becomes the host process that launched it (so rank/pid/correlation links hold).
-    # (the first runtime call of each correlation id names the pid; a GPU row no call names takes the host's most
-    # common pid, the smallest among equals: on sorted arrays, no Series map)
-    host_runtime = kind_is("runtime") & (correlation >= 0)
     if gpu.any():
-        host_pids = pid[~gpu]
-        host_pids = host_pids[host_pids >= 0]
-        if len(host_pids):
-            u_pid, n_pid = np.unique(host_pids, return_counts=True)
-            main_pid = int(u_pid[np.argmax(n_pid)])
-        else:
-            main_pid = 0
-        u_corr, first = np.unique(correlation[host_runtime], return_index=True)
-        corr_pid = pid[host_runtime][first]
-        q = correlation[gpu]
-        at = np.minimum(np.searchsorted(u_corr, q), max(len(u_corr) - 1, 0))
-        known = (u_corr[at] == q) if len(u_corr) else np.zeros(len(q), dtype=bool)
-        pid = pid.copy()
-        pid[gpu] = np.where(known, corr_pid[at] if len(u_corr) else main_pid, main_pid).astype(np.int64)
+        pid = launching_pids(pid, correlation, gpu, kind_is("runtime") & (correlation >= 0))
 
     # Times: relative to this file's first event, in ns, exact for the durations.
     ts_us = f["ts"]
@@ -383,6 +367,28 @@ def _build(cols: EventColumns, header: Trace, path: Path, warnings: list[str]) -
         rows.optional = _take(rows.optional, keep)
     rows.columns["start_ns"] = rows.columns["start_ns"] + origin_ns  # absolute (or file-clock) ns; load rebases
     return rows, origin_ns
+
+
+def launching_pids(pid: np.ndarray, correlation: np.ndarray, gpu: np.ndarray, runtime: np.ndarray) -> np.ndarray:
+    """``pid`` with each GPU row's replaced by the pid of the first ``runtime`` call of its correlation id, or by the
+    host's most common pid (the smallest among equals; 0 without host rows) when no call has that id. On sorted
+    arrays: what a Series map of the ids and ``mode`` give, without their fixed costs on a small rank."""
+    host_pids = pid[~gpu]
+    host_pids = host_pids[host_pids >= 0]
+    if len(host_pids):
+        u_pid, n_pid = np.unique(host_pids, return_counts=True)
+        main_pid = int(u_pid[np.argmax(n_pid)])
+    else:
+        main_pid = 0
+    u_corr, first = np.unique(correlation[runtime], return_index=True)  # each id's first call
+    q = correlation[gpu]
+    out = pid.copy()
+    if not len(u_corr):
+        out[gpu] = main_pid
+        return out
+    at = np.minimum(np.searchsorted(u_corr, q), len(u_corr) - 1)
+    out[gpu] = np.where(u_corr[at] == q, pid[runtime][first][at], main_pid)
+    return out
 
 
 def _take(columns: dict[str, Any], keep: np.ndarray) -> dict[str, Any]:
