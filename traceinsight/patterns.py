@@ -130,3 +130,6 @@ INIT_CALL = START_UP_CALL
 
 #: Host ops that exist only when a backward pass runs: their absence makes a rank an inference run.
 TRAINING_OP = r"backward|Backward|autograd::engine|Optimizer\.step|optimizer\.step|apply_gradients|ResourceApply|gradient_tape|SGD|Adam"
+#: Kernels that run only in a backward pass or an optimizer step, for a rank whose trace records no framework ops
+#: (an Nsight capture): gradient kernels by name, cuDNN's weight/data-gradient kernels, optimizer functors.
+TRAINING_KERNEL = r"backward|Backward|wgrad|dgrad|[Ss]gd|SGD|Adam|adam|Lamb|LAMB|Adagrad|RMSprop"

@@ -340,6 +340,11 @@ def _host_work(f: Finding, bucket: str) -> str:
     ev = f.evidence
     if ev is None or ev.empty or "host_activity" not in ev.columns:
         return ""
+    if "warmup_us" in ev.columns and "duration_us" in ev.columns:
+        # a gap that is mostly warm-up shows what the host did while warming up, not in the steady state
+        ev = ev[2 * ev["warmup_us"].fillna(0).to_numpy(float) < ev["duration_us"].to_numpy(float)]
+        if ev.empty:
+            return ""
     what = str(ev["host_activity"].iloc[0])
     if not what or what.endswith("(nothing traced)"):
         return ""
