@@ -8,11 +8,7 @@ import pandas as pd
 
 from traceinsight.memory import FREE_CALLS, fmt_bytes
 from traceinsight.rule_api import Context, Fix, Location, Option, Rule, Severity, fmt_ns
-from traceinsight.rulelib.enclosing import cpu_op_enclosing
-
-#: A caching allocator flushes on its own only when an allocation fails, that is with its pool at the device's
-#: capacity; a release on a device whose peak stayed under this share of it was asked for by the program.
-ASKED_BELOW_PEAK_SHARE = 0.5
+from traceinsight.rulelib.releases import asked_for
 
 FIX_EMPTY_CACHE = Fix(
     "Remove `torch.cuda.empty_cache()` (and `gc.collect()` paired with it) from the training loop: the caching "
@@ -101,7 +97,6 @@ class MemoryPressure(Rule):
         mem = ctx.views.memory
         frees = mem.steady_allocator_calls(FREE_CALLS)
         frees = frees[~frees["name"].astype(str).str.contains("Async").to_numpy()]  # stream-ordered frees do not synchronise
-        self._outside_ops = _outside_framework_ops(ctx.views, frees)
         seen_ranks = set()
         for d in mem.devices:
             near = d.peak_share is not None and not d.relative and d.peak and d.peak_share * 100.0 >= self.min_peak_share_pct
@@ -118,11 +113,9 @@ class MemoryPressure(Rule):
     def _finding(self, ctx: Context, d, near: bool, frees: pd.DataFrame, rank: int | None = None):
         flush_ns = int(frees["dur_ns"].sum()) if len(frees) else 0
         oom = d is not None and bool(d.oom_events)
-        low_peak = d is not None and not d.relative and d.peak_share is not None and d.peak_share < ASKED_BELOW_PEAK_SHARE
-        outside = len(frees) > 0 and bool(self._outside_ops.reindex(frees.index).fillna(False).to_numpy(bool).all())
-        if len(frees) and not oom and not near and (outside or low_peak):
-            return self._asked_for(ctx, d, frees, flush_ns, rank, "outside any framework op" if outside else
-                                   f"while the device's peak stayed at {fmt_bytes(d.peak)} of its {fmt_bytes(d.capacity)}")
+        how = asked_for(ctx.views, frees, d) if len(frees) and not oom and not near else None
+        if how:
+            return self._asked_for(ctx, d, frees, flush_ns, rank, how)
         parts = []
         where = f"rank {d.rank} GPU {d.device}" if d is not None else f"rank {rank}"
         if d is not None and d.oom_events:
@@ -189,18 +182,3 @@ class MemoryPressure(Rule):
             key=where,
         )
 
-
-def _outside_framework_ops(views, frees: pd.DataFrame) -> pd.Series:
-    """Per release (by the frame's index): True when its rank records framework ops and none of them encloses the
-    call on its thread. The allocator's own flush runs inside the op whose allocation failed; a release outside
-    every op is a call the program made (``torch.cuda.empty_cache()`` is no op)."""
-    out = pd.Series(False, index=frees.index)
-    if frees.empty:
-        return out
-    pos, ops = cpu_op_enclosing(views)
-    if not len(pos):
-        return out
-    op_ranks = np.unique(views.host_events["rank"].to_numpy()[pos])
-    inside = ops.find_frame(frees) >= 0
-    out[:] = ~inside & np.isin(frees["rank"].to_numpy(), op_ranks)
-    return out

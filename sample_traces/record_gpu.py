@@ -469,6 +469,87 @@ def compile_recompile(out):
     return dict(width=W, batch_sizes=sizes, **notes)
 
 
+@scenario
+def resnet_bf16(out):
+    """The warm ResNet-18 run under ``torch.autocast(dtype=torch.bfloat16)`` with channels-last tensors: the fix
+    TI007/TI041 point at, for a before/after with ``resnet_warm``."""
+    import torch
+    from torch import nn
+
+    torch.manual_seed(0)
+    dev = _dev()
+    torch.backends.cudnn.benchmark = True
+    try:
+        import torchvision
+
+        model = torchvision.models.resnet18(num_classes=100)
+    except ImportError:
+        model = nn.Sequential(nn.Conv2d(3, 8, 3), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8, 100))
+    model = model.to(dev).to(memory_format=torch.channels_last)
+    B, S = _scale(64, 2), _scale(224, 32)
+    x = torch.randn(B, 3, S, S, device=dev).to(memory_format=torch.channels_last)
+    y = torch.randint(0, 100, (B,), device=dev)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    lossf = nn.CrossEntropyLoss()
+
+    def step(i):
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast(dev.type, dtype=torch.bfloat16):
+            loss = lossf(model(x), y)
+        loss.backward()
+        opt.step()
+
+    notes = Recorder(out, "resnet_bf16", wait=5, warmup=2, active=3, flops=True).run(step)
+    return dict(model="resnet18", batch=B, image=S, precision="bf16 autocast, channels_last", **notes)
+
+
+@scenario
+def inference_requests(out):
+    """Serving one request at a time: the input comes from host memory, the model runs under ``no_grad`` and the
+    answer goes back to the host (``.cpu()``), which waits for the GPU; each request is one profiler step."""
+    import torch
+
+    torch.manual_seed(0)
+    dev = _dev()
+    W = _scale(1024, 16)
+    model = _mlp(W, 8, dev).eval()
+    reqs = [torch.randn(_scale(4, 1), W) for _ in range(12)]
+
+    def step(i):
+        with torch.no_grad():
+            logits = model(reqs[i].to(dev))
+            logits.argmax(-1).cpu()
+
+    notes = Recorder(out, "inference_requests", wait=2, warmup=2, active=8).run(step)
+    return dict(width=W, depth=8, batch=_scale(4, 1), **notes)
+
+
+@scenario
+def pageable_copies(out):
+    """Each step copies a 64 MiB batch from ordinary (pageable) host memory with ``non_blocking=True``: without
+    pinned memory the copy is staged by the driver and the host waits for it."""
+    import torch
+    from torch import nn
+
+    torch.manual_seed(0)
+    dev = _dev()
+    W, B = _scale(4096, 16), _scale(4096, 8)
+    model = _mlp(W, 2, dev)
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    lossf = nn.CrossEntropyLoss()
+    xs = [torch.randn(B, W) for _ in range(2)]  # pageable
+    y = torch.randint(0, 10, (B,), device=dev)
+
+    def step(i):
+        x = xs[i % 2].to(dev, non_blocking=True)
+        opt.zero_grad(set_to_none=True)
+        lossf(model(x), y).backward()
+        opt.step()
+
+    notes = Recorder(out, "pageable_copies", wait=1, warmup=2, active=4, memory=False).run(step)
+    return dict(width=W, batch=B, batch_mib=B * W * 4 >> 20, pinned=False, **notes)
+
+
 # --- memory -------------------------------------------------------------------------------------------------
 
 def _encoder(dev, d=1024, layers=4):

@@ -65,7 +65,7 @@ from .buckets import AVOIDABLE_BUCKETS, BUCKETS, BUSY_BUCKETS, IDLE_BUCKETS
 from .finding import Instances, instance_columns
 from .intervals import Coverage, applies_to, merge_intervals
 from .masks import category_hits, codes_in, kind_mask, name_mask
-from .patterns import COLLECTIVE, COPY_CALL, DATA_WAIT_KINDS, DATA_WAIT_PRIMARY, DATA_WAIT_TFDATA, FRAMEWORK_DISPATCH, SYNC_CALL, SYNC_OP
+from .patterns import COLLECTIVE, COPY_CALL, DATA_WAIT_KINDS, DATA_WAIT_PRIMARY, DATA_WAIT_TFDATA, FRAMEWORK_DISPATCH, SYNC_CALL, SYNC_OP, SYNC_RANGE
 from .thresholds import LAUNCH_GAP_NS
 from .steady import WARMUP_FIRST_STEP_RATIO, WARMUP_MIN_NS, WARMUP_RATIO, empty_regions, one_time_regions  # noqa: F401  (the steady-state model's thresholds)
 
@@ -213,6 +213,7 @@ def _blocking_parts(views: "Views") -> list[tuple[np.ndarray, np.ndarray, np.nda
     parts = [
         rows(name_mask(host["name"], SYNC_CALL) & kind_mask(kind, ("runtime",)), "synchronizing call"),
         rows(name_mask(host["name"], SYNC_OP) & kind_mask(kind, ("cpu_op",)), "synchronizing op"),
+        rows(name_mask(host["name"], SYNC_RANGE) & kind_mask(kind, ("annotation",)), "synchronizing op"),
     ]
     ln = views.launches
     if not ln.empty and "pageable" in ev:
@@ -317,7 +318,10 @@ def _outlier_first_calls_per_shape(names: pd.Series, shapes: pd.Series, cand: np
         return pos
     nm = names.cat.codes.to_numpy()[pos] if isinstance(names.dtype, pd.CategoricalDtype) else pd.factorize(names.to_numpy()[pos])[0]
     key = nm.astype(np.int64) * (int(sh.max()) + 2) + sh[pos].astype(np.int64)
-    codes, uniq = pd.factorize(key)
+    codes, _ = pd.factorize(key)
+    r_codes, r_uniq = pd.factorize(rank[pos])
+    # a shape must come back on its own rank: eight ranks each seeing a shape twice do not make it repeat
+    codes, uniq = pd.factorize(codes.astype(np.int64) * len(r_uniq) + r_codes)
     counts = np.bincount(codes, minlength=len(uniq))
     keep = counts[codes] > WARMUP_SHAPE_REPEATS
     pos, codes = pos[keep], codes[keep]

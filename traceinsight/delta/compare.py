@@ -39,9 +39,15 @@ NO_CHANGE_MARGIN_PCT = 5.0
 PASS, FAIL = "pass", "fail"
 
 
-def compare(base: S.Side, head: S.Side, *, fail_if_slower: float | None = None) -> dict[str, Any]:
-    """The diff of two sides (see the module docstring); ``fail_if_slower`` (%) adds the gate's result."""
+def compare(base: S.Side, head: S.Side, *, fail_if_slower: float | None = None, same_workload: bool = False) -> dict[str, Any]:
+    """The diff of two sides (see the module docstring); ``fail_if_slower`` (%) adds the gate's result.
+    ``same_workload``: the user vouches that both run the same model (a fix that rewrote the step, such as
+    batching per-tensor ops, changes the op mix the check reads); the check's figures and reasons are kept and
+    the document says the comparison rests on the user's word. Step markers must still agree."""
     comp = comparability(base, head)
+    if same_workload and not comp["comparable"] and comp.get("in_common_pct") is not None:
+        comp = {**comp, "comparable": True, "vouched": True,
+                "reasons": ["compared on the user's word (--same-workload): " + (comp["reasons"][0] if comp["reasons"] else "the op mix differs")] + comp["reasons"][1:]}
     a, b = S.step_samples(base), S.step_samples(head)
     out: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
@@ -91,7 +97,7 @@ def _steady_busy_pct(side: S.Side) -> Any:
         window = float(v.get("window_ns") or 0)
         warm = float(led.get("idle_warmup") or 0)
         busy = sum(float(led.get(b) or 0) for b in BUSY_BUCKETS)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # an integer past float's range is damage too
         return whole
     if not all(math.isfinite(x) for x in (window, warm, busy)) or warm <= 0 or window - warm <= 0 or busy < 0:
         return whole
