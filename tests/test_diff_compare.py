@@ -393,6 +393,10 @@ def test_busy_is_the_steady_states_when_the_report_books_warm_up():
     of warm-up is 80 %; no warm-up or an unreadable ledger keeps the whole window's figure."""
     steady = {"window_ns": 100, "ledger_ns": {"idle_warmup": 50, "compute": 30, "copy": 6, "communication": 4, "idle_host_sync": 10}}
     assert C._steady_busy_pct(_busy_side(steady)) == 80.0
+    thirds = {"window_ns": 300, "ledger_ns": {"idle_warmup": 0, "compute": 0}}
+    thirds["ledger_ns"].update(idle_warmup=3, compute=100)  # 100 of 297 steady ns: 33.67 %, shown to 0.1
+    assert C._steady_busy_pct(_busy_side(thirds)) == 33.7
+    assert C._steady_busy_pct(_busy_side({"window_ns": 100, "ledger_ns": {"idle_warmup": 50, "copy": 5}})) == 10.0  # copies are busy
     assert C._steady_busy_pct(_busy_side({**steady, "ledger_ns": {**steady["ledger_ns"], "compute": 90}})) == 100.0  # capped
     for bad in (
         {},  # no verdict figures
@@ -441,6 +445,27 @@ def test_not_comparable_says_why_and_has_no_step():
         "No step time to compare: no steady-state steps")
     assert C.sentence({"verdict": C.INCONCLUSIVE, "per_sample": None, "step": None, "comparability": {"reasons": ["a", "b"]}}) == (
         "No step time to compare: a; b")
+
+
+def test_same_workload_compares_on_the_users_word():
+    """``same_workload``: a rewrite of the step (per-tensor ops batched) fails the op check; the user vouches, the
+    diff compares, keeps the check's figures and says so first; a pair that passes the check is not marked."""
+    base = _side(durs=[10 * MS] * 4)
+    head = _side(durs=[2 * MS] * 4, ops=[{"name": "aten::_foreach_mul_", "per_step": 1, "gpu_ns_per_step": 50}])
+    plain = C.compare(base, head)
+    assert plain["verdict"] == C.NOT_COMPARABLE and "vouched" not in plain["comparability"]
+    d = C.compare(base, head, same_workload=True)
+    comp = d["comparability"]
+    assert comp["comparable"] is True and comp["vouched"] is True
+    assert comp["in_common_pct"] == plain["comparability"]["in_common_pct"] == 0.0
+    assert comp["reasons"][0] == "compared on the user's word (--same-workload): " + plain["comparability"]["reasons"][0]
+    assert comp["reasons"][1:] == plain["comparability"]["reasons"][1:]
+    assert d["verdict"] == C.FASTER and d["step"]["change_ns"] == -8 * MS
+    same = C.compare(base, _side(durs=[9 * MS] * 4), same_workload=True)
+    assert "vouched" not in same["comparability"] and same["comparability"]["comparable"]
+    # a report without a workload block cannot be vouched for: nothing was checked
+    bare = C.compare(base, _side(durs=[2 * MS] * 4, workload=False), same_workload=True)
+    assert bare["verdict"] == C.NOT_COMPARABLE and "vouched" not in bare["comparability"]
 
 
 def test_a_larger_batch_is_judged_per_sample():
