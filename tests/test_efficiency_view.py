@@ -310,3 +310,42 @@ def test_hardware_samples_at_the_edges(tmp_path):
     t = NsysTrace()  # no sampling: no hardware block
     t.kernel("sm80_xmma_gemm_bf16bf16", 200_000, 100_000)
     assert _eff(t.write(tmp_path / "none.sqlite")).hardware is None
+
+
+def test_a_kernel_no_op_launched_is_classed_by_its_own_name(tmp_path):
+    """Shapes tie the GEMM kernel to its op; an elementwise kernel launched outside any op keeps the class its
+    name says (not the class of some op), so the GEMM row holds only the GEMM's 100 µs."""
+    t = KinetoTrace(device_name=A100)
+    t.step(1, 0, 1000)
+    _mm(t, 10, 1024, 1024, 1024, 100.0)
+    t.kernel("vectorized_elementwise_kernel", 300, 10.0, launch_us=290)
+    e = _eff(t.write(tmp_path / "t.json"))
+    c = e.classes.set_index("cls")
+    assert c["time_ns"].to_dict() == {"gemm": 100_000, "elementwise": 10_000}
+    assert list(e.kernel_cls) == ["gemm", "elementwise"]
+
+
+def test_a_matrix_class_without_modelled_ops_has_no_ridge(tmp_path):
+    """GEMM time whose kernels no op with shapes launched has no dtype, so no peak to place it against: no ridge
+    point and no bound (the bf16 elementwise class beside it keeps its ridge, and is memory-bound)."""
+    t = KinetoTrace(device_name=A100)
+    t.step(1, 0, 1000)
+    _add(t, 10, 1 << 20, 10.0)
+    t.kernel("ampere_bf16_s16816gemm_bf16_128x128", 300, 100.0, launch_us=290)
+    rows = {r["cls"]: r for r in _eff(t.write(tmp_path / "t.json")).to_dict()["classes"]}
+    g = rows["gemm"]
+    assert (g["time_ns"], g["modelled_ns"], g["dtype"], g["ridge"], g["bound"]) == (100_000, 0, None, None, None)
+    assert rows["elementwise"]["bound"] == "memory" and rows["elementwise"]["ridge"] == round(312e12 / (BW * 1e9), 3)  # its bf16 peak
+
+
+def test_model_flops_without_a_dtype_are_measured_against_the_bf16_peak(tmp_path):
+    """FLOPs per step given by the user, no shapes to say the dtype, no peak given: MFU is against the GPU's bf16
+    dense peak (A100: 312 TFLOP/s), and says so. 1e12 FLOPs per 10 ms step is 100 TFLOP/s, 32.05 %."""
+    t = NsysTrace()
+    for s in range(3):
+        t.step(s, s * 10_000_000, 10_000_000)
+        t.kernel("sm90_xmma_gemm_bf16bf16", s * 10_000_000 + 100_000, 9_000_000)
+    e = _eff(t.write(tmp_path / "t.sqlite"), model_flops_per_step=1e12)
+    assert (e.flops_source, e.mfu_dtype) == ("user", "bf16")
+    assert e.mfu_pct == pytest.approx(100 * 100 / 312)
+    assert e.to_dict()["mfu_peak"] == "312 TFLOP/s bf16 dense, NVIDIA A100 80GB SXM datasheet"
