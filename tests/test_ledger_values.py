@@ -412,3 +412,30 @@ def test_a_ledger_rebuilt_from_plain_frames_claims_the_same(tmp_path):
     for rank in (None, 0, 1):
         assert plain.claimed_ns(IDLE_BUCKETS, rank=rank, within=within) == led.claimed_ns(IDLE_BUCKETS, rank=rank, within=within), rank
     assert plain.claimed_ns(IDLE_BUCKETS, rank=1, within=within) == {(1, 0, "idle_host_busy"): 84 * US, (1, 0, "idle_untraced"): 16 * US}
+
+
+DATA = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
+
+
+def test_a_slow_first_batch_is_a_data_wait_not_warmup(tmp_path):
+    """The first fetch of the input pipeline (traced as an op) takes 2 ms against 100 µs later: the loop waited
+    for data, which a faster pipeline removes, so it stays a data wait (the 2000 µs of gap [10, 2020) inside it)
+    and is not booked as one-time work."""
+    t = KinetoTrace()
+    _first_call(t, DATA, 2000, 100)
+    led = _views(tmp_path, t).ledger
+    assert _warm(led) == []
+    assert led.totals()["idle_data_wait"] == (2000 + 3 * 100) * US and led.totals()["idle_warmup"] == 0
+
+
+def test_names_as_plain_strings_give_the_same_ledger(tmp_path):
+    """A timeline assembled through the API with names as plain strings (not categories) books the same warm-up
+    and the same buckets: an outlier first conv2d, a first call half inside a stream sync, a slow first batch."""
+    for name, block in (("aten::conv2d", None), ("aten::to", ("cudaStreamSynchronize", 1000)), (DATA, None)):
+        t = KinetoTrace()
+        _first_call(t, name, 2000, 100, block=block)
+        tl = traceinsight.load(t.write(tmp_path / "t.json"))
+        plain = Derived(Timeline(events=tl.events.assign(name=tl.events["name"].astype(object)), meta=tl.meta)).ledger
+        led = Derived(tl).ledger
+        assert _warm(plain) == _warm(led) == ([(20, 2000, "first call of aten::conv2d")] if name == "aten::conv2d" else []), name
+        assert plain.totals() == led.totals(), name
