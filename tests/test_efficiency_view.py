@@ -15,6 +15,7 @@ from traceinsight.derived import Derived
 from traceinsight.efficiency import (RECORD_SHAPES_HINT, EfficiencySettings, _compact_dims, _dominant_dtype,
                                      _window_ns)
 from traceinsight.peaks import UNKNOWN_PEAK
+from traceinsight.timeline import Timeline
 
 A100 = "NVIDIA A100-SXM4-80GB"
 BF16, F32 = "c10::BFloat16", "float"
@@ -349,3 +350,18 @@ def test_model_flops_without_a_dtype_are_measured_against_the_bf16_peak(tmp_path
     assert (e.flops_source, e.mfu_dtype) == ("user", "bf16")
     assert e.mfu_pct == pytest.approx(100 * 100 / 312)
     assert e.to_dict()["mfu_peak"] == "312 TFLOP/s bf16 dense, NVIDIA A100 80GB SXM datasheet"
+
+
+def test_kernel_names_as_plain_strings_give_the_same_classes(tmp_path):
+    """A timeline assembled through the API with names as plain strings (not categories) classes its kernels the
+    same way: by their ops where shapes tie them, else by their own names."""
+    t = KinetoTrace(device_name=A100)
+    t.step(1, 0, 1000)
+    _mm(t, 10, 1024, 1024, 1024, 100.0)
+    t.kernel("vectorized_elementwise_kernel", 300, 10.0, launch_us=290)
+    tl = traceinsight.load(t.write(tmp_path / "t.json"))
+    plain = Timeline(events=tl.events.assign(name=tl.events["name"].astype(object)), meta=tl.meta)
+    e = Derived(plain).efficiency
+    assert list(e.kernel_cls) == ["gemm", "elementwise"]
+    assert e.classes.set_index("cls")["time_ns"].to_dict() == {"gemm": 100_000, "elementwise": 10_000}
+    assert e.to_dict() == Derived(tl).efficiency.to_dict()
