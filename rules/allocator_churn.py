@@ -7,6 +7,7 @@ import pandas as pd
 
 from traceinsight.memory import FREE_CALLS, fmt_bytes
 from traceinsight.rule_api import Context, Fix, Location, Option, Rule, Severity, fmt_ns
+from traceinsight.rulelib.releases import asked_for
 
 
 class AllocatorChurn(Rule):
@@ -89,6 +90,7 @@ class AllocatorChurn(Rule):
     def check(self, ctx: Context):
         mem = ctx.views.memory
         grows = mem.steady_allocator_calls(FREE_CALLS, matching=False)
+        self._frees = mem.steady_allocator_calls(FREE_CALLS)
         table = ctx.timeline.memory
         done_ranks = set()
         for d in mem.devices:
@@ -110,6 +112,19 @@ class AllocatorChurn(Rule):
             for rank, g in grows.groupby("rank", sort=True):
                 if len(g) >= self.min_calls and len(np.unique(g["step"].to_numpy())) >= self.min_steps:
                     yield self._finding(ctx, f"rank {int(rank)}", None, 0.0, None, g, False)
+
+    def _why(self, ctx: Context, d, calls: pd.DataFrame) -> str:
+        """What keeps the allocator from reusing its blocks: the program's own releases (TI031) when they run in the
+        steady state and were asked for, else changing shapes or fragmentation."""
+        frees = self._frees
+        if len(calls) and len(frees):
+            rank = int(calls["rank"].iloc[0])
+            mine = frees[frees["rank"].to_numpy() == rank]
+            how = asked_for(ctx.views, mine, d)
+            if how:
+                return (f"here the program itself hands the cache back ({len(mine)} releases {how}, TI031: "
+                        "`torch.cuda.empty_cache()` or the like), so every step allocates from the driver again.")
+        return "changing shapes or fragmentation keep it from reusing its blocks."
 
     def _finding(self, ctx: Context, where: str, d, growth: float, base: float | None, calls: pd.DataFrame, frag: bool):
         call_ns = int(calls["dur_ns"].sum()) if len(calls) else 0
@@ -137,7 +152,7 @@ class AllocatorChurn(Rule):
         return ctx.finding(
             title=f"{where}: allocator churn ({', '.join(bits)})",
             message=f"On {where}, " + "; ".join(parts) + ". A caching allocator in steady state should neither grow nor call the driver: "
-                    "changing shapes or fragmentation keep it from reusing its blocks.",
+                    + self._why(ctx, d, calls),
             impact_ns=call_ns,
             evidence=evidence,
             instances=pd.DataFrame({"start_ns": calls["start_ns"], "end_ns": calls["start_ns"] + calls["dur_ns"],

@@ -8,7 +8,7 @@ import pandas as pd
 from traceinsight.rule_api import Fix, Location, Option, Rule, Severity, fmt_ns
 
 from traceinsight.masks import name_mask
-from traceinsight.patterns import SYNC_CALL, SYNC_OP
+from traceinsight.patterns import SYNC_CALL, SYNC_OP, SYNC_RANGE
 from traceinsight.rulelib.enclosing import cpu_op_enclosing, innermost_enclosing
 from traceinsight.rulelib.gaps import closing_syncs, host_starved_gaps, inference_ranks
 from traceinsight.rulelib.groups import first_seen_groups
@@ -27,6 +27,11 @@ def find_stalls(events: pd.DataFrame, launches: pd.DataFrame) -> pd.DataFrame:
         m &= names_where(events["name"], lambda n: n(SYNC_CALL))
     calls = events[m].assign(reason="synchronizing call")
     parts = [calls]
+    am = (events["device"].to_numpy() < 0) & kind_mask(events, "annotation")
+    if am.any():
+        am &= names_where(events["name"], lambda n: n(SYNC_RANGE))
+        if am.any():  # JAX reads a device value for the host: no runtime call records the wait
+            parts.append(events[am].assign(reason="blocking read of a device value"))
     gm = kind_mask(events, "gpu_sync")
     gs = events[gm] if gm.any() else events.iloc[:0]  # no frame take when there are none (most traces)
     if not gs.empty:

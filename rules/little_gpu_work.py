@@ -32,7 +32,8 @@ class LittleGpuWork(Rule):
     operations still show where the time goes), so the trace holds start-up, a single test or a capture rather
     than a workload in steady state. Also reported (whatever the amounts) when graph capture is seen: the host recorded at least `capture_ratio` (default **5**) times more
     kernel launches than kernels ran (and at least 20), or called `cudaStreamBeginCapture` /
-    `cudaGraphInstantiate`. This is a trace-quality finding: never a performance verdict, not graded by cost;
+    `cudaGraphInstantiate` and recorded more launches than kernels ran (one capture among steps whose kernels
+    run, as XLA and `torch.compile` do while warming up, is warm-up, not a capture window). This is a trace-quality finding: never a performance verdict, not graded by cost;
     while it stands, performance findings are capped at info.
     """
     fix_pytorch = Fix(
@@ -70,7 +71,9 @@ class LittleGpuWork(Rule):
         rt = kind_mask(host, "runtime")  # counted per name code: no copy of the runtime rows
         launches = count_matching(host["name"], rt, LAUNCH_CALL, case=True)
         captures = count_matching(host["name"], rt, CAPTURE_CALL, case=True)
-        capture = captures > 0 or (launches >= 20 and launches >= self.capture_ratio * max(kernels, 1))
+        # a capture call alone is no capture window: XLA builds its command buffers, torch.compile captures once
+        # during warm-up, and the kernels that ran still outnumber the launches the capture recorded
+        capture = (captures > 0 and launches > kernels) or (launches >= 20 and launches >= self.capture_ratio * max(kernels, 1))
         ops = int(len(v.gpu_activity))
         little = busy < self.min_busy_us * 1e3 or (ops < self.min_gpu_ops and busy < self.few_ops_busy_us * 1e3)
         if not (little or capture):

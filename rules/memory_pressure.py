@@ -3,10 +3,23 @@ the steady state."""
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
 from traceinsight.memory import FREE_CALLS, fmt_bytes
 from traceinsight.rule_api import Context, Fix, Location, Option, Rule, Severity, fmt_ns
+from traceinsight.rulelib.releases import asked_for
+
+FIX_EMPTY_CACHE = Fix(
+    "Remove `torch.cuda.empty_cache()` (and `gc.collect()` paired with it) from the training loop: the caching "
+    "allocator reuses freed blocks by itself, and each call hands them back to the driver, synchronises the device "
+    "and makes the next step allocate again. Call it only between phases (after evaluation, before a larger model).",
+    """
+    for batch in loader:
+        loss = step(batch)
+        # torch.cuda.empty_cache()   # remove: the allocator keeps its blocks for the next step
+    """,
+)
 
 
 class MemoryPressure(Rule):
@@ -36,6 +49,10 @@ class MemoryPressure(Rule):
       warm-up regions; a rank needs at least two steps, without step markers a program's exit cannot be told from
       its loop), at least `min_flushes` (default **1**): a caching allocator only calls them under pressure or when
       asked to (`empty_cache`). Their time is the impact: the host is blocked in each while the device drains.
+      Releases that run outside every framework op (the allocator's own flush runs inside the op whose allocation
+      failed) or on a device whose peak stayed under half its capacity (`ASKED_BELOW_PEAK_SHARE`) are the
+      program's request, not pressure: the finding says so ("asked for, not pressure") and its PyTorch fix is to
+      remove `torch.cuda.empty_cache()` from the loop.
     """
     fix_pytorch = Fix(
         "Lower the memory a step needs: activation checkpointing on the largest blocks, mixed precision (bf16/fp16 "
@@ -95,6 +112,10 @@ class MemoryPressure(Rule):
 
     def _finding(self, ctx: Context, d, near: bool, frees: pd.DataFrame, rank: int | None = None):
         flush_ns = int(frees["dur_ns"].sum()) if len(frees) else 0
+        oom = d is not None and bool(d.oom_events)
+        how = asked_for(ctx.views, frees, d) if len(frees) and not oom and not near else None
+        if how:
+            return self._asked_for(ctx, d, frees, flush_ns, rank, how)
         parts = []
         where = f"rank {d.rank} GPU {d.device}" if d is not None else f"rank {rank}"
         if d is not None and d.oom_events:
@@ -131,3 +152,33 @@ class MemoryPressure(Rule):
             location=Location(rank=d.rank if d is not None else rank, device=d.device if d is not None else None),
             key=f"{where}",
         )
+
+    def _asked_for(self, ctx: Context, d, frees: pd.DataFrame, flush_ns: int, rank, how: str):
+        """The releases are the program's own (``empty_cache``), not the allocator at its limit: said so, and the fix
+        is to stop asking."""
+        where = f"rank {d.rank} GPU {d.device}" if d is not None else f"rank {rank}"
+        r = d.rank if d is not None else rank
+        n = len(frees)
+        calls = ", ".join(sorted(set(frees["name"].astype(str))))
+        evidence = frees.groupby([frees["name"].astype(str), "step"], sort=True).agg(
+            calls=("dur_ns", "size"), time_ms=("dur_ns", lambda x: x.sum() / 1e6)).reset_index().rename(columns={"name": "call"})
+        return ctx.finding(
+            title=f"{where}: allocator cache released {n} times in the steady state (asked for, not pressure)",
+            message=(f"On {where}, {n} memory-releasing call{'s' if n > 1 else ''} ({calls}) ran after warm-up for {fmt_ns(flush_ns)}, "
+                     f"each synchronising the device, {how}: the program asks for them (`torch.cuda.empty_cache()` or "
+                     "an option that releases cached memory); a caching allocator under pressure releases from inside "
+                     "the allocation that failed. The next steps then allocate from the driver again (TI032)."),
+            impact_ns=flush_ns,
+            evidence=evidence,
+            fixes={**type(self).fixes(), "pytorch": FIX_EMPTY_CACHE},
+            instances=pd.DataFrame({"start_ns": frees["start_ns"], "end_ns": frees["start_ns"] + frees["dur_ns"],
+                                    "rank": frees["rank"], "device": -1, "label": frees["name"].astype(str)}),
+            metrics={"rank": r, "device": d.device if d is not None else None, "oom_events": 0,
+                     "peak_bytes": None if d is None or d.peak is None else int(d.peak),
+                     "capacity_bytes": d.capacity if d is not None else None,
+                     "peak_share_pct": None if d is None or d.peak_share is None else round(100 * d.peak_share, 3),
+                     "steady_state_frees": int(n), "flush_ns": flush_ns, "asked_for": True},
+            location=Location(rank=r, device=d.device if d is not None else None),
+            key=where,
+        )
+

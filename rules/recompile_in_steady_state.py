@@ -16,6 +16,7 @@ class RecompileInSteadyState(Rule):
     code = "TI015"
     name = "recompile-in-steady-state"
     category = "gpu_idle"
+    root_cause = True  # the idle it costs has a known reason: TI001's gaps around a recompile are its doing
     severity = Severity.WARNING
     summary = "Compilation or autotuning runs again after the first steps: the program recompiles in the steady state."
     why = """
@@ -32,6 +33,8 @@ class RecompileInSteadyState(Rule):
     the start such ranges are one-time work (the ledger books them as warm-up, TI013); after it they are a cost
     the steady state pays, and the ledger keeps their idle in its steady-state buckets. **Impact** = the
     avoidable idle the ledger books in the gaps those ranges touch (the GPU waited while the host compiled).
+    A root cause (`Rule.root_cause`): the GPU idle of TI001's gaps that these ranges cover is this finding's doing,
+    so TI001 is listed under it and its saving is not counted twice.
     Reported when the ranges add up to at least `min_total_us` (default **1000 µs**); needs step markers
     (without them nothing says where the steady state begins).
     """

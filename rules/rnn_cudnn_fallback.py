@@ -163,7 +163,9 @@ class RnnCudnnFallback(Rule):
     A finding is made when the trace has GPU activity, no cuDNN RNN is recognised, and at least `min_timesteps`
     (default **4**) timesteps of fallback execution are seen. The *recurrent region* is, per host thread and step,
     the time from the first to the last fallback op, extended over the step's backward pass when that pass is
-    per-timestep too (at least as many autograd nodes after the region as the loop had timesteps); the impact is the GPU idle time inside that region (what a
+    per-timestep too (at least as many autograd nodes after the region as the loop had timesteps); on a trace
+    without framework ops (an Nsight capture) it is the span of the host's launch calls of the cell kernels. The
+    impact is the GPU idle time inside that region (what a
     single cuDNN call, which keeps the GPU busy, would remove). There is no peer rule: TensorBoard's kernel stats
     only mark `CudnnRNN` ops as Tensor-Core eligible, and say nothing of the layers that did not get cuDNN.
 
@@ -221,6 +223,12 @@ class RnnCudnnFallback(Rule):
             return
         ev = ctx.events
         rows = ev.loc[det.fallback_rows, ["rank", "pid", "tid", "step", "start_ns", "dur_ns"]]
+        names_seen = dict(det.fallback_names)
+        if rows.empty:
+            # kernels only (an Nsight capture has no framework ops): the region is where the host launched them
+            rows, names_seen = _cell_kernel_launches(v.launches, ev)
+            if rows.empty:
+                return
         rows = rows.assign(end_ns=rows["start_ns"] + rows["dur_ns"])
         regions = rows.groupby(["rank", "pid", "tid", "step"]).agg(start_ns=("start_ns", "min"), end_ns=("end_ns", "max"), ops=("dur_ns", "size")).reset_index()
         regions = _with_backward(ev, regions, det.timesteps)
@@ -258,7 +266,7 @@ class RnnCudnnFallback(Rule):
                 "gpu_busy_pct": (100.0 * top["gpu_busy_ns"] / top["dur_ns"].clip(lower=1)).round(1).to_numpy(),
             }
         )
-        names = ", ".join(f"{n} ×{c}" for n, c in list(det.fallback_names.items())[:4])
+        names = ", ".join(f"{n} ×{c}" for n, c in list(names_seen.items())[:4])
         ranks = sorted(int(r) for r in regions["rank"].unique())
         yield ctx.finding(
             title=f"RNN runs per timestep without cuDNN: {steps} timesteps, {per_step:.1f} kernels each",
@@ -339,6 +347,23 @@ class RnnCudnnFallback(Rule):
 
 #: Autograd nodes: the backward pass of a training step.
 _BACKWARD = re.compile(r"Backward\d*$|^autograd::engine::evaluate_function")
+
+
+def _cell_kernel_launches(ln: pd.DataFrame, events: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, int]]:
+    """The launch calls of per-timestep cell kernels (rank, pid, tid, step, start_ns, dur_ns), and the kernels'
+    names with their counts: the recurrent region of a trace without framework ops, where the host side is only
+    runtime calls."""
+    cols = ["rank", "pid", "tid", "step", "start_ns", "dur_ns"]
+    if ln.empty:
+        return pd.DataFrame(columns=cols), {}
+    k = ln[kind_mask(ln, "kernel") & name_mask(ln["gpu_name"], CELL_KERNEL)]
+    if k.empty:
+        return pd.DataFrame(columns=cols), {}
+    step = events["step"].reindex(k["launch_idx"].to_numpy()).fillna(-1).to_numpy(np.int64)
+    rows = pd.DataFrame({"rank": k["rank"].to_numpy(), "pid": k["pid"].to_numpy(), "tid": k["tid"].to_numpy(), "step": step,
+                         "start_ns": k["launch_start_ns"].to_numpy(np.int64), "dur_ns": k["launch_dur_ns"].to_numpy(np.int64)})
+    counts = k["gpu_name"].astype(str).value_counts()
+    return rows, {str(n): int(c) for n, c in counts.items()}
 
 
 def _with_backward(events: pd.DataFrame, regions: pd.DataFrame, timesteps: int) -> pd.DataFrame:

@@ -25,12 +25,16 @@ class WarmupInWindow(Rule):
     Warm-up has one home, the time ledger and its steady-state model (`traceinsight.steady`): it books idle time
     as `idle_warmup` while the host is inside one-time work, wherever it sits in the window: the first call of an
     op or runtime call lasting at least 1 ms and 10 times the median of its later calls (`WARMUP_MIN_NS`,
-    `WARMUP_RATIO`: cuDNN autotuning inside the first convolution, lazy library init); the first launch of a
+    `WARMUP_RATIO`: cuDNN autotuning inside the first convolution, lazy library init), and the same per input
+    shape where shapes are recorded, for a shape that comes back at least twice (autotuning searches once per
+    shape: every convolution of a ResNet's first step); the first launch of a
     kernel whose launch call takes at least 1 ms and 10 times the rank's median launch (lazy module loading);
     named set-up calls (`cuModuleLoad*`, `cuLibraryLoad*`, `cudnnCreate`/`cudnnFind*`, `cublasCreate`, nvrtc
     and compile ranges, graph capture from `cudaStreamBeginCapture` to `EndCapture`, `cudaGraphInstantiate`);
     `cudaMalloc` before the rank's second step (allocator growth); a blocking call that begins before the rank's
-    first traced launch (it waits on work queued before the window); and leading steps each twice the median of
+    first traced launch (it waits on work queued before the window); with two steps or more, everything before
+    the first step begins (program start-up in a whole-program capture: imports, model set-up); and leading
+    steps each twice the median of
     the steps after them (`WARMUP_FIRST_STEP_RATIO`). This rule reports a device whose ledger warm-up is at least
     `min_share_pct` (default **5 %**) of its window, with the gaps that hold it and the one-time work inside each.
     That time is what the verdict sets aside, TI001 leaves out of its idle and the what-if replay leaves out of

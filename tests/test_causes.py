@@ -276,10 +276,31 @@ def test_a_rule_never_explains_its_own_findings_and_ties_go_to_the_first():
     same_rule = _f("TI001", "host_sync", 10, key="cause")
     causes.link([sym, same_rule])
     assert "explained_by" not in sym.metrics
-    a, b = _f("TI002", "host_sync", 1, key="a"), _f("TI002b", "host_sync", 1, key="b")
-    tie = _f("TI001", "gpu_idle", 100, key="tie", idle_by_category={"host_sync": 80})
+    # a tie in what two causes cover goes to the first listed
+    a = _f("TI002", "host_sync", 1, key="a", instances=[(0, 100, 0, None)])
+    b = _f("TI002b", "host_sync", 1, key="b", instances=[(0, 100, 0, None)])
+    tie = _f("TI001", "gpu_idle", 100, key="tie", instances=[(10, 90, 0, None)], idle_by_category={"host_sync": 80})
     causes.link([tie, a, b])
     assert tie.metrics["explained_by"] == a.fingerprint
+
+
+def test_two_causes_of_one_category_split_nothing_by_attribution():
+    """A sync stall and an allocator flush are both host synchronization: the symptom's host-sync idle cannot be
+    credited whole to either, so only the time each one's instances cover counts."""
+    sync = _f("TI002", "host_sync", 30, key="sync", instances=[(0, 30, 0, None)])
+    flush = _f("TI031", "host_sync", 20, key="flush", instances=[(60, 70, 0, None)])
+    gaps = _f("TI001", "gpu_idle", 100, key="gaps", instances=[(0, 100, 0, None)], idle_by_category={"host_sync": 100})
+    causes.link([gaps, flush, sync])
+    assert "explained_by" not in gaps.metrics  # 30 % and 10 % covered: neither explains half
+    alone = _f("TI001", "gpu_idle", 100, key="alone", instances=[(0, 100, 0, None)], idle_by_category={"host_sync": 100})
+    causes.link([alone, flush])
+    assert alone.metrics["explained_by"] == flush.fingerprint  # the only host-sync cause: the category is its
+    assert alone.metrics["explained_ns"] == 100
+    most = _f("TI001", "gpu_idle", 100, key="most", instances=[(0, 100, 0, None)], idle_by_category={"host_sync": 100})
+    big = _f("TI002", "host_sync", 80, key="big", instances=[(0, 80, 0, None)])
+    causes.link([most, flush, big])
+    assert most.metrics["explained_by"] == big.fingerprint
+    assert most.metrics["explained_ns"] == 80
     # the larger claim wins whatever the order of the causes
     sym2 = _f("TI001", "gpu_idle", 1000, key="2", idle_by_category={"host_sync": 550, "input_pipeline": 700})
     data, sync = _f("TI005", "input_pipeline", 10), _f("TI002", "host_sync", 10, key="s")

@@ -16,7 +16,9 @@ symptom's impact is its doing, measured two ways, whichever says more:
   TI001's gaps by what the host did) credits the cause's category with that share.
 
 Only symptom categories (``gpu_idle``, ``launch_overhead``) are ever explained, and only by cause categories
-(``input_pipeline``, ``host_sync``, ``copy``, ``compute``, ``communication``); trace-quality findings are neither.
+(``input_pipeline``, ``host_sync``, ``copy``, ``compute``, ``communication``) or by a finding whose rule declares
+itself a root cause (``Rule.root_cause``: idle time with a known reason, such as a recompile in the steady
+state), which is then never explained itself; trace-quality findings are neither.
 """
 
 from __future__ import annotations
@@ -52,14 +54,17 @@ def _same_place(a: Finding, b: Finding) -> bool:
     return True
 
 
-def _share_explained(cause: Finding, symptom: Finding) -> tuple[float, int]:
-    """(share of the symptom's impact the cause accounts for, ns of it)."""
+def _share_explained(cause: Finding, symptom: Finding, category_shared: bool = False) -> tuple[float, int]:
+    """(share of the symptom's impact the cause accounts for, ns of it). ``category_shared``: another candidate
+    cause at the same place has the same category, so the symptom's idle of that category cannot be credited to
+    this one by attribution (a sync stall and an allocator flush are both "host synchronization"); only the time
+    its own instances cover counts."""
     impact = int(symptom.impact_ns)
     if impact <= 0:
         return 0.0, 0
     best = 0
     by_cat = symptom.metrics.get("idle_by_category") or {}
-    if cause.category in by_cat:
+    if cause.category in by_cat and not category_shared:
         best = int(by_cat[cause.category])
     loc = symptom.location
     ss, se = _intervals(symptom, loc.rank, loc.device)
@@ -81,15 +86,17 @@ def link(findings: Iterable[Finding]) -> list[Finding]:
     finding never explains itself or a finding of its own rule.
     """
     findings = list(findings)
-    causes = [f for f in findings if f.category in CAUSES]
+    causes = [f for f in findings if f.category in CAUSES or f.root_cause]
     for s in findings:
-        if s.category not in SYMPTOMS:
+        if s.category not in SYMPTOMS or s.root_cause:
             continue
         best = None
-        for c in causes:
-            if c is s or c.code == s.code or not _same_place(c, s):
-                continue
-            share, ns = _share_explained(c, s)
+        here = [c for c in causes if c is not s and c.code != s.code and _same_place(c, s)]
+        per_category: dict[str, int] = {}
+        for c in here:
+            per_category[c.category] = per_category.get(c.category, 0) + 1
+        for c in here:
+            share, ns = _share_explained(c, s, per_category[c.category] > 1)
             if share >= MIN_SHARE and (best is None or ns > best[1]):
                 best = (c, ns, share)
         if best is None:

@@ -382,6 +382,7 @@ def diff_cmd(
         typer.Option("--fail-if-slower", min=0.0, help="Exit 1 when HEAD's step is slower by more than this percentage and outside the noise of the per-step samples; exit 5 when it is slower by more but within the noise."),
     ] = None,
     trace_format: Annotated[Optional[str], typer.Option("--trace-format", help="Force the parser for trace inputs (see analyze).")] = None,
+    same_workload: Annotated[bool, typer.Option("--same-workload", help="Compare even when the op mix differs: you vouch both run the same model (a fix that rewrote the step, e.g. batched per-tensor ops). The report says the comparison rests on your word.")] = False,
 ) -> None:
     """Compare two runs: step time with its confidence interval, where it moved in the time ledger, kernels, findings.
 
@@ -398,7 +399,7 @@ def diff_cmd(
     if len(formats) > 1 and output is None:
         raise typer.BadParameter("several formats need -o DIR (a folder to write one file per format)", param_hint="--format")
     try:
-        code = run_diff(base, head, list(dict.fromkeys(formats)), output, fail_if_slower=fail_if_slower, width=_terminal_width(),
+        code = run_diff(base, head, list(dict.fromkeys(formats)), output, fail_if_slower=fail_if_slower, width=_terminal_width(), same_workload=same_workload,
                         say=lambda line: typer.echo(terminal(line, 2000), err=True), **({"trace_format": trace_format} if trace_format else {}))
     except TraceInsightError as exc:
         _fail(exc)

@@ -242,7 +242,10 @@ def build(views: Any, settings: EfficiencySettings | None = None) -> Efficiency:
     if source == "shapes":
         model_flops = float(matrix["flops"].sum())
         if len(step_frame) and step_frame["flops"].sum() > 0:
-            tot_ns = float(step_frame.loc[step_frame["flops"] > 0, "dur_ns"].sum())
+            counted = step_frame[step_frame["flops"] > 0]
+            # the wall time of the steps' work is the longer of the host's steps and the GPU's span for them: a
+            # GPU-bound loop queues ahead, so its host steps end long before the GPU has done their work
+            tot_ns = float(max(counted["dur_ns"].sum(), _device_span_ns(act, counted)))
             f_in = float(step_frame["flops"].sum())
         else:  # no steps: the GPU window of the trace
             tot_ns, f_in = float(_window_ns(act)), model_flops
@@ -343,6 +346,26 @@ def _hardware(samples: pd.DataFrame, views: Any, kernels: pd.DataFrame, cls: np.
     allp = pd.concat(parts, ignore_index=True)
     out = allp.groupby(["scope", "metric"], sort=False)["value"].agg(mean_pct="mean", samples="size").reset_index()
     return out
+
+
+def _device_span_ns(act: pd.DataFrame, steps: pd.DataFrame) -> int:
+    """Per rank, from the first GPU row launched in one of ``steps`` (rank, step) to the last one's end; the longest
+    over ranks (they run in parallel). GPU rows carry the step their launch ran in."""
+    if act.empty or steps.empty or "step" not in act.columns:
+        return 0
+    key = act["rank"].to_numpy().astype(np.int64) * (1 << 32) + act["step"].to_numpy().astype(np.int64)
+    want = steps["rank"].to_numpy().astype(np.int64) * (1 << 32) + steps["step"].to_numpy().astype(np.int64)
+    m = np.isin(key, want)
+    if not m.any():
+        return 0
+    rank = act["rank"].to_numpy()[m]
+    start = act["start_ns"].to_numpy()[m].astype(np.int64)
+    end = start + act["dur_ns"].to_numpy()[m].astype(np.int64)
+    best = 0
+    for r in np.unique(rank):
+        on = rank == r
+        best = max(best, int(end[on].max() - start[on].min()))
+    return best
 
 
 def _window_ns(act: pd.DataFrame) -> int:

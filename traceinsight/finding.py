@@ -309,6 +309,9 @@ class Finding:
     saving_ns: int | None = None  # the figure the reports show (``impact_ns`` is the rule's own estimate)
     share_pct: float | None = None  # saving_ns as % of the steady-state GPU window the finding is about
     claims: tuple[str, ...] = ()  # the ledger buckets its rule claims (``Rule.claims``); empty: its category's
+    #: its rule names why the GPU waited (``Rule.root_cause``): it may explain symptom findings although its
+    #: category is a symptom's (a recompile is idle time with a known reason)
+    root_cause: bool = False
 
     @property
     def fingerprint(self) -> str:

@@ -65,7 +65,7 @@ from .buckets import AVOIDABLE_BUCKETS, BUCKETS, BUSY_BUCKETS, IDLE_BUCKETS
 from .finding import Instances, instance_columns
 from .intervals import Coverage, applies_to, merge_intervals
 from .masks import category_hits, codes_in, kind_mask, name_mask
-from .patterns import COLLECTIVE, COPY_CALL, DATA_WAIT_KINDS, DATA_WAIT_PRIMARY, DATA_WAIT_TFDATA, FRAMEWORK_DISPATCH, SYNC_CALL, SYNC_OP
+from .patterns import COLLECTIVE, COPY_CALL, DATA_WAIT_KINDS, DATA_WAIT_PRIMARY, DATA_WAIT_TFDATA, FRAMEWORK_DISPATCH, SYNC_CALL, SYNC_OP, SYNC_RANGE
 from .thresholds import LAUNCH_GAP_NS
 from .steady import WARMUP_FIRST_STEP_RATIO, WARMUP_MIN_NS, WARMUP_RATIO, empty_regions, one_time_regions  # noqa: F401  (the steady-state model's thresholds)
 
@@ -213,6 +213,7 @@ def _blocking_parts(views: "Views") -> list[tuple[np.ndarray, np.ndarray, np.nda
     parts = [
         rows(name_mask(host["name"], SYNC_CALL) & kind_mask(kind, ("runtime",)), "synchronizing call"),
         rows(name_mask(host["name"], SYNC_OP) & kind_mask(kind, ("cpu_op",)), "synchronizing op"),
+        rows(name_mask(host["name"], SYNC_RANGE) & kind_mask(kind, ("annotation",)), "synchronizing op"),
     ]
     ln = views.launches
     if not ln.empty and "pageable" in ev:
@@ -250,12 +251,14 @@ def warmup_regions(views: "Views", blocking: "list[tuple[np.ndarray, np.ndarray,
     * A first call that is an outlier: the first occurrence of a framework op or runtime call (by name, per rank)
       lasting at least ``WARMUP_MIN_NS`` and ``WARMUP_RATIO`` times the median of its later occurrences: cuDNN
       autotuning inside the first convolution, lazy CUDA/library init inside the first call, JIT compilation.
+      Where input shapes are recorded, the same per (name, shapes) for a shape that recurs: autotuning and
+      per-shape caches pay once per shape, so every convolution of a first step is its own first call.
       Calls whose time is mostly waiting for the GPU (syncs, copies, ops spent mostly inside blocking or copy
       calls) are left out: their length measures the queue ahead of them, not one-time work.
     * Everything else the steady-state model (``traceinsight.steady.one_time_regions``) recognises wherever it
       sits: first launches that load a kernel's module, named set-up calls (library handles, autotuning, JIT,
       graph capture and instantiation), allocator growth before the second step, a blocking call at the window's
-      start, and leading warm-up steps.
+      start, the program's start-up before its first step, and leading warm-up steps.
     """
     cols = ["rank", "start_ns", "end_ns", "reason"]
     host = views.host_events
@@ -263,7 +266,12 @@ def warmup_regions(views: "Views", blocking: "list[tuple[np.ndarray, np.ndarray,
     if not host.empty:
         names, kinds = host["name"], host["kind"]
         h_rank, h_start, h_dur = host["rank"].to_numpy(), host["start_ns"].to_numpy(), host["dur_ns"].to_numpy()
-        fi = _outlier_first_calls(names, _warmup_candidates(names, kinds, h_dur), h_rank, h_start, h_dur)  # host positions, in (rank, name) order
+        cand = _warmup_candidates(names, kinds, h_dur)
+        fi = _outlier_first_calls(names, cand, h_rank, h_start, h_dur)  # host positions, in (rank, name) order
+        if "input_shapes" in host.columns:
+            per_shape = _outlier_first_calls_per_shape(names, host["input_shapes"], cand, h_rank, h_start, h_dur)
+            if len(per_shape):
+                fi = np.concatenate([fi, per_shape[~np.isin(per_shape, fi)]])
         if len(fi):
             s, e = h_start[fi], h_start[fi] + h_dur[fi]
             blk = blocking if blocking is not None else _blocking_parts(views)
@@ -286,6 +294,39 @@ def warmup_regions(views: "Views", blocking: "list[tuple[np.ndarray, np.ndarray,
     if not parts:
         return empty_regions()
     return pd.concat(parts, ignore_index=True)[cols]
+
+
+#: A shape's first call counts as warm-up only when the shape comes back at least this many times after it: the
+#: steady state repeats its shapes, so a shape seen once or twice (a variable-length batch) is not set aside, and
+#: an autotuning cost paid again for every new shape stays in the steady-state figures, where it belongs.
+WARMUP_SHAPE_REPEATS = 2
+
+
+def _outlier_first_calls_per_shape(names: pd.Series, shapes: pd.Series, cand: np.ndarray, rank: np.ndarray, start: np.ndarray, dur: np.ndarray) -> np.ndarray:
+    """Positions of candidate rows that are the first call of their (rank, name, input shapes) and an outlier
+    against that group's later calls (the same test as ``_outlier_first_calls``).
+
+    Autotuning and per-shape caches (cuDNN's ``benchmark`` search, cuBLAS-Lt heuristics, Triton and XLA
+    specialisation) pay once per distinct shape, not once per op name: the first step of a ResNet runs twenty
+    convolutions of different shapes, each searching for its algorithm, and only the first of them is the first
+    call of ``aten::cudnn_convolution``. Rows without recorded shapes are not looked at here (the name-only pass
+    covers them), and a group must come back ``WARMUP_SHAPE_REPEATS`` times after its first call."""
+    sh = shapes.cat.codes.to_numpy() if isinstance(shapes.dtype, pd.CategoricalDtype) else pd.factorize(shapes.to_numpy())[0]
+    pos = np.flatnonzero(cand) if cand.dtype == bool else cand
+    pos = pos[sh[pos] >= 0]
+    if not len(pos):
+        return pos
+    nm = names.cat.codes.to_numpy()[pos] if isinstance(names.dtype, pd.CategoricalDtype) else pd.factorize(names.to_numpy()[pos])[0]
+    key = nm.astype(np.int64) * (int(sh.max()) + 2) + sh[pos].astype(np.int64)
+    codes, uniq = pd.factorize(key)
+    counts = np.bincount(codes, minlength=len(uniq))
+    keep = counts[codes] > WARMUP_SHAPE_REPEATS
+    pos, codes = pos[keep], codes[keep]
+    if not len(pos):
+        return pos
+    groups = pd.Series(pd.Categorical.from_codes(codes, categories=np.arange(len(uniq))))
+    fi = _outlier_first_calls(groups, np.arange(len(pos)), rank[pos], start[pos], dur[pos])
+    return pos[fi]
 
 
 def _warmup_candidates(names: pd.Series, kinds: pd.Series, dur: np.ndarray) -> np.ndarray:

@@ -30,6 +30,10 @@ SYNC_CALL = re.compile(
 #: Framework ops that force a device-to-host synchronization by their nature.
 SYNC_OP = re.compile(r"^aten::(item|_local_scalar_dense|nonzero|is_nonzero|tolist|equal|masked_select|unique|_unique2)$|\.tolist|\.item\(|\.cpu\(")
 
+#: Framework ranges (TraceMe annotations, no runtime call inside) in which the host waits for a device value: JAX
+#: converting an array for the host (``float(loss)``, ``np.asarray(x)``, ``.item()``) waits until it is computed.
+SYNC_RANGE = re.compile(r"^np\.asarray\(jax\.Array\)$")
+
 #: Runtime/driver calls that enqueue a copy or memset (their duration can include waiting for the GPU).
 COPY_CALL = re.compile(r"^(cuda|hip|cu)Mem(cpy|set)", re.I)
 
@@ -130,3 +134,6 @@ INIT_CALL = START_UP_CALL
 
 #: Host ops that exist only when a backward pass runs: their absence makes a rank an inference run.
 TRAINING_OP = r"backward|Backward|autograd::engine|Optimizer\.step|optimizer\.step|apply_gradients|ResourceApply|gradient_tape|SGD|Adam"
+#: Kernels that run only in a backward pass or an optimizer step, for a rank whose trace records no framework ops
+#: (an Nsight capture): gradient kernels by name, cuDNN's weight/data-gradient kernels, optimizer functors.
+TRAINING_KERNEL = r"backward|Backward|wgrad|dgrad|[Ss]gd|SGD|Adam|adam|Lamb|LAMB|Adagrad|RMSprop"

@@ -187,6 +187,10 @@ class Rule:
     #: The ledger buckets (``traceinsight.buckets``) its findings claim their saving from; empty: those of its
     #: category (``buckets.CLAIMS``).
     claims: ClassVar[tuple[str, ...]] = ()
+    #: Its findings say why the GPU waited, in a symptom's category (``gpu_idle``): a recompile in the steady state
+    #: is idle time whose reason is known. Such findings may explain other idle findings (``traceinsight.causes``)
+    #: and are never explained by them.
+    root_cause: ClassVar[bool] = False
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -323,6 +327,7 @@ def build_finding(rule: Rule, span_ns: float, step_ns: float | None, n_steps: in
         explains=list(fields.get("explains", ())),
         what_if=fields.get("what_if"),
         claims=tuple(type(rule).claims),
+        root_cause=bool(type(rule).root_cause),
     )
 
 

@@ -99,6 +99,16 @@ def one_time_regions(views: "Views", blocking: "list[tuple[np.ndarray, np.ndarra
             st = np.sort(g["start_ns"].to_numpy())
             second_step[int(r)] = int(st[1]) if len(st) > 1 else int(np.iinfo(np.int64).max)
             d = g.sort_values("start_ns")
+            if len(st) >= MIN_STEADY_STEPS and not host.empty:
+                # before the loop's first step the program starts up (imports, model set-up, data loading's first
+                # fill): none of it repeats, whatever the calls are named (a whole-program Nsight capture)
+                # the program's own work (runtime calls, framework ops), not the profiler's range around the window
+                on_rank = (host["rank"].to_numpy() == r) & kind_mask(host["kind"], ("runtime", "cpu_op"))
+                if on_rank.any():
+                    first_host = int(host["start_ns"].to_numpy()[on_rank].min())
+                    if first_host < int(st[0]):
+                        parts.append(pd.DataFrame({"rank": [int(r)], "start_ns": [first_host], "end_ns": [int(st[0])],
+                                                   "reason": ["before the first step (program start-up)"]}))
             w = warmup_steps(d["dur_ns"].to_numpy())
             if w.any():
                 d = d[w]

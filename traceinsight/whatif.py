@@ -483,8 +483,14 @@ def build_graph(views: Views, rank: int, max_steps: int = MAX_STEPS) -> Graph | 
     np.subtract(gs, launch_start, out=lgap)
     lgap[~hl] = 0
 
-    # a launch call whose own GPU work ended before it returned blocked on it (pageable or blocking copy)
-    own_done = hl & (ge <= launch_end) & (act_lbl >= 0) & _kind_in(_codes(act["kind"]), ("memcpy", "memset"))
+    # a launch call whose own GPU work ended before it returned blocked on it (pageable or blocking copy); so did
+    # an async copy of pageable memory that spans most of its copy: the driver stages it chunk by chunk and returns
+    # once the last chunk is staged, a little before the DMA ends, so its length is the copy's, not host work
+    is_copy = _kind_in(_codes(act["kind"]), ("memcpy", "memset"))
+    own_done = hl & (ge <= launch_end) & (act_lbl >= 0) & is_copy
+    if "pageable" in act.columns:
+        staged = hl & is_copy & act["pageable"].to_numpy(dtype=bool) & (2 * (launch_end - launch_start) >= ge - gs)
+        own_done |= staged
     ntype[lg[own_done]] = BLOCKING
 
     # typical latencies, from tasks where that edge bound the start (GPU tasks)

@@ -24,7 +24,9 @@ import numpy as np
 import pandas as pd
 
 from .kernels import classify_names
-from .masks import kind_mask
+from .intervals import merge_intervals
+from .masks import kind_mask, name_mask
+from .patterns import DATA_WAIT_KINDS, DATA_WAIT_PRIMARY
 
 if TYPE_CHECKING:  # pragma: no cover
     from .analysis import Analysis
@@ -112,6 +114,7 @@ def _host_ops(views) -> pd.DataFrame:
         top[1:] |= start[1:] >= reach[:-1]
     else:
         top = np.zeros(0, dtype=bool)
+    top &= ~_inside_data_waits(host, rank, tid, start, end)
     keep = order[top]
     rows = pos[keep]
     shapes = host["input_shapes"] if "input_shapes" in host else pd.Series(np.full(len(host), "", dtype=object), index=host.index)
@@ -121,6 +124,28 @@ def _host_ops(views) -> pd.DataFrame:
         "name": _categorical(host["name"], rows),
         "shapes": _categorical(shapes, rows),
     })
+
+
+def _inside_data_waits(host: pd.DataFrame, rank: np.ndarray, tid: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Per op (the arrays): does it run inside a data-loading range on its thread (``enumerate(DataLoader)#...``)?
+    Those ops build the batch (a dataset's ``__getitem__``, the collate's ``stack``), not the model: a loader moved
+    to worker processes takes them out of the trace, and the workload must stay the same workload."""
+    out = np.zeros(len(start), dtype=bool)
+    if not len(start):
+        return out
+    m = kind_mask(host["kind"], DATA_WAIT_KINDS) & name_mask(host["name"], DATA_WAIT_PRIMARY, case=True)
+    if not m.any():
+        return out
+    w_rank, w_tid = host["rank"].to_numpy()[m].astype(np.int64), host["tid"].to_numpy()[m].astype(np.int64)
+    w_start = host["start_ns"].to_numpy()[m].astype(np.int64)
+    w_end = w_start + host["dur_ns"].to_numpy()[m].astype(np.int64)
+    for r, t in set(zip(w_rank.tolist(), w_tid.tolist())):
+        sel = (w_rank == r) & (w_tid == t)
+        ms, me = merge_intervals(w_start[sel], w_end[sel])
+        on = np.flatnonzero((rank == r) & (tid == t))
+        j = np.searchsorted(ms, start[on], side="right") - 1
+        out[on] = (j >= 0) & (end[on] <= me[np.clip(j, 0, None)])
+    return out
 
 
 def _top_level_op(views, ops: pd.DataFrame) -> pd.Series:

@@ -11,7 +11,7 @@ from traceinsight.verdict import details, headline
 #: positive: it fires; negative: it stays silent; fix: steady steps with enough GPU work.
 CASES = {
     "positive": ["test_ti012_two_kernels", "test_ti012_graph_capture"],
-    "negative": ["test_ti012_negative_steady_steps"],
+    "negative": ["test_ti012_negative_steady_steps", "test_ti012_negative_one_capture_among_real_work"],
     "fix": ["test_ti012_negative_steady_steps"],
 }
 
@@ -65,3 +65,14 @@ def test_ti012_negative_steady_steps(tmp_path):
     a = traceinsight.analyze(t.write(tmp_path / "steady.json"))
     assert _of_code(a, "TI012") == []
     assert details(a)["category"] == "compute"
+
+
+def test_ti012_negative_one_capture_among_real_work(tmp_path):
+    """One graph instantiation among steps whose kernels run (XLA builds its command buffers, torch.compile captures
+    once while warming up): the kernels that ran outnumber the launches recorded, so the window is no capture."""
+    t = KinetoTrace()
+    steady_steps(t)
+    t.runtime("cudaGraphInstantiate", 50.0, 900.0)
+    a = traceinsight.analyze(t.write(tmp_path / "one_capture.json"))
+    assert _of_code(a, "TI012") == []
+    assert details(a)["category"] != "cannot_judge"

@@ -62,10 +62,10 @@ def _side(x: Any, **kwargs: Any) -> Side:
     return load_side(x, **kwargs)
 
 
-def diff(base: "str | os.PathLike[str] | Any", head: "str | os.PathLike[str] | Any", *, fail_if_slower: float | None = None, **analyze_kwargs: Any) -> Diff:
+def diff(base: "str | os.PathLike[str] | Any", head: "str | os.PathLike[str] | Any", *, fail_if_slower: float | None = None, same_workload: bool = False, **analyze_kwargs: Any) -> Diff:
     """Compare ``base`` with ``head`` (paths to traces or reports, report dicts, or Analysis objects).
 
     ``fail_if_slower`` (%) adds the gate's result (``Diff.gate``: pass, fail, inconclusive, not comparable);
     ``analyze_kwargs`` go to ``traceinsight.analyze`` for sides given as traces (e.g. ``trace_format``).
     """
-    return Diff(compare(_side(base, **analyze_kwargs), _side(head, **analyze_kwargs), fail_if_slower=fail_if_slower))
+    return Diff(compare(_side(base, **analyze_kwargs), _side(head, **analyze_kwargs), fail_if_slower=fail_if_slower, same_workload=same_workload))

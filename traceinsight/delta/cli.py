@@ -42,11 +42,11 @@ def exit_code(data: dict[str, Any]) -> int:
 
 
 def run(base: Path, head: Path, formats: list[str], output: Path | None, *, fail_if_slower: float | None,
-        width: int, say: Callable[[str], None], **analyze_kwargs: Any) -> int:
+        width: int, say: Callable[[str], None], same_workload: bool = False, **analyze_kwargs: Any) -> int:
     """Compare, write, and return the exit code; a TraceInsightError escapes to the caller's one-line handler."""
     targets = plan(formats, output)
     refuse_inputs(targets, [base, head])
-    d = diff(base, head, fail_if_slower=fail_if_slower, **analyze_kwargs)
+    d = diff(base, head, fail_if_slower=fail_if_slower, same_workload=same_workload, **analyze_kwargs)
     for t in targets:
         text = d.render(t.fmt, **({"width": width} if t.fmt == "text" else {"html_name": t.html_name} if t.fmt == "md" else {}))
         if t.path is None:

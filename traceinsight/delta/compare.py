@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from ..buckets import BUSY_BUCKETS
 from ..version import __version__
 from ..kernels import CLASSES
 from ..units import fmt_ns
@@ -32,12 +33,21 @@ SCHEMA_VERSION = 1
 MAX_ROWS = 200
 
 FASTER, SLOWER, NO_CHANGE, INCONCLUSIVE, NOT_COMPARABLE = "faster", "slower", "no measurable change", "inconclusive", "not comparable"
+#: "No measurable change" means the interval rules out any change larger than this % of the base step; an interval
+#: that crosses zero but reaches beyond it says too little (three steps of a noisy run), and is inconclusive.
+NO_CHANGE_MARGIN_PCT = 5.0
 PASS, FAIL = "pass", "fail"
 
 
-def compare(base: S.Side, head: S.Side, *, fail_if_slower: float | None = None) -> dict[str, Any]:
-    """The diff of two sides (see the module docstring); ``fail_if_slower`` (%) adds the gate's result."""
+def compare(base: S.Side, head: S.Side, *, fail_if_slower: float | None = None, same_workload: bool = False) -> dict[str, Any]:
+    """The diff of two sides (see the module docstring); ``fail_if_slower`` (%) adds the gate's result.
+    ``same_workload``: the user vouches that both run the same model (a fix that rewrote the step, such as
+    batching per-tensor ops, changes the op mix the check reads); the check's figures and reasons are kept and
+    the document says the comparison rests on the user's word. Step markers must still agree."""
     comp = comparability(base, head)
+    if same_workload and not comp["comparable"] and comp.get("in_common_pct") is not None:
+        comp = {**comp, "comparable": True, "vouched": True,
+                "reasons": ["compared on the user's word (--same-workload): " + (comp["reasons"][0] if comp["reasons"] else "the op mix differs")] + comp["reasons"][1:]}
     a, b = S.step_samples(base), S.step_samples(head)
     out: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
@@ -67,13 +77,31 @@ def compare(base: S.Side, head: S.Side, *, fail_if_slower: float | None = None) 
     out["sentence"] = sentence(out)
     out["kernels"], out["kernel_classes"] = kernel_diff(base, head)
     out["ops"] = op_diff(base, head)
-    out["busy_pct"] = _pair(base.kpis.get("gpu_busy_pct"), head.kpis.get("gpu_busy_pct"))
+    out["busy_pct"] = _pair(_steady_busy_pct(base), _steady_busy_pct(head))
     out["kpis"] = kpi_diff(base, head)
     out["findings"] = findings_diff(base, head)
     out["what_if"] = what_if_check(base, head, out)
     out["ranks"] = rank_diff(base, head)
     out["gate"] = gate(out, fail_if_slower) if fail_if_slower is not None else None
     return out
+
+
+def _steady_busy_pct(side: S.Side) -> Any:
+    """GPU busy % of the steady state (the window less its warm-up): the figure each report's verdict reads, so a
+    whole-program capture's start-up does not hide the change. The whole window's figure when the report books no
+    warm-up or its ledger is unreadable (reports are untrusted files)."""
+    whole = side.kpis.get("gpu_busy_pct")
+    v = side.verdict if isinstance(side.verdict, dict) else {}
+    led = v.get("ledger_ns") if isinstance(v.get("ledger_ns"), dict) else {}
+    try:
+        window = float(v.get("window_ns") or 0)
+        warm = float(led.get("idle_warmup") or 0)
+        busy = sum(float(led.get(b) or 0) for b in BUSY_BUCKETS)
+    except (TypeError, ValueError):
+        return whole
+    if not all(math.isfinite(x) for x in (window, warm, busy)) or warm <= 0 or window - warm <= 0 or busy < 0:
+        return whole
+    return round(min(100.0 * busy / (window - warm), 100.0), 1)
 
 
 def _pct(value: Any) -> float:
@@ -112,13 +140,13 @@ def _shift_dict(a: np.ndarray, b: np.ndarray, s: Shift) -> dict[str, Any]:
     ref = float(np.median(a)) or 1.0
 
     def pct(v: float | None) -> float | None:
-        return None if v is None else round(100.0 * v / ref, 2)
+        return None if v is None else round(max(100.0 * v / ref, -100.0), 2)
 
     return {
         "base_median_ns": float(np.median(a)),
         "head_median_ns": float(np.median(b)),
         "change_ns": s.estimate,
-        "low_ns": s.low,
+        "low_ns": None if s.low is None else max(s.low, -float(np.median(a))),  # a step cannot shrink by more than itself
         "high_ns": s.high,
         "change_pct": pct(s.estimate),
         "low_pct": pct(s.low),
@@ -129,8 +157,9 @@ def _shift_dict(a: np.ndarray, b: np.ndarray, s: Shift) -> dict[str, Any]:
 
 
 def verdict(comp: dict[str, Any], step: dict[str, Any] | None) -> str:
-    """faster / slower (the interval excludes no change), no measurable change, inconclusive (no interval:
-    too few steps), not comparable."""
+    """faster / slower (the interval excludes no change), no measurable change (the interval lies within
+    ``NO_CHANGE_MARGIN_PCT`` of the base step), inconclusive (no interval: too few steps; or an interval so wide it
+    holds both no change and a change larger than the margin), not comparable."""
     if not comp["comparable"]:
         return NOT_COMPARABLE
     if step is None or step["low_ns"] is None:
@@ -139,6 +168,9 @@ def verdict(comp: dict[str, Any], step: dict[str, Any] | None) -> str:
         return FASTER
     if step["low_ns"] > 0:
         return SLOWER
+    lo, hi = step.get("low_pct"), step.get("high_pct")
+    if lo is not None and hi is not None and (lo < -NO_CHANGE_MARGIN_PCT or hi > NO_CHANGE_MARGIN_PCT):
+        return INCONCLUSIVE  # the interval holds no change, but also changes that matter: it cannot tell
     return NO_CHANGE
 
 

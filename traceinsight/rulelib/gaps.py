@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from ..masks import join_keys, name_mask
-from ..patterns import SYNC_CALL, TRAINING_OP
+from ..patterns import SYNC_CALL, TRAINING_KERNEL, TRAINING_OP
 from .enclosing import host_columns, starts_inside
 from .names import hits_per_category, any_code_in, kind_mask, names_where
 from .cache import memo
@@ -115,7 +115,9 @@ def closing_syncs(stalls: pd.DataFrame, steps: pd.DataFrame, launches: pd.DataFr
 
 
 def inference_ranks(views) -> frozenset[int]:
-    """The ranks that run inference (or a benchmark of it): no backward pass or optimizer step on the rank's host.
+    """The ranks that run inference (or a benchmark of it): no backward pass or optimizer step on the rank's host,
+    or, on a rank whose trace records no framework ops (an Nsight capture: runtime calls only), none among its
+    kernels' names (``TRAINING_KERNEL``).
 
     All ranks at once, one name test per distinct name, no per-rank copy of the host rows; a rank without host
     rows is not called inference. Cached on the views."""
@@ -134,6 +136,14 @@ def inference_ranks(views) -> frozenset[int]:
         else:
             training = names_where(host["name"], lambda m: m(TRAINING_OP, case=True))
             out = frozenset(int(r) for r in pd.unique(rank)) - frozenset(int(r) for r in pd.unique(rank[training]))
+        if out:
+            with_ops = frozenset(int(r) for r in pd.unique(rank[kind_mask(host, "cpu_op")]))
+            blind = out - with_ops  # no framework ops: the host cannot say, the kernels can
+            if blind:
+                gpu = views.gpu_activity
+                if len(gpu):
+                    trained = names_where(gpu["name"], lambda m: m(TRAINING_KERNEL, case=True))
+                    out = out - (blind & frozenset(int(r) for r in pd.unique(gpu["rank"].to_numpy()[trained])))
         return out
 
     return memo(views, "rulelib.inference_ranks", build)

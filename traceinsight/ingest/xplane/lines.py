@@ -146,6 +146,10 @@ _K = {k: np.int8(i) for i, k in enumerate(KINDS)}
 _COPY_CODE = {k: i for i, k in enumerate(COPY_KINDS)}
 _COPY_RX = re.compile(r"(H2D|D2H|D2D|P2P|HtoD|DtoH|DtoD|PtoP)")
 _LINE_COPY_RX = re.compile(r"Memcpy(H2D|D2H|D2D|P2P)")
+#: A stream line that carries copies only ("Stream #17(MemcpyD2H)"): its events are copies whatever their names.
+#: A stream that also computes ("Stream #14(MemcpyOther,Compute,Memset,MemcpyH2D)", XLA's single stream while it
+#: compiles and autotunes) is judged event by event, by name.
+_COPY_STREAM = r"^Stream #\d+\((?:Memcpy\w*)(?:,\s*Memcpy\w*)*\)"
 # what a line is, which decides how its rows are classified
 _L_OTHER, _L_HOST, _L_PYTHON, _L_STREAM, _L_DERIVED, _L_STEPS, _L_GPU_OTHER = range(7)
 #: row kind by line class; host and stream rows are then refined by name and stats
@@ -180,7 +184,7 @@ def _line_facts(t: LineTable) -> dict[str, Any]:
     cls = np.array([by_name[i] if p == "gpu" else plane_cls.get(p, _L_OTHER)
                     for p, i in zip(t.plane, line_idx.tolist())], dtype=np.int8)
     return {"names": lt, "idx": line_idx, "cls": cls, "stream": np.where(cls == _L_STREAM, stream[line_idx], -1),
-            "gpu": np.array([p == "gpu" for p in t.plane], dtype=bool), "copy": _flags(lt, r"^Stream #\d+.*Memcpy"),
+            "gpu": np.array([p == "gpu" for p in t.plane], dtype=bool), "copy": _flags(lt, _COPY_STREAM),
             "copy_dir": copy_dir}
 
 

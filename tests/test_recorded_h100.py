@@ -1,0 +1,273 @@
+"""Real traces recorded on an NVIDIA H100 (``sample_traces/h100``, made by ``sample_traces/record_gpu.py``): each
+program has one known problem, or is its fix, and the analysis must say what an expert would say of it.
+
+The expectations are about the problem each program was written to have (a host sync per step, a data loader on
+the training thread, a window that starts cold), and about figures that follow from how it was recorded (a
+profiler wrapped around the whole program holds its start-up). They are not fitted numbers: ranges are wide where
+a re-recording would move them.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+
+import pytest
+
+import traceinsight
+from traceinsight.delta import diff
+
+H100 = Path(__file__).resolve().parents[1] / "sample_traces" / "h100"
+
+
+@lru_cache(maxsize=None)
+def _analysis(name: str) -> traceinsight.Analysis:
+    return traceinsight.analyze(H100 / name)
+
+
+def _codes(a, at_least: str = "info") -> set[str]:
+    order = {"info": 0, "warning": 1, "error": 2}
+    return {f.code for f in a.findings if order[f.severity.value] >= order[at_least]}
+
+
+def _finding(a, code: str):
+    (f,) = [f for f in a.findings if f.code == code]
+    return f
+
+
+def _ledger(a) -> dict[str, int]:
+    return {str(b): int(n) for b, n in zip(a.ledger.by_device["bucket"], a.ledger.by_device["ns"])}
+
+
+def _steady_busy_pct(a) -> float:
+    led = _ledger(a)
+    window = sum(led.values())
+    busy = led["compute"] + led["copy"] + led["communication"]
+    return 100.0 * busy / (window - led["idle_warmup"])
+
+
+def _warmup_pct(a) -> float:
+    led = _ledger(a)
+    return 100.0 * led["idle_warmup"] / sum(led.values())
+
+
+# --- recurrent layers ---------------------------------------------------------------------------------------
+@pytest.mark.parametrize("name", ["lstm_cell_loop.json.gz", "lstm_cudnn_disabled.json.gz", "nsys/lstm_nocudnn.sqlite"])
+def test_an_lstm_without_cudnn_is_the_root_cause(name):
+    """A Python LSTMCell loop, and nn.LSTM with cuDNN switched off (kineto, and Nsight with kernels only): TI004 is
+    the root cause the verdict names, TI003's launch-bound kernels are its symptom, and its fix removes most of
+    the step."""
+    a = _analysis(name)
+    ti004 = _finding(a, "TI004")
+    assert ti004.severity.value == "error"
+    assert a.verdict["root_cause"] == ti004.fingerprint
+    assert a.verdict["headline"].endswith("(root cause: TI004)")
+    assert _finding(a, "TI003").metrics.get("explained_by") == ti004.fingerprint
+    w = ti004.what_if
+    assert w is not None and w["step_ns"] < 0.5 * w["baseline_step_ns"]
+
+
+def test_an_lstm_on_cudnn_is_not_a_fallback():
+    a = _analysis("lstm_cudnn.json.gz")
+    assert "TI004" not in _codes(a)
+
+
+# --- host syncs ---------------------------------------------------------------------------------------------
+def test_item_every_step_is_a_host_sync_and_its_fix_is_faster():
+    before, after = _analysis("sync_before.json.gz"), _analysis("sync_after.json.gz")
+    assert before.verdict["category"] == "host_sync"
+    ti002 = _finding(before, "TI002")
+    assert ti002.severity.value in ("warning", "error")
+    assert "TI002" not in _codes(after)
+    assert after.kpis["gpu_busy_pct"] > before.kpis["gpu_busy_pct"] + 5
+    d = diff(H100 / "sync_before.json.gz", H100 / "sync_after.json.gz").data
+    assert d["verdict"] == "faster"
+    assert d["comparability"]["comparable"]
+    assert -40 < d["step"]["change_pct"] < -10
+
+
+def test_nsys_training_is_told_from_its_kernels_and_its_syncs_found():
+    """An Nsight capture has no framework ops; its backward and optimizer kernels make it training, so the
+    ``.item()`` at the end of every step is an avoidable sync (an inference request's closing sync would not be)."""
+    a = _analysis("nsys/train_sync.sqlite")
+    assert _finding(a, "TI002").saving_ns > 0
+    assert a.verdict["category"] == "host_sync"
+
+
+def test_empty_cache_every_step_is_named_as_asked_for_not_pressure():
+    """``torch.cuda.empty_cache()`` after every step: the releases run outside every framework op (kineto) or
+    with the peak far below capacity (Nsight), so they are the program's request, and the fix is to remove it."""
+    for name in ("memory_churn.json.gz", "nsys/train_sync.sqlite"):
+        a = _analysis(name)
+        f = _finding(a, "TI031")
+        assert f.metrics.get("asked_for") is True, name
+        assert "memory pressure" not in f.title and "asked for, not pressure" in f.title
+        assert "empty_cache" in f.fixes["pytorch"].text and "Remove" in f.fixes["pytorch"].text
+        churn = _finding(a, "TI032")
+        assert churn.severity.value == "warning" and "hands the cache back" in churn.message
+
+
+def test_nsys_fix_pair_diff_compares_steady_states():
+    a, b = _analysis("nsys/train_sync.sqlite"), _analysis("nsys/train_fixed.sqlite")
+    assert "TI002" not in _codes(b) and "TI031" not in _codes(b)
+    assert b.verdict["category"] == "compute"
+    d = diff(H100 / "nsys/train_sync.sqlite", H100 / "nsys/train_fixed.sqlite").data
+    assert d["verdict"] == "faster"
+    # the busy figures are the steady state's (the verdict's), not the whole capture's ~1 %
+    assert 60 < d["busy_pct"]["base"] < d["busy_pct"]["head"] <= 100
+
+
+# --- launch overhead, input pipeline ------------------------------------------------------------------------
+def test_per_tensor_update_loop_is_launch_bound():
+    a = _analysis("tiny_kernels_before.json.gz")
+    assert _finding(a, "TI003").severity.value == "error"
+    assert a.verdict["category"] == "launch_overhead"
+
+
+def test_dataloader_on_the_training_thread_and_its_fix():
+    before, after = _analysis("dataloader_before.json.gz"), _analysis("dataloader_after.json.gz")
+    assert before.verdict["category"] == "input_pipeline"
+    assert _finding(before, "TI005").severity.value == "error"
+    assert "TI005" not in _codes(after)
+    d = diff(H100 / "dataloader_before.json.gz", H100 / "dataloader_after.json.gz").data
+    # the batch-building ops left with the loader's workers: still the same model
+    assert d["comparability"]["comparable"] and d["comparability"]["in_common_pct"] > 95
+    assert d["verdict"] == "faster"
+    assert d["step"]["low_pct"] >= -100.0  # a step cannot shrink by more than itself
+
+
+# --- steady state -------------------------------------------------------------------------------------------
+def test_a_cold_resnet_window_is_set_aside_as_warm_up():
+    """Profiled from the first step without a schedule (no step markers): cuDNN autotunes every convolution shape
+    in the first step, ten seconds of it. Nearly all of the window is warm-up, and what is left is judged as the
+    warm run is."""
+    cold, warm = _analysis("resnet_cold.json.gz"), _analysis("resnet_warm.json.gz")
+    assert _warmup_pct(cold) > 90
+    assert _steady_busy_pct(cold) > 60
+    assert _warmup_pct(warm) == 0 and "TI013" not in _codes(warm)
+    assert warm.verdict["category"] == "compute"
+
+
+def test_a_torch_compile_window_is_warm_up_and_the_verdict_shows_steady_work():
+    a = _analysis("compile_cold.json.gz")
+    assert _warmup_pct(a) > 90
+    # the host work the verdict names is the steady state's, not the compilation that filled the warm-up
+    assert "longest gap the host was in" in a.verdict["sentence"]
+    assert "dynamo" not in a.verdict["sentence"] and "compile_inner" not in a.verdict["sentence"]
+
+
+def test_a_recompile_in_the_steady_state_is_the_root_cause_of_the_idle():
+    a = _analysis("compile_recompile.json.gz")
+    ti015 = _finding(a, "TI015")
+    assert ti015.severity.value == "error"
+    assert _finding(a, "TI001").metrics.get("explained_by") == ti015.fingerprint
+    assert "TI015 accounts for" in a.verdict["sentence"]
+
+
+def test_a_graph_capture_is_warm_up_and_the_replays_are_judged():
+    """Warm-up passes, one capture (its launches recorded, not run), then replays: the capture and the warm-up are
+    set aside, and the replays, whose kernels outnumber the recorded launches, are a workload to judge."""
+    a = _analysis("cudagraph_capture.json.gz")
+    assert "TI012" not in _codes(a)
+    assert "graph capture (launches recorded, not run)" in set(a.ledger.warmup["reason"])
+    assert _warmup_pct(a) > 50
+    assert a.verdict["category"] == "compute" and _steady_busy_pct(a) > 70
+
+
+def test_a_whole_program_nsys_capture_is_judged_on_its_steps():
+    """Nsight records the program from its start: imports, model set-up and CUDA start-up come before the first
+    NVTX step and are left out, so the steps' own busy time decides the verdict."""
+    a = _analysis("nsys/train_fixed.sqlite")
+    assert _warmup_pct(a) > 90
+    assert _steady_busy_pct(a) > 85
+
+
+# --- memory -------------------------------------------------------------------------------------------------
+def test_memory_near_capacity_and_out_of_memory():
+    near = _finding(_analysis("memory_pressure.json.gz"), "TI031")
+    assert near.metrics["peak_share_pct"] > 90 and near.metrics["oom_events"] == 0
+    assert "TI030" not in _codes(_analysis("memory_pressure.json.gz"))
+    oom = _finding(_analysis("memory_oom.json.gz"), "TI031")
+    assert oom.severity.value == "error" and oom.metrics["oom_events"] > 0
+
+
+def test_a_small_model_has_headroom():
+    f = _finding(_analysis("sync_before.json.gz"), "TI030")
+    assert f.metrics.get("peak_share_pct", 0) < 5 or "could grow" in f.title
+
+
+# --- compute efficiency -------------------------------------------------------------------------------------
+def test_fp32_without_tensor_cores_and_bf16():
+    fp32, bf16 = _analysis("efficiency_fp32.json.gz"), _analysis("efficiency_bf16.json.gz")
+    assert "TI007" in _codes(fp32)
+    assert fp32.verdict["category"] == "compute"
+    e32, e16 = fp32.views.efficiency, bf16.views.efficiency
+    assert e32.mfu_dtype == "fp32" and e16.mfu_dtype == "bf16"
+    # same model FLOPs; the GPU-bound fp32 run's MFU is priced on the GPU's time, not on host steps that ran ahead
+    assert e32.model_flops == pytest.approx(e16.model_flops, rel=1e-6)
+    achieved_fp32 = e32.model_flops / (e32.gpu_time_ns / 1e9) / 1e12
+    assert 20 < achieved_fp32 < 67  # below the H100's 67 TFLOP/s FP32 peak
+    assert e32.mfu_pct < 67
+    assert e16.mfu_pct < e32.mfu_pct  # bf16's peak is 15x higher, and this run is host-bound
+    d = diff(H100 / "efficiency_fp32.json.gz", H100 / "efficiency_bf16.json.gz").data
+    assert d["verdict"] in ("faster", "inconclusive")  # three steps each: never "no measurable change"
+    assert d["step"]["change_pct"] < -40
+
+
+# --- JAX (XPlane) -------------------------------------------------------------------------------------------
+def test_jax_first_steps_are_compilation_and_their_kernels_are_read():
+    """XLA runs everything on one stream named for all it carries ("Stream #14(MemcpyOther,Compute,...)") while it
+    compiles and autotunes: its kernels are kernels, the one command-buffer instantiation is warm-up, not a graph
+    capture window, and the steps after compilation are judged."""
+    a = _analysis("jax/jax_cold")
+    assert a.summary.event_counts["kernel"] > 1000
+    assert "TI012" not in _codes(a)
+    assert _warmup_pct(a) > 90
+    assert a.verdict["category"] == "host_sync"
+
+
+def test_jax_float_loss_every_step_is_a_host_sync():
+    """``float(loss)`` converts the device array for the host (``np.asarray(jax.Array)``): the ledger books the
+    GPU idle behind it as a host sync, as it does for ``.item()``."""
+    a = _analysis("jax/jax_sync")
+    assert a.verdict["category"] == "host_sync"
+    assert _ledger(a)["idle_host_sync"] > 0.3 * sum(_ledger(a).values())
+
+
+# --- more pairs and problems (a third recording run) ---------------------------------------------------------
+def test_bf16_on_a_small_resnet_moves_the_bound_to_the_host():
+    """Autocast halves the GPU work of ResNet-18 at batch 64, and its casts add host dispatch: the step gets
+    slower, and the diff must say so rather than call the change a win."""
+    a = _analysis("resnet_bf16.json.gz")
+    assert a.verdict["category"] == "launch_overhead"
+    d = diff(H100 / "resnet_warm.json.gz", H100 / "resnet_bf16.json.gz").data
+    assert d["verdict"] == "slower"
+    moved = {r["bucket"]: r["change_ns"] for r in d["ledger"]}
+    assert moved["compute"] < 0 < moved["idle_launch_bound"]
+
+
+def test_serving_requests_closing_syncs_are_not_a_finding():
+    """An inference loop hands each answer back to the host (``.cpu()``): that sync closes the request and is
+    needed, so it is not reported as avoidable; the small batch makes the run launch-bound."""
+    a = _analysis("inference_requests.json.gz")
+    assert a.verdict["category"] == "launch_overhead"
+    assert "TI002" not in _codes(a, "warning")
+
+
+def test_pageable_copies_are_priced_on_the_critical_path():
+    """64 MiB batches copied from pageable memory: the host call lasts as long as the staged copy, so faster
+    (pinned) copies shorten the step and TI006 has a saving to show."""
+    f = _finding(_analysis("pageable_copies.json.gz"), "TI006")
+    assert f.severity.value == "warning"
+    assert f.saving_ns > 0.02 * f.metrics["time_ns"]
+    assert f.what_if["step_ns"] < 0.97 * f.what_if["baseline_step_ns"]
+
+
+def test_a_fix_that_rewrites_the_step_is_compared_on_the_users_word():
+    """Batching 40 per-tensor updates into one parameter changes the op mix: by itself the diff will not call it
+    the same program; with ``same_workload`` it compares, says so, and finds the step far faster."""
+    plain = diff(H100 / "tiny_kernels_before.json.gz", H100 / "tiny_kernels_after.json.gz").data
+    assert plain["verdict"] == "not comparable" and "vouched" not in plain["comparability"]
+    d = diff(H100 / "tiny_kernels_before.json.gz", H100 / "tiny_kernels_after.json.gz", same_workload=True).data
+    assert d["comparability"]["vouched"] is True and d["comparability"]["reasons"][0].startswith("compared on the user's word")
+    assert d["verdict"] == "faster" and d["step"]["change_pct"] < -80
