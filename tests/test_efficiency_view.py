@@ -365,3 +365,17 @@ def test_kernel_names_as_plain_strings_give_the_same_classes(tmp_path):
     assert list(e.kernel_cls) == ["gemm", "elementwise"]
     assert e.classes.set_index("cls")["time_ns"].to_dict() == {"gemm": 100_000, "elementwise": 10_000}
     assert e.to_dict() == Derived(tl).efficiency.to_dict()
+
+
+def test_mfu_of_a_gpu_bound_loop_is_over_the_gpus_span_of_its_steps(tmp_path):
+    """The host runs two 1 ms steps and queues a 1.5 ms GEMM in each (rank 1 of a job): the GPU does the work over
+    [40, 3040) µs, so MFU is the FLOPs over those 3 ms, not over the 2 ms the host's steps took."""
+    t = KinetoTrace(device_name=A100, rank=1, world_size=2)
+    for s, gpu_at in ((0, 40.0), (1, 1540.0)):
+        t.step(s + 1, 1000 * s, 1000)
+        op = t.cpu_op("aten::mm", 1000 * s + 10, 20, args={"Input Dims": [[1024, 1024], [1024, 1024]],
+                                                         "Input type": [BF16, BF16], "Concrete Inputs": ["", ""]})
+        t.kernel("ampere_bf16_s16816gemm_bf16_128x128", gpu_at, 1500.0, launch_us=1000 * s + 15, op=op)
+    e = _eff(t.write(tmp_path / "t.json"))
+    assert e.mfu_pct == pytest.approx(100 * 2 * 2 * 1024**3 / 3e-3 / 1e12 / 312)
+    assert e.steps["dur_ns"].tolist() == [1_000_000, 1_000_000]
