@@ -431,7 +431,8 @@ def test_a_slow_first_batch_is_a_data_wait_not_warmup(tmp_path):
 
 def test_names_as_plain_strings_give_the_same_ledger(tmp_path):
     """A timeline assembled through the API with names as plain strings (not categories) books the same warm-up
-    and the same buckets: an outlier first conv2d, a first call half inside a stream sync, a slow first batch."""
+    and the same buckets: an outlier first conv2d, a first call half inside a stream sync, a slow first batch,
+    the first call of each input shape."""
     for name, block in (("aten::conv2d", None), ("aten::to", ("cudaStreamSynchronize", 1000)), (DATA, None)):
         t = KinetoTrace()
         _first_call(t, name, 2000, 100, block=block)
@@ -440,6 +441,11 @@ def test_names_as_plain_strings_give_the_same_ledger(tmp_path):
         led = Derived(tl).ledger
         assert _warm(plain) == _warm(led) == ([(20, 2000, "first call of aten::conv2d")] if name == "aten::conv2d" else []), name
         assert plain.totals() == led.totals(), name
+    # input shapes recorded: each shape's first call, found on plain names as on categories
+    t = _shaped_calls([(A, 2000), (A, 100), (A, 100), (A, 100), (B, 2000), (B, 100), (B, 100), (B, 100)])
+    tl = traceinsight.load(t.write(tmp_path / "shaped.json"))
+    plain = Derived(Timeline(events=tl.events.assign(name=tl.events["name"].astype(object)), meta=tl.meta)).ledger
+    assert _warm(plain) == _warm(Derived(tl).ledger) == [(20, 2000, "first call of aten::conv2d"), (2720, 2000, "first call of aten::conv2d")]
 
 
 # --- warm-up per input shape --------------------------------------------------------------------------------
