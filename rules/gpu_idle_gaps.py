@@ -515,6 +515,7 @@ def _activity_index(views) -> dict:
             "pid": ev["pid"].to_numpy(),
             "tid": ev["tid"].to_numpy(),
             "python": kind_mask(ev, "python"),
+            "thread_name": ev["thread_name"] if "thread_name" in ev.columns else None,
         }
         ln = views.launches
         if not ln.empty:  # the launches by GPU start: which thread issued the work that ended a gap
@@ -526,6 +527,17 @@ def _activity_index(views) -> dict:
         return out
 
     return memo(views, "TI001.activity", build)
+
+
+def _thread_label(idx: dict, row: int, tid) -> str:
+    """A thread as the reader can find it: its id when that is an OS thread id; its recorded name when the id is a
+    64-bit line key (XPlane numbers its lines with hashes such as -1460582628198894068)."""
+    names = idx["thread_name"]
+    if names is not None and abs(int(tid)) >= 2**31:
+        name = names.iloc[row]
+        if isinstance(name, str) and name:
+            return name
+    return str(tid)
 
 
 def _host_activity(views, rank: int, start: int, end: int) -> str:
@@ -547,7 +559,7 @@ def _host_activity(views, rank: int, start: int, end: int) -> str:
         mine = k[(idx["pid"][k] == busy[0]) & (idx["tid"][k] == busy[1])]
         if len(mine):
             k = mine
-            lead = f"thread {busy[1]}: "
+            lead = f"thread {_thread_label(idx, mine[0], busy[1])}: "
             frame = _innermost_frame(idx, k, (start + end) // 2)
             if frame:
                 lead += f"in {frame}; "

@@ -26,7 +26,7 @@ class WarmupInWindow(Rule):
     as `idle_warmup` while the host is inside one-time work, wherever it sits in the window: the first call of an
     op or runtime call lasting at least 1 ms and 10 times the median of its later calls (`WARMUP_MIN_NS`,
     `WARMUP_RATIO`: cuDNN autotuning inside the first convolution, lazy library init), and the same per input
-    shape where shapes are recorded, for a shape that comes back at least twice (autotuning searches once per
+    shape where shapes are recorded, for a shape that comes back at least twice on its rank (autotuning searches once per
     shape: every convolution of a ResNet's first step); the first launch of a
     kernel whose launch call takes at least 1 ms and 10 times the rank's median launch (lazy module loading);
     named set-up calls (`cuModuleLoad*`, `cuLibraryLoad*`, `cudnnCreate`/`cudnnFind*`, `cublasCreate`, nvrtc

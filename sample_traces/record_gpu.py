@@ -418,7 +418,7 @@ def cudagraph_capture(out):
     return dict(width=W, batch=B, depth=6, steps="0 warm-up, 1 capture, 2-5 replay", **notes)
 
 
-def _compile_setup():
+def _compile_setup(dynamic=None):
     import torch
     from torch import nn
 
@@ -426,7 +426,7 @@ def _compile_setup():
     dev = _dev()
     W = _scale(2048, 16)
     model = _mlp(W, 4, dev)
-    cmodel = torch.compile(model)
+    cmodel = torch.compile(model, dynamic=dynamic)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     lossf = nn.CrossEntropyLoss()
     return dev, W, cmodel, opt, lossf
@@ -453,9 +453,19 @@ def compile_cold(out):
 def compile_recompile(out):
     """A warm ``torch.compile`` model whose batch size changes inside the window (the last batch of an epoch):
     it recompiles in steady state."""
+    return _recompile(out, "compile_recompile", dynamic=None)
+
+
+@scenario
+def compile_dynamic(out):
+    """The same loop compiled with ``dynamic=True``: one graph for every batch size, nothing compiles in the window."""
+    return _recompile(out, "compile_dynamic", dynamic=True)
+
+
+def _recompile(out, name, dynamic):
     import torch
 
-    dev, W, cmodel, opt, lossf = _compile_setup()
+    dev, W, cmodel, opt, lossf = _compile_setup(dynamic)
     sizes = [_scale(512, 4)] * 5 + [_scale(512, 4), _scale(384, 3), _scale(512, 4)]
 
     def step(i):
@@ -465,8 +475,8 @@ def compile_recompile(out):
         lossf(cmodel(x), y).backward()
         opt.step()
 
-    notes = Recorder(out, "compile_recompile", wait=3, warmup=2, active=3, memory=False).run(step)
-    return dict(width=W, batch_sizes=sizes, **notes)
+    notes = Recorder(out, name, wait=3, warmup=2, active=3, memory=False).run(step)
+    return dict(width=W, batch_sizes=sizes, dynamic=dynamic, **notes)
 
 
 @scenario
@@ -598,6 +608,16 @@ def memory_pressure(out):
 def memory_churn(out):
     """Variable-length batches with ``torch.cuda.empty_cache()`` after every step (a common attempt to avoid
     out-of-memory): the caching allocator gives its blocks back and asks the driver again each step."""
+    return _churn(out, "memory_churn", empty_cache=True)
+
+
+@scenario
+def memory_churn_fixed(out):
+    """The same batches without ``empty_cache()``: the allocator keeps and reuses its blocks."""
+    return _churn(out, "memory_churn_fixed", empty_cache=False)
+
+
+def _churn(out, name, empty_cache: bool):
     import torch
 
     torch.manual_seed(0)
@@ -612,11 +632,11 @@ def memory_churn(out):
         opt.zero_grad(set_to_none=True)
         model(x).pow(2).mean().backward()
         opt.step()
-        if dev.type == "cuda":
+        if empty_cache and dev.type == "cuda":
             torch.cuda.empty_cache()
 
-    notes = Recorder(out, "memory_churn", wait=2, warmup=2, active=5).run(step)
-    return dict(d_model=d, seq_lengths=lengths, **notes)
+    notes = Recorder(out, name, wait=2, warmup=2, active=5).run(step)
+    return dict(d_model=d, seq_lengths=lengths, empty_cache_every_step=empty_cache, **notes)
 
 
 @scenario

@@ -87,14 +87,40 @@ def test_links_stay_on_their_rank(tmp_path):
     assert order.index(("TI001", 1)) == order.index(("TI002", 1)) + 1
 
 
+def test_two_host_sync_causes_split_the_gaps_by_the_time_each_covers(tmp_path):
+    """Each step: a sync waits for a 1 ms kernel (TI002), then ``empty_cache``'s cudaFree holds the host 1.5 ms with
+    the GPU idle (TI031), both host synchronization. TI001's 12 ms of host-sync idle cannot go whole to either: the
+    flushes cover 7.5 ms of its 12.5 ms (60 %), so TI031 explains that much, no more."""
+    t = KinetoTrace()
+    for s in range(6):
+        t0 = s * 4000.0
+        t.step(s, t0, 4000.0)
+        t.cpu_op("aten::mm", t0 + 1, 8.0)
+        t.kernel("volta_sgemm_128x64_nn", t0 + 10, 1000.0, launch_us=t0 + 2)
+        t.runtime("cudaStreamSynchronize", t0 + 20, 995.0)
+        t.runtime("cudaFree", t0 + 1100, 1500.0)
+        t.cpu_op("aten::mm", t0 + 3000, 8.0)
+        t.kernel("volta_sgemm_128x64_nn", t0 + 3010, 900.0, launch_us=t0 + 3002)
+    a = traceinsight.analyze(t.write(tmp_path / "two_syncs.json"))
+    (gaps,) = _by_code(a.findings, "TI001")
+    (flush,) = _by_code(a.findings, "TI031")
+    (sync,) = _by_code(a.findings, "TI002")
+    assert gaps.impact_ns == 12_500_000 and gaps.metrics["idle_by_category"] == {"host_sync": 12_000_000}
+    assert flush.impact_ns == 5 * 1_500_000  # steps 1-5 (step 0 is warm-up)
+    assert gaps.metrics["explained_by"] == flush.fingerprint
+    assert (gaps.metrics["explained_ns"], gaps.metrics["explained_share_pct"]) == (7_500_000, 60.0)
+    assert sync.explains == []
+
+
 #: rule code -> the what-if transform its rule declares, as the engine passes it
 _TRANSFORMS = {code: cls.what_if for code, cls in discover().rules.items()}
 
 
 # --- causes.link on hand-made findings ------------------------------------------------------------------
-def _f(code, category, impact_ns, *, rank=0, device=None, key="", instances=(), idle_by_category=None):
+def _f(code, category, impact_ns, *, rank=0, device=None, key="", instances=(), idle_by_category=None, root_cause=False):
     metrics = {} if idle_by_category is None else {"idle_by_category": dict(idle_by_category)}
     return Finding(
+        root_cause=root_cause,
         code=code,
         title=code,
         severity=Severity.WARNING,
@@ -282,6 +308,24 @@ def test_a_rule_never_explains_its_own_findings_and_ties_go_to_the_first():
     tie = _f("TI001", "gpu_idle", 100, key="tie", instances=[(10, 90, 0, None)], idle_by_category={"host_sync": 80})
     causes.link([tie, a, b])
     assert tie.metrics["explained_by"] == a.fingerprint
+
+
+def test_a_root_cause_rule_explains_idle_of_its_own_category_and_is_never_explained():
+    """A finding whose rule declares itself a root cause (TI015's recompile) explains an idle symptom by the time
+    its instances cover, although both are ``gpu_idle``; a host-sync cause covering the recompile does not explain
+    it in turn; without the flag the same finding is an ordinary symptom, explained by the sync and explaining
+    nothing."""
+    gaps = _f("TI001", "gpu_idle", 100, key="g", instances=[(0, 100, 0, None)])
+    rec = _f("TI015", "gpu_idle", 80, key="r", instances=[(10, 90, 0, None)], idle_by_category={"host_sync": 80}, root_cause=True)
+    sync = _f("TI002", "host_sync", 80, key="s", instances=[(10, 90, 0, None)])
+    causes.link([gaps, rec, sync])
+    assert gaps.metrics["explained_by"] == rec.fingerprint and gaps.metrics["explained_ns"] == 80
+    assert rec.explains == [gaps.fingerprint] and "explained_by" not in rec.metrics and sync.explains == []
+    plain = _f("TI015", "gpu_idle", 80, key="p", instances=[(10, 90, 0, None)], idle_by_category={"host_sync": 80})
+    gaps2 = _f("TI001", "gpu_idle", 100, key="g2", instances=[(0, 100, 0, None)])
+    causes.link([gaps2, plain, sync])
+    assert gaps2.metrics["explained_by"] == sync.fingerprint and plain.metrics["explained_by"] == sync.fingerprint
+    assert plain.explains == []
 
 
 def test_two_causes_of_one_category_split_nothing_by_attribution():

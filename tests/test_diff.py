@@ -195,6 +195,37 @@ def test_too_few_steps_give_no_interval(traces):
     assert d["step"]["low_ns"] is None and d["verdict"] == "inconclusive" and d["gate"]["result"] == "inconclusive"
 
 
+def test_busy_compared_is_the_steady_states_when_one_side_starts_up(tmp_path, traces):
+    """One run profiled from program start (200 ms of start-up before its first step, booked as warm-up), the other
+    from its first step: the same loop, so the same steady-state busy %, which is what the diff compares (the whole
+    window's figure of the cold run is a few %)."""
+    cold_path = write_model(tmp_path / "cold.json", startup_us=200_000, seed=2)
+    cold = traceinsight.analyze(cold_path)
+    led = cold.ledger.totals()
+    assert led["idle_warmup"] > 0.85 * sum(led.values())
+    steady = round(100 * (led["compute"] + led["copy"] + led["communication"]) / (sum(led.values()) - led["idle_warmup"]), 1)
+    assert cold.kpis["gpu_busy_pct"] < 15 < 85 < steady
+    d = diff(cold_path, traces["fixed"]).data
+    assert d["busy_pct"]["base"] == steady
+    assert d["busy_pct"]["head"] == pytest.approx(traceinsight.analyze(traces["fixed"]).kpis["gpu_busy_pct"], abs=0.05)
+    assert abs(d["busy_pct"]["change"]) < 1 and d["verdict"] == "no measurable change"
+
+
+def test_a_report_with_a_damaged_verdict_ledger_falls_back_to_the_window_busy(traces, tmp_path):
+    """The verdict block is read only for the steady busy %: a figure there past any float (a 401-digit integer)
+    is damage, and the diff uses the whole window's busy % instead of failing."""
+    res = CliRunner().invoke(app, ["analyze", str(traces["fixed"]), "-f", "json", "-o", str(tmp_path / "r.json")])
+    assert res.exit_code == 0
+    doc = json.loads((tmp_path / "r.json").read_text())
+    doc["verdict"]["window_ns"] = 10**400
+    doc["verdict"]["ledger_ns"]["idle_warmup"] = 1
+    (tmp_path / "bad.json").write_text(json.dumps(doc))
+    code, out = run(tmp_path / "bad.json", traces["fixed"])
+    assert code == EXIT_OK, out
+    d = diff(tmp_path / "bad.json", traces["fixed"]).data
+    assert d["busy_pct"]["base"] == doc["kpis"]["gpu_busy_pct"]
+
+
 # --- reports as inputs, JSON schema, outputs -----------------------------------------------------------------
 def test_json_reports_diff_like_their_traces(traces, tmp_path):
     for name in ("waits", "fixed"):

@@ -355,6 +355,65 @@ def test_verdict_at_each_branch():
     assert C.verdict(ok, {"low_ns": 0.001, "high_ns": 3}) == C.SLOWER
 
 
+def test_no_change_needs_an_interval_within_the_margin():
+    """An interval that holds 0 is "no measurable change" only when it rules out changes beyond
+    ``NO_CHANGE_MARGIN_PCT`` of the base step either way; wider, it cannot tell, and says so."""
+    ok = {"comparable": True}
+    assert C.NO_CHANGE_MARGIN_PCT == 5.0
+    assert C.verdict(ok, {"low_ns": -3, "high_ns": 2, "low_pct": -5.0, "high_pct": 5.0}) == C.NO_CHANGE  # the margin is inclusive
+    assert C.verdict(ok, {"low_ns": -3, "high_ns": 2, "low_pct": -5.01, "high_pct": 1.0}) == C.INCONCLUSIVE
+    assert C.verdict(ok, {"low_ns": -3, "high_ns": 2, "low_pct": -1.0, "high_pct": 5.01}) == C.INCONCLUSIVE
+    assert C.verdict(ok, {"low_ns": -3, "high_ns": 2, "low_pct": -40.0, "high_pct": 30.0}) == C.INCONCLUSIVE
+    # outside the margin but excluding zero: the direction is known
+    assert C.verdict(ok, {"low_ns": -30, "high_ns": -1, "low_pct": -30.0, "high_pct": -0.1}) == C.FASTER
+    # through compare: three steps each way, spread +-20 % around the same median
+    d = C.compare(_side(durs=[8 * MS, 10 * MS, 12 * MS]), _side(durs=[12 * MS, 10 * MS, 8 * MS]))
+    assert d["step"]["change_ns"] == 0 and d["step"]["low_pct"] < -5 and d["verdict"] == C.INCONCLUSIVE
+    steady = C.compare(_side(durs=[10 * MS, 10.1 * MS, 9.9 * MS]), _side(durs=[10 * MS, 9.9 * MS, 10.1 * MS]))
+    assert steady["verdict"] == C.NO_CHANGE and -5 <= steady["step"]["low_pct"] <= steady["step"]["high_pct"] <= 5
+
+
+def test_a_step_cannot_shrink_by_more_than_itself():
+    """The interval's low bound is clipped at minus the base step: -100 % at most."""
+    st = C._shift_dict(np.array([10.0, 10.0, 10.0]), np.array([1.0, 1.0, 1.0]), Shift(-9.0, -25.0, -8.0))
+    assert st["low_ns"] == -10.0 and st["low_pct"] == -100.0
+    assert (st["change_ns"], st["change_pct"], st["high_ns"], st["high_pct"]) == (-9.0, -90.0, -8.0, -80.0)
+    inside = C._shift_dict(np.array([10.0, 10.0, 10.0]), np.array([2.0, 2.0, 2.0]), Shift(-8.0, -9.5, -7.0))
+    assert inside["low_ns"] == -9.5 and inside["low_pct"] == -95.0  # within the step: as computed
+    none = C._shift_dict(np.array([10.0, 10.0]), np.array([1.0, 1.0]), Shift(-9.0, None, None))
+    assert none["low_ns"] is None and none["low_pct"] is None
+
+
+def _busy_side(verdict, busy=40.0):
+    return _side(kpis={"gpu_busy_pct": busy}, verdict=verdict)
+
+
+def test_busy_is_the_steady_states_when_the_report_books_warm_up():
+    """GPU busy of the window less its warm-up (what the verdict reads): 40 ns busy of a 100 ns window with 50 ns
+    of warm-up is 80 %; no warm-up or an unreadable ledger keeps the whole window's figure."""
+    steady = {"window_ns": 100, "ledger_ns": {"idle_warmup": 50, "compute": 30, "copy": 6, "communication": 4, "idle_host_sync": 10}}
+    assert C._steady_busy_pct(_busy_side(steady)) == 80.0
+    assert C._steady_busy_pct(_busy_side({**steady, "ledger_ns": {**steady["ledger_ns"], "compute": 90}})) == 100.0  # capped
+    for bad in (
+        {},  # no verdict figures
+        {"window_ns": 100, "ledger_ns": {"idle_warmup": 0, "compute": 40}},  # no warm-up
+        {"window_ns": 100, "ledger_ns": {"idle_warmup": 100, "compute": 40}},  # nothing left
+        {"window_ns": 100, "ledger_ns": {"idle_warmup": "half", "compute": 40}},
+        {"window_ns": "x", "ledger_ns": {"idle_warmup": 50, "compute": 40}},
+        {"window_ns": 100, "ledger_ns": {"idle_warmup": 50, "compute": float("nan")}},
+        {"window_ns": float("inf"), "ledger_ns": {"idle_warmup": 50, "compute": 40}},
+        {"window_ns": 100, "ledger_ns": {"idle_warmup": 50, "compute": -5}},
+        {"window_ns": 100, "ledger_ns": ["idle_warmup", 50]},
+        {"window_ns": 100, "ledger_ns": {"idle_warmup": 50, "compute": [40]}},
+        {"window_ns": 10**400, "ledger_ns": {"idle_warmup": 50, "compute": 40}},  # JSON integers have no bound
+        {"window_ns": 100, "ledger_ns": {"idle_warmup": 50, "compute": 10**400}},
+    ):
+        assert C._steady_busy_pct(_busy_side(bad)) == 40.0, bad
+    assert C._steady_busy_pct(Side(_report(verdict="damaged", kpis={"gpu_busy_pct": 12.5}, ops=OPS), "x")) == 12.5
+    d = C.compare(_busy_side(steady), _busy_side({}, busy=70.0))
+    assert d["busy_pct"] == {"base": 80.0, "head": 70.0, "change": -10.0}
+
+
 def test_too_few_steps_and_no_steps():
     d = C.compare(_side(durs=[10 * MS, 10 * MS]), _side(durs=[9 * MS, 9 * MS]))
     assert d["verdict"] == C.INCONCLUSIVE and d["step"]["low_ns"] is None and d["step"]["low_pct"] is None

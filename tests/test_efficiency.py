@@ -24,15 +24,17 @@ def _eff(path, **settings):
     return Derived(tl, efficiency=EfficiencySettings(**settings) if settings else None).efficiency
 
 
-def _mm(t: KinetoTrace, at: float, m: int, k: int, n: int, dur_us: float, dtype="c10::BFloat16", kernel="sm80_xmma_gemm_bf16bf16_bf16f32"):
-    """aten::linear -> aten::t + aten::addmm (the real nesting), one GEMM kernel launched by addmm."""
+def _mm(t: KinetoTrace, at: float, m: int, k: int, n: int, dur_us: float, dtype="c10::BFloat16", kernel="sm80_xmma_gemm_bf16bf16_bf16f32",
+        gpu_at: float | None = None):
+    """aten::linear -> aten::t + aten::addmm (the real nesting), one GEMM kernel launched by addmm (running from
+    ``gpu_at`` when given: queued behind earlier work)."""
     lin = t.cpu_op("aten::linear", at, 30.0, args={"Input Dims": [[m, k], [n, k], [n]], "Input type": [dtype] * 3,
                                                    "Concrete Inputs": ["", "", ""]})
     t.cpu_op("aten::t", at + 1, 2.0, args={"Input Dims": [[n, k]], "Input type": [dtype], "Concrete Inputs": [""]})
     add = t.cpu_op("aten::addmm", at + 5, 20.0, args={"Input Dims": [[n], [m, k], [k, n], [], []],
                                                       "Input type": [dtype, dtype, dtype, "Scalar", "Scalar"],
                                                       "Concrete Inputs": ["", "", "", "1", "1"]})
-    t.kernel(kernel, at + 40, dur_us, launch_us=at + 10)
+    t.kernel(kernel, at + 40 if gpu_at is None else gpu_at, dur_us, launch_us=at + 10)
     return lin, add
 
 
@@ -51,6 +53,24 @@ def test_linear_counted_once_with_achieved_rate_and_peak(tmp_path):
     assert "312 TFLOP/s bf16 dense" in gemm["peak_label"] and "A100 80GB SXM" in gemm["peak_label"]
     assert e.steps["mfu_pct"].iloc[0] == pytest.approx(100 * flops / 3e-3 / 1e12 / 312.0)
     assert e.peak.source.startswith("https://")
+
+
+def test_mfu_of_a_gpu_bound_loop_is_on_the_gpus_time(tmp_path):
+    """Three 1 ms host steps each queue a 10 ms GEMM: the GPU works 40 µs to 30.04 ms on them, long after the host
+    steps ended. MFU is the FLOPs over that 30 ms span, not over the 3 ms of host steps (which would read 10x
+    higher); a host-bound loop (GPU work shorter than its steps) keeps its steps' time."""
+    flops = 3 * 2 * 4096**3
+    t = KinetoTrace(device_name="NVIDIA A100-SXM4-80GB")
+    for s in range(3):
+        t.step(s + 1, s * 1000.0, 1000.0)
+        _mm(t, s * 1000.0 + 10, 4096, 4096, 4096, 10_000.0, gpu_at=40.0 + s * 10_000.0)
+    e = _eff(t.write(tmp_path / "gpu_bound.json"))
+    assert e.mfu_pct == pytest.approx(100 * flops / 30e-3 / 1e12 / 312.0, rel=1e-9)
+    host = KinetoTrace(device_name="NVIDIA A100-SXM4-80GB")
+    for s in range(3):
+        host.step(s + 1, s * 1000.0, 1000.0)
+        _mm(host, s * 1000.0 + 10, 4096, 4096, 4096, 500.0)
+    assert _eff(host.write(tmp_path / "host_bound.json")).mfu_pct == pytest.approx(100 * flops / 3e-3 / 1e12 / 312.0, rel=1e-9)
 
 
 def test_user_peak_overrides_the_table(tmp_path):

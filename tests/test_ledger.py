@@ -131,6 +131,72 @@ def test_first_op_outlier_is_warmup_not_steady_state(tmp_path):
     assert led.avoidable_ns < 1_000 * US
 
 
+#: two convolutions of different input shapes (cuDNN searches an algorithm per shape)
+CONV_A = [[8, 3, 224, 224], [64, 3, 7, 7]]
+CONV_B = [[8, 64, 56, 56], [64, 64, 3, 3]]
+
+
+def _two_shape_passes(tmp_path, *, b_calls: int = 3, b_shapes: bool = True):
+    """Three passes over two ``aten::cudnn_convolution`` calls of shapes A and B (B in the first ``b_calls`` passes,
+    its shapes recorded unless ``b_shapes`` is False); each first call of a shape autotunes for 50 ms, later calls
+    take 100 µs; each call's kernel is launched at its end. No step markers: a first step set aside whole would
+    hide which calls are warm-up."""
+    t = KinetoTrace()
+    _conv_passes(t, b_calls, b_shapes)
+    return _ledger(tmp_path, t)[1]
+
+
+def _conv_passes(t: KinetoTrace, b_calls: int, b_shapes: bool = True) -> None:
+    at = 0.0
+    for p in range(3):
+        for dims, calls in ((CONV_A, 3), (CONV_B, b_calls)):
+            if p >= calls:
+                continue
+            dur = 50_000.0 if p == 0 else 100.0
+            t.cpu_op("aten::cudnn_convolution", at, dur, args={"Input Dims": dims} if dims is CONV_A or b_shapes else None)
+            t.kernel("conv_kernel", at + dur - 20, 50.0, launch_us=at + dur - 30)
+            at += dur + 100
+        at += 500
+
+
+def test_first_call_of_each_input_shape_is_warmup(tmp_path):
+    """The second shape's first call is not the op's first call by name, but it is its shape's first, 500x its
+    shape's later calls, and the shape comes back twice: warm-up, both first calls."""
+    led = _two_shape_passes(tmp_path)
+    w = led.warmup.sort_values("start_ns")
+    assert w["reason"].tolist() == ["first call of aten::cudnn_convolution"] * 2
+    assert w[["start_ns", "end_ns"]].to_numpy().tolist() == [[0, 50_000 * US], [50_100 * US, 100_100 * US]]
+    # the first call ends before the GPU's window opens; the second one's gap (50.1 ms to its kernel at 100.08 ms)
+    # is booked as warm-up, not as the host keeping the GPU idle
+    assert led.totals()["idle_warmup"] == 49_980 * US
+    assert led.totals()["idle_host_busy"] < 1_000 * US
+
+
+@pytest.mark.parametrize("variant", [{"b_calls": 2}, {"b_shapes": False}], ids=["shape_seen_twice", "no_shapes"])
+def test_a_shape_seen_twice_or_without_shapes_is_not_warmup_by_shape(tmp_path, variant):
+    """A shape that comes back only once (a variable-length batch) keeps its first call in the steady state, and
+    calls without recorded shapes are judged by name alone (only the op's first call)."""
+    led = _two_shape_passes(tmp_path, **variant)
+    assert led.warmup[["start_ns", "end_ns"]].to_numpy().tolist() == [[0, 50_000 * US]]
+    assert led.totals()["idle_warmup"] == 0
+    assert led.totals()["idle_host_busy"] >= 49_000 * US  # B's 50 ms call keeps the GPU idle in the steady state
+
+
+@pytest.mark.parametrize("b_calls", [2, 3])
+def test_a_shape_must_come_back_on_its_own_rank(tmp_path, b_calls):
+    """Two ranks run the same passes: shape B seen twice on each rank is seen four times in the job, but on no rank
+    does it come back twice, so its first calls stay in the steady state; seen three times on each, both ranks
+    set its first call aside."""
+    for r in (0, 1):
+        t = KinetoTrace(rank=r, world_size=2)
+        _conv_passes(t, b_calls)
+        t.write(tmp_path / "job" / f"rank{r}.pt.trace.json")
+    led = Derived(traceinsight.load(tmp_path / "job")).ledger
+    got = sorted(led.warmup[["rank", "start_ns", "end_ns"]].to_numpy().tolist())
+    want = [[r, 0, 50_000 * US] for r in (0, 1)] + ([[r, 50_100 * US, 100_100 * US] for r in (0, 1)] if b_calls == 3 else [])
+    assert got == sorted(want)
+
+
 def test_first_step_outlier_is_warmup(tmp_path):
     t = KinetoTrace()
     t.step(1, 0, 3000)
@@ -232,3 +298,44 @@ def test_verdict_names_the_visible_host_work_of_host_caused_idle(tmp_path):
     d = details(traceinsight.analyze(t.write(tmp_path / "eager.json")))
     assert d["category"] == "host_overhead", d
     assert "in the longest gap the host was in" in d["sentence"] and "TFE_Py_FastPathExecute_C" in d["sentence"]
+
+
+def _warm_gap_then_eager(tmp_path, warm_us: float, other_us: float):
+    """A first ``aten::conv2d`` of ``warm_us`` (its later calls take 100 µs: warm-up) and ``other_us`` of a Python
+    pre-processing op in the same GPU gap, then 8 gaps of 2.5 ms of TF eager dispatch."""
+    from traceinsight.verdict import details
+
+    t = KinetoTrace()
+    t.kernel("k0", 100, 300, launch_us=90)
+    t.cpu_op("aten::conv2d", 450, warm_us)
+    t.cpu_op("my_preprocess", 500 + warm_us, other_us)
+    end = 500 + warm_us + other_us
+    t.kernel("conv", end + 60, 100, launch_us=end + 40)
+    for i in range(8):
+        b = end + 500 + i * 3_000
+        t.kernel("k0", b + 100, 300, launch_us=b + 90)
+        t.annotation("TFE_Py_FastPathExecute_C", b + 450, 2_400)
+        t.cpu_op("aten::conv2d", b + 2_860, 100)
+        t.kernel("conv", b + 2_900, 50, launch_us=b + 2_880)
+    a = traceinsight.analyze(t.write(tmp_path / f"warm{int(warm_us)}.json"))
+    (gaps,) = [f for f in a.findings if f.code == "TI001"]
+    return gaps.evidence, details(a)
+
+
+def test_verdict_skips_a_longest_gap_that_is_mostly_warm_up(tmp_path):
+    """The longest gap is 7.66 ms, 5 ms of it the first conv2d's autotuning: what the host did there is warm-up,
+    so the verdict names the steady state's longest gap (TF eager dispatch), not the convolution."""
+    ev, d = _warm_gap_then_eager(tmp_path, 5_000, 2_500)
+    first = ev.iloc[0]
+    assert (first["duration_us"], first["warmup_us"]) == (7_660.0, 5_000.0) and "aten::conv2d" in first["host_activity"]
+    assert d["category"] == "host_overhead"
+    assert "in the longest gap the host was in thread 4242: TFE_Py_FastPathExecute_C (2.40 ms)" in d["sentence"]
+    assert "aten::conv2d (5.00 ms)" not in d["sentence"]
+
+
+def test_verdict_names_a_longest_gap_that_is_mostly_steady(tmp_path):
+    """3 ms of warm-up in a 7.66 ms gap: under half of it, so the gap is the steady state's, and named."""
+    ev, d = _warm_gap_then_eager(tmp_path, 3_000, 4_500)
+    first = ev.iloc[0]
+    assert (first["duration_us"], first["warmup_us"]) == (7_660.0, 3_000.0)
+    assert "in the longest gap the host was in thread 4242: my_preprocess (4.50 ms)" in d["sentence"]

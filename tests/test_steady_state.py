@@ -134,6 +134,79 @@ def test_blocking_call_at_the_window_start_is_one_time_work(tmp_path):
     assert not any(f.severity.rank >= Severity.WARNING.rank for f in a.findings if f.category != "trace_quality")
 
 
+START_UP = "before the first step (program start-up)"
+
+
+def _start_up(a) -> list[list[int]]:
+    w = a.ledger.warmup
+    return w.loc[w["reason"] == START_UP, ["start_ns", "end_ns"]].to_numpy().tolist()
+
+
+def _nsys_with_start_up(tmp_path, *, start_up: bool, steps: int = 6, name: str = "prog.sqlite"):
+    """A whole-program Nsight capture: with ``start_up``, CUDA start-up calls and one fill kernel in the first 5 ms,
+    then the host busy elsewhere (imports, model set-up) until the first NVTX step at 200 ms; ``steps`` steps of
+    ten 180 µs GEMMs launched ahead."""
+    from tests.helpers.nsys_writer import NsysTrace
+
+    t = NsysTrace()
+    if start_up:
+        t.runtime("cudaGetDeviceCount", 0, 2_000_000)
+        t.cuda_malloc(3_000_000, 1 << 20)
+        t.kernel("fill_kernel", 5_010_000, 50_000, launch_ns=5_000_000)
+    b = 200_000_000
+    for s in range(steps):
+        t.step(s, b, 2_000_000)
+        for k in range(10):
+            t.kernel("gemm", b + 20_000 + k * 190_000, 180_000, launch_ns=b + 10_000 + k * 1_000, launch_dur_ns=800)
+        b += 2_000_000
+    return traceinsight.analyze(t.write(tmp_path / name))
+
+
+def test_start_up_before_the_first_step_is_warm_up(tmp_path):
+    """From the program's first runtime call to the first step it starts up: none of it repeats, so the GPU's idle
+    there (after the fill kernel, 5.06 ms, to the first step, 200 ms) is warm-up, whatever the calls are named."""
+    a = _nsys_with_start_up(tmp_path, start_up=True)
+    assert _start_up(a) == [[0, 200_000_000]]
+    assert a.ledger.totals()["idle_warmup"] == 200_000_000 - 5_060_000
+    d = details(a)
+    assert d["category"] == "compute" and d["bound"]  # the steps launch ahead: the GPU bounds them
+
+
+def test_work_that_starts_with_the_first_step_has_no_start_up(tmp_path):
+    """Nothing runs before the first step (or there is one step only: nothing says the loop has begun): no start-up
+    region, no warm-up."""
+    for start_up, steps in ((False, 6), (True, 1)):
+        a = _nsys_with_start_up(tmp_path, start_up=start_up, steps=steps, name=f"p{start_up}{steps}.sqlite")
+        assert _start_up(a) == [], (start_up, steps)
+    assert a.ledger.totals()["idle_warmup"] < 200_000_000 - 5_060_000
+
+
+def _kineto_with_start_up(tmp_path, start_up: bool):
+    """Kineto: the writer's ``PyTorch Profiler (0)`` range opens the file at 0; with ``start_up`` the program makes
+    runtime calls and runs a fill kernel from 10 µs on; six 2 ms steps from 100 ms."""
+    t = KinetoTrace()
+    if start_up:
+        t.runtime("cudaGetDeviceCount", 10, 2_000)
+        t.runtime("cudaMalloc", 3_000, 20)
+        t.kernel("fill_kernel", 5_010, 50, launch_us=5_000)
+    b = 100_000.0
+    for s in range(6):
+        t.step(s, b, 2_000)
+        for k in range(10):
+            t.kernel(GEMM, b + 20 + k * 190, 180, launch_us=b + 10 + k, launch_dur_us=0.8, grid=GRID)
+        b += 2_000
+    return traceinsight.analyze(t.write(tmp_path / f"k{start_up}.json"))
+
+
+def test_kineto_start_up_begins_at_the_programs_first_call_not_the_profilers_range(tmp_path):
+    a = _kineto_with_start_up(tmp_path, True)
+    assert _start_up(a) == [[10_000, 100_000_000]]
+    assert a.ledger.totals()["idle_warmup"] == 100_000_000 - 5_060_000
+    # the profiler's own range around the window is no program work: steps from 100 ms and nothing before them
+    quiet = _kineto_with_start_up(tmp_path, False)
+    assert _start_up(quiet) == [] and quiet.ledger.totals()["idle_warmup"] == 0
+
+
 def test_a_finding_only_one_time_work_supports_stays_at_info(tmp_path):
     # the cold window with steps: a performance finding pointing at the module loads (their 15 ms launch calls) is
     # graded info; the same finding pointing at steady steps keeps the scale's grade

@@ -56,3 +56,21 @@ def test_no_batch_without_two_dimensional_inputs(tmp_path):
         t.step(s + 1, s * 100, 90)
     w = workload.of(traceinsight.analyze(t.write(tmp_path / "t.json")))
     assert w["batch"] is None and w["ops"][0]["name"] == "aten::add"
+
+
+def test_ops_that_build_the_batch_inside_the_data_wait_are_not_the_workload(tmp_path):
+    """A loader on the training thread (``num_workers=0``) traces the batch's construction inside
+    ``enumerate(DataLoader)#...``: 65 ops per step against the model's 12. They leave with the loader's workers, so
+    they are not the workload, and the fix diffs as the same model, faster."""
+    from traceinsight.delta import diff
+
+    from .helpers.model_traces import write_model
+
+    main = write_model(tmp_path / "main_thread.json", data_wait_us=3000, loader_ops=True, seed=1)
+    workers = write_model(tmp_path / "workers.json", seed=2)
+    ops = {o["name"]: o["per_step"] for o in workload.of(traceinsight.analyze(main))["ops"]}
+    assert ops == {"aten::linear": 6, "aten::relu": 6}  # no aten::to / aten::div / aten::stack
+    assert workload.of(traceinsight.analyze(main))["batch"] == 32  # the samples' [3, 32, 32] are not the batch
+    d = diff(main, workers).data
+    assert d["comparability"]["comparable"] and d["comparability"]["in_common_pct"] == 100.0
+    assert d["verdict"] == "faster" and d["step"]["change_pct"] < -50

@@ -318,7 +318,10 @@ def _outlier_first_calls_per_shape(names: pd.Series, shapes: pd.Series, cand: np
         return pos
     nm = names.cat.codes.to_numpy()[pos] if isinstance(names.dtype, pd.CategoricalDtype) else pd.factorize(names.to_numpy()[pos])[0]
     key = nm.astype(np.int64) * (int(sh.max()) + 2) + sh[pos].astype(np.int64)
-    codes, uniq = pd.factorize(key)
+    codes, _ = pd.factorize(key)
+    r_codes, r_uniq = pd.factorize(rank[pos])
+    # a shape must come back on its own rank: eight ranks each seeing a shape twice do not make it repeat
+    codes, uniq = pd.factorize(codes.astype(np.int64) * len(r_uniq) + r_codes)
     counts = np.bincount(codes, minlength=len(uniq))
     keep = counts[codes] > WARMUP_SHAPE_REPEATS
     pos, codes = pos[keep], codes[keep]

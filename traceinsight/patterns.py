@@ -27,6 +27,10 @@ SYNC_CALL = re.compile(
     r"|^cuMemcpy(DtoH|HtoD|DtoD|AtoH|HtoA)?(_v\d+)?$"
     r"|^(cuda|hip)Memset(?!.*Async)(2D|3D|D8|D16|D32)?(_v\d+|_ptds)?$"
 )
+#: Calls that synchronise the device as a side effect (CUDA documents an implicit device synchronisation for
+#: ``cudaFree``): their length is mostly the wait for queued GPU work. TI031 reports them; the what-if replay lets
+#: them return when the GPU catches up. (Not in ``SYNC_CALL``: TI002 would report the same calls twice.)
+IMPLICIT_SYNC_CALL = re.compile(r"^(cuda|hip)Free(Host)?(_v\d+)?$|^cuMemFree(Host)?(_v\d+)?$")
 #: Framework ops that force a device-to-host synchronization by their nature.
 SYNC_OP = re.compile(r"^aten::(item|_local_scalar_dense|nonzero|is_nonzero|tolist|equal|masked_select|unique|_unique2)$|\.tolist|\.item\(|\.cpu\(")
 

@@ -43,7 +43,7 @@ from . import native
 from .finding import instance_columns
 from .intervals import Coverage, merge_grouped, merge_intervals
 from .masks import category_hits, codes_in
-from .patterns import DATA_WAIT_KINDS, DATA_WAIT_PRIMARY, EVENT_RECORD, GEMM_CONV, STREAM_WAIT, SYNC_CALL
+from .patterns import DATA_WAIT_KINDS, DATA_WAIT_PRIMARY, EVENT_RECORD, GEMM_CONV, IMPLICIT_SYNC_CALL, STREAM_WAIT, SYNC_CALL
 from .thresholds import LAUNCH_GAP_NS
 from .units import format_what_if  # noqa: F401  (the reports' one-line form of a prediction)
 from .views import Views
@@ -209,7 +209,7 @@ def _host_nodes(views: Views, rank: int, ng: int) -> tuple[dict[str, np.ndarray]
         rt &= ~inside
     rti = np.flatnonzero(rt)
     rt_names = (names[0][rti], names[1], names[2])
-    blocking = _name_match(rt_names, SYNC_CALL, case=True)
+    blocking = _name_match(rt_names, SYNC_CALL, case=True) | _name_match(rt_names, IMPLICIT_SYNC_CALL, case=True)
     sti = np.flatnonzero(_kind_in(kind, ("step",)))
     n_dw, n_rt, n_mk = len(dw.get("start", ())), len(rti), 2 * len(sti)
     nh = n_dw + n_rt + n_mk

@@ -38,17 +38,32 @@ def write_model(
     rank: int | None = None,
     world_size: int | None = None,
     extra_host_us: float = 0.0,
+    loader_ops: bool = False,
+    startup_us: float = 0.0,
 ) -> Path:
-    """One rank's trace of ``steps`` training steps; ``slow_factor`` scales the GPU kernels' time."""
+    """One rank's trace of ``steps`` training steps; ``slow_factor`` scales the GPU kernels' time. ``loader_ops``:
+    the data wait builds the batch on the training thread (``num_workers=0``), its ops traced inside it: per sample
+    the dataset's ``__getitem__`` ops, then the collate's ``aten::stack``. ``startup_us``: the program starts up
+    before the first step (a runtime call and a first kernel, then the host busy elsewhere that long)."""
     name, sms, cc = GPUS[vendor]
     t = KinetoTrace(device_name=name, sm_count=sms, compute_capability=cc, rank=rank, world_size=world_size)
     rng = np.random.default_rng(seed)
     scale = batch / 32.0
     cursor = 100.0
+    if startup_us:
+        t.runtime("cudaGetDeviceCount", cursor, 50.0)
+        t.kernel("void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>>()", cursor + 70.0, 5.0, launch_us=cursor + 60.0)
+        cursor += startup_us
     for s in range(steps):
         start = cursor
         if data_wait_us:
             t.annotation(DATA_WAIT, cursor, data_wait_us)
+            if loader_ops:
+                per = data_wait_us / (batch + 1)
+                for i in range(batch):
+                    t.cpu_op("aten::to", cursor + i * per + 1.0, per / 3, args={"Input Dims": [[3, 32, 32]]})
+                    t.cpu_op("aten::div", cursor + i * per + 2.0 + per / 3, per / 3, args={"Input Dims": [[3, 32, 32], []]})
+                t.cpu_op("aten::stack", cursor + batch * per + 1.0, per / 2, args={"Input Dims": [[3, 32, 32]] * batch})
             cursor += data_wait_us
         for layer in range(layers):
             if model == "mlp":

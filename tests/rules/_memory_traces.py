@@ -11,11 +11,13 @@ GiB = 1 << 30
 
 
 def kineto_steps(tmp_path, *, capacity=80 * GiB, held=4 * GiB, batch=2 * GiB, reserved=8 * GiB, kernel_us=5_000.0,
-                 gap_us=3_000.0, steps=5, grow_per_step=0, malloc_in_steps=False, free_in_steps=False, oom=False,
-                 name="t.json", **analyze):
+                 gap_us=3_000.0, steps=5, grow_per_step=0, malloc_in_steps=False, free_in_steps=False, free_in_op=False,
+                 oom=False, name="t.json", **analyze):
     """``steps`` training steps on one GPU: per step one activation allocation of ``batch`` over ``held`` bytes
     kept throughout, a kernel of ``kernel_us`` and ``gap_us`` of idle; ``reserved`` grows by ``grow_per_step``
-    after the first step; optional cudaMalloc / cudaFree runtime calls inside every step after the first."""
+    after the first step; optional cudaMalloc / cudaFree runtime calls inside every step after the first, the
+    cudaFree outside every framework op (as ``torch.cuda.empty_cache()`` runs) or, with ``free_in_op``, inside an
+    ``aten::empty_strided`` (as the caching allocator flushes when an allocation fails)."""
     t = KinetoTrace(memory_bytes=capacity)
     step_us = kernel_us + gap_us + 1_000
     res = reserved
@@ -28,6 +30,8 @@ def kineto_steps(tmp_path, *, capacity=80 * GiB, held=4 * GiB, batch=2 * GiB, re
             if malloc_in_steps:
                 t.runtime("cudaMalloc", t0 + 60, 200)
             if free_in_steps:
+                if free_in_op:
+                    t.cpu_op("aten::empty_strided", t0 + 250, 900)
                 t.runtime("cudaFree", t0 + 300, 800)
         t.memory(t0 + 60, batch, allocated=held + batch, reserved=res)
         t.kernel("volta_sgemm_128x64_nn", t0 + 1_200, kernel_us)

@@ -12,8 +12,10 @@ from tests.conftest import corpus_file
 
 #: positive: it fires; negative: it stays silent; fix: the same workload, fixed as its fix text says.
 CASES = {
-    "positive": ["test_ti002_item_sync_stalls", "test_ti002_pageable_copy_and_sync_memcpy", "test_example_bad_fires"],
-    "negative": ["test_ti002_negative_async_pipeline", "test_closing_inference_syncs_cost_nothing", "test_example_good_is_silent"],
+    "positive": ["test_ti002_item_sync_stalls", "test_ti002_pageable_copy_and_sync_memcpy", "test_example_bad_fires",
+                 "test_nsys_training_is_told_from_backward_kernels"],
+    "negative": ["test_ti002_negative_async_pipeline", "test_closing_inference_syncs_cost_nothing", "test_example_good_is_silent",
+                 "test_nsys_without_training_kernels_stays_inference"],
     "fix": ["test_ti002_fix_keeps_the_work_and_removes_the_idle"],
 }
 
@@ -52,6 +54,65 @@ def test_closing_syncs_cost_in_training(tmp_path):
     # each closing sync is now charged its own duration of the 700 µs gap after it (the last one has no gap after)
     assert f.impact_ns == 4 * 300_000 + 3 * 495_000
     assert "close an inference step" not in f.message
+
+
+WGRAD = "sm80_xmma_wgrad_implicit_gemm_indexed_f32f32_tf32f32_f32_nhwckrsc_nchw"  # cuDNN's weight-gradient kernel
+
+
+def _nsys_sync_loop(tmp_path, second_kernel: str):
+    """``_sync_loop`` as an Nsight capture (runtime calls and kernels, no framework ops): whether the rank trains can
+    only be read from its kernels' names, here the second kernel's."""
+    from tests.helpers.nsys_writer import NsysTrace
+
+    t = NsysTrace()
+    for s in range(4):
+        t0 = s * 2_000_000
+        t.step(s, t0, 2_000_000)
+        t.kernel("volta_sgemm_128x64_nn", t0 + 10_000, 500_000, launch_ns=t0)
+        t.sync(t0 + 20_000, 495_000)
+        t.kernel(second_kernel, t0 + 810_000, 500_000, launch_ns=t0 + 800_000)
+        t.sync(t0 + 820_000, 495_000)
+    path = t.write(tmp_path / "nsys.sqlite")
+    (f,) = traceinsight.analyze(path, select=["TI002"]).findings
+    return path, f
+
+
+def test_nsys_training_is_told_from_backward_kernels(tmp_path):
+    """A weight-gradient kernel in every step: training, so the closing syncs cost what the kineto trace with an
+    optimizer op costs (``test_closing_syncs_cost_in_training``)."""
+    from traceinsight.derived import Derived
+    from traceinsight.rulelib.gaps import inference_ranks
+
+    path, f = _nsys_sync_loop(tmp_path, WGRAD)
+    assert inference_ranks(Derived(traceinsight.load(path))) == frozenset()
+    assert f.metrics["inference"] is False and f.metrics["closing_syncs"] == 0
+    assert f.impact_ns == 4 * 300_000 + 3 * 495_000
+
+
+def test_nsys_without_training_kernels_stays_inference(tmp_path):
+    from traceinsight.derived import Derived
+    from traceinsight.rulelib.gaps import inference_ranks
+
+    path, f = _nsys_sync_loop(tmp_path, "volta_sgemm_128x64_nn")
+    assert inference_ranks(Derived(traceinsight.load(path))) == frozenset({0})
+    assert f.metrics["inference"] is True and f.metrics["closing_syncs"] == 4
+    assert f.impact_ns == 4 * 300_000
+
+
+def test_framework_ops_decide_before_kernel_names(tmp_path):
+    """A rank that records framework ops is judged by them: no backward op or optimizer step, so inference,
+    whatever its kernels are called."""
+    t = KinetoTrace()
+    for s in range(4):
+        t0 = s * 2000.0
+        t.step(s, t0, 2000.0)
+        t.cpu_op("aten::conv2d", t0 + 1, 8.0)
+        t.kernel(WGRAD, t0 + 10, 500.0, launch_us=t0 + 2)
+        t.runtime("cudaStreamSynchronize", t0 + 20, 495.0)
+        t.kernel("volta_sgemm_128x64_nn", t0 + 810, 500.0, launch_us=t0 + 800)
+        t.runtime("cudaStreamSynchronize", t0 + 820, 495.0)
+    (f,) = traceinsight.analyze(t.write(tmp_path / "ops.json"), select=["TI002"]).findings
+    assert f.metrics["inference"] is True and f.metrics["closing_syncs"] == 4
 
 
 def _item_step(t: KinetoTrace, t0: float, wait_us: float):

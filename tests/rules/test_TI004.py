@@ -12,8 +12,8 @@ from tests.helpers.rule_cases import findings_of
 
 #: positive: it fires; negative: it stays silent; fix: the LSTMCell loop fixed: the same LSTM through cuDNN.
 CASES = {
-    "positive": ["test_ti004_lstm_cell_fallback"],
-    "negative": ["test_ti004_negative_cudnn"],
+    "positive": ["test_ti004_lstm_cell_fallback", "test_ti004_nsys_cell_kernels_without_framework_ops"],
+    "negative": ["test_ti004_negative_cudnn", "test_ti004_nsys_negative_cudnn_kernels"],
     "fix": ["test_ti004_negative_cudnn"],
 }
 
@@ -51,6 +51,50 @@ def test_ti004_negative_cudnn(tmp_path):
     t.kernel("_Z24RNN_blockPersist_fp_LSTMIfffLi128EEv17cudnnRNNStride_t", 60.0, 400.0, launch_us=30.0)
     t.kernel("_Z18persistRNN_addBiasIffEv14cudnnRNNMode_t", 40.0, 5.0, launch_us=25.0)
     assert findings_of(t.write(tmp_path / "t.json"), "TI004") == []
+
+
+CELL_FORWARD = "void at::native::(anonymous namespace)::lstm_cell_forward<float, float, int, 1>"
+CELL_BACKWARD = "void at::native::(anonymous namespace)::lstm_cell_backward<float, float, int, 1>"
+
+
+def _nsys_cell_loop(path, cudnn: bool = False):
+    """An Nsight capture (runtime calls and kernels only, no framework ops) of nn.LSTM with cuDNN off: per 3 ms NVTX
+    step, 20 timesteps forward (a GEMM and ``lstm_cell_forward`` each) and 20 backward (a GEMM and
+    ``lstm_cell_backward``), 60 µs apart; with ``cudnn``, a persistent cuDNN RNN kernel runs in each step as well."""
+    from tests.helpers.nsys_writer import NsysTrace
+
+    t = NsysTrace()
+    for s in range(3):
+        b = s * 3_000_000
+        t.step(s, b, 3_000_000)
+        at = b + 10_000
+        for cell, gemm in ((CELL_FORWARD, "ampere_sgemm_32x32_sliced1x4_nn"), (CELL_BACKWARD, "ampere_sgemm_32x32_sliced1x4_tn")):
+            for _ in range(20):
+                t.kernel(gemm, at + 9_000, 4_000, launch_ns=at + 4_000)
+                t.kernel(cell.split("::")[-1].split("<")[0], at + 35_000, 3_000, launch_ns=at + 30_000, demangled=cell)
+                at += 60_000
+        if cudnn:
+            t.kernel("RNN_blockPersist_fp_LSTM", at + 20_000, 400_000, launch_ns=at + 5_000,
+                     demangled="_Z24RNN_blockPersist_fp_LSTMIfffLi128EEv17cudnnRNNStride_t")
+    return t.write(path)
+
+
+def test_ti004_nsys_cell_kernels_without_framework_ops(tmp_path):
+    """Kernels alone say the RNN runs per timestep; the recurrent region is where the host launched the cell
+    kernels: per step from the first forward cell's launch (40 µs) to the last backward cell's launch end
+    (2 384 µs), 2.344 ms, three times."""
+    found = findings_of(_nsys_cell_loop(tmp_path / "lstm.sqlite"), "TI004")
+    assert len(found) == 1, "no finding on a trace with cell kernels and runtime calls only"
+    f = found[0]
+    assert f.metrics["timesteps"] == 60 and f.metrics["cell_kernels"] == 60 and f.metrics["cell_ops"] == 0
+    assert f.metrics["recurrent_region_ns"] == 3 * 2_344_000
+    assert f.metrics["kernels_per_timestep"] == pytest.approx(237 / 60, abs=0.01)  # 79 launches per step's region
+    assert "lstm_cell_forward ×60" in f.message and "lstm_cell_backward ×60" in f.message
+    assert f.impact_ns > 0.8 * f.metrics["recurrent_region_ns"]  # the GPU idles between the tiny per-timestep kernels
+
+
+def test_ti004_nsys_negative_cudnn_kernels(tmp_path):
+    assert findings_of(_nsys_cell_loop(tmp_path / "cudnn.sqlite", cudnn=True), "TI004") == []
 
 
 def test_ti004_real_gru_cudnn_recognised():

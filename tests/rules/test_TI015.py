@@ -13,7 +13,7 @@ COMPILE = "torch/_dynamo/convert_frame.py: _compile.compile_inner"
 
 
 CASES = {
-    "positive": ["test_ti015_positive_recompile_in_step_4"],
+    "positive": ["test_ti015_positive_recompile_in_step_4", "test_ti015_is_the_root_cause_of_the_idle_gaps_it_covers"],
     "negative": ["test_ti015_negative_compiles_only_at_start"],
     "fix": ["test_ti015_fix_dynamic_shapes_compile_once"],
 }
@@ -68,3 +68,18 @@ def test_ti015_fix_dynamic_shapes_compile_once(tmp_path):
     (f,) = _ti015(bad)
     assert f.metrics["recompiles"] == 2 and f.metrics["steps"] == [2, 5]
     assert _ti015(good) == []
+
+
+def test_ti015_is_the_root_cause_of_the_idle_gaps_it_covers(tmp_path):
+    """TI015 is in TI001's category (GPU idle) but names its reason: it explains TI001, whose long gap is the
+    recompile, by the time its instances cover, is never explained itself, and the verdict names it."""
+    a = _run(tmp_path, (4,))
+    (rec,) = _ti015(a)
+    (gaps,) = [f for f in a.findings if f.code == "TI001"]
+    assert rec.root_cause is True and gaps.root_cause is False
+    assert gaps.metrics["explained_by"] == rec.fingerprint and rec.explains == [gaps.fingerprint]
+    assert gaps.metrics["explained_ns"] == 30_000_000  # the 30 ms compile covers that much of the gaps
+    assert "explained_by" not in rec.metrics and gaps.explains == []
+    assert "TI015 accounts for" in a.verdict["sentence"]
+    # with no recompile there is nothing to explain: TI001, if it fires, is nobody's symptom
+    assert all("explained_by" not in f.metrics for f in _run(tmp_path, (), "calm.json").findings if f.code == "TI001")

@@ -97,7 +97,7 @@ def _steady_busy_pct(side: S.Side) -> Any:
         window = float(v.get("window_ns") or 0)
         warm = float(led.get("idle_warmup") or 0)
         busy = sum(float(led.get(b) or 0) for b in BUSY_BUCKETS)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # an integer past float's range is damage too
         return whole
     if not all(math.isfinite(x) for x in (window, warm, busy)) or warm <= 0 or window - warm <= 0 or busy < 0:
         return whole

@@ -109,7 +109,7 @@ def render_text(d: dict[str, Any], width: int = 110, **_: Any) -> str:
     for r in shown_reasons(d):
         con.print(f"  - {rich_text(r, 300)}")
     if comp["comparable"]:
-        con.print(f"  workload: {comp['in_common_pct']}% of the {comp['matched_by'].replace('_', ' ')} per step in common" + (f", shapes {comp['shapes_in_common_pct']}%" if comp["shapes_in_common_pct"] is not None else ""))
+        con.print(f"  workload{' (on your word, --same-workload)' if comp.get('vouched') else ''}: {comp['in_common_pct']}% of the {comp['matched_by'].replace('_', ' ')} per step in common" + (f", shapes {comp['shapes_in_common_pct']}%" if comp["shapes_in_common_pct"] is not None else ""))
     con.print(f"  BASE {spread(b)}")
     con.print(f"  HEAD {spread(h)}")
     if d["step"]:

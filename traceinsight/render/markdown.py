@@ -42,7 +42,7 @@ def kpi_line(analysis: Analysis) -> str:
     busy = "n/a" if h["gpu_busy_pct"] is None else f"{h['gpu_busy_pct']:.1f}%"
     parts = [
         f"**Span** {fmt_ns(h['span_ns'])}",
-        f"**GPU busy** {busy}" + ("" if h.get("steady_busy_pct") is None else f" ({h['steady_busy_pct']:.1f}% in the steady state)"),
+        f"**GPU busy** {busy}" + ("" if h.get("steady_busy_pct") in (None, h["gpu_busy_pct"]) else f" ({h['steady_busy_pct']:.1f}% in the steady state)"),
         f"**Findings** {h['findings']} ({sev['error']} error, {sev['warning']} warning, {sev['info']} info)",
         f"**Est. savings** up to {fmt_ns(h['est_savings_ns'])} of GPU idle (largest {fmt_ns(h['largest_saving_ns'])})",
     ]
