@@ -367,9 +367,9 @@ def test_kernel_names_as_plain_strings_give_the_same_classes(tmp_path):
     assert e.to_dict() == Derived(tl).efficiency.to_dict()
 
 
-def test_mfu_of_a_gpu_bound_loop_is_over_the_gpus_span_of_its_steps(tmp_path):
-    """The host runs two 1 ms steps and queues a 1.5 ms GEMM in each (rank 1 of a job): the GPU does the work over
-    [40, 3040) µs, so MFU is the FLOPs over those 3 ms, not over the 2 ms the host's steps took."""
+def test_the_gpus_span_of_the_steps_is_found_on_any_rank(tmp_path):
+    """The GPU-bound loop of ``test_efficiency.py`` on rank 1 of a job (steps are keyed by rank and step): two 1 ms
+    host steps each queue a 1.5 ms GEMM, the GPU works over [40, 3040) µs, and MFU is the FLOPs over those 3 ms."""
     t = KinetoTrace(device_name=A100, rank=1, world_size=2)
     for s, gpu_at in ((0, 40.0), (1, 1540.0)):
         t.step(s + 1, 1000 * s, 1000)
