@@ -117,6 +117,35 @@ def test_blocking_calls_at_the_window_start_are_named_in_the_warmup(tmp_path):
     assert [r for _, _, r in _warm(led)] == ["GPU-side sync record at the window's start, waiting on work queued before the window"]
 
 
+
+def test_a_host_range_that_waits_for_a_device_value_is_a_sync(tmp_path):
+    """A framework range that converts a device array for the host (JAX's ``np.asarray(jax.Array)`` behind
+    ``float(loss)``) blocks until the value is computed: it sat over [20, 105) while the GPU ran dry at 100, so the
+    gap until the next kernel is the sync's."""
+    t = KinetoTrace()
+    t.kernel("k_a", 0, 100, launch_us=-10)
+    t.annotation("np.asarray(jax.Array)", 20, 85)
+    t.kernel("k_b", 200, 50, launch_us=190)
+    assert _totals(_views(tmp_path, t).ledger) == {"compute": 150 * US, "idle_host_sync": 100 * US}
+
+
+def test_gpu_sync_records_stand_in_on_each_rank_without_host_syncs(tmp_path):
+    """Rank 0 traces its stream sync on the host; rank 1 only as a GPU-side record over [20, 105), which stands in
+    for it there: rank 1's gap [100, 200) is the sync's, its later gap [250, 400) is not (the launch call of its
+    last kernel and untraced time)."""
+    t0 = KinetoTrace(rank=0, world_size=2)
+    t0.kernel("k_a", 0, 100, launch_us=-10)
+    t0.runtime("cudaStreamSynchronize", 20, 85)
+    t0.kernel("k_b", 200, 50, launch_us=190)
+    t1 = KinetoTrace(rank=1, world_size=2)
+    t1.kernel("k_a", 0, 100, launch_us=-10)
+    t1.gpu_sync(20, 85)
+    t1.kernel("k_b", 200, 50, launch_us=190)
+    t1.kernel("k_c", 400, 50, launch_us=390)
+    led = _job(tmp_path, {0: t0, 1: t1}).ledger
+    assert _totals(led, rank=0) == {"compute": 150 * US, "idle_host_sync": 100 * US}
+    assert _totals(led, rank=1) == {"compute": 200 * US, "idle_host_sync": 100 * US, "idle_host_busy": 4 * US, "idle_untraced": 146 * US}
+
 # --- warm-up: first calls that are outliers ------------------------------------------------------------------
 def _first_call(t: KinetoTrace, name: str, first_us: float, later_us: float, *, at: float = 20.0, block: tuple[str, float] | None = None) -> None:
     """A first call of ``name`` over [at, at + first_us) launching a kernel at its end, then three later calls of
@@ -185,6 +214,16 @@ def test_every_rank_books_its_own_first_calls(tmp_path):
     led = _job(tmp_path, traces).ledger
     first = {r: sorted(x for _, _, x in _warm(led, r) if x.startswith("first call")) for r in (0, 1)}
     assert first == {0: ["first call of aten::linear"], 1: ["first call of aten::conv2d", "first call of aten::linear"]}
+
+
+def test_a_first_call_spent_allocating_is_warmup(tmp_path):
+    """A first call that spends 1.5 ms of its 2 ms in cudaMalloc grows the allocator once: it is one-time work (not
+    the queue, as a copy or sync call would be), and so is the allocation itself; the regions are numbered 0, 1."""
+    t = KinetoTrace()
+    _first_call(t, "aten::empty", 2000, 50, block=("cudaMalloc", 1500))
+    led = _views(tmp_path, t).ledger
+    assert _warm(led) == [(20, 2000, "first call of aten::empty"), (25, 1500, "allocator growth: cudaMalloc")]
+    assert led.warmup.index.tolist() == [0, 1]
 
 
 def test_warmup_regions_alone_equal_the_ledgers(tmp_path):
