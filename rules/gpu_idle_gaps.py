@@ -474,17 +474,18 @@ class GpuIdleGaps(Rule):
     def _evidence(views, top: pd.DataFrame) -> pd.DataFrame:  # noqa: D401
         rows = []
         warm_col = bool(top["warmup_ns"].any())  # shown only where some gap held warm-up
-        for gap in top.itertuples(index=False):
-            activity = _host_activity(views, int(gap.rank), int(gap.start_ns), int(gap.end_ns))
-            nl = gap.next_launch_end_ns
+        # the rows as Python values column by column (what itertuples yields, without its row class)
+        cols = [top[c].to_numpy().tolist() for c in ("rank", "start_ns", "end_ns", "dur_ns", "warmup_ns", "cause", "next_launch_end_ns")]
+        for rank, start_ns, end_ns, dur_ns, warmup_ns, cause, nl in zip(*cols):
+            activity = _host_activity(views, int(rank), int(start_ns), int(end_ns))
             rows.append(
                 {
-                    "start_ms": gap.start_ns / 1e6,
-                    "duration_us": gap.dur_ns / 1e3,
-                    **({"warmup_us": gap.warmup_ns / 1e3} if warm_col else {}),
-                    "cause": gap.cause,
+                    "start_ms": start_ns / 1e6,
+                    "duration_us": dur_ns / 1e3,
+                    **({"warmup_us": warmup_ns / 1e3} if warm_col else {}),
+                    "cause": cause,
                     "host_activity": activity,
-                    "launch_returned_after_gap_start_us": None if nl != nl else (nl - gap.start_ns) / 1e3,
+                    "launch_returned_after_gap_start_us": None if nl != nl else (nl - start_ns) / 1e3,
                 }
             )
         return pd.DataFrame(rows)
@@ -512,6 +513,9 @@ def _activity_index(views) -> dict:
             "kind": kind.to_numpy() if kind_codes is None else kind_codes,
             "wanted": wanted,
             "names": names,
+            # the name codes and categories once (``.cat.codes`` makes a Series each time it is read)
+            "name_codes": names.cat.codes.to_numpy() if isinstance(names.dtype, pd.CategoricalDtype) else None,
+            "name_cats": names.cat.categories if isinstance(names.dtype, pd.CategoricalDtype) else None,
             "pid": ev["pid"].to_numpy(),
             "tid": ev["tid"].to_numpy(),
             "python": kind_mask(ev, "python"),
@@ -568,9 +572,9 @@ def _host_activity(views, rank: int, start: int, end: int) -> str:
     else:
         k = k[np.isin(idx["kind"][k], list(_ACTIVITY_KINDS))]
     names = idx["names"]
-    if isinstance(names.dtype, pd.CategoricalDtype):
-        c = names.cat.codes.to_numpy()[k].astype(np.int64)
-        cats = names.cat.categories
+    if idx["name_codes"] is not None:
+        c = idx["name_codes"][k].astype(np.int64)
+        cats = idx["name_cats"]
     else:
         c, cats = pd.factorize(names.to_numpy()[k], sort=True)
         c = c.astype(np.int64)

@@ -143,9 +143,7 @@ class TinyKernels(Rule):
         n_gaps = np.bincount(g_code[~queued], minlength=n)
         dep_ns = _int_sum(g_code[queued], g_dur[queued], n)
         n_dep = np.bincount(g_code[queued], minlength=n)
-        util = v.utilization
-        win = pd.Series(util["window_ns"].to_numpy(), index=pd.MultiIndex.from_arrays([util["rank"].to_numpy().astype(np.int64), util["device"].to_numpy().astype(np.int64)]))
-        window_ns = win.reindex(pd.MultiIndex.from_arrays([dev_keys[:, 0], dev_keys[:, 1]])).fillna(0).to_numpy(dtype=float)
+        window_ns = _windows(v.utilization, dev_keys)
         share_pct = 100.0 * n_bound / np.maximum(kernels, 1)
         idle_pct = 100.0 * idle_ns / np.maximum(window_ns, 1)
         hit = np.flatnonzero((share_pct >= self.min_share_pct) & (idle_pct >= self.min_idle_pct))
@@ -322,6 +320,19 @@ def _charged_once(launch_dur: np.ndarray, launch_idx: np.ndarray, k_start: np.nd
     out = launch_dur.copy()
     out[has[order[later]]] = np.nan
     return out
+
+
+def _windows(util: pd.DataFrame, dev_keys: np.ndarray) -> np.ndarray:
+    """The active window (``views.utilization``) of each (rank, device) row of ``dev_keys`` as floats, 0 for a
+    device it lacks: a reindex of the window by (rank, device), looked up in a dict (a MultiIndex and a reindex
+    cost most of this rule on a small rank). A device listed twice takes the reindex, which says what that means."""
+    u_win = util["window_ns"].to_numpy()
+    keys = list(zip(util["rank"].to_numpy().astype(np.int64).tolist(), util["device"].to_numpy().astype(np.int64).tolist()))
+    at = dict(zip(keys, u_win.tolist()))
+    if len(at) != len(keys):
+        win = pd.Series(u_win, index=pd.MultiIndex.from_arrays([np.array([k[0] for k in keys], np.int64), np.array([k[1] for k in keys], np.int64)]))
+        return win.reindex(pd.MultiIndex.from_arrays([dev_keys[:, 0], dev_keys[:, 1]])).fillna(0).to_numpy(dtype=float)
+    return np.array([at.get(k, 0) for k in zip(dev_keys[:, 0].tolist(), dev_keys[:, 1].tolist())], dtype=float)
 
 
 def _kernel_launches(ln: pd.DataFrame, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

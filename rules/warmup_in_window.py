@@ -77,6 +77,8 @@ class WarmupInWindow(Rule):
         warm = warmup_by_gap(v)
         calls = startup_call_gaps(v, min_share_pct=self.min_share_pct)
         calls = calls[calls["warmup_ns"].to_numpy() * 2 < calls["dur_ns"].to_numpy()]  # not already the ledger's
+        if warm.empty and calls.empty and self.min_share_pct > 0:
+            return  # no device has warm-up or start-up calls to report (the loop below would pass over every one)
         multi = len(ctx.meta.ranks) > 1 or util["device"].nunique() > 1
         for u in util.sort_values(["rank", "device"]).itertuples(index=False):
             rank, device, win = int(u.rank), int(u.device), max(int(u.window_ns), 1)

@@ -136,10 +136,15 @@ def build(views: Any, settings: EfficiencySettings | None = None) -> Efficiency:
             cls[hit] = counts.ops["cls"].to_numpy()[counts.kernel_op[hit]]
     else:
         cls = np.zeros(0, dtype=object)
-    copies = act[act["kind"].to_numpy() != "kernel"]
-    time_by = pd.Series(kernels["dur_ns"].to_numpy(), dtype=np.int64).groupby(cls).sum() if len(kernels) else pd.Series(dtype=np.int64)
-    copy_ns = int(copies["dur_ns"].sum())
-    gpu_ns = int(act["dur_ns"].sum())
+    # copies (every activity row that is not a kernel) and kernel time per class, on arrays: a frame take and a
+    # groupby on a rank of a few dozen rows cost more than all the rest of this view
+    is_copy = act["kind"].to_numpy() != "kernel"
+    act_dur = act["dur_ns"].to_numpy()
+    copy_dur = act_dur[is_copy]
+    copy_bytes = act["bytes"].to_numpy()[is_copy]
+    time_by = _int_sums(cls, kernels["dur_ns"].to_numpy()) if len(kernels) else {}
+    copy_ns = int(copy_dur.sum())
+    gpu_ns = int(act_dur.sum())
 
     rows = []
     ops = counts.ops if counts is not None else pd.DataFrame()
@@ -153,8 +158,8 @@ def build(views: Any, settings: EfficiencySettings | None = None) -> Efficiency:
         flops = float(sub["flops"].sum()) if len(sub) else 0.0
         nbytes = float(sub["bytes"].sum()) if len(sub) else 0.0
         modelled = int(sub["kernel_ns"].sum()) if len(sub) else 0
-        if c == "copy" and len(copies):  # copies carry their own byte counts
-            nbytes += float(copies["bytes"].sum())
+        if c == "copy" and len(copy_dur):  # copies carry their own byte counts
+            nbytes += float(copy_bytes.sum())
             modelled += copy_ns
         dtype = _dominant_dtype(sub)
         if dtype == "fp32" and c in MATRIX_CLASSES and tf32_share >= 0.5:
@@ -223,7 +228,7 @@ def build(views: Any, settings: EfficiencySettings | None = None) -> Efficiency:
 
     peak_mfu, _ = peak.for_dtype(mfu_dtype)
     step_rows = []
-    if len(steps):
+    if len(steps) and source in ("shapes", "user"):  # without FLOPs no step has a figure
         if source == "shapes":
             key = pd.DataFrame({"rank": matrix["rank"].to_numpy(), "step": matrix["step"].to_numpy(), "flops": matrix["flops"].to_numpy()})
             by = key.groupby(["rank", "step"])["flops"].sum()
@@ -346,6 +351,14 @@ def _hardware(samples: pd.DataFrame, views: Any, kernels: pd.DataFrame, cls: np.
     allp = pd.concat(parts, ignore_index=True)
     out = allp.groupby(["scope", "metric"], sort=False)["value"].agg(mean_pct="mean", samples="size").reset_index()
     return out
+
+
+def _int_sums(keys: np.ndarray, values: np.ndarray) -> dict[Any, int]:
+    """Exact int64 sums of ``values`` per distinct key (``pd.Series(values).groupby(keys).sum()`` as a dict)."""
+    uniq, inv = np.unique(keys, return_inverse=True)
+    sums = np.zeros(len(uniq), np.int64)
+    np.add.at(sums, inv.reshape(-1), values.astype(np.int64, copy=False))
+    return dict(zip(uniq.tolist(), sums.tolist()))
 
 
 def _device_span_ns(act: pd.DataFrame, steps: pd.DataFrame) -> int:

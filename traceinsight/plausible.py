@@ -13,6 +13,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from .masks import join_keys
+
 #: No capture has a stretch this long with no event at all: rows beyond such a gap have corrupt times.
 MAX_GAP_NS = 24 * 3600 * 10**9
 #: Characters kept of one name (kernel, op, thread, category): real demangled names stay under a few kB, and every
@@ -127,10 +129,14 @@ def _shared_correlations(events: pd.DataFrame, meta) -> None:
     runtime = (events["kind"] == "runtime").to_numpy() & (corr >= 0)
     if runtime.sum() < 2:
         return
-    host = pd.DataFrame({"rank": events["rank"].to_numpy()[runtime], "pid": events["pid"].to_numpy()[runtime], "corr": corr[runtime]})
-    dup = host.duplicated(["rank", "pid", "corr"], keep=False).to_numpy()
+    r_rank, r_pid, r_corr = events["rank"].to_numpy()[runtime], events["pid"].to_numpy()[runtime], corr[runtime]
+    # one int64 key per call (equal exactly when rank, pid and id are): a repeat is a key counted twice
+    key, _ = join_keys([(r_rank, r_rank[:0]), (r_pid, r_pid[:0]), (r_corr, r_corr[:0])])
+    _, inv, count = np.unique(key, return_inverse=True, return_counts=True)
+    dup = count[inv.reshape(-1)] > 1  # every call of a shared id (``duplicated(keep=False)``)
     if not dup.any():
         return
+    host = pd.DataFrame({"rank": r_rank, "pid": r_pid, "corr": r_corr})
     bad = host[dup]
     n_ids = len(bad.drop_duplicates(["rank", "pid", "corr"]))
     keys = set(zip(bad["rank"].tolist(), bad["corr"].tolist()))

@@ -95,10 +95,14 @@ def one_time_regions(views: "Views", blocking: "list[tuple[np.ndarray, np.ndarra
     steps = views.steps
     second_step: dict[int, int] = {}
     if not steps.empty:
-        for r, g in steps.groupby("rank", sort=True):
-            st = np.sort(g["start_ns"].to_numpy())
+        # per rank on the step arrays (``groupby("rank", sort=True)`` then ``sort_values("start_ns")`` in each, the
+        # same quicksort): a groupby's fixed cost was most of this function on a rank of a few steps
+        s_rank, s_start, s_dur = steps["rank"].to_numpy(), steps["start_ns"].to_numpy(), steps["dur_ns"].to_numpy()
+        for r in np.unique(s_rank):
+            own = np.flatnonzero(s_rank == r)
+            st = np.sort(s_start[own])
             second_step[int(r)] = int(st[1]) if len(st) > 1 else int(np.iinfo(np.int64).max)
-            d = g.sort_values("start_ns")
+            own = own[np.argsort(s_start[own], kind="quicksort")]
             if len(st) >= MIN_STEADY_STEPS and not host.empty:
                 # before the loop's first step the program starts up (imports, model set-up, data loading's first
                 # fill): none of it repeats, whatever the calls are named (a whole-program Nsight capture)
@@ -109,9 +113,9 @@ def one_time_regions(views: "Views", blocking: "list[tuple[np.ndarray, np.ndarra
                     if first_host < int(st[0]):
                         parts.append(pd.DataFrame({"rank": [int(r)], "start_ns": [first_host], "end_ns": [int(st[0])],
                                                    "reason": ["before the first step (program start-up)"]}))
-            w = warmup_steps(d["dur_ns"].to_numpy())
+            w = warmup_steps(s_dur[own])
             if w.any():
-                d = d[w]
+                d = steps.iloc[own[w]]
                 parts.append(pd.DataFrame({"rank": int(r), "start_ns": d["start_ns"].to_numpy(np.int64), "end_ns": d["end_ns"].to_numpy(np.int64),
                                            "reason": [f"warm-up step ({n})" for n in d["name"]]}))
     if not host.empty:

@@ -247,12 +247,21 @@ def build_events(columns: dict[str, Any], optional: dict[str, Any] | None = None
         data[col] = _as_dtype(values, OPTIONAL_COLUMNS.get(col, "object"), col)
     # copy=False: keep one block per column instead of consolidating same-dtype columns into a 2-D copy (on a
     # million-row trace that copy is the single most expensive step of building the frame)
-    df = pd.DataFrame(data, copy=False)
-    df["kind"] = df["kind"].cat.set_categories(list(KINDS))
+    df = pd.DataFrame(data, copy=n < SMALL_FRAME_ROWS)
+    if df["kind"].cat.categories.tolist() != list(KINDS):  # readers that build kinds from codes already have them
+        df["kind"] = df["kind"].cat.set_categories(list(KINDS))
     if "copy_kind" in df:
-        extra = [c for c in df["copy_kind"].cat.categories if c not in COPY_KINDS]
-        df["copy_kind"] = df["copy_kind"].cat.set_categories(list(COPY_KINDS) + extra)
+        have = df["copy_kind"].cat.categories.tolist()
+        extra = [c for c in have if c not in COPY_KINDS]
+        if have != list(COPY_KINDS) + extra:
+            df["copy_kind"] = df["copy_kind"].cat.set_categories(list(COPY_KINDS) + extra)
     return df
+
+
+#: Below this many rows the events frame is built with a copy, which groups same-dtype columns into a few 2-D
+#: blocks: every later take and copy of the frame (the views take rows of it five times) then handles a dozen
+#: blocks instead of two dozen. Above it the copy itself would be the cost (first-touch page faults).
+SMALL_FRAME_ROWS = 10_000
 
 
 def _as_dtype(values: Any, dtype: str, col: str) -> Any:
@@ -313,7 +322,12 @@ def assign_steps(events: pd.DataFrame, meta: "TraceMeta | None" = None) -> None:
         s_rank = ev_rank[sidx]
         s_start_all = ev_start[sidx]
         s_end_all = s_start_all + events["dur_ns"].to_numpy()[sidx]
-        numbers = _step_numbers(events["name"].iloc[sidx].astype(str).to_numpy())
+        names = events["name"]
+        if isinstance(names.dtype, pd.CategoricalDtype):  # the step rows' names through the categories (no Series take)
+            cats = names.array.categories
+            numbers = _step_numbers(np.array([str(c) for c in cats] + ["nan"], dtype=object)[names.array.codes[sidx]])
+        else:
+            numbers = _step_numbers(names.iloc[sidx].astype(str).to_numpy())
         for rank in pd.unique(s_rank):  # ranks in order of their first step row
             own = np.flatnonzero(s_rank == rank)
             order = np.argsort(s_start_all[own], kind="stable")
@@ -382,5 +396,11 @@ def inherit_from_launch(events: pd.DataFrame, column: str) -> None:
     hit = uniq[pos] == k_dst
     if not hit.any():
         return
-    values = events[column].to_numpy()[src[first[pos[hit]]]]
-    events.loc[events.index[dst[hit]], column] = values
+    current = events[column]
+    values = current.to_numpy()[src[first[pos[hit]]]]
+    if isinstance(current.dtype, np.dtype):  # a new column array, written in place (a .loc write costs more on small frames)
+        out = current.to_numpy().copy()
+        out[dst[hit]] = values
+        events[column] = out
+    else:
+        events.loc[events.index[dst[hit]], column] = values

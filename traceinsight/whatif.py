@@ -660,7 +660,9 @@ def _steps(start: np.ndarray, nh: int, marker_steps: np.ndarray, max_steps: int)
     a = np.arange(nh - 2 * m, nh - m)
     b = a + m
     st = pd.DataFrame({"step": marker_steps, "start_node": a, "end_node": b, "t0": start[a], "t1": start[b]})
-    st = st.sort_values("t0").reset_index(drop=True)
+    t0 = start[a]
+    if len(t0) > 1 and not bool((t0[1:] > t0[:-1]).all()):  # strictly increasing: already the one sorted order
+        st = st.sort_values("t0").reset_index(drop=True)
     if len(st) > max_steps:
         lo = (len(st) - max_steps) // 2
         st = st.iloc[lo: lo + max_steps].reset_index(drop=True)

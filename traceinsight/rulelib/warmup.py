@@ -45,7 +45,7 @@ def warmup_by_gap(views) -> pd.DataFrame:
             g = g.merge(views.utilization[["rank", "device", "window_ns"]], on=["rank", "device"], how="left")
         regions = views.ledger.warmup
         why = []
-        for row in g.itertuples(index=False):
+        for row in g.itertuples(index=False) if len(g) else ():  # no gap with warm-up: no row class to make
             r = regions[regions["rank"].to_numpy() == row.rank] if len(regions) else regions
             if not len(r):
                 why.append("")
@@ -99,6 +99,11 @@ def startup_call_gaps(views, *, min_share_pct: float = 5.0) -> pd.DataFrame:
         util = views.utilization
         if gaps.empty or util.empty:
             return empty
+        host = views.host_events
+        m = kind_mask(host, ("runtime", "cpu_op", "annotation", "python", "other")) & name_mask(host["name"], INIT_CALL)
+        init = np.flatnonzero(m)  # only the start-up calls' rows
+        if not len(init):  # no start-up call anywhere: no gap holds one (the answer below, without its frames)
+            return empty
         win = _device_windows(views, gaps["rank"].to_numpy(), gaps["device"].to_numpy())
         if win is not None:  # the few gaps long enough are chosen on arrays; only they become rows
             pick = np.flatnonzero(gaps["dur_ns"].to_numpy() >= min_share_pct / 100.0 * win)
@@ -132,9 +137,6 @@ def startup_call_gaps(views, *, min_share_pct: float = 5.0) -> pd.DataFrame:
         g = g[g["end_ns"].to_numpy() <= he]
         if g.empty:
             return empty
-        host = views.host_events
-        m = kind_mask(host, ("runtime", "cpu_op", "annotation", "python", "other")) & name_mask(host["name"], INIT_CALL)
-        init = np.flatnonzero(m)  # only the start-up calls' rows
         calls = [""] * len(g)
         if len(init):
             i_rank = host["rank"].to_numpy()[init]

@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 
 from ... import native
+from ...masks import join_keys
 
 _FLOAT_FIELDS = ("ts", "dur", "correlation", "external_id", "external_id_legacy", "device", "stream", "bytes",
                  "registers", "shared_mem", "occupancy")
@@ -110,9 +111,31 @@ def _resolve_ids(pairs: list[tuple[np.ndarray, np.ndarray]], strings: list[str])
 
 
 def _thread_names(pid: np.ndarray, tid: np.ndarray, is_thread_name: np.ndarray, names: list[str | None]) -> pd.DataFrame:
+    """pid, tid and the last non-empty ``thread_name`` of each thread, in the order of those last rows (what
+    ``drop_duplicates(["pid", "tid"], keep="last")`` keeps), picked on one int64 key per row."""
     keep = is_thread_name & np.array([bool(n) for n in names], dtype=bool)
-    frame = pd.DataFrame({"pid": pid[keep], "tid": tid[keep], "thread_name": pd.Series(np.array(names, dtype=object)[keep], dtype=object)})
-    return frame.drop_duplicates(["pid", "tid"], keep="last").reset_index(drop=True)
+    p, t = pid[keep], tid[keep]
+    texts = np.array(names, dtype=object)[keep] if len(names) else np.zeros(0, dtype=object)
+    key, _ = join_keys([(p, p[:0]), (t, t[:0])])
+    _, first_from_end = np.unique(key[::-1], return_index=True)
+    rows = np.sort(len(key) - 1 - first_from_end)
+    return pd.DataFrame({"pid": p[rows], "tid": t[rows], "thread_name": pd.Series(texts[rows], dtype=object)})
+
+
+def thread_name_of(pid: np.ndarray, tid: np.ndarray, names: pd.DataFrame) -> np.ndarray:
+    """Per row, the name ``names`` (``_thread_names``: one row per thread) gives its (pid, tid), NaN for none:
+    the column a left merge on pid and tid gives, looked up on one int64 key per row."""
+    out = np.full(len(pid), np.nan, dtype=object)
+    n_pid, n_tid = names["pid"].to_numpy(), names["tid"].to_numpy()
+    if not len(pid) or not len(n_pid):
+        return out
+    k_rows, k_names = join_keys([(pid, n_pid), (tid, n_tid)])
+    order = np.argsort(k_names, kind="stable")
+    sorted_keys = k_names[order]
+    at = np.minimum(np.searchsorted(sorted_keys, k_rows), len(sorted_keys) - 1)
+    hit = sorted_keys[at] == k_rows
+    out[hit] = names["thread_name"].to_numpy(dtype=object)[order[at[hit]]]
+    return out
 
 
 def format_dims(v: Any) -> str | None:

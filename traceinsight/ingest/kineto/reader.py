@@ -27,7 +27,7 @@ from ...timeline import COPY_KINDS, KINDS, DeviceInfo, TraceMeta
 from ..byteio import read_bytes
 from ..parts import ReadResult, Rows
 from .sniff import sniff, split_rank_files  # noqa: F401  (the package's entry points)
-from .columns import Declined, EventColumns, native_available, scan_columns, struct_columns
+from .columns import Declined, EventColumns, native_available, scan_columns, struct_columns, thread_name_of
 from .memory import memory_rows
 from .decode import Trace, bad_utf8_warning, decode, decode_header, is_cut_short, truncation_warning
 
@@ -289,15 +289,8 @@ def _build(cols: EventColumns, header: Trace, path: Path, warnings: list[str]) -
     external_id = np.where(np.isnan(ext), -1, ext).astype(np.int64)
 
     # A GPU row's pid becomes the host process that launched it (so rank/pid/correlation links hold).
-    host_runtime = kind_is("runtime") & (correlation >= 0)
-    host_pid_of_corr = pd.Series(pid[host_runtime], index=correlation[host_runtime])
-    host_pid_of_corr = host_pid_of_corr[~host_pid_of_corr.index.duplicated()]
     if gpu.any():
-        host_pids = pid[~gpu]
-        main_pid = int(pd.Series(host_pids[host_pids >= 0]).mode().iloc[0]) if (host_pids >= 0).any() else 0
-        mapped = pd.Series(correlation[gpu]).map(host_pid_of_corr)
-        pid = pid.copy()
-        pid[gpu] = mapped.fillna(main_pid).to_numpy(dtype=np.int64)
+        pid = launching_pids(pid, correlation, gpu, kind_is("runtime") & (correlation >= 0))
 
     # Times: relative to this file's first event, in ns, exact for the durations.
     ts_us = f["ts"]
@@ -348,8 +341,7 @@ def _build(cols: EventColumns, header: Trace, path: Path, warnings: list[str]) -
     optional.update(_op_arg_columns(cols, kind_is("cpu_op")))
     tn = cols.thread_names
     if len(tn):
-        looked = pd.DataFrame({"pid": pid, "tid": tid}).merge(tn, on=["pid", "tid"], how="left")
-        optional["thread_name"] = pd.Categorical(looked["thread_name"].to_numpy())
+        optional["thread_name"] = pd.Categorical(thread_name_of(pid, tid, tn))
 
     keep = finite & ~bad_dur & ~out_of_range
     rows = Rows(
@@ -375,6 +367,28 @@ def _build(cols: EventColumns, header: Trace, path: Path, warnings: list[str]) -
         rows.optional = _take(rows.optional, keep)
     rows.columns["start_ns"] = rows.columns["start_ns"] + origin_ns  # absolute (or file-clock) ns; load rebases
     return rows, origin_ns
+
+
+def launching_pids(pid: np.ndarray, correlation: np.ndarray, gpu: np.ndarray, runtime: np.ndarray) -> np.ndarray:
+    """``pid`` with each GPU row's replaced by the pid of the first ``runtime`` call of its correlation id, or by the
+    host's most common pid (the smallest among equals; 0 without host rows) when no call has that id. On sorted
+    arrays: what a Series map of the ids and ``mode`` give, without their fixed costs on a small rank."""
+    host_pids = pid[~gpu]
+    host_pids = host_pids[host_pids >= 0]
+    if len(host_pids):
+        u_pid, n_pid = np.unique(host_pids, return_counts=True)
+        main_pid = int(u_pid[np.argmax(n_pid)])
+    else:
+        main_pid = 0
+    u_corr, first = np.unique(correlation[runtime], return_index=True)  # each id's first call
+    q = correlation[gpu]
+    out = pid.copy()
+    if not len(u_corr):
+        out[gpu] = main_pid
+        return out
+    at = np.minimum(np.searchsorted(u_corr, q), len(u_corr) - 1)
+    out[gpu] = np.where(u_corr[at] == q, pid[runtime][first][at], main_pid)
+    return out
 
 
 def _take(columns: dict[str, Any], keep: np.ndarray) -> dict[str, Any]:
