@@ -328,15 +328,19 @@ def test_a_kernel_no_op_launched_is_classed_by_its_own_name(tmp_path):
 
 def test_a_matrix_class_without_modelled_ops_has_no_ridge(tmp_path):
     """GEMM time whose kernels no op with shapes launched has no dtype, so no peak to place it against: no ridge
-    point and no bound (the bf16 elementwise class beside it keeps its ridge, and is memory-bound)."""
+    point and no bound (the bf16 elementwise class beside it keeps its ridge, and is memory-bound; a copy is placed
+    against the FP32 peak)."""
     t = KinetoTrace(device_name=A100)
     t.step(1, 0, 1000)
     _add(t, 10, 1 << 20, 10.0)
     t.kernel("ampere_bf16_s16816gemm_bf16_128x128", 300, 100.0, launch_us=290)
+    t.memcpy("HtoD", 500, 20.0, nbytes=1 << 20)
     rows = {r["cls"]: r for r in _eff(t.write(tmp_path / "t.json")).to_dict()["classes"]}
     g = rows["gemm"]
     assert (g["time_ns"], g["modelled_ns"], g["dtype"], g["ridge"], g["bound"]) == (100_000, 0, None, None, None)
     assert rows["elementwise"]["bound"] == "memory" and rows["elementwise"]["ridge"] == round(312e12 / (BW * 1e9), 3)  # its bf16 peak
+    # copies have no dtype of their own: their ridge is against the FP32 peak
+    assert rows["copy"]["bound"] == "memory" and rows["copy"]["ridge"] == round(19.5e12 / (BW * 1e9), 3)
 
 
 def test_model_flops_without_a_dtype_are_measured_against_the_bf16_peak(tmp_path):
@@ -379,3 +383,4 @@ def test_the_gpus_span_of_the_steps_is_found_on_any_rank(tmp_path):
     e = _eff(t.write(tmp_path / "t.json"))
     assert e.mfu_pct == pytest.approx(100 * 2 * 2 * 1024**3 / 3e-3 / 1e12 / 312)
     assert e.steps["dur_ns"].tolist() == [1_000_000, 1_000_000]
+    assert e.steps["tflops"].tolist() == pytest.approx([2 * 1024**3 / 1e-3 / 1e12] * 2, rel=1e-12)  # each step's own
