@@ -384,3 +384,14 @@ def test_the_gpus_span_of_the_steps_is_found_on_any_rank(tmp_path):
     assert e.mfu_pct == pytest.approx(100 * 2 * 2 * 1024**3 / 3e-3 / 1e12 / 312)
     assert e.steps["dur_ns"].tolist() == [1_000_000, 1_000_000]
     assert e.steps["tflops"].tolist() == pytest.approx([2 * 1024**3 / 1e-3 / 1e12] * 2, rel=1e-12)  # each step's own
+
+
+def test_the_lower_bound_note_gives_the_untied_share(tmp_path):
+    """40 µs of GEMM time tied to an op with shapes, 60 µs in a GEMM kernel no op launched: the note says 60 %."""
+    t = KinetoTrace(device_name=A100)
+    t.step(1, 0, 2000)
+    _mm(t, 10, 1024, 1024, 1024, 40.0)
+    t.kernel("ampere_bf16_s16816gemm_bf16_64x64", 500, 60.0)
+    e = _eff(t.write(tmp_path / "t.json"))
+    assert e.notes == ["60% of GEMM/convolution/attention GPU time is in kernels not tied to an op with recorded shapes "
+                       "(no External id or launch record, or an op without a FLOPs model): MFU is a lower bound"]
