@@ -395,3 +395,13 @@ def test_the_lower_bound_note_gives_the_untied_share(tmp_path):
     e = _eff(t.write(tmp_path / "t.json"))
     assert e.notes == ["60% of GEMM/convolution/attention GPU time is in kernels not tied to an op with recorded shapes "
                        "(no External id or launch record, or an op without a FLOPs model): MFU is a lower bound"]
+
+
+def test_a_gemm_of_empty_matrices_gives_no_mfu_and_no_dtype(tmp_path):
+    """An mm with a zero dimension has no FLOPs: the view has no MFU, and no MFU dtype to print beside it."""
+    t = KinetoTrace(device_name=A100)
+    t.step(1, 0, 1000)
+    _mm(t, 10, 0, 1024, 1024, 100.0)
+    e = _eff(t.write(tmp_path / "t.json"))
+    assert (e.flops_source, e.mfu_pct, e.mfu_dtype) == ("none", None, None)
+    assert e.to_dict()["mfu_peak"] is None
