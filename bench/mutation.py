@@ -56,7 +56,7 @@ MODULES: dict[str, tuple[str | tuple[str, ...], list[str], list[str]]] = {
     # several seconds a mutant: far too slow here)
     "diff": (("traceinsight/delta/compare.py", "traceinsight/delta/match.py", "traceinsight/delta/stats.py"),
              ["tests/test_diff_compare.py"], []),
-    "ledger": ("traceinsight/ledger.py", ["tests/test_ledger_json.py", "tests/test_ledger.py", "tests/test_ledger_pieces.py", "tests/test_ledger_property.py",
+    "ledger": ("traceinsight/ledger.py", ["tests/test_ledger_values.py", "tests/test_ledger_json.py", "tests/test_ledger.py", "tests/test_ledger_pieces.py", "tests/test_ledger_property.py",
                                          "tests/test_ledger_verdict.py", "tests/test_ledger_render.py", "tests/test_fast_paths.py"], []),
     # the what-if transforms and what maps findings to them (graph building and replay have their own tests,
     # native-vs-Python replay among them, and would take far longer than a run here)

@@ -15,6 +15,7 @@ from traceinsight.derived import Derived
 from traceinsight.efficiency import (RECORD_SHAPES_HINT, EfficiencySettings, _compact_dims, _dominant_dtype,
                                      _window_ns)
 from traceinsight.peaks import UNKNOWN_PEAK
+from traceinsight.timeline import Timeline
 
 A100 = "NVIDIA A100-SXM4-80GB"
 BF16, F32 = "c10::BFloat16", "float"
@@ -310,3 +311,97 @@ def test_hardware_samples_at_the_edges(tmp_path):
     t = NsysTrace()  # no sampling: no hardware block
     t.kernel("sm80_xmma_gemm_bf16bf16", 200_000, 100_000)
     assert _eff(t.write(tmp_path / "none.sqlite")).hardware is None
+
+
+def test_a_kernel_no_op_launched_is_classed_by_its_own_name(tmp_path):
+    """Shapes tie the GEMM kernel to its op; an elementwise kernel launched outside any op keeps the class its
+    name says (not the class of some op), so the GEMM row holds only the GEMM's 100 µs."""
+    t = KinetoTrace(device_name=A100)
+    t.step(1, 0, 1000)
+    _mm(t, 10, 1024, 1024, 1024, 100.0)
+    t.kernel("vectorized_elementwise_kernel", 300, 10.0, launch_us=290)
+    e = _eff(t.write(tmp_path / "t.json"))
+    c = e.classes.set_index("cls")
+    assert c["time_ns"].to_dict() == {"gemm": 100_000, "elementwise": 10_000}
+    assert list(e.kernel_cls) == ["gemm", "elementwise"]
+
+
+def test_a_matrix_class_without_modelled_ops_has_no_ridge(tmp_path):
+    """GEMM time whose kernels no op with shapes launched has no dtype, so no peak to place it against: no ridge
+    point and no bound (the bf16 elementwise class beside it keeps its ridge, and is memory-bound; a copy is placed
+    against the FP32 peak)."""
+    t = KinetoTrace(device_name=A100)
+    t.step(1, 0, 1000)
+    _add(t, 10, 1 << 20, 10.0)
+    t.kernel("ampere_bf16_s16816gemm_bf16_128x128", 300, 100.0, launch_us=290)
+    t.memcpy("HtoD", 500, 20.0, nbytes=1 << 20)
+    rows = {r["cls"]: r for r in _eff(t.write(tmp_path / "t.json")).to_dict()["classes"]}
+    g = rows["gemm"]
+    assert (g["time_ns"], g["modelled_ns"], g["dtype"], g["ridge"], g["bound"]) == (100_000, 0, None, None, None)
+    assert rows["elementwise"]["bound"] == "memory" and rows["elementwise"]["ridge"] == round(312e12 / (BW * 1e9), 3)  # its bf16 peak
+    # copies have no dtype of their own: their ridge is against the FP32 peak
+    assert rows["copy"]["bound"] == "memory" and rows["copy"]["ridge"] == round(19.5e12 / (BW * 1e9), 3)
+
+
+def test_model_flops_without_a_dtype_are_measured_against_the_bf16_peak(tmp_path):
+    """FLOPs per step given by the user, no shapes to say the dtype, no peak given: MFU is against the GPU's bf16
+    dense peak (A100: 312 TFLOP/s), and says so. 1e12 FLOPs per 10 ms step is 100 TFLOP/s, 32.05 %."""
+    t = NsysTrace()
+    for s in range(3):
+        t.step(s, s * 10_000_000, 10_000_000)
+        t.kernel("sm90_xmma_gemm_bf16bf16", s * 10_000_000 + 100_000, 9_000_000)
+    e = _eff(t.write(tmp_path / "t.sqlite"), model_flops_per_step=1e12)
+    assert (e.flops_source, e.mfu_dtype) == ("user", "bf16")
+    assert e.mfu_pct == pytest.approx(100 * 100 / 312)
+    assert e.to_dict()["mfu_peak"] == "312 TFLOP/s bf16 dense, NVIDIA A100 80GB SXM datasheet"
+
+
+def test_kernel_names_as_plain_strings_give_the_same_classes(tmp_path):
+    """A timeline assembled through the API with names as plain strings (not categories) classes its kernels the
+    same way: by their ops where shapes tie them, else by their own names."""
+    t = KinetoTrace(device_name=A100)
+    t.step(1, 0, 1000)
+    _mm(t, 10, 1024, 1024, 1024, 100.0)
+    t.kernel("vectorized_elementwise_kernel", 300, 10.0, launch_us=290)
+    tl = traceinsight.load(t.write(tmp_path / "t.json"))
+    plain = Timeline(events=tl.events.assign(name=tl.events["name"].astype(object)), meta=tl.meta)
+    e = Derived(plain).efficiency
+    assert list(e.kernel_cls) == ["gemm", "elementwise"]
+    assert e.classes.set_index("cls")["time_ns"].to_dict() == {"gemm": 100_000, "elementwise": 10_000}
+    assert e.to_dict() == Derived(tl).efficiency.to_dict()
+
+
+def test_the_gpus_span_of_the_steps_is_found_on_any_rank(tmp_path):
+    """The GPU-bound loop of ``test_efficiency.py`` on rank 1 of a job (steps are keyed by rank and step): two 1 ms
+    host steps each queue a 1.5 ms GEMM, the GPU works over [40, 3040) µs, and MFU is the FLOPs over those 3 ms."""
+    t = KinetoTrace(device_name=A100, rank=1, world_size=2)
+    for s, gpu_at in ((0, 40.0), (1, 1540.0)):
+        t.step(s + 1, 1000 * s, 1000)
+        op = t.cpu_op("aten::mm", 1000 * s + 10, 20, args={"Input Dims": [[1024, 1024], [1024, 1024]],
+                                                         "Input type": [BF16, BF16], "Concrete Inputs": ["", ""]})
+        t.kernel("ampere_bf16_s16816gemm_bf16_128x128", gpu_at, 1500.0, launch_us=1000 * s + 15, op=op)
+    e = _eff(t.write(tmp_path / "t.json"))
+    assert e.mfu_pct == pytest.approx(100 * 2 * 2 * 1024**3 / 3e-3 / 1e12 / 312)
+    assert e.steps["dur_ns"].tolist() == [1_000_000, 1_000_000]
+    assert e.steps["tflops"].tolist() == pytest.approx([2 * 1024**3 / 1e-3 / 1e12] * 2, rel=1e-12)  # each step's own
+
+
+def test_the_lower_bound_note_gives_the_untied_share(tmp_path):
+    """40 µs of GEMM time tied to an op with shapes, 60 µs in a GEMM kernel no op launched: the note says 60 %."""
+    t = KinetoTrace(device_name=A100)
+    t.step(1, 0, 2000)
+    _mm(t, 10, 1024, 1024, 1024, 40.0)
+    t.kernel("ampere_bf16_s16816gemm_bf16_64x64", 500, 60.0)
+    e = _eff(t.write(tmp_path / "t.json"))
+    assert e.notes == ["60% of GEMM/convolution/attention GPU time is in kernels not tied to an op with recorded shapes "
+                       "(no External id or launch record, or an op without a FLOPs model): MFU is a lower bound"]
+
+
+def test_a_gemm_of_empty_matrices_gives_no_mfu_and_no_dtype(tmp_path):
+    """An mm with a zero dimension has no FLOPs: the view has no MFU, and no MFU dtype to print beside it."""
+    t = KinetoTrace(device_name=A100)
+    t.step(1, 0, 1000)
+    _mm(t, 10, 0, 1024, 1024, 100.0)
+    e = _eff(t.write(tmp_path / "t.json"))
+    assert (e.flops_source, e.mfu_pct, e.mfu_dtype) == ("none", None, None)
+    assert e.to_dict()["mfu_peak"] is None

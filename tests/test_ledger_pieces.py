@@ -157,3 +157,14 @@ def test_steps_far_apart_and_several_devices():
         (1, 0, 7, "compute", 500),
         (1, 0, 7, "idle_other", 50),
     ]
+
+
+def test_union_of_runs_at_a_million_row_scale():
+    """Two threads' host work, 2 x 150 000 rows interleaved (disjoint within a thread): the union the ledger reads
+    host-busy time from is exact at the sizes where its working arrays come from fresh memory."""
+    n = 150_000
+    a = np.arange(n, dtype=np.int64) * 10
+    runs = [(a, a + 3), (a + 5, a + 7)]
+    s, e = L._union_of_runs(runs)
+    assert len(s) == 2 * n and s[:4].tolist() == [0, 5, 10, 15] and e[:4].tolist() == [3, 7, 13, 17]
+    assert int((e - s).sum()) == 5 * n
