@@ -487,6 +487,19 @@ def test_names_as_plain_strings_give_the_same_ledger(tmp_path):
     assert _warm(plain) == _warm(Derived(tl).ledger) == [(20, 2000, "first call of aten::conv2d"), (2720, 2000, "first call of aten::conv2d")]
 
 
+def test_kinds_as_plain_strings_give_the_same_ledger(tmp_path):
+    """A timeline assembled through the API with every category column as plain strings (kind, name, copy kind)
+    builds the same ledger: the masks it combines in place must be its own arrays, not read-only views."""
+    t = KinetoTrace()
+    _first_call(t, "aten::to", 2000, 100, block=("cudaStreamSynchronize", 1000))
+    tl = traceinsight.load(t.write(tmp_path / "t.json"))
+    ev = tl.events
+    plain_cols = {c: ev[c].astype(object) for c in ev.columns if isinstance(ev[c].dtype, pd.CategoricalDtype)}
+    plain = Derived(Timeline(events=ev.assign(**plain_cols), meta=tl.meta)).ledger
+    led = Derived(tl).ledger
+    assert plain.totals() == led.totals() and _warm(plain) == _warm(led)
+
+
 # --- warm-up per input shape (its cases: tests/test_ledger.py; here the calls the plain-names parity reads) -----
 def _shaped_calls(calls: list[tuple[list | None, float]]) -> KinetoTrace:
     """aten::conv2d calls one after another (each [cursor, cursor + µs), a 50 µs kernel launched from inside it

@@ -312,8 +312,7 @@ def _outlier_first_calls_per_shape(names: pd.Series, shapes: pd.Series, cand: np
     call of ``aten::cudnn_convolution``. Rows without recorded shapes are not looked at here (the name-only pass
     covers them), and a group must come back ``WARMUP_SHAPE_REPEATS`` times after its first call."""
     sh = shapes.cat.codes.to_numpy() if isinstance(shapes.dtype, pd.CategoricalDtype) else pd.factorize(shapes.to_numpy())[0]
-    pos = np.flatnonzero(cand) if cand.dtype == bool else cand
-    pos = pos[sh[pos] >= 0]
+    pos = cand[sh[cand] >= 0]  # ``cand``: ascending positions (``_warmup_candidates``)
     if not len(pos):
         return pos
     nm = names.cat.codes.to_numpy()[pos] if isinstance(names.dtype, pd.CategoricalDtype) else pd.factorize(names.to_numpy()[pos])[0]
