@@ -90,7 +90,7 @@ class AllocatorChurn(Rule):
     def check(self, ctx: Context):
         mem = ctx.views.memory
         grows = mem.steady_allocator_calls(FREE_CALLS, matching=False)
-        self._frees = mem.steady_allocator_calls(FREE_CALLS)
+        frees = mem.steady_allocator_calls(FREE_CALLS)
         table = ctx.timeline.memory
         done_ranks = set()
         for d in mem.devices:
@@ -107,16 +107,16 @@ class AllocatorChurn(Rule):
                     and d.peak_reserved - d.peak_allocated >= self.min_gap_gib * (1 << 30))
             if not (grew or n_calls or frag):
                 continue
-            yield self._finding(ctx, f"rank {d.rank} GPU {d.device}", d, growth if grew else 0.0, base, g if n_calls else g.iloc[:0], frag)
+            yield self._finding(ctx, f"rank {d.rank} GPU {d.device}", d, growth if grew else 0.0, base, g if n_calls else g.iloc[:0], frag, frees)
         if not mem.devices:
             for rank, g in grows.groupby("rank", sort=True):
                 if len(g) >= self.min_calls and len(np.unique(g["step"].to_numpy())) >= self.min_steps:
-                    yield self._finding(ctx, f"rank {int(rank)}", None, 0.0, None, g, False)
+                    yield self._finding(ctx, f"rank {int(rank)}", None, 0.0, None, g, False, frees)
 
-    def _why(self, ctx: Context, d, calls: pd.DataFrame) -> str:
+    @staticmethod
+    def _why(ctx: Context, d, calls: pd.DataFrame, frees: pd.DataFrame) -> str:
         """What keeps the allocator from reusing its blocks: the program's own releases (TI031) when they run in the
         steady state and were asked for, else changing shapes or fragmentation."""
-        frees = self._frees
         if len(calls) and len(frees):
             rank = int(calls["rank"].iloc[0])
             mine = frees[frees["rank"].to_numpy() == rank]
@@ -126,7 +126,8 @@ class AllocatorChurn(Rule):
                         "`torch.cuda.empty_cache()` or the like), so every step allocates from the driver again.")
         return "changing shapes or fragmentation keep it from reusing its blocks."
 
-    def _finding(self, ctx: Context, where: str, d, growth: float, base: float | None, calls: pd.DataFrame, frag: bool):
+    def _finding(self, ctx: Context, where: str, d, growth: float, base: float | None, calls: pd.DataFrame, frag: bool,
+                 frees: pd.DataFrame):
         call_ns = int(calls["dur_ns"].sum()) if len(calls) else 0
         parts, bits = [], []
         if growth:
@@ -152,7 +153,7 @@ class AllocatorChurn(Rule):
         return ctx.finding(
             title=f"{where}: allocator churn ({', '.join(bits)})",
             message=f"On {where}, " + "; ".join(parts) + ". A caching allocator in steady state should neither grow nor call the driver: "
-                    + self._why(ctx, d, calls),
+                    + self._why(ctx, d, calls, frees),
             impact_ns=call_ns,
             evidence=evidence,
             instances=pd.DataFrame({"start_ns": calls["start_ns"], "end_ns": calls["start_ns"] + calls["dur_ns"],

@@ -3,7 +3,6 @@ the steady state."""
 
 from __future__ import annotations
 
-import numpy as np
 import pandas as pd
 
 from traceinsight.memory import FREE_CALLS, fmt_bytes
@@ -113,72 +112,55 @@ class MemoryPressure(Rule):
     def _finding(self, ctx: Context, d, near: bool, frees: pd.DataFrame, rank: int | None = None):
         flush_ns = int(frees["dur_ns"].sum()) if len(frees) else 0
         oom = d is not None and bool(d.oom_events)
-        how = asked_for(ctx.views, frees, d) if len(frees) and not oom and not near else None
-        if how:
-            return self._asked_for(ctx, d, frees, flush_ns, rank, how)
-        parts = []
         where = f"rank {d.rank} GPU {d.device}" if d is not None else f"rank {rank}"
-        if d is not None and d.oom_events:
-            parts.append(f"{d.oom_events} allocation{'s' if d.oom_events > 1 else ''} failed with out-of-memory")
-        if near:
-            parts.append(f"the peak reached {fmt_bytes(d.peak)} of {fmt_bytes(d.capacity)} ({100 * d.peak_share:.0f} %)"
-                         + (f" in step {d.peak_step}" if d.peak_step is not None else "")
-                         + (f" at {d.peak_op}" if d.peak_op else ""))
-        if len(frees):
-            parts.append(f"{len(frees)} memory-releasing call{'s' if len(frees) > 1 else ''} ({', '.join(sorted(set(frees['name'].astype(str))))}) "
-                         f"ran after warm-up for {fmt_ns(flush_ns)}, each synchronising the device")
-        severity = Severity.ERROR if d is not None and d.oom_events else None
-        title_bits = (["out of memory"] if d is not None and d.oom_events else []) + \
-                     ([f"peak {100 * d.peak_share:.0f} % of capacity"] if near else []) + \
-                     ([f"{len(frees)} cudaFree flushes"] if len(frees) else [])
+        n = len(frees)
+        calls = ", ".join(sorted(set(frees["name"].astype(str)))) if n else ""
+        released = (f"{n} memory-releasing call{'s' if n > 1 else ''} ({calls}) ran after warm-up for {fmt_ns(flush_ns)}, "
+                    "each synchronising the device")
+        metrics = {"rank": d.rank if d is not None else rank, "device": d.device if d is not None else None,
+                   "oom_events": d.oom_events if d is not None else 0,
+                   "peak_bytes": None if d is None or d.peak is None else int(d.peak),
+                   "capacity_bytes": d.capacity if d is not None else None,
+                   "peak_share_pct": None if d is None or d.peak_share is None else round(100 * d.peak_share, 3),
+                   "steady_state_frees": int(n), "flush_ns": flush_ns}
+        how = asked_for(ctx.views, frees, d) if n and not oom and not near else None
+        if how:
+            # the program's own releases (``empty_cache``), not the allocator at its limit: said so, and the fix is
+            # to stop asking
+            title = f"{where}: allocator cache released {n} times in the steady state (asked for, not pressure)"
+            message = (f"On {where}, {released}, {how}: the program asks for them (`torch.cuda.empty_cache()` or an option "
+                       "that releases cached memory); a caching allocator under pressure releases from inside the "
+                       "allocation that failed. The next steps then allocate from the driver again (TI032).")
+            severity, fixes, metrics["asked_for"] = None, {**type(self).fixes(), "pytorch": FIX_EMPTY_CACHE}, True
+        else:
+            parts = []
+            if oom:
+                parts.append(f"{d.oom_events} allocation{'s' if d.oom_events > 1 else ''} failed with out-of-memory")
+            if near:
+                parts.append(f"the peak reached {fmt_bytes(d.peak)} of {fmt_bytes(d.capacity)} ({100 * d.peak_share:.0f} %)"
+                             + (f" in step {d.peak_step}" if d.peak_step is not None else "")
+                             + (f" at {d.peak_op}" if d.peak_op else ""))
+            if n:
+                parts.append(released)
+            title_bits = (["out of memory"] if oom else []) + ([f"peak {100 * d.peak_share:.0f} % of capacity"] if near else []) + \
+                         ([f"{n} cudaFree flushes"] if n else [])
+            title = f"{where}: memory pressure ({', '.join(title_bits)})"
+            message = f"On {where}, " + "; ".join(parts) + ". The allocator is at its limit: lower what a step needs or let it grow segments instead of flushing."
+            severity, fixes = (Severity.ERROR if oom else None), None
         evidence = pd.DataFrame()
-        if len(frees):
+        if n:
             evidence = frees.groupby([frees["name"].astype(str), "step"], sort=True).agg(
                 calls=("dur_ns", "size"), time_ms=("dur_ns", lambda x: x.sum() / 1e6)).reset_index().rename(columns={"name": "call"})
         return ctx.finding(
-            title=f"{where}: memory pressure ({', '.join(title_bits)})",
-            message=f"On {where}, " + "; ".join(parts) + ". The allocator is at its limit: lower what a step needs or let it grow segments instead of flushing.",
+            title=title,
+            message=message,
             impact_ns=flush_ns,
             severity=severity,
             evidence=evidence,
+            **({"fixes": fixes} if fixes else {}),
             instances=pd.DataFrame({"start_ns": frees["start_ns"], "end_ns": frees["start_ns"] + frees["dur_ns"],
-                                    "rank": frees["rank"], "device": -1, "label": frees["name"].astype(str)}) if len(frees) else None,
-            metrics={"rank": d.rank if d is not None else rank, "device": d.device if d is not None else None,
-                     "oom_events": d.oom_events if d is not None else 0,
-                     "peak_bytes": None if d is None or d.peak is None else int(d.peak),
-                     "capacity_bytes": d.capacity if d is not None else None,
-                     "peak_share_pct": None if d is None or d.peak_share is None else round(100 * d.peak_share, 3),
-                     "steady_state_frees": int(len(frees)), "flush_ns": flush_ns},
-            location=Location(rank=d.rank if d is not None else rank, device=d.device if d is not None else None),
-            key=f"{where}",
-        )
-
-    def _asked_for(self, ctx: Context, d, frees: pd.DataFrame, flush_ns: int, rank, how: str):
-        """The releases are the program's own (``empty_cache``), not the allocator at its limit: said so, and the fix
-        is to stop asking."""
-        where = f"rank {d.rank} GPU {d.device}" if d is not None else f"rank {rank}"
-        r = d.rank if d is not None else rank
-        n = len(frees)
-        calls = ", ".join(sorted(set(frees["name"].astype(str))))
-        evidence = frees.groupby([frees["name"].astype(str), "step"], sort=True).agg(
-            calls=("dur_ns", "size"), time_ms=("dur_ns", lambda x: x.sum() / 1e6)).reset_index().rename(columns={"name": "call"})
-        return ctx.finding(
-            title=f"{where}: allocator cache released {n} times in the steady state (asked for, not pressure)",
-            message=(f"On {where}, {n} memory-releasing call{'s' if n > 1 else ''} ({calls}) ran after warm-up for {fmt_ns(flush_ns)}, "
-                     f"each synchronising the device, {how}: the program asks for them (`torch.cuda.empty_cache()` or "
-                     "an option that releases cached memory); a caching allocator under pressure releases from inside "
-                     "the allocation that failed. The next steps then allocate from the driver again (TI032)."),
-            impact_ns=flush_ns,
-            evidence=evidence,
-            fixes={**type(self).fixes(), "pytorch": FIX_EMPTY_CACHE},
-            instances=pd.DataFrame({"start_ns": frees["start_ns"], "end_ns": frees["start_ns"] + frees["dur_ns"],
-                                    "rank": frees["rank"], "device": -1, "label": frees["name"].astype(str)}),
-            metrics={"rank": r, "device": d.device if d is not None else None, "oom_events": 0,
-                     "peak_bytes": None if d is None or d.peak is None else int(d.peak),
-                     "capacity_bytes": d.capacity if d is not None else None,
-                     "peak_share_pct": None if d is None or d.peak_share is None else round(100 * d.peak_share, 3),
-                     "steady_state_frees": int(n), "flush_ns": flush_ns, "asked_for": True},
-            location=Location(rank=r, device=d.device if d is not None else None),
+                                    "rank": frees["rank"], "device": -1, "label": frees["name"].astype(str)}) if n else None,
+            metrics=metrics,
+            location=Location(rank=metrics["rank"], device=metrics["device"]),
             key=where,
         )
-

@@ -337,7 +337,9 @@ def dataloader_after(out):
 
 # --- steady state -------------------------------------------------------------------------------------------
 
-def _resnet_setup():
+def _resnet_setup(bf16: bool = False):
+    """ResNet-18 training at batch 64 on 224x224 images with cuDNN's benchmark mode; ``bf16``: under
+    ``torch.autocast(dtype=torch.bfloat16)`` with channels-last tensors."""
     import torch
     from torch import nn
 
@@ -350,19 +352,24 @@ def _resnet_setup():
         model = torchvision.models.resnet18(num_classes=100)
     except ImportError:  # smoke runs without torchvision
         model = nn.Sequential(nn.Conv2d(3, 8, 3), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8, 100))
-    model = model.to(dev)
+    layout = torch.channels_last if bf16 else torch.contiguous_format
+    model = model.to(dev).to(memory_format=layout)
     B, S = _scale(64, 2), _scale(224, 32)
-    x = torch.randn(B, 3, S, S, device=dev)
+    x = torch.randn(B, 3, S, S, device=dev).to(memory_format=layout)
     y = torch.randint(0, 100, (B,), device=dev)
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     lossf = nn.CrossEntropyLoss()
+    ctx = (lambda: torch.autocast(dev.type, dtype=torch.bfloat16)) if bf16 else contextlib.nullcontext
 
     def step(i):
         opt.zero_grad(set_to_none=True)
-        lossf(model(x), y).backward()
+        with ctx():
+            loss = lossf(model(x), y)
+        loss.backward()
         opt.step()
 
-    return step, dict(model="resnet18", batch=B, image=S, cudnn_benchmark=True)
+    cfg = dict(model="resnet18", batch=B, image=S, cudnn_benchmark=True)
+    return step, ({**cfg, "precision": "bf16 autocast, channels_last"} if bf16 else cfg)
 
 
 @scenario
@@ -483,34 +490,8 @@ def _recompile(out, name, dynamic):
 def resnet_bf16(out):
     """The warm ResNet-18 run under ``torch.autocast(dtype=torch.bfloat16)`` with channels-last tensors: the fix
     TI007/TI041 point at, for a before/after with ``resnet_warm``."""
-    import torch
-    from torch import nn
-
-    torch.manual_seed(0)
-    dev = _dev()
-    torch.backends.cudnn.benchmark = True
-    try:
-        import torchvision
-
-        model = torchvision.models.resnet18(num_classes=100)
-    except ImportError:
-        model = nn.Sequential(nn.Conv2d(3, 8, 3), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8, 100))
-    model = model.to(dev).to(memory_format=torch.channels_last)
-    B, S = _scale(64, 2), _scale(224, 32)
-    x = torch.randn(B, 3, S, S, device=dev).to(memory_format=torch.channels_last)
-    y = torch.randint(0, 100, (B,), device=dev)
-    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-    lossf = nn.CrossEntropyLoss()
-
-    def step(i):
-        opt.zero_grad(set_to_none=True)
-        with torch.autocast(dev.type, dtype=torch.bfloat16):
-            loss = lossf(model(x), y)
-        loss.backward()
-        opt.step()
-
-    notes = Recorder(out, "resnet_bf16", wait=5, warmup=2, active=3, flops=True).run(step)
-    return dict(model="resnet18", batch=B, image=S, precision="bf16 autocast, channels_last", **notes)
+    step, cfg = _resnet_setup(bf16=True)
+    return {**cfg, **Recorder(out, "resnet_bf16", wait=5, warmup=2, active=3, flops=True).run(step)}
 
 
 @scenario
@@ -569,23 +550,37 @@ def _encoder(dev, d=1024, layers=4):
     return nn.TransformerEncoder(layer, layers, enable_nested_tensor=False).to(dev)
 
 
+def _encoder_training(d: int, B: int, T: int, layers: int, bf16: bool = False):
+    """A step of transformer-encoder training (AdamW, a loss on the output's mean square) on one fixed batch of
+    ``B`` sequences of ``T`` tokens; ``bf16``: the forward under ``torch.autocast(dtype=torch.bfloat16)``."""
+    import torch
+
+    torch.manual_seed(0)
+    dev = _dev()
+    model = _encoder(dev, d, layers)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    x = torch.randn(B, T, d, device=dev)
+    ctx = (lambda: torch.autocast(dev.type, dtype=torch.bfloat16)) if bf16 else contextlib.nullcontext
+
+    def step(i):
+        opt.zero_grad(set_to_none=True)
+        with ctx():
+            loss = model(x).float().pow(2).mean()
+        loss.backward()
+        opt.step()
+
+    return step
+
+
 @scenario
 def memory_pressure(out):
     """Training that leaves almost no free memory: another tensor (a cache, a second model) holds most of the
     GPU and the step's peak fills the rest."""
     import torch
 
-    torch.manual_seed(0)
     dev = _dev()
     d, B, T = _scale(1024, 16), _scale(16, 2), _scale(1024, 8)
-    model = _encoder(dev, d, _scale(8, 1))
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    x = torch.randn(B, T, d, device=dev)
-
-    def step(i):
-        opt.zero_grad(set_to_none=True)
-        model(x).float().pow(2).mean().backward()
-        opt.step()
+    step = _encoder_training(d, B, T, _scale(8, 1))
 
     ballast_bytes = 0
     if dev.type == "cuda":
@@ -686,22 +681,8 @@ def memory_oom(out):
 # --- compute efficiency -------------------------------------------------------------------------------------
 
 def _efficiency_run(out, name, bf16: bool):
-    import torch
-
-    torch.manual_seed(0)
-    dev = _dev()
     d, B, T = _scale(1024, 16), _scale(16, 2), _scale(512, 8)
-    model = _encoder(dev, d, _scale(6, 1))
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    x = torch.randn(B, T, d, device=dev)
-    ctx = (lambda: torch.autocast(dev.type, dtype=torch.bfloat16)) if bf16 else contextlib.nullcontext
-
-    def step(i):
-        opt.zero_grad(set_to_none=True)
-        with ctx():
-            loss = model(x).float().pow(2).mean()
-        loss.backward()
-        opt.step()
+    step = _encoder_training(d, B, T, _scale(6, 1), bf16=bf16)
 
     notes = Recorder(out, name, wait=2, warmup=2, active=3, flops=True, memory=False).run(step)
     return dict(d_model=d, batch=B, seq=T, layers=6, precision="bf16 autocast" if bf16 else "fp32 (TF32 off)",

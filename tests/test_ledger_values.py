@@ -15,7 +15,7 @@ import pandas as pd
 
 import traceinsight
 from traceinsight import ledger as L
-from traceinsight.buckets import BUCKETS, IDLE_BUCKETS
+from traceinsight.buckets import IDLE_BUCKETS
 from traceinsight.derived import Derived
 from traceinsight.steady import WARMUP_MIN_NS, WARMUP_RATIO
 from traceinsight.timeline import Timeline
@@ -385,6 +385,16 @@ def test_claims_take_any_iterable_of_ranges(tmp_path):
     assert _spans(led.claimed("idle_untraced", within=iter(pairs)), at) == [(100.0, 290.0, "idle_untraced"), (294.0, 300.0, "idle_untraced")]
 
 
+@dataclasses.dataclass
+class _Hit:
+    """An instance given as an object with attributes (``Finding.instances`` takes those too)."""
+
+    start_ns: int
+    end_ns: int
+    rank: int | None = None
+    device: int | None = None
+
+
 def test_ranges_that_name_a_rank_claim_on_that_rank_only(tmp_path):
     """At 150 µs both ranks idle (rank 0: [100, 300), rank 1: [100, 200)); a range naming rank 1 claims rank 1's
     gap only, as a frame column, as an instance attribute, or mixed with plain pairs (which apply to every rank)."""
@@ -399,18 +409,11 @@ def test_ranges_that_name_a_rank_claim_on_that_rank_only(tmp_path):
     assert led.claim(IDLE_BUCKETS, within=frame) == 100 * US
     assert led.claimed_ns(IDLE_BUCKETS, within=frame) == {(1, 0, "idle_host_busy"): 84 * US, (1, 0, "idle_untraced"): 16 * US}
 
-    @dataclasses.dataclass
-    class Hit:
-        start_ns: int
-        end_ns: int
-        rank: int | None = None
-        device: int | None = None
-
-    assert led.claim(IDLE_BUCKETS, within=[Hit(at(150), at(160), rank=1)]) == 100 * US
+    assert led.claim(IDLE_BUCKETS, within=[_Hit(at(150), at(160), rank=1)]) == 100 * US
     # a pair (both ranks busy at 50: 10 µs each) with an instance on rank 1 at 350 (busy on both ranks)
-    mixed = [(at(50), at(60)), Hit(at(350), at(360), rank=1)]
+    mixed = [(at(50), at(60)), _Hit(at(350), at(360), rank=1)]
     assert led.claimed_ns("compute", within=mixed) == {(0, 0, "compute"): 10 * US, (1, 0, "compute"): 20 * US}
-    assert led.claimed_ns("compute", within=[(at(50), at(60)), Hit(at(350), at(360))]) == {(0, 0, "compute"): 20 * US, (1, 0, "compute"): 20 * US}
+    assert led.claimed_ns("compute", within=[(at(50), at(60)), _Hit(at(350), at(360))]) == {(0, 0, "compute"): 20 * US, (1, 0, "compute"): 20 * US}
 
 
 def test_ranges_that_name_a_device_claim_on_that_device_only(tmp_path):
@@ -430,14 +433,7 @@ def test_ranges_that_name_a_device_claim_on_that_device_only(tmp_path):
     assert led.claimed_ns(IDLE_BUCKETS, within=[(at(200), at(210))]) == {(0, 0, "idle_gpu_dependency"): 200 * US}
     assert _spans(led.claimed(IDLE_BUCKETS, device=1, within=[(at(60), at(70))]), at) == [(40.0, 90.0, "idle_launch_bound")]
 
-    @dataclasses.dataclass
-    class Hit:
-        start_ns: int
-        end_ns: int
-        rank: int | None = None
-        device: int | None = None
-
-    mixed = [(at(20), at(30)), Hit(at(60), at(70), device=1)]
+    mixed = [(at(20), at(30)), _Hit(at(60), at(70), device=1)]
     assert led.claimed_ns(["compute", "idle_launch_bound"], within=mixed) == {
         (0, 0, "compute"): 10 * US, (0, 1, "compute"): 10 * US, (0, 1, "idle_launch_bound"): 50 * US}
 

@@ -98,21 +98,25 @@ def one_time_regions(views: "Views", blocking: "list[tuple[np.ndarray, np.ndarra
         # per rank on the step arrays (``groupby("rank", sort=True)`` then ``sort_values("start_ns")`` in each, the
         # same quicksort): a groupby's fixed cost was most of this function on a rank of a few steps
         s_rank, s_start, s_dur = steps["rank"].to_numpy(), steps["start_ns"].to_numpy(), steps["dur_ns"].to_numpy()
+        # per rank, when the program's own work (runtime calls, framework ops) begins: not the profiler's range
+        # around the window
+        first_work: dict[int, int] = {}
+        if not host.empty:
+            work = kind_mask(host["kind"], ("runtime", "cpu_op"))
+            if work.any():
+                w_rank, w_start = host["rank"].to_numpy()[work], host["start_ns"].to_numpy()[work]
+                first_work = {int(r): int(w_start[w_rank == r].min()) for r in np.unique(w_rank)}
         for r in np.unique(s_rank):
             own = np.flatnonzero(s_rank == r)
             st = np.sort(s_start[own])
             second_step[int(r)] = int(st[1]) if len(st) > 1 else int(np.iinfo(np.int64).max)
             own = own[np.argsort(s_start[own], kind="quicksort")]
-            if len(st) >= MIN_STEADY_STEPS and not host.empty:
+            first_host = first_work.get(int(r))
+            if len(st) >= MIN_STEADY_STEPS and first_host is not None and first_host < int(st[0]):
                 # before the loop's first step the program starts up (imports, model set-up, data loading's first
                 # fill): none of it repeats, whatever the calls are named (a whole-program Nsight capture)
-                # the program's own work (runtime calls, framework ops), not the profiler's range around the window
-                on_rank = (host["rank"].to_numpy() == r) & kind_mask(host["kind"], ("runtime", "cpu_op"))
-                if on_rank.any():
-                    first_host = int(host["start_ns"].to_numpy()[on_rank].min())
-                    if first_host < int(st[0]):
-                        parts.append(pd.DataFrame({"rank": [int(r)], "start_ns": [first_host], "end_ns": [int(st[0])],
-                                                   "reason": ["before the first step (program start-up)"]}))
+                parts.append(pd.DataFrame({"rank": [int(r)], "start_ns": [first_host], "end_ns": [int(st[0])],
+                                           "reason": ["before the first step (program start-up)"]}))
             w = warmup_steps(s_dur[own])
             if w.any():
                 d = steps.iloc[own[w]]

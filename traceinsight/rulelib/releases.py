@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from ..memory import fmt_bytes
 from .enclosing import cpu_op_enclosing
 
 #: A release on a device whose memory peak stayed under this share of its capacity was asked for: the allocator
@@ -41,7 +42,5 @@ def asked_for(views, frees: pd.DataFrame, device=None) -> str | None:
     if bool(outside_framework_ops(views, frees).all()):
         return "outside any framework op"
     if device is not None and not device.relative and device.peak_share is not None and device.peak_share < ASKED_BELOW_PEAK_SHARE:
-        from traceinsight.memory import fmt_bytes
-
         return f"while the device's peak stayed at {fmt_bytes(device.peak)} of its {fmt_bytes(device.capacity)}"
     return None
