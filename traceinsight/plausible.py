@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from .masks import join_keys
+from .timeline import kind_is, take_rows
 
 #: No capture has a stretch this long with no event at all: rows beyond such a gap have corrupt times.
 MAX_GAP_NS = 24 * 3600 * 10**9
@@ -30,10 +31,58 @@ def check(events: pd.DataFrame, meta) -> pd.DataFrame:
     if events.empty:
         return events
     _cap_names(events, meta)
-    events = _far_from_the_rest(events, meta)
-    events = _overlapping_steps(events, meta)
+    far = _far_rows(events["start_ns"].to_numpy(), meta)
+    if far is not None:
+        events = events[~far].reset_index(drop=True)
+    overlap = _overlapping_step_rows((events["kind"] == "step").to_numpy(), events["start_ns"].to_numpy(),
+                                     events["dur_ns"].to_numpy(), events["rank"].to_numpy(), events["device"].to_numpy(), meta)
+    if overlap is not None:
+        events = events[~overlap].reset_index(drop=True)
     _shared_correlations(events, meta)
     return events
+
+
+def check_columns(cols: dict, meta) -> dict:
+    """``check`` on the columns of ``timeline.event_columns`` (numpy arrays, and ``pd.Categorical`` for every string
+    column) before the frame is built: the same rows, names and warnings, without a frame's fixed costs on a rank of
+    a few dozen events. Returns the columns (a new dict when rows were dropped)."""
+    if not len(cols["start_ns"]):
+        return cols
+    cut = 0
+    for col in _NAME_COLUMNS:
+        capped = _capped_categories(cols[col]) if col in cols else None
+        if capped is not None:
+            cols[col], n = capped
+            cut += n
+    if cut:
+        meta.warn(_cut_warning(cut))
+    far = _far_rows(cols["start_ns"], meta)
+    if far is not None:
+        cols = take_rows(cols, ~far)
+    overlap = _overlapping_step_rows(kind_is(cols["kind"], "step"), cols["start_ns"], cols["dur_ns"], cols["rank"], cols["device"], meta)
+    if overlap is not None:
+        cols = take_rows(cols, ~overlap)
+    corr = _unlinked_correlations(cols["correlation"], kind_is(cols["kind"], "runtime"), cols["rank"], cols["pid"], meta)
+    if corr is not None:
+        cols["correlation"] = corr
+    return cols
+
+
+def _cut_warning(cut: int) -> str:
+    return f"{cut:,} names longer than {MAX_NAME_CHARS:,} characters were cut to that length"
+
+
+def _capped_categories(values) -> "tuple[pd.Categorical, int] | None":
+    """A categorical column with its over-long names cut (with "…") and how many were, or None when none is."""
+    cats = values.categories
+    if not len(cats) or cats.dtype.kind in "iufcbmM":
+        return None
+    long = np.fromiter((isinstance(c, str) and len(c) > MAX_NAME_CHARS for c in cats), bool, len(cats))
+    if not long.any():
+        return None
+    labels = np.array([c[: MAX_NAME_CHARS - 1] + "…" if lg else c for c, lg in zip(cats, long)], dtype=object)
+    codes = np.asarray(values.codes)
+    return pd.Categorical(np.where(codes >= 0, labels[np.clip(codes, 0, None)], None)), int(long.sum())
 
 
 def _cap_names(events: pd.DataFrame, meta) -> None:
@@ -45,17 +94,10 @@ def _cap_names(events: pd.DataFrame, meta) -> None:
             continue
         ser = events[col]
         if isinstance(ser.dtype, pd.CategoricalDtype):
-            cats = ser.cat.categories
-            if not len(cats) or cats.dtype.kind in "iufcbmM":
-                continue
-            long = np.fromiter((isinstance(c, str) and len(c) > MAX_NAME_CHARS for c in cats), bool, len(cats))
-            if not long.any():
-                continue
-            labels = np.array([c[: MAX_NAME_CHARS - 1] + "…" if lg else c for c, lg in zip(cats, long)], dtype=object)
-            codes = ser.cat.codes.to_numpy()
-            cut += int(long.sum())
-            values = np.where(codes >= 0, labels[np.clip(codes, 0, None)], None)
-            events[col] = pd.Categorical(values)
+            capped = _capped_categories(ser.array)
+            if capped is not None:
+                events[col], n = capped
+                cut += n
         elif ser.dtype == object or pd.api.types.is_string_dtype(ser.dtype):
             lengths = ser.str.len()
             long = (lengths > MAX_NAME_CHARS).to_numpy()
@@ -63,21 +105,20 @@ def _cap_names(events: pd.DataFrame, meta) -> None:
                 cut += int(long.sum())
                 events.loc[long, col] = ser[long].str.slice(0, MAX_NAME_CHARS - 1) + "…"
     if cut:
-        meta.warn(f"{cut:,} names longer than {MAX_NAME_CHARS:,} characters were cut to that length")
+        meta.warn(_cut_warning(cut))
 
 
-def _far_from_the_rest(events: pd.DataFrame, meta) -> pd.DataFrame:
-    """Rows separated from the bulk of the trace by more than MAX_GAP_NS of nothing: the largest such cluster (by
-    rows; the earliest on a tie) is the capture, the rest have corrupt times."""
-    start = events["start_ns"].to_numpy()
+def _far_rows(start: np.ndarray, meta) -> np.ndarray | None:
+    """Rows separated from the bulk of the trace by more than MAX_GAP_NS of nothing (a row mask, None for none):
+    the largest such cluster (by rows; the earliest on a tie) is the capture, the rest have corrupt times."""
     lo, hi = int(start.min()), int(start.max())
     if hi - lo <= MAX_GAP_NS:
-        return events
+        return None
     order = np.argsort(start, kind="stable")
     s = start[order]
     cut = np.flatnonzero(np.diff(s) > MAX_GAP_NS) + 1
     if not len(cut):
-        return events
+        return None
     bounds = np.concatenate(([0], cut, [len(s)]))
     sizes = np.diff(bounds)
     k = int(np.argmax(sizes))
@@ -85,24 +126,24 @@ def _far_from_the_rest(events: pd.DataFrame, meta) -> pd.DataFrame:
     far = (start < keep_lo) | (start > keep_hi)
     meta.warn(f"{int(far.sum()):,} events lie more than {MAX_GAP_NS // (3600 * 10**9)} h from the rest of the trace "
               f"(the rows spanned {(hi - lo) / 3.6e12:,.1f} h, longer than one capture): implausible timestamps, were dropped")
-    return events[~far].reset_index(drop=True)
+    return far
 
 
-def _overlapping_steps(events: pd.DataFrame, meta) -> pd.DataFrame:
-    kind = events["kind"]
-    is_step = (kind == "step").to_numpy()
+def _overlapping_step_rows(is_step: np.ndarray, start: np.ndarray, dur: np.ndarray, rank: np.ndarray, device: np.ndarray,
+                           meta) -> np.ndarray | None:
+    """The step markers that overlap an earlier step of their rank and device (a row mask, None for none)."""
     if is_step.sum() < 2:
-        return events
+        return None
     rows = np.flatnonzero(is_step)
-    s = events["start_ns"].to_numpy()[rows]
-    e = s + events["dur_ns"].to_numpy()[rows]
-    group = events["rank"].to_numpy()[rows].astype(np.int64) * 4096 + (events["device"].to_numpy()[rows].astype(np.int64) + 1)
+    s = start[rows]
+    e = s + dur[rows]
+    group = rank[rows].astype(np.int64) * 4096 + (device[rows].astype(np.int64) + 1)
     order = np.lexsort((s, group))
     drop = np.zeros(len(rows), dtype=bool)
     # greedy in start order per group: a step that starts before the last kept step ends (beyond rounding) overlaps it
     g_prev, end_prev, dur_prev = None, 0, 0
     if len(rows) > 200_000:  # a loop over this many markers is itself implausible: keep the cheap check only
-        return events
+        return None
     for i in order.tolist():
         gi = int(group[i])
         if gi != g_prev:
@@ -114,38 +155,44 @@ def _overlapping_steps(events: pd.DataFrame, meta) -> pd.DataFrame:
             continue
         end_prev, dur_prev = int(e[i]), int(e[i] - s[i])
     if not drop.any():
-        return events
+        return None
     meta.warn(f"{int(drop.sum()):,} of {len(rows):,} step markers overlap an earlier step (steps follow one another); "
               "those overlapping were dropped")
-    keep = np.ones(len(events), dtype=bool)
-    keep[rows[drop]] = False
-    return events[keep].reset_index(drop=True)
+    out = np.zeros(len(is_step), dtype=bool)
+    out[rows[drop]] = True
+    return out
 
 
 def _shared_correlations(events: pd.DataFrame, meta) -> None:
     """Runtime calls of one process sharing a correlation id (which each launch gets uniquely) are unlinked, with
     the GPU rows carrying that id: a link would tie every such kernel to every such call."""
-    corr = events["correlation"].to_numpy()
-    runtime = (events["kind"] == "runtime").to_numpy() & (corr >= 0)
+    new = _unlinked_correlations(events["correlation"].to_numpy(), (events["kind"] == "runtime").to_numpy(),
+                                 events["rank"].to_numpy(), events["pid"].to_numpy(), meta)
+    if new is not None:
+        events["correlation"] = new
+
+
+def _unlinked_correlations(corr: np.ndarray, is_runtime: np.ndarray, rank: np.ndarray, pid: np.ndarray, meta) -> np.ndarray | None:
+    """The correlation column with the shared ids unlinked (-1), or None when no id is shared (``_shared_correlations``)."""
+    runtime = is_runtime & (corr >= 0)
     if runtime.sum() < 2:
-        return
-    r_rank, r_pid, r_corr = events["rank"].to_numpy()[runtime], events["pid"].to_numpy()[runtime], corr[runtime]
+        return None
+    r_rank, r_pid, r_corr = rank[runtime], pid[runtime], corr[runtime]
     # one int64 key per call (equal exactly when rank, pid and id are): a repeat is a key counted twice
     key, _ = join_keys([(r_rank, r_rank[:0]), (r_pid, r_pid[:0]), (r_corr, r_corr[:0])])
     _, inv, count = np.unique(key, return_inverse=True, return_counts=True)
     dup = count[inv.reshape(-1)] > 1  # every call of a shared id (``duplicated(keep=False)``)
     if not dup.any():
-        return
+        return None
     host = pd.DataFrame({"rank": r_rank, "pid": r_pid, "corr": r_corr})
     bad = host[dup]
     n_ids = len(bad.drop_duplicates(["rank", "pid", "corr"]))
     keys = set(zip(bad["rank"].tolist(), bad["corr"].tolist()))
-    rank = events["rank"].to_numpy()
     cand = np.flatnonzero(np.isin(corr, bad["corr"].unique()))
     hit = np.array([(int(rank[i]), int(corr[i])) in keys for i in cand.tolist()], dtype=bool) if len(cand) else np.zeros(0, bool)
     rows = cand[hit]
     new = corr.copy()
     new[rows] = -1
-    events["correlation"] = new
     meta.warn(f"{int(dup.sum()):,} runtime calls share {n_ids:,} correlation ids (each launch has its own): the links of "
               f"{len(rows):,} rows through those ids were dropped, so launch and GPU rows are not matched through them")
+    return new

@@ -134,9 +134,13 @@ def mark(events: pd.DataFrame, marker: str, replace: bool = False) -> int:
 def source_of(events: pd.DataFrame) -> dict:
     """What made the steps of a trace that came with its own markers."""
     pos = np.flatnonzero((events["kind"] == "step").to_numpy())  # the first step row's name is all that is read
-    if not len(pos):
+    return source_named(str(events["name"].iloc[int(pos[0])]) if len(pos) else None)
+
+
+def source_named(first: str | None) -> dict:
+    """``source_of`` from the name of the first step row (None: the trace has no step rows)."""
+    if first is None:
         return {"marker": None, "how": "none", "why": "no step markers and no repeated user range covering the window: the whole window is one step"}
-    first = str(events["name"].iloc[int(pos[0])])
     base = _base(first) or first
     return {"marker": base, "how": "profiler", "why": f"the profiler's own step markers ({base})"}
 

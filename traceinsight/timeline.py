@@ -148,6 +148,34 @@ def _build_memory(columns: dict[str, Any]) -> pd.DataFrame:
     return df
 
 
+#: Category lists up to this long get a shared, cached dtype (see ``categorical``); longer ones are built each time.
+_CACHED_CATEGORIES = 1024
+_DTYPES: dict[tuple, pd.CategoricalDtype] = {}
+
+
+def categorical(codes: np.ndarray, categories: "pd.Index | list | tuple") -> pd.Categorical:
+    """``pd.Categorical.from_codes(codes, categories=categories, validate=False)`` with the dtype shared between calls
+    that give the same categories.
+
+    Building a ``CategoricalDtype`` checks its categories (an Index, uniqueness, missing values): ~70 us each time,
+    while the categorical itself costs ~1 us. A tiny rank builds a dozen categoricals whose categories repeat from
+    rank to rank (kinds, copy kinds, the same kernel and op names), so they are checked once. A list is taken as
+    ``pd.Index(list)`` reads it; an Index keeps its own dtype. Codes are trusted (-1 = missing), as with
+    ``validate=False``."""
+    if len(categories) > _CACHED_CATEGORIES:
+        return pd.Categorical.from_codes(codes, categories=categories, validate=False)
+    if isinstance(categories, pd.Index):
+        key = (str(categories.dtype), *categories)
+    else:
+        key = (None, *categories)
+    dtype = _DTYPES.get(key)
+    if dtype is None:
+        if len(_DTYPES) >= 4096:  # a long job of ranks with ever new names: start over rather than grow
+            _DTYPES.clear()
+        dtype = _DTYPES[key] = pd.CategoricalDtype(categories if isinstance(categories, pd.Index) else pd.Index(list(categories)), ordered=False)
+    return pd.Categorical.from_codes(codes, dtype=dtype, validate=False)
+
+
 @dataclass
 class DeviceInfo:
     """One GPU as the source describes it; missing fields are None."""
@@ -220,6 +248,15 @@ def build_events(columns: dict[str, Any], optional: dict[str, Any] | None = None
     Parsers call this once with whole columns (never per event). ``start_ns`` may be on any clock: callers
     normalise with ``rebase`` after all ranks are in.
     """
+    return events_frame(event_columns(columns, optional))
+
+
+def event_columns(columns: dict[str, Any], optional: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The columns ``build_events`` puts in its frame, as a dict of arrays (numpy arrays and ``pd.Categorical``) in
+    frame order: each required column in its schema dtype (its default where absent), ``kind`` on the categories
+    ``KINDS`` and ``copy_kind`` on ``COPY_KINDS`` first. ``ingest.assemble`` finishes a single file's rows on these
+    arrays and builds the frame once (``events_frame``): on a rank of a few dozen events each Series read or
+    column write on a frame costs more than the array work behind it."""
     n = len(columns["start_ns"])
     defaults: dict[str, Any] = {
         "rank": 0,
@@ -245,17 +282,21 @@ def build_events(columns: dict[str, Any], optional: dict[str, Any] | None = None
         data[col] = _as_dtype(values, dtype, col)
     for col, values in (optional or {}).items():
         data[col] = _as_dtype(values, OPTIONAL_COLUMNS.get(col, "object"), col)
+    kinds = data["kind"]
+    if tuple(kinds.categories) != KINDS:  # readers that build kinds from codes already have them
+        data["kind"] = kinds.set_categories(list(KINDS))
+    have = tuple(data["copy_kind"].categories)
+    extra = [c for c in have if c not in COPY_KINDS]
+    if have != COPY_KINDS + tuple(extra):
+        data["copy_kind"] = data["copy_kind"].set_categories(list(COPY_KINDS) + extra)
+    return data
+
+
+def events_frame(data: dict[str, Any]) -> pd.DataFrame:
+    """The events frame of ``event_columns``' arrays (copied into a few 2-D blocks below ``SMALL_FRAME_ROWS``)."""
     # copy=False: keep one block per column instead of consolidating same-dtype columns into a 2-D copy (on a
     # million-row trace that copy is the single most expensive step of building the frame)
-    df = pd.DataFrame(data, copy=n < SMALL_FRAME_ROWS)
-    if df["kind"].cat.categories.tolist() != list(KINDS):  # readers that build kinds from codes already have them
-        df["kind"] = df["kind"].cat.set_categories(list(KINDS))
-    if "copy_kind" in df:
-        have = df["copy_kind"].cat.categories.tolist()
-        extra = [c for c in have if c not in COPY_KINDS]
-        if have != list(COPY_KINDS) + extra:
-            df["copy_kind"] = df["copy_kind"].cat.set_categories(list(COPY_KINDS) + extra)
-    return df
+    return pd.DataFrame(data, copy=len(data["start_ns"]) < SMALL_FRAME_ROWS)
 
 
 #: Below this many rows the events frame is built with a copy, which groups same-dtype columns into a few 2-D
@@ -266,9 +307,9 @@ SMALL_FRAME_ROWS = 10_000
 
 def _as_dtype(values: Any, dtype: str, col: str) -> Any:
     if dtype == "category":
-        if isinstance(values, pd.Categorical) or isinstance(getattr(values, "dtype", None), pd.CategoricalDtype):
+        if isinstance(values, pd.Categorical):
             return values
-        return pd.Categorical(values)
+        return pd.Categorical(values)  # a categorical Series keeps its categories and codes
     arr = np.asarray(values)
     if dtype == "bool":
         return arr.astype(bool, copy=False) if arr.size else np.zeros(0, dtype=bool)
@@ -287,13 +328,35 @@ def validate(events: pd.DataFrame, meta: TraceMeta) -> pd.DataFrame:
     ``TIME_LIMIT_NS``, are dropped and counted in a warning (a reader that range-checks its input leaves none)."""
     if events.empty:
         return events
-    start = events["start_ns"].to_numpy()
-    dur = events["dur_ns"].to_numpy()
+    bad = _unplaceable(events["start_ns"].to_numpy(), events["dur_ns"].to_numpy(), meta)
+    return events if bad is None else events[~bad].reset_index(drop=True)
+
+
+def validate_columns(cols: dict[str, Any], meta: TraceMeta) -> dict[str, Any]:
+    """``validate`` on the columns of ``event_columns``: the same rows kept, the same warning."""
+    if not len(cols["start_ns"]):
+        return cols
+    bad = _unplaceable(cols["start_ns"], cols["dur_ns"], meta)
+    return cols if bad is None else take_rows(cols, ~bad)
+
+
+def _unplaceable(start: np.ndarray, dur: np.ndarray, meta: TraceMeta) -> np.ndarray | None:
     bad = (dur < 0) | (dur > TIME_LIMIT_NS) | (start > TIME_LIMIT_NS) | (start < -TIME_LIMIT_NS)
     if not bad.any():
-        return events
+        return None
     meta.warn(f"{int(bad.sum()):,} events with a negative duration or a time out of range were dropped")
-    return events[~bad].reset_index(drop=True)
+    return bad
+
+
+def take_rows(cols: dict[str, Any], keep: np.ndarray) -> dict[str, Any]:
+    """The rows in ``keep`` of every column (categoricals keep their categories, as a frame's row take does)."""
+    return {k: v[keep] for k, v in cols.items()}
+
+
+def kind_is(kind: pd.Categorical, *names: str) -> np.ndarray:
+    """Row mask: the ``kind`` column (a categorical) is one of ``names``; through the categories, never a string per row."""
+    lut = np.array([c in names for c in kind.categories] + [False], dtype=bool)
+    return lut[kind.codes]
 
 
 def rebase(events: pd.DataFrame) -> int:
@@ -306,6 +369,17 @@ def rebase(events: pd.DataFrame) -> int:
     return origin
 
 
+def rebase_columns(cols: dict[str, Any]) -> int:
+    """``rebase`` on the columns of ``event_columns`` (``start_ns`` replaced, not written in place)."""
+    start = cols["start_ns"]
+    if not len(start):
+        return 0
+    origin = int(start.min())
+    if origin:
+        cols["start_ns"] = start - origin
+    return origin
+
+
 def assign_steps(events: pd.DataFrame, meta: "TraceMeta | None" = None) -> None:
     """Fill ``step`` from the ``step`` rows (in place), then let GPU rows inherit their launch's step.
 
@@ -314,18 +388,37 @@ def assign_steps(events: pd.DataFrame, meta: "TraceMeta | None" = None) -> None:
     ``ProfilerStep#1``) has its steps numbered in time order instead, with a warning on ``meta``: otherwise they
     would read as one step.
     """
-    sidx = np.flatnonzero((events["kind"] == "step").to_numpy())
-    out = np.full(len(events), -1, dtype=np.int32)
+    names = events["name"]
+    events["step"] = _steps_of((events["kind"] == "step").to_numpy(), names.array if isinstance(names.dtype, pd.CategoricalDtype) else names,
+                               events["rank"].to_numpy(), events["start_ns"].to_numpy(), events["dur_ns"].to_numpy(), meta)
+    inherit_from_launch(events, "step")
+
+
+def assign_steps_columns(cols: dict[str, Any], meta: "TraceMeta | None" = None) -> None:
+    """``assign_steps`` on the columns of ``event_columns`` (``step`` replaced): the same steps and warnings."""
+    is_step = kind_is(cols["kind"], "step")
+    cols["step"] = steps = _steps_of(is_step, cols["name"], cols["rank"], cols["start_ns"], cols["dur_ns"], meta)
+    gpu = cols["device"] >= 0
+    corr = cols["correlation"]
+    found = _launch_rows(gpu, corr, kind_is(cols["kind"], "runtime"), [cols["rank"], cols["pid"], corr])
+    if found is not None:
+        src, dst = found
+        steps[dst] = steps[src]
+
+
+def _steps_of(is_step: np.ndarray, names: Any, ev_rank: np.ndarray, ev_start: np.ndarray, ev_dur: np.ndarray,
+              meta: "TraceMeta | None") -> np.ndarray:
+    """The ``step`` column (int32, -1 outside every step) from the step rows; ``names``: the name column, a
+    categorical (read through its categories) or a Series."""
+    sidx = np.flatnonzero(is_step)
+    out = np.full(len(is_step), -1, dtype=np.int32)
     if len(sidx):
-        ev_rank = events["rank"].to_numpy()
-        ev_start = events["start_ns"].to_numpy()
         s_rank = ev_rank[sidx]
         s_start_all = ev_start[sidx]
-        s_end_all = s_start_all + events["dur_ns"].to_numpy()[sidx]
-        names = events["name"]
-        if isinstance(names.dtype, pd.CategoricalDtype):  # the step rows' names through the categories (no Series take)
-            cats = names.array.categories
-            numbers = _step_numbers(np.array([str(c) for c in cats] + ["nan"], dtype=object)[names.array.codes[sidx]])
+        s_end_all = s_start_all + ev_dur[sidx]
+        if isinstance(names, pd.Categorical):  # the step rows' names through the categories (no Series take)
+            cats = names.categories
+            numbers = _step_numbers(np.array([str(c) for c in cats] + ["nan"], dtype=object)[names.codes[sidx]])
         else:
             numbers = _step_numbers(names.iloc[sidx].astype(str).to_numpy())
         for rank in pd.unique(s_rank):  # ranks in order of their first step row
@@ -349,8 +442,7 @@ def assign_steps(events: pd.DataFrame, meta: "TraceMeta | None" = None) -> None:
             vals = np.full(len(starts), -1, dtype=np.int32)
             vals[inside] = s_num[pos[inside]]
             out[mask] = vals
-    events["step"] = out
-    inherit_from_launch(events, "step")
+    return out
 
 
 _STEP_NUMBER = re.compile(r"(\d+)\s*$")
@@ -377,9 +469,7 @@ def inherit_from_launch(events: pd.DataFrame, column: str) -> None:
     host = (~gpu) & (corr >= 0) & (events["kind"] == "runtime").to_numpy()
     if not gpu.any() or not host.any():
         return
-    src = np.flatnonzero(host)
-    dst = np.flatnonzero(gpu & (corr >= 0))
-    if not len(dst):
+    if not (gpu & (corr >= 0)).any():
         return
     key_cols = ["rank", "pid", "correlation"]
     cols = [events[c].to_numpy() for c in key_cols]
@@ -390,17 +480,34 @@ def inherit_from_launch(events: pd.DataFrame, column: str) -> None:
         if not merged.empty:
             events.loc[merged["index"].to_numpy(), column] = merged[column].to_numpy()
         return
-    k_src, k_dst = join_keys([(c[src], c[dst]) for c in cols])
+    found = _launch_rows(gpu, corr, (events["kind"] == "runtime").to_numpy(), cols)
+    if found is None:
+        return
+    src, dst = found
+    current = events[column]
+    values = current.to_numpy()[src]
+    if isinstance(current.dtype, np.dtype):  # a new column array, written in place (a .loc write costs more on small frames)
+        out = current.to_numpy().copy()
+        out[dst] = values
+        events[column] = out
+    else:
+        events.loc[events.index[dst], column] = values
+
+
+def _launch_rows(gpu: np.ndarray, corr: np.ndarray, is_runtime: np.ndarray, keys: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray] | None:
+    """(launching call, GPU row) row pairs matched on integer ``keys`` (rank, pid, correlation): each GPU row with
+    a correlation id and the first runtime call of its key. None when no GPU row has a launch."""
+    host = (~gpu) & (corr >= 0) & is_runtime
+    if not gpu.any() or not host.any():
+        return None
+    src = np.flatnonzero(host)
+    dst = np.flatnonzero(gpu & (corr >= 0))
+    if not len(dst):
+        return None
+    k_src, k_dst = join_keys([(c[src], c[dst]) for c in keys])
     uniq, first = np.unique(k_src, return_index=True)  # each key's first call, as drop_duplicates keeps
     pos = np.minimum(np.searchsorted(uniq, k_dst), len(uniq) - 1)
     hit = uniq[pos] == k_dst
     if not hit.any():
-        return
-    current = events[column]
-    values = current.to_numpy()[src[first[pos[hit]]]]
-    if isinstance(current.dtype, np.dtype):  # a new column array, written in place (a .loc write costs more on small frames)
-        out = current.to_numpy().copy()
-        out[dst[hit]] = values
-        events[column] = out
-    else:
-        events.loc[events.index[dst[hit]], column] = values
+        return None
+    return src[first[pos[hit]]], dst[hit]

@@ -18,7 +18,8 @@ import pandas as pd
 
 from ..errors import TraceReadError, UnknownFormatError
 from .. import plausible
-from ..timeline import Timeline, assign_steps, build_events, rebase, validate
+from ..timeline import (Timeline, assign_steps, assign_steps_columns, build_events, event_columns, events_frame, kind_is,
+                        rebase, rebase_columns, validate, validate_columns)
 from . import kineto, nsys, tf, xplane
 from .byteio import HEAD_BYTES, check_input, read_head
 from .parts import ReadResult, Rows
@@ -109,11 +110,62 @@ _CATEGORY_COLUMNS = ("kind", "name", "raw_name", "copy_kind", "category", "grid"
 
 
 def assemble(result: ReadResult) -> Timeline:
-    """A reader's parts as one timeline: the frame, one clock starting at 0, step numbers, checked rows."""
+    """A reader's parts as one timeline: the frame, one clock starting at 0, step numbers, checked rows.
+
+    One part (a single file: every rank of a job) is finished on its column arrays and the frame is built once
+    (``_one_part``); several parts are joined as frames first (their categories differ) and finished on the frame."""
     meta = result.meta
-    frames = []
     memory = []
-    for part in result.parts:
+    if len(result.parts) == 1:
+        events, origin = _one_part(result.parts[0], meta, memory)
+    else:
+        events, origin = _joined_parts(result.parts, meta, memory)
+    if meta.start_unix_ns is None and (result.epoch or (result.epoch is None and origin > 10**18)):
+        meta.start_unix_ns = origin  # epoch ns after 2001: a real wall clock
+    if events.empty:
+        meta.warn("the trace holds no timed events")
+    samples = result.samples
+    if samples is not None and len(samples):
+        samples = samples.copy()
+        samples["start_ns"] = samples["start_ns"] - origin  # on the events' clock, 0 = the earliest event
+    else:
+        samples = None
+    if memory:
+        from .memory_table import join
+
+        return Timeline(events=events, meta=meta, memory=join(memory, events, origin, meta), samples=samples)
+    return Timeline(events=events, meta=meta, samples=samples)
+
+
+def _one_part(part: Rows, meta, memory: list) -> tuple[pd.DataFrame, int]:
+    """The events frame of one part and the origin subtracted, worked on arrays: range checks, plausibility, the
+    common clock and profiler steps each read and replace columns of a dict; the frame is built at the end. A part
+    without step markers is finished on the frame (choosing a user range as the step reads it as a frame)."""
+    cols = event_columns(part.columns, part.optional)
+    if part.rank is not None:
+        cols["rank"] = np.full(len(cols["start_ns"]), part.rank, dtype=np.int32)
+    shift = rebase_columns(cols) if part.own_clock else 0
+    if part.memory is not None:
+        memory.append((part.memory, part.rank, shift))
+    cols = validate_columns(cols, meta)
+    cols = plausible.check_columns(cols, meta)
+    origin = rebase_columns(cols)
+    steps = np.flatnonzero(kind_is(cols["kind"], "step"))
+    if not len(steps):
+        events = events_frame(cols)
+        _steps_without_markers(events, meta)
+        return events, origin
+    from ..steps import source_named
+
+    meta.extra["steps_source"] = source_named(str(cols["name"][int(steps[0])]))
+    assign_steps_columns(cols, meta)
+    return events_frame(cols), origin
+
+
+def _joined_parts(parts: list[Rows], meta, memory: list) -> tuple[pd.DataFrame, int]:
+    """The events frame of several parts (each on the common clock, or its own one aligned at its first event)."""
+    frames = []
+    for part in parts:
         ev = build_events(part.columns, part.optional)
         if part.rank is not None:
             ev["rank"] = np.full(len(ev), part.rank, dtype=np.int32)
@@ -131,30 +183,24 @@ def assemble(result: ReadResult) -> Timeline:
     events = validate(events, meta)
     events = plausible.check(events, meta)
     origin = rebase(events)
-    if meta.start_unix_ns is None and (result.epoch or (result.epoch is None and origin > 10**18)):
-        meta.start_unix_ns = origin  # epoch ns after 2001: a real wall clock
+    if (events["kind"] == "step").any():
+        from ..steps import source_of
+
+        meta.extra["steps_source"] = source_of(events)
+        assign_steps(events, meta)
+    else:
+        _steps_without_markers(events, meta)
+    return events, origin
+
+
+def _steps_without_markers(events: pd.DataFrame, meta) -> None:
+    """No ProfilerStep / TF steps: a repeated user range that covers the window becomes the steps, if there is one
+    (without step rows every row keeps step -1, which build_events set)."""
     from ..steps import choose, mark, source_of
 
-    if (events["kind"] == "step").any():
-        meta.extra["steps_source"] = source_of(events)
-    else:  # no ProfilerStep / TF steps: a repeated user range that covers the window, if there is one
-        picked = choose(events)
-        if picked is not None and mark(events, picked["marker"]):
-            meta.extra["steps_source"] = picked
-        else:
-            meta.extra["steps_source"] = source_of(events)
-    if (events["kind"] == "step").any():
-        assign_steps(events, meta)  # without step rows every row keeps step -1, which build_events set
-    if events.empty:
-        meta.warn("the trace holds no timed events")
-    samples = result.samples
-    if samples is not None and len(samples):
-        samples = samples.copy()
-        samples["start_ns"] = samples["start_ns"] - origin  # on the events' clock, 0 = the earliest event
+    picked = choose(events)
+    if picked is not None and mark(events, picked["marker"]):
+        meta.extra["steps_source"] = picked
+        assign_steps(events, meta)
     else:
-        samples = None
-    if memory:
-        from .memory_table import join
-
-        return Timeline(events=events, meta=meta, memory=join(memory, events, origin, meta), samples=samples)
-    return Timeline(events=events, meta=meta, samples=samples)
+        meta.extra["steps_source"] = source_of(events)

@@ -22,6 +22,7 @@ import pandas as pd
 
 from ... import native
 from ...masks import join_keys
+from ...timeline import categorical
 
 _FLOAT_FIELDS = ("ts", "dur", "correlation", "external_id", "external_id_legacy", "device", "stream", "bytes",
                  "registers", "shared_mem", "occupancy")
@@ -70,10 +71,13 @@ def _categorical(codes: np.ndarray, uniques: list[str], missing: str | None = No
         codes = np.append(np.cumsum(used) - 1, -1)[codes]
         uniques = [u for u, k in zip(uniques, used.tolist()) if k]
     if not uniques:
-        return pd.Categorical.from_codes(np.full(len(codes), -1, dtype=np.int8), categories=pd.Index([], dtype="str"))
+        return categorical(np.full(len(codes), -1, dtype=np.int8), _NO_STRINGS)
     cats, inverse = np.unique(np.array(uniques, dtype=object), return_inverse=True)
     inverse = np.append(inverse.astype(np.int32), -1)  # code -1 maps through the appended slot
-    return pd.Categorical.from_codes(inverse[codes], categories=pd.Index(list(cats)), validate=False)
+    return categorical(inverse[codes], cats.tolist())
+
+
+_NO_STRINGS = pd.Index([], dtype="str")
 
 
 def _id_lut(strings: list[str], used: np.ndarray) -> np.ndarray:

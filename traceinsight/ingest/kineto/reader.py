@@ -23,7 +23,7 @@ import pandas as pd
 
 from ...demangle import demangled_categories
 from ...errors import TraceReadError
-from ...timeline import COPY_KINDS, KINDS, DeviceInfo, TraceMeta
+from ...timeline import COPY_KINDS, KINDS, DeviceInfo, TraceMeta, categorical
 from ..byteio import read_bytes
 from ..parts import ReadResult, Rows
 from .sniff import sniff, split_rank_files  # noqa: F401  (the package's entry points)
@@ -235,7 +235,7 @@ def _compact(c: pd.Categorical, keep: np.ndarray | None = None) -> pd.Categorica
     if used.all() and keep is None:
         return c
     remap = np.append(np.cumsum(used) - 1, -1)  # code -1 maps through the appended slot
-    return pd.Categorical.from_codes(remap[codes], categories=c.categories[used], validate=False)
+    return categorical(remap[codes], c.categories[used])
 
 
 def _rows(cols: EventColumns, keep: np.ndarray) -> EventColumns:
@@ -346,7 +346,7 @@ def _build(cols: EventColumns, header: Trace, path: Path, warnings: list[str]) -
     keep = finite & ~bad_dur & ~out_of_range
     rows = Rows(
         {
-            "kind": pd.Categorical.from_codes(kind, categories=list(KINDS), validate=False),
+            "kind": categorical(kind, KINDS),
             "name": demangled_categories(name_raw, warnings),
             "raw_name": name_raw,
             "start_ns": start_ns,
@@ -357,7 +357,7 @@ def _build(cols: EventColumns, header: Trace, path: Path, warnings: list[str]) -
             "stream": stream,
             "correlation": correlation,
             "bytes": np.where(kind_is("memcpy", "memset"), nbytes, 0),
-            "copy_kind": pd.Categorical.from_codes(copy_kind, categories=list(COPY_KINDS), validate=False),
+            "copy_kind": categorical(copy_kind, COPY_KINDS),
             "pageable": pageable,
         },
         optional,
