@@ -1,0 +1,223 @@
+"""The load path's array shortcuts give what the frame computations they replace give.
+
+A single file's rows are finished on column arrays (``ingest._one_part``: range checks, plausibility, the common
+clock, step numbers, launch inheritance) and the frame is built once; several parts are still finished on the
+frame (``ingest._joined_parts``), which is the computation the array path replaced. Each case here reads one file
+twice and runs both on the same reader output: the frames must be equal to the last bit, with the same warnings,
+step source, origin and memory rows. ``timeline.categorical`` (categorical dtypes shared between calls) must give
+what ``pd.Categorical.from_codes`` gives.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from tests.helpers.kineto_writer import KinetoTrace
+from traceinsight import ingest
+from traceinsight.timeline import COPY_KINDS, KINDS, categorical
+
+SAMPLES = Path(__file__).resolve().parent.parent / "sample_traces"
+
+
+def _both_ways(path: Path) -> pd.DataFrame:
+    """Finish the reader's output of ``path`` on arrays and on the frame; assert they agree; return the frame."""
+    fmt = ingest.detect(path)
+    read = ingest.FORMATS[fmt].read
+    with np.errstate(all="ignore"):
+        a, b = read(path), read(path)
+    assert len(a.parts) == 1
+    mem_a: list = []
+    mem_b: list = []
+    with np.errstate(all="ignore"):
+        ev_a, origin_a = ingest._one_part(a.parts[0], a.meta, mem_a)
+        ev_b, origin_b = ingest._joined_parts(b.parts, b.meta, mem_b)
+    pd.testing.assert_frame_equal(ev_a, ev_b, check_exact=True)
+    assert list(ev_a.columns) == list(ev_b.columns)
+    assert origin_a == origin_b
+    assert a.meta.warnings == b.meta.warnings
+    assert a.meta.extra.get("steps_source") == b.meta.extra.get("steps_source")
+    assert len(mem_a) == len(mem_b)
+    for (m_a, r_a, s_a), (m_b, r_b, s_b) in zip(mem_a, mem_b):
+        assert (r_a, s_a) == (r_b, s_b)
+    return ev_a
+
+
+def _tiny(rank: int = 3) -> KinetoTrace:
+    """A rank as the tiny-rank job benchmark writes it: one step, four kernels with their launches, a collective."""
+    t = KinetoTrace(rank=rank, world_size=8)
+    t.step(1, 0.0, 2000.0)
+    for i in range(4):
+        t.kernel("gemm", 100.0 + i * 300, 200.0)
+    t.kernel("ncclKernel_AllReduce_RING_LL_Sum_float", 1500.0, 300.0)
+    return t
+
+
+def _write(tmp_path: Path, name: str, doc: dict) -> Path:
+    p = tmp_path / name
+    p.write_text(json.dumps(doc))
+    return p
+
+
+def test_tiny_rank_same_frame_with_steps_inherited_by_kernels(tmp_path):
+    ev = _both_ways(_tiny().write(tmp_path / "tiny.json"))
+    kernels = ev[ev["kind"] == "kernel"]
+    assert len(kernels) == 5 and (kernels["step"] == 1).all()  # GPU rows took their launch's step
+    assert (ev["rank"] == 3).all() and ev["start_ns"].min() == 0
+
+
+def test_kernel_running_past_its_step_takes_its_launch_step(tmp_path):
+    t = _tiny()
+    t.step(2, 2000.0, 2000.0)
+    t.kernel("late", 2500.0, 100.0, launch_us=1900.0)  # launched in step 1, runs in step 2's time
+    ev = _both_ways(t.write(tmp_path / "late.json"))
+    assert ev.loc[(ev["kind"] == "kernel") & (ev["name"] == "late"), "step"].tolist() == [1]
+
+
+def test_empty_trace_same_frame(tmp_path):
+    doc = _tiny().to_dict()
+    doc["traceEvents"] = [e for e in doc["traceEvents"] if e.get("ph") == "M"]
+    ev = _both_ways(_write(tmp_path, "empty.json", doc))
+    assert ev.empty
+
+
+def _only(t: KinetoTrace, name: str) -> dict:
+    """The trace's document with its metadata events and the complete events named ``name`` only."""
+    doc = t.to_dict()
+    doc["traceEvents"] = [e for e in doc["traceEvents"] if e.get("ph") == "M" or e.get("name") == name]
+    return doc
+
+
+def test_one_row_same_frame(tmp_path):
+    t = KinetoTrace()
+    t.cpu_op("aten::add", 10.0, 5.0)
+    ev = _both_ways(_write(tmp_path, "one.json", _only(t, "aten::add")))
+    assert len(ev) == 1 and ev["step"].tolist() == [-1]
+
+
+def test_one_step_row_same_frame(tmp_path):
+    t = KinetoTrace()
+    t.step(7, 0.0, 100.0)
+    ev = _both_ways(_write(tmp_path, "step.json", _only(t, "ProfilerStep#7")))
+    assert len(ev) == 1 and ev["step"].tolist() == [7]
+
+
+def test_user_range_steps_same_frame(tmp_path):
+    t = KinetoTrace()
+    for i in range(5):  # no ProfilerStep: a repeated user range that covers the GPU window is picked
+        t.annotation("train_step", i * 1000.0, 950.0)
+        t.kernel("gemm", i * 1000.0 + 100, 700.0)
+    ev = _both_ways(t.write(tmp_path / "ranges.json"))
+    assert sorted(set(ev.loc[ev["kind"] == "kernel", "step"].tolist())) == [0, 1, 2, 3, 4]
+
+
+def test_hostile_rows_same_frame_and_warnings(tmp_path):
+    """Every plausibility check fires: long names, a far event, overlapping steps, repeated step numbers, a
+    shared correlation id, a negative duration."""
+    t = KinetoTrace(rank=0, world_size=1)
+    for i in range(6):
+        t.step(1, i * 1000.0 + (300.0 if i == 4 else 0.0), 1000.0)  # all named ProfilerStep#1; one overlaps
+        t.kernel("gemm", i * 1000.0 + 100, 500.0)
+    t.kernel("x" * 20_000, 6500.0, 100.0)
+    t.kernel("far", 1e12, 100.0)
+    t.kernel("neg", 5500.0, 10.0)
+    t.kernel("k", 5600.0, 10.0)
+    t.kernel("k", 5700.0, 10.0)
+    doc = t.to_dict()
+    for e in doc["traceEvents"]:
+        if e.get("name") == "neg" and e.get("cat") == "kernel":
+            e["dur"] = -5.0
+        if e.get("name") in ("k", "cudaLaunchKernel") and e.get("ts", 0) > 5590 + t._ts(0) - 1000 and "correlation" in e.get("args", {}):
+            e["args"]["correlation"] = 99_999
+    p = _write(tmp_path, "hostile.json", doc)
+    ev = _both_ways(p)
+    warnings = " | ".join(ingest.load(p).meta.warnings)
+    for fired in ("1 events with a negative duration", "2 names longer than", "2 events lie more than 24 h",
+                  "1 of 6 step markers overlap", "share 1 correlation ids", "repeat an earlier step's number"):
+        assert fired in warnings
+    assert ev["name"].astype(str).str.len().max() <= 16_384
+    assert "far" not in set(ev["name"].astype(str))
+
+
+def test_hostile_rows_warn_as_the_frame_path(tmp_path):
+    t = KinetoTrace()
+    for i in range(3):
+        t.step(i, i * 1000.0, 1000.0)
+        t.kernel("y" * 17_000, i * 1000.0 + 100, 500.0)
+    doc = t.to_dict()
+    p = _write(tmp_path, "long.json", doc)
+    _both_ways(p)
+    tl = ingest.load(p)
+    assert any("names longer than" in w for w in tl.meta.warnings)
+
+
+@pytest.mark.parametrize("name", ["tiny_kernels.json.gz", "sync_stalls.json.gz", "h100/memory_churn.json.gz",
+                                  "h100/compile_recompile.json.gz", "vecadd_sync.sqlite"])
+def test_sample_traces_same_frame(name):
+    path = SAMPLES / name
+    if not path.exists():
+        pytest.skip(f"{path} is not in this checkout")
+    ev = _both_ways(path)
+    assert len(ev) > 0
+
+
+def test_load_of_a_single_file_equals_the_frame_path(tmp_path):
+    """``load`` (which takes the array path for one file) gives the frame path's timeline."""
+    p = _tiny().write(tmp_path / "tiny.json")
+    tl = ingest.load(p)
+    r = ingest.FORMATS["pytorch"].read(p)
+    ev, _ = ingest._joined_parts(r.parts, r.meta, [])
+    pd.testing.assert_frame_equal(tl.events, ev, check_exact=True)
+
+
+# --- categorical dtypes shared between calls ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("categories", [
+    ["b", "a", "c"],
+    list(KINDS),
+    list(COPY_KINDS),
+    pd.Index(["x", "y"]),
+    pd.Index(["x", "y"], dtype=object),
+    pd.Index([], dtype="str"),
+    [f"n{i}" for i in range(3000)],  # past the cached length: built each time
+])
+def test_categorical_equals_from_codes(categories):
+    k = len(categories)
+    codes = np.array([-1, 0, k - 1, 0, -1] if k else [-1, -1], dtype=np.int32)
+    want = pd.Categorical.from_codes(codes, categories=categories, validate=False)
+    for _ in range(2):  # the second call takes the cached dtype
+        got = categorical(codes, categories)
+        assert got.dtype == want.dtype
+        assert got.categories.dtype == want.categories.dtype
+        assert got.categories.equals(want.categories)
+        assert got.ordered == want.ordered is False
+        np.testing.assert_array_equal(got.codes, want.codes)
+        assert got.codes.dtype == want.codes.dtype
+
+
+def test_categorical_keeps_apart_same_strings_of_other_index_dtypes():
+    a = categorical(np.array([0, 1]), pd.Index(["1", "2"], dtype=object))
+    b = categorical(np.array([0, 1]), pd.Index(["1", "2"]))
+    assert a.categories.dtype == object and b.categories.dtype != object
+
+
+def test_categorical_one_row_and_no_rows():
+    one = categorical(np.array([0], dtype=np.int8), ["only"])
+    assert one.tolist() == ["only"]
+    none = categorical(np.zeros(0, dtype=np.int8), ["a", "b"])
+    assert len(none) == 0 and list(none.categories) == ["a", "b"]
+
+
+def test_categorical_results_do_not_share_codes():
+    codes = np.array([0, 1, 0])
+    a = categorical(codes, ["p", "q"])
+    b = categorical(codes.copy(), ["p", "q"])
+    b[0] = "q"
+    assert a.tolist() == ["p", "q", "p"] and b.tolist() == ["q", "q", "p"]
+    assert copy.copy(a.dtype) == b.dtype
