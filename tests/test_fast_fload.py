@@ -221,3 +221,82 @@ def test_categorical_results_do_not_share_codes():
     b[0] = "q"
     assert a.tolist() == ["p", "q", "p"] and b.tolist() == ["q", "q", "p"]
     assert copy.copy(a.dtype) == b.dtype
+
+
+# --- thread names per row, factorized per thread ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("seed", range(25))
+def test_thread_name_column_equals_the_categorical_of_the_lookup(seed):
+    from traceinsight.ingest.kineto.columns import _thread_name_table, _thread_names, thread_name_column, thread_name_of
+
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(0, 12))
+    pid = rng.integers(-2, 3, n).astype(np.int64)
+    tid = rng.integers(0, 4, n).astype(np.int64) * 1000
+    is_name = rng.random(n) < 0.7
+    names = [None if rng.random() < 0.1 else str(x) for x in rng.choice(np.array(["main", "", "b_thread", "a_loader"]), n)]
+    table = _thread_name_table(pid, tid, is_name, names)
+    m = int(rng.integers(0, 40))  # 0 rows and rows no thread names included
+    ev_pid, ev_tid = rng.integers(-3, 4, m).astype(np.int64), rng.integers(0, 5, m).astype(np.int64) * 1000
+    want = pd.Categorical(thread_name_of(ev_pid, ev_tid, _thread_names(pid, tid, is_name, names)))
+    got = thread_name_column(ev_pid, ev_tid, table)
+    assert got.dtype == want.dtype and got.categories.dtype == want.categories.dtype
+    np.testing.assert_array_equal(got.codes, want.codes)
+    assert list(got.categories) == list(want.categories)
+
+
+def test_thread_name_column_one_row():
+    from traceinsight.ingest.kineto.columns import thread_name_column
+
+    table = {"pid": np.array([1]), "tid": np.array([2]), "thread_name": np.array(["main"], dtype=object)}
+    assert thread_name_column(np.array([1]), np.array([2]), table).tolist() == ["main"]
+    missing = thread_name_column(np.array([1]), np.array([3]), table)
+    assert missing.isna().all() and missing.categories.equals(pd.Categorical(np.array([np.nan], dtype=object)).categories)
+
+
+# --- string columns from decoder codes ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_decoder_categorical_equals_the_categorical_of_the_strings(seed):
+    """``_categorical`` (codes into a string table, -1 absent) is ``pd.Categorical`` of the strings themselves;
+    repeated strings in the table (two escapes of one text), unused strings, a missing stand-in, no rows and no
+    row using any string included."""
+    from traceinsight.ingest.kineto.columns import _categorical
+
+    rng = np.random.default_rng(seed)
+    table = [str(x) for x in rng.choice(np.array(["gemm", "relu", "", "Memcpy HtoD", "gemm", "zeta", "alpha"]), int(rng.integers(0, 7)))]
+    n = int(rng.integers(0, 15))
+    codes = rng.integers(-1, len(table), n).astype(np.int32) if table else np.full(n, -1, dtype=np.int32)
+    missing = "" if seed % 2 else None
+    values = np.array([table[c] if c >= 0 else (missing if missing is not None else np.nan) for c in codes], dtype=object)
+    want = pd.Categorical(values)
+    got = _categorical(codes, table, missing=missing)
+    assert list(got.categories) == list(want.categories)
+    np.testing.assert_array_equal(got.codes, want.codes)
+    if len(want.categories):
+        assert got.categories.dtype == want.categories.dtype
+
+
+def _compact_reference(c: pd.Categorical, keep):
+    """The row-compaction as a frame computation: rows outside ``keep`` missing, unused categories removed."""
+    s = pd.Series(c)
+    if keep is not None:
+        s = s.where(keep)
+    return s.cat.remove_unused_categories().array
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_compact_equals_removing_unused_categories(seed):
+    from traceinsight.ingest.kineto.reader import _compact
+
+    rng = np.random.default_rng(seed)
+    cats = pd.Index(["1,1,1", "128,1,1", "256,1,1", "64,2,1"][: int(rng.integers(0, 5))])
+    n = int(rng.integers(0, 12))
+    codes = rng.integers(-1, len(cats), n) if len(cats) else np.full(n, -1)
+    c = pd.Categorical.from_codes(codes, categories=cats)
+    keep = None if seed % 3 == 0 else rng.random(n) < [0.0, 0.5, 1.0][seed % 3]
+    got, want = _compact(c, keep), _compact_reference(c, keep)
+    assert list(got.categories) == list(want.categories)
+    np.testing.assert_array_equal(got.codes, want.codes)

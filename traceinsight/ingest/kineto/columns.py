@@ -44,7 +44,7 @@ class EventColumns:
     input_dims: pd.Categorical  # the raw JSON text of args["Input Dims"]
     input_types: pd.Categorical  # the raw JSON text of args["Input type"] (dtypes, read by the FLOPs model)
     concrete_inputs: pd.Categorical  # the raw JSON text of args["Concrete Inputs"] (stride, padding, equation ...)
-    thread_names: pd.DataFrame  # pid, tid, thread_name (the last ``thread_name`` metadata event of a thread)
+    thread_names: dict[str, np.ndarray]  # pid, tid, thread_name (``_thread_name_table``: the last name of each thread)
     bad_utf8: bool = False
     bad_ids: np.ndarray | None = None  # rows whose pid or tid no int64 holds (dropped, counted)
     memory: dict[str, np.ndarray] | None = None  # the allocator instant events (``memory_instants``), None if none
@@ -66,15 +66,17 @@ def _categorical(codes: np.ndarray, uniques: list[str], missing: str | None = No
     if missing is not None and (codes < 0).any():
         uniques = list(uniques) + [missing]
         codes = np.where(codes < 0, len(uniques) - 1, codes)
-    used = np.bincount(codes[codes >= 0], minlength=len(uniques)) > 0
+    present = codes >= 0
+    if not present.any():
+        return categorical(np.full(len(codes), -1, dtype=np.int8), _NO_STRINGS)
+    used = np.bincount(codes[present], minlength=len(uniques)) > 0
     if not used.all():  # strings only other rows use (flow and metadata names): not categories of these rows
         codes = np.append(np.cumsum(used) - 1, -1)[codes]
         uniques = [u for u, k in zip(uniques, used.tolist()) if k]
-    if not uniques:
-        return categorical(np.full(len(codes), -1, dtype=np.int8), _NO_STRINGS)
-    cats, inverse = np.unique(np.array(uniques, dtype=object), return_inverse=True)
-    inverse = np.append(inverse.astype(np.int32), -1)  # code -1 maps through the appended slot
-    return categorical(inverse[codes], cats.tolist())
+    cats = sorted(set(uniques))  # what np.unique gives, without an object array's sort on a few dozen strings
+    position = {c: i for i, c in enumerate(cats)}
+    inverse = np.array([position[u] for u in uniques] + [-1], dtype=np.int32)  # code -1 maps through the last slot
+    return categorical(inverse[codes], cats)
 
 
 _NO_STRINGS = pd.Index([], dtype="str")
@@ -114,32 +116,59 @@ def _resolve_ids(pairs: list[tuple[np.ndarray, np.ndarray]], strings: list[str])
     return [np.where(codes >= 0, lut[codes], nums).astype(np.int64) for nums, codes in pairs]
 
 
-def _thread_names(pid: np.ndarray, tid: np.ndarray, is_thread_name: np.ndarray, names: list[str | None]) -> pd.DataFrame:
-    """pid, tid and the last non-empty ``thread_name`` of each thread, in the order of those last rows (what
-    ``drop_duplicates(["pid", "tid"], keep="last")`` keeps), picked on one int64 key per row."""
+def _thread_name_table(pid: np.ndarray, tid: np.ndarray, is_thread_name: np.ndarray, names: list[str | None]) -> dict[str, np.ndarray]:
+    """pid, tid and the last non-empty ``thread_name`` of each thread (an object array), in the order of those last
+    rows (what ``drop_duplicates(["pid", "tid"], keep="last")`` keeps), picked on one int64 key per row."""
     keep = is_thread_name & np.array([bool(n) for n in names], dtype=bool)
     p, t = pid[keep], tid[keep]
     texts = np.array(names, dtype=object)[keep] if len(names) else np.zeros(0, dtype=object)
     key, _ = join_keys([(p, p[:0]), (t, t[:0])])
     _, first_from_end = np.unique(key[::-1], return_index=True)
     rows = np.sort(len(key) - 1 - first_from_end)
-    return pd.DataFrame({"pid": p[rows], "tid": t[rows], "thread_name": pd.Series(texts[rows], dtype=object)})
+    return {"pid": p[rows], "tid": t[rows], "thread_name": texts[rows]}
 
 
-def thread_name_of(pid: np.ndarray, tid: np.ndarray, names: pd.DataFrame) -> np.ndarray:
-    """Per row, the name ``names`` (``_thread_names``: one row per thread) gives its (pid, tid), NaN for none:
-    the column a left merge on pid and tid gives, looked up on one int64 key per row."""
-    out = np.full(len(pid), np.nan, dtype=object)
-    n_pid, n_tid = names["pid"].to_numpy(), names["tid"].to_numpy()
+def _thread_names(pid: np.ndarray, tid: np.ndarray, is_thread_name: np.ndarray, names: list[str | None]) -> pd.DataFrame:
+    """``_thread_name_table`` as a frame (pid, tid, thread_name)."""
+    table = _thread_name_table(pid, tid, is_thread_name, names)
+    return pd.DataFrame({"pid": table["pid"], "tid": table["tid"], "thread_name": pd.Series(table["thread_name"], dtype=object)})
+
+
+def _thread_rows(pid: np.ndarray, tid: np.ndarray, names) -> np.ndarray:
+    """Per row, the position in ``names`` (a thread-name table or frame: one row per thread) of its (pid, tid),
+    -1 for none; looked up on one int64 key per row."""
+    n_pid, n_tid = np.asarray(names["pid"]), np.asarray(names["tid"])
     if not len(pid) or not len(n_pid):
-        return out
+        return np.full(len(pid), -1, dtype=np.int64)
     k_rows, k_names = join_keys([(pid, n_pid), (tid, n_tid)])
     order = np.argsort(k_names, kind="stable")
     sorted_keys = k_names[order]
     at = np.minimum(np.searchsorted(sorted_keys, k_rows), len(sorted_keys) - 1)
-    hit = sorted_keys[at] == k_rows
-    out[hit] = names["thread_name"].to_numpy(dtype=object)[order[at[hit]]]
+    return np.where(sorted_keys[at] == k_rows, order[at], -1)
+
+
+def thread_name_of(pid: np.ndarray, tid: np.ndarray, names) -> np.ndarray:
+    """Per row, the name ``names`` (``_thread_name_table`` or ``_thread_names``) gives its (pid, tid), NaN for
+    none: the column a left merge on pid and tid gives."""
+    out = np.full(len(pid), np.nan, dtype=object)
+    at = _thread_rows(pid, tid, names)
+    hit = at >= 0
+    out[hit] = np.asarray(names["thread_name"], dtype=object)[at[hit]]
     return out
+
+
+def thread_name_column(pid: np.ndarray, tid: np.ndarray, names) -> pd.Categorical:
+    """``pd.Categorical(thread_name_of(pid, tid, names))``, factorized per thread instead of per row: categories
+    are the distinct names the rows use, sorted; rows without a name are missing."""
+    at = _thread_rows(pid, tid, names)
+    if not (at >= 0).any():
+        return pd.Categorical(np.full(len(pid), np.nan, dtype=object))
+    texts = np.asarray(names["thread_name"], dtype=object)
+    used = np.unique(at[at >= 0])
+    cats, inverse = np.unique(texts[used], return_inverse=True)
+    code_of = np.full(len(texts) + 1, -1, dtype=np.int64)  # position -1 reads the last slot: no name
+    code_of[used] = inverse.reshape(-1)
+    return categorical(code_of[at], cats.tolist())
 
 
 def format_dims(v: Any) -> str | None:
@@ -214,7 +243,7 @@ def scan_columns(data: bytes) -> tuple[EventColumns, dict[str, Any]]:
     )
     names = texts(strings["name"])
     arg_names = texts(strings["arg_name"]) + [None]  # code -1 maps to the appended None
-    thread_names = _thread_names(
+    thread_names = _thread_name_table(
         mpid, mtid, m32["name"] == (names.index("thread_name") if "thread_name" in names else -2),
         [arg_names[c] for c in m32["arg_name"].tolist()],
     )
@@ -380,7 +409,7 @@ def struct_columns(events: list[Any]) -> EventColumns:
         input_dims=_categorical(*_factorized(dims)),
         input_types=_categorical(*_factorized(types)),
         concrete_inputs=_categorical(*_factorized(concrete)),
-        thread_names=_thread_names(mpid, mtid, np.array([e.name == "thread_name" for e in meta], dtype=bool), margs),
+        thread_names=_thread_name_table(mpid, mtid, np.array([e.name == "thread_name" for e in meta], dtype=bool), margs),
         bad_ids=bad_ids if bad_ids.any() else None,
         memory=_struct_memory(events),
     )

@@ -27,7 +27,7 @@ from ...timeline import COPY_KINDS, KINDS, DeviceInfo, TraceMeta, categorical
 from ..byteio import read_bytes
 from ..parts import ReadResult, Rows
 from .sniff import sniff, split_rank_files  # noqa: F401  (the package's entry points)
-from .columns import Declined, EventColumns, native_available, scan_columns, struct_columns, thread_name_of
+from .columns import Declined, EventColumns, native_available, scan_columns, struct_columns, thread_name_column
 from .memory import memory_rows
 from .decode import Trace, bad_utf8_warning, decode, decode_header, is_cut_short, truncation_warning
 
@@ -232,8 +232,10 @@ def _compact(c: pd.Categorical, keep: np.ndarray | None = None) -> pd.Categorica
     if keep is not None:
         codes = np.where(keep, codes, -1)
     used = np.bincount(codes[codes >= 0], minlength=len(c.categories)) > 0
-    if used.all() and keep is None:
-        return c
+    if used.all():
+        return c if keep is None else pd.Categorical.from_codes(codes, dtype=c.dtype, validate=False)
+    if not used.any():
+        return categorical(np.full(len(codes), -1, dtype=np.int8), c.categories[:0])
     remap = np.append(np.cumsum(used) - 1, -1)  # code -1 maps through the appended slot
     return categorical(remap[codes], c.categories[used])
 
@@ -340,8 +342,8 @@ def _build(cols: EventColumns, header: Trace, path: Path, warnings: list[str]) -
         optional["input_shapes"] = shapes
     optional.update(_op_arg_columns(cols, kind_is("cpu_op")))
     tn = cols.thread_names
-    if len(tn):
-        optional["thread_name"] = pd.Categorical(thread_name_of(pid, tid, tn))
+    if len(tn["pid"]):
+        optional["thread_name"] = thread_name_column(pid, tid, tn)
 
     keep = finite & ~bad_dur & ~out_of_range
     rows = Rows(
