@@ -300,3 +300,78 @@ def test_compact_equals_removing_unused_categories(seed):
     got, want = _compact(c, keep), _compact_reference(c, keep)
     assert list(got.categories) == list(want.categories)
     np.testing.assert_array_equal(got.codes, want.codes)
+
+
+def test_empty_memory_frames_are_independent():
+    from traceinsight.timeline import MEMORY_COLUMNS, build_memory
+
+    a, b = build_memory(), build_memory()
+    assert list(a.columns) == list(MEMORY_COLUMNS) and a.empty
+    a["extra"] = np.zeros(0)
+    a["kind"] = a["kind"].cat.add_categories(["new_kind"])
+    c = build_memory()
+    assert "extra" not in b and "extra" not in c
+    assert "new_kind" not in set(c["kind"].cat.categories) and "new_kind" not in set(b["kind"].cat.categories)
+    assert list(c.dtypes.astype(str)) == [str(t) for t in MEMORY_COLUMNS.values()]
+
+
+# --- small matches through dicts and sets ---------------------------------------------------------------------------
+
+
+def _launch_inputs(seed: int):
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(0, 60))
+    gpu = rng.random(n) < 0.4
+    corr = rng.integers(-1, 8, n).astype(np.int64)
+    runtime = rng.random(n) < 0.6
+    rank = rng.integers(0, 2, n).astype(np.int32)
+    pid = rng.choice(np.array([7, 10**12, -3], dtype=np.int64), n)  # wide pids: the key compresses in numpy
+    return gpu, corr, runtime, rank, pid
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_launch_rows_small_equals_the_sorted_keys(seed, monkeypatch):
+    from traceinsight import timeline
+
+    gpu, corr, runtime, rank, pid = _launch_inputs(seed)
+    small = timeline._launch_rows(gpu, corr, runtime, [rank, pid, corr])
+    monkeypatch.setattr(timeline, "SMALL_MATCH", -1)
+    sorted_keys = timeline._launch_rows(gpu, corr, runtime, [rank, pid, corr])
+    if sorted_keys is None:
+        assert small is None
+    else:
+        assert small is not None
+        for a, b in zip(small, sorted_keys):
+            np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_shared_correlations_small_equals_the_unique_count(seed, monkeypatch):
+    from traceinsight import plausible
+    from traceinsight.timeline import TraceMeta
+
+    gpu, corr, runtime, rank, pid = _launch_inputs(seed)
+    meta_a, meta_b = TraceMeta(source_format="pytorch"), TraceMeta(source_format="pytorch")
+    small = plausible._unlinked_correlations(corr, runtime, rank, pid, meta_a)
+    monkeypatch.setattr(plausible, "SMALL_MATCH", -1)
+    full = plausible._unlinked_correlations(corr, runtime, rank, pid, meta_b)
+    assert (small is None) == (full is None)
+    if full is not None:
+        np.testing.assert_array_equal(small, full)
+    assert meta_a.warnings == meta_b.warnings
+
+
+def test_kind_is_on_the_shared_dtype_equals_the_string_comparison():
+    from traceinsight.timeline import kind_is
+
+    rng = np.random.default_rng(0)
+    codes = rng.integers(-1, len(KINDS), 50)
+    shared = categorical(codes, KINDS)
+    own = pd.Categorical.from_codes(codes, categories=list(KINDS))  # same categories, a dtype of its own
+    values = np.array(shared.astype(object))
+    for names in (("step",), ("runtime",), ("kernel", "memcpy", "memset"), ("nothing",)):
+        want = np.isin(values, names)
+        np.testing.assert_array_equal(kind_is(shared, *names), want)
+        np.testing.assert_array_equal(kind_is(own, *names), want)
+    reordered = pd.Categorical.from_codes(np.array([0, 1, -1]), categories=["step", "kernel"])
+    np.testing.assert_array_equal(kind_is(reordered, "step"), [True, False, False])

@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from .masks import join_keys
-from .timeline import kind_is, take_rows
+from .timeline import SMALL_MATCH, kind_is, take_rows
 
 #: No capture has a stretch this long with no event at all: rows beyond such a gap have corrupt times.
 MAX_GAP_NS = 24 * 3600 * 10**9
@@ -178,6 +178,8 @@ def _unlinked_correlations(corr: np.ndarray, is_runtime: np.ndarray, rank: np.nd
     if runtime.sum() < 2:
         return None
     r_rank, r_pid, r_corr = rank[runtime], pid[runtime], corr[runtime]
+    if len(r_corr) <= SMALL_MATCH and len(set(zip(r_rank.tolist(), r_pid.tolist(), r_corr.tolist()))) == len(r_corr):
+        return None  # few calls, none sharing an id: told by a set, without numpy's fixed costs
     # one int64 key per call (equal exactly when rank, pid and id are): a repeat is a key counted twice
     key, _ = join_keys([(r_rank, r_rank[:0]), (r_pid, r_pid[:0]), (r_corr, r_corr[:0])])
     _, inv, count = np.unique(key, return_inverse=True, return_counts=True)
