@@ -375,3 +375,44 @@ def test_kind_is_on_the_shared_dtype_equals_the_string_comparison():
         np.testing.assert_array_equal(kind_is(own, *names), want)
     reordered = pd.Categorical.from_codes(np.array([0, 1, -1]), categories=["step", "kernel"])
     np.testing.assert_array_equal(kind_is(reordered, "step"), [True, False, False])
+
+
+# --- the size ceiling of a small plain file -------------------------------------------------------------------------
+
+
+def test_small_plain_file_reads_without_the_memory_look_and_keeps_every_ceiling(tmp_path, monkeypatch):
+    import gzip
+
+    from traceinsight.errors import TraceReadError, TraceTooLargeError
+    from traceinsight.ingest import byteio
+
+    plain = tmp_path / "t.json"
+    plain.write_bytes(b'{"traceEvents": []}' + b" " * 100)
+    packed = tmp_path / "t.json.gz"
+    packed.write_bytes(gzip.compress(plain.read_bytes()))
+    looks = []
+    monkeypatch.setattr(byteio, "_available_memory", lambda: looks.append(1) or 8 << 30)
+    assert bytes(byteio.read_bytes(plain, [])) == plain.read_bytes() and not looks
+    assert byteio.read_bytes(packed, []) == plain.read_bytes() and looks  # gzip: the real ceiling caps inflation
+    with pytest.raises(TraceTooLargeError):
+        byteio.read_bytes(plain, [], max_bytes=10)
+    with pytest.raises(TraceTooLargeError):
+        byteio.read_bytes(packed, [], max_bytes=10)
+    with pytest.raises(TraceReadError, match="max_bytes must be positive"):
+        byteio.read_bytes(tmp_path / "missing.json", [], max_bytes=0)  # the option is judged before the file
+    monkeypatch.setattr(byteio, "_MIN_DEFAULT_MAX", 10)  # a file past the floor is checked against free memory
+    monkeypatch.setattr(byteio, "_available_memory", lambda: 4)
+    with pytest.raises(TraceTooLargeError):
+        byteio.read_bytes(plain, [])
+
+
+def test_span_equals_the_series_computation(tmp_path):
+    from traceinsight.timeline import Timeline, TraceMeta, build_events
+
+    for rows in ([], [(5, 0)], [(30, 5), (10, 40), (0, 0)], [(2**40, 7), (-3, 2**41)]):
+        ev = build_events({"kind": ["kernel"] * len(rows), "name": ["k"] * len(rows),
+                           "start_ns": [r[0] for r in rows], "dur_ns": [r[1] for r in rows]})
+        tl = Timeline(events=ev, meta=TraceMeta(source_format="pytorch"))
+        want = 0 if ev.empty else int((ev["start_ns"] + ev["dur_ns"]).max() - ev["start_ns"].min())
+        assert tl.span_ns == want and type(tl.span_ns) is int
+    assert ingest.load(SAMPLES / "tiny_kernels.json.gz").span_ns > 0

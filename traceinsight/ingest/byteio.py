@@ -40,12 +40,16 @@ _MEMORY_SHARE = 0.5
 _FALLBACK_MAX = 16 << 30  # where available memory cannot be read
 
 
+#: The least default ceiling, whatever the free memory.
+_MIN_DEFAULT_MAX = 1 << 30
+
+
 def default_max_bytes() -> int:
     """The default ceiling on a trace's (inflated) size: half the memory available now, at least 1 GiB."""
     avail = _available_memory()
     if avail is None:
         return _FALLBACK_MAX
-    return max(1 << 30, int(avail * _MEMORY_SHARE))
+    return max(_MIN_DEFAULT_MAX, int(avail * _MEMORY_SHARE))
 
 
 def _available_memory() -> int | None:
@@ -120,7 +124,7 @@ def read_bytes(path: Path, warnings: list[str], *, max_bytes: int | None = None,
     profilers write a trace once and only append, so the copy this saves is worth that narrow window. A gzip
     stream cut short (a killed job) gives what was written before the cut, with a warning. ``on_bytes(done, total)``
     hears how many bytes of the file are read (inflated, for gzip) as the work goes on, for a progress bar."""
-    limit = resolve_max_bytes(max_bytes)
+    limit = resolve_max_bytes(max_bytes) if max_bytes is not None else None  # None: the default, read when needed
     path = Path(path)
     st = check_input(path)
     if stat.S_ISDIR(st.st_mode):
@@ -130,7 +134,9 @@ def read_bytes(path: Path, warnings: list[str], *, max_bytes: int | None = None,
         if not magic:
             raise TraceReadError(f"{path}: the file is empty")
         if magic != GZIP_MAGIC:
-            _check_size(path, st.st_size, limit)
+            # the default ceiling is never under 1 GiB: a smaller file needs no look at the machine's free memory
+            if limit is not None or st.st_size > _MIN_DEFAULT_MAX:
+                _check_size(path, st.st_size, limit if limit is not None else default_max_bytes())
             if mapped:
                 try:
                     view = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
@@ -147,6 +153,7 @@ def read_bytes(path: Path, warnings: list[str], *, max_bytes: int | None = None,
             if on_bytes:
                 on_bytes(st.st_size, st.st_size)
             return out
+        limit = limit if limit is not None else default_max_bytes()
         _check_size(path, st.st_size, limit)
         fh.seek(0)
         raw = fh.read()
