@@ -416,3 +416,45 @@ def test_span_equals_the_series_computation(tmp_path):
         want = 0 if ev.empty else int((ev["start_ns"] + ev["dur_ns"]).max() - ev["start_ns"].min())
         assert tl.span_ns == want and type(tl.span_ns) is int
     assert ingest.load(SAMPLES / "tiny_kernels.json.gz").span_ns > 0
+
+
+@pytest.mark.parametrize("seed", range(25))
+def test_thread_lookups_small_equal_the_sorted_keys(seed, monkeypatch):
+    from traceinsight.ingest.kineto import columns
+
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(0, 30))
+    pid = rng.choice(np.array([1, 2, 10**13], dtype=np.int64), n)
+    tid = rng.integers(0, 4, n).astype(np.int64)
+    is_name = rng.random(n) < 0.8
+    names = [str(x) for x in rng.choice(np.array(["main", "", "b", "a"]), n)]
+    m = int(rng.integers(0, 40))
+    ev_pid, ev_tid = rng.choice(np.array([1, 2, 3, 10**13], dtype=np.int64), m), rng.integers(0, 5, m).astype(np.int64)
+    dup = pd.DataFrame({"pid": np.array([1, 1, 2], dtype=np.int64), "tid": np.array([0, 0, 1], dtype=np.int64),
+                        "thread_name": np.array(["first", "second", "x"], dtype=object)})  # a repeated thread: the first
+    small = (columns._thread_name_table(pid, tid, is_name, names), columns.thread_name_of(ev_pid, ev_tid, dup))
+    monkeypatch.setattr(columns, "SMALL_MATCH", -1)
+    full = (columns._thread_name_table(pid, tid, is_name, names), columns.thread_name_of(ev_pid, ev_tid, dup))
+    for key in ("pid", "tid", "thread_name"):
+        np.testing.assert_array_equal(small[0][key], full[0][key])
+        assert small[0][key].dtype == full[0][key].dtype
+    assert pd.isna(small[1]).tolist() == pd.isna(full[1]).tolist()
+    assert [x for x in small[1] if isinstance(x, str)] == [x for x in full[1] if isinstance(x, str)]
+    assert "second" not in set(x for x in small[1] if isinstance(x, str))
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_launching_pids_small_equal_the_sorted_ids(seed, monkeypatch):
+    from traceinsight.ingest.kineto import reader
+
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(0, 50))
+    pid = rng.choice(np.array([-1, 5, 9, 4242], dtype=np.int64), n)
+    correlation = rng.integers(-1, 10, n).astype(np.int64)
+    gpu = rng.random(n) < 0.4
+    runtime = ~gpu & (rng.random(n) < 0.5) & (correlation >= 0)
+    small = reader.launching_pids(pid, correlation, gpu, runtime)
+    monkeypatch.setattr(reader, "SMALL_MATCH", -1)
+    full = reader.launching_pids(pid, correlation, gpu, runtime)
+    np.testing.assert_array_equal(small, full)
+    assert small.dtype == full.dtype

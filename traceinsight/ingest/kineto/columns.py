@@ -22,7 +22,7 @@ import pandas as pd
 
 from ... import native
 from ...masks import join_keys
-from ...timeline import categorical
+from ...timeline import SMALL_MATCH, categorical
 
 _FLOAT_FIELDS = ("ts", "dur", "correlation", "external_id", "external_id_legacy", "device", "stream", "bytes",
                  "registers", "shared_mem", "occupancy")
@@ -122,9 +122,13 @@ def _thread_name_table(pid: np.ndarray, tid: np.ndarray, is_thread_name: np.ndar
     keep = is_thread_name & np.array([bool(n) for n in names], dtype=bool)
     p, t = pid[keep], tid[keep]
     texts = np.array(names, dtype=object)[keep] if len(names) else np.zeros(0, dtype=object)
-    key, _ = join_keys([(p, p[:0]), (t, t[:0])])
-    _, first_from_end = np.unique(key[::-1], return_index=True)
-    rows = np.sort(len(key) - 1 - first_from_end)
+    if len(p) <= SMALL_MATCH:  # a few metadata events: the last row of each thread from a dict
+        last = {k: j for j, k in enumerate(zip(p.tolist(), t.tolist()))}
+        rows = np.array(sorted(last.values()), dtype=np.intp)
+    else:
+        key, _ = join_keys([(p, p[:0]), (t, t[:0])])
+        _, first_from_end = np.unique(key[::-1], return_index=True)
+        rows = np.sort(len(key) - 1 - first_from_end)
     return {"pid": p[rows], "tid": t[rows], "thread_name": texts[rows]}
 
 
@@ -140,6 +144,11 @@ def _thread_rows(pid: np.ndarray, tid: np.ndarray, names) -> np.ndarray:
     n_pid, n_tid = np.asarray(names["pid"]), np.asarray(names["tid"])
     if not len(pid) or not len(n_pid):
         return np.full(len(pid), -1, dtype=np.int64)
+    if len(pid) + len(n_pid) <= SMALL_MATCH:  # few rows: a dict of the threads (the first of a repeated one)
+        position: dict[tuple, int] = {}
+        for i, k in enumerate(zip(n_pid.tolist(), n_tid.tolist())):
+            position.setdefault(k, i)
+        return np.array([position.get(k, -1) for k in zip(pid.tolist(), tid.tolist())], dtype=np.int64)
     k_rows, k_names = join_keys([(pid, n_pid), (tid, n_tid)])
     order = np.argsort(k_names, kind="stable")
     sorted_keys = k_names[order]

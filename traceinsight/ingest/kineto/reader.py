@@ -23,7 +23,7 @@ import pandas as pd
 
 from ...demangle import demangled_categories
 from ...errors import TraceReadError
-from ...timeline import COPY_KINDS, KINDS, DeviceInfo, TraceMeta, categorical
+from ...timeline import COPY_KINDS, KINDS, SMALL_MATCH, DeviceInfo, TraceMeta, categorical
 from ..byteio import read_bytes
 from ..parts import ReadResult, Rows
 from .sniff import sniff, split_rank_files  # noqa: F401  (the package's entry points)
@@ -375,6 +375,8 @@ def launching_pids(pid: np.ndarray, correlation: np.ndarray, gpu: np.ndarray, ru
     """``pid`` with each GPU row's replaced by the pid of the first ``runtime`` call of its correlation id, or by the
     host's most common pid (the smallest among equals; 0 without host rows) when no call has that id. On sorted
     arrays: what a Series map of the ids and ``mode`` give, without their fixed costs on a small rank."""
+    if len(pid) <= SMALL_MATCH:
+        return _launching_pids_small(pid, correlation, gpu, runtime)
     host_pids = pid[~gpu]
     host_pids = host_pids[host_pids >= 0]
     if len(host_pids):
@@ -390,6 +392,22 @@ def launching_pids(pid: np.ndarray, correlation: np.ndarray, gpu: np.ndarray, ru
         return out
     at = np.minimum(np.searchsorted(u_corr, q), len(u_corr) - 1)
     out[gpu] = np.where(u_corr[at] == q, pid[runtime][first][at], main_pid)
+    return out
+
+
+def _launching_pids_small(pid: np.ndarray, correlation: np.ndarray, gpu: np.ndarray, runtime: np.ndarray) -> np.ndarray:
+    """``launching_pids`` on a few rows: counts and first calls from dicts, without numpy's fixed costs."""
+    counts: dict[int, int] = {}
+    for p in pid[~gpu].tolist():
+        if p >= 0:
+            counts[p] = counts.get(p, 0) + 1
+    top = max(counts.values(), default=0)
+    main_pid = min((p for p, c in counts.items() if c == top), default=0)
+    first: dict[int, int] = {}
+    for c, p in zip(correlation[runtime].tolist(), pid[runtime].tolist()):
+        first.setdefault(c, p)
+    out = pid.copy()
+    out[gpu] = [first.get(c, main_pid) for c in correlation[gpu].tolist()]
     return out
 
 
