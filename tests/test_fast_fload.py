@@ -258,13 +258,17 @@ def test_thread_name_column_one_row():
 # --- string columns from decoder codes ------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("small", [True, False])
 @pytest.mark.parametrize("seed", range(30))
-def test_decoder_categorical_equals_the_categorical_of_the_strings(seed):
+def test_decoder_categorical_equals_the_categorical_of_the_strings(seed, small, monkeypatch):
     """``_categorical`` (codes into a string table, -1 absent) is ``pd.Categorical`` of the strings themselves;
     repeated strings in the table (two escapes of one text), unused strings, a missing stand-in, no rows and no
     row using any string included."""
+    from traceinsight.ingest.kineto import columns
     from traceinsight.ingest.kineto.columns import _categorical
 
+    if not small:
+        monkeypatch.setattr(columns, "SMALL_MATCH", -1)
     rng = np.random.default_rng(seed)
     table = [str(x) for x in rng.choice(np.array(["gemm", "relu", "", "Memcpy HtoD", "gemm", "zeta", "alpha"]), int(rng.integers(0, 7)))]
     n = int(rng.integers(0, 15))
@@ -275,6 +279,7 @@ def test_decoder_categorical_equals_the_categorical_of_the_strings(seed):
     got = _categorical(codes, table, missing=missing)
     assert list(got.categories) == list(want.categories)
     np.testing.assert_array_equal(got.codes, want.codes)
+    assert got.codes.dtype == want.codes.dtype
     if len(want.categories):
         assert got.categories.dtype == want.categories.dtype
 
@@ -458,3 +463,15 @@ def test_launching_pids_small_equal_the_sorted_ids(seed, monkeypatch):
     full = reader.launching_pids(pid, correlation, gpu, runtime)
     np.testing.assert_array_equal(small, full)
     assert small.dtype == full.dtype
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_factorized_small_equals_pandas_factorize(seed):
+    from traceinsight.ingest.kineto.columns import _factorized
+
+    rng = np.random.default_rng(seed)
+    values = [None if x == "-" else str(x) for x in rng.choice(np.array(["gemm", "-", "", "relu", "1,1,1"]), int(rng.integers(0, 20)))]
+    codes, uniques = _factorized(values)
+    want_codes, want_uniques = pd.factorize(pd.Series(values, dtype=object), use_na_sentinel=True)
+    np.testing.assert_array_equal(codes, want_codes)
+    assert codes.dtype == np.int32 and uniques == list(want_uniques)

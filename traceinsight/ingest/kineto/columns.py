@@ -63,6 +63,8 @@ def _categorical(codes: np.ndarray, uniques: list[str], missing: str | None = No
 
     ``missing`` stands in for absent values (the struct decoder's default for absent strings is "")."""
     codes = np.asarray(codes)
+    if len(codes) <= SMALL_MATCH:
+        return _categorical_small(codes, uniques, missing)
     if missing is not None and (codes < 0).any():
         uniques = list(uniques) + [missing]
         codes = np.where(codes < 0, len(uniques) - 1, codes)
@@ -80,6 +82,17 @@ def _categorical(codes: np.ndarray, uniques: list[str], missing: str | None = No
 
 
 _NO_STRINGS = pd.Index([], dtype="str")
+
+
+def _categorical_small(codes: np.ndarray, uniques: list[str], missing: str | None) -> pd.Categorical:
+    """``_categorical`` of a few rows, row by row in Python: numpy's fixed cost per call is larger than the work."""
+    table = list(uniques) + [missing]  # code -1 reads the last slot: the stand-in, or None (absent)
+    labels = [table[c] for c in codes.tolist()]
+    cats = sorted({x for x in labels if x is not None})
+    if not cats:
+        return categorical(np.full(len(codes), -1, dtype=np.int8), _NO_STRINGS)
+    position = {c: i for i, c in enumerate(cats)}
+    return categorical(np.array([position[x] if x is not None else -1 for x in labels], dtype=np.int32), cats)
 
 
 def _id_lut(strings: list[str], used: np.ndarray) -> np.ndarray:
@@ -345,6 +358,12 @@ def _num(values: list[Any]) -> np.ndarray:
 
 
 def _factorized(values: list[Any]) -> tuple[np.ndarray, list]:
+    """Codes (-1 for None) and the distinct values in order of first appearance, as ``pd.factorize`` gives them;
+    a few values (strings or None) through a dict."""
+    if len(values) <= SMALL_MATCH:
+        index: dict[Any, int] = {}
+        codes = [index.setdefault(v, len(index)) if v is not None else -1 for v in values]
+        return np.array(codes, dtype=np.int32), list(index)
     codes, uniques = pd.factorize(pd.Series(values, dtype=object), use_na_sentinel=True)
     return codes.astype(np.int32), list(uniques)
 
