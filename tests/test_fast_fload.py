@@ -475,3 +475,42 @@ def test_factorized_small_equals_pandas_factorize(seed):
     want_codes, want_uniques = pd.factorize(pd.Series(values, dtype=object), use_na_sentinel=True)
     np.testing.assert_array_equal(codes, want_codes)
     assert codes.dtype == np.int32 and uniques == list(want_uniques)
+
+
+def _in_range_reference(floats: dict) -> tuple[dict, np.ndarray]:
+    """The range check written field by field with ``isinf``, as the reader had it."""
+    from traceinsight.ingest.kineto.reader import _ID_FIELDS, _ID_LIMIT, _TS_LIMIT_NS
+
+    f = dict(floats)
+    with np.errstate(invalid="ignore", over="ignore"):
+        bad = np.isinf(f["ts"]) | (np.abs(f["ts"]) * 1000.0 > _TS_LIMIT_NS)
+        bad |= np.isinf(f["dur"]) | (np.abs(f["dur"]) * 1000.0 > _TS_LIMIT_NS)
+        for key in _ID_FIELDS:
+            over = np.isinf(f[key]) | (np.abs(f[key]) > _ID_LIMIT)
+            if over.any():
+                bad |= over
+                f[key] = np.where(over, np.nan, f[key])
+    if bad.any():
+        f["ts"] = np.where(bad, np.nan, f["ts"])
+        f["dur"] = np.where(bad, np.nan, f["dur"])
+    return f, bad
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_in_range_equals_the_field_by_field_check(seed):
+    from traceinsight.ingest.kineto.columns import _FLOAT_FIELDS, EventColumns
+    from traceinsight.ingest.kineto.reader import _in_range
+
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(0, 12))
+    pool = np.array([0.0, 1.5, -7.0, 1e3, np.nan, np.inf, -np.inf, 2.0**62 + 2.0**40, -(2.0**63), 3e15, 1e300])
+    floats = {k: rng.choice(pool[: 4 if rng.random() < 0.5 else len(pool)], n) for k in _FLOAT_FIELDS}
+    empty = pd.Categorical([])
+    cols = EventColumns(n_events=n, has_ts=np.ones(n, bool), cat=empty, name=empty, pid=np.zeros(n, np.int64),
+                        tid=np.zeros(n, np.int64), floats=floats, grid=empty, block=empty, input_dims=empty,
+                        input_types=empty, concrete_inputs=empty, thread_names={})
+    got_f, got_bad = _in_range(cols)
+    want_f, want_bad = _in_range_reference(floats)
+    np.testing.assert_array_equal(got_bad, want_bad)
+    for k in _FLOAT_FIELDS:
+        np.testing.assert_array_equal(got_f[k], want_f[k])

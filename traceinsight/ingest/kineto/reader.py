@@ -426,12 +426,11 @@ def _in_range(cols: EventColumns) -> tuple[dict[str, np.ndarray], np.ndarray]:
     ``_TS_LIMIT_NS`` or infinite, an id or byte count no int64 holds, a pid/tid the decoder could not hold. Checked
     before any conversion to int64, which would wrap them into negative spans and absurd percentages."""
     f = dict(cols.floats)
-    with np.errstate(invalid="ignore", over="ignore"):
-        bad = np.isinf(f["ts"]) | (np.abs(f["ts"]) * 1000.0 > _TS_LIMIT_NS)
-        bad |= np.isinf(f["dur"]) | (np.abs(f["dur"]) * 1000.0 > _TS_LIMIT_NS)
+    with np.errstate(invalid="ignore", over="ignore"):  # |inf| is past every limit, NaN within (absent, not bad)
+        bad = (np.abs(f["ts"]) * 1000.0 > _TS_LIMIT_NS) | (np.abs(f["dur"]) * 1000.0 > _TS_LIMIT_NS)
         for key in _ID_FIELDS:
             v = f[key]
-            over = np.isinf(v) | (np.abs(v) > _ID_LIMIT)
+            over = np.abs(v) > _ID_LIMIT
             if over.any():
                 bad |= over
                 f[key] = np.where(over, np.nan, v)
