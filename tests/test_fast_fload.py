@@ -226,9 +226,14 @@ def test_categorical_results_do_not_share_codes():
 # --- thread names per row, factorized per thread ------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("small", [True, False])
 @pytest.mark.parametrize("seed", range(25))
-def test_thread_name_column_equals_the_categorical_of_the_lookup(seed):
+def test_thread_name_column_equals_the_categorical_of_the_lookup(seed, small, monkeypatch):
+    from traceinsight.ingest.kineto import columns
     from traceinsight.ingest.kineto.columns import _thread_name_table, _thread_names, thread_name_column, thread_name_of
+
+    if not small:
+        monkeypatch.setattr(columns, "SMALL_MATCH", -1)
 
     rng = np.random.default_rng(seed)
     n = int(rng.integers(0, 12))

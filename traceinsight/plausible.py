@@ -77,10 +77,11 @@ def _capped_categories(values) -> "tuple[pd.Categorical, int] | None":
     cats = values.categories
     if not len(cats) or cats.dtype.kind in "iufcbmM":
         return None
-    long = np.fromiter((isinstance(c, str) and len(c) > MAX_NAME_CHARS for c in cats), bool, len(cats))
+    names = cats.tolist()  # a list iterates faster than a string Index
+    long = np.fromiter((isinstance(c, str) and len(c) > MAX_NAME_CHARS for c in names), bool, len(names))
     if not long.any():
         return None
-    labels = np.array([c[: MAX_NAME_CHARS - 1] + "…" if lg else c for c, lg in zip(cats, long)], dtype=object)
+    labels = np.array([c[: MAX_NAME_CHARS - 1] + "…" if lg else c for c, lg in zip(names, long)], dtype=object)
     codes = np.asarray(values.codes)
     return pd.Categorical(np.where(codes >= 0, labels[np.clip(codes, 0, None)], None)), int(long.sum())
 

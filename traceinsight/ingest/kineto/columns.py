@@ -186,6 +186,11 @@ def thread_name_column(pid: np.ndarray, tid: np.ndarray, names) -> pd.Categorica
     if not (at >= 0).any():
         return pd.Categorical(np.full(len(pid), np.nan, dtype=object))
     texts = np.asarray(names["thread_name"], dtype=object)
+    if len(at) <= SMALL_MATCH:  # few rows: the names they use, sorted, and each row's code, in Python
+        rows = at.tolist()
+        cats = sorted({texts[a] for a in rows if a >= 0})
+        position = {c: i for i, c in enumerate(cats)}
+        return categorical(np.array([position[texts[a]] if a >= 0 else -1 for a in rows], dtype=np.int64), cats)
     used = np.unique(at[at >= 0])
     cats, inverse = np.unique(texts[used], return_inverse=True)
     code_of = np.full(len(texts) + 1, -1, dtype=np.int64)  # position -1 reads the last slot: no name
