@@ -519,3 +519,44 @@ def test_in_range_equals_the_field_by_field_check(seed):
     np.testing.assert_array_equal(got_bad, want_bad)
     for k in _FLOAT_FIELDS:
         np.testing.assert_array_equal(got_f[k], want_f[k])
+
+
+def _steps_reference(is_step, names, ev_rank, ev_start, ev_dur):
+    """Step numbers as a masked search per rank (every rank masked, the numbers read through the names' strings)."""
+    import re
+
+    out = np.full(len(is_step), -1, dtype=np.int32)
+    sidx = np.flatnonzero(is_step)
+    if not len(sidx):
+        return out
+    labels = np.asarray(names.astype(object))[sidx]
+    numbers = np.array([int(m.group(1)) if (m := re.search(r"(\d+)\s*$", str(x))) else i for i, x in enumerate(labels)], dtype=np.int32)
+    for rank in pd.unique(ev_rank[sidx]):
+        own = np.flatnonzero(ev_rank[sidx] == rank)
+        order = np.argsort(ev_start[sidx][own], kind="stable")
+        s_start, s_num = ev_start[sidx][own][order], numbers[own][order]
+        s_end = s_start + ev_dur[sidx][own][order]
+        if len(np.unique(s_num)) < len(s_num):
+            s_num = np.arange(len(s_num), dtype=np.int32)
+        for i in np.flatnonzero(ev_rank == rank):
+            k = np.searchsorted(s_start, ev_start[i], side="right") - 1
+            if k >= 0 and ev_start[i] < s_end[k]:
+                out[i] = s_num[k]
+    return out
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_steps_of_equals_a_masked_search_per_rank(seed):
+    from traceinsight.timeline import TraceMeta, _steps_of
+
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 40))
+    ranks = 1 if seed % 2 else int(rng.integers(1, 4))
+    ev_rank = rng.integers(0, ranks, n).astype(np.int32)
+    ev_start = rng.integers(0, 10_000, n).astype(np.int64)
+    ev_dur = rng.integers(0, 3_000, n).astype(np.int64)
+    is_step = rng.random(n) < 0.3
+    names = pd.Categorical(rng.choice(np.array(["ProfilerStep#3", "ProfilerStep#7", "ProfilerStep#7", "gemm"]), n))
+    got = _steps_of(is_step, names, ev_rank, ev_start, ev_dur, TraceMeta(source_format="pytorch"))
+    np.testing.assert_array_equal(got, _steps_reference(is_step, names, ev_rank, ev_start, ev_dur))
+    assert got.dtype == np.int32

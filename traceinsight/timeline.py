@@ -438,20 +438,20 @@ def _steps_of(is_step: np.ndarray, names: Any, ev_rank: np.ndarray, ev_start: np
             numbers = _step_numbers(np.array([str(c) for c in labels], dtype=object))
         else:
             numbers = _step_numbers(names.iloc[sidx].astype(str).to_numpy())
-        one_rank = bool((s_rank == s_rank[0]).all())
+        one_rank = bool((s_rank == s_rank[0]).all()) and bool((ev_rank == s_rank[0]).all())
         for rank in (s_rank[:1] if one_rank else pd.unique(s_rank)):  # ranks in order of their first step row
             own = np.flatnonzero(s_rank == rank)
             order = np.argsort(s_start_all[own], kind="stable")
             s_start = s_start_all[own][order]
             s_end = s_end_all[own][order]
             s_num = numbers[own][order]
-            if len(np.unique(s_num)) < len(s_num):
-                repeats = len(s_num) - len(np.unique(s_num))
+            repeats = len(s_num) - len(np.unique(s_num))
+            if repeats:
                 s_num = np.arange(len(s_num), dtype=np.int32)
                 if meta is not None:
                     meta.warn(f"{repeats:,} of {len(s_num):,} step markers on rank {rank} repeat an earlier step's number; "
                               "steps were numbered in time order (0, 1, ...)")
-            mask = ev_rank == rank
+            mask = slice(None) if one_rank else ev_rank == rank  # every row is on the one rank: no mask to build
             starts = ev_start[mask]
             pos = np.searchsorted(s_start, starts, side="right") - 1
             valid = pos >= 0
