@@ -560,3 +560,19 @@ def test_steps_of_equals_a_masked_search_per_rank(seed):
     got = _steps_of(is_step, names, ev_rank, ev_start, ev_dur, TraceMeta(source_format="pytorch"))
     np.testing.assert_array_equal(got, _steps_reference(is_step, names, ev_rank, ev_start, ev_dur))
     assert got.dtype == np.int32
+
+
+def test_categorical_cache_keeps_a_bounded_amount_of_names(monkeypatch):
+    from traceinsight import timeline
+
+    monkeypatch.setattr(timeline, "_DTYPES", {})
+    monkeypatch.setattr(timeline, "_dtype_chars", 0)
+    monkeypatch.setattr(timeline, "_CACHED_CHARS", 1000)
+    huge = categorical(np.array([0]), ["x" * 5000])  # longer than the whole budget: built, never kept
+    assert huge.tolist() == ["x" * 5000] and not timeline._DTYPES
+    for i in range(30):  # 30 x 100 characters against a budget of 1,000: the cache starts over, never grows past it
+        got = categorical(np.array([0, -1]), [f"{i:03d}" + "y" * 97])
+        assert got.tolist()[0].startswith(f"{i:03d}")
+        assert timeline._dtype_chars <= 1000 and len(timeline._DTYPES) <= 10
+    again = categorical(np.array([0]), ["029" + "y" * 97])
+    assert again.dtype is got.dtype  # the newest entries stay shared

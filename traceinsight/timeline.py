@@ -152,7 +152,12 @@ def _build_memory(columns: dict[str, Any]) -> pd.DataFrame:
 
 #: Category lists up to this long get a shared, cached dtype (see ``categorical``); longer ones are built each time.
 _CACHED_CATEGORIES = 1024
+#: The cache holds at most this many dtypes and this many characters of category text (a hostile trace's names
+#: can be megabytes long: the cache must never keep more than a bounded amount of them alive).
+_CACHED_DTYPES = 4096
+_CACHED_CHARS = 1 << 23
 _DTYPES: dict[tuple, pd.CategoricalDtype] = {}
+_dtype_chars = 0
 
 
 def categorical(codes: np.ndarray, categories: "pd.Index | list | tuple") -> pd.Categorical:
@@ -172,9 +177,15 @@ def categorical(codes: np.ndarray, categories: "pd.Index | list | tuple") -> pd.
         key = (None, *categories)
     dtype = _DTYPES.get(key)
     if dtype is None:
-        if len(_DTYPES) >= 4096:  # a long job of ranks with ever new names: start over rather than grow
-            _DTYPES.clear()
-        dtype = _DTYPES[key] = pd.CategoricalDtype(categories if isinstance(categories, pd.Index) else pd.Index(list(categories)), ordered=False)
+        global _dtype_chars
+        dtype = pd.CategoricalDtype(categories if isinstance(categories, pd.Index) else pd.Index(list(categories)), ordered=False)
+        size = sum(len(c) if isinstance(c, str) else 8 for c in key[1:])
+        if size <= _CACHED_CHARS:
+            if len(_DTYPES) >= _CACHED_DTYPES or _dtype_chars + size > _CACHED_CHARS:  # ever new names: start over
+                _DTYPES.clear()
+                _dtype_chars = 0
+            _DTYPES[key] = dtype
+            _dtype_chars += size
     return pd.Categorical.from_codes(codes, dtype=dtype, validate=False)
 
 
