@@ -181,8 +181,7 @@ def attribute_gaps(views, pos: np.ndarray) -> dict[str, np.ndarray]:
     for i, b in enumerate(IDLE_BUCKETS):
         ns[BUCKET_CAUSE[b]] += per_bucket[i]
     booked = per_bucket.sum(axis=0)
-    gaps = views.gaps
-    ns[CAUSE_UNKNOWN] += np.maximum(gaps["dur_ns"].to_numpy(np.int64)[pos] - booked, 0)  # a gap the ledger lacks
+    ns[CAUSE_UNKNOWN] += np.maximum(_gap_arrays(views)["dur_ns"][pos] - booked, 0)  # a gap the ledger lacks
     ns[CAUSE_WARMUP][:] = 0
     cause_bucket = lg["cause"].iloc[pos].to_numpy(dtype=object)
     warm = per_bucket[IDLE_BUCKETS.index(WARMUP_BUCKET)] > 0
@@ -238,9 +237,9 @@ def _optimizer_covers_half(views, pos: np.ndarray) -> np.ndarray:
         return out
     hc = host_columns(views)
     o_rank, o_s, o_e = hc["rank"][m], hc["start_ns"][m], hc["end_ns"][m]
-    gaps = views.gaps
-    g_rank = gaps["rank"].to_numpy()[pos]
-    g_start, g_end, g_dur = (gaps[c].to_numpy()[pos] for c in ("start_ns", "end_ns", "dur_ns"))
+    ga = _gap_arrays(views)
+    g_rank = ga["rank"][pos]
+    g_start, g_end, g_dur = (ga[c][pos] for c in ("start_ns", "end_ns", "dur_ns"))
     for rank in np.unique(g_rank):
         gm = g_rank == rank
         om = o_rank == rank
@@ -370,16 +369,17 @@ class GpuIdleGaps(Rule):
         # as if the warm-up had not happened (so a gap that is all warm-up is no gap here)
         # (on the gap arrays: a frame of every gap is never copied, only the long ones become rows)
         gaps = v.gaps
+        ga = _gap_arrays(v)
         warmup = gap_warmup_ns(v)
-        steady = gaps["dur_ns"].to_numpy(np.int64) - warmup
-        warm_ns = _sum_by_device(gaps, warmup)  # set aside on each device
+        steady = ga["dur_ns"] - warmup
+        warm_ns = _sum_by_device(ga, warmup)  # set aside on each device
         between = request_boundary_gaps(v, gaps)  # idle between inference requests lengthens no request
-        between_ns = _sum_by_device(gaps, np.where(between, steady, 0)) if between.any() else {}
+        between_ns = _sum_by_device(ga, np.where(between, steady, 0)) if between.any() else {}
         pick = np.flatnonzero(~between & (steady >= min_gap))
         if not len(pick):
             return
         # per device, on arrays (``views.gaps`` is sorted by rank and device: a device's long gaps are one run)
-        p_rank, p_dev = gaps["rank"].to_numpy()[pick], gaps["device"].to_numpy()[pick]
+        p_rank, p_dev = ga["rank"][pick], ga["device"][pick]
         head = np.flatnonzero(np.r_[True, (p_rank[1:] != p_rank[:-1]) | (p_dev[1:] != p_dev[:-1])])
         bounds = np.r_[head, len(pick)]
         keys = list(zip(p_rank[head].tolist(), p_dev[head].tolist()))
@@ -402,6 +402,7 @@ class GpuIdleGaps(Rule):
         sel = np.concatenate([np.arange(bounds[j], bounds[j + 1]) for j in hit])
         attributed = attribute_gaps(v, pick[sel])
         first = 0
+        multi = None  # several ranks or devices: findings name the rank (asked once)
         for j in hit.tolist():
             rank, device = int(keys[j][0]), int(keys[j][1])
             n_gaps = int(bounds[j + 1] - bounds[j])
@@ -413,28 +414,16 @@ class GpuIdleGaps(Rule):
             total = int(long_ns[j])
             shares = {c: round(100.0 * ns / total, 1) for c, ns in by_cause}
             top_cause = by_cause[0][0]
-            g_start, g_end = gaps["start_ns"].to_numpy()[pos], gaps["end_ns"].to_numpy()[pos]
-            g_dur = gaps["dur_ns"].to_numpy()[pos]
+            g_start, g_end, g_dur = ga["start_ns"][pos], ga["end_ns"][pos], ga["dur_ns"][pos]
             cause = attributed["cause"][mine]
             top = np.argsort(-steady[pos], kind="stable")[: int(self.top_n)]  # the largest, ties in time order
-            evidence = self._evidence(
-                v,
-                pd.DataFrame(
-                    {
-                        "rank": np.full(len(top), rank),
-                        "start_ns": g_start[top],
-                        "end_ns": g_end[top],
-                        "dur_ns": g_dur[top],
-                        "warmup_ns": warmup[pos][top],
-                        "cause": cause[top],
-                        "next_launch_end_ns": attributed["next_launch_end_ns"][mine][top],
-                    }
-                ),
-            )
+            evidence = self._evidence(v, rank, g_start[top], g_end[top], g_dur[top], warmup[pos][top], cause[top],
+                                      attributed["next_launch_end_ns"][mine][top])
             warm = int(warmup_dev[j])
             window_ns, busy_pct, pct = int(window[j]), float(busy_of[j]), float(long_pct[j])
             cause_words = ", ".join(f"{c} {shares[c]:.0f} %" for c, _ in by_cause[:3])
-            multi = len(ctx.meta.ranks) > 1 or util["device"].nunique() > 1
+            if multi is None:
+                multi = len(ctx.meta.ranks) > 1 or util["device"].nunique() > 1
             where = f"rank {rank} GPU {device}" if multi else f"GPU {device}"
             yield ctx.finding(
                 fixes={**type(self).fixes(), **CAUSE_FIXES.get(top_cause, {})},
@@ -471,12 +460,14 @@ class GpuIdleGaps(Rule):
             )
 
     @staticmethod
-    def _evidence(views, top: pd.DataFrame) -> pd.DataFrame:  # noqa: D401
+    def _evidence(views, rank: int, start: np.ndarray, end: np.ndarray, dur: np.ndarray, warmup: np.ndarray, cause: np.ndarray,
+                  next_launch_end: np.ndarray) -> pd.DataFrame:
+        """The largest gaps of one device as rows for people: when, how long, why, what the host did. Given as
+        arrays of those gaps (no frame of them is made: only the rows shown become one)."""
         rows = []
-        warm_col = bool(top["warmup_ns"].any())  # shown only where some gap held warm-up
-        # the rows as Python values column by column (what itertuples yields, without its row class)
-        cols = [top[c].to_numpy().tolist() for c in ("rank", "start_ns", "end_ns", "dur_ns", "warmup_ns", "cause", "next_launch_end_ns")]
-        for rank, start_ns, end_ns, dur_ns, warmup_ns, cause, nl in zip(*cols):
+        warm_col = bool(warmup.any())  # shown only where some gap held warm-up
+        cols = [a.tolist() for a in (start, end, dur, warmup, cause, next_launch_end)]
+        for start_ns, end_ns, dur_ns, warmup_ns, cause, nl in zip(*cols):
             activity = _host_activity(views, int(rank), int(start_ns), int(end_ns))
             rows.append(
                 {
@@ -616,12 +607,22 @@ def _innermost_frame(idx: dict, k: np.ndarray, at: int) -> str:
     return short_name(str(idx["names"].iloc[inner]), 80)
 
 
-def _sum_by_device(gaps: pd.DataFrame, values: np.ndarray) -> dict:
-    """{(rank, device): sum of ``values``} over the rows of ``views.gaps`` (sorted by rank and device: a device's rows
-    are one run, summed at once), exact integer sums."""
-    if not len(gaps):
+def _gap_arrays(views) -> dict[str, np.ndarray]:
+    """``views.gaps``' columns (rank, device, start_ns, end_ns, dur_ns, all int64) as arrays, read once per analysis:
+    TI001 and its helpers read them again and again, and each read of a frame column builds a Series."""
+    def build() -> dict[str, np.ndarray]:
+        gaps = views.gaps
+        return {c: gaps[c].to_numpy(np.int64) for c in ("rank", "device", "start_ns", "end_ns", "dur_ns")}
+
+    return memo(views, "TI001.gap_arrays", build)
+
+
+def _sum_by_device(ga: dict[str, np.ndarray], values: np.ndarray) -> dict:
+    """{(rank, device): sum of ``values``} over the rows of ``views.gaps`` (``_gap_arrays``; sorted by rank and device:
+    a device's rows are one run, summed at once), exact integer sums."""
+    r, d = ga["rank"], ga["device"]
+    if not len(r):
         return {}
-    r, d = gaps["rank"].to_numpy(), gaps["device"].to_numpy()
     head = np.flatnonzero(np.r_[True, (r[1:] != r[:-1]) | (d[1:] != d[:-1])])
     sums = np.add.reduceat(np.asarray(values, np.int64), head)
     out: dict = {}

@@ -67,7 +67,7 @@ from .intervals import Coverage, applies_to, merge_intervals
 from .masks import category_hits, codes_in, kind_mask, name_mask
 from .patterns import COLLECTIVE, COPY_CALL, DATA_WAIT_KINDS, DATA_WAIT_PRIMARY, DATA_WAIT_TFDATA, FRAMEWORK_DISPATCH, SYNC_CALL, SYNC_OP, SYNC_RANGE
 from .thresholds import LAUNCH_GAP_NS
-from .steady import WARMUP_FIRST_STEP_RATIO, WARMUP_MIN_NS, WARMUP_RATIO, empty_regions, one_time_regions  # noqa: F401  (the steady-state model's thresholds)
+from .steady import WARMUP_FIRST_STEP_RATIO, WARMUP_MIN_NS, WARMUP_RATIO, empty_regions, may_match, one_time_regions  # noqa: F401  (the steady-state model's thresholds)
 
 if TYPE_CHECKING:  # pragma: no cover
     from .views import Views
@@ -76,6 +76,20 @@ if TYPE_CHECKING:  # pragma: no cover
 # is ``traceinsight.thresholds.LAUNCH_GAP_NS`` (shared with the what-if); the warm-up thresholds and the one-time
 # work the ledger books are the steady-state model's (``traceinsight.steady``).
 _CODE = {b: i for i, b in enumerate(BUCKETS)}
+#: The slices' bucket dtype, made once: a categorical dtype built per ledger (its categories Index validated) cost
+#: more than the rest of a small rank's slices frame.
+_BUCKET_DTYPE = pd.CategoricalDtype(list(BUCKETS))
+#: The int64 columns of the slices, windows and gaps frames, each an Index made once: a frame built on a block
+#: with a ready Index costs a third of one whose column names are checked and converted again.
+_SLICE_COLS = pd.Index(["rank", "device", "step", "start_ns", "end_ns"])
+_WINDOW_COLS = pd.Index(["rank", "device", "start_ns", "end_ns", "window_ns"])
+_GAP_INT_COLS = pd.Index(["rank", "device", "start_ns", "end_ns", "dur_ns", *IDLE_BUCKETS])
+
+
+@cache
+def _idle_names() -> Any:
+    """The idle bucket names as the array type a column of them gets (inferred once), for ``take`` by code."""
+    return pd.Series(np.asarray(IDLE_BUCKETS, dtype=object)).array
 _HOST_BUSY_KINDS = ("cpu_op", "python", "runtime")
 _DATA_WAIT_KINDS = DATA_WAIT_KINDS
 _EMPTY = np.zeros(0, np.int64)
@@ -169,8 +183,11 @@ def data_wait_mask(host: pd.DataFrame) -> np.ndarray:
     """
     if host.empty:
         return np.zeros(0, dtype=bool)
-    primary = name_mask(host["name"], DATA_WAIT_PRIMARY, case=True)
-    tfdata = name_mask(host["name"], DATA_WAIT_TFDATA, case=True)
+    names = host["name"]
+    if not (may_match(names, DATA_WAIT_PRIMARY, case=True) or may_match(names, DATA_WAIT_TFDATA, case=True)):
+        return np.zeros(len(host), dtype=bool)  # no name of a wait among the categories (most ranks)
+    primary = name_mask(names, DATA_WAIT_PRIMARY, case=True)
+    tfdata = name_mask(names, DATA_WAIT_TFDATA, case=True)
     if primary.any() or tfdata.any():  # rare names first, then their kinds
         kind_ok = kind_mask(host["kind"], _DATA_WAIT_KINDS)
         primary &= kind_ok
@@ -210,10 +227,13 @@ def _blocking_parts(views: "Views") -> list[tuple[np.ndarray, np.ndarray, np.nda
         s = h_start[m].astype(np.int64, copy=False)
         return h_rank[m].astype(np.int64), s, s + h_dur[m], reason
 
+    names = host["name"]
+    # a pattern no category matches gives no rows (an empty part, dropped below): its masks are not built
     parts = [
-        rows(name_mask(host["name"], SYNC_CALL) & kind_mask(kind, ("runtime",)), "synchronizing call"),
-        rows(name_mask(host["name"], SYNC_OP) & kind_mask(kind, ("cpu_op",)), "synchronizing op"),
-        rows(name_mask(host["name"], SYNC_RANGE) & kind_mask(kind, ("annotation",)), "synchronizing op"),
+        rows(name_mask(names, pattern) & kind_mask(kind, kinds), reason)
+        for pattern, kinds, reason in ((SYNC_CALL, ("runtime",), "synchronizing call"), (SYNC_OP, ("cpu_op",), "synchronizing op"),
+                                       (SYNC_RANGE, ("annotation",), "synchronizing op"))
+        if may_match(names, pattern)
     ]
     ln = views.launches
     if not ln.empty and "pageable" in ev:
@@ -230,8 +250,9 @@ def _blocking_parts(views: "Views") -> list[tuple[np.ndarray, np.ndarray, np.nda
             ck = ck_col.reindex(idx).astype(object).to_numpy()
             pg = ev["pageable"].reindex(idx).to_numpy(dtype=bool)
             m = (ck == "DtoH") & pg
-        s = ln["launch_start_ns"].to_numpy()[m].astype(np.int64, copy=False)
-        parts.append((ln["rank"].to_numpy()[m].astype(np.int64), s, s + ln["launch_dur_ns"].to_numpy()[m], "copy to pageable host memory"))
+        if m.any():  # (none: an empty part, dropped below)
+            s = ln["launch_start_ns"].to_numpy()[m].astype(np.int64, copy=False)
+            parts.append((ln["rank"].to_numpy()[m].astype(np.int64), s, s + ln["launch_dur_ns"].to_numpy()[m], "copy to pageable host memory"))
     parts = [p for p in parts if len(p[0])]
     gs_mask = kind_mask(ev["kind"], ("gpu_sync",))
     if gs_mask.any():
@@ -267,8 +288,8 @@ def warmup_regions(views: "Views", blocking: "list[tuple[np.ndarray, np.ndarray,
         names, kinds = host["name"], host["kind"]
         h_rank, h_start, h_dur = host["rank"].to_numpy(), host["start_ns"].to_numpy(), host["dur_ns"].to_numpy()
         cand = _warmup_candidates(names, kinds, h_dur)
-        fi = _outlier_first_calls(names, cand, h_rank, h_start, h_dur)  # host positions, in (rank, name) order
-        if "input_shapes" in host.columns:
+        fi = _outlier_first_calls(names, cand, h_rank, h_start, h_dur) if len(cand) else cand  # host positions, in (rank, name) order
+        if "input_shapes" in host.columns and len(cand):
             per_shape = _outlier_first_calls_per_shape(names, host["input_shapes"], cand, h_rank, h_start, h_dur)
             if len(per_shape):
                 fi = np.concatenate([fi, per_shape[~np.isin(per_shape, fi)]])
@@ -336,6 +357,9 @@ def _warmup_candidates(names: pd.Series, kinds: pd.Series, dur: np.ndarray) -> n
     syncs or data waits, and only of names that have a candidate call of at least ``WARMUP_MIN_NS``: a first call
     shorter than that is no warm-up, so the other names' calls are never needed (most rows, tested here only
     through their name)."""
+    long = np.flatnonzero(dur >= WARMUP_MIN_NS)
+    if not len(long):  # no call is long enough to be warm-up: no name needs testing
+        return _EMPTY
     if isinstance(names.dtype, pd.CategoricalDtype) and isinstance(kinds.dtype, pd.CategoricalDtype):
         # on the codes: per kind and per name a table, read for the rows asked about
         n_codes, k_codes = names.cat.codes.to_numpy(), kinds.cat.codes.to_numpy()
@@ -348,9 +372,12 @@ def _warmup_candidates(names: pd.Series, kinds: pd.Series, dur: np.ndarray) -> n
         def kind_table(kind: str) -> np.ndarray:
             return np.append(np.asarray(kinds.cat.categories, dtype=object) == kind, False)
 
+        is_rt, is_op = kind_table("runtime"), kind_table("cpu_op")
+        long = long[(is_rt | is_op)[k_codes[long]]]  # the kinds first: long step markers and annotations are no candidates
+        if not len(long):
+            return _EMPTY
         excluded = hits(SYNC_CALL) | hits(SYNC_OP) | hits(DATA_WAIT_PRIMARY, case=True)
         rt_ok, op_ok = ~(excluded | hits(COPY_CALL)), ~excluded
-        is_rt, is_op = kind_table("runtime"), kind_table("cpu_op")
 
         def cand(rows: np.ndarray) -> np.ndarray:
             n, k = n_codes[rows], k_codes[rows]
@@ -365,7 +392,6 @@ def _warmup_candidates(names: pd.Series, kinds: pd.Series, dur: np.ndarray) -> n
             ok &= ~(name_mask(n, SYNC_CALL) | name_mask(n, SYNC_OP) | name_mask(n, DATA_WAIT_PRIMARY, case=True))
             return ok
 
-    long = np.flatnonzero(dur >= WARMUP_MIN_NS)
     long = long[cand(long)]
     if not len(long):
         return _EMPTY
@@ -1059,7 +1085,7 @@ def build_ledger(views: "Views") -> Ledger:
     act = views.gpu_activity
     if act.empty:
         return _empty_ledger()
-    is_kernel = (act["kind"] == "kernel").to_numpy()
+    is_kernel = kind_mask(act["kind"], ("kernel",))
     coll = is_kernel & name_mask(act["name"], COLLECTIVE)
     a_cls = np.where(coll, 1, np.where(is_kernel, 0, 2)).astype(np.int8)
     a_rank = act["rank"].to_numpy(np.int64)
@@ -1073,10 +1099,12 @@ def build_ledger(views: "Views") -> Ledger:
     # host-busy rows: one mask (the empty ones dropped, as ``_merged`` would), each rank's starts and ends taken
     # once and merged in place (no frame, no full-length copies: these are most host rows)
     h_rank, h_start, h_dur = host["rank"].to_numpy(), host["start_ns"].to_numpy(), host["dur_ns"].to_numpy()
-    hb = kind_mask(host["kind"], _HOST_BUSY_KINDS)
-    note = kind_mask(host["kind"], ("annotation",))
-    if note.any():  # framework dispatch traced as annotations (TF eager, JAX/PjRt) is host work too
-        hb |= note & name_mask(host["name"], FRAMEWORK_DISPATCH)
+    h_kind = host["kind"]
+    hb = kind_mask(h_kind, _HOST_BUSY_KINDS)
+    if may_match(host["name"], FRAMEWORK_DISPATCH):  # framework dispatch traced as annotations (TF eager, JAX/PjRt) is host work too
+        note = kind_mask(h_kind, ("annotation",))
+        if note.any():
+            hb |= note & name_mask(host["name"], FRAMEWORK_DISPATCH)
     hb &= h_dur > 0
     hb_one_rank = len(h_rank) > 0 and h_rank.min() == h_rank.max()
 
@@ -1093,7 +1121,7 @@ def build_ledger(views: "Views") -> Ledger:
         lr = ln["rank"].to_numpy(np.int64)
         ld = ln["device"].to_numpy(np.int64)
         lg = ln["gpu_start_ns"].to_numpy(np.int64)
-        lend = (ln["launch_start_ns"] + ln["launch_dur_ns"]).to_numpy(np.int64)
+        lend = (ln["launch_start_ns"].to_numpy() + ln["launch_dur_ns"].to_numpy()).astype(np.int64, copy=False)
         # by (rank, device, gpu start); constant keys order nothing: left out on the usual one-device trace
         keys = tuple(k for k in (lg, ld, lr) if k is lg or k.min() != k.max())
         if len(keys) == 1:  # one (rank, device): its columns are constants, only the gpu starts are ordered
@@ -1181,11 +1209,14 @@ def build_ledger(views: "Views") -> Ledger:
     sl_block[0], sl_block[1], sl_block[2], sl_block[3] = per_row(k_rank, n_sl), per_row(k_dev, n_sl), joined("step"), joined("start")
     np.add(sl_block[3], ns, out=sl_block[4])
     step = sl_block[2]
-    slices = pd.DataFrame(sl_block.T, columns=["rank", "device", "step", "start_ns", "end_ns"], copy=False)
-    slices["bucket"] = pd.Categorical.from_codes(label, categories=list(BUCKETS))
+    slices = pd.DataFrame(sl_block.T, columns=_SLICE_COLS, copy=False)
+    slices["bucket"] = pd.Categorical.from_codes(label, dtype=_BUCKET_DTYPE)
     w_start = np.array([p["start"][0] for p in parts], np.int64)
     w_end = np.array([p["start"][-1] + p["ns"][-1] for p in parts], np.int64)
-    windows = pd.DataFrame({"rank": k_rank, "device": k_dev, "start_ns": w_start, "end_ns": w_end, "window_ns": w_end - w_start})
+    w_block = np.empty((5, len(keys)), np.int64)  # the windows' int64 columns as one block, as for the slices
+    w_block[0], w_block[1], w_block[2], w_block[3] = k_rank, k_dev, w_start, w_end
+    np.subtract(w_end, w_start, out=w_block[4])
+    windows = pd.DataFrame(w_block.T, columns=_WINDOW_COLS, copy=False)
     nb = len(BUCKETS)
     # per (device, step): ns per bucket; groups of (device, step) in lexicographic order of one int64 key. When
     # the keys span a small range (a few devices, step numbers close together) a table of present keys ranks
@@ -1225,7 +1256,7 @@ def build_ledger(views: "Views") -> Ledger:
             "device": np.repeat(k_dev, nb),
             "bucket": np.tile(np.array(BUCKETS, dtype=object), len(keys)),
             "ns": mat.ravel(),
-            "pct": (100.0 * mat / np.maximum(windows["window_ns"].to_numpy(), 1)[:, None]).ravel(),
+            "pct": (100.0 * mat / np.maximum(w_block[4], 1)[:, None]).ravel(),
         }
     )
     # per (device, step): the same, with the step's part of the window as the base of pct
@@ -1242,8 +1273,7 @@ def build_ledger(views: "Views") -> Ledger:
     gs, ge = joined("gs"), joined("ge")
     n_g = len(gs)
     # the frame's int64 columns as the rows of one block, filled in place: the frame takes it without a copy
-    int_cols = ["rank", "device", "start_ns", "end_ns", "dur_ns", *IDLE_BUCKETS]
-    block = np.empty((len(int_cols), n_g), np.int64)
+    block = np.empty((len(_GAP_INT_COLS), n_g), np.int64)
     block[0], block[1], block[2], block[3] = per_row(k_rank, n_gp), per_row(k_dev, n_gp), gs, ge
     np.subtract(ge, gs, out=block[4])
     per_gap = block[5:]
@@ -1267,11 +1297,11 @@ def build_ledger(views: "Views") -> Ledger:
     several = np.flatnonzero(pieces != 1)
     if len(several):
         cause[several] = _first_max_row(per_gap[:, several])
-    gaps = pd.DataFrame(block.T, columns=int_cols, copy=False)
+    gaps = pd.DataFrame(block.T, columns=_GAP_INT_COLS, copy=False)
     gaps.insert(5, "next_launch_end_ns", joined("nl"))
     # the names as the column's own array type (inferred once from the bucket names) taken by index: no 10^5
     # strings to check one by one
-    gaps["cause"] = pd.Series(np.asarray(IDLE_BUCKETS, dtype=object)).array.take(cause) if n_g else np.zeros(0, dtype=object)
+    gaps["cause"] = _idle_names().take(cause) if n_g else np.zeros(0, dtype=object)
     return Ledger(slices=slices, by_device=by_device, by_step=by_step, windows=windows, gaps=gaps, warmup=warm)
 
 

@@ -51,8 +51,8 @@ def sync_calls(views) -> pd.DataFrame:
     def build():
         host = views.host_events
         m = kind_mask(host, "runtime")
-        if m.any():
-            m &= names_where(host["name"], lambda m: m(SYNC_CALL))
+        if m.any():  # one pattern: ``name_mask`` (what ``names_where`` asks per category, without its per-category column)
+            m &= name_mask(host["name"], SYNC_CALL)
         hc = host_columns(views)
         out = pd.DataFrame({c: hc[c][m] for c in ("rank", "start_ns", "dur_ns", "end_ns")})
         return out
@@ -155,11 +155,11 @@ def request_boundary_gaps(views, gaps: pd.DataFrame) -> np.ndarray:
     out = np.zeros(len(gaps), dtype=bool)
     if gaps.empty or views.steps.empty:
         return out
-    ranks = inference_ranks(views)
-    if not ranks:  # a training run: no request boundaries (and no need to find its syncs here)
-        return out
-    calls = sync_calls(views)
+    calls = sync_calls(views)  # first: most ranks have none, and then which ranks infer is never asked
     if calls.empty:
+        return out
+    ranks = inference_ranks(views)
+    if not ranks:  # a training run: no request boundaries
         return out
     calls = calls[np.isin(calls["rank"].to_numpy(), np.fromiter(ranks, dtype=np.int64))]
     if calls.empty:
