@@ -11,7 +11,7 @@ from traceinsight.rule_api import Fix, Location, Option, Rule, Severity, fmt_ns
 from traceinsight.intervals import Coverage
 from traceinsight.patterns import OPTIMIZER
 from traceinsight.rulelib.enclosing import host_columns
-from traceinsight.rulelib.gaps import ledger_gaps, request_boundary_gaps
+from traceinsight.rulelib.gaps import gap_columns, ledger_gap_columns, request_boundary_gaps
 from traceinsight.rulelib.names import kind_mask, names_where, short_name
 from traceinsight.rulelib.warmup import gap_warmup_ns
 from traceinsight.rulelib import memo
@@ -166,24 +166,19 @@ def attribute_gaps(views, pos: np.ndarray) -> dict[str, np.ndarray]:
     few it shows.
     """
     n = len(pos)
-    lg = ledger_gaps(views)
+    lg = ledger_gap_columns(views)  # a gap the ledger lacks (matched by a merge) books 0
 
     def column(b: str) -> np.ndarray:
-        if b not in lg:
-            return np.zeros(n, np.int64)
-        col = lg[b]
-        if isinstance(col.dtype, np.dtype) and col.dtype.kind == "i":
-            return col.to_numpy(np.int64)[pos]
-        return col.iloc[pos].fillna(0).to_numpy(np.int64)  # a gap the ledger lacks (matched by a merge) books 0
+        return lg[b][pos] if b in lg else np.zeros(n, np.int64)
 
     per_bucket = np.vstack([column(b) for b in IDLE_BUCKETS]) if n else np.zeros((len(IDLE_BUCKETS), 0), np.int64)
     ns = {c: np.zeros(n, np.int64) for c in CAUSES}
     for i, b in enumerate(IDLE_BUCKETS):
         ns[BUCKET_CAUSE[b]] += per_bucket[i]
     booked = per_bucket.sum(axis=0)
-    ns[CAUSE_UNKNOWN] += np.maximum(_gap_arrays(views)["dur_ns"][pos] - booked, 0)  # a gap the ledger lacks
+    ns[CAUSE_UNKNOWN] += np.maximum(gap_columns(views)["dur_ns"][pos] - booked, 0)  # a gap the ledger lacks
     ns[CAUSE_WARMUP][:] = 0
-    cause_bucket = lg["cause"].iloc[pos].to_numpy(dtype=object)
+    cause_bucket = lg["cause"][pos]
     warm = per_bucket[IDLE_BUCKETS.index(WARMUP_BUCKET)] > 0
     if warm.any():  # the ledger's cause counts warm-up; here the largest steady-state bucket is the cause
         steady = per_bucket[:, warm].copy()
@@ -200,8 +195,7 @@ def attribute_gaps(views, pos: np.ndarray) -> dict[str, np.ndarray]:
             ns[CAUSE_OPT] += moved
             ns[BUCKET_CAUSE[b]] -= moved
         cause[refine] = CAUSE_OPT
-    lg_next = lg["next_launch_end_ns"].to_numpy(dtype=float)
-    return {"cause": cause, "next_launch_end_ns": lg_next[pos], **ns}
+    return {"cause": cause, "next_launch_end_ns": lg["next_launch_end_ns"][pos], **ns}
 
 
 def _util_columns(util: pd.DataFrame, keys: list[tuple[int, int]], columns: tuple[str, ...]) -> list[np.ndarray]:
@@ -237,7 +231,7 @@ def _optimizer_covers_half(views, pos: np.ndarray) -> np.ndarray:
         return out
     hc = host_columns(views)
     o_rank, o_s, o_e = hc["rank"][m], hc["start_ns"][m], hc["end_ns"][m]
-    ga = _gap_arrays(views)
+    ga = gap_columns(views)
     g_rank = ga["rank"][pos]
     g_start, g_end, g_dur = (ga[c][pos] for c in ("start_ns", "end_ns", "dur_ns"))
     for rank in np.unique(g_rank):
@@ -369,7 +363,7 @@ class GpuIdleGaps(Rule):
         # as if the warm-up had not happened (so a gap that is all warm-up is no gap here)
         # (on the gap arrays: a frame of every gap is never copied, only the long ones become rows)
         gaps = v.gaps
-        ga = _gap_arrays(v)
+        ga = gap_columns(v)
         warmup = gap_warmup_ns(v)
         steady = ga["dur_ns"] - warmup
         warm_ns = _sum_by_device(ga, warmup)  # set aside on each device
@@ -607,18 +601,8 @@ def _innermost_frame(idx: dict, k: np.ndarray, at: int) -> str:
     return short_name(str(idx["names"].iloc[inner]), 80)
 
 
-def _gap_arrays(views) -> dict[str, np.ndarray]:
-    """``views.gaps``' columns (rank, device, start_ns, end_ns, dur_ns, all int64) as arrays, read once per analysis:
-    TI001 and its helpers read them again and again, and each read of a frame column builds a Series."""
-    def build() -> dict[str, np.ndarray]:
-        gaps = views.gaps
-        return {c: gaps[c].to_numpy(np.int64) for c in ("rank", "device", "start_ns", "end_ns", "dur_ns")}
-
-    return memo(views, "TI001.gap_arrays", build)
-
-
 def _sum_by_device(ga: dict[str, np.ndarray], values: np.ndarray) -> dict:
-    """{(rank, device): sum of ``values``} over the rows of ``views.gaps`` (``_gap_arrays``; sorted by rank and device:
+    """{(rank, device): sum of ``values``} over the rows of ``views.gaps`` (``gap_columns``; sorted by rank and device:
     a device's rows are one run, summed at once), exact integer sums."""
     r, d = ga["rank"], ga["device"]
     if not len(r):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from ..buckets import IDLE_BUCKETS
 from ..masks import join_keys, name_mask
 from ..patterns import SYNC_CALL, TRAINING_KERNEL, TRAINING_OP
 from .enclosing import host_columns, starts_inside
@@ -60,6 +61,25 @@ def sync_calls(views) -> pd.DataFrame:
     return memo(views, "rulelib.next_launch_ns", build)
 
 
+def _read_only(arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The cached arrays, marked read-only: every caller shares them, so a change in place would change the
+    analysis for all (an attempt raises instead)."""
+    for a in arrays.values():
+        a.flags.writeable = False
+    return arrays
+
+
+def gap_columns(views) -> dict[str, np.ndarray]:
+    """``views.gaps``' columns (rank, device, start_ns, end_ns, dur_ns, all int64) as arrays, read once per analysis
+    (cached): TI001 and these helpers read them again and again, and each read of a frame column builds a Series."""
+
+    def build() -> dict[str, np.ndarray]:
+        gaps = views.gaps
+        return _read_only({c: gaps[c].to_numpy(np.int64) for c in ("rank", "device", "start_ns", "end_ns", "dur_ns")})
+
+    return memo(views, "rulelib.gap_columns", build)
+
+
 def ledger_gaps(views) -> pd.DataFrame:
     """The ledger's gaps (next launch, ns per idle bucket, cause) row for row with ``views.gaps`` (same index).
 
@@ -71,13 +91,33 @@ def ledger_gaps(views) -> pd.DataFrame:
         gaps = views.gaps
         lg = views.ledger.gaps
         keys = ["rank", "device", "start_ns", "end_ns"]
-        if len(lg) == len(gaps) and all(np.array_equal(lg[c].to_numpy(np.int64), gaps[c].to_numpy(np.int64)) for c in keys):
+        gc = gap_columns(views)
+        if len(lg) == len(gaps) and all(np.array_equal(lg[c].to_numpy(np.int64), gc[c]) for c in keys):
             out = lg.set_axis(gaps.index)
         else:
             out = gaps[keys].merge(lg.drop_duplicates(keys), on=keys, how="left").set_axis(gaps.index)
         return out
 
     return memo(views, "rulelib.ledger_gaps", build)
+
+
+def ledger_gap_columns(views) -> dict[str, np.ndarray]:
+    """``ledger_gaps``' columns as arrays, read once per analysis (cached): the ns of each idle bucket it has (int64,
+    0 where a gap the ledger lacks has none), ``cause`` (objects) and ``next_launch_end_ns`` (float)."""
+
+    def build() -> dict[str, np.ndarray]:
+        lg = ledger_gaps(views)
+        out: dict[str, np.ndarray] = {}
+        for b in IDLE_BUCKETS:
+            if b in lg:
+                col = lg[b]
+                int_col = isinstance(col.dtype, np.dtype) and col.dtype.kind == "i"
+                out[b] = col.to_numpy(np.int64) if int_col else col.fillna(0).to_numpy(np.int64)
+        out["cause"] = lg["cause"].to_numpy(dtype=object)
+        out["next_launch_end_ns"] = lg["next_launch_end_ns"].to_numpy(dtype=float)
+        return _read_only(out)
+
+    return memo(views, "rulelib.ledger_gap_columns", build)
 
 
 def closing_syncs(stalls: pd.DataFrame, steps: pd.DataFrame, launches: pd.DataFrame) -> np.ndarray:
