@@ -67,7 +67,7 @@ from .intervals import Coverage, applies_to, merge_intervals
 from .masks import category_hits, codes_in, kind_mask, name_mask
 from .patterns import COLLECTIVE, COPY_CALL, DATA_WAIT_KINDS, DATA_WAIT_PRIMARY, DATA_WAIT_TFDATA, FRAMEWORK_DISPATCH, SYNC_CALL, SYNC_OP, SYNC_RANGE
 from .thresholds import LAUNCH_GAP_NS
-from .steady import WARMUP_FIRST_STEP_RATIO, WARMUP_MIN_NS, WARMUP_RATIO, empty_regions, may_match, one_time_regions  # noqa: F401  (the steady-state model's thresholds)
+from .steady import WARMUP_FIRST_STEP_RATIO, WARMUP_MIN_NS, WARMUP_RATIO, empty_regions, host_arrays, may_match, one_time_regions  # noqa: F401  (the steady-state model's thresholds)
 
 if TYPE_CHECKING:  # pragma: no cover
     from .views import Views
@@ -218,16 +218,16 @@ def _blocking_parts(views: "Views") -> list[tuple[np.ndarray, np.ndarray, np.nda
     only on ranks whose host trace shows no blocking call.
     """
     ev = views.events
-    host = views.host_events
-    kind = host["kind"]
-    h_rank, h_start, h_dur = host["rank"].to_numpy(), host["start_ns"].to_numpy(), host["dur_ns"].to_numpy()
+    ha = host_arrays(views)
+    kind = ha["kind"]
+    h_rank, h_start, h_dur = ha["rank"], ha["start_ns"], ha["dur_ns"]
 
     def rows(m: np.ndarray, reason: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, str]:
         m = np.flatnonzero(m)  # few rows: positions, then three small gathers instead of three full masks
         s = h_start[m].astype(np.int64, copy=False)
         return h_rank[m].astype(np.int64), s, s + h_dur[m], reason
 
-    names = host["name"]
+    names = ha["name"]
     # a pattern no category matches gives no rows (an empty part, dropped below): its masks are not built
     parts = [
         rows(name_mask(names, pattern) & kind_mask(kind, kinds), reason)
@@ -285,8 +285,9 @@ def warmup_regions(views: "Views", blocking: "list[tuple[np.ndarray, np.ndarray,
     host = views.host_events
     parts = []
     if not host.empty:
-        names, kinds = host["name"], host["kind"]
-        h_rank, h_start, h_dur = host["rank"].to_numpy(), host["start_ns"].to_numpy(), host["dur_ns"].to_numpy()
+        ha = host_arrays(views)
+        names, kinds = ha["name"], ha["kind"]
+        h_rank, h_start, h_dur = ha["rank"], ha["start_ns"], ha["dur_ns"]
         cand = _warmup_candidates(names, kinds, h_dur)
         fi = _outlier_first_calls(names, cand, h_rank, h_start, h_dur) if len(cand) else cand  # host positions, in (rank, name) order
         if "input_shapes" in host.columns and len(cand):
@@ -1098,13 +1099,14 @@ def build_ledger(views: "Views") -> Ledger:
     warm = warmup_regions(views, blocking)
     # host-busy rows: one mask (the empty ones dropped, as ``_merged`` would), each rank's starts and ends taken
     # once and merged in place (no frame, no full-length copies: these are most host rows)
-    h_rank, h_start, h_dur = host["rank"].to_numpy(), host["start_ns"].to_numpy(), host["dur_ns"].to_numpy()
-    h_kind = host["kind"]
+    ha = host_arrays(views)
+    h_rank, h_start, h_dur = ha["rank"], ha["start_ns"], ha["dur_ns"]
+    h_kind = ha["kind"]
     hb = kind_mask(h_kind, _HOST_BUSY_KINDS)
-    if may_match(host["name"], FRAMEWORK_DISPATCH):  # framework dispatch traced as annotations (TF eager, JAX/PjRt) is host work too
+    if may_match(ha["name"], FRAMEWORK_DISPATCH):  # framework dispatch traced as annotations (TF eager, JAX/PjRt) is host work too
         note = kind_mask(h_kind, ("annotation",))
         if note.any():
-            hb |= note & name_mask(host["name"], FRAMEWORK_DISPATCH)
+            hb |= note & name_mask(ha["name"], FRAMEWORK_DISPATCH)
     hb &= h_dur > 0
     hb_one_rank = len(h_rank) > 0 and h_rank.min() == h_rank.max()
 
@@ -1141,6 +1143,8 @@ def build_ledger(views: "Views") -> Ledger:
         for a, b in zip(bounds[:-1], bounds[1:]):
             launch_end[(int(lr[a]), int(ld[a]))] = (lg[a:b], lend[a:b].astype(float))
     st = views.steps
+    # the step markers' columns once; each rank's rows are picked on them (no row selection of the frame per rank)
+    st_cols = None if st.empty else (st["rank"].to_numpy(), st["start_ns"].to_numpy(np.int64), st["end_ns"].to_numpy(np.int64), st["step"].to_numpy(np.int64))
 
     def ranges(parts: list[tuple[np.ndarray, ...]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(rank, start, end) of some host ranges, end to end."""
@@ -1183,8 +1187,8 @@ def build_ledger(views: "Views") -> Ledger:
                 # the rank's host-busy union, built only when a gap host work decides needs it, then kept
                 "host_busy": cache(lambda r=rank: _union_of_runs(host_busy_runs(r))),
             }
-            srk = st[st["rank"].to_numpy() == rank] if not st.empty else st
-            steps = (srk["start_ns"].to_numpy(np.int64), srk["end_ns"].to_numpy(np.int64), srk["step"].to_numpy(np.int64)) if not srk.empty else (_EMPTY, _EMPTY, _EMPTY)
+            own = None if st_cols is None else np.flatnonzero(st_cols[0] == rank)
+            steps = (st_cols[1][own], st_cols[2][own], st_cols[3][own]) if own is not None and len(own) else (_EMPTY, _EMPTY, _EMPTY)
         parts.append(_device_slices(s, e, c, launch_end.get((rank, device)), facts, rank in host_ranks, steps))
         keys.append((rank, device))
     if not parts:

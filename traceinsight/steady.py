@@ -32,7 +32,7 @@ performance finding above info.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import re
 
@@ -68,6 +68,20 @@ _COLS = ["rank", "start_ns", "end_ns", "reason"]
 
 
 _EMPTY_REGIONS = pd.DataFrame({c: pd.Series(dtype="int64" if c != "reason" else "object") for c in _COLS})
+
+
+def host_arrays(views: "Views") -> dict[str, Any]:
+    """The host rows' ``rank``, ``start_ns`` and ``dur_ns`` as arrays and their ``name`` and ``kind`` columns, read
+    once per analysis (kept in the analysis' store; plain views read them again): the ledger and this model ask for
+    them in half a dozen places, and each read of a frame column builds a Series."""
+
+    def build() -> dict[str, Any]:
+        host = views.host_events
+        return {"rank": host["rank"].to_numpy(), "start_ns": host["start_ns"].to_numpy(), "dur_ns": host["dur_ns"].to_numpy(),
+                "name": host["name"], "kind": host["kind"]}
+
+    keep = getattr(views, "memo", None)
+    return keep("steady.host_arrays", build) if keep is not None else build()
 
 
 def may_match(names: pd.Series, pattern: "str | re.Pattern[str]", case: bool = False) -> bool:
@@ -108,8 +122,8 @@ def one_time_regions(views: "Views", blocking: "list[tuple[np.ndarray, np.ndarra
     steps = views.steps
     second_step: dict[int, int] = {}
     if not host.empty:  # the host columns read once for both passes below
-        names, kinds = host["name"], host["kind"]
-        rank, start_col, dur_col = host["rank"].to_numpy(), host["start_ns"].to_numpy(), host["dur_ns"].to_numpy()
+        ha = host_arrays(views)
+        names, kinds, rank, start_col, dur_col = ha["name"], ha["kind"], ha["rank"], ha["start_ns"], ha["dur_ns"]
     if not steps.empty:
         # per rank on the step arrays (``groupby("rank", sort=True)`` then ``sort_values("start_ns")`` in each, the
         # same quicksort): a groupby's fixed cost was most of this function on a rank of a few steps
