@@ -494,6 +494,11 @@ class Ledger:
     windows: pd.DataFrame
     gaps: pd.DataFrame
     warmup: pd.DataFrame = field(default_factory=pd.DataFrame)
+    #: What ``build_ledger`` already holds as arrays (the slices' and gaps' columns, ``device_arrays``), so the
+    #: claims do not read them back from its frames (a dozen column reads cost more than a small rank's claim).
+    #: None for a ledger made of frames alone (or copied with ``dataclasses.replace``): then they are read from
+    #: the frames.
+    _arrays: dict[str, Any] | None = field(default=None, init=False, repr=False, compare=False)
 
     # --- totals ------------------------------------------------------------------------------------------
     def window_ns(self, rank: int | None = None, device: int | None = None) -> int:
@@ -523,6 +528,8 @@ class Ledger:
     @cached_property
     def device_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """``by_device`` as plain arrays (rank, device, bucket, ns), for callers that filter it many times."""
+        if self._arrays is not None:
+            return self._arrays["device"]
         d = self.by_device
         return (d["rank"].to_numpy(np.int64), d["device"].to_numpy(np.int64), d["bucket"].astype(str).to_numpy(object), d["ns"].to_numpy(np.int64))
 
@@ -710,16 +717,25 @@ class Ledger:
         """Where each (rank, device) sits in ``slices`` and ``gaps``, and their columns as arrays, for
         ``claimed_ns``: ``build_ledger`` writes each device's rows together and in time order, devices in (rank,
         device) order, buckets as codes of ``BUCKETS``. None for frames laid out otherwise."""
-        sl, gp = self.slices, self.gaps
-        bucket = sl["bucket"]
-        if not (isinstance(bucket.dtype, pd.CategoricalDtype) and list(bucket.cat.categories) == list(BUCKETS)):
-            return None
-        if sl.empty or gp.columns[: 5].tolist() != ["rank", "device", "start_ns", "end_ns", "dur_ns"]:
+        if self._arrays is not None:  # the arrays the frames were built from
+            sl_cols, gp_cols = self._arrays["slices"], self._arrays["gaps"]
+        else:
+            sl, gp = self.slices, self.gaps
+            bucket = sl["bucket"]
+            if not (isinstance(bucket.dtype, pd.CategoricalDtype) and list(bucket.cat.categories) == list(BUCKETS)):
+                return None
+            if sl.empty or gp.columns[: 5].tolist() != ["rank", "device", "start_ns", "end_ns", "dur_ns"]:
+                return None
+            sl_cols = {"rank": sl["rank"].to_numpy(np.int64), "device": sl["device"].to_numpy(np.int64), "start": sl["start_ns"].to_numpy(np.int64),
+                       "end": sl["end_ns"].to_numpy(np.int64), "code": bucket.cat.codes.to_numpy()}
+            gp_cols = {"rank": gp["rank"].to_numpy(np.int64), "device": gp["device"].to_numpy(np.int64), "start": gp["start_ns"].to_numpy(np.int64),
+                       "end": gp["end_ns"].to_numpy(np.int64), "gap_ns": {b: gp[b].to_numpy(np.int64) for b in IDLE_BUCKETS}}
+        if not len(sl_cols["start"]):
             return None
 
-        def runs(f: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        def runs(f: dict[str, Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
             """(rank, device, first row) of each device's run of rows, and the end; None when out of order."""
-            r, d, s = f["rank"].to_numpy(np.int64), f["device"].to_numpy(np.int64), f["start_ns"].to_numpy(np.int64)
+            r, d, s = f["rank"], f["device"], f["start"]
             if r[0] == r.max() == r.min() and d[0] == d.max() == d.min():  # one device (the usual trace)
                 return (r[:1], d[:1], np.array([0, len(r)])) if bool((s[1:] > s[:-1]).all()) else None
             same = (r[1:] == r[:-1]) & (d[1:] == d[:-1])
@@ -729,8 +745,8 @@ class Ledger:
             head = np.flatnonzero(np.r_[True, ~same])
             return r[head], d[head], np.r_[head, len(r)]
 
-        s_runs = runs(sl)
-        g_runs = runs(gp) if len(gp) else (_EMPTY, _EMPTY, np.zeros(1, np.int64))
+        s_runs = runs(sl_cols)
+        g_runs = runs(gp_cols) if len(gp_cols["start"]) else (_EMPTY, _EMPTY, np.zeros(1, np.int64))
         if s_runs is None or g_runs is None:
             return None
         g_at = {(int(r), int(d)): (int(a), int(b)) for r, d, a, b in zip(*g_runs[:2], g_runs[2][:-1], g_runs[2][1:])}
@@ -741,12 +757,12 @@ class Ledger:
             return None
         return {
             "devices": devices,
-            "code": bucket.cat.codes.to_numpy(),
-            "start": sl["start_ns"].to_numpy(np.int64),
-            "end": sl["end_ns"].to_numpy(np.int64),
-            "gap_start": gp["start_ns"].to_numpy(np.int64),
-            "gap_end": gp["end_ns"].to_numpy(np.int64),
-            "gap_ns": {b: gp[b].to_numpy(np.int64) for b in IDLE_BUCKETS},
+            "code": sl_cols["code"],
+            "start": sl_cols["start"],
+            "end": sl_cols["end"],
+            "gap_start": gp_cols["start"],
+            "gap_end": gp_cols["end"],
+            "gap_ns": gp_cols["gap_ns"],
         }
 
     # --- reports -----------------------------------------------------------------------------------------
@@ -1306,7 +1322,14 @@ def build_ledger(views: "Views") -> Ledger:
     # the names as the column's own array type (inferred once from the bucket names) taken by index: no 10^5
     # strings to check one by one
     gaps["cause"] = _idle_names().take(cause) if n_g else np.zeros(0, dtype=object)
-    return Ledger(slices=slices, by_device=by_device, by_step=by_step, windows=windows, gaps=gaps, warmup=warm)
+    arrays = {
+        "slices": {"rank": sl_block[0], "device": sl_block[1], "start": sl_block[3], "end": sl_block[4], "code": label},
+        "gaps": {"rank": block[0], "device": block[1], "start": block[2], "end": block[3], "gap_ns": dict(zip(IDLE_BUCKETS, per_gap))},
+        "device": (np.repeat(k_rank, nb), np.repeat(k_dev, nb), np.tile(np.array(BUCKETS, dtype=object), len(keys)), mat.ravel()),
+    }
+    out = Ledger(slices=slices, by_device=by_device, by_step=by_step, windows=windows, gaps=gaps, warmup=warm)
+    out._arrays = arrays
+    return out
 
 
 def _first_max_row(m: np.ndarray) -> np.ndarray:
