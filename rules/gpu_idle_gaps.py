@@ -12,7 +12,9 @@ from traceinsight.intervals import Coverage
 from traceinsight.patterns import OPTIMIZER
 from traceinsight.rulelib.enclosing import host_columns
 from traceinsight.rulelib.gaps import gap_columns, ledger_gap_columns, request_boundary_gaps
-from traceinsight.rulelib.names import kind_mask, names_where, short_name
+from traceinsight.masks import name_mask
+from traceinsight.rulelib.names import kind_mask, short_name
+from traceinsight.steady import may_match
 from traceinsight.rulelib.warmup import gap_warmup_ns
 from traceinsight.rulelib import memo
 
@@ -224,7 +226,10 @@ def _optimizer_covers_half(views, pos: np.ndarray) -> np.ndarray:
     half of it?"""
     out = np.zeros(len(pos), dtype=bool)
     host = views.host_events
-    m = np.flatnonzero(names_where(host["name"], lambda m: m(OPTIMIZER)))  # few rows: their kind is tested alone
+    names = host["name"]
+    if not may_match(names, OPTIMIZER):  # no name of an optimizer step among the categories: no gap is one
+        return out
+    m = np.flatnonzero(name_mask(names, OPTIMIZER))  # few rows: their kind is tested alone
     if len(m):
         m = m[kind_mask(host[["kind"]].iloc[m], ("cpu_op", "python", "annotation", "runtime", "other"))]
     if not len(m):

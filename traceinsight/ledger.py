@@ -534,6 +534,27 @@ class Ledger:
         return (d["rank"].to_numpy(np.int64), d["device"].to_numpy(np.int64), d["bucket"].astype(str).to_numpy(object), d["ns"].to_numpy(np.int64))
 
     @cached_property
+    def gap_columns(self) -> dict[str, np.ndarray]:
+        """``gaps``' columns as arrays (read-only, shared by every caller): rank, device, start_ns, end_ns, dur_ns
+        (int64), next_launch_end_ns (float), the ns of each idle bucket (int64) and cause (objects). Taken from
+        the arrays ``build_ledger`` made the frame of, else read from the frame once."""
+        gp = self.gaps
+        a = self._arrays
+        if a is not None and "gap_columns" in a:
+            out = dict(a["gap_columns"])
+        else:
+            out = {c: gp[c].to_numpy(np.int64) for c in ("rank", "device", "start_ns", "end_ns", "dur_ns")}
+            for b in IDLE_BUCKETS:
+                if b in gp:  # a bucket column of a frame made elsewhere may hold NaN: none booked
+                    col = gp[b]
+                    out[b] = col.to_numpy(np.int64) if isinstance(col.dtype, np.dtype) and col.dtype.kind == "i" else col.fillna(0).to_numpy(np.int64)
+        out["next_launch_end_ns"] = gp["next_launch_end_ns"].to_numpy(dtype=float)
+        out["cause"] = gp["cause"].to_numpy(dtype=object)
+        for v in out.values():
+            v.flags.writeable = False
+        return out
+
+    @cached_property
     def busy_ns(self) -> int:
         t = self.totals()
         return sum(t[b] for b in BUSY_BUCKETS)
@@ -1326,6 +1347,8 @@ def build_ledger(views: "Views") -> Ledger:
         "slices": {"rank": sl_block[0], "device": sl_block[1], "start": sl_block[3], "end": sl_block[4], "code": label},
         "gaps": {"rank": block[0], "device": block[1], "start": block[2], "end": block[3], "gap_ns": dict(zip(IDLE_BUCKETS, per_gap))},
         "device": (np.repeat(k_rank, nb), np.repeat(k_dev, nb), np.tile(np.array(BUCKETS, dtype=object), len(keys)), mat.ravel()),
+        "gap_columns": {"rank": block[0], "device": block[1], "start_ns": block[2], "end_ns": block[3], "dur_ns": block[4],
+                        **dict(zip(IDLE_BUCKETS, per_gap))},
     }
     out = Ledger(slices=slices, by_device=by_device, by_step=by_step, windows=windows, gaps=gaps, warmup=warm)
     out._arrays = arrays

@@ -91,8 +91,7 @@ def ledger_gaps(views) -> pd.DataFrame:
         gaps = views.gaps
         lg = views.ledger.gaps
         keys = ["rank", "device", "start_ns", "end_ns"]
-        gc = gap_columns(views)
-        if len(lg) == len(gaps) and all(np.array_equal(lg[c].to_numpy(np.int64), gc[c]) for c in keys):
+        if _ledger_aligned(views):
             out = lg.set_axis(gaps.index)
         else:
             out = gaps[keys].merge(lg.drop_duplicates(keys), on=keys, how="left").set_axis(gaps.index)
@@ -101,11 +100,25 @@ def ledger_gaps(views) -> pd.DataFrame:
     return memo(views, "rulelib.ledger_gaps", build)
 
 
+def _ledger_aligned(views) -> bool:
+    """Do the ledger's gaps and ``views.gaps`` agree row for row (the usual case: both cut each device's window the
+    same way)? Compared on arrays, cached."""
+
+    def build() -> bool:
+        lc, gc = views.ledger.gap_columns, gap_columns(views)
+        return len(lc["start_ns"]) == len(gc["start_ns"]) and all(np.array_equal(lc[c], gc[c]) for c in ("rank", "device", "start_ns", "end_ns"))
+
+    return memo(views, "rulelib.ledger_aligned", build)
+
+
 def ledger_gap_columns(views) -> dict[str, np.ndarray]:
     """``ledger_gaps``' columns as arrays, read once per analysis (cached): the ns of each idle bucket it has (int64,
     0 where a gap the ledger lacks has none), ``cause`` (objects) and ``next_launch_end_ns`` (float)."""
 
     def build() -> dict[str, np.ndarray]:
+        if _ledger_aligned(views):  # the ledger's own rows: its arrays as they are
+            lc = views.ledger.gap_columns
+            return {k: lc[k] for k in (*IDLE_BUCKETS, "cause", "next_launch_end_ns") if k in lc}
         lg = ledger_gaps(views)
         out: dict[str, np.ndarray] = {}
         for b in IDLE_BUCKETS:
