@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 
 from traceinsight.buckets import CAUSE, IDLE_BUCKETS
-from traceinsight.rule_api import Fix, Location, Option, Rule, Severity, fmt_ns
+from traceinsight.rule_api import Fix, Instance, Location, Option, Rule, Severity, fmt_ns
 
 from traceinsight.intervals import Coverage
 from traceinsight.patterns import OPTIMIZER
@@ -440,7 +440,7 @@ class GpuIdleGaps(Rule):
                 ),
                 impact_ns=total,
                 evidence=evidence,
-                instances=pd.DataFrame({"start_ns": g_start, "end_ns": g_end, "rank": np.full(n_gaps, rank), "device": np.full(n_gaps, device), "label": cause}),
+                instances=_instances(g_start, g_end, rank, device, cause),
                 location=Location(rank=rank, device=device),
                 metrics={
                     "idle_pct": round(100.0 - busy_pct, 3),
@@ -604,6 +604,20 @@ def _innermost_frame(idx: dict, k: np.ndarray, at: int) -> str:
         return ""
     inner = py[np.argmax(idx["start"][py])]
     return short_name(str(idx["names"].iloc[inner]), 80)
+
+
+#: Up to this many gaps a finding's instances are handed over as ``Instance`` objects; above it as a frame of
+#: columns (which stays columns). Both give the same instances: the frame's fixed cost is what a small rank pays.
+_FEW_INSTANCES = 64
+
+
+def _instances(start: np.ndarray, end: np.ndarray, rank: int, device: int, cause: np.ndarray) -> "list[Instance] | pd.DataFrame":
+    """One device's long gaps as a finding's instances, labelled with their cause."""
+    if len(start) <= _FEW_INSTANCES:
+        # as the frame's would read: a negative rank or device is unknown (None)
+        r, d = (rank if rank >= 0 else None), (device if device >= 0 else None)
+        return [Instance(s, e, r, d, str(c)) for s, e, c in zip(start.tolist(), end.tolist(), cause.tolist())]
+    return pd.DataFrame({"start_ns": start, "end_ns": end, "rank": np.full(len(start), rank), "device": np.full(len(start), device), "label": cause})
 
 
 def _sum_by_device(ga: dict[str, np.ndarray], values: np.ndarray) -> dict:
