@@ -51,6 +51,21 @@ def _variant(name: str) -> KinetoTrace:
         t.step(1, 0.0, 2_000.0)
         t.cpu_op("aten::add", 10.0, 50.0)
         return t
+    if name == "request":  # inference: each step ends in a sync after its last launch, the next gap opens inside it
+        for k in range(3):
+            t0 = k * 2_000.0
+            t.step(k, t0, 2_000.0)
+            for i in range(3):
+                t.kernel("gemm", t0 + 100.0 + 300 * i, 250.0, launch_us=t0 + 95.0 + 300 * i, launch_dur_us=4.0)
+            t.runtime("cudaDeviceSynchronize", t0 + 800.0, 400.0)
+        return t
+    if name == "startup":  # two steps, the program's own work begins before the first
+        t.runtime("cudaGetDeviceProperties", 10.0, 30.0)
+        for k in range(2):
+            t0 = 500.0 + k * 1_000.0
+            t.step(k, t0, 1_000.0)
+            t.kernel("gemm", t0 + 100.0, 250.0, launch_us=t0 + 95.0, launch_dur_us=4.0)
+        return t
     if name == "one-kernel":
         t.kernel(GEMM, 10.0, 50.0, launch_us=5.0, grid=GRID)
         return t
@@ -68,7 +83,7 @@ def _variant(name: str) -> KinetoTrace:
     return t
 
 
-VARIANTS = ["tiny", "sync", "alloc", "optimizer", "long-op", "warmup", "gpu-free", "one-kernel"]
+VARIANTS = ["tiny", "sync", "alloc", "optimizer", "long-op", "warmup", "gpu-free", "one-kernel", "request", "startup"]
 
 
 @pytest.fixture(scope="module")
@@ -141,6 +156,24 @@ def test_warmup_and_one_time_regions_equal_the_full_path(timelines, case, monkey
     pd.testing.assert_frame_equal(fast[0], full[0], check_exact=True)
     pd.testing.assert_frame_equal(fast[1], full[1], check_exact=True)
     assert [(p[3], p[0].tolist(), p[1].tolist(), p[2].tolist()) for p in fast[2]] == [(p[3], p[0].tolist(), p[1].tolist(), p[2].tolist()) for p in full[2]]
+
+
+def test_program_start_up_before_two_steps(timelines):
+    regions = L.warmup_regions(Derived(timelines["startup"]))
+    assert "before the first step (program start-up)" in regions["reason"].tolist()
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_slice_steps_are_the_markers_containing_them(timelines, case):
+    """Each slice's step, against the step markers looked up on the frame: the latest-starting marker of its rank that
+    contains the slice's start, -1 outside every marker."""
+    v = Derived(timelines[case])
+    sl, st = v.ledger.slices, v.steps
+    for rank, start, step in zip(sl["rank"].tolist(), sl["start_ns"].tolist(), sl["step"].tolist()):
+        m = st[(st["rank"] == rank) & (st["start_ns"] <= start) & (st["end_ns"] > start)] if len(st) else st
+        assert step == (int(m.sort_values("start_ns", kind="stable")["step"].iloc[-1]) if len(m) else -1)
+    if case in ("tiny", "request"):
+        assert (sl["step"] >= 0).any()
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -256,6 +289,8 @@ def test_sync_calls_and_request_gaps_equal_the_reference(timelines, case):
         if not calls.empty:
             ref = starts_inside(v.gaps, calls[closing_syncs(calls, v.steps, v.launches)])
     assert request_boundary_gaps(v, v.gaps).tolist() == ref.tolist()
+    if case == "request":  # the case has request boundaries to find
+        assert ref.any()
 
 
 # --- the rules: same findings with the shortcuts taken or not ---------------------------------------------------------
@@ -304,8 +339,9 @@ def test_ti002_answers_at_once_only_without_stalls(timelines, case):
 
     tl = timelines[case]
     v = Derived(tl)
-    for min_ns in (0, 50_000, 200_000):
-        stalls = find_stalls(tl.events, v.launches)
+    stalls = find_stalls(tl.events, v.launches)
+    # at the stalls' own lengths too: a stall exactly min_ns long is kept
+    for min_ns in sorted({0, 50_000, 200_000, *stalls["dur_ns"].astype(np.int64).tolist()}):
         kept = stalls[stalls["dur_ns"] >= min_ns]
         if not _any_long_blocking(tl.events, min_ns):
             assert kept.empty
