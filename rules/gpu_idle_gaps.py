@@ -490,7 +490,7 @@ def _activity_index(views) -> dict:
         ev = views.events
         kind, names = ev["kind"], ev["name"]
         if isinstance(kind.dtype, pd.CategoricalDtype):
-            kind_codes = kind.cat.codes.to_numpy()
+            kind_codes = kind.array.codes
             wanted = np.isin(np.asarray(kind.cat.categories, dtype=object), list(_ACTIVITY_KINDS))
         else:
             kind_codes, wanted = None, None
@@ -504,8 +504,8 @@ def _activity_index(views) -> dict:
             "wanted": wanted,
             "names": names,
             # the name codes and categories once (``.cat.codes`` makes a Series each time it is read)
-            "name_codes": names.cat.codes.to_numpy() if isinstance(names.dtype, pd.CategoricalDtype) else None,
-            "name_cats": names.cat.categories if isinstance(names.dtype, pd.CategoricalDtype) else None,
+            "name_codes": names.array.codes if isinstance(names.dtype, pd.CategoricalDtype) else None,
+            "name_cats": names.dtype.categories if isinstance(names.dtype, pd.CategoricalDtype) else None,
             "pid": ev["pid"].to_numpy(),
             "tid": ev["tid"].to_numpy(),
             "python": kind_mask(ev, "python"),

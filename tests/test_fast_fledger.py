@@ -371,3 +371,28 @@ def test_ti013_equals_the_full_path(timelines, case, monkeypatch):
     _full_path(monkeypatch)
     monkeypatch.setattr("traceinsight.rules.warmup_in_window.has_startup_calls", lambda views: True)
     assert fast == _findings(timelines[case], "TI013")
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_deferred_frames_equal_their_sums_and_pickle(timelines, case):
+    """``by_device`` and ``windows``, built on first read, against the per-step table they sum (every bucket of a
+    device, zeros included; a device's buckets add up to its window), and a ledger pickled before either is read."""
+    import pickle
+
+    led = Derived(timelines[case]).ledger
+    again = pickle.loads(pickle.dumps(led))
+    bd, bs, w = led.by_device, led.by_step, led.windows
+    if not len(w):
+        assert bd.empty
+        return
+    want = bs.groupby(["rank", "device", "bucket"], sort=False)["ns"].sum()
+    got = bd.set_index(["rank", "device", "bucket"])["ns"]
+    assert got.to_dict() == want.to_dict()
+    assert len(bd) == len(w) * len(L.BUCKETS) and bd["bucket"].tolist()[: len(L.BUCKETS)] == list(L.BUCKETS)
+    per_dev = bd.groupby(["rank", "device"])["ns"].sum().to_dict()
+    assert per_dev == {(r, d): n for r, d, n in zip(w["rank"].tolist(), w["device"].tolist(), w["window_ns"].tolist())}
+    assert (w["window_ns"] == w["end_ns"] - w["start_ns"]).all()
+    assert np.allclose(bd["pct"], 100.0 * bd["ns"] / bd[["rank", "device"]].apply(tuple, axis=1).map(per_dev).clip(lower=1))
+    pd.testing.assert_frame_equal(again.by_device, bd, check_exact=True)
+    pd.testing.assert_frame_equal(again.windows, w, check_exact=True)
+    assert list(bd.dtypes.astype(str)) == ["int64", "int64", "str", "int64", "float64"]

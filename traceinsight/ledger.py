@@ -475,6 +475,38 @@ def _outlier_first_calls(names: pd.Series, cand: np.ndarray, rank: np.ndarray, s
 
 
 # --- the ledger ------------------------------------------------------------------------------------------
+class _Later:
+    """A frame built on first read: ``fn(*args)``, a module-level function and its arrays (so a ledger still pickles)."""
+
+    __slots__ = ("fn", "args")
+
+    def __init__(self, fn: Any, *args: Any) -> None:
+        self.fn, self.args = fn, args
+
+    def __call__(self) -> pd.DataFrame:
+        return self.fn(*self.args)
+
+
+class _FrameField:
+    """A ``Ledger`` frame given as a frame or as a ``_Later`` that builds it on first read: ``build_ledger`` defers
+    the frames most analyses never read (a whole job's ranks read neither the per-device table nor the windows, and
+    a small rank paid their fixed cost for nothing). A required field of the dataclass either way."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.slot = f"_{name}_frame"
+
+    def __get__(self, obj: Any, objtype: Any = None) -> pd.DataFrame:
+        if obj is None:
+            raise AttributeError(self.slot)  # no default: the dataclass keeps the field required
+        value = obj.__dict__[self.slot]
+        if isinstance(value, _Later):
+            value = obj.__dict__[self.slot] = value()
+        return value
+
+    def __set__(self, obj: Any, value: Any) -> None:
+        obj.__dict__[self.slot] = value
+
+
 @dataclass
 class Ledger:
     """Per (rank, device), the device's active window split into buckets (see the module docstring).
@@ -489,9 +521,9 @@ class Ledger:
     """
 
     slices: pd.DataFrame
-    by_device: pd.DataFrame
+    by_device: pd.DataFrame = _FrameField()  # type: ignore[assignment]
     by_step: pd.DataFrame
-    windows: pd.DataFrame
+    windows: pd.DataFrame = _FrameField()  # type: ignore[assignment]
     gaps: pd.DataFrame
     warmup: pd.DataFrame = field(default_factory=pd.DataFrame)
     #: What ``build_ledger`` already holds as arrays (the slices' and gaps' columns, ``device_arrays``), so the
@@ -1257,7 +1289,7 @@ def build_ledger(views: "Views") -> Ledger:
     w_block = np.empty((5, len(keys)), np.int64)  # the windows' int64 columns as one block, as for the slices
     w_block[0], w_block[1], w_block[2], w_block[3] = k_rank, k_dev, w_start, w_end
     np.subtract(w_end, w_start, out=w_block[4])
-    windows = pd.DataFrame(w_block.T, columns=_WINDOW_COLS, copy=False)
+    windows = _Later(_windows_frame, w_block)
     nb = len(BUCKETS)
     # per (device, step): ns per bucket; groups of (device, step) in lexicographic order of one int64 key. When
     # the keys span a small range (a few devices, step numbers close together) a table of present keys ranks
@@ -1291,15 +1323,7 @@ def build_ledger(views: "Views") -> Ledger:
     # per device: one row per (device, bucket), zeros included; the sum of its steps' rows
     mat = np.zeros((len(keys), nb), np.int64)
     np.add.at(mat, u_dev, smat)
-    by_device = pd.DataFrame(
-        {
-            "rank": np.repeat(k_rank, nb),
-            "device": np.repeat(k_dev, nb),
-            "bucket": np.tile(np.array(BUCKETS, dtype=object), len(keys)),
-            "ns": mat.ravel(),
-            "pct": (100.0 * mat / np.maximum(w_block[4], 1)[:, None]).ravel(),
-        }
-    )
+    by_device = _Later(_by_device_frame, k_rank, k_dev, mat, w_block[4])
     # per (device, step): the same, with the step's part of the window as the base of pct
     by_step = pd.DataFrame(
         {
@@ -1353,6 +1377,25 @@ def build_ledger(views: "Views") -> Ledger:
     out = Ledger(slices=slices, by_device=by_device, by_step=by_step, windows=windows, gaps=gaps, warmup=warm)
     out._arrays = arrays
     return out
+
+
+def _windows_frame(w_block: np.ndarray) -> pd.DataFrame:
+    """``Ledger.windows`` of the int64 block (rank, device, start_ns, end_ns, window_ns) ``build_ledger`` made."""
+    return pd.DataFrame(w_block.T, columns=_WINDOW_COLS, copy=False)
+
+
+def _by_device_frame(k_rank: np.ndarray, k_dev: np.ndarray, mat: np.ndarray, window_ns: np.ndarray) -> pd.DataFrame:
+    """``Ledger.by_device``: one row per (device, bucket), zeros included, from the ns per device and bucket."""
+    nb = len(BUCKETS)
+    return pd.DataFrame(
+        {
+            "rank": np.repeat(k_rank, nb),
+            "device": np.repeat(k_dev, nb),
+            "bucket": np.tile(np.array(BUCKETS, dtype=object), len(k_rank)),
+            "ns": mat.ravel(),
+            "pct": (100.0 * mat / np.maximum(window_ns, 1)[:, None]).ravel(),
+        }
+    )
 
 
 def _first_max_row(m: np.ndarray) -> np.ndarray:

@@ -10,9 +10,10 @@ import numpy as np
 import pandas as pd
 
 from ..buckets import IDLE_BUCKETS
-from ..masks import join_keys, name_mask
+from ..masks import join_keys, kind_mask as views_kind_mask, name_mask
+from ..steady import host_arrays
 from ..patterns import SYNC_CALL, TRAINING_KERNEL, TRAINING_OP
-from .enclosing import host_columns, starts_inside
+from .enclosing import starts_inside
 from .names import hits_per_category, any_code_in, kind_mask, names_where
 from .cache import memo
 
@@ -50,12 +51,12 @@ def sync_calls(views) -> pd.DataFrame:
     """The blocking runtime calls (``SYNC_CALL``) of the host: rank, start_ns, dur_ns, end_ns (cached)."""
 
     def build():
-        host = views.host_events
-        m = kind_mask(host, "runtime")
+        ha = host_arrays(views)  # the host columns the ledger has read already
+        m = views_kind_mask(ha["kind"], ("runtime",))
         if m.any():  # one pattern: ``name_mask`` (what ``names_where`` asks per category, without its per-category column)
-            m &= name_mask(host["name"], SYNC_CALL)
-        hc = host_columns(views)
-        out = pd.DataFrame({c: hc[c][m] for c in ("rank", "start_ns", "dur_ns", "end_ns")})
+            m &= name_mask(ha["name"], SYNC_CALL)
+        start, dur = ha["start_ns"][m], ha["dur_ns"][m]
+        out = pd.DataFrame({"rank": ha["rank"][m], "start_ns": start, "dur_ns": dur, "end_ns": start + dur})
         return out
 
     return memo(views, "rulelib.next_launch_ns", build)
