@@ -396,3 +396,22 @@ def test_deferred_frames_equal_their_sums_and_pickle(timelines, case):
     pd.testing.assert_frame_equal(again.by_device, bd, check_exact=True)
     pd.testing.assert_frame_equal(again.windows, w, check_exact=True)
     assert list(bd.dtypes.astype(str)) == ["int64", "int64", "str", "int64", "float64"]
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_deferred_gaps_frame_has_the_ledger_columns(timelines, case):
+    """The gaps frame built on first read: its columns in order, int64 ns, the cause as the bucket with most ns."""
+    from traceinsight.buckets import IDLE_BUCKETS
+
+    led = Derived(timelines[case]).ledger
+    gc = led.gap_columns  # read first: the frame is not needed for it
+    g = led.gaps
+    if not len(led.slices):
+        return
+    assert list(g.columns) == ["rank", "device", "start_ns", "end_ns", "dur_ns", "next_launch_end_ns", *IDLE_BUCKETS, "cause"]
+    assert str(g["cause"].dtype) == ("str" if len(g) else "object") and str(g["next_launch_end_ns"].dtype) == "float64"
+    per = g[list(IDLE_BUCKETS)].to_numpy()
+    if len(g):
+        assert g["cause"].tolist() == [IDLE_BUCKETS[i] for i in per.argmax(axis=1)]
+        assert (per.sum(axis=1) == g["dur_ns"].to_numpy()).all()
+    assert gc["cause"].tolist() == g["cause"].tolist()

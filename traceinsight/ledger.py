@@ -524,7 +524,7 @@ class Ledger:
     by_device: pd.DataFrame = _FrameField()  # type: ignore[assignment]
     by_step: pd.DataFrame
     windows: pd.DataFrame = _FrameField()  # type: ignore[assignment]
-    gaps: pd.DataFrame
+    gaps: pd.DataFrame = _FrameField()  # type: ignore[assignment]
     warmup: pd.DataFrame = field(default_factory=pd.DataFrame)
     #: What ``build_ledger`` already holds as arrays (the slices' and gaps' columns, ``device_arrays``), so the
     #: claims do not read them back from its frames (a dozen column reads cost more than a small rank's claim).
@@ -570,18 +570,19 @@ class Ledger:
         """``gaps``' columns as arrays (read-only, shared by every caller): rank, device, start_ns, end_ns, dur_ns
         (int64), next_launch_end_ns (float), the ns of each idle bucket (int64) and cause (objects). Taken from
         the arrays ``build_ledger`` made the frame of, else read from the frame once."""
-        gp = self.gaps
         a = self._arrays
         if a is not None and "gap_columns" in a:
             out = dict(a["gap_columns"])
         else:
+            gp = self.gaps
             out = {c: gp[c].to_numpy(np.int64) for c in ("rank", "device", "start_ns", "end_ns", "dur_ns")}
             for b in IDLE_BUCKETS:
                 if b in gp:  # a bucket column of a frame made elsewhere may hold NaN: none booked
                     col = gp[b]
                     out[b] = col.to_numpy(np.int64) if isinstance(col.dtype, np.dtype) and col.dtype.kind == "i" else col.fillna(0).to_numpy(np.int64)
-        out["next_launch_end_ns"] = gp["next_launch_end_ns"].to_numpy(dtype=float)
-        out["cause"] = gp["cause"].to_numpy(dtype=object)
+            out["next_launch_end_ns"] = gp["next_launch_end_ns"].to_numpy(dtype=float)
+            out["cause"] = gp["cause"].to_numpy(dtype=object)
+        out = {k: v.view() for k, v in out.items()}  # read-only views: the frames' own arrays stay writeable
         for v in out.values():
             v.flags.writeable = False
         return out
@@ -1362,21 +1363,30 @@ def build_ledger(views: "Views") -> Ledger:
     several = np.flatnonzero(pieces != 1)
     if len(several):
         cause[several] = _first_max_row(per_gap[:, several])
-    gaps = pd.DataFrame(block.T, columns=_GAP_INT_COLS, copy=False)
-    gaps.insert(5, "next_launch_end_ns", joined("nl"))
-    # the names as the column's own array type (inferred once from the bucket names) taken by index: no 10^5
-    # strings to check one by one
-    gaps["cause"] = _idle_names().take(cause) if n_g else np.zeros(0, dtype=object)
+    nl = joined("nl")
+    gaps = _Later(_gaps_frame, block, nl, cause)
     arrays = {
         "slices": {"rank": sl_block[0], "device": sl_block[1], "start": sl_block[3], "end": sl_block[4], "code": label},
         "gaps": {"rank": block[0], "device": block[1], "start": block[2], "end": block[3], "gap_ns": dict(zip(IDLE_BUCKETS, per_gap))},
         "device": (np.repeat(k_rank, nb), np.repeat(k_dev, nb), np.tile(np.array(BUCKETS, dtype=object), len(keys)), mat.ravel()),
         "gap_columns": {"rank": block[0], "device": block[1], "start_ns": block[2], "end_ns": block[3], "dur_ns": block[4],
-                        **dict(zip(IDLE_BUCKETS, per_gap))},
+                        **dict(zip(IDLE_BUCKETS, per_gap)), "next_launch_end_ns": nl,
+                        "cause": np.asarray(IDLE_BUCKETS, dtype=object)[cause]},
     }
     out = Ledger(slices=slices, by_device=by_device, by_step=by_step, windows=windows, gaps=gaps, warmup=warm)
     out._arrays = arrays
     return out
+
+
+def _gaps_frame(block: np.ndarray, next_launch_end_ns: np.ndarray, cause: np.ndarray) -> pd.DataFrame:
+    """``Ledger.gaps`` of ``build_ledger``'s int64 block (rank, device, start_ns, end_ns, dur_ns, the idle buckets),
+    the next launch's end and each gap's cause (codes of ``IDLE_BUCKETS``)."""
+    gaps = pd.DataFrame(block.T, columns=_GAP_INT_COLS, copy=False)
+    gaps.insert(5, "next_launch_end_ns", next_launch_end_ns)
+    # the names as the column's own array type (inferred once from the bucket names) taken by index: no 10^5
+    # strings to check one by one
+    gaps["cause"] = _idle_names().take(cause) if len(cause) else np.zeros(0, dtype=object)
+    return gaps
 
 
 def _windows_frame(w_block: np.ndarray) -> pd.DataFrame:
