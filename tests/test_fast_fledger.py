@@ -244,6 +244,10 @@ def test_host_arrays_equal_the_columns(timelines, case):
         assert ha[c].dtype == host[c].dtype and ha[c].tolist() == host[c].tolist()
     for c in ("name", "kind"):
         assert ha[c].equals(host[c])
+    sa, st = S.step_arrays(v), v.steps
+    assert S.step_arrays(v) is sa
+    for c in ("rank", "start_ns", "dur_ns", "end_ns", "step"):
+        assert sa[c].dtype == st[c].dtype and sa[c].tolist() == st[c].tolist()
 
 
 # --- the rule library's gap arrays ------------------------------------------------------------------------------------

@@ -67,7 +67,7 @@ from .intervals import Coverage, applies_to, merge_intervals
 from .masks import category_hits, codes_in, kind_mask, name_mask
 from .patterns import COLLECTIVE, COPY_CALL, DATA_WAIT_KINDS, DATA_WAIT_PRIMARY, DATA_WAIT_TFDATA, FRAMEWORK_DISPATCH, SYNC_CALL, SYNC_OP, SYNC_RANGE
 from .thresholds import LAUNCH_GAP_NS
-from .steady import WARMUP_FIRST_STEP_RATIO, WARMUP_MIN_NS, WARMUP_RATIO, empty_regions, host_arrays, may_match, one_time_regions  # noqa: F401  (the steady-state model's thresholds)
+from .steady import WARMUP_FIRST_STEP_RATIO, WARMUP_MIN_NS, WARMUP_RATIO, empty_regions, host_arrays, may_match, one_time_regions, step_arrays  # noqa: F401  (the steady-state model's thresholds)
 
 if TYPE_CHECKING:  # pragma: no cover
     from .views import Views
@@ -1214,7 +1214,8 @@ def build_ledger(views: "Views") -> Ledger:
             launch_end[(int(lr[a]), int(ld[a]))] = (lg[a:b], lend[a:b].astype(float))
     st = views.steps
     # the step markers' columns once; each rank's rows are picked on them (no row selection of the frame per rank)
-    st_cols = None if st.empty else (st["rank"].to_numpy(), st["start_ns"].to_numpy(np.int64), st["end_ns"].to_numpy(np.int64), st["step"].to_numpy(np.int64))
+    sa = None if st.empty else step_arrays(views)
+    st_cols = None if sa is None else (sa["rank"], *(sa[c].astype(np.int64, copy=False) for c in ("start_ns", "end_ns", "step")))
 
     def ranges(parts: list[tuple[np.ndarray, ...]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(rank, start, end) of some host ranges, end to end."""
@@ -1225,7 +1226,7 @@ def build_ledger(views: "Views") -> Ledger:
     dw = np.flatnonzero(data_wait_mask(host)) if not host.empty else _EMPTY
     waits = ranges([(h_rank[dw], h_start[dw], h_start[dw] + h_dur[dw])])
     blocks = ranges(blocking)
-    warms = ranges([(warm["rank"].to_numpy(), warm["start_ns"].to_numpy(), warm["end_ns"].to_numpy())])
+    warms = ranges([(warm["rank"].to_numpy(), warm["start_ns"].to_numpy(), warm["end_ns"].to_numpy())]) if len(warm) else (_EMPTY, _EMPTY, _EMPTY)
 
     def by_rank(rse: tuple[np.ndarray, np.ndarray, np.ndarray], rank: int) -> tuple[np.ndarray, np.ndarray]:
         if not len(rse[0]):

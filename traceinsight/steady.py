@@ -84,6 +84,18 @@ def host_arrays(views: "Views") -> dict[str, Any]:
     return keep("steady.host_arrays", build) if keep is not None else build()
 
 
+def step_arrays(views: "Views") -> dict[str, np.ndarray]:
+    """The step markers' ``rank``, ``start_ns``, ``dur_ns``, ``end_ns`` and ``step`` as arrays, read once per analysis
+    (kept like ``host_arrays``): the ledger and this model both walk the steps per rank."""
+
+    def build() -> dict[str, np.ndarray]:
+        st = views.steps
+        return {c: st[c].to_numpy() for c in ("rank", "start_ns", "dur_ns", "end_ns", "step")}
+
+    keep = getattr(views, "memo", None)
+    return keep("steady.step_arrays", build) if keep is not None else build()
+
+
 def may_match(names: pd.Series, pattern: "str | re.Pattern[str]", case: bool = False) -> bool:
     """Could some row of ``names`` match ``pattern`` (``name_mask``'s rules)? False only when the column is
     categorical and no category matches: then ``name_mask`` is all False, and the ledger and the steady-state
@@ -127,7 +139,8 @@ def one_time_regions(views: "Views", blocking: "list[tuple[np.ndarray, np.ndarra
     if not steps.empty:
         # per rank on the step arrays (``groupby("rank", sort=True)`` then ``sort_values("start_ns")`` in each, the
         # same quicksort): a groupby's fixed cost was most of this function on a rank of a few steps
-        s_rank, s_start, s_dur = steps["rank"].to_numpy(), steps["start_ns"].to_numpy(), steps["dur_ns"].to_numpy()
+        sa = step_arrays(views)
+        s_rank, s_start, s_dur = sa["rank"], sa["start_ns"], sa["dur_ns"]
         # per rank, when the program's own work (runtime calls, framework ops) begins: not the profiler's range
         # around the window (asked only where a rank has the steps that need it)
         first_work: dict[int, int] | None = None
