@@ -1285,7 +1285,7 @@ def build_ledger(views: "Views") -> Ledger:
     np.add(sl_block[3], ns, out=sl_block[4])
     step = sl_block[2]
     slices = pd.DataFrame(sl_block.T, columns=_SLICE_COLS, copy=False)
-    slices["bucket"] = pd.Categorical.from_codes(label, dtype=_BUCKET_DTYPE)
+    slices.insert(5, "bucket", pd.Categorical.from_codes(label, dtype=_BUCKET_DTYPE))
     w_start = np.array([p["start"][0] for p in parts], np.int64)
     w_end = np.array([p["start"][-1] + p["ns"][-1] for p in parts], np.int64)
     w_block = np.empty((5, len(keys)), np.int64)  # the windows' int64 columns as one block, as for the slices
