@@ -419,3 +419,13 @@ def test_deferred_gaps_frame_has_the_ledger_columns(timelines, case):
         assert g["cause"].tolist() == [IDLE_BUCKETS[i] for i in per.argmax(axis=1)]
         assert (per.sum(axis=1) == g["dur_ns"].to_numpy()).all()
     assert gc["cause"].tolist() == g["cause"].tolist()
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_ledger_empty_without_the_slices(timelines, case):
+    led = Derived(timelines[case]).ledger
+    answer = led.empty
+    if led._arrays is not None:  # built by build_ledger: the frame of slices is not made to answer
+        assert not isinstance(vars(led)["_slices_frame"], pd.DataFrame)
+    assert answer == led.slices.empty == dataclasses.replace(led).empty
+    assert answer == (case == "gpu-free")

@@ -520,7 +520,7 @@ class Ledger:
     ``warmup``: the warm-up regions used (rank, start_ns, end_ns, reason).
     """
 
-    slices: pd.DataFrame
+    slices: pd.DataFrame = _FrameField()  # type: ignore[assignment]
     by_device: pd.DataFrame = _FrameField()  # type: ignore[assignment]
     by_step: pd.DataFrame
     windows: pd.DataFrame = _FrameField()  # type: ignore[assignment]
@@ -531,6 +531,13 @@ class Ledger:
     #: None for a ledger made of frames alone (or copied with ``dataclasses.replace``): then they are read from
     #: the frames.
     _arrays: dict[str, Any] | None = field(default=None, init=False, repr=False, compare=False)
+
+    @property
+    def empty(self) -> bool:
+        """No device window (no slices): what ``slices.empty`` says, without building the frame of slices."""
+        if self._arrays is not None:
+            return not len(self._arrays["slices"]["start"])
+        return self.slices.empty
 
     # --- totals ------------------------------------------------------------------------------------------
     def window_ns(self, rank: int | None = None, device: int | None = None) -> int:
@@ -1284,8 +1291,7 @@ def build_ledger(views: "Views") -> Ledger:
     sl_block[0], sl_block[1], sl_block[2], sl_block[3] = per_row(k_rank, n_sl), per_row(k_dev, n_sl), joined("step"), joined("start")
     np.add(sl_block[3], ns, out=sl_block[4])
     step = sl_block[2]
-    slices = pd.DataFrame(sl_block.T, columns=_SLICE_COLS, copy=False)
-    slices.insert(5, "bucket", pd.Categorical.from_codes(label, dtype=_BUCKET_DTYPE))
+    slices = _Later(_slices_frame, sl_block, label)
     w_start = np.array([p["start"][0] for p in parts], np.int64)
     w_end = np.array([p["start"][-1] + p["ns"][-1] for p in parts], np.int64)
     w_block = np.empty((5, len(keys)), np.int64)  # the windows' int64 columns as one block, as for the slices
@@ -1377,6 +1383,13 @@ def build_ledger(views: "Views") -> Ledger:
     out = Ledger(slices=slices, by_device=by_device, by_step=by_step, windows=windows, gaps=gaps, warmup=warm)
     out._arrays = arrays
     return out
+
+
+def _slices_frame(sl_block: np.ndarray, label: np.ndarray) -> pd.DataFrame:
+    """``Ledger.slices`` of ``build_ledger``'s int64 block (rank, device, step, start_ns, end_ns) and bucket codes."""
+    slices = pd.DataFrame(sl_block.T, columns=_SLICE_COLS, copy=False)
+    slices.insert(5, "bucket", pd.Categorical.from_codes(label, dtype=_BUCKET_DTYPE))
+    return slices
 
 
 def _gaps_frame(block: np.ndarray, next_launch_end_ns: np.ndarray, cause: np.ndarray) -> pd.DataFrame:
