@@ -77,13 +77,16 @@ def _variant(name: str) -> KinetoTrace:
         t.runtime("cudaGetDeviceProperties", 1_600.0, 30.0)
     elif name == "optimizer":  # an optimizer range over the host's gaps
         t.cpu_op("Optimizer.step#AdamW.step", 300.0, 1_000.0)
+    elif name == "pageable":  # an async copy into pageable memory: the driver blocks the call
+        t.memcpy("DtoH", 1_750.0, 100.0, 1 << 20, pageable=True, launch_us=1_720.0, launch_dur_us=150.0)
+        t.memcpy("HtoD", 20.0, 50.0, 1 << 20, pageable=True, launch_us=10.0)
     elif name == "long-op":  # a long first call of an op, the candidate warm-up looks at
         for i in range(4):
             t.cpu_op("aten::conv2d", 10.0 + 400 * i, 1_200.0 if i == 0 else 20.0)
     return t
 
 
-VARIANTS = ["tiny", "sync", "alloc", "optimizer", "long-op", "warmup", "gpu-free", "one-kernel", "request", "startup"]
+VARIANTS = ["tiny", "sync", "alloc", "optimizer", "long-op", "warmup", "gpu-free", "one-kernel", "request", "startup", "pageable"]
 
 
 @pytest.fixture(scope="module")
@@ -429,3 +432,20 @@ def test_ledger_empty_without_the_slices(timelines, case):
         assert not isinstance(vars(led)["_slices_frame"], pd.DataFrame)
     assert answer == led.slices.empty == dataclasses.replace(led).empty
     assert answer == (case == "gpu-free")
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_pageable_copies_block_as_the_frame_says(timelines, case):
+    """The copies into pageable memory the ledger books as blocking, against the launches joined to their rows on
+    the frame (copy kind DtoH, pageable flag), whether or not any row is pageable."""
+    v = Derived(timelines[case])
+    ev, ln = v.events, v.launches
+    got = sorted((int(r), int(s)) for p in L._blocking_parts(v) if p[3] == "copy to pageable host memory" for r, s in zip(p[0], p[1]))
+    want = []
+    if "pageable" in ev and len(ln):
+        rows = ev.loc[ln["gpu_idx"].to_numpy()]
+        m = (rows["copy_kind"].astype(object).to_numpy() == "DtoH") & rows["pageable"].to_numpy(dtype=bool)
+        want = sorted((int(r), int(s)) for r, s in zip(ln["rank"].to_numpy()[m], ln["launch_start_ns"].to_numpy()[m]))
+    assert got == want
+    if case == "pageable":
+        assert len(got) == 1

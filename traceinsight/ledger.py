@@ -236,19 +236,22 @@ def _blocking_parts(views: "Views") -> list[tuple[np.ndarray, np.ndarray, np.nda
         if may_match(names, pattern)
     ]
     ln = views.launches
-    if not ln.empty and "pageable" in ev:
+    pageable = ev["pageable"] if "pageable" in ev else None
+    if pageable is not None and pageable.dtype == bool and not pageable.to_numpy().any():
+        pageable = None  # no row is pageable: no launch copies to pageable memory
+    if not ln.empty and pageable is not None:
         idx = ln["gpu_idx"].to_numpy()
         ck_col = ev["copy_kind"]
         if _is_positions(ev.index) and isinstance(ck_col.dtype, pd.CategoricalDtype) and len(idx) and idx.min() >= 0 and idx.max() < len(ev):
             # row labels are positions: the pageable flag first (rarely set), then the copy kind of those rows on
             # its category codes, no 10^5 boxed strings
-            m = ev["pageable"].to_numpy(dtype=bool)[idx]
+            m = pageable.to_numpy(dtype=bool)[idx]
             if m.any():
                 at = np.flatnonzero(m)
                 m[at] = kind_mask(ck_col.take(idx[at]), ("DtoH",))
         else:
             ck = ck_col.reindex(idx).astype(object).to_numpy()
-            pg = ev["pageable"].reindex(idx).to_numpy(dtype=bool)
+            pg = pageable.reindex(idx).to_numpy(dtype=bool)
             m = (ck == "DtoH") & pg
         if m.any():  # (none: an empty part, dropped below)
             s = ln["launch_start_ns"].to_numpy()[m].astype(np.int64, copy=False)
