@@ -90,7 +90,7 @@ def step_arrays(views: "Views") -> dict[str, np.ndarray]:
 
     def build() -> dict[str, np.ndarray]:
         st = views.steps
-        return {c: st[c].to_numpy() for c in ("rank", "start_ns", "dur_ns", "end_ns", "step")}
+        return {c: st[c].to_numpy() for c in ("rank", "start_ns", "dur_ns", "end_ns", "step") if c in st}  # (a stand-in frame may lack some)
 
     keep = getattr(views, "memo", None)
     return keep("steady.step_arrays", build) if keep is not None else build()
