@@ -6,13 +6,15 @@ import numpy as np
 import pandas as pd
 
 from traceinsight.buckets import CAUSE, IDLE_BUCKETS
-from traceinsight.rule_api import Fix, Location, Option, Rule, Severity, fmt_ns
+from traceinsight.rule_api import Fix, Instance, Location, Option, Rule, Severity, fmt_ns
 
 from traceinsight.intervals import Coverage
 from traceinsight.patterns import OPTIMIZER
 from traceinsight.rulelib.enclosing import host_columns
-from traceinsight.rulelib.gaps import ledger_gaps, request_boundary_gaps
-from traceinsight.rulelib.names import kind_mask, names_where, short_name
+from traceinsight.rulelib.gaps import gap_columns, ledger_gap_columns, request_boundary_gaps
+from traceinsight.masks import name_mask
+from traceinsight.rulelib.names import kind_mask, short_name
+from traceinsight.steady import may_match
 from traceinsight.rulelib.warmup import gap_warmup_ns
 from traceinsight.rulelib import memo
 
@@ -166,25 +168,19 @@ def attribute_gaps(views, pos: np.ndarray) -> dict[str, np.ndarray]:
     few it shows.
     """
     n = len(pos)
-    lg = ledger_gaps(views)
+    lg = ledger_gap_columns(views)  # a gap the ledger lacks (matched by a merge) books 0
 
     def column(b: str) -> np.ndarray:
-        if b not in lg:
-            return np.zeros(n, np.int64)
-        col = lg[b]
-        if isinstance(col.dtype, np.dtype) and col.dtype.kind == "i":
-            return col.to_numpy(np.int64)[pos]
-        return col.iloc[pos].fillna(0).to_numpy(np.int64)  # a gap the ledger lacks (matched by a merge) books 0
+        return lg[b][pos] if b in lg else np.zeros(n, np.int64)
 
     per_bucket = np.vstack([column(b) for b in IDLE_BUCKETS]) if n else np.zeros((len(IDLE_BUCKETS), 0), np.int64)
     ns = {c: np.zeros(n, np.int64) for c in CAUSES}
     for i, b in enumerate(IDLE_BUCKETS):
         ns[BUCKET_CAUSE[b]] += per_bucket[i]
     booked = per_bucket.sum(axis=0)
-    gaps = views.gaps
-    ns[CAUSE_UNKNOWN] += np.maximum(gaps["dur_ns"].to_numpy(np.int64)[pos] - booked, 0)  # a gap the ledger lacks
+    ns[CAUSE_UNKNOWN] += np.maximum(gap_columns(views)["dur_ns"][pos] - booked, 0)  # a gap the ledger lacks
     ns[CAUSE_WARMUP][:] = 0
-    cause_bucket = lg["cause"].iloc[pos].to_numpy(dtype=object)
+    cause_bucket = lg["cause"][pos]
     warm = per_bucket[IDLE_BUCKETS.index(WARMUP_BUCKET)] > 0
     if warm.any():  # the ledger's cause counts warm-up; here the largest steady-state bucket is the cause
         steady = per_bucket[:, warm].copy()
@@ -201,8 +197,7 @@ def attribute_gaps(views, pos: np.ndarray) -> dict[str, np.ndarray]:
             ns[CAUSE_OPT] += moved
             ns[BUCKET_CAUSE[b]] -= moved
         cause[refine] = CAUSE_OPT
-    lg_next = lg["next_launch_end_ns"].to_numpy(dtype=float)
-    return {"cause": cause, "next_launch_end_ns": lg_next[pos], **ns}
+    return {"cause": cause, "next_launch_end_ns": lg["next_launch_end_ns"][pos], **ns}
 
 
 def _util_columns(util: pd.DataFrame, keys: list[tuple[int, int]], columns: tuple[str, ...]) -> list[np.ndarray]:
@@ -231,16 +226,19 @@ def _optimizer_covers_half(views, pos: np.ndarray) -> np.ndarray:
     half of it?"""
     out = np.zeros(len(pos), dtype=bool)
     host = views.host_events
-    m = np.flatnonzero(names_where(host["name"], lambda m: m(OPTIMIZER)))  # few rows: their kind is tested alone
+    names = host["name"]
+    if not may_match(names, OPTIMIZER):  # no name of an optimizer step among the categories: no gap is one
+        return out
+    m = np.flatnonzero(name_mask(names, OPTIMIZER))  # few rows: their kind is tested alone
     if len(m):
         m = m[kind_mask(host[["kind"]].iloc[m], ("cpu_op", "python", "annotation", "runtime", "other"))]
     if not len(m):
         return out
     hc = host_columns(views)
     o_rank, o_s, o_e = hc["rank"][m], hc["start_ns"][m], hc["end_ns"][m]
-    gaps = views.gaps
-    g_rank = gaps["rank"].to_numpy()[pos]
-    g_start, g_end, g_dur = (gaps[c].to_numpy()[pos] for c in ("start_ns", "end_ns", "dur_ns"))
+    ga = gap_columns(views)
+    g_rank = ga["rank"][pos]
+    g_start, g_end, g_dur = (ga[c][pos] for c in ("start_ns", "end_ns", "dur_ns"))
     for rank in np.unique(g_rank):
         gm = g_rank == rank
         om = o_rank == rank
@@ -370,16 +368,17 @@ class GpuIdleGaps(Rule):
         # as if the warm-up had not happened (so a gap that is all warm-up is no gap here)
         # (on the gap arrays: a frame of every gap is never copied, only the long ones become rows)
         gaps = v.gaps
+        ga = gap_columns(v)
         warmup = gap_warmup_ns(v)
-        steady = gaps["dur_ns"].to_numpy(np.int64) - warmup
-        warm_ns = _sum_by_device(gaps, warmup)  # set aside on each device
+        steady = ga["dur_ns"] - warmup
+        warm_ns = _sum_by_device(ga, warmup)  # set aside on each device
         between = request_boundary_gaps(v, gaps)  # idle between inference requests lengthens no request
-        between_ns = _sum_by_device(gaps, np.where(between, steady, 0)) if between.any() else {}
+        between_ns = _sum_by_device(ga, np.where(between, steady, 0)) if between.any() else {}
         pick = np.flatnonzero(~between & (steady >= min_gap))
         if not len(pick):
             return
         # per device, on arrays (``views.gaps`` is sorted by rank and device: a device's long gaps are one run)
-        p_rank, p_dev = gaps["rank"].to_numpy()[pick], gaps["device"].to_numpy()[pick]
+        p_rank, p_dev = ga["rank"][pick], ga["device"][pick]
         head = np.flatnonzero(np.r_[True, (p_rank[1:] != p_rank[:-1]) | (p_dev[1:] != p_dev[:-1])])
         bounds = np.r_[head, len(pick)]
         keys = list(zip(p_rank[head].tolist(), p_dev[head].tolist()))
@@ -402,6 +401,7 @@ class GpuIdleGaps(Rule):
         sel = np.concatenate([np.arange(bounds[j], bounds[j + 1]) for j in hit])
         attributed = attribute_gaps(v, pick[sel])
         first = 0
+        multi = None  # several ranks or devices: findings name the rank (asked once)
         for j in hit.tolist():
             rank, device = int(keys[j][0]), int(keys[j][1])
             n_gaps = int(bounds[j + 1] - bounds[j])
@@ -413,28 +413,16 @@ class GpuIdleGaps(Rule):
             total = int(long_ns[j])
             shares = {c: round(100.0 * ns / total, 1) for c, ns in by_cause}
             top_cause = by_cause[0][0]
-            g_start, g_end = gaps["start_ns"].to_numpy()[pos], gaps["end_ns"].to_numpy()[pos]
-            g_dur = gaps["dur_ns"].to_numpy()[pos]
+            g_start, g_end, g_dur = ga["start_ns"][pos], ga["end_ns"][pos], ga["dur_ns"][pos]
             cause = attributed["cause"][mine]
             top = np.argsort(-steady[pos], kind="stable")[: int(self.top_n)]  # the largest, ties in time order
-            evidence = self._evidence(
-                v,
-                pd.DataFrame(
-                    {
-                        "rank": np.full(len(top), rank),
-                        "start_ns": g_start[top],
-                        "end_ns": g_end[top],
-                        "dur_ns": g_dur[top],
-                        "warmup_ns": warmup[pos][top],
-                        "cause": cause[top],
-                        "next_launch_end_ns": attributed["next_launch_end_ns"][mine][top],
-                    }
-                ),
-            )
+            evidence = self._evidence(v, rank, g_start[top], g_end[top], g_dur[top], warmup[pos][top], cause[top],
+                                      attributed["next_launch_end_ns"][mine][top])
             warm = int(warmup_dev[j])
             window_ns, busy_pct, pct = int(window[j]), float(busy_of[j]), float(long_pct[j])
             cause_words = ", ".join(f"{c} {shares[c]:.0f} %" for c, _ in by_cause[:3])
-            multi = len(ctx.meta.ranks) > 1 or util["device"].nunique() > 1
+            if multi is None:
+                multi = len(ctx.meta.ranks) > 1 or util["device"].nunique() > 1
             where = f"rank {rank} GPU {device}" if multi else f"GPU {device}"
             yield ctx.finding(
                 fixes={**type(self).fixes(), **CAUSE_FIXES.get(top_cause, {})},
@@ -452,7 +440,7 @@ class GpuIdleGaps(Rule):
                 ),
                 impact_ns=total,
                 evidence=evidence,
-                instances=pd.DataFrame({"start_ns": g_start, "end_ns": g_end, "rank": np.full(n_gaps, rank), "device": np.full(n_gaps, device), "label": cause}),
+                instances=_instances(g_start, g_end, rank, device, cause),
                 location=Location(rank=rank, device=device),
                 metrics={
                     "idle_pct": round(100.0 - busy_pct, 3),
@@ -471,12 +459,14 @@ class GpuIdleGaps(Rule):
             )
 
     @staticmethod
-    def _evidence(views, top: pd.DataFrame) -> pd.DataFrame:  # noqa: D401
+    def _evidence(views, rank: int, start: np.ndarray, end: np.ndarray, dur: np.ndarray, warmup: np.ndarray, cause: np.ndarray,
+                  next_launch_end: np.ndarray) -> pd.DataFrame:
+        """The largest gaps of one device as rows for people: when, how long, why, what the host did. Given as
+        arrays of those gaps (no frame of them is made: only the rows shown become one)."""
         rows = []
-        warm_col = bool(top["warmup_ns"].any())  # shown only where some gap held warm-up
-        # the rows as Python values column by column (what itertuples yields, without its row class)
-        cols = [top[c].to_numpy().tolist() for c in ("rank", "start_ns", "end_ns", "dur_ns", "warmup_ns", "cause", "next_launch_end_ns")]
-        for rank, start_ns, end_ns, dur_ns, warmup_ns, cause, nl in zip(*cols):
+        warm_col = bool(warmup.any())  # shown only where some gap held warm-up
+        cols = [a.tolist() for a in (start, end, dur, warmup, cause, next_launch_end)]
+        for start_ns, end_ns, dur_ns, warmup_ns, cause, nl in zip(*cols):
             activity = _host_activity(views, int(rank), int(start_ns), int(end_ns))
             rows.append(
                 {
@@ -500,7 +490,7 @@ def _activity_index(views) -> dict:
         ev = views.events
         kind, names = ev["kind"], ev["name"]
         if isinstance(kind.dtype, pd.CategoricalDtype):
-            kind_codes = kind.cat.codes.to_numpy()
+            kind_codes = kind.array.codes
             wanted = np.isin(np.asarray(kind.cat.categories, dtype=object), list(_ACTIVITY_KINDS))
         else:
             kind_codes, wanted = None, None
@@ -514,8 +504,8 @@ def _activity_index(views) -> dict:
             "wanted": wanted,
             "names": names,
             # the name codes and categories once (``.cat.codes`` makes a Series each time it is read)
-            "name_codes": names.cat.codes.to_numpy() if isinstance(names.dtype, pd.CategoricalDtype) else None,
-            "name_cats": names.cat.categories if isinstance(names.dtype, pd.CategoricalDtype) else None,
+            "name_codes": names.array.codes if isinstance(names.dtype, pd.CategoricalDtype) else None,
+            "name_cats": names.dtype.categories if isinstance(names.dtype, pd.CategoricalDtype) else None,
             "pid": ev["pid"].to_numpy(),
             "tid": ev["tid"].to_numpy(),
             "python": kind_mask(ev, "python"),
@@ -616,12 +606,26 @@ def _innermost_frame(idx: dict, k: np.ndarray, at: int) -> str:
     return short_name(str(idx["names"].iloc[inner]), 80)
 
 
-def _sum_by_device(gaps: pd.DataFrame, values: np.ndarray) -> dict:
-    """{(rank, device): sum of ``values``} over the rows of ``views.gaps`` (sorted by rank and device: a device's rows
-    are one run, summed at once), exact integer sums."""
-    if not len(gaps):
+#: Up to this many gaps a finding's instances are handed over as ``Instance`` objects; above it as a frame of
+#: columns (which stays columns). Both give the same instances: the frame's fixed cost is what a small rank pays.
+_FEW_INSTANCES = 64
+
+
+def _instances(start: np.ndarray, end: np.ndarray, rank: int, device: int, cause: np.ndarray) -> "list[Instance] | pd.DataFrame":
+    """One device's long gaps as a finding's instances, labelled with their cause."""
+    if len(start) <= _FEW_INSTANCES:
+        # as the frame's would read: a negative rank or device is unknown (None)
+        r, d = (rank if rank >= 0 else None), (device if device >= 0 else None)
+        return [Instance(s, e, r, d, str(c)) for s, e, c in zip(start.tolist(), end.tolist(), cause.tolist())]
+    return pd.DataFrame({"start_ns": start, "end_ns": end, "rank": np.full(len(start), rank), "device": np.full(len(start), device), "label": cause})
+
+
+def _sum_by_device(ga: dict[str, np.ndarray], values: np.ndarray) -> dict:
+    """{(rank, device): sum of ``values``} over the rows of ``views.gaps`` (``gap_columns``; sorted by rank and device:
+    a device's rows are one run, summed at once), exact integer sums."""
+    r, d = ga["rank"], ga["device"]
+    if not len(r):
         return {}
-    r, d = gaps["rank"].to_numpy(), gaps["device"].to_numpy()
     head = np.flatnonzero(np.r_[True, (r[1:] != r[:-1]) | (d[1:] != d[:-1])])
     sums = np.add.reduceat(np.asarray(values, np.int64), head)
     out: dict = {}

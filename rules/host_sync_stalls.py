@@ -43,6 +43,23 @@ def find_stalls(events: pd.DataFrame, launches: pd.DataFrame) -> pd.DataFrame:
     return out.sort_values("start_ns", kind="stable")
 
 
+def _any_long_blocking(events: pd.DataFrame, min_ns: int) -> bool:
+    """Could ``find_stalls`` keep a row of at least ``min_ns``? True when some host runtime or annotation row, or
+    some ``gpu_sync`` row, lasts that long and its name is a blocking one: a superset of the stalls kept, tested
+    on arrays first by duration, so most ranks (no long blocking call) answer without a frame."""
+    long = events["dur_ns"].to_numpy() >= min_ns
+    if not long.any():
+        return False
+    host = long & (events["device"].to_numpy() < 0)
+    calls = host & kind_mask(events, "runtime")
+    if calls.any() and (calls & names_where(events["name"], lambda n: n(SYNC_CALL))).any():
+        return True
+    notes = host & kind_mask(events, "annotation")
+    if notes.any() and (notes & names_where(events["name"], lambda n: n(SYNC_RANGE))).any():
+        return True
+    return bool((long & kind_mask(events, "gpu_sync")).any())
+
+
 def call_sites(s: pd.DataFrame, stacks: bool) -> pd.DataFrame:
     """One row per (call, framework op, user frame, kind) of the stalls ``s``, in order of first appearance:
     calls, blocked_ns, max_ns, gpu_idle_ns, first_ns. What ``groupby(..., sort=False).agg(...)`` gives, without
@@ -181,6 +198,8 @@ class HostSyncStalls(Rule):
         v = ctx.views
         if v.gpu_activity.empty:
             return  # the cost is GPU idle: nothing to measure without GPU activity (TI011 says so)
+        if not _any_long_blocking(ev, int(self.min_stall_us * 1e3)):
+            return  # no blocking row lasts min_stall_us: no stall (the frames of ``find_stalls`` are not built)
         stalls = find_stalls(ev, v.launches)
         stalls = stalls[stalls["dur_ns"] >= int(self.min_stall_us * 1e3)]
         if stalls.empty:

@@ -6,7 +6,7 @@ import pandas as pd
 
 from traceinsight.rule_api import Context, Fix, Location, Option, Rule, Severity, fmt_ns
 
-from traceinsight.rulelib.warmup import startup_call_gaps, warmup_by_gap
+from traceinsight.rulelib.warmup import gap_warmup_ns, has_startup_calls, startup_call_gaps, warmup_by_gap
 
 
 class WarmupInWindow(Rule):
@@ -74,6 +74,8 @@ class WarmupInWindow(Rule):
         util = v.utilization
         if util.empty:
             return
+        if self.min_share_pct > 0 and not gap_warmup_ns(v).any() and not has_startup_calls(v):
+            return  # no gap holds warm-up and no start-up call was made: nothing to report (no frame is built)
         warm = warmup_by_gap(v)
         calls = startup_call_gaps(v, min_share_pct=self.min_share_pct)
         calls = calls[calls["warmup_ns"].to_numpy() * 2 < calls["dur_ns"].to_numpy()]  # not already the ledger's

@@ -67,7 +67,7 @@ from .intervals import Coverage, applies_to, merge_intervals
 from .masks import category_hits, codes_in, kind_mask, name_mask
 from .patterns import COLLECTIVE, COPY_CALL, DATA_WAIT_KINDS, DATA_WAIT_PRIMARY, DATA_WAIT_TFDATA, FRAMEWORK_DISPATCH, SYNC_CALL, SYNC_OP, SYNC_RANGE
 from .thresholds import LAUNCH_GAP_NS
-from .steady import WARMUP_FIRST_STEP_RATIO, WARMUP_MIN_NS, WARMUP_RATIO, empty_regions, one_time_regions  # noqa: F401  (the steady-state model's thresholds)
+from .steady import WARMUP_FIRST_STEP_RATIO, WARMUP_MIN_NS, WARMUP_RATIO, empty_regions, host_arrays, may_match, one_time_regions, step_arrays  # noqa: F401  (the steady-state model's thresholds)
 
 if TYPE_CHECKING:  # pragma: no cover
     from .views import Views
@@ -76,6 +76,20 @@ if TYPE_CHECKING:  # pragma: no cover
 # is ``traceinsight.thresholds.LAUNCH_GAP_NS`` (shared with the what-if); the warm-up thresholds and the one-time
 # work the ledger books are the steady-state model's (``traceinsight.steady``).
 _CODE = {b: i for i, b in enumerate(BUCKETS)}
+#: The slices' bucket dtype, made once: a categorical dtype built per ledger (its categories Index validated) cost
+#: more than the rest of a small rank's slices frame.
+_BUCKET_DTYPE = pd.CategoricalDtype(list(BUCKETS))
+#: The int64 columns of the slices, windows and gaps frames, each an Index made once: a frame built on a block
+#: with a ready Index costs a third of one whose column names are checked and converted again.
+_SLICE_COLS = pd.Index(["rank", "device", "step", "start_ns", "end_ns"])
+_WINDOW_COLS = pd.Index(["rank", "device", "start_ns", "end_ns", "window_ns"])
+_GAP_INT_COLS = pd.Index(["rank", "device", "start_ns", "end_ns", "dur_ns", *IDLE_BUCKETS])
+
+
+@cache
+def _idle_names() -> Any:
+    """The idle bucket names as the array type a column of them gets (inferred once), for ``take`` by code."""
+    return pd.Series(np.asarray(IDLE_BUCKETS, dtype=object)).array
 _HOST_BUSY_KINDS = ("cpu_op", "python", "runtime")
 _DATA_WAIT_KINDS = DATA_WAIT_KINDS
 _EMPTY = np.zeros(0, np.int64)
@@ -169,8 +183,11 @@ def data_wait_mask(host: pd.DataFrame) -> np.ndarray:
     """
     if host.empty:
         return np.zeros(0, dtype=bool)
-    primary = name_mask(host["name"], DATA_WAIT_PRIMARY, case=True)
-    tfdata = name_mask(host["name"], DATA_WAIT_TFDATA, case=True)
+    names = host["name"]
+    if not (may_match(names, DATA_WAIT_PRIMARY, case=True) or may_match(names, DATA_WAIT_TFDATA, case=True)):
+        return np.zeros(len(host), dtype=bool)  # no name of a wait among the categories (most ranks)
+    primary = name_mask(names, DATA_WAIT_PRIMARY, case=True)
+    tfdata = name_mask(names, DATA_WAIT_TFDATA, case=True)
     if primary.any() or tfdata.any():  # rare names first, then their kinds
         kind_ok = kind_mask(host["kind"], _DATA_WAIT_KINDS)
         primary &= kind_ok
@@ -201,37 +218,44 @@ def _blocking_parts(views: "Views") -> list[tuple[np.ndarray, np.ndarray, np.nda
     only on ranks whose host trace shows no blocking call.
     """
     ev = views.events
-    host = views.host_events
-    kind = host["kind"]
-    h_rank, h_start, h_dur = host["rank"].to_numpy(), host["start_ns"].to_numpy(), host["dur_ns"].to_numpy()
+    ha = host_arrays(views)
+    kind = ha["kind"]
+    h_rank, h_start, h_dur = ha["rank"], ha["start_ns"], ha["dur_ns"]
 
     def rows(m: np.ndarray, reason: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, str]:
         m = np.flatnonzero(m)  # few rows: positions, then three small gathers instead of three full masks
         s = h_start[m].astype(np.int64, copy=False)
         return h_rank[m].astype(np.int64), s, s + h_dur[m], reason
 
+    names = ha["name"]
+    # a pattern no category matches gives no rows (an empty part, dropped below): its masks are not built
     parts = [
-        rows(name_mask(host["name"], SYNC_CALL) & kind_mask(kind, ("runtime",)), "synchronizing call"),
-        rows(name_mask(host["name"], SYNC_OP) & kind_mask(kind, ("cpu_op",)), "synchronizing op"),
-        rows(name_mask(host["name"], SYNC_RANGE) & kind_mask(kind, ("annotation",)), "synchronizing op"),
+        rows(name_mask(names, pattern) & kind_mask(kind, kinds), reason)
+        for pattern, kinds, reason in ((SYNC_CALL, ("runtime",), "synchronizing call"), (SYNC_OP, ("cpu_op",), "synchronizing op"),
+                                       (SYNC_RANGE, ("annotation",), "synchronizing op"))
+        if may_match(names, pattern)
     ]
     ln = views.launches
-    if not ln.empty and "pageable" in ev:
+    pageable = ev["pageable"] if "pageable" in ev else None
+    if pageable is not None and pageable.dtype == bool and not pageable.to_numpy().any():
+        pageable = None  # no row is pageable: no launch copies to pageable memory
+    if not ln.empty and pageable is not None:
         idx = ln["gpu_idx"].to_numpy()
         ck_col = ev["copy_kind"]
         if _is_positions(ev.index) and isinstance(ck_col.dtype, pd.CategoricalDtype) and len(idx) and idx.min() >= 0 and idx.max() < len(ev):
             # row labels are positions: the pageable flag first (rarely set), then the copy kind of those rows on
             # its category codes, no 10^5 boxed strings
-            m = ev["pageable"].to_numpy(dtype=bool)[idx]
+            m = pageable.to_numpy(dtype=bool)[idx]
             if m.any():
                 at = np.flatnonzero(m)
                 m[at] = kind_mask(ck_col.take(idx[at]), ("DtoH",))
         else:
             ck = ck_col.reindex(idx).astype(object).to_numpy()
-            pg = ev["pageable"].reindex(idx).to_numpy(dtype=bool)
+            pg = pageable.reindex(idx).to_numpy(dtype=bool)
             m = (ck == "DtoH") & pg
-        s = ln["launch_start_ns"].to_numpy()[m].astype(np.int64, copy=False)
-        parts.append((ln["rank"].to_numpy()[m].astype(np.int64), s, s + ln["launch_dur_ns"].to_numpy()[m], "copy to pageable host memory"))
+        if m.any():  # (none: an empty part, dropped below)
+            s = ln["launch_start_ns"].to_numpy()[m].astype(np.int64, copy=False)
+            parts.append((ln["rank"].to_numpy()[m].astype(np.int64), s, s + ln["launch_dur_ns"].to_numpy()[m], "copy to pageable host memory"))
     parts = [p for p in parts if len(p[0])]
     gs_mask = kind_mask(ev["kind"], ("gpu_sync",))
     if gs_mask.any():
@@ -264,11 +288,12 @@ def warmup_regions(views: "Views", blocking: "list[tuple[np.ndarray, np.ndarray,
     host = views.host_events
     parts = []
     if not host.empty:
-        names, kinds = host["name"], host["kind"]
-        h_rank, h_start, h_dur = host["rank"].to_numpy(), host["start_ns"].to_numpy(), host["dur_ns"].to_numpy()
+        ha = host_arrays(views)
+        names, kinds = ha["name"], ha["kind"]
+        h_rank, h_start, h_dur = ha["rank"], ha["start_ns"], ha["dur_ns"]
         cand = _warmup_candidates(names, kinds, h_dur)
-        fi = _outlier_first_calls(names, cand, h_rank, h_start, h_dur)  # host positions, in (rank, name) order
-        if "input_shapes" in host.columns:
+        fi = _outlier_first_calls(names, cand, h_rank, h_start, h_dur) if len(cand) else cand  # host positions, in (rank, name) order
+        if "input_shapes" in host.columns and len(cand):
             per_shape = _outlier_first_calls_per_shape(names, host["input_shapes"], cand, h_rank, h_start, h_dur)
             if len(per_shape):
                 fi = np.concatenate([fi, per_shape[~np.isin(per_shape, fi)]])
@@ -336,6 +361,9 @@ def _warmup_candidates(names: pd.Series, kinds: pd.Series, dur: np.ndarray) -> n
     syncs or data waits, and only of names that have a candidate call of at least ``WARMUP_MIN_NS``: a first call
     shorter than that is no warm-up, so the other names' calls are never needed (most rows, tested here only
     through their name)."""
+    long = np.flatnonzero(dur >= WARMUP_MIN_NS)
+    if not len(long):  # no call is long enough to be warm-up: no name needs testing
+        return _EMPTY
     if isinstance(names.dtype, pd.CategoricalDtype) and isinstance(kinds.dtype, pd.CategoricalDtype):
         # on the codes: per kind and per name a table, read for the rows asked about
         n_codes, k_codes = names.cat.codes.to_numpy(), kinds.cat.codes.to_numpy()
@@ -348,9 +376,12 @@ def _warmup_candidates(names: pd.Series, kinds: pd.Series, dur: np.ndarray) -> n
         def kind_table(kind: str) -> np.ndarray:
             return np.append(np.asarray(kinds.cat.categories, dtype=object) == kind, False)
 
+        is_rt, is_op = kind_table("runtime"), kind_table("cpu_op")
+        long = long[(is_rt | is_op)[k_codes[long]]]  # the kinds first: long step markers and annotations are no candidates
+        if not len(long):
+            return _EMPTY
         excluded = hits(SYNC_CALL) | hits(SYNC_OP) | hits(DATA_WAIT_PRIMARY, case=True)
         rt_ok, op_ok = ~(excluded | hits(COPY_CALL)), ~excluded
-        is_rt, is_op = kind_table("runtime"), kind_table("cpu_op")
 
         def cand(rows: np.ndarray) -> np.ndarray:
             n, k = n_codes[rows], k_codes[rows]
@@ -365,7 +396,6 @@ def _warmup_candidates(names: pd.Series, kinds: pd.Series, dur: np.ndarray) -> n
             ok &= ~(name_mask(n, SYNC_CALL) | name_mask(n, SYNC_OP) | name_mask(n, DATA_WAIT_PRIMARY, case=True))
             return ok
 
-    long = np.flatnonzero(dur >= WARMUP_MIN_NS)
     long = long[cand(long)]
     if not len(long):
         return _EMPTY
@@ -448,6 +478,38 @@ def _outlier_first_calls(names: pd.Series, cand: np.ndarray, rank: np.ndarray, s
 
 
 # --- the ledger ------------------------------------------------------------------------------------------
+class _Later:
+    """A frame built on first read: ``fn(*args)``, a module-level function and its arrays (so a ledger still pickles)."""
+
+    __slots__ = ("fn", "args")
+
+    def __init__(self, fn: Any, *args: Any) -> None:
+        self.fn, self.args = fn, args
+
+    def __call__(self) -> pd.DataFrame:
+        return self.fn(*self.args)
+
+
+class _FrameField:
+    """A ``Ledger`` frame given as a frame or as a ``_Later`` that builds it on first read: ``build_ledger`` defers
+    the frames most analyses never read (a whole job's ranks read neither the per-device table nor the windows, and
+    a small rank paid their fixed cost for nothing). A required field of the dataclass either way."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.slot = f"_{name}_frame"
+
+    def __get__(self, obj: Any, objtype: Any = None) -> pd.DataFrame:
+        if obj is None:
+            raise AttributeError(self.slot)  # no default: the dataclass keeps the field required
+        value = obj.__dict__[self.slot]
+        if isinstance(value, _Later):
+            value = obj.__dict__[self.slot] = value()
+        return value
+
+    def __set__(self, obj: Any, value: Any) -> None:
+        obj.__dict__[self.slot] = value
+
+
 @dataclass
 class Ledger:
     """Per (rank, device), the device's active window split into buckets (see the module docstring).
@@ -461,12 +523,24 @@ class Ledger:
     ``warmup``: the warm-up regions used (rank, start_ns, end_ns, reason).
     """
 
-    slices: pd.DataFrame
-    by_device: pd.DataFrame
+    slices: pd.DataFrame = _FrameField()  # type: ignore[assignment]
+    by_device: pd.DataFrame = _FrameField()  # type: ignore[assignment]
     by_step: pd.DataFrame
-    windows: pd.DataFrame
-    gaps: pd.DataFrame
+    windows: pd.DataFrame = _FrameField()  # type: ignore[assignment]
+    gaps: pd.DataFrame = _FrameField()  # type: ignore[assignment]
     warmup: pd.DataFrame = field(default_factory=pd.DataFrame)
+    #: What ``build_ledger`` already holds as arrays (the slices' and gaps' columns, ``device_arrays``), so the
+    #: claims do not read them back from its frames (a dozen column reads cost more than a small rank's claim).
+    #: None for a ledger made of frames alone (or copied with ``dataclasses.replace``): then they are read from
+    #: the frames.
+    _arrays: dict[str, Any] | None = field(default=None, init=False, repr=False, compare=False)
+
+    @property
+    def empty(self) -> bool:
+        """No device window (no slices): what ``slices.empty`` says, without building the frame of slices."""
+        if self._arrays is not None:
+            return not len(self._arrays["slices"]["start"])
+        return self.slices.empty
 
     # --- totals ------------------------------------------------------------------------------------------
     def window_ns(self, rank: int | None = None, device: int | None = None) -> int:
@@ -496,8 +570,32 @@ class Ledger:
     @cached_property
     def device_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """``by_device`` as plain arrays (rank, device, bucket, ns), for callers that filter it many times."""
+        if self._arrays is not None:
+            return self._arrays["device"]
         d = self.by_device
         return (d["rank"].to_numpy(np.int64), d["device"].to_numpy(np.int64), d["bucket"].astype(str).to_numpy(object), d["ns"].to_numpy(np.int64))
+
+    @cached_property
+    def gap_columns(self) -> dict[str, np.ndarray]:
+        """``gaps``' columns as arrays (read-only, shared by every caller): rank, device, start_ns, end_ns, dur_ns
+        (int64), next_launch_end_ns (float), the ns of each idle bucket (int64) and cause (objects). Taken from
+        the arrays ``build_ledger`` made the frame of, else read from the frame once."""
+        a = self._arrays
+        if a is not None and "gap_columns" in a:
+            out = dict(a["gap_columns"])
+        else:
+            gp = self.gaps
+            out = {c: gp[c].to_numpy(np.int64) for c in ("rank", "device", "start_ns", "end_ns", "dur_ns")}
+            for b in IDLE_BUCKETS:
+                if b in gp:  # a bucket column of a frame made elsewhere may hold NaN: none booked
+                    col = gp[b]
+                    out[b] = col.to_numpy(np.int64) if isinstance(col.dtype, np.dtype) and col.dtype.kind == "i" else col.fillna(0).to_numpy(np.int64)
+            out["next_launch_end_ns"] = gp["next_launch_end_ns"].to_numpy(dtype=float)
+            out["cause"] = gp["cause"].to_numpy(dtype=object)
+        out = {k: v.view() for k, v in out.items()}  # read-only views: the frames' own arrays stay writeable
+        for v in out.values():
+            v.flags.writeable = False
+        return out
 
     @cached_property
     def busy_ns(self) -> int:
@@ -683,16 +781,25 @@ class Ledger:
         """Where each (rank, device) sits in ``slices`` and ``gaps``, and their columns as arrays, for
         ``claimed_ns``: ``build_ledger`` writes each device's rows together and in time order, devices in (rank,
         device) order, buckets as codes of ``BUCKETS``. None for frames laid out otherwise."""
-        sl, gp = self.slices, self.gaps
-        bucket = sl["bucket"]
-        if not (isinstance(bucket.dtype, pd.CategoricalDtype) and list(bucket.cat.categories) == list(BUCKETS)):
-            return None
-        if sl.empty or gp.columns[: 5].tolist() != ["rank", "device", "start_ns", "end_ns", "dur_ns"]:
+        if self._arrays is not None:  # the arrays the frames were built from
+            sl_cols, gp_cols = self._arrays["slices"], self._arrays["gaps"]
+        else:
+            sl, gp = self.slices, self.gaps
+            bucket = sl["bucket"]
+            if not (isinstance(bucket.dtype, pd.CategoricalDtype) and list(bucket.cat.categories) == list(BUCKETS)):
+                return None
+            if sl.empty or gp.columns[: 5].tolist() != ["rank", "device", "start_ns", "end_ns", "dur_ns"]:
+                return None
+            sl_cols = {"rank": sl["rank"].to_numpy(np.int64), "device": sl["device"].to_numpy(np.int64), "start": sl["start_ns"].to_numpy(np.int64),
+                       "end": sl["end_ns"].to_numpy(np.int64), "code": bucket.cat.codes.to_numpy()}
+            gp_cols = {"rank": gp["rank"].to_numpy(np.int64), "device": gp["device"].to_numpy(np.int64), "start": gp["start_ns"].to_numpy(np.int64),
+                       "end": gp["end_ns"].to_numpy(np.int64), "gap_ns": {b: gp[b].to_numpy(np.int64) for b in IDLE_BUCKETS}}
+        if not len(sl_cols["start"]):
             return None
 
-        def runs(f: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        def runs(f: dict[str, Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
             """(rank, device, first row) of each device's run of rows, and the end; None when out of order."""
-            r, d, s = f["rank"].to_numpy(np.int64), f["device"].to_numpy(np.int64), f["start_ns"].to_numpy(np.int64)
+            r, d, s = f["rank"], f["device"], f["start"]
             if r[0] == r.max() == r.min() and d[0] == d.max() == d.min():  # one device (the usual trace)
                 return (r[:1], d[:1], np.array([0, len(r)])) if bool((s[1:] > s[:-1]).all()) else None
             same = (r[1:] == r[:-1]) & (d[1:] == d[:-1])
@@ -702,8 +809,8 @@ class Ledger:
             head = np.flatnonzero(np.r_[True, ~same])
             return r[head], d[head], np.r_[head, len(r)]
 
-        s_runs = runs(sl)
-        g_runs = runs(gp) if len(gp) else (_EMPTY, _EMPTY, np.zeros(1, np.int64))
+        s_runs = runs(sl_cols)
+        g_runs = runs(gp_cols) if len(gp_cols["start"]) else (_EMPTY, _EMPTY, np.zeros(1, np.int64))
         if s_runs is None or g_runs is None:
             return None
         g_at = {(int(r), int(d)): (int(a), int(b)) for r, d, a, b in zip(*g_runs[:2], g_runs[2][:-1], g_runs[2][1:])}
@@ -714,12 +821,12 @@ class Ledger:
             return None
         return {
             "devices": devices,
-            "code": bucket.cat.codes.to_numpy(),
-            "start": sl["start_ns"].to_numpy(np.int64),
-            "end": sl["end_ns"].to_numpy(np.int64),
-            "gap_start": gp["start_ns"].to_numpy(np.int64),
-            "gap_end": gp["end_ns"].to_numpy(np.int64),
-            "gap_ns": {b: gp[b].to_numpy(np.int64) for b in IDLE_BUCKETS},
+            "code": sl_cols["code"],
+            "start": sl_cols["start"],
+            "end": sl_cols["end"],
+            "gap_start": gp_cols["start"],
+            "gap_end": gp_cols["end"],
+            "gap_ns": gp_cols["gap_ns"],
         }
 
     # --- reports -----------------------------------------------------------------------------------------
@@ -1059,7 +1166,7 @@ def build_ledger(views: "Views") -> Ledger:
     act = views.gpu_activity
     if act.empty:
         return _empty_ledger()
-    is_kernel = (act["kind"] == "kernel").to_numpy()
+    is_kernel = kind_mask(act["kind"], ("kernel",))
     coll = is_kernel & name_mask(act["name"], COLLECTIVE)
     a_cls = np.where(coll, 1, np.where(is_kernel, 0, 2)).astype(np.int8)
     a_rank = act["rank"].to_numpy(np.int64)
@@ -1072,11 +1179,14 @@ def build_ledger(views: "Views") -> Ledger:
     warm = warmup_regions(views, blocking)
     # host-busy rows: one mask (the empty ones dropped, as ``_merged`` would), each rank's starts and ends taken
     # once and merged in place (no frame, no full-length copies: these are most host rows)
-    h_rank, h_start, h_dur = host["rank"].to_numpy(), host["start_ns"].to_numpy(), host["dur_ns"].to_numpy()
-    hb = kind_mask(host["kind"], _HOST_BUSY_KINDS)
-    note = kind_mask(host["kind"], ("annotation",))
-    if note.any():  # framework dispatch traced as annotations (TF eager, JAX/PjRt) is host work too
-        hb |= note & name_mask(host["name"], FRAMEWORK_DISPATCH)
+    ha = host_arrays(views)
+    h_rank, h_start, h_dur = ha["rank"], ha["start_ns"], ha["dur_ns"]
+    h_kind = ha["kind"]
+    hb = kind_mask(h_kind, _HOST_BUSY_KINDS)
+    if may_match(ha["name"], FRAMEWORK_DISPATCH):  # framework dispatch traced as annotations (TF eager, JAX/PjRt) is host work too
+        note = kind_mask(h_kind, ("annotation",))
+        if note.any():
+            hb |= note & name_mask(ha["name"], FRAMEWORK_DISPATCH)
     hb &= h_dur > 0
     hb_one_rank = len(h_rank) > 0 and h_rank.min() == h_rank.max()
 
@@ -1093,7 +1203,7 @@ def build_ledger(views: "Views") -> Ledger:
         lr = ln["rank"].to_numpy(np.int64)
         ld = ln["device"].to_numpy(np.int64)
         lg = ln["gpu_start_ns"].to_numpy(np.int64)
-        lend = (ln["launch_start_ns"] + ln["launch_dur_ns"]).to_numpy(np.int64)
+        lend = (ln["launch_start_ns"].to_numpy() + ln["launch_dur_ns"].to_numpy()).astype(np.int64, copy=False)
         # by (rank, device, gpu start); constant keys order nothing: left out on the usual one-device trace
         keys = tuple(k for k in (lg, ld, lr) if k is lg or k.min() != k.max())
         if len(keys) == 1:  # one (rank, device): its columns are constants, only the gpu starts are ordered
@@ -1113,6 +1223,9 @@ def build_ledger(views: "Views") -> Ledger:
         for a, b in zip(bounds[:-1], bounds[1:]):
             launch_end[(int(lr[a]), int(ld[a]))] = (lg[a:b], lend[a:b].astype(float))
     st = views.steps
+    # the step markers' columns once; each rank's rows are picked on them (no row selection of the frame per rank)
+    sa = None if st.empty else step_arrays(views)
+    st_cols = None if sa is None else (sa["rank"], *(sa[c].astype(np.int64, copy=False) for c in ("start_ns", "end_ns", "step")))
 
     def ranges(parts: list[tuple[np.ndarray, ...]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(rank, start, end) of some host ranges, end to end."""
@@ -1123,7 +1236,7 @@ def build_ledger(views: "Views") -> Ledger:
     dw = np.flatnonzero(data_wait_mask(host)) if not host.empty else _EMPTY
     waits = ranges([(h_rank[dw], h_start[dw], h_start[dw] + h_dur[dw])])
     blocks = ranges(blocking)
-    warms = ranges([(warm["rank"].to_numpy(), warm["start_ns"].to_numpy(), warm["end_ns"].to_numpy())])
+    warms = ranges([(warm["rank"].to_numpy(), warm["start_ns"].to_numpy(), warm["end_ns"].to_numpy())]) if len(warm) else (_EMPTY, _EMPTY, _EMPTY)
 
     def by_rank(rse: tuple[np.ndarray, np.ndarray, np.ndarray], rank: int) -> tuple[np.ndarray, np.ndarray]:
         if not len(rse[0]):
@@ -1155,8 +1268,8 @@ def build_ledger(views: "Views") -> Ledger:
                 # the rank's host-busy union, built only when a gap host work decides needs it, then kept
                 "host_busy": cache(lambda r=rank: _union_of_runs(host_busy_runs(r))),
             }
-            srk = st[st["rank"].to_numpy() == rank] if not st.empty else st
-            steps = (srk["start_ns"].to_numpy(np.int64), srk["end_ns"].to_numpy(np.int64), srk["step"].to_numpy(np.int64)) if not srk.empty else (_EMPTY, _EMPTY, _EMPTY)
+            own = None if st_cols is None else np.flatnonzero(st_cols[0] == rank)
+            steps = (st_cols[1][own], st_cols[2][own], st_cols[3][own]) if own is not None and len(own) else (_EMPTY, _EMPTY, _EMPTY)
         parts.append(_device_slices(s, e, c, launch_end.get((rank, device)), facts, rank in host_ranks, steps))
         keys.append((rank, device))
     if not parts:
@@ -1181,11 +1294,13 @@ def build_ledger(views: "Views") -> Ledger:
     sl_block[0], sl_block[1], sl_block[2], sl_block[3] = per_row(k_rank, n_sl), per_row(k_dev, n_sl), joined("step"), joined("start")
     np.add(sl_block[3], ns, out=sl_block[4])
     step = sl_block[2]
-    slices = pd.DataFrame(sl_block.T, columns=["rank", "device", "step", "start_ns", "end_ns"], copy=False)
-    slices["bucket"] = pd.Categorical.from_codes(label, categories=list(BUCKETS))
+    slices = _Later(_slices_frame, sl_block, label)
     w_start = np.array([p["start"][0] for p in parts], np.int64)
     w_end = np.array([p["start"][-1] + p["ns"][-1] for p in parts], np.int64)
-    windows = pd.DataFrame({"rank": k_rank, "device": k_dev, "start_ns": w_start, "end_ns": w_end, "window_ns": w_end - w_start})
+    w_block = np.empty((5, len(keys)), np.int64)  # the windows' int64 columns as one block, as for the slices
+    w_block[0], w_block[1], w_block[2], w_block[3] = k_rank, k_dev, w_start, w_end
+    np.subtract(w_end, w_start, out=w_block[4])
+    windows = _Later(_windows_frame, w_block)
     nb = len(BUCKETS)
     # per (device, step): ns per bucket; groups of (device, step) in lexicographic order of one int64 key. When
     # the keys span a small range (a few devices, step numbers close together) a table of present keys ranks
@@ -1219,15 +1334,7 @@ def build_ledger(views: "Views") -> Ledger:
     # per device: one row per (device, bucket), zeros included; the sum of its steps' rows
     mat = np.zeros((len(keys), nb), np.int64)
     np.add.at(mat, u_dev, smat)
-    by_device = pd.DataFrame(
-        {
-            "rank": np.repeat(k_rank, nb),
-            "device": np.repeat(k_dev, nb),
-            "bucket": np.tile(np.array(BUCKETS, dtype=object), len(keys)),
-            "ns": mat.ravel(),
-            "pct": (100.0 * mat / np.maximum(windows["window_ns"].to_numpy(), 1)[:, None]).ravel(),
-        }
-    )
+    by_device = _Later(_by_device_frame, k_rank, k_dev, mat, w_block[4])
     # per (device, step): the same, with the step's part of the window as the base of pct
     by_step = pd.DataFrame(
         {
@@ -1242,8 +1349,7 @@ def build_ledger(views: "Views") -> Ledger:
     gs, ge = joined("gs"), joined("ge")
     n_g = len(gs)
     # the frame's int64 columns as the rows of one block, filled in place: the frame takes it without a copy
-    int_cols = ["rank", "device", "start_ns", "end_ns", "dur_ns", *IDLE_BUCKETS]
-    block = np.empty((len(int_cols), n_g), np.int64)
+    block = np.empty((len(_GAP_INT_COLS), n_g), np.int64)
     block[0], block[1], block[2], block[3] = per_row(k_rank, n_gp), per_row(k_dev, n_gp), gs, ge
     np.subtract(ge, gs, out=block[4])
     per_gap = block[5:]
@@ -1267,12 +1373,56 @@ def build_ledger(views: "Views") -> Ledger:
     several = np.flatnonzero(pieces != 1)
     if len(several):
         cause[several] = _first_max_row(per_gap[:, several])
-    gaps = pd.DataFrame(block.T, columns=int_cols, copy=False)
-    gaps.insert(5, "next_launch_end_ns", joined("nl"))
+    nl = joined("nl")
+    gaps = _Later(_gaps_frame, block, nl, cause)
+    arrays = {
+        "slices": {"rank": sl_block[0], "device": sl_block[1], "start": sl_block[3], "end": sl_block[4], "code": label},
+        "gaps": {"rank": block[0], "device": block[1], "start": block[2], "end": block[3], "gap_ns": dict(zip(IDLE_BUCKETS, per_gap))},
+        "device": (np.repeat(k_rank, nb), np.repeat(k_dev, nb), np.tile(np.array(BUCKETS, dtype=object), len(keys)), mat.ravel()),
+        "gap_columns": {"rank": block[0], "device": block[1], "start_ns": block[2], "end_ns": block[3], "dur_ns": block[4],
+                        **dict(zip(IDLE_BUCKETS, per_gap)), "next_launch_end_ns": nl,
+                        "cause": np.asarray(IDLE_BUCKETS, dtype=object)[cause]},
+    }
+    out = Ledger(slices=slices, by_device=by_device, by_step=by_step, windows=windows, gaps=gaps, warmup=warm)
+    out._arrays = arrays
+    return out
+
+
+def _slices_frame(sl_block: np.ndarray, label: np.ndarray) -> pd.DataFrame:
+    """``Ledger.slices`` of ``build_ledger``'s int64 block (rank, device, step, start_ns, end_ns) and bucket codes."""
+    slices = pd.DataFrame(sl_block.T, columns=_SLICE_COLS, copy=False)
+    slices.insert(5, "bucket", pd.Categorical.from_codes(label, dtype=_BUCKET_DTYPE))
+    return slices
+
+
+def _gaps_frame(block: np.ndarray, next_launch_end_ns: np.ndarray, cause: np.ndarray) -> pd.DataFrame:
+    """``Ledger.gaps`` of ``build_ledger``'s int64 block (rank, device, start_ns, end_ns, dur_ns, the idle buckets),
+    the next launch's end and each gap's cause (codes of ``IDLE_BUCKETS``)."""
+    gaps = pd.DataFrame(block.T, columns=_GAP_INT_COLS, copy=False)
+    gaps.insert(5, "next_launch_end_ns", next_launch_end_ns)
     # the names as the column's own array type (inferred once from the bucket names) taken by index: no 10^5
     # strings to check one by one
-    gaps["cause"] = pd.Series(np.asarray(IDLE_BUCKETS, dtype=object)).array.take(cause) if n_g else np.zeros(0, dtype=object)
-    return Ledger(slices=slices, by_device=by_device, by_step=by_step, windows=windows, gaps=gaps, warmup=warm)
+    gaps["cause"] = _idle_names().take(cause) if len(cause) else np.zeros(0, dtype=object)
+    return gaps
+
+
+def _windows_frame(w_block: np.ndarray) -> pd.DataFrame:
+    """``Ledger.windows`` of the int64 block (rank, device, start_ns, end_ns, window_ns) ``build_ledger`` made."""
+    return pd.DataFrame(w_block.T, columns=_WINDOW_COLS, copy=False)
+
+
+def _by_device_frame(k_rank: np.ndarray, k_dev: np.ndarray, mat: np.ndarray, window_ns: np.ndarray) -> pd.DataFrame:
+    """``Ledger.by_device``: one row per (device, bucket), zeros included, from the ns per device and bucket."""
+    nb = len(BUCKETS)
+    return pd.DataFrame(
+        {
+            "rank": np.repeat(k_rank, nb),
+            "device": np.repeat(k_dev, nb),
+            "bucket": np.tile(np.array(BUCKETS, dtype=object), len(k_rank)),
+            "ns": mat.ravel(),
+            "pct": (100.0 * mat / np.maximum(window_ns, 1)[:, None]).ravel(),
+        }
+    )
 
 
 def _first_max_row(m: np.ndarray) -> np.ndarray:

@@ -32,14 +32,16 @@ performance finding above info.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+import re
 
 import numpy as np
 import pandas as pd
 
 from .finding import as_instances, instance_columns
 from .intervals import Coverage, merge_intervals
-from .masks import kind_mask, name_mask
+from .masks import category_hits, kind_mask, name_mask
 from .patterns import ALLOC_CALL, CAPTURE_BEGIN, CAPTURE_END, ONE_TIME_CALL, RECOMPILE_CALL, START_UP_CALL  # noqa: F401  (the steady-state model's vocabulary)
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -68,6 +70,43 @@ _COLS = ["rank", "start_ns", "end_ns", "reason"]
 _EMPTY_REGIONS = pd.DataFrame({c: pd.Series(dtype="int64" if c != "reason" else "object") for c in _COLS})
 
 
+def host_arrays(views: "Views") -> dict[str, Any]:
+    """The host rows' ``rank``, ``start_ns`` and ``dur_ns`` as arrays and their ``name`` and ``kind`` columns, read
+    once per analysis (kept in the analysis' store; plain views read them again): the ledger and this model ask for
+    them in half a dozen places, and each read of a frame column builds a Series."""
+
+    def build() -> dict[str, Any]:
+        host = views.host_events
+        return {"rank": host["rank"].to_numpy(), "start_ns": host["start_ns"].to_numpy(), "dur_ns": host["dur_ns"].to_numpy(),
+                "name": host["name"], "kind": host["kind"]}
+
+    keep = getattr(views, "memo", None)
+    return keep("steady.host_arrays", build) if keep is not None else build()
+
+
+def step_arrays(views: "Views") -> dict[str, np.ndarray]:
+    """The step markers' ``rank``, ``start_ns``, ``dur_ns``, ``end_ns`` and ``step`` as arrays, read once per analysis
+    (kept like ``host_arrays``): the ledger and this model both walk the steps per rank."""
+
+    def build() -> dict[str, np.ndarray]:
+        st = views.steps
+        return {c: st[c].to_numpy() for c in ("rank", "start_ns", "dur_ns", "end_ns", "step") if c in st}  # (a stand-in frame may lack some)
+
+    keep = getattr(views, "memo", None)
+    return keep("steady.step_arrays", build) if keep is not None else build()
+
+
+def may_match(names: pd.Series, pattern: "str | re.Pattern[str]", case: bool = False) -> bool:
+    """Could some row of ``names`` match ``pattern`` (``name_mask``'s rules)? False only when the column is
+    categorical and no category matches: then ``name_mask`` is all False, and the ledger and the steady-state
+    model skip the masks and selections built on it (most patterns name rare calls that a rank never makes, and a
+    mask costs a pass over the rows besides its fixed cost). One regex search per category, kept per categories."""
+    if not isinstance(names.dtype, pd.CategoricalDtype):
+        return len(names) > 0
+    rx = pattern if isinstance(pattern, re.Pattern) else re.compile(pattern, 0 if case else re.IGNORECASE)
+    return bool(category_hits(names.cat.categories, rx).any()) and len(names) > 0
+
+
 def empty_regions() -> pd.DataFrame:
     """A frame of no regions (a copy of one built once: building it costs more than copying it)."""
     return _EMPTY_REGIONS.copy()
@@ -94,24 +133,30 @@ def one_time_regions(views: "Views", blocking: "list[tuple[np.ndarray, np.ndarra
     parts: list[pd.DataFrame] = []
     steps = views.steps
     second_step: dict[int, int] = {}
+    if not host.empty:  # the host columns read once for both passes below
+        ha = host_arrays(views)
+        names, kinds, rank, start_col, dur_col = ha["name"], ha["kind"], ha["rank"], ha["start_ns"], ha["dur_ns"]
     if not steps.empty:
         # per rank on the step arrays (``groupby("rank", sort=True)`` then ``sort_values("start_ns")`` in each, the
         # same quicksort): a groupby's fixed cost was most of this function on a rank of a few steps
-        s_rank, s_start, s_dur = steps["rank"].to_numpy(), steps["start_ns"].to_numpy(), steps["dur_ns"].to_numpy()
+        sa = step_arrays(views)
+        s_rank, s_start, s_dur = sa["rank"], sa["start_ns"], sa["dur_ns"]
         # per rank, when the program's own work (runtime calls, framework ops) begins: not the profiler's range
-        # around the window
-        first_work: dict[int, int] = {}
-        if not host.empty:
-            work = kind_mask(host["kind"], ("runtime", "cpu_op"))
-            if work.any():
-                w_rank, w_start = host["rank"].to_numpy()[work], host["start_ns"].to_numpy()[work]
-                first_work = {int(r): int(w_start[w_rank == r].min()) for r in np.unique(w_rank)}
+        # around the window (asked only where a rank has the steps that need it)
+        first_work: dict[int, int] | None = None
         for r in np.unique(s_rank):
             own = np.flatnonzero(s_rank == r)
             st = np.sort(s_start[own])
             second_step[int(r)] = int(st[1]) if len(st) > 1 else int(np.iinfo(np.int64).max)
             own = own[np.argsort(s_start[own], kind="quicksort")]
-            first_host = first_work.get(int(r))
+            if first_work is None and len(st) >= MIN_STEADY_STEPS:
+                first_work = {}
+                if not host.empty:
+                    work = kind_mask(kinds, ("runtime", "cpu_op"))
+                    if work.any():
+                        w_rank, w_start = rank[work], start_col[work]
+                        first_work = {int(r): int(w_start[w_rank == r].min()) for r in np.unique(w_rank)}
+            first_host = first_work.get(int(r)) if first_work is not None else None
             if len(st) >= MIN_STEADY_STEPS and first_host is not None and first_host < int(st[0]):
                 # before the loop's first step the program starts up (imports, model set-up, data loading's first
                 # fill): none of it repeats, whatever the calls are named (a whole-program Nsight capture)
@@ -123,20 +168,23 @@ def one_time_regions(views: "Views", blocking: "list[tuple[np.ndarray, np.ndarra
                 parts.append(pd.DataFrame({"rank": int(r), "start_ns": d["start_ns"].to_numpy(np.int64), "end_ns": d["end_ns"].to_numpy(np.int64),
                                            "reason": [f"warm-up step ({n})" for n in d["name"]]}))
     if not host.empty:
-        names, kinds = host["name"], host["kind"]
-        rank, start, dur = host["rank"].to_numpy(), host["start_ns"].to_numpy(np.int64), host["dur_ns"].to_numpy(np.int64)
+        start, dur = start_col.astype(np.int64, copy=False), dur_col.astype(np.int64, copy=False)
         # Python frames are left out: their names are file paths (``vllm/compilation/decorators.py(367): __call__``
         # wraps every compiled forward), so a word in the path says nothing about what the call does
-        kinds_ok = kind_mask(kinds, ("runtime", "cpu_op", "annotation", "other"))
-        named = np.flatnonzero(kinds_ok & name_mask(names, ONE_TIME_CALL) & (dur > 0))
+        if may_match(names, ONE_TIME_CALL):
+            kinds_ok = kind_mask(kinds, ("runtime", "cpu_op", "annotation", "other"))
+            named = np.flatnonzero(kinds_ok & name_mask(names, ONE_TIME_CALL) & (dur > 0))
+        else:
+            named = np.zeros(0, np.intp)
         if len(named) and second_step:  # a compile after the second step began recompiles in the steady state
             late = steady_recompiles(views, named)
             named = named[~late]
         if len(named):
             parts.append(pd.DataFrame({"rank": rank[named].astype(np.int64), "start_ns": start[named], "end_ns": start[named] + dur[named],
                                        "reason": ["one-time set-up: " + str(n) for n in names.take(named)]}))
-        rt = kind_mask(kinds, ("runtime",))
-        begin = np.flatnonzero(rt & name_mask(names, CAPTURE_BEGIN))
+        capture, allocs = may_match(names, CAPTURE_BEGIN), may_match(names, ALLOC_CALL)
+        rt = kind_mask(kinds, ("runtime",)) if capture or allocs else None
+        begin = np.flatnonzero(rt & name_mask(names, CAPTURE_BEGIN)) if capture else np.zeros(0, np.intp)
         if len(begin):
             end = np.flatnonzero(rt & name_mask(names, CAPTURE_END))
             tid = host["tid"].to_numpy()
@@ -149,7 +197,7 @@ def one_time_regions(views: "Views", blocking: "list[tuple[np.ndarray, np.ndarra
             if rows:
                 parts.append(pd.DataFrame({"rank": [r for r, _, _ in rows], "start_ns": [s for _, s, _ in rows], "end_ns": [e for _, _, e in rows],
                                            "reason": "graph capture (launches recorded, not run)"}))
-        alloc = np.flatnonzero(rt & name_mask(names, ALLOC_CALL) & (dur > 0))
+        alloc = np.flatnonzero(rt & name_mask(names, ALLOC_CALL) & (dur > 0)) if allocs else np.zeros(0, np.intp)
         if len(alloc):
             limit = np.array([second_step.get(int(r), np.iinfo(np.int64).max) for r in rank[alloc]], np.int64)
             alloc = alloc[start[alloc] < limit]

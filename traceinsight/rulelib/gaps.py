@@ -9,9 +9,11 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..masks import join_keys, name_mask
+from ..buckets import IDLE_BUCKETS
+from ..masks import join_keys, kind_mask as views_kind_mask, name_mask
+from ..steady import host_arrays
 from ..patterns import SYNC_CALL, TRAINING_KERNEL, TRAINING_OP
-from .enclosing import host_columns, starts_inside
+from .enclosing import starts_inside
 from .names import hits_per_category, any_code_in, kind_mask, names_where
 from .cache import memo
 
@@ -49,15 +51,34 @@ def sync_calls(views) -> pd.DataFrame:
     """The blocking runtime calls (``SYNC_CALL``) of the host: rank, start_ns, dur_ns, end_ns (cached)."""
 
     def build():
-        host = views.host_events
-        m = kind_mask(host, "runtime")
-        if m.any():
-            m &= names_where(host["name"], lambda m: m(SYNC_CALL))
-        hc = host_columns(views)
-        out = pd.DataFrame({c: hc[c][m] for c in ("rank", "start_ns", "dur_ns", "end_ns")})
+        ha = host_arrays(views)  # the host columns the ledger has read already
+        m = views_kind_mask(ha["kind"], ("runtime",))
+        if m.any():  # one pattern: ``name_mask`` (what ``names_where`` asks per category, without its per-category column)
+            m &= name_mask(ha["name"], SYNC_CALL)
+        start, dur = ha["start_ns"][m], ha["dur_ns"][m]
+        out = pd.DataFrame({"rank": ha["rank"][m], "start_ns": start, "dur_ns": dur, "end_ns": start + dur})
         return out
 
     return memo(views, "rulelib.next_launch_ns", build)
+
+
+def _read_only(arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The cached arrays, marked read-only: every caller shares them, so a change in place would change the
+    analysis for all (an attempt raises instead)."""
+    for a in arrays.values():
+        a.flags.writeable = False
+    return arrays
+
+
+def gap_columns(views) -> dict[str, np.ndarray]:
+    """``views.gaps``' columns (rank, device, start_ns, end_ns, dur_ns, all int64) as arrays, read once per analysis
+    (cached): TI001 and these helpers read them again and again, and each read of a frame column builds a Series."""
+
+    def build() -> dict[str, np.ndarray]:
+        gaps = views.gaps
+        return _read_only({c: gaps[c].to_numpy(np.int64) for c in ("rank", "device", "start_ns", "end_ns", "dur_ns")})
+
+    return memo(views, "rulelib.gap_columns", build)
 
 
 def ledger_gaps(views) -> pd.DataFrame:
@@ -71,13 +92,46 @@ def ledger_gaps(views) -> pd.DataFrame:
         gaps = views.gaps
         lg = views.ledger.gaps
         keys = ["rank", "device", "start_ns", "end_ns"]
-        if len(lg) == len(gaps) and all(np.array_equal(lg[c].to_numpy(np.int64), gaps[c].to_numpy(np.int64)) for c in keys):
+        if _ledger_aligned(views):
             out = lg.set_axis(gaps.index)
         else:
             out = gaps[keys].merge(lg.drop_duplicates(keys), on=keys, how="left").set_axis(gaps.index)
         return out
 
     return memo(views, "rulelib.ledger_gaps", build)
+
+
+def _ledger_aligned(views) -> bool:
+    """Do the ledger's gaps and ``views.gaps`` agree row for row (the usual case: both cut each device's window the
+    same way)? Compared on arrays, cached."""
+
+    def build() -> bool:
+        lc, gc = views.ledger.gap_columns, gap_columns(views)
+        return len(lc["start_ns"]) == len(gc["start_ns"]) and all(np.array_equal(lc[c], gc[c]) for c in ("rank", "device", "start_ns", "end_ns"))
+
+    return memo(views, "rulelib.ledger_aligned", build)
+
+
+def ledger_gap_columns(views) -> dict[str, np.ndarray]:
+    """``ledger_gaps``' columns as arrays, read once per analysis (cached): the ns of each idle bucket it has (int64,
+    0 where a gap the ledger lacks has none), ``cause`` (objects) and ``next_launch_end_ns`` (float)."""
+
+    def build() -> dict[str, np.ndarray]:
+        if _ledger_aligned(views):  # the ledger's own rows: its arrays as they are
+            lc = views.ledger.gap_columns
+            return {k: lc[k] for k in (*IDLE_BUCKETS, "cause", "next_launch_end_ns") if k in lc}
+        lg = ledger_gaps(views)
+        out: dict[str, np.ndarray] = {}
+        for b in IDLE_BUCKETS:
+            if b in lg:
+                col = lg[b]
+                int_col = isinstance(col.dtype, np.dtype) and col.dtype.kind == "i"
+                out[b] = col.to_numpy(np.int64) if int_col else col.fillna(0).to_numpy(np.int64)
+        out["cause"] = lg["cause"].to_numpy(dtype=object)
+        out["next_launch_end_ns"] = lg["next_launch_end_ns"].to_numpy(dtype=float)
+        return _read_only(out)
+
+    return memo(views, "rulelib.ledger_gap_columns", build)
 
 
 def closing_syncs(stalls: pd.DataFrame, steps: pd.DataFrame, launches: pd.DataFrame) -> np.ndarray:
@@ -155,11 +209,11 @@ def request_boundary_gaps(views, gaps: pd.DataFrame) -> np.ndarray:
     out = np.zeros(len(gaps), dtype=bool)
     if gaps.empty or views.steps.empty:
         return out
-    ranks = inference_ranks(views)
-    if not ranks:  # a training run: no request boundaries (and no need to find its syncs here)
-        return out
-    calls = sync_calls(views)
+    calls = sync_calls(views)  # first: most ranks have none, and then which ranks infer is never asked
     if calls.empty:
+        return out
+    ranks = inference_ranks(views)
+    if not ranks:  # a training run: no request boundaries
         return out
     calls = calls[np.isin(calls["rank"].to_numpy(), np.fromiter(ranks, dtype=np.int64))]
     if calls.empty:

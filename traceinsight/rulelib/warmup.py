@@ -12,9 +12,9 @@ import pandas as pd
 
 from ..masks import name_mask
 from ..patterns import INIT_CALL
-from ..steady import steady_recompiles, warmup_steps  # noqa: F401  (the steady-state model, as the rules read it)
+from ..steady import may_match, steady_recompiles, warmup_steps  # noqa: F401  (the steady-state model, as the rules read it)
 from .enclosing import ThreadCodes
-from .gaps import ledger_gaps
+from .gaps import ledger_gap_columns
 from .names import kind_mask, short_name
 from .cache import memo
 
@@ -22,10 +22,10 @@ from .cache import memo
 def gap_warmup_ns(views) -> np.ndarray:
     """Per row of ``views.gaps``: the ns the ledger books as warm-up (``idle_warmup``) inside the gap. The ledger is
     warm-up's one home: TI001 leaves these ns out of its idle, TI013 reports them, the verdict sets them aside."""
-    lg = ledger_gaps(views)
+    lg = ledger_gap_columns(views)
     if "idle_warmup" not in lg:
-        return np.zeros(len(lg), np.int64)
-    return lg["idle_warmup"].fillna(0).to_numpy(np.int64)
+        return np.zeros(len(lg["cause"]), np.int64)
+    return lg["idle_warmup"]
 
 
 def warmup_by_gap(views) -> pd.DataFrame:
@@ -81,6 +81,13 @@ def _device_windows(views, rank: np.ndarray, device: np.ndarray) -> np.ndarray |
     return u_win[order][pos]
 
 
+def has_startup_calls(views) -> bool:
+    """Could the host hold a named start-up call (``INIT_CALL``)? False when no host name can be one: then
+    ``startup_call_gaps`` is empty whatever its threshold, and a rule asks no further (its frames are not built)."""
+    host = views.host_events
+    return not host.empty and may_match(host["name"], INIT_CALL)
+
+
 def startup_call_gaps(views, *, min_share_pct: float = 5.0) -> pd.DataFrame:
     """Idle gaps at the head of each device's window that hold named one-off start-up calls (``INIT_CALL``) and
     are at least ``min_share_pct`` of the window, with the ledger's warm-up ns inside each.
@@ -100,6 +107,8 @@ def startup_call_gaps(views, *, min_share_pct: float = 5.0) -> pd.DataFrame:
         if gaps.empty or util.empty:
             return empty
         host = views.host_events
+        if not has_startup_calls(views):  # no name can be a start-up call: no gap holds one
+            return empty
         m = kind_mask(host, ("runtime", "cpu_op", "annotation", "python", "other")) & name_mask(host["name"], INIT_CALL)
         init = np.flatnonzero(m)  # only the start-up calls' rows
         if not len(init):  # no start-up call anywhere: no gap holds one (the answer below, without its frames)
