@@ -1,0 +1,191 @@
+"""The array paths of the assessment and the job summary (issue 28: whole jobs of many tiny ranks), each checked on
+values against the pandas computation it replaces: tiny inputs, empty ones, one row, and a real sample trace."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+SAMPLES = Path(__file__).resolve().parents[1] / "sample_traces"
+
+
+def _evidence_frames() -> list[pd.DataFrame]:
+    """Evidence-like frames of every column type a rule puts in its evidence, at 0, 1 and a few rows."""
+    n = 7
+    rng = np.random.default_rng(5)
+    full = pd.DataFrame(
+        {
+            "i64": rng.integers(-5, 5, n).astype(np.int64),
+            "i32": rng.integers(0, 9, n).astype(np.int32),
+            "f": np.where(rng.random(n) < 0.3, np.nan, rng.random(n)),
+            "b": rng.random(n) < 0.5,
+            "obj": pd.Series([None, "a", 3, 2.5, "x", np.int64(4), "é"], dtype=object),
+            "str": pd.Series(["k", None, "m", "n", "o", "p", "q"], dtype="str"),
+            "cat": pd.Categorical(["g", "h", None, "g", "h", "g", "z"]),
+            "when": pd.to_datetime(np.arange(n) * 10**9),
+            "delta": pd.to_timedelta(np.arange(n), unit="s"),
+            "nullable": pd.array([1, None, 3, 4, 5, 6, 7], dtype="Int64"),
+        }
+    )
+    dup = full[["i64", "f"]].copy()
+    dup.columns = ["x", "x"]  # duplicate labels: read by position
+    return [full, full.iloc[:1], full.iloc[:0], dup, pd.DataFrame(index=range(3)), pd.DataFrame()]
+
+
+def _rows_by_itertuples(ev: pd.DataFrame, n: int | None):
+    from traceinsight.render.json_report import jsonable
+
+    ev = ev if n is None else ev.head(n)
+    return [[jsonable(v) for v in row] for row in ev.itertuples(index=False, name=None)]
+
+
+@pytest.mark.parametrize("n", [None, 0, 1, 3, 10, -2])
+def test_evidence_rows_equal_itertuples(n):
+    """The evidence rows read column by column equal ``head`` + ``itertuples`` + ``jsonable``: same values and
+    the same Python types (an int stays an int, a datetime its string), for every column type."""
+    from traceinsight.render.json_report import evidence_rows
+
+    for ev in _evidence_frames():
+        got, want = evidence_rows(ev, n), _rows_by_itertuples(ev, n)
+        assert got == want
+        assert [[type(v) for v in r] for r in got] == [[type(v) for v in r] for r in want]
+
+
+def _sample_analysis(name: str = "dataloader_gaps.json.gz"):
+    from traceinsight.engine import analyze
+
+    return analyze(SAMPLES / name)
+
+
+def test_evidence_rows_on_a_sample_trace():
+    """Every finding of a real sample: the rows equal the itertuples reading, at the job's 10 rows and in full."""
+    from traceinsight.render.json_report import evidence_rows
+
+    analysis = _sample_analysis()
+    assert analysis.findings and any(len(f.evidence) > 1 for f in analysis.findings)
+    for f in analysis.findings:
+        for n in (None, 10, 1):
+            assert evidence_rows(f.evidence, n) == _rows_by_itertuples(f.evidence, n)
+
+
+def _ledger_frames():
+    rng = np.random.default_rng(11)
+    n = 120
+    buckets = np.array(["compute", "idle_untraced", "idle_data_wait", "communication", "ïdle"], dtype=object)
+    base = pd.DataFrame({"rank": rng.integers(0, 2, n).astype(np.int64), "device": rng.integers(0, 2, n).astype(np.int64),
+                         "step": rng.integers(-1, 4, n).astype(np.int64), "bucket": rng.choice(buckets, n),
+                         "ns": rng.integers(0, 10**9, n).astype(np.int64)})
+    out = [base, base.astype({"bucket": "str"}), base.astype({"bucket": "category"}), base.iloc[:1], base.iloc[:0]]
+    holes = base.astype({"bucket": object}).copy()
+    holes.loc[3, "bucket"] = None
+    out.append(holes)
+    steps_f = base.astype({"step": float})
+    steps_f.loc[5, "step"] = np.nan
+    out.append(steps_f)
+    return out
+
+
+@pytest.mark.parametrize("which", range(7))
+def test_sum_by_small_equals_the_general_path(which, monkeypatch):
+    """The job summary's ledger per (step, bucket) grouped in a dict equals the factorized path (rows, order, sums,
+    dtypes: step int64, bucket its column's dtype) and, without missing keys, the groupby; for object, str and
+    categorical buckets, one row, none, missing keys."""
+    from traceinsight.job import summary
+
+    frame = _ledger_frames()[which]
+    for rank in (0, 1):
+        rows = frame["rank"].to_numpy() == rank
+        assert rows.sum() <= summary.SMALL_GROUPS
+        got = summary._sum_by(frame, rows, ["step", "bucket"])
+        with monkeypatch.context() as m:
+            m.setattr(summary, "SMALL_GROUPS", -1)
+            general = summary._sum_by(frame, rows, ["step", "bucket"])
+        pd.testing.assert_frame_equal(got, general, check_exact=True)
+        if not frame[["step", "bucket"]].isna().any().any():
+            want = frame[rows].groupby(["step", "bucket"], as_index=False, sort=True, observed=True)["ns"].sum()
+            pd.testing.assert_frame_equal(got, want, check_exact=True)
+
+
+def test_int_frame_equals_the_dict_constructor():
+    """The step table built as one block equals the frame of separate columns (values, dtypes, index), and other
+    columns fall back to the dict constructor."""
+    from traceinsight.job.summary import _int_frame
+
+    for n in (0, 1, 5):
+        cols = {c: np.arange(n, dtype=np.int64) * (i + 1) for i, c in enumerate("abcd")}
+        pd.testing.assert_frame_equal(_int_frame(cols), pd.DataFrame(cols), check_exact=True)
+        mixed = {**cols, "f": np.arange(n, dtype=float), "i32": np.arange(n, dtype=np.int32)}
+        pd.testing.assert_frame_equal(_int_frame(mixed), pd.DataFrame(mixed), check_exact=True)
+
+
+def test_collective_kinds_of_codes_equal_the_taken_names():
+    """The kinds read on the codes of the names that occur equal ``collective_kind`` of the taken names,
+    missing names and plain (non-categorical) names included."""
+    from traceinsight.job.summary import _kinds_of, collective_kind
+
+    names = ["ncclKernel_AllReduce_RING_LL_Sum_float", "ncclDevKernel_AllGather_RING", "gemm", None,
+             "ncclKernel_ReduceScatter", "nccl:all_to_all", "ncclSendRecv", "broadcast_x"]
+    plain = [n for n in names if n is not None]  # a plain column: the timeline's names are categorical, never missing
+    for s in (pd.Series(pd.Categorical(names)), pd.Series(plain, dtype=object)):
+        for pos in (np.arange(len(s)), np.array([3, 0, 0, 6], dtype=np.int64), np.zeros(0, np.int64), np.array([1])):
+            got, want = _kinds_of(s, pos), collective_kind(s.take(pos))
+            assert got.dtype == want.dtype == object and got.tolist() == want.tolist()
+    assert _kinds_of(pd.Series(pd.Categorical(names)), np.array([0, 2, 3])).tolist() == ["allreduce", "collective", "collective"]
+
+
+def _tiny_rank(tmp_path: Path, collectives: int = 1) -> Path:
+    """A rank file like the job benchmark's: one step, four GEMMs and ``collectives`` all-reduces."""
+    from tests.helpers.kineto_writer import KinetoTrace
+
+    t = KinetoTrace(rank=3, world_size=8)
+    t.step(1, 0.0, 2000.0)
+    for i in range(4):
+        t.kernel("gemm", 100.0 + i * 300, 200.0)
+    for i in range(collectives):
+        t.kernel("ncclKernel_AllReduce_RING_LL_Sum_float", 1500.0 + i * 100, 80.0)
+    path = tmp_path / "rank3.json"
+    t.write(path)
+    return path
+
+
+def _summaries_both_ways(path: Path, monkeypatch):
+    """The job summary of ``path`` by the array paths and by the pandas computations they replace."""
+    from traceinsight.engine import analyze
+    from traceinsight.job import summary
+
+    analysis = analyze(path)
+    fast = summary.summarize_ranks(analysis.timeline, analysis.views)
+    with monkeypatch.context() as m:
+        m.setattr(summary, "SMALL_BUSY", -1)
+        m.setattr(summary, "SMALL_GROUPS", -1)
+        m.setattr(summary, "_int_frame", pd.DataFrame)
+        m.setattr(summary, "_kinds_of", lambda names, pos: summary.collective_kind(names.take(pos)))
+        slow = summary.summarize_ranks(analysis.timeline, analysis.views)
+    return fast, slow
+
+
+@pytest.mark.parametrize("trace", ["tiny0", "tiny1", "tiny3", "sync_stalls.json.gz", "h100/dataloader_before.json.gz"])
+def test_job_summary_equals_the_pandas_paths(trace, tmp_path, monkeypatch):
+    """Every field of each rank's summary (steps, collectives, ledger frames included, dtypes and all) is the same
+    through the array paths as through views.busy, the groupby path, the dict constructor and the taken names."""
+    path = _tiny_rank(tmp_path, int(trace[4:])) if trace.startswith("tiny") else SAMPLES / trace
+    fast, slow = _summaries_both_ways(path, monkeypatch)
+    assert len(fast) == len(slow) >= 1
+    for a, b in zip(fast, slow):
+        for name in vars(a):
+            x, y = getattr(a, name), getattr(b, name)
+            if isinstance(x, pd.DataFrame):
+                pd.testing.assert_frame_equal(x, y, check_exact=True)
+            else:
+                assert x == y, name
+    if trace == "tiny3":
+        s = fast[0]
+        assert s.collectives["kind"].tolist() == ["allreduce"] * 3 and s.collectives["seq"].tolist() == [0, 1, 2]
+        assert s.busy_ns == 4 * 200_000 + 3 * 80_000 and s.comm_ns == 3 * 80_000
+        assert s.ledger["ns"].sum() == s.window_ns
+        assert s.steps[["compute_ns", "comm_ns", "exposed_ns"]].values.tolist() == [[800_000, 240_000, 240_000]]
+        assert s.collectives["gpu_before_ns"].tolist() == [800_000, 0, 0]
+        assert s.collectives["idle_before_ns"].tolist() == [700_000, 20_000, 20_000]
