@@ -19,7 +19,7 @@ from ..timeline import Timeline
 from ..intervals import Coverage
 from ..ledger import build_ledger
 from ..masks import kind_mask, name_mask
-from ..patterns import DATA_WAIT_KINDS, DATA_WAIT_PRIMARY, SYNC_CALL, SYNC_OP
+from ..patterns import COLLECTIVE, DATA_WAIT_KINDS, DATA_WAIT_PRIMARY, SYNC_CALL, SYNC_OP
 from ..views import Views
 
 #: The collective's kind, from a kernel name such as ``ncclKernel_AllReduce_RING_LL_Sum_float``.
@@ -142,11 +142,14 @@ def _summarize_rank(tl: Timeline, views: Views, rank: int, source: str) -> RankS
     a_rows = _rows_of(act, rank)
     a_s = _column(act, "start_ns", a_rows).astype(np.int64, copy=False)
     a_e = a_s + np.maximum(_column(act, "dur_ns", a_rows).astype(np.int64, copy=False), 0)
-    is_coll = views.is_collective.to_numpy()  # a collective kernel (the same test as COLLECTIVE on kernels)
+    # a collective kernel: ``views.is_collective``'s test, on the rank's rows without its aligned Series
+    names, kinds = act["name"], act["kind"]
     if a_rows is not None:
-        is_coll = is_coll[a_rows]
+        names, kinds = names.take(a_rows), kinds.take(a_rows)
+    is_coll = name_mask(names, COLLECTIVE) & kind_mask(kinds, ("kernel",))
     ci = np.flatnonzero(is_coll)
-    busy = _busy_of(views, rank, _column(act, "device", a_rows))
+    a_dev = _column(act, "device", a_rows)
+    busy = _busy_of(views, rank, a_dev)
     if not len(ci):  # no collective: compute is all of the activity, and its union the busy one
         busy = busy if busy is not None else Coverage(a_s, a_e)
         compute, comm = busy, Coverage(a_s[:0], a_e[:0])
@@ -236,7 +239,7 @@ def _summarize_rank(tl: Timeline, views: Views, rank: int, source: str) -> RankS
     ev_rank = tl.events["rank"].to_numpy()
     return RankSummary(
         rank=rank,
-        device=int(_column(act, "device", a_rows).min()) if len(a_s) else 0,
+        device=int(a_dev.min()) if len(a_s) else 0,
         source=source,
         world_size=meta.world_size,
         origin_ns=int(meta.start_unix_ns or 0),
@@ -328,7 +331,8 @@ SMALL_GROUPS = 256
 def _sum_small(frame: pd.DataFrame, pos: np.ndarray, keys: list[str]) -> pd.DataFrame | None:
     """``_sum_by`` of the rows at ``pos`` grouped in a dict (the same rows, order, sums and dtypes); None when a key
     is missing in some row (NaN, None: the general path drops those rows) or a sum leaves int64."""
-    values = [frame[k].to_numpy()[pos].tolist() for k in keys]
+    cols = [frame[k] for k in keys]
+    values = [c.to_numpy()[pos].tolist() for c in cols]
     ns = frame["ns"].to_numpy(np.int64)[pos].tolist()
     sums: dict[tuple, int] = {}
     first: dict[tuple, int] = {}
@@ -349,8 +353,7 @@ def _sum_small(frame: pd.DataFrame, pos: np.ndarray, keys: list[str]) -> pd.Data
         return None
     rows = pos[np.array([first[k] for k in order], dtype=np.int64)]
     out = {}
-    for k in keys:
-        col = frame[k]
+    for k, col in zip(keys, cols):
         # the key's own dtype, stated: an object column of strings must not be read again as str
         out[k] = col.to_numpy().take(rows).astype(np.int64) if k == "step" else pd.Series(col.array.take(rows), dtype=col.dtype, name=k)
     return pd.DataFrame({**out, "ns": total})
