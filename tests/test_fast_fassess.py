@@ -164,16 +164,24 @@ def _summaries_both_ways(path: Path, monkeypatch):
         m.setattr(summary, "_int_frame", pd.DataFrame)
         m.setattr(summary, "_kinds_of", lambda names, pos: summary.collective_kind(names.take(pos)))
         slow = summary.summarize_ranks(analysis.timeline, analysis.views)
-    return fast, slow
+    return fast, slow, analysis
 
 
-@pytest.mark.parametrize("trace", ["tiny0", "tiny1", "tiny3", "sync_stalls.json.gz", "h100/dataloader_before.json.gz"])
+@pytest.mark.parametrize("trace", ["tiny0", "tiny1", "tiny3", "sync_stalls.json.gz", "h100/dataloader_before.json.gz",
+                                   "corpus:pytorch/param_dlrm_v100_8ranks/worker3_step_12.1694128201557.pt.trace.json.gz"])
 def test_job_summary_equals_the_pandas_paths(trace, tmp_path, monkeypatch):
     """Every field of each rank's summary (steps, collectives, ledger frames included, dtypes and all) is the same
     through the array paths as through views.busy, the groupby path, the dict constructor and the taken names."""
-    path = _tiny_rank(tmp_path, int(trace[4:])) if trace.startswith("tiny") else SAMPLES / trace
-    fast, slow = _summaries_both_ways(path, monkeypatch)
+    from tests.conftest import corpus_file
+
+    if trace.startswith("tiny"):
+        path = _tiny_rank(tmp_path, int(trace[4:]))
+    else:
+        path = corpus_file(trace[7:]) if trace.startswith("corpus:") else SAMPLES / trace
+    fast, slow, analysis = _summaries_both_ways(path, monkeypatch)
     assert len(fast) == len(slow) >= 1
+    # the collectives are the rows ``views.is_collective`` marks
+    assert sum(len(s.collectives) for s in fast) == int(analysis.views.is_collective.sum())
     for a, b in zip(fast, slow):
         for name in vars(a):
             x, y = getattr(a, name), getattr(b, name)
@@ -189,3 +197,162 @@ def test_job_summary_equals_the_pandas_paths(trace, tmp_path, monkeypatch):
         assert s.steps[["compute_ns", "comm_ns", "exposed_ns"]].values.tolist() == [[800_000, 240_000, 240_000]]
         assert s.collectives["gpu_before_ns"].tolist() == [800_000, 0, 0]
         assert s.collectives["idle_before_ns"].tolist() == [700_000, 20_000, 20_000]
+
+
+@pytest.mark.parametrize("trace", ["tiny1", "sync_stalls.json.gz", "h100/compile_cold.json.gz", "h100/dataloader_before.json.gz",
+                                   "vecadd_sync.sqlite"])
+def test_steady_arrays_equal_the_steady_windows_frame(trace, tmp_path):
+    """The windows grading and the savings read as arrays equal the columns of ``steady_windows`` (values and
+    dtypes), and every finding's base and share are the same read either way."""
+    from traceinsight import severity
+    from traceinsight.derived import Derived
+    from traceinsight.engine import analyze
+
+    path = _tiny_rank(tmp_path, 1) if trace.startswith("tiny") else SAMPLES / trace
+    analysis = analyze(path)
+    for views in (analysis.views, Derived(analysis.timeline)):  # kept by the analysis, and computed afresh
+        frame = severity.steady_windows(views)
+        got = severity.steady_arrays(views)
+        for a, c in zip(got, ("rank", "device", "window_ns")):
+            want = frame[c].to_numpy()
+            assert a.dtype == want.dtype and np.array_equal(a, want), c
+        for f in analysis.findings:
+            assert severity.base_ns(f, views) == severity.base_ns(f, views, frame)
+            assert severity.share_pct(f, views) == severity.share_pct(f, views, frame)
+    assert len(got[2]) == len(analysis.views.utilization)
+
+
+def test_steady_arrays_take_each_devices_warmup_off():
+    """A ledger with a warm-up on one device of two: that device's window loses it, the other keeps its own; two
+    warm-up figures on one device take the frame's merge path, with the same answer as the frame."""
+    from types import SimpleNamespace
+
+    from traceinsight import severity
+
+    util = pd.DataFrame({"rank": np.array([0, 0], np.int64), "device": np.array([0, 1], np.int64),
+                         "window_ns": np.array([1000, 800], np.int64)})
+    one = (np.array([0, 0]), np.array([0, 1]), np.array(["idle_warmup", "compute"], dtype=object), np.array([300, 500]))
+    views = SimpleNamespace(utilization=util, ledger=SimpleNamespace(device_arrays=one))
+    got = severity.steady_arrays(views)
+    assert got[2].tolist() == [700, 800]
+    assert [a.tolist() for a in got] == [severity.steady_windows(views)[c].tolist() for c in ("rank", "device", "window_ns")]
+    two = (np.array([0, 0]), np.array([1, 1]), np.array(["idle_warmup", "idle_warmup"], dtype=object), np.array([100, 50]))
+    views = SimpleNamespace(utilization=util, ledger=SimpleNamespace(device_arrays=two))
+    frame = severity.steady_windows(views)
+    got = severity.steady_arrays(views)
+    assert [a.tolist() for a in got] == [frame[c].tolist() for c in ("rank", "device", "window_ns")]
+
+
+def test_median_of_one_equals_numpy():
+    """A one-value median is the value itself, as ``np.median`` gives it; longer arrays go to ``np.median``."""
+    from traceinsight.whatif import _median
+
+    for x in ([7], [2**53 + 1], [-3], [1, 2], [5, 1, 4], [2**62, 2**62 - 1]):
+        a = np.array(x, dtype=np.int64)
+        assert _median(a) == float(np.median(a)) and type(_median(a)) is float
+
+
+@pytest.mark.parametrize("trace", ["tiny1", "h100/compile_cold.json.gz", "sync_stalls.json.gz"])
+def test_step_arrays_follow_the_steps_frame(trace, tmp_path):
+    """The step columns kept on a graph equal its steps frame's, for the graph and its steady copy; a copy whose
+    steps are replaced reads the new frame, and its step times equal those computed on the frame's columns."""
+    from traceinsight import whatif
+    from traceinsight.engine import analyze
+
+    path = _tiny_rank(tmp_path, 1) if trace.startswith("tiny") else SAMPLES / trace
+    analysis = analyze(path)
+    graphs = analysis.views.graphs
+    assert graphs
+    for g in graphs:
+        for gr in (g, whatif.steady_graph(g)):
+            cols = whatif._step_arrays(gr)
+            for c in ("start_node", "end_node", "t0", "t1"):
+                assert np.array_equal(cols[c], gr.steps[c].to_numpy())
+        if len(g.steps) < 2:
+            continue
+        t = g.copy()
+        whatif._step_arrays(t)
+        t.steps = t.steps.iloc[1:].reset_index(drop=True)
+        assert np.array_equal(whatif._step_arrays(t)["start_node"], t.steps["start_node"].to_numpy())
+        t.window = whatif._window(t, t.steps)
+        ns, ne = whatif.replay(t)
+        got = whatif.step_times(t, ns, ne)
+        st = t.steps  # the step times on the frame's own columns
+        gl = np.flatnonzero((t.ntype == whatif.GPU) & (t.launch >= 0))
+        cuts = np.r_[t.start[st["start_node"].to_numpy()], t.start[int(st["end_node"].iloc[-1])] + 1]
+        which = np.searchsorted(cuts, t.start[t.launch[gl]], side="right") - 1
+        gend = np.full(len(st) + 1, np.iinfo(np.int64).min)
+        for k, e in zip(which[which < len(st)] + 1, ne[gl][which < len(st)]):
+            gend[k] = max(gend[k], e)
+        bound = np.maximum.accumulate(np.maximum(ns[st["start_node"].to_numpy()], gend[:-1]))
+        last = max(int(ne[int(st["end_node"].iloc[-1])]), int(gend[-1]), int(bound[-1]))
+        assert got.tolist() == np.diff(np.r_[bound, last]).tolist()
+
+
+def _instances_by_pandas(value: pd.DataFrame):
+    """The columns ``as_instances`` makes of a frame, by ``to_numeric``, ``factorize`` and ``astype(str)``."""
+    n = len(value)
+
+    def ids(col):
+        if col not in value:
+            return np.full(n, np.nan)
+        v = pd.to_numeric(value[col], errors="coerce").to_numpy(dtype=float)
+        return np.where(v < 0, np.nan, np.trunc(v))
+
+    if "label" in value:
+        code, _ = pd.factorize(value["label"], use_na_sentinel=False)
+        code = code.astype(np.int64)
+        _, first = np.unique(code, return_index=True)
+        labels = [str(x) for x in value["label"].iloc[first].astype(str).tolist()]
+    else:
+        code, labels = np.zeros(n, np.int64), [""]
+    return value["start_ns"].to_numpy(np.int64), value["end_ns"].to_numpy(np.int64), ids("rank"), ids("device"), code, labels
+
+
+def _instance_frames():
+    base = {"start_ns": np.array([0, 10, 20, 30, 40], np.int64), "end_ns": np.array([5, 15, 25, 35, 45], np.int64)}
+    labels = ["b", "a", "b", None, "c"]
+    return [
+        pd.DataFrame({**base, "rank": np.array([0, 1, -1, 2, 0], np.int64), "device": np.array([0.0, np.nan, 2.7, -1.0, 3.0]),
+                      "label": pd.Series(labels, dtype=object)}),
+        pd.DataFrame({**base, "rank": np.array([3, 3, 3, 3, 3], np.int32), "label": pd.Series(labels, dtype="str")}),
+        pd.DataFrame({**base, "device": pd.array([1, None, 2, 3, 4], dtype="Int64"), "label": pd.Categorical(labels)}),
+        pd.DataFrame({**base, "rank": pd.Series(["1", "x", "2", None, "3"], dtype=object), "label": pd.Series([1, 2, 1, 1.0, np.nan], dtype=object)}),
+        pd.DataFrame({**base, "label": pd.Series(["k", np.nan, None, "k", b"k"], dtype=object)}),
+        pd.DataFrame({**base, "label": pd.Series(["x", "x", "y", "x", "y"], dtype=object)}).iloc[:1],
+        pd.DataFrame({**base, "label": pd.Series(["x", "x", "y", "x", "y"], dtype=object)}).iloc[:0],
+        pd.DataFrame(base),
+        pd.DataFrame({**base, "rank": np.array([True, False, True, True, False])}),
+    ]
+
+
+@pytest.mark.parametrize("which", range(9))
+def test_as_instances_equals_to_numeric_and_factorize(which):
+    """A finding's instances from a frame: rank/device read directly from numeric columns and string labels coded
+    in a dict equal ``to_numeric`` + ``factorize`` + ``astype(str)`` (values, NaN for unknown, label order)."""
+    from traceinsight.finding import as_instances
+
+    frame = _instance_frames()[which]
+    got = as_instances(frame).columns()
+    want = _instances_by_pandas(frame)
+    for a, b in zip(got[:5], want[:5]):
+        assert a.dtype == b.dtype and np.array_equal(a, b, equal_nan=True)
+    assert got.labels == want[5]
+
+
+def test_as_instances_on_a_sample_finding():
+    """The instances of a real sample's findings, rebuilt from their columns as a frame, come back the same."""
+    from traceinsight.finding import as_instances
+
+    analysis = _sample_analysis()
+    some = [f for f in analysis.findings if len(f.instances)]
+    assert some
+    for f in some:
+        c = f.instances.columns()
+        frame = pd.DataFrame({"start_ns": c.start_ns, "end_ns": c.end_ns, "rank": c.rank, "device": c.device,
+                              "label": [c.labels[k] for k in c.label_code.tolist()]})
+        got = as_instances(frame).columns()
+        want = _instances_by_pandas(frame)
+        for a, b in zip(got[:5], want[:5]):
+            assert np.array_equal(a, b, equal_nan=True)
+        assert got.labels == want[5] == c.labels
