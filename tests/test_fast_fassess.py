@@ -356,3 +356,29 @@ def test_as_instances_on_a_sample_finding():
         for a, b in zip(got[:5], want[:5]):
             assert np.array_equal(a, b, equal_nan=True)
         assert got.labels == want[5] == c.labels
+
+
+@pytest.mark.parametrize("order", ["increasing", "shuffled", "many"])
+def test_step_table_arrays_equal_its_frame(order):
+    """The step columns kept from building the what-if's step table equal the frame's own columns; a table that
+    had to be sorted or cut to the middle steps keeps none (they are read off the frame)."""
+    from traceinsight.whatif import MAX_STEPS, _step_table, _steps
+
+    m = 40 if order == "many" else 5
+    rng = np.random.default_rng(2)
+    t0 = np.cumsum(rng.integers(10, 100, m)).astype(np.int64)
+    if order == "shuffled":
+        t0 = rng.permutation(t0)
+    nh = 3 + 2 * m
+    start = np.zeros(nh + 4, np.int64)
+    start[nh - 2 * m: nh - m] = t0
+    start[nh - m: nh] = t0 + 5
+    steps = np.arange(m, dtype=np.int64) + 1
+    frame, cols = _step_table(start, nh, steps, MAX_STEPS)
+    pd.testing.assert_frame_equal(frame, _steps(start, nh, steps, MAX_STEPS))
+    if order == "increasing":
+        for c in ("start_node", "end_node", "t0", "t1"):
+            assert cols[c].dtype == frame[c].dtype and np.array_equal(cols[c], frame[c].to_numpy())
+    else:
+        assert cols is None
+    assert _step_table(start, nh, steps[:0], MAX_STEPS)[1] is None

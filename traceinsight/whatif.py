@@ -565,11 +565,13 @@ def build_graph(views: Views, rank: int, max_steps: int = MAX_STEPS) -> Graph | 
     gemm = np.zeros(n, bool)
     gemm[nh:] = _name_match(_codes(act["name"]), GEMM_CONV) & _kind_in(act_kind, ("kernel",))
 
-    steps = _steps(start, nh, marker_steps, max_steps)
+    steps, step_cols = _step_table(start, nh, marker_steps, max_steps)
     g = Graph(rank=rank, ntype=ntype, start=start, end=end, dur=end - start, prev=prev, prev_lat=prev_lat, cross=cross,
               cross_lat=cross_lat, launch=launch, launch_lat=launch_lat, own=own, waits=waits, wait_on=wait_on,
               is_launch=is_launch, gemm=gemm, steps=steps, window=np.zeros(0, np.int64),
               defaults={"launch": d_launch, "queue": d_queue, "warmup": _warmup_windows(views, rank)}, seq=seq)
+    if step_cols is not None:
+        g.defaults["_step_arrays"] = (steps, step_cols)
     g.window = _window(g, steps)
     return g.freeze()
 
@@ -656,20 +658,27 @@ def _recorded_event_waits(rt_names, pid, tid, hl, launch, cross, start, end, gl)
 def _steps(start: np.ndarray, nh: int, marker_steps: np.ndarray, max_steps: int) -> pd.DataFrame:
     """Step markers (start/end node ids), the middle ``max_steps`` when there are more. The markers are the last
     host nodes (``_host_nodes``): a start node per step, then an end node per step."""
+    return _step_table(start, nh, marker_steps, max_steps)[0]
+
+
+def _step_table(start: np.ndarray, nh: int, marker_steps: np.ndarray, max_steps: int) -> tuple[pd.DataFrame, dict | None]:
+    """``_steps``, and its columns as ``_step_arrays`` gives them when the markers are already in order and few
+    enough (the arrays the frame was made of; None otherwise, to be read off the frame)."""
     m = len(marker_steps)
     if m == 0:
-        return pd.DataFrame(columns=["step", "start_node", "end_node", "t0", "t1"])
+        return pd.DataFrame(columns=["step", "start_node", "end_node", "t0", "t1"]), None
     a = np.arange(nh - 2 * m, nh - m)
     b = a + m
+    t0, t1 = start[a], start[b]
     # int64 columns as one block: half the cost of a frame of separate columns, paid once per rank on tiny ranks too
-    st = pd.DataFrame(np.vstack([marker_steps, a, b, start[a], start[b]]).T, columns=["step", "start_node", "end_node", "t0", "t1"])
-    t0 = start[a]
+    st = pd.DataFrame(np.vstack([marker_steps, a, b, t0, t1]).T, columns=["step", "start_node", "end_node", "t0", "t1"])
+    cols: dict | None = {"start_node": a, "end_node": b, "t0": t0, "t1": t1}
     if len(t0) > 1 and not bool((t0[1:] > t0[:-1]).all()):  # strictly increasing: already the one sorted order
-        st = st.sort_values("t0").reset_index(drop=True)
+        st, cols = st.sort_values("t0").reset_index(drop=True), None
     if len(st) > max_steps:
         lo = (len(st) - max_steps) // 2
-        st = st.iloc[lo: lo + max_steps].reset_index(drop=True)
-    return st
+        st, cols = st.iloc[lo: lo + max_steps].reset_index(drop=True), None
+    return st, cols
 
 
 def _window(g: Graph, steps: pd.DataFrame) -> np.ndarray:

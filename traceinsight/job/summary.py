@@ -217,16 +217,20 @@ def _summarize_rank(tl: Timeline, views: Views, rank: int, source: str) -> RankS
     )
 
     u_stream, inv = np.unique(stream, return_inverse=True)
+    # Calls of one process group run in order on one NCCL stream, the same order on every rank, so the stream and
+    # the call's index on it identify the instance across ranks.
+    group = np.array([f"stream {s}" for s in u_stream.tolist()] + [""], dtype=object)[inv.reshape(-1)] if len(cs) else []
+    seq = _cumcount(stream)
+    kind = _kinds_of(act["name"], pos)
+    nbytes = act["bytes"].to_numpy()[pos].astype(np.int64) if "bytes" in act else np.zeros(len(cs), np.int64)
     collectives = pd.DataFrame(
         {
-            # Calls of one process group run in order on one NCCL stream, the same order on every rank, so the
-            # stream and the call's index on it identify the instance across ranks.
-            "group": np.array([f"stream {s}" for s in u_stream.tolist()] + [""], dtype=object)[inv.reshape(-1)] if len(cs) else [],
-            "seq": _cumcount(stream),
-            "kind": _kinds_of(act["name"], pos),
+            "group": group,
+            "seq": seq,
+            "kind": kind,
             "start_ns": cs,
             "end_ns": ce,
-            "bytes": act["bytes"].to_numpy()[pos].astype(np.int64) if "bytes" in act else np.zeros(len(cs), np.int64),
+            "bytes": nbytes,
             "gpu_before_ns": c_all[k:],
             "data_before_ns": d_all[k:],
             "sync_before_ns": y_all[k:],

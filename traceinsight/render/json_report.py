@@ -97,17 +97,11 @@ def finding_dict(f: Finding, max_evidence_rows: int | None = 50) -> dict[str, An
 
 def evidence_rows(evidence: pd.DataFrame, max_rows: int | None = None) -> list[list[Any]]:
     """The first ``max_rows`` rows of ``evidence`` (all when None; ``DataFrame.head``'s count), each a list of
-    ``jsonable`` values, read column by column: ``itertuples`` pays an ``iloc`` per column, which is most of a
-    finding's JSON on a small trace. Each column yields the values a Series iterates to (numpy columns as Python
-    scalars, read in one ``tolist``; datetimes, categoricals and strings through the Series itself)."""
+    ``jsonable`` values, read in one object array: ``itertuples`` makes a Series per column, which is most of a
+    finding's JSON on a small trace. The object array holds what each column iterates to (numpy numbers as Python
+    scalars, datetimes as Timestamps, categoricals and strings as their values, missing ones as NaN or NA)."""
     ev = evidence if max_rows is None or len(evidence) <= max_rows else evidence.head(max_rows)
-    if not len(ev.columns):
-        return [[] for _ in range(len(ev))]
-    cols = []
-    for _, s in ev.items():
-        dt = s.dtype
-        cols.append(s.to_numpy().tolist() if isinstance(dt, np.dtype) and dt.kind in "biufcO" else list(s))
-    return [[jsonable(v) for v in row] for row in zip(*cols)]
+    return [[jsonable(v) for v in row] for row in ev.to_numpy(dtype=object).tolist()]
 
 
 def _instance_dicts(instances: Any) -> list[dict[str, Any]]:
