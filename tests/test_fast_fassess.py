@@ -382,3 +382,32 @@ def test_step_table_arrays_equal_its_frame(order):
     else:
         assert cols is None
     assert _step_table(start, nh, steps[:0], MAX_STEPS)[1] is None
+
+
+def _graphs_of(path: Path):
+    from traceinsight.engine import analyze
+    from traceinsight.whatif import build_graphs
+
+    return build_graphs(analyze(path).views)
+
+
+def test_hand_offs_skip_single_thread_groups(tmp_path, monkeypatch):
+    """A process with one host thread, or a device with one stream, has no other thread or stream to have waited
+    for: skipping their search leaves every graph's cross edges and latencies as the full search gives them (on
+    traces with several threads and streams too, where cross edges exist)."""
+    from traceinsight import whatif
+
+    paths = [_tiny_rank(tmp_path, 1), SAMPLES / "h100/dataloader_before.json.gz", SAMPLES / "h100/compile_cold.json.gz",
+             SAMPLES / "sync_stalls.json.gz", SAMPLES / "lstm_cudnn.json.gz"]
+    crossed = 0
+    for path in paths:
+        fast = _graphs_of(path)
+        with monkeypatch.context() as m:
+            m.setattr(whatif, "_one_value", lambda a: False)
+            full = _graphs_of(path)
+        assert len(fast) == len(full) >= 1
+        for a, b in zip(fast, full):
+            assert np.array_equal(a.cross, b.cross) and np.array_equal(a.cross_lat, b.cross_lat)
+            assert np.array_equal(a.prev_lat, b.prev_lat) and np.array_equal(a.launch_lat, b.launch_lat)
+            crossed += int((a.cross >= 0).sum())
+    assert crossed > 0

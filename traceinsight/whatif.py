@@ -350,6 +350,11 @@ def _cross_in_group(ids: np.ndarray, q: np.ndarray, start: np.ndarray, end: np.n
     return qi, c, end[c]
 
 
+def _one_value(a: np.ndarray) -> bool:
+    """Every element of ``a`` is the same (a process with one thread, a device with one stream)."""
+    return len(a) > 0 and a.min() == a.max()
+
+
 def _inferred_cross(cross, nh, pid, dev, tid, start, end, has_prev, prev_gap, prev_end, launch_end) -> None:
     """Hand-offs between the host threads of one process, producer streams of GPU tasks on one device: fills
     ``cross`` in place. Only nodes that waited can have been handed work (a thread idle for over
@@ -372,6 +377,9 @@ def _inferred_cross(cross, nh, pid, dev, tid, start, end, has_prev, prev_gap, pr
                 ids = np.flatnonzero(kk == k)
                 q = np.flatnonzero(wait[ids])
                 ids += lo_
+            own = tid[lo_: part.stop] if len(uk) == 1 else tid[ids]  # their threads / streams
+            if not len(q) or _one_value(own):  # nobody waited, or one thread / stream: no other to wait for
+                continue
             qi, c, cend = _cross_in_group(ids, q, start, end, tid)
             if not on_gpu:
                 okc = ~has_prev[qi] | (cend > prev_end[qi])
