@@ -235,6 +235,32 @@ def instance_columns(instances: "Iterable[Any] | None") -> InstanceColumns:
     return _columns_of(instances or [])
 
 
+#: Instances up to which string labels are coded in a dict (``_small_labels``) rather than by factorize and a take:
+#: a finding on a small rank has a handful, where pandas' fixed costs are most of the finding's making.
+SMALL_LABELS = 256
+
+
+def _small_labels(lab: pd.Series) -> tuple[np.ndarray | None, list[str] | None]:
+    """``as_instances``' label codes and texts for labels that are strings or missing: codes in order of first
+    appearance, missing values (None, NaN, NA) sharing one that reads "nan", as ``factorize`` and ``astype(str)``
+    give them. (None, None) when a label is anything else (a number, bytes): the general path converts those."""
+    seen: dict[object, int] = {}
+    code = []
+    for x in lab.tolist():
+        if type(x) is not str:
+            if not (x is None or x is pd.NA or (isinstance(x, float) and x != x)):
+                return None, None
+            x = _MISSING
+        k = seen.get(x)
+        if k is None:
+            k = seen[x] = len(seen)
+        code.append(k)
+    return np.array(code, dtype=np.int64), ["nan" if x is _MISSING else x for x in seen]
+
+
+_MISSING = object()
+
+
 def as_instances(value: "Iterable[Instance] | pd.DataFrame | None") -> "Instances | list[Instance]":
     """Instances from a list of ``Instance`` or a DataFrame with start_ns, end_ns and optional rank, device, label.
 
@@ -259,7 +285,10 @@ def as_instances(value: "Iterable[Instance] | pd.DataFrame | None") -> "Instance
     def ids(col: str) -> np.ndarray:
         if col not in value:
             return np.full(n, np.nan)
-        v = pd.to_numeric(value[col], errors="coerce").to_numpy(dtype=float)
+        c = value[col]
+        # a plain numeric column is already what ``to_numeric`` would give: read it as float directly
+        numeric = isinstance(c.dtype, np.dtype) and c.dtype.kind in "iuf"
+        v = c.to_numpy(dtype=float) if numeric else pd.to_numeric(c, errors="coerce").to_numpy(dtype=float)
         if np.isinf(v).any():
             raise OverflowError("cannot convert float infinity to integer")
         return np.where(v < 0, np.nan, np.trunc(v))  # NaN stays NaN: unknown
@@ -269,13 +298,15 @@ def as_instances(value: "Iterable[Instance] | pd.DataFrame | None") -> "Instance
     if len(back):
         raise ValueError(f"instance ends before it starts: {int(starts[back[0]])} > {int(ends[back[0]])}")
     if "label" in value:
-        # each distinct label converted once, exactly as ``astype(str)`` converts it (missing values read "nan");
-        # codes count up in order of appearance, missing values sharing one
         lab = value["label"]
-        code, _ = pd.factorize(lab, use_na_sentinel=False)
-        code = code.astype(np.int64)
-        _, first = np.unique(code, return_index=True)  # the row where each label first appears
-        labels = [str(x) for x in lab.iloc[first].astype(str).tolist()]
+        code, labels = _small_labels(lab) if n <= SMALL_LABELS else (None, None)
+        if code is None:
+            # each distinct label converted once, exactly as ``astype(str)`` converts it (missing values read
+            # "nan"); codes count up in order of appearance, missing values sharing one
+            code, _ = pd.factorize(lab, use_na_sentinel=False)
+            code = code.astype(np.int64)
+            _, first = np.unique(code, return_index=True)  # the row where each label first appears
+            labels = [str(x) for x in lab.iloc[first].astype(str).tolist()]
     else:
         code, labels = np.zeros(n, np.int64), [""]
     return Instances.from_columns(InstanceColumns(starts, ends, rank, device, code, labels))

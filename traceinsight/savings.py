@@ -28,7 +28,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Iterable
 
 from .rule_api import Finding, Severity, fmt_ns
-from .severity import UNGRADED_CATEGORIES, base_ns, judgement_withheld, level, only_one_time_work, steady_windows
+from .severity import UNGRADED_CATEGORIES, judgement_withheld, level, only_one_time_work, steady_arrays, window_of
 from .verdict import claims_of
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -90,7 +90,7 @@ def assess(findings: list[Finding], views: "Views", rules: dict[str, object], ov
     forced = {c.upper() for c in overridden}
     led = views.ledger
     cl = claims_of(led, findings)
-    steady = steady_windows(views)
+    steady = steady_arrays(views)
     n_steps = max(int(views.step_count), 1)
     withheld = judgement_withheld(findings, views, rules)
     for f, idle_ns in zip(findings, cl["per_finding"]):
@@ -106,7 +106,7 @@ def assess(findings: list[Finding], views: "Views", rules: dict[str, object], ov
             f.metrics["saving_basis"] = "this window cannot be judged (one-time work or too little GPU work fills it), so no saving is drawn from it"
         f.saving_kind = k
         f.saving_ns = int(figure)
-        base = base_ns(f, views, steady)
+        base = window_of(f, steady)
         f.share_pct = None if base <= 0 or k == KIND_NONE else round(100.0 * figure / base, 3)
         if k == KIND_IDLE and f.what_if:
             _compare(f, n_steps)

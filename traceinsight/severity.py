@@ -67,29 +67,63 @@ def _steady_windows(views: "Views") -> pd.DataFrame:
     w_rank, w_dev, w_ns = rank[warm], device[warm], ns[warm]
     if len({(int(r), int(d)) for r, d in zip(w_rank, w_dev)}) == len(w_rank):
         # one warm-up figure per device at most (as the ledger books it): the left merge on arrays
-        warm_ns = np.zeros(len(u), np.int64)
-        for r, d, v in zip(w_rank, w_dev, w_ns):
-            warm_ns[(u_rank == r) & (u_dev == d)] = v
-        return pd.DataFrame({"rank": u_rank, "device": u_dev, "window_ns": u["window_ns"].to_numpy(np.int64) - warm_ns})
+        return pd.DataFrame({"rank": u_rank, "device": u_dev, "window_ns": _less_warm(u_rank, u_dev, u["window_ns"].to_numpy(), w_rank, w_dev, w_ns)})
     w = pd.DataFrame({"rank": w_rank, "device": w_dev, "warm_ns": w_ns})
     out = u.merge(w, on=["rank", "device"], how="left")
     out["window_ns"] = out["window_ns"].to_numpy(np.int64) - out["warm_ns"].fillna(0).to_numpy(np.int64)
     return out[["rank", "device", "window_ns"]]
 
 
+def _less_warm(u_rank, u_dev, window, w_rank, w_dev, w_ns) -> np.ndarray:
+    """Each device's window less its warm-up (at most one figure per device)."""
+    warm_ns = np.zeros(len(u_rank), np.int64)
+    for r, d, v in zip(w_rank, w_dev, w_ns):
+        warm_ns[(u_rank == r) & (u_dev == d)] = v
+    return window.astype(np.int64, copy=False) - warm_ns
+
+
+def steady_arrays(views: "Views") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``steady_windows`` as its three columns (rank, device, window_ns), kept once per analysis: grading and the
+    savings look a window up per finding, and on a small rank reading a frame's columns each time costs more than
+    the lookup. Read straight off the utilization and the ledger where each device has one warm-up figure."""
+    keep = getattr(views, "memo", None)
+    return keep("severity.steady_arrays", lambda: _steady_arrays(views)) if keep is not None else _steady_arrays(views)
+
+
+def _steady_arrays(views: "Views") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    u = views.utilization
+    if not len(u):
+        return _columns_of(steady_windows(views))
+    rank, device, bucket, ns = views.ledger.device_arrays
+    warm = bucket == "idle_warmup"
+    w_rank, w_dev = rank[warm], device[warm]
+    if len({(int(r), int(d)) for r, d in zip(w_rank, w_dev)}) != len(w_rank):
+        return _columns_of(steady_windows(views))
+    u_rank, u_dev = u["rank"].to_numpy(), u["device"].to_numpy()
+    return u_rank, u_dev, _less_warm(u_rank, u_dev, u["window_ns"].to_numpy(), w_rank, w_dev, ns[warm])
+
+
+def _columns_of(steady: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    return steady["rank"].to_numpy(), steady["device"].to_numpy(), steady["window_ns"].to_numpy()
+
+
 def base_ns(finding: Finding, views: "Views", steady: pd.DataFrame | None = None) -> int:
     """The steady-state GPU window (``steady_windows``) the finding's impact is measured against; 0 when the trace
-    has no GPU activity. ``steady``: that frame when the caller grades many findings."""
-    steady = steady_windows(views) if steady is None else steady
-    if steady.empty:
+    has no GPU activity. ``steady``: that frame, when the caller has one."""
+    return window_of(finding, steady_arrays(views) if steady is None else _columns_of(steady))
+
+
+def window_of(finding: Finding, steady: tuple[np.ndarray, np.ndarray, np.ndarray]) -> int:
+    """``base_ns`` on the columns of ``steady_windows`` (``steady_arrays``)."""
+    s_rank, s_dev, window = steady
+    if not len(window):
         return 0
     loc = finding.location
-    window = steady["window_ns"].to_numpy()
     sel = np.ones(len(window), dtype=bool)
     if loc.rank is not None:
-        sel &= steady["rank"].to_numpy() == loc.rank
+        sel &= s_rank == loc.rank
     if loc.device is not None:
-        sel &= steady["device"].to_numpy() == loc.device
+        sel &= s_dev == loc.device
     if not sel.any():
         sel[:] = True
     if loc.rank is not None or loc.device is not None:
@@ -99,7 +133,11 @@ def base_ns(finding: Finding, views: "Views", steady: pd.DataFrame | None = None
 
 def share_pct(finding: Finding, views: "Views", steady: pd.DataFrame | None = None) -> float | None:
     """The impact as % of the finding's window, or None when there is no window to measure against."""
-    base = base_ns(finding, views, steady)
+    return _share(finding, steady_arrays(views) if steady is None else _columns_of(steady))
+
+
+def _share(finding: Finding, steady: tuple[np.ndarray, np.ndarray, np.ndarray]) -> float | None:
+    base = window_of(finding, steady)
     if base <= 0:
         return None
     return 100.0 * max(int(finding.impact_ns), 0) / base
@@ -121,14 +159,14 @@ def grade(
     forced = {c.upper() for c in overridden}
     findings = list(findings)
     withheld = judgement_withheld(findings, views, rules)
-    steady = steady_windows(views)
+    steady = steady_arrays(views)
     out = []
     for f in findings:
         rule = rules.get(f.code)
         if _category(f, rules) in UNGRADED_CATEGORIES or not _graded(rule, f):
             out.append(f)
             continue
-        share = share_pct(f, views, steady)
+        share = _share(f, steady)
         if share is None:
             out.append(f)
             continue

@@ -142,7 +142,8 @@ def _codes(col: pd.Series) -> tuple[np.ndarray, list[str], "pd.Index | None"]:
     that a test runs once per distinct value; a categorical's missing values get code -1 (they match nothing, as
     in ``views.name_mask``)."""
     if isinstance(col.dtype, pd.CategoricalDtype):
-        return col.cat.codes.to_numpy(), [str(c) for c in col.cat.categories], col.cat.categories
+        cat = col.array  # the Categorical itself: its codes and categories without the ``.cat`` accessor's Series
+        return cat.codes, [str(c) for c in cat.categories], cat.categories
     codes, uniq = pd.factorize(col.to_numpy(), use_na_sentinel=False)  # NaN is a value here, read as "nan"
     return codes, [str(c) for c in uniq], None
 
@@ -349,6 +350,11 @@ def _cross_in_group(ids: np.ndarray, q: np.ndarray, start: np.ndarray, end: np.n
     return qi, c, end[c]
 
 
+def _one_value(a: np.ndarray) -> bool:
+    """Every element of ``a`` is the same (a process with one thread, a device with one stream)."""
+    return len(a) > 0 and a.min() == a.max()
+
+
 def _inferred_cross(cross, nh, pid, dev, tid, start, end, has_prev, prev_gap, prev_end, launch_end) -> None:
     """Hand-offs between the host threads of one process, producer streams of GPU tasks on one device: fills
     ``cross`` in place. Only nodes that waited can have been handed work (a thread idle for over
@@ -371,6 +377,9 @@ def _inferred_cross(cross, nh, pid, dev, tid, start, end, has_prev, prev_gap, pr
                 ids = np.flatnonzero(kk == k)
                 q = np.flatnonzero(wait[ids])
                 ids += lo_
+            own = tid[lo_: part.stop] if len(uk) == 1 else tid[ids]  # their threads / streams
+            if not len(q) or _one_value(own):  # nobody waited, or one thread / stream: no other to wait for
+                continue
             qi, c, cend = _cross_in_group(ids, q, start, end, tid)
             if not on_gpu:
                 okc = ~has_prev[qi] | (cend > prev_end[qi])
@@ -486,7 +495,8 @@ def build_graph(views: Views, rank: int, max_steps: int = MAX_STEPS) -> Graph | 
     # a launch call whose own GPU work ended before it returned blocked on it (pageable or blocking copy); so did
     # an async copy of pageable memory that spans most of its copy: the driver stages it chunk by chunk and returns
     # once the last chunk is staged, a little before the DMA ends, so its length is the copy's, not host work
-    is_copy = _kind_in(_codes(act["kind"]), ("memcpy", "memset"))
+    act_kind = _codes(act["kind"])
+    is_copy = _kind_in(act_kind, ("memcpy", "memset"))
     own_done = hl & (ge <= launch_end) & (act_lbl >= 0) & is_copy
     if "pageable" in act.columns:
         staged = hl & is_copy & act["pageable"].to_numpy(dtype=bool) & (2 * (launch_end - launch_start) >= ge - gs)
@@ -561,13 +571,15 @@ def build_graph(views: Views, rank: int, max_steps: int = MAX_STEPS) -> Graph | 
         wait_on[b_ids] = [len(w) > 0 for w in (waits[b] for b in b_ids)]
 
     gemm = np.zeros(n, bool)
-    gemm[nh:] = _name_match(_codes(act["name"]), GEMM_CONV) & _kind_in(_codes(act["kind"]), ("kernel",))
+    gemm[nh:] = _name_match(_codes(act["name"]), GEMM_CONV) & _kind_in(act_kind, ("kernel",))
 
-    steps = _steps(start, nh, marker_steps, max_steps)
+    steps, step_cols = _step_table(start, nh, marker_steps, max_steps)
     g = Graph(rank=rank, ntype=ntype, start=start, end=end, dur=end - start, prev=prev, prev_lat=prev_lat, cross=cross,
               cross_lat=cross_lat, launch=launch, launch_lat=launch_lat, own=own, waits=waits, wait_on=wait_on,
               is_launch=is_launch, gemm=gemm, steps=steps, window=np.zeros(0, np.int64),
               defaults={"launch": d_launch, "queue": d_queue, "warmup": _warmup_windows(views, rank)}, seq=seq)
+    if step_cols is not None:
+        g.defaults["_step_arrays"] = (steps, step_cols)
     g.window = _window(g, steps)
     return g.freeze()
 
@@ -654,19 +666,27 @@ def _recorded_event_waits(rt_names, pid, tid, hl, launch, cross, start, end, gl)
 def _steps(start: np.ndarray, nh: int, marker_steps: np.ndarray, max_steps: int) -> pd.DataFrame:
     """Step markers (start/end node ids), the middle ``max_steps`` when there are more. The markers are the last
     host nodes (``_host_nodes``): a start node per step, then an end node per step."""
+    return _step_table(start, nh, marker_steps, max_steps)[0]
+
+
+def _step_table(start: np.ndarray, nh: int, marker_steps: np.ndarray, max_steps: int) -> tuple[pd.DataFrame, dict | None]:
+    """``_steps``, and its columns as ``_step_arrays`` gives them when the markers are already in order and few
+    enough (the arrays the frame was made of; None otherwise, to be read off the frame)."""
     m = len(marker_steps)
     if m == 0:
-        return pd.DataFrame(columns=["step", "start_node", "end_node", "t0", "t1"])
+        return pd.DataFrame(columns=["step", "start_node", "end_node", "t0", "t1"]), None
     a = np.arange(nh - 2 * m, nh - m)
     b = a + m
-    st = pd.DataFrame({"step": marker_steps, "start_node": a, "end_node": b, "t0": start[a], "t1": start[b]})
-    t0 = start[a]
+    t0, t1 = start[a], start[b]
+    # int64 columns as one block: half the cost of a frame of separate columns, paid once per rank on tiny ranks too
+    st = pd.DataFrame(np.vstack([marker_steps, a, b, t0, t1]).T, columns=["step", "start_node", "end_node", "t0", "t1"])
+    cols: dict | None = {"start_node": a, "end_node": b, "t0": t0, "t1": t1}
     if len(t0) > 1 and not bool((t0[1:] > t0[:-1]).all()):  # strictly increasing: already the one sorted order
-        st = st.sort_values("t0").reset_index(drop=True)
+        st, cols = st.sort_values("t0").reset_index(drop=True), None
     if len(st) > max_steps:
         lo = (len(st) - max_steps) // 2
-        st = st.iloc[lo: lo + max_steps].reset_index(drop=True)
-    return st
+        st, cols = st.iloc[lo: lo + max_steps].reset_index(drop=True), None
+    return st, cols
 
 
 def _window(g: Graph, steps: pd.DataFrame) -> np.ndarray:
@@ -676,7 +696,8 @@ def _window(g: Graph, steps: pd.DataFrame) -> np.ndarray:
         ws = int(min(g.start[is_gpu].min(), g.start[g.launch[is_gpu & (g.launch >= 0)]].min(initial=np.iinfo(np.int64).max)))
         we = int(g.end[is_gpu].max())
     else:
-        ws, we = int(steps["t0"].min()), int(steps["t1"].max())
+        cols = _step_arrays(g, steps)
+        ws, we = int(cols["t0"].min()), int(cols["t1"].max())
     n = len(g.seq)
     nh = n - int(np.count_nonzero(is_gpu))
     if is_gpu[:nh].any():  # not host nodes first (never from build_graph): one mask over every node
@@ -830,10 +851,11 @@ def _step_buckets(g: Graph) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     cached = g.defaults.get("_step_buckets")
     if cached is not None and all(a is b for a, b in zip(cached[0], key)):
         return cached[1]
-    t0 = g.start[st["start_node"].to_numpy()]
+    first, last = _step_nodes(g)
+    t0 = g.start[first]
     gl = np.flatnonzero((g.ntype == GPU) & (g.launch >= 0))
     lt = g.start[g.launch[gl]]
-    cuts = np.r_[t0, g.start[int(st["end_node"].iloc[-1])] + 1]
+    cuts = np.r_[t0, g.start[int(last[-1])] + 1]
     # GPU work launched before the first step, then in [t0_k, t0_k+1), the last step up to its marker end
     which = np.searchsorted(cuts, lt, side="right") - 1  # -1: before the first step; len(st): after the last
     sel = which < len(st)
@@ -844,6 +866,31 @@ def _step_buckets(g: Graph) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     out = (gl, bucket[heads], heads)
     g.defaults["_step_buckets"] = (key, out)
     return out
+
+
+def _step_arrays(g: Graph, steps: pd.DataFrame | None = None) -> dict[str, np.ndarray]:
+    """The columns of ``steps`` (default ``g.steps``) as arrays, kept in ``g.defaults`` for that frame (copies
+    carry it; a transform that replaces the steps gets its own): the window and every replay read them, and on a
+    small rank reading a frame's columns costs more than the step times themselves."""
+    st = g.steps if steps is None else steps
+    cached = g.defaults.get("_step_arrays")
+    if cached is not None and cached[0] is st:
+        return cached[1]
+    out = {c: st[c].to_numpy() for c in ("start_node", "end_node", "t0", "t1")}
+    g.defaults["_step_arrays"] = (st, out)
+    return out
+
+
+def _step_nodes(g: Graph) -> tuple[np.ndarray, np.ndarray]:
+    """(start_node, end_node) of ``g.steps`` as arrays (``_step_arrays``)."""
+    cols = _step_arrays(g)
+    return cols["start_node"], cols["end_node"]
+
+
+def _median(x: np.ndarray) -> float:
+    """``float(np.median(x))``; one value is its own median (``np.median``'s fixed cost is most of a one-step
+    rank's prediction, which takes several)."""
+    return float(x[0]) if len(x) == 1 else float(np.median(x))
 
 
 def step_times(g: Graph, ns: np.ndarray, ne: np.ndarray) -> np.ndarray:
@@ -861,12 +908,13 @@ def step_times(g: Graph, ns: np.ndarray, ne: np.ndarray) -> np.ndarray:
         gi = ids[g.ntype[ids] == GPU]
         return np.array([int(ne[gi].max() - ns[ids].min())])
     gl, steps_of, heads = _step_buckets(g)
+    first, end_nodes = _step_nodes(g)
     gend = np.full(len(st) + 1, np.iinfo(np.int64).min)
     if len(gl):
         gend[steps_of] = np.maximum.reduceat(ne[gl], heads)
-    marker = ns[st["start_node"].to_numpy()]
+    marker = ns[first]
     bound = np.maximum.accumulate(np.maximum(marker, gend[:-1]))  # overlapping markers never give negative steps
-    last = max(int(ne[int(st["end_node"].iloc[-1])]), int(gend[-1]), int(bound[-1]))
+    last = max(int(ne[int(end_nodes[-1])]), int(gend[-1]), int(bound[-1]))
     return np.diff(np.r_[bound, last])
 
 
@@ -1109,9 +1157,10 @@ def predict_step_ns(views: Views, transform="all", windows=None) -> dict:
         return {"step_ns": None, "baseline_step_ns": None, "measured_step_ns": None, "steps_used": 0,
                 "transform": name, "assumptions": "no GPU work to replay", "replay_error_pct": None}
     m, b, p = (np.concatenate(x) for x in (measured, base, pred))
-    med_m, med_b, med_p = (float(np.median(x)) if len(x) else None for x in (m, b, p))
+    med_m, med_b, med_p = (_median(x) if len(x) else None for x in (m, b, p))
     fb, fm = np.concatenate(full_b), np.concatenate(full_m)
-    err = round(100.0 * (float(np.median(fb)) - float(np.median(fm))) / float(np.median(fm)), 3) if len(fm) and np.median(fm) else None
+    med_fm = _median(fm) if len(fm) else 0.0
+    err = round(100.0 * (_median(fb) - med_fm) / med_fm, 3) if len(fm) and med_fm else None
     if any(steady_graph(gr) is not gr for gr in graphs(views)):
         words += "; priced on the steady state (the ledger's warm-up left out of baseline and prediction)"
     no_steps = all(gr.steps.empty for gr in graphs(views))

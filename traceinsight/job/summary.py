@@ -19,7 +19,7 @@ from ..timeline import Timeline
 from ..intervals import Coverage
 from ..ledger import build_ledger
 from ..masks import kind_mask, name_mask
-from ..patterns import DATA_WAIT_KINDS, DATA_WAIT_PRIMARY, SYNC_CALL, SYNC_OP
+from ..patterns import COLLECTIVE, DATA_WAIT_KINDS, DATA_WAIT_PRIMARY, SYNC_CALL, SYNC_OP
 from ..views import Views
 
 #: The collective's kind, from a kernel name such as ``ncclKernel_AllReduce_RING_LL_Sum_float``.
@@ -62,16 +62,26 @@ class RankSummary:
 
 def collective_kind(names: pd.Series) -> np.ndarray:
     """``allreduce``, ``allgather``, ... per kernel name, evaluated once per distinct name."""
-    def kind(n: str) -> str:
-        m = _KIND.search(n)
-        return m.group(1).lower().replace("_", "") if m else "collective"
-
+    kind = _collective_kind_of
     if isinstance(names.dtype, pd.CategoricalDtype):  # one test per category; a missing name reads "nan"
-        table = np.array([kind(str(c)) for c in names.cat.categories] + [kind("nan")], dtype=object)
-        return table[names.cat.codes.to_numpy()]
+        return _kinds_of_codes(names.array.codes, names.array.categories)
     uniq = pd.unique(names.astype(str))
     kinds = {n: kind(n) for n in uniq}
     return names.astype(str).map(kinds).to_numpy(dtype=object)
+
+
+def _collective_kind_of(name: str) -> str:
+    m = _KIND.search(name)
+    return m.group(1).lower().replace("_", "") if m else "collective"
+
+
+def _kinds_of_codes(codes: np.ndarray, categories: pd.Index) -> np.ndarray:
+    """``collective_kind`` of the categorical names with these codes: one test per category that occurs (a missing
+    name, code -1, reads "nan"), not per category of the whole column (a trace names thousands of kernels)."""
+    out = np.empty(len(codes), dtype=object)
+    for c in np.unique(codes).tolist():
+        out[codes == c] = _collective_kind_of("nan" if c < 0 else str(categories[c]))
+    return out
 
 
 def _one_value(a: np.ndarray, value: int) -> bool:
@@ -110,10 +120,15 @@ def _cov_of(start: np.ndarray, dur: np.ndarray, mask: np.ndarray) -> Coverage:
     return Coverage(s, s + np.maximum(dur[i].astype(np.int64, copy=False), 0))
 
 
+#: GPU rows up to which a rank's busy union is merged from its own rows rather than read from ``views.busy``: the
+#: same intervals, without the per-device row lookup, which costs more than merging a few hundred rows.
+SMALL_BUSY = 512
+
+
 def _busy_of(views: Views, rank: int, devices: np.ndarray) -> Coverage | None:
     """The union of the rank's GPU activity from ``views.busy`` (merged already, per device) when the rank drives
-    one device; None otherwise (the union across devices is merged here)."""
-    if not len(devices) or devices.min() != devices.max():
+    one device and has more than ``SMALL_BUSY`` rows; None otherwise (the union is merged here)."""
+    if len(devices) <= SMALL_BUSY or devices.min() != devices.max():
         return None
     rows = views.device_rows("busy", rank, int(devices[0]))  # a slice: only the two columns are taken
     b = views.busy
@@ -127,11 +142,14 @@ def _summarize_rank(tl: Timeline, views: Views, rank: int, source: str) -> RankS
     a_rows = _rows_of(act, rank)
     a_s = _column(act, "start_ns", a_rows).astype(np.int64, copy=False)
     a_e = a_s + np.maximum(_column(act, "dur_ns", a_rows).astype(np.int64, copy=False), 0)
-    is_coll = views.is_collective.to_numpy()  # a collective kernel (the same test as COLLECTIVE on kernels)
+    # a collective kernel: ``views.is_collective``'s test, on the rank's rows without its aligned Series
+    names, kinds = act["name"], act["kind"]
     if a_rows is not None:
-        is_coll = is_coll[a_rows]
+        names, kinds = names.take(a_rows), kinds.take(a_rows)
+    is_coll = name_mask(names, COLLECTIVE) & kind_mask(kinds, ("kernel",))
     ci = np.flatnonzero(is_coll)
-    busy = _busy_of(views, rank, _column(act, "device", a_rows))
+    a_dev = _column(act, "device", a_rows)
+    busy = _busy_of(views, rank, a_dev)
     if not len(ci):  # no collective: compute is all of the activity, and its union the busy one
         busy = busy if busy is not None else Coverage(a_s, a_e)
         compute, comm = busy, Coverage(a_s[:0], a_e[:0])
@@ -161,26 +179,12 @@ def _summarize_rank(tl: Timeline, views: Views, rank: int, source: str) -> RankS
     else:
         w0 = w1 = 0
     st = views.steps
-    own = (st["rank"].to_numpy() == rank) & (st["step"].to_numpy() >= 0)
+    st_step = st["step"].to_numpy()
+    own = (st["rank"].to_numpy() == rank) & (st_step >= 0)
     if not own.any():
         s_num, s0, s1 = np.array([-1]), np.array([w0], np.int64), np.array([w1], np.int64)
     else:
-        s_num, s0, s1 = (st[c].to_numpy(np.int64)[own] for c in ("step", "start_ns", "end_ns"))
-    b, c = busy.overlap(s0, s1), compute.overlap(s0, s1)
-    steps = pd.DataFrame(
-        {
-            "step": s_num.astype(np.int64),
-            "start_ns": s0,
-            "end_ns": s1,
-            "busy_ns": b,
-            "compute_ns": c,
-            "comm_ns": comm.overlap(s0, s1),
-            "exposed_ns": b - c,  # busy = compute U comm, so busy - compute is comm with no compute beside it
-            "data_ns": data.overlap(s0, s1),
-            "sync_ns": sync.overlap(s0, s1),
-        }
-    )
-
+        s_num, s0, s1 = (a.astype(np.int64, copy=False)[own] for a in (st_step, st["start_ns"].to_numpy(), st["end_ns"].to_numpy()))
     # the collective kernels in start order (stable: equal starts keep row order)
     co = ci[np.argsort(a_s[ci], kind="stable")]
     pos = co if a_rows is None else a_rows[co]  # positions in ``act``
@@ -192,22 +196,45 @@ def _summarize_rank(tl: Timeline, views: Views, rank: int, source: str) -> RankS
         prev_end[0] = min(w0, int(s0.min()))
         prev_end[1:] = np.maximum.accumulate(ce)[:-1]
     prev_end = np.minimum(prev_end, cs)
-    gpu_before = compute.overlap(prev_end, cs)
+
+    # each coverage answers the steps' windows and the gaps before the collectives in one query
+    k = len(s0)
+    qa, qb = np.concatenate([s0, prev_end]), np.concatenate([s1, cs])
+    b_all, c_all, d_all, y_all = (cov.overlap(qa, qb) for cov in (busy, compute, data, sync))
+    b, c = b_all[:k], c_all[:k]
+    steps = _int_frame(
+        {
+            "step": s_num.astype(np.int64),
+            "start_ns": s0,
+            "end_ns": s1,
+            "busy_ns": b,
+            "compute_ns": c,
+            "comm_ns": comm.overlap(s0, s1),
+            "exposed_ns": b - c,  # busy = compute U comm, so busy - compute is comm with no compute beside it
+            "data_ns": d_all[:k],
+            "sync_ns": y_all[:k],
+        }
+    )
+
     u_stream, inv = np.unique(stream, return_inverse=True)
+    # Calls of one process group run in order on one NCCL stream, the same order on every rank, so the stream and
+    # the call's index on it identify the instance across ranks.
+    group = np.array([f"stream {s}" for s in u_stream.tolist()] + [""], dtype=object)[inv.reshape(-1)] if len(cs) else []
+    seq = _cumcount(stream)
+    kind = _kinds_of(act["name"], pos)
+    nbytes = act["bytes"].to_numpy()[pos].astype(np.int64) if "bytes" in act else np.zeros(len(cs), np.int64)
     collectives = pd.DataFrame(
         {
-            # Calls of one process group run in order on one NCCL stream, the same order on every rank, so the
-            # stream and the call's index on it identify the instance across ranks.
-            "group": np.array([f"stream {s}" for s in u_stream.tolist()] + [""], dtype=object)[inv.reshape(-1)] if len(cs) else [],
-            "seq": _cumcount(stream),
-            "kind": collective_kind(act["name"].take(pos)),
+            "group": group,
+            "seq": seq,
+            "kind": kind,
             "start_ns": cs,
             "end_ns": ce,
-            "bytes": act["bytes"].to_numpy()[pos].astype(np.int64) if "bytes" in act else np.zeros(len(cs), np.int64),
-            "gpu_before_ns": gpu_before,
-            "data_before_ns": data.overlap(prev_end, cs),
-            "sync_before_ns": sync.overlap(prev_end, cs),
-            "idle_before_ns": (cs - prev_end) - busy.overlap(prev_end, cs),
+            "bytes": nbytes,
+            "gpu_before_ns": c_all[k:],
+            "data_before_ns": d_all[k:],
+            "sync_before_ns": y_all[k:],
+            "idle_before_ns": (cs - prev_end) - b_all[k:],
         }
     )
     busy_total = int(busy.cum[-1]) if len(busy.cum) else 0  # the union of all activity, as ``busy`` holds it
@@ -216,7 +243,7 @@ def _summarize_rank(tl: Timeline, views: Views, rank: int, source: str) -> RankS
     ev_rank = tl.events["rank"].to_numpy()
     return RankSummary(
         rank=rank,
-        device=int(_column(act, "device", a_rows).min()) if len(a_s) else 0,
+        device=int(a_dev.min()) if len(a_s) else 0,
         source=source,
         world_size=meta.world_size,
         origin_ns=int(meta.start_unix_ns or 0),
@@ -233,6 +260,24 @@ def _summarize_rank(tl: Timeline, views: Views, rank: int, source: str) -> RankS
         ledger=_ledger(views, rank),
         warnings=list(meta.warnings),
     )
+
+
+def _kinds_of(names: pd.Series, pos: np.ndarray) -> np.ndarray:
+    """``collective_kind(names.take(pos))`` without the taken Series: on the codes when the names are categorical."""
+    if isinstance(names.dtype, pd.CategoricalDtype):
+        cat = names.array
+        return _kinds_of_codes(cat.codes[pos], cat.categories)
+    return collective_kind(names.take(pos))
+
+
+def _int_frame(columns: dict[str, np.ndarray]) -> pd.DataFrame:
+    """``pd.DataFrame(columns)`` for equal-length int64 arrays, built as one 2-D block (half the cost of a
+    frame of separate columns: a rank's step table is built once per rank, on tiny ranks too); other columns
+    take the dict constructor."""
+    arrays = list(columns.values())
+    if arrays and all(isinstance(a, np.ndarray) and a.dtype == np.int64 and a.ndim == 1 and len(a) == len(arrays[0]) for a in arrays):
+        return pd.DataFrame(np.stack(arrays, axis=1), columns=list(columns))
+    return pd.DataFrame(columns)
 
 
 def _cumcount(keys: np.ndarray) -> np.ndarray:
@@ -261,6 +306,10 @@ def _sum_by(frame: pd.DataFrame, rows: np.ndarray, keys: list[str]) -> pd.DataFr
     follow its sorted distinct values, so the rows come out in the groupby's order; key columns keep their dtype
     (their values are taken from a row of each group)."""
     pos = np.flatnonzero(rows)
+    if len(pos) <= SMALL_GROUPS:
+        small = _sum_small(frame, pos, keys)
+        if small is not None:
+            return small
     combined = np.zeros(len(pos), np.int64)
     missing = np.zeros(len(pos), dtype=bool)
     for k in keys:
@@ -276,3 +325,39 @@ def _sum_by(frame: pd.DataFrame, rows: np.ndarray, keys: list[str]) -> pd.DataFr
     # the step key as int64 (a frame astype costs a millisecond); other keys keep their column's dtype
     out = {k: frame[k].to_numpy().take(rows).astype(np.int64) if k == "step" else frame[k].iloc[rows].reset_index(drop=True) for k in keys}
     return pd.DataFrame({**out, "ns": sums})
+
+
+#: Rows up to which ``_sum_by`` groups in a dict: a rank's ledger holds a dozen rows per step and device, where
+#: pandas' factorize, unique and take cost more than the rows themselves.
+SMALL_GROUPS = 256
+
+
+def _sum_small(frame: pd.DataFrame, pos: np.ndarray, keys: list[str]) -> pd.DataFrame | None:
+    """``_sum_by`` of the rows at ``pos`` grouped in a dict (the same rows, order, sums and dtypes); None when a key
+    is missing in some row (NaN, None: the general path drops those rows) or a sum leaves int64."""
+    cols = [frame[k] for k in keys]
+    values = [c.to_numpy()[pos].tolist() for c in cols]
+    ns = frame["ns"].to_numpy(np.int64)[pos].tolist()
+    sums: dict[tuple, int] = {}
+    first: dict[tuple, int] = {}
+    for i, key in enumerate(zip(*values)):
+        if key in sums:
+            sums[key] += ns[i]
+        else:
+            if any(v is None or v != v for v in key):
+                return None
+            sums[key] = ns[i]
+            first[key] = i
+    try:
+        order = sorted(sums)
+    except TypeError:  # keys of mixed types: the general path orders them as pandas does
+        return None
+    total = np.array([sums[k] for k in order]) if order else np.zeros(0, np.int64)
+    if total.dtype != np.int64:
+        return None
+    rows = pos[np.array([first[k] for k in order], dtype=np.int64)]
+    out = {}
+    for k, col in zip(keys, cols):
+        # the key's own dtype, stated: an object column of strings must not be read again as str
+        out[k] = col.to_numpy().take(rows).astype(np.int64) if k == "step" else pd.Series(col.array.take(rows), dtype=col.dtype, name=k)
+    return pd.DataFrame({**out, "ns": total})

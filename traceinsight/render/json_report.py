@@ -64,7 +64,6 @@ def _finding(analysis: Analysis, f: Finding, max_evidence_rows: int | None) -> d
 
 def finding_dict(f: Finding, max_evidence_rows: int | None = 50) -> dict[str, Any]:
     """One finding as the JSON report holds it (docs/json-report.md); baseline comparison reads this shape."""
-    ev = f.evidence if max_evidence_rows is None else f.evidence.head(max_evidence_rows)
     inst = _instance_dicts(f.instances)
     return {
         "code": f.code,
@@ -84,8 +83,8 @@ def finding_dict(f: Finding, max_evidence_rows: int | None = 50) -> dict[str, An
         "fingerprint": f.fingerprint,
         "metrics": jsonable(f.metrics),
         "evidence": {
-            "columns": [str(c) for c in ev.columns],
-            "rows": [[jsonable(v) for v in row] for row in ev.itertuples(index=False, name=None)],
+            "columns": [str(c) for c in f.evidence.columns],
+            "rows": evidence_rows(f.evidence, max_evidence_rows),
             "total_rows": int(len(f.evidence)),
         },
         "fixes": {fw: {"text": fx.text, "code": fx.code} for fw, fx in f.fixes.items()},
@@ -94,6 +93,15 @@ def finding_dict(f: Finding, max_evidence_rows: int | None = 50) -> dict[str, An
         "explains": list(f.explains),
         "what_if": None if f.what_if is None else jsonable(f.what_if),
     }
+
+
+def evidence_rows(evidence: pd.DataFrame, max_rows: int | None = None) -> list[list[Any]]:
+    """The first ``max_rows`` rows of ``evidence`` (all when None; ``DataFrame.head``'s count), each a list of
+    ``jsonable`` values, read in one object array: ``itertuples`` makes a Series per column, which is most of a
+    finding's JSON on a small trace. The object array holds what each column iterates to (numpy numbers as Python
+    scalars, datetimes as Timestamps, categoricals and strings as their values, missing ones as NaN or NA)."""
+    ev = evidence if max_rows is None or len(evidence) <= max_rows else evidence.head(max_rows)
+    return [[jsonable(v) for v in row] for row in ev.to_numpy(dtype=object).tolist()]
 
 
 def _instance_dicts(instances: Any) -> list[dict[str, Any]]:
