@@ -9,6 +9,7 @@ from traceinsight.rule_api import Context, Fix, Location, Option, Rule, Severity
 
 from traceinsight.masks import name_mask
 from traceinsight.patterns import COLLECTIVE
+from traceinsight.rulelib.groups import descending_order
 from traceinsight.rulelib.names import grid_blocks, pair_codes
 
 
@@ -184,15 +185,13 @@ def _per_kernel_arrays(names: np.ndarray, blocks: np.ndarray, dur: np.ndarray):
 def top_kernels(names: np.ndarray, blocks: np.ndarray, dur: np.ndarray, n: int) -> pd.DataFrame:
     """The evidence: ``per_kernel(...).sort_values("total_ms", ascending=False).head(n).reset_index(drop=True)``
     with total_ms in ms, one frame built from the arrays. The order is pandas' own for a descending sort of one
-    column (its ``nargsort``: the values reversed, a quicksort argsort, the result reversed), so ties come out
-    as the frame's sort gave them."""
+    column (``descending_order``), so ties come out as the frame's sort gave them."""
     uniq, count, total, median = _per_kernel_arrays(names, blocks, dur)
     if np.isnan(total).any():  # NaN totals are placed by pandas' own rules
         ev = per_kernel(names, blocks, dur).sort_values("total_ms", ascending=False).head(n).reset_index(drop=True)
         ev["total_ms"] = ev["total_ms"] / 1e6
         return ev
-    idx = np.arange(len(total))[::-1]
-    order = idx[total[::-1].argsort(kind="quicksort")][::-1][:n]
+    order = descending_order(total)[:n]
     return pd.DataFrame({"name": pd.Index(uniq[order]), "count": count[order], "total_ms": total[order] / 1e6, "median_blocks": median[order]})
 
 
