@@ -117,6 +117,8 @@ class TinyKernels(Rule):
         tiny = k_dur < self.max_kernel_us * 1e3
         shorter = k_dur < np.nan_to_num(launch_dur, nan=-1.0)
         bound = tiny | shorter
+        if not bound.any() and self.min_share_pct > 0:
+            return  # no launch-bound kernel: every device's share is 0 %, below the threshold
         # one code per (rank, device), in sorted order (the order findings are made in)
         dev_keys, k_code = pair_codes(k_rank, k_dev)
 
