@@ -127,13 +127,14 @@ class SmallGrids(Rule):
         keys = h_rank.astype(np.int64) * 1_000_003 + h_dev.astype(np.int64)
         kkey = rank.astype(np.int64) * 1_000_003 + device.astype(np.int64)
         m = np.isin(kkey, keys) & under
-        ev = top_kernels(names.iloc[pos[m]].astype(str).to_numpy(), blocks[m], dur[m], 20)
+        ev = top_kernels(_name_strings(names, pos[m]), blocks[m], dur[m], 20)
         lost_total = float(lost_ns[h].sum())
         impact = int(lost_total)
         under_ns = float(under_ns[h].sum())
         kern_ns = float(kernel_ns[h].sum())
         share = 100.0 * under_ns / max(kern_ns, 1.0)
-        sm_txt = "/".join(str(int(x)) for x in sorted(pd.unique(h_sms)))
+        sm_list = np.unique(h_sms).tolist()  # sorted, distinct
+        sm_txt = "/".join(str(int(x)) for x in sm_list)
         where = (
             f"rank {int(h_rank[0])} device {int(h_dev[0])}" if len(h) == 1 else f"{len(h)} of {len(pairs)} GPUs"
         )
@@ -153,13 +154,23 @@ class SmallGrids(Rule):
                 "underfilled_ns": int(under_ns),
                 "kernel_ns_with_grid": int(kern_ns),
                 "empty_sm_time_ns": impact,
-                "sm_count": sorted(int(x) for x in pd.unique(h_sms)),
+                "sm_count": [int(x) for x in sm_list],
                 "devices": int(len(h)),
                 "per_device_share_pct": {f"{int(r)}:{int(d)}": round(float(v), 3) for r, d, v in zip(h_rank.tolist(), h_dev.tolist(), h_share.tolist())},
                 "est_sm_efficiency_pct": round(100.0 * (1.0 - lost_total / max(kern_ns, 1.0)), 3),
             },
             key="small-grids",
         )
+
+
+def _name_strings(names: pd.Series, rows: np.ndarray) -> np.ndarray:
+    """``names.iloc[rows].astype(str).to_numpy()``: for a categorical without missing values among ``rows``, each
+    category turned to text once and looked up by code (no Series take or cast)."""
+    if isinstance(names.dtype, pd.CategoricalDtype):
+        codes = names.cat.codes.to_numpy()[rows]
+        if not (codes < 0).any():
+            return np.array([str(c) for c in names.cat.categories], dtype=object)[codes]
+    return names.iloc[rows].astype(str).to_numpy()
 
 
 def per_kernel(names: np.ndarray, blocks: np.ndarray, dur: np.ndarray) -> pd.DataFrame:
