@@ -13,6 +13,8 @@ import pytest
 from traceinsight.derived import Derived
 from traceinsight.efficiency import CLASS_COLUMNS, STEP_COLUMNS
 from traceinsight.ingest import load
+from traceinsight.masks import name_mask
+from traceinsight.patterns import COLLECTIVE
 from traceinsight.rulelib.groups import descending_order
 from traceinsight.rulelib.names import count_matching, kind_mask
 from traceinsight.rules import rnn_cudnn_fallback as rnn
@@ -207,3 +209,45 @@ def tiny_ranks(tmp_path_factory) -> list[str]:
         t.write(folder / f"rank{r}.json")
         out.append(str(folder / f"rank{r}.json"))
     return out
+
+
+# --- the views ------------------------------------------------------------------------------------------
+def _gaps_reference(b: pd.DataFrame) -> pd.DataFrame:
+    """The gaps as a frame filtered after it is built (the recipe the views replaced)."""
+    same = (b["rank"].to_numpy()[1:] == b["rank"].to_numpy()[:-1]) & (b["device"].to_numpy()[1:] == b["device"].to_numpy()[:-1])
+    g_start = b["end_ns"].to_numpy()[:-1][same]
+    g_end = b["start_ns"].to_numpy()[1:][same]
+    out = pd.DataFrame({"rank": b["rank"].to_numpy()[1:][same], "device": b["device"].to_numpy()[1:][same],
+                        "start_ns": g_start, "end_ns": g_end, "dur_ns": g_end - g_start})
+    return out[out["dur_ns"] > 0].reset_index(drop=True)
+
+
+def _one_kernel_trace(folder: Path) -> str:
+    t = KinetoTrace(rank=0, world_size=1)
+    t.kernel("gemm", 100.0, 200.0)
+    t.write(folder / "one.json")
+    return str(folder / "one.json")
+
+
+def test_views_equal_their_pandas_recipes(sample_views, tiny_ranks, tmp_path):
+    views = [*sample_views, *(_views(p) for p in tiny_ranks), _views(_one_kernel_trace(tmp_path))]
+    for v in views:
+        if not v.busy.empty:
+            pd.testing.assert_frame_equal(v.gaps, _gaps_reference(v.busy), check_exact=True)
+        act = v.gpu_activity
+        want = pd.Series(name_mask(act["name"], COLLECTIVE) & (act["kind"] == "kernel").to_numpy(), index=act.index)
+        pd.testing.assert_series_equal(v.is_collective, want, check_exact=True)
+        ev = v.events
+        pos = np.flatnonzero((ev["kind"] == "step").to_numpy())
+        pos = pos[np.lexsort((ev["start_ns"].to_numpy()[pos], ev["rank"].to_numpy()[pos]))]
+        assert list(v.steps["name"]) == list(ev["name"].take(pos).astype(str).to_numpy())
+        assert v.steps["name"].to_numpy().dtype == object
+
+
+def test_step_names_with_a_missing_name_are_cast_by_pandas():
+    from traceinsight.views import _as_text
+
+    names = pd.Series(pd.Categorical(["ProfilerStep#1", None, "ProfilerStep#2"], categories=["ProfilerStep#2", "ProfilerStep#1", "x"]))
+    for pos in (np.array([], np.int64), np.array([0]), np.array([2, 0]), np.array([0, 1, 2])):
+        got, want = _as_text(names, pos), names.take(pos).astype(str).to_numpy()
+        assert got.dtype == want.dtype and [str(x) for x in got] == [str(x) for x in want]
