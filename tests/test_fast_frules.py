@@ -251,3 +251,29 @@ def test_step_names_with_a_missing_name_are_cast_by_pandas():
     for pos in (np.array([], np.int64), np.array([0]), np.array([2, 0]), np.array([0, 1, 2])):
         got, want = _as_text(names, pos), names.take(pos).astype(str).to_numpy()
         assert got.dtype == want.dtype and [str(x) for x in got] == [str(x) for x in want]
+
+
+# --- row takes at an even stride are slices ---------------------------------------------------------------
+def test_take_rows_at_an_even_stride_equals_the_take(sample_views, tiny_ranks):
+    from traceinsight.masks import _even_step, take_rows
+
+    assert [_even_step(np.array(p, np.int64)) for p in ([], [4], [2, 4, 6], [1, 2, 4], [3, 3], [5, 2], [0, 1, 2, 3])] == [0, 1, 2, 0, 0, 0, 1]
+    frames = [v.events for v in sample_views] + [_views(p).events for p in tiny_ranks]
+    frames += [f.set_axis(pd.Index(np.arange(len(f)) * 3 + 7), axis=0) for f in frames[-2:]]  # labels that are no range
+    for ev in frames:
+        n = len(ev)
+        for p in (np.arange(n), np.arange(0, n, 2), np.arange(1, n, 3), np.array([0]), np.array([n - 1]), np.arange(3, min(n, 40)),
+                  np.array([0, 1, 3]) if n > 3 else np.array([0])):
+            want, got = ev.iloc[p], take_rows(ev, p)
+            pd.testing.assert_frame_equal(got, want, check_exact=True, check_index_type=True)
+            assert type(got.index) is type(want.index) and list(got.index) == list(want.index)
+
+
+def test_views_rows_are_the_takes(sample_views, tiny_ranks):
+    for v in [*sample_views, *(_views(p) for p in tiny_ranks)]:
+        ev = v.events
+        on = ev["device"].to_numpy() >= 0
+        act = ev.iloc[np.flatnonzero(ev["kind"].isin(["kernel", "memcpy", "memset"]).to_numpy() & on)]
+        pd.testing.assert_frame_equal(v.gpu_activity, act, check_exact=True, check_index_type=True)
+        pd.testing.assert_frame_equal(v.kernels, act.iloc[np.flatnonzero((act["kind"] == "kernel").to_numpy())], check_exact=True, check_index_type=True)
+        pd.testing.assert_frame_equal(v.host_events, ev.iloc[np.flatnonzero(~on)], check_exact=True, check_index_type=True)
