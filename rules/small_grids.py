@@ -7,7 +7,7 @@ import pandas as pd
 
 from traceinsight.rule_api import Context, Fix, Location, Option, Rule, Severity, fmt_ns
 
-from traceinsight.masks import name_mask
+from traceinsight.masks import name_mask, texts_at
 from traceinsight.patterns import COLLECTIVE
 from traceinsight.rulelib.groups import descending_order
 from traceinsight.rulelib.names import grid_blocks, pair_codes
@@ -127,7 +127,7 @@ class SmallGrids(Rule):
         keys = h_rank.astype(np.int64) * 1_000_003 + h_dev.astype(np.int64)
         kkey = rank.astype(np.int64) * 1_000_003 + device.astype(np.int64)
         m = np.isin(kkey, keys) & under
-        ev = top_kernels(_name_strings(names, pos[m]), blocks[m], dur[m], 20)
+        ev = top_kernels(texts_at(names, pos[m]), blocks[m], dur[m], 20)
         lost_total = float(lost_ns[h].sum())
         impact = int(lost_total)
         under_ns = float(under_ns[h].sum())
@@ -161,16 +161,6 @@ class SmallGrids(Rule):
             },
             key="small-grids",
         )
-
-
-def _name_strings(names: pd.Series, rows: np.ndarray) -> np.ndarray:
-    """``names.iloc[rows].astype(str).to_numpy()``: for a categorical without missing values among ``rows``, each
-    category turned to text once and looked up by code (no Series take or cast)."""
-    if isinstance(names.dtype, pd.CategoricalDtype):
-        codes = names.cat.codes.to_numpy()[rows]
-        if not (codes < 0).any():
-            return np.array([str(c) for c in names.cat.categories], dtype=object)[codes]
-    return names.iloc[rows].astype(str).to_numpy()
 
 
 def per_kernel(names: np.ndarray, blocks: np.ndarray, dur: np.ndarray) -> pd.DataFrame:

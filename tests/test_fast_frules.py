@@ -80,21 +80,27 @@ def test_top_kernels_is_the_sorted_per_kernel_frame(rows):
         pd.testing.assert_frame_equal(sg.top_kernels(names, blocks, dur, n), _top_reference(names, blocks, dur, n), check_exact=True)
 
 
-def test_name_strings_are_the_cast_names():
-    s = pd.Series(pd.Categorical(["b", "a", "b", "c", None], categories=["a", "b", "c", "unused"]))
-    for rows in (np.array([], np.int64), np.array([2]), np.array([0, 2, 3, 1]), np.array([0, 4])):
-        got, want = sg._name_strings(s, rows), s.iloc[rows].astype(str).to_numpy()
-        assert got.dtype == want.dtype and list(got) == list(want)
+def test_texts_at_are_the_cast_values():
+    from traceinsight.masks import texts_at
+
+    cat = pd.Series(pd.Categorical(["b", "a", "b", "c", None], categories=["a", "b", "c", "unused"]))
+    plain = pd.Series(["b", "a", None, "c"], dtype=object)
+    for s in (cat, plain):
+        for rows in (np.array([], np.int64), np.array([2]), np.array([0, 2, 3, 1]), np.array([0, 3, 1, 1]), np.array([3, 0])):
+            got, want = texts_at(s, rows), s.iloc[rows].astype(str).to_numpy()
+            assert got.dtype == want.dtype and [str(x) for x in got] == [str(x) for x in want]
 
 
 def test_top_kernels_on_sample_kernels(sample_views):
+    from traceinsight.masks import texts_at
+
     for v in sample_views:
         k = v.kernels
         if k.empty:
             continue
         blocks = sg.grid_blocks(k["grid"]) if "grid" in k else np.ones(len(k))
         pos = np.flatnonzero(~np.isnan(blocks))
-        names = sg._name_strings(k["name"], pos)
+        names = texts_at(k["name"], pos)
         assert list(names) == list(k["name"].iloc[pos].astype(str).to_numpy())
         dur = v.array("kernels", "dur_ns")[pos].astype(float)
         pd.testing.assert_frame_equal(sg.top_kernels(names, blocks[pos], dur, 20), _top_reference(names, blocks[pos], dur, 20), check_exact=True)
@@ -242,15 +248,6 @@ def test_views_equal_their_pandas_recipes(sample_views, tiny_ranks, tmp_path):
         pos = pos[np.lexsort((ev["start_ns"].to_numpy()[pos], ev["rank"].to_numpy()[pos]))]
         assert list(v.steps["name"]) == list(ev["name"].take(pos).astype(str).to_numpy())
         assert v.steps["name"].to_numpy().dtype == object
-
-
-def test_step_names_with_a_missing_name_are_cast_by_pandas():
-    from traceinsight.views import _as_text
-
-    names = pd.Series(pd.Categorical(["ProfilerStep#1", None, "ProfilerStep#2"], categories=["ProfilerStep#2", "ProfilerStep#1", "x"]))
-    for pos in (np.array([], np.int64), np.array([0]), np.array([2, 0]), np.array([0, 1, 2])):
-        got, want = _as_text(names, pos), names.take(pos).astype(str).to_numpy()
-        assert got.dtype == want.dtype and [str(x) for x in got] == [str(x) for x in want]
 
 
 # --- row takes at an even stride are slices ---------------------------------------------------------------

@@ -83,6 +83,24 @@ def kind_mask(kinds: pd.Series, wanted: "tuple[str, ...] | list[str]") -> np.nda
     return kinds.isin(wanted).to_numpy(dtype=bool, copy=True)
 
 
+def texts_at(values: pd.Series, positions: np.ndarray) -> np.ndarray:
+    """``values.iloc[positions].astype(str).to_numpy()`` (an object array of Python strings). For a categorical
+    with no missing value at ``positions``, only the categories those rows use are turned to text, once each, and
+    looked up by code: no Series take or cast, and no pass over the categories of a big trace's names."""
+    if isinstance(values.dtype, pd.CategoricalDtype):
+        cat = values.array
+        codes = cat.codes[positions]
+        if not len(codes):
+            return np.zeros(0, dtype=object)
+        if codes.min() >= 0:
+            cats = cat.categories
+            used = np.flatnonzero(np.bincount(codes, minlength=len(cats)))
+            table = np.empty(len(cats), dtype=object)
+            table[used] = [str(cats[c]) for c in used.tolist()]
+            return table[codes]
+    return values.iloc[positions].astype(str).to_numpy()
+
+
 #: Row count below which ``take_rows`` leaves the take to pandas (measured: 230 vs 410 µs at 200 rows of the events,
 #: 550 vs 630 µs at 10,000).
 SMALL_TAKE = 10_000

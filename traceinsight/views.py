@@ -13,19 +13,9 @@ import numpy as np
 import pandas as pd
 
 from .intervals import Overlaps, merge_intervals
-from .masks import join_keys, kind_mask, name_mask, take_rows
+from .masks import join_keys, kind_mask, name_mask, take_rows, texts_at
 from .patterns import COLLECTIVE, SYNC_CALL
 from .timeline import GPU_ACTIVITY_KINDS, Timeline
-
-
-def _as_text(names: pd.Series, pos: np.ndarray) -> np.ndarray:
-    """``names.take(pos).astype(str).to_numpy()``; for a categorical without missing values at ``pos``, each
-    category turned to text once and looked up by code (no Series take or cast)."""
-    if isinstance(names.dtype, pd.CategoricalDtype):
-        codes = names.array.codes[pos]
-        if not (codes < 0).any():
-            return np.array([str(c) for c in names.array.categories], dtype=object)[codes]
-    return names.take(pos).astype(str).to_numpy()
 
 
 class Views:
@@ -238,7 +228,7 @@ class Views:
         return pd.DataFrame(
             {
                 "rank": col("rank")[pos],
-                "name": _as_text(ev["name"], pos),
+                "name": texts_at(ev["name"], pos),
                 "start_ns": start,
                 "dur_ns": dur,
                 "step": col("step")[pos],
