@@ -20,13 +20,27 @@ import pandas as pd
 _CATEGORY_HITS: dict[tuple[int, str, int], tuple["weakref.ref[pd.Index]", np.ndarray]] = {}
 
 
+#: Up to this many categories, ``category_hits`` also keeps its answers by the names themselves: a job's small
+#: ranks each bring their own categories object, holding the same dozen names.
+_FEW_NAMES = 64
+_HITS_BY_NAMES: dict[tuple[str, int, tuple], np.ndarray] = {}
+
+
 def category_hits(cats: pd.Index, rx: "re.Pattern[str]") -> np.ndarray:
     """Per category, whether ``rx`` finds a match in it: one regex search per distinct name, never per row."""
     key = (id(cats), rx.pattern, rx.flags)
     got = _CATEGORY_HITS.get(key)
     if got is not None and got[0]() is cats:
         return got[1]
-    hit = np.fromiter((rx.search(str(c)) is not None for c in cats), dtype=bool, count=len(cats))
+    if len(cats) <= _FEW_NAMES:  # a small rank: its names are likely another rank's names, already tested
+        by_value = (rx.pattern, rx.flags, tuple(cats.tolist()))
+        hit = _HITS_BY_NAMES.get(by_value)
+        if hit is None:
+            if len(_HITS_BY_NAMES) > 4096:
+                _HITS_BY_NAMES.clear()
+            hit = _HITS_BY_NAMES[by_value] = np.fromiter((rx.search(str(c)) is not None for c in cats), dtype=bool, count=len(cats))
+    else:
+        hit = np.fromiter((rx.search(str(c)) is not None for c in cats), dtype=bool, count=len(cats))
     if len(_CATEGORY_HITS) > 512:
         _CATEGORY_HITS.clear()
     try:
@@ -79,8 +93,29 @@ def kind_mask(kinds: pd.Series, wanted: "tuple[str, ...] | list[str]") -> np.nda
     pandas' copy-on-write hands out read-only views of a plain column's result."""
     if isinstance(kinds.dtype, pd.CategoricalDtype):
         cat = kinds.array
-        return codes_in(cat.codes, np.isin(np.asarray(cat.categories, dtype=object), list(wanted)))
+        return codes_in(cat.codes, _kind_hits(cat.categories, tuple(wanted)))
     return kinds.isin(wanted).to_numpy(dtype=bool, copy=True)
+
+
+#: Per categories Index and wanted values, which categories are wanted: the views, ledger and rules ask about the
+#: same few kinds of frames that share one set of kind categories some thirty times per analysis.
+_KIND_HITS: dict[tuple[int, tuple], tuple["weakref.ref[pd.Index]", np.ndarray]] = {}
+
+
+def _kind_hits(cats: pd.Index, wanted: tuple) -> np.ndarray:
+    """Per category, whether it is one of ``wanted`` (``np.isin`` on the categories), kept per categories object."""
+    key = (id(cats), wanted)
+    got = _KIND_HITS.get(key)
+    if got is not None and got[0]() is cats:
+        return got[1]
+    hit = np.isin(np.asarray(cats, dtype=object), list(wanted))
+    if len(_KIND_HITS) > 512:
+        _KIND_HITS.clear()
+    try:
+        _KIND_HITS[key] = (weakref.ref(cats), hit)
+    except TypeError:  # not weakly referable: answer without keeping it
+        pass
+    return hit
 
 
 def texts_at(values: pd.Series, positions: np.ndarray) -> np.ndarray:
