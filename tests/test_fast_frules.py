@@ -4,6 +4,7 @@ ties, and the kernels of real sample traces."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -85,8 +86,8 @@ def test_texts_at_are_the_cast_values():
 
     cat = pd.Series(pd.Categorical(["b", "a", "b", "c", None], categories=["a", "b", "c", "unused"]))
     plain = pd.Series(["b", "a", None, "c"], dtype=object)
-    for s in (cat, plain):
-        for rows in (np.array([], np.int64), np.array([2]), np.array([0, 2, 3, 1]), np.array([0, 3, 1, 1]), np.array([3, 0])):
+    for s, more in ((cat, [np.array([4, 0]), np.array([1, 4])]), (plain, [])):
+        for rows in (np.array([], np.int64), np.array([2]), np.array([0, 2, 3, 1]), np.array([0, 3, 1, 1]), np.array([3, 0]), *more):
             got, want = texts_at(s, rows), s.iloc[rows].astype(str).to_numpy()
             assert got.dtype == want.dtype and [str(x) for x in got] == [str(x) for x in want]
 
@@ -254,13 +255,13 @@ def test_views_equal_their_pandas_recipes(sample_views, tiny_ranks, tmp_path):
 def test_take_rows_at_an_even_stride_equals_the_take(sample_views, tiny_ranks):
     from traceinsight.masks import _even_step, take_rows
 
-    assert [_even_step(np.array(p, np.int64)) for p in ([], [4], [2, 4, 6], [1, 2, 4], [3, 3], [5, 2], [0, 1, 2, 3])] == [0, 1, 2, 0, 0, 0, 1]
+    assert [_even_step(np.array(p, np.int64)) for p in ([], [4], [2, 4, 6], [1, 2, 4], [3, 3], [5, 2], [0, 1, 2, 3], [0, 2, 3, 6])] == [0, 1, 2, 0, 0, 0, 1, 0]
     frames = [v.events for v in sample_views] + [_views(p).events for p in tiny_ranks]
     frames += [f.set_axis(pd.Index(np.arange(len(f)) * 3 + 7), axis=0) for f in frames[-2:]]  # labels that are no range
     for ev in frames:
         n = len(ev)
         for p in (np.arange(n), np.arange(0, n, 2), np.arange(1, n, 3), np.array([0]), np.array([n - 1]), np.arange(3, min(n, 40)),
-                  np.array([0, 1, 3]) if n > 3 else np.array([0])):
+                  np.array([0, 1, 3]) if n > 3 else np.array([0]), np.array([0, 2, 3, 6]) if n > 6 else np.array([0])):
             want, got = ev.iloc[p], take_rows(ev, p)
             pd.testing.assert_frame_equal(got, want, check_exact=True, check_index_type=True)
             assert type(got.index) is type(want.index) and list(got.index) == list(want.index)
@@ -274,3 +275,35 @@ def test_views_rows_are_the_takes(sample_views, tiny_ranks):
         pd.testing.assert_frame_equal(v.gpu_activity, act, check_exact=True, check_index_type=True)
         pd.testing.assert_frame_equal(v.kernels, act.iloc[np.flatnonzero((act["kind"] == "kernel").to_numpy())], check_exact=True, check_index_type=True)
         pd.testing.assert_frame_equal(v.host_events, ev.iloc[np.flatnonzero(~on)], check_exact=True, check_index_type=True)
+
+
+# --- the masks' caches ------------------------------------------------------------------------------------
+def test_kind_mask_equals_isin_whatever_was_asked_before():
+    from traceinsight.masks import kind_mask
+
+    rng = np.random.default_rng(5)
+    kinds = ["kernel", "memcpy", "runtime", "step", "cpu_op"]
+    for n in (0, 1, 12, 300):
+        for cats in (kinds, kinds[::-1], kinds[:3]):
+            values = rng.choice(np.array(cats + [None], dtype=object), n)
+            s = pd.Series(pd.Categorical(values, categories=cats))
+            for wanted in (("kernel",), ("kernel", "memcpy"), ("step",), ("nothing",), ["runtime", "cpu_op"]):
+                want = s.isin(list(wanted)).to_numpy()
+                for _ in range(2):  # the second answer comes from the cache
+                    got = kind_mask(s, wanted)
+                    assert got.dtype == bool and np.array_equal(got, want)
+                    got[:] = True  # the caller's own array: writing to it leaves the next answer alone
+
+
+def test_name_hits_kept_by_names_stay_per_pattern_and_flags():
+    from traceinsight.masks import name_mask
+
+    names = ["gemm_kernel", "GEMM_big", "ncclKernel_AllReduce", "cudaLaunchKernel", "elementwise"]
+    for order in (names, names[::-1]):
+        for _ in range(2):
+            s = pd.Series(pd.Categorical(order * 2, categories=order))  # a fresh categories object each time
+            plain = pd.Series(order * 2, dtype=object)
+            for pattern, case in (("gemm", False), ("gemm", True), ("GEMM", True), ("nccl|Launch", False), (re.compile("^e"), False)):
+                assert np.array_equal(name_mask(s, pattern, case=case), name_mask(plain, pattern, case=case))
+    assert name_mask(pd.Series(pd.Categorical(names)), "gemm", case=True).sum() == 1
+    assert name_mask(pd.Series(pd.Categorical(names)), "gemm", case=False).sum() == 2
