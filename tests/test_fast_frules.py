@@ -307,3 +307,25 @@ def test_name_hits_kept_by_names_stay_per_pattern_and_flags():
                 assert np.array_equal(name_mask(s, pattern, case=case), name_mask(plain, pattern, case=case))
     assert name_mask(pd.Series(pd.Categorical(names)), "gemm", case=True).sum() == 1
     assert name_mask(pd.Series(pd.Categorical(names)), "gemm", case=False).sum() == 2
+
+
+def test_names_where_per_category_equals_the_per_row_masks(sample_views):
+    from traceinsight.masks import name_mask
+    from traceinsight.rulelib.names import hits_per_category, names_where
+
+    def test(m):
+        return m(tc.GEMM_CONV) & ~m(tc.FP64) & ~m("nccl") | m("Kernel", case=True)
+
+    cases = [v.kernels["name"] for v in sample_views if len(v.kernels)] + [pd.Series(pd.Categorical([], categories=["a"])),
+                                                                          pd.Series(pd.Categorical(["my_kernel", "dgemm"])),
+                                                                          pd.Series(pd.Categorical(["sgemm_x", None, "ncclKernel"]))]
+    for names in cases:
+        plain = names.astype(object)
+        want = np.asarray(test(lambda p, case=False: name_mask(plain, p, case=case)), dtype=bool)
+        assert np.array_equal(names_where(names, test), want)
+        per = hits_per_category(names, test)
+        cats = pd.Series(list(names.cat.categories), dtype=object)
+        assert np.array_equal(per, np.asarray(test(lambda p, case=False: name_mask(cats, p, case=case)), dtype=bool))
+    names = cases[-1]
+    hits_per_category(names, lambda m: m("gemm").__iand__(np.zeros(2, bool)))  # a test that writes to its answer
+    assert hits_per_category(names, lambda m: m("gemm")).tolist() == [False, True]
