@@ -329,3 +329,11 @@ def test_names_where_per_category_equals_the_per_row_masks(sample_views):
     names = cases[-1]
     hits_per_category(names, lambda m: m("gemm").__iand__(np.zeros(2, bool)))  # a test that writes to its answer
     assert hits_per_category(names, lambda m: m("gemm")).tolist() == [False, True]
+
+
+def test_kernel_classes_kept_per_name_are_the_searches(sample_views):
+    from traceinsight.work_classes import kernel_class_of
+
+    names = {str(n) for v in sample_views for n in v.kernels["name"].cat.categories} | {"", "sgemm", "ncclKernel_x", "my_fused_op"}
+    for n in sorted(names):
+        assert kernel_class_of(n) == kernel_class_of.__wrapped__(n) == kernel_class_of(n)
