@@ -157,11 +157,19 @@ def reduce_summaries(summaries: list[RankSummary], failures: list[str] | None = 
 
 
 def _concat(summaries: list[RankSummary], attr: str, columns: tuple[str, ...]) -> pd.DataFrame:
-    frames = [getattr(s, attr).assign(rank=s.rank, origin_ns=s.origin_ns) for s in summaries if len(getattr(s, attr))]
+    """Every rank's ``attr`` frame stacked, with ``rank`` and ``origin_ns`` in front.
+
+    The frames are stacked as they are and the two rank columns written once as repeated arrays: assigning them to
+    each rank's frame first costs a frame copy per rank, most of the reduce step of a job of thousands of tiny ranks.
+    """
+    frames = [(s, getattr(s, attr)) for s in summaries if len(getattr(s, attr))]
     if not frames:
         return pd.DataFrame({c: pd.Series(dtype="int64") for c in ("rank", "origin_ns", *columns)}).astype({"group": object, "kind": object} if "group" in columns else {})
-    out = pd.concat(frames, ignore_index=True)
-    return out[["rank", "origin_ns", *columns]]
+    lens = np.array([len(f) for _, f in frames], np.int64)
+    out = pd.concat([f for _, f in frames], ignore_index=True)[list(columns)]
+    out.insert(0, "origin_ns", np.repeat(np.array([s.origin_ns for s, _ in frames], np.int64), lens))
+    out.insert(0, "rank", np.repeat(np.array([s.rank for s, _ in frames], np.int64), lens))
+    return out
 
 
 def _match(coll: pd.DataFrame, warnings: list[str]) -> pd.DataFrame:
@@ -250,17 +258,32 @@ def _instances(coll: pd.DataFrame) -> pd.DataFrame:
 
 
 def _step_of(coll: pd.DataFrame, steps: pd.DataFrame) -> np.ndarray:
-    """The step number (of the same rank) whose window holds each collective's start; -1 outside steps."""
+    """The step number (of the same rank) whose window holds each collective's start; -1 outside steps.
+
+    Steps and collectives are each sorted by (rank, start) once; each rank's collectives then search only that
+    rank's slice of the steps (slices of arrays, no grouping: a job of thousands of ranks has a step or two each).
+    """
     out = np.full(len(coll), -1, np.int64)
-    st = steps[steps["step"] >= 0]
+    keep = steps["step"].to_numpy() >= 0
+    s_rank = steps["rank"].to_numpy()[keep]
+    s_start = steps["start_ns"].to_numpy()[keep]
+    s_end = steps["end_ns"].to_numpy()[keep]
+    s_num = steps["step"].to_numpy()[keep]
+    order = np.lexsort((s_start, s_rank))
+    s_rank, s_start, s_end, s_num = s_rank[order], s_start[order], s_end[order], s_num[order]
     c_rank = coll["rank"].to_numpy()
     c_start = coll["start_ns"].to_numpy()
-    for rank, g in st.groupby("rank", sort=False):
-        m = np.flatnonzero(c_rank == rank)
-        if not len(m):
+    c_order = np.argsort(c_rank, kind="stable")
+    c_sorted = c_rank[c_order]
+    ranks, lo = np.unique(s_rank, return_index=True)
+    hi = np.append(lo[1:], len(s_rank))
+    c_lo = np.searchsorted(c_sorted, ranks, side="left")
+    c_hi = np.searchsorted(c_sorted, ranks, side="right")
+    for a, b, ca, cb in zip(lo.tolist(), hi.tolist(), c_lo.tolist(), c_hi.tolist()):
+        if ca == cb:
             continue
-        g = g.sort_values("start_ns")
-        s, e, num = g["start_ns"].to_numpy(), g["end_ns"].to_numpy(), g["step"].to_numpy()
+        m = c_order[ca:cb]
+        s, e, num = s_start[a:b], s_end[a:b], s_num[a:b]
         i = np.searchsorted(s, c_start[m], side="right") - 1
         ok = (i >= 0) & (c_start[m] < e[np.clip(i, 0, None)])
         out[m[ok]] = num[i[ok]]
@@ -268,25 +291,35 @@ def _step_of(coll: pd.DataFrame, steps: pd.DataFrame) -> np.ndarray:
 
 
 def _ledger_per_step(summaries: list[RankSummary]) -> pd.DataFrame:
-    """Each rank's ledger as ns per step (its steps >= 0; its whole window when it has none)."""
-    frames = []
-    for s in summaries:
-        led = s.ledger
-        if led is None or led.empty:
-            continue
-        # the mean over the steps of each bucket's sum, on arrays (the ledger frame holds tens of rows, where a
-        # groupby's fixed cost is most of the time): buckets in sorted order, as a groupby gives them
-        step = led["step"].to_numpy()
-        inside = step >= 0
-        n = len(np.unique(step[inside]))
-        use, div = (np.flatnonzero(inside), n) if n else (np.arange(len(led)), 1)
-        code, uniq = pd.factorize(led["bucket"].to_numpy()[use], sort=True)
-        use, code = use[code >= 0], code[code >= 0]  # a missing bucket is no group (as a groupby drops it)
-        sums = np.zeros(len(uniq), np.int64)
-        np.add.at(sums, code, led["ns"].to_numpy(np.int64)[use])
-        first = np.unique(code, return_index=True)[1]
-        bucket = led["bucket"].iloc[use[first]].reset_index(drop=True)
-        frames.append(pd.DataFrame({"bucket": bucket, "ns": sums / div, "rank": s.rank}))
-    if not frames:
+    """Each rank's ledger as ns per step: per rank and bucket, the sum over its steps >= 0 divided by how many
+    steps it has (its whole window, divided by 1, when it has none); buckets in sorted order within a rank, ranks in
+    the order given, as a per-rank groupby would give them.
+
+    All ranks at once, on arrays: one sort by (rank, bucket) and one segmented sum, instead of a small frame per
+    rank (a job of thousands of tiny ranks spent most of its reduce step here).
+    """
+    parts = [s for s in summaries if s.ledger is not None and not s.ledger.empty]
+    if not parts:
         return pd.DataFrame({"rank": pd.Series(dtype="int64"), "bucket": pd.Series(dtype=object), "ns": pd.Series(dtype="float64")})
-    return pd.concat(frames, ignore_index=True)[["rank", "bucket", "ns"]]
+    lens = np.array([len(s.ledger) for s in parts], np.int64)
+    pos = np.repeat(np.arange(len(parts)), lens)
+    led = pd.concat([s.ledger for s in parts], ignore_index=True)
+    step = led["step"].to_numpy()
+    bucket = led["bucket"]
+    ns = led["ns"].to_numpy(np.int64)
+    inside = step >= 0
+    pairs = np.unique(np.stack([pos[inside], step[inside].astype(np.int64)]), axis=1)
+    n_steps = np.bincount(pairs[0], minlength=len(parts))
+    use = np.flatnonzero(inside | (n_steps[pos] == 0))
+    code, uniq = pd.factorize(bucket.to_numpy()[use], sort=True)
+    use, code = use[code >= 0], code[code >= 0]  # a missing bucket is no group (as a groupby drops it)
+    key = pos[use].astype(np.int64) * max(len(uniq), 1) + code
+    order = np.argsort(key, kind="stable")
+    k = key[order]
+    starts = np.flatnonzero(np.r_[True, k[1:] != k[:-1]]) if len(k) else np.zeros(0, np.int64)
+    sums = np.add.reduceat(ns[use][order], starts) if len(k) else np.zeros(0, np.int64)
+    group_pos = pos[use][order[starts]]
+    div = np.maximum(n_steps, 1)[group_pos]
+    rank = np.array([s.rank for s in parts], np.int64)[group_pos]
+    return pd.DataFrame({"rank": rank, "bucket": bucket.iloc[use[order[starts]]].reset_index(drop=True), "ns": sums / div})
+

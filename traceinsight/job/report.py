@@ -22,7 +22,8 @@ from .run import JobAnalysis
 
 def to_dict(ja: JobAnalysis) -> dict[str, Any]:
     j = ja.job
-    led = {int(r): {str(b): int(round(v)) for b, v in zip(g["bucket"], g["ns"])} for r, g in j.ledger.groupby("rank", sort=True)}
+    led = _ledger_by_rank(j.ledger)
+    wait = dict(zip(j.ranks["rank"].tolist(), j.ranks["wait_ns"].tolist()))  # ranks are unique (reduce renumbers repeats)
     ranks = []
     for s in j.summaries:
         ranks.append(
@@ -36,8 +37,8 @@ def to_dict(ja: JobAnalysis) -> dict[str, Any]:
                 "compute_ns": s.compute_ns,
                 "comm_ns": s.comm_ns,
                 "exposed_comm_ns": s.exposed_ns,
-                "collective_wait_ns": int(j.ranks.loc[j.ranks["rank"] == s.rank, "wait_ns"].iloc[0]),
-                "steps": int((s.steps["step"] >= 0).sum()),
+                "collective_wait_ns": int(wait[s.rank]),
+                "steps": int((s.steps["step"].to_numpy() >= 0).sum()),
                 "collectives": int(len(s.collectives)),
                 "ledger_ns_per_step": led.get(s.rank, {}),
                 "findings": [
@@ -61,6 +62,15 @@ def to_dict(ja: JobAnalysis) -> dict[str, Any]:
         "missing_rank_files": ja.missing,
         "warnings": ja.warnings,
     }
+
+
+def _ledger_by_rank(ledger: pd.DataFrame) -> dict[int, dict[str, int]]:
+    """rank -> {bucket: ns per step}, buckets in the ledger's row order within a rank (a loop over plain lists: a
+    groupby costs a frame per rank, seconds at thousands of ranks)."""
+    out: dict[int, dict[str, int]] = {}
+    for r, b, v in zip(ledger["rank"].tolist(), ledger["bucket"].tolist(), ledger["ns"].tolist()):
+        out.setdefault(int(r), {})[str(b)] = int(round(v))
+    return dict(sorted(out.items()))
 
 
 def _verdict(ja: JobAnalysis) -> dict[str, Any]:
