@@ -108,7 +108,7 @@ class AllocatorChurn(Rule):
             if not (grew or n_calls or frag):
                 continue
             yield self._finding(ctx, f"rank {d.rank} GPU {d.device}", d, growth if grew else 0.0, base, g if n_calls else g.iloc[:0], frag, frees)
-        if not mem.devices:
+        if not mem.devices and len(grows):
             for rank, g in grows.groupby("rank", sort=True):
                 if len(g) >= self.min_calls and len(np.unique(g["step"].to_numpy())) >= self.min_steps:
                     yield self._finding(ctx, f"rank {int(rank)}", None, 0.0, None, g, False, frees)

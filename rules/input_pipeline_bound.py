@@ -100,9 +100,14 @@ class InputPipelineBound(Rule):
         host = ctx.views.host_events
         if host.empty:
             return
+        names = host["name"]
+        primary = name_mask(names, DATA_WAIT_PRIMARY, case=True)
+        tfdata = name_mask(names, DATA_WAIT_TFDATA, case=True) if ctx.options["include_tfdata_iterator"] else None
+        if not primary.any() and (tfdata is None or not tfdata.any()):
+            return  # no name says data wait: the kinds need not be read
         kind_ok = host["kind"].isin(_WAIT_KINDS).to_numpy()
-        primary = kind_ok & name_mask(host["name"], DATA_WAIT_PRIMARY, case=True)
-        tfdata = kind_ok & name_mask(host["name"], DATA_WAIT_TFDATA, case=True) & ~primary if ctx.options["include_tfdata_iterator"] else None
+        primary = kind_ok & primary
+        tfdata = kind_ok & tfdata & ~primary if tfdata is not None else None
         if not primary.any() and (tfdata is None or not tfdata.any()):
             return  # no data wait at all: nothing below would find one
         waits = host[primary]

@@ -65,17 +65,20 @@ class LittleGpuWork(Rule):
         u = v.utilization
         if u.empty:
             return  # TI011's case
-        busy = int(u["busy_ns"].sum())
+        busy = int(v.array("utilization", "busy_ns").sum())
         kernels = int(len(v.kernels))
         host = v.host_events
         rt = kind_mask(host, "runtime")  # counted per name code: no copy of the runtime rows
+        ops = int(len(v.gpu_activity))
+        little = busy < self.min_busy_us * 1e3 or (ops < self.min_gpu_ops and busy < self.few_ops_busy_us * 1e3)
+        n_rt = int(rt.sum())
+        if not little and n_rt < 20 and n_rt <= kernels:
+            return  # launches <= runtime calls: neither capture test below can pass, and no name need be read
         launches = count_matching(host["name"], rt, LAUNCH_CALL, case=True)
         captures = count_matching(host["name"], rt, CAPTURE_CALL, case=True)
         # a capture call alone is no capture window: XLA builds its command buffers, torch.compile captures once
         # during warm-up, and the kernels that ran still outnumber the launches the capture recorded
         capture = (captures > 0 and launches > kernels) or (launches >= 20 and launches >= self.capture_ratio * max(kernels, 1))
-        ops = int(len(v.gpu_activity))
-        little = busy < self.min_busy_us * 1e3 or (ops < self.min_gpu_ops and busy < self.few_ops_busy_us * 1e3)
         if not (little or capture):
             return
         why = []

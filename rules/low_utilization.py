@@ -62,9 +62,11 @@ class LowGpuUtilization(Rule):
         u = ctx.views.utilization
         if u.empty:
             return
-        low = u[(u["busy_pct"] < ctx.options["max_busy_pct"]) & (u["window_ns"] >= ctx.options["min_window_us"] * 1e3)]
-        if low.empty:
+        v = ctx.views
+        hit = (v.array("utilization", "busy_pct") < ctx.options["max_busy_pct"]) & (v.array("utilization", "window_ns") >= ctx.options["min_window_us"] * 1e3)
+        if not hit.any():
             return
+        low = u[hit]
         idle = int(low["idle_ns"].sum())
         window = int(low["window_ns"].sum())
         busy_pct = 100.0 * float(low["busy_ns"].sum()) / max(window, 1)

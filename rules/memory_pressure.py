@@ -95,7 +95,8 @@ class MemoryPressure(Rule):
     def check(self, ctx: Context):
         mem = ctx.views.memory
         frees = mem.steady_allocator_calls(FREE_CALLS)
-        frees = frees[~frees["name"].astype(str).str.contains("Async").to_numpy()]  # stream-ordered frees do not synchronise
+        if len(frees):  # stream-ordered frees do not synchronise
+            frees = frees[~frees["name"].astype(str).str.contains("Async").to_numpy()]
         seen_ranks = set()
         for d in mem.devices:
             near = d.peak_share is not None and not d.relative and d.peak and d.peak_share * 100.0 >= self.min_peak_share_pct

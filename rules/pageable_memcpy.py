@@ -7,7 +7,7 @@ import pandas as pd
 
 from traceinsight.rule_api import Context, Fix, Option, Rule, Severity, fmt_ns
 
-from traceinsight.masks import name_mask
+from traceinsight.masks import kind_mask, name_mask
 from traceinsight.rulelib.gaps import host_starved_gaps
 
 _ASYNC_API = r"Memcpy.*Async|MemcpyAsync|cuMemcpy.*Async"
@@ -97,7 +97,7 @@ class PageableMemcpy(Rule):
 
     def check(self, ctx: Context):
         ev = ctx.views.gpu_activity
-        is_copy = (ev["kind"] == "memcpy").to_numpy()
+        is_copy = kind_mask(ev["kind"], ("memcpy",))  # on the kind codes
         if not is_copy.any():
             return
         copies = ev[is_copy]

@@ -8,6 +8,8 @@ import pandas as pd
 
 from traceinsight.buckets import AVOIDABLE_BUCKETS
 from traceinsight.intervals import merge_intervals
+from traceinsight.masks import name_mask
+from traceinsight.patterns import RECOMPILE_CALL
 from traceinsight.rule_api import Context, Fix, Location, Option, Rule, Severity, fmt_ns
 from traceinsight.rulelib.warmup import steady_recompiles
 
@@ -65,6 +67,8 @@ class RecompileInSteadyState(Rule):
         host = v.host_events
         if host.empty or v.steps.empty:
             return
+        if not name_mask(host["name"], RECOMPILE_CALL).any():
+            return  # no compilation range at all (tested once per distinct name): none can be in the steady state
         late = np.flatnonzero(steady_recompiles(v))
         if not len(late):
             return

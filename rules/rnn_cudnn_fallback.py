@@ -13,7 +13,7 @@ from traceinsight.rule_api import Fix, Location, Option, Rule, Severity, fmt_ns
 from traceinsight.tf_signals import recurrent_loop_signature
 
 from traceinsight.intervals import Coverage
-from traceinsight.masks import name_mask
+from traceinsight.masks import category_hits, name_mask
 from traceinsight.rulelib.names import kind_mask
 
 CUDNN_KERNEL = re.compile(r"RNN_blockPersist|persistRNN|elemWiseRNNcell|LSTM_elementWise|GRU_elementWise|RNN_elementWise|GENERIC_elementWise|cudnn::rnn|miopen.*rnn", re.I)
@@ -71,6 +71,16 @@ def _counts(codes: np.ndarray, rows, wanted: np.ndarray) -> np.ndarray:
         tmp &= mask
         out[c] = np.count_nonzero(tmp)
     return out
+
+
+def _may_fall_back(names: pd.Series) -> bool:
+    """False when no name in the trace's name categories is a cell op, a cell kernel, a recurrent layer or a TF
+    while loop: then ``detect_rnn`` can find no fallback (each test is cached per set of categories, so the rules
+    that ask about the same names share it). True, to be decided by ``detect_rnn``, otherwise."""
+    if not isinstance(names.dtype, pd.CategoricalDtype):
+        return True
+    cats = names.cat.categories
+    return any(category_hits(cats, p).any() for p in (CELL_OP, CELL_KERNEL, LAYER_OP, TF_WHILE))
 
 
 def detect_rnn(events: pd.DataFrame) -> RnnDetection:
@@ -217,6 +227,8 @@ class RnnCudnnFallback(Rule):
             # A host-only TensorFlow trace (recorded on the CPU): every Keras RNN runs the generic loop there, so
             # the question becomes whether the layer *would* get cuDNN on a GPU, read from its loop body's ops.
             yield from self._host_only_keras(ctx)
+            return
+        if not _may_fall_back(ctx.events["name"]):
             return
         det = detect_rnn(ctx.events)
         if det.cudnn or not det.fallback or det.timesteps < self.min_timesteps:

@@ -7,8 +7,9 @@ import pandas as pd
 
 from traceinsight.rule_api import Context, Fix, Location, Option, Rule, Severity, fmt_ns
 
-from traceinsight.masks import name_mask
+from traceinsight.masks import name_mask, texts_at
 from traceinsight.patterns import COLLECTIVE
+from traceinsight.rulelib.groups import descending_order
 from traceinsight.rulelib.names import grid_blocks, pair_codes
 
 
@@ -92,11 +93,13 @@ class SmallGrids(Rule):
         sel = ~np.isnan(blocks)
         if not sel.any():
             return
-        sel &= ~name_mask(k["name"], COLLECTIVE)
+        names = k["name"]
+        sel &= ~name_mask(names, COLLECTIVE)
         if not sel.any():
             return
+        v = ctx.views
         pos = np.flatnonzero(sel)
-        rank, device, blocks = k["rank"].to_numpy()[pos], k["device"].to_numpy()[pos], blocks[pos]
+        rank, device, blocks = v.array("kernels", "rank")[pos], v.array("kernels", "device")[pos], blocks[pos]
         uniform = len(set(sms.values())) == 1
         fallback = next(iter(sms.values())) if uniform else np.nan
         sm = _map_sms(rank, device, sms, fallback)
@@ -105,48 +108,35 @@ class SmallGrids(Rule):
             return
         if not known.all():
             pos, rank, device, blocks, sm = pos[known], rank[known], device[known], blocks[known], sm[known]
-        dur = k["dur_ns"].to_numpy()[pos].astype(float)
+        dur = v.array("kernels", "dur_ns")[pos].astype(float)
         under = blocks < sm * float(ctx.options["min_waves"])
         lost = np.where(under, dur * (1.0 - np.minimum(blocks / sm, 1.0)), 0.0)
         # per (rank, device), grouped on one code per row (sorted pairs): the groupby's own float sums, without
         # factorizing two key columns
         pairs, code = pair_codes(rank, device)
-        sums = pd.DataFrame({"dur": dur, "under": np.where(under, dur, 0.0), "lost": lost}).groupby(code, sort=True).sum()
-        kernel_ns, under_ns = sums["dur"].to_numpy(), sums["under"].to_numpy()
-        # the test on arrays (a Series operation costs a tenth of a millisecond on a few rows); the frame only for a hit
+        kernel_ns, under_ns, lost_ns = group_float_sums(code, (dur, np.where(under, dur, 0.0), lost))
+        # the test on arrays (a Series operation costs a tenth of a millisecond on a few rows); the rest only for a hit
         share_pct = 100.0 * under_ns / np.maximum(kernel_ns, 1)
         is_hit = (share_pct >= ctx.options["min_share_pct"]) & (under_ns >= ctx.options["min_time_us"] * 1e3)
         if not is_hit.any():
             return
         first = np.unique(code, return_index=True)[1]
-        per = pd.DataFrame(
-            {
-                "rank": pairs[:, 0].astype(rank.dtype),
-                "device": pairs[:, 1].astype(device.dtype),
-                "kernel_ns": kernel_ns,
-                "under_ns": under_ns,
-                "lost_ns": sums["lost"].to_numpy(),
-                "sms": sm[first],
-                "share_pct": share_pct,
-            }
-        )
-        hit = per[is_hit]
-        keys = hit["rank"].to_numpy().astype(np.int64) * 1_000_003 + hit["device"].to_numpy().astype(np.int64)
+        h = np.flatnonzero(is_hit)
+        h_rank, h_dev = pairs[h, 0].astype(rank.dtype), pairs[h, 1].astype(device.dtype)
+        h_sms, h_share = sm[first][h], share_pct[h]
+        keys = h_rank.astype(np.int64) * 1_000_003 + h_dev.astype(np.int64)
         kkey = rank.astype(np.int64) * 1_000_003 + device.astype(np.int64)
         m = np.isin(kkey, keys) & under
-        ev = per_kernel(k["name"].iloc[pos[m]].astype(str).to_numpy(), blocks[m], dur[m])
-        ev = ev.sort_values("total_ms", ascending=False).head(20).reset_index(drop=True)
-        ev["total_ms"] = ev["total_ms"] / 1e6
-        # the hit devices' columns read once (a column read from a frame costs as much as the arithmetic here)
-        h_rank, h_dev, h_sms, h_share = (hit[c].to_numpy() for c in ("rank", "device", "sms", "share_pct"))
-        lost_total = float(hit["lost_ns"].sum())
+        ev = top_kernels(texts_at(names, pos[m]), blocks[m], dur[m], 20)
+        lost_total = float(lost_ns[h].sum())
         impact = int(lost_total)
-        under_ns = float(hit["under_ns"].sum())
-        kern_ns = float(hit["kernel_ns"].sum())
+        under_ns = float(under_ns[h].sum())
+        kern_ns = float(kernel_ns[h].sum())
         share = 100.0 * under_ns / max(kern_ns, 1.0)
-        sm_txt = "/".join(str(int(x)) for x in sorted(pd.unique(h_sms)))
+        sm_list = np.unique(h_sms).tolist()  # sorted, distinct
+        sm_txt = "/".join(str(int(x)) for x in sm_list)
         where = (
-            f"rank {int(h_rank[0])} device {int(h_dev[0])}" if len(hit) == 1 else f"{len(hit)} of {len(per)} GPUs"
+            f"rank {int(h_rank[0])} device {int(h_dev[0])}" if len(h) == 1 else f"{len(h)} of {len(pairs)} GPUs"
         )
         yield ctx.finding(
             title=f"{share:.0f}% of kernel time in launches smaller than the GPU ({sm_txt} SMs)",
@@ -158,14 +148,14 @@ class SmallGrids(Rule):
             ),
             impact_ns=impact,
             evidence=ev,
-            location=Location(rank=int(h_rank[0]), device=int(h_dev[0])) if len(hit) == 1 else Location(),
+            location=Location(rank=int(h_rank[0]), device=int(h_dev[0])) if len(h) == 1 else Location(),
             metrics={
                 "share_pct": round(share, 3),
                 "underfilled_ns": int(under_ns),
                 "kernel_ns_with_grid": int(kern_ns),
                 "empty_sm_time_ns": impact,
-                "sm_count": sorted(int(x) for x in pd.unique(h_sms)),
-                "devices": int(len(hit)),
+                "sm_count": [int(x) for x in sm_list],
+                "devices": int(len(h)),
                 "per_device_share_pct": {f"{int(r)}:{int(d)}": round(float(v), 3) for r, d, v in zip(h_rank.tolist(), h_dev.tolist(), h_share.tolist())},
                 "est_sm_efficiency_pct": round(100.0 * (1.0 - lost_total / max(kern_ns, 1.0)), 3),
             },
@@ -177,6 +167,11 @@ def per_kernel(names: np.ndarray, blocks: np.ndarray, dur: np.ndarray) -> pd.Dat
     """name, count, total_ms (still ns here), median_blocks per kernel name, names sorted: what
     ``groupby("name").agg(count=..., total_ms=("dur", "sum"), median_blocks=("blocks", "median"))`` gives, on
     arrays (the sums are of whole ns, exact in either order; a median is the middle value or the mean of the two)."""
+    uniq, count, total, median = _per_kernel_arrays(names, blocks, dur)
+    return pd.DataFrame({"name": pd.Index(uniq), "count": count, "total_ms": total, "median_blocks": median})
+
+
+def _per_kernel_arrays(names: np.ndarray, blocks: np.ndarray, dur: np.ndarray):
     uniq, group = np.unique(names, return_inverse=True)
     count = np.bincount(group, minlength=len(uniq)).astype(np.int64)
     total = np.zeros(len(uniq))
@@ -185,7 +180,35 @@ def per_kernel(names: np.ndarray, blocks: np.ndarray, dur: np.ndarray) -> pd.Dat
     b = blocks[order]
     start = np.concatenate([[0], np.cumsum(count)[:-1]]).astype(np.int64)
     median = (b[start + (count - 1) // 2] + b[start + count // 2]) / 2
-    return pd.DataFrame({"name": pd.Index(uniq), "count": count, "total_ms": total, "median_blocks": median})
+    return uniq, count, total, median
+
+
+def top_kernels(names: np.ndarray, blocks: np.ndarray, dur: np.ndarray, n: int) -> pd.DataFrame:
+    """The evidence: ``per_kernel(...).sort_values("total_ms", ascending=False).head(n).reset_index(drop=True)``
+    with total_ms in ms, one frame built from the arrays. The order is pandas' own for a descending sort of one
+    column (``descending_order``), so ties come out as the frame's sort gave them."""
+    uniq, count, total, median = _per_kernel_arrays(names, blocks, dur)
+    if np.isnan(total).any():  # NaN totals are placed by pandas' own rules
+        ev = per_kernel(names, blocks, dur).sort_values("total_ms", ascending=False).head(n).reset_index(drop=True)
+        ev["total_ms"] = ev["total_ms"] / 1e6
+        return ev
+    order = descending_order(total)[:n]
+    return pd.DataFrame({"name": pd.Index(uniq[order]), "count": count[order], "total_ms": total[order] / 1e6, "median_blocks": median[order]})
+
+
+def group_float_sums(code: np.ndarray, columns: "tuple[np.ndarray, ...]") -> "list[np.ndarray]":
+    """Per group (``code``: each row's group, 0..n-1, every group present) the sum of each float column, bit for
+    bit as ``DataFrame(columns).groupby(code, sort=True).sum()`` gives it, whose summation order a plain numpy sum
+    does not reproduce in the last bits. With the groups in row order and no NaN, pandas sums the frame's one
+    2-D block with ``np.add.reduceat`` at the group starts, done here on the same block without the groupby (half
+    a millisecond however few the rows); otherwise the groupby itself (its compensated sums)."""
+    block = np.stack(columns)
+    if len(code) and not np.isnan(block).any() and (code[1:] >= code[:-1]).all():
+        starts = np.flatnonzero(np.r_[True, code[1:] != code[:-1]])
+        sums = np.add.reduceat(block, starts, axis=1)
+        return [sums[i] for i in range(len(columns))]
+    by = pd.DataFrame({i: c for i, c in enumerate(columns)}).groupby(code, sort=True).sum()
+    return [by[i].to_numpy() for i in range(len(columns))]
 
 
 def _map_sms(rank: np.ndarray, device: np.ndarray, sms: dict, fallback: float) -> np.ndarray:

@@ -13,6 +13,7 @@ from traceinsight.work_classes import kernel_class_of
 
 from traceinsight.masks import name_mask
 from traceinsight.patterns import FP64, GEMM_CONV, NCCL, NON_NVIDIA, NOT_GEMM, NOT_TENSOR_CORE, PRE_VOLTA, TENSOR_CORE, TENSOR_CORE_GPU, VOLTA_PLUS_KERNEL
+from traceinsight.rulelib.groups import descending_order
 from traceinsight.rulelib.names import matches, names_where, pair_codes
 
 
@@ -196,7 +197,8 @@ class NoTensorCores(Rule):
         eligible = {(int(d.rank), int(d.index)): _has_tensor_cores(d.name, d.compute_capability, d.vendor) for d in devs}
         if any(v is False for v in eligible.values()) and not any(v for v in eligible.values()):
             return  # every listed GPU is known to lack tensor cores
-        k_rank, k_dev = k["rank"].to_numpy(), k["device"].to_numpy()
+        views = ctx.views
+        k_rank, k_dev = views.array("kernels", "rank"), views.array("kernels", "device")
         ud = [(int(r), int(d)) for r, d in pair_codes(k_rank, k_dev)[0].tolist()]  # the (rank, device) pairs present
         known = [eligible.get(rd) for rd in ud]
         if all(v is None for v in known) and set(eligible.values()) == {True}:
@@ -211,12 +213,12 @@ class NoTensorCores(Rule):
         eff = ctx.views.efficiency
         counts = eff.counts if eff.counts is not None and len(eff.counts.ops) else None
         op_of = counts.kernel_op[on_ok] if counts is not None else None
-        k = k[["name", "dur_ns"]]  # all that is read below: rows are taken from these two columns only
+        # the names and durations are all that is read below: rows are taken from these two only
+        names, dur = k["name"], views.array("kernels", "dur_ns")
         if not on_ok.all():
-            k = k[on_ok]
-        if k.empty:
-            return
-        names = k["name"]
+            if not on_ok.any():
+                return
+            names, dur = names[on_ok], dur[on_ok]
         def is_gemm(m):
             return m(GEMM_CONV) & ~m(FP64) & ~m(NCCL) & ~m(NOT_GEMM)
 
@@ -228,7 +230,6 @@ class NoTensorCores(Rule):
                                         _unclassed(names))
         if not gemm.any():
             return
-        dur = k["dur_ns"].to_numpy()
         gemm_ns = int(dur[gemm].sum())
         non_tc = gemm & ~tc
         non_tc_ns = int(dur[non_tc].sum())
@@ -247,11 +248,7 @@ class NoTensorCores(Rule):
             speedup = 1.0 + (speedup - 1.0) * min(1.0, rate[1] / float(ctx.options["compute_bound_pct"]))
         impact = int(non_tc_ns * (1.0 - 1.0 / speedup))
 
-        ev = _count_sum_by_name(names, non_tc, dur)
-        ev = ev.sort_values("sum", ascending=False).head(20)
-        ev["total_ms"] = ev["sum"] / 1e6
-        ev["pct_of_gemm_time"] = (100.0 * ev["sum"] / max(gemm_ns, 1)).round(2)
-        evidence = ev[["name", "count", "total_ms", "pct_of_gemm_time"]].reset_index(drop=True)
+        evidence = _evidence(names, non_tc, dur, gemm_ns)
 
         dev_names = sorted({str(d.name) for d in devs if (int(d.rank), int(d.index)) in ok_pairs and d.name})
         # TF32 and bf16 exist from Ampere on; Volta/Turing tensor cores take fp16 (the fix is chosen the same way)
@@ -288,12 +285,25 @@ class NoTensorCores(Rule):
         )
 
 
-def _count_sum_by_name(names: pd.Series, rows: np.ndarray, dur: np.ndarray) -> pd.DataFrame:
-    """``frame[rows].groupby("name", observed=True)["dur_ns"].agg(["count", "sum"]).reset_index()`` on the name
-    codes: one bincount and one exact sum per code, names in category order (a groupby's order), the same name
-    dtype. A column that is not categorical goes through the groupby itself."""
+def _evidence(names: pd.Series, rows: np.ndarray, dur: np.ndarray, gemm_ns: int) -> pd.DataFrame:
+    """The 20 kernel names with the most time among ``rows``: name, count, total_ms, pct_of_gemm_time, ordered as
+    ``_count_sum_by_name(...).sort_values("sum", ascending=False).head(20)`` orders them, in one frame built
+    from the arrays."""
     if not isinstance(names.dtype, pd.CategoricalDtype):
-        return pd.DataFrame({"name": names[rows].to_numpy(), "dur_ns": dur[rows]}).groupby("name")["dur_ns"].agg(["count", "sum"]).reset_index()
+        ev = _count_sum_by_name(names, rows, dur).sort_values("sum", ascending=False).head(20)
+        ev["total_ms"] = ev["sum"] / 1e6
+        ev["pct_of_gemm_time"] = (100.0 * ev["sum"] / max(gemm_ns, 1)).round(2)
+        return ev[["name", "count", "total_ms", "pct_of_gemm_time"]].reset_index(drop=True)
+    used, count, total = _code_count_sum(names, rows, dur)
+    top = descending_order(total)[:20]
+    total = total[top]
+    return pd.DataFrame({"name": pd.Categorical.from_codes(used[top], dtype=names.dtype), "count": count[top], "total_ms": total / 1e6,
+                         "pct_of_gemm_time": np.round(100.0 * total / max(gemm_ns, 1), 2)})
+
+
+def _code_count_sum(names: pd.Series, rows: np.ndarray, dur: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Of a categorical ``names``: the name codes present among ``rows`` (ascending), their row counts and their
+    exact int64 sums of ``dur``."""
     codes = names.cat.codes.to_numpy()[rows].astype(np.int64)
     d = dur[rows].astype(np.int64)
     named = codes >= 0  # a row without a name is in no group
@@ -303,7 +313,17 @@ def _count_sum_by_name(names: pd.Series, rows: np.ndarray, dur: np.ndarray) -> p
     total = np.zeros(n_cat, np.int64)
     np.add.at(total, codes, d)
     used = np.flatnonzero(count)
-    return pd.DataFrame({"name": pd.Categorical.from_codes(used, dtype=names.dtype), "count": count[used].astype(np.int64), "sum": total[used]})
+    return used, count[used].astype(np.int64), total[used]
+
+
+def _count_sum_by_name(names: pd.Series, rows: np.ndarray, dur: np.ndarray) -> pd.DataFrame:
+    """``frame[rows].groupby("name", observed=True)["dur_ns"].agg(["count", "sum"]).reset_index()`` on the name
+    codes: one bincount and one exact sum per code, names in category order (a groupby's order), the same name
+    dtype. A column that is not categorical goes through the groupby itself."""
+    if not isinstance(names.dtype, pd.CategoricalDtype):
+        return pd.DataFrame({"name": names[rows].to_numpy(), "dur_ns": dur[rows]}).groupby("name")["dur_ns"].agg(["count", "sum"]).reset_index()
+    used, count, total = _code_count_sum(names, rows, dur)
+    return pd.DataFrame({"name": pd.Categorical.from_codes(used, dtype=names.dtype), "count": count, "sum": total})
 
 
 def _by_dtype(gemm: np.ndarray, tc: np.ndarray, op_of: np.ndarray, ops: pd.DataFrame, tc_name: np.ndarray, unclassed: np.ndarray):

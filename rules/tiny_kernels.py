@@ -108,15 +108,17 @@ class TinyKernels(Rule):
         if kern.empty:
             return
         # plain arrays of the few kernel columns used: never a row selection of the wide frame
-        k_rank = kern["rank"].to_numpy()
-        k_dev = kern["device"].to_numpy()
-        k_start = kern["start_ns"].to_numpy()
-        k_dur = kern["dur_ns"].to_numpy()
+        k_rank = v.array("kernels", "rank")
+        k_dev = v.array("kernels", "device")
+        k_start = v.array("kernels", "start_ns")
+        k_dur = v.array("kernels", "dur_ns")
         launch_dur, launch_idx, launch_row = _kernel_launches(v.launches, kern.index.to_numpy())
         launch_dur = _charged_once(launch_dur, launch_idx, k_start)
         tiny = k_dur < self.max_kernel_us * 1e3
         shorter = k_dur < np.nan_to_num(launch_dur, nan=-1.0)
         bound = tiny | shorter
+        if not bound.any() and self.min_share_pct > 0:
+            return  # no launch-bound kernel: every device's share is 0 %, below the threshold
         # one code per (rank, device), in sorted order (the order findings are made in)
         dev_keys, k_code = pair_codes(k_rank, k_dev)
 

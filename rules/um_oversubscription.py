@@ -69,6 +69,8 @@ class UnifiedMemoryFaults(Rule):
 
     def check(self, ctx: Context):
         mem = ctx.views.memory
+        if mem.table.empty:
+            return  # no memory rows, so no page fault (the fault rows are not even selected)
         faults = mem.faults
         if faults.empty:
             return

@@ -80,13 +80,16 @@ class UnfusedMemoryBound(Rule):
         k = ctx.views.kernels
         if k.empty or eff.kernel_cls is None or eff.gpu_time_ns <= 0:
             return
-        util = ctx.views.utilization
-        if float(util["busy_ns"].sum()) < ctx.options["min_busy_pct"] / 100.0 * float(util["window_ns"].sum()):
+        v = ctx.views
+        if float(v.array("utilization", "busy_ns").sum()) < ctx.options["min_busy_pct"] / 100.0 * float(v.array("utilization", "window_ns").sum()):
             return
         cls = eff.kernel_cls
+        mem = np.isin(cls, ["elementwise", "norm"])
+        if not mem.any() and (ctx.options["min_share_pct"] > 0 or ctx.options["min_kernels"] > 0):
+            return  # no memory-bound kernel class at all: nothing to share or count
         names = k["name"].astype(str).to_numpy()
         compiled = name_mask(k["name"], COMPILED)  # once per distinct name, not per kernel (10^6 regex searches)
-        mem = np.isin(cls, ["elementwise", "norm"]) & ~compiled
+        mem &= ~compiled
         n = int(mem.sum())
         dur = k["dur_ns"].to_numpy()
         mem_ns = int(dur[mem].sum())

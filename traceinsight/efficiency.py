@@ -8,6 +8,7 @@ trace cannot say (no shapes, unknown GPU) the view says what to record or pass i
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -42,12 +43,15 @@ class Efficiency:
     ``dtype``, ``achieved_tflops``, ``achieved_gbs``, ``peak_tflops``, ``peak_label``, ``pct_of_peak``,
     ``pct_of_bandwidth``, ``intensity`` (FLOP/byte), ``ridge`` (FLOP/byte), ``bound``.
     ``steps``: ``rank``, ``step``, ``dur_ns``, ``flops``, ``tflops``, ``mfu_pct``.
+
+    ``classes`` is built from ``class_rows`` (one dict per row) when first read: the job path's ranks never read
+    it, and a frame of seventeen mixed columns costs more to build than the rest of this view on a small rank.
     """
 
     peak: PeakChoice
     flops_source: str  # "shapes", "user", "none"
     shapes_recorded: bool
-    classes: pd.DataFrame
+    class_rows: list[dict[str, Any]]
     steps: pd.DataFrame
     counts: OpCounts | None
     gpu_time_ns: int
@@ -58,6 +62,10 @@ class Efficiency:
     kernel_cls: np.ndarray | None = None  # per row of ``views.kernels``: its class (from its op, else its name)
     hardware: pd.DataFrame | None = None  # sampled GPU metrics: scope, metric, mean_pct, samples (see ``_hardware``)
     top_ops: pd.DataFrame | None = None  # matrix ops by kernel time, grouped by (op, shapes, dtype): see ``_top_ops``
+
+    @cached_property
+    def classes(self) -> pd.DataFrame:
+        return pd.DataFrame(self.class_rows, columns=CLASS_COLUMNS)
 
     @property
     def available(self) -> bool:
@@ -109,8 +117,12 @@ def build(views: Any, settings: EfficiencySettings | None = None) -> Efficiency:
     meta = tl.meta
     act = views.gpu_activity
     kernels = views.kernels
-    pairs = np.unique(np.stack([act["rank"].to_numpy().astype(np.int64), act["device"].to_numpy().astype(np.int64)], axis=1), axis=0) if len(act) else np.zeros((0, 2), np.int64)
-    used = {(int(r), int(d)) for r, d in pairs}
+    a_rank, a_dev = views.array("gpu_activity", "rank"), views.array("gpu_activity", "device")
+    if len(act) and a_rank.min() == a_rank.max() and a_dev.min() == a_dev.max():  # one device: no pairs to sort
+        used = {(int(a_rank[0]), int(a_dev[0]))}
+    else:
+        pairs = np.unique(np.stack([a_rank.astype(np.int64), a_dev.astype(np.int64)], axis=1), axis=0) if len(act) else np.zeros((0, 2), np.int64)
+        used = {(int(r), int(d)) for r, d in pairs}
     devs = [d for d in meta.devices if (int(d.rank), int(d.index)) in used] or list(meta.devices)
     peak = choose(devs, settings.peak_tflops, settings.peak_bandwidth_gbs)
     notes: list[str] = []
@@ -138,11 +150,11 @@ def build(views: Any, settings: EfficiencySettings | None = None) -> Efficiency:
         cls = np.zeros(0, dtype=object)
     # copies (every activity row that is not a kernel) and kernel time per class, on arrays: a frame take and a
     # groupby on a rank of a few dozen rows cost more than all the rest of this view
-    is_copy = act["kind"].to_numpy() != "kernel"
-    act_dur = act["dur_ns"].to_numpy()
+    is_copy = views.array("gpu_activity", "kind") != "kernel"
+    act_dur = views.array("gpu_activity", "dur_ns")
     copy_dur = act_dur[is_copy]
-    copy_bytes = act["bytes"].to_numpy()[is_copy]
-    time_by = _int_sums(cls, kernels["dur_ns"].to_numpy()) if len(kernels) else {}
+    copy_bytes = views.array("gpu_activity", "bytes")[is_copy]
+    time_by = _int_sums(cls, views.array("kernels", "dur_ns")) if len(kernels) else {}
     copy_ns = int(copy_dur.sum())
     gpu_ns = int(act_dur.sum())
 
@@ -186,9 +198,6 @@ def build(views: Any, settings: EfficiencySettings | None = None) -> Efficiency:
             "pct_of_bandwidth": 100.0 * ach_b / peak.bandwidth_gbs if ach_b and peak.bandwidth_gbs else None,
             "intensity": intensity, "ridge": ridge, "bound": bound,
         })
-    classes = pd.DataFrame(rows, columns=["cls", "label", "time_ns", "share_pct", "modelled_ns", "flops", "bytes", "dtype",
-                                          "achieved_tflops", "achieved_gbs", "peak_tflops", "peak_label", "pct_of_peak",
-                                          "pct_of_bandwidth", "intensity", "ridge", "bound"])
 
     matrix = on_gpu[on_gpu["cls"].isin(MATRIX_CLASSES)] if len(on_gpu) else on_gpu
     mfu_dtype = _dominant_dtype(matrix)
@@ -214,9 +223,9 @@ def build(views: Any, settings: EfficiencySettings | None = None) -> Efficiency:
             notes.append("this TensorFlow trace records no FLOPs per op; pass --model-flops-per-step for MFU")
         elif shapes:
             notes.append("shapes are recorded, but no matmul/convolution/attention op with a FLOPs model ran on the GPU")
-    if source == "shapes" and len(classes):
-        mx = classes[classes["cls"].isin(MATRIX_CLASSES)]
-        total, covered = float(mx["time_ns"].sum()), float(mx["modelled_ns"].sum())
+    if source == "shapes" and rows:
+        mx = [r for r in rows if r["cls"] in MATRIX_CLASSES]
+        total, covered = float(sum(r["time_ns"] for r in mx)), float(sum(r["modelled_ns"] for r in mx))
         if total > 0 and covered < 0.9 * total:
             notes.append(f"{100 * (1 - covered / total):.0f}% of GEMM/convolution/attention GPU time is in kernels not tied to an op "
                          "with recorded shapes (no External id or launch record, or an op without a FLOPs model): MFU is a lower bound")
@@ -243,7 +252,7 @@ def build(views: Any, settings: EfficiencySettings | None = None) -> Efficiency:
             tf = f / sec / 1e12 if sec > 0 else None
             step_rows.append({"rank": int(r.rank), "step": int(r.step), "dur_ns": int(r.dur_ns), "flops": f, "tflops": tf,
                               "mfu_pct": 100.0 * tf / peak_mfu if tf is not None and peak_mfu else None})
-    step_frame = pd.DataFrame(step_rows, columns=["rank", "step", "dur_ns", "flops", "tflops", "mfu_pct"])
+    step_frame = pd.DataFrame(step_rows, columns=STEP_COLUMNS) if step_rows else _NO_STEPS.copy()
     if source == "shapes":
         model_flops = float(matrix["flops"].sum())
         if len(step_frame) and step_frame["flops"].sum() > 0:
@@ -267,11 +276,18 @@ def build(views: Any, settings: EfficiencySettings | None = None) -> Efficiency:
     if hardware is not None and meta.source_format == "nsys" and source == "none":
         notes.append("GPU-metrics samples are present: SM and tensor-core activity below are the hardware's own measure")
     top = _top_ops(tl.events, matrix, peak, mfu_dtype) if source == "shapes" else None
-    return Efficiency(peak, source, shapes, classes, step_frame, counts, gpu_ns, model_flops, mfu,
+    return Efficiency(peak, source, shapes, rows, step_frame, counts, gpu_ns, model_flops, mfu,
                       mfu_dtype if source != "none" else None, notes, kernel_cls=cls, hardware=hardware, top_ops=top)
 
 
 TOP_OPS = 15
+
+#: The columns of ``Efficiency.classes`` and ``Efficiency.steps``.
+CLASS_COLUMNS = ["cls", "label", "time_ns", "share_pct", "modelled_ns", "flops", "bytes", "dtype", "achieved_tflops", "achieved_gbs",
+                 "peak_tflops", "peak_label", "pct_of_peak", "pct_of_bandwidth", "intensity", "ridge", "bound"]
+STEP_COLUMNS = ["rank", "step", "dur_ns", "flops", "tflops", "mfu_pct"]
+#: ``steps`` without a row, copied for each view (a copy costs a twentieth of building it).
+_NO_STEPS = pd.DataFrame([], columns=STEP_COLUMNS)
 
 
 def _top_ops(events: pd.DataFrame, matrix: pd.DataFrame, peak: PeakChoice, mfu_dtype: str | None) -> pd.DataFrame | None:

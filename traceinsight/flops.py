@@ -323,10 +323,14 @@ def _outputs_from_backward(models: list, names: list[str], dims: list) -> None:
                             float(_numel(x) + _numel(w) + _numel(list(go))) * m.item, m.dtype, "", m.item)
 
 
+#: ``OpCounts.ops`` without a row, copied for each trace without counted ops (a copy costs a twentieth of
+#: building it).
+_NO_OPS = pd.DataFrame(columns=["row", "name", "cls", "flops", "bytes", "dtype", "assumed", "rank", "step", "kernel_ns", "kernels"])
+
+
 def count_ops(events: pd.DataFrame, kernels: pd.DataFrame) -> OpCounts:
     """Counted ops of ``events`` and, for each row of ``kernels``, the op that launched it."""
-    empty = OpCounts(pd.DataFrame(columns=["row", "name", "cls", "flops", "bytes", "dtype", "assumed", "rank", "step",
-                                           "kernel_ns", "kernels"]), np.full(len(kernels), -1, np.int64), False)
+    empty = OpCounts(_NO_OPS.copy(), np.full(len(kernels), -1, np.int64), False)
     if "input_shapes" not in events or events.empty:
         return empty
     kind = events["kind"].to_numpy()

@@ -20,13 +20,27 @@ import pandas as pd
 _CATEGORY_HITS: dict[tuple[int, str, int], tuple["weakref.ref[pd.Index]", np.ndarray]] = {}
 
 
+#: Up to this many categories, ``category_hits`` also keeps its answers by the names themselves: a job's small
+#: ranks each bring their own categories object, holding the same dozen names.
+_FEW_NAMES = 64
+_HITS_BY_NAMES: dict[tuple[str, int, tuple], np.ndarray] = {}
+
+
 def category_hits(cats: pd.Index, rx: "re.Pattern[str]") -> np.ndarray:
     """Per category, whether ``rx`` finds a match in it: one regex search per distinct name, never per row."""
     key = (id(cats), rx.pattern, rx.flags)
     got = _CATEGORY_HITS.get(key)
     if got is not None and got[0]() is cats:
         return got[1]
-    hit = np.fromiter((rx.search(str(c)) is not None for c in cats), dtype=bool, count=len(cats))
+    if len(cats) <= _FEW_NAMES:  # a small rank: its names are likely another rank's names, already tested
+        by_value = (rx.pattern, rx.flags, tuple(cats.tolist()))
+        hit = _HITS_BY_NAMES.get(by_value)
+        if hit is None:
+            if len(_HITS_BY_NAMES) > 4096:
+                _HITS_BY_NAMES.clear()
+            hit = _HITS_BY_NAMES[by_value] = np.fromiter((rx.search(str(c)) is not None for c in cats), dtype=bool, count=len(cats))
+    else:
+        hit = np.fromiter((rx.search(str(c)) is not None for c in cats), dtype=bool, count=len(cats))
     if len(_CATEGORY_HITS) > 512:
         _CATEGORY_HITS.clear()
     try:
@@ -79,8 +93,47 @@ def kind_mask(kinds: pd.Series, wanted: "tuple[str, ...] | list[str]") -> np.nda
     pandas' copy-on-write hands out read-only views of a plain column's result."""
     if isinstance(kinds.dtype, pd.CategoricalDtype):
         cat = kinds.array
-        return codes_in(cat.codes, np.isin(np.asarray(cat.categories, dtype=object), list(wanted)))
+        return codes_in(cat.codes, _kind_hits(cat.categories, tuple(wanted)))
     return kinds.isin(wanted).to_numpy(dtype=bool, copy=True)
+
+
+#: Per categories Index and wanted values, which categories are wanted: the views, ledger and rules ask about the
+#: same few kinds of frames that share one set of kind categories some thirty times per analysis.
+_KIND_HITS: dict[tuple[int, tuple], tuple["weakref.ref[pd.Index]", np.ndarray]] = {}
+
+
+def _kind_hits(cats: pd.Index, wanted: tuple) -> np.ndarray:
+    """Per category, whether it is one of ``wanted`` (``np.isin`` on the categories), kept per categories object."""
+    key = (id(cats), wanted)
+    got = _KIND_HITS.get(key)
+    if got is not None and got[0]() is cats:
+        return got[1]
+    hit = np.isin(np.asarray(cats, dtype=object), list(wanted))
+    if len(_KIND_HITS) > 512:
+        _KIND_HITS.clear()
+    try:
+        _KIND_HITS[key] = (weakref.ref(cats), hit)
+    except TypeError:  # not weakly referable: answer without keeping it
+        pass
+    return hit
+
+
+def texts_at(values: pd.Series, positions: np.ndarray) -> np.ndarray:
+    """``values.iloc[positions].astype(str).to_numpy()`` (an object array of Python strings). For a categorical
+    with no missing value at ``positions``, only the categories those rows use are turned to text, once each, and
+    looked up by code: no Series take or cast, and no pass over the categories of a big trace's names."""
+    if isinstance(values.dtype, pd.CategoricalDtype):
+        cat = values.array
+        codes = cat.codes[positions]
+        if not len(codes):
+            return np.zeros(0, dtype=object)
+        if codes.min() >= 0:
+            cats = cat.categories
+            used = np.flatnonzero(np.bincount(codes, minlength=len(cats)))
+            table = np.empty(len(cats), dtype=object)
+            table[used] = [str(cats[c]) for c in used.tolist()]
+            return table[codes]
+    return values.iloc[positions].astype(str).to_numpy()
 
 
 #: Row count below which ``take_rows`` leaves the take to pandas (measured: 230 vs 410 µs at 200 rows of the events,
@@ -93,11 +146,30 @@ def take_rows(frame: pd.DataFrame, positions: np.ndarray) -> pd.DataFrame:
     into a frame built without a second copy. Same columns, dtypes, index labels and values as pandas' take,
     which on the events (a million rows, two dozen columns) costs about half as much again. Below
     ``SMALL_TAKE`` rows pandas' own take is cheaper (building a frame column by column has the larger fixed cost)."""
+    step = _even_step(positions)
+    if step and (step == 1 or len(positions) < SMALL_TAKE):
+        # rows at an even stride (a run, or every other row where launches and kernels alternate): the same rows,
+        # values, dtypes and labels as the take (pandas' take gives a RangeIndex back for such positions too), as
+        # a slice, which shares the columns instead of copying them
+        return frame.iloc[int(positions[0]) : int(positions[-1]) + 1 : step]
     if len(positions) < SMALL_TAKE or not frame.columns.is_unique or any(dt == object for dt in frame.dtypes):
         return frame.iloc[positions]  # a frame built from object arrays would infer their dtype again
     cols = {name: (col.to_numpy().take(positions) if isinstance(col.dtype, np.dtype) else col.array.take(positions)) for name, col in frame.items()}
     out = pd.DataFrame(cols, index=frame.index.take(positions), columns=frame.columns, copy=False)
     return out.__finalize__(frame)
+
+
+def _even_step(positions: np.ndarray) -> int:
+    """The stride of ``positions`` when they ascend at one even step (a single position: 1), else 0."""
+    n = len(positions)
+    if n == 0:
+        return 0
+    if n == 1:
+        return 1
+    step = int(positions[1]) - int(positions[0])
+    if step <= 0 or int(positions[-1]) - int(positions[0]) != step * (n - 1):
+        return 0
+    return step if n == 2 or bool((np.diff(positions) == step).all()) else 0
 
 
 def join_keys(columns: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:

@@ -141,6 +141,12 @@ class Memory:
     @cached_property
     def allocator_calls(self) -> pd.DataFrame:
         """Runtime calls that grow or shrink the device pool (cudaMalloc / cudaFree and kin), with their step."""
+        host = self.views.host_events
+        names = host["name"]
+        if isinstance(names.dtype, pd.CategoricalDtype) and not any(ALLOCATOR_CALLS.match(str(c)) for c in names.cat.categories):
+            # no allocator name at all (the runtime calls share the host rows' categories): no rows, the same
+            # columns, without taking the runtime rows out of the host rows
+            return host.iloc[:0]
         rt = self.views.runtime_calls
         if rt.empty:
             return rt

@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from .intervals import Overlaps, merge_intervals
-from .masks import join_keys, kind_mask, name_mask, take_rows
+from .masks import join_keys, kind_mask, name_mask, take_rows, texts_at
 from .patterns import COLLECTIVE, SYNC_CALL
 from .timeline import GPU_ACTIVITY_KINDS, Timeline
 
@@ -25,6 +25,19 @@ class Views:
         self.timeline = timeline
         self.events = timeline.events
 
+    # --- columns as arrays ---------------------------------------------------------------------------------
+    def array(self, frame: str, column: str) -> np.ndarray:
+        """``getattr(self, frame)[column].to_numpy()`` for a view named ``frame`` (``kernels``, ``utilization``,
+        ``host_events``, ...), read once per analysis and shared by everyone who asks: reading a column builds a
+        Series each time (tens of µs, which on a rank of a few dozen events costs more than the arithmetic done
+        on it). The array is shared: read it, never write to it."""
+        cache = self.__dict__.setdefault("_arrays", {})
+        key = (frame, column)
+        got = cache.get(key)
+        if got is None:
+            got = cache[key] = getattr(self, frame)[column].to_numpy()
+        return got
+
     # --- time frame -------------------------------------------------------------------------------------
     @cached_property
     def span_ns(self) -> int:
@@ -33,7 +46,7 @@ class Views:
     # --- GPU activity -------------------------------------------------------------------------------------
     @cached_property
     def _on_device(self) -> np.ndarray:
-        return self.events["device"].to_numpy() >= 0
+        return self.array("events", "device") >= 0
 
     @cached_property
     def gpu_activity(self) -> pd.DataFrame:
@@ -50,7 +63,7 @@ class Views:
     def is_collective(self) -> pd.Series:
         """Per row of ``gpu_activity``: a collective-communication kernel (NCCL, RCCL, ...), aligned on its index."""
         act = self.gpu_activity
-        return pd.Series(name_mask(act["name"], COLLECTIVE) & (act["kind"] == "kernel").to_numpy(), index=act.index)
+        return pd.Series(name_mask(act["name"], COLLECTIVE) & kind_mask(act["kind"], ("kernel",)), index=act.index)
 
     @cached_property
     def runtime_calls(self) -> pd.DataFrame:
@@ -71,10 +84,10 @@ class Views:
         if act.empty:
             return pd.DataFrame({c: pd.Series(dtype="int64") for c in ("rank", "device", "start_ns", "end_ns")})
         # only the four columns, grouped by one stable sort (a groupby would take every column of every row)
-        r = act["rank"].to_numpy().astype(np.int64)
-        d = act["device"].to_numpy().astype(np.int64)
-        s = act["start_ns"].to_numpy()
-        e = s + np.maximum(act["dur_ns"].to_numpy(), 0)
+        r = self.array("gpu_activity", "rank").astype(np.int64)
+        d = self.array("gpu_activity", "device").astype(np.int64)
+        s = self.array("gpu_activity", "start_ns")
+        e = s + np.maximum(self.array("gpu_activity", "dur_ns"), 0)
         if r.min() != r.max() or d.min() != d.max():
             order = np.lexsort((d, r))
             r, d, s, e = r[order], d[order], s[order], e[order]
@@ -96,19 +109,21 @@ class Views:
         b = self.busy
         if b.empty:
             return pd.DataFrame({c: pd.Series(dtype="int64") for c in ("rank", "device", "start_ns", "end_ns", "dur_ns")})
-        same = (b["rank"].to_numpy()[1:] == b["rank"].to_numpy()[:-1]) & (b["device"].to_numpy()[1:] == b["device"].to_numpy()[:-1])
-        g_start = b["end_ns"].to_numpy()[:-1][same]
-        g_end = b["start_ns"].to_numpy()[1:][same]
-        out = pd.DataFrame(
+        r, d = self.array("busy", "rank"), self.array("busy", "device")
+        same = (r[1:] == r[:-1]) & (d[1:] == d[:-1])
+        g_start = self.array("busy", "end_ns")[:-1][same]
+        g_end = self.array("busy", "start_ns")[1:][same]
+        dur = g_end - g_start
+        keep = dur > 0  # rows chosen on the arrays, one frame built
+        return pd.DataFrame(
             {
-                "rank": b["rank"].to_numpy()[1:][same],
-                "device": b["device"].to_numpy()[1:][same],
-                "start_ns": g_start,
-                "end_ns": g_end,
-                "dur_ns": g_end - g_start,
+                "rank": r[1:][same][keep],
+                "device": d[1:][same][keep],
+                "start_ns": g_start[keep],
+                "end_ns": g_end[keep],
+                "dur_ns": dur[keep],
             }
         )
-        return out[out["dur_ns"] > 0].reset_index(drop=True)
 
     @cached_property
     def utilization(self) -> pd.DataFrame:
@@ -120,8 +135,8 @@ class Views:
             )
         # ``busy`` is sorted by (rank, device, start) with disjoint intervals: each device's rows are one run, its
         # first start the window's start and its largest end the window's end (reductions per run, no groupby)
-        r, d = b["rank"].to_numpy(), b["device"].to_numpy()
-        s, e = b["start_ns"].to_numpy(), b["end_ns"].to_numpy()
+        r, d = self.array("busy", "rank"), self.array("busy", "device")
+        s, e = self.array("busy", "start_ns"), self.array("busy", "end_ns")
         head = np.flatnonzero(np.r_[True, (r[1:] != r[:-1]) | (d[1:] != d[:-1])])
         w0 = np.minimum.reduceat(s, head)
         w1 = np.maximum.reduceat(e, head)
@@ -149,15 +164,16 @@ class Views:
         row's kind/name/start/dur/device/stream, and ``launch_delay_ns`` = GPU start - end of the call (>= 0).
         """
         ev = self.events
-        corr = ev["correlation"].to_numpy()
-        dev = ev["device"].to_numpy()
+        col = lambda c: self.array("events", c)  # noqa: E731 - each column read once per analysis
+        corr = col("correlation")
+        dev = col("device")
         kind = ev["kind"]  # compared on its category codes, never as 10^6 Python strings
         linked = corr >= 0
         host_i = np.flatnonzero(kind_mask(kind, ("runtime",)) & linked)
         gpu_i = np.flatnonzero(kind_mask(kind, GPU_ACTIVITY_KINDS) & self._on_device & linked)
         del linked
         # one int64 key per (rank, pid, correlation), joined by sorting: a hash merge of 10^6 rows costs more
-        hk, gk = join_keys([(a[host_i], a[gpu_i]) for a in (ev["rank"].to_numpy(), ev["pid"].to_numpy(), corr)])
+        hk, gk = join_keys([(a[host_i], a[gpu_i]) for a in (col("rank"), col("pid"), corr)])
         order = np.argsort(hk, kind="stable")
         hk_sorted = hk[order]
         first = np.ones(len(hk_sorted), dtype=bool)  # the first runtime row of a key wins (as drop_duplicates did)
@@ -174,24 +190,24 @@ class Views:
         li, gi = h_rows[pos[hit]], gpu_i[hit]
         order = np.lexsort((gi, li))  # launch order, as the merge gave
         li, gi = li[order], gi[order]
-        launch_start, launch_dur = ev["start_ns"].to_numpy()[li], ev["dur_ns"].to_numpy()[li]
-        gpu_start = ev["start_ns"].to_numpy()[gi]
+        launch_start, launch_dur = col("start_ns")[li], col("dur_ns")[li]
+        gpu_start = col("start_ns")[gi]
         columns = {
             "launch_idx": ev.index.take(li).to_numpy(),  # row labels, without spelling out a RangeIndex
-            "rank": ev["rank"].to_numpy()[li],
-            "pid": ev["pid"].to_numpy()[li],
+            "rank": col("rank")[li],
+            "pid": col("pid")[li],
             "correlation": corr[li],
             "launch_name": ev["name"].array.take(li),
             "launch_start_ns": launch_start,
             "launch_dur_ns": launch_dur,
-            "tid": ev["tid"].to_numpy()[li],
+            "tid": col("tid")[li],
             "gpu_idx": ev.index.take(gi).to_numpy(),
             "kind": kind.array.take(gi),
             "gpu_name": ev["name"].array.take(gi),
             "gpu_start_ns": gpu_start,
-            "gpu_dur_ns": ev["dur_ns"].to_numpy()[gi],
+            "gpu_dur_ns": col("dur_ns")[gi],
             "device": dev[gi],
-            "stream": ev["stream"].to_numpy()[gi],
+            "stream": col("stream")[gi],
             "launch_delay_ns": np.maximum(gpu_start - (launch_start + launch_dur), 0),
         }
         return pd.DataFrame(columns, index=pd.RangeIndex(len(li)), copy=False)
@@ -204,17 +220,18 @@ class Views:
         The number is the marker's own ``step`` value, which ``timeline.assign_steps`` derived from its name.
         """
         ev = self.events
+        col = lambda c: self.array("events", c)  # noqa: E731 - each column read once per analysis
         pos = np.flatnonzero(kind_mask(ev["kind"], ("step",)))  # the few step rows: no pass over every column
-        rank, start = ev["rank"].to_numpy()[pos], ev["start_ns"].to_numpy()[pos]
+        rank, start = col("rank")[pos], col("start_ns")[pos]
         pos = pos[np.lexsort((start, rank))]  # by rank, then start (stable), as sort_values on the two columns
-        start, dur = ev["start_ns"].to_numpy()[pos], ev["dur_ns"].to_numpy()[pos]
+        start, dur = col("start_ns")[pos], col("dur_ns")[pos]
         return pd.DataFrame(
             {
-                "rank": ev["rank"].to_numpy()[pos],
-                "name": ev["name"].take(pos).astype(str).to_numpy(),
+                "rank": col("rank")[pos],
+                "name": texts_at(ev["name"], pos),
                 "start_ns": start,
                 "dur_ns": dur,
-                "step": ev["step"].to_numpy()[pos],
+                "step": col("step")[pos],
                 "end_ns": start + dur,
             }
         )
@@ -224,7 +241,7 @@ class Views:
         s = self.steps
         if s.empty:
             return 0
-        return int(np.unique(s["rank"].to_numpy(), return_counts=True)[1].max())
+        return int(np.unique(self.array("steps", "rank"), return_counts=True)[1].max())
 
     @cached_property
     def mean_step_ns(self) -> float | None:

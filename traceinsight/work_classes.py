@@ -9,6 +9,7 @@ where a trace records shapes, the op a kernel was launched by decides its class 
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 
 from .buckets import BY_ID
 from .patterns import COLLECTIVE
@@ -98,8 +99,10 @@ DTYPES: dict[str, tuple[str, int]] = {
 TF32_KERNEL = re.compile(r"tf32|xmma|s1688|s16816|tensorop_s|wgmma|nvjet|sm8\d_xmma|sm9\d_xmma", re.I)
 
 
+@lru_cache(maxsize=4096)
 def kernel_class_of(name: str) -> str:
-    """The class a kernel name suggests ("other" when none)."""
+    """The class a kernel name suggests ("other" when none). Kept per name: every rank of a job asks about the
+    same few names, each answer a dozen regex searches."""
     for cls, rx in KERNEL_PATTERNS:
         if rx.search(name):
             return cls

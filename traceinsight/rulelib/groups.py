@@ -38,3 +38,12 @@ def first_seen_groups(keys: "list[pd.Series]") -> tuple[np.ndarray, list[pd.Inde
     first = np.unique(group, return_index=True)[1] if n else np.zeros(0, np.intp)
     # typed as the groupby types its result index: strings held as objects become the string dtype
     return group.astype(np.intp), [pd.Index(uniques.take(codes[first]).to_numpy()) for codes, uniques in factors]
+
+
+def descending_order(values: np.ndarray) -> np.ndarray:
+    """The row order ``frame.sort_values(column, ascending=False)`` gives for a column holding ``values`` (no
+    missing value): pandas' own recipe for a descending sort of one column (the values reversed, a quicksort
+    argsort, the result reversed back), so tied rows come out in the same order as from the frame's sort, which
+    costs a tenth of a millisecond however few the rows."""
+    idx = np.arange(len(values))[::-1]
+    return idx[np.asarray(values)[::-1].argsort(kind="quicksort")][::-1]

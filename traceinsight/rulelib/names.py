@@ -11,7 +11,7 @@ import re
 import numpy as np
 import pandas as pd
 
-from ..masks import codes_in, kind_mask as views_kind_mask, name_mask
+from ..masks import category_hits, codes_in, kind_mask as views_kind_mask, name_mask
 
 
 def short_name(name: str, width: int = 80) -> str:
@@ -113,9 +113,13 @@ def names_where(names: pd.Series, test) -> np.ndarray:
 
 def hits_per_category(names: pd.Series, test) -> np.ndarray:
     """``names_where``'s test once per category of a categorical name column (a bool per category)."""
-    # a column of the categories themselves, sharing the dtype (so name_mask's per-category cache applies)
-    per_cat = pd.Series(pd.Categorical.from_codes(np.arange(len(names.cat.categories)), dtype=names.dtype))
-    return np.asarray(test(lambda p, case=False: name_mask(per_cat, p, case=case)), dtype=bool)
+    cats = names.cat.categories
+
+    def match(pattern: "str | re.Pattern[str]", case: bool = False) -> np.ndarray:  # name_mask's rules, per category
+        rx = pattern if isinstance(pattern, re.Pattern) else re.compile(pattern, 0 if case else re.IGNORECASE)
+        return category_hits(cats, rx).copy()  # the cache's own array stays untouched whatever the test does
+
+    return np.asarray(test(match), dtype=bool)
 
 
 def count_matching(names: pd.Series, rows: np.ndarray, pattern: "str | re.Pattern[str]", case: bool = False) -> int:
