@@ -9,7 +9,7 @@ from traceinsight.rule_api import Context, Fix, Location, Option, Rule, Severity
 
 from traceinsight.masks import name_mask, texts_at
 from traceinsight.patterns import COLLECTIVE
-from traceinsight.rulelib.groups import descending_order
+from traceinsight.rulelib.groups import descending_order, group_float_sums
 from traceinsight.rulelib.names import grid_blocks, pair_codes
 
 
@@ -194,21 +194,6 @@ def top_kernels(names: np.ndarray, blocks: np.ndarray, dur: np.ndarray, n: int) 
         return ev
     order = descending_order(total)[:n]
     return pd.DataFrame({"name": pd.Index(uniq[order]), "count": count[order], "total_ms": total[order] / 1e6, "median_blocks": median[order]})
-
-
-def group_float_sums(code: np.ndarray, columns: "tuple[np.ndarray, ...]") -> "list[np.ndarray]":
-    """Per group (``code``: each row's group, 0..n-1, every group present) the sum of each float column, bit for
-    bit as ``DataFrame(columns).groupby(code, sort=True).sum()`` gives it, whose summation order a plain numpy sum
-    does not reproduce in the last bits. With the groups in row order and no NaN, pandas sums the frame's one
-    2-D block with ``np.add.reduceat`` at the group starts, done here on the same block without the groupby (half
-    a millisecond however few the rows); otherwise the groupby itself (its compensated sums)."""
-    block = np.stack(columns)
-    if len(code) and not np.isnan(block).any() and (code[1:] >= code[:-1]).all():
-        starts = np.flatnonzero(np.r_[True, code[1:] != code[:-1]])
-        sums = np.add.reduceat(block, starts, axis=1)
-        return [sums[i] for i in range(len(columns))]
-    by = pd.DataFrame({i: c for i, c in enumerate(columns)}).groupby(code, sort=True).sum()
-    return [by[i].to_numpy() for i in range(len(columns))]
 
 
 def _map_sms(rank: np.ndarray, device: np.ndarray, sms: dict, fallback: float) -> np.ndarray:

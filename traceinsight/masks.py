@@ -13,11 +13,27 @@ import numpy as np
 import pandas as pd
 
 
+#: Answers kept per categories object: which categories a pattern matches, which are one of some wanted kinds. The
+#: ledger, the views and the rules ask the same few questions of subsets that share one set of categories, some
+#: thirty times per analysis. Keyed by the object's id and held by a weak reference, so a reused id of a freed
+#: object never answers for it.
+_PER_CATEGORIES: dict[tuple, tuple["weakref.ref[pd.Index]", np.ndarray]] = {}
 
 
-#: Per categories Index and pattern, which categories match: name masks are asked for again and again (the
-#: ledger, the views and the rules test the same few patterns on subsets that share one set of categories).
-_CATEGORY_HITS: dict[tuple[int, str, int], tuple["weakref.ref[pd.Index]", np.ndarray]] = {}
+def _per_categories(cats: pd.Index, question: tuple, answer) -> np.ndarray:
+    """``answer()`` for ``cats`` and ``question``, computed once per categories object (see ``_PER_CATEGORIES``)."""
+    key = (id(cats), *question)
+    got = _PER_CATEGORIES.get(key)
+    if got is not None and got[0]() is cats:
+        return got[1]
+    hit = answer()
+    if len(_PER_CATEGORIES) > 1024:
+        _PER_CATEGORIES.clear()
+    try:
+        _PER_CATEGORIES[key] = (weakref.ref(cats), hit)
+    except TypeError:  # not weakly referable: answer without keeping it
+        pass
+    return hit
 
 
 #: Up to this many categories, ``category_hits`` also keeps its answers by the names themselves: a job's small
@@ -28,25 +44,19 @@ _HITS_BY_NAMES: dict[tuple[str, int, tuple], np.ndarray] = {}
 
 def category_hits(cats: pd.Index, rx: "re.Pattern[str]") -> np.ndarray:
     """Per category, whether ``rx`` finds a match in it: one regex search per distinct name, never per row."""
-    key = (id(cats), rx.pattern, rx.flags)
-    got = _CATEGORY_HITS.get(key)
-    if got is not None and got[0]() is cats:
-        return got[1]
-    if len(cats) <= _FEW_NAMES:  # a small rank: its names are likely another rank's names, already tested
-        by_value = (rx.pattern, rx.flags, tuple(cats.tolist()))
-        hit = _HITS_BY_NAMES.get(by_value)
-        if hit is None:
+    return _per_categories(cats, ("pattern", rx.pattern, rx.flags), lambda: _search_categories(cats, rx))
+
+
+def _search_categories(cats: pd.Index, rx: "re.Pattern[str]") -> np.ndarray:
+    # a small rank's names are likely another rank's names, already tested: those answers are kept by the names
+    by_value = (rx.pattern, rx.flags, tuple(cats.tolist())) if len(cats) <= _FEW_NAMES else None
+    hit = _HITS_BY_NAMES.get(by_value) if by_value is not None else None
+    if hit is None:
+        hit = np.fromiter((rx.search(str(c)) is not None for c in cats), dtype=bool, count=len(cats))
+        if by_value is not None:
             if len(_HITS_BY_NAMES) > 4096:
                 _HITS_BY_NAMES.clear()
-            hit = _HITS_BY_NAMES[by_value] = np.fromiter((rx.search(str(c)) is not None for c in cats), dtype=bool, count=len(cats))
-    else:
-        hit = np.fromiter((rx.search(str(c)) is not None for c in cats), dtype=bool, count=len(cats))
-    if len(_CATEGORY_HITS) > 512:
-        _CATEGORY_HITS.clear()
-    try:
-        _CATEGORY_HITS[key] = (weakref.ref(cats), hit)
-    except TypeError:  # not weakly referable: answer without keeping it
-        pass
+            _HITS_BY_NAMES[by_value] = hit
     return hit
 
 
@@ -97,25 +107,9 @@ def kind_mask(kinds: pd.Series, wanted: "tuple[str, ...] | list[str]") -> np.nda
     return kinds.isin(wanted).to_numpy(dtype=bool, copy=True)
 
 
-#: Per categories Index and wanted values, which categories are wanted: the views, ledger and rules ask about the
-#: same few kinds of frames that share one set of kind categories some thirty times per analysis.
-_KIND_HITS: dict[tuple[int, tuple], tuple["weakref.ref[pd.Index]", np.ndarray]] = {}
-
-
 def _kind_hits(cats: pd.Index, wanted: tuple) -> np.ndarray:
     """Per category, whether it is one of ``wanted`` (``np.isin`` on the categories), kept per categories object."""
-    key = (id(cats), wanted)
-    got = _KIND_HITS.get(key)
-    if got is not None and got[0]() is cats:
-        return got[1]
-    hit = np.isin(np.asarray(cats, dtype=object), list(wanted))
-    if len(_KIND_HITS) > 512:
-        _KIND_HITS.clear()
-    try:
-        _KIND_HITS[key] = (weakref.ref(cats), hit)
-    except TypeError:  # not weakly referable: answer without keeping it
-        pass
-    return hit
+    return _per_categories(cats, ("kinds", wanted), lambda: np.isin(np.asarray(cats, dtype=object), list(wanted)))
 
 
 def texts_at(values: pd.Series, positions: np.ndarray) -> np.ndarray:

@@ -334,17 +334,11 @@ class Views:
         Called once per shown gap, so the window is found on a start-ordered index and only its rows are taken.
         """
         pos = self.rows_overlapping("host_events", start_ns, end_ns)
-        pos = pos[self._host_arrays[0][pos] == rank]
+        pos = pos[self.array("host_events", "rank")[pos] == rank]
         out = self.host_events.iloc[pos]
         if kinds is not None:
             out = out[out["kind"].isin(kinds).to_numpy()]
         return out
-
-    @cached_property
-    def _host_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        ev = self.host_events
-        start = ev["start_ns"].to_numpy()
-        return ev["rank"].to_numpy(), start, start + ev["dur_ns"].to_numpy()
 
     @cached_property
     def host_events(self) -> pd.DataFrame:
