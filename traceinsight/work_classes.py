@@ -42,7 +42,10 @@ KERNEL_PATTERNS: tuple[tuple[str, "re.Pattern[str]"], ...] = tuple(
     (cls, re.compile(rx, re.I))
     for cls, rx in (
         ("communication", COLLECTIVE),
-        ("attention", r"flash|fmha|attention|attn|sdpa|\bmha_|_mha\b|cutlass.*mem_eff|fused_multi_head"),
+        # FlashAttention, CK/aiter ``fmha``, cuDNN ``..._sdpa``, xFormers, FlashInfer, SageAttention (``sage_fwd``;
+        # its ``sage_quant_kernel`` quantises Q/K and is elementwise work, below)
+        ("attention", r"flash|fmha|attention|attn|sdpa|\bmha_|_mha\b|cutlass.*mem_eff|fused_multi_head|"
+                      r"sage_?(?:fwd|bwd|attn)|sageattn|xformers|flashinfer"),
         ("conv", r"conv(?!ert|ersion)|winograd|implicit_convolve|_fprop|fprop_|dgrad|wgrad|scudnn|hcudnn|miopen.*conv|igemm|fft2d_|im2col|flip_filter|naive_conv"),
         ("gemm", r"gemm|gemv|cutlass|nvjet|wgmma|matmul|cublas|\bCijk_|triton_tem_|\bmm_|_mm\b|\bbmm|magma|xmma|hmma|h884|s884|h1688|s1688|i8816|16816|16832|"
                  r"hipblaslt|rocblas|miopen|xdlops|ck::|device_gemm|\bsm[89]\d_"),
@@ -51,7 +54,7 @@ KERNEL_PATTERNS: tuple[tuple[str, "re.Pattern[str]"], ...] = tuple(
                         r"\bcat\b|CatArray|copy|fill|where|dropout|relu|gelu|silu|sigmoid|tanh|embedding|sort|topk|cumsum|"
                         r"\bmul|\badd|\bdiv|\bsub|pow|exp|sqrt|clamp|threshold|adam|sgd|foreach|amp_|cast|convert|"
                         r"nchwToNhwc|nhwcToNchw|transpose|permute|scalePackedTensor|computeOffsets|computeBOffsets|"
-                        r"EigenMetaKernel|Eigen::internal|nvfuser_|fusion"),
+                        r"EigenMetaKernel|Eigen::internal|nvfuser_|fusion|quant"),
     )
 )
 

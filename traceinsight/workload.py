@@ -9,7 +9,9 @@ step. Kernel names are not that: the same ``aten::linear`` runs ``ampere_sgemm_*
 * ``steps``: every step marker per rank, its duration, and whether it is warm-up (the ledger's first-step rule);
 * ``ops``: the top-level framework ops, count and GPU time per step;
 * ``shapes``: the same keyed by input shapes, with the batch size read off them (``batch``);
-* ``kernels``: every GPU row name with its class (``traceinsight.kernels``), its top-level op, and count/time.
+* ``kernels``: every GPU row name with its class (``traceinsight.kernels``), its top-level op, and count/time;
+* ``repeats``: regions the program runs again and again (compiled regions, graph replays, repeated user ranges)
+  with each occurrence's time: the samples a diff compares when step markers are absent or too few.
 
 The JSON report carries this block (docs/json-report.md, ``workload``) so ``traceinsight diff`` reads a saved
 report exactly as it reads a trace.
@@ -56,6 +58,7 @@ def of(analysis: "Analysis") -> dict[str, Any]:
         "ops": _ops(ops_df, gpu, op_of, in_steady, steady, n),
         "shapes": _shapes(ops_df, steady, n),
         "batch": batch_size(ops_df, steady),
+        "repeats": repeats(views),
     }
 
 
@@ -268,3 +271,88 @@ def batch_size(ops: pd.DataFrame, steady: set) -> int | None:
     value = int(per_dim.idxmax())
     count = int(per_dim.max())
     return value if value > 1 and count >= 2 else None
+
+
+#: Repeated regions, in the order a diff prefers them as samples: (kind, host-event kinds, name pattern). A
+#: compiled region (``torch.compile``'s ``Torch-Compiled Region``, its autograd ``CompiledFunction``, Inductor's
+#: ``## Call CompiledFxGraph <hash> ##``, one per call: a denoising iteration, a decode step) is one model call; a
+#: CUDA/HIP graph replay is one captured call; a user range (``record_function``, NVTX) is whatever the user marked.
+REPEAT_KINDS: tuple[tuple[str, tuple[str, ...], str], ...] = (
+    ("compiled_region", ("cpu_op", "annotation", "user_annotation"), r"^(?:Torch-Compiled Region|CompiledFunction|## Call CompiledFxGraph)"),
+    ("graph_replay", ("runtime",), r"^(?:cuda|hip)GraphLaunch"),
+    ("user_range", ("annotation", "user_annotation"), r"."),
+)
+#: Fewest occurrences that make a repeated region worth listing, names kept per kind, and occurrences kept per name.
+MIN_REPEATS = 2
+MAX_REPEAT_NAMES = 3
+MAX_REPEAT_SAMPLES = 5000
+#: Hashes and counters in region names (``CompiledFxGraph fjs75i...``, ``Torch-Compiled Region: 0/0``) that differ
+#: between two runs of one program: left out of the name a diff matches by.
+_REPEAT_NOISE = re.compile(r"(?<=CompiledFxGraph) [0-9a-z]{20,}|(?<=Region): \d+/\d+")
+
+
+def repeats(views) -> list[dict[str, Any]]:
+    """Repeated regions (``REPEAT_KINDS``), each occurrence timed as the GPU extent of the work launched inside
+    it (first kernel start to last kernel end: what the region costs the GPU, without the queueing behind the
+    previous call that its host start would add), or its host duration when it launched none. Occurrences nested
+    in an occurrence of the same name are the same call and are left out; a name a kind before took is not listed
+    again (Inductor's graph call is both a compiled region and a user range). Step markers are not repeats."""
+    host = views.host_events
+    if host.empty:
+        return []
+    ln = views.launches
+    out: list[dict[str, Any]] = []
+    taken: set[str] = set()
+    for kind, kinds, pattern in REPEAT_KINDS:
+        pos = np.flatnonzero(kind_mask(host["kind"], kinds))
+        if not len(pos):
+            continue
+        raw = host["name"].iloc[pos].astype(str)
+        hit = raw.str.contains(pattern, regex=True).to_numpy() & ~raw.str.startswith("ProfilerStep").to_numpy()
+        pos, raw = pos[hit], raw[hit]
+        if not len(pos):
+            continue
+        names = raw.str.replace(_REPEAT_NOISE, "", regex=True).to_numpy().astype(str)
+        uniq, inv, counts = np.unique(names, return_inverse=True, return_counts=True)
+        durs = host["dur_ns"].to_numpy()[pos].astype(np.float64)
+        total = np.bincount(inv, weights=durs, minlength=len(uniq))
+        keep = [i for i in np.argsort(-total, kind="stable").tolist() if counts[i] >= MIN_REPEATS and str(uniq[i]) not in taken][:MAX_REPEAT_NAMES]
+        for i in keep:
+            times = _occurrence_times(host, ln, pos[inv == i])
+            if len(times) >= MIN_REPEATS:
+                taken.add(str(uniq[i]))
+                out.append({"kind": kind, "name": str(uniq[i]), "count": int(len(times)), "dur_ns": [int(t) for t in times[:MAX_REPEAT_SAMPLES]]})
+    return out
+
+
+def _occurrence_times(host: pd.DataFrame, ln: pd.DataFrame, sel: np.ndarray) -> np.ndarray:
+    rank = host["rank"].to_numpy()[sel].astype(np.int64)
+    tid = host["tid"].to_numpy()[sel].astype(np.int64)
+    start = host["start_ns"].to_numpy()[sel].astype(np.int64)
+    end = start + host["dur_ns"].to_numpy()[sel].astype(np.int64)
+    order = np.lexsort((-end, start, tid, rank))
+    rank, tid, start, end = rank[order], tid[order], start[order], end[order]
+    new = np.r_[True, (rank[1:] != rank[:-1]) | (tid[1:] != tid[:-1])]
+    reach = pd.Series(end).groupby(np.cumsum(new)).cummax().to_numpy()
+    outer = new.copy()
+    outer[1:] |= start[1:] >= reach[:-1]
+    rank, tid, start, end = rank[outer], tid[outer], start[outer], end[outer]
+    first = np.full(len(start), np.iinfo(np.int64).max)
+    last = np.full(len(start), np.iinfo(np.int64).min)
+    if not ln.empty:
+        l_rank, l_tid = ln["rank"].to_numpy().astype(np.int64), ln["tid"].to_numpy().astype(np.int64)
+        l_t = ln["launch_start_ns"].to_numpy().astype(np.int64)
+        g_s = ln["gpu_start_ns"].to_numpy().astype(np.int64)
+        g_e = g_s + ln["gpu_dur_ns"].to_numpy().astype(np.int64)
+        for r, t in set(zip(rank.tolist(), tid.tolist())):
+            occ = np.flatnonzero((rank == r) & (tid == t))
+            m = np.flatnonzero((l_rank == r) & (l_tid == t))
+            if not len(m):
+                continue
+            j = np.searchsorted(start[occ], l_t[m], side="right") - 1
+            ok = (j >= 0) & (l_t[m] < end[occ[np.maximum(j, 0)]])
+            np.minimum.at(first, occ[j[ok]], g_s[m[ok]])
+            np.maximum.at(last, occ[j[ok]], g_e[m[ok]])
+    launched = last > np.iinfo(np.int64).min
+    times = np.where(launched, last - first, end - start)
+    return times[np.argsort(start, kind="stable")]

@@ -169,9 +169,9 @@ def steps(side: Side) -> list[dict[str, Any]]:
     return [s for s in (w or {}).get("steps", []) if isinstance(s, dict)]
 
 
-def step_samples(side: Side) -> np.ndarray:
-    """The job's steady-state step times (ns), one per step number: the slowest rank's, since every rank waits
-    for it at the next collective. Warm-up steps are left out."""
+def step_durations(side: Side) -> dict[int, int]:
+    """Per steady step number, its time (ns): the slowest rank's, since every rank waits for it at the next
+    collective. Warm-up steps are left out (unless there is nothing else)."""
     by_step: dict[int, int] = {}
     st = steps(side)
     keep_warmup = all(s.get("warmup") for s in st)  # only warm-up steps: they are all there is to compare
@@ -180,7 +180,12 @@ def step_samples(side: Side) -> np.ndarray:
             continue
         n = int(s["step"])
         by_step[n] = max(by_step.get(n, 0), int(s["dur_ns"]))
-    return np.array([by_step[k] for k in sorted(by_step)], dtype=float)
+    return dict(sorted(by_step.items()))
+
+
+def step_samples(side: Side) -> np.ndarray:
+    """The job's steady-state step times (ns), one per step number (``step_durations``)."""
+    return np.array(list(step_durations(side).values()), dtype=float)
 
 
 def window_sample(side: Side) -> np.ndarray:
@@ -206,10 +211,12 @@ def _steady(side: Side) -> set[tuple[int, int]] | None:
 
 
 def ledger_steps(side: Side) -> list[dict[str, Any]]:
-    """Per steady step: ns per bucket, averaged over the devices that ran in it (one GPU's view of a step)."""
+    """Per steady step: ns per bucket and the ledger's window of the step, averaged over the devices that ran in
+    it (one GPU's view of a step)."""
     steady = _steady(side)
     rows: dict[int, dict[str, float]] = {}
     devices: dict[int, int] = {}
+    window: dict[int, float] = {}
     for r in (side.report.get("ledger") or {}).get("by_step", []):
         step = int(r.get("step", -1))
         if step < 0 or (steady is not None and (int(r.get("rank", 0)), step) not in steady):
@@ -218,7 +225,8 @@ def ledger_steps(side: Side) -> list[dict[str, Any]]:
         for b, ns in (r.get("ns") or {}).items():
             acc[b] = acc.get(b, 0.0) + float(ns)
         devices[step] = devices.get(step, 0) + 1
-    return [{"step": k, "ns": {b: v / devices[k] for b, v in rows[k].items()}} for k in sorted(rows)]
+        window[step] = window.get(step, 0.0) + float(r.get("window_ns") or 0)
+    return [{"step": k, "ns": {b: v / devices[k] for b, v in rows[k].items()}, "window_ns": window[k] / devices[k]} for k in sorted(rows)]
 
 
 def ledger_per_step(side: Side) -> dict[str, float]:
@@ -276,3 +284,49 @@ def peak_memory(side: Side) -> dict[str, float]:
         if vals:
             out[f"memory.{key}"] = pick(vals)
     return out
+
+
+def repeats(side: Side) -> list[dict[str, Any]]:
+    """The report's repeated regions (``workload.repeats``: compiled regions, graph replays, repeated user ranges),
+    each ``kind``, ``name`` and ``dur_ns`` (one per occurrence); [] for a report without them."""
+    out = []
+    for r in (side.workload or {}).get("repeats", []) or []:
+        if not isinstance(r, dict) or not isinstance(r.get("dur_ns"), list):
+            continue
+        durs = [float(x) for x in r["dur_ns"] if isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x > 0]
+        if durs:
+            out.append({"kind": str(r.get("kind", "")), "name": str(r.get("name", "")), "dur_ns": durs})
+    return out
+
+
+def mfu_coverage_pct(side: Side) -> float | None:
+    """Share (%) of the matrix-unit GPU time (GEMM, convolution, attention) whose FLOPs the efficiency view could
+    count from recorded shapes: the part of the time an MFU figure speaks for. None without the block."""
+    from ..work_classes import MATRIX_CLASSES
+
+    eff = side.report.get("efficiency")
+    if not isinstance(eff, dict) or not isinstance(eff.get("classes"), list):
+        return None
+    rows = [c for c in eff["classes"] if isinstance(c, dict) and c.get("cls") in MATRIX_CLASSES]
+    try:
+        total = sum(float(c.get("time_ns") or 0) for c in rows)
+        covered = sum(float(c.get("modelled_ns") or 0) for c in rows)
+    except (TypeError, ValueError):
+        return None
+    if not math.isfinite(total) or total <= 0 or not math.isfinite(covered):
+        return None
+    return round(min(100.0, max(0.0, 100.0 * covered / total)), 1)
+
+
+def warmup_share_pct(side: Side) -> float | None:
+    """Share (%) of the report's window booked as warm-up (one-time work: compilation, autotuning, first calls)."""
+    v = side.verdict if isinstance(side.verdict, dict) else {}
+    led = v.get("ledger_ns") if isinstance(v.get("ledger_ns"), dict) else {}
+    try:
+        window = float(v.get("window_ns") or 0)
+        warm = float(led.get("idle_warmup") or 0)
+    except (TypeError, ValueError, OverflowError):
+        return None
+    if not (math.isfinite(window) and math.isfinite(warm)) or window <= 0:
+        return None
+    return round(min(100.0, max(0.0, 100.0 * warm / window)), 1)
