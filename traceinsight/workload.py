@@ -275,10 +275,11 @@ def batch_size(ops: pd.DataFrame, steady: set) -> int | None:
 
 #: Repeated regions, in the order a diff prefers them as samples: (kind, host-event kinds, name pattern). A
 #: compiled region (``torch.compile``'s ``Torch-Compiled Region``, its autograd ``CompiledFunction``, Inductor's
-#: ``## Call CompiledFxGraph <hash> ##``, one per call: a denoising iteration, a decode step) is one model call; a
+#: one per call: a denoising iteration, a decode step) is one model call (Inductor's ``## Call CompiledFxGraph <hash>
+#: ##`` is one graph of it, forward or backward: a user range); a
 #: CUDA/HIP graph replay is one captured call; a user range (``record_function``, NVTX) is whatever the user marked.
 REPEAT_KINDS: tuple[tuple[str, tuple[str, ...], str], ...] = (
-    ("compiled_region", ("cpu_op", "annotation", "user_annotation"), r"^(?:Torch-Compiled Region|CompiledFunction|## Call CompiledFxGraph)"),
+    ("compiled_region", ("cpu_op", "annotation", "user_annotation"), r"^(?:Torch-Compiled Region|CompiledFunction)"),
     ("graph_replay", ("runtime",), r"^(?:cuda|hip)GraphLaunch"),
     ("user_range", ("annotation", "user_annotation"), r"."),
 )
@@ -286,9 +287,9 @@ REPEAT_KINDS: tuple[tuple[str, tuple[str, ...], str], ...] = (
 MIN_REPEATS = 2
 MAX_REPEAT_NAMES = 3
 MAX_REPEAT_SAMPLES = 5000
-#: Hashes and counters in region names (``CompiledFxGraph fjs75i...``, ``Torch-Compiled Region: 0/0``) that differ
-#: between two runs of one program: left out of the name a diff matches by.
-_REPEAT_NOISE = re.compile(r"(?<=CompiledFxGraph) [0-9a-z]{20,}|(?<=Region): \d+/\d+")
+#: The frame/recompile counter of ``Torch-Compiled Region: 0/0``, which differs between two runs of one program:
+#: left out of the name a diff matches by.
+_REPEAT_NOISE = re.compile(r"(?<=Region): \d+/\d+")
 
 
 def repeats(views) -> list[dict[str, Any]]:

@@ -55,7 +55,7 @@ def comparability(base: S.Side, head: S.Side) -> dict[str, Any]:
     ok = in_common >= MIN_IN_COMMON
     if not ok:
         what = "framework ops" if matched_by == "framework_ops" else "kernels"
-        reasons.insert(0, f"only {in_common:.0f}% of the {what} per step are in common (at least {MIN_IN_COMMON:.0f}% needed): a different model or program")
+        reasons.insert(0, f"only {in_common:.0f}% of the {what} per step are in common (at least {MIN_IN_COMMON:.0f}% needed): the two run different {what}, largest differences:")
         reasons.extend(_differences(x, y))
     ba, bb = wa.get("batch"), wb.get("batch")
     shapes_pct = None
@@ -72,11 +72,35 @@ def comparability(base: S.Side, head: S.Side) -> dict[str, Any]:
     if has_a != has_b:
         ok = False
         reasons.insert(1 if reasons and not ok else 0, f"only {'BASE' if has_a else 'HEAD'} has step markers: the step structure differs")
-    elif not has_a:
+    elif not has_a and not S.repeats(base) and not S.repeats(head):
         reasons.append("no step markers on either side: the GPU windows are compared, one sample each (no interval)")
+    once = one_time_work(base, head, steps_on_both=has_a and has_b)
+    if once:
+        ok = False
+        reasons.insert(0, once)
     return {"comparable": ok, "matched_by": matched_by, "in_common_pct": round(in_common, 1),
             "shapes_in_common_pct": None if shapes_pct is None else round(shapes_pct, 1),
             "batch_base": ba, "batch_head": bb, "reasons": reasons}
+
+
+#: A window with at least this share (%) booked as warm-up is one-time work (compilation, autotuning, first calls).
+ONE_TIME_PCT = 50.0
+
+
+def one_time_work(base: S.Side, head: S.Side, *, steps_on_both: bool) -> str | None:
+    """The reason two captures cannot be compared when one (or both) is mostly one-time work, else None. Steps on
+    both sides are compared without their warm-up steps, so only a side without steady steps can be swamped."""
+    pa, pb = S.warmup_share_pct(base), S.warmup_share_pct(head)
+    big_a, big_b = (pa or 0.0) >= ONE_TIME_PCT, (pb or 0.0) >= ONE_TIME_PCT
+    if steps_on_both or not (big_a or big_b):
+        return None
+    advice = "profile after warm-up (a profiler schedule with wait/warmup steps) to compare the steady state"
+    if big_a and big_b:
+        return f"both windows are mostly one-time work (BASE {pa:.0f}%, HEAD {pb:.0f}% warm-up: compilation, autotuning, first calls): they compare start-up, not the workload; {advice}"
+    which, other = ("BASE", "HEAD") if big_a else ("HEAD", "BASE")
+    share, rest = (pa, pb) if big_a else (pb, pa)
+    return (f"{which}'s window is one-time work ({share:.0f}% of it warm-up: compilation, autotuning, first calls), {other}'s is "
+            f"steady state ({rest or 0:.0f}% warm-up); {advice}")
 
 
 def _shape_counts(w: dict[str, Any]) -> dict[tuple[str, str], float]:
