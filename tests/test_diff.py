@@ -41,6 +41,7 @@ def traces(tmp_path_factory) -> dict[str, Path]:
         "noisy": write_model(d / "noisy.json", steps=5, jitter_us=6000, seed=8),
         "noisy_slow": write_model(d / "noisy_slow.json", steps=5, jitter_us=6000, extra_host_us=1500, seed=9),
         "two_steps": write_model(d / "two_steps.json", steps=2, seed=10),
+        "three_slow": write_model(d / "three_slow.json", steps=3, slow_factor=1.12, seed=11),
     }
 
 
@@ -191,8 +192,14 @@ def test_a_slowdown_within_the_noise_is_inconclusive(traces):
 
 
 def test_too_few_steps_give_no_interval(traces):
-    d = diff(traces["two_steps"], traces["slow12"], fail_if_slower=5).data
-    assert d["step"]["low_ns"] is None and d["verdict"] == "inconclusive" and d["gate"]["result"] == "inconclusive"
+    """2 and 3 steps: 10 ways to split 5 samples, so even a complete separation has a one-sided chance of 1/10
+    under no change: no interval, no verdict, and the power line says how many steps would do."""
+    d = diff(traces["two_steps"], traces["three_slow"], fail_if_slower=5).data
+    assert d["step"]["low_ns"] is None and d["step"]["separated"] == 1
+    assert d["verdict"] == "inconclusive" and d["gate"]["result"] == "inconclusive" and d["decided_by"] is None
+    assert d["power"]["detectable_pct"] is None and d["power"]["sentence"].startswith("with 2 and 3 steps no change can be told from noise")
+    # 2 against 10 steps can give an interval (66 splits): the interval, not the count, decides
+    assert diff(traces["two_steps"], traces["slow12"]).data["step"]["low_ns"] is not None
 
 
 def test_busy_compared_is_the_steady_states_when_one_side_starts_up(tmp_path, traces):
@@ -283,7 +290,7 @@ def test_diff_json_validates_against_its_schema(traces, pair):
     res = CliRunner().invoke(app, ["diff", str(traces[pair[0]]), str(traces[pair[1]]), "-f", "json", "--fail-if-slower", "5"])
     doc = json.loads(res.stdout)
     jsonschema.validate(doc, _schema())
-    assert doc["schema_version"] == 1
+    assert doc["schema_version"] == 2
     from traceinsight.delta.render import render
 
     for fmt in ("text", "md", "html"):  # every verdict renders in every format
@@ -390,14 +397,37 @@ def test_corpus_resnet50_num_workers_0_to_4():
     d = diff(nw0, nw4).data
     assert d["comparability"]["comparable"] and d["verdict"] == "faster"
     s = d["step"]
-    assert s["high_ns"] < 0 and s["change_pct"] < -20  # about 176 -> 127 ms per step
+    assert s["change_pct"] < -20  # about 176 -> 127 ms per step
+    # two slow HEAD steps (host busy) keep the step interval from excluding 0; the data wait fell in every step
+    assert d["decided_by"] == "buckets" and d["evidence"]["moved"] == ["idle_data_wait"] and d["evidence"]["accounts"]
+    assert {(o["side"], o["sample"]) for o in d["outliers"]} >= {("head", 5), ("head", 9)}
     assert d["ledger"][0]["bucket"] == "idle_data_wait" and d["ledger"][0]["change_ns"] < -30e6
-    assert "data wait" in d["sentence"]
+    assert "every BASE step's data wait" in d["sentence"] and "HEAD step 9" in d["sentence"]
     assert "TI005" in {w["code"] for w in d["what_if"]}
     code, out = run(nw4, nw0, "--fail-if-slower", "5")
     assert code == EXIT_SLOWER, out
     code, _ = run(nw0, nw0, "--fail-if-slower", "5")
     assert code == EXIT_OK
+
+
+def test_corpus_second_num_workers_capture_and_its_reversal_fail_the_gate():
+    """The second nw0 capture against nw4: one rank test per bucket finds the data wait down in every steady step
+    (the first step's ledger is clipped by the GPU window and left out); reversed, the gate fails with exit 1."""
+    nw0 = corpus_file("judged/kineto_resnet50_nw0_run2_v100.pt.trace.json.gz")
+    nw4 = corpus_file("pytorch/kineto_resnet50_nw4_v100.pt.trace.json.gz")
+    d = diff(nw0, nw4).data
+    assert d["verdict"] == "faster" and d["decided_by"] == "buckets" and d["step"]["low_ns"] < 0 < d["step"]["high_ns"]
+    assert {(c["side"], c["step"]) for c in d["evidence"]["clipped"]} == {("base", 16), ("head", 5)}
+    code, out = run(nw4, nw0, "--fail-if-slower", "5")
+    assert code == EXIT_SLOWER, out
+
+
+def test_recorded_cold_capture_is_not_comparable_as_one_time_work():
+    """A torch.compile run profiled from its first step against the warm run: the reason names the one-time side."""
+    h100 = Path(__file__).resolve().parents[1] / "sample_traces" / "h100"
+    d = diff(h100 / "compile_cold.json.gz", h100 / "compile_dynamic.json.gz").data
+    assert d["verdict"] == "not comparable"
+    assert d["comparability"]["reasons"][0].startswith("BASE's window is one-time work (98% of it warm-up")
 
 
 def test_corpus_two_models_are_not_comparable():
@@ -444,3 +474,90 @@ def test_a_damaged_report_is_a_one_line_usage_error(traces, tmp_path, damage):
     (tmp_path / "bad.json").write_text(json.dumps(doc).replace("1.5e+400", "1.5e400"))
     code, out = run(tmp_path / "bad.json", traces["fixed"])
     assert code == 2 and "Traceback" not in out and "bad.json" in out and len(out.strip().splitlines()) == 1
+
+
+# --- the decision rule (docs/diff.md), one case each, on helper-written pairs --------------------------------
+WAITS = [3000.0, 3100.0, 2950.0, 3050.0, 3000.0, 2980.0]
+
+
+@pytest.fixture(scope="module")
+def rule_pairs(tmp_path_factory) -> dict[str, Path]:
+    d = tmp_path_factory.mktemp("rule")
+    return {
+        "waits": write_model(d / "waits.json", steps=6, step_data_wait_us=WAITS, seed=21),
+        # the fix, with one slow step (9 ms of host time at its end): the step interval crosses 0
+        "fixed_outlier": write_model(d / "fixed_outlier.json", steps=6, step_extra_host_us={4: 9000.0}, seed=22),
+        "waits3": write_model(d / "waits3.json", steps=3, step_data_wait_us=WAITS[:3], seed=23),
+        "fixed3": write_model(d / "fixed3.json", steps=2, seed=24),
+        "region": write_model(d / "region.json", steps=6, compiled_region=True, seed=25),
+        "region_slow": write_model(d / "region_slow.json", steps=6, compiled_region=True, slow_factor=1.2, seed=26),
+    }
+
+
+def test_an_outlier_step_is_named_and_a_consistent_bucket_decides(rule_pairs):
+    d = diff(rule_pairs["waits"], rule_pairs["fixed_outlier"], fail_if_slower=5).data
+    s = d["step"]
+    assert s["low_ns"] < 0 < s["high_ns"]  # the step test alone cannot tell: one HEAD step is 9 ms slow
+    assert d["verdict"] == "faster" and d["decided_by"] == "buckets"
+    ev = d["evidence"]
+    assert ev["moved"] == ["idle_data_wait"] and ev["accounts"]
+    wait = next(r for r in ev["buckets"] if r["bucket"] == "idle_data_wait")
+    assert wait["separated"] == -1 and wait["p_value"] == pytest.approx(2 / 924, abs=1e-5)  # 6 and 6: every split counted
+    assert "every BASE step's data wait (2.95 ms–3.10 ms) is above every HEAD step's" in d["sentence"]
+    (o,) = [o for o in d["outliers"] if o["side"] == "head"]
+    assert o["sample"] == 4 and o["excess_ns"] > 8e6 and o["bucket"] == "idle_untraced"
+    assert "HEAD step 4 (+" in d["sentence"]
+
+
+def test_the_reversed_fix_fails_the_gate_with_exit_1_not_5(rule_pairs):
+    d = diff(rule_pairs["fixed_outlier"], rule_pairs["waits"], fail_if_slower=5).data
+    assert d["verdict"] == "slower" and d["gate"]["result"] == "fail"
+    code, out = run(rule_pairs["fixed_outlier"], rule_pairs["waits"], "--fail-if-slower", "5")
+    assert code == EXIT_SLOWER, out
+
+
+def test_a_consistent_bucket_over_too_few_steps_decides_nothing(rule_pairs):
+    """3 and 2 steps: the data wait is lower in every HEAD step, but 10 splits cannot make that significant."""
+    d = diff(rule_pairs["waits3"], rule_pairs["fixed3"], fail_if_slower=5).data
+    assert d["verdict"] == "inconclusive" and d["decided_by"] is None and d["evidence"]["moved"] == []
+    assert d["power"]["detectable_pct"] is None and "record \u2265" in d["power"]["sentence"]
+
+
+def test_power_says_what_six_and_six_steps_can_detect(rule_pairs):
+    p = diff(rule_pairs["waits"], rule_pairs["fixed_outlier"]).data["power"]
+    assert (p["n_base"], p["n_head"]) == (6, 6) and p["detectable_pct"] > 0 and p["steps_for_5pct"] >= 4
+    assert p["sentence"].startswith(f"with 6 and 6 steps (spread {p['spread_pct']:.1f}% of the BASE median), changes under {p['detectable_pct']:.1f}%")
+
+
+def test_compiled_regions_are_the_samples_without_step_markers(rule_pairs):
+    d = diff(rule_pairs["region"], rule_pairs["region_slow"], fail_if_slower=5).data
+    smp = d["samples"]
+    assert (smp["basis"], smp["name"], smp["base_count"], smp["head_count"]) == ("compiled_region", "Torch-Compiled Region", 6, 6)
+    assert d["step"]["basis"] == "compiled_region" and d["step"]["low_ns"] > 0
+    assert d["verdict"] == "slower" and d["gate"]["result"] == "fail" and d["sentence"].startswith("Slower: compiled region +")
+    md, html, text = (diff(rule_pairs["region"], rule_pairs["region_slow"]).render(f) for f in ("md", "html", "text"))
+    for out in (md, html, text):
+        assert "the compiled region" in out and "runs 6 and 6 times" in out
+
+
+def test_attention_backends_pair_only_at_a_similar_time_within_one_op():
+    from traceinsight.delta.compare import kernel_diff
+    from traceinsight.delta.side import Side
+
+    def side(kernels):
+        return Side({"workload": {"kernels": kernels}}, "x")
+
+    k = lambda name, ns, op="Torch-Compiled Region: 0/0", cls="other": {"name": name, "class": cls, "op": op, "count": 4, "total_ns": int(4 * ns), "per_step": 1.0, "ns_per_step": ns}
+    base = side([k("aiter::fmha_fwd_hd128_bf16_rtz", 30e6, cls="attention"), k("triton_red_fused_mean_0", 3e6, cls="elementwise")])
+    head = side([k("sage_fwd", 30.5e6), k("sage_quant_kernel", 2.7e6), k("triton_red_fused_mean_1", 3e6)])
+    rows, classes = kernel_diff(base, head)
+    by = {r["name"]: r for r in rows}
+    assert by["sage_fwd"]["class"] == "attention" and by["sage_fwd"]["matched_with"] == ["aiter::fmha_fwd_hd128_bf16_rtz"]
+    assert by["sage_quant_kernel"]["class"] == "elementwise"
+    # the two reductions pair (same class and op, time within 2x); the quantiser is new, not "renamed" to the FMHA
+    assert by["triton_red_fused_mean_1"]["matched_with"] == ["triton_red_fused_mean_0"] and by["sage_quant_kernel"]["status"] == "new"
+    att = next(c for c in classes if c["class"] == "attention")
+    assert att["change_ns_per_step"] == pytest.approx(0.5e6)
+    # a kernel of a very different time from the same op and class is removed + new, never renamed
+    rows, _ = kernel_diff(side([k("flash_fwd_big", 30e6, cls="attention")]), side([k("fmha_small", 1e6, cls="attention")]))
+    assert {r["name"]: r["status"] for r in rows} == {"flash_fwd_big": "vanished", "fmha_small": "new"}

@@ -317,7 +317,7 @@ def test_faster_with_interval_sentence_and_summary():
     assert d["sentence"] == (f"Faster: step -4.03 ms ({-100 * 4.025 / 10.05:+.1f}%, 95% CI {C._ms(st['low_ns'], True)} to "
                              f"{C._ms(st['high_ns'], True)}): data wait -3.90 ms")
     assert d["ledger_steps"]["base"][0] == {"step": 2, "ns": {"idle_data_wait": 4 * MS, "compute": 5 * MS}}
-    assert d["gate"] is None and d["ranks"] is None and d["schema_version"] == 1 and d["kind"] == "traceinsight-diff"
+    assert d["gate"] is None and d["ranks"] is None and d["schema_version"] == 2 and d["kind"] == "traceinsight-diff"
     assert C.compare(base, head, fail_if_slower=5.0)["gate"] == {"fail_if_slower_pct": 5.0, "result": C.PASS}
 
 

@@ -40,11 +40,17 @@ def write_model(
     extra_host_us: float = 0.0,
     loader_ops: bool = False,
     startup_us: float = 0.0,
+    step_data_wait_us: "list[float] | None" = None,
+    step_extra_host_us: "dict[int, float] | None" = None,
+    compiled_region: bool = False,
 ) -> Path:
     """One rank's trace of ``steps`` training steps; ``slow_factor`` scales the GPU kernels' time. ``loader_ops``:
     the data wait builds the batch on the training thread (``num_workers=0``), its ops traced inside it: per sample
     the dataset's ``__getitem__`` ops, then the collate's ``aten::stack``. ``startup_us``: the program starts up
-    before the first step (a runtime call and a first kernel, then the host busy elsewhere that long)."""
+    before the first step (a runtime call and a first kernel, then the host busy elsewhere that long).
+    ``step_data_wait_us``: the data wait of each step (overrides ``data_wait_us``); ``step_extra_host_us``: host time
+    added at the end of the given steps (1-based: an outlier step); ``compiled_region``: each iteration is one
+    ``torch.compile`` call (a ``Torch-Compiled Region`` around its ops) and no step markers are written."""
     name, sms, cc = GPUS[vendor]
     t = KinetoTrace(device_name=name, sm_count=sms, compute_capability=cc, rank=rank, world_size=world_size)
     rng = np.random.default_rng(seed)
@@ -56,7 +62,9 @@ def write_model(
         cursor += startup_us
     for s in range(steps):
         start = cursor
-        if data_wait_us:
+        wait = step_data_wait_us[s] if step_data_wait_us is not None else data_wait_us
+        if wait:
+            data_wait_us = wait
             t.annotation(DATA_WAIT, cursor, data_wait_us)
             if loader_ops:
                 per = data_wait_us / (batch + 1)
@@ -65,6 +73,7 @@ def write_model(
                     t.cpu_op("aten::div", cursor + i * per + 2.0 + per / 3, per / 3, args={"Input Dims": [[3, 32, 32], []]})
                 t.cpu_op("aten::stack", cursor + batch * per + 1.0, per / 2, args={"Input Dims": [[3, 32, 32]] * batch})
             cursor += data_wait_us
+        region_start = cursor
         for layer in range(layers):
             if model == "mlp":
                 ops = [("aten::linear", [[batch, 512], [512, 512], [512]], GEMM[vendor], gemm_us * scale),
@@ -78,7 +87,10 @@ def write_model(
                 t.cpu_op(op, cursor, 20.0, args={"Input Dims": dims})
                 t.kernel(kernel, cursor + 12.0, dur, launch_us=cursor + 6.0)
                 cursor = cursor + 12.0 + dur + 8.0  # the host waits for the kernel, then launches the next
-        cursor += extra_host_us + float(rng.uniform(0.0, jitter_us))
-        t.step(s + 1, start, cursor - start)
+        if compiled_region:
+            t.cpu_op("Torch-Compiled Region: 0/0", region_start - 1.0, cursor - region_start + 2.0)
+        cursor += extra_host_us + float(rng.uniform(0.0, jitter_us)) + (step_extra_host_us or {}).get(s + 1, 0.0)
+        if not compiled_region:
+            t.step(s + 1, start, cursor - start)
         cursor += 5.0
     return t.write(Path(path))

@@ -33,7 +33,7 @@ from . import side as S
 from .match import comparability, context
 from .stats import CONFIDENCE, Shift, interval_possible, power, shift
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 #: Rows kept in the kernel and op tables (largest |change| first).
 MAX_ROWS = 200

@@ -23,7 +23,7 @@ MAX_MD_CHARS = 60_000
 #: KPIs shown elsewhere in the diff (step time, busy %, findings) or meaningful only inside one report (savings
 #: estimates); any other numeric KPI both reports carry (peak memory, MFU, ...) is listed as it is.
 SHOWN_KPIS = frozenset({"gpu_busy_pct", "span_ns", "findings", "steps", "mean_step_ns", "est_savings_ns", "est_savings_gpu_ns",
-                        "largest_saving_ns", "avoidable_idle_ns"})
+                        "largest_saving_ns", "avoidable_idle_ns", "modelled_speedup_ns", "steady_busy_pct"})
 
 _VERDICT_ICON = {"faster": "🟢", "slower": "🔴", "no measurable change": "⚪", "inconclusive": "🟡", "not comparable": "⛔"}
 
@@ -82,6 +82,56 @@ def shown_reasons(d: dict[str, Any]) -> list[str]:
     return reasons[1:] if d["verdict"] == "not comparable" else reasons
 
 
+def evidence_lines(d: dict[str, Any]) -> list[str]:
+    """The evidence under the sentence, one line each, the same in every format: what the samples are, the
+    buckets tested (moved or not), the steps left out of the bucket tests, what the sample counts can detect and
+    why the what-if check is left out or per sample."""
+    out = []
+    smp = d.get("samples") or {}
+    if smp.get("note"):
+        out.append("samples: " + smp["note"])
+    if d.get("decided_by"):
+        out.append({"step": "decided by the step times (the interval excludes no change)",
+                    "buckets": "decided by the ledger buckets that moved (rank test per bucket, Holm-corrected), which account for the step's change",
+                    "separation": "decided by a complete separation of too few samples for an interval (weak evidence: record more steps)"}[d["decided_by"]])
+    ev = d.get("evidence") or {}
+    tested = [r for r in ev.get("buckets", []) if r.get("candidate")]
+    if tested:
+        out.append("buckets tested: " + "; ".join(
+            f"{bucket_label(r['bucket'])} {ms(r['shift_ns'], True)} per step (p = {r['p_value']:.3g}, {'moved' if r['moved'] else 'within the noise'})" for r in tested))
+    for c in ev.get("clipped", []):
+        out.append(f"{c['side'].upper()} step {c['step']} left out of the bucket tests: its ledger covers {c['coverage_pct']:.0f}% of the step (the trace's GPU window starts or ends inside it)")
+    if d.get("power"):
+        out.append("power: " + d["power"]["sentence"])
+    if d.get("what_if_note"):
+        out.append("what-if: " + d["what_if_note"])
+    return out
+
+
+def figure(k: dict[str, Any], key: str) -> str:
+    """One figure (``kpis`` row's ``base``/``head``/``change``) in its unit."""
+    v = k.get(key)
+    if v is None:
+        return "—"
+    unit = k.get("unit", "number")
+    sign = "+" if key == "change" and v > 0 else ""
+    if unit == "ns":
+        return ms(v, key == "change")
+    if unit == "pct":
+        return f"{sign}{v:.1f}" + (" pp" if key == "change" else "%")
+    if unit == "bytes":
+        return f"{sign}{v / 2**30:,.2f} GiB"
+    if unit == "flop":
+        return f"{sign}{v / 1e12:,.2f} TFLOP"
+    if unit == "count":
+        return f"{sign}{v:,.0f}"
+    return f"{sign}{v:,.4g}"
+
+
+def shown_figures(d: dict[str, Any]) -> list[dict[str, Any]]:
+    return [k for k in d["kpis"] if k["name"] not in SHOWN_KPIS and (k["change"] or k.get("note"))]
+
+
 def _kernel_change(k: dict[str, Any]) -> str:
     st = k["status"]
     return {"new": "new", "vanished": "vanished", "matched": "renamed", "same": ""}.get(st, st)
@@ -121,6 +171,8 @@ def render_text(d: dict[str, Any], width: int = 110, **_: Any) -> str:
     con.print(f"  GPU busy {pct(bp['base'], False)} → {pct(bp['head'], False)} · verdict {b['verdict']['label']} → {h['verdict']['label']}")
     if d["gate"]:
         con.print(f"  gate --fail-if-slower {d['gate']['fail_if_slower_pct']:g}%: {d['gate']['result'].upper()}")
+    for line in evidence_lines(d):
+        con.print(f"  {rich_text(line, 600)}")
     if d["ledger"]:
         t = Table(title="Time ledger, per step (one GPU)", title_justify="left", show_edge=False)
         for c in ("bucket", "BASE", "HEAD", "change"):
@@ -159,14 +211,14 @@ def render_text(d: dict[str, Any], width: int = 110, **_: Any) -> str:
     for x in f["fixed"][:5]:
         con.print(f"  fixed {rich_text(x['code'], 20)} {rich_text(x['title'], 160)}")
     for w in d["what_if"]:
-        con.print(f"What-if check: BASE predicted {ms(w['predicted_step_ns'])} per step with {rich_text(w['code'], 20)} fixed; HEAD measures {ms(w['measured_step_ns'])} ({pct(w['error_pct'])} vs the prediction)")
+        con.print(f"What-if check: BASE predicted {ms(w['predicted_step_ns'])} per {w.get('per', 'step')} with {rich_text(w['code'], 20)} fixed; HEAD measures {ms(w['measured_step_ns'])} ({pct(w['error_pct'])} vs the prediction)")
     if d["ranks"]:
         r = d["ranks"]
         con.print("Ranks: " + ", ".join(f"{x['rank']}: {ms(x['base_median_ns'])} → {ms(x['head_median_ns'])}" for x in r["rows"][:16]))
         con.print(f"  {straggler_line(r)}")
-    extra = [k for k in d["kpis"] if k["name"] not in SHOWN_KPIS and k["change"]]
+    extra = shown_figures(d)
     if extra:
-        con.print("KPIs: " + "; ".join(f"{rich_text(k['name'], 40)} {_num(k['base'], k['name'])} → {_num(k['head'], k['name'])}" for k in extra[:8]))
+        con.print("Figures: " + "; ".join(f"{rich_text(k['label'], 60)} {figure(k, 'base')} → {figure(k, 'head')}" + (f" ({k['note']})" if k.get("note") else "") for k in extra[:10]))
     return buf.getvalue()
 
 
@@ -212,14 +264,16 @@ def render_md(d: dict[str, Any], html_name: str | None = None, max_chars: int = 
     bp = d["busy_pct"]
     out.append(f"| GPU busy | {pct(bp['base'], False)} | {pct(bp['head'], False)} |")
     out.append(f"| verdict | {esc(b['verdict']['headline'])} | {esc(h['verdict']['headline'])} |")
-    for k in d["kpis"]:
-        if k["name"] not in SHOWN_KPIS and k["change"]:
-            out.append(f"| {esc(k['name'], 40)} | {_num(k['base'], k['name'])} | {_num(k['head'], k['name'])} |")
+    for k in shown_figures(d):
+        out.append(f"| {esc(k['label'], 60)} | {figure(k, 'base')} | {figure(k, 'head')}" + (f" ({esc(k['note'], 200)})" if k.get("note") else "") + " |")
     out.append("")
     if d["step"]:
         out += [f"**Step:** {esc(step_line(d['step']))}", ""]
     if d["gate"]:
         out += [f"**Gate** `--fail-if-slower {d['gate']['fail_if_slower_pct']:g}`: **{d['gate']['result']}**", ""]
+    ev = evidence_lines(d)
+    if ev:
+        out += [f"- {esc(x, 600)}" for x in ev] + [""]
     if d["ledger"]:
         out += ["### Where the step time moved (time ledger, per step)", "", "| bucket | BASE | HEAD | change |", "|---|---:|---:|---:|"]
         out += [f"| {bucket_label(r['bucket'])} | {ms(r['base_ns_per_step'])} | {ms(r['head_ns_per_step'])} | **{ms(r['change_ns'], True)}** |" for r in d["ledger"]]
@@ -240,7 +294,7 @@ def render_md(d: dict[str, Any], html_name: str | None = None, max_chars: int = 
             out.append(f"- {tag}: **{esc(x['code'], 20)}** {esc(x['title'], 160)}")
     out.append("")
     for w in d["what_if"]:
-        out.append(f"**What-if check:** BASE predicted {ms(w['predicted_step_ns'])} per step with **{esc(w['code'], 20)}** fixed; HEAD measures {ms(w['measured_step_ns'])} ({pct(w['error_pct'])}).")
+        out.append(f"**What-if check:** BASE predicted {ms(w['predicted_step_ns'])} per {w.get('per', 'step')} with **{esc(w['code'], 20)}** fixed; HEAD measures {ms(w['measured_step_ns'])} ({pct(w['error_pct'])}).")
     if d["ranks"]:
         out += ["", f"**Ranks:** {esc(straggler_line(d['ranks']))}", "", "<details><summary>Per rank</summary>", "",
                 "| rank | BASE median step | HEAD median step | change | GPU busy |", "|---:|---:|---:|---:|---:|"]
@@ -288,8 +342,8 @@ def html_context(d: dict[str, Any]) -> dict[str, Any]:
         "spread_base": spread(d["base"]), "spread_head": spread(d["head"]),
         "straggler": straggler_line(d["ranks"]) if d["ranks"] else None,
         "kernels": [dict(k, base_ns=_per_step(k["base"]), head_ns=_per_step(k["head"]), tag=_kernel_change(k)) for k in d["kernels"][:40]],
-        "ms": ms, "pct": pct, "bucket_label": bucket_label, "num": _num,
-        "extra_kpis": [k for k in d["kpis"] if k["name"] not in SHOWN_KPIS],
+        "ms": ms, "pct": pct, "bucket_label": bucket_label, "num": _num, "figure": figure,
+        "extra_kpis": shown_figures(d), "evidence": evidence_lines(d),
     }
 
 
