@@ -48,13 +48,17 @@ def _side(label="base.json", **kw) -> Side:
 
 
 # --- statistics ----------------------------------------------------------------------------------------------
-def test_shift_interval_needs_three_samples_a_side():
-    assert MIN_SAMPLES == 3
-    s = shift([10.0, 12.0], [20.0, 22.0, 24.0])
-    assert (s.estimate, s.low, s.high, s.has_interval, s.excludes_zero()) == (11.0, None, None, False, False)
+def test_shift_interval_needs_enough_splits():
+    """An interval needs 2 / C(n+m, n) <= 5 %: not 3 and 3 (1/20 each split), but 4 and 4, or 3 and 5."""
+    assert MIN_SAMPLES == 4
     s = shift([10.0, 12.0, 11.0], [20.0, 22.0, 21.0])
+    assert (s.estimate, s.low, s.high, s.has_interval, s.excludes_zero(), s.separated) == (10.0, None, None, False, False, 1)
+    assert s.p_value == pytest.approx(0.1)  # 2 of the 20 splits are as extreme
+    s = shift([10.0, 12.0, 11.0, 11.5], [20.0, 22.0, 21.0, 21.5])
     assert s.estimate == 10.0 and s.has_interval and s.low > 0 and s.excludes_zero()
+    assert (s.low, s.high) == (8.0, 12.0)  # c = 0: the smallest and largest of the 16 differences
     assert s.low <= s.estimate <= s.high and s.confidence == 0.95
+    assert shift([1.0, 2.0, 3.0], [4.0, 5.0, 6.0, 7.0, 8.0]).has_interval
     with pytest.raises(ValueError) as e:
         shift([], [1.0])
     assert str(e.value) == "shift: both sides need at least one sample"
@@ -62,27 +66,24 @@ def test_shift_interval_needs_three_samples_a_side():
         shift([1.0], [])
 
 
-def test_shift_interval_is_the_bootstrap_of_the_median_change():
-    """Against an independent percentile bootstrap (same seed, same draws): the 2.5th and 97.5th percentiles."""
+def test_shift_is_hodges_lehmann_with_the_mann_whitney_interval():
+    """Against a direct count: the median of the 100 pairwise differences, and the interval's order statistics
+    from the exact U distribution (10 and 10: c = 23 at 95 %, the tabled critical value)."""
     a = np.array([100.0, 104, 98, 101, 99, 100, 97, 103, 95, 102])
     b = a + np.array([3.0, -2, 5, 1, 0, 4, -1, 2, 6, 1])
-    rng = np.random.default_rng(20250)
-    n = 10_000
-    mb = np.median(b[rng.integers(0, len(b), size=(n, len(b)))], axis=1)
-    ma = np.median(a[rng.integers(0, len(a), size=(n, len(a)))], axis=1)
-    low, high = np.percentile(mb - ma, [2.5, 97.5])
+    diffs = np.sort(np.subtract.outer(b, a).ravel())
     s = shift(a, b)
-    assert s.estimate == float(np.median(b) - np.median(a))
-    assert (s.low, s.high) == (min(low, s.estimate), max(high, s.estimate))
-    wide = shift(a, b, confidence=0.5)
-    lo50, hi50 = np.percentile(mb - ma, [25, 75])
-    assert (wide.low, wide.high, wide.confidence) == (min(lo50, wide.estimate), max(hi50, wide.estimate), 0.5)
+    assert s.estimate == float(np.median(diffs))
+    assert (s.low, s.high) == (diffs[23], diffs[100 - 1 - 23])
+    # one wild HEAD step moves the estimate by at most one order statistic
+    wild = shift(a, np.r_[b[:-1], 10_000.0])
+    assert abs(wild.estimate - s.estimate) <= float(np.max(np.diff(diffs)))
 
 
 def test_shift_interval_always_holds_the_estimate():
-    s = shift([1.0, 1.0, 1.0, 1.0], [1.0, 1.0, 1.0, 5.0])  # every resample's median change is 0 but the estimate is 0
-    assert s.low <= s.estimate <= s.high
-    s = shift([0.0, 0.0, 10.0], [0.0, 10.0, 10.0])  # median 0 -> 10: resamples can miss it
+    s = shift([1.0, 1.0, 1.0, 1.0], [1.0, 1.0, 1.0, 5.0])
+    assert s.estimate == 0.0 and s.low <= s.estimate <= s.high
+    s = shift([0.0, 0.0, 10.0, 0.0], [0.0, 10.0, 10.0, 10.0])
     assert s.estimate == 10.0 and s.low <= 10.0 <= s.high
 
 
@@ -139,7 +140,7 @@ def test_ops_in_common_at_the_threshold():
     c = M.comparability(_side(durs=[1] * 3), _side(durs=[1] * 3, ops=head_ops))
     assert not c["comparable"] and c["in_common_pct"] == 79.8
     assert c["reasons"] == [
-        "only 80% of the framework ops per step are in common (at least 80% needed): a different model or program",
+        "only 80% of the framework ops per step are in common (at least 80% needed): the two run different framework ops, most of all aten::relu: 0 -> 3.8 per step",
         "aten::relu: 0 -> 3.8 per step",
     ]
 
@@ -153,7 +154,7 @@ def test_without_ops_kernels_stand_in():
     assert c["reasons"] == ["only BASE records framework ops; compared by kernel names"]
     c = M.comparability(_side(durs=[1] * 3, ops=[], kernels=k), _side(durs=[1] * 3, kernels=[{"name": "other", "per_step": 5}]))
     assert not c["comparable"] and c["in_common_pct"] == 0.0
-    assert c["reasons"][0] == "only 0% of the kernels per step are in common (at least 80% needed): a different model or program"
+    assert c["reasons"][0] == "only 0% of the kernels per step are in common (at least 80% needed): the two run different kernels, most of all other: 0 -> 5 per step"
     assert c["reasons"][1:] == ["only HEAD records framework ops; compared by kernel names", "other: 0 -> 5 per step",
                                 "gemm_a: 4 -> 0 per step", "elt: 1 -> 0 per step"]
 
@@ -169,7 +170,7 @@ def test_step_markers_on_one_side_only():
     # a different model and one side's markers: the reason for the model first, the markers second
     c = M.comparability(_side(durs=[1] * 3), _side(durs=[], ops=[{"name": "x", "per_step": 1}]))
     assert c["reasons"][:2] == [
-        "only 0% of the framework ops per step are in common (at least 80% needed): a different model or program",
+        "only 0% of the framework ops per step are in common (at least 80% needed): the two run different framework ops, most of all aten::mm: 10 -> 0 per step",
         "only BASE has step markers: the step structure differs"]
 
 
@@ -300,9 +301,12 @@ def test_faster_with_interval_sentence_and_summary():
     assert d["verdict"] == C.FASTER
     st = d["step"]
     assert (st["base_median_ns"], st["head_median_ns"], st["basis"]) == (10.05 * MS, 6.025 * MS, "steps")
-    assert st["change_ns"] == pytest.approx(-4.025 * MS, abs=1e-6)
-    assert st["change_pct"] == round(-100 * 4.025 / 10.05, 2) and st["high_ns"] < 0 and st["confidence"] == 0.95
-    assert st["method"] == "median difference, percentile bootstrap (seeded)"
+    hl = float(np.median(np.subtract.outer([6.0, 6.1, 5.9, 6.05], [10.0, 10.2, 9.8, 10.1]))) * MS
+    assert st["change_ns"] == pytest.approx(hl, abs=1e-6)
+    assert st["change_pct"] == round(100 * st["change_ns"] / (10.05 * MS), 2) and st["high_ns"] < 0 and st["confidence"] == 0.95
+    assert (st["low_ns"], st["high_ns"]) == pytest.approx((-4.3 * MS, -3.7 * MS))  # 4 and 4: the extreme differences
+    assert st["method"] == "Hodges-Lehmann shift, Mann-Whitney interval, exact rank test" and st["separated"] == -1
+    assert d["decided_by"] == "step" and d["evidence"]["moved"] == ["idle_data_wait"]
     assert st["low_pct"] == round(100 * st["low_ns"] / (10.05 * MS), 2) and st["high_pct"] == round(100 * st["high_ns"] / (10.05 * MS), 2)
     assert d["per_sample"] is None
     assert d["base"] == {"path": "base.json", "format": "pytorch", "framework": "pytorch",
@@ -310,13 +314,15 @@ def test_faster_with_interval_sentence_and_summary():
                                    "min_ns": 9_800_000.0, "max_ns": 10_200_000.0},
                          "warmup_steps": 1, "batch": 32, "busy_pct": 50.0,
                          "verdict": {"category": "input_pipeline", "label": "input", "headline": "h"}}
-    assert d["ledger"] == [{"bucket": "idle_data_wait", "base_ns_per_step": 4 * MS, "head_ns_per_step": 0.1 * MS, "change_ns": -3.9 * MS},
-                           {"bucket": "compute", "base_ns_per_step": 5 * MS, "head_ns_per_step": 5 * MS, "change_ns": 0.0}]
+    assert d["ledger"] == [{"bucket": "idle_data_wait", "base_ns_per_step": 4 * MS, "head_ns_per_step": 0.1 * MS, "change_ns": -3.9 * MS,
+                            "shift_ns": -3.9 * MS, "p_value": round(2 / 70, 5), "moved": True},
+                           {"bucket": "compute", "base_ns_per_step": 5 * MS, "head_ns_per_step": 5 * MS, "change_ns": 0.0,
+                            "shift_ns": 0.0, "p_value": 1.0, "moved": False}]
     assert d["busy_pct"] == {"base": 50.0, "head": 80.0, "change": 30.0}
-    assert d["kpis"] == [{"name": "gpu_busy_pct", "base": 50.0, "head": 80.0, "change": 30.0}]
-    assert d["sentence"] == (f"Faster: step -4.03 ms ({-100 * 4.025 / 10.05:+.1f}%, 95% CI {C._ms(st['low_ns'], True)} to "
+    assert d["kpis"] == [{"name": "gpu_busy_pct", "label": "GPU busy (whole window)", "unit": "pct", "base": 50.0, "head": 80.0, "change": 30.0, "note": None}]
+    assert d["sentence"] == (f"Faster: step {C._ms(st['change_ns'], True)} ({st['change_pct']:+.1f}%, 95% CI {C._ms(st['low_ns'], True)} to "
                              f"{C._ms(st['high_ns'], True)}): data wait -3.90 ms")
-    assert d["ledger_steps"]["base"][0] == {"step": 2, "ns": {"idle_data_wait": 4 * MS, "compute": 5 * MS}}
+    assert d["ledger_steps"]["base"][0] == {"step": 2, "ns": {"idle_data_wait": 4 * MS, "compute": 5 * MS}, "window_ns": 0.0}
     assert d["gate"] is None and d["ranks"] is None and d["schema_version"] == 2 and d["kind"] == "traceinsight-diff"
     assert C.compare(base, head, fail_if_slower=5.0)["gate"] == {"fail_if_slower_pct": 5.0, "result": C.PASS}
 
@@ -334,8 +340,10 @@ def test_slower_beyond_the_gate_fails_and_within_it_passes():
 def test_gate_results_at_each_branch():
     step = {"change_pct": 12.0, "low_ns": -5.0, "change_ns": 1.0}
     assert C.gate({"verdict": C.NO_CHANGE, "per_sample": None, "step": step}, 10.0) == {"fail_if_slower_pct": 10.0, "result": C.INCONCLUSIVE}
-    assert C.gate({"verdict": C.SLOWER, "per_sample": None, "step": {**step, "low_ns": 0.0}}, 10.0)["result"] == C.INCONCLUSIVE
+    assert C.gate({"verdict": C.INCONCLUSIVE, "per_sample": None, "step": {**step, "low_ns": 0.5}}, 10.0)["result"] == C.INCONCLUSIVE
+    # slower fails the gate whatever decided it: the interval, or the buckets with an interval through 0
     assert C.gate({"verdict": C.SLOWER, "per_sample": None, "step": {**step, "low_ns": 0.5}}, 10.0)["result"] == C.FAIL
+    assert C.gate({"verdict": C.SLOWER, "per_sample": None, "step": {**step, "low_ns": -5.0}}, 10.0)["result"] == C.FAIL
     assert C.gate({"verdict": C.INCONCLUSIVE, "per_sample": None, "step": {**step, "low_ns": None}}, 10.0)["result"] == C.INCONCLUSIVE
     assert C.gate({"verdict": C.INCONCLUSIVE, "per_sample": None, "step": None}, 10.0) == {"fail_if_slower_pct": 10.0, "result": C.INCONCLUSIVE}
     assert C.gate({"verdict": C.NOT_COMPARABLE, "per_sample": None, "step": step}, 10.0) == {"fail_if_slower_pct": 10.0, "result": C.NOT_COMPARABLE}
@@ -366,11 +374,14 @@ def test_no_change_needs_an_interval_within_the_margin():
     assert C.verdict(ok, {"low_ns": -3, "high_ns": 2, "low_pct": -40.0, "high_pct": 30.0}) == C.INCONCLUSIVE
     # outside the margin but excluding zero: the direction is known
     assert C.verdict(ok, {"low_ns": -30, "high_ns": -1, "low_pct": -30.0, "high_pct": -0.1}) == C.FASTER
-    # through compare: three steps each way, spread +-20 % around the same median
-    d = C.compare(_side(durs=[8 * MS, 10 * MS, 12 * MS]), _side(durs=[12 * MS, 10 * MS, 8 * MS]))
+    # through compare: five steps each way, spread +-20 % around the same median
+    d = C.compare(_side(durs=[8 * MS, 9 * MS, 10 * MS, 11 * MS, 12 * MS]), _side(durs=[12 * MS, 11 * MS, 10 * MS, 9 * MS, 8 * MS]))
     assert d["step"]["change_ns"] == 0 and d["step"]["low_pct"] < -5 and d["verdict"] == C.INCONCLUSIVE
-    steady = C.compare(_side(durs=[10 * MS, 10.1 * MS, 9.9 * MS]), _side(durs=[10 * MS, 9.9 * MS, 10.1 * MS]))
+    steady = C.compare(_side(durs=[10 * MS, 10.1 * MS, 9.9 * MS, 10.05 * MS]), _side(durs=[10 * MS, 9.9 * MS, 10.1 * MS, 9.95 * MS]))
     assert steady["verdict"] == C.NO_CHANGE and -5 <= steady["step"]["low_pct"] <= steady["step"]["high_pct"] <= 5
+    # three and three: no interval; the power line says how many steps would tell
+    few = C.compare(_side(durs=[10 * MS, 10.1 * MS, 9.9 * MS]), _side(durs=[10 * MS, 9.9 * MS, 10.1 * MS]))
+    assert few["verdict"] == C.INCONCLUSIVE and few["power"]["detectable_pct"] is None and few["power"]["steps_for_5pct"] == 4
 
 
 def test_a_step_cannot_shrink_by_more_than_itself():
@@ -422,6 +433,11 @@ def test_too_few_steps_and_no_steps():
     d = C.compare(_side(durs=[10 * MS, 10 * MS]), _side(durs=[9 * MS, 9 * MS]))
     assert d["verdict"] == C.INCONCLUSIVE and d["step"]["low_ns"] is None and d["step"]["low_pct"] is None
     assert d["sentence"] == "Inconclusive: step -1.00 ms (-10.0%, too few steps for an interval)"
+    # three and three, every HEAD step below every BASE step: 1/20 one-sided, the least that decides a direction
+    sep = C.compare(_side(durs=[10 * MS, 10.2 * MS, 9.9 * MS]), _side(durs=[9 * MS, 9.1 * MS, 8.9 * MS]))
+    assert sep["verdict"] == C.FASTER and sep["decided_by"] == "separation" and sep["step"]["low_ns"] is None
+    assert "every BASE step is slower than every HEAD step: the most 3 and 3 steps can show (one-sided p = 0.05)" in sep["sentence"]
+    assert C.compare(_side(durs=[10 * MS, 10.2 * MS]), _side(durs=[9 * MS, 9.1 * MS, 8.9 * MS]))["verdict"] == C.INCONCLUSIVE  # 1/10
     assert C.gate(d, 5.0)["result"] == C.PASS
     assert C.compare(_side(durs=[10 * MS, 10 * MS]), _side(durs=[12 * MS, 12 * MS]), fail_if_slower=5.0)["gate"]["result"] == C.INCONCLUSIVE
 
@@ -431,7 +447,8 @@ def test_without_step_markers_the_gpu_window_is_one_sample():
     head = _side(durs=[], extra={"ledger": {"buckets": [], "by_device": [{"window_ns": 7 * MS}], "by_step": []}})
     d = C.compare(base, head)
     assert d["step"]["basis"] == "gpu_window" and d["step"]["change_ns"] == -3 * MS and d["verdict"] == C.INCONCLUSIVE
-    assert d["sentence"] == "Inconclusive: GPU window -3.00 ms (-30.0%, too few steps for an interval)"
+    assert d["sentence"] == "Inconclusive: GPU window -3.00 ms (-30.0%, too few samples for an interval)"
+    assert d["samples"]["basis"] == "gpu_window" and d["power"]["detectable_pct"] is None
     assert d["what_if"] == []  # a what-if is about steps
 
 
@@ -439,7 +456,7 @@ def test_not_comparable_says_why_and_has_no_step():
     d = C.compare(_side(durs=[10 * MS] * 3), _side(durs=[10 * MS] * 3, ops=[{"name": "x", "per_step": 1}]))
     assert d["verdict"] == C.NOT_COMPARABLE and d["step"] is None
     assert d["sentence"] == ("Not comparable: only 0% of the framework ops per step are in common (at least 80% needed): "
-                             "a different model or program")
+                             "the two run different framework ops, most of all aten::mm: 10 -> 0 per step")
     assert C.sentence({"verdict": C.NOT_COMPARABLE, "comparability": {"reasons": []}}) == "Not comparable: the workloads differ"
     assert C.sentence({"verdict": C.INCONCLUSIVE, "per_sample": None, "step": None, "comparability": {"reasons": []}}) == (
         "No step time to compare: no steady-state steps")
@@ -476,7 +493,7 @@ def test_a_larger_batch_is_judged_per_sample():
     assert (ps["base_median_ns"], ps["head_median_ns"], ps["change_ns"]) == (10 * MS / 32, 18 * MS / 64, 18 * MS / 64 - 10 * MS / 32)
     assert (ps["basis"], ps["batch_base"], ps["batch_head"], ps["change_pct"]) == ("steps", 32, 64, -10.0)
     assert d["verdict"] == C.FASTER and d["gate"]["result"] == C.PASS and d["step"]["change_pct"] == 80.0
-    assert d["sentence"].startswith("Faster: per sample -31.2 µs (-10.0%, 95% CI")
+    assert d["sentence"].startswith("Faster: per sample (step / batch) -31.2 µs (-10.0%, 95% CI")
     assert C.compare(base, _side(durs=[18 * MS] * 4, batch=32))["per_sample"] is None
 
 
@@ -500,8 +517,9 @@ def test_the_document_has_every_part():
 
     d = C.compare(_side(durs=[10 * MS] * 3), _side("head.json", durs=[10 * MS] * 3))
     assert list(d) == ["schema_version", "kind", "traceinsight_version", "base", "head", "context", "comparability", "step",
-                       "per_sample", "verdict", "ledger", "ledger_steps", "sentence", "kernels", "kernel_classes", "ops",
-                       "busy_pct", "kpis", "findings", "what_if", "ranks", "gate"]
+                       "per_sample", "samples", "evidence", "outliers", "power", "verdict", "decided_by", "ledger", "ledger_steps",
+                       "sentence", "kernels", "kernel_classes", "ops", "busy_pct", "kpis", "what_if", "what_if_note", "findings",
+                       "ranks", "gate"]
     assert d["traceinsight_version"] == __version__ and d["head"]["path"] == "head.json" and d["context"][0]["what"] == "GPU"
     assert d["ledger_steps"] == {"base": [], "head": []} and d["kernels"] == [] and d["kernel_classes"] == []
     assert [r["name"] for r in d["ops"]] == ["aten::add", "aten::mm"] and d["findings"]["counts"]["new"] == 0  # no change: by name
@@ -516,10 +534,11 @@ def test_ledger_rows_keep_the_report_order_for_equal_changes():
         {"rank": 0, "step": 1, "ns": {"b1": 100, "b2": 50, "b3": 0}}, {"rank": 0, "step": 2, "ns": {"b1": 300, "b2": 50, "b3": 0}}])
     head = _side(durs=[1] * 3, buckets=["b1", "b2", "b3"], by_step=[
         {"rank": 0, "step": 1, "ns": {"b1": 100, "b2": 150, "b4": 10}}, {"rank": 0, "step": 2, "ns": {"b1": 100, "b2": 150, "b4": 10}}])
+    plain = {"shift_ns": None, "p_value": None, "moved": False}
     assert C.ledger_diff(base, head) == [
-        {"bucket": "b1", "base_ns_per_step": 200.0, "head_ns_per_step": 100.0, "change_ns": -100.0},
-        {"bucket": "b2", "base_ns_per_step": 50.0, "head_ns_per_step": 150.0, "change_ns": 100.0},
-        {"bucket": "b4", "base_ns_per_step": 0.0, "head_ns_per_step": 10.0, "change_ns": 10.0},
+        {"bucket": "b1", "base_ns_per_step": 200.0, "head_ns_per_step": 100.0, "change_ns": -100.0, **plain},
+        {"bucket": "b2", "base_ns_per_step": 50.0, "head_ns_per_step": 150.0, "change_ns": 100.0, **plain},
+        {"bucket": "b4", "base_ns_per_step": 0.0, "head_ns_per_step": 10.0, "change_ns": 10.0, **plain},
     ]
 
 
@@ -563,7 +582,7 @@ def test_kernel_rows_with_only_a_name_and_reports_without_kernels():
     assert by["mm_same"]["status"] == "same" and by["mm_same"]["matched_with"] == []  # same name: never "matched"
     assert by["mm_same"]["head"] == {"count": 3, "total_ns": 36, "per_step": 1.0, "ns_per_step": 12.0}
     assert {c["class"]: (c["base_ns_per_step"], c["head_ns_per_step"], c["base_per_step"], c["head_per_step"]) for c in classes} == {
-        "attention": (70, 0, 2.0, 0), "gemm": (10, 12, 1.0, 1.0)}  # a row with no class is in no class total
+        "attention": (70, 0, 2.0, 0), "gemm": (10, 12, 1.0, 1.0), "other": (0, 0, 0, 0)}  # a row with no class: by its name
     bare = Side({**_report(), "workload": {"steps": []}}, "bare")
     assert C.kernel_diff(bare, bare) == ([], []) and C.op_diff(bare, bare) == []
 
@@ -581,9 +600,10 @@ def test_ledger_buckets_gone_and_the_order_of_reports_without_a_list():
     got = C.ledger_diff(side([], {"x": 5.0, "w": 1.0}), side([], {"w": 1.0, "x": 5.0}))
     assert [r["bucket"] for r in got] == ["w", "x"]  # neither lists them: by name
     got = C.ledger_diff(side(["gone"], {"gone": 20.0}), side([], {}))
-    assert got == [{"bucket": "gone", "base_ns_per_step": 20.0, "head_ns_per_step": 0.0, "change_ns": -20.0}]
+    plain = {"shift_ns": None, "p_value": None, "moved": False}
+    assert got == [{"bucket": "gone", "base_ns_per_step": 20.0, "head_ns_per_step": 0.0, "change_ns": -20.0, **plain}]
     got = C.ledger_diff(side([], {}), side([], {"new": 3.0}))
-    assert got == [{"bucket": "new", "base_ns_per_step": 0.0, "head_ns_per_step": 3.0, "change_ns": 3.0}]
+    assert got == [{"bucket": "new", "base_ns_per_step": 0.0, "head_ns_per_step": 3.0, "change_ns": 3.0, **plain}]
 
 
 def test_kernel_and_op_tables_are_capped(monkeypatch):
@@ -614,12 +634,19 @@ def test_kpis_both_reports_hold():
     head = _side(kpis={"gpu_busy_pct": 55.5, "steps": 5, "name": "y", "flag": False},
                  extra={"memory": {"devices": [{"peak_reserved_bytes": 5e9, "headroom_bytes": 0.5e9}]}, "efficiency": {"mfu_pct": 33.0}})
     assert C.kpi_diff(base, head) == [
-        {"name": "gpu_busy_pct", "base": 40.0, "head": 55.5, "change": 15.5},
-        {"name": "steps", "base": 5.0, "head": 5.0, "change": 0.0},
-        {"name": "efficiency.mfu_pct", "base": 30.0, "head": 33.0, "change": 3.0},
-        {"name": "memory.peak_reserved_bytes", "base": 4e9, "head": 5e9, "change": 1e9},
-        {"name": "memory.headroom_bytes", "base": 1e9, "head": 0.5e9, "change": -0.5e9},
+        {"name": "gpu_busy_pct", "label": "GPU busy (whole window)", "unit": "pct", "base": 40.0, "head": 55.5, "change": 15.5, "note": None},
+        {"name": "steps", "label": "steps in the trace", "unit": "count", "base": 5.0, "head": 5.0, "change": 0.0, "note": None},
+        {"name": "efficiency.mfu_pct", "label": "MFU", "unit": "pct", "base": 30.0, "head": 33.0, "change": 3.0, "note": None,
+         "base_coverage_pct": None, "head_coverage_pct": None},
+        {"name": "memory.peak_reserved_bytes", "label": "peak memory reserved", "unit": "bytes", "base": 4e9, "head": 5e9, "change": 1e9, "note": None},
+        {"name": "memory.headroom_bytes", "label": "memory headroom (smallest)", "unit": "bytes", "base": 1e9, "head": 0.5e9, "change": -0.5e9, "note": None},
     ]
+    # MFU says how much of the matrix-unit time its FLOPs cover; a figure no table names is labelled from its key
+    cls = lambda cov: {"mfu_pct": 8.0, "classes": [{"cls": "gemm", "time_ns": 100, "modelled_ns": cov}, {"cls": "elementwise", "time_ns": 900, "modelled_ns": 0}]}
+    got = C.kpi_diff(_side(extra={"efficiency": cls(8)}), _side(extra={"efficiency": cls(10)}))
+    (mfu,) = [k for k in got if k["name"] == "efficiency.mfu_pct"]
+    assert (mfu["base_coverage_pct"], mfu["head_coverage_pct"]) == (8.0, 10.0) and mfu["note"].startswith("counted FLOPs cover 8% (BASE) and 10% (HEAD)")
+    assert C.figure_label("memory.spill_bytes") == ("memory: spill", "bytes") and C.figure_label("foo_ns") == ("foo", "ns")
     assert C._pair(1, None) == {"base": 1, "head": None, "change": None}
     assert C._pair(True, 2) == {"base": True, "head": 2, "change": None}
     assert C._pair(2, 3.5) == {"base": 2, "head": 3.5, "change": 1.5}
@@ -662,16 +689,24 @@ def test_what_if_predictions_checked_against_the_measured_step():
     d_ = C.compare(base, head)
     assert d_["what_if"] == [
         {"code": "TI001", "title": "ta", "transform": "remove_data_wait", "status": "fixed", "base_step_ns": 10.5 * MS,
-         "predicted_step_ns": 7 * MS, "measured_step_ns": 8 * MS, "error_pct": round(100 * 1 / 7, 1)},
+         "predicted_step_ns": 7 * MS, "measured_step_ns": 8 * MS, "error_pct": round(100 * 1 / 7, 1), "per": "step"},
         {"code": "TI002", "title": "tb", "transform": None, "status": "reduced", "base_step_ns": 10 * MS,
-         "predicted_step_ns": 8 * MS, "measured_step_ns": 8 * MS, "error_pct": 0.0},
+         "predicted_step_ns": 8 * MS, "measured_step_ns": 8 * MS, "error_pct": 0.0, "per": "step"},
     ]
-    assert C.what_if_check(base, head, {"step": None}) == []
+    assert d_["what_if_note"] is None
+    got, note = C.what_if_check(base, head, {"step": None})
+    assert got == [] and note.startswith("BASE's what-if predictions are per step; these samples are not steps")
+    # the batch grew 128x: per sample, or the prediction would be read against 128x the work
+    big = C.compare(_side(durs=[10 * MS] * 4, batch=4, findings=base.report["findings"]), _side(durs=[600 * MS] * 4, batch=512, findings=head.report["findings"]))
+    assert big["what_if"][0]["per"] == "sample" and big["what_if"][0]["predicted_step_ns"] == 7 * MS / 4
+    assert big["what_if"][0]["measured_step_ns"] == 600 * MS / 512 and big["what_if_note"].startswith("the batch changed (4 \u2192 512)")
+    vouched = C.compare(base, _side(durs=[8 * MS] * 4, ops=[{"name": "x", "per_step": 1}], findings=head.report["findings"]), same_workload=True)
+    assert vouched["what_if"] == [] and "HEAD runs other ops" in vouched["what_if_note"]
 
 
 def test_what_if_check_reads_every_finding_whatever_comes_first():
     a, b, c = "a" * 16, "b" * 16, "c" * 16
-    step = {"step": {"basis": "steps", "base_median_ns": 10 * MS, "head_median_ns": 8 * MS}}
+    step: dict = {"step": {"basis": "steps", "base_median_ns": 10 * MS, "head_median_ns": 8 * MS}}
     base = _side(findings=[
         "junk",
         {"fingerprint": c, "impact_pct_span": 5.0},  # no what-if
@@ -679,12 +714,13 @@ def test_what_if_check_reads_every_finding_whatever_comes_first():
         {"fingerprint": a, "impact_pct_span": 20.0, "what_if": {"step_ns": 7 * MS, "transform": 3}},  # no code or title
     ])
     head = _side(findings=[{"fingerprint": b, "impact_pct_span": 19.0}])
-    assert C.what_if_check(base, head, step) == [
-        {"code": "", "title": "", "transform": "3", "status": "fixed", "base_step_ns": 10 * MS, "predicted_step_ns": 7 * MS,
-         "measured_step_ns": 8 * MS, "error_pct": round(100 / 7, 1)}]
+    step.update(per_sample=None, comparability={"comparable": True})
+    assert C.what_if_check(base, head, step) == ([
+        {"code": "", "title": "", "transform": "3", "status": "fixed", "per": "step", "base_step_ns": 10 * MS, "predicted_step_ns": 7 * MS,
+         "measured_step_ns": 8 * MS, "error_pct": round(100 / 7, 1)}], None)
     no_findings = Side({k: v for k, v in _report().items() if k != "findings"}, "x")
-    assert C.what_if_check(base, no_findings, step)[0]["status"] == "fixed"
-    assert C.what_if_check(no_findings, head, step) == []
+    assert C.what_if_check(base, no_findings, step)[0][0]["status"] == "fixed"
+    assert C.what_if_check(no_findings, head, step) == ([], None)
 
 
 # --- ranks ---------------------------------------------------------------------------------------------------

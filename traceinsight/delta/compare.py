@@ -427,7 +427,8 @@ def sentence(d: dict[str, Any]) -> str:
     if s is None:
         return "No step time to compare: " + "; ".join(d["comparability"]["reasons"] or ["no steady-state steps"])
     unit = _unit(d)
-    noun = "step" if (d.get("samples") or {}).get("basis", "steps") == "steps" else "run"
+    basis = (d.get("samples") or {}).get("basis", "steps")
+    noun = {"steps": "step", "gpu_window": "sample"}.get(basis, "run")
     ci = f"{int(s['confidence'] * 100)}% CI {_ms(s['low_ns'], True)} to {_ms(s['high_ns'], True)}" if s["low_ns"] is not None else None
     head = f"{v.capitalize()}: {unit} {_ms(s['change_ns'], True)} ({s['change_pct']:+.1f}%"
     ev = d.get("evidence") or {}
@@ -485,11 +486,16 @@ RENAME_MIN_RATIO = 0.5
 
 
 def _class_of(k: dict[str, Any]) -> str:
-    """The kernel's class by the shared classifier (``kernels``, the efficiency view's patterns), so two reports
-    written by different versions compare by one rule; copies and memsets keep the class their kind gave them."""
+    """The kernel's class by the shared classifier (``kernels``, the efficiency view's patterns), so a report
+    written before a pattern was added (SageAttention's ``sage_fwd`` read as "other") compares by today's rule; a
+    name the patterns do not know keeps the report's class, and copies and memsets the class their kind gave them."""
     from ..kernels import classify
 
-    return "copy" if k.get("class") == "copy" else classify(str(k.get("name", "")))
+    given = str(k.get("class") or "other")
+    if given == "copy":
+        return given
+    by_name = classify(str(k.get("name", "")))
+    return by_name if by_name != "other" or given not in CLASSES else given
 
 
 def kernel_diff(base: S.Side, head: S.Side) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:

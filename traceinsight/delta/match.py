@@ -55,8 +55,10 @@ def comparability(base: S.Side, head: S.Side) -> dict[str, Any]:
     ok = in_common >= MIN_IN_COMMON
     if not ok:
         what = "framework ops" if matched_by == "framework_ops" else "kernels"
-        reasons.insert(0, f"only {in_common:.0f}% of the {what} per step are in common (at least {MIN_IN_COMMON:.0f}% needed): the two run different {what}, largest differences:")
-        reasons.extend(_differences(x, y))
+        diffs = _differences(x, y)
+        most = f", most of all {diffs[0]}" if diffs else ""
+        reasons.insert(0, f"only {in_common:.0f}% of the {what} per step are in common (at least {MIN_IN_COMMON:.0f}% needed): the two run different {what}{most}")
+        reasons.extend(diffs)
     ba, bb = wa.get("batch"), wb.get("batch")
     shapes_pct = None
     sa = _shape_counts(wa)
