@@ -108,6 +108,13 @@ def evidence_lines(d: dict[str, Any]) -> list[str]:
     return out
 
 
+def bucket_test(r: dict[str, Any]) -> str:
+    """A ledger row's test over the steps: its p-value, and "moved" when it counted for the verdict."""
+    if r.get("p_value") is None:
+        return ""
+    return f"p = {r['p_value']:.3g}" + (" · moved" if r.get("moved") else "")
+
+
 def figure(k: dict[str, Any], key: str) -> str:
     """One figure (``kpis`` row's ``base``/``head``/``change``) in its unit."""
     v = k.get(key)
@@ -175,10 +182,10 @@ def render_text(d: dict[str, Any], width: int = 110, **_: Any) -> str:
         con.print(f"  {rich_text(line, 600)}")
     if d["ledger"]:
         t = Table(title="Time ledger, per step (one GPU)", title_justify="left", show_edge=False)
-        for c in ("bucket", "BASE", "HEAD", "change"):
+        for c in ("bucket", "BASE", "HEAD", "change", "rank test"):
             t.add_column(c, justify="left" if c == "bucket" else "right")
         for r in d["ledger"]:
-            t.add_row(bucket_label(r["bucket"]), ms(r["base_ns_per_step"]), ms(r["head_ns_per_step"]), ms(r["change_ns"], True))
+            t.add_row(bucket_label(r["bucket"]), ms(r["base_ns_per_step"]), ms(r["head_ns_per_step"]), ms(r["change_ns"], True), bucket_test(r))
         con.print(t)
     if d["kernel_classes"]:
         t = Table(title="Kernel classes, GPU time per step", title_justify="left", show_edge=False)
@@ -275,8 +282,8 @@ def render_md(d: dict[str, Any], html_name: str | None = None, max_chars: int = 
     if ev:
         out += [f"- {esc(x, 600)}" for x in ev] + [""]
     if d["ledger"]:
-        out += ["### Where the step time moved (time ledger, per step)", "", "| bucket | BASE | HEAD | change |", "|---|---:|---:|---:|"]
-        out += [f"| {bucket_label(r['bucket'])} | {ms(r['base_ns_per_step'])} | {ms(r['head_ns_per_step'])} | **{ms(r['change_ns'], True)}** |" for r in d["ledger"]]
+        out += ["### Where the step time moved (time ledger, per step)", "", "| bucket | BASE | HEAD | change | rank test |", "|---|---:|---:|---:|---:|"]
+        out += [f"| {bucket_label(r['bucket'])} | {ms(r['base_ns_per_step'])} | {ms(r['head_ns_per_step'])} | **{ms(r['change_ns'], True)}** | {bucket_test(r)} |" for r in d["ledger"]]
         out.append("")
     if d["kernel_classes"]:
         out += ["### Kernel classes (GPU time per step)", "", "| class | BASE | HEAD | change | count/step |", "|---|---:|---:|---:|---:|"]
