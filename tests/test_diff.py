@@ -561,3 +561,39 @@ def test_attention_backends_pair_only_at_a_similar_time_within_one_op():
     # a kernel of a very different time from the same op and class is removed + new, never renamed
     rows, _ = kernel_diff(side([k("flash_fwd_big", 30e6, cls="attention")]), side([k("fmha_small", 1e6, cls="attention")]))
     assert {r["name"]: r["status"] for r in rows} == {"flash_fwd_big": "vanished", "fmha_small": "new"}
+
+
+def test_every_format_and_the_mcp_tool_carry_the_same_outcome_and_figures(rule_pairs, tmp_path):
+    """The decision, its evidence lines and the labelled figures are read from one document: JSON, Markdown,
+    HTML, text and the agent's ``diff`` tool say the same thing."""
+    from traceinsight.agent.tools import Session
+    from traceinsight.delta.render import evidence_lines, figure, shown_figures
+
+    for name in ("waits", "fixed_outlier"):
+        (tmp_path / f"{name}.json").write_bytes(rule_pairs[name].read_bytes())
+    d = diff(rule_pairs["waits"], rule_pairs["fixed_outlier"], fail_if_slower=5)
+    doc = json.loads(d.render("json"))
+    s = Session([tmp_path])
+    ids = [s.analyze(f"{n}.json")["analysis_id"] for n in ("waits", "fixed_outlier")]
+    mcp = s.diff(*ids, fail_if_slower=5)["diff"]
+    for key in ("verdict", "decided_by", "sentence", "power", "evidence", "outliers", "gate", "kpis", "samples"):
+        assert mcp[key] == doc[key], key
+    md, html, text = d.render("md"), d.render("html"), d.render("text", width=400)
+    lines = evidence_lines(doc)
+    assert any(x.startswith("buckets tested: idle: data wait") for x in lines) and any(x.startswith("power: with 6 and 6 steps") for x in lines)
+    from html import unescape
+
+    from traceinsight.render.markdown import esc
+
+    page = unescape(html)
+    for x in lines:
+        assert esc(x, 600) in md and x in page and x in text, x
+    assert doc["sentence"] in text.replace("\n", " ") or doc["sentence"][:80] in text
+    slow = diff(rule_pairs["region"], rule_pairs["region_slow"])  # slower kernels: the GPU time figure moves
+    figs = shown_figures(slow.data)
+    assert [k["label"] for k in figs if k["name"] == "efficiency.gpu_time_ns"] == ["GPU kernel time, whole capture"]
+    md, page, text = slow.render("md"), unescape(slow.render("html")), slow.render("text", width=400)
+    for k in figs:
+        assert esc(k["label"], 60) in md and k["label"] in page and k["label"] in text
+        assert figure(k, "head") in md and figure(k, "head") in page and figure(k, "head") in text
+    assert "modelled_speedup_ns" not in md + page + text and "efficiency.gpu_time_ns" not in md + text
