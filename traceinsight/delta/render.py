@@ -62,7 +62,10 @@ def bucket_label(b: str) -> str:
 
 
 def step_line(s: dict[str, Any] | None, unit: str | None = None) -> str:
-    unit = unit or ("GPU window" if s and s.get("basis") == "gpu_window" else "step")
+    from .compare import REPEAT_WORDS
+
+    basis = (s or {}).get("basis", "steps")
+    unit = unit or ("GPU window" if basis == "gpu_window" else REPEAT_WORDS.get(basis, "step"))
     if s is None:
         return f"{unit}: no steps to compare"
     ci = f"{int(s['confidence'] * 100)}% CI {ms(s['low_ns'], True)} … {ms(s['high_ns'], True)} ({pct(s['low_pct'])} … {pct(s['high_pct'])})" if s["low_ns"] is not None else "too few steps for an interval"

@@ -27,8 +27,9 @@ CONFIDENCE = 0.95
 MIN_SAMPLES = 4
 #: Pooled samples up to which the null distributions are counted exactly (beyond: normal approximation).
 EXACT_MAX_POOLED = 60
-#: Pairwise differences formed at most; larger sides are thinned to evenly spaced order statistics first.
-MAX_PAIRS = 4_000_000
+#: Pairwise differences formed at most (1,000 samples a side); larger sides are thinned to 1,000 evenly spaced
+#: quantiles first, which moves the estimate and interval by less than the spacing of those quantiles.
+MAX_PAIRS = 1_000_000
 #: Power the detectable change is quoted at (a change this large is caught 4 times in 5).
 POWER = 0.8
 #: The "record N steps" advice is for this change (%).
@@ -162,14 +163,18 @@ def shift(base: "np.ndarray | list[float]", head: "np.ndarray | list[float]", co
         raise ValueError("shift: both sides need at least one sample")
     side = int(math.sqrt(MAX_PAIRS))
     ta, tb = _thin(a, side), _thin(b, side)
-    d = np.sort(np.subtract.outer(tb, ta).ravel())
-    est = float(np.median(d))
-    sep = -1 if b.max() < a.min() else (1 if b.min() > a.max() else 0)
+    d = np.subtract.outer(tb, ta).ravel()
+    n = len(d)
     c = _critical(len(ta), len(tb), confidence)
+    mid = [(n - 1) // 2, n // 2]
+    kth = sorted(set(mid + ([c, n - 1 - c] if c is not None else [])))
+    d = np.partition(d, kth)  # only the order statistics needed: linear, not a sort of n·m differences
+    est = float((d[mid[0]] + d[mid[1]]) / 2)
+    sep = -1 if b.max() < a.min() else (1 if b.min() > a.max() else 0)
     p = rank_test(a, b)
     if c is None:
         return Shift(est, None, None, confidence, p, sep)
-    low, high = float(d[c]), float(d[len(d) - 1 - c])
+    low, high = float(d[c]), float(d[n - 1 - c])
     return Shift(est, min(low, est), max(high, est), confidence, p, sep)
 
 
