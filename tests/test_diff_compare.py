@@ -747,3 +747,21 @@ def test_ranks_and_the_straggler():
     assert C.straggler({0: np.array([10.0]), 1: np.array([10.49])}) == {"rank": 1, "excess_pct": round(100 * 0.245 / 10.245, 2), "is_straggler": False}
     assert C.straggler({0: np.array([0.0]), 1: np.array([0.0])}) == {"rank": 0, "excess_pct": 0.0, "is_straggler": False}
     assert C.straggler({0: np.array([1.0])}) is None and C.STRAGGLER_PCT == 5.0
+
+
+def test_repeated_regions_stand_in_only_for_most_of_the_work_and_damaged_ones_are_skipped():
+    """Too few steps (2 and 2): a region repeated 5 times a side that holds most of the steps' time is the sample;
+    one that holds a sliver (an optimizer call) is not; a damaged ``repeats`` block is read as none."""
+    def side(step_ms, runs_ms, name="Torch-Compiled Region", kind="compiled_region", **kw):
+        s = _side(durs=[x * MS for x in step_ms], **kw)
+        s.report["workload"]["repeats"] = [{"kind": kind, "name": name, "count": len(runs_ms), "dur_ns": [x * MS for x in runs_ms]}]
+        return s
+    d = C.compare(side([10, 10], [4, 4.1, 3.9, 4, 4.05]), side([12, 12], [5, 5.1, 4.9, 5, 5.05]))
+    assert d["samples"]["basis"] == "compiled_region" and d["step"]["base_count"] == 5 and d["verdict"] == C.SLOWER
+    assert d["samples"]["note"].startswith("2 and 2 steps are too few for an interval; the compiled region")
+    small = C.compare(side([10, 10], [0.1] * 5, "Optimizer.step#SGD.step", "user_range"), side([12, 12], [0.2] * 5, "Optimizer.step#SGD.step", "user_range"))
+    assert small["samples"]["basis"] == "steps" and small["verdict"] == C.INCONCLUSIVE
+    for junk in (5, "x", [{"kind": "compiled_region", "name": "r", "dur_ns": [True, "1", float("nan")]}]):
+        s = _side(durs=[MS, MS])
+        s.report["workload"]["repeats"] = junk
+        assert C.compare(s, s)["samples"]["basis"] == "steps"

@@ -290,7 +290,8 @@ def repeats(side: Side) -> list[dict[str, Any]]:
     """The report's repeated regions (``workload.repeats``: compiled regions, graph replays, repeated user ranges),
     each ``kind``, ``name`` and ``dur_ns`` (one per occurrence); [] for a report without them."""
     out = []
-    for r in (side.workload or {}).get("repeats", []) or []:
+    rows = (side.workload or {}).get("repeats")
+    for r in rows if isinstance(rows, list) else []:
         if not isinstance(r, dict) or not isinstance(r.get("dur_ns"), list):
             continue
         durs = [float(x) for x in r["dur_ns"] if isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x > 0]
