@@ -55,7 +55,7 @@ def split(analysis: Analysis, source_root: Any = None) -> tuple[list[tuple[Any, 
     located, unlocated = [], []
     for f in analysis.findings:
         path = root.path_of(getattr(f, "source", None))
-        if path is None:
+        if path is None or "##[" in path:  # "##[" cannot be escaped in a property (no % form for it): not named
             unlocated.append(f)
         else:
             located.append((f, path))
