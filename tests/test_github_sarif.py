@@ -112,6 +112,8 @@ def test_source_root_option_and_severity_levels(checkout, tmp_path):
     res = _run(["analyze", str(path), "-f", "github", "--select", "TI002", "--source-root", str(repo)], elsewhere)
     assert [(n, p["file"]) for n, p, _ in runner_commands(res.stdout)] == [("warning", "src/train.py")]
     # from another folder without --source-root the file is not the checkout's: no annotation, a plain log line
+    res = _run(["analyze", str(path), "-f", "github", "--select", "TI002", "--source-root", str(tmp_path / "nowhere")], elsewhere)
+    assert res.exit_code == 2 and "--source-root" in res.output  # a root that is not a folder: a usage error
     res = _run(["analyze", str(path), "-f", "github", "--select", "TI002"], elsewhere)
     assert runner_commands(res.stdout) == []
     assert res.stdout.startswith("traceinsight: TI002 warning: host blocked")
@@ -190,7 +192,17 @@ def test_sarif_validates_with_rule_table_locations_and_properties(checkout):
     assert t1["level"] == "error" and "what_if" not in t1["properties"]
     assert r["properties"]["what_if"]["step_ns"] == f.what_if["step_ns"]  # the what-if, as numbers and in words
     assert r["properties"]["what_if_text"].startswith("step ")
-    assert run["originalUriBaseIds"]["SRCROOT"]["uri"] == Path(os.path.realpath(repo)).as_uri() + "/"
+    assert run["originalUriBaseIds"]["%SRCROOT%"]["uri"] == Path(os.path.realpath(repo)).as_uri() + "/"
+    assert loc["artifactLocation"]["uriBaseId"] == "%SRCROOT%" and run["properties"]["unlocated_results"] == 0
+
+
+def test_sarif_without_the_trace_in_the_checkout_counts_unlocated_results(checkout, tmp_path):
+    repo, path = checkout
+    doc = json.loads(sarif.render(traceinsight.analyze(path), source_root=tmp_path / "empty"))
+    jsonschema.Draft4Validator(SCHEMA).validate(doc)
+    run = doc["runs"][0]
+    assert run["properties"]["unlocated_results"] == len(run["results"]) > 0
+    assert all("locations" not in r for r in run["results"])
 
 
 def test_sarif_is_a_file_extension_and_a_folder_format(checkout, tmp_path):

@@ -120,7 +120,7 @@ def analyze(
     model_flops_per_step: Annotated[Optional[float], typer.Option("--model-flops-per-step", help="Model FLOPs of one training/inference step (for MFU where the trace records no shapes, e.g. Nsight Systems).", min=0.0)] = None,
     source_root: Annotated[
         Optional[Path],
-        typer.Option("--source-root", help="github and sarif formats: the checkout the trace's Python frames are looked for in; paths are relative to it (default: the working directory). Frames outside it (site-packages, the interpreter) are never named."),
+        typer.Option("--source-root", exists=True, file_okay=False, help="github and sarif formats: the checkout the trace's Python frames are looked for in; paths are relative to it (default: the working directory). Frames outside it (site-packages, the interpreter) are never named."),
     ] = None,
     scheduler: Annotated[
         Optional[str],

@@ -7,6 +7,10 @@ code where the trace recorded one inside the checkout (``render.sources``; else 
 is in the checkout, so code scanning, which needs a location, still shows the finding), a fingerprint that is
 stable across runs of the same problem, and the saving and what-if in its property bag.
 
+GitHub's code scanning refuses a whole upload when one result has no location: a finding with neither a line of
+the checkout nor a trace file inside it has none (SARIF allows that), and the run's ``unlocated_results`` property
+counts them; keep the trace inside the checkout for an upload (docs/ci.md).
+
 Untrusted text stays text: every trace string is a JSON string value (the encoder escapes what JSON needs, and
 ``sanitize.data_text`` / ``json_text`` make invisible and control characters visible), file paths are
 percent-encoded URI references. ``tests/test_github_sarif.py`` validates the output against the official schema.
@@ -27,8 +31,9 @@ from .sources import SourceRoot
 SCHEMA_URI = "https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/schemas/sarif-schema-2.1.0.json"
 #: A finding's severity as a SARIF level.
 LEVELS = {"info": "note", "warning": "warning", "error": "error"}
-#: The base the result paths are relative to (``originalUriBaseIds``): the source root.
-ROOT_ID = "SRCROOT"
+#: The base the result paths are relative to: the source root (the name code scanning's examples use; it resolves
+#: relative paths against the checkout and ignores ``originalUriBaseIds``, which records the root for other readers).
+ROOT_ID = "%SRCROOT%"
 FINGERPRINT_KEY = "traceinsightFinding/v1"
 
 
@@ -145,7 +150,8 @@ def to_dict(analysis: Analysis, source_root: Any = None) -> dict[str, Any]:
                 "originalUriBaseIds": {ROOT_ID: {"uri": root.root.as_uri().rstrip("/") + "/"}},
                 "invocations": [{"executionSuccessful": not analysis.rule_failures, "toolExecutionNotifications": notes}],
                 "results": results,
-                "properties": {"verdict": _text(analysis.verdict.get("headline", ""), 300), "source_format": _text(meta.source_format, 40)},
+                "properties": {"verdict": _text(analysis.verdict.get("headline", ""), 300), "source_format": _text(meta.source_format, 40),
+                               "unlocated_results": sum(1 for r in results if "locations" not in r)},
             }
         ],
     }
