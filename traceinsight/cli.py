@@ -284,7 +284,7 @@ def _parse_formats(fmt: Optional[str], output: Optional[Path]) -> list[Format]:
         if output is not None and known is None and output.suffix and not output.is_dir():
             # never write plain text into report.pdf: an extension we do not write is a usage error (exit 2)
             raise typer.BadParameter(
-                f"cannot tell the format from {output.suffix!r}: name the file .html, .md, .json or .txt, or give --format", param_hint="--output"
+                f"cannot tell the format from {output.suffix!r}: name the file .html, .md, .json, .txt or .sarif, or give --format", param_hint="--output"
             )
         return [known or Format.text]
     out: list[Format] = []
