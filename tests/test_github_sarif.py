@@ -285,3 +285,21 @@ def test_job_path_refuses_per_line_formats(tmp_path):
     t.write(d / "rank1.json")
     res = _run(["analyze", str(d), "-f", "sarif"], tmp_path)
     assert res.exit_code == 2 and "describe(s) one trace" in res.output
+
+
+def test_text_reports_start_no_workflow_command(tmp_path):
+    """The text formats (the default on stdout, so in CI logs) too: a name wrapped to the start of a line cannot
+    become ``::stop-commands``; ``##[`` nowhere."""
+    t = KinetoTrace()
+    _sync_steps(t, "/build/x.py", ops=("::set-env name=A::1", "::stop-commands::tok"))
+    for i in range(30):
+        t.kernel("::add-mask::tiny ##[group]", 7200.0 + i * 10, 2.0, launch_us=7195.0 + i * 10)
+    path = t.write(tmp_path / "t.json")
+    res = _run(["analyze", str(path)], tmp_path)
+    assert res.exit_code == 0, res.output
+    assert "stop-commands" in res.stdout and runner_commands(res.stdout) == []
+    res = _run(["diff", str(path), str(path)], tmp_path)
+    assert res.exit_code == 0, res.output
+    assert runner_commands(res.stdout) == []
+    assert escape.log_document("  ::a::b\n::c\nx ::d ##[e]") == "  \\x3a:a::b\n\\x3a:c\nx ::d #\\x23[e]"
+    assert escape.log_document("at::native::k\n") == "at::native::k\n"  # ordinary C++ names are untouched

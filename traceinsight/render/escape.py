@@ -83,6 +83,19 @@ def workflow_log(value: Any, limit: int | None = 1000) -> str:
     return _terminal(value, limit).replace("##[", "# #[")
 
 
+_COMMAND_LINE = re.compile(r"^([ \t]*):(?=:)", re.M)
+
+
+def log_document(text: str) -> str:
+    """A whole report for a terminal or CI log (the text formats) with no line a runner reads as a workflow command:
+    a line that starts with ``::`` after blanks (a trace name wrapped to the start of a line: ``::stop-commands``)
+    has its first colon written ``\\x3a``, and ``##[`` is written ``#\\x23[``, in ``terminal``'s visible escape form
+    (a real backslash there is doubled, so the escape reads as one). Reports without either are unchanged."""
+    if "::" not in text and "##[" not in text:
+        return text
+    return _COMMAND_LINE.sub(lambda m: m.group(1) + "\\x3a", text).replace("##[", "#\\x23[")
+
+
 def workflow_property(value: Any, limit: int | None = 300) -> str:
     """Untrusted text as a property value of a workflow command (``file=``, ``title=``): ``workflow_data`` plus
     ``:`` and ``,``, so it can neither end the property list nor start another property."""
