@@ -94,7 +94,7 @@ def test_annotation_on_the_users_line_not_a_library_frame(checkout):
     assert len(cmds) == 1
     name, props, data = cmds[0]
     assert (name, props["file"], props["line"], props["title"]) == ("warning", "src/train.py", "31", "TI002 host-sync-stalls")
-    assert data.startswith("host blocked on the GPU 3 times")
+    assert data.startswith("host blocked on the GPU 3 times") and "mostly in aten::_local_scalar_dense (in train_step())." in data
     assert "est. saved" in data and "Fix: Keep values on the GPU" in data
     assert "torch/_tensor.py" not in res.stdout and "1012" not in res.stdout
 
@@ -159,6 +159,15 @@ def test_source_root_lookup(tmp_path):
     assert at(str(repo / "link.py")) is None  # a link out of the checkout
     assert at("pkg/model.py\n::set-env name=X::1") is None  # control characters: never a path
     assert root.path_of(None) is None
+    # recorded relative to a sys.path entry (python pkg/model.py records "model.py"): the one file ending so
+    assert at("model.py") == "pkg/model.py"
+    (repo / "a" / "proj").mkdir(parents=True)
+    (repo / "b").mkdir()
+    (repo / "a" / "proj" / "train.py").write_text("x\n")
+    (repo / "b" / "train.py").write_text("x\n")
+    root = SourceRoot(repo)  # a new index
+    assert root.path_of(SourceLine("proj/train.py", 1)) == "a/proj/train.py"  # the longest shared tail wins
+    assert root.path_of(SourceLine("/x/y/train.py", 1)) is None  # a/proj/train.py or b/train.py: never a guess
 
 
 def test_sarif_validates_with_rule_table_locations_and_properties(checkout):
@@ -303,3 +312,46 @@ def test_text_reports_start_no_workflow_command(tmp_path):
     assert runner_commands(res.stdout) == []
     assert escape.log_document("  ::a::b\n::c\nx ::d ##[e]") == "  \\x3a:a::b\n\\x3a:c\nx ::d #\\x23[e]"
     assert escape.log_document("at::native::k\n") == "at::native::k\n"  # ordinary C++ names are untouched
+
+
+def test_a_real_with_stack_recording_maps_to_the_checkout(tmp_path):
+    """PyTorch's own recording (CPU, with_stack=True) of ``python src/train.py``: the profiler writes the user's file
+    relative to the script's folder (``train.py(9): train_step``) and torch's own files relative to site-packages;
+    the user's frame is found at src/train.py in the checkout, torch's never."""
+    pytest.importorskip("torch")
+    import subprocess
+    import sys
+
+    repo = tmp_path / "repo"
+    (repo / "src").mkdir(parents=True)
+    (repo / "src" / "train.py").write_text(
+        "import sys\n"
+        "import torch\n"
+        "from torch.profiler import profile, ProfilerActivity\n"
+        "model = torch.nn.Linear(16, 16)\n"
+        "x = torch.randn(8, 16)\n"
+        "\n"
+        "\n"
+        "def train_step():\n"
+        "    return model(x).pow(2).mean().item()\n"
+        "\n"
+        "\n"
+        "with profile(activities=[ProfilerActivity.CPU], with_stack=True) as prof:\n"
+        "    for _ in range(2):\n"
+        "        train_step()\n"
+        "prof.export_chrome_trace(sys.argv[1])\n"
+    )
+    trace = tmp_path / "cpu.json"
+    subprocess.run([sys.executable, "src/train.py", str(trace)], cwd=repo, check=True, capture_output=True, timeout=300)
+    tl = traceinsight.load(trace)
+    names = tl.events.loc[tl.events["kind"] == "python", "name"].astype(str).unique()
+    from traceinsight.rulelib.usercode import source_line
+
+    sources = {s for s in map(source_line, names) if s is not None}
+    root = SourceRoot(repo)
+    found = {(root.path_of(s), s.line) for s in sources if root.path_of(s) is not None}
+    # train_step's first line (the profiler names a function by where it begins, not by the line running in it),
+    # wherever the profiler said the file was
+    assert ("src/train.py", 8) in found
+    assert {p for p, _ in found} == {"src/train.py"}  # nothing of torch's, the interpreter's or importlib's
+    assert any(n.startswith("torch/") for n in names)  # library frames were there to refuse

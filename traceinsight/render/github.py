@@ -4,7 +4,8 @@ request's diff, the way linters report there (``--format github``).
 One ``::notice`` / ``::warning`` / ``::error`` line per finding whose ``source`` (the innermost user frame of a
 ``with_stack=True`` recording) is a file of the checkout (``render.sources``: relative to ``--source-root``,
 library and interpreter frames never): ``::warning file=train.py,line=28,title=TI002 host-sync-stalls::…`` with
-the title, the saving and the first line of the fix. A finding without such a line cannot be pinned to code: it
+the title, the function it happened in, the saving and the first line of the fix. The line is where that function
+begins (PyTorch's Python tracer records a function by its first line, not by the line running in it). A finding without such a line cannot be pinned to code: it
 is a plain line of the log here, and the command line writes it to the job summary (``summary``) when GitHub
 gives one (``$GITHUB_STEP_SUMMARY``).
 
@@ -38,8 +39,12 @@ def first_line(text: str) -> str:
 
 
 def annotation_text(f: Any) -> str:
-    """What an annotation says: the finding's title, its saving, the first line of its fix (unescaped)."""
-    parts = [str(f.title).rstrip(".")]
+    """What an annotation says: the finding's title, the function of the user's code it happened in (a Python
+    profiler names a function by the line where it begins, not by the line that was running), its saving, the
+    first line of its fix (unescaped)."""
+    src = getattr(f, "source", None)
+    where = f" (in {src.function}())" if src is not None and src.function and not src.function.startswith("<") else ""
+    parts = [str(f.title).rstrip(".") + where]
     fig = figure_text(f)
     if fig:
         parts.append(fig)

@@ -2,10 +2,15 @@
 names, relative to the source root (``--source-root``, the working directory by default), or nothing.
 
 A trace records a file as the profiled program saw it: ``/home/me/proj/train.py`` on the machine that recorded
-it, ``train.py`` relative to where it ran, ``torch/nn/modules/module.py`` for a library (the profiler strips the
-site-packages prefix). The checkout CI runs in is another folder on another machine. So a recorded file is
-looked for under the root: the path below the root when it was recorded there, else the longest tail of it that
-names a regular file under the root (``/home/me/proj/train.py`` -> ``train.py`` or ``proj/train.py``).
+it, or relative to the entry of ``sys.path`` it was found under (PyTorch strips those prefixes: ``python
+src/train.py`` records ``train.py``, and a library ``torch/nn/modules/module.py``). The checkout CI runs in is
+another folder on another machine. So a recorded file is looked for under the root, in this order: the path below
+the root when it was recorded there; the longest tail of it that names a regular file under the root
+(``/home/me/proj/src/train.py`` -> ``src/train.py``); else the one file of the checkout whose path ends with the
+longest tail of the recorded one (``train.py`` -> ``src/train.py``), found in an index of the checkout's files
+(hidden folders, virtual environments and caches left out; at most MAX_INDEX_FILES files). Two files that match
+equally well (``a/train.py`` and ``b/train.py`` for ``train.py``) name neither: an annotation on the wrong file is
+worse than none.
 
 Never named: a file that is not under the root once links are resolved (a link out of the checkout), a library
 or interpreter frame (``rulelib.usercode`` keeps only the user's own frames; site-packages under the root, a
@@ -27,6 +32,10 @@ _NOT_OURS = re.compile(r"^(site-packages|dist-packages|\.venv|venv|\.tox|\.nox|_
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 MAX_PATH_CHARS = 4096
 MAX_PARTS = 64
+#: Files of the checkout indexed for recorded paths that are only a tail of the checkout's (a bound on the walk).
+MAX_INDEX_FILES = 200_000
+#: Folders the index never enters: hidden ones (``.git``, ``.venv``), environments, caches, dependencies.
+_SKIP_DIRS = re.compile(r"^(\..*|venv|env|site-packages|dist-packages|node_modules|__pycache__)$")
 
 
 class SourceRoot:
@@ -35,6 +44,7 @@ class SourceRoot:
     def __init__(self, root: "str | os.PathLike[str] | None" = None) -> None:
         self.root = Path(os.path.realpath(root if root is not None else os.getcwd()))
         self._seen: dict[str, str | None] = {}
+        self._index: dict[str, list[tuple[str, ...]]] | None = None
 
     def path_of(self, source: SourceLine | None) -> str | None:
         """``source``'s file as a POSIX path relative to the root, when it is a regular file of the checkout."""
@@ -79,7 +89,39 @@ class SourceRoot:
             rel = "/".join(cand)
             if self._is_checkout_file(rel):
                 return rel
-        return None
+        return self._by_tail(parts)
+
+    def _by_tail(self, parts: list[str]) -> str | None:
+        """The one indexed file whose path shares the longest tail with ``parts`` (the file name at least)."""
+        best, best_len, tied = None, 0, False
+        for cand in self._files().get(parts[-1], ()):
+            n = 0
+            while n < min(len(cand), len(parts)) and cand[-1 - n] == parts[-1 - n]:
+                n += 1
+            if n > best_len:
+                best, best_len, tied = cand, n, False
+            elif n == best_len:
+                tied = True
+        if best is None or tied:
+            return None
+        rel = "/".join(best)
+        return rel if self._is_checkout_file(rel) else None
+
+    def _files(self) -> dict[str, list[tuple[str, ...]]]:
+        """The checkout's files by name (walked once, links to folders not followed)."""
+        if self._index is None:
+            index: dict[str, list[tuple[str, ...]]] = {}
+            count = 0
+            for folder, dirs, names in os.walk(self.root):
+                dirs[:] = sorted(d for d in dirs if not _SKIP_DIRS.match(d))
+                rel = Path(folder).relative_to(self.root).parts
+                for name in names:
+                    index.setdefault(name, []).append((*rel, name))
+                    count += 1
+                if count >= MAX_INDEX_FILES:
+                    break
+            self._index = index
+        return self._index
 
     def _is_checkout_file(self, rel: str) -> bool:
         path = self.root / rel
