@@ -13,7 +13,7 @@ from traceinsight.rulelib.enclosing import cpu_op_enclosing, innermost_enclosing
 from traceinsight.rulelib.gaps import closing_syncs, host_starved_gaps, inference_ranks
 from traceinsight.rulelib.groups import first_seen_groups
 from traceinsight.rulelib.names import kind_mask, lookup, names_where, short_name
-from traceinsight.rulelib.usercode import has_python_frames, RECORD_STACKS, SYNC_CALLS, user_frames_at
+from traceinsight.rulelib.usercode import has_python_frames, lead_source, RECORD_STACKS, shown_frames, SYNC_CALLS, user_frame_texts
 
 
 def find_stalls(events: pd.DataFrame, launches: pd.DataFrame) -> pd.DataFrame:
@@ -219,7 +219,8 @@ class HostSyncStalls(Rule):
         sync_ops = span.iloc[np.flatnonzero(name_mask(host["name"], SYNC_OP))]
         enc_sync = innermost_enclosing(stalls, sync_ops)
         stalls["sync_op"] = lookup(names, enc_sync)
-        stalls["frame"] = user_frames_at(stalls, ev, host)  # the line of the user's code that blocked
+        frame_texts = user_frame_texts(stalls, ev, host)  # the line of the user's code that blocked, as recorded
+        stalls["frame"] = shown_frames(frame_texts)
         stacks = has_python_frames(ev)
         stalls["site"] = stalls["sync_op"].where(stalls["sync_op"].notna(), stalls["op"])
         stalls["gpu_idle_ns"] = self._idle_after(host_starved_gaps(v, v.gaps), stalls)
@@ -256,8 +257,10 @@ class HostSyncStalls(Rule):
             site = lead["site"] if lead["site"] != "(none)" else lead["name"]
             call = SYNC_CALLS.get(str(site))
             said = f" `{site}` is what {call} runs." if call else ""
+            source = None
             if lead["frame"] not in ("(no stack)", "(no user frame)"):
                 said += f" It is called at `{lead['frame']}`."
+                source = lead_source(frame_texts[(stalls["rank"] == rank).to_numpy()], lead["frame"])
             elif not stacks and ctx.meta.source_format == "pytorch":
                 said += f" The trace has no Python stacks: {RECORD_STACKS}."
             yield ctx.finding(
@@ -275,6 +278,7 @@ class HostSyncStalls(Rule):
                 evidence=evidence,
                 instances=pd.DataFrame({"start_ns": s["start_ns"], "end_ns": s["end_ns"], "rank": s["rank"], "label": s["name"].astype(str)}),
                 location=Location(rank=int(rank)),
+                source=source,
                 metrics={
                     "stalls": int(len(s)),
                     "blocked_ns": blocked,

@@ -11,7 +11,7 @@ from traceinsight.intervals import Coverage, merge_grouped
 from traceinsight.masks import name_mask
 
 from traceinsight.patterns import DATA_WAIT_PRIMARY, DATA_WAIT_TFDATA
-from traceinsight.rulelib.usercode import user_code_sentence, user_frames_at
+from traceinsight.rulelib.usercode import lead_source, shown_frames, user_code_sentence, user_frame_texts
 
 #: Host kinds that carry data-loading ranges; Python frames are left out because with_stack traces repeat the
 #: same wait as nested frames on the same thread, and the op/annotation already covers it.
@@ -183,7 +183,8 @@ class InputPipelineBound(Rule):
             f"(`{top_name}`" + (f" and {len(names) - 1} other name(s)" if len(names) > 1 else "") + "). "
             f"During {fmt_ns(impact)} of that wait the GPU was idle."
         )
-        msg += user_code_sentence(user_frames_at(waits, ctx.events, ctx.views.host_events), ctx, "The wait is at")
+        frame_texts = user_frame_texts(waits, ctx.events, ctx.views.host_events)
+        msg += user_code_sentence(shown_frames(frame_texts), ctx, "The wait is at")
         if n_steps:
             msg += f" Over {n_steps} step(s) the per-step share ranges {evidence['share_pct'].min():.1f}-{evidence['share_pct'].max():.1f}%."
         yield ctx.finding(
@@ -194,6 +195,7 @@ class InputPipelineBound(Rule):
             instances=wait_u.rename(columns={"group": "rank"}).assign(label="data wait"),
             severity=sev,
             location=Location(rank=int(ranks[0]) if len(ranks) == 1 else None),
+            source=lead_source(frame_texts),
             metrics={
                 "share_pct": round(share, 3),
                 "basis": basis,

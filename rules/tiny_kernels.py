@@ -11,7 +11,7 @@ from traceinsight.rule_api import Fix, Location, Option, Rule, Severity, fmt_ns
 from traceinsight.rulelib.enclosing import cpu_op_enclosing, starts_inside
 from traceinsight.rulelib.gaps import ledger_gaps, sync_calls
 from traceinsight.rulelib.names import kind_mask, pair_codes, short_name
-from traceinsight.rulelib.usercode import user_code_sentence, user_frames_at
+from traceinsight.rulelib.usercode import lead_source, shown_frames, user_code_sentence, user_frame_texts
 
 
 class TinyKernels(Rule):
@@ -176,7 +176,8 @@ class TinyKernels(Rule):
             li = launch_idx[kb_i]
             li = li[~np.isnan(li)].astype(np.int64)[:20_000]  # a sample is enough to name the line
             cols = ["rank", "pid", "tid", "start_ns", "dur_ns", *(["stack"] if "stack" in ctx.events else [])]  # what user_frames_at reads
-            code_at = user_code_sentence(user_frames_at(ctx.events.loc[li, cols], ctx.events, v.host_events), ctx, "Most of them are launched from")
+            frame_texts = user_frame_texts(ctx.events.loc[li, cols], ctx.events, v.host_events)
+            code_at = user_code_sentence(shown_frames(frame_texts), ctx, "Most of them are launched from")
             bound_time_pct = 100.0 * float(bound_ns[c]) / max(float(kernel_ns[c]), 1.0)
             yield ctx.finding(
                 title=f"{where}: {share_pct[c]:.0f} % of kernels are launch-bound (< {self.max_kernel_us:g} µs or shorter than their launch)",
@@ -201,6 +202,7 @@ class TinyKernels(Rule):
                     }
                 ),
                 location=Location(rank=rank, device=device),
+                source=lead_source(frame_texts),
                 metrics={
                     "kernels": int(kernels[c]),
                     "launch_bound_kernels": int(n_bound[c]),

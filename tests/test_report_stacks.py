@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import traceinsight
 from tests.helpers.kineto_writer import KinetoTrace
-from traceinsight.rulelib.usercode import innermost_user_frame, user_frame
+import numpy as np
+
+from traceinsight.finding import SourceLine
+from traceinsight.rulelib.usercode import innermost_user_frame, lead_source, source_line, user_frame
 
 DL = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
 
@@ -44,6 +47,18 @@ def test_user_frame_parsing():
     assert innermost_user_frame("torch/a.py(1): f <- torch/b.py(2): g") is None
 
 
+def test_source_line_keeps_the_recorded_path():
+    assert source_line("/home/me/proj/train.py(42): step") == SourceLine("/home/me/proj/train.py", 42, "step")
+    assert source_line("C:\\proj\\train.py(7): <module>") == SourceLine("C:\\proj\\train.py", 7, "<module>")
+    assert source_line("/usr/lib/python3.11/site-packages/torch/nn/modules/module.py(1501): _call_impl") is None
+    assert source_line("torch/_tensor.py(1012): item") is None and source_line("aten::item") is None
+    assert source_line("train.py(0): f") is None  # no line 0
+    texts = np.array(["/a/train.py(3): f", None, "/b/util.py(9): g", "/a/train.py(3): f"], dtype=object)
+    assert lead_source(texts) == SourceLine("/a/train.py", 3, "f")  # the most frequent, as the message names it
+    assert lead_source(texts, "util.py:9 (g)") == SourceLine("/b/util.py", 9, "g")  # a finding's lead site
+    assert lead_source(np.array([None, None], dtype=object)) is None
+
+
 def test_ti002_names_user_line_and_item(tmp_path):
     t = KinetoTrace()
     _item_steps(t, frames=True)
@@ -52,6 +67,7 @@ def test_ti002_names_user_line_and_item(tmp_path):
     assert "`.item()`" in f.message and "`aten::_local_scalar_dense`" in f.message
     assert "It is called at `train.py:31 (train_step)`." in f.message
     assert "with_stack=True" not in f.message
+    assert f.source == SourceLine("train.py", 31, "train_step")  # what annotations and SARIF point at
 
 
 def test_ti002_without_stacks_says_how_to_record(tmp_path):
@@ -60,6 +76,7 @@ def test_ti002_without_stacks_says_how_to_record(tmp_path):
     (f,) = _findings(t.write(tmp_path / "t.json"), "TI002")
     assert f.evidence["user_code"].iloc[0] == "(no stack)"
     assert "torch.profiler.profile(..., with_stack=True)" in f.message
+    assert f.source is None
     assert "`.item()`" in f.message
 
 
@@ -81,6 +98,7 @@ def test_ti005_names_user_line(tmp_path):
     _loader_steps(t, frames=True)
     (f,) = _findings(t.write(tmp_path / "t.json"), "TI005")
     assert "The wait is at `train.py:44 (<module>)`." in f.message
+    assert f.source == SourceLine("train.py", 44, "<module>")
 
 
 def test_ti005_without_stacks_says_how_to_record(tmp_path):
@@ -88,6 +106,7 @@ def test_ti005_without_stacks_says_how_to_record(tmp_path):
     _loader_steps(t, frames=False)
     (f,) = _findings(t.write(tmp_path / "t.json"), "TI005")
     assert "with_stack=True" in f.message and "The wait is at" not in f.message
+    assert f.source is None
 
 
 def _tiny_steps(t: KinetoTrace, frames: bool) -> None:
@@ -105,6 +124,7 @@ def test_ti003_names_user_line(tmp_path):
     _tiny_steps(t, frames=True)
     (f,) = _findings(t.write(tmp_path / "t.json"), "TI003")
     assert "Most of them are launched from `model.py:88 (forward)`." in f.message
+    assert f.source == SourceLine("model.py", 88, "forward")
 
 
 def test_ti003_without_stacks_says_how_to_record(tmp_path):

@@ -115,3 +115,21 @@ def test_one_function_per_medium(s):
     assert "\n" not in t and "\x1b" not in t
     h = escape.html(s)
     assert "<" not in h and ">" not in h and '"' not in h
+
+
+def test_github_and_sarif_are_inert(single, tmp_path):
+    """The annotations format starts no workflow command of the trace's (every line is ours), SARIF stays JSON."""
+    from tests.test_github_sarif import runner_commands
+
+    out = tmp_path / "out"
+    res = runner.invoke(app, ["analyze", str(single[0]), "-f", "github,sarif", "-o", str(out), "--min-impact", "0",
+                              "--source-root", str(single[1])])
+    assert res.exit_code == 0, res.output
+    gh = (out / "traceinsight-report.github.txt").read_text()
+    assert {name for name, _, _ in runner_commands(gh)} <= {"notice", "warning", "error"}
+    assert all(line.startswith(("::notice ", "::warning ", "::error ", "traceinsight: ")) for line in gh.splitlines())
+    _text_is_inert(gh)
+    sarif = (out / "traceinsight-report.sarif").read_text()
+    doc = json.loads(sarif)
+    assert doc["version"] == "2.1.0" and doc["runs"][0]["results"]
+    assert "evil" in sarif and "\x1b" not in sarif and "\u202e" not in sarif  # reached it, as visible escapes

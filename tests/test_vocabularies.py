@@ -107,7 +107,7 @@ def test_one_list_of_output_formats():
 
     assert [f.value for f in cli.Format] == list(FORMATS)
     assert outputs.SUFFIX == {k: f.suffix for k, f in FORMATS.items()}
-    assert {ext: f.value for ext, f in cli._SUFFIX_FORMAT.items()} == {".txt": "text", ".json": "json", ".md": "md", ".html": "html", ".htm": "html"}
+    assert {ext: f.value for ext, f in cli._SUFFIX_FORMAT.items()} == {".txt": "text", ".json": "json", ".md": "md", ".html": "html", ".htm": "html", ".sarif": "sarif"}
 
 
 def test_job_summary_measures_what_the_ledger_measures(tmp_path):

@@ -75,7 +75,7 @@ def analyze(
     path: Annotated[Path, typer.Argument(help="Trace file or folder: .json/.json.gz, .sqlite/.nsys-rep, .xplane.pb, a TensorBoard logdir.")],
     fmt: Annotated[
         Optional[str],
-        typer.Option("--format", "-f", help="text, json, md, html or perfetto (needs -o); several comma-separated (e.g. html,md,json) write one file each into -o DIR. Default: from -o's extension, else text."),
+        typer.Option("--format", "-f", help="text, json, md, html, perfetto (needs -o), github (workflow annotations on your code's lines) or sarif (code scanning); several comma-separated (e.g. html,md,json) write one file each into -o DIR. Default: from -o's extension, else text."),
     ] = None,
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write the report here instead of stdout (a folder when several formats are asked for).")] = None,
     select: Annotated[Optional[list[str]], typer.Option("--select", help="Only these rule codes or prefixes (repeatable, or comma-separated).")] = None,
@@ -118,6 +118,10 @@ def analyze(
     peak_tflops: Annotated[Optional[float], typer.Option("--peak-tflops", help="Dense peak TFLOP/s of the GPU for MFU and % of peak (overrides the built-in table).", min=0.0)] = None,
     peak_bandwidth: Annotated[Optional[float], typer.Option("--peak-bandwidth", help="Peak memory bandwidth of the GPU in GB/s (overrides the built-in table).", min=0.0)] = None,
     model_flops_per_step: Annotated[Optional[float], typer.Option("--model-flops-per-step", help="Model FLOPs of one training/inference step (for MFU where the trace records no shapes, e.g. Nsight Systems).", min=0.0)] = None,
+    source_root: Annotated[
+        Optional[Path],
+        typer.Option("--source-root", exists=True, file_okay=False, help="github and sarif formats: the checkout the trace's Python frames are looked for in; paths are relative to it (default: the working directory). Frames outside it (site-packages, the interpreter) are never named."),
+    ] = None,
     scheduler: Annotated[
         Optional[str],
         typer.Option("--scheduler", help="Whole-job analysis: run the per-rank map on this Dask scheduler (tcp://host:8786; env TRACEINSIGHT_SCHEDULER). Object-store URLs, globs and folders of rank files take the job path even without it."),
@@ -142,6 +146,7 @@ def analyze(
         )
         cfg.rule_paths = [*cfg.rule_paths, *(str(r) for r in rules or [])]
         if baseline is None and wants_job(path, scheduler):  # whole job: map per rank, reduce across ranks
+            _single_trace_formats(formats)
             if _efficiency_settings(peak_tflops, peak_bandwidth, model_flops_per_step) is not None:
                 typer.echo("traceinsight: --peak-tflops, --peak-bandwidth and --model-flops-per-step apply to one trace at a "
                            "time; the whole-job report has no efficiency section (analyze one rank's file for it)", err=True)
@@ -165,13 +170,17 @@ def analyze(
         global _teardown_free
         _teardown_free = True
         width = _terminal_width()
+        summary = _step_summary(targets)
         outputs.write_reports(
             analysis,
             targets,
             inputs,
-            render=lambda a, fmt, html_name=None: _render(a, fmt, html_name=html_name, width=width),
+            render=lambda a, fmt, html_name=None: _render(a, fmt, html_name=html_name, width=width, source_root=source_root,
+                                                          unlocated_to_summary=summary is not None),
             say=lambda line: typer.echo(line, err=True),
         )
+        if summary is not None:
+            _append_summary(summary, analysis, source_root)
     except TraceInsightError as exc:
         _fail(exc)
         return
@@ -216,6 +225,43 @@ def _gate(analysis, threshold: Severity) -> None:
 
 
 MAX_GATE_LINES = 20
+#: GitHub's job summary: a file the runner names in this variable, appended to by each step, shown as Markdown.
+STEP_SUMMARY_ENV = "GITHUB_STEP_SUMMARY"
+#: Formats of one trace only: a whole-job report has no source lines to annotate nor results per line.
+SINGLE_TRACE_FORMATS = ("github", "sarif")
+
+
+def _single_trace_formats(formats) -> None:
+    bad = [f.value for f in formats if f.value in SINGLE_TRACE_FORMATS]
+    if bad:
+        raise typer.BadParameter(f"{', '.join(bad)} describe(s) one trace; a whole-job report is text, json, md or html (analyze one rank's file for {bad[0]})",
+                                 param_hint="--format")
+
+
+def _step_summary(targets) -> Optional[Path]:
+    """The job summary file the github format's findings without a source line go to: when the annotations go to
+    standard output (the runner reads them there) and GitHub named a summary file; else None."""
+    name = os.environ.get(STEP_SUMMARY_ENV, "")
+    if not name or not any(t.fmt == "github" and t.path is None for t in targets):
+        return None
+    return Path(name)
+
+
+def _append_summary(path: Path, analysis, source_root) -> None:
+    """Append the findings no annotation carries to the job summary (appended: other steps write there too)."""
+    from .errors import OutputError
+    from .render.github import summary
+
+    text = summary(analysis, source_root)
+    if not text:
+        return
+    try:
+        with open(path, "a", encoding="utf-8", errors="backslashreplace") as f:
+            f.write(text)
+    except OSError as exc:
+        raise OutputError(f"cannot append to the job summary {path}: {exc.strerror or type(exc).__name__}") from None
+
+
 _FORMAT_SUFFIX = {f: SUFFIX[f.value] for f in Format}
 
 
@@ -224,6 +270,10 @@ def _render(analysis, fmt: str, **kwargs) -> str:
 
     if fmt != "text":
         kwargs.pop("width", None)
+    if fmt not in ("github", "sarif"):
+        kwargs.pop("source_root", None)
+    if fmt != "github":
+        kwargs.pop("unlocated_to_summary", None)
     return render(analysis, fmt, **kwargs)
 
 
@@ -234,7 +284,7 @@ def _parse_formats(fmt: Optional[str], output: Optional[Path]) -> list[Format]:
         if output is not None and known is None and output.suffix and not output.is_dir():
             # never write plain text into report.pdf: an extension we do not write is a usage error (exit 2)
             raise typer.BadParameter(
-                f"cannot tell the format from {output.suffix!r}: name the file .html, .md, .json or .txt, or give --format", param_hint="--output"
+                f"cannot tell the format from {output.suffix!r}: name the file .html, .md, .json, .txt or .sarif, or give --format", param_hint="--output"
             )
         return [known or Format.text]
     out: list[Format] = []
@@ -242,7 +292,7 @@ def _parse_formats(fmt: Optional[str], output: Optional[Path]) -> list[Format]:
         try:
             f = Format(part.lower())
         except ValueError:
-            raise typer.BadParameter(f"{part!r} is not one of text, json, md, html, perfetto", param_hint="--format") from None
+            raise typer.BadParameter(f"{part!r} is not one of {', '.join(FORMATS)}", param_hint="--format") from None
         if f not in out:
             out.append(f)
     if Format.perfetto in out and output is None:

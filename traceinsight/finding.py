@@ -91,6 +91,28 @@ class Location:
 
 
 @dataclass(frozen=True)
+class SourceLine:
+    """The line of the user's own code a finding is about, as the trace recorded it (a Python frame of a
+    ``with_stack=True`` recording): what a pull-request annotation or a code-scanning result points at.
+
+    ``file`` is the path as recorded: absolute, or relative to where the program ran. Where that is inside a
+    checkout is the renderer's question (``traceinsight.render.sources``): the trace does not know the checkout.
+    """
+
+    file: str
+    line: int
+    function: str = ""
+
+    def __post_init__(self) -> None:
+        line = int(self.line)
+        if line < 1:
+            raise ValueError(f"a source line counts from 1, got {line}")
+        object.__setattr__(self, "file", str(self.file))
+        object.__setattr__(self, "line", line)
+        object.__setattr__(self, "function", str(self.function or ""))
+
+
+@dataclass(frozen=True)
 class Instance:
     """One time interval a finding is about (a gap, a stall, a copy, a region), in trace nanoseconds.
 
@@ -343,6 +365,9 @@ class Finding:
     #: its rule names why the GPU waited (``Rule.root_cause``): it may explain symptom findings although its
     #: category is a symptom's (a recompile is idle time with a known reason)
     root_cause: bool = False
+    #: the line of the user's code it is about (the innermost user frame of its lead site), when the trace
+    #: recorded Python stacks; not part of the fingerprint (a moved line is the same problem)
+    source: SourceLine | None = None
 
     @property
     def fingerprint(self) -> str:

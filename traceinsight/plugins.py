@@ -72,6 +72,14 @@ def discover(extra_paths: Iterable[str | Path] = ()) -> RuleSet:
     return rs
 
 
+def builtin_rules() -> dict[str, type[Rule]]:
+    """The built-in rules by code (no plugin, no local file: nothing but the package's own modules is imported)."""
+    rs = RuleSet()
+    for mod in builtin_modules():
+        _register(rs, lambda mod=mod: importlib.import_module(mod), f"built-in rule module {mod}", mod)
+    return rs.rules
+
+
 def installed_plugins() -> list[Any]:
     """The entry points of the ``traceinsight.rules`` group, by name (``importlib.metadata``), or none at once when
     no installed distribution can declare one (``group_may_be_declared``)."""

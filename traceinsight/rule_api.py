@@ -48,6 +48,7 @@ from .finding import (
     Instances,
     Location,
     Severity,
+    SourceLine,
     as_instances,
     level,
     instance_columns,
@@ -60,7 +61,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = [
     "CATEGORIES", "DEFAULT_CATEGORY", "LIFECYCLES", "Context", "Finding", "FindingFields", "Fix", "Instance",
-    "InstanceColumns", "Instances", "Location", "Option", "Rule", "Severity", "as_instances", "build_finding",
+    "InstanceColumns", "Instances", "Location", "Option", "Rule", "Severity", "SourceLine", "as_instances", "build_finding",
     "fmt_ns", "instance_columns", "level",
 ]
 
@@ -301,6 +302,7 @@ class FindingFields(TypedDict, total=False):
     instances: "Iterable[Instance] | pd.DataFrame | None"  # the intervals it is about
     explains: Iterable[str]  # fingerprints of the symptom findings this cause explains
     what_if: dict[str, Any] | None
+    source: SourceLine | None  # the line of the user's code it is about (``rulelib.usercode.lead_source``)
 
 
 def build_finding(rule: Rule, span_ns: float, step_ns: float | None, n_steps: int, **fields: Unpack[FindingFields]) -> Finding:
@@ -328,6 +330,7 @@ def build_finding(rule: Rule, span_ns: float, step_ns: float | None, n_steps: in
         what_if=fields.get("what_if"),
         claims=tuple(type(rule).claims),
         root_cause=bool(type(rule).root_cause),
+        source=fields.get("source"),
     )
 
 

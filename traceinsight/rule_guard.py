@@ -37,7 +37,7 @@ from typing import Any, Iterator
 
 import pandas as pd
 
-from .rule_api import Finding, Location, Severity
+from .rule_api import Finding, Location, Severity, SourceLine
 
 #: Seconds a rule may run before it is stopped (``--rule-timeout``; 0 = no limit). Built-in rules take well under
 #: a second on a million-event trace (bench/README.md), so this only ever stops a rule that hangs.
@@ -158,6 +158,8 @@ def finding_problem(f: Any, code: str) -> str | None:
         v = getattr(f.location, name)
         if v is not None and (isinstance(v, bool) or not isinstance(v, numbers.Integral)):
             return f"returned a finding whose location.{name} is {v!r:.40}, not an integer"
+    if f.source is not None and not isinstance(f.source, SourceLine):
+        return f"returned a finding whose source is a {type(f.source).__name__}, not a SourceLine"
     return None
 
 

@@ -193,7 +193,9 @@ def render_text(ja: JobAnalysis, width: int = 110) -> str:
 
     buf = io.StringIO()
     Console(file=buf, width=max(width, 60), force_terminal=False, color_system=None, highlight=False).print(Markdown(render_markdown(ja)))
-    return buf.getvalue()
+    from ..render.escape import log_document
+
+    return log_document(buf.getvalue())  # no line a CI runner reads as a workflow command
 
 
 def render(ja: JobAnalysis, fmt: str) -> str:

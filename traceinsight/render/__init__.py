@@ -28,6 +28,10 @@ FORMATS: dict[str, OutputFormat] = {
     "html": OutputFormat("html", "html", (".html", ".htm")),
     # the trace and the findings as Chrome-trace JSON (gzip) for ui.perfetto.dev / chrome://tracing
     "perfetto": OutputFormat("perfetto", "perfetto.json.gz", binary=True),
+    # GitHub Actions workflow annotations on the user's own lines (``--source-root``), for a CI log
+    "github": OutputFormat("github", "github.txt"),
+    # SARIF 2.1.0 for code scanning: the rule table and a result per finding
+    "sarif": OutputFormat("sarif", "sarif", (".sarif",)),
 }
 
 

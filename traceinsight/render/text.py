@@ -12,7 +12,7 @@ from rich.table import Table
 from ..analysis import Analysis
 from ..units import fmt_ns
 from .escape import rich as escape  # terminal-safe and markup-safe: every trace string goes through it
-from .escape import terminal
+from .escape import log_document, terminal
 from .. import advice
 from .common import baseline_sentence, baseline_tag, cause_of, figure_text, shown_fixes, what_if_text
 from .ledger_view import table as ledger_table
@@ -131,7 +131,7 @@ def render(analysis: Analysis, width: int = 110, **_: Any) -> str:
             con.print(f"  fixed: {escape(fx['code'])} {escape(fx['title'])}")
     for w in [*meta.warnings, *analysis.warnings]:
         con.print(f"[yellow]warning:[/] {escape(w)}")
-    return buf.getvalue()
+    return log_document(buf.getvalue())  # a CI log reads "::name" at a line's start as a workflow command
 
 
 def _efficiency(con: Console, analysis: Analysis, width: int) -> None:

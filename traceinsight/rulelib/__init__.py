@@ -4,7 +4,8 @@ Built-in rules (``traceinsight.rules``) and third-party rules import from here, 
 
 * ``names``: name and code queries (``names_where``, ``count_matching``, ``short_name``, ``pair_codes``, ``grid_blocks``);
 * ``enclosing``: which host range encloses which (``Enclosing``, ``cpu_op_enclosing``, ``starts_inside``);
-* ``usercode``: the user's own Python line behind a call (``user_frames_at``, ``user_code_sentence``);
+* ``usercode``: the user's own Python line behind a call (``user_frames_at``, ``user_code_sentence``), and the
+  ``SourceLine`` a finding points at (``user_frame_texts``, ``lead_source``);
 * ``gaps``: idle gaps as the rules read them (``ledger_gaps``, ``host_starved_gaps``, ``sync_calls``, ``inference_ranks``);
 * ``cache``: ``memo``, the analysis' named slot for a query several rules ask;
 * ``groups``: rows grouped by several keys in first-appearance order, without a grouped frame (``first_seen_groups``);
@@ -22,7 +23,7 @@ from .cache import memo
 from .groups import first_seen_groups
 from .names import short_name, pair_codes, lookup, matches, grid_blocks, kind_mask, any_code_in, names_where, hits_per_category, count_matching
 from .enclosing import ThreadCodes, Enclosing, host_columns, cpu_op_enclosing, innermost_enclosing, innermost_positions, starts_inside
-from .usercode import SYNC_CALLS, RECORD_STACKS, user_frame, innermost_user_frame, user_frames_at, user_code_sentence, has_python_frames
+from .usercode import SYNC_CALLS, RECORD_STACKS, user_frame, innermost_user_frame, user_frames_at, user_code_sentence, has_python_frames, user_frame_texts, shown_frames, lead_source, source_line
 from .gaps import next_launch_ns, host_starved_gaps, sync_calls, ledger_gaps, closing_syncs, inference_ranks, request_boundary_gaps
 from .warmup import gap_warmup_ns, warmup_by_gap, startup_call_gaps, steady_recompiles, warmup_steps
 from .releases import ASKED_BELOW_PEAK_SHARE, asked_for, outside_framework_ops
@@ -53,6 +54,10 @@ __all__ = [
     "innermost_user_frame",
     "user_frames_at",
     "user_code_sentence",
+    "user_frame_texts",
+    "shown_frames",
+    "lead_source",
+    "source_line",
     "has_python_frames",
     "next_launch_ns",
     "host_starved_gaps",

@@ -13,6 +13,7 @@ import pandas as pd
 
 from .enclosing import innermost_enclosing
 from .names import kind_mask, lookup
+from ..finding import SourceLine
 
 
 #: Python frames that are not the user's code: the interpreter's and libraries' own files. A frame is the user's
@@ -43,39 +44,61 @@ SYNC_CALLS: dict[str, str] = {
 RECORD_STACKS = "record with `torch.profiler.profile(..., with_stack=True)` to see the line of your code"
 
 
-def user_frame(name: object) -> str | None:
-    """``train.py:42 (train_step)`` for a Python frame of the user's own code (``path(line): func``, as kineto and
-    the stack column write frames); None for library/interpreter frames and for names that are no frame."""
+def _user_match(name: object) -> "re.Match[str] | None":
+    """The parsed frame (``path(line): func``) when ``name`` is a frame of the user's own code, else None."""
     if name is None or (isinstance(name, float) and name != name):
         return None
     m = _FRAME.match(str(name).strip())
     if not m or _NOT_USER.search(m["file"].replace("\\", "/")):
+        return None
+    return m
+
+
+def user_frame(name: object) -> str | None:
+    """``train.py:42 (train_step)`` for a Python frame of the user's own code (``path(line): func``, as kineto and
+    the stack column write frames); None for library/interpreter frames and for names that are no frame."""
+    m = _user_match(name)
+    if m is None:
         return None
     file = m["file"].replace("\\", "/").rsplit("/", 1)[-1]
     func = m["func"].strip()
     return f"{file}:{m['line']}" + (f" ({func})" if func else "")
 
 
-def innermost_user_frame(stack: object) -> str | None:
-    """The innermost user frame of a ``stack`` cell (" <- " separated, innermost last)."""
+def source_line(name: object) -> SourceLine | None:
+    """The ``SourceLine`` of a user frame, with the file as recorded (full path, not just its name); None for
+    library/interpreter frames and for names that are no frame."""
+    m = _user_match(name)
+    if m is None or int(m["line"]) < 1:
+        return None
+    return SourceLine(m["file"].strip(), int(m["line"]), m["func"].strip())
+
+
+def _innermost_user_part(stack: object) -> str | None:
+    """The innermost frame of a ``stack`` cell (" <- " separated, innermost last) that is the user's, as written."""
     if stack is None or (isinstance(stack, float) and stack != stack):
         return None
     for part in reversed(str(stack).split(" <- ")):
-        site = user_frame(part)
-        if site:
-            return site
+        if _user_match(part) is not None:
+            return part
     return None
 
 
-def user_frames_at(queries: pd.DataFrame, events: pd.DataFrame, host: pd.DataFrame) -> np.ndarray:
-    """Per query row the innermost enclosing user frame (``file.py:line (func)``), or None: from the ``stack``
-    column where the trace has one, else from the Python frame rows (``with_stack=True`` traces)."""
+def innermost_user_frame(stack: object) -> str | None:
+    """The innermost user frame of a ``stack`` cell (" <- " separated, innermost last)."""
+    return user_frame(_innermost_user_part(stack))
+
+
+def user_frame_texts(queries: pd.DataFrame, events: pd.DataFrame, host: pd.DataFrame) -> np.ndarray:
+    """Per query row the innermost enclosing user frame as the trace wrote it (``/home/me/train.py(42): step``),
+    or None: from the ``stack`` column where the trace has one, else from the Python frame rows (``with_stack=True``
+    traces). ``user_frames_at`` shows these; ``lead_source`` turns the most frequent into a ``SourceLine``."""
     out = np.full(len(queries), None, dtype=object)
     if queries.empty:
         return out
     if "stack" in events and "stack" in queries:
         own = queries["stack"].astype(object).to_numpy()
-        out[:] = [innermost_user_frame(x) for x in own]
+        out[:] = [_innermost_user_part(x) for x in own]
     is_py = kind_mask(host, "python")
     if not is_py.any():
         return out
@@ -87,14 +110,44 @@ def user_frames_at(queries: pd.DataFrame, events: pd.DataFrame, host: pd.DataFra
         codes, cats = pd.factorize(names.to_numpy()[pos])
     user = np.zeros(len(cats), dtype=bool)
     seen = np.unique(codes[codes >= 0])  # only the names the Python rows use (a categorical holds every name)
-    user[seen] = [user_frame(cats[c]) is not None for c in seen]
+    user[seen] = [_user_match(cats[c]) is not None for c in seen]
     # only the columns innermost_enclosing reads, and only the user frames' rows
     py = host[["rank", "pid", "tid", "start_ns", "dur_ns"]].iloc[pos[(codes >= 0) & user[np.maximum(codes, 0)]]]
     enc = innermost_enclosing(queries, py)
     found = lookup(events["name"], enc)
     missing = pd.isna(out)
-    out[missing] = [user_frame(x) for x in found[missing]]
+    out[missing] = [x if _user_match(x) is not None else None for x in found[missing]]
     return out
+
+
+def shown_frames(texts: np.ndarray) -> np.ndarray:
+    """``user_frame`` of each frame text (``train.py:42 (step)``, None where there is none), each distinct text
+    converted once."""
+    out = np.full(len(texts), None, dtype=object)
+    known = ~pd.isna(texts)
+    if known.any():
+        codes, uniq = pd.factorize(texts[known])
+        out[known] = np.array([user_frame(u) for u in uniq], dtype=object)[codes]
+    return out
+
+
+def user_frames_at(queries: pd.DataFrame, events: pd.DataFrame, host: pd.DataFrame) -> np.ndarray:
+    """Per query row the innermost enclosing user frame (``file.py:line (func)``), or None: from the ``stack``
+    column where the trace has one, else from the Python frame rows (``with_stack=True`` traces)."""
+    return shown_frames(user_frame_texts(queries, events, host))
+
+
+def lead_source(texts: np.ndarray, shown: str | None = None) -> SourceLine | None:
+    """The ``SourceLine`` a finding points at: the first frame text shown as ``shown`` (a finding's lead site), or,
+    without ``shown``, as the most frequent user frame (the one ``user_code_sentence`` names). None without one."""
+    frames = shown_frames(texts)
+    if shown is None:
+        known = pd.Series(frames, dtype=object).dropna()
+        if not len(known):
+            return None
+        shown = known.value_counts().index[0]
+    hit = np.flatnonzero(frames == shown)
+    return source_line(texts[hit[0]]) if len(hit) else None
 
 
 def user_code_sentence(frames: np.ndarray, ctx, lead: str) -> str:
