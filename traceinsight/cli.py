@@ -494,7 +494,7 @@ def record_cmd(
                 report = run_dir / f"{REPORT_STEM}.json"
                 runs.append(sweep_mod.Run(value=value, device=dev, run_dir=run_dir, exit_code=rec.returncode, notes=rec.notes,
                                           report=_read_json(report) if rec.trace and report.is_file() else None))
-        doc = sweep_mod.compare(name, runs, basis)
+        doc = sweep_mod.compare(name, runs, basis, tuple(run_formats))
         paths = sweep_mod.write(doc, out)
         for line in sweep_mod.summary_lines(doc):
             say(line)

@@ -491,8 +491,6 @@ class _TfProfiler(_CallWindow):
         tf.profiler.experimental.start(self.logdir())
 
     def annotate(self, step: int):
-        if self.rec.driver == "keras":
-            return None  # Keras marks its own train steps
         import tensorflow as tf
 
         return tf.profiler.experimental.Trace("train", step_num=step, _r=1)

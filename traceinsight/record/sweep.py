@@ -127,6 +127,7 @@ def figures(run: Run, basis: str | None) -> dict[str, Any]:
         bound, category = verdict.get("headline"), verdict.get("category")
     return {
         "value": run.value, "device": run.device, "exit_code": run.exit_code, "run_dir": run.run_dir.name, "notes": run.notes,
+        "report": run.report is not None,
         "steps": kpis.get("steps"), "step_ms": None if step_ns is None else step_ns / 1e6,
         "sample_ms": None if step_ns is None or not samples else step_ns / 1e6 / samples, "samples_per_step": samples,
         "gpu": bool(devices) or (kpis.get("gpu_busy_pct") is not None), "gpu_busy_pct": kpis.get("gpu_busy_pct"),
@@ -136,7 +137,7 @@ def figures(run: Run, basis: str | None) -> dict[str, Any]:
     }
 
 
-def compare(name: str, runs: list[Run], basis: str | None) -> dict[str, Any]:
+def compare(name: str, runs: list[Run], basis: str | None, formats: tuple[str, ...] = ("html", "md", "json")) -> dict[str, Any]:
     """The comparison document (written as the sweep's JSON; the HTML and Markdown render it)."""
     rows = [figures(r, basis) for r in runs]
     changes, best = [], {}
@@ -148,7 +149,7 @@ def compare(name: str, runs: list[Run], basis: str | None) -> dict[str, Any]:
         timed = [r for r in mine if r[_y_key(rows)] is not None]
         if timed:
             best[dev or "run"] = min(timed, key=lambda r: r[_y_key(rows)])["value"]
-    return {"schema": SCHEMA, "name": name, "samples_per_step": basis, "y": _y_key(rows), "runs": rows, "bound_changes": changes, "fastest": best}
+    return {"schema": SCHEMA, "name": name, "samples_per_step": basis, "formats": list(formats), "y": _y_key(rows), "runs": rows, "bound_changes": changes, "fastest": best}
 
 
 def _y_key(rows: list[dict]) -> str:
@@ -164,6 +165,11 @@ def write(doc: dict[str, Any], out_dir: Path) -> list[Path]:
     paths[2].write_text(svg + "\n", encoding="utf-8")
     paths[3].write_text(html_page(doc, svg), encoding="utf-8")
     return paths
+
+
+def _report_file(doc: dict, prefer: str) -> str:
+    """The run report to link to: the page's own format when the runs wrote it, else their JSON."""
+    return f"traceinsight-report.{prefer if prefer in doc.get('formats', ()) else 'json'}"
 
 
 # -- text -----------------------------------------------------------------------------------------------------------
@@ -186,6 +192,8 @@ def _gib(x: float | None) -> str:
 
 
 def _busy(r: dict) -> str:
+    if r["step_ms"] is None:
+        return "—"  # nothing recorded: nothing to say about the GPU either
     return _pct(r["gpu_busy_pct"]) if r["gpu"] else "no GPU in trace"
 
 
@@ -217,12 +225,13 @@ def summary_lines(doc: dict) -> list[str]:
 
 def markdown(doc: dict) -> str:
     out = [f"# traceinsight sweep: {md_esc(doc['name'])}", ""]
-    out += [md_esc(line, 400) for line in summary_lines(doc)]
-    out += ["", f"![{'time per sample' if doc['y'] == 'sample_ms' else 'time per step'} against {md_esc(doc['name'])}]({STEM}.svg)", ""]
+    for line in summary_lines(doc):
+        out += [md_esc(line, 400), ""]
+    out += [f"![{'time per sample' if doc['y'] == 'sample_ms' else 'time per step'} against {md_esc(doc['name'])}]({STEM}.svg)", ""]
     out.append("| " + " | ".join(COLUMNS) + " | report |")
     out.append("|" + "---|" * (len(COLUMNS) + 1))
     for r in doc["runs"]:
-        link = f"[{md_esc(r['run_dir'])}]({r['run_dir']}/traceinsight-report.md)"
+        link = f"[{md_esc(r['run_dir'])}]({r['run_dir']}/{_report_file(doc, 'md')})" if r["report"] else md_esc(r["run_dir"])
         out.append("| " + " | ".join(md_esc(c) for c in _cells(r)) + f" | {link} |")
     notes = [(r, n) for r in doc["runs"] for n in r["notes"]]
     if notes:
@@ -235,7 +244,7 @@ def html_page(doc: dict, svg: str) -> str:
     body = []
     for r in doc["runs"]:
         cells = "".join(f"<td>{esc(c)}</td>" for c in _cells(r))
-        link = f'<a href="{esc(r["run_dir"])}/traceinsight-report.html">{esc(r["run_dir"])}</a>'
+        link = f'<a href="{esc(r["run_dir"])}/{_report_file(doc, "html")}">{esc(r["run_dir"])}</a>' if r["report"] else esc(r["run_dir"])
         body.append(f"<tr class=\"{esc(r['bound_category'] or '')}\">{cells}<td>{link}</td></tr>")
     notes = "".join(f"<li><b>{esc(r['run_dir'])}</b>: {esc(n)}</li>" for r in doc["runs"] for n in r["notes"])
     summary = "".join(f"<p>{esc(line)}</p>" for line in summary_lines(doc))
