@@ -167,6 +167,43 @@ def test_sweep_of_two_batch_sizes(tmp_path):
     assert "| 4 |" in (out / "traceinsight-sweep.md").read_text()
 
 
+@pytest.mark.slow
+def test_step_marker_with_torch(tmp_path):
+    pytest.importorskip("torch")
+    (tmp_path / "steplib.py").write_text(textwrap.dedent("""
+        import torch
+        def one_step(i, x):
+            with torch.profiler.record_function(f"userstep{i + 1}"):
+                return (x @ x).sum()
+    """))
+    script = _script(tmp_path, "import torch, steplib\nfor i in range(9):\n    steplib.one_step(i, torch.randn(32, 32))\n")
+    out = tmp_path / "run"
+    done = _record(out, *WINDOW, "-f", "json", "--step-marker", "steplib:one_step", "--", sys.executable, str(script),
+                   env=_env(PYTHONPATH=os.pathsep.join([str(ROOT), str(tmp_path)])))
+    assert done.returncode == 0, done.stderr
+    (status,) = _statuses(out)
+    assert status["driver"] == "marker" and status["window"] == [5, 7] and status["complete"]
+    (trace,) = (out / "trace").glob("*.pt.trace.json.gz")
+    assert _user_steps(trace) == ["userstep5", "userstep6", "userstep7"]
+
+
+@pytest.mark.slow
+def test_torchrun_records_every_rank_into_a_job(tmp_path):
+    pytest.importorskip("torch")
+    import shutil
+
+    torchrun = shutil.which("torchrun") or str(Path(sys.executable).with_name("torchrun"))
+    if not Path(torchrun).exists():
+        pytest.skip("no torchrun next to this Python")
+    out = tmp_path / "run"
+    done = _record(out, *WINDOW, "-f", "json", "--", torchrun, "--nproc_per_node", "2", str(_script(tmp_path, TRAIN)), "10")
+    assert done.returncode == 0, done.stderr
+    assert sorted(p.name for p in (out / "trace").iterdir()) == ["rank0.pt.trace.json.gz", "rank1.pt.trace.json.gz"]
+    assert sorted(s["name"] for s in _statuses(out)) == ["rank0", "rank1"]  # the launcher itself recorded nothing
+    job = json.loads((out / "traceinsight-report.json").read_text())
+    assert job["summary"]["ranks"] == 2 and job["summary"]["steps_per_rank"] == 3
+
+
 # -- recording with Keras -------------------------------------------------------------------------------------------
 @pytest.mark.slow
 def test_keras_fit_recorded_without_edits(tmp_path):

@@ -177,6 +177,9 @@ def _trace(trace_dir: Path) -> Path | None:
 def _explain(r: Recorded, w: Window) -> None:
     """The lines that tell the user which steps were recorded, or why none were."""
     seen = [s for s in r.statuses if s.get("steps_seen")]
+    if not seen and r.returncode:
+        r.notes.append(f"the program exited with status {r.returncode} before its first step (its own output above says why): nothing recorded")
+        return
     if not seen:
         how = f"calls of {w.marker}" if w.marker else "optimizer steps, outermost forward calls or Keras batches"
         r.notes.append(f"no steps seen: the command made no {how}; "

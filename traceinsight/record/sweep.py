@@ -110,6 +110,10 @@ def figures(run: Run, basis: str | None) -> dict[str, Any]:
     kpis, verdict = r.get("kpis") or {}, r.get("verdict") or {}
     steady = [s["dur_ns"] for s in (r.get("workload") or {}).get("steps") or [] if not s.get("warmup") and isinstance(s.get("dur_ns"), (int, float))]
     step_ns = median(steady) if steady else kpis.get("mean_step_ns")
+    job = r.get("summary") if "ranks" in r and isinstance(r.get("summary"), dict) else None
+    if job:  # a whole-job report (torchrun): its medians across ranks
+        step_ns = job.get("step_ns_median")
+        kpis = {"steps": job.get("steps_per_rank"), "gpu_busy_pct": job.get("gpu_busy_pct_median") if job.get("window_ns_median") else None}
     samples = _num(run.value) if basis == "value" else _num(basis) if basis else None
     devices = (r.get("trace") or {}).get("devices") or []
     mem = [d for d in (r.get("memory") or {}).get("devices") or []]
