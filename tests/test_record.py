@@ -311,7 +311,23 @@ def test_sweep_comparison_marks_where_the_bound_changes(tmp_path):
     paths = sweep.write(doc, tmp_path)
     page = paths[-1].read_text()
     assert page.count('stroke-dasharray="5 4"') == 2 and "bound changes" in page and "✕ failed (exit 1)" in page
-    assert "1.00 GiB" in page and "12.5 %" in page
+    assert "1.00 GiB" in page and "12.5 %" in page and "4.00 ms – 4.00 ms" in page  # the steps' spread
+    assert not any("vary more than" in line for line in sweep.summary_lines(doc))
+    doc["runs"][0]["step_max_ms"] = 13.0  # one step more than 3x another: say the comparison is noisy
+    assert "Step times vary more than 3x within 1 of 3 run(s) (BS=16)" in " ".join(sweep.summary_lines(doc))
     assert "The bound changes between BS=16 and 64: Bound by launch overhead → Compute-bound." in sweep.summary_lines(doc)
     md = paths[1].read_text()
-    assert "![time per sample against BS](traceinsight-sweep.svg)" in md and "| 256 | — | — | — | — | failed \\(exit 1\\) |" in md
+    assert "![time per sample against BS](traceinsight-sweep.svg)" in md and "| 256 | — | — | — | — | — | failed \\(exit 1\\) | — | — | — | — | BS=256 |" in md  # no report to link
+
+
+def test_cpu_only_step_outlier_is_not_blamed_on_the_gpu():
+    """A CPU-only recording has no GPU window, so no ledger bucket grows in a slow step: the steps sentence says the
+    extra time is the host's instead of "mostly more compute (+0 ns)"."""
+    from traceinsight.render.steps_view import spread_sentence
+
+    steps = {"count": 5, "source": {"marker": "ProfilerStep", "how": "profiler", "why": "the profiler's markers"},
+             "spread": {"steps": 5, "median_ns": 1_000_000, "p10_ns": 900_000, "p90_ns": 5_000_000, "min_ns": 900_000, "max_ns": 9_000_000},
+             "outlier": {"step": 4, "name": "ProfilerStep#4", "x_median": 9.0, "cause": "compute", "cause_ns": 0}}
+    assert spread_sentence(steps).endswith("step 4 (ProfilerStep#4) is 9.0x the median, with no more GPU time than the others (the extra time is on the host).")
+    steps["outlier"]["cause_ns"] = 2_000_000
+    assert spread_sentence(steps).endswith("is 9.0x the median, mostly more compute (+2.00 ms).")

@@ -19,6 +19,8 @@ from typing import Any
 from ..render.escape import html as esc, markdown as md_esc
 
 SCHEMA = "traceinsight-sweep/1"
+#: A run whose slowest recorded step is this many times its fastest is too noisy to compare at face value.
+NOISY = 3
 STEM = "traceinsight-sweep"
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _BATCHY = re.compile(r"batch|(^|_)bs($|_)", re.IGNORECASE)
@@ -133,6 +135,7 @@ def figures(run: Run, basis: str | None) -> dict[str, Any]:
         "value": run.value, "device": run.device, "exit_code": run.exit_code, "run_dir": run.run_dir.name, "notes": run.notes,
         "report": run.report is not None,
         "steps": kpis.get("steps"), "step_ms": None if step_ns is None else step_ns / 1e6,
+        "step_min_ms": min(steady) / 1e6 if steady else None, "step_max_ms": max(steady) / 1e6 if steady else None,
         "sample_ms": None if step_ns is None or not samples else step_ns / 1e6 / samples, "samples_per_step": samples,
         "gpu": bool(devices) or (kpis.get("gpu_busy_pct") is not None), "gpu_busy_pct": kpis.get("gpu_busy_pct"),
         "bound": bound, "bound_category": category, "lever": lever, "mfu_pct": (r.get("efficiency") or {}).get("mfu_pct"),
@@ -171,6 +174,15 @@ def write(doc: dict[str, Any], out_dir: Path) -> list[Path]:
     return paths
 
 
+def _grouped_notes(doc: dict) -> list[tuple[str, list[str]]]:
+    """Each recording note once, with the runs it is about ("all runs" when every run says it)."""
+    groups: dict[str, list[str]] = {}
+    for r in doc["runs"]:
+        for n in r["notes"]:
+            groups.setdefault(n, []).append(r["run_dir"])
+    return [(n, ["all runs"] if len(runs) == len(doc["runs"]) > 1 else runs) for n, runs in groups.items()]
+
+
 def _report_file(doc: dict, prefer: str) -> str:
     """The run report to link to: the page's own format when the runs wrote it, else their JSON."""
     return f"traceinsight-report.{prefer if prefer in doc.get('formats', ()) else 'json'}"
@@ -201,11 +213,12 @@ def _busy(r: dict) -> str:
     return _pct(r["gpu_busy_pct"]) if r["gpu"] else "no GPU in trace"
 
 
-COLUMNS = ("value", "device", "time/step", "time/sample", "GPU busy", "bound", "lever", "MFU", "memory peak", "headroom")
+COLUMNS = ("value", "device", "time/step", "steps min–max", "time/sample", "GPU busy", "bound", "lever", "MFU", "memory peak", "headroom")
 
 
 def _cells(r: dict) -> list[str]:
-    return [r["value"], r["device"] or "—", _ms(r["step_ms"]), _ms(r["sample_ms"]), _busy(r), r["bound"] or "—", r["lever"] or "—",
+    spread = "—" if r.get("step_min_ms") is None else f"{_ms(r['step_min_ms'])} – {_ms(r['step_max_ms'])}"
+    return [r["value"], r["device"] or "—", _ms(r["step_ms"]), spread, _ms(r["sample_ms"]), _busy(r), r["bound"] or "—", r["lever"] or "—",
             _pct(r["mfu_pct"]), _gib(r["memory_peak_bytes"]), _gib(r["memory_headroom_bytes"])]
 
 
@@ -222,6 +235,11 @@ def summary_lines(doc: dict) -> list[str]:
         lines.append(f"The bound changes{where} between {doc['name']}={c['between'][0]} and {c['between'][1]}: {c['from']} → {c['to']}.")
     if not doc["bound_changes"]:
         lines.append("The bound is the same at every value.")
+    noisy = [r["run_dir"] for r in doc["runs"] if r.get("step_min_ms") and r["step_max_ms"] > NOISY * r["step_min_ms"]]
+    if noisy:
+        lines.append(f"Step times vary more than {NOISY}x within {len(noisy)} of {len(doc['runs'])} run(s) ({', '.join(noisy[:4])}"
+                     f"{', ...' if len(noisy) > 4 else ''}): the machine was busy or the steps differ; compare with care, "
+                     "or record more steps (--active) on a quiet machine.")
     if any(not r["gpu"] and r["exit_code"] == 0 and r["step_ms"] is not None for r in doc["runs"]):
         lines.append("Runs without a GPU in their trace are compared on time only (GPU busy, MFU and GPU memory do not apply).")
     return lines
@@ -237,9 +255,9 @@ def markdown(doc: dict) -> str:
     for r in doc["runs"]:
         link = f"[{md_esc(r['run_dir'])}]({r['run_dir']}/{_report_file(doc, 'md')})" if r["report"] else md_esc(r["run_dir"])
         out.append("| " + " | ".join(md_esc(c) for c in _cells(r)) + f" | {link} |")
-    notes = [(r, n) for r in doc["runs"] for n in r["notes"]]
+    notes = _grouped_notes(doc)
     if notes:
-        out += ["", "Recording:", ""] + [f"- {md_esc(r['run_dir'])}: {md_esc(n, 400)}" for r, n in notes]
+        out += ["", "Recording:", ""] + [f"- {md_esc(', '.join(runs))}: {md_esc(n, 400)}" for n, runs in notes]
     return "\n".join(out) + "\n"
 
 
@@ -250,7 +268,7 @@ def html_page(doc: dict, svg: str) -> str:
         cells = "".join(f"<td>{esc(c)}</td>" for c in _cells(r))
         link = f'<a href="{esc(r["run_dir"])}/{_report_file(doc, "html")}">{esc(r["run_dir"])}</a>' if r["report"] else esc(r["run_dir"])
         body.append(f"<tr class=\"{esc(r['bound_category'] or '')}\">{cells}<td>{link}</td></tr>")
-    notes = "".join(f"<li><b>{esc(r['run_dir'])}</b>: {esc(n)}</li>" for r in doc["runs"] for n in r["notes"])
+    notes = "".join(f"<li><b>{esc(', '.join(runs))}</b>: {esc(n)}</li>" for n, runs in _grouped_notes(doc))
     summary = "".join(f"<p>{esc(line)}</p>" for line in summary_lines(doc))
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>traceinsight sweep: {esc(doc['name'])}</title>
@@ -258,7 +276,7 @@ def html_page(doc: dict, svg: str) -> str:
 body{{font:14px/1.45 system-ui,sans-serif;margin:24px auto;max-width:1150px;color:#1d2330;padding:0 16px}}
 h1{{font-size:22px}} table{{border-collapse:collapse;margin:16px 0;width:100%}}
 th,td{{border-bottom:1px solid #dde2ea;padding:6px 8px;text-align:left;vertical-align:top}} th{{background:#f3f5f9}}
-td:nth-child(3),td:nth-child(4),td:nth-child(5),td:nth-child(8),td:nth-child(9),td:nth-child(10){{text-align:right;white-space:nowrap}}
+td:nth-child(3),td:nth-child(4),td:nth-child(5),td:nth-child(6),td:nth-child(9),td:nth-child(10),td:nth-child(11){{text-align:right;white-space:nowrap}}
 tr.failed td{{color:#a4262c}} .chart{{border:1px solid #dde2ea;border-radius:6px;padding:8px;background:#fff}} ul{{padding-left:20px}}
 </style></head><body>
 <h1>traceinsight sweep: {esc(doc['name'])}</h1>
@@ -280,7 +298,7 @@ def chart(doc: dict, width: int = 860, height: int = 360) -> str:
     and a dashed line where the bound changes. Values are placed on a log scale when they are numbers spanning 4x or
     more (batch sizes), evenly otherwise."""
     rows, ykey = doc["runs"], doc["y"]
-    left, right, top, bottom = 70, 20, 30, 60
+    left, right, top, bottom = 92, 20, 30, 60
     pw, ph = width - left - right, height - top - bottom
     values = list(dict.fromkeys(r["value"] for r in rows))
     nums = [_num(v) for v in values]
@@ -322,9 +340,18 @@ def chart(doc: dict, width: int = 860, height: int = 360) -> str:
         pts = [(xpos[r["value"]], ypos(r[ykey]), r) for r in rows if r["device"] == dev and r[ykey] is not None]
         if len(pts) > 1:
             parts.append(f'<polyline fill="none" stroke="{colour}" stroke-width="2" points="{" ".join(f"{x:.1f},{y:.1f}" for x, y, _ in pts)}"/>')
+        last_bound = None
         for x, y, r in pts:
+            per = r[ykey] / r["step_ms"] if r["step_ms"] else None
+            if per and r.get("step_min_ms") is not None:  # the spread of the recorded steps: how far to trust a point
+                y0, y1 = (max(min(ypos(v * per), top + ph), top) for v in (r["step_min_ms"], r["step_max_ms"]))
+                parts.append(f'<line x1="{x:.1f}" y1="{y0:.1f}" x2="{x:.1f}" y2="{y1:.1f}" stroke="{colour}" stroke-opacity="0.45" stroke-width="6"/>')
             parts.append(f'<circle cx="{x:.1f}" cy="{y:.1f}" r="5" fill="{colour}"><title>{esc(r["value"])}: {esc(_ms(r[ykey]))}, {esc(r["bound"])}</title></circle>')
-            parts.append(f'<text x="{x:.1f}" y="{y - 10:.1f}" text-anchor="middle" fill="#3a4355" font-size="11">{esc(_short(r["bound"]))}</text>')
+            if r["bound"] != last_bound:  # the bound, where a series starts and where it changes
+                anchor = "end" if x > left + pw * 0.85 else "start" if x < left + pw * 0.15 else "middle"
+                dx = {"end": -8, "start": 8, "middle": 0}[anchor]
+                parts.append(f'<text x="{x + dx:.1f}" y="{y - 10:.1f}" text-anchor="{anchor}" fill="#3a4355" font-size="11">{esc(_short(r["bound"]))}</text>')
+            last_bound = r["bound"]
         for r in rows:
             if r["device"] == dev and r[ykey] is None:
                 x = xpos[r["value"]]
