@@ -204,6 +204,41 @@ def test_torchrun_records_every_rank_into_a_job(tmp_path):
     assert job["summary"]["ranks"] == 2 and job["summary"]["steps_per_rank"] == 3
 
 
+@pytest.mark.slow
+def test_dataloader_workers_are_left_alone(tmp_path):
+    """Spawned DataLoader workers start a fresh interpreter, so the bootstrap runs in them too; they must neither
+    count steps nor write a status or a trace: only the training process does."""
+    pytest.importorskip("torch")
+    script = _script(tmp_path, """
+        import torch
+        from torch.utils.data import DataLoader, Dataset
+
+        class Augmented(Dataset):  # transforms are often modules (torchvision's are): forwards inside the workers
+            def __init__(self):
+                self.augment = torch.nn.Dropout(0.1)
+            def __len__(self):
+                return 80
+            def __getitem__(self, i):
+                return self.augment(torch.randn(16)), torch.randn(1)
+
+        if __name__ == "__main__":
+            ds = Augmented()
+            loader = DataLoader(ds, batch_size=8, num_workers=2, multiprocessing_context="spawn")
+            model = torch.nn.Linear(16, 1)
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            for x, y in loader:
+                opt.zero_grad()
+                torch.nn.functional.mse_loss(model(x), y).backward()
+                opt.step()
+    """)
+    out = tmp_path / "run"
+    done = _record(out, *WINDOW, "-f", "json", "--", sys.executable, str(script))
+    assert done.returncode == 0, done.stderr
+    (status,) = _statuses(out)  # one process recorded: the one that trains
+    assert status["steps_seen"] == 10 and status["complete"]
+    assert len(list((out / "trace").iterdir())) == 1
+
+
 # -- recording with Keras -------------------------------------------------------------------------------------------
 @pytest.mark.slow
 def test_keras_fit_recorded_without_edits(tmp_path):
@@ -242,7 +277,13 @@ def test_signal_and_no_steps_pass_through(tmp_path):
     script = _script(tmp_path, "import os, signal\nprint('hi', flush=True)\nos.kill(os.getpid(), signal.SIGTERM)\n")
     done = _record(tmp_path / "run", "--", sys.executable, str(script))
     assert done.returncode == 128 + signal.SIGTERM and done.stdout == "hi\n"
-    assert "no steps seen" in done.stderr and "--step-marker" in done.stderr
+    assert "the program was ended by SIGTERM before its first step" in done.stderr
+
+
+def test_no_steps_seen_names_the_way_out(tmp_path):
+    done = _record(tmp_path / "run", "--", sys.executable, str(_script(tmp_path, "print('no loop here')\n")))
+    assert done.returncode == 3 and done.stdout == "no loop here\n"
+    assert "no steps seen" in done.stderr and "--step-marker MODULE:FUNCTION" in done.stderr
 
 
 def test_bootstrap_leaves_the_environment_alone(tmp_path):

@@ -178,7 +178,7 @@ def _explain(r: Recorded, w: Window) -> None:
     """The lines that tell the user which steps were recorded, or why none were."""
     seen = [s for s in r.statuses if s.get("steps_seen")]
     if not seen and r.returncode:
-        r.notes.append(f"the program exited with status {r.returncode} before its first step (its own output above says why): nothing recorded")
+        r.notes.append(f"the program {_ended(r.returncode)} before its first step (its own output above says why): nothing recorded")
         return
     if not seen:
         how = f"calls of {w.marker}" if w.marker else "optimizer steps, outermost forward calls or Keras batches"
@@ -204,3 +204,13 @@ def _explain(r: Recorded, w: Window) -> None:
     if any(s.get("gpu") is False for s in seen) and r.trace is not None:
         r.notes.append("no GPU was visible to the program: the trace holds host activity only, and the report judges no GPU "
                        "(time per step still compares: --sweep with --device cpu,gpu on a GPU machine)")
+
+
+def _ended(rc: int) -> str:
+    """"exited with status 1", or "was ended by SIGTERM" for 128 + a signal's number."""
+    if rc > 128:
+        try:
+            return f"was ended by {signal.Signals(rc - 128).name}"
+        except ValueError:
+            pass
+    return f"exited with status {rc}"
