@@ -99,6 +99,8 @@ def test_training_script_recorded_after_warmup(tmp_path):
     assert (out / "traceinsight-report.html").is_file() and (out / "traceinsight-report.md").is_file()
     assert "recorded steps 5-7 (optimizer steps; 3 skipped, 1 warm-up); 12 step(s) seen in all" in done.stderr
     assert "no GPU was visible to the program" in done.stderr
+    kept = json.loads((out / "record.json").read_text())  # what was run and recorded, beside the trace
+    assert kept["exit_code"] == 0 and kept["trace"] == f"trace/{trace.name}" and kept["window"]["first_step"] == 5
 
 
 @pytest.mark.slow

@@ -26,6 +26,8 @@ from . import boot
 TRACE_DIR = "trace"
 STATUS_DIR = "status"
 BOOT_MODULE = "_traceinsight_record_boot"
+#: What was run and recorded, kept beside the trace: the command, its exit status, the window, the notes.
+RECORD_JSON = "record.json"
 #: Signals passed on to the command while it runs (SIGINT comes from the terminal to the whole group).
 FORWARDED = tuple(getattr(signal, s) for s in ("SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGWINCH") if hasattr(signal, s))
 #: Exit status when the command cannot be started (the shell's "command not found").
@@ -117,6 +119,10 @@ def record(command: list[str], out_dir: Path, window: Window, env_extra: dict[st
     result = Recorded(out_dir=out_dir, returncode=rc, statuses=_statuses(status_dir))
     result.trace = _trace(trace_dir)
     _explain(result, window)
+    summary = {"command": command, "exit_code": rc, "window": {"skip": window.skip, "warmup": window.warmup, "active": window.active,
+               "first_step": window.first, "last_step": window.last, "step_marker": window.marker, "nsys": window.nsys},
+               "trace": None if result.trace is None else str(result.trace.relative_to(out_dir)), "notes": result.notes, "processes": result.statuses}
+    (out_dir / RECORD_JSON).write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
     return result
 
 
