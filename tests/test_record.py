@@ -317,6 +317,15 @@ def test_step_marker_counts_calls_of_an_importable_function(tmp_path):
     assert status["driver"] == "marker" and status["steps_seen"] == 4 and done.returncode == 3
 
 
+def test_step_marker_in_the_script_itself(tmp_path):
+    """__main__:FUNC: the script's own function, whose calls (not nested ones) are the steps."""
+    script = _script(tmp_path, "def one_step(i):\n    return one_step(i - 1) if i % 2 else i\nfor i in range(5):\n    one_step(i)\n")
+    out = tmp_path / "run"
+    _record(out, "--step-marker", "__main__:one_step", "--", sys.executable, str(script))
+    (status,) = _statuses(out)
+    assert status["driver"] == "marker" and status["steps_seen"] == 5  # the recursive calls are inside a step
+
+
 # -- the sweep's comparison (no framework needed) --------------------------------------------------------------------
 def test_sweep_substitutes_or_sets_the_variable():
     assert sweep.command_for(["python", "t.py", "--bs={BS}"], "BS", "64", None) == (["python", "t.py", "--bs=64"], {})

@@ -423,7 +423,8 @@ _RECORD_COMMAND = "traceinsight.record.command"
 _RECORD_FORMATS = "html,md,json"
 
 
-@app.command("record", cls=_RecordCommand, context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+@app.command("record", cls=_RecordCommand, options_metavar="[OPTIONS] -- COMMAND [ARGS]...",
+             context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 def record_cmd(
     ctx: typer.Context,
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Folder for the trace and the reports (default: traceinsight-record/SCRIPT-TIME).")] = None,
