@@ -152,6 +152,16 @@ def test_script_that_raises_keeps_its_traceback_and_exit_code(tmp_path):
 
 
 @pytest.mark.slow
+def test_stop_after_window_ends_the_program(tmp_path):
+    pytest.importorskip("torch")
+    out = tmp_path / "run"
+    done = _record(out, *WINDOW, "-f", "json", "--stop-after-window", "--", sys.executable, str(_script(tmp_path, TRAIN)), "500")
+    assert done.returncode == 0 and "trained" not in done.stdout  # ended at step 7, not 500
+    (status,) = _statuses(out)
+    assert status["steps_seen"] == 7 and status["complete"]
+
+
+@pytest.mark.slow
 def test_sweep_of_two_batch_sizes(tmp_path):
     pytest.importorskip("torch")
     out = tmp_path / "sweep"
