@@ -280,6 +280,9 @@ class Recorder:
     def keras_imported(self, keras) -> None:
         if self.cfg.get("marker"):
             return
+        backend = getattr(getattr(keras, "backend", None), "backend", None)
+        if backend is not None and backend() != "tensorflow":
+            return  # Keras on JAX or PyTorch: the TensorFlow profiler would see nothing (use --step-marker)
         model_cls = keras.Model
         original_fit = model_cls.fit
         rec = self
