@@ -457,6 +457,167 @@ def diff_cmd(
     raise typer.Exit(code)
 
 
+class _RecordCommand(Command):
+    """``record [OPTIONS] -- COMMAND...``: everything after the first ``--`` is the command to run, untouched (its
+    own options included); options before it that ``record`` does not know are ``analyze``'s, passed on."""
+
+    def parse_args(self, ctx, args):
+        if "--" in args:
+            i = args.index("--")
+            ctx.meta[_RECORD_COMMAND] = args[i + 1:]
+            args = args[:i]
+        return super().parse_args(ctx, args)
+
+
+_RECORD_COMMAND = "traceinsight.record.command"
+_RECORD_FORMATS = "html,md,json"
+
+
+@app.command("record", cls=_RecordCommand, options_metavar="[OPTIONS] -- COMMAND [ARGS]...",
+             context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def record_cmd(
+    ctx: typer.Context,
+    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Folder for the trace and the reports (default: traceinsight-record/SCRIPT-TIME).")] = None,
+    fmt: Annotated[str, typer.Option("--format", "-f", help="Report formats, comma-separated (text, json, md, html, perfetto).")] = _RECORD_FORMATS,
+    skip: Annotated[int, typer.Option("--skip", min=1, help="Steps run unprofiled first (the cold start: compilation, allocator growth, autotuning).")] = 5,
+    warmup: Annotated[int, typer.Option("--warmup", min=0, help="Steps profiled but not kept (the profiler's own start-up).")] = 2,
+    active: Annotated[int, typer.Option("--active", min=1, help="Steps recorded and analysed.")] = 5,
+    step_marker: Annotated[Optional[str], typer.Option("--step-marker", help="MODULE:FUNCTION whose every call is one step (JAX, custom loops; __main__:FUNC for the script's own).")] = None,
+    shapes: Annotated[bool, typer.Option("--shapes/--no-shapes", help="PyTorch: record input shapes (FLOPs, MFU).")] = True,
+    memory: Annotated[bool, typer.Option("--memory/--no-memory", help="PyTorch: record allocations (the memory view).")] = True,
+    with_stack: Annotated[bool, typer.Option("--with-stack", help="PyTorch: record Python stacks (findings name your lines; the trace grows).")] = False,
+    nsys: Annotated[bool, typer.Option("--nsys", help="Record with Nsight Systems (nsys on PATH), capturing the same steps (cudaProfilerApi range).")] = False,
+    stop_after_window: Annotated[bool, typer.Option("--stop-after-window", help="End the program (exit 0) once the window is recorded.")] = False,
+    sweep: Annotated[Optional[str], typer.Option("--sweep", help="NAME=V1,V2,...: run once per value ({NAME} in the command, else the environment variable NAME) and compare.")] = None,
+    device: Annotated[Optional[str], typer.Option("--device", help="With --sweep: cpu, gpu or cpu,gpu (cpu hides the GPUs: CUDA_VISIBLE_DEVICES=''; {device} in the command becomes cpu or cuda).")] = None,
+    samples_per_step: Annotated[Optional[str], typer.Option("--samples-per-step", help="With --sweep: samples in one step, a number or the swept NAME (default: the value, when NAME says batch).")] = None,
+) -> None:
+    """Run a training or inference command unmodified, record a steady-state window, and analyse it.
+
+    traceinsight record [OPTIONS] -- python train.py ARGS...  (also torchrun ...; analyze's options go before --).
+    The command's output, signals and exit status are its own; the trace is kept next to the report.
+    """
+    from .record import sweep as sweep_mod
+    from .record.run import CommandNotFound, EXIT_NOT_FOUND, Window, record
+
+    command = ctx.meta.get(_RECORD_COMMAND) or []
+    if not command:
+        raise typer.BadParameter("give the command to run after --, e.g. traceinsight record -- python train.py", param_hint="COMMAND")
+    analyze_args = list(ctx.args)
+    formats = _record_formats(fmt)
+    _check_analyze_args(analyze_args)
+    if nsys and shutil.which("nsys") is None:
+        typer.echo("traceinsight: error: --nsys needs Nsight Systems' nsys on PATH", err=True)
+        raise typer.Exit(2)
+    try:
+        name_values = sweep_mod.parse(sweep) if sweep else None
+        devices = sweep_mod.parse_devices(device)
+        basis = sweep_mod.samples_basis(name_values[0], samples_per_step) if name_values else None
+    except sweep_mod.SweepError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    if not name_values and device:
+        raise typer.BadParameter("--device goes with --sweep (without a sweep, run the command as you want it)", param_hint="--device")
+    window = Window(skip=skip, warmup=warmup, active=active, marker=step_marker, nsys=nsys, shapes=shapes, memory=memory, stack=with_stack,
+                    stop_after_window=stop_after_window)
+    out = output or _default_record_dir(command)
+    say = lambda line: typer.echo(f"traceinsight: {terminal(line, 2000)}", err=True)  # noqa: E731
+    try:
+        if not name_values:
+            rec = record(command, out, window)
+            for note in rec.notes:
+                say(note)
+            code = _analyse_recording(rec.trace, out, formats, analyze_args) if rec.trace else None
+            say(f"trace and report in {out}" if rec.trace else f"no trace recorded (status in {out})")
+            raise typer.Exit(rec.returncode or (code if code is not None else 0 if rec.returncode == 0 and rec.trace else 3))
+        name, values = name_values
+        runs = []
+        run_formats = list(dict.fromkeys([*formats, "json"]))  # the comparison reads each run's JSON report
+        for dev in devices:
+            for value in values:
+                run_command, env = sweep_mod.command_for(command, name, value, dev)
+                run_dir = out / sweep_mod.run_name(name, value, dev)
+                say(f"run {name}={value}{f' on {dev}' if dev else ''}: {' '.join(run_command)}")
+                rec = record(run_command, run_dir, window, env)
+                for note in rec.notes:
+                    say(note)
+                if rec.trace:
+                    _analyse_recording(rec.trace, run_dir, run_formats, analyze_args)
+                report = run_dir / f"{REPORT_STEM}.json"
+                runs.append(sweep_mod.Run(value=value, device=dev, run_dir=run_dir, exit_code=rec.returncode, notes=rec.notes,
+                                          report=_read_json(report) if rec.trace and report.is_file() else None))
+        doc = sweep_mod.compare(name, runs, basis, tuple(run_formats))
+        paths = sweep_mod.write(doc, out)
+        for line in sweep_mod.summary_lines(doc):
+            say(line)
+        say(f"comparison: {paths[-1]} (also {', '.join(p.name for p in paths[:-1])})")
+        failed = [r.exit_code for r in runs if r.exit_code]
+        raise typer.Exit(failed[0] if failed else 0)
+    except CommandNotFound as exc:
+        typer.echo(f"traceinsight: error: {terminal(exc)}", err=True)
+        raise typer.Exit(EXIT_NOT_FOUND) from None
+
+
+def _record_formats(fmt: str) -> list[str]:
+    out = []
+    for part in _split([fmt]):
+        try:
+            out.append(Format(part.lower()).value)
+        except ValueError:
+            raise typer.BadParameter(f"{part!r} is not one of text, json, md, html, perfetto", param_hint="--format") from None
+    if not out:
+        raise typer.BadParameter("name one format or more", param_hint="--format")
+    return list(dict.fromkeys(out))
+
+
+def _analyze_command():
+    import click
+
+    group = typer.main.get_command(app)
+    return group.get_command(click.Context(group), "analyze")
+
+
+def _check_analyze_args(args: list[str]) -> None:
+    """Parse analyze's options now, before the program runs for minutes: a typo is a usage error at once."""
+    import click
+
+    if not args:
+        return
+    try:
+        _analyze_command().make_context("traceinsight record", ["TRACE", *args]).close()
+    except click.UsageError as exc:
+        raise typer.BadParameter(f"{exc.format_message()} (options before -- that record does not take go to analyze)") from None
+
+
+def _analyse_recording(trace: Path, out: Path, formats: list[str], args: list[str]) -> int:
+    """``traceinsight analyze TRACE -f FORMATS -o OUT ARGS``: the reports beside the trace; returns its exit status."""
+    import click
+
+    target = out if len(formats) > 1 else out / f"{REPORT_STEM}.{SUFFIX[formats[0]]}"
+    cmd = _analyze_command()
+    try:
+        with cmd.make_context("traceinsight analyze", [str(trace), "-f", ",".join(formats), "-o", str(target), *args]) as actx:
+            cmd.invoke(actx)
+    except (typer.Exit, click.exceptions.Exit) as done:
+        return int(done.exit_code or 0)
+    return 0
+
+
+def _read_json(path: Path):
+    import json
+
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def _default_record_dir(command: list[str]) -> Path:
+    import time
+
+    script = next((Path(a).stem for a in command if a.endswith(".py")), Path(command[0]).name)
+    return Path("traceinsight-record") / f"{script}-{time.strftime('%Y%m%d-%H%M%S')}"
+
+
 def main() -> None:
     try:
         app()

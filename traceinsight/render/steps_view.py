@@ -33,7 +33,11 @@ def spread_sentence(steps: dict) -> str:
             f"p10-p90 {fmt_ns(sp['p10_ns'])}-{fmt_ns(sp['p90_ns'])}, min-max {fmt_ns(sp['min_ns'])}-{fmt_ns(sp['max_ns'])}")
     o = steps.get("outlier")
     if o:
-        text += f"; step {o['step']} ({o['name']}) is {o['x_median']}x the median, mostly more {o['cause'].replace('_', ' ')} (+{fmt_ns(o['cause_ns'])})"
+        text += f"; step {o['step']} ({o['name']}) is {o['x_median']}x the median"
+        if o["cause_ns"] > 0:
+            text += f", mostly more {o['cause'].replace('_', ' ')} (+{fmt_ns(o['cause_ns'])})"
+        else:  # no ledger bucket grew (a CPU-only trace has no GPU window): the extra time is the host's alone
+            text += ", with no more GPU time than the others (the extra time is on the host)"
     return text + "."
 
 
