@@ -70,6 +70,17 @@ class AllocatorChurn(Rule):
         def train_step(x): ...
         """,
     )
+    fix_jax = Fix(
+        "JAX's allocator preallocates 75 % of the GPU and serves every step from that pool: churn means new shapes "
+        '(each compiles a new program with new buffers) or the pool switched off '
+        '(`XLA_PYTHON_CLIENT_ALLOCATOR=platform` allocates and frees per use, a debugging setting). Keep shapes static '
+        '(pad or bucket to a few sizes), leave the default allocator on, and donate the buffers a step replaces.',
+        """
+        # unset XLA_PYTHON_CLIENT_ALLOCATOR (platform allocates and frees on every use)
+        x = jnp.pad(x, ((0, 0), (0, pad_to - x.shape[1])))            # a few static shapes
+        train_step = jax.jit(train_step, donate_argnums=(0,))          # reuse the state's buffers
+        """,
+    )
     fix_cuda = Fix(
         "Allocate once outside the loop and reuse the buffers, or use the stream-ordered pool "
         "(`cudaMallocAsync`/`cudaFreeAsync` with a high release threshold) so steady-state steps never reach the driver.",

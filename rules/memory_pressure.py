@@ -78,6 +78,15 @@ class MemoryPressure(Rule):
         block = tf.recompute_grad(block)
         """,
     )
+    fix_jax = Fix(
+        "Lower the memory a step needs: rematerialise the largest blocks (`jax.checkpoint`), compute in bf16, donate "
+        "the buffers the step replaces (`donate_argnums`), or use a smaller micro-batch with gradient accumulation; "
+        'raise `XLA_PYTHON_CLIENT_MEM_FRACTION` only when nothing else shares the GPU.',
+        """
+        block = jax.checkpoint(block)                              # recompute activations in backward
+        train_step = jax.jit(train_step, donate_argnums=(0,))      # reuse the state's buffers in place
+        """,
+    )
     fix_cuda = Fix(
         "Allocate once and reuse: keep device buffers for the life of the loop (or use a stream-ordered pool, "
         "`cudaMallocAsync` with a release threshold) instead of `cudaMalloc`/`cudaFree` per iteration, which "

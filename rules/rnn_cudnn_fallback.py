@@ -218,6 +218,18 @@ class RnnCudnnFallback(Rule):
         gru = tf.keras.layers.GRU(512, reset_after=True)
         """,
     )
+    fix_jax = Fix(
+        "Run the recurrence as one compiled loop: `jax.lax.scan` over the time steps inside `jax.jit`, not a Python "
+        "loop of cell calls; batch sequences together so each step's matmul is large, and at very small batch sizes "
+        'measure the CPU.',
+        """
+        def cell(carry, x_t):
+            h, c = lstm_cell(params, carry, x_t)
+            return (h, c), h
+
+        (h, c), ys = jax.lax.scan(cell, (h0, c0), xs)     # one loop, compiled once
+        """,
+    )
 
     min_timesteps = Option(4, "Fallback execution must cover at least this many timesteps to be reported.", min=1)
 
