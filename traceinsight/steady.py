@@ -17,7 +17,8 @@ measures itself, see ``ledger.warmup_regions``):
   nvFuser compile ranges), graph capture and instantiation (``cudaStreamBeginCapture`` to ``EndCapture``,
   ``cudaGraphInstantiate``).
 * **Allocator growth**: ``cudaMalloc``-like calls before the rank's second step (a caching allocator grows in the
-  first pass and then reuses its pool); without steps, every one of them.
+  first pass and then reuses its pool); without steps, those before the rank's first synchronising free (a
+  caching allocator keeps what it freed: mallocs after a free are a pool that does not cache, not growth).
 * **A blocking call at the window's start**: a synchronizing call or blocking copy that begins before the rank's
   first traced launch waits on work queued before the window opened.
 * **Warm-up steps** (``warmup_steps``): leading steps each at least ``WARMUP_FIRST_STEP_RATIO`` times the median
@@ -42,7 +43,7 @@ import pandas as pd
 from .finding import as_instances, instance_columns
 from .intervals import Coverage, merge_intervals
 from .masks import category_hits, kind_mask, name_mask
-from .patterns import ALLOC_CALL, CAPTURE_BEGIN, CAPTURE_END, ONE_TIME_CALL, RECOMPILE_CALL, START_UP_CALL  # noqa: F401  (the steady-state model's vocabulary)
+from .patterns import ALLOC_CALL, CAPTURE_BEGIN, CAPTURE_END, IMPLICIT_SYNC_CALL, ONE_TIME_CALL, RECOMPILE_CALL, START_UP_CALL  # noqa: F401  (the steady-state model's vocabulary)
 
 if TYPE_CHECKING:  # pragma: no cover
     from .views import Views
@@ -63,6 +64,14 @@ MIN_STEADY_NS = 1_000_000
 #: Without step markers, repetition cannot be counted: a window mostly warm-up is judged only when what is left
 #: holds at least this much GPU work (a few real steps' worth), else it is a fragment of a first pass.
 MIN_STEADY_BUSY_NS = 5_000_000
+
+#: An allocator does not cache when memory it handed back to the driver (a synchronising free) is allocated again
+#: (a malloc right after the free) at least this many times per step, in at least ``MIN_REALLOC_STEPS`` steps
+#: (without steps: that many times both together): a caching allocator would have served it from the block it
+#: kept; a flush under pressure, or ``empty_cache()`` once per step, does so at most once per step. The steady
+#: model then books no malloc after the frees as growth, and TI032 reports the calls (``rulelib.uncached_allocator``).
+MIN_REALLOCS_PER_STEP = 3
+MIN_REALLOC_STEPS = 2
 
 _COLS = ["rank", "start_ns", "end_ns", "reason"]
 
@@ -199,7 +208,26 @@ def one_time_regions(views: "Views", blocking: "list[tuple[np.ndarray, np.ndarra
                                            "reason": "graph capture (launches recorded, not run)"}))
         alloc = np.flatnonzero(rt & name_mask(names, ALLOC_CALL) & (dur > 0)) if allocs else np.zeros(0, np.intp)
         if len(alloc):
-            limit = np.array([second_step.get(int(r), np.iinfo(np.int64).max) for r in rank[alloc]], np.int64)
+            # without steps, on a rank whose allocator does not cache (a malloc right after a synchronising free
+            # at least ``MIN_REALLOCS_PER_STEP * MIN_REALLOC_STEPS`` times), growth ends at the first free after
+            # its first malloc: a caching allocator grows and keeps its blocks (``cudaFree(0)`` before any malloc
+            # creates the context), so mallocs after the frees are the pool not caching, not growth
+            first_free: dict[int, int] = {}
+            no_steps = [int(r) for r in np.unique(rank[alloc]) if int(r) not in second_step]
+            if no_steps and may_match(names, IMPLICIT_SYNC_CALL):
+                fr = np.flatnonzero(rt & name_mask(names, IMPLICIT_SYNC_CALL))
+                for r in no_steps:
+                    a_s = np.sort(start[alloc][rank[alloc] == r])
+                    f_s = np.sort(start[fr][rank[fr] == r])
+                    f_s = f_s[f_s > a_s[0]] if len(a_s) else f_s[:0]
+                    if not len(f_s):
+                        continue
+                    # a malloc whose previous allocator call was a free: merge both kinds in time order
+                    t = np.r_[a_s, f_s]
+                    is_free = np.r_[np.zeros(len(a_s), bool), np.ones(len(f_s), bool)][np.argsort(t, kind="stable")]
+                    if int((is_free[:-1] & ~is_free[1:]).sum()) >= MIN_REALLOCS_PER_STEP * MIN_REALLOC_STEPS:
+                        first_free[r] = int(f_s[0])
+            limit = np.array([second_step.get(int(r), first_free.get(int(r), np.iinfo(np.int64).max)) for r in rank[alloc]], np.int64)
             alloc = alloc[start[alloc] < limit]
             if len(alloc):
                 parts.append(pd.DataFrame({"rank": rank[alloc].astype(np.int64), "start_ns": start[alloc], "end_ns": start[alloc] + dur[alloc],

@@ -9,7 +9,8 @@ Built-in rules (``traceinsight.rules``) and third-party rules import from here, 
 * ``cache``: ``memo``, the analysis' named slot for a query several rules ask;
 * ``groups``: rows grouped by several keys in first-appearance order, without a grouped frame (``first_seen_groups``);
 * ``releases``: whether releases of device memory were asked for or the allocator's own flush
-  (``asked_for``, ``outside_framework_ops``, ``ASKED_BELOW_PEAK_SHARE``);
+  (``asked_for``, ``outside_framework_ops``, ``ASKED_BELOW_PEAK_SHARE``), and whether the allocator caches at all
+  (``uncached_allocator``, ``allocator_off_calls``);
 * ``warmup``: the ledger's warm-up per gap and start-up calls (``gap_warmup_ns``, ``warmup_by_gap``, ``startup_call_gaps``),
   warm-up steps and steady-state recompiles (``warmup_steps``, ``steady_recompiles``).
 
@@ -25,7 +26,7 @@ from .enclosing import ThreadCodes, Enclosing, host_columns, cpu_op_enclosing, i
 from .usercode import SYNC_CALLS, RECORD_STACKS, user_frame, innermost_user_frame, user_frames_at, user_code_sentence, has_python_frames
 from .gaps import next_launch_ns, host_starved_gaps, sync_calls, ledger_gaps, closing_syncs, inference_ranks, request_boundary_gaps
 from .warmup import gap_warmup_ns, warmup_by_gap, startup_call_gaps, steady_recompiles, warmup_steps
-from .releases import ASKED_BELOW_PEAK_SHARE, asked_for, outside_framework_ops
+from .releases import ASKED_BELOW_PEAK_SHARE, asked_for, outside_framework_ops, uncached_allocator, allocator_off_calls
 
 __all__ = [
     "memo",
@@ -69,4 +70,6 @@ __all__ = [
     "ASKED_BELOW_PEAK_SHARE",
     "asked_for",
     "outside_framework_ops",
+    "uncached_allocator",
+    "allocator_off_calls",
 ]
