@@ -50,6 +50,13 @@ FRAMEWORK_DISPATCH = (
     r"|PjitFunction|PjRt|PJRT_|cpp_pjit|shard_args|DevicePut|Build buffer allocations|GpuExecutable::|Thunks::)"
 )
 
+#: Compiled code's host-side wrappers, traced as ranges around what they run: torch.compile's
+#: ``Torch-Compiled Region``, ``CompiledFunction`` (autograd), inductor's ``## Call CompiledFxGraph <hash> ##`` around
+#: the generated ``call``, and Dynamo's guard check (``TorchDynamo Cache Lookup``). While one runs, the host is busy in
+#: the compiled program's Python (argument handling, guards, the launcher of each kernel), not in something the trace
+#: cannot see: a GPU gap under it is host overhead, whose lever is CUDA graphs or more work per launch.
+COMPILED_WRAPPER = r"^Torch-Compiled Region|^CompiledFunction|CompiledFxGraph|^TorchDynamo Cache Lookup"
+
 #: Collective kernels, NCCL or not (symmetric-memory all-reduce, custom all-to-all).
 COLLECTIVE = r"nccl|rccl|multimem|all_?reduce|all_?gather|reduce_?scatter|all_?to_?all|cross_device_reduce"
 
