@@ -120,6 +120,16 @@ _ONE_TIME = (
     r"|autotun|nvrtc|compil(e(?!d)|ation)|KernelExecutor::compile"
 )
 ONE_TIME_CALL = re.compile(_ONE_TIME, re.IGNORECASE)
+#: Ops of the JIT fusers that compile inside the op the first time it runs with a new profile (TorchScript's
+#: profiling executor compiles on its second call: ``prim::FusionGroup`` (NNC/legacy fuser), ``prim::CudaFusionGroup``
+#: (nvFuser), ``prim::TensorExprGroup``, the ``prim::DifferentiableGraph`` around them, and nvFuser's own ranges). A
+#: later call runs the compiled kernel in micro- to milliseconds; the compiling call is an outlier no steady step
+#: repeats (``steady.one_time_regions`` reads these as one-time when they are).
+JIT_FUSION_OP = re.compile(
+    r"^prim::(Cuda)?FusionGroup|^prim::TensorExpr(Dynamic)?Group|^prim::DifferentiableGraph|^prim::FallbackGraph"
+    r"|^prim::profile|fuser|nvfuser|^FusionExecutorCache|^FusionKernelRuntime",
+    re.IGNORECASE,
+)
 #: Compilation and autotuning: one-time at the start, but when a range of these runs again after the rank's
 #: second step began, the program is recompiling (or re-tuning) in the steady state (new input shapes, a guard
 #: that fails, a graph break), which costs every time it happens: that is no warm-up, TI015 reports it.

@@ -21,6 +21,10 @@ measures itself, see ``ledger.warmup_regions``):
   caching allocator keeps what it freed: mallocs after a free are a pool that does not cache, not growth).
 * **A blocking call at the window's start**: a synchronizing call or blocking copy that begins before the rank's
   first traced launch waits on work queued before the window opened.
+* **JIT compilation inside an op** (``JIT_FUSION_OP``: TorchScript's fusers, nvFuser): a fuser op's call far
+  longer than its other calls (or its only one) with the GPU idle under it, with or without steps.
+* **Set-up before the first kernel**, on a rank without steps: the head of its GPU window before its first
+  kernel's launch, when far longer than the idle gaps after it (imports, model construction, weights copied).
 * **Warm-up steps** (``warmup_steps``): leading steps each at least ``WARMUP_FIRST_STEP_RATIO`` times the median
   of the steps after them (allocator growth, autotuning and compilation land in the first steps).
 
@@ -43,7 +47,7 @@ import pandas as pd
 from .finding import as_instances, instance_columns
 from .intervals import Coverage, merge_intervals
 from .masks import category_hits, kind_mask, name_mask
-from .patterns import ALLOC_CALL, CAPTURE_BEGIN, CAPTURE_END, IMPLICIT_SYNC_CALL, ONE_TIME_CALL, RECOMPILE_CALL, START_UP_CALL  # noqa: F401  (the steady-state model's vocabulary)
+from .patterns import ALLOC_CALL, CAPTURE_BEGIN, CAPTURE_END, IMPLICIT_SYNC_CALL, JIT_FUSION_OP, ONE_TIME_CALL, RECOMPILE_CALL, START_UP_CALL  # noqa: F401  (the steady-state model's vocabulary)
 
 if TYPE_CHECKING:  # pragma: no cover
     from .views import Views
@@ -232,10 +236,12 @@ def one_time_regions(views: "Views", blocking: "list[tuple[np.ndarray, np.ndarra
             if len(alloc):
                 parts.append(pd.DataFrame({"rank": rank[alloc].astype(np.int64), "start_ns": start[alloc], "end_ns": start[alloc] + dur[alloc],
                                            "reason": "allocator growth: " + names.take(alloc).astype(str).to_numpy(object)}))
+        parts.extend(_jit_fusion_compiles(views, names, kinds, rank, start, dur))
     ln = views.launches
     if not ln.empty:
         parts.extend(_first_launches(ln))
         parts.extend(_opening_blocks(ln, blocking))
+        parts.extend(_set_up_before_first_kernel(views, ln, second_step))
     parts = [p for p in parts if len(p)]
     if not parts:
         return empty_regions()
@@ -271,6 +277,82 @@ def steady_recompiles(views: "Views", rows: "np.ndarray | None" = None) -> np.nd
     for r, at in second.items():
         limit[rank == r] = at
     return hit & (start >= limit)
+
+
+def _gpu_busy_in(views: "Views", r: int, s: np.ndarray, e: np.ndarray) -> np.ndarray:
+    """Per interval [s, e) on rank ``r``: the ns some GPU of the rank was busy in it."""
+    b = views.busy
+    if b.empty:
+        return np.zeros(len(s), np.int64)
+    own = b[b["rank"].to_numpy() == r]
+    a, z = merge_intervals(own["start_ns"].to_numpy(np.int64), own["end_ns"].to_numpy(np.int64))
+    return Coverage(a, z).overlap(np.asarray(s, np.int64), np.asarray(e, np.int64))
+
+
+def _jit_fusion_compiles(views: "Views", names: pd.Series, kinds: pd.Series, rank: np.ndarray, start: np.ndarray,
+                         dur: np.ndarray) -> list[pd.DataFrame]:
+    """Calls of a JIT fuser's op (``JIT_FUSION_OP``) that compiled inside it: at least ``WARMUP_MIN_NS`` long, at least
+    ``WARMUP_RATIO`` times the median of the other calls of that op on the rank (or its only call), and with the GPU
+    busy for less than half of it (compiling is host work; a fused op that runs long on the GPU is no compile).
+    With or without steps: a compile that runs on a later step than its first is one-time all the same, because
+    the same op's other calls run fast (one that recompiles every step is not an outlier and stays)."""
+    if not may_match(names, JIT_FUSION_OP):
+        return []
+    rows = np.flatnonzero(kind_mask(kinds, ("cpu_op", "annotation")) & name_mask(names, JIT_FUSION_OP) & (dur > 0))
+    if not len(rows):
+        return []
+    nm = names.take(rows).astype(str).to_numpy()
+    out = []
+    f = pd.DataFrame({"row": rows, "rank": rank[rows].astype(np.int64), "name": nm, "dur": dur[rows].astype(np.int64)})
+    for (r, n), g in f.groupby(["rank", "name"], sort=True):
+        d = g["dur"].to_numpy()
+        long = np.flatnonzero(d >= WARMUP_MIN_NS)
+        keep = []
+        for i in long:
+            others = np.delete(d, i)
+            if not len(others) or d[i] >= WARMUP_RATIO * float(np.median(others)):
+                keep.append(int(g["row"].iloc[i]))
+        if not keep:
+            continue
+        k = np.asarray(keep)
+        s0, e0 = start[k].astype(np.int64), (start[k] + dur[k]).astype(np.int64)
+        host_only = _gpu_busy_in(views, int(r), s0, e0) * 2 < (e0 - s0)
+        if host_only.any():
+            out.append(pd.DataFrame({"rank": int(r), "start_ns": s0[host_only], "end_ns": e0[host_only],
+                                     "reason": f"JIT compilation inside {_short(str(n))} (one-time)"}))
+    return out
+
+
+def _set_up_before_first_kernel(views: "Views", ln: pd.DataFrame, second_step: dict[int, int]) -> list[pd.DataFrame]:
+    """On a rank without steps, the head of its GPU window before its first kernel's launch (copies or memsets may
+    run before it): the program sets up (imports, model construction, weights moved to the GPU) before any of its
+    work runs, once. Counted when it lasts at least ``WARMUP_MIN_NS`` and ``WARMUP_RATIO`` times the median idle
+    gap after the first kernel (a loop sliced between a copy and its kernels has a head like its other gaps)."""
+    kern = kind_mask(ln["kind"], ("kernel",))
+    if not kern.any():
+        return []
+    b = views.busy
+    if b.empty:
+        return []
+    out = []
+    lr, ls = ln["rank"].to_numpy(np.int64)[kern], ln["launch_start_ns"].to_numpy(np.int64)[kern]
+    lg = ln["gpu_start_ns"].to_numpy(np.int64)[kern]
+    gaps = views.gaps
+    for r in np.unique(lr):
+        r = int(r)
+        if r in second_step:
+            continue
+        own = lr == r
+        first_launch, first_kernel = int(ls[own].min()), int(lg[own].min())
+        w0 = int(b["start_ns"].to_numpy(np.int64)[b["rank"].to_numpy() == r].min())
+        if first_launch - w0 < WARMUP_MIN_NS:
+            continue
+        g = gaps[(gaps["rank"].to_numpy() == r) & (gaps["start_ns"].to_numpy() >= first_kernel)]["dur_ns"].to_numpy()
+        if len(g) and first_launch - w0 < WARMUP_RATIO * float(np.median(g)):
+            continue
+        out.append(pd.DataFrame({"rank": [r], "start_ns": [w0], "end_ns": [first_launch],
+                                 "reason": ["set-up before the first kernel (program start-up)"]}))
+    return out
 
 
 def _first_launches(ln: pd.DataFrame) -> list[pd.DataFrame]:
