@@ -65,8 +65,7 @@ class AllocatorChurn(Rule):
     graded = False
     #: the host blocked in the driver's malloc and free is idle with a known reason: TI001's gaps under them are its doing
     root_cause = True
-    summary = ("The GPU memory pool grows after warm-up, calls cudaMalloc in steady-state steps, reserves far more than it "
-               "uses, or does not cache at all (a malloc and a synchronising free per tensor).")
+    summary = "The GPU memory pool grows or calls the driver (cudaMalloc/cudaFree) after warm-up, or reserves far more than it uses."
     why = """
     A caching allocator (PyTorch's CUDA caching allocator, TensorFlow's BFC allocator) asks the driver for memory
     while the program warms up and then serves every step from its cache: in the steady state the reserved level

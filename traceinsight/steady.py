@@ -347,8 +347,10 @@ def _set_up_before_first_kernel(views: "Views", ln: pd.DataFrame, second_step: d
         w0 = int(b["start_ns"].to_numpy(np.int64)[b["rank"].to_numpy() == r].min())
         if first_launch - w0 < WARMUP_MIN_NS:
             continue
+        # its idle part is what set-up costs the GPU (the copies in it are work)
+        idle = first_launch - w0 - int(_gpu_busy_in(views, r, np.array([w0]), np.array([first_launch]))[0])
         g = gaps[(gaps["rank"].to_numpy() == r) & (gaps["start_ns"].to_numpy() >= first_kernel)]["dur_ns"].to_numpy()
-        if len(g) and first_launch - w0 < WARMUP_RATIO * float(np.median(g)):
+        if idle < WARMUP_MIN_NS or (len(g) and idle < WARMUP_RATIO * float(np.median(g))):
             continue
         out.append(pd.DataFrame({"rank": [r], "start_ns": [w0], "end_ns": [first_launch],
                                  "reason": ["set-up before the first kernel (program start-up)"]}))
