@@ -21,6 +21,7 @@ import re
 import numpy as np
 import pandas as pd
 
+from .masks import kind_mask, name_mask
 from .patterns import DATA_WAIT_PRIMARY, FRAMEWORK_DISPATCH
 
 #: Fewest instances of a range for it to be picked as the step without being named.
@@ -130,17 +131,17 @@ def optimizer_iterations(events: pd.DataFrame) -> tuple[pd.DataFrame, dict] | No
     iteration runs from one boundary to the next (the last one, after a ``zero_grad``, to the end of the optimizer
     step that closes it). At least ``MIN_REPEATS`` boundaries on a rank, top-level ranges only (not nested in each
     other). Returns (rank, start_ns, end_ns, source row) per iteration and the ``steps_source`` entry, or None."""
-    kinds = events["kind"]
-    host = np.flatnonzero(kinds.isin(("cpu_op", "annotation")).to_numpy())
+    host_rows = kind_mask(events["kind"], ("cpu_op", "annotation"))
+    zero_all = host_rows & name_mask(events["name"], OPTIMIZER_RANGES[0])  # once per distinct name, not per row
+    step_all = host_rows & name_mask(events["name"], OPTIMIZER_RANGES[1])
+    host = np.flatnonzero(zero_all | step_all)
     if not len(host):
         return None
-    names = events["name"].take(host).astype(str).to_numpy()
+    zero, step = zero_all[host], step_all[host]
     rank_all = events["rank"].to_numpy()
     gpu_ranks = set(np.unique(rank_all[events["device"].to_numpy() >= 0]).tolist())
     start_all = events["start_ns"].to_numpy(np.int64)
     end_all = start_all + np.maximum(events["dur_ns"].to_numpy(np.int64), 0)
-    zero = np.array([bool(OPTIMIZER_RANGES[0].match(n)) for n in names])
-    step = np.array([bool(OPTIMIZER_RANGES[1].match(n)) for n in names])
     out = []
     used = None
     for r in sorted(gpu_ranks):

@@ -18,6 +18,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from ..intervals import merge_intervals
 from ..memory import FREE_CALLS, fmt_bytes
 from ..steady import MIN_REALLOC_STEPS, MIN_REALLOCS_PER_STEP  # the steady-state model's threshold, one home
 from .cache import memo
@@ -86,10 +87,10 @@ def uncached_allocator(views) -> dict[int, pd.DataFrame]:
             else:
                 if warm is not None and len(warm):
                     w = warm[warm["rank"].to_numpy() == r]
-                    s = g["start_ns"].to_numpy()
-                    inside = np.zeros(len(g), dtype=bool)
-                    for a, b in zip(w["start_ns"].to_numpy(), w["end_ns"].to_numpy()):
-                        inside |= (s >= a) & (s < b)
+                    a, b = merge_intervals(w["start_ns"].to_numpy(np.int64), w["end_ns"].to_numpy(np.int64))
+                    s = g["start_ns"].to_numpy(np.int64)
+                    k = np.searchsorted(a, s, side="right") - 1  # the last merged region starting at or before s
+                    inside = (k >= 0) & (s < b[np.maximum(k, 0)])
                     g = g[~inside]
                 key = np.zeros(len(g), dtype=np.int64)
             if len(g) < 2:
