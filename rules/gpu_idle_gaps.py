@@ -145,9 +145,20 @@ CAUSE_FIXES[CAUSE_UNTRACED] = {
     ),
 }
 
+#: For a model already compiled and replayed as CUDA/HIP graphs: what is left is outside them.
+_FIX_OUTSIDE_GRAPHS = Fix(
+    "The model already runs compiled and as CUDA graphs, so the host-busy gaps are in the code outside them (eager "
+    "ops before or between the graphed calls, Python hooks, logging, walks over the modules): compile and capture "
+    "that code too, or move its Python work out of the step.",
+    """
+    encode = torch.compile(encode, mode="reduce-overhead")   # the eager part around the graphed model
+    """,
+)
 #: PyTorch fixes for what the trace shows is already in use (``rulelib.in_use``): never advise it again.
-#: (cause, technique in use) -> fix; the first pair that applies wins.
+#: (cause, techniques in use) -> fix; the first entry whose techniques are all in use wins.
 FIX_IN_USE: dict[tuple[str, str], Fix] = {
+    (CAUSE_CPU, "compiled+graphs"): _FIX_OUTSIDE_GRAPHS,
+    (CAUSE_UNTRACED, "compiled+graphs"): _FIX_OUTSIDE_GRAPHS,
     (CAUSE_OPT, "fused_optimizer"): Fix(
         "The optimizer step is already fused (`fused=True`) and still leaves the GPU idle while the host steps it: "
         "compile the step with the optimizer inside (`torch.compile`), or capture the whole iteration, optimizer "
@@ -189,8 +200,8 @@ def cause_fixes(views, cause: str) -> dict[str, Fix]:
     """The fixes of a top cause, the PyTorch one replaced where the trace shows its advice is already in use."""
     out = dict(CAUSE_FIXES.get(cause, {}))
     used = in_use(views)
-    for (c, technique), fx in FIX_IN_USE.items():
-        if c == cause and technique in used:
+    for (c, techniques), fx in FIX_IN_USE.items():
+        if c == cause and set(techniques.split("+")) <= used:
             out["pytorch"] = fx
             break
     return out

@@ -85,12 +85,14 @@ def write_model(
 
 
 def write_compiled(path: str | Path, *, steps: int = 4, kernels: int = 60, kernel_us: float = 4.4, python_us: float = 20.0,
-                   pause_every: int = 10, pause_us: float = 150.0, wrapper: bool = True, foreach: bool = False) -> Path:
+                   pause_every: int = 10, pause_us: float = 150.0, wrapper: bool = True, foreach: bool = False,
+                   graphs: bool = False) -> Path:
     """A torch.compile'd CNN at a small batch, as the PyTorch profiler records it: per step inductor's
     ``## Call CompiledFxGraph <hash> ##`` range around the generated ``call`` (``wrapper=False``: not recorded), and
     inside it ``kernels`` Triton kernels of ``kernel_us`` launched with ``cuLaunchKernel`` after ``python_us`` of the
     launcher's Python each (``pause_us`` before every ``pause_every``-th: buffer set-up between fused groups; no
-    framework op: the host shows only the range), then an optimizer step of ``aten::_foreach_*`` ops when ``foreach``."""
+    framework op: the host shows only the range), then an optimizer step of ``aten::_foreach_*`` ops when ``foreach``;
+    ``graphs``: a ``cudaGraphLaunch`` at each step's end (part of the model replayed as a CUDA graph)."""
     t = KinetoTrace()
     per = python_us + 6.0
     pauses = (kernels - 1) // pause_every
@@ -108,6 +110,8 @@ def write_compiled(path: str | Path, *, steps: int = 4, kernels: int = 60, kerne
             t.kernel(f"triton_poi_fused_convolution_relu_{k % 7}", launch + 5, kernel_us, launch_us=launch, launch_dur_us=5.0,
                      launch_name="cuLaunchKernel")
             c += py + 6.0
+        if graphs:
+            t.runtime("cudaGraphLaunch", t0 + step_us - 40, 8)
         if foreach:
             for name in ("aten::_foreach_mul_", "aten::_foreach_add_"):
                 op = t.cpu_op(name, c, 90)

@@ -319,3 +319,6 @@ def test_ti001_compiled_model_is_told_graphs_not_compile(tmp_path):
     (f,) = findings_of(write_compiled(tmp_path / "c.json"), "TI001")
     fx = f.fixes["pytorch"]
     assert "already compiled" in fx.text and 'mode="reduce-overhead"' in fx.code and "larger batch" in fx.text
+    # compiled and already replayed as graphs: the gaps are in the code outside them, not "use CUDA graphs"
+    (g,) = findings_of(write_compiled(tmp_path / "g.json", graphs=True), "TI001")
+    assert "already runs compiled and as CUDA graphs" in g.fixes["pytorch"].text
