@@ -23,8 +23,8 @@ measures itself, see ``ledger.warmup_regions``):
   first traced launch waits on work queued before the window opened.
 * **JIT compilation inside an op** (``JIT_FUSION_OP``: TorchScript's fusers, nvFuser): a fuser op's call far
   longer than its other calls (or its only one) with the GPU idle under it, with or without steps.
-* **Set-up before the first kernel**, on a rank without steps: the head of its GPU window before its first
-  kernel's launch, when far longer than the idle gaps after it (imports, model construction, weights copied).
+* **Set-up before the first kernel**, on a rank without steps: idle gaps before its first kernel's launch far
+  longer than the idle gaps after it (imports, model construction, the first data).
 * **Warm-up steps** (``warmup_steps``): leading steps each at least ``WARMUP_FIRST_STEP_RATIO`` times the median
   of the steps after them (allocator growth, autotuning and compilation land in the first steps).
 
@@ -324,36 +324,38 @@ def _jit_fusion_compiles(views: "Views", names: pd.Series, kinds: pd.Series, ran
 
 
 def _set_up_before_first_kernel(views: "Views", ln: pd.DataFrame, second_step: dict[int, int]) -> list[pd.DataFrame]:
-    """On a rank without steps, the head of its GPU window before its first kernel's launch (copies or memsets may
-    run before it): the program sets up (imports, model construction, weights moved to the GPU) before any of its
-    work runs, once. Counted when it lasts at least ``WARMUP_MIN_NS`` and ``WARMUP_RATIO`` times the median idle
-    gap after the first kernel (a loop sliced between a copy and its kernels has a head like its other gaps)."""
+    """On a rank without steps, idle gaps before its first kernel's launch (copies or memsets may run before it)
+    that are far longer than the gaps after it: the program sets up (imports, model construction, data loading's
+    first fill) before any of its work runs, once. A gap counts, up to the first launch, when it lasts at least
+    ``WARMUP_MIN_NS`` and ``WARMUP_RATIO`` times the median idle gap after the first kernel; short gaps between a
+    run of copies (weights uploaded with a sync after each) are like the later ones and stay in the steady state."""
     kern = kind_mask(ln["kind"], ("kernel",))
     if not kern.any():
         return []
-    b = views.busy
-    if b.empty:
+    gaps = views.gaps
+    if gaps.empty:
         return []
     out = []
     lr, ls = ln["rank"].to_numpy(np.int64)[kern], ln["launch_start_ns"].to_numpy(np.int64)[kern]
     lg = ln["gpu_start_ns"].to_numpy(np.int64)[kern]
-    gaps = views.gaps
+    g_rank, g_start, g_end = gaps["rank"].to_numpy(), gaps["start_ns"].to_numpy(np.int64), gaps["end_ns"].to_numpy(np.int64)
     for r in np.unique(lr):
         r = int(r)
         if r in second_step:
             continue
         own = lr == r
         first_launch, first_kernel = int(ls[own].min()), int(lg[own].min())
-        w0 = int(b["start_ns"].to_numpy(np.int64)[b["rank"].to_numpy() == r].min())
-        if first_launch - w0 < WARMUP_MIN_NS:
+        mine = g_rank == r
+        head = np.flatnonzero(mine & (g_start < first_launch))
+        if not len(head):
             continue
-        # its idle part is what set-up costs the GPU (the copies in it are work)
-        idle = first_launch - w0 - int(_gpu_busy_in(views, r, np.array([w0]), np.array([first_launch]))[0])
-        g = gaps[(gaps["rank"].to_numpy() == r) & (gaps["start_ns"].to_numpy() >= first_kernel)]["dur_ns"].to_numpy()
-        if idle < WARMUP_MIN_NS or (len(g) and idle < WARMUP_RATIO * float(np.median(g))):
-            continue
-        out.append(pd.DataFrame({"rank": [r], "start_ns": [w0], "end_ns": [first_launch],
-                                 "reason": ["set-up before the first kernel (program start-up)"]}))
+        later = (g_end - g_start)[mine & (g_start >= first_kernel)]
+        floor = max(WARMUP_MIN_NS, WARMUP_RATIO * float(np.median(later)) if len(later) else 0.0)
+        s0, e0 = g_start[head], np.minimum(g_end[head], first_launch)
+        keep = (e0 - s0) >= floor
+        if keep.any():
+            out.append(pd.DataFrame({"rank": r, "start_ns": s0[keep], "end_ns": e0[keep],
+                                     "reason": "set-up before the first kernel (program start-up)"}))
     return out
 
 
