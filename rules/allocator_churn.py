@@ -7,7 +7,52 @@ import pandas as pd
 
 from traceinsight.memory import FREE_CALLS, fmt_bytes
 from traceinsight.rule_api import Context, Fix, Location, Option, Rule, Severity, fmt_ns
-from traceinsight.rulelib.releases import asked_for
+from traceinsight.rulelib.releases import MIN_REALLOCS_PER_STEP, asked_for, uncached_allocator
+
+#: The fixes of an allocator that does not cache (``uncached_allocator``): turn the pool back on. Not CUDA graphs or
+#: compilation: the host is blocked in the driver's malloc and free, each free draining the device.
+FIX_ALLOCATOR_OFF = {
+    "pytorch": Fix(
+        "Turn the caching allocator back on: unset `PYTORCH_NO_CUDA_MEMORY_CACHING` (a debugging switch that makes "
+        "every tensor's free a synchronising `cudaFree`/`hipFree` and every allocation a driver malloc) and remove "
+        "any custom allocator that frees per tensor; `PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True` lets the "
+        "pool grow in place if fragmentation was the reason it was switched off.",
+        """
+        # unset PYTORCH_NO_CUDA_MEMORY_CACHING   (or: export PYTORCH_NO_CUDA_MEMORY_CACHING=0)
+        # export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
+        import torch
+        assert torch.cuda.memory.get_allocator_backend() == "native"   # the caching allocator
+        """,
+    ),
+    "tensorflow": Fix(
+        "Use TensorFlow's pooling allocator: unset `TF_GPU_ALLOCATOR` (or set `cuda_malloc_async`, the stream-ordered "
+        "pool) instead of an allocator that calls the driver per tensor.",
+        """
+        # unset TF_GPU_ALLOCATOR   (the BFC pool), or: export TF_GPU_ALLOCATOR=cuda_malloc_async
+        import tensorflow as tf
+        """,
+    ),
+    "jax": Fix(
+        "Use JAX's pooling allocator: unset `XLA_PYTHON_CLIENT_ALLOCATOR=platform` (it allocates and frees on every "
+        "use, for debugging) and keep preallocation, or set `XLA_PYTHON_CLIENT_PREALLOCATE=false` to let the pool "
+        "grow on demand without freeing per array.",
+        """
+        # unset XLA_PYTHON_CLIENT_ALLOCATOR   (default: the BFC pool)
+        # export XLA_PYTHON_CLIENT_PREALLOCATE=false   # grow on demand, still pooled
+        import jax
+        """,
+    ),
+    "cuda": Fix(
+        "Allocate once outside the loop and reuse the buffers, or use the stream-ordered pool "
+        "(`cudaMallocAsync`/`cudaFreeAsync` with a high release threshold) so no iteration calls the synchronising "
+        "`cudaMalloc`/`cudaFree`.",
+        """
+        cudaMemPool_t pool; cudaDeviceGetDefaultMemPool(&pool, 0);
+        uint64_t keep = UINT64_MAX; cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep);
+        for (int it = 0; it < iters; ++it) { cudaMallocAsync(&buf, bytes, s); step<<<g, b, 0, s>>>(buf); cudaFreeAsync(buf, s); }
+        """,
+    ),
+}
 
 
 class AllocatorChurn(Rule):
@@ -18,7 +63,9 @@ class AllocatorChurn(Rule):
     lifecycle = "preview"
     #: a memory finding is a risk or an opportunity, not time measured on the timeline: its severity is the rule's
     graded = False
-    summary = "The GPU memory pool grows after warm-up, calls cudaMalloc in steady-state steps, or reserves far more than it uses."
+    #: the host blocked in the driver's malloc and free is idle with a known reason: TI001's gaps under them are its doing
+    root_cause = True
+    summary = "The GPU memory pool grows or calls the driver (cudaMalloc/cudaFree) after warm-up, or reserves far more than it uses."
     why = """
     A caching allocator (PyTorch's CUDA caching allocator, TensorFlow's BFC allocator) asks the driver for memory
     while the program warms up and then serves every step from its cache: in the steady state the reserved level
@@ -43,7 +90,14 @@ class AllocatorChurn(Rule):
       `cuMemAlloc`, `cuMemCreate`, `hipMalloc`) inside steady-state steps, in at least `min_steps` (default **2**)
       different steps: growth that recurs, not warm-up that ran one step long. Their time is the impact;
     * **fragmentation**: peak reserved at least `min_reserved_ratio` (default **2×**) peak allocated and the gap at
-      least `min_gap_gib` (default **1 GiB**): the cache holds blocks no tensor uses.
+      least `min_gap_gib` (default **1 GiB**): the cache holds blocks no tensor uses. Not where an engine or
+      framework reserves a pool on purpose (JAX's and TensorFlow's preallocation: `Memory.reservation`);
+    * **no caching at all**, with or without step markers: in the repeated part of the window (steady-state steps,
+      iterations found from the optimizer's own `Optimizer.zero_grad`/`Optimizer.step` ranges when nothing else
+      marks them; without any, everything outside the ledger's warm-up) memory freed to the driver (`cudaFree`,
+      `hipFree`, each a device synchronisation) is allocated again (`cudaMalloc`, `hipMalloc`) at least
+      `MIN_REALLOCS_PER_STEP` (**3**) times per step in at least 2 steps (`rulelib.uncached_allocator`). All those
+      calls' time is the impact; the fix is the caching allocator, and TI031 leaves these frees alone.
     """
     fix_pytorch = Fix(
         "Keep shapes static (pad or bucket sequence lengths to a few sizes, `drop_last=True` in the DataLoader) and "
@@ -70,6 +124,17 @@ class AllocatorChurn(Rule):
         def train_step(x): ...
         """,
     )
+    fix_jax = Fix(
+        "JAX's allocator preallocates 75 % of the GPU and serves every step from that pool: churn means new shapes "
+        '(each compiles a new program with new buffers) or the pool switched off '
+        '(`XLA_PYTHON_CLIENT_ALLOCATOR=platform` allocates and frees per use, a debugging setting). Keep shapes static '
+        '(pad or bucket to a few sizes), leave the default allocator on, and donate the buffers a step replaces.',
+        """
+        # unset XLA_PYTHON_CLIENT_ALLOCATOR (platform allocates and frees on every use)
+        x = jnp.pad(x, ((0, 0), (0, pad_to - x.shape[1])))            # a few static shapes
+        train_step = jax.jit(train_step, donate_argnums=(0,))          # reuse the state's buffers
+        """,
+    )
     fix_cuda = Fix(
         "Allocate once outside the loop and reuse the buffers, or use the stream-ordered pool "
         "(`cudaMallocAsync`/`cudaFreeAsync` with a high release threshold) so steady-state steps never reach the driver.",
@@ -89,8 +154,14 @@ class AllocatorChurn(Rule):
 
     def check(self, ctx: Context):
         mem = ctx.views.memory
+        off = uncached_allocator(ctx.views)
+        for rank, calls in off.items():
+            yield self._uncached(ctx, rank, calls)
         grows = mem.steady_allocator_calls(FREE_CALLS, matching=False)
+        if off and len(grows):  # one claim per call: an allocator that does not cache is reported once, above
+            grows = grows[~grows["rank"].isin(list(off)).to_numpy()]
         frees = mem.steady_allocator_calls(FREE_CALLS)
+        held = mem.reservation
         table = ctx.timeline.memory
         done_ranks = set()
         for d in mem.devices:
@@ -102,7 +173,8 @@ class AllocatorChurn(Rule):
             done_ranks.add(d.rank)
             n_steps = len(np.unique(g["step"].to_numpy()))
             n_calls = len(g) if len(g) >= self.min_calls and n_steps >= self.min_steps else 0
-            frag = (d.peak_reserved is not None and d.peak_allocated is not None and d.peak_allocated > 0
+            frag = (not (held is not None and held.pool)
+                    and d.peak_reserved is not None and d.peak_allocated is not None and d.peak_allocated > 0
                     and d.peak_reserved >= self.min_reserved_ratio * d.peak_allocated
                     and d.peak_reserved - d.peak_allocated >= self.min_gap_gib * (1 << 30))
             if not (grew or n_calls or frag):
@@ -112,6 +184,46 @@ class AllocatorChurn(Rule):
             for rank, g in grows.groupby("rank", sort=True):
                 if len(g) >= self.min_calls and len(np.unique(g["step"].to_numpy())) >= self.min_steps:
                     yield self._finding(ctx, f"rank {int(rank)}", None, 0.0, None, g, False, frees)
+
+    def _uncached(self, ctx: Context, rank: int, calls: pd.DataFrame):
+        """An allocator that does not cache: every free a synchronising driver call, every allocation a driver malloc."""
+        names = calls["name"].astype(str)
+        free = names.str.contains(FREE_CALLS).to_numpy()
+        dur = calls["dur_ns"].to_numpy()
+        call_ns, free_ns = int(dur.sum()), int(dur[free].sum())
+        steps = calls["step"].to_numpy()
+        n_steps = len(np.unique(steps[steps >= 0]))
+        reallocs = int(calls["realloc"].sum())
+        free_names = ", ".join(sorted(set(names[free])))
+        malloc_names = ", ".join(sorted(set(names[~free])))
+        where = f"rank {rank}"
+        longest = int(dur[free].max()) if free.any() else 0
+        in_steps = f" across {n_steps} iterations" if n_steps else " outside warm-up"
+        evidence = calls.groupby([names.rename("call"), "step"], sort=True).agg(
+            calls=("dur_ns", "size"), time_ms=("dur_ns", lambda x: x.sum() / 1e6),
+            longest_ms=("dur_ns", lambda x: x.max() / 1e6)).reset_index()
+        return ctx.finding(
+            title=(f"{where}: the allocator does not cache: {int(free.sum()):,} {free_names or 'free'} and "
+                   f"{int((~free).sum()):,} {malloc_names or 'malloc'} calls in the repeated part, {fmt_ns(call_ns)}"),
+            message=(f"On {where}, memory freed to the driver is allocated again {reallocs:,} times{in_steps} "
+                     f"(a malloc right after a free of the same iteration, at least {MIN_REALLOCS_PER_STEP} per iteration): "
+                     f"{int(free.sum()):,} frees ({free_names or 'none'}) took {fmt_ns(free_ns)}, the longest "
+                     f"{fmt_ns(longest)}, each synchronising the device, and {int((~free).sum()):,} mallocs "
+                     f"({malloc_names or 'none'}) took {fmt_ns(call_ns - free_ns)}. A caching allocator keeps freed "
+                     "blocks and serves the next allocation from them without the driver; here it is off or "
+                     "bypassed, so the host waits in malloc/free instead of launching work."),
+            impact_ns=call_ns,
+            evidence=evidence,
+            fixes=FIX_ALLOCATOR_OFF,
+            instances=pd.DataFrame({"start_ns": calls["start_ns"], "end_ns": calls["start_ns"] + calls["dur_ns"],
+                                    "rank": calls["rank"], "device": -1, "label": names}),
+            metrics={"allocator_caches": False, "reallocations": reallocs, "free_calls": int(free.sum()),
+                     "malloc_calls": int((~free).sum()), "free_ns": free_ns, "alloc_call_ns": call_ns - free_ns,
+                     "longest_free_ns": longest, "iterations": n_steps, "growth_after_warmup_bytes": 0,
+                     "steady_state_alloc_calls": int((~free).sum()), "fragmented": False},
+            location=Location(rank=rank),
+            key=f"{where} uncached",
+        )
 
     @staticmethod
     def _why(ctx: Context, d, calls: pd.DataFrame, frees: pd.DataFrame) -> str:

@@ -45,6 +45,20 @@ class EventsLost(Rule):
         tb = tf.keras.callbacks.TensorBoard(log_dir, profile_batch=(10, 12))
         """,
     )
+    fix_jax = Fix(
+        "Trace fewer steps: start `jax.profiler.start_trace` after warm-up and stop it a few steps later, after "
+        "`jax.block_until_ready`, so the host tracer stays under its event limit and finishes writing before the "
+        'process exits.',
+        """
+        for i, batch in enumerate(batches):
+            if i == 10:
+                jax.profiler.start_trace("/tmp/trace")
+            state, loss = train_step(state, batch)
+            if i == 13:
+                jax.block_until_ready(state)
+                jax.profiler.stop_trace()
+        """,
+    )
 
     def check(self, ctx: Context):
         lost = [w for w in ctx.meta.warnings if LOST.search(w)]

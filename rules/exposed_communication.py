@@ -73,6 +73,18 @@ class ExposedCommunication(CrossRankRule):
         strategy = tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
         """,
     )
+    fix_jax = Fix(
+        "Let XLA overlap the collectives with compute: keep the whole step in one `jax.jit` over sharded inputs so the "
+        "compiler schedules gradient reductions during the backward pass, turn on the latency-hiding scheduler "
+        "(`--xla_gpu_enable_latency_hiding_scheduler=true`), and accumulate gradients over micro-batches to reduce less"
+        ' often.',
+        """
+        # export XLA_FLAGS=--xla_gpu_enable_latency_hiding_scheduler=true
+        mesh = jax.make_mesh((jax.device_count(),), ("data",))
+        batch = jax.device_put(batch, NamedSharding(mesh, P("data")))
+        train_step = jax.jit(train_step, donate_argnums=(0,))
+        """,
+    )
 
     min_exposed_pct = Option(5.0, "Report a rank whose exposed communication is at least this % of its GPU window (severity info).", max=100)
     min_exposed_us = Option(100.0, "...and at least this much in total (µs).")

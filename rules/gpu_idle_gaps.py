@@ -16,7 +16,7 @@ from traceinsight.masks import name_mask
 from traceinsight.rulelib.names import kind_mask, short_name
 from traceinsight.steady import may_match
 from traceinsight.rulelib.warmup import gap_warmup_ns
-from traceinsight.rulelib import memo
+from traceinsight.rulelib import in_use, memo
 
 CAUSE_OPT = "optimizer step"  # not a bucket: names host-caused idle more precisely
 #: The words for each idle bucket of the time ledger (``traceinsight.buckets``), which decides what every
@@ -144,6 +144,68 @@ CAUSE_FIXES[CAUSE_UNTRACED] = {
         """,
     ),
 }
+
+#: For a model already compiled and replayed as CUDA/HIP graphs: what is left is outside them.
+_FIX_OUTSIDE_GRAPHS = Fix(
+    "The model already runs compiled and as CUDA graphs, so the host-busy gaps are in the code outside them (eager "
+    "ops before or between the graphed calls, Python hooks, logging, walks over the modules): compile and capture "
+    "that code too, or move its Python work out of the step.",
+    """
+    encode = torch.compile(encode, mode="reduce-overhead")   # the eager part around the graphed model
+    """,
+)
+#: PyTorch fixes for what the trace shows is already in use (``rulelib.in_use``): never advise it again.
+#: (cause, techniques in use) -> fix; the first entry whose techniques are all in use wins.
+FIX_IN_USE: dict[tuple[str, str], Fix] = {
+    (CAUSE_CPU, "compiled+graphs"): _FIX_OUTSIDE_GRAPHS,
+    (CAUSE_UNTRACED, "compiled+graphs"): _FIX_OUTSIDE_GRAPHS,
+    (CAUSE_OPT, "fused_optimizer"): Fix(
+        "The optimizer step is already fused (`fused=True`) and still leaves the GPU idle while the host steps it: "
+        "compile the step with the optimizer inside (`torch.compile`), or capture the whole iteration, optimizer "
+        "included, as a CUDA graph so its launches cost nothing.",
+        """
+        @torch.compile(mode="reduce-overhead")            # the optimizer step compiled and replayed as a graph
+        def opt_step():
+            opt.step()
+        """,
+    ),
+    (CAUSE_OPT, "foreach_optimizer"): Fix(
+        "The optimizer already runs the foreach implementation (`_foreach_` ops, a few kernels per parameter group), "
+        "and the host still leaves the GPU idle while it steps: switch to the fused one (one kernel per group), "
+        "or compile the optimizer step.",
+        """
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=True)   # instead of foreach=True
+        """,
+    ),
+    (CAUSE_CPU, "compiled"): Fix(
+        "The model is already compiled and the host is still busy between launches (the compiled wrapper's own "
+        "Python: guards, argument handling, the generated `call`): replay it as a CUDA graph "
+        "(`mode=\"reduce-overhead\"`) so one launch runs the whole graph, or give each launch more work with a larger batch.",
+        """
+        model = torch.compile(model, mode="reduce-overhead")   # CUDA graphs over the compiled step
+        """,
+    ),
+    (CAUSE_UNTRACED, "compiled"): Fix(
+        "The model is already compiled and the host is still busy between launches (the compiled wrapper's own "
+        "Python: guards, argument handling, the generated `call`): replay it as a CUDA graph "
+        "(`mode=\"reduce-overhead\"`) so one launch runs the whole graph, or give each launch more work with a larger batch.",
+        """
+        model = torch.compile(model, mode="reduce-overhead")   # CUDA graphs over the compiled step
+        """,
+    ),
+}
+
+
+def cause_fixes(views, cause: str) -> dict[str, Fix]:
+    """The fixes of a top cause, the PyTorch one replaced where the trace shows its advice is already in use."""
+    out = dict(CAUSE_FIXES.get(cause, {}))
+    used = in_use(views)
+    for (c, techniques), fx in FIX_IN_USE.items():
+        if c == cause and set(techniques.split("+")) <= used:
+            out["pytorch"] = fx
+            break
+    return out
+
 
 #: The ledger's one home for warm-up: TI001 counts none of its ns (TI013 reports them).
 WARMUP_BUCKET = "idle_warmup"
@@ -425,7 +487,7 @@ class GpuIdleGaps(Rule):
                 multi = len(ctx.meta.ranks) > 1 or util["device"].nunique() > 1
             where = f"rank {rank} GPU {device}" if multi else f"GPU {device}"
             yield ctx.finding(
-                fixes={**type(self).fixes(), **CAUSE_FIXES.get(top_cause, {})},
+                fixes={**type(self).fixes(), **cause_fixes(v, top_cause)},
                 title=f"{where} idle {pct:.0f} % of the time in long gaps, mostly {top_cause}",
                 message=(
                     f"{where} was idle for {fmt_ns(total)} in {n_gaps} gaps of "

@@ -56,6 +56,18 @@ class GraphBreaks(Rule):
         def train_step(x, y): ...
         """,
     )
+    fix_jax = Fix(
+        "Keep the whole step inside one `jax.jit`: Python between jitted functions (converting device values with "
+        "`float(x)` or `np.asarray`, branching on them) splits the step into several programs with host work between "
+        'them; use `jax.lax.cond` and `jax.lax.while_loop` for data-dependent control flow.',
+        """
+        @jax.jit
+        def train_step(params, batch):
+            loss, grads = jax.value_and_grad(loss_fn)(params, batch)
+            scale = jax.lax.cond(loss > 10.0, lambda: 0.5, lambda: 1.0)   # no Python branch on a device value
+            return jax.tree.map(lambda p, g: p - lr * scale * g, params, grads), loss
+        """,
+    )
 
     min_breaks = Option(1, "Report when the median steady step has at least this many graph breaks.")
 

@@ -54,6 +54,19 @@ class LittleGpuWork(Rule):
         tb = tf.keras.callbacks.TensorBoard(log_dir, profile_batch=(10, 15))
         """,
     )
+    fix_jax = Fix(
+        "Profile a few steady-state steps of the real workload: compilation happens on a jitted function's first call, "
+        'so run a few steps and `jax.block_until_ready` before tracing the next ones.',
+        """
+        for _ in range(3):
+            state, loss = train_step(state, batch)            # compile and warm up
+        jax.block_until_ready(state)
+        with jax.profiler.trace("/tmp/trace"):
+            for _ in range(5):
+                state, loss = train_step(state, batch)
+            jax.block_until_ready(state)
+        """,
+    )
 
     min_gpu_ops = Option(10, "Report when all devices together ran fewer kernels, copies and memsets than this.")
     min_busy_us = Option(100.0, "Report when all devices together were busy less than this (µs).")

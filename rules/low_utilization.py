@@ -54,6 +54,18 @@ class LowGpuUtilization(Rule):
         model.compile(optimizer="adam", loss=loss, jit_compile=True, steps_per_execution=32)
         """,
     )
+    fix_jax = Fix(
+        "Find what the GPU waits for in the other findings (input, host syncs, small kernels). Generic levers: jit the "
+        "whole step (no op-by-op dispatch), a larger batch, the next batch put on the device while this step runs, and "
+        'no host conversions (`float(loss)`, `np.asarray`) inside the loop.',
+        """
+        train_step = jax.jit(train_step, donate_argnums=(0,))
+        nxt = jax.device_put(next(it))                  # the copy runs while the current step computes
+        for _ in range(steps):
+            batch, nxt = nxt, jax.device_put(next(it))
+            state, loss = train_step(state, batch)
+        """,
+    )
 
     max_busy_pct = Option(50.0, "Report devices busy less than this % of their active window (tb_plugin: 50 %).", max=100)
     min_window_us = Option(1000.0, "Ignore devices whose active window is shorter than this (µs).")

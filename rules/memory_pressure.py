@@ -7,7 +7,7 @@ import pandas as pd
 
 from traceinsight.memory import FREE_CALLS, fmt_bytes
 from traceinsight.rule_api import Context, Fix, Location, Option, Rule, Severity, fmt_ns
-from traceinsight.rulelib.releases import asked_for
+from traceinsight.rulelib.releases import allocator_off_calls, asked_for
 
 FIX_EMPTY_CACHE = Fix(
     "Remove `torch.cuda.empty_cache()` (and `gc.collect()` paired with it) from the training loop: the caching "
@@ -42,7 +42,12 @@ class MemoryPressure(Rule):
 
     * **out of memory**: any `[OutOfMemory]` event (kineto) — severity **error**;
     * **near capacity**: the peak reserved (allocated where reserved is not recorded) at least `min_peak_share_pct`
-      (default **90 %**, the TensorBoard plugin's cut) of the device's capacity;
+      (default **90 %**, the TensorBoard plugin's cut) of the device's capacity. Memory an engine or framework
+      reserves on purpose is judged on what is in use (`Memory.reservation`, from the trace's own names and
+      framework): JAX's 75 % preallocation and TensorFlow's BFC pool on their allocated level; a serving engine's
+      KV cache (vLLM `gpu_memory_utilization`, SGLang `mem_fraction_static`, TensorRT-LLM
+      `free_gpu_memory_fraction`) is sized to the GPU by design and is never pressure by itself. Such a peak gets
+      an info finding that names the engine and why it is no pressure;
     * **flushes**: calls that release device memory (`cudaFree`, `hipFree`, `cuMemFree`, `cuMemRelease`,
       `cuMemUnmap`) inside steps after the rank's warm-up (the end of its first step, extended over the ledger's
       warm-up regions; a rank needs at least two steps, without step markers a program's exit cannot be told from
@@ -78,6 +83,15 @@ class MemoryPressure(Rule):
         block = tf.recompute_grad(block)
         """,
     )
+    fix_jax = Fix(
+        "Lower the memory a step needs: rematerialise the largest blocks (`jax.checkpoint`), compute in bf16, donate "
+        "the buffers the step replaces (`donate_argnums`), or use a smaller micro-batch with gradient accumulation; "
+        'raise `XLA_PYTHON_CLIENT_MEM_FRACTION` only when nothing else shares the GPU.',
+        """
+        block = jax.checkpoint(block)                              # recompute activations in backward
+        train_step = jax.jit(train_step, donate_argnums=(0,))      # reuse the state's buffers in place
+        """,
+    )
     fix_cuda = Fix(
         "Allocate once and reuse: keep device buffers for the life of the loop (or use a stream-ordered pool, "
         "`cudaMallocAsync` with a release threshold) instead of `cudaMalloc`/`cudaFree` per iteration, which "
@@ -97,18 +111,53 @@ class MemoryPressure(Rule):
         frees = mem.steady_allocator_calls(FREE_CALLS)
         if len(frees):  # stream-ordered frees do not synchronise
             frees = frees[~frees["name"].astype(str).str.contains("Async").to_numpy()]
+        if len(frees):  # frees that pair with mallocs every step are an allocator that does not cache: TI032's
+            frees = frees[~allocator_off_calls(ctx.views, frees)]
         seen_ranks = set()
+        held = mem.reservation
         for d in mem.devices:
             near = d.peak_share is not None and not d.relative and d.peak and d.peak_share * 100.0 >= self.min_peak_share_pct
             f = frees[frees["rank"].to_numpy() == d.rank] if d.rank not in seen_ranks else frees.iloc[:0]
             seen_ranks.add(d.rank)
             n_flush = len(f) if len(f) >= self.min_flushes else 0
+            on_purpose = False
+            if near and held is not None:
+                # memory an engine holds on purpose is judged on what is in use: a pool's allocated level, and for an
+                # engine whose own KV cache fills its reservation, nothing (the cache is sized to the GPU by design)
+                used = mem.in_use_peak(d)
+                near = bool(held.pool and used is not None and d.capacity and used / d.capacity * 100.0 >= self.min_peak_share_pct)
+                on_purpose = not near
+            if on_purpose and not (d.oom_events or n_flush):
+                yield self._held_on_purpose(ctx, d, held)
+                continue
             if not (d.oom_events or near or n_flush):
                 continue
             yield self._finding(ctx, d, near, f if n_flush else f.iloc[:0])
         if not mem.devices and len(frees) >= self.min_flushes:  # runtime calls only (no memory events recorded)
             for rank, f in frees.groupby("rank", sort=True):
                 yield self._finding(ctx, None, False, f, rank=int(rank))
+
+    def _held_on_purpose(self, ctx: Context, d, held):
+        """An info finding that says who holds the memory and why it is no pressure: the peak alone would have read
+        as "memory pressure" to anyone who does not know the engine."""
+        where = f"rank {d.rank} GPU {d.device}"
+        share = 100 * d.peak_share
+        return ctx.finding(
+            title=f"{where}: {share:.0f} % of memory reserved by {held.engine} on purpose, not pressure",
+            message=(f"On {where}, the peak reached {fmt_bytes(d.peak)} of {fmt_bytes(d.capacity)} ({share:.0f} %). "
+                     + held.sentence(share) + ". No allocation failed and no allocator flush ran in the steady "
+                     "state: this is no memory pressure."),
+            impact_ns=0,
+            severity=Severity.INFO,
+            fixes=dict.fromkeys(("pytorch", "tensorflow", "jax"), Fix(
+                f"Nothing to fix: {held.engine} sized this reservation on purpose. Lower it only when another "
+                "process must share the GPU or a request needs memory outside it.", held.lower)),
+            metrics={"rank": d.rank, "device": d.device, "oom_events": 0, "peak_bytes": int(d.peak),
+                     "capacity_bytes": d.capacity, "peak_share_pct": round(share, 3), "steady_state_frees": 0,
+                     "flush_ns": 0, "reserved_by": held.engine, "reserved_for": held.holds},
+            location=Location(rank=d.rank, device=d.device),
+            key=where,
+        )
 
     def _finding(self, ctx: Context, d, near: bool, frees: pd.DataFrame, rank: int | None = None):
         flush_ns = int(frees["dur_ns"].sum()) if len(frees) else 0
@@ -137,13 +186,23 @@ class MemoryPressure(Rule):
             parts = []
             if oom:
                 parts.append(f"{d.oom_events} allocation{'s' if d.oom_events > 1 else ''} failed with out-of-memory")
-            if near:
+            held = ctx.views.memory.reservation if near else None
+            if near and held is not None and held.pool:
+                # judged on what was in use: the pool the framework reserved is no pressure (``Memory.reservation``)
+                used = ctx.views.memory.in_use_peak(d)
+                parts.append(f"the memory in use reached {fmt_bytes(used)} of {fmt_bytes(d.capacity)} ({100 * used / d.capacity:.0f} %)"
+                             + (f" in step {d.peak_step}" if d.peak_step is not None else "")
+                             + f", inside the pool {held.engine} reserved")
+                metrics["peak_in_use_share_pct"] = round(100 * used / d.capacity, 3)
+            elif near:
                 parts.append(f"the peak reached {fmt_bytes(d.peak)} of {fmt_bytes(d.capacity)} ({100 * d.peak_share:.0f} %)"
                              + (f" in step {d.peak_step}" if d.peak_step is not None else "")
                              + (f" at {d.peak_op}" if d.peak_op else ""))
             if n:
                 parts.append(released)
-            title_bits = (["out of memory"] if oom else []) + ([f"peak {100 * d.peak_share:.0f} % of capacity"] if near else []) + \
+            share = metrics.get("peak_in_use_share_pct", None if d is None or d.peak_share is None else 100 * d.peak_share)
+            in_use = "in use " if "peak_in_use_share_pct" in metrics else ""
+            title_bits = (["out of memory"] if oom else []) + ([f"peak {in_use}{share:.0f} % of capacity"] if near else []) + \
                          ([f"{n} cudaFree flushes"] if n else [])
             title = f"{where}: memory pressure ({', '.join(title_bits)})"
             message = f"On {where}, " + "; ".join(parts) + ". The allocator is at its limit: lower what a step needs or let it grow segments instead of flushing."

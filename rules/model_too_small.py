@@ -54,6 +54,16 @@ class ModelTooSmall(Rule):
         model.compile(optimizer=opt, loss=loss, jit_compile=True)
         """,
     )
+    fix_jax = Fix(
+        "Give each GEMM more work: raise the batch size (scale the learning rate) or pack sequences, merge narrow "
+        "parallel projections into one matmul, and vectorise independent small models or samples with `jax.vmap` inside"
+        ' the jitted step.',
+        """
+        qkv = x @ w_qkv                                            # one matmul instead of three
+        q, k, v = jnp.split(qkv, 3, axis=-1)
+        apply_all = jax.jit(jax.vmap(apply, in_axes=(0, None)))    # many small models in one launch
+        """,
+    )
     fix_cuda = Fix(
         "Batch independent small matrix products into one call (`cublasGemmStridedBatchedEx` / `cublasGemmGroupedBatchedEx`) "
         "instead of launching them one by one, and grow the problem per launch where the algorithm allows.",

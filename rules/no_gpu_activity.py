@@ -50,6 +50,16 @@ class NoGpuActivity(Rule):
         tb = tf.keras.callbacks.TensorBoard(log_dir, profile_batch=(10, 15))
         """,
     )
+    fix_jax = Fix(
+        "Check that JAX sees the GPU (`jax.devices()` must list GPU devices, not only the CPU: install the CUDA or ROCm"
+        ' build of jaxlib) and keep the trace over a few steps after warm-up.',
+        """
+        print(jax.devices())                 # GPU devices, not [CpuDevice(id=0)]
+        with jax.profiler.trace("/tmp/trace"):
+            state, loss = train_step(state, batch)
+            jax.block_until_ready(state)
+        """,
+    )
 
     def check(self, ctx: Context):
         if not ctx.views.gpu_activity.empty:

@@ -73,6 +73,18 @@ class PageableMemcpy(Rule):
         # or with a strategy: strategy.experimental_distribute_dataset(ds) (prefetches to each device)
         """,
     )
+    fix_jax = Fix(
+        "Put input on the device ahead of the step instead of passing NumPy arrays to every call: `jax.device_put` the "
+        "next batch while the current step runs (it returns at once), and keep results on the device instead of "
+        'converting them with `np.asarray` every step.',
+        """
+        it = iter(ds)
+        nxt = jax.device_put(next(it))                 # the copy starts now
+        for _ in range(steps):
+            batch, nxt = nxt, jax.device_put(next(it))
+            state, loss = train_step(state, batch)
+        """,
+    )
 
     fix_cuda = Fix(
         "Copy from page-locked host memory: allocate the buffers with `cudaMallocHost` (or pin existing ones "

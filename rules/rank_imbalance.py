@@ -65,6 +65,15 @@ class RankImbalance(CrossRankRule):
         dist_ds = strategy.experimental_distribute_dataset(ds)
         """,
     )
+    fix_jax = Fix(
+        "Give every device the same work: shard the global batch evenly over the mesh (a batch divisible by the device "
+        'count, `NamedSharding`) and pad or bucket variable-length examples so every shard has the same shape.',
+        """
+        mesh = jax.make_mesh((jax.device_count(),), ("data",))
+        batch = jax.tree.map(lambda a: jnp.pad(a, ((0, 0), (0, pad_to - a.shape[1]))), batch)
+        batch = jax.device_put(batch, NamedSharding(mesh, P("data")))
+        """,
+    )
 
     max_imbalance_pct = Option(10.0, "Report when (max - median) / median of per-rank compute busy exceeds this %.")
 

@@ -59,6 +59,16 @@ class RecompileInSteadyState(Rule):
         ds = ds.padded_batch(64, padded_shapes=[512])  # fixed shapes: one XLA compile
         """,
     )
+    fix_jax = Fix(
+        "Stop recompiling: every new input shape or static argument value compiles a new program. Pad inputs to a few "
+        "fixed shapes, pass values that change per step as arrays rather than `static_argnums`, and find each compile "
+        'with `jax.config.update("jax_log_compiles", True)`.',
+        """
+        jax.config.update("jax_log_compiles", True)
+        x = jnp.pad(x, ((0, 0), (0, bucket - x.shape[1])))    # a few fixed shapes
+        state, loss = train_step(state, x, jnp.float32(lr))   # a changing value as an array, not a static argument
+        """,
+    )
 
     min_total_us = Option(1000.0, "Report when the recompile ranges after the first steps add up to at least this (µs).")
 

@@ -12,7 +12,7 @@ from traceinsight.rule_api import Fix, Location, Option, Rule, Severity, fmt_ns
 
 from traceinsight.tf_signals import recurrent_loop_signature
 
-from traceinsight.intervals import Coverage
+from traceinsight.intervals import Coverage, merge_intervals
 from traceinsight.masks import category_hits, name_mask
 from traceinsight.rulelib.names import kind_mask
 
@@ -218,6 +218,18 @@ class RnnCudnnFallback(Rule):
         gru = tf.keras.layers.GRU(512, reset_after=True)
         """,
     )
+    fix_jax = Fix(
+        "Run the recurrence as one compiled loop: `jax.lax.scan` over the time steps inside `jax.jit`, not a Python "
+        "loop of cell calls; batch sequences together so each step's matmul is large, and at very small batch sizes "
+        'measure the CPU.',
+        """
+        def cell(carry, x_t):
+            h, c = lstm_cell(params, carry, x_t)
+            return (h, c), h
+
+        (h, c), ys = jax.lax.scan(cell, (h0, c0), xs)     # one loop, compiled once
+        """,
+    )
 
     min_timesteps = Option(4, "Fallback execution must cover at least this many timesteps to be reported.", min=1)
 
@@ -260,12 +272,23 @@ class RnnCudnnFallback(Rule):
                 kernels_in[m] = np.searchsorted(ls, regions["end_ns"].to_numpy()[m]) - np.searchsorted(ls, regions["start_ns"].to_numpy()[m])
         regions["kernels"] = kernels_in
         regions["gpu_busy_ns"] = busy_in
-        region_ns = int(regions["dur_ns"].sum())
-        idle_ns = int((regions["dur_ns"] - regions["gpu_busy_ns"]).clip(lower=0).sum())
-        n_kernels = int(regions["kernels"].sum())
+        # the totals over the union of the regions per rank: the forward's thread and autograd's backward thread
+        # run recurrent regions that overlap in time, and summed they outlast the trace
+        region_ns = idle_ns = n_kernels = union_busy = 0
+        for rank in regions["rank"].unique():
+            m = (regions["rank"] == rank).to_numpy()
+            us, ue = merge_intervals(regions["start_ns"].to_numpy()[m], regions["end_ns"].to_numpy()[m])
+            b = busy[busy["rank"] == rank]
+            in_busy = int(Coverage(b["start_ns"].to_numpy(), b["end_ns"].to_numpy()).overlap(us, ue).sum())
+            region_ns += int((ue - us).sum())
+            union_busy += in_busy
+            idle_ns += int((ue - us).sum()) - in_busy
+            if not ln.empty:
+                ls = np.sort(ln.loc[(ln["rank"] == rank) & (ln["kind"] == "kernel"), "launch_start_ns"].to_numpy())
+                n_kernels += int((np.searchsorted(ls, ue) - np.searchsorted(ls, us)).sum())
         steps = det.timesteps
         per_step = n_kernels / steps if steps else 0.0
-        busy_pct = 100.0 * int(regions["gpu_busy_ns"].sum()) / max(region_ns, 1)
+        busy_pct = 100.0 * union_busy / max(region_ns, 1)
         top = regions.nlargest(10, "dur_ns")
         evidence = pd.DataFrame(
             {

@@ -62,6 +62,14 @@ class SmallGrids(Rule):
         model.compile(optimizer=opt, loss=loss, jit_compile=True)            # XLA fusion
         """,
     )
+    fix_jax = Fix(
+        "Give each kernel more parallel work: raise the batch size (scale the learning rate), vectorise independent "
+        'work with `jax.vmap`, and keep the step in one `jax.jit` so XLA fuses the small ops.',
+        """
+        per_example = jax.vmap(loss_fn, in_axes=(None, 0))    # one launch over the batch
+        train_step = jax.jit(train_step)
+        """,
+    )
 
     fix_cuda = Fix(
         "Launch at least a few blocks per SM: size the grid from the problem and the SM count "

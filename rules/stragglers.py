@@ -69,6 +69,16 @@ class Stragglers(CrossRankRule):
         dist_ds = strategy.experimental_distribute_dataset(ds)
         """,
     )
+    fix_jax = Fix(
+        "Find out why this process is late, from the cause named: put its next batch on the device ahead of the step, "
+        "remove host conversions (`float(loss)`, `np.asarray`) from its loop, give every process an equal shard, and "
+        'check its host for CPU contention.',
+        """
+        nxt = jax.device_put(next(it))          # prefetch to the device
+        if step % 100 == 0:                      # convert for logging every N steps only
+            print(float(loss))
+        """,
+    )
 
     #: The fix for the cause a straggler finding names (``metrics["cause"]``): a rank late from data loading needs
     #: a faster input pipeline, one late from host syncs needs the syncs gone, one with more GPU work needs its
@@ -238,7 +248,7 @@ class Stragglers(CrossRankRule):
                     "clock_residual_p95_ns": int(j.alignment.residual_p95_ns),
                 },
                 key=f"straggler-rank-{rank}",
-                fixes=dict(self.cause_fixes[cause[1]]) if cause is not None and cause[1] in self.cause_fixes else None,
+                fixes={**type(self).fixes(), **self.cause_fixes[cause[1]]} if cause is not None and cause[1] in self.cause_fixes else None,
             )
 
 

@@ -9,6 +9,7 @@ from traceinsight.rule_api import Fix, Location, Option, Rule, Severity, fmt_ns
 
 
 from traceinsight.rulelib.enclosing import cpu_op_enclosing, starts_inside
+from traceinsight.rulelib.inuse import in_use
 from traceinsight.rulelib.gaps import ledger_gaps, sync_calls
 from traceinsight.rulelib.names import kind_mask, pair_codes, short_name
 from traceinsight.rulelib.usercode import lead_source, shown_frames, user_code_sentence, user_frame_texts
@@ -180,6 +181,7 @@ class TinyKernels(Rule):
             code_at = user_code_sentence(shown_frames(frame_texts), ctx, "Most of them are launched from")
             bound_time_pct = 100.0 * float(bound_ns[c]) / max(float(kernel_ns[c]), 1.0)
             yield ctx.finding(
+                fixes={**type(self).fixes(), **_fits(in_use(v))},
                 title=f"{where}: {share_pct[c]:.0f} % of kernels are launch-bound (< {self.max_kernel_us:g} µs or shorter than their launch)",
                 message=(
                     f"{int(n_bound[c])} of {int(kernels[c])} kernels on {where} ({share_pct[c]:.0f} %) ran shorter than "
@@ -402,3 +404,40 @@ def _first_kernel_at(k_code, k_start, bound, dev_keys, q_rank, q_dev, q_t) -> np
         else:
             out[qm[ok]] = kp[pos[ok]]
     return out
+
+
+#: The PyTorch fix for a model already compiled (``rulelib.in_use``): fusion has been done, what is left is one
+#: launch per kernel, which a CUDA graph replays at once, or kernels too small for the GPU, which a batch enlarges.
+FIX_COMPILED = Fix(
+    "The model is already compiled (`torch.compile`): its kernels are fused and still tiny, so the host's launches "
+    "set the pace. Replay the compiled step as a CUDA graph (`mode=\"reduce-overhead\"`, static shapes) so one launch "
+    "runs them all, or raise the batch so each kernel has more work.",
+    """
+    model = torch.compile(model, mode="reduce-overhead")   # CUDA graphs over the compiled kernels
+    loader = DataLoader(ds, batch_size=64)                 # or: more work per kernel
+    """,
+)
+#: The PyTorch fix without the optimizer advice, for a model already on the foreach or fused optimizer.
+FIX_OPTIMIZER_IN_USE = Fix(
+    "Give each launch more work: larger batches; fuse elementwise chains with `torch.compile`; replay the step as a "
+    "CUDA graph (`mode=\"reduce-overhead\"` or `torch.cuda.graphs`) when shapes are static. (The optimizer already "
+    "runs its foreach or fused implementation.)",
+    """
+    model = torch.compile(model, mode="reduce-overhead")      # fusion + CUDA graphs
+
+    # or capture a static step by hand
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        static_out = model(static_in)
+    static_in.copy_(batch); g.replay()
+    """,
+)
+
+
+def _fits(used: frozenset) -> dict:
+    """The PyTorch fix replaced where the trace shows part of the class fix is already in use."""
+    if "compiled" in used and "graphs" not in used:
+        return {"pytorch": FIX_COMPILED}
+    if used & {"foreach_optimizer", "fused_optimizer"}:
+        return {"pytorch": FIX_OPTIMIZER_IN_USE}
+    return {}

@@ -54,6 +54,15 @@ class UnifiedMemoryFaults(Rule):
         tf.keras.mixed_precision.set_global_policy("mixed_float16")
         """,
     )
+    fix_jax = Fix(
+        "Fit the step in device memory instead of oversubscribing it: rematerialise activations (`jax.checkpoint`), "
+        "compute in bf16, shard parameters and optimizer state over the devices, and move what must leave the GPU with "
+        'explicit, overlapped `jax.device_put` copies.',
+        """
+        block = jax.checkpoint(block)
+        params = jax.tree.map(lambda p: p.astype(jnp.bfloat16), params)
+        """,
+    )
     fix_cuda = Fix(
         "Prefetch managed memory to where it is used before the kernels run and advise the driver of placement, or "
         "use explicit device allocations and async copies.",

@@ -58,6 +58,14 @@ class UnfusedMemoryBound(Rule):
         # or for a custom step:  @tf.function(jit_compile=True)
         """,
     )
+    fix_jax = Fix(
+        "Jit the whole step: XLA fuses chains of elementwise ops, reductions and normalisations into single kernels "
+        'only inside one compiled program; use `jax.nn.dot_product_attention` for attention.',
+        """
+        train_step = jax.jit(train_step)                           # elementwise chains fuse
+        out = jax.nn.dot_product_attention(q, k, v, is_causal=True)
+        """,
+    )
     fix_cuda = Fix(
         "Fuse consecutive elementwise passes into one kernel that reads its inputs once and writes once (or use "
         "CUTLASS/cuBLASLt epilogues for bias + activation after a GEMM).",

@@ -66,6 +66,16 @@ class WarmupInWindow(Rule):
         tb = tf.keras.callbacks.TensorBoard(log_dir, profile_batch=(10, 15))
         """,
     )
+    fix_jax = Fix(
+        "Profile after the first steps: a jitted function compiles on its first call (and autotunes its kernels), so "
+        'run a few steps and `jax.block_until_ready` before `jax.profiler.start_trace`.',
+        """
+        for _ in range(3):
+            state, loss = train_step(state, batch)     # compile and warm up
+        jax.block_until_ready(state)
+        jax.profiler.start_trace("/tmp/trace")
+        """,
+    )
 
     min_share_pct = Option(5.0, "A device's warm-up, or a head gap with start-up calls, must be at least this % of its window.", max=100)
 

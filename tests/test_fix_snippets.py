@@ -53,6 +53,15 @@ def test_every_rule_snippet_parses(code):
             _assert_pasteable(fx.code, f"{code} fix {fw}", python=fw.partition(":")[0] not in NOT_PYTHON)
 
 
+@pytest.mark.parametrize("code", sorted(RULES))
+def test_every_rule_has_a_fix_for_each_framework(code):
+    """A trace is shown its own framework's fix only (``advice.choose``): a rule without a JAX fix would leave a JAX
+    trace with none, and before that rule showed it PyTorch code."""
+    fixes = RULES[code].fixes()
+    missing = {"pytorch", "tensorflow", "jax"} - {k for k, fx in fixes.items() if fx.text.strip()}
+    assert not missing, f"{code} has no fix for {sorted(missing)}"
+
+
 SAMPLES = ["lstm_fallback.json.gz", "sync_stalls.json.gz", "dataloader_gaps.json.gz", "vecadd_sync.sqlite"]
 
 

@@ -313,3 +313,21 @@ def test_series_over_one_instant():
 )
 def test_bytes_as_printed(n, text):
     assert fmt_bytes(n) == text
+
+
+def _device(device, *, peak_op="aten::empty", rank=0):
+    return DeviceMemory(rank=rank, device=device, device_type="cuda", capacity=16 * GiB, events=2, peak_allocated=GiB,
+                        peak_reserved=2 * GiB, peak_at_ns=0, peak_op=peak_op, peak_step=None, relative=False, oom_events=0)
+
+
+def test_identical_gpus_are_one_line_and_no_placeholder_op_is_printed():
+    """Eight GPUs of one rank holding the same pool read as one line ("GPUs 0-2, 4-7"), a different one alone; a
+    profiler's placeholder for "no op" (XPlane's ``(null)``) is no op name."""
+    from traceinsight.memory import _op_name
+    from traceinsight.render.memory_view import summary_groups
+
+    devs = [_device(i, peak_op=None) for i in (0, 1, 2, 4, 5, 6, 7)] + [_device(3), _device(0, rank=1, peak_op=None)]
+    got = summary_groups(devs)
+    assert [w for w, _ in got] == ["rank 0 GPUs 0-2, 4-7", "rank 0 GPU 3", "rank 1 GPU 0"]
+    assert got[1][1].endswith("; peak at aten::empty") and "peak at" not in got[0][1]
+    assert [_op_name(v) for v in ("(null)", "NULL", "", "  ", None, float("nan"), "aten::mm")] == [None] * 6 + ["aten::mm"]

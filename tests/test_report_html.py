@@ -203,7 +203,10 @@ def test_choose_orders_and_picks_variants():
     assert list(got) == ["tensorflow", "pytorch", "cuda"]
     assert got["pytorch"].text == "fp16 pt" and got["tensorflow"].text == "base tf"
     assert advice.choose(fixes, "pytorch", None)["pytorch"].text == "base pt"
-    assert list(advice.choose(fixes, "jax", "fp8")) == ["pytorch", "tensorflow", "cuda"]
+    # a JAX trace is never led by another framework's fix: none when the finding has no JAX fix
+    assert advice.choose(fixes, "jax", "fp8") == {}
+    assert list(advice.choose({**fixes, "jax": Fix("base jx")}, "jax", "fp8")) == ["jax", "pytorch", "tensorflow", "cuda"]
+    assert list(advice.choose(fixes, "unknown", None)) == ["pytorch", "tensorflow", "cuda"]
 
 
 def test_t4_trace_gets_fp16_not_tf32_or_bf16(sync_sample):

@@ -179,3 +179,56 @@ def test_windows_are_applied_before_the_analysis(tmp_path):
     assert res.exit_code == 0 and json.loads(res.output)["steps"]["count"] == 3
     bad = CliRunner().invoke(app, ["analyze", str(p), "--window", "abc", "-f", "json"])
     assert bad.exit_code == 2 and "--window" in bad.output
+
+
+def _optimizer_loop(t: KinetoTrace, n: int, *, zero_grad: bool = True, user_range: str | None = None) -> None:
+    """``n`` iterations of 1 ms: forward kernel, then ``Optimizer.step`` (and ``Optimizer.zero_grad`` first)."""
+    for i in range(n):
+        t0 = i * 1_000.0
+        if user_range:
+            t.annotation(user_range, t0, 990.0)
+        if zero_grad:
+            t.cpu_op("Optimizer.zero_grad#AdamW.zero_grad", t0 + 1, 10)
+        op = t.cpu_op("aten::mm", t0 + 20, 30)
+        t.kernel("sgemm", t0 + 60, 500, launch_us=t0 + 25, op=op)
+        op = t.cpu_op("Optimizer.step#AdamW.step", t0 + 700, 200)
+        t.kernel("multi_tensor_apply_kernel", t0 + 720, 100, launch_us=t0 + 710, op=op)
+
+
+def test_optimizer_ranges_mark_the_iterations_when_nothing_else_does(tmp_path):
+    """No ProfilerStep and no repeated user range: iterations run from one Optimizer.zero_grad to the next (the last
+    to the end of its optimizer step), and every view reads them as steps."""
+    t = KinetoTrace()
+    _optimizer_loop(t, 5)
+    a = traceinsight.analyze(t.write(tmp_path / "zg.json"))
+    src = a.timeline.meta.extra["steps_source"]
+    assert src["how"] == "optimizer" and "Optimizer.zero_grad" in src["why"]
+    st = a.views.steps
+    assert len(st) == 5 and st["start_ns"].tolist() == [1_000 + i * 1_000_000 for i in range(5)]
+    assert st["end_ns"].tolist()[:4] == [1_000 + i * 1_000_000 for i in range(1, 5)] and st["end_ns"].iloc[-1] == 4_900_000
+    ev = a.timeline.events
+    kernels = ev[ev["kind"] == "kernel"]
+    assert sorted(set(kernels["step"])) == [0, 1, 2, 3, 4]  # GPU rows inherit their launch's iteration
+    from traceinsight.render import render
+
+    assert "(found from the optimizer's calls;" in render(a, "text")
+
+
+def test_optimizer_step_alone_marks_iterations_between_its_ends(tmp_path):
+    t = KinetoTrace()
+    _optimizer_loop(t, 5, zero_grad=False)
+    a = traceinsight.analyze(t.write(tmp_path / "st.json"))
+    assert a.timeline.meta.extra["steps_source"]["how"] == "optimizer"
+    assert len(a.views.steps) == 4 and a.views.steps["start_ns"].iloc[0] == 900_000
+
+
+def test_a_marker_of_the_loop_wins_over_the_optimizer(tmp_path):
+    t = KinetoTrace()
+    _optimizer_loop(t, 5, user_range="train_iteration")
+    a = traceinsight.analyze(t.write(tmp_path / "user.json"))
+    assert a.timeline.meta.extra["steps_source"]["how"] == "auto" and a.timeline.meta.extra["steps_source"]["marker"] == "train_iteration"
+    t = KinetoTrace()
+    for i in range(5):
+        t.step(i, i * 1_000.0, 990.0)
+    _optimizer_loop(t, 5)
+    assert traceinsight.analyze(t.write(tmp_path / "prof.json")).timeline.meta.extra["steps_source"]["how"] == "profiler"

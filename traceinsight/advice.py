@@ -48,9 +48,20 @@ def _other_vendor(vendor: str | None) -> bool:
     return bool(vendor) and "nvidia" not in str(vendor).lower()
 
 
+#: Frameworks whose code cannot be moved to another: a trace of one of them is shown no other framework's fix
+#: (a JAX program told to call ``torch.optim.AdamW(fused=True)`` learns nothing). A plain CUDA program and an
+#: unknown one may be any framework's launches: they keep every framework's fix, their own first.
+OWN_ONLY = ("pytorch", "tensorflow", "jax")
+
+
 def choose(fixes: dict[str, Fix], framework: str, gpu_tier: str | None) -> dict[str, Fix]:
     """The fixes to show, ordered with ``framework`` first, each framework's variant for ``gpu_tier`` in place of
-    its base fix. Variant keys never reach the reports; a framework with only variants keeps none."""
+    its base fix. Variant keys never reach the reports; a framework with only variants keeps none. A finding with
+    no fix for a framework in ``OWN_ONLY`` shows none rather than another framework's, so the fix that leads (the
+    one the terminal and Markdown print) always fits the trace; HTML and JSON keep the other frameworks' fixes
+    after it for reference."""
+    if framework in OWN_ONLY and not (fixes.get(framework) or (gpu_tier and fixes.get(f"{framework}:{gpu_tier}"))):
+        return {}
     order = [framework, *(f for f in LABELS if f != framework)]
     bases = [k for k in fixes if ":" not in k]
     order += [k for k in bases if k not in order]

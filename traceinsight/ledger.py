@@ -36,7 +36,8 @@ among the activities that start at the gap's end).
 9. ``idle_other`` (early): the next work has no launch in the trace (sliced trace, unlinked row), so nothing
    says whether host or GPU held it back.
 10. ``idle_host_busy``: a longer host-caused gap and traced host work (framework ops, Python frames, runtime
-    calls) runs at t: the host was busy with something other than feeding the GPU.
+    calls, framework dispatch and compiled code's wrappers traced as ranges: ``FRAMEWORK_DISPATCH``,
+    ``COMPILED_WRAPPER``) runs at t: the host was busy with something other than feeding the GPU.
 11. ``idle_untraced``: the same, but the host trace shows nothing at t (the rank has host events elsewhere).
 12. ``idle_other``: everything else (a rank with no host events at all).
 
@@ -65,7 +66,7 @@ from .buckets import AVOIDABLE_BUCKETS, BUCKETS, BUSY_BUCKETS, IDLE_BUCKETS
 from .finding import Instances, instance_columns
 from .intervals import Coverage, applies_to, merge_intervals
 from .masks import category_hits, codes_in, kind_mask, name_mask
-from .patterns import COLLECTIVE, COPY_CALL, DATA_WAIT_KINDS, DATA_WAIT_PRIMARY, DATA_WAIT_TFDATA, FRAMEWORK_DISPATCH, SYNC_CALL, SYNC_OP, SYNC_RANGE
+from .patterns import COLLECTIVE, COPY_CALL, DATA_WAIT_KINDS, DATA_WAIT_PRIMARY, DATA_WAIT_TFDATA, COMPILED_WRAPPER, FRAMEWORK_DISPATCH, SYNC_CALL, SYNC_OP, SYNC_RANGE
 from .thresholds import LAUNCH_GAP_NS
 from .steady import WARMUP_FIRST_STEP_RATIO, WARMUP_MIN_NS, WARMUP_RATIO, empty_regions, host_arrays, may_match, one_time_regions, step_arrays  # noqa: F401  (the steady-state model's thresholds)
 
@@ -1187,6 +1188,10 @@ def build_ledger(views: "Views") -> Ledger:
         note = kind_mask(h_kind, ("annotation",))
         if note.any():
             hb |= note & name_mask(ha["name"], FRAMEWORK_DISPATCH)
+    if may_match(ha["name"], COMPILED_WRAPPER):  # so is compiled code's wrapper (inductor's ``call``, guards)
+        note = kind_mask(h_kind, ("annotation",))
+        if note.any():
+            hb |= note & name_mask(ha["name"], COMPILED_WRAPPER)
     hb &= h_dur > 0
     hb_one_rank = len(h_rank) > 0 and h_rank.min() == h_rank.max()
 

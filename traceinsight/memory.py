@@ -28,6 +28,51 @@ ALLOCATOR_CALLS = re.compile(r"^(cudaMalloc|cudaMallocAsync|cudaFree|cudaFreeAsy
 #: Of those, the calls that release memory (and, for the non-async ones, synchronise).
 FREE_CALLS = re.compile(r"Free|Release|Unmap")
 
+#: Engines that hold most of a GPU's memory on purpose, found by the names they leave in a trace (ops, ranges,
+#: threads, Python frames): (pattern, engine, what it holds, the setting that sizes it, how to lower it). Their own
+#: long-lived tensors (a KV cache sized to a fraction of the GPU) fill the reservation, so allocated is high by
+#: design too.
+RESERVING_ENGINES: tuple[tuple[re.Pattern[str], str, str, str, str], ...] = (
+    (re.compile(r"vllm", re.I), "vLLM", "its KV cache", "`gpu_memory_utilization`, 0.9 of the GPU by default",
+     'llm = LLM(model=model_name, gpu_memory_utilization=0.8)   # vllm serve: --gpu-memory-utilization 0.8'),
+    (re.compile(r"sglang", re.I), "SGLang", "its KV cache pool", "`mem_fraction_static`, about 0.8-0.9 of the GPU by default",
+     'engine = sglang.Engine(model_path=model_name, mem_fraction_static=0.7)   # server: --mem-fraction-static 0.7'),
+    (re.compile(r"tensorrt_llm|trtllm|tensorrt-llm", re.I), "TensorRT-LLM", "its KV cache",
+     "`KvCacheConfig.free_gpu_memory_fraction`, 0.9 of the free memory by default",
+     'kv_cache_config = KvCacheConfig(free_gpu_memory_fraction=0.7)'),
+)
+#: Frameworks whose allocator preallocates a pool at start-up: what it reserves is no pressure, what is in use is.
+PREALLOCATING_FRAMEWORKS: dict[str, tuple[str, str, str, str]] = {
+    "jax": ("JAX", "its preallocated pool",
+            "`XLA_PYTHON_CLIENT_PREALLOCATE` and `XLA_PYTHON_CLIENT_MEM_FRACTION`, 75 % of the GPU by default",
+            'os.environ["XLA_PYTHON_CLIENT_MEM_FRACTION"] = "0.5"   # before the first import of jax'),
+    "tensorflow": ("TensorFlow", "its BFC allocator's pool",
+                   "`set_memory_growth` off by default: all of the GPU's memory is reserved",
+                   'tf.config.experimental.set_memory_growth(tf.config.list_physical_devices("GPU")[0], True)'),
+}
+#: Name columns searched for an engine's names.
+_ENGINE_COLUMNS = ("name", "thread_name", "raw_name")
+
+
+@dataclass(frozen=True)
+class Reservation:
+    """Memory an engine or framework holds on purpose: ``engine`` (vLLM, JAX, ...), ``holds`` (what for), ``setting``
+    (what sizes it), ``lower`` (a line of code that lowers it), ``pool``: True when the reservation is a pool and
+    what is in use (allocated) is the real need; False when the engine's own long-lived tensors (a KV cache) fill
+    it, so allocated near capacity is by design too."""
+
+    engine: str
+    holds: str
+    setting: str
+    lower: str
+    pool: bool
+
+    def sentence(self, share_pct: float | None = None) -> str:
+        level = f"the {share_pct:.0f} % of capacity it holds" if share_pct is not None else "what it holds"
+        return (f"{self.engine} reserves {self.holds} by design ({self.setting}): {level} is that reservation, "
+                "sized once at start-up, not an allocator running out of memory")
+
+
 #: Points kept per device series for drawing (the envelope: the extremes of each bucket survive).
 MAX_POINTS = 2000
 
@@ -74,6 +119,18 @@ class DeviceMemory:
         }
 
 
+#: What profilers write where an allocation has no op (XPlane's memory profile: ``(null)``): no name at all.
+_NO_OP = frozenset({"", "(null)", "null", "none", "nan", "<unknown>", "unknown"})
+
+
+def _op_name(op: Any) -> str | None:
+    """The op that reached a peak, or None when the trace names none (missing, or a placeholder in ``_NO_OP``)."""
+    if op is None or (not isinstance(op, str) and pd.isna(op)):
+        return None
+    name = str(op).strip()
+    return None if name.lower() in _NO_OP else name
+
+
 def _num(v: float | None) -> int | None:
     return None if v is None or not np.isfinite(v) else int(v)
 
@@ -118,7 +175,7 @@ class Memory:
         return DeviceMemory(
             rank=rank, device=device, device_type=str(g["device_type"].iloc[0]), capacity=capacity, events=len(g),
             peak_allocated=pa, peak_reserved=pr, peak_at_ns=int(t[i]) if i is not None else None,
-            peak_op=None if op is None or pd.isna(op) else str(op), peak_step=step if step is not None and step >= 0 else None,
+            peak_op=_op_name(op), peak_step=step if step is not None and step >= 0 else None,
             relative=relative, oom_events=int((g["kind"] == "oom").sum()),
             series=_reduce(t, alloc, res), steps=self._per_step(g, capacity),
         )
@@ -155,6 +212,35 @@ class Memory:
         if not hit:
             return rt.iloc[:0]
         return rt[rt["name"].isin(hit).to_numpy()]
+
+    @cached_property
+    def reservation(self) -> Reservation | None:
+        """Who holds this trace's GPU memory on purpose, from the trace's own evidence: a serving engine whose names
+        appear in its ops, ranges, threads or Python frames (``RESERVING_ENGINES``), else a framework whose
+        allocator preallocates (``PREALLOCATING_FRAMEWORKS``, from ``framework.detect_framework``); None when
+        neither (PyTorch's caching allocator reserves only what it has used)."""
+        ev = self.timeline.events
+        for col in _ENGINE_COLUMNS:
+            if col not in ev:
+                continue
+            vals = ev[col]
+            uniq = vals.cat.categories if isinstance(vals.dtype, pd.CategoricalDtype) else pd.unique(vals.dropna())
+            heads = [str(u)[:512] for u in uniq]
+            for rx, engine, holds, setting, lower in RESERVING_ENGINES:
+                if any(rx.search(h) for h in heads):
+                    return Reservation(engine, holds, setting, lower, pool=False)
+        from .framework import detect_framework
+
+        fw = PREALLOCATING_FRAMEWORKS.get(detect_framework(self.timeline))
+        return Reservation(*fw, pool=True) if fw else None
+
+    def in_use_peak(self, d: DeviceMemory) -> float | None:
+        """The peak that says whether ``d`` is short of memory: what was in use (allocated) where an engine reserves
+        a pool on purpose (``reservation.pool``), else ``d.peak`` (reserved where known)."""
+        r = self.reservation
+        if r is not None and r.pool and d.peak_allocated is not None:
+            return d.peak_allocated
+        return d.peak
 
     @cached_property
     def faults(self) -> pd.DataFrame:

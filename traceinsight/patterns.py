@@ -50,6 +50,13 @@ FRAMEWORK_DISPATCH = (
     r"|PjitFunction|PjRt|PJRT_|cpp_pjit|shard_args|DevicePut|Build buffer allocations|GpuExecutable::|Thunks::)"
 )
 
+#: Compiled code's host-side wrappers, traced as ranges around what they run: torch.compile's
+#: ``Torch-Compiled Region``, ``CompiledFunction`` (autograd), inductor's ``## Call CompiledFxGraph <hash> ##`` around
+#: the generated ``call``, and Dynamo's guard check (``TorchDynamo Cache Lookup``). While one runs, the host is busy in
+#: the compiled program's Python (argument handling, guards, the launcher of each kernel), not in something the trace
+#: cannot see: a GPU gap under it is host overhead, whose lever is CUDA graphs or more work per launch.
+COMPILED_WRAPPER = r"^Torch-Compiled Region|^CompiledFunction|CompiledFxGraph|^TorchDynamo Cache Lookup"
+
 #: Collective kernels, NCCL or not (symmetric-memory all-reduce, custom all-to-all).
 COLLECTIVE = r"nccl|rccl|multimem|all_?reduce|all_?gather|reduce_?scatter|all_?to_?all|cross_device_reduce"
 
@@ -113,6 +120,16 @@ _ONE_TIME = (
     r"|autotun|nvrtc|compil(e(?!d)|ation)|KernelExecutor::compile"
 )
 ONE_TIME_CALL = re.compile(_ONE_TIME, re.IGNORECASE)
+#: Ops of the JIT fusers that compile inside the op the first time it runs with a new profile (TorchScript's
+#: profiling executor compiles on its second call: ``prim::FusionGroup`` (NNC/legacy fuser), ``prim::CudaFusionGroup``
+#: (nvFuser), ``prim::TensorExprGroup``, the ``prim::DifferentiableGraph`` around them, and nvFuser's own ranges). A
+#: later call runs the compiled kernel in micro- to milliseconds; the compiling call is an outlier no steady step
+#: repeats (``steady.one_time_regions`` reads these as one-time when they are).
+JIT_FUSION_OP = re.compile(
+    r"^prim::(Cuda)?FusionGroup|^prim::TensorExpr(Dynamic)?Group|^prim::DifferentiableGraph|^prim::FallbackGraph"
+    r"|^prim::profile|fuser|nvfuser|^FusionExecutorCache|^FusionKernelRuntime",
+    re.IGNORECASE,
+)
 #: Compilation and autotuning: one-time at the start, but when a range of these runs again after the rank's
 #: second step began, the program is recompiling (or re-tuning) in the steady state (new input shapes, a guard
 #: that fails, a graph break), which costs every time it happens: that is no warm-up, TI015 reports it.

@@ -17,9 +17,14 @@ measures itself, see ``ledger.warmup_regions``):
   nvFuser compile ranges), graph capture and instantiation (``cudaStreamBeginCapture`` to ``EndCapture``,
   ``cudaGraphInstantiate``).
 * **Allocator growth**: ``cudaMalloc``-like calls before the rank's second step (a caching allocator grows in the
-  first pass and then reuses its pool); without steps, every one of them.
+  first pass and then reuses its pool); without steps, those before the rank's first synchronising free (a
+  caching allocator keeps what it freed: mallocs after a free are a pool that does not cache, not growth).
 * **A blocking call at the window's start**: a synchronizing call or blocking copy that begins before the rank's
   first traced launch waits on work queued before the window opened.
+* **JIT compilation inside an op** (``JIT_FUSION_OP``: TorchScript's fusers, nvFuser): a fuser op's call far
+  longer than its other calls (or its only one) with the GPU idle under it, with or without steps.
+* **Set-up before the first kernel**, on a rank without steps: idle gaps before its first kernel's launch far
+  longer than the idle gaps after it (imports, model construction, the first data).
 * **Warm-up steps** (``warmup_steps``): leading steps each at least ``WARMUP_FIRST_STEP_RATIO`` times the median
   of the steps after them (allocator growth, autotuning and compilation land in the first steps).
 
@@ -42,7 +47,7 @@ import pandas as pd
 from .finding import as_instances, instance_columns
 from .intervals import Coverage, merge_intervals
 from .masks import category_hits, kind_mask, name_mask
-from .patterns import ALLOC_CALL, CAPTURE_BEGIN, CAPTURE_END, ONE_TIME_CALL, RECOMPILE_CALL, START_UP_CALL  # noqa: F401  (the steady-state model's vocabulary)
+from .patterns import ALLOC_CALL, CAPTURE_BEGIN, CAPTURE_END, IMPLICIT_SYNC_CALL, JIT_FUSION_OP, ONE_TIME_CALL, RECOMPILE_CALL, START_UP_CALL  # noqa: F401  (the steady-state model's vocabulary)
 
 if TYPE_CHECKING:  # pragma: no cover
     from .views import Views
@@ -63,6 +68,14 @@ MIN_STEADY_NS = 1_000_000
 #: Without step markers, repetition cannot be counted: a window mostly warm-up is judged only when what is left
 #: holds at least this much GPU work (a few real steps' worth), else it is a fragment of a first pass.
 MIN_STEADY_BUSY_NS = 5_000_000
+
+#: An allocator does not cache when memory it handed back to the driver (a synchronising free) is allocated again
+#: (a malloc right after the free) at least this many times per step, in at least ``MIN_REALLOC_STEPS`` steps
+#: (without steps: that many times both together): a caching allocator would have served it from the block it
+#: kept; a flush under pressure, or ``empty_cache()`` once per step, does so at most once per step. The steady
+#: model then books no malloc after the frees as growth, and TI032 reports the calls (``rulelib.uncached_allocator``).
+MIN_REALLOCS_PER_STEP = 3
+MIN_REALLOC_STEPS = 2
 
 _COLS = ["rank", "start_ns", "end_ns", "reason"]
 
@@ -199,15 +212,36 @@ def one_time_regions(views: "Views", blocking: "list[tuple[np.ndarray, np.ndarra
                                            "reason": "graph capture (launches recorded, not run)"}))
         alloc = np.flatnonzero(rt & name_mask(names, ALLOC_CALL) & (dur > 0)) if allocs else np.zeros(0, np.intp)
         if len(alloc):
-            limit = np.array([second_step.get(int(r), np.iinfo(np.int64).max) for r in rank[alloc]], np.int64)
+            # without steps, on a rank whose allocator does not cache (a malloc right after a synchronising free
+            # at least ``MIN_REALLOCS_PER_STEP * MIN_REALLOC_STEPS`` times), growth ends at the first free after
+            # its first malloc: a caching allocator grows and keeps its blocks (``cudaFree(0)`` before any malloc
+            # creates the context), so mallocs after the frees are the pool not caching, not growth
+            first_free: dict[int, int] = {}
+            no_steps = [int(r) for r in np.unique(rank[alloc]) if int(r) not in second_step]
+            if no_steps and may_match(names, IMPLICIT_SYNC_CALL):
+                fr = np.flatnonzero(rt & name_mask(names, IMPLICIT_SYNC_CALL))
+                for r in no_steps:
+                    a_s = np.sort(start[alloc][rank[alloc] == r])
+                    f_s = np.sort(start[fr][rank[fr] == r])
+                    f_s = f_s[f_s > a_s[0]] if len(a_s) else f_s[:0]
+                    if not len(f_s):
+                        continue
+                    # a malloc whose previous allocator call was a free: merge both kinds in time order
+                    t = np.r_[a_s, f_s]
+                    is_free = np.r_[np.zeros(len(a_s), bool), np.ones(len(f_s), bool)][np.argsort(t, kind="stable")]
+                    if int((is_free[:-1] & ~is_free[1:]).sum()) >= MIN_REALLOCS_PER_STEP * MIN_REALLOC_STEPS:
+                        first_free[r] = int(f_s[0])
+            limit = np.array([second_step.get(int(r), first_free.get(int(r), np.iinfo(np.int64).max)) for r in rank[alloc]], np.int64)
             alloc = alloc[start[alloc] < limit]
             if len(alloc):
                 parts.append(pd.DataFrame({"rank": rank[alloc].astype(np.int64), "start_ns": start[alloc], "end_ns": start[alloc] + dur[alloc],
                                            "reason": "allocator growth: " + names.take(alloc).astype(str).to_numpy(object)}))
+        parts.extend(_jit_fusion_compiles(views, names, kinds, rank, start, dur))
     ln = views.launches
     if not ln.empty:
         parts.extend(_first_launches(ln))
         parts.extend(_opening_blocks(ln, blocking))
+        parts.extend(_set_up_before_first_kernel(views, ln, second_step))
     parts = [p for p in parts if len(p)]
     if not parts:
         return empty_regions()
@@ -243,6 +277,86 @@ def steady_recompiles(views: "Views", rows: "np.ndarray | None" = None) -> np.nd
     for r, at in second.items():
         limit[rank == r] = at
     return hit & (start >= limit)
+
+
+def _gpu_busy_in(views: "Views", r: int, s: np.ndarray, e: np.ndarray) -> np.ndarray:
+    """Per interval [s, e) on rank ``r``: the ns some GPU of the rank was busy in it."""
+    b = views.busy
+    if b.empty:
+        return np.zeros(len(s), np.int64)
+    own = b[b["rank"].to_numpy() == r]
+    a, z = merge_intervals(own["start_ns"].to_numpy(np.int64), own["end_ns"].to_numpy(np.int64))
+    return Coverage(a, z).overlap(np.asarray(s, np.int64), np.asarray(e, np.int64))
+
+
+def _jit_fusion_compiles(views: "Views", names: pd.Series, kinds: pd.Series, rank: np.ndarray, start: np.ndarray,
+                         dur: np.ndarray) -> list[pd.DataFrame]:
+    """Calls of a JIT fuser's op (``JIT_FUSION_OP``) that compiled inside it: at least ``WARMUP_MIN_NS`` long, at least
+    ``WARMUP_RATIO`` times the median of the other calls of that op on the rank (or its only call), and with the GPU
+    busy for less than half of it (compiling is host work; a fused op that runs long on the GPU is no compile).
+    With or without steps: a compile that runs on a later step than its first is one-time all the same, because
+    the same op's other calls run fast (one that recompiles every step is not an outlier and stays)."""
+    if not may_match(names, JIT_FUSION_OP):
+        return []
+    rows = np.flatnonzero(kind_mask(kinds, ("cpu_op", "annotation")) & name_mask(names, JIT_FUSION_OP) & (dur > 0))
+    if not len(rows):
+        return []
+    nm = names.take(rows).astype(str).to_numpy()
+    out = []
+    f = pd.DataFrame({"row": rows, "rank": rank[rows].astype(np.int64), "name": nm, "dur": dur[rows].astype(np.int64)})
+    for (r, n), g in f.groupby(["rank", "name"], sort=True):
+        d = g["dur"].to_numpy()
+        long = np.flatnonzero(d >= WARMUP_MIN_NS)
+        keep = []
+        for i in long:
+            others = np.delete(d, i)
+            if not len(others) or d[i] >= WARMUP_RATIO * float(np.median(others)):
+                keep.append(int(g["row"].iloc[i]))
+        if not keep:
+            continue
+        k = np.asarray(keep)
+        s0, e0 = start[k].astype(np.int64), (start[k] + dur[k]).astype(np.int64)
+        host_only = _gpu_busy_in(views, int(r), s0, e0) * 2 < (e0 - s0)
+        if host_only.any():
+            out.append(pd.DataFrame({"rank": int(r), "start_ns": s0[host_only], "end_ns": e0[host_only],
+                                     "reason": f"JIT compilation inside {_short(str(n))} (one-time)"}))
+    return out
+
+
+def _set_up_before_first_kernel(views: "Views", ln: pd.DataFrame, second_step: dict[int, int]) -> list[pd.DataFrame]:
+    """On a rank without steps, idle gaps before its first kernel's launch (copies or memsets may run before it)
+    that are far longer than the gaps after it: the program sets up (imports, model construction, data loading's
+    first fill) before any of its work runs, once. A gap counts, up to the first launch, when it lasts at least
+    ``WARMUP_MIN_NS`` and ``WARMUP_RATIO`` times the median idle gap after the first kernel; short gaps between a
+    run of copies (weights uploaded with a sync after each) are like the later ones and stay in the steady state."""
+    kern = kind_mask(ln["kind"], ("kernel",))
+    if not kern.any():
+        return []
+    gaps = views.gaps
+    if gaps.empty:
+        return []
+    out = []
+    lr, ls = ln["rank"].to_numpy(np.int64)[kern], ln["launch_start_ns"].to_numpy(np.int64)[kern]
+    lg = ln["gpu_start_ns"].to_numpy(np.int64)[kern]
+    g_rank, g_start, g_end = gaps["rank"].to_numpy(), gaps["start_ns"].to_numpy(np.int64), gaps["end_ns"].to_numpy(np.int64)
+    for r in np.unique(lr):
+        r = int(r)
+        if r in second_step:
+            continue
+        own = lr == r
+        first_launch, first_kernel = int(ls[own].min()), int(lg[own].min())
+        mine = g_rank == r
+        head = np.flatnonzero(mine & (g_start < first_launch))
+        if not len(head):
+            continue
+        later = (g_end - g_start)[mine & (g_start >= first_kernel)]
+        floor = max(WARMUP_MIN_NS, WARMUP_RATIO * float(np.median(later)) if len(later) else 0.0)
+        s0, e0 = g_start[head], np.minimum(g_end[head], first_launch)
+        keep = (e0 - s0) >= floor
+        if keep.any():
+            out.append(pd.DataFrame({"rank": r, "start_ns": s0[keep], "end_ns": e0[keep],
+                                     "reason": "set-up before the first kernel (program start-up)"}))
+    return out
 
 
 def _first_launches(ln: pd.DataFrame) -> list[pd.DataFrame]:

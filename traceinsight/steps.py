@@ -21,6 +21,7 @@ import re
 import numpy as np
 import pandas as pd
 
+from .masks import kind_mask, name_mask
 from .patterns import DATA_WAIT_PRIMARY, FRAMEWORK_DISPATCH
 
 #: Fewest instances of a range for it to be picked as the step without being named.
@@ -114,6 +115,88 @@ def choose(events: pd.DataFrame, name: str | None = None) -> dict | None:
             "why": (f"no ProfilerStep or TF step markers; '{best['name']}' repeats {int(best['count'])} times without overlap and "
                     f"covers {100 * best['coverage']:.0f} % of the GPU window" + (f" (the widest of {others + 1} repeated ranges)" if others else "")
                     + "; library ranges (CUB, Thrust, NCCL, cuDNN, cuBLAS, Triton) are never steps")}
+
+
+#: The optimizer's own ranges, which PyTorch records once per iteration whatever else the trace marks: the last
+#: resort for iterations when no step marker and no repeated user range is found. ``zero_grad`` first (it opens
+#: or closes an iteration, and its starts are evenly spaced either way), then ``step`` (its ends close one).
+OPTIMIZER_RANGES = (re.compile(r"^Optimizer\.zero_grad#"), re.compile(r"^Optimizer\.step#"))
+#: The name of the step rows made from optimizer ranges (numbered in time order).
+OPTIMIZER_STEP = "iteration (between optimizer calls)"
+
+
+def optimizer_iterations(events: pd.DataFrame) -> tuple[pd.DataFrame, dict] | None:
+    """Iterations from the optimizer's ranges, for a trace with no other step marker: per rank with GPU work, the
+    starts of ``Optimizer.zero_grad#...`` (else the ends of ``Optimizer.step#...``) are the boundaries, and each
+    iteration runs from one boundary to the next (the last one, after a ``zero_grad``, to the end of the optimizer
+    step that closes it). At least ``MIN_REPEATS`` boundaries on a rank, top-level ranges only (not nested in each
+    other). Returns (rank, start_ns, end_ns, source row) per iteration and the ``steps_source`` entry, or None."""
+    host_rows = kind_mask(events["kind"], ("cpu_op", "annotation"))
+    zero_all = host_rows & name_mask(events["name"], OPTIMIZER_RANGES[0])  # once per distinct name, not per row
+    step_all = host_rows & name_mask(events["name"], OPTIMIZER_RANGES[1])
+    host = np.flatnonzero(zero_all | step_all)
+    if not len(host):
+        return None
+    zero, step = zero_all[host], step_all[host]
+    rank_all = events["rank"].to_numpy()
+    gpu_ranks = set(np.unique(rank_all[events["device"].to_numpy() >= 0]).tolist())
+    start_all = events["start_ns"].to_numpy(np.int64)
+    end_all = start_all + np.maximum(events["dur_ns"].to_numpy(np.int64), 0)
+    out = []
+    used = None
+    for r in sorted(gpu_ranks):
+        on = rank_all[host] == r
+        z, st = host[on & zero], host[on & step]
+        if len(z) >= MIN_REPEATS:
+            z = z[np.argsort(start_all[z], kind="stable")]
+            b = start_all[z]
+            after = end_all[st][start_all[st] >= b[-1]]
+            ends = np.r_[b[1:], [int(after.max())] if len(after) else []].astype(np.int64)
+            rows = z[: len(ends)]
+            used = used or "Optimizer.zero_grad"
+        elif len(st) >= MIN_REPEATS:
+            st = st[np.argsort(end_all[st], kind="stable")]
+            b = end_all[st]
+            ends, rows = b[1:], st[1:]
+            b = b[:-1]
+            used = used or "Optimizer.step"
+        else:
+            continue
+        begins = b[: len(ends)]
+        keep = ends > begins
+        out.append(pd.DataFrame({"rank": r, "start_ns": begins[keep], "end_ns": ends[keep], "row": rows[keep]}))
+    if not out:
+        return None
+    it = pd.concat(out, ignore_index=True)
+    why = (f"no ProfilerStep, TF step or repeated user range; the optimizer's own {used} ranges mark the iterations "
+           f"({len(it)} found, each from one call to the next)")
+    return it, {"marker": OPTIMIZER_STEP, "how": "optimizer", "why": why}
+
+
+def add_iterations(events: pd.DataFrame, it: pd.DataFrame) -> pd.DataFrame:
+    """The events with one ``step`` row per iteration of ``it`` (from ``optimizer_iterations``) appended, named
+    ``OPTIMIZER_STEP #n`` (n in time order per rank) and copied from the optimizer row that opened it otherwise
+    (its rank, process and thread)."""
+    rows = events.iloc[it["row"].to_numpy()].copy()
+    n = it.groupby("rank").cumcount().to_numpy()
+    labels = [f"{OPTIMIZER_STEP} #{i}" for i in n]
+    for col in ("kind", "name", "raw_name", "category"):
+        if col not in rows:
+            continue
+        want = "step" if col == "kind" else (labels if col != "category" else "optimizer iteration")
+        if isinstance(events[col].dtype, pd.CategoricalDtype):
+            new = [v for v in ([want] if isinstance(want, str) else want) if v not in events[col].cat.categories]
+            if new:
+                events[col] = events[col].cat.add_categories(pd.unique(np.asarray(new, dtype=object)))
+                rows[col] = rows[col].cat.set_categories(events[col].cat.categories)
+        rows[col] = want
+        if isinstance(events[col].dtype, pd.CategoricalDtype):
+            rows[col] = rows[col].astype(events[col].dtype)
+    rows["start_ns"] = it["start_ns"].to_numpy().astype(events["start_ns"].dtype)
+    rows["dur_ns"] = (it["end_ns"] - it["start_ns"]).to_numpy().astype(events["dur_ns"].dtype)
+    if "external_id" in rows:
+        rows["external_id"] = -1
+    return pd.concat([events, rows], ignore_index=True)
 
 
 def mark(events: pd.DataFrame, marker: str, replace: bool = False) -> int:

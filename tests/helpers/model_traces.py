@@ -94,3 +94,40 @@ def write_model(
             t.step(s + 1, start, cursor - start)
         cursor += 5.0
     return t.write(Path(path))
+
+
+def write_compiled(path: str | Path, *, steps: int = 4, kernels: int = 60, kernel_us: float = 4.4, python_us: float = 20.0,
+                   pause_every: int = 10, pause_us: float = 150.0, wrapper: bool = True, foreach: bool = False,
+                   graphs: bool = False) -> Path:
+    """A torch.compile'd CNN at a small batch, as the PyTorch profiler records it: per step inductor's
+    ``## Call CompiledFxGraph <hash> ##`` range around the generated ``call`` (``wrapper=False``: not recorded), and
+    inside it ``kernels`` Triton kernels of ``kernel_us`` launched with ``cuLaunchKernel`` after ``python_us`` of the
+    launcher's Python each (``pause_us`` before every ``pause_every``-th: buffer set-up between fused groups; no
+    framework op: the host shows only the range), then an optimizer step of ``aten::_foreach_*`` ops when ``foreach``;
+    ``graphs``: a ``cudaGraphLaunch`` at each step's end (part of the model replayed as a CUDA graph)."""
+    t = KinetoTrace()
+    per = python_us + 6.0
+    pauses = (kernels - 1) // pause_every
+    step_us = 50.0 + kernels * per + pauses * (pause_us - python_us) + (200.0 if foreach else 0.0) + 50.0
+    for s in range(steps):
+        t0 = s * step_us
+        t.step(s, t0, step_us - 5)
+        c = t0 + 40
+        if wrapper:
+            t.annotation("## Call CompiledFxGraph fcg7wqbcxk2h5lrkk5mbbxmhmbl3y4duhsxb ##", c - 5,
+                         kernels * per + pauses * (pause_us - python_us) + 10)
+        for k in range(kernels):
+            py = pause_us if k and k % pause_every == 0 else python_us
+            launch = c + py
+            t.kernel(f"triton_poi_fused_convolution_relu_{k % 7}", launch + 5, kernel_us, launch_us=launch, launch_dur_us=5.0,
+                     launch_name="cuLaunchKernel")
+            c += py + 6.0
+        if graphs:
+            t.runtime("cudaGraphLaunch", t0 + step_us - 40, 8)
+        if foreach:
+            for name in ("aten::_foreach_mul_", "aten::_foreach_add_"):
+                op = t.cpu_op(name, c, 90)
+                t.kernel("void at::native::(anonymous namespace)::multi_tensor_apply_kernel<FpTensorListMetadata>", c + 20, 30,
+                         launch_us=c + 10, op=op)
+                c += 100
+    return t.write(path)

@@ -12,9 +12,10 @@ from tests.helpers.rule_cases import DL, GEMM, GRID, Example, analyze_example, b
 
 #: positive: it fires; negative: it stays silent; fix: the same workload, fixed as its fix text says.
 CASES = {
-    "positive": ["test_ti001_data_loading_gaps", "test_example_bad_fires"],
+    "positive": ["test_ti001_data_loading_gaps", "test_example_bad_fires", "test_ti001_host_inside_a_compiled_wrapper_is_host_overhead"],
     "negative": ["test_ti001_negative_busy_gpu", "test_ti001_negative_gap_all_warmup", "test_example_good_is_silent"],
-    "fix": ["test_ti001_bad_gaps_are_data_loading_and_fix_removes_ti005_too"],
+    "fix": ["test_ti001_bad_gaps_are_data_loading_and_fix_removes_ti005_too", "test_ti001_foreach_optimizer_is_not_told_to_use_foreach",
+            "test_ti001_compiled_model_is_told_graphs_not_compile"],
 }
 
 
@@ -264,3 +265,60 @@ def test_example_bad_fires(tmp_path):
 def test_example_good_is_silent(tmp_path):
     a = analyze_example(tmp_path, EXAMPLE, fixed=True)
     assert EXAMPLE.code not in codes_of(a), [(f.code, f.title) for f in a.findings]
+
+
+def _optimizer_trace(tmp_path, name, op=None):
+    t = KinetoTrace()
+    for s in range(4):  # 1 ms of kernels, then 1.5 ms the host steps the optimizer (``op`` inside it) before launching again
+        t0 = s * 2600.0
+        t.step(s, t0, 2600.0)
+        for i in range(10):
+            t.kernel("volta_sgemm_128x64_nn", t0 + 10 + i * 100, 100.0, launch_us=t0 + i * 0.5)
+        t.cpu_op("Optimizer.step#AdamW.step", t0 + 1020.0, 1500.0)
+        if op:
+            for k in range(5):
+                o = t.cpu_op(op, t0 + 1030.0 + k * 290, 280.0)
+                t.kernel("void at::native::multi_tensor_apply_kernel<TensorListMetadata<4>>", t0 + 1050.0 + k * 290, 5.0,
+                         launch_us=t0 + 1040.0 + k * 290, op=o)
+    (f,) = findings_of(t.write(tmp_path / name), "TI001")
+    assert f.metrics["top_cause"] == "optimizer step"
+    return f.fixes["pytorch"]
+
+
+def test_ti001_foreach_optimizer_is_not_told_to_use_foreach(tmp_path):
+    """The optimizer already runs ``aten::_foreach_*`` ops: its fix is the fused optimizer, never "use foreach"; once
+    fused, compiling or capturing the step."""
+    plain = _optimizer_trace(tmp_path, "plain.json")
+    assert "fused (or foreach)" in plain.text
+    fx = _optimizer_trace(tmp_path, "foreach.json", "aten::_foreach_add_")
+    assert "already runs the foreach implementation" in fx.text and "fused=True" in fx.code
+    assert "use the fused (or foreach)" not in fx.text
+    fused = _optimizer_trace(tmp_path, "fused.json", "aten::_fused_adamw_")
+    assert "already fused" in fused.text and "fused=True" not in fused.code
+
+
+def test_ti001_host_inside_a_compiled_wrapper_is_host_overhead(tmp_path):
+    """A torch.compile'd model at a small batch: between its Triton launches the host runs the generated code's Python
+    inside inductor's ``## Call CompiledFxGraph`` range. The gaps are host overhead, not untraced host time; without
+    the range in the trace the same gaps are untraced."""
+    from tests.helpers.model_traces import write_compiled
+
+    a = traceinsight.analyze(write_compiled(tmp_path / "c.json"))
+    tot = a.ledger.totals()
+    assert tot["idle_host_busy"] > 10 * tot["idle_untraced"]
+    (f,) = [f for f in a.findings if f.code == "TI001"]
+    assert f.metrics["top_cause"] == "host busy in CPU ops (launch queue empty)"
+    bare = traceinsight.analyze(write_compiled(tmp_path / "bare.json", wrapper=False)).ledger.totals()
+    assert bare["idle_untraced"] > 10 * bare["idle_host_busy"]
+    assert bare["idle_untraced"] + bare["idle_host_busy"] == tot["idle_untraced"] + tot["idle_host_busy"]
+
+
+def test_ti001_compiled_model_is_told_graphs_not_compile(tmp_path):
+    from tests.helpers.model_traces import write_compiled
+
+    (f,) = findings_of(write_compiled(tmp_path / "c.json"), "TI001")
+    fx = f.fixes["pytorch"]
+    assert "already compiled" in fx.text and 'mode="reduce-overhead"' in fx.code and "larger batch" in fx.text
+    # compiled and already replayed as graphs: the gaps are in the code outside them, not "use CUDA graphs"
+    (g,) = findings_of(write_compiled(tmp_path / "g.json", graphs=True), "TI001")
+    assert "already runs compiled and as CUDA graphs" in g.fixes["pytorch"].text

@@ -13,7 +13,7 @@ from tests.helpers.rule_cases import GEMM, GRID, Example, analyze_example, busy_
 CASES = {
     "positive": ["test_ti003_launch_bound", "test_example_bad_fires"],
     "negative": ["test_ti003_negative_small_but_queued", "test_ti003_negative_big_kernels", "test_example_good_is_silent"],
-    "fix": ["test_ti003_fix_keeps_the_work"],
+    "fix": ["test_ti003_fix_keeps_the_work", "test_ti003_compiled_model_gets_graphs_or_batch", "test_ti003_optimizer_in_use_is_not_advised"],
 }
 
 
@@ -149,3 +149,34 @@ def test_ti003_graph_replays_are_charged_once(tmp_path):
     dur = np.array([200e3, 200e3, 200e3, 5e3])
     idx = np.array([7.0, 7.0, 7.0, 9.0])
     assert np.isnan(_charged_once(dur, idx, np.array([30, 10, 20, 40]))).tolist() == [True, False, True, False]
+
+
+def test_ti003_compiled_model_gets_graphs_or_batch(tmp_path):
+    """torch.compile'd CNN at a small batch, median kernel 4.4 µs, every kernel launch-bound: fusion is done, the lever
+    is CUDA graphs (``mode="reduce-overhead"``) or a bigger batch, not "compile the model"."""
+    from tests.helpers.model_traces import write_compiled
+
+    (f,) = findings_of(write_compiled(tmp_path / "c.json"), "TI003")
+    assert f.metrics["launch_bound_share_pct"] == 100.0
+    fx = f.fixes["pytorch"]
+    assert fx.text.startswith("The model is already compiled") and 'mode="reduce-overhead"' in fx.code and "batch" in fx.text
+    assert "foreach" not in fx.text
+
+
+def test_ti003_optimizer_in_use_is_not_advised(tmp_path):
+    """Eager model whose optimizer already runs ``_foreach_`` ops: the fix keeps its other levers, not "use foreach"."""
+    t = KinetoTrace()
+    t.step(0, 0.0, 2000.0)
+    for i in range(100):
+        op = t.cpu_op("aten::_foreach_add_" if i % 10 == 0 else "aten::add_", i * 15.0, 14.0)
+        t.kernel("vectorized_elementwise_kernel<AddFunctor>", i * 15.0 + 10, 3.0, launch_us=i * 15.0 + 2, launch_dur_us=6.0, op=op)
+    (f,) = findings_of(t.write(tmp_path / "t.json"), "TI003")
+    assert "foreach/fused optimizer implementations instead" not in f.fixes["pytorch"].text
+    assert "already runs its foreach or fused implementation" in f.fixes["pytorch"].text
+    t2 = KinetoTrace()
+    t2.step(0, 0.0, 2000.0)
+    for i in range(100):
+        op = t2.cpu_op("aten::add_", i * 15.0, 14.0)
+        t2.kernel("vectorized_elementwise_kernel<AddFunctor>", i * 15.0 + 10, 3.0, launch_us=i * 15.0 + 2, launch_dur_us=6.0, op=op)
+    (g,) = findings_of(t2.write(tmp_path / "t2.json"), "TI003")
+    assert "foreach/fused optimizer implementations" in g.fixes["pytorch"].text

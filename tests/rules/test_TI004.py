@@ -12,22 +12,24 @@ from tests.helpers.rule_cases import findings_of
 
 #: positive: it fires; negative: it stays silent; fix: the LSTMCell loop fixed: the same LSTM through cuDNN.
 CASES = {
-    "positive": ["test_ti004_lstm_cell_fallback", "test_ti004_nsys_cell_kernels_without_framework_ops"],
+    "positive": ["test_ti004_lstm_cell_fallback", "test_ti004_nsys_cell_kernels_without_framework_ops",
+                 "test_ti004_overlapping_regions_are_unioned"],
     "negative": ["test_ti004_negative_cudnn", "test_ti004_nsys_negative_cudnn_kernels"],
     "fix": ["test_ti004_negative_cudnn"],
 }
 
 
-def _lstm_cell_loop(t: KinetoTrace, t0: float, steps: int):
+def _lstm_cell_loop(t: KinetoTrace, t0: float, steps: int, tid: int | None = None, stream: int = 7):
     for s in range(steps):
         c0 = t0 + s * 60.0
-        cell = t.cpu_op("aten::lstm_cell", c0, 55.0)
-        t.cpu_op("aten::mm", c0 + 2, 10.0)
-        t.kernel("ampere_sgemm_32x32_sliced1x4_nn", c0 + 9, 4.0, launch_us=c0 + 4)
-        t.cpu_op("aten::mm", c0 + 14, 10.0)
-        t.kernel("ampere_sgemm_32x32_sliced1x4_nn", c0 + 21, 4.0, launch_us=c0 + 16)
-        t.cpu_op("aten::_thnn_fused_lstm_cell", c0 + 26, 20.0)
-        t.kernel("void at::native::(anonymous namespace)::lstm_cell_forward<float, float, int, 1>", c0 + 35, 3.0, launch_us=c0 + 30)
+        cell = t.cpu_op("aten::lstm_cell", c0, 55.0, tid=tid)
+        t.cpu_op("aten::mm", c0 + 2, 10.0, tid=tid)
+        t.kernel("ampere_sgemm_32x32_sliced1x4_nn", c0 + 9, 4.0, launch_us=c0 + 4, tid=tid, stream=stream)
+        t.cpu_op("aten::mm", c0 + 14, 10.0, tid=tid)
+        t.kernel("ampere_sgemm_32x32_sliced1x4_nn", c0 + 21, 4.0, launch_us=c0 + 16, tid=tid, stream=stream)
+        t.cpu_op("aten::_thnn_fused_lstm_cell", c0 + 26, 20.0, tid=tid)
+        t.kernel("void at::native::(anonymous namespace)::lstm_cell_forward<float, float, int, 1>", c0 + 35, 3.0, launch_us=c0 + 30,
+                 tid=tid, stream=stream)
     return cell
 
 
@@ -41,6 +43,19 @@ def test_ti004_lstm_cell_fallback(tmp_path):
     assert f.metrics["recurrent_region_ns"] == pytest.approx(19 * 60_000 + 55_000, rel=0.001)
     assert f.impact_ns == pytest.approx(f.metrics["recurrent_region_ns"] - 20 * 11_000, rel=0.01)
     assert "nn.LSTM" in f.fixes["pytorch"].text and "recurrent_dropout" in f.fixes["tensorflow"].text
+
+
+def test_ti004_overlapping_regions_are_unioned(tmp_path):
+    """Two host threads run recurrent loops that overlap in time (1,195 µs each, the second starting 300 µs after
+    the first): the region is their union, 1,495 µs, never their 2,390 µs sum, which would outlast the trace."""
+    t = KinetoTrace()
+    t.step(0, 0.0, 2000.0)
+    _lstm_cell_loop(t, 10.0, 20)
+    _lstm_cell_loop(t, 310.0, 20, tid=2, stream=9)
+    (f,) = findings_of(t.write(tmp_path / "t.json"), "TI004")
+    assert f.metrics["recurrent_region_ns"] == pytest.approx(1_495_000, rel=0.001)
+    assert "The recurrent region lasts 1.50 ms" in f.message
+    assert f.impact_ns < f.metrics["recurrent_region_ns"]
 
 
 def test_ti004_negative_cudnn(tmp_path):

@@ -13,7 +13,7 @@ from traceinsight.job import analyze_job
 CASES = {
     "positive": ["test_stragglers_positive_planted_delay"],
     "negative": ["test_stragglers_negative_balanced"],
-    "fix": ["test_stragglers_negative_balanced"],
+    "fix": ["test_stragglers_negative_balanced", "test_stragglers_cause_fix_keeps_every_framework"],
 }
 
 
@@ -75,3 +75,10 @@ def test_corpus_sampled_pair_point_to_point_calls_are_not_matched(tmp_path):
     al = ja.job.alignment
     assert al.collectives_used == 4 and al.residual_max_ns < 500_000
     assert len(ja.job.instances) == 4
+
+
+def test_stragglers_cause_fix_keeps_every_framework(straggler_job):
+    """The cause's fix replaces the PyTorch and TensorFlow advice; a JAX job keeps the rule's JAX fix, never none."""
+    (f,) = _job_codes(straggler_job.findings, "TI020")
+    assert "leaves its GPU idle before the collective" in f.fixes["pytorch"].text
+    assert "jax.device_put" in f.fixes["jax"].code

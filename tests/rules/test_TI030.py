@@ -11,7 +11,7 @@ from ._memory_traces import GiB, kineto_steps, of
 CASES = {
     "positive": ["test_positive_small_peak_on_an_under_busy_gpu"],
     "negative": ["test_negative_memory_nearly_full", "test_negative_busy_gpu_with_large_kernels"],
-    "fix": ["test_fix_a_larger_batch_leaves_less_to_grow"],
+    "fix": ["test_fix_a_larger_batch_leaves_less_to_grow", "test_fix_on_a_jax_trace_is_jax"],
 }
 
 
@@ -44,3 +44,18 @@ def test_fix_a_larger_batch_leaves_less_to_grow(tmp_path):
     # 24 GiB: usable 20.1 GiB; before (8 GiB peak, 2 GiB per batch) ~7x; after (12 GiB peak, 6 GiB per batch) ~2.4x
     assert before == pytest.approx(1 + (24 * GiB * 0.9 - 1.5 * GiB - 8 * GiB) / (2 * GiB), rel=1e-3)
     assert after and after[0].metrics["batch_factor"] < before / 2
+
+
+def test_fix_on_a_jax_trace_is_jax():
+    """judged/tl_mi300_jax_conv_legacy: a JAX program is shown JAX's fix first (it was PyTorch's: the rule had none)."""
+    import traceinsight
+    from tests.conftest import corpus_file
+    from traceinsight.render import render
+
+    a = traceinsight.analyze(corpus_file("judged/tl_mi300_jax_conv_legacy.xplane.pb"))
+    assert a.framework == "jax"
+    for f in a.findings:
+        assert list(f.fixes)[:1] == ["jax"], (f.code, list(f.fixes))
+    text = render(a, "text")
+    assert "fix (PyTorch)" not in text and "fix (JAX): Raise the batch size" in text
+    assert "(null)" not in text and "GPU memory, rank 0 GPUs 0-7:" in text

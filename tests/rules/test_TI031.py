@@ -2,18 +2,24 @@
 
 from __future__ import annotations
 
+import traceinsight
+from tests.conftest import corpus_file
 from traceinsight.rule_api import Severity
 
-from ._memory_traces import GiB, kineto_steps, of
+from ._memory_traces import GiB, kineto_steps, kineto_uncached, of, xplane_jax
 
 
 #: positive: it fires; negative: it stays silent; fix: the same workload, fixed as its fix text says.
 CASES = {
     "positive": ["test_positive_out_of_memory_is_an_error", "test_positive_peak_near_capacity", "test_positive_cudafree_in_steady_state",
-                 "test_positive_empty_cache_outside_ops_is_asked_for", "test_positive_frees_far_below_capacity_are_asked_for"],
+                 "test_positive_empty_cache_outside_ops_is_asked_for", "test_positive_frees_far_below_capacity_are_asked_for",
+                 "test_positive_jax_memory_in_use_near_capacity"],
     "negative": ["test_negative_roomy_and_no_flushes", "test_negative_without_steps_exit_frees_are_not_flushes",
-                 "test_negative_flush_inside_an_op_is_pressure", "test_negative_a_rank_without_ops_is_never_outside_them"],
-    "fix": ["test_fix_checkpointing_brings_the_peak_down", "test_fix_for_asked_for_releases_is_to_stop_asking"],
+                 "test_negative_flush_inside_an_op_is_pressure", "test_negative_a_rank_without_ops_is_never_outside_them",
+                 "test_negative_vllm_kv_cache_is_held_on_purpose", "test_negative_jax_preallocated_pool_is_not_pressure",
+                 "test_negative_frees_of_an_allocator_that_does_not_cache_are_ti032s", "test_negative_real_vllm_capture"],
+    "fix": ["test_fix_checkpointing_brings_the_peak_down", "test_fix_for_asked_for_releases_is_to_stop_asking",
+            "test_fix_for_memory_held_on_purpose_is_nothing_to_fix"],
 }
 
 
@@ -150,3 +156,57 @@ def test_negative_a_rank_without_ops_is_never_outside_them(tmp_path):
     found = of(traceinsight.analyze(tmp_path / "job"), "TI031")
     assert sorted(f.title for f in found) == [f"rank {r} GPU 0: memory pressure (4 cudaFree flushes)" for r in (0, 1)]
     assert not any(f.metrics.get("asked_for") for f in found)
+
+
+# --- memory held on purpose is judged on memory in use ---------------------------------------------------------
+
+NEAR = dict(capacity=16 * GiB, reserved=15 * GiB, held=12 * GiB, batch=2 * GiB)
+
+
+def test_negative_vllm_kv_cache_is_held_on_purpose(tmp_path):
+    """The same 94 % peak as the positive case, in a trace whose steps run vLLM's attention op: vLLM sizes its KV
+    cache to the GPU on purpose, so the finding says so, at info, and prices nothing."""
+    (f,) = of(kineto_steps(tmp_path, engine_op="vllm::unified_attention", **NEAR), "TI031")
+    assert f.severity == Severity.INFO and f.impact_ns == 0
+    assert f.metrics["reserved_by"] == "vLLM" and f.metrics["peak_share_pct"] > 90
+    assert "reserved by vLLM on purpose, not pressure" in f.title
+    assert "gpu_memory_utilization" in f.message and "memory pressure" not in f.title
+    # the same peak without the engine's names is pressure
+    (p,) = of(kineto_steps(tmp_path, name="plain.json", **NEAR), "TI031")
+    assert p.severity == Severity.WARNING and "memory pressure" in p.title
+
+
+def test_negative_jax_preallocated_pool_is_not_pressure(tmp_path):
+    """JAX reserved 15 of 16 GiB up front and used 1 GiB: no pressure (info naming JAX); TI032 sees no fragmentation."""
+    a = xplane_jax(tmp_path)
+    assert a.framework == "jax"
+    (f,) = of(a, "TI031")
+    assert f.severity == Severity.INFO and f.metrics["reserved_by"] == "JAX" and "XLA_PYTHON_CLIENT_MEM_FRACTION" in f.message
+    assert not of(a, "TI032")
+
+
+def test_positive_jax_memory_in_use_near_capacity(tmp_path):
+    """Inside the pool JAX reserved, 14.5 of 16 GiB in use: that is pressure, judged and reported on memory in use."""
+    (f,) = of(xplane_jax(tmp_path, in_use=int(14.5 * GiB), pool=None), "TI031")
+    assert f.severity == Severity.WARNING and f.metrics["peak_in_use_share_pct"] == 90.625
+    assert "memory pressure (peak in use 91 % of capacity)" in f.title and list(f.fixes)[0] == "jax"
+
+
+def test_negative_frees_of_an_allocator_that_does_not_cache_are_ti032s(tmp_path):
+    """hipFree per tensor with the caching allocator off: TI032's allocator churn, not a flush under pressure."""
+    a = kineto_uncached(tmp_path)
+    assert of(a, "TI032") and not of(a, "TI031")
+
+
+def test_negative_real_vllm_capture():
+    """judged/tl4_vllm_decode_full_graph_capture: vLLM's KV cache holds 94 % of the GPU. Expected: no warning."""
+    a = traceinsight.analyze(corpus_file("judged/tl4_vllm_decode_full_graph_capture.json.gz"))
+    (f,) = of(a, "TI031")
+    assert f.severity == Severity.INFO and f.metrics["reserved_by"] == "vLLM" and "not pressure" in f.title
+
+
+def test_fix_for_memory_held_on_purpose_is_nothing_to_fix(tmp_path):
+    (f,) = of(kineto_steps(tmp_path, engine_op="vllm::unified_attention", **NEAR), "TI031")
+    fx = f.fixes["pytorch"]
+    assert fx.text.startswith("Nothing to fix") and "gpu_memory_utilization=0.8" in fx.code
+    assert "checkpoint" not in fx.code

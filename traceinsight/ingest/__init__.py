@@ -152,8 +152,7 @@ def _one_part(part: Rows, meta, memory: list) -> tuple[pd.DataFrame, int]:
     origin = rebase_columns(cols)
     steps = np.flatnonzero(kind_is(cols["kind"], "step"))
     if not len(steps):
-        events = events_frame(cols)
-        _steps_without_markers(events, meta)
+        events = _steps_without_markers(events_frame(cols), meta)
         return events, origin
     from ..steps import source_named
 
@@ -189,18 +188,27 @@ def _joined_parts(parts: list[Rows], meta, memory: list) -> tuple[pd.DataFrame, 
         meta.extra["steps_source"] = source_of(events)
         assign_steps(events, meta)
     else:
-        _steps_without_markers(events, meta)
+        events = _steps_without_markers(events, meta)
     return events, origin
 
 
-def _steps_without_markers(events: pd.DataFrame, meta) -> None:
-    """No ProfilerStep / TF steps: a repeated user range that covers the window becomes the steps, if there is one
-    (without step rows every row keeps step -1, which build_events set)."""
-    from ..steps import choose, mark, source_of
+def _steps_without_markers(events: pd.DataFrame, meta) -> pd.DataFrame:
+    """No ProfilerStep / TF steps: a repeated user range that covers the window becomes the steps, if there is one;
+    else the iterations between the optimizer's own calls (``steps.optimizer_iterations``: step rows added), so
+    every rule, the ledger and the steady-state model see the loop (without step rows every row keeps step -1,
+    which build_events set). Returns the events (a new frame when rows were added)."""
+    from ..steps import add_iterations, choose, mark, optimizer_iterations, source_of
 
     picked = choose(events)
     if picked is not None and mark(events, picked["marker"]):
         meta.extra["steps_source"] = picked
         assign_steps(events, meta)
-    else:
-        meta.extra["steps_source"] = source_of(events)
+        return events
+    found = optimizer_iterations(events)
+    if found is not None:
+        events = add_iterations(events, found[0])
+        meta.extra["steps_source"] = found[1]
+        assign_steps(events, meta)
+        return events
+    meta.extra["steps_source"] = source_of(events)
+    return events

@@ -109,9 +109,9 @@ def render(analysis: Analysis, html_name: str | None = None, max_chars: int = MA
     head += steps_markdown(step_report(analysis), esc)
     mem_devices = analysis.views.memory.devices
     if mem_devices:
-        from .memory_view import summary_line
+        from .memory_view import summary_groups
 
-        head += ["**GPU memory:** " + "; ".join(f"rank {d.rank} GPU {d.device}: {esc(summary_line(d), 300)}" for d in mem_devices[:8]), ""]
+        head += ["**GPU memory:** " + "; ".join(f"{where}: {esc(line, 300)}" for where, line in summary_groups(mem_devices)[:8]), ""]
     head += _efficiency_markdown(analysis)
     if meta.extra.get("generated"):
         head += [f"> Generated trace: {esc(meta.extra['generated'], 300)}. Its GPU activity was not measured.", ""]

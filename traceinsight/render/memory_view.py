@@ -104,6 +104,31 @@ def _short_step(name: str) -> str:
     return f"#{digits}" if digits else name[:10]
 
 
+def summary_groups(devices) -> list[tuple[str, str]]:
+    """(where, summary line) per GPU, the GPUs of one rank whose lines are identical in one entry ("rank 0 GPUs
+    1-6"): eight GPUs of which two ran work, all holding the same preallocated pool, are one line, not eight."""
+    out: list[tuple[int, list[int], str]] = []
+    for d in devices:
+        line = summary_line(d)
+        same = next((g for g in out if g[0] == d.rank and g[2] == line), None)
+        if same is not None:
+            same[1].append(d.device)
+        else:
+            out.append((d.rank, [d.device], line))
+    return [(f"rank {r} " + (f"GPU {devs[0]}" if len(devs) == 1 else f"GPUs {_ranges(devs)}"), line) for r, devs, line in out]
+
+
+def _ranges(devs: list[int]) -> str:
+    """0, 1, 2, 5 -> "0-2, 5"."""
+    devs = sorted(devs)
+    parts, a = [], devs[0]
+    for prev, cur in zip(devs, devs[1:] + [None]):
+        if cur != prev + 1 if cur is not None else True:
+            parts.append(str(a) if a == prev else f"{a}-{prev}")
+            a = cur
+    return ", ".join(parts)
+
+
 def summary_line(d) -> str:
     """One line per GPU, the same in every renderer: peak allocated / reserved vs capacity, where the peak was."""
     bits = []

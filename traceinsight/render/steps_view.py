@@ -28,7 +28,8 @@ def spread_sentence(steps: dict) -> str:
     if not steps["count"]:
         return f"No steps: {src['why']}."
     sp = steps["spread"]
-    how = {"profiler": "the profiler's markers", "auto": "picked automatically", "chosen": "chosen with --step-range"}.get(src["how"], src["how"])
+    how = {"profiler": "the profiler's markers", "auto": "picked automatically", "chosen": "chosen with --step-range",
+           "optimizer": "found from the optimizer's calls"}.get(src["how"], src["how"])
     text = (f"{steps['count']} steps from {src['marker']} ({how}; {src['why']}). Steady steps ({sp['steps']}): median {fmt_ns(sp['median_ns'])}, "
             f"p10-p90 {fmt_ns(sp['p10_ns'])}-{fmt_ns(sp['p90_ns'])}, min-max {fmt_ns(sp['min_ns'])}-{fmt_ns(sp['max_ns'])}")
     o = steps.get("outlier")

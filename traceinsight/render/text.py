@@ -88,10 +88,10 @@ def render(analysis: Analysis, width: int = 110, **_: Any) -> str:
         _print(con, _table("Where the GPU time went (% of each device's window)", cols, rows, text_col=0, width=width))
     mem_devices = analysis.views.memory.devices
     if mem_devices:
-        from .memory_view import summary_line
+        from .memory_view import summary_groups
 
-        for d in mem_devices:
-            con.print(f"GPU memory, rank {d.rank} GPU {d.device}: {escape(summary_line(d))}")
+        for where, line in summary_groups(mem_devices):
+            con.print(f"GPU memory, {where}: {escape(line)}")
     if s.steps:
         st = s.steps
         con.print(f"steps: {st['count']}  mean {fmt_ns(st['mean_ns'])}  median {fmt_ns(st['median_ns'])}  max {fmt_ns(st['max_ns'])}")

@@ -10,7 +10,10 @@ Built-in rules (``traceinsight.rules``) and third-party rules import from here, 
 * ``cache``: ``memo``, the analysis' named slot for a query several rules ask;
 * ``groups``: rows grouped by several keys in first-appearance order, without a grouped frame (``first_seen_groups``);
 * ``releases``: whether releases of device memory were asked for or the allocator's own flush
-  (``asked_for``, ``outside_framework_ops``, ``ASKED_BELOW_PEAK_SHARE``);
+  (``asked_for``, ``outside_framework_ops``, ``ASKED_BELOW_PEAK_SHARE``), and whether the allocator caches at all
+  (``uncached_allocator``, ``allocator_off_calls``);
+* ``inuse``: what the trace shows is already in use (foreach/fused optimizer, torch.compile, CUDA graphs:
+  ``in_use``), so no fix advises it again;
 * ``warmup``: the ledger's warm-up per gap and start-up calls (``gap_warmup_ns``, ``warmup_by_gap``, ``startup_call_gaps``),
   warm-up steps and steady-state recompiles (``warmup_steps``, ``steady_recompiles``).
 
@@ -26,7 +29,8 @@ from .enclosing import ThreadCodes, Enclosing, host_columns, cpu_op_enclosing, i
 from .usercode import SYNC_CALLS, RECORD_STACKS, user_frame, innermost_user_frame, user_frames_at, user_code_sentence, has_python_frames, user_frame_texts, shown_frames, lead_source, source_line
 from .gaps import next_launch_ns, host_starved_gaps, sync_calls, ledger_gaps, closing_syncs, inference_ranks, request_boundary_gaps
 from .warmup import gap_warmup_ns, warmup_by_gap, startup_call_gaps, steady_recompiles, warmup_steps
-from .releases import ASKED_BELOW_PEAK_SHARE, asked_for, outside_framework_ops
+from .inuse import IN_USE, in_use
+from .releases import ASKED_BELOW_PEAK_SHARE, asked_for, outside_framework_ops, uncached_allocator, allocator_off_calls
 
 __all__ = [
     "memo",
@@ -74,4 +78,8 @@ __all__ = [
     "ASKED_BELOW_PEAK_SHARE",
     "asked_for",
     "outside_framework_ops",
+    "uncached_allocator",
+    "allocator_off_calls",
+    "IN_USE",
+    "in_use",
 ]
