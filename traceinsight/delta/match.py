@@ -76,7 +76,8 @@ def comparability(base: S.Side, head: S.Side) -> dict[str, Any]:
         reasons.insert(1 if reasons and not ok else 0, f"only {'BASE' if has_a else 'HEAD'} has step markers: the step structure differs")
     elif not has_a and not S.repeats(base) and not S.repeats(head):
         reasons.append("no step markers on either side: the GPU windows are compared, one sample each (no interval)")
-    once = one_time_work(base, head, steps_on_both=has_a and has_b)
+    once = one_time_work(base, head, steps_on_both=has_a and has_b,
+                         steady=(S.step_samples(base).size, S.step_samples(head).size))
     if once:
         ok = False
         reasons.insert(0, once)
@@ -89,12 +90,18 @@ def comparability(base: S.Side, head: S.Side) -> dict[str, Any]:
 ONE_TIME_PCT = 50.0
 
 
-def one_time_work(base: S.Side, head: S.Side, *, steps_on_both: bool) -> str | None:
+def one_time_work(base: S.Side, head: S.Side, *, steps_on_both: bool, steady: tuple[int, int] = (0, 0)) -> str | None:
     """The reason two captures cannot be compared when one (or both) is mostly one-time work, else None. Steps on
-    both sides are compared without their warm-up steps, so only a side without steady steps can be swamped."""
+    both sides are compared without their warm-up steps, so a side mostly of one-time work still compares when the
+    steady steps after its warm-up are enough for an interval (``stats.MIN_SAMPLES``); with fewer, the few steps
+    left after a compilation would decide the answer, so the window is called one-time work instead."""
+    from .stats import MIN_SAMPLES
+
     pa, pb = S.warmup_share_pct(base), S.warmup_share_pct(head)
     big_a, big_b = (pa or 0.0) >= ONE_TIME_PCT, (pb or 0.0) >= ONE_TIME_PCT
-    if steps_on_both or not (big_a or big_b):
+    if steps_on_both:
+        big_a, big_b = big_a and steady[0] < MIN_SAMPLES, big_b and steady[1] < MIN_SAMPLES
+    if not (big_a or big_b):
         return None
     advice = "profile after warm-up (a profiler schedule with wait/warmup steps) to compare the steady state"
     if big_a and big_b:
