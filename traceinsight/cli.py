@@ -349,6 +349,7 @@ def mcp_server(
         typer.Option("--root", help="A folder the server may read traces from (repeatable). Default: the working directory."),
     ] = None,
     allow_rules: Annotated[bool, typer.Option("--allow-rules", help="Let analyze() run rule files (they are code) under the roots.")] = False,
+    max_analyses: Annotated[int, typer.Option("--max-analyses", help="Analyses that may run at once; another is answered 'busy' (1-64).")] = 2,
 ) -> None:
     """Serve the analysis to an AI agent over MCP (stdio): analyze, finding, ledger, steps, ranges, rules, rule."""
     try:
@@ -360,7 +361,7 @@ def mcp_server(
     from .agent.tools import ToolError
 
     try:
-        serve(root or [], allow_rules=allow_rules)
+        serve(root or [], allow_rules=allow_rules, max_analyses=max_analyses)
     except ToolError as exc:
         typer.echo(f"traceinsight: error: {terminal(exc)}", err=True)
         raise typer.Exit(2) from None
