@@ -414,6 +414,11 @@ def main() -> None:
     except KeyboardInterrupt:
         typer.echo("traceinsight: interrupted", err=True)
         sys.exit(130)
+    except MemoryError:  # past every reader's own handler (a diff's resampling, a renderer): one line, its own code
+        from .errors import EXIT_OUT_OF_MEMORY
+
+        typer.echo("traceinsight: error: out of memory: the input needs more memory than this machine has", err=True)
+        sys.exit(EXIT_OUT_OF_MEMORY)
     except SystemExit as done:
         if not _teardown_free:
             raise

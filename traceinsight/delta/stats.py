@@ -43,7 +43,16 @@ class Shift:
 
 
 def _medians(x: np.ndarray, rng: np.random.Generator, n: int) -> np.ndarray:
-    return np.median(x[rng.integers(len(x), size=(n, len(x)))], axis=1)
+    """The medians of ``n`` resamples of ``x``, drawn in blocks of at most ``MAX_DRAWS`` samples: memory stays
+    bounded whatever the step count (the generator's stream, hence every figure, is the same as one draw)."""
+    rows = max(1, MAX_DRAWS // max(len(x), 1))
+    if rows >= n:
+        return np.median(x[rng.integers(len(x), size=(n, len(x)))], axis=1)
+    out = np.empty(n)
+    for a in range(0, n, rows):
+        b = min(a + rows, n)
+        out[a:b] = np.median(x[rng.integers(len(x), size=(b - a, len(x)))], axis=1)
+    return out
 
 
 def shift(base: "np.ndarray | list[float]", head: "np.ndarray | list[float]", confidence: float = CONFIDENCE) -> Shift:
