@@ -36,11 +36,28 @@ def build(session: Session) -> Any:
     from mcp.server.mcpserver import MCPServer
     from mcp.server.mcpserver.exceptions import ToolError as McpToolError
 
+    from ..sanitize import terminal
     from ..version import __version__
 
-    server = MCPServer("traceinsight", version=__version__, instructions=INSTRUCTIONS)
+    class Server(MCPServer):
+        async def call_tool(self, name, arguments, context=None):  # type: ignore[override]
+            """The SDK's call, with an argument its schema rejects told in one line that names the argument (the
+            SDK's own text is pydantic's multi-line report)."""
+            from pydantic import ValidationError
 
-    from ..sanitize import terminal
+            try:
+                return await super().call_tool(name, arguments, context)
+            except McpToolError as exc:
+                cause = exc.__cause__
+                if not isinstance(cause, ValidationError):
+                    raise
+                errors = cause.errors()
+                first = errors[0] if errors else {"loc": ("?",), "msg": "invalid"}
+                arg = ".".join(str(p) for p in first.get("loc", ())) or "arguments"
+                more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+                raise McpToolError(f"Error executing tool {terminal(name, 40)}: {terminal(arg, 80)}: {terminal(first.get('msg', 'invalid'), 200)}{more}") from None
+
+    server = Server("traceinsight", version=__version__, instructions=INSTRUCTIONS)
 
     def call(method, *args, **kwargs) -> dict[str, Any]:
         """The method's result, or a tool error of one line; nothing a request does reaches stderr as a traceback."""

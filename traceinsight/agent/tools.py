@@ -508,9 +508,12 @@ def _quote_in_prose(value: Any, names: list[str]) -> None:
 
 
 def _clean(value: Any) -> Any:
-    """Every string in a report with controls, bidi and invisible characters made visible, and bounded."""
+    """Every string in a report with controls, bidi and invisible characters made visible, and bounded; every
+    non-finite number made ``None`` (JSON has no NaN: one would make the whole result unreadable)."""
     if isinstance(value, str):
         return data_text(value, MAX_STRING)
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
     if isinstance(value, dict):
         return {_clean(k) if isinstance(k, str) else k: _clean(v) for k, v in value.items()}
     if isinstance(value, list):
