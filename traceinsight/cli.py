@@ -380,7 +380,7 @@ def diff_cmd(
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write here instead of stdout (a folder when several formats are asked for).")] = None,
     fail_if_slower: Annotated[
         Optional[float],
-        typer.Option("--fail-if-slower", min=0.0, help="Exit 1 when HEAD's step is slower by more than this percentage and outside the noise of the per-step samples; exit 5 when it is slower by more but within the noise."),
+        typer.Option("--fail-if-slower", help="Exit 1 when HEAD's step is slower by more than this percentage and outside the noise of the per-step samples; exit 5 when it is slower by more but within the noise."),
     ] = None,
     trace_format: Annotated[Optional[str], typer.Option("--trace-format", help="Force the parser for trace inputs (see analyze).")] = None,
     same_workload: Annotated[bool, typer.Option("--same-workload", help="Compare even when the op mix differs: you vouch both run the same model (a fix that rewrote the step, e.g. batched per-tensor ops). The report says the comparison rests on your word.")] = False,
