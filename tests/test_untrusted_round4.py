@@ -503,3 +503,19 @@ def test_unreachable_scheduler_prints_no_ignored_exception(tmp_path: Path) -> No
     assert p.returncode == 7, p.stderr
     assert "Traceback" not in p.stderr and "Exception ignored" not in p.stderr
     assert p.stderr.strip().splitlines()[-1].startswith(f"traceinsight: error: no Dask scheduler at tcp://127.0.0.1:{port}")
+
+
+def test_quoting_leaves_quoted_text_alone_and_diff_prose_is_quoted(root: Path) -> None:
+    from traceinsight.agent.tools import _Quoter
+
+    q = _Quoter(["aten::some_long_op_name"])
+    once = q("mostly in aten::some_long_op_name")
+    assert once == f"mostly in {QUOTE_OPEN}aten::some_long_op_name{QUOTE_CLOSE}" and q(once) == once
+    _kineto(root / "a.json")
+    _kineto(root / "b.json", kernel="another_gemm_kernel_name")
+    s = Session([root])
+    a, b = (s.analyze(n)["analysis_id"] for n in ("a.json", "b.json"))
+    doc = s.diff(a, b)["diff"]
+    assert f"{QUOTE_OPEN}another_gemm_kernel_name{QUOTE_CLOSE}: 0 -> 20 per step" in doc["comparability"]["reasons"]
+    assert doc["kernels"][0]["name"] == "another_gemm_kernel_name"  # a field holds the plain name
+    json.dumps(doc, allow_nan=False)

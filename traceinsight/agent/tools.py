@@ -57,7 +57,7 @@ QUOTE_OPEN, QUOTE_CLOSE = "\u27e6", "\u27e7"
 #: Trace strings shorter than this are not looked for in prose (too short to carry a sentence; "compute" is a word).
 MIN_QUOTED = 8
 #: Report keys whose strings are the tool's prose, which may quote trace strings.
-PROSE_KEYS = frozenset({"sentence", "title", "message", "headline", "warnings", "notes", "note", "what_if_note"})
+PROSE_KEYS = frozenset({"sentence", "title", "message", "headline", "warnings", "notes", "note", "what_if_note", "reasons", "reason"})
 
 #: The finding fields the list view carries; ``finding`` returns the rest.
 _LIST_FIELDS = (
@@ -313,6 +313,9 @@ class Session:
             doc[f"{key}_total"] = len(doc[key])
             doc[key] = doc[key][:rows]
         doc.pop("ledger_steps", None)  # per-step bars are for the HTML page; the per-bucket table answers "why"
+        names = [str(r.get("name")) for s in sides for key in ("kernels", "ops") for r in ((s.workload or {}).get(key) or [])
+                 if isinstance(r, dict) and len(str(r.get("name"))) >= MIN_QUOTED]
+        _quote_in_prose(doc, names)  # the diff's sentences quote kernel and op names too
         return {"result_version": RESULT_VERSION, "base_id": base_id, "head_id": head_id, "diff": _clean(doc)}
 
     def rules(self) -> dict[str, Any]:
@@ -476,6 +479,10 @@ class _Quoter:
             return s
         out, i, last = [], 0, 0
         while i < len(s):
+            if s.startswith(QUOTE_OPEN, i):  # quoted already (a title a diff repeats): left as it is
+                end = s.find(QUOTE_CLOSE, i)
+                i = len(s) if end < 0 else end + 1
+                continue
             m = self._match(s, i)
             if m:
                 piece = s[i : i + m].replace(QUOTE_OPEN, "\\u27e6").replace(QUOTE_CLOSE, "\\u27e7")
