@@ -275,6 +275,10 @@ def mcp_cases() -> list[Case]:
         logdir_with_link(d)
         return mcp("root", [("analyze", {"path": "logdir"}, False)])
 
+    def one_host(d: Path, results: list[dict]) -> str | None:
+        trace = json.loads(results[0]["text"])["trace"]
+        return "the outside host's GPU came back" if str(7 * GiB) in json.dumps(trace) or len(trace["devices"]) != 1 else None
+
     def pyproject_rules(d: Path) -> dict:
         (d / "root").mkdir()
         kineto(d / "root" / "t.json")
@@ -313,10 +317,10 @@ def mcp_cases() -> list[Case]:
 
     def configuration_listed(d: Path, results: list[dict]) -> str | None:
         r = json.loads(results[0]["text"])
-        return None if r["configuration"]["file"] is None and r["findings_total"] >= 1 else "a pyproject above the root applied"
+        return None if (r.get("configuration") or {}).get("file", "absent") is None and r["findings_total"] >= 1 else "a pyproject above the root applied"
 
     return [c("job folder under the root, rank linking out", job_in_root), c("root as '.', rank linking out", dot_root),
-            c("root as 'file/..'", file_dotdot), c("logdir host linking out", logdir),
+            c("root as 'file/..'", file_dotdot), c("logdir host linking out", logdir, one_host),
             c("pyproject rules outside the root (--allow-rules)", pyproject_rules), c("pyproject above the root", pyproject_above, configuration_listed),
             c("NUL path, '²' id, int/str ids, inf gate, bad types, long code", errors, injected)]
 
@@ -441,7 +445,10 @@ def run(case: Case, work: Path) -> dict:
                 except ValueError:
                     res["absurd"], res["why"] = 1, f"{tool}: a result that is not valid JSON"
         if case.check and not res["silent"] and not res["traceback"]:
-            why = case.check(d, results)
+            try:
+                why = case.check(d, results)
+            except Exception as exc:  # noqa: BLE001 - a result without the expected shape is a wrong result
+                why = f"{type(exc).__name__}: {exc}"
             if why:
                 res["absurd"], res["why"] = 1, why
         return res
