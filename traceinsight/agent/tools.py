@@ -27,6 +27,7 @@ Safety, because the caller is a model acting for a user:
 from __future__ import annotations
 
 import math
+import numbers
 import os
 import threading
 from pathlib import Path
@@ -381,8 +382,8 @@ def _int(value: Any, arg: str) -> int:
     """A whole-number argument (an int, or a string of ASCII digits as some clients send), else a ToolError naming it."""
     if isinstance(value, bool):
         raise ToolError(f"{arg}: expects a whole number, got {terminal(value, 40)}")
-    if isinstance(value, int):
-        return max(min(value, 1 << 62), -(1 << 62))
+    if isinstance(value, numbers.Integral):
+        return max(min(int(value), 1 << 62), -(1 << 62))
     if isinstance(value, float) and math.isfinite(value) and value == int(value):
         return int(value)
     if isinstance(value, str) and value.strip().lstrip("-").isascii() and value.strip().lstrip("-").isdigit() and len(value) < 20:

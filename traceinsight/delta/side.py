@@ -183,14 +183,14 @@ def _implausible(rep: _Report) -> str | None:
                     v = getattr(r, f, None)
                     if v is not None and bad(float(v)):
                         return f"workload.{key}[{i}].{f} is {v}"
-        if w.batch is not None and not 0 < w.batch <= MAX_FIGURE:
+        if w.batch is not None and not 0 <= w.batch <= MAX_FIGURE:
             return f"workload.batch is {w.batch}"
     for key, rows in (("by_device", rep.ledger.by_device), ("by_step", rep.ledger.by_step)):
         for i, r in enumerate(rows):
             if bad(float(r.window_ns)):
                 return f"ledger.{key}[{i}].window_ns is {r.window_ns}"
             for b, v in r.ns.items():
-                if bad(float(v)):
+                if bad(float(v), -1.0):  # a bucket's ns; -1 leaves room for rounding
                     return f"ledger.{key}[{i}].ns.{str(b)[:40]} is {v}"
     for i, d in enumerate(rep.summary.devices):
         if d.busy_pct is not None and bad(float(d.busy_pct), 0.0, 100.0 + 1e-6):
