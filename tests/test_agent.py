@@ -16,7 +16,7 @@ import pytest
 
 from tests.helpers.kineto_writer import KinetoTrace
 from traceinsight.agent.store import Store
-from traceinsight.agent.tools import Session, ToolError
+from traceinsight.agent.tools import QUOTE_CLOSE, QUOTE_OPEN, Session, ToolError
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE = REPO / "sample_traces" / "lstm_fallback.json.gz"
@@ -29,6 +29,17 @@ def _cli_json(path: Path, cwd: Path) -> dict:
     )
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout)
+
+
+def _plain(value):
+    """A result with the quote marks around trace strings in prose taken out (the CLI's JSON has none)."""
+    if isinstance(value, str):
+        return value.replace(QUOTE_OPEN, "").replace(QUOTE_CLOSE, "")
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value
 
 
 @pytest.fixture
@@ -64,7 +75,7 @@ def test_analyze_matches_cli_json(root: Path) -> None:
     s = Session([root])
     r = s.analyze("lstm.json.gz")
     cli = _cli_json(root / "lstm.json.gz", root)
-    assert r["verdict"] == cli["verdict"]
+    assert _plain(r["verdict"]) == cli["verdict"]
     assert r["kpis"] == cli["kpis"]
     assert r["ledger_total"] == cli["ledger"]["total"]
     assert [(f["code"], f["impact_ns"], f["severity"], f["fingerprint"]) for f in r["findings"]] == [
@@ -75,7 +86,7 @@ def test_analyze_matches_cli_json(root: Path) -> None:
     f = s.finding(r["analysis_id"], 0, all_frameworks=True)["finding"]
     c = cli["findings"][0]
     for key in ("code", "title", "message", "metrics", "what_if", "fixes", "explains", "impact_pct_span"):
-        assert f[key] == c[key], key
+        assert _plain(f[key]) == c[key], key
     assert f["evidence"]["rows"] == c["evidence"]["rows"][: len(f["evidence"]["rows"])]
     assert f["evidence"]["total"] == c["evidence"]["total_rows"]
 
@@ -246,7 +257,7 @@ def test_mcp_server_over_stdio(root: Path, tmp_path: Path) -> None:
             assert not res.is_error, res.content
             overview = res.structured_content
             assert json.loads(res.content[0].text) == overview  # text for text-only clients, same JSON
-            assert overview["verdict"] == cli["verdict"] and overview["kpis"] == cli["kpis"]
+            assert _plain(overview["verdict"]) == cli["verdict"] and overview["kpis"] == cli["kpis"]
             assert [f["impact_ns"] for f in overview["findings"]] == [f["impact_ns"] for f in cli["findings"][:2]]
             assert overview["next_offset"] == (2 if len(cli["findings"]) > 2 else None)
 

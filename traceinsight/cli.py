@@ -399,6 +399,7 @@ def mcp_server(
         typer.Option("--root", help="A folder the server may read traces from (repeatable). Default: the working directory."),
     ] = None,
     allow_rules: Annotated[bool, typer.Option("--allow-rules", help="Let analyze() run rule files (they are code) under the roots.")] = False,
+    max_analyses: Annotated[int, typer.Option("--max-analyses", help="Analyses that may run at once; another is answered 'busy' (1-64).")] = 2,
 ) -> None:
     """Serve the analysis to an AI agent over MCP (stdio): analyze, finding, ledger, steps, ranges, rules, rule."""
     try:
@@ -410,7 +411,7 @@ def mcp_server(
     from .agent.tools import ToolError
 
     try:
-        serve(root or [], allow_rules=allow_rules)
+        serve(root or [], allow_rules=allow_rules, max_analyses=max_analyses)
     except ToolError as exc:
         typer.echo(f"traceinsight: error: {terminal(exc)}", err=True)
         raise typer.Exit(2) from None
@@ -429,7 +430,7 @@ def diff_cmd(
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write here instead of stdout (a folder when several formats are asked for).")] = None,
     fail_if_slower: Annotated[
         Optional[float],
-        typer.Option("--fail-if-slower", min=0.0, help="Exit 1 when HEAD's step is slower by more than this percentage and outside the noise of the per-step samples; exit 5 when it is slower by more but within the noise."),
+        typer.Option("--fail-if-slower", help="Exit 1 when HEAD's step is slower by more than this percentage and outside the noise of the per-step samples; exit 5 when it is slower by more but within the noise."),
     ] = None,
     trace_format: Annotated[Optional[str], typer.Option("--trace-format", help="Force the parser for trace inputs (see analyze).")] = None,
     same_workload: Annotated[bool, typer.Option("--same-workload", help="Compare even when the op mix differs: you vouch both run the same model (a fix that rewrote the step, e.g. batched per-tensor ops). The report says the comparison rests on your word.")] = False,
@@ -624,6 +625,11 @@ def main() -> None:
     except KeyboardInterrupt:
         typer.echo("traceinsight: interrupted", err=True)
         sys.exit(130)
+    except MemoryError:  # past every reader's own handler (a diff's resampling, a renderer): one line, its own code
+        from .errors import EXIT_OUT_OF_MEMORY
+
+        typer.echo("traceinsight: error: out of memory: the input needs more memory than this machine has", err=True)
+        sys.exit(EXIT_OUT_OF_MEMORY)
     except SystemExit as done:
         if not _teardown_free:
             raise

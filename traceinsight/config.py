@@ -34,16 +34,19 @@ class Config:
     rule_paths: list[str] = field(default_factory=list)
     min_impact: float = DEFAULT_MIN_IMPACT_PCT  # % of the GPU window below which findings are not reported
     warnings: list[str] = field(default_factory=list)  # what reading the configuration left out, for the report
+    source: str | None = None  # the pyproject.toml read, if any
+    from_file: dict[str, Any] = field(default_factory=dict)  # what that file set, as it set it
 
     @classmethod
-    def from_pyproject(cls, path: str | Path | None = None, *, trust: bool | None = None) -> "Config":
+    def from_pyproject(cls, path: str | Path | None = None, *, trust: bool | None = None, implicit: bool = False) -> "Config":
         """``[tool.traceinsight]`` of ``path``, or of the nearest pyproject.toml above the working directory.
 
-        Rule paths are kept when ``path`` is given, or ``trust`` (default: the ``TRACEINSIGHT_TRUST_PYPROJECT``
-        environment variable) allows it; otherwise they are dropped with a warning.
+        Rule paths are kept when ``path`` is given (unless ``implicit``: a file found by a search, e.g. the MCP
+        server's from its root), or ``trust`` (default: the ``TRACEINSIGHT_TRUST_PYPROJECT`` environment variable)
+        allows it; otherwise they are dropped with a warning.
         """
-        explicit = path is not None
-        p = Path(path) if explicit else find_pyproject()
+        explicit = path is not None and not implicit
+        p = Path(path) if path is not None else find_pyproject()
         cfg = cls()
         if p is None:
             return cfg
@@ -59,6 +62,8 @@ class Config:
             raise ConfigError(f"{p}: invalid TOML: {exc}") from None
         if not isinstance(data, dict):
             raise ConfigError(f"{p}: [tool.traceinsight] must be a table")
+        cfg.source = str(p)
+        cfg.from_file = copy.deepcopy(data)
         if "min_impact" in data:
             cfg.min_impact = check_min_impact(data["min_impact"], f"{p}: min_impact")
         cfg.select = _str_list(data.get("select", []), p, "select")
@@ -81,6 +86,11 @@ class Config:
                 raise ConfigError(f"{p}: [tool.traceinsight.rule.{code}] must be a table")
             cfg._apply(code, opts)
         return cfg
+
+    def described(self) -> dict[str, Any]:
+        """Where the configuration came from and what that file set (for results that must say what shaped them)."""
+        return {"file": self.source, "settings": self.from_file, "rule_files": list(self.rule_paths),
+                "warnings": list(self.warnings)}
 
     def with_overrides(
         self,
@@ -141,6 +151,31 @@ def check_worse_by(value: Any, where: str = "--worse-by") -> float:
     return check_number(value, where, 0.0, 1e6, "a growth in percent")
 
 
+def check_fail_if_slower(value: Any, where: str = "--fail-if-slower") -> float:
+    """The diff gate's threshold: a finite slowdown in percent (1000 % is an 11× slower step)."""
+    return check_number(value, where, 0.0, 1000.0, "a slowdown in percent")
+
+
+#: Ranges of the user's efficiency figures: no GPU computes 10 PFLOP/s dense or moves 100 TB/s, and none is under
+#: a GFLOP/s; a model step of 10^22 FLOPs is far beyond any trained today on one device.
+PEAK_TFLOPS_RANGE = (1e-3, 1e4)
+PEAK_GBS_RANGE = (1.0, 1e5)
+MODEL_FLOPS_RANGE = (1.0, 1e22)
+
+
+def check_efficiency(settings: Any) -> Any:
+    """``settings`` (an ``EfficiencySettings`` or None) with every given figure checked against its range."""
+    if settings is None:
+        return None
+    for attr, flag, (lo, hi), what in (("peak_tflops", "--peak-tflops", PEAK_TFLOPS_RANGE, "dense TFLOP/s"),
+                                       ("peak_bandwidth_gbs", "--peak-bandwidth", PEAK_GBS_RANGE, "GB/s"),
+                                       ("model_flops_per_step", "--model-flops-per-step", MODEL_FLOPS_RANGE, "FLOPs per step")):
+        v = getattr(settings, attr, None)
+        if v is not None:
+            setattr(settings, attr, check_number(v, flag, lo, hi, what))
+    return settings
+
+
 def check_rule_timeout(value: Any, where: str = "--rule-timeout") -> float | None:
     """Seconds a rule may run (0 or None: no limit)."""
     if value is None:
@@ -163,9 +198,12 @@ def parse_assignments(assignments: Iterable[str]) -> dict[str, dict[str, str]]:
     return out
 
 
-def find_pyproject() -> Path | None:
-    here = Path.cwd()
+def find_pyproject(start: Path | None = None, stop: Path | None = None) -> Path | None:
+    """The nearest pyproject.toml from ``start`` (default: the working directory) upward, not above ``stop``."""
+    here = Path.cwd() if start is None else Path(start)
     for d in (here, *here.parents):
+        if stop is not None and not (d == stop or d.is_relative_to(stop)):
+            return None
         p = d / "pyproject.toml"
         if p.is_file():
             return p

@@ -132,6 +132,8 @@ def build(views: Any, settings: EfficiencySettings | None = None) -> Efficiency:
             counts = count_ops(tl.events, kernels)
         except (ValueError, TypeError, OverflowError, KeyError, IndexError) as exc:  # untrusted shapes: say so, go on
             notes.append(f"the FLOPs model could not read this trace's shapes ({type(exc).__name__}); FLOPs are not shown")
+    if counts is not None:
+        counts = plausible_flops(counts, peak, notes)
     shapes = bool(counts and counts.shapes_recorded)
 
     # class of every GPU activity row: the launching op's class, else the kernel name's
@@ -281,6 +283,41 @@ def build(views: Any, settings: EfficiencySettings | None = None) -> Efficiency:
 
 
 TOP_OPS = 15
+
+#: An op's FLOPs are believed while its kernels' achieved rate stays under the device's fastest dense peak × this
+#: (structured sparsity doubles a datasheet figure); past it the recorded shapes are wrong, not the GPU fast.
+FLOPS_MARGIN = 2.0
+#: The rate bound where the peak is unknown: no device computes 10^17 FLOP/s (100 PFLOP/s).
+MAX_FLOPS_RATE = 1e17
+
+
+def plausible_flops(counts: OpCounts, peak: PeakChoice, notes: list[str]) -> OpCounts:
+    """``counts`` without the FLOPs no GPU could compute: an op whose FLOPs (from ``Input Dims``) over its kernels'
+    time exceed the peak (``FLOPS_MARGIN``, ``MAX_FLOPS_RATE``), or whose FLOPs are not finite, keeps its class but
+    loses its FLOPs, bytes and modelled time, so MFU and achieved TFLOP/s count only believable work; a note says
+    how many and why (a shape of 10^12 gave an MFU of 10^27 %)."""
+    ops = counts.ops
+    if not len(ops):
+        return counts
+    fastest = max((float(v) for v in peak.tflops.values()), default=0.0) * 1e12 * FLOPS_MARGIN
+    bound = min(fastest, MAX_FLOPS_RATE) if fastest > 0 else MAX_FLOPS_RATE
+    flops = ops["flops"].to_numpy(dtype=np.float64)
+    ns = ops["kernel_ns"].to_numpy(dtype=np.float64)
+    with np.errstate(all="ignore"):
+        rate = flops / (ns / 1e9)
+        bad = ~np.isfinite(flops) | (flops < 0) | ((ns > 0) & (rate > bound))
+    if not bad.any():
+        return counts
+    ops = ops.copy()
+    for col in ("flops", "bytes", "kernel_ns"):
+        if col in ops.columns:
+            ops.loc[bad, col] = 0
+    where = f"{bound / 1e12:,.0f} TFLOP/s" + (f" ({FLOPS_MARGIN:g}× {peak.gpu or 'the given'} peak)" if fastest > 0 and fastest <= MAX_FLOPS_RATE else "")
+    notes.append(f"{int(bad.sum()):,} op(s) left out of FLOPs and MFU: their recorded shapes give more than {where}, faster than "
+                 "the GPU computes (implausible input dims)")
+    from dataclasses import replace
+
+    return replace(counts, ops=ops)
 
 #: The columns of ``Efficiency.classes`` and ``Efficiency.steps``.
 CLASS_COLUMNS = ["cls", "label", "time_ns", "share_pct", "modelled_ns", "flops", "bytes", "dtype", "achieved_tflops", "achieved_gbs",

@@ -16,7 +16,7 @@ from typing import Any, Callable, Iterable
 from . import advice, savings
 from .analysis import Analysis
 from .causes import attach_what_if, link as link_causes
-from .config import Config, check_rule_timeout, check_worse_by
+from .config import Config, check_rule_timeout, check_efficiency, check_worse_by
 from .derived import Derived
 from .errors import ConfigError
 from .framework import detect_framework
@@ -243,6 +243,7 @@ def analyze(
     cfg = (config or Config()).with_overrides(select=select, ignore=ignore, options=options, min_impact=min_impact)
     worse_by = check_worse_by(worse_by)
     rule_timeout = check_rule_timeout(rule_timeout)
+    efficiency = check_efficiency(efficiency)
     ruleset = discover([*cfg.rule_paths, *rules])
     for cls in extra_rules:
         ruleset.add(cls, "analyze(extra_rules=...)")

@@ -13,6 +13,7 @@ EXIT_INCONCLUSIVE = 5  # diff --fail-if-slower: slower than the threshold but wi
 EXIT_RULE_FAILED = 6  # a rule failed to load, raised, returned malformed findings or timed out (report still written)
 EXIT_SCHEDULER = 7  # the Dask scheduler (--scheduler / TRACEINSIGHT_SCHEDULER) is malformed or unreachable
 EXIT_RANKS_MISSING = 8  # a whole job was analysed with some rank files unreadable or skipped (--allow-missing-ranks)
+EXIT_OUT_OF_MEMORY = 9  # the input needs more memory than the machine has (never 1: a gate must not read it as "slower")
 
 
 class TraceInsightError(Exception):
@@ -33,6 +34,13 @@ class UnknownFormatError(TraceReadError):
 
 class TraceTooLargeError(TraceReadError):
     """The trace (or what it inflates to) is over the size ceiling; reading stopped at the ceiling."""
+
+
+class OutOfMemoryError(TraceReadError):
+    """Reading or comparing the input ran out of memory: one line and its own exit code, never a traceback and
+    never the code of a verdict (1 is "slower" to a diff gate)."""
+
+    exit_code = EXIT_OUT_OF_MEMORY
 
 
 class SchedulerError(TraceInsightError):

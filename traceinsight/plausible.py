@@ -199,3 +199,59 @@ def _unlinked_correlations(corr: np.ndarray, is_runtime: np.ndarray, rank: np.nd
     meta.warn(f"{int(dup.sum()):,} runtime calls share {n_ids:,} correlation ids (each launch has its own): the links of "
               f"{len(rows):,} rows through those ids were dropped, so launch and GPU rows are not matched through them")
     return new
+
+
+# --- memory rows -------------------------------------------------------------------------------------------------
+#: How far above its capacity a device's memory level may read before the row is taken as corrupt: allocator
+#: accounting and unified memory can pass the capacity a little; nothing real passes it twice.
+CAPACITY_MARGIN = 2.0
+#: Bounds where a device's capacity is unknown: no GPU holds 4 TiB, no host 1 PiB.
+MAX_GPU_BYTES = 1 << 42
+MAX_HOST_BYTES = 1 << 50
+#: Largest device index a memory row may name (a host has a few dozen GPUs at most); larger ids are corrupt, and
+#: cutting them to fit would charge another device's memory.
+MAX_DEVICE_ID = (1 << 15) - 1
+#: Page faults one record may group (a GPU fault group covers at most a few million pages of a 4 TiB range).
+MAX_FAULTS_PER_ROW = 1 << 32
+#: What a reader's own memory checks dropped: a scalar entry of its memory columns, added to ``check_memory``'s count.
+DROPPED_KEY = "_dropped"
+#: The one warning of ``check_memory`` (TI014 reads "dropped" in it as events lost).
+MEMORY_WARNING = ("{n:,} memory events with impossible figures (a level below 0 or above the device's capacity ×{m:g}, a "
+                  "size past any device, an unknown operation, a device id no GPU has, a fault count past any range) were dropped")
+
+
+def memory_limits(device: np.ndarray, rank: np.ndarray, devices) -> np.ndarray:
+    """Per memory row, the highest level it may read: its device's capacity × ``CAPACITY_MARGIN`` where the trace
+    gives one (bounded by ``MAX_GPU_BYTES``), else ``MAX_GPU_BYTES`` for a GPU and ``MAX_HOST_BYTES`` for the host."""
+    limit = np.where(device >= 0, float(MAX_GPU_BYTES), float(MAX_HOST_BYTES))
+    for d in devices:
+        cap = d.memory_bytes
+        if isinstance(cap, (int, float)) and not isinstance(cap, bool) and cap > 0:
+            limit[(rank == d.rank) & (device == d.index)] = min(float(cap) * CAPACITY_MARGIN, float(MAX_GPU_BYTES))
+    return limit
+
+
+def check_memory(mem: pd.DataFrame, meta, dropped: int = 0) -> pd.DataFrame:
+    """``mem`` (the memory table, rows as the readers gave them) without rows no capture can hold: a level
+    (``allocated``, ``reserved``) below 0 or above its device's limit (``memory_limits``), infinite or NaN where
+    the source gave one; a size (``delta_bytes``) past that limit (a failed request, ``oom``, may ask for more);
+    a fault count outside 1..``MAX_FAULTS_PER_ROW``. One warning counts them with ``dropped`` (what the readers'
+    own checks left out), so TI014 reports it; a bad row never rejects the trace."""
+    if len(mem):
+        device = mem["device"].to_numpy()
+        limit = memory_limits(device, mem["rank"].to_numpy(), meta.devices)
+        bad = np.zeros(len(mem), dtype=bool)
+        with np.errstate(invalid="ignore"):
+            for col in ("allocated", "reserved"):
+                v = mem[col].to_numpy(dtype=np.float64)
+                bad |= ~np.isnan(v) & ~((v >= 0) & (v <= limit))
+            size = np.abs(mem["delta_bytes"].to_numpy().astype(np.float64))
+            bad |= (size > limit) & (mem["kind"] != "oom").to_numpy()
+        count = mem["count"].to_numpy()
+        bad |= (count < 0) | (count > MAX_FAULTS_PER_ROW)
+        if bad.any():
+            dropped += int(bad.sum())
+            mem = mem[~bad].reset_index(drop=True)
+    if dropped:
+        meta.warn(MEMORY_WARNING.format(n=dropped, m=CAPACITY_MARGIN))
+    return mem

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
+from .fence import roots as allowed_roots, inside, why_outside
 from .rule_api import Rule
 from .rule_guard import RuleFailure, describe
 
@@ -66,8 +67,14 @@ def discover(extra_paths: Iterable[str | Path] = ()) -> RuleSet:
         if not path.exists():
             rs.failures.append(RuleFailure("?", str(path), "--rules names no such file or folder"))
             continue
+        if not path.is_dir() and allowed_roots() is not None and not inside(path, allowed_roots()):
+            rs.failures.append(RuleFailure("?", str(path), "a rules file outside the server's roots; not loaded"))
+            continue
         for f in sorted(path.glob("*.py")) if path.is_dir() else [path]:
-            if not f.name.startswith("_"):
+            why = why_outside(f, path, "rules folder") if path.is_dir() else None
+            if why:  # a module of a rules folder that links elsewhere: code the user never pointed at
+                rs.failures.append(RuleFailure("?", str(f), why))
+            elif not f.name.startswith("_"):
                 _register(rs, lambda f=f: _import_file(f), f"rules file {f}", str(f))
     return rs
 

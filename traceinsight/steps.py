@@ -239,9 +239,16 @@ def _pair(value, what: str, cast) -> tuple:
             lo, hi = (cast(a) if a.strip() else None), (cast(b) if b.strip() else None)
         except ValueError:
             raise ValueError(f"{what}: expected START:END as numbers, got {value!r}") from None
-        return lo, hi
-    lo, hi = value
+    else:
+        lo, hi = value
+    for v in (lo, hi):  # inf, NaN or a number past any clock would overflow the ns arithmetic
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not abs(v) <= _PAIR_LIMIT):
+            raise ValueError(f"{what}: expected START:END as finite numbers of at most {_PAIR_LIMIT:g}, got {str(value)[:60]!r}")
     return lo, hi
+
+
+#: Largest step number or time in ms ``--steps`` / ``--window`` take (10^12 ms is 31 years; it fits the ns clock).
+_PAIR_LIMIT = 1e12
 
 
 def window_of(events: pd.DataFrame, *, steps=None, range_name: str | None = None, window_ms=None) -> tuple[int, int, str]:

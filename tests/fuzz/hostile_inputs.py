@@ -10,7 +10,7 @@ and an address-space ceiling, and is classified (first match wins):
 
 =============  ==================================================================================================
 hang           still running at the timeout
-OOM            MemoryError, killed by the memory ceiling, or a peak RSS over ``--rss-mb`` (1 GiB: the issue's bound)
+OOM            MemoryError, exit 9 (out of memory), killed by the memory ceiling, or a peak RSS over ``--rss-mb`` (1 GiB)
 crash          ended by a signal, or an exit code outside the documented 0-4
 traceback      a Python traceback on stderr
 code exec      a marker file written by code the run should never have executed (pyproject rules, nsys binary)
@@ -58,7 +58,7 @@ from tests.helpers.nsys_writer import NsysTrace  # noqa: E402
 
 SAMPLES = ROOT / "sample_traces"
 CORPUS = ROOT.parent / "shared" / "traces"
-EXIT_DOCUMENTED = {0, 1, 2, 3, 4}
+EXIT_DOCUMENTED = {0, 1, 2, 3, 4, 9}  # 9: out of memory, one line (README "Exit codes")
 
 #: Terminal attacks: clear screen, window title (OSC 0), clipboard (OSC 52), C1 CSI, bidi override, zero width.
 ESC = "\x1b[2J\x1b]0;pwned\x07\x1b]52;c;ZXZpbA==\x07\u202etxt.exe\u200b\x9b31m"
@@ -1131,7 +1131,7 @@ def run_case(c: Case, work: Path, rss_limit_mb: int, as_limit_mb: int) -> Outcom
 
     if hung:
         return done("hang", f"killed after {c.timeout:.0f} s")
-    if "MemoryError" in err or rss > rss_limit_mb or (rc is not None and rc < 0 and rss > as_limit_mb * 0.8):
+    if "MemoryError" in err or rc == 9 or rss > rss_limit_mb or (rc is not None and rc < 0 and rss > as_limit_mb * 0.8):
         return done("OOM", f"peak RSS {rss:.0f} MB" + (" MemoryError" if "MemoryError" in err else ""))
     if rc is None or rc < 0 or rc not in EXIT_DOCUMENTED or "Fatal Python error" in err:
         return done("crash", f"exit {rc}: {err.strip().splitlines()[-1:] if err.strip() else ''}")

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from .compare import FAIL, FASTER, INCONCLUSIVE, NO_CHANGE, NOT_COMPARABLE, PASS, SCHEMA_VERSION, SLOWER, compare
-from .side import Side, from_analysis, load_side
+from ..config import check_fail_if_slower
+from .side import Side, check, from_analysis, load_side
 
 __all__ = ["Diff", "diff", "FASTER", "SLOWER", "NO_CHANGE", "INCONCLUSIVE", "NOT_COMPARABLE", "PASS", "FAIL", "SCHEMA_VERSION"]
 
@@ -58,7 +59,9 @@ def _side(x: Any, **kwargs: Any) -> Side:
     if hasattr(x, "findings") and hasattr(x, "timeline"):  # an Analysis
         return from_analysis(x)
     if isinstance(x, dict):
-        return Side(x, str((x.get("trace") or {}).get("path") or "report"))
+        label = str((x.get("trace") or {}).get("path") or "report")
+        check(x, label)
+        return Side(x, label)
     return load_side(x, **kwargs)
 
 
@@ -68,4 +71,6 @@ def diff(base: "str | os.PathLike[str] | Any", head: "str | os.PathLike[str] | A
     ``fail_if_slower`` (%) adds the gate's result (``Diff.gate``: pass, fail, inconclusive, not comparable);
     ``analyze_kwargs`` go to ``traceinsight.analyze`` for sides given as traces (e.g. ``trace_format``).
     """
+    if fail_if_slower is not None:
+        fail_if_slower = check_fail_if_slower(fail_if_slower)
     return Diff(compare(_side(base, **analyze_kwargs), _side(head, **analyze_kwargs), fail_if_slower=fail_if_slower, same_workload=same_workload))

@@ -18,9 +18,14 @@ import msgspec
 import numpy as np
 
 from ..errors import ConfigError
+from ..plausible import MAX_GAP_NS
 
 #: Bytes at the head of a file looked at to tell a traceinsight report from a trace.
 _HEAD_BYTES = 512
+#: No profiled step lasts longer than the longest quiet stretch a capture can hold (``plausible.MAX_GAP_NS``, a day).
+MAX_STEP_NS = MAX_GAP_NS
+#: Ledger figures (ns) and counts past this hold no real capture's numbers (about 146 years of nanoseconds).
+MAX_FIGURE = float(1 << 62)
 
 
 @dataclass
@@ -150,11 +155,47 @@ class _Report(msgspec.Struct):
 
 
 def check(doc: dict[str, Any], name: str) -> None:
-    """ConfigError (one line, exit 2) when the parts of a report the diff reads have the wrong types."""
+    """ConfigError (one line, exit 2) when the parts of a report the diff reads have the wrong types or figures no
+    capture can hold: a report is untrusted input, checked like a trace (steps > 0 and under a day, times and
+    counts not negative, every figure finite), so a forged HEAD cannot pass the gate as "faster"."""
     try:
-        msgspec.convert(doc, _Report)
+        rep = msgspec.convert(doc, _Report)
     except msgspec.ValidationError as exc:
         raise ConfigError(f"{name}: not a traceinsight JSON report the diff can read ({str(exc)[:200]})") from None
+    why = _implausible(rep)
+    if why:
+        raise ConfigError(f"{name}: not a report of a real capture: {why}")
+
+
+def _implausible(rep: _Report) -> str | None:
+    """The first figure of ``rep`` that no capture can hold, as "where is what", or None."""
+    def bad(v: float, lo: float = 0.0, hi: float = MAX_FIGURE) -> bool:
+        return not (math.isfinite(v) and lo <= v <= hi)
+
+    w = rep.workload
+    if w is not None:
+        for i, st in enumerate(w.steps):
+            if not 0 < st.dur_ns <= MAX_STEP_NS:
+                return f"workload.steps[{i}].dur_ns is {st.dur_ns} (a step lasts more than 0 ns and at most a day)"
+        for key, rows in (("kernels", w.kernels), ("ops", w.ops), ("shapes", w.shapes)):
+            for i, r in enumerate(rows):
+                for f in ("count", "total_ns", "per_step", "ns_per_step", "gpu_ns_per_step"):
+                    v = getattr(r, f, None)
+                    if v is not None and bad(float(v)):
+                        return f"workload.{key}[{i}].{f} is {v}"
+        if w.batch is not None and not 0 <= w.batch <= MAX_FIGURE:
+            return f"workload.batch is {w.batch}"
+    for key, rows in (("by_device", rep.ledger.by_device), ("by_step", rep.ledger.by_step)):
+        for i, r in enumerate(rows):
+            if bad(float(r.window_ns)):
+                return f"ledger.{key}[{i}].window_ns is {r.window_ns}"
+            for b, v in r.ns.items():
+                if bad(float(v), -1.0):  # a bucket's ns; -1 leaves room for rounding
+                    return f"ledger.{key}[{i}].ns.{str(b)[:40]} is {v}"
+    for i, d in enumerate(rep.summary.devices):
+        if d.busy_pct is not None and bad(float(d.busy_pct), 0.0, 100.0 + 1e-6):
+            return f"summary.devices[{i}].busy_pct is {d.busy_pct}"
+    return None
 
 
 def from_analysis(analysis: Any, label: str | None = None) -> Side:

@@ -16,7 +16,7 @@ from typing import Any, Callable, NamedTuple
 import numpy as np
 import pandas as pd
 
-from ..errors import TraceReadError, UnknownFormatError
+from ..errors import OutOfMemoryError, TraceReadError, UnknownFormatError
 from .. import plausible
 from ..timeline import (Timeline, assign_steps, assign_steps_columns, build_events, event_columns, events_frame, kind_is,
                         rebase, rebase_columns, validate, validate_columns)
@@ -95,7 +95,7 @@ def load(path: str | os.PathLike, *, format: str | None = None, progress: Progre
     except TraceReadError:
         raise
     except MemoryError:
-        raise TraceReadError(f"{path}: out of memory while reading the trace") from None
+        raise OutOfMemoryError(f"{path}: out of memory while reading the trace") from None
     except RecursionError:
         raise TraceReadError(f"{path}: cannot read {fmt} trace: nesting too deep") from None
     except Exception as exc:  # noqa: BLE001

@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from ..plausible import DROPPED_KEY, check_memory
 from ..timeline import KINDS, MEMORY_COLUMNS, TIME_LIMIT_NS, TraceMeta, build_memory
 
 #: Framework ops a memory row may be attributed to (the innermost enclosing one on the same host thread).
@@ -22,7 +23,9 @@ def join(pieces: list[tuple[dict, int | None, int]], events: pd.DataFrame, origi
     memory frame on the events' clock, sorted by (rank, device, start_ns), with ``allocated`` filled from a running
     sum where a source gives only deltas, ``step`` and ``op`` filled."""
     frames = []
+    dropped = 0
     for cols, rank, shift in pieces:
+        dropped += int(cols.get(DROPPED_KEY, 0))
         if not len(cols["start_ns"]):
             continue
         m = build_memory(cols)
@@ -31,6 +34,7 @@ def join(pieces: list[tuple[dict, int | None, int]], events: pd.DataFrame, origi
         m["start_ns"] = m["start_ns"].to_numpy() - shift - origin
         frames.append(m)
     if not frames:
+        check_memory(build_memory(), meta, dropped)
         return build_memory()
     mem = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
     for col, dtype in MEMORY_COLUMNS.items():
@@ -43,6 +47,9 @@ def join(pieces: list[tuple[dict, int | None, int]], events: pd.DataFrame, origi
         mem = mem[~bad]
     order = np.lexsort((mem["start_ns"].to_numpy(), mem["device"].to_numpy(), mem["rank"].to_numpy()))
     mem = mem.take(order).reset_index(drop=True)
+    mem = check_memory(mem, meta, dropped)
+    if mem.empty:
+        return build_memory()
     _running_totals(mem, meta)
     _steps(mem, events)
     _ops(mem, events)
@@ -62,7 +69,7 @@ def _running_totals(mem: pd.DataFrame, meta: TraceMeta) -> None:
     filled = []
     for a, b in zip(cut[:-1], cut[1:]):
         if np.isnan(alloc[a:b]).all():
-            out[a:b] = np.cumsum(delta[a:b])
+            out[a:b] = np.cumsum(delta[a:b].astype(np.float64))  # floats: a sum of int64 sizes could wrap
             filled.append(int(mem["device"].iat[a]))
     if filled:
         mem["allocated"] = out

@@ -113,11 +113,31 @@ def connect(address: str, timeout_s: float = SCHEDULER_TIMEOUT_S):
         from distributed import Client
     except ImportError:
         raise SchedulerError("--scheduler needs dask.distributed: pip install 'traceinsight[job]'") from None
+    client = Client.__new__(Client)  # kept by hand: a client whose start failed must be closed here, not at exit
     try:
-        return Client(address, set_as_default=False, timeout=timeout_s)
+        Client.__init__(client, address, set_as_default=False, timeout=timeout_s)
+        return client
     except (OSError, TimeoutError, ValueError, TypeError) as exc:
         reason = " ".join(str(exc).split())[:200] or type(exc).__name__
+        _abandon(client)
         raise SchedulerError(f"no Dask scheduler answered at {address} within {timeout_s:g} s ({reason})") from None
+    except Exception as exc:  # noqa: BLE001 - something answered that is no Dask scheduler (an HTTP server's bytes read as a 3 EiB frame: MemoryError)
+        _abandon(client)
+        raise SchedulerError(f"no Dask scheduler at {address}: what answered there is not one ({type(exc).__name__})") from None
+
+
+def _abandon(client: Any) -> None:
+    """Stop a client whose connection failed and mark it closed, so that its finaliser has nothing left to do:
+    otherwise it tries to close the connection at interpreter exit, waits 20 s and prints an ignored-exception
+    traceback after the one-line error."""
+    try:
+        client._loop_runner.stop()
+    except Exception:  # noqa: BLE001 - a client that failed before it had a loop
+        pass
+    try:
+        client.status = "closed"
+    except Exception:  # noqa: BLE001
+        pass
 
 
 def _map_dask(urls: list[str], settings: MapSettings, scheduler: Any, chunk: int | None = None) -> list:

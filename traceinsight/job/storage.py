@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from ..errors import TraceReadError
+from ..fence import why_outside
 
 #: Suffixes of per-rank trace files a job folder is made of.
 #: The environment variable that names a Dask scheduler for the whole-job path.
@@ -39,8 +40,9 @@ def is_job_path(path: str | os.PathLike) -> bool:
     try:
         if local.is_file():  # an existing file is one trace, whatever characters its name holds ("[", "*")
             return False
-        if local.is_dir():
-            return len(_local_rank_files(local)) >= 2
+        if local.is_dir():  # a refused rank (a link out, a FIFO) counts: the job path names it and exits 8
+            refused: list[str] = []
+            return len(_local_rank_files(local, refused=refused)) + len(refused) >= 2
     except OSError:  # a name too long for the file system: the reader says so in one line
         return False
     return bool(_GLOB & set(p))
@@ -59,10 +61,11 @@ def _fs(url: str, storage_options: dict[str, Any] | None):
         raise TraceReadError(f"{url}: no filesystem for {proto}:// ({exc}); pip install 'traceinsight[{extra}]'") from None
 
 
-def _local_rank_files(folder: Path, skipped: list[str] | None = None) -> list[str]:
+def _local_rank_files(folder: Path, skipped: list[str] | None = None, refused: list[str] | None = None) -> list[str]:
     """The PyTorch rank files of a local folder; files with a rank file's name that cannot be taken (a FIFO or
     other non-file, a link leading out of the folder, unreadable, empty, not a kineto trace) are listed in
-    ``skipped`` as "path: why": a broken rank must not vanish from a job without a word."""
+    ``skipped`` as "path: why": a broken rank must not vanish from a job without a word. ``refused`` gets the
+    ones refused before reading (``unusable``: links out, FIFOs, unreadable files)."""
     from ..ingest.kineto.sniff import why_not_trace
 
     out: list[str] = []
@@ -75,6 +78,8 @@ def _local_rank_files(folder: Path, skipped: list[str] | None = None) -> list[st
             if why is None:
                 out.append(str(p))
                 continue
+        elif refused is not None:
+            refused.append(f"{p}: {why}")
         if skipped is not None:
             skipped.append(f"{p}: {why}")
     return out
@@ -82,15 +87,14 @@ def _local_rank_files(folder: Path, skipped: list[str] | None = None) -> list[st
 
 def unusable(p: Path, root: Path) -> str | None:
     """Why the local rank file ``p`` (named inside ``root``) is not taken as a rank, or None when it is: a link
-    that leads out of ``root`` (a job folder must not pull in files from elsewhere), a FIFO, device or folder
-    (reading one would block or mean nothing), a file this user cannot read."""
+    that leads out of the allowed roots (``fence``: the job folder, or the MCP server's roots), a FIFO, device or
+    folder (reading one would block or mean nothing), a file this user cannot read."""
     import stat as _stat
 
     try:
-        if p.is_symlink():
-            real = p.resolve()
-            if not real.is_relative_to(root.resolve()):
-                return "a link to a file outside the job folder; not followed"
+        outside = why_outside(p, root, "job folder")
+        if outside:
+            return outside
         st = p.stat()
     except (OSError, RuntimeError) as exc:
         return f"cannot be read ({getattr(exc, 'strerror', None) or exc})"

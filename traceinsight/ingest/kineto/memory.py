@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ...plausible import DROPPED_KEY, MAX_DEVICE_ID
 from ...timeline import MEMORY_KINDS
 
 #: c10::DeviceType -> the memory table's device_type.
@@ -31,10 +32,12 @@ def memory_rows(raw: dict[str, np.ndarray] | None, origin_us: float, origin_ns: 
         for f in ("addr", "bytes", "total_allocated", "total_reserved", "device_id", "device_type"):
             v = raw[f]
             ok &= ~(np.abs(v) > _LIMIT)  # NaN (absent) stays; a number no int64 holds drops the row
+        no_device = ok & ((raw["device_id"] < -1) | (raw["device_id"] > MAX_DEVICE_ID))  # an id no GPU has: not cut to fit
     if not ok.all():
         warnings.append(f"{int((~ok).sum()):,} memory events with no usable time or size were dropped")
+    ok &= ~no_device
     if not ok.any():
-        return None
+        return {"kind": np.zeros(0, dtype=object), "start_ns": np.zeros(0, np.int64), DROPPED_KEY: int(no_device.sum())} if no_device.any() else None
     r = {k: v[ok] for k, v in raw.items()}
     oom = r["name"] == "[OutOfMemory]"
     delta = np.nan_to_num(r["bytes"], nan=0.0).astype(np.int64)
@@ -49,7 +52,7 @@ def memory_rows(raw: dict[str, np.ndarray] | None, origin_us: float, origin_ns: 
     return {
         "kind": pd.Categorical.from_codes(kind, categories=list(MEMORY_KINDS)),
         "start_ns": np.rint((r["ts"] - origin_us) * 1000.0).astype(np.int64) + origin_ns,
-        "device": np.where(on_host, -1, np.clip(dev_id, -1, 1 << 30)).astype(np.int32),
+        "device": np.where(on_host, -1, dev_id).astype(np.int32),
         "device_type": pd.Categorical.from_codes(type_code, categories=type_names),
         "delta_bytes": delta,
         "allocated": r["total_allocated"],
@@ -57,4 +60,5 @@ def memory_rows(raw: dict[str, np.ndarray] | None, origin_us: float, origin_ns: 
         "address": np.nan_to_num(r["addr"], nan=-1).astype(np.int64),
         "pid": r["pid"],
         "tid": r["tid"],
+        DROPPED_KEY: int(no_device.sum()),
     }

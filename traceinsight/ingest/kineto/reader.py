@@ -92,9 +92,11 @@ def read(path: Path, progress=None, max_bytes: int | None = None, **_: Any) -> R
 
 
 def _read_folder(folder: Path, progress, max_bytes: int | None) -> ReadResult:
-    files, others = split_rank_files(folder)
+    refused: list[str] = []
+    files, others = split_rank_files(folder, refused)
     if not files:
-        raise TraceReadError(f"{folder}: no PyTorch profiler trace files (.json / .json.gz) in this folder")
+        raise TraceReadError(f"{folder}: no PyTorch profiler trace files (.json / .json.gz) in this folder"
+                             + (f" ({len(refused)} refused; first: {refused[0]})" if refused else ""))
     if progress:
         progress(f"reading {len(files)} rank files")
     results = _read_files(files, max_bytes, RANK_POOL)
@@ -118,6 +120,9 @@ def _read_folder(folder: Path, progress, max_bytes: int | None) -> ReadResult:
         meta.extra.setdefault("files", []).append(Path(m.path).name)
     if warning:
         meta.warn(warning)
+    if refused:
+        meta.warn(f"{folder.name}: {len(refused)} rank file(s) dropped: " + "; ".join(refused[:5])
+                  + (f" and {len(refused) - 5} more" if len(refused) > 5 else ""))
     if others:
         shown = ", ".join(p.name for p in others[:5]) + (f" and {len(others) - 5} more" if len(others) > 5 else "")
         meta.warn(f"{folder.name}: {len(others)} .json file(s) left out, not PyTorch Profiler traces: {shown}")

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ...errors import TraceReadError
+from ...fence import why_outside
 from ..byteio import read_head
 
 
@@ -51,13 +52,19 @@ def why_not_trace(p: Path) -> str | None:
         return f"cannot be read ({getattr(exc, 'strerror', None) or exc})"
 
 
-def split_rank_files(folder: Path) -> tuple[list[Path], list[Path]]:
+def split_rank_files(folder: Path, refused: list[str] | None = None) -> tuple[list[Path], list[Path]]:
     """The folder's .json / .json.gz files split into PyTorch Profiler traces and the others (empty, unreadable or
     not a trace), each file's head read once: the reader names the others, since a rank's broken file must not
-    vanish from a folder without a word."""
+    vanish from a folder without a word. A link leading out of the allowed roots (``fence``) is neither: it is
+    not opened, and goes to ``refused`` as "name: why"."""
     traces: list[Path] = []
     others: list[Path] = []
     for p in _json_files(folder):
+        outside = why_outside(p, folder)
+        if outside:
+            if refused is not None:
+                refused.append(f"{p.name}: {outside}")
+            continue
         (others if why_not_trace(p) else traces).append(p)
     return traces, others
 

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ...plausible import DROPPED_KEY, MAX_DEVICE_ID, MAX_FAULTS_PER_ROW, MAX_GPU_BYTES
 from . import schema as S
 from .sql import Field, fetch
 
@@ -46,10 +47,13 @@ def read_memory(conn, tables: dict[str, set[str]]) -> dict[str, Any] | None:
     cols = tables.get(UM_GPU)
     if cols and "start" in cols:
         pieces.append(_faults(conn, UM_GPU, cols, "um_fault_gpu"))
+    dropped = sum(p.get(DROPPED_KEY, 0) for p in pieces)
     pieces = [p for p in pieces if len(p["start_ns"])]
     if not pieces:
-        return None
-    out: dict[str, Any] = {}
+        return {"kind": np.zeros(0, dtype=object), "start_ns": np.zeros(0, np.int64), DROPPED_KEY: dropped} if dropped else None
+    for p in pieces:
+        p.pop(DROPPED_KEY, None)
+    out: dict[str, Any] = {DROPPED_KEY: dropped}
     for key in pieces[0]:
         vals = [p[key] for p in pieces]
         out[key] = np.concatenate([np.asarray(v, dtype=object) if isinstance(v, pd.Categorical) else v for v in vals]) \
@@ -61,25 +65,32 @@ def _usage(conn, cols: set[str]) -> dict[str, Any]:
     a = fetch(conn, USAGE, [
         Field("start", "start"),
         Field("pid", _PID if "globalPid" in cols else "0", 24),
-        Field("device", _col(cols, "deviceId", "0"), 16),
-        Field("mem_kind", _col(cols, "memKind", "2"), 8),
-        Field("oper", _col(cols, "memoryOperationType", "0"), 4),
+        # whole 64-bit values: a packed field would cut an id or a kind to fit, and charge another device
+        Field("device", _col(cols, "deviceId", "0")),
+        Field("mem_kind", _col(cols, "memKind", "2")),
+        Field("oper", _col(cols, "memoryOperationType", "0")),
         Field("bytes", "bytes"),
         Field("address", _col(cols, "address", "-1")),
         Field("correlation", _col(cols, "correlationId", "-1"), 32, none=-1, sentinel=True),
     ])
     # time order, allocations before releases at the same time (as nsys-ai orders them): peaks are not hidden
-    order = np.lexsort((a["oper"], a["start"]))
-    a = {k: v[order] for k, v in a.items()}
     host = np.isin(a["mem_kind"], HOST_KINDS)
+    # an operation other than allocate (0) or release (1), a size past any device, a device id no GPU has: not
+    # one row a driver writes; dropped (and counted) before the running sums, which they would corrupt
+    ok = np.isin(a["oper"], (0, 1)) & (np.abs(a["bytes"]) <= MAX_GPU_BYTES) & (host | ((a["device"] >= 0) & (a["device"] <= MAX_DEVICE_ID)))
+    dropped = int((~ok).sum())
+    order = np.lexsort((a["oper"][ok], a["start"][ok]))
+    a = {k: v[ok][order] for k, v in a.items()}
+    host = host[ok][order]
     size = np.abs(a["bytes"])
     delta = np.where(a["oper"] == 1, -size, size)
     device = np.where(host, -1, a["device"]).astype(np.int64)
     level = np.zeros(len(delta), dtype=np.float64)
     for d in np.unique(device):
         m = device == d
-        level[m] = np.cumsum(delta[m])
+        level[m] = np.cumsum(delta[m].astype(np.float64))  # floats: int64 sums could wrap
     return {
+        DROPPED_KEY: dropped,
         "kind": np.where(delta < 0, "free", "alloc").astype(object),
         "start_ns": a["start"],
         "dur_ns": np.zeros(len(delta), np.int64),
@@ -102,13 +113,20 @@ def _faults(conn, table: str, cols: set[str], kind: str) -> dict[str, Any]:
         Field("start", "start"),
         Field("end", _col(cols, "end", "start")),
         Field("pid", _PID if "globalPid" in cols else "0", 24),
-        Field("device", _col(cols, "deviceId", "-1") if gpu else "-1", 16, none=-1, sentinel=True),
+        Field("device", _col(cols, "deviceId", "-1") if gpu else "-1", none=-1),
         Field("count", _col(cols, "numberOfPageFaults", "1")),
         Field("address", _col(cols, "address", "-1")),
     ]
     a = fetch(conn, table, fields)
+    ok = a["count"] <= MAX_FAULTS_PER_ROW
+    if gpu:
+        ok &= (a["device"] >= -1) & (a["device"] <= MAX_DEVICE_ID)
+    dropped = int((~ok).sum())
+    if dropped:
+        a = {k: v[ok] for k, v in a.items()}
     n = len(a["start"])
     return {
+        DROPPED_KEY: dropped,
         "kind": np.full(n, kind, dtype=object),
         "start_ns": a["start"],
         "dur_ns": np.clip(a["end"] - a["start"], 0, None),

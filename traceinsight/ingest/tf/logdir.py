@@ -13,6 +13,7 @@ from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from pathlib import Path
 
 from ...errors import TraceReadError
+from ...fence import why_outside
 from ...timeline import TraceMeta
 from .. import xplane
 from ..parts import ReadResult, Rows
@@ -34,6 +35,19 @@ def find_runs(root: Path) -> list[Path]:
 
 
 
+def _inside(files: list[Path], logdir: Path, refused: list[str]) -> list[Path]:
+    """The host files that lead nowhere outside the allowed roots (``fence``: the logdir given, or the MCP
+    server's roots); the others are named in ``refused``."""
+    out = []
+    for f in files:
+        why = why_outside(f, logdir, "logdir")
+        if why:
+            refused.append(f"{f.name}: {why}")
+        else:
+            out.append(f)
+    return out
+
+
 def read(path: Path, progress=None, run: str | None = None, max_bytes: int | None = None, **options) -> ReadResult:
     runs = find_runs(path)
     if not runs:
@@ -49,12 +63,17 @@ def read(path: Path, progress=None, run: str | None = None, max_bytes: int | Non
         chosen_run = runs[-1]
         if len(runs) > 1:
             warnings.append(f"{len(runs)} runs found, read newest {chosen_run.name}; use --run to pick another")
-    files = sorted(p for p in chosen_run.iterdir() if p.name.endswith(XPLANE_SUFFIX))
+    refused: list[str] = []
+    files = _inside(sorted(p for p in chosen_run.iterdir() if p.name.endswith(XPLANE_SUFFIX)), path, refused)
     is_xplane = bool(files)
     read_columns = _xplane_with_memory
     if not files:
-        files = sorted(p for p in chosen_run.iterdir() if p.name.endswith(JSON_SUFFIX))
+        files = _inside(sorted(p for p in chosen_run.iterdir() if p.name.endswith(JSON_SUFFIX)), path, refused)
         read_columns = trace_json.read_columns
+    if refused:
+        warnings.append(f"{len(refused)} host file(s) dropped: " + "; ".join(refused[:5]) + (f" and {len(refused) - 5} more" if len(refused) > 5 else ""))
+    if not files:
+        raise TraceReadError(f"{path}: no host file of run {chosen_run.name} can be read ({refused[0] if refused else 'none left'})")
     parts: list[Rows] = []
     metas: list[TraceMeta] = []
     absolute = True

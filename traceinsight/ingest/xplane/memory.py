@@ -16,6 +16,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ...plausible import DROPPED_KEY, MAX_DEVICE_ID
+
 #: Stats read from every event that carries them (the memory events): decoded next to ``lines.EVENT_STATS``.
 MEMORY_STATS = ("allocator_name", "bytes_allocated", "bytes_reserved", "allocation_bytes", "requested_bytes", "addr",
                 "tf_op")
@@ -53,9 +55,10 @@ def memory_from_table(t, name_table: list[str]) -> dict[str, Any] | None:
     alloc_name = t.stats.get("allocator_name")
     allocator = np.array([str(a) if a is not None else "" for a in (alloc_name[rows] if alloc_name is not None else [None] * n)], dtype=object)
     uniq, inv = np.unique(allocator, return_inverse=True)
-    dev_of = np.array([int(m.group(1)) if (m := _GPU.search(u)) and "host" not in u.lower() and "cpu" not in u.lower() else -1
-                       for u in uniq.tolist()], dtype=np.int64)
+    dev_of = np.array([_device_of(u) for u in uniq.tolist()], dtype=np.int64)
     device = dev_of[inv] if len(uniq) else np.full(n, -1, np.int64)
+    bad_device = device == _NO_DEVICE
+    ok &= ~bad_device
     delta = (sign[rows] * np.abs(np.nan_to_num(size))).astype(np.int64)
     op_col = t.stats.get("tf_op")
     op = np.array([str(o) if o not in (None, "") else None for o in (op_col[rows] if op_col is not None else [None] * n)],
@@ -77,4 +80,19 @@ def memory_from_table(t, name_table: list[str]) -> dict[str, Any] | None:
     }
     if not ok.all():
         out = {k: (v[ok] if not isinstance(v, pd.Categorical) else v[ok]) for k, v in out.items()}
+        out[DROPPED_KEY] = int((~ok).sum())
     return out
+
+
+#: ``_device_of`` for an allocator whose GPU index no device has (its rows are dropped and counted).
+_NO_DEVICE = -2
+
+
+def _device_of(allocator: str) -> int:
+    """The GPU index in an allocator's name (``GPU_0_bfc`` -> 0), -1 for host allocators, ``_NO_DEVICE`` for an
+    index past ``MAX_DEVICE_ID`` (a 20-digit id must drop its rows, not the trace, nor be cut to another GPU's)."""
+    m = _GPU.search(allocator)
+    if not m or "host" in allocator.lower() or "cpu" in allocator.lower():
+        return -1
+    digits = m.group(1)
+    return int(digits) if len(digits) <= 6 and int(digits) <= MAX_DEVICE_ID else _NO_DEVICE
