@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT))
 
 import traceinsight  # noqa: E402
 from traceinsight import whatif  # noqa: E402
-from traceinsight.ingest import native  # noqa: E402
+from traceinsight import native  # noqa: E402
 from traceinsight.views import Views  # noqa: E402
 
 SHARED = Path(os.environ.get("TRACEINSIGHT_SHARED", ROOT.parent / "shared")) / "traces"

@@ -239,3 +239,85 @@ def test_a_finding_only_one_time_work_supports_stays_at_info(tmp_path):
     on_steps = finding(steady[["start_ns", "end_ns"]].assign(rank=0, device=0), 60_000_000)
     out = grade([on_loads, on_steps], a.views, {})
     assert [f.severity.value for f in out] == ["info", "error"]
+
+
+# --- the model's boundaries, by value (issue 40) -------------------------------------------------------------
+def test_a_leading_step_is_compared_with_the_median_of_the_steps_after_it():
+    """Steps of 5, 1 and 3 ms: the first is 2.5 times the median of the two after it (2 ms), so it is warm-up;
+    against a median that included itself (3 ms) it would be under 2 times and judged steady. The second step has
+    one step after it, too few to compare with, and stops the run."""
+    from traceinsight.steady import warmup_steps
+
+    ms = 1_000_000
+    assert warmup_steps([5 * ms, 1 * ms, 3 * ms]).tolist() == [True, False, False]
+    assert warmup_steps([4 * ms, 1 * ms, 3 * ms]).tolist() == [True, False, False]  # exactly 2 times: warm-up
+    assert warmup_steps([3.9 * ms, 1 * ms, 3 * ms]).tolist() == [False, False, False]
+    assert warmup_steps([10 * ms, 5 * ms, 1 * ms, 3 * ms]).tolist() == [True, True, False, False]  # 10 >= 2 x 3, 5 >= 2 x 2
+    assert warmup_steps([5 * ms, 1 * ms]).tolist() == [False, False]  # one step after it: nothing to compare with
+
+
+def _steps_trace(tmp_path, durs_us, name, *, loads=(), mallocs=()):
+    """Steps of ``durs_us`` back to back from 0; in each, 20 short kernels launched at its start; ``loads``: one-time
+    calls (cuModuleLoadData) as (start, dur) µs; ``mallocs``: cudaMalloc calls at these µs."""
+    t = KinetoTrace()
+    at = 0.0
+    for s, d in enumerate(durs_us):
+        t.step(s, at, d)
+        for k in range(20):
+            t.kernel(GEMM, at + 20 + k * 10, 8.0, launch_us=at + 1 + k * 0.5, launch_dur_us=0.4, grid=GRID)
+        at += d
+    for start, dur in loads:
+        t.runtime("cuModuleLoadData", start, dur)
+    for start in mallocs:
+        t.runtime("cudaMalloc", start, 30.0)
+    # one kernel closes the window at the end of the last step
+    t.kernel(GEMM, at - 20, 8.0, launch_us=at - 30, launch_dur_us=0.4, grid=GRID)
+    return traceinsight.analyze(t.write(tmp_path / name))
+
+
+def test_the_warm_up_step_of_5_1_3_ms_is_booked_and_the_other_two_are_steady(tmp_path):
+    a = _steps_trace(tmp_path, [5_000, 1_000, 3_000], "513.json")
+    w = a.ledger.warmup
+    steps = w[w["reason"].str.startswith("warm-up step")]
+    assert steps[["start_ns", "end_ns"]].to_numpy().tolist() == [[0, 5_000_000]]
+    from traceinsight.steady import judgement
+
+    assert judgement(a.views)["steady_steps"] == 2
+
+
+def test_a_step_warm_up_covers_by_half_or_more_is_not_steady(tmp_path):
+    """Four 10 ms steps: module loads cover step 0 whole and 7.5 ms of step 1 (75 %): only steps 2 and 3 are steady.
+    A load covering 5 ms of step 1 (exactly half) leaves it out too; 4.9 ms (49 %) does not."""
+    from traceinsight.steady import judgement
+
+    for cover_us, steady in ((7_500, 2), (5_000, 2), (4_900, 3), (10_000, 2)):
+        a = _steps_trace(tmp_path, [10_000] * 4, f"cover{cover_us}.json", loads=[(0, 10_000), (10_000, cover_us)])
+        assert judgement(a.views)["steady_steps"] == steady, cover_us
+
+
+def test_one_steady_step_cannot_be_judged_two_can(tmp_path):
+    """Module loading fills most of the window: with one step outside it the window gets "cannot judge", with two
+    it is judged (MIN_STEADY_STEPS = 2)."""
+    from traceinsight.steady import judgement
+
+    one = _steps_trace(tmp_path, [10_000] * 3, "one.json", loads=[(0, 10_000), (10_000, 9_000)])
+    j = judgement(one.views)
+    assert (j["judgeable"], j["steady_steps"]) == (False, 1)
+    assert j["reason"].startswith("one-time work (module loading, set-up, compilation, allocator growth) fills ")
+    assert j["reason"].endswith("% of the window and only 1 step outside it shows the rest repeats")
+    assert details(one)["category"] == "cannot_judge"
+    two = _steps_trace(tmp_path, [10_000] * 4, "two.json", loads=[(0, 10_000), (10_000, 10_000), (20_000, 1_000)])
+    j = judgement(two.views)
+    assert j["warmup_ns"] * 2 >= j["window_ns"]  # most of the window is warm-up: only the step count decides
+    assert (j["judgeable"], j["steady_steps"], j["reason"]) == (True, 2, None)
+    assert details(two)["category"] != "cannot_judge"
+
+
+def test_allocator_growth_is_warm_up_only_before_the_second_step(tmp_path):
+    """cudaMalloc in the first step grows the caching allocator's pool: one-time work. From the second step's start
+    on (at it, inside it, later) the pool is reused and a cudaMalloc is steady-state work."""
+    a = _steps_trace(tmp_path, [3_000] * 4, "alloc.json", mallocs=[500.0, 2_969.0, 3_000.0, 4_000.0, 7_000.0])
+    w = a.ledger.warmup
+    grown = w[w["reason"].str.startswith("allocator growth")]
+    assert grown[["start_ns", "end_ns"]].to_numpy().tolist() == [[500_000, 530_000], [2_969_000, 2_999_000]]
+    assert set(grown["reason"]) == {"allocator growth: cudaMalloc"}
