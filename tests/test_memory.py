@@ -192,6 +192,25 @@ def test_nsys_memory_and_um_tables(tmp_path):
     assert d.peak_reserved == 3 * GiB and d.capacity == 16 * GiB
 
 
+def test_nsys_allocation_sorts_before_a_release_at_the_same_time(tmp_path):
+    """A cudaFree and a cudaMalloc the driver records at the same nanosecond (the release written first): the
+    allocation counts first, so the 2 GiB peak while both buffers are live shows (1 -> 3 -> 2 GiB), not 1 -> 0 -> 2."""
+    t = NsysTrace(memory_bytes=16 * GiB)
+    t.step(1, 0, 10_000_000)
+    a = t.cuda_malloc(100_000, GiB)
+    t.kernel("k", 1_000_000, 1_000_000)
+    t.cuda_free(3_000_000, a, GiB, dur_ns=30_000)  # recorded at 3.015 ms
+    t.cuda_malloc(3_005_000, 2 * GiB, dur_ns=20_000)  # recorded at 3.015 ms too
+    tl = traceinsight.load(t.write(tmp_path / "tie.sqlite"))
+    m = tl.memory
+    gpu = m[(m["device"] == 0) & m["kind"].isin(["alloc", "free"])]
+    assert gpu["start_ns"].tolist()[1:] == [gpu["start_ns"].iloc[1]] * 2  # the tie
+    assert gpu["kind"].astype(str).tolist() == ["alloc", "alloc", "free"]
+    assert gpu["delta_bytes"].tolist() == [GiB, 2 * GiB, -GiB]
+    assert gpu["reserved"].tolist() == [GiB, 3 * GiB, 2 * GiB]
+    assert Derived(tl).memory.device(0, 0).peak_reserved == 3 * GiB
+
+
 @pytest.mark.parametrize("pure", [False, True])
 def test_xplane_allocator_events(tmp_path, monkeypatch, pure):
     if pure:
