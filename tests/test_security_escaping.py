@@ -115,3 +115,29 @@ def test_one_function_per_medium(s):
     assert "\n" not in t and "\x1b" not in t
     h = escape.html(s)
     assert "<" not in h and ">" not in h and '"' not in h
+
+
+@pytest.mark.parametrize(("raw", "want"), [
+    ('x" onmouseover="alert(1)', "x&quot; onmouseover=&quot;alert(1)"),
+    ("x' onfocus='alert(1)", "x&#x27; onfocus=&#x27;alert(1)"),
+    ("<b>&amp;</b>", "&lt;b&gt;&amp;amp;&lt;/b&gt;"),
+    ("`a` & 'b' \"c\" <d>", "`a` &amp; &#x27;b&#x27; &quot;c&quot; &lt;d&gt;"),
+    (None, ""),
+])
+def test_html_escape_is_attribute_safe(raw, want):
+    """``escape.html`` on strings holding both quotes, ``<``, ``&`` and backticks: every character that can end an
+    attribute value (either quote) or open markup is an entity, and a browser reads back exactly the input, inside a
+    double- or a single-quoted attribute alike (backticks end no attribute in HTML5, so they stay)."""
+    from html.parser import HTMLParser
+
+    h = escape.html(raw)
+    assert h == want
+    for quote in ('"', "'"):
+        seen: list = []
+
+        class Attrs(HTMLParser):
+            def handle_starttag(self, tag, attrs):
+                seen.append(attrs)
+
+        Attrs().feed(f"<a title={quote}{h}{quote} href={quote}#{quote}>t</a>")
+        assert seen == [[("title", "" if raw is None else raw), ("href", "#")]], quote
