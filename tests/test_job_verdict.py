@@ -71,8 +71,9 @@ def test_without_a_straggler_finding_the_slowest_median_step_is_named():
         "rank": 2, "rank_cost_ns": 0, "bucket": "idle_data_wait"}
 
 
-def test_no_ledger_is_no_gpu_activity():
-    ja = _analyse([_summary(0, [10, 10], ledger_ms={}), _summary(1, [10, 12], ledger_ms={})])
+@pytest.mark.parametrize("ledger_ms", [{}, {"compute": 0.0, "idle_other": 0.0}])
+def test_no_ledger_is_no_gpu_activity(ledger_ms):
+    ja = _analyse([_summary(0, [10, 10], ledger_ms=ledger_ms), _summary(1, [10, 12], ledger_ms=ledger_ms)])
     assert job_verdict(ja) == {"category": "no_gpu", "label": "no GPU activity", "headline": "No GPU activity", "bound": False,
                                "sentence": "No rank has GPU work to judge.", "rank": None, "rank_cost_ns": 0, "bucket": None}
 
@@ -85,12 +86,16 @@ def _bound(ledger_ms: dict[str, float]) -> dict:
 @pytest.mark.parametrize(("ledger_ms", "bucket", "tail"), [
     # an idle lever at exactly 5 % of the step is the bound; just under it, compute is
     ({"compute": 9.5, "idle_host_sync": 0.5}, "idle_host_sync", "GPU idle after the host blocked in a sync: 500.0 µs per step, 5.0 % of it."),
-    ({"compute": 9.51, "idle_host_sync": 0.49}, "compute", "compute: 9.51 ms per step, 95.1 % of it."),
+    ({"compute": 9.503, "idle_host_sync": 0.497}, "compute", "compute: 9.50 ms per step, 95.0 % of it."),
     # copies at exactly half of busy time (and no lever at 5 %) are the bound; just under half, compute is
     ({"compute": 4.0, "copy": 4.0, "idle_other": 0.4}, "copy", "copies: 4.00 ms per step, 47.6 % of it."),
-    ({"compute": 4.1, "copy": 3.9, "idle_other": 0.4}, "compute", "compute: 4.10 ms per step, 48.8 % of it."),
+    ({"compute": 4.01, "copy": 3.99, "idle_other": 0.4}, "compute", "compute: 4.01 ms per step, 47.7 % of it."),
     # equal levers: the avoidable one (input wait) before the unattributed idle
     ({"compute": 6.0, "idle_other": 2.0, "idle_data_wait": 2.0}, "idle_data_wait", "input data: 2.00 ms per step, 20.0 % of it."),
+    # warm-up is set aside, never the bound, however large
+    ({"compute": 6.0, "idle_warmup": 3.0, "idle_data_wait": 1.0}, "idle_data_wait", "input data: 1.00 ms per step, 14.3 % of it."),
+    # a GPU that is never busy: its idle is the bound
+    ({"idle_other": 10.0}, "idle_other", "GPU idle with no launch in the trace to explain it: 10.00 ms per step, 100.0 % of it."),
     # exposed communication is a lever too
     ({"compute": 6.0, "communication": 3.0, "idle_other": 1.0}, "communication", "communication not overlapped with compute: 3.00 ms per step, 30.0 % of it."),
 ])
@@ -103,9 +108,13 @@ def test_the_bound_is_the_largest_lever_over_five_percent_else_copies_or_compute
 def test_a_slowest_step_within_two_percent_names_no_rank():
     ja = _analyse([_summary(0, [10, 10, 10]), _summary(1, [10, 10, 10]), _summary(2, [10.2, 10.2, 10.2])])
     v = job_verdict(ja)
-    assert v["rank"] is None and "Rank" not in v["sentence"]
+    assert (v["rank"], v["rank_cost_ns"], v["headline"]) == (None, 0, "Bound by compute") and "Rank" not in v["sentence"]
     ja = _analyse([_summary(0, [10, 10, 10]), _summary(1, [10, 10, 10]), _summary(2, [10.3, 10.3, 10.3])])
     assert job_verdict(ja)["rank"] == 2  # 3 % over: named
+    # two ranks are enough to name one; step 0 counts like any other (medians 11 against 10 ms)
+    ja = _analyse([_summary(0, [10, 10]), _summary(1, [12, 10])])
+    v = job_verdict(ja)
+    assert (v["rank"], v["rank_cost_ns"], v["headline"]) == (1, 0, "Bound by compute")
 
 
 @pytest.fixture(scope="module")
@@ -128,9 +137,12 @@ def test_the_others_wait_is_the_mean_over_the_ranks_that_wait(straggler):
 
 
 def test_the_job_verdict_names_the_straggler_and_its_cost(straggler):
+    """No cause stands out (every rank did the same before the collective): the sentence ends with the cost."""
     v = job_verdict(straggler)
     assert (v["rank"], v["rank_cost_ns"]) == (2, 6 * MS)
-    assert " Rank 2 holds the job back: the others wait 3.00 ms per step for it at collectives (6.00 ms in all)" in v["sentence"]
+    assert v["sentence"] == ("Across 3 ranks the median rank's GPU is busy 100.0 % of its step; the largest cost is compute: 10.00 ms "
+                             "per step, 100.0 % of it. Rank 2 holds the job back: the others wait 3.00 ms per step for it at "
+                             "collectives (6.00 ms in all).")
     assert v["headline"].endswith("; rank 2 is the straggler")
 
 
@@ -159,3 +171,13 @@ def test_without_steps_the_window_is_the_unit_and_no_rank_is_slowest():
 def test_one_rank_has_no_slowest_rank():
     v = job_verdict(_analyse([_summary(0, [10, 12, 30])]))
     assert v["rank"] is None and v["sentence"].endswith("per step, 100.0 % of it.")
+
+
+def test_a_bucket_one_rank_lacks_counts_as_zero_there():
+    """Only rank 0 books 3 ms of host-sync idle per step: the median rank has none, so compute is the bound."""
+    ja = _analyse([_summary(0, [10, 10], ledger_ms={"compute": 7.0, "idle_host_sync": 3.0}),
+                   _summary(1, [10, 10], ledger_ms={"compute": 10.0}), _summary(2, [10, 10], ledger_ms={"compute": 10.0})])
+    v = job_verdict(ja)
+    assert (v["bucket"], v["rank"]) == ("compute", None)
+    assert v["sentence"] == ("Across 3 ranks the median rank's GPU is busy 100.0 % of its step; the largest cost is compute: "
+                             "10.00 ms per step, 100.0 % of it.")
