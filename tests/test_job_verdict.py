@@ -170,7 +170,8 @@ def test_without_steps_the_window_is_the_unit_and_no_rank_is_slowest():
 
 def test_one_rank_has_no_slowest_rank():
     v = job_verdict(_analyse([_summary(0, [10, 12, 30])]))
-    assert v["rank"] is None and v["sentence"].endswith("per step, 100.0 % of it.")
+    assert (v["rank"], v["rank_cost_ns"], v["headline"]) == (None, 0, "Bound by compute")
+    assert v["sentence"].endswith("per step, 100.0 % of it.")
 
 
 def test_a_bucket_one_rank_lacks_counts_as_zero_there():
