@@ -104,7 +104,7 @@ def _files(file: str | tuple[str, ...]) -> list[str]:
 
 def write_config(dest: Path, file: str | tuple[str, ...], tests: list[str]) -> None:
     lines = ["[mutmut]", "source_paths=traceinsight/", "only_mutate="] + [f"    {f}" for f in _files(file)] + [
-             "also_copy=", "    rules/", "    docs/", "    sample_traces/",
+             "also_copy=", "    rules/", "    docs/", "    sample_traces/", "    bench/",
              "pytest_add_cli_args_test_selection="] + [f"    {t}" for t in tests] + [
              "pytest_add_cli_args=", "    -p", "    no:randomly", "    -p", "    no:cacheprovider", "    -q", "    -x"]
     (dest / "setup.cfg").write_text("\n".join(lines) + "\n")

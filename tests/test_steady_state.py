@@ -321,3 +321,74 @@ def test_allocator_growth_is_warm_up_only_before_the_second_step(tmp_path):
     grown = w[w["reason"].str.startswith("allocator growth")]
     assert grown[["start_ns", "end_ns"]].to_numpy().tolist() == [[500_000, 530_000], [2_969_000, 2_999_000]]
     assert set(grown["reason"]) == {"allocator growth: cudaMalloc"}
+
+
+def test_a_graph_capture_is_one_time_work_from_its_begin_to_its_end(tmp_path):
+    """cudaStreamBeginCapture at 1 ms and cudaStreamEndCapture at 3 ms (50 µs) on the same thread: the launches
+    between them are recorded, not run, so 1 ms to 3.05 ms is one-time work. An end on another thread, or before
+    the begin, closes nothing."""
+    t = KinetoTrace()
+    t.kernel(GEMM, 10.0, 10.0, launch_us=0.5, launch_dur_us=0.3, grid=GRID)
+    t.runtime("cudaStreamBeginCapture", 1_000.0, 20.0)
+    t.runtime("cudaStreamEndCapture", 3_000.0, 50.0)
+    t.runtime("cudaStreamEndCapture", 2_000.0, 50.0, tid=99)  # another thread's end, before this one's
+    t.runtime("cudaStreamEndCapture", 4_500.0, 50.0, tid=98)  # an end on the next thread, before its begin
+    t.runtime("cudaStreamBeginCapture", 5_000.0, 20.0, tid=98)  # no end after it on its thread
+    for i in range(40):
+        t.kernel(GEMM, 6_010.0 + i * 50, 50.0, launch_us=6_000.0 + i * 0.4, launch_dur_us=0.3, grid=GRID)
+    a = traceinsight.analyze(t.write(tmp_path / "capture.json"))
+    w = a.ledger.warmup
+    cap = w[w["reason"] == "graph capture (launches recorded, not run)"]
+    assert cap[["rank", "start_ns", "end_ns"]].to_numpy().tolist() == [[0, 1_000_000, 3_050_000]]
+
+
+def test_a_first_launch_of_exactly_a_millisecond_is_a_module_load(tmp_path):
+    """Module loading is a first launch call of at least 1 ms (WARMUP_MIN_NS) and 10 times the rank's median launch:
+    exactly 1 ms counts, 999 µs does not; a name longer than 60 characters is cut in the reason."""
+    long_name = "k" * 70
+    t = KinetoTrace()
+    at = 0.0
+    for name, first in ((long_name, 1_000.0), ("kernel_b", 999.0)):
+        for rep in range(20):
+            d = first if rep == 0 else 5.0
+            t.kernel(name, at + d + 5.0, 30.0, launch_us=at, launch_dur_us=d, grid=GRID)
+            at += d + 40.0
+    a = traceinsight.analyze(t.write(tmp_path / "edge.json"))
+    w = a.ledger.warmup
+    assert w.loc[w["reason"].str.startswith("first launch of"), "reason"].tolist() == ["first launch of " + "k" * 59 + "… (module load)"]
+
+
+@pytest.mark.parametrize(("source", "framework", "which"), [
+    ("nsys", "pytorch", "nsys"), ("pytorch", "jax", "jax"), ("pytorch", "pytorch", "pytorch"), ("pytorch", "other", "pytorch"),
+    ("tensorflow-xplane", "other", "tensorflow"), ("tensorflow-json", "tensorflow", "tensorflow"), ("rocprof", "other", "nsys"),
+])
+def test_record_better_follows_the_profiler_then_the_framework(source, framework, which):
+    from traceinsight.steady import RECORD_BETTER, record_better
+
+    assert record_better(source, framework) == RECORD_BETTER[which]
+
+
+def test_one_time_ns_adds_up_every_ranks_part(tmp_path):
+    """Instances on the four module loads of the cold window (15 ms each): two named on rank 0, two naming no rank
+    (they are measured against every rank's warm-up): all 60 ms is one-time work. No instance: (0, 0)."""
+    import numpy as np
+    import pandas as pd
+
+    from traceinsight.steady import one_time_ns
+
+    t = KinetoTrace()
+    b = 0.0
+    for s in range(6):
+        slow = {0: (0, 1, 2), 1: (3,)}.get(s, ())
+        start, at = b, b + 10.0
+        for k in range(3 if s == 0 else 4):
+            d = 15_000.0 if k in slow else 5.0
+            t.kernel(f"kernel_{k}", at + d + 5.0, 400.0, launch_us=at, launch_dur_us=d, grid=GRID)
+            at += d + 410.0
+        t.step(s, start, at - start + 10.0)
+        b = at + 20.0
+    a = traceinsight.analyze(t.write(tmp_path / "cold_steps.json"))
+    loads = a.ledger.warmup[a.ledger.warmup["reason"].str.startswith("first launch of")]
+    inst = loads[["start_ns", "end_ns"]].reset_index(drop=True).assign(rank=[0, 0, np.nan, np.nan], device=0)
+    assert one_time_ns(a.views, inst) == (60_000_000, 60_000_000)
+    assert one_time_ns(a.views, pd.DataFrame({"start_ns": [], "end_ns": [], "rank": [], "device": []})) == (0, 0)
