@@ -392,3 +392,27 @@ def test_one_time_ns_adds_up_every_ranks_part(tmp_path):
     inst = loads[["start_ns", "end_ns"]].reset_index(drop=True).assign(rank=[0, 0, np.nan, np.nan], device=0)
     assert one_time_ns(a.views, inst) == (60_000_000, 60_000_000)
     assert one_time_ns(a.views, pd.DataFrame({"start_ns": [], "end_ns": [], "rank": [], "device": []})) == (0, 0)
+
+
+def test_first_launches_are_of_kernels_and_per_rank(tmp_path):
+    """Three ranks of one job. Rank 0's first launch of kernel_a, at 50 ms, takes 20 ms (a module load); rank 1 has
+    launched kernel_a quickly since 0 ms, which says nothing about rank 0's module. Rank 2 runs only a copy, whose
+    call takes 2 ms: a copy is no kernel and loads no module."""
+    folder = tmp_path / "job"
+    for r in range(3):
+        t = KinetoTrace(rank=r, world_size=3)
+        if r == 2:
+            t.memcpy("HtoD", 2_100.0, 10.0, 4096, launch_us=0.0, launch_dur_us=2_000.0)
+            t.memcpy("HtoD", 2_200.0, 10.0, 4096, launch_us=2_150.0, launch_dur_us=5.0)
+        else:
+            at = 50_000.0 if r == 0 else 0.0
+            for rep in range(20):
+                d = 20_000.0 if (r == 0 and rep == 0) else 5.0
+                t.kernel("kernel_a", at + d + 5.0, 30.0, launch_us=at, launch_dur_us=d, grid=GRID)
+                at += d + 40.0
+        t.write(folder / f"rank{r}.pt.trace.json")
+    a = traceinsight.analyze(folder)
+    w = a.ledger.warmup
+    first = w[w["reason"].str.startswith("first launch of")]
+    assert first[["rank", "reason"]].to_numpy().tolist() == [[0, "first launch of kernel_a (module load)"]]
+    assert first["end_ns"].iloc[0] - first["start_ns"].iloc[0] == 20_000_000
