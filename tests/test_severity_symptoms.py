@@ -19,7 +19,7 @@ import traceinsight
 from tests.helpers.kineto_writer import KinetoTrace
 from tests.test_whatif import plant
 from traceinsight import savings
-from traceinsight.rule_api import Finding, Location, Severity
+from traceinsight.rule_api import Finding, Location, Rule, Severity
 
 LOADER = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
 
@@ -52,6 +52,8 @@ def test_a_symptom_is_graded_on_what_its_cause_leaves(loader):
     assert idle.metrics["explained_by"] == data.fingerprint and idle.metrics["explained_share_pct"] == 90.0
     assert idle.share_pct == pytest.approx(100 * 4 / 19, abs=1e-3)  # the share shown is still the whole claim
     assert idle.severity is Severity.INFO  # graded on 0.4 ms / 19 ms = 2.1 %, not on 21 %
+    basis = idle.metrics["severity_basis"]  # the figures it was graded on, whatever the words around them
+    assert "400.0 µs" in basis and "TI005" in basis and "(2.1 % of the GPU window)" in basis
     assert data.severity is Severity.WARNING  # the cause: 3.6 ms / 19 ms = 18.9 %
     # the cause comes first and carries the alarm of the time both name
     codes = [f.code for f in loader.findings]
@@ -132,3 +134,83 @@ def test_a_cause_whose_replay_changes_nothing_is_info(loader, step_ns, severity,
     data = next(f for f in out if f.code == "TI005")
     assert data.saving_ns == 3_600_000 and data.severity is severity
     assert (data.metrics.get("what_if_note") == "the replay gives the step nothing back, so this is not a warning") is note
+
+
+# --- what a rule declares, and what the replay is compared with ------------------------------------------------
+class _Capped:
+    """A rule that caps its findings at info (a modelled headroom, say)."""
+
+    max_severity = "info"
+
+
+class _Declared(Rule):
+    code = "XT901"
+    severity = Severity.ERROR
+    category = "compute"
+
+
+class _Ungraded:
+    graded = False
+
+
+def test_a_rules_cap_and_declared_severity_and_opting_out(gpu_bound):
+    """The 6 ms modelled saving is 6.05 % of the window: a warning on the scale; capped at info by a rule that says
+    so; a rule that declares error is told why it got a warning; a rule that opts out keeps its own severity."""
+    window = int(gpu_bound.ledger.windows["window_ns"].iloc[0])
+    (f,) = savings.assess([_modelled(6_000_000)], gpu_bound.views, {})
+    assert f.share_pct == pytest.approx(100 * 6_000_000 / window, abs=1e-3) and f.severity is Severity.WARNING
+    (f,) = savings.assess([_modelled(6_000_000)], gpu_bound.views, {"XT901": _Capped()})
+    assert f.severity is Severity.INFO
+    (f,) = savings.assess([_modelled(6_000_000)], gpu_bound.views, {"XT901": _Declared()})
+    assert f.severity is Severity.WARNING
+    assert f.metrics["severity_basis"] == f"graded warning on the common scale: {100 * 6_000_000 / window:.1f} % of the GPU window; declared error"
+    g = _modelled(6_000_000)
+    g.severity = Severity.ERROR
+    (f,) = savings.assess([g], gpu_bound.views, {"XT901": _Ungraded()})
+    assert f.severity is Severity.ERROR and f.saving_ns == 6_000_000
+
+
+def test_a_failed_replay_falls_back_to_the_estimate_and_says_why(gpu_bound, monkeypatch):
+    from traceinsight import whatif
+
+    def boom(*a, **k):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(whatif, "what_if_faster", boom)
+    (f,) = savings.assess([_modelled(6_000_000)], gpu_bound.views, {})
+    assert f.saving_ns == 6_000_000 and f.metrics["what_if_error"] == "RuntimeError: boom"
+    assert f.metrics["saving_basis"] == "the rule's estimate (no steps to replay it on)"
+
+
+def test_nothing_is_saved_in_a_window_that_cannot_be_judged(tmp_path):
+    """Module loading fills 19 ms of a 30 ms window with one steady step left: no saving, and info."""
+    from tests.test_steady_state import _steps_trace
+
+    a = _steps_trace(tmp_path, [10_000] * 3, "one.json", loads=[(0, 10_000), (10_000, 9_000)])
+    (f,) = savings.assess([_modelled(3_000_000)], a.views, {})
+    assert (f.saving_ns, f.severity) == (0, Severity.INFO)
+    assert f.metrics["saving_basis"].startswith("this window cannot be judged")
+
+
+def _with_replay(claim_ns, base_ns, step_ns):
+    f = Finding(code="XT902", title="t", severity=Severity.WARNING, message="", impact_ns=claim_ns,
+                location=Location(rank=0, device=0), category="input_pipeline")
+    f.saving_ns = claim_ns
+    f.what_if = {"baseline_step_ns": base_ns, "step_ns": step_ns}
+    return f
+
+
+@pytest.mark.parametrize(("claim_ns", "step_ns", "agrees", "why"), [
+    (1_000_000, 900_000, True, ""),  # 100 µs x 10 steps = the 1 ms claimed
+    (750_000, 900_000, True, ""),  # 1 ms against 750 µs: 25 % of the larger, the limit
+    (700_000, 900_000, False, "the replay gives back 1.00 ms over 10 step(s), more than the 700.0 µs of idle this finding claims: "),
+    (1_400_000, 900_000, False, "the replay gives back 1.00 ms over 10 step(s), less than the 1.40 ms of idle this finding claims: "),
+    (99_000, 1_000_000, True, ""),  # 0 against 99 µs: under 1 % of the 10 ms of steps, too little to matter
+    (100_000, 1_000_000, False, "the replay gives back 0 ns over 10 step(s), less than the 100.0 µs of idle this finding claims: "),
+])
+def test_the_replay_is_put_next_to_the_claim(claim_ns, step_ns, agrees, why):
+    f = _with_replay(claim_ns, 1_000_000, step_ns)
+    savings._compare(f, 10)
+    w = f.what_if
+    assert (w["saving_ns"], w["steps_in_window"], w["agrees"]) == (10 * (1_000_000 - step_ns), 10, agrees)
+    assert w["why"].startswith(why) and (w["why"] == "") is agrees
