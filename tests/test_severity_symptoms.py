@@ -214,3 +214,42 @@ def test_the_replay_is_put_next_to_the_claim(claim_ns, step_ns, agrees, why):
     w = f.what_if
     assert (w["saving_ns"], w["steps_in_window"], w["agrees"]) == (10 * (1_000_000 - step_ns), 10, agrees)
     assert w["why"].startswith(why) and (w["why"] == "") is agrees
+
+
+# --- page order ------------------------------------------------------------------------------------------------
+def _f(code, kind, saving, sev=Severity.WARNING, explained_by=None):
+    f = Finding(code=code, title=code, severity=sev, message="", impact_ns=saving, location=Location(rank=0, device=0),
+                category="gpu_idle", key=code)
+    f.saving_kind, f.saving_ns = kind, saving
+    if explained_by is not None:
+        f.metrics["explained_by"] = explained_by.fingerprint
+        explained_by.explains.append(f.fingerprint)
+    return f
+
+
+def test_page_order_measured_idle_then_modelled_then_quality_each_cause_before_its_symptoms():
+    """Measured idle first, largest figure first, a higher severity first on a tie; then modelled speed-ups; then
+    trace quality; each root cause followed by the symptoms it explains, largest first."""
+    a = _f("XA001", "idle", 5_000_000, Severity.WARNING)
+    b = _f("XB001", "idle", 5_000_000, Severity.ERROR)
+    m = _f("XM001", "modelled", 90_000_000, Severity.ERROR)
+    q = _f("XQ001", "none", 99_000_000, Severity.INFO)
+    s1 = _f("XS001", "idle", 1_000_000, explained_by=a)
+    s2 = _f("XS002", "idle", 4_000_000, explained_by=a)
+    c = _f("XC001", "idle", 7_000_000)
+    got = savings.order([q, s1, m, a, s2, b, c])
+    assert [f.code for f in got] == ["XC001", "XB001", "XA001", "XS002", "XS001", "XM001", "XQ001"]
+
+
+def test_the_verdicts_finding_and_its_symptoms_lead_the_page():
+    a = _f("XA001", "idle", 9_000_000)
+    b = _f("XB001", "idle", 5_000_000)
+    s = _f("XS001", "idle", 1_000_000, explained_by=b)
+    page = type("Page", (), {})()
+    page.findings = [a, b, s]
+    page.verdict = {"root_cause": None, "claimed_by": b.fingerprint}
+    assert savings.lead_with_verdict(page) is True
+    assert [f.code for f in page.findings] == ["XB001", "XS001", "XA001"]
+    assert savings.lead_with_verdict(page) is False  # already first: nothing moves
+    page.verdict = {"root_cause": s.fingerprint, "claimed_by": None}  # a symptom never leads on its own
+    assert savings.lead_with_verdict(page) is False and [f.code for f in page.findings] == ["XB001", "XS001", "XA001"]
