@@ -17,7 +17,7 @@ MS = 1_000_000
 
 
 def _summary(rank: int, step_ms: list[float], arrivals_ms: list[float] = (), ledger_ms: dict[str, float] | None = None,
-             data_before_ms: list[float] = (), no_steps: bool = False) -> RankSummary:
+             data_before_ms: list[float] = (), no_steps: bool = False, origin_ns: int = 0) -> RankSummary:
     """One rank: steps of ``step_ms`` back to back from 0; ``ledger_ms``: its time ledger per step (bucket -> ms, the
     same in every step; default all compute, an empty dict: no ledger); at each step's start + ``arrivals_ms[i]`` it
     joins an all-reduce that ends, on every rank, 5 ms into the step, having waited ``data_before_ms[i]`` for input
@@ -41,7 +41,7 @@ def _summary(rank: int, step_ms: list[float], arrivals_ms: list[float] = (), led
     rows = [(i, b, int((step_ms[i] if ms is None else ms) * MS)) for i in range(len(step_ms)) for b, ms in per_step.items()]
     ledger = pd.DataFrame({"step": [numbers[r[0]] for r in rows], "bucket": pd.array([r[1] for r in rows], dtype="str"),
                            "ns": [r[2] for r in rows]})
-    return RankSummary(rank=rank, device=0, source=f"rank{rank}", world_size=3, origin_ns=0, device_names=["GPU"],
+    return RankSummary(rank=rank, device=0, source=f"rank{rank}", world_size=3, origin_ns=origin_ns, device_names=["GPU"],
                        event_count=100, window_start_ns=0, window_end_ns=ends[-1], busy_ns=ends[-1], compute_ns=ends[-1],
                        comm_ns=0, exposed_ns=0, steps=steps, collectives=coll, ledger=ledger)
 
@@ -182,3 +182,17 @@ def test_a_bucket_one_rank_lacks_counts_as_zero_there():
     assert (v["bucket"], v["rank"]) == ("compute", None)
     assert v["sentence"] == ("Across 3 ranks the median rank's GPU is busy 100.0 % of its step; the largest cost is compute: "
                              "10.00 ms per step, 100.0 % of it.")
+
+
+def test_skewed_clocks_are_aligned_before_the_waits_are_measured(straggler):
+    """The straggler job again, but each rank's clock reads its time 0 differently (origins 0, +2.5 ms, -1.2 ms):
+    the collectives end together, so the clocks are aligned on them and the waits come out the same. In job time
+    each rank's step 0 starts at 0 ms again."""
+    skewed = _analyse([_summary(0, [10, 10], [0, 0]), _summary(1, [10, 10], [1, 1], origin_ns=2_500_000),
+                       _summary(2, [10, 10], [4, 4], origin_ns=-1_200_000)])
+    cols = ["last_rank", "held_ns", "mean_wait_ns", "last_start_ns", "second_start_ns", "first_start_ns"]
+    assert skewed.job.instances[cols].to_numpy().tolist() == straggler.job.instances[cols].to_numpy().tolist()
+    assert skewed.job.instances["last_start_ns"].tolist() == [4 * MS, 14 * MS]
+    st = skewed.job.steps
+    assert st.loc[st["step"] == 0, "start_ns"].tolist() == [0, 0, 0] and set(st["dur_ns"]) == {10 * MS}
+    assert job_verdict(skewed)["sentence"] == job_verdict(straggler)["sentence"]
