@@ -211,6 +211,23 @@ def test_nsys_allocation_sorts_before_a_release_at_the_same_time(tmp_path):
     assert Derived(tl).memory.device(0, 0).peak_reserved == 3 * GiB
 
 
+def test_nsys_memory_rows_say_where_they_are(tmp_path):
+    """Each row's device and memory kind: a device allocation on GPU 1, pinned host memory on the host (-1, cpu),
+    a CPU page fault on the host, a GPU's fault group on that GPU; the op that made each row by its correlation."""
+    t = NsysTrace(memory_bytes=16 * GiB)
+    t.step(1, 0, 10_000_000)
+    t.kernel("k", 1_000_000, 1_000_000)
+    t.cuda_malloc(100_000, GiB, device=1)
+    t.cuda_malloc(200_000, 1 << 20, mem_kind=1)
+    t.um_cpu_fault(3_000_000)
+    t.um_gpu_faults(4_000_000, 100_000, 12, device=1)
+    m = traceinsight.load(t.write(tmp_path / "where.sqlite")).memory.sort_values("start_ns")
+    got = list(zip(m["kind"].astype(str), m["device"].astype(int), m["device_type"].astype(str), m["count"].astype(int)))
+    assert got == [("alloc", 1, "cuda", 1), ("alloc", -1, "cpu", 1), ("um_fault_cpu", -1, "cpu", 1), ("um_fault_gpu", 1, "cuda", 12)]
+    assert m["op"].astype(str).tolist()[:2] == ["cudaMalloc", "cudaMalloc"]
+    assert m["delta_bytes"].tolist() == [GiB, 1 << 20, 0, 0]
+
+
 @pytest.mark.parametrize("pure", [False, True])
 def test_xplane_allocator_events(tmp_path, monkeypatch, pure):
     if pure:
