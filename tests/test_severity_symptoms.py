@@ -235,7 +235,7 @@ def test_page_order_measured_idle_then_modelled_then_quality_each_cause_before_i
     m = _f("XM001", "modelled", 90_000_000, Severity.ERROR)
     q = _f("XQ001", "none", 99_000_000, Severity.INFO)
     s1 = _f("XS001", "idle", 1_000_000, explained_by=a)
-    s2 = _f("XS002", "idle", 4_000_000, explained_by=a)
+    s2 = _f("XS002", "idle", 6_000_000, explained_by=a)  # more than its cause shows: still after it
     c = _f("XC001", "idle", 7_000_000)
     got = savings.order([q, s1, m, a, s2, b, c])
     assert [f.code for f in got] == ["XC001", "XB001", "XA001", "XS002", "XS001", "XM001", "XQ001"]
