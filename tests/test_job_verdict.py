@@ -196,3 +196,12 @@ def test_skewed_clocks_are_aligned_before_the_waits_are_measured(straggler):
     st = skewed.job.steps
     assert st.loc[st["step"] == 0, "start_ns"].tolist() == [0, 0, 0] and set(st["dur_ns"]) == {10 * MS}
     assert job_verdict(skewed)["sentence"] == job_verdict(straggler)["sentence"]
+
+
+def test_rank_files_that_repeat_a_rank_are_numbered_in_file_name_order():
+    """Two files that both say rank 0 (no distributedInfo, or copies): ranks are assigned by file name, and said."""
+    b, a = _summary(0, [10, 10]), _summary(0, [10, 12])
+    b.source, a.source = "node1/trace.json", "node0/trace.json"
+    job = reduce_summaries([b, a])
+    assert [(s.rank, s.source) for s in job.summaries] == [(0, "node0/trace.json"), (1, "node1/trace.json")]
+    assert job.warnings == ["ranks repeat across the 2 rank files (no or equal distributedInfo.rank); ranks were assigned in file-name order"]

@@ -226,6 +226,31 @@ def test_nsys_memory_rows_say_where_they_are(tmp_path):
     assert got == [("alloc", 1, "cuda", 1), ("alloc", -1, "cpu", 1), ("um_fault_cpu", -1, "cpu", 1), ("um_fault_gpu", 1, "cuda", 12)]
     assert m["op"].astype(str).tolist()[:2] == ["cudaMalloc", "cudaMalloc"]
     assert m["delta_bytes"].tolist() == [GiB, 1 << 20, 0, 0]
+    assert set(m["pid"]) == {4242}  # the writer's process, from globalPid
+
+
+def test_nsys_memory_table_without_its_optional_columns(tmp_path):
+    """An export whose usage table has only start, bytes and the operation (older or trimmed exports): every row is
+    device memory on GPU 0, of process 0, linked to no call, and the levels still add up per device."""
+    import sqlite3
+
+    t = NsysTrace(memory_bytes=16 * GiB)
+    t.step(1, 0, 10_000_000)
+    t.kernel("k", 1_000_000, 1_000_000)
+    a = t.cuda_malloc(100_000, GiB, device=1, mem_kind=1)
+    t.cuda_malloc(200_000, 2 * GiB, device=1)
+    t.cuda_free(5_000_000, a, GiB, device=1, mem_kind=1)
+    path = t.write(tmp_path / "bare.sqlite")
+    c = sqlite3.connect(path)
+    for col in ("globalPid", "deviceId", "memKind", "correlationId"):
+        c.execute(f"ALTER TABLE CUDA_GPU_MEMORY_USAGE_EVENTS DROP COLUMN {col}")
+    c.commit()
+    c.close()
+    m = traceinsight.load(path).memory.sort_values("start_ns")
+    assert m["kind"].astype(str).tolist() == ["alloc", "alloc", "free"]
+    assert set(m["device"]) == {0} and set(m["device_type"].astype(str)) == {"cuda"}
+    assert m["reserved"].tolist() == [GiB, 3 * GiB, 2 * GiB]
+    assert m["correlation"].tolist() == [-1, -1, -1] and m["op"].isna().all() and set(m["pid"]) == {0}
 
 
 @pytest.mark.parametrize("pure", [False, True])
