@@ -1,13 +1,18 @@
 """The timing checks that used to sit in unit tests, where a busy machine made them fail and a fast one made them
 prove nothing. Run by hand (one short run; needs the native readers built, and the corpus for the replay part):
 
-    python bench/bench_timing_guards.py [--only gil|replay|recovery]
+    python bench/bench_timing_guards.py [--only gil|replay|recovery|hostile]
 
 - ``gil``: the native kineto scanner releases the GIL: a Python thread ticking every 1 ms keeps ticking during a
   ~0.1 s scan of 400,000 events (target: >= 3 ticks, the scan >= 20 ms so the count means something).
 - ``replay``: ``whatif.predict_step_ns(views, "all")`` on real traces (target: < 3 s each).
 - ``recovery``: loading a file cut at 73 % costs about what loading the whole file does (target: cut <= 3x whole
   + 0.5 s, native and pure paths): recovery is one linear pass, not a retry per event.
+- ``hostile``: hostile inputs end quickly, as the tests check by value (tests/test_security_sqlite.py,
+  tests/test_kineto_parity.py, tests/test_ingest_hostile.py): an Nsight export with a generated string column is
+  refused (target: < 5 s), one with a 1 MiB stored kernel name loads (< 10 s), five million nested brackets are one
+  error on the native and the pure path (< 30 s each), a trace with a 50 MB kernel name is analysed (< 30 s), a
+  2 GiB-inflating gzip is refused (< 30 s).
 
 Exit status 1 when a target is missed.
 """
@@ -27,8 +32,8 @@ sys.path.insert(0, str(ROOT))
 
 import traceinsight  # noqa: E402
 from traceinsight import whatif  # noqa: E402
-from traceinsight.ingest import native  # noqa: E402
-from traceinsight.views import Views  # noqa: E402
+from traceinsight import native  # noqa: E402
+from traceinsight.derived import Derived  # noqa: E402
 
 SHARED = Path(os.environ.get("TRACEINSIGHT_SHARED", ROOT.parent / "shared")) / "traces"
 REPLAY_TRACES = [
@@ -76,7 +81,7 @@ def replay() -> bool:
         if not path.exists():
             print(f"replay: {rel} not in the corpus at {SHARED}, left out")
             continue
-        v = Views(traceinsight.load(path))
+        v = Derived(traceinsight.load(path))
         t0 = time.perf_counter()
         r = whatif.predict_step_ns(v, "all")
         cost = time.perf_counter() - t0
@@ -113,11 +118,64 @@ def recovery() -> bool:
     return ok
 
 
+def hostile() -> bool:
+    import sqlite3
+
+    from tests.test_ingest_hostile import _bomb
+    from tests.test_kineto_parity import _doc_with
+    from tests.test_security_sqlite import _export, _sql
+    from traceinsight.errors import TraceReadError
+
+    ok = True
+
+    def timed(what: str, target: float, fn) -> None:
+        nonlocal ok
+        t0 = time.perf_counter()
+        said = "loaded"
+        try:
+            fn()
+        except TraceReadError as exc:  # the refusal is what the tests check; here its time, and which one it was
+            said = str(exc).splitlines()[0][-70:]
+        cost = time.perf_counter() - t0
+        good = cost < target
+        ok &= good
+        print(f"hostile: {what}: {cost:.3f} s (target < {target:g} s; {said}) -> {'ok' if good else 'MISSED'}")
+
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        gen = _export(tmp, "generated.sqlite")
+        _sql(gen, "ALTER TABLE StringIds RENAME TO S0",
+             "CREATE TABLE StringIds (id INTEGER PRIMARY KEY, v0 TEXT, value TEXT GENERATED ALWAYS AS (printf('%.*c', 50000000, 'x')) VIRTUAL)",
+             "INSERT INTO StringIds (id, v0) SELECT id, value FROM S0", "DROP TABLE S0")
+        timed("generated string column refused", 5.0, lambda: traceinsight.load(gen))
+        big = _export(tmp, "big_value.sqlite")
+        c = sqlite3.connect(big)
+        c.execute("INSERT INTO StringIds (id, value) VALUES (999, ?)", ("k" * (1 << 20),))
+        c.execute("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET shortName = 999 WHERE rowid = 1")
+        c.commit()
+        c.close()
+        timed("1 MiB stored kernel name loaded", 10.0, lambda: traceinsight.load(big))
+        deep = tmp / "deep.json"
+        deep.write_bytes(_doc_with("args", "deep", b"[" * 5_000_000 + b"]" * 5_000_000))
+        for pure in (False, True):
+            if pure:
+                os.environ[native.PURE_ENV] = "1"
+            timed(f"5,000,000 nested brackets ({'pure' if pure else 'native'})", 30.0, lambda: traceinsight.load(deep))
+            os.environ.pop(native.PURE_ENV, None)
+        from tests.test_security_small import _trace
+
+        name = _trace(tmp, "K" * 50_000_000).write(tmp / "big_name.json")
+        timed("50 MB kernel name analysed (170 s before names were capped)", 30.0, lambda: traceinsight.analyze(name))
+        bomb = _bomb(tmp / "bomb.json.gz", 2 << 30)
+        timed("2 GiB gzip bomb refused", 30.0, lambda: traceinsight.load(bomb))
+    return ok
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--only", choices=["gil", "replay", "recovery"])
+    p.add_argument("--only", choices=["gil", "replay", "recovery", "hostile"])
     args = p.parse_args()
-    checks = {"gil": gil, "replay": replay, "recovery": recovery}
+    checks = {"gil": gil, "replay": replay, "recovery": recovery, "hostile": hostile}
     results = [fn() for name, fn in checks.items() if args.only in (None, name)]
     return 0 if all(results) else 1
 

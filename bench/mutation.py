@@ -56,6 +56,18 @@ MODULES: dict[str, tuple[str | tuple[str, ...], list[str], list[str]]] = {
     # several seconds a mutant: far too slow here)
     "diff": (("traceinsight/delta/compare.py", "traceinsight/delta/match.py", "traceinsight/delta/stats.py"),
              ["tests/test_diff_compare.py"], []),
+    # the steady-state model (warm-up steps, allocator growth, whether a window can be judged) and what each finding
+    # saves and how it is graded on it (issue 40)
+    "steady": ("traceinsight/steady.py", ["tests/test_steady_state.py", "tests/rules/test_TI013.py"], []),
+    "savings": ("traceinsight/savings.py", ["tests/test_severity_symptoms.py", "tests/test_verdict_values.py"], []),
+    # the whole job: its verdict, and the reduce step that matches collectives and measures the waits it quotes
+    "job_verdict": ("traceinsight/job/verdict.py", ["tests/test_job_verdict.py"], []),
+    "job_reduce": ("traceinsight/job/reduce.py", ["tests/test_job_verdict.py", "tests/test_fast_job.py"], []),
+    # the diff's kernel matching (which renamed kernels are the same work) on hand-written reports
+    "diff_matching": ("traceinsight/delta/compare.py", ["tests/test_diff_matching.py", "tests/test_diff_compare.py"],
+                      ["traceinsight.delta.compare.x_kernel_diff__mutmut_*"]),
+    # Nsight Systems' memory tables (allocations, releases, unified-memory faults) as memory rows
+    "nsys_memory": ("traceinsight/ingest/nsys/memory.py", ["tests/test_memory.py", "tests/test_memory_view.py"], []),
     "ledger": ("traceinsight/ledger.py", ["tests/test_ledger_values.py", "tests/test_ledger_json.py", "tests/test_ledger.py", "tests/test_ledger_pieces.py", "tests/test_ledger_property.py",
                                          "tests/test_ledger_verdict.py", "tests/test_ledger_render.py", "tests/test_fast_paths.py"], []),
     # the what-if transforms and what maps findings to them (graph building and replay have their own tests,
@@ -92,7 +104,7 @@ def _files(file: str | tuple[str, ...]) -> list[str]:
 
 def write_config(dest: Path, file: str | tuple[str, ...], tests: list[str]) -> None:
     lines = ["[mutmut]", "source_paths=traceinsight/", "only_mutate="] + [f"    {f}" for f in _files(file)] + [
-             "also_copy=", "    rules/", "    docs/", "    sample_traces/",
+             "also_copy=", "    rules/", "    docs/", "    sample_traces/", "    bench/",
              "pytest_add_cli_args_test_selection="] + [f"    {t}" for t in tests] + [
              "pytest_add_cli_args=", "    -p", "    no:randomly", "    -p", "    no:cacheprovider", "    -q", "    -x"]
     (dest / "setup.cfg").write_text("\n".join(lines) + "\n")

@@ -691,3 +691,22 @@ def test_backward_ops_that_cannot_give_an_output_size(tmp_path):
     fwd = counts.ops[counts.ops["name"] == "aten::_convolution"].sort_values("start_ns")
     assert list(fwd["assumed"]) == [STRIDE_ASSUMED, ""]
     assert list(fwd["flops"]) == [2 * 32 * 56 * 56 * 128 * 64 * 9, 2 * 8 * 32 * 32 * 16 * 3 * 9]
+
+
+def test_two_backward_output_sizes_leave_the_forward_on_its_assumption(tmp_path):
+    """Two backward ops with the forward's input and weight shapes but different grad_output sizes (28 x 28 and
+    14 x 14: two convolutions of one shape at different strides): which one is the forward's output cannot be told,
+    so the forward keeps the stride-1, same-padding assumption (56 x 56 out) and says so."""
+    x, w = [32, 64, 56, 56], [128, 64, 3, 3]
+    t = KinetoTrace()
+    t.step(1, 0, 5000)
+    _conv_fwd_bwd(t, 10, x, w, [32, 128, 28, 28])
+    bwd = t.cpu_op("aten::convolution_backward", 1000, 30, args={
+        "Input Dims": [[32, 128, 14, 14], x, w] + [[]] * 8, "Input type": [BF16] * 3 + [""] * 8, "Concrete Inputs": [""] * 10 + ["[1, 1, 0]"]})
+    t.kernel("dgrad_engine", 1040, 100, launch_us=1005, op=bwd)
+    counts, _ = _counts(t.write(tmp_path / "t.json"))
+    fwd = counts.ops[counts.ops["name"] == "aten::_convolution"]
+    assert len(fwd) == 1
+    assert fwd["flops"].iloc[0] == 2 * 32 * 56 * 56 * 128 * 64 * 9
+    assert fwd["bytes"].iloc[0] == 2 * (32 * 64 * 56 * 56 + 128 * 64 * 9 + 32 * 128 * 56 * 56)
+    assert fwd["assumed"].iloc[0] == STRIDE_ASSUMED and counts.assumed == {STRIDE_ASSUMED: 1}

@@ -9,7 +9,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -115,10 +114,8 @@ def test_non_regular_files_are_refused_before_reading(tmp_path, kind, fmt):
     else:
         path = Path("/dev/zero" if kind == "dev_zero" else "/dev/null")
         what = "character device"
-    t0 = time.perf_counter()
-    with pytest.raises(TraceReadError) as info:
+    with pytest.raises(TraceReadError) as info:  # refused from its stat, never read (a read would block for ever)
         traceinsight.load(path, format=fmt)
-    assert time.perf_counter() - t0 < 5
     msg = str(info.value)
     assert "\n" not in msg and what in msg and str(path) in msg
 
@@ -145,15 +142,13 @@ def test_gzip_bomb_stops_early_in_bounded_memory(tmp_path):
             # VmHWM, not ru_maxrss: Linux carries ru_maxrss across exec, so it would report pytest's own peak
             "hwm = next(l for l in open('/proc/self/status') if l.startswith('VmHWM')).split()[1]\n"
             "print('RSS', hwm, file=sys.stderr)\nsys.exit(rc)\n")
-    t0 = time.perf_counter()
+    # the subprocess' timeout is the hang guard; how fast: bench/bench_timing_guards.py --only hostile
     proc = subprocess.run([sys.executable, "-c", code, "analyze", str(bomb)], capture_output=True, text=True, timeout=120)
-    elapsed = time.perf_counter() - t0
     err = [line for line in proc.stderr.splitlines() if not line.startswith("RSS")]
     rss_kb = int(next(line for line in proc.stderr.splitlines() if line.startswith("RSS")).split()[1])
     assert proc.returncode == 3, proc.stderr
     assert len(err) == 1 and "gzip bomb" in err[0]
     assert rss_kb < 1 << 20  # under 1 GiB
-    assert elapsed < 30
 
 
 def test_explicit_ceiling_is_checked_while_inflating(tmp_path):

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -140,10 +139,8 @@ def test_five_million_deep_nesting_is_a_quick_one_line_error_exit_3(tmp_path, mo
     deep = b"[" * 5_000_000 + b"]" * 5_000_000
     data = _doc_with("args", "deep", deep)
     path = _write(tmp_path, data)
-    t0 = time.perf_counter()
-    err = assert_same(path, monkeypatch)
+    err = assert_same(path, monkeypatch)  # how fast: bench/bench_timing_guards.py --only hostile
     assert err.endswith("not valid JSON (nested too deeply)")
-    assert time.perf_counter() - t0 < 30
     # unclosed (a cut inside the nesting) is the same error, not a truncation
     err = assert_same(_write(tmp_path, data[: len(data) // 2], "cut.json"), monkeypatch)
     assert err.endswith("not valid JSON (nested too deeply)")
@@ -273,18 +270,16 @@ def test_damage_followed_by_more_events_is_still_an_error(tmp_path, monkeypatch)
 def test_foreign_tail_recovery_is_linear(tmp_path, monkeypatch):
     """One structural pass and one decode of the part kept, wherever the cut falls (the old search re-decoded the
     file for each of its last 200 ``}`` and then kept nothing): counted, not timed, so a loaded machine cannot fail
-    it; the wall-clock bound only catches a hang."""
+    it."""
     data = _many_kernels(60_000)
     doc = data[: len(data) - 5000] + b'{"ph": "X", "na'
     path = _write(tmp_path, doc)
     decodes = []
     real = kdecode._decode_any
     monkeypatch.setattr(kdecode, "_decode_any", lambda d: (decodes.append(len(d)), real(d))[1])
-    t0 = time.perf_counter()
     tl = assert_same(path, monkeypatch)
     assert (tl.events["kind"] == "kernel").sum() > 59_900
     assert len(decodes) == 4  # per path: the document (refused), then the part before the cut
-    assert time.perf_counter() - t0 < 300
 
 
 def test_an_out_of_range_number_clamps_outside_strings_only(tmp_path, monkeypatch):

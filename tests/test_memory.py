@@ -192,6 +192,67 @@ def test_nsys_memory_and_um_tables(tmp_path):
     assert d.peak_reserved == 3 * GiB and d.capacity == 16 * GiB
 
 
+def test_nsys_allocation_sorts_before_a_release_at_the_same_time(tmp_path):
+    """A cudaFree and a cudaMalloc the driver records at the same nanosecond (the release written first): the
+    allocation counts first, so the 2 GiB peak while both buffers are live shows (1 -> 3 -> 2 GiB), not 1 -> 0 -> 2."""
+    t = NsysTrace(memory_bytes=16 * GiB)
+    t.step(1, 0, 10_000_000)
+    a = t.cuda_malloc(100_000, GiB)
+    t.kernel("k", 1_000_000, 1_000_000)
+    t.cuda_free(3_000_000, a, GiB, dur_ns=30_000)  # recorded at 3.015 ms
+    t.cuda_malloc(3_005_000, 2 * GiB, dur_ns=20_000)  # recorded at 3.015 ms too
+    tl = traceinsight.load(t.write(tmp_path / "tie.sqlite"))
+    m = tl.memory
+    gpu = m[(m["device"] == 0) & m["kind"].isin(["alloc", "free"])]
+    assert gpu["start_ns"].tolist()[1:] == [gpu["start_ns"].iloc[1]] * 2  # the tie
+    assert gpu["kind"].astype(str).tolist() == ["alloc", "alloc", "free"]
+    assert gpu["delta_bytes"].tolist() == [GiB, 2 * GiB, -GiB]
+    assert gpu["reserved"].tolist() == [GiB, 3 * GiB, 2 * GiB]
+    assert Derived(tl).memory.device(0, 0).peak_reserved == 3 * GiB
+
+
+def test_nsys_memory_rows_say_where_they_are(tmp_path):
+    """Each row's device and memory kind: a device allocation on GPU 1, pinned host memory on the host (-1, cpu),
+    a CPU page fault on the host, a GPU's fault group on that GPU; the op that made each row by its correlation."""
+    t = NsysTrace(memory_bytes=16 * GiB)
+    t.step(1, 0, 10_000_000)
+    t.kernel("k", 1_000_000, 1_000_000)
+    t.cuda_malloc(100_000, GiB, device=1)
+    t.cuda_malloc(200_000, 1 << 20, mem_kind=1)
+    t.um_cpu_fault(3_000_000)
+    t.um_gpu_faults(4_000_000, 100_000, 12, device=1)
+    m = traceinsight.load(t.write(tmp_path / "where.sqlite")).memory.sort_values("start_ns")
+    got = list(zip(m["kind"].astype(str), m["device"].astype(int), m["device_type"].astype(str), m["count"].astype(int)))
+    assert got == [("alloc", 1, "cuda", 1), ("alloc", -1, "cpu", 1), ("um_fault_cpu", -1, "cpu", 1), ("um_fault_gpu", 1, "cuda", 12)]
+    assert m["op"].astype(str).tolist()[:2] == ["cudaMalloc", "cudaMalloc"]
+    assert m["delta_bytes"].tolist() == [GiB, 1 << 20, 0, 0]
+    assert set(m["pid"]) == {4242}  # the writer's process, from globalPid
+
+
+def test_nsys_memory_table_without_its_optional_columns(tmp_path):
+    """An export whose usage table has only start, bytes and the operation (older or trimmed exports): every row is
+    device memory on GPU 0, of process 0, linked to no call, and the levels still add up per device."""
+    import sqlite3
+
+    t = NsysTrace(memory_bytes=16 * GiB)
+    t.step(1, 0, 10_000_000)
+    t.kernel("k", 1_000_000, 1_000_000)
+    a = t.cuda_malloc(100_000, GiB, device=1, mem_kind=1)
+    t.cuda_malloc(200_000, 2 * GiB, device=1)
+    t.cuda_free(5_000_000, a, GiB, device=1, mem_kind=1)
+    path = t.write(tmp_path / "bare.sqlite")
+    c = sqlite3.connect(path)
+    for col in ("globalPid", "deviceId", "memKind", "correlationId"):
+        c.execute(f"ALTER TABLE CUDA_GPU_MEMORY_USAGE_EVENTS DROP COLUMN {col}")
+    c.commit()
+    c.close()
+    m = traceinsight.load(path).memory.sort_values("start_ns")
+    assert m["kind"].astype(str).tolist() == ["alloc", "alloc", "free"]
+    assert set(m["device"]) == {0} and set(m["device_type"].astype(str)) == {"cuda"}
+    assert m["reserved"].tolist() == [GiB, 3 * GiB, 2 * GiB]
+    assert m["correlation"].tolist() == [-1, -1, -1] and m["op"].isna().all() and set(m["pid"]) == {0}
+
+
 @pytest.mark.parametrize("pure", [False, True])
 def test_xplane_allocator_events(tmp_path, monkeypatch, pure):
     if pure:

@@ -93,8 +93,14 @@ def test_corpus_file_matches_independent_reading(name):
     assert (host["device"] == -1).all() and (host["stream"] == -1).all()
 
 
-def test_legacy_2021_schema_string_streams():
-    tl = traceinsight.load(corpus_file("pytorch/kineto_resnet50_nw0_v100.pt.trace.json.gz"))
+@pytest.fixture(scope="module")
+def resnet_nw0():
+    """The 2021 ResNet-50 kineto timeline, loaded once for the tests of this file (they only read it)."""
+    return traceinsight.load(corpus_file("pytorch/kineto_resnet50_nw0_v100.pt.trace.json.gz"))
+
+
+def test_legacy_2021_schema_string_streams(resnet_nw0):
+    tl = resnet_nw0
     k = tl.events[tl.events["kind"] == "kernel"]
     assert len(k) == 8772
     assert set(k["stream"].unique()) == {7}  # "stream 7" in the file
@@ -107,8 +113,8 @@ def test_legacy_2021_schema_string_streams():
     assert (k["step"] >= 0).mean() > 0.9
 
 
-def test_memcpy_direction_and_pageable():
-    tl = traceinsight.load(corpus_file("pytorch/kineto_resnet50_nw0_v100.pt.trace.json.gz"))
+def test_memcpy_direction_and_pageable(resnet_nw0):
+    tl = resnet_nw0
     m = tl.events[tl.events["kind"] == "memcpy"]
     assert len(m) == 12
     assert set(m["copy_kind"].astype(str)) == {"HtoD"}

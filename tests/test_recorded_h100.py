@@ -16,6 +16,7 @@ import pytest
 
 import traceinsight
 from traceinsight.delta import diff
+from traceinsight.rule_api import Severity
 
 H100 = Path(__file__).resolve().parents[1] / "sample_traces" / "h100"
 
@@ -77,7 +78,8 @@ def test_item_every_step_is_a_host_sync_and_its_fix_is_faster():
     before, after = _analysis("sync_before.json.gz"), _analysis("sync_after.json.gz")
     assert before.verdict["category"] == "host_sync"
     ti002 = _finding(before, "TI002")
-    assert ti002.severity.value in ("warning", "error")
+    # .item() each step: a few % of the window at least (8 % in this recording), never an info-level footnote
+    assert ti002.severity.rank >= Severity.WARNING.rank and 5 <= ti002.share_pct < 50
     assert "TI002" not in _codes(after)
     assert after.kpis["gpu_busy_pct"] > before.kpis["gpu_busy_pct"] + 5
     d = diff(H100 / "sync_before.json.gz", H100 / "sync_after.json.gz").data
@@ -133,7 +135,11 @@ def test_dataloader_on_the_training_thread_and_its_fix():
     # the batch-building ops left with the loader's workers: still the same model
     assert d["comparability"]["comparable"] and d["comparability"]["in_common_pct"] > 95
     assert d["verdict"] == "faster"
-    assert d["step"]["low_pct"] >= -100.0  # a step cannot shrink by more than itself
+    s = d["step"]
+    # the loader's workers take the batch building off the step: about 25 times faster (74 ms -> 3 ms), the whole
+    # interval well below zero, and its low end no lower than the step itself (a step cannot shrink by more)
+    assert -100 < s["change_pct"] < -90 and s["high_pct"] < -50
+    assert -s["base_median_ns"] <= s["low_ns"] < s["high_ns"] < 0
 
 
 # --- steady state -------------------------------------------------------------------------------------------
@@ -200,7 +206,7 @@ def test_memory_near_capacity_and_out_of_memory():
 
 def test_a_small_model_has_headroom():
     f = _finding(_analysis("sync_before.json.gz"), "TI030")
-    assert f.metrics.get("peak_share_pct", 0) < 5 or "could grow" in f.title
+    assert f.metrics["peak_share_pct"] < 5 and "batch could grow" in f.title
 
 
 # --- compute efficiency -------------------------------------------------------------------------------------
@@ -217,8 +223,12 @@ def test_fp32_without_tensor_cores_and_bf16():
     assert e32.mfu_pct < 67
     assert e16.mfu_pct < e32.mfu_pct  # bf16's peak is 15x higher, and this run is host-bound
     d = diff(H100 / "efficiency_fp32.json.gz", H100 / "efficiency_bf16.json.gz").data
-    assert d["verdict"] in ("faster", "inconclusive")  # three steps each: never "no measurable change"
-    assert d["step"]["change_pct"] < -40
+    s = d["step"]
+    # bf16 steps take about a third of fp32's: the median change and the interval's low end are both far below
+    # zero; with three steps a side the interval may still reach past zero, and then the verdict says it cannot
+    # tell (never "no measurable change", never "slower")
+    assert s["change_pct"] < -40 and s["low_pct"] < -40
+    assert d["verdict"] == ("faster" if s["high_ns"] < 0 else "inconclusive")
 
 
 # --- JAX (XPlane) -------------------------------------------------------------------------------------------

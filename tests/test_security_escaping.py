@@ -133,3 +133,29 @@ def test_github_and_sarif_are_inert(single, tmp_path):
     doc = json.loads(sarif)
     assert doc["version"] == "2.1.0" and doc["runs"][0]["results"]
     assert "evil" in sarif and "\x1b" not in sarif and "\u202e" not in sarif  # reached it, as visible escapes
+
+
+@pytest.mark.parametrize(("raw", "want"), [
+    ('x" onmouseover="alert(1)', "x&quot; onmouseover=&quot;alert(1)"),
+    ("x' onfocus='alert(1)", "x&#x27; onfocus=&#x27;alert(1)"),
+    ("<b>&amp;</b>", "&lt;b&gt;&amp;amp;&lt;/b&gt;"),
+    ("`a` & 'b' \"c\" <d>", "`a` &amp; &#x27;b&#x27; &quot;c&quot; &lt;d&gt;"),
+    (None, ""),
+])
+def test_html_escape_is_attribute_safe(raw, want):
+    """``escape.html`` on strings holding both quotes, ``<``, ``&`` and backticks: every character that can end an
+    attribute value (either quote) or open markup is an entity, and a browser reads back exactly the input, inside a
+    double- or a single-quoted attribute alike (backticks end no attribute in HTML5, so they stay)."""
+    from html.parser import HTMLParser
+
+    h = escape.html(raw)
+    assert h == want
+    for quote in ('"', "'"):
+        seen: list = []
+
+        class Attrs(HTMLParser):
+            def handle_starttag(self, tag, attrs):
+                seen.append(attrs)
+
+        Attrs().feed(f"<a title={quote}{h}{quote} href={quote}#{quote}>t</a>")
+        assert seen == [[("title", "" if raw is None else raw), ("href", "#")]], quote

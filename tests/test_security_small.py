@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import re
-import time
 from pathlib import Path
 
 import pytest
@@ -72,11 +71,10 @@ def test_escaped_backslash_before_u_is_text(tmp_path):
     assert replace_lone_surrogates(b'"a\\\\\\ud800"') == (b'"a\\\\\\ufffd"', 1)
 
 
-def test_fifty_megabyte_kernel_name_is_cut_quickly(tmp_path):
+def test_fifty_megabyte_kernel_name_is_cut(tmp_path):
+    """Cut at ingest (how fast: bench/bench_timing_guards.py --only hostile; 170 s before names were capped)."""
     p = _trace(tmp_path, "K" * 50_000_000).write(tmp_path / "big.json")
-    t0 = time.monotonic()
     res = runner.invoke(app, ["analyze", str(p), "-f", "json"])
-    assert time.monotonic() - t0 < 30, "was 170 s before names were capped at ingest"
     assert res.exit_code == 0
     rep = json.loads(res.stdout)
     assert any("names longer than" in w for w in rep["trace"]["warnings"])

@@ -8,7 +8,6 @@ number: such rows are dropped and counted, with the reason, in a warning TI014 r
 from __future__ import annotations
 
 import sqlite3
-import time
 
 import pytest
 from typer.testing import CliRunner
@@ -37,15 +36,14 @@ def _sql(path, *statements):
     c.close()
 
 
-def test_generated_string_column_is_refused_fast(tmp_path):
+def test_generated_string_column_is_refused(tmp_path):
+    """Refused from the schema, before any row is read (how fast: bench/bench_timing_guards.py --only hostile)."""
     p = _export(tmp_path)
     _sql(p, "ALTER TABLE StringIds RENAME TO S0",
          "CREATE TABLE StringIds (id INTEGER PRIMARY KEY, v0 TEXT, value TEXT GENERATED ALWAYS AS (printf('%.*c', 50000000, 'x')) VIRTUAL)",
          "INSERT INTO StringIds (id, v0) SELECT id, value FROM S0", "DROP TABLE S0")
-    t0 = time.monotonic()
     with pytest.raises(TraceReadError, match="generated column"):
         traceinsight.load(p)
-    assert time.monotonic() - t0 < 5
     res = runner.invoke(app, ["analyze", str(p)])
     assert res.exit_code == EXIT_UNREADABLE and "generated column" in res.stderr
 
@@ -75,9 +73,7 @@ def test_huge_stored_value_is_capped(tmp_path):
     c.execute("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET shortName = 999 WHERE rowid = 1")
     c.commit()
     c.close()
-    t0 = time.monotonic()
     tl = traceinsight.load(p)
-    assert time.monotonic() - t0 < 10
     assert max(len(str(n)) for n in tl.events["name"].cat.categories) <= MAX_NAME_CHARS
 
 

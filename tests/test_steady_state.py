@@ -239,3 +239,180 @@ def test_a_finding_only_one_time_work_supports_stays_at_info(tmp_path):
     on_steps = finding(steady[["start_ns", "end_ns"]].assign(rank=0, device=0), 60_000_000)
     out = grade([on_loads, on_steps], a.views, {})
     assert [f.severity.value for f in out] == ["info", "error"]
+
+
+# --- the model's boundaries, by value (issue 40) -------------------------------------------------------------
+def test_a_leading_step_is_compared_with_the_median_of_the_steps_after_it():
+    """Steps of 5, 1 and 3 ms: the first is 2.5 times the median of the two after it (2 ms), so it is warm-up;
+    against a median that included itself (3 ms) it would be under 2 times and judged steady. The second step has
+    one step after it, too few to compare with, and stops the run."""
+    from traceinsight.steady import warmup_steps
+
+    ms = 1_000_000
+    assert warmup_steps([5 * ms, 1 * ms, 3 * ms]).tolist() == [True, False, False]
+    assert warmup_steps([4 * ms, 1 * ms, 3 * ms]).tolist() == [True, False, False]  # exactly 2 times: warm-up
+    assert warmup_steps([3.9 * ms, 1 * ms, 3 * ms]).tolist() == [False, False, False]
+    assert warmup_steps([10 * ms, 5 * ms, 1 * ms, 3 * ms]).tolist() == [True, True, False, False]  # 10 >= 2 x 3, 5 >= 2 x 2
+    assert warmup_steps([5 * ms, 1 * ms]).tolist() == [False, False]  # one step after it: nothing to compare with
+
+
+def _steps_trace(tmp_path, durs_us, name, *, loads=(), mallocs=()):
+    """Steps of ``durs_us`` back to back from 0; in each, 20 short kernels launched at its start; ``loads``: one-time
+    calls (cuModuleLoadData) as (start, dur) µs; ``mallocs``: cudaMalloc calls at these µs."""
+    t = KinetoTrace()
+    at = 0.0
+    for s, d in enumerate(durs_us):
+        t.step(s, at, d)
+        for k in range(20):
+            t.kernel(GEMM, at + 20 + k * 10, 8.0, launch_us=at + 1 + k * 0.5, launch_dur_us=0.4, grid=GRID)
+        at += d
+    for start, dur in loads:
+        t.runtime("cuModuleLoadData", start, dur)
+    for start in mallocs:
+        t.runtime("cudaMalloc", start, 30.0)
+    # one kernel closes the window at the end of the last step
+    t.kernel(GEMM, at - 20, 8.0, launch_us=at - 30, launch_dur_us=0.4, grid=GRID)
+    return traceinsight.analyze(t.write(tmp_path / name))
+
+
+def test_the_warm_up_step_of_5_1_3_ms_is_booked_and_the_other_two_are_steady(tmp_path):
+    a = _steps_trace(tmp_path, [5_000, 1_000, 3_000], "513.json")
+    w = a.ledger.warmup
+    steps = w[w["reason"].str.startswith("warm-up step")]
+    assert steps[["start_ns", "end_ns"]].to_numpy().tolist() == [[0, 5_000_000]]
+    from traceinsight.steady import judgement
+
+    assert judgement(a.views)["steady_steps"] == 2
+
+
+def test_a_step_warm_up_covers_by_half_or_more_is_not_steady(tmp_path):
+    """Four 10 ms steps: module loads cover step 0 whole and 7.5 ms of step 1 (75 %): only steps 2 and 3 are steady.
+    A load covering 5 ms of step 1 (exactly half) leaves it out too; 4.9 ms (49 %) does not."""
+    from traceinsight.steady import judgement
+
+    for cover_us, steady in ((7_500, 2), (5_000, 2), (4_900, 3), (10_000, 2)):
+        a = _steps_trace(tmp_path, [10_000] * 4, f"cover{cover_us}.json", loads=[(0, 10_000), (10_000, cover_us)])
+        assert judgement(a.views)["steady_steps"] == steady, cover_us
+
+
+def test_one_steady_step_cannot_be_judged_two_can(tmp_path):
+    """Module loading fills most of the window: with one step outside it the window gets "cannot judge", with two
+    it is judged (MIN_STEADY_STEPS = 2)."""
+    from traceinsight.steady import judgement
+
+    one = _steps_trace(tmp_path, [10_000] * 3, "one.json", loads=[(0, 10_000), (10_000, 9_000)])
+    j = judgement(one.views)
+    assert (j["judgeable"], j["steady_steps"]) == (False, 1)
+    assert j["reason"].startswith("one-time work (module loading, set-up, compilation, allocator growth) fills ")
+    assert j["reason"].endswith("% of the window and only 1 step outside it shows the rest repeats")
+    assert details(one)["category"] == "cannot_judge"
+    two = _steps_trace(tmp_path, [10_000] * 4, "two.json", loads=[(0, 10_000), (10_000, 10_000), (20_000, 1_000)])
+    j = judgement(two.views)
+    assert j["warmup_ns"] * 2 >= j["window_ns"]  # most of the window is warm-up: only the step count decides
+    assert (j["judgeable"], j["steady_steps"], j["reason"]) == (True, 2, None)
+    assert details(two)["category"] != "cannot_judge"
+
+
+def test_allocator_growth_is_warm_up_only_before_the_second_step(tmp_path):
+    """cudaMalloc in the first step grows the caching allocator's pool: one-time work. From the second step's start
+    on (at it, inside it, later) the pool is reused and a cudaMalloc is steady-state work."""
+    a = _steps_trace(tmp_path, [3_000] * 4, "alloc.json", mallocs=[500.0, 2_969.0, 3_000.0, 4_000.0, 7_000.0])
+    w = a.ledger.warmup
+    grown = w[w["reason"].str.startswith("allocator growth")]
+    assert grown[["start_ns", "end_ns"]].to_numpy().tolist() == [[500_000, 530_000], [2_969_000, 2_999_000]]
+    assert set(grown["reason"]) == {"allocator growth: cudaMalloc"}
+
+
+def test_a_graph_capture_is_one_time_work_from_its_begin_to_its_end(tmp_path):
+    """cudaStreamBeginCapture at 1 ms and cudaStreamEndCapture at 3 ms (50 µs) on the same thread: the launches
+    between them are recorded, not run, so 1 ms to 3.05 ms is one-time work. An end on another thread, or before
+    the begin, closes nothing."""
+    t = KinetoTrace()
+    t.kernel(GEMM, 10.0, 10.0, launch_us=0.5, launch_dur_us=0.3, grid=GRID)
+    t.runtime("cudaStreamBeginCapture", 1_000.0, 20.0)
+    t.runtime("cudaStreamEndCapture", 3_000.0, 50.0)
+    t.runtime("cudaStreamEndCapture", 2_000.0, 50.0, tid=99)  # another thread's end, before this one's
+    t.runtime("cudaStreamEndCapture", 4_500.0, 50.0, tid=98)  # an end on the next thread, before its begin
+    t.runtime("cudaStreamBeginCapture", 5_000.0, 20.0, tid=98)  # no end after it on its thread
+    for i in range(40):
+        t.kernel(GEMM, 6_010.0 + i * 50, 50.0, launch_us=6_000.0 + i * 0.4, launch_dur_us=0.3, grid=GRID)
+    a = traceinsight.analyze(t.write(tmp_path / "capture.json"))
+    w = a.ledger.warmup
+    cap = w[w["reason"] == "graph capture (launches recorded, not run)"]
+    assert cap[["rank", "start_ns", "end_ns"]].to_numpy().tolist() == [[0, 1_000_000, 3_050_000]]
+
+
+def test_a_first_launch_of_exactly_a_millisecond_is_a_module_load(tmp_path):
+    """Module loading is a first launch call of at least 1 ms (WARMUP_MIN_NS) and 10 times the rank's median launch:
+    exactly 1 ms counts, 999 µs does not; a name longer than 60 characters is cut in the reason."""
+    long_name = "k" * 70
+    t = KinetoTrace()
+    at = 0.0
+    for name, first in ((long_name, 1_000.0), ("kernel_b", 999.0)):
+        for rep in range(20):
+            d = first if rep == 0 else 5.0
+            t.kernel(name, at + d + 5.0, 30.0, launch_us=at, launch_dur_us=d, grid=GRID)
+            at += d + 40.0
+    a = traceinsight.analyze(t.write(tmp_path / "edge.json"))
+    w = a.ledger.warmup
+    assert w.loc[w["reason"].str.startswith("first launch of"), "reason"].tolist() == ["first launch of " + "k" * 59 + "… (module load)"]
+
+
+@pytest.mark.parametrize(("source", "framework", "which"), [
+    ("nsys", "pytorch", "nsys"), ("pytorch", "jax", "jax"), ("pytorch", "pytorch", "pytorch"), ("pytorch", "other", "pytorch"),
+    ("tensorflow-xplane", "other", "tensorflow"), ("tensorflow-json", "tensorflow", "tensorflow"), ("rocprof", "other", "nsys"),
+])
+def test_record_better_follows_the_profiler_then_the_framework(source, framework, which):
+    from traceinsight.steady import RECORD_BETTER, record_better
+
+    assert record_better(source, framework) == RECORD_BETTER[which]
+
+
+def test_one_time_ns_adds_up_every_ranks_part(tmp_path):
+    """Instances on the four module loads of the cold window (15 ms each): two named on rank 0, two naming no rank
+    (they are measured against every rank's warm-up): all 60 ms is one-time work. No instance: (0, 0)."""
+    import numpy as np
+    import pandas as pd
+
+    from traceinsight.steady import one_time_ns
+
+    t = KinetoTrace()
+    b = 0.0
+    for s in range(6):
+        slow = {0: (0, 1, 2), 1: (3,)}.get(s, ())
+        start, at = b, b + 10.0
+        for k in range(3 if s == 0 else 4):
+            d = 15_000.0 if k in slow else 5.0
+            t.kernel(f"kernel_{k}", at + d + 5.0, 400.0, launch_us=at, launch_dur_us=d, grid=GRID)
+            at += d + 410.0
+        t.step(s, start, at - start + 10.0)
+        b = at + 20.0
+    a = traceinsight.analyze(t.write(tmp_path / "cold_steps.json"))
+    loads = a.ledger.warmup[a.ledger.warmup["reason"].str.startswith("first launch of")]
+    inst = loads[["start_ns", "end_ns"]].reset_index(drop=True).assign(rank=[0, 0, np.nan, np.nan], device=0)
+    assert one_time_ns(a.views, inst) == (60_000_000, 60_000_000)
+    assert one_time_ns(a.views, pd.DataFrame({"start_ns": [], "end_ns": [], "rank": [], "device": []})) == (0, 0)
+
+
+def test_first_launches_are_of_kernels_and_per_rank(tmp_path):
+    """Three ranks of one job. Rank 0's first launch of kernel_a, at 50 ms, takes 20 ms (a module load); rank 1 has
+    launched kernel_a quickly since 0 ms, which says nothing about rank 0's module. Rank 2 runs only a copy, whose
+    call takes 2 ms: a copy is no kernel and loads no module."""
+    folder = tmp_path / "job"
+    for r in range(3):
+        t = KinetoTrace(rank=r, world_size=3)
+        if r == 2:
+            t.memcpy("HtoD", 2_100.0, 10.0, 4096, launch_us=0.0, launch_dur_us=2_000.0)
+            t.memcpy("HtoD", 2_200.0, 10.0, 4096, launch_us=2_150.0, launch_dur_us=5.0)
+        else:
+            at = 50_000.0 if r == 0 else 0.0
+            for rep in range(20):
+                d = 20_000.0 if (r == 0 and rep == 0) else 5.0
+                t.kernel("kernel_a", at + d + 5.0, 30.0, launch_us=at, launch_dur_us=d, grid=GRID)
+                at += d + 40.0
+        t.write(folder / f"rank{r}.pt.trace.json")
+    a = traceinsight.analyze(folder)
+    w = a.ledger.warmup
+    first = w[w["reason"].str.startswith("first launch of")]
+    assert first[["rank", "reason"]].to_numpy().tolist() == [[0, "first launch of kernel_a (module load)"]]
+    assert first["end_ns"].iloc[0] - first["start_ns"].iloc[0] == 20_000_000

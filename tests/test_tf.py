@@ -57,8 +57,20 @@ def test_xplane_event_counts_match_wire_count(rel):
     assert (ev["dur_ns"] >= 0).all()
 
 
-def test_e4040_values():
-    tl = traceinsight.load(corpus_file(E4040))
+@pytest.fixture(scope="module")
+def e4040():
+    """The E4040 XPlane timeline, loaded once for the tests of this file (they only read it)."""
+    return traceinsight.load(corpus_file(E4040))
+
+
+@pytest.fixture(scope="module")
+def demo():
+    """The 8-GPU demo XPlane timeline, loaded once for the tests of this file (they only read it)."""
+    return traceinsight.load(corpus_file(DEMO))
+
+
+def test_e4040_values(e4040):
+    tl = e4040
     ev = tl.events
     assert tl.meta.source_format == "tensorflow-xplane"
     assert [(d.index, d.compute_capability, d.sm_count) for d in tl.meta.devices] == [(0, "7.5", 40)]
@@ -84,14 +96,14 @@ def test_e4040_values():
     assert tl.span_ns == pytest.approx(10.83e6, rel=0.01)
 
 
-def test_kernel_details_parsed():
-    ev = traceinsight.load(corpus_file(DEMO)).events
+def test_kernel_details_parsed(demo):
+    ev = demo.events
     row = ev[(ev["kind"] == "kernel") & ev["grid"].astype(str).eq("160,1,1")].iloc[0]
     assert row["registers"] == 38 and row["shared_mem"] == 0 and row["block"] == "1024,1,1"
 
 
-def test_multi_gpu_demo_shows_gpus_with_events():
-    tl = traceinsight.load(corpus_file(DEMO))
+def test_multi_gpu_demo_shows_gpus_with_events(demo):
+    tl = demo
     ev = tl.events
     assert len(tl.meta.devices) == 8
     assert {d.compute_capability for d in tl.meta.devices} == {"7.0"}
@@ -116,9 +128,9 @@ def test_jax_mi300x_loads():
     assert tl.meta.tool.startswith("JAX")
 
 
-def test_trace_json_matches_xplane():
+def test_trace_json_matches_xplane(e4040):
     a = traceinsight.load(corpus_file(E4040_JSON))
-    b = traceinsight.load(corpus_file(E4040))
+    b = e4040
     assert a.meta.source_format == "tensorflow-json"
     for kind in ("kernel", "memcpy", "runtime", "step", "gpu_annotation"):
         assert (a.events["kind"] == kind).sum() == (b.events["kind"] == kind).sum(), kind

@@ -50,8 +50,8 @@ def test_ti009_positive(tmp_path):
     assert f.metrics["straggler_rank"] == 2
     assert f.impact_ns == pytest.approx(6_000_000 - 14_000_000 / 3, abs=1)
     # severity follows the common scale on the finding's window; TI009 (the jobs helper's rule) reports no
-    # location, so its share is taken of all three windows: asserted only to be below error here
-    assert f.severity.value in ("info", "warning")
+    # location, so its share is taken of all three windows together: 1.33 ms of 8.4 ms = 15.9 %, a warning
+    assert f.severity.value == "warning"
     assert f.metrics["nccl_ns"]["0:0"] > f.metrics["nccl_ns"]["2:0"]
     assert "wait at collectives" in f.message
     assert "DistributedSampler" in f.fixes["pytorch"].code

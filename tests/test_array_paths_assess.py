@@ -54,17 +54,19 @@ def test_evidence_rows_equal_itertuples(n):
         assert [[type(v) for v in r] for r in got] == [[type(v) for v in r] for r in want]
 
 
-def _sample_analysis(name: str = "dataloader_gaps.json.gz"):
+@pytest.fixture(scope="module")
+def sample_analysis():
+    """One analysis of a sample trace, read (never changed) by the tests of this file."""
     from traceinsight.engine import analyze
 
-    return analyze(SAMPLES / name)
+    return analyze(SAMPLES / "dataloader_gaps.json.gz")
 
 
-def test_evidence_rows_on_a_sample_trace():
+def test_evidence_rows_on_a_sample_trace(sample_analysis):
     """Every finding of a real sample: the rows equal the itertuples reading, at the job's 10 rows and in full."""
     from traceinsight.render.json_report import evidence_rows
 
-    analysis = _sample_analysis()
+    analysis = sample_analysis
     assert analysis.findings and any(len(f.evidence) > 1 for f in analysis.findings)
     for f in analysis.findings:
         for n in (None, 10, 1):
@@ -340,11 +342,11 @@ def test_as_instances_equals_to_numeric_and_factorize(which):
     assert got.labels == want[5]
 
 
-def test_as_instances_on_a_sample_finding():
+def test_as_instances_on_a_sample_finding(sample_analysis):
     """The instances of a real sample's findings, rebuilt from their columns as a frame, come back the same."""
     from traceinsight.finding import as_instances
 
-    analysis = _sample_analysis()
+    analysis = sample_analysis
     some = [f for f in analysis.findings if len(f.instances)]
     assert some
     for f in some:
