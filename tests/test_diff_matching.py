@@ -48,15 +48,15 @@ def test_the_same_class_under_another_op_is_not_the_same_work():
 
 def test_pairs_form_only_within_a_class_beside_kernels_of_other_classes():
     """Under aten::mm a GEMM renamed across vendors is matched; the elementwise kernel that appeared beside it and
-    the reduction that vanished beside it keep their own status, and no pair names them."""
+    the attention kernel that vanished beside it keep their own status, and no pair names them."""
     got = _status(
-        [_k("cublas_gemm", "gemm", 500, "aten::mm"), _k("reduce_kernel", "reduction", 30, "aten::mm")],
+        [_k("cublas_gemm", "gemm", 500, "aten::mm"), _k("flash_fwd_kernel", "attention", 30, "aten::mm")],
         [_k("hipblaslt_gemm", "gemm", 450, "aten::mm"), _k("elementwise_kernel", "elementwise", 20, "aten::mm")],
     )
     assert got == {
         "cublas_gemm": ("matched", ["hipblaslt_gemm"]),
         "hipblaslt_gemm": ("matched", ["cublas_gemm"]),
-        "reduce_kernel": ("vanished", []),
+        "flash_fwd_kernel": ("vanished", []),
         "elementwise_kernel": ("new", []),
     }
 
