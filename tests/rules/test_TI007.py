@@ -96,7 +96,7 @@ def test_positive_fp32_gemms_priced_from_their_rate(tmp_path):
 
 
 def test_positive_compute_bound_fp32_gets_the_full_speedup(tmp_path):
-    (f,) = _run(tmp_path, FP32, "ampere_sgemm_128x64_nn", kernel_us=8.0)  # 137 GFLOP in 8 ms: 88 % of FP32 peak
+    (f,) = _run(tmp_path, FP32, "ampere_sgemm_128x64_nn", kernel_us=8000.0)  # 137 GFLOP in 8 ms: 88 % of FP32 peak
     assert f.metrics["fp32_pct_of_peak"] > 50 and f.metrics["modelled_speedup"] == 2.0
 
 
