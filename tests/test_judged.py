@@ -48,21 +48,21 @@ def parse(path: Path) -> list[Expectation]:
     "Expected:" list belongs to the last trace heading above it (a heading without a file name does not start
     a trace)."""
     out: list[Expectation] = []
-    trace, block, in_expected = None, [], False
+    trace, block, in_expected, foreign = None, [], False, False
     for raw in path.read_text(encoding="utf-8").splitlines():
         head = re.match(r"^##\s+`([^`]+)`", raw)
         if head:
-            trace, block, in_expected = head.group(1), [], False
+            trace, block, in_expected, foreign = head.group(1), [], False, False
             continue
-        if raw.startswith("## "):
-            in_expected = False
+        if raw.startswith("## "):  # a note between a trace's reading and its list: not part of the reading
+            in_expected, foreign = False, True
             continue
         if raw.strip() == "Expected:":
             in_expected = True
             continue
         if in_expected and raw.startswith("- ") and trace:
             out.append(Expectation(trace, raw[2:].strip(), _truth(block)))
-        elif not in_expected:
+        elif not in_expected and not foreign:
             block.append(raw)
     return out
 
