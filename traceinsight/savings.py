@@ -147,7 +147,31 @@ def assess(findings: list[Finding], views: "Views", rules: dict[str, object], ov
                 f.metrics["severity_basis"] = "kept at info: this window cannot be judged (see the verdict)"
     # one alarm per lost time: a cause is graded on its own figure (which holds what it explains of its symptoms),
     # a symptom on what its cause leaves unexplained, so neither repeats the other's time
+    for f in findings:
+        _quote_figure(f, by_fp.get(f.metrics.get("explained_by") or ""))
     return order(findings)
+
+
+def _quote_figure(f: Finding, cause: "Finding | None") -> None:
+    """Make the message quote the card's figure (``saving_ns``) where the rule wrote its own estimate: a modelled
+    speed-up's "est. X" becomes the replay's figure with the estimate beside it, and a message that states another
+    figure says which one the card shows. A symptom's message says how much of it its cause explains."""
+    if f.saving_kind == KIND_NONE or f.saving_ns is None:
+        return
+    fig, est = fmt_ns(int(f.saving_ns)), fmt_ns(int(f.impact_ns))
+    if fig == est:
+        return
+    msg = f.message or ""
+    if f.saving_kind == KIND_MODELLED:
+        for lead in ("est. ", "save about ", "save "):
+            if lead + est in msg:
+                f.message = msg.replace(lead + est, f"{lead}{fig} by the what-if replay ({est} at face value)", 1)
+                return
+        f.message = msg.rstrip() + f" The what-if replay prices it at {fig} (the card's figure; {est} at face value)."
+    elif cause is not None:
+        f.message = msg.rstrip() + f" {cause.code} explains the rest; {fig} of it is this finding's own (the card's figure)."
+    else:
+        f.message = msg.rstrip() + f" The card's figure, {fig}, is the idle it claims on the ledger (at most its own estimate of {est})."
 
 
 def _graded(rule: object, f: Finding) -> bool:
