@@ -41,9 +41,11 @@ MAX_EVIDENCE_ROWS = 500
 #: Longest string a result carries; longer ones (a 1 MB kernel name) are cut with an ellipsis.
 MAX_STRING = 2000
 
-#: The finding fields the list view carries; ``finding`` returns the rest.
+#: The finding fields the list view carries; ``finding`` returns the rest. ``saving_ns`` is the figure every report
+#: shows (its kind and share beside it), ``impact_ns`` the rule's own estimate before the ledger and the replay.
 _LIST_FIELDS = (
-    "code", "rule", "category", "title", "severity", "impact_ns", "impact_pct_span", "impact_pct_step", "explains", "fingerprint",
+    "code", "rule", "category", "title", "severity", "saving_kind", "saving_ns", "share_pct", "impact_ns", "impact_pct_span",
+    "impact_pct_step", "explains", "fingerprint",
 )
 
 
