@@ -341,9 +341,9 @@ def details(analysis: "Analysis", cl: dict[str, Any] | None = None) -> dict[str,
         )
         return {**base, **_verdict("copy", "copy", totals["copy"], steady, sentence)}
     if choice == "compute":
+        largest = f"; the largest idle: {buckets.SENTENCE[top_idle]}, {100.0 * idle[top_idle] / steady:.1f} %" if idle[top_idle] else ""
         sentence = (
-            f"{prefix}; no finding gives back {MIN_BOUND_PCT:.0f} % ({runner}; the largest idle: {buckets.SENTENCE[top_idle]}, "
-            f"{100.0 * idle[top_idle] / steady:.1f} %): the GPU is busy most of the time, so speed-ups now come from faster kernels "
+            f"{prefix}; no finding gives back {MIN_BOUND_PCT:.0f} % ({runner}{largest}): the GPU is busy most of the time, so speed-ups now come from faster kernels "
             f"(precision, fusion, batch size), not from feeding the GPU{rule}."
         )
         return {**base, **_verdict("compute", "compute", totals["compute"], steady, sentence)}
@@ -357,9 +357,9 @@ def details(analysis: "Analysis", cl: dict[str, Any] | None = None) -> dict[str,
 
 #: The verdict's rule, in the words every verdict sentence and the docs quote.
 RULE = (
-    f"a bound is the finding whose priced saving (idle it claims, or the replay's modelled speed-up) is largest, when it gives "
-    f"back at least {MIN_BOUND_PCT:.0f} % of the steady state; otherwise a GPU busy at least {BUSY_MOST_PCT:.0f} % of it is "
-    "compute-bound (copy-bound when copies are most of its work)"
+    f"the bound is the finding that gives back most (idle it claims, or its modelled speed-up as the replay prices it) when "
+    f"that is at least {MIN_BOUND_PCT:.0f} % of the steady state; else a GPU busy {BUSY_MOST_PCT:.0f} % of it or more is "
+    "compute-bound"
 )
 
 
