@@ -177,16 +177,19 @@ def claims_of(led: "Ledger", findings: list[Finding]) -> dict[str, Any]:
                 if v > c.get(k, 0):
                     c[k] = v
         each.append(c)
-    best: dict[tuple[int, int, str], int] = {}
-    for c in each:
-        for k, v in c.items():
-            if v > best.get(k, 0):
-                best[k] = v
     # a symptom keeps only what its cause does not explain: the cause names the rest, once
     each = [
         {k: v - given[f.fingerprint].get(k, 0) for k, v in c.items() if v > given[f.fingerprint].get(k, 0)} if f.fingerprint in given else c
         for f, c in zip(findings, each)
     ]
+    each = _one_claim_per_ns(led, findings, each)
+    best: dict[tuple[int, int, str], int] = {}
+    for c in each:
+        for k, v in c.items():
+            if k[2] in AVOIDABLE_BUCKETS:  # disjoint claims (``_one_claim_per_ns``): they add up
+                best[k] = best.get(k, 0) + v
+            elif v > best.get(k, 0):  # busy time: modelled, overlapping estimates, the larger counts
+                best[k] = v
     by_bucket: dict[str, int] = {}
     per_device: dict[tuple[int, int], int] = {}
     for (r, d, b), v in best.items():
@@ -201,6 +204,37 @@ def claims_of(led: "Ledger", findings: list[Finding]) -> dict[str, Any]:
         "per_finding": [_wall_clock(c) for c in each],
         "each": each,
     }
+
+
+def _one_claim_per_ns(led: "Ledger", findings: list[Finding], each: list[dict[tuple[int, int, str], int]]) -> list[dict[tuple[int, int, str], int]]:
+    """Claims on the same bucket of the same device never add up to more than the bucket holds: each nanosecond of
+    avoidable idle is claimed once. Findings that name a reason (causes, root causes) claim first, then the more
+    specific (fewer buckets), then the larger; a later finding keeps only what is left of the bucket. Busy-time
+    claims (modelled speed-ups) are left as they are: their figure comes from the replay, not from the claim."""
+    from .causes import CAUSES
+
+    rk, dv, bk, ns = led.device_arrays
+    room = {(int(r), int(d), str(b)): int(v) for r, d, b, v in zip(rk.tolist(), dv.tolist(), bk.tolist(), ns.tolist()) if b in AVOIDABLE_BUCKETS}
+
+    def priority(i: int) -> tuple:
+        f = findings[i]
+        named = f.category in CAUSES or f.root_cause or bool(f.explains)
+        return (0 if named else 1, len(claim_buckets(f)), -sum(each[i].values()), i)
+
+    out: list[dict[tuple[int, int, str], int]] = [dict(c) for c in each]
+    for i in sorted(range(len(findings)), key=priority):
+        c = out[i]
+        for k in list(c):
+            if k[2] not in AVOIDABLE_BUCKETS:
+                continue
+            left = room.get(k, 0)
+            take = min(c[k], left)
+            room[k] = left - take
+            if take > 0:
+                c[k] = take
+            else:
+                del c[k]
+    return out
 
 
 def _wall_clock(claim: dict[tuple[int, int, str], int]) -> int:
