@@ -263,7 +263,9 @@ def lead_with_verdict(analysis) -> bool:
         return False
     fs = analysis.findings
     head = next((f for f in fs if f.fingerprint == named), None)
-    if head is None or head.metrics.get("explained_by") or fs[0] is head:
+    cause = next((f for f in fs if head is not None and f.fingerprint == head.metrics.get("explained_by")), None)
+    head = cause or head  # a symptom's own part names the bound: its cause's group leads, the symptom inside it
+    if head is None or fs[0] is head:
         return False
     group = [head, *(f for f in fs if f.metrics.get("explained_by") == head.fingerprint)]
     ids = {id(f) for f in group}
