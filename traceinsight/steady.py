@@ -280,7 +280,8 @@ def _opening_blocks(ln: pd.DataFrame, blocking: "list[tuple[np.ndarray, np.ndarr
     """Blocking calls that wait on work queued before the window opened, not on anything the window shows: those
     that begin before (or are) the rank's first traced launch, and, at the head of the rank's run (before its first
     step ends; without steps, before a tenth of its launches), those of at least ``WARMUP_MIN_NS`` during most of
-    which the rank's GPUs run nothing traced. A call that blocks while no traced work runs waits on work the trace
+    which the rank's GPUs run nothing traced and that are ``WARMUP_RATIO`` times the rank's other blocking calls of
+    the same kind (none repeats it in the steady state). A call that blocks while no traced work runs waits on work the trace
     does not hold: a profile that starts while the GPU is still busy with what the program queued before it."""
     if not blocking:
         return []
@@ -298,6 +299,12 @@ def _opening_blocks(ln: pd.DataFrame, blocking: "list[tuple[np.ndarray, np.ndarr
             h = head.reindex(b_rank).to_numpy()
             late = known & ~m & ~np.isnan(h) & (b_start < np.nan_to_num(h)) & (b_end - b_start >= WARMUP_MIN_NS)
             for i in np.flatnonzero(late):
+                # one-time only when nothing like it repeats: a blocking call of the same kind on the rank that
+                # lasts as long in the steady state is the loop's own (a sync every step), not the window's start
+                others = (b_rank == b_rank[i]) & (np.arange(len(b_rank)) != i)
+                dur = b_end - b_start
+                if others.any() and dur[i] < WARMUP_RATIO * float(np.median(dur[others])):
+                    continue
                 act = views.gpu_activity
                 a = act[act["rank"].to_numpy() == b_rank[i]]
                 s, e = a["start_ns"].to_numpy(np.int64), a["start_ns"].to_numpy(np.int64) + a["dur_ns"].to_numpy(np.int64)
