@@ -48,14 +48,14 @@ def job_verdict(ja: Any) -> dict[str, Any]:
     # finding whose priced saving (its card's figure, as a share of its rank's steady window) is largest at the
     # median over ranks (a rank without it counts 0)
     levers = _median_levers(ja, {b: float(med.get(b, 0.0)) for b in med.index})
-    choice = choose({b: int(med.get(b, 0.0)) for b in med.index}, [(pct, bucket) for pct, bucket, _ in levers])
+    choice, at = choose({b: int(med.get(b, 0.0)) for b in med.index}, [(pct, bucket) for pct, bucket, _ in levers])
     if choice == "lever":
-        pct, bucket, code = levers[0]
+        pct, bucket, code = levers[at]
         lead = f"the lever that gives back most on the median rank is {code}: {pct:.1f} % of its steady {unit}"
     elif choice in ("compute", "copy"):
         bucket = choice
         best = f"the largest, {levers[0][2]}, gives back {levers[0][0]:.1f} %" if levers else "none gives any back"
-        lead = f"no finding gives back {MIN_BOUND_PCT:.0f} % of it ({best}), so the GPU's own work bounds the job"
+        lead = f"no finding names a bound ({best}), so the GPU's own work bounds the job"
     else:
         idle = {b: float(med.get(b, 0.0)) for b in IDLE_BUCKETS if b != "idle_warmup"}
         bucket = max(idle, key=lambda b: idle[b])
