@@ -56,6 +56,8 @@ LABELS: dict[str, str] = {
     "no_gpu": "no GPU activity",
 }
 
+#: The category of idle a finding attributes to no kind (GPU idle gaps by what the host did): it claims last.
+DEFAULT_IDLE = "gpu_idle"
 #: What findings of each rule category (``finding.CATEGORIES``) may claim from the ledger (``buckets.claims``).
 CLAIMS: dict[str, tuple[str, ...]] = {c: buckets.claims(c) for c in CATEGORIES}
 
@@ -213,8 +215,9 @@ def claims_of(led: "Ledger", findings: list[Finding]) -> dict[str, Any]:
 
 def _one_claim_per_ns(led: "Ledger", findings: list[Finding], each: list[dict[tuple[int, int, str], int]]) -> list[dict[tuple[int, int, str], int]]:
     """Claims on the same bucket of the same device never add up to more than the bucket holds: each nanosecond of
-    avoidable idle is claimed once. Findings that name a reason (causes, root causes) claim first, then the more
-    specific (fewer buckets), then the larger; a later finding keeps only what is left of the bucket. Busy-time
+    avoidable idle is claimed once. Findings that name a reason (causes, root causes) claim first, then symptoms
+    of a kind (launch overhead, graph breaks), then unattributed idle gaps; among equals the more specific (fewer
+    buckets), then the larger; a later finding keeps only what is left of the bucket. Busy-time
     claims (modelled speed-ups) are left as they are: their figure comes from the replay, not from the claim."""
     from .causes import CAUSES
 
@@ -224,7 +227,8 @@ def _one_claim_per_ns(led: "Ledger", findings: list[Finding], each: list[dict[tu
     def priority(i: int) -> tuple:
         f = findings[i]
         named = f.category in CAUSES or f.root_cause or bool(f.explains)
-        return (0 if named else 1, len(claim_buckets(f)), -sum(each[i].values()), i)
+        generic = category(f) == DEFAULT_IDLE  # idle gaps by what the host did: the catch-all claims last
+        return (0 if named else 2 if generic else 1, len(claim_buckets(f)), -sum(each[i].values()), i)
 
     out: list[dict[tuple[int, int, str], int]] = [dict(c) for c in each]
     for i in sorted(range(len(findings)), key=priority):
