@@ -42,13 +42,18 @@ def _traces() -> list[Path]:
     out = sorted(p for p in samples.iterdir() if p.suffix in (".gz", ".sqlite"))
     out += sorted(p for p in (samples / "h100").glob("*.json.gz"))
     out += sorted((samples / "h100" / "nsys").glob("*.sqlite"))
+    out += _logdirs(samples)  # TensorBoard/JAX profile folders: one trace each
     if have_corpus():
         for sub in ("pytorch", "nsys", "judged"):
             out += sorted(p for p in (CORPUS / sub).iterdir() if p.is_file() and p.suffix in (".gz", ".sqlite", ".pb"))
         out += sorted((CORPUS / "pytorch" / "param_dlrm_v100_8ranks").glob("*.json*"))[:2]
-        out += sorted(p.parent.parent.parent for p in (CORPUS / "tf").glob("*/*/plugins/profile"))
-        out += sorted(p.parent.parent for p in (CORPUS / "tf").glob("*/plugins/profile"))
+        out += _logdirs(CORPUS / "tf") + sorted(p for p in (CORPUS / "tf").rglob("*.xplane.pb") if "plugins" not in p.parts)
     return out
+
+
+def _logdirs(root: Path) -> list[Path]:
+    """Every folder that holds a ``plugins/profile`` run (a TensorBoard or JAX log folder)."""
+    return sorted({p.parent.parent for p in root.rglob("plugins/profile")})
 
 
 TRACES = _traces()
