@@ -115,7 +115,8 @@ class MemoryHeadroom(Rule):
             spare = usable - d.peak
             if spare <= 0:
                 continue
-            factor = min(1.0 + spare / batch_bound, self.max_factor)
+            raw = 1.0 + spare / batch_bound
+            factor = min(raw, self.max_factor)
             if factor < 1.5:
                 continue
             # priced by a simple model: the GPU's work grows with the batch, its idle per step (launch gaps, syncs,
@@ -125,7 +126,7 @@ class MemoryHeadroom(Rule):
                 win, bsy = float(u["window_ns"].iloc[0]), float(u["busy_ns"].iloc[0])
                 gain = win / (bsy + (win - bsy) / factor)
             hits.append({"d": d, "busy": busy, "median_us": median_us, "under_busy": under_busy, "small": small,
-                         "usable": usable, "low": low, "batch_bound": batch_bound, "spare": spare, "factor": factor, "gain": gain})
+                         "usable": usable, "low": low, "batch_bound": batch_bound, "spare": spare, "factor": factor, "raw": raw, "gain": gain})
         for rank in sorted({h["d"].rank for h in hits}):
             group = [h for h in hits if h["d"].rank == rank]
             yield self._finding(ctx, min(group, key=lambda h: h["factor"]), group)
@@ -133,6 +134,10 @@ class MemoryHeadroom(Rule):
     def _finding(self, ctx: Context, h: dict, group: list[dict]):
         """One finding per rank: the GPU with the least room speaks for the rank's GPUs (evidence lists them all)."""
         d, factor, gain, busy, median_us = h["d"], h["factor"], h["gain"], h["busy"], h["median_us"]
+        # a factor at the cap says so: the memory alone would allow more, the report does not promise it
+        capped = h["raw"] > factor
+        grow = f"at least {factor:g}× (capped at max_factor; the memory alone allows ~{h['raw']:,.0f}×)" if capped else f"about {factor:.1f}×"
+        grow_short = f"≥{factor:g}× (capped)" if capped else f"~{factor:.1f}×"
         why = (f"the GPU is busy only {busy:.0f} % of its window" if h["under_busy"] else "") + \
               (" and " if h["under_busy"] and h["small"] else "") + \
               (f"its median kernel takes {median_us:.1f} µs" if h["small"] else "")
@@ -144,14 +149,14 @@ class MemoryHeadroom(Rule):
                                   "median_kernel_us": None if g["median_us"] is None else round(g["median_us"], 2),
                                   "batch_factor": round(g["factor"], 2)} for g in group])
         return ctx.finding(
-            title=f"{where}: peak memory {fmt_bytes(d.peak)} of {fmt_bytes(d.capacity)} ({100 * d.peak_share:.0f} %): batch could grow ~{factor:.1f}×",
+            title=f"{where}: peak memory {fmt_bytes(d.peak)} of {fmt_bytes(d.capacity)} ({100 * d.peak_share:.0f} %): batch could grow {grow_short}",
             message=(
                 (f"All {len(group)} GPUs of rank {d.rank} have room; the tightest, GPU {d.device}: " if many else "")
                 + f"the peak {'reserved' if d.peak_reserved is not None else 'allocated'} memory on rank {d.rank} GPU {d.device} is "
                 f"{fmt_bytes(d.peak)}, {100 * d.peak_share:.0f} % of its {fmt_bytes(d.capacity)}, while {why}. Setting aside "
                 f"{self.margin_pct:.0f} % + {self.margin_gib:g} GiB for the CUDA context, NCCL and library workspaces leaves "
                 f"{fmt_bytes(h['spare'])} unused; the memory that scales with the batch is about {fmt_bytes(h['batch_bound'])} "
-                f"(peak allocated minus the {fmt_bytes(h['low'])} held throughout), so the batch could grow about {factor:.1f}×."
+                f"(peak allocated minus the {fmt_bytes(h['low'])} held throughout), so the batch could grow {grow}."
                 + (f" If the GPU's idle time per step stayed as it is while its work grew with the batch, throughput would rise "
                    f"up to {gain:.2f}×." if gain else "")
             ),
@@ -159,6 +164,7 @@ class MemoryHeadroom(Rule):
             metrics={"rank": d.rank, "device": d.device, "devices": [g["d"].device for g in group], "capacity_bytes": d.capacity,
                      "peak_bytes": int(d.peak), "peak_share_pct": round(100 * d.peak_share, 3), "usable_bytes": int(h["usable"]),
                      "batch_bound_bytes": int(h["batch_bound"]), "batch_factor": round(factor, 3),
+                     "batch_factor_uncapped": round(h["raw"], 3), "batch_factor_capped": bool(capped),
                      "busy_pct": busy, "median_kernel_us": median_us,
                      "throughput_gain_upper_bound": None if gain is None else round(gain, 3)},
             location=Location(rank=d.rank, device=None if many else d.device),

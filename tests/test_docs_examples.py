@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from traceinsight.units import fmt_ns
+
 REPO = Path(__file__).resolve().parents[1]
 DOCS = [REPO / "docs" / "hooks.md", REPO / "README.md"]
 _BLOCK = re.compile(r"<!--\s*test\s*-->\s*\n```python[^\n]*\n(.*?)\n```", re.DOTALL)
@@ -52,7 +54,10 @@ def _check_custom_rule(ns: dict, out: str) -> None:
     assert [f.code for f in findings] == ["ACME001"]
     (f,) = findings
     assert re.fullmatch(r"\d+ \.item\(\) calls", f.title) and int(f.title.split()[0]) > 2 and f.impact_ns > 0
-    assert out == f"{[(f.code, f.title, f.impact_ns)]}\n"
+    # declared a host-sync rule with its claims: graded on the sync idle it claims (never a modelled speed-up of a
+    # category it did not declare), at most its own estimate, and it prints the figure the report shows
+    assert f.saving_kind == "idle" and 0 < f.saving_ns <= f.impact_ns and f.severity.value != "error"
+    assert out == f"{[(f.code, f.title, f.severity.value, fmt_ns(f.saving_ns))]}\n"
 
 
 #: What each tagged example must have done, found by a line of its code: an example that runs but prints the

@@ -8,7 +8,7 @@ import pytest
 
 import traceinsight
 from traceinsight.buckets import AVOIDABLE_BUCKETS, BUSY_BUCKETS
-from traceinsight.rule_api import Finding, Location, Severity
+from traceinsight.rule_api import Finding, Fix, Location, Severity
 from traceinsight.verdict import COPY_BOUND_PCT, MIN_BOUND_PCT, claims, details, finding_claims, headline, ledger_of
 
 from .conftest import REPO, corpus_file, trace_root
@@ -54,7 +54,9 @@ def test_sync_stall_names_host_syncs(tmp_path):
         t.cpu_op("aten::add", b + 610, 300)
 
     _steps_with(t, 5, step)
-    a = _analyze(tmp_path, t)
+    # the planted kernels have a one-block grid: TI008 would price a faster kernel above the sync (the verdict
+    # names the largest priced saving); this test is about the sync
+    a = _analyze(tmp_path, t, ignore=["TI008"])
     d = details(a)
     assert d["category"] == "host_sync", d["sentence"]
     assert d["ledger_ns"]["idle_host_sync"] == 4 * 400 * US
@@ -84,7 +86,7 @@ def test_copies_dominating_busy_time_are_copy_bound(tmp_path):
         t.memcpy("HtoD", b, 1500, 64 << 20, pageable=True, sync=True)
         t.kernel("vec_add", b + 1510, 1000, launch_us=b + 1502)
         t.memcpy("DtoH", b + 2520, 400, 16 << 20, pageable=True, sync=True, launch_us=b + 2511)
-    a = _analyze(tmp_path, t)
+    a = _analyze(tmp_path, t, ignore=["TI008"])  # one-block grids: TI008 would price the kernel's speed-up above all
     d = details(a)
     tot = d["ledger_ns"]
     assert 100.0 * tot["copy"] / sum(tot[b] for b in BUSY_BUCKETS) >= COPY_BOUND_PCT
@@ -114,7 +116,10 @@ def test_warmup_is_left_out_of_the_steady_state(tmp_path):
     d = details(_analyze(tmp_path, t))
     assert d["ledger_ns"]["idle_warmup"] >= 49_000 * US
     assert "warm-up and left out" in d["sentence"]
-    assert d["category"] == "launch_overhead"  # the steady state: 70 µs gaps while the host is still launching
+    # the steady state: 70 µs gaps while the host is still launching, 21.8 % of it; no rule prices them (the
+    # kernels are not tiny), so they name no bound and the mostly busy GPU is compute-bound, the gaps said
+    assert d["category"] == "compute"
+    assert "the largest idle: GPU idle between kernels the host launches too slowly, 21.8 %" in d["sentence"]
 
 
 # --- savings -----------------------------------------------------------------------------------------------
@@ -223,11 +228,15 @@ def test_corpus_dataloader_run_idles_mostly_in_data_wait():
     assert details(b)["category"] != "input_pipeline"
 
 
-def test_corpus_sync_memcpy_benchmark_is_copy_bound():
+def test_corpus_sync_memcpy_benchmark_names_its_largest_lever():
+    """Copies are 99 % of busy time, but the idle the host leaves between them (TI001, 42 % of the window) gives
+    back more than pinning the copies (TI006's replay): the verdict names the larger priced saving."""
     a = _corpus_analysis("nsys/nsys2025.5_vecadd-syncmemcpy_rtx3060.sqlite")
     d = details(a)
-    assert d["category"] == "copy"
     assert d["ledger_ns"]["copy"] > 0.9 * sum(d["ledger_ns"][b] for b in BUSY_BUCKETS)
+    by = {f.code: f for f in a.findings}
+    assert by["TI001"].saving_ns > by["TI006"].saving_ns > 0
+    assert (d["lever"], d["category"]) == ("TI001", "host_overhead")
 
 
 @pytest.mark.parametrize(
@@ -270,7 +279,9 @@ def test_corpus_first_convolution_autotune_is_warmup():
     assert headline(a)["est_savings_ns"] <= sum(t.values()) - t["idle_warmup"]
 
 
-def test_verdict_names_the_root_cause_and_its_what_if(tmp_path):
+def test_a_trace_quality_finding_never_forms_the_verdict(tmp_path):
+    """What a trace-quality finding explains is no cost: it names no root cause, and the symptom it lists keeps its
+    own figure (no time is taken from it, and none is claimed twice)."""
     t = KinetoTrace()
 
     def step(t, b):
@@ -280,13 +291,12 @@ def test_verdict_names_the_root_cause_and_its_what_if(tmp_path):
     _steps_with(t, 6, step)
     a = _analyze(tmp_path, t, ignore=["TI"])  # no built-in rule: the test plants its own findings
     symptom = _finding("TI005", 10**9, rank=0)
+    symptom.saving_ns, symptom.share_pct, symptom.fixes = 2_000_000, 36.0, {"pytorch": Fix("workers")}
     cause = Finding(code="XT900", title="loader runs in the main process", severity=Severity.WARNING, message="", category="trace_quality")
     cause.explains = [symptom.fingerprint]
     cause.what_if = {"step_ns": 600_000, "baseline_step_ns": 1_000_000, "assumptions": "no data wait"}
     a.findings = [symptom, cause]
     d = details(a)
-    s = d["sentence"]
-    assert d["headline"] == "Bound by input pipeline (root cause: XT900)"
-    assert d["claimed_by"] == symptom.fingerprint and d["root_cause"] == cause.fingerprint
-    assert "XT900 explains it (loader runs in the main process), through TI005" in s
-    assert "if fixed: step 1.00 → 0.60 ms (−40 %)" in s
+    assert d["headline"] == "Bound by input pipeline"
+    assert d["claimed_by"] == symptom.fingerprint and d["root_cause"] is None
+    assert "XT900" not in d["sentence"]

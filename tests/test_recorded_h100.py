@@ -76,7 +76,9 @@ def test_an_lstm_on_cudnn_is_not_a_fallback():
 # --- host syncs ---------------------------------------------------------------------------------------------
 def test_item_every_step_is_a_host_sync_and_its_fix_is_faster():
     before, after = _analysis("sync_before.json.gz"), _analysis("sync_after.json.gz")
-    assert before.verdict["category"] == "host_sync"
+    # the verdict names the largest priced lever: FP32 GEMMs on an H100 (TI007's replay) give back more than the
+    # sync alone; the sync is still a warning of its own
+    assert before.verdict["lever"] == "TI007" and _finding(before, "TI007").saving_ns > _finding(before, "TI002").saving_ns
     ti002 = _finding(before, "TI002")
     # .item() each step: a few % of the window at least (8 % in this recording), never an info-level footnote
     assert ti002.severity.rank >= Severity.WARNING.rank and 5 <= ti002.share_pct < 50
@@ -167,7 +169,7 @@ def test_a_recompile_in_the_steady_state_is_the_root_cause_of_the_idle():
     ti015 = _finding(a, "TI015")
     assert ti015.severity.value == "error"
     assert _finding(a, "TI001").metrics.get("explained_by") == ti015.fingerprint
-    assert "TI015 accounts for" in a.verdict["sentence"]
+    assert a.verdict["lever"] == "TI015" and "the lever that gives back most is TI015" in a.verdict["sentence"]
 
 
 def test_a_graph_capture_is_warm_up_and_the_replays_are_judged():
@@ -240,7 +242,9 @@ def test_jax_first_steps_are_compilation_and_their_kernels_are_read():
     assert a.summary.event_counts["kernel"] > 1000
     assert "TI012" not in _codes(a)
     assert _warmup_pct(a) > 90
-    assert a.verdict["category"] == "host_sync"
+    # after compilation the GPU is busy 92.6 % of the steady state: the 7 % of sync idle (TI002) is less than
+    # faster kernels would give back, so the verdict is compute and the sentence names the sync as the runner-up
+    assert a.verdict["category"] == "compute" and "the largest, TI002" in a.verdict["sentence"]
 
 
 def test_jax_float_loss_every_step_is_a_host_sync():

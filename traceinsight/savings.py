@@ -18,9 +18,10 @@ they are never added together:
 
 ``Finding.saving_ns`` is that figure (``impact_ns`` stays the rule's own estimate, which the ledger claim is
 capped by), ``Finding.share_pct`` its share of the steady-state GPU window (``severity.base_ns``: the window of the finding's
-device, warm-up left out), and the severity is graded again on it. Then one alarm per lost time: a root cause
-carries the highest severity of its group, and a symptom keeps a severity only for the part of its idle no cause
-explains. A finding whose what-if gives the step nothing back is at most info.
+device, warm-up left out), and the severity is graded again on it. One alarm per lost time: a root cause's figure
+holds what it explains of its symptoms, and a symptom's figure (and severity) only the part of its idle no cause
+explains. A severity below the scale's says why on the card (``metrics["severity_basis"]``: "capped at info:
+modelled headroom" for a rule's ``max_severity``, a what-if that gives nothing back, a window that cannot be judged). A finding whose what-if gives the step nothing back is at most info.
 """
 
 from __future__ import annotations
@@ -117,29 +118,60 @@ def assess(findings: list[Finding], views: "Views", rules: dict[str, object], ov
             continue
         share = f.share_pct
         cause = by_fp.get(f.metrics.get("explained_by") or "")
-        if cause is not None:  # a symptom: graded on what its cause leaves unexplained
-            left = max(0.0, 1.0 - float(f.metrics.get("explained_share_pct", 0.0)) / 100.0)
-            share = share * left
-            f.metrics["severity_basis"] = f"graded on the {fmt_ns(f.saving_ns * left)} that {cause.code} does not explain ({share:.1f} % of the GPU window)"
-        sev = _capped(level(share), rule)
+        if cause is not None:  # a symptom: its figure is already what its cause leaves unexplained
+            f.metrics["severity_basis"] = f"graded on the {fmt_ns(f.saving_ns)} that {cause.code} does not explain ({share:.1f} % of the GPU window)"
+        graded = level(share)
+        sev = _capped(graded, rule)
+        if sev is not graded:  # the cap is the rule's, and the card says so
+            why = "modelled headroom, not time the GPU lost" if f.saving_kind == KIND_MODELLED else "the rule's max_severity"
+            f.metrics["severity_basis"] = (
+                f"capped at {sev.value}: {why} ({share:.1f} % of the GPU window would grade {graded.value}; "
+                f"raise the rule's max_severity to gate on it)"
+            )
         if _changes_nothing(f.what_if) and sev.rank > Severity.INFO.rank:
             sev = Severity.INFO
             f.metrics["what_if_note"] = "the replay gives the step nothing back, so this is not a warning"
-        if withheld or (sev.rank > Severity.INFO.rank and only_one_time_work(views, f)):
-            sev = Severity.INFO  # nothing is judged in this window, or only one-time work supports the finding
+            f.metrics["severity_basis"] = f"kept at info: the replay gives the step nothing back ({share:.1f} % of the GPU window claimed)"
+        if sev.rank > Severity.INFO.rank and only_one_time_work(views, f):
+            sev = Severity.INFO  # only one-time work supports the finding
+            f.metrics["severity_basis"] = "kept at info: only one-time work (the ledger's warm-up) supports it"
         f.severity = sev
         declared = getattr(type(rule), "severity", None) if rule is not None else None
         if isinstance(declared, Severity) and declared is not f.severity and "severity_basis" not in f.metrics:
             why = f.metrics.get("what_if_note") or f"{share:.1f} % of the GPU window"
             f.metrics["severity_basis"] = f"graded {f.severity.value} on the common scale: {why}; declared {declared.value}"
-    for f in findings:  # one alarm per lost time: the root cause carries its group's severity
-        if f.saving_kind == KIND_NONE or f.code in forced or withheld:
-            continue
-        group = [by_fp[fp] for fp in f.explains if fp in by_fp]
-        top = max([f.severity, *(s.severity for s in group)], key=lambda s: s.rank)
-        if top.rank > f.severity.rank:
-            f.severity = _capped(top, rules.get(f.code))
+    if withheld:  # nothing in this window is judged: every performance finding says so at info
+        for f in findings:
+            if f.saving_kind != KIND_NONE and f.code not in forced and f.severity.rank > Severity.INFO.rank:
+                f.severity = Severity.INFO
+                f.metrics["severity_basis"] = "kept at info: this window cannot be judged (see the verdict)"
+    # one alarm per lost time: a cause is graded on its own figure (which holds what it explains of its symptoms),
+    # a symptom on what its cause leaves unexplained, so neither repeats the other's time
+    for f in findings:
+        _quote_figure(f, by_fp.get(f.metrics.get("explained_by") or ""))
     return order(findings)
+
+
+def _quote_figure(f: Finding, cause: "Finding | None") -> None:
+    """Make the message quote the card's figure (``saving_ns``) where the rule wrote its own estimate: a modelled
+    speed-up's "est. X" becomes the replay's figure with the estimate beside it, and a message that states another
+    figure says which one the card shows. A symptom's message says how much of it its cause explains."""
+    if f.saving_kind == KIND_NONE or f.saving_ns is None:
+        return
+    fig, est = fmt_ns(int(f.saving_ns)), fmt_ns(int(f.impact_ns))
+    if fig == est:
+        return
+    msg = f.message or ""
+    if f.saving_kind == KIND_MODELLED:
+        for lead in ("est. ", "save about ", "save "):
+            if lead + est in msg:
+                f.message = msg.replace(lead + est, f"{lead}{fig} by the what-if replay ({est} at face value)", 1)
+                return
+        f.message = msg.rstrip() + f" The what-if replay prices it at {fig} (the card's figure; {est} at face value)."
+    elif cause is not None:
+        f.message = msg.rstrip() + f" {cause.code} explains the rest; {fig} of it is this finding's own (the card's figure)."
+    else:
+        f.message = msg.rstrip() + f" The card's figure, {fig}, is the idle it claims on the ledger (at most its own estimate of {est})."
 
 
 def _graded(rule: object, f: Finding) -> bool:
@@ -231,7 +263,9 @@ def lead_with_verdict(analysis) -> bool:
         return False
     fs = analysis.findings
     head = next((f for f in fs if f.fingerprint == named), None)
-    if head is None or head.metrics.get("explained_by") or fs[0] is head:
+    cause = next((f for f in fs if head is not None and f.fingerprint == head.metrics.get("explained_by")), None)
+    head = cause or head  # a symptom's own part names the bound: its cause's group leads, the symptom inside it
+    if head is None or fs[0] is head:
         return False
     group = [head, *(f for f in fs if f.metrics.get("explained_by") == head.fingerprint)]
     ids = {id(f) for f in group}

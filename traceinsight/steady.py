@@ -240,7 +240,7 @@ def one_time_regions(views: "Views", blocking: "list[tuple[np.ndarray, np.ndarra
     ln = views.launches
     if not ln.empty:
         parts.extend(_first_launches(ln))
-        parts.extend(_opening_blocks(ln, blocking))
+        parts.extend(_opening_blocks(ln, blocking, views))
         parts.extend(_set_up_before_first_kernel(views, ln, second_step))
     parts = [p for p in parts if len(p)]
     if not parts:
@@ -390,22 +390,60 @@ def _first_launches(ln: pd.DataFrame) -> list[pd.DataFrame]:
     return out
 
 
-def _opening_blocks(ln: pd.DataFrame, blocking: "list[tuple[np.ndarray, np.ndarray, np.ndarray, str]]") -> list[pd.DataFrame]:
-    """Blocking calls that begin before (or are) the rank's first traced launch: they wait on work queued before
-    the window opened, not on anything the window shows."""
+def _opening_blocks(ln: pd.DataFrame, blocking: "list[tuple[np.ndarray, np.ndarray, np.ndarray, str]]", views: "Views | None" = None) -> list[pd.DataFrame]:
+    """Blocking calls that wait on work queued before the window opened, not on anything the window shows: those
+    that begin before (or are) the rank's first traced launch, and, at the head of the rank's run (before its first
+    step ends; without steps, before a tenth of its launches), those of at least ``WARMUP_MIN_NS`` during most of
+    which the rank's GPUs run nothing traced and that are ``WARMUP_RATIO`` times the rank's other blocking calls of
+    the same kind (none repeats it in the steady state). A call that blocks while no traced work runs waits on work the trace
+    does not hold: a profile that starts while the GPU is still busy with what the program queued before it."""
     if not blocking:
         return []
     rank = ln["rank"].to_numpy(np.int64)
     start = ln["launch_start_ns"].to_numpy(np.int64)
     first = pd.Series(start).groupby(rank).min()
+    head = _head_ends(ln, views) if views is not None else None
     out = []
     for b_rank, b_start, b_end, reason in blocking:
-        f = first.reindex(np.asarray(b_rank, np.int64)).to_numpy()
-        m = ~np.isnan(f) & (np.asarray(b_start, np.int64) <= np.nan_to_num(f)) & (np.asarray(b_end) > np.asarray(b_start))
+        b_rank, b_start, b_end = np.asarray(b_rank, np.int64), np.asarray(b_start, np.int64), np.asarray(b_end, np.int64)
+        f = first.reindex(b_rank).to_numpy()
+        known = ~np.isnan(f) & (b_end > b_start)
+        m = known & (b_start <= np.nan_to_num(f))
+        if head is not None:
+            h = head.reindex(b_rank).to_numpy()
+            late = known & ~m & ~np.isnan(h) & (b_start < np.nan_to_num(h)) & (b_end - b_start >= WARMUP_MIN_NS)
+            for i in np.flatnonzero(late):
+                # one-time only when nothing like it repeats: a blocking call of the same kind on the rank that
+                # lasts as long in the steady state is the loop's own (a sync every step), not the window's start
+                others = (b_rank == b_rank[i]) & (np.arange(len(b_rank)) != i)
+                dur = b_end - b_start
+                if others.any() and dur[i] < WARMUP_RATIO * float(np.median(dur[others])):
+                    continue
+                act = views.gpu_activity
+                a = act[act["rank"].to_numpy() == b_rank[i]]
+                s, e = a["start_ns"].to_numpy(np.int64), a["start_ns"].to_numpy(np.int64) + a["dur_ns"].to_numpy(np.int64)
+                o = (e > b_start[i]) & (s < b_end[i])
+                ms, me = merge_intervals(np.maximum(s[o], b_start[i]), np.minimum(e[o], b_end[i]))
+                if int((me - ms).sum()) * 2 < int(b_end[i] - b_start[i]):
+                    m[i] = True
         if m.any():
-            out.append(pd.DataFrame({"rank": np.asarray(b_rank, np.int64)[m], "start_ns": np.asarray(b_start, np.int64)[m], "end_ns": np.asarray(b_end, np.int64)[m],
+            out.append(pd.DataFrame({"rank": b_rank[m], "start_ns": b_start[m], "end_ns": b_end[m],
                                      "reason": f"{reason} at the window's start, waiting on work queued before the window"}))
     return out
+
+
+def _head_ends(ln: pd.DataFrame, views: "Views") -> pd.Series:
+    """Per rank, where the head of its run ends: its first step's end, else (no steps) its launch a tenth of the
+    way in."""
+    st = views.steps
+    if len(st):
+        return st.groupby("rank")["end_ns"].min()
+    rank = ln["rank"].to_numpy(np.int64)
+    out = {}
+    for r in np.unique(rank):
+        s = np.sort(ln["launch_start_ns"].to_numpy(np.int64)[rank == r])
+        out[int(r)] = int(s[min(len(s) - 1, max(len(s) // 10, 1))])
+    return pd.Series(out, dtype="int64")
 
 
 def _short(name: str, n: int = 60) -> str:

@@ -5,11 +5,17 @@ their impacts up overstates the story, and the largest finding is not necessaril
 come from the ledger (``traceinsight.ledger``) instead, where every nanosecond of each GPU's window sits in
 exactly one bucket:
 
-* **The verdict** names the largest cost. Warm-up is set aside first (it is not steady state). Then the largest
-  idle bucket, or exposed communication, names the bound when it costs at least ``MIN_BOUND_PCT`` of the
-  steady-state window; otherwise the GPU is effectively busy and the kind of busy time decides: copies when they
-  are at least ``COPY_BOUND_PCT`` of busy time, else compute. Too little GPU work (``MIN_GPU_WORK_NS`` and
-  ``MIN_GPU_WORK_ITEMS``) is said as such instead of being judged.
+* **The verdict** is the conclusion of the findings (``RULE``). Warm-up is set aside first (it is not steady
+  state), and so is every window that cannot be judged. Then the finding whose priced saving is largest (its
+  ``saving_ns``: the idle it claims from the ledger, or what the what-if replay gives back for a modelled speed-up,
+  the figure its card shows) names the bound when it gives back at least ``MIN_BOUND_PCT`` of the steady state
+  and has a fix; a finding that another explains is represented by its cause, and a trace-quality finding never
+  forms it; on a GPU busy at least ``BUSY_MOST_PCT`` of its steady state an idle lever must also give back more
+  than faster kernels plausibly would (``KERNEL_GAIN_PCT`` of busy time). Otherwise such a GPU is compute-bound
+  (copy-bound when copies are at least ``COPY_BOUND_PCT`` of busy time), and a mostly idle GPU whose idle no finding prices gets
+  "no finding explains the idle time": a ledger bucket alone never names a bound. Too little GPU work
+  (``MIN_GPU_WORK_NS`` and ``MIN_GPU_WORK_ITEMS``) is said as such instead of being judged. ``choose`` is the
+  rule on plain numbers; the whole-job verdict (``job.verdict``) applies the same function.
 * **Est. savings** is the avoidable idle findings *claim* from the ledger: each finding claims the buckets of its
   category on its rank/device (and inside its instances, when it has them), at most its own impact. Findings
   claiming the same bucket of the same device are taken to explain the same time, so the larger claim counts,
@@ -46,9 +52,12 @@ LABELS: dict[str, str] = {
     "compute": "compute",
     "trace_quality": "trace quality",
     "cannot_judge": "cannot judge this window",
+    "unexplained": "idle that no finding explains",
     "no_gpu": "no GPU activity",
 }
 
+#: The category of idle a finding attributes to no kind (GPU idle gaps by what the host did): it claims last.
+DEFAULT_IDLE = "gpu_idle"
 #: What findings of each rule category (``finding.CATEGORIES``) may claim from the ledger (``buckets.claims``).
 CLAIMS: dict[str, tuple[str, ...]] = {c: buckets.claims(c) for c in CATEGORIES}
 
@@ -59,6 +68,13 @@ MIN_BOUND_PCT = 5.0
 #: Copies are the bound when they are at least half of GPU busy time: then copies, not kernels, are the larger
 #: part of what the GPU does, and making kernels faster cannot save more than the smaller, non-copy half.
 COPY_BOUND_PCT = 50.0
+#: A GPU busy at least this share of its steady state is compute-bound (or copy-bound) unless a finding's priced
+#: saving reaches ``MIN_BOUND_PCT``: most of its time is its own work, and the idle sliver left names no bound.
+BUSY_MOST_PCT = 50.0
+#: On such a GPU an idle lever names the bound only when it gives back more than faster kernels plausibly would:
+#: this share of busy time, what a routine change to the kernels (precision, fusion, a newer library) gains. An
+#: 86 %-busy pipeline with 6.8 % of launch-bound idle is compute-bound with a minor host gap, not launch-bound.
+KERNEL_GAIN_PCT = 10.0
 #: Below this much GPU work (kernels, copies, memsets, all devices) a profile says nothing about steady state: one
 #: real step is milliseconds of GPU time, while lazy init, launch latency and profiler overhead are of the same
 #: order as such a window (a graph capture, a cut profile, a trace of set-up only).
@@ -146,26 +162,40 @@ def claims_of(led: "Ledger", findings: list[Finding]) -> dict[str, Any]:
     symptoms name the same nanoseconds once, under the cause. ``total_ns`` is the wall-clock saving from avoidable
     idle: devices run in parallel, so it is the largest per-device total, not their sum (``gpu_ns`` is the sum, in
     GPU time). ``per_finding`` is each finding's own figure on the same terms: its avoidable claim on the device
-    where it saves most. Busy-time claims (faster kernels, copies, collectives) are listed in ``by_bucket`` but
+    where it saves most; a symptom's is what its cause leaves unexplained (the union above still holds all of it). Busy-time claims (faster kernels, copies, collectives) are listed in ``by_bucket`` but
     left out of the totals: their size rests on a speed-up assumption, not on measured idle.
     """
     own = [finding_claims(led, f) for f in findings]
     by_fp = {f.fingerprint: (f, c) for f, c in zip(findings, own)}
     each = []
+    given: dict[str, dict[tuple[int, int, str], int]] = {}  # symptom fingerprint -> what its cause took of it
     for f, c in zip(findings, own):
         c = dict(c)
         for fp in f.explains:
             if fp not in by_fp:
                 continue
             s, sc = by_fp[fp]
-            for k, v in _taken(f, s, sc).items():
+            taken = _taken(f, s, sc)
+            if s.metrics.get("explained_by") == f.fingerprint:
+                g = given.setdefault(fp, {})
+                for k, v in taken.items():
+                    g[k] = max(g.get(k, 0), v)
+            for k, v in taken.items():
                 if v > c.get(k, 0):
                     c[k] = v
         each.append(c)
+    # a symptom keeps only what its cause does not explain: the cause names the rest, once
+    each = [
+        {k: v - given[f.fingerprint].get(k, 0) for k, v in c.items() if v > given[f.fingerprint].get(k, 0)} if f.fingerprint in given else c
+        for f, c in zip(findings, each)
+    ]
+    each = _one_claim_per_ns(led, findings, each)
     best: dict[tuple[int, int, str], int] = {}
     for c in each:
         for k, v in c.items():
-            if v > best.get(k, 0):
+            if k[2] in AVOIDABLE_BUCKETS:  # disjoint claims (``_one_claim_per_ns``): they add up
+                best[k] = best.get(k, 0) + v
+            elif v > best.get(k, 0):  # busy time: modelled, overlapping estimates, the larger counts
                 best[k] = v
     by_bucket: dict[str, int] = {}
     per_device: dict[tuple[int, int], int] = {}
@@ -174,12 +204,46 @@ def claims_of(led: "Ledger", findings: list[Finding]) -> dict[str, Any]:
         if b in AVOIDABLE_BUCKETS:
             per_device[(r, d)] = per_device.get((r, d), 0) + v
     return {
+        "per_device": per_device,
         "total_ns": max(per_device.values(), default=0),
         "gpu_ns": sum(per_device.values()),
         "by_bucket": by_bucket,
         "per_finding": [_wall_clock(c) for c in each],
         "each": each,
     }
+
+
+def _one_claim_per_ns(led: "Ledger", findings: list[Finding], each: list[dict[tuple[int, int, str], int]]) -> list[dict[tuple[int, int, str], int]]:
+    """Claims on the same bucket of the same device never add up to more than the bucket holds: each nanosecond of
+    avoidable idle is claimed once. Findings that name a reason (causes, root causes) claim first, then symptoms
+    of a kind (launch overhead, graph breaks), then unattributed idle gaps; among equals the more specific (fewer
+    buckets), then the larger; a later finding keeps only what is left of the bucket. Busy-time
+    claims (modelled speed-ups) are left as they are: their figure comes from the replay, not from the claim."""
+    from .causes import CAUSES
+
+    rk, dv, bk, ns = led.device_arrays
+    room = {(int(r), int(d), str(b)): int(v) for r, d, b, v in zip(rk.tolist(), dv.tolist(), bk.tolist(), ns.tolist()) if b in AVOIDABLE_BUCKETS}
+
+    def priority(i: int) -> tuple:
+        f = findings[i]
+        named = f.category in CAUSES or f.root_cause or bool(f.explains)
+        generic = category(f) == DEFAULT_IDLE  # idle gaps by what the host did: the catch-all claims last
+        return (0 if named else 2 if generic else 1, len(claim_buckets(f)), -sum(each[i].values()), i)
+
+    out: list[dict[tuple[int, int, str], int]] = [dict(c) for c in each]
+    for i in sorted(range(len(findings)), key=priority):
+        c = out[i]
+        for k in list(c):
+            if k[2] not in AVOIDABLE_BUCKETS:
+                continue
+            left = room.get(k, 0)
+            take = min(c[k], left)
+            room[k] = left - take
+            if take > 0:
+                c[k] = take
+            else:
+                del c[k]
+    return out
 
 
 def _wall_clock(claim: dict[tuple[int, int, str], int]) -> int:
@@ -208,7 +272,17 @@ def headline(analysis: "Analysis", cl: dict[str, Any] | None = None) -> dict[str
     window = int(led.windows["window_ns"].max()) if len(led.windows) else 0
     # a window that cannot be judged claims nothing: what a trace-quality finding explains is no avoidable idle
     judged = cannot_judge(analysis) is None
-    saved = min(int(cl["total_ns"]), window) if judged else 0
+    # the headline names savings worth a change of code: the idle the findings claim together on a device counts
+    # when it reaches MIN_BOUND_PCT of that device's steady state (the bar a bound must clear), a modelled
+    # speed-up when its own share does; below it the page shows the findings' own figures, not a headline
+    rk, dv, bk, ns = led.device_arrays
+    steady_of: dict[tuple[int, int], int] = {}
+    for r, d, b, v in zip(rk.tolist(), dv.tolist(), bk.tolist(), ns.tolist()):
+        if b != "idle_warmup":
+            steady_of[(int(r), int(d))] = steady_of.get((int(r), int(d)), 0) + int(v)
+    worth = {k: v for k, v in cl.get("per_device", {}).items() if steady_of.get(k, 0) > 0 and 100.0 * v / steady_of[k] >= MIN_BOUND_PCT}
+    judged = judged and bool(worth)
+    saved = min(max(worth.values(), default=0), window) if judged else 0
     busy = s.gpu_busy_pct
     return {
         "span_ns": int(s.span_ns),
@@ -221,10 +295,12 @@ def headline(analysis: "Analysis", cl: dict[str, Any] | None = None) -> dict[str
         # the union of the avoidable idle findings claim from the ledger, on the device that saves most: never
         # the sum of overlapping findings, never more than that idle, never more than a device's window
         "est_savings_ns": int(saved),
-        "est_savings_gpu_ns": int(cl["gpu_ns"]) if judged else 0,
-        "largest_saving_ns": int(max(cl["per_finding"], default=0)) if judged else 0,
+        "est_savings_gpu_ns": int(sum(worth.values())) if judged else 0,
+        "largest_saving_ns": int(min(max(cl["per_finding"], default=0), saved)) if judged else 0,
         # modelled speed-ups of busy work are their own kind of estimate: the largest one, never added to the above
-        "modelled_speedup_ns": int(max((int(f.saving_ns or 0) for f in analysis.findings if f.saving_kind == "modelled"), default=0)) if judged else 0,
+        "modelled_speedup_ns": int(max((int(f.saving_ns or 0) for f in analysis.findings
+                                        if f.saving_kind == "modelled" and (f.share_pct or 0.0) >= MIN_BOUND_PCT), default=0))
+        if cannot_judge(analysis) is None else 0,
         "avoidable_idle_ns": int(led.avoidable_ns),
         "steps": int(s.steps.get("count", 0)),
         "mean_step_ns": float(s.steps["mean_ns"]) if s.steps else None,
@@ -274,36 +350,115 @@ def details(analysis: "Analysis", cl: dict[str, Any] | None = None) -> dict[str,
     windows = "their windows" if n_dev > 1 else "its window"
     busy_pct = 100.0 * busy / window
 
-    # 1. the largest idle cause (or exposed communication) of the steady state, when it is a real lever
-    levers = {b: totals[b] for b in IDLE_BUCKETS if b != "idle_warmup"}
-    levers["communication"] = totals["communication"]
-    lead = max(levers, key=lambda b: (levers[b], b in AVOIDABLE_BUCKETS))
-    lead_pct = 100.0 * levers[lead] / steady
     mix = _busy_mix(totals, busy)
     prefix = (
         f"{fmt_ns(warm)} of {windows} ({100.0 * warm / window:.0f} %) is warm-up and left out; in the steady state {subject} busy "
         f"{100.0 * busy / steady:.1f} % of the time ({mix})"
     )
+    of = "the steady state" if warm >= window / 100 else windows
     if warm < window / 100:  # under 1 %: not worth a word, though still left out of the shares
         prefix = f"{subject[0].upper()}{subject[1:]} busy {busy_pct:.1f} % of {windows} ({mix})"
-    copy_share = 100.0 * totals["copy"] / busy if busy else 0.0
-    if lead_pct >= MIN_BOUND_PCT and not (copy_share >= COPY_BOUND_PCT and totals["copy"] >= levers[lead]):
-        who, by, cause = _claimant(analysis, cl, lead)
-        of = "the steady state" if warm >= window / 100 else windows
-        sentence = f"{prefix}; the largest cost is {buckets.SENTENCE[lead]}: {fmt_ns(levers[lead])}, {lead_pct:.1f} % of {of}{who}."
-        return {**base, **_verdict(buckets.VERDICT[lead], lead, levers[lead], steady, sentence, by, cause)}
-    # 2. the GPU is effectively busy: what kind of busy
-    if copy_share >= COPY_BOUND_PCT:
-        who, by, cause = _claimant(analysis, cl, "copy")
+    ranked = levers(analysis, cl)
+    choice, at = choose(totals, [(lv["pct"], lv["bucket"]) for lv in ranked])
+    rule = f" (the rule: {RULE})"
+    if choice == "lever":
+        lv = ranked[at]
+        f, bucket = lv["finding"], lv["bucket"]
+        cause = f if lv["symptom_bucket"] else None
+        what = (f"{buckets.SENTENCE[bucket]} holds {fmt_ns(totals[bucket])} ({100.0 * totals[bucket] / steady:.1f} % of {of})"
+                if bucket in AVOIDABLE_BUCKETS else _busy_words(f))
         sentence = (
-            f"{prefix}; copies are {copy_share:.0f} % of GPU busy time ({fmt_ns(totals['copy'])}): the GPU mostly moves data, so "
-            f"fewer, larger, pinned or overlapped transfers save more than faster kernels{who}."
+            f"{prefix}; the lever that gives back most is {f.code} ({f.title}): {fmt_ns(lv['ns'])}, {lv['pct']:.1f} % of {of}"
+            f"{_if_fixed(f)}; {what}{_host_work(f, bucket)}{rule}."
         )
-        return {**base, **_verdict("copy", "copy", totals["copy"], steady, sentence, by, cause)}
-    rest = f"; no other cost reaches {MIN_BOUND_PCT:.0f} % (the largest: {buckets.SENTENCE[lead]}, {lead_pct:.1f} %)" if levers[lead] else ""
-    who, by, cause = _claimant(analysis, cl, "compute")
-    sentence = f"{prefix}{rest}; speed-ups now come from faster kernels (precision, fusion, batch size), not from feeding the GPU{who}."
-    return {**base, **_verdict("compute", "compute", totals["compute"], steady, sentence, by, cause)}
+        return {**base, **_verdict(buckets.VERDICT[bucket], bucket, totals[bucket], steady, sentence, f, cause, lv["ns"], lv["pct"])}
+    runner = f"the largest, {ranked[0]['finding'].code}, gives back {ranked[0]['pct']:.1f} %" if ranked else "none gives any back"
+    if choice != "unexplained" and ranked and ranked[0]["pct"] >= MIN_BOUND_PCT:  # an idle lever under the compute headroom
+        runner += f", less than faster kernels would ({KERNEL_GAIN_PCT:.0f} % of busy time)"
+    idle = {b: totals[b] for b in IDLE_BUCKETS if b != "idle_warmup"}
+    top_idle = max(idle, key=lambda b: idle[b])
+    if choice == "copy":
+        copy_share = 100.0 * totals["copy"] / busy if busy else 0.0
+        sentence = (
+            f"{prefix}; no finding names a bound ({runner}) and copies are {copy_share:.0f} % of GPU busy time "
+            f"({fmt_ns(totals['copy'])}): the GPU mostly moves data, so fewer, larger, pinned or overlapped transfers save more than "
+            f"faster kernels{rule}."
+        )
+        return {**base, **_verdict("copy", "copy", totals["copy"], steady, sentence)}
+    if choice == "compute":
+        largest = f"; the largest idle: {buckets.SENTENCE[top_idle]}, {100.0 * idle[top_idle] / steady:.1f} %" if idle[top_idle] else ""
+        sentence = (
+            f"{prefix}; no finding names a bound ({runner}{largest}): the GPU is busy most of the time, so speed-ups now come from faster kernels "
+            f"(precision, fusion, batch size), not from feeding the GPU{rule}."
+        )
+        return {**base, **_verdict("compute", "compute", totals["compute"], steady, sentence)}
+    sentence = (
+        f"{prefix}; it is idle {100.0 * (steady - busy) / steady:.1f} % of {of}, most of it {buckets.SENTENCE[top_idle]} "
+        f"({fmt_ns(idle[top_idle])}), but no finding explains {MIN_BOUND_PCT:.0f} % of it with a fix ({runner}), so no lever is named: "
+        f"read the timeline's longest gaps{rule}."
+    )
+    return {**base, **_verdict("unexplained", top_idle, idle[top_idle], steady, sentence)}
+
+
+#: The verdict's rule, in the words every verdict sentence and the docs quote.
+RULE = (
+    f"the bound is the finding that gives back most (idle it claims, or its modelled speed-up as the replay prices it) when "
+    f"that is at least {MIN_BOUND_PCT:.0f} % of the steady state; a GPU busy {BUSY_MOST_PCT:.0f} % of it or more is "
+    f"compute-bound unless an idle lever gives back more than {KERNEL_GAIN_PCT:.0f} % of its busy time"
+)
+
+
+def choose(totals: dict[str, int], ranked: list[tuple[float, str]]) -> tuple[str, int | None]:
+    """The verdict's rule on plain numbers, shared by the single-trace and the whole-job verdict. ``ranked``: the
+    levers as (share % of the steady state, bucket), largest priced saving first. Returns ``("lever", i)`` for the
+    first lever that gives back at least ``MIN_BOUND_PCT`` and, on a GPU busy at least ``BUSY_MOST_PCT`` of its
+    steady state, is a busy-work lever or an idle lever larger than the compute headroom (``KERNEL_GAIN_PCT`` of busy
+    time: what faster kernels would plausibly give back); else ``("copy" | "compute", None)`` on a mostly busy GPU
+    (copies when they are at least ``COPY_BOUND_PCT`` of busy time), else ``("unexplained", None)``: idle that no
+    finding prices never names a bound."""
+    steady = sum(v for b, v in totals.items() if b != "idle_warmup")
+    busy = sum(totals.get(b, 0) for b in BUSY_BUCKETS)
+    busy_pct = 100.0 * busy / steady if steady > 0 else 0.0
+    most = busy_pct >= BUSY_MOST_PCT
+    headroom = KERNEL_GAIN_PCT / 100.0 * busy_pct if most else 0.0
+    for i, (pct, bucket) in enumerate(ranked):
+        if pct >= MIN_BOUND_PCT and (bucket in BUSY_BUCKETS or pct > headroom):
+            return "lever", i
+    if most:
+        return ("copy" if busy and 100.0 * totals.get("copy", 0) / busy >= COPY_BOUND_PCT else "compute"), None
+    return "unexplained", None
+
+
+def levers(analysis: "Analysis", cl: dict[str, Any]) -> list[dict[str, Any]]:
+    """The findings that can form the verdict, largest priced saving first: each one (a symptom with what its
+    cause leaves unexplained), not about the recording (trace quality: what it explains is never a cost), with a fix and a saving above 0
+    (``Finding.saving_ns``: the idle it claims, or what the replay gives back for a modelled speed-up, the same
+    figure its card shows). Each: ``finding``, ``ns``, ``pct`` (of its steady-state window, ``share_pct``),
+    ``bucket`` (the ledger bucket it names: the avoidable idle it claims most, else its busy kind) and
+    ``symptom_bucket`` (the bucket is its symptoms' kind of time, not its own: it is named as the root cause)."""
+    out = []
+    for i, f in enumerate(analysis.findings):
+        ns = int(f.saving_ns if f.saving_ns is not None else 0)
+        if ns <= 0 or f.category == "trace_quality" or not f.fixes:
+            continue
+        claim = cl["each"][i] if i < len(cl["each"]) else {}
+        idle: dict[str, int] = {}
+        for (_, _, b), v in claim.items():
+            if b in AVOIDABLE_BUCKETS:
+                idle[b] = idle.get(b, 0) + int(v)
+        if getattr(f, "saving_kind", "") == "modelled" or not idle:
+            bucket = category(f) if category(f) in BUSY_BUCKETS else "compute"
+        else:
+            bucket = max(idle, key=lambda b: idle[b])
+        pct = float(f.share_pct) if f.share_pct is not None else 0.0
+        out.append({"finding": f, "ns": ns, "pct": pct, "bucket": bucket,
+                    "symptom_bucket": bucket in AVOIDABLE_BUCKETS and bucket not in claim_buckets(f)})
+    out.sort(key=lambda lv: (-lv["ns"], -lv["pct"], lv["finding"].code))
+    return out
+
+
+def _busy_words(f: Finding) -> str:
+    return "a modelled speed-up of busy work (the replay with that work faster), not idle time"
 
 
 def _busy_mix(totals: dict[str, int], busy: int) -> str:
@@ -313,35 +468,6 @@ def _busy_mix(totals: dict[str, int], busy: int) -> str:
         if busy and totals[b] * 200 > busy  # shares up to 0.5 % are noise in a sentence (and would read "0 %")
     ]
     return "of which " + ", ".join(parts) if parts else "no work"
-
-
-def _claimant(analysis: "Analysis", cl: dict[str, Any], bucket: str) -> tuple[str, Finding | None, Finding | None]:
-    """The finding the report leads with for ``bucket``: among findings no cause explains, the one whose claim
-    (its own and what it takes of its symptoms) holds most of the bucket; and, when it explains a symptom that
-    claims the bucket, that finding is named as the root cause. Busy buckets (compute, copies) are named without
-    a figure: their findings carry modelled speed-ups, never the verdict's number."""
-    by_fp = {f.fingerprint for f in analysis.findings}
-    scored = []
-    for f, c in zip(analysis.findings, cl["each"]):
-        if f.metrics.get("explained_by") in by_fp:
-            continue
-        ns = sum(v for (_, _, b), v in c.items() if b == bucket)
-        if ns > 0:  # on a tie the more specific finding (fewer buckets) names it, then the first listed
-            scored.append(((ns, -len(claim_buckets(f))), f))
-    if not scored:
-        return "", None, None
-    (best_ns, _), best = max(scored, key=lambda s: s[0])
-    # named as a root cause when the bucket is not its own kind of time (an RNN fallback behind launch-bound idle)
-    symptoms = [f for f in analysis.findings if f.fingerprint in best.explains]
-    cause = best if bucket not in claim_buckets(best) and any(bucket in claim_buckets(s) for s in symptoms) else None
-    if bucket not in AVOIDABLE_BUCKETS:
-        return f"; the largest modelled speed-up is {best.code} ({best.title}), an estimate of faster work, not lost time", best, cause
-    outer = next((f for f in analysis.findings if f is not best and best.fingerprint in (f.explains or [])), None)
-    if outer is not None:  # a cause that takes none of the time itself (e.g. a trace-quality explanation)
-        return f"; {outer.code} explains it ({outer.title}), through {best.code} ({fmt_ns(best_ns)}){_if_fixed(outer)}", best, outer
-    shown = best.saving_ns
-    total = f"; {fmt_ns(shown)} in all" if shown is not None and fmt_ns(shown) != fmt_ns(best_ns) else ""
-    return f"; {best.code} accounts for {fmt_ns(best_ns)} of it ({best.title}{total}){_if_fixed(best)}{_host_work(best, bucket)}", best, cause
 
 
 def _host_work(f: Finding, bucket: str) -> str:
@@ -425,10 +551,12 @@ def _record_better(analysis: "Analysis") -> str:
 
 
 def _verdict(
-    cat: str, bucket: str | None, ns: int, base_ns: int, sentence: str, by: Finding | None = None, cause: Finding | None = None
+    cat: str, bucket: str | None, ns: int, base_ns: int, sentence: str, by: Finding | None = None, cause: Finding | None = None,
+    lever_ns: int | None = None, lever_pct: float | None = None,
 ) -> dict[str, Any]:
-    bound = cat not in ("no_gpu", "cannot_judge")
-    headline = f"Bound by {LABELS[cat]}" if bound else {"no_gpu": "No GPU activity", "cannot_judge": "Cannot judge this window"}[cat]
+    bound = cat not in ("no_gpu", "cannot_judge", "unexplained")
+    fixed = {"no_gpu": "No GPU activity", "cannot_judge": "Cannot judge this window", "unexplained": "No finding explains the idle time"}
+    headline = f"Bound by {LABELS[cat]}" if bound else fixed[cat]
     if bound and cause is not None:
         headline += f" (root cause: {cause.code})"  # the symptom's bucket names the bound, the cause leads the fix
     return {
@@ -440,6 +568,12 @@ def _verdict(
         "bucket": bucket,
         "bucket_ns": int(ns),
         "bucket_pct": round(100.0 * ns / base_ns, 3) if base_ns else 0.0,
+        # the lever: the finding whose priced saving forms the verdict (``levers``), with that saving, the same
+        # figure its card shows (None: no finding formed it)
+        "lever": None if by is None else by.code,
+        "lever_ns": None if lever_ns is None else int(lever_ns),
+        "lever_pct": None if lever_pct is None else round(float(lever_pct), 3),
+        "rule": RULE,
         "claimed_by": None if by is None else by.fingerprint,
         "root_cause": None if cause is None else cause.fingerprint,
     }

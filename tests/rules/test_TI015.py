@@ -80,6 +80,6 @@ def test_ti015_is_the_root_cause_of_the_idle_gaps_it_covers(tmp_path):
     assert gaps.metrics["explained_by"] == rec.fingerprint and rec.explains == [gaps.fingerprint]
     assert gaps.metrics["explained_ns"] == 30_000_000  # the 30 ms compile covers that much of the gaps
     assert "explained_by" not in rec.metrics and gaps.explains == []
-    assert "TI015 accounts for" in a.verdict["sentence"]
+    assert a.verdict["lever"] == "TI015" and "the lever that gives back most is TI015" in a.verdict["sentence"]
     # with no recompile there is nothing to explain: TI001, if it fires, is nobody's symptom
     assert all("explained_by" not in f.metrics for f in _run(tmp_path, (), "calm.json").findings if f.code == "TI001")

@@ -60,9 +60,11 @@ MIN_QUOTED = 8
 #: Report keys whose strings are the tool's prose, which may quote trace strings.
 PROSE_KEYS = frozenset({"sentence", "title", "message", "headline", "warnings", "notes", "note", "what_if_note", "reasons", "reason"})
 
-#: The finding fields the list view carries; ``finding`` returns the rest.
+#: The finding fields the list view carries; ``finding`` returns the rest. ``saving_ns`` is the figure every report
+#: shows (its kind and share beside it), ``impact_ns`` the rule's own estimate before the ledger and the replay.
 _LIST_FIELDS = (
-    "code", "rule", "category", "title", "severity", "impact_ns", "impact_pct_span", "impact_pct_step", "explains", "fingerprint",
+    "code", "rule", "category", "title", "severity", "saving_kind", "saving_ns", "share_pct", "impact_ns", "impact_pct_span",
+    "impact_pct_step", "explains", "fingerprint",
 )
 
 

@@ -3,8 +3,9 @@
 Read from the job's ledger (each rank's time per step, by bucket) and the cross-rank findings, so every job format
 (HTML, Markdown, text, JSON) opens with the same sentence:
 
-* **the bound** is the largest cost of the median rank's step, as ``traceinsight.verdict`` names it for one trace
-  (an idle cause or exposed communication when it reaches ``MIN_BOUND_PCT`` of the step, else compute or copies);
+* **the bound** follows the single-trace rule (``traceinsight.verdict.choose``): the per-rank finding whose priced
+  saving is largest at the median over ranks names it when it gives back ``MIN_BOUND_PCT`` of the steady step,
+  else a mostly busy median rank is compute- (or copy-) bound, else no finding explains the idle;
 * **the rank** is the straggler the others wait for longest (``TI020``), else the rank with the slowest median step;
 * **the cost** is the time the other ranks wait for that rank at collectives (its held time), per step and in all.
 """
@@ -18,7 +19,7 @@ import numpy as np
 from .. import buckets
 from ..buckets import AVOIDABLE_BUCKETS, BUSY_BUCKETS, IDLE_BUCKETS
 from ..units import fmt_ns
-from ..verdict import COPY_BOUND_PCT, LABELS, MIN_BOUND_PCT
+from ..verdict import LABELS, MIN_BOUND_PCT, RULE, choose
 
 _BUCKET_WORDS = buckets.SENTENCE
 BUCKET_CATEGORY = buckets.VERDICT
@@ -41,22 +42,29 @@ def job_verdict(ja: Any) -> dict[str, Any]:
         return out
     warm = float(med.get("idle_warmup", 0.0))
     steady = max(total - warm, 1.0)
-    levers = {b: float(med.get(b, 0.0)) for b in (*IDLE_BUCKETS, "communication") if b != "idle_warmup"}
-    lead = max(levers, key=lambda b: (levers[b], b in AVOIDABLE_BUCKETS))
     busy = sum(float(med.get(b, 0.0)) for b in BUSY_BUCKETS)
-    copy_share = 100.0 * float(med.get("copy", 0.0)) / busy if busy else 0.0
-    if 100.0 * levers[lead] / steady >= MIN_BOUND_PCT:
-        bucket = lead
-    elif copy_share >= COPY_BOUND_PCT:
-        bucket = "copy"
-    else:
-        bucket = "compute"
-    cat = BUCKET_CATEGORY[bucket]
-    pct = 100.0 * float(med.get(bucket, 0.0)) / steady
     unit = "step" if j.step_count else "window"
+    # the same rule as one trace's verdict (``verdict.choose``), on the median rank: the lever is the per-rank
+    # finding whose priced saving (its card's figure, as a share of its rank's steady window) is largest at the
+    # median over ranks (a rank without it counts 0)
+    levers = _median_levers(ja, {b: float(med.get(b, 0.0)) for b in med.index})
+    choice, at = choose({b: int(med.get(b, 0.0)) for b in med.index}, [(pct, bucket) for pct, bucket, _ in levers])
+    if choice == "lever":
+        pct, bucket, code = levers[at]
+        lead = f"the lever that gives back most on the median rank is {code}: {pct:.1f} % of its steady {unit}"
+    elif choice in ("compute", "copy"):
+        bucket = choice
+        best = f"the largest, {levers[0][2]}, gives back {levers[0][0]:.1f} %" if levers else "none gives any back"
+        lead = f"no finding names a bound ({best}), so the GPU's own work bounds the job"
+    else:
+        idle = {b: float(med.get(b, 0.0)) for b in IDLE_BUCKETS if b != "idle_warmup"}
+        bucket = max(idle, key=lambda b: idle[b])
+        lead = f"most of its idle is {_BUCKET_WORDS[bucket]}, but no finding explains {MIN_BOUND_PCT:.0f} % of it with a fix"
+    cat = "unexplained" if choice == "unexplained" else BUCKET_CATEGORY[bucket]
+    pct_b = 100.0 * float(med.get(bucket, 0.0)) / steady
     sentence = (
-        f"Across {j.rank_count} ranks the median rank's GPU is busy {100.0 * busy / total:.1f} % of its {unit}; the largest cost is "
-        f"{_BUCKET_WORDS[bucket]}: {fmt_ns(med.get(bucket, 0.0))} per {unit}, {pct:.1f} % of it."
+        f"Across {j.rank_count} ranks the median rank's GPU is busy {100.0 * busy / total:.1f} % of its {unit}; {lead} "
+        f"({_BUCKET_WORDS[bucket]}: {fmt_ns(med.get(bucket, 0.0))} per {unit}, {pct_b:.1f} % of it)."
     )
     rank, cost, per_step, why = _slowest_rank(ja)
     if rank is not None:
@@ -65,8 +73,41 @@ def job_verdict(ja: Any) -> dict[str, Any]:
         else:
             sentence += f" Rank {rank} has the slowest median step"
         sentence += f"{why}." if why else "."
-    out.update(category=cat, label=LABELS[cat], headline=f"Bound by {LABELS[cat]}" + (f"; rank {rank} is the straggler" if cost else ""),
-               bound=True, sentence=sentence, rank=rank, rank_cost_ns=int(cost), bucket=bucket)
+    bound = cat != "unexplained"
+    head = f"Bound by {LABELS[cat]}" if bound else "No finding explains the idle time"
+    out.update(category=cat, label=LABELS[cat], headline=head + (f"; rank {rank} is the straggler" if cost else ""),
+               bound=bound, sentence=sentence, rank=rank, rank_cost_ns=int(cost), bucket=bucket, rule=RULE)
+    return out
+
+
+def _median_levers(ja: Any, med: dict[str, float]) -> list[tuple[float, str, str]]:
+    """(median share %, bucket, code) per rule code among the ranks' findings that can form a verdict (a fix, a
+    saving above 0, not trace quality), largest first: each rank's figure is its finding's ``share_pct`` (the card's
+    saving over the rank's steady window); a rank without the finding counts 0."""
+    per_code: dict[str, list[float]] = {}
+    kinds: dict[str, tuple[str, str]] = {}
+    ranks = [s for s in ja.job.summaries]
+    for s in ranks:
+        best: dict[str, float] = {}
+        for f in s.findings:
+            if f.get("category") == "trace_quality" or not f.get("fixes") or not (f.get("saving_ns") or 0) > 0:
+                continue
+            code = str(f.get("code"))
+            best[code] = max(best.get(code, 0.0), float(f.get("share_pct") or 0.0))
+            kinds.setdefault(code, (str(f.get("saving_kind") or ""), str(f.get("category") or "")))
+        for code, v in best.items():
+            per_code.setdefault(code, []).append(v)
+    out = []
+    for code, vals in per_code.items():
+        vals = vals + [0.0] * (len(ranks) - len(vals))
+        kind, category = kinds[code]
+        if kind == "modelled" or category in BUSY_BUCKETS:
+            bucket = category if category in BUSY_BUCKETS else "compute"
+        else:
+            own = [b for b in buckets.claims(category) if b in AVOIDABLE_BUCKETS] or list(AVOIDABLE_BUCKETS)
+            bucket = max(own, key=lambda b: med.get(b, 0.0))
+        out.append((float(np.median(vals)), bucket, code))
+    out.sort(key=lambda t: (-t[0], t[2]))
     return out
 
 
