@@ -12,16 +12,19 @@ from traceinsight.job.mapper import MapSettings, per_rank_rules
 from traceinsight.job.run import JobAnalysis, run_cross_rank
 from traceinsight.job.summary import COLL_COLUMNS, STEP_COLUMNS, RankSummary
 from traceinsight.job.verdict import job_verdict
+from traceinsight.verdict import RULE
 
 MS = 1_000_000
 
 
 def _summary(rank: int, step_ms: list[float], arrivals_ms: list[float] = (), ledger_ms: dict[str, float] | None = None,
-             data_before_ms: list[float] = (), no_steps: bool = False, origin_ns: int = 0) -> RankSummary:
+             data_before_ms: list[float] = (), no_steps: bool = False, origin_ns: int = 0,
+             findings: list[dict] = ()) -> RankSummary:
     """One rank: steps of ``step_ms`` back to back from 0; ``ledger_ms``: its time ledger per step (bucket -> ms, the
     same in every step; default all compute, an empty dict: no ledger); at each step's start + ``arrivals_ms[i]`` it
     joins an all-reduce that ends, on every rank, 5 ms into the step, having waited ``data_before_ms[i]`` for input
-    before it. ``no_steps``: a trace without step markers (one step -1: its whole window)."""
+    before it. ``no_steps``: a trace without step markers (one step -1: its whole window). ``findings``: the rank's
+    per-rank findings as the map hands them over (``lever``)."""
     starts = [int(sum(step_ms[:i]) * MS) for i in range(len(step_ms))]
     ends = [s + int(d * MS) for s, d in zip(starts, step_ms)]
     steps = pd.DataFrame({c: [0] * len(step_ms) for c in STEP_COLUMNS})
@@ -43,7 +46,13 @@ def _summary(rank: int, step_ms: list[float], arrivals_ms: list[float] = (), led
                            "ns": [r[2] for r in rows]})
     return RankSummary(rank=rank, device=0, source=f"rank{rank}", world_size=3, origin_ns=origin_ns, device_names=["GPU"],
                        event_count=100, window_start_ns=0, window_end_ns=ends[-1], busy_ns=ends[-1], compute_ns=ends[-1],
-                       comm_ns=0, exposed_ns=0, steps=steps, collectives=coll, ledger=ledger)
+                       comm_ns=0, exposed_ns=0, steps=steps, collectives=coll, ledger=ledger, findings=list(findings))
+
+
+def lever(code: str, category: str, pct: float, kind: str = "idle") -> dict:
+    """A per-rank finding that can form the verdict: a fix, a saving above 0 and its share of the steady window."""
+    return {"code": code, "category": category, "fixes": [{"text": "the fix"}], "saving_ns": 1, "share_pct": pct,
+            "saving_kind": kind}
 
 
 def _analyse(summaries: list[RankSummary]) -> JobAnalysis:
@@ -60,15 +69,18 @@ LOADER = {"compute": 6.0, "idle_data_wait": 3.0, "idle_warmup": 1.0}
 def test_without_a_straggler_finding_the_slowest_median_step_is_named():
     """No collectives (so no TI020): rank 2's median step is 11 ms against 10 ms on the others, 10 % slower. The
     median rank's step: 6 ms compute of 10 ms (60.0 %); the input wait, 3 ms, is 33.3 % of the 9 ms left once
-    the warm-up is set aside, over the 5 % line: the bound."""
-    ja = _analyse([_summary(0, [10, 10, 10], ledger_ms=LOADER), _summary(1, [10, 9, 10], ledger_ms=LOADER),
-                   _summary(2, [11, 11, 30], ledger_ms={**LOADER, "compute": 7.0})])
+    the warm-up is set aside; TI005 prices it on every rank, over the 5 % line and over the 6.7 % (a tenth of the
+    66.7 % busy) faster kernels could give back: the bound."""
+    ti005 = [lever("TI005", "input_pipeline", 33.3)]
+    ja = _analyse([_summary(0, [10, 10, 10], ledger_ms=LOADER, findings=ti005), _summary(1, [10, 9, 10], ledger_ms=LOADER, findings=ti005),
+                   _summary(2, [11, 11, 30], ledger_ms={**LOADER, "compute": 7.0}, findings=ti005)])
     assert [f.code for f in ja.findings if f.code == "TI020"] == []
     assert job_verdict(ja) == {
         "category": "input_pipeline", "label": "input pipeline", "headline": "Bound by input pipeline", "bound": True,
-        "sentence": "Across 3 ranks the median rank's GPU is busy 60.0 % of its step; the largest cost is GPU idle while "
-                    "the host waits for input data: 3.00 ms per step, 33.3 % of it. Rank 2 has the slowest median step.",
-        "rank": 2, "rank_cost_ns": 0, "bucket": "idle_data_wait"}
+        "sentence": "Across 3 ranks the median rank's GPU is busy 60.0 % of its step; the lever that gives back most on the "
+                    "median rank is TI005: 33.3 % of its steady step (GPU idle while the host waits for input data: 3.00 ms "
+                    "per step, 33.3 % of it). Rank 2 has the slowest median step.",
+        "rank": 2, "rank_cost_ns": 0, "bucket": "idle_data_wait", "rule": RULE}
 
 
 @pytest.mark.parametrize("ledger_ms", [{}, {"compute": 0.0, "idle_other": 0.0}])
@@ -78,30 +90,43 @@ def test_no_ledger_is_no_gpu_activity(ledger_ms):
                                "sentence": "No rank has GPU work to judge.", "rank": None, "rank_cost_ns": 0, "bucket": None}
 
 
-def _bound(ledger_ms: dict[str, float]) -> dict:
+def _bound(ledger_ms: dict[str, float], findings: list[dict] = ()) -> dict:
     step = sum(ledger_ms.values())
-    return job_verdict(_analyse([_summary(r, [step] * 2, ledger_ms=ledger_ms) for r in range(3)]))
+    return job_verdict(_analyse([_summary(r, [step] * 2, ledger_ms=ledger_ms, findings=findings) for r in range(3)]))
 
 
-@pytest.mark.parametrize(("ledger_ms", "bucket", "tail"), [
-    # an idle lever at exactly 5 % of the step is the bound; just under it, compute is
-    ({"compute": 9.5, "idle_host_sync": 0.5}, "idle_host_sync", "GPU idle after the host blocked in a sync: 500.0 µs per step, 5.0 % of it."),
-    ({"compute": 9.503, "idle_host_sync": 0.497}, "compute", "compute: 9.50 ms per step, 95.0 % of it."),
-    # copies at exactly half of busy time (and no lever at 5 %) are the bound; just under half, compute is
-    ({"compute": 4.0, "copy": 4.0, "idle_other": 0.4}, "copy", "copies: 4.00 ms per step, 47.6 % of it."),
-    ({"compute": 4.01, "copy": 3.99, "idle_other": 0.4}, "compute", "compute: 4.01 ms per step, 47.7 % of it."),
-    # equal levers: the avoidable one (input wait) before the unattributed idle
-    ({"compute": 6.0, "idle_other": 2.0, "idle_data_wait": 2.0}, "idle_data_wait", "input data: 2.00 ms per step, 20.0 % of it."),
-    # warm-up is set aside, never the bound, however large
-    ({"compute": 6.0, "idle_warmup": 3.0, "idle_data_wait": 1.0}, "idle_data_wait", "input data: 1.00 ms per step, 14.3 % of it."),
-    # a GPU that is never busy: its idle is the bound
-    ({"idle_other": 10.0}, "idle_other", "GPU idle with no launch in the trace to explain it: 10.00 ms per step, 100.0 % of it."),
-    # exposed communication is a lever too
-    ({"compute": 6.0, "communication": 3.0, "idle_other": 1.0}, "communication", "communication not overlapped with compute: 3.00 ms per step, 30.0 % of it."),
+@pytest.mark.parametrize(("ledger_ms", "findings", "category", "bucket", "tail"), [
+    # a mostly idle GPU (30 % busy): a priced lever at exactly 5 % of the steady step is the bound ...
+    ({"compute": 3.0, "idle_other": 6.5, "idle_host_sync": 0.5}, [lever("TI002", "host_sync", 5.0)], "host_sync", "idle_host_sync",
+     "(GPU idle after the host blocked in a sync: 500.0 µs per step, 5.0 % of it)."),
+    # ... just under it, nothing explains the idle: no bound is named, the largest idle bucket is said
+    ({"compute": 3.0, "idle_other": 6.503, "idle_host_sync": 0.497}, [lever("TI002", "host_sync", 4.97)], "unexplained", "idle_other",
+     "(GPU idle with no launch in the trace to explain it: 6.50 ms per step, 65.0 % of it)."),
+    # a mostly busy GPU (80 %): a 20 % sync lever beats the 8 % faster kernels could give back
+    ({"compute": 8.0, "idle_host_sync": 2.0}, [lever("TI002", "host_sync", 20.0)], "host_sync", "idle_host_sync",
+     "(GPU idle after the host blocked in a sync: 2.00 ms per step, 20.0 % of it)."),
+    # the same idle with no finding that prices it: the GPU's own work is the bound, never a bare bucket
+    ({"compute": 8.0, "idle_host_sync": 2.0}, [], "compute", "compute", "(compute: 8.00 ms per step, 80.0 % of it)."),
+    # 95 % busy: a 5 % sync lever is under the 9.5 % kernel headroom, so compute
+    ({"compute": 9.5, "idle_host_sync": 0.5}, [lever("TI002", "host_sync", 5.0)], "compute", "compute",
+     "(compute: 9.50 ms per step, 95.0 % of it)."),
+    # copies at exactly half of busy time (and no lever) are the bound; just under half, compute is
+    ({"compute": 4.0, "copy": 4.0, "idle_other": 0.4}, [], "copy", "copy", "(copies: 4.00 ms per step, 47.6 % of it)."),
+    ({"compute": 4.01, "copy": 3.99, "idle_other": 0.4}, [], "compute", "compute", "(compute: 4.01 ms per step, 47.7 % of it)."),
+    # warm-up is set aside, never the bound, however large: 1 ms of input wait is 14.3 % of the 7 ms steady step
+    ({"compute": 6.0, "idle_warmup": 3.0, "idle_data_wait": 1.0}, [lever("TI005", "input_pipeline", 14.3)], "input_pipeline",
+     "idle_data_wait", "(GPU idle while the host waits for input data: 1.00 ms per step, 14.3 % of it)."),
+    # a GPU that is never busy and no finding: nothing explains it
+    ({"idle_other": 10.0}, [], "unexplained", "idle_other", "(GPU idle with no launch in the trace to explain it: 10.00 ms per step, 100.0 % of it)."),
+    # exposed communication priced by its finding is a busy-work lever
+    ({"compute": 6.0, "communication": 3.0, "idle_other": 1.0}, [lever("TI021", "communication", 30.0, "modelled")], "communication",
+     "communication", "(communication not overlapped with compute: 3.00 ms per step, 30.0 % of it)."),
 ])
-def test_the_bound_is_the_largest_lever_over_five_percent_else_copies_or_compute(ledger_ms, bucket, tail):
-    v = _bound(ledger_ms)
-    assert v["bucket"] == bucket and v["sentence"].endswith(tail)
+def test_the_bound_is_the_priced_lever_over_five_percent_else_copies_compute_or_unexplained(ledger_ms, findings, category, bucket, tail):
+    v = _bound(ledger_ms, findings)
+    assert (v["category"], v["bucket"]) == (category, bucket)
+    assert v["sentence"].endswith(tail), v["sentence"]
+    assert v["bound"] == (category != "unexplained")
     assert v["rank"] is None  # every rank alike: no rank named
 
 
@@ -140,9 +165,8 @@ def test_the_job_verdict_names_the_straggler_and_its_cost(straggler):
     """No cause stands out (every rank did the same before the collective): the sentence ends with the cost."""
     v = job_verdict(straggler)
     assert (v["rank"], v["rank_cost_ns"]) == (2, 6 * MS)
-    assert v["sentence"] == ("Across 3 ranks the median rank's GPU is busy 100.0 % of its step; the largest cost is compute: 10.00 ms "
-                             "per step, 100.0 % of it. Rank 2 holds the job back: the others wait 3.00 ms per step for it at "
-                             "collectives (6.00 ms in all).")
+    assert v["sentence"].endswith("(compute: 10.00 ms per step, 100.0 % of it). Rank 2 holds the job back: the others "
+                                  "wait 3.00 ms per step for it at collectives (6.00 ms in all).")
     assert v["headline"].endswith("; rank 2 is the straggler")
 
 
@@ -161,27 +185,31 @@ def test_the_worst_of_two_stragglers_is_named_with_its_cause():
 
 def test_without_steps_the_window_is_the_unit_and_no_rank_is_slowest():
     """Traces without step markers: the ledger is per window, and a window longer than the others is no slow step."""
-    ja = _analyse([_summary(r, [d], ledger_ms={"compute": 8.0, "idle_host_busy": 2.0}, no_steps=True) for r, d in enumerate([10, 10, 11])])
+    ti001 = [lever("TI001", "gpu_idle", 20.0)]
+    ja = _analyse([_summary(r, [d], ledger_ms={"compute": 8.0, "idle_host_busy": 2.0}, no_steps=True, findings=ti001) for r, d in enumerate([10, 10, 11])])
     v = job_verdict(ja)
-    assert v["sentence"] == ("Across 3 ranks the median rank's GPU is busy 80.0 % of its window; the largest cost is GPU idle while "
-                             "the host runs other framework/Python work: 2.00 ms per window, 20.0 % of it.")
+    assert v["sentence"] == ("Across 3 ranks the median rank's GPU is busy 80.0 % of its window; the lever that gives back most on "
+                             "the median rank is TI001: 20.0 % of its steady window (GPU idle while the host runs other "
+                             "framework/Python work: 2.00 ms per window, 20.0 % of it).")
     assert (v["rank"], v["category"]) == (None, "host_overhead")
 
 
 def test_one_rank_has_no_slowest_rank():
     v = job_verdict(_analyse([_summary(0, [10, 12, 30])]))
     assert (v["rank"], v["rank_cost_ns"], v["headline"]) == (None, 0, "Bound by compute")
-    assert v["sentence"].endswith("per step, 100.0 % of it.")
+    assert v["sentence"].endswith("per step, 100.0 % of it).")
 
 
 def test_a_bucket_one_rank_lacks_counts_as_zero_there():
-    """Only rank 0 books 3 ms of host-sync idle per step: the median rank has none, so compute is the bound."""
-    ja = _analyse([_summary(0, [10, 10], ledger_ms={"compute": 7.0, "idle_host_sync": 3.0}),
+    """Only rank 0 books (and prices) 3 ms of host-sync idle per step: the median rank has none, so compute is the
+    bound."""
+    ja = _analyse([_summary(0, [10, 10], ledger_ms={"compute": 7.0, "idle_host_sync": 3.0}, findings=[lever("TI002", "host_sync", 30.0)]),
                    _summary(1, [10, 10], ledger_ms={"compute": 10.0}), _summary(2, [10, 10], ledger_ms={"compute": 10.0})])
     v = job_verdict(ja)
     assert (v["bucket"], v["rank"]) == ("compute", None)
-    assert v["sentence"] == ("Across 3 ranks the median rank's GPU is busy 100.0 % of its step; the largest cost is compute: "
-                             "10.00 ms per step, 100.0 % of it.")
+    assert v["sentence"] == ("Across 3 ranks the median rank's GPU is busy 100.0 % of its step; no finding names a bound (the "
+                             "largest, TI002, gives back 0.0 %), so the GPU's own work bounds the job (compute: 10.00 ms per "
+                             "step, 100.0 % of it).")
 
 
 def test_skewed_clocks_are_aligned_before_the_waits_are_measured(straggler):
