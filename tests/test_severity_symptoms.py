@@ -44,13 +44,14 @@ def _one(a, code):
 
 
 def test_a_symptom_is_graded_on_what_its_cause_leaves(loader):
-    """TI001 claims the 4 ms of idle (21 % of the 19 ms window: an error on its own). TI005 explains the 3.6 ms of
-    it spent in the DataLoader (90 %); what is left, 0.4 ms, is 2.1 % of the window: info, not a warning."""
+    """TI001 finds the 4 ms of idle (21 % of the 19 ms window: an error on its own). TI005 explains the 3.6 ms of
+    it spent in the DataLoader (90 %); what is left, 0.4 ms, is 2.1 % of the window: the symptom shows only that
+    (no nanosecond claimed twice) and is graded on it: info, not a warning."""
     idle, data = _one(loader, "TI001"), _one(loader, "TI005")
     assert loader.ledger.windows["window_ns"].tolist() == [19_000_000]
-    assert idle.saving_ns == 4_000_000 and data.saving_ns == 3_600_000
+    assert idle.saving_ns == 400_000 and data.saving_ns == 3_600_000
     assert idle.metrics["explained_by"] == data.fingerprint and idle.metrics["explained_share_pct"] == 90.0
-    assert idle.share_pct == pytest.approx(100 * 4 / 19, abs=1e-3)  # the share shown is still the whole claim
+    assert idle.share_pct == pytest.approx(100 * 0.4 / 19, abs=1e-3)  # the share shown is what the cause leaves
     assert idle.severity is Severity.INFO  # graded on 0.4 ms / 19 ms = 2.1 %, not on 21 %
     basis = idle.metrics["severity_basis"]  # the figures it was graded on, whatever the words around them
     assert "400.0 µs" in basis and "TI005" in basis and "(2.1 % of the GPU window)" in basis
