@@ -191,6 +191,10 @@ class Rule:
     #: is idle time whose reason is known. Such findings may explain other idle findings (``traceinsight.causes``)
     #: and are never explained by them.
     root_cause: ClassVar[bool] = False
+    #: The work classes (``traceinsight.work_classes.CLASSES``: "gemm", "conv", "elementwise", ...) whose kernels
+    #: its modelled speed-up makes faster: the what-if replay shortens only those. Empty: every GPU task (the
+    #: finding cannot say which work gets faster).
+    speeds_up: ClassVar[tuple[str, ...]] = ()
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -203,6 +207,11 @@ class Rule:
         unknown = [b for b in cls.claims if b not in BUCKETS]
         if unknown:
             raise TypeError(f"rule {cls.__name__}: claims {', '.join(unknown)}: not ledger buckets ({', '.join(BUCKETS)})")
+        from .work_classes import CLASSES as WORK_CLASSES
+
+        odd = [c for c in cls.speeds_up if c not in WORK_CLASSES]
+        if odd:
+            raise TypeError(f"rule {cls.__name__}: speeds_up {', '.join(odd)}: not work classes ({', '.join(WORK_CLASSES)})")
         opts: dict[str, Option] = {}
         for base in reversed(cls.__mro__[1:]):
             opts.update(getattr(base, "options", {}) or {})
