@@ -421,7 +421,7 @@ def _class_rate(eff):
     rows = [r for r in eff.class_rows if r["cls"] in GEMM_CLASSES and r.get("achieved_tflops")]
     if not rows:
         return None
-    flops = sum(float(r["flops"]) for r in rows)
+    flops = sum(float(r["modelled_flops"]) for r in rows)
     ns = sum(float(r["modelled_ns"]) for r in rows)
     if flops <= 0 or ns <= 0:
         return None

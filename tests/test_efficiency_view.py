@@ -15,6 +15,7 @@ from traceinsight.derived import Derived
 from traceinsight.efficiency import (RECORD_SHAPES_HINT, EfficiencySettings, _compact_dims, _dominant_dtype,
                                      _window_ns)
 from traceinsight.peaks import UNKNOWN_PEAK
+from traceinsight.render.efficiency_view import headline, step_line
 from traceinsight.timeline import Timeline
 
 A100 = "NVIDIA A100-SXM4-80GB"
@@ -203,17 +204,68 @@ def test_steps_without_matrix_work_do_not_dilute_mfu(tmp_path):
     assert e.mfu_pct == pytest.approx(100 * 2 * 1024**3 / 1e-3 / 1e12 / 312)  # over step 1 only
 
 
-def test_matrix_time_not_tied_to_an_op_makes_mfu_a_lower_bound(tmp_path):
+def test_matrix_time_not_tied_to_an_op_is_the_coverage(tmp_path):
     t = KinetoTrace(device_name=A100)
     t.step(1, 0, 2000)
     _mm(t, 10, 1024, 1024, 1024, 90.0)
     t.kernel("ampere_bf16_s16816gemm_bf16_64x64", 500, 10.0)  # a GEMM kernel no op launched: 10 % of GEMM time
     e = _eff(t.write(tmp_path / "t.json"))
-    assert e.notes == []  # 90 % covered: enough
+    assert e.notes == []  # 90 % covered: enough for no note
+    assert e.coverage["pct"] == pytest.approx(90.0) and (e.coverage["matrix_time_ns"], e.coverage["covered_ns"]) == (100_000, 90_000)
+    assert "(shapes cover 90 % of matrix GPU time)." in headline(e)  # every MFU carries its coverage
     t.kernel("ampere_bf16_s16816gemm_bf16_64x64", 700, 0.01)
     e = _eff(t.write(tmp_path / "u.json"))
-    assert e.notes == ["10% of GEMM/convolution/attention GPU time is in kernels not tied to an op with recorded shapes "
-                       "(no External id or launch record, or an op without a FLOPs model): MFU is a lower bound"]
+    assert e.notes == ["shapes cover 90 % of matrix GPU time: the rest is in kernels not tied to an op with recorded shapes "
+                       "(no External id or launch record, a graph replay, or an op without a FLOPs model)"]
+    assert e.to_dict()["shape_coverage_pct"] == pytest.approx(100 * 90 / 100.01, abs=1e-3)
+
+
+def _unlinked_mm(t, at, m, k, n, kernel_at, dur_us, dtype=BF16):
+    """An aten::mm whose launch is recorded but whose kernel the trace does not tie to it (no correlation)."""
+    t.cpu_op("aten::mm", at, 20, args={"Input Dims": [[m, k], [k, n]], "Input type": [dtype, dtype], "Concrete Inputs": ["", ""]})
+    t.runtime("cudaLaunchKernel", at + 5, 3)
+    t.kernel("ampere_bf16_s16816gemm_bf16_128x128", kernel_at, dur_us)
+
+
+def test_flops_count_every_leaf_op_with_shapes_linked_or_not(tmp_path):
+    t = KinetoTrace(device_name=A100)
+    t.step(1, 0, 2000)
+    _mm(t, 10, 1024, 1024, 1024, 100.0)  # linked: 2.15 GFLOP in 100 µs
+    _unlinked_mm(t, 300, 2048, 1024, 1024, 400, 100.0)  # launched on the GPU, kernel not linked: 4.3 GFLOP
+    t.cpu_op("aten::mm", 700, 20, args={"Input Dims": [[512, 512], [512, 512]], "Input type": [BF16, BF16],
+                                        "Concrete Inputs": ["", ""]})  # no launch, no kernel: ran on the host
+    e = _eff(t.write(tmp_path / "t.json"))
+    linked, unlinked = 2 * 1024**3, 2 * 2048 * 1024 * 1024
+    assert e.model_flops == pytest.approx(linked + unlinked)  # the host op's FLOPs are not the GPU's
+    g = e.classes.set_index("cls").loc["gemm"]
+    assert g["flops"] == pytest.approx(linked + unlinked) and g["modelled_flops"] == pytest.approx(linked)
+    assert g["achieved_tflops"] == pytest.approx(linked / 100e-6 / 1e12)  # the rate: the linked part only
+    assert (e.coverage["unlinked_ops"], e.coverage["unlinked_flops"]) == (1, pytest.approx(unlinked))
+    assert e.coverage["pct"] == pytest.approx(50.0) and e.mfu_pct is not None  # 50 %: still enough for an MFU
+    assert any(n.startswith("1 matrix op(s) with shapes launched no kernel the trace links to them; their 4.3 GFLOP") for n in e.notes)
+    assert e.steps["flops"].tolist() == [pytest.approx(linked + unlinked)]
+
+
+def test_below_half_coverage_no_mfu_is_headlined(tmp_path):
+    t = KinetoTrace(device_name=A100)
+    t.step(1, 0, 2000)
+    _mm(t, 10, 1024, 1024, 1024, 100.0)
+    for i in range(9):  # 900 µs of GEMM kernels no op launched (a graph replay): shapes cover 10 %
+        t.kernel("ampere_bf16_s16816gemm_bf16_128x128", 300 + i * 110, 100.0)
+    e = _eff(t.write(tmp_path / "t.json"))
+    assert e.coverage["pct"] == pytest.approx(10.0)
+    assert e.mfu_pct is None and e.steps["mfu_pct"].isna().all() and step_line(e) == ""
+    rate = 2 * 1024**3 / 100e-6 / 1e12
+    assert headline(e) == (f"MFU unknown: shapes cover 10 % of matrix GPU time (100.0 µs of 1.00 ms), under the 50 % an MFU "
+                           f"needs; on the covered part: GEMM {rate:.1f} TFLOP/s ({100 * rate / 312:.1f} % of peak). For MFU, "
+                           "record with `torch.profiler.profile(..., record_shapes=True)` outside graph replays, or pass "
+                           "--model-flops-per-step.")
+    d = e.to_dict()
+    assert d["mfu_pct"] is None and d["mfu_withheld"].startswith("MFU unknown: shapes cover 10 %")
+    assert d["coverage"]["pct"] == pytest.approx(10.0) and d["coverage"]["mfu_min_pct"] == 50.0
+    # the user's FLOPs per step make an MFU whatever the shapes cover
+    e = _eff(tmp_path / "t.json", model_flops_per_step=1e12)
+    assert e.mfu_pct is not None and e.coverage is None
 
 
 def test_what_is_missing_is_said(tmp_path):
@@ -386,15 +438,17 @@ def test_the_gpus_span_of_the_steps_is_found_on_any_rank(tmp_path):
     assert e.steps["tflops"].tolist() == pytest.approx([2 * 1024**3 / 1e-3 / 1e12] * 2, rel=1e-12)  # each step's own
 
 
-def test_the_lower_bound_note_gives_the_untied_share(tmp_path):
-    """40 µs of GEMM time tied to an op with shapes, 60 µs in a GEMM kernel no op launched: the note says 60 %."""
+def test_the_coverage_note_gives_the_tied_share(tmp_path):
+    """40 µs of GEMM time tied to an op with shapes, 60 µs in a GEMM kernel no op launched: shapes cover 40 %, so
+    no MFU is headlined either."""
     t = KinetoTrace(device_name=A100)
     t.step(1, 0, 2000)
     _mm(t, 10, 1024, 1024, 1024, 40.0)
     t.kernel("ampere_bf16_s16816gemm_bf16_64x64", 500, 60.0)
     e = _eff(t.write(tmp_path / "t.json"))
-    assert e.notes == ["60% of GEMM/convolution/attention GPU time is in kernels not tied to an op with recorded shapes "
-                       "(no External id or launch record, or an op without a FLOPs model): MFU is a lower bound"]
+    assert e.notes == ["shapes cover 40 % of matrix GPU time: the rest is in kernels not tied to an op with recorded shapes "
+                       "(no External id or launch record, a graph replay, or an op without a FLOPs model)"]
+    assert e.mfu_pct is None and headline(e).startswith("MFU unknown: shapes cover 40 % of matrix GPU time")
 
 
 def test_a_gemm_of_empty_matrices_gives_no_mfu_and_no_dtype(tmp_path):

@@ -16,6 +16,7 @@ import pandas as pd
 
 from .flops import OpCounts, count_ops
 from .peaks import UNKNOWN_PEAK, PeakChoice, choose
+from .units import fmt_ns
 from .work_classes import CLASSES, MATRIX_CLASSES, TF32_KERNEL, kernel_class_of
 
 #: What to add to the profiler call when a PyTorch trace has no shapes.
@@ -39,7 +40,9 @@ class Efficiency:
     """The efficiency view of one timeline.
 
     ``classes``: one row per kernel class with GPU time: ``cls``, ``label``, ``time_ns``, ``share_pct`` (of GPU
-    activity time), ``modelled_ns`` (time of kernels whose op has a FLOPs/bytes model), ``flops``, ``bytes``,
+    activity time), ``modelled_ns`` (time of kernels whose op has a FLOPs/bytes model), ``flops`` (every leaf op of
+    the class with shapes, its kernels linked or not), ``modelled_flops`` (those of the linked ops: the rates'
+    numerator, over ``modelled_ns``), ``bytes``,
     ``dtype``, ``achieved_tflops``, ``achieved_gbs``, ``peak_tflops``, ``peak_label``, ``pct_of_peak``,
     ``pct_of_bandwidth``, ``intensity`` (FLOP/byte), ``ridge`` (FLOP/byte), ``bound``.
     ``steps``: ``rank``, ``step``, ``dur_ns``, ``flops``, ``tflops``, ``mfu_pct``.
@@ -62,6 +65,8 @@ class Efficiency:
     kernel_cls: np.ndarray | None = None  # per row of ``views.kernels``: its class (from its op, else its name)
     hardware: pd.DataFrame | None = None  # sampled GPU metrics: scope, metric, mean_pct, samples (see ``_hardware``)
     top_ops: pd.DataFrame | None = None  # matrix ops by kernel time, grouped by (op, shapes, dtype): see ``_top_ops``
+    coverage: dict[str, Any] | None = None  # how much of the matrix work the FLOPs cover: see ``_coverage``
+    mfu_withheld: str = ""  # why no MFU is headlined although FLOPs are known (shapes cover too little): the sentence
 
     @cached_property
     def classes(self) -> pd.DataFrame:
@@ -89,6 +94,9 @@ class Efficiency:
             "mfu_pct": num(self.mfu_pct),
             "mfu_dtype": self.mfu_dtype,
             "mfu_peak": self.peak_label() if self.mfu_pct is not None else None,
+            "mfu_withheld": self.mfu_withheld or None,
+            "shape_coverage_pct": None if self.coverage is None else num(self.coverage.get("pct")),
+            "coverage": None if self.coverage is None else {k: (num(v) if isinstance(v, float) else v) for k, v in self.coverage.items()},
             "classes": [
                 {k: (num(v) if isinstance(v, float) else (int(v) if isinstance(v, (np.integer,)) else v)) for k, v in r.items()}
                 for r in self.classes.to_dict("records")
@@ -161,13 +169,18 @@ def build(views: Any, settings: EfficiencySettings | None = None) -> Efficiency:
     rows = []
     ops = counts.ops if counts is not None else pd.DataFrame()
     on_gpu = ops[ops["kernel_ns"] > 0] if len(ops) else ops
+    # ops that ran on the GPU: linked kernels, or runtime calls inside them (their kernels' link may be lost); an op
+    # with neither ran on the host, and its FLOPs are not the GPU's
+    gpu_ops = ops[(ops["kernel_ns"] > 0) | (ops["launches"] > 0)] if len(ops) else ops
     tf32_share = _tf32_share(kernels, counts) if counts is not None else 0.0
     for c, label in CLASSES.items():
         t = int(time_by.get(c, 0)) + (copy_ns if c == "copy" else 0)
         if t <= 0:
             continue
         sub = on_gpu[on_gpu["cls"] == c] if len(on_gpu) else on_gpu
-        flops = float(sub["flops"].sum()) if len(sub) else 0.0
+        flops = float(sub["flops"].sum()) if len(sub) else 0.0  # the linked ops': the rates' numerator
+        every = gpu_ops[gpu_ops["cls"] == c] if len(gpu_ops) else gpu_ops
+        flops_all = float(every["flops"].sum()) if len(every) else 0.0  # every leaf op's, linked or not
         nbytes = float(sub["bytes"].sum()) if len(sub) else 0.0
         modelled = int(sub["kernel_ns"].sum()) if len(sub) else 0
         if c == "copy" and len(copy_dur):  # copies carry their own byte counts
@@ -190,7 +203,7 @@ def build(views: Any, settings: EfficiencySettings | None = None) -> Efficiency:
             bound = "memory"
         rows.append({
             "cls": c, "label": label, "time_ns": t, "share_pct": 100.0 * t / gpu_ns if gpu_ns else 0.0,
-            "modelled_ns": modelled, "flops": flops, "bytes": nbytes, "dtype": dtype,
+            "modelled_ns": modelled, "flops": flops_all, "modelled_flops": flops, "bytes": nbytes, "dtype": dtype,
             "achieved_tflops": ach_t, "achieved_gbs": ach_b,
             "peak_tflops": peak_t, "peak_label": peak.label(dtype) if c in MATRIX_CLASSES else (
                 f"{peak.bandwidth_gbs:g} GB/s, {peak.gpu if peak.source != 'user' else 'given'}" if peak.bandwidth_gbs else "bandwidth unknown; pass --peak-bandwidth"),
@@ -200,14 +213,17 @@ def build(views: Any, settings: EfficiencySettings | None = None) -> Efficiency:
         })
 
     matrix = on_gpu[on_gpu["cls"].isin(MATRIX_CLASSES)] if len(on_gpu) else on_gpu
-    mfu_dtype = _dominant_dtype(matrix)
+    # the model's FLOPs: every leaf matrix op with shapes that ran on the GPU, whether or not its kernels were linked
+    # to it (linking decides only which kernel time the achieved rates cover)
+    matrix_all = gpu_ops[gpu_ops["cls"].isin(MATRIX_CLASSES) & gpu_ops["flops"].notna()] if len(gpu_ops) else gpu_ops
+    mfu_dtype = _dominant_dtype(matrix_all)
     if mfu_dtype == "fp32" and tf32_share >= 0.5:
         mfu_dtype = "tf32"
     steps = views.steps
     if settings.model_flops_per_step is not None:
         source = "user"
         mfu_dtype = mfu_dtype or "bf16"
-    elif len(matrix) and float(matrix["flops"].sum()) > 0:
+    elif len(matrix_all) and float(matrix_all["flops"].sum()) > 0:
         source = "shapes"
     else:
         source = "none"
@@ -223,12 +239,13 @@ def build(views: Any, settings: EfficiencySettings | None = None) -> Efficiency:
             notes.append("this TensorFlow trace records no FLOPs per op; pass --model-flops-per-step for MFU")
         elif shapes:
             notes.append("shapes are recorded, but no matmul/convolution/attention op with a FLOPs model ran on the GPU")
-    if source == "shapes" and rows:
-        mx = [r for r in rows if r["cls"] in MATRIX_CLASSES]
-        total, covered = float(sum(r["time_ns"] for r in mx)), float(sum(r["modelled_ns"] for r in mx))
-        if total > 0 and covered < 0.9 * total:
-            notes.append(f"{100 * (1 - covered / total):.0f}% of GEMM/convolution/attention GPU time is in kernels not tied to an op "
-                         "with recorded shapes (no External id or launch record, or an op without a FLOPs model): MFU is a lower bound")
+    coverage = _coverage(rows, matrix_all) if source == "shapes" else None
+    if coverage is not None and coverage["pct"] is not None and coverage["pct"] < COVERAGE_NOTE_PCT:
+        notes.append(f"shapes cover {coverage['pct']:.0f} % of matrix GPU time: the rest is in kernels not tied to an op with "
+                     "recorded shapes (no External id or launch record, a graph replay, or an op without a FLOPs model)")
+    if coverage is not None and coverage["unlinked_ops"]:
+        notes.append(f"{coverage['unlinked_ops']:,} matrix op(s) with shapes launched no kernel the trace links to them; their "
+                     f"{coverage['unlinked_flops'] / 1e9:,.1f} GFLOP are counted in the model FLOPs, not in the achieved rates")
     if counts is not None and counts.assumed:
         for what, n in counts.assumed.items():
             notes.append(f"{n:,} op(s): assumed {what}")
@@ -239,7 +256,7 @@ def build(views: Any, settings: EfficiencySettings | None = None) -> Efficiency:
     step_rows = []
     if len(steps) and source in ("shapes", "user"):  # without FLOPs no step has a figure
         if source == "shapes":
-            key = pd.DataFrame({"rank": matrix["rank"].to_numpy(), "step": matrix["step"].to_numpy(), "flops": matrix["flops"].to_numpy()})
+            key = pd.DataFrame({"rank": matrix_all["rank"].to_numpy(), "step": matrix_all["step"].to_numpy(), "flops": matrix_all["flops"].to_numpy()})
             by = key.groupby(["rank", "step"])["flops"].sum()
         for r in steps.itertuples(index=False):
             if source == "shapes":
@@ -254,7 +271,7 @@ def build(views: Any, settings: EfficiencySettings | None = None) -> Efficiency:
                               "mfu_pct": 100.0 * tf / peak_mfu if tf is not None and peak_mfu else None})
     step_frame = pd.DataFrame(step_rows, columns=STEP_COLUMNS) if step_rows else _NO_STEPS.copy()
     if source == "shapes":
-        model_flops = float(matrix["flops"].sum())
+        model_flops = float(matrix_all["flops"].sum())
         if len(step_frame) and step_frame["flops"].sum() > 0:
             counted = step_frame[step_frame["flops"] > 0]
             # the wall time of the steps' work is the longer of the host's steps and the GPU's span for them: a
@@ -272,18 +289,69 @@ def build(views: Any, settings: EfficiencySettings | None = None) -> Efficiency:
     else:
         model_flops, tot_ns, f_in = 0.0, 0.0, 0.0
     mfu = 100.0 * f_in / (tot_ns / 1e9) / 1e12 / peak_mfu if source != "none" and tot_ns > 0 and peak_mfu else None
+    withheld = ""
+    if mfu is not None and coverage is not None and coverage["pct"] is not None and coverage["pct"] < MFU_MIN_COVERAGE_PCT:
+        # an MFU over a sliver of the matrix work is not the model's: say what is known instead (see ``withheld_text``)
+        withheld = withheld_text(coverage, rows, meta.source_format)
+        mfu = None
+        step_frame["mfu_pct"] = None
     hardware = _hardware(tl.samples, views, kernels, cls) if getattr(tl, "samples", None) is not None else None
     if hardware is not None and meta.source_format == "nsys" and source == "none":
         notes.append("GPU-metrics samples are present: SM and tensor-core activity below are the hardware's own measure")
     top = _top_ops(tl.events, matrix, peak, mfu_dtype) if source == "shapes" else None
     return Efficiency(peak, source, shapes, rows, step_frame, counts, gpu_ns, model_flops, mfu,
-                      mfu_dtype if source != "none" else None, notes, kernel_cls=cls, hardware=hardware, top_ops=top)
+                      mfu_dtype if source != "none" else None, notes, kernel_cls=cls, hardware=hardware, top_ops=top,
+                      coverage=coverage, mfu_withheld=withheld)
+
+
+#: Below this share of the matrix classes' GPU time in kernels tied to ops with shapes, no MFU is headlined: the
+#: FLOPs then describe a minority of the work (a HIP/CUDA-graph replay, kernels without launch records), and a
+#: figure over the whole window would be off by the uncovered part.
+MFU_MIN_COVERAGE_PCT = 50.0
+#: Below this share a note says where the uncovered time is.
+COVERAGE_NOTE_PCT = 90.0
+
+
+def _coverage(rows: list[dict[str, Any]], matrix_all: pd.DataFrame) -> dict[str, Any]:
+    """How much of the matrix work (GEMM, convolution, attention) the FLOPs cover: ``matrix_time_ns`` (their
+    classes' GPU time), ``covered_ns`` (of it, kernels linked to an op with shapes), ``pct`` (None without matrix
+    GPU time), ``model_flops``, ``unlinked_ops`` and ``unlinked_flops`` (leaf ops with shapes whose kernels the
+    trace does not link to them: counted in the FLOPs, not in the rates)."""
+    mx = [r for r in rows if r["cls"] in MATRIX_CLASSES]
+    total = int(sum(int(r["time_ns"]) for r in mx))
+    covered = int(sum(int(r["modelled_ns"]) for r in mx))
+    unlinked = matrix_all[matrix_all["kernel_ns"].to_numpy() <= 0] if len(matrix_all) else matrix_all
+    return {"matrix_time_ns": total, "covered_ns": covered, "pct": 100.0 * covered / total if total > 0 else None,
+            "model_flops": float(matrix_all["flops"].sum()) if len(matrix_all) else 0.0,
+            "unlinked_ops": int(len(unlinked)), "unlinked_flops": float(unlinked["flops"].sum()) if len(unlinked) else 0.0,
+            "mfu_min_pct": MFU_MIN_COVERAGE_PCT}
+
+
+def coverage_phrase(coverage: dict[str, Any] | None) -> str:
+    """"shapes cover 65 % of matrix GPU time" (the figure every MFU carries), or "" when it does not apply."""
+    if not coverage or coverage.get("pct") is None:
+        return ""
+    return f"shapes cover {coverage['pct']:.0f} % of matrix GPU time"
+
+
+def withheld_text(coverage: dict[str, Any], rows: list[dict[str, Any]], source_format: str) -> str:
+    """The sentence that stands where the MFU would: how little the shapes cover, the achieved rate per matrix
+    class on the covered part, and how to get a whole figure."""
+    rates = [f"{r['label']} {r['achieved_tflops']:.1f} TFLOP/s" + (f" ({r['pct_of_peak']:.1f} % of peak)" if r.get("pct_of_peak") else "")
+             for r in rows if r["cls"] in MATRIX_CLASSES and r.get("achieved_tflops")]
+    how = ("record with `torch.profiler.profile(..., record_shapes=True)` outside graph replays"
+           if source_format == "pytorch" else "record shapes")
+    text = (f"MFU unknown: {coverage_phrase(coverage)} ({fmt_ns(coverage['covered_ns'])} of {fmt_ns(coverage['matrix_time_ns'])}), "
+            f"under the {MFU_MIN_COVERAGE_PCT:.0f} % an MFU needs")
+    if rates:
+        text += f"; on the covered part: {', '.join(rates)}"
+    return text + f". For MFU, {how}, or pass --model-flops-per-step"
 
 
 TOP_OPS = 15
 
 #: The columns of ``Efficiency.classes`` and ``Efficiency.steps``.
-CLASS_COLUMNS = ["cls", "label", "time_ns", "share_pct", "modelled_ns", "flops", "bytes", "dtype", "achieved_tflops", "achieved_gbs",
+CLASS_COLUMNS = ["cls", "label", "time_ns", "share_pct", "modelled_ns", "flops", "modelled_flops", "bytes", "dtype", "achieved_tflops", "achieved_gbs",
                  "peak_tflops", "peak_label", "pct_of_peak", "pct_of_bandwidth", "intensity", "ridge", "bound"]
 STEP_COLUMNS = ["rank", "step", "dur_ns", "flops", "tflops", "mfu_pct"]
 #: ``steps`` without a row, copied for each view (a copy costs a twentieth of building it).

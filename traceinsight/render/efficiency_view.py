@@ -6,6 +6,7 @@ import html
 import math
 from typing import Any
 
+from ..efficiency import coverage_phrase
 from ..units import fmt_ns
 from ..work_classes import COLOURS
 
@@ -29,7 +30,10 @@ def headline(eff: Any) -> str:
     if eff.mfu_pct is not None:
         src = eff.peak.source if eff.peak.source != "user" else "--peak-tflops"
         how = "FLOPs from recorded shapes" if eff.flops_source == "shapes" else "FLOPs per step given with --model-flops-per-step"
-        return f"MFU {eff.mfu_pct:.1f}% of {eff.peak_label()} ({src}); {how}."
+        cov = coverage_phrase(getattr(eff, "coverage", None)) if eff.flops_source == "shapes" else ""
+        return f"MFU {eff.mfu_pct:.1f}% of {eff.peak_label()} ({src}); {how}" + (f" ({cov})." if cov else ".")
+    if getattr(eff, "mfu_withheld", ""):
+        return eff.mfu_withheld + "."
     if eff.flops_source != "none":
         return f"Model FLOPs known, but {eff.peak_label()}."
     return " ".join(eff.notes[:1]) + "." if eff.notes else ""
