@@ -288,6 +288,15 @@ class Context:
         self.rule = rule
         self.options = dict(rule.values)
 
+    def what_if_batch(self, factor: float, fixed_below_ns: int) -> dict | None:
+        """The what-if replay of this trace with ``factor`` times the batch: GPU tasks of at least ``fixed_below_ns``
+        take ``factor`` times as long, shorter (launch-bound) ones keep their time, host work stays
+        (``traceinsight.whatif.what_if_batch``): ``step_ns``, ``baseline_step_ns``, ``per_sample_ratio``,
+        ``throughput_gain``, ``assumptions``; None without steps to replay."""
+        from .whatif import what_if_batch
+
+        return what_if_batch(self.views, factor, fixed_below_ns)
+
     def finding(self, **fields: Unpack["FindingFields"]) -> Finding:
         """A Finding filled with this rule's code, severity and fixes (``build_finding``), its impact percentages
         measured against this timeline's span and steps."""

@@ -1338,3 +1338,35 @@ def what_if_faster(views: Views, saved_ns: int, gemm_only: bool = False, classes
     faster.__name__ = "faster_gpu_work"
     r = predict_step_ns(views, faster)
     return r if r["step_ns"] is not None else None
+
+
+def grow_batch(factor: float, fixed_below_ns: int) -> Callable[..., None]:
+    """A transform for a larger batch (TI030): GPU tasks of at least ``fixed_below_ns`` take ``factor`` times as long
+    (their work scales with the batch), shorter ones keep their time (launch-bound: a larger grid in the same
+    latency); host work, launches and every wait keep their measured times. A model, not a measurement: a larger
+    batch can pick other kernels, and host work per step can grow with it too (data loading)."""
+
+    def grow(g: Graph, windows=None) -> None:
+        sel = (g.ntype == GPU) & (g.dur >= fixed_below_ns)
+        g.dur[sel] = np.round(g.dur[sel] * float(factor)).astype(g.dur.dtype)
+
+    grow.__doc__ = (f"GPU tasks of {fixed_below_ns / 1e3:g} µs or longer take {factor:.3g}x as long (they scale with the batch); "
+                    "shorter, launch-bound ones keep their time; host work, launches and every wait keep their measured times")
+    return grow
+
+
+def what_if_batch(views: Views, factor: float, fixed_below_ns: int) -> dict | None:
+    """The replay at ``factor`` times the batch (:func:`grow_batch`): ``Finding.what_if`` plus ``per_sample_ratio``
+    (time per sample after / before: step after / (factor x step before)) and ``throughput_gain`` (its inverse);
+    None without steps to replay."""
+    if factor <= 0:
+        return None
+    r = predict_step_ns(views, grow_batch(factor, fixed_below_ns))
+    if r["step_ns"] is None or not r["baseline_step_ns"]:
+        return None
+    ratio = float(r["step_ns"]) / (float(factor) * float(r["baseline_step_ns"]))
+    r["batch_factor"] = float(factor)
+    r["per_sample_ratio"] = ratio
+    r["throughput_gain"] = 1.0 / ratio if ratio > 0 else None
+    return r
+
