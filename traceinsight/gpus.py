@@ -3,9 +3,9 @@ memory, tensor cores, and the part the peak table identifies with its dense peak
 
 Traces describe devices unevenly: kineto writes the name, compute capability, SMs and memory; XPlane often only a
 vendor, a compute capability and a core count ("Nvidia GPU (cc 8.6, 46 SMs)"); Nsight the name. ``record`` reads
-whatever is there into one ``GpuRecord``; the part is then looked up by name, or, when the name names no product,
-by its signature (vendor, compute capability, SM/CU count and memory where known) when exactly one part in the
-table has it (``traceinsight.peaks.lookup``).
+whatever is there into one ``GpuRecord`` (``traceinsight.peaks.record``, beside the table it looks the part up in);
+the part is found by name, or, when the name names no product, by its signature (vendor, compute capability, SM/CU
+count and memory where known) when exactly one part in the table has it.
 """
 
 from __future__ import annotations
@@ -86,16 +86,3 @@ class GpuRecord:
         if self.peak is not None:
             return any(k in self.peak.tflops for k in ("fp16", "bf16", "tf32"))
         return None
-
-
-def record(device: Any) -> GpuRecord:
-    """The ``GpuRecord`` of a ``DeviceInfo`` (or anything with its fields)."""
-    from .peaks import identify  # the table sits beside this module; imported when first needed
-
-    name = getattr(device, "name", None)
-    vendor = vendor_of(getattr(device, "vendor", None), name)
-    cc = parse_cc(getattr(device, "compute_capability", None))
-    sms = getattr(device, "sm_count", None)
-    mem = getattr(device, "memory_bytes", None)
-    peak, how = identify(name, cc, mem, sms, vendor)
-    return GpuRecord(name, vendor, cc, sms, mem, peak, how)

@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import Any
 
-from .gpus import cc_text, parse_cc, record, vendor_of
+from .gpus import GpuRecord, cc_text, parse_cc, vendor_of
 
 #: Dtype groups a peak is quoted for. fp16 and bf16 share tensor-core rates on every GPU listed.
 PEAK_DTYPES: tuple[str, ...] = ("fp32", "tf32", "fp16", "bf16", "fp8")
@@ -268,6 +269,18 @@ def identify(name: str | None, compute_capability: "str | tuple[int, int] | None
             return None, ""  # the name and the compute capability disagree: do not guess
         return p, "name"
     return None, ""
+
+
+def record(device: Any) -> GpuRecord:
+    """The ``gpus.GpuRecord`` of a ``DeviceInfo`` (or anything with its fields): what the trace says, read once
+    (vendor folded, compute capability parsed), and the part this table identifies."""
+    name = getattr(device, "name", None)
+    vendor = vendor_of(getattr(device, "vendor", None), name)
+    cc = parse_cc(getattr(device, "compute_capability", None))
+    sms = getattr(device, "sm_count", None)
+    mem = getattr(device, "memory_bytes", None)
+    peak, how = identify(name, cc, mem, sms, vendor)
+    return GpuRecord(name, vendor, cc, sms, mem, peak, how)
 
 
 def _by_signature(cc: tuple[int, int] | None, units: int | None, mem_gb: float | None, vendor: str | None) -> Peak | None:
