@@ -265,7 +265,7 @@ class NoTensorCores(Rule):
                 f"On {', '.join(dev_names) or 'a tensor-core GPU'}, {fmt_ns(non_tc_ns)} of {fmt_ns(gemm_ns)} GEMM/convolution "
                 f"kernel time ({share:.1f}%; {kshare:.1f}% of all kernel time) is in FP32 CUDA-core kernels such as "
                 f"`{evidence['name'].iloc[0]}`{_rate_text(rate)}{_active_text(tensor_active)}. {remedy} would move it to tensor cores: "
-                f"{price['how']}. The saving shown is what the what-if replay gives back when that time runs {speedup:.2g}x faster."
+                f"{price['how']}. The saving shown is what the what-if replay gives back when that time runs {speedup:.3g}x faster."
             ),
             impact_ns=impact,
             evidence=evidence,
@@ -368,7 +368,7 @@ def _price(op_of: np.ndarray | None, non_tc: np.ndarray, dur: np.ndarray, ops: p
     (the rule's ``speedup`` option); without both peaks (unknown GPU, a single ``--peak-tflops``) all of it does."""
     non_tc_ns = float(dur[non_tc].sum())
     out = {"speedup": assumed, "dtype": None, "covered_pct": 0.0, "cap": None, "basis": "assumed",
-           "how": f"an assumed {assumed:.2g}x speed-up (no FLOPs per op or no dense peaks to price it from)"}
+           "how": f"an assumed {assumed:.3g}x speed-up (no FLOPs per op or no dense peaks to price it from)"}
     p_old = peak.tflops.get("fp32") if "*" not in peak.tflops else None
     p_new = peak.tflops.get(target) if "*" not in peak.tflops else None
     if non_tc_ns <= 0 or not p_old or not p_new or p_new <= p_old:
@@ -395,7 +395,7 @@ def _price(op_of: np.ndarray | None, non_tc: np.ndarray, dur: np.ndarray, ops: p
             covered_ns = float(tt[ok].sum())
             priced_ns = float((tt * ratio)[ok].sum())
     if covered_ns <= 0:
-        out["how"] = (f"an assumed {assumed:.2g}x speed-up (no FLOPs per op to price it from the {target} dense peak; "
+        out["how"] = (f"an assumed {assumed:.3g}x speed-up (no FLOPs per op to price it from the {target} dense peak; "
                       "record shapes to price it)")
         return out
     factor = covered_ns / max(priced_ns, 1.0)
@@ -406,11 +406,11 @@ def _price(op_of: np.ndarray | None, non_tc: np.ndarray, dur: np.ndarray, ops: p
     pct = 100.0 * covered_ns / non_tc_ns
     label = peak.label(target)
     how = (f"priced per op from its achieved rate against its roofline, moved to {label} and {target} operands "
-           f"({pct:.0f} % of that time has FLOPs: {factor:.2g}x faster; at most {cap:.3g}x, the ratio of the {target} "
+           f"({pct:.0f} % of that time has FLOPs: {factor:.3g}x faster; at most {cap:.3g}x, the ratio of the {target} "
            f"to the FP32 dense peak)")
     if rest > 0:
         how += (f"; the other {100 - pct:.0f} % is taken at the same factor" if rest_factor == factor
-                else f"; the other {100 - pct:.0f} % (no FLOPs) at an assumed {assumed:.2g}x")
+                else f"; the other {100 - pct:.0f} % (no FLOPs) at an assumed {assumed:.3g}x")
     out.update(speedup=speedup, dtype=target, covered_pct=pct, basis="peaks", how=how)
     return out
 

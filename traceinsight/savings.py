@@ -119,7 +119,9 @@ def assess(findings: list[Finding], views: "Views", rules: dict[str, object], ov
             left = max(0.0, 1.0 - float(f.metrics.get("explained_share_pct", 0.0)) / 100.0)
             share = share * left
             f.metrics["severity_basis"] = f"graded on the {fmt_ns(f.saving_ns * left)} that {cause.code} does not explain ({share:.1f} % of the GPU window)"
-        sev = _capped(level(share), rule)
+        graded = level(share)
+        sev = _capped(graded, rule)
+        capped = sev.rank < graded.rank  # the rule's max_severity binds: said on the card
         if _changes_nothing(f.what_if) and sev.rank > Severity.INFO.rank:
             sev = Severity.INFO
             f.metrics["what_if_note"] = "the replay gives the step nothing back, so this is not a warning"
@@ -129,7 +131,11 @@ def assess(findings: list[Finding], views: "Views", rules: dict[str, object], ov
         declared = getattr(type(rule), "severity", None) if rule is not None else None
         if isinstance(declared, Severity) and declared is not f.severity and "severity_basis" not in f.metrics:
             why = f.metrics.get("what_if_note") or f"{share:.1f} % of the GPU window"
-            f.metrics["severity_basis"] = f"graded {f.severity.value} on the common scale: {why}; declared {declared.value}"
+            if capped and f.severity is sev and "what_if_note" not in f.metrics:
+                f.metrics["severity_basis"] = (f"graded {graded.value} on the common scale: {why}, capped at {sev.value} by the rule's "
+                                               f"max_severity (a modelled figure, not measured idle); declared {declared.value}")
+            else:
+                f.metrics["severity_basis"] = f"graded {f.severity.value} on the common scale: {why}; declared {declared.value}"
     for f in findings:  # one alarm per lost time: the root cause carries its group's severity
         if f.saving_kind == KIND_NONE or f.code in forced or withheld:
             continue

@@ -1364,6 +1364,8 @@ def what_if_batch(views: Views, factor: float, fixed_below_ns: int) -> dict | No
     r = predict_step_ns(views, grow_batch(factor, fixed_below_ns))
     if r["step_ns"] is None or not r["baseline_step_ns"]:
         return None
+    if factor >= 1 and r["step_ns"] < r["baseline_step_ns"]:
+        r["step_ns"] = r["baseline_step_ns"]  # more work per step never shortens it (a replay's rounding can)
     ratio = float(r["step_ns"]) / (float(factor) * float(r["baseline_step_ns"]))
     r["batch_factor"] = float(factor)
     r["per_sample_ratio"] = ratio
