@@ -268,6 +268,17 @@ def test_below_half_coverage_no_mfu_is_headlined(tmp_path):
     assert e.mfu_pct is not None and e.coverage is None
 
 
+def test_flops_without_any_tied_matrix_time_give_no_mfu(tmp_path):
+    t = KinetoTrace(device_name=A100)
+    t.step(1, 0, 2000)
+    t.cpu_op("aten::mm", 10, 20, args={"Input Dims": [[1024, 1024], [1024, 1024]], "Input type": [BF16, BF16], "Concrete Inputs": ["", ""]})
+    t.runtime("cudaGraphLaunch", 15, 3)
+    t.kernel("graph_node_17", 100, 500.0)  # a replayed kernel, its op unknown and its name saying nothing
+    e = _eff(t.write(tmp_path / "t.json"))
+    assert e.model_flops == pytest.approx(2 * 1024**3) and e.coverage["pct"] is None and e.mfu_pct is None
+    assert headline(e).startswith("MFU unknown: no GEMM/convolution/attention kernel time is tied to an op with shapes")
+
+
 def test_what_is_missing_is_said(tmp_path):
     t = KinetoTrace(device_name=A100)  # shapes recorded, but only elementwise work
     t.step(1, 0, 1000)

@@ -290,7 +290,7 @@ def build(views: Any, settings: EfficiencySettings | None = None) -> Efficiency:
         model_flops, tot_ns, f_in = 0.0, 0.0, 0.0
     mfu = 100.0 * f_in / (tot_ns / 1e9) / 1e12 / peak_mfu if source != "none" and tot_ns > 0 and peak_mfu else None
     withheld = ""
-    if mfu is not None and coverage is not None and coverage["pct"] is not None and coverage["pct"] < MFU_MIN_COVERAGE_PCT:
+    if mfu is not None and coverage is not None and (coverage["pct"] if coverage["pct"] is not None else 0.0) < MFU_MIN_COVERAGE_PCT:
         # an MFU over a sliver of the matrix work is not the model's: say what is known instead (see ``withheld_text``)
         withheld = withheld_text(coverage, rows, meta.source_format)
         mfu = None
@@ -341,8 +341,12 @@ def withheld_text(coverage: dict[str, Any], rows: list[dict[str, Any]], source_f
              for r in rows if r["cls"] in MATRIX_CLASSES and r.get("achieved_tflops")]
     how = ("record with `torch.profiler.profile(..., record_shapes=True)` outside graph replays"
            if source_format == "pytorch" else "record shapes")
-    text = (f"MFU unknown: {coverage_phrase(coverage)} ({fmt_ns(coverage['covered_ns'])} of {fmt_ns(coverage['matrix_time_ns'])}), "
-            f"under the {MFU_MIN_COVERAGE_PCT:.0f} % an MFU needs")
+    if coverage.get("pct") is None:  # FLOPs of ops whose kernels are not linked, and no matrix-class kernel time at all
+        text = ("MFU unknown: no GEMM/convolution/attention kernel time is tied to an op with shapes (the kernels that ran "
+                "are not linked to the ops, e.g. a graph replay)")
+    else:
+        text = (f"MFU unknown: {coverage_phrase(coverage)} ({fmt_ns(coverage['covered_ns'])} of {fmt_ns(coverage['matrix_time_ns'])}), "
+                f"under the {MFU_MIN_COVERAGE_PCT:.0f} % an MFU needs")
     if rates:
         text += f"; on the covered part: {', '.join(rates)}"
     return text + f". For MFU, {how}, or pass --model-flops-per-step"
