@@ -153,12 +153,18 @@ def test_fp32_matrix_math_on_tensor_cores_is_measured_against_tf32(tmp_path):
     _mm(t, 400, 1024, 1024, 1024, 100.0, dtype=F32, kernel="ampere_sgemm_128x64_nn")
     assert _eff(t.write(tmp_path / "u.json")).mfu_dtype == "tf32"
     t = KinetoTrace(device_name=A100)  # mostly CUDA cores: plain FP32
+    t.step(1, 0, 3000)
+    _mm(t, 10, 1024, 1024, 1024, 990.0, dtype=F32, kernel="ampere_tf32_s1688gemm_tf32_128x128")
+    _mm(t, 1100, 1024, 1024, 1024, 1010.0, dtype=F32, kernel="ampere_sgemm_128x64_nn")
+    e = _eff(t.write(tmp_path / "v.json"))
+    assert e.mfu_dtype == "fp32" and e.classes.set_index("cls").loc["gemm", "peak_tflops"] == 19.5
+    assert e.top_ops["pct_of_peak"].iloc[0] == pytest.approx(100 * 4 * 1024**3 / 2000e-6 / 1e12 / 19.5)
+    t = KinetoTrace(device_name=A100)  # mostly CUDA-core time, but faster than FP32 CUDA cores can go (21.5 > 19.5)
     t.step(1, 0, 2000)
     _mm(t, 10, 1024, 1024, 1024, 99.0, dtype=F32, kernel="ampere_tf32_s1688gemm_tf32_128x128")
     _mm(t, 400, 1024, 1024, 1024, 101.0, dtype=F32, kernel="ampere_sgemm_128x64_nn")
-    e = _eff(t.write(tmp_path / "v.json"))
-    assert e.mfu_dtype == "fp32" and e.classes.set_index("cls").loc["gemm", "peak_tflops"] == 19.5
-    assert e.top_ops["pct_of_peak"].iloc[0] == pytest.approx(100 * 4 * 1024**3 / 200e-6 / 1e12 / 19.5)
+    e = _eff(t.write(tmp_path / "w.json"))
+    assert e.mfu_dtype == "tf32" and e.classes.set_index("cls").loc["gemm", "peak_tflops"] == 156.0  # never above 100 % of a peak
 
 
 def test_user_flops_per_step_and_no_steps(tmp_path):

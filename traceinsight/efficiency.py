@@ -189,9 +189,12 @@ def build(views: Any, settings: EfficiencySettings | None = None) -> Efficiency:
         dtype = _dominant_dtype(sub)
         if dtype == "fp32" and c in MATRIX_CLASSES and tf32_share >= 0.5:
             dtype = "tf32"
-        peak_t, _ = peak.for_dtype(dtype) if c in MATRIX_CLASSES else (None, "")
         sec = modelled / 1e9
         ach_t = flops / sec / 1e12 if sec > 0 and flops > 0 else None
+        fp32_peak = peak.tflops.get("fp32") if "*" not in peak.tflops else None
+        if dtype == "fp32" and c in MATRIX_CLASSES and tf32_share > 0 and ach_t and fp32_peak and ach_t > fp32_peak:
+            dtype = "tf32"  # faster than FP32 CUDA cores can go: its TF32 kernels did the work, measure against TF32
+        peak_t, _ = peak.for_dtype(dtype) if c in MATRIX_CLASSES else (None, "")
         ach_b = nbytes / sec / 1e9 if sec > 0 and nbytes > 0 else None
         intensity = flops / nbytes if nbytes > 0 and flops > 0 else None
         ridge_peak, _ = peak.for_dtype(dtype if c in MATRIX_CLASSES else (dtype or "fp32"))
@@ -217,8 +220,8 @@ def build(views: Any, settings: EfficiencySettings | None = None) -> Efficiency:
     # to it (linking decides only which kernel time the achieved rates cover)
     matrix_all = gpu_ops[gpu_ops["cls"].isin(MATRIX_CLASSES) & gpu_ops["flops"].notna()] if len(gpu_ops) else gpu_ops
     mfu_dtype = _dominant_dtype(matrix_all)
-    if mfu_dtype == "fp32" and tf32_share >= 0.5:
-        mfu_dtype = "tf32"
+    if mfu_dtype == "fp32" and (tf32_share >= 0.5 or any(r["dtype"] == "tf32" for r in rows if r["cls"] in MATRIX_CLASSES)):
+        mfu_dtype = "tf32"  # most FP32 matrix time on TF32 kernels, or a class faster than FP32 CUDA cores can go
     steps = views.steps
     if settings.model_flops_per_step is not None:
         source = "user"
