@@ -476,3 +476,23 @@ def test_a_gemm_of_empty_matrices_gives_no_mfu_and_no_dtype(tmp_path):
     e = _eff(t.write(tmp_path / "t.json"))
     assert (e.flops_source, e.mfu_pct, e.mfu_dtype) == ("none", None, None)
     assert e.to_dict()["mfu_peak"] is None
+
+
+def test_the_diff_compares_no_mfu_below_half_coverage_and_compares_the_coverage(tmp_path):
+    from traceinsight.delta import diff
+
+    def trace(name, replayed):
+        t = KinetoTrace(device_name=A100)
+        t.step(1, 0, 3000)
+        _mm(t, 10, 1024, 1024, 1024, 100.0)
+        for i in range(replayed):  # GEMM kernels no op launched (a graph replay)
+            t.kernel("ampere_bf16_s16816gemm_bf16_128x128", 300 + i * 110, 100.0)
+        return t.write(tmp_path / name)
+
+    d = diff(trace("a.json", 9), trace("b.json", 11)).data  # shapes cover 10 % and 8.3 %
+    kpis = {k["name"]: k for k in d["kpis"]}
+    assert "efficiency.mfu_pct" not in kpis  # neither side headlines an MFU, so the diff shows no MFU change
+    assert kpis["efficiency.shape_coverage_pct"]["base"] == pytest.approx(10.0)
+    assert kpis["efficiency.shape_coverage_pct"]["head"] == pytest.approx(100 / 12, abs=1e-3)
+    d = diff(trace("c.json", 0), trace("d.json", 0)).data  # both fully covered: the MFU is compared
+    assert "efficiency.mfu_pct" in {k["name"] for k in d["kpis"]}
