@@ -496,3 +496,32 @@ def test_the_diff_compares_no_mfu_below_half_coverage_and_compares_the_coverage(
     assert kpis["efficiency.shape_coverage_pct"]["head"] == pytest.approx(100 / 12, abs=1e-3)
     d = diff(trace("c.json", 0), trace("d.json", 0)).data  # both fully covered: the MFU is compared
     assert "efficiency.mfu_pct" in {k["name"] for k in d["kpis"]}
+
+
+def test_xplane_per_op_flops_where_xla_recorded_them(tmp_path):
+    from tests.helpers.xplane_writer import XSpaceTrace
+
+    def trace(name, cost):
+        t = XSpaceTrace()
+        t.step(1, 1_000_000, 2_000_000)
+        t.op("train_step", 1_000_000, 10_000)
+        t.kernel("cutlass_80_tensorop_bf16_s16816gemm_relu_bf16_128x128", 1_100_000, 100_000,
+                 {"flops": 2_000_000_000, "bytes_accessed": 6_000_000} if cost else None)
+        t.kernel("cutlass_80_tensorop_bf16_s16816gemm_bf16_64x64", 1_300_000, 100_000)  # no cost recorded
+        t.kernel("loop_add_fusion", 1_500_000, 20_000, {"flops": 1_000_000, "bytes_accessed": 12_000_000} if cost else None)
+        return t.write(tmp_path / name)
+
+    e = _eff(trace("a.xplane.pb", True))
+    assert e.flops_source == "recorded" and e.model_flops == pytest.approx(2e9)
+    g = e.classes.set_index("cls").loc["gemm"]
+    assert (g["flops"], g["modelled_ns"], g["time_ns"]) == (pytest.approx(2e9), 100_000, 200_000)
+    assert g["achieved_tflops"] == pytest.approx(2e9 / 100e-6 / 1e12) and g["bytes"] == pytest.approx(6e6)
+    assert e.coverage["pct"] == pytest.approx(50.0)
+    ew = e.classes.set_index("cls").loc["elementwise"]
+    assert ew["achieved_gbs"] == pytest.approx(12e6 / 20e-6 / 1e9)
+    assert e.notes[0] == "XLA's per-op costs cover 50 % of matrix GPU time: the rest is in kernels not tied to an op with a recorded cost"
+    e = _eff(tmp_path / "a.xplane.pb", peak_tflops=312.0)  # XLA records no dtype: the user's peak applies to all
+    assert headline(e).endswith("FLOPs as XLA recorded them per op (XLA's per-op costs cover 50 % of matrix GPU time).")
+    assert e.mfu_pct == pytest.approx(100 * 2e9 / (e.steps["dur_ns"].sum() / 1e9) / 1e12 / 312.0)
+    e = _eff(trace("b.xplane.pb", False))
+    assert e.flops_source == "none" and any(n.startswith("FLOPs per op: not recorded in this XPlane trace") for n in e.notes)

@@ -17,7 +17,7 @@ import pandas as pd
 from .flops import OpCounts, count_ops
 from .peaks import UNKNOWN_PEAK, PeakChoice, choose
 from .units import fmt_ns
-from .work_classes import CLASSES, MATRIX_CLASSES, TF32_KERNEL, kernel_class_of
+from .work_classes import CLASSES, MATRIX_CLASSES, TF32_KERNEL, kernel_classes
 
 #: What to add to the profiler call when a PyTorch trace has no shapes.
 RECORD_SHAPES_HINT = "record with `torch.profiler.profile(..., record_shapes=True)` to get FLOPs, achieved TFLOP/s and MFU"
@@ -52,7 +52,7 @@ class Efficiency:
     """
 
     peak: PeakChoice
-    flops_source: str  # "shapes", "user", "none"
+    flops_source: str  # "shapes", "recorded" (XLA's per-op cost on XPlane kernels), "user", "none"
     shapes_recorded: bool
     class_rows: list[dict[str, Any]]
     steps: pd.DataFrame
@@ -140,16 +140,14 @@ def build(views: Any, settings: EfficiencySettings | None = None) -> Efficiency:
             counts = count_ops(tl.events, kernels)
         except (ValueError, TypeError, OverflowError, KeyError, IndexError) as exc:  # untrusted shapes: say so, go on
             notes.append(f"the FLOPs model could not read this trace's shapes ({type(exc).__name__}); FLOPs are not shown")
+    elif meta.source_format == "tensorflow-xplane":
+        counts = _recorded_counts(kernels)  # XLA's own per-op FLOPs/bytes, where the profiler wrote them
     shapes = bool(counts and counts.shapes_recorded)
+    recorded = counts is not None and not counts.shapes_recorded and meta.source_format == "tensorflow-xplane"
 
     # class of every GPU activity row: the launching op's class, else the kernel name's
-    k_cls = np.array([kernel_class_of(str(n)) for n in kernels["name"].cat.categories], dtype=object) if len(kernels) and isinstance(kernels["name"].dtype, pd.CategoricalDtype) else None
     if len(kernels):
-        if k_cls is not None:
-            codes = kernels["name"].cat.codes.to_numpy()
-            cls = np.where(codes >= 0, k_cls[np.clip(codes, 0, None)], "other")
-        else:
-            cls = np.array([kernel_class_of(str(n)) for n in kernels["name"]], dtype=object)
+        cls = kernel_classes(kernels["name"])
         if counts is not None and len(counts.ops):
             hit = counts.kernel_op >= 0
             cls = cls.astype(object)
@@ -227,7 +225,7 @@ def build(views: Any, settings: EfficiencySettings | None = None) -> Efficiency:
         source = "user"
         mfu_dtype = mfu_dtype or "bf16"
     elif len(matrix_all) and float(matrix_all["flops"].sum()) > 0:
-        source = "shapes"
+        source = "recorded" if recorded else "shapes"
     else:
         source = "none"
     if source == "none":
@@ -236,16 +234,20 @@ def build(views: Any, settings: EfficiencySettings | None = None) -> Efficiency:
         elif meta.source_format == "nsys":
             notes.append(NO_SHAPES_NSYS)
         elif meta.source_format == "tensorflow-xplane":
-            notes.append("this XPlane trace records no FLOPs per op (XProf derives them from the compiled HLO module, which "
-                         "the trace does not carry); pass --model-flops-per-step for MFU")
+            notes.append("FLOPs per op: not recorded in this XPlane trace (no `flops`/`bytes_accessed` HLO op stats on its "
+                         "device events; XProf derives them from the compiled HLO module, which the trace does not carry); "
+                         "pass --model-flops-per-step for MFU")
         elif meta.source_format.startswith("tensorflow"):
             notes.append("this TensorFlow trace records no FLOPs per op; pass --model-flops-per-step for MFU")
         elif shapes:
             notes.append("shapes are recorded, but no matmul/convolution/attention op with a FLOPs model ran on the GPU")
-    coverage = _coverage(rows, matrix_all) if source == "shapes" else None
+    coverage = _coverage(rows, matrix_all) if source in COUNTED else None
+    if coverage is not None and source == "recorded":
+        coverage["by"] = "XLA's per-op costs"
     if coverage is not None and coverage["pct"] is not None and coverage["pct"] < COVERAGE_NOTE_PCT:
-        notes.append(f"shapes cover {coverage['pct']:.0f} % of matrix GPU time: the rest is in kernels not tied to an op with "
-                     "recorded shapes (no External id or launch record, a graph replay, or an op without a FLOPs model)")
+        notes.append(f"{coverage_phrase(coverage)}: the rest is in kernels not tied to an op with "
+                     + ("recorded shapes (no External id or launch record, a graph replay, or an op without a FLOPs model)"
+                        if source == "shapes" else "a recorded cost"))
     if coverage is not None and coverage["unlinked_ops"]:
         notes.append(f"{coverage['unlinked_ops']:,} matrix op(s) with shapes launched no kernel the trace links to them; their "
                      f"{coverage['unlinked_flops'] / 1e9:,.1f} GFLOP are counted in the model FLOPs, not in the achieved rates")
@@ -257,12 +259,12 @@ def build(views: Any, settings: EfficiencySettings | None = None) -> Efficiency:
 
     peak_mfu, _ = peak.for_dtype(mfu_dtype)
     step_rows = []
-    if len(steps) and source in ("shapes", "user"):  # without FLOPs no step has a figure
-        if source == "shapes":
+    if len(steps) and source in (*COUNTED, "user"):  # without FLOPs no step has a figure
+        if source in COUNTED:
             key = pd.DataFrame({"rank": matrix_all["rank"].to_numpy(), "step": matrix_all["step"].to_numpy(), "flops": matrix_all["flops"].to_numpy()})
             by = key.groupby(["rank", "step"])["flops"].sum()
         for r in steps.itertuples(index=False):
-            if source == "shapes":
+            if source in COUNTED:
                 f = float(by.get((int(r.rank), int(r.step)), 0.0))
             elif source == "user":
                 f = float(settings.model_flops_per_step)
@@ -273,7 +275,7 @@ def build(views: Any, settings: EfficiencySettings | None = None) -> Efficiency:
             step_rows.append({"rank": int(r.rank), "step": int(r.step), "dur_ns": int(r.dur_ns), "flops": f, "tflops": tf,
                               "mfu_pct": 100.0 * tf / peak_mfu if tf is not None and peak_mfu else None})
     step_frame = pd.DataFrame(step_rows, columns=STEP_COLUMNS) if step_rows else _NO_STEPS.copy()
-    if source == "shapes":
+    if source in COUNTED:
         model_flops = float(matrix_all["flops"].sum())
         if len(step_frame) and step_frame["flops"].sum() > 0:
             counted = step_frame[step_frame["flops"] > 0]
@@ -307,6 +309,35 @@ def build(views: Any, settings: EfficiencySettings | None = None) -> Efficiency:
                       coverage=coverage, mfu_withheld=withheld)
 
 
+#: FLOPs sources counted per op (recorded shapes; XLA's own per-op cost analysis): their coverage is known.
+COUNTED = ("shapes", "recorded")
+
+
+def _recorded_counts(kernels: pd.DataFrame) -> OpCounts | None:
+    """XPlane kernels that carry XLA's per-op cost (``op_flops``, ``op_bytes``) as ``OpCounts``: one "op" per such
+    kernel, classed by its name (``work_classes``); None when no kernel carries it."""
+    if "op_flops" not in kernels or not len(kernels):
+        return None
+    f = kernels["op_flops"].to_numpy(dtype=np.float64)
+    idx = np.flatnonzero(np.isfinite(f))
+    if not len(idx):
+        return None
+    b = kernels["op_bytes"].to_numpy(dtype=np.float64)[idx] if "op_bytes" in kernels else np.full(len(idx), np.nan)
+    start = kernels["start_ns"].to_numpy()[idx]
+    dur = kernels["dur_ns"].to_numpy()[idx].astype(np.int64)
+    ops = pd.DataFrame({
+        "row": np.full(len(idx), -1, np.int64), "name": kernels["name"].astype(str).to_numpy()[idx],
+        "cls": kernel_classes(kernels["name"])[idx], "flops": f[idx], "bytes": b, "dtype": np.full(len(idx), "", dtype=object),
+        "assumed": np.full(len(idx), "", dtype=object), "rank": kernels["rank"].to_numpy()[idx],
+        "step": kernels["step"].to_numpy()[idx] if "step" in kernels else np.full(len(idx), -1),
+        "start_ns": start, "end_ns": start + dur, "kernel_ns": dur, "kernels": np.ones(len(idx), np.int64),
+        "launches": np.ones(len(idx), np.int64),
+    })
+    kernel_op = np.full(len(kernels), -1, np.int64)
+    kernel_op[idx] = np.arange(len(idx))
+    return OpCounts(ops, kernel_op, False)
+
+
 #: Below this share of the matrix classes' GPU time in kernels tied to ops with shapes, no MFU is headlined: the
 #: FLOPs then describe a minority of the work (a HIP/CUDA-graph replay, kernels without launch records), and a
 #: figure over the whole window would be off by the uncovered part.
@@ -334,7 +365,7 @@ def coverage_phrase(coverage: dict[str, Any] | None) -> str:
     """"shapes cover 65 % of matrix GPU time" (the figure every MFU carries), or "" when it does not apply."""
     if not coverage or coverage.get("pct") is None:
         return ""
-    return f"shapes cover {coverage['pct']:.0f} % of matrix GPU time"
+    return f"{coverage.get('by', 'shapes')} cover {coverage['pct']:.0f} % of matrix GPU time"
 
 
 def withheld_text(coverage: dict[str, Any], rows: list[dict[str, Any]], source_format: str) -> str:
