@@ -79,8 +79,8 @@ class GpuRecord:
 
     @property
     def tensor_cores(self) -> bool | None:
-        """True/False when known: NVIDIA from compute capability 7.0 (Volta) on; AMD Instinct (CDNA) matrix cores
-        from gfx908 (cc 9.0 and later among the listed parts); None when nothing says."""
+        """True/False when known: NVIDIA from compute capability 7.0 (Volta) on; otherwise whether the identified
+        part has tensor/matrix-core rates (fp16, bf16 or tf32) in the peak table; None when nothing says."""
         if self.vendor == "NVIDIA" and self.cc is not None:
             return self.cc >= (7, 0)
         if self.peak is not None:
