@@ -195,7 +195,7 @@ def test_efficiency_frames_are_the_eager_ones(sample_views, tiny_ranks):
         if not len(eff.steps):
             pd.testing.assert_frame_equal(eff.steps, pd.DataFrame([], columns=STEP_COLUMNS), check_exact=True)
         if eff.counts is not None and not len(eff.counts.ops):
-            want = pd.DataFrame(columns=["row", "name", "cls", "flops", "bytes", "dtype", "assumed", "rank", "step", "kernel_ns", "kernels"])
+            want = pd.DataFrame(columns=["row", "name", "cls", "flops", "bytes", "dtype", "assumed", "rank", "step", "kernel_ns", "kernels", "launches"])
             pd.testing.assert_frame_equal(eff.counts.ops, want, check_exact=True)
 
 
