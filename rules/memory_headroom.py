@@ -38,12 +38,16 @@ class MemoryHeadroom(Rule):
     reserved memory does not include the CUDA context (300-600 MiB), NCCL's buffers and channels (hundreds of MiB
     per communicator) or cuBLAS/cuDNN workspaces, so they are set aside. **Batch-bound memory** = peak allocated −
     the lowest allocated level of the window (what stays allocated throughout: weights, gradients, optimizer
-    state). The batch can grow about `1 + (usable − peak) / batch-bound` times (capped at 8×). Files whose
+    state). The batch can grow about `1 + (usable − peak) / batch-bound` times; the card states that arithmetic and
+    caps it at `max_factor` (default **8×**: beyond it activations, workspaces and the kernels chosen change too
+    much for a memory-only estimate). Files whose
     allocator totals were rebuilt from deltas (2021 kineto) are skipped: their level before the profile is unknown.
-    **Price**: a model, not a replay (a larger batch changes the work itself): the GPU's busy time grows with the
-    batch while its idle time per step (launch gaps, syncs, host work) stays, so throughput rises up to
-    window / (busy + idle / factor), `metrics["throughput_gain_upper_bound"]`. The finding claims no time (impact 0,
-    severity info).
+    **Price**: the what-if replay at the suggested batch, an estimate with its assumptions stated on the card:
+    GPU tasks of at least `small_kernel_us` take `factor` times as long (their work scales with the batch), shorter
+    launch-bound ones keep their time, and the host's work per step, launches and waits keep theirs; the card gives
+    the step time for `factor` times the samples and the time per sample it comes to (`metrics["what_if_per_sample_ratio"]`,
+    `["what_if_throughput_gain"]`). Without steps to replay, the simpler model window / (busy + idle / factor)
+    (`metrics["throughput_gain_upper_bound"]`). The finding claims no time (impact 0, severity info).
     """
     fix_pytorch = Fix(
         "Raise the batch size (or the micro-batch under gradient accumulation) towards the factor reported, then "
@@ -115,8 +119,8 @@ class MemoryHeadroom(Rule):
             spare = usable - d.peak
             if spare <= 0:
                 continue
-            raw = 1.0 + spare / batch_bound
-            factor = min(raw, self.max_factor)
+            by_memory = 1.0 + spare / batch_bound  # what the free memory allows, before the cap
+            factor = min(by_memory, self.max_factor)
             if factor < 1.5:
                 continue
             # priced by a simple model: the GPU's work grows with the batch, its idle per step (launch gaps, syncs,
@@ -126,7 +130,8 @@ class MemoryHeadroom(Rule):
                 win, bsy = float(u["window_ns"].iloc[0]), float(u["busy_ns"].iloc[0])
                 gain = win / (bsy + (win - bsy) / factor)
             hits.append({"d": d, "busy": busy, "median_us": median_us, "under_busy": under_busy, "small": small,
-                         "usable": usable, "low": low, "batch_bound": batch_bound, "spare": spare, "factor": factor, "raw": raw, "gain": gain})
+                         "usable": usable, "low": low, "batch_bound": batch_bound, "spare": spare, "factor": factor, "gain": gain,
+                         "by_memory": by_memory})
         for rank in sorted({h["d"].rank for h in hits}):
             group = [h for h in hits if h["d"].rank == rank]
             yield self._finding(ctx, min(group, key=lambda h: h["factor"]), group)
@@ -134,14 +139,20 @@ class MemoryHeadroom(Rule):
     def _finding(self, ctx: Context, h: dict, group: list[dict]):
         """One finding per rank: the GPU with the least room speaks for the rank's GPUs (evidence lists them all)."""
         d, factor, gain, busy, median_us = h["d"], h["factor"], h["gain"], h["busy"], h["median_us"]
-        # a factor at the cap says so: the memory alone would allow more, the report does not promise it
-        capped = h["raw"] > factor
-        grow = f"at least {factor:g}× (capped at max_factor; the memory alone allows ~{h['raw']:,.0f}×)" if capped else f"about {factor:.1f}×"
-        grow_short = f"≥{factor:g}× (capped)" if capped else f"~{factor:.1f}×"
         why = (f"the GPU is busy only {busy:.0f} % of its window" if h["under_busy"] else "") + \
               (" and " if h["under_busy"] and h["small"] else "") + \
               (f"its median kernel takes {median_us:.1f} µs" if h["small"] else "")
         many = len(group) > 1
+        capped = h["by_memory"] > factor  # a factor at the cap says so: memory alone would allow more, not promised
+        arithmetic = (f"1 + {fmt_bytes(h['spare'])} / {fmt_bytes(h['batch_bound'])} = {h['by_memory']:,.1f}×"
+                      + (f", capped at {factor:.1f}× (`max_factor`: beyond it activations, workspaces and the kernels "
+                         "themselves change too much for a memory-only estimate)" if capped else ""))
+        price = None
+        try:
+            price = ctx.what_if_batch(factor, int(self.small_kernel_us * 1e3))
+        except Exception as exc:  # a model failure must not take the finding down; say so on it
+            price = {"error": f"{type(exc).__name__}: {exc}"}
+        priced = price is not None and "error" not in price and price.get("per_sample_ratio")
         where = f"rank {d.rank}, {len(group)} GPUs" if many else f"GPU {d.device}"
         evidence = pd.DataFrame([{"rank": g["d"].rank, "device": g["d"].device, "capacity_gib": round(g["d"].capacity / 2**30, 2),
                                   "peak_gib": round(g["d"].peak / 2**30, 3), "held_throughout_gib": round(g["low"] / 2**30, 3),
@@ -149,24 +160,35 @@ class MemoryHeadroom(Rule):
                                   "median_kernel_us": None if g["median_us"] is None else round(g["median_us"], 2),
                                   "batch_factor": round(g["factor"], 2)} for g in group])
         return ctx.finding(
-            title=f"{where}: peak memory {fmt_bytes(d.peak)} of {fmt_bytes(d.capacity)} ({100 * d.peak_share:.0f} %): batch could grow {grow_short}",
+            title=f"{where}: peak memory {fmt_bytes(d.peak)} of {fmt_bytes(d.capacity)} ({100 * d.peak_share:.0f} %): batch could grow ~{factor:.1f}×"
+                  + (f" (the cap; memory alone allows ~{h['by_memory']:,.0f}×)" if capped else ""),
             message=(
                 (f"All {len(group)} GPUs of rank {d.rank} have room; the tightest, GPU {d.device}: " if many else "")
                 + f"the peak {'reserved' if d.peak_reserved is not None else 'allocated'} memory on rank {d.rank} GPU {d.device} is "
                 f"{fmt_bytes(d.peak)}, {100 * d.peak_share:.0f} % of its {fmt_bytes(d.capacity)}, while {why}. Setting aside "
                 f"{self.margin_pct:.0f} % + {self.margin_gib:g} GiB for the CUDA context, NCCL and library workspaces leaves "
                 f"{fmt_bytes(h['spare'])} unused; the memory that scales with the batch is about {fmt_bytes(h['batch_bound'])} "
-                f"(peak allocated minus the {fmt_bytes(h['low'])} held throughout), so the batch could grow {grow}."
-                + (f" If the GPU's idle time per step stayed as it is while its work grew with the batch, throughput would rise "
-                   f"up to {gain:.2f}×." if gain else "")
+                f"(peak allocated minus the {fmt_bytes(h['low'])} held throughout), so the batch could grow about {arithmetic}."
+                + (f" Priced by the what-if replay at {factor:.1f}× the batch (an estimate: kernels of {self.small_kernel_us:g} µs "
+                   f"or longer take {factor:.1f}× as long, shorter launch-bound ones and the host's work per step keep their "
+                   f"time): a step takes {price['step_ns'] / 1e6:.2f} ms instead of {price['baseline_step_ns'] / 1e6:.2f} ms for "
+                   f"{factor:.1f}× the samples, {100 * price['per_sample_ratio']:.0f} % of today's time per sample "
+                   f"(throughput ×{price['throughput_gain']:.2f})." if priced else
+                   (f" If the GPU's idle time per step stayed as it is while its work grew with the batch, throughput would rise "
+                    f"up to {gain:.2f}×." if gain else ""))
             ),
             evidence=evidence,
             metrics={"rank": d.rank, "device": d.device, "devices": [g["d"].device for g in group], "capacity_bytes": d.capacity,
                      "peak_bytes": int(d.peak), "peak_share_pct": round(100 * d.peak_share, 3), "usable_bytes": int(h["usable"]),
                      "batch_bound_bytes": int(h["batch_bound"]), "batch_factor": round(factor, 3),
-                     "batch_factor_uncapped": round(h["raw"], 3), "batch_factor_capped": bool(capped),
+                     "batch_factor_uncapped": round(h["by_memory"], 3), "batch_factor_capped": bool(capped),
                      "busy_pct": busy, "median_kernel_us": median_us,
-                     "throughput_gain_upper_bound": None if gain is None else round(gain, 3)},
+                     "throughput_gain_upper_bound": None if gain is None else round(gain, 3),
+                     "batch_factor_by_memory": round(h["by_memory"], 3), "batch_factor_cap": self.max_factor,
+                     **({"what_if_step_ns": int(price["step_ns"]), "what_if_baseline_step_ns": int(price["baseline_step_ns"]),
+                         "what_if_per_sample_ratio": round(price["per_sample_ratio"], 4),
+                         "what_if_throughput_gain": round(price["throughput_gain"], 4)} if priced else {}),
+                     **({"what_if_error": price["error"]} if price and "error" in price else {})},
             location=Location(rank=d.rank, device=None if many else d.device),
             key=f"{d.rank}" if many else f"{d.rank}:{d.device}",
         )

@@ -14,6 +14,7 @@ class ModelTooSmall(Rule):
     code = "TI040"
     category = "compute"
     name = "model-too-small"
+    speeds_up = ("gemm", "conv", "attention")  # the what-if shortens only these classes' kernels
     severity = Severity.WARNING
     summary = "The GPU is busy, but most matrix math is in GEMMs too small to reach the GPU's dense peak."
     why = """

@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-import re
-
 import numpy as np
 import pandas as pd
 
 from traceinsight.gpus import parse_cc
 from traceinsight.rule_api import Context, Fix, Location, Option, Rule, Severity, fmt_ns
-from traceinsight.work_classes import kernel_class_of
+from traceinsight.work_classes import GEMM_CLASSES, is_gemm_class, kernel_classes
 
 from traceinsight.masks import name_mask
-from traceinsight.patterns import FP64, GEMM_CONV, NCCL, NON_NVIDIA, NOT_GEMM, NOT_TENSOR_CORE, PRE_VOLTA, TENSOR_CORE, TENSOR_CORE_GPU, VOLTA_PLUS_KERNEL
+from traceinsight.patterns import FP64, NON_NVIDIA, NOT_TENSOR_CORE, PRE_VOLTA, TENSOR_CORE, TENSOR_CORE_GPU, VOLTA_PLUS_KERNEL
 from traceinsight.rulelib.groups import descending_order
 from traceinsight.rulelib.names import matches, names_where, pair_codes
 
@@ -21,10 +19,9 @@ def _has_tensor_cores(name: str | None, cc: str | None, vendor: str | None) -> b
     """True/False when known; None when neither compute capability nor a recognisable name says."""
     if matches(vendor, NON_NVIDIA) or matches(name, NON_NVIDIA):
         return False  # AMD/Intel matrix cores exist but their kernel names follow other conventions
-    if cc:
-        m = re.match(r"\s*(\d+)", str(cc))
-        if m:
-            return int(m.group(1)) >= 7
+    parsed = parse_cc(cc)
+    if parsed is not None:
+        return parsed >= (7, 0)
     if matches(name, PRE_VOLTA):
         return False
     if matches(name, TENSOR_CORE_GPU):
@@ -36,6 +33,7 @@ class NoTensorCores(Rule):
     code = "TI007"
     category = "compute"
     name = "no-tensor-cores"
+    speeds_up = ("gemm", "conv")  # the what-if shortens only these classes' kernels
     severity = Severity.WARNING
     summary = "GEMM/convolution kernels run in FP32 on CUDA cores although the GPU has tensor cores."
     why = """
@@ -52,33 +50,36 @@ class NoTensorCores(Rule):
     ``cutlass_80_``, ``xmma`` …) only run on GPUs with tensor cores. ``conv`` does not match ``convert`` or
     ``Conversion`` (type-cast kernels are not convolutions).
 
-    **GEMM/conv kernels**: names matching cuBLAS/cuDNN/CUTLASS/xmma/nvjet patterns (``gemm``, ``gemv``,
-    ``conv``, ``cutlass``, ``xmma``, ``scudnn``, ``wgrad``, ``dgrad``, ``winograd`` …), excluding NCCL and FP64
-    (``dgemm``; AMP does not apply). **Tensor-core kernels** among them: names containing a tb_plugin
-    ``TC_Allowlist`` / xprof kernel-stats substring (``h884 s884 h1688 s1688 c1688 hmma i8816 16816 i16832
-    xmma``) or a newer one (``tensorop wgmma gmma nvjet sm80_ sm90_ tf32 bf16``), unless the name also says CUDA
-    cores (``simt sgemm gemv scudnn cgemm wgrad_alg0 …``; e.g. ``cutlass_80_simt_sgemm`` is FP32 SIMT).
+    **GEMM/conv kernels**: the efficiency view's GEMM and convolution classes (``traceinsight.work_classes``, the one
+    kernel classifier: the launching op's class where shapes are recorded, else the kernel name's; cuBLAS, cuDNN,
+    CUTLASS, xmma, nvjet, hipBLASLt/Tensile ``Cijk_``, CK ``ck::``, Triton templates ``triton_tem_`` …), FP64
+    (``dgemm``; AMP does not apply) left out; so this card's GEMM time and rate are the efficiency table's.
+    **Tensor-core kernels** among them: names containing a tb_plugin ``TC_Allowlist`` / xprof kernel-stats substring
+    (``h884 s884 h1688 s1688 c1688 hmma i8816 16816 i16832 xmma``) or a newer one (``tensorop wgmma gmma nvjet sm80_
+    sm90_ tf32 bf16``), unless the name also says CUDA cores (``simt sgemm ffma gemv scudnn cgemm wgrad_alg0 …``;
+    e.g. ``cutlass_80_simt_sgemm`` and cuBLAS's ``sm80_xmma_gemm_f32f32_…_ffma`` are FP32 on CUDA cores).
 
     **With recorded shapes** (PyTorch ``record_shapes=True``) the launching op decides instead of the name: kernels
-    of fp16/bf16/fp8 matmul, convolution and attention ops run on tensor cores whatever their name; those of FP32
-    ops only when the name says TF32/tensor cores; FP64 ops are left out; kernels of such ops whose names match no
-    kernel class (Triton templates, custom kernels) join the GEMM set. **With GPU-metrics samples** (Nsight
-    ``--gpu-metrics-devices``) the hardware decides: no finding from names alone when the sampled Tensor Active
-    while GEMM/convolution kernels run is >= ``tensor_active_pct`` = **20 %**; otherwise the message quotes it.
+    of fp16/bf16/fp8 ops run on tensor cores whatever their name; those of FP32 ops only when the name says
+    TF32/tensor cores; FP64 ops are left out. **With GPU-metrics samples** (Nsight ``--gpu-metrics-devices``) the
+    hardware decides: no finding from names alone when the sampled Tensor Active while GEMM/convolution kernels run
+    is >= ``tensor_active_pct`` = **20 %**; otherwise the message quotes it.
 
     **Share** = non-tensor-core GEMM/conv time / all GEMM/conv time on the considered devices. Reported when
     share >= ``min_share_pct`` = **50 %** and that time is >= ``min_kernel_pct`` = **5 %** of all kernel time.
     tb_plugin only speaks when *no* kernel uses tensor cores (share = 100 %); 50 % also catches models where
     only some layers were converted. xprof's matching check fires when < 10 % of device compute is 16-bit.
 
-    **Impact** = non-tensor-core GEMM/conv time x (1 - 1/``speedup``) with ``speedup`` = **2**: a deliberately
-    low end-to-end factor (tensor-core peak is 8-16x FP32, but memory-bound parts and casts do not speed up).
-    With shapes, the FP32 kernels' achieved TFLOP/s against the GPU's dense FP32 peak scales it: kernels far below
-    the FP32 peak are bound by memory or size, not by the math tensor cores speed up, so the speed-up is
-    1 + (``speedup`` - 1) x min(1, % of FP32 peak / ``compute_bound_pct``) with ``compute_bound_pct`` = **50 %**.
-    Graded on the common scale, but at most ``max_severity`` = **info** by default: the saving is modelled
-    headroom (an assumed speed-up, and a numerics decision), not time the GPU lost; a compute-bound verdict names
-    it as the lever.
+    **Impact** = non-tensor-core GEMM/conv time x (1 - 1/speed-up). The speed-up is priced from the hardware: the
+    fix selects bf16 tensor cores (fp16 before Ampere), and each FP32 op with FLOPs and bytes (shapes) keeps the
+    fraction of its roofline it reaches now, its roofline moving from max(FLOPs / FP32 dense peak, bytes /
+    bandwidth) to max(FLOPs / bf16 dense peak, half the bytes / bandwidth). A compute-bound GEMM so speeds up by the
+    ratio of the dense peaks (16x on an A100, 14.8x on an H100 SXM: the cap, stated on the card), a memory-bound
+    one by its smaller operands. CUDA-core time without FLOPs takes the priced part's factor when that part is at
+    least half of it, else ``speedup`` = **2x** (stated); without both dense peaks all of it does. The card's
+    saving is what the what-if replay gives back with the GEMM/convolution kernels (``speeds_up``) that much
+    faster. Graded on the common scale, but at most ``max_severity`` = **info** by default: modelled headroom
+    (and a numerics decision), not time the GPU lost; the verdict names it as the lever.
     """
     fix_pytorch = Fix(
         "Run the forward/backward under automatic mixed precision (bf16 on Ampere+, fp16 with a GradScaler on "
@@ -183,9 +184,8 @@ class NoTensorCores(Rule):
 
     min_share_pct = Option(50.0, "Report when this % of GEMM/conv time is on CUDA cores.", max=100)
     min_kernel_pct = Option(5.0, "...and that time is at least this % of all kernel time.", max=100)
-    speedup = Option(2.0, "Assumed end-to-end speed-up of those kernels on tensor cores (for the impact).", above=1)
+    speedup = Option(2.0, "Speed-up assumed for CUDA-core GEMM time the peaks cannot price (no FLOPs per op, or no dense peaks for the GPU).", above=1)
     tensor_active_pct = Option(20.0, "With GPU-metrics samples: no finding from names alone when Tensor Active during GEMM/conv kernels is at least this %.", max=100)
-    compute_bound_pct = Option(50.0, "With shapes: the full speed-up applies when the FP32 kernels reach this % of the FP32 peak; less, pro rata.", max=100)
 
     max_severity = Option("info", "Highest severity on the common scale: modelled headroom (an assumed speed-up), not time the GPU lost; the compute verdict names it. Set to warning to gate on it.", choices=("info", "warning", "error"))
 
@@ -219,15 +219,16 @@ class NoTensorCores(Rule):
             if not on_ok.any():
                 return
             names, dur = names[on_ok], dur[on_ok]
-        def is_gemm(m):
-            return m(GEMM_CONV) & ~m(FP64) & ~m(NCCL) & ~m(NOT_GEMM)
-
-        gemm = names_where(names, is_gemm)  # the patterns combined per distinct name, one pass over the rows
-        tc = names_where(names, lambda m: is_gemm(m) & m(TENSOR_CORE) & ~m(NOT_TENSOR_CORE))
+        # GEMM/convolution kernels are the efficiency view's (``work_classes``: the launching op's class where shapes
+        # are recorded, else the name's), so this card's GEMM time and rate are the efficiency table's
+        cls_all = eff.kernel_cls if eff.kernel_cls is not None and len(eff.kernel_cls) == len(k) else kernel_classes(k["name"])
+        cls = cls_all[on_ok] if not on_ok.all() else cls_all
+        fp64 = names_where(names, lambda m: m(FP64))
+        gemm = is_gemm_class(cls) & ~fp64
+        tc = gemm & names_where(names, lambda m: m(TENSOR_CORE) & ~m(NOT_TENSOR_CORE))
         basis = "names"
         if op_of is not None:
-            gemm, tc, basis = _by_dtype(gemm, tc, op_of, counts.ops, names_where(names, lambda m: m(TENSOR_CORE) & ~m(NOT_TENSOR_CORE)),
-                                        _unclassed(names))
+            gemm, tc, basis = _by_dtype(gemm, tc, op_of, counts.ops, names_where(names, lambda m: m(TENSOR_CORE) & ~m(NOT_TENSOR_CORE)))
         if not gemm.any():
             return
         gemm_ns = int(dur[gemm].sum())
@@ -241,27 +242,28 @@ class NoTensorCores(Rule):
         tensor_active = _tensor_active(eff)
         if basis == "names" and tensor_active is not None and tensor_active >= float(ctx.options["tensor_active_pct"]):
             return  # the hardware counters say the GEMMs keep the tensor cores busy: the names misled
-        speedup = max(float(ctx.options["speedup"]), 1.0)
-        rate = _fp32_rate(op_of, non_tc, dur, counts.ops, eff) if op_of is not None else None
-        if rate is not None and rate[1] is not None:
-            # CUDA-core kernels far below the FP32 peak are bound by memory or size, not by the math tensor cores speed up
-            speedup = 1.0 + (speedup - 1.0) * min(1.0, rate[1] / float(ctx.options["compute_bound_pct"]))
+
+        caps = [parse_cc(d.compute_capability) for d in devs if (int(d.rank), int(d.index)) in ok_pairs]
+        pre_ampere = bool(caps) and all(c is not None and c < (8, 0) for c in caps)
+        target = "fp16" if pre_ampere else "bf16"  # what the fix selects: TF32 and bf16 exist from Ampere on
+        price = _price(op_of, non_tc, dur, counts.ops if counts is not None else None, eff.peak, target,
+                       max(float(ctx.options["speedup"]), 1.0))
+        speedup = price["speedup"]
         impact = int(non_tc_ns * (1.0 - 1.0 / speedup))
+        rate = _class_rate(eff)
 
         evidence = _evidence(names, non_tc, dur, gemm_ns)
 
         dev_names = sorted({str(d.name) for d in devs if (int(d.rank), int(d.index)) in ok_pairs and d.name})
-        # TF32 and bf16 exist from Ampere on; Volta/Turing tensor cores take fp16 (the fix is chosen the same way)
-        caps = [parse_cc(d.compute_capability) for d in devs if (int(d.rank), int(d.index)) in ok_pairs]
-        remedy = "Mixed precision in fp16 (with a grad scaler)" if caps and all(c is not None and c < (8, 0) for c in caps) else "Mixed precision or TF32"
+        remedy = "Mixed precision in fp16 (with a grad scaler)" if pre_ampere else "Mixed precision or TF32"
         ranks = sorted({r for r, _ in ok_pairs})
         yield ctx.finding(
             title=f"{share:.0f}% of GEMM/conv time runs without tensor cores",
             message=(
                 f"On {', '.join(dev_names) or 'a tensor-core GPU'}, {fmt_ns(non_tc_ns)} of {fmt_ns(gemm_ns)} GEMM/convolution "
                 f"kernel time ({share:.1f}%; {kshare:.1f}% of all kernel time) is in FP32 CUDA-core kernels such as "
-                f"`{evidence['name'].iloc[0]}`{_rate_text(rate)}{_active_text(tensor_active)}. {remedy} would move it to tensor cores (est. {fmt_ns(impact)} saved "
-                f"at a modelled {speedup:.2g}x speed-up)."
+                f"`{evidence['name'].iloc[0]}`{_rate_text(rate)}{_active_text(tensor_active)}. {remedy} would move it to tensor cores: "
+                f"{price['how']}. The saving shown is what the what-if replay gives back when that time runs {speedup:.3g}x faster."
             ),
             impact_ns=impact,
             evidence=evidence,
@@ -278,8 +280,12 @@ class NoTensorCores(Rule):
                 "basis": basis,
                 "tensor_active_pct": None if tensor_active is None else round(tensor_active, 3),
                 "modelled_speedup": round(speedup, 4),
-                **({"fp32_achieved_tflops": round(rate[0], 6), "fp32_pct_of_peak": None if rate[1] is None else round(rate[1], 4),
-                    "fp32_peak": rate[2]} if rate is not None else {}),
+                "speedup_basis": price["basis"],
+                "priced_dtype": price["dtype"],
+                "priced_share_pct": round(price["covered_pct"], 3),
+                **({"speedup_cap": round(price["cap"], 4)} if price["cap"] else {}),
+                **({"gemm_achieved_tflops": round(rate[0], 6), "gemm_pct_of_peak": None if rate[1] is None else round(rate[1], 4),
+                    "gemm_peak": rate[2]} if rate is not None else {}),
             },
             key="tensor-cores",
         )
@@ -326,59 +332,109 @@ def _count_sum_by_name(names: pd.Series, rows: np.ndarray, dur: np.ndarray) -> p
     return pd.DataFrame({"name": pd.Categorical.from_codes(used, dtype=names.dtype), "count": count, "sum": total})
 
 
-def _by_dtype(gemm: np.ndarray, tc: np.ndarray, op_of: np.ndarray, ops: pd.DataFrame, tc_name: np.ndarray, unclassed: np.ndarray):
-    """Where shapes are recorded, the launching op's dtype decides: kernels of fp16/bf16/fp8 matrix ops run on tensor
-    cores, those of FP32 ops only when their name says TF32/tensor cores, FP64 ones are left out; kernels of matrix
-    ops whose names say nothing (Triton templates, custom kernels) join the GEMM set, while their layout and
-    elementwise helpers stay out. Kernels without a counted op keep the name-based answer."""
+def _by_dtype(gemm: np.ndarray, tc: np.ndarray, op_of: np.ndarray, ops: pd.DataFrame, tc_name: np.ndarray):
+    """Where shapes are recorded, the launching op's dtype decides among the GEMM/convolution kernels: those of
+    fp16/bf16/fp8 ops run on tensor cores, those of FP32 ops only when their name says TF32/tensor cores, FP64 ones
+    are left out. Kernels without a counted op keep the name-based answer."""
     has = op_of >= 0
-    cls = np.full(len(op_of), "", dtype=object)
     dt = np.full(len(op_of), "", dtype=object)
-    cls[has] = ops["cls"].to_numpy()[op_of[has]]
     dt[has] = ops["dtype"].to_numpy()[op_of[has]]
-    matrix = has & np.isin(cls, ["gemm", "conv", "attention"])
-    if not matrix.any():
+    mine = has & gemm
+    if not mine.any():
         return gemm, tc, "names"
-    gemm = gemm.copy()
+    gemm = gemm & (dt != "fp64")
     tc = tc.copy()
-    gemm[matrix] = (gemm[matrix] | unclassed[matrix]) & (dt[matrix] != "fp64")
     half = np.isin(dt, ["fp16", "bf16", "fp8"])
-    tc[matrix] = half[matrix] | ((dt[matrix] == "fp32") & tc_name[matrix])
+    tc[mine] = half[mine] | ((dt[mine] == "fp32") & tc_name[mine])
     tc &= gemm
     return gemm, tc, "dtype"
 
 
-def _unclassed(names: pd.Series) -> np.ndarray:
-    """Rows whose kernel name matches no kernel class (``traceinsight.work_classes``), one test per distinct name."""
-    if isinstance(names.dtype, pd.CategoricalDtype):
-        per = np.array([kernel_class_of(str(c)) == "other" for c in names.cat.categories] + [False])
-        codes = names.cat.codes.to_numpy()
-        return per[np.where(codes >= 0, codes, len(per) - 1)]
-    return np.array([kernel_class_of(str(n)) == "other" for n in names], dtype=bool)
+#: Bytes per element of the dtypes a fix selects (what an op's bytes become once its operands are in that dtype).
+_ITEM = {"fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2, "fp8": 1}
 
 
-def _fp32_rate(op_of: np.ndarray, non_tc: np.ndarray, dur: np.ndarray, ops: pd.DataFrame, eff):
-    """(achieved TFLOP/s, % of the FP32 dense peak or None, the peak's label) of the CUDA-core matrix kernels whose
-    ops have FLOPs; None when none has."""
-    sel = non_tc & (op_of >= 0)
-    if not sel.any():
+def _price(op_of: np.ndarray | None, non_tc: np.ndarray, dur: np.ndarray, ops: pd.DataFrame | None, peak, target: str,
+           assumed: float) -> dict:
+    """The modelled speed-up of the CUDA-core GEMM time on tensor cores in ``target`` (bf16, fp16 before Ampere).
+
+    Each op with FLOPs and bytes keeps the fraction of its roofline it reaches now: its roofline time moves from
+    max(FLOPs / FP32 dense peak, bytes / bandwidth) to max(FLOPs / ``target`` dense peak, bytes in ``target`` /
+    bandwidth), and its kernel time by the same ratio. So a compute-bound FP32 GEMM speeds up by the ratio of the
+    dense peaks (the cap), a memory-bound one by its smaller operands, no op by more than the peaks' ratio.
+    Time without FLOPs takes the priced part's factor when that part is at least half the time, else ``assumed``
+    (the rule's ``speedup`` option); without both peaks (unknown GPU, a single ``--peak-tflops``) all of it does."""
+    non_tc_ns = float(dur[non_tc].sum())
+    out = {"speedup": assumed, "dtype": None, "covered_pct": 0.0, "cap": None, "basis": "assumed",
+           "how": f"an assumed {assumed:.3g}x speed-up (no FLOPs per op or no dense peaks to price it from)"}
+    p_old = peak.tflops.get("fp32") if "*" not in peak.tflops else None
+    p_new = peak.tflops.get(target) if "*" not in peak.tflops else None
+    if non_tc_ns <= 0 or not p_old or not p_new or p_new <= p_old:
+        return out
+    cap = p_new / p_old
+    out["cap"] = cap
+    covered_ns = priced_ns = 0.0
+    if op_of is not None and ops is not None and len(ops):
+        sel = non_tc & (op_of >= 0)
+        if sel.any():
+            t = np.bincount(op_of[sel], weights=dur[sel].astype(float), minlength=len(ops))
+            used = np.flatnonzero(t > 0)
+            flops = np.nan_to_num(ops["flops"].to_numpy(dtype=float)[used])
+            nbytes = np.nan_to_num(ops["bytes"].to_numpy(dtype=float)[used])
+            item = np.array([_ITEM.get(str(d), 4) for d in ops["dtype"].to_numpy()[used]], dtype=float)
+            ok = flops > 0
+            bw = float(peak.bandwidth_gbs or 0.0) * 1e9
+            mem_old = nbytes / bw if bw > 0 else np.zeros(len(used))
+            mem_new = nbytes * (_ITEM[target] / item) / bw if bw > 0 else np.zeros(len(used))
+            old = np.maximum(flops / (p_old * 1e12), mem_old)
+            new = np.maximum(flops / (p_new * 1e12), mem_new)
+            ratio = np.where(ok & (old > 0), new / np.where(old > 0, old, 1.0), 1.0)
+            tt = t[used]
+            covered_ns = float(tt[ok].sum())
+            priced_ns = float((tt * ratio)[ok].sum())
+    if covered_ns <= 0:
+        out["how"] = (f"an assumed {assumed:.3g}x speed-up (no FLOPs per op to price it from the {target} dense peak; "
+                      "record shapes to price it)")
+        return out
+    factor = covered_ns / max(priced_ns, 1.0)
+    rest = non_tc_ns - covered_ns
+    rest_factor = factor if covered_ns >= 0.5 * non_tc_ns else assumed
+    total_new = priced_ns + rest / rest_factor
+    speedup = max(non_tc_ns / max(total_new, 1.0), 1.0)
+    pct = 100.0 * covered_ns / non_tc_ns
+    label = peak.label(target)
+    how = (f"priced per op from its achieved rate against its roofline, moved to {label} and {target} operands "
+           f"({pct:.0f} % of that time has FLOPs: {factor:.3g}x faster; at most {cap:.3g}x, the ratio of the {target} "
+           f"to the FP32 dense peak)")
+    if rest > 0:
+        how += (f"; the other {100 - pct:.0f} % is taken at the same factor" if rest_factor == factor
+                else f"; the other {100 - pct:.0f} % (no FLOPs) at an assumed {assumed:.3g}x")
+    out.update(speedup=speedup, dtype=target, covered_pct=pct, basis="peaks", how=how)
+    return out
+
+
+def _class_rate(eff):
+    """(achieved TFLOP/s, % of its dense peak or None, the peak's label) of the efficiency view's GEMM rows (GEMM and
+    convolution together): the figures of the efficiency table, not a second computation. None without FLOPs."""
+    rows = [r for r in eff.class_rows if r["cls"] in GEMM_CLASSES and r.get("achieved_tflops")]
+    if not rows:
         return None
-    used = np.unique(op_of[sel])
-    flops = float(np.nansum(ops["flops"].to_numpy()[used]))
-    ns = float(ops["kernel_ns"].to_numpy()[used].sum())
+    flops = sum(float(r["modelled_flops"]) for r in rows)
+    ns = sum(float(r["modelled_ns"]) for r in rows)
     if flops <= 0 or ns <= 0:
         return None
     achieved = flops / (ns / 1e9) / 1e12
-    peak, _ = eff.peak.for_dtype("fp32")
-    return achieved, (100.0 * achieved / peak if peak else None), eff.peak.label("fp32")
+    main = max(rows, key=lambda r: r["modelled_ns"])
+    peak = main.get("peak_tflops")
+    return achieved, (100.0 * achieved / peak if peak else None), main["peak_label"]
 
 
 def _rate_text(rate) -> str:
     if rate is None:
         return ""
     if rate[1] is None:
-        return f"; they achieve {rate[0]:.2f} TFLOP/s ({rate[2]})"
-    return f"; they achieve {rate[0]:.2f} TFLOP/s, {rate[1]:.0f}% of {rate[2]}"
+        return f"; the GEMMs achieve {rate[0]:.2f} TFLOP/s ({rate[2]})"
+    return f"; the GEMMs achieve {rate[0]:.2f} TFLOP/s, {rate[1]:.0f}% of {rate[2]}"
 
 
 def _tensor_active(eff) -> float | None:

@@ -18,6 +18,7 @@ class UnfusedMemoryBound(Rule):
     code = "TI041"
     category = "compute"
     name = "unfused-memory-bound"
+    speeds_up = ("elementwise", "norm")  # the what-if shortens only these classes' kernels
     severity = Severity.WARNING
     summary = "Much of the GPU time is memory-bound elementwise/normalisation kernels run one op at a time (unfused)."
     why = """

@@ -424,10 +424,11 @@ def test_tensorflow_traces_say_where_flops_would_come_from(tmp_path):
     path = x.write(tmp_path / "t.xplane.pb")
     e = _eff(path)
     assert e.flops_source == "none" and e.mfu_pct is None
-    assert ("this XPlane trace records no FLOPs per op (XProf derives them from the compiled HLO module, which the "
-            "trace does not carry); pass --model-flops-per-step for MFU") in e.notes
+    assert ("FLOPs per op: not recorded in this XPlane trace (no `flops`/`bytes_accessed` HLO op stats on its device events; "
+            "XProf derives them from the compiled HLO module, which the trace does not carry); pass --model-flops-per-step "
+            "for MFU") in e.notes
     e = _eff(path, model_flops_per_step=2e9, peak_tflops=10.0)
-    assert e.flops_source == "user" and not any("records no FLOPs" in n for n in e.notes)
+    assert e.flops_source == "user" and not any("not recorded" in n for n in e.notes)
 
 
 def test_mfu_is_exact_to_the_last_digit(tmp_path):

@@ -15,6 +15,7 @@ from traceinsight.derived import Derived
 from traceinsight.efficiency import (RECORD_SHAPES_HINT, EfficiencySettings, _compact_dims, _dominant_dtype,
                                      _window_ns)
 from traceinsight.peaks import UNKNOWN_PEAK
+from traceinsight.render.efficiency_view import headline, step_line
 from traceinsight.timeline import Timeline
 
 A100 = "NVIDIA A100-SXM4-80GB"
@@ -152,12 +153,18 @@ def test_fp32_matrix_math_on_tensor_cores_is_measured_against_tf32(tmp_path):
     _mm(t, 400, 1024, 1024, 1024, 100.0, dtype=F32, kernel="ampere_sgemm_128x64_nn")
     assert _eff(t.write(tmp_path / "u.json")).mfu_dtype == "tf32"
     t = KinetoTrace(device_name=A100)  # mostly CUDA cores: plain FP32
+    t.step(1, 0, 3000)
+    _mm(t, 10, 1024, 1024, 1024, 990.0, dtype=F32, kernel="ampere_tf32_s1688gemm_tf32_128x128")
+    _mm(t, 1100, 1024, 1024, 1024, 1010.0, dtype=F32, kernel="ampere_sgemm_128x64_nn")
+    e = _eff(t.write(tmp_path / "v.json"))
+    assert e.mfu_dtype == "fp32" and e.classes.set_index("cls").loc["gemm", "peak_tflops"] == 19.5
+    assert e.top_ops["pct_of_peak"].iloc[0] == pytest.approx(100 * 4 * 1024**3 / 2000e-6 / 1e12 / 19.5)
+    t = KinetoTrace(device_name=A100)  # mostly CUDA-core time, but faster than FP32 CUDA cores can go (21.5 > 19.5)
     t.step(1, 0, 2000)
     _mm(t, 10, 1024, 1024, 1024, 99.0, dtype=F32, kernel="ampere_tf32_s1688gemm_tf32_128x128")
     _mm(t, 400, 1024, 1024, 1024, 101.0, dtype=F32, kernel="ampere_sgemm_128x64_nn")
-    e = _eff(t.write(tmp_path / "v.json"))
-    assert e.mfu_dtype == "fp32" and e.classes.set_index("cls").loc["gemm", "peak_tflops"] == 19.5
-    assert e.top_ops["pct_of_peak"].iloc[0] == pytest.approx(100 * 4 * 1024**3 / 200e-6 / 1e12 / 19.5)
+    e = _eff(t.write(tmp_path / "w.json"))
+    assert e.mfu_dtype == "tf32" and e.classes.set_index("cls").loc["gemm", "peak_tflops"] == 156.0  # never above 100 % of a peak
 
 
 def test_user_flops_per_step_and_no_steps(tmp_path):
@@ -203,17 +210,79 @@ def test_steps_without_matrix_work_do_not_dilute_mfu(tmp_path):
     assert e.mfu_pct == pytest.approx(100 * 2 * 1024**3 / 1e-3 / 1e12 / 312)  # over step 1 only
 
 
-def test_matrix_time_not_tied_to_an_op_makes_mfu_a_lower_bound(tmp_path):
+def test_matrix_time_not_tied_to_an_op_is_the_coverage(tmp_path):
     t = KinetoTrace(device_name=A100)
     t.step(1, 0, 2000)
     _mm(t, 10, 1024, 1024, 1024, 90.0)
     t.kernel("ampere_bf16_s16816gemm_bf16_64x64", 500, 10.0)  # a GEMM kernel no op launched: 10 % of GEMM time
     e = _eff(t.write(tmp_path / "t.json"))
-    assert e.notes == []  # 90 % covered: enough
+    assert e.notes == []  # 90 % covered: enough for no note
+    assert e.coverage["pct"] == pytest.approx(90.0) and (e.coverage["matrix_time_ns"], e.coverage["covered_ns"]) == (100_000, 90_000)
+    assert "(shapes cover 90 % of matrix GPU time)." in headline(e)  # every MFU carries its coverage
     t.kernel("ampere_bf16_s16816gemm_bf16_64x64", 700, 0.01)
     e = _eff(t.write(tmp_path / "u.json"))
-    assert e.notes == ["10% of GEMM/convolution/attention GPU time is in kernels not tied to an op with recorded shapes "
-                       "(no External id or launch record, or an op without a FLOPs model): MFU is a lower bound"]
+    assert e.notes == ["shapes cover 90 % of matrix GPU time: the rest is in kernels not tied to an op with recorded shapes "
+                       "(no External id or launch record, a graph replay, or an op without a FLOPs model)"]
+    assert e.to_dict()["shape_coverage_pct"] == pytest.approx(100 * 90 / 100.01, abs=1e-3)
+
+
+def _unlinked_mm(t, at, m, k, n, kernel_at, dur_us, dtype=BF16):
+    """An aten::mm whose launch is recorded but whose kernel the trace does not tie to it (no correlation)."""
+    t.cpu_op("aten::mm", at, 20, args={"Input Dims": [[m, k], [k, n]], "Input type": [dtype, dtype], "Concrete Inputs": ["", ""]})
+    t.runtime("cudaLaunchKernel", at + 5, 3)
+    t.kernel("ampere_bf16_s16816gemm_bf16_128x128", kernel_at, dur_us)
+
+
+def test_flops_count_every_leaf_op_with_shapes_linked_or_not(tmp_path):
+    t = KinetoTrace(device_name=A100)
+    t.step(1, 0, 2000)
+    _mm(t, 10, 1024, 1024, 1024, 100.0)  # linked: 2.15 GFLOP in 100 µs
+    _unlinked_mm(t, 300, 2048, 1024, 1024, 400, 100.0)  # launched on the GPU, kernel not linked: 4.3 GFLOP
+    t.cpu_op("aten::mm", 700, 20, args={"Input Dims": [[512, 512], [512, 512]], "Input type": [BF16, BF16],
+                                        "Concrete Inputs": ["", ""]})  # no launch, no kernel: ran on the host
+    e = _eff(t.write(tmp_path / "t.json"))
+    linked, unlinked = 2 * 1024**3, 2 * 2048 * 1024 * 1024
+    assert e.model_flops == pytest.approx(linked + unlinked)  # the host op's FLOPs are not the GPU's
+    g = e.classes.set_index("cls").loc["gemm"]
+    assert g["flops"] == pytest.approx(linked + unlinked) and g["modelled_flops"] == pytest.approx(linked)
+    assert g["achieved_tflops"] == pytest.approx(linked / 100e-6 / 1e12)  # the rate: the linked part only
+    assert (e.coverage["unlinked_ops"], e.coverage["unlinked_flops"]) == (1, pytest.approx(unlinked))
+    assert e.coverage["pct"] == pytest.approx(50.0) and e.mfu_pct is not None  # 50 %: still enough for an MFU
+    assert any(n.startswith("1 matrix op(s) with shapes launched no kernel the trace links to them; their 4.3 GFLOP") for n in e.notes)
+    assert e.steps["flops"].tolist() == [pytest.approx(linked + unlinked)]
+
+
+def test_below_half_coverage_no_mfu_is_headlined(tmp_path):
+    t = KinetoTrace(device_name=A100)
+    t.step(1, 0, 2000)
+    _mm(t, 10, 1024, 1024, 1024, 100.0)
+    for i in range(9):  # 900 µs of GEMM kernels no op launched (a graph replay): shapes cover 10 %
+        t.kernel("ampere_bf16_s16816gemm_bf16_128x128", 300 + i * 110, 100.0)
+    e = _eff(t.write(tmp_path / "t.json"))
+    assert e.coverage["pct"] == pytest.approx(10.0)
+    assert e.mfu_pct is None and e.steps["mfu_pct"].isna().all() and step_line(e) == ""
+    rate = 2 * 1024**3 / 100e-6 / 1e12
+    assert headline(e) == (f"MFU unknown: shapes cover 10 % of matrix GPU time (100.0 µs of 1.00 ms), under the 50 % an MFU "
+                           f"needs; on the covered part: GEMM {rate:.1f} TFLOP/s ({100 * rate / 312:.1f} % of peak). For MFU, "
+                           "record with `torch.profiler.profile(..., record_shapes=True)` outside graph replays, or pass "
+                           "--model-flops-per-step.")
+    d = e.to_dict()
+    assert d["mfu_pct"] is None and d["mfu_withheld"].startswith("MFU unknown: shapes cover 10 %")
+    assert d["coverage"]["pct"] == pytest.approx(10.0) and d["coverage"]["mfu_min_pct"] == 50.0
+    # the user's FLOPs per step make an MFU whatever the shapes cover
+    e = _eff(tmp_path / "t.json", model_flops_per_step=1e12)
+    assert e.mfu_pct is not None and e.coverage is None
+
+
+def test_flops_without_any_tied_matrix_time_give_no_mfu(tmp_path):
+    t = KinetoTrace(device_name=A100)
+    t.step(1, 0, 2000)
+    t.cpu_op("aten::mm", 10, 20, args={"Input Dims": [[1024, 1024], [1024, 1024]], "Input type": [BF16, BF16], "Concrete Inputs": ["", ""]})
+    t.runtime("cudaGraphLaunch", 15, 3)
+    t.kernel("graph_node_17", 100, 500.0)  # a replayed kernel, its op unknown and its name saying nothing
+    e = _eff(t.write(tmp_path / "t.json"))
+    assert e.model_flops == pytest.approx(2 * 1024**3) and e.coverage["pct"] is None and e.mfu_pct is None
+    assert headline(e).startswith("MFU unknown: no GEMM/convolution/attention kernel time is tied to an op with shapes")
 
 
 def test_what_is_missing_is_said(tmp_path):
@@ -386,15 +455,17 @@ def test_the_gpus_span_of_the_steps_is_found_on_any_rank(tmp_path):
     assert e.steps["tflops"].tolist() == pytest.approx([2 * 1024**3 / 1e-3 / 1e12] * 2, rel=1e-12)  # each step's own
 
 
-def test_the_lower_bound_note_gives_the_untied_share(tmp_path):
-    """40 µs of GEMM time tied to an op with shapes, 60 µs in a GEMM kernel no op launched: the note says 60 %."""
+def test_the_coverage_note_gives_the_tied_share(tmp_path):
+    """40 µs of GEMM time tied to an op with shapes, 60 µs in a GEMM kernel no op launched: shapes cover 40 %, so
+    no MFU is headlined either."""
     t = KinetoTrace(device_name=A100)
     t.step(1, 0, 2000)
     _mm(t, 10, 1024, 1024, 1024, 40.0)
     t.kernel("ampere_bf16_s16816gemm_bf16_64x64", 500, 60.0)
     e = _eff(t.write(tmp_path / "t.json"))
-    assert e.notes == ["60% of GEMM/convolution/attention GPU time is in kernels not tied to an op with recorded shapes "
-                       "(no External id or launch record, or an op without a FLOPs model): MFU is a lower bound"]
+    assert e.notes == ["shapes cover 40 % of matrix GPU time: the rest is in kernels not tied to an op with recorded shapes "
+                       "(no External id or launch record, a graph replay, or an op without a FLOPs model)"]
+    assert e.mfu_pct is None and headline(e).startswith("MFU unknown: shapes cover 40 % of matrix GPU time")
 
 
 def test_a_gemm_of_empty_matrices_gives_no_mfu_and_no_dtype(tmp_path):
@@ -405,3 +476,52 @@ def test_a_gemm_of_empty_matrices_gives_no_mfu_and_no_dtype(tmp_path):
     e = _eff(t.write(tmp_path / "t.json"))
     assert (e.flops_source, e.mfu_pct, e.mfu_dtype) == ("none", None, None)
     assert e.to_dict()["mfu_peak"] is None
+
+
+def test_the_diff_compares_no_mfu_below_half_coverage_and_compares_the_coverage(tmp_path):
+    from traceinsight.delta import diff
+
+    def trace(name, replayed):
+        t = KinetoTrace(device_name=A100)
+        t.step(1, 0, 3000)
+        _mm(t, 10, 1024, 1024, 1024, 100.0)
+        for i in range(replayed):  # GEMM kernels no op launched (a graph replay)
+            t.kernel("ampere_bf16_s16816gemm_bf16_128x128", 300 + i * 110, 100.0)
+        return t.write(tmp_path / name)
+
+    d = diff(trace("a.json", 9), trace("b.json", 11)).data  # shapes cover 10 % and 8.3 %
+    kpis = {k["name"]: k for k in d["kpis"]}
+    assert "efficiency.mfu_pct" not in kpis  # neither side headlines an MFU, so the diff shows no MFU change
+    assert kpis["efficiency.shape_coverage_pct"]["base"] == pytest.approx(10.0)
+    assert kpis["efficiency.shape_coverage_pct"]["head"] == pytest.approx(100 / 12, abs=1e-3)
+    d = diff(trace("c.json", 0), trace("d.json", 0)).data  # both fully covered: the MFU is compared
+    assert "efficiency.mfu_pct" in {k["name"] for k in d["kpis"]}
+
+
+def test_xplane_per_op_flops_where_xla_recorded_them(tmp_path):
+    from tests.helpers.xplane_writer import XSpaceTrace
+
+    def trace(name, cost):
+        t = XSpaceTrace()
+        t.step(1, 1_000_000, 2_000_000)
+        t.op("train_step", 1_000_000, 10_000)
+        t.kernel("cutlass_80_tensorop_bf16_s16816gemm_relu_bf16_128x128", 1_100_000, 100_000,
+                 {"flops": 2_000_000_000, "bytes_accessed": 6_000_000} if cost else None)
+        t.kernel("cutlass_80_tensorop_bf16_s16816gemm_bf16_64x64", 1_300_000, 100_000)  # no cost recorded
+        t.kernel("loop_add_fusion", 1_500_000, 20_000, {"flops": 1_000_000, "bytes_accessed": 12_000_000} if cost else None)
+        return t.write(tmp_path / name)
+
+    e = _eff(trace("a.xplane.pb", True))
+    assert e.flops_source == "recorded" and e.model_flops == pytest.approx(2e9)
+    g = e.classes.set_index("cls").loc["gemm"]
+    assert (g["flops"], g["modelled_ns"], g["time_ns"]) == (pytest.approx(2e9), 100_000, 200_000)
+    assert g["achieved_tflops"] == pytest.approx(2e9 / 100e-6 / 1e12) and g["bytes"] == pytest.approx(6e6)
+    assert e.coverage["pct"] == pytest.approx(50.0)
+    ew = e.classes.set_index("cls").loc["elementwise"]
+    assert ew["achieved_gbs"] == pytest.approx(12e6 / 20e-6 / 1e9)
+    assert e.notes[0] == "XLA's per-op costs cover 50 % of matrix GPU time: the rest is in kernels not tied to an op with a recorded cost"
+    e = _eff(tmp_path / "a.xplane.pb", peak_tflops=312.0)  # XLA records no dtype: the user's peak applies to all
+    assert headline(e).endswith("FLOPs as XLA recorded them per op (XLA's per-op costs cover 50 % of matrix GPU time).")
+    assert e.mfu_pct == pytest.approx(100 * 2e9 / (e.steps["dur_ns"].sum() / 1e9) / 1e12 / 312.0)
+    e = _eff(trace("b.xplane.pb", False))
+    assert e.flops_source == "none" and any(n.startswith("FLOPs per op: not recorded in this XPlane trace") for n in e.notes)

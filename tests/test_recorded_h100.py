@@ -317,3 +317,21 @@ def test_empty_cache_waits_for_the_gpu_in_the_replay():
     f = _finding(_analysis("memory_churn.json.gz"), "TI007")
     assert f.what_if["step_ns"] < 0.9 * f.what_if["baseline_step_ns"]
     assert f.what_if["replay_error_pct"] < 5
+
+
+# --- the what-if against the recorded fixes -----------------------------------------------------------------
+@pytest.mark.parametrize("before, after, code, within", [
+    ("sync_before.json.gz", "sync_after.json.gz", "TI002", 0.10),
+    ("dataloader_before.json.gz", "dataloader_after.json.gz", "TI005", 0.10),
+    ("tiny_kernels_before.json.gz", "tiny_kernels_after.json.gz", "TI003", 0.10),
+    # fp32 -> bf16: TI007 priced from the achieved rate and the bf16 dense peak (the replay lets the launches that
+    # waited for a full queue return when the GPU catches up); a 2x factor predicted a quarter of the saving
+    ("efficiency_fp32.json.gz", "efficiency_bf16.json.gz", "TI007", 0.25),
+])
+def test_the_what_if_prices_each_recorded_fix_close_to_its_measured_saving(before, after, code, within):
+    f = _finding(_analysis(before), code)
+    base, predicted = f.what_if["baseline_step_ns"], f.what_if["step_ns"]
+    measured_after = float(_analysis(after).views.steps["dur_ns"].median())
+    measured_saving, predicted_saving = base - measured_after, base - predicted
+    assert measured_saving > 0
+    assert abs(predicted_saving - measured_saving) <= within * measured_saving, (predicted_saving / 1e6, measured_saving / 1e6)

@@ -16,7 +16,8 @@ import pandas as pd
 
 from .flops import OpCounts, count_ops
 from .peaks import UNKNOWN_PEAK, PeakChoice, choose
-from .work_classes import CLASSES, MATRIX_CLASSES, TF32_KERNEL, kernel_class_of
+from .units import fmt_ns
+from .work_classes import CLASSES, MATRIX_CLASSES, TF32_KERNEL, kernel_classes
 
 #: What to add to the profiler call when a PyTorch trace has no shapes.
 RECORD_SHAPES_HINT = "record with `torch.profiler.profile(..., record_shapes=True)` to get FLOPs, achieved TFLOP/s and MFU"
@@ -39,7 +40,9 @@ class Efficiency:
     """The efficiency view of one timeline.
 
     ``classes``: one row per kernel class with GPU time: ``cls``, ``label``, ``time_ns``, ``share_pct`` (of GPU
-    activity time), ``modelled_ns`` (time of kernels whose op has a FLOPs/bytes model), ``flops``, ``bytes``,
+    activity time), ``modelled_ns`` (time of kernels whose op has a FLOPs/bytes model), ``flops`` (every leaf op of
+    the class with shapes, its kernels linked or not), ``modelled_flops`` (those of the linked ops: the rates'
+    numerator, over ``modelled_ns``), ``bytes``,
     ``dtype``, ``achieved_tflops``, ``achieved_gbs``, ``peak_tflops``, ``peak_label``, ``pct_of_peak``,
     ``pct_of_bandwidth``, ``intensity`` (FLOP/byte), ``ridge`` (FLOP/byte), ``bound``.
     ``steps``: ``rank``, ``step``, ``dur_ns``, ``flops``, ``tflops``, ``mfu_pct``.
@@ -49,7 +52,7 @@ class Efficiency:
     """
 
     peak: PeakChoice
-    flops_source: str  # "shapes", "user", "none"
+    flops_source: str  # "shapes", "recorded" (XLA's per-op cost on XPlane kernels), "user", "none"
     shapes_recorded: bool
     class_rows: list[dict[str, Any]]
     steps: pd.DataFrame
@@ -62,6 +65,8 @@ class Efficiency:
     kernel_cls: np.ndarray | None = None  # per row of ``views.kernels``: its class (from its op, else its name)
     hardware: pd.DataFrame | None = None  # sampled GPU metrics: scope, metric, mean_pct, samples (see ``_hardware``)
     top_ops: pd.DataFrame | None = None  # matrix ops by kernel time, grouped by (op, shapes, dtype): see ``_top_ops``
+    coverage: dict[str, Any] | None = None  # how much of the matrix work the FLOPs cover: see ``_coverage``
+    mfu_withheld: str = ""  # why no MFU is headlined although FLOPs are known (shapes cover too little): the sentence
 
     @cached_property
     def classes(self) -> pd.DataFrame:
@@ -89,6 +94,9 @@ class Efficiency:
             "mfu_pct": num(self.mfu_pct),
             "mfu_dtype": self.mfu_dtype,
             "mfu_peak": self.peak_label() if self.mfu_pct is not None else None,
+            "mfu_withheld": self.mfu_withheld or None,
+            "shape_coverage_pct": None if self.coverage is None else num(self.coverage.get("pct")),
+            "coverage": None if self.coverage is None else {k: (num(v) if isinstance(v, float) else v) for k, v in self.coverage.items()},
             "classes": [
                 {k: (num(v) if isinstance(v, float) else (int(v) if isinstance(v, (np.integer,)) else v)) for k, v in r.items()}
                 for r in self.classes.to_dict("records")
@@ -132,18 +140,16 @@ def build(views: Any, settings: EfficiencySettings | None = None) -> Efficiency:
             counts = count_ops(tl.events, kernels)
         except (ValueError, TypeError, OverflowError, KeyError, IndexError) as exc:  # untrusted shapes: say so, go on
             notes.append(f"the FLOPs model could not read this trace's shapes ({type(exc).__name__}); FLOPs are not shown")
+    elif meta.source_format == "tensorflow-xplane":
+        counts = _recorded_counts(kernels)  # XLA's own per-op FLOPs/bytes, where the profiler wrote them
     if counts is not None:
         counts = plausible_flops(counts, peak, notes)
     shapes = bool(counts and counts.shapes_recorded)
+    recorded = counts is not None and not counts.shapes_recorded and meta.source_format == "tensorflow-xplane"
 
     # class of every GPU activity row: the launching op's class, else the kernel name's
-    k_cls = np.array([kernel_class_of(str(n)) for n in kernels["name"].cat.categories], dtype=object) if len(kernels) and isinstance(kernels["name"].dtype, pd.CategoricalDtype) else None
     if len(kernels):
-        if k_cls is not None:
-            codes = kernels["name"].cat.codes.to_numpy()
-            cls = np.where(codes >= 0, k_cls[np.clip(codes, 0, None)], "other")
-        else:
-            cls = np.array([kernel_class_of(str(n)) for n in kernels["name"]], dtype=object)
+        cls = kernel_classes(kernels["name"])
         if counts is not None and len(counts.ops):
             hit = counts.kernel_op >= 0
             cls = cls.astype(object)
@@ -163,13 +169,18 @@ def build(views: Any, settings: EfficiencySettings | None = None) -> Efficiency:
     rows = []
     ops = counts.ops if counts is not None else pd.DataFrame()
     on_gpu = ops[ops["kernel_ns"] > 0] if len(ops) else ops
+    # ops that ran on the GPU: linked kernels, or runtime calls inside them (their kernels' link may be lost); an op
+    # with neither ran on the host, and its FLOPs are not the GPU's
+    gpu_ops = ops[(ops["kernel_ns"] > 0) | (ops["launches"] > 0)] if len(ops) else ops
     tf32_share = _tf32_share(kernels, counts) if counts is not None else 0.0
     for c, label in CLASSES.items():
         t = int(time_by.get(c, 0)) + (copy_ns if c == "copy" else 0)
         if t <= 0:
             continue
         sub = on_gpu[on_gpu["cls"] == c] if len(on_gpu) else on_gpu
-        flops = float(sub["flops"].sum()) if len(sub) else 0.0
+        flops = float(sub["flops"].sum()) if len(sub) else 0.0  # the linked ops': the rates' numerator
+        every = gpu_ops[gpu_ops["cls"] == c] if len(gpu_ops) else gpu_ops
+        flops_all = float(every["flops"].sum()) if len(every) else 0.0  # every leaf op's, linked or not
         nbytes = float(sub["bytes"].sum()) if len(sub) else 0.0
         modelled = int(sub["kernel_ns"].sum()) if len(sub) else 0
         if c == "copy" and len(copy_dur):  # copies carry their own byte counts
@@ -178,9 +189,12 @@ def build(views: Any, settings: EfficiencySettings | None = None) -> Efficiency:
         dtype = _dominant_dtype(sub)
         if dtype == "fp32" and c in MATRIX_CLASSES and tf32_share >= 0.5:
             dtype = "tf32"
-        peak_t, _ = peak.for_dtype(dtype) if c in MATRIX_CLASSES else (None, "")
         sec = modelled / 1e9
         ach_t = flops / sec / 1e12 if sec > 0 and flops > 0 else None
+        fp32_peak = peak.tflops.get("fp32") if "*" not in peak.tflops else None
+        if dtype == "fp32" and c in MATRIX_CLASSES and tf32_share > 0 and ach_t and fp32_peak and ach_t > fp32_peak:
+            dtype = "tf32"  # faster than FP32 CUDA cores can go: its TF32 kernels did the work, measure against TF32
+        peak_t, _ = peak.for_dtype(dtype) if c in MATRIX_CLASSES else (None, "")
         ach_b = nbytes / sec / 1e9 if sec > 0 and nbytes > 0 else None
         intensity = flops / nbytes if nbytes > 0 and flops > 0 else None
         ridge_peak, _ = peak.for_dtype(dtype if c in MATRIX_CLASSES else (dtype or "fp32"))
@@ -192,7 +206,7 @@ def build(views: Any, settings: EfficiencySettings | None = None) -> Efficiency:
             bound = "memory"
         rows.append({
             "cls": c, "label": label, "time_ns": t, "share_pct": 100.0 * t / gpu_ns if gpu_ns else 0.0,
-            "modelled_ns": modelled, "flops": flops, "bytes": nbytes, "dtype": dtype,
+            "modelled_ns": modelled, "flops": flops_all, "modelled_flops": flops, "bytes": nbytes, "dtype": dtype,
             "achieved_tflops": ach_t, "achieved_gbs": ach_b,
             "peak_tflops": peak_t, "peak_label": peak.label(dtype) if c in MATRIX_CLASSES else (
                 f"{peak.bandwidth_gbs:g} GB/s, {peak.gpu if peak.source != 'user' else 'given'}" if peak.bandwidth_gbs else "bandwidth unknown; pass --peak-bandwidth"),
@@ -202,15 +216,18 @@ def build(views: Any, settings: EfficiencySettings | None = None) -> Efficiency:
         })
 
     matrix = on_gpu[on_gpu["cls"].isin(MATRIX_CLASSES)] if len(on_gpu) else on_gpu
-    mfu_dtype = _dominant_dtype(matrix)
-    if mfu_dtype == "fp32" and tf32_share >= 0.5:
-        mfu_dtype = "tf32"
+    # the model's FLOPs: every leaf matrix op with shapes that ran on the GPU, whether or not its kernels were linked
+    # to it (linking decides only which kernel time the achieved rates cover)
+    matrix_all = gpu_ops[gpu_ops["cls"].isin(MATRIX_CLASSES) & gpu_ops["flops"].notna()] if len(gpu_ops) else gpu_ops
+    mfu_dtype = _dominant_dtype(matrix_all)
+    if mfu_dtype == "fp32" and (tf32_share >= 0.5 or any(r["dtype"] == "tf32" for r in rows if r["cls"] in MATRIX_CLASSES)):
+        mfu_dtype = "tf32"  # most FP32 matrix time on TF32 kernels, or a class faster than FP32 CUDA cores can go
     steps = views.steps
     if settings.model_flops_per_step is not None:
         source = "user"
         mfu_dtype = mfu_dtype or "bf16"
-    elif len(matrix) and float(matrix["flops"].sum()) > 0:
-        source = "shapes"
+    elif len(matrix_all) and float(matrix_all["flops"].sum()) > 0:
+        source = "recorded" if recorded else "shapes"
     else:
         source = "none"
     if source == "none":
@@ -219,18 +236,23 @@ def build(views: Any, settings: EfficiencySettings | None = None) -> Efficiency:
         elif meta.source_format == "nsys":
             notes.append(NO_SHAPES_NSYS)
         elif meta.source_format == "tensorflow-xplane":
-            notes.append("this XPlane trace records no FLOPs per op (XProf derives them from the compiled HLO module, which "
-                         "the trace does not carry); pass --model-flops-per-step for MFU")
+            notes.append("FLOPs per op: not recorded in this XPlane trace (no `flops`/`bytes_accessed` HLO op stats on its "
+                         "device events; XProf derives them from the compiled HLO module, which the trace does not carry); "
+                         "pass --model-flops-per-step for MFU")
         elif meta.source_format.startswith("tensorflow"):
             notes.append("this TensorFlow trace records no FLOPs per op; pass --model-flops-per-step for MFU")
         elif shapes:
             notes.append("shapes are recorded, but no matmul/convolution/attention op with a FLOPs model ran on the GPU")
-    if source == "shapes" and rows:
-        mx = [r for r in rows if r["cls"] in MATRIX_CLASSES]
-        total, covered = float(sum(r["time_ns"] for r in mx)), float(sum(r["modelled_ns"] for r in mx))
-        if total > 0 and covered < 0.9 * total:
-            notes.append(f"{100 * (1 - covered / total):.0f}% of GEMM/convolution/attention GPU time is in kernels not tied to an op "
-                         "with recorded shapes (no External id or launch record, or an op without a FLOPs model): MFU is a lower bound")
+    coverage = _coverage(rows, matrix_all) if source in COUNTED else None
+    if coverage is not None and source == "recorded":
+        coverage["by"] = "XLA's per-op costs"
+    if coverage is not None and coverage["pct"] is not None and coverage["pct"] < COVERAGE_NOTE_PCT:
+        notes.append(f"{coverage_phrase(coverage)}: the rest is in kernels not tied to an op with "
+                     + ("recorded shapes (no External id or launch record, a graph replay, or an op without a FLOPs model)"
+                        if source == "shapes" else "a recorded cost"))
+    if coverage is not None and coverage["unlinked_ops"]:
+        notes.append(f"{coverage['unlinked_ops']:,} matrix op(s) with shapes launched no kernel the trace links to them; their "
+                     f"{coverage['unlinked_flops'] / 1e9:,.1f} GFLOP are counted in the model FLOPs, not in the achieved rates")
     if counts is not None and counts.assumed:
         for what, n in counts.assumed.items():
             notes.append(f"{n:,} op(s): assumed {what}")
@@ -239,12 +261,12 @@ def build(views: Any, settings: EfficiencySettings | None = None) -> Efficiency:
 
     peak_mfu, _ = peak.for_dtype(mfu_dtype)
     step_rows = []
-    if len(steps) and source in ("shapes", "user"):  # without FLOPs no step has a figure
-        if source == "shapes":
-            key = pd.DataFrame({"rank": matrix["rank"].to_numpy(), "step": matrix["step"].to_numpy(), "flops": matrix["flops"].to_numpy()})
+    if len(steps) and source in (*COUNTED, "user"):  # without FLOPs no step has a figure
+        if source in COUNTED:
+            key = pd.DataFrame({"rank": matrix_all["rank"].to_numpy(), "step": matrix_all["step"].to_numpy(), "flops": matrix_all["flops"].to_numpy()})
             by = key.groupby(["rank", "step"])["flops"].sum()
         for r in steps.itertuples(index=False):
-            if source == "shapes":
+            if source in COUNTED:
                 f = float(by.get((int(r.rank), int(r.step)), 0.0))
             elif source == "user":
                 f = float(settings.model_flops_per_step)
@@ -255,8 +277,8 @@ def build(views: Any, settings: EfficiencySettings | None = None) -> Efficiency:
             step_rows.append({"rank": int(r.rank), "step": int(r.step), "dur_ns": int(r.dur_ns), "flops": f, "tflops": tf,
                               "mfu_pct": 100.0 * tf / peak_mfu if tf is not None and peak_mfu else None})
     step_frame = pd.DataFrame(step_rows, columns=STEP_COLUMNS) if step_rows else _NO_STEPS.copy()
-    if source == "shapes":
-        model_flops = float(matrix["flops"].sum())
+    if source in COUNTED:
+        model_flops = float(matrix_all["flops"].sum())
         if len(step_frame) and step_frame["flops"].sum() > 0:
             counted = step_frame[step_frame["flops"] > 0]
             # the wall time of the steps' work is the longer of the host's steps and the GPU's span for them: a
@@ -274,12 +296,96 @@ def build(views: Any, settings: EfficiencySettings | None = None) -> Efficiency:
     else:
         model_flops, tot_ns, f_in = 0.0, 0.0, 0.0
     mfu = 100.0 * f_in / (tot_ns / 1e9) / 1e12 / peak_mfu if source != "none" and tot_ns > 0 and peak_mfu else None
+    withheld = ""
+    if mfu is not None and coverage is not None and (coverage["pct"] if coverage["pct"] is not None else 0.0) < MFU_MIN_COVERAGE_PCT:
+        # an MFU over a sliver of the matrix work is not the model's: say what is known instead (see ``withheld_text``)
+        withheld = withheld_text(coverage, rows, meta.source_format)
+        mfu = None
+        step_frame["mfu_pct"] = None
     hardware = _hardware(tl.samples, views, kernels, cls) if getattr(tl, "samples", None) is not None else None
     if hardware is not None and meta.source_format == "nsys" and source == "none":
         notes.append("GPU-metrics samples are present: SM and tensor-core activity below are the hardware's own measure")
     top = _top_ops(tl.events, matrix, peak, mfu_dtype) if source == "shapes" else None
     return Efficiency(peak, source, shapes, rows, step_frame, counts, gpu_ns, model_flops, mfu,
-                      mfu_dtype if source != "none" else None, notes, kernel_cls=cls, hardware=hardware, top_ops=top)
+                      mfu_dtype if source != "none" else None, notes, kernel_cls=cls, hardware=hardware, top_ops=top,
+                      coverage=coverage, mfu_withheld=withheld)
+
+
+#: FLOPs sources counted per op (recorded shapes; XLA's own per-op cost analysis): their coverage is known.
+COUNTED = ("shapes", "recorded")
+
+
+def _recorded_counts(kernels: pd.DataFrame) -> OpCounts | None:
+    """XPlane kernels that carry XLA's per-op cost (``op_flops``, ``op_bytes``) as ``OpCounts``: one "op" per such
+    kernel, classed by its name (``work_classes``); None when no kernel carries it."""
+    if "op_flops" not in kernels or not len(kernels):
+        return None
+    f = kernels["op_flops"].to_numpy(dtype=np.float64)
+    idx = np.flatnonzero(np.isfinite(f))
+    if not len(idx):
+        return None
+    b = kernels["op_bytes"].to_numpy(dtype=np.float64)[idx] if "op_bytes" in kernels else np.full(len(idx), np.nan)
+    start = kernels["start_ns"].to_numpy()[idx]
+    dur = kernels["dur_ns"].to_numpy()[idx].astype(np.int64)
+    ops = pd.DataFrame({
+        "row": np.full(len(idx), -1, np.int64), "name": kernels["name"].astype(str).to_numpy()[idx],
+        "cls": kernel_classes(kernels["name"])[idx], "flops": f[idx], "bytes": b, "dtype": np.full(len(idx), "", dtype=object),
+        "assumed": np.full(len(idx), "", dtype=object), "rank": kernels["rank"].to_numpy()[idx],
+        "step": kernels["step"].to_numpy()[idx] if "step" in kernels else np.full(len(idx), -1),
+        "start_ns": start, "end_ns": start + dur, "kernel_ns": dur, "kernels": np.ones(len(idx), np.int64),
+        "launches": np.ones(len(idx), np.int64),
+    })
+    kernel_op = np.full(len(kernels), -1, np.int64)
+    kernel_op[idx] = np.arange(len(idx))
+    return OpCounts(ops, kernel_op, False)
+
+
+#: Below this share of the matrix classes' GPU time in kernels tied to ops with shapes, no MFU is headlined: the
+#: FLOPs then describe a minority of the work (a HIP/CUDA-graph replay, kernels without launch records), and a
+#: figure over the whole window would be off by the uncovered part.
+MFU_MIN_COVERAGE_PCT = 50.0
+#: Below this share a note says where the uncovered time is.
+COVERAGE_NOTE_PCT = 90.0
+
+
+def _coverage(rows: list[dict[str, Any]], matrix_all: pd.DataFrame) -> dict[str, Any]:
+    """How much of the matrix work (GEMM, convolution, attention) the FLOPs cover: ``matrix_time_ns`` (their
+    classes' GPU time), ``covered_ns`` (of it, kernels linked to an op with shapes), ``pct`` (None without matrix
+    GPU time), ``model_flops``, ``unlinked_ops`` and ``unlinked_flops`` (leaf ops with shapes whose kernels the
+    trace does not link to them: counted in the FLOPs, not in the rates)."""
+    mx = [r for r in rows if r["cls"] in MATRIX_CLASSES]
+    total = int(sum(int(r["time_ns"]) for r in mx))
+    covered = int(sum(int(r["modelled_ns"]) for r in mx))
+    unlinked = matrix_all[matrix_all["kernel_ns"].to_numpy() <= 0] if len(matrix_all) else matrix_all
+    return {"matrix_time_ns": total, "covered_ns": covered, "pct": 100.0 * covered / total if total > 0 else None,
+            "model_flops": float(matrix_all["flops"].sum()) if len(matrix_all) else 0.0,
+            "unlinked_ops": int(len(unlinked)), "unlinked_flops": float(unlinked["flops"].sum()) if len(unlinked) else 0.0,
+            "mfu_min_pct": MFU_MIN_COVERAGE_PCT}
+
+
+def coverage_phrase(coverage: dict[str, Any] | None) -> str:
+    """"shapes cover 65 % of matrix GPU time" (the figure every MFU carries), or "" when it does not apply."""
+    if not coverage or coverage.get("pct") is None:
+        return ""
+    return f"{coverage.get('by', 'shapes')} cover {coverage['pct']:.0f} % of matrix GPU time"
+
+
+def withheld_text(coverage: dict[str, Any], rows: list[dict[str, Any]], source_format: str) -> str:
+    """The sentence that stands where the MFU would: how little the shapes cover, the achieved rate per matrix
+    class on the covered part, and how to get a whole figure."""
+    rates = [f"{r['label']} {r['achieved_tflops']:.1f} TFLOP/s" + (f" ({r['pct_of_peak']:.1f} % of peak)" if r.get("pct_of_peak") else "")
+             for r in rows if r["cls"] in MATRIX_CLASSES and r.get("achieved_tflops")]
+    how = ("record with `torch.profiler.profile(..., record_shapes=True)` outside graph replays"
+           if source_format == "pytorch" else "record shapes")
+    if coverage.get("pct") is None:  # FLOPs of ops whose kernels are not linked, and no matrix-class kernel time at all
+        text = ("MFU unknown: no GEMM/convolution/attention kernel time is tied to an op with shapes (the kernels that ran "
+                "are not linked to the ops, e.g. a graph replay)")
+    else:
+        text = (f"MFU unknown: {coverage_phrase(coverage)} ({fmt_ns(coverage['covered_ns'])} of {fmt_ns(coverage['matrix_time_ns'])}), "
+                f"under the {MFU_MIN_COVERAGE_PCT:.0f} % an MFU needs")
+    if rates:
+        text += f"; on the covered part: {', '.join(rates)}"
+    return text + f". For MFU, {how}, or pass --model-flops-per-step"
 
 
 TOP_OPS = 15
@@ -320,7 +426,7 @@ def plausible_flops(counts: OpCounts, peak: PeakChoice, notes: list[str]) -> OpC
     return replace(counts, ops=ops)
 
 #: The columns of ``Efficiency.classes`` and ``Efficiency.steps``.
-CLASS_COLUMNS = ["cls", "label", "time_ns", "share_pct", "modelled_ns", "flops", "bytes", "dtype", "achieved_tflops", "achieved_gbs",
+CLASS_COLUMNS = ["cls", "label", "time_ns", "share_pct", "modelled_ns", "flops", "modelled_flops", "bytes", "dtype", "achieved_tflops", "achieved_gbs",
                  "peak_tflops", "peak_label", "pct_of_peak", "pct_of_bandwidth", "intensity", "ridge", "bound"]
 STEP_COLUMNS = ["rank", "step", "dur_ns", "flops", "tflops", "mfu_pct"]
 #: ``steps`` without a row, copied for each view (a copy costs a twentieth of building it).

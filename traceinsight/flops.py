@@ -55,7 +55,7 @@ class OpCounts:
 
     ``ops``: one row per counted (innermost) op: ``row`` (position in the events frame), ``name``, ``cls``,
     ``flops``, ``bytes``, ``dtype``, ``assumed``, ``rank``, ``step``, ``kernel_ns`` (time of the kernels it
-    launched), ``kernels``. ``kernel_op``: per row of the kernels frame given, the position in ``ops`` of the op
+    launched), ``kernels``, ``launches`` (runtime calls its thread made inside it: an op with none ran on the host). ``kernel_op``: per row of the kernels frame given, the position in ``ops`` of the op
     that launched it (-1 when none).
     """
 
@@ -325,7 +325,7 @@ def _outputs_from_backward(models: list, names: list[str], dims: list) -> None:
 
 #: ``OpCounts.ops`` without a row, copied for each trace without counted ops (a copy costs a twentieth of
 #: building it).
-_NO_OPS = pd.DataFrame(columns=["row", "name", "cls", "flops", "bytes", "dtype", "assumed", "rank", "step", "kernel_ns", "kernels"])
+_NO_OPS = pd.DataFrame(columns=["row", "name", "cls", "flops", "bytes", "dtype", "assumed", "rank", "step", "kernel_ns", "kernels", "launches"])
 
 
 def count_ops(events: pd.DataFrame, kernels: pd.DataFrame) -> OpCounts:
@@ -379,12 +379,36 @@ def count_ops(events: pd.DataFrame, kernels: pd.DataFrame) -> OpCounts:
         "step": events["step"].to_numpy()[pos[sel]], "start_ns": start[sel], "end_ns": end[sel],
     })
     kernel_op = _attribute(events, kernels, ops, thread[sel])
+    ops["launches"] = _launch_calls(events, ops)
     hit = kernel_op >= 0
     kdur = kernels["dur_ns"].to_numpy()
     ops["kernel_ns"] = np.bincount(kernel_op[hit], weights=kdur[hit], minlength=len(ops)).astype(np.int64)
     ops["kernels"] = np.bincount(kernel_op[hit], minlength=len(ops)).astype(np.int64)
     counts = pd.Series(ops["assumed"][ops["assumed"] != ""]).value_counts()
     return OpCounts(ops, kernel_op, True, {str(k): int(v) for k, v in counts.items()})
+
+
+def _launch_calls(events: pd.DataFrame, ops: pd.DataFrame) -> np.ndarray:
+    """Per counted op: the runtime calls (kernel launches, copies) its thread made inside it. An op with none ran
+    on the host (a CPU tensor); one with some ran on the GPU even when the trace does not link its kernels to it."""
+    out = np.zeros(len(ops), np.int64)
+    if not len(ops) or "kind" not in events:
+        return out
+    rt = np.flatnonzero(events["kind"].to_numpy() == "runtime")
+    if not len(rt):
+        return out
+    rows = ops["row"].to_numpy()
+    cols = [np.concatenate([events[c].to_numpy()[rows], events[c].to_numpy()[rt]]).astype(np.int64) for c in ("rank", "pid", "tid")]
+    key = pd.factorize(pd.MultiIndex.from_arrays(cols))[0].astype(np.int64)
+    op_key, rt_key = key[: len(rows)], key[len(rows):]
+    rt_start = events["start_ns"].to_numpy()[rt].astype(np.int64)
+    span = int(max(rt_start.max(initial=0), ops["end_ns"].to_numpy().max(initial=0))) + 1
+    if span <= 0 or span >= (1 << 62) // max(int(key.max(initial=0)) + 1, 1):
+        return out  # times too large to combine with a thread key: no count (never a wrong one)
+    combined = np.sort(rt_key * span + rt_start)
+    lo = op_key * span + ops["start_ns"].to_numpy().astype(np.int64)
+    hi = op_key * span + ops["end_ns"].to_numpy().astype(np.int64)
+    return (np.searchsorted(combined, hi, side="left") - np.searchsorted(combined, lo, side="left")).astype(np.int64)
 
 
 def _thread_key(events: pd.DataFrame, pos: np.ndarray) -> np.ndarray:

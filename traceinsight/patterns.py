@@ -67,12 +67,6 @@ STREAM_WAIT = r"^(cuda|hip)StreamWaitEvent|^cuStreamWaitEvent"
 #: Optimizer updates (PyTorch ``Optimizer.step#SGD.step``, fused/foreach kernels' host ops, Keras apply_gradients).
 OPTIMIZER = re.compile(r"Optimizer\.step|optimizer|zero_grad|ResourceApply|apply_gradients|_foreach_", re.I)
 
-#: Kernels doing matrix-multiply or convolution work (cuBLAS, cuBLASLt, cuDNN, CUTLASS, xmma, Hopper nvjet).
-GEMM_CONV = (
-    r"gemm|gemv|conv(?!ert|ersion)|cutlass::Kernel|cutlass::gemm|cutlass_|cutlass3x|xmma|nvjet|wgmma|hmma|scudnn|hcudnn|"
-    r"wgrad|dgrad|winograd|implicit_|cublas|magma|matmul|^bmm_|\bsm[89]\d_|h884|s884|h1688|s1688|i8816|16816|16832"
-)
-
 #: Library namespaces whose names contain "gemm" but whose kernels are not GEMMs (FBGEMM's sparse/permute ops).
 NOT_GEMM = r"fbgemm_gpu::"
 
@@ -83,8 +77,9 @@ TENSOR_CORE = (
     r"tf32|bf16|bfloat16|f16f16|_fp16|_f16_|imma|e4m3|e5m2|e2m1|fp8|conv1x1|conv2d_c1_k1|dgrad_1x1_stride_2x2|first_layer_wgrad_kernel"
 )
 
-#: Names that mean CUDA cores even when a TC substring also matches (e.g. ``cutlass_80_simt_sgemm``).
-NOT_TENSOR_CORE = r"simt|sgemm|gemv|scudnn|cgemm|wgrad_alg0|dgrad_engine|gemmSN|gemmk1"
+#: Names that mean CUDA cores even when a TC substring also matches (e.g. ``cutlass_80_simt_sgemm``, cuBLAS's
+#: ``sm80_xmma_gemm_f32f32_..._ffma_...``: an xmma-named kernel doing fused multiply-adds on CUDA cores).
+NOT_TENSOR_CORE = r"simt|sgemm|ffma|gemv|scudnn|cgemm|wgrad_alg0|dgrad_engine|gemmSN|gemmk1"
 
 #: FP64 math is not helped by AMP or TF32; left out of the share entirely.
 FP64 = r"dgemm|zgemm|\bd_?gemm|double"

@@ -14,6 +14,9 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import Any
+
+from .gpus import GpuRecord, cc_text, parse_cc, vendor_of
 
 #: Dtype groups a peak is quoted for. fp16 and bf16 share tensor-core rates on every GPU listed.
 PEAK_DTYPES: tuple[str, ...] = ("fp32", "tf32", "fp16", "bf16", "fp8")
@@ -37,6 +40,10 @@ class Peak:
 
     def peak_for(self, dtype: str) -> float | None:
         return self.tflops.get(dtype)
+
+    @property
+    def vendor(self) -> str | None:
+        return vendor_of(None, self.gpu)
 
 
 def _p(gpu: str, pattern: str, fp32: float, tf32: float | None, fp16: float | None, fp8: float | None, bw: float, source: str,
@@ -65,6 +72,14 @@ _A100 = "https://www.nvidia.com/content/dam/en-zz/Solutions/Data-Center/a100/pdf
 _H100 = "https://resources.nvidia.com/en-us-tensor-core/nvidia-tensor-core-gpu-datasheet"
 _H200 = "https://nvdam.widen.net/s/nb5zzzsjdf/hpc-datasheet-sc23-h200-datasheet-3002446"
 _MI200 = "https://www.amd.com/en/products/accelerators/instinct/mi200/"
+_TURING = "https://images.nvidia.com/aem-dam/en-zz/Solutions/design-visualization/technologies/turing-architecture/NVIDIA-Turing-Architecture-Whitepaper.pdf"
+_GA102 = "https://www.nvidia.com/content/PDF/nvidia-ampere-ga-102-gpu-architecture-whitepaper-v2.pdf"
+_ADA = "https://images.nvidia.com/aem-dam/Solutions/geforce/ada/nvidia-ada-gpu-architecture.pdf"
+_RTX_BLACKWELL = "https://images.nvidia.com/aem-dam/Solutions/geforce/blackwell/nvidia-rtx-blackwell-gpu-architecture.pdf"
+#: GeForce parts run tensor math with FP32 accumulation (what PyTorch asks for) at half their FP16-accumulate rate.
+_GEFORCE = "tensor rates with FP32 accumulate (what PyTorch uses); FP16 accumulate is 2x"
+#: Parts whose whitepaper gives the per-SM rates and clocks but not every SKU's totals: SMs x rate x boost clock.
+_DERIVED = "; SMs x per-SM rate x boost clock from the architecture whitepaper"
 
 #: The table, most specific names first (the first matching entry wins).
 PEAKS: tuple[Peak, ...] = (
@@ -76,6 +91,13 @@ PEAKS: tuple[Peak, ...] = (
     _p("NVIDIA H200 SXM", r"(?<!G)H200", 67.0, 494.5, 989.5, 1979.0, 4800, _H200, sparse=(989, 1979, 3958), cc=("9.0",), units=132, sig_mem=(135, 150)),
     _p("NVIDIA B200", r"\bB200\b", 75.0, 1125.0, 2250.0, 4500.0, 8000, "https://www.nvidia.com/en-us/data-center/hgx/",
        sparse=(2250, 4500, 9000), cc=("10.0",), note="HGX B200 figures for 8 GPUs divided by 8", units=148, sig_mem=(170, 200)),
+    _p("NVIDIA GH200 96GB", r"GH200", 67.0, 494.5, 989.5, 1979.0, 4000, "https://www.nvidia.com/en-us/data-center/grace-hopper-superchip/",
+       sparse=(989, 1979, 3958), cc=("9.0",), mem=(90, 110), note="the superchip's H100-class GPU with 96 GB HBM3", units=132, sig_mem=(90, 110)),
+    _p("NVIDIA GH200 144GB", r"GH200", 67.0, 494.5, 989.5, 1979.0, 4900, "https://www.nvidia.com/en-us/data-center/grace-hopper-superchip/",
+       sparse=(989, 1979, 3958), cc=("9.0",), mem=(130, 160), note="the superchip's H100-class GPU with 144 GB HBM3e", units=132, sig_mem=(130, 160)),
+    _p("NVIDIA H20", r"\bH20\b", 44.0, 74.0, 148.0, 296.0, 4000, "https://www.nvidia.com/en-us/data-center/h100/",
+       cc=("9.0",), note="a Hopper part sold in China; NVIDIA publishes no datasheet online: dense figures from its product "
+       "brief as partners list them (78 SMs, 96 GB HBM3); the source is the Hopper family page", units=78, sig_mem=(90, 105)),
     _p("NVIDIA A100 80GB PCIe", r"A100.*PCIE.*80|A100.*80.*PCIE", 19.5, 156.0, 312.0, None, 1935, _A100, sparse=(312, 624, None), cc=("8.0",), units=108, sig_mem=(80, 90)),
     _p("NVIDIA A100 80GB SXM", r"A100", 19.5, 156.0, 312.0, None, 2039, _A100, sparse=(312, 624, None), cc=("8.0",), mem=(60, 90), units=108, sig_mem=(80, 90)),
     _p("NVIDIA A100 40GB", r"A100", 19.5, 156.0, 312.0, None, 1555, _A100, sparse=(312, 624, None), cc=("8.0",), mem=(30, 50), units=108, sig_mem=(38, 45)),
@@ -99,6 +121,73 @@ PEAKS: tuple[Peak, ...] = (
     _p("NVIDIA GeForce RTX 3090", r"RTX\s*3090(?!\s*Ti)(?!.*Laptop)", 35.6, 35.6, 71.0, None, 936,
        "https://www.nvidia.com/content/PDF/nvidia-ampere-ga-102-gpu-architecture-whitepaper-v2.pdf", sparse=(71, 142, None), cc=("8.6",),
        note="tensor rates with FP32 accumulate (what PyTorch uses); FP16 accumulate is 2x", units=82, sig_mem=(22, 26)),
+    _p("NVIDIA GeForce RTX 4090 D", r"RTX\s*4090\s*D(?!.*Laptop)", 73.5, 73.5, 147.1, 294.2, 1008, _ADA, cc=("8.9",),
+       note=_GEFORCE + _DERIVED + " (114 SMs, 2.52 GHz)", units=114, sig_mem=(22, 26)),
+    _p("NVIDIA GeForce RTX 4080 SUPER", r"RTX\s*4080\s*SUPER(?!.*Laptop)", 52.2, 52.2, 104.4, 208.9, 736, _ADA, cc=("8.9",),
+       note=_GEFORCE + _DERIVED + " (80 SMs, 2.55 GHz)", units=80, sig_mem=(15, 17.5)),
+    _p("NVIDIA GeForce RTX 4080", r"RTX\s*4080(?!\s*SUPER)(?!.*Laptop)", 48.7, 48.7, 97.5, 194.9, 716.8, _ADA, cc=("8.9",),
+       note=_GEFORCE + " (ADA whitepaper appendix)", units=76, sig_mem=(15, 17.5)),
+    _p("NVIDIA GeForce RTX 4070 Ti SUPER", r"RTX\s*4070\s*Ti\s*SUPER(?!.*Laptop)", 44.1, 44.1, 88.2, 176.4, 672, _ADA, cc=("8.9",),
+       note=_GEFORCE + _DERIVED + " (66 SMs, 2.61 GHz)", units=66, sig_mem=(15, 17.5)),
+    _p("NVIDIA GeForce RTX 4070 Ti", r"RTX\s*4070\s*Ti(?!\s*SUPER)(?!.*Laptop)", 40.1, 40.1, 80.2, 160.4, 504, _ADA, cc=("8.9",),
+       note=_GEFORCE + _DERIVED + " (60 SMs, 2.61 GHz)", units=60, sig_mem=(11.5, 13.5)),
+    _p("NVIDIA GeForce RTX 4070 SUPER", r"RTX\s*4070\s*SUPER(?!.*Laptop)", 35.5, 35.5, 71.0, 141.9, 504, _ADA, cc=("8.9",),
+       note=_GEFORCE + _DERIVED + " (56 SMs, 2.475 GHz)", units=56, sig_mem=(11.5, 13.5)),
+    _p("NVIDIA GeForce RTX 4070", r"RTX\s*4070(?!\s*(?:Ti|SUPER))(?!.*Laptop)", 29.1, 29.1, 58.3, 116.6, 504, _ADA, cc=("8.9",),
+       note=_GEFORCE + _DERIVED + " (46 SMs, 2.475 GHz)", units=46, sig_mem=(11.5, 13.5)),
+    _p("NVIDIA GeForce RTX 4060 Ti", r"RTX\s*4060\s*Ti(?!.*Laptop)", 22.1, 22.1, 44.1, 88.3, 288, _ADA, cc=("8.9",),
+       note=_GEFORCE + _DERIVED + " (34 SMs, 2.535 GHz)", units=34, sig_mem=(7.5, 17.5)),
+    _p("NVIDIA GeForce RTX 4060", r"RTX\s*4060(?!\s*Ti)(?!.*Laptop)", 15.1, 15.1, 30.2, 60.5, 272, _ADA, cc=("8.9",),
+       note=_GEFORCE + _DERIVED + " (24 SMs, 2.46 GHz)", units=24, sig_mem=(7.5, 9)),
+    _p("NVIDIA RTX 6000 Ada Generation", r"RTX\s*6000\s*Ada", 91.1, 182.1, 364.2, 728.5, 960,
+       "https://www.nvidia.com/en-us/design-visualization/rtx-6000/", sparse=(364.2, 728.5, 1457.0), cc=("8.9",),
+       note="the datasheet quotes FP8 tensor with sparsity (1457 TFLOPS); dense = half", units=142, sig_mem=(45, 52)),
+    _p("NVIDIA GeForce RTX 3090 Ti", r"RTX\s*3090\s*Ti(?!.*Laptop)", 40.0, 40.0, 80.0, None, 1008, _GA102, cc=("8.6",),
+       note=_GEFORCE + _DERIVED + " (84 SMs, 1.86 GHz)", units=84, sig_mem=(22, 26)),
+    _p("NVIDIA GeForce RTX 3080 Ti", r"RTX\s*3080\s*Ti(?!.*Laptop)", 34.1, 34.1, 68.2, None, 912, _GA102, cc=("8.6",),
+       note=_GEFORCE + _DERIVED + " (80 SMs, 1.665 GHz)", units=80, sig_mem=(11.5, 13.5)),
+    _p("NVIDIA GeForce RTX 3080 12GB", r"RTX\s*3080(?!\s*Ti)(?!.*Laptop)", 30.6, 30.6, 61.3, None, 912, _GA102, cc=("8.6",),
+       mem=(11.5, 13.5), note=_GEFORCE + _DERIVED + " (70 SMs, 1.71 GHz)", units=70, sig_mem=(11.5, 13.5)),
+    _p("NVIDIA GeForce RTX 3080", r"RTX\s*3080(?!\s*Ti)(?!.*Laptop)", 29.8, 29.8, 59.5, None, 760, _GA102, cc=("8.6",),
+       mem=(9.5, 11.5), note=_GEFORCE + " (GA102 whitepaper: 10 GB part, 68 SMs)", units=68, sig_mem=(9.5, 11.5)),
+    _p("NVIDIA GeForce RTX 3070 Ti", r"RTX\s*3070\s*Ti(?!.*Laptop)", 21.7, 21.7, 43.5, None, 608, _GA102, cc=("8.6",),
+       note=_GEFORCE + _DERIVED + " (48 SMs, 1.77 GHz)", units=48, sig_mem=(7.5, 9)),
+    _p("NVIDIA GeForce RTX 3070", r"RTX\s*3070(?!\s*Ti)(?!.*Laptop)", 20.3, 20.3, 40.6, None, 448, _GA102, cc=("8.6",),
+       note=_GEFORCE + " (GA102 whitepaper appendix: 46 SMs, 1.725 GHz)", units=46, sig_mem=(7.5, 9)),
+    _p("NVIDIA GeForce RTX 3060 Ti", r"RTX\s*3060\s*Ti(?!.*Laptop)", 16.2, 16.2, 32.4, None, 448, _GA102, cc=("8.6",),
+       note=_GEFORCE + _DERIVED + " (38 SMs, 1.665 GHz)", units=38, sig_mem=(7.5, 9)),
+    _p("NVIDIA GeForce RTX 3060", r"RTX\s*3060(?!\s*Ti)(?!.*Laptop)", 12.7, 12.7, 25.5, None, 360, _GA102, cc=("8.6",),
+       note=_GEFORCE + _DERIVED + " (28 SMs, 1.777 GHz)", units=28, sig_mem=(11.5, 13.5)),
+    _p("NVIDIA RTX A6000", r"RTX\s*A6000", 38.7, 77.4, 154.8, None, 768, "https://www.nvidia.com/en-us/design-visualization/rtx-a6000/",
+       sparse=(154.8, 309.7, None), cc=("8.6",), units=84, sig_mem=(45, 52)),
+    _p("NVIDIA A40", r"\bA40\b", 37.4, 74.8, 149.7, None, 696,
+       "https://images.nvidia.com/content/Solutions/data-center/a40/nvidia-a40-datasheet.pdf", sparse=(149.6, 299.4, None),
+       cc=("8.6",), units=84, sig_mem=(45, 52)),
+    _p("NVIDIA TITAN RTX", r"TITAN\s*RTX", 16.3, None, 130.5, None, 672, _TURING, cc=("7.5",), bf16=False,
+       note="Turing: FP16 tensor cores only; the TITAN runs FP32 accumulate at the full rate", units=72, sig_mem=(22, 26)),
+    _p("NVIDIA GeForce RTX 2080 Ti", r"RTX\s*2080\s*Ti", 13.4, None, 53.8, None, 616, _TURING, cc=("7.5",), bf16=False,
+       note="Turing: FP16 tensor cores only; " + _GEFORCE + " (Turing whitepaper, reference clocks)", units=68, sig_mem=(10, 12)),
+    _p("NVIDIA GeForce RTX 2080 SUPER", r"RTX\s*2080\s*SUPER", 11.2, None, 44.6, None, 496, _TURING, cc=("7.5",), bf16=False,
+       note="Turing: FP16 tensor cores only; " + _GEFORCE + _DERIVED + " (48 SMs, 1.815 GHz)", units=48, sig_mem=(7.5, 9)),
+    _p("NVIDIA GeForce RTX 2080", r"RTX\s*2080(?!\s*(?:Ti|SUPER))", 10.1, None, 40.3, None, 448, _TURING, cc=("7.5",), bf16=False,
+       note="Turing: FP16 tensor cores only; " + _GEFORCE + " (Turing whitepaper, reference clocks)", units=46, sig_mem=(7.5, 9)),
+    _p("NVIDIA GeForce RTX 2070 SUPER", r"RTX\s*2070\s*SUPER", 9.1, None, 36.3, None, 448, _TURING, cc=("7.5",), bf16=False,
+       note="Turing: FP16 tensor cores only; " + _GEFORCE + _DERIVED + " (40 SMs, 1.77 GHz)", units=40, sig_mem=(7.5, 9)),
+    _p("NVIDIA GeForce RTX 2070", r"RTX\s*2070(?!\s*SUPER)", 7.5, None, 29.9, None, 448, _TURING, cc=("7.5",), bf16=False,
+       note="Turing: FP16 tensor cores only; " + _GEFORCE + " (Turing whitepaper, reference clocks)", units=36, sig_mem=(7.5, 9)),
+    _p("NVIDIA GeForce RTX 2060", r"RTX\s*2060(?!\s*SUPER)", 6.5, None, 25.8, None, 336, _TURING, cc=("7.5",), bf16=False,
+       note="Turing: FP16 tensor cores only; " + _GEFORCE + _DERIVED + " (30 SMs, 1.68 GHz)", units=30, sig_mem=(5.5, 7)),
+    _p("NVIDIA GeForce RTX 5090", r"RTX\s*5090(?!.*Laptop)", 104.8, 104.8, 209.5, 419.0, 1792, _RTX_BLACKWELL, cc=("12.0",),
+       note=_GEFORCE + _DERIVED + " (170 SMs, 2.407 GHz)", units=170, sig_mem=(30, 35)),
+    _p("NVIDIA GeForce RTX 5080", r"RTX\s*5080(?!.*Laptop)", 56.3, 56.3, 112.6, 225.1, 960, _RTX_BLACKWELL, cc=("12.0",),
+       note=_GEFORCE + _DERIVED + " (84 SMs, 2.617 GHz)", units=84, sig_mem=(15, 17.5)),
+    _p("NVIDIA GeForce RTX 5070 Ti", r"RTX\s*5070\s*Ti(?!.*Laptop)", 43.9, 43.9, 87.9, 175.7, 896, _RTX_BLACKWELL, cc=("12.0",),
+       note=_GEFORCE + _DERIVED + " (70 SMs, 2.452 GHz)", units=70, sig_mem=(15, 17.5)),
+    _p("NVIDIA GeForce RTX 5070", r"RTX\s*5070(?!\s*Ti)(?!.*Laptop)", 30.9, 30.9, 61.7, 123.5, 672, _RTX_BLACKWELL, cc=("12.0",),
+       note=_GEFORCE + _DERIVED + " (48 SMs, 2.512 GHz)", units=48, sig_mem=(11.5, 13.5)),
+    _p("AMD Instinct MI325X", r"MI325X", 163.4, 653.7, 1307.4, 2614.9, 6000,
+       "https://www.amd.com/en/products/accelerators/instinct/mi300/mi325x.html", sparse=(1307.4, 2614.9, 5229.8), cc=("9.4",),
+       note="the MI300X's compute with 256 GB HBM3E; fp32 = matrix FP32", units=304, sig_mem=(240, 275)),
     _p("AMD Instinct MI300X", r"MI300X", 163.4, 653.7, 1307.4, 2614.9, 5300,
        "https://www.amd.com/en/products/accelerators/instinct/mi300/mi300x.html", sparse=(1307.4, 2614.9, 5229.8), cc=("9.4",),
        note="fp32 = matrix FP32 (vector FP32 is 81.7)", units=304, sig_mem=(185, 215)),
@@ -148,18 +237,26 @@ USER = "user"
 UNKNOWN_PEAK = "peak unknown; pass --peak-tflops"
 
 
-def lookup(name: str | None, compute_capability: str | None = None, memory_bytes: int | None = None,
-           units: int | None = None) -> Peak | None:
-    """The table entry for a device, or None when it is unknown or its variant cannot be told.
+def lookup(name: str | None, compute_capability: "str | tuple[int, int] | None" = None, memory_bytes: int | None = None,
+           units: int | None = None, vendor: str | None = None) -> Peak | None:
+    """The table entry for a device, or None when it is unknown or its variant cannot be told (``identify``)."""
+    return identify(name, compute_capability, memory_bytes, units, vendor)[0]
+
+
+def identify(name: str | None, compute_capability: "str | tuple[int, int] | None" = None, memory_bytes: int | None = None,
+             units: int | None = None, vendor: str | None = None) -> tuple[Peak | None, str]:
+    """(the table entry, "name" | "signature" | "") for a device.
 
     By name first (checked against the compute capability); a name that names no product ("AMD Radeon Graphics",
-    a synthesised "AMD GPU (cc 9.4, 304 CUs)") is looked up by its signature instead: compute capability, SM/CU
-    count and memory size, used only when exactly one entry has that signature (an MI250 GCD and an MI210 share
-    theirs: no peak)."""
-    cc = _cc(compute_capability)
+    XPlane's synthesised "Nvidia GPU (cc 8.6, 46 SMs)") is identified by its signature instead: vendor, compute
+    capability, SM/CU count and, where the trace records it, memory size; used only when exactly one entry has that
+    signature (an MI250 GCD and an MI210 share theirs, an A40 and an RTX A6000 theirs: no peak)."""
+    cc = parse_cc(compute_capability) if not isinstance(compute_capability, tuple) else compute_capability
     mem_gb = memory_bytes / 1e9 if memory_bytes else None
+    vendor = vendor_of(vendor, name)
     if not name or not any(re.search(p.pattern, name, re.I) for p in PEAKS):
-        return _by_signature(cc, units, mem_gb)
+        hit = _by_signature(cc, units, mem_gb, vendor)
+        return hit, ("signature" if hit is not None else "")
     for p in PEAKS:
         if not re.search(p.pattern, name, re.I):
             continue
@@ -168,25 +265,33 @@ def lookup(name: str | None, compute_capability: str | None = None, memory_bytes
                 continue
             if not p.memory_gb[0] <= mem_gb <= p.memory_gb[1]:
                 continue
-        if cc and p.compute_capability and cc not in p.compute_capability:
-            return None  # the name and the compute capability disagree: do not guess
-        return p
-    return None
+        if cc and p.compute_capability and cc_text(cc) not in p.compute_capability:
+            return None, ""  # the name and the compute capability disagree: do not guess
+        return p, "name"
+    return None, ""
 
 
-def _by_signature(cc: str | None, units: int | None, mem_gb: float | None) -> Peak | None:
-    if not cc or not units or mem_gb is None:
+def record(device: Any) -> GpuRecord:
+    """The ``gpus.GpuRecord`` of a ``DeviceInfo`` (or anything with its fields): what the trace says, read once
+    (vendor folded, compute capability parsed), and the part this table identifies."""
+    name = getattr(device, "name", None)
+    vendor = vendor_of(getattr(device, "vendor", None), name)
+    cc = parse_cc(getattr(device, "compute_capability", None))
+    sms = getattr(device, "sm_count", None)
+    mem = getattr(device, "memory_bytes", None)
+    peak, how = identify(name, cc, mem, sms, vendor)
+    return GpuRecord(name, vendor, cc, sms, mem, peak, how)
+
+
+def _by_signature(cc: tuple[int, int] | None, units: int | None, mem_gb: float | None, vendor: str | None) -> Peak | None:
+    if not cc or not units:
         return None
-    hits = [p for p in PEAKS if p.units == units and cc in p.compute_capability
-            and p.signature_memory_gb is not None and p.signature_memory_gb[0] <= mem_gb <= p.signature_memory_gb[1]]
+    hits = [p for p in PEAKS if p.units == units and cc_text(cc) in p.compute_capability
+            and (vendor is None or p.vendor == vendor)
+            and (mem_gb is None or (p.signature_memory_gb is not None and p.signature_memory_gb[0] <= mem_gb <= p.signature_memory_gb[1]))]
+    if mem_gb is None and any(p.memory_gb is not None for p in hits):
+        return None  # variants told apart by memory alone, and the memory is not recorded
     return hits[0] if len(hits) == 1 else None  # variants sharing a signature (A100 80GB PCIe/SXM) stay unknown
-
-
-def _cc(value: str | None) -> str | None:
-    if not value:
-        return None
-    m = re.match(r"\s*(\d+)(?:\.(\d+))?", str(value))
-    return f"{m.group(1)}.{m.group(2) or 0}" if m else None
 
 
 def choose(devices: list, peak_tflops: float | None = None, peak_bandwidth_gbs: float | None = None) -> PeakChoice:
@@ -201,13 +306,17 @@ def choose(devices: list, peak_tflops: float | None = None, peak_bandwidth_gbs: 
 
 
 def _from_devices(devices: list) -> PeakChoice:
-    named = [d for d in devices if getattr(d, "name", None)]
+    named = [d for d in devices if getattr(d, "name", None)
+             or (getattr(d, "compute_capability", None) and getattr(d, "sm_count", None))]  # a signature identifies too
     if not named:
         return PeakChoice(None, {}, None, "", "the trace does not name its GPU")
-    found = {id(d): lookup(d.name, d.compute_capability, d.memory_bytes, d.sm_count) for d in named}
+    found = {id(d): record(d).peak for d in named}
     models = {p.gpu for p in found.values() if p is not None}
     if not models:
         d = named[0]
+        if not d.name:
+            return PeakChoice(None, {}, None, "", f"a GPU with compute capability {d.compute_capability} and {d.sm_count} SMs/CUs "
+                              "matches no single part in the peak table")
         if any(re.search(p.pattern, d.name, re.I) for p in PEAKS):
             why = (f"{d.name} with compute capability {d.compute_capability} and {((d.memory_bytes or 0) / 1e9):.0f} GB "
                    "matches no variant in the peak table")

@@ -192,6 +192,10 @@ class Rule:
     #: is idle time whose reason is known. Such findings may explain other idle findings (``traceinsight.causes``)
     #: and are never explained by them.
     root_cause: ClassVar[bool] = False
+    #: The work classes (``traceinsight.work_classes.CLASSES``: "gemm", "conv", "elementwise", ...) whose kernels
+    #: its modelled speed-up makes faster: the what-if replay shortens only those. Empty: every GPU task (the
+    #: finding cannot say which work gets faster).
+    speeds_up: ClassVar[tuple[str, ...]] = ()
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -204,6 +208,11 @@ class Rule:
         unknown = [b for b in cls.claims if b not in BUCKETS]
         if unknown:
             raise TypeError(f"rule {cls.__name__}: claims {', '.join(unknown)}: not ledger buckets ({', '.join(BUCKETS)})")
+        from .work_classes import CLASSES as WORK_CLASSES
+
+        odd = [c for c in cls.speeds_up if c not in WORK_CLASSES]
+        if odd:
+            raise TypeError(f"rule {cls.__name__}: speeds_up {', '.join(odd)}: not work classes ({', '.join(WORK_CLASSES)})")
         opts: dict[str, Option] = {}
         for base in reversed(cls.__mro__[1:]):
             opts.update(getattr(base, "options", {}) or {})
@@ -279,6 +288,15 @@ class Context:
         self.views = views
         self.rule = rule
         self.options = dict(rule.values)
+
+    def what_if_batch(self, factor: float, fixed_below_ns: int) -> dict | None:
+        """The what-if replay of this trace with ``factor`` times the batch: GPU tasks of at least ``fixed_below_ns``
+        take ``factor`` times as long, shorter (launch-bound) ones keep their time, host work stays
+        (``traceinsight.whatif.what_if_batch``): ``step_ns``, ``baseline_step_ns``, ``per_sample_ratio``,
+        ``throughput_gain``, ``assumptions``; None without steps to replay."""
+        from .whatif import what_if_batch
+
+        return what_if_batch(self.views, factor, fixed_below_ns)
 
     def finding(self, **fields: Unpack["FindingFields"]) -> Finding:
         """A Finding filled with this rule's code, severity and fixes (``build_finding``), its impact percentages

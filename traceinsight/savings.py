@@ -46,8 +46,6 @@ NO_CHANGE_PCT = 1.0
 AGREE_SHARE = 0.25
 #: ...or by less than this % of the window (too little to matter on the page).
 AGREE_WINDOW_PCT = 1.0
-#: Rules whose modelled speed-up is of GEMM/convolution kernels (the what-if shortens only those).
-GEMM_RULES = frozenset({"TI007"})
 
 
 def kind(f: Finding) -> str:
@@ -101,7 +99,7 @@ def assess(findings: list[Finding], views: "Views", rules: dict[str, object], ov
         elif k == KIND_IDLE:
             figure = int(idle_ns)
         else:
-            figure = _modelled(f, views, n_steps)
+            figure = _modelled(f, views, n_steps, rules.get(f.code))
         if withheld and k != KIND_NONE:  # the verdict cannot judge this window: no saving is drawn from it
             figure = 0
             f.metrics["saving_basis"] = "this window cannot be judged (one-time work or too little GPU work fills it), so no saving is drawn from it"
@@ -197,16 +195,28 @@ def _changes_nothing(what_if: dict | None) -> bool:
     return b - p < b * NO_CHANGE_PCT / 100.0
 
 
-def _modelled(f: Finding, views: "Views", n_steps: int) -> int:
+def speeds_up(rule: object) -> tuple[str, ...] | None:
+    """The work classes (``work_classes.CLASSES``) a rule's modelled speed-up makes faster, as the rule declares
+    them (``Rule.speeds_up``); None (every GPU task) when it declares none or something unreadable."""
+    declared = getattr(rule, "speeds_up", None)
+    if isinstance(declared, str):
+        declared = (declared,)
+    if not isinstance(declared, tuple) or not declared or not all(isinstance(c, str) for c in declared):
+        return None
+    return declared
+
+
+def _modelled(f: Finding, views: "Views", n_steps: int, rule: object = None) -> int:
     """A modelled speed-up's figure: what the replay gives back over the window's steps, at most the rule's
-    estimate; the rule's estimate when there is nothing to replay (said on the finding)."""
+    estimate; the rule's estimate when there is nothing to replay (said on the finding). The replay shortens the
+    kernels of the work classes the rule declares it speeds up (``speeds_up``), else every GPU task."""
     estimate = int(f.impact_ns)
     if estimate <= 0:
         return 0
     from .whatif import what_if_faster
 
     try:
-        w = what_if_faster(views, estimate, gemm_only=f.code in GEMM_RULES)
+        w = what_if_faster(views, estimate, classes=speeds_up(rule))
     except Exception as exc:  # a model failure must not take the analysis down; say so on the finding
         f.metrics["what_if_error"] = f"{type(exc).__name__}: {exc}"
         w = None

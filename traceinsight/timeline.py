@@ -80,6 +80,8 @@ OPTIONAL_COLUMNS: dict[str, str] = {
     "external_id": "int64",  # framework op id linking ops to launches (kineto External id)
     "thread_name": "category",
     "cbid": "int64",
+    "op_flops": "float64",  # FLOPs the source recorded for the row (XLA's per-op cost analysis on XPlane kernels)
+    "op_bytes": "float64",  # bytes accessed the source recorded for the row (the same)
 }
 
 

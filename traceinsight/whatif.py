@@ -43,7 +43,8 @@ from . import native
 from .finding import instance_columns
 from .intervals import Coverage, merge_grouped, merge_intervals
 from .masks import category_hits, codes_in
-from .patterns import DATA_WAIT_KINDS, DATA_WAIT_PRIMARY, EVENT_RECORD, GEMM_CONV, IMPLICIT_SYNC_CALL, STREAM_WAIT, SYNC_CALL
+from .patterns import DATA_WAIT_KINDS, DATA_WAIT_PRIMARY, EVENT_RECORD, IMPLICIT_SYNC_CALL, STREAM_WAIT, SYNC_CALL
+from .work_classes import CLASSES as WORK_CLASSES, GEMM_CLASSES, kernel_class_of
 from .thresholds import LAUNCH_GAP_NS
 from .units import format_what_if  # noqa: F401  (the reports' one-line form of a prediction)
 from .views import Views
@@ -92,7 +93,8 @@ class Graph:
     waits: list  # blocking call: node ids of the GPU tasks it waits for (one per stream)
     wait_on: np.ndarray  # bool: blocking edge active
     is_launch: np.ndarray  # host node that launched GPU work
-    gemm: np.ndarray  # GPU node that is a GEMM/convolution kernel
+    gemm: np.ndarray  # GPU node that is a GEMM/convolution kernel (``work_classes.GEMM_CLASSES``)
+    work: np.ndarray  # int8 per node: its kernel's position in ``work_classes.CLASSES`` (-1: not a kernel)
     steps: pd.DataFrame  # step, name, start_node, end_node, orig start/end, dur_ns (marker), in order
     window: np.ndarray  # node ids replayed, in event order (node id; negative -1-id for a blocking end event)
     defaults: dict = field(default_factory=dict)  # typical latencies: launch, queue (kernel-to-kernel)
@@ -113,7 +115,9 @@ class Graph:
 
 
 #: The fields of a ``Graph`` that its copies share (never edited in place by a transform).
-STRUCTURE = ("ntype", "start", "end", "prev", "cross", "launch", "waits", "is_launch", "gemm", "window", "seq")
+STRUCTURE = ("ntype", "start", "end", "prev", "cross", "launch", "waits", "is_launch", "gemm", "work", "window", "seq")
+#: The work classes in ``Graph.work``'s code order.
+_WORK = tuple(WORK_CLASSES)
 
 
 # --- building ---------------------------------------------------------------------------------------------
@@ -502,6 +506,11 @@ def build_graph(views: Views, rank: int, max_steps: int = MAX_STEPS) -> Graph | 
         staged = hl & is_copy & act["pageable"].to_numpy(dtype=bool) & (2 * (launch_end - launch_start) >= ge - gs)
         own_done |= staged
     ntype[lg[own_done]] = BLOCKING
+    # a kernel launch that returns only when the GPU frees a slot in its full launch queue (a GPU-bound loop whose
+    # host ran ahead by a queue's depth of launches) waits on the GPU like a blocking call: its length is the wait
+    # for an earlier task to finish, so faster GPU work shortens it in the replay
+    q_full = _queue_full(hl, launch_start, launch_end, gs)
+    ntype[lg[q_full]] = BLOCKING
 
     # typical latencies, from tasks where that edge bound the start (GPU tasks)
     hp, pe, le = has_prev[G], prev_end[G], launch_end
@@ -563,6 +572,7 @@ def build_graph(views: Views, rank: int, max_steps: int = MAX_STEPS) -> Graph | 
                 if start[t] < end[b_ids[j]]:
                     per_b[j].append(t)
                     wmax[j] = max(wmax[j], end[t])
+        _queue_waits(b_ids, per_b, wmax, lg[q_full], dev[q_full], dev, nh, start, end)
         for j, b in enumerate(b_ids):
             waits[b] = tuple(per_b[j])
         d = end[b_ids] - start[b_ids]
@@ -570,18 +580,71 @@ def build_graph(views: Views, rank: int, max_steps: int = MAX_STEPS) -> Graph | 
         own[b_ids] = np.clip(np.minimum(d, after), 0, None)
         wait_on[b_ids] = [len(w) > 0 for w in (waits[b] for b in b_ids)]
 
-    gemm = np.zeros(n, bool)
-    gemm[nh:] = _name_match(_codes(act["name"]), GEMM_CONV) & _kind_in(act_kind, ("kernel",))
+    work = np.full(n, -1, np.int8)
+    ncol = _codes(act["name"])
+    per_name = np.array([_WORK.index(kernel_class_of(c)) for c in ncol[1]] + [-1], dtype=np.int8)
+    work[nh:] = np.where(_kind_in(act_kind, ("kernel",)), per_name[np.where(ncol[0] >= 0, ncol[0], len(per_name) - 1)], -1)
+    gemm = np.isin(work, [_WORK.index(c) for c in GEMM_CLASSES])
 
     steps, step_cols = _step_table(start, nh, marker_steps, max_steps)
     g = Graph(rank=rank, ntype=ntype, start=start, end=end, dur=end - start, prev=prev, prev_lat=prev_lat, cross=cross,
               cross_lat=cross_lat, launch=launch, launch_lat=launch_lat, own=own, waits=waits, wait_on=wait_on,
-              is_launch=is_launch, gemm=gemm, steps=steps, window=np.zeros(0, np.int64),
+              is_launch=is_launch, gemm=gemm, work=work, steps=steps, window=np.zeros(0, np.int64),
               defaults={"launch": d_launch, "queue": d_queue, "warmup": _warmup_windows(views, rank)}, seq=seq)
     if step_cols is not None:
         g.defaults["_step_arrays"] = (steps, step_cols)
     g.window = _window(g, steps)
     return g.freeze()
+
+
+#: A launch call waits for a full launch queue when it lasts at least this long (a launch costs microseconds)...
+QUEUE_FULL_CALL_NS = 200_000
+#: ...while at least this many GPU tasks it launched earlier have not started (CUDA queues about a thousand).
+QUEUE_FULL_PENDING = 256
+
+
+def _queue_full(cand: np.ndarray, launch_start: np.ndarray, launch_end: np.ndarray, gs: np.ndarray) -> np.ndarray:
+    """Of the GPU tasks ``cand`` (per GPU node), those whose launch call blocked on a full launch queue: a long
+    call (``QUEUE_FULL_CALL_NS``) made while ``QUEUE_FULL_PENDING`` tasks launched before it were still waiting
+    to start."""
+    out = np.zeros(len(cand), bool)
+    long_ = cand & (launch_end - launch_start >= QUEUE_FULL_CALL_NS)
+    if not long_.any():
+        return out
+    launched = np.flatnonzero(cand | (launch_start > 0))
+    ls = np.sort(launch_start[launched])
+    ts = np.sort(gs[launched])
+    t = launch_start[long_]
+    pending = np.searchsorted(ls, t, side="left") - np.searchsorted(ts, t, side="right")
+    out[np.flatnonzero(long_)[pending >= QUEUE_FULL_PENDING]] = True
+    return out
+
+
+def _queue_waits(b_ids: np.ndarray, per_b: list, wmax: np.ndarray, calls: np.ndarray, call_dev: np.ndarray,
+                 dev: np.ndarray, nh: int, start: np.ndarray, end: np.ndarray) -> None:
+    """A launch that waited for a full queue waits for the GPU task on its device that ended last before it
+    returned (the one whose end freed the slot), launched in the trace or queued before it began. Fills
+    ``per_b``/``wmax`` in place for the queue-full calls among ``b_ids`` that have no wait yet."""
+    if not len(calls):
+        return
+    pos = {int(b): j for j, b in enumerate(b_ids.tolist())}
+    gpu_end = end[nh:]
+    for d in np.unique(call_dev):
+        on = np.flatnonzero(dev == d)
+        if not len(on):
+            continue
+        o = on[np.argsort(gpu_end[on], kind="stable")]
+        ends = gpu_end[o]
+        mine = calls[call_dev == d]
+        k = np.searchsorted(ends, end[mine], side="right") - 1
+        for c, i in zip(mine.tolist(), k.tolist()):
+            j = pos.get(c)
+            if j is None or per_b[j] or i < 0:
+                continue
+            t = nh + int(o[i])
+            if start[c] < end[t] <= end[c]:
+                per_b[j].append(t)
+                wmax[j] = max(wmax[j], end[t])
 
 
 def _launched_by_stream(order: np.ndarray, same: np.ndarray, nh: int, hl: np.ndarray, dev: np.ndarray,
@@ -1210,17 +1273,33 @@ def what_if_for(views: Views, name: str | None, instances=None) -> dict | None:
     return r if r["step_ns"] is not None else None
 
 
-def faster_gpu_work(saved_ns: int, gemm_only: bool = False) -> Callable[..., None]:
+def _selected(g: Graph, classes: tuple[str, ...] | None) -> np.ndarray:
+    """The GPU nodes a modelled speed-up shortens: kernels of the work ``classes`` (``work_classes``), or every
+    GPU task when the finding cannot say which (None)."""
+    sel = g.ntype == GPU
+    if classes is not None:
+        sel = sel & np.isin(g.work, [_WORK.index(c) for c in classes if c in _WORK])
+    return sel
+
+
+def _classes_label(classes: tuple[str, ...] | None) -> str:
+    if classes is None:
+        return "GPU tasks"
+    if tuple(classes) == GEMM_CLASSES:
+        return "GEMM/convolution kernels"
+    return "/".join(WORK_CLASSES.get(c, c) for c in classes) + " kernels"
+
+
+def faster_gpu_work(saved_ns: int, gemm_only: bool = False, classes: tuple[str, ...] | None = None) -> Callable[..., None]:
     """A transform for a modelled speed-up of busy work (tensor cores, fuller grids, pinned copies): the GPU tasks
-    it names (GEMM/convolution kernels with ``gemm_only``, else every GPU task, when the finding cannot say which)
-    get shorter by one common factor, so that together they lose ``saved_ns`` over the whole trace. What the step
-    gets back is then what the critical path gets back: kernels that only ever run while the host is the bound
-    give back nothing."""
+    it names (kernels of the work ``classes`` the rule declares, ``gemm_only`` = the GEMM/convolution classes; else
+    every GPU task, when the finding cannot say which) get shorter by one common factor, so that together they lose
+    ``saved_ns`` over the whole trace. What the step gets back is then what the critical path gets back: kernels
+    that only ever run while the host is the bound give back nothing."""
+    classes = GEMM_CLASSES if gemm_only and classes is None else (tuple(classes) if classes is not None else None)
 
     def faster(g: Graph, windows=None) -> None:
-        sel = g.ntype == GPU
-        if gemm_only:
-            sel = sel & g.gemm
+        sel = _selected(g, classes)
         total = float(g.dur[sel].sum())
         if total <= 0:
             return
@@ -1228,29 +1307,26 @@ def faster_gpu_work(saved_ns: int, gemm_only: bool = False) -> Callable[..., Non
         g.dur[sel] = np.round(g.dur[sel] * factor).astype(g.dur.dtype)
 
     faster.__doc__ = (
-        f"the {'GEMM/convolution kernels' if gemm_only else 'GPU tasks'} get shorter by one factor, {saved_ns / 1e6:.3g} ms "
+        f"the {_classes_label(classes)} get shorter by one factor, {saved_ns / 1e6:.3g} ms "
         "in all; host work, launches and every wait keep their measured times"
     )
     return faster
 
 
-def what_if_faster(views: Views, saved_ns: int, gemm_only: bool = False) -> dict | None:
+def what_if_faster(views: Views, saved_ns: int, gemm_only: bool = False, classes: tuple[str, ...] | None = None) -> dict | None:
     """``Finding.what_if`` for a modelled speed-up of busy work (:func:`faster_gpu_work`), or None without steps to
     replay. The factor is taken over every rank's selected GPU time, so the ranks shrink alike."""
     gs = graphs(views)
     if not gs or saved_ns <= 0:
         return None
-    total = 0.0
-    for g in gs:
-        sel = g.ntype == GPU
-        if gemm_only:
-            sel = sel & g.gemm
-        total += float(g.dur[sel].sum())
+    classes = GEMM_CLASSES if gemm_only and classes is None else (tuple(classes) if classes is not None else None)
+    per_sel = [float(g.dur[_selected(g, classes)].sum()) for g in gs]
+    total = sum(per_sel)
     if total <= 0:
         return None
     share = float(saved_ns) / total
-    per_rank = [share * float(g.dur[(g.ntype == GPU) & (g.gemm if gemm_only else True)].sum()) for g in gs]
-    fns = [(g.ntype, faster_gpu_work(int(ns), gemm_only)) for g, ns in zip(gs, per_rank)]
+    per_rank = [share * t for t in per_sel]
+    fns = [(g.ntype, faster_gpu_work(int(ns), classes=classes)) for g, ns in zip(gs, per_rank)]
 
     def faster(g: Graph, windows=None) -> None:
         # ``g`` is a copy of one of ``gs``: copies share the structure arrays, so its node types name its source
@@ -1262,3 +1338,37 @@ def what_if_faster(views: Views, saved_ns: int, gemm_only: bool = False) -> dict
     faster.__name__ = "faster_gpu_work"
     r = predict_step_ns(views, faster)
     return r if r["step_ns"] is not None else None
+
+
+def grow_batch(factor: float, fixed_below_ns: int) -> Callable[..., None]:
+    """A transform for a larger batch (TI030): GPU tasks of at least ``fixed_below_ns`` take ``factor`` times as long
+    (their work scales with the batch), shorter ones keep their time (launch-bound: a larger grid in the same
+    latency); host work, launches and every wait keep their measured times. A model, not a measurement: a larger
+    batch can pick other kernels, and host work per step can grow with it too (data loading)."""
+
+    def grow(g: Graph, windows=None) -> None:
+        sel = (g.ntype == GPU) & (g.dur >= fixed_below_ns)
+        g.dur[sel] = np.round(g.dur[sel] * float(factor)).astype(g.dur.dtype)
+
+    grow.__doc__ = (f"GPU tasks of {fixed_below_ns / 1e3:g} µs or longer take {factor:.3g}x as long (they scale with the batch); "
+                    "shorter, launch-bound ones keep their time; host work, launches and every wait keep their measured times")
+    return grow
+
+
+def what_if_batch(views: Views, factor: float, fixed_below_ns: int) -> dict | None:
+    """The replay at ``factor`` times the batch (:func:`grow_batch`): ``Finding.what_if`` plus ``per_sample_ratio``
+    (time per sample after / before: step after / (factor x step before)) and ``throughput_gain`` (its inverse);
+    None without steps to replay."""
+    if factor <= 0:
+        return None
+    r = predict_step_ns(views, grow_batch(factor, fixed_below_ns))
+    if r["step_ns"] is None or not r["baseline_step_ns"]:
+        return None
+    if factor >= 1 and r["step_ns"] < r["baseline_step_ns"]:
+        r["step_ns"] = r["baseline_step_ns"]  # more work per step never shortens it (a replay's rounding can)
+    ratio = float(r["step_ns"]) / (float(factor) * float(r["baseline_step_ns"]))
+    r["batch_factor"] = float(factor)
+    r["per_sample_ratio"] = ratio
+    r["throughput_gain"] = 1.0 / ratio if ratio > 0 else None
+    return r
+

@@ -11,8 +11,11 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
+import numpy as np
+import pandas as pd
+
 from .buckets import BY_ID
-from .patterns import COLLECTIVE
+from .patterns import COLLECTIVE, NOT_GEMM
 
 #: The classes, in display order, with their labels.
 CLASSES: dict[str, str] = {
@@ -36,12 +39,20 @@ COLOURS: dict[str, str] = {
 #: Classes whose FLOPs run on matrix units (tensor cores, matrix cores): the "model FLOPs" of MFU.
 MATRIX_CLASSES: tuple[str, ...] = ("gemm", "conv", "attention")
 
+#: The classes of matrix-multiply and convolution work: what "GEMM/convolution kernels" means everywhere (the
+#: efficiency view's GEMM and convolution rows, TI007's GEMM time, the what-if's faster GEMMs, the diff's "gemm").
+#: There is no other definition of a GEMM kernel in the package.
+GEMM_CLASSES: tuple[str, ...] = ("gemm", "conv")
+
 #: Kernel-name patterns, first match wins (case-insensitive). Triton/inductor kernels are classed by their name
 #: prefix (``triton_poi_`` pointwise, ``triton_red_``/``triton_per_`` reductions, ``triton_tem_`` templates: GEMMs).
+#: AMD's GEMMs (Tensile ``Cijk_*``, hipBLASLt, rocBLAS, Composable Kernel ``ck::``) are GEMMs like cuBLAS's. FBGEMM's
+#: ``fbgemm_gpu::`` kernels (embedding lookups, permutes) say "gemm" but gather memory: elementwise, first.
 KERNEL_PATTERNS: tuple[tuple[str, "re.Pattern[str]"], ...] = tuple(
     (cls, re.compile(rx, re.I))
     for cls, rx in (
         ("communication", COLLECTIVE),
+        ("elementwise", NOT_GEMM),
         # FlashAttention, CK/aiter ``fmha``, cuDNN ``..._sdpa``, xFormers, FlashInfer, SageAttention (``sage_fwd``;
         # its ``sage_quant_kernel`` quantises Q/K and is elementwise work, below)
         ("attention", r"flash|fmha|attention|attn|sdpa|\bmha_|_mha\b|cutlass.*mem_eff|fused_multi_head|"
@@ -98,8 +109,10 @@ DTYPES: dict[str, tuple[str, int]] = {
     "short int": ("int16", 2), "int": ("int32", 4), "long int": ("int64", 8), "c10::complex<float>": ("c64", 8),
 }
 
-#: Tensor-core markers in GEMM kernel names that mean an FP32 matmul ran as TF32 (Ampere+).
-TF32_KERNEL = re.compile(r"tf32|xmma|s1688|s16816|tensorop_s|wgmma|nvjet|sm8\d_xmma|sm9\d_xmma", re.I)
+#: Tensor-core markers in GEMM kernel names that mean an FP32 matmul ran as TF32 (Ampere+). cuBLAS's FP32 SIMT
+#: kernels are xmma-named too (``sm80_xmma_gemm_f32f32_..._ffma_...``: fused multiply-add on CUDA cores): a name
+#: that says ``ffma`` or ``simt`` is not TF32.
+TF32_KERNEL = re.compile(r"^(?!.*(?:ffma|simt)).*(?:tf32|xmma|s1688|s16816|tensorop_s|wgmma|nvjet|sm8\d_xmma|sm9\d_xmma)", re.I)
 
 
 @lru_cache(maxsize=4096)
@@ -110,3 +123,20 @@ def kernel_class_of(name: str) -> str:
         if rx.search(name):
             return cls
     return "other"
+
+
+def kernel_classes(names: "pd.Series") -> np.ndarray:
+    """The class of each row of a kernel-name column (an object array; "other" for a missing name), one
+    ``kernel_class_of`` per distinct name: the one way every user of the classes reads a column."""
+    if not len(names):
+        return np.zeros(0, dtype=object)
+    if isinstance(names.dtype, pd.CategoricalDtype):
+        per = np.array([kernel_class_of(str(c)) for c in names.cat.categories] + ["other"], dtype=object)
+        codes = names.cat.codes.to_numpy()
+        return per[np.where(codes >= 0, codes, len(per) - 1)]
+    return np.array([kernel_class_of(str(n)) for n in names], dtype=object)
+
+
+def is_gemm_class(classes: np.ndarray) -> np.ndarray:
+    """Rows of a class array that are GEMM/convolution work (``GEMM_CLASSES``)."""
+    return np.isin(np.asarray(classes, dtype=object), GEMM_CLASSES)

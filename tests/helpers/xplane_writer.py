@@ -98,8 +98,9 @@ class XSpaceTrace:
     def op(self, name: str, start_ns: int, dur_ns: int) -> None:
         self.host.event(0, name, start_ns, dur_ns)
 
-    def kernel(self, name: str, start_ns: int, dur_ns: int) -> None:
-        self.gpu.event(0, name, start_ns, dur_ns)
+    def kernel(self, name: str, start_ns: int, dur_ns: int, stats: dict | None = None) -> None:
+        """A kernel on the compute stream; ``stats`` such as XLA's per-op cost (``flops``, ``bytes_accessed``)."""
+        self.gpu.event(0, name, start_ns, dur_ns, stats)
 
     def alloc(self, at_ns: int, nbytes: int, *, op: str = "", addr: int = 0x7F00_0000_0000, grow_to: int | None = None,
               allocator: str = "GPU_0_bfc") -> None:

@@ -6,6 +6,7 @@ import html
 import math
 from typing import Any
 
+from ..efficiency import coverage_phrase
 from ..units import fmt_ns
 from ..work_classes import COLOURS
 
@@ -28,8 +29,12 @@ def headline(eff: Any) -> str:
         return ""
     if eff.mfu_pct is not None:
         src = eff.peak.source if eff.peak.source != "user" else "--peak-tflops"
-        how = "FLOPs from recorded shapes" if eff.flops_source == "shapes" else "FLOPs per step given with --model-flops-per-step"
-        return f"MFU {eff.mfu_pct:.1f}% of {eff.peak_label()} ({src}); {how}."
+        how = {"shapes": "FLOPs from recorded shapes", "recorded": "FLOPs as XLA recorded them per op"}.get(
+            eff.flops_source, "FLOPs per step given with --model-flops-per-step")
+        cov = coverage_phrase(getattr(eff, "coverage", None)) if eff.flops_source in ("shapes", "recorded") else ""
+        return f"MFU {eff.mfu_pct:.1f}% of {eff.peak_label()} ({src}); {how}" + (f" ({cov})." if cov else ".")
+    if getattr(eff, "mfu_withheld", ""):
+        return eff.mfu_withheld + "."
     if eff.flops_source != "none":
         return f"Model FLOPs known, but {eff.peak_label()}."
     return " ".join(eff.notes[:1]) + "." if eff.notes else ""

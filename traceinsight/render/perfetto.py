@@ -28,6 +28,7 @@ import msgspec
 import numpy as np
 import pandas as pd
 
+from ..gpus import parse_cc
 from ..version import __version__
 from ..analysis import Analysis
 from ..finding import Finding, instance_columns
@@ -260,7 +261,6 @@ def _finding_events(analysis: Analysis, cap: int) -> tuple[list[dict], list[dict
 
 
 def _cc(cc: str | None, i: int) -> int | None:
-    try:
-        return int(str(cc).split(".")[i]) if cc else None
-    except (ValueError, IndexError):
-        return None
+    """Major (``i`` = 0) or minor (1) of a compute capability, by ``gpus.parse_cc`` (the one parser)."""
+    parsed = parse_cc(cc)
+    return None if parsed is None else parsed[i]

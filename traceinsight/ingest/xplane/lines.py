@@ -41,7 +41,9 @@ _COPY_KIND = {"H2D": "HtoD", "HtoD": "HtoD", "D2H": "DtoH", "DtoH": "DtoH", "D2D
               "P2P": "PtoP", "PtoP": "PtoP", "H2H": "HtoH"}
 
 #: Stats read per event (everything else stays in the file).
-EVENT_STATS = ("correlation_id", "kernel_details", "memcpy_details", "step_num")
+EVENT_STATS = ("correlation_id", "kernel_details", "memcpy_details", "step_num", "flops", "bytes_accessed")
+#: XLA's per-op cost (HLO cost analysis) where the profiler wrote it on the device events: stat -> timeline column.
+OP_COST_STATS = {"flops": "op_flops", "bytes_accessed": "op_bytes"}
 
 
 class LineBatch:
@@ -243,6 +245,15 @@ def _correlations(raw: np.ndarray | None, n: int) -> np.ndarray:
     return np.where(ok & (value >= 0), value, -1)
 
 
+def _op_cost(raw: np.ndarray, on: np.ndarray) -> np.ndarray:
+    """A per-op cost stat (FLOPs, bytes) as float64 on the rows ``on``, NaN elsewhere and where it is not a
+    non-negative finite number (a stat holds any oneof member; traces are untrusted)."""
+    vals = np.array(pd.to_numeric(pd.Series(raw, dtype=object), errors="coerce"), dtype=np.float64)  # a copy: written below
+    bad = ~np.isfinite(vals) | (vals < 0) | (vals > 1e21) | ~on
+    vals[bad] = np.nan
+    return vals
+
+
 def _memcpy_bytes(raw: np.ndarray | None, n: int) -> np.ndarray:
     """``size:<n>`` of memcpy_details; each distinct text is parsed once."""
     nbytes = np.zeros(n, dtype=np.int64)
@@ -317,6 +328,12 @@ def frame_from_table(t: LineTable, name_table: list[str], meta: TraceMeta) -> tu
     }
     line_cat = pd.Categorical.from_codes(line_codes, categories=lf["names"])
     optional: dict[str, Any] = {"category": line_cat, "thread_name": line_cat}
+    for stat, col in OP_COST_STATS.items():
+        raw = t.stats.get(stat)
+        if raw is not None:
+            vals = _op_cost(raw, kind == _K["kernel"])
+            if np.isfinite(vals).any():
+                optional[col] = vals
     kdetails = t.stats.get("kernel_details")
     if kdetails is not None:
         kd_mask = pd.notna(kdetails) & (kind == _K["kernel"])
