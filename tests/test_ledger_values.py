@@ -191,9 +191,11 @@ def test_a_first_call_must_last_the_warmup_minimum(tmp_path):
 def test_a_first_call_spent_half_inside_a_copy_call_is_not_warmup(tmp_path):
     """A first call that spends half its time or more inside copy or blocking calls measures the queue ahead of
     it, not one-time work: 1000 µs of a 2000 µs call inside cudaMemcpyAsync or a stream sync is left out, 990 µs
-    is not."""
+    is not. (The 1 ms blocking call itself, at the head of the run while the GPU runs nothing traced, may be set
+    aside as waiting on work queued before the window: that is the window's start, not the first call's.)"""
     for call in ("cudaMemcpyAsync", "cudaStreamSynchronize"):
-        assert _first_call_warmup(tmp_path, "aten::to", 2000, 50, block=(call, 1000)) == [], call
+        firsts = [w for w in _first_call_warmup(tmp_path, "aten::to", 2000, 50, block=(call, 1000)) if w[2].startswith("first call")]
+        assert firsts == [], call
         assert _first_call_warmup(tmp_path, "aten::to", 2000, 50, block=(call, 990)) == [(20, 2000, "first call of aten::to")], call
 
 
@@ -474,7 +476,8 @@ def test_names_as_plain_strings_give_the_same_ledger(tmp_path):
         tl = traceinsight.load(t.write(tmp_path / "t.json"))
         plain = Derived(Timeline(events=tl.events.assign(name=tl.events["name"].astype(object)), meta=tl.meta)).ledger
         led = Derived(tl).ledger
-        assert _warm(plain) == _warm(led) == ([(20, 2000, "first call of aten::conv2d")] if name == "aten::conv2d" else []), name
+        firsts = [w for w in _warm(led) if w[2].startswith("first call")]
+        assert _warm(plain) == _warm(led) and firsts == ([(20, 2000, "first call of aten::conv2d")] if name == "aten::conv2d" else []), name
         assert plain.totals() == led.totals(), name
     # input shapes recorded: each shape's first call, found on plain names as on categories
     t = _shaped_calls([(A, 2000), (A, 100), (A, 100), (A, 100), (B, 2000), (B, 100), (B, 100), (B, 100)])

@@ -229,8 +229,12 @@ def test_fp32_without_tensor_cores_and_bf16():
     # bf16 steps take about a third of fp32's: the median change and the interval's low end are both far below
     # zero; with three steps a side the interval may still reach past zero, and then the verdict says it cannot
     # tell (never "no measurable change", never "slower")
-    assert s["change_pct"] < -40 and s["low_pct"] < -40
-    assert d["verdict"] == ("faster" if s["high_ns"] < 0 else "inconclusive")
+    assert s["change_pct"] < -40
+    # three steps a side give no interval, and the first fp32 step (27 ms, while the launch queue fills) is shorter than a bf16
+    # step, so the sides are not completely separated: the diff says it cannot tell, names that step, and never
+    # claims "no measurable change" or "slower"
+    assert s["low_pct"] is None and d["verdict"] == "inconclusive"
+    assert "too few steps for an interval" in d["sentence"] and "outlier: BASE step 4" in d["sentence"]
 
 
 # --- JAX (XPlane) -------------------------------------------------------------------------------------------
