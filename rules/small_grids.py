@@ -36,8 +36,10 @@ class SmallGrids(Rule):
     the same signal as "Est. SM Efficiency" = Σ min(blocks/SMs, 1)·dur / step time without a threshold; 30 %
     means "a third of the GPU time runs on part of the chip".
 
-    **Impact** = Σ dur x (1 - blocks/SMs) over under-filled launches: the SM-time left empty (the time saved if
-    the same work filled the device). An upper bound: concurrent streams may already fill some of those SMs.
+    **Impact** = Σ alone x (1 - blocks/SMs) over under-filled launches, where *alone* is the part of the launch
+    during which no other kernel runs on its device: the SM-time left empty (the time saved if the same work filled
+    the device). While another kernel runs beside it (a communication kernel given a few SMs by design, beside
+    the GEMMs), the SMs it leaves are not empty, so that time costs nothing and is not priced.
     Graded on the common scale, but at most ``max_severity`` = **info** by default: modelled headroom, not time
     the GPU lost.
     Skipped silently when the trace has no grid column or no SM count.
@@ -118,7 +120,8 @@ class SmallGrids(Rule):
             pos, rank, device, blocks, sm = pos[known], rank[known], device[known], blocks[known], sm[known]
         dur = v.array("kernels", "dur_ns")[pos].astype(float)
         under = blocks < sm * float(ctx.options["min_waves"])
-        lost = np.where(under, dur * (1.0 - np.minimum(blocks / sm, 1.0)), 0.0)
+        alone = _alone_ns(v, pos)
+        lost = np.where(under, alone * (1.0 - np.minimum(blocks / sm, 1.0)), 0.0)
         # per (rank, device), grouped on one code per row (sorted pairs): the groupby's own float sums, without
         # factorizing two key columns
         pairs, code = pair_codes(rank, device)
@@ -150,7 +153,8 @@ class SmallGrids(Rule):
             title=f"{share:.0f}% of kernel time in launches smaller than the GPU ({sm_txt} SMs)",
             message=(
                 f"On {where}, {fmt_ns(under_ns)} of {fmt_ns(kern_ns)} kernel time ({share:.1f}%) is in launches with fewer "
-                f"blocks than the GPU has SMs ({sm_txt}); about {fmt_ns(impact)} of SM time stayed empty "
+                f"blocks than the GPU has SMs ({sm_txt}); about {fmt_ns(impact)} of SM time stayed empty while no other "
+                f"kernel ran beside them "
                 f"(top: `{ev['name'].iat[0][:120]}`, median {ev['median_blocks'].iat[0]:g} blocks). "
                 f"The work per launch (often the batch size) is too small for this GPU."
             ),
@@ -202,6 +206,36 @@ def top_kernels(names: np.ndarray, blocks: np.ndarray, dur: np.ndarray, n: int) 
         return ev
     order = descending_order(total)[:n]
     return pd.DataFrame({"name": pd.Index(uniq[order]), "count": count[order], "total_ms": total[order] / 1e6, "median_blocks": median[order]})
+
+
+def _alone_ns(v, pos: np.ndarray) -> np.ndarray:
+    """For the kernels at ``pos``: the ns of each during which it is the only kernel running on its (rank, device),
+    from the device's concurrency count over time (one sweep per device, then a lookup per kernel)."""
+    rank_all, dev_all = v.array("kernels", "rank").astype(np.int64), v.array("kernels", "device").astype(np.int64)
+    start_all = v.array("kernels", "start_ns").astype(np.int64)
+    end_all = start_all + v.array("kernels", "dur_ns").astype(np.int64)
+    out = np.zeros(len(pos))
+    key_all = rank_all * 1_000_003 + dev_all
+    key = key_all[pos]
+    for k in np.unique(key):
+        on = key_all == k
+        s, e = start_all[on], end_all[on]
+        t = np.concatenate([s, e])
+        step = np.concatenate([np.ones(len(s), np.int64), -np.ones(len(e), np.int64)])
+        order = np.lexsort((step, t))  # at a tie, an end before a start: touching kernels do not overlap
+        t, running = t[order], np.cumsum(step[order])
+        seg = np.diff(t).astype(float) * (running[:-1] == 1)  # [t[i], t[i+1]) runs exactly one kernel
+        cum = np.concatenate([[0.0], np.cumsum(seg)])
+
+        def alone_before(x: np.ndarray) -> np.ndarray:
+            i = np.clip(np.searchsorted(t, x, side="right") - 1, 0, len(t) - 1)
+            inside = np.minimum(x - t[i], np.append(np.diff(t), 0)[i]).astype(float)
+            return cum[i] + np.where(running[i] == 1, np.maximum(inside, 0.0), 0.0)
+
+        mine = np.flatnonzero(key == k)
+        ks, ke = start_all[pos[mine]], end_all[pos[mine]]
+        out[mine] = np.maximum(alone_before(ke) - alone_before(ks), 0.0)
+    return out
 
 
 def _map_sms(rank: np.ndarray, device: np.ndarray, sms: dict, fallback: float) -> np.ndarray:
