@@ -30,7 +30,8 @@ def spread_sentence(steps: dict) -> str:
     sp = steps["spread"]
     how = {"profiler": "the profiler's markers", "auto": "picked automatically", "chosen": "chosen with --step-range",
            "optimizer": "found from the optimizer's calls"}.get(src["how"], src["how"])
-    text = (f"{steps['count']} steps from {src['marker']} ({how}; {src['why']}). Steady steps ({sp['steps']}): median {fmt_ns(sp['median_ns'])}, "
+    said = how if src["how"] == "profiler" else f"{how}; {src['why']}"  # the profiler's markers need no second reason
+    text = (f"{steps['count']} steps from {src['marker']} ({said}). Steady steps ({sp['steps']}): median {fmt_ns(sp['median_ns'])}, "
             f"p10-p90 {fmt_ns(sp['p10_ns'])}-{fmt_ns(sp['p90_ns'])}, min-max {fmt_ns(sp['min_ns'])}-{fmt_ns(sp['max_ns'])}")
     o = steps.get("outlier")
     if o:
