@@ -12,6 +12,6 @@ setup(
     ext_modules=[
         Extension("traceinsight.ingest.kineto._kineto_scan", ["traceinsight/ingest/kineto/_kineto_scan.c"], optional=True, extra_compile_args=_FLAGS),
         Extension("traceinsight.ingest.xplane._wire_scan", ["traceinsight/ingest/xplane/_wire_scan.c"], optional=True, extra_compile_args=_FLAGS),
-        Extension("traceinsight._replay", ["traceinsight/_replay.c"], optional=True, extra_compile_args=_FLAGS),
+        Extension("traceinsight.derive._replay", ["traceinsight/derive/_replay.c"], optional=True, extra_compile_args=_FLAGS),
     ]
 )

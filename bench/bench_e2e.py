@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_load import CORPUS, DDP, _child_env, make_synthetic  # noqa: E402
 
 _ROWS = "\nprint('BENCH ' + json.dumps({'rows': rows}))\n"
-_KEPT = "from traceinsight.allocator import keep_freed_memory\nkeep_freed_memory()\n"
+_KEPT = "from traceinsight.vocab.allocator import keep_freed_memory\nkeep_freed_memory()\n"
 
 PROBES = {
     "load": "import json, sys\nimport traceinsight\nrows = len(traceinsight.load(sys.argv[1]).events)" + _ROWS,
@@ -46,7 +46,7 @@ PROBES = {
         + "sys.stdout.flush()\nos._exit(0)\n"
     ),
     "analyze": (
-        "import sys\nfrom traceinsight.console import main\n"
+        "import sys\nfrom traceinsight.cli.console import main\n"
         "sys.argv = ['traceinsight', 'analyze', sys.argv[1], '-f', 'html,md,json', '-o', sys.argv[2], '--no-progress']\nmain()\n"
     ),
     "hta": (

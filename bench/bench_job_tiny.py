@@ -64,7 +64,7 @@ def main() -> None:
     load = os.getloadavg()
     cpu0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
-    res = subprocess.run([sys.executable, "-m", "traceinsight.cli", "analyze", str(folder), "-f", "json", "-o", str(report)],
+    res = subprocess.run([sys.executable, "-m", "traceinsight.cli.app", "analyze", str(folder), "-f", "json", "-o", str(report)],
                          capture_output=True, text=True, cwd=HERE.parent)
     wall = time.perf_counter() - t0
     cpu1 = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -85,7 +85,7 @@ def pieces(files: list[str], warm_up: int = 40) -> None:
     """Process time per rank of ``analyze_rank`` and of each piece it runs (see the module docstring)."""
     import collections
 
-    import traceinsight.engine as engine
+    import traceinsight.pipeline.engine as engine
     import traceinsight.ingest as ingest
     import traceinsight.job.mapper as mapper
     from traceinsight.job.mapper import MapSettings, analyze_rank, warm

@@ -31,9 +31,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import traceinsight  # noqa: E402
-from traceinsight import whatif  # noqa: E402
-from traceinsight import native  # noqa: E402
-from traceinsight.derived import Derived  # noqa: E402
+from traceinsight.derive import whatif  # noqa: E402
+from traceinsight.vocab import native  # noqa: E402
+from traceinsight.derive.derived import Derived  # noqa: E402
 
 SHARED = Path(os.environ.get("TRACEINSIGHT_SHARED", ROOT.parent / "shared")) / "traces"
 REPLAY_TRACES = [
@@ -124,7 +124,7 @@ def hostile() -> bool:
     from tests.test_ingest_hostile import _bomb
     from tests.test_kineto_parity import _doc_with
     from tests.test_security_sqlite import _export, _sql
-    from traceinsight.errors import TraceReadError
+    from traceinsight.vocab.errors import TraceReadError
 
     ok = True
 

@@ -4,7 +4,7 @@ ones survive. Not in CI (minutes per module); run it before resolving an issue t
     python bench/mutation.py severity            # one module
     python bench/mutation.py all --timeout 600   # each module in turn, each run capped
     python bench/mutation.py whatif --children 2 --keep /tmp/mut
-    python bench/mutation.py ledger --only 'traceinsight.ledger.x__merged__mutmut_*'   # part of a large module
+    python bench/mutation.py ledger --only 'traceinsight.derive.ledger.x__merged__mutmut_*'   # part of a large module
 
 Each run works on a scratch copy of the checkout (tracked and untracked-but-not-ignored files plus the built C
 extensions), so the working tree is never touched; mutmut's configuration is written into that copy only. Tests
@@ -34,23 +34,23 @@ ROOT = Path(__file__).resolve().parents[1]
 #: module -> (file, or a tuple of files checked together; the fast tests that pin them; mutant-name patterns to
 #: restrict to (empty: every function)).
 MODULES: dict[str, tuple[str | tuple[str, ...], list[str], list[str]]] = {
-    "severity": ("traceinsight/severity.py", ["tests/test_severity.py", "tests/rules/test_TI002.py"], []),
-    "causes": ("traceinsight/causes.py", ["tests/test_causes.py"], []),
-    "verdict": ("traceinsight/verdict.py", ["tests/test_verdict_values.py", "tests/test_ledger_verdict.py", "tests/test_render_synth.py"], []),
-    "baseline": ("traceinsight/baseline.py", ["tests/test_baseline_compare.py", "tests/test_baseline.py", "tests/test_security_baseline.py"], []),
+    "severity": ("traceinsight/assess/severity.py", ["tests/test_severity.py", "tests/rules/test_TI002.py"], []),
+    "causes": ("traceinsight/assess/causes.py", ["tests/test_causes.py"], []),
+    "verdict": ("traceinsight/assess/verdict.py", ["tests/test_verdict_values.py", "tests/test_ledger_verdict.py", "tests/test_render_synth.py"], []),
+    "baseline": ("traceinsight/pipeline/baseline.py", ["tests/test_baseline_compare.py", "tests/test_baseline.py", "tests/test_security_baseline.py"], []),
     # the grading scale and what normalises a finding's instances (the module is otherwise dataclasses)
     "finding": (
-        "traceinsight/finding.py",
+        "traceinsight/model/finding.py",
         ["tests/test_severity.py", "tests/test_finding.py", "tests/test_columnar.py", "tests/test_rule_api.py"],
-        [f"traceinsight.finding.{name}__mutmut_*" for name in (
+        [f"traceinsight.model.finding.{name}__mutmut_*" for name in (
             "x_level", "xǁSeverityǁrank", "xǁSeverityǁparse", "xǁFixǁ__post_init__", "xǁInstanceǁ__post_init__",
             "xǁInstanceǁdur_ns", "x__columns_of", "x_instance_columns", "x_as_instances", "xǁInstancesǁ*",
             "xǁInstanceColumnsǁlabel", "x__opt_id", "xǁFindingǁfingerprint")],
     ),
     # FLOPs per op from recorded shapes (the numerator of every MFU) and the efficiency view built on it
-    "flops": ("traceinsight/flops.py", ["tests/test_flops.py", "tests/test_efficiency.py"], []),
-    "efficiency": ("traceinsight/efficiency.py", ["tests/test_efficiency.py", "tests/test_efficiency_view.py"], []),
-    "memory": (("traceinsight/memory.py", "traceinsight/allocator.py"),
+    "flops": ("traceinsight/derive/flops.py", ["tests/test_flops.py", "tests/test_efficiency.py"], []),
+    "efficiency": ("traceinsight/derive/efficiency.py", ["tests/test_efficiency.py", "tests/test_efficiency_view.py"], []),
+    "memory": (("traceinsight/derive/memory.py", "traceinsight/vocab/allocator.py"),
                ["tests/test_memory.py", "tests/test_allocator.py", "tests/test_memory_view.py"], []),
     # the unit tests on hand-written reports (tests/test_diff.py pins the same code end to end on analysed traces,
     # several seconds a mutant: far too slow here)
@@ -58,24 +58,24 @@ MODULES: dict[str, tuple[str | tuple[str, ...], list[str], list[str]]] = {
              ["tests/test_diff_compare.py"], []),
     # the steady-state model (warm-up steps, allocator growth, whether a window can be judged) and what each finding
     # saves and how it is graded on it (issue 40)
-    "steady": ("traceinsight/steady.py", ["tests/test_steady_state.py", "tests/rules/test_TI013.py"], []),
-    "savings": ("traceinsight/savings.py", ["tests/test_severity_symptoms.py", "tests/test_verdict_values.py"], []),
+    "steady": ("traceinsight/derive/steady.py", ["tests/test_steady_state.py", "tests/rules/test_TI013.py"], []),
+    "savings": ("traceinsight/assess/savings.py", ["tests/test_severity_symptoms.py", "tests/test_verdict_values.py"], []),
     # the whole job: its verdict, and the reduce step that matches collectives and measures the waits it quotes
     "job_verdict": ("traceinsight/job/verdict.py", ["tests/test_job_verdict.py"], []),
-    "job_reduce": ("traceinsight/job/reduce.py", ["tests/test_job_verdict.py", "tests/test_fast_job.py"], []),
+    "job_reduce": ("traceinsight/derive/ranks/reduce.py", ["tests/test_job_verdict.py", "tests/test_fast_job.py"], []),
     # the diff's kernel matching (which renamed kernels are the same work) on hand-written reports
     "diff_matching": ("traceinsight/delta/compare.py", ["tests/test_diff_matching.py", "tests/test_diff_compare.py"],
                       ["traceinsight.delta.compare.x_kernel_diff__mutmut_*"]),
     # Nsight Systems' memory tables (allocations, releases, unified-memory faults) as memory rows
     "nsys_memory": ("traceinsight/ingest/nsys/memory.py", ["tests/test_memory.py", "tests/test_memory_view.py"], []),
-    "ledger": ("traceinsight/ledger.py", ["tests/test_ledger_values.py", "tests/test_ledger_json.py", "tests/test_ledger.py", "tests/test_ledger_pieces.py", "tests/test_ledger_property.py",
+    "ledger": ("traceinsight/derive/ledger.py", ["tests/test_ledger_values.py", "tests/test_ledger_json.py", "tests/test_ledger.py", "tests/test_ledger_pieces.py", "tests/test_ledger_property.py",
                                          "tests/test_ledger_verdict.py", "tests/test_ledger_render.py", "tests/test_fast_paths.py"], []),
     # the what-if transforms and what maps findings to them (graph building and replay have their own tests,
     # native-vs-Python replay among them, and would take far longer than a run here)
     "whatif": (
-        "traceinsight/whatif.py",
+        "traceinsight/derive/whatif.py",
         ["tests/test_whatif_transforms.py", "tests/test_whatif.py"],
-        [f"traceinsight.whatif.x_{name}__mutmut_*" for name in (
+        [f"traceinsight.derive.whatif.x_{name}__mutmut_*" for name in (
             "_in", "_where", "remove_data_wait", "remove_host_sync", "launch_bound_to_graphs", "rnn_to_cudnn",
             "remove_warmup", "cut_time", "warmup_mask", "typical_gpu_latencies", "_all", "_resolve", "windows_of",
             "what_if_for", "step_times")],
@@ -190,7 +190,7 @@ def main() -> int:
     p.add_argument("--target", type=float, default=90.0, help="minimum %% killed per module (default 90)")
     p.add_argument("--keep", type=Path, help="keep the scratch copies under this folder (to rerun or inspect)")
     p.add_argument("--only", nargs="+", metavar="PATTERN",
-                   help="mutant-name patterns (fnmatch, e.g. 'traceinsight.ledger.x__merged__mutmut_*') run and scored "
+                   help="mutant-name patterns (fnmatch, e.g. 'traceinsight.derive.ledger.x__merged__mutmut_*') run and scored "
                         "instead of the module's own: to iterate on part of a large module")
     p.add_argument("--report", type=Path, metavar="COPY", help="only report on a kept scratch copy of this module")
     args = p.parse_args()

@@ -28,7 +28,7 @@ END = "<!-- rules:end -->"
 
 def builtin_rules() -> dict:
     """code -> Rule class, for the rules shipped with traceinsight, sorted by code."""
-    from traceinsight.plugins import discover
+    from traceinsight.pipeline.plugins import discover
 
     rs = discover()
     return {code: cls for code, cls in sorted(rs.rules.items()) if cls.__module__.startswith(BUILTIN_MODULE_PREFIX)}

@@ -3,5 +3,5 @@
 (``patterns``, ``buckets``, ``intervals``, ``masks``); the import contract in pyproject.toml holds them to it.
 
 This folder ships as the package ``traceinsight.rules``; every public module in it is a rule module, found by
-``traceinsight.plugins.builtin_modules`` (a new rule is one new file here, listed nowhere else).
+``traceinsight.pipeline.plugins.builtin_modules`` (a new rule is one new file here, listed nowhere else).
 """

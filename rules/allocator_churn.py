@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from traceinsight.memory import FREE_CALLS, fmt_bytes
+from traceinsight.derive.memory import FREE_CALLS, fmt_bytes
 from traceinsight.rule_api import Context, Fix, Location, Option, Rule, Severity, fmt_ns
 from traceinsight.rulelib.releases import MIN_REALLOCS_PER_STEP, asked_for, uncached_allocator
 

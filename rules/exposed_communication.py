@@ -36,7 +36,7 @@ class ExposedCommunication(CrossRankRule):
 
     A rank is reported when the remaining exposed time is at least ``min_exposed_pct`` = **5 %** of its GPU window
     and at least ``min_exposed_us`` = **100 µs**; its severity comes from the one scale every rule uses
-    (`traceinsight.severity`: error >= 20 %, warning >= 5 %, info below) applied to that share. The message also gives
+    (`traceinsight.assess.severity`: error >= 20 %, warning >= 5 %, info below) applied to that share. The message also gives
     the exposed time as a share of the GPU's busy time: on a GPU that is mostly idle for other reasons, a quarter
     of its work being unhidden communication is still worth fixing once the idle is gone. It runs on one rank's trace too: exposed communication is a property of each
     rank.

@@ -5,21 +5,21 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from traceinsight.buckets import CAUSE, IDLE_BUCKETS
+from traceinsight.vocab.buckets import CAUSE, IDLE_BUCKETS
 from traceinsight.rule_api import Fix, Instance, Location, Option, Rule, Severity, fmt_ns
 
-from traceinsight.intervals import Coverage
-from traceinsight.patterns import OPTIMIZER
+from traceinsight.vocab.intervals import Coverage
+from traceinsight.vocab.patterns import OPTIMIZER
 from traceinsight.rulelib.enclosing import host_columns
 from traceinsight.rulelib.gaps import gap_columns, ledger_gap_columns, request_boundary_gaps
-from traceinsight.masks import name_mask
+from traceinsight.vocab.masks import name_mask
 from traceinsight.rulelib.names import kind_mask, short_name
-from traceinsight.steady import may_match
+from traceinsight.derive.steady import may_match
 from traceinsight.rulelib.warmup import gap_warmup_ns
 from traceinsight.rulelib import in_use, memo
 
 CAUSE_OPT = "optimizer step"  # not a bucket: names host-caused idle more precisely
-#: The words for each idle bucket of the time ledger (``traceinsight.buckets``), which decides what every
+#: The words for each idle bucket of the time ledger (``traceinsight.vocab.buckets``), which decides what every
 #: nanosecond of a gap was.
 BUCKET_CAUSE = {b: CAUSE[b] for b in IDLE_BUCKETS}
 CAUSE_DATA = BUCKET_CAUSE["idle_data_wait"]
@@ -347,7 +347,7 @@ class GpuIdleGaps(Rule):
     (5–20 µs) and same-stream kernel-to-kernel delay (< 30 µs), so only host-caused stalls count, yet small enough
     to catch per-step data-loading or sync stalls.
 
-    What each gap was is read from the time ledger (`traceinsight.ledger`), which books every nanosecond of a
+    What each gap was is read from the time ledger (`traceinsight.derive.ledger`), which books every nanosecond of a
     gap once: data loading (a data-wait range of the host), host synchronization (the gap began while the host
     was blocked in a sync: the queue drained under it), a GPU-side dependency (the work ending the gap had been
     queued, its launch call had returned, before the gap began: the GPU waited on an event, another stream or a

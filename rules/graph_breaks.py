@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from traceinsight.buckets import AVOIDABLE_BUCKETS
-from traceinsight.masks import name_mask
+from traceinsight.vocab.buckets import AVOIDABLE_BUCKETS
+from traceinsight.vocab.masks import name_mask
 from traceinsight.rule_api import Context, Fix, Location, Option, Rule, Severity, fmt_ns
 from traceinsight.rulelib.warmup import warmup_steps
 

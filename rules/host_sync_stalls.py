@@ -7,8 +7,8 @@ import pandas as pd
 
 from traceinsight.rule_api import Fix, Location, Option, Rule, Severity, fmt_ns
 
-from traceinsight.masks import name_mask
-from traceinsight.patterns import SYNC_CALL, SYNC_OP, SYNC_RANGE
+from traceinsight.vocab.masks import name_mask
+from traceinsight.vocab.patterns import SYNC_CALL, SYNC_OP, SYNC_RANGE
 from traceinsight.rulelib.enclosing import cpu_op_enclosing, innermost_enclosing
 from traceinsight.rulelib.gaps import closing_syncs, host_starved_gaps, inference_ranks
 from traceinsight.rulelib.groups import first_seen_groups

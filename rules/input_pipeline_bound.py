@@ -7,10 +7,10 @@ import pandas as pd
 
 from traceinsight.rule_api import Context, Fix, Location, Option, Rule, Severity, fmt_ns
 
-from traceinsight.intervals import Coverage, merge_grouped
-from traceinsight.masks import name_mask
+from traceinsight.vocab.intervals import Coverage, merge_grouped
+from traceinsight.vocab.masks import name_mask
 
-from traceinsight.patterns import DATA_WAIT_PRIMARY, DATA_WAIT_TFDATA
+from traceinsight.vocab.patterns import DATA_WAIT_PRIMARY, DATA_WAIT_TFDATA
 from traceinsight.rulelib.usercode import lead_source, shown_frames, user_code_sentence, user_frame_texts
 
 #: Host kinds that carry data-loading ranges; Python frames are left out because with_stack traces repeat the

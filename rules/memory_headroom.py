@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from traceinsight.memory import fmt_bytes
+from traceinsight.derive.memory import fmt_bytes
 from traceinsight.rule_api import Context, Fix, Location, Option, Rule, Severity
 
 

@@ -27,7 +27,7 @@ class ModelTooSmall(Rule):
     definition = """
     Needs FLOPs from recorded shapes (PyTorch ``record_shapes=True``) and the GPU's dense peak (the peak table or
     ``--peak-tflops``). **Matrix ops**: the innermost counted matmul, convolution and attention ops that launched
-    GPU kernels (``traceinsight.flops``). An op is **tiny** when its FLOPs would take less than ``tiny_us`` =
+    GPU kernels (``traceinsight.derive.flops``). An op is **tiny** when its FLOPs would take less than ``tiny_us`` =
     **10 µs** at the dense peak of its dtype (at 989.5 TFLOP/s bf16: under 9.9 GFLOP, e.g. a 1024x1024x1024 matmul).
 
     Reported when the GPU is busy (busy % of its window >= ``min_busy_pct`` = **70 %**: idle time is other rules'

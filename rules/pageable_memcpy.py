@@ -7,7 +7,7 @@ import pandas as pd
 
 from traceinsight.rule_api import Context, Fix, Option, Rule, Severity, fmt_ns
 
-from traceinsight.masks import kind_mask, name_mask
+from traceinsight.vocab.masks import kind_mask, name_mask
 from traceinsight.rulelib.gaps import host_starved_gaps
 
 _ASYNC_API = r"Memcpy.*Async|MemcpyAsync|cuMemcpy.*Async"

@@ -34,7 +34,7 @@ class RankImbalance(CrossRankRule):
     When step markers exist on several ranks, **step imbalance** = per step number (max − median) / median of
     step duration; it also triggers at the same threshold when the same rank is the slowest in at least half
     of the steps (a consistent straggler rather than noise). The finding points at the straggler (its rank and
-    device), and its severity comes from the one scale of `traceinsight.severity` applied to the time balancing
+    device), and its severity comes from the one scale of `traceinsight.assess.severity` applied to the time balancing
     would give back as a share of that rank's GPU window.
 
     **Impact** = max − mean of compute busy: the critical-path time a perfectly balanced split of the same

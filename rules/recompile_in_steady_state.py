@@ -6,10 +6,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from traceinsight.buckets import AVOIDABLE_BUCKETS
-from traceinsight.intervals import merge_intervals
-from traceinsight.masks import name_mask
-from traceinsight.patterns import RECOMPILE_CALL
+from traceinsight.vocab.buckets import AVOIDABLE_BUCKETS
+from traceinsight.vocab.intervals import merge_intervals
+from traceinsight.vocab.masks import name_mask
+from traceinsight.vocab.patterns import RECOMPILE_CALL
 from traceinsight.rule_api import Context, Fix, Location, Option, Rule, Severity, fmt_ns
 from traceinsight.rulelib.warmup import steady_recompiles
 

@@ -10,10 +10,10 @@ import pandas as pd
 
 from traceinsight.rule_api import Fix, Location, Option, Rule, Severity, fmt_ns
 
-from traceinsight.tf_signals import recurrent_loop_signature
+from traceinsight.derive.tf_signals import recurrent_loop_signature
 
-from traceinsight.intervals import Coverage, merge_intervals
-from traceinsight.masks import category_hits, name_mask
+from traceinsight.vocab.intervals import Coverage, merge_intervals
+from traceinsight.vocab.masks import category_hits, name_mask
 from traceinsight.rulelib.names import kind_mask
 
 CUDNN_KERNEL = re.compile(r"RNN_blockPersist|persistRNN|elemWiseRNNcell|LSTM_elementWise|GRU_elementWise|RNN_elementWise|GENERIC_elementWise|cudnn::rnn|miopen.*rnn", re.I)

@@ -7,8 +7,8 @@ import pandas as pd
 
 from traceinsight.rule_api import Context, Fix, Location, Option, Rule, Severity, fmt_ns
 
-from traceinsight.masks import name_mask, texts_at
-from traceinsight.patterns import COLLECTIVE
+from traceinsight.vocab.masks import name_mask, texts_at
+from traceinsight.vocab.patterns import COLLECTIVE
 from traceinsight.rulelib.groups import descending_order, group_float_sums
 from traceinsight.rulelib.names import grid_blocks, pair_codes
 

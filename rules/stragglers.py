@@ -42,7 +42,7 @@ class Stragglers(CrossRankRule):
     Per rank, over the instances it was last at: total held time, the mean wait of the others, per step (median
     step count of the ranks) and as % of the median step. A finding per rank whose held time is at least
     ``min_held_pct_step`` = **2 %** of step time (of its GPU window when the traces have no steps) and at least
-    ``min_held_us`` = **50 µs** in total; severity from the one scale of `traceinsight.severity` on that share. What the rank did
+    ``min_held_us`` = **50 µs** in total; severity from the one scale of `traceinsight.assess.severity` on that share. What the rank did
     longer is read from its own summary: per instance, its data-loading, host-sync, GPU-compute and GPU-idle time
     since its previous collective minus the median of the other ranks; the largest excess is named, and beside it
     the bucket of its time ledger (ns per step) that exceeds the median rank's the most.

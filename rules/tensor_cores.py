@@ -5,12 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from traceinsight.gpus import parse_cc
+from traceinsight.vocab.gpus import parse_cc
 from traceinsight.rule_api import Context, Fix, Location, Option, Rule, Severity, fmt_ns
-from traceinsight.work_classes import GEMM_CLASSES, is_gemm_class, kernel_classes
+from traceinsight.vocab.work_classes import GEMM_CLASSES, is_gemm_class, kernel_classes
 
-from traceinsight.masks import name_mask
-from traceinsight.patterns import FP64, NON_NVIDIA, NOT_TENSOR_CORE, PRE_VOLTA, TENSOR_CORE, TENSOR_CORE_GPU, VOLTA_PLUS_KERNEL
+from traceinsight.vocab.masks import name_mask
+from traceinsight.vocab.patterns import FP64, NON_NVIDIA, NOT_TENSOR_CORE, PRE_VOLTA, TENSOR_CORE, TENSOR_CORE_GPU, VOLTA_PLUS_KERNEL
 from traceinsight.rulelib.groups import descending_order
 from traceinsight.rulelib.names import matches, names_where, pair_codes
 
@@ -50,7 +50,7 @@ class NoTensorCores(Rule):
     ``cutlass_80_``, ``xmma`` …) only run on GPUs with tensor cores. ``conv`` does not match ``convert`` or
     ``Conversion`` (type-cast kernels are not convolutions).
 
-    **GEMM/conv kernels**: the efficiency view's GEMM and convolution classes (``traceinsight.work_classes``, the one
+    **GEMM/conv kernels**: the efficiency view's GEMM and convolution classes (``traceinsight.vocab.work_classes``, the one
     kernel classifier: the launching op's class where shapes are recorded, else the kernel name's; cuBLAS, cuDNN,
     CUTLASS, xmma, nvjet, hipBLASLt/Tensile ``Cijk_``, CK ``ck::``, Triton templates ``triton_tem_`` …), FP64
     (``dgemm``; AMP does not apply) left out; so this card's GEMM time and rate are the efficiency table's.

@@ -7,7 +7,7 @@ import re
 import numpy as np
 import pandas as pd
 
-from traceinsight.masks import name_mask
+from traceinsight.vocab.masks import name_mask
 from traceinsight.rule_api import Context, Fix, Location, Option, Rule, Severity, fmt_ns
 
 #: Kernels a graph compiler already generated (fused): Triton/inductor, XLA fusions, TensorRT/nvFuser.
@@ -30,7 +30,7 @@ class UnfusedMemoryBound(Rule):
     """
     definition = """
     **Memory-bound kernels**: the elementwise/reduction and normalisation classes of the efficiency view
-    (``traceinsight.work_classes``: the launching op's class where shapes are recorded, else the kernel name).
+    (``traceinsight.vocab.work_classes``: the launching op's class where shapes are recorded, else the kernel name).
     Kernels a compiler generated (``triton_*``, XLA ``fusion``, nvFuser) are left out: they are fused already.
 
     Reported when the GPU is busy (busy % of its window >= ``min_busy_pct`` = **50 %**: on a mostly idle GPU faster

@@ -22,7 +22,7 @@ class WarmupInWindow(Rule):
     profile started too early, not that the steady-state loop has a problem.
     """
     definition = """
-    Warm-up has one home, the time ledger and its steady-state model (`traceinsight.steady`): it books idle time
+    Warm-up has one home, the time ledger and its steady-state model (`traceinsight.derive.steady`): it books idle time
     as `idle_warmup` while the host is inside one-time work, wherever it sits in the window: the first call of an
     op or runtime call lasting at least 1 ms and 10 times the median of its later calls (`WARMUP_MIN_NS`,
     `WARMUP_RATIO`: cuDNN autotuning inside the first convolution, lazy library init), and the same per input

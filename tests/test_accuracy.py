@@ -13,7 +13,7 @@ import pytest
 
 import traceinsight
 from tests.conftest import corpus_file
-from traceinsight.verdict import details
+from traceinsight.assess.verdict import details
 
 TABLE = tomllib.loads((Path(__file__).parent / "accuracy_table.toml").read_text(encoding="utf-8"))["trace"]
 
@@ -52,7 +52,7 @@ def test_accuracy(row):
 
 def test_savings_never_exceed_the_window():
     """Explained symptoms are not counted again: the headline saving stays within the span on every row."""
-    from traceinsight.verdict import headline
+    from traceinsight.assess.verdict import headline
 
     for row in TABLE:
         p = corpus_file(row["path"])

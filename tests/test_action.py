@@ -57,7 +57,7 @@ def run_action(workspace: Path, inputs: dict, github: dict | None = None, extra_
     tools = workspace.parent / "tools"
     tools.mkdir(exist_ok=True)
     ti = tools / "traceinsight"
-    ti.write_text(f"#!/bin/sh\nexec {sys.executable} -c 'import sys; sys.argv[0] = \"traceinsight\"; from traceinsight.console import main; main()' \"$@\"\n")
+    ti.write_text(f"#!/bin/sh\nexec {sys.executable} -c 'import sys; sys.argv[0] = \"traceinsight\"; from traceinsight.cli.console import main; main()' \"$@\"\n")
     gh = tools / "gh"
     gh.write_text(GH_STUB.replace("PYTHON", sys.executable))
     for f in (ti, gh):

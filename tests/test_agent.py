@@ -24,7 +24,7 @@ SAMPLE = REPO / "sample_traces" / "lstm_fallback.json.gz"
 
 def _cli_json(path: Path, cwd: Path) -> dict:
     out = subprocess.run(
-        [sys.executable, "-m", "traceinsight.cli", "analyze", str(path), "-f", "json", "--no-progress"],
+        [sys.executable, "-m", "traceinsight.cli.app", "analyze", str(path), "-f", "json", "--no-progress"],
         capture_output=True, text=True, cwd=cwd, env={**os.environ, "PYTHONPATH": str(REPO)}, check=False,
     )
     assert out.returncode == 0, out.stderr
@@ -241,7 +241,7 @@ def test_mcp_server_over_stdio(root: Path, tmp_path: Path) -> None:
     cli = _cli_json(root / "lstm.json.gz", root)
     params = StdioServerParameters(
         command=sys.executable,
-        args=["-m", "traceinsight.cli", "mcp", "--root", str(root)],
+        args=["-m", "traceinsight.cli.app", "mcp", "--root", str(root)],
         cwd=str(root),
         env={"PYTHONPATH": str(REPO), "HOME": str(tmp_path)},
     )

@@ -1,4 +1,4 @@
-"""The command line keeps freed memory for reuse (traceinsight.allocator): measured by page faults, not by time."""
+"""The command line keeps freed memory for reuse (traceinsight.vocab.allocator): measured by page faults, not by time."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import sys
 import pytest
 from typer.testing import CliRunner
 
-from traceinsight import allocator
-from traceinsight.cli import app
+from traceinsight.vocab import allocator
+from traceinsight.cli.app import app
 
 from .helpers.kineto_writer import KinetoTrace
 
@@ -23,7 +23,7 @@ PROBE = """
 import resource, sys
 import numpy as np
 if sys.argv[1] == "tuned":
-    from traceinsight.allocator import keep_freed_memory
+    from traceinsight.vocab.allocator import keep_freed_memory
     assert keep_freed_memory()
 n = 20 * 2**20 // 8
 a = np.ones(n)

@@ -57,7 +57,7 @@ def test_evidence_rows_equal_itertuples(n):
 @pytest.fixture(scope="module")
 def sample_analysis():
     """One analysis of a sample trace, read (never changed) by the tests of this file."""
-    from traceinsight.engine import analyze
+    from traceinsight.pipeline.engine import analyze
 
     return analyze(SAMPLES / "dataloader_gaps.json.gz")
 
@@ -95,7 +95,7 @@ def test_sum_by_small_equals_the_general_path(which, monkeypatch):
     """The job summary's ledger per (step, bucket) grouped in a dict equals the factorized path (rows, order, sums,
     dtypes: step int64, bucket its column's dtype) and, without missing keys, the groupby; for object, str and
     categorical buckets, one row, none, missing keys."""
-    from traceinsight.job import summary
+    from traceinsight.derive.ranks import summary
 
     frame = _ledger_frames()[which]
     for rank in (0, 1):
@@ -114,7 +114,7 @@ def test_sum_by_small_equals_the_general_path(which, monkeypatch):
 def test_int_frame_equals_the_dict_constructor():
     """The step table built as one block equals the frame of separate columns (values, dtypes, index), and other
     columns fall back to the dict constructor."""
-    from traceinsight.job.summary import _int_frame
+    from traceinsight.derive.ranks.summary import _int_frame
 
     for n in (0, 1, 5):
         cols = {c: np.arange(n, dtype=np.int64) * (i + 1) for i, c in enumerate("abcd")}
@@ -126,7 +126,7 @@ def test_int_frame_equals_the_dict_constructor():
 def test_collective_kinds_of_codes_equal_the_taken_names():
     """The kinds read on the codes of the names that occur equal ``collective_kind`` of the taken names,
     missing names and plain (non-categorical) names included."""
-    from traceinsight.job.summary import _kinds_of, collective_kind
+    from traceinsight.derive.ranks.summary import _kinds_of, collective_kind
 
     names = ["ncclKernel_AllReduce_RING_LL_Sum_float", "ncclDevKernel_AllGather_RING", "gemm", None,
              "ncclKernel_ReduceScatter", "nccl:all_to_all", "ncclSendRecv", "broadcast_x"]
@@ -155,8 +155,8 @@ def _tiny_rank(tmp_path: Path, collectives: int = 1) -> Path:
 
 def _summaries_both_ways(path: Path, monkeypatch):
     """The job summary of ``path`` by the array paths and by the pandas computations they replace."""
-    from traceinsight.engine import analyze
-    from traceinsight.job import summary
+    from traceinsight.pipeline.engine import analyze
+    from traceinsight.derive.ranks import summary
 
     analysis = analyze(path)
     fast = summary.summarize_ranks(analysis.timeline, analysis.views)
@@ -206,9 +206,9 @@ def test_job_summary_equals_the_pandas_paths(trace, tmp_path, monkeypatch):
 def test_steady_arrays_equal_the_steady_windows_frame(trace, tmp_path):
     """The windows grading and the savings read as arrays equal the columns of ``steady_windows`` (values and
     dtypes), and every finding's base and share are the same read either way."""
-    from traceinsight import severity
-    from traceinsight.derived import Derived
-    from traceinsight.engine import analyze
+    from traceinsight.assess import severity
+    from traceinsight.derive.derived import Derived
+    from traceinsight.pipeline.engine import analyze
 
     path = _tiny_rank(tmp_path, 1) if trace.startswith("tiny") else SAMPLES / trace
     analysis = analyze(path)
@@ -229,7 +229,7 @@ def test_steady_arrays_take_each_devices_warmup_off():
     warm-up figures on one device take the frame's merge path, with the same answer as the frame."""
     from types import SimpleNamespace
 
-    from traceinsight import severity
+    from traceinsight.assess import severity
 
     util = pd.DataFrame({"rank": np.array([0, 0], np.int64), "device": np.array([0, 1], np.int64),
                          "window_ns": np.array([1000, 800], np.int64)})
@@ -247,7 +247,7 @@ def test_steady_arrays_take_each_devices_warmup_off():
 
 def test_median_of_one_equals_numpy():
     """A one-value median is the value itself, as ``np.median`` gives it; longer arrays go to ``np.median``."""
-    from traceinsight.whatif import _median
+    from traceinsight.derive.whatif import _median
 
     for x in ([7], [2**53 + 1], [-3], [1, 2], [5, 1, 4], [2**62, 2**62 - 1]):
         a = np.array(x, dtype=np.int64)
@@ -258,8 +258,8 @@ def test_median_of_one_equals_numpy():
 def test_step_arrays_follow_the_steps_frame(trace, tmp_path):
     """The step columns kept on a graph equal its steps frame's, for the graph and its steady copy; a copy whose
     steps are replaced reads the new frame, and its step times equal those computed on the frame's columns."""
-    from traceinsight import whatif
-    from traceinsight.engine import analyze
+    from traceinsight.derive import whatif
+    from traceinsight.pipeline.engine import analyze
 
     path = _tiny_rank(tmp_path, 1) if trace.startswith("tiny") else SAMPLES / trace
     analysis = analyze(path)
@@ -332,7 +332,7 @@ def _instance_frames():
 def test_as_instances_equals_to_numeric_and_factorize(which):
     """A finding's instances from a frame: rank/device read directly from numeric columns and string labels coded
     in a dict equal ``to_numeric`` + ``factorize`` + ``astype(str)`` (values, NaN for unknown, label order)."""
-    from traceinsight.finding import as_instances
+    from traceinsight.model.finding import as_instances
 
     frame = _instance_frames()[which]
     got = as_instances(frame).columns()
@@ -344,7 +344,7 @@ def test_as_instances_equals_to_numeric_and_factorize(which):
 
 def test_as_instances_on_a_sample_finding(sample_analysis):
     """The instances of a real sample's findings, rebuilt from their columns as a frame, come back the same."""
-    from traceinsight.finding import as_instances
+    from traceinsight.model.finding import as_instances
 
     analysis = sample_analysis
     some = [f for f in analysis.findings if len(f.instances)]
@@ -364,7 +364,7 @@ def test_as_instances_on_a_sample_finding(sample_analysis):
 def test_step_table_arrays_equal_its_frame(order):
     """The step columns kept from building the what-if's step table equal the frame's own columns; a table that
     had to be sorted or cut to the middle steps keeps none (they are read off the frame)."""
-    from traceinsight.whatif import MAX_STEPS, _step_table, _steps
+    from traceinsight.derive.whatif import MAX_STEPS, _step_table, _steps
 
     m = 40 if order == "many" else 5
     rng = np.random.default_rng(2)
@@ -387,8 +387,8 @@ def test_step_table_arrays_equal_its_frame(order):
 
 
 def _graphs_of(path: Path):
-    from traceinsight.engine import analyze
-    from traceinsight.whatif import build_graphs
+    from traceinsight.pipeline.engine import analyze
+    from traceinsight.derive.whatif import build_graphs
 
     return build_graphs(analyze(path).views)
 
@@ -397,7 +397,7 @@ def test_hand_offs_skip_single_thread_groups(tmp_path, monkeypatch):
     """A process with one host thread, or a device with one stream, has no other thread or stream to have waited
     for: skipping their search leaves every graph's cross edges and latencies as the full search gives them (on
     traces with several threads and streams too, where cross edges exist)."""
-    from traceinsight import whatif
+    from traceinsight.derive import whatif
 
     paths = [_tiny_rank(tmp_path, 1), SAMPLES / "h100/dataloader_before.json.gz", SAMPLES / "h100/compile_cold.json.gz",
              SAMPLES / "sync_stalls.json.gz", SAMPLES / "lstm_cudnn.json.gz"]

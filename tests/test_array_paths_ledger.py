@@ -15,12 +15,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-import traceinsight.ledger as L
-import traceinsight.steady as S
-from traceinsight.derived import Derived
+import traceinsight.derive.ledger as L
+import traceinsight.derive.steady as S
+from traceinsight.derive.derived import Derived
 from traceinsight.ingest import load
-from traceinsight.masks import name_mask
-from traceinsight.patterns import (ALLOC_CALL, CAPTURE_BEGIN, COPY_CALL, DATA_WAIT_PRIMARY, DATA_WAIT_TFDATA, FRAMEWORK_DISPATCH, INIT_CALL,
+from traceinsight.vocab.masks import name_mask
+from traceinsight.vocab.patterns import (ALLOC_CALL, CAPTURE_BEGIN, COPY_CALL, DATA_WAIT_PRIMARY, DATA_WAIT_TFDATA, FRAMEWORK_DISPATCH, INIT_CALL,
                                    ONE_TIME_CALL, OPTIMIZER, SYNC_CALL, SYNC_OP, SYNC_RANGE)
 
 from .helpers.kineto_writer import KinetoTrace
@@ -104,7 +104,7 @@ CASES = VARIANTS + SAMPLE_FILES
 def _full_path(monkeypatch) -> None:
     """Every ``may_match`` answers "maybe": the masks it lets the code skip are built again (the path it replaced)."""
     always = lambda names, pattern, case=False: len(names) > 0  # noqa: E731
-    for mod in ("traceinsight.steady", "traceinsight.ledger", "traceinsight.rulelib.warmup", "traceinsight.rules.gpu_idle_gaps"):
+    for mod in ("traceinsight.derive.steady", "traceinsight.derive.ledger", "traceinsight.rulelib.warmup", "traceinsight.rules.gpu_idle_gaps"):
         monkeypatch.setattr(f"{mod}.may_match", always)
 
 
@@ -256,7 +256,7 @@ def test_host_arrays_equal_the_columns(timelines, case):
 # --- the rule library's gap arrays ------------------------------------------------------------------------------------
 @pytest.mark.parametrize("case", CASES)
 def test_gap_columns_equal_the_frames(timelines, case):
-    from traceinsight.buckets import IDLE_BUCKETS
+    from traceinsight.vocab.buckets import IDLE_BUCKETS
     from traceinsight.rulelib.gaps import gap_columns, ledger_gap_columns, ledger_gaps
     from traceinsight.rulelib.warmup import gap_warmup_ns
 
@@ -322,7 +322,7 @@ def test_ti001_equals_the_full_path(timelines, case, monkeypatch):
 
 
 def test_ti001_instances_as_objects_equal_the_frame():
-    from traceinsight.finding import as_instances, instance_columns
+    from traceinsight.model.finding import as_instances, instance_columns
     from traceinsight.rules.gpu_idle_gaps import _instances
 
     start = np.array([10, 50, 90], np.int64)
@@ -408,7 +408,7 @@ def test_deferred_frames_equal_their_sums_and_pickle(timelines, case):
 @pytest.mark.parametrize("case", CASES)
 def test_deferred_gaps_frame_has_the_ledger_columns(timelines, case):
     """The gaps frame built on first read: its columns in order, int64 ns, the cause as the bucket with most ns."""
-    from traceinsight.buckets import IDLE_BUCKETS
+    from traceinsight.vocab.buckets import IDLE_BUCKETS
 
     led = Derived(timelines[case]).ledger
     gc = led.gap_columns  # read first: the frame is not needed for it

@@ -20,7 +20,7 @@ import pytest
 
 from tests.helpers.kineto_writer import KinetoTrace
 from traceinsight import ingest
-from traceinsight.timeline import COPY_KINDS, KINDS, categorical
+from traceinsight.model.timeline import COPY_KINDS, KINDS, categorical
 
 SAMPLES = Path(__file__).resolve().parent.parent / "sample_traces"
 
@@ -313,7 +313,7 @@ def test_compact_equals_removing_unused_categories(seed):
 
 
 def test_empty_memory_frames_are_independent():
-    from traceinsight.timeline import MEMORY_COLUMNS, build_memory
+    from traceinsight.model.timeline import MEMORY_COLUMNS, build_memory
 
     a, b = build_memory(), build_memory()
     assert list(a.columns) == list(MEMORY_COLUMNS) and a.empty
@@ -341,7 +341,7 @@ def _launch_inputs(seed: int):
 
 @pytest.mark.parametrize("seed", range(40))
 def test_launch_rows_small_equals_the_sorted_keys(seed, monkeypatch):
-    from traceinsight import timeline
+    from traceinsight.model import timeline
 
     gpu, corr, runtime, rank, pid = _launch_inputs(seed)
     small = timeline._launch_rows(gpu, corr, runtime, [rank, pid, corr])
@@ -357,8 +357,8 @@ def test_launch_rows_small_equals_the_sorted_keys(seed, monkeypatch):
 
 @pytest.mark.parametrize("seed", range(40))
 def test_shared_correlations_small_equals_the_unique_count(seed, monkeypatch):
-    from traceinsight import plausible
-    from traceinsight.timeline import TraceMeta
+    from traceinsight.model import plausible
+    from traceinsight.model.timeline import TraceMeta
 
     gpu, corr, runtime, rank, pid = _launch_inputs(seed)
     meta_a, meta_b = TraceMeta(source_format="pytorch"), TraceMeta(source_format="pytorch")
@@ -372,7 +372,7 @@ def test_shared_correlations_small_equals_the_unique_count(seed, monkeypatch):
 
 
 def test_kind_is_on_the_shared_dtype_equals_the_string_comparison():
-    from traceinsight.timeline import kind_is
+    from traceinsight.model.timeline import kind_is
 
     rng = np.random.default_rng(0)
     codes = rng.integers(-1, len(KINDS), 50)
@@ -393,7 +393,7 @@ def test_kind_is_on_the_shared_dtype_equals_the_string_comparison():
 def test_small_plain_file_reads_without_the_memory_look_and_keeps_every_ceiling(tmp_path, monkeypatch):
     import gzip
 
-    from traceinsight.errors import TraceReadError, TraceTooLargeError
+    from traceinsight.vocab.errors import TraceReadError, TraceTooLargeError
     from traceinsight.ingest import byteio
 
     plain = tmp_path / "t.json"
@@ -417,7 +417,7 @@ def test_small_plain_file_reads_without_the_memory_look_and_keeps_every_ceiling(
 
 
 def test_span_equals_the_series_computation(tmp_path):
-    from traceinsight.timeline import Timeline, TraceMeta, build_events
+    from traceinsight.model.timeline import Timeline, TraceMeta, build_events
 
     for rows in ([], [(5, 0)], [(30, 5), (10, 40), (0, 0)], [(2**40, 7), (-3, 2**41)]):
         ev = build_events({"kind": ["kernel"] * len(rows), "name": ["k"] * len(rows),
@@ -547,7 +547,7 @@ def _steps_reference(is_step, names, ev_rank, ev_start, ev_dur):
 
 @pytest.mark.parametrize("seed", range(40))
 def test_steps_of_equals_a_masked_search_per_rank(seed):
-    from traceinsight.timeline import TraceMeta, _steps_of
+    from traceinsight.model.timeline import TraceMeta, _steps_of
 
     rng = np.random.default_rng(seed)
     n = int(rng.integers(1, 40))
@@ -563,7 +563,7 @@ def test_steps_of_equals_a_masked_search_per_rank(seed):
 
 
 def test_categorical_cache_keeps_a_bounded_amount_of_names(monkeypatch):
-    from traceinsight import timeline
+    from traceinsight.model import timeline
 
     monkeypatch.setattr(timeline, "_DTYPES", {})
     monkeypatch.setattr(timeline, "_dtype_chars", 0)

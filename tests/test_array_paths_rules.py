@@ -11,11 +11,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from traceinsight.derived import Derived
-from traceinsight.efficiency import CLASS_COLUMNS, STEP_COLUMNS
+from traceinsight.derive.derived import Derived
+from traceinsight.derive.efficiency import CLASS_COLUMNS, STEP_COLUMNS
 from traceinsight.ingest import load
-from traceinsight.masks import name_mask
-from traceinsight.patterns import COLLECTIVE
+from traceinsight.vocab.masks import name_mask
+from traceinsight.vocab.patterns import COLLECTIVE
 from traceinsight.rulelib.groups import descending_order, group_float_sums
 from traceinsight.rulelib.names import count_matching, kind_mask
 from traceinsight.rules import rnn_cudnn_fallback as rnn
@@ -90,7 +90,7 @@ def test_top_kernels_is_the_sorted_per_kernel_frame(rows):
 
 
 def test_texts_at_are_the_cast_values():
-    from traceinsight.masks import texts_at
+    from traceinsight.vocab.masks import texts_at
 
     cat = pd.Series(pd.Categorical(["b", "a", "b", "c", None], categories=["a", "b", "c", "unused"]))
     plain = pd.Series(["b", "a", None, "c"], dtype=object)
@@ -101,7 +101,7 @@ def test_texts_at_are_the_cast_values():
 
 
 def test_top_kernels_on_sample_kernels(sample_views):
-    from traceinsight.masks import texts_at
+    from traceinsight.vocab.masks import texts_at
 
     for v in sample_views:
         k = v.kernels
@@ -177,7 +177,7 @@ def test_rnn_prefilter_agrees_with_the_detection(sample_views):
 
 
 def test_allocator_calls_without_allocator_names_are_the_empty_runtime_rows(sample_views, tiny_ranks):
-    from traceinsight.memory import ALLOCATOR_CALLS
+    from traceinsight.derive.memory import ALLOCATOR_CALLS
 
     for v in [*sample_views, *(_views(p) for p in tiny_ranks[:2])]:
         got = v.memory.allocator_calls
@@ -261,7 +261,7 @@ def test_views_equal_their_pandas_recipes(sample_views, tiny_ranks, tmp_path):
 
 # --- row takes at an even stride are slices ---------------------------------------------------------------
 def test_take_rows_at_an_even_stride_equals_the_take(sample_views, tiny_ranks):
-    from traceinsight.masks import _even_step, take_rows
+    from traceinsight.vocab.masks import _even_step, take_rows
 
     assert [_even_step(np.array(p, np.int64)) for p in ([], [4], [2, 4, 6], [1, 2, 4], [3, 3], [5, 2], [0, 1, 2, 3], [0, 2, 3, 6])] == [0, 1, 2, 0, 0, 0, 1, 0]
     frames = [v.events for v in sample_views] + [_views(p).events for p in tiny_ranks]
@@ -287,7 +287,7 @@ def test_views_rows_are_the_takes(sample_views, tiny_ranks):
 
 # --- the masks' caches ------------------------------------------------------------------------------------
 def test_kind_mask_equals_isin_whatever_was_asked_before():
-    from traceinsight.masks import kind_mask
+    from traceinsight.vocab.masks import kind_mask
 
     rng = np.random.default_rng(5)
     kinds = ["kernel", "memcpy", "runtime", "step", "cpu_op"]
@@ -304,7 +304,7 @@ def test_kind_mask_equals_isin_whatever_was_asked_before():
 
 
 def test_name_hits_kept_by_names_stay_per_pattern_and_flags():
-    from traceinsight.masks import name_mask
+    from traceinsight.vocab.masks import name_mask
 
     names = ["gemm_kernel", "GEMM_big", "ncclKernel_AllReduce", "cudaLaunchKernel", "elementwise"]
     for order in (names, names[::-1]):
@@ -318,7 +318,7 @@ def test_name_hits_kept_by_names_stay_per_pattern_and_flags():
 
 
 def test_names_where_per_category_equals_the_per_row_masks(sample_views):
-    from traceinsight.masks import name_mask
+    from traceinsight.vocab.masks import name_mask
     from traceinsight.rulelib.names import hits_per_category, names_where
 
     def test(m):
@@ -340,7 +340,7 @@ def test_names_where_per_category_equals_the_per_row_masks(sample_views):
 
 
 def test_kernel_classes_kept_per_name_are_the_searches(sample_views):
-    from traceinsight.work_classes import kernel_class_of
+    from traceinsight.vocab.work_classes import kernel_class_of
 
     names = {str(n) for v in sample_views for n in v.kernels["name"].cat.categories} | {"", "sgemm", "ncclKernel_x", "my_fused_op"}
     for n in sorted(names):

@@ -9,8 +9,8 @@ import pytest
 from typer.testing import CliRunner
 
 import traceinsight
-from traceinsight.cli import app
-from traceinsight.errors import EXIT_UNREADABLE, TraceReadError
+from traceinsight.cli.app import app
+from traceinsight.vocab.errors import EXIT_UNREADABLE, TraceReadError
 
 from .helpers.kineto_writer import KinetoTrace
 

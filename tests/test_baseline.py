@@ -13,9 +13,9 @@ import pytest
 from typer.testing import CliRunner
 
 import traceinsight
-from traceinsight.baseline import NEW, SAME, WORSE, compare, load_report
-from traceinsight.cli import app
-from traceinsight.errors import ConfigError
+from traceinsight.pipeline.baseline import NEW, SAME, WORSE, compare, load_report
+from traceinsight.cli.app import app
+from traceinsight.vocab.errors import ConfigError
 from traceinsight.render import render
 from traceinsight.render.json_report import finding_dict
 

@@ -8,8 +8,8 @@ import os
 
 import pytest
 
-from traceinsight.baseline import NEW, SAME, WORSE, Comparison, compare, load_report
-from traceinsight.errors import ConfigError
+from traceinsight.pipeline.baseline import NEW, SAME, WORSE, Comparison, compare, load_report
+from traceinsight.vocab.errors import ConfigError
 from traceinsight.rule_api import Finding, Location, Severity
 
 
@@ -180,7 +180,7 @@ def test_schema_versions_not_read_are_named(tmp_path, version, shown):
 
 
 def test_findings_limit_is_inclusive(tmp_path, monkeypatch):
-    import traceinsight.baseline as baseline
+    import traceinsight.pipeline.baseline as baseline
 
     monkeypatch.setattr(baseline, "MAX_BASELINE_FINDINGS", 3)
     p = tmp_path / "r.json"
@@ -230,7 +230,7 @@ def test_os_errors_are_one_bounded_line(tmp_path):
 def test_a_file_swapped_after_the_check_is_refused(tmp_path, monkeypatch):
     """Between the stat and the open a regular file may be replaced by a folder or a device: the open side checks
     again (the stat is made to see the regular file that was there a moment before)."""
-    import traceinsight.baseline as baseline
+    import traceinsight.pipeline.baseline as baseline
 
     regular = os.stat(__file__)
     real_stat = os.stat

@@ -1,4 +1,4 @@
-"""Root-cause linking (traceinsight.causes): which finding explains which, by value.
+"""Root-cause linking (traceinsight.assess.causes): which finding explains which, by value.
 
 Two levels: planted kineto traces through the whole engine (the links a user sees, on one rank and across ranks),
 and ``causes.link`` on hand-made findings, where each path (attribution by category, coverage by time) and each
@@ -11,8 +11,8 @@ import pytest
 
 import traceinsight
 from tests.helpers.kineto_writer import KinetoTrace
-from traceinsight import causes
-from traceinsight.plugins import discover
+from traceinsight.assess import causes
+from traceinsight.pipeline.plugins import discover
 from traceinsight.rule_api import Finding, Instance, Location, Severity
 
 
@@ -260,7 +260,7 @@ def test_attach_what_if_edits_only_the_causes_instances_and_records_a_failure(tm
     placed.instances = sync.instances
     causes.attach_what_if([bare, placed], a.views, _TRANSFORMS)
     assert bare.what_if is None and "what_if_error" not in bare.metrics
-    # the report adds its comparison with the claim (traceinsight.savings); the replay's own keys are the same
+    # the report adds its comparison with the claim (traceinsight.assess.savings); the replay's own keys are the same
     replay = lambda w: {k: v for k, v in w.items() if k not in ("saving_ns", "steps_in_window", "agrees", "why")}  # noqa: E731
     assert replay(placed.what_if) == replay(sync.what_if) and placed.what_if["step_ns"] < placed.what_if["baseline_step_ns"]
     # a model that fails says so on the finding instead of taking the analysis down

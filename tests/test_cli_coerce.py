@@ -1,4 +1,4 @@
-"""The command line's plain value conversion (``traceinsight.cli_coerce``) gives exactly what typer's own gives.
+"""The command line's plain value conversion (``traceinsight.cli.coerce``) gives exactly what typer's own gives.
 
 For every parameter of every command, each value of a battery (unset, strings of every shape, numbers, enum
 members, lists, paths that exist and that do not) is converted both ways: the result (type and value) or the error
@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 import typer.main
 
-from traceinsight.cli import FailOn, app
-from traceinsight.cli_coerce import DEFER, PlainValues, converter
+from traceinsight.cli.app import FailOn, app
+from traceinsight.cli.coerce import DEFER, PlainValues, converter
 
 from .helpers.kineto_writer import KinetoTrace
 
@@ -115,7 +115,7 @@ def test_a_command_line_run_imports_no_pydantic(tmp_path):
     t.kernel("gemm", 100, 50, launch_us=90)
     path = t.write(tmp_path / "t.json")
     code = (  # the app as main() runs it, then the modules it imported (main() itself ends with os._exit)
-        "import sys; from traceinsight import cli; sys.argv[0] = 'traceinsight'\n"
+        "import sys; from traceinsight.cli import app as cli; sys.argv[0] = 'traceinsight'\n"
         "try:\n    cli.app()\nexcept SystemExit as e:\n    assert not e.code, e.code\n"
         "print(' '.join(sorted(sys.modules)), file=sys.stderr)"
     )
@@ -123,7 +123,7 @@ def test_a_command_line_run_imports_no_pydantic(tmp_path):
                           "--worse-by", "30", "--fail-on", "error", "--select", "TI0"], capture_output=True, text=True, cwd=REPO)
     assert res.returncode == 0, res.stderr
     loaded = res.stderr.split()
-    assert "traceinsight.engine" in loaded  # the run happened and the module list was printed
+    assert "traceinsight.pipeline.engine" in loaded  # the run happened and the module list was printed
     assert "pydantic" not in loaded and "pydantic_core" not in loaded
     assert (tmp_path / "r.json").stat().st_size > 0
 
@@ -137,16 +137,16 @@ def test_a_bad_value_still_gets_typers_message(tmp_path):
 
 
 def test_the_installed_command_freezes_its_imports_and_keeps_collecting():
-    """``traceinsight.console.main`` (the console script) imports the command line with the collector paused and
-    freezes what the imports made; the collector is on again for the run. Importing ``traceinsight.cli`` itself
+    """``traceinsight.cli.console.main`` (the console script) imports the command line with the collector paused and
+    freezes what the imports made; the collector is on again for the run. Importing ``traceinsight.cli.app`` itself
     leaves the collector alone."""
     code = (
-        "import gc, sys; from traceinsight import console; sys.argv = ['traceinsight', 'rules']\n"
+        "import gc, sys; from traceinsight.cli import console; sys.argv = ['traceinsight', 'rules']\n"
         "try:\n    console.main()\nexcept SystemExit:\n    pass\n"
         "print(gc.get_freeze_count(), gc.isenabled(), 'pandas' in sys.modules, file=sys.stderr)"
     )
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
     frozen, enabled, pandas = res.stderr.split()[-3:]
     assert "TI001" in res.stdout and int(frozen) > 50_000 and enabled == "True" and pandas == "True"
-    code = "import gc, sys; import traceinsight.cli; print(gc.get_freeze_count(), gc.isenabled())"
+    code = "import gc, sys; import traceinsight.cli.app; print(gc.get_freeze_count(), gc.isenabled())"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO).stdout.split() == ["0", "True"]

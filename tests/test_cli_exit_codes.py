@@ -9,7 +9,7 @@ import sys
 import pytest
 from typer.testing import CliRunner
 
-from traceinsight.cli import app
+from traceinsight.cli.app import app
 
 from .helpers.kineto_writer import KinetoTrace
 
@@ -124,7 +124,7 @@ def test_fail_on_names_the_findings_that_tripped_it(trace):
 
 def test_every_run_that_writes_files_prints_the_verdict(trace, tmp_path):
     import traceinsight
-    from traceinsight.verdict import details
+    from traceinsight.assess.verdict import details
 
     path, rules = trace
     v = details(traceinsight.analyze(path, rules=[rules], select=["ZZ001", "TI001"]))
@@ -136,12 +136,12 @@ def test_every_run_that_writes_files_prints_the_verdict(trace, tmp_path):
         assert all(line.startswith("wrote ") for line in lines[:-1]) and lines[:-1]
 
 
-# The installed command (``traceinsight.cli:main``) in a child process, with an atexit hook that tells whether
+# The installed command (``traceinsight.cli.app:main``) in a child process, with an atexit hook that tells whether
 # interpreter teardown ran.
 MAIN = """
 import atexit, sys
 atexit.register(lambda: sys.stderr.write("TEARDOWN\\n"))
-from traceinsight.cli import main
+from traceinsight.cli.app import main
 sys.argv = ["traceinsight", *sys.argv[1:]]
 main()
 """

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typer.testing import CliRunner
 
-from traceinsight.cli import app
+from traceinsight.cli.app import app
 
 from .conftest import REPO
 

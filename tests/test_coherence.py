@@ -21,7 +21,7 @@ import pytest
 
 import traceinsight
 from traceinsight.render import render
-from traceinsight.units import fmt_ns
+from traceinsight.vocab.units import fmt_ns
 
 from .conftest import CORPUS, REPO, have_corpus
 

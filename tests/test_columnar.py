@@ -15,14 +15,14 @@ import pytest
 
 import traceinsight
 from tests.helpers.kineto_writer import KinetoTrace
-from traceinsight import ledger as L
+from traceinsight.derive import ledger as L
 from traceinsight.render import json_report, render, templating, timeline_svg
 from traceinsight.render.common import smallest_first
 from traceinsight.rule_api import Instance, Instances, as_instances, instance_columns
-from traceinsight.summary import _kind_counts
-from traceinsight.timeline import KINDS
-from traceinsight.masks import codes_in, join_keys as _join_keys, kind_mask, name_mask, take_rows
-from traceinsight.views import Views
+from traceinsight.derive.summary import _kind_counts
+from traceinsight.model.timeline import KINDS
+from traceinsight.vocab.masks import codes_in, join_keys as _join_keys, kind_mask, name_mask, take_rows
+from traceinsight.derive.views import Views
 
 
 # --- Finding.instances as columns ----------------------------------------------------------------------------

@@ -8,11 +8,11 @@ import pytest
 from typer.testing import CliRunner
 
 import traceinsight
-from traceinsight.config import Config, parse_assignments
-from traceinsight.engine import instantiate
-from traceinsight.plugins import discover
-from traceinsight.errors import ConfigError
-from traceinsight.cli import app
+from traceinsight.pipeline.config import Config, parse_assignments
+from traceinsight.pipeline.engine import instantiate
+from traceinsight.pipeline.plugins import discover
+from traceinsight.vocab.errors import ConfigError
+from traceinsight.cli.app import app
 
 from .helpers.kineto_writer import KinetoTrace
 
@@ -70,7 +70,7 @@ def test_bad_option_values_are_usage_errors():
 def test_broken_plugin_is_a_rule_failure_not_a_crash(tmp_path):
     """The report is still written and names the file; the run exits EXIT_RULE_FAILED, not 0 (the gate would have
     run without the rule)."""
-    from traceinsight.errors import EXIT_RULE_FAILED
+    from traceinsight.vocab.errors import EXIT_RULE_FAILED
 
     trace = _gappy_trace(tmp_path)
     bad = tmp_path / "broken_rule.py"

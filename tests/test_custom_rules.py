@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 import traceinsight
 from tests.helpers.kineto_writer import KinetoTrace
-from traceinsight.cli import app
+from traceinsight.cli.app import app
 
 RULE_SRC = textwrap.dedent(
     '''
@@ -81,7 +81,7 @@ def _fresh_answer(*path) -> bool:
     rightly always True."""
     import subprocess
 
-    code = "import sys; from traceinsight.plugins import group_may_be_declared as g; print(g(sys.argv[1:] or None))"
+    code = "import sys; from traceinsight.pipeline.plugins import group_may_be_declared as g; print(g(sys.argv[1:] or None))"
     out = subprocess.run([sys.executable, "-c", code, *map(str, path)], capture_output=True, text=True, check=True)
     return out.stdout.strip() == "True"
 
@@ -93,7 +93,7 @@ def test_the_plugin_prefilter_never_hides_an_entry_point(tmp_path, monkeypatch):
     import zipfile
     from importlib.metadata import distributions
 
-    from traceinsight.plugins import ENTRY_POINT_GROUP, group_may_be_declared
+    from traceinsight.pipeline.plugins import ENTRY_POINT_GROUP, group_may_be_declared
 
     def found(path):
         return [ep for d in distributions(path=[str(path)]) for ep in d.entry_points if ep.group == ENTRY_POINT_GROUP]
@@ -146,7 +146,7 @@ def test_a_run_without_rule_plugins_does_not_load_importlib_metadata(tmp_path):
         import pytest
 
         pytest.skip("a distribution on this path registers traceinsight rules")
-    code = "import sys; from traceinsight.plugins import discover; rs = discover(); print(len(rs.rules), 'importlib.metadata' in sys.modules)"
+    code = "import sys; from traceinsight.pipeline.plugins import discover; rs = discover(); print(len(rs.rules), 'importlib.metadata' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=True).stdout.split()
     assert int(out[0]) >= 20 and out[1] == "False"
 

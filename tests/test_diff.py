@@ -17,11 +17,11 @@ import pytest
 from typer.testing import CliRunner
 
 import traceinsight
-from traceinsight.cli import app
+from traceinsight.cli.app import app
 from traceinsight.delta import diff
 from traceinsight.delta.stats import MIN_SAMPLES, shift
-from traceinsight.errors import EXIT_INCONCLUSIVE, EXIT_NOT_COMPARABLE, EXIT_OK, EXIT_SLOWER
-from traceinsight.kernels import classify
+from traceinsight.vocab.errors import EXIT_INCONCLUSIVE, EXIT_NOT_COMPARABLE, EXIT_OK, EXIT_SLOWER
+from traceinsight.vocab.kernels import classify
 
 from .conftest import corpus_file
 from .helpers.model_traces import GEMM, write_model

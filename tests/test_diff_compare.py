@@ -513,7 +513,7 @@ def test_sentence_names_the_buckets_that_moved_most():
 
 
 def test_the_document_has_every_part():
-    from traceinsight.version import __version__
+    from traceinsight.vocab.version import __version__
 
     d = C.compare(_side(durs=[10 * MS] * 3), _side("head.json", durs=[10 * MS] * 3))
     assert list(d) == ["schema_version", "kind", "traceinsight_version", "base", "head", "context", "comparability", "step",

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from traceinsight.units import fmt_ns
+from traceinsight.vocab.units import fmt_ns
 
 REPO = Path(__file__).resolve().parents[1]
 DOCS = [REPO / "docs" / "hooks.md", REPO / "README.md"]

@@ -14,9 +14,9 @@ import traceinsight
 from tests.conftest import corpus_file
 from tests.helpers.kineto_writer import KinetoTrace
 from tests.helpers.nsys_writer import NsysTrace
-from traceinsight.efficiency import EfficiencySettings
-from traceinsight.peaks import PEAKS, UNKNOWN_PEAK, lookup
-from traceinsight.derived import Derived
+from traceinsight.derive.efficiency import EfficiencySettings
+from traceinsight.vocab.peaks import PEAKS, UNKNOWN_PEAK, lookup
+from traceinsight.derive.derived import Derived
 
 
 def _eff(path, **settings):
@@ -269,7 +269,7 @@ def test_every_output_prints_the_peak_beside_mfu(tmp_path):
 def test_cli_peak_and_model_flops_flags(tmp_path):
     from typer.testing import CliRunner
 
-    from traceinsight.cli import app
+    from traceinsight.cli.app import app
 
     t = NsysTrace()
     for s in range(2):
@@ -333,7 +333,7 @@ def test_mfu_in_the_baseline_comparison(tmp_path):
 
 def test_native_and_general_readers_agree_on_types_and_concrete_inputs(tmp_path, monkeypatch):
     from tests.test_kineto_native import assert_same
-    from traceinsight import native
+    from traceinsight.vocab import native
 
     if native.built("pytorch") is None:
         pytest.skip("the native kineto scanner is not built here")

@@ -1,4 +1,4 @@
-"""The efficiency view (``traceinsight.efficiency``) row by row on planted traces: each kernel class's time, FLOPs,
+"""The efficiency view (``traceinsight.derive.efficiency``) row by row on planted traces: each kernel class's time, FLOPs,
 bytes, achieved rates against the datasheet peak, roofline position, MFU per step and over the trace, the top ops,
 TF32 detection, the notes that say what is missing, and the JSON block. Every figure is worked out by hand from
 what was planted (A100 80GB SXM: 312 TFLOP/s bf16 dense, 19.5 fp32, 156 tf32, 2039 GB/s)."""
@@ -11,12 +11,12 @@ import pytest
 import traceinsight
 from tests.helpers.kineto_writer import KinetoTrace
 from tests.helpers.nsys_writer import NsysTrace
-from traceinsight.derived import Derived
-from traceinsight.efficiency import (RECORD_SHAPES_HINT, EfficiencySettings, _compact_dims, _dominant_dtype,
+from traceinsight.derive.derived import Derived
+from traceinsight.derive.efficiency import (RECORD_SHAPES_HINT, EfficiencySettings, _compact_dims, _dominant_dtype,
                                      _window_ns)
-from traceinsight.peaks import UNKNOWN_PEAK
+from traceinsight.vocab.peaks import UNKNOWN_PEAK
 from traceinsight.render.efficiency_view import headline, step_line
-from traceinsight.timeline import Timeline
+from traceinsight.model.timeline import Timeline
 
 A100 = "NVIDIA A100-SXM4-80GB"
 BF16, F32 = "c10::BFloat16", "float"
@@ -115,7 +115,7 @@ def test_the_json_block(tmp_path):
 
 
 def test_top_ops_group_by_shapes_and_rank_by_kernel_time(tmp_path, monkeypatch):
-    import traceinsight.efficiency as eff
+    import traceinsight.derive.efficiency as eff
 
     t = KinetoTrace(device_name=A100)
     t.step(1, 0, 5000)

@@ -8,9 +8,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from traceinsight.job import reduce as R
+from traceinsight.derive.ranks import reduce as R
 from traceinsight.job.report import _ledger_by_rank
-from traceinsight.job.summary import COLL_COLUMNS, STEP_COLUMNS, RankSummary
+from traceinsight.derive.ranks.summary import COLL_COLUMNS, STEP_COLUMNS, RankSummary
 
 BUCKETS = ["compute", "communication", "idle_host_busy", "copy", "idle_other"]
 

@@ -7,10 +7,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from traceinsight import ledger as L
-from traceinsight.job import reduce as R
-from traceinsight.job.summary import collective_kind
-from traceinsight.intervals import merge_intervals
+from traceinsight.derive import ledger as L
+from traceinsight.derive.ranks import reduce as R
+from traceinsight.derive.ranks.summary import collective_kind
+from traceinsight.vocab.intervals import merge_intervals
 
 
 def _reference_merge(s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -94,7 +94,7 @@ def test_match_numbers_pairs_in_first_appearance_order():
 
 
 def test_utilization_by_runs_equals_the_groupby():
-    from traceinsight.views import Views
+    from traceinsight.derive.views import Views
 
     rng = np.random.default_rng(11)
     rows = []

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from traceinsight.finding import Finding, Fix, Instance, Instances, Location, Severity, as_instances, instance_columns
+from traceinsight.model.finding import Finding, Fix, Instance, Instances, Location, Severity, as_instances, instance_columns
 
 
 def test_severity_order_and_parsing():

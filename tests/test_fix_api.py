@@ -11,7 +11,7 @@ from typing import Any, Iterator
 
 import pytest
 
-from traceinsight.engine import discover
+from traceinsight.pipeline.engine import discover
 
 #: How snippets spell a framework's modules, per fix key.
 ROOTS = {

@@ -10,7 +10,7 @@ import re
 import pytest
 
 import traceinsight
-from traceinsight.engine import discover
+from traceinsight.pipeline.engine import discover
 from traceinsight.render import render
 from traceinsight.rule_api import Fix
 

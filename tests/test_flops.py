@@ -13,7 +13,7 @@ import pytest
 
 import traceinsight
 from tests.helpers.kineto_writer import KinetoTrace
-from traceinsight.flops import ATTENTION_BACKWARD_FACTOR, MAX_DIM, STRIDE_ASSUMED, count_op, count_ops
+from traceinsight.derive.flops import ATTENTION_BACKWARD_FACTOR, MAX_DIM, STRIDE_ASSUMED, count_op, count_ops
 
 F32, BF16 = "float", "c10::BFloat16"
 
@@ -350,7 +350,7 @@ def test_elementwise_reduction_norm_and_copies():
 # --- which op a kernel belongs to ----------------------------------------------------------------------------
 def _counts(path):
     tl = traceinsight.load(path)
-    from traceinsight.derived import Derived
+    from traceinsight.derive.derived import Derived
 
     views = Derived(tl)
     return count_ops(tl.events, views.kernels), views.kernels
@@ -449,7 +449,7 @@ def test_no_shapes_and_no_counted_ops(tmp_path):
 
 # --- argument edge cases the formulas must read right ------------------------------------------------------
 def test_expand_one_value_per_spatial_dimension():
-    from traceinsight.flops import _expand
+    from traceinsight.derive.flops import _expand
 
     assert _expand([2], 3, 1) == [2, 2, 2]  # one value stands for all
     assert _expand([1, 2], 3, 0) == [1, 2, 2]  # short: the last value repeats
@@ -459,7 +459,7 @@ def test_expand_one_value_per_spatial_dimension():
 
 
 def test_concrete_arguments():
-    from traceinsight.flops import _concrete
+    from traceinsight.derive.flops import _concrete
 
     args = ["", "True", "False", "[2, 2]", 3, '"same"', "x", None, 1.5]
     assert [_concrete(args, i) for i in range(len(args))] == [None, True, False, [2, 2], 3, "same", None, None, 1.5]
@@ -647,7 +647,7 @@ def test_the_launch_fallback_leaves_kernels_found_by_external_id_alone(tmp_path)
 
 
 def test_memory_bound_models_in_full():
-    from traceinsight.flops import OpCount
+    from traceinsight.derive.flops import OpCount
 
     n = 64 * 128
     assert count_op("aten::add", [[64, 128], [128], []], [BF16, BF16, "Scalar"], None) == OpCount(n, 2 * (2 * n + 128), "bf16", "", 2)

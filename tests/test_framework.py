@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 import traceinsight
-from traceinsight.framework import detect_framework, framework_scores
+from traceinsight.derive.framework import detect_framework, framework_scores
 
 from .conftest import corpus_file
 from .helpers.kineto_writer import KinetoTrace

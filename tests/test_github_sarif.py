@@ -15,8 +15,8 @@ import pytest
 from typer.testing import CliRunner
 
 import traceinsight
-from traceinsight.cli import app
-from traceinsight.finding import SourceLine
+from traceinsight.cli.app import app
+from traceinsight.model.finding import SourceLine
 from traceinsight.render import escape, github, sarif
 from traceinsight.render.sources import SourceRoot
 

@@ -1,14 +1,14 @@
-"""The GPU record (``traceinsight.gpus``, ``traceinsight.peaks.record``): one compute-capability parser, and the part
+"""The GPU record (``traceinsight.vocab.gpus``, ``traceinsight.vocab.peaks.record``): one compute-capability parser, and the part
 identified from the name or, when the name names no product, from (vendor, compute capability, SMs, memory)."""
 
 from __future__ import annotations
 
 import pytest
 
-from traceinsight.gpus import parse_cc, vendor_of
-from traceinsight.peaks import PEAKS, choose, lookup, record
+from traceinsight.vocab.gpus import parse_cc, vendor_of
+from traceinsight.vocab.peaks import PEAKS, choose, lookup, record
 from traceinsight.render.perfetto import _cc as perfetto_cc
-from traceinsight.timeline import DeviceInfo
+from traceinsight.model.timeline import DeviceInfo
 
 GB = 1_000_000_000
 GiB = 1 << 30

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 import traceinsight
-from traceinsight.errors import TraceReadError, TraceTooLargeError
-from traceinsight import native
+from traceinsight.vocab.errors import TraceReadError, TraceTooLargeError
+from traceinsight.vocab import native
 
 from .helpers.kineto_writer import KinetoTrace
 
@@ -137,7 +137,7 @@ def test_gzip_bomb_stops_early_in_bounded_memory(tmp_path):
     """A 2 GiB-inflating gzip (a few MB) ends with one line and exit 3 long before it is inflated, well under 1 GB."""
     bomb = _bomb(tmp_path / "bomb.json.gz", 2 << 30)
     assert bomb.stat().st_size < 4 << 20
-    code = ("import sys, traceinsight.cli as c\n"
+    code = ("import sys, traceinsight.cli.app as c\n"
             "try:\n    c.main()\nexcept SystemExit as e:\n    rc = e.code\n"
             # VmHWM, not ru_maxrss: Linux carries ru_maxrss across exec, so it would report pytest's own peak
             "hwm = next(l for l in open('/proc/self/status') if l.startswith('VmHWM')).split()[1]\n"

@@ -9,11 +9,11 @@ import pandas as pd
 import pytest
 
 import traceinsight
-from traceinsight import native
+from traceinsight.vocab import native
 from traceinsight.ingest import FORMATS, assemble, kineto
 from traceinsight.ingest.kineto import reader as kineto_reader
 from traceinsight.ingest.parts import ReadResult, Rows
-from traceinsight.timeline import KINDS, TraceMeta
+from traceinsight.model.timeline import KINDS, TraceMeta
 
 from .conftest import corpus_file
 from .helpers.kineto_writer import KinetoTrace

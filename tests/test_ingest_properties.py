@@ -21,8 +21,8 @@ from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 import traceinsight  # noqa: E402
-from traceinsight.errors import TraceReadError  # noqa: E402
-from traceinsight import native  # noqa: E402
+from traceinsight.vocab.errors import TraceReadError  # noqa: E402
+from traceinsight.vocab import native  # noqa: E402
 from traceinsight.ingest.byteio import gunzip  # noqa: E402
 from traceinsight.ingest.kineto.decode import last_complete_event  # noqa: E402
 

@@ -13,8 +13,8 @@ import pytest
 from typer.testing import CliRunner
 
 from bench.bench_job import build_job
-from traceinsight.cli import app
-from traceinsight.errors import TraceReadError
+from traceinsight.cli.app import app
+from traceinsight.vocab.errors import TraceReadError
 from traceinsight.job import analyze_job, expand, is_job_path, reduce_summaries, summarize_ranks
 from traceinsight.job.cli import raw_path
 from traceinsight.job.mapper import MapSettings, analyze_rank, per_rank_rules
@@ -60,10 +60,11 @@ def test_summary_is_compact_and_carries_no_events(small_job):
     assert s.event_count > 2000
     assert len(s.collectives) == 8 and len(s.steps) == 1
     assert set(s.collectives["kind"]) == {"sendrecv", "allreduce"}
-    # per-rank rules ran on the worker (graded on the one scale: the sub-1 % syncs of this rank are not reported)
-    assert {f["code"] for f in s.findings} >= {"TI001", "TI003", "TI008"}
+    # per-rank rules ran on the worker (graded on the one scale: the sub-1 % syncs of this rank are not reported, nor
+    # its small grids, which run beside other streams' kernels and so leave no SM time empty worth a finding)
+    assert {f["code"] for f in s.findings} >= {"TI001", "TI003"}
     assert not any(f["code"] in ("TI009", "TI020", "TI021") for f in s.findings)  # cross-rank rules run on the coordinator
-    from traceinsight.buckets import BUCKETS
+    from traceinsight.vocab.buckets import BUCKETS
 
     assert set(s.ledger["bucket"]) <= set(BUCKETS)
     assert int(s.ledger["ns"].sum()) == s.window_ns  # the ledger tiles the rank's GPU window exactly
@@ -173,7 +174,7 @@ def test_reports_stay_small_at_1024_ranks():
     tl = traceinsight.load(corpus_file(DLRM0))
     local, cross, _, _ = per_rank_rules(MapSettings())
     base = summarize_ranks(tl)[0]
-    base.findings = [finding_dict(f, max_evidence_rows=10) for f in traceinsight.engine.run(tl, local).findings]
+    base.findings = [finding_dict(f, max_evidence_rows=10) for f in traceinsight.pipeline.engine.run(tl, local).findings]
     rng = np.random.default_rng(3)
     summaries = []
     for r in range(1024):

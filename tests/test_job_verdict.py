@@ -10,9 +10,9 @@ import pytest
 from traceinsight.job import reduce_summaries
 from traceinsight.job.mapper import MapSettings, per_rank_rules
 from traceinsight.job.run import JobAnalysis, run_cross_rank
-from traceinsight.job.summary import COLL_COLUMNS, STEP_COLUMNS, RankSummary
+from traceinsight.derive.ranks.summary import COLL_COLUMNS, STEP_COLUMNS, RankSummary
 from traceinsight.job.verdict import job_verdict
-from traceinsight.verdict import RULE
+from traceinsight.assess.verdict import RULE
 
 MS = 1_000_000
 

@@ -17,8 +17,8 @@ import pandas as pd
 import pytest
 
 import traceinsight
-from traceinsight.errors import TraceReadError
-from traceinsight import native
+from traceinsight.vocab.errors import TraceReadError
+from traceinsight.vocab import native
 from traceinsight.ingest.kineto.columns import Declined, scan_columns
 
 FORCE_PURE = native.PURE_ENV

@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from traceinsight import native
+from traceinsight.vocab import native
 from traceinsight.ingest.kineto import decode as kdecode
 from traceinsight.ingest.kineto.columns import Declined, scan_columns
 
@@ -144,7 +144,7 @@ def test_five_million_deep_nesting_is_a_quick_one_line_error_exit_3(tmp_path, mo
     # unclosed (a cut inside the nesting) is the same error, not a truncation
     err = assert_same(_write(tmp_path, data[: len(data) // 2], "cut.json"), monkeypatch)
     assert err.endswith("not valid JSON (nested too deeply)")
-    code = "import sys, traceinsight.cli as c\nsys.exit(c.main())"
+    code = "import sys, traceinsight.cli.app as c\nsys.exit(c.main())"
     proc = subprocess.run([sys.executable, "-c", code, "analyze", str(path)], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 3 and proc.stderr.count("\n") == 1 and "nested too deeply" in proc.stderr
 

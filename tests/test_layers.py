@@ -14,7 +14,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 #: The one import that points up, on purpose: Jupyter asks an Analysis for its notebook view.
-NOTEBOOK_HOOK = ("traceinsight.analysis", "traceinsight.render.notebook")
+NOTEBOOK_HOOK = ("traceinsight.model.analysis", "traceinsight.render.notebook")
 
 
 def _sources() -> list[Path]:
@@ -115,7 +115,7 @@ def test_no_import_cycles():
 def test_cycle_finder_finds_a_cycle(monkeypatch):
     """The check above can fail: a planted edge from the interval helpers back up to the ledger closes a cycle."""
     real = _graph()
-    real["traceinsight.intervals"].add("traceinsight.ledger")
+    real["traceinsight.vocab.intervals"].add("traceinsight.derive.ledger")
     monkeypatch.setattr(sys.modules[__name__], "_graph", lambda: real)
     with pytest.raises(AssertionError):
         test_no_import_cycles()
@@ -147,7 +147,7 @@ def test_a_single_trace_run_imports_only_what_it_uses(tmp_path):
     t.kernel("gemm", 100, 50, launch_us=90)
     path = t.write(tmp_path / "t.json")
     code = (
-        "import sys, traceinsight.cli; from traceinsight import engine; from traceinsight.render import render; "
+        "import sys, traceinsight.cli.app; from traceinsight.pipeline import engine; from traceinsight.render import render; "
         "render(engine.analyze(sys.argv[1]), 'json'); print(' '.join(sorted(sys.modules)))"
     )
     out = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, cwd=REPO, check=True).stdout.split()

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 import traceinsight
-from traceinsight.buckets import AVOIDABLE_BUCKETS, BUCKETS
-from traceinsight.thresholds import LAUNCH_GAP_NS
-from traceinsight.views import Views
-from traceinsight.derived import Derived
+from traceinsight.vocab.buckets import AVOIDABLE_BUCKETS, BUCKETS
+from traceinsight.vocab.thresholds import LAUNCH_GAP_NS
+from traceinsight.derive.views import Views
+from traceinsight.derive.derived import Derived
 
 from .helpers.kineto_writer import KinetoTrace
 
@@ -288,7 +288,7 @@ def test_verdict_names_the_visible_host_work_of_host_caused_idle(tmp_path):
     named, not only "untraced host time")."""
     import traceinsight
     from tests.helpers.kineto_writer import KinetoTrace
-    from traceinsight.verdict import details
+    from traceinsight.assess.verdict import details
 
     t = KinetoTrace()
     for i in range(6):
@@ -303,7 +303,7 @@ def test_verdict_names_the_visible_host_work_of_host_caused_idle(tmp_path):
 def _warm_gap_then_eager(tmp_path, warm_us: float, other_us: float):
     """A first ``aten::conv2d`` of ``warm_us`` (its later calls take 100 µs: warm-up) and ``other_us`` of a Python
     pre-processing op in the same GPU gap, then 8 gaps of 2.5 ms of TF eager dispatch."""
-    from traceinsight.verdict import details
+    from traceinsight.assess.verdict import details
 
     t = KinetoTrace()
     t.kernel("k0", 100, 300, launch_us=90)

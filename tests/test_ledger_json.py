@@ -11,7 +11,7 @@ import pytest
 
 import traceinsight
 from tests.helpers.kineto_writer import KinetoTrace
-from traceinsight.buckets import AVOIDABLE_BUCKETS, BUCKETS
+from traceinsight.vocab.buckets import AVOIDABLE_BUCKETS, BUCKETS
 
 #: rank -> (kernels as (start µs, duration µs), steps as (start µs, duration µs))
 PLAN = {
@@ -112,7 +112,7 @@ def test_claims_follow_rank_and_time(ledger):
     and a range that names a rank claims on that rank only."""
     import pandas as pd
 
-    from traceinsight.buckets import IDLE_BUCKETS
+    from traceinsight.vocab.buckets import IDLE_BUCKETS
 
     w = ledger.windows.set_index("rank")["start_ns"]
     origin = int(w[0]) - 100_000  # rank 0's first kernel starts at 100 µs

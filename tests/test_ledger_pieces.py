@@ -7,11 +7,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from traceinsight import ledger as L
-from traceinsight.timeline import Timeline, TraceMeta, assign_steps, build_events
-from traceinsight.intervals import merge_intervals
-from traceinsight.views import Views
-from traceinsight.derived import Derived
+from traceinsight.derive import ledger as L
+from traceinsight.model.timeline import Timeline, TraceMeta, assign_steps, build_events
+from traceinsight.vocab.intervals import merge_intervals
+from traceinsight.derive.views import Views
+from traceinsight.derive.derived import Derived
 
 
 def _random_set(rng: np.random.Generator, n: int, span: int) -> tuple[np.ndarray, np.ndarray]:

@@ -10,10 +10,10 @@ hypothesis = pytest.importorskip("hypothesis")
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from traceinsight.buckets import BUCKETS, BUSY_BUCKETS, IDLE_BUCKETS  # noqa: E402
-from traceinsight.timeline import Timeline, TraceMeta, assign_steps, build_events  # noqa: E402
-from traceinsight.views import Views
-from traceinsight.derived import Derived
+from traceinsight.vocab.buckets import BUCKETS, BUSY_BUCKETS, IDLE_BUCKETS  # noqa: E402
+from traceinsight.model.timeline import Timeline, TraceMeta, assign_steps, build_events  # noqa: E402
+from traceinsight.derive.views import Views
+from traceinsight.derive.derived import Derived
 
 GPU_NAMES = ["gemm", "ncclDevKernel_AllReduce", "elementwise"]
 HOST = [

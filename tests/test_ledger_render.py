@@ -6,7 +6,7 @@ import json
 import re
 
 import traceinsight
-from traceinsight.buckets import BUCKETS
+from traceinsight.vocab.buckets import BUCKETS
 from traceinsight.render import render
 
 from .helpers.kineto_writer import KinetoTrace

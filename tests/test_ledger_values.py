@@ -14,11 +14,11 @@ import numpy as np
 import pandas as pd
 
 import traceinsight
-from traceinsight import ledger as L
-from traceinsight.buckets import IDLE_BUCKETS
-from traceinsight.derived import Derived
-from traceinsight.steady import WARMUP_MIN_NS, WARMUP_RATIO
-from traceinsight.timeline import Timeline
+from traceinsight.derive import ledger as L
+from traceinsight.vocab.buckets import IDLE_BUCKETS
+from traceinsight.derive.derived import Derived
+from traceinsight.derive.steady import WARMUP_MIN_NS, WARMUP_RATIO
+from traceinsight.model.timeline import Timeline
 
 from .helpers.kineto_writer import KinetoTrace
 

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 import traceinsight
-from traceinsight.buckets import AVOIDABLE_BUCKETS, BUSY_BUCKETS
+from traceinsight.vocab.buckets import AVOIDABLE_BUCKETS, BUSY_BUCKETS
 from traceinsight.rule_api import Finding, Fix, Location, Severity
-from traceinsight.verdict import COPY_BOUND_PCT, MIN_BOUND_PCT, claims, details, finding_claims, headline, ledger_of
+from traceinsight.assess.verdict import COPY_BOUND_PCT, MIN_BOUND_PCT, claims, details, finding_claims, headline, ledger_of
 
 from .conftest import REPO, corpus_file, trace_root
 from .helpers.kineto_writer import KinetoTrace

@@ -17,9 +17,9 @@ import pandas as pd
 import pytest
 
 import traceinsight
-from traceinsight import native
-from traceinsight.timeline import MEMORY_COLUMNS, MEMORY_KINDS
-from traceinsight.derived import Derived
+from traceinsight.vocab import native
+from traceinsight.model.timeline import MEMORY_COLUMNS, MEMORY_KINDS
+from traceinsight.derive.derived import Derived
 
 from .conftest import corpus_file
 from .helpers.kineto_writer import KinetoTrace
@@ -287,7 +287,7 @@ def test_traces_without_memory_have_an_empty_table(tmp_path):
 
 
 def test_series_reduction_keeps_the_peak():
-    from traceinsight.memory import _reduce
+    from traceinsight.derive.memory import _reduce
 
     n = 100_000
     t = np.arange(n, dtype=np.int64) * 1000

@@ -1,4 +1,4 @@
-"""The memory view (``traceinsight.memory``) by value on planted traces: each GPU's peak (which op and step reached
+"""The memory view (``traceinsight.derive.memory``) by value on planted traces: each GPU's peak (which op and step reached
 it, and when), headroom against capacity per step, the allocator calls of the steady state, the series kept for
 drawing, and the byte figures the reports print."""
 
@@ -10,8 +10,8 @@ import pytest
 import traceinsight
 from tests.helpers.kineto_writer import KinetoTrace
 from tests.helpers.nsys_writer import NsysTrace
-from traceinsight.derived import Derived
-from traceinsight.memory import ALLOCATOR_CALLS, FREE_CALLS, DeviceMemory, _reduce, fmt_bytes
+from traceinsight.derive.derived import Derived
+from traceinsight.derive.memory import ALLOCATOR_CALLS, FREE_CALLS, DeviceMemory, _reduce, fmt_bytes
 
 GiB = 1 << 30
 US = 1_000
@@ -242,7 +242,7 @@ def test_steady_rows_start_at_the_end_of_warm_up():
     class _M:
         warmup_end = {0: 100, 1: 50}
 
-    from traceinsight.memory import Memory
+    from traceinsight.derive.memory import Memory
 
     rank = np.array([0, 0, 0, 1, 1, 2, 1])
     t = np.array([99, 100, 150, 50, 60, 1_000, 70])
@@ -323,7 +323,7 @@ def _device(device, *, peak_op="aten::empty", rank=0):
 def test_identical_gpus_are_one_line_and_no_placeholder_op_is_printed():
     """Eight GPUs of one rank holding the same pool read as one line ("GPUs 0-2, 4-7"), a different one alone; a
     profiler's placeholder for "no op" (XPlane's ``(null)``) is no op name."""
-    from traceinsight.memory import _op_name
+    from traceinsight.derive.memory import _op_name
     from traceinsight.render.memory_view import summary_groups
 
     devs = [_device(i, peak_op=None) for i in (0, 1, 2, 4, 5, 6, 7)] + [_device(3), _device(0, rank=1, peak_op=None)]

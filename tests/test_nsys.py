@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 import traceinsight
-from traceinsight.errors import TraceReadError, UnknownFormatError
+from traceinsight.vocab.errors import TraceReadError, UnknownFormatError
 from traceinsight.ingest import detect
-from traceinsight.views import Views
+from traceinsight.derive.views import Views
 
 from .conftest import corpus_file
 from .helpers.nsys_writer import NsysTrace
@@ -292,7 +292,7 @@ def test_nsys_rep_without_nsys_gives_one_line_error(tmp_path, monkeypatch):
 def test_nsys_rep_cli_exit_code(tmp_path, monkeypatch):
     from typer.testing import CliRunner
 
-    from traceinsight.cli import app
+    from traceinsight.cli.app import app
 
     monkeypatch.setenv("PATH", str(tmp_path / "empty-bin"))
     monkeypatch.delenv("TRACEINSIGHT_NSYS", raising=False)

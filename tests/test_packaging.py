@@ -43,7 +43,7 @@ def test_wheel_contents(wheel):
     assert any(n.startswith("traceinsight/render/templates/") and n.endswith(".j2") for n in names)
     ep = next(n for n in names if n.endswith("entry_points.txt"))
     text = zipfile.ZipFile(wheel).read(ep).decode()
-    assert "traceinsight = traceinsight.console:main" in text
+    assert "traceinsight = traceinsight.cli.console:main" in text
     assert "TI001" not in text  # built-ins are found as modules of traceinsight.rules, not listed a second time
     import traceinsight
 
@@ -64,7 +64,7 @@ def test_wheel_installs_and_runs_in_fresh_venv(wheel, tmp_path):
         zf.extractall(purelib)
     (purelib / "_deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
     script = venv / "bin" / "traceinsight"
-    script.write_text(f"#!{vpy}\nimport sys\nfrom traceinsight.console import main\nsys.exit(main())\n")
+    script.write_text(f"#!{vpy}\nimport sys\nfrom traceinsight.cli.console import main\nsys.exit(main())\n")
     script.chmod(0o755)
 
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH",)}

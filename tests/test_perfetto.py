@@ -90,8 +90,8 @@ def test_real_nsys_trace_round_trip(tmp_path):
     back = traceinsight.load(path)
     for kind in ("kernel", "memcpy", "memset", "runtime"):
         assert (back.events["kind"] == kind).sum() == (a.timeline.events["kind"] == kind).sum(), kind
-    busy0 = traceinsight.views.Views(a.timeline).utilization["busy_pct"].sort_values().to_numpy()
-    busy1 = traceinsight.views.Views(back).utilization["busy_pct"].sort_values().to_numpy()
+    busy0 = traceinsight.derive.views.Views(a.timeline).utilization["busy_pct"].sort_values().to_numpy()
+    busy1 = traceinsight.derive.views.Views(back).utilization["busy_pct"].sort_values().to_numpy()
     assert busy1 == pytest.approx(busy0, abs=0.01)
     assert set(back.events.loc[back.events["pid"] == perfetto.FINDINGS_PID, "thread_name"].astype(str)) == set(_tracks(doc).values())
 
@@ -154,7 +154,7 @@ def test_slices_are_the_rules_instances(tmp_path):
 def test_cli_writes_the_perfetto_file(tmp_path, repo):
     from typer.testing import CliRunner
 
-    from traceinsight.cli import app
+    from traceinsight.cli.app import app
 
     runner = CliRunner()
     sample = str(repo / "sample_traces" / "vecadd_sync.sqlite")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from traceinsight.cli import ReadProgress
+from traceinsight.cli.app import ReadProgress
 from traceinsight.ingest.byteio import read_bytes
 
 

@@ -16,9 +16,9 @@ import numpy as np
 import pytest
 
 import traceinsight
-from traceinsight.steps import OPTIMIZER_STEP
-from traceinsight.timeline import COLUMNS, KINDS
-from traceinsight.views import Views
+from traceinsight.model.steps import OPTIMIZER_STEP
+from traceinsight.model.timeline import COLUMNS, KINDS
+from traceinsight.derive.views import Views
 
 from .conftest import corpus_file, corpus_glob
 from .helpers.kineto_writer import KinetoTrace

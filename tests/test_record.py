@@ -64,7 +64,7 @@ def _env(**extra: str) -> dict[str, str]:
 
 
 def _record(out: Path, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "traceinsight.cli", "record", "-o", str(out), *args]
+    cmd = [sys.executable, "-m", "traceinsight.cli.app", "record", "-o", str(out), *args]
     return subprocess.run(cmd, capture_output=True, text=True, env=env or _env(), timeout=300)
 
 

@@ -14,7 +14,7 @@ import traceinsight
 from traceinsight.render import render
 from traceinsight.render.markdown import MAX_CHARS, esc
 from traceinsight.rule_api import Fix, Rule, Severity, fmt_ns
-from traceinsight.verdict import LABELS, details
+from traceinsight.assess.verdict import LABELS, details
 
 from .conftest import trace_root
 from .test_render_synth import HOSTILE, synthetic_analysis, synthetic_timeline
@@ -135,7 +135,7 @@ class _Many(Rule):
     code = "XT050"
     name = "many-things"
     severity = Severity.WARNING
-    category = "gpu_idle"  # GPU idle the ledger holds: each finding's figure is its claim (traceinsight.savings)
+    category = "gpu_idle"  # GPU idle the ledger holds: each finding's figure is its claim (traceinsight.assess.savings)
     summary = "Lots of findings with big evidence."
     fix_pytorch = Fix("Do the thing " * 20, "x = 1\n" * 30 + "```\nnested fence\n```")
     fix_tensorflow = Fix("Do the TF thing.", "```\nnested fence\n```")
@@ -160,7 +160,7 @@ def test_markdown_budget_and_truncation_note():
 
 
 def test_no_gpu_and_no_findings():
-    from traceinsight.timeline import TraceMeta, Timeline, build_events
+    from traceinsight.model.timeline import TraceMeta, Timeline, build_events
 
     ev = build_events({"kind": ["cpu_op"], "name": ["aten::add"], "start_ns": [0], "dur_ns": [1000]})
     a = traceinsight.analyze(Timeline(ev, TraceMeta(source_format="pytorch")), ignore=["TI"])

@@ -11,7 +11,7 @@ import pandas as pd
 
 import traceinsight
 from traceinsight.rule_api import Fix, Location, Rule, Severity
-from traceinsight.timeline import DeviceInfo, Timeline, TraceMeta, build_events
+from traceinsight.model.timeline import DeviceInfo, Timeline, TraceMeta, build_events
 
 HOSTILE = [
     "<script>alert(1)</script>",

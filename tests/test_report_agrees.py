@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 import traceinsight
-from traceinsight.ledger import AVOIDABLE_BUCKETS
+from traceinsight.derive.ledger import AVOIDABLE_BUCKETS
 from traceinsight.render import render
 from traceinsight.rule_api import fmt_ns
-from traceinsight.verdict import claims, details, headline
+from traceinsight.assess.verdict import claims, details, headline
 
 from .conftest import REPO, corpus_file, corpus_glob
 

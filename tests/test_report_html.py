@@ -12,7 +12,7 @@ import pytest
 import traceinsight
 from tests.conftest import REPO, corpus_file
 from tests.helpers.kineto_writer import KinetoTrace
-from traceinsight import advice
+from traceinsight.assess import advice
 from traceinsight.render import html, render, timeline_svg
 from traceinsight.render.common import column_label, format_cell
 from traceinsight.rule_api import Fix

@@ -8,7 +8,7 @@ import traceinsight
 from tests.helpers.kineto_writer import KinetoTrace
 import numpy as np
 
-from traceinsight.finding import SourceLine
+from traceinsight.model.finding import SourceLine
 from traceinsight.rulelib.usercode import innermost_user_frame, lead_source, source_line, user_frame
 
 DL = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"

@@ -9,10 +9,10 @@ import pytest
 
 import traceinsight
 from tests.helpers.kineto_writer import KinetoTrace
-from traceinsight.plugins import discover
+from traceinsight.pipeline.plugins import discover
 from traceinsight.render import render
 from traceinsight.rule_api import CATEGORIES, DEFAULT_CATEGORY, Instance, Rule, as_instances
-from traceinsight.verdict import claims, details
+from traceinsight.assess.verdict import claims, details
 
 
 def _gappy_trace(tmp_path):

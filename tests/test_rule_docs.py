@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from traceinsight.advice import TIERS
+from traceinsight.assess.advice import TIERS
 
-from traceinsight.plugins import discover
+from traceinsight.pipeline.plugins import discover
 from traceinsight.rule_api import CATEGORIES, Fix, Severity
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -90,7 +90,7 @@ def test_main_check_and_write(tmp_path):
 def test_cli_prints_the_same_page():
     from typer.testing import CliRunner
 
-    from traceinsight.cli import app
+    from traceinsight.cli.app import app
 
     res = CliRunner().invoke(app, ["rule", "TI006"])
     assert res.exit_code == 0, res.output

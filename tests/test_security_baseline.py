@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 import traceinsight
-from traceinsight.baseline import MAX_REPORT_BYTES, load_report
-from traceinsight.errors import ConfigError
+from traceinsight.pipeline.baseline import MAX_REPORT_BYTES, load_report
+from traceinsight.vocab.errors import ConfigError
 from traceinsight.render import render
 
 from .helpers.kineto_writer import KinetoTrace
@@ -34,7 +34,7 @@ def _limited():
 
 
 def _cli_baseline(trace: Path, baseline: Path | str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "traceinsight.cli", "analyze", str(trace), "--baseline", str(baseline)],
+    return subprocess.run([sys.executable, "-m", "traceinsight.cli.app", "analyze", str(trace), "--baseline", str(baseline)],
                           capture_output=True, text=True, timeout=120, preexec_fn=_limited)
 
 
@@ -101,7 +101,7 @@ def test_non_finite_shares_are_read_as_zero(trace, tmp_path):
     p = tmp_path / "b.json"
     p.write_text('{"schema_version": 1, "traceinsight_version": "0", "findings": [{"fingerprint": "%s", "impact_pct_span": 1e999}, '
                  '{"fingerprint": "00000000000000ff", "impact_pct_span": NaN}]}' % fp)
-    from traceinsight.baseline import compare
+    from traceinsight.pipeline.baseline import compare
 
     cmp = compare(a.findings, load_report(p))
     assert all(v == 0.0 for v in cmp.before_pct.values())

@@ -14,7 +14,7 @@ import pytest
 from typer.testing import CliRunner
 
 from tests.helpers.kineto_writer import KinetoTrace
-from traceinsight.cli import app
+from traceinsight.cli.app import app
 from traceinsight.render import escape
 
 runner = CliRunner()

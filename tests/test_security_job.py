@@ -17,8 +17,8 @@ import pytest
 from typer.testing import CliRunner
 
 from tests.helpers.kineto_writer import KinetoTrace
-from traceinsight.cli import app
-from traceinsight.errors import EXIT_RANKS_MISSING, EXIT_SCHEDULER
+from traceinsight.cli.app import app
+from traceinsight.vocab.errors import EXIT_RANKS_MISSING, EXIT_SCHEDULER
 from traceinsight.job.run import SCHEDULER_ENV
 
 runner = CliRunner()

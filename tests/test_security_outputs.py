@@ -15,9 +15,9 @@ import pytest
 
 from typer.testing import CliRunner
 
-from traceinsight.cli import app
-from traceinsight.errors import OutputError
-from traceinsight.outputs import Target, plan, refuse_inputs, write_file
+from traceinsight.cli.app import app
+from traceinsight.vocab.errors import OutputError
+from traceinsight.render.outputs import Target, plan, refuse_inputs, write_file
 
 from .helpers.kineto_writer import KinetoTrace
 
@@ -35,7 +35,7 @@ def _cli(*args, preexec=None) -> subprocess.CompletedProcess:
     """The command in a subprocess where the process matters (limits), else in-process (same code, faster)."""
     argv = ["analyze", *map(str, args)]
     if preexec is not None:
-        return subprocess.run([sys.executable, "-m", "traceinsight.cli", *argv], capture_output=True, text=True,
+        return subprocess.run([sys.executable, "-m", "traceinsight.cli.app", *argv], capture_output=True, text=True,
                               timeout=120, preexec_fn=preexec)
     r = CliRunner().invoke(app, argv)
     if r.exception is not None and not isinstance(r.exception, SystemExit):
@@ -161,7 +161,7 @@ def test_output_to_a_full_device(trace):
 @pytest.mark.skipif(not Path("/dev/full").exists(), reason="no /dev/full")
 def test_stdout_to_a_full_device(trace):
     with open("/dev/full", "w") as full:
-        r = subprocess.run([sys.executable, "-m", "traceinsight.cli", "analyze", str(trace)], stdout=full,
+        r = subprocess.run([sys.executable, "-m", "traceinsight.cli.app", "analyze", str(trace)], stdout=full,
                            stderr=subprocess.PIPE, text=True, timeout=120)
     _one_line_exit_2(r, "standard output")
 
@@ -192,7 +192,7 @@ def test_a_failed_write_leaves_the_old_report_and_no_temporary(trace, tmp_path):
 
 
 def test_closed_pipe_is_quiet(trace):
-    p = subprocess.Popen([sys.executable, "-m", "traceinsight.cli", "analyze", str(trace), "-f", "html"],
+    p = subprocess.Popen([sys.executable, "-m", "traceinsight.cli.app", "analyze", str(trace), "-f", "html"],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     p.stdout.close()  # before the report is written: the write meets a closed pipe
     err = p.stderr.read().decode()

@@ -18,9 +18,9 @@ from typer.testing import CliRunner
 
 import traceinsight
 from tests.helpers.kineto_writer import KinetoTrace
-from traceinsight.cli import app
-from traceinsight.config import Config
-from traceinsight.errors import EXIT_RULE_FAILED, EXIT_USAGE, ConfigError
+from traceinsight.cli.app import app
+from traceinsight.pipeline.config import Config
+from traceinsight.vocab.errors import EXIT_RULE_FAILED, EXIT_USAGE, ConfigError
 from traceinsight.rule_api import Option
 
 runner = CliRunner()

@@ -13,9 +13,9 @@ from typer.testing import CliRunner
 
 import traceinsight
 from tests.helpers.kineto_writer import KinetoTrace
-from traceinsight.cli import app
-from traceinsight.errors import EXIT_USAGE
-from traceinsight.plausible import MAX_NAME_CHARS
+from traceinsight.cli.app import app
+from traceinsight.vocab.errors import EXIT_USAGE
+from traceinsight.model.plausible import MAX_NAME_CHARS
 from traceinsight.render.json_report import SCHEMA_VERSION
 
 from .test_kineto_native import assert_same, native_built  # noqa: F401 - the fixture skips without the scanner

@@ -14,8 +14,8 @@ from typer.testing import CliRunner
 
 import traceinsight
 from tests.helpers.nsys_writer import NsysTrace
-from traceinsight.cli import app
-from traceinsight.errors import EXIT_UNREADABLE, TraceReadError
+from traceinsight.cli.app import app
+from traceinsight.vocab.errors import EXIT_UNREADABLE, TraceReadError
 from traceinsight.ingest.nsys.sql import MAX_NAME_CHARS
 
 runner = CliRunner()

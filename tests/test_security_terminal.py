@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from traceinsight.cli import app
-from traceinsight.sanitize import has_unsafe, json_text, markdown_text, terminal, terminal_lines
+from traceinsight.cli.app import app
+from traceinsight.vocab.sanitize import has_unsafe, json_text, markdown_text, terminal, terminal_lines
 
 from .helpers.kineto_writer import KinetoTrace
 from .helpers.nsys_writer import NsysTrace
@@ -132,7 +132,7 @@ def test_markdown_report_keeps_no_invisible_or_control_characters(hostile):
 def test_error_messages_on_stderr_are_sanitised(tmp_path):
     bad = tmp_path / ("broken" + ATTACK + ".json")
     bad.write_text('this is no trace')
-    r = subprocess.run([sys.executable, "-m", "traceinsight.cli", "analyze", str(bad)], capture_output=True, text=True, timeout=120)
+    r = subprocess.run([sys.executable, "-m", "traceinsight.cli.app", "analyze", str(bad)], capture_output=True, text=True, timeout=120)
     assert r.returncode in (2, 3), r.stderr
     assert r.stderr.startswith("traceinsight: error: ") and r.stderr.count("\n") == 1, r.stderr
     _no_raw(r.stderr)
@@ -215,7 +215,7 @@ def _assert_terminal_safe(raw: bytes) -> None:
 
 
 def test_text_report_under_a_real_pseudo_terminal(hostile):
-    code, raw = _run_in_pty([sys.executable, "-m", "traceinsight.cli", "analyze", str(hostile)])
+    code, raw = _run_in_pty([sys.executable, "-m", "traceinsight.cli.app", "analyze", str(hostile)])
     assert code == 0, raw.decode(errors="replace")[-2000:]
     _assert_terminal_safe(raw)
     text = raw.decode()
@@ -227,7 +227,7 @@ def test_text_report_under_a_real_pseudo_terminal(hostile):
 def test_errors_under_a_real_pseudo_terminal(tmp_path):
     bad = tmp_path / ("bad" + ATTACK + ".json")
     bad.write_text("not a trace \x1b]0;title\x07")
-    code, raw = _run_in_pty([sys.executable, "-m", "traceinsight.cli", "analyze", str(bad), "-o", str(bad)])
+    code, raw = _run_in_pty([sys.executable, "-m", "traceinsight.cli.app", "analyze", str(bad), "-o", str(bad)])
     assert code == 2
     _assert_terminal_safe(raw)
     assert "bad\\x1b[2J" in raw.decode()

@@ -1,4 +1,4 @@
-"""The severity scale (traceinsight.severity) and the headline busy %, pinned at their exact boundaries.
+"""The severity scale (traceinsight.assess.severity) and the headline busy %, pinned at their exact boundaries.
 
 Each threshold is inclusive (``>=``): a finding costing exactly 20 % of its window is an error, exactly 5 % a
 warning, exactly 1 % info and still reported. The grade is taken on planted kineto traces whose GPU windows are
@@ -15,10 +15,10 @@ import pytest
 import traceinsight
 from tests.helpers.kineto_writer import KinetoTrace
 from tests.helpers.rule_cases import steady_after, with_warmup
-from traceinsight import severity
+from traceinsight.assess import severity
 from traceinsight.render import render
 from traceinsight.rule_api import Finding, Location, Rule, Severity
-from traceinsight.derived import Derived
+from traceinsight.derive.derived import Derived
 
 MS = 1_000_000
 
@@ -269,11 +269,11 @@ def test_a_plugins_cost_is_graded_on_the_steady_state_window(tmp_path):
     a = traceinsight.analyze(t.write(tmp_path / "warm.json"), rules=[tmp_path / "planted.py"])
     assert int(a.ledger.by_device.set_index("bucket").loc["idle_warmup", "ns"]) == 20_000_000
     (f,) = [x for x in a.findings if x.code == "ZZ901"]
-    from traceinsight.severity import base_ns, level, share_pct
+    from traceinsight.assess.severity import base_ns, level, share_pct
 
     views = a.derived if hasattr(a, "derived") and a.derived is not None else a.views
     assert level(share_pct(f, views)) is Severity.ERROR  # the rule's 1.3 ms on the steady window: 21 %
-    # the page grades the figure it shows (traceinsight.savings): the idle the ledger holds for the finding, on the
+    # the page grades the figure it shows (traceinsight.assess.savings): the idle the ledger holds for the finding, on the
     # same steady window
     assert f.share_pct == pytest.approx(100.0 * f.saving_ns / base_ns(f, views), abs=1e-3)
     assert f.severity is level(f.share_pct)

@@ -1,4 +1,4 @@
-"""How a finding's severity follows what it saves (``traceinsight.savings.assess``), by value on planted traces:
+"""How a finding's severity follows what it saves (``traceinsight.assess.savings.assess``), by value on planted traces:
 
 * a symptom is graded on the part of its idle its root cause does not explain (TI001 explained 90 % by TI005 is no
   warning, though its whole share would make it an error);
@@ -18,7 +18,7 @@ import pytest
 import traceinsight
 from tests.helpers.kineto_writer import KinetoTrace
 from tests.test_whatif import plant
-from traceinsight import savings
+from traceinsight.assess import savings
 from traceinsight.rule_api import Finding, Location, Rule, Severity
 
 LOADER = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
@@ -172,7 +172,7 @@ def test_a_rules_cap_and_declared_severity_and_opting_out(gpu_bound):
 
 
 def test_a_failed_replay_falls_back_to_the_estimate_and_says_why(gpu_bound, monkeypatch):
-    from traceinsight import whatif
+    from traceinsight.derive import whatif
 
     def boom(*a, **k):
         raise RuntimeError("boom")

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from traceinsight import timeline as T
+from traceinsight.model import timeline as T
 
 
 def test_grid_blocks_per_category_equals_the_extract():
@@ -91,7 +91,7 @@ def test_launching_pids_equal_the_series_map(seed):
 
 def test_int_sums_equal_the_groupby():
     """The efficiency view's kernel time per class: exact int64 sums per distinct key, as the groupby gives them."""
-    from traceinsight.efficiency import _int_sums
+    from traceinsight.derive.efficiency import _int_sums
 
     rng = np.random.default_rng(5)
     for n in (1, 7, 300):
@@ -181,7 +181,7 @@ def test_inherit_from_launch_column_write_equals_the_loc_write(seed):
 def test_shared_correlation_ids_equal_duplicated(seed):
     """Runtime calls sharing an id are found on one int64 key per call, as ``duplicated(keep=False)`` on rank, pid
     and id finds them: the same rows unlinked, the same warning."""
-    from traceinsight import plausible
+    from traceinsight.model import plausible
 
     rng = np.random.default_rng(seed)
     n = 60
@@ -209,7 +209,7 @@ def test_shared_correlation_ids_equal_duplicated(seed):
 
 
 def _warmup_step_regions_reference(steps: pd.DataFrame) -> list[tuple[int, int, int, str]]:
-    from traceinsight.steady import warmup_steps
+    from traceinsight.derive.steady import warmup_steps
 
     out = []
     for r, g in steps.groupby("rank", sort=True):
@@ -225,7 +225,7 @@ def _warmup_step_regions_reference(steps: pd.DataFrame) -> list[tuple[int, int, 
 def test_warmup_steps_per_rank_equal_the_groupby(seed):
     """Leading warm-up steps found per rank on the step arrays equal the groupby + sort_values they replace
     (ranks out of order, equal starts, several warm-up steps)."""
-    from traceinsight.steady import one_time_regions
+    from traceinsight.derive.steady import one_time_regions
 
     rng = np.random.default_rng(seed)
     rows = []
@@ -245,7 +245,7 @@ def test_warmup_steps_per_rank_equal_the_groupby(seed):
 
 def test_sum_by_equals_the_groupby():
     """The job summary's ledger per (step, bucket): the groupby's rows, order, sums and dtypes (step int64)."""
-    from traceinsight.job.summary import _sum_by
+    from traceinsight.derive.ranks.summary import _sum_by
 
     rng = np.random.default_rng(11)
     n = 120
@@ -261,7 +261,7 @@ def test_sum_by_equals_the_groupby():
 @pytest.mark.parametrize("order", ["increasing", "tied", "shuffled"])
 def test_whatif_steps_keep_the_sorted_order(order):
     """Step markers already strictly in time order are kept as they are; others are sorted as before."""
-    from traceinsight.whatif import _steps
+    from traceinsight.derive.whatif import _steps
 
     m = 6
     t = {"increasing": np.arange(m) * 100, "tied": np.array([0, 100, 100, 300, 300, 500]),

@@ -1,4 +1,4 @@
-"""The steady-state model (traceinsight.steady): one-time work anywhere in the window is booked as warm-up, never
+"""The steady-state model (traceinsight.derive.steady): one-time work anywhere in the window is booked as warm-up, never
 claimed as avoidable idle, never priced by a what-if and never forms the verdict; a window mostly one-time work
 cannot be judged. Traces written by the test helpers in the real formats, plus the corpus."""
 
@@ -10,7 +10,7 @@ import traceinsight
 from tests.conftest import corpus_file
 from tests.helpers.kineto_writer import KinetoTrace
 from traceinsight.rule_api import Severity
-from traceinsight.verdict import details, headline
+from traceinsight.assess.verdict import details, headline
 
 GEMM = "ampere_s16816gemm_fp16_128x128_ldg8_f2f_stages_32x5_nn"
 GRID = (216, 1, 1)
@@ -211,8 +211,8 @@ def test_a_finding_only_one_time_work_supports_stays_at_info(tmp_path):
     # the cold window with steps: a performance finding pointing at the module loads (their 15 ms launch calls) is
     # graded info; the same finding pointing at steady steps keeps the scale's grade
     from traceinsight.rule_api import Finding, Location, as_instances
-    from traceinsight.severity import grade
-    from traceinsight.steady import one_time_ns
+    from traceinsight.assess.severity import grade
+    from traceinsight.derive.steady import one_time_ns
 
     t = KinetoTrace()
     b = 0.0
@@ -246,7 +246,7 @@ def test_a_leading_step_is_compared_with_the_median_of_the_steps_after_it():
     """Steps of 5, 1 and 3 ms: the first is 2.5 times the median of the two after it (2 ms), so it is warm-up;
     against a median that included itself (3 ms) it would be under 2 times and judged steady. The second step has
     one step after it, too few to compare with, and stops the run."""
-    from traceinsight.steady import warmup_steps
+    from traceinsight.derive.steady import warmup_steps
 
     ms = 1_000_000
     assert warmup_steps([5 * ms, 1 * ms, 3 * ms]).tolist() == [True, False, False]
@@ -280,7 +280,7 @@ def test_the_warm_up_step_of_5_1_3_ms_is_booked_and_the_other_two_are_steady(tmp
     w = a.ledger.warmup
     steps = w[w["reason"].str.startswith("warm-up step")]
     assert steps[["start_ns", "end_ns"]].to_numpy().tolist() == [[0, 5_000_000]]
-    from traceinsight.steady import judgement
+    from traceinsight.derive.steady import judgement
 
     assert judgement(a.views)["steady_steps"] == 2
 
@@ -288,7 +288,7 @@ def test_the_warm_up_step_of_5_1_3_ms_is_booked_and_the_other_two_are_steady(tmp
 def test_a_step_warm_up_covers_by_half_or_more_is_not_steady(tmp_path):
     """Four 10 ms steps: module loads cover step 0 whole and 7.5 ms of step 1 (75 %): only steps 2 and 3 are steady.
     A load covering 5 ms of step 1 (exactly half) leaves it out too; 4.9 ms (49 %) does not."""
-    from traceinsight.steady import judgement
+    from traceinsight.derive.steady import judgement
 
     for cover_us, steady in ((7_500, 2), (5_000, 2), (4_900, 3), (10_000, 2)):
         a = _steps_trace(tmp_path, [10_000] * 4, f"cover{cover_us}.json", loads=[(0, 10_000), (10_000, cover_us)])
@@ -298,7 +298,7 @@ def test_a_step_warm_up_covers_by_half_or_more_is_not_steady(tmp_path):
 def test_one_steady_step_cannot_be_judged_two_can(tmp_path):
     """Module loading fills most of the window: with one step outside it the window gets "cannot judge", with two
     it is judged (MIN_STEADY_STEPS = 2)."""
-    from traceinsight.steady import judgement
+    from traceinsight.derive.steady import judgement
 
     one = _steps_trace(tmp_path, [10_000] * 3, "one.json", loads=[(0, 10_000), (10_000, 9_000)])
     j = judgement(one.views)
@@ -363,7 +363,7 @@ def test_a_first_launch_of_exactly_a_millisecond_is_a_module_load(tmp_path):
     ("tensorflow-xplane", "other", "tensorflow"), ("tensorflow-json", "tensorflow", "tensorflow"), ("rocprof", "other", "nsys"),
 ])
 def test_record_better_follows_the_profiler_then_the_framework(source, framework, which):
-    from traceinsight.steady import RECORD_BETTER, record_better
+    from traceinsight.derive.steady import RECORD_BETTER, record_better
 
     assert record_better(source, framework) == RECORD_BETTER[which]
 
@@ -374,7 +374,7 @@ def test_one_time_ns_adds_up_every_ranks_part(tmp_path):
     import numpy as np
     import pandas as pd
 
-    from traceinsight.steady import one_time_ns
+    from traceinsight.derive.steady import one_time_ns
 
     t = KinetoTrace()
     b = 0.0

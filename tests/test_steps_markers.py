@@ -9,9 +9,9 @@ import pytest
 from typer.testing import CliRunner
 
 import traceinsight
-from traceinsight.cli import app
-from traceinsight.errors import ConfigError
-from traceinsight.views import Views
+from traceinsight.cli.app import app
+from traceinsight.vocab.errors import ConfigError
+from traceinsight.derive.views import Views
 
 from .helpers.kineto_writer import KinetoTrace
 from .helpers.nsys_writer import NsysTrace

@@ -7,7 +7,7 @@ from typer.testing import CliRunner
 
 import traceinsight
 from tests.helpers.kineto_writer import KinetoTrace
-from traceinsight.cli import app
+from traceinsight.cli.app import app
 from traceinsight.render import render
 from traceinsight.rule_api import fmt_ns
 

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 import traceinsight
-from traceinsight.errors import EXIT_UNREADABLE, TraceReadError
+from traceinsight.vocab.errors import EXIT_UNREADABLE, TraceReadError
 from traceinsight.ingest import detect
-from traceinsight.tf_signals import recurrent_loop_signature
+from traceinsight.derive.tf_signals import recurrent_loop_signature
 
 from .conftest import corpus_file
 from .helpers.xplane_wire import count_events
@@ -252,7 +252,7 @@ def test_garbage_xplane_and_cli_exit_code(tmp_path):
     bad.write_bytes(b"\xff\xfe\x00garbage" * 50)
     with pytest.raises(TraceReadError):
         traceinsight.load(bad)
-    code = "import sys; from traceinsight.cli import main; sys.argv = ['traceinsight', 'analyze', sys.argv[1]]; main()"
+    code = "import sys; from traceinsight.cli.app import main; sys.argv = ['traceinsight', 'analyze', sys.argv[1]]; main()"
     proc = subprocess.run([sys.executable, "-c", code, str(bad)], capture_output=True, text=True)
     assert proc.returncode == EXIT_UNREADABLE, proc.stderr
     err_lines = [ln for ln in proc.stderr.strip().splitlines() if ln.strip()]
@@ -260,7 +260,7 @@ def test_garbage_xplane_and_cli_exit_code(tmp_path):
 
 
 def test_import_does_not_import_tensorflow():
-    code = "import sys, traceinsight, traceinsight.keras, traceinsight.tf_signals, traceinsight.ingest.xplane.reader; print('tensorflow' in sys.modules)"
+    code = "import sys, traceinsight, traceinsight.keras, traceinsight.derive.tf_signals, traceinsight.ingest.xplane.reader; print('tensorflow' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     assert out == "False"
 

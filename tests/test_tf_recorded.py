@@ -7,7 +7,7 @@ import os
 import pytest
 
 import traceinsight
-from traceinsight.tf_signals import recurrent_loop_signature
+from traceinsight.derive.tf_signals import recurrent_loop_signature
 
 pytestmark = pytest.mark.slow
 tf = pytest.importorskip("tensorflow")

@@ -1,4 +1,4 @@
-"""docs/timeline.md and traceinsight/timeline.py describe the same schema."""
+"""docs/timeline.md and traceinsight/model/timeline.py describe the same schema."""
 
 from __future__ import annotations
 
@@ -6,10 +6,10 @@ import re
 
 import numpy as np
 
-from traceinsight.timeline import (COLUMNS, KINDS, MEMORY_COLUMNS, MEMORY_KINDS, OPTIONAL_COLUMNS, Timeline, TraceMeta,
+from traceinsight.model.timeline import (COLUMNS, KINDS, MEMORY_COLUMNS, MEMORY_KINDS, OPTIONAL_COLUMNS, Timeline, TraceMeta,
                                    assign_steps, build_events, build_memory, rebase)
-from traceinsight.intervals import merge_intervals
-from traceinsight.views import Views
+from traceinsight.vocab.intervals import merge_intervals
+from traceinsight.derive.views import Views
 
 from .conftest import REPO
 

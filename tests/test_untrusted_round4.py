@@ -21,9 +21,9 @@ from tests.helpers.kineto_writer import KinetoTrace
 from tests.helpers.nsys_writer import NsysTrace
 from tests.helpers.xplane_writer import XSpaceTrace
 from traceinsight.agent.tools import QUOTE_CLOSE, QUOTE_OPEN, Session, ToolError
-from traceinsight.derived import Derived
-from traceinsight.errors import EXIT_OUT_OF_MEMORY, ConfigError
-from traceinsight.plausible import MEMORY_WARNING
+from traceinsight.derive.derived import Derived
+from traceinsight.vocab.errors import EXIT_OUT_OF_MEMORY, ConfigError
+from traceinsight.model.plausible import MEMORY_WARNING
 
 REPO = Path(__file__).resolve().parents[1]
 GiB = 1 << 30
@@ -40,7 +40,7 @@ def _kineto(path: Path, *, rank=None, world=None, device="NVIDIA A100-SXM4-80GB"
 
 
 def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "traceinsight.cli", *args], capture_output=True, text=True, cwd=cwd,
+    return subprocess.run([sys.executable, "-m", "traceinsight.cli.app", *args], capture_output=True, text=True, cwd=cwd,
                           env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=300)
 
 
@@ -119,7 +119,7 @@ def test_cli_rank_folder_with_one_usable_rank_and_a_link_out_exits_8(tmp_path: P
 
 
 def test_rules_folder_module_linking_out_is_refused(tmp_path: Path) -> None:
-    from traceinsight.plugins import discover
+    from traceinsight.pipeline.plugins import discover
 
     (tmp_path / "elsewhere.py").write_text("raise SystemExit('must not run')\n")
     rules = tmp_path / "rules"
@@ -221,7 +221,7 @@ def test_diff_statistics_are_bounded_in_memory() -> None:
 
 
 def test_out_of_memory_is_one_line_with_its_own_code(tmp_path: Path, monkeypatch, capsys) -> None:
-    from traceinsight import cli
+    from traceinsight.cli import app as cli
     from traceinsight.delta import stats
 
     base = _report(tmp_path, "base")
@@ -376,7 +376,7 @@ def test_user_efficiency_figures_are_range_checked(tmp_path: Path, flag: str, va
 
 
 def test_user_peak_range_checked_in_the_api(tmp_path: Path) -> None:
-    from traceinsight.efficiency import EfficiencySettings
+    from traceinsight.derive.efficiency import EfficiencySettings
 
     with pytest.raises(ConfigError, match="--peak-tflops expects dense TFLOP/s from 0.001"):
         traceinsight.analyze(_flops_trace(tmp_path, None), efficiency=EfficiencySettings(peak_tflops=1e-300))

@@ -1,4 +1,4 @@
-"""The verdict and the headline figures, pinned by value (``traceinsight.verdict``).
+"""The verdict and the headline figures, pinned by value (``traceinsight.assess.verdict``).
 
 Every test plants a trace with the test helpers (the real kineto format), analyses it with no rule running, and
 then hands the verdict the findings it is about, so the numbers below are the ledger's own (µs laid out by hand
@@ -12,10 +12,10 @@ import pandas as pd
 import pytest
 
 import traceinsight
-from traceinsight import verdict
-from traceinsight.finding import Instance
+from traceinsight.assess import verdict
+from traceinsight.model.finding import Instance
 from traceinsight.rule_api import Finding, Fix, Location, Severity
-from traceinsight.verdict import claims, claims_of, details, finding_claims, headline, ledger_of
+from traceinsight.assess.verdict import claims, claims_of, details, finding_claims, headline, ledger_of
 
 from .helpers.kineto_writer import KinetoTrace
 
@@ -633,7 +633,7 @@ def test_a_cause_that_does_not_say_how_much_takes_nothing(tmp_path):
 
 def test_how_to_record_better_follows_profiler_and_framework(tmp_path):
     """A window that cannot be judged says how to record a better one, for the profiler and framework at hand."""
-    from traceinsight.steady import RECORD_BETTER
+    from traceinsight.derive.steady import RECORD_BETTER
 
     from .helpers.nsys_writer import NsysTrace
     from .helpers.xplane_writer import XSpaceTrace

@@ -10,7 +10,8 @@ import pytest
 
 import traceinsight
 from tests.helpers.kineto_writer import KinetoTrace
-from traceinsight import buckets, verdict
+from traceinsight.vocab import buckets
+from traceinsight.assess import verdict
 from traceinsight.render import FORMATS, render
 from traceinsight.render.notebook import render_inline
 from traceinsight.rule_api import Rule
@@ -87,7 +88,7 @@ def test_rule_claims_are_declared_and_checked():
         def check(self, ctx):
             yield ctx.finding(title="t", message="m", impact_ns=10)
 
-    from traceinsight.derived import Derived
+    from traceinsight.derive.derived import Derived
     from traceinsight.rule_api import Context
 
     tl = traceinsight.load(Path(__file__).resolve().parents[1] / "sample_traces" / "dataloader_gaps.json.gz")
@@ -96,14 +97,16 @@ def test_rule_claims_are_declared_and_checked():
 
 
 def test_one_launch_gap_bound():
-    from traceinsight import ledger, thresholds, whatif
+    from traceinsight.derive import ledger, whatif
+    from traceinsight.vocab import thresholds
 
     assert ledger.LAUNCH_GAP_NS is thresholds.LAUNCH_GAP_NS and whatif.LAUNCH_GAP_NS is thresholds.LAUNCH_GAP_NS
     assert f"gaps under {thresholds.LAUNCH_GAP_NS // 1000} us" in whatif.ASSUMPTIONS["launch_bound_to_graphs"]
 
 
 def test_one_list_of_output_formats():
-    from traceinsight import cli, outputs
+    from traceinsight.cli import app as cli
+    from traceinsight.render import outputs
 
     assert [f.value for f in cli.Format] == list(FORMATS)
     assert outputs.SUFFIX == {k: f.suffix for k, f in FORMATS.items()}

@@ -1,4 +1,4 @@
-"""What-if replay (traceinsight.whatif): exact replay of measured steps, planted before/after pairs, real nw0 -> nw4.
+"""What-if replay (traceinsight.derive.whatif): exact replay of measured steps, planted before/after pairs, real nw0 -> nw4.
 
 The planted pairs are written by a tiny program simulator below: it runs one training-loop program with the
 physical rules of a GPU stream (FIFO, a task starts after its launch and after the task before it) and writes the
@@ -15,9 +15,9 @@ import pytest
 import traceinsight
 from tests.conftest import corpus_file
 from tests.helpers.kineto_writer import KinetoTrace
-from traceinsight import whatif
-from traceinsight.views import Views
-from traceinsight.derived import Derived
+from traceinsight.derive import whatif
+from traceinsight.derive.views import Views
+from traceinsight.derive.derived import Derived
 
 LOADER = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
 LAUNCH_LAT = 6.0  # µs from the start of a launch call to the earliest start of its GPU task
@@ -321,7 +321,7 @@ def test_long_runs_replay_the_middle_steps(tmp_path, monkeypatch):
 def test_what_if_for_findings(tmp_path):
     """The per-rule entry point: each rule declares the transform that models its fix (``Rule.what_if``); causes get
     a prediction, symptoms, rules without a model and instance-less windowed causes none."""
-    from traceinsight.plugins import discover
+    from traceinsight.pipeline.plugins import discover
 
     rules = discover([]).rules
     assert {c: rules[c].what_if for c in ("TI001", "TI002", "TI003", "TI004", "TI005", "TI007")} == {
@@ -373,7 +373,7 @@ def test_warmup_window_cut(tmp_path):
     ],
 )
 def test_format_what_if_units_and_sign(baseline, step, text):
-    from traceinsight.units import format_what_if
+    from traceinsight.vocab.units import format_what_if
 
     assert format_what_if({"baseline_step_ns": baseline, "step_ns": step}) == text
     assert format_what_if({"baseline_step_ns": baseline, "step_ns": None}) == ""

@@ -1,6 +1,6 @@
 """The what-if replay's C pass against its pure-Python reference, and the build's shortcuts against plain numpy.
 
-Speed must never change a prediction. The native pass (``traceinsight._replay``) and ``whatif._replay_py`` are
+Speed must never change a prediction. The native pass (``traceinsight.derive._replay``) and ``whatif._replay_py`` are
 run on the same graphs (real traces and planted ones, every transform) and must give the same start and end for
 every node; bad input must raise, not crash. The graph builder's shortcuts (per-group sorting, label lookup
 tables, per-value name tests) are held to the plain numpy / pandas operations they replace, on random inputs that
@@ -18,9 +18,9 @@ import pytest
 
 from tests.conftest import corpus_file
 from tests.test_whatif import plant, views_of
-from traceinsight import whatif
-from traceinsight import native
-from traceinsight.masks import name_mask
+from traceinsight.derive import whatif
+from traceinsight.vocab import native
+from traceinsight.vocab.masks import name_mask
 
 
 @pytest.fixture

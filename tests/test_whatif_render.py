@@ -5,7 +5,8 @@ from __future__ import annotations
 import traceinsight
 from tests.helpers.kineto_writer import KinetoTrace
 from traceinsight.render import render
-from traceinsight import verdict, whatif
+from traceinsight.assess import verdict
+from traceinsight.derive import whatif
 
 
 def _analysis(tmp_path):

@@ -1,5 +1,5 @@
 """The what-if transforms edit exactly what their docstrings say, inside the windows they are given and nowhere
-else, and the step times they lead to (``traceinsight.whatif``).
+else, and the step times they lead to (``traceinsight.derive.whatif``).
 
 The trace is one training loop written by the kineto helper: per step a 1 ms data wait, 200 µs of untraced host
 work, a 500 µs ``cudaPointerGetAttributes`` (a long host call that is not a launch), a 20 µs ``cudaEventRecord``, ten kernels
@@ -15,10 +15,10 @@ import pytest
 
 from tests.helpers.kineto_writer import KinetoTrace
 from tests.test_whatif import plant, views_of
-from traceinsight import whatif
-from traceinsight.finding import Instance
-from traceinsight.thresholds import LAUNCH_GAP_NS
-from traceinsight.whatif import BLOCKING, DATA_WAIT, GPU, HOST, MARKER
+from traceinsight.derive import whatif
+from traceinsight.model.finding import Instance
+from traceinsight.vocab.thresholds import LAUNCH_GAP_NS
+from traceinsight.derive.whatif import BLOCKING, DATA_WAIT, GPU, HOST, MARKER
 
 LOADER = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
 GEMM, ELEMENTWISE = "volta_sgemm_32x32_nn", "at::native::vectorized_elementwise_kernel"

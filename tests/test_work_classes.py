@@ -1,4 +1,4 @@
-"""One kernel classifier (``traceinsight.work_classes``) behind every user: the efficiency view, TI007, the what-if's
+"""One kernel classifier (``traceinsight.vocab.work_classes``) behind every user: the efficiency view, TI007, the what-if's
 GEMM speed-up, the rules that declare what they speed up, and the diff's classes. A GEMM is a GEMM everywhere,
 NVIDIA's, AMD's and Triton's alike."""
 
@@ -10,8 +10,9 @@ import pytest
 import traceinsight
 from tests.helpers.kineto_writer import KinetoTrace
 from tests.rules._shapes import FP32, linear
-from traceinsight import kernels, patterns, whatif
-from traceinsight.work_classes import GEMM_CLASSES, kernel_class_of, kernel_classes
+from traceinsight.vocab import kernels, patterns
+from traceinsight.derive import whatif
+from traceinsight.vocab.work_classes import GEMM_CLASSES, kernel_class_of, kernel_classes
 
 #: GEMM kernels of every library a trace may show, NVIDIA, AMD and compiler-generated.
 GEMMS = [
@@ -38,7 +39,7 @@ def test_not_gemms_stay_out():
 
 def test_there_is_one_gemm_definition():
     assert not hasattr(patterns, "GEMM_CONV")  # the old second list of GEMM names is gone
-    from traceinsight import savings
+    from traceinsight.assess import savings
 
     assert not hasattr(savings, "GEMM_RULES")  # rules say what they speed up (Rule.speeds_up)
     from rules.model_too_small import ModelTooSmall

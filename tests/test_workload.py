@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 import traceinsight
-from traceinsight import workload
+from traceinsight.derive import workload
 
 from .helpers.kineto_writer import KinetoTrace
 

@@ -15,8 +15,8 @@ import pandas as pd
 import pytest
 
 import traceinsight
-from traceinsight.errors import TraceReadError
-from traceinsight import native as native_switch
+from traceinsight.vocab.errors import TraceReadError
+from traceinsight.vocab import native as native_switch
 from traceinsight.ingest.xplane import space as xplane_space
 
 from .conftest import corpus_file, corpus_glob

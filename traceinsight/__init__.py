@@ -12,13 +12,13 @@ Python API::
 
 from __future__ import annotations
 
-from .lazy import attributes as _lazy_attributes
+from traceinsight.vocab.lazy import attributes as _lazy_attributes
 
 import sys as _sys
 from importlib.util import module_from_spec as _module_from_spec, spec_from_file_location as _spec_from_file_location
 from pathlib import Path as _Path
 
-from .version import __version__
+from traceinsight.vocab.version import __version__
 
 
 def _checkout_rules() -> None:
@@ -44,15 +44,15 @@ def _checkout_rules() -> None:
 
 _checkout_rules()
 
-#: The public API, imported on first use: ``import traceinsight.cli`` (or any submodule) pays only for what that
+#: The public API, imported on first use: ``import traceinsight.cli.app`` (or any submodule) pays only for what that
 #: run needs, not for every reader and renderer.
 _API: dict[str, str] = {
-    "Config": "config",
-    "Analysis": "analysis",
-    "analyze": "engine",
-    "TraceInsightError": "errors",
-    "TraceReadError": "errors",
-    "UnknownFormatError": "errors",
+    "Config": "pipeline.config",
+    "Analysis": "model.analysis",
+    "analyze": "pipeline.engine",
+    "TraceInsightError": "vocab.errors",
+    "TraceReadError": "vocab.errors",
+    "UnknownFormatError": "vocab.errors",
     "load": "ingest",
     "CATEGORIES": "rule_api",
     "Context": "rule_api",
@@ -65,8 +65,8 @@ _API: dict[str, str] = {
     "Severity": "rule_api",
     "CrossRankRule": "rule_api_job",
     "JobContext": "rule_api_job",
-    "Timeline": "timeline",
-    "TraceMeta": "timeline",
+    "Timeline": "model.timeline",
+    "TraceMeta": "model.timeline",
 }
 
 
@@ -112,13 +112,13 @@ def diff(base, head, **kwargs):
     Returns a ``Diff``: ``.verdict`` (faster, slower, no measurable change, inconclusive, not comparable),
     ``.sentence``, ``.data`` (the JSON document of docs/diff-json.md), ``.render(fmt)``.
     """
-    from .delta import diff as _diff
+    from traceinsight.delta import diff as _diff
 
     return _diff(base, head, **kwargs)
 
 
 def native_status() -> dict[str, bool]:
     """Which formats load through a native accelerator here (False: the pure-Python path, same results, slower)."""
-    from . import native
+    from traceinsight.vocab import native
 
     return {label: native.built(fmt) is not None for fmt, label in _NATIVE.items()}

@@ -64,14 +64,15 @@ def TraceInsightCallback(log_dir: str | os.PathLike, steps: tuple[int, int] = (2
         def _finish(self) -> None:
             import tensorflow as tf
 
-            import traceinsight
+            from traceinsight.ingest import load
+            from traceinsight.pipeline.engine import analyze
             from traceinsight.render import render
 
             tf.profiler.experimental.stop()
             self._active = False
             self._done = True
-            self.timeline = traceinsight.load(self.log_dir)
-            self.analysis = traceinsight.analyze(self.timeline, **analyze_options)
+            self.timeline = load(self.log_dir)
+            self.analysis = analyze(self.timeline, **analyze_options)
             if self.report:
                 self.report.parent.mkdir(parents=True, exist_ok=True)
                 self.report.write_text(render(self.analysis, self.fmt), encoding="utf-8")

@@ -22,9 +22,9 @@ A rule is a class::
 Rules receive a ``Context``: the timeline, the analysis' derived data (``ctx.views``: the views, the ledger and
 the memo slots, computed once), and their resolved options. They return or yield ``Finding`` objects. A rule may
 declare ``what_if`` (the what-if transform that models its fix) and ``claims`` (the ledger buckets its findings
-claim). Shared queries are public in ``traceinsight.rulelib``; what names mean in ``traceinsight.patterns``.
+claim). Shared queries are public in ``traceinsight.rulelib``; what names mean in ``traceinsight.vocab.patterns``.
 
-The model (``Finding``, ``Severity``, ``Fix``, ``Location``, ``Instance``...) lives in ``traceinsight.finding`` and
+The model (``Finding``, ``Severity``, ``Fix``, ``Location``, ``Instance``...) lives in ``traceinsight.model.finding`` and
 is re-exported here, so a rule imports from one place.
 """
 
@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Iterable, Required, TypedDict, 
 
 import pandas as pd
 
-from .finding import (
+from traceinsight.model.finding import (
     CATEGORIES,
     DEFAULT_CATEGORY,
     LIFECYCLES,
@@ -53,11 +53,11 @@ from .finding import (
     level,
     instance_columns,
 )
-from .units import fmt_ns
+from traceinsight.vocab.units import fmt_ns
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .timeline import Timeline
-    from .views import Views
+    from traceinsight.model.timeline import Timeline
+    from traceinsight.derive.views import Views
 
 __all__ = [
     "CATEGORIES", "DEFAULT_CATEGORY", "LIFECYCLES", "Context", "Finding", "FindingFields", "Fix", "Instance",
@@ -179,20 +179,20 @@ class Rule:
     fix_jax: ClassVar[Fix] = Fix("")  # for JAX programs (jax.jit, donate_argnums, prefetch to device)
     fix_cuda: ClassVar[Fix] = Fix("")  # for plain CUDA programs (no framework in the trace)
     #: fixes that replace a framework's base fix on some GPU generations: "pytorch:pre_ampere", "tensorflow:fp8",
-    #: ... (tiers in traceinsight.advice; the engine picks one per framework for the trace's GPUs)
+    #: ... (tiers in traceinsight.assess.advice; the engine picks one per framework for the trace's GPUs)
     fix_variants: ClassVar[dict[str, Fix]] = {}
     options: ClassVar[dict[str, Option]] = {}
-    #: The what-if transform (``traceinsight.whatif.TRANSFORMS``) that models this rule's fix, when its findings are
+    #: The what-if transform (``traceinsight.derive.whatif.TRANSFORMS``) that models this rule's fix, when its findings are
     #: a root cause the replay can take out (e.g. "remove_host_sync"); None: no step-time prediction.
     what_if: ClassVar[str | None] = None
-    #: The ledger buckets (``traceinsight.buckets``) its findings claim their saving from; empty: those of its
+    #: The ledger buckets (``traceinsight.vocab.buckets``) its findings claim their saving from; empty: those of its
     #: category (``buckets.CLAIMS``).
     claims: ClassVar[tuple[str, ...]] = ()
     #: Its findings say why the GPU waited, in a symptom's category (``gpu_idle``): a recompile in the steady state
-    #: is idle time whose reason is known. Such findings may explain other idle findings (``traceinsight.causes``)
+    #: is idle time whose reason is known. Such findings may explain other idle findings (``traceinsight.assess.causes``)
     #: and are never explained by them.
     root_cause: ClassVar[bool] = False
-    #: The work classes (``traceinsight.work_classes.CLASSES``: "gemm", "conv", "elementwise", ...) whose kernels
+    #: The work classes (``traceinsight.vocab.work_classes.CLASSES``: "gemm", "conv", "elementwise", ...) whose kernels
     #: its modelled speed-up makes faster: the what-if replay shortens only those. Empty: every GPU task (the
     #: finding cannot say which work gets faster).
     speeds_up: ClassVar[tuple[str, ...]] = ()
@@ -203,12 +203,12 @@ class Rule:
             raise TypeError(f"rule {cls.__name__}: category {cls.category!r} is not one of {', '.join(CATEGORIES)}")
         if cls.lifecycle not in LIFECYCLES:
             raise TypeError(f"rule {cls.__name__}: lifecycle {cls.lifecycle!r} is not one of {', '.join(LIFECYCLES)}")
-        from .buckets import BUCKETS  # the rule API sits above the vocabularies; checked once per rule class
+        from traceinsight.vocab.buckets import BUCKETS  # the rule API sits above the vocabularies; checked once per rule class
 
         unknown = [b for b in cls.claims if b not in BUCKETS]
         if unknown:
             raise TypeError(f"rule {cls.__name__}: claims {', '.join(unknown)}: not ledger buckets ({', '.join(BUCKETS)})")
-        from .work_classes import CLASSES as WORK_CLASSES
+        from traceinsight.vocab.work_classes import CLASSES as WORK_CLASSES
 
         odd = [c for c in cls.speeds_up if c not in WORK_CLASSES]
         if odd:
@@ -278,7 +278,7 @@ class Rule:
 
 
 class Context:
-    """What a rule sees: the timeline, the analysis' derived data (``views``: a ``traceinsight.derived.Derived``, with the
+    """What a rule sees: the timeline, the analysis' derived data (``views``: a ``traceinsight.derive.derived.Derived``, with the
     ledger and the named memo slots of the rule library), and its resolved options."""
 
     def __init__(self, timeline: "Timeline", views: "Views", rule: Rule) -> None:
@@ -292,9 +292,9 @@ class Context:
     def what_if_batch(self, factor: float, fixed_below_ns: int) -> dict | None:
         """The what-if replay of this trace with ``factor`` times the batch: GPU tasks of at least ``fixed_below_ns``
         take ``factor`` times as long, shorter (launch-bound) ones keep their time, host work stays
-        (``traceinsight.whatif.what_if_batch``): ``step_ns``, ``baseline_step_ns``, ``per_sample_ratio``,
+        (``traceinsight.derive.whatif.what_if_batch``): ``step_ns``, ``baseline_step_ns``, ``per_sample_ratio``,
         ``throughput_gain``, ``assumptions``; None without steps to replay."""
-        from .whatif import what_if_batch
+        from traceinsight.derive.whatif import what_if_batch
 
         return what_if_batch(self.views, factor, fixed_below_ns)
 

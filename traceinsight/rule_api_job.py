@@ -1,7 +1,7 @@
 """The public API for cross-rank rules: rules that judge a whole distributed job from its rank summaries.
 
 A cross-rank rule is a ``Rule`` (same code, name, docs, options and fixes) whose ``check_job`` receives a
-``JobContext``: one compact summary per rank (``traceinsight.job.summary.RankSummary``), the collectives of all
+``JobContext``: one compact summary per rank (``traceinsight.derive.ranks.summary.RankSummary``), the collectives of all
 ranks matched into instances and put on one clock, and the resolved options. It never sees events, so it runs on
 the coordinator of a 1,000-rank job in memory proportional to ranks x summary size::
 
@@ -27,10 +27,10 @@ from typing import TYPE_CHECKING, ClassVar, Iterable, Unpack
 
 import pandas as pd
 
-from .rule_api import Context, Finding, FindingFields, Rule, build_finding
+from traceinsight.rule_api import Context, Finding, FindingFields, Rule, build_finding
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .job.reduce import Job
+    from traceinsight.derive.ranks.reduce import Job
 
 
 class CrossRankRule(Rule):
@@ -86,6 +86,6 @@ def job_of(ctx: Context) -> "Job":
     job = getattr(ctx.views, "job", None)
     if job is not None:
         return job
-    from .derived import Derived  # plain views (a rule run by hand): derive the job view from the timeline
+    from traceinsight.derive.derived import Derived  # plain views (a rule run by hand): derive the job view from the timeline
 
     return Derived(ctx.timeline).job

@@ -31,8 +31,8 @@ def report_handler(dir_name: "str | os.PathLike", *, fmt: str = "html", worker_n
     ext = _EXT.get(fmt, fmt)
 
     def handler(prof: Any) -> tuple[Path, Path]:
-        from . import analyze
-        from .render import render
+        from traceinsight.pipeline.engine import analyze
+        from traceinsight.render import render
 
         out_dir.mkdir(parents=True, exist_ok=True)
         worker = worker_name or f"{socket.gethostname()}_{os.getpid()}"

@@ -163,7 +163,7 @@ def _worker(conn, reader: str, rss_mb: int) -> None:
     import pandas as pd
 
     import traceinsight
-    from traceinsight.errors import TraceReadError
+    from traceinsight.vocab.errors import TraceReadError
 
     def one(path: Path, pure: bool):
         if pure:

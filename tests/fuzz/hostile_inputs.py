@@ -1099,7 +1099,7 @@ def run_case(c: Case, work: Path, rss_limit_mb: int, as_limit_mb: int) -> Outcom
         if c.preexec:
             c.preexec()
 
-    argv = [sys.executable, "-m", "traceinsight.cli", "analyze", *args]
+    argv = [sys.executable, "-m", "traceinsight.cli.app", "analyze", *args]
     t0 = time.monotonic()
     with open(stdout_path, "wb") as so, open(cdir / "stderr", "wb") as se, open(os.devnull, "rb") as si:
         import subprocess

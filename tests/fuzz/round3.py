@@ -5,7 +5,7 @@ Not collected by pytest (run it by hand or in a nightly job)::
     python tests/fuzz/round3.py            # every case; prints one table row per class
     python tests/fuzz/round3.py -v         # also one line per case
 
-Every case writes its inputs into a fresh folder, runs ``python -m traceinsight.cli analyze ...`` in a subprocess
+Every case writes its inputs into a fresh folder, runs ``python -m traceinsight.cli.app analyze ...`` in a subprocess
 with a timeout, and is judged on four counts:
 
 * traceback: a Python traceback on stderr, or the run hit the timeout;
@@ -356,7 +356,7 @@ def run(case: Case, work: Path) -> dict:
     env = {**os.environ, "PYTHONPATH": os.environ.get("TI_CAMPAIGN_ROOT", str(ROOT)), **case.env}  # the checkout under test
     t0 = time.monotonic()
     try:
-        p = subprocess.run([sys.executable, "-m", "traceinsight.cli", "analyze", *args], capture_output=True, text=True,
+        p = subprocess.run([sys.executable, "-m", "traceinsight.cli.app", "analyze", *args], capture_output=True, text=True,
                            timeout=case.timeout, cwd=d, env=env, errors="replace")
     except subprocess.TimeoutExpired:
         return {"traceback": 1, "silent": 0, "injection": 0, "wrong": 0, "why": "timeout", "s": time.monotonic() - t0}

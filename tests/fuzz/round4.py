@@ -110,7 +110,7 @@ def logdir_with_link(d: Path) -> Path:
 def report(d: Path, name: str = "base") -> Path:
     """A real JSON report of a small trace (written by the checkout under test)."""
     trace = kineto(d / f"{name}.json")
-    subprocess.run([sys.executable, "-m", "traceinsight.cli", "analyze", str(trace), "-f", "json", "-o", str(d / f"{name}.report.json")],
+    subprocess.run([sys.executable, "-m", "traceinsight.cli.app", "analyze", str(trace), "-f", "json", "-o", str(d / f"{name}.report.json")],
                    capture_output=True, env=_env(), cwd=d, check=True)
     return d / f"{name}.report.json"
 
@@ -217,7 +217,7 @@ MCP_CLIENT = textwrap.dedent(
     import json, sys, anyio
     from mcp import ClientSession, StdioServerParameters, stdio_client
     spec = json.loads(sys.argv[1])
-    params = StdioServerParameters(command=sys.executable, args=["-m", "traceinsight.cli", "mcp", *spec["server"]],
+    params = StdioServerParameters(command=sys.executable, args=["-m", "traceinsight.cli.app", "mcp", *spec["server"]],
                                    cwd=spec["cwd"], env=spec["env"])
     async def main():
         out = []
@@ -421,7 +421,7 @@ def run(case: Case, work: Path) -> dict:
             rc, stdout, stderr, results = run_mcp(case, d, built)
         else:
             env = _env({k: v for k, v in case.env.items() if not k.startswith("TI_")})
-            p = subprocess.run([sys.executable, "-m", "traceinsight.cli", case.command, *built], capture_output=True, text=True,
+            p = subprocess.run([sys.executable, "-m", "traceinsight.cli.app", case.command, *built], capture_output=True, text=True,
                                timeout=case.timeout, cwd=d, env=env, errors="replace", preexec_fn=_limit(case.env.get("TI_LIMIT_AS")))
             rc, stdout, stderr, results = p.returncode, p.stdout, p.stderr, None
     except subprocess.TimeoutExpired:

@@ -148,7 +148,7 @@ def test_ti001_optimizer_does_not_hide_a_sync(tmp_path):
 def test_ti001_causes_are_the_ledgers():
     """Every ns of TI001's gaps is booked as the ledger books it; each gap's label is its largest bucket."""
     import traceinsight
-    from traceinsight.buckets import IDLE_BUCKETS
+    from traceinsight.vocab.buckets import IDLE_BUCKETS
     from traceinsight.rules.gpu_idle_gaps import BUCKET_CAUSE, CAUSE_OPT
 
     a = traceinsight.analyze(corpus_file("pytorch/hta_ddp_v100_rank1of2.json.gz"), select=["TI001"])
@@ -182,7 +182,7 @@ def test_ti001_causes_are_the_ledgers():
 def test_ledger_gaps_row_for_row(tmp_path):
     """rulelib.gaps.ledger_gaps gives the ledger's facts on views.gaps' rows, also when the two frames differ."""
     from traceinsight.rulelib.gaps import ledger_gaps
-    from traceinsight.derived import Derived
+    from traceinsight.derive.derived import Derived
 
     t = KinetoTrace()
     t.step(0, 0.0, 5000.0)

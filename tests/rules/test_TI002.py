@@ -80,7 +80,7 @@ def _nsys_sync_loop(tmp_path, second_kernel: str):
 def test_nsys_training_is_told_from_backward_kernels(tmp_path):
     """A weight-gradient kernel in every step: training, so the closing syncs cost what the kineto trace with an
     optimizer op costs (``test_closing_syncs_cost_in_training``)."""
-    from traceinsight.derived import Derived
+    from traceinsight.derive.derived import Derived
     from traceinsight.rulelib.gaps import inference_ranks
 
     path, f = _nsys_sync_loop(tmp_path, WGRAD)
@@ -90,7 +90,7 @@ def test_nsys_training_is_told_from_backward_kernels(tmp_path):
 
 
 def test_nsys_without_training_kernels_stays_inference(tmp_path):
-    from traceinsight.derived import Derived
+    from traceinsight.derive.derived import Derived
     from traceinsight.rulelib.gaps import inference_ranks
 
     path, f = _nsys_sync_loop(tmp_path, "volta_sgemm_128x64_nn")

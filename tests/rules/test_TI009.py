@@ -9,7 +9,7 @@ from tests.conftest import corpus_file
 from tests.helpers.kineto_writer import KinetoTrace
 from tests.helpers.rule_cases import busy_steps, findings_of
 from tests.rules.conftest import DLRM
-from traceinsight.config import Config
+from traceinsight.pipeline.config import Config
 from traceinsight.job import analyze_job
 
 
@@ -92,7 +92,7 @@ def test_corpus_dlrm_imbalance_same_on_job_and_single_timeline(dlrm_job):
     (job_f,) = _job_codes(analyze_job(str(corpus_file(DLRM)), workers=2, config=Config(min_impact=0)).findings, "TI009")
     # 138.75 µs of a ~13 ms window: under the 1 % reporting floor on both paths, so both are asked for everything
     (tl_f,) = _job_run(traceinsight.load(corpus_file(DLRM), format="pytorch"), "TI009", min_impact=0)
-    # the single-trace report grades on its figure and says why in severity_basis (traceinsight.savings); the rule's
+    # the single-trace report grades on its figure and says why in severity_basis (traceinsight.assess.savings); the rule's
     # own metrics are the same on both paths
     report_only = {"severity_basis", "what_if_note", "saving_basis"}
     assert {k: v for k, v in job_f.metrics.items() if k not in report_only} == {k: v for k, v in tl_f.metrics.items() if k not in report_only}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import traceinsight
 from tests.helpers.kineto_writer import KinetoTrace
 from tests.helpers.rule_cases import steady_steps
-from traceinsight.verdict import details
+from traceinsight.assess.verdict import details
 
 
 #: positive: it fires; negative: it stays silent; fix: the same program with its GPU activity recorded.

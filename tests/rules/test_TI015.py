@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import traceinsight
 from tests.helpers.kineto_writer import KinetoTrace
-from traceinsight.verdict import details
+from traceinsight.assess.verdict import details
 
 GEMM = "ampere_s16816gemm_fp16_128x128_ldg8_f2f_stages_32x5_nn"
 GRID = (216, 1, 1)

@@ -55,7 +55,7 @@ def test_exposed_communication_positive(tmp_path):
     assert f.metrics["overlap_pct"] == pytest.approx(0.0)
     assert f.metrics["exposed_pct_window"] == pytest.approx(100 * 4_000 / 14_100, abs=1e-3)
     # 28.4 % of the window; the page grades the replay's figure (what the step gets back) on the one scale
-    from traceinsight.severity import level
+    from traceinsight.assess.severity import level
 
     assert f.saving_kind == "modelled" and f.severity is level(f.share_pct)
     assert "bucket_cap_mb" in f.fixes["pytorch"].text

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from traceinsight.plugins import discover
+from traceinsight.pipeline.plugins import discover
 
 HERE = Path(__file__).resolve().parent
 BUILTIN = sorted(c for c, cls in discover().rules.items() if cls.__module__.startswith("traceinsight.rules."))

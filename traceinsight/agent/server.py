@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from typing import Any, Optional, Sequence, Union
 
-from .tools import DIFF_ROWS, EVIDENCE_PAGE, FINDINGS_PAGE, INSTANCES_PAGE, MAX_ANALYSES, STEPS_PAGE, Session, ToolError
+from traceinsight.agent.tools import DIFF_ROWS, EVIDENCE_PAGE, FINDINGS_PAGE, INSTANCES_PAGE, MAX_ANALYSES, STEPS_PAGE, Session, ToolError
 
 #: What the model is told once, at initialisation: the order of work and how to read strings from a trace.
 INSTRUCTIONS = """\
@@ -36,8 +36,8 @@ def build(session: Session) -> Any:
     from mcp.server.mcpserver import MCPServer
     from mcp.server.mcpserver.exceptions import ToolError as McpToolError
 
-    from ..sanitize import terminal
-    from ..version import __version__
+    from traceinsight.vocab.sanitize import terminal
+    from traceinsight.vocab.version import __version__
 
     class Server(MCPServer):
         async def call_tool(self, name, arguments, context=None):  # type: ignore[override]

@@ -33,9 +33,9 @@ import threading
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from ..errors import TraceInsightError
-from ..sanitize import data_text, terminal
-from .store import Store
+from traceinsight.vocab.errors import TraceInsightError
+from traceinsight.vocab.sanitize import data_text, terminal
+from traceinsight.agent.store import Store
 
 #: Version of the tool results' own envelope (the report inside carries its own ``schema_version``).
 RESULT_VERSION = 1
@@ -122,8 +122,8 @@ class Session:
         """The ``[tool.traceinsight]`` of the nearest pyproject.toml from ``target`` up to its root (never above it,
         never the server's working directory's), checked: a pyproject.toml that links out of the roots is refused,
         rule files it names must lie under the roots."""
-        from ..config import Config, find_pyproject
-        from ..fence import inside
+        from traceinsight.pipeline.config import Config, find_pyproject
+        from traceinsight.vocab.fence import inside
 
         root = self.root_of(target)
         found = find_pyproject(target if target.is_dir() else target.parent, stop=root)
@@ -154,9 +154,9 @@ class Session:
         limit: int = FINDINGS_PAGE,
     ) -> dict[str, Any]:
         """Analyse a trace: verdict, headline figures, the ledger's totals and a page of findings."""
-        from .. import engine
-        from ..fence import confined
-        from ..render.json_report import to_dict
+        from traceinsight.pipeline import engine
+        from traceinsight.vocab.fence import confined
+        from traceinsight.render.json_report import to_dict
 
         select, ignore = _str_list(select, "select"), _str_list(ignore, "ignore")
         rules = _str_list(rules, "rules")
@@ -290,9 +290,9 @@ class Session:
         """Two analyses of this session compared (``traceinsight diff``, docs/diff-json.md): comparable or not, the
         step change with its interval and verdict, the ledger buckets that moved, kernels and ops (the ``rows``
         largest changes), findings new/fixed, the what-if check, and with ``fail_if_slower`` the gate."""
-        from ..config import check_fail_if_slower
-        from ..delta.compare import compare
-        from ..delta.side import Side, check
+        from traceinsight.pipeline.config import check_fail_if_slower
+        from traceinsight.delta.compare import compare
+        from traceinsight.delta.side import Side, check
 
         if fail_if_slower is not None:
             try:
@@ -323,7 +323,7 @@ class Session:
 
     def rules(self) -> dict[str, Any]:
         """Every built-in and installed rule: code, name, default severity, category, summary."""
-        from ..plugins import discover
+        from traceinsight.pipeline.plugins import discover
 
         rs = discover([])
         return {
@@ -336,8 +336,8 @@ class Session:
 
     def rule(self, code: str) -> dict[str, Any]:
         """One rule's documentation page (Markdown): why it matters, what is measured, options, fixes."""
-        from ..engine import closest_code
-        from ..plugins import discover
+        from traceinsight.pipeline.engine import closest_code
+        from traceinsight.pipeline.plugins import discover
 
         rs = discover([])
         cls = rs.rules.get(str(code).upper())

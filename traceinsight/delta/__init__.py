@@ -11,9 +11,9 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from .compare import FAIL, FASTER, INCONCLUSIVE, NO_CHANGE, NOT_COMPARABLE, PASS, SCHEMA_VERSION, SLOWER, compare
-from ..config import check_fail_if_slower
-from .side import Side, check, from_analysis, load_side
+from traceinsight.delta.compare import FAIL, FASTER, INCONCLUSIVE, NO_CHANGE, NOT_COMPARABLE, PASS, SCHEMA_VERSION, SLOWER, compare
+from traceinsight.pipeline.config import check_fail_if_slower
+from traceinsight.delta.side import Side, check, from_analysis, load_side
 
 __all__ = ["Diff", "diff", "FASTER", "SLOWER", "NO_CHANGE", "INCONCLUSIVE", "NOT_COMPARABLE", "PASS", "FAIL", "SCHEMA_VERSION"]
 
@@ -38,7 +38,7 @@ class Diff:
         return None if g is None else g["result"]
 
     def render(self, fmt: str = "text", **kwargs: Any) -> str:
-        from .render import render
+        from traceinsight.delta.render import render
 
         return render(self.data, fmt, **kwargs)
 

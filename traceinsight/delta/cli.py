@@ -10,9 +10,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable
 
-from ..errors import EXIT_INCONCLUSIVE, EXIT_NOT_COMPARABLE, EXIT_OK, EXIT_SLOWER, OutputError
-from ..outputs import Target, refuse_inputs, write_file, write_stdout
-from . import FAIL, INCONCLUSIVE, NOT_COMPARABLE, diff
+from traceinsight.vocab.errors import EXIT_INCONCLUSIVE, EXIT_NOT_COMPARABLE, EXIT_OK, EXIT_SLOWER, OutputError
+from traceinsight.render.outputs import Target, refuse_inputs, write_file, write_stdout
+from traceinsight.delta import FAIL, INCONCLUSIVE, NOT_COMPARABLE, diff
 
 #: File stem of the outputs written into a folder when several formats are asked for.
 DIFF_STEM = "traceinsight-diff"

@@ -25,13 +25,13 @@ from typing import Any
 
 import numpy as np
 
-from ..buckets import BUSY_BUCKETS
-from ..version import __version__
-from ..kernels import CLASSES
-from ..units import fmt_ns
-from . import side as S
-from .match import comparability, context
-from .stats import CONFIDENCE, Shift, interval_possible, power, shift
+from traceinsight.vocab.buckets import BUSY_BUCKETS
+from traceinsight.vocab.version import __version__
+from traceinsight.vocab.kernels import CLASSES
+from traceinsight.vocab.units import fmt_ns
+from traceinsight.delta import side as S
+from traceinsight.delta.match import comparability, context
+from traceinsight.delta.stats import CONFIDENCE, Shift, interval_possible, power, shift
 
 SCHEMA_VERSION = 2
 
@@ -489,7 +489,7 @@ def _class_of(k: dict[str, Any]) -> str:
     """The kernel's class by the shared classifier (``kernels``, the efficiency view's patterns), so a report
     written before a pattern was added (SageAttention's ``sage_fwd`` read as "other") compares by today's rule; a
     name the patterns do not know keeps the report's class, and copies and memsets the class their kind gave them."""
-    from ..kernels import classify
+    from traceinsight.vocab.kernels import classify
 
     given = str(k.get("class") or "other")
     if given == "copy":
@@ -627,7 +627,7 @@ def kpi_diff(base: S.Side, head: S.Side) -> list[dict[str, Any]]:
 
 def findings_diff(base: S.Side, head: S.Side) -> dict[str, Any]:
     """Findings new / worse / unchanged / fixed, by fingerprint, as ``--baseline`` decides them."""
-    from ..baseline import NEW, SAME, WORSE, compare as compare_findings
+    from traceinsight.pipeline.baseline import NEW, SAME, WORSE, compare as compare_findings
 
     fs = [
         SimpleNamespace(fingerprint=str(f.get("fingerprint")), impact_pct_span=_pct(f.get("impact_pct_span")), code=str(f.get("code", "")), title=str(f.get("title", "")), severity=str(f.get("severity", "")))

@@ -11,9 +11,9 @@ from typing import Any
 
 import msgspec
 
-from ..buckets import BUCKETS, LABELS
-from ..units import fmt_ns
-from ..sanitize import json_text, rich as rich_text
+from traceinsight.vocab.buckets import BUCKETS, LABELS
+from traceinsight.vocab.units import fmt_ns
+from traceinsight.vocab.sanitize import json_text, rich as rich_text
 
 #: Rows per table in the text and Markdown output (the JSON keeps up to compare.MAX_ROWS).
 TOP_ROWS = 10
@@ -62,7 +62,7 @@ def bucket_label(b: str) -> str:
 
 
 def step_line(s: dict[str, Any] | None, unit: str | None = None) -> str:
-    from .compare import REPEAT_WORDS
+    from traceinsight.delta.compare import REPEAT_WORDS
 
     basis = (s or {}).get("basis", "steps")
     unit = unit or ("GPU window" if basis == "gpu_window" else REPEAT_WORDS.get(basis, "step"))
@@ -229,7 +229,7 @@ def render_text(d: dict[str, Any], width: int = 110, **_: Any) -> str:
     extra = shown_figures(d)
     if extra:
         con.print("Figures: " + "; ".join(f"{rich_text(k['label'], 60)} {figure(k, 'base')} → {figure(k, 'head')}" + (f" ({k['note']})" if k.get("note") else "") for k in extra[:10]))
-    from ..render.escape import log_document
+    from traceinsight.render.escape import log_document
 
     return log_document(buf.getvalue())  # no line a CI runner reads as a workflow command
 
@@ -257,7 +257,7 @@ def straggler_line(r: dict[str, Any]) -> str:
 
 # --- Markdown ----------------------------------------------------------------------------------------------
 def render_md(d: dict[str, Any], html_name: str | None = None, max_chars: int = MAX_MD_CHARS, **_: Any) -> str:
-    from ..render.markdown import esc
+    from traceinsight.render.markdown import esc
 
     b, h = d["base"], d["head"]
     out = [f"## {_VERDICT_ICON.get(d['verdict'], '')} traceinsight diff: **{d['verdict']}**", "", esc(d["sentence"], 600), ""]
@@ -336,8 +336,8 @@ def _step_rows(steps: list[dict[str, Any]], scale: float) -> list[dict[str, Any]
 
 
 def html_context(d: dict[str, Any]) -> dict[str, Any]:
-    from ..render.templating import report_css
-    from ..version import __version__
+    from traceinsight.render.templating import report_css
+    from traceinsight.vocab.version import __version__
 
     ls = d["ledger_steps"]
     scale = max([sum(s["ns"].values()) for s in ls["base"] + ls["head"]] or [0.0])
@@ -360,6 +360,6 @@ def html_context(d: dict[str, Any]) -> dict[str, Any]:
 
 
 def render_html(d: dict[str, Any], **_: Any) -> str:
-    from ..render.templating import env
+    from traceinsight.render.templating import env
 
     return env().get_template("diff.html.j2").render(**html_context(d))

@@ -17,8 +17,8 @@ from typing import Any, Optional
 import msgspec
 import numpy as np
 
-from ..errors import ConfigError
-from ..plausible import MAX_GAP_NS
+from traceinsight.vocab.errors import ConfigError
+from traceinsight.model.plausible import MAX_GAP_NS
 
 #: Bytes at the head of a file looked at to tell a traceinsight report from a trace.
 _HEAD_BYTES = 512
@@ -70,7 +70,7 @@ def load_side(path: "str | os.PathLike[str]", **analyze_kwargs: Any) -> Side:
     """A report file as it is, anything else analysed (``engine.analyze``) and turned into its report."""
     p = Path(path)
     if is_report(p):
-        from ..baseline import load_report
+        from traceinsight.pipeline.baseline import load_report
 
         try:
             doc = load_report(p)
@@ -78,7 +78,7 @@ def load_side(path: "str | os.PathLike[str]", **analyze_kwargs: Any) -> Side:
             raise ConfigError(str(exc).removeprefix("baseline ")) from None
         check(doc, str(p))
         return Side(doc, str(p))
-    from ..engine import analyze
+    from traceinsight.pipeline.engine import analyze
 
     return from_analysis(analyze(p, **analyze_kwargs), str(p))
 
@@ -199,7 +199,7 @@ def _implausible(rep: _Report) -> str | None:
 
 
 def from_analysis(analysis: Any, label: str | None = None) -> Side:
-    from ..render.json_report import to_dict
+    from traceinsight.render.json_report import to_dict
 
     return Side(to_dict(analysis, max_evidence_rows=0), label or str(analysis.timeline.meta.path), analysis)
 
@@ -344,7 +344,7 @@ def repeats(side: Side) -> list[dict[str, Any]]:
 def mfu_coverage_pct(side: Side) -> float | None:
     """Share (%) of the matrix-unit GPU time (GEMM, convolution, attention) whose FLOPs the efficiency view could
     count from recorded shapes: the part of the time an MFU figure speaks for. None without the block."""
-    from ..work_classes import MATRIX_CLASSES
+    from traceinsight.vocab.work_classes import MATRIX_CLASSES
 
     eff = side.report.get("efficiency")
     if not isinstance(eff, dict) or not isinstance(eff.get("classes"), list):

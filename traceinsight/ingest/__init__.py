@@ -16,13 +16,13 @@ from typing import Any, Callable, NamedTuple
 import numpy as np
 import pandas as pd
 
-from ..errors import OutOfMemoryError, TraceReadError, UnknownFormatError
-from .. import plausible
-from ..timeline import (Timeline, assign_steps, assign_steps_columns, build_events, event_columns, events_frame, kind_is,
+from traceinsight.vocab.errors import OutOfMemoryError, TraceReadError, UnknownFormatError
+from traceinsight.model import plausible
+from traceinsight.model.timeline import (Timeline, assign_steps, assign_steps_columns, build_events, event_columns, events_frame, kind_is,
                         rebase, rebase_columns, validate, validate_columns)
-from . import kineto, nsys, tf, xplane
-from .byteio import HEAD_BYTES, check_input, read_head
-from .parts import ReadResult, Rows
+from traceinsight.ingest import kineto, nsys, tf, xplane
+from traceinsight.ingest.byteio import HEAD_BYTES, check_input, read_head
+from traceinsight.ingest.parts import ReadResult, Rows
 
 __all__ = ["FORMATS", "SUPPORTED", "HEAD_BYTES", "ReadResult", "Rows", "assemble", "detect", "load", "read_head"]
 
@@ -131,7 +131,7 @@ def assemble(result: ReadResult) -> Timeline:
     else:
         samples = None
     if memory:
-        from .memory_table import join
+        from traceinsight.ingest.memory_table import join
 
         return Timeline(events=events, meta=meta, memory=join(memory, events, origin, meta), samples=samples)
     return Timeline(events=events, meta=meta, samples=samples)
@@ -154,7 +154,7 @@ def _one_part(part: Rows, meta, memory: list) -> tuple[pd.DataFrame, int]:
     if not len(steps):
         events = _steps_without_markers(events_frame(cols), meta)
         return events, origin
-    from ..steps import source_named
+    from traceinsight.model.steps import source_named
 
     meta.extra["steps_source"] = source_named(str(cols["name"][int(steps[0])]))
     assign_steps_columns(cols, meta)
@@ -183,7 +183,7 @@ def _joined_parts(parts: list[Rows], meta, memory: list) -> tuple[pd.DataFrame, 
     events = plausible.check(events, meta)
     origin = rebase(events)
     if (events["kind"] == "step").any():
-        from ..steps import source_of
+        from traceinsight.model.steps import source_of
 
         meta.extra["steps_source"] = source_of(events)
         assign_steps(events, meta)
@@ -197,7 +197,7 @@ def _steps_without_markers(events: pd.DataFrame, meta) -> pd.DataFrame:
     else the iterations between the optimizer's own calls (``steps.optimizer_iterations``: step rows added), so
     every rule, the ledger and the steady-state model see the loop (without step rows every row keeps step -1,
     which build_events set). Returns the events (a new frame when rows were added)."""
-    from ..steps import add_iterations, choose, mark, optimizer_iterations, source_of
+    from traceinsight.model.steps import add_iterations, choose, mark, optimizer_iterations, source_of
 
     picked = choose(events)
     if picked is not None and mark(events, picked["marker"]):

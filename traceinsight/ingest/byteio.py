@@ -16,7 +16,7 @@ import stat
 import zlib
 from pathlib import Path
 
-from ..errors import TraceReadError, TraceTooLargeError
+from traceinsight.vocab.errors import TraceReadError, TraceTooLargeError
 
 try:  # ISA-L inflates about twice as fast as zlib; same format, same results
     from isal import isal_zlib as _zlib

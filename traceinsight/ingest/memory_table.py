@@ -11,8 +11,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..plausible import DROPPED_KEY, check_memory
-from ..timeline import KINDS, MEMORY_COLUMNS, TIME_LIMIT_NS, TraceMeta, build_memory
+from traceinsight.model.plausible import DROPPED_KEY, check_memory
+from traceinsight.model.timeline import KINDS, MEMORY_COLUMNS, TIME_LIMIT_NS, TraceMeta, build_memory
 
 #: Framework ops a memory row may be attributed to (the innermost enclosing one on the same host thread).
 _OP_KINDS = ("cpu_op",)

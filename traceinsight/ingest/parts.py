@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..timeline import TraceMeta
+from traceinsight.model.timeline import TraceMeta
 
 
 @dataclass

@@ -7,16 +7,16 @@ travel, and cross-rank rules judge the job from them (reduce).
 
 from __future__ import annotations
 
-from ..lazy import attributes
+from traceinsight.vocab.lazy import attributes
 
 #: Public name -> its module, imported on first use: the derived store reads ``summary`` and ``reduce`` for the
 #: single-trace path without loading the map/reduce machinery.
 _API = {
     "MapSettings": "mapper", "RankFailure": "mapper", "analyze_rank": "mapper",
-    "Job": "reduce", "reduce_summaries": "reduce",
+    "Job": ".derive.ranks.reduce", "reduce_summaries": ".derive.ranks.reduce",
     "SCHEDULER_ENV": "storage", "JobAnalysis": "run", "analyze_job": "run",
     "expand": "storage", "is_job_path": "storage",
-    "RankSummary": "summary", "summarize_ranks": "summary",
+    "RankSummary": ".derive.ranks.summary", "summarize_ranks": ".derive.ranks.summary",
 }
 
 

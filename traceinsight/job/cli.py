@@ -9,10 +9,10 @@ from pathlib import Path
 
 import typer
 
-from ..config import Config
-from ..errors import EXIT_FINDINGS, EXIT_RANKS_MISSING, EXIT_RULE_FAILED, TraceInsightError
-from ..rule_api import Severity
-from .storage import SCHEDULER_ENV, is_job_path
+from traceinsight.pipeline.config import Config
+from traceinsight.vocab.errors import EXIT_FINDINGS, EXIT_RANKS_MISSING, EXIT_RULE_FAILED, TraceInsightError
+from traceinsight.rule_api import Severity
+from traceinsight.job.storage import SCHEDULER_ENV, is_job_path
 
 _URL = re.compile(r"^([a-zA-Z][\w+.-]+):/+(.*)$")
 
@@ -37,11 +37,11 @@ def analyze_job_cli(path, cfg: Config, formats: list, output: Path | None, *, sc
                     rule_timeout: float | None = None, allow_missing_ranks: bool = False, max_bytes: int | None = None) -> None:
     """Run the job analysis and write its report(s) like the single-trace path does; exit codes are the same, plus
     EXIT_RANKS_MISSING when a rank file was not analysed (unless ``allow_missing_ranks``)."""
-    from ..outputs import write_file, write_stdout
-    from ..rule_guard import DEFAULT_RULE_TIMEOUT_S
-    from ..sanitize import terminal
-    from .report import render
-    from .run import analyze_job
+    from traceinsight.render.outputs import write_file, write_stdout
+    from traceinsight.pipeline.rule_guard import DEFAULT_RULE_TIMEOUT_S
+    from traceinsight.vocab.sanitize import terminal
+    from traceinsight.job.report import render
+    from traceinsight.job.run import analyze_job
 
     scheduler = scheduler or os.environ.get(SCHEDULER_ENV) or None
     if scheduler:

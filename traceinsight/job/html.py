@@ -14,15 +14,15 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..buckets import BUCKETS
-from ..render.common import clean, format_cell, shown_fixes
-from ..render.ledger_view import BUCKET_LABELS
-from ..render.templating import env, report_css
-from ..units import fmt_ns
-from ..version import __version__
-from .report_data import FULL_TABLE_RANKS, TOP, headline as _headline, rank_rule_groups as _rank_rule_groups, rank_table as _rank_table
-from .run import JobAnalysis
-from .verdict import job_verdict
+from traceinsight.vocab.buckets import BUCKETS
+from traceinsight.render.common import clean, format_cell, shown_fixes
+from traceinsight.render.ledger_view import BUCKET_LABELS
+from traceinsight.render.templating import env, report_css
+from traceinsight.vocab.units import fmt_ns
+from traceinsight.vocab.version import __version__
+from traceinsight.job.report_data import FULL_TABLE_RANKS, TOP, headline as _headline, rank_rule_groups as _rank_rule_groups, rank_table as _rank_table
+from traceinsight.job.run import JobAnalysis
+from traceinsight.job.verdict import job_verdict
 
 #: Most heatmap rows / columns drawn; beyond, neighbouring ranks (steps) are folded together.
 MAX_HEAT_ROWS = 128
@@ -125,7 +125,7 @@ def _finding(n: int, f) -> dict[str, Any]:
     ev = f.evidence if isinstance(f.evidence, pd.DataFrame) else pd.DataFrame()
     cols = [str(c) for c in ev.columns][:10]
     rows = [[format_cell(c, v)[0] for c, v in zip(cols, row)] for row in ev.head(TOP)[ev.columns[:10]].itertuples(index=False, name=None)] if not ev.empty else []
-    from .. import advice
+    from traceinsight.assess import advice
 
     return {
         "n": n,

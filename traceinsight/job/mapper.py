@@ -9,15 +9,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..config import Config
-from ..engine import discover, instantiate, run
-from ..render.json_report import finding_dict
-from ..severity import DEFAULT_MIN_IMPACT_PCT
-from ..errors import TraceInsightError
-from ..rule_api_job import CrossRankRule
-from ..rule_guard import DEFAULT_RULE_TIMEOUT_S, RuleFailure, describe
-from .storage import local_copy
-from .summary import RankSummary, summarize_ranks
+from traceinsight.pipeline.config import Config
+from traceinsight.pipeline.engine import discover, instantiate, run
+from traceinsight.render.json_report import finding_dict
+from traceinsight.assess.severity import DEFAULT_MIN_IMPACT_PCT
+from traceinsight.vocab.errors import TraceInsightError
+from traceinsight.rule_api_job import CrossRankRule
+from traceinsight.pipeline.rule_guard import DEFAULT_RULE_TIMEOUT_S, RuleFailure, describe
+from traceinsight.job.storage import local_copy
+from traceinsight.derive.ranks.summary import RankSummary, summarize_ranks
 
 
 @dataclass
@@ -90,8 +90,8 @@ def warm(settings: MapSettings) -> None:
 
 
 #: Modules ``analyze_rank`` imports on first use (the readers, the ledger, the what-if, the efficiency model).
-_RANK_MODULES = ("traceinsight.ingest", "traceinsight.ingest.kineto.reader", "traceinsight.ledger", "traceinsight.whatif",
-                 "traceinsight.efficiency", "traceinsight.flops", "traceinsight.plausible", "traceinsight.steps")
+_RANK_MODULES = ("traceinsight.ingest", "traceinsight.ingest.kineto.reader", "traceinsight.derive.ledger", "traceinsight.derive.whatif",
+                 "traceinsight.derive.efficiency", "traceinsight.derive.flops", "traceinsight.model.plausible", "traceinsight.model.steps")
 
 
 def analyze_rank(url: str, settings: MapSettings) -> list[RankSummary] | RankFailure:
@@ -100,7 +100,7 @@ def analyze_rank(url: str, settings: MapSettings) -> list[RankSummary] | RankFai
     A rule that fails is not a bad rank: its failure travels in the summaries (``rule_failures``) and the job
     reports it the way a single trace does.
     """
-    from ..ingest import load
+    from traceinsight.ingest import load
 
     try:
         local, _, warnings, failures = per_rank_rules(settings)

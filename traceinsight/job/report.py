@@ -14,11 +14,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..version import __version__
-from ..render.json_report import finding_dict, jsonable
-from ..units import fmt_ns
-from .report_data import FULL_TABLE_RANKS, TOP, headline, rank_rule_groups, rank_table
-from .run import JobAnalysis
+from traceinsight.vocab.version import __version__
+from traceinsight.render.json_report import finding_dict, jsonable
+from traceinsight.vocab.units import fmt_ns
+from traceinsight.job.report_data import FULL_TABLE_RANKS, TOP, headline, rank_rule_groups, rank_table
+from traceinsight.job.run import JobAnalysis
 
 def to_dict(ja: JobAnalysis) -> dict[str, Any]:
     j = ja.job
@@ -74,7 +74,7 @@ def _ledger_by_rank(ledger: pd.DataFrame) -> dict[int, dict[str, int]]:
 
 
 def _verdict(ja: JobAnalysis) -> dict[str, Any]:
-    from .verdict import job_verdict
+    from traceinsight.job.verdict import job_verdict
 
     return job_verdict(ja)
 
@@ -99,7 +99,7 @@ def _cell(v: Any) -> str:
         return "" if v != v else f"{v:g}"
     if isinstance(v, (int, np.integer)):
         return str(v)
-    from ..render.markdown import esc
+    from traceinsight.render.markdown import esc
 
     return esc(v, 120)
 
@@ -113,8 +113,8 @@ def _pct(per: pd.DataFrame, col: str) -> str:
 
 
 def render_markdown(ja: JobAnalysis) -> str:
-    from ..render.markdown import esc
-    from .verdict import job_verdict
+    from traceinsight.render.markdown import esc
+    from traceinsight.job.verdict import job_verdict
 
     j = ja.job
     h = headline(ja)
@@ -193,7 +193,7 @@ def render_text(ja: JobAnalysis, width: int = 110) -> str:
 
     buf = io.StringIO()
     Console(file=buf, width=max(width, 60), force_terminal=False, color_system=None, highlight=False).print(Markdown(render_markdown(ja)))
-    from ..render.escape import log_document
+    from traceinsight.render.escape import log_document
 
     return log_document(buf.getvalue())  # no line a CI runner reads as a workflow command
 
@@ -204,7 +204,7 @@ def render(ja: JobAnalysis, fmt: str) -> str:
     if fmt == "md":
         return render_markdown(ja)
     if fmt == "html":
-        from .html import render_html
+        from traceinsight.job.html import render_html
 
         return render_html(ja)
     return render_text(ja)

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .run import JobAnalysis
+from traceinsight.job.run import JobAnalysis
 
 
 #: Ranks listed one by one in Markdown/text below this job size; above it, percentiles and outliers.

@@ -19,16 +19,16 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from ..config import Config, check_rule_timeout
-from ..severity import DEFAULT_MIN_IMPACT_PCT
-from ..errors import SchedulerError, TraceReadError
-from ..rule_guard import DEFAULT_RULE_TIMEOUT_S, RuleFailure, run_guarded
-from ..rule_api import Finding
-from ..rule_api_job import JobContext
-from .mapper import MapSettings, RankFailure, analyze_rank, analyze_ranks, per_rank_rules, warm
-from .reduce import Job, reduce_summaries
-from .storage import SCHEDULER_ENV, expand
-from .summary import RankSummary
+from traceinsight.pipeline.config import Config, check_rule_timeout
+from traceinsight.assess.severity import DEFAULT_MIN_IMPACT_PCT
+from traceinsight.vocab.errors import SchedulerError, TraceReadError
+from traceinsight.pipeline.rule_guard import DEFAULT_RULE_TIMEOUT_S, RuleFailure, run_guarded
+from traceinsight.rule_api import Finding
+from traceinsight.rule_api_job import JobContext
+from traceinsight.job.mapper import MapSettings, RankFailure, analyze_rank, analyze_ranks, per_rank_rules, warm
+from traceinsight.derive.ranks.reduce import Job, reduce_summaries
+from traceinsight.job.storage import SCHEDULER_ENV, expand
+from traceinsight.derive.ranks.summary import RankSummary
 
 #: Seconds to wait for the scheduler to answer before giving up with one line (exit 7).
 SCHEDULER_TIMEOUT_S = 10
@@ -55,7 +55,7 @@ class JobAnalysis:
         return [(s.rank, f) for s in self.job.summaries for f in s.findings]
 
     def worst_severity(self):
-        from ..rule_api import Severity
+        from traceinsight.rule_api import Severity
 
         sev = [f.severity for f in self.findings] + [Severity.parse(f["severity"]) for _, f in self.rank_findings]
         return max(sev, key=lambda s: s.rank) if sev else None

@@ -16,8 +16,8 @@ import tempfile
 from pathlib import Path
 from typing import Any, Iterator
 
-from ..errors import TraceReadError
-from ..fence import why_outside
+from traceinsight.vocab.errors import TraceReadError
+from traceinsight.vocab.fence import why_outside
 
 #: Suffixes of per-rank trace files a job folder is made of.
 #: The environment variable that names a Dask scheduler for the whole-job path.
@@ -66,7 +66,7 @@ def _local_rank_files(folder: Path, skipped: list[str] | None = None, refused: l
     other non-file, a link leading out of the folder, unreadable, empty, not a kineto trace) are listed in
     ``skipped`` as "path: why": a broken rank must not vanish from a job without a word. ``refused`` gets the
     ones refused before reading (``unusable``: links out, FIFOs, unreadable files)."""
-    from ..ingest.kineto.sniff import why_not_trace
+    from traceinsight.ingest.kineto.sniff import why_not_trace
 
     out: list[str] = []
     for p in sorted(folder.iterdir()):

@@ -3,7 +3,7 @@
 Read from the job's ledger (each rank's time per step, by bucket) and the cross-rank findings, so every job format
 (HTML, Markdown, text, JSON) opens with the same sentence:
 
-* **the bound** follows the single-trace rule (``traceinsight.verdict.choose``): the per-rank finding whose priced
+* **the bound** follows the single-trace rule (``traceinsight.assess.verdict.choose``): the per-rank finding whose priced
   saving is largest at the median over ranks names it when it gives back ``MIN_BOUND_PCT`` of the steady step,
   else a mostly busy median rank is compute- (or copy-) bound, else no finding explains the idle;
 * **the rank** is the straggler the others wait for longest (``TI020``), else the rank with the slowest median step;
@@ -16,10 +16,10 @@ from typing import Any
 
 import numpy as np
 
-from .. import buckets
-from ..buckets import AVOIDABLE_BUCKETS, BUSY_BUCKETS, IDLE_BUCKETS
-from ..units import fmt_ns
-from ..verdict import LABELS, MIN_BOUND_PCT, RULE, choose
+from traceinsight.vocab import buckets
+from traceinsight.vocab.buckets import AVOIDABLE_BUCKETS, BUSY_BUCKETS, IDLE_BUCKETS
+from traceinsight.vocab.units import fmt_ns
+from traceinsight.assess.verdict import LABELS, MIN_BOUND_PCT, RULE, choose
 
 _BUCKET_WORDS = buckets.SENTENCE
 BUCKET_CATEGORY = buckets.VERDICT

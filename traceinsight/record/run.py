@@ -19,7 +19,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import boot
+from traceinsight.record import boot
 
 #: Where the traces go inside a run folder, and where the processes' status files go (apart: a job folder of rank
 #: files must hold rank files only).

@@ -16,7 +16,7 @@ from pathlib import Path
 from statistics import median
 from typing import Any
 
-from ..render.escape import html as esc, markdown as md_esc
+from traceinsight.render.escape import html as esc, markdown as md_esc
 
 SCHEMA = "traceinsight-sweep/1"
 #: A run whose slowest recorded step is this many times its fastest is too noisy to compare at face value.

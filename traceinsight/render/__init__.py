@@ -1,5 +1,5 @@
 """Renderers: each turns an ``Analysis`` into one document, reading only the Analysis (findings, summary, verdict,
-ledger, the derived views for the timeline drawing) and the vocabularies (``traceinsight.buckets``).
+ledger, the derived views for the timeline drawing) and the vocabularies (``traceinsight.vocab.buckets``).
 
 ``FORMATS`` is the one list of output formats: the command line's ``--format`` choices, the file suffixes in an
 output folder, the ``-o`` extensions that pick a format, and the module that renders each all come from it. A new
@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib
 from typing import NamedTuple
 
-from ..analysis import Analysis
+from traceinsight.model.analysis import Analysis
 
 
 class OutputFormat(NamedTuple):

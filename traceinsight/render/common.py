@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import re
 
-from .escape import terminal
+from traceinsight.render.escape import terminal
 
 import math
 from typing import Any
 
 import numpy as np
 
-from ..units import fmt_ns
+from traceinsight.vocab.units import fmt_ns
 
 def clean(value: Any, limit: int = 200) -> str:
     """A single-line, length-bounded, visibly-escaped version of an untrusted string (``sanitize.terminal``)."""
@@ -121,7 +121,7 @@ def smallest_first(key: np.ndarray, k: int) -> np.ndarray:
     return cand[np.argsort(key[cand], kind="stable")][:k]
 
 
-#: How each kind of saving (``traceinsight.savings``) is worded next to its figure.
+#: How each kind of saving (``traceinsight.assess.savings``) is worded next to its figure.
 SAVING_LABELS = {"idle": "est. saved", "modelled": "modelled speed-up", "none": ""}
 
 
@@ -137,7 +137,7 @@ def share_text(f: Any) -> str:
 
 
 def shown_ns(f: Any) -> int:
-    """The figure every format shows for a finding (``traceinsight.savings``): its saving, else the rule's estimate."""
+    """The figure every format shows for a finding (``traceinsight.assess.savings``): its saving, else the rule's estimate."""
     saving = getattr(f, "saving_ns", None)
     return int(saving if saving is not None else f.impact_ns)
 
@@ -161,7 +161,7 @@ def cause_of(analysis: Any, f: Any) -> Any:
 
 def what_if_text(f: Any) -> str:
     """The what-if line: predicted step, and why it and the claimed figure differ when they do."""
-    from ..whatif import format_what_if
+    from traceinsight.derive.whatif import format_what_if
 
     w = getattr(f, "what_if", None)
     text = format_what_if(w)

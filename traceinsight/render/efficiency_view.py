@@ -6,9 +6,9 @@ import html
 import math
 from typing import Any
 
-from ..efficiency import coverage_phrase
-from ..units import fmt_ns
-from ..work_classes import COLOURS
+from traceinsight.derive.efficiency import coverage_phrase
+from traceinsight.vocab.units import fmt_ns
+from traceinsight.vocab.work_classes import COLOURS
 
 COLUMNS = ["class", "time", "% GPU time", "% modelled", "dtype", "TFLOP/s", "% of peak", "GB/s", "% of BW", "FLOP/B", "bound", "peak used"]
 

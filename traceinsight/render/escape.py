@@ -29,7 +29,7 @@ import html as _html
 import re
 from typing import Any
 
-from ..sanitize import markdown_text, rich as _rich, terminal as _terminal
+from traceinsight.vocab.sanitize import markdown_text, rich as _rich, terminal as _terminal
 
 _MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+!|~>-])")
 #: What GitHub turns into a link without any syntax: ``scheme://`` and ``www.``.

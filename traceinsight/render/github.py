@@ -18,10 +18,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..analysis import Analysis
-from . import escape
-from .common import figure_text, shown_fixes
-from .sources import SourceRoot
+from traceinsight.model.analysis import Analysis
+from traceinsight.render import escape
+from traceinsight.render.common import figure_text, shown_fixes
+from traceinsight.render.sources import SourceRoot
 
 #: A finding's severity as a workflow command (the annotation's colour and whether it counts as an error).
 COMMANDS = {"info": "notice", "warning": "warning", "error": "error"}

@@ -13,15 +13,15 @@ import numpy as np
 import pandas as pd
 from markupsafe import Markup
 
-from .. import advice
-from ..version import __version__
-from ..analysis import Analysis
-from ..finding import Finding
-from ..units import fmt_ns
-from .common import baseline_sentence, baseline_tag, cause_of, shown_ns, clean, column_label, column_labels, format_cell, saving_label, what_if_text
-from .ledger_view import bars as ledger_bars
-from .templating import asset, env, report_css
-from .timeline_svg import GUTTER, LANE_H, PLOT_W, instance_view, memory_charts, timeline_block
+from traceinsight.assess import advice
+from traceinsight.vocab.version import __version__
+from traceinsight.model.analysis import Analysis
+from traceinsight.model.finding import Finding
+from traceinsight.vocab.units import fmt_ns
+from traceinsight.render.common import baseline_sentence, baseline_tag, cause_of, shown_ns, clean, column_label, column_labels, format_cell, saving_label, what_if_text
+from traceinsight.render.ledger_view import bars as ledger_bars
+from traceinsight.render.templating import asset, env, report_css
+from traceinsight.render.timeline_svg import GUTTER, LANE_H, PLOT_W, instance_view, memory_charts, timeline_block
 
 MAX_EVIDENCE_ROWS = 25
 MAX_FINDINGS_DETAILED = 60
@@ -37,7 +37,7 @@ def render(analysis: Analysis, title: str | None = None, **_: Any) -> str:
 
 def _step_context(analysis: Analysis) -> dict | None:
     """The steps card: the spread sentence and the per-range table (None when there is neither)."""
-    from .steps_view import spread_sentence, step_report
+    from traceinsight.render.steps_view import spread_sentence, step_report
 
     rep = step_report(analysis)
     if not rep["steps"]["count"] and not rep["ranges"]:
@@ -140,7 +140,7 @@ def context(analysis: Analysis, title: str | None = None) -> dict[str, Any]:
 
 def _efficiency(analysis: Analysis) -> dict[str, Any] | None:
     """The efficiency card: headline, per-class rows, the roofline (an SVG whose text is escaped where it is built)."""
-    from .efficiency_view import (COLUMNS, TOP_OP_COLUMNS, efficiency_of, hardware_lines, headline as eff_headline, roofline_svg,
+    from traceinsight.render.efficiency_view import (COLUMNS, TOP_OP_COLUMNS, efficiency_of, hardware_lines, headline as eff_headline, roofline_svg,
                                   step_line, table_rows, top_op_rows)
 
     eff = efficiency_of(analysis)
@@ -179,7 +179,7 @@ def _finding(n: int, f: Finding, detailed: bool, cause: Finding | None = None) -
         where.append(f"stream {loc.stream}")
     if loc.start_ns is not None:
         where.append(f"{fmt_ns(loc.start_ns)} – {fmt_ns(loc.end_ns if loc.end_ns is not None else loc.start_ns)}")
-    # in the order traceinsight.advice chose: the trace's framework first, so its tab is the one that opens
+    # in the order traceinsight.assess.advice chose: the trace's framework first, so its tab is the one that opens
     fixes = [
         {"id": clean(fw, 30), "label": clean(advice.label(fw), 30), "text": fx.text.strip(), "code": fx.code.strip()}
         for fw, fx in f.fixes.items()

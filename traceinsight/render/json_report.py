@@ -8,13 +8,13 @@ import msgspec
 import numpy as np
 import pandas as pd
 
-from .. import workload
-from ..version import __version__
-from ..analysis import Analysis
-from ..finding import Finding, instance_columns
-from ..sanitize import json_text
-from .common import smallest_first
-from .steps_view import step_report
+from traceinsight.derive import workload
+from traceinsight.vocab.version import __version__
+from traceinsight.model.analysis import Analysis
+from traceinsight.model.finding import Finding, instance_columns
+from traceinsight.vocab.sanitize import json_text
+from traceinsight.render.common import smallest_first
+from traceinsight.render.steps_view import step_report
 
 SCHEMA_VERSION = 1
 #: Instances kept per finding (the longest ones, in time order); ``total_instances`` says how many there were.
@@ -75,7 +75,7 @@ def finding_dict(f: Finding, max_evidence_rows: int | None = 50) -> dict[str, An
         "impact_ns": int(f.impact_ns),
         "impact_pct_span": round(float(f.impact_pct_span), 3),
         "impact_pct_step": None if f.impact_pct_step is None else round(float(f.impact_pct_step), 3),
-        # the kind of figure impact_ns is (traceinsight.savings) and its share of the GPU window the finding is about
+        # the kind of figure impact_ns is (traceinsight.assess.savings) and its share of the GPU window the finding is about
         "saving_kind": f.saving_kind or None,
         "saving_ns": None if f.saving_ns is None else int(f.saving_ns),
         "share_pct": None if f.share_pct is None else round(float(f.share_pct), 3),
@@ -147,7 +147,7 @@ def render(analysis: Analysis, max_evidence_rows: int | None = 50, **_: Any) -> 
 
 
 def _efficiency(analysis: Analysis) -> dict[str, Any] | None:
-    from .efficiency_view import efficiency_of
+    from traceinsight.render.efficiency_view import efficiency_of
 
     eff = efficiency_of(analysis)
     return eff.to_dict() if eff is not None else None

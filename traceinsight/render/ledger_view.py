@@ -9,13 +9,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from ..buckets import BUCKETS, LABELS, SHORT
-from ..units import fmt_ns
+from traceinsight.vocab.buckets import BUCKETS, LABELS, SHORT
+from traceinsight.vocab.units import fmt_ns
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..ledger import Ledger
+    from traceinsight.derive.ledger import Ledger
 
-#: How each bucket is named in reports (the JSON keeps the bucket ids) and in table heads: ``traceinsight.buckets``.
+#: How each bucket is named in reports (the JSON keeps the bucket ids) and in table heads: ``traceinsight.vocab.buckets``.
 BUCKET_LABELS = LABELS
 BUCKET_SHORT = SHORT
 #: Steps drawn per device, and devices drawn: a bar per step stays readable up to a few dozen.

@@ -11,13 +11,13 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from ..analysis import Analysis
-from ..units import fmt_ns
-from . import escape
-from .. import advice
-from .common import baseline_sentence, baseline_tag, cause_of, shown_ns, column_label, figure_text, format_cell, saving_label, shown_fixes, what_if_text
-from .ledger_view import markdown as ledger_markdown
-from .steps_view import step_report, steps_markdown
+from traceinsight.model.analysis import Analysis
+from traceinsight.vocab.units import fmt_ns
+from traceinsight.render import escape
+from traceinsight.assess import advice
+from traceinsight.render.common import baseline_sentence, baseline_tag, cause_of, shown_ns, column_label, figure_text, format_cell, saving_label, shown_fixes, what_if_text
+from traceinsight.render.ledger_view import markdown as ledger_markdown
+from traceinsight.render.steps_view import step_report, steps_markdown
 
 MAX_CHARS = 60_000
 MAX_TABLE_ROWS = 40
@@ -109,7 +109,7 @@ def render(analysis: Analysis, html_name: str | None = None, max_chars: int = MA
     head += steps_markdown(step_report(analysis), esc)
     mem_devices = analysis.views.memory.devices
     if mem_devices:
-        from .memory_view import summary_groups
+        from traceinsight.render.memory_view import summary_groups
 
         head += ["**GPU memory:** " + "; ".join(f"{where}: {esc(line, 300)}" for where, line in summary_groups(mem_devices)[:8]), ""]
     head += _efficiency_markdown(analysis)
@@ -178,7 +178,7 @@ def render(analysis: Analysis, html_name: str | None = None, max_chars: int = MA
 
 def _efficiency_markdown(analysis: Analysis) -> list[str]:
     """MFU with the peak it used, and the per-class table (dense peaks) when anything was measured."""
-    from .efficiency_view import COLUMNS, efficiency_of, hardware_lines, headline, step_line, table_rows
+    from traceinsight.render.efficiency_view import COLUMNS, efficiency_of, hardware_lines, headline, step_line, table_rows
 
     eff = efficiency_of(analysis)
     if eff is None or eff.classes.empty:

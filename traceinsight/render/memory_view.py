@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 from markupsafe import Markup, escape
 
-from ..memory import fmt_bytes
+from traceinsight.derive.memory import fmt_bytes
 
 #: Below this share of capacity the chart is scaled to the peak instead of to the capacity.
 OFF_SCALE_SHARE = 0.1

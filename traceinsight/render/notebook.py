@@ -1,17 +1,18 @@
 """The notebook view of an Analysis (``Analysis._repr_html_``): verdict, key numbers, the time ledger per device in
-the buckets' own colours (``traceinsight.buckets``, the same as the HTML report's) and the leading findings."""
+the buckets' own colours (``traceinsight.vocab.buckets``, the same as the HTML report's) and the leading findings."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .. import advice, buckets
-from .common import clean, figure_text, shown_ns
-from .timeline_svg import MAX_DEVICES_DRAWN
-from .templating import env
+from traceinsight.assess import advice
+from traceinsight.vocab import buckets
+from traceinsight.render.common import clean, figure_text, shown_ns
+from traceinsight.render.timeline_svg import MAX_DEVICES_DRAWN
+from traceinsight.render.templating import env
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..analysis import Analysis
+    from traceinsight.model.analysis import Analysis
 
 MAX_INLINE_FINDINGS = 8
 

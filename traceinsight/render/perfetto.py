@@ -28,11 +28,11 @@ import msgspec
 import numpy as np
 import pandas as pd
 
-from ..gpus import parse_cc
-from ..version import __version__
-from ..analysis import Analysis
-from ..finding import Finding, instance_columns
-from .common import clean
+from traceinsight.vocab.gpus import parse_cc
+from traceinsight.vocab.version import __version__
+from traceinsight.model.analysis import Analysis
+from traceinsight.model.finding import Finding, instance_columns
+from traceinsight.render.common import clean
 
 #: Trace-event categories of the PyTorch Profiler for each timeline kind (what the kineto reader maps back).
 CATEGORY = {

@@ -22,11 +22,11 @@ import json
 from typing import Any
 from urllib.parse import quote
 
-from ..analysis import Analysis
-from ..sanitize import data_text, json_text
-from ..version import __version__
-from .common import figure_text, shown_fixes, shown_ns, what_if_text
-from .sources import SourceRoot
+from traceinsight.model.analysis import Analysis
+from traceinsight.vocab.sanitize import data_text, json_text
+from traceinsight.vocab.version import __version__
+from traceinsight.render.common import figure_text, shown_fixes, shown_ns, what_if_text
+from traceinsight.render.sources import SourceRoot
 
 SCHEMA_URI = "https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/schemas/sarif-schema-2.1.0.json"
 #: A finding's severity as a SARIF level.
@@ -59,7 +59,7 @@ def _descriptor(code: str, cls: Any = None, name: str = "") -> dict[str, Any]:
 
 def rule_table(analysis: Analysis) -> list[dict[str, Any]]:
     """Descriptors of the built-in rules, then of any other rule that ran or found something, by code."""
-    from ..plugins import builtin_rules
+    from traceinsight.pipeline.plugins import builtin_rules
 
     builtins = builtin_rules()
     names = {f.code: f.rule_name for f in analysis.findings}

@@ -25,7 +25,7 @@ import os
 import re
 from pathlib import Path
 
-from ..finding import SourceLine
+from traceinsight.model.finding import SourceLine
 
 #: Path parts that are never the user's code, even inside the checkout (a virtual environment, caches).
 _NOT_OURS = re.compile(r"^(site-packages|dist-packages|\.venv|venv|\.tox|\.nox|__pycache__|\.git)$")

@@ -1,17 +1,17 @@
 """The steps and user ranges as every report shows them: which marker made the steps and why, their spread and
-outlier (``traceinsight.steps.table``), and user ranges projected onto the GPU (``steps.ranges_table``)."""
+outlier (``traceinsight.model.steps.table``), and user ranges projected onto the GPU (``steps.ranges_table``)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from ..units import fmt_ns
+from traceinsight.vocab.units import fmt_ns
 
 
 def step_report(analysis: Any) -> dict:
     """``{"steps": steps.table(...), "ranges": steps.ranges_table(...)}``, built once per analysis."""
-    from ..steptable import ranges_table, table
-    from ..views import Views
+    from traceinsight.derive.steptable import ranges_table, table
+    from traceinsight.derive.views import Views
 
     views = analysis.views if getattr(analysis, "views", None) is not None else Views(analysis.timeline)
 

@@ -15,9 +15,9 @@ from jinja2 import Environment, FileSystemBytecodeCache, PackageLoader, select_a
 from jinja2.bccache import Bucket
 from markupsafe import Markup, escape
 
-from ..buckets import css as buckets_css
-from ..units import fmt_ns
-from .common import clean
+from traceinsight.vocab.buckets import css as buckets_css
+from traceinsight.vocab.units import fmt_ns
+from traceinsight.render.common import clean
 
 
 #: Where compiled templates are kept between runs: ``TRACEINSIGHT_CACHE_DIR`` (empty: keep none), else the user's
@@ -133,8 +133,8 @@ def asset(name: str) -> Markup:
 
 
 
-#: Where report.css takes the bucket colours (``traceinsight.buckets.css()``), so no page paints a bucket its own way.
-_BUCKET_CSS_SLOT = "/* bucket colours: generated from traceinsight.buckets (render/html.py appends buckets.css()) */\n"
+#: Where report.css takes the bucket colours (``traceinsight.vocab.buckets.css()``), so no page paints a bucket its own way.
+_BUCKET_CSS_SLOT = "/* bucket colours: generated from traceinsight.vocab.buckets (render/html.py appends buckets.css()) */\n"
 
 
 def report_css() -> Markup:

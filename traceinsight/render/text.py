@@ -9,13 +9,13 @@ from rich.console import Console
 from rich.markup import escape as markup_escape
 from rich.table import Table
 
-from ..analysis import Analysis
-from ..units import fmt_ns
-from .escape import rich as escape  # terminal-safe and markup-safe: every trace string goes through it
-from .escape import log_document, terminal
-from .. import advice
-from .common import baseline_sentence, baseline_tag, cause_of, figure_text, shown_fixes, what_if_text
-from .ledger_view import table as ledger_table
+from traceinsight.model.analysis import Analysis
+from traceinsight.vocab.units import fmt_ns
+from traceinsight.render.escape import rich as escape  # terminal-safe and markup-safe: every trace string goes through it
+from traceinsight.render.escape import log_document, terminal
+from traceinsight.assess import advice
+from traceinsight.render.common import baseline_sentence, baseline_tag, cause_of, figure_text, shown_fixes, what_if_text
+from traceinsight.render.ledger_view import table as ledger_table
 
 _SEV_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
 
@@ -69,7 +69,7 @@ def render(analysis: Analysis, width: int = 110, **_: Any) -> str:
     con.print(f"[bold]Verdict: {escape(v['headline'])}.[/] {escape(v['sentence'])}")
     if v.get("record_better"):
         con.print(f"Record a better window: {escape(v['record_better'])}")
-    from .steps_view import spread_sentence, step_report
+    from traceinsight.render.steps_view import spread_sentence, step_report
 
     rep = step_report(analysis)
     if rep["steps"]["count"]:
@@ -88,7 +88,7 @@ def render(analysis: Analysis, width: int = 110, **_: Any) -> str:
         _print(con, _table("Where the GPU time went (% of each device's window)", cols, rows, text_col=0, width=width))
     mem_devices = analysis.views.memory.devices
     if mem_devices:
-        from .memory_view import summary_groups
+        from traceinsight.render.memory_view import summary_groups
 
         for where, line in summary_groups(mem_devices):
             con.print(f"GPU memory, {where}: {escape(line)}")
@@ -136,7 +136,7 @@ def render(analysis: Analysis, width: int = 110, **_: Any) -> str:
 
 def _efficiency(con: Console, analysis: Analysis, width: int) -> None:
     """The efficiency section: MFU with its peak, then achieved rates per kernel class."""
-    from .efficiency_view import COLUMNS, efficiency_of, hardware_lines, headline, step_line, table_rows
+    from traceinsight.render.efficiency_view import COLUMNS, efficiency_of, hardware_lines, headline, step_line, table_rows
 
     eff = efficiency_of(analysis)
     if eff is None or eff.classes.empty:

@@ -13,14 +13,14 @@ from typing import Any
 import numpy as np
 from markupsafe import Markup
 
-from ..analysis import Analysis
-from ..finding import Finding, Instance, instance_columns
-from ..intervals import merge_intervals
-from ..masks import kind_mask, name_mask
-from ..patterns import COLLECTIVE, SYNC_CALL
-from ..timeline import GPU_ACTIVITY_KINDS
-from ..units import fmt_ns
-from .common import clean, smallest_first
+from traceinsight.model.analysis import Analysis
+from traceinsight.model.finding import Finding, Instance, instance_columns
+from traceinsight.vocab.intervals import merge_intervals
+from traceinsight.vocab.masks import kind_mask, name_mask
+from traceinsight.vocab.patterns import COLLECTIVE, SYNC_CALL
+from traceinsight.model.timeline import GPU_ACTIVITY_KINDS
+from traceinsight.vocab.units import fmt_ns
+from traceinsight.render.common import clean, smallest_first
 
 #: Width of the drawing area of timelines, in SVG user units (the SVG scales to the page).
 PLOT_W = 1000
@@ -306,7 +306,7 @@ def _launching_tid(win: _WindowRows, mine: np.ndarray):
 def _range_gpu_lane(views, win: _WindowRows, rank: int, w0: int, w1: int, prefix: str = "") -> list[dict[str, Any]]:
     """User ranges projected onto the GPU: per range instance in the window (library ranges left out), the span
     from the first start to the last end of the GPU work launched inside it, named like the host lanes."""
-    from ..steps import LIBRARY_RANGE
+    from traceinsight.model.steps import LIBRARY_RANGE
 
     r = np.flatnonzero(win.host & (win.rank == rank) & win.kind_is("annotation"))
     ln = views.launches
@@ -418,7 +418,7 @@ def instance_view(tl, views, f: Finding) -> dict[str, Any] | None:
 
 def memory_charts(analysis: Analysis, tl: dict[str, Any] | None, many_ranks: bool) -> list[dict[str, Any]]:
     """Per GPU with memory events, its chart on the whole-trace axis of the timeline's overview."""
-    from .memory_view import charts
+    from traceinsight.render.memory_view import charts
 
     span = max(analysis.views.span_ns, 1)
     axis = tl["ov_ticks"] if tl else axis_ticks(0, span, 6)

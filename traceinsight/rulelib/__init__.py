@@ -17,20 +17,20 @@ Built-in rules (``traceinsight.rules``) and third-party rules import from here, 
 * ``warmup``: the ledger's warm-up per gap and start-up calls (``gap_warmup_ns``, ``warmup_by_gap``, ``startup_call_gaps``),
   warm-up steps and steady-state recompiles (``warmup_steps``, ``steady_recompiles``).
 
-What names mean lives in ``traceinsight.patterns``; intervals and masks in ``traceinsight.intervals`` and
-``traceinsight.masks``. Helpers that several rules ask keep their answer in the analysis' store
-(``traceinsight.derived.Derived.memo``), so the second rule to ask pays nothing.
+What names mean lives in ``traceinsight.vocab.patterns``; intervals and masks in ``traceinsight.vocab.intervals`` and
+``traceinsight.vocab.masks``. Helpers that several rules ask keep their answer in the analysis' store
+(``traceinsight.derive.derived.Derived.memo``), so the second rule to ask pays nothing.
 """
 
-from .cache import memo
-from .groups import first_seen_groups
-from .names import short_name, pair_codes, lookup, matches, grid_blocks, kind_mask, any_code_in, names_where, hits_per_category, count_matching
-from .enclosing import ThreadCodes, Enclosing, host_columns, cpu_op_enclosing, innermost_enclosing, innermost_positions, starts_inside
-from .usercode import SYNC_CALLS, RECORD_STACKS, user_frame, innermost_user_frame, user_frames_at, user_code_sentence, has_python_frames, user_frame_texts, shown_frames, lead_source, source_line
-from .gaps import next_launch_ns, host_starved_gaps, sync_calls, ledger_gaps, closing_syncs, inference_ranks, request_boundary_gaps
-from .warmup import gap_warmup_ns, warmup_by_gap, startup_call_gaps, steady_recompiles, warmup_steps
-from .inuse import IN_USE, in_use
-from .releases import ASKED_BELOW_PEAK_SHARE, asked_for, outside_framework_ops, uncached_allocator, allocator_off_calls
+from traceinsight.rulelib.cache import memo
+from traceinsight.rulelib.groups import first_seen_groups
+from traceinsight.rulelib.names import short_name, pair_codes, lookup, matches, grid_blocks, kind_mask, any_code_in, names_where, hits_per_category, count_matching
+from traceinsight.rulelib.enclosing import ThreadCodes, Enclosing, host_columns, cpu_op_enclosing, innermost_enclosing, innermost_positions, starts_inside
+from traceinsight.rulelib.usercode import SYNC_CALLS, RECORD_STACKS, user_frame, innermost_user_frame, user_frames_at, user_code_sentence, has_python_frames, user_frame_texts, shown_frames, lead_source, source_line
+from traceinsight.rulelib.gaps import next_launch_ns, host_starved_gaps, sync_calls, ledger_gaps, closing_syncs, inference_ranks, request_boundary_gaps
+from traceinsight.rulelib.warmup import gap_warmup_ns, warmup_by_gap, startup_call_gaps, steady_recompiles, warmup_steps
+from traceinsight.rulelib.inuse import IN_USE, in_use
+from traceinsight.rulelib.releases import ASKED_BELOW_PEAK_SHARE, asked_for, outside_framework_ops, uncached_allocator, allocator_off_calls
 
 __all__ = [
     "memo",

@@ -8,7 +8,7 @@ T = TypeVar("T")
 
 
 def memo(views: Any, key: str, build: Callable[[], T]) -> T:
-    """``views.memo(key, build)`` on the analysis' store (``traceinsight.derived.Derived``); plain views (a test, a
+    """``views.memo(key, build)`` on the analysis' store (``traceinsight.derive.derived.Derived``); plain views (a test, a
     notebook) have no store, and the answer is computed each time."""
     keep = getattr(views, "memo", None)
     return keep(key, build) if keep is not None else build()

@@ -9,9 +9,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..intervals import merge_intervals
-from .names import kind_mask
-from .cache import memo
+from traceinsight.vocab.intervals import merge_intervals
+from traceinsight.rulelib.names import kind_mask
+from traceinsight.rulelib.cache import memo
 
 
 def _rightmost_at_least(values: np.ndarray, hi: np.ndarray, q: np.ndarray) -> np.ndarray:

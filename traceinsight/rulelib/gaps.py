@@ -9,13 +9,13 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..buckets import IDLE_BUCKETS
-from ..masks import join_keys, kind_mask as views_kind_mask, name_mask
-from ..steady import host_arrays
-from ..patterns import SYNC_CALL, TRAINING_KERNEL, TRAINING_OP
-from .enclosing import starts_inside
-from .names import hits_per_category, any_code_in, kind_mask, names_where
-from .cache import memo
+from traceinsight.vocab.buckets import IDLE_BUCKETS
+from traceinsight.vocab.masks import join_keys, kind_mask as views_kind_mask, name_mask
+from traceinsight.derive.steady import host_arrays
+from traceinsight.vocab.patterns import SYNC_CALL, TRAINING_KERNEL, TRAINING_OP
+from traceinsight.rulelib.enclosing import starts_inside
+from traceinsight.rulelib.names import hits_per_category, any_code_in, kind_mask, names_where
+from traceinsight.rulelib.cache import memo
 
 
 def next_launch_ns(views, gaps: pd.DataFrame) -> np.ndarray:

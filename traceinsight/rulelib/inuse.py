@@ -13,7 +13,7 @@ import re
 
 import pandas as pd
 
-from .cache import memo
+from traceinsight.rulelib.cache import memo
 
 #: Technique -> the names that show it ran. Foreach optimizers run ``aten::_foreach_*`` ops (kernels:
 #: ``multi_tensor_apply_kernel`` with a foreach functor); fused ones ``aten::_fused_adam(w)_`` / ``_fused_sgd_`` (kernels

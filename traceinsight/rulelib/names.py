@@ -11,7 +11,7 @@ import re
 import numpy as np
 import pandas as pd
 
-from ..masks import category_hits, codes_in, kind_mask as views_kind_mask, name_mask
+from traceinsight.vocab.masks import category_hits, codes_in, kind_mask as views_kind_mask, name_mask
 
 
 def short_name(name: str, width: int = 80) -> str:

@@ -18,11 +18,11 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..intervals import merge_intervals
-from ..memory import FREE_CALLS, fmt_bytes
-from ..steady import MIN_REALLOC_STEPS, MIN_REALLOCS_PER_STEP  # the steady-state model's threshold, one home
-from .cache import memo
-from .enclosing import cpu_op_enclosing
+from traceinsight.vocab.intervals import merge_intervals
+from traceinsight.derive.memory import FREE_CALLS, fmt_bytes
+from traceinsight.derive.steady import MIN_REALLOC_STEPS, MIN_REALLOCS_PER_STEP  # the steady-state model's threshold, one home
+from traceinsight.rulelib.cache import memo
+from traceinsight.rulelib.enclosing import cpu_op_enclosing
 
 #: A release on a device whose memory peak stayed under this share of its capacity was asked for: the allocator
 #: cannot have been at its limit.

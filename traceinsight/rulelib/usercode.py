@@ -11,9 +11,9 @@ import re
 import numpy as np
 import pandas as pd
 
-from .enclosing import innermost_enclosing
-from .names import kind_mask, lookup
-from ..finding import SourceLine
+from traceinsight.rulelib.enclosing import innermost_enclosing
+from traceinsight.rulelib.names import kind_mask, lookup
+from traceinsight.model.finding import SourceLine
 
 
 #: Python frames that are not the user's code: the interpreter's and libraries' own files. A frame is the user's

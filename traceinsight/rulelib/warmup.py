@@ -1,5 +1,5 @@
 """Warm-up as the rules read it: the time ledger is its one home (``idle_warmup``, the steady-state model of
-``traceinsight.steady``); these helpers give the ledger's warm-up ns per gap, the start-up calls at the head of a
+``traceinsight.derive.steady``); these helpers give the ledger's warm-up ns per gap, the start-up calls at the head of a
 device's window, the leading warm-up steps (``warmup_steps``) and compiles in the steady state (``steady_recompiles``).
 
 Part of ``traceinsight.rulelib``, the public helper library of the rules (built-in and third-party).
@@ -10,13 +10,13 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..masks import name_mask
-from ..patterns import INIT_CALL
-from ..steady import may_match, steady_recompiles, warmup_steps  # noqa: F401  (the steady-state model, as the rules read it)
-from .enclosing import ThreadCodes
-from .gaps import ledger_gap_columns
-from .names import kind_mask, short_name
-from .cache import memo
+from traceinsight.vocab.masks import name_mask
+from traceinsight.vocab.patterns import INIT_CALL
+from traceinsight.derive.steady import may_match, steady_recompiles, warmup_steps  # noqa: F401  (the steady-state model, as the rules read it)
+from traceinsight.rulelib.enclosing import ThreadCodes
+from traceinsight.rulelib.gaps import ledger_gap_columns
+from traceinsight.rulelib.names import kind_mask, short_name
+from traceinsight.rulelib.cache import memo
 
 
 def gap_warmup_ns(views) -> np.ndarray:

@@ -4,8 +4,8 @@
 turns those into timeline columns.
 """
 
-from ...lazy import attributes
-from .sniff import sniff
+from traceinsight.vocab.lazy import attributes
+from traceinsight.ingest.kineto.sniff import sniff
 
 #: The reader, imported when a file of this format is read (detection needs only ``sniff``).
 _LAZY = {'read': 'reader', 'rank_files': 'sniff'}

@@ -20,9 +20,9 @@ import msgspec
 import numpy as np
 import pandas as pd
 
-from ... import native
-from ...masks import join_keys
-from ...timeline import SMALL_MATCH, categorical
+from traceinsight.vocab import native
+from traceinsight.vocab.masks import join_keys
+from traceinsight.model.timeline import SMALL_MATCH, categorical
 
 _FLOAT_FIELDS = ("ts", "dur", "correlation", "external_id", "external_id_legacy", "device", "stream", "bytes",
                  "registers", "shared_mem", "occupancy")
@@ -209,7 +209,7 @@ def format_dims(v: Any) -> str | None:
 def _dims_text(raw: bytes) -> str | None:
     """A grid/block value the scanner passed through as raw JSON, read as the general decoder reads it. Text that
     is not JSON means the document is not either: the general decoder then gives the error."""
-    from .decode import clamp_huge_numbers
+    from traceinsight.ingest.kineto.decode import clamp_huge_numbers
 
     try:
         raw.decode("utf-8")
@@ -325,7 +325,7 @@ def _native_memory(res: dict, names: list[str], strings: dict, texts) -> dict[st
 
 
 def _struct_memory(events: list[Any]) -> dict[str, np.ndarray] | None:
-    from .decode import Args
+    from traceinsight.ingest.kineto.decode import Args
 
     inst = [e for e in events if e.ph in ("i", "I") and e.name in MEMORY_EVENT_NAMES]
     if not inst:
@@ -399,7 +399,7 @@ def _ids_of(values: list[Any], strings: dict[str, int], bad: np.ndarray | None =
 
 def struct_columns(events: list[Any]) -> EventColumns:
     """Columns from msgspec-decoded events (``Event`` / ``LooseEvent`` structs)."""
-    from .decode import Args
+    from traceinsight.ingest.kineto.decode import Args
 
     evs = [e for e in events if e.ph == "X"]
     meta = [e for e in events if e.ph == "M"]

@@ -15,7 +15,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from ...errors import TraceReadError
+from traceinsight.vocab.errors import TraceReadError
 
 
 class Args(msgspec.Struct, gc=False):

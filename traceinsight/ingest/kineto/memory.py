@@ -14,8 +14,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ...plausible import DROPPED_KEY, MAX_DEVICE_ID
-from ...timeline import MEMORY_KINDS
+from traceinsight.model.plausible import DROPPED_KEY, MAX_DEVICE_ID
+from traceinsight.model.timeline import MEMORY_KINDS
 
 #: c10::DeviceType -> the memory table's device_type.
 DEVICE_TYPES = {0: "cpu", 1: "cuda", 6: "hip"}

@@ -21,15 +21,15 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ...demangle import demangled_categories
-from ...errors import TraceReadError
-from ...timeline import COPY_KINDS, KINDS, SMALL_MATCH, DeviceInfo, TraceMeta, categorical
-from ..byteio import read_bytes
-from ..parts import ReadResult, Rows
-from .sniff import sniff, split_rank_files  # noqa: F401  (the package's entry points)
-from .columns import Declined, EventColumns, native_available, scan_columns, struct_columns, thread_name_column
-from .memory import memory_rows
-from .decode import Trace, bad_utf8_warning, decode, decode_header, is_cut_short, truncation_warning
+from traceinsight.vocab.demangle import demangled_categories
+from traceinsight.vocab.errors import TraceReadError
+from traceinsight.model.timeline import COPY_KINDS, KINDS, SMALL_MATCH, DeviceInfo, TraceMeta, categorical
+from traceinsight.ingest.byteio import read_bytes
+from traceinsight.ingest.parts import ReadResult, Rows
+from traceinsight.ingest.kineto.sniff import sniff, split_rank_files  # noqa: F401  (the package's entry points)
+from traceinsight.ingest.kineto.columns import Declined, EventColumns, native_available, scan_columns, struct_columns, thread_name_column
+from traceinsight.ingest.kineto.memory import memory_rows
+from traceinsight.ingest.kineto.decode import Trace, bad_utf8_warning, decode, decode_header, is_cut_short, truncation_warning
 
 # --- category -> kind ---------------------------------------------------------------------------------------
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ...errors import TraceReadError
-from ...fence import why_outside
-from ..byteio import read_head
+from traceinsight.vocab.errors import TraceReadError
+from traceinsight.vocab.fence import why_outside
+from traceinsight.ingest.byteio import read_head
 
 
 _TF_MARKERS = (b'"/host:CPU', b'"/device:GPU:', b'"/device:CPU:', b'"/device:TPU:', b"highres-ticks")

@@ -3,8 +3,8 @@ installed. ``sql`` fetches columns, ``tables`` holds one reader per table, ``sch
 ``reader`` assembles them and reads the metadata.
 """
 
-from ...lazy import attributes
-from .sniff import sniff
+from traceinsight.vocab.lazy import attributes
+from traceinsight.ingest.nsys.sniff import sniff
 
 #: The reader, imported when a file of this format is read (detection needs only ``sniff``).
 _LAZY = {'read': 'reader'}

@@ -19,9 +19,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ...plausible import DROPPED_KEY, MAX_DEVICE_ID, MAX_FAULTS_PER_ROW, MAX_GPU_BYTES
-from . import schema as S
-from .sql import Field, fetch
+from traceinsight.model.plausible import DROPPED_KEY, MAX_DEVICE_ID, MAX_FAULTS_PER_ROW, MAX_GPU_BYTES
+from traceinsight.ingest.nsys import schema as S
+from traceinsight.ingest.nsys.sql import Field, fetch
 
 USAGE = "CUDA_GPU_MEMORY_USAGE_EVENTS"
 UM_CPU = "CUDA_UM_CPU_PAGE_FAULT_EVENTS"

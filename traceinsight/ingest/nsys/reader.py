@@ -24,15 +24,15 @@ from typing import Callable, Iterator
 import numpy as np
 import pandas as pd
 
-from ...errors import TraceReadError
-from ...timeline import COPY_KINDS, KINDS, TIME_LIMIT_NS, DeviceInfo, TraceMeta
-from ..byteio import resolve_max_bytes
-from ..parts import ReadResult, Rows
-from . import schema as S
-from .sniff import REP_MAGIC, REP_SUFFIXES, SQLITE_MAGIC, sniff  # noqa: F401  (sniff: the package's entry point)
-from .sql import MAX_VALUE_BYTES, UNTYPED_ROWS, connect, string_table, table_columns
-from .memory import read_memory
-from .tables import (Part, factorize, read_graphs, read_host_other, read_kernels, read_memcpy, read_memset,
+from traceinsight.vocab.errors import TraceReadError
+from traceinsight.model.timeline import COPY_KINDS, KINDS, TIME_LIMIT_NS, DeviceInfo, TraceMeta
+from traceinsight.ingest.byteio import resolve_max_bytes
+from traceinsight.ingest.parts import ReadResult, Rows
+from traceinsight.ingest.nsys import schema as S
+from traceinsight.ingest.nsys.sniff import REP_MAGIC, REP_SUFFIXES, SQLITE_MAGIC, sniff  # noqa: F401  (sniff: the package's entry point)
+from traceinsight.ingest.nsys.sql import MAX_VALUE_BYTES, UNTYPED_ROWS, connect, string_table, table_columns
+from traceinsight.ingest.nsys.memory import read_memory
+from traceinsight.ingest.nsys.tables import (Part, factorize, read_graphs, read_host_other, read_kernels, read_memcpy, read_memset,
                           read_nvtx, read_runtime, read_syncs)
 
 
@@ -424,7 +424,7 @@ def _read_conn(conn: sqlite3.Connection, path: Path, progress: ProgressFn | None
 
 
 def _gpu_metrics(conn: sqlite3.Connection, tables: dict[str, set[str]], meta: TraceMeta):
-    from .gpu_metrics import read_gpu_metrics
+    from traceinsight.ingest.nsys.gpu_metrics import read_gpu_metrics
 
     try:
         return read_gpu_metrics(conn, tables)

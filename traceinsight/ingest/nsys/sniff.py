@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ...errors import TraceReadError
+from traceinsight.vocab.errors import TraceReadError
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 REP_MAGIC = b"NVIDIA Tegra Profiler Report"
@@ -23,8 +23,8 @@ def sniff(path: Path, head: bytes) -> bool:
         return False
     import sqlite3
 
-    from . import schema as S
-    from .sql import connect
+    from traceinsight.ingest.nsys import schema as S
+    from traceinsight.ingest.nsys.sql import connect
 
     try:
         conn = connect(path)  # table names: a sniff needs no committed-but-unmerged rows

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ...errors import TraceReadError, TraceTooLargeError
+from traceinsight.vocab.errors import TraceReadError, TraceTooLargeError
 
 WORD_BITS = 63  # keep the sign bit clear so every packed word is a non-negative SQLite integer
 SEP = ","

@@ -13,9 +13,9 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-from ...timeline import COPY_KINDS
-from . import schema as S
-from .sql import Field, fetch, fetch_text
+from traceinsight.model.timeline import COPY_KINDS
+from traceinsight.ingest.nsys import schema as S
+from traceinsight.ingest.nsys.sql import Field, fetch, fetch_text
 
 _PID = f"((globalPid >> {S.PID_SHIFT}) & {S.ID_MASK})"
 _TPID = f"((globalTid >> {S.PID_SHIFT}) & {S.ID_MASK})"

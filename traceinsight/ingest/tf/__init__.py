@@ -2,8 +2,8 @@
 (``logdir``, which reads each host's XSpace or JSON file as a rank). Both classify events with ``xplane.lines``.
 """
 
-from ...lazy import attributes
-from .sniff import sniff_json, sniff_logdir
+from traceinsight.vocab.lazy import attributes
+from traceinsight.ingest.tf.sniff import sniff_json, sniff_logdir
 
 #: The readers, imported when a file of this format is read (detection needs only the sniffers).
 _LAZY = {"read_json": ("trace_json", "read"), "read_logdir": ("logdir", "read")}

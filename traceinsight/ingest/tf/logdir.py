@@ -12,13 +12,13 @@ import os
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from pathlib import Path
 
-from ...errors import TraceReadError
-from ...fence import why_outside
-from ...timeline import TraceMeta
-from .. import xplane
-from ..parts import ReadResult, Rows
-from . import trace_json
-from .sniff import JSON_SUFFIX, XPLANE_SUFFIX, has_profile_files
+from traceinsight.vocab.errors import TraceReadError
+from traceinsight.vocab.fence import why_outside
+from traceinsight.model.timeline import TraceMeta
+from traceinsight.ingest import xplane
+from traceinsight.ingest.parts import ReadResult, Rows
+from traceinsight.ingest.tf import trace_json
+from traceinsight.ingest.tf.sniff import JSON_SUFFIX, XPLANE_SUFFIX, has_profile_files
 
 
 

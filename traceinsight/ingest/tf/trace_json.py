@@ -13,11 +13,11 @@ from typing import Any
 
 import numpy as np
 
-from ...errors import TraceReadError
-from ...timeline import TraceMeta
-from ..byteio import read_bytes
-from ..parts import ReadResult, Rows
-from ..xplane.lines import EVENT_STATS, LineBatch, device_info, frame_from_lines, host_only_warning, plane_kind
+from traceinsight.vocab.errors import TraceReadError
+from traceinsight.model.timeline import TraceMeta
+from traceinsight.ingest.byteio import read_bytes
+from traceinsight.ingest.parts import ReadResult, Rows
+from traceinsight.ingest.xplane.lines import EVENT_STATS, LineBatch, device_info, frame_from_lines, host_only_warning, plane_kind
 
 
 

@@ -5,8 +5,8 @@ in ``wire``), ``lines`` turns XPlane lines into timeline kinds and columns (shar
 them together.
 """
 
-from ...lazy import attributes
-from .sniff import sniff
+from traceinsight.vocab.lazy import attributes
+from traceinsight.ingest.xplane.sniff import sniff
 
 #: The reader, imported when a file of this format is read (detection needs only ``sniff``).
 _LAZY = {'read': 'reader', 'read_columns': 'reader'}

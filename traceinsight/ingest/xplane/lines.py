@@ -12,7 +12,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import pandas as pd
 
-from ...timeline import COPY_KINDS, KINDS, DeviceInfo, TraceMeta
+from traceinsight.model.timeline import COPY_KINDS, KINDS, DeviceInfo, TraceMeta
 
 #: Derived per-device lines written by xprof post-processing; they repeat activity that the stream lines carry.
 DERIVED_OP_LINES = frozenset(

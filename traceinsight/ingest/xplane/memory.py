@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ...plausible import DROPPED_KEY, MAX_DEVICE_ID
+from traceinsight.model.plausible import DROPPED_KEY, MAX_DEVICE_ID
 
 #: Stats read from every event that carries them (the memory events): decoded next to ``lines.EVENT_STATS``.
 MEMORY_STATS = ("allocator_name", "bytes_allocated", "bytes_reserved", "allocation_bytes", "requested_bytes", "addr",

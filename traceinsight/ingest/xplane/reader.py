@@ -6,12 +6,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ...timeline import TraceMeta
-from ..parts import ReadResult, Rows
-from .sniff import sniff  # noqa: F401  (the package's entry point)
-from .lines import frame_from_table, host_only_warning, whole_number
-from .memory import memory_from_table
-from .space import decode_space, load_space, native_scanner
+from traceinsight.model.timeline import TraceMeta
+from traceinsight.ingest.parts import ReadResult, Rows
+from traceinsight.ingest.xplane.sniff import sniff  # noqa: F401  (the package's entry point)
+from traceinsight.ingest.xplane.lines import frame_from_table, host_only_warning, whole_number
+from traceinsight.ingest.xplane.memory import memory_from_table
+from traceinsight.ingest.xplane.space import decode_space, load_space, native_scanner
 
 
 def read_columns(path: Path, max_bytes: int | None = None, memory: list | None = None) -> tuple[dict[str, Any], dict[str, Any], TraceMeta, bool]:

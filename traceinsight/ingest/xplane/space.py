@@ -13,12 +13,12 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ...errors import TraceReadError
-from ...timeline import DeviceInfo
-from ... import native
-from ..byteio import read_bytes
-from .memory import MEMORY_STATS
-from .lines import DERIVED_OP_LINES, EVENT_STATS, SKIPPED_LINES, STEPS_LINE, LineTable, device_info, plane_kind
+from traceinsight.vocab.errors import TraceReadError
+from traceinsight.model.timeline import DeviceInfo
+from traceinsight.vocab import native
+from traceinsight.ingest.byteio import read_bytes
+from traceinsight.ingest.xplane.memory import MEMORY_STATS
+from traceinsight.ingest.xplane.lines import DERIVED_OP_LINES, EVENT_STATS, SKIPPED_LINES, STEPS_LINE, LineTable, device_info, plane_kind
 
 
 #: A stat the reader keeps, as both decoders report it (the C walker writes these records itself): its event, the
@@ -104,7 +104,7 @@ def _space_upb(path: Path, data: bytes) -> Space:
     """Decoded by upb with the raw-events schema: every line's events stay byte strings for the numpy decoder."""
     from google.protobuf.message import DecodeError
 
-    from .schema import messages
+    from traceinsight.ingest.xplane.schema import messages
 
     try:
         space = messages(raw_events=True)["XSpace"].FromString(data)
@@ -223,7 +223,7 @@ def _decode_native(scan, data: bytes, lines: list[_Line], planes: list[_Plane | 
 
 def _decode_numpy(lines: list[_Line], planes: list[_Plane | None], n: int):
     """Events and kept stats decoded column-wise with numpy from each event's bytes (``wire.py``)."""
-    from .wire import PAD, decode_events
+    from traceinsight.ingest.xplane.wire import PAD, decode_events
 
     chunks: list[bytes] = []
     for ln in lines:
@@ -250,7 +250,7 @@ def _decode_numpy(lines: list[_Line], planes: list[_Plane | None], n: int):
 def _stat_records(data: bytes, buf: np.ndarray, ev: np.ndarray, s: np.ndarray, e: np.ndarray,
                   ev_plane: np.ndarray, planes: list[_Plane | None]) -> tuple[np.ndarray, list]:
     """The kept stats among ``buf[s:e]`` as STAT_RECORD rows in event and file order, plus their strings."""
-    from .wire import STAT_DEPTH, decode_fields, leading_varint_in, odd_stats
+    from traceinsight.ingest.xplane.wire import STAT_DEPTH, decode_fields, leading_varint_in, odd_stats
 
     wanted = [set(pl.key_ids.tolist()) if pl is not None else set() for pl in planes]
     # the C walker walks (and so checks) every stat here. Stats laid out as serializers write them are well formed

@@ -1,0 +1,3 @@
+"""Floor 5, orchestration: configuration, rule discovery and the guard around rule code, the baseline, and the
+engine (the one path from a trace to an ``Analysis``).
+"""
