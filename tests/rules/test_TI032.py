@@ -89,6 +89,9 @@ def test_positive_allocator_off_found_from_the_optimizer_iterations(tmp_path):
     # the idle gaps under those calls are its doing: TI001 is its symptom, TI031 claims none of the frees
     (gaps,) = of(a, "TI001")
     assert gaps.metrics["explained_by"] == f.fingerprint and not of(a, "TI031")
+    # the verdict's lever is this finding, and its headline names it (the bucket's words alone would hide it)
+    assert a.verdict["lever"] == "TI032"
+    assert a.verdict["headline"].endswith("(root cause: TI032)")
 
 
 def test_positive_allocator_off_without_any_marker(tmp_path):

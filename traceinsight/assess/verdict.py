@@ -452,7 +452,11 @@ def levers(analysis: "Analysis", cl: dict[str, Any]) -> list[dict[str, Any]]:
             bucket = max(idle, key=lambda b: idle[b])
         pct = float(f.share_pct) if f.share_pct is not None else 0.0
         out.append({"finding": f, "ns": ns, "pct": pct, "bucket": bucket,
-                    "symptom_bucket": bucket in AVOIDABLE_BUCKETS and bucket not in claim_buckets(f)})
+                    # named as the root cause when the bucket is its symptoms' kind of time, or when a root cause of the
+                    # generic idle category (it claims any idle, e.g. an allocator that does not cache) leads: the
+                    # bucket's words alone ("host/Python overhead") would hide the lever
+                    "symptom_bucket": bucket in AVOIDABLE_BUCKETS and (bucket not in claim_buckets(f)
+                                                                       or (bool(f.root_cause) and category(f) == DEFAULT_IDLE))})
     out.sort(key=lambda lv: (-lv["ns"], -lv["pct"], lv["finding"].code))
     return out
 
