@@ -13,6 +13,7 @@ from traceinsight.rulelib.enclosing import cpu_op_enclosing, innermost_enclosing
 from traceinsight.rulelib.gaps import closing_syncs, host_starved_gaps, inference_ranks
 from traceinsight.rulelib.groups import first_seen_groups
 from traceinsight.rulelib.names import kind_mask, lookup, names_where, short_name
+from traceinsight.rulelib.warmup import inside_warmup
 from traceinsight.rulelib.usercode import has_python_frames, lead_source, RECORD_STACKS, shown_frames, SYNC_CALLS, user_frame_texts
 
 
@@ -230,7 +231,15 @@ class HostSyncStalls(Rule):
         stalls["closing"] = closing & stalls["rank"].map(inference).to_numpy(dtype=bool)
         stalls.loc[stalls["closing"].to_numpy(), "gpu_idle_ns"] = 0
 
+        # a call the ledger sets aside as warm-up (it waits on work queued before the window) is said, not counted
+        stalls["warmup"] = inside_warmup(v, stalls["rank"].to_numpy(), stalls["start_ns"].to_numpy(), stalls["end_ns"].to_numpy())
+
         for rank, s in stalls.groupby("rank", sort=True):
+            w = s["warmup"].to_numpy()
+            aside, n_aside = int(s.loc[w, "dur_ns"].sum()), int(w.sum())
+            s = s.loc[~w]
+            if s.empty:
+                continue  # every stall of the rank is warm-up: TI013 reports it, nothing here is a cost
             blocked = int(s["dur_ns"].sum())
             idle = int(s["gpu_idle_ns"].sum())
             util = v.utilization
@@ -264,9 +273,12 @@ class HostSyncStalls(Rule):
             elif not stacks and ctx.meta.source_format == "pytorch":
                 said += f" The trace has no Python stacks: {RECORD_STACKS}."
             yield ctx.finding(
-                title=f"{where}host blocked on the GPU {len(s)} times for {fmt_ns(blocked)}, mostly in {short_name(site, 50)}",
+                title=(f"{where}host blocked on the GPU {len(s)} times for {fmt_ns(blocked)}, mostly in {short_name(site, 50)}"
+                       + (f" (+{fmt_ns(aside)} of warm-up, set aside)" if aside else "")),
                 message=(
-                    f"{where}{len(s)} blocking calls of {self.min_stall_us:g} µs or more held the host for {fmt_ns(blocked)} "
+                    (f"{where}{n_aside} blocking call(s) ({fmt_ns(aside)}) wait on work queued before the window or on one-time "
+                     f"work: warm-up, set aside (TI013) and counted in no figure here. " if aside else "")
+                    + f"{where}{len(s)} blocking calls of {self.min_stall_us:g} µs or more held the host for {fmt_ns(blocked)} "
                     f"({100.0 * blocked / base:.1f} % of the GPU's active window); the GPU ran dry under them and sat idle for {fmt_ns(idle)} until new work arrived. "
                     + (f"{n_closing} of them close an inference step (the request's result) and cost nothing. " if n_closing else "")
                     + 
@@ -283,6 +295,8 @@ class HostSyncStalls(Rule):
                     "stalls": int(len(s)),
                     "blocked_ns": blocked,
                     "blocked_pct": round(100.0 * blocked / base, 3),
+                    "warmup_blocked_ns": aside,
+                    "warmup_stalls": n_aside,
                     "gpu_idle_ns": idle,
                     "closing_syncs": n_closing,
                     "inference": bool(inference.get(int(rank), False)),

@@ -239,3 +239,31 @@ def test_example_bad_fires(tmp_path):
 def test_example_good_is_silent(tmp_path):
     a = analyze_example(tmp_path, EXAMPLE, fixed=True)
     assert EXAMPLE.code not in codes_of(a), [(f.code, f.title) for f in a.findings]
+
+
+def _opening_block(tmp_path, steady_syncs: bool):
+    """A 5 ms stream sync at the window's head while the GPU runs nothing traced (it waits on work queued before
+    the profile started), then four 2 ms steps; with ``steady_syncs`` each step also blocks 495 µs on its kernel."""
+    t = KinetoTrace()
+    t.kernel("volta_sgemm_128x64_nn", 0, 10.0, launch_us=-5)
+    t.runtime("cudaStreamSynchronize", 20, 5000.0)
+    for s in range(4):
+        t0 = 6000.0 + s * 2000.0
+        t.step(s, t0, 2000.0)
+        t.kernel("volta_sgemm_128x64_nn", t0 + 10, 500.0, launch_us=t0)
+        if steady_syncs:
+            t.runtime("cudaStreamSynchronize", t0 + 20, 495.0)
+        t.kernel("volta_sgemm_128x64_nn", t0 + 810, 500.0, launch_us=t0 + 800)
+    return traceinsight.analyze(t.write(tmp_path / f"open{int(steady_syncs)}.json"), min_impact=0)
+
+
+def test_a_block_set_aside_as_warmup_is_said_not_counted(tmp_path):
+    """The 5 ms opening block is warm-up (the ledger sets it aside, TI013 reports it): TI002 counts the four 495 µs
+    stalls of the steady state (1.98 ms) and says the 5 ms was set aside; with no steady stall it stays silent."""
+    a = _opening_block(tmp_path, steady_syncs=True)
+    (f,) = [f for f in a.findings if f.code == "TI002"]
+    assert f.metrics["stalls"] == 4 and f.metrics["blocked_ns"] == 4 * 495_000
+    assert f.metrics["warmup_stalls"] == 1 and f.metrics["warmup_blocked_ns"] == 5_000_000
+    assert f.title.startswith("host blocked on the GPU 4 times for 1.98 ms") and f.title.endswith("(+5.00 ms of warm-up, set aside)")
+    quiet = _opening_block(tmp_path, steady_syncs=False)
+    assert [f.code for f in quiet.findings if f.code == "TI002"] == []

@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from traceinsight.vocab.intervals import merge_intervals
 from traceinsight.vocab.masks import name_mask
 from traceinsight.vocab.patterns import INIT_CALL
 from traceinsight.derive.steady import may_match, steady_recompiles, warmup_steps  # noqa: F401  (the steady-state model, as the rules read it)
@@ -26,6 +27,28 @@ def gap_warmup_ns(views) -> np.ndarray:
     if "idle_warmup" not in lg:
         return np.zeros(len(lg["cause"]), np.int64)
     return lg["idle_warmup"]
+
+
+def inside_warmup(views, rank: np.ndarray, start_ns: np.ndarray, end_ns: np.ndarray) -> np.ndarray:
+    """Per interval: whether a warm-up region of its rank (the ledger's ``warmup``: one-time work, a call that waits
+    on work queued before the window) covers it whole. A rule that quotes a span of time says which of it is set
+    aside, so no figure on the page is the warm-up's time presented as a cost."""
+    rank, s, e = np.asarray(rank, np.int64), np.asarray(start_ns, np.int64), np.asarray(end_ns, np.int64)
+    out = np.zeros(len(s), dtype=bool)
+    regions = views.ledger.warmup
+    if not len(regions) or not len(s):
+        return out
+    r_rank = regions["rank"].to_numpy(np.int64)
+    for r in np.unique(rank):
+        on = r_rank == r
+        if not on.any():
+            continue
+        ms, me = merge_intervals(regions["start_ns"].to_numpy(np.int64)[on], regions["end_ns"].to_numpy(np.int64)[on])
+        mine = np.flatnonzero(rank == r)
+        i = np.searchsorted(ms, s[mine], side="right") - 1
+        ok = i >= 0
+        out[mine[ok]] = me[i[ok]] >= e[mine[ok]]
+    return out
 
 
 def warmup_by_gap(views) -> pd.DataFrame:
