@@ -123,7 +123,7 @@ def render_markdown(ja: JobAnalysis) -> str:
     step = f"median step {fmt_ns(h['step_ns_median'])}, {h['steps_per_rank']} steps per rank" if h["step_ns_median"] else "no step markers"
     out += [
         f"**{h['ranks']} ranks** (world size {h['world_size'] or 'unknown'}), {step}; median GPU busy "
-        f"{h['gpu_busy_pct_median']} % of its window; median collective time {fmt_ns(h['comm_ns_median'] or 0)}, of which "
+        f"{'n/a' if h['gpu_busy_pct_median'] is None else format(h['gpu_busy_pct_median'], '.1f')} % of its window; median collective time {fmt_ns(h['comm_ns_median'] or 0)}, of which "
         f"{fmt_ns(h['exposed_comm_ns_median'] or 0)} with no compute beside it and {fmt_ns(h['collective_wait_ns_median'] or 0)} waiting for later ranks.",
         "",
         f"**Clocks:** {j.alignment.describe()}.",

@@ -66,6 +66,19 @@ def rank_table(ja: JobAnalysis) -> pd.DataFrame:
     return per[["rank", "step_ms", "busy_pct", "comm_ms", "exposed_ms", "wait_ms", "last_at", "held_ms"]].round(3)
 
 
+def _busy_median(j: Any) -> float | None:
+    """The job verdict's median GPU busy (``verdict.median_busy_pct`` over the ranks' ledgers), so the headline and
+    the verdict quote one figure; from busy/window per rank where no ledger was kept."""
+    from traceinsight.job.verdict import median_busy_pct
+
+    led, per = j.ledger, j.ranks
+    if led is not None and not led.empty:
+        wide = led.pivot_table(index="rank", columns="bucket", values="ns", aggfunc="sum", fill_value=0)
+        if float(wide.to_numpy().sum()) > 0:
+            return round(median_busy_pct(wide), 3)
+    return None if per.empty else round(float(np.median(100.0 * per["busy_ns"] / per["window_ns"].clip(lower=1))), 3)
+
+
 def headline(ja: JobAnalysis) -> dict[str, Any]:
     j = ja.job
     per = j.ranks
@@ -77,7 +90,7 @@ def headline(ja: JobAnalysis) -> dict[str, Any]:
         "steps_per_rank": int(j.step_count),
         "step_ns_median": None if j.step_ns is None else int(j.step_ns),
         "window_ns_median": med(per["window_ns"]),
-        "gpu_busy_pct_median": None if per.empty else round(float(np.median(100.0 * per["busy_ns"] / per["window_ns"].clip(lower=1))), 3),
+        "gpu_busy_pct_median": _busy_median(j),
         "comm_ns_median": med(per["comm_ns"]),
         "exposed_comm_ns_median": med(per["exposed_ns"]),
         "collective_wait_ns_median": med(per["wait_ns"]),

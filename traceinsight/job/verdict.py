@@ -43,6 +43,7 @@ def job_verdict(ja: Any) -> dict[str, Any]:
     warm = float(med.get("idle_warmup", 0.0))
     steady = max(total - warm, 1.0)
     busy = sum(float(med.get(b, 0.0)) for b in BUSY_BUCKETS)
+    busy_pct = median_busy_pct(wide)
     unit = "step" if j.step_count else "window"
     # the same rule as one trace's verdict (``verdict.choose``), on the median rank: the lever is the per-rank
     # finding whose priced saving (its card's figure, as a share of its rank's steady window) is largest at the
@@ -63,7 +64,7 @@ def job_verdict(ja: Any) -> dict[str, Any]:
     cat = "unexplained" if choice == "unexplained" else BUCKET_CATEGORY[bucket]
     pct_b = 100.0 * float(med.get(bucket, 0.0)) / steady
     sentence = (
-        f"Across {j.rank_count} ranks the median rank's GPU is busy {100.0 * busy / total:.1f} % of its {unit}; {lead} "
+        f"Across {j.rank_count} ranks the median rank's GPU is busy {busy_pct:.1f} % of its {unit}; {lead} "
         f"({_BUCKET_WORDS[bucket]}: {fmt_ns(med.get(bucket, 0.0))} per {unit}, {pct_b:.1f} % of it)."
     )
     rank, cost, per_step, why = _slowest_rank(ja)
@@ -78,6 +79,14 @@ def job_verdict(ja: Any) -> dict[str, Any]:
     out.update(category=cat, label=LABELS[cat], headline=head + (f"; rank {rank} is the straggler" if cost else ""),
                bound=bound, sentence=sentence, rank=rank, rank_cost_ns=int(cost), bucket=bucket, rule=RULE)
     return out
+
+
+def median_busy_pct(wide: "pd.DataFrame") -> float:
+    """The median over ranks of each rank's busy share of its ledger (rank x bucket ns): the one "median GPU busy"
+    the job verdict and the job report's headline both quote (a ratio of bucket medians would be a third figure)."""
+    cols = [b for b in BUSY_BUCKETS if b in wide.columns]
+    total = wide.sum(axis=1).clip(lower=1)
+    return float(np.median(100.0 * wide[cols].sum(axis=1) / total)) if len(wide) else 0.0
 
 
 def _median_levers(ja: Any, med: dict[str, float]) -> list[tuple[float, str, str]]:
