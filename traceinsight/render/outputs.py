@@ -33,7 +33,7 @@ REPORT_STEM = "traceinsight-report"
 DIFF_STEM = "traceinsight-diff"
 #: Each product's file stem in an output folder (the job's reports are named like one trace's).
 STEMS = {"single": REPORT_STEM, "job": REPORT_STEM, "diff": DIFF_STEM}
-#: Format -> the file suffix in an output folder (``render.FORMATS``).
+#: Format -> the file suffix in an output folder (``render.FORMATS``; ``plan`` reads FORMATS itself).
 SUFFIX = {name: f.suffix for name, f in FORMATS.items()}
 #: Files of an input folder looked at when checking for hard links to them (a logdir holds a few dozen).
 MAX_FOLDER_FILES = 10_000
@@ -63,8 +63,8 @@ def plan(formats: list[str], output: Path | None, product: str = "single") -> li
         if st is not None and not stat.S_ISDIR(st.st_mode):
             raise OutputError(f"-o {output} is a file; several formats need a folder to write one file per format")
         stem = STEMS[product]
-        html = f"{stem}.{SUFFIX['html']}" if "html" in formats else None
-        return [Target(f, output / f"{stem}.{SUFFIX[f]}", html) for f in formats]
+        html = f"{stem}.{FORMATS['html'].suffix}" if "html" in formats else None
+        return [Target(f, output / f"{stem}.{FORMATS[f].suffix}", html) for f in formats]
     if st is not None and stat.S_ISDIR(st.st_mode):
         raise OutputError(f"-o {output} is a folder; give a file name (or ask for several formats with -f to fill a folder)")
     return [Target(formats[0], output, output.with_suffix(".html").name)]
