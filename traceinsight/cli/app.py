@@ -21,7 +21,7 @@ from traceinsight.pipeline.plugins import discover
 from traceinsight.model.finding import Severity
 from traceinsight.pipeline.rule_guard import DEFAULT_RULE_TIMEOUT_S
 from traceinsight.render.outputs import REPORT_STEM, SUFFIX
-from traceinsight.render import FORMATS, for_extension, names
+from traceinsight.render import FORMATS, for_extension, names, phrase
 from traceinsight.vocab.sanitize import rich, terminal, terminal_lines
 
 app = typer.Typer(
@@ -75,7 +75,7 @@ def analyze(
     path: Annotated[Path, typer.Argument(help="Trace file or folder: .json/.json.gz, .sqlite/.nsys-rep, .xplane.pb, a TensorBoard logdir.")],
     fmt: Annotated[
         Optional[str],
-        typer.Option("--format", "-f", help="text, json, md, html, perfetto (needs -o), github (workflow annotations on your code's lines) or sarif (code scanning); several comma-separated (e.g. html,md,json) write one file each into -o DIR. Default: from -o's extension, else text."),
+        typer.Option("--format", "-f", help=f"{phrase('single', notes=True)}; several comma-separated (e.g. html,md,json) write one file each into -o DIR. Default: from -o's extension, else text."),
     ] = None,
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write the report here instead of stdout (a folder when several formats are asked for).")] = None,
     select: Annotated[Optional[list[str]], typer.Option("--select", help="Only these rule codes or prefixes (repeatable, or comma-separated).")] = None,
@@ -225,10 +225,9 @@ STEP_SUMMARY_ENV = "GITHUB_STEP_SUMMARY"
 def _single_trace_formats(formats) -> None:
     """Refuse the formats a whole job is not offered in (``render.FORMATS``): a job has no source lines to annotate,
     no results per line, no one timeline to draw."""
-    job = names("job")
-    bad = [f.value for f in formats if f.value not in job]
+    bad = [f.value for f in formats if f.value not in names("job")]
     if bad:
-        raise typer.BadParameter(f"{', '.join(bad)} describe(s) one trace; a whole-job report is {', '.join(job[:-1])} or {job[-1]} (analyze one rank's file for {bad[0]})",
+        raise typer.BadParameter(f"{', '.join(bad)} describe(s) one trace; a whole-job report is {phrase('job')} (analyze one rank's file for {bad[0]})",
                                  param_hint="--format")
 
 
@@ -405,7 +404,7 @@ _teardown_free = False
 def diff_cmd(
     base: Annotated[Path, typer.Argument(help="BASE: a trace, a folder of rank traces, or a JSON report (analyze -f json), e.g. main's.")],
     head: Annotated[Path, typer.Argument(help="HEAD: the same kinds, e.g. the pull request's.")],
-    fmt: Annotated[Optional[str], typer.Option("--format", "-f", help="text, json, md or html; several comma-separated write one file each into -o DIR. Default: from -o's extension, else text.")] = None,
+    fmt: Annotated[Optional[str], typer.Option("--format", "-f", help=f"{phrase('diff')}; several comma-separated write one file each into -o DIR. Default: from -o's extension, else text.")] = None,
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write here instead of stdout (a folder when several formats are asked for).")] = None,
     fail_if_slower: Annotated[
         Optional[float],

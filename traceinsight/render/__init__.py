@@ -30,6 +30,7 @@ class OutputFormat(NamedTuple):
     renderers: dict[str, str]  # product -> "module:function" that renders it; a product not here is not offered
     extensions: tuple[str, ...] = ()  # ``-o`` file extensions that choose this format
     binary: bool = False  # rendered as bytes, always to a file
+    note: str = ""  # what ``--help`` says after the name ("needs -o")
 
 
 _R = "traceinsight.render."
@@ -42,17 +43,23 @@ FORMATS: dict[str, OutputFormat] = {
     "md": OutputFormat("md", {"single": _R + "markdown:render", "job": _JOB + "render_markdown", "diff": _DIFF + "render_md"}, (".md", ".markdown")),
     "html": OutputFormat("html", {"single": _R + "html:render", "job": "traceinsight.job.html:render_html", "diff": _DIFF + "render_html"}, (".html", ".htm")),
     # the trace and the findings as Chrome-trace JSON (gzip) for ui.perfetto.dev / chrome://tracing
-    "perfetto": OutputFormat("perfetto.json.gz", {"single": _R + "perfetto:render_bytes"}, binary=True),
+    "perfetto": OutputFormat("perfetto.json.gz", {"single": _R + "perfetto:render_bytes"}, binary=True, note="needs -o"),
     # GitHub Actions workflow annotations on the user's own lines (``--source-root``), for a CI log
-    "github": OutputFormat("github.txt", {"single": _R + "github:render"}),
+    "github": OutputFormat("github.txt", {"single": _R + "github:render"}, note="workflow annotations on your code's lines"),
     # SARIF 2.1.0 for code scanning: the rule table and a result per finding
-    "sarif": OutputFormat("sarif", {"single": _R + "sarif:render"}, (".sarif",)),
+    "sarif": OutputFormat("sarif", {"single": _R + "sarif:render"}, (".sarif",), note="code scanning"),
 }
 
 
 def names(product: str = "single") -> list[str]:
     """The formats ``product`` is offered in, in ``FORMATS`` order."""
     return [name for name, f in FORMATS.items() if product in f.renderers]
+
+
+def phrase(product: str = "single", notes: bool = False) -> str:
+    """The formats of ``product`` as the command line's help and messages say them: "text, json, md or html"."""
+    said = [name + (f" ({FORMATS[name].note})" if notes and FORMATS[name].note else "") for name in names(product)]
+    return said[0] if len(said) == 1 else f"{', '.join(said[:-1])} or {said[-1]}"
 
 
 def suffix(fmt: str) -> str:
