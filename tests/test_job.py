@@ -181,6 +181,7 @@ def test_a_new_format_is_one_entry_for_the_job_report(small_job, tmp_path, monke
     ja = analyze_job(str(small_job), workers=1)
     outputs.write_reports(ja, outputs.plan(["json", "json2"], tmp_path / "out", "job"), product="job")
     assert (tmp_path / "out" / "traceinsight-report.j2.json").read_bytes() == (tmp_path / "out" / "traceinsight-report.json").read_bytes()
+    assert json.loads((tmp_path / "out" / "traceinsight-report.j2.json").read_text())["report"] == "job"
     assert render(ja, "json2") == render(ja, "json")
 
 
@@ -189,7 +190,7 @@ def test_reports_stay_small_at_1024_ranks():
     """1,024 rank summaries (from one real rank, each with its own jitter and one straggler) reduce in seconds and
     render within the budgets: HTML <= 2 MB, Markdown <= 60,000 characters."""
     import traceinsight
-    from traceinsight.render.json_report import finding_dict
+    from traceinsight.model.serialize import finding_dict
 
     tl = traceinsight.load(corpus_file(DLRM0))
     local, cross, _, _ = per_rank_rules(MapSettings())

@@ -11,7 +11,7 @@ from traceinsight.derive import workload
 from traceinsight.vocab.version import __version__
 from traceinsight.model.analysis import Analysis
 from traceinsight.model.finding import Finding
-from traceinsight.model.serialize import dumps, evidence_rows, finding_dict, jsonable  # noqa: F401  (the serializer, re-exported)
+from traceinsight.model.serialize import dumps, finding_dict, jsonable
 from traceinsight.render.steps_view import step_report
 
 SCHEMA_VERSION = 1
