@@ -36,7 +36,7 @@ def _evidence_frames() -> list[pd.DataFrame]:
 
 
 def _rows_by_itertuples(ev: pd.DataFrame, n: int | None):
-    from traceinsight.render.json_report import jsonable
+    from traceinsight.model.serialize import jsonable
 
     ev = ev if n is None else ev.head(n)
     return [[jsonable(v) for v in row] for row in ev.itertuples(index=False, name=None)]
@@ -46,7 +46,7 @@ def _rows_by_itertuples(ev: pd.DataFrame, n: int | None):
 def test_evidence_rows_equal_itertuples(n):
     """The evidence rows read column by column equal ``head`` + ``itertuples`` + ``jsonable``: same values and
     the same Python types (an int stays an int, a datetime its string), for every column type."""
-    from traceinsight.render.json_report import evidence_rows
+    from traceinsight.model.serialize import evidence_rows
 
     for ev in _evidence_frames():
         got, want = evidence_rows(ev, n), _rows_by_itertuples(ev, n)
@@ -64,7 +64,7 @@ def sample_analysis():
 
 def test_evidence_rows_on_a_sample_trace(sample_analysis):
     """Every finding of a real sample: the rows equal the itertuples reading, at the job's 10 rows and in full."""
-    from traceinsight.render.json_report import evidence_rows
+    from traceinsight.model.serialize import evidence_rows
 
     analysis = sample_analysis
     assert analysis.findings and any(len(f.evidence) > 1 for f in analysis.findings)

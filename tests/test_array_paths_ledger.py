@@ -303,7 +303,7 @@ def test_sync_calls_and_request_gaps_equal_the_reference(timelines, case):
 # --- the rules: same findings with the shortcuts taken or not ---------------------------------------------------------
 def _findings(timeline, code):
     from traceinsight.job.mapper import MapSettings, per_rank_rules
-    from traceinsight.render.json_report import finding_dict
+    from traceinsight.model.serialize import finding_dict
     from traceinsight.rule_api import Context
 
     rule = next(r for r in per_rank_rules(MapSettings())[0] if r.code == code)

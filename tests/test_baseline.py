@@ -17,7 +17,7 @@ from traceinsight.pipeline.baseline import NEW, SAME, WORSE, compare, load_repor
 from traceinsight.cli.app import app
 from traceinsight.vocab.errors import ConfigError
 from traceinsight.render import render
-from traceinsight.render.json_report import finding_dict
+from traceinsight.model.serialize import finding_dict
 
 from .helpers.kineto_writer import KinetoTrace
 

@@ -16,7 +16,8 @@ import pytest
 import traceinsight
 from tests.helpers.kineto_writer import KinetoTrace
 from traceinsight.derive import ledger as L
-from traceinsight.render import json_report, render, templating, timeline_svg
+from traceinsight.render import render, templating, timeline_svg
+from traceinsight.model import serialize
 from traceinsight.render.common import smallest_first
 from traceinsight.rule_api import Instance, Instances, as_instances, instance_columns
 from traceinsight.derive.summary import _kind_counts
@@ -81,13 +82,13 @@ def test_instances_keep_the_errors_of_instance():
 
 
 def test_json_keeps_the_longest_instances_in_time_order(tmp_path, monkeypatch):
-    monkeypatch.setattr(json_report, "MAX_INSTANCES", 40)
+    monkeypatch.setattr(serialize, "MAX_INSTANCES", 40)
     df = _frame(200, seed=2)
     df.loc[df.index[:30], "end_ns"] = df["start_ns"].iloc[:30] + 7  # ties in length keep list order
     objs = _objects(df)
     want = sorted(sorted(objs, key=lambda i: -i.dur_ns)[:40], key=lambda i: i.start_ns)
     for inst in (as_instances(df), objs):
-        got = json_report._instance_dicts(inst)
+        got = serialize.instance_dicts(inst)
         assert got == [{"start_ns": i.start_ns, "end_ns": i.end_ns, "rank": i.rank, "device": i.device, "label": i.label} for i in want]
 
 
@@ -314,7 +315,7 @@ def test_json_report_lists_every_instance_in_order_when_under_the_cap(tmp_path):
     timed = [(f, fd) for f, fd in zip(a.findings, doc["findings"]) if len(f.instances)]
     assert timed and all(isinstance(f.instances, Instances) for f, _ in timed)  # the built-in rules pass frames
     for f, fd in timed:
-        assert fd["total_instances"] == len(f.instances) <= json_report.MAX_INSTANCES
+        assert fd["total_instances"] == len(f.instances) <= serialize.MAX_INSTANCES
         assert fd["instances"] == [{"start_ns": i.start_ns, "end_ns": i.end_ns, "rank": i.rank, "device": i.device, "label": i.label} for i in f.instances]
 
 

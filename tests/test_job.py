@@ -164,12 +164,33 @@ def test_cli_rank_folder_takes_the_job_path(small_job, tmp_path):
     assert res.exit_code == 1
 
 
+def test_cli_job_refuses_the_formats_a_job_has_none_of(small_job, tmp_path):
+    """render.FORMATS offers a whole job text, json, md and html; perfetto (one timeline), github and sarif (one
+    trace's source lines) are usage errors, and nothing is written (a text report in a .perfetto file was)."""
+    for fmt in ("perfetto", "github", "sarif"):
+        target = tmp_path / f"job.{fmt}"
+        res = CliRunner().invoke(app, ["analyze", str(small_job), "--format", fmt, "-o", str(target)])
+        assert res.exit_code == 2 and "a whole-job report is text, json, md or html" in res.output and not target.exists()
+
+
+def test_a_new_format_is_one_entry_for_the_job_report(small_job, tmp_path, monkeypatch):
+    """A format added to render.FORMATS (the JSON renderers under a new name) is written for a whole job too."""
+    from traceinsight.render import FORMATS, OutputFormat, outputs
+
+    monkeypatch.setitem(FORMATS, "json2", OutputFormat("j2.json", dict(FORMATS["json"].renderers)))
+    ja = analyze_job(str(small_job), workers=1)
+    outputs.write_reports(ja, outputs.plan(["json", "json2"], tmp_path / "out", "job"), product="job")
+    assert (tmp_path / "out" / "traceinsight-report.j2.json").read_bytes() == (tmp_path / "out" / "traceinsight-report.json").read_bytes()
+    assert json.loads((tmp_path / "out" / "traceinsight-report.j2.json").read_text())["report"] == "job"
+    assert render(ja, "json2") == render(ja, "json")
+
+
 # --- scale: 1,024 ranks on the coordinator ------------------------------------------------------------------------
 def test_reports_stay_small_at_1024_ranks():
     """1,024 rank summaries (from one real rank, each with its own jitter and one straggler) reduce in seconds and
     render within the budgets: HTML <= 2 MB, Markdown <= 60,000 characters."""
     import traceinsight
-    from traceinsight.render.json_report import finding_dict
+    from traceinsight.model.serialize import finding_dict
 
     tl = traceinsight.load(corpus_file(DLRM0))
     local, cross, _, _ = per_rank_rules(MapSettings())

@@ -12,7 +12,7 @@ import traceinsight
 from tests.helpers.kineto_writer import KinetoTrace
 from traceinsight.vocab import buckets
 from traceinsight.assess import verdict
-from traceinsight.render import FORMATS, render
+from traceinsight.render import FORMATS, PRODUCTS, OutputFormat, for_extension, names, render, renderer
 from traceinsight.render.notebook import render_inline
 from traceinsight.rule_api import Rule
 
@@ -110,7 +110,37 @@ def test_one_list_of_output_formats():
 
     assert [f.value for f in cli.Format] == list(FORMATS)
     assert outputs.SUFFIX == {k: f.suffix for k, f in FORMATS.items()}
-    assert {ext: f.value for ext, f in cli._SUFFIX_FORMAT.items()} == {".txt": "text", ".json": "json", ".md": "md", ".html": "html", ".htm": "html", ".sarif": "sarif"}
+    assert {ext: f.value for ext, f in cli._SUFFIX_FORMAT.items()} == {".txt": "text", ".json": "json", ".md": "md", ".markdown": "md", ".html": "html", ".htm": "html", ".sarif": "sarif"}
+    # the job, the diff and the hooks read the same list: which products a format has, and its renderer for each
+    assert names("single") == list(FORMATS)
+    assert names("job") == names("diff") == ["text", "json", "md", "html"]
+    for name, f in FORMATS.items():
+        assert set(f.renderers) <= set(PRODUCTS)
+        for product in f.renderers:
+            assert callable(renderer(name, product)), (name, product)
+    assert for_extension(".SARIF") == "sarif" and for_extension(".sarif", "diff") is None and for_extension(".markdown", "job") == "md"
+    with pytest.raises(ValueError, match="'github' for a diff; choose one of text, json, md, html"):
+        renderer("github", "diff")
+
+
+def test_a_new_format_is_one_entry_for_a_trace_and_a_diff(tmp_path, monkeypatch):
+    """A format added to FORMATS (here the JSON renderers under a new name and suffix) is planned, rendered and
+    written for one trace and for a diff by the one output path, with no other change; the job's case is in
+    tests/test_job.py (it needs a rank folder)."""
+    from traceinsight.render import outputs
+
+    monkeypatch.setitem(FORMATS, "json2", OutputFormat("j2.json", dict(FORMATS["json"].renderers)))
+    a = traceinsight.analyze(_trace(tmp_path))
+    for product, obj in (("single", a), ("diff", traceinsight.diff(a, a).data)):
+        out = tmp_path / product
+        outputs.write_reports(obj, outputs.plan(["json", "json2"], out, product), product=product)
+        stem = outputs.STEMS[product]
+        assert sorted(p.name for p in out.iterdir()) == [f"{stem}.j2.json", f"{stem}.json"]
+        assert (out / f"{stem}.j2.json").read_bytes() == (out / f"{stem}.json").read_bytes()
+        assert render(obj, "json2", product) == render(obj, "json", product)
+    monkeypatch.setitem(FORMATS, "json2", OutputFormat("j2.json", {"single": FORMATS["json"].renderers["single"]}))
+    with pytest.raises(ValueError, match="for a diff"):  # a product the format does not list is refused, not guessed
+        render({}, "json2", "diff")
 
 
 def test_job_summary_measures_what_the_ledger_measures(tmp_path):

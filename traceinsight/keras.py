@@ -26,7 +26,7 @@ def TraceInsightCallback(log_dir: str | os.PathLike, steps: tuple[int, int] = (2
                          fmt: str | None = None, **analyze_options: Any):  # noqa: N802 - reads like a class
     """Profile batches ``[start, stop)`` of the first epoch into ``log_dir``, then write a report.
 
-    ``fmt`` defaults from the report suffix (.html/.json/.md/.txt). After training the callback's ``analysis``
+    ``fmt`` defaults from the report suffix (an ``-o`` extension of ``traceinsight.render.FORMATS``: .html, .md, .json ...). After training the callback's ``analysis``
     and ``timeline`` attributes hold the results for programmatic use.
     """
     base = _callback_base()
@@ -40,7 +40,9 @@ def TraceInsightCallback(log_dir: str | os.PathLike, steps: tuple[int, int] = (2
                 raise ValueError(f"steps=(start, stop) needs stop > start, got {steps}")
             self.report = Path(report) if report else None
             suffix = self.report.suffix.lstrip(".").lower() if self.report else ""
-            self.fmt = fmt or {"htm": "html", "txt": "text", "markdown": "md"}.get(suffix, suffix or "text")
+            from traceinsight.render import for_extension
+
+            self.fmt = fmt or for_extension("." + suffix) or suffix or "text"
             self.timeline = None
             self.analysis = None
             self._active = False
@@ -75,6 +77,7 @@ def TraceInsightCallback(log_dir: str | os.PathLike, steps: tuple[int, int] = (2
             self.analysis = analyze(self.timeline, **analyze_options)
             if self.report:
                 self.report.parent.mkdir(parents=True, exist_ok=True)
-                self.report.write_text(render(self.analysis, self.fmt), encoding="utf-8")
+                out = render(self.analysis, self.fmt)
+                self.report.write_bytes(out) if isinstance(out, bytes) else self.report.write_text(out, encoding="utf-8")
 
     return _TraceInsightCallback()

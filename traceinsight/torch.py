@@ -16,19 +16,19 @@ from typing import Any, Callable
 
 __all__ = ["report_handler"]
 
-_EXT = {"html": "html", "md": "md", "json": "json", "text": "txt"}
-
 
 def report_handler(dir_name: "str | os.PathLike", *, fmt: str = "html", worker_name: str | None = None, **analyze_kwargs: Any) -> Callable[[Any], tuple[Path, Path]]:
     """A drop-in for ``torch.profiler.tensorboard_trace_handler`` that also writes a traceinsight report.
 
     Each call exports ``<worker>.<ms>.pt.trace.json.gz`` (the name TensorBoard and HTA look for) and the report
-    ``<same stem>.traceinsight.<ext>`` beside it. The paths are returned and appended to ``handler.paths`` because
+    ``<same stem>.traceinsight.<suffix>`` beside it (the format's suffix in ``traceinsight.render.FORMATS``). The paths are returned and appended to ``handler.paths`` because
     ``on_trace_ready`` discards return values. ``analyze_kwargs`` go to ``traceinsight.analyze`` (select, ignore,
     options, rules, ...). A report that fails must not kill the training run, so errors become a text file.
     """
+    from traceinsight.render import FORMATS
+
     out_dir = Path(dir_name)
-    ext = _EXT.get(fmt, fmt)
+    ext = FORMATS[fmt].suffix if fmt in FORMATS else fmt
 
     def handler(prof: Any) -> tuple[Path, Path]:
         from traceinsight.pipeline.engine import analyze
@@ -45,7 +45,8 @@ def report_handler(dir_name: "str | os.PathLike", *, fmt: str = "html", worker_n
         raw.unlink()
         report = out_dir / f"{stem}.traceinsight.{ext}"
         try:
-            report.write_text(render(analyze(trace, **analyze_kwargs), fmt), encoding="utf-8")
+            out = render(analyze(trace, **analyze_kwargs), fmt)
+            report.write_bytes(out) if isinstance(out, bytes) else report.write_text(out, encoding="utf-8")
         except Exception as exc:  # noqa: BLE001 - the profile is worth keeping even when the report is not
             report = out_dir / f"{stem}.traceinsight.error.txt"
             report.write_text(f"traceinsight could not analyse {trace.name}: {type(exc).__name__}: {exc}\n", encoding="utf-8")

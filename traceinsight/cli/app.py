@@ -21,7 +21,7 @@ from traceinsight.pipeline.plugins import discover
 from traceinsight.model.finding import Severity
 from traceinsight.pipeline.rule_guard import DEFAULT_RULE_TIMEOUT_S
 from traceinsight.render.outputs import REPORT_STEM, SUFFIX
-from traceinsight.render import FORMATS
+from traceinsight.render import FORMATS, for_extension, names, phrase
 from traceinsight.vocab.sanitize import rich, terminal, terminal_lines
 
 app = typer.Typer(
@@ -75,7 +75,7 @@ def analyze(
     path: Annotated[Path, typer.Argument(help="Trace file or folder: .json/.json.gz, .sqlite/.nsys-rep, .xplane.pb, a TensorBoard logdir.")],
     fmt: Annotated[
         Optional[str],
-        typer.Option("--format", "-f", help="text, json, md, html, perfetto (needs -o), github (workflow annotations on your code's lines) or sarif (code scanning); several comma-separated (e.g. html,md,json) write one file each into -o DIR. Default: from -o's extension, else text."),
+        typer.Option("--format", "-f", help=f"{phrase('single', notes=True)}; several comma-separated (e.g. html,md,json) write one file each into -o DIR. Default: from -o's extension, else text."),
     ] = None,
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write the report here instead of stdout (a folder when several formats are asked for).")] = None,
     select: Annotated[Optional[list[str]], typer.Option("--select", help="Only these rule codes or prefixes (repeatable, or comma-separated).")] = None,
@@ -151,7 +151,7 @@ def analyze(
             if _efficiency_settings(peak_tflops, peak_bandwidth, model_flops_per_step) is not None:
                 typer.echo("traceinsight: --peak-tflops, --peak-bandwidth and --model-flops-per-step apply to one trace at a "
                            "time; the whole-job report has no efficiency section (analyze one rank's file for it)", err=True)
-            return analyze_job_cli(path, cfg, formats, output, scheduler=scheduler, trace_format=trace_format, fail_on=fail_on.value, report_stem=REPORT_STEM, suffixes=_FORMAT_SUFFIX,
+            return analyze_job_cli(path, cfg, formats, output, scheduler=scheduler, trace_format=trace_format, fail_on=fail_on.value,
                                    rule_timeout=rule_timeout, allow_missing_ranks=allow_missing_ranks, max_bytes=max_bytes)
         kwargs = dict(
             config=cfg,
@@ -172,14 +172,8 @@ def analyze(
         _teardown_free = True
         width = _terminal_width()
         summary = _step_summary(targets)
-        outputs.write_reports(
-            analysis,
-            targets,
-            inputs,
-            render=lambda a, fmt, html_name=None: _render(a, fmt, html_name=html_name, width=width, source_root=source_root,
-                                                          unlocated_to_summary=summary is not None),
-            say=lambda line: typer.echo(line, err=True),
-        )
+        outputs.write_reports(analysis, targets, inputs, say=lambda line: typer.echo(line, err=True),
+                              width=width, source_root=source_root, unlocated_to_summary=summary is not None)
         if summary is not None:
             _append_summary(summary, analysis, source_root)
     except TraceInsightError as exc:
@@ -228,14 +222,12 @@ def _gate(analysis, threshold: Severity) -> None:
 MAX_GATE_LINES = 20
 #: GitHub's job summary: a file the runner names in this variable, appended to by each step, shown as Markdown.
 STEP_SUMMARY_ENV = "GITHUB_STEP_SUMMARY"
-#: Formats of one trace only: a whole-job report has no source lines to annotate nor results per line.
-SINGLE_TRACE_FORMATS = ("github", "sarif")
-
-
 def _single_trace_formats(formats) -> None:
-    bad = [f.value for f in formats if f.value in SINGLE_TRACE_FORMATS]
+    """Refuse the formats a whole job is not offered in (``render.FORMATS``): a job has no source lines to annotate,
+    no results per line, no one timeline to draw."""
+    bad = [f.value for f in formats if f.value not in names("job")]
     if bad:
-        raise typer.BadParameter(f"{', '.join(bad)} describe(s) one trace; a whole-job report is text, json, md or html (analyze one rank's file for {bad[0]})",
+        raise typer.BadParameter(f"{', '.join(bad)} describe(s) one trace; a whole-job report is {phrase('job')} (analyze one rank's file for {bad[0]})",
                                  param_hint="--format")
 
 
@@ -261,21 +253,6 @@ def _append_summary(path: Path, analysis, source_root) -> None:
             f.write(text)
     except OSError as exc:
         raise OutputError(f"cannot append to the job summary {path}: {exc.strerror or type(exc).__name__}") from None
-
-
-_FORMAT_SUFFIX = {f: SUFFIX[f.value] for f in Format}
-
-
-def _render(analysis, fmt: str, **kwargs) -> str:
-    from traceinsight.render import render
-
-    if fmt != "text":
-        kwargs.pop("width", None)
-    if fmt not in ("github", "sarif"):
-        kwargs.pop("source_root", None)
-    if fmt != "github":
-        kwargs.pop("unlocated_to_summary", None)
-    return render(analysis, fmt, **kwargs)
 
 
 def _parse_formats(fmt: Optional[str], output: Optional[Path]) -> list[Format]:
@@ -427,7 +404,7 @@ _teardown_free = False
 def diff_cmd(
     base: Annotated[Path, typer.Argument(help="BASE: a trace, a folder of rank traces, or a JSON report (analyze -f json), e.g. main's.")],
     head: Annotated[Path, typer.Argument(help="HEAD: the same kinds, e.g. the pull request's.")],
-    fmt: Annotated[Optional[str], typer.Option("--format", "-f", help="text, json, md or html; several comma-separated write one file each into -o DIR. Default: from -o's extension, else text.")] = None,
+    fmt: Annotated[Optional[str], typer.Option("--format", "-f", help=f"{phrase('diff')}; several comma-separated write one file each into -o DIR. Default: from -o's extension, else text.")] = None,
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write here instead of stdout (a folder when several formats are asked for).")] = None,
     fail_if_slower: Annotated[
         Optional[float],
@@ -441,13 +418,13 @@ def diff_cmd(
     Exit codes: 0 done (gate passed), 1 slower than --fail-if-slower, 2 usage, 3 unreadable, 4 not comparable,
     5 inconclusive (the gate cannot tell slower from noise).
     """
-    from traceinsight.delta.cli import SUFFIX as DIFF_SUFFIX, run as run_diff
+    from traceinsight.delta.cli import run as run_diff
 
-    suffix_fmt = {".html": "html", ".htm": "html", ".md": "md", ".json": "json", ".txt": "text"}
-    formats = [f.lower() for f in _split([fmt])] if fmt else [(suffix_fmt.get(output.suffix.lower()) if output else None) or "text"]
+    offered = names("diff")
+    formats = [f.lower() for f in _split([fmt])] if fmt else [(for_extension(output.suffix, "diff") if output else None) or "text"]
     for f in formats:
-        if f not in DIFF_SUFFIX:
-            raise typer.BadParameter(f"{f!r} is not one of text, json, md, html", param_hint="--format")
+        if f not in offered:
+            raise typer.BadParameter(f"{f!r} is not one of {', '.join(offered)}", param_hint="--format")
     if len(formats) > 1 and output is None:
         raise typer.BadParameter("several formats need -o DIR (a folder to write one file per format)", param_hint="--format")
     try:

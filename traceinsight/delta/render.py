@@ -9,11 +9,9 @@ from __future__ import annotations
 import io
 from typing import Any
 
-import msgspec
-
 from traceinsight.vocab.buckets import BUCKETS, LABELS
 from traceinsight.vocab.units import fmt_ns
-from traceinsight.vocab.sanitize import json_text, rich as rich_text
+from traceinsight.vocab.sanitize import rich as rich_text
 
 #: Rows per table in the text and Markdown output (the JSON keeps up to compare.MAX_ROWS).
 TOP_ROWS = 10
@@ -29,19 +27,16 @@ _VERDICT_ICON = {"faster": "🟢", "slower": "🔴", "no measurable change": "�
 
 
 def render(d: dict[str, Any], fmt: str, **kwargs: Any) -> str:
-    if fmt == "json":
-        return render_json(d)
-    if fmt == "md":
-        return render_md(d, **kwargs)
-    if fmt == "html":
-        return render_html(d, **kwargs)
-    if fmt == "text":
-        return render_text(d, **kwargs)
-    raise ValueError(f"unknown output format {fmt!r}; choose one of text, json, md, html")
+    """The diff in ``fmt``: the formats' one registry (``traceinsight.render.FORMATS``) picks the renderer."""
+    from traceinsight.render import render as render_any
+
+    return render_any(d, fmt, "diff", **kwargs)
 
 
 def render_json(d: dict[str, Any]) -> str:
-    return json_text(msgspec.json.format(msgspec.json.encode(d), indent=2).decode())
+    from traceinsight.model.serialize import dumps
+
+    return dumps(d)
 
 
 # --- shared wording ----------------------------------------------------------------------------------------

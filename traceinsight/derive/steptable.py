@@ -103,3 +103,13 @@ def ranges_table(views) -> list[dict]:
     return out[:MAX_RANGES]
 
 
+
+
+def report(views, source: dict | None = None) -> dict:
+    """``{"steps": table(views, source), "ranges": ranges_table(views)}``, built once per store (its ``memo``), so
+    every format of one analysis reads the same steps and none builds them again. ``views`` None (an analysis made
+    without the engine's store): no steps, as ``table`` says of a trace without markers."""
+    if views is None:
+        return {"steps": {"source": source or {"marker": None, "how": "none", "why": "no step markers"}, "count": 0, "per_step": [], "spread": None, "outlier": None},
+                "ranges": []}
+    return views.memo("steps.report", lambda: {"steps": table(views, source), "ranges": ranges_table(views)})

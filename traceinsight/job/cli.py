@@ -33,14 +33,13 @@ def wants_job(path: str | os.PathLike, scheduler: str | None) -> bool:
     return bool(scheduler) or is_job_path(raw_path(path))
 
 
-def analyze_job_cli(path, cfg: Config, formats: list, output: Path | None, *, scheduler: str | None, trace_format: str | None, fail_on: str, report_stem: str, suffixes: dict,
+def analyze_job_cli(path, cfg: Config, formats: list, output: Path | None, *, scheduler: str | None, trace_format: str | None, fail_on: str,
                     rule_timeout: float | None = None, allow_missing_ranks: bool = False, max_bytes: int | None = None) -> None:
     """Run the job analysis and write its report(s) like the single-trace path does; exit codes are the same, plus
     EXIT_RANKS_MISSING when a rank file was not analysed (unless ``allow_missing_ranks``)."""
-    from traceinsight.render.outputs import write_file, write_stdout
+    from traceinsight.render.outputs import plan, write_reports
     from traceinsight.pipeline.rule_guard import DEFAULT_RULE_TIMEOUT_S
     from traceinsight.vocab.sanitize import terminal
-    from traceinsight.job.report import render
     from traceinsight.job.run import analyze_job
 
     scheduler = scheduler or os.environ.get(SCHEDULER_ENV) or None
@@ -52,18 +51,8 @@ def analyze_job_cli(path, cfg: Config, formats: list, output: Path | None, *, sc
     except TraceInsightError as exc:
         typer.echo(f"traceinsight: error: {terminal(exc)}", err=True)
         raise typer.Exit(exc.exit_code)
-    if len(formats) > 1:
-        assert output is not None
-        for f in formats:
-            target = output / f"{report_stem}.{suffixes[f]}"
-            write_file(target, render(ja, f.value))
-            typer.echo(f"wrote {terminal(target)}", err=True)
-    elif output:
-        write_file(output, render(ja, formats[0].value))
-        typer.echo(f"wrote {terminal(output)} ({len(ja.findings)} cross-rank findings, {ja.job.rank_count} ranks)", err=True)
-    else:
-        text = render(ja, formats[0].value)
-        write_stdout(text if text.endswith("\n") else text + "\n")
+    write_reports(ja, plan([f.value for f in formats], output, "job"), product="job", say=lambda line: typer.echo(line, err=True),
+                  tally=f"{len(ja.findings)} cross-rank findings, {ja.job.rank_count} ranks")
     if ja.rule_failures:
         for line in ja.rule_failures:
             typer.echo(f"traceinsight: error: {terminal(line, 600)}", err=True)

@@ -11,7 +11,7 @@ from typing import Any
 
 from traceinsight.pipeline.config import Config
 from traceinsight.pipeline.engine import discover, instantiate, run
-from traceinsight.render.json_report import finding_dict
+from traceinsight.model.serialize import finding_dict
 from traceinsight.assess.severity import DEFAULT_MIN_IMPACT_PCT
 from traceinsight.vocab.errors import TraceInsightError
 from traceinsight.rule_api_job import CrossRankRule

@@ -8,14 +8,13 @@ whatever ran the map.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from traceinsight.vocab.version import __version__
-from traceinsight.render.json_report import finding_dict, jsonable
+from traceinsight.model.serialize import dumps_compact, finding_dict
 from traceinsight.vocab.units import fmt_ns
 from traceinsight.job.report_data import FULL_TABLE_RANKS, TOP, headline, rank_rule_groups, rank_table
 from traceinsight.job.run import JobAnalysis
@@ -80,7 +79,7 @@ def _verdict(ja: JobAnalysis) -> dict[str, Any]:
 
 
 def render_json(ja: JobAnalysis) -> str:
-    return json.dumps(jsonable(to_dict(ja)), indent=1, ensure_ascii=False, sort_keys=False) + "\n"
+    return dumps_compact(to_dict(ja))
 
 
 def _md_table(df: pd.DataFrame, max_rows: int = TOP) -> list[str]:
@@ -198,13 +197,8 @@ def render_text(ja: JobAnalysis, width: int = 110) -> str:
     return log_document(buf.getvalue())  # no line a CI runner reads as a workflow command
 
 
-def render(ja: JobAnalysis, fmt: str) -> str:
-    if fmt == "json":
-        return render_json(ja)
-    if fmt == "md":
-        return render_markdown(ja)
-    if fmt == "html":
-        from traceinsight.job.html import render_html
+def render(ja: JobAnalysis, fmt: str, **options: Any) -> str:
+    """The job report in ``fmt``: the formats' one registry (``traceinsight.render.FORMATS``) picks the renderer."""
+    from traceinsight.render import render as render_any
 
-        return render_html(ja)
-    return render_text(ja)
+    return render_any(ja, fmt, "job", **options)

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from traceinsight.vocab.units import fmt_ns
+from traceinsight.model.serialize import smallest_first  # noqa: F401  (the timeline drawing keeps the longest too)
 
 def clean(value: Any, limit: int = 200) -> str:
     """A single-line, length-bounded, visibly-escaped version of an untrusted string (``sanitize.terminal``)."""
@@ -107,18 +108,6 @@ def baseline_tag(analysis: Any, f: Any) -> str:
 def baseline_sentence(analysis: Any) -> str | None:
     cmp = getattr(analysis, "baseline", None)
     return None if cmp is None else cmp.sentence()
-
-
-def smallest_first(key: np.ndarray, k: int) -> np.ndarray:
-    """``np.argsort(key, kind="stable")[:k]`` (the k smallest keys, ties in index order) without sorting every
-    key: a partition finds the k-th smallest, and only the keys up to it are sorted. Reports keep the longest
-    few hundred of up to millions of instances."""
-    if k >= len(key):
-        return np.argsort(key, kind="stable")
-    if k <= 0:
-        return np.zeros(0, np.intp)
-    cand = np.flatnonzero(key <= np.partition(key, k - 1)[k - 1])  # every key below the k-th, and its ties
-    return cand[np.argsort(key[cand], kind="stable")][:k]
 
 
 #: How each kind of saving (``traceinsight.assess.savings``) is worded next to its figure.

@@ -29,7 +29,11 @@ from traceinsight.vocab.sanitize import terminal
 
 #: File stem of the reports written into an output folder when several formats are asked for.
 REPORT_STEM = "traceinsight-report"
-#: Format -> the file suffix in an output folder (``render.FORMATS``).
+#: File stem of a diff's outputs in a folder (``traceinsight diff -f md,html -o DIR``).
+DIFF_STEM = "traceinsight-diff"
+#: Each product's file stem in an output folder (the job's reports are named like one trace's).
+STEMS = {"single": REPORT_STEM, "job": REPORT_STEM, "diff": DIFF_STEM}
+#: Format -> the file suffix in an output folder (``render.FORMATS``; ``plan`` reads FORMATS itself).
 SUFFIX = {name: f.suffix for name, f in FORMATS.items()}
 #: Files of an input folder looked at when checking for hard links to them (a logdir holds a few dozen).
 MAX_FOLDER_FILES = 10_000
@@ -46,8 +50,9 @@ class Target:
     html_name: str | None  # the HTML report's file name, for the Markdown pointer
 
 
-def plan(formats: list[str], output: Path | None) -> list[Target]:
-    """Where each format goes: stdout, the ``-o`` file, or one file per format in the ``-o`` folder.
+def plan(formats: list[str], output: Path | None, product: str = "single") -> list[Target]:
+    """Where each format goes: stdout, the ``-o`` file, or one file per format in the ``-o`` folder (named
+    ``<the product's stem>.<the format's suffix>``).
 
     Raises OutputError for a single format aimed at an existing folder (the report would have no name).
     """
@@ -57,8 +62,9 @@ def plan(formats: list[str], output: Path | None) -> list[Target]:
     if len(formats) > 1:
         if st is not None and not stat.S_ISDIR(st.st_mode):
             raise OutputError(f"-o {output} is a file; several formats need a folder to write one file per format")
-        html = f"{REPORT_STEM}.html" if "html" in formats else None
-        return [Target(f, output / f"{REPORT_STEM}.{SUFFIX[f]}", html) for f in formats]
+        stem = STEMS[product]
+        html = f"{stem}.{FORMATS['html'].suffix}" if "html" in formats else None
+        return [Target(f, output / f"{stem}.{FORMATS[f].suffix}", html) for f in formats]
     if st is not None and stat.S_ISDIR(st.st_mode):
         raise OutputError(f"-o {output} is a folder; give a file name (or ask for several formats with -f to fill a folder)")
     return [Target(formats[0], output, output.with_suffix(".html").name)]
@@ -93,21 +99,28 @@ def refuse_inputs(targets: Iterable[Target], inputs: Iterable[str | os.PathLike 
 
 
 def write_reports(analysis: Any, targets: list[Target], inputs: Iterable[str | os.PathLike | None] = (),
-                  render: Callable[..., str] | None = None, say: Callable[[str], None] | None = None) -> None:
-    """Render each target's format and write it (stdout or atomically to a file); OutputError on any failure."""
+                  render: Callable[..., str] | None = None, say: Callable[[str], None] | None = None, *,
+                  product: str = "single", tally: str | None = None, **options: Any) -> None:
+    """Render each target's format for ``product`` and write it (stdout or atomically to a file); OutputError on
+    any failure. ``options`` go to each renderer that names them (``traceinsight.render.render``); ``tally`` is
+    said after a lone file's name (default: how many findings)."""
     if render is None:
-        from traceinsight.render import render
+        from traceinsight.render import render as render_any
+
+        def render(obj: Any, fmt: str, **kw: Any) -> "str | bytes":
+            return render_any(obj, fmt, product, **kw)
     targets = list(targets)
     refuse_inputs(targets, inputs)  # checked again: the caller may not have, and inputs can change while reading
     for t in targets:
-        text = render(analysis, t.fmt, html_name=t.html_name)
+        text = render(analysis, t.fmt, html_name=t.html_name, **options)
         if t.path is None:
             write_stdout(text if text.endswith("\n") else text + "\n")
             continue
         write_file(t.path, text)
         if say is not None:
-            n = len(getattr(analysis, "findings", []))
-            say(f"wrote {terminal(t.path)}" + (f" ({n} findings)" if len(targets) == 1 else ""))
+            if tally is None:
+                tally = f"{len(getattr(analysis, 'findings', []))} findings"
+            say(f"wrote {terminal(t.path)}" + (f" ({tally})" if len(targets) == 1 and tally else ""))
 
 
 def write_stdout(text: str) -> None:

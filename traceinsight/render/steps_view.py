@@ -1,5 +1,6 @@
 """The steps and user ranges as every report shows them: which marker made the steps and why, their spread and
-outlier (``traceinsight.model.steps.table``), and user ranges projected onto the GPU (``steps.ranges_table``)."""
+outlier, and user ranges projected onto the GPU. The figures are derived data (``traceinsight.derive.steptable.report``,
+kept in the analysis' store); this module only words them."""
 
 from __future__ import annotations
 
@@ -9,17 +10,10 @@ from traceinsight.vocab.units import fmt_ns
 
 
 def step_report(analysis: Any) -> dict:
-    """``{"steps": steps.table(...), "ranges": steps.ranges_table(...)}``, built once per analysis."""
-    from traceinsight.derive.steptable import ranges_table, table
-    from traceinsight.derive.views import Views
+    """The analysis' steps and user ranges (``traceinsight.derive.steptable.report``, kept in its store): read, never built here."""
+    from traceinsight.derive.steptable import report
 
-    views = analysis.views if getattr(analysis, "views", None) is not None else Views(analysis.timeline)
-
-    def build() -> dict:
-        return {"steps": table(views, analysis.timeline.meta.extra.get("steps_source")), "ranges": ranges_table(views)}
-
-    keep = getattr(views, "memo", None)  # the analysis' store keeps it for every format
-    return keep("steps.report", build) if keep is not None else build()
+    return report(getattr(analysis, "views", None), analysis.timeline.meta.extra.get("steps_source"))
 
 
 def spread_sentence(steps: dict) -> str:
