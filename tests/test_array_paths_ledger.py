@@ -104,7 +104,8 @@ CASES = VARIANTS + SAMPLE_FILES
 def _full_path(monkeypatch) -> None:
     """Every ``may_match`` answers "maybe": the masks it lets the code skip are built again (the path it replaced)."""
     always = lambda names, pattern, case=False: len(names) > 0  # noqa: E731
-    for mod in ("traceinsight.derive.steady", "traceinsight.derive.ledger", "traceinsight.rulelib.warmup", "traceinsight.rules.gpu_idle_gaps"):
+    for mod in ("traceinsight.derive.steady", "traceinsight.derive.ledger.host", "traceinsight.derive.ledger.build", "traceinsight.rulelib.warmup",
+                "traceinsight.rules.gpu_idle_gaps"):
         monkeypatch.setattr(f"{mod}.may_match", always)
 
 
