@@ -57,15 +57,11 @@ cause), ``frames`` (the frames built from those arrays on first read), ``account
 and the JSON block) and ``claims`` (what a finding's time ranges claim).
 """
 
-# The public names (and the private helpers tests and benchmarks reach for) stay importable from here.
+# The names callers use stay importable from here; the steps' own helpers are read from their modules.
 from traceinsight.vocab.buckets import AVOIDABLE_BUCKETS, BUCKETS, BUSY_BUCKETS, IDLE_BUCKETS  # noqa: F401
 from traceinsight.vocab.thresholds import LAUNCH_GAP_NS  # noqa: F401
 from traceinsight.derive.steady import WARMUP_FIRST_STEP_RATIO, WARMUP_MIN_NS, WARMUP_RATIO  # noqa: F401  (the steady-state model's thresholds)
-from traceinsight.derive.ledger.intervals import _clipped_ns, _inside, _merged, _overlapping, _run_unions, _spans, _sweep, _union_of_runs  # noqa: F401
-from traceinsight.derive.ledger.host import _blocking_parts, _is_positions, data_wait_mask  # noqa: F401
-from traceinsight.derive.ledger.warmup import WARMUP_SHAPE_REPEATS, _outlier_first_calls, _outlier_first_calls_per_shape, _warmup_candidates, warmup_regions  # noqa: F401
+from traceinsight.derive.ledger.host import blocking_parts, data_wait_mask  # noqa: F401
+from traceinsight.derive.ledger.warmup import WARMUP_SHAPE_REPEATS, warmup_regions  # noqa: F401
 from traceinsight.derive.ledger.account import Ledger  # noqa: F401
-from traceinsight.derive.ledger.claims import _wanted, _within_arrays  # noqa: F401
-from traceinsight.derive.ledger.frames import _empty_ledger, _first_max_row  # noqa: F401
-from traceinsight.derive.ledger.slices import _device_slices  # noqa: F401
 from traceinsight.derive.ledger.build import build_ledger  # noqa: F401

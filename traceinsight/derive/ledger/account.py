@@ -15,7 +15,7 @@ from traceinsight.derive.ledger import claims
 
 
 # --- the ledger ------------------------------------------------------------------------------------------
-class _Later:
+class Later:
     """A frame built on first read: ``fn(*args)``, a module-level function and its arrays (so a ledger still pickles)."""
 
     __slots__ = ("fn", "args")
@@ -28,7 +28,7 @@ class _Later:
 
 
 class _FrameField:
-    """A ``Ledger`` frame given as a frame or as a ``_Later`` that builds it on first read: ``build_ledger`` defers
+    """A ``Ledger`` frame given as a frame or as a ``Later`` that builds it on first read: ``build_ledger`` defers
     the frames most analyses never read (a whole job's ranks read neither the per-device table nor the windows, and
     a small rank paid their fixed cost for nothing). A required field of the dataclass either way."""
 
@@ -39,7 +39,7 @@ class _FrameField:
         if obj is None:
             raise AttributeError(self.slot)  # no default: the dataclass keeps the field required
         value = obj.__dict__[self.slot]
-        if isinstance(value, _Later):
+        if isinstance(value, Later):
             value = obj.__dict__[self.slot] = value()
         return value
 

@@ -13,11 +13,11 @@ from traceinsight.vocab.buckets import BUCKETS, BUSY_BUCKETS, IDLE_BUCKETS
 from traceinsight.vocab.masks import kind_mask, name_mask
 from traceinsight.vocab.patterns import COLLECTIVE, COMPILED_WRAPPER, FRAMEWORK_DISPATCH
 from traceinsight.derive.steady import host_arrays, may_match, step_arrays
-from traceinsight.derive.ledger.account import Ledger, _Later
-from traceinsight.derive.ledger.frames import _GAP_INT_COLS, _by_device_frame, _empty_ledger, _first_max_row, _gaps_frame, _slices_frame, _windows_frame
-from traceinsight.derive.ledger.host import _blocking_parts, data_wait_mask
-from traceinsight.derive.ledger.intervals import _EMPTY, _merged, _run_unions, _union_of_runs
-from traceinsight.derive.ledger.slices import _device_slices
+from traceinsight.derive.ledger.account import Ledger, Later
+from traceinsight.derive.ledger.frames import GAP_INT_COLS, by_device_frame, empty_ledger, first_max_row, gaps_frame, slices_frame, windows_frame
+from traceinsight.derive.ledger.host import blocking_parts, data_wait_mask
+from traceinsight.derive.ledger.intervals import EMPTY, merged, run_unions, union_of_runs
+from traceinsight.derive.ledger.slices import device_slices
 from traceinsight.derive.ledger.warmup import warmup_regions
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -30,13 +30,13 @@ def build_ledger(views: "Views") -> Ledger:
     """The ledger of a timeline (see the package docstring); ``Derived.ledger`` builds it once per analysis."""
     act = views.gpu_activity
     if act.empty:
-        return _empty_ledger()
+        return empty_ledger()
     a_rank, a_dev, a_s, a_e, a_cls = _activity(act)
-    blocking = _blocking_parts(views)
+    blocking = blocking_parts(views)
     warm = warmup_regions(views, blocking)
     parts, keys = _device_parts(views, blocking, warm, a_rank, a_dev, a_s, a_e, a_cls)
     if not parts:
-        return _empty_ledger()
+        return empty_ledger()
     return _assemble(parts, keys, warm)
 
 
@@ -59,7 +59,7 @@ def _activity(act: pd.DataFrame) -> tuple[np.ndarray, ...]:
 def _host_busy(ha: dict[str, Any]) -> tuple[Any, bool]:
     """The host-busy rows' union per rank (a function of the rank, as runs), and whether the host holds one rank.
 
-    One mask (the empty rows dropped, as ``_merged`` would), each rank's starts and ends taken once and merged in
+    One mask (the empty rows dropped, as ``merged`` would), each rank's starts and ends taken once and merged in
     place (no frame, no full-length copies: these are most host rows)."""
     h_rank, h_start, h_dur = ha["rank"], ha["start_ns"], ha["dur_ns"]
     h_kind = ha["kind"]
@@ -80,7 +80,7 @@ def _host_busy(ha: dict[str, Any]) -> tuple[Any, bool]:
         s = h_start[m].astype(np.int64, copy=False)
         e = h_dur[m].astype(np.int64, copy=False)
         e += s
-        return _run_unions(s, e)
+        return run_unions(s, e)
 
     return host_busy_runs, hb_one_rank
 
@@ -119,21 +119,21 @@ def _launch_ends(ln: pd.DataFrame) -> dict[tuple[int, int], tuple[np.ndarray, np
 def _ranges(parts: list[tuple[np.ndarray, ...]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(rank, start, end) of some host ranges, end to end."""
     if not parts:
-        return _EMPTY, _EMPTY, _EMPTY
+        return EMPTY, EMPTY, EMPTY
     return tuple(np.concatenate([p[k] for p in parts]).astype(np.int64, copy=False) for k in range(3))  # type: ignore[return-value]
 
 
 def _by_rank(rse: tuple[np.ndarray, np.ndarray, np.ndarray], rank: int) -> tuple[np.ndarray, np.ndarray]:
     """One rank's part of some (rank, start, end) host ranges, merged."""
     if not len(rse[0]):
-        return _EMPTY, _EMPTY
+        return EMPTY, EMPTY
     m = rse[0] == rank
-    return _merged(rse[1][m], rse[2][m])
+    return merged(rse[1][m], rse[2][m])
 
 
 def _device_parts(views: "Views", blocking: list, warm: pd.DataFrame, a_rank: np.ndarray, a_dev: np.ndarray, a_s: np.ndarray,
                   a_e: np.ndarray, a_cls: np.ndarray) -> tuple[list[dict[str, np.ndarray]], list[tuple[int, int]]]:
-    """Each (rank, device)'s slices and gaps (``_device_slices``), with the host facts of its rank (data waits,
+    """Each (rank, device)'s slices and gaps (``device_slices``), with the host facts of its rank (data waits,
     blocking calls, warm-up, host busy, step markers) made once per rank; and the (rank, device) of each."""
     host = views.host_events
     ha = host_arrays(views)
@@ -144,16 +144,16 @@ def _device_parts(views: "Views", blocking: list, warm: pd.DataFrame, a_rank: np
     # the step markers' columns once; each rank's rows are picked on them (no row selection of the frame per rank)
     sa = None if st.empty else step_arrays(views)
     st_cols = None if sa is None else (sa["rank"], *(sa[c].astype(np.int64, copy=False) for c in ("start_ns", "end_ns", "step")))
-    dw = np.flatnonzero(data_wait_mask(host)) if not host.empty else _EMPTY
+    dw = np.flatnonzero(data_wait_mask(host)) if not host.empty else EMPTY
     waits = _ranges([(h_rank[dw], h_start[dw], h_start[dw] + h_dur[dw])])
     blocks = _ranges(blocking)
-    warms = _ranges([(warm["rank"].to_numpy(), warm["start_ns"].to_numpy(), warm["end_ns"].to_numpy())]) if len(warm) else (_EMPTY, _EMPTY, _EMPTY)
+    warms = _ranges([(warm["rank"].to_numpy(), warm["start_ns"].to_numpy(), warm["end_ns"].to_numpy())]) if len(warm) else (EMPTY, EMPTY, EMPTY)
     host_ranks = set() if host.empty else {int(h_rank[0])} if hb_one_rank else set(host["rank"].unique().tolist())
     parts: list[dict[str, np.ndarray]] = []
     keys: list[tuple[int, int]] = []
     bounds = np.flatnonzero(np.r_[True, (a_rank[1:] != a_rank[:-1]) | (a_dev[1:] != a_dev[:-1]), True])
     facts: dict[str, Any] = {}
-    steps = (_EMPTY, _EMPTY, _EMPTY)
+    steps = (EMPTY, EMPTY, EMPTY)
     current_rank = None
     for a, b in zip(bounds[:-1], bounds[1:]):
         rank, device = int(a_rank[a]), int(a_dev[a])
@@ -167,11 +167,11 @@ def _device_parts(views: "Views", blocking: list, warm: pd.DataFrame, a_rank: np
                 "sync": _by_rank(blocks, rank),
                 "warmup": _by_rank(warms, rank),
                 # the rank's host-busy union, built only when a gap host work decides needs it, then kept
-                "host_busy": cache(lambda r=rank: _union_of_runs(host_busy_runs(r))),
+                "host_busy": cache(lambda r=rank: union_of_runs(host_busy_runs(r))),
             }
             own = None if st_cols is None else np.flatnonzero(st_cols[0] == rank)
-            steps = (st_cols[1][own], st_cols[2][own], st_cols[3][own]) if own is not None and len(own) else (_EMPTY, _EMPTY, _EMPTY)
-        parts.append(_device_slices(s, e, c, launch_end.get((rank, device)), facts, rank in host_ranks, steps))
+            steps = (st_cols[1][own], st_cols[2][own], st_cols[3][own]) if own is not None and len(own) else (EMPTY, EMPTY, EMPTY)
+        parts.append(device_slices(s, e, c, launch_end.get((rank, device)), facts, rank in host_ranks, steps))
         keys.append((rank, device))
     return parts, keys
 
@@ -198,20 +198,20 @@ def _assemble(parts: list[dict[str, np.ndarray]], keys: list[tuple[int, int]], w
     ns = joined("ns")
     sl_block[0], sl_block[1], sl_block[2], sl_block[3] = per_row(k_rank, n_sl), per_row(k_dev, n_sl), joined("step"), joined("start")
     np.add(sl_block[3], ns, out=sl_block[4])
-    slices = _Later(_slices_frame, sl_block, label)
+    slices = Later(slices_frame, sl_block, label)
     w_start = np.array([p["start"][0] for p in parts], np.int64)
     w_end = np.array([p["start"][-1] + p["ns"][-1] for p in parts], np.int64)
     w_block = np.empty((5, len(keys)), np.int64)  # the windows' int64 columns as one block, as for the slices
     w_block[0], w_block[1], w_block[2], w_block[3] = k_rank, k_dev, w_start, w_end
     np.subtract(w_end, w_start, out=w_block[4])
-    windows = _Later(_windows_frame, w_block)
+    windows = Later(windows_frame, w_block)
     nb = len(BUCKETS)
     u_dev, u_step, smat = _step_totals(sl_block[2], label, ns, dev_idx, len(keys))
     n_grp = len(u_dev)
     # per device: one row per (device, bucket), zeros included; the sum of its steps' rows
     mat = np.zeros((len(keys), nb), np.int64)
     np.add.at(mat, u_dev, smat)
-    by_device = _Later(_by_device_frame, k_rank, k_dev, mat, w_block[4])
+    by_device = Later(by_device_frame, k_rank, k_dev, mat, w_block[4])
     # per (device, step): the same, with the step's part of the window as the base of pct
     by_step = pd.DataFrame(
         {
@@ -225,7 +225,7 @@ def _assemble(parts: list[dict[str, np.ndarray]], keys: list[tuple[int, int]], w
     )
     block, per_gap, cause = _gap_totals(parts, joined("gs"), joined("ge"), n_gp, per_row(k_rank, n_gp), per_row(k_dev, n_gp))
     nl = joined("nl")
-    gaps = _Later(_gaps_frame, block, nl, cause)
+    gaps = Later(gaps_frame, block, nl, cause)
     arrays = {
         "slices": {"rank": sl_block[0], "device": sl_block[1], "start": sl_block[3], "end": sl_block[4], "code": label},
         "gaps": {"rank": block[0], "device": block[1], "start": block[2], "end": block[3], "gap_ns": dict(zip(IDLE_BUCKETS, per_gap))},
@@ -282,7 +282,7 @@ def _gap_totals(parts: list[dict[str, np.ndarray]], gs: np.ndarray, ge: np.ndarr
     hold one idle slice, whose bucket it is; only gaps of several slices compare their sums."""
     n_g = len(gs)
     # the frame's int64 columns as the rows of one block, filled in place: the frame takes it without a copy
-    block = np.empty((len(_GAP_INT_COLS), n_g), np.int64)
+    block = np.empty((len(GAP_INT_COLS), n_g), np.int64)
     block[0], block[1], block[2], block[3] = g_rank, g_dev, gs, ge
     np.subtract(ge, gs, out=block[4])
     per_gap = block[5:]
@@ -303,5 +303,5 @@ def _gap_totals(parts: list[dict[str, np.ndarray]], gs: np.ndarray, ge: np.ndarr
             np.add.at(per_gap.reshape(-1), flat, ns_)  # flat indices: numpy's fast path
     several = np.flatnonzero(pieces != 1)
     if len(several):
-        cause[several] = _first_max_row(per_gap[:, several])
+        cause[several] = first_max_row(per_gap[:, several])
     return block, per_gap, cause

@@ -10,7 +10,7 @@ import pandas as pd
 from traceinsight.vocab.buckets import BUCKETS, BUSY_BUCKETS, IDLE_BUCKETS
 from traceinsight.vocab.intervals import applies_to
 from traceinsight.model.finding import Instances, instance_columns
-from traceinsight.derive.ledger.intervals import _EMPTY, _clipped_ns, _merged, _overlapping
+from traceinsight.derive.ledger.intervals import EMPTY, clipped_ns, merged, overlapping
 
 if TYPE_CHECKING:  # pragma: no cover
     from traceinsight.derive.ledger.account import Ledger
@@ -39,7 +39,7 @@ def _within_arrays(within: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray | No
         c = instance_columns(items)
         return c.start_ns, c.end_ns, c.rank, c.device
     if not items:
-        return _EMPTY, _EMPTY, None, None
+        return EMPTY, EMPTY, None, None
 
     def opt(item: Any, name: str) -> float:
         v = None if isinstance(item, (tuple, list)) else getattr(item, name, None)
@@ -93,7 +93,7 @@ def claimed(ledger: "Ledger", buckets: str | Iterable[str], rank: int | None, de
         if not keep.any():
             continue
         s0 = w_s[keep]
-        ws, we = _merged(s0, np.maximum(w_e[keep], s0 + 1))  # a point instance is 1 ns
+        ws, we = merged(s0, np.maximum(w_e[keep], s0 + 1))  # a point instance is 1 ns
         got = _claimed_on_device(pos[a:b], idle_row, s_start, s_end, ws, we, g_cols, r, d)
         if got is not None:
             src.append(got[0]), starts.append(got[1]), ends.append(got[2])
@@ -181,17 +181,17 @@ def claimed_ns(ledger: "Ledger", buckets: str | Iterable[str], rank: int | None,
         if not keep.any():
             continue
         k_s = w_s[keep]
-        ws, we = _merged(k_s, np.maximum(w_e[keep], k_s + 1))  # a point instance is 1 ns
+        ws, we = merged(k_s, np.maximum(w_e[keep], k_s + 1))  # a point instance is 1 ns
         got: dict[str, int] = {}
         if idle and g1 > g0:
-            touched = g0 + _overlapping(gap_s[g0:g1], gap_e[g0:g1], ws, we)
+            touched = g0 + overlapping(gap_s[g0:g1], gap_e[g0:g1], ws, we)
             for b in idle:
                 got[b] = int(gap_ns[b][touched].sum())
         if busy:
             codes = s_code[s0:s1]
             for b in busy:
                 pos = s0 + np.flatnonzero(codes == _CODE[b])
-                got[b] = _clipped_ns(s_start[pos], s_end[pos], ws, we)
+                got[b] = clipped_ns(s_start[pos], s_end[pos], ws, we)
         for b in names:
             if got.get(b):
                 out[(r, d, b)] = got[b]
@@ -230,7 +230,7 @@ def layout(ledger: "Ledger") -> dict[str, Any] | None:
         return r[head], d[head], np.r_[head, len(r)]
 
     s_runs = runs(sl_cols)
-    g_runs = runs(gp_cols) if len(gp_cols["start"]) else (_EMPTY, _EMPTY, np.zeros(1, np.int64))
+    g_runs = runs(gp_cols) if len(gp_cols["start"]) else (EMPTY, EMPTY, np.zeros(1, np.int64))
     if s_runs is None or g_runs is None:
         return None
     g_at = {(int(r), int(d)): (int(a), int(b)) for r, d, a, b in zip(*g_runs[:2], g_runs[2][:-1], g_runs[2][1:])}

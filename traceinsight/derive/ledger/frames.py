@@ -18,7 +18,7 @@ _BUCKET_DTYPE = pd.CategoricalDtype(list(BUCKETS))
 #: with a ready Index costs a third of one whose column names are checked and converted again.
 _SLICE_COLS = pd.Index(["rank", "device", "step", "start_ns", "end_ns"])
 _WINDOW_COLS = pd.Index(["rank", "device", "start_ns", "end_ns", "window_ns"])
-_GAP_INT_COLS = pd.Index(["rank", "device", "start_ns", "end_ns", "dur_ns", *IDLE_BUCKETS])
+GAP_INT_COLS = pd.Index(["rank", "device", "start_ns", "end_ns", "dur_ns", *IDLE_BUCKETS])
 
 
 @cache
@@ -27,17 +27,17 @@ def _idle_names() -> Any:
     return pd.Series(np.asarray(IDLE_BUCKETS, dtype=object)).array
 
 
-def _slices_frame(sl_block: np.ndarray, label: np.ndarray) -> pd.DataFrame:
+def slices_frame(sl_block: np.ndarray, label: np.ndarray) -> pd.DataFrame:
     """``Ledger.slices`` of ``build_ledger``'s int64 block (rank, device, step, start_ns, end_ns) and bucket codes."""
     slices = pd.DataFrame(sl_block.T, columns=_SLICE_COLS, copy=False)
     slices.insert(5, "bucket", pd.Categorical.from_codes(label, dtype=_BUCKET_DTYPE))
     return slices
 
 
-def _gaps_frame(block: np.ndarray, next_launch_end_ns: np.ndarray, cause: np.ndarray) -> pd.DataFrame:
+def gaps_frame(block: np.ndarray, next_launch_end_ns: np.ndarray, cause: np.ndarray) -> pd.DataFrame:
     """``Ledger.gaps`` of ``build_ledger``'s int64 block (rank, device, start_ns, end_ns, dur_ns, the idle buckets),
     the next launch's end and each gap's cause (codes of ``IDLE_BUCKETS``)."""
-    gaps = pd.DataFrame(block.T, columns=_GAP_INT_COLS, copy=False)
+    gaps = pd.DataFrame(block.T, columns=GAP_INT_COLS, copy=False)
     gaps.insert(5, "next_launch_end_ns", next_launch_end_ns)
     # the names as the column's own array type (inferred once from the bucket names) taken by index: no 10^5
     # strings to check one by one
@@ -45,12 +45,12 @@ def _gaps_frame(block: np.ndarray, next_launch_end_ns: np.ndarray, cause: np.nda
     return gaps
 
 
-def _windows_frame(w_block: np.ndarray) -> pd.DataFrame:
+def windows_frame(w_block: np.ndarray) -> pd.DataFrame:
     """``Ledger.windows`` of the int64 block (rank, device, start_ns, end_ns, window_ns) ``build_ledger`` made."""
     return pd.DataFrame(w_block.T, columns=_WINDOW_COLS, copy=False)
 
 
-def _by_device_frame(k_rank: np.ndarray, k_dev: np.ndarray, mat: np.ndarray, window_ns: np.ndarray) -> pd.DataFrame:
+def by_device_frame(k_rank: np.ndarray, k_dev: np.ndarray, mat: np.ndarray, window_ns: np.ndarray) -> pd.DataFrame:
     """``Ledger.by_device``: one row per (device, bucket), zeros included, from the ns per device and bucket."""
     nb = len(BUCKETS)
     return pd.DataFrame(
@@ -64,7 +64,7 @@ def _by_device_frame(k_rank: np.ndarray, k_dev: np.ndarray, mat: np.ndarray, win
     )
 
 
-def _first_max_row(m: np.ndarray) -> np.ndarray:
+def first_max_row(m: np.ndarray) -> np.ndarray:
     """``m.argmax(axis=0)`` (the first row holding each column's maximum) of a few long rows, a row at a time:
     numpy's argmax across rows of a C-ordered block walks it column by column."""
     best = m[0].copy()
@@ -77,7 +77,7 @@ def _first_max_row(m: np.ndarray) -> np.ndarray:
     return arg
 
 
-def _empty_ledger() -> Ledger:
+def empty_ledger() -> Ledger:
     def frame(cols: dict[str, str]) -> pd.DataFrame:
         return pd.DataFrame({c: pd.Series(dtype=t) for c, t in cols.items()})
 

@@ -53,7 +53,7 @@ def _is_positions(index: pd.Index) -> bool:
     return isinstance(index, pd.RangeIndex) and index.start == 0 and index.step == 1
 
 
-def _blocking_parts(views: "Views") -> list[tuple[np.ndarray, np.ndarray, np.ndarray, str]]:
+def blocking_parts(views: "Views") -> list[tuple[np.ndarray, np.ndarray, np.ndarray, str]]:
     """Host calls that block until the GPU catches up, as (rank, start_ns, end_ns, reason) arrays per reason, the
     empty ones left out: the ledger needs only the ranges, and frames of them cost more than finding them.
 

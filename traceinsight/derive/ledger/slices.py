@@ -14,12 +14,12 @@ import numpy as np
 
 from traceinsight.vocab.buckets import BUCKETS, BUSY_BUCKETS
 from traceinsight.vocab.thresholds import LAUNCH_GAP_NS
-from traceinsight.derive.ledger.intervals import _EMPTY, _inside, _merged, _overlapping, _spans, _sweep
+from traceinsight.derive.ledger.intervals import EMPTY, points_inside, merged, overlapping, spans, sweep
 
 _CODE = {b: i for i, b in enumerate(BUCKETS)}
 
 
-def _device_slices(
+def device_slices(
     s: np.ndarray,
     e: np.ndarray,
     cls: np.ndarray,
@@ -66,7 +66,7 @@ def _device_slices(
     xs, xl, xg = _edge_pieces(s, e, cls, head, pos, mixed, cut, gs, ge, g_code, warm, wait, hb, default)
     # step edges cut the pieces; a cut takes the bucket and gap of the piece it falls in
     st_s, st_e, st_n = steps
-    edges = np.unique(np.concatenate([st_s, st_e])) if len(st_s) else _EMPTY
+    edges = np.unique(np.concatenate([st_s, st_e])) if len(st_s) else EMPTY
     inner = edges[(edges > w0) & (edges < w1)]
     if len(inner):
         xs.append(inner), xl.append(np.full(len(inner), -1, np.int8)), xg.append(np.full(len(inner), -1, np.int64))
@@ -132,7 +132,7 @@ def _gap_codes(launch_end: tuple[np.ndarray, np.ndarray] | None, s: np.ndarray, 
     linked = ~np.isnan(nl)
     queued = linked & (nl <= gs)
     late = linked & ~queued
-    in_sync = _inside(*sync, gs) & ~queued
+    in_sync = points_inside(*sync, gs) & ~queued
     short = late & ((ge - gs) < LAUNCH_GAP_NS)
     g_code = np.full(n_g, -1, dtype=np.int8)
     g_code[~linked] = _CODE["idle_other"]
@@ -150,11 +150,11 @@ def _gap_labels(g_code: np.ndarray, gs: np.ndarray, ge: np.ndarray, warm: tuple[
     # gaps that warm-up or data wait touch are labelled edge by edge
     cut = np.zeros(n_g, dtype=bool)
     for a, b in (warm, wait):
-        cut[_overlapping(gs, ge, a, b)] = True
+        cut[overlapping(gs, ge, a, b)] = True
     # gaps the host decides: host busy covers them whole, not at all, or in part (then edge by edge)
     free = np.flatnonzero(g_code < 0)
     g_lab = g_code.copy()  # the bucket of a gap that is one piece
-    hb = host_busy() if len(free) else (_EMPTY, _EMPTY)
+    hb = host_busy() if len(free) else (EMPTY, EMPTY)
     if len(free):
         g_lab[free] = default
         if len(hb[0]):
@@ -177,10 +177,10 @@ def _edge_pieces(s: np.ndarray, e: np.ndarray, cls: np.ndarray, head: np.ndarray
     xg: list[np.ndarray] = []
     if mixed.any():
         mk = np.flatnonzero(mixed)
-        rows = _spans(head[mk], np.diff(np.r_[head, len(s)])[mk])  # the rows of the mixed intervals
+        rows = spans(head[mk], np.diff(np.r_[head, len(s)])[mk])  # the rows of the mixed intervals
         rows = rows[pos[rows]]
         rs, re_, rc = s[rows], e[rows], cls[rows]
-        p, label = _sweep([(k, *_merged(rs[rc == k], re_[rc == k])) for k in range(n_busy)], -1)
+        p, label = sweep([(k, *merged(rs[rc == k], re_[rc == k])) for k in range(n_busy)], -1)
         inside = label >= 0
         xs.append(p[:-1][inside]), xl.append(label[inside]), xg.append(np.full(int(inside.sum()), -1, np.int64))
     if cut.any():
@@ -191,14 +191,14 @@ def _edge_pieces(s: np.ndarray, e: np.ndarray, cls: np.ndarray, head: np.ndarray
             if code == "data_wait":
                 sets.append((_CODE["idle_data_wait"], *wait))
             elif code == "idle_host_busy":
-                take = _overlapping(hb[0], hb[1], cs, ce)
+                take = overlapping(hb[0], hb[1], cs, ce)
                 sets.append((_CODE[code], hb[0][take], hb[1][take]))
             else:
                 sets.append((_CODE[code], cs[cc == _CODE[code]], ce[cc == _CODE[code]]))
         sets.append((default, cs, ce))  # the rest of a cut gap
-        p, label = _sweep(sets, -1)
+        p, label = sweep(sets, -1)
         left = p[:-1]
-        inside = _inside(cs, ce, left)  # only what lies in a cut gap: the sets reach beyond them
+        inside = points_inside(cs, ce, left)  # only what lies in a cut gap: the sets reach beyond them
         left, label = left[inside], label[inside]
         xs.append(left), xl.append(label), xg.append(ci[np.searchsorted(cs, left, side="right") - 1])
     return xs, xl, xg
@@ -249,7 +249,7 @@ def _slice_heads(el_s: np.ndarray, el_l: np.ndarray, edges: np.ndarray, steps: t
         val = np.r_[-1, np.where(ok, st_n[np.maximum(i, 0)], -1)].astype(np.int64)
         first = np.searchsorted(el_s, edges, side="left")  # the first piece at or after each edge
     else:
-        val, first = np.full(1, -1, np.int64), _EMPTY
+        val, first = np.full(1, -1, np.int64), EMPTY
 
     def step_of(k: np.ndarray) -> np.ndarray:
         return val[np.searchsorted(first, k, side="right")]

@@ -13,8 +13,8 @@ from traceinsight.vocab.intervals import Coverage
 from traceinsight.vocab.masks import category_hits, codes_in, kind_mask, name_mask
 from traceinsight.vocab.patterns import COPY_CALL, DATA_WAIT_PRIMARY, SYNC_CALL, SYNC_OP
 from traceinsight.derive.steady import WARMUP_MIN_NS, WARMUP_RATIO, empty_regions, host_arrays, one_time_regions
-from traceinsight.derive.ledger.host import _blocking_parts
-from traceinsight.derive.ledger.intervals import _EMPTY
+from traceinsight.derive.ledger.host import blocking_parts
+from traceinsight.derive.ledger.intervals import EMPTY
 
 if TYPE_CHECKING:  # pragma: no cover
     from traceinsight.derive.views import Views
@@ -52,7 +52,7 @@ def warmup_regions(views: "Views", blocking: "list[tuple[np.ndarray, np.ndarray,
                 fi = np.concatenate([fi, per_shape[~np.isin(per_shape, fi)]])
         if len(fi):
             s, e = h_start[fi], h_start[fi] + h_dur[fi]
-            blk = blocking if blocking is not None else _blocking_parts(views)
+            blk = blocking if blocking is not None else blocking_parts(views)
             copy_call = np.flatnonzero(name_mask(names, COPY_CALL) & kind_mask(kinds, ("runtime",)))
             b_rank = np.concatenate([p[0] for p in blk] + [h_rank[copy_call].astype(np.int64)])
             b_start = np.concatenate([p[1] for p in blk] + [h_start[copy_call].astype(np.int64)])
@@ -67,7 +67,7 @@ def warmup_regions(views: "Views", blocking: "list[tuple[np.ndarray, np.ndarray,
             fi = fi[keep]
             reason = np.asarray(["first call of " + str(n) for n in names.take(fi).to_numpy()], dtype=object)
             parts.append(pd.DataFrame({"rank": h_rank[fi].astype(np.int64), "start_ns": h_start[fi], "end_ns": h_start[fi] + h_dur[fi], "reason": reason}))
-    parts.append(one_time_regions(views, blocking if blocking is not None else _blocking_parts(views)))
+    parts.append(one_time_regions(views, blocking if blocking is not None else blocking_parts(views)))
     parts = [p for p in parts if len(p)]
     if not parts:
         return empty_regions()
@@ -116,7 +116,7 @@ def _warmup_candidates(names: pd.Series, kinds: pd.Series, dur: np.ndarray) -> n
     through their name)."""
     long = np.flatnonzero(dur >= WARMUP_MIN_NS)
     if not len(long):  # no call is long enough to be warm-up: no name needs testing
-        return _EMPTY
+        return EMPTY
     if isinstance(names.dtype, pd.CategoricalDtype) and isinstance(kinds.dtype, pd.CategoricalDtype):
         # on the codes: per kind and per name a table, read for the rows asked about
         n_codes, k_codes = names.cat.codes.to_numpy(), kinds.cat.codes.to_numpy()
@@ -132,7 +132,7 @@ def _warmup_candidates(names: pd.Series, kinds: pd.Series, dur: np.ndarray) -> n
         is_rt, is_op = kind_table("runtime"), kind_table("cpu_op")
         long = long[(is_rt | is_op)[k_codes[long]]]  # the kinds first: long step markers and annotations are no candidates
         if not len(long):
-            return _EMPTY
+            return EMPTY
         excluded = hits(SYNC_CALL) | hits(SYNC_OP) | hits(DATA_WAIT_PRIMARY, case=True)
         rt_ok, op_ok = ~(excluded | hits(COPY_CALL)), ~excluded
 
@@ -151,7 +151,7 @@ def _warmup_candidates(names: pd.Series, kinds: pd.Series, dur: np.ndarray) -> n
 
     long = long[cand(long)]
     if not len(long):
-        return _EMPTY
+        return EMPTY
     if isinstance(names.dtype, pd.CategoricalDtype):
         codes = names.cat.codes.to_numpy()
         hit = np.zeros(len(names.cat.categories) + 1, dtype=bool)

@@ -36,28 +36,21 @@ rank's rows as node columns), ``edges`` (order, hand-offs, launches, what blocki
 use).
 """
 
-# The public names (and the private helpers tests and benchmarks reach for) stay importable from here.
-from traceinsight.vocab.patterns import DATA_WAIT_KINDS, DATA_WAIT_PRIMARY, EVENT_RECORD, IMPLICIT_SYNC_CALL, STREAM_WAIT, SYNC_CALL  # noqa: F401
-from traceinsight.vocab.work_classes import CLASSES as WORK_CLASSES, GEMM_CLASSES, kernel_class_of  # noqa: F401
+# The names callers use stay importable from here; the steps' own helpers are read from their modules.
+from traceinsight.vocab.patterns import DATA_WAIT_PRIMARY, SYNC_CALL  # noqa: F401
 from traceinsight.vocab.thresholds import LAUNCH_GAP_NS  # noqa: F401
 from traceinsight.vocab.units import format_what_if  # noqa: F401  (the reports' one-line form of a prediction)
 from traceinsight.derive.whatif.graph import (  # noqa: F401
     BLOCKING, DATA_WAIT, DEFAULT_LAUNCH_NS, DEFAULT_QUEUE_NS, GPU, HANDOFF_MIN_GAP_NS, HOST, MARKER, MAX_STEPS, MIN_SAMPLES,
-    STREAM_DEP_MAX_NS, STRUCTURE, Graph, _WORK,
+    STREAM_DEP_MAX_NS, STRUCTURE, Graph,
 )
-from traceinsight.derive.whatif.nodes import _codes, _host_nodes, _key, _kind_in, _latest_end_before, _name_hits, _name_match, _of_rank, _rows_where  # noqa: F401
-from traceinsight.derive.whatif.edges import (  # noqa: F401
-    QUEUE_FULL_CALL_NS, QUEUE_FULL_PENDING, _cross_in_group, _inferred_cross, _launch_positions, _launched_by_stream, _one_value,
-    _order_in_groups, _position, _queue_full, _queue_waits, _recorded_event_waits, _time_order,
-)
-from traceinsight.derive.whatif.replay import _median, _replay_py, _step_arrays, _step_buckets, _step_nodes, replay, step_times  # noqa: F401
-from traceinsight.derive.whatif.window import _event_order, _step_table, _steps, _window, _window_mixed  # noqa: F401
-from traceinsight.derive.whatif.build import _warmup_windows, build_graph  # noqa: F401
+from traceinsight.derive.whatif.edges import QUEUE_FULL_CALL_NS, QUEUE_FULL_PENDING  # noqa: F401
+from traceinsight.derive.whatif.replay import replay, step_times  # noqa: F401
+from traceinsight.derive.whatif.build import build_graph  # noqa: F401
 from traceinsight.derive.whatif.transforms import (  # noqa: F401
-    ASSUMPTIONS, TRANSFORMS, _all, _in, _where, cut_time, launch_bound_to_graphs, remove_data_wait, remove_host_sync, remove_warmup,
-    rnn_to_cudnn, steady_graph, typical_gpu_latencies, warmup_mask,
+    ASSUMPTIONS, TRANSFORMS, cut_time, launch_bound_to_graphs, remove_data_wait, remove_host_sync, remove_warmup, rnn_to_cudnn,
+    steady_graph, typical_gpu_latencies, warmup_mask,
 )
 from traceinsight.derive.whatif.predict import (  # noqa: F401
-    WINDOWED, _classes_label, _resolve, _selected, build_graphs, faster_gpu_work, graphs, grow_batch, predict_step_ns, what_if_batch,
-    what_if_faster, what_if_for, windows_of,
+    WINDOWED, build_graphs, faster_gpu_work, graphs, grow_batch, predict_step_ns, what_if_batch, what_if_faster, what_if_for, windows_of,
 )

@@ -7,10 +7,10 @@ import pandas as pd
 
 from traceinsight.vocab.work_classes import GEMM_CLASSES, kernel_class_of
 from traceinsight.derive.views import Views
-from traceinsight.derive.whatif.graph import BLOCKING, DEFAULT_LAUNCH_NS, DEFAULT_QUEUE_NS, GPU, MAX_STEPS, MIN_SAMPLES, Graph, _WORK
-from traceinsight.derive.whatif.nodes import _codes, _host_nodes, _kind_in, _of_rank
-from traceinsight.derive.whatif.edges import _inferred_cross, _launch_positions, _launched_by_stream, _order_in_groups, _queue_full, _queue_waits, _recorded_event_waits
-from traceinsight.derive.whatif.window import _step_table, _window
+from traceinsight.derive.whatif.graph import BLOCKING, DEFAULT_LAUNCH_NS, DEFAULT_QUEUE_NS, GPU, MAX_STEPS, MIN_SAMPLES, Graph, WORK
+from traceinsight.derive.whatif.nodes import column_codes, host_nodes, kind_in, of_rank
+from traceinsight.derive.whatif.edges import inferred_cross, launch_positions, launched_by_stream, order_in_groups, queue_full, queue_waits, recorded_event_waits
+from traceinsight.derive.whatif.window import step_table, replay_window
 
 
 def build_graph(views: Views, rank: int, max_steps: int = MAX_STEPS) -> Graph | None:
@@ -19,14 +19,14 @@ def build_graph(views: Views, rank: int, max_steps: int = MAX_STEPS) -> Graph | 
     Node-length arrays are the graph's own or few: what only GPU nodes have (a launch, a device) is kept on
     GPU-length arrays, and each latency is computed in place in the array the graph keeps (every edit reads the
     measured gap at the index it writes, so no copy of the gaps is needed). The steps, in order: the nodes
-    (``_host_nodes`` and the GPU rows), program and stream order, launch edges, launches that block, the typical
+    (``host_nodes`` and the GPU rows), program and stream order, launch edges, launches that block, the typical
     latencies, hand-offs, each edge's latency, what blocking calls wait for, and each kernel's work class.
     """
-    act = _of_rank(views.gpu_activity, rank)
+    act = of_rank(views.gpu_activity, rank)
     if act.empty:
         return None
     ng = len(act)
-    cols, nh, rt_rows, rt_names, marker_steps = _host_nodes(views, rank, ng)
+    cols, nh, rt_rows, rt_names, marker_steps = host_nodes(views, rank, ng)
     n = nh + ng
     G = slice(nh, n)
     ntype, start, end, pid, tid, lbl = (cols[k] for k in ("ntype", "start", "end", "pid", "tid", "lbl"))
@@ -42,7 +42,7 @@ def build_graph(views: Views, rank: int, max_steps: int = MAX_STEPS) -> Graph | 
 
     order, same, prev, seq, has_prev, prev_end, prev_gap = _program_order(nh, pid, tid, dev, start, end)
     launch, lg, hl, is_launch, launch_start, launch_end, launch_lat = _launch_edges(views, rank, lbl, rt_rows, act_lbl, start, end, nh)
-    act_kind = _codes(act["kind"])
+    act_kind = column_codes(act["kind"])
     q_full = _blocking_launches(act, act_kind, ntype, lg, hl, gs, ge, act_lbl, launch_start, launch_end)
     # typical latencies, from tasks where that edge bound the start (GPU tasks)
     hp, pe, le = has_prev[G], prev_end[G], launch_end
@@ -53,22 +53,22 @@ def build_graph(views: Views, rank: int, max_steps: int = MAX_STEPS) -> Graph | 
 
     # hand-off between host threads of one process; producer stream for GPU tasks
     cross = np.full(n, -1, np.int64)
-    _inferred_cross(cross, nh, pid, dev, tid, start, end, has_prev, prev_gap, prev_end, launch_end)
+    inferred_cross(cross, nh, pid, dev, tid, start, end, has_prev, prev_gap, prev_end, launch_end)
     inferred = cross[G] >= 0
-    _recorded_event_waits(rt_names, pid, tid, lbl, launch, cross, start, end, nh + np.flatnonzero(hl))
+    recorded_event_waits(rt_names, pid, tid, lbl, launch, cross, start, end, nh + np.flatnonzero(hl))
     prev_lat, cross_lat = _edge_latencies(nh, start, end, cross, inferred, prev_gap, launch_lat, pe, le, launch_start, launch_end, hl,
                                           q_bind, l_bind, hp, d_queue, d_launch)
     waits, own, wait_on = _blocking_waits(ntype, order, same, nh, hl, dev, tid, pid, start, end, launch_start, lg, q_full)
     work, gemm = _work_codes(act, act_kind, nh, n)
 
-    steps, step_cols = _step_table(start, nh, marker_steps, max_steps)
+    steps, step_cols = step_table(start, nh, marker_steps, max_steps)
     g = Graph(rank=rank, ntype=ntype, start=start, end=end, dur=end - start, prev=prev, prev_lat=prev_lat, cross=cross,
               cross_lat=cross_lat, launch=launch, launch_lat=launch_lat, own=own, waits=waits, wait_on=wait_on,
               is_launch=is_launch, gemm=gemm, work=work, steps=steps, window=np.zeros(0, np.int64),
               defaults={"launch": d_launch, "queue": d_queue, "warmup": _warmup_windows(views, rank)}, seq=seq)
     if step_cols is not None:
         g.defaults["_step_arrays"] = (steps, step_cols)
-    g.window = _window(g, steps)
+    g.window = replay_window(g, steps)
     return g.freeze()
 
 
@@ -77,7 +77,7 @@ def _program_order(nh: int, pid: np.ndarray, tid: np.ndarray, dev: np.ndarray, s
     position continues the group before it, each node's predecessor (-1: none), its position, whether it has a
     predecessor, the predecessor's end (0: none) and the gap from it (0: none; becomes ``prev_lat``)."""
     n = len(start)
-    order, same = _order_in_groups(nh, pid, tid, dev, start, end)
+    order, same = order_in_groups(nh, pid, tid, dev, start, end)
     prev_o = np.empty(n, np.int64)  # in that order: the node before, where of the same group
     prev_o[0] = -1
     prev_o[1:] = order[:-1]
@@ -107,10 +107,10 @@ def _launch_edges(views: Views, rank: int, lbl: np.ndarray, rt_rows: slice, act_
     launch = np.full(n, -1, np.int64)
     ln = views.launches
     if not ln.empty:
-        ln = _of_rank(ln, rank) if "rank" in ln else ln
+        ln = of_rank(ln, rank) if "rank" in ln else ln
         ix = views.events.index
         ranged = isinstance(ix, pd.RangeIndex) and ix.start >= 0 and ix.step > 0
-        lp, gp = _launch_positions(lbl, rt_rows, act_lbl, ln["launch_idx"].to_numpy(np.int64),
+        lp, gp = launch_positions(lbl, rt_rows, act_lbl, ln["launch_idx"].to_numpy(np.int64),
                                    ln["gpu_idx"].to_numpy(np.int64), ranged)
         ok = (lp >= 0) & (gp >= 0)
         launch[nh + gp[ok]] = lp[ok]
@@ -140,13 +140,13 @@ def _blocking_launches(act: pd.DataFrame, act_kind: tuple, ntype: np.ndarray, lg
     kernel launch that returns only when the GPU frees a slot in its full launch queue (a GPU-bound loop whose
     host ran ahead by a queue's depth of launches) waits on the GPU like a blocking call: its length is the wait
     for an earlier task to finish, so faster GPU work shortens it in the replay."""
-    is_copy = _kind_in(act_kind, ("memcpy", "memset"))
+    is_copy = kind_in(act_kind, ("memcpy", "memset"))
     own_done = hl & (ge <= launch_end) & (act_lbl >= 0) & is_copy
     if "pageable" in act.columns:
         staged = hl & is_copy & act["pageable"].to_numpy(dtype=bool) & (2 * (launch_end - launch_start) >= ge - gs)
         own_done |= staged
     ntype[lg[own_done]] = BLOCKING
-    q_full = _queue_full(hl, launch_start, launch_end, gs)
+    q_full = queue_full(hl, launch_start, launch_end, gs)
     ntype[lg[q_full]] = BLOCKING
     return q_full
 
@@ -198,7 +198,7 @@ def _blocking_waits(ntype: np.ndarray, order: np.ndarray, same: np.ndarray, nh: 
     if len(b_ids):
         per_b: list[list[int]] = [[] for _ in b_ids]
         wmax = np.full(len(b_ids), np.iinfo(np.int64).min)
-        for sg in _launched_by_stream(order, same, nh, hl, dev, tid, start, end):
+        for sg in launched_by_stream(order, same, nh, hl, dev, tid, start, end):
             ls = np.maximum.accumulate(launch_start[sg - nh])
             ec = np.maximum.accumulate(end[sg])
             same_pid = pid[sg[0]]
@@ -211,7 +211,7 @@ def _blocking_waits(ntype: np.ndarray, order: np.ndarray, same: np.ndarray, nh: 
                 if start[t] < end[b_ids[j]]:
                     per_b[j].append(t)
                     wmax[j] = max(wmax[j], end[t])
-        _queue_waits(b_ids, per_b, wmax, lg[q_full], dev[q_full], dev, nh, start, end)
+        queue_waits(b_ids, per_b, wmax, lg[q_full], dev[q_full], dev, nh, start, end)
         for j, b in enumerate(b_ids):
             waits[b] = tuple(per_b[j])
         d = end[b_ids] - start[b_ids]
@@ -225,10 +225,10 @@ def _work_codes(act: pd.DataFrame, act_kind: tuple, nh: int, n: int) -> tuple[np
     """Per node: its kernel's position in ``work_classes.CLASSES`` (-1: not a kernel), and whether it is a
     GEMM/convolution kernel."""
     work = np.full(n, -1, np.int8)
-    ncol = _codes(act["name"])
-    per_name = np.array([_WORK.index(kernel_class_of(c)) for c in ncol[1]] + [-1], dtype=np.int8)
-    work[nh:] = np.where(_kind_in(act_kind, ("kernel",)), per_name[np.where(ncol[0] >= 0, ncol[0], len(per_name) - 1)], -1)
-    gemm = np.isin(work, [_WORK.index(c) for c in GEMM_CLASSES])
+    ncol = column_codes(act["name"])
+    per_name = np.array([WORK.index(kernel_class_of(c)) for c in ncol[1]] + [-1], dtype=np.int8)
+    work[nh:] = np.where(kind_in(act_kind, ("kernel",)), per_name[np.where(ncol[0] >= 0, ncol[0], len(per_name) - 1)], -1)
+    gemm = np.isin(work, [WORK.index(c) for c in GEMM_CLASSES])
     return work, gemm
 
 

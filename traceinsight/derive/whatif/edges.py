@@ -8,7 +8,7 @@ import pandas as pd
 
 from traceinsight.vocab.patterns import EVENT_RECORD, STREAM_WAIT
 from traceinsight.derive.whatif.graph import HANDOFF_MIN_GAP_NS, STREAM_DEP_MAX_NS
-from traceinsight.derive.whatif.nodes import _key, _latest_end_before, _name_match
+from traceinsight.derive.whatif.nodes import pair_key, latest_end_before, name_match
 
 
 def _time_order(ids: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
@@ -30,7 +30,7 @@ def _time_order(ids: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarr
     return ids[o]
 
 
-def _order_in_groups(nh: int, pid: np.ndarray, tid: np.ndarray, dev: np.ndarray, start: np.ndarray,
+def order_in_groups(nh: int, pid: np.ndarray, tid: np.ndarray, dev: np.ndarray, start: np.ndarray,
                      end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Program / stream order: node ids sorted by (GPU or not, a, b, start, end, id), with a = pid and b = tid for
     the host nodes (ids < ``nh``), a = ``dev`` (GPU nodes only) and b = stream (``tid``) for the GPU nodes; and a
@@ -111,7 +111,7 @@ def _cross_in_group(ids: np.ndarray, q: np.ndarray, start: np.ndarray, end: np.n
     qi = ids[q]
     r = np.searchsorted(es[heads], start[qi], side="left") - 1  # the run of the latest end before each start
     qi = qi[(r >= 0) & (te[heads][np.clip(r, 0, None)] != tid[qi])]
-    c = _latest_end_before(eo, es, start[qi])
+    c = latest_end_before(eo, es, start[qi])
     return qi, c, end[c]
 
 
@@ -120,7 +120,7 @@ def _one_value(a: np.ndarray) -> bool:
     return len(a) > 0 and a.min() == a.max()
 
 
-def _inferred_cross(cross, nh, pid, dev, tid, start, end, has_prev, prev_gap, prev_end, launch_end) -> None:
+def inferred_cross(cross, nh, pid, dev, tid, start, end, has_prev, prev_gap, prev_end, launch_end) -> None:
     """Hand-offs between the host threads of one process, producer streams of GPU tasks on one device: fills
     ``cross`` in place. Only nodes that waited can have been handed work (a thread idle for over
     ``HANDOFF_MIN_GAP_NS`` or at its first task, a GPU task that started over ``STREAM_DEP_MAX_NS`` after its
@@ -171,7 +171,7 @@ def _position(labels: np.ndarray, wanted: np.ndarray) -> np.ndarray:
     return np.where(lab[i] == wanted, ok[i], -1)
 
 
-def _launch_positions(lbl: np.ndarray, rt: slice, act_lbl: np.ndarray, launch_idx: np.ndarray, gpu_idx: np.ndarray,
+def launch_positions(lbl: np.ndarray, rt: slice, act_lbl: np.ndarray, launch_idx: np.ndarray, gpu_idx: np.ndarray,
                       ranged: bool) -> tuple[np.ndarray, np.ndarray]:
     """(host node of each launch call, GPU node - nh of each GPU row; -1 where not a node), from the row labels of
     the host nodes (``lbl``; the runtime calls are the nodes ``rt``, the only ones with labels) and of the GPU rows.
@@ -196,7 +196,7 @@ QUEUE_FULL_CALL_NS = 200_000
 QUEUE_FULL_PENDING = 256
 
 
-def _queue_full(cand: np.ndarray, launch_start: np.ndarray, launch_end: np.ndarray, gs: np.ndarray) -> np.ndarray:
+def queue_full(cand: np.ndarray, launch_start: np.ndarray, launch_end: np.ndarray, gs: np.ndarray) -> np.ndarray:
     """Of the GPU tasks ``cand`` (per GPU node), those whose launch call blocked on a full launch queue: a long
     call (``QUEUE_FULL_CALL_NS``) made while ``QUEUE_FULL_PENDING`` tasks launched before it were still waiting
     to start."""
@@ -213,7 +213,7 @@ def _queue_full(cand: np.ndarray, launch_start: np.ndarray, launch_end: np.ndarr
     return out
 
 
-def _queue_waits(b_ids: np.ndarray, per_b: list, wmax: np.ndarray, calls: np.ndarray, call_dev: np.ndarray,
+def queue_waits(b_ids: np.ndarray, per_b: list, wmax: np.ndarray, calls: np.ndarray, call_dev: np.ndarray,
                  dev: np.ndarray, nh: int, start: np.ndarray, end: np.ndarray) -> None:
     """A launch that waited for a full queue waits for the GPU task on its device that ended last before it
     returned (the one whose end freed the slot), launched in the trace or queued before it began. Fills
@@ -240,25 +240,25 @@ def _queue_waits(b_ids: np.ndarray, per_b: list, wmax: np.ndarray, calls: np.nda
                 wmax[j] = max(wmax[j], end[t])
 
 
-def _launched_by_stream(order: np.ndarray, same: np.ndarray, nh: int, hl: np.ndarray, dev: np.ndarray,
+def launched_by_stream(order: np.ndarray, same: np.ndarray, nh: int, hl: np.ndarray, dev: np.ndarray,
                         tid: np.ndarray, start: np.ndarray, end: np.ndarray) -> list[np.ndarray]:
     """The GPU tasks with a launch call, per (device, stream) in stream order (start, end, id), streams in
-    ``_key(device, stream)`` order: read off the stream order already built rather than sorted again."""
+    ``pair_key(device, stream)`` order: read off the stream order already built rather than sorted again."""
     n = len(order)
     gt = tid[nh:]
     if len(dev) and (min(dev.min(), gt.min()) < -2**31 or max(dev.max(), gt.max()) >= 2**31):
-        gids = nh + np.flatnonzero(hl)  # ids beyond 32 bits: ``_key`` may merge streams, as it always did
-        skey = _key(dev[gids - nh], tid[gids])
+        gids = nh + np.flatnonzero(hl)  # ids beyond 32 bits: ``pair_key`` may merge streams, as it always did
+        skey = pair_key(dev[gids - nh], tid[gids])
         return [_time_order(gids[skey == sk], start, end) for sk in np.sort(pd.unique(skey))]
     heads = np.flatnonzero(~same) + 1  # positions in ``order`` where a thread / stream begins (besides 0)
     bounds = np.r_[nh, heads[heads > nh], n]  # the GPU nodes are ordered after every host node
     segs = [order[a:b] for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist()) if b > a]
     segs = [sg for sg in (s_[hl[s_ - nh]] for s_ in segs) if len(sg)]
-    keys = [int(_key(dev[sg[0] - nh], tid[sg[0]])) for sg in segs]
+    keys = [int(pair_key(dev[sg[0] - nh], tid[sg[0]])) for sg in segs]
     return [segs[i] for i in np.argsort(keys, kind="stable")]
 
 
-def _recorded_event_waits(rt_names, pid, tid, hl, launch, cross, start, end, gl) -> None:
+def recorded_event_waits(rt_names, pid, tid, hl, launch, cross, start, end, gl) -> None:
     """GPU-side edges from ``cudaEventRecord`` / ``cudaStreamWaitEvent`` calls, where the trace has them.
 
     Traces do not say which stream an event was recorded on or which event a wait names; the usual reading is
@@ -267,20 +267,20 @@ def _recorded_event_waits(rt_names, pid, tid, hl, launch, cross, start, end, gl)
     Fills ``cross`` in place where no inferred edge is set, or where the recorded producer ends later. ``gl``: the
     GPU nodes with a launch call, ascending.
     """
-    is_rec = _name_match(rt_names, EVENT_RECORD, case=True)
-    is_wt = _name_match(rt_names, STREAM_WAIT, case=True)
+    is_rec = name_match(rt_names, EVENT_RECORD, case=True)
+    is_wt = name_match(rt_names, STREAM_WAIT, case=True)
     if not is_rec.any() or not is_wt.any():
         return
     ok = np.flatnonzero(hl >= 0)  # the runtime calls, named by ``rt_names`` in the same order
     rec, wt = ok[is_rec], ok[is_wt]
     lh = launch[gl]
-    tkey = _key(pid[lh], tid[lh])  # the launching thread
+    tkey = pair_key(pid[lh], tid[lh])  # the launching thread
     o = np.lexsort((start[lh], tkey))
     gl, tkey, lstart = gl[o], tkey[o], start[lh][o]
 
     def launches_before(q: np.ndarray) -> np.ndarray:
         """For each host call: how many launches of its thread (in thread order) started before or with it."""
-        qk = _key(pid[q], tid[q])
+        qk = pair_key(pid[q], tid[q])
         keys = np.r_[tkey, qk]
         ts = np.r_[lstart, start[q]]
         isq = np.r_[np.zeros(len(gl), bool), np.ones(len(q), bool)]
@@ -291,10 +291,10 @@ def _recorded_event_waits(rt_names, pid, tid, hl, launch, cross, start, end, gl)
         return out  # index of the next launch in the sorted arrays; minus one: the last before
 
     i = launches_before(rec) - 1
-    same = (i >= 0) & (tkey[np.clip(i, 0, None)] == _key(pid[rec], tid[rec]))
+    same = (i >= 0) & (tkey[np.clip(i, 0, None)] == pair_key(pid[rec], tid[rec]))
     rec_task = np.where(same, gl[np.clip(i, 0, None)], -1)
     i = launches_before(wt)
-    same = (i < len(gl)) & (tkey[np.clip(i, 0, len(gl) - 1)] == _key(pid[wt], tid[wt]))
+    same = (i < len(gl)) & (tkey[np.clip(i, 0, len(gl) - 1)] == pair_key(pid[wt], tid[wt]))
     wait_task = np.where(same, gl[np.clip(i, 0, len(gl) - 1)], -1)
     # the latest record of the same process before each wait
     ro = np.lexsort((start[rec], pid[rec]))

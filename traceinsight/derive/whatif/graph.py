@@ -77,4 +77,4 @@ class Graph:
 #: The fields of a ``Graph`` that its copies share (never edited in place by a transform).
 STRUCTURE = ("ntype", "start", "end", "prev", "cross", "launch", "waits", "is_launch", "gemm", "work", "window", "seq")
 #: The work classes in ``Graph.work``'s code order.
-_WORK = tuple(WORK_CLASSES)
+WORK = tuple(WORK_CLASSES)

@@ -11,11 +11,11 @@ import pandas as pd
 from traceinsight.model.finding import instance_columns
 from traceinsight.vocab.work_classes import CLASSES as WORK_CLASSES, GEMM_CLASSES
 from traceinsight.derive.views import Views
-from traceinsight.derive.whatif.graph import GPU, Graph, _WORK
+from traceinsight.derive.whatif.graph import GPU, Graph, WORK
 from traceinsight.derive.whatif.build import build_graph
-from traceinsight.derive.whatif.replay import _median, replay, step_times
+from traceinsight.derive.whatif.replay import median_of, replay, step_times
 from traceinsight.derive.whatif.transforms import ASSUMPTIONS, TRANSFORMS, steady_graph
-from traceinsight.derive.whatif.window import _window
+from traceinsight.derive.whatif.window import replay_window
 
 
 def build_graphs(views: Views) -> list[Graph]:
@@ -72,7 +72,7 @@ def predict_step_ns(views: Views, transform="all", windows=None) -> dict:
         t = s.copy()
         fn(t, windows)
         if len(t.steps) != len(s.steps):
-            t.window = _window(t, t.steps)
+            t.window = replay_window(t, t.steps)
             b = b[s.steps["start_node"].isin(t.steps["start_node"]).to_numpy()]
         if len(t.steps) != len(g.steps):
             m = m[g.steps["start_node"].isin(t.steps["start_node"]).to_numpy()]
@@ -85,10 +85,10 @@ def predict_step_ns(views: Views, transform="all", windows=None) -> dict:
         return {"step_ns": None, "baseline_step_ns": None, "measured_step_ns": None, "steps_used": 0,
                 "transform": name, "assumptions": "no GPU work to replay", "replay_error_pct": None}
     m, b, p = (np.concatenate(x) for x in (measured, base, pred))
-    med_m, med_b, med_p = (_median(x) if len(x) else None for x in (m, b, p))
+    med_m, med_b, med_p = (median_of(x) if len(x) else None for x in (m, b, p))
     fb, fm = np.concatenate(full_b), np.concatenate(full_m)
-    med_fm = _median(fm) if len(fm) else 0.0
-    err = round(100.0 * (_median(fb) - med_fm) / med_fm, 3) if len(fm) and med_fm else None
+    med_fm = median_of(fm) if len(fm) else 0.0
+    err = round(100.0 * (median_of(fb) - med_fm) / med_fm, 3) if len(fm) and med_fm else None
     if any(steady_graph(gr) is not gr for gr in graphs(views)):
         words += "; priced on the steady state (the ledger's warm-up left out of baseline and prediction)"
     no_steps = all(gr.steps.empty for gr in graphs(views))
@@ -143,7 +143,7 @@ def _selected(g: Graph, classes: tuple[str, ...] | None) -> np.ndarray:
     GPU task when the finding cannot say which (None)."""
     sel = g.ntype == GPU
     if classes is not None:
-        sel = sel & np.isin(g.work, [_WORK.index(c) for c in classes if c in _WORK])
+        sel = sel & np.isin(g.work, [WORK.index(c) for c in classes if c in WORK])
     return sel
 
 

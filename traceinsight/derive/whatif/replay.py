@@ -116,7 +116,7 @@ def _step_buckets(g: Graph) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return out
 
 
-def _step_arrays(g: Graph, steps: pd.DataFrame | None = None) -> dict[str, np.ndarray]:
+def step_columns(g: Graph, steps: pd.DataFrame | None = None) -> dict[str, np.ndarray]:
     """The columns of ``steps`` (default ``g.steps``) as arrays, kept in ``g.defaults`` for that frame (copies
     carry it; a transform that replaces the steps gets its own): the window and every replay read them, and on a
     small rank reading a frame's columns costs more than the step times themselves."""
@@ -130,12 +130,12 @@ def _step_arrays(g: Graph, steps: pd.DataFrame | None = None) -> dict[str, np.nd
 
 
 def _step_nodes(g: Graph) -> tuple[np.ndarray, np.ndarray]:
-    """(start_node, end_node) of ``g.steps`` as arrays (``_step_arrays``)."""
-    cols = _step_arrays(g)
+    """(start_node, end_node) of ``g.steps`` as arrays (``step_columns``)."""
+    cols = step_columns(g)
     return cols["start_node"], cols["end_node"]
 
 
-def _median(x: np.ndarray) -> float:
+def median_of(x: np.ndarray) -> float:
     """``float(np.median(x))``; one value is its own median (``np.median``'s fixed cost is most of a one-step
     rank's prediction, which takes several)."""
     return float(x[0]) if len(x) == 1 else float(np.median(x))
@@ -150,7 +150,7 @@ def step_times(g: Graph, ns: np.ndarray, ne: np.ndarray) -> np.ndarray:
     of its GPU work.
     """
     st = g.steps
-    if st.empty:  # one pseudo-step: first launch (or GPU task) to the end of the last GPU task (``_window``
+    if st.empty:  # one pseudo-step: first launch (or GPU task) to the end of the last GPU task (``replay_window``
         # spans every GPU task then, and a graph has GPU work)
         ids = g.window[g.window >= 0]
         gi = ids[g.ntype[ids] == GPU]

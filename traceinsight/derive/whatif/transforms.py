@@ -12,7 +12,7 @@ from traceinsight.vocab.thresholds import LAUNCH_GAP_NS
 from traceinsight.derive.steady import warmup_steps
 from traceinsight.derive.whatif.graph import BLOCKING, DATA_WAIT, GPU, HOST, Graph
 from traceinsight.derive.whatif.replay import replay, step_times
-from traceinsight.derive.whatif.window import _window
+from traceinsight.derive.whatif.window import replay_window
 
 
 def _in(g: Graph, windows: Iterable[tuple[int, int]]) -> np.ndarray:
@@ -106,7 +106,7 @@ def steady_graph(g: Graph) -> Graph:
     if s is None:
         s = g.copy()
         remove_warmup(s)
-        s.window = _window(s, s.steps)
+        s.window = replay_window(s, s.steps)
         ns, ne = replay(s)
         s.defaults["base"] = step_times(s, ns, ne)
         g.defaults["steady_graph"] = s

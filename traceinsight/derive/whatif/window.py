@@ -7,17 +7,17 @@ import numpy as np
 import pandas as pd
 
 from traceinsight.derive.whatif.graph import BLOCKING, GPU, Graph
-from traceinsight.derive.whatif.replay import _step_arrays
+from traceinsight.derive.whatif.replay import step_columns
 
 
 def _steps(start: np.ndarray, nh: int, marker_steps: np.ndarray, max_steps: int) -> pd.DataFrame:
     """Step markers (start/end node ids), the middle ``max_steps`` when there are more. The markers are the last
-    host nodes (``_host_nodes``): a start node per step, then an end node per step."""
-    return _step_table(start, nh, marker_steps, max_steps)[0]
+    host nodes (``host_nodes``): a start node per step, then an end node per step."""
+    return step_table(start, nh, marker_steps, max_steps)[0]
 
 
-def _step_table(start: np.ndarray, nh: int, marker_steps: np.ndarray, max_steps: int) -> tuple[pd.DataFrame, dict | None]:
-    """``_steps``, and its columns as ``_step_arrays`` gives them when the markers are already in order and few
+def step_table(start: np.ndarray, nh: int, marker_steps: np.ndarray, max_steps: int) -> tuple[pd.DataFrame, dict | None]:
+    """``_steps``, and its columns as ``step_columns`` gives them when the markers are already in order and few
     enough (the arrays the frame was made of; None otherwise, to be read off the frame)."""
     m = len(marker_steps)
     if m == 0:
@@ -36,14 +36,14 @@ def _step_table(start: np.ndarray, nh: int, marker_steps: np.ndarray, max_steps:
     return st, cols
 
 
-def _window(g: Graph, steps: pd.DataFrame) -> np.ndarray:
+def replay_window(g: Graph, steps: pd.DataFrame) -> np.ndarray:
     """Replay events in a topological order: (time, phase) with blocking calls ending in a second event."""
     is_gpu = g.ntype == GPU
     if steps.empty:  # no markers: the GPU's active window, from the first task's launch
         ws = int(min(g.start[is_gpu].min(), g.start[g.launch[is_gpu & (g.launch >= 0)]].min(initial=np.iinfo(np.int64).max)))
         we = int(g.end[is_gpu].max())
     else:
-        cols = _step_arrays(g, steps)
+        cols = step_columns(g, steps)
         ws, we = int(cols["t0"].min()), int(cols["t1"].max())
     n = len(g.seq)
     nh = n - int(np.count_nonzero(is_gpu))
@@ -81,7 +81,7 @@ def _window(g: Graph, steps: pd.DataFrame) -> np.ndarray:
 
 
 def _window_mixed(g: Graph, is_gpu: np.ndarray, ws: int, we: int) -> np.ndarray:
-    """``_window`` for node types in any order."""
+    """``replay_window`` for node types in any order."""
     host_in = ~is_gpu & (g.start >= ws) & (g.start <= we)
     gpu_in = is_gpu & np.where(g.launch >= 0, np.take(host_in, g.launch, mode="clip"), (g.start >= ws) & (g.start <= we))
     ids = np.flatnonzero(host_in | gpu_in)
