@@ -1,6 +1,6 @@
 """The what-if replay's C pass against its pure-Python reference, and the build's shortcuts against plain numpy.
 
-Speed must never change a prediction. The native pass (``traceinsight.derive._replay``) and ``whatif.replay._replay_py`` are
+Speed must never change a prediction. The native pass (``traceinsight.derive._replay``) and ``whatif.replay._replay_py`` (the step module) are
 run on the same graphs (real traces and planted ones, every transform) and must give the same start and end for
 every node; bad input must raise, not crash. The graph builder's shortcuts (per-group sorting, label lookup
 tables, per-value name tests) are held to the plain numpy / pandas operations they replace, on random inputs that
