@@ -4,7 +4,7 @@ ones survive. Not in CI (minutes per module); run it before resolving an issue t
     python bench/mutation.py severity            # one module
     python bench/mutation.py all --timeout 600   # each module in turn, each run capped
     python bench/mutation.py whatif --children 2 --keep /tmp/mut
-    python bench/mutation.py ledger --only 'traceinsight.derive.ledger.x__merged__mutmut_*'   # part of a large module
+    python bench/mutation.py ledger --only 'traceinsight.derive.ledger.intervals.x__merged__mutmut_*'   # part of a large module
 
 Each run works on a scratch copy of the checkout (tracked and untracked-but-not-ignored files plus the built C
 extensions), so the working tree is never touched; mutmut's configuration is written into that copy only. Tests
@@ -68,17 +68,18 @@ MODULES: dict[str, tuple[str | tuple[str, ...], list[str], list[str]]] = {
                       ["traceinsight.delta.compare.x_kernel_diff__mutmut_*"]),
     # Nsight Systems' memory tables (allocations, releases, unified-memory faults) as memory rows
     "nsys_memory": ("traceinsight/ingest/nsys/memory.py", ["tests/test_memory.py", "tests/test_memory_view.py"], []),
-    "ledger": ("traceinsight/derive/ledger.py", ["tests/test_ledger_values.py", "tests/test_ledger_json.py", "tests/test_ledger.py", "tests/test_ledger_pieces.py", "tests/test_ledger_property.py",
+    "ledger": (tuple(f"traceinsight/derive/ledger/{m}.py" for m in ("intervals", "host", "warmup", "slices", "build", "frames", "account", "claims")), ["tests/test_ledger_values.py", "tests/test_ledger_json.py", "tests/test_ledger.py", "tests/test_ledger_pieces.py", "tests/test_ledger_property.py",
                                          "tests/test_ledger_verdict.py", "tests/test_ledger_render.py", "tests/test_fast_paths.py"], []),
     # the what-if transforms and what maps findings to them (graph building and replay have their own tests,
     # native-vs-Python replay among them, and would take far longer than a run here)
     "whatif": (
-        "traceinsight/derive/whatif.py",
+        ("traceinsight/derive/whatif/transforms.py", "traceinsight/derive/whatif/predict.py", "traceinsight/derive/whatif/replay.py"),
         ["tests/test_whatif_transforms.py", "tests/test_whatif.py"],
-        [f"traceinsight.derive.whatif.x_{name}__mutmut_*" for name in (
-            "_in", "_where", "remove_data_wait", "remove_host_sync", "launch_bound_to_graphs", "rnn_to_cudnn",
-            "remove_warmup", "cut_time", "warmup_mask", "typical_gpu_latencies", "_all", "_resolve", "windows_of",
-            "what_if_for", "step_times")],
+        [f"traceinsight.derive.whatif.{module}.x_{name}__mutmut_*" for module, names in (
+            ("transforms", ("_in", "_where", "remove_data_wait", "remove_host_sync", "launch_bound_to_graphs", "rnn_to_cudnn",
+                            "remove_warmup", "cut_time", "warmup_mask", "typical_gpu_latencies", "_all")),
+            ("predict", ("_resolve", "windows_of", "what_if_for")),
+            ("replay", ("step_times",))) for name in names],
     ),
 }
 
@@ -190,7 +191,7 @@ def main() -> int:
     p.add_argument("--target", type=float, default=90.0, help="minimum %% killed per module (default 90)")
     p.add_argument("--keep", type=Path, help="keep the scratch copies under this folder (to rerun or inspect)")
     p.add_argument("--only", nargs="+", metavar="PATTERN",
-                   help="mutant-name patterns (fnmatch, e.g. 'traceinsight.derive.ledger.x__merged__mutmut_*') run and scored "
+                   help="mutant-name patterns (fnmatch, e.g. 'traceinsight.derive.ledger.intervals.x__merged__mutmut_*') run and scored "
                         "instead of the module's own: to iterate on part of a large module")
     p.add_argument("--report", type=Path, metavar="COPY", help="only report on a kept scratch copy of this module")
     args = p.parse_args()

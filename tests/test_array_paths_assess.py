@@ -247,7 +247,7 @@ def test_steady_arrays_take_each_devices_warmup_off():
 
 def test_median_of_one_equals_numpy():
     """A one-value median is the value itself, as ``np.median`` gives it; longer arrays go to ``np.median``."""
-    from traceinsight.derive.whatif import _median
+    from traceinsight.derive.whatif.replay import median_of as _median
 
     for x in ([7], [2**53 + 1], [-3], [1, 2], [5, 1, 4], [2**62, 2**62 - 1]):
         a = np.array(x, dtype=np.int64)
@@ -259,6 +259,7 @@ def test_step_arrays_follow_the_steps_frame(trace, tmp_path):
     """The step columns kept on a graph equal its steps frame's, for the graph and its steady copy; a copy whose
     steps are replaced reads the new frame, and its step times equal those computed on the frame's columns."""
     from traceinsight.derive import whatif
+    from traceinsight.derive.whatif.replay import step_columns
     from traceinsight.pipeline.engine import analyze
 
     path = _tiny_rank(tmp_path, 1) if trace.startswith("tiny") else SAMPLES / trace
@@ -267,16 +268,16 @@ def test_step_arrays_follow_the_steps_frame(trace, tmp_path):
     assert graphs
     for g in graphs:
         for gr in (g, whatif.steady_graph(g)):
-            cols = whatif._step_arrays(gr)
+            cols = step_columns(gr)
             for c in ("start_node", "end_node", "t0", "t1"):
                 assert np.array_equal(cols[c], gr.steps[c].to_numpy())
         if len(g.steps) < 2:
             continue
         t = g.copy()
-        whatif._step_arrays(t)
+        step_columns(t)
         t.steps = t.steps.iloc[1:].reset_index(drop=True)
-        assert np.array_equal(whatif._step_arrays(t)["start_node"], t.steps["start_node"].to_numpy())
-        t.window = whatif._window(t, t.steps)
+        assert np.array_equal(step_columns(t)["start_node"], t.steps["start_node"].to_numpy())
+        t.window = whatif.window.replay_window(t, t.steps)
         ns, ne = whatif.replay(t)
         got = whatif.step_times(t, ns, ne)
         st = t.steps  # the step times on the frame's own columns
@@ -364,7 +365,8 @@ def test_as_instances_on_a_sample_finding(sample_analysis):
 def test_step_table_arrays_equal_its_frame(order):
     """The step columns kept from building the what-if's step table equal the frame's own columns; a table that
     had to be sorted or cut to the middle steps keeps none (they are read off the frame)."""
-    from traceinsight.derive.whatif import MAX_STEPS, _step_table, _steps
+    from traceinsight.derive.whatif import MAX_STEPS
+    from traceinsight.derive.whatif.window import _steps, step_table as _step_table
 
     m = 40 if order == "many" else 5
     rng = np.random.default_rng(2)
@@ -405,7 +407,7 @@ def test_hand_offs_skip_single_thread_groups(tmp_path, monkeypatch):
     for path in paths:
         fast = _graphs_of(path)
         with monkeypatch.context() as m:
-            m.setattr(whatif, "_one_value", lambda a: False)
+            m.setattr(whatif.edges, "_one_value", lambda a: False)  # where the graph builder reads it
             full = _graphs_of(path)
         assert len(fast) == len(full) >= 1
         for a, b in zip(fast, full):

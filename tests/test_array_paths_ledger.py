@@ -104,7 +104,8 @@ CASES = VARIANTS + SAMPLE_FILES
 def _full_path(monkeypatch) -> None:
     """Every ``may_match`` answers "maybe": the masks it lets the code skip are built again (the path it replaced)."""
     always = lambda names, pattern, case=False: len(names) > 0  # noqa: E731
-    for mod in ("traceinsight.derive.steady", "traceinsight.derive.ledger", "traceinsight.rulelib.warmup", "traceinsight.rules.gpu_idle_gaps"):
+    for mod in ("traceinsight.derive.steady", "traceinsight.derive.ledger.host", "traceinsight.derive.ledger.build", "traceinsight.rulelib.warmup",
+                "traceinsight.rules.gpu_idle_gaps"):
         monkeypatch.setattr(f"{mod}.may_match", always)
 
 
@@ -150,11 +151,11 @@ def test_ledger_equals_the_full_path(timelines, case, monkeypatch):
 @pytest.mark.parametrize("case", CASES)
 def test_warmup_and_one_time_regions_equal_the_full_path(timelines, case, monkeypatch):
     v = Derived(timelines[case])
-    blocking = L._blocking_parts(v)
+    blocking = L.blocking_parts(v)
     fast = (L.warmup_regions(v, blocking), S.one_time_regions(v, blocking), blocking)
     _full_path(monkeypatch)
     w = Derived(timelines[case])
-    full_blocking = L._blocking_parts(w)
+    full_blocking = L.blocking_parts(w)
     full = (L.warmup_regions(w, full_blocking), S.one_time_regions(w, full_blocking), full_blocking)
     pd.testing.assert_frame_equal(fast[0], full[0], check_exact=True)
     pd.testing.assert_frame_equal(fast[1], full[1], check_exact=True)
@@ -184,8 +185,8 @@ def test_warmup_candidates_on_codes_equal_the_plain_columns(timelines, case):
     """The categorical path (kinds first, then names by category) against the per-row masks of plain columns."""
     host = Derived(timelines[case]).host_events
     dur = host["dur_ns"].to_numpy()
-    got = L._warmup_candidates(host["name"], host["kind"], dur)
-    want = L._warmup_candidates(host["name"].astype(object), host["kind"].astype(object), dur)
+    got = L.warmup._warmup_candidates(host["name"], host["kind"], dur)
+    want = L.warmup._warmup_candidates(host["name"].astype(object), host["kind"].astype(object), dur)
     assert got.tolist() == want.tolist()
 
 
@@ -199,8 +200,8 @@ def test_warmup_candidates_random_rows():
         nm = rng.choice(np.array(names, dtype=object), n)
         kd = rng.choice(np.array(kinds, dtype=object), n)
         dur = rng.choice(np.array([10, 999_999, 1_000_000, 5_000_000], dtype=np.int64), n)
-        got = L._warmup_candidates(pd.Series(pd.Categorical(nm)), pd.Series(pd.Categorical(kd)), dur)
-        want = L._warmup_candidates(pd.Series(nm, dtype=object), pd.Series(kd, dtype=object), dur)
+        got = L.warmup._warmup_candidates(pd.Series(pd.Categorical(nm)), pd.Series(pd.Categorical(kd)), dur)
+        want = L.warmup._warmup_candidates(pd.Series(nm, dtype=object), pd.Series(kd, dtype=object), dur)
         assert got.tolist() == want.tolist()
 
 
@@ -440,7 +441,7 @@ def test_pageable_copies_block_as_the_frame_says(timelines, case):
     the frame (copy kind DtoH, pageable flag), whether or not any row is pageable."""
     v = Derived(timelines[case])
     ev, ln = v.events, v.launches
-    got = sorted((int(r), int(s)) for p in L._blocking_parts(v) if p[3] == "copy to pageable host memory" for r, s in zip(p[0], p[1]))
+    got = sorted((int(r), int(s)) for p in L.blocking_parts(v) if p[3] == "copy to pageable host memory" for r, s in zip(p[0], p[1]))
     want = []
     if "pageable" in ev and len(ln):
         rows = ev.loc[ln["gpu_idx"].to_numpy()]

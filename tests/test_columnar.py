@@ -276,11 +276,11 @@ def test_first_calls_by_name_code_equal_the_hashed_groups():
     start = rng.integers(0, 10**6, n) // 100 * 100  # ties in start
     dur = np.where(rng.random(n) < 0.02, 5 * L.WARMUP_MIN_NS, rng.integers(1, 10**5, n))
     cand = rng.random(n) < 0.8
-    one = L._outlier_first_calls(names, cand, np.zeros(n, np.int32), start, dur)  # dense groups by name code
-    hashed = L._outlier_first_calls(names.astype(object), cand, np.zeros(n, np.int32), start, dur)  # general path
+    one = L.warmup._outlier_first_calls(names, cand, np.zeros(n, np.int32), start, dur)  # dense groups by name code
+    hashed = L.warmup._outlier_first_calls(names.astype(object), cand, np.zeros(n, np.int32), start, dur)  # general path
     assert np.array_equal(one, hashed)
     # the same rows on a second rank (the general path): rank 0's first calls are unchanged, rank 1's follow
-    two = L._outlier_first_calls(
+    two = L.warmup._outlier_first_calls(
         pd.Series(pd.concat([names, names], ignore_index=True).astype("category")), np.r_[cand, cand],
         np.r_[np.zeros(n, np.int32), np.ones(n, np.int32)], np.r_[start, start], np.r_[dur, dur],
     )

@@ -51,8 +51,8 @@ def test_union_of_thread_runs_equals_merged(n, shuffled):
     rng = np.random.default_rng(7 * n + shuffled)
     s, e = _intervals(rng, n, shuffled, empty=0.0)
     e = np.maximum(e, s + 1)  # the caller hands over non-empty intervals only
-    want = L._merged(s, e)
-    got = L._union_of_runs(L._run_unions(s.copy(), e.copy()))  # the host-busy union the ledger builds
+    want = L.intervals.merged(s, e)
+    got = L.intervals.union_of_runs(L.intervals.run_unions(s.copy(), e.copy()))  # the host-busy union the ledger builds
     for g, w in zip(got, want):
         assert g.dtype == np.int64 and np.array_equal(g, w)
 
@@ -60,7 +60,7 @@ def test_union_of_thread_runs_equals_merged(n, shuffled):
 def test_first_max_row_is_argmax_with_ties():
     rng = np.random.default_rng(3)
     m = rng.integers(0, 4, (6, 5000)).astype(np.int64)  # many ties and all-zero columns
-    assert np.array_equal(L._first_max_row(m), m.argmax(axis=0))
+    assert np.array_equal(L.frames.first_max_row(m), m.argmax(axis=0))
 
 
 def test_collective_kind_on_categories_equals_per_string():

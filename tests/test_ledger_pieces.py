@@ -25,9 +25,9 @@ def test_union_of_runs_is_the_merged_union(seed):
     runs = [_random_set(rng, int(rng.integers(0, 40)), 1000) for _ in range(int(rng.integers(1, 6)))]
     runs.append((np.array([5, 20], np.int64), np.array([20, 30], np.int64)))  # touching intervals merge
     want = merge_intervals(np.concatenate([a for a, _ in runs]), np.concatenate([b for _, b in runs]))
-    got = L._union_of_runs(runs)
+    got = L.intervals.union_of_runs(runs)
     assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
-    assert L._union_of_runs([])[0].size == 0
+    assert L.intervals.union_of_runs([])[0].size == 0
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -35,14 +35,14 @@ def test_overlapping_finds_exactly_the_overlapping_intervals(seed):
     rng = np.random.default_rng(10 + seed)
     a, b = _random_set(rng, int(rng.integers(0, 60)), 2000)
     g0, g1 = _random_set(rng, int(rng.integers(0, 60)), 2000)  # both directions of the search get used
-    got = L._overlapping(a, b, g0, g1)
+    got = L.intervals.overlapping(a, b, g0, g1)
     want = [i for i in range(len(a)) if any(a[i] < y and b[i] > x for x, y in zip(g0, g1))]
     assert got.tolist() == want
 
 
 def test_sweep_labels_by_precedence():
     sets = [(0, np.array([10]), np.array([20])), (1, np.array([0, 15]), np.array([12, 30]))]
-    p, label = L._sweep(sets, -1)
+    p, label = L.intervals.sweep(sets, -1)
     assert p.tolist() == [0, 10, 12, 15, 20, 30]
     assert label.tolist() == [1, 0, 0, 0, 1]
 
@@ -56,8 +56,8 @@ def test_first_calls_from_positions_equal_those_from_a_mask():
     rank = np.zeros(n, np.int32)
     for p in (0.1, 0.9):  # sparse and dense candidates
         cand = rng.random(n) < p
-        want = L._outlier_first_calls(names, cand, rank, start, dur)
-        assert np.array_equal(L._outlier_first_calls(names, np.flatnonzero(cand), rank, start, dur), want)
+        want = L.warmup._outlier_first_calls(names, cand, rank, start, dur)
+        assert np.array_equal(L.warmup._outlier_first_calls(names, np.flatnonzero(cand), rank, start, dur), want)
 
 
 def _trace(rows: list[tuple]) -> Timeline:
@@ -165,6 +165,6 @@ def test_union_of_runs_at_a_million_row_scale():
     n = 150_000
     a = np.arange(n, dtype=np.int64) * 10
     runs = [(a, a + 3), (a + 5, a + 7)]
-    s, e = L._union_of_runs(runs)
+    s, e = L.intervals.union_of_runs(runs)
     assert len(s) == 2 * n and s[:4].tolist() == [0, 5, 10, 15] and e[:4].tolist() == [3, 7, 13, 17]
     assert int((e - s).sum()) == 5 * n

@@ -261,7 +261,7 @@ def test_sum_by_equals_the_groupby():
 @pytest.mark.parametrize("order", ["increasing", "tied", "shuffled"])
 def test_whatif_steps_keep_the_sorted_order(order):
     """Step markers already strictly in time order are kept as they are; others are sorted as before."""
-    from traceinsight.derive.whatif import _steps
+    from traceinsight.derive.whatif.window import _steps
 
     m = 6
     t = {"increasing": np.arange(m) * 100, "tied": np.array([0, 100, 100, 300, 300, 500]),

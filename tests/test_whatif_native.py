@@ -1,6 +1,6 @@
 """The what-if replay's C pass against its pure-Python reference, and the build's shortcuts against plain numpy.
 
-Speed must never change a prediction. The native pass (``traceinsight.derive._replay``) and ``whatif._replay_py`` are
+Speed must never change a prediction. The native pass (``traceinsight.derive._replay``) and ``whatif.replay._replay_py`` (the step module) are
 run on the same graphs (real traces and planted ones, every transform) and must give the same start and end for
 every node; bad input must raise, not crash. The graph builder's shortcuts (per-group sorting, label lookup
 tables, per-value name tests) are held to the plain numpy / pandas operations they replace, on random inputs that
@@ -50,7 +50,7 @@ def assert_same_on_every_transform(v, monkeypatch) -> int:
             t = g.copy()
             fn(t, None)
             if len(t.steps) != len(g.steps):
-                t.window = whatif._window(t, t.steps)
+                t.window = whatif.window.replay_window(t, t.steps)
             (fs, fe), (ss, se) = replay_both(t, monkeypatch)
             assert np.array_equal(fs, ss) and np.array_equal(fe, se), (g.rank, name)
             assert fs.dtype == ss.dtype == np.int64
@@ -166,7 +166,7 @@ def test_order_in_groups_equals_lexsort(groups, shape):
     end = start + rng.integers(0, 3, n)
     if shape == "wide_ids":  # ids beyond 32 bits take the general path
         a = a + (rng.integers(0, 2, n) << 40)
-    got, got_same = whatif._order_in_groups(nh, a, b, a[nh:], start, end)  # host: (a, b); GPU: (device a, stream b)
+    got, got_same = whatif.edges.order_in_groups(nh, a, b, a[nh:], start, end)  # host: (a, b); GPU: (device a, stream b)
     ref, ref_same = _reference_order(nh, a, b, start, end)
     assert np.array_equal(got, ref)
     assert np.array_equal(got_same, ref_same)
@@ -178,11 +178,11 @@ def test_position_equals_reindex():
         labels = rng.choice(np.arange(0, 4_000 * spread, spread), 4_000, replace=False).astype(np.int64)
         labels[rng.random(4_000) < 0.2] = -1  # nodes that are no rows
         wanted = np.r_[rng.choice(labels, 3_000), rng.integers(-5, 4_000 * spread, 1_000), -1]
-        got = whatif._position(labels, wanted)
+        got = whatif.edges._position(labels, wanted)
         s = pd.Series(np.arange(len(labels)), index=labels)
         ref = s[s.index >= 0].reindex(wanted).fillna(-1).to_numpy(np.int64)
         assert np.array_equal(got, ref)
-    assert np.array_equal(whatif._position(np.full(3, -1), np.array([0, 1])), [-1, -1])
+    assert np.array_equal(whatif.edges._position(np.full(3, -1), np.array([0, 1])), [-1, -1])
 
 
 def test_launch_positions_equal_position():
@@ -197,9 +197,9 @@ def test_launch_positions_equal_position():
     li = np.r_[rng.choice(lbl[rt], 1_500), rng.choice(act, 100), rng.integers(0, 20_000, 400)]
     gi = np.r_[rng.choice(act, 1_500), rng.choice(lbl[rt], 100), rng.integers(0, 20_000, 400)]
     for ranged in (True, False):
-        lp, gp = whatif._launch_positions(lbl, rt, act, li, gi, ranged)
-        assert np.array_equal(lp, whatif._position(lbl, li))
-        assert np.array_equal(gp, whatif._position(act, gi))
+        lp, gp = whatif.edges.launch_positions(lbl, rt, act, li, gi, ranged)
+        assert np.array_equal(lp, whatif.edges._position(lbl, li))
+        assert np.array_equal(gp, whatif.edges._position(act, gi))
 
 
 @pytest.mark.parametrize("threads", [1, 2, 5])
@@ -214,7 +214,7 @@ def test_cross_candidates_equal_brute_force(threads):
     ids = np.arange(10, 10 + n)
     full_s, full_e, full_t = (np.r_[np.zeros(10, np.int64), x] for x in (start, end, tid))
     q = np.flatnonzero(rng.random(n) < 0.5)
-    got_q, got_c, got_e = whatif._cross_in_group(ids, q, full_s, full_e, full_t)
+    got_q, got_c, got_e = whatif.edges._cross_in_group(ids, q, full_s, full_e, full_t)
     ref = {}
     for i in ids[q]:
         before = [j for j in ids if full_e[j] < full_s[i]]
@@ -232,11 +232,11 @@ def test_name_tests_equal_name_mask(categorical):
                        "nan", "CUDASTREAMSYNCHRONIZE", "volta_sgemm_128x64_nn"] * 50)
     if categorical:
         names = names.astype("category")
-    col = whatif._codes(names)
+    col = whatif.nodes.column_codes(names)
     for pattern, case in ((whatif.SYNC_CALL, True), (whatif.DATA_WAIT_PRIMARY, True), (whatif.SYNC_CALL, False),
                           (r"^nan$", True), (re.compile("memcpy", re.I), False)):
-        assert np.array_equal(whatif._name_match(col, pattern, case=case), name_mask(names, pattern, case=case))
+        assert np.array_equal(whatif.nodes.name_match(col, pattern, case=case), name_mask(names, pattern, case=case))
     kinds = pd.Series(["runtime", "kernel", None, "step"] * 10)
     kinds = kinds.astype("category") if categorical else kinds
     ref = np.isin(kinds.astype(str).to_numpy(), ("runtime", "step"))
-    assert np.array_equal(whatif._kind_in(whatif._codes(kinds), ("runtime", "step")), ref)
+    assert np.array_equal(whatif.nodes.kind_in(whatif.nodes.column_codes(kinds), ("runtime", "step")), ref)

@@ -31,13 +31,12 @@ the session's analyses in flight are at their limit: retry after one has finishe
 """
 
 
-def build(session: Session) -> Any:
-    """An ``MCPServer`` whose tools call ``session``."""
+def _server_class() -> Any:
+    """The SDK's ``MCPServer`` with its tool call telling a rejected argument in one line."""
     from mcp.server.mcpserver import MCPServer
     from mcp.server.mcpserver.exceptions import ToolError as McpToolError
 
     from traceinsight.vocab.sanitize import terminal
-    from traceinsight.vocab.version import __version__
 
     class Server(MCPServer):
         async def call_tool(self, name, arguments, context=None):  # type: ignore[override]
@@ -57,6 +56,17 @@ def build(session: Session) -> Any:
                 more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
                 raise McpToolError(f"Error executing tool {terminal(name, 40)}: {terminal(arg, 80)}: {terminal(first.get('msg', 'invalid'), 200)}{more}") from None
 
+    return Server
+
+
+def build(session: Session) -> Any:
+    """An ``MCPServer`` whose tools call ``session``."""
+    from mcp.server.mcpserver.exceptions import ToolError as McpToolError
+
+    from traceinsight.vocab.sanitize import terminal
+    from traceinsight.vocab.version import __version__
+
+    Server = _server_class()
     server = Server("traceinsight", version=__version__, instructions=INSTRUCTIONS)
 
     def call(method, *args, **kwargs) -> dict[str, Any]:

@@ -9,7 +9,7 @@ import os
 import shutil
 import sys
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 
@@ -128,7 +128,6 @@ def analyze(
     ] = None,
 ) -> None:
     """Read a trace, run the rules, and report findings with their cost and fixes."""
-    from traceinsight.pipeline import engine
     from traceinsight.render import outputs
     from traceinsight.vocab.allocator import keep_freed_memory
     from traceinsight.job.cli import analyze_job_cli, wants_job
@@ -153,29 +152,10 @@ def analyze(
                            "time; the whole-job report has no efficiency section (analyze one rank's file for it)", err=True)
             return analyze_job_cli(path, cfg, formats, output, scheduler=scheduler, trace_format=trace_format, fail_on=fail_on.value,
                                    rule_timeout=rule_timeout, allow_missing_ranks=allow_missing_ranks, max_bytes=max_bytes)
-        kwargs = dict(
-            config=cfg,
-            baseline=baseline,
-            worse_by=worse_by,
-            trace_format=trace_format,
-            run_name=run_name,
-            step_range=step_range,
-            steps=steps_,
-            range_name=range_name,
-            window_ms=window,
-            rule_timeout=rule_timeout,
-            max_bytes=max_bytes,
-            efficiency=_efficiency_settings(peak_tflops, peak_bandwidth, model_flops_per_step),
-        )
-        analysis = _with_progress(engine.analyze, path, progress, kwargs)
-        global _teardown_free
-        _teardown_free = True
-        width = _terminal_width()
-        summary = _step_summary(targets)
-        outputs.write_reports(analysis, targets, inputs, say=lambda line: typer.echo(line, err=True),
-                              width=width, source_root=source_root, unlocated_to_summary=summary is not None)
-        if summary is not None:
-            _append_summary(summary, analysis, source_root)
+        kwargs = dict(config=cfg, baseline=baseline, worse_by=worse_by, trace_format=trace_format, run_name=run_name, step_range=step_range,
+                      steps=steps_, range_name=range_name, window_ms=window, rule_timeout=rule_timeout, max_bytes=max_bytes,
+                      efficiency=_efficiency_settings(peak_tflops, peak_bandwidth, model_flops_per_step))
+        analysis = _analyze_one(path, progress, kwargs, targets, inputs, source_root)
     except TraceInsightError as exc:
         _fail(exc)
         return
@@ -185,6 +165,24 @@ def analyze(
     _rule_failures([f.line() for f in analysis.rule_failures])
     if fail_on != FailOn.never:
         _gate(analysis, Severity.parse(fail_on.value))
+
+
+def _analyze_one(path: Path, progress: bool, kwargs: dict, targets: Any, inputs: list, source_root: Optional[Path]) -> Any:
+    """``analyze`` of one trace: the analysis (read with progress), its reports written to ``targets`` and, in a
+    GitHub Actions job, the step summary."""
+    from traceinsight.pipeline import engine
+    from traceinsight.render import outputs
+
+    analysis = _with_progress(engine.analyze, path, progress, kwargs)
+    global _teardown_free
+    _teardown_free = True
+    width = _terminal_width()
+    summary = _step_summary(targets)
+    outputs.write_reports(analysis, targets, inputs, say=lambda line: typer.echo(line, err=True),
+                          width=width, source_root=source_root, unlocated_to_summary=summary is not None)
+    if summary is not None:
+        _append_summary(summary, analysis, source_root)
+    return analysis
 
 
 def _rule_failures(lines: list[str]) -> None:

@@ -135,6 +135,46 @@ def _busy_of(views: Views, rank: int, devices: np.ndarray) -> Coverage | None:
     return Coverage(b["start_ns"].to_numpy()[rows], b["end_ns"].to_numpy()[rows])
 
 
+def _gpu_unions(views: Views, rank: int, act: pd.DataFrame, a_rows: np.ndarray | None, a_s: np.ndarray, a_e: np.ndarray,
+                a_dev: np.ndarray) -> tuple[np.ndarray, Coverage, Coverage, Coverage]:
+    """The rank's collective kernels (positions among its rows) and the unions of its GPU activity: busy, compute
+    (all but collectives) and communication."""
+    # a collective kernel: ``views.is_collective``'s test, on the rank's rows without its aligned Series
+    names, kinds = act["name"], act["kind"]
+    if a_rows is not None:
+        names, kinds = names.take(a_rows), kinds.take(a_rows)
+    is_coll = name_mask(names, COLLECTIVE) & kind_mask(kinds, ("kernel",))
+    ci = np.flatnonzero(is_coll)
+    busy = _busy_of(views, rank, a_dev)
+    if not len(ci):  # no collective: compute is all of the activity, and its union the busy one
+        busy = busy if busy is not None else Coverage(a_s, a_e)
+        return ci, busy, busy, Coverage(a_s[:0], a_e[:0])
+    # the unions from one sort: each is merged from its rows in start order (a union is the same whatever
+    # the order of equal starts), so only the first needs sorting
+    if len(a_s) > 1 and not bool((a_s[1:] >= a_s[:-1]).all()):
+        by_start = np.argsort(a_s, kind="stable")
+        s_sorted, e_sorted, coll_sorted = a_s[by_start], a_e[by_start], is_coll[by_start]
+    else:
+        s_sorted, e_sorted, coll_sorted = a_s, a_e, is_coll
+    busy = busy if busy is not None else Coverage(s_sorted, e_sorted)
+    compute = Coverage(s_sorted[~coll_sorted], e_sorted[~coll_sorted])
+    comm = Coverage(s_sorted[coll_sorted], e_sorted[coll_sorted])
+    return ci, busy, compute, comm
+
+
+def _host_coverages(views: Views, rank: int) -> tuple[Coverage, Coverage]:
+    """The rank's data-wait and synchronizing host rows as coverages: the ledger's own tests
+    (traceinsight.vocab.patterns), so a job's data-wait and sync figures measure its buckets' rows."""
+    host = views.host_events
+    h_rows = _rows_of(host, rank)
+    h_names = host["name"] if h_rows is None else host["name"].take(h_rows)
+    h_s, h_d = _column(host, "start_ns", h_rows), _column(host, "dur_ns", h_rows)
+    h_kinds = host["kind"] if h_rows is None else host["kind"].take(h_rows)
+    data = _cov_of(h_s, h_d, name_mask(h_names, DATA_WAIT_PRIMARY, case=True) & kind_mask(h_kinds, DATA_WAIT_KINDS))
+    sync = _cov_of(h_s, h_d, (name_mask(h_names, SYNC_CALL) & kind_mask(h_kinds, ("runtime",))) | (name_mask(h_names, SYNC_OP) & kind_mask(h_kinds, ("cpu_op",))))
+    return data, sync
+
+
 def _summarize_rank(tl: Timeline, views: Views, rank: int, source: str) -> RankSummary:
     # The rank's GPU activity and host rows as a few arrays: on a one-rank trace the views' own columns, never a
     # take of every column of 10^5-10^6 rows.
@@ -142,36 +182,9 @@ def _summarize_rank(tl: Timeline, views: Views, rank: int, source: str) -> RankS
     a_rows = _rows_of(act, rank)
     a_s = _column(act, "start_ns", a_rows).astype(np.int64, copy=False)
     a_e = a_s + np.maximum(_column(act, "dur_ns", a_rows).astype(np.int64, copy=False), 0)
-    # a collective kernel: ``views.is_collective``'s test, on the rank's rows without its aligned Series
-    names, kinds = act["name"], act["kind"]
-    if a_rows is not None:
-        names, kinds = names.take(a_rows), kinds.take(a_rows)
-    is_coll = name_mask(names, COLLECTIVE) & kind_mask(kinds, ("kernel",))
-    ci = np.flatnonzero(is_coll)
     a_dev = _column(act, "device", a_rows)
-    busy = _busy_of(views, rank, a_dev)
-    if not len(ci):  # no collective: compute is all of the activity, and its union the busy one
-        busy = busy if busy is not None else Coverage(a_s, a_e)
-        compute, comm = busy, Coverage(a_s[:0], a_e[:0])
-    else:
-        # the unions from one sort: each is merged from its rows in start order (a union is the same whatever
-        # the order of equal starts), so only the first needs sorting
-        if len(a_s) > 1 and not bool((a_s[1:] >= a_s[:-1]).all()):
-            by_start = np.argsort(a_s, kind="stable")
-            s_sorted, e_sorted, coll_sorted = a_s[by_start], a_e[by_start], is_coll[by_start]
-        else:
-            s_sorted, e_sorted, coll_sorted = a_s, a_e, is_coll
-        busy = busy if busy is not None else Coverage(s_sorted, e_sorted)
-        compute = Coverage(s_sorted[~coll_sorted], e_sorted[~coll_sorted])
-        comm = Coverage(s_sorted[coll_sorted], e_sorted[coll_sorted])
-    host = views.host_events
-    h_rows = _rows_of(host, rank)
-    h_names = host["name"] if h_rows is None else host["name"].take(h_rows)
-    h_s, h_d = _column(host, "start_ns", h_rows), _column(host, "dur_ns", h_rows)
-    # the ledger's own tests (traceinsight.vocab.patterns): a job's data-wait and sync figures measure its buckets' rows
-    h_kinds = host["kind"] if h_rows is None else host["kind"].take(h_rows)
-    data = _cov_of(h_s, h_d, name_mask(h_names, DATA_WAIT_PRIMARY, case=True) & kind_mask(h_kinds, DATA_WAIT_KINDS))
-    sync = _cov_of(h_s, h_d, (name_mask(h_names, SYNC_CALL) & kind_mask(h_kinds, ("runtime",))) | (name_mask(h_names, SYNC_OP) & kind_mask(h_kinds, ("cpu_op",))))
+    ci, busy, compute, comm = _gpu_unions(views, rank, act, a_rows, a_s, a_e, a_dev)
+    data, sync = _host_coverages(views, rank)
 
     if len(a_s):
         w0 = int(a_s.min())

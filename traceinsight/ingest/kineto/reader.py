@@ -321,34 +321,9 @@ def _build(cols: EventColumns, header: Trace, path: Path, warnings: list[str]) -
     base_ns = _base_time_ns(header.baseTimeNanoseconds, path, warnings)
     origin_ns = int(round(origin_us * 1000.0)) + base_ns
 
-    # Copies: direction and pageable host memory from the name ("Memcpy DtoH (Device -> Pageable)").
-    copy_kind = np.full(n, -1, dtype=np.int8)
-    pageable = np.zeros(n, dtype=bool)
-    is_copy = kind_is("memcpy")
-    if is_copy.any():
-        names = [str(c) for c in name_raw.categories]
-        dir_of = np.array([COPY_KINDS.index(d) if d else -1 for d in map(_copy_dir, names)] + [-1], dtype=np.int8)
-        pg_of = np.array(["pageable" in c.lower() for c in names] + [False])
-        copy_kind[is_copy] = dir_of[name_raw.codes[is_copy]]
-        pageable[is_copy] = pg_of[name_raw.codes[is_copy]]
+    copy_kind, pageable = _copy_columns(kind_is("memcpy"), name_raw, n)
     nbytes = np.where(np.isnan(f["bytes"]), 0, f["bytes"]).astype(np.int64)
-
-    optional: dict[str, Any] = {"category": cat, "external_id": external_id}
-    is_kernel = kind_is("kernel")
-    if is_kernel.any():
-        optional["grid"] = _compact(cols.grid, is_kernel)
-        optional["block"] = _compact(cols.block, is_kernel)
-        for col in ("registers", "shared_mem", "occupancy"):  # a count no int64 holds is no count (blank, as 1e400)
-            v = f[col]
-            with np.errstate(invalid="ignore"):
-                optional[col] = np.where(is_kernel & (np.abs(v) <= _ID_LIMIT), v, np.nan)
-    shapes = _compact(cols.input_dims, kind_is("cpu_op"))
-    if len(shapes.categories):
-        optional["input_shapes"] = shapes
-    optional.update(_op_arg_columns(cols, kind_is("cpu_op")))
-    tn = cols.thread_names
-    if len(tn["pid"]):
-        optional["thread_name"] = thread_name_column(pid, tid, tn)
+    optional = _optional_columns(cols, f, kind_is, cat, external_id, pid, tid)
 
     keep = finite & ~bad_dur & ~out_of_range
     rows = Rows(
@@ -374,6 +349,43 @@ def _build(cols: EventColumns, header: Trace, path: Path, warnings: list[str]) -
         rows.optional = _take(rows.optional, keep)
     rows.columns["start_ns"] = rows.columns["start_ns"] + origin_ns  # absolute (or file-clock) ns; load rebases
     return rows, origin_ns
+
+
+def _copy_columns(is_copy: np.ndarray, name_raw: pd.Categorical, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Copies: direction (codes into ``COPY_KINDS``, -1: none) and pageable host memory, from the name ("Memcpy
+    DtoH (Device -> Pageable)"), one test per distinct name."""
+    copy_kind = np.full(n, -1, dtype=np.int8)
+    pageable = np.zeros(n, dtype=bool)
+    if is_copy.any():
+        names = [str(c) for c in name_raw.categories]
+        dir_of = np.array([COPY_KINDS.index(d) if d else -1 for d in map(_copy_dir, names)] + [-1], dtype=np.int8)
+        pg_of = np.array(["pageable" in c.lower() for c in names] + [False])
+        copy_kind[is_copy] = dir_of[name_raw.codes[is_copy]]
+        pageable[is_copy] = pg_of[name_raw.codes[is_copy]]
+    return copy_kind, pageable
+
+
+def _optional_columns(cols: EventColumns, f: dict[str, np.ndarray], kind_is: Any, cat: pd.Categorical, external_id: np.ndarray, pid: np.ndarray,
+                      tid: np.ndarray) -> dict[str, Any]:
+    """The optional columns: category, external id, the kernels' launch configuration, the ops' input shapes and
+    arguments, the thread names."""
+    optional: dict[str, Any] = {"category": cat, "external_id": external_id}
+    is_kernel = kind_is("kernel")
+    if is_kernel.any():
+        optional["grid"] = _compact(cols.grid, is_kernel)
+        optional["block"] = _compact(cols.block, is_kernel)
+        for col in ("registers", "shared_mem", "occupancy"):  # a count no int64 holds is no count (blank, as 1e400)
+            v = f[col]
+            with np.errstate(invalid="ignore"):
+                optional[col] = np.where(is_kernel & (np.abs(v) <= _ID_LIMIT), v, np.nan)
+    shapes = _compact(cols.input_dims, kind_is("cpu_op"))
+    if len(shapes.categories):
+        optional["input_shapes"] = shapes
+    optional.update(_op_arg_columns(cols, kind_is("cpu_op")))
+    tn = cols.thread_names
+    if len(tn["pid"]):
+        optional["thread_name"] = thread_name_column(pid, tid, tn)
+    return optional
 
 
 def launching_pids(pid: np.ndarray, correlation: np.ndarray, gpu: np.ndarray, runtime: np.ndarray) -> np.ndarray:
