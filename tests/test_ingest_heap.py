@@ -57,3 +57,25 @@ def test_small_inputs_leave_the_allocator_alone(tmp_path, monkeypatch):
     assert heap.input_size(path) == path.stat().st_size
     assert heap.input_size(tmp_path) == path.stat().st_size  # a folder: its files
     assert heap.input_size(tmp_path / "missing.json") == 0
+
+
+def test_nested_large_inputs_set_once_and_restore_once(monkeypatch):
+    """``analyze`` holds one around ``load``'s: the inner one neither sets nor restores (restoring early would hand
+    the rest of the analysis the default allocator, and a second switch-off would lose numpy's own setting)."""
+    if heap._libc() is None:
+        pytest.skip("not glibc: large_input is a no-op here")
+    before = _hugepages()
+    seen = []
+    real = heap._hugepages
+
+    def spy(on):
+        seen.append(on)
+        return real(on)
+
+    monkeypatch.setattr(heap, "_hugepages", spy)
+    with heap.large_input(heap.LARGE):
+        with heap.large_input(heap.LARGE):
+            assert seen == [False]
+        assert seen == [False] and not _hugepages()  # the inner exit left the settings held
+    assert seen == [False, before] and _hugepages() == before
+    assert heap._held == [0]

@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+import threading
 from pathlib import Path
 from typing import Iterator
 
@@ -33,7 +34,9 @@ _SETTLED_TRIM = 64 << 20
 _HOLD_TRIM = (1 << 31) - 1  # the largest value mallopt takes (an int): freed blocks stay in the heap
 
 _libc_cache: list = []
-_held = [0]  # nesting depth of large_input: only the outermost sets and restores (the CLI holds it around load)
+_held = [0]  # large_inputs open: only the first sets and the last restores (the CLI holds one around load's)
+_lock = threading.Lock()
+_saved: list = []  # numpy's huge-page setting before the first large_input  # rank files or several traces may be loaded from threads at once
 
 
 def _libc():
@@ -77,22 +80,28 @@ def _hugepages(on: bool) -> bool | None:
 @contextlib.contextmanager
 def large_input(nbytes: int) -> Iterator[None]:
     """While reading (and analysing) an input of ``nbytes``: freed blocks reused from the heap, no huge pages; all
-    free memory given back at the end. A no-op under ``LARGE``, without glibc, or inside another ``large_input``
-    (the outermost one holds the settings: ``traceinsight analyze`` around the whole command, ``load`` within it)."""
-    lib = _libc() if nbytes >= LARGE and not _held[0] else None
+    free memory given back at the end. A no-op under ``LARGE`` or without glibc. Nested or concurrent ones share
+    the settings: the first sets them, the last restores them (``traceinsight analyze`` holds one around the whole
+    command, ``load`` another within it; threads may load several large files at once)."""
+    lib = _libc() if nbytes >= LARGE else None
     if lib is None:
         yield
         return
-    huge = _hugepages(False)
-    lib.mallopt(_M_MMAP_MAX, 0)
-    lib.mallopt(_M_TRIM_THRESHOLD, _HOLD_TRIM)
-    _held[0] += 1
+    with _lock:
+        if not _held[0]:
+            huge = _hugepages(False)
+            lib.mallopt(_M_MMAP_MAX, 0)
+            lib.mallopt(_M_TRIM_THRESHOLD, _HOLD_TRIM)
+            _saved[:] = [huge]
+        _held[0] += 1
     try:
         yield
     finally:
-        _held[0] -= 1
-        lib.mallopt(_M_MMAP_MAX, _DEFAULT_MMAP_MAX)
-        lib.mallopt(_M_TRIM_THRESHOLD, _SETTLED_TRIM)
-        lib.malloc_trim(0)
-        if huge is not None:
-            _hugepages(huge)
+        with _lock:
+            _held[0] -= 1
+            if not _held[0]:
+                lib.mallopt(_M_MMAP_MAX, _DEFAULT_MMAP_MAX)
+                lib.mallopt(_M_TRIM_THRESHOLD, _SETTLED_TRIM)
+                lib.malloc_trim(0)
+                if _saved and _saved[0] is not None:
+                    _hugepages(_saved[0])
