@@ -71,12 +71,14 @@ elif kind == "floor":  # the floor of any loader: the file read into memory once
     with open(path, "rb") as fh:
         n = fh.read().count(b'"ts"')
 elif kind == "analyze":  # the command line: analyze -f html,md,json into a temporary folder
-    import os, tempfile
+    import os, shutil, tempfile
     from traceinsight.console import main
-    sys.argv = ["traceinsight", "analyze", path, "-f", "html,md,json", "-o", tempfile.mkdtemp(prefix="ti-bench-report-")]
+    reports = tempfile.mkdtemp(prefix="ti-bench-report-")
+    sys.argv = ["traceinsight", "analyze", path, "-f", "html,md,json", "-o", reports]
     _exit = os._exit
     def _measured_exit(code=0):
         _report(0)
+        shutil.rmtree(reports, ignore_errors=True)
         _exit(code)
     os._exit = _measured_exit
     main()
