@@ -12,6 +12,7 @@ The synthetic trace (``--synthetic N``) replicates the events of the 54 MB DDP V
 time (and in correlation / external ids), so its content is realistic and its size scales exactly.
 
     python bench/bench_load.py --hta-python /tmp/hta-venv/bin/python --synthetic 10 --gzip
+    python bench/bench_load.py --gigabyte 40 --repeat 3    # load CPU / RSS against reading the file once
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -34,36 +36,63 @@ DDP = "hta_ddp_v100_rank1of2.json.gz"
 _PROBE = r"""
 import json, sys, time
 kind, path = sys.argv[1], sys.argv[2]
+import resource
+def _cpu():
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+c0 = _cpu()
 t0 = time.perf_counter()
+def _report(n):
+    dt = time.perf_counter() - t0
+    cpu = _cpu() - c0
+    # VmHWM, not ru_maxrss: Linux carries ru_maxrss across exec, so a child would report the parent's peak
+    with open("/proc/self/status") as fh:
+        hwm = next(int(line.split()[1]) for line in fh if line.startswith("VmHWM:"))
+    children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss  # the largest worker process, if any
+    print(json.dumps({"seconds": dt, "cpu_seconds": cpu, "process_cpu_seconds": _cpu(), "rows": n,
+                      "peak_rss_mb": hwm / 1024, "child_rss_mb": children / 1024}), flush=True)
 if kind.startswith("traceinsight"):
     import traceinsight
     if ":" in kind:  # traceinsight:<pool>: read a rank folder with that pool
         from traceinsight.ingest.kineto import reader
         reader.RANK_POOL = kind.split(":")[1]
-    t0 = time.perf_counter()
+    c0, t0 = _cpu(), time.perf_counter()
     tl = traceinsight.load(path)
     n = len(tl.events)
 elif kind == "json":
     import gzip
-    t0 = time.perf_counter()
+    c0, t0 = _cpu(), time.perf_counter()
     opener = gzip.open if path.endswith(".gz") else open
     with opener(path, "rb") as fh:
         doc = json.loads(fh.read())
     n = len(doc["traceEvents"])
+elif kind == "floor":  # the floor of any loader: the file read into memory once and scanned once
+    c0, t0 = _cpu(), time.perf_counter()
+    with open(path, "rb") as fh:
+        n = fh.read().count(b'"ts"')
+elif kind == "analyze":  # the command line: analyze -f html,md,json into a temporary folder
+    import os, shutil, tempfile
+    from traceinsight.cli.console import main
+    reports = tempfile.mkdtemp(prefix="ti-bench-report-")
+    sys.argv = ["traceinsight", "analyze", path, "-f", "html,md,json", "-o", reports]
+    _exit = os._exit
+    def _measured_exit(code=0):
+        _report(0)
+        shutil.rmtree(reports, ignore_errors=True)
+        _exit(code)
+    os._exit = _measured_exit
+    main()
 elif kind == "hta":
     import logging
     logging.disable(logging.CRITICAL)
     from hta.trace_analysis import TraceAnalysis
-    t0 = time.perf_counter()
+    c0, t0 = _cpu(), time.perf_counter()
     ta = TraceAnalysis(trace_files={0: path}, trace_dir="/")
     n = len(ta.t.get_trace(0))
-dt = time.perf_counter() - t0
-# VmHWM, not ru_maxrss: Linux carries ru_maxrss across exec, so a child would report the parent's peak
-with open("/proc/self/status") as fh:
-    hwm = next(int(line.split()[1]) for line in fh if line.startswith("VmHWM:"))
-import resource
-children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss  # the largest worker process, when there were any
-print(json.dumps({"seconds": dt, "rows": n, "peak_rss_mb": hwm / 1024, "child_rss_mb": children / 1024}))
+if kind == "analyze":
+    _report(0)  # the command line ends with os._exit after its reports are written (measured above)
+else:
+    _report(n)
 """
 
 
@@ -157,6 +186,54 @@ def rank_pools(folders: list[Path], replicas: int, repeat: int) -> int:
     return 0
 
 
+def gigabyte(copies: int, replica: str | None, repeat: int) -> int:
+    """The issue-42 case: the N-times DDP replica (40: 1.9 GB) read three ways in fresh processes, rounds
+    interleaved so a busy spell hits all alike: the floor (the file read into memory, ``"ts"`` counted once),
+    ``traceinsight.load`` and ``traceinsight analyze -f html,md,json``. CPU is user + system of the whole process,
+    start-up and exit included, and wall the whole process too (what ``/usr/bin/time`` reports: a process that
+    held a 1.9 GB mapping spends a second of system time unmapping it at exit); medians of ``repeat`` rounds after
+    a discarded one; RSS is the peak (``VmHWM``)."""
+    tmp = Path(tempfile.mkdtemp(prefix="ti-bench-giga-"))
+    path = Path(replica) if replica else make_synthetic(CORPUS / DDP, copies, tmp / f"ddp_x{copies}.json")
+    size_mb = path.stat().st_size / 1e6
+    kinds = ("floor", "traceinsight", "analyze")
+    runs: dict[str, list[dict]] = {k: [] for k in kinds}
+    env = _child_env(tmp / "pycache")
+    for i in range(repeat + 1):
+        for kind in kinds:
+            t0 = time.perf_counter()
+            with tempfile.TemporaryFile("w+") as err_fh:  # a file, not a pipe: nothing blocks while stdout is read
+                proc = subprocess.Popen([sys.executable, "-c", _PROBE, kind, str(path)], stdout=subprocess.PIPE,
+                                        stderr=err_fh, text=True, env=env)
+                out = proc.stdout.read()
+                _, status, usage = os.wait4(proc.pid, 0)  # the child's whole CPU time, exit included (as /usr/bin/time)
+                err_fh.seek(0)
+                err = err_fh.read()
+            wall = time.perf_counter() - t0
+            proc.returncode = os.waitstatus_to_exitcode(status)
+            if proc.returncode != 0:
+                print(f"{kind} failed: {err.strip()[-300:]}", file=sys.stderr)
+                return 1
+            if i:
+                r = json.loads(out.strip().splitlines()[-1])
+                r["process_cpu_seconds"] = usage.ru_utime + usage.ru_stime
+                r["seconds"] = wall
+                runs[kind].append(r)
+    med = {k: {f: statistics.median(r[f] for r in runs[k]) for f in ("process_cpu_seconds", "seconds", "peak_rss_mb")} for k in kinds}
+    floor = med["floor"]["process_cpu_seconds"]
+    print(f"\n{path.name}: {size_mb:,.0f} MB, median of {repeat} round(s)")
+    print(f"{'':34s} {'CPU s':>7s} {'wall s':>7s} {'RSS MB':>7s} {'RSS/file':>8s} {'CPU/floor':>9s}")
+    names = {"floor": "read + count ts (floor)", "traceinsight": "traceinsight.load", "analyze": "analyze -f html,md,json"}
+    for k in kinds:
+        m = med[k]
+        print(f"{names[k]:34s} {m['process_cpu_seconds']:7.2f} {m['seconds']:7.2f} {m['peak_rss_mb']:7.0f} "
+              f"{m['peak_rss_mb'] / size_mb:8.2f} {m['process_cpu_seconds'] / floor:9.2f}")
+    load_cpu, an = med["traceinsight"]["process_cpu_seconds"], med["analyze"]
+    print(f"targets: load CPU / floor {load_cpu / floor:.2f} (<= 1.5); analyze RSS / file "
+          f"{an['peak_rss_mb'] / size_mb:.2f} (<= 1.3); analyze CPU / load CPU {an['process_cpu_seconds'] / load_cpu:.2f} (<= 1.3)")
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--hta-python", help="an interpreter that can import hta (HolisticTraceAnalysis)")
@@ -168,7 +245,12 @@ def main() -> int:
                     help="only compare how rank folders are read: threads, processes, one after another")
     ap.add_argument("--replicas", type=int, default=0,
                     help="with --rank-pools: also a folder of N copies of the DDP trace (one rank each)")
+    ap.add_argument("--gigabyte", type=int, nargs="?", const=40, default=0, metavar="N",
+                    help="only the large-trace case: floor, load and analyze of the N-times replica (default 40, 1.9 GB)")
+    ap.add_argument("--replica", help="with --gigabyte: an already built replica to use instead of building one")
     args = ap.parse_args()
+    if args.gigabyte:
+        return gigabyte(args.gigabyte, args.replica, args.repeat)
     if args.rank_pools is not None:
         return rank_pools([Path(f) for f in args.rank_pools], args.replicas, args.repeat)
 

@@ -22,6 +22,7 @@ from traceinsight.model.timeline import (Timeline, assign_steps, assign_steps_co
                         rebase, rebase_columns, validate, validate_columns)
 from traceinsight.ingest import kineto, nsys, tf, xplane
 from traceinsight.ingest.byteio import HEAD_BYTES, check_input, read_head
+from traceinsight.ingest.heap import input_size, large_input
 from traceinsight.ingest.parts import ReadResult, Rows
 
 __all__ = ["FORMATS", "SUPPORTED", "HEAD_BYTES", "ReadResult", "Rows", "assemble", "detect", "load", "read_head"]
@@ -87,7 +88,8 @@ def load(path: str | os.PathLike, *, format: str | None = None, progress: Progre
     if reader is None:
         raise UnknownFormatError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")
     try:
-        with np.errstate(all="ignore"):  # hostile numbers give NaN/inf that the readers drop; never a stderr line
+        # a gigabyte input reuses freed heap blocks instead of faulting in fresh pages per array (ingest/heap.py)
+        with np.errstate(all="ignore"), large_input(input_size(p)):  # hostile numbers give NaN/inf that the readers drop
             result = reader.read(p, progress=progress, max_bytes=max_bytes, **options)
             if progress:
                 progress("building the timeline")

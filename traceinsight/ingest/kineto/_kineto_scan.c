@@ -35,6 +35,10 @@
 #if defined(__SSE2__)
 #include <emmintrin.h>
 #endif
+#if defined(__unix__) || defined(__APPLE__)
+#include <sys/mman.h>
+#include <unistd.h>
+#endif
 
 /* ------------------------------------------------------------------------------------------------------------ */
 /* Column: a malloc'd array exposed through the buffer protocol, so numpy.frombuffer wraps it without a copy.    */
@@ -294,6 +298,8 @@ typedef struct {
     MemRows mem;  /* their allocator fields, row for row */
     double mem_args[N_MEM]; /* the allocator fields of the event being scanned */
     size_t events;
+    int release;          /* the buffer is a read-only file mapping: give back its pages behind the cursor */
+    const char *released; /* the mapping's pages before this (page-aligned) address are given back */
 } Scan;
 
 #define AT_END(s) ((s)->p >= (s)->end)
@@ -984,6 +990,30 @@ static int scan_event(Scan *s) {
     return OK;
 }
 
+/* The mapped bytes scanned since the last release that are given back at once: large enough that the calls cost
+   nothing, small enough that the mapping never holds much of a gigabyte file in memory. */
+#define RELEASE_STEP ((Py_ssize_t)32 << 20)
+
+/* Gives the pages of a file mapping the cursor has passed back to the kernel, so a file of several GB is never
+   resident beside the columns made from it (a mapped page counts in the process's memory once touched). The file
+   stays in the page cache: an interned string that points behind the cursor reads the same bytes again (a minor
+   fault) when it is compared or copied out. Only for a shared read-only file mapping: on anonymous memory
+   MADV_DONTNEED would zero the bytes, so the caller says which it passed. */
+static void release_behind(Scan *s) {
+#if defined(MADV_DONTNEED) && (defined(__unix__) || defined(__APPLE__))
+    static Py_ssize_t page = 0;
+    if (!page) {
+        long ps = sysconf(_SC_PAGESIZE);
+        page = ps > 0 ? (Py_ssize_t)ps : 4096;
+    }
+    uintptr_t from = (uintptr_t)s->released, to = (uintptr_t)s->p & ~(uintptr_t)(page - 1);
+    if (to > from && madvise((void *)from, (size_t)(to - from), MADV_DONTNEED) == 0) s->released = (const char *)to;
+    else s->release = 0; /* refused (not a mapping after all): stop trying, nothing is lost */
+#else
+    s->release = 0;
+#endif
+}
+
 /* The event array; on a cut, the events completed before it stay and TRUNC is returned. */
 static int scan_events(Scan *s, const char **last_complete) {
     int rc0 = open_container(s, ']');
@@ -994,6 +1024,7 @@ static int scan_events(Scan *s, const char **last_complete) {
         int rc = scan_event(s);
         if (rc) return rc;
         *last_complete = s->p;
+        if (s->release && s->p - s->released >= RELEASE_STEP) release_behind(s);
         rc = after_member(s, ']');
         if (rc <= 0) return rc;
     }
@@ -1171,13 +1202,19 @@ static Outcome run(Scan *s) {
     return o;
 }
 
-static PyObject *scan(PyObject *module, PyObject *arg) {
+static PyObject *scan(PyObject *module, PyObject *args) {
+    PyObject *arg;
+    int release = 0;
+    if (!PyArg_ParseTuple(args, "O|p:scan", &arg, &release)) return NULL;
     Py_buffer view;
     if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0) return NULL;
     Scan s;
     memset(&s, 0, sizeof(s));
     s.base = s.p = view.buf;
     s.end = s.base + view.len;
+    /* a mapping starts on a page boundary; anything else is not one, and is never released */
+    s.release = release && ((uintptr_t)s.base & 4095) == 0;
+    s.released = s.base;
     PyObject *out = NULL;
     int t;
     for (t = 0; t < N_TABLES; t++) {
@@ -1204,8 +1241,9 @@ static PyObject *scan(PyObject *module, PyObject *arg) {
 }
 
 static PyMethodDef methods[] = {
-    {"scan", scan, METH_O,
-     "scan(data) -> dict: the kineto events of a JSON document as columns, or {'fallback': reason}."},
+    {"scan", scan, METH_VARARGS,
+     "scan(data, release=False) -> dict: the kineto events of a JSON document as columns, or {'fallback': reason}.\n"
+     "release: data is a read-only mapping of a file, whose pages may be given back as the scan passes them."},
     {NULL, NULL, 0, NULL},
 };
 

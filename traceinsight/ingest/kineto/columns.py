@@ -12,6 +12,7 @@ Rows are the complete (``ph: "X"``) events; metadata (``ph: "M"``) events give t
 
 from __future__ import annotations
 
+import mmap
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -233,9 +234,12 @@ class Declined(Exception):
     """The native scanner does not model something in this document; the general decoder takes over."""
 
 
-def scan_columns(data: bytes) -> tuple[EventColumns, dict[str, Any]]:
-    """Columns from the native scanner, plus where the event array lies (``span``) and whether the file is cut."""
-    res = native.built("pytorch").scan(data)
+def scan_columns(data: bytes | mmap.mmap) -> tuple[EventColumns, dict[str, Any]]:
+    """Columns from the native scanner, plus where the event array lies (``span``) and whether the file is cut.
+
+    A file mapping (``byteio.read_bytes(mapped=True)``) has its pages given back as the scan passes them, so a
+    file of gigabytes is not resident beside its columns; its bytes stay readable (the page cache holds them)."""
+    res = native.built("pytorch").scan(data, isinstance(data, mmap.mmap))
     if res["fallback"]:
         raise Declined(res["fallback"])
     strings = res["strings"]
