@@ -33,14 +33,17 @@ FOLDER = "job<img src=x onerror=alert(1)>[l](http:evil.test)"
 
 def _write(path, rank=None, world=None):
     t = KinetoTrace(device_name=HOSTILE[0] + HOSTILE[4], rank=rank, world_size=world)
-    t.step(1, 0.0, 20_000.0)
+    # two steps: the hostile sync sits in the second, so it is steady-state work a report names (not the head of
+    # the run, which the ledger may set aside as warm-up)
+    t.step(1, 0.0, 5_000.0)
+    t.step(2, 5_000.0, 15_000.0)
     at = 100.0
     for i in range(400):  # many tiny launch-bound kernels with hostile names, gaps between them
         name = HOSTILE[i % len(HOSTILE)]
         t.kernel(name, at, 2.0)
         at += 12.0
-    t.runtime("cudaStreamSynchronize", at + 10, 3000.0)
-    t.cpu_op(HOSTILE[2], at + 5, 3100.0)
+    t.runtime("cudaStreamSynchronize", at + 210, 3000.0)
+    t.cpu_op(HOSTILE[2], at + 205, 3100.0)
     t.kernel(HOSTILE[1], at + 4000, 500.0)
     t.kernel(HOSTILE[6], at + 9000, 500.0)
     return t.write(path)
