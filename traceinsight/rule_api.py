@@ -296,7 +296,7 @@ class Context:
         ``throughput_gain``, ``assumptions``; None without steps to replay."""
         from traceinsight.derive.whatif import what_if_batch
 
-        return what_if_batch(self.views, factor, fixed_below_ns)
+        return what_if_batch(self.views.graphs, factor, fixed_below_ns)
 
     def finding(self, **fields: Unpack["FindingFields"]) -> Finding:
         """A Finding filled with this rule's code, severity and fixes (``build_finding``), its impact percentages

@@ -506,8 +506,6 @@ def cannot_judge(analysis: "Analysis") -> tuple[str, str] | None:
     ``MIN_GPU_WORK_NS`` and ``MIN_GPU_WORK_ITEMS``), ``graph_capture`` or another trace-quality finding that
     withholds judgement (TI012), or ``warmup`` (the steady-state model, ``steady.judgement``: one-time work fills
     the window). What a trace-quality finding explains never forms the verdict: such a window gets this one."""
-    from traceinsight.derive.steady import judgement
-
     led = ledger_of(analysis)
     totals = led.totals()
     window = sum(totals.values())
@@ -531,7 +529,7 @@ def cannot_judge(analysis: "Analysis") -> tuple[str, str] | None:
         from traceinsight.derive.derived import Derived
 
         views = Derived(analysis.timeline)
-    j = judgement(views)
+    j = views.steady
     if j["judgeable"]:
         return None
     reason = j["reason"][0].upper() + j["reason"][1:]

@@ -17,17 +17,18 @@ from traceinsight.derive.steady import warmup_steps
 from traceinsight.model.steps import LIBRARY_RANGE
 
 
-def table(views, source: dict | None = None) -> dict:
+def table(views, ledger_by_step, source: dict | None = None) -> dict:
     """The steps as the reports show them: ``source`` (which marker made them and why), ``count``, ``per_step``
     (rank, step, name, start_ns, dur_ns, warmup (a warm-up step of the steady-state model), ``ledger_ns``: the
     step's ns per ledger bucket, summed over the rank's devices), ``spread`` over the steps outside warm-up
     (median, p10, p90, min, max in ns) and ``outlier``: the slowest steady step when it is over 1.5x the median,
-    with ``cause``, the ledger bucket that grew most against the median step."""
+    with ``cause``, the ledger bucket that grew most against the median step. ``ledger_by_step``: the time
+    ledger's per-step frame, asked only when there are steps (``Derived.ledger.by_step``)."""
     st = views.steps
     out: dict = {"source": source or {"marker": None, "how": "none", "why": "no step markers"}, "count": int(len(st)), "per_step": [], "spread": None, "outlier": None}
     if st.empty:
         return out
-    by = views.ledger.by_step
+    by = ledger_by_step()
     led = by[by["step"] >= 0].groupby(["rank", "step", "bucket"], sort=False)["ns"].sum() if len(by) else pd.Series(dtype="int64")
     rows = []
     for r, g in st.groupby("rank", sort=True):

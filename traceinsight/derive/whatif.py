@@ -42,7 +42,7 @@ import pandas as pd
 from traceinsight.vocab import native
 from traceinsight.model.finding import instance_columns
 from traceinsight.vocab.intervals import Coverage, merge_grouped, merge_intervals
-from traceinsight.vocab.masks import category_hits, codes_in
+from traceinsight.vocab.masks import coded as _codes, coded_hits as _name_hits, coded_in as _kind_in, coded_match as _name_match, coded_rows as _rows_where
 from traceinsight.vocab.patterns import DATA_WAIT_KINDS, DATA_WAIT_PRIMARY, EVENT_RECORD, IMPLICIT_SYNC_CALL, STREAM_WAIT, SYNC_CALL
 from traceinsight.vocab.work_classes import CLASSES as WORK_CLASSES, GEMM_CLASSES, kernel_class_of
 from traceinsight.vocab.thresholds import LAUNCH_GAP_NS
@@ -139,41 +139,6 @@ def _of_rank(df: pd.DataFrame, rank: int) -> pd.DataFrame:
     """The rows of ``rank``; the frame itself when it holds no other rank (no copy of a single-rank trace)."""
     m = df["rank"].to_numpy() == rank
     return df if m.all() else df[m]
-
-
-def _codes(col: pd.Series) -> tuple[np.ndarray, list[str], "pd.Index | None"]:
-    """(code per row, the distinct values as str, the categories of a categorical) of a kind or name column, so
-    that a test runs once per distinct value; a categorical's missing values get code -1 (they match nothing, as
-    in ``views.name_mask``)."""
-    if isinstance(col.dtype, pd.CategoricalDtype):
-        cat = col.array  # the Categorical itself: its codes and categories without the ``.cat`` accessor's Series
-        return cat.codes, [str(c) for c in cat.categories], cat.categories
-    codes, uniq = pd.factorize(col.to_numpy(), use_na_sentinel=False)  # NaN is a value here, read as "nan"
-    return codes, [str(c) for c in uniq], None
-
-
-def _rows_where(col: tuple[np.ndarray, list[str]], hit: np.ndarray) -> np.ndarray:
-    """Per row: the per-value answer ``hit`` (code -1 reads False), by ``masks.codes_in``."""
-    return codes_in(col[0], hit)
-
-
-def _kind_in(col: tuple[np.ndarray, list[str]], names: tuple[str, ...]) -> np.ndarray:
-    """Rows whose kind is one of ``names`` (``col`` from ``_codes``)."""
-    return _rows_where(col, np.fromiter((c in names for c in col[1]), bool, len(col[1])))
-
-
-def _name_hits(col: tuple[np.ndarray, list[str], "pd.Index | None"], rx: "re.Pattern[str]") -> np.ndarray:
-    """Per distinct value of a ``_codes`` column: does ``rx`` match it. A categorical's answers come from the
-    per-categories cache of ``views`` (the ledger and the rules test the same patterns on the same names)."""
-    if col[2] is not None:
-        return category_hits(col[2], rx)
-    return np.fromiter((rx.search(c) is not None for c in col[1]), bool, len(col[1]))
-
-
-def _name_match(col: tuple[np.ndarray, list[str], "pd.Index | None"], pattern: "str | re.Pattern[str]", case: bool = False) -> np.ndarray:
-    """``views.name_mask`` (same flags, same answer) on ``_codes`` columns: one regex search per distinct name."""
-    rx = pattern if isinstance(pattern, re.Pattern) else re.compile(pattern, 0 if case else re.IGNORECASE)
-    return _rows_where(col, _name_hits(col, rx))
 
 
 def _host_nodes(views: Views, rank: int, ng: int) -> tuple[dict[str, np.ndarray], int, slice, tuple, np.ndarray]:
@@ -429,7 +394,7 @@ def _launch_positions(lbl: np.ndarray, rt: slice, act_lbl: np.ndarray, launch_id
     return lp, gp - nh
 
 
-def build_graph(views: Views, rank: int, max_steps: int = MAX_STEPS) -> Graph | None:
+def build_graph(views: Views, rank: int, max_steps: int = MAX_STEPS, warmup: "pd.DataFrame | None" = None) -> Graph | None:
     """The dependency graph of ``rank`` (vectorized; no per-event Python). None when the rank has no GPU work.
 
     Node-length arrays are the graph's own or few: what only GPU nodes have (a launch, a device) is kept on
@@ -590,7 +555,7 @@ def build_graph(views: Views, rank: int, max_steps: int = MAX_STEPS) -> Graph | 
     g = Graph(rank=rank, ntype=ntype, start=start, end=end, dur=end - start, prev=prev, prev_lat=prev_lat, cross=cross,
               cross_lat=cross_lat, launch=launch, launch_lat=launch_lat, own=own, waits=waits, wait_on=wait_on,
               is_launch=is_launch, gemm=gemm, work=work, steps=steps, window=np.zeros(0, np.int64),
-              defaults={"launch": d_launch, "queue": d_queue, "warmup": _warmup_windows(views, rank)}, seq=seq)
+              defaults={"launch": d_launch, "queue": d_queue, "warmup": _warmup_windows(warmup, rank)}, seq=seq)
     if step_cols is not None:
         g.defaults["_step_arrays"] = (steps, step_cols)
     g.window = _window(g, steps)
@@ -1061,9 +1026,8 @@ def remove_warmup(g: Graph, windows=None) -> None:
         cut_time(g, w)
 
 
-def _warmup_windows(views: Views, rank: int) -> np.ndarray:
-    """The ledger's warm-up regions of ``rank`` as (start, end) rows: one-time work the replay leaves out."""
-    w = views.ledger.warmup
+def _warmup_windows(w: "pd.DataFrame | None", rank: int) -> np.ndarray:
+    """The warm-up regions ``w`` (the ledger's) of ``rank`` as (start, end) rows: one-time work the replay leaves out."""
     if w is None or w.empty:
         return np.zeros((0, 2), np.int64)
     w = w[w["rank"].to_numpy() == rank]
@@ -1153,17 +1117,11 @@ ASSUMPTIONS = {
 
 
 # --- API -------------------------------------------------------------------------------------------------
-def build_graphs(views: Views) -> list[Graph]:
-    """The graphs of every rank with GPU work."""
+def build_graphs(views: Views, warmup: "pd.DataFrame | None") -> list[Graph]:
+    """The graphs of every rank with GPU work; ``warmup``: the ledger's warm-up regions (rank, start_ns, end_ns),
+    the one-time work the replay prices apart (``Derived.graphs`` passes its ledger's)."""
     ranks = sorted(int(r) for r in pd.unique(views.gpu_activity["rank"])) if not views.gpu_activity.empty else []
-    return [gr for gr in (build_graph(views, r) for r in ranks) if gr is not None]
-
-
-def graphs(views: Views) -> list[Graph]:
-    """The graphs of every rank with GPU work: the analysis' own (``Derived.graphs``, built once), or built now for
-    plain views."""
-    own = getattr(type(views), "graphs", None)
-    return views.graphs if own is not None else build_graphs(views)  # type: ignore[attr-defined]
+    return [gr for gr in (build_graph(views, r, warmup=warmup) for r in ranks) if gr is not None]
 
 
 def _resolve(transform, windows) -> tuple[Callable[..., None], str, str]:
@@ -1183,8 +1141,9 @@ def _resolve(transform, windows) -> tuple[Callable[..., None], str, str]:
     return transform, getattr(transform, "__name__", "custom"), (transform.__doc__ or "").strip().split("\n")[0]
 
 
-def predict_step_ns(views: Views, transform="all", windows=None) -> dict:
-    """Median step time with ``transform`` applied, next to the unmodified replay and the measured steps.
+def predict_step_ns(graphs: list[Graph], transform="all", windows=None) -> dict:
+    """Median step time with ``transform`` applied, next to the unmodified replay and the measured steps, over
+    ``graphs`` (``build_graphs``; an analysis keeps its own, ``Derived.graphs``).
 
     ``transform``: a name in ``TRANSFORMS``, a function editing a ``Graph`` in place, or a list of names,
     functions and ``(name, windows)`` pairs applied together (e.g. the transforms of the causes found, for
@@ -1193,7 +1152,7 @@ def predict_step_ns(views: Views, transform="all", windows=None) -> dict:
     """
     fn, name, words = _resolve(transform, windows)
     measured, base, pred, full_b, full_m = [], [], [], [], []
-    for g in graphs(views):
+    for g in graphs:
         buf = None
         if "base" not in g.defaults:  # the unmodified replay, once per graph
             ns, ne = buf = replay(g)
@@ -1224,9 +1183,9 @@ def predict_step_ns(views: Views, transform="all", windows=None) -> dict:
     fb, fm = np.concatenate(full_b), np.concatenate(full_m)
     med_fm = _median(fm) if len(fm) else 0.0
     err = round(100.0 * (_median(fb) - med_fm) / med_fm, 3) if len(fm) and med_fm else None
-    if any(steady_graph(gr) is not gr for gr in graphs(views)):
+    if any(steady_graph(gr) is not gr for gr in graphs):
         words += "; priced on the steady state (the ledger's warm-up left out of baseline and prediction)"
-    no_steps = all(gr.steps.empty for gr in graphs(views))
+    no_steps = all(gr.steps.empty for gr in graphs)
     if no_steps:
         words += "; no step markers: the whole traced window is one step"
     return {
@@ -1257,7 +1216,7 @@ def windows_of(instances) -> list[tuple[int, int]] | None:
 WINDOWED = {"remove_host_sync", "rnn_to_cudnn"}
 
 
-def what_if_for(views: Views, name: str | None, instances=None) -> dict | None:
+def what_if_for(graphs: list[Graph], name: str | None, instances=None) -> dict | None:
     """``Finding.what_if`` for a root-cause finding whose rule declares transform ``name`` (``Rule.what_if``; None
     for symptoms and rules without a model).
 
@@ -1269,7 +1228,7 @@ def what_if_for(views: Views, name: str | None, instances=None) -> dict | None:
     windows = windows_of(instances) if name in WINDOWED else None
     if name in WINDOWED and windows is None:
         return None
-    r = predict_step_ns(views, name, windows=windows)
+    r = predict_step_ns(graphs, name, windows=windows)
     return r if r["step_ns"] is not None else None
 
 
@@ -1313,10 +1272,10 @@ def faster_gpu_work(saved_ns: int, gemm_only: bool = False, classes: tuple[str, 
     return faster
 
 
-def what_if_faster(views: Views, saved_ns: int, gemm_only: bool = False, classes: tuple[str, ...] | None = None) -> dict | None:
+def what_if_faster(graphs: list[Graph], saved_ns: int, gemm_only: bool = False, classes: tuple[str, ...] | None = None) -> dict | None:
     """``Finding.what_if`` for a modelled speed-up of busy work (:func:`faster_gpu_work`), or None without steps to
     replay. The factor is taken over every rank's selected GPU time, so the ranks shrink alike."""
-    gs = graphs(views)
+    gs = graphs
     if not gs or saved_ns <= 0:
         return None
     classes = GEMM_CLASSES if gemm_only and classes is None else (tuple(classes) if classes is not None else None)
@@ -1336,7 +1295,7 @@ def what_if_faster(views: Views, saved_ns: int, gemm_only: bool = False, classes
 
     faster.__doc__ = fns[0][1].__doc__
     faster.__name__ = "faster_gpu_work"
-    r = predict_step_ns(views, faster)
+    r = predict_step_ns(gs, faster)
     return r if r["step_ns"] is not None else None
 
 
@@ -1355,13 +1314,13 @@ def grow_batch(factor: float, fixed_below_ns: int) -> Callable[..., None]:
     return grow
 
 
-def what_if_batch(views: Views, factor: float, fixed_below_ns: int) -> dict | None:
+def what_if_batch(graphs: list[Graph], factor: float, fixed_below_ns: int) -> dict | None:
     """The replay at ``factor`` times the batch (:func:`grow_batch`): ``Finding.what_if`` plus ``per_sample_ratio``
     (time per sample after / before: step after / (factor x step before)) and ``throughput_gain`` (its inverse);
     None without steps to replay."""
     if factor <= 0:
         return None
-    r = predict_step_ns(views, grow_batch(factor, fixed_below_ns))
+    r = predict_step_ns(graphs, grow_batch(factor, fixed_below_ns))
     if r["step_ns"] is None or not r["baseline_step_ns"]:
         return None
     if factor >= 1 and r["step_ns"] < r["baseline_step_ns"]:

@@ -10,16 +10,16 @@ from traceinsight.vocab.units import fmt_ns
 
 def step_report(analysis: Any) -> dict:
     """``{"steps": steps.table(...), "ranges": steps.ranges_table(...)}``, built once per analysis."""
+    from traceinsight.derive.derived import Derived
     from traceinsight.derive.steptable import ranges_table, table
-    from traceinsight.derive.views import Views
 
-    views = analysis.views if getattr(analysis, "views", None) is not None else Views(analysis.timeline)
+    store = analysis.views if analysis.views is not None else Derived(analysis.timeline)  # (an Analysis built by hand)
 
     def build() -> dict:
-        return {"steps": table(views, analysis.timeline.meta.extra.get("steps_source")), "ranges": ranges_table(views)}
+        return {"steps": table(store.views, lambda: store.ledger.by_step, analysis.timeline.meta.extra.get("steps_source")),
+                "ranges": ranges_table(store.views)}
 
-    keep = getattr(views, "memo", None)  # the analysis' store keeps it for every format
-    return keep("steps.report", build) if keep is not None else build()
+    return store.memo("steps.report", build)  # the analysis' store keeps it for every format
 
 
 def spread_sentence(steps: dict) -> str:
