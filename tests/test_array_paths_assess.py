@@ -390,7 +390,8 @@ def _graphs_of(path: Path):
     from traceinsight.pipeline.engine import analyze
     from traceinsight.derive.whatif import build_graphs
 
-    return build_graphs(analyze(path).views)
+    a = analyze(path)
+    return build_graphs(a.views.views, a.ledger.warmup)
 
 
 def test_hand_offs_skip_single_thread_groups(tmp_path, monkeypatch):

@@ -62,7 +62,7 @@ import re
 import numpy as np
 import pandas as pd
 
-from traceinsight.vocab.buckets import AVOIDABLE_BUCKETS, BUCKETS, BUSY_BUCKETS, IDLE_BUCKETS
+from traceinsight.vocab.buckets import AVOIDABLE_BUCKETS, BUCKETS, BUSY_BUCKETS, IDLE_BUCKETS, WARMUP_BUCKET
 from traceinsight.model.finding import Instances, instance_columns
 from traceinsight.vocab.intervals import Coverage, applies_to, merge_intervals
 from traceinsight.vocab.masks import category_hits, codes_in, kind_mask, name_mask
@@ -1066,7 +1066,7 @@ def _device_slices(
     if cut.any():
         ci = np.flatnonzero(cut)
         cs, ce, cc = gs[ci], ge[ci], g_code[ci]
-        sets = [(_CODE["idle_warmup"], *warm)]
+        sets = [(_CODE[WARMUP_BUCKET], *warm)]
         for code in ("idle_gpu_dependency", "data_wait", "idle_host_sync", "idle_launch_bound", "idle_other", "idle_host_busy"):
             if code == "data_wait":
                 sets.append((_CODE["idle_data_wait"], *wait))

@@ -61,7 +61,8 @@ BUCKETS: tuple[str, ...] = tuple(b.id for b in TABLE)
 BUSY_BUCKETS: tuple[str, ...] = tuple(b.id for b in TABLE if b.busy)
 IDLE_BUCKETS: tuple[str, ...] = tuple(b.id for b in TABLE if not b.busy)
 #: The bucket of one-time work (warm-up), set aside rather than counted as a cost: the one bucket with ``set_aside``.
-(WARMUP_BUCKET,) = (b.id for b in TABLE if b.set_aside)
+SET_ASIDE_BUCKETS: tuple[str, ...] = tuple(b.id for b in TABLE if b.set_aside)
+(WARMUP_BUCKET,) = SET_ASIDE_BUCKETS
 #: Idle time that counts as a cost: every idle bucket but the one set aside.
 IDLE_COST_BUCKETS: tuple[str, ...] = tuple(b.id for b in TABLE if not b.busy and not b.set_aside)
 #: Idle a change on the host side removes (input pipeline, syncs, launch overhead, host work, untraced host time).
