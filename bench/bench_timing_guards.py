@@ -5,7 +5,7 @@ prove nothing. Run by hand (one short run; needs the native readers built, and t
 
 - ``gil``: the native kineto scanner releases the GIL: a Python thread ticking every 1 ms keeps ticking during a
   ~0.1 s scan of 400,000 events (target: >= 3 ticks, the scan >= 20 ms so the count means something).
-- ``replay``: ``whatif.predict_step_ns(views, "all")`` on real traces (target: < 3 s each).
+- ``replay``: ``whatif.predict_step_ns(Derived(...).graphs, "all")`` on real traces (target: < 3 s each).
 - ``recovery``: loading a file cut at 73 % costs about what loading the whole file does (target: cut <= 3x whole
   + 0.5 s, native and pure paths): recovery is one linear pass, not a retry per event.
 - ``hostile``: hostile inputs end quickly, as the tests check by value (tests/test_security_sqlite.py,
@@ -83,7 +83,7 @@ def replay() -> bool:
             continue
         v = Derived(traceinsight.load(path))
         t0 = time.perf_counter()
-        r = whatif.predict_step_ns(v, "all")
+        r = whatif.predict_step_ns(v.graphs, "all")
         cost = time.perf_counter() - t0
         good = cost < 3.0 and r["replay_error_pct"] == 0.0
         ok &= good

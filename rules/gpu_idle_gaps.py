@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from traceinsight.vocab.buckets import CAUSE, IDLE_BUCKETS
+from traceinsight.vocab.buckets import CAUSE, IDLE_BUCKETS, WARMUP_BUCKET
 from traceinsight.rule_api import Fix, Instance, Location, Option, Rule, Severity, fmt_ns
 
 from traceinsight.vocab.intervals import Coverage
@@ -28,7 +28,7 @@ CAUSE_LAUNCH = BUCKET_CAUSE["idle_launch_bound"]
 CAUSE_CPU = BUCKET_CAUSE["idle_host_busy"]
 CAUSE_UNTRACED = BUCKET_CAUSE["idle_untraced"]
 CAUSE_K2K = BUCKET_CAUSE["idle_gpu_dependency"]
-CAUSE_WARMUP = BUCKET_CAUSE["idle_warmup"]
+CAUSE_WARMUP = BUCKET_CAUSE[WARMUP_BUCKET]
 CAUSE_UNKNOWN = BUCKET_CAUSE["idle_other"]
 CAUSES = (CAUSE_DATA, CAUSE_OPT, CAUSE_SYNC, CAUSE_LAUNCH, CAUSE_CPU, CAUSE_UNTRACED, CAUSE_K2K, CAUSE_WARMUP, CAUSE_UNKNOWN)
 #: The finding category (rule_api.CATEGORIES) of the rule that owns each gap cause, for root-cause linking.
@@ -207,8 +207,6 @@ def cause_fixes(views, cause: str) -> dict[str, Fix]:
     return out
 
 
-#: The ledger's one home for warm-up: TI001 counts none of its ns (TI013 reports them).
-WARMUP_BUCKET = "idle_warmup"
 #: Host-caused buckets a covering optimizer range names more precisely (the host was late because it stepped
 #: the optimizer); the ledger has no optimizer bucket of its own.
 _OPT_REFINES = ("idle_host_busy", "idle_untraced")
@@ -330,7 +328,7 @@ class GpuIdleGaps(Rule):
     graded like every finding on the common scale (share of the device's window: error >= 20 %, warning >= 5 %,
     info >= 1 %), so idle that is large in total is reported even when it sits in a few gaps.
 
-    Warm-up is left out, and the time ledger is its one home: every nanosecond the ledger books as `idle_warmup`
+    Warm-up is left out, and the time ledger is its one home: every nanosecond the ledger books as warm-up
     (one-time work it measured against a later repetition; TI013 reports it, the verdict sets it aside) is
     removed from the gap it sits in, as if it had not happened. A gap counts only its other nanoseconds, is long
     when those reach `min_gap_us`, and a gap that is all warm-up is no gap here; the title's and

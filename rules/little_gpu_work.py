@@ -7,10 +7,7 @@ import pandas as pd
 from traceinsight.rule_api import Context, Fix, Location, Option, Rule, Severity, fmt_ns
 
 from traceinsight.rulelib.names import count_matching, kind_mask
-
-#: Host calls that launch one kernel each (captured launches included: they are recorded, not executed).
-LAUNCH_CALL = r"^(cudaLaunch|cuLaunch|hipLaunch|hipExtModuleLaunch|hipModuleLaunch|cudaGraphLaunch|hipGraphLaunch)"
-CAPTURE_CALL = r"StreamBeginCapture|BeginCapture|GraphInstantiate"
+from traceinsight.vocab.patterns import GRAPH_CAPTURE_CALL, LAUNCH_CALL
 
 
 class LittleGpuWork(Rule):
@@ -88,7 +85,7 @@ class LittleGpuWork(Rule):
         if not little and n_rt < 20 and n_rt <= kernels:
             return  # launches <= runtime calls: neither capture test below can pass, and no name need be read
         launches = count_matching(host["name"], rt, LAUNCH_CALL, case=True)
-        captures = count_matching(host["name"], rt, CAPTURE_CALL, case=True)
+        captures = count_matching(host["name"], rt, GRAPH_CAPTURE_CALL, case=True)
         # a capture call alone is no capture window: XLA builds its command buffers, torch.compile captures once
         # during warm-up, and the kernels that ran still outnumber the launches the capture recorded
         capture = (captures > 0 and launches > kernels) or (launches >= 20 and launches >= self.capture_ratio * max(kernels, 1))

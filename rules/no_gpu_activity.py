@@ -7,9 +7,7 @@ import pandas as pd
 from traceinsight.rule_api import Context, Fix, Rule, Severity
 
 from traceinsight.vocab.masks import name_mask
-
-#: Host calls that only a program using a GPU makes (CUDA/HIP runtime and driver API).
-GPU_API = r"^(cuda|hip|cu[A-Z]|hsa_)"
+from traceinsight.vocab.patterns import GPU_API
 
 
 class NoGpuActivity(Rule):

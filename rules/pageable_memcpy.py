@@ -9,8 +9,7 @@ from traceinsight.rule_api import Context, Fix, Option, Rule, Severity, fmt_ns
 
 from traceinsight.vocab.masks import kind_mask, name_mask
 from traceinsight.rulelib.gaps import host_starved_gaps
-
-_ASYNC_API = r"Memcpy.*Async|MemcpyAsync|cuMemcpy.*Async"
+from traceinsight.vocab.patterns import ASYNC_COPY_CALL
 
 
 class PageableMemcpy(Rule):
@@ -140,7 +139,7 @@ class PageableMemcpy(Rule):
         idle_ns = 0
         if not launches.empty:
             la = launches[launches["gpu_idx"].isin(pg.index)]
-            is_async = name_mask(la["launch_name"].astype("category"), _ASYNC_API, case=False)
+            is_async = name_mask(la["launch_name"].astype("category"), ASYNC_COPY_CALL, case=False)
             async_calls = int(is_async.sum())
             idle_ns = _idle_under_calls(host_starved_gaps(ctx.views, ctx.views.gaps), la[is_async].drop_duplicates("launch_idx"))
         impact = excess_ns + idle_ns

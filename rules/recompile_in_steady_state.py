@@ -79,7 +79,7 @@ class RecompileInSteadyState(Rule):
             return
         if not name_mask(host["name"], RECOMPILE_CALL).any():
             return  # no compilation range at all (tested once per distinct name): none can be in the steady state
-        late = np.flatnonzero(steady_recompiles(v))
+        late = np.flatnonzero(steady_recompiles(v.views))  # the steady-state model reads the views
         if not len(late):
             return
         rank = host["rank"].to_numpy()[late].astype(np.int64)

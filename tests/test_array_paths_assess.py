@@ -234,12 +234,13 @@ def test_steady_arrays_take_each_devices_warmup_off():
     util = pd.DataFrame({"rank": np.array([0, 0], np.int64), "device": np.array([0, 1], np.int64),
                          "window_ns": np.array([1000, 800], np.int64)})
     one = (np.array([0, 0]), np.array([0, 1]), np.array(["idle_warmup", "compute"], dtype=object), np.array([300, 500]))
-    views = SimpleNamespace(utilization=util, ledger=SimpleNamespace(device_arrays=one))
+    keep_nothing = lambda key, build: build()  # noqa: E731 - a stand-in store's memo: each ask computes afresh
+    views = SimpleNamespace(utilization=util, ledger=SimpleNamespace(device_arrays=one), memo=keep_nothing)
     got = severity.steady_arrays(views)
     assert got[2].tolist() == [700, 800]
     assert [a.tolist() for a in got] == [severity.steady_windows(views)[c].tolist() for c in ("rank", "device", "window_ns")]
     two = (np.array([0, 0]), np.array([1, 1]), np.array(["idle_warmup", "idle_warmup"], dtype=object), np.array([100, 50]))
-    views = SimpleNamespace(utilization=util, ledger=SimpleNamespace(device_arrays=two))
+    views = SimpleNamespace(utilization=util, ledger=SimpleNamespace(device_arrays=two), memo=keep_nothing)
     frame = severity.steady_windows(views)
     got = severity.steady_arrays(views)
     assert [a.tolist() for a in got] == [frame[c].tolist() for c in ("rank", "device", "window_ns")]
@@ -392,7 +393,8 @@ def _graphs_of(path: Path):
     from traceinsight.pipeline.engine import analyze
     from traceinsight.derive.whatif import build_graphs
 
-    return build_graphs(analyze(path).views)
+    a = analyze(path)
+    return build_graphs(a.views.views, a.ledger.warmup)
 
 
 def test_hand_offs_skip_single_thread_groups(tmp_path, monkeypatch):

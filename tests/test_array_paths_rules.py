@@ -152,7 +152,7 @@ def test_views_array_is_the_column_read_once(sample_views):
 def test_launch_counts_never_exceed_runtime_calls(sample_views):
     """TI012 returns without reading names when there are fewer runtime calls than 20 and than kernels: both of its
     capture tests need more launches than that, and launches are runtime calls."""
-    from traceinsight.rules.little_gpu_work import CAPTURE_CALL, LAUNCH_CALL
+    from traceinsight.vocab.patterns import GRAPH_CAPTURE_CALL as CAPTURE_CALL, LAUNCH_CALL
 
     for v in sample_views:
         host = v.host_events

@@ -238,7 +238,8 @@ def test_warmup_steps_per_rank_equal_the_groupby(seed):
         rows += [(int(rank), f"ProfilerStep#{i}", int(s), int(d)) for i, (s, d) in enumerate(zip(starts, durs))]
     steps = pd.DataFrame(rows, columns=["rank", "name", "start_ns", "dur_ns"]).astype({"rank": np.int32, "start_ns": np.int64, "dur_ns": np.int64})
     steps["end_ns"] = steps["start_ns"] + steps["dur_ns"]
-    views = SimpleNamespace(steps=steps, host_events=pd.DataFrame(), launches=pd.DataFrame())
+    views = SimpleNamespace(steps=steps, host_events=pd.DataFrame(), launches=pd.DataFrame(),
+                            memo=lambda key, build: build())  # a stand-in's memo keeps nothing
     got = one_time_regions(views, [])
     assert [tuple(x) for x in got[["rank", "start_ns", "end_ns", "reason"]].itertuples(index=False)] == _warmup_step_regions_reference(steps)
 

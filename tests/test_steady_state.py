@@ -233,7 +233,7 @@ def test_a_finding_only_one_time_work_supports_stays_at_info(tmp_path):
         return Finding(code="TI003", title="t", severity=Severity.ERROR, message="", impact_ns=impact,
                        location=Location(rank=0, device=0), category="launch_overhead", instances=as_instances(instances))
 
-    assert one_time_ns(a.views, inst) == (60_000_000, 60_000_000)
+    assert one_time_ns(a.ledger.warmup, inst) == (60_000_000, 60_000_000)
     on_loads = finding(inst, 60_000_000)
     steady = a.views.steps.iloc[3:5]
     on_steps = finding(steady[["start_ns", "end_ns"]].assign(rank=0, device=0), 60_000_000)
@@ -282,7 +282,7 @@ def test_the_warm_up_step_of_5_1_3_ms_is_booked_and_the_other_two_are_steady(tmp
     assert steps[["start_ns", "end_ns"]].to_numpy().tolist() == [[0, 5_000_000]]
     from traceinsight.derive.steady import judgement
 
-    assert judgement(a.views)["steady_steps"] == 2
+    assert judgement(a.ledger, a.views.steps)["steady_steps"] == 2
 
 
 def test_a_step_warm_up_covers_by_half_or_more_is_not_steady(tmp_path):
@@ -292,7 +292,7 @@ def test_a_step_warm_up_covers_by_half_or_more_is_not_steady(tmp_path):
 
     for cover_us, steady in ((7_500, 2), (5_000, 2), (4_900, 3), (10_000, 2)):
         a = _steps_trace(tmp_path, [10_000] * 4, f"cover{cover_us}.json", loads=[(0, 10_000), (10_000, cover_us)])
-        assert judgement(a.views)["steady_steps"] == steady, cover_us
+        assert judgement(a.ledger, a.views.steps)["steady_steps"] == steady, cover_us
 
 
 def test_one_steady_step_cannot_be_judged_two_can(tmp_path):
@@ -301,13 +301,13 @@ def test_one_steady_step_cannot_be_judged_two_can(tmp_path):
     from traceinsight.derive.steady import judgement
 
     one = _steps_trace(tmp_path, [10_000] * 3, "one.json", loads=[(0, 10_000), (10_000, 9_000)])
-    j = judgement(one.views)
+    j = judgement(one.ledger, one.views.steps)
     assert (j["judgeable"], j["steady_steps"]) == (False, 1)
     assert j["reason"].startswith("one-time work (module loading, set-up, compilation, allocator growth) fills ")
     assert j["reason"].endswith("% of the window and only 1 step outside it shows the rest repeats")
     assert details(one)["category"] == "cannot_judge"
     two = _steps_trace(tmp_path, [10_000] * 4, "two.json", loads=[(0, 10_000), (10_000, 10_000), (20_000, 1_000)])
-    j = judgement(two.views)
+    j = judgement(two.ledger, two.views.steps)
     assert j["warmup_ns"] * 2 >= j["window_ns"]  # most of the window is warm-up: only the step count decides
     assert (j["judgeable"], j["steady_steps"], j["reason"]) == (True, 2, None)
     assert details(two)["category"] != "cannot_judge"
@@ -390,8 +390,8 @@ def test_one_time_ns_adds_up_every_ranks_part(tmp_path):
     a = traceinsight.analyze(t.write(tmp_path / "cold_steps.json"))
     loads = a.ledger.warmup[a.ledger.warmup["reason"].str.startswith("first launch of")]
     inst = loads[["start_ns", "end_ns"]].reset_index(drop=True).assign(rank=[0, 0, np.nan, np.nan], device=0)
-    assert one_time_ns(a.views, inst) == (60_000_000, 60_000_000)
-    assert one_time_ns(a.views, pd.DataFrame({"start_ns": [], "end_ns": [], "rank": [], "device": []})) == (0, 0)
+    assert one_time_ns(a.ledger.warmup, inst) == (60_000_000, 60_000_000)
+    assert one_time_ns(a.ledger.warmup, pd.DataFrame({"start_ns": [], "end_ns": [], "rank": [], "device": []})) == (0, 0)
 
 
 def test_first_launches_are_of_kernels_and_per_rank(tmp_path):

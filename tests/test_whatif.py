@@ -95,7 +95,7 @@ def within(pred: float, truth: float, pct: float) -> bool:
 # --- the replay reproduces what was measured ---------------------------------------------------------------
 def test_unmodified_replay_is_exact_on_planted(tmp_path):
     v = views_of(plant(tmp_path / "a.json", data_us=30_000.0, sync_at=20, work_after_sync_us=3_000.0))
-    r = whatif.predict_step_ns(v, "none")
+    r = whatif.predict_step_ns(v.graphs, "none")
     assert r["steps_used"] == 6
     assert r["step_ns"] == r["baseline_step_ns"] == r["measured_step_ns"]
     assert r["replay_error_pct"] == 0.0
@@ -108,7 +108,7 @@ def test_data_wait_pair(tmp_path):
     before = views_of(plant(tmp_path / "before.json", data_us=30_000.0))
     after = views_of(plant(tmp_path / "after.json"))
     truth = measured_median(after)
-    r = whatif.predict_step_ns(before, "remove_data_wait")
+    r = whatif.predict_step_ns(before.graphs, "remove_data_wait")
     naive = measured_median(before) - 30_000_000
     assert not within(naive, truth, 25.0)  # subtraction alone would be far off: the replay is needed
     assert within(r["step_ns"], truth, 5.0), (r, truth)
@@ -120,16 +120,16 @@ def test_data_wait_pair_with_autograd_thread(tmp_path):
     before = views_of(plant(tmp_path / "before.json", data_us=30_000.0, kernels=20, backward=20))
     after = views_of(plant(tmp_path / "after.json", kernels=20, backward=20))
     truth = measured_median(after)
-    r = whatif.predict_step_ns(before, "remove_data_wait")
+    r = whatif.predict_step_ns(before.graphs, "remove_data_wait")
     assert within(r["step_ns"], truth, 5.0), (r, truth)
-    g = whatif.graphs(before)[0]
+    g = before.graphs[0]
     assert ((g.ntype != whatif.GPU) & (g.cross >= 0)).sum() >= 2 * 6  # a hand-off each way per step
 
 
 def test_data_wait_negative(tmp_path):
     """No data wait in the trace: removing it changes nothing."""
     v = views_of(plant(tmp_path / "a.json"))
-    r = whatif.predict_step_ns(v, "remove_data_wait")
+    r = whatif.predict_step_ns(v.graphs, "remove_data_wait")
     assert r["step_ns"] == r["baseline_step_ns"]
 
 
@@ -138,7 +138,7 @@ def test_host_sync_pair(tmp_path):
     before = views_of(plant(tmp_path / "before.json", sync_at=20, work_after_sync_us=3_000.0, tail_us=200.0))
     after = views_of(plant(tmp_path / "after.json", sync_at=None, work_after_sync_us=0.0, tail_us=3_200.0))
     truth = measured_median(after)
-    r = whatif.predict_step_ns(before, "remove_host_sync", windows=sync_windows(before))
+    r = whatif.predict_step_ns(before.graphs, "remove_host_sync", windows=sync_windows(before))
     assert measured_median(before) > 1.1 * truth  # the stall is real
     assert within(r["step_ns"], truth, 5.0), (r, truth)
 
@@ -146,7 +146,7 @@ def test_host_sync_pair(tmp_path):
 def test_host_sync_negative_gpu_already_idle(tmp_path):
     """A sync that waits for nothing (the GPU was already done) saves nothing when removed."""
     v = views_of(plant(tmp_path / "a.json", sync_at=39, kernel_us=5.0, launch_gap_us=30.0))
-    r = whatif.predict_step_ns(v, "remove_host_sync", windows=sync_windows(v))
+    r = whatif.predict_step_ns(v.graphs, "remove_host_sync", windows=sync_windows(v))
     assert within(r["step_ns"], r["baseline_step_ns"], 1.0)
 
 
@@ -155,7 +155,7 @@ def test_launch_bound_pair(tmp_path):
     before = views_of(plant(tmp_path / "before.json", kernels=200, kernel_us=5.0, launch_gap_us=30.0, tail_us=100.0))
     after = views_of(plant(tmp_path / "after.json", kernels=200, kernel_us=5.0, launch_gap_us=0.0, tail_us=100.0))
     truth = measured_median(after)
-    r = whatif.predict_step_ns(before, "launch_bound_to_graphs")
+    r = whatif.predict_step_ns(before.graphs, "launch_bound_to_graphs")
     assert measured_median(before) > 2 * truth
     assert within(r["step_ns"], truth, 5.0), (r, truth)
 
@@ -164,36 +164,36 @@ def test_warmup_steps_left_out(tmp_path):
     v = views_of(plant(tmp_path / "a.json", warmup_us=200_000.0, steps=5))
     assert whatif.warmup_mask(np.array([9e6, 1e6, 1.1e6, 1e6])).tolist() == [True, False, False, False]
     assert whatif.warmup_mask(np.array([9e6, 5e6, 1e6, 1.1e6, 1e6])).tolist() == [True, True, False, False, False]
-    r = whatif.predict_step_ns(v, "remove_warmup")
+    r = whatif.predict_step_ns(v.graphs, "remove_warmup")
     assert r["steps_used"] == 4
     assert r["step_ns"] <= r["baseline_step_ns"]
     # every what-if is priced on the steady state: the warm-up step is in no baseline, so removing it saves nothing
-    none = whatif.predict_step_ns(v, "none")
+    none = whatif.predict_step_ns(v.graphs, "none")
     assert none["steps_used"] == 4 and none["step_ns"] == r["step_ns"] == none["baseline_step_ns"]
     assert "steady state" in none["assumptions"]
 
 
 def test_all_is_never_worse_than_each(tmp_path):
     v = views_of(plant(tmp_path / "a.json", data_us=30_000.0, sync_at=20, work_after_sync_us=3_000.0))
-    al = whatif.predict_step_ns(v, "all")["step_ns"]
+    al = whatif.predict_step_ns(v.graphs, "all")["step_ns"]
     for name in ("remove_data_wait", "remove_host_sync", "launch_bound_to_graphs"):
-        assert al <= whatif.predict_step_ns(v, name)["step_ns"] * 1.001
+        assert al <= whatif.predict_step_ns(v.graphs, name)["step_ns"] * 1.001
     # the GPU's own work per step (40 x 400 µs + the copy) bounds every prediction from below
     assert al >= 16_000_000
     # the causes found, combined (what kpis.what_if_all_step_ns uses)
-    both = whatif.predict_step_ns(v, [("remove_host_sync", sync_windows(v)), "remove_data_wait"])
+    both = whatif.predict_step_ns(v.graphs, [("remove_host_sync", sync_windows(v)), "remove_data_wait"])
     assert both["transform"] == "remove_host_sync+remove_data_wait"
-    assert both["step_ns"] <= whatif.predict_step_ns(v, "remove_data_wait")["step_ns"]
-    assert both["step_ns"] < whatif.predict_step_ns(v, "remove_host_sync", windows=sync_windows(v))["step_ns"]
+    assert both["step_ns"] <= whatif.predict_step_ns(v.graphs, "remove_data_wait")["step_ns"]
+    assert both["step_ns"] < whatif.predict_step_ns(v.graphs, "remove_host_sync", windows=sync_windows(v))["step_ns"]
     with pytest.raises(ValueError, match="unknown what-if transform"):
-        whatif.predict_step_ns(v, "faster_gpu")
+        whatif.predict_step_ns(v.graphs, "faster_gpu")
 
 
 def test_no_gpu_work(tmp_path):
     tr = KinetoTrace()
     tr.cpu_op("aten::add", 0.0, 10.0)
     v = views_of(tr.write(tmp_path / "cpu.json"))
-    r = whatif.predict_step_ns(v, "all")
+    r = whatif.predict_step_ns(v.graphs, "all")
     assert r["step_ns"] is None and r["steps_used"] == 0
 
 
@@ -203,7 +203,7 @@ def test_real_resnet50_nw0_to_nw4():
     nw0 = views_of(corpus_file("pytorch/kineto_resnet50_nw0_v100.pt.trace.json.gz"))
     nw4 = views_of(corpus_file("pytorch/kineto_resnet50_nw4_v100.pt.trace.json.gz"))
     truth = measured_median(nw4)  # 126.5 ms
-    r = whatif.predict_step_ns(nw0, "remove_data_wait")
+    r = whatif.predict_step_ns(nw0.graphs, "remove_data_wait")
     assert r["replay_error_pct"] == 0.0
     assert within(r["step_ns"], truth, 10.0), (r["step_ns"], truth)
     # and not by plain subtraction of the data wait (about 106 ms, -16 %)
@@ -225,7 +225,7 @@ def test_real_replay_exact(rel):
     """The unmodified graph replays every corpus step exactly (no edge contradicts the trace); its speed is
     checked by bench/bench_timing_guards.py, not here."""
     v = views_of(corpus_file(rel))
-    r = whatif.predict_step_ns(v, "all")
+    r = whatif.predict_step_ns(v.graphs, "all")
     assert r["replay_error_pct"] == 0.0
     assert r["step_ns"] <= r["baseline_step_ns"]
 
@@ -253,7 +253,7 @@ def test_rnn_region_to_cudnn(tmp_path):
     ev = v.events
     syncs = ev[ev["name"].astype(str) == "cudaDeviceSynchronize"]["start_ns"].to_numpy()
     windows = list(zip(v.steps["start_ns"].to_numpy(), syncs))  # the RNN region: step start to its sync (TI004's instances)
-    r = whatif.predict_step_ns(v, "rnn_to_cudnn", windows=windows)
+    r = whatif.predict_step_ns(v.graphs, "rnn_to_cudnn", windows=windows)
     gemm_ns = 50 * 8_000
     # the region shrinks to about its GEMM time (+ queue delays); the 500 µs of host work after it stays
     assert r["baseline_step_ns"] > 7_000_000
@@ -295,7 +295,7 @@ def _assert_topological(g: whatif.Graph) -> None:
 
 def test_replay_order_is_topological(tmp_path):
     v = views_of(plant(tmp_path / "a.json", data_us=5_000.0, sync_at=20, work_after_sync_us=1_000.0))
-    for g in whatif.graphs(v):
+    for g in v.graphs:
         _assert_topological(g)
 
 
@@ -305,7 +305,7 @@ def test_replay_order_is_topological(tmp_path):
      "pytorch/tracelens_h100_owlv2_inference.json.gz", "nsys/nsys2026.2_fastvideo-train_2xH100_300ms-slice.sqlite"],
 )
 def test_real_replay_order_is_topological(rel):
-    for g in whatif.graphs(views_of(corpus_file(rel))):
+    for g in views_of(corpus_file(rel)).graphs:
         _assert_topological(g)
 
 
@@ -313,7 +313,7 @@ def test_long_runs_replay_the_middle_steps(tmp_path, monkeypatch):
     """The replay loop is bounded: only the middle MAX_STEPS steps of a rank are replayed."""
     monkeypatch.setattr(whatif, "MAX_STEPS", 4)
     v = views_of(plant(tmp_path / "a.json", steps=9, kernels=5))
-    g = whatif.build_graph(v, 0, max_steps=whatif.MAX_STEPS)
+    g = whatif.build_graph(v.views, 0, max_steps=whatif.MAX_STEPS, warmup=v.ledger.warmup)
     assert g.steps["step"].tolist() == [2, 3, 4, 5]
     assert len(g.window) < len(g.start) / 2
 
@@ -329,18 +329,18 @@ def test_what_if_for_findings(tmp_path):
         "TI005": "remove_data_wait", "TI007": None,
     }
     v = views_of(plant(tmp_path / "a.json", data_us=30_000.0, sync_at=20, work_after_sync_us=3_000.0))
-    d = whatif.what_if_for(v, rules["TI005"].what_if)
+    d = whatif.what_if_for(v.graphs, rules["TI005"].what_if)
     assert d["transform"] == "remove_data_wait" and d["step_ns"] < d["baseline_step_ns"]
-    assert whatif.what_if_for(v, rules["TI001"].what_if) is None
-    assert whatif.what_if_for(v, rules["TI002"].what_if) is None  # no instances: nothing to edit
+    assert whatif.what_if_for(v.graphs, rules["TI001"].what_if) is None
+    assert whatif.what_if_for(v.graphs, rules["TI002"].what_if) is None  # no instances: nothing to edit
     ev = v.events
     s = ev[ev["name"].astype(str) == "cudaStreamSynchronize"]
     inst = s.assign(end_ns=s["start_ns"] + s["dur_ns"] + 1)[["start_ns", "end_ns"]]
-    d2 = whatif.what_if_for(v, rules["TI002"].what_if, inst)
-    assert d2["step_ns"] == whatif.predict_step_ns(v, "remove_host_sync", windows=sync_windows(v))["step_ns"]
+    d2 = whatif.what_if_for(v.graphs, rules["TI002"].what_if, inst)
+    assert d2["step_ns"] == whatif.predict_step_ns(v.graphs, "remove_host_sync", windows=sync_windows(v))["step_ns"]
     assert d2["step_ns"] < d2["baseline_step_ns"]
     with pytest.raises(ValueError, match="unknown what-if transform"):
-        whatif.what_if_for(v, "TI005")  # a rule code is not a transform
+        whatif.what_if_for(v.graphs, "TI005")  # a rule code is not a transform
 
 
 def test_warmup_window_cut(tmp_path):
@@ -351,12 +351,12 @@ def test_warmup_window_cut(tmp_path):
     vb, va = views_of(before), views_of(after)
     # drop the step markers' meaning: compare whole windows (first launch to last GPU task)
     for v in (vb, va):
-        v.events = v.events[v.events["kind"].astype(str) != "step"]
+        v.views.events = v.events[v.events["kind"].astype(str) != "step"]
     ev = vb.events
     conv = ev[ev["name"].astype(str) == "aten::conv2d"]
     windows = list(zip(conv["start_ns"], conv["start_ns"] + conv["dur_ns"]))
-    r = whatif.predict_step_ns(vb, "remove_warmup", windows=windows)
-    truth = whatif.predict_step_ns(va, "none")["step_ns"]
+    r = whatif.predict_step_ns(vb.graphs, "remove_warmup", windows=windows)
+    truth = whatif.predict_step_ns(va.graphs, "none")["step_ns"]
     assert r["steps_used"] == 1 and r["baseline_step_ns"] > truth + 40_000_000
     assert within(r["step_ns"], truth, 1.0), (r, truth)
 

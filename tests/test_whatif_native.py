@@ -43,7 +43,7 @@ def replay_both(g: whatif.Graph, monkeypatch) -> tuple[tuple[np.ndarray, np.ndar
 
 
 def assert_same_on_every_transform(v, monkeypatch) -> int:
-    graphs = whatif.graphs(v)
+    graphs = v.graphs
     assert graphs
     for g in graphs:
         for name, fn in whatif.TRANSFORMS.items():
@@ -76,7 +76,7 @@ def test_native_replay_equals_python_on_real_traces(rel, replay_module, monkeypa
 def test_native_replay_equals_python_on_planted(tmp_path, replay_module, monkeypatch):
     """Blocking copies, a sync that waits on the GPU, data waits and an autograd hand-off in one trace."""
     v = views_of(plant(tmp_path / "a.json", data_us=5_000.0, sync_at=10, work_after_sync_us=800.0, backward=6))
-    g = whatif.graphs(v)[0]
+    g = v.graphs[0]
     assert (g.ntype == whatif.BLOCKING).sum() >= 6 and any(len(w) for w in g.waits)
     assert_same_on_every_transform(v, monkeypatch)
     # the windowed edits too (a subset of the syncs removed)
@@ -99,7 +99,7 @@ def _args(g: whatif.Graph) -> list:
 
 def test_native_replay_rejects_bad_input(tmp_path, replay_module):
     """Indices out of range, arrays of the wrong size and overflowing sums raise; nothing is read out of bounds."""
-    g = whatif.graphs(views_of(plant(tmp_path / "a.json", sync_at=3, kernels=6)))[0]
+    g = views_of(plant(tmp_path / "a.json", sync_at=3, kernels=6)).graphs[0]
     replay_module.replay(*_args(g))  # the well-formed call works
     n = len(g.start)
     a = _args(g)
@@ -130,7 +130,7 @@ def test_native_replay_rejects_bad_input(tmp_path, replay_module):
 
 
 def test_overflow_raises_on_both_paths(tmp_path, replay_module, monkeypatch):
-    g = whatif.graphs(views_of(plant(tmp_path / "a.json", kernels=6)))[0]
+    g = views_of(plant(tmp_path / "a.json", kernels=6)).graphs[0]
     t = g.copy()
     t.dur[:] = np.iinfo(np.int64).max - 10
     for pure in (False, True):
@@ -232,11 +232,13 @@ def test_name_tests_equal_name_mask(categorical):
                        "nan", "CUDASTREAMSYNCHRONIZE", "volta_sgemm_128x64_nn"] * 50)
     if categorical:
         names = names.astype("category")
-    col = whatif.nodes.column_codes(names)
+    from traceinsight.vocab.masks import coded, coded_in, coded_match  # the coded columns the what-if graph asks
+
+    col = coded(names)
     for pattern, case in ((whatif.SYNC_CALL, True), (whatif.DATA_WAIT_PRIMARY, True), (whatif.SYNC_CALL, False),
                           (r"^nan$", True), (re.compile("memcpy", re.I), False)):
-        assert np.array_equal(whatif.nodes.name_match(col, pattern, case=case), name_mask(names, pattern, case=case))
+        assert np.array_equal(coded_match(col, pattern, case=case), name_mask(names, pattern, case=case))
     kinds = pd.Series(["runtime", "kernel", None, "step"] * 10)
     kinds = kinds.astype("category") if categorical else kinds
     ref = np.isin(kinds.astype(str).to_numpy(), ("runtime", "step"))
-    assert np.array_equal(whatif.nodes.kind_in(whatif.nodes.column_codes(kinds), ("runtime", "step")), ref)
+    assert np.array_equal(coded_in(coded(kinds), ("runtime", "step")), ref)

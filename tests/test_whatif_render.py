@@ -28,7 +28,7 @@ def _analysis(tmp_path):
 def test_reports_show_what_if(tmp_path):
     a = _analysis(tmp_path)
     (f,) = [f for f in a.findings if f.code == "TI005"]
-    f.what_if = whatif.what_if_for(a.views, "remove_data_wait")
+    f.what_if = whatif.what_if_for(a.views.graphs, "remove_data_wait")
     line = whatif.format_what_if(f.what_if)
     assert line.startswith("step ") and "−" in line
     md = render(a, "md")

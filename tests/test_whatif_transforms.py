@@ -56,7 +56,7 @@ def loop_trace(path, steps: int = 4, markers: bool = True):
 def loop(tmp_path):
     """(views, graph) of the loop; the graph is a fresh copy a test may edit."""
     v = views_of(loop_trace(tmp_path / "loop.json"))
-    (g,) = whatif.graphs(v)
+    (g,) = v.graphs
     return v, g
 
 
@@ -175,7 +175,7 @@ def test_launch_bound_to_graphs_in_windows(loop):
 def test_launch_bound_hand_off_edges(tmp_path):
     """Host time across a hand-off between threads (the autograd thread) goes like time on one thread."""
     v = views_of(plant(tmp_path / "a.json", steps=3, kernels=4, backward=4, launch_gap_us=30.0))
-    (g,) = whatif.graphs(v)
+    (g,) = v.graphs
     host = g.ntype == HOST
     hand = host & (g.cross >= 0)
     assert hand.any()
@@ -235,7 +235,7 @@ def gpu_gaps_trace(path):
 
 def test_typical_gpu_latencies(tmp_path):
     v = views_of(gpu_gaps_trace(tmp_path / "gaps.json"))
-    (g,) = whatif.graphs(v)
+    (g,) = v.graphs
     assert (g.defaults["launch"], g.defaults["queue"]) == (6_000, 2_000)
     gpu = g.ntype == GPU
     first = np.flatnonzero(gpu & (g.launch_lat == 100_000))  # each step's first kernel
@@ -252,10 +252,10 @@ def test_typical_gpu_latencies(tmp_path):
         assert (getattr(t, k) == getattr(g, k)).all()
     assert (t.prev_lat[~gpu] == g.prev_lat[~gpu]).all() and (t.launch_lat[~gpu] == g.launch_lat[~gpu]).all()
     # what the step loses is that unexplained idle: 74 µs of launch wait and 2 x 48 µs of queue wait
-    r = whatif.predict_step_ns(v, "typical_gpu_latencies")
+    r = whatif.predict_step_ns(v.graphs, "typical_gpu_latencies")
     assert (r["baseline_step_ns"], r["step_ns"]) == (640_000, 640_000 - 74_000 - 96_000)
     # the graph model launches at once and caps the launch latency itself (6 µs): 20 µs more
-    assert whatif.predict_step_ns(v, "launch_bound_to_graphs")["step_ns"] == 640_000 - 94_000 - 96_000
+    assert whatif.predict_step_ns(v.graphs, "launch_bound_to_graphs")["step_ns"] == 640_000 - 94_000 - 96_000
     # the very first kernel is launched by the first host call (node 0): a window around that launch call reaches
     # the kernel, which starts 100 µs later, outside it
     assert g.launch[first[0]] == 0
@@ -284,7 +284,7 @@ def test_typical_gpu_latencies_cross_stream(tmp_path):
         tr.kernel("producer", b, 100, launch_us=b - 50, stream=7)
         tr.kernel("consumer", b + 105, 100, launch_us=b - 40, stream=8)  # starts 5 µs after the producer ends
     v = views_of(tr.write(tmp_path / "x.json"))
-    (g,) = whatif.graphs(v)
+    (g,) = v.graphs
     gpu = g.ntype == GPU
     dep = gpu & (g.cross >= 0)
     assert dep.sum() == 30 and (g.cross_lat[dep] == 5_000).all()
@@ -341,7 +341,7 @@ def test_cut_time(loop):
 
 def test_remove_warmup_drops_leading_warmup_steps_once(tmp_path):
     v = views_of(plant(tmp_path / "a.json", warmup_us=200_000.0, steps=3))
-    (g,) = whatif.graphs(v)
+    (g,) = v.graphs
     assert len(g.steps) == 3
     t = g.copy()
     whatif.remove_warmup(t)
@@ -351,7 +351,7 @@ def test_remove_warmup_drops_leading_warmup_steps_once(tmp_path):
     whatif.remove_warmup(t)  # applied once: a graph already in steady state is left as it is
     pd.testing.assert_frame_equal(t.steps, expected)
     assert (t.dur == once).all()
-    r = whatif.predict_step_ns(v, "remove_warmup")
+    r = whatif.predict_step_ns(v.graphs, "remove_warmup")
     assert r["steps_used"] == 2
 
 
@@ -374,7 +374,7 @@ def conv_trace(path, autotune: bool):
 def test_remove_warmup_cuts_the_ledgers_warmup_without_markers(tmp_path):
     """Without step markers the window is one step: the ledger's warm-up is cut out of baseline and prediction."""
     warm, plain = views_of(conv_trace(tmp_path / "w.json", True)), views_of(conv_trace(tmp_path / "p.json", False))
-    (g,) = whatif.graphs(warm)
+    (g,) = warm.graphs
     assert g.steps.empty and len(g.defaults["warmup"]) == 1
     t = g.copy()
     whatif.remove_warmup(t)
@@ -382,8 +382,8 @@ def test_remove_warmup_cuts_the_ledgers_warmup_without_markers(tmp_path):
     assert (once[1] < g.prev_lat).any() or (once[0] < g.dur).any()
     whatif.remove_warmup(t)
     assert all((a == b).all() for a, b in zip(once, (t.dur, t.prev_lat, t.launch_lat)))
-    r = whatif.predict_step_ns(warm, "none")
-    truth = whatif.predict_step_ns(plain, "none")["step_ns"]
+    r = whatif.predict_step_ns(warm.graphs, "none")
+    truth = whatif.predict_step_ns(plain.graphs, "none")["step_ns"]
     assert r["steps_used"] == 1
     assert r["measured_step_ns"] > truth + 49_000_000  # the measured window holds the 50 ms
     assert abs(r["baseline_step_ns"] - truth) <= 0.01 * truth  # the baseline does not
@@ -393,9 +393,9 @@ def test_remove_warmup_cuts_the_ledgers_warmup_without_markers(tmp_path):
 
 def test_all_applies_every_transform_in_its_windows(loop):
     v, g = loop
-    base = whatif.predict_step_ns(v, "none")["step_ns"]
-    assert whatif.predict_step_ns(v, "all", windows=[(0, 1)])["step_ns"] == base  # windows before the trace
-    each = whatif.predict_step_ns(v, "all")["step_ns"]
+    base = whatif.predict_step_ns(v.graphs, "none")["step_ns"]
+    assert whatif.predict_step_ns(v.graphs, "all", windows=[(0, 1)])["step_ns"] == base  # windows before the trace
+    each = whatif.predict_step_ns(v.graphs, "all")["step_ns"]
     assert each < base - 1_000_000  # at least the data wait goes
     t = g.copy()
     whatif.TRANSFORMS["all"](t, step_windows(g, [0]))
@@ -407,7 +407,7 @@ def test_all_applies_every_transform_in_its_windows(loop):
 # --- windows, names, and what the reports get ---------------------------------------------------------------
 def test_windows_edit_only_inside_them(loop):
     v, g = loop
-    base = whatif.predict_step_ns(v, "none")
+    base = whatif.predict_step_ns(v.graphs, "none")
     one = step_windows(g, [1])
     assert len(one) == 1  # a single window edits (not only lists of several)
     t = g.copy()
@@ -415,7 +415,7 @@ def test_windows_edit_only_inside_them(loop):
     assert (t.dur[g.ntype == DATA_WAIT] == 0).sum() == 1
     # an empty list of windows edits nothing
     for name in ("remove_data_wait", "remove_host_sync", "launch_bound_to_graphs", "rnn_to_cudnn", "typical_gpu_latencies"):
-        assert whatif.predict_step_ns(v, name, windows=[])["step_ns"] == base["step_ns"], name
+        assert whatif.predict_step_ns(v.graphs, name, windows=[])["step_ns"] == base["step_ns"], name
     # the GPU tasks launched in a window are in it, wherever they run
     late = np.flatnonzero(g.ntype == GPU)[0]
     ls = int(g.start[g.launch[late]])
@@ -428,18 +428,18 @@ def test_windows_edit_only_inside_them(loop):
 def test_transforms_by_name_function_or_list(loop):
     v, g = loop
     dw = step_windows(g, [0, 1])
-    r = whatif.predict_step_ns(v, [("remove_data_wait", dw), "remove_host_sync"])
+    r = whatif.predict_step_ns(v.graphs, [("remove_data_wait", dw), "remove_host_sync"])
     assert r["transform"] == "remove_data_wait+remove_host_sync"
     assert r["assumptions"].startswith(whatif.ASSUMPTIONS["remove_data_wait"] + "; " + whatif.ASSUMPTIONS["remove_host_sync"])
     # a pair's windows limit its own edit: the data wait of step 0 only
     first = step_windows(g, [0])
-    pair = whatif.predict_step_ns(v, [("remove_data_wait", first)])
+    pair = whatif.predict_step_ns(v.graphs, [("remove_data_wait", first)])
     # steps of 1.121, 2.121, 2.121 and 2.111 ms: the median is 2.116 ms
-    assert pair["step_ns"] == whatif.predict_step_ns(v, "remove_data_wait", windows=first)["step_ns"] == 2_116_000
-    assert whatif.predict_step_ns(v, ["remove_data_wait"])["step_ns"] == 1_121_000
+    assert pair["step_ns"] == whatif.predict_step_ns(v.graphs, "remove_data_wait", windows=first)["step_ns"] == 2_116_000
+    assert whatif.predict_step_ns(v.graphs, ["remove_data_wait"])["step_ns"] == 1_121_000
     # a list given windows: each name without its own windows takes them
-    limited = whatif.predict_step_ns(v, ["remove_data_wait", "remove_host_sync"], windows=[(0, 1)])
-    assert limited["step_ns"] == whatif.predict_step_ns(v, "none")["step_ns"]
+    limited = whatif.predict_step_ns(v.graphs, ["remove_data_wait", "remove_host_sync"], windows=[(0, 1)])
+    assert limited["step_ns"] == whatif.predict_step_ns(v.graphs, "none")["step_ns"]
 
     def halve_kernels(g, windows=None):
         """every GPU task takes half its time
@@ -447,19 +447,19 @@ def test_transforms_by_name_function_or_list(loop):
         (more text that is not the summary)"""
         g.dur[g.ntype == GPU] //= 2
 
-    r = whatif.predict_step_ns(v, halve_kernels)
+    r = whatif.predict_step_ns(v.graphs, halve_kernels)
     assert (r["transform"], r["assumptions"]) == ("halve_kernels", "every GPU task takes half its time")
 
     class Undocumented:
         def __call__(self, g, windows=None):
             pass
 
-    r = whatif.predict_step_ns(v, Undocumented())
+    r = whatif.predict_step_ns(v.graphs, Undocumented())
     assert r["transform"] == "custom" and r["step_ns"] == r["baseline_step_ns"]
-    r = whatif.predict_step_ns(v, lambda g, windows=None: None)
+    r = whatif.predict_step_ns(v.graphs, lambda g, windows=None: None)
     assert (r["transform"], r["assumptions"]) == ("<lambda>", "")
     with pytest.raises(ValueError, match=r"unknown what-if transform 'nope'; known: none, remove_data_wait, "):
-        whatif.predict_step_ns(v, ["remove_data_wait", "nope"])
+        whatif.predict_step_ns(v.graphs, ["remove_data_wait", "nope"])
 
 
 def test_windows_of_instances():
@@ -476,16 +476,16 @@ def test_what_if_for_a_cause(loop, tmp_path):
     v, g = loop
     # a transform that acts on every task of its kind ignores the finding's instances
     inst = pd.DataFrame({"start_ns": [int(g.start[0])], "end_ns": [int(g.start[0]) + 1]})
-    assert whatif.what_if_for(v, "remove_data_wait", inst) == whatif.predict_step_ns(v, "remove_data_wait")
+    assert whatif.what_if_for(v.graphs, "remove_data_wait", inst) == whatif.predict_step_ns(v.graphs, "remove_data_wait")
     # a windowed one edits its instances only
     first = pd.DataFrame(step_windows(g, [0]), columns=["start_ns", "end_ns"])
-    assert whatif.what_if_for(v, "remove_host_sync", first) == whatif.predict_step_ns(v, "remove_host_sync", windows=step_windows(g, [0]))
+    assert whatif.what_if_for(v.graphs, "remove_host_sync", first) == whatif.predict_step_ns(v.graphs, "remove_host_sync", windows=step_windows(g, [0]))
     # no GPU work to replay: no prediction
     tr = KinetoTrace()
     tr.cpu_op("aten::add", 0.0, 10.0)
     cpu = views_of(tr.write(tmp_path / "cpu.json"))
-    assert whatif.predict_step_ns(cpu, "remove_data_wait")["step_ns"] is None
-    assert whatif.what_if_for(cpu, "remove_data_wait") is None
+    assert whatif.predict_step_ns(cpu.graphs, "remove_data_wait")["step_ns"] is None
+    assert whatif.what_if_for(cpu.graphs, "remove_data_wait") is None
 
 
 def test_predicted_steps_of_the_loop(loop):
@@ -494,18 +494,18 @@ def test_predicted_steps_of_the_loop(loop):
     v, g = loop
     measured = whatif.step_times(g, g.start, g.end)
     assert measured.tolist() == [2_121_000, 2_121_000, 2_121_000, 2_111_000]  # the last ends at its marker
-    base = whatif.predict_step_ns(v, "none")
+    base = whatif.predict_step_ns(v.graphs, "none")
     assert (base["step_ns"], base["baseline_step_ns"], base["measured_step_ns"], base["steps_used"]) == (2_121_000,) * 3 + (4,)
     assert base["assumptions"] == "the unmodified graph replayed" and base["replay_error_pct"] == 0.0
     # the GPU is idle during the wait: all of it comes back
-    assert whatif.predict_step_ns(v, "remove_data_wait")["step_ns"] == 1_121_000
+    assert whatif.predict_step_ns(v.graphs, "remove_data_wait")["step_ns"] == 1_121_000
     # graph model: the host goes from the 500 µs call straight to the launches (the event record and the gaps
     # go); the kernels then run 6 µs after, back to back (180 µs + 9 x 2 µs), and the sync ends 4 µs after them
-    assert whatif.predict_step_ns(v, "launch_bound_to_graphs")["step_ns"] == 1_000_000 + 200_000 + 500_000 + 6_000 + 198_000 + 4_000 + 15_000
+    assert whatif.predict_step_ns(v.graphs, "launch_bound_to_graphs")["step_ns"] == 1_000_000 + 200_000 + 500_000 + 6_000 + 198_000 + 4_000 + 15_000
     # the 16 µs sync keeps its own 4 µs
-    assert whatif.predict_step_ns(v, "remove_host_sync")["step_ns"] == 2_121_000 - 12_000
+    assert whatif.predict_step_ns(v.graphs, "remove_host_sync")["step_ns"] == 2_121_000 - 12_000
     # all of them: the host's 200 µs + 500 µs are left, the GPU's 204 µs run behind them
-    assert whatif.predict_step_ns(v, "all")["step_ns"] == 200_000 + 500_000 + 4_000 + 15_000
+    assert whatif.predict_step_ns(v.graphs, "all")["step_ns"] == 200_000 + 500_000 + 4_000 + 15_000
 
 
 @pytest.mark.parametrize("logging_step", [True, False])
@@ -526,29 +526,29 @@ def test_step_boundaries(tmp_path, logging_step):
     if logging_step:
         tr.step(3, t, 20.0)  # a last step that only logs: it launches nothing
     v = views_of(tr.write(tmp_path / "ahead.json"))
-    (g,) = whatif.graphs(v)
+    (g,) = v.graphs
     steps = whatif.step_times(g, g.start, g.end)
     # each step is its GPU work: 5 x 200 µs and 2 µs of queue delay before each kernel (the first kernel of all
     # waits its 6 µs launch latency instead); the logging step ran while the GPU was still busy with the step
     # before, so it adds nothing (and never a negative time)
     # without it, the last step ends with its GPU work, long after its marker
     assert steps.tolist() == [1_014_000, 1_010_000, 1_010_000] + ([0] if logging_step else [])
-    r = whatif.predict_step_ns(v, "none")
+    r = whatif.predict_step_ns(v.graphs, "none")
     assert r["replay_error_pct"] == 0.0
 
 
 def test_a_window_without_markers_is_one_step(tmp_path):
     """No step markers: one step from the first launch to the end of the last GPU task."""
     v = views_of(conv_trace(tmp_path / "p.json", False))
-    (g,) = whatif.graphs(v)
+    (g,) = v.graphs
     # 40 convolutions every 300 µs: the first launched at 40 µs, the last ends at 39 x 300 + 60 + 230 µs
     assert whatif.step_times(g, g.start, g.end).tolist() == [11_990_000 - 40_000]
     # a sync at the end returns after the last kernel: the step still ends with the GPU work
-    (g,) = whatif.graphs(views_of(loop_trace(tmp_path / "l.json", markers=False)))
+    (g,) = views_of(loop_trace(tmp_path / "l.json", markers=False)).graphs
     gpu = g.ntype == GPU
     assert g.end.max() > g.end[gpu].max()
     assert whatif.step_times(g, g.start, g.end).tolist() == [int(g.end[gpu].max() - g.start[g.launch[gpu]].min())]
-    r = whatif.predict_step_ns(v, "none")
+    r = whatif.predict_step_ns(v.graphs, "none")
     assert (r["step_ns"], r["measured_step_ns"], r["steps_used"]) == (11_950_000, 11_950_000, 1)
 
 
@@ -568,7 +568,7 @@ def test_the_graph_model_removes_host_time_up_to_launch_gap(tmp_path):
         tr.step(n, s0, t - s0)
         t += 10.0
     v = views_of(tr.write(tmp_path / "edge.json"))
-    (g,) = whatif.graphs(v)
+    (g,) = v.graphs
     t = g.copy()
     whatif.launch_bound_to_graphs(t)
     host = (g.ntype == HOST) & ~g.is_launch

@@ -75,7 +75,7 @@ def test_ti007_the_efficiency_view_and_the_what_if_see_the_same_gemm_time(tmp_pa
     (f,) = [f for f in a.findings if f.code == "TI007"]
     assert f.metrics["gemm_time_ns"] == gemm_ns  # TI007's GEMM time is the table's
     assert f.metrics["gemm_achieved_tflops"] == pytest.approx(rows["gemm"]["modelled_flops"] / (rows["gemm"]["modelled_ns"] / 1e9) / 1e12)
-    g = whatif.graphs(a.views)[0]
+    g = a.views.graphs[0]
     assert int(g.dur[(g.ntype == whatif.GPU) & g.gemm].sum()) == gemm_ns  # the replay shortens the same kernels
     # the what-if of TI007 shortens GEMMs only: the elementwise kernels keep their time
     w = whatif.faster_gpu_work(1_000_000, classes=GEMM_CLASSES)

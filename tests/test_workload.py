@@ -10,6 +10,11 @@ from traceinsight.derive import workload
 from .helpers.kineto_writer import KinetoTrace
 
 
+def of(a) -> dict:
+    """The workload block of an analysis, as the JSON report builds it."""
+    return workload.of(a.views.views, a.ledger.warmup)
+
+
 def _trace(tmp_path, *, first_step_us: float = 900.0, batch: int = 16):
     t = KinetoTrace()
     at = 0.0
@@ -28,7 +33,7 @@ def _trace(tmp_path, *, first_step_us: float = 900.0, batch: int = 16):
 
 
 def test_gpu_work_is_tied_to_the_outermost_op(tmp_path):
-    w = workload.of(traceinsight.analyze(_trace(tmp_path)))
+    w = of(traceinsight.analyze(_trace(tmp_path)))
     ops = {o["name"]: o for o in w["ops"]}
     assert set(ops) == {"aten::linear", "aten::relu"}  # aten::addmm is inside aten::linear: not top level
     assert ops["aten::linear"]["per_step"] == 1 and ops["aten::linear"]["gpu_ns_per_step"] == pytest.approx(150_000)
@@ -41,7 +46,7 @@ def test_gpu_work_is_tied_to_the_outermost_op(tmp_path):
 
 
 def test_a_warm_up_first_step_is_marked_and_left_out_of_per_step(tmp_path):
-    w = workload.of(traceinsight.analyze(_trace(tmp_path, first_step_us=20_000)))
+    w = of(traceinsight.analyze(_trace(tmp_path, first_step_us=20_000)))
     assert [s["warmup"] for s in w["steps"]] == [True, False, False, False, False]
     assert w["steady_steps"] == 4
     k = {x["name"]: x for x in w["kernels"]}
@@ -54,7 +59,7 @@ def test_no_batch_without_two_dimensional_inputs(tmp_path):
         t.cpu_op("aten::add", s * 100 + 10, 20, args={"Input Dims": [[128], [128]]})
         t.kernel("void at::native::vectorized_elementwise_kernel<4, at::native::AddFunctor<float>>()", s * 100 + 40, 10, launch_us=s * 100 + 15)
         t.step(s + 1, s * 100, 90)
-    w = workload.of(traceinsight.analyze(t.write(tmp_path / "t.json")))
+    w = of(traceinsight.analyze(t.write(tmp_path / "t.json")))
     assert w["batch"] is None and w["ops"][0]["name"] == "aten::add"
 
 
@@ -68,9 +73,9 @@ def test_ops_that_build_the_batch_inside_the_data_wait_are_not_the_workload(tmp_
 
     main = write_model(tmp_path / "main_thread.json", data_wait_us=3000, loader_ops=True, seed=1)
     workers = write_model(tmp_path / "workers.json", seed=2)
-    ops = {o["name"]: o["per_step"] for o in workload.of(traceinsight.analyze(main))["ops"]}
+    ops = {o["name"]: o["per_step"] for o in of(traceinsight.analyze(main))["ops"]}
     assert ops == {"aten::linear": 6, "aten::relu": 6}  # no aten::to / aten::div / aten::stack
-    assert workload.of(traceinsight.analyze(main))["batch"] == 32  # the samples' [3, 32, 32] are not the batch
+    assert of(traceinsight.analyze(main))["batch"] == 32  # the samples' [3, 32, 32] are not the batch
     d = diff(main, workers).data
     assert d["comparability"]["comparable"] and d["comparability"]["in_common_pct"] == 100.0
     assert d["verdict"] == "faster" and d["step"]["change_pct"] < -50

@@ -57,7 +57,7 @@ from traceinsight.vocab.units import fmt_ns
 
 if TYPE_CHECKING:  # pragma: no cover
     from traceinsight.model.timeline import Timeline
-    from traceinsight.derive.views import Views
+    from traceinsight.derive.derived import Derived
 
 __all__ = [
     "CATEGORIES", "DEFAULT_CATEGORY", "LIFECYCLES", "Context", "Finding", "FindingFields", "Fix", "Instance",
@@ -278,10 +278,11 @@ class Rule:
 
 
 class Context:
-    """What a rule sees: the timeline, the analysis' derived data (``views``: a ``traceinsight.derive.derived.Derived``, with the
-    ledger and the named memo slots of the rule library), and its resolved options."""
+    """What a rule sees: the timeline, the analysis' derived data (``views``: a ``traceinsight.derive.derived.Derived``:
+    the views' frames (``ctx.views.gaps``), the ledger, memory, efficiency and the named memo slots of the rule
+    library), and its resolved options."""
 
-    def __init__(self, timeline: "Timeline", views: "Views", rule: Rule) -> None:
+    def __init__(self, timeline: "Timeline", views: "Derived", rule: Rule) -> None:
         self.timeline = timeline
         self.events = timeline.events
         self.meta = timeline.meta
@@ -296,7 +297,7 @@ class Context:
         ``throughput_gain``, ``assumptions``; None without steps to replay."""
         from traceinsight.derive.whatif import what_if_batch
 
-        return what_if_batch(self.views, factor, fixed_below_ns)
+        return what_if_batch(self.views.graphs, factor, fixed_below_ns)
 
     def finding(self, **fields: Unpack["FindingFields"]) -> Finding:
         """A Finding filled with this rule's code, severity and fixes (``build_finding``), its impact percentages

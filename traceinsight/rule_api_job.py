@@ -83,9 +83,4 @@ class JobContext:
 
 def job_of(ctx: Context) -> "Job":
     """The job view of one timeline, built once per analysis (``Derived.job``) and shared by every cross-rank rule."""
-    job = getattr(ctx.views, "job", None)
-    if job is not None:
-        return job
-    from traceinsight.derive.derived import Derived  # plain views (a rule run by hand): derive the job view from the timeline
-
-    return Derived(ctx.timeline).job
+    return ctx.views.job

@@ -198,7 +198,7 @@ def test_ledger_gaps_row_for_row(tmp_path):
     assert lg["next_launch_end_ns"].iloc[1] < lg["start_ns"].iloc[1]
     # a views whose gaps are a subset (another gap definition): matched on the keys, not by position
     v2 = Derived(v.timeline)
-    v2.__dict__["gaps"] = v.gaps.iloc[[1]]  # cached_property slots: a views whose gaps differ from the ledger's
+    v2.views.__dict__["gaps"] = v.gaps.iloc[[1]]  # cached_property slots: a views whose gaps differ from the ledger's
     v2.__dict__["ledger"] = v.ledger
     lg2 = ledger_gaps(v2)
     assert list(lg2.index) == [1] and lg2["cause"].iloc[0] == "idle_gpu_dependency"

@@ -137,6 +137,6 @@ def attach_what_if(findings: list[Finding], views, transforms: dict[str, "str | 
 
     for f in todo:
         try:
-            f.what_if = what_if_for(views, transforms.get(f.code), f.instances or None)
+            f.what_if = what_if_for(views.graphs, transforms.get(f.code), f.instances or None)
         except Exception as exc:  # a model failure must not take the analysis down; say so on the finding
             f.metrics["what_if_error"] = f"{type(exc).__name__}: {exc}"

@@ -33,7 +33,7 @@ from traceinsight.assess.severity import UNGRADED_CATEGORIES, judgement_withheld
 from traceinsight.assess.verdict import claims_of
 
 if TYPE_CHECKING:  # pragma: no cover
-    from traceinsight.derive.views import Views
+    from traceinsight.derive.derived import Derived
 
 KIND_IDLE, KIND_MODELLED, KIND_NONE = "idle", "modelled", "none"
 #: Order of the kinds on the page: measured idle first, modelled speed-ups after, trace quality last.
@@ -80,7 +80,7 @@ def order(findings: Iterable[Finding]) -> list[Finding]:
     return out
 
 
-def assess(findings: list[Finding], views: "Views", rules: dict[str, object], overridden: Iterable[str] = ()) -> list[Finding]:
+def assess(findings: list[Finding], views: "Derived", rules: dict[str, object], overridden: Iterable[str] = ()) -> list[Finding]:
     """Set each finding's figure, kind, share and severity (see the module docstring); return them in page order.
     A finding whose figure comes out small (a modelled speed-up off the critical path) stays, graded info, with
     the reason in ``metrics["saving_basis"]``: the rule saw something real, it just does not shorten the step."""
@@ -206,7 +206,7 @@ def speeds_up(rule: object) -> tuple[str, ...] | None:
     return declared
 
 
-def _modelled(f: Finding, views: "Views", n_steps: int, rule: object = None) -> int:
+def _modelled(f: Finding, views: "Derived", n_steps: int, rule: object = None) -> int:
     """A modelled speed-up's figure: what the replay gives back over the window's steps, at most the rule's
     estimate; the rule's estimate when there is nothing to replay (said on the finding). The replay shortens the
     kernels of the work classes the rule declares it speeds up (``speeds_up``), else every GPU task."""
@@ -216,7 +216,7 @@ def _modelled(f: Finding, views: "Views", n_steps: int, rule: object = None) -> 
     from traceinsight.derive.whatif import what_if_faster
 
     try:
-        w = what_if_faster(views, estimate, classes=speeds_up(rule))
+        w = what_if_faster(views.graphs, estimate, classes=speeds_up(rule))
     except Exception as exc:  # a model failure must not take the analysis down; say so on the finding
         f.metrics["what_if_error"] = f"{type(exc).__name__}: {exc}"
         w = None

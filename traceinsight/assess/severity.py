@@ -36,9 +36,10 @@ import numpy as np
 import pandas as pd
 
 from traceinsight.model.finding import SCALE, Finding, Severity, level
+from traceinsight.vocab.buckets import WARMUP_BUCKET
 
 if TYPE_CHECKING:  # pragma: no cover
-    from traceinsight.derive.views import Views
+    from traceinsight.derive.derived import Derived
 
 #: Findings costing less than this % of their window are left out of the report unless asked for.
 DEFAULT_MIN_IMPACT_PCT = 1.0
@@ -48,21 +49,20 @@ UNGRADED_CATEGORIES = frozenset({"trace_quality"})
 
 
 
-def steady_windows(views: "Views") -> pd.DataFrame:
+def steady_windows(views: "Derived") -> pd.DataFrame:
     """rank, device, window_ns: each device's GPU window less the time the ledger books as warm-up, the same base
     the verdict judges causes on. A run that spends 90 % of its window autotuning is judged on the other 10 %,
     where its fix would show. Empty when the trace has no GPU activity. Built once per analysis (grading and the
     savings both read it); callers do not change it."""
-    keep = getattr(views, "memo", None)
-    return keep("severity.steady_windows", lambda: _steady_windows(views)) if keep is not None else _steady_windows(views)
+    return views.memo("severity.steady_windows", lambda: _steady_windows(views))
 
 
-def _steady_windows(views: "Views") -> pd.DataFrame:
+def _steady_windows(views: "Derived") -> pd.DataFrame:
     u = views.utilization[["rank", "device", "window_ns"]]
     if u.empty:
         return u
     rank, device, bucket, ns = views.ledger.device_arrays
-    warm = bucket == "idle_warmup"
+    warm = bucket == WARMUP_BUCKET
     u_rank, u_dev = u["rank"].to_numpy(), u["device"].to_numpy()
     w_rank, w_dev, w_ns = rank[warm], device[warm], ns[warm]
     if len({(int(r), int(d)) for r, d in zip(w_rank, w_dev)}) == len(w_rank):
@@ -82,20 +82,19 @@ def _less_warm(u_rank, u_dev, window, w_rank, w_dev, w_ns) -> np.ndarray:
     return window.astype(np.int64, copy=False) - warm_ns
 
 
-def steady_arrays(views: "Views") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def steady_arrays(views: "Derived") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``steady_windows`` as its three columns (rank, device, window_ns), kept once per analysis: grading and the
     savings look a window up per finding, and on a small rank reading a frame's columns each time costs more than
     the lookup. Read straight off the utilization and the ledger where each device has one warm-up figure."""
-    keep = getattr(views, "memo", None)
-    return keep("severity.steady_arrays", lambda: _steady_arrays(views)) if keep is not None else _steady_arrays(views)
+    return views.memo("severity.steady_arrays", lambda: _steady_arrays(views))
 
 
-def _steady_arrays(views: "Views") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _steady_arrays(views: "Derived") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     u = views.utilization
     if not len(u):
         return _columns_of(steady_windows(views))
     rank, device, bucket, ns = views.ledger.device_arrays
-    warm = bucket == "idle_warmup"
+    warm = bucket == WARMUP_BUCKET
     w_rank, w_dev = rank[warm], device[warm]
     if len({(int(r), int(d)) for r, d in zip(w_rank, w_dev)}) != len(w_rank):
         return _columns_of(steady_windows(views))
@@ -107,7 +106,7 @@ def _columns_of(steady: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarra
     return steady["rank"].to_numpy(), steady["device"].to_numpy(), steady["window_ns"].to_numpy()
 
 
-def base_ns(finding: Finding, views: "Views", steady: pd.DataFrame | None = None) -> int:
+def base_ns(finding: Finding, views: "Derived", steady: pd.DataFrame | None = None) -> int:
     """The steady-state GPU window (``steady_windows``) the finding's impact is measured against; 0 when the trace
     has no GPU activity. ``steady``: that frame, when the caller has one."""
     return window_of(finding, steady_arrays(views) if steady is None else _columns_of(steady))
@@ -131,7 +130,7 @@ def window_of(finding: Finding, steady: tuple[np.ndarray, np.ndarray, np.ndarray
     return int(window[sel].sum())
 
 
-def share_pct(finding: Finding, views: "Views", steady: pd.DataFrame | None = None) -> float | None:
+def share_pct(finding: Finding, views: "Derived", steady: pd.DataFrame | None = None) -> float | None:
     """The impact as % of the finding's window, or None when there is no window to measure against."""
     return _share(finding, steady_arrays(views) if steady is None else _columns_of(steady))
 
@@ -145,7 +144,7 @@ def _share(finding: Finding, steady: tuple[np.ndarray, np.ndarray, np.ndarray]) 
 
 def grade(
     findings: Iterable[Finding],
-    views: "Views",
+    views: "Derived",
     rules: dict[str, object],
     *,
     min_impact_pct: float = DEFAULT_MIN_IMPACT_PCT,
@@ -193,19 +192,17 @@ def grade(
     return out
 
 
-def judgement_withheld(findings: Iterable[Finding], views: "Views", rules: dict[str, object]) -> bool:
+def judgement_withheld(findings: Iterable[Finding], views: "Derived", rules: dict[str, object]) -> bool:
     """True when nothing in the window is graded above info: a trace-quality finding withholds judgement (too
     little GPU work), or one-time work fills the window (``steady.judgement``: the verdict cannot judge it)."""
     if any(_category(f, rules) in UNGRADED_CATEGORIES and f.metrics.get("withholds_judgement") for f in findings):
         return True
     if views.utilization.empty:
         return False
-    from traceinsight.derive.steady import judgement
-
-    return not judgement(views)["judgeable"]
+    return not views.steady["judgeable"]
 
 
-def only_one_time_work(views: "Views", finding: Finding) -> bool:
+def only_one_time_work(views: "Derived", finding: Finding) -> bool:
     """Only one-time work supports the finding: most of its instance time lies inside the ledger's warm-up
     (``steady.one_time_ns``), and what lies outside is under half its impact. A finding that already leaves the
     warm-up out of its impact (TI001 on a gap that is mostly warm-up) keeps its grade."""
@@ -213,7 +210,7 @@ def only_one_time_work(views: "Views", finding: Finding) -> bool:
 
     if not len(finding.instances or ()):
         return False
-    total, once = one_time_ns(views, finding.instances)
+    total, once = one_time_ns(views.ledger.warmup, finding.instances)
     return total > 0 and once * 2 >= total and (total - once) * 2 < int(finding.impact_ns)
 
 

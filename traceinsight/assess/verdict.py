@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from traceinsight.vocab import buckets
-from traceinsight.vocab.buckets import AVOIDABLE_BUCKETS, BUCKETS, BUSY_BUCKETS, IDLE_BUCKETS
+from traceinsight.vocab.buckets import AVOIDABLE_BUCKETS, BUCKETS, BUSY_BUCKETS, IDLE_COST_BUCKETS, SET_ASIDE_BUCKETS, WARMUP_BUCKET
 from traceinsight.model.finding import CATEGORIES, DEFAULT_CATEGORY, Finding
 from traceinsight.vocab.units import fmt_ns, format_what_if
 
@@ -278,7 +278,7 @@ def headline(analysis: "Analysis", cl: dict[str, Any] | None = None) -> dict[str
     rk, dv, bk, ns = led.device_arrays
     steady_of: dict[tuple[int, int], int] = {}
     for r, d, b, v in zip(rk.tolist(), dv.tolist(), bk.tolist(), ns.tolist()):
-        if b != "idle_warmup":
+        if b not in SET_ASIDE_BUCKETS:
             steady_of[(int(r), int(d))] = steady_of.get((int(r), int(d)), 0) + int(v)
     worth = {k: v for k, v in cl.get("per_device", {}).items() if steady_of.get(k, 0) > 0 and 100.0 * v / steady_of[k] >= MIN_BOUND_PCT}
     judged = judged and bool(worth)
@@ -309,7 +309,7 @@ def headline(analysis: "Analysis", cl: dict[str, Any] | None = None) -> dict[str
 
 def _steady_busy_pct(led: "Ledger") -> float | None:
     totals = led.totals()
-    warm = int(totals.get("idle_warmup", 0))
+    warm = int(totals.get(WARMUP_BUCKET, 0))
     steady = sum(totals.values()) - warm
     if warm <= 0 or steady <= 0:
         return None
@@ -336,11 +336,11 @@ def details(analysis: "Analysis", cl: dict[str, Any] | None = None) -> dict[str,
     }
     if window == 0:
         return {**base, **_verdict("no_gpu", None, 0, 0, "The trace has no GPU kernels or copies, so there is nothing on the GPU to explain.")}
-    warm = totals["idle_warmup"]
+    warm = totals[WARMUP_BUCKET]
     cannot = cannot_judge(analysis)
     if cannot is not None:
         why, sentence = cannot
-        bucket = "idle_warmup" if why == "warmup" else None
+        bucket = WARMUP_BUCKET if why == "warmup" else None
         return {**base, **_verdict("cannot_judge", bucket, warm if bucket else busy, window, sentence), "why": why,
                 "record_better": _record_better(analysis)}
 
@@ -375,7 +375,7 @@ def details(analysis: "Analysis", cl: dict[str, Any] | None = None) -> dict[str,
     runner = f"the largest, {ranked[0]['finding'].code}, gives back {ranked[0]['pct']:.1f} %" if ranked else "none gives any back"
     if choice != "unexplained" and ranked and ranked[0]["pct"] >= MIN_BOUND_PCT:  # an idle lever under the compute headroom
         runner += f", less than faster kernels would ({KERNEL_GAIN_PCT:.0f} % of busy time)"
-    idle = {b: totals[b] for b in IDLE_BUCKETS if b != "idle_warmup"}
+    idle = {b: totals[b] for b in IDLE_COST_BUCKETS}
     top_idle = max(idle, key=lambda b: idle[b])
     if choice == "copy":
         copy_share = 100.0 * totals["copy"] / busy if busy else 0.0
@@ -416,7 +416,7 @@ def choose(totals: dict[str, int], ranked: list[tuple[float, str]]) -> tuple[str
     time: what faster kernels would plausibly give back); else ``("copy" | "compute", None)`` on a mostly busy GPU
     (copies when they are at least ``COPY_BOUND_PCT`` of busy time), else ``("unexplained", None)``: idle that no
     finding prices never names a bound."""
-    steady = sum(v for b, v in totals.items() if b != "idle_warmup")
+    steady = sum(v for b, v in totals.items() if b not in SET_ASIDE_BUCKETS)
     busy = sum(totals.get(b, 0) for b in BUSY_BUCKETS)
     busy_pct = 100.0 * busy / steady if steady > 0 else 0.0
     most = busy_pct >= BUSY_MOST_PCT
@@ -510,8 +510,6 @@ def cannot_judge(analysis: "Analysis") -> tuple[str, str] | None:
     ``MIN_GPU_WORK_NS`` and ``MIN_GPU_WORK_ITEMS``), ``graph_capture`` or another trace-quality finding that
     withholds judgement (TI012), or ``warmup`` (the steady-state model, ``steady.judgement``: one-time work fills
     the window). What a trace-quality finding explains never forms the verdict: such a window gets this one."""
-    from traceinsight.derive.steady import judgement
-
     led = ledger_of(analysis)
     totals = led.totals()
     window = sum(totals.values())
@@ -535,7 +533,7 @@ def cannot_judge(analysis: "Analysis") -> tuple[str, str] | None:
         from traceinsight.derive.derived import Derived
 
         views = Derived(analysis.timeline)
-    j = judgement(views)
+    j = views.steady
     if j["judgeable"]:
         return None
     reason = j["reason"][0].upper() + j["reason"][1:]

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from traceinsight.vocab.buckets import BUSY_BUCKETS
+from traceinsight.vocab.buckets import BUSY_BUCKETS, WARMUP_BUCKET
 from traceinsight.vocab.version import __version__
 from traceinsight.vocab.kernels import CLASSES
 from traceinsight.vocab.units import fmt_ns
@@ -166,7 +166,7 @@ def _steady_busy_pct(side: S.Side) -> Any:
     led = v.get("ledger_ns") if isinstance(v.get("ledger_ns"), dict) else {}
     try:
         window = float(v.get("window_ns") or 0)
-        warm = float(led.get("idle_warmup") or 0)
+        warm = float(led.get(WARMUP_BUCKET) or 0)
         busy = sum(float(led.get(b) or 0) for b in BUSY_BUCKETS)
     except (TypeError, ValueError, OverflowError):  # an integer past float's range is damage too
         return whole

@@ -17,6 +17,7 @@ from typing import Any, Optional
 import msgspec
 import numpy as np
 
+from traceinsight.vocab.buckets import WARMUP_BUCKET
 from traceinsight.vocab.errors import ConfigError
 from traceinsight.model.plausible import MAX_GAP_NS
 
@@ -366,7 +367,7 @@ def warmup_share_pct(side: Side) -> float | None:
     led = v.get("ledger_ns") if isinstance(v.get("ledger_ns"), dict) else {}
     try:
         window = float(v.get("window_ns") or 0)
-        warm = float(led.get("idle_warmup") or 0)
+        warm = float(led.get(WARMUP_BUCKET) or 0)
     except (TypeError, ValueError, OverflowError):
         return None
     if not (math.isfinite(window) and math.isfinite(warm)) or window <= 0:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 import pandas as pd
@@ -136,10 +136,12 @@ def _num(v: float | None) -> int | None:
 
 
 class Memory:
-    """The memory view of one analysis (``Derived.memory``)."""
+    """The memory view of one analysis (``Derived.memory``). ``warmup``: the time ledger's warm-up regions, asked
+    when first needed (``warmup_end``; the store passes its ledger's); without it, warm-up ends with the first step."""
 
-    def __init__(self, views: "Views") -> None:
+    def __init__(self, views: "Views", warmup: "Callable[[], pd.DataFrame | None] | None" = None) -> None:
         self.views = views
+        self._warmup = warmup
         self.timeline = views.timeline
         table = getattr(self.timeline, "memory", None)  # a Timeline built before the memory table existed has none
         self.table = table if table is not None else build_memory()
@@ -262,7 +264,7 @@ class Memory:
             if len(g) >= 2:
                 out[int(r)] = int(g["end_ns"].iloc[0])
         try:
-            warm = self.views.ledger.warmup
+            warm = self._warmup() if self._warmup is not None else None
         except Exception:  # noqa: BLE001 - a ledger that cannot be built leaves warm-up to the steps
             warm = pd.DataFrame()
         if warm is not None and not warm.empty:

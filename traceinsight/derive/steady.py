@@ -3,8 +3,9 @@
 Steady state repeats itself; one-time work does not. A profile of the first iterations of a fresh process, a
 graph capture, an un-warmed test or a window that opens while the host is still blocked on earlier work holds
 time that no change to the loop removes. This module says what that time is, for the time ledger
-(``traceinsight.derive.ledger``), which books it as ``idle_warmup`` (its one home: the verdict, TI001, TI013, the
-severity scale and the what-if replay all read the ledger's warm-up), and whether the rest can be judged.
+(``traceinsight.derive.ledger``), which books it in the warm-up bucket (``buckets.WARMUP_BUCKET``, its one home: the
+verdict, TI001, TI013, the severity scale and the what-if replay all read the ledger's warm-up), and, given the
+ledger, whether the rest can be judged. It sits below the ledger: what it reads of the ledger it gets as arguments.
 
 One-time work, wherever it sits in the window (``one_time_regions``; the ledger adds the first-call outliers it
 measures itself, see ``ledger.warmup_regions``):
@@ -45,11 +46,13 @@ import numpy as np
 import pandas as pd
 
 from traceinsight.model.finding import as_instances, instance_columns
+from traceinsight.vocab.buckets import BUSY_BUCKETS, WARMUP_BUCKET
 from traceinsight.vocab.intervals import Coverage, merge_intervals
 from traceinsight.vocab.masks import category_hits, kind_mask, name_mask
 from traceinsight.vocab.patterns import ALLOC_CALL, CAPTURE_BEGIN, CAPTURE_END, IMPLICIT_SYNC_CALL, JIT_FUSION_OP, ONE_TIME_CALL, RECOMPILE_CALL, START_UP_CALL  # noqa: F401  (the steady-state model's vocabulary)
 
 if TYPE_CHECKING:  # pragma: no cover
+    from traceinsight.derive.ledger import Ledger
     from traceinsight.derive.views import Views
 
 #: A one-time cost must last at least this long to count (below it, one-time costs are noise).
@@ -85,16 +88,15 @@ _EMPTY_REGIONS = pd.DataFrame({c: pd.Series(dtype="int64" if c != "reason" else 
 
 def host_arrays(views: "Views") -> dict[str, Any]:
     """The host rows' ``rank``, ``start_ns`` and ``dur_ns`` as arrays and their ``name`` and ``kind`` columns, read
-    once per analysis (kept in the analysis' store; plain views read them again): the ledger and this model ask for
-    them in half a dozen places, and each read of a frame column builds a Series."""
+    once per analysis (kept in the views' memo): the ledger and this model ask for them in half a dozen places, and
+    each read of a frame column builds a Series."""
 
     def build() -> dict[str, Any]:
         host = views.host_events
         return {"rank": host["rank"].to_numpy(), "start_ns": host["start_ns"].to_numpy(), "dur_ns": host["dur_ns"].to_numpy(),
                 "name": host["name"], "kind": host["kind"]}
 
-    keep = getattr(views, "memo", None)
-    return keep("steady.host_arrays", build) if keep is not None else build()
+    return views.memo("steady.host_arrays", build)
 
 
 def step_arrays(views: "Views") -> dict[str, np.ndarray]:
@@ -105,8 +107,7 @@ def step_arrays(views: "Views") -> dict[str, np.ndarray]:
         st = views.steps
         return {c: st[c].to_numpy() for c in ("rank", "start_ns", "dur_ns", "end_ns", "step") if c in st}  # (a stand-in frame may lack some)
 
-    keep = getattr(views, "memo", None)
-    return keep("steady.step_arrays", build) if keep is not None else build()
+    return views.memo("steady.step_arrays", build)
 
 
 def may_match(names: pd.Series, pattern: "str | re.Pattern[str]", case: bool = False) -> bool:
@@ -451,23 +452,18 @@ def _short(name: str, n: int = 60) -> str:
 
 
 # --- can this window be judged? -----------------------------------------------------------------------------
-def judgement(views: "Views") -> dict:
+def judgement(ledger: "Ledger", steps: pd.DataFrame) -> dict:
     """Whether the window holds enough steady state to judge: ``judgeable``, ``reason`` (None, or a sentence),
-    ``window_ns``, ``warmup_ns``, ``steady_ns``, ``steady_steps`` (steps outside warm-up, per rank the fewest)."""
-    keep = getattr(views, "memo", None)  # the analysis' store keeps the answer (plain views compute it again)
-    if keep is not None:
-        return keep("steady.judgement", lambda: _judgement(views))
-    return _judgement(views)
-
-
-def _judgement(views: "Views") -> dict:
-    led = views.ledger
+    ``window_ns``, ``warmup_ns``, ``steady_ns``, ``steady_steps`` (steps outside warm-up, per rank the fewest).
+    ``ledger``: the window's time ledger (its totals and warm-up regions); ``steps``: the views' step markers.
+    The analysis' store keeps the answer (``Derived.steady``)."""
+    led = ledger
     t = led.totals()
     window = int(sum(t.values()))
-    warm = int(t.get("idle_warmup", 0))
+    warm = int(t.get(WARMUP_BUCKET, 0))
     steady = window - warm
-    busy = int(t.get("compute", 0) + t.get("communication", 0) + t.get("copy", 0))
-    st = views.steps
+    busy = int(sum(t.get(b, 0) for b in BUSY_BUCKETS))
+    st = steps
     regions = led.warmup
     n_steady = 0
     if not st.empty:
@@ -524,15 +520,14 @@ def record_better(source_format: str, framework: str) -> str:
     return RECORD_BETTER["pytorch"] if source_format == "pytorch" else RECORD_BETTER["nsys"]
 
 
-def one_time_ns(views: "Views", instances) -> tuple[int, int]:
-    """(instance time, the part of it inside the ledger's warm-up regions of the instance's rank (all ranks'
-    regions when the instance names none)): what of a finding's evidence is one-time work."""
+def one_time_ns(regions: "pd.DataFrame | None", instances) -> tuple[int, int]:
+    """(instance time, the part of it inside the warm-up ``regions`` (the ledger's: rank, start_ns, end_ns) of the
+    instance's rank (all ranks' regions when the instance names none)): what of a finding's evidence is one-time work."""
     cols = instance_columns(as_instances(instances) if isinstance(instances, pd.DataFrame) else instances)
     if not len(cols.start_ns):
         return 0, 0
     s, e = cols.start_ns.astype(np.int64), np.maximum(cols.end_ns.astype(np.int64), cols.start_ns.astype(np.int64))
     total = int((e - s).sum())
-    regions = views.ledger.warmup
     if regions is None or regions.empty or total <= 0:
         return total, 0
     r_rank = regions["rank"].to_numpy(np.int64)

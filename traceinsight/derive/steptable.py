@@ -17,17 +17,18 @@ from traceinsight.derive.steady import warmup_steps
 from traceinsight.model.steps import LIBRARY_RANGE
 
 
-def table(views, source: dict | None = None) -> dict:
+def table(views, ledger_by_step, source: dict | None = None) -> dict:
     """The steps as the reports show them: ``source`` (which marker made them and why), ``count``, ``per_step``
     (rank, step, name, start_ns, dur_ns, warmup (a warm-up step of the steady-state model), ``ledger_ns``: the
     step's ns per ledger bucket, summed over the rank's devices), ``spread`` over the steps outside warm-up
     (median, p10, p90, min, max in ns) and ``outlier``: the slowest steady step when it is over 1.5x the median,
-    with ``cause``, the ledger bucket that grew most against the median step."""
+    with ``cause``, the ledger bucket that grew most against the median step. ``ledger_by_step``: the time
+    ledger's per-step frame, asked only when there are steps (``Derived.ledger.by_step``)."""
     st = views.steps
     out: dict = {"source": source or {"marker": None, "how": "none", "why": "no step markers"}, "count": int(len(st)), "per_step": [], "spread": None, "outlier": None}
     if st.empty:
         return out
-    by = views.ledger.by_step
+    by = ledger_by_step()
     led = by[by["step"] >= 0].groupby(["rank", "step", "bucket"], sort=False)["ns"].sum() if len(by) else pd.Series(dtype="int64")
     rows = []
     for r, g in st.groupby("rank", sort=True):
@@ -103,13 +104,13 @@ def ranges_table(views) -> list[dict]:
     return out[:MAX_RANGES]
 
 
-
-
-def report(views, source: dict | None = None) -> dict:
-    """``{"steps": table(views, source), "ranges": ranges_table(views)}``, built once per store (its ``memo``), so
-    every format of one analysis reads the same steps and none builds them again. ``views`` None (an analysis made
-    without the engine's store): no steps, as ``table`` says of a trace without markers."""
+def report(views, ledger_by_step, source: dict | None = None) -> dict:
+    """``{"steps": table(views, ledger_by_step, source), "ranges": ranges_table(views)}``, built once per views (their
+    ``memo``, which the analysis' store answers for), so every format of one analysis reads the same steps and none
+    builds them again. ``ledger_by_step``: the time ledger's per-step frame, asked only when there are steps (the
+    store's ``lambda: ledger.by_step``). ``views`` None (an analysis made without the engine's store): no steps, as
+    ``table`` says of a trace without markers."""
     if views is None:
         return {"steps": {"source": source or {"marker": None, "how": "none", "why": "no step markers"}, "count": 0, "per_step": [], "spread": None, "outlier": None},
                 "ranges": []}
-    return views.memo("steps.report", lambda: {"steps": table(views, source), "ranges": ranges_table(views)})
+    return views.memo("steps.report", lambda: {"steps": table(views, ledger_by_step, source), "ranges": ranges_table(views)})

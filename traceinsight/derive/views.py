@@ -1,13 +1,17 @@
 """Derived views of a timeline that several rules (and the summary) need: computed once, on first use, cached.
 
 All are plain DataFrames built with vectorized numpy/pandas; none walks events in Python. The views know nothing
-of what is built on them (the ledger, the what-if graphs, the rule library's memo): ``traceinsight.derive.derived`` owns
-those. Intervals and masks are ``traceinsight.vocab.intervals`` and ``traceinsight.vocab.masks``.
+of what is built on them (the ledger, the what-if graphs, memory, efficiency): ``traceinsight.derive.derived`` owns
+those and hands each builder the views (and what else it needs) as arguments. ``memo`` is the one place a query over
+the views keeps its answer, named by the module that asks (the steady-state model's host arrays, the rule library's
+shared queries): the views hold the slots and know nothing of what is in them. Intervals and masks are
+``traceinsight.vocab.intervals`` and ``traceinsight.vocab.masks``.
 """
 
 from __future__ import annotations
 
 from functools import cached_property
+from typing import Any, Callable, TypeVar
 
 import numpy as np
 import pandas as pd
@@ -18,12 +22,29 @@ from traceinsight.vocab.patterns import COLLECTIVE, SYNC_CALL
 from traceinsight.model.timeline import GPU_ACTIVITY_KINDS, Timeline
 
 
+T = TypeVar("T")
+
+
 class Views:
     """Shared, cached views of one timeline."""
 
     def __init__(self, timeline: Timeline) -> None:
         self.timeline = timeline
         self.events = timeline.events
+        self._memo: dict[str, Any] = {}
+
+    def memo(self, key: str, build: Callable[[], T]) -> T:
+        """The value kept under ``key`` ("module.query[:argument]"), built by ``build()`` the first time it is asked:
+        a query several modules or rules ask of one timeline is answered once per analysis."""
+        try:
+            return self._memo[key]
+        except KeyError:
+            out = self._memo[key] = build()
+            return out
+
+    def memo_keys(self) -> list[str]:
+        """The keys answered so far, sorted (``Derived.contents`` lists them)."""
+        return sorted(self._memo)
 
     # --- columns as arrays ---------------------------------------------------------------------------------
     def array(self, frame: str, column: str) -> np.ndarray:

@@ -31,7 +31,7 @@ from traceinsight.vocab.masks import kind_mask, name_mask
 from traceinsight.vocab.patterns import DATA_WAIT_KINDS, DATA_WAIT_PRIMARY
 
 if TYPE_CHECKING:  # pragma: no cover
-    from traceinsight.model.analysis import Analysis
+    from traceinsight.derive.views import Views
 
 #: Rows kept per table (the largest by time / count): a report stays small on a trace with 10^5 distinct shapes.
 MAX_KERNELS = 1000
@@ -41,10 +41,10 @@ MAX_SHAPES = 2000
 _FIRST_DIMS = re.compile(r"^\s*\[\s*\[\s*(\d+)\s*,")
 
 
-def of(analysis: "Analysis") -> dict[str, Any]:
-    """The workload block of the JSON report (see the module docstring)."""
-    views = analysis.views
-    steps = _steps(analysis)
+def of(views: "Views", warmup: "pd.DataFrame | None") -> dict[str, Any]:
+    """The workload block of the JSON report (see the module docstring), from the views and the time ledger's
+    warm-up regions (``Ledger.warmup``: its warm-up steps are left out of the per-step figures)."""
+    steps = _steps(views, warmup)
     steady = {(r["rank"], r["step"]) for r in steps if not r["warmup"]}
     n = max(len(steady), 1)
     ops_df = _host_ops(views)
@@ -62,14 +62,12 @@ def of(analysis: "Analysis") -> dict[str, Any]:
     }
 
 
-def _steps(analysis: "Analysis") -> list[dict[str, Any]]:
-    st = analysis.views.steps
+def _steps(views: "Views", w: "pd.DataFrame | None") -> list[dict[str, Any]]:
+    st = views.steps
     if st.empty:
         return []
     warm = set()
-    ledger = analysis.ledger if analysis.ledger is not None else analysis.views.ledger
-    w = getattr(ledger, "warmup", None)
-    if isinstance(w, pd.DataFrame) and not w.empty:
+    if w is not None and not w.empty:
         firsts = w[w["reason"].astype(str).str.startswith(("warm-up step", "first step"))]
         warm = set(zip(firsts["rank"].astype(int).tolist(), firsts["start_ns"].astype(int).tolist()))
     return [

@@ -108,8 +108,8 @@ def analyze_rank(url: str, settings: MapSettings) -> list[RankSummary] | RankFai
             timeline = load(path, format=settings.trace_format, max_bytes=settings.max_bytes)
         analysis = run(timeline, local, extra_warnings=warnings, min_impact=settings.min_impact, severity_overrides=settings.severity,
                        rule_failures=failures, rule_timeout=settings.rule_timeout, with_summary=False)
-        views = analysis.views
-        summaries = summarize_ranks(timeline, views, source=url)
+        store = analysis.views
+        summaries = summarize_ranks(timeline, store.views, source=url, by_step=lambda: store.ledger.by_step)
     except TraceInsightError as exc:
         return RankFailure(url, str(exc))
     except MemoryError:

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from traceinsight.vocab import buckets
-from traceinsight.vocab.buckets import AVOIDABLE_BUCKETS, BUSY_BUCKETS, IDLE_BUCKETS
+from traceinsight.vocab.buckets import AVOIDABLE_BUCKETS, BUSY_BUCKETS, IDLE_COST_BUCKETS, WARMUP_BUCKET
 from traceinsight.vocab.units import fmt_ns
 from traceinsight.assess.verdict import LABELS, MIN_BOUND_PCT, RULE, choose
 
@@ -40,7 +40,7 @@ def job_verdict(ja: Any) -> dict[str, Any]:
     total = float(med.sum())
     if total <= 0:
         return out
-    warm = float(med.get("idle_warmup", 0.0))
+    warm = float(med.get(WARMUP_BUCKET, 0.0))
     steady = max(total - warm, 1.0)
     busy = sum(float(med.get(b, 0.0)) for b in BUSY_BUCKETS)
     busy_pct = median_busy_pct(wide)
@@ -58,7 +58,7 @@ def job_verdict(ja: Any) -> dict[str, Any]:
         best = f"the largest, {levers[0][2]}, gives back {levers[0][0]:.1f} %" if levers else "none gives any back"
         lead = f"no finding names a bound ({best}), so the GPU's own work bounds the job"
     else:
-        idle = {b: float(med.get(b, 0.0)) for b in IDLE_BUCKETS if b != "idle_warmup"}
+        idle = {b: float(med.get(b, 0.0)) for b in IDLE_COST_BUCKETS}
         bucket = max(idle, key=lambda b: idle[b])
         lead = f"most of its idle is {_BUCKET_WORDS[bucket]}, but no finding explains {MIN_BOUND_PCT:.0f} % of it with a fix"
     cat = "unexplained" if choice == "unexplained" else BUCKET_CATEGORY[bucket]

@@ -127,7 +127,7 @@ def run(
     advice.apply(findings, framework, timeline.meta)
     analysis = Analysis(
         timeline=timeline,
-        summary=summarize(timeline, views) if with_summary else None,  # type: ignore[arg-type]
+        summary=summarize(timeline, views.views) if with_summary else None,  # type: ignore[arg-type]
         findings=findings,
         warnings=[*(f.line() for f in failures), *warnings],
         rule_failures=failures,

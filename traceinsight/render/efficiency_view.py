@@ -14,7 +14,7 @@ COLUMNS = ["class", "time", "% GPU time", "% modelled", "dtype", "TFLOP/s", "% o
 
 
 def efficiency_of(analysis: Any):
-    views = getattr(analysis, "views", None)
+    views = analysis.views
     if views is None:
         return None
     try:

@@ -10,10 +10,15 @@ from traceinsight.vocab.units import fmt_ns
 
 
 def step_report(analysis: Any) -> dict:
-    """The analysis' steps and user ranges (``traceinsight.derive.steptable.report``, kept in its store): read, never built here."""
+    """The analysis' steps and user ranges (``traceinsight.derive.steptable.report``, kept in its store): read, never built
+    here. The store hands over its views and its ledger's per-step frame; an analysis made without the engine's
+    store (``views`` None) has no steps to show."""
     from traceinsight.derive.steptable import report
 
-    return report(getattr(analysis, "views", None), analysis.timeline.meta.extra.get("steps_source"))
+    store, source = analysis.views, analysis.timeline.meta.extra.get("steps_source")
+    if store is None:
+        return report(None, None, source)
+    return report(store.views, lambda: store.ledger.by_step, source)
 
 
 def spread_sentence(steps: dict) -> str:

@@ -1,4 +1,5 @@
-"""Where the rule library keeps a shared query's answer: the analysis' ``Derived.memo`` slot of that name."""
+"""Where the rule library keeps a shared query's answer: the analysis' memo slot of that name (``Views.memo``, which
+the analysis' store ``Derived`` answers for)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,6 @@ T = TypeVar("T")
 
 
 def memo(views: Any, key: str, build: Callable[[], T]) -> T:
-    """``views.memo(key, build)`` on the analysis' store (``traceinsight.derive.derived.Derived``); plain views (a test, a
-    notebook) have no store, and the answer is computed each time."""
-    keep = getattr(views, "memo", None)
-    return keep(key, build) if keep is not None else build()
+    """``views.memo(key, build)``: the store (``ctx.views``) or plain views (a test, a notebook) keep the answer
+    under ``key`` for every rule that asks after the first."""
+    return views.memo(key, build)

@@ -51,7 +51,7 @@ def sync_calls(views) -> pd.DataFrame:
     """The blocking runtime calls (``SYNC_CALL``) of the host: rank, start_ns, dur_ns, end_ns (cached)."""
 
     def build():
-        ha = host_arrays(views)  # the host columns the ledger has read already
+        ha = host_arrays(views.views)  # the host columns the ledger has read already (kept in the views' memo)
         m = views_kind_mask(ha["kind"], ("runtime",))
         if m.any():  # one pattern: ``name_mask`` (what ``names_where`` asks per category, without its per-category column)
             m &= name_mask(ha["name"], SYNC_CALL)

@@ -1,4 +1,4 @@
-"""Warm-up as the rules read it: the time ledger is its one home (``idle_warmup``, the steady-state model of
+"""Warm-up as the rules read it: the time ledger is its one home (its warm-up bucket, the steady-state model of
 ``traceinsight.derive.steady``); these helpers give the ledger's warm-up ns per gap, the start-up calls at the head of a
 device's window, the leading warm-up steps (``warmup_steps``) and compiles in the steady state (``steady_recompiles``).
 
@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from traceinsight.vocab.buckets import WARMUP_BUCKET
 from traceinsight.vocab.intervals import merge_intervals
 from traceinsight.vocab.masks import name_mask
 from traceinsight.vocab.patterns import INIT_CALL
@@ -21,12 +22,12 @@ from traceinsight.rulelib.cache import memo
 
 
 def gap_warmup_ns(views) -> np.ndarray:
-    """Per row of ``views.gaps``: the ns the ledger books as warm-up (``idle_warmup``) inside the gap. The ledger is
+    """Per row of ``views.gaps``: the ns the ledger books as warm-up (``WARMUP_BUCKET``) inside the gap. The ledger is
     warm-up's one home: TI001 leaves these ns out of its idle, TI013 reports them, the verdict sets them aside."""
     lg = ledger_gap_columns(views)
-    if "idle_warmup" not in lg:
+    if WARMUP_BUCKET not in lg:
         return np.zeros(len(lg["cause"]), np.int64)
-    return lg["idle_warmup"]
+    return lg[WARMUP_BUCKET]
 
 
 def inside_warmup(views, rank: np.ndarray, start_ns: np.ndarray, end_ns: np.ndarray) -> np.ndarray:

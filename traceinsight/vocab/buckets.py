@@ -26,6 +26,9 @@ class Bucket:
     colour: str  # light theme
     colour_dark: str  # dark theme
     claimed_by: tuple[str, ...]  # the finding categories (finding.CATEGORIES) whose savings come out of it
+    #: Set aside, not a cost: one-time work (warm-up) that no change to the steady state removes. Its time is left
+    #: out of the window causes are judged on, never chosen as the bound, and drawn hatched.
+    set_aside: bool = False
 
 
 TABLE: tuple[Bucket, ...] = (
@@ -48,7 +51,7 @@ TABLE: tuple[Bucket, ...] = (
     Bucket("idle_gpu_dependency", False, False, "gpu_dependency", "idle: GPU-side wait", "GPU wait", "GPU idle with work already queued (waiting on events or other streams)",
            "kernel-to-kernel delay (launched early; GPU-side dependency)", "#15aabf", "#15aabf", ()),
     Bucket("idle_warmup", False, False, "warmup", "idle: warm-up", "warm-up", "warm-up",
-           "warm-up (one-time start-up work)", "#adb5bd", "#5c636e", ()),
+           "warm-up (one-time start-up work)", "#adb5bd", "#5c636e", (), set_aside=True),
     Bucket("idle_other", False, False, "gpu_idle", "idle: other", "other", "GPU idle with no launch in the trace to explain it",
            "unknown (no launch linked)", "#868e96", "#adb5bd", ()),
 )
@@ -57,6 +60,11 @@ BY_ID: dict[str, Bucket] = {b.id: b for b in TABLE}
 BUCKETS: tuple[str, ...] = tuple(b.id for b in TABLE)
 BUSY_BUCKETS: tuple[str, ...] = tuple(b.id for b in TABLE if b.busy)
 IDLE_BUCKETS: tuple[str, ...] = tuple(b.id for b in TABLE if not b.busy)
+#: The bucket of one-time work (warm-up), set aside rather than counted as a cost: the one bucket with ``set_aside``.
+SET_ASIDE_BUCKETS: tuple[str, ...] = tuple(b.id for b in TABLE if b.set_aside)
+(WARMUP_BUCKET,) = SET_ASIDE_BUCKETS
+#: Idle time that counts as a cost: every idle bucket but the one set aside.
+IDLE_COST_BUCKETS: tuple[str, ...] = tuple(b.id for b in TABLE if not b.busy and not b.set_aside)
 #: Idle a change on the host side removes (input pipeline, syncs, launch overhead, host work, untraced host time).
 AVOIDABLE_BUCKETS: tuple[str, ...] = tuple(b.id for b in TABLE if b.avoidable)
 LABELS: dict[str, str] = {b.id: b.label for b in TABLE}
@@ -77,7 +85,8 @@ def css() -> str:
     ``.lb-<id>`` background class each. Warm-up is hatched: it is set aside, not a cost."""
     light = " ".join(f"--b-{b.id}: {b.colour};" for b in TABLE)
     dark = " ".join(f"--b-{b.id}: {b.colour_dark};" for b in TABLE)
-    classes = "\n".join(f".lb-{b.id} {{ background: var(--b-{b.id}); }}" for b in TABLE if b.id != "idle_warmup")
-    hatch = (".lb-idle_warmup { background: repeating-linear-gradient(45deg, var(--b-idle_warmup), var(--b-idle_warmup) 3px, "
-             "var(--soft, transparent) 3px, var(--soft, transparent) 6px); }\n.sw.lb-idle_warmup { background: var(--b-idle_warmup); }")
+    classes = "\n".join(f".lb-{b.id} {{ background: var(--b-{b.id}); }}" for b in TABLE if not b.set_aside)
+    hatch = "\n".join(f".lb-{b.id} {{ background: repeating-linear-gradient(45deg, var(--b-{b.id}), var(--b-{b.id}) 3px, "
+                      f"var(--soft, transparent) 3px, var(--soft, transparent) 6px); }}\n.sw.lb-{b.id} {{ background: var(--b-{b.id}); }}"
+                      for b in TABLE if b.set_aside)
     return f":root {{ {light} }}\n@media (prefers-color-scheme: dark) {{ :root {{ {dark} }} }}\n{classes}\n{hatch}\n"

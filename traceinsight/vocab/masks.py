@@ -199,3 +199,43 @@ def join_keys(columns: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray,
         room *= span
     return key_a, key_b
 
+
+# --- coded columns: one test per distinct value, asked many times of one column ------------------------------
+#: A kind or name column as (code per row, its distinct values as str, the categories of a categorical or None):
+#: built once (``coded``), then each question (``coded_in``, ``coded_match``) costs one test per distinct value and
+#: one pass over the codes. The what-if graph asks a dozen questions of each rank's host rows this way.
+Coded = tuple[np.ndarray, list, "pd.Index | None"]
+
+
+def coded(col: pd.Series) -> Coded:
+    """``col`` as a ``Coded`` column: a categorical's own codes and categories (missing values get code -1 and
+    match nothing, as in ``name_mask``); any other column factorized, NaN a value of its own (read as "nan")."""
+    if isinstance(col.dtype, pd.CategoricalDtype):
+        cat = col.array  # the Categorical itself: its codes and categories without the ``.cat`` accessor's Series
+        return cat.codes, [str(c) for c in cat.categories], cat.categories
+    codes, uniq = pd.factorize(col.to_numpy(), use_na_sentinel=False)
+    return codes, [str(c) for c in uniq], None
+
+
+def coded_rows(col: Coded, hit: np.ndarray) -> np.ndarray:
+    """Per row: the per-value answer ``hit`` (code -1 reads False), by ``codes_in``."""
+    return codes_in(col[0], hit)
+
+
+def coded_in(col: Coded, values: tuple[str, ...]) -> np.ndarray:
+    """Rows whose value is one of ``values`` (``kind_mask`` on a coded column)."""
+    return coded_rows(col, np.fromiter((c in values for c in col[1]), bool, len(col[1])))
+
+
+def coded_hits(col: Coded, rx: "re.Pattern[str]") -> np.ndarray:
+    """Per distinct value of a coded column: does ``rx`` match it. A categorical's answers come from the
+    per-categories cache (``category_hits``: the ledger and the rules test the same patterns on the same names)."""
+    if col[2] is not None:
+        return category_hits(col[2], rx)
+    return np.fromiter((rx.search(c) is not None for c in col[1]), bool, len(col[1]))
+
+
+def coded_match(col: Coded, pattern: "str | re.Pattern[str]", case: bool = False) -> np.ndarray:
+    """``name_mask`` (same flags, same answer) on a coded column: one regex search per distinct name."""
+    rx = pattern if isinstance(pattern, re.Pattern) else re.compile(pattern, 0 if case else re.IGNORECASE)
+    return coded_rows(col, coded_hits(col, rx))

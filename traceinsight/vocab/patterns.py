@@ -133,6 +133,17 @@ RECOMPILE_CALL = re.compile(r"autotun|nvrtc|compil(e(?!d)|ation)|KernelExecutor:
 #: are recorded, not executed.
 CAPTURE_BEGIN = re.compile(r"^(cuda|hip|cu)StreamBeginCapture", re.IGNORECASE)
 CAPTURE_END = re.compile(r"^(cuda|hip|cu)StreamEndCapture", re.IGNORECASE)
+#: Calls that begin a graph capture or instantiate a graph, anywhere in the name (matched with case): a trace
+#: that holds them with little GPU work recorded a capture, not a run (TI012).
+GRAPH_CAPTURE_CALL = r"StreamBeginCapture|BeginCapture|GraphInstantiate"
+#: Host calls that launch one kernel each, captured launches included (they are recorded, not executed); matched
+#: with case (TI012 counts them against the GPU work).
+LAUNCH_CALL = r"^(cudaLaunch|cuLaunch|hipLaunch|hipExtModuleLaunch|hipModuleLaunch|cudaGraphLaunch|hipGraphLaunch)"
+#: Host calls that only a program using a GPU makes: the CUDA/HIP runtime and driver APIs, HSA (matched with case).
+GPU_API = r"^(cuda|hip|cu[A-Z]|hsa_)"
+#: Asynchronous host<->device copy calls (case-insensitive): a pageable copy through one of them runs
+#: synchronously, which TI006 reports.
+ASYNC_COPY_CALL = r"Memcpy.*Async|MemcpyAsync|cuMemcpy.*Async"
 #: Device-memory allocations of a growing caching allocator (stream-ordered ``*MallocAsync`` is a steady-state
 #: allocator's call and is left out).
 ALLOC_CALL = re.compile(r"^(cuda|hip)Malloc(Host|Managed|Pitch|3D)?(_v\d+)?$|^cuMem(Alloc|Create)(?!.*Async)|^hipExtMallocWithFlags")

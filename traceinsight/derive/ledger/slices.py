@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from traceinsight.vocab.buckets import BUCKETS, BUSY_BUCKETS
+from traceinsight.vocab.buckets import BUCKETS, BUSY_BUCKETS, WARMUP_BUCKET
 from traceinsight.vocab.thresholds import LAUNCH_GAP_NS
 from traceinsight.derive.ledger.intervals import EMPTY, points_inside, merged, overlapping, spans, sweep
 
@@ -186,7 +186,7 @@ def _edge_pieces(s: np.ndarray, e: np.ndarray, cls: np.ndarray, head: np.ndarray
     if cut.any():
         ci = np.flatnonzero(cut)
         cs, ce, cc = gs[ci], ge[ci], g_code[ci]
-        sets = [(_CODE["idle_warmup"], *warm)]
+        sets = [(_CODE[WARMUP_BUCKET], *warm)]
         for code in ("idle_gpu_dependency", "data_wait", "idle_host_sync", "idle_launch_bound", "idle_other", "idle_host_busy"):
             if code == "data_wait":
                 sets.append((_CODE["idle_data_wait"], *wait))

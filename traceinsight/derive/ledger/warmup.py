@@ -1,5 +1,6 @@
-"""Warm-up regions: host time that belongs to one-time work, not to steady state (the ledger's ``idle_warmup``):
-outlier first calls per name and per recorded shape, plus what the steady-state model recognises."""
+"""Warm-up regions: host time that belongs to one-time work, not to steady state (the ledger's warm-up bucket,
+``vocab.buckets.WARMUP_BUCKET``): outlier first calls per name and per recorded shape, plus what the steady-state
+model recognises."""
 
 from __future__ import annotations
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import pandas as pd
@@ -89,9 +89,14 @@ def _one_value(a: np.ndarray, value: int) -> bool:
     return len(a) > 0 and int(a.min()) == value and int(a.max()) == value
 
 
-def summarize_ranks(timeline: Timeline, views: Views | None = None, *, source: str = "") -> list[RankSummary]:
-    """One summary per rank present in ``timeline`` (a rank file holds one; a folder loaded at once, several)."""
+def summarize_ranks(timeline: Timeline, views: Views | None = None, *, source: str = "",
+                    by_step: "Callable[[], pd.DataFrame] | None" = None) -> list[RankSummary]:
+    """One summary per rank present in ``timeline`` (a rank file holds one; a folder loaded at once, several).
+    ``by_step``: the time ledger's per-step frame, asked when first needed (an analysis' own ledger); without it
+    the ledger is built from ``views``, once."""
     views = views or Views(timeline)
+    if by_step is None:
+        by_step = lambda: views.memo("ranks.ledger_by_step", lambda: build_ledger(views).by_step)  # noqa: E731
     ev_rank = timeline.events["rank"].to_numpy()
     if not len(ev_rank):
         ranks = [0]
@@ -99,7 +104,7 @@ def summarize_ranks(timeline: Timeline, views: Views | None = None, *, source: s
         ranks = [int(ev_rank[0])]
     else:
         ranks = sorted(int(r) for r in pd.unique(ev_rank))
-    return [_summarize_rank(timeline, views, r, source or str(timeline.meta.path or "")) for r in ranks]
+    return [_summarize_rank(timeline, views, r, source or str(timeline.meta.path or ""), by_step) for r in ranks]
 
 
 def _rows_of(frame: pd.DataFrame, rank: int) -> np.ndarray | None:
@@ -175,7 +180,7 @@ def _host_coverages(views: Views, rank: int) -> tuple[Coverage, Coverage]:
     return data, sync
 
 
-def _summarize_rank(tl: Timeline, views: Views, rank: int, source: str) -> RankSummary:
+def _summarize_rank(tl: Timeline, views: Views, rank: int, source: str, by_step: "Callable[[], pd.DataFrame]") -> RankSummary:
     # The rank's GPU activity and host rows as a few arrays: on a one-rank trace the views' own columns, never a
     # take of every column of 10^5-10^6 rows.
     act = views.gpu_activity
@@ -270,7 +275,7 @@ def _summarize_rank(tl: Timeline, views: Views, rank: int, source: str) -> RankS
         exposed_ns=busy_total - comp_total,
         steps=steps,
         collectives=collectives,
-        ledger=_ledger(views, rank),
+        ledger=_ledger(by_step, rank),
         warnings=list(meta.warnings),
     )
 
@@ -304,10 +309,10 @@ def _cumcount(keys: np.ndarray) -> np.ndarray:
     return out
 
 
-def _ledger(views: Views, rank: int) -> pd.DataFrame:
+def _ledger(ledger_by_step: "Callable[[], pd.DataFrame]", rank: int) -> pd.DataFrame:
     """The rank's time ledger per step (``traceinsight.derive.ledger``: every ns of its GPU window in one bucket)."""
     try:
-        by_step = (views.ledger if hasattr(type(views), "ledger") else build_ledger(views)).by_step
+        by_step = ledger_by_step()
     except Exception:  # noqa: BLE001 - a ledger failure must not lose the rank; the summary simply has none
         return pd.DataFrame({"step": pd.Series(dtype="int64"), "bucket": pd.Series(dtype=object), "ns": pd.Series(dtype="int64")})
     return _sum_by(by_step, by_step["rank"].to_numpy() == rank, ["step", "bucket"])

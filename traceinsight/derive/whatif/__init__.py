@@ -52,5 +52,5 @@ from traceinsight.derive.whatif.transforms import (  # noqa: F401
     steady_graph, typical_gpu_latencies, warmup_mask,
 )
 from traceinsight.derive.whatif.predict import (  # noqa: F401
-    WINDOWED, build_graphs, faster_gpu_work, graphs, grow_batch, predict_step_ns, what_if_batch, what_if_faster, what_if_for, windows_of,
+    WINDOWED, build_graphs, faster_gpu_work, grow_batch, predict_step_ns, what_if_batch, what_if_faster, what_if_for, windows_of,
 )

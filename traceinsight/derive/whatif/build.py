@@ -8,12 +8,13 @@ import pandas as pd
 from traceinsight.vocab.work_classes import GEMM_CLASSES, kernel_class_of
 from traceinsight.derive.views import Views
 from traceinsight.derive.whatif.graph import BLOCKING, DEFAULT_LAUNCH_NS, DEFAULT_QUEUE_NS, GPU, MAX_STEPS, MIN_SAMPLES, Graph, WORK
-from traceinsight.derive.whatif.nodes import column_codes, host_nodes, kind_in, of_rank
+from traceinsight.derive.whatif.nodes import host_nodes, of_rank
+from traceinsight.vocab.masks import coded, coded_in
 from traceinsight.derive.whatif.edges import inferred_cross, launch_positions, launched_by_stream, order_in_groups, queue_full, queue_waits, recorded_event_waits
 from traceinsight.derive.whatif.window import step_table, replay_window
 
 
-def build_graph(views: Views, rank: int, max_steps: int = MAX_STEPS) -> Graph | None:
+def build_graph(views: Views, rank: int, max_steps: int = MAX_STEPS, warmup: "pd.DataFrame | None" = None) -> Graph | None:
     """The dependency graph of ``rank`` (vectorized; no per-event Python). None when the rank has no GPU work.
 
     Node-length arrays are the graph's own or few: what only GPU nodes have (a launch, a device) is kept on
@@ -42,7 +43,7 @@ def build_graph(views: Views, rank: int, max_steps: int = MAX_STEPS) -> Graph | 
 
     order, same, prev, seq, has_prev, prev_end, prev_gap = _program_order(nh, pid, tid, dev, start, end)
     launch, lg, hl, is_launch, launch_start, launch_end, launch_lat = _launch_edges(views, rank, lbl, rt_rows, act_lbl, start, end, nh)
-    act_kind = column_codes(act["kind"])
+    act_kind = coded(act["kind"])
     q_full = _blocking_launches(act, act_kind, ntype, lg, hl, gs, ge, act_lbl, launch_start, launch_end)
     # typical latencies, from tasks where that edge bound the start (GPU tasks)
     hp, pe, le = has_prev[G], prev_end[G], launch_end
@@ -65,7 +66,7 @@ def build_graph(views: Views, rank: int, max_steps: int = MAX_STEPS) -> Graph | 
     g = Graph(rank=rank, ntype=ntype, start=start, end=end, dur=end - start, prev=prev, prev_lat=prev_lat, cross=cross,
               cross_lat=cross_lat, launch=launch, launch_lat=launch_lat, own=own, waits=waits, wait_on=wait_on,
               is_launch=is_launch, gemm=gemm, work=work, steps=steps, window=np.zeros(0, np.int64),
-              defaults={"launch": d_launch, "queue": d_queue, "warmup": _warmup_windows(views, rank)}, seq=seq)
+              defaults={"launch": d_launch, "queue": d_queue, "warmup": _warmup_windows(warmup, rank)}, seq=seq)
     if step_cols is not None:
         g.defaults["_step_arrays"] = (steps, step_cols)
     g.window = replay_window(g, steps)
@@ -140,7 +141,7 @@ def _blocking_launches(act: pd.DataFrame, act_kind: tuple, ntype: np.ndarray, lg
     kernel launch that returns only when the GPU frees a slot in its full launch queue (a GPU-bound loop whose
     host ran ahead by a queue's depth of launches) waits on the GPU like a blocking call: its length is the wait
     for an earlier task to finish, so faster GPU work shortens it in the replay."""
-    is_copy = kind_in(act_kind, ("memcpy", "memset"))
+    is_copy = coded_in(act_kind, ("memcpy", "memset"))
     own_done = hl & (ge <= launch_end) & (act_lbl >= 0) & is_copy
     if "pageable" in act.columns:
         staged = hl & is_copy & act["pageable"].to_numpy(dtype=bool) & (2 * (launch_end - launch_start) >= ge - gs)
@@ -225,16 +226,15 @@ def _work_codes(act: pd.DataFrame, act_kind: tuple, nh: int, n: int) -> tuple[np
     """Per node: its kernel's position in ``work_classes.CLASSES`` (-1: not a kernel), and whether it is a
     GEMM/convolution kernel."""
     work = np.full(n, -1, np.int8)
-    ncol = column_codes(act["name"])
+    ncol = coded(act["name"])
     per_name = np.array([WORK.index(kernel_class_of(c)) for c in ncol[1]] + [-1], dtype=np.int8)
-    work[nh:] = np.where(kind_in(act_kind, ("kernel",)), per_name[np.where(ncol[0] >= 0, ncol[0], len(per_name) - 1)], -1)
+    work[nh:] = np.where(coded_in(act_kind, ("kernel",)), per_name[np.where(ncol[0] >= 0, ncol[0], len(per_name) - 1)], -1)
     gemm = np.isin(work, [WORK.index(c) for c in GEMM_CLASSES])
     return work, gemm
 
 
-def _warmup_windows(views: Views, rank: int) -> np.ndarray:
-    """The ledger's warm-up regions of ``rank`` as (start, end) rows: one-time work the replay leaves out."""
-    w = views.ledger.warmup
+def _warmup_windows(w: "pd.DataFrame | None", rank: int) -> np.ndarray:
+    """The warm-up regions ``w`` (the ledger's) of ``rank`` as (start, end) rows: one-time work the replay leaves out."""
     if w is None or w.empty:
         return np.zeros((0, 2), np.int64)
     w = w[w["rank"].to_numpy() == rank]

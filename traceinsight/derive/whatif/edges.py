@@ -8,7 +8,8 @@ import pandas as pd
 
 from traceinsight.vocab.patterns import EVENT_RECORD, STREAM_WAIT
 from traceinsight.derive.whatif.graph import HANDOFF_MIN_GAP_NS, STREAM_DEP_MAX_NS
-from traceinsight.derive.whatif.nodes import pair_key, latest_end_before, name_match
+from traceinsight.derive.whatif.nodes import pair_key, latest_end_before
+from traceinsight.vocab.masks import coded_match
 
 
 def _time_order(ids: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
@@ -267,8 +268,8 @@ def recorded_event_waits(rt_names, pid, tid, hl, launch, cross, start, end, gl) 
     Fills ``cross`` in place where no inferred edge is set, or where the recorded producer ends later. ``gl``: the
     GPU nodes with a launch call, ascending.
     """
-    is_rec = name_match(rt_names, EVENT_RECORD, case=True)
-    is_wt = name_match(rt_names, STREAM_WAIT, case=True)
+    is_rec = coded_match(rt_names, EVENT_RECORD, case=True)
+    is_wt = coded_match(rt_names, STREAM_WAIT, case=True)
     if not is_rec.any() or not is_wt.any():
         return
     ok = np.flatnonzero(hl >= 0)  # the runtime calls, named by ``rt_names`` in the same order

@@ -1,5 +1,5 @@
-"""The graph's nodes: a rank's rows as category codes, and its host tasks (runtime calls, data waits, step
-markers) as node columns."""
+"""The graph's nodes: a rank's rows as coded columns (``vocab.masks.coded``), and its host tasks (runtime calls,
+data waits, step markers) as node columns."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 
 from traceinsight.vocab.intervals import merge_grouped
-from traceinsight.vocab.masks import category_hits, codes_in
+from traceinsight.vocab.masks import coded, coded_hits, coded_in, coded_match, coded_rows
 from traceinsight.vocab.patterns import DATA_WAIT_KINDS, DATA_WAIT_PRIMARY, IMPLICIT_SYNC_CALL, SYNC_CALL
 from traceinsight.derive.views import Views
 from traceinsight.derive.whatif.graph import BLOCKING, DATA_WAIT, HOST, MARKER
@@ -35,41 +35,6 @@ def of_rank(df: pd.DataFrame, rank: int) -> pd.DataFrame:
     return df if m.all() else df[m]
 
 
-def column_codes(col: pd.Series) -> tuple[np.ndarray, list[str], "pd.Index | None"]:
-    """(code per row, the distinct values as str, the categories of a categorical) of a kind or name column, so
-    that a test runs once per distinct value; a categorical's missing values get code -1 (they match nothing, as
-    in ``views.name_mask``)."""
-    if isinstance(col.dtype, pd.CategoricalDtype):
-        cat = col.array  # the Categorical itself: its codes and categories without the ``.cat`` accessor's Series
-        return cat.codes, [str(c) for c in cat.categories], cat.categories
-    codes, uniq = pd.factorize(col.to_numpy(), use_na_sentinel=False)  # NaN is a value here, read as "nan"
-    return codes, [str(c) for c in uniq], None
-
-
-def _rows_where(col: tuple[np.ndarray, list[str]], hit: np.ndarray) -> np.ndarray:
-    """Per row: the per-value answer ``hit`` (code -1 reads False), by ``masks.codes_in``."""
-    return codes_in(col[0], hit)
-
-
-def kind_in(col: tuple[np.ndarray, list[str]], names: tuple[str, ...]) -> np.ndarray:
-    """Rows whose kind is one of ``names`` (``col`` from ``column_codes``)."""
-    return _rows_where(col, np.fromiter((c in names for c in col[1]), bool, len(col[1])))
-
-
-def _name_hits(col: tuple[np.ndarray, list[str], "pd.Index | None"], rx: "re.Pattern[str]") -> np.ndarray:
-    """Per distinct value of a ``column_codes`` column: does ``rx`` match it. A categorical's answers come from the
-    per-categories cache of ``views`` (the ledger and the rules test the same patterns on the same names)."""
-    if col[2] is not None:
-        return category_hits(col[2], rx)
-    return np.fromiter((rx.search(c) is not None for c in col[1]), bool, len(col[1]))
-
-
-def name_match(col: tuple[np.ndarray, list[str], "pd.Index | None"], pattern: "str | re.Pattern[str]", case: bool = False) -> np.ndarray:
-    """``views.name_mask`` (same flags, same answer) on ``column_codes`` columns: one regex search per distinct name."""
-    rx = pattern if isinstance(pattern, re.Pattern) else re.compile(pattern, 0 if case else re.IGNORECASE)
-    return _rows_where(col, _name_hits(col, rx))
-
-
 def host_nodes(views: Views, rank: int, ng: int) -> tuple[dict[str, np.ndarray], int, slice, tuple, np.ndarray]:
     """The rank's host nodes, written into the first rows of the node columns (pid, tid, start, end, ntype),
     which have room for ``ng`` GPU nodes after them, and their row labels (``lbl``, host nodes only; -1 for nodes
@@ -81,16 +46,16 @@ def host_nodes(views: Views, rank: int, ng: int) -> tuple[dict[str, np.ndarray],
     straight into it: no host-length temporaries beyond a few masks, no concatenation afterwards.
     """
     ev = of_rank(views.host_events, rank)
-    kind, names = column_codes(ev["kind"]), column_codes(ev["name"])
+    kind, names = coded(ev["kind"]), coded(ev["name"])
     s = ev["start_ns"].to_numpy(np.int64)
     dur = ev["dur_ns"].to_numpy(np.int64)
     pid = ev["pid"].to_numpy(np.int64)
     tid = ev["tid"].to_numpy(np.int64)
-    rt = kind_in(kind, ("runtime",))
+    rt = coded_in(kind, ("runtime",))
     # data waits: merged per thread, the runtime calls inside them dropped (the names first: most traces have none)
     dw: dict[str, np.ndarray] = {}
-    dw_name = _name_hits(names, re.compile(DATA_WAIT_PRIMARY))
-    dwm = kind_in(kind, DATA_WAIT_KINDS) & _rows_where(names, dw_name) if dw_name.any() else None
+    dw_name = coded_hits(names, re.compile(DATA_WAIT_PRIMARY))
+    dwm = coded_in(kind, DATA_WAIT_KINDS) & coded_rows(names, dw_name) if dw_name.any() else None
     if dwm is not None and dwm.any():
         thread_key = pair_key(pid, tid)
         m = merge_grouped(thread_key[dwm], s[dwm], s[dwm] + np.maximum(dur[dwm], 0))
@@ -108,8 +73,8 @@ def host_nodes(views: Views, rank: int, ng: int) -> tuple[dict[str, np.ndarray],
         rt &= ~inside
     rti = np.flatnonzero(rt)
     rt_names = (names[0][rti], names[1], names[2])
-    blocking = name_match(rt_names, SYNC_CALL, case=True) | name_match(rt_names, IMPLICIT_SYNC_CALL, case=True)
-    sti = np.flatnonzero(kind_in(kind, ("step",)))
+    blocking = coded_match(rt_names, SYNC_CALL, case=True) | coded_match(rt_names, IMPLICIT_SYNC_CALL, case=True)
+    sti = np.flatnonzero(coded_in(kind, ("step",)))
     n_dw, n_rt, n_mk = len(dw.get("start", ())), len(rti), 2 * len(sti)
     nh = n_dw + n_rt + n_mk
     cols = {k: np.empty(nh if k == "lbl" else nh + ng, np.int64) for k in ("lbl", "pid", "tid", "start", "end", "ntype")}

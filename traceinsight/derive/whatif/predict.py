@@ -18,17 +18,11 @@ from traceinsight.derive.whatif.transforms import ASSUMPTIONS, TRANSFORMS, stead
 from traceinsight.derive.whatif.window import replay_window
 
 
-def build_graphs(views: Views) -> list[Graph]:
-    """The graphs of every rank with GPU work."""
+def build_graphs(views: Views, warmup: "pd.DataFrame | None") -> list[Graph]:
+    """The graphs of every rank with GPU work; ``warmup``: the ledger's warm-up regions (rank, start_ns, end_ns),
+    the one-time work the replay prices apart (``Derived.graphs`` passes its ledger's)."""
     ranks = sorted(int(r) for r in pd.unique(views.gpu_activity["rank"])) if not views.gpu_activity.empty else []
-    return [gr for gr in (build_graph(views, r) for r in ranks) if gr is not None]
-
-
-def graphs(views: Views) -> list[Graph]:
-    """The graphs of every rank with GPU work: the analysis' own (``Derived.graphs``, built once), or built now for
-    plain views."""
-    own = getattr(type(views), "graphs", None)
-    return views.graphs if own is not None else build_graphs(views)  # type: ignore[attr-defined]
+    return [gr for gr in (build_graph(views, r, warmup=warmup) for r in ranks) if gr is not None]
 
 
 def _resolve(transform, windows) -> tuple[Callable[..., None], str, str]:
@@ -48,8 +42,9 @@ def _resolve(transform, windows) -> tuple[Callable[..., None], str, str]:
     return transform, getattr(transform, "__name__", "custom"), (transform.__doc__ or "").strip().split("\n")[0]
 
 
-def predict_step_ns(views: Views, transform="all", windows=None) -> dict:
-    """Median step time with ``transform`` applied, next to the unmodified replay and the measured steps.
+def predict_step_ns(graphs: list[Graph], transform="all", windows=None) -> dict:
+    """Median step time with ``transform`` applied, next to the unmodified replay and the measured steps, over
+    ``graphs`` (``build_graphs``; an analysis keeps its own, ``Derived.graphs``).
 
     ``transform``: a name in ``TRANSFORMS``, a function editing a ``Graph`` in place, or a list of names,
     functions and ``(name, windows)`` pairs applied together (e.g. the transforms of the causes found, for
@@ -58,7 +53,7 @@ def predict_step_ns(views: Views, transform="all", windows=None) -> dict:
     """
     fn, name, words = _resolve(transform, windows)
     measured, base, pred, full_b, full_m = [], [], [], [], []
-    for g in graphs(views):
+    for g in graphs:
         buf = None
         if "base" not in g.defaults:  # the unmodified replay, once per graph
             ns, ne = buf = replay(g)
@@ -89,9 +84,9 @@ def predict_step_ns(views: Views, transform="all", windows=None) -> dict:
     fb, fm = np.concatenate(full_b), np.concatenate(full_m)
     med_fm = median_of(fm) if len(fm) else 0.0
     err = round(100.0 * (median_of(fb) - med_fm) / med_fm, 3) if len(fm) and med_fm else None
-    if any(steady_graph(gr) is not gr for gr in graphs(views)):
+    if any(steady_graph(gr) is not gr for gr in graphs):
         words += "; priced on the steady state (the ledger's warm-up left out of baseline and prediction)"
-    no_steps = all(gr.steps.empty for gr in graphs(views))
+    no_steps = all(gr.steps.empty for gr in graphs)
     if no_steps:
         words += "; no step markers: the whole traced window is one step"
     return {
@@ -122,7 +117,7 @@ def windows_of(instances) -> list[tuple[int, int]] | None:
 WINDOWED = {"remove_host_sync", "rnn_to_cudnn"}
 
 
-def what_if_for(views: Views, name: str | None, instances=None) -> dict | None:
+def what_if_for(graphs: list[Graph], name: str | None, instances=None) -> dict | None:
     """``Finding.what_if`` for a root-cause finding whose rule declares transform ``name`` (``Rule.what_if``; None
     for symptoms and rules without a model).
 
@@ -134,7 +129,7 @@ def what_if_for(views: Views, name: str | None, instances=None) -> dict | None:
     windows = windows_of(instances) if name in WINDOWED else None
     if name in WINDOWED and windows is None:
         return None
-    r = predict_step_ns(views, name, windows=windows)
+    r = predict_step_ns(graphs, name, windows=windows)
     return r if r["step_ns"] is not None else None
 
 
@@ -178,10 +173,10 @@ def faster_gpu_work(saved_ns: int, gemm_only: bool = False, classes: tuple[str, 
     return faster
 
 
-def what_if_faster(views: Views, saved_ns: int, gemm_only: bool = False, classes: tuple[str, ...] | None = None) -> dict | None:
+def what_if_faster(graphs: list[Graph], saved_ns: int, gemm_only: bool = False, classes: tuple[str, ...] | None = None) -> dict | None:
     """``Finding.what_if`` for a modelled speed-up of busy work (:func:`faster_gpu_work`), or None without steps to
     replay. The factor is taken over every rank's selected GPU time, so the ranks shrink alike."""
-    gs = graphs(views)
+    gs = graphs
     if not gs or saved_ns <= 0:
         return None
     classes = GEMM_CLASSES if gemm_only and classes is None else (tuple(classes) if classes is not None else None)
@@ -201,7 +196,7 @@ def what_if_faster(views: Views, saved_ns: int, gemm_only: bool = False, classes
 
     faster.__doc__ = fns[0][1].__doc__
     faster.__name__ = "faster_gpu_work"
-    r = predict_step_ns(views, faster)
+    r = predict_step_ns(gs, faster)
     return r if r["step_ns"] is not None else None
 
 
@@ -220,13 +215,13 @@ def grow_batch(factor: float, fixed_below_ns: int) -> Callable[..., None]:
     return grow
 
 
-def what_if_batch(views: Views, factor: float, fixed_below_ns: int) -> dict | None:
+def what_if_batch(graphs: list[Graph], factor: float, fixed_below_ns: int) -> dict | None:
     """The replay at ``factor`` times the batch (:func:`grow_batch`): ``Finding.what_if`` plus ``per_sample_ratio``
     (time per sample after / before: step after / (factor x step before)) and ``throughput_gain`` (its inverse);
     None without steps to replay."""
     if factor <= 0:
         return None
-    r = predict_step_ns(views, grow_batch(factor, fixed_below_ns))
+    r = predict_step_ns(graphs, grow_batch(factor, fixed_below_ns))
     if r["step_ns"] is None or not r["baseline_step_ns"]:
         return None
     if factor >= 1 and r["step_ns"] < r["baseline_step_ns"]:
