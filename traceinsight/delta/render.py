@@ -107,10 +107,12 @@ def evidence_lines(d: dict[str, Any]) -> list[str]:
 
 
 def bucket_test(r: dict[str, Any]) -> str:
-    """A ledger row's test over the steps: its p-value, and "moved" when it counted for the verdict."""
+    """A ledger row's test over the steps: its median shift (the Hodges–Lehmann figure the verdict's sentence
+    quotes, beside the change of the means in the row), its p-value, and "moved" when it counted for the verdict."""
     if r.get("p_value") is None:
         return ""
-    return f"p = {r['p_value']:.3g}" + (" · moved" if r.get("moved") else "")
+    shift = f"shift {ms(r['shift_ns'], True)}, " if r.get("shift_ns") is not None else ""
+    return f"{shift}p = {r['p_value']:.3g}" + (" · moved" if r.get("moved") else "")
 
 
 def figure(k: dict[str, Any], key: str) -> str:
@@ -180,7 +182,7 @@ def render_text(d: dict[str, Any], width: int = 110, **_: Any) -> str:
         con.print(f"  {rich_text(line, 600)}")
     if d["ledger"]:
         t = Table(title="Time ledger, per step (one GPU)", title_justify="left", show_edge=False)
-        for c in ("bucket", "BASE", "HEAD", "change", "rank test"):
+        for c in ("bucket", "BASE", "HEAD", "change", "median shift, rank test"):
             t.add_column(c, justify="left" if c == "bucket" else "right")
         for r in d["ledger"]:
             t.add_row(bucket_label(r["bucket"]), ms(r["base_ns_per_step"]), ms(r["head_ns_per_step"]), ms(r["change_ns"], True), bucket_test(r))
@@ -282,7 +284,7 @@ def render_md(d: dict[str, Any], html_name: str | None = None, max_chars: int = 
     if ev:
         out += [f"- {esc(x, 600)}" for x in ev] + [""]
     if d["ledger"]:
-        out += ["### Where the step time moved (time ledger, per step)", "", "| bucket | BASE | HEAD | change | rank test |", "|---|---:|---:|---:|---:|"]
+        out += ["### Where the step time moved (time ledger, per step)", "", "| bucket | BASE | HEAD | change | median shift, rank test |", "|---|---:|---:|---:|---:|"]
         out += [f"| {bucket_label(r['bucket'])} | {ms(r['base_ns_per_step'])} | {ms(r['head_ns_per_step'])} | **{ms(r['change_ns'], True)}** | {bucket_test(r)} |" for r in d["ledger"]]
         out.append("")
     if d["kernel_classes"]:
@@ -349,7 +351,7 @@ def html_context(d: dict[str, Any]) -> dict[str, Any]:
         "spread_base": spread(d["base"]), "spread_head": spread(d["head"]),
         "straggler": straggler_line(d["ranks"]) if d["ranks"] else None,
         "kernels": [dict(k, base_ns=_per_step(k["base"]), head_ns=_per_step(k["head"]), tag=_kernel_change(k)) for k in d["kernels"][:40]],
-        "ms": ms, "pct": pct, "bucket_label": bucket_label, "num": _num, "figure": figure,
+        "ms": ms, "pct": pct, "bucket_label": bucket_label, "bucket_test": bucket_test, "num": _num, "figure": figure,
         "extra_kpis": shown_figures(d), "evidence": evidence_lines(d),
     }
 
