@@ -32,6 +32,7 @@ from traceinsight.vocab.units import fmt_ns
 from traceinsight.delta import side as S
 from traceinsight.delta.match import comparability, context
 from traceinsight.delta.stats import CONFIDENCE, Shift, interval_possible, power, shift
+from traceinsight.vocab.units import finite
 
 SCHEMA_VERSION = 2
 
@@ -175,13 +176,7 @@ def _steady_busy_pct(side: S.Side) -> Any:
     return round(min(100.0 * busy / (window - warm), 100.0), 1)
 
 
-def _pct(value: Any) -> float:
-    """A finite number from a report field (reports are untrusted files), else 0."""
-    try:
-        out = float(value)
-    except (TypeError, ValueError, OverflowError):
-        return 0.0
-    return out if math.isfinite(out) else 0.0
+_pct = finite  # a finite number from a report field (reports are untrusted files), else 0
 
 
 # --- step time ---------------------------------------------------------------------------------------------

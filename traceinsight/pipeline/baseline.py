@@ -20,6 +20,7 @@ from typing import Any
 
 from traceinsight.vocab.errors import ConfigError
 from traceinsight.model.finding import Finding
+from traceinsight.vocab.units import finite
 
 NEW, WORSE, SAME = "new", "worse", "same"
 
@@ -154,9 +155,4 @@ def compare(findings: list[Finding], baseline: dict[str, Any], *, source: str = 
                       worse_points=worse_points, mfu_before_pct=before_mfu, mfu_after_pct=mfu_pct)
 
 
-def _pct(value: Any) -> float:
-    try:
-        out = float(value)
-    except (TypeError, ValueError, OverflowError):
-        return 0.0
-    return out if math.isfinite(out) else 0.0
+_pct = finite  # a finite number from a report field (reports are untrusted files), else 0

@@ -27,3 +27,13 @@ def format_what_if(what_if: dict | None) -> str:
 
     pct = 100.0 * (p - b) / b
     return f"step {num(b)} → {num(p)} {unit} ({'−' if pct < 0 else '+'}{abs(pct):.0f} %)"
+
+
+def finite(value: object, default: float = 0.0) -> float:
+    """A finite float from a field of an untrusted file (a report given back to the tool), else ``default``: NaN,
+    infinities, strings and None never reach a figure."""
+    try:
+        out = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError, OverflowError):
+        return default
+    return out if out == out and out not in (float("inf"), float("-inf")) else default
