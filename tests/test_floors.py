@@ -71,3 +71,11 @@ def test_planted_upward_and_sibling_imports_break_the_contract(tmp_path):
     assert res.returncode != 0
     assert "traceinsight.vocab.units -> traceinsight.derive.ledger" in res.stdout
     assert "traceinsight.torch -> traceinsight.delta" in res.stdout
+
+
+def test_the_wheel_lists_every_package():
+    """pyproject's explicit package list (the rules folder ships under another name) names every package of the
+    tree, so a new subpackage cannot be left out of the wheel that ``pip install .`` builds."""
+    listed = set(CONFIG["tool"]["setuptools"]["packages"])
+    tree = {".".join(p.parent.relative_to(REPO).parts) for p in (REPO / "traceinsight").rglob("__init__.py")}
+    assert tree - listed == set()
