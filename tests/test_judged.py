@@ -155,12 +155,7 @@ def check(e: Expectation, a) -> str | None:
 
 #: Readings the report does not meet yet, each with why (strict: the day one passes, the test fails until it is
 #: taken off this list). Keep it short; a line here is an open disagreement with the expert, not an accepted one.
-DISAGREE = {
-    "tl_sglang_qwen3-8b_decode_hipgraph_mi300x: not at warning or above: TI001, TI002, TI003, TI010":
-        "after the 463 ms start-of-window copy is set aside, 845 us of host gaps (graph replay, Triton's launcher, one "
-        "sync) are 7.9 % of the 10.7 ms left: a warning on the scale; the reading counts the one decode step as "
-        "GPU-bound (the verdict agrees: compute), so the open question is grading a single step's host gaps",
-}
+DISAGREE: dict[str, str] = {}
 
 
 @pytest.mark.parametrize("e", [pytest.param(e, marks=pytest.mark.xfail(strict=True, reason=DISAGREE[e.id])) if e.id in DISAGREE else e

@@ -30,7 +30,8 @@ from typing import TYPE_CHECKING, Iterable
 
 from traceinsight.rule_api import Finding, Severity, fmt_ns
 from traceinsight.assess.severity import UNGRADED_CATEGORIES, judgement_withheld, level, only_one_time_work, steady_arrays, window_of
-from traceinsight.assess.verdict import claims_of
+from traceinsight.assess.verdict import BUSY_MOST_PCT, KERNEL_GAIN_PCT, claims_of
+from traceinsight.vocab.buckets import BUSY_BUCKETS, WARMUP_BUCKET
 
 if TYPE_CHECKING:  # pragma: no cover
     from traceinsight.derive.derived import Derived
@@ -130,6 +131,14 @@ def assess(findings: list[Finding], views: "Derived", rules: dict[str, object], 
             sev = Severity.INFO
             f.metrics["what_if_note"] = "the replay gives the step nothing back, so this is not a warning"
             f.metrics["severity_basis"] = f"kept at info: the replay gives the step nothing back ({share:.1f} % of the GPU window claimed)"
+        busy_pct = _busy_pct_of(f, led)
+        if (sev.rank > Severity.INFO.rank and f.saving_kind == KIND_IDLE and busy_pct is not None and busy_pct >= BUSY_MOST_PCT
+                and share <= KERNEL_GAIN_PCT / 100.0 * busy_pct):
+            sev = Severity.INFO  # the verdict's own rule: on a mostly busy GPU this idle is less than faster kernels give
+            f.metrics["severity_basis"] = (
+                f"kept at info: the GPU is busy {busy_pct:.1f} % of its steady state, and this idle ({share:.1f} %) is less than "
+                f"faster kernels would plausibly give back ({KERNEL_GAIN_PCT:g} % of busy time, the verdict's rule)"
+            )
         if sev.rank > Severity.INFO.rank and only_one_time_work(views, f):
             sev = Severity.INFO  # only one-time work supports the finding
             f.metrics["severity_basis"] = "kept at info: only one-time work (the ledger's warm-up) supports it"
@@ -281,3 +290,22 @@ def lead_with_verdict(analysis) -> bool:
     ids = {id(f) for f in group}
     analysis.findings = group + [f for f in fs if id(f) not in ids]
     return True
+
+
+def _busy_pct_of(f: Finding, led: object) -> float | None:
+    """The busy share of the steady state (warm-up set aside) of the finding's device, or of all devices when it
+    names none: the figure the verdict's rule reads to decide whether an idle lever beats faster kernels."""
+    import numpy as np
+
+    rank, device, bucket, ns = led.device_arrays  # type: ignore[attr-defined]
+
+    sel = bucket != WARMUP_BUCKET
+    if f.location.rank is not None:
+        sel = sel & (rank == f.location.rank)
+    if f.location.device is not None:
+        sel = sel & (device == f.location.device)
+    total = float(np.asarray(ns)[sel].sum())
+    if total <= 0:
+        return None
+    busy = float(np.asarray(ns)[sel & np.isin(bucket, list(BUSY_BUCKETS))].sum())
+    return 100.0 * busy / total
