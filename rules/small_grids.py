@@ -226,16 +226,18 @@ def _alone_ns(v, pos: np.ndarray) -> np.ndarray:
         t, running = t[order], np.cumsum(step[order])
         seg = np.diff(t).astype(float) * (running[:-1] == 1)  # [t[i], t[i+1]) runs exactly one kernel
         cum = np.concatenate([[0.0], np.cumsum(seg)])
-
-        def alone_before(x: np.ndarray) -> np.ndarray:
-            i = np.clip(np.searchsorted(t, x, side="right") - 1, 0, len(t) - 1)
-            inside = np.minimum(x - t[i], np.append(np.diff(t), 0)[i]).astype(float)
-            return cum[i] + np.where(running[i] == 1, np.maximum(inside, 0.0), 0.0)
-
         mine = np.flatnonzero(key == k)
         ks, ke = start_all[pos[mine]], end_all[pos[mine]]
-        out[mine] = np.maximum(alone_before(ke) - alone_before(ks), 0.0)
+        out[mine] = np.maximum(_alone_before(t, running, cum, ke) - _alone_before(t, running, cum, ks), 0.0)
     return out
+
+
+def _alone_before(t: np.ndarray, running: np.ndarray, cum: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """Per instant of ``x``: the ns before it during which exactly one kernel ran (``t``: the sorted start/end
+    instants, ``running``: kernels running from each, ``cum``: that alone time summed up to each)."""
+    i = np.clip(np.searchsorted(t, x, side="right") - 1, 0, len(t) - 1)
+    inside = np.minimum(x - t[i], np.append(np.diff(t), 0)[i]).astype(float)
+    return cum[i] + np.where(running[i] == 1, np.maximum(inside, 0.0), 0.0)
 
 
 def _map_sms(rank: np.ndarray, device: np.ndarray, sms: dict, fallback: float) -> np.ndarray:

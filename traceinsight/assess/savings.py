@@ -28,6 +28,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Iterable
 
+import numpy as np
+
 from traceinsight.rule_api import Finding, Severity, fmt_ns
 from traceinsight.assess.severity import UNGRADED_CATEGORIES, judgement_withheld, level, only_one_time_work, steady_arrays, window_of
 from traceinsight.assess.verdict import BUSY_MOST_PCT, KERNEL_GAIN_PCT, claims_of
@@ -111,6 +113,7 @@ def assess(findings: list[Finding], views: "Derived", rules: dict[str, object], 
         if k == KIND_IDLE and f.what_if:
             _compare(f, n_steps)
     by_fp = {f.fingerprint: f for f in findings}
+    shares = _busy_shares(led)
     for f in findings:
         rule = rules.get(f.code)
         if f.saving_kind == KIND_NONE or f.code in forced or f.share_pct is None or not _graded(rule, f):
@@ -131,7 +134,7 @@ def assess(findings: list[Finding], views: "Derived", rules: dict[str, object], 
             sev = Severity.INFO
             f.metrics["what_if_note"] = "the replay gives the step nothing back, so this is not a warning"
             f.metrics["severity_basis"] = f"kept at info: the replay gives the step nothing back ({share:.1f} % of the GPU window claimed)"
-        busy_pct = _busy_pct_of(f, led)
+        busy_pct = _busy_pct_of(f, shares)
         if (sev.rank > Severity.INFO.rank and f.saving_kind == KIND_IDLE and busy_pct is not None and busy_pct >= BUSY_MOST_PCT
                 and share <= KERNEL_GAIN_PCT / 100.0 * busy_pct):
             sev = Severity.INFO  # the verdict's own rule: on a mostly busy GPU this idle is less than faster kernels give
@@ -292,20 +295,22 @@ def lead_with_verdict(analysis) -> bool:
     return True
 
 
-def _busy_pct_of(f: Finding, led: object) -> float | None:
-    """The busy share of the steady state (warm-up set aside) of the finding's device, or of all devices when it
-    names none: the figure the verdict's rule reads to decide whether an idle lever beats faster kernels."""
-    import numpy as np
-
+def _busy_shares(led: object) -> dict[tuple[int, int], tuple[float, float]]:
+    """Per (rank, device): (busy ns, steady ns) of the ledger, warm-up set aside — read once per analysis."""
     rank, device, bucket, ns = led.device_arrays  # type: ignore[attr-defined]
+    steady = bucket != WARMUP_BUCKET
+    busy = steady & np.isin(bucket, list(BUSY_BUCKETS))
+    out: dict[tuple[int, int], tuple[float, float]] = {}
+    for key in set(zip(rank.tolist(), device.tolist())):  # a few rows per device
+        on = (rank == key[0]) & (device == key[1])
+        out[(int(key[0]), int(key[1]))] = (float(ns[on & busy].sum()), float(ns[on & steady].sum()))
+    return out
 
-    sel = bucket != WARMUP_BUCKET
-    if f.location.rank is not None:
-        sel = sel & (rank == f.location.rank)
-    if f.location.device is not None:
-        sel = sel & (device == f.location.device)
-    total = float(np.asarray(ns)[sel].sum())
-    if total <= 0:
-        return None
-    busy = float(np.asarray(ns)[sel & np.isin(bucket, list(BUSY_BUCKETS))].sum())
-    return 100.0 * busy / total
+
+def _busy_pct_of(f: Finding, shares: dict[tuple[int, int], tuple[float, float]]) -> float | None:
+    """The busy share of the steady state of the finding's device (of all devices when it names none): the figure
+    the verdict's rule reads to decide whether an idle lever beats faster kernels."""
+    loc = f.location
+    picked = [v for (r, d), v in shares.items() if (loc.rank is None or r == loc.rank) and (loc.device is None or d == loc.device)]
+    total = sum(v[1] for v in picked)
+    return 100.0 * sum(v[0] for v in picked) / total if total > 0 else None

@@ -13,6 +13,7 @@ from collections import defaultdict
 from typing import Any
 
 from traceinsight.delta import side as S
+from traceinsight.delta.stats import MIN_SAMPLES
 
 #: Share of the per-step framework ops (or kernels) both sides must have in common to be compared.
 MIN_IN_COMMON = 80.0
@@ -95,8 +96,6 @@ def one_time_work(base: S.Side, head: S.Side, *, steps_on_both: bool, steady: tu
     both sides are compared without their warm-up steps, so a side mostly of one-time work still compares when the
     steady steps after its warm-up are enough for an interval (``stats.MIN_SAMPLES``); with fewer, the few steps
     left after a compilation would decide the answer, so the window is called one-time work instead."""
-    from traceinsight.delta.stats import MIN_SAMPLES
-
     pa, pb = S.warmup_share_pct(base), S.warmup_share_pct(head)
     big_a, big_b = (pa or 0.0) >= ONE_TIME_PCT, (pb or 0.0) >= ONE_TIME_PCT
     if steps_on_both:

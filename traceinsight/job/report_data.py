@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 
 from traceinsight.job.run import JobAnalysis
+from traceinsight.job.verdict import median_busy_pct
 
 
 #: Ranks listed one by one in Markdown/text below this job size; above it, percentiles and outliers.
@@ -69,8 +70,6 @@ def rank_table(ja: JobAnalysis) -> pd.DataFrame:
 def _busy_median(j: Any) -> float | None:
     """The job verdict's median GPU busy (``verdict.median_busy_pct`` over the ranks' ledgers), so the headline and
     the verdict quote one figure; from busy/window per rank where no ledger was kept."""
-    from traceinsight.job.verdict import median_busy_pct
-
     led, per = j.ledger, j.ranks
     if led is not None and not led.empty:
         wide = led.pivot_table(index="rank", columns="bucket", values="ns", aggfunc="sum", fill_value=0)
