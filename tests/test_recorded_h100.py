@@ -304,7 +304,12 @@ def test_a_fix_that_rewrites_the_step_is_compared_on_the_users_word():
 
 def test_the_memory_and_recompile_fixes_remove_their_findings():
     churn, fixed = _analysis("memory_churn.json.gz"), _analysis("memory_churn_fixed.json.gz")
-    assert {"TI031", "TI032"} <= _codes(churn, "warning")
+    # the pool's growth is a risk (TI032 keeps its warning); the releases the program asked for cost the GPU nothing
+    # here (it stays 96 % busy), so the common scale grades TI031 info, and says so
+    assert "TI032" in _codes(churn, "warning") and "TI031" in _codes(churn)
+    released = _finding(churn, "TI031")
+    assert released.severity.value == "info" and released.saving_ns == 0
+    assert released.metrics["severity_basis"].startswith("graded info on the common scale: 0.0 % of the GPU window")
     assert not {"TI031", "TI032"} & _codes(fixed)
     d = diff(H100 / "memory_churn.json.gz", H100 / "memory_churn_fixed.json.gz").data
     # every step has its own sequence length: five steps a side cannot tell a change from the spread

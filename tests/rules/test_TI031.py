@@ -78,6 +78,10 @@ def test_positive_empty_cache_outside_ops_is_asked_for(tmp_path):
     assert f.metrics["asked_for"] is True and f.metrics["peak_share_pct"] == 62.5 and f.metrics["oom_events"] == 0
     assert f.metrics["steady_state_frees"] == 4 and f.impact_ns == f.metrics["flush_ns"] == 4 * 800_000
     assert "outside any framework op" in f.message and "memory pressure" not in f.title
+    # no risk to the run, only time: graded on the common scale by the GPU time it costs, like any time cost
+    from traceinsight.rule_api import level
+
+    assert f.metrics["graded"] is True and f.severity is level(f.share_pct or 0.0)
 
 
 def test_positive_frees_far_below_capacity_are_asked_for(tmp_path):

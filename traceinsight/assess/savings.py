@@ -185,6 +185,10 @@ def _quote_figure(f: Finding, cause: "Finding | None") -> None:
 
 
 def _graded(rule: object, f: Finding) -> bool:
+    """Whether the common scale grades ``f``: the finding's own word (``metrics["graded"]``: a rule whose findings
+    are risks, not time, grades the ones that are only a time cost), else the rule's ``graded``, else by cost."""
+    if isinstance(f.metrics.get("graded"), bool):
+        return f.metrics["graded"]
     declared = getattr(rule, "graded", None)
     if declared is not None:
         return bool(declared)
