@@ -123,11 +123,17 @@ def _resolve_ids(pairs: list[tuple[np.ndarray, np.ndarray]], strings: list[str])
     """Each (numbers, string codes) id column as int64, string ids replaced through ``_id_lut``."""
     if not strings:
         return [nums.astype(np.int64, copy=False) for nums, _ in pairs]
-    used = np.zeros(len(strings) + 1, dtype=bool)
-    for _, codes in pairs:
-        used[codes] = True
-    lut = np.append(_id_lut(strings, used[:-1]), 0)  # code -1 maps through the appended slot
-    return [np.where(codes >= 0, lut[codes], nums).astype(np.int64) for nums, codes in pairs]
+    rows = [np.flatnonzero(codes >= 0) for _, codes in pairs]  # string ids are few: named threads, "Spans"
+    used = np.zeros(len(strings), dtype=bool)
+    for (_, codes), at in zip(pairs, rows):
+        used[codes[at]] = True
+    lut = _id_lut(strings, used)
+    out = []
+    for (nums, codes), at in zip(pairs, rows):
+        ids = nums.astype(np.int64)  # a copy: the scanner's column stays as it was read
+        ids[at] = lut[codes[at]]
+        out.append(ids)
+    return out
 
 
 def _thread_name_table(pid: np.ndarray, tid: np.ndarray, is_thread_name: np.ndarray, names: list[str | None]) -> dict[str, np.ndarray]:

@@ -1,0 +1,81 @@
+"""The op a memory row is attributed to: ``memory_table.innermost`` against a brute-force reading of its contract
+(the latest-starting op on the row's thread with start <= t <= end), on nested and on overlapping ops, with the
+chain walk and with the block search it falls back to."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from traceinsight.ingest import memory_table
+
+
+def _brute(ops: pd.DataFrame, rank, pid, tid, t) -> np.ndarray:
+    out = np.full(len(t), -1, dtype=np.int64)
+    s = ops["start_ns"].to_numpy()
+    e = s + ops["dur_ns"].to_numpy()
+    for i in range(len(t)):
+        same = (ops["rank"].to_numpy() == rank[i]) & (ops["pid"].to_numpy() == pid[i]) & (ops["tid"].to_numpy() == tid[i])
+        cand = np.flatnonzero(same & (s <= t[i]) & (e >= t[i]))
+        if len(cand):  # latest start; among equal starts, the one the (thread, start) order puts last
+            best = s[cand].max()
+            out[i] = cand[s[cand] == best].max()
+    return out
+
+
+def _nested_ops(rng: np.random.Generator, threads: int, per_thread: int) -> pd.DataFrame:
+    """Properly nested ops: each thread a sequence of top-level ops with children inside them."""
+    rows = []
+    for th in range(threads):
+        t = int(rng.integers(0, 50))
+        for _ in range(per_thread):
+            dur = int(rng.integers(20, 200))
+            rows.append((0, 100 + th % 2, 7 + th, t, dur))
+            c = t + 1
+            while c < t + dur - 3:
+                cd = int(rng.integers(1, max(2, (t + dur - c) // 2)))
+                rows.append((0, 100 + th % 2, 7 + th, c, cd))
+                if cd > 4:
+                    rows.append((0, 100 + th % 2, 7 + th, c + 1, cd - 2))  # a grandchild
+                c += cd + int(rng.integers(0, 3))
+            t += dur + int(rng.integers(0, 20))
+    r, p, tid, s, d = (np.array(x, dtype=np.int64) for x in zip(*rows))
+    order = rng.permutation(len(s))  # the reader's row order is not the thread's
+    return pd.DataFrame({"rank": r[order], "pid": p[order], "tid": tid[order], "start_ns": s[order], "dur_ns": d[order]})
+
+
+def _overlapping_ops(rng: np.random.Generator, n: int) -> pd.DataFrame:
+    """Ops that overlap without nesting (async ranges, broken records): the contract still holds."""
+    s = rng.integers(0, 2000, n)
+    return pd.DataFrame({"rank": rng.integers(0, 2, n), "pid": np.full(n, 5), "tid": rng.integers(1, 4, n),
+                         "start_ns": s, "dur_ns": rng.integers(0, 300, n)})
+
+
+def _queries(rng: np.random.Generator, ops: pd.DataFrame, q: int):
+    pick = rng.integers(0, len(ops), q)
+    t = rng.integers(-10, int((ops["start_ns"] + ops["dur_ns"]).max()) + 20, q)
+    tid = ops["tid"].to_numpy()[pick].copy()
+    tid[:5] = 999  # a thread with no op
+    return ops["rank"].to_numpy()[pick], ops["pid"].to_numpy()[pick], tid, t
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("shape", ["nested", "overlapping"])
+@pytest.mark.parametrize("rounds", [64, 1])  # 1: the chain walk gives up at once and the block search answers
+def test_innermost_matches_its_contract(seed, shape, rounds, monkeypatch):
+    rng = np.random.default_rng(seed)
+    ops = _nested_ops(rng, 3, 30) if shape == "nested" else _overlapping_ops(rng, 400)
+    monkeypatch.setattr(memory_table, "_CHAIN_ROUNDS", rounds)
+    rank, pid, tid, t = _queries(rng, ops, 600)
+    got = memory_table.innermost(ops, rank, pid, tid, t)
+    want = _brute(ops, rank, pid, tid, t)
+    assert (want >= 0).sum() > 100 and (want < 0).sum() >= 5  # both answers are exercised
+    np.testing.assert_array_equal(got, want)
+
+
+def test_previous_longer_points_at_the_parent_of_nested_ops():
+    # one thread: A [0, 100] holds B [10, 50] holds C [20, 30]; D [60, 90] is B's sibling; thread 2 starts anew
+    k = np.array([0, 0, 0, 0, 1])
+    e = np.array([100, 50, 30, 90, 5])
+    np.testing.assert_array_equal(memory_table._previous_longer(k, e), [-1, 0, 1, 0, -1])
