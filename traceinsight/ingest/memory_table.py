@@ -168,63 +168,10 @@ def _thread_codes(ops: list[np.ndarray], queries: list[np.ndarray]) -> tuple[np.
     return codes.astype(np.int64), pd.Index(uniques).get_indexer((qr << 48) | (qp << 24) | qt)
 
 
-#: Vectorised rounds the chain walks take before the general search takes over (nesting deeper than this, or
-#: siblings in the millions, are not what profilers record; the general search answers them all the same).
-_CHAIN_ROUNDS = 64
-
-
-def _previous_longer(k: np.ndarray, e: np.ndarray) -> np.ndarray | None:
-    """Per op (sorted by thread ``k``, then start), the last earlier op of its thread that ends strictly later, -1
-    for none; None when pointer jumping did not settle within ``_CHAIN_ROUNDS`` rounds.
-
-    Pointer jumping: each op starts at its predecessor and, while that one ends no later than itself, jumps to the
-    predecessor's own pointer; every op skipped ends no later than the op, so the first that ends later is the
-    answer. For nested ops the pointer is the parent, and a few rounds settle a whole trace."""
-    n = len(e)
-    g = np.arange(-1, n - 1, dtype=np.int64)
-    if n:
-        g[np.flatnonzero(np.r_[True, k[1:] != k[:-1]])] = -1
-    act = np.flatnonzero(g >= 0)
-    for _ in range(_CHAIN_ROUNDS):
-        if not len(act):
-            return g
-        ga = g[act]
-        move = e[ga] <= e[act]
-        act, ga = act[move], ga[move]
-        nxt = g[ga]
-        g[act] = nxt
-        act = act[nxt >= 0]
-    return None if len(act) else g
-
-
-def _last_reaching(p: np.ndarray, qt: np.ndarray, e: np.ndarray, g: np.ndarray | None) -> np.ndarray | None:
-    """Per query, the last op at or before position ``p`` (same thread; -1 for none) whose end ``e`` reaches its
-    time ``qt``, -1 for none; None when some query's walk did not end within ``_CHAIN_ROUNDS`` rounds.
-
-    The answer lies on the chain p, g[p], g[g[p]], … (ends strictly rising): an op the chain skips ends no later
-    than a chain op after it, which ends before ``qt``. So the first chain op that reaches ``qt`` is it."""
-    if g is None:
-        return None
-    out = np.full(len(p), -1, dtype=np.int64)
-    cand = p.copy()
-    act = np.flatnonzero(p >= 0)
-    for _ in range(_CHAIN_ROUNDS):
-        if not len(act):
-            return out
-        pa = cand[act]
-        reach = e[pa] >= qt[act]
-        out[act[reach]] = pa[reach]
-        act, pa = act[~reach], pa[~reach]
-        nxt = g[pa]
-        cand[act] = nxt
-        act = act[nxt >= 0]
-    return None if len(act) else out
-
-
-def _last_reaching_blocks(p: np.ndarray, qt: np.ndarray, e: np.ndarray) -> np.ndarray:
-    """``_last_reaching`` for any input, in log2(n) vectorised steps: jumping back over blocks of 2^k ops that all
-    ended before the query's time (a table of block-wise maximum ends). Memory n log n: only for what the chain
-    walk did not settle."""
+def _last_reaching(p: np.ndarray, qt: np.ndarray, e: np.ndarray) -> np.ndarray:
+    """Per query, the last op at or before position ``p`` (-1: none) whose end ``e`` reaches its time ``qt``, -1 for
+    none: found by jumping back over blocks of 2^k ops that all ended before ``qt`` (a table of block-wise maximum
+    ends), log2(n) vectorised steps for all queries at once."""
     n = len(e)
     tables = [e]
     width = 1
@@ -249,9 +196,9 @@ def innermost(ops: pd.DataFrame, rank: np.ndarray, pid: np.ndarray, tid: np.ndar
     start <= t <= end (for properly nested ops, the innermost one running at t), -1 where none.
 
     Ops sorted by (thread, start); a query's candidates are the prefix of its thread up to the last op starting by
-    t, and the answer is the last of them whose end reaches t: found by walking the chain of earlier ops that end
-    later (``_last_reaching``: a few vectorised rounds, as deep as the nesting), or, where that chain runs long,
-    by the block search."""
+    t, and the answer is the last of them whose end reaches t (``_last_reaching``). A walk up the chain of
+    enclosing ops was tried instead: on a thread of a million sibling ops pointer jumping needs ~20 rounds over
+    most of them, slower than the block search."""
     codes, q_codes = _thread_codes([ops["rank"].to_numpy(), ops["pid"].to_numpy(), ops["tid"].to_numpy()], [rank, pid, tid])
     o_start = ops["start_ns"].to_numpy(np.int64)
     order = np.lexsort((o_start, codes))
@@ -268,10 +215,5 @@ def innermost(ops: pd.DataFrame, rank: np.ndarray, pid: np.ndarray, tid: np.ndar
     qcomb = q_codes.astype(np.int64) * span + np.clip(qt - base, -1, span - 1)
     p = np.searchsorted(comb, qcomb, side="right") - 1
     p = np.where(valid & (qt >= base), p, -1)
-    on = np.flatnonzero(p >= 0)
-    p[on[k[p[on]] != q_codes[on]]] = -1  # the query's thread has no op starting by t
-    hit = _last_reaching(p, qt, e, _previous_longer(k, e))
-    if hit is None:  # the block search crosses threads: an op it finds on another one means none on the query's
-        hit = _last_reaching_blocks(p, qt, e)
-        hit = np.where((hit >= 0) & (k[np.clip(hit, 0, None)] == q_codes), hit, -1)
-    return np.where(hit >= 0, order[np.clip(hit, 0, None)], -1)
+    hit = _last_reaching(p, qt, e)  # may land on an earlier thread: then the query's own has none
+    return np.where((hit >= 0) & (k[np.clip(hit, 0, None)] == q_codes) & valid, order[np.clip(hit, 0, None)], -1)
