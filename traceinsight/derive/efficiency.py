@@ -15,14 +15,10 @@ import numpy as np
 import pandas as pd
 
 from traceinsight.derive.flops import OpCounts, count_ops
+from traceinsight.ingest import input_format
 from traceinsight.vocab.peaks import UNKNOWN_PEAK, PeakChoice, choose
 from traceinsight.vocab.units import fmt_ns
 from traceinsight.vocab.work_classes import CLASSES, MATRIX_CLASSES, TF32_KERNEL, kernel_classes
-
-#: What to add to the profiler call when a PyTorch trace has no shapes.
-RECORD_SHAPES_HINT = "record with `torch.profiler.profile(..., record_shapes=True)` to get FLOPs, achieved TFLOP/s and MFU"
-NO_SHAPES_NSYS = ("Nsight Systems records no tensor shapes, so FLOPs per kernel cannot be known from the trace; pass "
-                  "--model-flops-per-step for MFU")
 
 
 @dataclass
@@ -135,17 +131,18 @@ def build(views: Any, settings: EfficiencySettings | None = None) -> Efficiency:
     peak = choose(devs, settings.peak_tflops, settings.peak_bandwidth_gbs)
     notes: list[str] = []
     counts = None
-    if meta.source_format == "pytorch":
+    fmt = input_format(meta.source_format)  # what the trace's format records, and what to say when it is missing
+    if fmt.shapes:
         try:
             counts = count_ops(tl.events, kernels)
         except (ValueError, TypeError, OverflowError, KeyError, IndexError) as exc:  # untrusted shapes: say so, go on
             notes.append(f"the FLOPs model could not read this trace's shapes ({type(exc).__name__}); FLOPs are not shown")
-    elif meta.source_format == "tensorflow-xplane":
-        counts = _recorded_counts(kernels)  # XLA's own per-op FLOPs/bytes, where the profiler wrote them
+    elif fmt.op_costs:
+        counts = _recorded_counts(kernels)  # the compiler's own per-op FLOPs/bytes, where the profiler wrote them
     if counts is not None:
         counts = plausible_flops(counts, peak, notes)
     shapes = bool(counts and counts.shapes_recorded)
-    recorded = counts is not None and not counts.shapes_recorded and meta.source_format == "tensorflow-xplane"
+    recorded = counts is not None and not counts.shapes_recorded and fmt.op_costs
 
     # class of every GPU activity row: the launching op's class, else the kernel name's
     if len(kernels):
@@ -231,16 +228,8 @@ def build(views: Any, settings: EfficiencySettings | None = None) -> Efficiency:
     else:
         source = "none"
     if source == "none":
-        if meta.source_format == "pytorch" and not shapes:
-            notes.append(RECORD_SHAPES_HINT)
-        elif meta.source_format == "nsys":
-            notes.append(NO_SHAPES_NSYS)
-        elif meta.source_format == "tensorflow-xplane":
-            notes.append("FLOPs per op: not recorded in this XPlane trace (no `flops`/`bytes_accessed` HLO op stats on its "
-                         "device events; XProf derives them from the compiled HLO module, which the trace does not carry); "
-                         "pass --model-flops-per-step for MFU")
-        elif meta.source_format.startswith("tensorflow"):
-            notes.append("this TensorFlow trace records no FLOPs per op; pass --model-flops-per-step for MFU")
+        if fmt.no_flops and not shapes:
+            notes.append(fmt.no_flops)
         elif shapes:
             notes.append("shapes are recorded, but no matmul/convolution/attention op with a FLOPs model ran on the GPU")
     coverage = _coverage(rows, matrix_all) if source in COUNTED else None
@@ -299,11 +288,11 @@ def build(views: Any, settings: EfficiencySettings | None = None) -> Efficiency:
     withheld = ""
     if mfu is not None and coverage is not None and (coverage["pct"] if coverage["pct"] is not None else 0.0) < MFU_MIN_COVERAGE_PCT:
         # an MFU over a sliver of the matrix work is not the model's: say what is known instead (see ``withheld_text``)
-        withheld = withheld_text(coverage, rows, meta.source_format)
+        withheld = withheld_text(coverage, rows, fmt.record_shapes)
         mfu = None
         step_frame["mfu_pct"] = None
     hardware = _hardware(tl.samples, views, kernels, cls) if getattr(tl, "samples", None) is not None else None
-    if hardware is not None and meta.source_format == "nsys" and source == "none":
+    if hardware is not None and source == "none":  # only a format that samples the hardware has them (Nsight)
         notes.append("GPU-metrics samples are present: SM and tensor-core activity below are the hardware's own measure")
     top = _top_ops(tl.events, matrix, peak, mfu_dtype) if source == "shapes" else None
     return Efficiency(peak, source, shapes, rows, step_frame, counts, gpu_ns, model_flops, mfu,
@@ -370,13 +359,12 @@ def coverage_phrase(coverage: dict[str, Any] | None) -> str:
     return f"{coverage.get('by', 'shapes')} cover {coverage['pct']:.0f} % of matrix GPU time"
 
 
-def withheld_text(coverage: dict[str, Any], rows: list[dict[str, Any]], source_format: str) -> str:
+def withheld_text(coverage: dict[str, Any], rows: list[dict[str, Any]], how: str = "record shapes") -> str:
     """The sentence that stands where the MFU would: how little the shapes cover, the achieved rate per matrix
-    class on the covered part, and how to get a whole figure."""
+    class on the covered part, and how to get a whole figure (``how``: the format's way to record shapes,
+    ``InputFormat.record_shapes``)."""
     rates = [f"{r['label']} {r['achieved_tflops']:.1f} TFLOP/s" + (f" ({r['pct_of_peak']:.1f} % of peak)" if r.get("pct_of_peak") else "")
              for r in rows if r["cls"] in MATRIX_CLASSES and r.get("achieved_tflops")]
-    how = ("record with `torch.profiler.profile(..., record_shapes=True)` outside graph replays"
-           if source_format == "pytorch" else "record shapes")
     if coverage.get("pct") is None:  # FLOPs of ops whose kernels are not linked, and no matrix-class kernel time at all
         text = ("MFU unknown: no GEMM/convolution/attention kernel time is tied to an op with shapes (the kernels that ran "
                 "are not linked to the ops, e.g. a graph replay)")
