@@ -27,8 +27,8 @@ from traceinsight.ingest.heap import input_size, large_input
 from traceinsight.ingest.input_format import UNKNOWN, InputFormat
 from traceinsight.ingest.parts import ReadResult, Rows
 
-__all__ = ["FORMATS", "SUPPORTED", "HEAD_BYTES", "InputFormat", "ReadResult", "Rows", "assemble", "detect", "input_format",
-           "load", "read_head"]
+__all__ = ["FORMATS", "HEAD_BYTES", "InputFormat", "ReadResult", "Rows", "assemble", "detect", "input_format", "load",
+           "read_head", "supported"]
 
 ProgressFn = Callable[[str], None]
 
@@ -43,8 +43,10 @@ FORMATS: dict[str, InputFormat] = {f.name: f for f in (
     tf.JSON,
 )}
 
-#: The supported inputs, as the unknown-format error lists them.
-SUPPORTED = "; ".join(f.label for f in FORMATS.values())
+
+def supported() -> str:
+    """The supported inputs, as the unknown-format error lists them."""
+    return "; ".join(f.label for f in FORMATS.values())
 
 
 def input_format(name: str) -> InputFormat:
@@ -65,7 +67,7 @@ def detect(path: str | os.PathLike) -> str:
     for fmt, reader in FORMATS.items():
         if reader.sniff(p, head):
             return fmt
-    raise UnknownFormatError(f"{p}: not a trace format traceinsight reads. Supported: {SUPPORTED}")
+    raise UnknownFormatError(f"{p}: not a trace format traceinsight reads. Supported: {supported()}")
 
 
 def load(path: str | os.PathLike, *, format: str | None = None, progress: ProgressFn | None = None,
