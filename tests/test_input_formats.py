@@ -86,7 +86,7 @@ def test_the_records_answer_what_their_traces_record():
 
 # --- a format that exists only as a record in the list ---------------------------------------------------------------
 
-TOY_HEADER = b"name,start_us,dur_us,stream\n"
+TOY_HEADER = b"kernel,begin_us,length_us,queue\n"
 
 
 def toy_sniff(path: Path, head: bytes) -> bool:
@@ -97,14 +97,14 @@ def toy_read(path: Path, **options) -> ReadResult:
     frame = pd.read_csv(path)
     n = len(frame)
     kinds = pd.Categorical.from_codes(np.full(n, KINDS.index("kernel"), dtype=np.int8), categories=list(KINDS))
-    columns = {"kind": kinds, "name": frame["name"].astype(str).to_numpy(),
-               "start_ns": (frame["start_us"].to_numpy(np.float64) * 1e3).astype(np.int64),
-               "dur_ns": (frame["dur_us"].to_numpy(np.float64) * 1e3).astype(np.int64),
-               "stream": frame["stream"].to_numpy(np.int64), "device": np.zeros(n, dtype=np.int64)}
+    columns = {"kind": kinds, "name": frame["kernel"].astype(str).to_numpy(),
+               "start_ns": (frame["begin_us"].to_numpy(np.float64) * 1e3).astype(np.int64),
+               "dur_ns": (frame["length_us"].to_numpy(np.float64) * 1e3).astype(np.int64),
+               "stream": frame["queue"].to_numpy(np.int64), "device": np.zeros(n, dtype=np.int64)}
     return ReadResult([Rows(columns)], TraceMeta(source_format="toy-kernels", path=str(path), tool="a kernel table"))
 
 
-TOY = InputFormat(name="toy-kernels", label="a table of kernels (.csv: name,start_us,dur_us,stream)", sniff=toy_sniff,
+TOY = InputFormat(name="toy-kernels", label="a table of kernels (.csv: kernel,begin_us,length_us,queue)", sniff=toy_sniff,
                   reader=f"{__name__}:toy_read", record_steady="Record steady-state steps: skip the first rows.")
 
 
