@@ -31,8 +31,9 @@ class InputFormat:
     frameworks: tuple[str, ...] = ()
     #: Framework ops carry their input shapes when the user asks for them: FLOPs per op are counted from shapes.
     shapes: bool = False
-    #: Kernels carry the compiler's own per-op FLOPs and bytes (``op_flops``, ``op_bytes``).
-    op_costs: bool = False
+    #: Kernels carry the compiler's own per-op FLOPs and bytes (``op_flops``, ``op_bytes``): whose, in the words the
+    #: efficiency view's coverage uses ("XLA's per-op costs"); None: they do not.
+    op_costs: str | None = None
 
     # --- what the report says about it ------------------------------------------------------------------------------
     #: How to record a steady-state window with this profiler, whatever the framework (None: the framework's way).

@@ -17,7 +17,7 @@ FORMAT = InputFormat(
     sniff=sniff,
     reader="traceinsight.ingest.xplane.reader:read",
     frameworks=("tensorflow", "jax"),
-    op_costs=True,
+    op_costs="XLA's per-op costs",
     no_flops=("FLOPs per op: not recorded in this XPlane trace (no `flops`/`bytes_accessed` HLO op stats on its "
               "device events; XProf derives them from the compiled HLO module, which the trace does not carry); "
               "pass --model-flops-per-step for MFU"),
