@@ -14,7 +14,7 @@ from traceinsight.rulelib.gaps import closing_syncs, host_starved_gaps, inferenc
 from traceinsight.rulelib.groups import first_seen_groups
 from traceinsight.rulelib.names import kind_mask, lookup, names_where, short_name
 from traceinsight.rulelib.warmup import inside_warmup
-from traceinsight.rulelib.usercode import has_python_frames, lead_source, RECORD_STACKS, shown_frames, SYNC_CALLS, user_frame_texts
+from traceinsight.rulelib.usercode import has_python_frames, lead_source, no_stacks_sentence, shown_frames, SYNC_CALLS, user_frame_texts
 
 
 def find_stalls(events: pd.DataFrame, launches: pd.DataFrame) -> pd.DataFrame:
@@ -270,8 +270,8 @@ class HostSyncStalls(Rule):
             if lead["frame"] not in ("(no stack)", "(no user frame)"):
                 said += f" It is called at `{lead['frame']}`."
                 source = lead_source(frame_texts[(stalls["rank"] == rank).to_numpy()], lead["frame"])
-            elif not stacks and ctx.meta.source_format == "pytorch":
-                said += f" The trace has no Python stacks: {RECORD_STACKS}."
+            elif not stacks:
+                said += no_stacks_sentence(ctx)
             yield ctx.finding(
                 title=(f"{where}host blocked on the GPU {len(s)} times for {fmt_ns(blocked)}, mostly in {short_name(site, 50)}"
                        + (f" (+{fmt_ns(aside)} of warm-up, set aside)" if aside else "")),

@@ -12,8 +12,9 @@ import traceinsight
 from tests.helpers.kineto_writer import KinetoTrace
 from tests.helpers.nsys_writer import NsysTrace
 from traceinsight.derive.derived import Derived
-from traceinsight.derive.efficiency import (RECORD_SHAPES_HINT, EfficiencySettings, _compact_dims, _dominant_dtype,
+from traceinsight.derive.efficiency import (EfficiencySettings, _compact_dims, _dominant_dtype,
                                      _window_ns)
+from traceinsight.ingest import kineto
 from traceinsight.vocab.peaks import UNKNOWN_PEAK
 from traceinsight.render.efficiency_view import headline, step_line
 from traceinsight.model.timeline import Timeline
@@ -298,7 +299,7 @@ def test_what_is_missing_is_said(tmp_path):
     op = t.cpu_op("aten::mm", 10, 20)  # no shapes
     t.kernel("ampere_sgemm_128x64_nn", 40, 100, launch_us=15, op=op)
     e = _eff(t.write(tmp_path / "u.json"))
-    assert e.notes == [RECORD_SHAPES_HINT] and not e.shapes_recorded
+    assert e.notes == [kineto.FORMAT.no_flops] and not e.shapes_recorded
     t = KinetoTrace(device_name="NVIDIA GeForce GTX 480")
     t.step(1, 0, 1000)
     _mm(t, 10, 1024, 1024, 1024, 100.0)

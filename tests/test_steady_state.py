@@ -360,12 +360,17 @@ def test_a_first_launch_of_exactly_a_millisecond_is_a_module_load(tmp_path):
 
 @pytest.mark.parametrize(("source", "framework", "which"), [
     ("nsys", "pytorch", "nsys"), ("pytorch", "jax", "jax"), ("pytorch", "pytorch", "pytorch"), ("pytorch", "other", "pytorch"),
-    ("tensorflow-xplane", "other", "tensorflow"), ("tensorflow-json", "tensorflow", "tensorflow"), ("rocprof", "other", "nsys"),
+    ("tensorflow-xplane", "other", "tensorflow"), ("tensorflow-json", "tensorflow", "tensorflow"), ("rocprof", "other", "any"),
+    ("rocprof", "jax", "jax"),
 ])
 def test_record_better_follows_the_profiler_then_the_framework(source, framework, which):
+    """The profiler's own way (Nsight's capture range, its format's record), else the framework's, else the way of
+    the framework whose profiler writes the format; a format no record names gets the general advice."""
     from traceinsight.derive.steady import RECORD_BETTER, record_better
+    from traceinsight.ingest import nsys
 
-    assert record_better(source, framework) == RECORD_BETTER[which]
+    expected = nsys.FORMAT.record_steady if which == "nsys" else RECORD_BETTER[which]
+    assert record_better(source, framework) == expected
 
 
 def test_one_time_ns_adds_up_every_ranks_part(tmp_path):

@@ -634,6 +634,7 @@ def test_a_cause_that_does_not_say_how_much_takes_nothing(tmp_path):
 def test_how_to_record_better_follows_profiler_and_framework(tmp_path):
     """A window that cannot be judged says how to record a better one, for the profiler and framework at hand."""
     from traceinsight.derive.steady import RECORD_BETTER
+    from traceinsight.ingest import nsys
 
     from .helpers.nsys_writer import NsysTrace
     from .helpers.xplane_writer import XSpaceTrace
@@ -642,7 +643,7 @@ def test_how_to_record_better_follows_profiler_and_framework(tmp_path):
     for i in range(3):
         n.kernel("k", 1_000_000 + 100_000 * i, 3_000)
     d = details(traceinsight.analyze(str(n.write(tmp_path / "t.sqlite")), ignore=["TI"]))
-    assert (d["why"], d["record_better"]) == ("too_little_gpu_work", RECORD_BETTER["nsys"])
+    assert (d["why"], d["record_better"]) == ("too_little_gpu_work", nsys.FORMAT.record_steady)  # Nsight's own capture range
     x = XSpaceTrace()
     for i in range(3):
         x.op(f"jit_train_step/pjit/jax.numpy.dot_{i}", 1_000_000 + 100_000 * i, 10_000)

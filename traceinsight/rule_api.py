@@ -58,6 +58,7 @@ from traceinsight.vocab.units import fmt_ns
 if TYPE_CHECKING:  # pragma: no cover
     from traceinsight.model.timeline import Timeline
     from traceinsight.derive.derived import Derived
+    from traceinsight.ingest.input_format import InputFormat
 
 __all__ = [
     "CATEGORIES", "DEFAULT_CATEGORY", "LIFECYCLES", "Context", "Finding", "FindingFields", "Fix", "Instance",
@@ -280,7 +281,7 @@ class Rule:
 class Context:
     """What a rule sees: the timeline, the analysis' derived data (``views``: a ``traceinsight.derive.derived.Derived``:
     the views' frames (``ctx.views.gaps``), the ledger, memory, efficiency and the named memo slots of the rule
-    library), and its resolved options."""
+    library), what the trace's format records (``input_format``), and its resolved options."""
 
     def __init__(self, timeline: "Timeline", views: "Derived", rule: Rule) -> None:
         self.timeline = timeline
@@ -289,6 +290,14 @@ class Context:
         self.views = views
         self.rule = rule
         self.options = dict(rule.values)
+
+    @property
+    def input_format(self) -> "InputFormat":
+        """The record of the trace's format (``traceinsight.ingest.input_format``): ask it what the format can
+        record (``shapes``, ``record_stacks`` ...) instead of comparing ``meta.source_format`` with names."""
+        from traceinsight.ingest import input_format
+
+        return input_format(self.meta.source_format)
 
     def what_if_batch(self, factor: float, fixed_below_ns: int) -> dict | None:
         """The what-if replay of this trace with ``factor`` times the batch: GPU tasks of at least ``fixed_below_ns``

@@ -28,12 +28,13 @@ from typing import Iterable
 import numpy as np
 
 from traceinsight.model.finding import Finding, instance_columns
+from traceinsight.vocab import categories
 from traceinsight.vocab.intervals import Coverage, applies_to
 
-#: Categories whose findings are effects of something else (the GPU waited).
-SYMPTOMS = ("gpu_idle", "launch_overhead")
+#: Categories whose findings are effects of something else (the GPU waited): ``Category.role``.
+SYMPTOMS = categories.SYMPTOMS
 #: Categories whose findings name a reason the GPU waited or a region that behaves a known way.
-CAUSES = ("input_pipeline", "host_sync", "copy", "compute", "communication")
+CAUSES = categories.CAUSES
 #: A cause explains a symptom when it accounts for at least this share of the symptom's impact.
 MIN_SHARE = 0.5
 
@@ -129,7 +130,7 @@ def attach_what_if(findings: list[Finding], views, transforms: dict[str, "str | 
     ``transforms``: rule code -> the what-if transform its rule declares (``Rule.what_if``)."""
     todo = [
         f for f in findings
-        if f.what_if is None and transforms.get(f.code) and not f.metrics.get("explained_by") and f.category != "trace_quality"
+        if f.what_if is None and transforms.get(f.code) and not f.metrics.get("explained_by") and not categories.about_recording(f.category)
     ]
     if not todo:  # no root cause with a model: the what-if machinery is not even imported
         return

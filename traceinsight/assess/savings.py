@@ -33,6 +33,7 @@ import numpy as np
 from traceinsight.rule_api import Finding, Severity, fmt_ns
 from traceinsight.assess.severity import UNGRADED_CATEGORIES, judgement_withheld, level, only_one_time_work, steady_arrays, window_of
 from traceinsight.assess.verdict import BUSY_MOST_PCT, KERNEL_GAIN_PCT, claims_of
+from traceinsight.vocab import categories
 from traceinsight.vocab.buckets import BUSY_BUCKETS, WARMUP_BUCKET
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -42,7 +43,7 @@ KIND_IDLE, KIND_MODELLED, KIND_NONE = "idle", "modelled", "none"
 #: Order of the kinds on the page: measured idle first, modelled speed-ups after, trace quality last.
 KIND_ORDER = {KIND_IDLE: 0, KIND_MODELLED: 1, KIND_NONE: 2}
 #: Categories whose findings are about busy work (their savings assume a speed-up), unless they explain idle.
-BUSY_CATEGORIES = ("compute", "copy", "communication")
+BUSY_CATEGORIES = categories.BUSY
 #: A what-if that shortens the step by less than this % of it "changes nothing".
 NO_CHANGE_PCT = 1.0
 #: The what-if's total saving and the claim agree when they differ by at most this share of the larger one...

@@ -36,6 +36,7 @@ import numpy as np
 import pandas as pd
 
 from traceinsight.model.finding import SCALE, Finding, Severity, level
+from traceinsight.vocab import categories
 from traceinsight.vocab.buckets import WARMUP_BUCKET
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -43,8 +44,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
 #: Findings costing less than this % of their window are left out of the report unless asked for.
 DEFAULT_MIN_IMPACT_PCT = 1.0
-#: Categories whose findings describe the trace itself; never graded by cost, never dropped.
-UNGRADED_CATEGORIES = frozenset({"trace_quality"})
+#: Categories whose findings describe the trace itself; never graded by cost, never dropped (``categories``).
+UNGRADED_CATEGORIES = categories.UNGRADED
 
 
 

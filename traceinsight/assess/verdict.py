@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from traceinsight.vocab import buckets
+from traceinsight.vocab import buckets, categories
 from traceinsight.vocab.buckets import AVOIDABLE_BUCKETS, BUCKETS, BUSY_BUCKETS, IDLE_COST_BUCKETS, SET_ASIDE_BUCKETS, WARMUP_BUCKET
 from traceinsight.model.finding import CATEGORIES, DEFAULT_CATEGORY, Finding
 from traceinsight.vocab.units import fmt_ns, format_what_if
@@ -38,26 +38,11 @@ if TYPE_CHECKING:  # pragma: no cover
     from traceinsight.model.analysis import Analysis
     from traceinsight.derive.ledger import Ledger
 
-#: verdict category -> short label used as the verdict headline.
-LABELS: dict[str, str] = {
-    "gpu_idle": "unattributed GPU idle",
-    "host_sync": "host syncs",
-    "launch_overhead": "launch overhead",
-    "input_pipeline": "input pipeline",
-    "host_overhead": "host/Python overhead",
-    "host_untraced": "untraced host time",
-    "gpu_dependency": "GPU-side waits",
-    "copy": "copies",
-    "communication": "communication",
-    "compute": "compute",
-    "trace_quality": "trace quality",
-    "cannot_judge": "cannot judge this window",
-    "unexplained": "idle that no finding explains",
-    "no_gpu": "no GPU activity",
-}
+#: verdict category -> short label used as the verdict headline (the category record, ``vocab.categories``).
+LABELS: dict[str, str] = categories.LABELS
 
 #: The category of idle a finding attributes to no kind (GPU idle gaps by what the host did): it claims last.
-DEFAULT_IDLE = "gpu_idle"
+DEFAULT_IDLE = categories.CATCH_ALL
 #: What findings of each rule category (``finding.CATEGORIES``) may claim from the ledger (``buckets.claims``).
 CLAIMS: dict[str, tuple[str, ...]] = {c: buckets.claims(c) for c in CATEGORIES}
 
@@ -439,7 +424,7 @@ def levers(analysis: "Analysis", cl: dict[str, Any]) -> list[dict[str, Any]]:
     out = []
     for i, f in enumerate(analysis.findings):
         ns = int(f.saving_ns if f.saving_ns is not None else 0)
-        if ns <= 0 or f.category == "trace_quality" or not f.fixes:
+        if ns <= 0 or categories.about_recording(f.category) or not f.fixes:
             continue
         claim = cl["each"][i] if i < len(cl["each"]) else {}
         idle: dict[str, int] = {}
@@ -524,7 +509,7 @@ def cannot_judge(analysis: "Analysis") -> tuple[str, str] | None:
             f"The GPU did only {fmt_ns(busy)} of work ({kernels} kernels) in a {fmt_ns(window)} window: too little to say "
             "what bounds the run (a graph capture, a cut profile, or set-up only). Performance findings are kept at info."
         )
-    held = next((f for f in analysis.findings if f.category == "trace_quality" and f.metrics.get("withholds_judgement")), None)
+    held = next((f for f in analysis.findings if categories.about_recording(f.category) and f.metrics.get("withholds_judgement")), None)
     if held is not None:
         why = "graph_capture" if held.metrics.get("graph_capture") else "too_little_gpu_work"
         return why, f"{held.code}: {held.title}. The window's busy % and gaps describe that, not a workload in steady state; performance findings are kept at info."
@@ -556,9 +541,8 @@ def _verdict(
     cat: str, bucket: str | None, ns: int, base_ns: int, sentence: str, by: Finding | None = None, cause: Finding | None = None,
     lever_ns: int | None = None, lever_pct: float | None = None,
 ) -> dict[str, Any]:
-    bound = cat not in ("no_gpu", "cannot_judge", "unexplained")
-    fixed = {"no_gpu": "No GPU activity", "cannot_judge": "Cannot judge this window", "unexplained": "No finding explains the idle time"}
-    headline = f"Bound by {LABELS[cat]}" if bound else fixed[cat]
+    bound = categories.BY_ID[cat].bound
+    headline = f"Bound by {LABELS[cat]}" if bound else categories.BY_ID[cat].headline
     if bound and cause is not None:
         headline += f" (root cause: {cause.code})"  # the symptom's bucket names the bound, the cause leads the fix
     return {

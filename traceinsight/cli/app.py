@@ -22,6 +22,7 @@ from traceinsight.model.finding import Severity
 from traceinsight.pipeline.rule_guard import DEFAULT_RULE_TIMEOUT_S
 from traceinsight.render.outputs import REPORT_STEM, SUFFIX
 from traceinsight.render import FORMATS, for_extension, names, phrase
+from traceinsight.ingest import FORMATS as INPUT_FORMATS
 from traceinsight.vocab.sanitize import rich, terminal, terminal_lines
 
 app = typer.Typer(
@@ -87,7 +88,7 @@ def analyze(
         typer.Option("--config", help=f"pyproject.toml with [tool.traceinsight], rule files included. Default: the nearest one, options only (its rule files load only with {TRUST_ENV}=1)."),
     ] = None,
     fail_on: Annotated[FailOn, typer.Option("--fail-on", help="Exit 1 when a finding at or above this severity exists (listed on stderr).")] = FailOn.never,
-    trace_format: Annotated[Optional[str], typer.Option("--trace-format", help="Force the parser: pytorch, nsys, tensorflow-xplane, tensorflow-logdir, tensorflow-json.")] = None,
+    trace_format: Annotated[Optional[str], typer.Option("--trace-format", help=f"Force the parser: {', '.join(INPUT_FORMATS)}.")] = None,
     run_name: Annotated[Optional[str], typer.Option("--run", help="TensorBoard logdir: the profile run to read (default: newest).")] = None,
     step_range: Annotated[Optional[str], typer.Option("--step-range", help="Use this user range (NVTX, record_function, TraceMe; numbers at its end ignored) as the step.")] = None,
     steps_: Annotated[Optional[str], typer.Option("--steps", help="Analyse only steps A through B (e.g. 3:8; either end may be left open).")] = None,

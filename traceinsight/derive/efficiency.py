@@ -9,20 +9,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pandas as pd
 
 from traceinsight.derive.flops import OpCounts, count_ops
+from traceinsight.ingest import InputFormat, input_format
 from traceinsight.vocab.peaks import UNKNOWN_PEAK, PeakChoice, choose
 from traceinsight.vocab.units import fmt_ns
 from traceinsight.vocab.work_classes import CLASSES, MATRIX_CLASSES, TF32_KERNEL, kernel_classes
-
-#: What to add to the profiler call when a PyTorch trace has no shapes.
-RECORD_SHAPES_HINT = "record with `torch.profiler.profile(..., record_shapes=True)` to get FLOPs, achieved TFLOP/s and MFU"
-NO_SHAPES_NSYS = ("Nsight Systems records no tensor shapes, so FLOPs per kernel cannot be known from the trace; pass "
-                  "--model-flops-per-step for MFU")
 
 
 @dataclass
@@ -120,132 +116,205 @@ class Efficiency:
 
 
 def build(views: Any, settings: EfficiencySettings | None = None) -> Efficiency:
+    """The efficiency view of the views' timeline, in named steps: the peak of the devices that ran work (``_peak``),
+    FLOPs per op from what the trace's format records (``_op_counts``), each kernel's class (``_kernel_class``), the
+    row of each class (``_class_rows``), where the FLOPs come from (``_flops_source``) and what is missing
+    (``_flops_notes``), FLOPs and MFU per step (``_step_frame``) and over the window (``_window_mfu``)."""
     settings = settings or EfficiencySettings()
     tl = views.timeline
-    meta = tl.meta
-    act = views.gpu_activity
     kernels = views.kernels
+    peak = _peak(views, settings)
+    notes: list[str] = []
+    fmt = input_format(tl.meta.source_format)  # what the trace's format records, and what to say when it is missing
+    counts = _op_counts(tl.events, kernels, fmt, peak, notes)
+    shapes = bool(counts and counts.shapes_recorded)
+    recorded = counts is not None and not counts.shapes_recorded and bool(fmt.op_costs)
+    cls = _kernel_class(kernels, counts)
+    ops = _GpuOps.of(counts, kernels)
+    rows, gpu_ns = _class_rows(views, cls, ops, peak)
+    mfu_dtype = _mfu_dtype(ops, rows)
+    source = _flops_source(settings, ops.matrix_all, recorded)
+    if source == "user":
+        mfu_dtype = mfu_dtype or "bf16"
+    coverage = _flops_notes(source, fmt, shapes, rows, ops.matrix_all, counts, peak, notes)
+    peak_mfu, _ = peak.for_dtype(mfu_dtype)
+    step_frame = _step_frame(views.steps, source, ops.matrix_all, settings, peak_mfu)
+    model_flops, mfu = _window_mfu(source, views.gpu_activity, step_frame, ops.matrix_all, settings, peak_mfu, notes)
+    withheld = ""
+    if mfu is not None and coverage is not None and (coverage["pct"] if coverage["pct"] is not None else 0.0) < MFU_MIN_COVERAGE_PCT:
+        # an MFU over a sliver of the matrix work is not the model's: say what is known instead (see ``withheld_text``)
+        withheld = withheld_text(coverage, rows, fmt.record_shapes)
+        mfu = None
+        step_frame["mfu_pct"] = None
+    hardware = _hardware(tl.samples, views, kernels, cls) if getattr(tl, "samples", None) is not None else None
+    if hardware is not None and source == "none":  # only a format that samples the hardware has them (Nsight)
+        notes.append("GPU-metrics samples are present: SM and tensor-core activity below are the hardware's own measure")
+    top = _top_ops(tl.events, ops.matrix, peak, mfu_dtype) if source == "shapes" else None
+    return Efficiency(peak, source, shapes, rows, step_frame, counts, gpu_ns, model_flops, mfu,
+                      mfu_dtype if source != "none" else None, notes, kernel_cls=cls, hardware=hardware, top_ops=top,
+                      coverage=coverage, mfu_withheld=withheld)
+
+
+def _peak(views: Any, settings: EfficiencySettings) -> PeakChoice:
+    """The peak to measure against: of the devices that ran GPU work (all the trace's devices when none matches),
+    or the user's figures."""
+    act = views.gpu_activity
     a_rank, a_dev = views.array("gpu_activity", "rank"), views.array("gpu_activity", "device")
     if len(act) and a_rank.min() == a_rank.max() and a_dev.min() == a_dev.max():  # one device: no pairs to sort
         used = {(int(a_rank[0]), int(a_dev[0]))}
     else:
         pairs = np.unique(np.stack([a_rank.astype(np.int64), a_dev.astype(np.int64)], axis=1), axis=0) if len(act) else np.zeros((0, 2), np.int64)
         used = {(int(r), int(d)) for r, d in pairs}
+    meta = views.timeline.meta
     devs = [d for d in meta.devices if (int(d.rank), int(d.index)) in used] or list(meta.devices)
-    peak = choose(devs, settings.peak_tflops, settings.peak_bandwidth_gbs)
-    notes: list[str] = []
+    return choose(devs, settings.peak_tflops, settings.peak_bandwidth_gbs)
+
+
+def _op_counts(events: pd.DataFrame, kernels: pd.DataFrame, fmt: InputFormat, peak: PeakChoice, notes: list[str]) -> OpCounts | None:
+    """FLOPs and bytes per op, from what the format records: framework ops' shapes, or the compiler's per-op costs
+    on kernels; None where it records neither. Implausible figures are dropped (``plausible_flops``)."""
     counts = None
-    if meta.source_format == "pytorch":
+    if fmt.shapes:
         try:
-            counts = count_ops(tl.events, kernels)
+            counts = count_ops(events, kernels)
         except (ValueError, TypeError, OverflowError, KeyError, IndexError) as exc:  # untrusted shapes: say so, go on
             notes.append(f"the FLOPs model could not read this trace's shapes ({type(exc).__name__}); FLOPs are not shown")
-    elif meta.source_format == "tensorflow-xplane":
-        counts = _recorded_counts(kernels)  # XLA's own per-op FLOPs/bytes, where the profiler wrote them
-    if counts is not None:
-        counts = plausible_flops(counts, peak, notes)
-    shapes = bool(counts and counts.shapes_recorded)
-    recorded = counts is not None and not counts.shapes_recorded and meta.source_format == "tensorflow-xplane"
+    elif fmt.op_costs:
+        counts = _recorded_counts(kernels)  # the compiler's own per-op FLOPs/bytes, where the profiler wrote them
+    return plausible_flops(counts, peak, notes) if counts is not None else None
 
-    # class of every GPU activity row: the launching op's class, else the kernel name's
-    if len(kernels):
-        cls = kernel_classes(kernels["name"])
-        if counts is not None and len(counts.ops):
-            hit = counts.kernel_op >= 0
-            cls = cls.astype(object)
-            cls[hit] = counts.ops["cls"].to_numpy()[counts.kernel_op[hit]]
-    else:
-        cls = np.zeros(0, dtype=object)
-    # copies (every activity row that is not a kernel) and kernel time per class, on arrays: a frame take and a
-    # groupby on a rank of a few dozen rows cost more than all the rest of this view
+
+def _kernel_class(kernels: pd.DataFrame, counts: OpCounts | None) -> np.ndarray:
+    """The class of every kernel: its launching op's class where the op is known, else the kernel name's."""
+    if not len(kernels):
+        return np.zeros(0, dtype=object)
+    cls = kernel_classes(kernels["name"])
+    if counts is not None and len(counts.ops):
+        hit = counts.kernel_op >= 0
+        cls = cls.astype(object)
+        cls[hit] = counts.ops["cls"].to_numpy()[counts.kernel_op[hit]]
+    return cls
+
+
+class _GpuOps(NamedTuple):
+    """The ops the efficiency view counts: ``on_gpu`` (with linked kernel time: the rates' numerator), ``gpu_ops``
+    (ran on the GPU: linked kernels, or runtime calls inside them, whose kernels' link may be lost; an op with
+    neither ran on the host, and its FLOPs are not the GPU's), their matrix classes (``matrix`` of ``on_gpu``,
+    ``matrix_all`` of ``gpu_ops`` with FLOPs: the model's FLOPs, whether or not their kernels were linked), and
+    the share of matrix kernel time on TF32 kernels."""
+
+    on_gpu: pd.DataFrame
+    gpu_ops: pd.DataFrame
+    matrix: pd.DataFrame
+    matrix_all: pd.DataFrame
+    tf32_share: float
+
+    @classmethod
+    def of(cls, counts: OpCounts | None, kernels: pd.DataFrame) -> "_GpuOps":
+        ops = counts.ops if counts is not None else pd.DataFrame()
+        on_gpu = ops[ops["kernel_ns"] > 0] if len(ops) else ops
+        gpu_ops = ops[(ops["kernel_ns"] > 0) | (ops["launches"] > 0)] if len(ops) else ops
+        matrix = on_gpu[on_gpu["cls"].isin(MATRIX_CLASSES)] if len(on_gpu) else on_gpu
+        matrix_all = gpu_ops[gpu_ops["cls"].isin(MATRIX_CLASSES) & gpu_ops["flops"].notna()] if len(gpu_ops) else gpu_ops
+        tf32_share = _tf32_share(kernels, counts) if counts is not None else 0.0
+        return cls(on_gpu, gpu_ops, matrix, matrix_all, tf32_share)
+
+
+def _class_rows(views: Any, cls: np.ndarray, ops: _GpuOps, peak: PeakChoice) -> tuple[list[dict[str, Any]], int]:
+    """One row per kernel class with GPU time (``Efficiency.classes``), and the GPU activity time. Copies (every
+    activity row that is not a kernel) and kernel time per class are summed on arrays: a frame take and a groupby
+    on a rank of a few dozen rows cost more than all the rest of this view."""
     is_copy = views.array("gpu_activity", "kind") != "kernel"
     act_dur = views.array("gpu_activity", "dur_ns")
     copy_dur = act_dur[is_copy]
-    copy_bytes = views.array("gpu_activity", "bytes")[is_copy]
-    time_by = _int_sums(cls, views.array("kernels", "dur_ns")) if len(kernels) else {}
+    copy_bytes = float(views.array("gpu_activity", "bytes")[is_copy].sum()) if len(copy_dur) else None
+    time_by = _int_sums(cls, views.array("kernels", "dur_ns")) if len(views.kernels) else {}
     copy_ns = int(copy_dur.sum())
     gpu_ns = int(act_dur.sum())
-
     rows = []
-    ops = counts.ops if counts is not None else pd.DataFrame()
-    on_gpu = ops[ops["kernel_ns"] > 0] if len(ops) else ops
-    # ops that ran on the GPU: linked kernels, or runtime calls inside them (their kernels' link may be lost); an op
-    # with neither ran on the host, and its FLOPs are not the GPU's
-    gpu_ops = ops[(ops["kernel_ns"] > 0) | (ops["launches"] > 0)] if len(ops) else ops
-    tf32_share = _tf32_share(kernels, counts) if counts is not None else 0.0
     for c, label in CLASSES.items():
         t = int(time_by.get(c, 0)) + (copy_ns if c == "copy" else 0)
-        if t <= 0:
-            continue
-        sub = on_gpu[on_gpu["cls"] == c] if len(on_gpu) else on_gpu
-        flops = float(sub["flops"].sum()) if len(sub) else 0.0  # the linked ops': the rates' numerator
-        every = gpu_ops[gpu_ops["cls"] == c] if len(gpu_ops) else gpu_ops
-        flops_all = float(every["flops"].sum()) if len(every) else 0.0  # every leaf op's, linked or not
-        nbytes = float(sub["bytes"].sum()) if len(sub) else 0.0
-        modelled = int(sub["kernel_ns"].sum()) if len(sub) else 0
-        if c == "copy" and len(copy_dur):  # copies carry their own byte counts
-            nbytes += float(copy_bytes.sum())
-            modelled += copy_ns
-        dtype = _dominant_dtype(sub)
-        if dtype == "fp32" and c in MATRIX_CLASSES and tf32_share >= 0.5:
-            dtype = "tf32"
-        sec = modelled / 1e9
-        ach_t = flops / sec / 1e12 if sec > 0 and flops > 0 else None
-        fp32_peak = peak.tflops.get("fp32") if "*" not in peak.tflops else None
-        if dtype == "fp32" and c in MATRIX_CLASSES and tf32_share > 0 and ach_t and fp32_peak and ach_t > fp32_peak:
-            dtype = "tf32"  # faster than FP32 CUDA cores can go: its TF32 kernels did the work, measure against TF32
-        peak_t, _ = peak.for_dtype(dtype) if c in MATRIX_CLASSES else (None, "")
-        ach_b = nbytes / sec / 1e9 if sec > 0 and nbytes > 0 else None
-        intensity = flops / nbytes if nbytes > 0 and flops > 0 else None
-        ridge_peak, _ = peak.for_dtype(dtype if c in MATRIX_CLASSES else (dtype or "fp32"))
-        ridge = ridge_peak * 1e12 / (peak.bandwidth_gbs * 1e9) if ridge_peak and peak.bandwidth_gbs else None
-        bound = None
-        if intensity is not None and ridge is not None:
-            bound = "compute" if intensity >= ridge else "memory"
-        elif c in ("copy", "elementwise", "norm") and ach_b is not None:
-            bound = "memory"
-        rows.append({
-            "cls": c, "label": label, "time_ns": t, "share_pct": 100.0 * t / gpu_ns if gpu_ns else 0.0,
-            "modelled_ns": modelled, "flops": flops_all, "modelled_flops": flops, "bytes": nbytes, "dtype": dtype,
-            "achieved_tflops": ach_t, "achieved_gbs": ach_b,
-            "peak_tflops": peak_t, "peak_label": peak.label(dtype) if c in MATRIX_CLASSES else (
-                f"{peak.bandwidth_gbs:g} GB/s, {peak.gpu if peak.source != 'user' else 'given'}" if peak.bandwidth_gbs else "bandwidth unknown; pass --peak-bandwidth"),
-            "pct_of_peak": 100.0 * ach_t / peak_t if ach_t and peak_t else None,
-            "pct_of_bandwidth": 100.0 * ach_b / peak.bandwidth_gbs if ach_b and peak.bandwidth_gbs else None,
-            "intensity": intensity, "ridge": ridge, "bound": bound,
-        })
+        if t > 0:
+            copies = (copy_ns, copy_bytes) if c == "copy" and copy_bytes is not None else None
+            rows.append(_class_row(c, label, t, gpu_ns, ops, peak, copies))
+    return rows, gpu_ns
 
-    matrix = on_gpu[on_gpu["cls"].isin(MATRIX_CLASSES)] if len(on_gpu) else on_gpu
-    # the model's FLOPs: every leaf matrix op with shapes that ran on the GPU, whether or not its kernels were linked
-    # to it (linking decides only which kernel time the achieved rates cover)
-    matrix_all = gpu_ops[gpu_ops["cls"].isin(MATRIX_CLASSES) & gpu_ops["flops"].notna()] if len(gpu_ops) else gpu_ops
-    mfu_dtype = _dominant_dtype(matrix_all)
-    if mfu_dtype == "fp32" and (tf32_share >= 0.5 or any(r["dtype"] == "tf32" for r in rows if r["cls"] in MATRIX_CLASSES)):
-        mfu_dtype = "tf32"  # most FP32 matrix time on TF32 kernels, or a class faster than FP32 CUDA cores can go
-    steps = views.steps
+
+def _class_row(c: str, label: str, t: int, gpu_ns: int, ops: _GpuOps, peak: PeakChoice,
+               copies: tuple[int, float] | None) -> dict[str, Any]:
+    """The row of class ``c`` (``t`` ns of GPU time; ``copies``: the copies' time and bytes, which carry their own
+    byte counts): its FLOPs and bytes, dtype, achieved rates, peak, arithmetic intensity and roofline bound."""
+    on_gpu, every = ops.on_gpu, ops.gpu_ops
+    sub = on_gpu[on_gpu["cls"] == c] if len(on_gpu) else on_gpu
+    flops = float(sub["flops"].sum()) if len(sub) else 0.0  # the linked ops': the rates' numerator
+    every = every[every["cls"] == c] if len(every) else every
+    flops_all = float(every["flops"].sum()) if len(every) else 0.0  # every leaf op's, linked or not
+    nbytes = float(sub["bytes"].sum()) if len(sub) else 0.0
+    modelled = int(sub["kernel_ns"].sum()) if len(sub) else 0
+    if copies is not None:
+        modelled += copies[0]
+        nbytes += copies[1]
+    matrix = c in MATRIX_CLASSES
+    dtype = _dominant_dtype(sub)
+    if dtype == "fp32" and matrix and ops.tf32_share >= 0.5:
+        dtype = "tf32"
+    sec = modelled / 1e9
+    ach_t = flops / sec / 1e12 if sec > 0 and flops > 0 else None
+    fp32_peak = peak.tflops.get("fp32") if "*" not in peak.tflops else None
+    if dtype == "fp32" and matrix and ops.tf32_share > 0 and ach_t and fp32_peak and ach_t > fp32_peak:
+        dtype = "tf32"  # faster than FP32 CUDA cores can go: its TF32 kernels did the work, measure against TF32
+    peak_t, _ = peak.for_dtype(dtype) if matrix else (None, "")
+    ach_b = nbytes / sec / 1e9 if sec > 0 and nbytes > 0 else None
+    intensity = flops / nbytes if nbytes > 0 and flops > 0 else None
+    ridge_peak, _ = peak.for_dtype(dtype if matrix else (dtype or "fp32"))
+    ridge = ridge_peak * 1e12 / (peak.bandwidth_gbs * 1e9) if ridge_peak and peak.bandwidth_gbs else None
+    bound = None
+    if intensity is not None and ridge is not None:
+        bound = "compute" if intensity >= ridge else "memory"
+    elif c in ("copy", "elementwise", "norm") and ach_b is not None:
+        bound = "memory"
+    return {
+        "cls": c, "label": label, "time_ns": t, "share_pct": 100.0 * t / gpu_ns if gpu_ns else 0.0,
+        "modelled_ns": modelled, "flops": flops_all, "modelled_flops": flops, "bytes": nbytes, "dtype": dtype,
+        "achieved_tflops": ach_t, "achieved_gbs": ach_b,
+        "peak_tflops": peak_t, "peak_label": peak.label(dtype) if matrix else (
+            f"{peak.bandwidth_gbs:g} GB/s, {peak.gpu if peak.source != 'user' else 'given'}" if peak.bandwidth_gbs else "bandwidth unknown; pass --peak-bandwidth"),
+        "pct_of_peak": 100.0 * ach_t / peak_t if ach_t and peak_t else None,
+        "pct_of_bandwidth": 100.0 * ach_b / peak.bandwidth_gbs if ach_b and peak.bandwidth_gbs else None,
+        "intensity": intensity, "ridge": ridge, "bound": bound,
+    }
+
+
+def _mfu_dtype(ops: _GpuOps, rows: list[dict[str, Any]]) -> str | None:
+    """The dtype the MFU is measured in: the matrix ops' dominant one, TF32 where most FP32 matrix time is on TF32
+    kernels or a class ran faster than FP32 CUDA cores can go."""
+    dtype = _dominant_dtype(ops.matrix_all)
+    if dtype == "fp32" and (ops.tf32_share >= 0.5 or any(r["dtype"] == "tf32" for r in rows if r["cls"] in MATRIX_CLASSES)):
+        dtype = "tf32"
+    return dtype
+
+
+def _flops_source(settings: EfficiencySettings, matrix_all: pd.DataFrame, recorded: bool) -> str:
+    """"user" (--model-flops-per-step), "recorded" (the compiler's per-op costs), "shapes", or "none"."""
     if settings.model_flops_per_step is not None:
-        source = "user"
-        mfu_dtype = mfu_dtype or "bf16"
-    elif len(matrix_all) and float(matrix_all["flops"].sum()) > 0:
-        source = "recorded" if recorded else "shapes"
-    else:
-        source = "none"
+        return "user"
+    if len(matrix_all) and float(matrix_all["flops"].sum()) > 0:
+        return "recorded" if recorded else "shapes"
+    return "none"
+
+
+def _flops_notes(source: str, fmt: InputFormat, shapes: bool, rows: list[dict[str, Any]], matrix_all: pd.DataFrame,
+                 counts: OpCounts | None, peak: PeakChoice, notes: list[str]) -> dict[str, Any] | None:
+    """What the figures rest on, said in ``notes``: why there are no FLOPs (the format's words), how much of the
+    matrix work they cover and what they assumed, an unknown peak. Returns the coverage (None unless counted)."""
     if source == "none":
-        if meta.source_format == "pytorch" and not shapes:
-            notes.append(RECORD_SHAPES_HINT)
-        elif meta.source_format == "nsys":
-            notes.append(NO_SHAPES_NSYS)
-        elif meta.source_format == "tensorflow-xplane":
-            notes.append("FLOPs per op: not recorded in this XPlane trace (no `flops`/`bytes_accessed` HLO op stats on its "
-                         "device events; XProf derives them from the compiled HLO module, which the trace does not carry); "
-                         "pass --model-flops-per-step for MFU")
-        elif meta.source_format.startswith("tensorflow"):
-            notes.append("this TensorFlow trace records no FLOPs per op; pass --model-flops-per-step for MFU")
+        if fmt.no_flops and not shapes:
+            notes.append(fmt.no_flops)
         elif shapes:
             notes.append("shapes are recorded, but no matmul/convolution/attention op with a FLOPs model ran on the GPU")
     coverage = _coverage(rows, matrix_all) if source in COUNTED else None
     if coverage is not None and source == "recorded":
-        coverage["by"] = "XLA's per-op costs"
+        coverage["by"] = fmt.op_costs
     if coverage is not None and coverage["pct"] is not None and coverage["pct"] < COVERAGE_NOTE_PCT:
         notes.append(f"{coverage_phrase(coverage)}: the rest is in kernels not tied to an op with "
                      + ("recorded shapes (no External id or launch record, a graph replay, or an op without a FLOPs model)"
@@ -258,8 +327,12 @@ def build(views: Any, settings: EfficiencySettings | None = None) -> Efficiency:
             notes.append(f"{n:,} op(s): assumed {what}")
     if not peak.known:
         notes.append(f"{UNKNOWN_PEAK} ({peak.reason})" if peak.reason else UNKNOWN_PEAK)
+    return coverage
 
-    peak_mfu, _ = peak.for_dtype(mfu_dtype)
+
+def _step_frame(steps: pd.DataFrame, source: str, matrix_all: pd.DataFrame, settings: EfficiencySettings,
+                peak_mfu: float | None) -> pd.DataFrame:
+    """FLOPs, TFLOP/s and MFU per step (``STEP_COLUMNS``); empty without FLOPs or steps."""
     step_rows = []
     if len(steps) and source in (*COUNTED, "user"):  # without FLOPs no step has a figure
         if source in COUNTED:
@@ -276,7 +349,13 @@ def build(views: Any, settings: EfficiencySettings | None = None) -> Efficiency:
             tf = f / sec / 1e12 if sec > 0 else None
             step_rows.append({"rank": int(r.rank), "step": int(r.step), "dur_ns": int(r.dur_ns), "flops": f, "tflops": tf,
                               "mfu_pct": 100.0 * tf / peak_mfu if tf is not None and peak_mfu else None})
-    step_frame = pd.DataFrame(step_rows, columns=STEP_COLUMNS) if step_rows else _NO_STEPS.copy()
+    return pd.DataFrame(step_rows, columns=STEP_COLUMNS) if step_rows else _NO_STEPS.copy()
+
+
+def _window_mfu(source: str, act: pd.DataFrame, step_frame: pd.DataFrame, matrix_all: pd.DataFrame,
+                settings: EfficiencySettings, peak_mfu: float | None, notes: list[str]) -> tuple[float, float | None]:
+    """(the model's FLOPs, the MFU over the steps' wall time, or the GPU window without steps; None without FLOPs
+    or a peak)."""
     if source in COUNTED:
         model_flops = float(matrix_all["flops"].sum())
         if len(step_frame) and step_frame["flops"].sum() > 0:
@@ -296,19 +375,7 @@ def build(views: Any, settings: EfficiencySettings | None = None) -> Efficiency:
     else:
         model_flops, tot_ns, f_in = 0.0, 0.0, 0.0
     mfu = 100.0 * f_in / (tot_ns / 1e9) / 1e12 / peak_mfu if source != "none" and tot_ns > 0 and peak_mfu else None
-    withheld = ""
-    if mfu is not None and coverage is not None and (coverage["pct"] if coverage["pct"] is not None else 0.0) < MFU_MIN_COVERAGE_PCT:
-        # an MFU over a sliver of the matrix work is not the model's: say what is known instead (see ``withheld_text``)
-        withheld = withheld_text(coverage, rows, meta.source_format)
-        mfu = None
-        step_frame["mfu_pct"] = None
-    hardware = _hardware(tl.samples, views, kernels, cls) if getattr(tl, "samples", None) is not None else None
-    if hardware is not None and meta.source_format == "nsys" and source == "none":
-        notes.append("GPU-metrics samples are present: SM and tensor-core activity below are the hardware's own measure")
-    top = _top_ops(tl.events, matrix, peak, mfu_dtype) if source == "shapes" else None
-    return Efficiency(peak, source, shapes, rows, step_frame, counts, gpu_ns, model_flops, mfu,
-                      mfu_dtype if source != "none" else None, notes, kernel_cls=cls, hardware=hardware, top_ops=top,
-                      coverage=coverage, mfu_withheld=withheld)
+    return model_flops, mfu
 
 
 #: FLOPs sources counted per op (recorded shapes; XLA's own per-op cost analysis): their coverage is known.
@@ -370,13 +437,12 @@ def coverage_phrase(coverage: dict[str, Any] | None) -> str:
     return f"{coverage.get('by', 'shapes')} cover {coverage['pct']:.0f} % of matrix GPU time"
 
 
-def withheld_text(coverage: dict[str, Any], rows: list[dict[str, Any]], source_format: str) -> str:
+def withheld_text(coverage: dict[str, Any], rows: list[dict[str, Any]], how: str = "record shapes") -> str:
     """The sentence that stands where the MFU would: how little the shapes cover, the achieved rate per matrix
-    class on the covered part, and how to get a whole figure."""
+    class on the covered part, and how to get a whole figure (``how``: the format's way to record shapes,
+    ``InputFormat.record_shapes``)."""
     rates = [f"{r['label']} {r['achieved_tflops']:.1f} TFLOP/s" + (f" ({r['pct_of_peak']:.1f} % of peak)" if r.get("pct_of_peak") else "")
              for r in rows if r["cls"] in MATRIX_CLASSES and r.get("achieved_tflops")]
-    how = ("record with `torch.profiler.profile(..., record_shapes=True)` outside graph replays"
-           if source_format == "pytorch" else "record shapes")
     if coverage.get("pct") is None:  # FLOPs of ops whose kernels are not linked, and no matrix-class kernel time at all
         text = ("MFU unknown: no GEMM/convolution/attention kernel time is tied to an op with shapes (the kernels that ran "
                 "are not linked to the ops, e.g. a graph replay)")

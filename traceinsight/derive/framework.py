@@ -1,8 +1,8 @@
 """Which framework produced the work in a trace, so advice can lead with the fix the user can actually apply.
 
-The source format settles most cases: a PyTorch Profiler trace is PyTorch. An XPlane or TensorFlow trace JSON is
-written by TensorFlow or by JAX (same profiler, same format), and an Nsight Systems capture can hold any of them
-or a plain CUDA program; those are told apart by the names the framework leaves behind: ATen ops and kernels
+The source format settles most cases (its record's ``frameworks``, ``ingest.input_format``): a PyTorch Profiler
+trace is PyTorch. An XPlane or TensorFlow trace JSON is written by TensorFlow or by JAX (same profiler, same format),
+and an Nsight Systems capture can hold any of them or a plain CUDA program; those are told apart by the names the framework leaves behind: ATen ops and kernels
 from ``at::native`` (PyTorch), TensorFlow op lines, executor threads, ``tf.data`` and ``tensorflow::`` kernels
 (TensorFlow), ``jit_*`` XLA modules and the PJRT / ``py_xla_execute`` threads (JAX). An Nsight capture with CUDA
 calls or GPU work and none of those names is a plain CUDA program.
@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
+
+from traceinsight.ingest import input_format
 
 if TYPE_CHECKING:  # pragma: no cover
     from traceinsight.model.timeline import Timeline
@@ -38,6 +40,9 @@ SIGNS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
         ("pjit", "/jax/", "jax."),
     ),
 }  # fmt: skip
+
+#: How a profiler's tool name spells each framework ("TensorFlow/XLA profiler" run by JAX names it).
+TOOL_WORDS = {"pytorch": "PyTorch", "tensorflow": "TensorFlow", "jax": "JAX"}
 
 #: Kinds that show CUDA (or HIP) work at all.
 _GPU_KINDS = ("kernel", "memcpy", "memset", "runtime", "gpu_sync")
@@ -74,14 +79,17 @@ def _codes(values: pd.Series) -> tuple[np.ndarray, "pd.Index | np.ndarray"]:
 
 def detect_framework(timeline: Timeline) -> str:
     """``"pytorch"``, ``"tensorflow"``, ``"jax"``, ``"cuda"`` (CUDA work, no framework) or ``"unknown"``."""
-    fmt = timeline.meta.source_format
-    if fmt == "pytorch":
-        return "pytorch"  # torch.profiler wrote it, whatever ran under it
+    writers = input_format(timeline.meta.source_format).frameworks
+    if len(writers) == 1:
+        return writers[0]  # e.g. torch.profiler wrote it, whatever ran under it
     scores = framework_scores(timeline)
-    if fmt.startswith("tensorflow"):
-        if scores["jax"] > scores["tensorflow"] or (scores["tensorflow"] == 0 and "JAX" in (timeline.meta.tool or "")):
-            return "jax"
-        return "tensorflow"
+    if writers:  # one profiler, several frameworks: the first unless the trace's names (or the tool) show another
+        first, *others = writers
+        tool = timeline.meta.tool or ""
+        for other in others:
+            if scores[other] > scores[first] or (scores[first] == 0 and TOOL_WORDS.get(other, other) in tool):
+                return other
+        return first
     best = max(SIGNS, key=lambda f: scores[f])
     if scores[best] > 0:
         return best

@@ -45,6 +45,7 @@ import re
 import numpy as np
 import pandas as pd
 
+from traceinsight.ingest import input_format
 from traceinsight.model.finding import as_instances, instance_columns
 from traceinsight.vocab.buckets import BUSY_BUCKETS, WARMUP_BUCKET
 from traceinsight.vocab.intervals import Coverage, merge_intervals
@@ -494,7 +495,8 @@ def judgement(ledger: "Ledger", steps: pd.DataFrame) -> dict:
     return {"judgeable": reason is None, "reason": reason, "window_ns": window, "warmup_ns": warm, "steady_ns": steady, "steady_steps": n_steady}
 
 
-#: How to record a window of steady state, per source (the profiler that wrote the trace) and framework.
+#: How to record a window of steady state, per framework; a profiler with its own way (Nsight Systems' capture
+#: range) says it in its format's record (``InputFormat.record_steady``), and "any" stands where neither is known.
 RECORD_BETTER = {
     "pytorch": ("Record steady-state steps: wrap the loop in torch.profiler.profile(schedule=torch.profiler.schedule(wait=1, "
                 "warmup=2, active=3), ...) and call prof.step() once per iteration, so the first iterations (module loading, "
@@ -503,21 +505,21 @@ RECORD_BETTER = {
                    "TensorBoard(profile_batch=(10, 15))), and mark steps with tf.profiler.experimental.Trace('train', step_num=step, _r=1)."),
     "jax": ("Record steady-state steps: run a few steps (compilation happens in the first) and call jax.block_until_ready, then "
             "jax.profiler.start_trace(logdir) around the next steps, with jax.profiler.StepTraceAnnotation('train', step_num=step)."),
-    "nsys": ("Record steady-state steps: nsys profile --capture-range=cudaProfilerApi --capture-range-end=stop and call "
-             "cudaProfilerStart()/cudaProfilerStop() (torch.cuda.cudart().cudaProfilerStart()) around steps after warm-up, or "
-             "--capture-range=nvtx --nvtx-capture=RANGE with an NVTX range around those steps; mark each step with an NVTX range."),
+    "any": ("Record steady-state steps: start recording after the first iterations (module loading, library set-up, allocator "
+            "growth and compilation happen there) and mark each step with a named range, so the window shows the loop that repeats."),
 }
 
 
 def record_better(source_format: str, framework: str) -> str:
-    """The exact way to record a better window for this trace's profiler and framework."""
-    if source_format == "nsys":
-        return RECORD_BETTER["nsys"]
-    if framework in RECORD_BETTER:
-        return RECORD_BETTER[framework]
-    if source_format.startswith("tensorflow"):
-        return RECORD_BETTER["tensorflow"]
-    return RECORD_BETTER["pytorch"] if source_format == "pytorch" else RECORD_BETTER["nsys"]
+    """The exact way to record a better window for this trace's profiler and framework: the profiler's own way where
+    its format has one, else the framework's, else that of the framework whose profiler writes the format."""
+    fmt = input_format(source_format)
+    if fmt.record_steady:
+        return fmt.record_steady
+    for name in (framework, *fmt.frameworks):
+        if name in RECORD_BETTER:
+            return RECORD_BETTER[name]
+    return RECORD_BETTER["any"]
 
 
 def one_time_ns(regions: "pd.DataFrame | None", instances) -> tuple[int, int]:

@@ -1,17 +1,18 @@
 """Reading traces: detect the format from the content, hand the file to its reader, finish one Timeline.
 
-Each format is one subpackage (``kineto``, ``xplane``, ``tf``, ``nsys``) exposing ``sniff(path, head) -> bool``
-(cheap: the first bytes or the folder layout) and ``read(path, **options) -> ReadResult`` (columns and metadata).
-Building the frame, the common clock, step numbers and the checks on the result happen here, once for all of them.
-A new format is one new subpackage and one line in ``FORMATS``.
+Each format is one subpackage (``kineto``, ``xplane``, ``tf``, ``nsys``) declaring its record, an ``InputFormat``
+(``ingest.input_format``): its name, ``sniff(path, head) -> bool`` (cheap: the first bytes or the folder layout), its
+reader ``read(path, **options) -> ReadResult`` (columns and metadata, imported when a file of the format is read),
+what its traces record and what the report says about it. ``FORMATS`` lists the records, once; every later floor
+asks ``input_format(meta.source_format)``. Building the frame, the common clock, step numbers and the checks on the
+result happen here, once for all of them. A new format is one new subpackage and one line in ``FORMATS``.
 """
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
-from types import ModuleType
-from typing import Any, Callable, NamedTuple
+from typing import Any, Callable
 
 import numpy as np
 import pandas as pd
@@ -23,39 +24,35 @@ from traceinsight.model.timeline import (Timeline, assign_steps, assign_steps_co
 from traceinsight.ingest import kineto, nsys, tf, xplane
 from traceinsight.ingest.byteio import HEAD_BYTES, check_input, read_head
 from traceinsight.ingest.heap import input_size, large_input
+from traceinsight.ingest.input_format import UNKNOWN, InputFormat
 from traceinsight.ingest.parts import ReadResult, Rows
 
-__all__ = ["FORMATS", "SUPPORTED", "HEAD_BYTES", "ReadResult", "Rows", "assemble", "detect", "load", "read_head"]
+__all__ = ["FORMATS", "HEAD_BYTES", "InputFormat", "ReadResult", "Rows", "assemble", "detect", "input_format", "load",
+           "read_head", "supported"]
 
 ProgressFn = Callable[[str], None]
 
-
-class Format(NamedTuple):
-    package: ModuleType  # the format's subpackage
-    sniff: Callable[[Path, bytes], bool]  # cheap: the first bytes or the folder layout
-    reader: str  # the name of its read function in the package, imported when a file of this format is read
-
-    @property
-    def read(self) -> Callable[..., ReadResult]:
-        return getattr(self.package, self.reader)
-
-
-#: Format name -> its reader, in the order detection tries them. Detection imports only the sniffers; a run
+#: The input formats, in the order detection tries them: the one list of what traceinsight reads (``--trace-format``
+#: names, the supported inputs, the records every later floor asks). Detection imports only the sniffers; a run
 #: imports the one reader its file needs.
-FORMATS: dict[str, Format] = {
-    "nsys": Format(nsys, nsys.sniff, "read"),
-    "tensorflow-xplane": Format(xplane, xplane.sniff, "read"),
-    # before the logdir reader: a folder of kineto rank files is not a TensorBoard logdir
-    "pytorch": Format(kineto, kineto.sniff, "read"),
-    "tensorflow-logdir": Format(tf, tf.sniff_logdir, "read_logdir"),
-    "tensorflow-json": Format(tf, tf.sniff_json, "read_json"),
-}
+FORMATS: dict[str, InputFormat] = {f.name: f for f in (
+    nsys.FORMAT,
+    xplane.FORMAT,
+    kineto.FORMAT,  # before the logdir reader: a folder of kineto rank files is not a TensorBoard logdir
+    tf.LOGDIR,
+    tf.JSON,
+)}
 
-SUPPORTED = (
-    "PyTorch Profiler Chrome trace (.json, .json.gz, or a folder of per-rank files); "
-    "TensorFlow profiler (*.xplane.pb, *.trace.json.gz, or a TensorBoard logdir); "
-    "Nsight Systems (nsys export --type sqlite .sqlite; .nsys-rep when nsys is installed)"
-)
+
+def supported() -> str:
+    """The supported inputs, as the unknown-format error lists them."""
+    return "; ".join(f.label for f in FORMATS.values())
+
+
+def input_format(name: str) -> InputFormat:
+    """The record of the format ``name`` (a ``TraceMeta.source_format``); ``UNKNOWN`` (nothing recorded, nothing to
+    say) for a name no format declares, such as a timeline built by hand."""
+    return FORMATS.get(name, UNKNOWN)
 
 
 def detect(path: str | os.PathLike) -> str:
@@ -70,7 +67,7 @@ def detect(path: str | os.PathLike) -> str:
     for fmt, reader in FORMATS.items():
         if reader.sniff(p, head):
             return fmt
-    raise UnknownFormatError(f"{p}: not a trace format traceinsight reads. Supported: {SUPPORTED}")
+    raise UnknownFormatError(f"{p}: not a trace format traceinsight reads. Supported: {supported()}")
 
 
 def load(path: str | os.PathLike, *, format: str | None = None, progress: ProgressFn | None = None,

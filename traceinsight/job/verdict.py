@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from traceinsight.vocab import buckets
+from traceinsight.vocab import buckets, categories
 from traceinsight.vocab.buckets import AVOIDABLE_BUCKETS, BUSY_BUCKETS, IDLE_COST_BUCKETS, WARMUP_BUCKET
 from traceinsight.vocab.units import fmt_ns
 from traceinsight.assess.verdict import LABELS, MIN_BOUND_PCT, RULE, choose
@@ -31,7 +31,7 @@ def job_verdict(ja: Any) -> dict[str, Any]:
     """{"category", "label", "headline", "sentence", "rank", "rank_cost_ns", "bucket"} for a ``JobAnalysis``."""
     j = ja.job
     led = j.ledger
-    out: dict[str, Any] = {"category": "no_gpu", "label": LABELS["no_gpu"], "headline": "No GPU activity", "bound": False,
+    out: dict[str, Any] = {"category": "no_gpu", "label": LABELS["no_gpu"], "headline": categories.BY_ID["no_gpu"].headline, "bound": False,
                            "sentence": "No rank has GPU work to judge.", "rank": None, "rank_cost_ns": 0, "bucket": None}
     if led is None or led.empty:
         return out
@@ -74,8 +74,8 @@ def job_verdict(ja: Any) -> dict[str, Any]:
         else:
             sentence += f" Rank {rank} has the slowest median step"
         sentence += f"{why}." if why else "."
-    bound = cat != "unexplained"
-    head = f"Bound by {LABELS[cat]}" if bound else "No finding explains the idle time"
+    bound = categories.BY_ID[cat].bound
+    head = f"Bound by {LABELS[cat]}" if bound else categories.BY_ID[cat].headline
     out.update(category=cat, label=LABELS[cat], headline=head + (f"; rank {rank} is the straggler" if cost else ""),
                bound=bound, sentence=sentence, rank=rank, rank_cost_ns=int(cost), bucket=bucket, rule=RULE)
     return out
@@ -99,7 +99,7 @@ def _median_levers(ja: Any, med: dict[str, float]) -> list[tuple[float, str, str
     for s in ranks:
         best: dict[str, float] = {}
         for f in s.findings:
-            if f.get("category") == "trace_quality" or not f.get("fixes") or not (f.get("saving_ns") or 0) > 0:
+            if categories.about_recording(f.get("category")) or not f.get("fixes") or not (f.get("saving_ns") or 0) > 0:
                 continue
             code = str(f.get("code"))
             best[code] = max(best.get(code, 0.0), float(f.get("share_pct") or 0.0))
@@ -110,8 +110,8 @@ def _median_levers(ja: Any, med: dict[str, float]) -> list[tuple[float, str, str
     for code, vals in per_code.items():
         vals = vals + [0.0] * (len(ranks) - len(vals))
         kind, category = kinds[code]
-        if kind == "modelled" or category in BUSY_BUCKETS:
-            bucket = category if category in BUSY_BUCKETS else "compute"
+        if kind == "modelled" or categories.is_busy(category):
+            bucket = categories.BY_ID[category].claims[0] if categories.is_busy(category) else "compute"
         else:
             own = [b for b in buckets.claims(category) if b in AVOIDABLE_BUCKETS] or list(AVOIDABLE_BUCKETS)
             bucket = max(own, key=lambda b: med.get(b, 0.0))
@@ -120,12 +120,8 @@ def _median_levers(ja: Any, med: dict[str, float]) -> list[tuple[float, str, str
     return out
 
 
-_CAUSE_WORDS = {
-    "input_pipeline": "it waits longer for input data",
-    "host_sync": "it blocks longer in host syncs",
-    "compute": "it has more GPU work (slower kernels or a bigger share of the data)",
-    "gpu_idle": "its host is busier (Python, launches, untraced work) and leaves the GPU idle",
-}
+#: Why the straggler is slow, per the category of its cause (``Category.job_words``).
+_CAUSE_WORDS = {c.id: c.job_words for c in categories.TABLE if c.job_words}
 
 
 def _slowest_rank(ja: Any) -> tuple[int | None, int, int, str]:

@@ -14,24 +14,16 @@ from typing import Any, Iterable, Iterator, NamedTuple, Sequence
 import numpy as np
 import pandas as pd
 
+from traceinsight.vocab import categories
 
-#: The bounds a finding can belong to. The verdict names the category whose largest finding costs most;
-#: "trace_quality" findings describe the recording, not the run, and never become the verdict.
-CATEGORIES: tuple[str, ...] = (
-    "gpu_idle",
-    "host_sync",
-    "launch_overhead",
-    "input_pipeline",
-    "copy",
-    "compute",
-    "communication",
-    "trace_quality",
-)
+#: The bounds a finding can belong to (the category record, ``vocab.categories``). The verdict names the category
+#: whose largest finding costs most; "trace_quality" findings describe the recording, not the run, and never become
+#: the verdict.
+CATEGORIES: tuple[str, ...] = categories.RULE_CATEGORIES
 #: A rule's maturity: "preview" rules are new and may change their thresholds or wording.
 LIFECYCLES: tuple[str, ...] = ("stable", "preview")
-#: The category of a rule that declares none: a finding about the work the GPU does rather than about what
-#: keeps it waiting, so an undeclared plugin can never be mistaken for an explanation of idle time.
-DEFAULT_CATEGORY = "compute"
+#: The category of a rule that declares none (``categories.DEFAULT``).
+DEFAULT_CATEGORY = categories.DEFAULT
 
 
 class Severity(str, enum.Enum):

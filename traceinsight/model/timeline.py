@@ -208,7 +208,7 @@ class DeviceInfo:
 class TraceMeta:
     """Everything about a trace that is not an event."""
 
-    source_format: str  # "pytorch", "nsys", "tensorflow-xplane", "tensorflow-json"
+    source_format: str  # the reading format's name (ingest.FORMATS: "pytorch", "nsys", "tensorflow-xplane" ...); ask its record, ingest.input_format
     path: str = ""
     tool: str = ""  # e.g. "PyTorch Profiler (kineto)", "Nsight Systems 2024.6.1"
     tool_version: str | None = None

@@ -26,7 +26,7 @@ from traceinsight.rulelib.cache import memo
 from traceinsight.rulelib.groups import first_seen_groups
 from traceinsight.rulelib.names import short_name, pair_codes, lookup, matches, grid_blocks, kind_mask, any_code_in, names_where, hits_per_category, count_matching
 from traceinsight.rulelib.enclosing import ThreadCodes, Enclosing, host_columns, cpu_op_enclosing, innermost_enclosing, innermost_positions, starts_inside
-from traceinsight.rulelib.usercode import SYNC_CALLS, RECORD_STACKS, user_frame, innermost_user_frame, user_frames_at, user_code_sentence, has_python_frames, user_frame_texts, shown_frames, lead_source, source_line
+from traceinsight.rulelib.usercode import SYNC_CALLS, no_stacks_sentence, user_frame, innermost_user_frame, user_frames_at, user_code_sentence, has_python_frames, user_frame_texts, shown_frames, lead_source, source_line
 from traceinsight.rulelib.gaps import next_launch_ns, host_starved_gaps, sync_calls, ledger_gaps, closing_syncs, inference_ranks, request_boundary_gaps
 from traceinsight.rulelib.warmup import gap_warmup_ns, warmup_by_gap, startup_call_gaps, steady_recompiles, warmup_steps
 from traceinsight.rulelib.inuse import IN_USE, in_use
@@ -53,7 +53,7 @@ __all__ = [
     "innermost_positions",
     "starts_inside",
     "SYNC_CALLS",
-    "RECORD_STACKS",
+    "no_stacks_sentence",
     "user_frame",
     "innermost_user_frame",
     "user_frames_at",

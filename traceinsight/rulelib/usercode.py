@@ -40,8 +40,14 @@ SYNC_CALLS: dict[str, str] = {
 }
 
 
-#: Said where a trace has no Python frames, so the user knows how to get the line of their code next time.
-RECORD_STACKS = "record with `torch.profiler.profile(..., with_stack=True)` to see the line of your code"
+def no_stacks_sentence(ctx) -> str:
+    """" The trace has no Python stacks: <how to record them>." where the trace's format can hold Python frames
+    (its record's ``record_stacks``) and this trace has none, so the user knows how to get the line of their code
+    next time; "" otherwise."""
+    how = ctx.input_format.record_stacks
+    if how and not has_python_frames(ctx.events):
+        return f" The trace has no Python stacks: {how}."
+    return ""
 
 
 def _user_match(name: object) -> "re.Match[str] | None":
@@ -151,16 +157,15 @@ def lead_source(texts: np.ndarray, shown: str | None = None) -> SourceLine | Non
 
 
 def user_code_sentence(frames: np.ndarray, ctx, lead: str) -> str:
-    """" <lead> `train.py:42 (step)`." for the most frequent user frame; the with_stack hint on PyTorch traces
-    without Python frames; "" otherwise (no user frame found although stacks were recorded, or another format)."""
+    """" <lead> `train.py:42 (step)`." for the most frequent user frame; how to record stacks where the trace's
+    format can and it has no Python frames (``no_stacks_sentence``); "" otherwise (no user frame found although
+    stacks were recorded, or a format without Python frames)."""
     known = pd.Series(frames, dtype=object).dropna()
     if len(known):
         top = known.value_counts()
         more = f" ({len(top) - 1} other line(s) too)" if len(top) > 1 else ""
         return f" {lead} `{top.index[0]}`{more}."
-    if ctx.meta.source_format == "pytorch" and not has_python_frames(ctx.events):
-        return f" The trace has no Python stacks: {RECORD_STACKS}."
-    return ""
+    return no_stacks_sentence(ctx)
 
 
 def has_python_frames(events: pd.DataFrame) -> bool:
