@@ -21,6 +21,7 @@ class Stragglers(CrossRankRule):
     code = "TI020"
     min_ranks = 2  # a straggler is late against other ranks
     needs_collectives = True  # it is read from matched collectives
+    names_late_rank = True  # each finding is one late rank: the job verdict names the worst
     name = "rank-stragglers"
     severity = Severity.WARNING
     category = "communication"

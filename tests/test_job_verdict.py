@@ -57,9 +57,12 @@ def lever(code: str, category: str, pct: float, kind: str = "idle") -> dict:
 
 def _analyse(summaries: list[RankSummary]) -> JobAnalysis:
     job = reduce_summaries(summaries)
-    findings, warnings, failures = run_cross_rank(job, per_rank_rules(MapSettings())[1])
+    cross = per_rank_rules(MapSettings())[1]
+    findings, warnings, failures = run_cross_rank(job, cross)
     assert failures == []
-    return JobAnalysis(source="planted", job=job, findings=findings, warnings=warnings, rules_run=[], engine="test")
+    late = tuple(r.code for r in cross if r.names_late_rank)  # as run_job fills it: the rules that declare it
+    assert late == ("TI020",)
+    return JobAnalysis(source="planted", job=job, findings=findings, warnings=warnings, rules_run=[], engine="test", late_rank_rules=late)
 
 
 #: Per step: 6 ms of compute, 3 ms of GPU idle waiting for input, 1 ms of warm-up (set aside).

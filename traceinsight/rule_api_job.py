@@ -43,6 +43,9 @@ class CrossRankRule(Rule):
     min_ranks: ClassVar[int] = 1
     #: The rule judges collectives only: a timeline without collective kernels is not summarised for it.
     needs_collectives: ClassVar[bool] = False
+    #: Each finding names one rank the others wait for (``metrics``: ``rank``, ``held_per_step_ns``, and ``cause``, a
+    #: category id): the job verdict names the worst of them as the rank that sets the pace.
+    names_late_rank: ClassVar[bool] = False
 
     def check(self, ctx: Context) -> Iterable[Finding]:
         """Single-timeline path: summarise the ranks of this timeline here, then judge them as a job."""

@@ -49,6 +49,7 @@ class JobAnalysis:
     rule_failures: list[str] = field(default_factory=list)  # rule_guard lines, per-rank ones with their rank count
     missing: list[str] = field(default_factory=list)  # rank files not analysed: "path: why" (failed or skipped)
     cluster: str | None = None  # the Dask scheduler the map ran on; None: local processes
+    late_rank_rules: tuple[str, ...] = ()  # codes of the cross-rank rules whose findings each name a late rank
 
     @property
     def rank_findings(self) -> list[tuple[int, dict[str, Any]]]:
@@ -218,6 +219,7 @@ def analyze_job(
         rule_failures=rule_failures,
         missing=missing,
         cluster=cluster,
+        late_rank_rules=tuple(r.code for r in cross if r.names_late_rank),
     )
 
 

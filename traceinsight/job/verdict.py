@@ -24,8 +24,6 @@ from traceinsight.assess.verdict import LABELS, MIN_BOUND_PCT, RULE, choose
 _BUCKET_WORDS = buckets.SENTENCE
 BUCKET_CATEGORY = buckets.VERDICT
 
-STRAGGLER_RULE = "TI020"
-
 
 def job_verdict(ja: Any) -> dict[str, Any]:
     """{"category", "label", "headline", "sentence", "rank", "rank_cost_ns", "bucket"} for a ``JobAnalysis``."""
@@ -126,7 +124,8 @@ _CAUSE_WORDS = {c.id: c.job_words for c in categories.TABLE if c.job_words}
 
 def _slowest_rank(ja: Any) -> tuple[int | None, int, int, str]:
     """(rank, held ns in all, held ns per step, "; cause" words) of the worst straggler, else the slowest rank."""
-    stragglers = sorted((f for f in ja.findings if f.code == STRAGGLER_RULE), key=lambda f: -int(f.impact_ns))
+    late = set(ja.late_rank_rules)  # the rules that declare ``names_late_rank``
+    stragglers = sorted((f for f in ja.findings if f.code in late), key=lambda f: -int(f.impact_ns))
     if stragglers:
         f = stragglers[0]
         cause = f.metrics.get("cause")
