@@ -576,3 +576,26 @@ def test_categorical_cache_keeps_a_bounded_amount_of_names(monkeypatch):
         assert timeline._dtype_chars <= 1000 and len(timeline._DTYPES) <= 10
     again = categorical(np.array([0]), ["029" + "y" * 97])
     assert again.dtype is got.dtype  # the newest entries stay shared
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_thread_rows_equals_a_dict_of_the_threads(seed, monkeypatch):
+    """Each row's position in the thread-name table (the first of a repeated thread; -1: none), looked up once per
+    run of rows on one thread: rows in runs, single rows, and threads the table lacks."""
+    from traceinsight.ingest.kineto import columns
+
+    monkeypatch.setattr(columns, "SMALL_MATCH", -1)  # the array path, whatever the size
+    rng = np.random.default_rng(seed)
+    threads = [(int(p), int(t)) for p, t in zip(rng.integers(-2, 3, 6), rng.integers(0, 4, 6) * 1000)]
+    names = {"pid": np.array([p for p, _ in threads], dtype=np.int64), "tid": np.array([t for _, t in threads], dtype=np.int64)}
+    runs = rng.integers(1, 6, 60)  # run lengths
+    pick = rng.integers(-1, len(threads), len(runs))  # -1: a thread the table does not name
+    pid = np.repeat([threads[i][0] if i >= 0 else 7 for i in pick], runs).astype(np.int64)
+    tid = np.repeat([threads[i][1] if i >= 0 else 9999 for i in pick], runs).astype(np.int64)
+    first: dict[tuple[int, int], int] = {}
+    for i, key in enumerate(threads):
+        first.setdefault(key, i)
+    want = np.array([first.get((p, t), -1) for p, t in zip(pid.tolist(), tid.tolist())], dtype=np.int64)
+    got = columns._thread_rows(pid, tid, names)
+    np.testing.assert_array_equal(got, want)
+    assert (want == -1).any() and (want >= 0).any()

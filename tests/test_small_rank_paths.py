@@ -71,15 +71,20 @@ def _launching_pids_reference(pid, correlation, gpu, runtime):
     return out
 
 
+@pytest.mark.parametrize("path", ["small", "arrays", "arrays, pids far apart"])
 @pytest.mark.parametrize("seed", range(30))
-def test_launching_pids_equal_the_series_map(seed):
+def test_launching_pids_equal_the_series_map(seed, path, monkeypatch):
     """GPU rows take the pid of their id's first runtime call, else the host's most common pid (smallest of equals);
-    ids repeated, ids no call has, no runtime calls at all and no host rows included."""
+    ids repeated, ids no call has, no runtime calls at all and no host rows included; on the dict path of a few
+    rows, and on the array path (pids counted in a table, or sorted when they lie too far apart for one)."""
+    from traceinsight.ingest.kineto import reader
     from traceinsight.ingest.kineto.reader import launching_pids
 
+    if path != "small":
+        monkeypatch.setattr(reader, "SMALL_MATCH", -1)
     rng = np.random.default_rng(seed)
     n = int(rng.integers(1, 80))
-    pid = rng.integers(-1, 4, n).astype(np.int64) * 100
+    pid = rng.integers(-1, 4, n).astype(np.int64) * (100 if path != "arrays, pids far apart" else 1 << 40)
     correlation = rng.integers(-1, 12, n).astype(np.int64)
     gpu = rng.random(n) < (1.0 if seed == 0 else 0.5)
     runtime = ~gpu & (correlation >= 0) & (rng.random(n) < (0.0 if seed == 1 else 0.8))

@@ -131,7 +131,7 @@ def _ops(mem: pd.DataFrame, events: pd.DataFrame) -> None:
     todo = ~known & (found < 0) & (mem["tid"].to_numpy() >= 0)
     op_rows = np.flatnonzero(np.isin(kind, [KINDS.index(k) for k in _OP_KINDS]))
     if todo.any() and len(op_rows):
-        ops = events.iloc[op_rows]
+        ops = pd.DataFrame({c: events[c].to_numpy()[op_rows] for c in ("rank", "pid", "tid", "start_ns", "dur_ns")})  # what it reads
         pos = innermost(ops, mem["rank"].to_numpy()[todo], mem["pid"].to_numpy()[todo], mem["tid"].to_numpy()[todo],
                         mem["start_ns"].to_numpy()[todo])
         codes = names.cat.codes.to_numpy()[op_rows]

@@ -66,20 +66,17 @@ def _categorical(codes: np.ndarray, uniques: list[str], missing: str | None = No
     codes = np.asarray(codes)
     if len(codes) <= SMALL_MATCH:
         return _categorical_small(codes, uniques, missing)
-    if missing is not None and (codes < 0).any():
-        uniques = list(uniques) + [missing]
-        codes = np.where(codes < 0, len(uniques) - 1, codes)
-    present = codes >= 0
-    if not present.any():
+    shifted = codes + 1  # code -1 (absent) reads slot 0 of the tables below
+    counts = np.bincount(shifted, minlength=len(uniques) + 1).tolist()
+    stand_in = missing if missing is not None and counts[0] else None
+    # strings only other rows use (flow and metadata names) are not categories of these rows
+    used = {u for u, k in zip(uniques, counts[1:]) if k} | ({stand_in} if stand_in is not None else set())
+    if not used:
         return categorical(np.full(len(codes), -1, dtype=np.int8), _NO_STRINGS)
-    used = np.bincount(codes[present], minlength=len(uniques)) > 0
-    if not used.all():  # strings only other rows use (flow and metadata names): not categories of these rows
-        codes = np.append(np.cumsum(used) - 1, -1)[codes]
-        uniques = [u for u, k in zip(uniques, used.tolist()) if k]
-    cats = sorted(set(uniques))  # what np.unique gives, without an object array's sort on a few dozen strings
+    cats = sorted(used)  # what np.unique gives, without an object array's sort on a few dozen strings
     position = {c: i for i, c in enumerate(cats)}
-    inverse = np.array([position[u] for u in uniques] + [-1], dtype=np.int32)  # code -1 maps through the last slot
-    return categorical(inverse[codes], cats)
+    lut = np.array([position.get(stand_in, -1)] + [position[u] if k else -1 for u, k in zip(uniques, counts[1:])], dtype=np.int32)
+    return categorical(lut[shifted], cats)
 
 
 _NO_STRINGS = pd.Index([], dtype="str")
@@ -169,11 +166,14 @@ def _thread_rows(pid: np.ndarray, tid: np.ndarray, names) -> np.ndarray:
         for i, k in enumerate(zip(n_pid.tolist(), n_tid.tolist())):
             position.setdefault(k, i)
         return np.array([position.get(k, -1) for k in zip(pid.tolist(), tid.tolist())], dtype=np.int64)
-    k_rows, k_names = join_keys([(pid, n_pid), (tid, n_tid)])
+    # rows come in runs of one thread (a thread's ops, a stream's kernels): look up each run once
+    head = np.flatnonzero(np.r_[True, (pid[1:] != pid[:-1]) | (tid[1:] != tid[:-1])])
+    k_rows, k_names = join_keys([(pid[head], n_pid), (tid[head], n_tid)])
     order = np.argsort(k_names, kind="stable")
     sorted_keys = k_names[order]
     at = np.minimum(np.searchsorted(sorted_keys, k_rows), len(sorted_keys) - 1)
-    return np.where(sorted_keys[at] == k_rows, order[at], -1)
+    found = np.where(sorted_keys[at] == k_rows, order[at], -1)
+    return np.repeat(found, np.diff(np.append(head, len(pid))))
 
 
 def thread_name_of(pid: np.ndarray, tid: np.ndarray, names) -> np.ndarray:
@@ -198,7 +198,7 @@ def thread_name_column(pid: np.ndarray, tid: np.ndarray, names) -> pd.Categorica
         cats = sorted({texts[a] for a in rows if a >= 0})
         position = {c: i for i, c in enumerate(cats)}
         return categorical(np.array([position[texts[a]] if a >= 0 else -1 for a in rows], dtype=np.int64), cats)
-    used = np.unique(at[at >= 0])
+    used = np.flatnonzero(np.bincount(at[at >= 0], minlength=len(texts)))  # the threads rows name, in order
     cats, inverse = np.unique(texts[used], return_inverse=True)
     code_of = np.full(len(texts) + 1, -1, dtype=np.int64)  # position -1 reads the last slot: no name
     code_of[used] = inverse.reshape(-1)

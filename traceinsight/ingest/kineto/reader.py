@@ -397,8 +397,12 @@ def launching_pids(pid: np.ndarray, correlation: np.ndarray, gpu: np.ndarray, ru
     host_pids = pid[~gpu]
     host_pids = host_pids[host_pids >= 0]
     if len(host_pids):
-        u_pid, n_pid = np.unique(host_pids, return_counts=True)
-        main_pid = int(u_pid[np.argmax(n_pid)])
+        lo = int(host_pids.min())
+        if int(host_pids.max()) - lo < (1 << 22):  # pids are small numbers: count them in a table, no sort
+            main_pid = lo + int(np.argmax(np.bincount(host_pids - lo)))  # the first maximum: the smallest pid
+        else:
+            u_pid, n_pid = np.unique(host_pids, return_counts=True)
+            main_pid = int(u_pid[np.argmax(n_pid)])
     else:
         main_pid = 0
     u_corr, first = np.unique(correlation[runtime], return_index=True)  # each id's first call
