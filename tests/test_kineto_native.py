@@ -389,3 +389,38 @@ def test_a_mapped_file_is_given_back_as_it_is_scanned_with_the_same_columns(tmp_
     if rss is not None:
         assert rss < 40 << 10  # KiB: at most the last step and the tail, not the file's 100 MB
         assert rss_kept > 80 << 10
+
+
+#: Number texts around the scanner's eight-digit words: 7-9, 15-17 and 18-20 digits before or after the point, a
+#: digit run broken by a non-digit inside a word, leading zeros in the fraction, and runs past 19 digits (strtod).
+DIGIT_RUNS = ["1234567", "12345678", "123456789", "1669783691124.938", "1669783691124.93812345", "0.00000001234567",
+              "99999999.99999999", "123456789012345678", "1234567890123456789", "12345678901234567890.5", "7.12345678e3",
+              "18446744073709551615", "0.123456789012345678901", "-87654321.87654321", "1e5", "31.5"]
+
+
+@pytest.mark.parametrize("text", DIGIT_RUNS)
+def test_numbers_read_in_eight_digit_words_equal_python_floats(text):
+    """ts and dur parsed by the scanner's eight-digit words equal Python's correctly rounded float of the text."""
+    scan = native.built("pytorch").scan
+    doc = b'{"traceEvents": [{"ph": "X", "ts": ' + text.encode() + b', "dur": ' + text.lstrip("-").encode() + b', "name": "k", "pid": 1, "tid": 2}]}'
+    res = scan(doc)
+    assert not res["fallback"]
+    assert np.frombuffer(res["complete"]["f64"]["ts"]).tolist() == [float(text)]
+    assert np.frombuffer(res["complete"]["f64"]["dur"]).tolist() == [float(text.lstrip("-"))]
+
+
+def test_strings_equal_in_content_share_a_code_wherever_they_lie():
+    """The intern table's hash reads a string's tail as one word (past the span where the buffer allows): the same
+    text at any offset, of any length around 8 bytes, and at the very end of the buffer gets one code."""
+    scan = native.built("pytorch").scan
+    names = ["k", "abcdefg", "abcdefgh", "abcdefghi", "x" * 31, "x" * 32, "x" * 33, "abcdefgh" * 5 + "z"]
+    events = []
+    for pad in range(3):  # the same names again, shifted by a key of another length
+        for n in names:
+            events.append('{"ph": "X", "ts": 1, "dur": 1, "pid": 1, "tid": 2, "%s": 0, "name": "%s"}' % ("p" * pad, n))
+    doc = ('{"traceEvents": [' + ", ".join(events) + '], "last": "abcdefg"}').encode()
+    res = scan(doc)
+    assert res["strings"]["name"] == [n.encode() for n in names]
+    assert np.frombuffer(res["complete"]["i32"]["name"], dtype=np.int32).tolist() == list(range(len(names))) * 3
+    tail = scan(b'[{"ph": "X", "ts": 1, "dur": 1, "pid": 1, "tid": 2, "name": "ab"}, {"ph": "X", "ts": 2, "dur": 1, "name": "ab"')
+    assert tail["strings"]["name"] == [b"ab"]

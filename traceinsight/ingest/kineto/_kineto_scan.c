@@ -106,20 +106,53 @@ static void intern_free(Intern *t) {
     t->order = NULL;
 }
 
-/* Eight bytes per step (kernel names run to hundreds of characters); a multiply-xorshift mix per word. */
-static uint64_t hash_bytes(const char *p, Py_ssize_t n) {
+/* Kernel names run to hundreds of characters: 32 bytes per step in four independent multiply-xorshift lanes (one
+   lane's chain of multiplies would bound the speed), folded together with the tail; the length seeds every lane. */
+static inline uint64_t mix_word(uint64_t h, uint64_t w) {
+    h = (h ^ w) * 0xff51afd7ed558ccdULL;
+    return h ^ (h >> 32);
+}
+
+static uint64_t hash_bytes(const char *p, Py_ssize_t n, const char *limit) {
+    const Py_ssize_t total = n;
     uint64_t h = 0x9E3779B97F4A7C15ULL ^ (uint64_t)n;
+    if (n >= 32) {
+        uint64_t a = h, b = h ^ 0x6a09e667f3bcc909ULL, c = h ^ 0xbb67ae8584caa73bULL, d = h ^ 0x3c6ef372fe94f82bULL;
+        while (n >= 32) {
+            uint64_t w[4];
+            memcpy(w, p, 32);
+            a = mix_word(a, w[0]);
+            b = mix_word(b, w[1]);
+            c = mix_word(c, w[2]);
+            d = mix_word(d, w[3]);
+            p += 32;
+            n -= 32;
+        }
+        h = mix_word(mix_word(mix_word(a, b), c), d);
+    }
     while (n >= 8) {
         uint64_t w;
         memcpy(&w, p, 8);
-        h = (h ^ w) * 0xff51afd7ed558ccdULL;
-        h ^= h >> 32;
+        h = mix_word(h, w);
         p += 8;
         n -= 8;
     }
     if (n > 0) {
+        /* The tail in one 8-byte load, never a byte copy into a word (the load would wait on the bytes' stores):
+           the string's last 8 bytes when it has 8, else its first n bytes of a word the buffer still holds. */
         uint64_t w = 0;
-        memcpy(&w, p, (size_t)n);
+        if (total >= 8) {
+            memcpy(&w, p + n - 8, 8);
+        }
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+        else if (limit - p >= 8) {
+            memcpy(&w, p, 8);
+            w &= ~0ULL >> (64 - 8 * n);
+        }
+#endif
+        else {
+            memcpy(&w, p, (size_t)n);
+        }
         h = (h ^ w) * 0xc4ceb9fe1a85ec53ULL;
     }
     h ^= h >> 29;
@@ -145,8 +178,9 @@ static int intern_grow(Intern *t) {
 }
 
 /* Code of the span, adding it when new; -1 on memory error. */
-static int32_t intern(Intern *t, const char *p, Py_ssize_t len) {
-    uint64_t h = hash_bytes(p, len);
+/* ``limit``: the end of the buffer p lies in (the hash may read a word past the span, never past that). */
+static int32_t intern(Intern *t, const char *p, Py_ssize_t len, const char *limit) {
+    uint64_t h = hash_bytes(p, len, limit);
     size_t j = h & t->mask;
     while (t->slots[j].code >= 0) {
         Slot *s = &t->slots[j];
@@ -496,6 +530,23 @@ static inline int is_digit(char c) { return c >= '0' && c <= '9'; }
 /* A JSON number. *is_int is set for a plain integer that fits int64 (its value in *iv).
    Doubles are correctly rounded: exact mantissa / exact power of ten when both fit (Clinger's fast path),
    otherwise CPython's own correctly rounded, locale-independent parser. */
+/* Eight ASCII digits at q as their value, or -1 when the eight bytes are not all digits. Timestamps run to 16
+   digits: two words instead of sixteen steps of a loop whose every step waits on the previous one. */
+static inline int64_t eight_digits(const char *q) {
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    uint64_t w;
+    memcpy(&w, q, 8);
+    if (((w + 0x4646464646464646ULL) | (w - 0x3030303030303030ULL)) & 0x8080808080808080ULL) return -1;
+    w -= 0x3030303030303030ULL;
+    w = (w * 10 + (w >> 8)) & 0x00FF00FF00FF00FFULL;                               /* pairs: 10a + b */
+    w = (w * 100 + (w >> 16)) & 0x0000FFFF0000FFFFULL;                             /* quads */
+    return (int64_t)((w * 10000 + (w >> 32)) & 0xFFFFFFFFULL);                      /* all eight */
+#else
+    (void)q;
+    return -1;
+#endif
+}
+
 static int scan_number(Scan *s, double *d, int64_t *iv, int *is_int) {
     const char *q = s->p, *end = s->end;
     int neg = 0;
@@ -506,6 +557,7 @@ static int scan_number(Scan *s, double *d, int64_t *iv, int *is_int) {
     uint64_t mant = 0;
     int ndig = 0, nfrac = 0, exp_or_dot = 0, big = 0;
     const char *digits = q;
+    for (int64_t v; ndig <= 11 && end - q >= 8 && (v = eight_digits(q)) >= 0; q += 8, ndig += 8) mant = mant * 100000000ULL + (uint64_t)v;
     while (q < end && is_digit(*q)) {
         if (ndig < 19) mant = mant * 10 + (uint64_t)(*q - '0'); else big = 1;
         ndig++;
@@ -517,6 +569,8 @@ static int scan_number(Scan *s, double *d, int64_t *iv, int *is_int) {
         exp_or_dot = 1;
         q++;
         const char *f = q;
+        for (int64_t v; ndig <= 11 && end - q >= 8 && (v = eight_digits(q)) >= 0; q += 8, ndig += 8, nfrac += 8)
+            mant = mant * 100000000ULL + (uint64_t)v;
         while (q < end && is_digit(*q)) {
             if (ndig < 19) {
                 mant = mant * 10 + (uint64_t)(*q - '0');
@@ -802,7 +856,7 @@ static int scan_str_field(Scan *s, Intern *t, int32_t *out, int *first_char) {
         }
         *first_char = m == 1 ? (unsigned char)v[0] : 0;
     }
-    int32_t code = intern(t, str, n);
+    int32_t code = intern(t, str, n, s->end);
     if (code < 0) return NOMEM;
     *out = code;
     return OK;
@@ -828,7 +882,7 @@ static int scan_raw_field(Scan *s, Intern *t, int32_t *out, int depth, int utf8)
     const char *start = s->p;
     int rc = skip_value(s, depth, utf8);
     if (rc) return rc;
-    int32_t code = intern(t, start, s->p - start);
+    int32_t code = intern(t, start, s->p - start, s->end);
     if (code < 0) return NOMEM;
     *out = code;
     return OK;
