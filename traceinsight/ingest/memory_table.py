@@ -215,5 +215,7 @@ def innermost(ops: pd.DataFrame, rank: np.ndarray, pid: np.ndarray, tid: np.ndar
     qcomb = q_codes.astype(np.int64) * span + np.clip(qt - base, -1, span - 1)
     p = np.searchsorted(comb, qcomb, side="right") - 1
     p = np.where(valid & (qt >= base), p, -1)
-    hit = _last_reaching(p, qt, e)  # may land on an earlier thread: then the query's own has none
+    hit = np.where((p >= 0) & (e[np.clip(p, 0, None)] >= qt), p, -1)  # the latest op still runs: it (half the rows)
+    rest = np.flatnonzero((hit < 0) & (p > 0))
+    hit[rest] = _last_reaching(p[rest] - 1, qt[rest], e)  # may land on an earlier thread: then the query's own has none
     return np.where((hit >= 0) & (k[np.clip(hit, 0, None)] == q_codes) & valid, order[np.clip(hit, 0, None)], -1)
