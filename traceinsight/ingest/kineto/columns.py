@@ -66,6 +66,10 @@ def _categorical(codes: np.ndarray, uniques: list[str], missing: str | None = No
     codes = np.asarray(codes)
     if len(codes) <= SMALL_MATCH:
         return _categorical_small(codes, uniques, missing)
+    if not len(uniques):  # no row has the field (shapes not recorded): every row absent, nothing to count
+        if missing is None or not len(codes):
+            return categorical(np.full(len(codes), -1, dtype=np.int8), _NO_STRINGS)
+        return categorical(np.zeros(len(codes), dtype=np.int8), [missing])
     shifted = codes + 1  # code -1 (absent) reads slot 0 of the tables below
     counts = np.bincount(shifted, minlength=len(uniques) + 1).tolist()
     stand_in = missing if missing is not None and counts[0] else None
