@@ -177,8 +177,9 @@ def _last_reaching(p: np.ndarray, qt: np.ndarray, e: np.ndarray) -> np.ndarray:
     width = 1
     while width * 2 <= n:
         prev = tables[-1]
-        nxt = prev.copy()
-        nxt[width:] = np.maximum(prev[width:], prev[:-width])
+        nxt = np.empty_like(prev)
+        nxt[:width] = prev[:width]
+        np.maximum(prev[width:], prev[:-width], out=nxt[width:])  # written once, not copied then overwritten
         tables.append(nxt)
         width *= 2
     for lvl in range(len(tables) - 1, -1, -1):
