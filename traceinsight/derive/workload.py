@@ -27,7 +27,7 @@ import pandas as pd
 
 from traceinsight.vocab.kernels import classify_names
 from traceinsight.vocab.intervals import merge_intervals
-from traceinsight.vocab.masks import kind_mask, name_mask
+from traceinsight.vocab.masks import codes_in, distinct_texts, kind_mask, name_mask
 from traceinsight.vocab.patterns import DATA_WAIT_KINDS, DATA_WAIT_PRIMARY
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -306,13 +306,22 @@ def repeats(views) -> list[dict[str, Any]]:
         pos = np.flatnonzero(kind_mask(host["kind"], kinds))
         if not len(pos):
             continue
-        raw = host["name"].iloc[pos].astype(str)
-        hit = raw.str.contains(pattern, regex=True).to_numpy() & ~raw.str.startswith("ProfilerStep").to_numpy()
-        pos, raw = pos[hit], raw[hit]
+        # tested once per distinct name (the name column is categorical: a few hundred names over 10^6 rows)
+        codes, texts = distinct_texts(host["name"], pos)
+        rx = re.compile(pattern)
+        hit = np.fromiter((rx.search(t) is not None and not t.startswith("ProfilerStep") for t in texts), bool, len(texts))
+        keep_rows = codes_in(codes, hit)
+        pos, codes = pos[keep_rows], codes[keep_rows]
         if not len(pos):
             continue
-        names = raw.str.replace(_REPEAT_NOISE, "", regex=True).to_numpy().astype(str)
-        uniq, inv, counts = np.unique(names, return_inverse=True, return_counts=True)
+        # the names a diff matches by, per distinct text, then per row through the text's code
+        clean = np.array([_REPEAT_NOISE.sub("", t) for t in texts], dtype=object).astype(str)
+        used = np.flatnonzero(hit)
+        uniq, inv_used = np.unique(clean[used], return_inverse=True)
+        by_text = np.full(len(texts), -1, np.int64)
+        by_text[used] = inv_used.ravel()
+        inv = by_text[codes]
+        counts = np.bincount(inv, minlength=len(uniq))
         durs = host["dur_ns"].to_numpy()[pos].astype(np.float64)
         total = np.bincount(inv, weights=durs, minlength=len(uniq))
         keep = [i for i in np.argsort(-total, kind="stable").tolist() if counts[i] >= MIN_REPEATS and str(uniq[i]) not in taken][:MAX_REPEAT_NAMES]

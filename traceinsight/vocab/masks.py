@@ -130,6 +130,26 @@ def texts_at(values: pd.Series, positions: np.ndarray) -> np.ndarray:
     return values.iloc[positions].astype(str).to_numpy()
 
 
+def distinct_texts(values: pd.Series, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The rows of ``values`` at ``positions`` as (a code per row, the distinct texts those rows hold):
+    ``texts[codes[i]]`` is ``values.iloc[positions].astype(str).iloc[i]``, and a missing value (NaN, None) gets
+    code -1 (``astype(str)`` leaves it missing, and string tests answer False for it). Each distinct value is
+    turned to text once (a categorical's codes are remapped, never expanded to per-row strings), so a test or
+    rewrite of the texts costs one call per distinct name, then one lookup per row (``codes_in``)."""
+    positions = np.asarray(positions, dtype=np.intp)
+    if isinstance(values.dtype, pd.CategoricalDtype):
+        cat = values.array
+        codes = cat.codes[positions]
+        present = codes >= 0
+        used = np.flatnonzero(np.bincount(codes[present], minlength=len(cat.categories)))
+        remap = np.full(len(cat.categories) + 1, -1, dtype=np.int64)  # code -1 reads the extra last entry
+        remap[used] = np.arange(len(used))
+        texts = np.array([str(c) for c in cat.categories.take(used).tolist()], dtype=object)
+        return remap[codes], texts
+    codes, uniq = pd.factorize(values.iloc[positions].to_numpy(dtype=object), use_na_sentinel=True)
+    return codes.astype(np.int64, copy=False), np.array([str(u) for u in uniq], dtype=object)
+
+
 #: Row count below which ``take_rows`` leaves the take to pandas (measured: 230 vs 410 µs at 200 rows of the events,
 #: 550 vs 630 µs at 10,000).
 SMALL_TAKE = 10_000
