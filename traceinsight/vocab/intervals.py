@@ -58,6 +58,11 @@ class Coverage:
     def __init__(self, starts: np.ndarray, ends: np.ndarray) -> None:
         self.s, self.e = merge_intervals(np.asarray(starts, np.int64), np.asarray(ends, np.int64))
         self.cum = np.cumsum(self.e - self.s)
+        # C(t) = base[i] + min(t, end[i]) for i = the number of intervals starting at or before t: base is the
+        # covered time before interval i-1 minus its start. Entry 0 (t before every interval) reads
+        # min(t, 0) + 0, which is <= 0 and clipped to 0; every other entry is >= 0 as it stands (t >= its start).
+        self._end = np.r_[np.int64(0), self.e]
+        self._base = np.r_[np.int64(0), self.cum - (self.e - self.s) - self.s]
 
     def before(self, t: np.ndarray) -> np.ndarray:
         """Covered time before each t."""
@@ -65,15 +70,17 @@ class Coverage:
         if len(self.s) == 0:
             return np.zeros(len(t), np.int64)
         i = np.searchsorted(self.s, t, side="right")
-        prev = np.clip(i - 1, 0, None)
-        full = np.where(i > 0, self.cum[prev], 0)
-        over = np.where(i > 0, np.maximum(self.e[prev] - t, 0), 0)
-        return full - over
+        out = self._end.take(i)
+        np.minimum(out, t, out=out)
+        out += self._base.take(i)
+        return np.maximum(out, 0, out=out)
 
     def overlap(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         """Covered time inside each [a_i, b_i) (0 for empty or reversed windows)."""
         a = np.asarray(a, np.int64)
-        return np.maximum(self.before(np.maximum(np.asarray(b, np.int64), a)) - self.before(a), 0)
+        out = self.before(np.maximum(np.asarray(b, np.int64), a))
+        out -= self.before(a)
+        return np.maximum(out, 0, out=out)
 
 
 class Overlaps:
