@@ -168,9 +168,51 @@ def take_rows(frame: pd.DataFrame, positions: np.ndarray) -> pd.DataFrame:
         return frame.iloc[int(positions[0]) : int(positions[-1]) + 1 : step]
     if len(positions) < SMALL_TAKE or not frame.columns.is_unique or any(dt == object for dt in frame.dtypes):
         return frame.iloc[positions]  # a frame built from object arrays would infer their dtype again
-    cols = {name: (col.to_numpy().take(positions) if isinstance(col.dtype, np.dtype) else col.array.take(positions)) for name, col in frame.items()}
+    one_value = len(positions) >= CONSTANT_TAKE
+    cols = {name: _take_column(col, positions, one_value) for name, col in frame.items()}
     out = pd.DataFrame(cols, index=frame.index.take(positions), columns=frame.columns, copy=False)
     return out.__finalize__(frame)
+
+
+#: Takes of at least this many rows keep a column whose taken rows all hold one value as that value broadcast
+#: (``np.broadcast_to``: a read-only array of stride 0, a few bytes whatever its length). On a gigabyte trace the
+#: host rows' GPU-only columns (device, stream, bytes, registers, ...) are a third of the host view's memory and
+#: all one value. Readers see the same values and dtypes; the views' arrays are read-only already.
+CONSTANT_TAKE = 1 << 18
+
+
+def _take_column(col: pd.Series, positions: np.ndarray, one_value: bool):
+    """``col``'s values at ``positions`` (a numpy take, of the codes for a categorical), broadcast from one
+    element when ``one_value`` and the taken values are all equal (bit for bit: NaN equals NaN)."""
+    if isinstance(col.dtype, np.dtype):
+        values = col.to_numpy()
+        if one_value and values.dtype.kind in "biuf":
+            same = _single_value(values, positions)
+            if same is not None:
+                return same
+        return values.take(positions)
+    arr = col.array
+    if one_value and isinstance(arr, pd.Categorical):
+        same = _single_value(arr.codes, positions)
+        if same is not None:
+            return pd.Categorical.from_codes(same, dtype=arr.dtype, validate=False)
+    return arr.take(positions)
+
+
+def _single_value(values: np.ndarray, positions: np.ndarray) -> np.ndarray | None:
+    """``values`` at ``positions`` as one element broadcast to their number when they are all that element (bit
+    for bit); else None. Three rows are looked at first, so a column of many values costs no pass."""
+    n = len(positions)
+    bits = values.view(np.uint8) if values.dtype == bool else values.view(f"i{values.dtype.itemsize}") if values.dtype.kind == "f" else values
+    first = bits[positions[0]]
+    if values.strides != (0,):
+        if bits[positions[n // 2]] != first or bits[positions[-1]] != first:
+            return None
+        taken = bits.take(positions)
+        if not bool((taken == first).all()):
+            return None
+        del taken
+    return np.broadcast_to(values[positions[:1]], (n,))  # a fresh one-element array: no reference to ``values``
 
 
 def _even_step(positions: np.ndarray) -> int:
