@@ -339,6 +339,49 @@ def test_cut_time(loop):
         assert (getattr(t, name) == getattr(g, name)).all()
 
 
+def _cut_time_everywhere(g: whatif.Graph, windows) -> None:
+    """The reference ``cut_time``: every range measured against the windows, new arrays for dur and own."""
+    from traceinsight.vocab.intervals import Coverage
+
+    w = np.asarray(list(windows), np.int64).reshape(-1, 2)
+    if len(w) == 0:
+        return
+    cov = Coverage(w[:, 0], w[:, 1])
+    g.dur = np.maximum(g.dur - cov.overlap(g.start, g.end), 0)
+    g.own = np.maximum(g.own - cov.overlap(g.end - g.own, g.end), 0)
+    for pred, lat, ref in ((g.prev, g.prev_lat, g.end), (g.cross, g.cross_lat, g.end), (g.launch, g.launch_lat, g.start)):
+        has = (pred >= 0) & (lat > 0)
+        a = ref[pred[has]]
+        lat[has] = np.maximum(lat[has] - cov.overlap(a, a + lat[has]), 0)
+
+
+def test_cut_time_only_near_the_windows_equals_cutting_everywhere(loop):
+    _, g = loop
+    rng = np.random.default_rng(11)
+    t0, t1 = int(g.start.min()), int(g.end.max())
+    base = g.copy()
+    base.prev_lat[::7] = -base.prev_lat[::7]  # negative latencies and durations stay as they are unless cut
+    base.dur[::11] = -5
+    cases = [[], [(t0, t1)], [(t1 + 10, t1 + 20)], [(t0 - 20, t0 - 10)], [(t0 + 5, t0 + 5)], [(t1, t0)]]
+    for _ in range(40):
+        k = int(rng.integers(1, 5))
+        a = rng.integers(t0 - 10_000, t1, k)
+        cases.append(list(zip(a.tolist(), (a + rng.integers(0, (t1 - t0) // 4, k)).tolist())))
+    for windows in cases:
+        got, want = base.copy(), base.copy()
+        whatif.cut_time(got, windows)
+        _cut_time_everywhere(want, windows)
+        for name in ("dur", "own", "prev_lat", "cross_lat", "launch_lat"):
+            assert np.array_equal(getattr(got, name), getattr(want, name)), (name, windows)
+    assert any(not np.array_equal(_cut(base, c).dur, base.dur) for c in cases[6:])  # the windows did cut
+
+
+def _cut(g: whatif.Graph, windows) -> whatif.Graph:
+    t = g.copy()
+    whatif.cut_time(t, windows)
+    return t
+
+
 def test_remove_warmup_drops_leading_warmup_steps_once(tmp_path):
     v = views_of(plant(tmp_path / "a.json", warmup_us=200_000.0, steps=3))
     (g,) = v.graphs
