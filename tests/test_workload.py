@@ -106,11 +106,40 @@ def _repeats_per_row(views) -> list:
         total = np.bincount(inv, weights=host["dur_ns"].to_numpy()[pos].astype(np.float64), minlength=len(uniq))
         keep = [i for i in np.argsort(-total, kind="stable").tolist() if counts[i] >= 2 and str(uniq[i]) not in taken][:3]
         for i in keep:
-            times = workload._occurrence_times(host, ln, pos[inv == i])
+            times = _occurrence_times_every_launch(host, ln, pos[inv == i])
             if len(times) >= 2:
                 taken.add(str(uniq[i]))
                 out.append({"kind": kind, "name": str(uniq[i]), "count": int(len(times)), "dur_ns": [int(t) for t in times[:5000]]})
     return out
+
+
+def _occurrence_times_every_launch(host, ln, sel):
+    """The reference occurrence times: each thread's occurrences against every launch of the trace."""
+    import numpy as np
+    import pandas as pd
+
+    rank = host["rank"].to_numpy()[sel].astype(np.int64)
+    tid = host["tid"].to_numpy()[sel].astype(np.int64)
+    start = host["start_ns"].to_numpy()[sel].astype(np.int64)
+    end = start + host["dur_ns"].to_numpy()[sel].astype(np.int64)
+    order = np.lexsort((-end, start, tid, rank))
+    rank, tid, start, end = rank[order], tid[order], start[order], end[order]
+    new = np.r_[True, (rank[1:] != rank[:-1]) | (tid[1:] != tid[:-1])]
+    reach = pd.Series(end).groupby(np.cumsum(new)).cummax().to_numpy()
+    outer = new.copy()
+    outer[1:] |= start[1:] >= reach[:-1]
+    rank, tid, start, end = rank[outer], tid[outer], start[outer], end[outer]
+    first = np.full(len(start), np.iinfo(np.int64).max)
+    last = np.full(len(start), np.iinfo(np.int64).min)
+    l_rank, l_tid, l_t = (ln[c].to_numpy().astype(np.int64) for c in ("rank", "tid", "launch_start_ns"))
+    g_s = ln["gpu_start_ns"].to_numpy().astype(np.int64)
+    g_e = g_s + ln["gpu_dur_ns"].to_numpy().astype(np.int64)
+    for i in range(len(start)):
+        on = (l_rank == rank[i]) & (l_tid == tid[i]) & (l_t >= start[i]) & (l_t < end[i])
+        if on.any():
+            first[i], last[i] = g_s[on].min(), g_e[on].max()
+    times = np.where(last > np.iinfo(np.int64).min, last - first, end - start)
+    return times[np.argsort(start, kind="stable")]
 
 
 def _repeats_trace(tmp_path):

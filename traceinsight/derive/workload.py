@@ -101,7 +101,8 @@ def _host_ops(views) -> pd.DataFrame:
     rank, tid = host["rank"].to_numpy()[pos].astype(np.int64), host["tid"].to_numpy()[pos].astype(np.int64)
     start = host["start_ns"].to_numpy()[pos].astype(np.int64)
     end = start + host["dur_ns"].to_numpy()[pos].astype(np.int64)
-    order = np.lexsort((-end, start, tid, rank))
+    # one rank (every rank's own trace): the rank key sorts nothing, and a sort key less is a pass less
+    order = np.lexsort((-end, start, tid) if len(rank) and rank.min() == rank.max() else (-end, start, tid, rank))
     rank, tid, start, end = rank[order], tid[order], start[order], end[order]
     if len(order):
         new = np.r_[True, (rank[1:] != rank[:-1]) | (tid[1:] != tid[:-1])]
@@ -118,12 +119,17 @@ def _host_ops(views) -> pd.DataFrame:
     top &= ~_inside_data_waits(host, rank, tid, start, end)
     keep = order[top]
     rows = pos[keep]
-    shapes = host["input_shapes"] if "input_shapes" in host else pd.Series(np.full(len(host), "", dtype=object), index=host.index)
+    if "input_shapes" in host:
+        shapes = _categorical(host["input_shapes"], rows)
+    else:  # no shapes recorded: every op's is "" (one category, made once, not a column of "" per host row)
+        shapes = _categorical(pd.Series([""], dtype=object), np.zeros(min(len(rows), 1), np.intp))
+        if len(rows):
+            shapes = pd.Categorical.from_codes(np.zeros(len(rows), np.int8), dtype=shapes.dtype)
     return pd.DataFrame({
         "rank": rank[top], "tid": tid[top], "start": start[top], "end": end[top],
         "step": host["step"].to_numpy()[rows].astype(np.int64),
         "name": _categorical(host["name"], rows),
-        "shapes": _categorical(shapes, rows),
+        "shapes": shapes,
     })
 
 
@@ -299,7 +305,7 @@ def repeats(views) -> list[dict[str, Any]]:
     host = views.host_events
     if host.empty:
         return []
-    ln = views.launches
+    launches = _launch_arrays(views.launches)
     out: list[dict[str, Any]] = []
     taken: set[str] = set()
     for kind, kinds, pattern in REPEAT_KINDS:
@@ -326,14 +332,27 @@ def repeats(views) -> list[dict[str, Any]]:
         total = np.bincount(inv, weights=durs, minlength=len(uniq))
         keep = [i for i in np.argsort(-total, kind="stable").tolist() if counts[i] >= MIN_REPEATS and str(uniq[i]) not in taken][:MAX_REPEAT_NAMES]
         for i in keep:
-            times = _occurrence_times(host, ln, pos[inv == i])
+            times = _occurrence_times(host, launches, pos[inv == i])
             if len(times) >= MIN_REPEATS:
                 taken.add(str(uniq[i]))
                 out.append({"kind": kind, "name": str(uniq[i]), "count": int(len(times)), "dur_ns": [int(t) for t in times[:MAX_REPEAT_SAMPLES]]})
     return out
 
 
-def _occurrence_times(host: pd.DataFrame, ln: pd.DataFrame, sel: np.ndarray) -> np.ndarray:
+def _launch_arrays(ln: pd.DataFrame) -> tuple[np.ndarray, ...] | None:
+    """The launches as (launch start, rank, thread, GPU start, GPU end) arrays sorted by launch start (read once
+    for every repeated name; a name's occurrences then look only at the launches inside their span). None
+    without launches."""
+    if ln.empty:
+        return None
+    l_t = ln["launch_start_ns"].to_numpy().astype(np.int64, copy=False)
+    order = np.argsort(l_t, kind="stable")
+    g_s = ln["gpu_start_ns"].to_numpy().astype(np.int64, copy=False)[order]
+    return (l_t[order], ln["rank"].to_numpy().astype(np.int64, copy=False)[order], ln["tid"].to_numpy().astype(np.int64, copy=False)[order],
+            g_s, g_s + ln["gpu_dur_ns"].to_numpy().astype(np.int64, copy=False)[order])
+
+
+def _occurrence_times(host: pd.DataFrame, launches: tuple[np.ndarray, ...] | None, sel: np.ndarray) -> np.ndarray:
     rank = host["rank"].to_numpy()[sel].astype(np.int64)
     tid = host["tid"].to_numpy()[sel].astype(np.int64)
     start = host["start_ns"].to_numpy()[sel].astype(np.int64)
@@ -347,11 +366,11 @@ def _occurrence_times(host: pd.DataFrame, ln: pd.DataFrame, sel: np.ndarray) -> 
     rank, tid, start, end = rank[outer], tid[outer], start[outer], end[outer]
     first = np.full(len(start), np.iinfo(np.int64).max)
     last = np.full(len(start), np.iinfo(np.int64).min)
-    if not ln.empty:
-        l_rank, l_tid = ln["rank"].to_numpy().astype(np.int64), ln["tid"].to_numpy().astype(np.int64)
-        l_t = ln["launch_start_ns"].to_numpy().astype(np.int64)
-        g_s = ln["gpu_start_ns"].to_numpy().astype(np.int64)
-        g_e = g_s + ln["gpu_dur_ns"].to_numpy().astype(np.int64)
+    if launches is not None and len(start):
+        # a launch inside an occurrence starts at or after the first occurrence's start and before the latest end
+        l_all = launches[0]
+        lo, hi = np.searchsorted(l_all, [start.min(), end.max()], side="left").tolist()
+        l_t, l_rank, l_tid, g_s, g_e = (a[lo:hi] for a in launches)
         for r, t in set(zip(rank.tolist(), tid.tolist())):
             occ = np.flatnonzero((rank == r) & (tid == t))
             m = np.flatnonzero((l_rank == r) & (l_tid == t))
