@@ -208,10 +208,9 @@ def _single_value(values: np.ndarray, positions: np.ndarray) -> np.ndarray | Non
     if values.strides != (0,):
         if bits[positions[n // 2]] != first or bits[positions[-1]] != first:
             return None
-        taken = bits.take(positions)
-        if not bool((taken == first).all()):
+        # the whole column compared, then the flags of these rows read: a byte per row, not the values' width
+        if not bool(np.equal(bits, first).take(positions).all()):
             return None
-        del taken
     return np.broadcast_to(values[positions[:1]], (n,))  # a fresh one-element array: no reference to ``values``
 
 
