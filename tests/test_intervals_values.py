@@ -41,3 +41,19 @@ def test_times_before_the_first_interval_and_empty_coverage():
     assert cov.overlap(np.array([-10**15, 150]), np.array([10**15, 120])).tolist() == [200, 0]
     empty = Coverage(np.zeros(0, np.int64), np.zeros(0, np.int64))
     assert empty.before(np.array([1, 2])).tolist() == [0, 0] and empty.overlap(np.array([0]), np.array([9])).tolist() == [0]
+
+
+def test_lexsort_ints_is_numpys_lexsort():
+    from traceinsight.vocab import intervals
+
+    rng = np.random.default_rng(5)
+    for trial in range(60):
+        n = int(rng.integers(intervals.LEXSORT_PACK_ROWS, intervals.LEXSORT_PACK_ROWS * 3))
+        small = rng.integers(0, 3, n)  # few values: many ties
+        times = rng.integers(-(2**40), 2**40, n) if trial % 3 else rng.integers(0, 50, n)
+        wide = rng.integers(-(2**62), 2**62, n)  # no room to pack: np.lexsort's own order
+        ends = times + rng.integers(0, 5, n)
+        for keys in ([-ends, times, small], [times, small], [small], [wide, small], [small, wide], [-ends, times, small.astype(np.int32), small.astype(bool)]):
+            assert np.array_equal(intervals.lexsort_ints(keys), np.lexsort(keys)), trial
+    few = [np.array([3, 1, 2]), np.array([0, 0, 1])]
+    assert np.array_equal(intervals.lexsort_ints(few), np.lexsort(few))

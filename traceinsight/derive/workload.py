@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 from traceinsight.vocab.kernels import classify_names
-from traceinsight.vocab.intervals import merge_intervals
+from traceinsight.vocab.intervals import lexsort_ints, merge_intervals
 from traceinsight.vocab.masks import codes_in, distinct_texts, kind_mask, name_mask
 from traceinsight.vocab.patterns import DATA_WAIT_KINDS, DATA_WAIT_PRIMARY
 
@@ -102,7 +102,7 @@ def _host_ops(views) -> pd.DataFrame:
     start = host["start_ns"].to_numpy()[pos].astype(np.int64)
     end = start + host["dur_ns"].to_numpy()[pos].astype(np.int64)
     # one rank (every rank's own trace): the rank key sorts nothing, and a sort key less is a pass less
-    order = np.lexsort((-end, start, tid) if len(rank) and rank.min() == rank.max() else (-end, start, tid, rank))
+    order = lexsort_ints((-end, start, tid) if len(rank) and rank.min() == rank.max() else (-end, start, tid, rank))
     rank, tid, start, end = rank[order], tid[order], start[order], end[order]
     if len(order):
         new = np.r_[True, (rank[1:] != rank[:-1]) | (tid[1:] != tid[:-1])]
@@ -357,7 +357,7 @@ def _occurrence_times(host: pd.DataFrame, launches: tuple[np.ndarray, ...] | Non
     tid = host["tid"].to_numpy()[sel].astype(np.int64)
     start = host["start_ns"].to_numpy()[sel].astype(np.int64)
     end = start + host["dur_ns"].to_numpy()[sel].astype(np.int64)
-    order = np.lexsort((-end, start, tid, rank))
+    order = lexsort_ints((-end, start, tid, rank))
     rank, tid, start, end = rank[order], tid[order], start[order], end[order]
     new = np.r_[True, (rank[1:] != rank[:-1]) | (tid[1:] != tid[:-1])]
     reach = pd.Series(end).groupby(np.cumsum(new)).cummax().to_numpy()

@@ -29,6 +29,49 @@ def merge_intervals(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, n
     return out_s, out_e
 
 
+#: Below this many rows ``lexsort_ints`` is ``np.lexsort`` (the range checks cost more than they save).
+LEXSORT_PACK_ROWS = 4096
+
+
+def lexsort_ints(keys: "list[np.ndarray] | tuple[np.ndarray, ...]") -> np.ndarray:
+    """``np.lexsort(keys)`` (the last key primary, stable) for integer keys, faster on many rows: the leading keys
+    (from the primary down, while their ranges multiply to under 2^62) packed into one int64 and sorted once,
+    stable (rows of a thread or stream come mostly in time order: a sort of a few runs); rows that tie on the
+    packed keys are then ordered by the remaining keys among themselves only. The same permutation as
+    ``np.lexsort``, ties included."""
+    keys = [np.asarray(k) for k in keys]
+    n = len(keys[0]) if keys else 0
+    if n < LEXSORT_PACK_ROWS or any(k.dtype.kind not in "biu" for k in keys):
+        return np.lexsort(keys)
+    packed: np.ndarray | None = None
+    room, used = 1, 0
+    for k in reversed(keys):
+        lo, hi = int(k.min()), int(k.max())
+        span = hi - lo + 1
+        if room * span >= 2**62:
+            break
+        part = k.astype(np.int64)  # a copy, offset in place
+        part -= lo
+        if packed is None:
+            packed = part
+        else:
+            packed *= span
+            packed += part
+        room, used = room * span, used + 1
+    if packed is None:
+        return np.lexsort(keys)
+    order = np.argsort(packed, kind="stable")
+    rest = keys[: len(keys) - used]
+    if rest:
+        ps = packed[order]
+        tie = np.flatnonzero(ps[1:] == ps[:-1])
+        if len(tie):  # the tied runs, in place: each run's rows by the remaining keys (stable among equals)
+            at = np.unique(np.r_[tie, tie + 1])
+            sub = order[at]
+            order[at] = sub[np.lexsort([k[sub] for k in rest] + [packed[sub]])]
+    return order
+
+
 def merge_grouped(groups: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> pd.DataFrame:
     """``merge_intervals`` within each group (e.g. per rank): columns group, start_ns, end_ns, sorted.
 
