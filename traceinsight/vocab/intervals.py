@@ -101,21 +101,33 @@ class Coverage:
     def __init__(self, starts: np.ndarray, ends: np.ndarray) -> None:
         self.s, self.e = merge_intervals(np.asarray(starts, np.int64), np.asarray(ends, np.int64))
         self.cum = np.cumsum(self.e - self.s)
-        # C(t) = base[i] + min(t, end[i]) for i = the number of intervals starting at or before t: base is the
-        # covered time before interval i-1 minus its start. Entry 0 (t before every interval) reads
-        # min(t, 0) + 0, which is <= 0 and clipped to 0; every other entry is >= 0 as it stands (t >= its start).
-        self._end = np.r_[np.int64(0), self.e]
-        self._base = np.r_[np.int64(0), self.cum - (self.e - self.s) - self.s]
+        self._tables: tuple[np.ndarray, np.ndarray] | None = None
+
+    def _lookup(self) -> tuple[np.ndarray, np.ndarray]:
+        """(end, base) per i = the number of intervals starting at or before t, so that C(t) = base[i] +
+        min(t, end[i]): base is the covered time up to interval i-1's end minus that end. Entry 0 (t before every
+        interval) reads min(t, 0) + 0, which is <= 0 and clipped to 0; every other entry is >= 0 as it stands
+        (t >= the interval's start). Built on the first query."""
+        if self._tables is None:
+            end = np.empty(len(self.e) + 1, np.int64)
+            end[0] = 0
+            end[1:] = self.e
+            base = np.empty(len(self.e) + 1, np.int64)
+            base[0] = 0
+            np.subtract(self.cum, self.e, out=base[1:])
+            self._tables = (end, base)
+        return self._tables
 
     def before(self, t: np.ndarray) -> np.ndarray:
         """Covered time before each t."""
         t = np.asarray(t, np.int64)
         if len(self.s) == 0:
             return np.zeros(len(t), np.int64)
+        end, base = self._lookup()
         i = np.searchsorted(self.s, t, side="right")
-        out = self._end.take(i)
+        out = end.take(i)
         np.minimum(out, t, out=out)
-        out += self._base.take(i)
+        out += base.take(i)
         return np.maximum(out, 0, out=out)
 
     def overlap(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
