@@ -55,5 +55,8 @@ def test_lexsort_ints_is_numpys_lexsort():
         ends = times + rng.integers(0, 5, n)
         for keys in ([-ends, times, small], [times, small], [small], [wide, small], [small, wide], [-ends, times, small.astype(np.int32), small.astype(bool)]):
             assert np.array_equal(intervals.lexsort_ints(keys), np.lexsort(keys)), trial
+    big = rng.integers(0, 4, intervals.LEXSORT_PACK_ROWS).astype(np.uint64) + np.uint64(2**63)  # beyond int64
+    keys = [big, rng.integers(0, 3, len(big))]
+    assert np.array_equal(intervals.lexsort_ints(keys), np.lexsort(keys))
     few = [np.array([3, 1, 2]), np.array([0, 0, 1])]
     assert np.array_equal(intervals.lexsort_ints(few), np.lexsort(few))

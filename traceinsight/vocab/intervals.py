@@ -41,7 +41,7 @@ def lexsort_ints(keys: "list[np.ndarray] | tuple[np.ndarray, ...]") -> np.ndarra
     ``np.lexsort``, ties included."""
     keys = [np.asarray(k) for k in keys]
     n = len(keys[0]) if keys else 0
-    if n < LEXSORT_PACK_ROWS or any(k.dtype.kind not in "biu" for k in keys):
+    if n < LEXSORT_PACK_ROWS or any(k.dtype.kind not in "biu" or (k.dtype.kind == "u" and k.dtype.itemsize >= 8) for k in keys):
         return np.lexsort(keys)
     packed: np.ndarray | None = None
     room, used = 1, 0
