@@ -620,3 +620,30 @@ def test_the_graph_model_removes_host_time_up_to_launch_gap(tmp_path):
     after = (g.ntype == HOST) & (g.prev_lat >= 100_000)  # the pointer call after the first gap, the launch after the second
     assert sorted(g.prev_lat[after].tolist()) == [100_000] * 3 + [101_000] * 3
     assert sorted(t.prev_lat[after].tolist()) == [0] * 3 + [101_000] * 3
+
+
+def test_a_copy_for_declared_writes_shares_the_rest_read_only(loop):
+    _, g = loop
+    t = g.copy(("dur",))
+    assert not np.shares_memory(t.dur, g.dur)
+    for name in ("prev_lat", "cross_lat", "launch_lat", "own", "wait_on"):
+        assert np.shares_memory(getattr(t, name), getattr(g, name)) and not getattr(t, name).flags.writeable
+    before = g.prev_lat.copy()
+    with pytest.raises(ValueError):
+        t.prev_lat[0] = 123  # an edit the transform did not declare fails, and the graph copied from keeps its values
+    assert np.array_equal(g.prev_lat, before)
+    full = g.copy()
+    assert all(not np.shares_memory(getattr(full, n), getattr(g, n)) for n in ("dur", "prev_lat", "cross_lat", "launch_lat", "own", "wait_on"))
+
+
+def test_predictions_with_declared_writes_equal_those_on_full_copies(loop):
+    _, g = loop
+    grow = whatif.predict.grow_batch(2.0, 50_000)
+    faster = whatif.predict.faster_gpu_work(400_000)
+    assert grow.writes == ("dur",) and faster.writes == ("dur",)
+    for fn in (grow, faster):
+        undeclared = lambda t, windows=None, fn=fn: fn(t, windows)  # noqa: E731 - no ``writes``: a full copy
+        got, want = whatif.predict_step_ns([g], fn), whatif.predict_step_ns([g], undeclared)
+        numbers = ("step_ns", "baseline_step_ns", "measured_step_ns", "steps_used", "replay_error_pct")
+        assert {k: got[k] for k in numbers} == {k: want[k] for k in numbers}
+        assert got["step_ns"] != got["baseline_step_ns"]  # the transform did change the replay
