@@ -14,6 +14,7 @@ from traceinsight.vocab import masks
 def small_thresholds(monkeypatch):
     monkeypatch.setattr(masks, "SMALL_TAKE", 4)
     monkeypatch.setattr(masks, "CONSTANT_TAKE", 8)
+    monkeypatch.setattr(masks, "_SAMPLED_ROWS", 3)  # first, middle and last row sampled: the whole-column check decides
 
 
 def _frame(n: int) -> pd.DataFrame:

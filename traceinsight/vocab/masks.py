@@ -179,6 +179,8 @@ def take_rows(frame: pd.DataFrame, positions: np.ndarray) -> pd.DataFrame:
 #: host rows' GPU-only columns (device, stream, bytes, registers, ...) are a third of the host view's memory and
 #: all one value. Readers see the same values and dtypes; the views' arrays are read-only already.
 CONSTANT_TAKE = 1 << 18
+#: Rows of a take looked at before a column is compared whole (``_single_value``).
+_SAMPLED_ROWS = 257
 
 
 def _take_column(col: pd.Series, positions: np.ndarray, one_value: bool):
@@ -201,12 +203,13 @@ def _take_column(col: pd.Series, positions: np.ndarray, one_value: bool):
 
 def _single_value(values: np.ndarray, positions: np.ndarray) -> np.ndarray | None:
     """``values`` at ``positions`` as one element broadcast to their number when they are all that element (bit
-    for bit); else None. Three rows are looked at first, so a column of many values costs no pass."""
+    for bit); else None. A few hundred rows spread over the take are looked at first, so a column of several
+    values (a thread id, a correlation id that most rows lack) costs no pass."""
     n = len(positions)
     bits = values.view(np.uint8) if values.dtype == bool else values.view(f"i{values.dtype.itemsize}") if values.dtype.kind == "f" else values
     first = bits[positions[0]]
     if values.strides != (0,):
-        if bits[positions[n // 2]] != first or bits[positions[-1]] != first:
+        if not bool((bits[positions[np.linspace(0, n - 1, min(n, _SAMPLED_ROWS)).astype(np.intp)]] == first).all()):
             return None
         # the whole column compared, then the flags of these rows read: a byte per row, not the values' width
         if not bool(np.equal(bits, first).take(positions).all()):
