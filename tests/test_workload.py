@@ -198,3 +198,21 @@ def test_distinct_texts_are_the_cast_values_with_missing_as_minus_one():
             assert [None if c < 0 else texts[c] for c in codes] == [None if pd.isna(w) else w for w in want]
             if len(rows):  # only the values these rows hold, each once
                 assert sorted(texts.tolist()) == sorted(set(w for w in want if not pd.isna(w)))
+
+
+def test_largest_pair_is_the_groupby_sorted_and_deduplicated():
+    import numpy as np
+    import pandas as pd
+
+    rng = np.random.default_rng(12)
+    for trial in range(60):
+        n = int(rng.integers(1, 400))
+        n_c, n_o = (7, 5) if trial % 2 else (5000, 5000)  # a table of pairs, or too many pairs for one: the groupby
+        c = rng.integers(0, n_c, n)
+        o = rng.integers(0, n_o if trial % 2 else 6, n)
+        d = rng.integers(0, 4, n).astype(np.float64) * 1000.0  # whole ns, many ties
+        g = pd.DataFrame({"c": c, "o": o, "d": d}).groupby(["c", "o"], sort=True)["d"].sum().reset_index()
+        best = g.sort_values("d", ascending=False, kind="stable").drop_duplicates("c")
+        want = dict(zip(best["c"].tolist(), best["o"].tolist()))
+        got_c, got_o = workload._largest_pair(c, o, d, n_c, n_o)
+        assert dict(zip(got_c.tolist(), got_o.tolist())) == want and len(got_c) == len(want), trial

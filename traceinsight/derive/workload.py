@@ -194,7 +194,7 @@ def _kernels(gpu: pd.DataFrame, op_of: pd.Series, in_steady: np.ndarray, n: int)
     present = np.flatnonzero(count)
     first = np.full(k, -1, np.int64)
     first[codes[::-1]] = np.arange(len(codes) - 1, -1, -1)  # the first row of each name
-    kinds = gpu["kind"].to_numpy()[ok][first[present]]
+    kinds = gpu["kind"].iloc[np.flatnonzero(ok)[first[present]]].to_numpy()  # the few first rows' kinds, not every row's
     cls = classify_names(pd.Series(names.cat.categories[present].astype(str)), pd.Series(kinds).astype(str))
     # the op that launched most of a name's time names it (a kernel several ops share goes to the largest)
     op_name = np.full(k, "", dtype=object)
@@ -202,9 +202,8 @@ def _kernels(gpu: pd.DataFrame, op_of: pd.Series, in_steady: np.ndarray, n: int)
         oc = op_of.reindex(gpu.index).cat.codes.to_numpy()[ok]
         linked = oc >= 0
         if linked.any():
-            g = pd.DataFrame({"c": codes[linked], "o": oc[linked], "d": dur[linked]}).groupby(["c", "o"], sort=True)["d"].sum().reset_index()
-            best = g.sort_values("d", ascending=False, kind="stable").drop_duplicates("c")
-            op_name[best["c"].to_numpy()] = np.asarray(op_of.cat.categories.astype(str), dtype=object)[best["o"].to_numpy()]
+            best_c, best_o = _largest_pair(codes[linked], oc[linked].astype(np.int64), dur[linked], k, len(op_of.cat.categories))
+            op_name[best_c] = np.asarray(op_of.cat.categories.astype(str), dtype=object)[best_o]
     order = present[np.lexsort((-count[present], -total[present]))][:MAX_KERNELS]
     where = {c: i for i, c in enumerate(present.tolist())}
     cats = names.cat.categories
@@ -220,6 +219,28 @@ def _kernels(gpu: pd.DataFrame, op_of: pd.Series, in_steady: np.ndarray, n: int)
         }
         for c in order.tolist()
     ]
+
+
+def _largest_pair(c: np.ndarray, o: np.ndarray, d: np.ndarray, n_c: int, n_o: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per distinct ``c``: the ``o`` whose rows' ``d`` sum most (the first in (c, o) order at a tie), as
+    ``groupby(["c", "o"]).sum()`` sorted by the sum, descending and stable, then ``drop_duplicates("c")`` give it.
+
+    The pairs are counted in one table over (c, o) when it is small (a few thousand names by a few hundred ops),
+    the sums by ``np.bincount``: the durations are whole numbers, so every order of adding them gives the same
+    float."""
+    if n_c * n_o <= (1 << 24):
+        key = c * n_o + o
+        size = n_c * n_o
+        keys = np.flatnonzero(np.bincount(key, minlength=size))  # the pairs present, in (c, o) order
+        sums = np.bincount(key, weights=d, minlength=size)[keys]
+        pc, po = keys // n_o, keys % n_o
+    else:
+        g = pd.DataFrame({"c": c, "o": o, "d": d}).groupby(["c", "o"], sort=True)["d"].sum().reset_index()
+        pc, po, sums = g["c"].to_numpy(), g["o"].to_numpy(), g["d"].to_numpy()
+    order = np.argsort(-sums, kind="stable")
+    _, first = np.unique(pc[order], return_index=True)  # each c's first row by descending sum
+    at = order[first]
+    return pc[at], po[at]
 
 
 def _steady_ops(ops: pd.DataFrame, steady: set) -> np.ndarray:
