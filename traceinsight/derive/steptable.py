@@ -31,6 +31,7 @@ def table(views, ledger_by_step, source: dict | None = None) -> dict:
         return out
     by = ledger_by_step()
     led = by[by["step"] >= 0].groupby(["rank", "step", "bucket"], sort=False)["ns"].sum() if len(by) else pd.Series(dtype="int64")
+    led = led.to_dict()  # looked up per step and bucket: a dict, not a MultiIndex search each time
     rows = []
     for r, g in st.groupby("rank", sort=True):
         g = g.sort_values("start_ns")
