@@ -7,6 +7,7 @@ import pandas as pd
 
 from traceinsight.derive.memory import FREE_CALLS, fmt_bytes
 from traceinsight.rule_api import Context, Fix, Location, Option, Rule, Severity, fmt_ns
+from traceinsight.vocab.masks import kind_mask
 from traceinsight.rulelib.releases import MIN_REALLOCS_PER_STEP, asked_for, uncached_allocator
 
 #: The fixes of an allocator that does not cache (``uncached_allocator``): turn the pool back on. Not CUDA graphs or
@@ -165,8 +166,8 @@ class AllocatorChurn(Rule):
         table = ctx.timeline.memory
         done_ranks = set()
         for d in mem.devices:
-            rows = table[(table["rank"].to_numpy() == d.rank) & (table["device"].to_numpy() == d.device)
-                         & table["kind"].isin(["alloc", "free"]).to_numpy()]
+            on = (table["rank"].to_numpy() == d.rank) & (table["device"].to_numpy() == d.device) & kind_mask(table["kind"], ("alloc", "free"))
+            rows = table if on.all() else table[on]  # a one-GPU trace of allocations and frees: its rows, no copy
             growth, base = _growth(rows, mem.steady(rows["rank"].to_numpy(), rows["start_ns"].to_numpy(), rows["step"].to_numpy()))
             grew = growth >= self.min_growth_mib * (1 << 20) and base is not None and growth >= self.min_growth_pct / 100.0 * max(base, 1.0)
             g = grows[grows["rank"].to_numpy() == d.rank] if d.rank not in done_ranks else grows.iloc[:0]

@@ -95,7 +95,6 @@ class MemoryHeadroom(Rule):
     def check(self, ctx: Context):
         mem = ctx.views.memory
         util = ctx.views.utilization
-        kernels = ctx.views.kernels
         hits = []
         for d in mem.devices:
             if not d.capacity or not d.peak or d.relative or d.peak_share is None:
@@ -104,16 +103,17 @@ class MemoryHeadroom(Rule):
                 continue
             u = util[(util["rank"].to_numpy() == d.rank) & (util["device"].to_numpy() == d.device)]
             busy = float(u["busy_pct"].iloc[0]) if len(u) else None
-            k = kernels[(kernels["rank"].to_numpy() == d.rank) & (kernels["device"].to_numpy() == d.device)]
-            median_us = float(np.median(k["dur_ns"].to_numpy())) / 1e3 if len(k) else None
+            # only the kernels' durations are read: taken as an array, not as rows of the frame
+            k_dur = ctx.views.array("kernels", "dur_ns")[(ctx.views.array("kernels", "rank") == d.rank) & (ctx.views.array("kernels", "device") == d.device)]
+            median_us = float(np.median(k_dur)) / 1e3 if len(k_dur) else None
             under_busy = busy is not None and busy < self.max_busy_pct
             small = median_us is not None and median_us < self.small_kernel_us
             if not (under_busy or small):
                 continue
             usable = d.capacity * (1 - self.margin_pct / 100.0) - self.margin_gib * (1 << 30)
-            dev_rows = ctx.timeline.memory
-            dev_rows = dev_rows[(dev_rows["rank"].to_numpy() == d.rank) & (dev_rows["device"].to_numpy() == d.device)]
-            low = float(np.nanmin(dev_rows["allocated"].to_numpy(dtype=float))) if len(dev_rows) else 0.0
+            mem_rows = ctx.timeline.memory
+            allocated = mem_rows["allocated"].to_numpy(dtype=float)[(mem_rows["rank"].to_numpy() == d.rank) & (mem_rows["device"].to_numpy() == d.device)]
+            low = float(np.nanmin(allocated)) if len(allocated) else 0.0
             peak_alloc = d.peak_allocated if d.peak_allocated is not None else d.peak
             batch_bound = max(peak_alloc - low, 1.0)
             spare = usable - d.peak

@@ -7,7 +7,7 @@ import re
 import numpy as np
 import pandas as pd
 
-from traceinsight.vocab.masks import name_mask
+from traceinsight.vocab.masks import name_mask, texts_at
 from traceinsight.rule_api import Context, Fix, Location, Option, Rule, Severity, fmt_ns
 
 #: Kernels a graph compiler already generated (fused): Triton/inductor, XLA fusions, TensorRT/nvFuser.
@@ -93,10 +93,9 @@ class UnfusedMemoryBound(Rule):
         if float(v.array("utilization", "busy_ns").sum()) < ctx.options["min_busy_pct"] / 100.0 * float(v.array("utilization", "window_ns").sum()):
             return
         cls = eff.kernel_cls
-        mem = np.isin(cls, ["elementwise", "norm"])
+        mem = pd.Series(cls, copy=False).isin(["elementwise", "norm"]).to_numpy(dtype=bool, copy=True)  # hashed, not sorted strings
         if not mem.any() and (ctx.options["min_share_pct"] > 0 or ctx.options["min_kernels"] > 0):
             return  # no memory-bound kernel class at all: nothing to share or count
-        names = k["name"].astype(str).to_numpy()
         compiled = name_mask(k["name"], COMPILED)  # once per distinct name, not per kernel (10^6 regex searches)
         mem &= ~compiled
         n = int(mem.sum())
@@ -106,7 +105,8 @@ class UnfusedMemoryBound(Rule):
         if share < ctx.options["min_share_pct"] or n < ctx.options["min_kernels"]:
             return
         impact = int(mem_ns * (1.0 - 1.0 / max(float(ctx.options["speedup"]), 1.0)))
-        ev = pd.DataFrame({"kernel": names[mem], "class": cls[mem], "dur": dur[mem]})
+        # the names of the memory-bound kernels only, each distinct name turned to text once
+        ev = pd.DataFrame({"kernel": texts_at(k["name"], np.flatnonzero(mem)), "class": cls[mem], "dur": dur[mem]})
         ev = ev.groupby(["kernel", "class"], as_index=False)["dur"].agg(["count", "sum"]).reset_index()
         ev = ev.sort_values("sum", ascending=False).head(20)
         ev["total_ms"] = ev["sum"] / 1e6

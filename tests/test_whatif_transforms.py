@@ -339,6 +339,49 @@ def test_cut_time(loop):
         assert (getattr(t, name) == getattr(g, name)).all()
 
 
+def _cut_time_everywhere(g: whatif.Graph, windows) -> None:
+    """The reference ``cut_time``: every range measured against the windows, new arrays for dur and own."""
+    from traceinsight.vocab.intervals import Coverage
+
+    w = np.asarray(list(windows), np.int64).reshape(-1, 2)
+    if len(w) == 0:
+        return
+    cov = Coverage(w[:, 0], w[:, 1])
+    g.dur = np.maximum(g.dur - cov.overlap(g.start, g.end), 0)
+    g.own = np.maximum(g.own - cov.overlap(g.end - g.own, g.end), 0)
+    for pred, lat, ref in ((g.prev, g.prev_lat, g.end), (g.cross, g.cross_lat, g.end), (g.launch, g.launch_lat, g.start)):
+        has = (pred >= 0) & (lat > 0)
+        a = ref[pred[has]]
+        lat[has] = np.maximum(lat[has] - cov.overlap(a, a + lat[has]), 0)
+
+
+def test_cut_time_only_near_the_windows_equals_cutting_everywhere(loop):
+    _, g = loop
+    rng = np.random.default_rng(11)
+    t0, t1 = int(g.start.min()), int(g.end.max())
+    base = g.copy()
+    base.prev_lat[::7] = -base.prev_lat[::7]  # negative latencies and durations stay as they are unless cut
+    base.dur[::11] = -5
+    cases = [[], [(t0, t1)], [(t1 + 10, t1 + 20)], [(t0 - 20, t0 - 10)], [(t0 + 5, t0 + 5)], [(t1, t0)]]
+    for _ in range(40):
+        k = int(rng.integers(1, 5))
+        a = rng.integers(t0 - 10_000, t1, k)
+        cases.append(list(zip(a.tolist(), (a + rng.integers(0, (t1 - t0) // 4, k)).tolist())))
+    for windows in cases:
+        got, want = base.copy(), base.copy()
+        whatif.cut_time(got, windows)
+        _cut_time_everywhere(want, windows)
+        for name in ("dur", "own", "prev_lat", "cross_lat", "launch_lat"):
+            assert np.array_equal(getattr(got, name), getattr(want, name)), (name, windows)
+    assert any(not np.array_equal(_cut(base, c).dur, base.dur) for c in cases[6:])  # the windows did cut
+
+
+def _cut(g: whatif.Graph, windows) -> whatif.Graph:
+    t = g.copy()
+    whatif.cut_time(t, windows)
+    return t
+
+
 def test_remove_warmup_drops_leading_warmup_steps_once(tmp_path):
     v = views_of(plant(tmp_path / "a.json", warmup_us=200_000.0, steps=3))
     (g,) = v.graphs
@@ -577,3 +620,30 @@ def test_the_graph_model_removes_host_time_up_to_launch_gap(tmp_path):
     after = (g.ntype == HOST) & (g.prev_lat >= 100_000)  # the pointer call after the first gap, the launch after the second
     assert sorted(g.prev_lat[after].tolist()) == [100_000] * 3 + [101_000] * 3
     assert sorted(t.prev_lat[after].tolist()) == [0] * 3 + [101_000] * 3
+
+
+def test_a_copy_for_declared_writes_shares_the_rest_read_only(loop):
+    _, g = loop
+    t = g.copy(("dur",))
+    assert not np.shares_memory(t.dur, g.dur)
+    for name in ("prev_lat", "cross_lat", "launch_lat", "own", "wait_on"):
+        assert np.shares_memory(getattr(t, name), getattr(g, name)) and not getattr(t, name).flags.writeable
+    before = g.prev_lat.copy()
+    with pytest.raises(ValueError):
+        t.prev_lat[0] = 123  # an edit the transform did not declare fails, and the graph copied from keeps its values
+    assert np.array_equal(g.prev_lat, before)
+    full = g.copy()
+    assert all(not np.shares_memory(getattr(full, n), getattr(g, n)) for n in ("dur", "prev_lat", "cross_lat", "launch_lat", "own", "wait_on"))
+
+
+def test_predictions_with_declared_writes_equal_those_on_full_copies(loop):
+    _, g = loop
+    grow = whatif.predict.grow_batch(2.0, 50_000)
+    faster = whatif.predict.faster_gpu_work(400_000)
+    assert grow.writes == ("dur",) and faster.writes == ("dur",)
+    for fn in (grow, faster):
+        undeclared = lambda t, windows=None, fn=fn: fn(t, windows)  # noqa: E731 - no ``writes``: a full copy
+        got, want = whatif.predict_step_ns([g], fn), whatif.predict_step_ns([g], undeclared)
+        numbers = ("step_ns", "baseline_step_ns", "measured_step_ns", "steps_used", "replay_error_pct")
+        assert {k: got[k] for k in numbers} == {k: want[k] for k in numbers}
+        assert got["step_ns"] != got["baseline_step_ns"]  # the transform did change the replay

@@ -79,3 +79,140 @@ def test_ops_that_build_the_batch_inside_the_data_wait_are_not_the_workload(tmp_
     d = diff(main, workers).data
     assert d["comparability"]["comparable"] and d["comparability"]["in_common_pct"] == 100.0
     assert d["verdict"] == "faster" and d["step"]["change_pct"] < -50
+
+
+# --- repeated regions: matched once per distinct name, the same rows as matching every row --------------------
+def _repeats_per_row(views) -> list:
+    """The per-row reference ``workload.repeats`` replaced: every row's name cast to text and matched."""
+    import re
+
+    import numpy as np
+
+    from traceinsight.vocab.masks import kind_mask
+
+    host, ln = views.host_events, views.launches
+    out, taken = [], set()
+    for kind, kinds, pattern in workload.REPEAT_KINDS:
+        pos = np.flatnonzero(kind_mask(host["kind"], kinds))
+        if not len(pos):
+            continue
+        raw = host["name"].iloc[pos].astype(str)
+        hit = raw.str.contains(pattern, regex=True).to_numpy() & ~raw.str.startswith("ProfilerStep").to_numpy()
+        pos, raw = pos[hit], raw[hit]
+        if not len(pos):
+            continue
+        names = raw.str.replace(re.compile(workload._REPEAT_NOISE.pattern), "", regex=True).to_numpy().astype(str)
+        uniq, inv, counts = np.unique(names, return_inverse=True, return_counts=True)
+        total = np.bincount(inv, weights=host["dur_ns"].to_numpy()[pos].astype(np.float64), minlength=len(uniq))
+        keep = [i for i in np.argsort(-total, kind="stable").tolist() if counts[i] >= 2 and str(uniq[i]) not in taken][:3]
+        for i in keep:
+            times = _occurrence_times_every_launch(host, ln, pos[inv == i])
+            if len(times) >= 2:
+                taken.add(str(uniq[i]))
+                out.append({"kind": kind, "name": str(uniq[i]), "count": int(len(times)), "dur_ns": [int(t) for t in times[:5000]]})
+    return out
+
+
+def _occurrence_times_every_launch(host, ln, sel):
+    """The reference occurrence times: each thread's occurrences against every launch of the trace."""
+    import numpy as np
+    import pandas as pd
+
+    rank = host["rank"].to_numpy()[sel].astype(np.int64)
+    tid = host["tid"].to_numpy()[sel].astype(np.int64)
+    start = host["start_ns"].to_numpy()[sel].astype(np.int64)
+    end = start + host["dur_ns"].to_numpy()[sel].astype(np.int64)
+    order = np.lexsort((-end, start, tid, rank))
+    rank, tid, start, end = rank[order], tid[order], start[order], end[order]
+    new = np.r_[True, (rank[1:] != rank[:-1]) | (tid[1:] != tid[:-1])]
+    reach = pd.Series(end).groupby(np.cumsum(new)).cummax().to_numpy()
+    outer = new.copy()
+    outer[1:] |= start[1:] >= reach[:-1]
+    rank, tid, start, end = rank[outer], tid[outer], start[outer], end[outer]
+    first = np.full(len(start), np.iinfo(np.int64).max)
+    last = np.full(len(start), np.iinfo(np.int64).min)
+    l_rank, l_tid, l_t = (ln[c].to_numpy().astype(np.int64) for c in ("rank", "tid", "launch_start_ns"))
+    g_s = ln["gpu_start_ns"].to_numpy().astype(np.int64)
+    g_e = g_s + ln["gpu_dur_ns"].to_numpy().astype(np.int64)
+    for i in range(len(start)):
+        on = (l_rank == rank[i]) & (l_tid == tid[i]) & (l_t >= start[i]) & (l_t < end[i])
+        if on.any():
+            first[i], last[i] = g_s[on].min(), g_e[on].max()
+    times = np.where(last > np.iinfo(np.int64).min, last - first, end - start)
+    return times[np.argsort(start, kind="stable")]
+
+
+def _repeats_trace(tmp_path):
+    t = KinetoTrace()
+    at = 0.0
+    for s in range(4):
+        t.step(s + 1, at, 900)
+        t.annotation(f"ProfilerStep#{s + 1}", at, 900)  # a step marker is never a repeat
+        t.annotation("ProfilerStep (outer)", at + 1, 800)  # nor a range named like one, however often it repeats
+        t.cpu_op(f"Torch-Compiled Region: {s % 2}/0", at + 10, 300)  # one region whatever its counter
+        t.kernel("triton_poi_fused_0", at + 60, 150, launch_us=at + 40)
+        t.annotation("## Call CompiledFxGraph abc ##", at + 20, 200)  # also a user range: listed once
+        t.annotation("forward", at + 350, 200)
+        t.annotation("forward", at + 360, 50)  # nested in the same name: the same call
+        t.annotation(f"once {s}", at + 600, 20)  # seen once: not a repeat
+        t.runtime("cudaGraphLaunch", at + 700, 10)
+        at += 1000
+    return t.write(tmp_path / "r.json")
+
+
+def test_repeats_match_once_per_name_as_every_row_would(tmp_path):
+    from traceinsight.derive.views import Views
+
+    tl = traceinsight.load(_repeats_trace(tmp_path))
+    got = workload.repeats(Views(tl))
+    assert got == _repeats_per_row(Views(tl))
+    by = {(r["kind"], r["name"]): r for r in got}
+    assert by[("compiled_region", "Torch-Compiled Region")]["count"] == 4
+    assert by[("user_range", "forward")]["count"] == 4  # the nested one left out
+    assert by[("graph_replay", "cudaGraphLaunch")]["count"] == 4
+    assert not any(r["name"].startswith(("ProfilerStep", "once")) for r in got)
+    # names missing on some rows (NaN in the categorical) match nothing, per row or per name
+    ev = tl.events.copy()
+    ann = ev.index[ev["kind"].astype(str).eq("annotation") & ev["name"].astype(str).eq("forward")]
+    ev.loc[ann[:3], "name"] = None
+    tl2 = type(tl)(ev, tl.meta)
+    got2 = workload.repeats(Views(tl2))
+    assert len(ann) == 8
+    assert got2 == _repeats_per_row(Views(tl2))
+    assert {r["name"]: r["count"] for r in got2}["forward"] == 3  # the first call and its nested one are unnamed
+
+
+def test_distinct_texts_are_the_cast_values_with_missing_as_minus_one():
+    import numpy as np
+    import pandas as pd
+
+    from traceinsight.vocab.masks import distinct_texts
+
+    cat = pd.Series(pd.Categorical(["b", "a", "b", None, "c"], categories=["a", "b", "c", "unused"]))
+    plain = pd.Series(["b", None, "a", np.nan, "b", 3], dtype=object)
+    for s in (cat, plain):
+        for rows in (np.array([], np.int64), np.array([3]), np.arange(len(s)), np.array([4, 0, 0, 3, 1])):
+            codes, texts = distinct_texts(s, rows)
+            want = s.iloc[rows].astype(str)
+            assert len(codes) == len(rows) and len(set(texts.tolist())) == len(texts)
+            assert [None if c < 0 else texts[c] for c in codes] == [None if pd.isna(w) else w for w in want]
+            if len(rows):  # only the values these rows hold, each once
+                assert sorted(texts.tolist()) == sorted(set(w for w in want if not pd.isna(w)))
+
+
+def test_largest_pair_is_the_groupby_sorted_and_deduplicated():
+    import numpy as np
+    import pandas as pd
+
+    rng = np.random.default_rng(12)
+    for trial in range(60):
+        n = int(rng.integers(1, 400))
+        n_c, n_o = (7, 5) if trial % 2 else (5000, 5000)  # a table of pairs, or too many pairs for one: the groupby
+        c = rng.integers(0, n_c, n)
+        o = rng.integers(0, n_o if trial % 2 else 6, n)
+        d = rng.integers(0, 4, n).astype(np.float64) * 1000.0  # whole ns, many ties
+        g = pd.DataFrame({"c": c, "o": o, "d": d}).groupby(["c", "o"], sort=True)["d"].sum().reset_index()
+        best = g.sort_values("d", ascending=False, kind="stable").drop_duplicates("c")
+        want = dict(zip(best["c"].tolist(), best["o"].tolist()))
+        got_c, got_o = workload._largest_pair(c, o, d, n_c, n_o)
+        assert dict(zip(got_c.tolist(), got_o.tolist())) == want and len(got_c) == len(want), trial

@@ -16,6 +16,7 @@ import pandas as pd
 
 from traceinsight.derive.flops import OpCounts, count_ops
 from traceinsight.ingest import InputFormat, input_format
+from traceinsight.vocab.masks import kind_mask
 from traceinsight.vocab.peaks import UNKNOWN_PEAK, PeakChoice, choose
 from traceinsight.vocab.units import fmt_ns
 from traceinsight.vocab.work_classes import CLASSES, MATRIX_CLASSES, TF32_KERNEL, kernel_classes
@@ -224,7 +225,7 @@ def _class_rows(views: Any, cls: np.ndarray, ops: _GpuOps, peak: PeakChoice) -> 
     """One row per kernel class with GPU time (``Efficiency.classes``), and the GPU activity time. Copies (every
     activity row that is not a kernel) and kernel time per class are summed on arrays: a frame take and a groupby
     on a rank of a few dozen rows cost more than all the rest of this view."""
-    is_copy = views.array("gpu_activity", "kind") != "kernel"
+    is_copy = ~kind_mask(views.gpu_activity["kind"], ("kernel",))  # on the kind's codes, not 10^6 strings compared
     act_dur = views.array("gpu_activity", "dur_ns")
     copy_dur = act_dur[is_copy]
     copy_bytes = float(views.array("gpu_activity", "bytes")[is_copy].sum()) if len(copy_dur) else None
@@ -580,9 +581,11 @@ def _hardware(samples: pd.DataFrame, views: Any, kernels: pd.DataFrame, cls: np.
 
 def _int_sums(keys: np.ndarray, values: np.ndarray) -> dict[Any, int]:
     """Exact int64 sums of ``values`` per distinct key (``pd.Series(values).groupby(keys).sum()`` as a dict)."""
-    uniq, inv = np.unique(keys, return_inverse=True)
+    # grouped by hashing (the keys are a few class names over 10^6 kernels: sorting them as Python strings costs
+    # several times more), summed exactly in int64
+    inv, uniq = pd.factorize(keys, use_na_sentinel=False)
     sums = np.zeros(len(uniq), np.int64)
-    np.add.at(sums, inv.reshape(-1), values.astype(np.int64, copy=False))
+    np.add.at(sums, inv, values.astype(np.int64, copy=False))
     return dict(zip(uniq.tolist(), sums.tolist()))
 
 

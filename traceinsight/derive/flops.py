@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 
 from traceinsight.vocab.work_classes import DTYPES, MATRIX_CLASSES, OP_FORMULAS
+from traceinsight.vocab.intervals import lexsort_ints
 
 #: Where causal-attention flags sit among each attention op's arguments (``Concrete Inputs`` index).
 _CAUSAL_ARG = {
@@ -420,7 +421,7 @@ def _thread_key(events: pd.DataFrame, pos: np.ndarray) -> np.ndarray:
 def _leaves(thread: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
     """Ops with no other op of the same family inside them on their thread (intervals on a thread nest): sorted by
     thread, start and longest first, an op holds another exactly when the next one starts before it ends."""
-    order = np.lexsort((-end, start, thread))
+    order = lexsort_ints((-end, start, thread))
     s, e, t = start[order], end[order], thread[order]
     holds = np.zeros(len(order), dtype=bool)
     holds[:-1] = (t[1:] == t[:-1]) & ((s[1:] < e[:-1]) | (s[1:] == s[:-1]))

@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from traceinsight.model.timeline import build_memory
+from traceinsight.vocab.masks import kind_mask
 
 if TYPE_CHECKING:
     from traceinsight.derive.views import Views
@@ -152,14 +153,19 @@ class Memory:
         mem = self.table
         if mem.empty:
             return []
-        gpu = mem[(mem["device"].to_numpy() >= 0) & mem["kind"].isin(["alloc", "free", "oom"]).to_numpy()]
-        if gpu.empty:
+        keep = (mem["device"].to_numpy() >= 0) & kind_mask(mem["kind"], ("alloc", "free", "oom"))
+        if not keep.any():
             return []
         caps = {(d.rank, d.index): d.memory_bytes for d in self.timeline.meta.devices}
         relative = set(self.timeline.meta.extra.get("memory_allocated_from_deltas", []))
+        rank, dev = mem["rank"].to_numpy()[keep], mem["device"].to_numpy()[keep]
+        if rank.min() == rank.max() and dev.min() == dev.max():  # one GPU (a rank's own trace): its rows, no groupby
+            groups = [((rank[0], dev[0]), mem if keep.all() else mem[keep])]
+        else:
+            groups = mem[keep].groupby(["rank", "device"], sort=True, observed=True)
         out = []
-        for (rank, device), g in gpu.groupby(["rank", "device"], sort=True, observed=True):
-            out.append(self._device(int(rank), int(device), g, caps.get((int(rank), int(device))), int(device) in relative))
+        for (r, d), g in groups:
+            out.append(self._device(int(r), int(d), g, caps.get((int(r), int(d))), int(d) in relative))
         return out
 
     def _device(self, rank: int, device: int, g: pd.DataFrame, capacity: int | None, relative: bool) -> DeviceMemory:

@@ -170,7 +170,10 @@ def one_time_regions(views: "Views", blocking: "list[tuple[np.ndarray, np.ndarra
                     work = kind_mask(kinds, ("runtime", "cpu_op"))
                     if work.any():
                         w_rank, w_start = rank[work], start_col[work]
-                        first_work = {int(r): int(w_start[w_rank == r].min()) for r in np.unique(w_rank)}
+                        if w_rank.min() == w_rank.max():  # one rank (a rank's own trace): no sort of its rows' ranks
+                            first_work = {int(w_rank[0]): int(w_start.min())}
+                        else:
+                            first_work = {int(r): int(w_start[w_rank == r].min()) for r in np.unique(w_rank)}
             first_host = first_work.get(int(r)) if first_work is not None else None
             if len(st) >= MIN_STEADY_STEPS and first_host is not None and first_host < int(st[0]):
                 # before the loop's first step the program starts up (imports, model set-up, data loading's first

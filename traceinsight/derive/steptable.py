@@ -12,6 +12,7 @@ import pandas as pd
 
 from traceinsight.vocab.buckets import BUCKETS
 from traceinsight.vocab.intervals import merge_intervals
+from traceinsight.vocab.masks import distinct_texts, kind_mask
 from traceinsight.vocab.patterns import DATA_WAIT_PRIMARY
 from traceinsight.derive.steady import warmup_steps
 from traceinsight.model.steps import LIBRARY_RANGE
@@ -30,6 +31,7 @@ def table(views, ledger_by_step, source: dict | None = None) -> dict:
         return out
     by = ledger_by_step()
     led = by[by["step"] >= 0].groupby(["rank", "step", "bucket"], sort=False)["ns"].sum() if len(by) else pd.Series(dtype="int64")
+    led = led.to_dict()  # looked up per step and bucket: a dict, not a MultiIndex search each time
     rows = []
     for r, g in st.groupby("rank", sort=True):
         g = g.sort_values("start_ns")
@@ -65,11 +67,15 @@ def ranges_table(views) -> list[dict]:
     Nested ranges each count the work inside them, so an outer range includes its children's. Largest
     ``gpu_ns`` first, at most ``MAX_RANGES``."""
     ev = views.events
-    rows = np.flatnonzero((ev["kind"] == "annotation").to_numpy())
+    rows = np.flatnonzero(kind_mask(ev["kind"], ("annotation",)))
     if not len(rows):
         return []
-    names = ev["name"].take(rows).astype(str).to_numpy()
-    uniq, inv = np.unique(names, return_inverse=True)
+    codes, texts = distinct_texts(ev["name"], rows)  # each distinct name turned to text once, not once per row
+    if (codes < 0).any():  # a missing name: as the rows' own texts give it
+        uniq, inv = np.unique(ev["name"].take(rows).astype(str).to_numpy(), return_inverse=True)
+    else:
+        uniq, by_text = np.unique(texts, return_inverse=True)  # the names sorted, as over every row's text
+        inv = by_text.reshape(-1)[codes]
     ok = np.array([len(n) <= 200 and not LIBRARY_RANGE.search(n) and not re.search(DATA_WAIT_PRIMARY, n) for n in uniq])
     keep = ok[inv]
     rows, inv = rows[keep], inv[keep]

@@ -290,20 +290,29 @@ class Views:
             cache[frame] = Overlaps(start, start + df["dur_ns"].to_numpy())
         return cache[frame]
 
-    #: Rows per block of the events' zone map (``events_overlapping``).
+    #: Rows per block of the events' zone map (``events_overlapping``), and blocks per chunk its ends are summed in.
     ZONE_ROWS = 2048
+    ZONE_CHUNK_BLOCKS = 512
 
     @cached_property
     def _event_zones(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """The events' start and end, and per block of ``ZONE_ROWS`` consecutive rows the earliest start and the
-        latest end. Rows come in rough time order (per file, thread, stream), so a short window touches few
-        blocks; two reductions, where a sorted index would cost a sort of every row."""
+        """The events' start and duration, and per block of ``ZONE_ROWS`` consecutive rows the earliest start and
+        the latest end. Rows come in rough time order (per file, thread, stream), so a short window touches few
+        blocks; two reductions, where a sorted index would cost a sort of every row. The ends are summed a
+        million rows at a time and not kept (a column of every event, for the few windows a report draws)."""
         start = self.events["start_ns"].to_numpy()
-        end = start + self.events["dur_ns"].to_numpy()
-        heads = np.arange(0, len(start), self.ZONE_ROWS)
+        dur = self.events["dur_ns"].to_numpy()
+        n = len(start)
+        heads = np.arange(0, n, self.ZONE_ROWS)
         if not len(heads):
-            return start, end, end[:0], end[:0]
-        return start, end, np.minimum.reduceat(start, heads), np.maximum.reduceat(end, heads)
+            end = start + dur
+            return start, dur, end[:0], end[:0]
+        hi = np.empty(len(heads), dtype=np.result_type(start, dur))
+        chunk = self.ZONE_ROWS * self.ZONE_CHUNK_BLOCKS
+        for a in range(0, n, chunk):
+            b = min(a + chunk, n)
+            hi[a // self.ZONE_ROWS: (b + self.ZONE_ROWS - 1) // self.ZONE_ROWS] = np.maximum.reduceat(start[a:b] + dur[a:b], np.arange(0, b - a, self.ZONE_ROWS))
+        return start, dur, np.minimum.reduceat(start, heads), hi
 
     def events_overlapping(self, start_ns: int, end_ns: int) -> np.ndarray:
         """Positions in ``events`` (ascending) of the rows that overlap [start_ns, end_ns), of every kind.
@@ -311,13 +320,14 @@ class Views:
         Only the blocks whose span meets the window are looked at (all rows when a quarter of them do): for
         the handful of windows a report draws this is far cheaper than building the frames and sorted indices
         ``rows_overlapping`` answers from (which pay off over many queries)."""
-        start, end, lo, hi = self._event_zones
+        start, dur, lo, hi = self._event_zones
         blocks = np.flatnonzero((lo < end_ns) & (hi > start_ns))
         if len(blocks) * 4 > len(lo):
-            return np.flatnonzero((start < end_ns) & (end > start_ns))
+            return np.flatnonzero((start < end_ns) & (start + dur > start_ns))
         rows = (blocks[:, None] * self.ZONE_ROWS + np.arange(self.ZONE_ROWS)).ravel()
         rows = rows[rows < len(start)]
-        return rows[(start[rows] < end_ns) & (end[rows] > start_ns)]
+        s = start[rows]
+        return rows[(s < end_ns) & (s + dur[rows] > start_ns)]
 
     def device_rows(self, frame: str, rank: int, device: int, start_ns: int | None = None, end_ns: int | None = None) -> slice:
         """The rows of ``busy`` or ``gaps`` (sorted by rank, device, start; disjoint within a device) on one device,

@@ -26,8 +26,8 @@ import numpy as np
 import pandas as pd
 
 from traceinsight.vocab.kernels import classify_names
-from traceinsight.vocab.intervals import merge_intervals
-from traceinsight.vocab.masks import kind_mask, name_mask
+from traceinsight.vocab.intervals import lexsort_ints, merge_intervals
+from traceinsight.vocab.masks import codes_in, distinct_texts, kind_mask, name_mask
 from traceinsight.vocab.patterns import DATA_WAIT_KINDS, DATA_WAIT_PRIMARY
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -101,7 +101,8 @@ def _host_ops(views) -> pd.DataFrame:
     rank, tid = host["rank"].to_numpy()[pos].astype(np.int64), host["tid"].to_numpy()[pos].astype(np.int64)
     start = host["start_ns"].to_numpy()[pos].astype(np.int64)
     end = start + host["dur_ns"].to_numpy()[pos].astype(np.int64)
-    order = np.lexsort((-end, start, tid, rank))
+    # one rank (every rank's own trace): the rank key sorts nothing, and a sort key less is a pass less
+    order = lexsort_ints((-end, start, tid) if len(rank) and rank.min() == rank.max() else (-end, start, tid, rank))
     rank, tid, start, end = rank[order], tid[order], start[order], end[order]
     if len(order):
         new = np.r_[True, (rank[1:] != rank[:-1]) | (tid[1:] != tid[:-1])]
@@ -118,12 +119,17 @@ def _host_ops(views) -> pd.DataFrame:
     top &= ~_inside_data_waits(host, rank, tid, start, end)
     keep = order[top]
     rows = pos[keep]
-    shapes = host["input_shapes"] if "input_shapes" in host else pd.Series(np.full(len(host), "", dtype=object), index=host.index)
+    if "input_shapes" in host:
+        shapes = _categorical(host["input_shapes"], rows)
+    else:  # no shapes recorded: every op's is "" (one category, made once, not a column of "" per host row)
+        shapes = _categorical(pd.Series([""], dtype=object), np.zeros(min(len(rows), 1), np.intp))
+        if len(rows):
+            shapes = pd.Categorical.from_codes(np.zeros(len(rows), np.int8), dtype=shapes.dtype)
     return pd.DataFrame({
         "rank": rank[top], "tid": tid[top], "start": start[top], "end": end[top],
         "step": host["step"].to_numpy()[rows].astype(np.int64),
         "name": _categorical(host["name"], rows),
-        "shapes": _categorical(shapes, rows),
+        "shapes": shapes,
     })
 
 
@@ -188,7 +194,7 @@ def _kernels(gpu: pd.DataFrame, op_of: pd.Series, in_steady: np.ndarray, n: int)
     present = np.flatnonzero(count)
     first = np.full(k, -1, np.int64)
     first[codes[::-1]] = np.arange(len(codes) - 1, -1, -1)  # the first row of each name
-    kinds = gpu["kind"].to_numpy()[ok][first[present]]
+    kinds = gpu["kind"].iloc[np.flatnonzero(ok)[first[present]]].to_numpy()  # the few first rows' kinds, not every row's
     cls = classify_names(pd.Series(names.cat.categories[present].astype(str)), pd.Series(kinds).astype(str))
     # the op that launched most of a name's time names it (a kernel several ops share goes to the largest)
     op_name = np.full(k, "", dtype=object)
@@ -196,9 +202,8 @@ def _kernels(gpu: pd.DataFrame, op_of: pd.Series, in_steady: np.ndarray, n: int)
         oc = op_of.reindex(gpu.index).cat.codes.to_numpy()[ok]
         linked = oc >= 0
         if linked.any():
-            g = pd.DataFrame({"c": codes[linked], "o": oc[linked], "d": dur[linked]}).groupby(["c", "o"], sort=True)["d"].sum().reset_index()
-            best = g.sort_values("d", ascending=False, kind="stable").drop_duplicates("c")
-            op_name[best["c"].to_numpy()] = np.asarray(op_of.cat.categories.astype(str), dtype=object)[best["o"].to_numpy()]
+            best_c, best_o = _largest_pair(codes[linked], oc[linked].astype(np.int64), dur[linked], k, len(op_of.cat.categories))
+            op_name[best_c] = np.asarray(op_of.cat.categories.astype(str), dtype=object)[best_o]
     order = present[np.lexsort((-count[present], -total[present]))][:MAX_KERNELS]
     where = {c: i for i, c in enumerate(present.tolist())}
     cats = names.cat.categories
@@ -214,6 +219,28 @@ def _kernels(gpu: pd.DataFrame, op_of: pd.Series, in_steady: np.ndarray, n: int)
         }
         for c in order.tolist()
     ]
+
+
+def _largest_pair(c: np.ndarray, o: np.ndarray, d: np.ndarray, n_c: int, n_o: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per distinct ``c``: the ``o`` whose rows' ``d`` sum most (the first in (c, o) order at a tie), as
+    ``groupby(["c", "o"]).sum()`` sorted by the sum, descending and stable, then ``drop_duplicates("c")`` give it.
+
+    The pairs are counted in one table over (c, o) when it is small (a few thousand names by a few hundred ops),
+    the sums by ``np.bincount``: the durations are whole numbers, so every order of adding them gives the same
+    float."""
+    if n_c * n_o <= (1 << 24):
+        key = c * n_o + o
+        size = n_c * n_o
+        keys = np.flatnonzero(np.bincount(key, minlength=size))  # the pairs present, in (c, o) order
+        sums = np.bincount(key, weights=d, minlength=size)[keys]
+        pc, po = keys // n_o, keys % n_o
+    else:
+        g = pd.DataFrame({"c": c, "o": o, "d": d}).groupby(["c", "o"], sort=True)["d"].sum().reset_index()
+        pc, po, sums = g["c"].to_numpy(), g["o"].to_numpy(), g["d"].to_numpy()
+    order = np.argsort(-sums, kind="stable")
+    _, first = np.unique(pc[order], return_index=True)  # each c's first row by descending sum
+    at = order[first]
+    return pc[at], po[at]
 
 
 def _steady_ops(ops: pd.DataFrame, steady: set) -> np.ndarray:
@@ -299,37 +326,59 @@ def repeats(views) -> list[dict[str, Any]]:
     host = views.host_events
     if host.empty:
         return []
-    ln = views.launches
+    launches = _launch_arrays(views.launches)
     out: list[dict[str, Any]] = []
     taken: set[str] = set()
     for kind, kinds, pattern in REPEAT_KINDS:
         pos = np.flatnonzero(kind_mask(host["kind"], kinds))
         if not len(pos):
             continue
-        raw = host["name"].iloc[pos].astype(str)
-        hit = raw.str.contains(pattern, regex=True).to_numpy() & ~raw.str.startswith("ProfilerStep").to_numpy()
-        pos, raw = pos[hit], raw[hit]
+        # tested once per distinct name (the name column is categorical: a few hundred names over 10^6 rows)
+        codes, texts = distinct_texts(host["name"], pos)
+        rx = re.compile(pattern)
+        hit = np.fromiter((rx.search(t) is not None and not t.startswith("ProfilerStep") for t in texts), bool, len(texts))
+        keep_rows = codes_in(codes, hit)
+        pos, codes = pos[keep_rows], codes[keep_rows]
         if not len(pos):
             continue
-        names = raw.str.replace(_REPEAT_NOISE, "", regex=True).to_numpy().astype(str)
-        uniq, inv, counts = np.unique(names, return_inverse=True, return_counts=True)
+        # the names a diff matches by, per distinct text, then per row through the text's code
+        clean = np.array([_REPEAT_NOISE.sub("", t) for t in texts], dtype=object).astype(str)
+        used = np.flatnonzero(hit)
+        uniq, inv_used = np.unique(clean[used], return_inverse=True)
+        by_text = np.full(len(texts), -1, np.int64)
+        by_text[used] = inv_used.ravel()
+        inv = by_text[codes]
+        counts = np.bincount(inv, minlength=len(uniq))
         durs = host["dur_ns"].to_numpy()[pos].astype(np.float64)
         total = np.bincount(inv, weights=durs, minlength=len(uniq))
         keep = [i for i in np.argsort(-total, kind="stable").tolist() if counts[i] >= MIN_REPEATS and str(uniq[i]) not in taken][:MAX_REPEAT_NAMES]
         for i in keep:
-            times = _occurrence_times(host, ln, pos[inv == i])
+            times = _occurrence_times(host, launches, pos[inv == i])
             if len(times) >= MIN_REPEATS:
                 taken.add(str(uniq[i]))
                 out.append({"kind": kind, "name": str(uniq[i]), "count": int(len(times)), "dur_ns": [int(t) for t in times[:MAX_REPEAT_SAMPLES]]})
     return out
 
 
-def _occurrence_times(host: pd.DataFrame, ln: pd.DataFrame, sel: np.ndarray) -> np.ndarray:
+def _launch_arrays(ln: pd.DataFrame) -> tuple[np.ndarray, ...] | None:
+    """The launches as (launch start, rank, thread, GPU start, GPU end) arrays sorted by launch start (read once
+    for every repeated name; a name's occurrences then look only at the launches inside their span). None
+    without launches."""
+    if ln.empty:
+        return None
+    l_t = ln["launch_start_ns"].to_numpy().astype(np.int64, copy=False)
+    order = np.argsort(l_t, kind="stable")
+    g_s = ln["gpu_start_ns"].to_numpy().astype(np.int64, copy=False)[order]
+    return (l_t[order], ln["rank"].to_numpy().astype(np.int64, copy=False)[order], ln["tid"].to_numpy().astype(np.int64, copy=False)[order],
+            g_s, g_s + ln["gpu_dur_ns"].to_numpy().astype(np.int64, copy=False)[order])
+
+
+def _occurrence_times(host: pd.DataFrame, launches: tuple[np.ndarray, ...] | None, sel: np.ndarray) -> np.ndarray:
     rank = host["rank"].to_numpy()[sel].astype(np.int64)
     tid = host["tid"].to_numpy()[sel].astype(np.int64)
     start = host["start_ns"].to_numpy()[sel].astype(np.int64)
     end = start + host["dur_ns"].to_numpy()[sel].astype(np.int64)
-    order = np.lexsort((-end, start, tid, rank))
+    order = lexsort_ints((-end, start, tid, rank))
     rank, tid, start, end = rank[order], tid[order], start[order], end[order]
     new = np.r_[True, (rank[1:] != rank[:-1]) | (tid[1:] != tid[:-1])]
     reach = pd.Series(end).groupby(np.cumsum(new)).cummax().to_numpy()
@@ -338,11 +387,11 @@ def _occurrence_times(host: pd.DataFrame, ln: pd.DataFrame, sel: np.ndarray) -> 
     rank, tid, start, end = rank[outer], tid[outer], start[outer], end[outer]
     first = np.full(len(start), np.iinfo(np.int64).max)
     last = np.full(len(start), np.iinfo(np.int64).min)
-    if not ln.empty:
-        l_rank, l_tid = ln["rank"].to_numpy().astype(np.int64), ln["tid"].to_numpy().astype(np.int64)
-        l_t = ln["launch_start_ns"].to_numpy().astype(np.int64)
-        g_s = ln["gpu_start_ns"].to_numpy().astype(np.int64)
-        g_e = g_s + ln["gpu_dur_ns"].to_numpy().astype(np.int64)
+    if launches is not None and len(start):
+        # a launch inside an occurrence starts at or after the first occurrence's start and before the latest end
+        l_all = launches[0]
+        lo, hi = np.searchsorted(l_all, [start.min(), end.max()], side="left").tolist()
+        l_t, l_rank, l_tid, g_s, g_e = (a[lo:hi] for a in launches)
         for r, t in set(zip(rank.tolist(), tid.tolist())):
             occ = np.flatnonzero((rank == r) & (tid == t))
             m = np.flatnonzero((l_rank == r) & (l_tid == t))

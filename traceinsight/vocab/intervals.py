@@ -29,6 +29,49 @@ def merge_intervals(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, n
     return out_s, out_e
 
 
+#: Below this many rows ``lexsort_ints`` is ``np.lexsort`` (the range checks cost more than they save).
+LEXSORT_PACK_ROWS = 4096
+
+
+def lexsort_ints(keys: "list[np.ndarray] | tuple[np.ndarray, ...]") -> np.ndarray:
+    """``np.lexsort(keys)`` (the last key primary, stable) for integer keys, faster on many rows: the leading keys
+    (from the primary down, while their ranges multiply to under 2^62) packed into one int64 and sorted once,
+    stable (rows of a thread or stream come mostly in time order: a sort of a few runs); rows that tie on the
+    packed keys are then ordered by the remaining keys among themselves only. The same permutation as
+    ``np.lexsort``, ties included."""
+    keys = [np.asarray(k) for k in keys]
+    n = len(keys[0]) if keys else 0
+    if n < LEXSORT_PACK_ROWS or any(k.dtype.kind not in "biu" or (k.dtype.kind == "u" and k.dtype.itemsize >= 8) for k in keys):
+        return np.lexsort(keys)
+    packed: np.ndarray | None = None
+    room, used = 1, 0
+    for k in reversed(keys):
+        lo, hi = int(k.min()), int(k.max())
+        span = hi - lo + 1
+        if room * span >= 2**62:
+            break
+        part = k.astype(np.int64)  # a copy, offset in place
+        part -= lo
+        if packed is None:
+            packed = part
+        else:
+            packed *= span
+            packed += part
+        room, used = room * span, used + 1
+    if packed is None:
+        return np.lexsort(keys)
+    order = np.argsort(packed, kind="stable")
+    rest = keys[: len(keys) - used]
+    if rest:
+        ps = packed[order]
+        tie = np.flatnonzero(ps[1:] == ps[:-1])
+        if len(tie):  # the tied runs, in place: each run's rows by the remaining keys (stable among equals)
+            at = np.unique(np.r_[tie, tie + 1])
+            sub = order[at]
+            order[at] = sub[np.lexsort([k[sub] for k in rest] + [packed[sub]])]
+    return order
+
+
 def merge_grouped(groups: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> pd.DataFrame:
     """``merge_intervals`` within each group (e.g. per rank): columns group, start_ns, end_ns, sorted.
 
@@ -58,22 +101,41 @@ class Coverage:
     def __init__(self, starts: np.ndarray, ends: np.ndarray) -> None:
         self.s, self.e = merge_intervals(np.asarray(starts, np.int64), np.asarray(ends, np.int64))
         self.cum = np.cumsum(self.e - self.s)
+        self._tables: tuple[np.ndarray, np.ndarray] | None = None
+
+    def _lookup(self) -> tuple[np.ndarray, np.ndarray]:
+        """(end, base) per i = the number of intervals starting at or before t, so that C(t) = base[i] +
+        min(t, end[i]): base is the covered time up to interval i-1's end minus that end. Entry 0 (t before every
+        interval) reads min(t, 0) + 0, which is <= 0 and clipped to 0; every other entry is >= 0 as it stands
+        (t >= the interval's start). Built on the first query."""
+        if self._tables is None:
+            end = np.empty(len(self.e) + 1, np.int64)
+            end[0] = 0
+            end[1:] = self.e
+            base = np.empty(len(self.e) + 1, np.int64)
+            base[0] = 0
+            np.subtract(self.cum, self.e, out=base[1:])
+            self._tables = (end, base)
+        return self._tables
 
     def before(self, t: np.ndarray) -> np.ndarray:
         """Covered time before each t."""
         t = np.asarray(t, np.int64)
         if len(self.s) == 0:
             return np.zeros(len(t), np.int64)
+        end, base = self._lookup()
         i = np.searchsorted(self.s, t, side="right")
-        prev = np.clip(i - 1, 0, None)
-        full = np.where(i > 0, self.cum[prev], 0)
-        over = np.where(i > 0, np.maximum(self.e[prev] - t, 0), 0)
-        return full - over
+        out = end.take(i)
+        np.minimum(out, t, out=out)
+        out += base.take(i)
+        return np.maximum(out, 0, out=out)
 
     def overlap(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         """Covered time inside each [a_i, b_i) (0 for empty or reversed windows)."""
         a = np.asarray(a, np.int64)
-        return np.maximum(self.before(np.maximum(np.asarray(b, np.int64), a)) - self.before(a), 0)
+        out = self.before(np.maximum(np.asarray(b, np.int64), a))
+        out -= self.before(a)
+        return np.maximum(out, 0, out=out)
 
 
 class Overlaps:

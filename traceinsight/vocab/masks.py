@@ -130,6 +130,26 @@ def texts_at(values: pd.Series, positions: np.ndarray) -> np.ndarray:
     return values.iloc[positions].astype(str).to_numpy()
 
 
+def distinct_texts(values: pd.Series, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The rows of ``values`` at ``positions`` as (a code per row, the distinct texts those rows hold):
+    ``texts[codes[i]]`` is ``values.iloc[positions].astype(str).iloc[i]``, and a missing value (NaN, None) gets
+    code -1 (``astype(str)`` leaves it missing, and string tests answer False for it). Each distinct value is
+    turned to text once (a categorical's codes are remapped, never expanded to per-row strings), so a test or
+    rewrite of the texts costs one call per distinct name, then one lookup per row (``codes_in``)."""
+    positions = np.asarray(positions, dtype=np.intp)
+    if isinstance(values.dtype, pd.CategoricalDtype):
+        cat = values.array
+        codes = cat.codes[positions]
+        present = codes >= 0
+        used = np.flatnonzero(np.bincount(codes[present], minlength=len(cat.categories)))
+        remap = np.full(len(cat.categories) + 1, -1, dtype=np.int64)  # code -1 reads the extra last entry
+        remap[used] = np.arange(len(used))
+        texts = np.array([str(c) for c in cat.categories.take(used).tolist()], dtype=object)
+        return remap[codes], texts
+    codes, uniq = pd.factorize(values.iloc[positions].to_numpy(dtype=object), use_na_sentinel=True)
+    return codes.astype(np.int64, copy=False), np.array([str(u) for u in uniq], dtype=object)
+
+
 #: Row count below which ``take_rows`` leaves the take to pandas (measured: 230 vs 410 µs at 200 rows of the events,
 #: 550 vs 630 µs at 10,000).
 SMALL_TAKE = 10_000
@@ -148,9 +168,53 @@ def take_rows(frame: pd.DataFrame, positions: np.ndarray) -> pd.DataFrame:
         return frame.iloc[int(positions[0]) : int(positions[-1]) + 1 : step]
     if len(positions) < SMALL_TAKE or not frame.columns.is_unique or any(dt == object for dt in frame.dtypes):
         return frame.iloc[positions]  # a frame built from object arrays would infer their dtype again
-    cols = {name: (col.to_numpy().take(positions) if isinstance(col.dtype, np.dtype) else col.array.take(positions)) for name, col in frame.items()}
+    one_value = len(positions) >= CONSTANT_TAKE
+    cols = {name: _take_column(col, positions, one_value) for name, col in frame.items()}
     out = pd.DataFrame(cols, index=frame.index.take(positions), columns=frame.columns, copy=False)
     return out.__finalize__(frame)
+
+
+#: Takes of at least this many rows keep a column whose taken rows all hold one value as that value broadcast
+#: (``np.broadcast_to``: a read-only array of stride 0, a few bytes whatever its length). On a gigabyte trace the
+#: host rows' GPU-only columns (device, stream, bytes, registers, ...) are a third of the host view's memory and
+#: all one value. Readers see the same values and dtypes; the views' arrays are read-only already.
+CONSTANT_TAKE = 1 << 18
+#: Rows of a take looked at before a column is compared whole (``_single_value``).
+_SAMPLED_ROWS = 257
+
+
+def _take_column(col: pd.Series, positions: np.ndarray, one_value: bool):
+    """``col``'s values at ``positions`` (a numpy take, of the codes for a categorical), broadcast from one
+    element when ``one_value`` and the taken values are all equal (bit for bit: NaN equals NaN)."""
+    if isinstance(col.dtype, np.dtype):
+        values = col.to_numpy()
+        if one_value and values.dtype.kind in "biuf":
+            same = _single_value(values, positions)
+            if same is not None:
+                return same
+        return values.take(positions)
+    arr = col.array
+    if one_value and isinstance(arr, pd.Categorical):
+        same = _single_value(arr.codes, positions)
+        if same is not None:
+            return pd.Categorical.from_codes(same, dtype=arr.dtype, validate=False)
+    return arr.take(positions)
+
+
+def _single_value(values: np.ndarray, positions: np.ndarray) -> np.ndarray | None:
+    """``values`` at ``positions`` as one element broadcast to their number when they are all that element (bit
+    for bit); else None. A few hundred rows spread over the take are looked at first, so a column of several
+    values (a thread id, a correlation id that most rows lack) costs no pass."""
+    n = len(positions)
+    bits = values.view(np.uint8) if values.dtype == bool else values.view(f"i{values.dtype.itemsize}") if values.dtype.kind == "f" else values
+    first = bits[positions[0]]
+    if values.strides != (0,):
+        if not bool((bits[positions[np.linspace(0, n - 1, min(n, _SAMPLED_ROWS)).astype(np.intp)]] == first).all()):
+            return None
+        # the whole column compared, then the flags of these rows read: a byte per row, not the values' width
+        if not bool(np.equal(bits, first).take(positions).all()):
+            return None
+    return np.broadcast_to(values[positions[:1]], (n,))  # a fresh one-element array: no reference to ``values``
 
 
 def _even_step(positions: np.ndarray) -> int:

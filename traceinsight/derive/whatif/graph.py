@@ -60,10 +60,22 @@ class Graph:
     defaults: dict = field(default_factory=dict)  # typical latencies: launch, queue (kernel-to-kernel)
     seq: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # position in thread / stream order
 
-    def copy(self) -> "Graph":
-        g = Graph(**{k: (v.copy() if isinstance(v, (np.ndarray, dict)) and k not in STRUCTURE else v)
-                     for k, v in vars(self).items()})
-        return g
+    def copy(self, writes: "tuple[str, ...] | None" = None) -> "Graph":
+        """A copy for a transform to edit: its timing arrays its own, the structure shared. ``writes``: the timing
+        arrays the transform edits (its ``writes`` attribute, e.g. ``("dur",)``), the only ones copied; the others
+        are shared read-only, so an edit the transform did not declare fails loudly instead of changing this graph
+        (a graph's copy is a few hundred MB on a gigabyte trace). None: every timing array is copied."""
+
+        def field_of(k: str, v):
+            if k in STRUCTURE or not isinstance(v, (np.ndarray, dict)):
+                return v
+            if isinstance(v, dict) or writes is None or k in writes:
+                return v.copy()
+            shared = v.view()
+            shared.flags.writeable = False
+            return shared
+
+        return Graph(**{k: field_of(k, v) for k, v in vars(self).items()})
 
     def freeze(self) -> "Graph":
         """Make the structure read-only (it is shared by every copy)."""

@@ -64,7 +64,7 @@ def predict_step_ns(graphs: list[Graph], transform="all", windows=None) -> dict:
         full_m.append(m)
         s = steady_graph(g)  # priced on the steady state: one-time work is never a saving
         b = s.defaults["base"]
-        t = s.copy()
+        t = s.copy(getattr(fn, "writes", None))  # only the arrays the transform edits are copied
         fn(t, windows)
         if len(t.steps) != len(s.steps):
             t.window = replay_window(t, t.steps)
@@ -166,6 +166,7 @@ def faster_gpu_work(saved_ns: int, gemm_only: bool = False, classes: tuple[str, 
         factor = 1.0 - min(float(saved_ns) / total, 0.95)
         g.dur[sel] = np.round(g.dur[sel] * factor).astype(g.dur.dtype)
 
+    faster.writes = ("dur",)  # type: ignore[attr-defined]
     faster.__doc__ = (
         f"the {_classes_label(classes)} get shorter by one factor, {saved_ns / 1e6:.3g} ms "
         "in all; host work, launches and every wait keep their measured times"
@@ -196,6 +197,7 @@ def what_if_faster(graphs: list[Graph], saved_ns: int, gemm_only: bool = False, 
 
     faster.__doc__ = fns[0][1].__doc__
     faster.__name__ = "faster_gpu_work"
+    faster.writes = ("dur",)  # type: ignore[attr-defined]
     r = predict_step_ns(gs, faster)
     return r if r["step_ns"] is not None else None
 
@@ -210,6 +212,7 @@ def grow_batch(factor: float, fixed_below_ns: int) -> Callable[..., None]:
         sel = (g.ntype == GPU) & (g.dur >= fixed_below_ns)
         g.dur[sel] = np.round(g.dur[sel] * float(factor)).astype(g.dur.dtype)
 
+    grow.writes = ("dur",)  # type: ignore[attr-defined]
     grow.__doc__ = (f"GPU tasks of {fixed_below_ns / 1e3:g} µs or longer take {factor:.3g}x as long (they scale with the batch); "
                     "shorter, launch-bound ones keep their time; host work, launches and every wait keep their measured times")
     return grow
