@@ -223,7 +223,7 @@ def test_take_rows_keeps_every_column_dtype():
 @pytest.mark.parametrize("zone_rows,chunk_blocks", [(2048, 512), (3, 512), (3, 2), (1, 1)])
 def test_events_overlapping_is_the_boolean_mask_over_every_kind(tmp_path, monkeypatch, zone_rows, chunk_blocks):
     monkeypatch.setattr(Views, "ZONE_ROWS", zone_rows)  # 3: many blocks, so windows take the zone-map path
-    monkeypatch.setattr(Views, "ZONE_CHUNK_BLOCKS", chunk_blocks)  # 2, 1: the blocks' ends summed in several chunks
+    monkeypatch.setattr(Views, "_ZONE_CHUNK_BLOCKS", chunk_blocks)  # 2, 1: the blocks' ends summed in several chunks
     v = Views(_trace(tmp_path))
     st = v.events["start_ns"].to_numpy()
     en = st + v.events["dur_ns"].to_numpy()

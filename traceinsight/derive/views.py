@@ -292,7 +292,7 @@ class Views:
 
     #: Rows per block of the events' zone map (``events_overlapping``), and blocks per chunk its ends are summed in.
     ZONE_ROWS = 2048
-    ZONE_CHUNK_BLOCKS = 512
+    _ZONE_CHUNK_BLOCKS = 512
 
     @cached_property
     def _event_zones(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -308,7 +308,7 @@ class Views:
             end = start + dur
             return start, dur, end[:0], end[:0]
         hi = np.empty(len(heads), dtype=np.result_type(start, dur))
-        chunk = self.ZONE_ROWS * self.ZONE_CHUNK_BLOCKS
+        chunk = self.ZONE_ROWS * self._ZONE_CHUNK_BLOCKS
         for a in range(0, n, chunk):
             b = min(a + chunk, n)
             hi[a // self.ZONE_ROWS: (b + self.ZONE_ROWS - 1) // self.ZONE_ROWS] = np.maximum.reduceat(start[a:b] + dur[a:b], np.arange(0, b - a, self.ZONE_ROWS))
