@@ -599,3 +599,23 @@ def test_thread_rows_equals_a_dict_of_the_threads(seed, monkeypatch):
     got = columns._thread_rows(pid, tid, names)
     np.testing.assert_array_equal(got, want)
     assert (want == -1).any() and (want >= 0).any()
+
+
+@pytest.mark.parametrize("small", [True, False])
+@pytest.mark.parametrize("seed", range(12))
+def test_decoder_categorical_reads_none_in_the_table_as_absent(seed, small, monkeypatch):
+    """Grid and block: several raw texts read as one "x,y,z" and some as nothing (None in the table): rows coded to
+    a None entry are absent, rows of one text share one category, as ``pd.Categorical`` of the texts gives."""
+    from traceinsight.ingest.kineto import columns
+    from traceinsight.ingest.kineto.columns import _categorical
+
+    if not small:
+        monkeypatch.setattr(columns, "SMALL_MATCH", -1)
+    rng = np.random.default_rng(seed)
+    table = [None if x == "-" else str(x) for x in rng.choice(np.array(["1,1,1", "-", "128,1,1", "1,1,1", "-"]), int(rng.integers(1, 6)))]
+    codes = rng.integers(-1, len(table), int(rng.integers(1, 30))).astype(np.int32)
+    values = np.array([table[c] if c >= 0 and table[c] is not None else np.nan for c in codes], dtype=object)
+    want = pd.Categorical(values)
+    got = _categorical(codes, table)
+    assert list(got.categories) == list(want.categories)
+    np.testing.assert_array_equal(got.codes, want.codes)

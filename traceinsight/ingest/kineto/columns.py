@@ -58,9 +58,9 @@ def native_available() -> bool:
 # --- shared helpers -------------------------------------------------------------------------------------------
 
 
-def _categorical(codes: np.ndarray, uniques: list[str], missing: str | None = None) -> pd.Categorical:
-    """Codes into a list of strings (-1 = absent) as a categorical whose categories are the distinct strings the
-    rows use, sorted (as ``pd.Categorical(values)`` makes them).
+def _categorical(codes: np.ndarray, uniques: list[str | None], missing: str | None = None) -> pd.Categorical:
+    """Codes into a list of strings (-1 = absent; a None in the list is absent too) as a categorical whose
+    categories are the distinct strings the rows use, sorted (as ``pd.Categorical(values)`` makes them).
 
     ``missing`` stands in for absent values (the struct decoder's default for absent strings is "")."""
     codes = np.asarray(codes)
@@ -74,12 +74,12 @@ def _categorical(codes: np.ndarray, uniques: list[str], missing: str | None = No
     counts = np.bincount(shifted, minlength=len(uniques) + 1).tolist()
     stand_in = missing if missing is not None and counts[0] else None
     # strings only other rows use (flow and metadata names) are not categories of these rows
-    used = {u for u, k in zip(uniques, counts[1:]) if k} | ({stand_in} if stand_in is not None else set())
+    used = {u for u, k in zip(uniques, counts[1:]) if k and u is not None} | ({stand_in} if stand_in is not None else set())
     if not used:
         return categorical(np.full(len(codes), -1, dtype=np.int8), _NO_STRINGS)
     cats = sorted(used)  # what np.unique gives, without an object array's sort on a few dozen strings
     position = {c: i for i, c in enumerate(cats)}
-    lut = np.array([position.get(stand_in, -1)] + [position[u] if k else -1 for u, k in zip(uniques, counts[1:])], dtype=np.int32)
+    lut = np.array([position.get(stand_in, -1)] + [position[u] if k and u is not None else -1 for u, k in zip(uniques, counts[1:])], dtype=np.int32)
     return categorical(lut[shifted], cats)
 
 
@@ -288,10 +288,7 @@ def scan_columns(data: bytes | mmap.mmap) -> tuple[EventColumns, dict[str, Any]]
         mpid, mtid, m32["name"] == (names.index("thread_name") if "thread_name" in names else -2),
         [arg_names[c] for c in m32["arg_name"].tolist()],
     )
-    dim3 = [_dims_text(b) if b else None for b in strings["dim3"]]
-    dim3_codes = {d: i for i, d in enumerate(dict.fromkeys(d for d in dim3 if d is not None))}
-    dim3_map = np.array([dim3_codes[d] if d is not None else -1 for d in dim3] + [-1], dtype=np.int32)
-    dim3_uniques = list(dim3_codes)
+    dim3 = [_dims_text(b) if b else None for b in strings["dim3"]]  # raw texts -> "x,y,z" (several raw, one text)
     cols = EventColumns(
         n_events=res["events"],
         has_ts=~np.isnan(floats["ts"]),
@@ -300,8 +297,8 @@ def scan_columns(data: bytes | mmap.mmap) -> tuple[EventColumns, dict[str, Any]]
         pid=pid,
         tid=tid,
         floats=floats,
-        grid=_categorical(dim3_map[i32["grid"]], dim3_uniques),
-        block=_categorical(dim3_map[i32["block"]], dim3_uniques),
+        grid=_categorical(i32["grid"], dim3),
+        block=_categorical(i32["block"], dim3),
         input_dims=_categorical(i32["input_dims"], texts(strings["input_dims"], json_string=False)),
         input_types=_categorical(i32["input_types"], texts(strings["input_types"], json_string=False)),
         concrete_inputs=_categorical(i32["concrete_inputs"], texts(strings["concrete_inputs"], json_string=False)),
