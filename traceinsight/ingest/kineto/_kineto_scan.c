@@ -242,7 +242,24 @@ typedef struct {
     int64_t *i64[N_I64];
     double *f64[N_F64];
     size_t n, cap;
+    /* The columns this table keeps, one bit per column (i32, then i64, then f64); 0: all. The side tables of
+       instant and metadata events keep only what their readers use: an instant event copied whole would write
+       148 bytes of which 28 are read (1.1 M allocator records on the 1.9 GB replica: 130 MB never read). */
+    uint32_t only;
 } Rows;
+
+_Static_assert(N_I32 + N_I64 + N_F64 <= 32, "one bit per column in Rows.only");
+#define COL_BIT(k) ((uint32_t)1 << (k))
+#define I64_BIT(k) COL_BIT(N_I32 + (k))
+#define F64_BIT(k) COL_BIT(N_I32 + N_I64 + (k))
+/* What the readers of instant events (allocator records: columns.py's _native_memory) and of metadata events
+   (process and thread names) use. */
+#define INSTANT_COLUMNS (COL_BIT(I_NAME) | COL_BIT(I_PID_STR) | COL_BIT(I_TID_STR) | I64_BIT(L_PID) | I64_BIT(L_TID) | F64_BIT(F_TS))
+#define META_COLUMNS (COL_BIT(I_NAME) | COL_BIT(I_PID_STR) | COL_BIT(I_TID_STR) | COL_BIT(I_ARGNAME) | I64_BIT(L_PID) | I64_BIT(L_TID))
+
+static inline int rows_keep(const Rows *r, int flat) {
+    return !r->only || (r->only & COL_BIT(flat));
+}
 
 /* The allocator fields of instant events (``[memory]``, ``[OutOfMemory]``): kept apart from the complete-event
    columns, so events without them pay nothing for them. */
@@ -287,16 +304,19 @@ static int rows_reserve(Rows *r, size_t want) {
     size_t cap = r->cap ? r->cap : 4096;
     while (cap < want) cap *= 2;
     for (int k = 0; k < N_I32; k++) {
+        if (!rows_keep(r, k)) continue;
         int32_t *p = realloc(r->i32[k], cap * sizeof(int32_t));
         if (!p) return -1;
         r->i32[k] = p;
     }
     for (int k = 0; k < N_I64; k++) {
+        if (!rows_keep(r, N_I32 + k)) continue;
         int64_t *p = realloc(r->i64[k], cap * sizeof(int64_t));
         if (!p) return -1;
         r->i64[k] = p;
     }
     for (int k = 0; k < N_F64; k++) {
+        if (!rows_keep(r, N_I32 + N_I64 + k)) continue;
         double *p = realloc(r->f64[k], cap * sizeof(double));
         if (!p) return -1;
         r->f64[k] = p;
@@ -974,9 +994,12 @@ static int scan_args(Scan *s, size_t row) {
 static int copy_row(Rows *dst, const Rows *src, size_t row) {
     if (rows_reserve(dst, dst->n + 1) < 0) return -1;
     size_t d = dst->n++;
-    for (int k = 0; k < N_I32; k++) dst->i32[k][d] = src->i32[k][row];
-    for (int k = 0; k < N_I64; k++) dst->i64[k][d] = src->i64[k][row];
-    for (int k = 0; k < N_F64; k++) dst->f64[k][d] = src->f64[k][row];
+    for (int k = 0; k < N_I32; k++)
+        if (dst->i32[k]) dst->i32[k][d] = src->i32[k][row];
+    for (int k = 0; k < N_I64; k++)
+        if (dst->i64[k]) dst->i64[k][d] = src->i64[k][row];
+    for (int k = 0; k < N_F64; k++)
+        if (dst->f64[k]) dst->f64[k][d] = src->f64[k][row];
     return 0;
 }
 
@@ -1109,6 +1132,7 @@ static int put_columns(PyObject *out, const char *key, const char **names, int c
     PyObject *d = PyDict_New();
     if (!d) return -1;
     for (int k = 0; k < count; k++) {
+        if (!arrays[k] && n) continue; /* a column this table does not keep: not in the result */
         PyObject *col = column_from(arrays[k], n * itemsize);
         arrays[k] = NULL;
         if (!col || PyDict_SetItemString(d, names[k], col) < 0) {
@@ -1268,6 +1292,8 @@ static PyObject *scan(PyObject *module, PyObject *args) {
     s.end = s.base + view.len;
     /* a mapping starts on a page boundary; anything else is not one, and is never released */
     s.release = release && ((uintptr_t)s.base & 4095) == 0;
+    s.instant.only = INSTANT_COLUMNS;
+    s.meta.only = META_COLUMNS;
     s.released = s.base;
     PyObject *out = NULL;
     int t;
