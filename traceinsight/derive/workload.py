@@ -397,10 +397,21 @@ def _occurrence_times(host: pd.DataFrame, launches: tuple[np.ndarray, ...] | Non
             m = np.flatnonzero((l_rank == r) & (l_tid == t))
             if not len(m):
                 continue
-            j = np.searchsorted(start[occ], l_t[m], side="right") - 1
-            ok = (j >= 0) & (l_t[m] < end[occ[np.maximum(j, 0)]])
-            np.minimum.at(first, occ[j[ok]], g_s[m[ok]])
-            np.maximum.at(last, occ[j[ok]], g_e[m[ok]])
+            # a thread's outer occurrences are disjoint and in start order, its launches in start order: each
+            # occurrence's launches are one run of them, found by two searches per occurrence (not one per launch)
+            lt = l_t[m]
+            a = np.searchsorted(lt, start[occ], side="left")
+            b = np.searchsorted(lt, end[occ], side="left")
+            has = np.flatnonzero(b > a)
+            if not len(has):
+                continue
+            # the runs' bounds interleaved (a0, b0, a1, b1, ...: non-decreasing); the reductions over [a_k, b_k) are
+            # the even ones, the odd ones (between runs) are dropped; one element past the end keeps b_k in range
+            at = np.empty(2 * len(has), np.intp)
+            at[0::2], at[1::2] = a[has], b[has]
+            occ = occ[has]
+            first[occ] = np.minimum.reduceat(np.r_[g_s[m], 0], at)[0::2]
+            last[occ] = np.maximum.reduceat(np.r_[g_e[m], 0], at)[0::2]
     launched = last > np.iinfo(np.int64).min
     times = np.where(launched, last - first, end - start)
     return times[np.argsort(start, kind="stable")]
