@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 from traceinsight.vocab.kernels import classify_names
-from traceinsight.vocab.intervals import lexsort_ints, merge_intervals
+from traceinsight.vocab.intervals import lexsort_ints, merge_intervals, run_cummax
 from traceinsight.vocab.masks import codes_in, distinct_texts, kind_mask, name_mask
 from traceinsight.vocab.patterns import DATA_WAIT_KINDS, DATA_WAIT_PRIMARY
 
@@ -106,12 +106,7 @@ def _host_ops(views) -> pd.DataFrame:
     rank, tid, start, end = rank[order], tid[order], start[order], end[order]
     if len(order):
         new = np.r_[True, (rank[1:] != rank[:-1]) | (tid[1:] != tid[:-1])]
-        grp = np.cumsum(new) - 1
-        base = int(end.max()) - int(min(start.min(), 0)) + 1
-        if grp[-1] * base < 2**62:  # one running max over all threads: each thread's ends lifted above the last's
-            reach = np.maximum.accumulate(end + grp * base) - grp * base
-        else:  # pragma: no cover - needs >2^62 ns of threads
-            reach = pd.Series(end).groupby(grp).cummax().to_numpy()
+        reach = run_cummax(end, new)  # the latest end so far on each thread
         top = new.copy()
         top[1:] |= start[1:] >= reach[:-1]
     else:
@@ -381,7 +376,7 @@ def _occurrence_times(host: pd.DataFrame, launches: tuple[np.ndarray, ...] | Non
     order = lexsort_ints((-end, start, tid, rank))
     rank, tid, start, end = rank[order], tid[order], start[order], end[order]
     new = np.r_[True, (rank[1:] != rank[:-1]) | (tid[1:] != tid[:-1])]
-    reach = pd.Series(end).groupby(np.cumsum(new)).cummax().to_numpy()
+    reach = run_cummax(end, new)
     outer = new.copy()
     outer[1:] |= start[1:] >= reach[:-1]
     rank, tid, start, end = rank[outer], tid[outer], start[outer], end[outer]
