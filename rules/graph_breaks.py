@@ -96,7 +96,7 @@ class GraphBreaks(Rule):
             rs, re_ = r_start[mine], r_end[mine]
             o = np.argsort(rs, kind="stable")
             rs, re_ = rs[o], re_[o]
-            ls = np.sort(l_start[l_rank == rank])
+            ls = np.sort(l_start[l_rank == rank], kind="stable")  # nearly in time order: timsort takes the runs
             per_step, between, launched = [], [], 0
             for s in steady.itertuples(index=False):
                 inside = (rs >= s.start_ns) & (rs < s.end_ns)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
+import pytest
 
 from traceinsight.vocab.intervals import Coverage
 
@@ -60,3 +62,21 @@ def test_lexsort_ints_is_numpys_lexsort():
     assert np.array_equal(intervals.lexsort_ints(keys), np.lexsort(keys))
     few = [np.array([3, 1, 2]), np.array([0, 0, 1])]
     assert np.array_equal(intervals.lexsort_ints(few), np.lexsort(few))
+
+
+@pytest.mark.parametrize("runs, lo, dtype", [(1, 0, np.int64), (3, 0, np.int64), (200, 0, np.int64), (200, -50, np.int64), (5, 0, np.int32)])
+def test_run_cummax_is_the_grouped_cummax(runs, lo, dtype):
+    """The running maximum restarted at each run's first row, as pandas' grouped cummax gives it: a few runs (one
+    accumulate each), many (lifted into one accumulate), values below 0 (pandas), narrower integers."""
+    from traceinsight.vocab.intervals import run_cummax
+
+    rng = np.random.default_rng(runs)
+    n = 3000
+    values = rng.integers(lo, 10**6, n).astype(dtype)
+    new = np.zeros(n, bool)
+    new[0] = True
+    new[rng.choice(np.arange(1, n), runs - 1, replace=False)] = True
+    got = run_cummax(values, new)
+    want = pd.Series(values).groupby(np.cumsum(new)).cummax().to_numpy()
+    assert got.dtype == values.dtype and np.array_equal(got, want)
+    assert got[0] == values[0] and np.array_equal(got[new], values[new])  # every run starts again at its own value

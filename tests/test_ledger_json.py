@@ -136,3 +136,37 @@ def test_claims_follow_rank_and_time(ledger):
     # rank 1 idles over [100, 350) µs; a range there without a rank claims rank 1's gap and nothing of rank 0
     both = ledger.claimed(IDLE_BUCKETS, within=[(at(200), at(201))])
     assert set(both["rank"]) == {1} and total(both) == 250_000
+
+
+def _steps_by_groupby(by_step):
+    """The reference ``to_dict``'s per-step list was: a pandas groupby over the frame, one group at a time."""
+    return [
+        {"rank": int(r), "device": int(d), "step": int(s), "window_ns": int(g["ns"].sum()),
+         "ns": {str(b): int(n) for b, n in zip(g["bucket"], g["ns"]) if n},
+         "pct": {str(b): round(float(p), 3) for b, p in zip(g["bucket"], g["pct"]) if p}}
+        for (r, d, s), g in by_step.groupby(["rank", "device", "step"], sort=True)
+    ]
+
+
+@pytest.mark.parametrize("ns_dtype", ["int64", "float64"])
+def test_step_rows_are_the_groupby_rows_in_key_order(ns_dtype):
+    """Per-step rows from arrays: the groups in (rank, device, step) order whatever the frame's order, a group's
+    buckets in frame order, zeros left out, the window the sum of its ns; frames of other dtypes go through pandas."""
+    import numpy as np
+    import pandas as pd
+
+    from traceinsight.derive.ledger.account import _step_dicts
+
+    rng = np.random.default_rng(7)
+    n = 400
+    frame = pd.DataFrame({
+        "rank": rng.integers(0, 3, n), "device": rng.integers(0, 2, n), "step": rng.integers(-1, 5, n),
+        "bucket": pd.array(rng.choice(list(BUCKETS), n), dtype="string"),
+        "ns": rng.integers(0, 3, n) * rng.integers(0, 10**9, n), "pct": np.round(rng.random(n) * 100, 5) * rng.integers(0, 2, n),
+    })
+    frame["ns"] = frame["ns"].astype(ns_dtype)
+    got = _step_dicts(frame)
+    assert got == _steps_by_groupby(frame)
+    assert [(x["rank"], x["device"], x["step"]) for x in got] == sorted({(int(r), int(d), int(s)) for r, d, s in
+                                                                           zip(frame["rank"], frame["device"], frame["step"])})
+    assert any(0 in (x["ns"].values()) for x in got) is False and _step_dicts(frame.iloc[:0]) == []

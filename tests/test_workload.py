@@ -216,3 +216,35 @@ def test_largest_pair_is_the_groupby_sorted_and_deduplicated():
         want = dict(zip(best["c"].tolist(), best["o"].tolist()))
         got_c, got_o = workload._largest_pair(c, o, d, n_c, n_o)
         assert dict(zip(got_c.tolist(), got_o.tolist())) == want and len(got_c) == len(want), trial
+
+
+def test_occurrence_times_take_each_occurrences_own_launches(tmp_path):
+    """Each occurrence is timed by the launches inside it on its own thread, whatever lies around it: several
+    launches (earliest GPU start to latest GPU end), launches between occurrences and on another thread (none of
+    its), an occurrence that launched nothing (its host time) and one of no length; as every launch would be
+    looked at one by one."""
+    from traceinsight.derive.views import Views
+
+    t = KinetoTrace()
+    at = 0.0
+    for s in range(5):
+        t.step(s + 1, at, 900)
+        t.annotation("region", at + 10, 300)  # the main thread's occurrence
+        t.annotation("region", at + 400, 100, tid=9)  # the other thread's, launching only in odd steps
+        t.annotation("region", at + 600, 0)  # no length: launches at its start are not inside it
+        for k in range(3):
+            t.kernel(f"k{k}", at + 700 + 40 * k + 5 * s, 30 + k, launch_us=at + 20 + 50 * k)
+        t.kernel("between", at + 800, 10, launch_us=at + 350)  # between occurrences: no occurrence's
+        t.kernel("at_zero", at + 850, 10, launch_us=at + 600)
+        if s % 2:
+            t.kernel("other", at + 880, 5 + s, launch_us=at + 450, tid=9)
+        at += 1000
+    tl = traceinsight.load(t.write(tmp_path / "o.json"))
+    got = workload.repeats(Views(tl))
+    assert got == _repeats_per_row(Views(tl))
+    times = {r["name"]: r["dur_ns"] for r in got}["region"]
+    assert len(times) == 15
+    # per step, in start order: the main thread's (k0's GPU start to k2's end: 700..812 µs, each step's kernels 5 µs
+    # later), the other thread's (its kernel's length in odd steps, else its host time), the empty one (0)
+    assert times[:6] == [112_000, 100_000, 0, 112_000, 6_000, 0]
+    assert times[-3:] == [112_000, 100_000, 0]

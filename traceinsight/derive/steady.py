@@ -446,7 +446,7 @@ def _head_ends(ln: pd.DataFrame, views: "Views") -> pd.Series:
     rank = ln["rank"].to_numpy(np.int64)
     out = {}
     for r in np.unique(rank):
-        s = np.sort(ln["launch_start_ns"].to_numpy(np.int64)[rank == r])
+        s = np.sort(ln["launch_start_ns"].to_numpy(np.int64)[rank == r], kind="stable")  # in launch order but for a few: timsort
         out[int(r)] = int(s[min(len(s) - 1, max(len(s) // 10, 1))])
     return pd.Series(out, dtype="int64")
 

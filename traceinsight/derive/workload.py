@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 from traceinsight.vocab.kernels import classify_names
-from traceinsight.vocab.intervals import lexsort_ints, merge_intervals
+from traceinsight.vocab.intervals import lexsort_ints, merge_intervals, run_cummax
 from traceinsight.vocab.masks import codes_in, distinct_texts, kind_mask, name_mask
 from traceinsight.vocab.patterns import DATA_WAIT_KINDS, DATA_WAIT_PRIMARY
 
@@ -106,12 +106,7 @@ def _host_ops(views) -> pd.DataFrame:
     rank, tid, start, end = rank[order], tid[order], start[order], end[order]
     if len(order):
         new = np.r_[True, (rank[1:] != rank[:-1]) | (tid[1:] != tid[:-1])]
-        grp = np.cumsum(new) - 1
-        base = int(end.max()) - int(min(start.min(), 0)) + 1
-        if grp[-1] * base < 2**62:  # one running max over all threads: each thread's ends lifted above the last's
-            reach = np.maximum.accumulate(end + grp * base) - grp * base
-        else:  # pragma: no cover - needs >2^62 ns of threads
-            reach = pd.Series(end).groupby(grp).cummax().to_numpy()
+        reach = run_cummax(end, new)  # the latest end so far on each thread
         top = new.copy()
         top[1:] |= start[1:] >= reach[:-1]
     else:
@@ -381,7 +376,7 @@ def _occurrence_times(host: pd.DataFrame, launches: tuple[np.ndarray, ...] | Non
     order = lexsort_ints((-end, start, tid, rank))
     rank, tid, start, end = rank[order], tid[order], start[order], end[order]
     new = np.r_[True, (rank[1:] != rank[:-1]) | (tid[1:] != tid[:-1])]
-    reach = pd.Series(end).groupby(np.cumsum(new)).cummax().to_numpy()
+    reach = run_cummax(end, new)
     outer = new.copy()
     outer[1:] |= start[1:] >= reach[:-1]
     rank, tid, start, end = rank[outer], tid[outer], start[outer], end[outer]
@@ -397,10 +392,21 @@ def _occurrence_times(host: pd.DataFrame, launches: tuple[np.ndarray, ...] | Non
             m = np.flatnonzero((l_rank == r) & (l_tid == t))
             if not len(m):
                 continue
-            j = np.searchsorted(start[occ], l_t[m], side="right") - 1
-            ok = (j >= 0) & (l_t[m] < end[occ[np.maximum(j, 0)]])
-            np.minimum.at(first, occ[j[ok]], g_s[m[ok]])
-            np.maximum.at(last, occ[j[ok]], g_e[m[ok]])
+            # a thread's outer occurrences are disjoint and in start order, its launches in start order: each
+            # occurrence's launches are one run of them, found by two searches per occurrence (not one per launch)
+            lt = l_t[m]
+            a = np.searchsorted(lt, start[occ], side="left")
+            b = np.searchsorted(lt, end[occ], side="left")
+            has = np.flatnonzero(b > a)
+            if not len(has):
+                continue
+            # the runs' bounds interleaved (a0, b0, a1, b1, ...: non-decreasing); the reductions over [a_k, b_k) are
+            # the even ones, the odd ones (between runs) are dropped; one element past the end keeps b_k in range
+            at = np.empty(2 * len(has), np.intp)
+            at[0::2], at[1::2] = a[has], b[has]
+            occ = occ[has]
+            first[occ] = np.minimum.reduceat(np.r_[g_s[m], 0], at)[0::2]
+            last[occ] = np.maximum.reduceat(np.r_[g_e[m], 0], at)[0::2]
     launched = last > np.iinfo(np.int64).min
     times = np.where(launched, last - first, end - start)
     return times[np.argsort(start, kind="stable")]

@@ -162,7 +162,7 @@ def closing_syncs(stalls: pd.DataFrame, steps: pd.DataFrame, launches: pd.DataFr
         if launches.empty:
             out[qi] = True
             continue
-        ls = np.sort(l_start[l_rank == rank])
+        ls = np.sort(l_start[l_rank == rank], kind="stable")  # launches come nearly in time order: timsort takes the runs
         after = np.searchsorted(ls, end.astype(np.int64)) - np.searchsorted(ls, t[qi], side="right")
         out[qi[after == 0]] = True
     return out

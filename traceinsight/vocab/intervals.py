@@ -72,6 +72,35 @@ def lexsort_ints(keys: "list[np.ndarray] | tuple[np.ndarray, ...]") -> np.ndarra
     return order
 
 
+#: Up to this many runs ``run_cummax`` takes each run's running maximum in place, one slice at a time.
+FEW_RUNS = 64
+
+
+def run_cummax(values: np.ndarray, new: np.ndarray) -> np.ndarray:
+    """The running maximum of integer ``values`` restarted where ``new`` is True (``new[0]`` must be), as
+    ``pd.Series(values).groupby(np.cumsum(new)).cummax()`` gives it: the latest end so far on a thread whose rows
+    come sorted by thread. A few runs (threads): one accumulate per run into one array; many: every run's values
+    lifted above the run before's (one accumulate over all) when that fits in int64, else pandas."""
+    values = np.asarray(values)
+    heads = np.flatnonzero(new)
+    if len(heads) <= FEW_RUNS:
+        out = np.empty_like(values)
+        bounds = [*heads.tolist(), len(values)]
+        for a, b in zip(bounds[:-1], bounds[1:]):
+            np.maximum.accumulate(values[a:b], out=out[a:b])
+        return out
+    grp = np.cumsum(new) - 1
+    lo, hi = int(values.min()), int(values.max())
+    base = hi - min(lo, 0) + 1
+    if int(grp[-1]) * base + hi < 2**62 and lo >= 0:
+        lifted = grp * base
+        lifted += values
+        np.maximum.accumulate(lifted, out=lifted)
+        lifted -= grp * base
+        return lifted.astype(values.dtype, copy=False)
+    return pd.Series(values).groupby(grp).cummax().to_numpy()
+
+
 def merge_grouped(groups: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> pd.DataFrame:
     """``merge_intervals`` within each group (e.g. per rank): columns group, start_ns, end_ns, sorted.
 

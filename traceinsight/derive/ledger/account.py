@@ -209,18 +209,7 @@ class Ledger:
                     "pct": {str(b): round(float(p), 3) for b, p in zip(g["bucket"], g["pct"])},
                 }
             )
-        by_step = []
-        for (r, d, s), g in self.by_step.groupby(["rank", "device", "step"], sort=True):
-            by_step.append(
-                {
-                    "rank": int(r),
-                    "device": int(d),
-                    "step": int(s),
-                    "window_ns": int(g["ns"].sum()),
-                    "ns": {str(b): int(n) for b, n in zip(g["bucket"], g["ns"]) if n},
-                    "pct": {str(b): round(float(p), 3) for b, p in zip(g["bucket"], g["pct"]) if p},
-                }
-            )
+        by_step = _step_dicts(self.by_step)
         t = self.totals()
         total = sum(t.values())
         return {
@@ -230,3 +219,32 @@ class Ledger:
             "by_device": by_device,
             "by_step": by_step,
         }
+
+
+def _step_dicts(by_step: pd.DataFrame) -> list[dict[str, Any]]:
+    """``Ledger.to_dict``'s ``by_step``: per (rank, device, step), in that order, its window and its buckets' ns and
+    % (zeros left out). Integer keys are grouped on arrays (one stable sort, the rows of a group in frame order,
+    as ``groupby(sort=True)`` gives them): a frame per group costs more than the group's dozen values."""
+    keys = [by_step[c].to_numpy() for c in ("rank", "device", "step", "ns")]
+    if not all(k.dtype.kind in "iu" for k in keys):  # (whole ns add up alike in any order; other frames: pandas' sums)
+        return [_step_dict(r, d, s, g["bucket"], g["ns"], g["pct"], int(g["ns"].sum()))
+                for (r, d, s), g in by_step.groupby(["rank", "device", "step"], sort=True)]
+    keys = keys[:3]
+    order = np.lexsort(keys[::-1])
+    r, d, s = (k[order] for k in keys)
+    heads = np.flatnonzero(np.r_[True, (r[1:] != r[:-1]) | (d[1:] != d[:-1]) | (s[1:] != s[:-1])]) if len(order) else order
+    bucket = by_step["bucket"].to_numpy(dtype=object)[order].tolist()
+    ns, pct = by_step["ns"].to_numpy()[order].tolist(), by_step["pct"].to_numpy()[order].tolist()
+    bounds = [*heads.tolist(), len(order)]
+    return [_step_dict(r[a], d[a], s[a], bucket[a:b], ns[a:b], pct[a:b], sum(ns[a:b])) for a, b in zip(bounds[:-1], bounds[1:])]
+
+
+def _step_dict(r: Any, d: Any, s: Any, bucket: Iterable, ns: Iterable, pct: Iterable, window_ns: int) -> dict[str, Any]:
+    return {
+        "rank": int(r),
+        "device": int(d),
+        "step": int(s),
+        "window_ns": int(window_ns),
+        "ns": {str(b): int(n) for b, n in zip(bucket, ns) if n},
+        "pct": {str(b): round(float(p), 3) for b, p in zip(bucket, pct) if p},
+    }

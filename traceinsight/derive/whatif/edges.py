@@ -206,8 +206,10 @@ def queue_full(cand: np.ndarray, launch_start: np.ndarray, launch_end: np.ndarra
     if not long_.any():
         return out
     launched = np.flatnonzero(cand | (launch_start > 0))
-    ls = np.sort(launch_start[launched])
-    ts = np.sort(gs[launched])
+    # value sorts of times in nearly time order: a stable sort (timsort) takes the few runs as they come, the
+    # default quicksort sorts them again (the sorted values are the same)
+    ls = np.sort(launch_start[launched], kind="stable")
+    ts = np.sort(gs[launched], kind="stable")
     t = launch_start[long_]
     pending = np.searchsorted(ls, t, side="left") - np.searchsorted(ts, t, side="right")
     out[np.flatnonzero(long_)[pending >= QUEUE_FULL_PENDING]] = True
