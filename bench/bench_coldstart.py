@@ -19,6 +19,7 @@ main) in the same alternating rounds; ``--importtime`` prints the slowest import
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import subprocess
@@ -87,7 +88,9 @@ def main() -> None:
         size = trace.stat().st_size
 
         def runs(repo: Path, tag: str) -> dict[str, tuple[list[str], dict[str, str]]]:
-            entry = "console" if (repo / "traceinsight" / "console.py").exists() else "cli"  # what the checkout installs
+            # the module the checkout installs as the command (it moved with the floor folders)
+            entry = next(m for m, f in (("cli.console", "cli/console.py"), ("console", "console.py"), ("cli", "cli.py"))
+                         if (repo / "traceinsight" / f).exists())
             cli = [sys.executable, "-c", f"import sys; from traceinsight.{entry} import main; sys.exit(main())", "analyze", str(trace), "--no-progress"]
             e = env_for(repo)
             return {f"json{tag}": ([*cli, "-f", "json"], e), f"html{tag}": ([*cli, "-f", "html", "-o", str(Path(tmp) / f"r{tag}.html")], e)}
@@ -102,8 +105,14 @@ def main() -> None:
             for us, name in rows:
                 print(f"{us / 1000:8.1f} ms  {name}")
             return
-        for c, e in cmds.values():  # warm the page cache and the template cache once
+        for k, (c, e) in cmds.items():  # warm the page cache and the template cache once, and check each run works
             cpu_seconds(c, e)
+            if k.startswith("json"):  # a run that fails fast would time nothing: the report must come out
+                out = subprocess.run(c, capture_output=True, text=True, env=e, cwd=e["PYTHONPATH"].split(os.pathsep)[0])
+                try:
+                    json.loads(out.stdout)
+                except ValueError:
+                    raise SystemExit(f"{k}: no JSON report on stdout ({out.stderr.strip()[-300:]!r})") from None
         times: dict[str, list[float]] = {k: [] for k in cmds}
         for _ in range(args.repeat):
             for k, (c, e) in cmds.items():
