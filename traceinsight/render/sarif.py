@@ -23,6 +23,7 @@ from typing import Any
 from urllib.parse import quote
 
 from traceinsight.model.analysis import Analysis
+from traceinsight.model.serialize import jsonable
 from traceinsight.vocab.sanitize import data_text, json_text
 from traceinsight.vocab.version import __version__
 from traceinsight.render.common import figure_text, shown_fixes, shown_ns, what_if_text
@@ -116,21 +117,13 @@ def _result(f: Any, index: int, root: SourceRoot, trace_path: str | None) -> dic
 
 
 def _plain(value: Any) -> Any:
-    """A what-if dict as JSON values (numbers, strings, lists, dicts; numpy scalars unwrapped, text made visible)."""
+    """A what-if dict as JSON values (``serialize.jsonable``), its text made visible and bounded."""
+    value = jsonable(value)
     if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
         return [_plain(v) for v in value]
-    if hasattr(value, "item") and not isinstance(value, (str, bytes)):
-        try:
-            value = value.item()
-        except (ValueError, AttributeError):
-            pass
-    if isinstance(value, float) and value != value:
-        return None
-    if value is None or isinstance(value, (bool, int, float)):
-        return value
-    return _text(value, 2000)
+    return _text(value, 2000) if isinstance(value, str) else value
 
 
 def to_dict(analysis: Analysis, source_root: Any = None) -> dict[str, Any]:

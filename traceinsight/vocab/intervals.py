@@ -20,13 +20,24 @@ def merge_intervals(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, n
         order = np.argsort(s, kind="stable")
         s, e = s[order], e[order]
     run_end = np.maximum.accumulate(e)
-    new = np.empty(len(s), dtype=bool)
-    new[0] = True
-    new[1:] = s[1:] > run_end[:-1]
-    idx = np.flatnonzero(new)
+    idx, _ = run_bounds(s, run_end)
     out_s = s[idx]
     out_e = np.maximum.reduceat(e, idx)
     return out_s, out_e
+
+
+def run_bounds(starts: np.ndarray, reach: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The first and the last row of each group of start-ordered intervals that merge (non-empty input): a row
+    opens a group when it starts after ``reach`` of the row before, the end reached so far (a running maximum of
+    the ends, or the previous of the ends sorted apart). Touching intervals stay in one group."""
+    new = np.empty(len(starts), dtype=bool)
+    new[0] = True
+    np.greater(starts[1:], reach[:-1], out=new[1:])
+    head = np.flatnonzero(new)
+    last = np.empty(len(head), np.intp)
+    last[:-1] = head[1:] - 1
+    last[-1] = len(starts) - 1
+    return head, last
 
 
 #: Below this many rows ``lexsort_ints`` is ``np.lexsort`` (the range checks cost more than they save).

@@ -113,20 +113,12 @@ def _kind_hits(cats: pd.Index, wanted: tuple) -> np.ndarray:
 
 
 def texts_at(values: pd.Series, positions: np.ndarray) -> np.ndarray:
-    """``values.iloc[positions].astype(str).to_numpy()`` (an object array of Python strings). For a categorical
-    with no missing value at ``positions``, only the categories those rows use are turned to text, once each, and
-    looked up by code: no Series take or cast, and no pass over the categories of a big trace's names."""
-    if isinstance(values.dtype, pd.CategoricalDtype):
-        cat = values.array
-        codes = cat.codes[positions]
-        if not len(codes):
-            return np.zeros(0, dtype=object)
-        if codes.min() >= 0:
-            cats = cat.categories
-            used = np.flatnonzero(np.bincount(codes, minlength=len(cats)))
-            table = np.empty(len(cats), dtype=object)
-            table[used] = [str(cats[c]) for c in used.tolist()]
-            return table[codes]
+    """``values.iloc[positions].astype(str).to_numpy()`` (an object array of Python strings). With no missing value
+    at ``positions``, each distinct value is turned to text once (``distinct_texts``) and looked up by code: no
+    Series take or cast, and no pass over the categories of a big trace's names."""
+    codes, texts = distinct_texts(values, positions)
+    if not len(codes) or codes.min() >= 0:
+        return texts[codes] if len(codes) else np.zeros(0, dtype=object)
     return values.iloc[positions].astype(str).to_numpy()
 
 

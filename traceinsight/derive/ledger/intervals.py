@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from traceinsight.vocab.intervals import merge_intervals
+from traceinsight.vocab.intervals import merge_intervals, run_bounds
 
 EMPTY = np.zeros(0, np.int64)
 
@@ -54,13 +54,7 @@ def run_unions(s: np.ndarray, e: np.ndarray) -> list[tuple[np.ndarray, np.ndarra
     for a, b in zip(cuts[:-1].tolist(), cuts[1:].tolist()):
         rs, re_ = s[a:b], e[a:b]
         np.maximum.accumulate(re_, out=re_)
-        new = np.empty(b - a, dtype=bool)
-        new[0] = True
-        np.greater(rs[1:], re_[:-1], out=new[1:])
-        idx = np.flatnonzero(new)
-        last = np.empty(len(idx), np.intp)
-        last[:-1] = idx[1:] - 1
-        last[-1] = b - a - 1
+        idx, last = run_bounds(rs, re_)
         # the running end at a group's last row is the group's largest end: every earlier end lies before its start
         out.append((rs[idx], re_[last]))
     return out
@@ -80,13 +74,7 @@ def union_of_runs(runs: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray
     e = np.sort(np.concatenate([b for _, b in runs]), kind="stable")
     if len(s) == 0:
         return EMPTY, EMPTY
-    new = np.empty(len(s), dtype=bool)
-    new[0] = True
-    np.greater(s[1:], e[:-1], out=new[1:])
-    idx = np.flatnonzero(new)
-    last = np.empty(len(idx), np.intp)
-    last[:-1] = idx[1:] - 1
-    last[-1] = len(s) - 1
+    idx, last = run_bounds(s, e)
     return s[idx], e[last]
 
 

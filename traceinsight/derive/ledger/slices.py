@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from traceinsight.vocab.buckets import BUCKETS, BUSY_BUCKETS, WARMUP_BUCKET
+from traceinsight.vocab.intervals import run_bounds
 from traceinsight.vocab.thresholds import LAUNCH_GAP_NS
 from traceinsight.derive.ledger.intervals import EMPTY, points_inside, merged, overlapping, spans, sweep
 
@@ -93,15 +94,9 @@ def _busy_intervals(s: np.ndarray, e: np.ndarray, cls: np.ndarray) -> tuple[np.n
         order = np.argsort(s, kind="stable")
         s, e, cls = s[order], e[order], cls[order]
     run_end = np.maximum.accumulate(e)
-    new = np.empty(len(s), dtype=bool)
-    new[0] = True
-    np.greater(s[1:], run_end[:-1], out=new[1:])
-    head = np.flatnonzero(new)
     # an interval's end is the running end at its last row: every earlier row ended before the interval began
     # (and e >= s), so the running maximum there is the interval's own largest end
-    last = np.empty(len(head), np.intp)
-    last[:-1] = head[1:] - 1
-    last[-1] = len(s) - 1
+    head, last = run_bounds(s, run_end)
     us, ue = s[head], run_end[last]
     # each interval's classes among its non-empty rows: one class is one piece, several are labelled row by row
     pos = e > s
