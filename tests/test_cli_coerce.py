@@ -8,6 +8,7 @@ pydantic is imported on every run), and a whole run must not import pydantic.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -150,3 +151,24 @@ def test_the_installed_command_freezes_its_imports_and_keeps_collecting():
     assert "TI001" in res.stdout and int(frozen) > 50_000 and enabled == "True" and pandas == "True"
     code = "import gc, sys; import traceinsight.cli.app; print(gc.get_freeze_count(), gc.isenabled())"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO).stdout.split() == ["0", "True"]
+
+
+@pytest.mark.parametrize("user_choice", [None, "3"])
+def test_the_installed_command_loads_numpy_with_one_blas_thread_and_leaves_the_environment_as_given(user_choice):
+    """The console script asks OpenBLAS for one thread while numpy loads (its per-core threads spin ~0.1 s of CPU
+    each for work the command never gives them), unless the user set a number; the variable is gone again
+    afterwards, so a program ``traceinsight record`` starts inherits the environment the user gave."""
+    code = (
+        "import os, sys; from traceinsight.cli import console; sys.argv = ['traceinsight', 'rules']\n"
+        "try:\n    console.main()\nexcept SystemExit:\n    pass\n"
+        "print(len(os.listdir('/proc/self/task')), os.environ.get('OPENBLAS_NUM_THREADS', '-'), file=sys.stderr)"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    if user_choice:
+        env["OPENBLAS_NUM_THREADS"] = user_choice
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, env=env)
+    threads, seen = res.stderr.split()[-2:]
+    assert "TI001" in res.stdout
+    assert seen == (user_choice or "-")
+    if os.path.isdir("/proc/self/task") and not user_choice:
+        assert int(threads) == 1  # no OpenBLAS worker threads next to the main one

@@ -22,7 +22,7 @@ from traceinsight.render.common import smallest_first
 from traceinsight.rule_api import Instance, Instances, as_instances, instance_columns
 from traceinsight.derive.summary import _kind_counts
 from traceinsight.model.timeline import KINDS
-from traceinsight.vocab.masks import codes_in, join_keys as _join_keys, kind_mask, name_mask, take_rows
+from traceinsight.vocab.masks import codes_in, first_of_key, has_repeats, join_keys as _join_keys, kind_mask, name_mask, take_rows
 from traceinsight.derive.views import Views
 
 
@@ -152,6 +152,30 @@ def test_join_keys_are_equal_exactly_when_all_columns_are():
     for i, j in pairs:
         assert (ka[i] == kb[j]) == (ta[i] == tb[j])
     assert len(set(ka.tolist())) == len(set(ta))
+
+
+@pytest.mark.parametrize("spread", [1, 3, 10**9])  # dense ids (a table indexed by key), nearly dense, sparse (a sort)
+@pytest.mark.parametrize("seed", [0, 1])
+def test_first_of_key_is_a_join_keeping_each_keys_first_row(spread, seed):
+    rng = np.random.default_rng(seed)
+    src = rng.integers(0, 300, 500) * spread - 40  # repeats: the first position of a key must win
+    dst = np.concatenate([rng.choice(src, 300), rng.integers(-50, 300 * spread, 200), [src.min() - 1, src.max() + 1]])
+    first: dict[int, int] = {}
+    for i, k in enumerate(src.tolist()):
+        first.setdefault(k, i)
+    want = np.array([first.get(k, -1) for k in dst.tolist()])
+    np.testing.assert_array_equal(first_of_key(src, dst), want)
+    assert (want >= 0).sum() >= 300 and (want < 0).sum() >= 2
+    np.testing.assert_array_equal(first_of_key(src[:0], dst), np.full(len(dst), -1))
+
+
+@pytest.mark.parametrize("spread", [1, 10**12])
+def test_has_repeats_tells_a_shared_key(spread):
+    keys = np.arange(1000) * spread
+    assert not has_repeats(keys) and not has_repeats(keys[:1]) and not has_repeats(keys[:0])
+    shared = keys.copy()
+    shared[700] = shared[3]
+    assert has_repeats(shared)
 
 
 def test_name_mask_reuses_category_hits_and_maps_missing_names_to_false():

@@ -62,11 +62,14 @@ def _queries(rng: np.random.Generator, ops: pd.DataFrame, q: int):
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
 @pytest.mark.parametrize("shape", ["nested", "overlapping"])
-def test_innermost_matches_its_contract(seed, shape):
+@pytest.mark.parametrize("queries", [600, 40])
+def test_innermost_matches_its_contract(seed, shape, queries):
+    """600 queries fall in nearly every op; 40 leave most ops holding none, which the search of enclosing ops
+    leaves out of its tables (``_enclosing``): the answers must not change."""
     rng = np.random.default_rng(seed)
     ops = _nested_ops(rng, 3, 30) if shape == "nested" else _overlapping_ops(rng, 400)
-    rank, pid, tid, t = _queries(rng, ops, 600)
+    rank, pid, tid, t = _queries(rng, ops, queries)
     got = memory_table.innermost(ops, rank, pid, tid, t)
     want = _brute(ops, rank, pid, tid, t)
-    assert (want >= 0).sum() > 100 and (want < 0).sum() >= 5  # both answers are exercised
+    assert (want >= 0).sum() > queries // 6 and (want < 0).sum() >= 5  # both answers are exercised
     np.testing.assert_array_equal(got, want)

@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from traceinsight.vocab.intervals import Overlaps, merge_intervals
-from traceinsight.vocab.masks import join_keys, kind_mask, name_mask, take_rows, texts_at
+from traceinsight.vocab.masks import first_of_key, join_keys, kind_mask, name_mask, take_rows, texts_at
 from traceinsight.vocab.patterns import COLLECTIVE, SYNC_CALL
 from traceinsight.model.timeline import GPU_ACTIVITY_KINDS, Timeline
 
@@ -193,22 +193,11 @@ class Views:
         host_i = np.flatnonzero(kind_mask(kind, ("runtime",)) & linked)
         gpu_i = np.flatnonzero(kind_mask(kind, GPU_ACTIVITY_KINDS) & self._on_device & linked)
         del linked
-        # one int64 key per (rank, pid, correlation), joined by sorting: a hash merge of 10^6 rows costs more
+        # one int64 key per (rank, pid, correlation); the first runtime row of a key wins (as drop_duplicates did)
         hk, gk = join_keys([(a[host_i], a[gpu_i]) for a in (col("rank"), col("pid"), corr)])
-        order = np.argsort(hk, kind="stable")
-        hk_sorted = hk[order]
-        first = np.ones(len(hk_sorted), dtype=bool)  # the first runtime row of a key wins (as drop_duplicates did)
-        first[1:] = hk_sorted[1:] != hk_sorted[:-1]
-        hk_sorted, h_rows = hk_sorted[first], host_i[order[first]]
-        # each GPU key's place among the host keys, searched in key order (neighbouring searches share their path)
-        pos = np.zeros(len(gk), np.intp)
-        if len(hk_sorted):
-            by_key = np.argsort(gk, kind="stable")
-            pos[by_key] = np.minimum(np.searchsorted(hk_sorted, gk[by_key]), len(hk_sorted) - 1)
-            hit = hk_sorted[pos] == gk
-        else:
-            hit = np.zeros(len(gk), dtype=bool)
-        li, gi = h_rows[pos[hit]], gpu_i[hit]
+        first = first_of_key(hk, gk)
+        hit = first >= 0
+        li, gi = host_i[first[hit]], gpu_i[hit]
         order = np.lexsort((gi, li))  # launch order, as the merge gave
         li, gi = li[order], gi[order]
         launch_start, launch_dur = col("start_ns")[li], col("dur_ns")[li]

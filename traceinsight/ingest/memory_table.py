@@ -218,5 +218,25 @@ def innermost(ops: pd.DataFrame, rank: np.ndarray, pid: np.ndarray, tid: np.ndar
     p = np.where(valid & (qt >= base), p, -1)
     hit = np.where((p >= 0) & (e[np.clip(p, 0, None)] >= qt), p, -1)  # the latest op still runs: it (half the rows)
     rest = np.flatnonzero((hit < 0) & (p > 0))
-    hit[rest] = _last_reaching(p[rest] - 1, qt[rest], e)  # may land on an earlier thread: then the query's own has none
+    rest = rest[k[p[rest] - 1] == q_codes[rest]]  # an earlier op on the query's own thread: else it has none
+    if len(rest):
+        hit[rest] = _enclosing(p[rest] - 1, qt[rest], k, e, span, base)
     return np.where((hit >= 0) & (k[np.clip(hit, 0, None)] == q_codes) & valid, order[np.clip(hit, 0, None)], -1)
+
+
+def _enclosing(at: np.ndarray, qt: np.ndarray, k: np.ndarray, e: np.ndarray, span: int, base: int) -> np.ndarray:
+    """``_last_reaching`` for queries whose latest op has ended (at: the op before it, on the query's thread),
+    searched among the ops some such query falls in only: an op that holds none of their times answers none of
+    them and hides no answer (the search keeps the latest op reaching the time), so it is left out of the block
+    tables, which take log2(n) column-sized arrays (2.3 M ops: 22 levels, 400 MB). An op is kept when the earliest
+    query time at or after its start on its thread (a reverse running minimum over the queries placed at their
+    positions, keyed by thread so another thread's times never count) is within its end."""
+    first = np.full(len(e), np.iinfo(np.int64).max, dtype=np.int64)
+    np.minimum.at(first, at, k[at] * span + (qt - base))  # keyed by thread as ``comb``: a later thread's are larger
+    first = np.minimum.accumulate(first[::-1])[::-1]
+    kept = np.flatnonzero(first <= k * span + (e - base))
+    if not len(kept):
+        return np.full(len(at), -1, dtype=np.int64)
+    at_kept = np.searchsorted(kept, at, side="right") - 1  # the last kept op at or before each query's position
+    found = _last_reaching(at_kept, qt, e[kept])
+    return np.where(found >= 0, kept[np.clip(found, 0, None)], -1)

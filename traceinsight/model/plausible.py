@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from traceinsight.vocab.masks import join_keys
+from traceinsight.vocab.masks import has_repeats, join_keys
 from traceinsight.model.timeline import SMALL_MATCH, kind_is, take_rows
 
 #: No capture has a stretch this long with no event at all: rows beyond such a gap have corrupt times.
@@ -183,8 +183,7 @@ def _unlinked_correlations(corr: np.ndarray, is_runtime: np.ndarray, rank: np.nd
         return None  # few calls, none sharing an id: told by a set, without numpy's fixed costs
     # one int64 key per call (equal exactly when rank, pid and id are): a repeat is a key counted twice
     key, _ = join_keys([(r_rank, r_rank[:0]), (r_pid, r_pid[:0]), (r_corr, r_corr[:0])])
-    ordered = np.sort(key)
-    if not (ordered[1:] == ordered[:-1]).any():  # the usual case, told by one sort: no id shared
+    if not has_repeats(key):  # the usual case: no id shared
         return None
     _, inv, count = np.unique(key, return_inverse=True, return_counts=True)
     dup = count[inv.reshape(-1)] > 1  # every call of a shared id (``duplicated(keep=False)``)

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from traceinsight.vocab.masks import join_keys
+from traceinsight.vocab.masks import first_of_key, join_keys
 
 #: The kinds of rows; order matters only for display.
 KINDS: tuple[str, ...] = (
@@ -538,12 +538,11 @@ def _launch_rows(gpu: np.ndarray, corr: np.ndarray, is_runtime: np.ndarray, keys
     if len(src) + len(dst) <= SMALL_MATCH:
         return _launch_rows_small(src, dst, keys)
     k_src, k_dst = join_keys([(c[src], c[dst]) for c in keys])
-    uniq, first = np.unique(k_src, return_index=True)  # each key's first call, as drop_duplicates keeps
-    pos = np.minimum(np.searchsorted(uniq, k_dst), len(uniq) - 1)
-    hit = uniq[pos] == k_dst
+    first = first_of_key(k_src, k_dst)  # each key's first call, as drop_duplicates keeps
+    hit = first >= 0
     if not hit.any():
         return None
-    return src[first[pos[hit]]], dst[hit]
+    return src[first[hit]], dst[hit]
 
 
 #: Up to this many rows a match of keys is a Python dict of key tuples: numpy's fixed cost per call (a key build,

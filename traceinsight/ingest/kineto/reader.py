@@ -23,6 +23,7 @@ import pandas as pd
 
 from traceinsight.vocab.demangle import demangled_categories
 from traceinsight.vocab.errors import TraceReadError
+from traceinsight.vocab.masks import first_of_key
 from traceinsight.model.timeline import COPY_KINDS, KINDS, SMALL_MATCH, DeviceInfo, TraceMeta, categorical
 from traceinsight.ingest.byteio import read_bytes
 from traceinsight.ingest.parts import ReadResult, Rows
@@ -287,20 +288,25 @@ def _build(cols: EventColumns, header: Trace, path: Path, warnings: list[str]) -
     gpu = kind_is(*_GPU_KINDS)
     pid = cols.pid
     tid = cols.tid
-    device = np.where(gpu, np.where(np.isnan(f["device"]), pid, f["device"]), -1).astype(np.int64)
-    stream = np.where(gpu, np.where(np.isnan(f["stream"]), tid, f["stream"]), -1).astype(np.int64)
-    correlation = np.where(np.isnan(f["correlation"]), -1, f["correlation"]).astype(np.int64)
-    ext = f["external_id"]
+    # a GPU row without a device / stream takes its pid / tid (as a float, as np.where would mix them); host rows -1
+    device = _as_int64(f.pop("device"), pid)
+    device[~gpu] = -1
+    stream = _as_int64(f.pop("stream"), tid)
+    stream[~gpu] = -1
+    correlation = _as_int64(f.pop("correlation"), -1)
+    ext = f.pop("external_id")
+    legacy = f.pop("external_id_legacy")
     if header.schemaVersion is None:  # the 2021 schema spells it "external id"
-        ext = np.where(np.isnan(ext), f["external_id_legacy"], ext)
-    external_id = np.where(np.isnan(ext), -1, ext).astype(np.int64)
+        np.copyto(ext, legacy, where=np.isnan(ext))
+    del legacy
+    external_id = _as_int64(ext, -1)
 
     # A GPU row's pid becomes the host process that launched it (so rank/pid/correlation links hold).
     if gpu.any():
         pid = launching_pids(pid, correlation, gpu, kind_is("runtime") & (correlation >= 0))
 
     # Times: relative to this file's first event, in ns, exact for the durations.
-    ts_us = f["ts"]
+    ts_us = f.pop("ts")
     finite = np.isfinite(ts_us)
     no_ts = ~finite & ~out_of_range
     if no_ts.any():
@@ -309,12 +315,19 @@ def _build(cols: EventColumns, header: Trace, path: Path, warnings: list[str]) -
         warnings.append(f"{path.name}: {int(out_of_range.sum()):,} events with a number out of range (a time, duration "
                         "or id past what 64-bit integers hold) were dropped")
     origin_us = float(np.min(ts_us[finite])) if finite.any() else 0.0
-    start_ns = np.rint((np.where(finite, ts_us, origin_us) - origin_us) * 1000.0).astype(np.int64)
-    raw_dur = np.where(np.isnan(f["dur"]), 0.0, f["dur"])
-    negative = raw_dur < 0  # no event ends before it starts: -1 here, dropped and counted by timeline.validate
-    dur_us = np.clip(raw_dur, 0, None)
+    # each step in place, the same float operations in the same order as rint((ts - origin) * 1000)
+    ts_us[~finite] = origin_us
+    ts_us -= origin_us
+    ts_us *= 1000.0
+    start_ns = _as_int64(np.rint(ts_us, out=ts_us), 0)
+    dur_us = f.pop("dur")
+    dur_us[np.isnan(dur_us)] = 0.0
+    negative = dur_us < 0  # no event ends before it starts: -1 here, dropped and counted by timeline.validate
+    np.clip(dur_us, 0, None, out=dur_us)
     bad_dur = (dur_us * 1000.0 > _MAX_DUR_NS) & ~out_of_range  # judged before the conversion, which would wrap
-    dur_ns = np.rint(np.where(bad_dur, 0.0, dur_us) * 1000.0).astype(np.int64)
+    dur_us[bad_dur] = 0.0
+    dur_us *= 1000.0
+    dur_ns = _as_int64(np.rint(dur_us, out=dur_us), 0)
     dur_ns[negative] = -1
     if bad_dur.any():
         warnings.append(f"{path.name}: {int(bad_dur.sum()):,} events with impossible durations (> 7 days, a known CUPTI fault) were dropped")
@@ -322,7 +335,8 @@ def _build(cols: EventColumns, header: Trace, path: Path, warnings: list[str]) -
     origin_ns = int(round(origin_us * 1000.0)) + base_ns
 
     copy_kind, pageable = _copy_columns(kind_is("memcpy"), name_raw, n)
-    nbytes = np.where(np.isnan(f["bytes"]), 0, f["bytes"]).astype(np.int64)
+    nbytes = _as_int64(f.pop("bytes"), 0)
+    nbytes[~kind_is("memcpy", "memset")] = 0
     optional = _optional_columns(cols, f, kind_is, cat, external_id, pid, tid)
 
     keep = finite & ~bad_dur & ~out_of_range
@@ -338,7 +352,7 @@ def _build(cols: EventColumns, header: Trace, path: Path, warnings: list[str]) -
             "device": device,
             "stream": stream,
             "correlation": correlation,
-            "bytes": np.where(kind_is("memcpy", "memset"), nbytes, 0),
+            "bytes": nbytes,
             "copy_kind": categorical(copy_kind, COPY_KINDS),
             "pageable": pageable,
         },
@@ -375,9 +389,10 @@ def _optional_columns(cols: EventColumns, f: dict[str, np.ndarray], kind_is: Any
         optional["grid"] = _compact(cols.grid, is_kernel)
         optional["block"] = _compact(cols.block, is_kernel)
         for col in ("registers", "shared_mem", "occupancy"):  # a count no int64 holds is no count (blank, as 1e400)
-            v = f[col]
+            v = f[col]  # blanked in place: the frame's column is this buffer
             with np.errstate(invalid="ignore"):
-                optional[col] = np.where(is_kernel & (np.abs(v) <= _ID_LIMIT), v, np.nan)
+                v[~(is_kernel & (np.abs(v) <= _ID_LIMIT))] = np.nan
+            optional[col] = v
     shapes = _compact(cols.input_dims, kind_is("cpu_op"))
     if len(shapes.categories):
         optional["input_shapes"] = shapes
@@ -405,14 +420,10 @@ def launching_pids(pid: np.ndarray, correlation: np.ndarray, gpu: np.ndarray, ru
             main_pid = int(u_pid[np.argmax(n_pid)])
     else:
         main_pid = 0
-    u_corr, first = np.unique(correlation[runtime], return_index=True)  # each id's first call
-    q = correlation[gpu]
+    calls = np.flatnonzero(runtime)
+    first = first_of_key(correlation[calls], correlation[gpu])  # each id's first call
     out = pid.copy()
-    if not len(u_corr):
-        out[gpu] = main_pid
-        return out
-    at = np.minimum(np.searchsorted(u_corr, q), len(u_corr) - 1)
-    out[gpu] = np.where(u_corr[at] == q, pid[runtime][first][at], main_pid)
+    out[gpu] = np.where(first >= 0, pid[calls[np.maximum(first, 0)]] if len(calls) else main_pid, main_pid)
     return out
 
 
@@ -445,8 +456,13 @@ _ID_FIELDS = ("correlation", "external_id", "external_id_legacy", "device", "str
 def _in_range(cols: EventColumns) -> tuple[dict[str, np.ndarray], np.ndarray]:
     """The float columns with out-of-range values blanked (NaN), and which rows had one: a timestamp or duration past
     ``_TS_LIMIT_NS`` or infinite, an id or byte count no int64 holds, a pid/tid the decoder could not hold. Checked
-    before any conversion to int64, which would wrap them into negative spans and absurd percentages."""
-    f = dict(cols.floats)
+    before any conversion to int64, which would wrap them into negative spans and absurd percentages.
+
+    The arrays are ``cols.floats``'s own, blanked in place and taken from ``cols`` (its ``floats`` left empty): the
+    conversions after this one write their int64 results into the same buffers (``_as_int64``), so a gigabyte trace
+    holds each of these columns once instead of beside a converted copy."""
+    f = {k: v if v.flags.writeable and v.flags.c_contiguous else v.copy() for k, v in cols.floats.items()}
+    cols.floats = {}
     with np.errstate(invalid="ignore", over="ignore"):  # |inf| is past every limit, NaN within (absent, not bad)
         bad = (np.abs(f["ts"]) * 1000.0 > _TS_LIMIT_NS) | (np.abs(f["dur"]) * 1000.0 > _TS_LIMIT_NS)
         for key in _ID_FIELDS:
@@ -454,13 +470,26 @@ def _in_range(cols: EventColumns) -> tuple[dict[str, np.ndarray], np.ndarray]:
             over = np.abs(v) > _ID_LIMIT
             if over.any():
                 bad |= over
-                f[key] = np.where(over, np.nan, v)
+                v[over] = np.nan
     if cols.bad_ids is not None:
         bad |= cols.bad_ids
     if bad.any():
-        f["ts"] = np.where(bad, np.nan, f["ts"])
-        f["dur"] = np.where(bad, np.nan, f["dur"])
+        f["ts"][bad] = np.nan
+        f["dur"][bad] = np.nan
     return f, bad
+
+
+def _as_int64(v: np.ndarray, absent: int | np.ndarray) -> np.ndarray:
+    """A float column as int64 in its own buffer (``v`` is consumed): values truncated as ``astype`` does, NaN
+    replaced by ``absent``: a number, or the same row of an integer column taken through a float first (what
+    ``np.where(isnan(v), column, v).astype(np.int64)`` gives, which this replaces)."""
+    nan = np.isnan(v)
+    out = v.view(np.int64)
+    with np.errstate(invalid="ignore"):
+        np.copyto(out, v, casting="unsafe")  # same buffer, same strides: numpy casts element by element, no copy
+    if nan.any():
+        out[nan] = absent if np.isscalar(absent) else absent[nan].astype(np.float64).astype(np.int64)
+    return out
 
 
 def _base_time_ns(base: Any, path: Path, warnings: list[str]) -> int:
