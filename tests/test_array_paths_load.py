@@ -620,3 +620,24 @@ def test_decoder_categorical_reads_none_in_the_table_as_absent(seed, small, monk
     got = _categorical(codes, table)
     assert list(got.categories) == list(want.categories)
     np.testing.assert_array_equal(got.codes, want.codes)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_as_int64_in_place_equals_the_where_then_astype_it_replaces(seed):
+    """The in-place conversion of a float column (device, stream, ids) gives what
+    ``np.where(gpu, np.where(isnan(v), pid, v), -1).astype(int64)`` gave: truncation, the pid through a float
+    (a pid past 2**53 rounds as before), -1 on blanked rows, and the buffer of ``v`` reused."""
+    from traceinsight.ingest.kineto.reader import _as_int64
+
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 400))
+    v = rng.choice(np.array([np.nan, 0.0, 7.9, -3.5, 2.0**40, 1e15 + 0.5]), n)
+    pid = rng.choice(np.array([5, 783658, 2**53 + 1, -(2**60) - 3], dtype=np.int64), n)
+    gpu = rng.random(n) < 0.5
+    want = np.where(gpu, np.where(np.isnan(v), pid, v), -1).astype(np.int64)
+    want_scalar = np.where(np.isnan(v), -1, v).astype(np.int64)
+    w = v.copy()
+    got = _as_int64(w, pid, ~gpu)
+    np.testing.assert_array_equal(got, want)
+    assert np.shares_memory(got, w)
+    np.testing.assert_array_equal(_as_int64(v.copy(), -1), want_scalar)

@@ -131,7 +131,7 @@ def _ops(mem: pd.DataFrame, events: pd.DataFrame) -> None:
     todo = ~known & (found < 0) & (mem["tid"].to_numpy() >= 0)
     op_rows = np.flatnonzero(np.isin(kind, [KINDS.index(k) for k in _OP_KINDS]))
     if todo.any() and len(op_rows):
-        ops = pd.DataFrame({c: events[c].to_numpy()[op_rows] for c in ("rank", "pid", "tid", "start_ns", "dur_ns")})  # what it reads
+        ops = {c: events[c].to_numpy()[op_rows] for c in ("rank", "pid", "tid", "start_ns", "dur_ns")}  # what it reads (a frame would copy)
         pos = innermost(ops, mem["rank"].to_numpy()[todo], mem["pid"].to_numpy()[todo], mem["tid"].to_numpy()[todo],
                         mem["start_ns"].to_numpy()[todo])
         codes = names.cat.codes.to_numpy()[op_rows]
@@ -192,7 +192,7 @@ def _last_reaching(p: np.ndarray, qt: np.ndarray, e: np.ndarray) -> np.ndarray:
     return np.where((p >= 0) & (e[pc] >= qt), p, -1)
 
 
-def innermost(ops: pd.DataFrame, rank: np.ndarray, pid: np.ndarray, tid: np.ndarray, t: np.ndarray) -> np.ndarray:
+def innermost(ops: "pd.DataFrame | dict[str, np.ndarray]", rank: np.ndarray, pid: np.ndarray, tid: np.ndarray, t: np.ndarray) -> np.ndarray:
     """Per query (rank, pid, tid, t): the position in ``ops`` of the latest-starting op on that thread with
     start <= t <= end (for properly nested ops, the innermost one running at t), -1 where none.
 
@@ -200,12 +200,12 @@ def innermost(ops: pd.DataFrame, rank: np.ndarray, pid: np.ndarray, tid: np.ndar
     t, and the answer is the last of them whose end reaches t (``_last_reaching``). A walk up the chain of
     enclosing ops was tried instead: on a thread of a million sibling ops pointer jumping needs ~20 rounds over
     most of them, slower than the block search."""
-    codes, q_codes = _thread_codes([ops["rank"].to_numpy(), ops["pid"].to_numpy(), ops["tid"].to_numpy()], [rank, pid, tid])
-    o_start = ops["start_ns"].to_numpy(np.int64)
+    codes, q_codes = _thread_codes([np.asarray(ops["rank"]), np.asarray(ops["pid"]), np.asarray(ops["tid"])], [rank, pid, tid])
+    o_start = np.asarray(ops["start_ns"], dtype=np.int64)
     order = np.lexsort((o_start, codes))
     k = codes[order].astype(np.int64)
     s = o_start[order]
-    e = s + ops["dur_ns"].to_numpy(np.int64)[order]
+    e = s + np.asarray(ops["dur_ns"], dtype=np.int64)[order]
     n = len(s)
     # combined sortable key: thread code, then start (starts are >= 0 after rebasing; shift to be safe)
     base = int(s.min()) if n else 0

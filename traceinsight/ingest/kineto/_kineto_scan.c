@@ -80,12 +80,54 @@ typedef struct {
     int32_t code; /* -1 = empty slot */
 } Slot;
 
+/* The interned texts are copied into blocks of their own as they are first seen, so a repeat is compared with a
+   copy in a few hot cache lines rather than with its first occurrence somewhere behind the cursor in the file (a
+   page given back by release_behind, faulted in again by the comparison; memcmp was 3 % of a load's CPU). */
+#define ARENA_BLOCK ((size_t)64 << 10)
+
+typedef struct {
+    char **blocks;
+    size_t n_blocks, cap_blocks;
+    char *cur;
+    size_t left;
+} Arena;
+
+static const char *arena_copy(Arena *a, const char *p, size_t len) {
+    if (len > a->left) {
+        size_t size = len > ARENA_BLOCK ? len : ARENA_BLOCK;
+        if (a->n_blocks == a->cap_blocks) {
+            size_t cap = a->cap_blocks ? a->cap_blocks * 2 : 16;
+            char **b = realloc(a->blocks, cap * sizeof(char *));
+            if (!b) return NULL;
+            a->blocks = b;
+            a->cap_blocks = cap;
+        }
+        char *block = malloc(size ? size : 1);
+        if (!block) return NULL;
+        a->blocks[a->n_blocks++] = block;
+        a->cur = block;
+        a->left = size;
+    }
+    char *out = a->cur;
+    if (len) memcpy(out, p, len);
+    a->cur += len;
+    a->left -= len;
+    return out;
+}
+
+static void arena_free(Arena *a) {
+    for (size_t i = 0; i < a->n_blocks; i++) free(a->blocks[i]);
+    free(a->blocks);
+    memset(a, 0, sizeof(*a));
+}
+
 typedef struct {
     Slot *slots;
     size_t mask;
     int32_t count;
-    Slot *order; /* code -> span */
+    Slot *order; /* code -> span (in the arena) */
     size_t order_cap;
+    Arena texts;
 } Intern;
 
 static int intern_init(Intern *t) {
@@ -94,6 +136,7 @@ static int intern_init(Intern *t) {
     t->slots = malloc(sizeof(Slot) * (t->mask + 1));
     t->order_cap = 64;
     t->order = malloc(sizeof(Slot) * t->order_cap);
+    memset(&t->texts, 0, sizeof(t->texts));
     if (!t->slots || !t->order) return -1;
     for (size_t i = 0; i <= t->mask; i++) t->slots[i].code = -1;
     return 0;
@@ -102,6 +145,7 @@ static int intern_init(Intern *t) {
 static void intern_free(Intern *t) {
     free(t->slots);
     free(t->order);
+    arena_free(&t->texts);
     t->slots = NULL;
     t->order = NULL;
 }
@@ -195,7 +239,9 @@ static int32_t intern(Intern *t, const char *p, Py_ssize_t len, const char *limi
         t->order = o;
         t->order_cap = cap;
     }
-    Slot s = {p, len, h, t->count};
+    const char *copy = arena_copy(&t->texts, p, (size_t)len);
+    if (!copy) return -1;
+    Slot s = {copy, len, h, t->count};
     t->slots[j] = s;
     t->order[t->count] = s;
     t->count++;

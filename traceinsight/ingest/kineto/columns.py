@@ -58,11 +58,13 @@ def native_available() -> bool:
 # --- shared helpers -------------------------------------------------------------------------------------------
 
 
-def _categorical(codes: np.ndarray, uniques: list[str | None], missing: str | None = None) -> pd.Categorical:
+def _categorical(codes: np.ndarray, uniques: list[str | None], missing: str | None = None, *, own: bool = False) -> pd.Categorical:
     """Codes into a list of strings (-1 = absent; a None in the list is absent too) as a categorical whose
     categories are the distinct strings the rows use, sorted (as ``pd.Categorical(values)`` makes them).
 
-    ``missing`` stands in for absent values (the struct decoder's default for absent strings is "")."""
+    ``missing`` stands in for absent values (the struct decoder's default for absent strings is ""). ``own``: the
+    codes are the caller's to give up (the scanner's column), so they are shifted in place; the new codes come in
+    the narrowest integer type that holds them, as pandas would store them, so no second copy is made."""
     codes = np.asarray(codes)
     if len(codes) <= SMALL_MATCH:
         return _categorical_small(codes, uniques, missing)
@@ -70,7 +72,8 @@ def _categorical(codes: np.ndarray, uniques: list[str | None], missing: str | No
         if missing is None or not len(codes):
             return categorical(np.full(len(codes), -1, dtype=np.int8), _NO_STRINGS)
         return categorical(np.zeros(len(codes), dtype=np.int8), [missing])
-    shifted = codes + 1  # code -1 (absent) reads slot 0 of the tables below
+    in_place = own and codes.flags.writeable and codes.dtype.kind == "i"
+    shifted = np.add(codes, 1, out=codes if in_place else None)  # code -1 (absent) reads slot 0 of the tables below
     counts = np.bincount(shifted, minlength=len(uniques) + 1).tolist()
     stand_in = missing if missing is not None and counts[0] else None
     # strings only other rows use (flow and metadata names) are not categories of these rows
@@ -79,7 +82,8 @@ def _categorical(codes: np.ndarray, uniques: list[str | None], missing: str | No
         return categorical(np.full(len(codes), -1, dtype=np.int8), _NO_STRINGS)
     cats = sorted(used)  # what np.unique gives, without an object array's sort on a few dozen strings
     position = {c: i for i, c in enumerate(cats)}
-    lut = np.array([position.get(stand_in, -1)] + [position[u] if k and u is not None else -1 for u, k in zip(uniques, counts[1:])], dtype=np.int32)
+    narrow = np.int8 if len(cats) < 127 else np.int16 if len(cats) < 32767 else np.int32
+    lut = np.array([position.get(stand_in, -1)] + [position[u] if k and u is not None else -1 for u, k in zip(uniques, counts[1:])], dtype=narrow)
     return categorical(lut[shifted], cats)
 
 
@@ -121,7 +125,9 @@ def _id_lut(strings: list[str], used: np.ndarray) -> np.ndarray:
 
 
 def _resolve_ids(pairs: list[tuple[np.ndarray, np.ndarray]], strings: list[str]) -> list[np.ndarray]:
-    """Each (numbers, string codes) id column as int64, string ids replaced through ``_id_lut``."""
+    """Each (numbers, string codes) id column as int64, string ids replaced through ``_id_lut``. The numbers'
+    arrays are consumed: an int64 one is written in place (every caller passes its own: the scanner's column, a
+    masked copy, a list made into an array), so a gigabyte trace's pid and tid are not copied again."""
     if not strings:
         return [nums.astype(np.int64, copy=False) for nums, _ in pairs]
     rows = [np.flatnonzero(codes >= 0) for _, codes in pairs]  # string ids are few: named threads, "Spans"
@@ -131,7 +137,7 @@ def _resolve_ids(pairs: list[tuple[np.ndarray, np.ndarray]], strings: list[str])
     lut = _id_lut(strings, used)
     out = []
     for (nums, codes), at in zip(pairs, rows):
-        ids = nums.astype(np.int64)  # a copy: the scanner's column stays as it was read
+        ids = nums if nums.dtype == np.int64 and nums.flags.writeable else nums.astype(np.int64)
         ids[at] = lut[codes[at]]
         out.append(ids)
     return out
@@ -159,25 +165,32 @@ def _thread_names(pid: np.ndarray, tid: np.ndarray, is_thread_name: np.ndarray, 
     return pd.DataFrame({"pid": table["pid"], "tid": table["tid"], "thread_name": pd.Series(table["thread_name"], dtype=object)})
 
 
-def _thread_rows(pid: np.ndarray, tid: np.ndarray, names) -> np.ndarray:
-    """Per row, the position in ``names`` (a thread-name table or frame: one row per thread) of its (pid, tid),
-    -1 for none; looked up on one int64 key per row."""
+def _thread_runs(pid: np.ndarray, tid: np.ndarray, names) -> tuple[np.ndarray, np.ndarray]:
+    """The rows as runs of one thread (a thread's ops, a stream's kernels come together): per run, the position in
+    ``names`` (a thread-name table or frame: one row per thread) of its (pid, tid), -1 for none, and its length.
+    Each run is looked up once, on one int64 key; few rows (or names) through a dict."""
     n_pid, n_tid = np.asarray(names["pid"]), np.asarray(names["tid"])
     if not len(pid) or not len(n_pid):
-        return np.full(len(pid), -1, dtype=np.int64)
+        return np.full(1 if len(pid) else 0, -1, dtype=np.int64), np.array([len(pid)] if len(pid) else [], dtype=np.int64)
     if len(pid) + len(n_pid) <= SMALL_MATCH:  # few rows: a dict of the threads (the first of a repeated one)
         position: dict[tuple, int] = {}
         for i, k in enumerate(zip(n_pid.tolist(), n_tid.tolist())):
             position.setdefault(k, i)
-        return np.array([position.get(k, -1) for k in zip(pid.tolist(), tid.tolist())], dtype=np.int64)
-    # rows come in runs of one thread (a thread's ops, a stream's kernels): look up each run once
-    head = np.flatnonzero(np.r_[True, (pid[1:] != pid[:-1]) | (tid[1:] != tid[:-1])])
+        return np.array([position.get(k, -1) for k in zip(pid.tolist(), tid.tolist())], dtype=np.int64), np.ones(len(pid), dtype=np.int64)
+    change = pid[1:] != pid[:-1]
+    change |= tid[1:] != tid[:-1]
+    head = np.flatnonzero(np.r_[True, change])
     k_rows, k_names = join_keys([(pid[head], n_pid), (tid[head], n_tid)])
     order = np.argsort(k_names, kind="stable")
     sorted_keys = k_names[order]
     at = np.minimum(np.searchsorted(sorted_keys, k_rows), len(sorted_keys) - 1)
-    found = np.where(sorted_keys[at] == k_rows, order[at], -1)
-    return np.repeat(found, np.diff(np.append(head, len(pid))))
+    return np.where(sorted_keys[at] == k_rows, order[at], -1), np.diff(np.append(head, len(pid)))
+
+
+def _thread_rows(pid: np.ndarray, tid: np.ndarray, names) -> np.ndarray:
+    """Per row, the position in ``names`` of its (pid, tid), -1 for none (``_thread_runs`` spread over the rows)."""
+    found, lengths = _thread_runs(pid, tid, names)
+    return np.repeat(found, lengths)
 
 
 def thread_name_of(pid: np.ndarray, tid: np.ndarray, names) -> np.ndarray:
@@ -193,20 +206,21 @@ def thread_name_of(pid: np.ndarray, tid: np.ndarray, names) -> np.ndarray:
 def thread_name_column(pid: np.ndarray, tid: np.ndarray, names) -> pd.Categorical:
     """``pd.Categorical(thread_name_of(pid, tid, names))``, factorized per thread instead of per row: categories
     are the distinct names the rows use, sorted; rows without a name are missing."""
-    at = _thread_rows(pid, tid, names)
+    at, lengths = _thread_runs(pid, tid, names)
     if not (at >= 0).any():
         return pd.Categorical(np.full(len(pid), np.nan, dtype=object))
     texts = np.asarray(names["thread_name"], dtype=object)
-    if len(at) <= SMALL_MATCH:  # few rows: the names they use, sorted, and each row's code, in Python
-        rows = at.tolist()
+    if len(pid) <= SMALL_MATCH:  # few rows: the names they use, sorted, and each row's code, in Python
+        rows = np.repeat(at, lengths).tolist()
         cats = sorted({texts[a] for a in rows if a >= 0})
         position = {c: i for i, c in enumerate(cats)}
         return categorical(np.array([position[texts[a]] if a >= 0 else -1 for a in rows], dtype=np.int64), cats)
-    used = np.flatnonzero(np.bincount(at[at >= 0], minlength=len(texts)))  # the threads rows name, in order
+    used = np.unique(at[at >= 0])  # the threads the runs name, in order
     cats, inverse = np.unique(texts[used], return_inverse=True)
-    code_of = np.full(len(texts) + 1, -1, dtype=np.int64)  # position -1 reads the last slot: no name
+    narrow = np.int8 if len(cats) < 127 else np.int16 if len(cats) < 32767 else np.int32  # as pandas stores codes
+    code_of = np.full(len(texts) + 1, -1, dtype=narrow)  # position -1 reads the last slot: no name
     code_of[used] = inverse.reshape(-1)
-    return categorical(code_of[at], cats.tolist())
+    return categorical(np.repeat(code_of[at], lengths), cats.tolist())  # a code per run, spread over its rows
 
 
 def format_dims(v: Any) -> str | None:
@@ -292,16 +306,16 @@ def scan_columns(data: bytes | mmap.mmap) -> tuple[EventColumns, dict[str, Any]]
     cols = EventColumns(
         n_events=res["events"],
         has_ts=~np.isnan(floats["ts"]),
-        cat=_categorical(i32["cat"], texts(strings["cat"]), missing=""),
-        name=_categorical(i32["name"], names, missing=""),
+        cat=_categorical(i32["cat"], texts(strings["cat"]), missing="", own=True),
+        name=_categorical(i32["name"], names, missing="", own=True),
         pid=pid,
         tid=tid,
         floats=floats,
-        grid=_categorical(i32["grid"], dim3),
-        block=_categorical(i32["block"], dim3),
-        input_dims=_categorical(i32["input_dims"], texts(strings["input_dims"], json_string=False)),
-        input_types=_categorical(i32["input_types"], texts(strings["input_types"], json_string=False)),
-        concrete_inputs=_categorical(i32["concrete_inputs"], texts(strings["concrete_inputs"], json_string=False)),
+        grid=_categorical(i32["grid"], dim3, own=True),
+        block=_categorical(i32["block"], dim3, own=True),
+        input_dims=_categorical(i32["input_dims"], texts(strings["input_dims"], json_string=False), own=True),
+        input_types=_categorical(i32["input_types"], texts(strings["input_types"], json_string=False), own=True),
+        concrete_inputs=_categorical(i32["concrete_inputs"], texts(strings["concrete_inputs"], json_string=False), own=True),
         thread_names=thread_names,
     )
     cols.bad_utf8 = bad or bool(res.get("bad_utf8"))
@@ -313,6 +327,7 @@ def scan_columns(data: bytes | mmap.mmap) -> tuple[EventColumns, dict[str, Any]]
 
 #: Instant events that are allocator records, and the field names both decoders give their args.
 MEMORY_EVENT_NAMES = ("[memory]", "[OutOfMemory]")
+OUT_OF_MEMORY = MEMORY_EVENT_NAMES[1]  # an allocation that failed: the rows carry it as the flag "oom"
 MEMORY_FIELDS = ("addr", "bytes", "total_allocated", "total_reserved", "device_type", "device_id")
 
 
@@ -328,8 +343,8 @@ def _native_memory(res: dict, names: list[str], strings: dict, texts) -> dict[st
     pid, tid = _resolve_ids([(np.frombuffer(inst["i64"]["pid"], dtype=np.int64)[keep], np.frombuffer(inst["i32"]["pid_str"], dtype=np.int32)[keep]),
                              (np.frombuffer(inst["i64"]["tid"], dtype=np.int64)[keep], np.frombuffer(inst["i32"]["tid_str"], dtype=np.int32)[keep])],
                             texts(strings["ids"]))
-    out = {"name": np.array(names + [""], dtype=object)[code[keep]], "ts": np.frombuffer(inst["f64"]["ts"], dtype=np.float64)[keep],
-           "pid": pid, "tid": tid}
+    is_oom = np.array([n == OUT_OF_MEMORY for n in names] + [False])  # per name (two spellings may read the same)
+    out = {"oom": is_oom[code[keep]], "ts": np.frombuffer(inst["f64"]["ts"], dtype=np.float64)[keep], "pid": pid, "tid": tid}
     for f in MEMORY_FIELDS:
         out[f] = np.frombuffer(res["instant_memory"][f], dtype=np.float64)[keep]
     return out
@@ -345,7 +360,7 @@ def _struct_memory(events: list[Any]) -> dict[str, np.ndarray] | None:
     pid, tid = _resolve_ids([_ids_of([e.pid for e in inst], strings), _ids_of([e.tid for e in inst], strings)], list(strings))
     noarg = Args()
     args = [e.args or noarg for e in inst]
-    return {"name": np.array([e.name for e in inst], dtype=object), "ts": _num([e.ts for e in inst]), "pid": pid, "tid": tid,
+    return {"oom": np.array([e.name == OUT_OF_MEMORY for e in inst], dtype=bool), "ts": _num([e.ts for e in inst]), "pid": pid, "tid": tid,
             **{f: _num([getattr(a, "mem_" + f) for a in args]) for f in MEMORY_FIELDS}}
 
 

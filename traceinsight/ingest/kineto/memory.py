@@ -39,7 +39,7 @@ def memory_rows(raw: dict[str, np.ndarray] | None, origin_us: float, origin_ns: 
     if not ok.any():
         return {"kind": np.zeros(0, dtype=object), "start_ns": np.zeros(0, np.int64), DROPPED_KEY: int(no_device.sum())} if no_device.any() else None
     r = {k: v[ok] for k, v in raw.items()}
-    oom = r["name"] == "[OutOfMemory]"
+    oom = r["oom"]
     delta = np.nan_to_num(r["bytes"], nan=0.0).astype(np.int64)
     dtype_code = np.nan_to_num(r["device_type"], nan=-1).astype(np.int64)
     dev_id = np.nan_to_num(r["device_id"], nan=-1).astype(np.int64)

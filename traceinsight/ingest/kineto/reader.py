@@ -289,10 +289,9 @@ def _build(cols: EventColumns, header: Trace, path: Path, warnings: list[str]) -
     pid = cols.pid
     tid = cols.tid
     # a GPU row without a device / stream takes its pid / tid (as a float, as np.where would mix them); host rows -1
-    device = _as_int64(f.pop("device"), pid)
-    device[~gpu] = -1
-    stream = _as_int64(f.pop("stream"), tid)
-    stream[~gpu] = -1
+    host = ~gpu
+    device = _as_int64(f.pop("device"), pid, host)
+    stream = _as_int64(f.pop("stream"), tid, host)
     correlation = _as_int64(f.pop("correlation"), -1)
     ext = f.pop("external_id")
     legacy = f.pop("external_id_legacy")
@@ -336,7 +335,7 @@ def _build(cols: EventColumns, header: Trace, path: Path, warnings: list[str]) -
 
     copy_kind, pageable = _copy_columns(kind_is("memcpy"), name_raw, n)
     nbytes = _as_int64(f.pop("bytes"), 0)
-    nbytes[~kind_is("memcpy", "memset")] = 0
+    np.copyto(nbytes, 0, where=~kind_is("memcpy", "memset"))
     optional = _optional_columns(cols, f, kind_is, cat, external_id, pid, tid)
 
     keep = finite & ~bad_dur & ~out_of_range
@@ -391,7 +390,8 @@ def _optional_columns(cols: EventColumns, f: dict[str, np.ndarray], kind_is: Any
         for col in ("registers", "shared_mem", "occupancy"):  # a count no int64 holds is no count (blank, as 1e400)
             v = f[col]  # blanked in place: the frame's column is this buffer
             with np.errstate(invalid="ignore"):
-                v[~(is_kernel & (np.abs(v) <= _ID_LIMIT))] = np.nan
+                blank = ~is_kernel if _largest(v) <= _ID_LIMIT else ~(is_kernel & (np.abs(v) <= _ID_LIMIT))
+            np.copyto(v, np.nan, where=blank)
             optional[col] = v
     shapes = _compact(cols.input_dims, kind_is("cpu_op"))
     if len(shapes.categories):
@@ -463,12 +463,15 @@ def _in_range(cols: EventColumns) -> tuple[dict[str, np.ndarray], np.ndarray]:
     holds each of these columns once instead of beside a converted copy."""
     f = {k: v if v.flags.writeable and v.flags.c_contiguous else v.copy() for k, v in cols.floats.items()}
     cols.floats = {}
+    bad = np.zeros(len(f["ts"]), dtype=bool)
     with np.errstate(invalid="ignore", over="ignore"):  # |inf| is past every limit, NaN within (absent, not bad)
-        bad = (np.abs(f["ts"]) * 1000.0 > _TS_LIMIT_NS) | (np.abs(f["dur"]) * 1000.0 > _TS_LIMIT_NS)
+        for key in ("ts", "dur"):
+            if _largest(f[key]) * 1000.0 > _TS_LIMIT_NS:  # rounding is monotone: no row past the limit otherwise
+                bad |= np.abs(f[key]) * 1000.0 > _TS_LIMIT_NS
         for key in _ID_FIELDS:
             v = f[key]
-            over = np.abs(v) > _ID_LIMIT
-            if over.any():
+            if _largest(v) > _ID_LIMIT:
+                over = np.abs(v) > _ID_LIMIT
                 bad |= over
                 v[over] = np.nan
     if cols.bad_ids is not None:
@@ -479,16 +482,34 @@ def _in_range(cols: EventColumns) -> tuple[dict[str, np.ndarray], np.ndarray]:
     return f, bad
 
 
-def _as_int64(v: np.ndarray, absent: int | np.ndarray) -> np.ndarray:
+def _largest(v: np.ndarray) -> float:
+    """The largest magnitude in a float column, NaN (absent) left out, inf kept; 0 for none: two reductions that
+    allocate nothing, so the usual column (every value in range) costs no mask."""
+    if not len(v):
+        return 0.0
+    hi, lo = float(np.fmax.reduce(v)), float(np.fmin.reduce(v))
+    if hi != hi:  # all NaN
+        return 0.0
+    return max(abs(hi), abs(lo))
+
+
+def _as_int64(v: np.ndarray, absent: int | np.ndarray, blank: np.ndarray | None = None) -> np.ndarray:
     """A float column as int64 in its own buffer (``v`` is consumed): values truncated as ``astype`` does, NaN
     replaced by ``absent``: a number, or the same row of an integer column taken through a float first (what
-    ``np.where(isnan(v), column, v).astype(np.int64)`` gives, which this replaces)."""
+    ``np.where(isnan(v), column, v).astype(np.int64)`` gives, which this replaces). Rows in ``blank`` become -1
+    whatever they held (a host row's device), and are never looked up in ``absent``."""
     nan = np.isnan(v)
     out = v.view(np.int64)
     with np.errstate(invalid="ignore"):
         np.copyto(out, v, casting="unsafe")  # same buffer, same strides: numpy casts element by element, no copy
-    if nan.any():
-        out[nan] = absent if np.isscalar(absent) else absent[nan].astype(np.float64).astype(np.int64)
+    if blank is not None:
+        np.copyto(out, -1, where=blank)
+        nan &= ~blank
+    if np.isscalar(absent):
+        np.copyto(out, absent, where=nan)
+    else:
+        at = np.flatnonzero(nan)
+        out[at] = absent[at].astype(np.float64).astype(np.int64)
     return out
 
 
