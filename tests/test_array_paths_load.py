@@ -641,3 +641,31 @@ def test_as_int64_in_place_equals_the_where_then_astype_it_replaces(seed):
     np.testing.assert_array_equal(got, want)
     assert np.shares_memory(got, w)
     np.testing.assert_array_equal(_as_int64(v.copy(), -1), want_scalar)
+
+
+def test_load_pauses_the_collector_and_gives_it_back(tmp_path, monkeypatch):
+    """The cyclic collector is off while a trace is read and assembled (``heap.collector_paused``: a full
+    collection walks every object pandas made, for nothing to collect), and on again after a load, and after one
+    that fails."""
+    import gc
+
+    import traceinsight
+    from traceinsight.ingest.kineto import reader
+    from traceinsight.vocab.errors import TraceReadError
+
+    t = KinetoTrace()
+    for i in range(300):
+        t.cpu_op(f"op{i % 7}", 10.0 * i, 5.0)
+    path = t.write(tmp_path / "t.json")
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"traceEvents": [{"ph": "X", "ts": 1, "dur": }]}')
+    seen: list[tuple[str, bool]] = []
+    for mod, name in ((reader, "read"), (ingest, "assemble")):
+        real = getattr(mod, name)
+        monkeypatch.setattr(mod, name, lambda *a, _real=real, _name=name, **k: (seen.append((_name, gc.isenabled())), _real(*a, **k))[1])
+    assert gc.isenabled()
+    tl = traceinsight.load(path)
+    assert seen == [("read", False), ("assemble", False)] and gc.isenabled()
+    with pytest.raises(TraceReadError):
+        traceinsight.load(bad)
+    assert gc.isenabled() and (tl.events["kind"] == "cpu_op").sum() == 300

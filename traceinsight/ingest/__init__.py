@@ -23,7 +23,7 @@ from traceinsight.model.timeline import (Timeline, assign_steps, assign_steps_co
                         rebase, rebase_columns, validate, validate_columns)
 from traceinsight.ingest import kineto, nsys, tf, xplane
 from traceinsight.ingest.byteio import HEAD_BYTES, check_input, read_head
-from traceinsight.ingest.heap import input_size, large_input
+from traceinsight.ingest.heap import collector_paused, input_size, large_input
 from traceinsight.ingest.input_format import UNKNOWN, InputFormat
 from traceinsight.ingest.parts import ReadResult, Rows
 
@@ -78,7 +78,12 @@ def load(path: str | os.PathLike, *, format: str | None = None, progress: Progre
     the size of a file or of what a gzip inflates to (default: half the available memory); past it reading stops
     with a TraceTooLargeError. Reader-specific ``options`` (e.g. ``run=`` for TensorBoard logdirs) pass through.
     """
-    p = Path(path)
+    with collector_paused():
+        return _load(Path(path), format, progress, max_bytes, options)
+
+
+def _load(p: Path, format: str | None, progress: ProgressFn | None, max_bytes: int | None, options: dict[str, Any]) -> Timeline:
+    path = p
     check_input(p)
     fmt = format or detect(p)
     reader = FORMATS.get(fmt)
