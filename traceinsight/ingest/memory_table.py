@@ -204,13 +204,19 @@ def innermost(ops: "pd.DataFrame | dict[str, np.ndarray]", rank: np.ndarray, pid
     o_start = np.asarray(ops["start_ns"], dtype=np.int64)
     order = np.lexsort((o_start, codes))
     k = codes[order].astype(np.int64)
+    del codes
     s = o_start[order]
-    e = s + np.asarray(ops["dur_ns"], dtype=np.int64)[order]
+    e = np.asarray(ops["dur_ns"], dtype=np.int64)[order]
+    e += s
     n = len(s)
-    # combined sortable key: thread code, then start (starts are >= 0 after rebasing; shift to be safe)
+    # combined sortable key: thread code, then start (starts are >= 0 after rebasing; shift to be safe); made in
+    # place, as the tables of a gigabyte trace's ops are each a column of millions
     base = int(s.min()) if n else 0
     span = int(s.max()) - base + 2 if n else 1
-    comb = k * span + (s - base)
+    comb = k * span
+    s -= base
+    comb += s
+    del s
     qt = np.asarray(t, np.int64)
     valid = q_codes >= 0
     qcomb = q_codes.astype(np.int64) * span + np.clip(qt - base, -1, span - 1)

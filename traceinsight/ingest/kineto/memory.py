@@ -38,7 +38,7 @@ def memory_rows(raw: dict[str, np.ndarray] | None, origin_us: float, origin_ns: 
     ok &= ~no_device
     if not ok.any():
         return {"kind": np.zeros(0, dtype=object), "start_ns": np.zeros(0, np.int64), DROPPED_KEY: int(no_device.sum())} if no_device.any() else None
-    r = {k: v[ok] for k, v in raw.items()}
+    r = raw if ok.all() else {k: v[ok] for k, v in raw.items()}  # the usual case: every row kept, nothing copied
     oom = r["oom"]
     delta = np.nan_to_num(r["bytes"], nan=0.0).astype(np.int64)
     dtype_code = np.nan_to_num(r["device_type"], nan=-1).astype(np.int64)
