@@ -378,6 +378,9 @@ def kind_is(kind: pd.Categorical, *names: str) -> np.ndarray:
             lut = _KIND_LUTS[names] = np.array([c in names for c in KINDS] + [False], dtype=bool)
     else:
         lut = np.array([c in names for c in kind.categories] + [False], dtype=bool)
+    hits = np.flatnonzero(lut[:-1])
+    if len(hits) == 1:  # one kind: a compare of the codes, a third of a table lookup's time on millions of rows
+        return kind.codes == hits[0]
     return lut[kind.codes]
 
 

@@ -979,11 +979,13 @@ static void mem_defaults(Scan *s) {
     for (int k = 0; k < N_MEM; k++) s->mem_args[k] = NAN;
 }
 
-static int scan_args(Scan *s, size_t row) {
+static int scan_args(Scan *s, size_t row, int again) {
     Rows *r = &s->rows;
     const int depth = s->outer + 2; /* containers around a value in args: the outer ones, the event, args */
-    args_defaults(r, row);
-    mem_defaults(s);
+    if (again) { /* a repeated "args" replaces the earlier one; the first finds the row's defaults in place */
+        args_defaults(r, row);
+        mem_defaults(s);
+    }
     int rc0 = open_container(s, '}');
     if (rc0) return rc0 < 0 ? rc0 : OK;
     for (;;) {
@@ -1067,7 +1069,7 @@ static int scan_event(Scan *s) {
     size_t row = r->n;
     row_defaults(r, row);
     mem_defaults(s);
-    int ph = 0;
+    int ph = 0, seen_args = 0;
     int rc0 = open_container(s, '}');
     if (rc0 < 0) return rc0;
     if (rc0) {
@@ -1088,12 +1090,13 @@ static int scan_event(Scan *s) {
         else if (KEY_IS(k, n, "ts")) rc = scan_float_field(s, &r->f64[F_TS][row], 0);
         else if (KEY_IS(k, n, "dur")) rc = scan_float_field(s, &r->f64[F_DUR][row], 0);
         else if (KEY_IS(k, n, "args")) {
-            if (*s->p == '{') rc = scan_args(s, row);
+            if (*s->p == '{') rc = scan_args(s, row, seen_args);
             else if (*s->p == 'n') {
                 args_defaults(r, row); /* "args": null replaces an earlier args too */
                 mem_defaults(s);
                 rc = scan_literal(s, "null", 4);
             } else rc = FAIL(s, "an args field that is not an object");
+            seen_args = 1;
         } else {
             rc = skip_value(s, s->outer + 1, 0);
         }
