@@ -164,8 +164,19 @@ def _thread_codes(ops: list[np.ndarray], queries: list[np.ndarray]) -> tuple[np.
         keys = pd.MultiIndex.from_arrays([r, p, t])
         codes, uniques = pd.factorize(keys)
         return codes, uniques.get_indexer(pd.MultiIndex.from_arrays([qr, qp, qt]))
-    codes, uniques = pd.factorize((r << 48) | (p << 24) | t)
-    return codes.astype(np.int64), pd.Index(uniques).get_indexer((qr << 48) | (qp << 24) | qt)
+    o_runs, o_len = _runs((r << 48) | (p << 24) | t)  # rows come in runs of one thread: numbered per run
+    q_runs, q_len = _runs((qr << 48) | (qp << 24) | qt)
+    codes, uniques = pd.factorize(o_runs)
+    return np.repeat(codes.astype(np.int64), o_len), np.repeat(pd.Index(uniques).get_indexer(q_runs), q_len)
+
+
+def _runs(key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The runs of equal keys: each run's key and length (a thread's ops come together: the 2.3 M ops of the
+    1.9 GB replica are 80 runs, so hashing the runs instead of the rows costs nothing)."""
+    if not len(key):
+        return key, np.zeros(0, dtype=np.int64)
+    head = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])
+    return key[head], np.diff(np.append(head, len(key)))
 
 
 def _last_reaching(p: np.ndarray, qt: np.ndarray, e: np.ndarray) -> np.ndarray:
