@@ -282,8 +282,9 @@ def first_of_key(src: np.ndarray, dst: np.ndarray) -> np.ndarray:
     dense = _key_table_span(src, len(src) + len(dst))
     if dense is not None:
         lo, span = dense
-        first = np.full(span, len(src), dtype=np.int64)
-        np.minimum.at(first, src - lo, np.arange(len(src), dtype=np.int64))  # the smallest position per key
+        pos_type = np.int32 if len(src) < np.iinfo(np.int32).max else np.int64  # the table: 4 bytes a slot
+        first = np.full(span, len(src), dtype=pos_type)
+        np.minimum.at(first, src - lo, np.arange(len(src), dtype=pos_type))  # the smallest position per key
         inside = np.flatnonzero((dst >= lo) & (dst < lo + span))
         at = first[dst[inside] - lo]
         found = at < len(src)
