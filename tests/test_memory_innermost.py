@@ -61,13 +61,17 @@ def _queries(rng: np.random.Generator, ops: pd.DataFrame, q: int):
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
-@pytest.mark.parametrize("shape", ["nested", "overlapping"])
+@pytest.mark.parametrize("shape", ["nested", "overlapping", "string_ids"])
 @pytest.mark.parametrize("queries", [600, 40])
 def test_innermost_matches_its_contract(seed, shape, queries):
     """600 queries fall in nearly every op; 40 leave most ops holding none, which the search of enclosing ops
-    leaves out of its tables (``_enclosing``): the answers must not change."""
+    leaves out of its tables (``_enclosing``): the answers must not change. ``string_ids``: pids a string gave
+    (negative numbers), which no packed key holds (the threads are numbered through a MultiIndex)."""
     rng = np.random.default_rng(seed)
-    ops = _nested_ops(rng, 3, 30) if shape == "nested" else _overlapping_ops(rng, 400)
+    ops = _overlapping_ops(rng, 400) if shape == "overlapping" else _nested_ops(rng, 3, 30)
+    if shape == "string_ids":
+        ops["pid"] = -ops["pid"] - 2
+        ops = ops.sort_values(["tid", "start_ns"], kind="stable").reset_index(drop=True)  # runs of one thread
     rank, pid, tid, t = _queries(rng, ops, queries)
     got = memory_table.innermost(ops, rank, pid, tid, t)
     want = _brute(ops, rank, pid, tid, t)

@@ -13,6 +13,7 @@ import pandas as pd
 
 from traceinsight.model.plausible import DROPPED_KEY, check_memory
 from traceinsight.model.timeline import KINDS, MEMORY_COLUMNS, TIME_LIMIT_NS, TraceMeta, build_memory
+from traceinsight.vocab.masks import take_rows
 
 #: Framework ops a memory row may be attributed to (the innermost enclosing one on the same host thread).
 _OP_KINDS = ("cpu_op",)
@@ -46,7 +47,7 @@ def join(pieces: list[tuple[dict, int | None, int]], events: pd.DataFrame, origi
         meta.warn(f"{int(bad.sum()):,} memory events with a time out of range were dropped")
         mem = mem[~bad]
     order = np.lexsort((mem["start_ns"].to_numpy(), mem["device"].to_numpy(), mem["rank"].to_numpy()))
-    mem = mem.take(order).reset_index(drop=True)
+    mem = take_rows(mem, order).reset_index(drop=True)  # column by column (a slice when already in order)
     mem = check_memory(mem, meta, dropped)
     if mem.empty:
         return build_memory()
@@ -154,29 +155,35 @@ def _compact(codes: np.ndarray, cats: pd.Index) -> tuple[np.ndarray, pd.Index]:
 
 
 def _thread_codes(ops: list[np.ndarray], queries: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-    """Thread codes (rank, pid, tid) for the ops and the queries (-1: a thread with no op). Ids that fit in 16 / 24
-    / 24 bits pack into one int64 and are numbered by hashing (no sort of a million keys); others go through a
-    MultiIndex. Codes only group rows: their order carries no meaning."""
-    r, p, t = (np.asarray(a, np.int64) for a in ops)
-    qr, qp, qt = (np.asarray(a, np.int64) for a in queries)
+    """Thread codes (rank, pid, tid) for the ops and the queries (-1: a thread with no op). Rows come in runs of
+    one thread (a thread's ops come together: the 2.3 M ops of the 1.9 GB replica are 80 runs), so each run's ids
+    are read once: packed into one int64 when they fit in 16 / 24 / 24 bits and numbered by hashing, else through
+    a MultiIndex. Codes only group rows: their order carries no meaning."""
+    (o_ids, o_len), (q_ids, q_len) = _runs(ops), _runs(queries)
+    r, p, t = (a.astype(np.int64, copy=False) for a in o_ids)
+    qr, qp, qt = (a.astype(np.int64, copy=False) for a in q_ids)
     fits = all(len(a) == 0 or (a.min() >= 0 and a.max() < (1 << bits)) for a, bits in ((r, 15), (p, 24), (t, 24), (qr, 15), (qp, 24), (qt, 24)))
-    if not fits:
-        keys = pd.MultiIndex.from_arrays([r, p, t])
-        codes, uniques = pd.factorize(keys)
-        return codes, uniques.get_indexer(pd.MultiIndex.from_arrays([qr, qp, qt]))
-    o_runs, o_len = _runs((r << 48) | (p << 24) | t)  # rows come in runs of one thread: numbered per run
-    q_runs, q_len = _runs((qr << 48) | (qp << 24) | qt)
-    codes, uniques = pd.factorize(o_runs)
-    return np.repeat(codes.astype(np.int64), o_len), np.repeat(pd.Index(uniques).get_indexer(q_runs), q_len)
+    if fits:
+        codes, uniques = pd.factorize((r << 48) | (p << 24) | t)
+        q_codes = pd.Index(uniques).get_indexer((qr << 48) | (qp << 24) | qt)
+    else:
+        codes, uniques = pd.factorize(pd.MultiIndex.from_arrays([r, p, t]))
+        q_codes = uniques.get_indexer(pd.MultiIndex.from_arrays([qr, qp, qt]))
+    return np.repeat(codes.astype(np.int64), o_len), np.repeat(q_codes.astype(np.int64), q_len)
 
 
-def _runs(key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The runs of equal keys: each run's key and length (a thread's ops come together: the 2.3 M ops of the
-    1.9 GB replica are 80 runs, so hashing the runs instead of the rows costs nothing)."""
-    if not len(key):
-        return key, np.zeros(0, dtype=np.int64)
-    head = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])
-    return key[head], np.diff(np.append(head, len(key)))
+def _runs(columns: list[np.ndarray]) -> tuple[list[np.ndarray], np.ndarray]:
+    """The runs of rows equal in every column: each run's values (one row per run) and its length."""
+    cols = [np.asarray(c) for c in columns]
+    n = len(cols[0])
+    if not n:
+        return cols, np.zeros(0, dtype=np.int64)
+    change = np.zeros(n, dtype=bool)
+    change[0] = True
+    for c in cols:
+        change[1:] |= c[1:] != c[:-1]
+    head = np.flatnonzero(change)
+    return [c[head] for c in cols], np.diff(np.append(head, n))
 
 
 def _last_reaching(p: np.ndarray, qt: np.ndarray, e: np.ndarray) -> np.ndarray:
@@ -250,8 +257,13 @@ def _enclosing(at: np.ndarray, qt: np.ndarray, k: np.ndarray, e: np.ndarray, spa
     positions, keyed by thread so another thread's times never count) is within its end."""
     first = np.full(len(e), np.iinfo(np.int64).max, dtype=np.int64)
     np.minimum.at(first, at, k[at] * span + (qt - base))  # keyed by thread as ``comb``: a later thread's are larger
-    first = np.minimum.accumulate(first[::-1])[::-1]
-    kept = np.flatnonzero(first <= k * span + (e - base))
+    back = first[::-1]
+    np.minimum.accumulate(back, out=back)  # in place: each element read before it is written
+    reach = k * span  # the op's end, keyed as the queries are
+    reach += e
+    reach -= base
+    kept = np.flatnonzero(first <= reach)
+    del reach
     if not len(kept):
         return np.full(len(at), -1, dtype=np.int64)
     at_kept = np.searchsorted(kept, at, side="right") - 1  # the last kept op at or before each query's position
