@@ -20,7 +20,9 @@ from traceinsight.assess.verdict import claims, details, headline
 from .conftest import REPO, corpus_file, corpus_glob
 
 _RECORDED = REPO / "sample_traces" / "h100"  # real GPU recordings, one trace per file (the folder is no job)
-SAMPLES = sorted(p.name for p in (REPO / "sample_traces").iterdir() if p.name.endswith((".json.gz", ".sqlite")) or (p.is_dir() and p != _RECORDED)) + sorted(
+# folders are traces (rank folders, TensorBoard runs); a bytecode cache written by importing the sample scripts is not
+SAMPLES = sorted(p.name for p in (REPO / "sample_traces").iterdir()
+                 if p.name.endswith((".json.gz", ".sqlite")) or (p.is_dir() and p != _RECORDED and p.name != "__pycache__")) + sorted(
     str(p.relative_to(REPO / "sample_traces")) for p in [*_RECORDED.glob("*.json.gz"), *_RECORDED.glob("nsys/*.sqlite")])
 CORPUS = [
     *corpus_glob("pytorch/*.json.gz"),
