@@ -22,7 +22,7 @@ from traceinsight.render.common import smallest_first
 from traceinsight.rule_api import Instance, Instances, as_instances, instance_columns
 from traceinsight.derive.summary import _kind_counts
 from traceinsight.model.timeline import KINDS
-from traceinsight.vocab.masks import codes_in, first_of_key, has_repeats, join_keys as _join_keys, kind_mask, name_mask, take_rows
+from traceinsight.vocab.masks import codes_in, first_of_key, has_repeats, join_keys as _join_keys, kind_mask, name_mask, runs, take_rows
 from traceinsight.derive.views import Views
 
 
@@ -176,6 +176,16 @@ def test_has_repeats_tells_a_shared_key(spread):
     shared = keys.copy()
     shared[700] = shared[3]
     assert has_repeats(shared)
+
+
+def test_runs_are_the_stretches_of_rows_equal_in_every_column():
+    rng = np.random.default_rng(5)
+    a, b = rng.integers(0, 2, 300).repeat(3), rng.integers(0, 3, 900)
+    head, length = runs([a, b])
+    want = [i for i in range(len(a)) if i == 0 or (a[i], b[i]) != (a[i - 1], b[i - 1])]
+    assert head.tolist() == want and length.sum() == len(a)
+    assert length.tolist() == np.diff(want + [len(a)]).tolist()
+    assert [len(x) for x in runs([a[:0], b[:0]])] == [0, 0]
 
 
 def test_name_mask_reuses_category_hits_and_maps_missing_names_to_false():

@@ -82,17 +82,16 @@ def load(path: str | os.PathLike, *, format: str | None = None, progress: Progre
         return _load(Path(path), format, progress, max_bytes, options)
 
 
-def _load(p: Path, format: str | None, progress: ProgressFn | None, max_bytes: int | None, options: dict[str, Any]) -> Timeline:
-    path = p
-    check_input(p)
-    fmt = format or detect(p)
+def _load(path: Path, format: str | None, progress: ProgressFn | None, max_bytes: int | None, options: dict[str, Any]) -> Timeline:
+    check_input(path)
+    fmt = format or detect(path)
     reader = FORMATS.get(fmt)
     if reader is None:
         raise UnknownFormatError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")
     try:
         # a gigabyte input reuses freed heap blocks instead of faulting in fresh pages per array (ingest/heap.py)
-        with np.errstate(all="ignore"), large_input(input_size(p)):  # hostile numbers give NaN/inf that the readers drop
-            result = reader.read(p, progress=progress, max_bytes=max_bytes, **options)
+        with np.errstate(all="ignore"), large_input(input_size(path)):  # hostile numbers give NaN/inf that the readers drop
+            result = reader.read(path, progress=progress, max_bytes=max_bytes, **options)
             if progress:
                 progress("building the timeline")
             return assemble(result)

@@ -12,8 +12,8 @@ import numpy as np
 import pandas as pd
 
 from traceinsight.model.plausible import DROPPED_KEY, check_memory
-from traceinsight.model.timeline import KINDS, MEMORY_COLUMNS, TIME_LIMIT_NS, TraceMeta, build_memory
-from traceinsight.vocab.masks import take_rows
+from traceinsight.model.timeline import KINDS, MEMORY_COLUMNS, TIME_LIMIT_NS, TraceMeta, build_memory, steps_at
+from traceinsight.vocab.masks import runs, take_rows
 
 #: Framework ops a memory row may be attributed to (the innermost enclosing one on the same host thread).
 _OP_KINDS = ("cpu_op",)
@@ -97,14 +97,8 @@ def _steps(mem: pd.DataFrame, events: pd.DataFrame) -> None:
         order = np.argsort(s, kind="stable")
         s = s[order]
         e = s + step_rows["dur_ns"].to_numpy()[sel][order]
-        num = numbers[sel][order]
         m = rank == r
-        pos = np.searchsorted(s, t[m], side="right") - 1
-        ok = pos >= 0
-        ok[ok] = t[m][ok] < e[pos[ok]]
-        vals = np.full(int(m.sum()), -1, dtype=np.int32)
-        vals[ok] = num[pos[ok]]
-        out[m] = vals
+        out[m] = steps_at(s, e, numbers[sel][order], t[m])
     mem["step"] = out
 
 
@@ -157,11 +151,11 @@ def _compact(codes: np.ndarray, cats: pd.Index) -> tuple[np.ndarray, pd.Index]:
 def _thread_codes(ops: list[np.ndarray], queries: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     """Thread codes (rank, pid, tid) for the ops and the queries (-1: a thread with no op). Rows come in runs of
     one thread (a thread's ops come together: the 2.3 M ops of the 1.9 GB replica are 80 runs), so each run's ids
-    are read once: packed into one int64 when they fit in 16 / 24 / 24 bits and numbered by hashing, else through
+    are read once (``vocab.masks.runs``): packed into one int64 when they fit in 16 / 24 / 24 bits and numbered by hashing, else through
     a MultiIndex. Codes only group rows: their order carries no meaning."""
-    (o_ids, o_len), (q_ids, q_len) = _runs(ops), _runs(queries)
-    r, p, t = (a.astype(np.int64, copy=False) for a in o_ids)
-    qr, qp, qt = (a.astype(np.int64, copy=False) for a in q_ids)
+    (o_head, o_len), (q_head, q_len) = runs(ops), runs(queries)
+    r, p, t = (np.asarray(a)[o_head].astype(np.int64, copy=False) for a in ops)
+    qr, qp, qt = (np.asarray(a)[q_head].astype(np.int64, copy=False) for a in queries)
     fits = all(len(a) == 0 or (a.min() >= 0 and a.max() < (1 << bits)) for a, bits in ((r, 15), (p, 24), (t, 24), (qr, 15), (qp, 24), (qt, 24)))
     if fits:
         codes, uniques = pd.factorize((r << 48) | (p << 24) | t)
@@ -170,20 +164,6 @@ def _thread_codes(ops: list[np.ndarray], queries: list[np.ndarray]) -> tuple[np.
         codes, uniques = pd.factorize(pd.MultiIndex.from_arrays([r, p, t]))
         q_codes = uniques.get_indexer(pd.MultiIndex.from_arrays([qr, qp, qt]))
     return np.repeat(codes.astype(np.int64), o_len), np.repeat(q_codes.astype(np.int64), q_len)
-
-
-def _runs(columns: list[np.ndarray]) -> tuple[list[np.ndarray], np.ndarray]:
-    """The runs of rows equal in every column: each run's values (one row per run) and its length."""
-    cols = [np.asarray(c) for c in columns]
-    n = len(cols[0])
-    if not n:
-        return cols, np.zeros(0, dtype=np.int64)
-    change = np.zeros(n, dtype=bool)
-    change[0] = True
-    for c in cols:
-        change[1:] |= c[1:] != c[:-1]
-    head = np.flatnonzero(change)
-    return [c[head] for c in cols], np.diff(np.append(head, n))
 
 
 def _last_reaching(p: np.ndarray, qt: np.ndarray, e: np.ndarray) -> np.ndarray:

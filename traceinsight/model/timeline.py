@@ -162,6 +162,12 @@ _DTYPES: dict[tuple, pd.CategoricalDtype] = {}
 _dtype_chars = 0
 
 
+def code_dtype(n_categories: int) -> type:
+    """The integer type pandas stores the codes of ``n_categories`` categories in (int8 under 127, int16, int32):
+    codes made in it are kept as they are, where wider ones would be copied down."""
+    return np.int8 if n_categories < 127 else np.int16 if n_categories < 32767 else np.int32
+
+
 def categorical(codes: np.ndarray, categories: "pd.Index | list | tuple") -> pd.Categorical:
     """``pd.Categorical.from_codes(codes, categories=categories, validate=False)`` with the dtype shared between calls
     that give the same categories.
@@ -468,15 +474,23 @@ def _steps_of(is_step: np.ndarray, names: Any, ev_rank: np.ndarray, ev_start: np
                     meta.warn(f"{repeats:,} of {len(s_num):,} step markers on rank {rank} repeat an earlier step's number; "
                               "steps were numbered in time order (0, 1, ...)")
             mask = slice(None) if one_rank else ev_rank == rank  # every row is on the one rank: no mask to build
-            starts = ev_start[mask]
-            pos = np.searchsorted(s_start, starts, side="right")  # 1 + the last step starting at or before
-            before = pos == 0
-            pos -= 1
-            pos[before] = 0  # read through the step tables (a few hundred rows, cached), never a masked gather
-            vals = s_num.astype(np.int32, copy=False)[pos]
-            vals[before | (starts >= s_end[pos])] = -1
-            out[mask] = vals
+            out[mask] = steps_at(s_start, s_end, s_num, ev_start[mask])
     return out
+
+
+def steps_at(s_start: np.ndarray, s_end: np.ndarray, s_num: np.ndarray, times: np.ndarray) -> np.ndarray:
+    """Per time, the number (``s_num``) of the step that holds it: the last of the steps (sorted by start) starting
+    at or before it, if that one has not ended; -1 otherwise. Read through the step tables (a few hundred rows,
+    cached) for every time, never through a masked gather of millions."""
+    if not len(s_start):
+        return np.full(len(times), -1, dtype=np.int32)
+    pos = np.searchsorted(s_start, times, side="right")  # 1 + the last step starting at or before
+    before = pos == 0
+    pos -= 1
+    pos[before] = 0
+    vals = s_num.astype(np.int32, copy=False)[pos]
+    vals[before | (times >= s_end[pos])] = -1
+    return vals
 
 
 _STEP_NUMBER = re.compile(r"(\d+)\s*$")

@@ -256,6 +256,21 @@ def join_keys(columns: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray,
     return key_a, key_b
 
 
+def runs(columns: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """The runs of consecutive rows equal in every column: the first row of each run and its length. Rows of a
+    trace come in runs of one thread or stream (a thread's ops, a stream's kernels), so a lookup per run instead
+    of per row costs next to nothing (the 2.3 M ops of the 1.9 GB replica are 80 runs)."""
+    n = len(columns[0])
+    if not n:
+        return np.zeros(0, dtype=np.intp), np.zeros(0, dtype=np.int64)
+    change = np.zeros(n, dtype=bool)
+    change[0] = True
+    for c in columns:
+        change[1:] |= c[1:] != c[:-1]
+    head = np.flatnonzero(change)
+    return head, np.diff(np.append(head, n))
+
+
 #: A table indexed by key is used while the keys' range is at most this many times the rows (and under
 #: ``_TABLE_MAX`` slots): correlation ids are a profiler's counter, so a file's span little more than its rows.
 _TABLE_DENSITY = 4

@@ -22,8 +22,8 @@ import numpy as np
 import pandas as pd
 
 from traceinsight.vocab import native
-from traceinsight.vocab.masks import join_keys
-from traceinsight.model.timeline import SMALL_MATCH, categorical
+from traceinsight.vocab.masks import join_keys, runs
+from traceinsight.model.timeline import SMALL_MATCH, categorical, code_dtype
 
 _FLOAT_FIELDS = ("ts", "dur", "correlation", "external_id", "external_id_legacy", "device", "stream", "bytes",
                  "registers", "shared_mem", "occupancy")
@@ -82,8 +82,7 @@ def _categorical(codes: np.ndarray, uniques: list[str | None], missing: str | No
         return categorical(np.full(len(codes), -1, dtype=np.int8), _NO_STRINGS)
     cats = sorted(used)  # what np.unique gives, without an object array's sort on a few dozen strings
     position = {c: i for i, c in enumerate(cats)}
-    narrow = np.int8 if len(cats) < 127 else np.int16 if len(cats) < 32767 else np.int32
-    lut = np.array([position.get(stand_in, -1)] + [position[u] if k and u is not None else -1 for u, k in zip(uniques, counts[1:])], dtype=narrow)
+    lut = np.array([position.get(stand_in, -1)] + [position[u] if k and u is not None else -1 for u, k in zip(uniques, counts[1:])], dtype=code_dtype(len(cats)))
     return categorical(lut[shifted], cats)
 
 
@@ -177,14 +176,12 @@ def _thread_runs(pid: np.ndarray, tid: np.ndarray, names) -> tuple[np.ndarray, n
         for i, k in enumerate(zip(n_pid.tolist(), n_tid.tolist())):
             position.setdefault(k, i)
         return np.array([position.get(k, -1) for k in zip(pid.tolist(), tid.tolist())], dtype=np.int64), np.ones(len(pid), dtype=np.int64)
-    change = pid[1:] != pid[:-1]
-    change |= tid[1:] != tid[:-1]
-    head = np.flatnonzero(np.r_[True, change])
+    head, lengths = runs([pid, tid])
     k_rows, k_names = join_keys([(pid[head], n_pid), (tid[head], n_tid)])
     order = np.argsort(k_names, kind="stable")
     sorted_keys = k_names[order]
     at = np.minimum(np.searchsorted(sorted_keys, k_rows), len(sorted_keys) - 1)
-    return np.where(sorted_keys[at] == k_rows, order[at], -1), np.diff(np.append(head, len(pid)))
+    return np.where(sorted_keys[at] == k_rows, order[at], -1), lengths
 
 
 def _thread_rows(pid: np.ndarray, tid: np.ndarray, names) -> np.ndarray:
@@ -217,8 +214,7 @@ def thread_name_column(pid: np.ndarray, tid: np.ndarray, names) -> pd.Categorica
         return categorical(np.array([position[texts[a]] if a >= 0 else -1 for a in rows], dtype=np.int64), cats)
     used = np.unique(at[at >= 0])  # the threads the runs name, in order
     cats, inverse = np.unique(texts[used], return_inverse=True)
-    narrow = np.int8 if len(cats) < 127 else np.int16 if len(cats) < 32767 else np.int32  # as pandas stores codes
-    code_of = np.full(len(texts) + 1, -1, dtype=narrow)  # position -1 reads the last slot: no name
+    code_of = np.full(len(texts) + 1, -1, dtype=code_dtype(len(cats)))  # position -1 reads the last slot: no name
     code_of[used] = inverse.reshape(-1)
     return categorical(np.repeat(code_of[at], lengths), cats.tolist())  # a code per run, spread over its rows
 
