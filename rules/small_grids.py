@@ -217,27 +217,27 @@ def _alone_ns(v, pos: np.ndarray) -> np.ndarray:
     out = np.zeros(len(pos))
     key_all = rank_all * 1_000_003 + dev_all
     key = key_all[pos]
+    one_device = len(key_all) > 0 and key_all.min() == key_all.max()
     for k in np.unique(key):
-        on = key_all == k
-        s, e = start_all[on], end_all[on]
-        t = np.concatenate([s, e])
-        step = np.concatenate([np.ones(len(s), np.int64), -np.ones(len(e), np.int64)])
-        order = np.lexsort((step, t))  # at a tie, an end before a start: touching kernels do not overlap
-        t, running = t[order], np.cumsum(step[order])
+        on = np.flatnonzero(key_all == k) if not one_device else None
+        s, e = (start_all, end_all) if on is None else (start_all[on], end_all[on])
+        n = len(s)
+        # the kernels' ends, then their starts, in time order (stable): at a tie an end comes before a start, so
+        # touching kernels do not overlap
+        t = np.concatenate([e, s])
+        order = np.argsort(t, kind="stable")
+        t = t[order]
+        running = np.cumsum(np.where(order >= n, 1, -1))
         seg = np.diff(t).astype(float) * (running[:-1] == 1)  # [t[i], t[i+1]) runs exactly one kernel
         cum = np.concatenate([[0.0], np.cumsum(seg)])
+        # each kernel's own start and end are instants of ``t``: the alone time before an instant is ``cum`` at
+        # its place in the order (instants that tie add nothing between them, so any of their places gives it)
+        at = np.empty(2 * n, np.intp)
+        at[order] = np.arange(2 * n)
         mine = np.flatnonzero(key == k)
-        ks, ke = start_all[pos[mine]], end_all[pos[mine]]
-        out[mine] = np.maximum(_alone_before(t, running, cum, ke) - _alone_before(t, running, cum, ks), 0.0)
+        row = pos[mine] if on is None else np.searchsorted(on, pos[mine])  # the kernel's row among this device's
+        out[mine] = np.maximum(cum[at[row]] - cum[at[n + row]], 0.0)
     return out
-
-
-def _alone_before(t: np.ndarray, running: np.ndarray, cum: np.ndarray, x: np.ndarray) -> np.ndarray:
-    """Per instant of ``x``: the ns before it during which exactly one kernel ran (``t``: the sorted start/end
-    instants, ``running``: kernels running from each, ``cum``: that alone time summed up to each)."""
-    i = np.clip(np.searchsorted(t, x, side="right") - 1, 0, len(t) - 1)
-    inside = np.minimum(x - t[i], np.append(np.diff(t), 0)[i]).astype(float)
-    return cum[i] + np.where(running[i] == 1, np.maximum(inside, 0.0), 0.0)
 
 
 def _map_sms(rank: np.ndarray, device: np.ndarray, sms: dict, fallback: float) -> np.ndarray:

@@ -198,7 +198,7 @@ class Views:
         first = first_of_key(hk, gk)
         hit = first >= 0
         li, gi = host_i[first[hit]], gpu_i[hit]
-        order = np.lexsort((gi, li))  # launch order, as the merge gave
+        order = np.argsort(li, kind="stable")  # launch order, as the merge gave (ties: GPU rows, ascending already)
         li, gi = li[order], gi[order]
         launch_start, launch_dur = col("start_ns")[li], col("dur_ns")[li]
         gpu_start = col("start_ns")[gi]
