@@ -444,10 +444,10 @@ def test_parallel_ranges_match_one_scan(name, monkeypatch):
     """Many tiny rowid ranges on 4 threads give exactly the frame of one single-threaded scan."""
     from traceinsight.ingest.nsys import sql as nsys_sql
 
-    monkeypatch.setattr(nsys_sql, "_cpus", lambda: 1)
+    monkeypatch.setattr(nsys_sql, "usable_cpus", lambda: 1)
     monkeypatch.setattr(nsys_sql, "MIN_RANGE", 1 << 40)
     one = traceinsight.load(nsys(name)).events
-    monkeypatch.setattr(nsys_sql, "_cpus", lambda: 4)
+    monkeypatch.setattr(nsys_sql, "usable_cpus", lambda: 4)
     monkeypatch.setattr(nsys_sql, "MIN_RANGE", 1)
     monkeypatch.setattr(nsys_sql, "MAX_RANGE", 7)
     many = traceinsight.load(nsys(name)).events
@@ -467,7 +467,7 @@ def test_read_int_columns_exact_nulls_and_no_rowid(tmp_path, monkeypatch):
         conn.execute("DELETE FROM t WHERE w = 3")  # a gap in the rowids
         conn.execute("CREATE TABLE empty (v INTEGER)")
     conn.close()
-    monkeypatch.setattr(nsys_sql, "_cpus", lambda: 3)
+    monkeypatch.setattr(nsys_sql, "usable_cpus", lambda: 3)
     monkeypatch.setattr(nsys_sql, "MIN_RANGE", 1)
     monkeypatch.setattr(nsys_sql, "MAX_RANGE", 2)
     expect = [v if v is not None else -5 for i, v in enumerate(values) if i != 3]

@@ -39,6 +39,13 @@
 #include <sys/mman.h>
 #include <unistd.h>
 #endif
+/* The event array of a large file is scanned by two threads (``split``): POSIX threads and GCC's atomics. */
+#if (defined(__unix__) || defined(__APPLE__)) && defined(__GNUC__)
+#include <pthread.h>
+#define CAN_SPLIT 1
+#else
+#define CAN_SPLIT 0
+#endif
 
 /* ------------------------------------------------------------------------------------------------------------ */
 /* Column: a malloc'd array exposed through the buffer protocol, so numpy.frombuffer wraps it without a copy.    */
@@ -93,6 +100,7 @@ typedef struct {
 } Arena;
 
 static const char *arena_copy(Arena *a, const char *p, size_t len) {
+    if (!len) return ""; /* an empty text: a pointer that is not NULL (the arena may have no block yet) */
     if (len > a->left) {
         size_t size = len > ARENA_BLOCK ? len : ARENA_BLOCK;
         if (a->n_blocks == a->cap_blocks) {
@@ -288,6 +296,9 @@ typedef struct {
     int64_t *i64[N_I64];
     double *f64[N_F64];
     size_t n, cap;
+    /* Nonzero while the arrays must not move (two threads write into them, ``split``): at most this many rows;
+       a reservation past it is refused with FULL instead of growing the arrays. */
+    size_t fixed;
     /* The columns this table keeps, one bit per column (i32, then i64, then f64); 0: all. The side tables of
        instant and metadata events keep only what their readers use: an instant event copied whole would write
        148 bytes of which 28 are read (1.1 M allocator records on the 1.9 GB replica: 130 MB never read). */
@@ -346,7 +357,10 @@ static int mem_key(const char *k, Py_ssize_t n) {
     return -1;
 }
 
+enum { FULL = -5 }; /* a table whose arrays may not move (Rows.fixed) is full */
+
 static int rows_reserve(Rows *r, size_t want) {
+    if (r->fixed) return want <= r->fixed ? 0 : FULL; /* the capacity reaches ``fixed`` already */
     if (want <= r->cap) return 0;
     size_t cap = r->cap ? r->cap : 4096;
     while (cap < want) cap *= 2;
@@ -402,6 +416,9 @@ typedef struct {
     size_t events;
     int release;          /* the buffer is a read-only file mapping: give back its pages behind the cursor */
     const char *released; /* the mapping's pages before this (page-aligned) address are given back */
+    size_t split_after;   /* after this many events, a second thread takes the second half of the array (0: never) */
+    struct Helper *helper; /* that thread, while it runs */
+    const int *cancel;    /* set (atomically) by the first thread when the second's work is not wanted */
 } Scan;
 
 #define AT_END(s) ((s)->p >= (s)->end)
@@ -1065,7 +1082,8 @@ static void row_defaults(Rows *r, size_t row) {
 static int scan_event(Scan *s) {
     Rows *r = &s->rows;
     if (*s->p != '{') return FAIL(s, "an element of traceEvents that is not an object");
-    if (rows_reserve(r, r->n + 1) < 0) return NOMEM;
+    int reserved = rows_reserve(r, r->n + 1);
+    if (reserved < 0) return reserved == FULL ? FULL : NOMEM; /* nothing read yet: the event can be scanned again */
     size_t row = r->n;
     row_defaults(r, row);
     mem_defaults(s);
@@ -1155,28 +1173,342 @@ static int size_tables(Scan *s, const char *first) {
     double read = (double)(s->p - first), total = (double)(s->end - first);
     if (read <= 0 || total < (double)SIZE_MIN_BYTES) return 0;
     double scale = total / read * 1.125;
-    if (rows_reserve(&s->rows, (size_t)((double)s->rows.n * scale) + 4096) < 0) return -1;
+    if (!s->rows.fixed && rows_reserve(&s->rows, (size_t)((double)s->rows.n * scale) + 4096) < 0) return -1;
     if (s->instant.n && rows_reserve(&s->instant, (size_t)((double)s->instant.n * scale) + 1024) < 0) return -1;
     if (s->mem.n && mem_reserve(&s->mem, (size_t)((double)s->mem.n * scale) + 1024) < 0) return -1;
     return 0;
+}
+
+/* ------------------------------------------------------------------------------------------------------------ */
+/* Two threads for one large event array                                                                          */
+/*
+ * Why: the scan is most of a gigabyte load, and a machine has more than one core. After ``split_after`` events
+ * the first thread picks a place near the middle of what is left where an event seems to begin (``split_point``)
+ * and starts a second thread there; it goes on up to that place. Landing exactly on it proves it an event
+ * boundary of the array (the first thread only ever stops between events), so the second thread's events are the
+ * ones a single scan would have read from there: its rows join the first's, its strings are interned into the
+ * first thread's tables in the order it met them (the codes a single scan gives, since it would meet them in that
+ * order after every string of the first half), its counts are added. Passing the place without landing on it (it
+ * lay inside an event: an array of objects in an argument) cancels the second thread and the first reads on
+ * alone, as does any end of the first half's scan before it (a cut, a declined document). The result is the
+ * single scan's whatever happens; only the time differs.
+ *
+ * Both threads write the complete events' columns into the same arrays, sized for the whole array: the first
+ * from row 0, the second from an estimate of the first half's rows with a margin (``offset``). Neither may move
+ * the arrays (Rows.fixed): a thread that would pass its share stops (the first cancels the second and reads on
+ * alone; the second's work is dropped). On landing, the second thread's rows move down to follow the first's
+ * (within pages both threads wrote already), string codes translated on the way. Its other tables (instant and
+ * metadata events, allocator fields) are its own and appended.
+ */
+#define CANCELLED (-4)
+#if CAN_SPLIT
+#define IS_CANCELLED(s) ((s)->cancel && __atomic_load_n((s)->cancel, __ATOMIC_RELAXED))
+#else
+#define IS_CANCELLED(s) 0
+#endif
+/* How far past the middle a place where an event begins is looked for (kineto writes one per few hundred bytes). */
+#define SPLIT_SEARCH ((Py_ssize_t)1 << 20)
+
+static int scan_elements(Scan *s, const char **last_complete, const char *first);
+static void drop_helper(Scan *s);
+
+typedef struct Helper {
+    Scan s;
+    const char *start; /* its first event: where the first thread must land */
+    const char *last;  /* the end of its last complete event */
+    size_t offset;     /* the row its events are written from, in the first thread's arrays */
+    int rc;            /* how its scan ended: OK (the array closed), TRUNC, FALLBACK, NOMEM, FULL or CANCELLED */
+    int cancel;
+#if CAN_SPLIT
+    pthread_t thread;
+#endif
+} Helper;
+
+/* A place at or after ``from`` where an event seems to begin: a '{' after a '}' and a comma, outside strings,
+   found from the first line break (JSON strings hold no raw line break, so a scan from there knows which bytes
+   are inside strings). NULL when there is none within SPLIT_SEARCH (a document on one line). */
+static const char *split_point(const char *from, const char *end) {
+    const char *q = memchr(from, '\n', (size_t)(end - from));
+    if (!q) return NULL;
+    const char *stop = end - q > SPLIT_SEARCH ? q + SPLIT_SEARCH : end;
+    for (int in_str = 0; q < stop; q++) {
+        char c = *q;
+        if (in_str) {
+            if (c == '\\') q++;
+            else if (c == '"') in_str = 0;
+        } else if (c == '"') {
+            in_str = 1;
+        } else if (c == '}') {
+            const char *r = q + 1;
+            while (r < stop && (*r == ' ' || *r == '\n' || *r == '\r' || *r == '\t')) r++;
+            if (r >= stop || *r != ',') continue;
+            r++;
+            while (r < stop && (*r == ' ' || *r == '\n' || *r == '\r' || *r == '\t')) r++;
+            if (r < stop && *r == '{') return r;
+        }
+    }
+    return NULL;
+}
+
+/* Complete events (ph "X") per byte in [a, b), from the phases in SAMPLE_WINDOWS windows spread over it: the
+   share of complete events changes along a file (a profile opens with the host's ops; flow events and allocator
+   records come in bursts), so the rows the first events held per byte say little of a half of the file. An
+   estimate only: it places the second thread's rows (a wrong one costs time, never a wrong row); 0 when no
+   phase is written as kineto writes it. */
+#define SAMPLE_WINDOWS 64
+#define SAMPLE_BYTES ((Py_ssize_t)64 << 10)
+
+static double x_per_byte(const char *a, const char *b) {
+    Py_ssize_t span = b - a, step = span / SAMPLE_WINDOWS;
+    Py_ssize_t width = step < SAMPLE_BYTES ? step : SAMPLE_BYTES, seen = 0;
+    if (width < 64) {
+        width = span;
+        step = span;
+    }
+    size_t count = 0;
+    for (const char *w = a; w + width <= b; w += step) {
+        const char *q = w, *end = w + width;
+        while ((q = memchr(q, 'p', (size_t)(end - q))) != NULL) {
+            if (end - q >= 8 && q[-1] == '"' && q[1] == 'h' && q[2] == '"') {
+                const char *v = q + 3;
+                while (v < end && (*v == ' ' || *v == ':')) v++;
+                if (end - v >= 3 && v[0] == '"' && v[1] == 'X' && v[2] == '"') count++;
+            }
+            q++;
+        }
+        seen += width;
+        if (step == span) break;
+    }
+    return seen ? (double)count / (double)seen : 0.0;
+}
+
+static void scan_free(Scan *s) {
+    for (int t = 0; t < N_TABLES; t++) intern_free(&s->tables[t]);
+    rows_free(&s->rows);
+    rows_free(&s->meta);
+    rows_free(&s->instant);
+    mem_free(&s->mem);
+}
+
+#if CAN_SPLIT
+static void *helper_main(void *arg) {
+    Helper *h = arg;
+    h->last = h->start;
+    h->rc = scan_elements(&h->s, &h->last, h->start);
+    return NULL;
+}
+#endif
+
+/* Starts the second thread near the middle of what is left of the array (see above); nothing when there is no
+   place to start it or it cannot be made (the first thread then reads the whole array, as without a split).
+   ``first``: where the array's events begin (the rows per byte so far estimate both halves). */
+static void start_helper(Scan *s, const char *first) {
+#if CAN_SPLIT
+    Rows *r = &s->rows;
+    const char *at = split_point(s->p + (s->end - s->p) / 2, s->end);
+    if (!at || s->p <= first) return;
+    double before = x_per_byte(s->p, at), after = x_per_byte(at, s->end);
+    if (before <= 0.0 || after <= 0.0) before = after = (double)r->n / (double)(s->p - first); /* not kineto's spelling */
+    size_t offset = r->n + (size_t)(before * (double)(at - s->p) * 1.04) + 4096;
+    size_t cap = offset + (size_t)(after * (double)(s->end - at) * 1.04) + 4096;
+    if (rows_reserve(r, cap) < 0) return;
+    Helper *h = calloc(1, sizeof(Helper));
+    if (!h) return;
+    h->start = at;
+    h->offset = offset;
+    Scan *t = &h->s;
+    t->base = s->base;
+    t->p = at;
+    t->end = s->end;
+    t->outer = s->outer;
+    t->release = s->release;
+    t->released = (const char *)(((uintptr_t)at + 4095) & ~(uintptr_t)4095); /* never a page the first thread reads */
+    t->instant.only = INSTANT_COLUMNS;
+    t->meta.only = META_COLUMNS;
+    t->cancel = &h->cancel;
+    /* the complete events go into the first thread's arrays, from ``offset`` */
+    for (int k = 0; k < N_I32; k++) t->rows.i32[k] = r->i32[k] + offset;
+    for (int k = 0; k < N_I64; k++) t->rows.i64[k] = r->i64[k] + offset;
+    for (int k = 0; k < N_F64; k++) t->rows.f64[k] = r->f64[k] + offset;
+    t->rows.cap = t->rows.fixed = r->cap - offset;
+    int k;
+    for (k = 0; k < N_TABLES; k++) {
+        if (intern_init(&t->tables[k]) < 0) break;
+    }
+    r->fixed = offset;
+    s->helper = h;
+    if (k < N_TABLES || pthread_create(&h->thread, NULL, helper_main, h) != 0) drop_helper(s); /* never started */
+#else
+    (void)s;
+    (void)first;
+#endif
+}
+
+/* Drops the second thread's state (its thread has ended); the first thread's arrays may grow again. */
+static void drop_helper(Scan *s) {
+    Helper *h = s->helper;
+    memset(&h->s.rows, 0, sizeof(h->s.rows)); /* the arrays are the first thread's */
+    scan_free(&h->s);
+    free(h);
+    s->helper = NULL;
+    s->rows.fixed = 0;
+}
+
+/* Cancels the second thread, waits for it and drops what it made. */
+static void stop_helper(Scan *s) {
+    Helper *h = s->helper;
+    if (!h) return;
+#if CAN_SPLIT
+    __atomic_store_n(&h->cancel, 1, __ATOMIC_RELAXED);
+    pthread_join(h->thread, NULL);
+#endif
+    drop_helper(s);
+}
+
+/* The table each string column's codes index. */
+static const int COLUMN_TABLE[N_I32] = {T_PH, T_CAT, T_NAME, T_IDS, T_IDS, T_DIM3, T_DIM3, T_DIMS, T_ARGNAME, T_TYPES,
+                                        T_CONCRETE};
+
+/* ``src``'s rows after ``dst``'s, string codes through ``maps`` (per table: the helper's code -> the first's). */
+static int append_rows(Rows *dst, const Rows *src, int32_t *const *maps) {
+    if (!src->n) return 0;
+    if (rows_reserve(dst, dst->n + src->n) < 0) return -1;
+    for (int k = 0; k < N_I32; k++) {
+        if (!rows_keep(dst, k)) continue;
+        const int32_t *from = src->i32[k], *map = maps[COLUMN_TABLE[k]];
+        int32_t *to = dst->i32[k] + dst->n;
+        for (size_t i = 0; i < src->n; i++) to[i] = from[i] < 0 ? from[i] : map[from[i]];
+    }
+    for (int k = 0; k < N_I64; k++)
+        if (rows_keep(dst, N_I32 + k)) memcpy(dst->i64[k] + dst->n, src->i64[k], src->n * sizeof(int64_t));
+    for (int k = 0; k < N_F64; k++)
+        if (rows_keep(dst, N_I32 + N_I64 + k)) memcpy(dst->f64[k] + dst->n, src->f64[k], src->n * sizeof(double));
+    dst->n += src->n;
+    return 0;
+}
+
+/* The second thread's complete events, written from row ``offset`` of the same arrays, moved down to follow the
+   first thread's (row ``r->n``; never past ``offset``), string codes translated on the way. */
+static void join_rows(Rows *r, size_t offset, size_t n, int32_t *const *maps) {
+    for (int k = 0; k < N_I32; k++) {
+        const int32_t *map = maps[COLUMN_TABLE[k]];
+        int32_t *col = r->i32[k];
+        for (size_t i = 0; i < n; i++) { /* forward: the target lies at or before the source */
+            int32_t v = col[offset + i];
+            col[r->n + i] = v < 0 ? v : map[v];
+        }
+    }
+    if (offset != r->n) {
+        for (int k = 0; k < N_I64; k++) memmove(r->i64[k] + r->n, r->i64[k] + offset, n * sizeof(int64_t));
+        for (int k = 0; k < N_F64; k++) memmove(r->f64[k] + r->n, r->f64[k] + offset, n * sizeof(double));
+    }
+    r->n += n;
+}
+
+/* The second thread's events after the first's (see above). */
+static int merge_helper(Scan *s, Helper *h) {
+    Scan *t = &h->s;
+    int32_t *maps[N_TABLES] = {NULL};
+    int rc = OK;
+    for (int k = 0; k < N_TABLES && rc == OK; k++) {
+        Intern *from = &t->tables[k];
+        maps[k] = malloc(sizeof(int32_t) * (from->count ? (size_t)from->count : 1));
+        if (!maps[k]) {
+            rc = NOMEM;
+            break;
+        }
+        for (int32_t c = 0; c < from->count; c++) {
+            const Slot *x = &from->order[c];
+            int32_t code = intern(&s->tables[k], x->p, x->len, x->p + x->len);
+            if (code < 0) {
+                rc = NOMEM;
+                break;
+            }
+            maps[k][c] = code;
+        }
+    }
+    if (rc == OK) {
+        s->rows.fixed = 0;
+        join_rows(&s->rows, h->offset, t->rows.n, maps);
+        if (append_rows(&s->meta, &t->meta, maps) < 0 || append_rows(&s->instant, &t->instant, maps) < 0) rc = NOMEM;
+    }
+    if (rc == OK && t->mem.n) {
+        if (mem_reserve(&s->mem, s->mem.n + t->mem.n) < 0) {
+            rc = NOMEM;
+        } else {
+            for (int k = 0; k < N_MEM; k++) memcpy(s->mem.f64[k] + s->mem.n, t->mem.f64[k], t->mem.n * sizeof(double));
+            s->mem.n += t->mem.n;
+        }
+    }
+    for (int k = 0; k < N_TABLES; k++) free(maps[k]);
+    if (rc == OK) {
+        s->events += t->events;
+        s->bad_utf8 |= t->bad_utf8;
+    }
+    return rc;
+}
+
+/* The first thread at an event boundary at or past the second thread's start. Landed on it and the second thread
+   read to the end of the array: its outcome is the array's (its events merged). Otherwise (passed it, or the
+   second thread filled its share) the second thread is dropped and 1 returned: the first reads on alone. */
+static int join_helper(Scan *s, const char **last_complete) {
+    Helper *h = s->helper;
+    if (s->p != h->start) {
+        stop_helper(s);
+        return 1;
+    }
+#if CAN_SPLIT
+    pthread_join(h->thread, NULL);
+#endif
+    int rc = h->rc;
+    if (rc == FULL) {
+        drop_helper(s);
+        return 1;
+    }
+    if (rc == OK || rc == TRUNC) {
+        int m = merge_helper(s, h);
+        if (m != OK) rc = m;
+    }
+    if (rc == FALLBACK) s->why = h->s.why;
+    s->p = h->s.p;
+    if (h->last != h->start) *last_complete = h->last; /* else the last complete event is the first thread's */
+    drop_helper(s);
+    return rc;
+}
+
+/* The events of an array from the one at s->p (``first``: where the array's events begin); on a cut, the events
+   completed before it stay and TRUNC is returned. */
+static int scan_elements(Scan *s, const char **last_complete, const char *first) {
+    for (;;) {
+        skip_ws(s);
+        if (AT_END(s)) return TRUNC;
+        if (s->helper && s->p >= s->helper->start) {
+            int rc = join_helper(s, last_complete);
+            if (rc != 1) return rc;
+        }
+        if (IS_CANCELLED(s)) return CANCELLED;
+        int rc = scan_event(s);
+        if (rc == FULL && s->helper) { /* the first half holds more rows than estimated: read on alone */
+            stop_helper(s);
+            rc = scan_event(s);
+        }
+        if (rc) return rc;
+        *last_complete = s->p;
+        if (s->events == SIZE_AFTER_EVENTS && size_tables(s, first) < 0) return NOMEM;
+        if (s->events == s->split_after && !s->helper) start_helper(s, first);
+        if (s->release && s->p - s->released >= RELEASE_STEP) release_behind(s);
+        rc = after_member(s, ']');
+        if (rc <= 0) return rc;
+    }
 }
 
 /* The event array; on a cut, the events completed before it stay and TRUNC is returned. */
 static int scan_events(Scan *s, const char **last_complete) {
     int rc0 = open_container(s, ']');
     if (rc0) return rc0 < 0 ? rc0 : OK;
-    const char *first = s->p;
-    for (;;) {
-        skip_ws(s);
-        if (AT_END(s)) return TRUNC;
-        int rc = scan_event(s);
-        if (rc) return rc;
-        *last_complete = s->p;
-        if (s->events == SIZE_AFTER_EVENTS && size_tables(s, first) < 0) return NOMEM;
-        if (s->release && s->p - s->released >= RELEASE_STEP) release_behind(s);
-        rc = after_member(s, ']');
-        if (rc <= 0) return rc;
-    }
+    int rc = scan_elements(s, last_complete, s->p);
+    stop_helper(s); /* the first half ended before the second thread's start: its work is not wanted */
+    return rc;
 }
 
 /* ------------------------------------------------------------------------------------------------------------ */
@@ -1356,7 +1688,8 @@ static Outcome run(Scan *s) {
 static PyObject *scan(PyObject *module, PyObject *args) {
     PyObject *arg;
     int release = 0;
-    if (!PyArg_ParseTuple(args, "O|p:scan", &arg, &release)) return NULL;
+    Py_ssize_t split_after = 0;
+    if (!PyArg_ParseTuple(args, "O|pn:scan", &arg, &release, &split_after)) return NULL;
     Py_buffer view;
     if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0) return NULL;
     Scan s;
@@ -1368,6 +1701,7 @@ static PyObject *scan(PyObject *module, PyObject *args) {
     s.instant.only = INSTANT_COLUMNS;
     s.meta.only = META_COLUMNS;
     s.released = s.base;
+    s.split_after = split_after > 0 ? (size_t)split_after : 0;
     PyObject *out = NULL;
     int t;
     for (t = 0; t < N_TABLES; t++) {
@@ -1384,19 +1718,17 @@ static PyObject *scan(PyObject *module, PyObject *args) {
         else if (o.rc == FALLBACK) out = fallback_result(s.why);
         else out = build_result(&s, o.span_start, o.span_end, o.truncated);
     }
-    for (t = 0; t < N_TABLES; t++) intern_free(&s.tables[t]);
-    rows_free(&s.rows);
-    rows_free(&s.meta);
-    rows_free(&s.instant);
-    mem_free(&s.mem);
+    scan_free(&s);
     PyBuffer_Release(&view);
     return out;
 }
 
 static PyMethodDef methods[] = {
     {"scan", scan, METH_VARARGS,
-     "scan(data, release=False) -> dict: the kineto events of a JSON document as columns, or {'fallback': reason}.\n"
-     "release: data is a read-only mapping of a file, whose pages may be given back as the scan passes them."},
+     "scan(data, release=False, split_after=0) -> dict: the kineto events of a JSON document as columns, or\n"
+     "{'fallback': reason}. release: data is a read-only mapping of a file, whose pages may be given back as the\n"
+     "scan passes them. split_after: after this many events a second thread scans the second half of the event\n"
+     "array (0: one thread); the result is the same."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -146,7 +146,7 @@ RANK_POOL = "threads"
 def _read_files(files: list[Path], max_bytes: int | None, pool: str) -> list[tuple[Rows, TraceMeta]]:
     workers = min(len(files), os.cpu_count() or 1)
     if workers <= 1 or pool == "serial":
-        return [_read_file(f, None, max_bytes) for f in files]
+        return [_read_file(f, None, max_bytes) for f in files]  # one file at a time: each may use two threads
     from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor  # a rank folder only: the pools cost 0.015 s to import
 
     executor = ThreadPoolExecutor if pool == "threads" else ProcessPoolExecutor
@@ -154,7 +154,8 @@ def _read_files(files: list[Path], max_bytes: int | None, pool: str) -> list[tup
     gc.disable()  # once for all threads (each _read_file pausing and resuming it would race)
     try:
         with executor(max_workers=workers) as ex:
-            return list(ex.map(_read_file, files, [None] * len(files), [max_bytes] * len(files)))
+            # the pool uses the cores: each file is scanned by one thread
+            return list(ex.map(_read_file, files, [None] * len(files), [max_bytes] * len(files), [False] * len(files)))
     finally:
         if gc_was_on:
             gc.enable()
@@ -172,19 +173,19 @@ def _kernel_warnings(rows: Rows, meta: TraceMeta) -> None:
         meta.warn("no GPU kernels in this trace (CPU-only profile, or CUDA activities were not recorded)")
 
 
-def _read_file(path: Path, progress=None, max_bytes: int | None = None) -> tuple[Rows, TraceMeta]:
+def _read_file(path: Path, progress=None, max_bytes: int | None = None, split: bool = True) -> tuple[Rows, TraceMeta]:
     # The msgspec path allocates millions of short-lived objects that hold no cycles; the cyclic collector would
     # rescan them again and again (measured: ~2x slower), so it is paused for this function.
     gc_was_on = gc.isenabled()
     gc.disable()
     try:
-        return _read_file_nogc(path, progress, max_bytes)
+        return _read_file_nogc(path, progress, max_bytes, split)
     finally:
         if gc_was_on:
             gc.enable()
 
 
-def _read_file_nogc(path: Path, progress=None, max_bytes: int | None = None) -> tuple[Rows, TraceMeta]:
+def _read_file_nogc(path: Path, progress=None, max_bytes: int | None = None, split: bool = True) -> tuple[Rows, TraceMeta]:
     warnings: list[str] = []
     if progress:
         progress("decompressing")
@@ -192,7 +193,7 @@ def _read_file_nogc(path: Path, progress=None, max_bytes: int | None = None) -> 
     if progress:
         progress("parsing JSON")
     try:
-        cols, header = _columns(data, path, warnings)
+        cols, header = _columns(data, path, warnings, split)
     finally:
         if isinstance(data, mmap.mmap):
             data.close()
@@ -210,11 +211,12 @@ def _read_file_nogc(path: Path, progress=None, max_bytes: int | None = None) -> 
     return rows, meta
 
 
-def _columns(data: bytes | mmap.mmap, path: Path, warnings: list[str]) -> tuple[EventColumns, Trace]:
-    """The event columns and the header, from the native scanner when it takes the document."""
+def _columns(data: bytes | mmap.mmap, path: Path, warnings: list[str], split: bool = True) -> tuple[EventColumns, Trace]:
+    """The event columns and the header, from the native scanner when it takes the document (``split``: with two
+    threads on a large one)."""
     if native_available():
         try:
-            cols, where = scan_columns(data)
+            cols, where = scan_columns(data, split)
         except Declined:
             pass
         else:

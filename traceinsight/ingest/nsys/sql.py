@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import contextvars
 import itertools
-import os
 import sqlite3
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -29,6 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
+from traceinsight.vocab.cpus import usable_cpus
 from traceinsight.vocab.errors import TraceReadError, TraceTooLargeError
 
 WORD_BITS = 63  # keep the sign bit clear so every packed word is a non-negative SQLite integer
@@ -181,7 +181,7 @@ def read_int_columns(conn: sqlite3.Connection, table: str, exprs: list[str], whe
     if lo is None:
         return [np.empty(0, dtype=np.int64) for _ in exprs]
     span = hi - lo + 1
-    cpus = min(_cpus(), MAX_THREADS)
+    cpus = min(usable_cpus(), MAX_THREADS)
     step = min(max(-(-span // (cpus * RANGES_PER_THREAD)), MIN_RANGE), MAX_RANGE)
     step = max(step, -(-span // MAX_RANGES))
     ranges = [(a, min(a + step - 1, hi)) for a in range(lo, hi + 1, step)]
@@ -250,13 +250,6 @@ def _from_rows(rows: list[tuple], ncol: int) -> list[np.ndarray]:
     flat = np.fromiter(chain.from_iterable(rows), dtype=np.int64, count=len(rows) * ncol)
     mat = flat.reshape(-1, ncol)
     return [mat[:, k].copy() for k in range(ncol)]
-
-
-def _cpus() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
 
 
 def _uri(conn: sqlite3.Connection) -> str | None:
