@@ -24,6 +24,9 @@
  * Strings are interned per column: the result holds, per table, the distinct raw (still JSON-escaped) byte strings
  * in order of first appearance, and each row holds int32 codes (-1 = absent). Unescaping happens in Python, once
  * per distinct string.
+ *
+ * A large event array may be scanned by two threads at once (``split_after``: "Two threads for one large event
+ * array" below); the result is the one-thread scan's, byte for byte, whatever the document holds.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
