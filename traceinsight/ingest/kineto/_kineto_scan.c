@@ -1148,13 +1148,22 @@ static int scan_event(Scan *s) {
    stays in the page cache: an interned string that points behind the cursor reads the same bytes again (a minor
    fault) when it is compared or copied out. Only for a shared read-only file mapping: on anonymous memory
    MADV_DONTNEED would zero the bytes, so the caller says which it passed. */
-static void release_behind(Scan *s) {
-#if defined(MADV_DONTNEED) && (defined(__unix__) || defined(__APPLE__))
-    static Py_ssize_t page = 0;
+static inline Py_ssize_t page_size(void) {
+#if defined(__unix__) || defined(__APPLE__)
+    static Py_ssize_t page = 0; /* two scanning threads may both set it: to the same value */
     if (!page) {
         long ps = sysconf(_SC_PAGESIZE);
         page = ps > 0 ? (Py_ssize_t)ps : 4096;
     }
+    return page;
+#else
+    return 4096;
+#endif
+}
+
+static void release_behind(Scan *s) {
+#if defined(MADV_DONTNEED) && (defined(__unix__) || defined(__APPLE__))
+    Py_ssize_t page = page_size();
     uintptr_t from = (uintptr_t)s->released, to = (uintptr_t)s->p & ~(uintptr_t)(page - 1);
     if (to > from && madvise((void *)from, (size_t)(to - from), MADV_DONTNEED) == 0) s->released = (const char *)to;
     else s->release = 0; /* refused (not a mapping after all): stop trying, nothing is lost */
@@ -1325,7 +1334,8 @@ static void start_helper(Scan *s, const char *first) {
     t->end = s->end;
     t->outer = s->outer;
     t->release = s->release;
-    t->released = (const char *)(((uintptr_t)at + 4095) & ~(uintptr_t)4095); /* never a page the first thread reads */
+    uintptr_t page = (uintptr_t)page_size();
+    t->released = (const char *)(((uintptr_t)at + page - 1) & ~(page - 1)); /* never a page the first thread reads */
     t->instant.only = INSTANT_COLUMNS;
     t->meta.only = META_COLUMNS;
     t->cancel = &h->cancel;
