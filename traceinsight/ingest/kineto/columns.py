@@ -21,6 +21,7 @@ import msgspec
 import numpy as np
 import pandas as pd
 
+from traceinsight.ingest.byteio import InflatedBuffer
 from traceinsight.vocab import native
 from traceinsight.vocab.cpus import usable_cpus
 from traceinsight.vocab.masks import join_keys, runs
@@ -269,6 +270,12 @@ SPLIT_MIN_CPUS = 2
 SPLIT_AFTER_EVENTS = 32768
 
 
+def _file_mapping(data: bytes | mmap.mmap) -> bool:
+    """Whether ``data`` maps a file (its pages may be given back and read again from the page cache), not memory
+    that holds the only copy of the bytes (a gzip file inflated into an ``InflatedBuffer``)."""
+    return isinstance(data, mmap.mmap) and not isinstance(data, InflatedBuffer)
+
+
 def scan_columns(data: bytes | mmap.mmap, split: bool = True) -> tuple[EventColumns, dict[str, Any]]:
     """Columns from the native scanner, plus where the event array lies (``span``) and whether the file is cut.
 
@@ -276,7 +283,7 @@ def scan_columns(data: bytes | mmap.mmap, split: bool = True) -> tuple[EventColu
     file of gigabytes is not resident beside its columns; its bytes stay readable (the page cache holds them).
     ``split``: a large document's events may be scanned by two threads (the same result, in less time)."""
     split_after = SPLIT_AFTER_EVENTS if split and len(data) >= SPLIT_MIN_BYTES and usable_cpus() >= SPLIT_MIN_CPUS else 0
-    res = native.built("pytorch").scan(data, isinstance(data, mmap.mmap), split_after)
+    res = native.built("pytorch").scan(data, _file_mapping(data), split_after)
     if res["fallback"]:
         raise Declined(res["fallback"])
     strings = res["strings"]
