@@ -10,6 +10,7 @@ give its pages back as it does a file mapping's (they hold the only copy of the 
 from __future__ import annotations
 
 import gzip
+import json
 import mmap
 import zlib
 from pathlib import Path
@@ -111,7 +112,7 @@ def test_a_gzip_trace_read_through_one_buffer_is_the_same_timeline(tmp_path, mon
     monkeypatch.setattr(columns.native, "built", lambda fmt: Spy())
     monkeypatch.setattr(byteio, "_CHUNK", 4096)
     two = traceinsight.load(path)
-    assert releases == [(InflatedBuffer, False)]  # its pages are never given back
+    assert releases == [(InflatedBuffer, columns.RELEASE_EVENTS)]  # only the event array's pages may go
     pd.testing.assert_frame_equal(one.events, two.events)
     pd.testing.assert_frame_equal(one.memory, two.memory)
     assert one.meta.warnings == two.meta.warnings
@@ -129,4 +130,53 @@ def test_a_gzip_trace_read_through_one_buffer_is_the_same_timeline(tmp_path, mon
     plain.write_bytes(gzip.decompress(path.read_bytes()))
     releases.clear()
     traceinsight.load(plain)
-    assert releases == [(mmap.mmap, True)]
+    assert releases == [(mmap.mmap, columns.RELEASE_FILE)]
+
+
+def _big_pretty_trace(n: int) -> bytes:
+    """A kineto document of ``n`` ops and kernels written one member per line, tens of MB: past the 32 MiB the
+    scanner reads before it gives pages back."""
+    t = KinetoTrace()
+    for i in range(n):
+        op = t.cpu_op(f"aten::op{i % 13}", 10.0 * i, 5, args={"Input Dims": [[i % 97, 64]]})
+        t.kernel(f"kernel_{i % 7}", 10.0 * i + 6, 3, launch_us=10.0 * i + 1, op=op)
+    return json.dumps(t.to_dict(), indent=1).encode()
+
+
+@pytest.mark.skipif(native.built("pytorch") is None, reason="the native kineto scanner is not built here")
+@pytest.mark.parametrize("case", ["whole", "cut", "declined"])
+def test_an_inflated_trace_whose_event_pages_were_given_back_reads_as_the_plain_file(tmp_path, monkeypatch, case):
+    """The scanner zeroes the event array's pages of an inflated gzip file behind it (32 MiB at a time). A whole
+    document needs only the header after that; a cut one (the cut is checked on the whole document) and one the
+    scanner declines (the general decoder reads it all) are read from the file again: every case gives the
+    timeline of the same document read from a plain file."""
+    data = _big_pretty_trace(60_000)
+    assert len(data) > 40 << 20
+    if case == "declined":  # the last kernel's timestamp written as a string: the scanner declines at the end
+        at = data.index(b'"ts":', data.rindex(b'"cat": "kernel"'))
+        data = data[:at] + b'"ts": "1"' + data[data.index(b",", at):]
+    if case == "cut":
+        data = data[: len(data) - 1000]
+    plain = tmp_path / "t.json"
+    plain.write_bytes(data)
+    packed = tmp_path / "t.json.gz"
+    packed.write_bytes(gzip.compress(data, compresslevel=1))
+    monkeypatch.setattr(columns, "SPLIT_MIN_BYTES", 1 << 62)  # one thread: the plain file's own read, compared
+    want = traceinsight.load(plain)
+    zeroed = []
+    real = native.built("pytorch")
+
+    class Spy:
+        def scan(self, data, release=False, split_after=0):
+            out = real.scan(data, release, split_after)
+            if release == columns.RELEASE_EVENTS:  # the middle of the event array reads as zeros now
+                mid = len(data) // 2 & ~4095
+                zeroed.append(bytes(data[mid: mid + 4096]) == bytes(4096))
+            return out
+
+    monkeypatch.setattr(columns.native, "built", lambda fmt: Spy())
+    monkeypatch.setattr(byteio, "_CHUNK", 1 << 20)  # a few MB of gzip: inflated into one buffer
+    got = traceinsight.load(packed)
+    assert zeroed == [True]
+    pd.testing.assert_frame_equal(want.events, got.events)
+    assert [w.replace("t.json.gz", "t.json") for w in got.meta.warnings] == want.meta.warnings

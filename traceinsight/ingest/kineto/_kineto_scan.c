@@ -417,7 +417,7 @@ typedef struct {
     MemRows mem;  /* their allocator fields, row for row */
     double mem_args[N_MEM]; /* the allocator fields of the event being scanned */
     size_t events;
-    int release;          /* the buffer is a read-only file mapping: give back its pages behind the cursor */
+    int release;          /* give back the buffer's pages behind the cursor: RELEASE_FILE or RELEASE_EVENTS (0: never) */
     const char *released; /* the mapping's pages before this (page-aligned) address are given back */
     size_t split_after;   /* after this many events, a second thread takes the second half of the array (0: never) */
     struct Helper *helper; /* that thread, while it runs */
@@ -1139,6 +1139,11 @@ static int scan_event(Scan *s) {
     return OK;
 }
 
+/* What may be given back: a read-only mapping of a file (its bytes stay in the page cache and are read again if
+   touched), or memory holding the only copy of the bytes (a gzip file inflated into anonymous memory), of which
+   only the event array's pages are given back, never the header around it, which the caller reads afterwards. */
+enum { RELEASE_FILE = 1, RELEASE_EVENTS = 2 };
+
 /* The mapped bytes scanned since the last release that are given back at once: large enough that the calls cost
    nothing, small enough that the mapping never holds much of a gigabyte file in memory. */
 #define RELEASE_STEP ((Py_ssize_t)32 << 20)
@@ -1519,6 +1524,10 @@ static int scan_elements(Scan *s, const char **last_complete, const char *first)
 static int scan_events(Scan *s, const char **last_complete) {
     int rc0 = open_container(s, ']');
     if (rc0) return rc0 < 0 ? rc0 : OK;
+    if (s->release == RELEASE_EVENTS) { /* from the first page wholly inside the array */
+        uintptr_t page = (uintptr_t)page_size();
+        s->released = (const char *)(((uintptr_t)s->p + page - 1) & ~(page - 1));
+    }
     int rc = scan_elements(s, last_complete, s->p);
     stop_helper(s); /* the first half ended before the second thread's start: its work is not wanted */
     return rc;
@@ -1702,7 +1711,11 @@ static PyObject *scan(PyObject *module, PyObject *args) {
     PyObject *arg;
     int release = 0;
     Py_ssize_t split_after = 0;
-    if (!PyArg_ParseTuple(args, "O|pn:scan", &arg, &release, &split_after)) return NULL;
+    if (!PyArg_ParseTuple(args, "O|in:scan", &arg, &release, &split_after)) return NULL;
+    if (release != 0 && release != RELEASE_FILE && release != RELEASE_EVENTS) {
+        PyErr_SetString(PyExc_ValueError, "release must be 0, 1 (a file mapping) or 2 (the event array only)");
+        return NULL;
+    }
     Py_buffer view;
     if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0) return NULL;
     Scan s;
@@ -1710,7 +1723,7 @@ static PyObject *scan(PyObject *module, PyObject *args) {
     s.base = s.p = view.buf;
     s.end = s.base + view.len;
     /* a mapping starts on a page boundary; anything else is not one, and is never released */
-    s.release = release && ((uintptr_t)s.base & 4095) == 0;
+    s.release = ((uintptr_t)s.base & 4095) == 0 ? release : 0;
     s.instant.only = INSTANT_COLUMNS;
     s.meta.only = META_COLUMNS;
     s.released = s.base;
@@ -1739,9 +1752,10 @@ static PyObject *scan(PyObject *module, PyObject *args) {
 static PyMethodDef methods[] = {
     {"scan", scan, METH_VARARGS,
      "scan(data, release=False, split_after=0) -> dict: the kineto events of a JSON document as columns, or\n"
-     "{'fallback': reason}. release: data is a read-only mapping of a file, whose pages may be given back as the\n"
-     "scan passes them. split_after: after this many events a second thread scans the second half of the event\n"
-     "array (0: one thread); the result is the same."},
+     "{'fallback': reason}. release: 1, data is a read-only mapping of a file, whose pages may be given back as the\n"
+     "scan passes them; 2, data is anonymous memory whose event array's pages may be given back (they read as zeros\n"
+     "after: the caller reads the file again if it needs them). split_after: after this many events a second thread\n"
+     "scans the second half of the event array (0: one thread); the result is the same."},
     {NULL, NULL, 0, NULL},
 };
 

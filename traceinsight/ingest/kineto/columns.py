@@ -270,10 +270,22 @@ SPLIT_MIN_CPUS = 2
 SPLIT_AFTER_EVENTS = 32768
 
 
-def _file_mapping(data: bytes | mmap.mmap) -> bool:
-    """Whether ``data`` maps a file (its pages may be given back and read again from the page cache), not memory
-    that holds the only copy of the bytes (a gzip file inflated into an ``InflatedBuffer``)."""
-    return isinstance(data, mmap.mmap) and not isinstance(data, InflatedBuffer)
+#: What the scanner may give back of the buffer as it passes: nothing (bytes), every page of a file mapping (read
+#: again from the page cache if touched), or the event array's pages of an inflated gzip file (they read as zeros
+#: afterwards: ``pages_given_back`` tells the caller to read the file again should it need the bytes whole).
+RELEASE_NONE, RELEASE_FILE, RELEASE_EVENTS = 0, 1, 2
+
+
+def release_mode(data: bytes | mmap.mmap) -> int:
+    if isinstance(data, InflatedBuffer):
+        return RELEASE_EVENTS
+    return RELEASE_FILE if isinstance(data, mmap.mmap) else RELEASE_NONE
+
+
+def pages_given_back(data: bytes | mmap.mmap) -> bool:
+    """Whether a scan of ``data`` may have zeroed some of its bytes (then only the header around the event array is
+    still there)."""
+    return release_mode(data) == RELEASE_EVENTS
 
 
 def scan_columns(data: bytes | mmap.mmap, split: bool = True) -> tuple[EventColumns, dict[str, Any]]:
@@ -283,7 +295,7 @@ def scan_columns(data: bytes | mmap.mmap, split: bool = True) -> tuple[EventColu
     file of gigabytes is not resident beside its columns; its bytes stay readable (the page cache holds them).
     ``split``: a large document's events may be scanned by two threads (the same result, in less time)."""
     split_after = SPLIT_AFTER_EVENTS if split and len(data) >= SPLIT_MIN_BYTES and usable_cpus() >= SPLIT_MIN_CPUS else 0
-    res = native.built("pytorch").scan(data, _file_mapping(data), split_after)
+    res = native.built("pytorch").scan(data, release_mode(data), split_after)
     if res["fallback"]:
         raise Declined(res["fallback"])
     strings = res["strings"]

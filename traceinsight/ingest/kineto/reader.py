@@ -16,7 +16,7 @@ import mmap
 import os
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import pandas as pd
@@ -28,7 +28,7 @@ from traceinsight.model.timeline import COPY_KINDS, KINDS, SMALL_MATCH, DeviceIn
 from traceinsight.ingest.byteio import read_bytes
 from traceinsight.ingest.parts import ReadResult, Rows
 from traceinsight.ingest.kineto.sniff import sniff, split_rank_files  # noqa: F401  (the package's entry points)
-from traceinsight.ingest.kineto.columns import Declined, EventColumns, native_available, scan_columns, struct_columns, thread_name_column
+from traceinsight.ingest.kineto.columns import Declined, EventColumns, native_available, pages_given_back, scan_columns, struct_columns, thread_name_column
 from traceinsight.ingest.kineto.memory import memory_rows
 from traceinsight.ingest.kineto.decode import Trace, bad_utf8_warning, decode, decode_header, is_cut_short, truncation_warning
 
@@ -193,7 +193,7 @@ def _read_file_nogc(path: Path, progress=None, max_bytes: int | None = None, spl
     if progress:
         progress("parsing JSON")
     try:
-        cols, header = _columns(data, path, warnings, split)
+        cols, header = _columns(data, path, warnings, split, lambda: read_bytes(path, [], max_bytes=max_bytes))
     finally:
         if isinstance(data, mmap.mmap):
             data.close()
@@ -211,9 +211,11 @@ def _read_file_nogc(path: Path, progress=None, max_bytes: int | None = None, spl
     return rows, meta
 
 
-def _columns(data: bytes | mmap.mmap, path: Path, warnings: list[str], split: bool = True) -> tuple[EventColumns, Trace]:
+def _columns(data: bytes | mmap.mmap, path: Path, warnings: list[str], split: bool = True,
+             reread: Callable[[], bytes] | None = None) -> tuple[EventColumns, Trace]:
     """The event columns and the header, from the native scanner when it takes the document (``split``: with two
-    threads on a large one)."""
+    threads on a large one). ``reread``: the file's bytes again, for the checks that need the whole document after
+    a scan that gave some of ``data``'s pages back (a cut, a declined document: rare, and only for large gzip files)."""
     if native_available():
         try:
             cols, where = scan_columns(data, split)
@@ -222,6 +224,8 @@ def _columns(data: bytes | mmap.mmap, path: Path, warnings: list[str], split: bo
         else:
             # the scanner calls a document cut where it stops parsing; one damaged in the middle is not, and the
             # general decoder then gives the error
+            if where["truncated"] and reread is not None and pages_given_back(data):
+                data = reread()
             cut_ok = not where["truncated"] or is_cut_short(data)
             header = decode_header(data, where["span"], where["truncated"]) if cut_ok else None
             if header is not None:
@@ -230,6 +234,8 @@ def _columns(data: bytes | mmap.mmap, path: Path, warnings: list[str], split: bo
                 if where["truncated"]:
                     warnings.append(truncation_warning(path, cols.n_events))
                 return cols, header
+    if reread is not None and pages_given_back(data):  # the general decoder reads the whole document
+        data = reread()
     trace = decode(bytes(data) if isinstance(data, mmap.mmap) else data, path, warnings)
     cols = struct_columns(trace.traceEvents)
     trace.traceEvents = []
