@@ -144,14 +144,15 @@ def _big_pretty_trace(n: int) -> bytes:
 
 
 @pytest.mark.skipif(native.built("pytorch") is None, reason="the native kineto scanner is not built here")
-@pytest.mark.parametrize("case", ["whole", "cut", "declined"])
+@pytest.mark.parametrize("case", ["whole", "cut", "declined", "whole, two threads"])
 def test_an_inflated_trace_whose_event_pages_were_given_back_reads_as_the_plain_file(tmp_path, monkeypatch, case):
     """The scanner zeroes the event array's pages of an inflated gzip file behind it (32 MiB at a time). A whole
     document needs only the header after that; a cut one (the cut is checked on the whole document) and one the
     scanner declines (the general decoder reads it all) are read from the file again: every case gives the
     timeline of the same document read from a plain file."""
-    data = _big_pretty_trace(60_000)
-    assert len(data) > 40 << 20
+    two_threads = case.endswith("two threads")
+    data = _big_pretty_trace(100_000 if two_threads else 60_000)  # each thread past 32 MiB
+    assert len(data) > (80 << 20 if two_threads else 40 << 20)
     if case == "declined":  # the last kernel's timestamp written as a string: the scanner declines at the end
         at = data.index(b'"ts":', data.rindex(b'"cat": "kernel"'))
         data = data[:at] + b'"ts": "1"' + data[data.index(b",", at):]
@@ -169,13 +170,17 @@ def test_an_inflated_trace_whose_event_pages_were_given_back_reads_as_the_plain_
     class Spy:
         def scan(self, data, release=False, split_after=0):
             out = real.scan(data, release, split_after)
-            if release == columns.RELEASE_EVENTS:  # the middle of the event array reads as zeros now
-                mid = len(data) // 2 & ~4095
-                zeroed.append(bytes(data[mid: mid + 4096]) == bytes(4096))
+            if release == columns.RELEASE_EVENTS:  # pages the threads passed read as zeros now
+                spots = [len(data) // 2] if not split_after else [8 << 20, len(data) // 2 + (12 << 20)]
+                zeroed.append(all(bytes(data[at & ~4095: (at & ~4095) + 4096]) == bytes(4096) for at in spots))
             return out
 
     monkeypatch.setattr(columns.native, "built", lambda fmt: Spy())
     monkeypatch.setattr(byteio, "_CHUNK", 1 << 20)  # a few MB of gzip: inflated into one buffer
+    if two_threads:  # each thread gives back the pages behind it, the second's from its own start
+        monkeypatch.setattr(columns, "SPLIT_MIN_BYTES", 0)
+        monkeypatch.setattr(columns, "SPLIT_AFTER_EVENTS", 1000)
+        monkeypatch.setattr(columns, "usable_cpus", lambda: 2)
     got = traceinsight.load(packed)
     assert zeroed == [True]
     pd.testing.assert_frame_equal(want.events, got.events)
