@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import os
 import re
 
 import pandas as pd
@@ -27,16 +26,12 @@ from traceinsight.vocab import native
 
 from .conftest import corpus_file
 from .helpers.kineto_writer import KinetoTrace
+from .test_kineto_native import native_built  # noqa: F401 - the fixture skips without the scanner
 
 SPLITS = (1, 2, 5, 40, 333)
 
 
-@pytest.fixture(autouse=True)
-def native_built():
-    if native.built("pytorch") is None:
-        if os.environ.get("CI"):
-            pytest.fail("the native kineto scanner was not built (is a C compiler installed?)")
-        pytest.skip("the native kineto scanner is not built here (no C compiler at install time)")
+pytestmark = pytest.mark.usefixtures("native_built")  # skips (fails under CI) without the scanner
 
 
 def _scan(data: bytes, split_after: int = 0):
