@@ -259,9 +259,9 @@ class Declined(Exception):
 #: A document at least this large has its event array scanned by two threads (the scanner's ``split_after``), when
 #: the process may use two CPUs and the caller is not reading several files at once already (a rank folder's pool).
 #: The result is the same. Measured on the 2-CPU machines this project's CI and benchmarks run on (bench/README.md,
-#: "Gigabyte traces, fourth pass"), on the 1.9 GB replica: the scan takes half the time, the load 3.06 -> 2.35 s and
-#: the analysis 5.06 -> 4.29 s, for 2-20 % more CPU (two threads faulting in fresh pages at once contend in the
-#: kernel). The Nsight Systems reader likewise reads one file on every usable CPU.
+#: "Gigabyte traces, fourth pass"), on the 1.9 GB replica: the load takes 3.12 -> 2.32 s for 0.08-0.6 s more CPU
+#: (two threads faulting in fresh pages at once contend in the kernel; how much depends on what else the machine
+#: runs). The Nsight Systems reader likewise reads one file on every usable CPU.
 SPLIT_MIN_BYTES = 256 << 20
 #: The CPUs the process must be allowed to use for the split.
 SPLIT_MIN_CPUS = 2
