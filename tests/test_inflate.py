@@ -180,7 +180,7 @@ def test_an_inflated_trace_whose_event_pages_were_given_back_reads_as_the_plain_
     if two_threads:  # each thread gives back the pages behind it, the second's from its own start
         monkeypatch.setattr(columns, "SPLIT_MIN_BYTES", 0)
         monkeypatch.setattr(columns, "SPLIT_AFTER_EVENTS", 1000)
-        monkeypatch.setattr(columns, "usable_cpus", lambda: 2)
+        monkeypatch.setattr(columns, "usable_cpus", lambda: columns.SPLIT_MIN_CPUS)
     got = traceinsight.load(packed)
     assert zeroed == [True]
     pd.testing.assert_frame_equal(want.events, got.events)

@@ -257,14 +257,16 @@ class Declined(Exception):
 
 
 #: A document at least this large has its event array scanned by two threads (the scanner's ``split_after``), when
-#: the process may use two CPUs and the caller is not reading several files at once already (a rank folder's pool).
-#: The result is the same. Measured on the 2-CPU machines this project's CI and benchmarks run on (bench/README.md,
-#: "Gigabyte traces, fourth pass"), on the 1.9 GB replica: the load takes 3.12 -> 2.32 s for 0.08-0.6 s more CPU
-#: (two threads faulting in fresh pages at once contend in the kernel; how much depends on what else the machine
-#: runs). The Nsight Systems reader likewise reads one file on every usable CPU.
+#: the process may use ``SPLIT_MIN_CPUS`` CPUs and the caller is not reading several files at once already (a rank
+#: folder's pool). The result is the same; the time is less, the CPU more.
 SPLIT_MIN_BYTES = 256 << 20
-#: The CPUs the process must be allowed to use for the split.
-SPLIT_MIN_CPUS = 2
+#: Measured on the 2-CPU machines this project's CI and benchmarks run on (bench/README.md, "Gigabyte traces,
+#: fourth pass"), on the 1.9 GB replica: with the second thread on the only other CPU the load took 0.5-0.8 s less
+#: (3.1 -> 2.3-2.7 s) for 0.06-0.7 s more CPU (five benchmark runs, median +0.54 s: two threads faulting in fresh
+#: pages at once contend in the kernel), about as much CPU spent as time saved. So the split waits for a third
+#: CPU, where the second thread takes a core that is spare; the Nsight Systems reader, whose threads each read
+#: their own part of a database, uses every usable CPU.
+SPLIT_MIN_CPUS = 3
 #: The events the first thread reads before it starts the second: enough to be past the header (the scanner sizes
 #: its columns at the same point).
 SPLIT_AFTER_EVENTS = 32768
