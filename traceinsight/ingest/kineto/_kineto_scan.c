@@ -1244,6 +1244,11 @@ typedef struct Helper {
 /* A place at or after ``from`` where an event seems to begin: a '{' after a '}' and a comma, outside strings,
    found from the first line break (JSON strings hold no raw line break, so a scan from there knows which bytes
    are inside strings). NULL when there is none within SPLIT_SEARCH (a document on one line). */
+static inline const char *past_blanks(const char *r, const char *stop) {
+    while (r < stop && (*r == ' ' || *r == '\n' || *r == '\r' || *r == '\t')) r++;
+    return r;
+}
+
 static const char *split_point(const char *from, const char *end) {
     const char *q = memchr(from, '\n', (size_t)(end - from));
     if (!q) return NULL;
@@ -1256,11 +1261,9 @@ static const char *split_point(const char *from, const char *end) {
         } else if (c == '"') {
             in_str = 1;
         } else if (c == '}') {
-            const char *r = q + 1;
-            while (r < stop && (*r == ' ' || *r == '\n' || *r == '\r' || *r == '\t')) r++;
+            const char *r = past_blanks(q + 1, stop);
             if (r >= stop || *r != ',') continue;
-            r++;
-            while (r < stop && (*r == ' ' || *r == '\n' || *r == '\r' || *r == '\t')) r++;
+            r = past_blanks(r + 1, stop);
             if (r < stop && *r == '{') return r;
         }
     }
@@ -1387,15 +1390,22 @@ static void stop_helper(Scan *s) {
 static const int COLUMN_TABLE[N_I32] = {T_PH, T_CAT, T_NAME, T_IDS, T_IDS, T_DIM3, T_DIM3, T_DIMS, T_ARGNAME, T_TYPES,
                                         T_CONCRETE};
 
+/* n string codes from ``from`` to ``to`` through ``map`` (the second thread's code -> the first's; -1 stays -1).
+   Forward, one at a time: ``to`` may lie at or before ``from`` in the same array. */
+static void translate_codes(int32_t *to, const int32_t *from, size_t n, const int32_t *map) {
+    for (size_t i = 0; i < n; i++) {
+        int32_t v = from[i];
+        to[i] = v < 0 ? v : map[v];
+    }
+}
+
 /* ``src``'s rows after ``dst``'s, string codes through ``maps`` (per table: the helper's code -> the first's). */
 static int append_rows(Rows *dst, const Rows *src, int32_t *const *maps) {
     if (!src->n) return 0;
     if (rows_reserve(dst, dst->n + src->n) < 0) return -1;
     for (int k = 0; k < N_I32; k++) {
         if (!rows_keep(dst, k)) continue;
-        const int32_t *from = src->i32[k], *map = maps[COLUMN_TABLE[k]];
-        int32_t *to = dst->i32[k] + dst->n;
-        for (size_t i = 0; i < src->n; i++) to[i] = from[i] < 0 ? from[i] : map[from[i]];
+        translate_codes(dst->i32[k] + dst->n, src->i32[k], src->n, maps[COLUMN_TABLE[k]]);
     }
     for (int k = 0; k < N_I64; k++)
         if (rows_keep(dst, N_I32 + k)) memcpy(dst->i64[k] + dst->n, src->i64[k], src->n * sizeof(int64_t));
@@ -1408,14 +1418,7 @@ static int append_rows(Rows *dst, const Rows *src, int32_t *const *maps) {
 /* The second thread's complete events, written from row ``offset`` of the same arrays, moved down to follow the
    first thread's (row ``r->n``; never past ``offset``), string codes translated on the way. */
 static void join_rows(Rows *r, size_t offset, size_t n, int32_t *const *maps) {
-    for (int k = 0; k < N_I32; k++) {
-        const int32_t *map = maps[COLUMN_TABLE[k]];
-        int32_t *col = r->i32[k];
-        for (size_t i = 0; i < n; i++) { /* forward: the target lies at or before the source */
-            int32_t v = col[offset + i];
-            col[r->n + i] = v < 0 ? v : map[v];
-        }
-    }
+    for (int k = 0; k < N_I32; k++) translate_codes(r->i32[k] + r->n, r->i32[k] + offset, n, maps[COLUMN_TABLE[k]]);
     if (offset != r->n) {
         for (int k = 0; k < N_I64; k++) memmove(r->i64[k] + r->n, r->i64[k] + offset, n * sizeof(int64_t));
         for (int k = 0; k < N_F64; k++) memmove(r->f64[k] + r->n, r->f64[k] + offset, n * sizeof(double));
