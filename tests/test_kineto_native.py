@@ -202,6 +202,31 @@ def test_cut_anywhere_same_recovery(tmp_path, monkeypatch):
     assert recovered == sorted(recovered) and recovered[-1] == 8  # more kept the later the cut; all at the end
 
 
+def _cut_inside_a_last_event(doc: dict, event: bytes) -> bytes:
+    """``doc`` with ``event`` (the text of an event object, cut short) after its last event: the file ends there."""
+    events = doc.pop("traceEvents")
+    head = json.dumps(doc)[:-1] + ', "traceEvents": [\n'
+    return (head + ",\n".join(json.dumps(e) for e in events)).encode() + b",\n" + event
+
+
+@pytest.mark.parametrize("closed", [False, True], ids=["cut-inside-the-string", "string-closed-event-cut"])
+def test_bytes_that_are_not_utf8_in_the_cut_event_warn_as_the_general_decoder_does(tmp_path, monkeypatch, closed):
+    """The general decoder finds a string's end before it checks its bytes: a string cut short by the end of the
+    file is only a cut (no warning), while a string that closed before the cut, in the event the cut ends, is
+    checked in its first pass over the whole file and warned about. The scanner flags a bad byte when its string
+    closes, so both paths agree. (Fuzzed: a thread_name event cut inside an args ``grid`` string holding such
+    bytes warned on the native path only.)"""
+    cut = b'{"ph": "X", "cat": "kernel", "name": "cut::k", "pid": 1, "tid": 2, "ts": 500, "dur": 1, "args": {"grid": "bad \xff byte'
+    data = _cut_inside_a_last_event(_small_trace().to_dict(), cut + (b'", "device": 0' if closed else b""))
+    path = tmp_path / "cut.json"
+    path.write_bytes(data)
+    tl = assert_same(path, monkeypatch)
+    assert any("truncated" in w for w in tl.meta.warnings) and len(tl.events) == 8
+    assert any("UTF-8" in w for w in tl.meta.warnings) is closed
+    res = native.built("pytorch").scan(data, False, 0)
+    assert res["truncated"] and res["bad_utf8"] is closed
+
+
 def test_deep_nesting_is_declined_without_recursion_and_refused_on_both_paths(tmp_path, monkeypatch):
     """200,000 levels: the scanner declines at MAX_DEPTH (a fixed stack, no recursion), and both paths give
     msgspec's one-line error (tests/test_kineto_parity.py has the limit itself)."""

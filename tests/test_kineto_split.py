@@ -153,6 +153,18 @@ def test_bytes_that_are_not_utf8_are_flagged_either_way(where):
     assert one["bad_utf8"] is True
 
 
+@pytest.mark.parametrize("closed", [False, True])
+def test_a_bad_byte_in_an_event_cut_after_the_split_is_flagged_as_by_one_thread(closed):
+    """The last event lies in the second thread's half and is cut: a bad byte in a string the cut ends is no bad
+    UTF-8 (the general decoder sees only a cut), one in a string that closed before it is; either way the split
+    result is the one-thread result."""
+    data = _pretty(_trace())
+    events_end = data.rindex(b"\n ]")  # just after the last event's closing brace
+    cut = b',\n  {"ph": "X", "cat": "kernel", "name": "k", "pid": 1, "tid": 2, "ts": 99999, "dur": 1, "args": {"grid": "bad \xff byte'
+    one = assert_split_same(data[:events_end] + cut + (b'", "device": 0' if closed else b""))
+    assert one["truncated"] and one["bad_utf8"] is closed
+
+
 def test_a_first_half_with_more_rows_than_estimated_is_read_by_one_thread():
     """The first thread's share of the shared columns ends at the estimate of its rows: here the estimate, made
     from the phases it can read, is far too small (the first half's phase keys are escaped, so the sampled

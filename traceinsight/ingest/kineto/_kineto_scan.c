@@ -550,10 +550,12 @@ static int utf8_len(const unsigned char *q, const unsigned char *end) {
 
 /* At an opening quote: validates the string (escapes, no raw control character) and gives its raw content span
    (escapes kept); p ends after the closing quote. ``esc`` (when given) says whether it holds an escape. With
-   ``utf8``, bytes that are not UTF-8 set s->bad_utf8 (the string is one the general decoder decodes). */
+   ``utf8``, bytes that are not UTF-8 set s->bad_utf8 (the string is one the general decoder decodes) once the
+   string closes: the general decoder finds a string's end before it checks its bytes, so a string cut short by
+   the end of the file is a cut to it, never bad UTF-8. */
 static inline int scan_string_v(Scan *s, const char **out, Py_ssize_t *len, int *esc, int utf8) {
     const unsigned char *start = (const unsigned char *)s->p + 1, *q = start, *end = (const unsigned char *)s->end;
-    int has_esc = 0;
+    int has_esc = 0, bad = 0;
     for (;;) {
         q = find_special(q, end, utf8);
         if (q >= end) return TRUNC;
@@ -569,7 +571,7 @@ static inline int scan_string_v(Scan *s, const char **out, Py_ssize_t *len, int 
             int n = utf8_len(q, end);
             if (n < 0) return TRUNC;
             if (n == 0) {
-                s->bad_utf8 = 1;
+                bad = 1;
                 n = 1;
             }
             q += n;
@@ -581,6 +583,7 @@ static inline int scan_string_v(Scan *s, const char **out, Py_ssize_t *len, int 
     *len = (const char *)q - (const char *)start;
     s->p = (const char *)q + 1;
     if (esc) *esc = has_esc;
+    s->bad_utf8 |= bad;
     return OK;
 }
 
