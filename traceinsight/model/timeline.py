@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from traceinsight.vocab.masks import first_of_key, join_keys
+from traceinsight.vocab.masks import codes_in, first_of_key, join_keys
 
 #: The kinds of rows; order matters only for display.
 KINDS: tuple[str, ...] = (
@@ -398,10 +398,7 @@ def kind_is(kind: pd.Categorical, *names: str) -> np.ndarray:
             lut = _KIND_LUTS[names] = np.array([c in names for c in KINDS] + [False], dtype=bool)
     else:
         lut = np.array([c in names for c in kind.categories] + [False], dtype=bool)
-    hits = np.flatnonzero(lut[:-1])
-    if len(hits) == 1:  # one kind: a compare of the codes, a third of a table lookup's time on millions of rows
-        return kind.codes == hits[0]
-    return lut[kind.codes]
+    return codes_in(kind.codes, lut[:-1])
 
 
 _KIND_LUTS: dict[tuple[str, ...], np.ndarray] = {}

@@ -75,6 +75,8 @@ def codes_in(codes: np.ndarray, hit: np.ndarray, missing: bool = False) -> np.nd
     wanted = np.flatnonzero(hit)
     if len(wanted) > _FEW_CODES or missing:
         return np.append(np.asarray(hit, dtype=bool), missing).take(codes)  # code -1 reads the extra last entry
+    if len(wanted) == 1:  # the usual question (one kind): one compare, a third of a table lookup's time
+        return np.equal(codes, wanted[0])
     out = np.zeros(len(codes), dtype=bool)
     tmp = np.empty(len(codes), dtype=bool)
     for c in wanted.tolist():

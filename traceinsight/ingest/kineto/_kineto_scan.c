@@ -1729,7 +1729,7 @@ static PyObject *scan(PyObject *module, PyObject *args) {
     s.base = s.p = view.buf;
     s.end = s.base + view.len;
     /* a mapping starts on a page boundary; anything else is not one, and is never released */
-    s.release = ((uintptr_t)s.base & 4095) == 0 ? release : 0;
+    s.release = ((uintptr_t)s.base & (uintptr_t)(page_size() - 1)) == 0 ? release : 0;
     s.instant.only = INSTANT_COLUMNS;
     s.meta.only = META_COLUMNS;
     s.released = s.base;
@@ -1757,7 +1757,7 @@ static PyObject *scan(PyObject *module, PyObject *args) {
 
 static PyMethodDef methods[] = {
     {"scan", scan, METH_VARARGS,
-     "scan(data, release=False, split_after=0) -> dict: the kineto events of a JSON document as columns, or\n"
+     "scan(data, release=0, split_after=0) -> dict: the kineto events of a JSON document as columns, or\n"
      "{'fallback': reason}. release: 1, data is a read-only mapping of a file, whose pages may be given back as the\n"
      "scan passes them; 2, data is anonymous memory whose event array's pages may be given back (they read as zeros\n"
      "after: the caller reads the file again if it needs them). split_after: after this many events a second thread\n"

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import gc
 import mmap
 import os
 import re
@@ -23,9 +22,10 @@ import pandas as pd
 
 from traceinsight.vocab.demangle import demangled_categories
 from traceinsight.vocab.errors import TraceReadError
-from traceinsight.vocab.masks import first_of_key
+from traceinsight.vocab.masks import codes_in, first_of_key
 from traceinsight.model.timeline import COPY_KINDS, KINDS, SMALL_MATCH, DeviceInfo, TraceMeta, categorical
 from traceinsight.ingest.byteio import read_bytes
+from traceinsight.ingest.heap import collector_paused
 from traceinsight.ingest.parts import ReadResult, Rows
 from traceinsight.ingest.kineto.sniff import sniff, split_rank_files  # noqa: F401  (the package's entry points)
 from traceinsight.ingest.kineto.columns import Declined, EventColumns, native_available, pages_given_back, scan_columns, struct_columns, thread_name_column
@@ -62,14 +62,12 @@ _OTHER, _ANNOTATION, _CPU_OP, _STEP = (KINDS.index(k) for k in ("other", "annota
 
 
 def _kind_tester(kind: np.ndarray):
-    """``kind_is("memcpy", "memset")``: a row mask from KINDS codes, through a lookup table."""
+    """``kind_is("memcpy", "memset")``: a row mask from KINDS codes (``vocab.masks.codes_in``)."""
 
     def kind_is(*names: str) -> np.ndarray:
-        if len(names) == 1:  # a compare of the codes: a third of a table lookup's time on millions of rows
-            return kind == KINDS.index(names[0])
-        lut = np.zeros(len(KINDS), dtype=bool)
-        lut[[KINDS.index(k) for k in names]] = True
-        return lut[kind]
+        hit = np.zeros(len(KINDS), dtype=bool)
+        hit[[KINDS.index(k) for k in names]] = True
+        return codes_in(kind, hit)
 
     return kind_is
 
@@ -150,15 +148,9 @@ def _read_files(files: list[Path], max_bytes: int | None, pool: str) -> list[tup
     from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor  # a rank folder only: the pools cost 0.015 s to import
 
     executor = ThreadPoolExecutor if pool == "threads" else ProcessPoolExecutor
-    gc_was_on = gc.isenabled()
-    gc.disable()  # once for all threads (each _read_file pausing and resuming it would race)
-    try:
-        with executor(max_workers=workers) as ex:
-            # the pool uses the cores: each file is scanned by one thread
-            return list(ex.map(_read_file, files, [None] * len(files), [max_bytes] * len(files), [False] * len(files)))
-    finally:
-        if gc_was_on:
-            gc.enable()
+    with collector_paused(), executor(max_workers=workers) as ex:  # paused once for all threads (each file's pause would race)
+        # the pool uses the cores: each file is scanned by one thread
+        return list(ex.map(_read_file, files, [None] * len(files), [max_bytes] * len(files), [False] * len(files)))
 
 
 def _kernel_warnings(rows: Rows, meta: TraceMeta) -> None:
@@ -176,13 +168,8 @@ def _kernel_warnings(rows: Rows, meta: TraceMeta) -> None:
 def _read_file(path: Path, progress=None, max_bytes: int | None = None, split: bool = True) -> tuple[Rows, TraceMeta]:
     # The msgspec path allocates millions of short-lived objects that hold no cycles; the cyclic collector would
     # rescan them again and again (measured: ~2x slower), so it is paused for this function.
-    gc_was_on = gc.isenabled()
-    gc.disable()
-    try:
+    with collector_paused():
         return _read_file_nogc(path, progress, max_bytes, split)
-    finally:
-        if gc_was_on:
-            gc.enable()
 
 
 def _read_file_nogc(path: Path, progress=None, max_bytes: int | None = None, split: bool = True) -> tuple[Rows, TraceMeta]:
