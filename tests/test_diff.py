@@ -270,6 +270,20 @@ def test_numbers_later_reports_add_are_compared(traces, tmp_path):
     assert 'data-kpi="memory.peak_bytes"' in html and 'data-kpi="mfu_pct"' in html
 
 
+def test_the_mfu_coverage_note_speaks_for_both_sides_in_the_markdown_table(traces, tmp_path):
+    """The note on what MFU's FLOPs cover is about the row (BASE and HEAD), so the Markdown table puts it with the
+    label, as the HTML does; after HEAD's figure a reader takes it for HEAD's alone."""
+    for name, mfu, cov in (("a", 28.6, 100), ("b", 35.8, 100)):
+        res = CliRunner().invoke(app, ["analyze", str(traces["fixed"]), "-f", "json", "-o", str(tmp_path / f"{name}.json")])
+        assert res.exit_code == 0
+        doc = json.loads((tmp_path / f"{name}.json").read_text())
+        doc["efficiency"] = {"mfu_pct": mfu, "classes": [{"cls": "gemm", "time_ns": 100, "modelled_ns": cov}]}
+        (tmp_path / f"{name}.json").write_text(json.dumps(doc))
+    md = diff(tmp_path / "a.json", tmp_path / "b.json").render("md")
+    (row,) = [line for line in md.splitlines() if line.startswith("| MFU")]
+    assert row == "| MFU (counted FLOPs cover all of the GEMM/convolution/attention time) | 28.6% | 35.8% |"
+
+
 def test_a_report_without_a_workload_is_refused_with_a_reason(traces, tmp_path):
     res = CliRunner().invoke(app, ["analyze", str(traces["fixed"]), "-f", "json", "-o", str(tmp_path / "r.json")])
     assert res.exit_code == 0

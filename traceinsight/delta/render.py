@@ -274,7 +274,9 @@ def render_md(d: dict[str, Any], html_name: str | None = None, max_chars: int = 
     out.append(f"| GPU busy | {pct(bp['base'], False)} | {pct(bp['head'], False)} |")
     out.append(f"| verdict | {esc(b['verdict']['headline'])} | {esc(h['verdict']['headline'])} |")
     for k in shown_figures(d):
-        out.append(f"| {esc(k['label'], 60)} | {figure(k, 'base')} | {figure(k, 'head')}" + (f" ({esc(k['note'], 200)})" if k.get("note") else "") + " |")
+        # a note speaks for the row (both sides), so it goes with the label, not after HEAD's figure
+        label = esc(k["label"], 60) + (f" ({esc(k['note'], 200)})" if k.get("note") else "")
+        out.append(f"| {label} | {figure(k, 'base')} | {figure(k, 'head')} |")
     out.append("")
     if d["step"]:
         out += [f"**Step:** {esc(step_line(d['step']))}", ""]
