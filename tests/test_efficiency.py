@@ -73,6 +73,38 @@ def test_mfu_of_a_gpu_bound_loop_is_on_the_gpus_time(tmp_path):
     assert _eff(host.write(tmp_path / "host_bound.json")).mfu_pct == pytest.approx(100 * flops / 3e-3 / 1e12 / 312.0, rel=1e-9)
 
 
+def test_mfu_leaves_out_the_warmup_the_verdict_sets_aside(tmp_path):
+    """The verdict judges the steady state, so MFU beside it must too. A first step four times the others (start-up)
+    is a warm-up step: MFU is over the three steady steps and says so. Without steps, one-time work (a module load
+    that keeps the GPU idle for 20 ms) is taken off the GPU window MFU divides by."""
+    flops = 2 * 4096**3  # one GEMM
+    t = KinetoTrace(device_name="NVIDIA A100-SXM4-80GB")
+    t.step(1, 0, 12_000)
+    t.cpu_op("aten::empty", 100, 10_000)  # one-time host work inside the first step
+    _mm(t, 10_200, 4096, 4096, 4096, 1000.0)
+    for s in range(3):
+        t.step(s + 2, 12_000 + s * 3000.0, 3000.0)
+        _mm(t, 12_000 + s * 3000.0 + 10, 4096, 4096, 4096, 1000.0)
+    e = _eff(t.write(tmp_path / "steps.json"))
+    assert e.mfu_basis == "over the 3 steady steps (1 warm-up step left out)"
+    assert e.mfu_pct == pytest.approx(100 * 3 * flops / 9e-3 / 1e12 / 312.0, rel=1e-9)
+    assert e.to_dict()["mfu_basis"] == e.mfu_basis
+
+    n = KinetoTrace(device_name="NVIDIA A100-SXM4-80GB")
+    _mm(n, 10, 4096, 4096, 4096, 1000.0)
+    n.runtime("cuModuleLoadData", 1100, 20_000)  # one-time: the GPU idles under it
+    _mm(n, 21_200, 4096, 4096, 4096, 1000.0)
+    e = _eff(n.write(tmp_path / "nosteps.json"))
+    window_s = (21_240 + 1000 - 50) * 1e-6  # first kernel start to last kernel end
+    assert e.mfu_basis.startswith("over the steady state (the GPU window less ")
+    steady_s = 2 * flops / (e.mfu_pct / 100 * 312e12)  # the time MFU divides by
+    assert steady_s < window_s / 5  # the 20 ms of module loading are not in it
+    plain = traceinsight.load(tmp_path / "nosteps.json")
+    from traceinsight.derive.efficiency import build
+    from traceinsight.derive.views import Views
+    assert build(Views(plain)).mfu_basis == ""  # no ledger given: the whole window, as before
+
+
 def test_user_peak_overrides_the_table(tmp_path):
     t = KinetoTrace(device_name="NVIDIA A100-SXM4-80GB")
     t.step(1, 0, 3000)

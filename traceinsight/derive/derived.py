@@ -85,7 +85,7 @@ class Derived:
         """Achieved FLOP/s and bytes/s per kernel class, roofline position and MFU (``traceinsight.derive.efficiency``)."""
         from traceinsight.derive.efficiency import build
 
-        return build(self.views, self.efficiency_settings)
+        return build(self.views, self.efficiency_settings, ledger=lambda: self.ledger)
 
     @cached_property
     def graphs(self) -> "list[Graph]":

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, NamedTuple
+from typing import Any, Callable, NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -64,6 +64,7 @@ class Efficiency:
     top_ops: pd.DataFrame | None = None  # matrix ops by kernel time, grouped by (op, shapes, dtype): see ``_top_ops``
     coverage: dict[str, Any] | None = None  # how much of the matrix work the FLOPs cover: see ``_coverage``
     mfu_withheld: str = ""  # why no MFU is headlined although FLOPs are known (shapes cover too little): the sentence
+    mfu_basis: str = ""  # what MFU is measured over when warm-up is left out of it ("" : every step, or the whole window)
 
     @cached_property
     def classes(self) -> pd.DataFrame:
@@ -92,6 +93,7 @@ class Efficiency:
             "mfu_dtype": self.mfu_dtype,
             "mfu_peak": self.peak_label() if self.mfu_pct is not None else None,
             "mfu_withheld": self.mfu_withheld or None,
+            "mfu_basis": self.mfu_basis or None,
             "shape_coverage_pct": None if self.coverage is None else num(self.coverage.get("pct")),
             "coverage": None if self.coverage is None else {k: (num(v) if isinstance(v, float) else v) for k, v in self.coverage.items()},
             "classes": [
@@ -116,11 +118,15 @@ class Efficiency:
         }
 
 
-def build(views: Any, settings: EfficiencySettings | None = None) -> Efficiency:
+def build(views: Any, settings: EfficiencySettings | None = None, ledger: "Callable[[], Any] | None" = None) -> Efficiency:
     """The efficiency view of the views' timeline, in named steps: the peak of the devices that ran work (``_peak``),
     FLOPs per op from what the trace's format records (``_op_counts``), each kernel's class (``_kernel_class``), the
     row of each class (``_class_rows``), where the FLOPs come from (``_flops_source``) and what is missing
-    (``_flops_notes``), FLOPs and MFU per step (``_step_frame``) and over the window (``_window_mfu``)."""
+    (``_flops_notes``), FLOPs and MFU per step (``_step_frame``) and over the steady state (``_window_mfu``).
+
+    ``ledger``: the time ledger, asked for only when MFU is computed (the analysis' store passes its own). With it,
+    MFU leaves out what the verdict sets aside as warm-up (steps that are mostly warm-up; without steps, the
+    window's warm-up time), so the MFU and the busy % beside it speak of the same steady state."""
     settings = settings or EfficiencySettings()
     tl = views.timeline
     kernels = views.kernels
@@ -140,7 +146,8 @@ def build(views: Any, settings: EfficiencySettings | None = None) -> Efficiency:
     coverage = _flops_notes(source, fmt, shapes, rows, ops.matrix_all, counts, peak, notes)
     peak_mfu, _ = peak.for_dtype(mfu_dtype)
     step_frame = _step_frame(views.steps, source, ops.matrix_all, settings, peak_mfu)
-    model_flops, mfu = _window_mfu(source, views.gpu_activity, step_frame, ops.matrix_all, settings, peak_mfu, notes)
+    model_flops, mfu, basis = _window_mfu(source, views.gpu_activity, step_frame, ops.matrix_all, settings, peak_mfu, notes, ledger,
+                                           views.steps)
     withheld = ""
     if mfu is not None and coverage is not None and (coverage["pct"] if coverage["pct"] is not None else 0.0) < MFU_MIN_COVERAGE_PCT:
         # an MFU over a sliver of the matrix work is not the model's: say what is known instead (see ``withheld_text``)
@@ -153,7 +160,7 @@ def build(views: Any, settings: EfficiencySettings | None = None) -> Efficiency:
     top = _top_ops(tl.events, ops.matrix, peak, mfu_dtype) if source == "shapes" else None
     return Efficiency(peak, source, shapes, rows, step_frame, counts, gpu_ns, model_flops, mfu,
                       mfu_dtype if source != "none" else None, notes, kernel_cls=cls, hardware=hardware, top_ops=top,
-                      coverage=coverage, mfu_withheld=withheld)
+                      coverage=coverage, mfu_withheld=withheld, mfu_basis=basis if mfu is not None else "")
 
 
 def _peak(views: Any, settings: EfficiencySettings) -> PeakChoice:
@@ -354,29 +361,72 @@ def _step_frame(steps: pd.DataFrame, source: str, matrix_all: pd.DataFrame, sett
 
 
 def _window_mfu(source: str, act: pd.DataFrame, step_frame: pd.DataFrame, matrix_all: pd.DataFrame,
-                settings: EfficiencySettings, peak_mfu: float | None, notes: list[str]) -> tuple[float, float | None]:
-    """(the model's FLOPs, the MFU over the steps' wall time, or the GPU window without steps; None without FLOPs
-    or a peak)."""
+                settings: EfficiencySettings, peak_mfu: float | None, notes: list[str],
+                ledger: "Callable[[], Any] | None" = None, marked: pd.DataFrame | None = None) -> tuple[float, float | None, str]:
+    """(the model's FLOPs, the MFU over the steady steps' wall time, or the GPU window less its warm-up without
+    steps, and what it is over when warm-up was left out ("" otherwise)); MFU None without FLOPs or a peak."""
+    basis = ""
     if source in COUNTED:
         model_flops = float(matrix_all["flops"].sum())
         if len(step_frame) and step_frame["flops"].sum() > 0:
-            counted = step_frame[step_frame["flops"] > 0]
+            counted, basis = _steady_steps(step_frame[step_frame["flops"] > 0], ledger, marked)
             # the wall time of the steps' work is the longer of the host's steps and the GPU's span for them: a
             # GPU-bound loop queues ahead, so its host steps end long before the GPU has done their work
             tot_ns = float(max(counted["dur_ns"].sum(), _device_span_ns(act, counted)))
-            f_in = float(step_frame["flops"].sum())
-        else:  # no steps: the GPU window of the trace
-            tot_ns, f_in = float(_window_ns(act)), model_flops
+            f_in = float(counted["flops"].sum())
+        else:  # no steps: the GPU window of the trace, less its warm-up
+            (tot_ns, basis), f_in = _steady_window(act, ledger), model_flops
     elif source == "user":
         model_flops = float(settings.model_flops_per_step) * max(len(step_frame), 1)
-        tot_ns = float(step_frame["dur_ns"].sum()) if len(step_frame) else float(_window_ns(act))
-        f_in = model_flops
-        if not len(step_frame):
-            notes.append("the trace has no step markers: MFU is the given FLOPs for one step over the whole GPU window")
+        if len(step_frame):
+            counted, basis = _steady_steps(step_frame, ledger, marked)
+            tot_ns, f_in = float(counted["dur_ns"].sum()), float(settings.model_flops_per_step) * len(counted)
+        else:
+            (tot_ns, basis), f_in = _steady_window(act, ledger), model_flops
+            notes.append("the trace has no step markers: MFU is the given FLOPs for one step over the whole GPU window"
+                         + (" less its warm-up" if basis else ""))
     else:
         model_flops, tot_ns, f_in = 0.0, 0.0, 0.0
     mfu = 100.0 * f_in / (tot_ns / 1e9) / 1e12 / peak_mfu if source != "none" and tot_ns > 0 and peak_mfu else None
-    return model_flops, mfu
+    return model_flops, mfu, basis
+
+
+def _steady_steps(steps: pd.DataFrame, ledger: "Callable[[], Any] | None", marked: pd.DataFrame | None = None) -> tuple[pd.DataFrame, str]:
+    """The steps MFU is measured over: those that are not mostly warm-up (``steady.mostly_warmup``, the rule that
+    counts the verdict's steady steps; ``marked``: the views' step markers, which carry the steps' times), with the
+    phrase saying so; all of them when none or every one is."""
+    if ledger is None or marked is None or not len(steps) or not len(marked):
+        return steps, ""
+    from traceinsight.derive.steady import mostly_warmup
+
+    warm_rows = mostly_warmup(ledger().warmup, marked["rank"].to_numpy(), marked["start_ns"].to_numpy(np.int64),
+                              marked["end_ns"].to_numpy(np.int64))
+    if not warm_rows.any():
+        return steps, ""
+    big = np.int64(1 << 32)
+    key = lambda f: f["rank"].to_numpy().astype(np.int64) * big + f["step"].to_numpy().astype(np.int64)  # noqa: E731
+    warm = np.isin(key(steps), key(marked)[warm_rows])
+    if not warm.any() or warm.all():
+        return steps, ""
+    k, n = int(warm.sum()), int((~warm).sum())
+    return steps[~warm], f"over the {n} steady step{'s' if n != 1 else ''} ({k} warm-up step{'s' if k != 1 else ''} left out)"
+
+
+def _steady_window(act: pd.DataFrame, ledger: "Callable[[], Any] | None") -> tuple[float, str]:
+    """The GPU window MFU is measured over without steps: less the ledger's warm-up (one-time idle the verdict sets
+    aside), as a share of the window when several devices' windows are summed in the ledger; the phrase saying so."""
+    span = float(_window_ns(act))
+    if ledger is None or span <= 0:
+        return span, ""
+    from traceinsight.vocab.buckets import WARMUP_BUCKET
+
+    totals = ledger().totals()
+    window = float(sum(totals.values()))
+    warm = float(totals.get(WARMUP_BUCKET, 0))
+    if warm <= 0 or window <= warm:
+        return span, ""
+    steady = span * (window - warm) / window
+    return steady, f"over the steady state (the GPU window less {fmt_ns(int(round(span - steady)))} of warm-up)"
 
 
 #: FLOPs sources counted per op (recorded shapes; XLA's own per-op cost analysis): their coverage is known.

@@ -456,6 +456,25 @@ def _short(name: str, n: int = 60) -> str:
 
 
 # --- can this window be judged? -----------------------------------------------------------------------------
+def mostly_warmup(regions: pd.DataFrame, rank: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Per step (``rank``, ``start``, ``end``): do warm-up ``regions`` (the ledger's: rank, start_ns, end_ns) of its rank
+    cover (their union) at least half of it? Such a step is start-up, not the loop that repeats: the steady-state steps are the
+    others, and every figure over "the steady steps" (the count here, MFU) leaves these out."""
+    out = np.zeros(len(start), dtype=bool)
+    if regions is None or not len(regions) or not len(start):
+        return out
+    w_rank = regions["rank"].to_numpy()
+    ws_all, we_all = regions["start_ns"].to_numpy(np.int64), regions["end_ns"].to_numpy(np.int64)
+    for r in np.unique(rank):
+        on = np.flatnonzero(rank == r)
+        w = w_rank == r
+        if not w.any():
+            continue
+        s, e = start[on], end[on]
+        out[on] = Coverage(ws_all[w], we_all[w]).overlap(s, e) * 2 >= np.maximum(e - s, 1)
+    return out
+
+
 def judgement(ledger: "Ledger", steps: pd.DataFrame) -> dict:
     """Whether the window holds enough steady state to judge: ``judgeable``, ``reason`` (None, or a sentence),
     ``window_ns``, ``warmup_ns``, ``steady_ns``, ``steady_steps`` (steps outside warm-up, per rank the fewest).
@@ -468,21 +487,10 @@ def judgement(ledger: "Ledger", steps: pd.DataFrame) -> dict:
     steady = window - warm
     busy = int(sum(t.get(b, 0) for b in BUSY_BUCKETS))
     st = steps
-    regions = led.warmup
     n_steady = 0
     if not st.empty:
-        counts = []
-        for r, g in st.groupby("rank", sort=True):
-            w = regions[regions["rank"].to_numpy() == int(r)] if len(regions) else regions
-            s, e = g["start_ns"].to_numpy(np.int64), g["end_ns"].to_numpy(np.int64)
-            if len(w):
-                ws, we = w["start_ns"].to_numpy(np.int64), w["end_ns"].to_numpy(np.int64)
-                ov = np.array([int(np.clip(np.minimum(we, b) - np.maximum(ws, a), 0, None).sum()) for a, b in zip(s, e)])
-                clean = ov * 2 < np.maximum(e - s, 1)
-            else:
-                clean = np.ones(len(s), dtype=bool)
-            counts.append(int(clean.sum()))
-        n_steady = min(counts) if counts else 0
+        clean = ~mostly_warmup(led.warmup, st["rank"].to_numpy(), st["start_ns"].to_numpy(np.int64), st["end_ns"].to_numpy(np.int64))
+        n_steady = int(pd.Series(clean).groupby(st["rank"].to_numpy()).sum().min())
     reason = None
     if window > 0:
         share = 100.0 * warm / window

@@ -32,7 +32,8 @@ def headline(eff: Any) -> str:
         how = {"shapes": "FLOPs from recorded shapes", "recorded": "FLOPs as XLA recorded them per op"}.get(
             eff.flops_source, "FLOPs per step given with --model-flops-per-step")
         cov = coverage_phrase(getattr(eff, "coverage", None)) if eff.flops_source in ("shapes", "recorded") else ""
-        return f"MFU {eff.mfu_pct:.1f}% of {eff.peak_label()} ({src}); {how}" + (f" ({cov})." if cov else ".")
+        basis = f" {eff.mfu_basis}" if getattr(eff, "mfu_basis", "") else ""
+        return f"MFU {eff.mfu_pct:.1f}%{basis} of {eff.peak_label()} ({src}); {how}" + (f" ({cov})." if cov else ".")
     if getattr(eff, "mfu_withheld", ""):
         return eff.mfu_withheld + "."
     if eff.flops_source != "none":
