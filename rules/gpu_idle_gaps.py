@@ -347,7 +347,8 @@ class GpuIdleGaps(Rule):
 
     What each gap was is read from the time ledger (`traceinsight.derive.ledger`), which books every nanosecond of a
     gap once: data loading (a data-wait range of the host), host synchronization (the gap began while the host
-    was blocked in a sync: the queue drained under it), a GPU-side dependency (the work ending the gap had been
+    was blocked in a sync: the queue drained under it; for as long as the call blocked, the rest of a longer gap
+    being the host's work after it), a GPU-side dependency (the work ending the gap had been
     queued, its launch call had returned, before the gap began: the GPU waited on an event, another stream or a
     copy), host busy in traced CPU ops or untraced host time (the work was launched late), or unknown (no launch
     linked); warm-up is no cause here, it is left out. `metrics["cause_ns"]` sums these per cause; a gap's own
@@ -480,6 +481,12 @@ class GpuIdleGaps(Rule):
                                       attributed["next_launch_end_ns"][mine][top])
             warm = int(warmup_dev[j])
             window_ns, busy_pct, pct = int(window[j]), float(busy_of[j]), float(long_pct[j])
+            # the largest gap as counted here: its steady-state part (the evidence's order), said to hold warm-up
+            # when it does, so the figure is never a stretch of one-time work the title leaves out
+            big = int(np.argmax(steady[pos]))
+            big_warm = int(warmup[pos][big])
+            largest = f"The largest gap lasted {fmt_ns(int(steady[pos][big]))}" + (
+                f" once its {fmt_ns(big_warm)} of warm-up is left out." if big_warm else ".")
             cause_words = ", ".join(f"{c} {shares[c]:.0f} %" for c, _ in by_cause[:3])
             if multi is None:
                 multi = len(ctx.meta.ranks) > 1 or util["device"].nunique() > 1
@@ -490,13 +497,12 @@ class GpuIdleGaps(Rule):
                 message=(
                     f"{where} was idle for {fmt_ns(total)} in {n_gaps} gaps of "
                     f"{self.min_gap_us:g} µs or more, {pct:.1f} % of its {fmt_ns(window_ns)} active window "
-                    f"(all idle time: {100.0 - busy_pct:.1f} %). By cause: {cause_words}. "
-                    f"The largest gap lasted {fmt_ns(g_dur.max())}."
+                    f"(all idle time: {100.0 - busy_pct:.1f} %). By cause: {cause_words}. {largest}"
                     if not warm
                     else f"{where} was idle for {fmt_ns(total)} in {n_gaps} gaps of {self.min_gap_us:g} µs or more, "
                     f"{pct:.1f} % of its {fmt_ns(int(steady_window[j]))} steady state: its {fmt_ns(window_ns)} active "
                     f"window less {fmt_ns(warm)} of warm-up (one-time start-up work, TI013), which is left out. By cause: "
-                    f"{cause_words}. The largest gap lasted {fmt_ns(g_dur.max())}."
+                    f"{cause_words}. {largest}"
                 ),
                 impact_ns=total,
                 evidence=evidence,

@@ -125,8 +125,9 @@ class HostSyncStalls(Rule):
     Each stall is attributed to its innermost enclosing framework op on the same thread (`aten::item`,
     `aten::_local_scalar_dense`, `aten::nonzero`, `aten::to`/`aten::copy_` for `.cpu()`, ...) and, when the trace has
     stacks, to the innermost Python frame. The *GPU idle caused* is the idle gap of the rank's GPU that begins
-    while the call is blocked (the queue drained under it), up to when the GPU gets work again. The impact is that
-    GPU idle.
+    while the call is blocked (the queue drained under it), up to when the GPU gets work again, and at most the
+    call's own duration: without the call the host would have gone on that much earlier, so a longer gap is the
+    host's work after it (TI001 says what), as the time ledger books it. The impact is that GPU idle.
 
     Peers: Nsight Systems' `cuda_api_sync` lists every `cudaDeviceSynchronize`/`cudaStreamSynchronize` with no
     duration threshold, `cuda_memcpy_sync` every blocking copy except small H2D ones, `cuda_memcpy_async` every

@@ -25,6 +25,9 @@ class MemoryPressure(Rule):
     code = "TI031"
     name = "memory-pressure"
     category = "host_sync"
+    #: a flush costs the GPU the idle while the host sits in its calls: the device drains under the first (a sync),
+    #: and the driver's own work in them and the ones after, with nothing queued, is host time between launches
+    claims = ("idle_host_sync", "idle_host_busy")
     severity = Severity.WARNING
     lifecycle = "preview"
     #: a memory finding is a risk or an opportunity, not time measured on the timeline: its severity is the rule's

@@ -60,14 +60,33 @@ def test_data_wait_gap_then_host_busy_then_untraced(tmp_path):
 
 
 def test_sync_gap_is_charged_to_the_sync_until_new_work_arrives(tmp_path):
+    """A sync the host sat in for longer than the gap that follows (it was that far ahead of the GPU) owns the
+    whole gap: without it the host would have queued the next work before the GPU ran dry."""
     t = KinetoTrace()
     t.kernel("k_a", 0, 100)
-    t.runtime("cudaStreamSynchronize", 20, 85)  # blocked until 5 µs after the GPU ran dry
+    t.runtime("cudaStreamSynchronize", 0, 105)  # blocked 105 µs, until 5 µs after the GPU ran dry
     t.cpu_op("aten::add", 105, 45)
     t.kernel("k_b", 200, 50, launch_us=190)
     _, led = _ledger(tmp_path, t)
     _sums_to_window(led)
     assert _totals(led) == {"compute": 150 * US, "idle_host_sync": 100 * US}
+
+
+def test_a_sync_owns_a_gap_only_for_as_long_as_it_blocked(tmp_path):
+    """The same gap [100, 200) after a sync the host sat in for 85 µs: without the sync the host would have been
+    85 µs further on, and the GPU would still have waited the other 15 µs for the host's own work. So the gap is
+    the sync's for its first 85 µs, and the rest is booked as the host was then: untraced, and the launch call of
+    k_b over [190, 194) as host busy."""
+    t = KinetoTrace()
+    t.kernel("k_a", 0, 100)
+    t.runtime("cudaStreamSynchronize", 20, 85)  # blocked 85 µs, until 5 µs after the GPU ran dry
+    t.cpu_op("aten::add", 105, 45)
+    t.kernel("k_b", 200, 50, launch_us=190)
+    _, led = _ledger(tmp_path, t)
+    _sums_to_window(led)
+    assert _totals(led) == {"compute": 150 * US, "idle_host_sync": 85 * US, "idle_host_busy": 4 * US, "idle_untraced": 11 * US}
+    g = led.gaps.iloc[0]
+    assert (g["idle_host_sync"], g["cause"]) == (85 * US, "idle_host_sync")  # the gap's largest bucket names it
 
 
 def test_sync_that_starts_after_the_gap_does_not_own_it(tmp_path):
@@ -221,7 +240,7 @@ def test_first_step_outlier_is_warmup(tmp_path):
 def test_gpu_sync_records_stand_in_for_missing_host_syncs(tmp_path):
     t = KinetoTrace()
     t.kernel("k_a", 0, 100)
-    t.gpu_sync(20, 85)
+    t.gpu_sync(0, 105)
     t.kernel("k_b", 200, 50, launch_us=190)
     _, led = _ledger(tmp_path, t)
     assert _totals(led) == {"compute": 150 * US, "idle_host_sync": 100 * US}

@@ -65,9 +65,11 @@ def _copy_then_gap(kind: str, pageable: bool) -> KinetoTrace:
 
 def test_async_copy_into_pageable_memory_owns_the_gap_as_a_host_sync(tmp_path):
     """The driver runs a DtoH copy into pageable memory synchronously: the GPU ran dry at 110 while the host sat
-    in the copy call, so the whole gap [110, 300) is the sync's cost."""
+    in the copy call, so the gap [110, 300) is the sync's for the 70 µs the host was blocked in it (without the
+    wait it would have been that much further on); the rest is the host's own time after it: untraced, and the
+    launch of k_b over [290, 294)."""
     led = _views(tmp_path, _copy_then_gap("DtoH", pageable=True)).ledger
-    assert _totals(led) == {"compute": 200 * US, "copy": 10 * US, "idle_host_sync": 190 * US}
+    assert _totals(led) == {"compute": 200 * US, "copy": 10 * US, "idle_host_sync": 70 * US, "idle_host_busy": 4 * US, "idle_untraced": 116 * US}
 
 
 def test_pinned_or_host_to_device_async_copies_do_not_block(tmp_path):
@@ -85,13 +87,14 @@ def test_a_frame_indexed_otherwise_books_the_same_pageable_copy(tmp_path):
     n = len(tl.events)
     for labels in (np.arange(n) * 3 + 7, (np.arange(n) + 2) % n):
         led = Derived(Timeline(events=tl.events.set_axis(labels), meta=tl.meta)).ledger
-        assert _totals(led) == {"compute": 200 * US, "copy": 10 * US, "idle_host_sync": 190 * US}
+        assert _totals(led) == {"compute": 200 * US, "copy": 10 * US, "idle_host_sync": 70 * US, "idle_host_busy": 4 * US, "idle_untraced": 116 * US}
 
 
 def test_gpu_sync_records_do_not_override_a_rank_with_host_syncs(tmp_path):
     """GPU-side sync records stand in only where the host trace shows no blocking call: this rank has one (a
-    stream sync over [20, 105), owning gap [100, 200)), so the record at [250, 260) does not make gap [250, 400)
-    a sync; nothing is traced there but the launch of k_c over [390, 394)."""
+    stream sync over [20, 105), owning the first 85 µs of gap [100, 200), as long as it blocked; the rest is
+    untraced but for k_b's launch over [190, 194)), so the record at [250, 260) does not make gap [250, 400) a
+    sync; nothing is traced there but the launch of k_c over [390, 394)."""
     t = KinetoTrace()
     t.kernel("k_a", 0, 100, launch_us=-10)
     t.runtime("cudaStreamSynchronize", 20, 85)
@@ -99,7 +102,7 @@ def test_gpu_sync_records_do_not_override_a_rank_with_host_syncs(tmp_path):
     t.gpu_sync(250, 10)
     t.kernel("k_c", 400, 50, launch_us=390)
     led = _views(tmp_path, t).ledger
-    assert _totals(led) == {"compute": 200 * US, "idle_host_sync": 100 * US, "idle_host_busy": 4 * US, "idle_untraced": 146 * US}
+    assert _totals(led) == {"compute": 200 * US, "idle_host_sync": 85 * US, "idle_host_busy": 8 * US, "idle_untraced": 157 * US}
 
 
 def test_blocking_calls_at_the_window_start_are_named_in_the_warmup(tmp_path):
@@ -121,18 +124,20 @@ def test_blocking_calls_at_the_window_start_are_named_in_the_warmup(tmp_path):
 def test_a_host_range_that_waits_for_a_device_value_is_a_sync(tmp_path):
     """A framework range that converts a device array for the host (JAX's ``np.asarray(jax.Array)`` behind
     ``float(loss)``) blocks until the value is computed: it sat over [20, 105) while the GPU ran dry at 100, so the
-    gap until the next kernel is the sync's."""
+    gap until the next kernel is the sync's for the 85 µs it blocked; the other 15 µs are the host's (untraced, and
+    k_b's launch over [190, 194))."""
     t = KinetoTrace()
     t.kernel("k_a", 0, 100, launch_us=-10)
     t.annotation("np.asarray(jax.Array)", 20, 85)
     t.kernel("k_b", 200, 50, launch_us=190)
-    assert _totals(_views(tmp_path, t).ledger) == {"compute": 150 * US, "idle_host_sync": 100 * US}
+    assert _totals(_views(tmp_path, t).ledger) == {"compute": 150 * US, "idle_host_sync": 85 * US, "idle_host_busy": 4 * US, "idle_untraced": 11 * US}
 
 
 def test_gpu_sync_records_stand_in_on_each_rank_without_host_syncs(tmp_path):
     """Rank 0 traces its stream sync on the host; rank 1 only as a GPU-side record over [20, 105), which stands in
-    for it there: rank 1's gap [100, 200) is the sync's, its later gap [250, 400) is not (the launch call of its
-    last kernel and untraced time)."""
+    for it there: on both ranks gap [100, 200) is the sync's for the 85 µs it blocked (the rest: k_b's launch and
+    untraced time), and rank 1's later gap [250, 400) is not (the launch call of its last kernel and untraced
+    time)."""
     t0 = KinetoTrace(rank=0, world_size=2)
     t0.kernel("k_a", 0, 100, launch_us=-10)
     t0.runtime("cudaStreamSynchronize", 20, 85)
@@ -143,8 +148,8 @@ def test_gpu_sync_records_stand_in_on_each_rank_without_host_syncs(tmp_path):
     t1.kernel("k_b", 200, 50, launch_us=190)
     t1.kernel("k_c", 400, 50, launch_us=390)
     led = _job(tmp_path, {0: t0, 1: t1}).ledger
-    assert _totals(led, rank=0) == {"compute": 150 * US, "idle_host_sync": 100 * US}
-    assert _totals(led, rank=1) == {"compute": 200 * US, "idle_host_sync": 100 * US, "idle_host_busy": 4 * US, "idle_untraced": 146 * US}
+    assert _totals(led, rank=0) == {"compute": 150 * US, "idle_host_sync": 85 * US, "idle_host_busy": 4 * US, "idle_untraced": 11 * US}
+    assert _totals(led, rank=1) == {"compute": 200 * US, "idle_host_sync": 85 * US, "idle_host_busy": 8 * US, "idle_untraced": 157 * US}
 
 # --- warm-up: first calls that are outliers ------------------------------------------------------------------
 def _first_call(t: KinetoTrace, name: str, first_us: float, later_us: float, *, at: float = 20.0, block: tuple[str, float] | None = None) -> None:

@@ -92,10 +92,18 @@ def test_item_every_step_is_a_host_sync_and_its_fix_is_faster():
 
 def test_nsys_training_is_told_from_its_kernels_and_its_syncs_found():
     """An Nsight capture has no framework ops; its backward and optimizer kernels make it training, so the
-    ``.item()`` at the end of every step is an avoidable sync (an inference request's closing sync would not be)."""
+    ``.item()`` at the end of every step is an avoidable sync (an inference request's closing sync would not be).
+    Its share of each gap is what the host waited in it: the host reaches ``.item()`` barely ahead of the GPU
+    (it spends each step's end in ``empty_cache()``'s ``cudaFree`` calls and Python), so most of the gap after it
+    is that host work, which would delay the next launch with or without the sync: the loop is host-bound, and
+    the sync and the flushes are levers beside it."""
     a = _analysis("nsys/train_sync.sqlite")
-    assert _finding(a, "TI002").saving_ns > 0
-    assert a.verdict["category"] == "host_sync"
+    sync = _finding(a, "TI002")
+    assert 0 < sync.saving_ns <= sync.impact_ns
+    assert _finding(a, "TI031").saving_ns > 0  # the flushes' host time, claimed as host busy
+    assert a.verdict["category"] == "host_untraced"
+    booked = a.ledger.totals()
+    assert booked["idle_host_sync"] < booked["idle_host_busy"] + booked["idle_untraced"]
 
 
 def test_empty_cache_every_step_is_named_as_asked_for_not_pressure():
@@ -304,12 +312,13 @@ def test_a_fix_that_rewrites_the_step_is_compared_on_the_users_word():
 
 def test_the_memory_and_recompile_fixes_remove_their_findings():
     churn, fixed = _analysis("memory_churn.json.gz"), _analysis("memory_churn_fixed.json.gz")
-    # the pool's growth is a risk (TI032 keeps its warning); the releases the program asked for cost the GPU nothing
-    # here (it stays 96 % busy), so the common scale grades TI031 info, and says so
+    # the pool's growth is a risk (TI032 keeps its warning); the releases the program asked for cost the GPU little
+    # here (it stays 96 % busy): the host time of the flushes while the GPU waited, under 5 % of the window, so the
+    # common scale grades TI031 info, and says so
     assert "TI032" in _codes(churn, "warning") and "TI031" in _codes(churn)
     released = _finding(churn, "TI031")
-    assert released.severity.value == "info" and released.saving_ns == 0
-    assert released.metrics["severity_basis"].startswith("graded info on the common scale: 0.0 % of the GPU window")
+    assert released.severity.value == "info" and 0 < released.share_pct < 5
+    assert released.metrics["severity_basis"].startswith("graded info on the common scale: ")
     assert not {"TI031", "TI032"} & _codes(fixed)
     d = diff(H100 / "memory_churn.json.gz", H100 / "memory_churn_fixed.json.gz").data
     # every step has its own sequence length: five steps a side cannot tell a change from the spread

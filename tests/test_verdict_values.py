@@ -557,6 +557,12 @@ def _evidence(text: str) -> pd.DataFrame:
     (True, _evidence(""), ""),
     (True, pd.DataFrame({"start_ns": [0]}), ""),
     (True, pd.DataFrame({"host_activity": []}), ""),
+    # the longest gap of the bound's own cause: a sync gap's activity is not what host-busy idle was spent on
+    (True, pd.DataFrame({"start_ns": [0, 1], "cause": ["host synchronization", "host busy in CPU ops (launch queue empty)"],
+                         "host_activity": ["model.py:143 forward", "aten::index"]}), "; in the longest gap the host was in aten::index"),
+    (False, pd.DataFrame({"start_ns": [0, 1], "cause": ["unknown (no launch linked)", "untraced host time (launch queue empty)"],
+                          "host_activity": ["cudaMallocAsync", "train.py:42 step"]}), "; in the longest gap the host was in train.py:42 step"),
+    (True, pd.DataFrame({"start_ns": [0], "cause": ["host synchronization"], "host_activity": ["model.py:143 forward"]}), ""),
 ])
 def test_host_idle_names_what_the_host_was_doing(tmp_path, cpu_ops, evidence, said):
     a = analyse(tmp_path, host_gap_trace(cpu_ops))

@@ -461,12 +461,18 @@ def _busy_mix(totals: dict[str, int], busy: int) -> str:
 
 def _host_work(f: Finding, bucket: str) -> str:
     """For host-caused idle, what the host was visibly doing in the longest gap (the finding's evidence), so the
-    verdict names work to act on (eager dispatch, a Python frame) instead of only "the host"."""
+    verdict names work to act on (eager dispatch, a Python frame) instead of only "the host". The gap is the
+    longest of the bucket's own cause where the evidence names causes: a sync gap's or an unlinked gap's host
+    activity is not what the named bucket's idle was spent on."""
     if bucket not in ("idle_host_busy", "idle_untraced"):
         return ""
     ev = f.evidence
     if ev is None or ev.empty or "host_activity" not in ev.columns:
         return ""
+    if "cause" in ev.columns:
+        ev = ev[ev["cause"].astype(str).to_numpy() == buckets.CAUSE[bucket]]
+        if ev.empty:
+            return ""
     if "warmup_us" in ev.columns and "duration_us" in ev.columns:
         # a gap that is mostly warm-up shows what the host did while warming up, not in the steady state
         ev = ev[2 * ev["warmup_us"].fillna(0).to_numpy(float) < ev["duration_us"].to_numpy(float)]

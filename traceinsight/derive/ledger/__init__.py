@@ -29,8 +29,13 @@ among the activities that start at the gap's end).
    ``IteratorGetNext``, tf.data ``Iterator::`` on a consumer thread).
 7. ``idle_host_sync``: the gap began while the host was blocked in a synchronizing call (explicit syncs,
    blocking copies/memsets, async copies to pageable memory, ``aten::item``-like ops; GPU-side sync records
-   where the host side is missing). The queue drained under the blocked host, so the whole gap (beyond data
-   wait and warm-up) is the sync's cost, including the time to launch new work after it returns.
+   where the host side is missing). The queue drained under the blocked host, so the gap (beyond data wait and
+   warm-up) is the sync's cost for as long as the host was blocked in the call (B), including the time to launch
+   new work after it returns: without the call the host would have gone on B earlier. A gap longer than B still
+   lasts the rest without the sync; that rest is what the host did after the call and is booked as below
+   (``idle_launch_bound`` when the gap is short, ``idle_host_busy``, ``idle_untraced``, ``idle_other``). In a loop
+   that syncs every step, B is the GPU's lead over the host at the sync, so this is exactly what removing the
+   sync gives back (TI002 prices its stalls the same way).
 8. ``idle_launch_bound``: a gap shorter than ``LAUNCH_GAP_NS`` (100 µs) whose next work was still being
    launched when the GPU ran dry: the host issues work back to back but slower than the GPU runs it.
 9. ``idle_other`` (early): the next work has no launch in the trace (sliced trace, unlinked row), so nothing
