@@ -17,6 +17,8 @@ class MemoryHeadroom(Rule):
     lifecycle = "preview"
     #: a memory finding is a risk or an opportunity, not time measured on the timeline: its severity is the rule's
     graded = False
+    #: a larger batch makes a step longer and a sample cheaper: the gain is throughput, never a step-time saving
+    per_sample = True
     summary = "Peak GPU memory is far below capacity while the GPU is under-busy or runs small kernels: a larger batch fits."
     why = """
     Batch size is one of the main levers on GPU usage: with a small batch each kernel has too little work to fill
@@ -46,8 +48,9 @@ class MemoryHeadroom(Rule):
     GPU tasks of at least `small_kernel_us` take `factor` times as long (their work scales with the batch), shorter
     launch-bound ones keep their time, and the host's work per step, launches and waits keep theirs; the card gives
     the step time for `factor` times the samples and the time per sample it comes to (`metrics["what_if_per_sample_ratio"]`,
-    `["what_if_throughput_gain"]`). Without steps to replay, the simpler model window / (busy + idle / factor)
-    (`metrics["throughput_gain_upper_bound"]`). The finding claims no time (impact 0, severity info).
+    `["what_if_throughput_gain"]`), and the title says it. Without steps to replay, the simpler model window /
+    (busy + idle / factor) (`metrics["throughput_gain_simple"]`, only then). The finding claims no step time: its
+    gain is per sample, so its card carries no step figure (impact 0, severity info).
     """
     fix_pytorch = Fix(
         "Raise the batch size (or the micro-batch under gradient accumulation) towards the factor reported, then "
@@ -161,7 +164,9 @@ class MemoryHeadroom(Rule):
                                   "batch_factor": round(g["factor"], 2)} for g in group])
         return ctx.finding(
             title=f"{where}: peak memory {fmt_bytes(d.peak)} of {fmt_bytes(d.capacity)} ({100 * d.peak_share:.0f} %): batch could grow ~{factor:.1f}×"
-                  + (f" (the cap; memory alone allows ~{h['by_memory']:,.0f}×)" if capped else ""),
+                  + (f" (the cap; memory alone allows ~{h['by_memory']:,.0f}×)" if capped else "")
+                  + (f", throughput ×{round(price['throughput_gain'], 4):.2f} (modelled)" if priced else
+                     f", throughput up to ×{gain:.2f} (modelled)" if gain else ""),
             message=(
                 (f"All {len(group)} GPUs of rank {d.rank} have room; the tightest, GPU {d.device}: " if many else "")
                 + f"the peak {'reserved' if d.peak_reserved is not None else 'allocated'} memory on rank {d.rank} GPU {d.device} is "
@@ -183,7 +188,7 @@ class MemoryHeadroom(Rule):
                      "batch_bound_bytes": int(h["batch_bound"]), "batch_factor": round(factor, 3),
                      "batch_factor_uncapped": round(h["by_memory"], 3), "batch_factor_capped": bool(capped),
                      "busy_pct": busy, "median_kernel_us": median_us,
-                     "throughput_gain_upper_bound": None if gain is None else round(gain, 3),
+                     **({"throughput_gain_simple": None if gain is None else round(gain, 3)} if not priced else {}),
                      "batch_factor_by_memory": round(h["by_memory"], 3), "batch_factor_cap": self.max_factor,
                      **({"what_if_step_ns": int(price["step_ns"]), "what_if_baseline_step_ns": int(price["baseline_step_ns"]),
                          "what_if_per_sample_ratio": round(price["per_sample_ratio"], 4),

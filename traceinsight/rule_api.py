@@ -197,6 +197,10 @@ class Rule:
     #: its modelled speed-up makes faster: the what-if replay shortens only those. Empty: every GPU task (the
     #: finding cannot say which work gets faster).
     speeds_up: ClassVar[tuple[str, ...]] = ()
+    #: Its findings offer time per sample, not step time (a larger batch makes each step longer and each sample
+    #: cheaper): they carry no step figure ("0 ns" would read as "gives nothing"), and say their throughput gain in
+    #: the title and metrics instead.
+    per_sample: ClassVar[bool] = False
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -359,6 +363,7 @@ def build_finding(rule: Rule, span_ns: float, step_ns: float | None, n_steps: in
         claims=tuple(type(rule).claims),
         root_cause=bool(type(rule).root_cause),
         source=fields.get("source"),
+        saving_kind="none" if getattr(type(rule), "per_sample", False) else "",
     )
 
 

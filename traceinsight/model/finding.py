@@ -349,7 +349,8 @@ class Finding:
     explains: list[str] = field(default_factory=list)  # fingerprints of the symptom findings this cause explains
     what_if: dict[str, Any] | None = None  # e.g. {"step_ns": ..., "baseline_step_ns": ..., "assumptions": "..."}
     #: the kind of saving ``saving_ns`` is, set by the engine (traceinsight.assess.savings): "idle" (GPU idle it claims),
-    #: "modelled" (an assumed speed-up of busy work, what the replay gives back), "none" (trace quality)
+    #: "modelled" (an assumed speed-up of busy work, what the replay gives back), "none" (no step-time figure: trace
+    #: quality, or a gain per sample such as a larger batch's, ``Rule.per_sample``, preset when the finding is built)
     saving_kind: str = ""
     saving_ns: int | None = None  # the figure the reports show (``impact_ns`` is the rule's own estimate)
     share_pct: float | None = None  # saving_ns as % of the steady-state GPU window the finding is about
