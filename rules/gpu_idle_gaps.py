@@ -16,9 +16,16 @@ from traceinsight.vocab.masks import name_mask
 from traceinsight.rulelib.names import kind_mask, short_name
 from traceinsight.derive.steady import may_match
 from traceinsight.rulelib.warmup import gap_warmup_ns
-from traceinsight.rulelib import in_use, memo
+from traceinsight.rulelib import cpu_only_ops, in_use, memo
+
+#: Shortest framework op that counts as CPU work when it launches nothing (a long gap's own floor, 100 µs): the
+#: short ops of eager dispatch (views, reshapes, empty tensors) launch nothing either, but are dispatch, not work.
+MIN_CPU_WORK_NS = 100_000
 
 CAUSE_OPT = "optimizer step"  # not a bucket: names host-caused idle more precisely
+#: Not a bucket either: host-busy idle spent in framework ops that made no GPU call (``rulelib.cpu_only_ops``):
+#: the host computes on the CPU, which compiling the model does not change
+CAUSE_CPU_WORK = "CPU work in ops that make no GPU call"
 #: The words for each idle bucket of the time ledger (``traceinsight.vocab.buckets``), which decides what every
 #: nanosecond of a gap was.
 BUCKET_CAUSE = {b: CAUSE[b] for b in IDLE_BUCKETS}
@@ -30,7 +37,7 @@ CAUSE_UNTRACED = BUCKET_CAUSE["idle_untraced"]
 CAUSE_K2K = BUCKET_CAUSE["idle_gpu_dependency"]
 CAUSE_WARMUP = BUCKET_CAUSE[WARMUP_BUCKET]
 CAUSE_UNKNOWN = BUCKET_CAUSE["idle_other"]
-CAUSES = (CAUSE_DATA, CAUSE_OPT, CAUSE_SYNC, CAUSE_LAUNCH, CAUSE_CPU, CAUSE_UNTRACED, CAUSE_K2K, CAUSE_WARMUP, CAUSE_UNKNOWN)
+CAUSES = (CAUSE_DATA, CAUSE_OPT, CAUSE_CPU_WORK, CAUSE_SYNC, CAUSE_LAUNCH, CAUSE_CPU, CAUSE_UNTRACED, CAUSE_K2K, CAUSE_WARMUP, CAUSE_UNKNOWN)
 #: The finding category (rule_api.CATEGORIES) of the rule that owns each gap cause, for root-cause linking.
 CAUSE_CATEGORY = {CAUSE_DATA: "input_pipeline", CAUSE_SYNC: "host_sync"}
 #: The fix each cause of the gaps calls for, per framework (the finding leads with its top cause's; the class
@@ -131,6 +138,41 @@ CAUSE_FIXES: dict[str, dict[str, Fix]] = {
             """,
         ),
     },
+}
+CAUSE_FIXES[CAUSE_CPU_WORK] = {
+    "pytorch": Fix(
+        "The host computes on the CPU inside the step (framework ops that make no GPU call, such as "
+        "`torch.randn` of a CPU tensor or a transform of the batch) while the GPU waits: create such tensors on the "
+        "GPU, or prepare them ahead of the step in DataLoader workers and copy them pinned and non-blocking.",
+        """
+        x = torch.randn(batch, n, device="cuda")            # made on the GPU, not torch.randn(batch, n).cuda()
+        loader = DataLoader(ds, num_workers=4, pin_memory=True)
+        for x, y in loader:
+            x = x.cuda(non_blocking=True)
+        """,
+    ),
+    "tensorflow": Fix(
+        "Ops placed on the CPU run inside the step while the GPU waits: place them on the GPU, or move that work into "
+        "the input pipeline (`map` with `num_parallel_calls`, `prefetch`) so it overlaps the step.",
+        """
+        ds = ds.map(preprocess, num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)
+        """,
+    ),
+    "jax": Fix(
+        "The host computes between device calls (NumPy or host-side work in the step): do it inside the jitted "
+        "function on the device, or prepare inputs ahead and keep them on the device.",
+        """
+        batches = flax.jax_utils.prefetch_to_device(iter(ds), size=2)
+        """,
+    ),
+    "cuda": Fix(
+        "The host computes between launches and the GPU waits: move that work to the GPU, or prepare the next input "
+        "on another thread while the GPU runs (pinned buffers, `cudaMemcpyAsync` on a second stream).",
+        """
+        // worker thread fills h_next (cudaMallocHost) while the GPU processes the current batch
+        cudaMemcpyAsync(d_in, h_next, bytes, cudaMemcpyHostToDevice, copy_stream);
+        """,
+    ),
 }
 CAUSE_FIXES[CAUSE_UNTRACED] = {
     **CAUSE_FIXES[CAUSE_CPU],
@@ -257,7 +299,32 @@ def attribute_gaps(views, pos: np.ndarray) -> dict[str, np.ndarray]:
             ns[CAUSE_OPT] += moved
             ns[BUCKET_CAUSE[b]] -= moved
         cause[refine] = CAUSE_OPT
+    cpu = (cause_bucket == "idle_host_busy") & (cause != CAUSE_OPT)
+    if cpu.any():
+        cpu[cpu] = _cpu_work_covers_half(views, pos[cpu])
+        moved = np.where(cpu, ns[CAUSE_CPU], 0)
+        ns[CAUSE_CPU_WORK] += moved
+        ns[CAUSE_CPU] -= moved
+        cause[cpu] = CAUSE_CPU_WORK
     return {"cause": cause, "next_launch_end_ns": lg["next_launch_end_ns"][pos], **ns}
+
+
+def _cpu_work_covers_half(views, pos: np.ndarray) -> np.ndarray:
+    """Per host-busy gap (positions in ``views.gaps``): do framework ops of its rank that made no GPU call
+    (``rulelib.cpu_only_ops``, each at least a long gap's length) cover at least half of it?"""
+    out = np.zeros(len(pos), dtype=bool)
+    ops = cpu_only_ops(views, MIN_CPU_WORK_NS)
+    if not len(ops["start_ns"]):
+        return out
+    ga = gap_columns(views)
+    g_rank = ga["rank"][pos]
+    g_start, g_end, g_dur = (ga[c][pos] for c in ("start_ns", "end_ns", "dur_ns"))
+    for rank in np.unique(g_rank):
+        gm = g_rank == rank
+        om = ops["rank"] == rank
+        if om.any():
+            out[gm] = Coverage(ops["start_ns"][om], ops["end_ns"][om]).overlap(g_start[gm], g_end[gm]) * 2 >= g_dur[gm]
+    return out
 
 
 def _util_columns(util: pd.DataFrame, keys: list[tuple[int, int]], columns: tuple[str, ...]) -> list[np.ndarray]:
@@ -353,7 +420,10 @@ class GpuIdleGaps(Rule):
     copy), host busy in traced CPU ops or untraced host time (the work was launched late), or unknown (no launch
     linked); warm-up is no cause here, it is left out. `metrics["cause_ns"]` sums these per cause; a gap's own
     cause (its timeline label and evidence row) is the one holding most of it. A host-busy or untraced gap that optimizer ranges
-    (`Optimizer.step`, `apply_gradients`, ...) cover for at least half is named the optimizer step's. In the
+    (`Optimizer.step`, `apply_gradients`, ...) cover for at least half is named the optimizer step's; a host-busy gap that
+    framework ops making no GPU call (no runtime or driver call on their thread inside them, each at least 100 µs:
+    `torch.randn` of a CPU tensor, a CPU-side transform) cover for at least half is named CPU work, whose fix moves
+    that work to the GPU or ahead of the step rather than compiling the model. In the
     evidence, `launch_returned_after_gap_start_us` is when the call that enqueued the work ending the gap
     returned, from the gap's start (negative: the work was queued before the GPU ran dry).
     """

@@ -130,9 +130,9 @@ def test_ti001_causes_sync_host_and_k2k(tmp_path):
     t.kernel("k_b", 2510.0, 1000.0, launch_us=2500.0, op=op)
     # gap 2 (3510 -> 4510): launched long before, the GPU waited on something else (kernel-to-kernel delay)
     t.kernel("k_c", 4510.0, 1000.0, launch_us=2600.0)
-    # gap 3 (5510 -> 7010): host busy in Python-side ops before launching
-    t.cpu_op("aten::index", 5520.0, 1470.0)
-    t.kernel("k_d", 7010.0, 1000.0, launch_us=7000.0)
+    # gap 3 (5510 -> 7010): host busy in a framework op that dispatches 1.4 ms before its own launch
+    op_d = t.cpu_op("aten::index", 5520.0, 1475.0)
+    t.kernel("k_d", 7010.0, 1000.0, launch_us=6990.0, op=op_d)
     (f,) = findings_of(t.write(tmp_path / "t.json"), "TI001")
     ev = f.evidence.sort_values("start_ms")
     assert list(ev["cause"].str.split(" ").str[0]) == ["host", "kernel-to-kernel", "host"]
@@ -157,6 +157,25 @@ def test_ti001_a_short_sync_does_not_own_the_host_work_after_it(tmp_path):
     assert f.metrics["cause_ns"]["host synchronization"] == 115_000
     assert f.metrics["top_cause"] == "host busy in CPU ops (launch queue empty)"
     assert "compile the model" in f.fixes["pytorch"].text
+
+
+def test_ti001_cpu_work_that_calls_no_gpu_api_is_its_own_cause(tmp_path):
+    """The host makes each step's input on the CPU (``aten::randn`` of a CPU tensor, 3 ms, no GPU call inside),
+    copies it over and runs one kernel: the gaps are CPU work, whose fix is to make the tensor on the GPU or
+    ahead of the step, not to compile the model (nothing here is eager dispatch)."""
+    t = KinetoTrace()
+    for s in range(4):
+        t0 = s * 4200.0
+        t.step(s, t0, 4200.0)
+        t.cpu_op("aten::randn", t0 + 10.0, 3000.0)
+        to = t.cpu_op("aten::to", t0 + 3020.0, 150.0)
+        t.memcpy("HtoD", t0 + 3040.0, 100.0, 4 << 20, launch_us=t0 + 3030.0, launch_dur_us=120.0)
+        t.kernel("matmul_k", t0 + 3200.0, 900.0, launch_us=t0 + 3180.0, op=to)
+    (f,) = findings_of(t.write(tmp_path / "t.json"), "TI001")
+    assert f.metrics["top_cause"] == "CPU work in ops that make no GPU call"
+    assert set(f.evidence["cause"]) == {"CPU work in ops that make no GPU call"}
+    fix = f.fixes["pytorch"].text
+    assert 'device="cuda"' in f.fixes["pytorch"].code and "torch.compile" not in fix and "compile the model" not in fix
 
 
 def test_ti001_optimizer_step_names_a_late_launch(tmp_path):
@@ -194,7 +213,7 @@ def test_ti001_causes_are_the_ledgers():
     """Every ns of TI001's gaps is booked as the ledger books it; each gap's label is its largest bucket."""
     import traceinsight
     from traceinsight.vocab.buckets import IDLE_BUCKETS
-    from traceinsight.rules.gpu_idle_gaps import BUCKET_CAUSE, CAUSE_OPT
+    from traceinsight.rules.gpu_idle_gaps import BUCKET_CAUSE, CAUSE_CPU_WORK, CAUSE_OPT
 
     a = traceinsight.analyze(corpus_file("pytorch/hta_ddp_v100_rank1of2.json.gz"), select=["TI001"])
     (f,) = a.findings
@@ -209,9 +228,9 @@ def test_ti001_causes_are_the_ledgers():
     assert f.impact_ns == int((rows["dur_ns"] - rows["idle_warmup"]).sum())
     booked = {BUCKET_CAUSE[b]: int(rows[b].sum()) for b in IDLE_BUCKETS if rows[b].sum() and b != "idle_warmup"}
     assert "warm-up (one-time start-up work)" not in f.metrics["cause_ns"]
-    opt = f.metrics["cause_ns"].get(CAUSE_OPT, 0)
-    got = {c: n for c, n in f.metrics["cause_ns"].items() if c != CAUSE_OPT}
-    # the optimizer only renames host-busy / untraced ns; every other cause is the ledger's to the ns
+    opt = f.metrics["cause_ns"].get(CAUSE_OPT, 0) + f.metrics["cause_ns"].get(CAUSE_CPU_WORK, 0)
+    got = {c: n for c, n in f.metrics["cause_ns"].items() if c not in (CAUSE_OPT, CAUSE_CPU_WORK)}
+    # the optimizer and CPU work only rename host-busy / untraced ns; every other cause is the ledger's to the ns
     for c, n in booked.items():
         if c.startswith(("host busy", "untraced")):
             continue
@@ -221,7 +240,8 @@ def test_ti001_causes_are_the_ledgers():
     # a gap's label is its largest bucket other than warm-up (the ledger's own cause counts warm-up)
     steady = [b for b in IDLE_BUCKETS if b != "idle_warmup"]
     for lab, cause in zip(labels, rows[steady].idxmax(axis=1)):
-        assert lab == BUCKET_CAUSE[cause] or (lab == CAUSE_OPT and cause in ("idle_host_busy", "idle_untraced"))
+        assert (lab == BUCKET_CAUSE[cause] or (lab == CAUSE_OPT and cause in ("idle_host_busy", "idle_untraced"))
+                or (lab == CAUSE_CPU_WORK and cause == "idle_host_busy"))
 
 
 def test_ledger_gaps_row_for_row(tmp_path):

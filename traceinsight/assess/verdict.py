@@ -463,14 +463,17 @@ def _host_work(f: Finding, bucket: str) -> str:
     """For host-caused idle, what the host was visibly doing in the longest gap (the finding's evidence), so the
     verdict names work to act on (eager dispatch, a Python frame) instead of only "the host". The gap is the
     longest of the bucket's own cause where the evidence names causes: a sync gap's or an unlinked gap's host
-    activity is not what the named bucket's idle was spent on."""
+    activity is not what the named bucket's idle was spent on (a rule's finer name for the bucket's idle is kept)."""
     if bucket not in ("idle_host_busy", "idle_untraced"):
         return ""
     ev = f.evidence
     if ev is None or ev.empty or "host_activity" not in ev.columns:
         return ""
     if "cause" in ev.columns:
-        ev = ev[ev["cause"].astype(str).to_numpy() == buckets.CAUSE[bucket]]
+        # rows of another bucket's cause are left out; a rule's finer name for this bucket's idle (the optimizer
+        # step, CPU work) is no bucket's words and stays
+        other = {w for b, w in buckets.CAUSE.items() if b != bucket}
+        ev = ev[~ev["cause"].astype(str).isin(other).to_numpy()]
         if ev.empty:
             return ""
     if "warmup_us" in ev.columns and "duration_us" in ev.columns:

@@ -12,6 +12,7 @@ Built-in rules (``traceinsight.rules``) and third-party rules import from here, 
 * ``releases``: whether releases of device memory were asked for or the allocator's own flush
   (``asked_for``, ``outside_framework_ops``, ``ASKED_BELOW_PEAK_SHARE``), and whether the allocator caches at all
   (``uncached_allocator``, ``allocator_off_calls``);
+* ``cpuwork``: framework ops that computed on the CPU and made no GPU call (``cpu_only_ops``);
 * ``inuse``: what the trace shows is already in use (foreach/fused optimizer, torch.compile, CUDA graphs:
   ``in_use``), so no fix advises it again;
 * ``warmup``: the ledger's warm-up per gap and start-up calls (``gap_warmup_ns``, ``warmup_by_gap``, ``startup_call_gaps``),
@@ -30,10 +31,12 @@ from traceinsight.rulelib.usercode import SYNC_CALLS, no_stacks_sentence, user_f
 from traceinsight.rulelib.gaps import next_launch_ns, host_starved_gaps, sync_calls, ledger_gaps, closing_syncs, inference_ranks, request_boundary_gaps
 from traceinsight.rulelib.warmup import gap_warmup_ns, warmup_by_gap, startup_call_gaps, steady_recompiles, warmup_steps
 from traceinsight.rulelib.inuse import IN_USE, in_use
+from traceinsight.rulelib.cpuwork import cpu_only_ops
 from traceinsight.rulelib.releases import ASKED_BELOW_PEAK_SHARE, asked_for, outside_framework_ops, uncached_allocator, allocator_off_calls
 
 __all__ = [
     "memo",
+    "cpu_only_ops",
     "first_seen_groups",
     "short_name",
     "pair_codes",
