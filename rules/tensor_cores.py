@@ -10,7 +10,7 @@ from traceinsight.rule_api import Context, Fix, Location, Option, Rule, Severity
 from traceinsight.vocab.work_classes import GEMM_CLASSES, is_gemm_class, kernel_classes
 
 from traceinsight.vocab.masks import name_mask
-from traceinsight.vocab.patterns import FP64, NON_NVIDIA, NOT_TENSOR_CORE, PRE_VOLTA, TENSOR_CORE, TENSOR_CORE_GPU, VOLTA_PLUS_KERNEL
+from traceinsight.vocab.patterns import FP64, LIBRARY_KERNEL, NON_NVIDIA, NOT_TENSOR_CORE, PRE_VOLTA, TENSOR_CORE, TENSOR_CORE_GPU, VOLTA_PLUS_KERNEL
 from traceinsight.rulelib.groups import descending_order
 from traceinsight.rulelib.names import matches, names_where, pair_codes
 
@@ -27,6 +27,46 @@ def _has_tensor_cores(name: str | None, cc: str | None, vendor: str | None) -> b
     if matches(name, TENSOR_CORE_GPU):
         return True
     return None
+
+
+#: When the CUDA-core matrix time is mostly in the program's own kernels (no library's name: ``LIBRARY_KERNEL``),
+#: autocast, TF32 switches and cuBLAS's tiling rules do not reach it: the kernel itself must use tensor cores, or
+#: the program must call the library's GEMM instead. This fix replaces every framework's then.
+OWN_KERNEL_FIXES: dict[str, Fix] = {
+    "pytorch": Fix(
+        "The matrix time is in your own kernel, which computes on CUDA cores: autocast and TF32 switches do not change "
+        "it. Call the library GEMM instead (`torch.matmul`/`@` on fp16/bf16 tensors, or TF32 for FP32, picks "
+        "tensor-core kernels), or write the kernel for tensor cores (Triton `tl.dot`, CUTLASS, CUDA WMMA/`mma.sync`).",
+        """
+        c = torch.matmul(a.to(torch.bfloat16), b.to(torch.bfloat16))   # cuBLAS on tensor cores, instead of matmul_k
+        torch.set_float32_matmul_precision("high")                      # or keep FP32 inputs on TF32 tensor cores
+
+        @triton.jit                                                      # or a Triton kernel: tl.dot uses tensor cores
+        def matmul_kernel(...):
+            acc += tl.dot(a_tile, b_tile)
+        """,
+    ),
+    "cuda": Fix(
+        "The matrix time is in your own kernel, which computes on CUDA cores: use tensor cores in it (WMMA "
+        "`nvcuda::wmma` fragments or `mma.sync` on FP16/BF16/TF32 tiles, or a CUTLASS GEMM), or call cuBLAS "
+        "(`cublasGemmEx` with FP16/BF16 inputs, or TF32 math mode for FP32).",
+        """
+        #include <mma.h>
+        using namespace nvcuda;
+        wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major> a;
+        wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::col_major> b;
+        wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+        wmma::load_matrix_sync(a, A + tile_a, lda); wmma::load_matrix_sync(b, B + tile_b, ldb);
+        wmma::mma_sync(acc, a, b, acc);                                   // on tensor cores
+        """,
+    ),
+}
+OWN_KERNEL_FIXES["tensorflow"] = OWN_KERNEL_FIXES["jax"] = Fix(
+    "The matrix time is in a custom kernel (a custom op), which computes on CUDA cores: the mixed-precision policy "
+    "does not change it. Use the framework's matmul/conv ops (they pick tensor-core kernels in fp16/bf16), or write "
+    "the kernel for tensor cores (CUTLASS, WMMA, Triton `tl.dot`).",
+    "",
+)
 
 
 class NoTensorCores(Rule):
@@ -64,6 +104,11 @@ class NoTensorCores(Rule):
     TF32/tensor cores; FP64 ops are left out. **With GPU-metrics samples** (Nsight ``--gpu-metrics-devices``) the
     hardware decides: no finding from names alone when the sampled Tensor Active while GEMM/convolution kernels run
     is >= ``tensor_active_pct`` = **20 %**; otherwise the message quotes it.
+
+    **Own kernels**: when at least half of the CUDA-core time is in kernels no library or framework names
+    (``LIBRARY_KERNEL`` in ``traceinsight.vocab.patterns``: a program's own ``matmul_k``), the title says so and the
+    fix is to call the library's GEMM or write the kernel for tensor cores (WMMA/``mma.sync``, CUTLASS, Triton
+    ``tl.dot``): autocast, TF32 switches and cuBLAS's tiling rules do not reach such a kernel's arithmetic.
 
     **Share** = non-tensor-core GEMM/conv time / all GEMM/conv time on the considered devices. Reported when
     share >= ``min_share_pct`` = **50 %** and that time is >= ``min_kernel_pct`` = **5 %** of all kernel time.
@@ -256,9 +301,19 @@ class NoTensorCores(Rule):
 
         dev_names = sorted({str(d.name) for d in devs if (int(d.rank), int(d.index)) in ok_pairs and d.name})
         remedy = "Mixed precision in fp16 (with a grad scaler)" if pre_ampere else "Mixed precision or TF32"
+        # the program's own kernels (no library's name) are out of reach of the precision switches
+        own = non_tc & ~names_where(names, lambda m: m(LIBRARY_KERNEL))
+        own_ns = int(dur[own].sum())
+        own_kernels = 2 * own_ns >= non_tc_ns
+        # (the per-GPU variants are about the precision switches too: none applies to the program's own kernels)
+        fixes = {**{k: v for k, v in type(self).fixes().items() if ":" not in k}, **OWN_KERNEL_FIXES} if own_kernels else None
+        if own_kernels:
+            remedy = ("These are the program's own kernels (no library's name), which the precision switches do not reach; "
+                      "writing them for tensor cores or calling the library's GEMM instead")
         ranks = sorted({r for r, _ in ok_pairs})
         yield ctx.finding(
-            title=f"{share:.0f}% of GEMM/conv time runs without tensor cores",
+            title=f"{share:.0f}% of GEMM/conv time runs without tensor cores" + (", in the program's own kernels" if own_kernels else ""),
+            **({"fixes": fixes} if fixes else {}),
             message=(
                 f"On {', '.join(dev_names) or 'a tensor-core GPU'}, {fmt_ns(non_tc_ns)} of {fmt_ns(gemm_ns)} GEMM/convolution "
                 f"kernel time ({share:.1f}%; {kshare:.1f}% of all kernel time) is in FP32 CUDA-core kernels such as "
@@ -277,6 +332,7 @@ class NoTensorCores(Rule):
                 "kernel_time_ns": kernel_ns,
                 "gemm_kernels": int(gemm.sum()),
                 "non_tc_kernels": int(non_tc.sum()),
+                "own_kernel_ns": own_ns,
                 "basis": basis,
                 "tensor_active_pct": None if tensor_active is None else round(tensor_active, 3),
                 "modelled_speedup": round(speedup, 4),

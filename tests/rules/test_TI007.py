@@ -16,7 +16,7 @@ from tests.rules._shapes import BF16, FP32, linear
 
 #: positive: it fires; negative: it stays silent; fix: the same GEMMs on tensor-core kernels.
 CASES = {
-    "positive": ["test_ti007_positive_fp32_sgemm", "test_ti007_positive_cutlass_simt", "test_positive_fp32_gemms_priced_from_their_rate",
+    "positive": ["test_ti007_positive_fp32_sgemm", "test_ti007_positive_cutlass_simt", "test_ti007_own_kernels_get_their_own_fix", "test_positive_fp32_gemms_priced_from_their_rate",
                  "test_positive_compute_bound_fp32_gets_the_peaks_ratio", "test_without_shapes_the_speedup_is_the_stated_assumption", "test_hardware_counters_confirm_cuda_cores"],
     "negative": ["test_ti007_negative_tensor_core_kernels", "test_ti007_negative_pre_volta", "test_negative_bf16_ops_whatever_the_kernel_name",
                  "test_hardware_counters_overrule_names"],
@@ -40,6 +40,20 @@ def test_ti007_positive_fp32_sgemm(tmp_path):
     assert f.metrics["gemm_kernels"] == 6
     assert f.impact_ns == 3_000_000
     assert "autocast" in f.fixes["pytorch"].code and "mixed_float16" in f.fixes["tensorflow"].code
+
+
+def test_ti007_own_kernels_get_their_own_fix(tmp_path):
+    """A matmul the program wrote itself (``matmul_k``: no library's name) runs on CUDA cores too, but autocast,
+    TF32 switches and cuBLAS's tiling rules never reach its arithmetic: the card says so and the fix is to call the
+    library GEMM or write the kernel for tensor cores, on a pre-Ampere GPU as well (whose variant is about the
+    switches)."""
+    (f,) = findings_of(_gemm_trace(tmp_path, "matmul_k(float*, float*, float*, int, int, int)", cc=(7, 5), device="Tesla T4"), "TI007")
+    assert f.title.endswith(", in the program's own kernels") and f.metrics["own_kernel_ns"] == 6_000_000
+    assert "own kernel" in f.fixes["pytorch"].text and "torch.matmul" in f.fixes["pytorch"].code
+    assert "wmma" in f.fixes["cuda"].code and not any(":" in k for k in f.fixes)
+    assert "torch.autocast" not in f.fixes["pytorch"].code and "precision switches do not reach" in f.message
+    (lib,) = findings_of(_gemm_trace(tmp_path, "ampere_sgemm_128x64_tn"), "TI007")
+    assert lib.metrics["own_kernel_ns"] == 0 and "own kernels" not in lib.title
 
 
 def test_ti007_positive_cutlass_simt(tmp_path):

@@ -81,6 +81,15 @@ TENSOR_CORE = (
 #: ``sm80_xmma_gemm_f32f32_..._ffma_...``: an xmma-named kernel doing fused multiply-adds on CUDA cores).
 NOT_TENSOR_CORE = r"simt|sgemm|ffma|gemv|scudnn|cgemm|wgrad_alg0|dgrad_engine|gemmSN|gemmk1"
 
+#: Kernel names a library or framework writes (cuBLAS/cuBLASLt, cuDNN, CUTLASS, CK, rocBLAS/Tensile, hipBLASLt,
+#: MIOpen, MAGMA, Triton's generated kernels, ATen's own): a GEMM-class kernel none of these names is the program's
+#: own (``matmul_k``, ``my_mm_kernel``), and the frameworks' precision switches do not reach its arithmetic.
+LIBRARY_KERNEL = (
+    r"gemm|gemv|cutlass|nvjet|wgmma|cublas|\bCijk_|triton|magma|xmma|hmma|h884|s884|h1688|s1688|i8816|16816|16832|"
+    r"hipblaslt|rocblas|miopen|xdlops|ck::|\bsm_?[6789]\d_|volta_|turing_|ampere_|hopper_|blackwell_|cudnn|at::|"
+    r"aten::|cutensor|tensorrt|trt_|xla|fusion|cub::|thrust::"
+)
+
 #: FP64 math is not helped by AMP or TF32; left out of the share entirely.
 FP64 = r"dgemm|zgemm|\bd_?gemm|double"
 
