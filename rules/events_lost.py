@@ -60,6 +60,18 @@ class EventsLost(Rule):
         """,
     )
 
+    fix_cuda = Fix(
+        "Let nsys finish writing: capture a few iterations rather than the whole run (`--capture-range=cudaProfilerApi "
+        "--capture-range-end=stop` or a short `--duration`), so its buffers do not fill, end the capture before the "
+        "process exits, and export the report (`nsys export --type sqlite`) only once it is complete.",
+        """
+        cudaProfilerStart();                          // nsys profile --capture-range=cudaProfilerApi --capture-range-end=stop
+        for (int it = 0; it < 5; ++it) step();        // a few iterations, not the whole run
+        cudaDeviceSynchronize();                      // the last kernels finish inside the capture
+        cudaProfilerStop();                           // the report is written while the process still runs
+        """,
+    )
+
     def check(self, ctx: Context):
         lost = [w for w in ctx.meta.warnings if LOST.search(w)]
         if not lost:

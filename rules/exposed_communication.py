@@ -86,6 +86,20 @@ class ExposedCommunication(CrossRankRule):
         """,
     )
 
+    fix_cuda = Fix(
+        "Overlap the collective with compute: split the work into chunks and issue each chunk's `ncclAllReduce` on "
+        "a communication stream as soon as its data is ready (an event), while the compute stream goes on with the "
+        "next chunk.",
+        """
+        for (int c = 0; c < chunks; ++c) {
+            grad<<<grid, block, 0, compute>>>(d_grad + c * len, len);
+            cudaEventRecord(ready[c], compute);
+            cudaStreamWaitEvent(comm_stream, ready[c], 0);
+            ncclAllReduce(d_grad + c * len, d_grad + c * len, len, ncclFloat, ncclSum, comm, comm_stream);
+        }
+        """,
+    )
+
     min_exposed_pct = Option(5.0, "Report a rank whose exposed communication is at least this % of its GPU window (severity info).", max=100)
     min_exposed_us = Option(100.0, "...and at least this much in total (µs).")
 

@@ -196,56 +196,92 @@ _FIX_OUTSIDE_GRAPHS = Fix(
     encode = torch.compile(encode, mode="reduce-overhead")   # the eager part around the graphed model
     """,
 )
-#: PyTorch fixes for what the trace shows is already in use (``rulelib.in_use``): never advise it again.
-#: (cause, techniques in use) -> fix; the first entry whose techniques are all in use wins.
-FIX_IN_USE: dict[tuple[str, str], Fix] = {
-    (CAUSE_CPU, "compiled+graphs"): _FIX_OUTSIDE_GRAPHS,
-    (CAUSE_UNTRACED, "compiled+graphs"): _FIX_OUTSIDE_GRAPHS,
-    (CAUSE_OPT, "fused_optimizer"): Fix(
-        "The optimizer step is already fused (`fused=True`) and still leaves the GPU idle while the host steps it: "
-        "compile the step with the optimizer inside (`torch.compile`), or capture the whole iteration, optimizer "
-        "included, as a CUDA graph so its launches cost nothing.",
-        """
-        @torch.compile(mode="reduce-overhead")            # the optimizer step compiled and replayed as a graph
-        def opt_step():
-            opt.step()
-        """,
-    ),
-    (CAUSE_OPT, "foreach_optimizer"): Fix(
-        "The optimizer already runs the foreach implementation (`_foreach_` ops, a few kernels per parameter group), "
-        "and the host still leaves the GPU idle while it steps: switch to the fused one (one kernel per group), "
-        "or compile the optimizer step.",
-        """
-        opt = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=True)   # instead of foreach=True
-        """,
-    ),
-    (CAUSE_CPU, "compiled"): Fix(
-        "The model is already compiled and the host is still busy between launches (the compiled wrapper's own "
-        "Python: guards, argument handling, the generated `call`): replay it as a CUDA graph "
-        "(`mode=\"reduce-overhead\"`) so one launch runs the whole graph, or give each launch more work with a larger batch.",
-        """
-        model = torch.compile(model, mode="reduce-overhead")   # CUDA graphs over the compiled step
-        """,
-    ),
-    (CAUSE_UNTRACED, "compiled"): Fix(
-        "The model is already compiled and the host is still busy between launches (the compiled wrapper's own "
-        "Python: guards, argument handling, the generated `call`): replay it as a CUDA graph "
-        "(`mode=\"reduce-overhead\"`) so one launch runs the whole graph, or give each launch more work with a larger batch.",
-        """
-        model = torch.compile(model, mode="reduce-overhead")   # CUDA graphs over the compiled step
-        """,
-    ),
+#: For a Keras or custom TensorFlow step that already runs as a ``tf.function``: the host time left between calls
+#: is the per-batch Python around them (Keras's loop, callbacks, logs read back), which only fewer calls remove.
+_FIX_TF_STEPS_PER_CALL = Fix(
+    "The step already runs as a `tf.function` (its `__inference_` function is in the trace), so the idle is the "
+    "Python between two calls: Keras's per-batch loop (callbacks, logs and metrics read back, its end-of-batch "
+    "checks, each a few eager ops or a copy to the host) or your own loop's. Run several steps per call, so that "
+    "Python runs once per N batches: `model.compile(..., steps_per_execution=N)`, or a `tf.range` loop over N "
+    "batches inside your `tf.function`; keep callbacks that read tensors every batch out of the loop. (Gaps inside "
+    "the call itself are the executor dispatching the graph's ops one by one: compile it with XLA, `jit_compile=True`.)",
+    """
+    model.compile(optimizer="adam", loss=loss_fn, steps_per_execution=32)   # 32 batches per train_function call
+
+    @tf.function
+    def train_steps(it, n):
+        for _ in tf.range(n):          # a graph loop: one call runs n steps
+            train_step(next(it))
+    """,
+)
+#: Fixes for what the trace shows is already in use (``rulelib.in_use``), per framework: never advise it again.
+#: framework -> (cause, techniques in use) -> fix; the first entry whose techniques are all in use wins.
+FIX_IN_USE: dict[str, dict[tuple[str, str], Fix]] = {
+    "pytorch": {
+        (CAUSE_CPU, "compiled+graphs"): _FIX_OUTSIDE_GRAPHS,
+        (CAUSE_UNTRACED, "compiled+graphs"): _FIX_OUTSIDE_GRAPHS,
+        (CAUSE_OPT, "fused_optimizer"): Fix(
+            "The optimizer step is already fused (`fused=True`) and still leaves the GPU idle while the host steps it: "
+            "compile the step with the optimizer inside (`torch.compile`), or capture the whole iteration, optimizer "
+            "included, as a CUDA graph so its launches cost nothing.",
+            """
+            @torch.compile(mode="reduce-overhead")            # the optimizer step compiled and replayed as a graph
+            def opt_step():
+                opt.step()
+            """,
+        ),
+        (CAUSE_OPT, "foreach_optimizer"): Fix(
+            "The optimizer already runs the foreach implementation (`_foreach_` ops, a few kernels per parameter group), "
+            "and the host still leaves the GPU idle while it steps: switch to the fused one (one kernel per group), "
+            "or compile the optimizer step.",
+            """
+            opt = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=True)   # instead of foreach=True
+            """,
+        ),
+        (CAUSE_CPU, "compiled"): Fix(
+            "The model is already compiled and the host is still busy between launches (the compiled wrapper's own "
+            "Python: guards, argument handling, the generated `call`): replay it as a CUDA graph "
+            "(`mode=\"reduce-overhead\"`) so one launch runs the whole graph, or give each launch more work with a larger batch.",
+            """
+            model = torch.compile(model, mode="reduce-overhead")   # CUDA graphs over the compiled step
+            """,
+        ),
+        (CAUSE_UNTRACED, "compiled"): Fix(
+            "The model is already compiled and the host is still busy between launches (the compiled wrapper's own "
+            "Python: guards, argument handling, the generated `call`): replay it as a CUDA graph "
+            "(`mode=\"reduce-overhead\"`) so one launch runs the whole graph, or give each launch more work with a larger batch.",
+            """
+            model = torch.compile(model, mode="reduce-overhead")   # CUDA graphs over the compiled step
+            """,
+        ),
+    },
+    "tensorflow": {
+        (CAUSE_CPU, "tf_function"): _FIX_TF_STEPS_PER_CALL,
+        (CAUSE_UNTRACED, "tf_function"): _FIX_TF_STEPS_PER_CALL,
+        (CAUSE_SYNC, "tf_function"): Fix(
+            "The step already runs as a `tf.function`; the queue drains while the host reads results between calls "
+            "(Keras's per-batch logs, a callback's or a metric's `.numpy()`), each read waiting for the GPU. Run "
+            "several steps per call (`steps_per_execution`) so the reads happen once per N batches, and read "
+            "metrics back every N steps.",
+            """
+            model.compile(optimizer="adam", loss=loss_fn, metrics=["accuracy"], steps_per_execution=32)
+            if step % 100 == 0:
+                print(float(train_loss.result()))   # read back every N steps, not every batch
+            """,
+        ),
+    },
 }
 
 
 def cause_fixes(views, cause: str) -> dict[str, Fix]:
-    """The fixes of a top cause, the PyTorch one replaced where the trace shows its advice is already in use."""
+    """The fixes of a top cause, each framework's replaced where the trace shows its advice is already in use."""
     out = dict(CAUSE_FIXES.get(cause, {}))
     used = in_use(views)
-    for (c, techniques), fx in FIX_IN_USE.items():
-        if c == cause and set(techniques.split("+")) <= used:
-            out["pytorch"] = fx
-            break
+    for framework, table in FIX_IN_USE.items():
+        for (c, techniques), fx in table.items():
+            if c == cause and set(techniques.split("+")) <= used:
+                out[framework] = fx
+                break
     return out
 
 

@@ -92,6 +92,21 @@ class InputPipelineBound(Rule):
         """,
     )
 
+    fix_cuda = Fix(
+        "The GPU waits while the host prepares the next input: prepare inputs ahead in a host thread into a ring of "
+        "pinned buffers (`cudaMallocHost`) and copy the next one with `cudaMemcpyAsync` on a copy stream while the "
+        "current one computes, so input i+1 is on the device when step i ends.",
+        """
+        for (int i = 0; i < n; ++i) {                     // h_in[] filled ahead by a loader thread
+            int cur = i % 2, nxt = (i + 1) % 2;
+            cudaMemcpyAsync(d_in[nxt], h_in[nxt], bytes, cudaMemcpyHostToDevice, copy);
+            cudaEventRecord(ready[nxt], copy);
+            cudaStreamWaitEvent(compute, ready[cur], 0);   // input i copied (the first before the loop)
+            step<<<grid, block, 0, compute>>>(d_in[cur], d_out);
+        }
+        """,
+    )
+
     min_share_pct = Option(5.0, "Report when data wait is at least this % of step time (tb_plugin: 5 %).", max=100)
     error_share_pct = Option(20.0, "Severity becomes error at this % of step time (xprof: highly input-bound, 20 %).", max=100)
     include_tfdata_iterator = Option(True, "Count tf.data `Iterator::...` ranges on consumer threads.")

@@ -65,6 +65,21 @@ class LittleGpuWork(Rule):
         """,
     )
 
+    fix_cuda = Fix(
+        "Record a few steady iterations of the real workload: `nsys profile --capture-range=cudaProfilerApi "
+        "--capture-range-end=stop` with `cudaProfilerStart()`/`cudaProfilerStop()` around iterations after "
+        "warm-up (or `--capture-range=nvtx` with an NVTX range around them), and for a CUDA graph record its "
+        "launches (`cudaGraphLaunch`), not its capture and instantiation.",
+        """
+        for (int it = 0; it < 3; ++it) step();        // warm-up, graph capture and instantiate: outside the capture
+        cudaDeviceSynchronize();
+        cudaProfilerStart();                          // nsys profile --capture-range=cudaProfilerApi --capture-range-end=stop
+        for (int it = 0; it < 5; ++it) cudaGraphLaunch(exec, stream);   // or step(): the work, replayed
+        cudaStreamSynchronize(stream);
+        cudaProfilerStop();
+        """,
+    )
+
     min_gpu_ops = Option(10, "Report when all devices together ran fewer kernels, copies and memsets than this.")
     min_busy_us = Option(100.0, "Report when all devices together were busy less than this (µs).")
     few_ops_busy_us = Option(1000.0, "...or ran fewer than min_gpu_ops operations adding up to less than this (µs).")

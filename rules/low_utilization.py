@@ -67,6 +67,18 @@ class LowGpuUtilization(Rule):
         """,
     )
 
+    fix_cuda = Fix(
+        "Find what the GPU waits for in the other findings (host syncs, copies, small kernels). Generic levers: more "
+        "work per launch, copies from pinned memory with `cudaMemcpyAsync` overlapping kernels on another stream, no "
+        "`cudaDeviceSynchronize` inside the loop (events instead), and a CUDA graph for a repeated launch sequence.",
+        """
+        cudaMallocHost(&h_buf, bytes);                               // pinned: the async copy really is async
+        cudaMemcpyAsync(d_next, h_buf, bytes, cudaMemcpyHostToDevice, copy);
+        kernel<<<grid, block, 0, compute>>>(d_cur, d_out);          // overlaps the copy
+        cudaEventRecord(done, compute);                              // not cudaDeviceSynchronize() every iteration
+        """,
+    )
+
     max_busy_pct = Option(50.0, "Report devices busy less than this % of their active window (tb_plugin: 50 %).", max=100)
     min_window_us = Option(1000.0, "Ignore devices whose active window is shorter than this (µs).")
 

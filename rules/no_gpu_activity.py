@@ -59,6 +59,21 @@ class NoGpuActivity(Rule):
         """,
     )
 
+    fix_cuda = Fix(
+        "Record the GPU's activity: run `nsys profile` with CUDA tracing on (`--trace=cuda,nvtx`; a `--trace` list "
+        "without `cuda` records no kernel), keep the capture open while kernels run (a `--duration`, `--delay` or "
+        "`--capture-range` that ends before the first launch records none) and let them finish inside it; check "
+        "that the program sees a GPU (`cudaGetDeviceCount`) and that its launches succeed (`cudaGetLastError`).",
+        """
+        // nsys profile --trace=cuda,nvtx --capture-range=cudaProfilerApi --capture-range-end=stop -o run ./app
+        int n = 0; cudaGetDeviceCount(&n);            // must be > 0: the program sees a GPU
+        cudaProfilerStart();                          // #include <cuda_profiler_api.h>
+        for (int it = 0; it < 5; ++it) step();        // kernels launched inside the capture
+        cudaDeviceSynchronize();                      // and finished before it ends
+        cudaProfilerStop();
+        """,
+    )
+
     def check(self, ctx: Context):
         if not ctx.views.gpu_activity.empty:
             return

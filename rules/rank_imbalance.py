@@ -75,6 +75,16 @@ class RankImbalance(CrossRankRule):
         """,
     )
 
+    fix_cuda = Fix(
+        "Give every rank the same work: split the global problem into equal shards (pad the last one), bucket "
+        "variable-size inputs, and check the busy rank's GPU clocks and host (`nvidia-smi -q -d PERFORMANCE`).",
+        """
+        size_t per_rank = (n + nranks - 1) / nranks;              // equal shards, the last one padded
+        compute<<<grid, block, 0, s>>>(d_data + rank * per_rank, per_rank);
+        ncclAllReduce(d_grad, d_grad, len, ncclFloat, ncclSum, comm, s);
+        """,
+    )
+
     max_imbalance_pct = Option(10.0, "Report when (max - median) / median of per-rank compute busy exceeds this %.")
 
     def check_job(self, job: JobContext):

@@ -70,6 +70,21 @@ class RecompileInSteadyState(Rule):
         """,
     )
 
+    fix_cuda = Fix(
+        "Compile and tune once: build NVRTC programs and load their modules at start-up (keep the `CUfunction` of "
+        "each kernel variant, do not compile per call), run `cudnnFind*` once per input shape and reuse the "
+        "algorithm it picked, and keep the set of shapes small (pad to a few sizes).",
+        """
+        static std::map<std::array<int, 4>, cudnnConvolutionFwdAlgo_t> algo_of;   // tuned once per shape
+        auto it = algo_of.find(shape);
+        if (it == algo_of.end()) {
+            cudnnFindConvolutionForwardAlgorithm(handle, x_desc, w_desc, conv_desc, y_desc, 1, &found, &perf);
+            it = algo_of.emplace(shape, perf.algo).first;
+        }
+        cudnnConvolutionForward(handle, &alpha, x_desc, x, w_desc, w, conv_desc, it->second, ws, ws_bytes, &beta, y_desc, y);
+        """,
+    )
+
     min_total_us = Option(1000.0, "Report when the recompile ranges after the first steps add up to at least this (µs).")
 
     def check(self, ctx: Context):

@@ -231,6 +231,18 @@ class RnnCudnnFallback(Rule):
         """,
     )
 
+    fix_cuda = Fix(
+        "Run the recurrence as one cuDNN call over the whole sequence (`cudnnRNNForward` with every timestep in one "
+        "`cudnnRNNDataDescriptor_t`), or keep the time loop inside one persistent kernel, instead of launching the "
+        "cell's kernels once per timestep from the host.",
+        """
+        cudnnRNNForward(handle, rnn_desc, CUDNN_FWD_MODE_TRAINING, dev_seq_lengths,
+                        x_desc, x, y_desc, y, h_desc, hx, hy, c_desc, cx, cy,
+                        weight_space_bytes, weight_space, work_space_bytes, work_space,
+                        reserve_space_bytes, reserve_space);   // all timesteps in one call
+        """,
+    )
+
     min_timesteps = Option(4, "Fallback execution must cover at least this many timesteps to be reported.", min=1)
 
     def check(self, ctx):

@@ -81,6 +81,17 @@ class Stragglers(CrossRankRule):
         """,
     )
 
+    fix_cuda = Fix(
+        "Find why this rank reaches the collective late, from the cause named: host work or a blocking sync before "
+        "its `ncclAllReduce`, a larger shard, a slower host or GPU (`nvidia-smi -q -d PERFORMANCE`). Queue the "
+        "collective on the stream right after the kernels it depends on, with no host sync between them.",
+        """
+        compute<<<grid, block, 0, s>>>(d_grad, count);                     // no cudaDeviceSynchronize() here
+        ncclAllReduce(d_grad, d_grad, count, ncclFloat, ncclSum, comm, s);
+        cudaStreamSynchronize(s);                                           // wait once, after it is queued
+        """,
+    )
+
     #: The fix for the cause a straggler finding names (``metrics["cause"]``): a rank late from data loading needs
     #: a faster input pipeline, one late from host syncs needs the syncs gone, one with more GPU work needs its
     #: share balanced, one whose host leaves the GPU idle needs fewer, larger launches. No cause: the class fix.

@@ -77,6 +77,21 @@ class WarmupInWindow(Rule):
         """,
     )
 
+    fix_cuda = Fix(
+        "Start the capture after the first iterations, which pay for context creation, module loading, "
+        "cuBLAS/cuDNN handle creation and autotuning: `nsys profile --capture-range=cudaProfilerApi "
+        "--capture-range-end=stop` with `cudaProfilerStart()` after warm-up (or `--capture-range=nvtx`), and an "
+        "NVTX range around each iteration.",
+        """
+        for (int it = 0; it < 3; ++it) step();        // context, module loading, cublasCreate, cudnnFind*: not captured
+        cudaDeviceSynchronize();
+        cudaProfilerStart();                          // nsys profile --capture-range=cudaProfilerApi --capture-range-end=stop
+        for (int it = 0; it < 5; ++it) { nvtxRangePushA("step"); step(); nvtxRangePop(); }
+        cudaDeviceSynchronize();
+        cudaProfilerStop();
+        """,
+    )
+
     min_share_pct = Option(5.0, "A device's warm-up, or a head gap with start-up calls, must be at least this % of its window.", max=100)
 
     def check(self, ctx: Context):

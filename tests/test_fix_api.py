@@ -33,7 +33,8 @@ MODULE = {"pytorch": "torch", "tensorflow": "tensorflow", "jax": "jax"}
 
 
 def _snippets() -> Iterator[tuple[str, str, str]]:
-    """(where, framework, code) of every Python snippet a rule can show: class fixes, GPU variants, per-cause fixes."""
+    """(where, framework, code) of every Python snippet a rule can show: class fixes, GPU variants, per-cause fixes,
+    the fixes for techniques already in use."""
     rules = discover().rules
     for code, cls in sorted(rules.items()):
         for key, fx in cls.fixes().items():
@@ -47,6 +48,11 @@ def _snippets() -> Iterator[tuple[str, str, str]]:
                 for fw, fx in fixes.items():
                     if fx.code and fw in ROOTS:
                         yield f"{code} {name}[{cause}] {fw}", fw, fx.code
+        # the fixes for what the trace shows is already in use: framework -> (cause, techniques) -> fix
+        for fw, table in (getattr(mod, "FIX_IN_USE", None) or {}).items():
+            for (cause, techniques), fx in table.items():
+                if fx.code and fw in ROOTS:
+                    yield f"{code} FIX_IN_USE[{cause}, {techniques}] {fw}", fw, fx.code
 
 
 SNIPPETS = sorted(set(_snippets()))

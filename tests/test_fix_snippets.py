@@ -53,13 +53,38 @@ def test_every_rule_snippet_parses(code):
             _assert_pasteable(fx.code, f"{code} fix {fw}", python=fw.partition(":")[0] not in NOT_PYTHON)
 
 
+#: Rules that cannot fire on a plain CUDA program's trace, with why: they need no CUDA fix.
+NO_CUDA_FINDING = {"TI016": "graph breaks are torch.compile's (its compiled-region ranges); a CUDA program has none"}
+
+
 @pytest.mark.parametrize("code", sorted(RULES))
 def test_every_rule_has_a_fix_for_each_framework(code):
     """A trace is shown its own framework's fix only (``advice.choose``): a rule without a JAX fix would leave a JAX
-    trace with none, and before that rule showed it PyTorch code."""
+    trace with none, and before that rule showed it PyTorch code. A plain CUDA program's Nsight capture ("cuda") is
+    one too: before, it was shown PyTorch's ``torch.profiler`` advice for its missing kernels."""
     fixes = RULES[code].fixes()
-    missing = {"pytorch", "tensorflow", "jax"} - {k for k, fx in fixes.items() if fx.text.strip()}
+    wanted = {"pytorch", "tensorflow", "jax"} | ({"cuda"} if code not in NO_CUDA_FINDING else set())
+    missing = wanted - {k for k, fx in fixes.items() if fx.text.strip()}
     assert not missing, f"{code} has no fix for {sorted(missing)}"
+
+
+@pytest.mark.parametrize("framework", ["pytorch", "tensorflow", "jax", "cuda"])
+@pytest.mark.parametrize("tier", [None, "pre_ampere", "fp8"])
+def test_a_detected_framework_leads_with_its_own_fix_or_none(framework, tier):
+    """Every rule, on a trace of each detected framework and each GPU tier: the fix that leads (the one the terminal
+    and Markdown print under "Fix in <framework>") is the trace's own framework's, or there is none; a rule without
+    it never lends another framework's."""
+    from traceinsight.assess import advice
+
+    for code, cls in sorted(RULES.items()):
+        chosen = advice.choose(cls.fixes(), framework, tier)
+        assert not chosen or list(chosen)[0] == framework, f"{code} on a {framework} trace leads with {list(chosen)[0]}"
+        if code not in NO_CUDA_FINDING or framework != "cuda":
+            assert chosen, f"{code} shows no fix on a {framework} trace"
+    bare = {"pytorch": Fix("pt"), "tensorflow": Fix("tf")}  # a rule (a plug-in's) with no JAX and no CUDA fix
+    if framework in ("jax", "cuda"):
+        assert advice.choose(bare, framework, tier) == {}
+    assert list(advice.choose(bare, "unknown", tier)) == ["pytorch", "tensorflow"]  # nothing tells which is its own
 
 
 SAMPLES = ["lstm_fallback.json.gz", "sync_stalls.json.gz", "dataloader_gaps.json.gz", "vecadd_sync.sqlite"]

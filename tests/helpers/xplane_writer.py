@@ -74,7 +74,8 @@ class _Plane:
 
 
 class XSpaceTrace:
-    """One host with one GPU: ``step``, ``op``, ``kernel``, ``alloc`` / ``free``; ``write`` gives the .xplane.pb."""
+    """One host with one GPU: ``step``, ``op``, ``kernel`` (with its launch), ``alloc`` / ``free``; ``write`` gives
+    the .xplane.pb."""
 
     def __init__(self, *, memory_bytes: int = 16 << 30, cores: int = 80, start_unix_ns: int = 1_700_000_000_000_000_000) -> None:
         self.start_unix_ns = start_unix_ns
@@ -87,6 +88,7 @@ class XSpaceTrace:
         self.in_use = 0
         self.reserved = 0
         self.peak = 0
+        self.correlations = 0
 
     @staticmethod
     def _plane_stat(plane: _Plane, name: str, value: int) -> bytes:
@@ -98,9 +100,22 @@ class XSpaceTrace:
     def op(self, name: str, start_ns: int, dur_ns: int) -> None:
         self.host.event(0, name, start_ns, dur_ns)
 
-    def kernel(self, name: str, start_ns: int, dur_ns: int, stats: dict | None = None) -> None:
-        """A kernel on the compute stream; ``stats`` such as XLA's per-op cost (``flops``, ``bytes_accessed``)."""
+    def kernel(self, name: str, start_ns: int, dur_ns: int, stats: dict | None = None, *, launch_ns: int | None = None,
+               launch_dur_ns: int = 5_000) -> None:
+        """A kernel on the compute stream; ``stats`` such as XLA's per-op cost (``flops``, ``bytes_accessed``).
+        ``launch_ns``: the host's ``cudaLaunchKernel`` then, joined to the kernel by a ``correlation_id`` stat on
+        both, as CUPTI's XPlane lines carry it (the launch a gap's cause is read from)."""
+        if launch_ns is not None:
+            self.correlations += 1
+            stats = {**(stats or {}), "correlation_id": self.correlations}
+            self.host.event(0, "cudaLaunchKernel", launch_ns, launch_dur_ns, {"correlation_id": self.correlations})
         self.gpu.event(0, name, start_ns, dur_ns, stats)
+
+    def runtime(self, name: str, start_ns: int, dur_ns: int) -> None:
+        """A CUDA API call on the host (``cudaStreamSynchronize``, ``cudaMemcpy``...): a correlation id of its own
+        makes it a runtime call, as CUPTI records it."""
+        self.correlations += 1
+        self.host.event(0, name, start_ns, dur_ns, {"correlation_id": self.correlations})
 
     def alloc(self, at_ns: int, nbytes: int, *, op: str = "", addr: int = 0x7F00_0000_0000, grow_to: int | None = None,
               allocator: str = "GPU_0_bfc") -> None:

@@ -15,7 +15,8 @@ CASES = {
     "positive": ["test_ti001_data_loading_gaps", "test_example_bad_fires", "test_ti001_host_inside_a_compiled_wrapper_is_host_overhead"],
     "negative": ["test_ti001_negative_busy_gpu", "test_ti001_negative_gap_all_warmup", "test_example_good_is_silent"],
     "fix": ["test_ti001_bad_gaps_are_data_loading_and_fix_removes_ti005_too", "test_ti001_foreach_optimizer_is_not_told_to_use_foreach",
-            "test_ti001_compiled_model_is_told_graphs_not_compile"],
+            "test_ti001_compiled_model_is_told_graphs_not_compile", "test_ti001_keras_tf_function_is_told_steps_per_execution",
+            "test_ti001_eager_tensorflow_is_told_to_wrap_the_step"],
 }
 
 
@@ -387,3 +388,66 @@ def test_ti001_compiled_model_is_told_graphs_not_compile(tmp_path):
     # compiled and already replayed as graphs: the gaps are in the code outside them, not "use CUDA graphs"
     (g,) = findings_of(write_compiled(tmp_path / "g.json", graphs=True), "TI001")
     assert "already runs compiled and as CUDA graphs" in g.fixes["pytorch"].text
+
+
+def _keras_xplane(path, *, function: bool, host: str = "untraced"):
+    """Six Keras steps in an XSpace (as the audit's hd2551 T4 profile): each call launches 20 GEMMs (1 ms of GPU
+    work), then 2 ms pass with the GPU idle before the next call: Keras's per-batch Python between calls, untraced
+    (``host="untraced"``) or an eager ``LogicalAnd`` op (``"busy"``); with ``"sync"``, the host instead blocks
+    2 ms in a stream sync reading results back after the first 10 GEMMs. With ``function`` each step runs as a
+    ``tf.function``: the ``train_function`` call and its ``__inference_train_function_1047`` concrete function."""
+    from tests.helpers.xplane_writer import XSpaceTrace
+
+    t = XSpaceTrace()
+    us = 1000
+    for s in range(6):
+        t0 = s * 3000 * us
+        t.step(s, t0, 3000 * us)
+        if function:
+            t.op("train_function", t0, 400 * us)
+            t.op("EagerExecute: __inference_train_function_1047", t0 + 5 * us, 390 * us)
+        if host == "sync":
+            for i in range(10):
+                t.kernel("volta_sgemm_128x64_nn", t0 + 30 * us + i * 50 * us, 50 * us, launch_ns=t0 + 10 * us + i * 15 * us)
+            t.runtime("cudaStreamSynchronize", t0 + 400 * us, 2000 * us)
+            for i in range(10):
+                t.kernel("volta_sgemm_128x64_nn", t0 + 2420 * us + i * 50 * us, 50 * us, launch_ns=t0 + 2405 * us + i * us)
+            continue
+        for i in range(20):
+            t.kernel("volta_sgemm_128x64_nn", t0 + 30 * us + i * 50 * us, 50 * us, launch_ns=t0 + 10 * us + i * 15 * us)
+        if host == "busy":
+            t.op("LogicalAnd:LogicalAnd", t0 + 1100 * us, 1800 * us)
+    return t.write(path)
+
+
+@pytest.mark.parametrize("host,cause", [("untraced", "untraced host time (launch queue empty)"),
+                                        ("busy", "host busy in CPU ops (launch queue empty)"),
+                                        ("sync", "host synchronization")])
+def test_ti001_keras_tf_function_is_told_steps_per_execution(tmp_path, host, cause):
+    """The step already runs as a ``tf.function`` (``rulelib.in_use``: its ``__inference_`` function): the gaps are
+    the Python between calls (or its reads of results), so the fix is more steps per call
+    (``steps_per_execution``), never "wrap the step in `tf.function`", which is what it already does."""
+    a = traceinsight.analyze(_keras_xplane(tmp_path / "keras.xplane.pb", function=True, host=host))
+    assert a.framework == "tensorflow"
+    (f,) = [x for x in a.findings if x.code == "TI001"]
+    assert f.metrics["top_cause"] == cause
+    assert list(f.fixes)[0] == "tensorflow"
+    fx = f.fixes["tensorflow"]
+    assert "already runs as a `tf.function`" in fx.text and "steps_per_execution" in fx.text
+    assert "steps_per_execution=32" in fx.code
+    assert "wrap the step in `tf.function`" not in fx.text and "def train_step(x, y)" not in fx.code
+    if host != "sync":  # the Python between calls: a graph loop of N steps per call is the other way
+        assert "tf.range" in fx.code and "per-batch loop" in fx.text
+    else:
+        assert "reads results between calls" in fx.text
+
+
+def test_ti001_eager_tensorflow_is_told_to_wrap_the_step(tmp_path):
+    """The same gaps without a ``tf.function`` in the trace (eager TensorFlow): wrapping the step is the advice."""
+    (f,) = findings_of(_keras_xplane(tmp_path / "eager.xplane.pb", function=False), "TI001")
+    assert f.metrics["top_cause"] == "untraced host time (launch queue empty)"
+    fx = f.fixes["tensorflow"]
+    assert "wrap the step in `tf.function`" in fx.text and "steps_per_execution" not in fx.text
+    (g,) = findings_of(_keras_xplane(tmp_path / "eager_sync.xplane.pb", function=False, host="sync"), "TI001")
+    assert g.metrics["top_cause"] == "host synchronization"
+    assert "@tf.function" in g.fixes["tensorflow"].code and "already runs" not in g.fixes["tensorflow"].text

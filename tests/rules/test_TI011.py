@@ -10,7 +10,7 @@ from traceinsight.assess.verdict import details
 
 #: positive: it fires; negative: it stays silent; fix: the same program with its GPU activity recorded.
 CASES = {
-    "positive": ["test_ti011_runtime_calls_without_gpu_activity"],
+    "positive": ["test_ti011_runtime_calls_without_gpu_activity", "test_ti011_plain_cuda_capture_is_told_how_to_record_with_nsys"],
     "negative": ["test_ti011_negative_gpu_trace"],
     "fix": ["test_ti011_negative_gpu_trace"],
 }
@@ -38,3 +38,25 @@ def test_ti011_negative_gpu_trace(tmp_path):
     t = KinetoTrace()
     steady_steps(t)
     assert _of_code(traceinsight.analyze(t.write(tmp_path / "gpu.json")), "TI011") == []
+
+
+def test_ti011_plain_cuda_capture_is_told_how_to_record_with_nsys(tmp_path):
+    """An Nsight capture of a plain CUDA program (runtime calls, no kernel rows, no framework's names) is a "cuda"
+    trace: its fix is the CUDA one (nsys with CUDA tracing on), never PyTorch's ``torch.profiler`` under "Fix in
+    PyTorch" (the audit's ltgemm_profile.sqlite and qcu_report7.sqlite)."""
+    from tests.helpers.nsys_writer import NsysTrace
+    from traceinsight.render import render
+
+    t = NsysTrace()
+    t.runtime("cudaMalloc", 1_000_000, 100_000)
+    t.runtime("cudaMemcpy", 2_000_000, 50_000)
+    t.runtime("cudaFree", 3_000_000, 80_000)
+    a = traceinsight.analyze(t.write(tmp_path / "nokernels.sqlite"))
+    assert a.framework == "cuda"
+    (f,) = _of_code(a, "TI011")
+    assert f.metrics["gpu_api_calls"] == 3
+    assert list(f.fixes)[0] == "cuda"
+    assert "--trace=cuda" in f.fixes["cuda"].text and "cudaProfilerStart" in f.fixes["cuda"].code
+    md = render(a, "md", html_name="report.html")
+    assert "**Fix in CUDA:** Record the GPU's activity" in md
+    assert "Fix in PyTorch" not in md and "torch.profiler" not in md

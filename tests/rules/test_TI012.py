@@ -10,7 +10,7 @@ from traceinsight.assess.verdict import details, headline
 
 #: positive: it fires; negative: it stays silent; fix: steady steps with enough GPU work.
 CASES = {
-    "positive": ["test_ti012_two_kernels", "test_ti012_graph_capture"],
+    "positive": ["test_ti012_two_kernels", "test_ti012_graph_capture", "test_ti012_plain_cuda_capture_is_told_nsys_capture_range"],
     "negative": ["test_ti012_negative_steady_steps", "test_ti012_negative_one_capture_among_real_work"],
     "fix": ["test_ti012_negative_steady_steps"],
 }
@@ -76,3 +76,22 @@ def test_ti012_negative_one_capture_among_real_work(tmp_path):
     a = traceinsight.analyze(t.write(tmp_path / "one_capture.json"))
     assert _of_code(a, "TI012") == []
     assert details(a)["category"] != "cannot_judge"
+
+
+def test_ti012_plain_cuda_capture_is_told_nsys_capture_range(tmp_path):
+    """Two kernels in an Nsight capture of a plain CUDA program: the fix is to record steady iterations with nsys'
+    capture range, not PyTorch's ``g.replay()`` under a torch.profiler schedule (the audit's recon_report3.sqlite)."""
+    from tests.helpers.nsys_writer import NsysTrace
+    from traceinsight.render import render
+
+    t = NsysTrace()
+    t.kernel("vecadd_kernel", 1_050_000, 5_000, launch_ns=1_040_000)
+    t.kernel("reduce_kernel", 11_050_000, 5_000, launch_ns=11_000_000)
+    a = traceinsight.analyze(t.write(tmp_path / "tiny.sqlite"))
+    assert a.framework == "cuda"
+    (f,) = _of_code(a, "TI012")
+    assert f.metrics["gpu_ops"] == 2
+    assert list(f.fixes)[0] == "cuda"
+    assert "--capture-range=cudaProfilerApi" in f.fixes["cuda"].text and "cudaGraphLaunch" in f.fixes["cuda"].code
+    md = render(a, "md", html_name="report.html")
+    assert "Fix in PyTorch" not in md and "g.replay()" not in md and "**Fix in CUDA:** Record a few steady" in md

@@ -12,7 +12,7 @@ from tests.helpers.rule_cases import GEMM, GRID, steady_steps, with_warmup
 
 #: positive: it fires; negative: it stays silent; fix: the same steps without the start-up step.
 CASES = {
-    "positive": ["test_ti013_first_step_init", "test_ti013_and_ti001_share_the_ledgers_warmup_on_alexnet",
+    "positive": ["test_ti013_first_step_init", "test_ti013_plain_cuda_capture_is_told_to_start_after_warmup", "test_ti013_and_ti001_share_the_ledgers_warmup_on_alexnet",
                  "test_ti013_torchscript_fuser_compiling_inside_one_op", "test_ti013_set_up_before_the_first_kernel_without_steps"],
     "negative": ["test_ti013_negative_steady_steps", "test_ti013_negative_fusion_op_that_is_slow_every_time",
                  "test_ti013_negative_head_like_the_other_gaps"],
@@ -133,3 +133,19 @@ def test_ti013_negative_head_like_the_other_gaps(tmp_path):
     """A loop sliced between a copy and its kernels: a 1.5 ms head beside 1 ms gaps is not set-up."""
     a = _head(tmp_path, 1.5, 1_000.0, "slice.nsys.sqlite")
     assert "set-up before the first kernel (program start-up)" not in set(a.ledger.warmup["reason"])
+
+
+def test_ti013_plain_cuda_capture_is_told_to_start_after_warmup(tmp_path):
+    """The same set-up in an Nsight capture of a plain CUDA program: the fix starts the capture after warm-up with
+    nsys' capture range, never PyTorch's profiler schedule (the audit's recon_report3.sqlite)."""
+    from traceinsight.render import render
+
+    a = _head(tmp_path, 2_300.0, 150.0, "head.nsys.sqlite")
+    assert a.framework == "cuda"
+    (w,) = _of_code(a, "TI013")
+    assert list(w.fixes)[0] == "cuda"
+    fx = w.fixes["cuda"]
+    assert "--capture-range=cudaProfilerApi" in fx.text and "nvtxRangePushA" in fx.code
+    md = render(a, "md", html_name="report.html")
+    assert "**Fix in CUDA:** Start the capture after the first iterations" in md
+    assert "Fix in PyTorch" not in md and "torch.profiler" not in md

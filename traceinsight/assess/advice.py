@@ -1,11 +1,12 @@
 """Which fix a finding shows, and in what order: the one home of the framework- and GPU-dependent choice.
 
-A rule writes its fixes once per framework (``fix_pytorch``, ``fix_tensorflow``, ``fix_cuda``) and, where the
-right advice depends on the GPU generation, variants keyed ``"<framework>:<tier>"`` (``fix_variants``). The
-engine calls :func:`apply` once per run, so every renderer (HTML, Markdown, text, JSON) shows the same fixes in
-the same order without knowing why: the trace's own framework first, then the others, each in the variant its GPU
-can run. A Turing T4 must not be told to use TF32 or bf16, which it does not have, and FP8 only exists from
-Ada/Hopper (sm_89, sm_90) on.
+A rule writes its fixes once per framework (``fix_pytorch``, ``fix_tensorflow``, ``fix_jax``, ``fix_cuda``) and,
+where the right advice depends on the GPU generation, variants keyed ``"<framework>:<tier>"`` (``fix_variants``).
+The engine calls :func:`apply` once per run, so every renderer (HTML, Markdown, text, JSON) shows the same fixes
+in the same order without knowing why: the trace's own framework first, then the others, each in the variant its
+GPU can run; a finding whose rule has no fix for the trace's framework shows none (``OWN_ONLY``), never another
+framework's under its label. A Turing T4 must not be told to use TF32 or bf16, which it does not have, and FP8
+only exists from Ada/Hopper (sm_89, sm_90) on.
 """
 
 from __future__ import annotations
@@ -48,18 +49,21 @@ def _other_vendor(vendor: str | None) -> bool:
     return bool(vendor) and "nvidia" not in str(vendor).lower()
 
 
-#: Frameworks whose code cannot be moved to another: a trace of one of them is shown no other framework's fix
-#: (a JAX program told to call ``torch.optim.AdamW(fused=True)`` learns nothing). A plain CUDA program and an
-#: unknown one may be any framework's launches: they keep every framework's fix, their own first.
-OWN_ONLY = ("pytorch", "tensorflow", "jax")
+#: The frameworks a trace is detected as (``derive.framework``): a trace of one of them is shown no other
+#: framework's fix. A JAX program told to call ``torch.optim.AdamW(fused=True)`` learns nothing, and neither does a
+#: plain CUDA or CuPy program (an Nsight capture with no framework's names) told to wrap ``train_step(batch)`` in
+#: ``torch.profiler.profile``: the terminal and Markdown print the leading fix under "Fix in <framework>", so it
+#: must be the trace's own. Only an ``"unknown"`` trace (no GPU work and no framework's names) keeps every
+#: framework's fix, each under its own label: nothing tells which one is its.
+OWN_ONLY = ("pytorch", "tensorflow", "jax", "cuda")
 
 
 def choose(fixes: dict[str, Fix], framework: str, gpu_tier: str | None) -> dict[str, Fix]:
     """The fixes to show, ordered with ``framework`` first, each framework's variant for ``gpu_tier`` in place of
     its base fix. Variant keys never reach the reports; a framework with only variants keeps none. A finding with
-    no fix for a framework in ``OWN_ONLY`` shows none rather than another framework's, so the fix that leads (the
-    one the terminal and Markdown print) always fits the trace; HTML and JSON keep the other frameworks' fixes
-    after it for reference."""
+    no fix for a framework in ``OWN_ONLY`` (every detected one: PyTorch, TensorFlow, JAX, plain CUDA) shows none
+    rather than another framework's, so the fix that leads (the one the terminal and Markdown print) always fits
+    the trace; HTML and JSON keep the other frameworks' fixes after it for reference."""
     if framework in OWN_ONLY and not (fixes.get(framework) or (gpu_tier and fixes.get(f"{framework}:{gpu_tier}"))):
         return {}
     order = [framework, *(f for f in LABELS if f != framework)]

@@ -1,6 +1,7 @@
 """What a trace shows is already in use, so a fix never advises it again: a model on the foreach or fused optimizer
 is not told to use foreach, a compiled model is not told to compile, a step replayed as a CUDA graph is not told to
-capture one.
+capture one, a TensorFlow step that already runs as a ``tf.function`` (every Keras ``fit``) is not told to wrap it
+in one.
 
 Each answer is read from the names the framework leaves in the trace (``IN_USE``: host ops and ranges, kernels,
 runtime calls) and kept in the analysis' store (``memo``): several rules ask. Part of ``traceinsight.rulelib``,
@@ -18,12 +19,15 @@ from traceinsight.rulelib.cache import memo
 #: Technique -> the names that show it ran. Foreach optimizers run ``aten::_foreach_*`` ops (kernels:
 #: ``multi_tensor_apply_kernel`` with a foreach functor); fused ones ``aten::_fused_adam(w)_`` / ``_fused_sgd_`` (kernels
 #: named ``Fused...``); torch.compile leaves ``Torch-Compiled Region``, ``CompiledFunction``, inductor's
-#: ``## Call CompiledFxGraph`` ranges and ``triton_`` kernels; CUDA/HIP graphs a ``cudaGraphLaunch``.
+#: ``## Call CompiledFxGraph`` ranges and ``triton_`` kernels; CUDA/HIP graphs a ``cudaGraphLaunch``. A
+#: ``tf.function`` runs as a concrete function named ``__inference_<name>_<id>`` (``EagerExecute:
+#: __inference_train_function_1047`` when Keras calls its ``train_function``); eager TensorFlow has none.
 IN_USE: dict[str, re.Pattern[str]] = {
     "foreach_optimizer": re.compile(r"^aten::_foreach_|foreach_tensor|ForeachFunctor|_foreach_kernel", re.I),
     "fused_optimizer": re.compile(r"^aten::_fused_(adam|adamw|sgd|adagrad)|Fused(Adam|AdamW|SGD)|fused_adam|FusedOptimizer|multi_tensor_adam", re.I),
     "compiled": re.compile(r"^Torch-Compiled Region|^CompiledFunction|CompiledFxGraph|^TorchDynamo|^triton_(poi|red|per|tem|mm)_|inductor", re.I),
     "graphs": re.compile(r"^(cuda|hip)GraphLaunch|^cuGraphLaunch", re.I),
+    "tf_function": re.compile(r"__inference_"),
 }
 #: A name is read this far (kernel names run to kilobytes; these signs sit at their start).
 _HEAD = 256
