@@ -258,6 +258,7 @@ FIX_IN_USE: dict[str, dict[tuple[str, str], Fix]] = {
     "tensorflow": {
         (CAUSE_CPU, "tf_function"): _FIX_TF_STEPS_PER_CALL,
         (CAUSE_UNTRACED, "tf_function"): _FIX_TF_STEPS_PER_CALL,
+        (CAUSE_CPU_WORK, "tf_function"): _FIX_TF_STEPS_PER_CALL,  # eager CPU ops between calls: the per-batch loop's
         (CAUSE_SYNC, "tf_function"): Fix(
             "The step already runs as a `tf.function`; the queue drains while the host reads results between calls "
             "(Keras's per-batch logs, a callback's or a metric's `.numpy()`), each read waiting for the GPU. Run "
