@@ -80,8 +80,10 @@ def test_classes_rates_roofline_and_mfu(tmp_path):
     assert a["intensity"] == pytest.approx(1 / 6) and a["ridge"] == pytest.approx(312e12 / (BW * 1e9)) and a["bound"] == "memory"
     cp = c.loc["copy"]
     assert (cp["time_ns"], cp["modelled_ns"], cp["flops"], cp["bytes"]) == (40_000, 40_000, 0.0, 2 * (1 << 20))
-    assert pd.isna(cp["achieved_tflops"]) and pd.isna(cp["intensity"]) and cp["bound"] == "memory"
-    assert cp["achieved_gbs"] == pytest.approx(2 * (1 << 20) / 40e-6 / 1e9)
+    # host-to-device copies run over the host link (PCIe), not in device memory: not a % of DRAM bandwidth
+    assert pd.isna(cp["achieved_tflops"]) and pd.isna(cp["intensity"]) and cp["bound"] == "host link"
+    assert cp["achieved_gbs"] == pytest.approx(2 * (1 << 20) / 40e-6 / 1e9) == pytest.approx(cp["link_gbs"])
+    assert pd.isna(cp["pct_of_bandwidth"]) and pd.isna(cp["device_gbs"])
     # MFU: matrix FLOPs of each step over its duration, against the bf16 peak
     assert e.steps.to_dict("records") == [
         {"rank": 0, "step": s, "dur_ns": 1_000_000, "flops": 2 * 1024**3, "tflops": pytest.approx(2 * 1024**3 / 1e-3 / 1e12),
@@ -409,8 +411,29 @@ def test_a_matrix_class_without_modelled_ops_has_no_ridge(tmp_path):
     g = rows["gemm"]
     assert (g["time_ns"], g["modelled_ns"], g["dtype"], g["ridge"], g["bound"]) == (100_000, 0, None, None, None)
     assert rows["elementwise"]["bound"] == "memory" and rows["elementwise"]["ridge"] == round(312e12 / (BW * 1e9), 3)  # its bf16 peak
-    # copies have no dtype of their own: their ridge is against the FP32 peak
-    assert rows["copy"]["bound"] == "memory" and rows["copy"]["ridge"] == round(19.5e12 / (BW * 1e9), 3)
+    # copies have no dtype of their own: their ridge is against the FP32 peak; an HtoD copy is bound by the host link
+    assert rows["copy"]["bound"] == "host link" and rows["copy"]["ridge"] == round(19.5e12 / (BW * 1e9), 3)
+
+
+def test_copies_in_device_memory_are_measured_against_its_bandwidth(tmp_path):
+    """Copies split by where their bytes go: a 4 MiB device-to-device copy in 10 µs is device-memory work (419 GB/s,
+    a share of DRAM bandwidth), a 1 MiB host-to-device one in 100 µs crosses the host link (10.5 GB/s, no share of
+    DRAM bandwidth). The device side holds less time, so the row is bound by the host link and its % of bandwidth
+    is left out (the device's smaller part would stand for the row)."""
+    t = KinetoTrace(device_name=A100)
+    t.step(1, 0, 1000)
+    _add(t, 10, 1 << 20, 10.0)
+    t.memcpy("DtoD", 300, 10.0, nbytes=4 << 20)
+    t.memcpy("HtoD", 500, 100.0, nbytes=1 << 20)
+    cp = {r["cls"]: r for r in _eff(t.write(tmp_path / "t.json")).to_dict()["classes"]}["copy"]
+    assert cp["device_gbs"] == pytest.approx((4 << 20) / 10e3, rel=1e-3) and cp["link_gbs"] == pytest.approx((1 << 20) / 100e3, rel=1e-3)
+    assert cp["bound"] == "host link" and cp["pct_of_bandwidth"] is None
+    t2 = KinetoTrace(device_name=A100)
+    t2.step(1, 0, 1000)
+    _add(t2, 10, 1 << 20, 10.0)
+    t2.memcpy("DtoD", 300, 100.0, nbytes=40 << 20)
+    cp = {r["cls"]: r for r in _eff(t2.write(tmp_path / "d.json")).to_dict()["classes"]}["copy"]
+    assert cp["bound"] == "memory" and cp["pct_of_bandwidth"] == pytest.approx(100 * (40 << 20) / 100e3 / BW, rel=1e-3)
 
 
 def test_model_flops_without_a_dtype_are_measured_against_the_bf16_peak(tmp_path):

@@ -244,8 +244,39 @@ def _class_rows(views: Any, cls: np.ndarray, ops: _GpuOps, peak: PeakChoice) -> 
         t = int(time_by.get(c, 0)) + (copy_ns if c == "copy" else 0)
         if t > 0:
             copies = (copy_ns, copy_bytes) if c == "copy" and copy_bytes is not None else None
-            rows.append(_class_row(c, label, t, gpu_ns, ops, peak, copies))
+            row = _class_row(c, label, t, gpu_ns, ops, peak, copies)
+            if copies is not None:
+                _host_link_copies(row, views, is_copy, peak)
+            rows.append(row)
     return rows, gpu_ns
+
+
+#: Copy directions that cross the host link (PCIe, NVLink-C2C) rather than staying in device memory.
+HOST_LINK_COPIES = ("HtoD", "DtoH", "HtoH")
+
+
+def _host_link_copies(row: dict[str, Any], views: Any, is_copy: np.ndarray, peak: PeakChoice) -> None:
+    """The copy row's rates split by where the bytes go: host<->device copies run over the host link (PCIe, NVLink-C2C),
+    whose speed is not the device memory's, so only copies and memsets in device memory are measured against the
+    DRAM bandwidth (``pct_of_bandwidth``); ``link_gbs`` / ``device_gbs`` give each side's achieved rate, and the
+    row is bound by the ``host link`` when those copies hold most of the copy time. A blended rate of a 10 GB/s
+    PCIe transfer and a 2 TB/s device copy read against DRAM bandwidth said nothing about either."""
+    act = views.gpu_activity
+    ck = act["copy_kind"] if "copy_kind" in act else None
+    if ck is None:
+        return
+    link = is_copy & np.isin(ck.astype(object).to_numpy(), HOST_LINK_COPIES)
+    dur, nbytes = views.array("gpu_activity", "dur_ns"), views.array("gpu_activity", "bytes")
+    on_dev = is_copy & ~link
+    lt, dt = int(dur[link].sum()), int(dur[on_dev].sum())
+    lb, db = float(nbytes[link].sum()), float(nbytes[on_dev].sum())
+    row["link_gbs"] = lb / lt if lt > 0 and lb > 0 else None  # bytes per ns = GB/s
+    row["device_gbs"] = db / dt if dt > 0 and db > 0 else None
+    row["pct_of_bandwidth"] = 100.0 * row["device_gbs"] / peak.bandwidth_gbs if row["device_gbs"] and peak.bandwidth_gbs and dt > 0 else None
+    if lt > dt:
+        row["bound"] = "host link"
+        if row["pct_of_bandwidth"] is not None and 2 * dt < lt:
+            row["pct_of_bandwidth"] = None  # the device side is the smaller part: its % would stand for the row
 
 
 def _class_row(c: str, label: str, t: int, gpu_ns: int, ops: _GpuOps, peak: PeakChoice,
@@ -544,7 +575,7 @@ def plausible_flops(counts: OpCounts, peak: PeakChoice, notes: list[str]) -> OpC
 
 #: The columns of ``Efficiency.classes`` and ``Efficiency.steps``.
 CLASS_COLUMNS = ["cls", "label", "time_ns", "share_pct", "modelled_ns", "flops", "modelled_flops", "bytes", "dtype", "achieved_tflops", "achieved_gbs",
-                 "peak_tflops", "peak_label", "pct_of_peak", "pct_of_bandwidth", "intensity", "ridge", "bound"]
+                 "peak_tflops", "peak_label", "pct_of_peak", "pct_of_bandwidth", "intensity", "ridge", "bound", "link_gbs", "device_gbs"]
 STEP_COLUMNS = ["rank", "step", "dur_ns", "flops", "tflops", "mfu_pct"]
 #: ``steps`` without a row, copied for each view (a copy costs a twentieth of building it).
 _NO_STEPS = pd.DataFrame([], columns=STEP_COLUMNS)
