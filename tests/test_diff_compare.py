@@ -159,6 +159,26 @@ def test_without_ops_kernels_stand_in():
                                 "gemm_a: 4 -> 0 per step", "elt: 1 -> 0 per step"]
 
 
+def test_kernels_by_class_are_compared_when_the_ops_launch_little_of_the_gpu_time():
+    base_k = [{"name": "gemm_a", "per_step": 4, "class": "gemm", "ns_per_step": 1000}, {"name": "elt", "per_step": 6, "class": "elementwise", "ns_per_step": 1000}]
+    head_k = [{"name": "gemm_a", "per_step": 4, "class": "gemm", "ns_per_step": 1000}, {"name": "elt", "per_step": 16, "class": "elementwise", "ns_per_step": 1000}]
+    ops = [{"name": "aten::mm", "per_step": 10, "gpu_ns_per_step": 1000}]  # 50 % of the 2000 ns per step: enough
+    c = M.comparability(_side(durs=[1] * 3, ops=ops, kernels=base_k), _side(durs=[1] * 3, ops=ops, kernels=head_k))
+    assert c["comparable"] and (c["matched_by"], c["in_common_pct"]) == ("framework_ops", 100.0) and c["reasons"] == []
+    ops = [{"name": "aten::mm", "per_step": 10, "gpu_ns_per_step": 900}]  # 45 %: the kernels too, 10 of 20 by class
+    c = M.comparability(_side(durs=[1] * 3, ops=ops, kernels=base_k), _side(durs=[1] * 3, ops=ops, kernels=head_k))
+    assert not c["comparable"] and (c["matched_by"], c["in_common_pct"]) == ("kernel_classes", 50.0)
+    assert c["reasons"] == [
+        "only 50% of the kernels by class per step are in common (at least 80% needed): the two run different kernels by class, most of all elementwise: 6 -> 16 per step",
+        "the framework ops launch 45.0% of the GPU time per step (at least 50% to speak for the step): the kernels per class are compared too "
+        "(100% of the framework ops, 50% of the kernels by class in common)",
+        "elementwise: 6 -> 16 per step",
+    ]
+    # the same kernels by class: the ops' figure stands, with the note
+    c = M.comparability(_side(durs=[1] * 3, ops=ops, kernels=base_k), _side(durs=[1] * 3, ops=ops, kernels=base_k))
+    assert c["comparable"] and (c["matched_by"], c["in_common_pct"]) == ("framework_ops", 100.0) and len(c["reasons"]) == 1
+
+
 def test_step_markers_on_one_side_only():
     c = M.comparability(_side(durs=[1] * 3), _side(durs=[]))
     assert not c["comparable"] and c["reasons"] == ["only BASE has step markers: the step structure differs"]

@@ -2,8 +2,8 @@
 corpus file has: TensorFlow BFC allocator events (``MemoryAllocation`` / ``MemoryDeallocation`` with their stats).
 
 Layout as TensorFlow writes it: a ``/host:CPU`` plane with a thread line (step markers ``train`` with ``step_num``,
-TF ops, allocator TraceMes), a ``/device:GPU:N`` plane with device stats (``memory_size``, ``core_count``) and a
-``Stream #N(Compute)`` line of kernels, and a ``Task Environment`` plane holding the profile start time. Times are
+TF ops, allocator TraceMes) and any other thread lines ``host_range`` names, a ``/device:GPU:N`` plane with device
+stats (``memory_size``, ``core_count``) and a ``Stream #N(Compute)`` line of kernels, and a ``Task Environment`` plane holding the profile start time. Times are
 ns relative to the start; the writer converts to the ps offsets XPlane uses.
 """
 
@@ -99,6 +99,16 @@ class XSpaceTrace:
 
     def op(self, name: str, start_ns: int, dur_ns: int) -> None:
         self.host.event(0, name, start_ns, dur_ns)
+
+    def host_range(self, name: str, start_ns: int, dur_ns: int, thread: str = "tf_executor") -> None:
+        """A TraceMe range on the host thread line ``thread`` (added on first use): JAX's PJRT runtime traces
+        ``BufferSequencingEvent::Execute`` on a thread of its own, TF's executor ``ExecutorState::Process`` on its
+        pool's threads, a user's ``jax.profiler.TraceAnnotation`` on the Python thread."""
+        names = [line[0] for line in self.host.lines]
+        if thread not in names:
+            self.host.lines.append((thread, 0, []))
+            names.append(thread)
+        self.host.event(names.index(thread), name, start_ns, dur_ns)
 
     def kernel(self, name: str, start_ns: int, dur_ns: int, stats: dict | None = None, *, launch_ns: int | None = None,
                launch_dur_ns: int = 5_000) -> None:

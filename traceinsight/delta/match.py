@@ -2,7 +2,10 @@
 
 The framework ops per step (top-level ops, vendor-neutral) must largely agree (``MIN_IN_COMMON``), and so must their
 input shapes, tensor by tensor, once the batch dimension is set aside. Without framework ops (an Nsight Systems trace
-of a CUDA program) the kernel names per step stand in. Step markers must be on both sides or on neither.
+of a CUDA program) the kernel names per step stand in. When the ops a trace records launch little of the step's GPU
+work (``MIN_OPS_GPU_SHARE``: a TF graph or a jitted JAX step records a few host ops, the kernels run under the
+runtime), they say little of what the step runs, so the kernels per step are compared too, by class (gemm,
+elementwise, ...: vendor-neutral), and the lower figure counts. Step markers must be on both sides or on neither.
 """
 
 from __future__ import annotations
@@ -17,6 +20,11 @@ from traceinsight.delta.stats import MIN_SAMPLES
 
 #: Share of the per-step framework ops (or kernels) both sides must have in common to be compared.
 MIN_IN_COMMON = 80.0
+#: The framework ops describe the step when the GPU time they launched is at least this share (%) of the step's GPU
+#: time on both sides; below it the kernels per class are compared as well. Two Keras CNNs read "100 % of the
+#: framework ops in common" from two ``GatherV2`` and a ``LogicalAnd`` (0.07 % of the GPU time) while their steps ran
+#: 105 and 162 elementwise kernels.
+MIN_OPS_GPU_SHARE = 50.0
 
 
 def _similarity(x: dict[Any, float], y: dict[Any, float]) -> float:
@@ -53,9 +61,19 @@ def comparability(base: S.Side, head: S.Side) -> dict[str, Any]:
         if bool(ops_a) != bool(ops_b):
             reasons.append("only " + ("BASE" if ops_a else "HEAD") + " records framework ops; compared by kernel names")
     in_common = _similarity(x, y)
+    what = "framework ops" if matched_by == "framework_ops" else "kernels"
+    if matched_by == "framework_ops":
+        share = min(_ops_gpu_share(wa), _ops_gpu_share(wb))
+        if share < MIN_OPS_GPU_SHARE:
+            ca, cb = _class_counts(wa), _class_counts(wb)
+            by_class = _similarity(ca, cb)
+            reasons.append(f"the framework ops launch {share:.1f}% of the GPU time per step (at least {MIN_OPS_GPU_SHARE:.0f}% to speak for the "
+                           f"step): the kernels per class are compared too ({in_common:.0f}% of the framework ops, {by_class:.0f}% of the "
+                           "kernels by class in common)")
+            if by_class < in_common:
+                matched_by, what, in_common, x, y = "kernel_classes", "kernels by class", by_class, ca, cb
     ok = in_common >= MIN_IN_COMMON
     if not ok:
-        what = "framework ops" if matched_by == "framework_ops" else "kernels"
         diffs = _differences(x, y)
         most = f", most of all {diffs[0]}" if diffs else ""
         reasons.insert(0, f"only {in_common:.0f}% of the {what} per step are in common (at least {MIN_IN_COMMON:.0f}% needed): the two run different {what}{most}")
@@ -64,7 +82,7 @@ def comparability(base: S.Side, head: S.Side) -> dict[str, Any]:
     shapes_pct = None
     sa = _shape_counts(wa)
     sb = _shape_counts(wb)
-    if ok and matched_by == "framework_ops" and any(k[1] for k in sa) and any(k[1] for k in sb):
+    if ok and ops_a and ops_b and any(k[1] for k in sa) and any(k[1] for k in sb):
         shapes_pct = shape_similarity(sa, sb, ba, bb)
         if shapes_pct < MIN_IN_COMMON:
             ok = False
@@ -109,6 +127,21 @@ def one_time_work(base: S.Side, head: S.Side, *, steps_on_both: bool, steady: tu
     share, rest = (pa, pb) if big_a else (pb, pa)
     return (f"{which}'s window is one-time work ({share:.0f}% of it warm-up: compilation, autotuning, first calls), {other}'s is "
             f"steady state ({rest or 0:.0f}% warm-up); {advice}")
+
+
+def _ops_gpu_share(w: dict[str, Any]) -> float:
+    """The % of a workload's GPU time per step that its top-level framework ops launched (100 without GPU time)."""
+    total = sum(float(k.get("ns_per_step") or 0.0) for k in w.get("kernels", []))
+    linked = sum(float(o.get("gpu_ns_per_step") or 0.0) for o in w.get("ops", []))
+    return 100.0 if total <= 0 else min(100.0, 100.0 * linked / total)
+
+
+def _class_counts(w: dict[str, Any]) -> dict[str, float]:
+    """Kernels per step by class (``vocab.kernels`` classes)."""
+    out: dict[str, float] = defaultdict(float)
+    for k in w.get("kernels", []):
+        out[str(k.get("class") or "other")] += float(k.get("per_step") or 0.0)
+    return dict(out)
 
 
 def _shape_counts(w: dict[str, Any]) -> dict[tuple[str, str], float]:

@@ -28,7 +28,7 @@ import pandas as pd
 from traceinsight.vocab.kernels import classify_names
 from traceinsight.vocab.intervals import lexsort_ints, merge_intervals, run_cummax
 from traceinsight.vocab.masks import codes_in, distinct_texts, kind_mask, name_mask
-from traceinsight.vocab.patterns import DATA_WAIT_KINDS, DATA_WAIT_PRIMARY
+from traceinsight.vocab.patterns import DATA_WAIT_KINDS, DATA_WAIT_PRIMARY, RUNTIME_INTERNAL
 
 if TYPE_CHECKING:  # pragma: no cover
     from traceinsight.derive.views import Views
@@ -297,11 +297,14 @@ def batch_size(ops: pd.DataFrame, steady: set) -> int | None:
 #: compiled region (``torch.compile``'s ``Torch-Compiled Region``, its autograd ``CompiledFunction``, Inductor's
 #: one per call: a denoising iteration, a decode step) is one model call (Inductor's ``## Call CompiledFxGraph <hash>
 #: ##`` is one graph of it, forward or backward: a user range); a
-#: CUDA/HIP graph replay is one captured call; a user range (``record_function``, NVTX) is whatever the user marked.
+#: CUDA/HIP graph replay is one captured call; a user range (``record_function``, NVTX) is whatever the user marked,
+#: which a runtime's own ranges never are (``patterns.RUNTIME_INTERNAL``: TF's ``ExecutorState::Process`` runs per batch of
+#: graph nodes on the pool's threads, its runs overlapping each other: their summed GPU extents passed for most of a
+#: Keras step while the median run was 0.7 % of it).
 REPEAT_KINDS: tuple[tuple[str, tuple[str, ...], str], ...] = (
     ("compiled_region", ("cpu_op", "annotation", "user_annotation"), r"^(?:Torch-Compiled Region|CompiledFunction)"),
     ("graph_replay", ("runtime",), r"^(?:cuda|hip)GraphLaunch"),
-    ("user_range", ("annotation", "user_annotation"), r"."),
+    ("user_range", ("annotation", "user_annotation"), rf"^(?!{RUNTIME_INTERNAL})."),
 )
 #: Fewest occurrences that make a repeated region worth listing, names kept per kind, and occurrences kept per name.
 MIN_REPEATS = 2

@@ -7,9 +7,13 @@ and most traces without ``ProfilerStep`` still mark their loop: an NVTX ``train_
 ``MIN_REPEATS`` instances of one name, numbers at the end of the name ignored), its instances follow each other
 without overlapping, and together they cover at least ``MIN_COVERAGE`` of the rank's GPU window; the candidate
 that covers most wins (the outer loop range over the forward inside it). Its instances must be alike in length
-(``MIN_P10_OF_MEDIAN``), and only ranks with GPU work get steps this way. Library ranges are never steps
+(``MIN_P10_OF_MEDIAN``), and every instance must hold GPU work (a GPU row starting in it, or launched from it): a
+step that holds none is no step, and only ranks with GPU work get steps this way. Library ranges are never steps
 (``LIBRARY_RANGE``: CUB, Thrust, NCCL, cuDNN, cuBLAS, Triton internals, framework ops; and framework dispatch, ``patterns.FRAMEWORK_DISPATCH``): a library's ranges repeat
-per call, not per iteration, and one of them taken as the step invents hundreds of "iterations".
+per call, not per iteration, and one of them taken as the step invents hundreds of "iterations". Nor are a
+runtime's own ranges (``patterns.RUNTIME_INTERNAL``: PJRT's ``BufferSequencingEvent::Execute``, TF's
+``ExecutorState::Process``, CUDA/HIP calls): a JAX micro-benchmark's three ``Execute`` ranges covered 63 % of its
+window, the first holding the whole compilation and the last no GPU work at all.
 
 The choice and its reason are kept in ``meta.extra["steps_source"]`` (marker, how, why) for the reports.
 """
@@ -21,8 +25,9 @@ import re
 import numpy as np
 import pandas as pd
 
+from traceinsight.model.timeline import step_times
 from traceinsight.vocab.masks import kind_mask, name_mask
-from traceinsight.vocab.patterns import DATA_WAIT_PRIMARY, FRAMEWORK_DISPATCH
+from traceinsight.vocab.patterns import DATA_WAIT_PRIMARY, FRAMEWORK_DISPATCH, RUNTIME_INTERNAL
 
 #: Fewest instances of a range for it to be picked as the step without being named.
 MIN_REPEATS = 3
@@ -41,6 +46,7 @@ LIBRARY_RANGE = re.compile(
 )
 #: Framework dispatch (TF eager, JAX/PjRt): one range per op or call, never per iteration.
 _DISPATCH = re.compile(FRAMEWORK_DISPATCH)
+_RUNTIME = re.compile(RUNTIME_INTERNAL)
 _TRAILING_NUMBER = re.compile(r"[\s#_:.\-]*\d+$")
 _STEP_KINDS = ("annotation",)
 
@@ -51,16 +57,17 @@ def _base(name: str) -> str:
 
 def candidates(events: pd.DataFrame) -> pd.DataFrame:
     """Repeated user ranges per (rank, base name): rank, name (the base), count, coverage (of the rank's GPU
-    window), overlapping (instances that start before the previous one ended). Library ranges are left out."""
+    window), overlapping (instances that start before the previous one ended), regular, idle (instances that hold
+    no GPU work). Library ranges and a runtime's own ranges are left out."""
     rows = np.flatnonzero(events["kind"].isin(_STEP_KINDS).to_numpy())  # on category codes: no 10^6 strings
-    cols = ["rank", "name", "count", "coverage", "overlapping", "regular"]
+    cols = ["rank", "name", "count", "coverage", "overlapping", "regular", "idle"]
     if not len(rows):
         return pd.DataFrame({c: [] for c in cols})
     names = events["name"].take(rows).astype(str).to_numpy()
     uniq, inv = np.unique(names, return_inverse=True)
     base = np.array([_base(n) for n in uniq], dtype=object)
-    ok = np.array([bool(b) and len(b) <= 200 and not LIBRARY_RANGE.search(b) and not _DISPATCH.search(b) and not re.search(DATA_WAIT_PRIMARY, n)
-                   for b, n in zip(base, uniq)])
+    ok = np.array([bool(b) and len(b) <= 200 and not LIBRARY_RANGE.search(b) and not _DISPATCH.search(b) and not _RUNTIME.search(b)
+                   and not re.search(DATA_WAIT_PRIMARY, n) for b, n in zip(base, uniq)])
     keep = ok[inv]
     rows, base_of = rows[keep], base[inv][keep]
     if not len(rows):
@@ -75,6 +82,7 @@ def candidates(events: pd.DataFrame) -> pd.DataFrame:
         if g.any():  # a rank without GPU work has no steps to find (host-only captures keep their own markers)
             windows[int(r)] = (int(start_all[g].min()), int(end_all[g].max()))
     f = pd.DataFrame({"rank": rank_all[rows].astype(np.int64), "name": base_of, "start": start_all[rows], "end": end_all[rows]})
+    work = _gpu_work_times(events, rank_all, start_all)
     out = []
     for (r, n), g in f.groupby(["rank", "name"], sort=True):
         if int(r) not in windows:
@@ -86,8 +94,18 @@ def candidates(events: pd.DataFrame) -> pd.DataFrame:
         cov = float(np.clip(np.minimum(e, w1) - np.maximum(s, w0), 0, None).sum()) / max(w1 - w0, 1)
         d = e - s
         regular = bool(len(d) and np.percentile(d, 10) >= MIN_P10_OF_MEDIAN * np.median(d))
-        out.append((int(r), n, len(g), cov, overlapping, regular))
+        t = work.get(int(r), np.zeros(0, np.int64))
+        idle = int((np.searchsorted(t, e, side="left") == np.searchsorted(t, s, side="left")).sum())
+        out.append((int(r), n, len(g), cov, overlapping, regular, idle))
     return pd.DataFrame(out, columns=cols)
+
+
+def _gpu_work_times(events: pd.DataFrame, rank_all: np.ndarray, start_all: np.ndarray) -> dict[int, np.ndarray]:
+    """Per rank, the sorted times that place its GPU rows in a step (``timeline.step_times``). A range holds GPU
+    work when one of these times falls inside it."""
+    gpu = events["device"].to_numpy() >= 0
+    r, t = rank_all[gpu], step_times(events, start_all)[gpu]
+    return {int(k): np.sort(t[r == k]) for k in np.unique(r)}
 
 
 def choose(events: pd.DataFrame, name: str | None = None) -> dict | None:
@@ -106,7 +124,8 @@ def choose(events: pd.DataFrame, name: str | None = None) -> dict | None:
         h = hit.iloc[0]
         return {"marker": str(h["name"]), "how": "chosen",
                 "why": f"--step-range {name}: {int(h['count'])} ranges covering {100 * h['coverage']:.0f} % of the GPU window"}
-    ok = cand[(cand["count"] >= MIN_REPEATS) & (cand["overlapping"] == 0) & (cand["coverage"] >= MIN_COVERAGE) & cand["regular"].astype(bool)]
+    ok = cand[(cand["count"] >= MIN_REPEATS) & (cand["overlapping"] == 0) & (cand["coverage"] >= MIN_COVERAGE) & cand["regular"].astype(bool)
+              & (cand["idle"] == 0)]
     if ok.empty:
         return None
     best = ok.sort_values(["coverage", "count"], ascending=[False, True]).iloc[0]
@@ -114,7 +133,8 @@ def choose(events: pd.DataFrame, name: str | None = None) -> dict | None:
     return {"marker": str(best["name"]), "how": "auto",
             "why": (f"no ProfilerStep or TF step markers; '{best['name']}' repeats {int(best['count'])} times without overlap and "
                     f"covers {100 * best['coverage']:.0f} % of the GPU window" + (f" (the widest of {others + 1} repeated ranges)" if others else "")
-                    + "; library ranges (CUB, Thrust, NCCL, cuDNN, cuBLAS, Triton) are never steps")}
+                    + ", each instance holding GPU work; library ranges (CUB, Thrust, NCCL, cuDNN, cuBLAS, Triton) and a runtime's own"
+                    " ranges (PJRT, XLA, the TF executor, CUDA/HIP calls) are never steps")}
 
 
 #: The optimizer's own ranges, which PyTorch records once per iteration whatever else the trace marks: the last

@@ -553,6 +553,23 @@ def inherit_from_launch(events: pd.DataFrame, column: str) -> None:
         events.loc[events.index[dst], column] = values
 
 
+def step_times(events: pd.DataFrame, start: np.ndarray | None = None) -> np.ndarray:
+    """Per row, the time that places it in a step (``assign_steps``): for a GPU row its launching call's start where
+    it has one (GPU work inherits its launch's step), else the row's own start. ``start``: the start column as
+    int64, when the caller has it."""
+    start = events["start_ns"].to_numpy(np.int64) if start is None else start
+    gpu = events["device"].to_numpy() >= 0
+    keys = [events[c].to_numpy() for c in ("rank", "pid", "correlation")]
+    if not gpu.any() or not all(k.dtype.kind in "iu" for k in keys):
+        return start
+    found = _launch_rows(gpu, keys[2], (events["kind"] == "runtime").to_numpy(), keys)
+    if found is None:
+        return start
+    out = start.copy()
+    out[found[1]] = start[found[0]]
+    return out
+
+
 def _launch_rows(gpu: np.ndarray, corr: np.ndarray, is_runtime: np.ndarray, keys: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray] | None:
     """(launching call, GPU row) row pairs matched on integer ``keys`` (rank, pid, correlation): each GPU row with
     a correlation id and the first runtime call of its key. None when no GPU row has a launch."""

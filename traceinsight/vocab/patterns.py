@@ -50,6 +50,24 @@ FRAMEWORK_DISPATCH = (
     r"|PjitFunction|PjRt|PJRT_|cpp_pjit|shard_args|DevicePut|Build buffer allocations|GpuExecutable::|Thunks::)"
 )
 
+#: Ranges a runtime traces of its own plumbing, never a user's step or a region a user marked: the PJRT/XLA runtime
+#: (``BufferSequencingEvent::Execute``, ``ThenExecuteCallback``, ``MakeOutputBuffers``, the thunk executor, TFRT
+#: executables, ``PjRt*``), TensorFlow's executor and eager plumbing (``ExecutorState::Process`` runs once per batch of
+#: graph nodes on the inter-op thread pool, ``EagerKernelExecute`` once per op), StreamExecutor, thread-pool
+#: listeners, allocators, and the CUDA/HIP API calls themselves. They repeat and can span most of a window (a
+#: micro-benchmark's first ``Execute`` holds its whole compilation), so repetition and coverage alone would take one
+#: for the step or for a diff's sample unit: the step picker (``model.steps``) and the repeated regions of a diff
+#: (``derive.workload.repeats``) leave them out. Matched with case, on the whole name.
+RUNTIME_INTERNAL = (
+    r"^(?:BufferSequencingEvent::|ThenExecuteCallback|MakeOutputBuffers|RecordUsage|ParseArguments|ComputeSemaphoreAcquire"
+    r"|Resolve constant globals|Wait for (?:donation|usage) holds|PythonRefManager::|DeviceMemAllocator::|LocalExecutable::"
+    r"|ThunkExecutor|Thunks?::|GpuExecutable::|TfrtCpu|TfrtGpu|PjRt|PJRT_|Build buffer allocations"
+    r"|ExecutorState::|ExecutorPropagateOutputs|ExecutorDoneCallback|ExecutorImpl::|ThreadpoolListener::|ThreadPool"
+    r"|Eager(?:Local|Kernel|Remote)?Execute|EagerOperation|TFE_|KernelAndDevice|(?:Process)?FunctionLibraryRuntime"
+    r"|StreamExecutor|stream_executor::|se::"
+    r"|cuda[A-Z]|cu[A-Z]|hip[A-Z]|hsa_)"
+)
+
 #: Compiled code's host-side wrappers, traced as ranges around what they run: torch.compile's
 #: ``Torch-Compiled Region``, ``CompiledFunction`` (autograd), inductor's ``## Call CompiledFxGraph <hash> ##`` around
 #: the generated ``call``, and Dynamo's guard check (``TorchDynamo Cache Lookup``). While one runs, the host is busy in
