@@ -100,6 +100,9 @@ def test_unmodified_replay_is_exact_on_planted(tmp_path):
     assert r["step_ns"] == r["baseline_step_ns"] == r["measured_step_ns"]
     assert r["replay_error_pct"] == 0.0
     assert within(r["measured_step_ns"], measured_median(v), 1.0)
+    # the same steps timed by their markers (the report's step line): the median of the markers' durations
+    st = v.steps
+    assert r["marker_step_ns"] == int(round(float(np.median((st["end_ns"] - st["start_ns"]).to_numpy()))))
 
 
 # --- planted pairs ---------------------------------------------------------------------------------------------
@@ -265,6 +268,11 @@ def test_format_what_if():
     assert whatif.format_what_if({"step_ns": 900_000, "baseline_step_ns": 1_200_000}) == "step 1.20 → 0.90 ms (−25 %)"
     assert whatif.format_what_if({"step_ns": None, "baseline_step_ns": 5}) == ""
     assert whatif.format_what_if(None) == ""
+    # the replay's step runs until its GPU work ends; where the markers' median (the report's step line) differs
+    # at the shown precision, the line says so, and not where it does not
+    w = {"step_ns": 119_000_000, "baseline_step_ns": 158_800_000, "marker_step_ns": 154_980_000}
+    assert whatif.format_what_if(w) == "step 158.8 → 119.0 ms (−25 %) (steps timed until their GPU work ends; their markers' median: 155.0 ms)"
+    assert whatif.format_what_if({**w, "marker_step_ns": 158_790_000}) == "step 158.8 → 119.0 ms (−25 %)"
 
 
 def _assert_topological(g: whatif.Graph) -> None:

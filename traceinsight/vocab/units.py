@@ -26,7 +26,13 @@ def format_what_if(what_if: dict | None) -> str:
         return f"{v:.1f}" if v >= 10 else f"{v:.2f}"
 
     pct = 100.0 * (p - b) / b
-    return f"step {num(b)} → {num(p)} {unit} ({'−' if pct < 0 else '+'}{abs(pct):.0f} %)"
+    text = f"step {num(b)} → {num(p)} {unit} ({'−' if pct < 0 else '+'}{abs(pct):.0f} %)"
+    m = what_if.get("marker_step_ns")
+    if isinstance(m, (int, float)) and m > 0 and abs(b - m) >= 0.01 * m and num(float(m)) != num(b):
+        # the replay's step runs until the step's GPU work ends; the report's step line times the markers: a
+        # reader who sees that figure elsewhere is told why the left one differs
+        text += f" (steps timed until their GPU work ends; their markers' median: {num(float(m))} {unit})"
+    return text
 
 
 def finite(value: object, default: float = 0.0) -> float:

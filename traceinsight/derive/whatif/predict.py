@@ -52,7 +52,7 @@ def predict_step_ns(graphs: list[Graph], transform="all", windows=None) -> dict:
     the edit is limited to.
     """
     fn, name, words = _resolve(transform, windows)
-    measured, base, pred, full_b, full_m = [], [], [], [], []
+    measured, base, pred, full_b, full_m, marked = [], [], [], [], [], []
     for g in graphs:
         buf = None
         if "base" not in g.defaults:  # the unmodified replay, once per graph
@@ -60,6 +60,7 @@ def predict_step_ns(graphs: list[Graph], transform="all", windows=None) -> dict:
             g.defaults["base"] = step_times(g, ns, ne)
             g.defaults["measured"] = step_times(g, g.start, g.end)
         m = g.defaults["measured"]
+        mk = (g.steps["t1"] - g.steps["t0"]).to_numpy(np.int64) if not g.steps.empty else np.zeros(0, np.int64)
         full_b.append(g.defaults["base"])
         full_m.append(m)
         s = steady_graph(g)  # priced on the steady state: one-time work is never a saving
@@ -70,16 +71,18 @@ def predict_step_ns(graphs: list[Graph], transform="all", windows=None) -> dict:
             t.window = replay_window(t, t.steps)
             b = b[s.steps["start_node"].isin(t.steps["start_node"]).to_numpy()]
         if len(t.steps) != len(g.steps):
-            m = m[g.steps["start_node"].isin(t.steps["start_node"]).to_numpy()]
+            used = g.steps["start_node"].isin(t.steps["start_node"]).to_numpy()
+            m, mk = m[used], mk[used]
         ns2, ne2 = replay(t, buf)
         p = step_times(t, ns2, ne2)
         measured.append(m)
+        marked.append(mk)
         base.append(b)
         pred.append(p)
     if not base:
         return {"step_ns": None, "baseline_step_ns": None, "measured_step_ns": None, "steps_used": 0,
                 "transform": name, "assumptions": "no GPU work to replay", "replay_error_pct": None}
-    m, b, p = (np.concatenate(x) for x in (measured, base, pred))
+    m, b, p, mk = (np.concatenate(x) for x in (measured, base, pred, marked))
     med_m, med_b, med_p = (median_of(x) if len(x) else None for x in (m, b, p))
     fb, fm = np.concatenate(full_b), np.concatenate(full_m)
     med_fm = median_of(fm) if len(fm) else 0.0
@@ -93,6 +96,9 @@ def predict_step_ns(graphs: list[Graph], transform="all", windows=None) -> dict:
         "step_ns": None if med_p is None else int(round(med_p)),
         "baseline_step_ns": None if med_b is None else int(round(med_b)),
         "measured_step_ns": None if med_m is None else int(round(med_m)),
+        # the same steps as their markers time them (host start to host end): what the report's step line shows; the
+        # replay's step ends when the step's GPU work does too, so the two differ where the GPU finishes later
+        "marker_step_ns": int(round(median_of(mk))) if len(mk) else None,
         "steps_used": int(len(p)),
         "transform": name,
         "assumptions": words,
