@@ -358,3 +358,23 @@ def test_verdict_names_a_longest_gap_that_is_mostly_steady(tmp_path):
     first = ev.iloc[0]
     assert (first["duration_us"], first["warmup_us"]) == (7_660.0, 3_000.0)
     assert "in the longest gap the host was in thread 4242: my_preprocess (4.50 ms)" in d["sentence"]
+
+
+def test_a_gap_a_unified_memory_migration_ends_is_the_hosts(tmp_path):
+    """Nsight exports unified-memory migrations as copies no API call made (copy kinds 11/12 with a migration
+    cause). The reader names them ("Unified Memory DtoH (page fault)"), and a gap one ends is not idle with no
+    launch linked: the driver moved the pages when the host touched them, so the gap is booked by what the host
+    did then (here nothing traced: untraced host time), as a late launch would be."""
+    from .helpers.nsys_writer import NsysTrace
+
+    t = NsysTrace()
+    t.kernel("k_a", 0, 100_000, launch_ns=-10_000)
+    t.migration("DtoH", 500_000, 20_000, 1 << 20)  # the CPU reads results: a page fault 400 µs after k_a
+    t.kernel("k_b", 800_000, 100_000, launch_ns=790_000)
+    tl = traceinsight.load(t.write(tmp_path / "um.sqlite"))
+    names = tl.events.loc[tl.events["kind"] == "memcpy", "name"].astype(str).tolist()
+    assert names == ["Unified Memory DtoH (page fault)"]
+    led = Derived(tl).ledger
+    g = led.gaps.sort_values("start_ns")
+    assert g["cause"].tolist() == ["idle_untraced", "idle_untraced"]
+    assert int(led.totals()["idle_other"]) == 0

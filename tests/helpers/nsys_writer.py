@@ -378,6 +378,14 @@ class NsysTrace:
         )
         return corr
 
+    def migration(self, kind: str, start_ns: int, dur_ns: int, nbytes: int, *, cause: int = 2, device: int = 0) -> None:
+        """A unified-memory migration as Nsight Systems exports it: copyKind 11 (HtoD) / 12 (DtoH), memory kinds
+        unknown, ``cause`` from ENUM_CUDA_UNIF_MEM_MIGRATION (2: page fault, 1: prefetch), no API call behind it."""
+        self.rows["CUPTI_ACTIVITY_KIND_MEMCPY"].append(
+            (self._t(start_ns), self._t(start_ns + dur_ns), device, 1, None, 0, 0, self.global_pid(), int(nbytes),
+             {"HtoD": 11, "DtoH": 12}[kind], None, 7, 7, device, 1, device, 1, cause, None, None, 1)
+        )
+
     def memset(self, start_ns: int, dur_ns: int, nbytes: int, *, launch_ns: int | None = None, stream: int = 7, device: int = 0, tid: int | None = None) -> int:
         corr = self._launch("cudaMemsetAsync", start_ns, launch_ns, 3_000, tid, True)
         self.rows["CUPTI_ACTIVITY_KIND_MEMSET"].append(

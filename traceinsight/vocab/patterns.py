@@ -108,6 +108,11 @@ LIBRARY_KERNEL = (
     r"aten::|cutensor|tensorrt|trt_|xla|fusion|cub::|thrust::"
 )
 
+#: Unified-memory migrations as the readers name them (Nsight Systems' UVM copy kinds): the driver moves managed
+#: pages because something touched them (a page fault), a prefetch asked, or the driver guessed; no launch call
+#: enqueues them.
+UNIFIED_MEMORY = r"^Unified Memory "
+
 #: FP64 math is not helped by AMP or TF32; left out of the share entirely.
 FP64 = r"dgemm|zgemm|\bd_?gemm|double"
 

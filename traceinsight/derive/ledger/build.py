@@ -11,7 +11,7 @@ import pandas as pd
 
 from traceinsight.vocab.buckets import BUCKETS, BUSY_BUCKETS, IDLE_BUCKETS
 from traceinsight.vocab.masks import kind_mask, name_mask
-from traceinsight.vocab.patterns import COLLECTIVE, COMPILED_WRAPPER, FRAMEWORK_DISPATCH
+from traceinsight.vocab.patterns import COLLECTIVE, COMPILED_WRAPPER, FRAMEWORK_DISPATCH, UNIFIED_MEMORY
 from traceinsight.derive.steady import host_arrays, may_match, step_arrays
 from traceinsight.derive.ledger.account import Ledger, Later
 from traceinsight.derive.ledger.frames import GAP_INT_COLS, by_device_frame, empty_ledger, first_max_row, gaps_frame, slices_frame, windows_frame
@@ -85,16 +85,41 @@ def _host_busy(ha: dict[str, Any]) -> tuple[Any, bool]:
     return host_busy_runs, hb_one_rank
 
 
-def _launch_ends(ln: pd.DataFrame) -> dict[tuple[int, int], tuple[np.ndarray, np.ndarray]]:
+def _migrations(views: "Views") -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """Unified-memory migrations (``UNIFIED_MEMORY``) that no launch call enqueued: (rank, device, start). None
+    without any (one test of the name categories)."""
+    act = views.gpu_activity
+    if act.empty or not may_match(act["name"], UNIFIED_MEMORY):
+        return None
+    m = name_mask(act["name"], UNIFIED_MEMORY, case=True)
+    if not m.any():
+        return None
+    ln = views.launches
+    if not ln.empty:
+        m[np.isin(act.index.to_numpy(), ln["gpu_idx"].to_numpy())] = False
+    pos = np.flatnonzero(m)
+    return (act["rank"].to_numpy()[pos].astype(np.int64), act["device"].to_numpy()[pos].astype(np.int64),
+            act["start_ns"].to_numpy()[pos].astype(np.int64))
+
+
+def _launch_ends(ln: pd.DataFrame, migrations: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+                 ) -> dict[tuple[int, int], tuple[np.ndarray, np.ndarray]]:
     """Per (rank, device): the GPU starts of its launched work (ascending, distinct) and the end of the
-    earliest-returning launch among the activities starting there."""
+    earliest-returning launch among the activities starting there.
+
+    ``migrations`` (unified-memory migrations no call enqueued) count as launched when they start: the driver
+    moves the pages the moment something touches them, so the gap before one was the host's (or the program's)
+    doing until then, booked by what the host did, not as idle with no launch linked."""
     launch_end: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
-    if ln.empty:
+    if ln.empty and migrations is None:
         return launch_end
     lr = ln["rank"].to_numpy(np.int64)
     ld = ln["device"].to_numpy(np.int64)
     lg = ln["gpu_start_ns"].to_numpy(np.int64)
     lend = (ln["launch_start_ns"].to_numpy() + ln["launch_dur_ns"].to_numpy()).astype(np.int64, copy=False)
+    if migrations is not None:
+        mr, md, ms = migrations
+        lr, ld, lg, lend = np.r_[lr, mr], np.r_[ld, md], np.r_[lg, ms], np.r_[lend, ms]
     # by (rank, device, gpu start); constant keys order nothing: left out on the usual one-device trace
     keys = tuple(k for k in (lg, ld, lr) if k is lg or k.min() != k.max())
     if len(keys) == 1:  # one (rank, device): its columns are constants, only the gpu starts are ordered
@@ -139,7 +164,7 @@ def _device_parts(views: "Views", blocking: list, warm: pd.DataFrame, a_rank: np
     ha = host_arrays(views)
     h_rank, h_start, h_dur = ha["rank"], ha["start_ns"], ha["dur_ns"]
     host_busy_runs, hb_one_rank = _host_busy(ha)
-    launch_end = _launch_ends(views.launches)
+    launch_end = _launch_ends(views.launches, _migrations(views))
     st = views.steps
     # the step markers' columns once; each rank's rows are picked on them (no row selection of the frame per rank)
     sa = None if st.empty else step_arrays(views)

@@ -29,6 +29,12 @@ MEMCPY_KIND: dict[int, str] = {
     13: "DtoD",  # unified DtoD
 }
 
+#: ENUM_CUDA_MEMCPY_OPER values of unified-memory migrations (the driver moves managed pages; no API call copies).
+UVM_COPY_KINDS = (11, 12, 13)
+#: ENUM_CUDA_UNIF_MEM_MIGRATION -> why the driver migrated the pages (the name of the row says it).
+MIGRATION_CAUSE: dict[int, str] = {0: "unknown cause", 1: "prefetch", 2: "page fault", 3: "speculative prefetch", 4: "eviction",
+                                   5: "access counters"}
+
 #: ENUM_CUDA_MEM_KIND labels (srcKind / dstKind / memKind).
 MEM_KIND_PAGEABLE = 0
 MEM_KIND: dict[int, str] = {

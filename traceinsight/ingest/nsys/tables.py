@@ -205,6 +205,7 @@ def read_memcpy(conn, cols: set[str]) -> Part:
         Field("src", _col(cols, "srcKind", "7"), 4, none=7),
         Field("dst", _col(cols, "dstKind", "7"), 4, none=7),
         Field("bytes", _col(cols, "bytes")),
+        Field("cause", _col(cols, "migrationCause"), 4),
     ]
     a = fetch(conn, S.MEMCPY, f)
     kind_code = {k: COPY_KINDS.index(v) for k, v in S.MEMCPY_KIND.items()}
@@ -213,12 +214,19 @@ def read_memcpy(conn, cols: set[str]) -> Part:
         table[k] = c
     ck = table[a["copy"]]
     pageable = (a["src"] == S.MEM_KIND_PAGEABLE) | (a["dst"] == S.MEM_KIND_PAGEABLE)
-    # Names as kineto prints them ("Memcpy HtoD (Pageable -> Device)") so rules can match either source.
-    key = a["copy"] * 256 + a["src"] * 16 + a["dst"]
+    # Names as kineto prints them ("Memcpy HtoD (Pageable -> Device)") so rules can match either source; a
+    # unified-memory migration (no API call copies: the driver moves managed pages) says so and why
+    # ("Unified Memory HtoD (page fault)"), so a gap it ends reads as managed memory being touched
+    uvm = np.isin(a["copy"], S.UVM_COPY_KINDS)
+    key = a["copy"] * 4096 + np.where(uvm, 256 + a["cause"] % 16, a["src"] * 16 + a["dst"])
     uniq, inv = np.unique(key, return_inverse=True)
     labels = []
     for k in uniq.tolist():
-        c, src, dst = k // 256, (k // 16) % 16, k % 16
+        c, rest = k // 4096, k % 4096
+        if rest >= 256:
+            labels.append(f"Unified Memory {S.MEMCPY_KIND.get(c, 'other')} ({S.MIGRATION_CAUSE.get(rest - 256, 'unknown cause')})")
+            continue
+        src, dst = rest // 16, rest % 16
         labels.append(f"Memcpy {S.MEMCPY_KIND.get(c, 'other')} ({S.MEM_KIND.get(src, 'Unknown')} -> {S.MEM_KIND.get(dst, 'Unknown')})")
     cats, remap = factorize(labels)
     return Part(
