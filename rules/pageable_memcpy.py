@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from traceinsight.vocab.gpus import pinned_link_gbs
 from traceinsight.rule_api import Context, Fix, Option, Rule, Severity, fmt_ns
 
 from traceinsight.vocab.masks import kind_mask, name_mask
@@ -31,8 +32,10 @@ class PageableMemcpy(Rule):
 
     **Pinned reference bandwidth** per direction: the achieved bandwidth (total bytes / total time) of the
     same trace's pinned copies of that direction that are at least ``ref_min_bytes`` (1 MiB, below which copies
-    are latency-bound); when the trace has none, ``pinned_gbps`` = **12 GB/s** (sustained pinned PCIe 3.0 x16;
-    conservative for newer links, so the impact is an underestimate there).
+    are latency-bound); when the trace has none, ``pinned_gbps`` when set, else what the GPU's PCIe generation
+    sustains pinned (``traceinsight.vocab.gpus.pinned_link_gbs``: **12 GB/s** for PCIe 3.0 parts and unknown GPUs,
+    **24** for Ampere/Ada on PCIe 4.0, **48** for Hopper and later on PCIe 5.0; a lower bound on NVLink-C2C boards,
+    so the impact is an underestimate there). A flat PCIe 3.0 figure hid an 18 GB/s pageable copy on an H200.
 
     **Impact, on the GPU's clock** = the copies' own extra GPU time, Σ max(0, duration − (``latency_us`` +
     bytes / reference bandwidth)), plus the GPU idle their *async* API calls caused: an async call made
@@ -102,7 +105,7 @@ class PageableMemcpy(Rule):
     )
 
     min_total_us = Option(100.0, "Report when pageable copies take at least this long in total (µs).")
-    pinned_gbps = Option(12.0, "Pinned bandwidth assumed when the trace has no large pinned copy of that direction (GB/s).", above=0)
+    pinned_gbps = Option(0.0, "Pinned bandwidth assumed when the trace has no large pinned copy of that direction (GB/s); 0: by the GPU's PCIe generation (12, 24 or 48).")
     ref_min_bytes = Option(1 << 20, "Pinned copies at least this large (bytes) set the reference bandwidth.")
     latency_us = Option(2.0, "Fixed per-copy cost a pinned copy would still pay (µs).")
 
@@ -124,7 +127,9 @@ class PageableMemcpy(Rule):
         ref = pinned.groupby("copy_kind", observed=True).agg(b=("bytes", "sum"), t=("dur_ns", "sum"))
         ref_gbps = (ref["b"] / ref["t"]).to_dict() if not ref.empty else {}
         direction = pg["copy_kind"].astype(str).fillna("other").to_numpy()
-        bw = np.array([ref_gbps.get(d, ctx.options["pinned_gbps"]) for d in np.unique(direction)])
+        assumed = float(ctx.options["pinned_gbps"]) or min(
+            (pinned_link_gbs(d.compute_capability, d.vendor, d.name) for d in ctx.meta.devices), default=pinned_link_gbs(None))
+        bw = np.array([ref_gbps.get(d, assumed) for d in np.unique(direction)])
         bw_of = dict(zip(np.unique(direction), bw))
         row_bw = pd.Series(direction).map(bw_of).to_numpy(dtype=float)
         nbytes = pg["bytes"].to_numpy(dtype=float)

@@ -57,3 +57,23 @@ def test_corpus_nsys_fastvideo_pageable_async_copies():
     assert f.metrics["count"] == 34 and f.metrics["async_calls"] == 33
     assert f.metrics["bytes"] == 272
     assert f.severity.value == "info"
+
+
+@pytest.mark.parametrize(("device", "cc", "reference"), [("NVIDIA H100 80GB HBM3", (9, 0), 48.0), ("NVIDIA A100-SXM4-80GB", (8, 0), 24.0),
+                                                          ("Tesla V100-SXM2-16GB", (7, 0), 12.0)])
+def test_ti006_without_pinned_copies_the_reference_is_the_gpus_pcie_generation(tmp_path, device, cc, reference):
+    """No pinned copy to measure against: the reference is what the GPU's link sustains pinned (PCIe 5.0 on Hopper,
+    4.0 on Ampere, 3.0 before). Four 400 MB pageable copies at 20 GB/s are slow on an H100 (48 GB/s pinned) but
+    at the link's speed on a V100 (12): a flat PCIe 3.0 figure would have hidden them everywhere."""
+    t = KinetoTrace(device_name=device, compute_capability=cc)
+    for i in range(4):
+        t.memcpy("HtoD", i * 30_000, 20_000, 400_000_000, pageable=True)
+    t.kernel("k", 130_000, 100)
+    found = findings_of(t.write(tmp_path / "copies.json"), "TI006")
+    if reference > 20.0:
+        (f,) = found
+        assert f.metrics["pinned_reference_gbps"]["HtoD"] == reference and f.metrics["reference_measured"]["HtoD"] is False
+        assert f.impact_ns == pytest.approx(4 * (20_000_000 - 400_000_000 / reference - 2_000), abs=4)
+        assert f"HtoD {reference:.1f} GB/s (assumed)" in f.message
+    else:
+        assert found == [] or found[0].impact_ns == 0

@@ -60,6 +60,23 @@ def vendor_of(vendor: Any, name: Any = None) -> str | None:
     return None
 
 
+#: Sustained pinned host<->device bandwidth (GB/s) of the PCIe generation NVIDIA GPUs of a compute capability from
+#: this one on ship with, newest first: x16 links move about 3/4 of their raw rate in practice (PCIe 3.0: 12 of 16,
+#: 4.0: 24 of 32, 5.0: 48 of 64). Hopper and Blackwell are PCIe 5.0, Ampere and Ada 4.0, earlier parts 3.0.
+#: Boards with NVLink-C2C to the CPU (GH200, GB200) are faster still: the figure stays a lower bound there.
+PCIE_PINNED_GBS: tuple[tuple[tuple[int, int], float], ...] = (((9, 0), 48.0), ((8, 0), 24.0), ((0, 0), 12.0))
+
+
+def pinned_link_gbs(cc: Any, vendor: Any = None, name: Any = None) -> float:
+    """The pinned host<->device bandwidth to expect of a GPU (``PCIE_PINNED_GBS`` by its compute capability; PCIe
+    3.0's 12 GB/s for any other vendor, or when the trace says no compute capability: a reference that, if
+    anything, is low, so a copy measured against it is never called slower than it is)."""
+    parsed = parse_cc(cc)
+    if parsed is None or vendor_of(vendor, name) not in (None, "NVIDIA"):
+        return PCIE_PINNED_GBS[-1][1]
+    return next(g for since, g in PCIE_PINNED_GBS if parsed >= since)
+
+
 @dataclass(frozen=True)
 class GpuRecord:
     """One device: what the trace says, read once, and the part it is (``peak``: the peak table's entry, with its
