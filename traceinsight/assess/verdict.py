@@ -32,6 +32,7 @@ import numpy as np
 from traceinsight.vocab import buckets, categories
 from traceinsight.vocab.buckets import AVOIDABLE_BUCKETS, BUCKETS, BUSY_BUCKETS, IDLE_COST_BUCKETS, SET_ASIDE_BUCKETS, WARMUP_BUCKET
 from traceinsight.model.finding import CATEGORIES, DEFAULT_CATEGORY, Finding
+from traceinsight.vocab.masks import kind_mask
 from traceinsight.vocab.units import fmt_ns, format_what_if
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -493,7 +494,7 @@ def _copy_rows(analysis: "Analysis") -> "tuple[Any, Any] | None":
     if views is None:
         return None
     act = views.gpu_activity
-    copies = act[~act["kind"].astype(str).isin(["kernel"]).to_numpy()]
+    copies = act[~kind_mask(act["kind"], ("kernel",))]  # on the kind's codes
     try:
         eff = views.efficiency
     except Exception:  # the efficiency view is optional here: its rates only add a figure to the sentence

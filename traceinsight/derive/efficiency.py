@@ -265,7 +265,7 @@ def _host_link_copies(row: dict[str, Any], views: Any, is_copy: np.ndarray, peak
     ck = act["copy_kind"] if "copy_kind" in act else None
     if ck is None:
         return
-    link = is_copy & np.isin(ck.astype(object).to_numpy(), HOST_LINK_COPIES)
+    link = is_copy & kind_mask(ck, HOST_LINK_COPIES)  # on the category codes, not a string per row
     dur, nbytes = views.array("gpu_activity", "dur_ns"), views.array("gpu_activity", "bytes")
     on_dev = is_copy & ~link
     lt, dt = int(dur[link].sum()), int(dur[on_dev].sum())

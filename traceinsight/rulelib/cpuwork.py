@@ -12,10 +12,9 @@ not CPU work either, so any such call counts, not only launches.
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 
 from traceinsight.rulelib.cache import memo
-from traceinsight.rulelib.enclosing import host_columns
+from traceinsight.rulelib.enclosing import ThreadCodes, host_columns
 from traceinsight.vocab.masks import kind_mask
 
 
@@ -35,22 +34,29 @@ def cpu_only_ops(views, min_ns: int) -> dict[str, np.ndarray]:
         pos = np.flatnonzero((hc["dur_ns"] >= min_ns) & kind_mask(kind, ("cpu_op",)))  # few long ops
         if not len(pos):
             return empty
-        tid_all = host["tid"].to_numpy()
-        rank, tid = hc["rank"][pos].astype(np.int64), tid_all[pos].astype(np.int64)
+        tid_all, pid_all = host["tid"].to_numpy(), host["pid"].to_numpy()
+        rank = hc["rank"][pos].astype(np.int64)
         start, end = hc["start_ns"][pos].astype(np.int64), hc["end_ns"][pos].astype(np.int64)
         calls = np.flatnonzero(kind_mask(kind, ("runtime",)))
         called = np.zeros(len(pos), dtype=bool)
         if len(calls):
-            c_rank, c_tid, c_t = hc["rank"][calls].astype(np.int64), tid_all[calls].astype(np.int64), hc["start_ns"][calls].astype(np.int64)
-            # one sortable key per (thread, time): the threads numbered together, the times rebased to fit
-            codes, _ = pd.factorize(pd.MultiIndex.from_arrays([np.r_[rank, c_rank], np.r_[tid, c_tid]]))
-            base = int(min(start.min(), c_t.min()))
-            span = int(max(end.max(), c_t.max())) - base + 1
-            op_code, c_code = codes[: len(pos)].astype(np.int64), codes[len(pos):].astype(np.int64)
-            keys = np.sort(c_code * span + (c_t - base))
-            lo = np.searchsorted(keys, op_code * span + (start - base), side="left")
-            hi = np.searchsorted(keys, op_code * span + (end - base), side="left")
-            called = hi > lo
+            # the long ops' threads coded once; a call on any other thread cannot fall inside one of them
+            threads = ThreadCodes([rank, pid_all[pos], tid_all[pos]])
+            c_code = threads.of([hc["rank"][calls], pid_all[calls], tid_all[calls]])
+            on = c_code >= 0
+            c_code, c_t = c_code[on], hc["start_ns"][calls[on]].astype(np.int64)
+            if len(c_t):
+                # the threads numbered 0..k-1 (the codes' mixed radix can be wide), then one sortable key per
+                # (thread, time), the times rebased to fit
+                uniq, op_thread = np.unique(threads.codes, return_inverse=True)
+                c_thread = np.searchsorted(uniq, c_code)
+                base = int(min(start.min(), c_t.min()))
+                span = int(max(end.max(), c_t.max())) - base + 1
+                keys = np.sort(c_thread * span + (c_t - base))
+                op_key = op_thread.reshape(-1).astype(np.int64) * span
+                lo = np.searchsorted(keys, op_key + (start - base), side="left")
+                hi = np.searchsorted(keys, op_key + (end - base), side="left")
+                called = hi > lo
         keep = ~called
         return {"rank": rank[keep], "start_ns": start[keep], "end_ns": end[keep]}
 
