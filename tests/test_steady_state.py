@@ -421,3 +421,35 @@ def test_first_launches_are_of_kernels_and_per_rank(tmp_path):
     first = w[w["reason"].str.startswith("first launch of")]
     assert first[["rank", "reason"]].to_numpy().tolist() == [[0, "first launch of kernel_a (module load)"]]
     assert first["end_ns"].iloc[0] - first["start_ns"].iloc[0] == 20_000_000
+
+
+def test_a_set_up_call_every_step_makes_is_per_step_work(tmp_path):
+    """A "one-time" name the program still calls in each of its last steps (MIOpen asks hipGetDeviceProperties for
+    every convolution) is per-step work from the second step on: only the first step's call is set-up. Loads that
+    thin out (lazy module loading over the first three of four steps) stay one-time, later ones included."""
+    every = _steps_trace(tmp_path, [3_000] * 4, "every.json", loads=[(100.0 + 3_000 * s, 50.0) for s in range(4)])
+    w = every.ledger.warmup
+    assert w[w["reason"] == "one-time set-up: cuModuleLoadData"]["start_ns"].tolist() == [100_000]
+    lazy = _steps_trace(tmp_path, [3_000] * 4, "lazy.json", loads=[(100.0 + 3_000 * s, 50.0) for s in range(3)])
+    w = lazy.ledger.warmup
+    assert w[w["reason"] == "one-time set-up: cuModuleLoadData"]["start_ns"].tolist() == [100_000, 3_100_000, 6_100_000]
+
+
+def test_a_python_frame_whose_path_says_compile_is_no_recompile(tmp_path):
+    """``torch/_compile.py(42): inner`` is the ``_disable_dynamo`` wrapper every eager optimizer step runs in: a
+    Python frame's name is its file's path, so "compile" in it is no compilation (TI015 stays silent); a framework
+    range named for compiling in the same steps is counted."""
+    from traceinsight.derive.steady import steady_recompiles
+
+    for kind in ("python", "annotation"):
+        t = KinetoTrace()
+        for s in range(4):
+            t.step(s, s * 3000.0, 3000.0)
+            t.kernel(GEMM, s * 3000.0 + 20, 8.0, launch_us=s * 3000.0 + 1, launch_dur_us=0.4, grid=GRID)
+            getattr(t, kind)("torch/_compile.py(42): inner" if kind == "python" else "compile_inner", s * 3000.0 + 100, 200.0)
+        a = traceinsight.analyze(t.write(tmp_path / f"{kind}.json"))
+        late = int(steady_recompiles(a.views.views).sum())
+        if kind == "python":
+            assert late == 0 and not any(f.code == "TI015" for f in a.findings)
+        else:  # steps 1-3 begin at or after the second step: three recompiles in the steady state
+            assert late == 3

@@ -197,6 +197,8 @@ def one_time_regions(views: "Views", blocking: "list[tuple[np.ndarray, np.ndarra
         if len(named) and second_step:  # a compile after the second step began recompiles in the steady state
             late = steady_recompiles(views, named)
             named = named[~late]
+        if len(named) and second_step:  # a set-up call every steady step makes is per-step work, not set-up
+            named = named[~_recurring(named, names, rank, start, views.steps, second_step)]
         if len(named):
             parts.append(pd.DataFrame({"rank": rank[named].astype(np.int64), "start_ns": start[named], "end_ns": start[named] + dur[named],
                                        "reason": ["one-time set-up: " + str(n) for n in names.take(named)]}))
@@ -257,6 +259,33 @@ def one_time_regions(views: "Views", blocking: "list[tuple[np.ndarray, np.ndarra
     return out
 
 
+def _recurring(rows: np.ndarray, names: pd.Series, rank: np.ndarray, start: np.ndarray, steps: pd.DataFrame,
+               second_step: dict[int, int]) -> np.ndarray:
+    """Per host row at ``rows`` (calls named as one-time set-up): True for those after their rank's second step
+    began whose name is still called in each of the rank's last ``MIN_STEADY_STEPS`` steps. Such a name is per-step
+    work (MIOpen asks ``hipGetDeviceProperties`` for every convolution): none of its later calls is set-up, and
+    booking them as warm-up would stretch the warm-up over the whole window (the memory view's steady state begins
+    after the last warm-up region). Set-up that thins out stays one-time: lazy module loading spread over the first
+    steps, a new shape's first run in one later step."""
+    out = np.zeros(len(rows), dtype=bool)
+    r_of, t_of = rank[rows].astype(np.int64), start[rows].astype(np.int64)
+    codes = names.cat.codes.to_numpy()[rows].astype(np.int64) if isinstance(names.dtype, pd.CategoricalDtype) else \
+        pd.factorize(names.take(rows).astype(str))[0].astype(np.int64)
+    s_rank, s_start = steps["rank"].to_numpy(), steps["start_ns"].to_numpy(np.int64)
+    for r, second in second_step.items():
+        late = np.flatnonzero((r_of == r) & (t_of >= second))
+        if not len(late):
+            continue
+        st = np.sort(s_start[s_rank == r])
+        step_of = np.searchsorted(st, t_of[late], side="right") - 1
+        last = step_of >= len(st) - MIN_STEADY_STEPS  # in one of the rank's last steps
+        pairs = np.unique(np.c_[codes[late][last], step_of[last]], axis=0)  # (name, step) once each
+        names_u, per_name = np.unique(pairs[:, 0], return_counts=True)
+        recurring = names_u[per_name >= MIN_STEADY_STEPS]
+        out[late] = np.isin(codes[late], recurring)
+    return out
+
+
 def steady_recompiles(views: "Views", rows: "np.ndarray | None" = None) -> np.ndarray:
     """For the host rows at ``rows`` (positions in ``views.host_events``; default all), whether each is a
     compilation or autotuning range (``RECOMPILE_CALL``) that begins after its rank's second step began: a
@@ -275,7 +304,10 @@ def steady_recompiles(views: "Views", rows: "np.ndarray | None" = None) -> np.nd
     if not second:
         return out
     names = host["name"].take(rows)
-    hit = name_mask(names, RECOMPILE_CALL)
+    # Python frames are left out, as in ``one_time_regions``: their names are file paths, and a path that says
+    # "compile" (``torch/_compile.py(42): inner``, the ``_disable_dynamo`` wrapper around every optimizer step of an
+    # eager model) says nothing about what the frame does
+    hit = name_mask(names, RECOMPILE_CALL) & kind_mask(host["kind"].take(rows), ("runtime", "cpu_op", "annotation", "other"))
     rank = host["rank"].to_numpy()[rows]
     start = host["start_ns"].to_numpy(np.int64)[rows]
     limit = np.full(len(rows), np.iinfo(np.int64).max, np.int64)  # per rank, not per row: a million host rows
