@@ -67,7 +67,7 @@ MODULES: dict[str, tuple[str | tuple[str, ...], list[str], list[str]]] = {
     "diff_matching": ("traceinsight/delta/compare.py", ["tests/test_diff_matching.py", "tests/test_diff_compare.py"],
                       ["traceinsight.delta.compare.x_kernel_diff__mutmut_*"]),
     # host work that calls no GPU API (TI001's CPU-work cause): which long ops count
-    "cpuwork": ("traceinsight/rulelib/cpuwork.py", ["tests/rules/test_TI001.py", "tests/rules/test_TI013.py"], []),
+    "cpuwork": ("traceinsight/rulelib/cpuwork.py", ["tests/test_cpuwork.py", "tests/rules/test_TI001.py", "tests/rules/test_TI013.py"], []),
     # Nsight Systems' memory tables (allocations, releases, unified-memory faults) as memory rows
     "nsys_memory": ("traceinsight/ingest/nsys/memory.py", ["tests/test_memory.py", "tests/test_memory_view.py"], []),
     "ledger": (tuple(f"traceinsight/derive/ledger/{m}.py" for m in ("intervals", "host", "warmup", "slices", "build", "frames", "account", "claims")), ["tests/test_ledger_values.py", "tests/test_ledger_json.py", "tests/test_ledger.py", "tests/test_ledger_pieces.py", "tests/test_ledger_property.py",
