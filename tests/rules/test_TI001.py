@@ -452,3 +452,18 @@ def test_ti001_eager_tensorflow_is_told_to_wrap_the_step(tmp_path):
     (g,) = findings_of(_keras_xplane(tmp_path / "eager_sync.xplane.pb", function=False, host="sync"), "TI001")
     assert g.metrics["top_cause"] == "host synchronization"
     assert "@tf.function" in g.fixes["tensorflow"].code and "already runs" not in g.fixes["tensorflow"].text
+
+
+def test_a_graph_capture_shows_cuda_graphs_in_use(tmp_path):
+    """A trace of a capture phase (vLLM's, Inductor's ``reduce-overhead``) has stream captures and graph
+    instantiations but no replay yet: the program uses CUDA/HIP graphs all the same, so no fix tells it to."""
+    from traceinsight.derive.derived import Derived
+    from traceinsight.rulelib import in_use
+
+    for calls, used in ((("hipStreamBeginCapture", "hipStreamEndCapture"), True), (("hipGraphInstantiateWithFlags",), True),
+                        (("hipGraphLaunch",), True), (("hipMemcpyAsync",), False)):
+        t = KinetoTrace()
+        t.kernel("k", 100, 10, launch_us=90)
+        for i, name in enumerate(calls):
+            t.runtime(name, 10 + 20 * i, 5)
+        assert ("graphs" in in_use(Derived(traceinsight.load(t.write(tmp_path / f"{calls[0]}.json"))))) is used, calls

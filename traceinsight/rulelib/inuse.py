@@ -19,14 +19,17 @@ from traceinsight.rulelib.cache import memo
 #: Technique -> the names that show it ran. Foreach optimizers run ``aten::_foreach_*`` ops (kernels:
 #: ``multi_tensor_apply_kernel`` with a foreach functor); fused ones ``aten::_fused_adam(w)_`` / ``_fused_sgd_`` (kernels
 #: named ``Fused...``); torch.compile leaves ``Torch-Compiled Region``, ``CompiledFunction``, inductor's
-#: ``## Call CompiledFxGraph`` ranges and ``triton_`` kernels; CUDA/HIP graphs a ``cudaGraphLaunch``. A
+#: ``## Call CompiledFxGraph`` ranges and ``triton_`` kernels; CUDA/HIP graphs a ``cudaGraphLaunch`` (or, while they
+#: are made, a stream capture or a graph instantiation). A
 #: ``tf.function`` runs as a concrete function named ``__inference_<name>_<id>`` (``EagerExecute:
 #: __inference_train_function_1047`` when Keras calls its ``train_function``); eager TensorFlow has none.
 IN_USE: dict[str, re.Pattern[str]] = {
     "foreach_optimizer": re.compile(r"^aten::_foreach_|foreach_tensor|ForeachFunctor|_foreach_kernel", re.I),
     "fused_optimizer": re.compile(r"^aten::_fused_(adam|adamw|sgd|adagrad)|Fused(Adam|AdamW|SGD)|fused_adam|FusedOptimizer|multi_tensor_adam", re.I),
     "compiled": re.compile(r"^Torch-Compiled Region|^CompiledFunction|CompiledFxGraph|^TorchDynamo|^triton_(poi|red|per|tem|mm)_|inductor", re.I),
-    "graphs": re.compile(r"^(cuda|hip)GraphLaunch|^cuGraphLaunch", re.I),
+    # a launch replays a graph; a capture or an instantiation makes one (a trace of vLLM's or Inductor's capture
+    # phase has those and no launch yet): either way the program already uses CUDA/HIP graphs
+    "graphs": re.compile(r"^(cuda|hip)GraphLaunch|^cuGraphLaunch|^(cuda|hip|cu)StreamBeginCapture|^(cuda|hip|cu)GraphInstantiate", re.I),
     "tf_function": re.compile(r"__inference_"),
 }
 #: A name is read this far (kernel names run to kilobytes; these signs sit at their start).
