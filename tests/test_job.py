@@ -231,3 +231,29 @@ def test_job_html_escapes_trace_strings_and_follows_the_cause(small_job):
     assert f.metrics["cause"] in Stragglers.cause_fixes
     assert f.fixes["pytorch"] == Stragglers.cause_fixes[f.metrics["cause"]]["pytorch"]
     assert f.fixes["pytorch"].code != Stragglers.fix_pytorch.code
+
+
+def test_rank_files_of_different_runs_are_not_compared(tmp_path):
+    """A logdir that kept an old run beside the new one: rank files declaring world sizes 2 and 8 are not one job.
+    The report says so first, runs no cross-rank rule (no imbalance, straggler or wait between programs that never
+    ran together) and names no slowest rank; the same folder loaded as one timeline warns the same."""
+    import traceinsight
+    from tests.helpers.kineto_writer import KinetoTrace
+    from traceinsight.job.verdict import job_verdict
+
+    folder = tmp_path / "logdir"
+    folder.mkdir()
+    for rank, world, step_us in ((0, 2, 3000.0), (3, 8, 9000.0)):
+        t = KinetoTrace(rank=rank, world_size=world)
+        for s in range(4):
+            t.step(s, s * step_us, step_us)
+            t.kernel("volta_sgemm_128x64_nn", s * step_us + 10, step_us / 3, launch_us=s * step_us)
+            t.kernel("ncclKernel_AllReduce_RING_LL_Sum_float", s * step_us + step_us / 2, 100.0, launch_us=s * step_us + 5)
+        t.write(folder / f"rank{rank}.pt.trace.json")
+    ja = analyze_job(str(folder), workers=1)
+    assert ja.job.mixed_runs == "world sizes 2, 8" and ja.findings == []
+    assert any(w.startswith("the rank files look like different runs (world sizes 2, 8)") for w in ja.warnings)
+    v = job_verdict(ja)
+    assert v["sentence"].startswith("The rank files look like different runs (world sizes 2, 8)") and v["rank"] is None
+    tl = traceinsight.load(folder)
+    assert tl.meta.extra["mixed_runs"] == "world sizes 2, 8" and any("different runs" in w for w in tl.meta.warnings)

@@ -257,3 +257,26 @@ def check_memory(mem: pd.DataFrame, meta, dropped: int = 0) -> pd.DataFrame:
     if dropped:
         meta.warn(MEMORY_WARNING.format(n=dropped, m=CAPACITY_MARGIN))
     return mem
+
+
+def mixed_runs(world_sizes, device_names) -> str:
+    """Why rank files read as one job seem not to be one ("" when nothing says so): they declare different world
+    sizes, or ran on different GPU models. A logdir that kept an old run beside the new one is common, and analysed
+    as one job it invents an imbalance, a straggler and collective waits between programs that never ran
+    together. ``world_sizes``: each file's declared size (None: undeclared); ``device_names``: each file's GPU
+    names."""
+    sizes = sorted({int(w) for w in world_sizes if w})
+    gpus = sorted({str(n) for names in device_names for n in names if n})
+    why = []
+    if len(sizes) > 1:
+        why.append("world sizes " + ", ".join(str(w) for w in sizes))
+    if len(gpus) > 1:
+        why.append("GPUs " + ", ".join(gpus[:3]) + (" and more" if len(gpus) > 3 else ""))
+    return "; ".join(why)
+
+
+def mixed_runs_warning(where: str, why: str) -> str:
+    """The one wording of ``mixed_runs``' warning, for the timeline of a folder and for the job report."""
+    return (f"{where}the rank files look like different runs ({why}): the ranks are reported one by one, and no "
+            "cross-rank figure (imbalance, stragglers, collective waits) is drawn from work that did not run together")
+

@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 
 from traceinsight.derive.ranks.align import Alignment, align
+from traceinsight.model.plausible import mixed_runs, mixed_runs_warning
 from traceinsight.derive.ranks.summary import COLL_COLUMNS, STEP_COLUMNS, RankSummary
 
 
@@ -29,6 +30,9 @@ class Job:
     warnings: list[str] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
     shift_ns: dict[int, int] = field(default_factory=dict)  # rank -> ns added to its own trace times to get job time
+    #: why the rank files seem to be different runs ("" when nothing says so: ``plausible.mixed_runs``); the
+    #: cross-rank rules are then not run, since they would compare work that did not run together
+    mixed_runs: str = ""
 
     def rank_ns(self, rank: int, job_ns):
         """Job-clock time(s) back on ``rank``'s own trace clock (where its timeline and HTML close-ups live)."""
@@ -72,6 +76,9 @@ def _dedupe_ranks(summaries: list[RankSummary], warnings: list[str]) -> list[Ran
 def reduce_summaries(summaries: list[RankSummary], failures: list[str] | None = None) -> Job:
     warnings: list[str] = []
     summaries = _dedupe_ranks(list(summaries), warnings)
+    mixed = mixed_runs([s.world_size for s in summaries], [s.device_names for s in summaries])
+    if mixed:
+        warnings.append(mixed_runs_warning("", mixed))
     ranks = [s.rank for s in summaries]
     coll = _concat(summaries, "collectives", COLL_COLUMNS)
     coll["start_ns"] += coll["origin_ns"]
@@ -153,6 +160,7 @@ def reduce_summaries(summaries: list[RankSummary], failures: list[str] | None = 
         warnings=warnings,
         failures=list(failures or []),
         shift_ns={int(r): int(v) for r, v in shift.items()},
+        mixed_runs=mixed,
     )
 
 

@@ -23,6 +23,7 @@ import pandas as pd
 from traceinsight.vocab.demangle import demangled_categories
 from traceinsight.vocab.errors import TraceReadError
 from traceinsight.vocab.masks import codes_in, first_of_key
+from traceinsight.model.plausible import mixed_runs, mixed_runs_warning
 from traceinsight.model.timeline import COPY_KINDS, KINDS, SMALL_MATCH, DeviceInfo, TraceMeta, categorical
 from traceinsight.ingest.byteio import read_bytes
 from traceinsight.ingest.heap import collector_paused
@@ -130,6 +131,10 @@ def _read_folder(folder: Path, progress, max_bytes: int | None) -> ReadResult:
     meta.ranks = sorted(set(int(r) for r in ranks))
     sizes = {m.world_size for m in metas if m.world_size}
     meta.world_size = max(sizes) if sizes else len(files)
+    mixed = mixed_runs([m.world_size for m in metas], [[d.name for d in m.devices] for m in metas])
+    if mixed:
+        meta.extra["mixed_runs"] = mixed
+        meta.warn(mixed_runs_warning(f"{folder.name}: ", mixed))
     meta.extra["absolute_origin_ns"] = [m.extra.get("absolute_origin_ns") for m in metas]
     for rows in parts:
         _kernel_warnings(rows, meta)
