@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
 from traceinsight.rule_api import Context, Fix, Location, Option, Rule, Severity, fmt_ns
 
 from traceinsight.rulelib.names import count_matching, kind_mask
-from traceinsight.vocab.patterns import GRAPH_CAPTURE_CALL, LAUNCH_CALL
+from traceinsight.vocab.masks import name_mask
+from traceinsight.vocab.patterns import CAPTURE_BEGIN, CAPTURE_END, GRAPH_CAPTURE_CALL, LAUNCH_CALL
 
 
 class LittleGpuWork(Rule):
@@ -108,7 +110,10 @@ class LittleGpuWork(Rule):
             return
         why = []
         if capture:
+            inside, spans, span_ns = _captured_launches(host, rt)
             why.append(
+                f"graph capture: {inside} kernel launches were recorded inside {spans} stream capture(s) ({fmt_ns(span_ns)}), "
+                "where they do not run" if inside else
                 f"graph capture: {launches} kernel launches were recorded but {kernels} kernel(s) ran"
                 + (f" ({captures} capture/instantiate calls)" if captures else "")
             )
@@ -124,7 +129,9 @@ class LittleGpuWork(Rule):
             }
         )
         yield ctx.finding(
-            title="Too little GPU work to judge: " + "; ".join(why),
+            # a capture window may hold plenty of GPU work (the eager run before the capture): it is the capture
+            # that makes it unjudgeable, and the title says which
+            title=("Too little GPU work to judge: " if little else "Cannot judge this window: ") + "; ".join(why),
             message=(
                 "This trace cannot say what bounds the workload: " + "; ".join(why) + ". Its busy % and idle gaps "
                 "describe start-up, a capture or a single test, not a run in steady state, so performance findings "
@@ -143,3 +150,32 @@ class LittleGpuWork(Rule):
             },
             key="little-gpu-work",
         )
+
+
+def _captured_launches(host: pd.DataFrame, rt) -> tuple[int, int, int]:
+    """(launch calls inside stream captures, captures, their total length): each ``*StreamBeginCapture`` paired
+    with the next ``*StreamEndCapture`` on its thread. (0, 0, 0) without a paired capture."""
+    names = host["name"]
+    r = np.flatnonzero(rt)
+    if not len(r):
+        return 0, 0, 0
+    sub = names.take(r)
+    begin = r[name_mask(sub, CAPTURE_BEGIN.pattern, case=False)]
+    end = r[name_mask(sub, CAPTURE_END.pattern, case=False)]
+    if not len(begin) or not len(end):
+        return 0, 0, 0
+    tid, start = host["tid"].to_numpy(), host["start_ns"].to_numpy(np.int64)
+    stop = start + host["dur_ns"].to_numpy(np.int64)
+    spans = []
+    for b in begin.tolist():
+        later = end[(tid[end] == tid[b]) & (start[end] >= start[b])]
+        if len(later):
+            spans.append((int(tid[b]), int(start[b]), int(stop[later[np.argmin(start[later])]])))
+    if not spans:
+        return 0, 0, 0
+    launch = r[name_mask(sub, LAUNCH_CALL, case=True)]
+    inside = np.zeros(len(launch), dtype=bool)
+    for t, a, b in spans:
+        inside |= (tid[launch] == t) & (start[launch] >= a) & (start[launch] <= b)
+    return int(inside.sum()), len(spans), int(sum(b - a for _, a, b in spans))
+

@@ -57,6 +57,10 @@ def test_ti012_graph_capture(tmp_path):
     d = details(a)
     assert d["category"] == "cannot_judge" and d["why"] == "graph_capture" and not d["bound"]
     assert headline(a)["est_savings_ns"] == 0
+    # the title names what makes the window unjudgeable, counted inside the capture: the launches it recorded
+    # (the 400 between begin and end), not launches against kernels over the whole window
+    assert f.title.startswith("Cannot judge this window: graph capture: 400 kernel launches were recorded inside "
+                              "1 stream capture(s) (2.02 ms), where they do not run")
 
 
 def test_ti012_negative_steady_steps(tmp_path):
