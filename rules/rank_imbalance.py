@@ -149,7 +149,8 @@ class RankImbalance(CrossRankRule):
             + f". Balancing the work would save about {fmt_ns(impact)}."
         )
         if step_ev is not None:
-            msg += f" Step times differ by {step_imb:.0f}% on average; rank {slowest_rank} is slowest in {100 * slowest_frac:.0f}% of steps."
+            spread = f"{step_imb:.0f}%" if step_imb >= 9.5 else f"{step_imb:.1f}%"  # "0%" for a 0.7 % spread read as none
+            msg += f" Step times differ by {spread} on average; rank {slowest_rank} is slowest in {100 * slowest_frac:.0f}% of steps."
         key = lambda r, d: f"{int(r)}:{int(d)}"  # noqa: E731
         yield job.finding(
             title=f"Work is unbalanced across ranks ({imb:.0f}% above median)",

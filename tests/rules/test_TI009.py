@@ -97,3 +97,21 @@ def test_corpus_dlrm_imbalance_same_on_job_and_single_timeline(dlrm_job):
     report_only = {"severity_basis", "what_if_note", "saving_basis"}
     assert {k: v for k, v in job_f.metrics.items() if k not in report_only} == {k: v for k, v in tl_f.metrics.items() if k not in report_only}
     assert job_f.metrics["busy_imbalance_pct"] == pytest.approx(17.1, abs=0.1)
+
+
+def test_ti009_a_small_step_spread_is_not_rounded_to_zero(tmp_path):
+    """Ranks whose compute differs 50 % while their steps (held together by the all-reduce) differ 0.5 %: the
+    message gives the spread to a tenth, not "differ by 0%", which reads as no difference at all."""
+    folder = tmp_path / "ranks"
+    for r, (c, dur) in enumerate(((1_000, 10_000), (1_500, 10_050))):
+        t = KinetoTrace(rank=r, world_size=2)
+        for s in range(3):
+            t0 = s * 11_000
+            t.step(s, t0, dur)
+            for i in range(4):
+                t.kernel("volta_sgemm_128x64_nn", t0 + 100 + i * 2_000, c)
+            t.kernel("ncclDevKernel_AllReduce_Sum_f32_RING_LL", t0 + 8_000, 500)
+        t.write(folder / f"rank{r}.pt.trace.json")
+    (f,) = findings_of(traceinsight.load(folder, format="pytorch"), "TI009")
+    # 10.05 vs 10 ms: 0.5 % apart, 0.25 % from their mean on average
+    assert "Step times differ by 0.2% on average" in f.message
