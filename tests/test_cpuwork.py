@@ -53,3 +53,19 @@ def test_no_host_rows_no_ops(tmp_path):
     t = KinetoTrace()
     t.kernel("k", 0, 10)
     assert _ops(tmp_path, t) == []
+
+
+def test_a_trace_without_runtime_calls_has_every_long_op_as_cpu_work(tmp_path):
+    """No host row of kind ``runtime`` at all (a trace recorded without CUDA API activity): nothing says an op called
+    the GPU, so each long op counts, the short one does not."""
+    from traceinsight.model.timeline import Timeline
+
+    t = KinetoTrace()
+    t.kernel("k", 2000, 10, launch_us=1990)
+    t.cpu_op("aten::a", 0, 300, tid=1)
+    t.cpu_op("aten::b", 500, 50, tid=1)
+    tl = traceinsight.load(t.write(tmp_path / "t.json"))
+    ev = tl.events
+    bare = Timeline(events=ev[(ev["kind"] != "runtime").to_numpy()], meta=tl.meta)
+    got = cpu_only_ops(Derived(bare), 100 * US)
+    assert list(zip(got["start_ns"].tolist(), got["end_ns"].tolist())) == [(0, 300 * US)]
