@@ -12,7 +12,7 @@ import pytest
 import traceinsight
 from traceinsight.pipeline.engine import discover
 from traceinsight.render import render
-from traceinsight.rule_api import Fix
+from traceinsight.rule_api import Fix, Severity
 
 from .conftest import REPO
 
@@ -133,3 +133,17 @@ def test_html_fix_prose_shows_code_not_backticks(analyses):
     fix_paras = re.findall(r"<h4>Fix in [^<]+</h4>\s*<p>(.*?)</p>", page, re.DOTALL)
     assert fix_paras and not any("`" in p for p in fix_paras)
     assert any("<code>pin_memory=True</code>" in p for p in fix_paras)
+
+
+@pytest.mark.parametrize(("source_format", "lead"), [("nsys", "cuda"), ("pytorch", "pytorch"), ("tensorflow-xplane", "tensorflow")])
+def test_an_unknown_trace_leads_with_the_fix_its_profiler_implies(source_format, lead):
+    """No framework's names and no GPU work: every framework's fix stays (nothing tells which is the program's), led
+    by the one its profiler implies. An empty Nsight capture is told an ``nsys`` flag first, not ``torch.profiler``."""
+    from traceinsight.assess import advice
+    from traceinsight.model.finding import Finding
+    from traceinsight.model.timeline import TraceMeta
+
+    f = Finding(code="TI011", title="t", severity=Severity.WARNING, message="m", impact_ns=0, impact_pct_span=0.0, impact_pct_step=None,
+                fixes={"pytorch": Fix("pt"), "tensorflow": Fix("tf"), "jax": Fix("jx"), "cuda": Fix("cu")})
+    advice.apply([f], "unknown", TraceMeta(source_format=source_format))
+    assert list(f.fixes)[0] == lead and set(f.fixes) == {"pytorch", "tensorflow", "jax", "cuda"}

@@ -79,8 +79,21 @@ def choose(fixes: dict[str, Fix], framework: str, gpu_tier: str | None) -> dict[
 
 
 def apply(findings: Iterable[Finding], framework: str, meta: TraceMeta) -> None:
-    """Replace each finding's fixes by the ones :func:`choose` picks for this trace (in place, once per run)."""
+    """Replace each finding's fixes by the ones :func:`choose` picks for this trace (in place, once per run).
+
+    An ``"unknown"`` trace keeps every framework's fix, led by the one its profiler implies: the framework whose
+    profiler wrote the format (PyTorch for kineto, TensorFlow for XPlane), and plain CUDA for a profiler no
+    framework owns (Nsight Systems: an empty capture's fix is an ``nsys`` flag, not ``torch.profiler``)."""
     gpu_tier = tier(trace_capability(meta))
+    if framework == "unknown":
+        from traceinsight.ingest import input_format
+
+        writers = input_format(meta.source_format).frameworks
+        lead = writers[0] if writers else "cuda"
+        for f in findings:
+            picked = choose(f.fixes, "unknown", gpu_tier)
+            f.fixes = {**({lead: picked[lead]} if lead in picked else {}), **picked}
+        return
     for f in findings:
         f.fixes = choose(f.fixes, framework, gpu_tier)
 
