@@ -46,8 +46,10 @@ def test_loads_as_pageable_and_ti006_fires():
     a = traceinsight.analyze(tl)
     (ti006,) = [f for f in a.findings if f.code == "TI006"]
     assert ti006.metrics["count"] == 36
-    # 6.2 / 7.2 GB/s against the 12 GB/s pinned reference: about 45 % of the copy time is the pageable penalty.
-    assert 0.35 < ti006.impact_ns / ti006.metrics["time_ns"] < 0.55
+    # 6.2 / 7.2 GB/s against the 24 GB/s an RTX 3060 (Ampere, PCIe 4.0) sustains pinned: about 73 % of the copy
+    # time is the pageable penalty (against PCIe 3.0's 12 GB/s it read 45 %)
+    assert ti006.metrics["pinned_reference_gbps"] == {"HtoD": 24.0, "DtoH": 24.0}
+    assert 0.65 < ti006.impact_ns / ti006.metrics["time_ns"] < 0.8
     assert ti006.severity.value == "error"  # calibration grades by cost: about 40 % of the copy-bound window
 
 
