@@ -83,6 +83,20 @@ class NoGpuActivity(Rule):
         gpus = [d for d in ctx.meta.devices if d.name or d.compute_capability or d.sm_count]
         counts = ctx.events["kind"].astype(str).value_counts()
         evidence = pd.DataFrame({"kind": counts.index.astype(str), "events": counts.to_numpy()})
+        tpus = int(ctx.meta.extra.get("tpu_planes", 0) or 0)
+        if tpus:  # another accelerator ran: the trace is not "without a GPU", it is out of this tool's reach
+            yield ctx.finding(
+                title=f"TPU profile: {tpus} TPU(s) ran the work, and traceinsight reads GPU traces only",
+                message=(f"The capture holds {tpus} /device:TPU planes and no GPU: the accelerator's work is not read, so "
+                         "nothing here judges it; only the host side is shown. Open the profile in XProf/TensorBoard's "
+                         "profile plugin, which reads TPU planes."),
+                severity=Severity.INFO,
+                evidence=evidence,
+                fixes={},
+                metrics={"gpu_api_calls": n_api, "events": int(len(ctx.events)), "tpu_planes": tpus},
+                key="no-gpu-activity",
+            )
+            return
         if n_api or gpus:
             why = f"the program made {n_api} GPU API calls" if n_api else f"the capture lists {len(gpus)} GPU(s) ({gpus[0].name or 'unnamed'})"
             title = f"No GPU activity recorded although {why}"

@@ -60,3 +60,22 @@ def test_ti011_plain_cuda_capture_is_told_how_to_record_with_nsys(tmp_path):
     md = render(a, "md", html_name="report.html")
     assert "**Fix in CUDA:** Record the GPU's activity" in md
     assert "Fix in PyTorch" not in md and "torch.profiler" not in md
+
+
+def test_ti011_a_tpu_profile_is_said_to_be_out_of_reach(tmp_path):
+    """A JAX run on TPUs: its XSpace has /device:TPU planes and no GPU. That is not a capture "without a GPU" to be
+    fixed by installing CUDA jaxlib: the finding says the TPUs' work is not read here, with no fix to apply."""
+    import traceinsight
+    from tests.helpers.xplane_writer import XSpaceTrace
+
+    t = XSpaceTrace()
+    t.gpu.name = "/device:TPU:0"
+    t.gpu.stats = []
+    t.op("TfrtTpuLoadedExecutable::Execute", 0, 2_000_000)
+    t.kernel("fusion.1", 100_000, 1_500_000)  # on the TPU plane's line: an XLA op
+    a = traceinsight.analyze(t.write(tmp_path / "tpu.xplane.pb"))
+    (f,) = [x for x in a.findings if x.code == "TI011"]
+    assert f.title == "TPU profile: 1 TPU(s) ran the work, and traceinsight reads GPU traces only"
+    assert f.fixes == {} and f.severity.value == "info" and f.metrics["tpu_planes"] == 1
+    assert not any("recorded without a GPU" in w or "no /device:GPU planes" in w for w in a.timeline.meta.warnings)
+    assert any(w.startswith("TPU profile: 1 /device:TPU planes") for w in a.timeline.meta.warnings)

@@ -35,9 +35,17 @@ def read_columns(path: Path, max_bytes: int | None = None, memory: list | None =
     if memory is not None:
         memory.append(memory_from_table(table, name_table))
     columns, optional = frame_from_table(table, name_table, meta)
-    warning = host_only_warning(meta.devices, columns["kind"])
-    if warning:
-        meta.warn(warning)
+    tpus = sorted(p[0] for p in space.planes if str(p[0]).startswith("/device:TPU:"))
+    if tpus and not meta.devices:
+        # a TPU run: its planes are another accelerator's, which no rule here reads; say so rather than call it a
+        # capture without a GPU (TI011 words its finding from this)
+        meta.extra["tpu_planes"] = len(tpus)
+        meta.warn(f"TPU profile: {len(tpus)} /device:TPU planes; traceinsight analyses GPU (CUDA/ROCm) traces, so the TPUs' "
+                  "activity is not read and only the host side is shown")
+    else:
+        warning = host_only_warning(meta.devices, columns["kind"])
+        if warning:
+            meta.warn(warning)
     if any(d.vendor and str(d.vendor).upper() == "AMD" for d in meta.devices) or any(
         line.startswith("py_xla_execute") for line in table.line
     ):
