@@ -747,3 +747,16 @@ def test_copies_and_memsets_count_as_gpu_work(tmp_path, kind):
         else:
             t.memset(100 * i, 3, 4096, launch_us=100 * i - 5)
     assert details(analyse(tmp_path, t))["category"] != "cannot_judge"
+
+
+def test_a_verdict_on_one_step_says_so(tmp_path):
+    """A window with a single step marker (TensorBoard's callback profiles one batch by default): the verdict rests
+    on that step, and its sentence says nothing shows the run repeats it; with two steps it does not."""
+    for n in (1, 2):
+        t = data_wait_trace()
+        for i in range(n):
+            t.step(i, i * 1000, 990)
+        a = analyse(tmp_path, t)
+        a.findings = [lever("TI005", "input_pipeline", 3 * MS, 30.0)]
+        said = "only one step was recorded, so nothing shows the rest of the run repeats it" in details(a)["sentence"]
+        assert said is (n == 1), n

@@ -346,7 +346,7 @@ def details(analysis: "Analysis", cl: dict[str, Any] | None = None) -> dict[str,
         prefix = f"{subject[0].upper()}{subject[1:]} busy {busy_pct:.1f} % of {windows} ({mix})"
     ranked = levers(analysis, cl)
     choice, at = choose(totals, [(lv["pct"], lv["bucket"]) for lv in ranked])
-    rule = f" (the rule: {RULE})"
+    rule = _one_step(analysis) + f" (the rule: {RULE})"
     if choice == "lever":
         lv = ranked[at]
         f, bucket = lv["finding"], lv["bucket"]
@@ -445,6 +445,18 @@ def levers(analysis: "Analysis", cl: dict[str, Any]) -> list[dict[str, Any]]:
                                                                        or (bool(f.root_cause) and category(f) == DEFAULT_IDLE))})
     out.sort(key=lambda lv: (-lv["ns"], -lv["pct"], lv["finding"].code))
     return out
+
+
+def _one_step(analysis: "Analysis") -> str:
+    """"; one step recorded: ..." when every rank's window holds a single step marker: the verdict then rests on one
+    step, which nothing shows the run repeats (TensorBoard's callback profiles batch 2 by default, with its own
+    summary writing in it), so the sentence says so and how to record more."""
+    views = analysis.views
+    st = views.steps if views is not None else None
+    if st is None or st.empty or int(st.groupby("rank").size().max()) != 1:
+        return ""
+    return ("; only one step was recorded, so nothing shows the rest of the run repeats it: record several steady "
+            "steps to confirm it")
 
 
 def _busy_words(f: Finding) -> str:
