@@ -779,6 +779,11 @@ def test_repeated_regions_stand_in_only_for_most_of_the_work_and_damaged_ones_ar
     d = C.compare(side([10, 10], [4, 4.1, 3.9, 4, 4.05]), side([12, 12], [5, 5.1, 4.9, 5, 5.05]))
     assert d["samples"]["basis"] == "compiled_region" and d["step"]["base_count"] == 5 and d["verdict"] == C.SLOWER
     assert d["samples"]["note"].startswith("2 and 2 steps are too few for an interval; the compiled region")
+    # a run is timed by its kernels where the trace has GPU activity, else by its host duration, and the note says which
+    assert d["samples"]["note"].endswith("(its host duration: a trace without GPU activity has no kernels to time it by)")
+    g = C.compare(side([10, 10], [4, 4.1, 3.9, 4, 4.05], kpis={"gpu_busy_pct": 50.0}),
+                  side([12, 12], [5, 5.1, 4.9, 5, 5.05], kpis={"gpu_busy_pct": 55.0}))
+    assert g["samples"]["note"].endswith("each run is a sample (its GPU time, first kernel to last)")
     small = C.compare(side([10, 10], [0.1] * 5, "Optimizer.step#SGD.step", "user_range"), side([12, 12], [0.2] * 5, "Optimizer.step#SGD.step", "user_range"))
     assert small["samples"]["basis"] == "steps" and small["verdict"] == C.INCONCLUSIVE
     for junk in (5, "x", [{"kind": "compiled_region", "name": "r", "dur_ns": [True, "1", float("nan")]}]):

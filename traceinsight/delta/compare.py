@@ -90,7 +90,9 @@ def compare(base: S.Side, head: S.Side, *, fail_if_slower: float | None = None, 
             unit = "steps" if len(a) or len(b) else "step markers"
             why = f"{len(a)} and {len(b)} steps are too few for an interval" if len(a) and len(b) else f"no {unit}"
             samples = {"basis": kind, "name": name, "base_count": int(len(ra)), "head_count": int(len(rb)),
-                       "note": f"{why}; the {REPEAT_WORDS.get(kind, kind)} \u201c{name}\u201d runs {len(ra)} and {len(rb)} times: each run is a sample (its GPU time, first kernel to last)"}
+                       "note": f"{why}; the {REPEAT_WORDS.get(kind, kind)} \u201c{name}\u201d runs {len(ra)} and {len(rb)} times: each run is a sample "
+                               + ("(its GPU time, first kernel to last)" if _has_gpu_work(base) and _has_gpu_work(head) else
+                                  "(its host duration: a trace without GPU activity has no kernels to time it by)")}
             a, b = ra, rb
     if comp["comparable"] and not len(a) and not len(b):  # no step markers on either side: the GPU window, once
         a, b = S.window_sample(base), S.window_sample(head)
@@ -142,6 +144,12 @@ def _covers(side: S.Side, durs: list[float]) -> bool:
     steps = S.step_samples(side)
     whole = float(steps.sum()) if len(steps) else float(S.window_sample(side).sum())
     return whole <= 0 or sum(durs) >= MIN_REPEAT_SHARE * whole
+
+
+def _has_gpu_work(side: S.Side) -> bool:
+    """Whether the side's report saw GPU activity (its repeated regions are then timed by their kernels)."""
+    busy = side.kpis.get("gpu_busy_pct")
+    return isinstance(busy, (int, float)) and not isinstance(busy, bool) and math.isfinite(busy) and busy > 0
 
 
 def common_repeats(base: S.Side, head: S.Side) -> tuple[str, str, np.ndarray, np.ndarray] | None:
