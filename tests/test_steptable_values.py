@@ -49,7 +49,21 @@ def _ranges_per_row(views) -> list[dict]:
             lo, hi = np.searchsorted(s_, a, side="left"), np.searchsorted(s_, b, side="left")
             gpu += int((cum[hi] - cum[lo]).sum())
             ops += int((hi - lo).sum())
-        out.append({"name": str(uniq[code]), "count": int(m.sum()), "host_ns": int((end[m] - start[m]).sum()), "gpu_ns": gpu, "gpu_ops": ops})
+        # an instance inside another of the same name on its thread is that call: counted with it, by a plain walk
+        tid = ev["tid"].to_numpy()[rows].astype(np.int64)
+        count = host = 0
+        for r, t in sorted(set(zip(rank[m].tolist(), tid[m].tolist()))):
+            own = sorted(zip(start[m & (rank == r) & (tid == t)].tolist(), end[m & (rank == r) & (tid == t)].tolist()))
+            reach = None
+            for a, b in own:
+                if reach is None or a >= reach:
+                    count += 1
+                    host += b - a
+                    reach = b
+                elif b > reach:
+                    host += b - reach
+                    reach = b
+        out.append({"name": str(uniq[code]), "count": count, "host_ns": host, "gpu_ns": gpu, "gpu_ops": ops})
     out.sort(key=lambda x: (-x["gpu_ns"], -x["host_ns"], x["name"]))
     return out[: steptable.MAX_RANGES]
 
@@ -76,3 +90,20 @@ def test_ranges_table_names_sorted_as_over_every_row(tmp_path):
     got = steptable.ranges_table(views)
     assert got == _ranges_per_row(views)
     assert {x["name"]: (x["count"], x["gpu_ops"]) for x in got} == {"zeta": (4, 4), "Alpha": (4, 4)}
+
+
+def test_a_range_nested_in_one_of_its_name_is_one_call(tmp_path):
+    """JAX records each jitted call as ``PjitFunction(add)`` twice, one inside the other: five calls, not ten, and
+    their host time once; the same name on another thread at the same time is another call."""
+    t = KinetoTrace()
+    for i in range(5):
+        t.annotation("PjitFunction(add)", i * 1000.0, 300, tid=1)
+        t.annotation("PjitFunction(add)", i * 1000.0 + 1, 290, tid=1)
+        t.kernel("k", i * 1000.0 + 60, 50, launch_us=i * 1000.0 + 40, tid=1)
+    t.annotation("PjitFunction(add)", 0.0, 300, tid=2)
+    views = Derived(load(t.write(tmp_path / "n.json"))).views
+    got = steptable.ranges_table(views)
+    assert got == _ranges_per_row(views)
+    (row,) = got
+    assert (row["count"], row["host_ns"], row["gpu_ops"]) == (6, 6 * 300_000, 5)
+

@@ -64,8 +64,9 @@ def ranges_table(views) -> list[dict]:
     """User ranges (NVTX, ``record_function``, TraceMe; library ranges and step markers left out) projected onto
     the GPU: per name, ``count``, ``host_ns`` (the instances' summed length), ``gpu_ns`` (the summed GPU time of the
     kernels, copies and memsets whose launch call starts inside an instance on the same rank) and ``gpu_ops``.
-    Nested ranges each count the work inside them, so an outer range includes its children's. Largest
-    ``gpu_ns`` first, at most ``MAX_RANGES``."""
+    Nested ranges each count the work inside them, so an outer range includes its children's. A range nested in one
+    of the same name on its thread is the same call (JAX records ``PjitFunction(add)`` twice, one inside the other):
+    ``count`` and ``host_ns`` are of the outermost ones. Largest ``gpu_ns`` first, at most ``MAX_RANGES``."""
     ev = views.events
     rows = np.flatnonzero(kind_mask(ev["kind"], ("annotation",)))
     if not len(rows):
@@ -82,6 +83,7 @@ def ranges_table(views) -> list[dict]:
     if not len(rows):
         return []
     rank = ev["rank"].to_numpy()[rows].astype(np.int64)
+    tid = ev["tid"].to_numpy()[rows].astype(np.int64)
     start = ev["start_ns"].to_numpy(np.int64)[rows]
     end = start + np.maximum(ev["dur_ns"].to_numpy(np.int64)[rows], 0)
     ln = views.launches
@@ -105,7 +107,8 @@ def ranges_table(views) -> list[dict]:
             lo, hi = np.searchsorted(s_, a, side="left"), np.searchsorted(s_, b, side="left")
             gpu += int((cum[hi] - cum[lo]).sum())
             ops += int((hi - lo).sum())
-        out.append({"name": str(uniq[code]), "count": int(m.sum()), "host_ns": int((end[m] - start[m]).sum()), "gpu_ns": gpu, "gpu_ops": ops})
+        count, host_ns = _outermost(rank[m], tid[m], start[m], end[m])
+        out.append({"name": str(uniq[code]), "count": count, "host_ns": host_ns, "gpu_ns": gpu, "gpu_ops": ops})
     out.sort(key=lambda x: (-x["gpu_ns"], -x["host_ns"], x["name"]))
     return out[:MAX_RANGES]
 
@@ -120,3 +123,17 @@ def report(views, ledger_by_step, source: dict | None = None) -> dict:
         return {"steps": {"source": source or {"marker": None, "how": "none", "why": "no step markers"}, "count": 0, "per_step": [], "spread": None, "outlier": None},
                 "ranges": []}
     return views.memo("steps.report", lambda: {"steps": table(views, ledger_by_step, source), "ranges": ranges_table(views)})
+
+
+def _outermost(rank: np.ndarray, tid: np.ndarray, start: np.ndarray, end: np.ndarray) -> tuple[int, int]:
+    """(how many, how long in all) the instances of one name are, an instance nested in another on its thread being
+    part of it: per (rank, thread), the merged intervals."""
+    key = rank * (1 << 32) + (tid & 0xFFFFFFFF)
+    n = total = 0
+    for k in np.unique(key):
+        on = key == k
+        a, b = merge_intervals(start[on], end[on])
+        n += len(a)
+        total += int((b - a).sum())
+    return n, total
+
