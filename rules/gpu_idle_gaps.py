@@ -8,7 +8,7 @@ import pandas as pd
 from traceinsight.vocab.buckets import CAUSE, IDLE_BUCKETS, WARMUP_BUCKET
 from traceinsight.rule_api import Fix, Instance, Location, Option, Rule, Severity, fmt_ns
 
-from traceinsight.vocab.intervals import Coverage
+from traceinsight.vocab.intervals import Coverage, merge_intervals
 from traceinsight.vocab.patterns import OPTIMIZER
 from traceinsight.rulelib.enclosing import host_columns
 from traceinsight.rulelib.gaps import gap_columns, ledger_gap_columns, request_boundary_gaps
@@ -719,6 +719,8 @@ def _host_activity(views, rank: int, start: int, end: int) -> str:
     k = views.events_overlapping(start, end)
     k = k[(idx["device"][k] < 0) & (idx["rank"][k] == rank)]
     busy = _launching_thread(idx, rank, end)
+    if busy is not None and not _holds(idx, _activity_rows(idx, k), busy, start, end):
+        busy = _busiest_thread(idx, _activity_rows(idx, k), start, end)  # the launcher held little of the gap
     lead = ""
     if busy is not None:
         # the thread that issued the work ending the gap was the busy one (it held the GIL, it launched next); other
@@ -730,10 +732,7 @@ def _host_activity(views, rank: int, start: int, end: int) -> str:
             frame = _innermost_frame(idx, k, (start + end) // 2)
             if frame:
                 lead += f"in {frame}; "
-    if idx["wanted"] is not None:
-        k = k[idx["wanted"][idx["kind"][k]] & (idx["kind"][k] >= 0)]
-    else:
-        k = k[np.isin(idx["kind"][k], list(_ACTIVITY_KINDS))]
+    k = _activity_rows(idx, k)
     names = idx["names"]
     if idx["name_codes"] is not None:
         c = idx["name_codes"][k].astype(np.int64)
@@ -753,6 +752,43 @@ def _host_activity(views, rank: int, start: int, end: int) -> str:
     np.add.at(sums, inv.reshape(-1), ov)
     top = np.argsort(-sums, kind="stable")[:3]  # largest first, ties in code order (as Series.nlargest keeps them)
     return lead + "; ".join(f"{short_name(n, 60)} ({fmt_ns(int(t))})" for n, t in zip(np.asarray(cats, dtype=object)[codes[top]].tolist(), sums[top].tolist()))
+
+
+def _activity_rows(idx: dict, k: np.ndarray) -> np.ndarray:
+    """The rows among ``k`` of the kinds that say what the host did (``_ACTIVITY_KINDS``: not step markers)."""
+    if idx["wanted"] is not None:
+        return k[idx["wanted"][idx["kind"][k]] & (idx["kind"][k] >= 0)]
+    return k[np.isin(idx["kind"][k], list(_ACTIVITY_KINDS))]
+
+
+def _held(idx: dict, rows: np.ndarray, start: int, end: int) -> int:
+    """How much of [start, end) the host rows at ``rows`` cover (summed: nested rows count each)."""
+    s = idx["start"][rows]
+    return int(np.clip(np.minimum(s + idx["dur"][rows], end) - np.maximum(s, start), 0, None).sum())
+
+
+def _holds(idx: dict, k: np.ndarray, thread: tuple[int, int], start: int, end: int) -> bool:
+    """Whether ``thread`` held at least a quarter of the gap: a runtime that launches from threads of its own (JAX's
+    PJRT stream threads) holds only the launch call there, while the Python thread dispatching the ops holds the gap."""
+    mine = k[(idx["pid"][k] == thread[0]) & (idx["tid"][k] == thread[1])]
+    return 4 * _held(idx, mine, start, end) >= end - start
+
+
+def _busiest_thread(idx: dict, k: np.ndarray, start: int, end: int) -> tuple[int, int] | None:
+    """(pid, tid) of the host thread whose rows cover most of the gap (the innermost row at a time counts, so deep
+    nesting does not outweigh a thread's time), None without host rows."""
+    if not len(k):
+        return None
+    pairs = sorted(set(zip(idx["pid"][k].tolist(), idx["tid"][k].tolist())))
+    best, best_ns = None, -1
+    for p, t in pairs:
+        mine = k[(idx["pid"][k] == p) & (idx["tid"][k] == t)]
+        s = idx["start"][mine]
+        a, b = merge_intervals(np.maximum(s, start), np.minimum(s + idx["dur"][mine], end))
+        ns = int(np.clip(b - a, 0, None).sum())
+        if ns > best_ns:
+            best, best_ns = (int(p), int(t)), ns
+    return best
 
 
 def _launching_thread(idx: dict, rank: int, end: int) -> tuple[int, int] | None:

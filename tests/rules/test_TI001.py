@@ -467,3 +467,18 @@ def test_a_graph_capture_shows_cuda_graphs_in_use(tmp_path):
         for i, name in enumerate(calls):
             t.runtime(name, 10 + 20 * i, 5)
         assert ("graphs" in in_use(Derived(traceinsight.load(t.write(tmp_path / f"{calls[0]}.json"))))) is used, calls
+
+
+def test_ti001_the_gap_is_named_by_the_thread_that_held_it(tmp_path):
+    """A runtime launching from a thread of its own (JAX's PJRT stream threads): in each 1 ms gap the launcher holds
+    only its 10 µs launch call, while the dispatching thread runs an op for 900 µs. The evidence names the thread
+    that held the gap and its op, not the launcher's call."""
+    t = KinetoTrace()
+    for s in range(4):
+        t0 = s * 2000.0
+        t.step(s, t0, 2000.0, )
+        t.cpu_op("my_dispatch", t0 + 1050.0, 900.0, tid=1)
+        t.kernel("k", t0 + 10, 1000.0, launch_us=t0 + 1, tid=2)
+    (f,) = findings_of(t.write(tmp_path / "t.json"), "TI001")
+    acts = f.evidence["host_activity"].tolist()
+    assert acts and all(a.startswith("thread 1: ") and "my_dispatch" in a for a in acts), acts
