@@ -62,6 +62,27 @@ class ExposedCommunication(CrossRankRule):
                 opt.step(); opt.zero_grad(set_to_none=True)
         """,
     )
+    #: before Ampere there is no bf16: gradients compress in fp16
+    fix_variants = {
+        "pytorch:pre_ampere": Fix(
+            "Overlap communication with backward: DDP starts all-reduce per bucket, so tune `bucket_cap_mb` (smaller "
+            "buckets start earlier, larger ones cost fewer launches) and keep `gradient_as_bucket_view=True`; "
+            "accumulate gradients over several micro-batches under `no_sync()` so you all-reduce once per N steps; "
+            "with FSDP set `backward_prefetch=BackwardPrefetch.BACKWARD_PRE` and `forward_prefetch=True`; compress "
+            "gradients in fp16 (`fp16_compress_hook`: this GPU predates Ampere and has no bf16) when the link is the limit.",
+            """
+            model = DDP(model, device_ids=[local_rank], bucket_cap_mb=50, gradient_as_bucket_view=True)
+            model.register_comm_hook(None, torch.distributed.algorithms.ddp_comm_hooks.default_hooks.fp16_compress_hook)
+            for i, batch in enumerate(loader):
+                ctx = model.no_sync() if (i + 1) % accum_steps else contextlib.nullcontext()
+                with ctx:
+                    loss = model(batch).sum() / accum_steps
+                    loss.backward()
+                if (i + 1) % accum_steps == 0:
+                    opt.step(); opt.zero_grad(set_to_none=True)
+            """,
+        ),
+    }
     fix_tensorflow = Fix(
         "Let the all-reduce overlap the backward pass: `MultiWorkerMirroredStrategy` with "
         "`CommunicationOptions(bytes_per_pack=...)` packs gradients so reduction starts early; accumulate "

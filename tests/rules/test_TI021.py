@@ -92,3 +92,5 @@ def test_corpus_ddp_v100_exposed_communication_warning():
     # of faster or hidden communication gives them nothing: a modelled speed-up off the critical path, info
     assert f.saving_kind == "modelled" and f.saving_ns < 100_000 and f.severity.value == "info"  # off the critical path: ~0 (replay noise of µs)
     assert f.location.rank == 1
+    # a V100 has no bf16: gradients compress in fp16 there
+    assert "fp16_compress_hook" in f.fixes["pytorch"].code and "bf16" not in f.fixes["pytorch"].code
