@@ -196,6 +196,17 @@ _FIX_OUTSIDE_GRAPHS = Fix(
     encode = torch.compile(encode, mode="reduce-overhead")   # the eager part around the graphed model
     """,
 )
+#: For a program that already replays (or captures) CUDA/HIP graphs without torch.compile (a serving engine's own
+#: graphs): what is left is the host code between the replays.
+_FIX_BETWEEN_GRAPHS = Fix(
+    "The model already runs as CUDA/HIP graph replays, so the host-busy gaps are the code between them (the "
+    "scheduler or sampling step of a serving engine, eager ops around the graphed call, Python bookkeeping): "
+    "shorten that path, capture more of the step in the graph, or overlap the host work with the previous replay.",
+    """
+    graph.replay()                      # the captured forward
+    next_batch = scheduler.prepare()    # host work for the next step while this replay runs, not after it
+    """,
+)
 #: For a Keras or custom TensorFlow step that already runs as a ``tf.function``: the host time left between calls
 #: is the per-batch Python around them (Keras's loop, callbacks, logs read back), which only fewer calls remove.
 _FIX_TF_STEPS_PER_CALL = Fix(
@@ -220,6 +231,9 @@ FIX_IN_USE: dict[str, dict[tuple[str, str], Fix]] = {
     "pytorch": {
         (CAUSE_CPU, "compiled+graphs"): _FIX_OUTSIDE_GRAPHS,
         (CAUSE_UNTRACED, "compiled+graphs"): _FIX_OUTSIDE_GRAPHS,
+        (CAUSE_CPU, "graphs"): _FIX_BETWEEN_GRAPHS,
+        (CAUSE_UNTRACED, "graphs"): _FIX_BETWEEN_GRAPHS,
+        (CAUSE_CPU_WORK, "graphs"): _FIX_BETWEEN_GRAPHS,
         (CAUSE_OPT, "fused_optimizer"): Fix(
             "The optimizer step is already fused (`fused=True`) and still leaves the GPU idle while the host steps it: "
             "compile the step with the optimizer inside (`torch.compile`), or capture the whole iteration, optimizer "

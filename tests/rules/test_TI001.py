@@ -482,3 +482,17 @@ def test_ti001_the_gap_is_named_by_the_thread_that_held_it(tmp_path):
     (f,) = findings_of(t.write(tmp_path / "t.json"), "TI001")
     acts = f.evidence["host_activity"].tolist()
     assert acts and all(a.startswith("thread 1: ") and "my_dispatch" in a for a in acts), acts
+
+
+def test_ti001_graph_replays_without_compile_are_told_the_code_between_them(tmp_path):
+    """A serving engine replaying its own CUDA graphs (no torch.compile in the trace), with the host busy 1 ms in
+    its scheduler between replays: capturing graphs is what it already does, so the fix is the code between them."""
+    t = KinetoTrace()
+    for s in range(4):
+        t0 = s * 2000.0
+        t.step(s, t0, 2000.0)
+        t.kernel("fused_decode_kernel", t0 + 20, 800.0, launch_us=t0 + 5, launch_name="cudaGraphLaunch")
+        t.cpu_op("scheduler.prepare", t0 + 850.0, 1100.0)
+    (f,) = findings_of(t.write(tmp_path / "t.json"), "TI001")
+    fx = f.fixes["pytorch"]
+    assert "already runs as CUDA/HIP graph replays" in fx.text and "torch.compile" not in fx.code
