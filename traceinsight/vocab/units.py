@@ -26,6 +26,10 @@ def format_what_if(what_if: dict | None) -> str:
         return f"{v:.1f}" if v >= 10 else f"{v:.2f}"
 
     pct = 100.0 * (p - b) / b
+    if p > b and num(p) != num(b):
+        # a change that speeds something up cannot make the step longer: a longer replayed step is the model's
+        # reordering of work off the critical path, and the line says the fix gives nothing back, not that it costs
+        return f"step {num(b)} {unit}: no shorter (the replay gives nothing back)"
     text = f"step {num(b)} → {num(p)} {unit} ({'−' if pct < 0 else '+'}{abs(pct):.0f} %)"
     m = what_if.get("marker_step_ns")
     if isinstance(m, (int, float)) and m > 0 and abs(b - m) >= 0.01 * m and num(float(m)) != num(b):
