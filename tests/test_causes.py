@@ -374,3 +374,16 @@ def test_order_moves_only_symptoms_that_name_their_cause():
     stranger = _f("TI002", "host_sync", 10, key="claims-a-stranger")
     stranger.explains.append("0000000000000000")
     assert causes.order([stranger]) == [stranger]
+
+
+def test_a_cause_holding_its_symptoms_idle_says_its_figure_is_more_than_its_estimate():
+    """A root cause's card takes the idle its symptoms claim of it, so its figure can exceed its own estimate (the
+    recorded recompiles: TI015 holds TI001's idle around them); the message then says so instead of "at most its own
+    estimate", which the figure beside it would contradict."""
+    from pathlib import Path
+
+    a = traceinsight.analyze(Path(__file__).resolve().parent.parent / "sample_traces" / "h100" / "compile_recompile.json.gz")
+    (f,) = [x for x in a.findings if x.code == "TI015"]
+    assert f.explains and f.saving_ns > f.impact_ns
+    assert "more than its own estimate of" in f.message and "at most its own estimate" not in f.message
+

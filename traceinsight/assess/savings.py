@@ -181,6 +181,9 @@ def _quote_figure(f: Finding, cause: "Finding | None") -> None:
         f.message = msg.rstrip() + f" The what-if replay prices it at {fig} (the card's figure; {est} at face value)."
     elif cause is not None:
         f.message = msg.rstrip() + f" {cause.code} explains the rest; {fig} of it is this finding's own (the card's figure)."
+    elif int(f.saving_ns) > int(f.impact_ns) and f.explains:
+        f.message = (msg.rstrip() + f" The card's figure, {fig}, is the idle it claims on the ledger, more than its own estimate of "
+                     f"{est}: it holds the idle of the symptoms it explains too.")
     else:
         f.message = msg.rstrip() + f" The card's figure, {fig}, is the idle it claims on the ledger (at most its own estimate of {est})."
 
