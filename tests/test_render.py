@@ -239,3 +239,20 @@ def test_finding_closeup_shows_its_largest_instance():
         f = next(x for x in a.findings if x.code == other)
         has_time = any(str(c).startswith(("start_", "at_", "first_at_")) for c in f.evidence.columns)
         assert ('class="instance"' in block) == has_time
+
+
+def test_the_mean_step_tile_names_the_steady_median_when_warm_up_steps_are_in_it():
+    """resnet_cold's first two steps are start-up (cuDNN autotuning, allocator growth): the mean of all four (2.62 s)
+    says little of the 16 ms loop the rest of the page judges, so the header and the HTML tile add the steady
+    steps' median; a trace whose steps are all steady shows the mean alone."""
+    from pathlib import Path
+
+    import traceinsight
+    from traceinsight.render import render
+
+    root = Path(__file__).resolve().parent.parent / "sample_traces" / "h100"
+    cold = traceinsight.analyze(root / "resnet_cold.json.gz")
+    assert "**Mean step** 2.62 s × 4 (steady median 16.05 ms × 2)" in render(cold, "md")
+    assert "steady median 16.05 ms × 2" in render(cold, "html")
+    warm = render(traceinsight.analyze(root / "resnet_warm.json.gz"), "md")
+    assert "**Mean step**" in warm and "steady median" not in warm.split("**Mean step**")[1].split("·")[0]

@@ -47,6 +47,15 @@ def _step_context(analysis: Analysis) -> dict | None:
             "source_line": clean(f"steps from {src['marker']}" if src.get("marker") else "no steps", 120)}
 
 
+def _with_steady(steps: dict, analysis: Analysis) -> dict:
+    """The summary's step figures with the steady steps' median and count (``steady_median_ns``, ``steady_steps``;
+    None when the step table has no spread), for the tile that shows the mean of every step."""
+    from traceinsight.render.steps_view import step_report
+
+    sp = step_report(analysis)["steps"].get("spread") if steps else None
+    return {**steps, "steady_steps": sp["steps"] if sp else None, "steady_median_ns": sp["median_ns"] if sp else None}
+
+
 def context(analysis: Analysis, title: str | None = None) -> dict[str, Any]:
     s = analysis.summary
     meta = analysis.timeline.meta
@@ -113,7 +122,7 @@ def context(analysis: Analysis, title: str | None = None) -> dict[str, Any]:
         "kernels": kernels,
         "kernel_count": s.kernel_count,
         "kernel_time_ns": s.kernel_time_ns,
-        "steps": s.steps,
+        "steps": _with_steady(s.steps, analysis),
         "event_counts": {k: v for k, v in s.event_counts.items() if v},
         "event_total": int(sum(s.event_counts.values())),
         "meta": {
