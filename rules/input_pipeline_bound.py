@@ -192,6 +192,8 @@ class InputPipelineBound(Rule):
         names = waits["name"].astype(str).value_counts()
         top_name = str(names.index[0])
         sev = Severity.ERROR if share >= ctx.options["error_share_pct"] else Severity.WARNING
+        if ctx.views.gpu_activity.empty:
+            sev = Severity.INFO  # a CPU-only profile: the wait costs the host's step, no GPU lost anything (TI011)
         n_steps = len(evidence) if per_step else 0
         msg = (
             f"{share:.1f}% of {basis} ({fmt_ns(wait_ns)} of {fmt_ns(denom)}) is spent waiting for input "

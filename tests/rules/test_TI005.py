@@ -81,3 +81,16 @@ def test_corpus_tf_e4040_t4_input_and_fp32():
     assert f.severity.value == "info" and f.metrics["what_if_note"]
     (t,) = findings_of(p, "TI007")
     assert t.metrics["non_tc_share_pct"] == pytest.approx(100.0)
+
+
+def test_ti005_on_a_cpu_only_profile_is_info(tmp_path):
+    """The same 30 % data wait in a profile with no GPU activity: the wait still costs the step, but no GPU lost
+    anything (TI011 says GPU findings do not apply), so it is no error; the share is still reported."""
+    t = KinetoTrace()
+    for i in range(4):
+        s = i * 10_000
+        t.step(i, s, 10_000)
+        t.annotation(DL, s, 3_000)
+        t.cpu_op("aten::mm", s + 3_000, 6_000)
+    (f,) = findings_of(t.write(tmp_path / "cpu.json"), "TI005")
+    assert f.metrics["share_pct"] == pytest.approx(30.0, abs=1e-6) and f.severity.value == "info"

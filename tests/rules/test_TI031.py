@@ -214,3 +214,16 @@ def test_fix_for_memory_held_on_purpose_is_nothing_to_fix(tmp_path):
     fx = f.fixes["pytorch"]
     assert fx.text.startswith("Nothing to fix") and "gpu_memory_utilization=0.8" in fx.code
     assert "checkpoint" not in fx.code
+
+
+def test_ti031_off_scale_grade_says_its_basis():
+    """A memory finding is a risk, not time on the timeline: graded by its rule, off the common scale, and the card
+    says so (a warning beside a 0 ns figure would otherwise read as a mistake)."""
+    from pathlib import Path
+
+    import traceinsight
+
+    a = traceinsight.analyze(Path(__file__).resolve().parents[2] / "sample_traces" / "h100" / "memory_pressure.json.gz")
+    for f in a.findings:
+        if f.code in ("TI031", "TI032") and f.severity.value != "info":
+            assert f.metrics["severity_basis"].startswith(f"the rule's own grade ({f.severity.value}): a risk to the run"), f.code
