@@ -176,3 +176,20 @@ def test_hardware_counters_overrule_names(tmp_path):
     assert _nsys(tmp_path, 60) == []  # a kernel named like sgemm that keeps the tensor cores 60 % busy
     (f,) = _nsys(tmp_path, None)  # without samples the name decides
     assert f.metrics["tensor_active_pct"] is None
+
+
+def test_layout_transforms_are_not_matrix_time(tmp_path):
+    """cuDNN converts NCHW<->NHWC around a convolution with kernels its op launches: memory-bound reordering, not
+    convolution math on CUDA cores. They keep their own class (elementwise) under the op that launched them, so
+    TI007's CUDA-core time and the efficiency view's matrix rows leave them out."""
+    from traceinsight.derive.derived import Derived
+
+    t = KinetoTrace(device_name="NVIDIA H100 80GB HBM3", compute_capability=(9, 0))
+    t.step(1, 0, 5000)
+    op = t.cpu_op("aten::addmm", 10, 50.0, args={"Input Dims": [[64], [64, 64], [64, 64], [], []],
+                                                  "Input type": [FP32, FP32, FP32, "Scalar", "Scalar"],
+                                                  "Concrete Inputs": ["", "", "", "1", "1"]})
+    t.kernel("void cudnn::ops::nchwToNhwcKernel<float, float, float, false, true, (cudnnKernelDataType_t)2>", 100, 1000.0, launch_us=20, op=op)
+    t.kernel("sm90_xmma_gemm_f32f32_tf32f32_f32_tn_n_tilesize128x128x32", 1200, 200.0, launch_us=30, op=op)
+    eff = Derived(traceinsight.load(t.write(tmp_path / "t.json"))).efficiency
+    assert list(eff.kernel_cls) == ["elementwise", "gemm"]

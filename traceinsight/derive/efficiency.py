@@ -16,10 +16,10 @@ import pandas as pd
 
 from traceinsight.derive.flops import OpCounts, count_ops
 from traceinsight.ingest import InputFormat, input_format
-from traceinsight.vocab.masks import kind_mask
+from traceinsight.vocab.masks import kind_mask, name_mask
 from traceinsight.vocab.peaks import UNKNOWN_PEAK, PeakChoice, choose
 from traceinsight.vocab.units import fmt_ns
-from traceinsight.vocab.work_classes import CLASSES, MATRIX_CLASSES, TF32_KERNEL, kernel_classes
+from traceinsight.vocab.work_classes import CLASSES, LAYOUT_KERNEL, MATRIX_CLASSES, TF32_KERNEL, kernel_classes
 
 
 @dataclass
@@ -199,6 +199,8 @@ def _kernel_class(kernels: pd.DataFrame, counts: OpCounts | None) -> np.ndarray:
     cls = kernel_classes(kernels["name"])
     if counts is not None and len(counts.ops):
         hit = counts.kernel_op >= 0
+        if hit.any():  # a layout transform keeps its own class under whatever op launched it (``LAYOUT_KERNEL``)
+            hit &= ~name_mask(kernels["name"], LAYOUT_KERNEL.pattern, case=False)
         cls = cls.astype(object)
         cls[hit] = counts.ops["cls"].to_numpy()[counts.kernel_op[hit]]
     return cls

@@ -44,6 +44,12 @@ MATRIX_CLASSES: tuple[str, ...] = ("gemm", "conv", "attention")
 #: There is no other definition of a GEMM kernel in the package.
 GEMM_CLASSES: tuple[str, ...] = ("gemm", "conv")
 
+#: Kernels that only reorder a tensor's memory layout (cuDNN's NCHW<->NHWC conversions around a convolution,
+#: transposes): memory-bound elementwise work whatever op launched them. A convolution's op launches them beside its
+#: math kernels, and classed by that op they would count as convolution time run on CUDA cores (TI007) and dilute
+#: the convolution's rates; their fix is a layout (``channels_last``), not tensor cores.
+LAYOUT_KERNEL = re.compile(r"nchwToNhwc|nhwcToNchw|nchw2nhwc|nhwc2nchw|FoldedNhwc|NhwcToFolded|\btranspose|_transpose|permute", re.I)
+
 #: Kernel-name patterns, first match wins (case-insensitive). Triton/inductor kernels are classed by their name
 #: prefix (``triton_poi_`` pointwise, ``triton_red_``/``triton_per_`` reductions, ``triton_tem_`` templates: GEMMs).
 #: AMD's GEMMs (Tensile ``Cijk_*``, hipBLASLt, rocBLAS, Composable Kernel ``ck::``) are GEMMs like cuBLAS's. FBGEMM's
