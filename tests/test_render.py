@@ -256,3 +256,22 @@ def test_the_mean_step_tile_names_the_steady_median_when_warm_up_steps_are_in_it
     assert "steady median 16.05 ms × 2" in render(cold, "html")
     warm = render(traceinsight.analyze(root / "resnet_warm.json.gz"), "md")
     assert "**Mean step**" in warm and "steady median" not in warm.split("**Mean step**")[1].split("·")[0]
+
+
+def test_a_busy_share_of_a_sliver_window_names_the_window(tmp_path):
+    """11 µs of GPU work in a 34 ms capture is "100 % busy" of its own window: the header says of which window, so
+    the figure is not read as the capture's; a window that is most of the span is left as it was."""
+    import traceinsight
+    from tests.helpers.kineto_writer import KinetoTrace
+    from traceinsight.render import render
+
+    t = KinetoTrace()
+    t.cpu_op("aten::empty", 0, 10_000)
+    t.kernel("k", 5_000, 10, launch_us=4_990)
+    md = render(traceinsight.analyze(t.write(tmp_path / "sliver.json")), "md")
+    assert "**GPU busy** 100.0% of a 10.0 µs GPU window" in md
+    t = KinetoTrace()
+    t.kernel("k", 0, 8_000, launch_us=-10)
+    t.kernel("k", 9_000, 1_000, launch_us=8_990)
+    md = render(traceinsight.analyze(t.write(tmp_path / "full.json")), "md")
+    assert "GPU window" not in md.split("**GPU busy**")[1].split("·")[0]

@@ -136,7 +136,7 @@ def test_input_pipeline_verdict_in_full(tmp_path):
     a = analyse(tmp_path, data_wait_trace())
     # no finding: nothing claimed, nothing saved, no speed-up, no steps
     assert headline(a) == {
-        "span_ns": 5_980_000, "gpu_busy_pct": 60.4, "steady_busy_pct": None, "findings": 0, "findings_by_severity": {"error": 0, "warning": 0, "info": 0},
+        "span_ns": 5_980_000, "gpu_window_ns": 5_560_000, "gpu_busy_pct": 60.4, "steady_busy_pct": None, "findings": 0, "findings_by_severity": {"error": 0, "warning": 0, "info": 0},
         "est_savings_ns": 0, "est_savings_gpu_ns": 0, "largest_saving_ns": 0, "modelled_speedup_ns": 0,
         "avoidable_idle_ns": 2_200_000, "steps": 0, "mean_step_ns": None}
     # a modelled finding that names no figure models nothing
@@ -603,7 +603,7 @@ def test_headline_counts_and_step_figures(tmp_path):
                   finding("TI002", "host_sync", 0, severity=Severity.INFO)]
     h = headline(a)
     assert h == {
-        "span_ns": 5_990_000, "gpu_busy_pct": 60.4, "steady_busy_pct": None, "findings": 3,
+        "span_ns": 5_990_000, "gpu_window_ns": 5_560_000, "gpu_busy_pct": 60.4, "steady_busy_pct": None, "findings": 3,
         "findings_by_severity": {"error": 1, "warning": 0, "info": 2},
         "est_savings_ns": 1 * MS, "est_savings_gpu_ns": 1 * MS, "largest_saving_ns": 1 * MS, "modelled_speedup_ns": 0,
         "avoidable_idle_ns": 2_200_000, "steps": 6, "mean_step_ns": 990_000.0,

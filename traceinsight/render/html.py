@@ -18,7 +18,7 @@ from traceinsight.vocab.version import __version__
 from traceinsight.model.analysis import Analysis
 from traceinsight.model.finding import Finding
 from traceinsight.vocab.units import fmt_ns
-from traceinsight.render.common import baseline_sentence, baseline_tag, cause_of, shown_ns, clean, column_label, column_labels, format_cell, saving_label, what_if_text
+from traceinsight.render.common import SLIVER, baseline_sentence, baseline_tag, cause_of, shown_ns, clean, column_label, column_labels, format_cell, saving_label, what_if_text
 from traceinsight.render.ledger_view import bars as ledger_bars
 from traceinsight.render.templating import asset, env, report_css
 from traceinsight.render.timeline_svg import GUTTER, LANE_H, PLOT_W, instance_view, memory_charts, timeline_block
@@ -117,6 +117,7 @@ def context(analysis: Analysis, title: str | None = None) -> dict[str, Any]:
         "step_rep": _step_context(analysis),
         "efficiency": _efficiency(analysis),
         "busy_pct": head["gpu_busy_pct"],
+        "sliver": SLIVER,
         "findings": findings,
         "devices": devices,
         "kernels": kernels,

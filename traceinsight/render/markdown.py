@@ -15,7 +15,7 @@ from traceinsight.model.analysis import Analysis
 from traceinsight.vocab.units import fmt_ns
 from traceinsight.render import escape
 from traceinsight.assess import advice
-from traceinsight.render.common import baseline_sentence, baseline_tag, cause_of, shown_ns, column_label, figure_text, format_cell, saving_label, shown_fixes, what_if_text
+from traceinsight.render.common import SLIVER, baseline_sentence, baseline_tag, cause_of, shown_ns, column_label, figure_text, format_cell, saving_label, shown_fixes, what_if_text
 from traceinsight.render.ledger_view import markdown as ledger_markdown
 from traceinsight.render.steps_view import step_report, steps_markdown
 
@@ -40,6 +40,8 @@ def kpi_line(analysis: Analysis) -> str:
     h = analysis.kpis
     sev = h["findings_by_severity"]
     busy = "n/a" if h["gpu_busy_pct"] is None else f"{h['gpu_busy_pct']:.1f}%"
+    if h["gpu_busy_pct"] is not None and 0 < h.get("gpu_window_ns", 0) < SLIVER * h["span_ns"]:
+        busy += f" of a {fmt_ns(h['gpu_window_ns'])} GPU window"
     parts = [
         f"**Span** {fmt_ns(h['span_ns'])}",
         f"**GPU busy** {busy}" + ("" if h.get("steady_busy_pct") in (None, h["gpu_busy_pct"]) else f" ({h['steady_busy_pct']:.1f}% in the steady state)"),
