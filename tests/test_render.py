@@ -275,3 +275,17 @@ def test_a_busy_share_of_a_sliver_window_names_the_window(tmp_path):
     t.kernel("k", 9_000, 1_000, launch_us=8_990)
     md = render(traceinsight.analyze(t.write(tmp_path / "full.json")), "md")
     assert "GPU window" not in md.split("**GPU busy**")[1].split("·")[0]
+
+
+def test_a_symptom_card_says_its_figure_is_what_its_cause_leaves():
+    """A symptom is shown under its root cause; its own figure and severity are the part the cause does not explain
+    (the loader's gaps that are not data wait), so the card says that, not that the cause carries the severity."""
+    from pathlib import Path
+
+    import traceinsight
+    from traceinsight.render import render
+
+    a = traceinsight.analyze(Path(__file__).resolve().parent.parent / "sample_traces" / "dataloader_gaps.json.gz")
+    md = render(a, "md")
+    assert "*Symptom of `TI005`: shown with its root cause, which carries the time it explains; this card's figure and severity are the rest.*" in md
+    assert "which carries the severity" not in md and "which carries the severity" not in render(a, "html")

@@ -67,7 +67,7 @@ def _steady_step_note(analysis: Analysis, steps: int) -> str:
 def _finding_block(n: int, f, with_evidence: bool, cause=None) -> str:
     out = [f"#### {n}. `{esc(f.code, 20)}` {esc(f.title, 300)}", ""]
     if cause is not None:
-        out += [f"*Symptom of `{esc(cause.code, 20)}`: shown with its root cause, which carries the severity.*", ""]
+        out += [f"*Symptom of `{esc(cause.code, 20)}`: shown with its root cause, which carries the time it explains; this card's figure and severity are the rest.*", ""]
     fig = figure_text(f)
     out += [f"{_SEV_ICON.get(f.severity.value, '')} **{f.severity.value}**" + (f" · {esc(fig, 200)}" if fig else ""), ""]
     if f.metrics.get("severity_basis"):
