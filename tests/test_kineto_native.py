@@ -449,3 +449,17 @@ def test_strings_equal_in_content_share_a_code_wherever_they_lie():
     assert np.frombuffer(res["complete"]["i32"]["name"], dtype=np.int32).tolist() == list(range(len(names))) * 3
     tail = scan(b'[{"ph": "X", "ts": 1, "dur": 1, "pid": 1, "tid": 2, "name": "ab"}, {"ph": "X", "ts": 2, "dur": 1, "name": "ab"')
     assert tail["strings"]["name"] == [b"ab"]
+
+
+def test_pytorch_1_8_input_dims_spelling_is_read_on_both_paths(tmp_path, monkeypatch):
+    """PyTorch 1.8 wrote recorded shapes as ``"Input dims"`` (lower-case d): both decoders read them as the later
+    ``"Input Dims"``, so FLOPs and MFU are not lost on old traces; where an event carries both spellings, the newer
+    spelling ("Input Dims") wins on both paths, in either order."""
+    t = KinetoTrace()
+    t.cpu_op("aten::mm", 0, 10, args={"Input dims": [[64, 32], [32, 16]], "Input type": ["float", "float"]})
+    t.cpu_op("aten::mm", 20, 10, args={"Input Dims": [[8, 8], [8, 8]], "Input dims": [[1, 1], [1, 1]]})
+    t.cpu_op("aten::mm", 40, 10, args={"Input dims": [[2, 2], [2, 2]], "Input Dims": [[4, 4], [4, 4]]})
+    t.kernel("k", 100, 10, launch_us=90)
+    tl = assert_same(t.write(tmp_path / "old.json"), monkeypatch)
+    ops = tl.events[(tl.events["kind"] == "cpu_op").to_numpy()].sort_values("start_ns")
+    assert [str(s).replace(" ", "") for s in ops["input_shapes"]] == ["[[64,32],[32,16]]", "[[8,8],[8,8]]", "[[4,4],[4,4]]"]

@@ -1044,6 +1044,11 @@ static int scan_args(Scan *s, size_t row, int again) {
             }
         } else if (KEY_IS(k, n, "Input Dims")) {  /* raw text on both paths, never decoded */
             rc = scan_raw_field(s, &s->tables[T_DIMS], &r->i32[I_DIMS][row], depth, 0);
+        } else if (KEY_IS(k, n, "Input dims")) {  /* PyTorch 1.8's spelling: used when "Input Dims" is absent */
+            if (r->i32[I_DIMS][row] == -1)
+                rc = scan_raw_field(s, &s->tables[T_DIMS], &r->i32[I_DIMS][row], depth, 0);
+            else
+                rc = skip_value(s, depth, 0);
         } else if (KEY_IS(k, n, "Input type")) {  /* raw text, as Input Dims: read by the FLOPs model */
             rc = scan_raw_field(s, &s->tables[T_TYPES], &r->i32[I_TYPES][row], depth, 0);
         } else if (KEY_IS(k, n, "Concrete Inputs")) {

@@ -485,7 +485,7 @@ def struct_columns(events: list[Any]) -> EventColumns:
     }
     cats = [e.cat if isinstance(e.cat, str) else ("" if e.cat is None else str(e.cat)) for e in evs]
     names = [e.name if isinstance(e.name, str) else ("" if e.name is None else str(e.name)) for e in evs]
-    dims = [bytes(a.input_dims).decode("utf-8", "replace") or None for a in args]
+    dims = [(bytes(a.input_dims) or bytes(a.input_dims_legacy)).decode("utf-8", "replace") or None for a in args]
     types = [bytes(a.input_types).decode("utf-8", "replace") or None for a in args]
     concrete = [bytes(a.concrete_inputs).decode("utf-8", "replace") or None for a in args]
     margs = [e.args.name if e.args is not None and isinstance(e.args.name, str) else None for e in meta]

@@ -31,6 +31,7 @@ class Args(msgspec.Struct, gc=False):
     shared_mem: Any = msgspec.field(default=None, name="shared memory")
     occupancy: Any = msgspec.field(default=None, name="est. achieved occupancy %")
     input_dims: msgspec.Raw = msgspec.field(default=msgspec.Raw(b""), name="Input Dims")
+    input_dims_legacy: msgspec.Raw = msgspec.field(default=msgspec.Raw(b""), name="Input dims")  # PyTorch 1.8's spelling
     input_types: msgspec.Raw = msgspec.field(default=msgspec.Raw(b""), name="Input type")
     concrete_inputs: msgspec.Raw = msgspec.field(default=msgspec.Raw(b""), name="Concrete Inputs")
     name: Any = None  # metadata events: process / thread name
