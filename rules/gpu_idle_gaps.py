@@ -234,6 +234,15 @@ FIX_IN_USE: dict[str, dict[tuple[str, str], Fix]] = {
         (CAUSE_CPU, "graphs"): _FIX_BETWEEN_GRAPHS,
         (CAUSE_UNTRACED, "graphs"): _FIX_BETWEEN_GRAPHS,
         (CAUSE_CPU_WORK, "graphs"): _FIX_BETWEEN_GRAPHS,
+        (CAUSE_DATA, "loader_workers"): Fix(
+            "The GPU waits for the next batch although the DataLoader already loads in worker processes: they are too "
+            "few or too slow. Raise `num_workers` towards the CPU cores per GPU and `prefetch_factor`, or make each "
+            "sample cheaper (decode once and cache, augment on the GPU) (see TI005).",
+            """
+            loader = DataLoader(ds, batch_size=256, num_workers=os.cpu_count() // torch.cuda.device_count(),
+                                prefetch_factor=8, persistent_workers=True, pin_memory=True)
+            """,
+        ),
         (CAUSE_OPT, "fused_optimizer"): Fix(
             "The optimizer step is already fused (`fused=True`) and still leaves the GPU idle while the host steps it: "
             "compile the step with the optimizer inside (`torch.compile`), or capture the whole iteration, optimizer "

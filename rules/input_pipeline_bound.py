@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from traceinsight.rulelib import in_use
 from traceinsight.rule_api import Context, Fix, Location, Option, Rule, Severity, fmt_ns
 
 from traceinsight.vocab.intervals import Coverage, merge_grouped
@@ -65,6 +66,23 @@ class InputPipelineBound(Rule):
         )
         for x, y in loader:
             x = x.cuda(non_blocking=True); y = y.cuda(non_blocking=True)
+        """,
+    )
+    #: The loader already runs worker processes (``_MultiProcessingDataLoaderIter`` in the wait's name) and the step
+    #: still waits: the workers are too few or too slow, so "raise num_workers from 0" would advise what is done.
+    FIX_WITH_WORKERS = Fix(
+        "The DataLoader already loads in worker processes (`_MultiProcessingDataLoaderIter`) and the step still waits "
+        "for them: they are too few or too slow for the GPU. Raise `num_workers` towards the CPU cores per GPU, queue "
+        "more batches per worker (`prefetch_factor`), keep them alive between epochs, and if the cores are already "
+        "busy make each sample cheaper: decode once and cache, move augmentation to the GPU (DALI, "
+        "torchvision.transforms.v2 on GPU tensors), or pre-process offline.",
+        """
+        loader = torch.utils.data.DataLoader(
+            dataset, batch_size=256, shuffle=True,
+            num_workers=os.cpu_count() // torch.cuda.device_count(),  # more workers, up to the cores per GPU
+            prefetch_factor=8, persistent_workers=True, pin_memory=True,
+        )
+        # then profile a worker alone: time dataset[i] for a few i (decode vs augmentation)
         """,
     )
     fix_tensorflow = Fix(
@@ -204,7 +222,9 @@ class InputPipelineBound(Rule):
         msg += user_code_sentence(shown_frames(frame_texts), ctx, "The wait is at")
         if n_steps:
             msg += f" Over {n_steps} step(s) the per-step share ranges {evidence['share_pct'].min():.1f}-{evidence['share_pct'].max():.1f}%."
+        workers = "loader_workers" in in_use(ctx.views)
         yield ctx.finding(
+            **({"fixes": {**type(self).fixes(), "pytorch": self.FIX_WITH_WORKERS}} if workers else {}),
             title=f"Input pipeline takes {share:.1f}% of {basis}",
             message=msg,
             impact_ns=impact,

@@ -94,3 +94,20 @@ def test_ti005_on_a_cpu_only_profile_is_info(tmp_path):
         t.cpu_op("aten::mm", s + 3_000, 6_000)
     (f,) = findings_of(t.write(tmp_path / "cpu.json"), "TI005")
     assert f.metrics["share_pct"] == pytest.approx(30.0, abs=1e-6) and f.severity.value == "info"
+
+
+def test_ti005_a_loader_with_workers_is_told_to_feed_them_not_to_start_them(tmp_path):
+    """The wait is ``_MultiProcessingDataLoaderIter.__next__``: the loader already runs worker processes, so the fix
+    is more or faster workers, never "num_workers=8 # was 0"; TI001's data-loading fix says the same."""
+    t = KinetoTrace()
+    for i in range(4):
+        s = i * 10_000
+        t.step(i, s, 10_000)
+        t.annotation("enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__", s, 3_000)
+        t.kernel("volta_sgemm_128x64_nn", s + 3_000, 6_000, launch_us=s + 2_900)
+    found = findings_of(t.write(tmp_path / "workers.json"), "TI005")
+    (f,) = found
+    fx = f.fixes["pytorch"]
+    assert fx.text.startswith("The DataLoader already loads in worker processes") and "# was 0" not in fx.code
+    (single,) = findings_of(_loader_trace(tmp_path, 3_000), "TI005")
+    assert "# was 0" in single.fixes["pytorch"].code

@@ -31,6 +31,8 @@ IN_USE: dict[str, re.Pattern[str]] = {
     # phase has those and no launch yet): either way the program already uses CUDA/HIP graphs
     "graphs": re.compile(r"^(cuda|hip)GraphLaunch|^cuGraphLaunch|^(cuda|hip|cu)StreamBeginCapture|^(cuda|hip|cu)GraphInstantiate", re.I),
     "tf_function": re.compile(r"__inference_"),
+    # a PyTorch DataLoader with num_workers > 0 iterates through ``_MultiProcessingDataLoaderIter``
+    "loader_workers": re.compile(r"_MultiProcessingDataLoaderIter"),
 }
 #: A name is read this far (kernel names run to kilobytes; these signs sit at their start).
 _HEAD = 256
