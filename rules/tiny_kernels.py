@@ -10,7 +10,7 @@ from traceinsight.rule_api import Fix, Location, Option, Rule, Severity, fmt_ns
 
 from traceinsight.rulelib.enclosing import cpu_op_enclosing, starts_inside
 from traceinsight.rulelib.inuse import in_use
-from traceinsight.rulelib.gaps import ledger_gaps, sync_calls
+from traceinsight.rulelib.gaps import inference_ranks, ledger_gaps, sync_calls
 from traceinsight.rulelib.names import kind_mask, pair_codes, short_name
 from traceinsight.rulelib.usercode import lead_source, shown_frames, user_code_sentence, user_frame_texts
 
@@ -181,7 +181,7 @@ class TinyKernels(Rule):
             code_at = user_code_sentence(shown_frames(frame_texts), ctx, "Most of them are launched from")
             bound_time_pct = 100.0 * float(bound_ns[c]) / max(float(kernel_ns[c]), 1.0)
             yield ctx.finding(
-                fixes={**type(self).fixes(), **_fits(in_use(v))},
+                fixes={**type(self).fixes(), **_fits(in_use(v), int(dev_keys[c][0]) in inference_ranks(v))},
                 title=f"{where}: {share_pct[c]:.0f} % of kernels are launch-bound (< {self.max_kernel_us:g} µs or shorter than their launch)",
                 message=(
                     f"{int(n_bound[c])} of {int(kernels[c])} kernels on {where} ({share_pct[c]:.0f} %) ran shorter than "
@@ -434,10 +434,30 @@ FIX_OPTIMIZER_IN_USE = Fix(
 )
 
 
-def _fits(used: frozenset) -> dict:
-    """The PyTorch fix replaced where the trace shows part of the class fix is already in use."""
+#: For inference (no backward, no optimizer on the rank): the class fix without its optimizer advice.
+FIX_INFERENCE = Fix(
+    "Give each launch more work: batch more requests per forward pass; fuse elementwise chains with `torch.compile`; "
+    "replay the forward as a CUDA graph (`mode=\"reduce-overhead\"` or `torch.cuda.graphs`) when shapes are static "
+    "(pad to a few fixed sizes if they vary).",
+    """
+    model = torch.compile(model, mode="reduce-overhead")      # fusion + CUDA graphs
+
+    # or capture a static forward by hand
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        static_out = model(static_in)
+    static_in.copy_(batch); g.replay()
+    """,
+)
+
+
+def _fits(used: frozenset, inference: bool = False) -> dict:
+    """The PyTorch fix replaced where the trace shows part of the class fix is already in use, or does not apply (an
+    inference run has no optimizer to fuse)."""
     if "compiled" in used and "graphs" not in used:
         return {"pytorch": FIX_COMPILED}
     if used & {"foreach_optimizer", "fused_optimizer"}:
         return {"pytorch": FIX_OPTIMIZER_IN_USE}
+    if inference:
+        return {"pytorch": FIX_INFERENCE}
     return {}

@@ -13,7 +13,7 @@ from tests.helpers.rule_cases import GEMM, GRID, Example, analyze_example, busy_
 CASES = {
     "positive": ["test_ti003_launch_bound", "test_example_bad_fires"],
     "negative": ["test_ti003_negative_small_but_queued", "test_ti003_negative_big_kernels", "test_example_good_is_silent"],
-    "fix": ["test_ti003_fix_keeps_the_work", "test_ti003_compiled_model_gets_graphs_or_batch", "test_ti003_optimizer_in_use_is_not_advised"],
+    "fix": ["test_ti003_fix_keeps_the_work", "test_ti003_compiled_model_gets_graphs_or_batch", "test_ti003_optimizer_in_use_is_not_advised", "test_ti003_inference_is_not_told_to_fuse_its_optimizer"],
 }
 
 
@@ -175,8 +175,23 @@ def test_ti003_optimizer_in_use_is_not_advised(tmp_path):
     assert "already runs its foreach or fused implementation" in f.fixes["pytorch"].text
     t2 = KinetoTrace()
     t2.step(0, 0.0, 2000.0)
+    t2.cpu_op("Optimizer.step#SGD.step", 1990.0, 5.0)  # a training run: its optimizer may be fused
     for i in range(100):
         op = t2.cpu_op("aten::add_", i * 15.0, 14.0)
         t2.kernel("vectorized_elementwise_kernel<AddFunctor>", i * 15.0 + 10, 3.0, launch_us=i * 15.0 + 2, launch_dur_us=6.0, op=op)
     (g,) = findings_of(t2.write(tmp_path / "t2.json"), "TI003")
     assert "foreach/fused optimizer implementations" in g.fixes["pytorch"].text
+
+
+def test_ti003_inference_is_not_told_to_fuse_its_optimizer(tmp_path):
+    """A forward-only run (no backward op, no optimizer step on its host) has no optimizer: its fix batches requests
+    and fuses/replays the forward, and says nothing of foreach or fused optimizers."""
+    t = KinetoTrace()
+    t.step(0, 0.0, 2000.0)
+    for i in range(100):
+        op = t.cpu_op("aten::add_", i * 15.0, 14.0)
+        t.kernel("vectorized_elementwise_kernel<AddFunctor>", i * 15.0 + 10, 3.0, launch_us=i * 15.0 + 2, launch_dur_us=6.0, op=op)
+    (f,) = findings_of(t.write(tmp_path / "t.json"), "TI003")
+    fx = f.fixes["pytorch"]
+    assert "batch more requests" in fx.text and "CUDA graph" in fx.text
+    assert "optimizer" not in fx.text and "foreach" not in fx.text and "fused=True" not in fx.code
