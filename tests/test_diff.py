@@ -341,6 +341,19 @@ def test_markdown_html_and_text_carry_the_verdict(traces, tmp_path):
     assert "Faster" in text and "idle: data wait" in text
 
 
+def test_counts_per_step_are_whole_or_to_a_tenth_in_every_format(traces):
+    """A mean count over steps (131 launches over 3 steps) shows as 43.7, not 43.6666, in Markdown, HTML and text;
+    a whole count stays whole."""
+    from traceinsight.delta.render import count, render_html, render_md, render_text
+
+    assert [count(43.6666), count(265.0), count(1130.2), count(20.04), count(None)] == ["43.7", "265", "1130.2", "20", "—"]
+    d = diff(traces["waits"], traces["fixed"]).data
+    assert d["kernel_classes"]
+    d["kernel_classes"][0]["base_per_step"], d["kernel_classes"][0]["head_per_step"] = 20.0, 43.6666
+    for text in (render_md(d), render_html(d), render_text(d, width=200)):
+        assert "20 → 43.7" in text and "43.6666" not in text
+
+
 def test_hostile_names_are_escaped_in_every_format(tmp_path):
     from .helpers.kineto_writer import KinetoTrace
 

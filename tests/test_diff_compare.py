@@ -714,8 +714,12 @@ def test_what_if_predictions_checked_against_the_measured_step():
          "predicted_step_ns": 8 * MS, "measured_step_ns": 8 * MS, "error_pct": 0.0, "per": "step"},
     ]
     assert d_["what_if_note"] is None
-    got, note = C.what_if_check(base, head, {"step": None})
+    got, note = C.what_if_check(base, head, {"step": {"basis": "gpu_window"}, "comparability": {"comparable": True}})
     assert got == [] and note.startswith("BASE's what-if predictions are per step; these samples are not steps")
+    got, note = C.what_if_check(base, head, {"step": None, "comparability": {"comparable": True}})
+    assert got == [] and note.endswith("one side has no step time to check them against")
+    # not comparable: the verdict says why; no note that calls the samples "not steps"
+    assert C.what_if_check(base, head, {"step": None, "comparability": {"comparable": False}}) == ([], None)
     # the batch grew 128x: per sample, or the prediction would be read against 128x the work
     big = C.compare(_side(durs=[10 * MS] * 4, batch=4, findings=base.report["findings"]), _side(durs=[600 * MS] * 4, batch=512, findings=head.report["findings"]))
     assert big["what_if"][0]["per"] == "sample" and big["what_if"][0]["predicted_step_ns"] == 7 * MS / 4

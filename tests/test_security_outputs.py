@@ -206,7 +206,12 @@ def test_closed_pipe_is_quiet(trace):
 def test_plan_and_refuse_inputs(tmp_path):
     trace = _trace(tmp_path / "t.json")
     assert plan(["json"], None) == [Target("json", None, None)]
+    # one format: no pointer to an HTML page nobody wrote; the one already beside it is named
+    assert plan(["md"], tmp_path / "r.md") == [Target("md", tmp_path / "r.md", None)]
+    (tmp_path / "r.html").write_text("<html></html>")
     assert plan(["md"], tmp_path / "r.md") == [Target("md", tmp_path / "r.md", "r.html")]
+    assert plan(["json"], tmp_path / "r.json") == [Target("json", tmp_path / "r.json", None)]
+    assert plan(["md", "html"], tmp_path / "d")[0] == Target("md", tmp_path / "d" / "traceinsight-report.md", "traceinsight-report.html")
     with pytest.raises(OutputError, match="is a folder"):
         plan(["md"], tmp_path)
     refuse_inputs([Target("json", tmp_path / "other.json", None)], [trace, None])  # no error

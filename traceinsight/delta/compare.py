@@ -671,7 +671,11 @@ def what_if_check(base: S.Side, head: S.Side, d: dict[str, Any]) -> tuple[list[d
         cands.append((f, w, fp))
     if not cands:
         return [], None
-    if d["step"] is None or d["step"].get("basis") != "steps":
+    if not d["comparability"].get("comparable"):
+        return [], None  # the verdict already says why nothing is compared
+    if d["step"] is None:
+        return [], "BASE's what-if predictions are per step; one side has no step time to check them against"
+    if d["step"].get("basis") != "steps":
         return [], "BASE's what-if predictions are per step; these samples are not steps, so they are not checked"
     if d["comparability"].get("vouched"):
         return [], "BASE's what-if predictions are for BASE's program; HEAD runs other ops (compared on your word), so they are not checked"

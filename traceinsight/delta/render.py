@@ -52,6 +52,15 @@ def pct(v: Any, signed: bool = True) -> str:
     return f"{v:+.1f}%" if signed else f"{v:.1f}%"
 
 
+def count(v: Any) -> str:
+    """A count per step: whole where it is (``265``), else to a tenth (``43.7``, not ``43.6666``); a mean over steps
+    carries no more digits than that."""
+    if v is None:
+        return "—"
+    v = float(v)
+    return f"{v:.0f}" if abs(v - round(v)) < 0.05 else f"{v:.1f}"
+
+
 def bucket_label(b: str) -> str:
     return LABELS.get(b, b)
 
@@ -192,14 +201,14 @@ def render_text(d: dict[str, Any], width: int = 110, **_: Any) -> str:
         for c in ("class", "BASE", "HEAD", "change", "count/step"):
             t.add_column(c, justify="left" if c == "class" else "right")
         for r in d["kernel_classes"]:
-            t.add_row(r["class"], ms(r["base_ns_per_step"]), ms(r["head_ns_per_step"]), ms(r["change_ns_per_step"], True), f"{r['base_per_step']:g} → {r['head_per_step']:g}")
+            t.add_row(r["class"], ms(r["base_ns_per_step"]), ms(r["head_ns_per_step"]), ms(r["change_ns_per_step"], True), f"{count(r['base_per_step'])} → {count(r['head_per_step'])}")
         con.print(t)
     if d["ops"]:
         t = Table(title="Framework ops (top level), GPU time per step", title_justify="left", show_edge=False)
         for c in ("op", "BASE", "HEAD", "change", "count/step"):
             t.add_column(c, justify="left" if c == "op" else "right", overflow="ellipsis", no_wrap=True, max_width=60 if c == "op" else None)
         for r in d["ops"][:TOP_ROWS]:
-            t.add_row(rich_text(r["name"], 120), ms(r["base_gpu_ns_per_step"]), ms(r["head_gpu_ns_per_step"]), ms(r["change_gpu_ns_per_step"], True), f"{r['base_per_step'] or 0:g} → {r['head_per_step'] or 0:g}")
+            t.add_row(rich_text(r["name"], 120), ms(r["base_gpu_ns_per_step"]), ms(r["head_gpu_ns_per_step"]), ms(r["change_gpu_ns_per_step"], True), f"{count(r['base_per_step'] or 0)} → {count(r['head_per_step'] or 0)}")
         con.print(t)
     if d["kernels"]:
         t = Table(title="Kernels, time per step (largest change first)", title_justify="left", show_edge=False)
@@ -291,7 +300,7 @@ def render_md(d: dict[str, Any], html_name: str | None = None, max_chars: int = 
         out.append("")
     if d["kernel_classes"]:
         out += ["### Kernel classes (GPU time per step)", "", "| class | BASE | HEAD | change | count/step |", "|---|---:|---:|---:|---:|"]
-        out += [f"| {r['class']} | {ms(r['base_ns_per_step'])} | {ms(r['head_ns_per_step'])} | {ms(r['change_ns_per_step'], True)} | {r['base_per_step']:g} → {r['head_per_step']:g} |" for r in d["kernel_classes"]]
+        out += [f"| {r['class']} | {ms(r['base_ns_per_step'])} | {ms(r['head_ns_per_step'])} | {ms(r['change_ns_per_step'], True)} | {count(r['base_per_step'])} → {count(r['head_per_step'])} |" for r in d["kernel_classes"]]
         out.append("")
     if d["kernels"]:
         out += ["<details><summary>Kernels with the largest change</summary>", "", "| kernel | op | BASE | HEAD | change | |", "|---|---|---:|---:|---:|---|"]
@@ -353,7 +362,7 @@ def html_context(d: dict[str, Any]) -> dict[str, Any]:
         "spread_base": spread(d["base"]), "spread_head": spread(d["head"]),
         "straggler": straggler_line(d["ranks"]) if d["ranks"] else None,
         "kernels": [dict(k, base_ns=_per_step(k["base"]), head_ns=_per_step(k["head"]), tag=_kernel_change(k)) for k in d["kernels"][:40]],
-        "ms": ms, "pct": pct, "bucket_label": bucket_label, "bucket_test": bucket_test, "num": _num, "figure": figure,
+        "ms": ms, "count": count, "pct": pct, "bucket_label": bucket_label, "bucket_test": bucket_test, "num": _num, "figure": figure,
         "extra_kpis": shown_figures(d), "evidence": evidence_lines(d),
     }
 

@@ -54,7 +54,8 @@ def plan(formats: list[str], output: Path | None, product: str = "single") -> li
     """Where each format goes: stdout, the ``-o`` file, or one file per format in the ``-o`` folder (named
     ``<the product's stem>.<the format's suffix>``).
 
-    Raises OutputError for a single format aimed at an existing folder (the report would have no name).
+    Raises OutputError for a single format aimed at an existing folder (the report would have no name). A
+    Markdown file names the HTML report written with it, or, alone, the one already beside it; none otherwise.
     """
     if output is None:
         return [Target(formats[0], None, None)]
@@ -67,7 +68,11 @@ def plan(formats: list[str], output: Path | None, product: str = "single") -> li
         return [Target(f, output / f"{stem}.{FORMATS[f].suffix}", html) for f in formats]
     if st is not None and stat.S_ISDIR(st.st_mode):
         raise OutputError(f"-o {output} is a folder; give a file name (or ask for several formats with -f to fill a folder)")
-    return [Target(formats[0], output, output.with_suffix(".html").name)]
+    # one format: the Markdown points at an HTML report only where one by that name lies beside it (an earlier
+    # call's); a pointer to a page that was never written sends the reader after nothing
+    sibling = output.with_suffix(".html")
+    html = sibling.name if formats[0] == "md" and sibling != output and _stat(sibling) is not None else None
+    return [Target(formats[0], output, html)]
 
 
 def refuse_inputs(targets: Iterable[Target], inputs: Iterable[str | os.PathLike | None]) -> None:
