@@ -149,7 +149,7 @@ def optimizer_iterations(events: pd.DataFrame) -> tuple[pd.DataFrame, dict] | No
     """Iterations from the optimizer's ranges, for a trace with no other step marker: per rank with GPU work, the
     starts of ``Optimizer.zero_grad#...`` (else the ends of ``Optimizer.step#...``) are the boundaries, and each
     iteration runs from one boundary to the next (the last one, after a ``zero_grad``, to the end of the optimizer
-    step that closes it). At least ``MIN_REPEATS`` boundaries on a rank, top-level ranges only (not nested in each
+    step that closes it, when that is a whole iteration: ``_last_is_whole``). At least ``MIN_REPEATS`` boundaries on a rank, top-level ranges only (not nested in each
     other). Returns (rank, start_ns, end_ns, source row) per iteration and the ``steps_source`` entry, or None."""
     host_rows = kind_mask(events["kind"], ("cpu_op", "annotation"))
     zero_all = host_rows & name_mask(events["name"], OPTIMIZER_RANGES[0])  # once per distinct name, not per row
@@ -171,7 +171,8 @@ def optimizer_iterations(events: pd.DataFrame) -> tuple[pd.DataFrame, dict] | No
             z = z[np.argsort(start_all[z], kind="stable")]
             b = start_all[z]
             after = end_all[st][start_all[st] >= b[-1]]
-            ends = np.r_[b[1:], [int(after.max())] if len(after) else []].astype(np.int64)
+            last = [int(after.max())] if len(after) and _last_is_whole(b, start_all[st], end_all[st]) else []
+            ends = np.r_[b[1:], last].astype(np.int64)
             rows = z[: len(ends)]
             used = used or "Optimizer.zero_grad"
         elif len(st) >= MIN_REPEATS:
@@ -191,6 +192,33 @@ def optimizer_iterations(events: pd.DataFrame) -> tuple[pd.DataFrame, dict] | No
     why = (f"no ProfilerStep, TF step or repeated user range; the optimizer's own {used} ranges mark the iterations "
            f"({len(it)} found, each from one call to the next)")
     return it, {"marker": OPTIMIZER_STEP, "how": "optimizer", "why": why}
+
+
+#: The share of an iteration that may follow its optimizer step (the next ``zero_grad`` comes that much later, at
+#: the median) before the last iteration, which has nothing after its step to end it, is left out as cut short.
+MAX_TAIL_SHARE = 0.05
+
+
+def _last_is_whole(b: np.ndarray, step_start: np.ndarray, step_end: np.ndarray) -> bool:
+    """Whether the iteration after the last ``zero_grad`` boundary ``b[-1]``, which can only end with its optimizer
+    step, is a whole one. Where ``zero_grad`` opens an iteration, the time from its step's end to the next
+    boundary (the loss read, logging, the next batch's fetch) belongs to it; the last iteration has none of it and
+    would be a step shorter than the rest by that tail (a data-bound run's shortest step). Kept only when the
+    other iterations' median tail is under ``MAX_TAIL_SHARE`` of their median length (``zero_grad`` right after
+    the step: the iteration ends with its step)."""
+    if len(b) < 2 or not len(step_end):
+        return True
+    order = np.argsort(step_start, kind="stable")
+    ss, se = step_start[order], np.maximum.accumulate(step_end[order])
+    # per full iteration k: the latest end of a step that started in [b[k], b[k+1])
+    hi = np.searchsorted(ss, b[1:], side="left") - 1
+    lo = np.searchsorted(ss, b[:-1], side="left")
+    has = hi >= lo
+    if not has.any():
+        return True
+    tail = (b[1:] - se[np.maximum(hi, 0)])[has]
+    length = np.diff(b)[has]
+    return float(np.median(np.maximum(tail, 0))) <= MAX_TAIL_SHARE * float(np.median(length))
 
 
 def add_iterations(events: pd.DataFrame, it: pd.DataFrame) -> pd.DataFrame:
