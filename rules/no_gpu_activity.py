@@ -97,6 +97,22 @@ class NoGpuActivity(Rule):
                 key="no-gpu-activity",
             )
             return
+        other = ctx.meta.extra.get("unread_accelerator")
+        if isinstance(other, dict) and other.get("events"):  # the device ran, in categories this tool does not model
+            name, cats = str(other.get("name", "accelerator")), ", ".join(map(str, other.get("categories", [])))
+            yield ctx.finding(
+                title=f"{name} profile: the {name} accelerator ran the work, and traceinsight reads GPU timelines only",
+                message=(f"The trace holds {int(other['events']):,} {name} device events ({cats}) and no GPU kernel or "
+                         f"copy: the accelerator's work is not read, so nothing here judges it; only the host side "
+                         f"(ops, runtime calls) is shown. Read its device timeline with the accelerator's own tools "
+                         f"or Holistic Trace Analysis."),
+                severity=Severity.INFO,
+                evidence=evidence,
+                fixes={},
+                metrics={"gpu_api_calls": n_api, "events": int(len(ctx.events)), "unread_device_events": int(other["events"])},
+                key="no-gpu-activity",
+            )
+            return
         if n_api or gpus:
             why = f"the program made {n_api} GPU API calls" if n_api else f"the capture lists {len(gpus)} GPU(s) ({gpus[0].name or 'unnamed'})"
             title = f"No GPU activity recorded although {why}"

@@ -79,3 +79,53 @@ def test_ti011_a_tpu_profile_is_said_to_be_out_of_reach(tmp_path):
     assert f.fixes == {} and f.severity.value == "info" and f.metrics["tpu_planes"] == 1
     assert not any("recorded without a GPU" in w or "no /device:GPU planes" in w for w in a.timeline.meta.warnings)
     assert any(w.startswith("TPU profile: 1 /device:TPU planes") for w in a.timeline.meta.warnings)
+
+
+def _mtia_inference(t) -> None:
+    """An MTIA inference capture as kineto writes it: ops and ``mtia_runtime`` calls on the host (a command's record
+    and enqueue share one correlation id), the device's command-processor events (``mtia_ccp_events``) on the
+    device's pid, and no CUDA kernel or copy."""
+    for i in range(4):
+        t0 = i * 1_000.0
+        t.cpu_op("aten::linear", t0, 300.0)
+        for name in ("recordEvent", "enqueueCommand memcpyHtoDAsync"):
+            t.events.append({"ph": "X", "cat": "mtia_runtime", "name": name, "pid": t.pid, "tid": t.tid, "ts": t._ts(t0 + 10), "dur": 5.0,
+                             "args": {"correlation": 500 + i, "device": 17, "stream_id": "108"}})
+        for j, name in enumerate(("dma_request", "pe_exe", "event_wait")):
+            t.events.append({"ph": "X", "cat": "mtia_ccp_events", "name": name, "pid": 17, "tid": 3900 + j, "ts": t._ts(t0 + 50 + 100 * j), "dur": 80.0,
+                             "args": {"stream": 108}})
+
+
+def test_ti011_an_mtia_profile_is_said_to_be_out_of_reach(tmp_path):
+    """An MTIA run recorded its device's work as ``mtia_ccp_events``: the accelerator ran, so "record CUDA
+    activities" would be a wrong fix; the finding names the accelerator and its unread events, at info, with no fix.
+    Its runtime giving a command's calls one correlation id loses no link (there is no GPU row to link to), so no
+    lost-events warning either."""
+    import traceinsight
+    from tests.helpers.kineto_writer import KinetoTrace
+
+    t = KinetoTrace()
+    _mtia_inference(t)
+    a = traceinsight.analyze(t.write(tmp_path / "mtia.json"))
+    (f,) = [x for x in a.findings if x.code == "TI011"]
+    assert f.title == "MTIA profile: the MTIA accelerator ran the work, and traceinsight reads GPU timelines only"
+    assert f.fixes == {} and f.severity.value == "info" and f.metrics["unread_device_events"] == 12
+    assert "12 MTIA device events (mtia_ccp_events)" in f.message
+    assert a.timeline.meta.extra["unread_accelerator"] == {"name": "MTIA", "events": 12, "categories": ["mtia_ccp_events"]}
+    assert not any("correlation ids" in w for w in a.timeline.meta.warnings)
+    assert "TI014" not in {x.code for x in a.findings}
+
+
+def test_ti011_shared_correlation_ids_are_still_lost_links_beside_gpu_rows(tmp_path):
+    """The same shared ids beside a CUDA kernel: a link to a GPU row may be lost, so the warning stays."""
+    import traceinsight
+    from tests.helpers.kineto_writer import KinetoTrace
+
+    t = KinetoTrace()
+    _mtia_inference(t)
+    for i in range(2):
+        t.events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": t.pid, "tid": t.tid, "ts": t._ts(5_000 + i), "dur": 0.5,
+                         "args": {"correlation": 900}})
+    t.kernel("sgemm", 5_100, 50, launch_us=5_010)
+    a = traceinsight.analyze(t.write(tmp_path / "mixed.json"))
+    assert any("runtime calls share" in w for w in a.timeline.meta.warnings)

@@ -62,7 +62,8 @@ def check_columns(cols: dict, meta) -> dict:
     overlap = _overlapping_step_rows(kind_is(cols["kind"], "step"), cols["start_ns"], cols["dur_ns"], cols["rank"], cols["device"], meta)
     if overlap is not None:
         cols = take_rows(cols, ~overlap)
-    corr = _unlinked_correlations(cols["correlation"], kind_is(cols["kind"], "runtime"), cols["rank"], cols["pid"], meta)
+    corr = _unlinked_correlations(cols["correlation"], kind_is(cols["kind"], "runtime"), cols["rank"], cols["pid"], meta,
+                                  bool((cols["device"] >= 0).any()))
     if corr is not None:
         cols["correlation"] = corr
     return cols
@@ -168,13 +169,17 @@ def _shared_correlations(events: pd.DataFrame, meta) -> None:
     """Runtime calls of one process sharing a correlation id (which each launch gets uniquely) are unlinked, with
     the GPU rows carrying that id: a link would tie every such kernel to every such call."""
     new = _unlinked_correlations(events["correlation"].to_numpy(), (events["kind"] == "runtime").to_numpy(),
-                                 events["rank"].to_numpy(), events["pid"].to_numpy(), meta)
+                                 events["rank"].to_numpy(), events["pid"].to_numpy(), meta,
+                                 "device" not in events or bool((events["device"].to_numpy() >= 0).any()))
     if new is not None:
         events["correlation"] = new
 
 
-def _unlinked_correlations(corr: np.ndarray, is_runtime: np.ndarray, rank: np.ndarray, pid: np.ndarray, meta) -> np.ndarray | None:
-    """The correlation column with the shared ids unlinked (-1), or None when no id is shared (``_shared_correlations``)."""
+def _unlinked_correlations(corr: np.ndarray, is_runtime: np.ndarray, rank: np.ndarray, pid: np.ndarray, meta,
+                           gpu_rows: bool = True) -> np.ndarray | None:
+    """The correlation column with the shared ids unlinked (-1), or None when no id is shared (``_shared_correlations``).
+    Without GPU rows (``gpu_rows`` False: a CPU-only capture, an accelerator whose device rows are not read) no link
+    to one is lost, so nothing is reported lost: some runtimes give one id to a command's several calls."""
     runtime = is_runtime & (corr >= 0)
     if runtime.sum() < 2:
         return None
@@ -198,8 +203,9 @@ def _unlinked_correlations(corr: np.ndarray, is_runtime: np.ndarray, rank: np.nd
     rows = cand[hit]
     new = corr.copy()
     new[rows] = -1
-    meta.warn(f"{int(dup.sum()):,} runtime calls share {n_ids:,} correlation ids (each launch has its own): the links of "
-              f"{len(rows):,} rows through those ids were dropped, so launch and GPU rows are not matched through them")
+    if gpu_rows:
+        meta.warn(f"{int(dup.sum()):,} runtime calls share {n_ids:,} correlation ids (each launch has its own): the links of "
+                  f"{len(rows):,} rows through those ids were dropped, so launch and GPU rows are not matched through them")
     return new
 
 

@@ -59,6 +59,28 @@ _CAT_KIND = {
     "gpu_user_annotation": "gpu_annotation",
 }
 _GPU_KINDS = ("kernel", "memcpy", "memset", "gpu_sync", "gpu_annotation")
+#: Category prefixes of the device-side activity of accelerators whose timelines this tool does not model (Meta's
+#: MTIA: ``mtia_ccp_events``, its command processor's executions, DMA requests and event waits). Their rows stay
+#: "other"; they are counted so that a report says the accelerator ran and is not read, not that the GPU's
+#: activity went unrecorded. The accelerator's runtime calls (``mtia_runtime``) are host rows like any runtime's.
+_UNREAD_DEVICE_PREFIXES = {"mtia_": "MTIA"}
+
+
+def _unread_device_rows(cat) -> dict | None:
+    """``{"name", "events", "categories"}`` for the rows of an accelerator's device activity that are not read
+    (``_UNREAD_DEVICE_PREFIXES``), or None: one test per category, a count per category from the codes."""
+    names = [str(c).lower() for c in cat.categories]
+    hit = [i for i, c in enumerate(names) if _CAT_KIND.get(c) is None and any(c.startswith(p) for p in _UNREAD_DEVICE_PREFIXES)]
+    if not hit:
+        return None
+    codes = np.asarray(cat.codes)
+    per = np.bincount(codes[codes >= 0], minlength=len(names))
+    n = int(per[hit].sum())
+    if not n:
+        return None
+    first = names[hit[0]]
+    name = next(v for p, v in _UNREAD_DEVICE_PREFIXES.items() if first.startswith(p))
+    return {"name": name, "events": n, "categories": [str(cat.categories[i]) for i in hit if per[i]]}
 _OTHER, _ANNOTATION, _CPU_OP, _STEP = (KINDS.index(k) for k in ("other", "annotation", "cpu_op", "step"))
 
 
@@ -136,6 +158,10 @@ def _read_folder(folder: Path, progress, max_bytes: int | None) -> ReadResult:
         meta.extra["mixed_runs"] = mixed
         meta.warn(mixed_runs_warning(f"{folder.name}: ", mixed))
     meta.extra["absolute_origin_ns"] = [m.extra.get("absolute_origin_ns") for m in metas]
+    unread = [m.extra["unread_accelerator"] for m in metas if "unread_accelerator" in m.extra]
+    if unread:
+        meta.extra["unread_accelerator"] = {"name": unread[0]["name"], "events": sum(u["events"] for u in unread),
+                                            "categories": sorted({c for u in unread for c in u["categories"]})}
     for rows in parts:
         _kernel_warnings(rows, meta)
     return ReadResult(parts, meta, epoch=None)
@@ -192,12 +218,15 @@ def _read_file_nogc(path: Path, progress=None, max_bytes: int | None = None, spl
     del data
     if progress:
         progress("arranging columns")
+    unread = _unread_device_rows(cols.cat)
     rows, origin_ns = _build(cols, header, path, warnings)
     if cols.memory is not None:
         base_ns = _base_time_ns(header.baseTimeNanoseconds, path, [])
         rows.memory = memory_rows(cols.memory, (origin_ns - base_ns) / 1000.0, origin_ns, warnings)
     meta = _meta(header, path, rows.columns["device"])
     meta.extra["absolute_origin_ns"] = origin_ns
+    if unread is not None:
+        meta.extra["unread_accelerator"] = unread
     for w in warnings:
         meta.warn(w)
     return rows, meta
