@@ -102,7 +102,7 @@ class NoGpuActivity(Rule):
             name, cats = str(other.get("name", "accelerator")), ", ".join(map(str, other.get("categories", [])))
             yield ctx.finding(
                 title=f"{name} profile: the {name} accelerator ran the work, and traceinsight reads GPU timelines only",
-                message=(f"The trace holds {int(other['events']):,} {name} device events ({cats}) and no GPU kernel or "
+                message=(f"The trace holds {int(other['events']):,} {name} device event{'s' if int(other['events']) != 1 else ''} ({cats}) and no GPU kernel or "
                          f"copy: the accelerator's work is not read, so nothing here judges it; only the host side "
                          f"(ops, runtime calls) is shown. Read its device timeline with the accelerator's own tools "
                          f"or Holistic Trace Analysis."),
