@@ -8,6 +8,26 @@ import pandas as pd
 from traceinsight.rule_api import Fix, Location, Option, Severity, fmt_ns, level
 from traceinsight.rule_api_job import CrossRankRule, JobContext
 
+#: DDP/FSDP overlap advice; ``compress`` and ``hook`` name the gradient compression the GPU supports.
+_DDP_TEXT = (
+    "Overlap communication with backward: DDP starts all-reduce per bucket, so tune `bucket_cap_mb` (smaller "
+    "buckets start earlier, larger ones cost fewer launches) and keep `gradient_as_bucket_view=True`; "
+    "accumulate gradients over several micro-batches under `no_sync()` so you all-reduce once per N steps; "
+    "with FSDP set `backward_prefetch=BackwardPrefetch.BACKWARD_PRE` and `forward_prefetch=True`; compress "
+    "gradients {compress} when the link is the limit."
+)
+_DDP_CODE = """
+    model = DDP(model, device_ids=[local_rank], bucket_cap_mb=50, gradient_as_bucket_view=True)
+    model.register_comm_hook(None, torch.distributed.algorithms.ddp_comm_hooks.default_hooks.{hook})
+    for i, batch in enumerate(loader):
+        ctx = model.no_sync() if (i + 1) % accum_steps else contextlib.nullcontext()
+        with ctx:
+            loss = model(batch).sum() / accum_steps
+            loss.backward()
+        if (i + 1) % accum_steps == 0:
+            opt.step(); opt.zero_grad(set_to_none=True)
+"""
+
 
 class ExposedCommunication(CrossRankRule):
     code = "TI021"
@@ -44,43 +64,12 @@ class ExposedCommunication(CrossRankRule):
     **Impact** = the median over reported ranks of that exposed transfer time: what the step would lose if it were
     hidden behind compute.
     """
-    fix_pytorch = Fix(
-        "Overlap communication with backward: DDP starts all-reduce per bucket, so tune `bucket_cap_mb` (smaller "
-        "buckets start earlier, larger ones cost fewer launches) and keep `gradient_as_bucket_view=True`; "
-        "accumulate gradients over several micro-batches under `no_sync()` so you all-reduce once per N steps; "
-        "with FSDP set `backward_prefetch=BackwardPrefetch.BACKWARD_PRE` and `forward_prefetch=True`; compress "
-        "gradients (`bf16_compress_hook`) when the link is the limit.",
-        """
-        model = DDP(model, device_ids=[local_rank], bucket_cap_mb=50, gradient_as_bucket_view=True)
-        model.register_comm_hook(None, torch.distributed.algorithms.ddp_comm_hooks.default_hooks.bf16_compress_hook)
-        for i, batch in enumerate(loader):
-            ctx = model.no_sync() if (i + 1) % accum_steps else contextlib.nullcontext()
-            with ctx:
-                loss = model(batch).sum() / accum_steps
-                loss.backward()
-            if (i + 1) % accum_steps == 0:
-                opt.step(); opt.zero_grad(set_to_none=True)
-        """,
-    )
+    fix_pytorch = Fix(_DDP_TEXT.format(compress="(`bf16_compress_hook`)"), _DDP_CODE.format(hook="bf16_compress_hook"))
     #: before Ampere there is no bf16: gradients compress in fp16
     fix_variants = {
         "pytorch:pre_ampere": Fix(
-            "Overlap communication with backward: DDP starts all-reduce per bucket, so tune `bucket_cap_mb` (smaller "
-            "buckets start earlier, larger ones cost fewer launches) and keep `gradient_as_bucket_view=True`; "
-            "accumulate gradients over several micro-batches under `no_sync()` so you all-reduce once per N steps; "
-            "with FSDP set `backward_prefetch=BackwardPrefetch.BACKWARD_PRE` and `forward_prefetch=True`; compress "
-            "gradients in fp16 (`fp16_compress_hook`: this GPU predates Ampere and has no bf16) when the link is the limit.",
-            """
-            model = DDP(model, device_ids=[local_rank], bucket_cap_mb=50, gradient_as_bucket_view=True)
-            model.register_comm_hook(None, torch.distributed.algorithms.ddp_comm_hooks.default_hooks.fp16_compress_hook)
-            for i, batch in enumerate(loader):
-                ctx = model.no_sync() if (i + 1) % accum_steps else contextlib.nullcontext()
-                with ctx:
-                    loss = model(batch).sum() / accum_steps
-                    loss.backward()
-                if (i + 1) % accum_steps == 0:
-                    opt.step(); opt.zero_grad(set_to_none=True)
-            """,
+            _DDP_TEXT.format(compress="in fp16 (`fp16_compress_hook`: this GPU predates Ampere and has no bf16)"),
+            _DDP_CODE.format(hook="fp16_compress_hook"),
         ),
     }
     fix_tensorflow = Fix(

@@ -417,37 +417,29 @@ FIX_COMPILED = Fix(
     loader = DataLoader(ds, batch_size=64)                 # or: more work per kernel
     """,
 )
+#: Compile with CUDA graphs, or capture a static ``what`` (step, forward) by hand: the snippet of the fixes below.
+_GRAPH_CODE = """
+    model = torch.compile(model, mode="reduce-overhead")      # fusion + CUDA graphs
+
+    # or capture a static {what} by hand
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        static_out = model(static_in)
+    static_in.copy_(batch); g.replay()
+"""
 #: The PyTorch fix without the optimizer advice, for a model already on the foreach or fused optimizer.
 FIX_OPTIMIZER_IN_USE = Fix(
     "Give each launch more work: larger batches; fuse elementwise chains with `torch.compile`; replay the step as a "
     "CUDA graph (`mode=\"reduce-overhead\"` or `torch.cuda.graphs`) when shapes are static. (The optimizer already "
     "runs its foreach or fused implementation.)",
-    """
-    model = torch.compile(model, mode="reduce-overhead")      # fusion + CUDA graphs
-
-    # or capture a static step by hand
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        static_out = model(static_in)
-    static_in.copy_(batch); g.replay()
-    """,
+    _GRAPH_CODE.format(what="step"),
 )
-
-
 #: For inference (no backward, no optimizer on the rank): the class fix without its optimizer advice.
 FIX_INFERENCE = Fix(
     "Give each launch more work: batch more requests per forward pass; fuse elementwise chains with `torch.compile`; "
     "replay the forward as a CUDA graph (`mode=\"reduce-overhead\"` or `torch.cuda.graphs`) when shapes are static "
     "(pad to a few fixed sizes if they vary).",
-    """
-    model = torch.compile(model, mode="reduce-overhead")      # fusion + CUDA graphs
-
-    # or capture a static forward by hand
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        static_out = model(static_in)
-    static_in.copy_(batch); g.replay()
-    """,
+    _GRAPH_CODE.format(what="forward"),
 )
 
 

@@ -13,6 +13,7 @@ from traceinsight.assess.verdict import COPY_BOUND_PCT, MIN_BOUND_PCT, claims, d
 
 from .conftest import REPO, corpus_file, trace_root
 from .helpers.kineto_writer import KinetoTrace
+from .helpers.rule_cases import copy_trace
 
 US = 1_000
 DATA = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
@@ -80,13 +81,7 @@ def test_launch_bound_and_too_little_work(tmp_path):
 
 
 def test_copies_dominating_busy_time_are_copy_bound(tmp_path):
-    t = KinetoTrace()
-    for i in range(4):
-        b = i * 3000
-        t.memcpy("HtoD", b, 1500, 64 << 20, pageable=True, sync=True)
-        t.kernel("vec_add", b + 1510, 1000, launch_us=b + 1502)
-        t.memcpy("DtoH", b + 2520, 400, 16 << 20, pageable=True, sync=True, launch_us=b + 2511)
-    a = _analyze(tmp_path, t, ignore=["TI008"])  # one-block grids: TI008 would price the kernel's speed-up above all
+    a = _analyze(tmp_path, copy_trace(), ignore=["TI008"])  # one-block grids: TI008 would price the kernel's speed-up above all
     d = details(a)
     tot = d["ledger_ns"]
     assert 100.0 * tot["copy"] / sum(tot[b] for b in BUSY_BUCKETS) >= COPY_BOUND_PCT

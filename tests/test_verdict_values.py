@@ -18,6 +18,7 @@ from traceinsight.rule_api import Finding, Fix, Location, Severity
 from traceinsight.assess.verdict import claims, claims_of, details, finding_claims, headline, ledger_of
 
 from .helpers.kineto_writer import KinetoTrace
+from .helpers.rule_cases import copy_trace
 
 DATA = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
 MS = 1_000_000
@@ -43,21 +44,6 @@ def two_gpu_trace() -> KinetoTrace:
         t.annotation(DATA, b, 400)
         t.kernel("gemm", b + 420, 560, launch_us=b + 405, device=0)
         t.kernel("gemm", b + 420, 300, launch_us=b + 410, device=1)
-    return t
-
-
-def copy_trace(data_us: int = 0) -> KinetoTrace:
-    """4 steps of a 1.5 ms blocking H2D copy, a 1 ms kernel, a 0.4 ms blocking D2H copy (copies 66 % of busy
-    time), each after an optional data wait."""
-    t = KinetoTrace()
-    for i in range(4):
-        b = i * (3000 + data_us)
-        if data_us:
-            t.annotation(DATA, b, data_us)
-            b += data_us
-        t.memcpy("HtoD", b, 1500, 64 << 20, pageable=True, sync=True)
-        t.kernel("vec_add", b + 1510, 1000, launch_us=b + 1502)
-        t.memcpy("DtoH", b + 2520, 400, 16 << 20, pageable=True, sync=True, launch_us=b + 2511)
     return t
 
 
@@ -287,13 +273,7 @@ def test_copies_bound_when_they_are_most_of_busy_time(tmp_path):
 def test_copies_already_pinned_are_told_to_move_less_data(tmp_path):
     """The same copy-bound loop with every copy from pinned memory: "pinned transfers" is what it already does, so
     the lever named is moving less data or overlapping it."""
-    t = KinetoTrace()
-    for i in range(4):
-        b = i * 3000
-        t.memcpy("HtoD", b, 1500, 64 << 20, pageable=False, sync=True)
-        t.kernel("vec_add", b + 1510, 1000, launch_us=b + 1502)
-        t.memcpy("DtoH", b + 2520, 400, 16 << 20, pageable=False, sync=True, launch_us=b + 2511)
-    s = details(analyse(tmp_path, t))["sentence"]
+    s = details(analyse(tmp_path, copy_trace(pageable=False)))["sentence"]
     assert "so moving less data (keep it on the GPU between steps" in s and "already from pinned memory" in s
     assert "pinned or overlapped transfers" not in s
 
