@@ -10,6 +10,7 @@ from traceinsight.rule_api import Fix, Instance, Location, Option, Rule, Severit
 
 from traceinsight.vocab.intervals import Coverage, merge_intervals
 from traceinsight.vocab.patterns import OPTIMIZER
+from traceinsight.vocab.thresholds import LAUNCH_GAP_NS
 from traceinsight.rulelib.enclosing import host_columns
 from traceinsight.rulelib.gaps import gap_columns, ledger_gap_columns, request_boundary_gaps
 from traceinsight.vocab.masks import name_mask
@@ -20,7 +21,7 @@ from traceinsight.rulelib import cpu_only_ops, in_use, memo
 
 #: Shortest framework op that counts as CPU work when it launches nothing (a long gap's own floor, 100 µs): the
 #: short ops of eager dispatch (views, reshapes, empty tensors) launch nothing either, but are dispatch, not work.
-MIN_CPU_WORK_NS = 100_000
+MIN_CPU_WORK_NS = LAUNCH_GAP_NS
 
 CAUSE_OPT = "optimizer step"  # not a bucket: names host-caused idle more precisely
 #: Not a bucket either: host-busy idle spent in framework ops that made no GPU call (``rulelib.cpu_only_ops``):
@@ -209,6 +210,15 @@ _FIX_BETWEEN_GRAPHS = Fix(
 )
 #: For a Keras or custom TensorFlow step that already runs as a ``tf.function``: the host time left between calls
 #: is the per-batch Python around them (Keras's loop, callbacks, logs read back), which only fewer calls remove.
+#: A compiled model whose host is still busy between launches: the wrapper's own Python, which CUDA graphs remove.
+_FIX_COMPILED_HOST = Fix(
+    "The model is already compiled and the host is still busy between launches (the compiled wrapper's own "
+    "Python: guards, argument handling, the generated `call`): replay it as a CUDA graph "
+    "(`mode=\"reduce-overhead\"`) so one launch runs the whole graph, or give each launch more work with a larger batch.",
+    """
+    model = torch.compile(model, mode="reduce-overhead")   # CUDA graphs over the compiled step
+    """,
+)
 _FIX_TF_STEPS_PER_CALL = Fix(
     "The step already runs as a `tf.function` (its `__inference_` function is in the trace), so the idle is the "
     "Python between two calls: Keras's per-batch loop (callbacks, logs and metrics read back, its end-of-batch "
@@ -261,22 +271,8 @@ FIX_IN_USE: dict[str, dict[tuple[str, str], Fix]] = {
             opt = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=True)   # instead of foreach=True
             """,
         ),
-        (CAUSE_CPU, "compiled"): Fix(
-            "The model is already compiled and the host is still busy between launches (the compiled wrapper's own "
-            "Python: guards, argument handling, the generated `call`): replay it as a CUDA graph "
-            "(`mode=\"reduce-overhead\"`) so one launch runs the whole graph, or give each launch more work with a larger batch.",
-            """
-            model = torch.compile(model, mode="reduce-overhead")   # CUDA graphs over the compiled step
-            """,
-        ),
-        (CAUSE_UNTRACED, "compiled"): Fix(
-            "The model is already compiled and the host is still busy between launches (the compiled wrapper's own "
-            "Python: guards, argument handling, the generated `call`): replay it as a CUDA graph "
-            "(`mode=\"reduce-overhead\"`) so one launch runs the whole graph, or give each launch more work with a larger batch.",
-            """
-            model = torch.compile(model, mode="reduce-overhead")   # CUDA graphs over the compiled step
-            """,
-        ),
+        (CAUSE_CPU, "compiled"): _FIX_COMPILED_HOST,
+        (CAUSE_UNTRACED, "compiled"): _FIX_COMPILED_HOST,
     },
     "tensorflow": {
         (CAUSE_CPU, "tf_function"): _FIX_TF_STEPS_PER_CALL,
@@ -376,14 +372,21 @@ def _cpu_work_covers_half(views, pos: np.ndarray) -> np.ndarray:
     ops = cpu_only_ops(views, MIN_CPU_WORK_NS)
     if not len(ops["start_ns"]):
         return out
+    return _covers_half(views, pos, ops["rank"], ops["start_ns"], ops["end_ns"])
+
+
+def _covers_half(views, pos: np.ndarray, o_rank: np.ndarray, o_start: np.ndarray, o_end: np.ndarray) -> np.ndarray:
+    """Per gap (positions in ``views.gaps``): do the host ranges (o_rank, o_start, o_end) of its rank cover at least
+    half of it (their union, overlaps counted once)?"""
+    out = np.zeros(len(pos), dtype=bool)
     ga = gap_columns(views)
     g_rank = ga["rank"][pos]
     g_start, g_end, g_dur = (ga[c][pos] for c in ("start_ns", "end_ns", "dur_ns"))
     for rank in np.unique(g_rank):
         gm = g_rank == rank
-        om = ops["rank"] == rank
+        om = o_rank == rank
         if om.any():
-            out[gm] = Coverage(ops["start_ns"][om], ops["end_ns"][om]).overlap(g_start[gm], g_end[gm]) * 2 >= g_dur[gm]
+            out[gm] = Coverage(o_start[om], o_end[om]).overlap(g_start[gm], g_end[gm]) * 2 >= g_dur[gm]
     return out
 
 
@@ -422,18 +425,7 @@ def _optimizer_covers_half(views, pos: np.ndarray) -> np.ndarray:
     if not len(m):
         return out
     hc = host_columns(views)
-    o_rank, o_s, o_e = hc["rank"][m], hc["start_ns"][m], hc["end_ns"][m]
-    ga = gap_columns(views)
-    g_rank = ga["rank"][pos]
-    g_start, g_end, g_dur = (ga[c][pos] for c in ("start_ns", "end_ns", "dur_ns"))
-    for rank in np.unique(g_rank):
-        gm = g_rank == rank
-        om = o_rank == rank
-        if not om.any():
-            continue
-        cov = Coverage(o_s[om], o_e[om]).overlap(g_start[gm], g_end[gm])
-        out[gm] = cov * 2 >= g_dur[gm]
-    return out
+    return _covers_half(views, pos, hc["rank"][m], hc["start_ns"][m], hc["end_ns"][m])
 
 
 class GpuIdleGaps(Rule):
@@ -606,16 +598,17 @@ class GpuIdleGaps(Rule):
             top_cause = by_cause[0][0]
             g_start, g_end, g_dur = ga["start_ns"][pos], ga["end_ns"][pos], ga["dur_ns"][pos]
             cause = attributed["cause"][mine]
-            top = np.argsort(-steady[pos], kind="stable")[: int(self.top_n)]  # the largest, ties in time order
-            evidence = self._evidence(v, rank, g_start[top], g_end[top], g_dur[top], warmup[pos][top], cause[top],
+            s_pos, w_pos = steady[pos], warmup[pos]
+            top = np.argsort(-s_pos, kind="stable")[: int(self.top_n)]  # the largest, ties in time order
+            evidence = self._evidence(v, rank, g_start[top], g_end[top], g_dur[top], w_pos[top], cause[top],
                                       attributed["next_launch_end_ns"][mine][top])
             warm = int(warmup_dev[j])
             window_ns, busy_pct, pct = int(window[j]), float(busy_of[j]), float(long_pct[j])
             # the largest gap as counted here: its steady-state part (the evidence's order), said to hold warm-up
             # when it does, so the figure is never a stretch of one-time work the title leaves out
-            big = int(np.argmax(steady[pos]))
-            big_warm = int(warmup[pos][big])
-            largest = f"The largest gap lasted {fmt_ns(int(steady[pos][big]))}" + (
+            big = int(top[0])  # top_n >= 1: the first of the largest
+            big_warm = int(w_pos[big])
+            largest = f"The largest gap lasted {fmt_ns(int(s_pos[big]))}" + (
                 f" once its {fmt_ns(big_warm)} of warm-up is left out." if big_warm else ".")
             cause_words = ", ".join(f"{c} {shares[c]:.0f} %" for c, _ in by_cause[:3])
             if multi is None:
@@ -742,8 +735,10 @@ def _host_activity(views, rank: int, start: int, end: int) -> str:
     k = views.events_overlapping(start, end)
     k = k[(idx["device"][k] < 0) & (idx["rank"][k] == rank)]
     busy = _launching_thread(idx, rank, end)
-    if busy is not None and not _holds(idx, _activity_rows(idx, k), busy, start, end):
-        busy = _busiest_thread(idx, _activity_rows(idx, k), start, end)  # the launcher held little of the gap
+    if busy is not None:
+        act = _activity_rows(idx, k)
+        if not _holds(idx, act, busy, start, end):
+            busy = _busiest_thread(idx, act, start, end)  # the launcher held little of the gap
     lead = ""
     if busy is not None:
         # the thread that issued the work ending the gap was the busy one (it held the GIL, it launched next); other
@@ -784,17 +779,15 @@ def _activity_rows(idx: dict, k: np.ndarray) -> np.ndarray:
     return k[np.isin(idx["kind"][k], list(_ACTIVITY_KINDS))]
 
 
-def _held(idx: dict, rows: np.ndarray, start: int, end: int) -> int:
-    """How much of [start, end) the host rows at ``rows`` cover (summed: nested rows count each)."""
-    s = idx["start"][rows]
-    return int(np.clip(np.minimum(s + idx["dur"][rows], end) - np.maximum(s, start), 0, None).sum())
-
-
 def _holds(idx: dict, k: np.ndarray, thread: tuple[int, int], start: int, end: int) -> bool:
     """Whether ``thread`` held at least a quarter of the gap: a runtime that launches from threads of its own (JAX's
-    PJRT stream threads) holds only the launch call there, while the Python thread dispatching the ops holds the gap."""
+    PJRT stream threads) holds only the launch call there, while the Python thread dispatching the ops holds the gap.
+    Its rows' overlaps with the gap are summed (nested rows count each): a quick test, erring towards keeping the
+    launching thread; ``_busiest_thread``, which picks another, merges them."""
     mine = k[(idx["pid"][k] == thread[0]) & (idx["tid"][k] == thread[1])]
-    return 4 * _held(idx, mine, start, end) >= end - start
+    s = idx["start"][mine]
+    held = int(np.clip(np.minimum(s + idx["dur"][mine], end) - np.maximum(s, start), 0, None).sum())
+    return 4 * held >= end - start
 
 
 def _busiest_thread(idx: dict, k: np.ndarray, start: int, end: int) -> tuple[int, int] | None:

@@ -224,7 +224,7 @@ class InputPipelineBound(Rule):
             msg += f" Over {n_steps} step(s) the per-step share ranges {evidence['share_pct'].min():.1f}-{evidence['share_pct'].max():.1f}%."
         workers = "loader_workers" in in_use(ctx.views)
         yield ctx.finding(
-            **({"fixes": {**type(self).fixes(), "pytorch": self.FIX_WITH_WORKERS}} if workers else {}),
+            fixes={**type(self).fixes(), **({"pytorch": self.FIX_WITH_WORKERS} if workers else {})},
             title=f"Input pipeline takes {share:.1f}% of {basis}",
             message=msg,
             impact_ns=impact,

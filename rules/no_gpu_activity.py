@@ -84,32 +84,31 @@ class NoGpuActivity(Rule):
         counts = ctx.events["kind"].astype(str).value_counts()
         evidence = pd.DataFrame({"kind": counts.index.astype(str), "events": counts.to_numpy()})
         tpus = int(ctx.meta.extra.get("tpu_planes", 0) or 0)
-        if tpus:  # another accelerator ran: the trace is not "without a GPU", it is out of this tool's reach
-            yield ctx.finding(
-                title=f"TPU profile: {tpus} TPU(s) ran the work, and traceinsight reads GPU traces only",
-                message=(f"The capture holds {tpus} /device:TPU planes and no GPU: the accelerator's work is not read, so "
-                         "nothing here judges it; only the host side is shown. Open the profile in XProf/TensorBoard's "
-                         "profile plugin, which reads TPU planes."),
-                severity=Severity.INFO,
-                evidence=evidence,
-                fixes={},
-                metrics={"gpu_api_calls": n_api, "events": int(len(ctx.events)), "tpu_planes": tpus},
-                key="no-gpu-activity",
-            )
-            return
         other = ctx.meta.extra.get("unread_accelerator")
-        if isinstance(other, dict) and other.get("events"):  # the device ran, in categories this tool does not model
-            name, cats = str(other.get("name", "accelerator")), ", ".join(map(str, other.get("categories", [])))
-            yield ctx.finding(
-                title=f"{name} profile: the {name} accelerator ran the work, and traceinsight reads GPU timelines only",
-                message=(f"The trace holds {int(other['events']):,} {name} device event{'s' if int(other['events']) != 1 else ''} ({cats}) and no GPU kernel or "
+        elsewhere = None  # another accelerator ran: the trace is not "without a GPU", it is out of this tool's reach
+        if tpus:
+            elsewhere = (f"TPU profile: {tpus} TPU(s) ran the work, and traceinsight reads GPU traces only",
+                         f"The capture holds {tpus} /device:TPU planes and no GPU: the accelerator's work is not read, so "
+                         "nothing here judges it; only the host side is shown. Open the profile in XProf/TensorBoard's "
+                         "profile plugin, which reads TPU planes.",
+                         {"tpu_planes": tpus})
+        elif isinstance(other, dict) and other.get("events"):  # the device ran, in categories this tool does not model
+            name, cats, n = str(other.get("name", "accelerator")), ", ".join(map(str, other.get("categories", []))), int(other["events"])
+            elsewhere = (f"{name} profile: the {name} accelerator ran the work, and traceinsight reads GPU timelines only",
+                         f"The trace holds {n:,} {name} device event{'s' if n != 1 else ''} ({cats}) and no GPU kernel or "
                          f"copy: the accelerator's work is not read, so nothing here judges it; only the host side "
                          f"(ops, runtime calls) is shown. Read its device timeline with the accelerator's own tools "
-                         f"or Holistic Trace Analysis."),
+                         f"or Holistic Trace Analysis.",
+                         {"unread_device_events": n})
+        if elsewhere is not None:
+            title, message, extra = elsewhere
+            yield ctx.finding(
+                title=title,
+                message=message,
                 severity=Severity.INFO,
                 evidence=evidence,
                 fixes={},
-                metrics={"gpu_api_calls": n_api, "events": int(len(ctx.events)), "unread_device_events": int(other["events"])},
+                metrics={"gpu_api_calls": n_api, "events": int(len(ctx.events)), **extra},
                 key="no-gpu-activity",
             )
             return

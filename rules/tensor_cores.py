@@ -313,7 +313,7 @@ class NoTensorCores(Rule):
         ranks = sorted({r for r, _ in ok_pairs})
         yield ctx.finding(
             title=f"{share:.0f}% of GEMM/conv time runs without tensor cores" + (", in the program's own kernels" if own_kernels else ""),
-            **({"fixes": fixes} if fixes else {}),
+            fixes=fixes,
             message=(
                 f"On {', '.join(dev_names) or 'a tensor-core GPU'}, {fmt_ns(non_tc_ns)} of {fmt_ns(gemm_ns)} GEMM/convolution "
                 f"kernel time ({share:.1f}%; {kshare:.1f}% of all kernel time) is in FP32 CUDA-core kernels such as "
