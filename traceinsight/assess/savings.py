@@ -117,10 +117,14 @@ def assess(findings: list[Finding], views: "Derived", rules: dict[str, object], 
     shares = _busy_shares(led)
     for f in findings:
         rule = rules.get(f.code)
-        if f.saving_kind != KIND_NONE and f.code not in forced and f.severity.rank > Severity.INFO.rank and not _graded(rule, f):
-            f.metrics.setdefault("severity_basis", f"the rule's own grade ({f.severity.value}): a risk to the run, not time "
-                                                   "measured on the timeline, so the common scale does not grade it")
-        if f.saving_kind == KIND_NONE or f.code in forced or f.share_pct is None or not _graded(rule, f):
+        if f.saving_kind == KIND_NONE or f.code in forced:
+            continue
+        if not _graded(rule, f):
+            if f.severity.rank > Severity.INFO.rank:
+                f.metrics.setdefault("severity_basis", f"the rule's own grade ({f.severity.value}): a risk to the run, not "
+                                                       "time measured on the timeline, so the common scale does not grade it")
+            continue
+        if f.share_pct is None:
             continue
         share = f.share_pct
         cause = by_fp.get(f.metrics.get("explained_by") or "")

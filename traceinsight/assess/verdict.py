@@ -543,7 +543,7 @@ def _if_fixed(f: Finding) -> str:
     the replay and why it gives back little."""
     w = f.what_if or {}
     step, base = w.get("step_ns"), w.get("baseline_step_ns")
-    if isinstance(step, (int, float)) and isinstance(base, (int, float)) and base > 0 and (abs(step - base) < 0.01 * base or step > base):
+    if isinstance(step, (int, float)) and isinstance(base, (int, float)) and base > 0 and step > 0.99 * base:  # within 1 % of the step, or no shorter
         return ""
     text = format_what_if(f.what_if)
     return f"; if fixed: {text}" if text else ""

@@ -200,7 +200,7 @@ def _kernel_class(kernels: pd.DataFrame, counts: OpCounts | None) -> np.ndarray:
     if counts is not None and len(counts.ops):
         hit = counts.kernel_op >= 0
         if hit.any():  # a layout transform keeps its own class under whatever op launched it (``LAYOUT_KERNEL``)
-            hit &= ~name_mask(kernels["name"], LAYOUT_KERNEL.pattern, case=False)
+            hit &= ~name_mask(kernels["name"], LAYOUT_KERNEL)
         cls = cls.astype(object)
         cls[hit] = counts.ops["cls"].to_numpy()[counts.kernel_op[hit]]
     return cls

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from traceinsight.vocab.buckets import BUCKETS
-from traceinsight.vocab.intervals import merge_intervals
+from traceinsight.vocab.intervals import merge_grouped, merge_intervals
 from traceinsight.vocab.masks import distinct_texts, kind_mask
 from traceinsight.vocab.patterns import DATA_WAIT_PRIMARY
 from traceinsight.derive.steady import warmup_steps
@@ -129,11 +129,6 @@ def _outermost(rank: np.ndarray, tid: np.ndarray, start: np.ndarray, end: np.nda
     """(how many, how long in all) the instances of one name are, an instance nested in another on its thread being
     part of it: per (rank, thread), the merged intervals."""
     key = rank * (1 << 32) + (tid & 0xFFFFFFFF)
-    n = total = 0
-    for k in np.unique(key):
-        on = key == k
-        a, b = merge_intervals(start[on], end[on])
-        n += len(a)
-        total += int((b - a).sum())
-    return n, total
+    m = merge_grouped(key, start, end)
+    return len(m), int((m["end_ns"] - m["start_ns"]).sum())
 

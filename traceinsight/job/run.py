@@ -243,7 +243,7 @@ def run_cross_rank(job: Job, rules, min_impact: float = DEFAULT_MIN_IMPACT_PCT,
     findings: list[Finding] = []
     warnings: list[str] = []
     failures: list[RuleFailure] = []
-    if getattr(job, "mixed_runs", ""):  # different runs in one folder: nothing across them is one job's (said in job.warnings)
+    if job.mixed_runs:  # different runs in one folder: nothing across them is one job's (said in job.warnings)
         return findings, warnings, failures
     for rule in rules:
         found, failure = run_guarded(rule, lambda rule=rule: rule.check_job(JobContext(job, rule)), rule_timeout)

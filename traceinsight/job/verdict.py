@@ -65,7 +65,7 @@ def job_verdict(ja: Any) -> dict[str, Any]:
         f"Across {j.rank_count} ranks the median rank's GPU is busy {busy_pct:.1f} % of its {unit}; {lead} "
         f"({_BUCKET_WORDS[bucket]}: {fmt_ns(med.get(bucket, 0.0))} per {unit}, {pct_b:.1f} % of it)."
     )
-    mixed = getattr(j, "mixed_runs", "")
+    mixed = j.mixed_runs
     rank, cost, per_step, why = (None, 0, 0, "") if mixed else _slowest_rank(ja)
     if mixed:  # ranks of different runs: no rank holds the others back, and the "median rank" is a summary only
         sentence = (f"The rank files look like different runs ({mixed}): each rank is judged on its own (below), "
