@@ -503,38 +503,32 @@ def _host_work(f: Finding, bucket: str) -> str:
     return f"; in the longest gap the host was in {what[:160]}"
 
 
-def _copy_rows(analysis: "Analysis") -> "tuple[Any, Any] | None":
-    """(the copies' rows of the GPU activity, the efficiency view's copy row) of a copy-bound window, when known."""
+def _link_rate(analysis: "Analysis") -> str:
+    """"; host<->device at 9 GB/s over the host link": how fast the copies that cross PCIe/NVLink-C2C moved data
+    (the efficiency view's copy row, when the view can be built: its rate only adds a figure to the sentence)."""
     views = analysis.views
     if views is None:
-        return None
-    act = views.gpu_activity
-    copies = act[~kind_mask(act["kind"], ("kernel",))]  # on the kind's codes
+        return ""
     try:
         eff = views.efficiency
-    except Exception:  # the efficiency view is optional here: its rates only add a figure to the sentence
-        eff = None
-    row = next((r for r in eff.class_rows if r["cls"] == "copy"), None) if eff is not None else None
-    return copies, row
-
-
-def _link_rate(analysis: "Analysis") -> str:
-    """"; host<->device at 9 GB/s over the host link": how fast the copies that cross PCIe/NVLink-C2C moved data."""
-    got = _copy_rows(analysis)
-    rate = got[1].get("link_gbs") if got is not None and got[1] is not None else None
+    except Exception:  # the efficiency view is optional here
+        return ""
+    row = next((r for r in eff.class_rows if r["cls"] == "copy"), None)
+    rate = row.get("link_gbs") if row is not None else None
     return f"; host↔device at {rate:.1f} GB/s over the host link" if rate else ""
 
 
 def _copy_lever(analysis: "Analysis") -> str:
     """What to do about a copy-bound window, from what the copies already are: pinned memory is advised only where
     some copies are pageable; when none is, moving less data (or overlapping it) is what is left."""
-    got = _copy_rows(analysis)
-    if got is None or not len(got[0]) or "pageable" not in got[0]:
-        return "fewer, larger, pinned or overlapped transfers"
-    if bool(got[0]["pageable"].fillna(False).astype(bool).any()):
-        return "fewer, larger, pinned or overlapped transfers"
-    return ("moving less data (keep it on the GPU between steps, send smaller dtypes, fuse the work that needs it) or "
-            "overlapping the transfers with compute (the copies are already from pinned memory)")
+    views = analysis.views
+    if views is not None:
+        act = views.gpu_activity
+        copies = ~kind_mask(act["kind"], ("kernel",))  # on the kind's codes
+        if copies.any() and not act["pageable"].to_numpy()[copies].any():
+            return ("moving less data (keep it on the GPU between steps, send smaller dtypes, fuse the work that needs "
+                    "it) or overlapping the transfers with compute (the copies are already from pinned memory)")
+    return "fewer, larger, pinned or overlapped transfers"
 
 
 def _if_fixed(f: Finding) -> str:
