@@ -8,6 +8,7 @@ import pandas as pd
 from traceinsight.rule_api import Context, Fix, Location, Option, Rule, Severity, fmt_ns
 
 from traceinsight.rulelib.names import count_matching, kind_mask
+from traceinsight.vocab.intervals import pair_opens
 from traceinsight.vocab.masks import name_mask
 from traceinsight.vocab.patterns import CAPTURE_BEGIN, CAPTURE_END, GRAPH_CAPTURE_CALL, LAUNCH_CALL
 
@@ -154,7 +155,8 @@ class LittleGpuWork(Rule):
 
 def _captured_launches(host: pd.DataFrame, rt) -> tuple[int, int, int]:
     """(launch calls inside stream captures, captures, their total length): each ``*StreamBeginCapture`` paired
-    with the next ``*StreamEndCapture`` on its thread. (0, 0, 0) without a paired capture."""
+    with the next ``*StreamEndCapture`` on its rank and thread (``vocab.intervals.pair_opens``, the pairing the
+    steady-state model uses). (0, 0, 0) without a paired capture."""
     names = host["name"]
     r = np.flatnonzero(rt)
     if not len(r):
@@ -164,18 +166,13 @@ def _captured_launches(host: pd.DataFrame, rt) -> tuple[int, int, int]:
     end = r[name_mask(sub, CAPTURE_END.pattern, case=False)]
     if not len(begin) or not len(end):
         return 0, 0, 0
-    tid, start = host["tid"].to_numpy(), host["start_ns"].to_numpy(np.int64)
-    stop = start + host["dur_ns"].to_numpy(np.int64)
-    spans = []
-    for b in begin.tolist():
-        later = end[(tid[end] == tid[b]) & (start[end] >= start[b])]
-        if len(later):
-            spans.append((int(tid[b]), int(start[b]), int(stop[later[np.argmin(start[later])]])))
-    if not spans:
+    rank, tid, start = host["rank"].to_numpy(), host["tid"].to_numpy(), host["start_ns"].to_numpy(np.int64)
+    b, e = pair_opens(rank, tid, start, begin, end)
+    if not len(b):
         return 0, 0, 0
+    stop = start[e] + host["dur_ns"].to_numpy(np.int64)[e]
     launch = r[name_mask(sub, LAUNCH_CALL, case=True)]
     inside = np.zeros(len(launch), dtype=bool)
-    for t, a, b in spans:
-        inside |= (tid[launch] == t) & (start[launch] >= a) & (start[launch] <= b)
-    return int(inside.sum()), len(spans), int(sum(b - a for _, a, b in spans))
-
+    for o, a, z in zip(b.tolist(), start[b].tolist(), stop.tolist()):
+        inside |= (rank[launch] == rank[o]) & (tid[launch] == tid[o]) & (start[launch] >= a) & (start[launch] <= z)
+    return int(inside.sum()), len(b), int((stop - start[b]).sum())

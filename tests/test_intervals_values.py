@@ -80,3 +80,16 @@ def test_run_cummax_is_the_grouped_cummax(runs, lo, dtype):
     want = pd.Series(values).groupby(np.cumsum(new)).cummax().to_numpy()
     assert got.dtype == values.dtype and np.array_equal(got, want)
     assert got[0] == values[0] and np.array_equal(got[new], values[new])  # every run starts again at its own value
+
+
+def test_pair_opens_pairs_each_open_with_the_first_close_on_its_rank_and_thread():
+    """A capture's begin pairs with the first end at or after it on the same rank and thread: not rank 1's end on
+    a thread of the same number, not an earlier end, and an open with no close is left out."""
+    from traceinsight.vocab.intervals import pair_opens
+
+    rank = np.array([0, 1, 0, 0, 0, 0])
+    tid = np.array([7, 7, 7, 7, 8, 9])
+    start = np.array([100, 150, 50, 300, 200, 10])
+    opens, closes = np.array([0, 4, 5]), np.array([1, 2, 3])
+    o, c = pair_opens(rank, tid, start, opens, closes)
+    assert o.tolist() == [0] and c.tolist() == [3]

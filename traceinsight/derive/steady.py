@@ -48,7 +48,7 @@ import pandas as pd
 from traceinsight.ingest import input_format
 from traceinsight.model.finding import as_instances, instance_columns
 from traceinsight.vocab.buckets import BUSY_BUCKETS, WARMUP_BUCKET
-from traceinsight.vocab.intervals import Coverage, merge_intervals
+from traceinsight.vocab.intervals import Coverage, merge_intervals, pair_opens
 from traceinsight.vocab.masks import category_hits, kind_mask, name_mask
 from traceinsight.vocab.patterns import ALLOC_CALL, CAPTURE_BEGIN, CAPTURE_END, IMPLICIT_SYNC_CALL, JIT_FUSION_OP, ONE_TIME_CALL, RECOMPILE_CALL, START_UP_CALL  # noqa: F401  (the steady-state model's vocabulary)
 
@@ -207,15 +207,10 @@ def one_time_regions(views: "Views", blocking: "list[tuple[np.ndarray, np.ndarra
         begin = np.flatnonzero(rt & name_mask(names, CAPTURE_BEGIN)) if capture else np.zeros(0, np.intp)
         if len(begin):
             end = np.flatnonzero(rt & name_mask(names, CAPTURE_END))
-            tid = host["tid"].to_numpy()
-            rows = []
-            for b in begin:
-                same = end[(rank[end] == rank[b]) & (tid[end] == tid[b]) & (start[end] >= start[b])]
-                if len(same):
-                    e = same[np.argmin(start[same])]
-                    rows.append((int(rank[b]), int(start[b]), int(start[e] + dur[e])))
-            if rows:
-                parts.append(pd.DataFrame({"rank": [r for r, _, _ in rows], "start_ns": [s for _, s, _ in rows], "end_ns": [e for _, _, e in rows],
+            b, e = pair_opens(rank, host["tid"].to_numpy(), start, begin, end)
+            if len(b):
+                parts.append(pd.DataFrame({"rank": rank[b].astype(np.int64), "start_ns": start[b].astype(np.int64),
+                                           "end_ns": (start[e] + dur[e]).astype(np.int64),
                                            "reason": "graph capture (launches recorded, not run)"}))
         alloc = np.flatnonzero(rt & name_mask(names, ALLOC_CALL) & (dur > 0)) if allocs else np.zeros(0, np.intp)
         if len(alloc):

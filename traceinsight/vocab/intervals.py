@@ -112,6 +112,19 @@ def run_cummax(values: np.ndarray, new: np.ndarray) -> np.ndarray:
     return pd.Series(values).groupby(grp).cummax().to_numpy()
 
 
+def pair_opens(rank: np.ndarray, tid: np.ndarray, start: np.ndarray, opens: np.ndarray, closes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(open rows, close rows): each row of ``opens`` paired with the first row of ``closes`` that starts at or
+    after it on the same rank and thread (a ``cudaStreamBeginCapture`` and its ``cudaStreamEndCapture``); an open
+    without one is left out. A loop over the opens, which are few (one per capture)."""
+    got_o, got_c = [], []
+    for o in opens.tolist():
+        same = closes[(rank[closes] == rank[o]) & (tid[closes] == tid[o]) & (start[closes] >= start[o])]
+        if len(same):
+            got_o.append(o)
+            got_c.append(int(same[np.argmin(start[same])]))
+    return np.asarray(got_o, dtype=np.intp), np.asarray(got_c, dtype=np.intp)
+
+
 def merge_grouped(groups: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> pd.DataFrame:
     """``merge_intervals`` within each group (e.g. per rank): columns group, start_ns, end_ns, sorted.
 
