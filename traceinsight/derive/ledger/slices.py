@@ -44,7 +44,7 @@ def device_slices(
     # consecutive merged intervals never touch: gap k lies between interval k and k + 1, and has positive length
     gs, ge = ue[:-1], us[1:]
     n_g = len(gs)
-    nl, g_code, sync_part = _gap_codes(launch_end, s, head, gs, ge, host["sync"])
+    nl, g_code, share = _gap_codes(launch_end, s, head, gs, ge, host["sync"])
     default = _CODE["idle_untraced" if host_traced else "idle_other"]
 
     def clip(ab: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
@@ -53,8 +53,7 @@ def device_slices(
         return a[keep], b[keep]
 
     warm, wait = clip(host["warmup"]), clip(host["data_wait"])
-    g_lab, cut, hb = _gap_labels(g_code, gs, ge, warm, wait, host["host_busy"], default)
-    cut[sync_part[0]] = True  # a sync's share and what the host did after it: labelled edge by edge
+    g_lab, cut, hb = _gap_labels(g_code, gs, ge, warm, wait, share, host["host_busy"], default)
 
     # pieces in time order: interval k at 2k, gap k at 2k + 1
     el_s = np.empty(2 * len(us) - 1, np.int64)
@@ -65,7 +64,7 @@ def device_slices(
     el_g[1::2] = np.arange(n_g)
     # a mixed interval or cut gap stays in as an empty piece: its own pieces start where it starts and come after
     # it, and empty pieces (as points: intervals of zero-length rows only) are skipped below
-    xs, xl, xg = _edge_pieces(s, e, cls, head, pos, mixed, cut, gs, ge, g_code, warm, wait, hb, default, sync_part)
+    xs, xl, xg = _edge_pieces(s, e, cls, head, pos, mixed, cut, gs, ge, g_code, warm, wait, share, hb, default)
     # step edges cut the pieces; a cut takes the bucket and gap of the piece it falls in
     st_s, st_e, st_n = steps
     edges = np.unique(np.concatenate([st_s, st_e])) if len(st_s) else EMPTY
@@ -117,8 +116,8 @@ def _gap_codes(launch_end: tuple[np.ndarray, np.ndarray] | None, s: np.ndarray, 
     A gap that begins inside a blocking call is the sync's for as long as the host was blocked in it (B), not
     beyond: without the sync the host would have reached its next launch B earlier, so a gap longer than B still
     lasts the rest, and that rest is what the host did after the call (host busy, untraced, a late launch), not
-    the sync's. Such gaps are returned apart, as (gap positions, end of the sync's share), with the code the rest
-    of the gap takes; every other sync gap is the sync's whole."""
+    the sync's. The sync's shares of such gaps are returned as intervals (each from its gap's start), the gaps
+    keeping the code the rest of them takes; every other sync gap is the sync's whole."""
     n_g = len(gs)
     # the call that enqueued the next work: the earliest-returning launch among activities starting at the gap end
     if launch_end is not None and n_g and len(launch_end[0]):
@@ -135,8 +134,7 @@ def _gap_codes(launch_end: tuple[np.ndarray, np.ndarray] | None, s: np.ndarray, 
     queued = linked & (nl <= gs)
     late = linked & ~queued
     in_sync = points_inside(*sync, gs) & ~queued
-    part = EMPTY
-    share_end = EMPTY
+    part, share_end = EMPTY, EMPTY
     if in_sync.any():
         at = np.flatnonzero(in_sync)
         k = np.searchsorted(sync[0], gs[at], side="right") - 1  # the blocking call (merged) the gap begins in
@@ -150,17 +148,18 @@ def _gap_codes(launch_end: tuple[np.ndarray, np.ndarray] | None, s: np.ndarray, 
     g_code[short] = _CODE["idle_launch_bound"]
     g_code[in_sync] = _CODE["idle_host_sync"]
     g_code[queued] = _CODE["idle_gpu_dependency"]
-    return nl, g_code, (part, share_end)
+    return nl, g_code, (gs[part], share_end)
 
 
 def _gap_labels(g_code: np.ndarray, gs: np.ndarray, ge: np.ndarray, warm: tuple[np.ndarray, np.ndarray], wait: tuple[np.ndarray, np.ndarray],
-                host_busy: Any, default: int) -> tuple[np.ndarray, np.ndarray, tuple[np.ndarray, np.ndarray]]:
-    """The bucket of each gap that is one piece, which gaps are cut (labelled edge by edge: warm-up or data wait
-    touch them, or host busy covers them in part) and the rank's host-busy union when it was needed."""
+                share: tuple[np.ndarray, np.ndarray], host_busy: Any, default: int) -> tuple[np.ndarray, np.ndarray, tuple[np.ndarray, np.ndarray]]:
+    """The bucket of each gap that is one piece, which gaps are cut (labelled edge by edge: warm-up, data wait or a
+    sync's share (``_gap_codes``) touch them, or host busy covers them in part) and the rank's host-busy union when
+    it was needed."""
     n_g = len(gs)
-    # gaps that warm-up or data wait touch are labelled edge by edge
+    # gaps that warm-up, data wait or a sync's share touch are labelled edge by edge
     cut = np.zeros(n_g, dtype=bool)
-    for a, b in (warm, wait):
+    for a, b in (warm, wait, share):
         cut[overlapping(gs, ge, a, b)] = True
     # gaps the host decides: host busy covers them whole, not at all, or in part (then edge by edge)
     free = np.flatnonzero(g_code < 0)
@@ -180,10 +179,10 @@ def _gap_labels(g_code: np.ndarray, gs: np.ndarray, ge: np.ndarray, warm: tuple[
 
 def _edge_pieces(s: np.ndarray, e: np.ndarray, cls: np.ndarray, head: np.ndarray, pos: np.ndarray, mixed: np.ndarray, cut: np.ndarray,
                  gs: np.ndarray, ge: np.ndarray, g_code: np.ndarray, warm: tuple[np.ndarray, np.ndarray], wait: tuple[np.ndarray, np.ndarray],
-                 hb: tuple[np.ndarray, np.ndarray], default: int,
-                 sync_part: tuple[np.ndarray, np.ndarray] = (EMPTY, EMPTY)) -> tuple[list[np.ndarray], list[np.ndarray], list[np.ndarray]]:
-    """The pieces of mixed intervals and cut gaps, edge by edge: (starts, labels, gaps) lists, one entry each.
-    ``sync_part``: gaps a sync holds only at their start (``_gap_codes``), and where its share ends."""
+                 share: tuple[np.ndarray, np.ndarray], hb: tuple[np.ndarray, np.ndarray],
+                 default: int) -> tuple[list[np.ndarray], list[np.ndarray], list[np.ndarray]]:
+    """The pieces of mixed intervals and cut gaps, edge by edge: (starts, labels, gaps) lists, one entry each. A
+    sync holds its whole gaps and its shares of the others (``share``, from ``_gap_codes``)."""
     n_busy = len(BUSY_BUCKETS)
     xs: list[np.ndarray] = []
     xl: list[np.ndarray] = []
@@ -206,10 +205,9 @@ def _edge_pieces(s: np.ndarray, e: np.ndarray, cls: np.ndarray, head: np.ndarray
             elif code == "idle_host_busy":
                 take = overlapping(hb[0], hb[1], cs, ce)
                 sets.append((_CODE[code], hb[0][take], hb[1][take]))
-            elif code == "idle_host_sync" and len(sync_part[0]):
+            elif code == "idle_host_sync":
                 whole = cc == _CODE[code]
-                a = np.concatenate([cs[whole], gs[sync_part[0]]])
-                b = np.concatenate([ce[whole], sync_part[1]])
+                a, b = np.concatenate([cs[whole], share[0]]), np.concatenate([ce[whole], share[1]])
                 o = np.argsort(a, kind="stable")
                 sets.append((_CODE[code], a[o], b[o]))
             else:
