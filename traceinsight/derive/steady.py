@@ -49,7 +49,7 @@ from traceinsight.ingest import input_format
 from traceinsight.model.finding import as_instances, instance_columns
 from traceinsight.vocab.buckets import BUSY_BUCKETS, WARMUP_BUCKET
 from traceinsight.vocab.intervals import Coverage, merge_intervals, pair_opens
-from traceinsight.vocab.masks import category_hits, kind_mask, name_mask
+from traceinsight.vocab.masks import category_hits, coded, kind_mask, name_mask
 from traceinsight.vocab.patterns import ALLOC_CALL, CAPTURE_BEGIN, CAPTURE_END, IMPLICIT_SYNC_CALL, JIT_FUSION_OP, ONE_TIME_CALL, RECOMPILE_CALL, START_UP_CALL  # noqa: F401  (the steady-state model's vocabulary)
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -264,8 +264,7 @@ def _recurring(rows: np.ndarray, names: pd.Series, rank: np.ndarray, start: np.n
     steps, a new shape's first run in one later step."""
     out = np.zeros(len(rows), dtype=bool)
     r_of, t_of = rank[rows].astype(np.int64), start[rows].astype(np.int64)
-    codes = names.cat.codes.to_numpy()[rows].astype(np.int64) if isinstance(names.dtype, pd.CategoricalDtype) else \
-        pd.factorize(names.take(rows).astype(str))[0].astype(np.int64)
+    codes = np.asarray(coded(names)[0])[rows].astype(np.int64)  # equal names, equal codes
     s_rank, s_start = steps["rank"].to_numpy(), steps["start_ns"].to_numpy(np.int64)
     for r, second in second_step.items():
         late = np.flatnonzero((r_of == r) & (t_of >= second))

@@ -89,7 +89,7 @@ def _migrations(views: "Views") -> tuple[np.ndarray, np.ndarray, np.ndarray] | N
     """Unified-memory migrations (``UNIFIED_MEMORY``) that no launch call enqueued: (rank, device, start). None
     without any (one test of the name categories)."""
     act = views.gpu_activity
-    if act.empty or not may_match(act["name"], UNIFIED_MEMORY):
+    if act.empty or not may_match(act["name"], UNIFIED_MEMORY, case=True):  # the same pattern and flags as the mask: one cached test
         return None
     m = name_mask(act["name"], UNIFIED_MEMORY, case=True)
     if not m.any():
