@@ -132,6 +132,23 @@ def test_the_same_ops_are_comparable():
                  "batch_base": None, "batch_head": None, "reasons": []}
 
 
+def test_a_change_of_precision_sets_its_casts_and_loss_scaling_aside():
+    """fp32 -> AMP adds casts (``aten::to`` and their backward) and GradScaler's ``_amp_`` ops: 10 of 25 per step
+    here, which alone would read "different workloads". They are set aside, with a note of how many; a new op that
+    is not one of them still counts."""
+    amp = [{"name": "aten::mm", "per_step": 10}, {"name": "aten::add", "per_step": 5}, {"name": "aten::to", "per_step": 6},
+           {"name": "autograd::engine::evaluate_function: ToCopyBackward0", "per_step": 2},
+           {"name": "aten::_amp_foreach_non_finite_check_and_unscale_", "per_step": 1}, {"name": "aten::_amp_update_scale_", "per_step": 1}]
+    c = M.comparability(_side(durs=[1] * 3), _side(durs=[1] * 3, ops=amp))
+    assert c["comparable"] and c["in_common_pct"] == 100.0
+    assert c["reasons"] == ["dtype casts and mixed-precision loss scaling are set aside (0 per step in BASE, 10 in HEAD): a change "
+                            "of precision adds or removes them without changing the model"]
+    c = M.comparability(_side(durs=[1] * 3), _side(durs=[1] * 3, ops=amp + [{"name": "aten::relu", "per_step": 5}]))
+    assert not c["comparable"] and c["in_common_pct"] == 75.0  # 15 of 20 once the casts are set aside
+    same = M.comparability(_side(durs=[1] * 3, ops=amp), _side(durs=[1] * 3, ops=amp))  # both AMP: nothing to say
+    assert same["comparable"] and same["reasons"] == []
+
+
 def test_ops_in_common_at_the_threshold():
     head_ops = [{"name": "aten::mm", "per_step": 10}, {"name": "aten::add", "per_step": 5}, {"name": "aten::relu", "per_step": 3.75}]
     c = M.comparability(_side(durs=[1] * 3), _side(durs=[1] * 3, ops=head_ops))  # 15 of 18.75: exactly 80 %

@@ -17,6 +17,7 @@ from typing import Any
 
 from traceinsight.delta import side as S
 from traceinsight.delta.stats import MIN_SAMPLES
+from traceinsight.vocab.patterns import PRECISION_OP
 
 #: Share of the per-step framework ops (or kernels) both sides must have in common to be compared.
 MIN_IN_COMMON = 80.0
@@ -52,6 +53,9 @@ def comparability(base: S.Side, head: S.Side) -> dict[str, Any]:
                 "reasons": [f"{which}: a report without a workload block (written before traceinsight could diff); analyse the trace again"]}
     ops_a = {o["name"]: float(o["per_step"]) for o in wa.get("ops", []) if o.get("per_step")}
     ops_b = {o["name"]: float(o["per_step"]) for o in wb.get("ops", []) if o.get("per_step")}
+    ops_a, ops_b, cast_note = _without_precision_ops(ops_a, ops_b)
+    if cast_note:
+        reasons.append(cast_note)
     if ops_a and ops_b:
         matched_by, x, y = "framework_ops", ops_a, ops_b
     else:
@@ -80,8 +84,8 @@ def comparability(base: S.Side, head: S.Side) -> dict[str, Any]:
         reasons.extend(diffs)
     ba, bb = wa.get("batch"), wb.get("batch")
     shapes_pct = None
-    sa = _shape_counts(wa)
-    sb = _shape_counts(wb)
+    sa = {k: v for k, v in _shape_counts(wa).items() if not _PRECISION_OP.search(k[0])}
+    sb = {k: v for k, v in _shape_counts(wb).items() if not _PRECISION_OP.search(k[0])}
     if ok and ops_a and ops_b and any(k[1] for k in sa) and any(k[1] for k in sb):
         shapes_pct = shape_similarity(sa, sb, ba, bb)
         if shapes_pct < MIN_IN_COMMON:
@@ -127,6 +131,24 @@ def one_time_work(base: S.Side, head: S.Side, *, steps_on_both: bool, steady: tu
     share, rest = (pa, pb) if big_a else (pb, pa)
     return (f"{which}'s window is one-time work ({share:.0f}% of it warm-up: compilation, autotuning, first calls), {other}'s is "
             f"steady state ({rest or 0:.0f}% warm-up); {advice}")
+
+
+_PRECISION_OP = re.compile(PRECISION_OP)
+
+
+def _without_precision_ops(x: dict[str, float], y: dict[str, float]) -> tuple[dict[str, float], dict[str, float], str | None]:
+    """Both sides' ops per step without the casts and loss-scaling ops a change of precision adds or removes
+    (``PRECISION_OP``), and a note of what was set aside when the sides differ in them (else None)."""
+    cx = sum(v for k, v in x.items() if _PRECISION_OP.search(k))
+    cy = sum(v for k, v in y.items() if _PRECISION_OP.search(k))
+    if not cx and not cy:
+        return x, y, None
+    x2 = {k: v for k, v in x.items() if not _PRECISION_OP.search(k)}
+    y2 = {k: v for k, v in y.items() if not _PRECISION_OP.search(k)}
+    note = (None if abs(cx - cy) < 1e-9 else
+            f"dtype casts and mixed-precision loss scaling are set aside ({cx:g} per step in BASE, {cy:g} in HEAD): a change "
+            "of precision adds or removes them without changing the model")
+    return x2, y2, note
 
 
 def _ops_gpu_share(w: dict[str, Any]) -> float:
